@@ -1,0 +1,1 @@
+//! pmwire-bench (in progress).

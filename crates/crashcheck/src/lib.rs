@@ -1,0 +1,1 @@
+//! pmwire-crashcheck (in progress).

@@ -1,0 +1,1 @@
+//! pmwire-log (in progress).
