@@ -1,0 +1,259 @@
+//! The headline ratios: each is ours against a named peer, measured in the
+//! same run, with its target and an honest pass or fail. A pure function
+//! of the results, so it is tested on synthetic numbers.
+//!
+//! | headline | value | target |
+//! |---|---|---|
+//! | persist copy vs PMDK | min over 4–128 KiB of `pmwire_nt_persist` / `pmdk_memcpy_persist` GB/s | ≥ 0.95 |
+//! | persist copy vs store + clwb | `pmwire_nt_persist` / `memcpy_clwb_sfence` at 64 KiB | ≥ 2 |
+//! | self-validating log vs naive tail | appends/s at 256 B | ≥ 1.5 |
+//! | self-validating log vs libpmemlog | appends/s at 256 B | ≥ 2 |
+//! | rotating counter effect | best `rotating_Nx256` (N ≥ 2) / `naive` updates/s | > 1, beyond the rounds' spread |
+//!
+//! A headline whose inputs are missing has a NaN value, fails, and says
+//! why in `peer` ("not run: <reason>", the reason taken from `skipped`).
+
+use crate::copy::{COPY, MEMCPY_CLWB, OURS, PMDK};
+use crate::logbench::{LOG, PMEMLOG, TAIL_NAIVE, TAIL_SELF_VALIDATING};
+use crate::persist::{COUNTER, NAIVE};
+use crate::schema::{BenchResult, Skipped};
+use crate::Headline;
+
+/// Sizes over which our copy must match PMDK.
+pub const COPY_PARITY_SIZES: [u64; 4] = [4 << 10, 16 << 10, 64 << 10, 128 << 10];
+
+fn find<'a>(results: &'a [BenchResult], bench: &str, variant: &str, size: Option<u64>) -> Option<&'a BenchResult> {
+    results.iter().find(|r| r.bench == bench && r.variant == variant && r.size_bytes == size)
+}
+
+fn metric(results: &[BenchResult], bench: &str, variant: &str, size: Option<u64>, name: &str) -> Option<f64> {
+    find(results, bench, variant, size).and_then(|r| r.get(name)).filter(|v| *v > 0.0)
+}
+
+/// Why `bench`/`variant` has no result.
+fn reason(skipped: &[Skipped], bench: &str, variant: &str, size: Option<u64>) -> String {
+    match skipped.iter().find(|s| s.bench == bench && s.variant == variant) {
+        Some(s) => s.reason.clone(),
+        None => match size {
+            Some(size) => format!("no {bench}/{variant} result at {size} B"),
+            None => format!("no {bench}/{variant} result"),
+        },
+    }
+}
+
+/// The ratio `ours / peer` at one size, or why it could not be formed.
+fn ratio(
+    results: &[BenchResult],
+    skipped: &[Skipped],
+    bench: &str,
+    (ours, peer): (&str, &str),
+    size: Option<u64>,
+    name: &str,
+) -> Result<f64, String> {
+    let a = metric(results, bench, ours, size, name).ok_or_else(|| reason(skipped, bench, ours, size))?;
+    let b = metric(results, bench, peer, size, name).ok_or_else(|| reason(skipped, bench, peer, size))?;
+    Ok(a / b)
+}
+
+fn headline(name: &str, target: &str, threshold: f64, peer: &str, value: Result<f64, String>) -> Headline {
+    match value {
+        Ok(value) => {
+            let pass = value >= threshold;
+            Headline { name: name.into(), value, target: target.into(), pass, peer: peer.into() }
+        }
+        Err(reason) => Headline::not_run(name, target, &reason),
+    }
+}
+
+/// Computes every headline from one run's results.
+pub fn compute(results: &[BenchResult], skipped: &[Skipped], peers: &PeerNames) -> Vec<Headline> {
+    let copy_min = COPY_PARITY_SIZES
+        .iter()
+        .map(|&size| ratio(results, skipped, COPY, (OURS, PMDK), Some(size), "gb_per_s"))
+        .try_fold(f64::INFINITY, |min, r| r.map(|v| min.min(v)));
+    let copy_vs_clwb = ratio(results, skipped, COPY, (OURS, MEMCPY_CLWB), Some(64 << 10), "gb_per_s");
+    let log_pair = |peer| ratio(results, skipped, LOG, (TAIL_SELF_VALIDATING, peer), Some(256), "mops_per_s");
+    vec![
+        headline(
+            "persist copy / pmem_memcpy_persist (min over 4 KiB-128 KiB)",
+            ">= 0.95x pmem_memcpy_persist",
+            0.95,
+            &peers.libpmem,
+            copy_min,
+        ),
+        headline(
+            "persist copy / memcpy+clwb+sfence at 64 KiB",
+            ">= 2x memcpy+clwb+sfence",
+            2.0,
+            "memcpy + clwb + sfence (pmem::Region)",
+            copy_vs_clwb,
+        ),
+        headline(
+            "self-validating log / naive tail at 256 B",
+            ">= 1.5x naive tail",
+            1.5,
+            "pmwire-log AppendLog, TailStrategy::Naive",
+            log_pair(TAIL_NAIVE),
+        ),
+        headline(
+            "self-validating log / pmemlog_append at 256 B",
+            ">= 2x pmemlog_append",
+            2.0,
+            &peers.libpmemlog,
+            log_pair(PMEMLOG),
+        ),
+        rotation_headline(results, skipped),
+    ]
+}
+
+/// The best `rotating_Nx256` (N ≥ 2) over `naive`. It passes only if the
+/// ratio of medians exceeds 1 *and* the best's slowest round beat naive's
+/// fastest (when the rounds' spread is known): picking the best of ten
+/// noisy variants would otherwise pass on noise alone.
+fn rotation_headline(results: &[BenchResult], skipped: &[Skipped]) -> Headline {
+    let target = "> 1x naive beyond noise (seed 000: 7.6x on Optane)";
+    let name = |best: &str| format!("rotating counter / naive counter, 256 B stride (best: {best})");
+    let Some(naive) = find(results, COUNTER, NAIVE, None).filter(|r| r.get("mops_per_s").is_some_and(|v| v > 0.0))
+    else {
+        return Headline::not_run(&name("none"), target, &reason(skipped, COUNTER, NAIVE, None));
+    };
+    let best = results
+        .iter()
+        .filter(|r| r.bench == COUNTER && r.variant.starts_with("rotating_") && r.variant.ends_with("x256"))
+        .filter(|r| r.params.get("blocks").and_then(|b| b.as_u64()).is_some_and(|b| b >= 2))
+        .filter(|r| r.get("mops_per_s").is_some())
+        .max_by(|a, b| a.get("mops_per_s").unwrap().total_cmp(&b.get("mops_per_s").unwrap()));
+    let Some(best) = best else {
+        return Headline::not_run(&name("none"), target, &reason(skipped, COUNTER, "rotating_Nx256", None));
+    };
+    let value = best.get("mops_per_s").unwrap() / naive.get("mops_per_s").unwrap();
+    let beyond_noise = match (best.get("mops_per_s_min"), naive.get("mops_per_s_max")) {
+        (Some(best_min), Some(naive_max)) => best_min > naive_max,
+        _ => true,
+    };
+    Headline {
+        name: name(&best.variant),
+        value,
+        target: target.into(),
+        pass: value > 1.0 && beyond_noise,
+        peer: "pmem::NaiveCounter".into(),
+    }
+}
+
+/// How the peers are named in the headlines (with their versions).
+#[derive(Clone, Debug)]
+pub struct PeerNames {
+    /// e.g. "PMDK libpmem 1.12.1 pmem_memcpy_persist".
+    pub libpmem: String,
+    /// e.g. "PMDK libpmemlog 1.12.1 pmemlog_append".
+    pub libpmemlog: String,
+}
+
+impl Default for PeerNames {
+    fn default() -> PeerNames {
+        PeerNames {
+            libpmem: "PMDK libpmem pmem_memcpy_persist".into(),
+            libpmemlog: "PMDK libpmemlog pmemlog_append".into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::copy::MEMCPY;
+
+    fn copy(variant: &str, size: u64, gbps: f64) -> BenchResult {
+        BenchResult::new(COPY, variant).size(size).metric("gb_per_s", gbps)
+    }
+
+    fn counter(variant: &str, blocks: u32, mops: f64) -> BenchResult {
+        BenchResult::new(COUNTER, variant).metric("mops_per_s", mops).param("blocks", blocks)
+    }
+
+    fn log(variant: &str, mops: f64) -> BenchResult {
+        BenchResult::new(LOG, variant).size(256).metric("mops_per_s", mops)
+    }
+
+    fn synthetic(pmdk_at_16k: f64) -> Vec<BenchResult> {
+        let mut results = Vec::new();
+        for size in [256u64, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 128 << 10] {
+            results.push(copy(MEMCPY, size, 12.0));
+            results.push(copy(MEMCPY_CLWB, size, 3.0));
+            results.push(copy(OURS, size, 6.6));
+            let pmdk = if size == 16 << 10 { pmdk_at_16k } else { 6.0 };
+            results.push(copy(PMDK, size, pmdk));
+        }
+        results.push(counter(NAIVE, 1, 2.0));
+        results.push(counter("rotating_1x256", 1, 9.0));
+        results.push(counter("rotating_4x256", 4, 3.0));
+        results.push(counter("rotating_10x256", 10, 4.0));
+        results.push(counter("rotating_16x64", 16, 8.0));
+        results.push(log(TAIL_NAIVE, 1.0));
+        results.push(log(TAIL_SELF_VALIDATING, 2.0));
+        results.push(log(PMEMLOG, 0.5));
+        results
+    }
+
+    #[test]
+    fn passing_run() {
+        let h = compute(&synthetic(6.0), &[], &PeerNames::default());
+        assert_eq!(h.len(), 5);
+        assert!((h[0].value - 1.1).abs() < 1e-9, "{}", h[0].value);
+        assert!(h[0].pass);
+        assert!((h[1].value - 2.2).abs() < 1e-9);
+        assert!(h[1].pass);
+        assert_eq!((h[2].value, h[2].pass), (2.0, true));
+        assert_eq!((h[3].value, h[3].pass), (4.0, true));
+        // Best rotating at 256 B stride with N >= 2 is 10x256 (4.0), not
+        // 1x256 (degenerate) nor 16x64 (other stride).
+        assert_eq!(h[4].value, 2.0);
+        assert!(h[4].name.contains("rotating_10x256"));
+        assert!(h[4].pass);
+    }
+
+    #[test]
+    fn failing_run_reports_the_minimum_ratio() {
+        let h = compute(&synthetic(7.5), &[], &PeerNames::default());
+        assert!((h[0].value - 0.88).abs() < 1e-9, "{}", h[0].value);
+        assert!(!h[0].pass);
+        assert!(h[0].not_run_reason().is_none());
+    }
+
+    #[test]
+    fn missing_peer_is_not_run_and_not_a_pass() {
+        let results: Vec<_> = synthetic(6.0).into_iter().filter(|r| r.variant != PMDK && r.bench != LOG).collect();
+        let skipped = vec![Skipped::new(COPY, PMDK, "libpmem not found")];
+        let h = compute(&results, &skipped, &PeerNames::default());
+        assert!(h[0].value.is_nan());
+        assert!(!h[0].pass);
+        assert_eq!(h[0].not_run_reason(), Some("libpmem not found"));
+        assert!(h[1].pass, "the clwb headline does not need PMDK");
+        assert_eq!(h[2].not_run_reason(), Some("no log/appendlog_self_validating result at 256 B"));
+        assert!(!h[3].pass);
+    }
+
+    #[test]
+    fn rotation_within_the_noise_fails() {
+        let mut results = synthetic(6.0);
+        for r in results.iter_mut().filter(|r| r.bench == COUNTER) {
+            let v = r.get("mops_per_s").unwrap();
+            r.metrics.insert("mops_per_s_min".into(), v * 0.5);
+            r.metrics.insert("mops_per_s_max".into(), v * 1.5);
+        }
+        let h = compute(&results, &[], &PeerNames::default());
+        assert_eq!(h[4].value, 2.0);
+        assert!(!h[4].pass, "best min 2.0 does not beat naive max 3.0");
+    }
+
+    #[test]
+    fn no_rotation_effect_fails_honestly() {
+        let mut results = synthetic(6.0);
+        for r in results.iter_mut().filter(|r| r.bench == COUNTER) {
+            r.metrics.insert("mops_per_s".into(), 2.0);
+        }
+        let h = compute(&results, &[], &PeerNames::default());
+        assert_eq!(h[4].value, 1.0);
+        assert!(!h[4].pass);
+    }
+}

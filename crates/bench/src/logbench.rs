@@ -1,0 +1,106 @@
+//! Persistent log appends per second: pmwire-log's `AppendLog` with each
+//! tail strategy, against PMDK's `pmemlog_append` (seed 000 §6.1, §6.4).
+//!
+//! Every variant appends the same payload bytes; logs of equal capacity
+//! live side by side (the `AppendLog`s in the region, libpmemlog in a pool
+//! file next to the region's, on the same tmpfs, with
+//! `PMEM_IS_PMEM_FORCE=1`). A full log is emptied inside the timed loop,
+//! as a real user would: `AppendLog::truncate` up to the next LSN,
+//! `pmemlog_rewind` for PMDK. Variants are interleaved round by round;
+//! the median round is reported.
+
+use crate::local::Ctx;
+use crate::measure::{median, round_order, AlignedBuf};
+use crate::pmdk::{self, LogPool};
+use crate::schema::{BenchResult, Skipped};
+use std::time::Instant;
+
+/// The benchmark.
+pub const LOG: &str = "log";
+/// `TailStrategy::Naive`: payload persist, then an 8 B tail persist.
+pub const TAIL_NAIVE: &str = "appendlog_naive";
+/// `TailStrategy::Rotating` (16 × 256 B).
+pub const TAIL_ROTATING: &str = "appendlog_rotating_16x256";
+/// `TailStrategy::SelfValidating`: one persist per append.
+pub const TAIL_SELF_VALIDATING: &str = "appendlog_self_validating";
+/// PMDK's libpmemlog.
+pub const PMEMLOG: &str = "pmemlog_append";
+
+/// Why the AppendLog variants are absent from this build.
+const APPENDLOG_MISSING: &str = "pmwire-log AppendLog not available in this build";
+
+enum Variant<'a> {
+    Pmemlog(LogPool<'a>),
+}
+
+impl Variant<'_> {
+    fn name(&self) -> &'static str {
+        match self {
+            Variant::Pmemlog(_) => PMEMLOG,
+        }
+    }
+
+    /// Appends `payload` `count` times, emptying the log when full.
+    fn append(&mut self, payload: &[u8], count: u64) {
+        match self {
+            Variant::Pmemlog(pool) => {
+                for _ in 0..count {
+                    if !pool.append(payload) {
+                        pool.rewind();
+                        assert!(pool.append(payload), "pmemlog refused an entry after a rewind");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The `log` benchmark.
+pub(crate) fn run_log(ctx: &mut Ctx<'_>) {
+    ctx.progress.stage("log");
+    let plan = ctx.plan;
+    for name in [TAIL_NAIVE, TAIL_ROTATING, TAIL_SELF_VALIDATING] {
+        ctx.skipped.push(Skipped::new(LOG, name, APPENDLOG_MISSING));
+    }
+    let pmemlog_path = ctx.scratch_dir.join(format!("pmwire-bench-{}.pmemlog", std::process::id()));
+    let pmemlog = pmdk::libpmemlog().and_then(|lib| lib.create(&pmemlog_path, plan.log_capacity_bytes));
+    let mut variants = Vec::new();
+    match pmemlog {
+        Ok(pool) => variants.push(Variant::Pmemlog(pool)),
+        Err(reason) => ctx.skipped.push(Skipped::new(LOG, PMEMLOG, &reason)),
+    }
+    if variants.is_empty() {
+        return;
+    }
+    let largest = plan.log_sizes.iter().copied().max().unwrap();
+    let src = AlignedBuf::new(largest);
+    for &size in &plan.log_sizes {
+        ctx.progress.stage(&format!("log {size} B"));
+        let payload = &src.as_slice()[..size];
+        let count = plan.log_appends as u64;
+        let mut rates = vec![Vec::with_capacity(plan.log_rounds); variants.len()];
+        for round in 0..plan.warmup_rounds + plan.log_rounds {
+            for i in round_order(round, variants.len()) {
+                let start = Instant::now();
+                variants[i].append(payload, count);
+                let secs = start.elapsed().as_secs_f64();
+                if round >= plan.warmup_rounds {
+                    rates[i].push(count as f64 / secs / 1e6);
+                    ctx.progress.step();
+                }
+            }
+        }
+        for (variant, rates) in variants.iter().zip(rates.iter_mut()) {
+            let mops = median(rates);
+            ctx.results.push(
+                BenchResult::new(LOG, variant.name())
+                    .size(size as u64)
+                    .metric("mops_per_s", mops)
+                    .metric("gb_per_s", mops * 1e6 * size as f64 / 1e9)
+                    .metric("ns_per_append", 1e3 / mops)
+                    .param("capacity_bytes", plan.log_capacity_bytes)
+                    .param("appends_per_round", count),
+            );
+        }
+    }
+}
