@@ -1,1 +1,185 @@
-fn main() {}
+//! `pmwire`: the command-line front door.
+//!
+//! - `pmwire doctor [PATH]`: what this machine and a pool path offer.
+//! - `pmwire bench local`: the local persistence suite (JSON + table).
+//! - `pmwire check`: the crash-state checker over every persistent structure.
+//! - `pmwire report FILES --out DIR`: plots of benchmark results.
+//! - `pmwire tour`: the newcomer's tour, a short version of everything.
+
+mod check;
+mod doctor;
+mod size;
+
+use anyhow::{bail, Result};
+use clap::{Args, Parser, Subcommand};
+use pmem::{CopyIsa, FlushInstruction, PersistenceDomain, RegionKind, RegionOptions};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "pmwire", version, about = "Fast, durable access to persistent memory, locally and over the network")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show the flush instruction, copy ISA, and what a pool path is.
+    Doctor(doctor::DoctorArgs),
+    /// Run a benchmark suite.
+    Bench {
+        #[command(subcommand)]
+        suite: Suite,
+    },
+    /// Run the crash-state checker over every persistent structure.
+    Check(check::CheckArgs),
+    /// Turn benchmark results (JSON) into an HTML page with plots.
+    Report {
+        /// Result files written by `pmwire bench`.
+        #[arg(required = true)]
+        inputs: Vec<PathBuf>,
+        /// Where to write index.html and the plots.
+        #[arg(long, default_value = "report")]
+        out: PathBuf,
+    },
+    /// The newcomer's tour: a short run of every suite on an emulated pool,
+    /// the crash checker, and the headline ratios against the peers.
+    Tour(TourArgs),
+}
+
+#[derive(Subcommand)]
+enum Suite {
+    /// Local persistence: copies, persist latency and counters, logs; against PMDK.
+    Local(LocalArgs),
+}
+
+/// Where the pool lives and what to take it for.
+#[derive(Args, Clone)]
+struct PoolArgs {
+    /// Pool file (a tmpfs path is emulated persistent memory).
+    #[arg(long, default_value = "/dev/shm/pmwire-bench.pool")]
+    pool: PathBuf,
+    /// Pool size (bytes; K, M, G suffixes).
+    #[arg(long, default_value = "1G", value_parser = size::parse)]
+    size: u64,
+    /// Override the detected kind: fsdax, devdax, file, emulated.
+    #[arg(long, value_parser = parse_kind)]
+    kind: Option<RegionKind>,
+    /// Override the persistence domain: cpu_cache, memory_controller, page_cache, process_only.
+    #[arg(long, value_parser = parse_domain)]
+    domain: Option<PersistenceDomain>,
+    /// Override the flush instruction: clwb, clflushopt, clflush, none.
+    #[arg(long, value_parser = parse_flush)]
+    flush: Option<FlushInstruction>,
+    /// Override the copy instruction set: avx512, avx2, sse2.
+    #[arg(long, value_parser = parse_isa)]
+    isa: Option<CopyIsa>,
+    /// Copies at or above this size use non-temporal stores (default 256 B).
+    #[arg(long, value_parser = size::parse)]
+    nt_threshold: Option<u64>,
+}
+
+impl PoolArgs {
+    fn region_options(&self) -> RegionOptions {
+        RegionOptions {
+            size: Some(self.size),
+            create: true,
+            kind: self.kind,
+            domain: self.domain,
+            flush: self.flush,
+            isa: self.isa,
+            nt_threshold: self.nt_threshold.map(|t| t as usize),
+        }
+    }
+}
+
+#[derive(Args)]
+struct LocalArgs {
+    #[command(flatten)]
+    pool: PoolArgs,
+    /// A short run (the tour's).
+    #[arg(long)]
+    quick: bool,
+    /// Where to write the JSON results.
+    #[arg(long, default_value = "results")]
+    out: PathBuf,
+}
+
+#[derive(Args)]
+struct TourArgs {
+    #[command(flatten)]
+    pool: PoolArgs,
+    /// Where to write the JSON results and the report.
+    #[arg(long, default_value = "results")]
+    out: PathBuf,
+}
+
+fn parse_kind(s: &str) -> Result<RegionKind, String> {
+    RegionKind::parse(s).ok_or_else(|| format!("unknown region kind '{s}' (fsdax, devdax, file, emulated)"))
+}
+
+fn parse_domain(s: &str) -> Result<PersistenceDomain, String> {
+    PersistenceDomain::parse(s)
+        .ok_or_else(|| format!("unknown domain '{s}' (cpu_cache, memory_controller, page_cache, process_only)"))
+}
+
+fn parse_flush(s: &str) -> Result<FlushInstruction, String> {
+    FlushInstruction::parse(s).ok_or_else(|| format!("unknown flush '{s}' (clwb, clflushopt, clflush, none)"))
+}
+
+fn parse_isa(s: &str) -> Result<CopyIsa, String> {
+    CopyIsa::parse(s).ok_or_else(|| format!("unknown copy ISA '{s}' (avx512, avx2, sse2)"))
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Doctor(args) => doctor::run(&args),
+        Command::Bench { suite: Suite::Local(args) } => {
+            let report = run_local(&args.pool, args.quick, &args.out)?;
+            println!("results: {}", report.json_path.display());
+            Ok(())
+        }
+        Command::Check(args) => {
+            if !check::run(&args)? {
+                eprintln!("pmwire: the crash-state checker found failures (see the table above)");
+                std::process::exit(1);
+            }
+            Ok(())
+        }
+        Command::Report { inputs, out } => {
+            let index = pmwire_bench::report::write(&inputs, &out)?;
+            println!("report: {}", index.display());
+            Ok(())
+        }
+        Command::Tour(args) => tour(&args),
+    }
+}
+
+fn run_local(pool: &PoolArgs, quick: bool, out: &std::path::Path) -> Result<pmwire_bench::SuiteReport> {
+    let options = pmwire_bench::local::LocalOptions {
+        pool: pool.pool.clone(),
+        size_bytes: pool.size,
+        quick,
+        out_dir: out.to_path_buf(),
+        region: pool.region_options(),
+    };
+    pmwire_bench::local::run(&options)
+}
+
+fn tour(args: &TourArgs) -> Result<()> {
+    println!("== pmwire tour: every suite, short, on an emulated pool ==\n");
+    doctor::run(&doctor::DoctorArgs { path: Some(args.pool.pool.clone()) })?;
+    println!("\n== crash-state checker ==");
+    let checks_ok = check::run(&check::CheckArgs { seed: None, quick: true })?;
+    println!("\n== bench local (quick) ==");
+    let local = run_local(&args.pool, true, &args.out)?;
+    let index = pmwire_bench::report::write(&[local.json_path.clone()], &args.out.join("report"))?;
+    println!("\n== headline ratios against the peers (measured in this run) ==");
+    pmwire_bench::print_headlines(&local.headlines);
+    println!("\nresults: {}\nreport:  {}", local.json_path.display(), index.display());
+    if !checks_ok {
+        bail!("the crash-state checker found failures");
+    }
+    Ok(())
+}

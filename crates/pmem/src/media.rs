@@ -20,8 +20,10 @@
 
 use crate::layout::ATOMIC_WRITE;
 
-/// Copies below this size use ordinary stores + flush; at or above, non-temporal
-/// stores. PMDK uses 256 B; `pmwire bench local` measures ours.
+/// The default size at and above which copies use non-temporal stores; below
+/// it, ordinary stores + flush. PMDK uses 256 B; `pmwire bench local`
+/// measures the crossover on this machine (`nt_crossover`), and a region can
+/// be given another with [`RegionOptions::nt_threshold`](crate::RegionOptions).
 pub const NT_THRESHOLD: usize = 256;
 
 /// A byte-addressable persistent medium.
@@ -55,6 +57,11 @@ pub trait Media {
     /// Waits until earlier flushes and non-temporal stores are durable.
     fn drain(&mut self);
 
+    /// Copies at or above this many bytes use non-temporal stores.
+    fn nt_threshold(&self) -> usize {
+        NT_THRESHOLD
+    }
+
     /// Flush then drain.
     fn persist(&mut self, offset: u64, len: u64) {
         self.flush(offset, len);
@@ -63,9 +70,9 @@ pub trait Media {
 
     /// Copies `src` to `offset` and makes it durable at the next `drain`
     /// (PMDK's `pmem_memcpy_nodrain`): non-temporal at or above
-    /// [`NT_THRESHOLD`], ordinary stores + flush below it.
+    /// [`nt_threshold`](Media::nt_threshold), ordinary stores + flush below it.
     fn memcpy_nodrain(&mut self, offset: u64, src: &[u8]) {
-        if src.len() >= NT_THRESHOLD {
+        if src.len() >= self.nt_threshold() {
             self.write_nt(offset, src);
         } else {
             self.write(offset, src);

@@ -17,7 +17,7 @@
 use crate::copy::{CopyIsa, NtCopier};
 use crate::flush::{drain_none, FlushInstruction, Persister};
 use crate::layout::LINE;
-use crate::media::{check_range, check_word, Media};
+use crate::media::{check_range, check_word, Media, NT_THRESHOLD};
 use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
@@ -170,6 +170,9 @@ pub struct RegionOptions {
     pub flush: Option<FlushInstruction>,
     /// Override the detected copy instruction set.
     pub isa: Option<CopyIsa>,
+    /// Copies at or above this size use non-temporal stores (default
+    /// [`NT_THRESHOLD`], PMDK's 256 B).
+    pub nt_threshold: Option<usize>,
 }
 
 /// A mapped region of (possibly emulated) persistent memory.
@@ -182,6 +185,7 @@ pub struct Region {
     overridden: bool,
     persister: Persister,
     copier: NtCopier,
+    nt_threshold: usize,
     _file: File,
 }
 
@@ -223,7 +227,8 @@ impl Region {
             return Err(RegionError::Unsupported(isa.to_string()));
         }
         let copier = isa.copier();
-        Ok(Region { base, size, path, kind, domain, overridden, persister, copier, _file: file })
+        let nt_threshold = options.nt_threshold.unwrap_or(NT_THRESHOLD);
+        Ok(Region { base, size, path, kind, domain, overridden, persister, copier, nt_threshold, _file: file })
     }
 
     /// The file or device mapped.
@@ -266,7 +271,7 @@ impl Region {
         let note = if self.overridden { " (overridden by user)" } else { "" };
         let survives = if self.domain.survives_power_loss() { "power loss" } else { "process crash only" };
         format!(
-            "{}: {} bytes, kind {}, persistence domain {}{}, flush {}, copy {}, survives {}",
+            "{}: {} bytes, kind {}, persistence domain {}{}, flush {}, copy {} (non-temporal from {} B), survives {}",
             self.path.display(),
             self.size,
             self.kind,
@@ -274,6 +279,7 @@ impl Region {
             note,
             self.persister.instruction,
             self.copier.isa,
+            self.nt_threshold,
             survives
         )
     }
@@ -301,6 +307,10 @@ impl Drop for Region {
 impl Media for Region {
     fn len(&self) -> u64 {
         self.size
+    }
+
+    fn nt_threshold(&self) -> usize {
+        self.nt_threshold
     }
 
     fn read(&self, offset: u64, dst: &mut [u8]) {

@@ -1,0 +1,63 @@
+//! The `pmwire` binary, end to end: doctor, check, and bad input.
+
+use std::process::Command;
+
+fn pmwire(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_pmwire")).args(args).output().expect("pmwire runs")
+}
+
+fn stdout(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn doctor_reports_flush_isa_kind_and_domain() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let output = pmwire(&["doctor", dir.path().to_str().unwrap()]);
+    assert!(output.status.success(), "{output:?}");
+    let text = stdout(&output);
+    assert!(text.contains("flush instruction:"), "{text}");
+    assert!(text.contains("copy ISA:"), "{text}");
+    assert!(text.contains("kind:            emulated"), "{text}");
+    assert!(text.contains("persistence:     process_only"), "{text}");
+    assert!(text.contains("survives:        a process crash only"), "{text}");
+    // The probe file is gone afterwards.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn doctor_leaves_an_existing_pool_unchanged() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let pool = dir.path().join("pool");
+    std::fs::write(&pool, vec![7u8; 8192]).unwrap();
+    let output = pmwire(&["doctor", pool.to_str().unwrap()]);
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(std::fs::read(&pool).unwrap(), vec![7u8; 8192]);
+}
+
+#[test]
+fn check_passes_structures_and_catches_planted_bugs() {
+    let output = pmwire(&["check", "--quick", "--seed", "11"]);
+    let text = stdout(&output);
+    assert!(output.status.success(), "{text}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(text.contains("planted bug caught"), "{text}");
+    assert!(!text.contains("FAILED"), "{text}");
+    assert!(!text.contains("MISSED"), "{text}");
+    assert!(text.contains("seed 11"), "{text}");
+}
+
+#[test]
+fn bad_input_gets_a_clear_error() {
+    let output = pmwire(&["bench", "local", "--size", "12Q"]);
+    assert!(!output.status.success());
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(err.contains("unknown size suffix"), "{err}");
+
+    let output = pmwire(&["bench", "local", "--flush", "wbinvd"]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("unknown flush"));
+
+    let output = pmwire(&["doctor", "/nonexistent-dir/pool"]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("/nonexistent-dir"));
+}
