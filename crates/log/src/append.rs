@@ -1,0 +1,596 @@
+//! [`AppendLog`]: a circular log of variable-length entries in persistent
+//! memory, with three ways to record its tail (`docs/format/log.md`).
+//!
+//! Positions are *logical* byte positions that never wrap; the physical
+//! offset in the entry space is `pos % capacity`. Invariants, kept by every
+//! method and re-established by `open`:
+//! - `head.pos <= tail_pos` and `tail_pos - head.pos <= capacity`;
+//! - entries `head.lsn .. next_lsn` lie back to back from `head.pos` to
+//!   `tail_pos`, each `config.entry_size(len)` bytes, none crossing the end
+//!   of the entry space: an entry that would is preceded by a skip word
+//!   (`SKIP_BIT | lsn`) and starts the next lap;
+//! - every acknowledged entry is durable, and so is the tail that covers it
+//!   (naive, rotating) or its own checksum (self-validating);
+//! - `head` is durable in the newer of two checksummed head slots.
+
+use pmem::{Media, RotatingCounter, Rotation, NT_THRESHOLD};
+
+use crate::config::{Faults, LogConfig, TailStrategy};
+use crate::error::{AppendError, CreateError, OpenError, TruncateError};
+use crate::format::{
+    self, crc_seed, decode_head, encode_head, entry_header, get_u32, get_u64, put_u32, put_u64, Head, BASE_ALIGN,
+    ENTRY_HEADER_BYTES, HEADER_BLOCK_BYTES, HEADER_LINE_BYTES, HEAD_SLOT_BYTES, SKIP_BIT,
+};
+use crate::Lsn;
+
+/// Offsets (from `base`) of the two head slots, each in its own line.
+const HEAD_SLOTS: [u64; 2] = [64, 128];
+/// Offset (from `base`) of the tail area.
+const TAIL_AREA: u64 = HEADER_BLOCK_BYTES;
+/// Largest LSN an entry may carry: bit 63 marks skip words.
+const MAX_LSN: Lsn = SKIP_BIT - 1;
+/// Written over the length/CRC word of a possible remnant: its length
+/// field (`u32::MAX`) exceeds any payload, so no CRC can make it valid.
+const SCRUBBED: u64 = u64::MAX;
+
+/// The live form of the tail.
+#[derive(Debug)]
+enum Tail {
+    Naive { offset: u64 },
+    Rotating(RotatingCounter),
+    SelfValidating,
+}
+
+/// A circular, durable log of byte entries (see the module docs).
+#[derive(Debug)]
+pub struct AppendLog {
+    config: LogConfig,
+    base: u64,
+    entries: u64,
+    seed: u32,
+    head: Head,
+    head_slot: usize,
+    next_lsn: Lsn,
+    tail_pos: u64,
+    tail: Tail,
+}
+
+/// Where one entry sits.
+#[derive(Clone, Copy, Debug)]
+struct Placed {
+    lsn: Lsn,
+    pos: u64,
+    len: u64,
+}
+
+impl AppendLog {
+    /// Media bytes the log needs at `base`: header block, tail area, entry space.
+    pub fn required_size(config: &LogConfig) -> u64 {
+        HEADER_BLOCK_BYTES + tail_area_bytes(config.tail) + config.capacity
+    }
+
+    /// Formats a new, empty log at `base` (a multiple of 256).
+    pub fn create<M: Media>(media: &mut M, base: u64, config: LogConfig) -> Result<AppendLog, CreateError> {
+        config.validate()?;
+        check_create_bounds(media, base, AppendLog::required_size(&config))?;
+        let nonce = format::fresh_nonce();
+        let seed = crc_seed(nonce);
+        let tail = format_tail(media, base, &config);
+        let head = Head { lsn: 0, pos: 0 };
+        for slot in HEAD_SLOTS {
+            media.write(base + slot, &encode_head(head, seed));
+            media.flush(base + slot, HEAD_SLOT_BYTES as u64);
+        }
+        media.drain();
+        // The header goes last: until it is durable, `open` finds no log.
+        media.write(base, &encode_config(&config, nonce));
+        media.persist(base, HEADER_LINE_BYTES as u64);
+        let entries = base + HEADER_BLOCK_BYTES + tail_area_bytes(config.tail);
+        Ok(AppendLog { config, base, entries, seed, head, head_slot: 0, next_lsn: 0, tail_pos: 0, tail })
+    }
+
+    /// Recovers the log at `base`: reads the header and the head, then
+    /// finds the tail (naive, rotating: the persisted tail, checked against
+    /// the entries; self-validating: the first invalid entry after the
+    /// head, after which the remnants of a torn append are scrubbed, so
+    /// `open` may write to the media).
+    pub fn open<M: Media>(media: &mut M, base: u64) -> Result<AppendLog, OpenError> {
+        AppendLog::open_with_faults(media, base, Faults::default())
+    }
+
+    /// `open` with planted recovery bugs (tests only: faults are not stored
+    /// in the header, so a crash check passes them again at recovery).
+    #[doc(hidden)]
+    pub fn open_with_faults<M: Media>(media: &mut M, base: u64, faults: Faults) -> Result<AppendLog, OpenError> {
+        let line = format::read_header(media, base, format::APPEND_MAGIC, "pmwire append log")?;
+        let (mut config, nonce) = decode_config(&line)?;
+        config.faults = faults;
+        let needed = AppendLog::required_size(&config);
+        if base.checked_add(needed).is_none_or(|end| end > media.len()) {
+            return Err(OpenError::MediaTooSmall { base, have: media.len() });
+        }
+        let seed = crc_seed(nonce);
+        let (head, head_slot) = read_head(media, base, seed)?;
+        let entries = base + HEADER_BLOCK_BYTES + tail_area_bytes(config.tail);
+        let tail = live_tail(media, base, &config);
+        let mut log =
+            AppendLog { config, base, entries, seed, head, head_slot, next_lsn: head.lsn, tail_pos: head.pos, tail };
+        let persisted_tail = match &log.tail {
+            Tail::Naive { offset } => Some(media.read_u64(*offset)),
+            Tail::Rotating(counter) => Some(counter.get()),
+            Tail::SelfValidating => None,
+        };
+        match persisted_tail {
+            Some(tail_pos) => log.walk_to_tail(media, tail_pos)?,
+            None => {
+                log.scan_to_tail(media);
+                if !faults.skip_scrub {
+                    log.scrub_remnants(media);
+                }
+            }
+        }
+        assert!(log.tail_pos >= log.head.pos, "recovered tail below the head");
+        assert!(log.tail_pos - log.head.pos <= log.config.capacity, "recovered more than the capacity");
+        Ok(log)
+    }
+
+    /// Appends `payload` as the next entry and returns its LSN once the
+    /// entry is durable. On error nothing is written.
+    #[inline]
+    pub fn append<M: Media>(&mut self, media: &mut M, payload: &[u8]) -> Result<Lsn, AppendError> {
+        let (skip_at, placed) = self.place(payload.len() as u64)?;
+        let new_tail = placed.pos + self.config.entry_size(placed.len);
+        let faults = self.config.faults;
+        let seed = matches!(self.tail, Tail::SelfValidating).then_some(self.seed);
+        let header = entry_header(placed.lsn, payload, seed);
+        let tail_first = seed.is_none() && faults.tail_before_entry;
+        if tail_first {
+            self.store_tail(media, new_tail, faults);
+        }
+        if let Some(skip) = skip_at {
+            let at = self.entries + skip % self.config.capacity;
+            media.write_u64(at, SKIP_BIT | placed.lsn);
+            media.flush(at, 8);
+        }
+        self.write_entry_nodrain(media, placed.pos, &header, payload);
+        media.drain();
+        if seed.is_none() && !tail_first {
+            self.store_tail(media, new_tail, faults);
+        }
+        self.tail_pos = new_tail;
+        self.next_lsn += 1;
+        Ok(placed.lsn)
+    }
+
+    /// Durably drops every entry below `keep_from` (one head-slot persist).
+    /// Keeping from at or below the head does nothing.
+    pub fn truncate<M: Media>(&mut self, media: &mut M, keep_from: Lsn) -> Result<(), TruncateError> {
+        if keep_from > self.next_lsn {
+            return Err(TruncateError::BeyondTail { keep_from, next: self.next_lsn });
+        }
+        if keep_from <= self.head.lsn {
+            return Ok(());
+        }
+        let pos = if keep_from == self.next_lsn {
+            self.tail_pos
+        } else {
+            let placed = self.cursor(media).find(|p| p.lsn == keep_from);
+            placed.expect("an LSN between head and tail has an entry").pos
+        };
+        let head = Head { lsn: keep_from, pos };
+        let slot = 1 - self.head_slot;
+        let at = self.base + HEAD_SLOTS[slot];
+        media.write(at, &encode_head(head, self.seed));
+        media.persist(at, HEAD_SLOT_BYTES as u64);
+        self.head = head;
+        self.head_slot = slot;
+        Ok(())
+    }
+
+    /// LSN of the first retained entry.
+    pub fn head(&self) -> Lsn {
+        self.head.lsn
+    }
+
+    /// LSN the next append will get.
+    pub fn next_lsn(&self) -> Lsn {
+        self.next_lsn
+    }
+
+    /// Number of retained entries.
+    pub fn len(&self) -> u64 {
+        self.next_lsn - self.head.lsn
+    }
+
+    /// Whether no entries are retained.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes of entry space not holding retained entries.
+    pub fn free_bytes(&self) -> u64 {
+        self.config.capacity - (self.tail_pos - self.head.pos)
+    }
+
+    /// The log's configuration, as read from the header on `open`.
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    /// Where the log starts in its media.
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// Logical byte positions of the head and the tail (diagnostics).
+    pub fn positions(&self) -> (u64, u64) {
+        (self.head.pos, self.tail_pos)
+    }
+
+    /// Every retained entry, oldest first.
+    pub fn read_all<M: Media>(&self, media: &M) -> Vec<(Lsn, Vec<u8>)> {
+        self.iter(media).collect()
+    }
+
+    /// Iterates over the retained entries, oldest first.
+    pub fn iter<'a, M: Media>(&'a self, media: &'a M) -> Entries<'a, M> {
+        Entries { cursor: self.cursor(media), media }
+    }
+
+    /// Reads entry `lsn` into `dst` (cleared first); `false` if it is not retained.
+    pub fn read_into<M: Media>(&self, media: &M, lsn: Lsn, dst: &mut Vec<u8>) -> bool {
+        match self.cursor(media).find(|p| p.lsn == lsn) {
+            Some(placed) => {
+                self.read_payload(media, placed, dst);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Absolute offset of the entry space in the media.
+    pub(crate) fn entries_offset(&self) -> u64 {
+        self.entries
+    }
+
+    fn cursor<'a, M: Media>(&'a self, media: &'a M) -> Cursor<'a, M> {
+        Cursor { log: self, media, lsn: self.head.lsn, pos: self.head.pos }
+    }
+
+    fn read_payload<M: Media>(&self, media: &M, placed: Placed, dst: &mut Vec<u8>) {
+        dst.clear();
+        dst.resize(placed.len as usize, 0);
+        media.read(self.entries + placed.pos % self.config.capacity + ENTRY_HEADER_BYTES, dst);
+    }
+
+    /// Decides where the next entry of `len` payload bytes goes: the
+    /// logical position of a skip word (if it must wrap) and the entry.
+    #[inline]
+    fn place(&self, len: u64) -> Result<(Option<u64>, Placed), AppendError> {
+        let max = self.config.max_payload();
+        if len > max {
+            return Err(AppendError::TooLarge { len, max });
+        }
+        assert!(self.next_lsn < MAX_LSN, "LSN space exhausted");
+        let capacity = self.config.capacity;
+        let size = self.config.entry_size(len);
+        let phys = self.tail_pos % capacity;
+        let waste = if phys + size > capacity { capacity - phys } else { 0 };
+        let free = self.free_bytes();
+        if waste + size > free {
+            return Err(AppendError::Full { needed: waste + size, free });
+        }
+        let skip = (waste > 0).then_some(self.tail_pos);
+        let pos = self.tail_pos + waste;
+        assert!(pos % capacity + size <= capacity, "entry crosses the end of the ring");
+        assert!(pos.is_multiple_of(self.config.padding.align() as u64), "entry misaligned");
+        Ok((skip, Placed { lsn: self.next_lsn, pos, len }))
+    }
+
+    /// Stores header and payload; durable at the next drain.
+    #[inline]
+    fn write_entry_nodrain<M: Media>(&self, media: &mut M, pos: u64, header: &[u8], payload: &[u8]) {
+        let at = self.entries + pos % self.config.capacity;
+        media.write(at, header);
+        if payload.len() >= NT_THRESHOLD {
+            media.write_nt(at + ENTRY_HEADER_BYTES, payload);
+            media.flush(at, ENTRY_HEADER_BYTES);
+        } else {
+            media.write(at + ENTRY_HEADER_BYTES, payload);
+            media.flush(at, ENTRY_HEADER_BYTES + payload.len() as u64);
+        }
+    }
+
+    /// Persists the naive or rotating tail (or, with a planted fault, only stores it).
+    #[inline]
+    fn store_tail<M: Media>(&mut self, media: &mut M, value: u64, faults: Faults) {
+        match &mut self.tail {
+            Tail::Naive { offset } if faults.skip_tail_flush => media.write_u64(*offset, value),
+            Tail::Naive { offset } => media.persist_u64(*offset, value),
+            Tail::Rotating(counter) if faults.skip_tail_flush => counter.set(&mut NoFlush(media), value),
+            Tail::Rotating(counter) => counter.set(media, value),
+            Tail::SelfValidating => unreachable!("a self-validating log has no tail word"),
+        }
+    }
+
+    /// Naive/rotating recovery: walks the entries from the head to the
+    /// persisted tail, which must land exactly on an entry boundary.
+    fn walk_to_tail<M: Media>(&mut self, media: &M, tail_pos: u64) -> Result<(), OpenError> {
+        let capacity = self.config.capacity;
+        let corrupt = |pos, lsn, why: String| OpenError::Corrupt { pos, lsn, why };
+        if tail_pos < self.head.pos || tail_pos - self.head.pos > capacity {
+            let why = format!("tail {tail_pos} outside [head {}, head + capacity {capacity}]", self.head.pos);
+            return Err(corrupt(tail_pos, self.head.lsn, why));
+        }
+        while self.tail_pos < tail_pos {
+            let (lsn, pos) = (self.next_lsn, self.tail_pos);
+            let Some(placed) = self.entry_at(media, lsn, pos, tail_pos, false) else {
+                return Err(corrupt(pos, lsn, "no valid entry header below the persisted tail".into()));
+            };
+            self.tail_pos = placed.pos + self.config.entry_size(placed.len);
+            self.next_lsn += 1;
+        }
+        if self.tail_pos != tail_pos {
+            let why = format!("persisted tail {tail_pos} falls inside an entry");
+            return Err(corrupt(self.tail_pos, self.next_lsn, why));
+        }
+        Ok(())
+    }
+
+    /// Self-validating recovery: accepts entries from the head while each
+    /// carries the next LSN and a matching checksum.
+    fn scan_to_tail<M: Media>(&mut self, media: &M) {
+        let limit = self.head.pos + self.config.capacity;
+        let verify = !self.config.faults.skip_checksum;
+        while let Some(placed) = self.entry_at(media, self.next_lsn, self.tail_pos, limit, verify) {
+            self.tail_pos = placed.pos + self.config.entry_size(placed.len);
+            self.next_lsn += 1;
+        }
+    }
+
+    /// Self-validating recovery, second half: the scrub. The append in
+    /// flight at the crash wrote LSN `next_lsn` at the tail or, after a
+    /// skip word, at the start of the next lap; it was not taken, but all
+    /// of it but one word may be there. A later append of the same LSN to
+    /// the same place rewrites the LSN word with the same value, so a crash
+    /// could revive the old entry. Recovery therefore overwrites the
+    /// length/CRC word at both places with [`SCRUBBED`] (a length no entry
+    /// has): only a new append's own length/CRC word can make an entry
+    /// there valid again. Idempotent; only free space is written.
+    fn scrub_remnants<M: Media>(&self, media: &mut M) {
+        let capacity = self.config.capacity;
+        let phys = self.tail_pos % capacity;
+        let free_end = self.head.pos + capacity;
+        let at_tail = phys + ENTRY_HEADER_BYTES <= capacity && self.tail_pos + ENTRY_HEADER_BYTES <= free_end;
+        let next_lap = self.tail_pos + (capacity - phys);
+        let at_lap = phys != 0 && next_lap + ENTRY_HEADER_BYTES <= free_end;
+        let mut dirty = false;
+        for (wanted, phys) in [(at_tail, phys), (at_lap, 0)] {
+            let word = self.entries + phys + 8;
+            if wanted && media.read_u64(word) != SCRUBBED {
+                media.write_u64(word, SCRUBBED);
+                media.flush(word, 8);
+                dirty = true;
+            }
+        }
+        if dirty {
+            media.drain();
+        }
+    }
+
+    /// The entry `lsn` if it starts at `pos` (or, after a skip word at
+    /// `pos`, at the next lap) and ends by `limit`; with `verify`, only if
+    /// its checksum matches.
+    fn entry_at<M: Media>(&self, media: &M, lsn: Lsn, pos: u64, limit: u64, verify: bool) -> Option<Placed> {
+        let capacity = self.config.capacity;
+        let phys = pos % capacity;
+        let pos = if media.read_u64(self.entries + phys) == SKIP_BIT | lsn { pos + capacity - phys } else { pos };
+        let phys = pos % capacity;
+        if phys + ENTRY_HEADER_BYTES > capacity {
+            return None;
+        }
+        let mut header = [0u8; ENTRY_HEADER_BYTES as usize];
+        media.read(self.entries + phys, &mut header);
+        let len = get_u32(&header, 8) as u64;
+        let end = pos.checked_add(self.config.entry_size(len))?;
+        if get_u64(&header, 0) != lsn || len > self.config.max_payload() || end > limit || phys + (end - pos) > capacity
+        {
+            return None;
+        }
+        if verify && !self.checksum_matches(media, &header, self.entries + phys + ENTRY_HEADER_BYTES, len) {
+            return None;
+        }
+        Some(Placed { lsn, pos, len })
+    }
+
+    /// Whether the CRC in `header` covers it and the `len` payload bytes at `at`.
+    fn checksum_matches<M: Media>(&self, media: &M, header: &[u8], at: u64, len: u64) -> bool {
+        let mut crc = crc32c::crc32c_append(self.seed, &header[..12]);
+        let mut chunk = [0u8; 4096];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(chunk.len() as u64) as usize;
+            media.read(at + done, &mut chunk[..n]);
+            crc = crc32c::crc32c_append(crc, &chunk[..n]);
+            done += n as u64;
+        }
+        crc == get_u32(header, 12)
+    }
+}
+
+/// Walks retained entries (trusted: they were validated by `open`).
+struct Cursor<'a, M: Media> {
+    log: &'a AppendLog,
+    media: &'a M,
+    lsn: Lsn,
+    pos: u64,
+}
+
+impl<M: Media> Iterator for Cursor<'_, M> {
+    type Item = Placed;
+
+    fn next(&mut self) -> Option<Placed> {
+        if self.lsn == self.log.next_lsn {
+            return None;
+        }
+        let placed = self.log.entry_at(self.media, self.lsn, self.pos, self.log.tail_pos, false);
+        let placed = placed.unwrap_or_else(|| panic!("retained entry {} at {} unreadable", self.lsn, self.pos));
+        self.pos = placed.pos + self.log.config.entry_size(placed.len);
+        self.lsn += 1;
+        Some(placed)
+    }
+}
+
+/// Iterator over `(lsn, payload)` of the retained entries; see [`AppendLog::iter`].
+pub struct Entries<'a, M: Media> {
+    cursor: Cursor<'a, M>,
+    media: &'a M,
+}
+
+impl<M: Media> Iterator for Entries<'_, M> {
+    type Item = (Lsn, Vec<u8>);
+
+    fn next(&mut self) -> Option<(Lsn, Vec<u8>)> {
+        let placed = self.cursor.next()?;
+        let mut payload = Vec::new();
+        self.cursor.log.read_payload(self.media, placed, &mut payload);
+        Some((placed.lsn, payload))
+    }
+}
+
+/// A medium whose flushes do nothing: the planted `skip_tail_flush` bug.
+struct NoFlush<'a, M: Media>(&'a mut M);
+
+impl<M: Media> Media for NoFlush<'_, M> {
+    fn len(&self) -> u64 {
+        self.0.len()
+    }
+    fn read(&self, offset: u64, dst: &mut [u8]) {
+        self.0.read(offset, dst)
+    }
+    fn read_u64(&self, offset: u64) -> u64 {
+        self.0.read_u64(offset)
+    }
+    fn write(&mut self, offset: u64, src: &[u8]) {
+        self.0.write(offset, src)
+    }
+    fn write_u64(&mut self, offset: u64, value: u64) {
+        self.0.write_u64(offset, value)
+    }
+    fn write_nt(&mut self, offset: u64, src: &[u8]) {
+        self.0.write_nt(offset, src)
+    }
+    fn flush(&mut self, _offset: u64, _len: u64) {}
+    fn drain(&mut self) {
+        self.0.drain()
+    }
+}
+
+/// Bytes of the tail area for `tail`, rounded up to whole XPLines.
+fn tail_area_bytes(tail: TailStrategy) -> u64 {
+    match tail {
+        TailStrategy::Naive => BASE_ALIGN,
+        TailStrategy::Rotating { blocks, stride } => {
+            let span = (blocks.max(1) as u64 - 1) * stride as u64 + 8;
+            span.div_ceil(BASE_ALIGN) * BASE_ALIGN
+        }
+        TailStrategy::SelfValidating => 0,
+    }
+}
+
+/// The rotation of a rotating tail at `base`.
+fn rotation(base: u64, blocks: u32, stride: u32) -> Rotation {
+    Rotation::new(base + TAIL_AREA, blocks, stride)
+}
+
+/// Checks alignment and size before `create` writes anything.
+pub(crate) fn check_create_bounds<M: Media>(media: &M, base: u64, needed: u64) -> Result<(), CreateError> {
+    if !base.is_multiple_of(BASE_ALIGN) {
+        return Err(CreateError::Misaligned { base, align: BASE_ALIGN });
+    }
+    if base.checked_add(needed).is_none_or(|end| end > media.len()) {
+        return Err(CreateError::MediaTooSmall { needed, base, have: media.len() });
+    }
+    Ok(())
+}
+
+/// Formats the tail area (flushed; the caller drains) and returns the live tail.
+fn format_tail<M: Media>(media: &mut M, base: u64, config: &LogConfig) -> Tail {
+    match config.tail {
+        TailStrategy::Naive => {
+            let offset = base + TAIL_AREA;
+            media.write_u64(offset, 0);
+            media.flush(offset, 8);
+            Tail::Naive { offset }
+        }
+        TailStrategy::Rotating { blocks, stride } => {
+            Tail::Rotating(RotatingCounter::create(media, rotation(base, blocks, stride)))
+        }
+        TailStrategy::SelfValidating => Tail::SelfValidating,
+    }
+}
+
+/// The live tail of an existing log (the value is read by `open`).
+fn live_tail<M: Media>(media: &M, base: u64, config: &LogConfig) -> Tail {
+    match config.tail {
+        TailStrategy::Naive => Tail::Naive { offset: base + TAIL_AREA },
+        TailStrategy::Rotating { blocks, stride } => {
+            Tail::Rotating(RotatingCounter::recover(media, rotation(base, blocks, stride)))
+        }
+        TailStrategy::SelfValidating => Tail::SelfValidating,
+    }
+}
+
+/// Reads both head slots; the valid one with the larger LSN wins.
+fn read_head<M: Media>(media: &M, base: u64, seed: u32) -> Result<(Head, usize), OpenError> {
+    let mut best: Option<(Head, usize)> = None;
+    for (index, slot) in HEAD_SLOTS.iter().enumerate() {
+        let mut bytes = [0u8; HEAD_SLOT_BYTES];
+        media.read(base + slot, &mut bytes);
+        if let Some(head) = decode_head(&bytes, seed) {
+            if best.is_none_or(|(b, _)| head.lsn > b.lsn) {
+                best = Some((head, index));
+            }
+        }
+    }
+    best.ok_or(OpenError::BadHead)
+}
+
+/// The header line of an append log.
+fn encode_config(config: &LogConfig, nonce: u64) -> [u8; HEADER_LINE_BYTES] {
+    let mut line = [0u8; HEADER_LINE_BYTES];
+    put_u64(&mut line, 0, format::APPEND_MAGIC);
+    put_u32(&mut line, 8, format::FORMAT_VERSION);
+    put_u32(&mut line, 12, config.tail.code());
+    put_u64(&mut line, 16, config.capacity);
+    put_u32(&mut line, 24, config.padding.align() as u32);
+    let (blocks, stride) = match config.tail {
+        TailStrategy::Rotating { blocks, stride } => (blocks, stride),
+        _ => (0, 0),
+    };
+    put_u32(&mut line, 28, blocks);
+    put_u32(&mut line, 32, stride);
+    put_u64(&mut line, 40, nonce);
+    format::seal_header(&mut line);
+    line
+}
+
+/// Parses a checksummed header line back into a config and the nonce.
+fn decode_config(line: &[u8; HEADER_LINE_BYTES]) -> Result<(LogConfig, u64), OpenError> {
+    let bad = |why: String| OpenError::BadConfig { why };
+    let tail = match get_u32(line, 12) {
+        0 => TailStrategy::Naive,
+        1 => TailStrategy::Rotating { blocks: get_u32(line, 28), stride: get_u32(line, 32) },
+        2 => TailStrategy::SelfValidating,
+        code => return Err(bad(format!("unknown tail strategy {code}"))),
+    };
+    let padding = match get_u32(line, 24) {
+        8 => pmem::Padding::None,
+        64 => pmem::Padding::Line,
+        256 => pmem::Padding::XpLine,
+        align => return Err(bad(format!("unknown padding alignment {align}"))),
+    };
+    let config = LogConfig::new(get_u64(line, 16), tail).with_padding(padding);
+    config.validate().map_err(|e| bad(e.to_string()))?;
+    Ok((config, get_u64(line, 40)))
+}

@@ -1,0 +1,134 @@
+//! How an [`AppendLog`](crate::AppendLog) is shaped: entry-space size, tail
+//! strategy, padding, and (for tests only) planted bugs.
+//!
+//! Invariants checked by [`LogConfig::validate`] (and so by `create`):
+//! the capacity is a non-zero multiple of the padding alignment and large
+//! enough for one empty entry; a rotating tail has at least one block and a
+//! stride that is a non-zero multiple of 8.
+
+use pmem::Padding;
+
+use crate::error::CreateError;
+use crate::format::ENTRY_HEADER_BYTES;
+
+/// Where the end of the log is recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TailStrategy {
+    /// An 8 B tail word persisted in place after each entry (two drains per
+    /// append; every append persists the same cache line).
+    Naive,
+    /// The tail lives in a [`pmem::RotatingCounter`] of `blocks` chunks
+    /// `stride` bytes apart (seed 000 §6.2): still two drains per append,
+    /// but consecutive tail updates touch different lines.
+    Rotating {
+        /// Number of chunks (the paper: 10; eRPC's code: 16).
+        blocks: u32,
+        /// Bytes between chunks (256 keeps them in distinct XPLines).
+        stride: u32,
+    },
+    /// No tail at all: each entry carries its LSN and a CRC-32C, so an
+    /// append needs one drain and recovery scans to the first invalid entry.
+    SelfValidating,
+}
+
+impl TailStrategy {
+    /// The rotating tail in the paper's shape (10 × 256 B).
+    pub const ROTATING_PAPER: TailStrategy = TailStrategy::Rotating { blocks: 10, stride: 256 };
+
+    /// The on-media code of the strategy.
+    pub(crate) fn code(self) -> u32 {
+        match self {
+            TailStrategy::Naive => 0,
+            TailStrategy::Rotating { .. } => 1,
+            TailStrategy::SelfValidating => 2,
+        }
+    }
+
+    /// A short name for reports (`naive`, `rotating`, `self-validating`).
+    pub fn name(self) -> &'static str {
+        match self {
+            TailStrategy::Naive => "naive",
+            TailStrategy::Rotating { .. } => "rotating",
+            TailStrategy::SelfValidating => "self-validating",
+        }
+    }
+}
+
+/// Planted bugs for the crash checker's canaries. Never set outside tests.
+#[doc(hidden)]
+#[derive(Default, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Faults {
+    /// The naive/rotating tail is stored but never flushed.
+    pub skip_tail_flush: bool,
+    /// The tail is persisted before the entry it covers.
+    pub tail_before_entry: bool,
+    /// Self-validating recovery accepts entries by length and LSN alone.
+    pub skip_checksum: bool,
+    /// Recovery leaves the remnants of a torn append in place (self-validating
+    /// append log; extent log).
+    pub skip_scrub: bool,
+}
+
+impl Faults {
+    /// Whether any fault is planted.
+    pub fn any(&self) -> bool {
+        self.skip_tail_flush || self.tail_before_entry || self.skip_checksum || self.skip_scrub
+    }
+}
+
+/// The shape of an append log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogConfig {
+    /// Bytes of entry space (a multiple of `padding.align()`).
+    pub capacity: u64,
+    /// Where the tail is recorded.
+    pub tail: TailStrategy,
+    /// Alignment and padding of entries (seed 004 H5–H7).
+    pub padding: Padding,
+    /// Planted bugs (tests only).
+    #[doc(hidden)]
+    pub faults: Faults,
+}
+
+impl LogConfig {
+    /// A log of `capacity` bytes of entry space, unpadded, without faults.
+    pub fn new(capacity: u64, tail: TailStrategy) -> Self {
+        LogConfig { capacity, tail, padding: Padding::None, faults: Faults::default() }
+    }
+
+    /// The same config with `padding`.
+    pub fn with_padding(mut self, padding: Padding) -> Self {
+        self.padding = padding;
+        self
+    }
+
+    /// Bytes an entry with a `payload_len`-byte payload occupies.
+    pub fn entry_size(&self, payload_len: u64) -> u64 {
+        let align = self.padding.align() as u64;
+        (ENTRY_HEADER_BYTES + payload_len).div_ceil(align) * align
+    }
+
+    /// The largest payload one entry can hold (an entry may not exceed
+    /// the entry space, nor `u32::MAX` bytes of payload).
+    pub fn max_payload(&self) -> u64 {
+        let fit = self.capacity.saturating_sub(ENTRY_HEADER_BYTES);
+        fit.min(u32::MAX as u64 - 1)
+    }
+
+    /// Checks the invariants in the module header.
+    pub fn validate(&self) -> Result<(), CreateError> {
+        let align = self.padding.align() as u64;
+        if self.capacity < align.max(ENTRY_HEADER_BYTES) {
+            return Err(CreateError::BadCapacity { capacity: self.capacity, why: "below one entry" });
+        }
+        if !self.capacity.is_multiple_of(align) {
+            return Err(CreateError::BadCapacity { capacity: self.capacity, why: "not a multiple of the padding" });
+        }
+        if let TailStrategy::Rotating { blocks, stride } = self.tail {
+            if blocks == 0 || stride == 0 || !stride.is_multiple_of(8) {
+                return Err(CreateError::BadRotation { blocks, stride });
+            }
+        }
+        Ok(())
+    }
+}

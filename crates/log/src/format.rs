@@ -1,0 +1,182 @@
+//! Byte layouts shared by both logs: header lines, head slots, entry
+//! headers and the skip word. `docs/format/log.md` draws them.
+//!
+//! Invariants: every field is fixed-width little-endian; every multi-word
+//! record that a crash can tear carries a CRC-32C seeded with the log's
+//! nonce and is verified before it is interpreted; the skip word and the
+//! extent words are single aligned 8 B stores and need no checksum.
+
+use pmem::Media;
+
+use crate::error::OpenError;
+
+/// Format version both logs write and read.
+pub const FORMAT_VERSION: u32 = 1;
+/// Every structure starts on an XPLine boundary.
+pub const BASE_ALIGN: u64 = 256;
+/// Bytes of the header block at `base` (header line, head slots, spare).
+pub const HEADER_BLOCK_BYTES: u64 = 256;
+/// Bytes of the header line proper.
+pub const HEADER_LINE_BYTES: usize = 64;
+/// Offset (from `base`) of the CRC in a header line; it covers `[0, 60)`.
+const HEADER_CRC_AT: usize = 60;
+/// Bytes of an entry header: LSN word, length, CRC.
+pub const ENTRY_HEADER_BYTES: u64 = 16;
+/// Bit 63 of an entry's first word marks a skip word (wrap to the next lap).
+pub const SKIP_BIT: u64 = 1 << 63;
+
+/// `b"PMWAPLOG"`: an append log starts here.
+pub const APPEND_MAGIC: u64 = u64::from_le_bytes(*b"PMWAPLOG");
+/// `b"PMWXTLOG"`: an extent log starts here.
+pub const EXTENT_MAGIC: u64 = u64::from_le_bytes(*b"PMWXTLOG");
+
+/// Stores `value` little-endian at `buf[at..at + 4]`.
+pub fn put_u32(buf: &mut [u8], at: usize, value: u32) {
+    buf[at..at + 4].copy_from_slice(&value.to_le_bytes());
+}
+
+/// Stores `value` little-endian at `buf[at..at + 8]`.
+pub fn put_u64(buf: &mut [u8], at: usize, value: u64) {
+    buf[at..at + 8].copy_from_slice(&value.to_le_bytes());
+}
+
+/// Loads a little-endian `u32` from `buf[at..at + 4]`.
+pub fn get_u32(buf: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(buf[at..at + 4].try_into().unwrap())
+}
+
+/// Loads a little-endian `u64` from `buf[at..at + 8]`.
+pub fn get_u64(buf: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(buf[at..at + 8].try_into().unwrap())
+}
+
+/// The CRC seed of a log: CRC-32C of its nonce. Every checksum of the log
+/// continues from it, so bytes of another log instance never validate.
+pub fn crc_seed(nonce: u64) -> u32 {
+    crc32c::crc32c(&nonce.to_le_bytes())
+}
+
+/// A fresh nonce for a new log (std's per-process random keys mixed with the clock).
+pub fn fresh_nonce() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    hasher.write_u128(now.map(|d| d.as_nanos()).unwrap_or(0));
+    hasher.finish()
+}
+
+/// Seals a header line: writes the CRC of `[0, 60)` at 60.
+pub fn seal_header(line: &mut [u8; HEADER_LINE_BYTES]) {
+    let crc = crc32c::crc32c(&line[..HEADER_CRC_AT]);
+    put_u32(line, HEADER_CRC_AT, crc);
+}
+
+/// Reads the header line at `base` and checks magic, CRC and version,
+/// in that order.
+pub fn read_header<M: Media>(
+    media: &M,
+    base: u64,
+    magic: u64,
+    expected: &'static str,
+) -> Result<[u8; HEADER_LINE_BYTES], OpenError> {
+    check_open_bounds(media, base)?;
+    let mut line = [0u8; HEADER_LINE_BYTES];
+    media.read(base, &mut line);
+    let found = get_u64(&line, 0);
+    if found != magic {
+        return Err(OpenError::BadMagic { base, found, expected });
+    }
+    let stored = get_u32(&line, HEADER_CRC_AT);
+    let computed = crc32c::crc32c(&line[..HEADER_CRC_AT]);
+    if stored != computed {
+        return Err(OpenError::HeaderChecksum { base, stored, computed });
+    }
+    let version = get_u32(&line, 8);
+    if version != FORMAT_VERSION {
+        return Err(OpenError::UnsupportedVersion { found: version, supported: FORMAT_VERSION });
+    }
+    Ok(line)
+}
+
+/// Checks that a header block fits at an aligned `base`.
+fn check_open_bounds<M: Media>(media: &M, base: u64) -> Result<(), OpenError> {
+    if !base.is_multiple_of(BASE_ALIGN) {
+        return Err(OpenError::Misaligned { base });
+    }
+    let fits = base.checked_add(HEADER_BLOCK_BYTES).is_some_and(|end| end <= media.len());
+    if !fits {
+        return Err(OpenError::MediaTooSmall { base, have: media.len() });
+    }
+    Ok(())
+}
+
+/// A persisted head: the first retained entry and where it starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Head {
+    /// LSN of the first retained entry.
+    pub lsn: u64,
+    /// Logical byte position of that entry (never wraps; physical is `pos % capacity`).
+    pub pos: u64,
+}
+
+/// Bytes of a head slot record (LSN, position, CRC, reserved).
+pub const HEAD_SLOT_BYTES: usize = 24;
+
+/// Encodes a head slot: `lsn | pos | crc(seed; lsn, pos) | 0`.
+pub fn encode_head(head: Head, seed: u32) -> [u8; HEAD_SLOT_BYTES] {
+    let mut slot = [0u8; HEAD_SLOT_BYTES];
+    put_u64(&mut slot, 0, head.lsn);
+    put_u64(&mut slot, 8, head.pos);
+    let crc = crc32c::crc32c_append(seed, &slot[..16]);
+    put_u32(&mut slot, 16, crc);
+    slot
+}
+
+/// Decodes a head slot, or `None` when its CRC fails (torn or never written).
+pub fn decode_head(slot: &[u8; HEAD_SLOT_BYTES], seed: u32) -> Option<Head> {
+    let crc = crc32c::crc32c_append(seed, &slot[..16]);
+    if crc != get_u32(slot, 16) || get_u32(slot, 20) != 0 {
+        return None;
+    }
+    Some(Head { lsn: get_u64(slot, 0), pos: get_u64(slot, 8) })
+}
+
+/// An entry header: `lsn | len | crc`.
+pub type EntryHeader = [u8; ENTRY_HEADER_BYTES as usize];
+
+/// Builds an entry header. `seed` is `Some` for self-validating logs,
+/// whose CRC covers the LSN, the length and the payload.
+#[inline]
+pub fn entry_header(lsn: u64, payload: &[u8], seed: Option<u32>) -> EntryHeader {
+    let mut header = [0u8; ENTRY_HEADER_BYTES as usize];
+    put_u64(&mut header, 0, lsn);
+    put_u32(&mut header, 8, payload.len() as u32);
+    if let Some(seed) = seed {
+        let crc = crc32c::crc32c_append(crc32c::crc32c_append(seed, &header[..12]), payload);
+        put_u32(&mut header, 12, crc);
+    }
+    header
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn head_slot_round_trips_and_rejects_tears() {
+        let seed = crc_seed(42);
+        let slot = encode_head(Head { lsn: 7, pos: 4096 }, seed);
+        assert_eq!(decode_head(&slot, seed), Some(Head { lsn: 7, pos: 4096 }));
+        let mut torn = slot;
+        torn[8..16].copy_from_slice(&0u64.to_le_bytes());
+        assert_eq!(decode_head(&torn, seed), None);
+        assert_eq!(decode_head(&slot, crc_seed(43)), None);
+        assert_eq!(decode_head(&[0; HEAD_SLOT_BYTES], seed), None);
+    }
+
+    #[test]
+    fn magics_differ() {
+        assert_ne!(APPEND_MAGIC, EXTENT_MAGIC);
+        assert_eq!(APPEND_MAGIC & SKIP_BIT, 0);
+    }
+}
