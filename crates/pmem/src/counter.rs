@@ -52,6 +52,15 @@ impl Rotation {
         (self.blocks as u64 - 1) * self.stride as u64 + ATOMIC_WRITE as u64
     }
 
+    /// Durably zeroes every chunk (one drain for all).
+    pub fn zero<M: Media>(&self, media: &mut M) {
+        for index in 0..self.blocks {
+            media.write_u64(self.chunk(index), 0);
+            media.flush(self.chunk(index), ATOMIC_WRITE as u64);
+        }
+        media.drain();
+    }
+
     /// Offset of chunk `index`.
     pub fn chunk(&self, index: u32) -> u64 {
         assert!(index < self.blocks);
@@ -108,11 +117,7 @@ pub struct RotatingCounter {
 impl RotatingCounter {
     /// Formats a zero counter.
     pub fn create<M: Media>(media: &mut M, rotation: Rotation) -> RotatingCounter {
-        for index in 0..rotation.blocks {
-            media.write_u64(rotation.chunk(index), 0);
-            media.flush(rotation.chunk(index), ATOMIC_WRITE as u64);
-        }
-        media.drain();
+        rotation.zero(media);
         RotatingCounter { rotation, next: 0, value: 0 }
     }
 
@@ -165,11 +170,7 @@ pub struct RotatingRegister {
 impl RotatingRegister {
     /// Formats a zero register.
     pub fn create<M: Media>(media: &mut M, rotation: Rotation) -> RotatingRegister {
-        for index in 0..rotation.blocks {
-            media.write_u64(rotation.chunk(index), 0);
-            media.flush(rotation.chunk(index), ATOMIC_WRITE as u64);
-        }
-        media.drain();
+        rotation.zero(media);
         RotatingRegister { rotation, chunks: vec![0; rotation.blocks as usize], next: 0, value: 0 }
     }
 
