@@ -1,0 +1,1 @@
+//! pmwire-btree (in progress).

@@ -1,0 +1,1 @@
+//! pmwire-remote (in progress).

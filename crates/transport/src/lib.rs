@@ -1,0 +1,1 @@
+//! pmwire-transport (in progress).

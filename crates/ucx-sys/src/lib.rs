@@ -1,0 +1,1 @@
+//! pmwire-ucx-sys (in progress).
