@@ -24,7 +24,7 @@ use crate::local::Ctx;
 use crate::measure::{round_order, AlignedBuf, Spread};
 use crate::pmdk::{self, Libpmem};
 use crate::schema::{BenchResult, Skipped};
-use pmem::{Media, Region, NT_THRESHOLD};
+use pmem::{Media, Region};
 use std::time::Instant;
 
 /// Benchmark names.
@@ -216,8 +216,8 @@ pub(crate) fn run_nt_threshold(ctx: &mut Ctx<'_>) {
     );
     ctx.results.push(
         BenchResult::new(NT_CROSSOVER, "pmwire_nt_threshold")
-            .metric("crossover_bytes", NT_THRESHOLD as f64)
-            .param("note", "pmem::NT_THRESHOLD, used by Media::memcpy_persist"),
+            .metric("crossover_bytes", ctx.region.nt_threshold() as f64)
+            .param("note", "the region's threshold, used by Media::memcpy_persist (default pmem::NT_THRESHOLD)"),
     );
 }
 

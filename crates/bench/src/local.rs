@@ -12,7 +12,7 @@
 //! holds `size_bytes` of RAM on tmpfs); a pool that existed is left.
 
 use crate::headlines::{self, PeerNames};
-use crate::measure::{prefault, Progress};
+use crate::measure::{pin_to_current_cpu, prefault, Progress};
 use crate::schema::{BenchResult, Skipped, SuiteFile};
 use crate::{copy, logbench, machine, persist, pmdk, table, SuiteReport};
 use anyhow::{ensure, Context, Result};
@@ -114,11 +114,11 @@ impl Plan {
             nt_rounds: 41,
             latency_samples: 1_000_000,
             latency_rounds: 41,
-            counter_updates: 200_000,
-            counter_rounds: 41,
+            counter_updates: 100_000,
+            counter_rounds: 31,
             log_sizes: vec![64, 128, 256, 512, KIB, 2 * KIB, 4 * KIB],
-            log_appends: 200_000,
-            log_rounds: 41,
+            log_appends: 100_000,
+            log_rounds: 31,
             log_capacity_bytes: 256 * MIB,
             ..Plan::quick()
         }
@@ -159,7 +159,7 @@ impl Plan {
     /// Progress-bar steps (one per timed variant round).
     fn steps(&self) -> u64 {
         let shapes = 1 + 5 * 2;
-        let structures = 1 + 2 * 12;
+        let structures = 1 + persist::NAIVE_CONTROLS + 2 * 12;
         (self.copy_sizes.len() * 4 * self.copy_rounds
             + self.nt_sizes.len() * 2 * self.nt_rounds
             + shapes * self.latency_rounds
@@ -210,7 +210,9 @@ fn run_on(region: &mut Region, opts: &LocalOptions, plan: &Plan) -> Result<Suite
     // PMDK first, from this (still the only) thread: it sets the environment.
     let peers = pmdk::describe();
     prefault(region);
+    // Before pinning: `cores` counts the CPUs this process may use.
     let machine = machine::describe(Some(region));
+    let (pinned_cpu, affinity) = pin_to_current_cpu().unzip();
     let progress = Progress::new(plan.steps(), plan.progress);
     let scratch_dir = opts.pool.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
     let mut ctx =
@@ -221,13 +223,14 @@ fn run_on(region: &mut Region, opts: &LocalOptions, plan: &Plan) -> Result<Suite
     persist::run_counters(&mut ctx);
     logbench::run_log(&mut ctx);
     progress.finish();
+    drop(affinity);
     let Ctx { results, skipped, .. } = ctx;
     let headlines = headlines::compute(&results, &skipped, &peer_names());
     let file = SuiteFile {
         suite: "local".into(),
         pmwire_version: env!("CARGO_PKG_VERSION").into(),
         machine,
-        parameters: parameters(opts, plan),
+        parameters: parameters(opts, plan, pinned_cpu),
         peers,
         results,
         skipped,
@@ -255,7 +258,7 @@ fn peer_names() -> PeerNames {
     names
 }
 
-fn parameters(opts: &LocalOptions, plan: &Plan) -> serde_json::Value {
+fn parameters(opts: &LocalOptions, plan: &Plan, pinned_cpu: Option<usize>) -> serde_json::Value {
     let command = if opts.quick { "pmwire bench local --quick" } else { "pmwire bench local" };
     serde_json::json!({
         "command": command,
@@ -263,6 +266,7 @@ fn parameters(opts: &LocalOptions, plan: &Plan) -> serde_json::Value {
         "pool": opts.pool.display().to_string(),
         "size_bytes": opts.size_bytes,
         "threads": 1,
+        "pinned_cpu": pinned_cpu,
         "plan": plan,
     })
 }
@@ -294,6 +298,9 @@ mod tests {
         assert!(has(persist::LATENCY, persist::SAME_LINE));
         assert!(has(persist::LATENCY, "rotate_16x256"));
         assert!(has(persist::COUNTER, "register_10x256"));
+        assert!(has(logbench::LOG, logbench::TAIL_NAIVE));
+        assert!(has(logbench::LOG, logbench::TAIL_ROTATING));
+        assert!(has(logbench::LOG, logbench::TAIL_SELF_VALIDATING));
         let pmdk_ok = pmdk::libpmem().is_ok();
         assert_eq!(has(copy::COPY, copy::PMDK), pmdk_ok);
         assert_eq!(has(logbench::LOG, logbench::PMEMLOG), pmdk::libpmemlog().is_ok());

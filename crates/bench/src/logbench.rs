@@ -13,36 +13,56 @@ use crate::local::Ctx;
 use crate::measure::{median, round_order, AlignedBuf};
 use crate::pmdk::{self, LogPool};
 use crate::schema::{BenchResult, Skipped};
+use pmem::{Media, Region};
+use pmwire_log::{AppendError, AppendLog, LogConfig, TailStrategy};
 use std::time::Instant;
 
 /// The benchmark.
 pub const LOG: &str = "log";
 /// `TailStrategy::Naive`: payload persist, then an 8 B tail persist.
 pub const TAIL_NAIVE: &str = "appendlog_naive";
-/// `TailStrategy::Rotating` (16 × 256 B).
-pub const TAIL_ROTATING: &str = "appendlog_rotating_16x256";
+/// `TailStrategy::Rotating` in the paper's shape (10 × 256 B).
+pub const TAIL_ROTATING: &str = "appendlog_rotating_10x256";
 /// `TailStrategy::SelfValidating`: one persist per append.
 pub const TAIL_SELF_VALIDATING: &str = "appendlog_self_validating";
 /// PMDK's libpmemlog.
 pub const PMEMLOG: &str = "pmemlog_append";
 
-/// Why the AppendLog variants are absent from this build.
-const APPENDLOG_MISSING: &str = "pmwire-log AppendLog not available in this build";
+/// The tail strategies measured, with their variant names.
+const STRATEGIES: [(&str, TailStrategy); 3] = [
+    (TAIL_NAIVE, TailStrategy::Naive),
+    (TAIL_ROTATING, TailStrategy::ROTATING_PAPER),
+    (TAIL_SELF_VALIDATING, TailStrategy::SelfValidating),
+];
 
 enum Variant<'a> {
+    Append { name: &'static str, log: AppendLog },
     Pmemlog(LogPool<'a>),
 }
 
 impl Variant<'_> {
     fn name(&self) -> &'static str {
         match self {
+            Variant::Append { name, .. } => name,
             Variant::Pmemlog(_) => PMEMLOG,
         }
     }
 
     /// Appends `payload` `count` times, emptying the log when full.
-    fn append(&mut self, payload: &[u8], count: u64) {
+    fn append(&mut self, region: &mut Region, payload: &[u8], count: u64) {
         match self {
+            Variant::Append { log, .. } => {
+                for _ in 0..count {
+                    match log.append(region, payload) {
+                        Ok(_) => {}
+                        Err(AppendError::Full { .. }) => {
+                            log.truncate(region, log.next_lsn()).expect("truncating to the tail");
+                            log.append(region, payload).expect("an empty log takes an entry");
+                        }
+                        Err(e) => panic!("append of {} B: {e}", payload.len()),
+                    }
+                }
+            }
             Variant::Pmemlog(pool) => {
                 for _ in 0..count {
                     if !pool.append(payload) {
@@ -59,12 +79,9 @@ impl Variant<'_> {
 pub(crate) fn run_log(ctx: &mut Ctx<'_>) {
     ctx.progress.stage("log");
     let plan = ctx.plan;
-    for name in [TAIL_NAIVE, TAIL_ROTATING, TAIL_SELF_VALIDATING] {
-        ctx.skipped.push(Skipped::new(LOG, name, APPENDLOG_MISSING));
-    }
+    let mut variants = append_logs(ctx);
     let pmemlog_path = ctx.scratch_dir.join(format!("pmwire-bench-{}.pmemlog", std::process::id()));
     let pmemlog = pmdk::libpmemlog().and_then(|lib| lib.create(&pmemlog_path, plan.log_capacity_bytes));
-    let mut variants = Vec::new();
     match pmemlog {
         Ok(pool) => variants.push(Variant::Pmemlog(pool)),
         Err(reason) => ctx.skipped.push(Skipped::new(LOG, PMEMLOG, &reason)),
@@ -82,7 +99,7 @@ pub(crate) fn run_log(ctx: &mut Ctx<'_>) {
         for round in 0..plan.warmup_rounds + plan.log_rounds {
             for i in round_order(round, variants.len()) {
                 let start = Instant::now();
-                variants[i].append(payload, count);
+                variants[i].append(ctx.region, payload, count);
                 let secs = start.elapsed().as_secs_f64();
                 if round >= plan.warmup_rounds {
                     rates[i].push(count as f64 / secs / 1e6);
@@ -103,4 +120,30 @@ pub(crate) fn run_log(ctx: &mut Ctx<'_>) {
             );
         }
     }
+}
+
+/// One `AppendLog` per tail strategy, side by side at the start of the
+/// region (which the earlier benchmarks no longer need).
+fn append_logs(ctx: &mut Ctx<'_>) -> Vec<Variant<'static>> {
+    let capacity = ctx.plan.log_capacity_bytes;
+    let stride = STRATEGIES
+        .iter()
+        .map(|(_, tail)| AppendLog::required_size(&LogConfig::new(capacity, *tail)))
+        .max()
+        .unwrap()
+        .next_multiple_of(64 << 10);
+    let mut variants = Vec::new();
+    for (i, (name, tail)) in STRATEGIES.into_iter().enumerate() {
+        let base = i as u64 * stride;
+        if base + stride > ctx.region.len() {
+            let why = format!("the region ({} B) cannot hold three logs of {capacity} B", ctx.region.len());
+            ctx.skipped.push(Skipped::new(LOG, name, &why));
+            continue;
+        }
+        match AppendLog::create(ctx.region, base, LogConfig::new(capacity, tail)) {
+            Ok(log) => variants.push(Variant::Append { name, log }),
+            Err(e) => ctx.skipped.push(Skipped::new(LOG, name, &e.to_string())),
+        }
+    }
+    variants
 }

@@ -97,6 +97,7 @@ pub fn describe(region: Option<&Region>) -> Value {
             "region_overridden": region.overridden(),
             "region_path": region.path().display().to_string(),
             "region_bytes": pmem::Media::len(region),
+            "nt_threshold_bytes": pmem::Media::nt_threshold(region),
             "region": region.describe(),
         });
         value.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());

@@ -100,13 +100,18 @@ pub struct Spread {
     pub min: f64,
     /// Fastest round.
     pub max: f64,
+    /// First quartile (nearest rank).
+    pub q1: f64,
+    /// Third quartile (nearest rank).
+    pub q3: f64,
 }
 
 impl Spread {
     /// The spread of `values` (sorts them).
     pub fn of(values: &mut [f64]) -> Spread {
         let median = median(values);
-        Spread { median, min: values[0], max: values[values.len() - 1] }
+        let rank = |p: f64| values[((p * values.len() as f64).ceil() as usize).clamp(1, values.len()) - 1];
+        Spread { median, min: values[0], max: values[values.len() - 1], q1: rank(0.25), q3: rank(0.75) }
     }
 }
 
@@ -134,6 +139,41 @@ pub fn prefault(region: &mut Region) {
         offset += n as u64;
     }
     region.persist(0, len);
+}
+
+/// Pins the calling thread to the CPU it runs on, so the single-threaded
+/// suite is not migrated mid-measurement. Returns the CPU and a guard that
+/// restores the previous affinity; `None` if the kernel refused.
+pub fn pin_to_current_cpu() -> Option<(usize, AffinityGuard)> {
+    // SAFETY: plain syscalls on a zeroed cpu_set_t we own.
+    unsafe {
+        let mut old: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut old) != 0 {
+            return None;
+        }
+        let cpu = libc::sched_getcpu();
+        if cpu < 0 {
+            return None;
+        }
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu as usize, &mut one);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one) != 0 {
+            return None;
+        }
+        Some((cpu as usize, AffinityGuard { old }))
+    }
+}
+
+/// Restores the thread's CPU affinity on drop.
+pub struct AffinityGuard {
+    old: libc::cpu_set_t,
+}
+
+impl Drop for AffinityGuard {
+    fn drop(&mut self) {
+        // SAFETY: restores a mask the kernel gave us.
+        unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &self.old) };
+    }
 }
 
 /// The suite's progress bar: on stderr, hidden unless stderr is a terminal.
@@ -188,6 +228,8 @@ mod tests {
         assert_eq!(percentile(&sorted, 0.0), 1);
         let spread = Spread::of(&mut [5.0, 1.0, 3.0]);
         assert_eq!((spread.median, spread.min, spread.max), (3.0, 1.0, 5.0));
+        let spread = Spread::of(&mut [8.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]);
+        assert_eq!((spread.q1, spread.q3), (2.0, 6.0));
     }
 
     #[test]

@@ -13,10 +13,14 @@
 //! `pmem::RotatingCounter` (`rotating_NxS`) and `pmem::RotatingRegister`
 //! (`register_NxS`). On Optane, rotation spared the DIMM's repeated-line
 //! penalty (7.6× in seed 000 §6.2); on DRAM-backed emulation there may be
-//! no such penalty. The suite reports what it measures.
+//! no such penalty. Controls `naive_at_1..7` run the naive counter on
+//! other lines: on this kind of machine a single line's persist rate
+//! differs by up to 1.5× with where the line lives (the LLC slice it
+//! hashes to, most likely), which a rotation over many lines averages
+//! out. The suite reports what it measures, controls included.
 
 use crate::local::Ctx;
-use crate::measure::{median, percentile, round_order, timer_overhead_ns};
+use crate::measure::{median, percentile, round_order, timer_overhead_ns, Spread};
 use crate::schema::BenchResult;
 use pmem::{Media, NaiveCounter, Region, RotatingCounter, RotatingRegister, Rotation};
 use std::time::Instant;
@@ -29,6 +33,10 @@ pub const COUNTER: &str = "counter";
 pub const NAIVE: &str = "naive";
 /// One word persisted again and again.
 pub const SAME_LINE: &str = "same_line";
+/// Prefix of the control variants: a `NaiveCounter` on another line.
+pub const NAIVE_AT: &str = "naive_at_";
+/// How many other lines the naive counter is also measured on.
+pub const NAIVE_CONTROLS: usize = 7;
 
 /// Block counts swept (seed 000 §6.2 used 10; public code uses 16).
 pub const BLOCKS: [u32; 6] = [1, 2, 4, 8, 10, 16];
@@ -173,6 +181,13 @@ pub(crate) fn run_counters(ctx: &mut Ctx<'_>) {
     let mut variants: Vec<(String, Structure, u32, u32)> = Vec::new();
     let naive = NaiveCounter::create(ctx.region, slot(0));
     variants.push((NAIVE.to_string(), Structure::Naive(naive), 1, 8));
+    // Controls: the same naive counter on other lines (other pages). On a
+    // mesh CPU a line's persist cost depends on where it lives; a rotation
+    // "effect" smaller than this spread is placement, not rotation.
+    for k in 1..=NAIVE_CONTROLS {
+        let counter = NaiveCounter::create(ctx.region, slot(variants.len()));
+        variants.push((format!("{NAIVE_AT}{k}"), Structure::Naive(counter), 1, 8));
+    }
     for stride in STRIDES {
         for blocks in BLOCKS {
             let rotation = Rotation::new(slot(variants.len()), blocks, stride);
@@ -201,14 +216,16 @@ pub(crate) fn run_counters(ctx: &mut Ctx<'_>) {
         }
     }
     for (i, (name, _, blocks, stride)) in variants.iter().enumerate() {
-        let mut round_rates = rates[i].clone();
-        let mops = median(&mut round_rates);
+        let spread = Spread::of(&mut rates[i]);
+        let mops = spread.median;
         ctx.results.push(
             BenchResult::new(COUNTER, name)
                 .metric("mops_per_s", mops)
-                .metric("mops_per_s_min", round_rates[0])
-                .metric("mops_per_s_max", round_rates[round_rates.len() - 1])
+                .metric("mops_per_s_min", spread.min)
+                .metric("mops_per_s_max", spread.max)
                 .metric("ns_per_update", 1e3 / mops)
+                .param("mops_per_s_q1", spread.q1)
+                .param("mops_per_s_q3", spread.q3)
                 .param("blocks", *blocks)
                 .param("stride_bytes", *stride)
                 .param("updates_per_round", updates),

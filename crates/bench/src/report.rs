@@ -312,8 +312,8 @@ fn headline_table(headlines: &Value) -> String {
         let text = |k: &str| h.get(k).map(value_text).unwrap_or_default();
         let (value, result, class) = match h.get("value").and_then(Value::as_f64) {
             None => ("-".to_string(), "NOT RUN", "notrun"),
-            Some(v) if h.get("pass").and_then(Value::as_bool) == Some(true) => (format!("{}x", num(v)), "pass", "pass"),
-            Some(v) => (format!("{}x", num(v)), "FAIL", "fail"),
+            Some(v) if h.get("pass").and_then(Value::as_bool) == Some(true) => (format!("{v:.3}x"), "pass", "pass"),
+            Some(v) => (format!("{v:.3}x"), "FAIL", "fail"),
         };
         writeln!(
             html,
