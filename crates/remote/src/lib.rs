@@ -1,1 +1,3 @@
 //! pmwire-remote (in progress).
+#![deny(missing_docs)]
+pub mod proto;
