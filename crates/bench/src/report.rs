@@ -169,6 +169,8 @@ fn size_plot(caption: &str, metric: &str, points: &[Point]) -> Result<String> {
         let steps = (x_max - x_min).round() as usize + 1;
         chart
             .configure_mesh()
+            .label_style(("sans-serif", 12))
+            .axis_desc_style(("sans-serif", 12))
             .light_line_style(TRANSPARENT)
             .x_labels(steps.clamp(2, 24))
             .x_label_formatter(&|x| {
@@ -247,6 +249,8 @@ fn bar_plot(caption: &str, metric: &str, points: &[Point]) -> Result<String> {
             .map_err(plot_error)?;
         chart
             .configure_mesh()
+            .label_style(("sans-serif", 12))
+            .axis_desc_style(("sans-serif", 12))
             .light_line_style(TRANSPARENT)
             .disable_y_mesh()
             .y_labels(names.len().max(1))
