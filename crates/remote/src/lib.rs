@@ -1,3 +1,5 @@
 //! pmwire-remote (in progress).
 #![deny(missing_docs)]
+pub mod crash;
+pub mod pool;
 pub mod proto;
