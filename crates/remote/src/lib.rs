@@ -1,5 +1,6 @@
 //! pmwire-remote (in progress).
 #![deny(missing_docs)]
+pub mod copy_engine;
 pub mod crash;
 pub mod pool;
 pub mod proto;

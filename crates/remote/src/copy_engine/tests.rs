@@ -1,0 +1,120 @@
+use super::*;
+use pmem::Media;
+use std::time::Instant;
+
+/// Generous bound on any wait: a stuck engine fails the test, a slow
+/// machine does not (no timing is asserted).
+const PATIENCE: Duration = Duration::from_secs(30);
+
+fn region(size: u64) -> (tempfile::TempDir, Region) {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let region = Region::create(dir.path().join("pool"), size).unwrap();
+    (dir, region)
+}
+
+fn pattern(seed: u32, len: usize) -> Vec<u8> {
+    (0..len as u32).map(|i| (i.wrapping_mul(31).wrapping_add(seed * 7) % 251) as u8).collect()
+}
+
+/// Polls until `n` completions have arrived, blocking on the eventfd.
+fn collect<S: AsRef<[u8]> + Send>(engine: &mut CopyEngine<S>, n: usize, out: &mut Vec<Completion<S>>) {
+    let deadline = Instant::now() + PATIENCE;
+    while out.len() < n {
+        assert!(Instant::now() < deadline, "copy engine stalled with {} of {n} completions", out.len());
+        if engine.poll_completions(out) == 0 {
+            engine.wait(Duration::from_millis(500));
+        }
+    }
+}
+
+fn copies_land(depth: usize, threads: usize) {
+    let (_dir, mut region) = region(4 << 20);
+    // SAFETY: the engine is dropped at the end of this function, before `region`.
+    let target = unsafe { CopyTarget::new(&region) };
+    let mut engine: CopyEngine<Vec<u8>> = CopyEngine::new(target, depth, threads).unwrap();
+    let sizes = [1usize, 63, 64, 100, 4096, 5000, 65536, 131072];
+    let mut expected = Vec::new();
+    let mut done = Vec::new();
+    let mut offset = 3u64;
+    for round in 0..40u32 {
+        let len = sizes[round as usize % sizes.len()];
+        let data = pattern(round, len);
+        if engine.outstanding() == depth {
+            let before = done.len();
+            collect(&mut engine, before + 1, &mut done);
+        }
+        let ticket = engine.submit(offset, data.clone(), len).expect("room and disjoint");
+        assert_eq!(ticket, round as u64);
+        expected.push((offset, data));
+        offset = (offset + len as u64 + 13) % (3 << 20);
+    }
+    collect(&mut engine, 40, &mut done);
+    assert_eq!(engine.outstanding(), 0);
+    let mut tickets: Vec<_> = done.iter().map(|c| c.ticket).collect();
+    tickets.sort_unstable();
+    assert_eq!(tickets, (0..40).collect::<Vec<_>>());
+    drop(engine);
+    // Later copies may overwrite earlier ones where the offsets wrapped; check the last writer per byte.
+    let mut model = vec![0u8; 4 << 20];
+    for (off, data) in &expected {
+        model[*off as usize..*off as usize + data.len()].copy_from_slice(data);
+    }
+    let mut back = vec![0u8; 4 << 20];
+    region.read(0, &mut back);
+    assert!(back == model, "region differs from the copies");
+    region.persist(0, 64);
+}
+
+#[test]
+fn one_in_flight() {
+    copies_land(1, 1);
+}
+
+#[test]
+fn eight_in_flight_two_helpers() {
+    copies_land(8, 2);
+}
+
+#[test]
+fn refusals_write_nothing() {
+    let (_dir, region) = region(1 << 20);
+    // SAFETY: the engine is dropped before `region` (declared after it).
+    let target = unsafe { CopyTarget::new(&region) };
+    let mut engine: CopyEngine<Vec<u8>> = CopyEngine::new(target, 2, 1).unwrap();
+    let e = engine.submit((1 << 20) - 4, vec![1; 8], 8).unwrap_err();
+    assert_eq!(e.error, SubmitError::OutOfBounds { offset: (1 << 20) - 4, len: 8, target: 1 << 20 });
+    assert_eq!(e.buffer, vec![1; 8]);
+    assert!(matches!(engine.submit(u64::MAX - 2, vec![1; 8], 8).unwrap_err().error, SubmitError::OutOfBounds { .. }));
+    assert_eq!(engine.submit(0, vec![1; 8], 9).unwrap_err().error, SubmitError::ShortSource { have: 8, len: 9 });
+    let first = engine.submit(100, vec![2; 100], 100).unwrap();
+    assert_eq!(engine.submit(150, vec![3; 10], 10).unwrap_err().error, SubmitError::Overlap(first));
+    assert_eq!(engine.overlapping(199, 1), Some(first));
+    assert_eq!(engine.overlapping(200, 50), None);
+    engine.submit(200, vec![4; 10], 10).unwrap();
+    assert_eq!(engine.submit(400, vec![5; 10], 10).unwrap_err().error, SubmitError::Full { depth: 2 });
+    let mut done = Vec::new();
+    collect(&mut engine, 2, &mut done);
+    let mut back = [0u8; 8];
+    region.read((1 << 20) - 8, &mut back);
+    assert_eq!(back, [0; 8], "a refused copy wrote");
+    let mut back = [0u8; 1];
+    region.read(150, &mut back);
+    assert_eq!(back, [2], "the overlapping copy wrote");
+}
+
+#[test]
+fn drop_finishes_queued_copies() {
+    let (_dir, region) = region(1 << 20);
+    // SAFETY: the engine is dropped explicitly before `region`.
+    let target = unsafe { CopyTarget::new(&region) };
+    let mut engine: CopyEngine<Vec<u8>> = CopyEngine::new(target, 8, 1).unwrap();
+    for i in 0..8u64 {
+        engine.submit(i * 65536, vec![i as u8 + 1; 65536], 65536).unwrap();
+    }
+    drop(engine);
+    for i in 0..8u64 {
+        let mut back = vec![0u8; 65536];
+        region.read(i * 65536, &mut back);
+        assert!(back.iter().all(|&b| b == i as u8 + 1));
+    }
+}
