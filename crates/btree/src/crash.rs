@@ -1,0 +1,1 @@
+//! Crash checks (in progress).

@@ -1,0 +1,543 @@
+//! [`BTree`]: a copy-on-write (shadow-paging) B+tree over a [`Media`].
+//!
+//! An update never writes a node that the durable root reaches. It reads
+//! the path from the root to the leaf, builds new copies of every node on
+//! it (splitting, merging or rebalancing on the way up) in *free* nodes,
+//! makes them durable with one drain, and only then switches the 8 B root
+//! word with one failure-atomic persisted store. The replaced nodes return
+//! to the free list after the switch.
+//!
+//! Invariants (checked by [`BTree::verify`]):
+//! - keys are strictly increasing in every node and lie within the bounds
+//!   their parents' keys give; every leaf is at level 0 and every child is
+//!   one level below its parent, so all leaves are at the same depth;
+//! - every non-root node holds between `MIN_FILL` and `NODE_CAPACITY`
+//!   bytes of slots + entries; an internal root has at least two children;
+//! - every node is reached from the root exactly once, or is on the free
+//!   list (exactly once), never both: the free list is rebuilt from
+//!   reachability by `open`, so no crash leaks or double-allocates a node;
+//! - between operations the volatile `root`/`height` equal the root word,
+//!   and every node reachable from it is durable.
+
+use pmem::Media;
+
+use crate::error::{CreateError, DeleteError, InsertError, LookupError, OpenError};
+use crate::format::{
+    self, fill_of, pack, split_point, EntryRef, NodeRef, Payload, HEADER_BLOCK_BYTES, MAX_HEIGHT, MAX_KEY_BYTES,
+    MAX_VALUE_BYTES, MIN_FILL, NODE_BYTES, NODE_HEADER_BYTES, ROOT_WORD_AT,
+};
+use crate::value::Value;
+
+/// The fewest nodes `create` accepts.
+pub const MIN_NODES: u32 = 8;
+
+/// Planted bugs for the crash checker's canaries (tests only).
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// Switch the root in the same fence as the new nodes (no drain between).
+    pub root_before_nodes: bool,
+    /// Store new nodes with cached stores and never flush them.
+    pub skip_node_flush: bool,
+    /// Return replaced nodes to the free list at once, before the switch.
+    pub reuse_before_switch: bool,
+    /// `open` frees every node but the root instead of walking the tree.
+    pub forget_reachability: bool,
+}
+
+/// How often the structure-changing paths ran (volatile; for tests and checks).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Nodes split in two.
+    pub splits: u64,
+    /// Underfull nodes merged with a sibling.
+    pub merges: u64,
+    /// Underfull nodes rebalanced with a sibling (bytes moved, no merge).
+    pub rebalances: u64,
+    /// Times the root was split (the tree grew a level).
+    pub root_splits: u64,
+    /// Times a one-child root was removed (the tree shrank a level).
+    pub root_collapses: u64,
+}
+
+/// A node written by this operation, as its parent sees it.
+struct Piece {
+    node: u32,
+    /// The separator key for this piece (`None` for the first piece: the
+    /// parent keeps the key it had).
+    sep: Option<Vec<u8>>,
+    fill: usize,
+    count: usize,
+    level: u32,
+    first_child: u32,
+}
+
+#[derive(Clone, Copy)]
+enum Op<'a> {
+    Insert { key: &'a [u8], value: &'a [u8] },
+    Delete { key: &'a [u8] },
+}
+
+impl<'a> Op<'a> {
+    fn key(&self) -> &'a [u8] {
+        match *self {
+            Op::Insert { key, .. } | Op::Delete { key } => key,
+        }
+    }
+}
+
+#[derive(Default)]
+struct OpState {
+    /// Nodes the durable root reaches that this operation replaces.
+    retired: Vec<u32>,
+    /// The key's value before the operation.
+    previous: Option<Value>,
+}
+
+type NodeBuf = Box<[u8; NODE_BYTES]>;
+
+/// A persistent B+tree from byte-string keys (≤ 255 B) to [`Value`]s
+/// (≤ 256 B). See the module docs for the protocol and invariants.
+#[derive(Debug)]
+pub struct BTree {
+    base: u64,
+    node_count: u32,
+    root: u32,
+    /// Levels: 1 when the root is a leaf.
+    height: u32,
+    len: u64,
+    /// Free nodes; `pop` takes the next to use.
+    free: Vec<u32>,
+    faults: Faults,
+    counters: Counters,
+}
+
+impl BTree {
+    /// Media bytes a tree of `nodes` nodes needs at `base`.
+    pub fn required_size(nodes: u32) -> u64 {
+        HEADER_BLOCK_BYTES + nodes as u64 * NODE_BYTES as u64
+    }
+
+    /// The most nodes a tree at `base` can have in `media_bytes`.
+    pub fn nodes_for(media_bytes: u64, base: u64) -> u32 {
+        let room = media_bytes.saturating_sub(base).saturating_sub(HEADER_BLOCK_BYTES);
+        (room / NODE_BYTES as u64).min(u32::MAX as u64) as u32
+    }
+
+    /// Formats an empty tree of `nodes` nodes at `base` (a multiple of 256).
+    pub fn create<M: Media>(media: &mut M, base: u64, nodes: u32) -> Result<BTree, CreateError> {
+        BTree::create_with_faults(media, base, nodes, Faults::default())
+    }
+
+    /// `create` with planted bugs (tests only).
+    #[doc(hidden)]
+    pub fn create_with_faults<M: Media>(
+        media: &mut M,
+        base: u64,
+        nodes: u32,
+        faults: Faults,
+    ) -> Result<BTree, CreateError> {
+        if !base.is_multiple_of(format::BASE_ALIGN) {
+            return Err(CreateError::Misaligned { base });
+        }
+        if nodes < MIN_NODES {
+            return Err(CreateError::TooFewNodes { nodes: nodes as u64, min: MIN_NODES as u64 });
+        }
+        let needed = BTree::required_size(nodes);
+        if base.checked_add(needed).is_none_or(|end| end > media.len()) {
+            return Err(CreateError::MediaTooSmall { needed, base, have: media.len() });
+        }
+        // Invalidate an older tree's header first: a crash during create
+        // leaves no tree rather than an old header over new nodes.
+        media.persist_u64(base, 0);
+        let mut buf = [0u8; NODE_BYTES];
+        let used = pack(0, &[], &mut buf);
+        let at = BTree::node_offset_in(base, 0);
+        media.memcpy_persist(at, &buf[..used]);
+        media.persist_u64(base + ROOT_WORD_AT, format::root_word(0, 1));
+        let line = format::header_line(nodes);
+        media.write(base, &line);
+        media.persist(base, line.len() as u64);
+        let free = (1..nodes).rev().collect();
+        let counters = Counters::default();
+        Ok(BTree { base, node_count: nodes, root: 0, height: 1, len: 0, free, faults, counters })
+    }
+
+    /// Recovers the tree at `base`: reads the root word, walks every
+    /// reachable node (checking its CRC, layout and level, and that no
+    /// node is reached twice), counts the entries and rebuilds the free
+    /// list from what was not reached.
+    pub fn open<M: Media>(media: &M, base: u64) -> Result<BTree, OpenError> {
+        BTree::open_with_faults(media, base, Faults::default())
+    }
+
+    /// `open` with planted bugs (tests only).
+    #[doc(hidden)]
+    pub fn open_with_faults<M: Media>(media: &M, base: u64, faults: Faults) -> Result<BTree, OpenError> {
+        let node_count = format::read_header(media, base)?;
+        if node_count < MIN_NODES {
+            return Err(OpenError::BadConfig { why: format!("{node_count} nodes") });
+        }
+        if base.checked_add(BTree::required_size(node_count)).is_none_or(|end| end > media.len()) {
+            return Err(OpenError::MediaTooSmall { base, have: media.len() });
+        }
+        let word = media.read_u64(base + ROOT_WORD_AT);
+        let (root, height) = format::decode_root(word).ok_or(OpenError::BadRoot { word })?;
+        if root >= node_count {
+            return Err(OpenError::BadRoot { word });
+        }
+        let mut tree = BTree { base, node_count, root, height, len: 0, free: Vec::new(), faults, counters: Counters::default() };
+        let reached = tree.walk(media)?;
+        tree.free = (0..node_count).rev().filter(|&n| !reached[n as usize]).collect();
+        if faults.forget_reachability {
+            tree.free = (0..node_count).rev().filter(|&n| n != root).collect();
+        }
+        Ok(tree)
+    }
+
+    /// Visits every node reachable from the root; returns which were reached.
+    fn walk<M: Media>(&mut self, media: &M) -> Result<Vec<bool>, OpenError> {
+        let mut reached = vec![false; self.node_count as usize];
+        let mut stack = vec![(self.root, self.height - 1)];
+        let mut buf: NodeBuf = Box::new([0; NODE_BYTES]);
+        while let Some((node, level)) = stack.pop() {
+            let corrupt = |why: String| OpenError::Corrupt { node, why };
+            if node >= self.node_count {
+                return Err(corrupt(format!("index beyond {} nodes", self.node_count)));
+            }
+            if std::mem::replace(&mut reached[node as usize], true) {
+                return Err(corrupt("reached twice".into()));
+            }
+            self.read_node(media, node, &mut buf);
+            let view = NodeRef::new(&buf[..]);
+            view.validate().map_err(corrupt)?;
+            if view.level() != level {
+                return Err(corrupt(format!("level {}, expected {level}", view.level())));
+            }
+            if view.is_leaf() {
+                self.len += view.count() as u64;
+            } else {
+                if view.count() == 0 {
+                    return Err(corrupt("internal node without children".into()));
+                }
+                stack.extend((0..view.count()).map(|i| (view.child(i), level - 1)));
+            }
+        }
+        Ok(reached)
+    }
+
+    /// Number of keys.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the tree holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Levels of nodes (1 when the root is a leaf).
+    pub fn height(&self) -> u32 {
+        self.height
+    }
+
+    /// Nodes in the tree's node area.
+    pub fn node_count(&self) -> u32 {
+        self.node_count
+    }
+
+    /// Nodes on the free list.
+    pub fn free_nodes(&self) -> usize {
+        self.free.len()
+    }
+
+    /// Where the tree starts in its media.
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// How often splits, merges and rebalances ran since create/open.
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// The free list (for the checker).
+    pub(crate) fn free_list(&self) -> &[u32] {
+        &self.free
+    }
+
+    /// The root node and height (for iterators and the checker).
+    pub(crate) fn root(&self) -> (u32, u32) {
+        (self.root, self.height)
+    }
+
+    /// Media offset of node `node`.
+    pub fn node_offset(&self, node: u32) -> u64 {
+        assert!(node < self.node_count, "node {node} beyond {}", self.node_count);
+        BTree::node_offset_in(self.base, node)
+    }
+
+    fn node_offset_in(base: u64, node: u32) -> u64 {
+        base + HEADER_BLOCK_BYTES + node as u64 * NODE_BYTES as u64
+    }
+
+    /// Reads node `node`'s used bytes into `buf` (the rest is stale).
+    /// A `used` field out of range reads the whole node; `validate` rejects it.
+    pub(crate) fn read_node<M: Media>(&self, media: &M, node: u32, buf: &mut [u8; NODE_BYTES]) {
+        let at = self.node_offset(node);
+        media.read(at, &mut buf[..NODE_HEADER_BYTES]);
+        let used = format::get_u16(&buf[..], 4) as usize;
+        let used = if (NODE_HEADER_BYTES..=NODE_BYTES).contains(&used) { used } else { NODE_BYTES };
+        media.read(at + NODE_HEADER_BYTES as u64, &mut buf[NODE_HEADER_BYTES..used]);
+    }
+
+    fn load<M: Media>(&self, media: &M, node: u32, level: u32) -> NodeBuf {
+        let mut buf: NodeBuf = Box::new([0; NODE_BYTES]);
+        self.read_node(media, node, &mut buf);
+        let view = NodeRef::new(&buf[..]);
+        assert_eq!(view.level(), level, "node {node} at the wrong level");
+        assert!(view.used() <= NODE_BYTES, "node {node} overflows");
+        buf
+    }
+
+    /// The value stored under `key`.
+    pub fn get<M: Media>(&self, media: &M, key: &[u8]) -> Result<Option<Value>, LookupError> {
+        if key.len() > MAX_KEY_BYTES {
+            return Err(LookupError::KeyTooLong { len: key.len(), max: MAX_KEY_BYTES });
+        }
+        let mut buf = [0u8; NODE_BYTES];
+        let mut node = self.root;
+        for level in (0..self.height).rev() {
+            self.read_node(media, node, &mut buf);
+            let view = NodeRef::new(&buf);
+            assert_eq!(view.level(), level, "node {node} at the wrong level");
+            if view.is_leaf() {
+                return Ok(view.search_leaf(key).ok().map(|i| Value::new(view.value(i)).expect("value fits")));
+            }
+            node = view.child(view.search_internal(key));
+        }
+        unreachable!("the tree's height ends at a leaf")
+    }
+
+    /// Inserts or updates `key → value`, durably; returns the previous
+    /// value. When this returns, the change survives any crash.
+    pub fn insert<M: Media>(&mut self, media: &mut M, key: &[u8], value: &[u8]) -> Result<Option<Value>, InsertError> {
+        if key.len() > MAX_KEY_BYTES {
+            return Err(InsertError::KeyTooLong { len: key.len(), max: MAX_KEY_BYTES });
+        }
+        if value.len() > MAX_VALUE_BYTES {
+            return Err(InsertError::ValueTooLong { len: value.len(), max: MAX_VALUE_BYTES });
+        }
+        let needed = self.nodes_needed();
+        if self.free.len() < needed {
+            return Err(InsertError::Full { needed, free: self.free.len() });
+        }
+        let previous = self.apply(media, Op::Insert { key, value });
+        self.len += previous.is_none() as u64;
+        Ok(previous)
+    }
+
+    /// Removes `key`, durably; returns its value (`None`, and nothing
+    /// written, if it was absent).
+    pub fn delete<M: Media>(&mut self, media: &mut M, key: &[u8]) -> Result<Option<Value>, DeleteError> {
+        if key.len() > MAX_KEY_BYTES {
+            return Err(DeleteError::KeyTooLong { len: key.len(), max: MAX_KEY_BYTES });
+        }
+        let needed = self.nodes_needed();
+        if self.free.len() < needed {
+            return Err(DeleteError::Full { needed, free: self.free.len() });
+        }
+        let previous = self.apply(media, Op::Delete { key });
+        self.len -= previous.is_some() as u64;
+        Ok(previous)
+    }
+
+    /// The worst case of one operation: two new nodes per level (a split,
+    /// or a merged/rebalanced pair) and a new root.
+    fn nodes_needed(&self) -> usize {
+        2 * self.height as usize + 1
+    }
+
+    /// Copies the path, then commits: drain, switch the root, free the old path.
+    fn apply<M: Media>(&mut self, media: &mut M, op: Op) -> Option<Value> {
+        let mut state = OpState::default();
+        let free_before = self.free.len();
+        let pieces = self.modify(media, self.root, self.height - 1, op, &mut state)?;
+        let (mut root, mut height) = (pieces[0].node, self.height);
+        if pieces.len() == 2 {
+            let sep = pieces[1].sep.as_deref().expect("a split piece has a separator");
+            let entries = [
+                EntryRef { key: b"", payload: Payload::Child(pieces[0].node) },
+                EntryRef { key: sep, payload: Payload::Child(pieces[1].node) },
+            ];
+            root = self.write_node(media, self.height, &entries, None).node;
+            height += 1;
+            self.counters.root_splits += 1;
+        } else if pieces[0].level > 0 && pieces[0].count == 1 {
+            // A root with one child: the child becomes the root. The
+            // one-child node was never reachable, so it is free at once.
+            self.free.push(root);
+            root = pieces[0].first_child;
+            height -= 1;
+            self.counters.root_collapses += 1;
+        }
+        assert!(height >= 1 && height <= MAX_HEIGHT, "height {height}");
+        assert!(
+            free_before.saturating_sub(self.free.len()) <= self.nodes_needed(),
+            "operation used more nodes than reserved"
+        );
+        self.commit(media, root, height);
+        self.free.append(&mut state.retired);
+        state.previous
+    }
+
+    /// Makes the new nodes durable, then switches the root word.
+    fn commit<M: Media>(&mut self, media: &mut M, root: u32, height: u32) {
+        let word = format::root_word(root, height);
+        if !self.faults.root_before_nodes {
+            media.drain();
+        }
+        media.persist_u64(self.base + ROOT_WORD_AT, word);
+        self.root = root;
+        self.height = height;
+    }
+
+    /// Copies the subtree path under `node` with `op` applied; `None` if
+    /// nothing changes (a delete of an absent key).
+    fn modify<M: Media>(
+        &mut self,
+        media: &mut M,
+        node: u32,
+        level: u32,
+        op: Op,
+        state: &mut OpState,
+    ) -> Option<Vec<Piece>> {
+        let buf = self.load(media, node, level);
+        let view = NodeRef::new(&buf[..]);
+        let mut entries: Vec<EntryRef> = (0..view.count()).map(|i| view.entry(i)).collect();
+        if level == 0 {
+            let found = view.search_leaf(op.key());
+            if let Ok(i) = found {
+                state.previous = Some(Value::new(view.value(i)).expect("value fits"));
+            }
+            match (op, found) {
+                (Op::Insert { key, value }, Ok(i)) => entries[i] = EntryRef { key, payload: Payload::Value(value) },
+                (Op::Insert { key, value }, Err(i)) => {
+                    entries.insert(i, EntryRef { key, payload: Payload::Value(value) })
+                }
+                (Op::Delete { .. }, Ok(i)) => drop(entries.remove(i)),
+                (Op::Delete { .. }, Err(_)) => return None,
+            }
+            self.retire(node, state);
+            return Some(self.write_pieces(media, 0, &entries));
+        }
+        let slot = view.search_internal(op.key());
+        let pieces = self.modify(media, view.child(slot), level - 1, op, state)?;
+        self.retire(node, state);
+        if pieces.len() == 1 && pieces[0].fill < MIN_FILL {
+            assert!(view.count() >= 2, "an internal node with one child");
+            let sibling = if slot + 1 < view.count() { slot + 1 } else { slot - 1 };
+            let (left, right) = (slot.min(sibling), slot.max(sibling));
+            let pair = self.rejoin(media, &view, slot, sibling, &pieces[0], state);
+            let mut replacement = vec![EntryRef { key: view.key(left), payload: Payload::Child(pair[0].node) }];
+            if let Some(second) = pair.get(1) {
+                let sep = second.sep.as_deref().expect("a split piece has a separator");
+                replacement.push(EntryRef { key: sep, payload: Payload::Child(second.node) });
+            }
+            entries.splice(left..=right, replacement);
+            return Some(self.write_pieces(media, level, &entries));
+        }
+        let replacement = pieces.iter().enumerate().map(|(k, piece)| {
+            let key = if k == 0 { view.key(slot) } else { piece.sep.as_deref().expect("separator") };
+            EntryRef { key, payload: Payload::Child(piece.node) }
+        });
+        entries.splice(slot..=slot, replacement);
+        Some(self.write_pieces(media, level, &entries))
+    }
+
+    /// Joins the underfull `piece` (the new copy of child `slot` of
+    /// `parent`) with child `sibling`: one merged node if they fit, else
+    /// two rebalanced ones.
+    fn rejoin<M: Media>(
+        &mut self,
+        media: &mut M,
+        parent: &NodeRef,
+        slot: usize,
+        sibling: usize,
+        piece: &Piece,
+        state: &mut OpState,
+    ) -> Vec<Piece> {
+        let level = piece.level;
+        let own = self.load(media, piece.node, level);
+        // The piece was written by this operation and is reachable from
+        // nothing durable: it can be reused at once.
+        self.free.push(piece.node);
+        let other_node = parent.child(sibling);
+        let other = self.load(media, other_node, level);
+        self.retire(other_node, state);
+        let (own, other) = (NodeRef::new(&own[..]), NodeRef::new(&other[..]));
+        let (left, right, right_slot) = if slot < sibling { (own, other, sibling) } else { (other, own, slot) };
+        let mut entries: Vec<EntryRef> = (0..left.count()).map(|i| left.entry(i)).collect();
+        for i in 0..right.count() {
+            let mut entry = right.entry(i);
+            if i == 0 && level > 0 {
+                // The right node's −∞ entry takes the parent's separator.
+                entry.key = parent.key(right_slot);
+            }
+            entries.push(entry);
+        }
+        let pair = self.write_pieces(media, level, &entries);
+        if pair.len() == 1 {
+            self.counters.merges += 1;
+        } else {
+            self.counters.rebalances += 1;
+            self.counters.splits -= 1;
+        }
+        pair
+    }
+
+    /// Writes `entries` as one node, or two of about half the bytes each.
+    fn write_pieces<M: Media>(&mut self, media: &mut M, level: u32, entries: &[EntryRef]) -> Vec<Piece> {
+        match split_point(entries) {
+            None => vec![self.write_node(media, level, entries, None)],
+            Some(cut) => {
+                self.counters.splits += 1;
+                let sep = entries[cut].key.to_vec();
+                assert!(!sep.is_empty() || level == 0, "an internal separator is never −∞");
+                let left = self.write_node(media, level, &entries[..cut], None);
+                let right = self.write_node(media, level, &entries[cut..], Some(sep));
+                vec![left, right]
+            }
+        }
+    }
+
+    /// Packs `entries` into a fresh node and stores it (durable at the
+    /// next drain).
+    fn write_node<M: Media>(&mut self, media: &mut M, level: u32, entries: &[EntryRef], sep: Option<Vec<u8>>) -> Piece {
+        let node = self.free.pop().expect("free nodes reserved before the operation");
+        let mut buf = [0u8; NODE_BYTES];
+        let used = pack(level, entries, &mut buf);
+        assert!(used <= NODE_BYTES, "node overflow");
+        assert_eq!(used - NODE_HEADER_BYTES, fill_of(entries) - if level > 0 { entries[0].key.len() } else { 0 });
+        let at = self.node_offset(node);
+        if self.faults.skip_node_flush {
+            media.write(at, &buf[..used]);
+        } else {
+            media.memcpy_nodrain(at, &buf[..used]);
+        }
+        let first_child = match entries.first().map(|e| e.payload) {
+            Some(Payload::Child(child)) => child,
+            _ => u32::MAX,
+        };
+        Piece { node, sep, fill: used - NODE_HEADER_BYTES, count: entries.len(), level, first_child }
+    }
+
+    /// Notes that `node`, reachable from the durable root, is replaced.
+    fn retire(&mut self, node: u32, state: &mut OpState) {
+        if self.faults.reuse_before_switch {
+            self.free.push(node);
+        } else {
+            state.retired.push(node);
+        }
+    }
+}
