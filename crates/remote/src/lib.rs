@@ -4,3 +4,4 @@ pub mod copy_engine;
 pub mod crash;
 pub mod pool;
 pub mod proto;
+pub mod server;
