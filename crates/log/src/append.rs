@@ -13,7 +13,7 @@
 //!   (naive, rotating) or its own checksum (self-validating);
 //! - `head` is durable in the newer of two checksummed head slots.
 
-use pmem::{Media, RotatingCounter, Rotation, NT_THRESHOLD};
+use pmem::{Media, RotatingCounter, Rotation};
 
 use crate::config::{Faults, LogConfig, TailStrategy};
 use crate::error::{AppendError, CreateError, OpenError, TruncateError};
@@ -292,7 +292,7 @@ impl AppendLog {
     fn write_entry_nodrain<M: Media>(&self, media: &mut M, pos: u64, header: &[u8], payload: &[u8]) {
         let at = self.entries + pos % self.config.capacity;
         media.write(at, header);
-        if payload.len() >= NT_THRESHOLD {
+        if payload.len() >= media.nt_threshold() {
             media.write_nt(at + ENTRY_HEADER_BYTES, payload);
             media.flush(at, ENTRY_HEADER_BYTES);
         } else {
