@@ -171,7 +171,7 @@ fn tour(args: &TourArgs) -> Result<()> {
     println!("== pmwire tour: every suite, short, on an emulated pool ==\n");
     doctor::run(&doctor::DoctorArgs { path: Some(args.pool.pool.clone()) })?;
     println!("\n== crash-state checker ==");
-    let checks_ok = check::run(&check::CheckArgs { seed: None, quick: true })?;
+    let checks_ok = check::run(&check::CheckArgs { seed: None, quick: false })?;
     println!("\n== bench local (quick; headline ratios against the peers at the end) ==");
     let local = run_local(&args.pool, true, &args.out)?;
     let index = pmwire_bench::report::write(&[local.json_path.clone()], &args.out.join("report"))?;
