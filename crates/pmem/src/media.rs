@@ -80,6 +80,25 @@ pub trait Media {
         }
     }
 
+    /// Fills `len` bytes at `offset` with `byte`, durable at the next `drain`
+    /// (PMDK's `pmem_memset_nodrain`). The default stores in 4 KiB pieces.
+    fn memset_nodrain(&mut self, offset: u64, byte: u8, len: u64) {
+        check_range(self.len(), offset, len);
+        let piece = [byte; 4096];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(piece.len() as u64);
+            self.memcpy_nodrain(offset + done, &piece[..n as usize]);
+            done += n;
+        }
+    }
+
+    /// Fills `len` bytes at `offset` with `byte` and returns once durable.
+    fn memset_persist(&mut self, offset: u64, byte: u8, len: u64) {
+        self.memset_nodrain(offset, byte, len);
+        self.drain();
+    }
+
     /// Copies `src` to `offset` and returns once it is durable.
     fn memcpy_persist(&mut self, offset: u64, src: &[u8]) {
         self.memcpy_nodrain(offset, src);

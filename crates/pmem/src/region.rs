@@ -343,6 +343,18 @@ impl Media for Region {
         unsafe { self.copier.copy_nodrain(self.at(offset), src.as_ptr(), src.len(), self.persister.flush) };
     }
 
+    fn memset_nodrain(&mut self, offset: u64, byte: u8, len: u64) {
+        check_range(self.size, offset, len);
+        if (len as usize) < self.nt_threshold {
+            // SAFETY: the range is inside the mapping.
+            unsafe { std::ptr::write_bytes(self.at(offset), byte, len as usize) };
+            self.flush(offset, len);
+        } else {
+            // SAFETY: the range is inside the mapping.
+            unsafe { self.copier.fill_nodrain(self.at(offset), byte, len as usize, self.persister.flush) };
+        }
+    }
+
     #[inline]
     fn flush(&mut self, offset: u64, len: u64) {
         check_range(self.size, offset, len);
@@ -501,12 +513,22 @@ mod tests {
         let data: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
         region.memcpy_persist(17, &data);
         region.persist_u64(8, 42);
+        region.memset_persist(20_000, 0x5A, 9_000);
+        region.memset_persist(40_000, 0x6B, 100);
         drop(region);
         let region = Region::open(&path, RegionOptions::default()).unwrap();
         let mut back = vec![0u8; data.len()];
         region.read(17, &mut back);
         assert_eq!(back, data);
         assert_eq!(region.read_u64(8), 42);
+        let mut filled = vec![0u8; 9_002];
+        region.read(19_999, &mut filled);
+        assert_eq!(filled[0], 0);
+        assert!(filled[1..9_001].iter().all(|&b| b == 0x5A));
+        assert_eq!(filled[9_001], 0);
+        let mut small = [0u8; 100];
+        region.read(40_000, &mut small);
+        assert!(small.iter().all(|&b| b == 0x6B));
     }
 
     #[test]
