@@ -1,5 +1,7 @@
 //! pmwire-remote (in progress).
 #![deny(missing_docs)]
+pub mod calibration;
+pub mod client;
 pub mod copy_engine;
 pub mod crash;
 pub mod pool;
