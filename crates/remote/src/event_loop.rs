@@ -138,10 +138,13 @@ impl Mailbox {
     }
 }
 
+/// The connected clients' mailboxes.
+type Directory = Arc<Mutex<Vec<(ClientId, Arc<Mailbox>)>>>;
+
 /// An in-process network: the server's end.
 pub struct InProcServer {
     inbox: Arc<Mailbox>,
-    clients: Arc<Mutex<Vec<(ClientId, Arc<Mailbox>)>>>,
+    clients: Directory,
 }
 
 /// An in-process network: one client's end.
@@ -173,7 +176,7 @@ impl Default for InProcServer {
 #[derive(Clone)]
 pub struct InProcNetwork {
     server: Arc<Mailbox>,
-    clients: Arc<Mutex<Vec<(ClientId, Arc<Mailbox>)>>>,
+    clients: Directory,
 }
 
 impl InProcNetwork {

@@ -379,8 +379,7 @@ fn read_superblock<M: Media>(media: &M) -> Result<Superblock, PoolOpenError> {
     let dir_slots = u32_at(&b, 48);
     let len = media.len();
     let dir_end = DIR_BASE + dir_slots as u64 * SLOT_BYTES;
-    let fits = dir_slots >= 1
-        && dir_slots <= MAX_DIR_SLOTS
+    let fits = (1..=MAX_DIR_SLOTS).contains(&dir_slots)
         && log_base >= dir_end
         && log_base.checked_add(log_bytes) == Some(data_base)
         && data_base < len
@@ -465,7 +464,7 @@ fn check_slot(sb: &Superblock, slot: u32, s: &LogSlot) -> Result<(), PoolOpenErr
     if s.size != AppendLog::required_size(&s.config) {
         return bad("size disagrees with the config");
     }
-    if s.base % LOG_ALIGN != 0 || s.base < sb.log_base {
+    if !s.base.is_multiple_of(LOG_ALIGN) || s.base < sb.log_base {
         return bad("base outside the log area or misaligned");
     }
     if s.base.checked_add(s.size).is_none_or(|end| end > sb.log_base + sb.log_bytes) {

@@ -118,3 +118,37 @@ fn drop_finishes_queued_copies() {
         assert!(back.iter().all(|&b| b == i as u8 + 1));
     }
 }
+
+/// Measures what staging the payload costs next to the copy it feeds:
+/// `cargo test -p pmwire-remote staging_cost -- --ignored --nocapture`.
+/// Prints numbers, asserts nothing about them.
+#[test]
+#[ignore]
+fn staging_cost() {
+    let (_dir, mut region) = region(64 << 20);
+    let mut staging = Vec::with_capacity(128 << 10);
+    for size in [4096usize, 16384, 65536, 131072] {
+        let src = pattern(1, size);
+        let rounds = (256 << 20) / size;
+        let start = Instant::now();
+        for _ in 0..rounds {
+            staging.clear();
+            staging.extend_from_slice(&src);
+            std::hint::black_box(&staging);
+        }
+        let stage_ns = start.elapsed().as_nanos() as f64 / rounds as f64;
+        let start = Instant::now();
+        for r in 0..rounds {
+            let at = ((r * size) % (60 << 20)) as u64;
+            region.write_nt(at, &src);
+            region.drain();
+        }
+        let nt_ns = start.elapsed().as_nanos() as f64 / rounds as f64;
+        eprintln!(
+            "{size:>7} B: stage {stage_ns:>8.0} ns ({:.1} GB/s), nt copy + drain {nt_ns:>8.0} ns ({:.1} GB/s), staging adds {:.0}%",
+            size as f64 / stage_ns,
+            size as f64 / nt_ns,
+            100.0 * stage_ns / nt_ns
+        );
+    }
+}
