@@ -56,7 +56,7 @@ const HEADER_CRC_AT: usize = 60;
 const _: () = assert!(MIN_FILL + MAX_LEAF_ENTRY <= NODE_CAPACITY / 2);
 const _: () = assert!(NODE_CAPACITY / 2 + MAX_LEAF_ENTRY + MIN_FILL + MAX_KEY_BYTES <= NODE_CAPACITY);
 const _: () = assert!(MIN_FILL + MAX_INTERNAL_ENTRY + MAX_KEY_BYTES <= NODE_CAPACITY / 2);
-const _: () = assert!(NODE_BYTES % BASE_ALIGN as usize == 0);
+const _: () = assert!(NODE_BYTES.is_multiple_of(BASE_ALIGN as usize));
 
 /// Stores `value` little-endian at `buf[at..at + 2]`.
 pub fn put_u16(buf: &mut [u8], at: usize, value: u16) {
@@ -134,7 +134,8 @@ pub fn read_header<M: Media>(media: &M, base: u64) -> Result<u32, OpenError> {
 
 /// The root word: `tag << 48 | height << 32 | root node`.
 pub fn root_word(root: u32, height: u32) -> u64 {
-    assert!(height >= 1 && height <= MAX_HEIGHT);
+    assert!(height >= 1, "height {height}");
+    assert!(height <= MAX_HEIGHT, "height {height}");
     ROOT_TAG << 48 | (height as u64) << 32 | root as u64
 }
 
@@ -216,6 +217,15 @@ impl<'a> NodeRef<'a> {
     fn entry_at(&self, index: usize) -> usize {
         debug_assert!(index < self.count());
         get_u16(self.bytes, NODE_HEADER_BYTES + 2 * index) as usize
+    }
+
+    /// Where entry `index` ends (entries are packed in slot order).
+    fn entry_end(&self, index: usize) -> usize {
+        if index + 1 < self.count() {
+            self.entry_at(index + 1)
+        } else {
+            self.used()
+        }
     }
 
     /// The key of entry `index`.
@@ -342,35 +352,109 @@ pub fn fill_of(entries: &[EntryRef]) -> usize {
     entries.iter().map(EntryRef::size).sum()
 }
 
-/// Packs `entries` (sorted; fitting one node) into `out` as a node at
+/// A piece of a node being built: a run of entries copied from an
+/// existing node (one `memcpy` of their bytes, slots shifted), or one entry.
+#[derive(Clone, Debug)]
+pub enum Part<'a> {
+    /// Entries `range` of a node, bytes unchanged.
+    Run(NodeRef<'a>, std::ops::Range<usize>),
+    /// One entry.
+    One(EntryRef<'a>),
+}
+
+impl Part<'_> {
+    /// Entries in this part.
+    pub fn count(&self) -> usize {
+        match self {
+            Part::Run(_, range) => range.len(),
+            Part::One(_) => 1,
+        }
+    }
+
+    /// Bytes of slots + entries.
+    pub fn size(&self) -> usize {
+        match self {
+            Part::Run(_, range) if range.is_empty() => 0,
+            Part::Run(node, range) => 2 * range.len() + node.entry_end(range.end - 1) - node.entry_at(range.start),
+            Part::One(entry) => entry.size(),
+        }
+    }
+}
+
+impl std::fmt::Debug for NodeRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "NodeRef(level {}, {} entries, {} B)", self.level(), self.count(), self.used())
+    }
+}
+
+/// The entries of `parts`, one by one (for the split path).
+pub fn expand<'a>(parts: &[Part<'a>]) -> Vec<EntryRef<'a>> {
+    let mut entries = Vec::with_capacity(parts.iter().map(Part::count).sum());
+    for part in parts {
+        match part {
+            Part::Run(node, range) => entries.extend(range.clone().map(|i| node.entry(i))),
+            Part::One(entry) => entries.push(*entry),
+        }
+    }
+    entries
+}
+
+/// Writes `entry` at `at` (its key replaced by the empty key if `minus_infinity`);
+/// returns the end.
+fn put_entry(out: &mut [u8; NODE_BYTES], at: usize, entry: &EntryRef, leaf: bool, minus_infinity: bool) -> usize {
+    let key = if minus_infinity { &[][..] } else { entry.key };
+    assert!(key.len() <= MAX_KEY_BYTES, "key of {} B", key.len());
+    assert!(at + 3 + key.len() <= NODE_BYTES, "node overflow while packing");
+    out[at] = key.len() as u8;
+    out[at + 1..at + 1 + key.len()].copy_from_slice(key);
+    let at = at + 1 + key.len();
+    match (entry.payload, leaf) {
+        (Payload::Value(value), true) => {
+            assert!(value.len() <= MAX_VALUE_BYTES, "value of {} B", value.len());
+            assert!(at + 2 + value.len() <= NODE_BYTES, "node overflow while packing");
+            put_u16(out, at, value.len() as u16);
+            out[at + 2..at + 2 + value.len()].copy_from_slice(value);
+            at + 2 + value.len()
+        }
+        (Payload::Child(child), false) => {
+            assert!(at + 4 <= NODE_BYTES, "node overflow while packing");
+            put_u32(out, at, child);
+            at + 4
+        }
+        _ => panic!("entry kind does not match the node"),
+    }
+}
+
+/// Packs `parts` (sorted, fitting one node) into `out` as a node at
 /// `level`; returns the used bytes. Entry 0 of an internal node is
-/// written with an empty key. The result is sealed with its CRC.
-pub fn pack(level: u32, entries: &[EntryRef], out: &mut [u8; NODE_BYTES]) -> usize {
+/// written with an empty key (a run that starts the node must already
+/// have it). The result is sealed with its CRC.
+pub fn pack_parts(level: u32, parts: &[Part], out: &mut [u8; NODE_BYTES]) -> usize {
     let leaf = level == 0;
-    let count = entries.len();
+    let count: usize = parts.iter().map(Part::count).sum();
+    assert!(NODE_HEADER_BYTES + 2 * count <= NODE_BYTES, "{count} slots overflow a node");
+    let mut slot = NODE_HEADER_BYTES;
     let mut at = NODE_HEADER_BYTES + 2 * count;
-    for (index, entry) in entries.iter().enumerate() {
-        let key = if !leaf && index == 0 { &[][..] } else { entry.key };
-        assert!(key.len() <= MAX_KEY_BYTES, "key of {} B", key.len());
-        assert!(at + 3 + key.len() <= NODE_BYTES, "node overflow while packing");
-        put_u16(out, NODE_HEADER_BYTES + 2 * index, at as u16);
-        out[at] = key.len() as u8;
-        out[at + 1..at + 1 + key.len()].copy_from_slice(key);
-        at += 1 + key.len();
-        match (entry.payload, leaf) {
-            (Payload::Value(value), true) => {
-                assert!(value.len() <= MAX_VALUE_BYTES, "value of {} B", value.len());
-                assert!(at + 2 + value.len() <= NODE_BYTES, "node overflow while packing");
-                put_u16(out, at, value.len() as u16);
-                out[at + 2..at + 2 + value.len()].copy_from_slice(value);
-                at += 2 + value.len();
+    for part in parts {
+        match part {
+            Part::Run(_, range) if range.is_empty() => {}
+            Part::Run(node, range) => {
+                assert_eq!(node.is_leaf(), leaf, "a run from a node of another kind");
+                assert!(leaf || slot > NODE_HEADER_BYTES || node.key(range.start).is_empty(), "internal entry 0 keyed");
+                let (from, to) = (node.entry_at(range.start), node.entry_end(range.end - 1));
+                assert!(at + to - from <= NODE_BYTES, "node overflow while packing");
+                for i in range.clone() {
+                    put_u16(out, slot, (node.entry_at(i) + at - from) as u16);
+                    slot += 2;
+                }
+                out[at..at + to - from].copy_from_slice(&node.bytes[from..to]);
+                at += to - from;
             }
-            (Payload::Child(child), false) => {
-                assert!(at + 4 <= NODE_BYTES, "node overflow while packing");
-                put_u32(out, at, child);
-                at += 4;
+            Part::One(entry) => {
+                put_u16(out, slot, at as u16);
+                at = put_entry(out, at, entry, leaf, !leaf && slot == NODE_HEADER_BYTES);
+                slot += 2;
             }
-            _ => panic!("entry kind does not match a node at level {level}"),
         }
     }
     out[0] = if leaf { KIND_LEAF } else { KIND_INTERNAL };
@@ -382,6 +466,12 @@ pub fn pack(level: u32, entries: &[EntryRef], out: &mut [u8; NODE_BYTES]) -> usi
     let crc = node_crc(&out[..at]);
     put_u32(out, 8, crc);
     at
+}
+
+/// Packs `entries` (sorted, fitting one node); see [`pack_parts`].
+pub fn pack(level: u32, entries: &[EntryRef], out: &mut [u8; NODE_BYTES]) -> usize {
+    let parts: Vec<Part> = entries.iter().map(|e| Part::One(*e)).collect();
+    pack_parts(level, &parts, out)
 }
 
 /// Where to cut `entries` into two nodes: the longest prefix of at most

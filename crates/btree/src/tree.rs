@@ -23,8 +23,8 @@ use pmem::Media;
 
 use crate::error::{CreateError, DeleteError, InsertError, LookupError, OpenError};
 use crate::format::{
-    self, fill_of, pack, split_point, EntryRef, NodeRef, Payload, HEADER_BLOCK_BYTES, MAX_HEIGHT, MAX_KEY_BYTES,
-    MAX_VALUE_BYTES, MIN_FILL, NODE_BYTES, NODE_HEADER_BYTES, ROOT_WORD_AT,
+    self, expand, fill_of, pack, pack_parts, split_point, EntryRef, NodeRef, Part, Payload, HEADER_BLOCK_BYTES, MAX_HEIGHT, MAX_KEY_BYTES,
+    MAX_VALUE_BYTES, MIN_FILL, NODE_BYTES, NODE_CAPACITY, NODE_HEADER_BYTES, ROOT_WORD_AT,
 };
 use crate::value::Value;
 
@@ -96,6 +96,19 @@ struct OpState {
 
 type NodeBuf = Box<[u8; NODE_BYTES]>;
 
+/// Node buffers kept for reuse (two per level is plenty).
+const SCRATCH_BUFFERS: usize = 16;
+
+/// Reusable node buffers (volatile; contents meaningless between uses).
+#[derive(Default)]
+struct Scratch(Vec<NodeBuf>);
+
+impl std::fmt::Debug for Scratch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Scratch({} buffers)", self.0.len())
+    }
+}
+
 /// A persistent B+tree from byte-string keys (≤ 255 B) to [`Value`]s
 /// (≤ 256 B). See the module docs for the protocol and invariants.
 #[derive(Debug)]
@@ -110,6 +123,7 @@ pub struct BTree {
     free: Vec<u32>,
     faults: Faults,
     counters: Counters,
+    scratch: Scratch,
 }
 
 impl BTree {
@@ -160,7 +174,8 @@ impl BTree {
         media.persist(base, line.len() as u64);
         let free = (1..nodes).rev().collect();
         let counters = Counters::default();
-        Ok(BTree { base, node_count: nodes, root: 0, height: 1, len: 0, free, faults, counters })
+        let scratch = Scratch::default();
+        Ok(BTree { base, node_count: nodes, root: 0, height: 1, len: 0, free, faults, counters, scratch })
     }
 
     /// Recovers the tree at `base`: reads the root word, walks every
@@ -186,7 +201,17 @@ impl BTree {
         if root >= node_count {
             return Err(OpenError::BadRoot { word });
         }
-        let mut tree = BTree { base, node_count, root, height, len: 0, free: Vec::new(), faults, counters: Counters::default() };
+        let mut tree = BTree {
+            base,
+            node_count,
+            root,
+            height,
+            len: 0,
+            free: Vec::new(),
+            faults,
+            counters: Counters::default(),
+            scratch: Scratch::default(),
+        };
         let reached = tree.walk(media)?;
         tree.free = (0..node_count).rev().filter(|&n| !reached[n as usize]).collect();
         if faults.forget_reachability {
@@ -291,8 +316,8 @@ impl BTree {
         media.read(at + NODE_HEADER_BYTES as u64, &mut buf[NODE_HEADER_BYTES..used]);
     }
 
-    fn load<M: Media>(&self, media: &M, node: u32, level: u32) -> NodeBuf {
-        let mut buf: NodeBuf = Box::new([0; NODE_BYTES]);
+    fn load<M: Media>(&mut self, media: &M, node: u32, level: u32) -> NodeBuf {
+        let mut buf = self.take_buf();
         self.read_node(media, node, &mut buf);
         let view = NodeRef::new(&buf[..]);
         assert_eq!(view.level(), level, "node {node} at the wrong level");
@@ -381,7 +406,8 @@ impl BTree {
             height -= 1;
             self.counters.root_collapses += 1;
         }
-        assert!(height >= 1 && height <= MAX_HEIGHT, "height {height}");
+        assert!(height >= 1, "height {height}");
+        assert!(height <= MAX_HEIGHT, "height {height}");
         assert!(
             free_before.saturating_sub(self.free.len()) <= self.nodes_needed(),
             "operation used more nodes than reserved"
@@ -414,45 +440,48 @@ impl BTree {
     ) -> Option<Vec<Piece>> {
         let buf = self.load(media, node, level);
         let view = NodeRef::new(&buf[..]);
-        let mut entries: Vec<EntryRef> = (0..view.count()).map(|i| view.entry(i)).collect();
+        let count = view.count();
         if level == 0 {
             let found = view.search_leaf(op.key());
             if let Ok(i) = found {
                 state.previous = Some(Value::new(view.value(i)).expect("value fits"));
             }
-            match (op, found) {
-                (Op::Insert { key, value }, Ok(i)) => entries[i] = EntryRef { key, payload: Payload::Value(value) },
-                (Op::Insert { key, value }, Err(i)) => {
-                    entries.insert(i, EntryRef { key, payload: Payload::Value(value) })
+            let parts = match (op, found) {
+                (Op::Insert { key, value }, found) => {
+                    let (before, after) = found.map_or_else(|i| (i, i), |i| (i, i + 1));
+                    let entry = EntryRef { key, payload: Payload::Value(value) };
+                    vec![Part::Run(view, 0..before), Part::One(entry), Part::Run(view, after..count)]
                 }
-                (Op::Delete { .. }, Ok(i)) => drop(entries.remove(i)),
+                (Op::Delete { .. }, Ok(i)) => vec![Part::Run(view, 0..i), Part::Run(view, i + 1..count)],
                 (Op::Delete { .. }, Err(_)) => return None,
-            }
+            };
             self.retire(node, state);
-            return Some(self.write_pieces(media, 0, &entries));
+            let pieces = self.write_parts(media, 0, &parts);
+            drop(parts);
+            self.give_buf(buf);
+            return Some(pieces);
         }
         let slot = view.search_internal(op.key());
         let pieces = self.modify(media, view.child(slot), level - 1, op, state)?;
         self.retire(node, state);
-        if pieces.len() == 1 && pieces[0].fill < MIN_FILL {
-            assert!(view.count() >= 2, "an internal node with one child");
-            let sibling = if slot + 1 < view.count() { slot + 1 } else { slot - 1 };
-            let (left, right) = (slot.min(sibling), slot.max(sibling));
+        let (first, last, pieces) = if pieces.len() == 1 && pieces[0].fill < MIN_FILL {
+            assert!(count >= 2, "an internal node with one child");
+            let sibling = if slot + 1 < count { slot + 1 } else { slot - 1 };
             let pair = self.rejoin(media, &view, slot, sibling, &pieces[0], state);
-            let mut replacement = vec![EntryRef { key: view.key(left), payload: Payload::Child(pair[0].node) }];
-            if let Some(second) = pair.get(1) {
-                let sep = second.sep.as_deref().expect("a split piece has a separator");
-                replacement.push(EntryRef { key: sep, payload: Payload::Child(second.node) });
-            }
-            entries.splice(left..=right, replacement);
-            return Some(self.write_pieces(media, level, &entries));
+            (slot.min(sibling), slot.max(sibling), pair)
+        } else {
+            (slot, slot, pieces)
+        };
+        let mut parts = vec![Part::Run(view, 0..first)];
+        for (k, piece) in pieces.iter().enumerate() {
+            let key = if k == 0 { view.key(first) } else { piece.sep.as_deref().expect("a split piece has a separator") };
+            parts.push(Part::One(EntryRef { key, payload: Payload::Child(piece.node) }));
         }
-        let replacement = pieces.iter().enumerate().map(|(k, piece)| {
-            let key = if k == 0 { view.key(slot) } else { piece.sep.as_deref().expect("separator") };
-            EntryRef { key, payload: Payload::Child(piece.node) }
-        });
-        entries.splice(slot..=slot, replacement);
-        Some(self.write_pieces(media, level, &entries))
+        parts.push(Part::Run(view, last + 1..count));
+        let written = self.write_parts(media, level, &parts);
+        drop(parts);
+        self.give_buf(buf);
+        Some(written)
     }
 
     /// Joins the underfull `piece` (the new copy of child `slot` of
@@ -468,68 +497,92 @@ impl BTree {
         state: &mut OpState,
     ) -> Vec<Piece> {
         let level = piece.level;
-        let own = self.load(media, piece.node, level);
+        let own_buf = self.load(media, piece.node, level);
         // The piece was written by this operation and is reachable from
         // nothing durable: it can be reused at once.
         self.free.push(piece.node);
         let other_node = parent.child(sibling);
-        let other = self.load(media, other_node, level);
+        let other_buf = self.load(media, other_node, level);
         self.retire(other_node, state);
-        let (own, other) = (NodeRef::new(&own[..]), NodeRef::new(&other[..]));
+        let (own, other) = (NodeRef::new(&own_buf[..]), NodeRef::new(&other_buf[..]));
         let (left, right, right_slot) = if slot < sibling { (own, other, sibling) } else { (other, own, slot) };
-        let mut entries: Vec<EntryRef> = (0..left.count()).map(|i| left.entry(i)).collect();
-        for i in 0..right.count() {
-            let mut entry = right.entry(i);
-            if i == 0 && level > 0 {
-                // The right node's −∞ entry takes the parent's separator.
-                entry.key = parent.key(right_slot);
-            }
-            entries.push(entry);
+        let mut parts = vec![Part::Run(left, 0..left.count())];
+        if level > 0 {
+            // The right node's −∞ entry takes the parent's separator.
+            let entry = EntryRef { key: parent.key(right_slot), payload: right.entry(0).payload };
+            parts.extend([Part::One(entry), Part::Run(right, 1..right.count())]);
+        } else {
+            parts.push(Part::Run(right, 0..right.count()));
         }
-        let pair = self.write_pieces(media, level, &entries);
+        let pair = self.write_parts(media, level, &parts);
         if pair.len() == 1 {
             self.counters.merges += 1;
         } else {
             self.counters.rebalances += 1;
             self.counters.splits -= 1;
         }
+        drop(parts);
+        self.give_buf(own_buf);
+        self.give_buf(other_buf);
         pair
     }
 
-    /// Writes `entries` as one node, or two of about half the bytes each.
-    fn write_pieces<M: Media>(&mut self, media: &mut M, level: u32, entries: &[EntryRef]) -> Vec<Piece> {
-        match split_point(entries) {
-            None => vec![self.write_node(media, level, entries, None)],
-            Some(cut) => {
-                self.counters.splits += 1;
-                let sep = entries[cut].key.to_vec();
-                assert!(!sep.is_empty() || level == 0, "an internal separator is never −∞");
-                let left = self.write_node(media, level, &entries[..cut], None);
-                let right = self.write_node(media, level, &entries[cut..], Some(sep));
-                vec![left, right]
-            }
+    /// Writes `parts` as one node (the common case: runs copied whole), or
+    /// as two of about half the bytes each.
+    fn write_parts<M: Media>(&mut self, media: &mut M, level: u32, parts: &[Part]) -> Vec<Piece> {
+        if parts.iter().map(Part::size).sum::<usize>() <= NODE_CAPACITY {
+            let mut buf = self.take_buf();
+            let used = pack_parts(level, parts, &mut buf);
+            let piece = self.store(media, level, &buf[..used], None);
+            self.give_buf(buf);
+            return vec![piece];
         }
+        let entries = expand(parts);
+        let cut = split_point(&entries).expect("entries that overflow a node split");
+        self.counters.splits += 1;
+        let sep = entries[cut].key.to_vec();
+        assert!(!sep.is_empty() || level == 0, "an internal separator is never −∞");
+        let left = self.write_node(media, level, &entries[..cut], None);
+        let right = self.write_node(media, level, &entries[cut..], Some(sep));
+        vec![left, right]
     }
 
-    /// Packs `entries` into a fresh node and stores it (durable at the
-    /// next drain).
+    /// Packs `entries` into a fresh node and stores it.
     fn write_node<M: Media>(&mut self, media: &mut M, level: u32, entries: &[EntryRef], sep: Option<Vec<u8>>) -> Piece {
-        let node = self.free.pop().expect("free nodes reserved before the operation");
-        let mut buf = [0u8; NODE_BYTES];
+        let mut buf = self.take_buf();
         let used = pack(level, entries, &mut buf);
-        assert!(used <= NODE_BYTES, "node overflow");
-        assert_eq!(used - NODE_HEADER_BYTES, fill_of(entries) - if level > 0 { entries[0].key.len() } else { 0 });
+        let stripped = if level > 0 { entries[0].key.len() } else { 0 };
+        assert_eq!(used - NODE_HEADER_BYTES, fill_of(entries) - stripped, "packed size");
+        let piece = self.store(media, level, &buf[..used], sep);
+        self.give_buf(buf);
+        piece
+    }
+
+    /// Stores packed node `bytes` in a free node (durable at the next drain).
+    fn store<M: Media>(&mut self, media: &mut M, level: u32, bytes: &[u8], sep: Option<Vec<u8>>) -> Piece {
+        let node = self.free.pop().expect("free nodes reserved before the operation");
+        let view = NodeRef::new(bytes);
+        assert_eq!(view.used(), bytes.len(), "packed size");
+        assert!(bytes.len() <= NODE_BYTES, "node overflow");
+        assert_eq!(view.level(), level, "packed level");
         let at = self.node_offset(node);
         if self.faults.skip_node_flush {
-            media.write(at, &buf[..used]);
+            media.write(at, bytes);
         } else {
-            media.memcpy_nodrain(at, &buf[..used]);
+            media.memcpy_nodrain(at, bytes);
         }
-        let first_child = match entries.first().map(|e| e.payload) {
-            Some(Payload::Child(child)) => child,
-            _ => u32::MAX,
-        };
-        Piece { node, sep, fill: used - NODE_HEADER_BYTES, count: entries.len(), level, first_child }
+        let first_child = if view.is_leaf() || view.count() == 0 { u32::MAX } else { view.child(0) };
+        Piece { node, sep, fill: view.fill(), count: view.count(), level, first_child }
+    }
+
+    fn take_buf(&mut self) -> NodeBuf {
+        self.scratch.0.pop().unwrap_or_else(|| Box::new([0; NODE_BYTES]))
+    }
+
+    fn give_buf(&mut self, buf: NodeBuf) {
+        if self.scratch.0.len() < SCRATCH_BUFFERS {
+            self.scratch.0.push(buf);
+        }
     }
 
     /// Notes that `node`, reachable from the durable root, is replaced.

@@ -1,0 +1,33 @@
+//! Durable inserts/s of random keys into a tree on an emulated region in
+//! /dev/shm (a quick check; `pmwire bench btree` will be the measurement
+//! of record).
+//!
+//! `cargo run --release -p pmwire-btree --example insert_rate -- [keys] [value_bytes] [region_mib]`
+
+use pmwire_btree::bench::{insert_random, InsertBench};
+
+fn main() {
+    let mut args = std::env::args().skip(1).map(|a| a.parse::<u64>().expect("a number"));
+    let keys = args.next().unwrap_or(200_000);
+    let value_bytes = args.next().unwrap_or(8) as usize;
+    let region_mib = args.next().unwrap_or(64);
+    let dir = tempfile::tempdir_in("/dev/shm").expect("/dev/shm");
+    let mut region = pmem::Region::create(dir.path().join("btree"), region_mib << 20).expect("region");
+    let config = InsertBench { keys, value_bytes, ..InsertBench::default() };
+    let report = insert_random(&mut region, 0, &config).expect("bench");
+    println!(
+        "{} inserts ({} B keys, {} B values, {} MiB {}): {:.0} inserts/s, latency mean {:.0} ns, p50 {} ns, p99 {} ns, p99.9 {} ns; height {}, {} nodes",
+        report.inserts,
+        config.key_bytes,
+        value_bytes,
+        region_mib,
+        region.kind(),
+        report.inserts_per_s,
+        report.latency_ns_mean,
+        report.latency_ns_p50,
+        report.latency_ns_p99,
+        report.latency_ns_p999,
+        report.height,
+        report.nodes_used
+    );
+}
