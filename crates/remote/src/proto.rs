@@ -189,8 +189,8 @@ impl Status {
 /// Why a message could not be decoded. Nothing was acted on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
 pub enum DecodeError {
-    /// Shorter than a header.
-    #[error("message of {len} B is shorter than its {need} B header")]
+    /// Shorter than a header (split delivery: a header that is not exactly `need` bytes).
+    #[error("{len} B where a {need} B header was expected")]
     Short {
         /// Bytes received.
         len: usize,
@@ -430,13 +430,35 @@ fn check_payload(msg: &[u8], header_bytes: usize, declared: u32, max_payload: u3
 /// Decodes and validates one request message. `max_payload` is the
 /// server's limit (capped at [`MAX_PAYLOAD_BYTES`]).
 pub fn decode_request(msg: &[u8], max_payload: u32) -> Result<Request<'_>, DecodeError> {
+    if msg.len() < REQUEST_HEADER_BYTES {
+        return Err(DecodeError::Short { len: msg.len(), need: REQUEST_HEADER_BYTES });
+    }
+    let (header, payload) = msg.split_at(REQUEST_HEADER_BYTES);
+    decode_request_parts(header, payload, max_payload)
+}
+
+/// [`decode_request`] for a transport that delivers the header and the
+/// payload separately (a UCX active message's header and data): no copy
+/// to make them contiguous. `header` must be exactly 64 bytes.
+pub fn decode_request_parts<'a>(header: &[u8], payload: &'a [u8], max_payload: u32) -> Result<Request<'a>, DecodeError> {
+    if header.len() != REQUEST_HEADER_BYTES {
+        return Err(DecodeError::Short { len: header.len(), need: REQUEST_HEADER_BYTES });
+    }
+    let msg = header;
     check_frame(msg, REQUEST_HEADER_BYTES, REQUEST_MAGIC)?;
     let opcode = Opcode::from_u8(msg[5]).ok_or(DecodeError::Opcode(msg[5]))?;
     let flags = get_u16(msg, 6);
     if flags & !KNOWN_FLAGS != 0 || (flags & FLAG_OFFLOAD != 0 && opcode != Opcode::PersistWrite) {
         return Err(DecodeError::Flags { flags });
     }
-    let payload = check_payload(msg, REQUEST_HEADER_BYTES, get_u32(msg, 20), max_payload)?;
+    let declared = get_u32(msg, 20);
+    let max = max_payload.min(MAX_PAYLOAD_BYTES);
+    if declared > max {
+        return Err(DecodeError::TooLarge { len: declared, max });
+    }
+    if payload.len() != declared as usize {
+        return Err(DecodeError::Length { declared, actual: payload.len() });
+    }
     if flags & FLAG_PAYLOAD_CRC != 0 {
         let stored = get_u32(msg, 56);
         let computed = crc32c::crc32c(payload);

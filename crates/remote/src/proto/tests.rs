@@ -209,3 +209,16 @@ fn random_and_mutated_bytes_never_panic() {
     // Random damage is caught (a resealed header may legitimately decode).
     assert!(accepted < 5_000, "{accepted} damaged messages accepted");
 }
+
+#[test]
+fn header_and_payload_may_arrive_apart() {
+    let mut h = header(Opcode::PersistWrite);
+    h.length = 5;
+    let msg = encoded(&h, b"hello");
+    let (head, payload) = msg.split_at(REQUEST_HEADER_BYTES);
+    let req = decode_request_parts(head, payload, 1024).unwrap();
+    assert_eq!((req.header, req.payload), (h, &b"hello"[..]));
+    assert!(matches!(decode_request_parts(&msg[..63], payload, 1024), Err(DecodeError::Short { .. })));
+    assert!(matches!(decode_request_parts(&msg, payload, 1024), Err(DecodeError::Short { .. })));
+    assert!(matches!(decode_request_parts(head, b"hell", 1024), Err(DecodeError::Length { .. })));
+}
