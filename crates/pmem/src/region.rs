@@ -186,6 +186,9 @@ pub struct Region {
     persister: Persister,
     copier: NtCopier,
     nt_threshold: usize,
+    /// Set when persisting is `msync`: non-temporal stores do not bypass the
+    /// page cache's need for writeback, so they are flushed like any store.
+    nt_needs_flush: bool,
     _file: File,
 }
 
@@ -228,7 +231,20 @@ impl Region {
         }
         let copier = isa.copier();
         let nt_threshold = options.nt_threshold.unwrap_or(NT_THRESHOLD);
-        Ok(Region { base, size, path, kind, domain, overridden, persister, copier, nt_threshold, _file: file })
+        let nt_needs_flush = persists_with_msync(kind, domain);
+        Ok(Region {
+            base,
+            size,
+            path,
+            kind,
+            domain,
+            overridden,
+            persister,
+            copier,
+            nt_threshold,
+            nt_needs_flush,
+            _file: file,
+        })
     }
 
     /// The file or device mapped.
@@ -341,6 +357,9 @@ impl Media for Region {
         check_range(self.size, offset, src.len() as u64);
         // SAFETY: the range is inside the mapping; src is a separate slice.
         unsafe { self.copier.copy_nodrain(self.at(offset), src.as_ptr(), src.len(), self.persister.flush) };
+        if self.nt_needs_flush {
+            self.flush(offset, src.len() as u64);
+        }
     }
 
     fn memset_nodrain(&mut self, offset: u64, byte: u8, len: u64) {
@@ -352,6 +371,9 @@ impl Media for Region {
         } else {
             // SAFETY: the range is inside the mapping.
             unsafe { self.copier.fill_nodrain(self.at(offset), byte, len as usize, self.persister.flush) };
+            if self.nt_needs_flush {
+                self.flush(offset, len);
+            }
         }
     }
 
@@ -473,7 +495,7 @@ fn choose_persister(
             return Err(RegionError::Unsupported(instruction.to_string()));
         }
     }
-    if kind == RegionKind::File && domain == PersistenceDomain::PageCache {
+    if persists_with_msync(kind, domain) {
         return Ok(Persister { instruction: FlushInstruction::None, flush: msync_range, drain: drain_none });
     }
     let instruction = match domain {
@@ -481,6 +503,11 @@ fn choose_persister(
         _ => flush.unwrap_or_else(FlushInstruction::detect),
     };
     Ok(Persister::with_instruction(instruction))
+}
+
+/// Whether a region of this kind and domain persists with `msync`.
+fn persists_with_msync(kind: RegionKind, domain: PersistenceDomain) -> bool {
+    kind == RegionKind::File && domain == PersistenceDomain::PageCache
 }
 
 /// Persists `[ptr, ptr + len)` of a file mapping with `msync(MS_SYNC)`.
