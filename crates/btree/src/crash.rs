@@ -101,9 +101,8 @@ pub fn check_tree(workload: Workload, faults: Faults, config: &Config) -> Report
         let acked = image.acked.len();
         assert_eq!(image.acked.last().copied(), acked.checked_sub(1).map(|k| k as u64), "marks are step numbers");
         let continue_after = image_number.is_multiple_of(CONTINUE_EVERY);
-        let judged = catch_unwind(AssertUnwindSafe(|| {
-            judge(&mut image.media, faults, &states, &steps, acked, continue_after)
-        }));
+        let judged =
+            catch_unwind(AssertUnwindSafe(|| judge(&mut image.media, faults, &states, &steps, acked, continue_after)));
         judged.unwrap_or_else(|_| Err("recovery panicked".to_string()))
     })
 }
@@ -210,7 +209,8 @@ fn difference(before: &Map, after: &Map, recovered: &[(Vec<u8>, Vec<u8>)]) -> St
     let got: Map = recovered.iter().cloned().collect();
     let lost = before.keys().filter(|k| !got.contains_key(*k)).count();
     let made_up = got.keys().filter(|k| !before.contains_key(*k) && !after.contains_key(*k)).count();
-    let changed = got.iter().filter(|(k, v)| before.get(*k).is_some_and(|b| b != *v) && after.get(*k) != Some(*v)).count();
+    let changed =
+        got.iter().filter(|(k, v)| before.get(*k).is_some_and(|b| b != *v) && after.get(*k) != Some(*v)).count();
     format!(
         "recovered {} entries (acked {}, in flight {}): {lost} acked keys lost, {made_up} never written, {changed} wrong values",
         recovered.len(),

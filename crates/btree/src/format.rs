@@ -251,7 +251,8 @@ impl<'a> NodeRef<'a> {
 
     /// Entry `index` as an [`EntryRef`].
     pub fn entry(&self, index: usize) -> EntryRef<'a> {
-        let payload = if self.is_leaf() { Payload::Value(self.value(index)) } else { Payload::Child(self.child(index)) };
+        let payload =
+            if self.is_leaf() { Payload::Value(self.value(index)) } else { Payload::Child(self.child(index)) };
         EntryRef { key: self.key(index), payload }
     }
 

@@ -74,7 +74,9 @@ impl<M: Media> Range<'_, M> {
     /// Moves to the first entry of the next leaf; `false` at the end.
     fn next_leaf(&mut self) -> bool {
         let child = loop {
-            let Some((buf, index)) = self.stack.last_mut() else { return false };
+            let Some((buf, index)) = self.stack.last_mut() else {
+                return false;
+            };
             let view = NodeRef::new(&buf[..]);
             if *index + 1 < view.count() {
                 *index += 1;

@@ -107,7 +107,8 @@ fn grows_and_shrinks_to_an_empty_leaf() {
     let mut media = media(1024);
     let mut tree = BTree::create(&mut media, BASE, 1024).unwrap();
     let value = [9u8; 200];
-    let keys: Vec<Vec<u8>> = (0..3000u32).map(|i| format!("{:08}{}", i * 7919 % 3001, "x".repeat(40)).into_bytes()).collect();
+    let keys: Vec<Vec<u8>> =
+        (0..3000u32).map(|i| format!("{:08}{}", i * 7919 % 3001, "x".repeat(40)).into_bytes()).collect();
     for k in &keys {
         tree.insert(&mut media, k, &value).unwrap();
     }
@@ -194,6 +195,59 @@ fn runs_on_an_emulated_region() {
     let region = pmem::Region::open(dir.path().join("tree"), pmem::RegionOptions::default()).unwrap();
     let tree = BTree::open(&region, 0).unwrap();
     assert_eq!(tree.len(), 5000);
-    assert_eq!(tree.get(&region, &(7u32.wrapping_mul(2654435761)).to_be_bytes()).unwrap().unwrap().as_bytes(), &7u32.to_le_bytes());
+    assert_eq!(
+        tree.get(&region, &(7u32.wrapping_mul(2654435761)).to_be_bytes()).unwrap().unwrap().as_bytes(),
+        &7u32.to_le_bytes()
+    );
     tree.verify(&region).unwrap();
+}
+
+#[test]
+fn ranges_honour_every_bound_kind() {
+    let mut media = media(512);
+    let mut tree = BTree::create(&mut media, BASE, 512).unwrap();
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    assert_eq!(tree.iter(&media).count(), 0);
+    for i in 0..3000u32 {
+        let key = format!("{:06}{}", i * 37 % 3000, "-".repeat(200 + (i % 50) as usize)).into_bytes();
+        tree.insert(&mut media, &key, &i.to_le_bytes()).unwrap();
+        model.insert(key, i.to_le_bytes().to_vec());
+    }
+    assert!(tree.height() >= 3);
+    let probes: Vec<Vec<u8>> = [&b""[..], b"000000", b"000500-", b"0015", b"002999", b"1", &[0xff; 300]]
+        .iter()
+        .map(|p| p.to_vec())
+        .chain(model.keys().step_by(97).cloned())
+        .collect();
+    for lo in &probes {
+        for hi in probes.iter().step_by(3) {
+            for (start, end) in [
+                (Bound::Included(&lo[..]), Bound::Excluded(&hi[..])),
+                (Bound::Excluded(&lo[..]), Bound::Included(&hi[..])),
+                (Bound::Excluded(&lo[..]), Bound::Unbounded),
+                (Bound::Unbounded, Bound::Included(&hi[..])),
+            ] {
+                if lo > hi && !matches!(end, Bound::Unbounded) && !matches!(start, Bound::Unbounded) {
+                    continue;
+                }
+                let got: Vec<Vec<u8>> = tree.range(&media, start, end).map(|(k, _)| k).take(300).collect();
+                let want: Vec<Vec<u8>> =
+                    model.range::<[u8], _>((start, end)).map(|(k, _)| k.clone()).take(300).collect();
+                assert_eq!(got, want, "{start:?} .. {end:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn create_over_an_old_tree_starts_empty() {
+    let mut media = media(32);
+    let mut tree = BTree::create(&mut media, BASE, 32).unwrap();
+    for i in 0..500u32 {
+        tree.insert(&mut media, &i.to_be_bytes(), b"old").unwrap();
+    }
+    let tree = BTree::create(&mut media, BASE, 16).unwrap();
+    assert!(tree.is_empty());
+    let tree = BTree::open(&media, BASE).unwrap();
+    assert_eq!((tree.len(), tree.node_count(), tree.free_nodes()), (0, 16, 15));
 }

@@ -23,8 +23,8 @@ use pmem::Media;
 
 use crate::error::{CreateError, DeleteError, InsertError, LookupError, OpenError};
 use crate::format::{
-    self, expand, fill_of, pack, pack_parts, split_point, EntryRef, NodeRef, Part, Payload, HEADER_BLOCK_BYTES, MAX_HEIGHT, MAX_KEY_BYTES,
-    MAX_VALUE_BYTES, MIN_FILL, NODE_BYTES, NODE_CAPACITY, NODE_HEADER_BYTES, ROOT_WORD_AT,
+    self, expand, fill_of, pack, pack_parts, split_point, EntryRef, NodeRef, Part, Payload, HEADER_BLOCK_BYTES,
+    MAX_HEIGHT, MAX_KEY_BYTES, MAX_VALUE_BYTES, MIN_FILL, NODE_BYTES, NODE_CAPACITY, NODE_HEADER_BYTES, ROOT_WORD_AT,
 };
 use crate::value::Value;
 
@@ -452,7 +452,9 @@ impl BTree {
                     let entry = EntryRef { key, payload: Payload::Value(value) };
                     vec![Part::Run(view, 0..before), Part::One(entry), Part::Run(view, after..count)]
                 }
-                (Op::Delete { .. }, Ok(i)) => vec![Part::Run(view, 0..i), Part::Run(view, i + 1..count)],
+                (Op::Delete { .. }, Ok(i)) => {
+                    vec![Part::Run(view, 0..i), Part::Run(view, i + 1..count)]
+                }
                 (Op::Delete { .. }, Err(_)) => return None,
             };
             self.retire(node, state);
@@ -474,7 +476,8 @@ impl BTree {
         };
         let mut parts = vec![Part::Run(view, 0..first)];
         for (k, piece) in pieces.iter().enumerate() {
-            let key = if k == 0 { view.key(first) } else { piece.sep.as_deref().expect("a split piece has a separator") };
+            let key =
+                if k == 0 { view.key(first) } else { piece.sep.as_deref().expect("a split piece has a separator") };
             parts.push(Part::One(EntryRef { key, payload: Payload::Child(piece.node) }));
         }
         parts.push(Part::Run(view, last + 1..count));

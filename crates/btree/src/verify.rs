@@ -41,7 +41,10 @@ impl BTree {
         let bounds = Bounds { lo: None, hi: None };
         self.verify_node(media, root, height - 1, &bounds, true, &mut reached, &mut stats)?;
         if stats.entries != self.len() {
-            return Err(VerifyError { node: root, why: format!("{} entries, len() says {}", stats.entries, self.len()) });
+            return Err(VerifyError {
+                node: root,
+                why: format!("{} entries, len() says {}", stats.entries, self.len()),
+            });
         }
         let mut on_free_list = vec![false; reached.len()];
         for &node in self.free_list() {
