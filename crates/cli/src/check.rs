@@ -4,6 +4,7 @@
 use anyhow::Result;
 use clap::Args;
 use pmwire_crashcheck::{checks, Config, Report};
+use pmwire_remote::crash::check_directory;
 
 /// Arguments of `pmwire check`.
 #[derive(Args)]
@@ -31,7 +32,7 @@ pub fn run(args: &CheckArgs) -> Result<bool> {
         config.samples = 16;
     }
     let rows = rows(&config);
-    println!("{:<44} {:>8} {:>10} {:>9}  verdict", "structure", "points", "images", "failures");
+    println!("{:<58} {:>8} {:>10} {:>9}  verdict", "structure", "points", "images", "failures");
     let mut all_ok = true;
     for row in &rows {
         let caught = !row.report.is_ok();
@@ -44,7 +45,7 @@ pub fn run(args: &CheckArgs) -> Result<bool> {
             (true, false) => "PLANTED BUG MISSED",
         };
         println!(
-            "{:<44} {:>8} {:>10} {:>9}  {verdict}",
+            "{:<58} {:>8} {:>10} {:>9}  {verdict}",
             row.name, row.report.crash_points, row.report.images, row.report.failure_count
         );
         if !ok {
@@ -64,6 +65,8 @@ fn rows(config: &Config) -> Vec<Row> {
         row("planted: register chunk never flushed", true, checks::check_planted_unflushed_register(config)),
     ];
     rows.extend(log_rows(config));
+    rows.extend(btree_rows(config));
+    rows.extend(remote_rows(config));
     rows
 }
 
@@ -76,4 +79,21 @@ fn log_rows(config: &Config) -> Vec<Row> {
         .into_iter()
         .map(|check| row(check.name, check.planted, (check.run)(config)))
         .collect()
+}
+
+fn btree_rows(config: &Config) -> Vec<Row> {
+    pmwire_btree::crash::checks()
+        .into_iter()
+        .map(|check| row(check.name, check.planted, (check.run)(config)))
+        .collect()
+}
+
+fn remote_rows(config: &Config) -> Vec<Row> {
+    use pmwire_remote::pool::PoolFaults;
+    let planted = |slot_before_log, skip_slot_flush| PoolFaults { slot_before_log, skip_slot_flush };
+    vec![
+        row("remote pool: log directory", false, check_directory(PoolFaults::default(), config)),
+        row("planted: directory slot before its log", true, check_directory(planted(true, false), config)),
+        row("planted: directory slot never flushed", true, check_directory(planted(false, true), config)),
+    ]
 }
