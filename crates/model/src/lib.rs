@@ -1,0 +1,1 @@
+//! pmwire-model (in progress).
