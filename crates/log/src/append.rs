@@ -13,7 +13,7 @@
 //!   (naive, rotating) or its own checksum (self-validating);
 //! - `head` is durable in the newer of two checksummed head slots.
 
-use pmem::{Media, RotatingCounter, Rotation};
+use pmem::{Media, RotatingCounter, Rotation, LINE};
 
 use crate::config::{Faults, LogConfig, TailStrategy};
 use crate::error::{AppendError, CreateError, OpenError, TruncateError};
@@ -291,13 +291,21 @@ impl AppendLog {
     #[inline]
     fn write_entry_nodrain<M: Media>(&self, media: &mut M, pos: u64, header: &[u8], payload: &[u8]) {
         let at = self.entries + pos % self.config.capacity;
-        media.write(at, header);
-        if payload.len() >= media.nt_threshold() {
-            media.write_nt(at + ENTRY_HEADER_BYTES, payload);
-            media.flush(at, ENTRY_HEADER_BYTES);
-        } else {
-            media.write(at + ENTRY_HEADER_BYTES, payload);
-            media.flush(at, ENTRY_HEADER_BYTES + payload.len() as u64);
+        // The header and the payload bytes that share its last cache line
+        // go out as one piece (one flush per line, never two); the rest of
+        // the payload then starts on a line boundary, where a non-temporal
+        // copy streams whole lines.
+        let header_end = at + ENTRY_HEADER_BYTES;
+        let line = LINE as u64;
+        let shared = ((line - header_end % line) % line).min(payload.len() as u64) as usize;
+        let mut first = [0u8; ENTRY_HEADER_BYTES as usize + LINE];
+        let first_len = ENTRY_HEADER_BYTES as usize + shared;
+        first[..header.len()].copy_from_slice(header);
+        first[header.len()..first_len].copy_from_slice(&payload[..shared]);
+        media.write(at, &first[..first_len]);
+        media.flush(at, first_len as u64);
+        if shared < payload.len() {
+            media.memcpy_nodrain(header_end + shared as u64, &payload[shared..]);
         }
     }
 
