@@ -13,7 +13,12 @@
 //!
 //! Only the `*_nbx` communication calls are meant to be used; the older
 //! `*_nb` forms are bound because the header declares them.
-#![allow(non_upper_case_globals, non_camel_case_types, non_snake_case, dead_code)]
+#![allow(
+    non_upper_case_globals,
+    non_camel_case_types,
+    non_snake_case,
+    dead_code
+)]
 #![allow(clippy::all)]
 #![allow(missing_docs)]
 
@@ -108,6 +113,9 @@ mod tests {
         let (mut major, mut minor, mut release) = (0u32, 0u32, 0u32);
         // SAFETY: writes three integers.
         unsafe { ucp_get_version(&mut major, &mut minor, &mut release) };
-        assert!((major, minor) >= (UCP_API_MAJOR, UCP_API_MINOR), "{major}.{minor}");
+        assert!(
+            (major, minor) >= (UCP_API_MAJOR, UCP_API_MINOR),
+            "{major}.{minor}"
+        );
     }
 }

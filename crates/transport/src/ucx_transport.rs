@@ -1,0 +1,1148 @@
+//! [`UcxTransport`]: the [`Transport`] seam over UCX. One transport is one
+//! UCP context and one worker (single-thread mode), owned by the thread of
+//! one event loop.
+//!
+//! How the pieces map onto UCP:
+//! - connections are client-server endpoints (`ucp_ep_create` with a socket
+//!   address, or with a connection request from `ucp_listener_create`), with
+//!   peer error handling so that a lost peer surfaces as an error callback;
+//! - RPCs are active messages on one id ([`wire::AM_ID`]): the AM header is
+//!   our 24-byte framing plus the caller's header, the AM data is the
+//!   payload. Data that arrives as rendezvous (`UCP_AM_RECV_ATTR_FLAG_RNDV`)
+//!   is fetched with `ucp_am_recv_data_nbx` into a buffer of the announced
+//!   size (bounded by [`Limits::max_payload_bytes`]);
+//! - one-sided operations are `ucp_put_nbx`, `ucp_get_nbx`,
+//!   `ucp_atomic_op_nbx` (64-bit) and `ucp_ep_flush_nbx`, against regions
+//!   mapped with `ucp_mem_map` and keys packed with `ucp_rkey_pack`;
+//! - `wait` is `ucp_worker_arm` + `poll(2)` on `ucp_worker_get_efd`.
+//!
+//! Invariants:
+//! - Callbacks (connection request, endpoint error, active message) only
+//!   append to the `Callbacks` queues behind a `RefCell` in a `Box` whose
+//!   address is stable for the transport's life; everything else happens in
+//!   `poll`, outside any callback. No borrow of it is held across a UCX call.
+//! - A buffer handed to UCX lives in a `Pending` entry until its request
+//!   completes; nothing is freed while UCX may still touch it (on drop the
+//!   transport force-closes its endpoints, drains requests for a bounded
+//!   number of progress rounds, and leaks whatever is still in flight).
+//! - Every operation that took a window slot gives it back exactly once:
+//!   at completion, at failure, or when its connection fails (then the late
+//!   UCX completion finds a newer generation and is dropped).
+//! - Over transports without native RMA or atomics (TCP; shared memory with
+//!   memory UCX did not allocate) UCX emulates them with active messages, so
+//!   the *target* must progress its worker for them to complete.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::ffi::c_void;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use ucx_sys as sys;
+
+use crate::error::{
+    AttachError, ConnectError, OpError, RegisterError, SetupError, Status, WaitError,
+};
+use crate::inproc::check_sizes;
+use crate::seam::{
+    check_range, AtomicOp, Completion, ConnId, Event, Limits, LocalRegionId, Output,
+    RegionDescriptor, RemoteRegionId, Request as RpcRequest, RequestId, Transport,
+};
+use crate::ucx::{
+    Armed, Context, ContextConfig, Endpoint, Listener, MemRegion, Peer, Request, Rkey, Worker,
+};
+use crate::wire::{self, Answering, Kind, Window};
+
+/// Progress rounds one `poll` makes at most (each handles a batch of events).
+const PROGRESS_ROUNDS: usize = 64;
+
+/// Consecutive `UCS_ERR_BUSY` from `ucp_worker_arm` after which `wait`
+/// returns `true` and lets the caller poll.
+const ARM_BUSY_ROUNDS: usize = 16;
+
+/// Progress rounds `Drop` spends draining requests before leaking them.
+const DROP_DRAIN_ROUNDS: usize = 100_000;
+
+/// Arrivals queued by the AM callback beyond which messages are dropped
+/// (a peer that ignores its window cannot make us allocate without bound).
+const MAX_ARRIVALS: usize = 65_536;
+
+/// How a [`UcxTransport`] is set up.
+#[derive(Clone, Debug)]
+pub struct UcxConfig {
+    /// UCX variables for this transport's context (`UCX_TLS` and others).
+    pub context: ContextConfig,
+    /// Bounds (both ends of a connection should use the same).
+    pub limits: Limits,
+    /// Ask UCX to detect peer failure (`UCP_ERR_HANDLING_MODE_PEER`), so a
+    /// crashed peer surfaces as [`Event::Disconnected`]. UCX 1.13 cannot do
+    /// this over shared memory and then refuses to connect, so it must be
+    /// off there; a peer that vanishes is then noticed only if the
+    /// connection manager reports it.
+    pub peer_failure_detection: bool,
+}
+
+impl Default for UcxConfig {
+    fn default() -> UcxConfig {
+        UcxConfig {
+            context: ContextConfig::default(),
+            limits: Limits::default(),
+            peer_failure_detection: true,
+        }
+    }
+}
+
+impl UcxConfig {
+    /// Default limits over the given `UCX_TLS` (e.g. `"tcp"`, `"rc,ud"`),
+    /// with peer failure detection on.
+    pub fn tls(tls: &str) -> UcxConfig {
+        UcxConfig {
+            context: ContextConfig::tls(tls),
+            ..UcxConfig::default()
+        }
+    }
+
+    /// Shared memory between processes (or workers) of one host: `UCX_TLS=sm,tcp`
+    /// without peer failure detection. In UCX 1.13 client-server connection
+    /// set-up needs the TCP connection manager, which needs `tcp` in
+    /// `UCX_TLS`; the data lanes still come out as shared memory (sysv/posix
+    /// active messages, cma zero-copy RMA; [`UcxTransport::describe`] shows
+    /// them). Peer failure detection must be off: UCX 1.13 offers it on no
+    /// shared-memory transport and would fall back to TCP lanes.
+    pub fn shared_memory() -> UcxConfig {
+        UcxConfig {
+            context: ContextConfig::tls("sm,tcp"),
+            peer_failure_detection: false,
+            ..UcxConfig::default()
+        }
+    }
+
+    /// Adds a `UCX_*` variable (named without the prefix) for this context.
+    pub fn with_var(mut self, name: &str, value: &str) -> UcxConfig {
+        self.context
+            .vars
+            .push((name.to_string(), value.to_string()));
+        self
+    }
+}
+
+/// What the UCX callbacks hand to `poll`.
+#[derive(Default)]
+struct Callbacks {
+    accepts: Vec<sys::ucp_conn_request_h>,
+    failures: Vec<(usize, Status)>,
+    arrivals: VecDeque<Arrival>,
+    dropped: u64,
+}
+
+struct Arrival {
+    ep: usize,
+    header: Vec<u8>,
+    data: ArrivalData,
+}
+
+enum ArrivalData {
+    Eager(Vec<u8>),
+    Rndv { desc: *mut c_void, len: usize },
+}
+
+struct UcxConn {
+    // Field order is drop order: keys before the endpoint they were unpacked on.
+    remotes: Vec<Remote>,
+    ep: Option<Rc<Endpoint>>,
+    window: Window,
+    answering: Answering,
+    gone: bool,
+}
+
+struct Remote {
+    rkey: Rkey,
+    addr: u64,
+    len: u64,
+}
+
+struct Registered {
+    mem: MemRegion,
+    packed_rkey: Vec<u8>,
+}
+
+/// Buffers an atomic needs until completion (stable heap address).
+struct AtomicBufs {
+    operand: u64,
+    reply: u64,
+}
+
+enum Pending {
+    Op {
+        conn: u32,
+        call: u64,
+        kind: OpKind,
+    },
+    SendCall {
+        conn: u32,
+        call: u64,
+        _header: Vec<u8>,
+        _payload: Vec<u8>,
+    },
+    SendReply {
+        _header: Vec<u8>,
+        _payload: Vec<u8>,
+    },
+    Recv {
+        conn: u32,
+        kind: Kind,
+        call: u64,
+        header: Vec<u8>,
+        buf: Vec<u8>,
+    },
+    Close,
+}
+
+/// What starting a one-sided op needs: the endpoint, the call id of its
+/// window slot, and (remote key index, absolute address) unless a flush.
+type OneSided = (Rc<Endpoint>, u64, Option<(usize, u64)>);
+
+enum OpKind {
+    Put(Vec<u8>),
+    Get(Vec<u8>),
+    Atomic(Box<AtomicBufs>, bool),
+    Flush,
+}
+
+/// The [`Transport`] over UCX. See the module docs.
+pub struct UcxTransport {
+    // Field order is drop order (after `Drop::drop` has closed endpoints and
+    // drained requests): connections, pending buffers, registrations, the
+    // listener, the worker, the context, and last the callback state the
+    // worker's handlers point to.
+    conns: Vec<Option<UcxConn>>,
+    pending: Vec<(Request, Pending)>,
+    regions: Vec<Option<Registered>>,
+    listener: Option<Listener>,
+    worker: Rc<Worker>,
+    context: Rc<Context>,
+    events: VecDeque<Event>,
+    ep_conn: HashMap<usize, u32>,
+    limits: Limits,
+    peer_errors: bool,
+    callbacks: Box<RefCell<Callbacks>>,
+}
+
+impl UcxTransport {
+    /// Creates a transport (context + worker) configured by `config`.
+    pub fn new(config: &UcxConfig) -> Result<UcxTransport, SetupError> {
+        config.limits.check();
+        let context = Context::new(&config.context)?;
+        let worker = Worker::new(&context)?;
+        let need = wire::FRAMING_BYTES + config.limits.max_header_bytes;
+        if need > worker.max_am_header() {
+            return Err(SetupError::Unsupported(format!(
+                "headers of {} B need {need} B of AM header; the worker allows {}",
+                config.limits.max_header_bytes,
+                worker.max_am_header()
+            )));
+        }
+        let callbacks = Box::new(RefCell::new(Callbacks::default()));
+        let arg = &*callbacks as *const RefCell<Callbacks> as *mut c_void;
+        // SAFETY: `arg` points into the boxed callbacks, which the transport
+        // drops after the worker (field order), so it outlives the handler.
+        unsafe { worker.set_am_handler(wire::AM_ID, Some(on_am), arg) }.map_err(|status| {
+            SetupError::Ucx {
+                call: "ucp_worker_set_am_recv_handler",
+                status,
+            }
+        })?;
+        Ok(UcxTransport {
+            conns: Vec::new(),
+            pending: Vec::new(),
+            regions: Vec::new(),
+            listener: None,
+            worker,
+            context,
+            events: VecDeque::new(),
+            ep_conn: HashMap::new(),
+            limits: config.limits,
+            peer_errors: config.peer_failure_detection,
+            callbacks,
+        })
+    }
+
+    /// Listens on `addr` (port 0 picks one); returns the bound address.
+    /// Connections arrive as [`Event::Accepted`].
+    pub fn listen(&mut self, addr: SocketAddr) -> Result<SocketAddr, SetupError> {
+        assert!(self.listener.is_none(), "one listener per transport");
+        let arg = self.callbacks_arg();
+        // SAFETY: as for the AM handler: the callbacks box outlives the listener.
+        let listener = unsafe { Listener::new(&self.worker, addr, Some(on_conn_request), arg) }?;
+        let bound = listener.local_addr();
+        self.listener = Some(listener);
+        Ok(bound)
+    }
+
+    /// The listener's bound address, if listening.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.listener.as_ref().map(Listener::local_addr)
+    }
+
+    /// The worker, for code that drives UCX directly (probes, benchmarks).
+    pub fn worker(&self) -> &Rc<Worker> {
+        &self.worker
+    }
+
+    /// UCX's description of a connection's endpoint: lanes and the
+    /// transports they use (`ucp_ep_print_info`).
+    pub fn describe(&self, conn: ConnId) -> Option<String> {
+        let ep = self.conns.get(conn.0 as usize)?.as_ref()?.ep.as_ref()?;
+        Some(ep.describe())
+    }
+
+    /// Messages dropped because they broke the protocol or the bounds.
+    pub fn dropped_messages(&self) -> u64 {
+        self.callbacks.borrow().dropped
+    }
+
+    fn callbacks_arg(&self) -> *mut c_void {
+        &*self.callbacks as *const RefCell<Callbacks> as *mut c_void
+    }
+
+    fn open_conn(&mut self, conn: ConnId) -> Result<&mut UcxConn, OpError> {
+        match self.conns.get_mut(conn.0 as usize) {
+            Some(Some(c)) if !c.gone && c.ep.is_some() => Ok(c),
+            _ => Err(OpError::Disconnected(conn.0)),
+        }
+    }
+
+    fn add_conn(&mut self, ep: Endpoint) -> Result<ConnId, Endpoint> {
+        let slot = match self.conns.iter().position(Option::is_none) {
+            Some(i) => i,
+            None if self.conns.len() < self.limits.max_conns => {
+                self.conns.push(None);
+                self.conns.len() - 1
+            }
+            None => return Err(ep),
+        };
+        self.ep_conn.insert(ep.raw() as usize, slot as u32);
+        self.conns[slot] = Some(UcxConn {
+            remotes: Vec::new(),
+            ep: Some(Rc::new(ep)),
+            window: Window::new(self.limits.window),
+            answering: Answering::new(),
+            gone: false,
+        });
+        Ok(ConnId(slot as u32))
+    }
+
+    /// Ends a connection: fails its window, releases keys and endpoint
+    /// (gracefully unless it already failed), and queues `Disconnected`.
+    fn end_conn(&mut self, conn: u32, cause: Option<Status>) {
+        let Some(Some(c)) = self.conns.get_mut(conn as usize) else {
+            return;
+        };
+        if c.gone {
+            return;
+        }
+        c.gone = true;
+        for (_, token) in c.window.drain() {
+            let completion = Completion {
+                conn: ConnId(conn),
+                token,
+                result: Err(OpError::Disconnected(conn)),
+            };
+            self.events.push_back(Event::Completion(completion));
+        }
+        c.remotes.clear();
+        let ep = c.ep.take().expect("an open connection has an endpoint");
+        self.ep_conn.remove(&(ep.raw() as usize));
+        match Rc::try_unwrap(ep) {
+            Ok(ep) => {
+                // A failed endpoint can only be force-closed; a healthy one
+                // flushes first so that posted puts still land.
+                if let Ok(Some(req)) = ep.close(cause.is_some()) {
+                    self.pending.push((req, Pending::Close));
+                }
+            }
+            Err(_) => unreachable!("only remote keys share the endpoint, and they were dropped"),
+        }
+        self.events.push_back(Event::Disconnected {
+            conn: ConnId(conn),
+            cause,
+        });
+    }
+
+    fn progress(&self) {
+        for _ in 0..PROGRESS_ROUNDS {
+            if self.worker.progress() == 0 {
+                break;
+            }
+        }
+    }
+
+    /// Handles what the callbacks queued, then reaps completed requests.
+    fn process(&mut self) {
+        let (accepts, failures) = {
+            let mut cb = self.callbacks.borrow_mut();
+            (
+                std::mem::take(&mut cb.accepts),
+                std::mem::take(&mut cb.failures),
+            )
+        };
+        for request in accepts {
+            self.accept(request);
+        }
+        for (ep, status) in failures {
+            if let Some(&conn) = self.ep_conn.get(&ep) {
+                self.end_conn(conn, Some(status));
+            }
+        }
+        loop {
+            let next = self.callbacks.borrow_mut().arrivals.pop_front();
+            let Some(arrival) = next else { break };
+            self.arrive(arrival);
+        }
+        self.reap();
+    }
+
+    fn accept(&mut self, request: sys::ucp_conn_request_h) {
+        let open = self.conns.iter().filter(|c| c.is_some()).count();
+        if open >= self.limits.max_conns {
+            if let Some(listener) = &self.listener {
+                // SAFETY: the request came from this listener's callback and
+                // is consumed once, here.
+                unsafe { listener.reject(request) };
+            }
+            return;
+        }
+        let arg = self.callbacks_arg();
+        // SAFETY: the request came from our listener's callback; the error
+        // handler's arg is the callbacks box, which outlives the endpoint.
+        match unsafe {
+            Endpoint::new(
+                &self.worker,
+                Peer::Accept(request),
+                self.peer_errors,
+                Some(on_ep_error),
+                arg,
+            )
+        } {
+            Ok(ep) => match self.add_conn(ep) {
+                Ok(conn) => self.events.push_back(Event::Accepted(conn)),
+                Err(ep) => drop(ep), // unreachable: the bound was checked above
+            },
+            Err(_) => {
+                // UCX consumed the request; the client sees its connection fail.
+            }
+        }
+    }
+
+    /// Handles one arrived message (outside the callback).
+    fn arrive(&mut self, arrival: Arrival) {
+        let data_len = match &arrival.data {
+            ArrivalData::Eager(v) => v.len(),
+            ArrivalData::Rndv { len, .. } => *len,
+        };
+        let conn = self.ep_conn.get(&arrival.ep).copied();
+        let decoded = wire::decode_header(&arrival.header, data_len);
+        let ok = match (&decoded, conn) {
+            (Ok((prefix, user)), Some(conn)) => {
+                user.len() <= self.limits.max_header_bytes
+                    && data_len <= self.limits.max_payload_bytes
+                    && self.admit(conn, prefix.kind, prefix.call)
+            }
+            _ => false,
+        };
+        if !ok {
+            self.drop_arrival(arrival.data);
+            return;
+        }
+        let (prefix, user) = decoded.expect("checked above");
+        let conn = conn.expect("checked above");
+        let header = user.to_vec();
+        match arrival.data {
+            ArrivalData::Eager(payload) => {
+                self.deliver(conn, prefix.kind, prefix.call, header, payload)
+            }
+            ArrivalData::Rndv { desc, len } => {
+                self.start_recv(conn, prefix.kind, prefix.call, header, desc, len)
+            }
+        }
+    }
+
+    /// Whether a message for `call` is expected on `conn`; a request is
+    /// recorded as awaiting a reply.
+    fn admit(&mut self, conn: u32, kind: Kind, call: u64) -> bool {
+        match self.conns.get_mut(conn as usize) {
+            Some(Some(c)) if !c.gone => match kind {
+                Kind::Request => c.answering.arrive(call),
+                Kind::Response => true, // matched against the window on delivery
+            },
+            _ => false,
+        }
+    }
+
+    fn deliver(&mut self, conn: u32, kind: Kind, call: u64, header: Vec<u8>, payload: Vec<u8>) {
+        match kind {
+            Kind::Request => {
+                let id = RequestId {
+                    conn: ConnId(conn),
+                    call,
+                };
+                self.events.push_back(Event::Request(RpcRequest {
+                    id,
+                    header,
+                    payload,
+                }));
+            }
+            Kind::Response => {
+                let Some(Some(c)) = self.conns.get_mut(conn as usize) else {
+                    return;
+                };
+                match c.window.finish(call) {
+                    Some(token) => {
+                        let result = Ok(Output::Response { header, payload });
+                        self.events.push_back(Event::Completion(Completion {
+                            conn: ConnId(conn),
+                            token,
+                            result,
+                        }));
+                    }
+                    None => self.callbacks.borrow_mut().dropped += 1,
+                }
+            }
+        }
+    }
+
+    fn start_recv(
+        &mut self,
+        conn: u32,
+        kind: Kind,
+        call: u64,
+        header: Vec<u8>,
+        desc: *mut c_void,
+        len: usize,
+    ) {
+        let mut buf = vec![0u8; len];
+        let param = zeroed_param();
+        // SAFETY: desc came from the AM callback (which returned
+        // UCS_INPROGRESS), is used once, and UCX owns it from here on; buf
+        // lives in the Pending entry until the request completes.
+        let ptr = unsafe {
+            sys::ucp_am_recv_data_nbx(
+                self.worker.raw(),
+                desc,
+                buf.as_mut_ptr() as *mut c_void,
+                len,
+                &param,
+            )
+        };
+        match request_of(ptr) {
+            Ok(None) => self.deliver(conn, kind, call, header, buf),
+            Ok(Some(req)) => self.pending.push((
+                req,
+                Pending::Recv {
+                    conn,
+                    kind,
+                    call,
+                    header,
+                    buf,
+                },
+            )),
+            Err(_) => self.fail_arrival(conn, kind, call),
+        }
+    }
+
+    /// A message we admitted could not be received: a response fails its
+    /// call; a request is forgotten (its caller's call fails when the
+    /// connection does).
+    fn fail_arrival(&mut self, conn: u32, kind: Kind, call: u64) {
+        let Some(Some(c)) = self.conns.get_mut(conn as usize) else {
+            return;
+        };
+        match kind {
+            Kind::Request => {
+                c.answering.answer(call);
+            }
+            Kind::Response => {
+                if let Some(token) = c.window.finish(call) {
+                    let status = Status(sys::UCS_ERR_IO_ERROR);
+                    let result = Err(OpError::Ucx {
+                        call: "ucp_am_recv_data_nbx",
+                        status,
+                    });
+                    self.events.push_back(Event::Completion(Completion {
+                        conn: ConnId(conn),
+                        token,
+                        result,
+                    }));
+                }
+            }
+        }
+    }
+
+    fn drop_arrival(&mut self, data: ArrivalData) {
+        self.callbacks.borrow_mut().dropped += 1;
+        if let ArrivalData::Rndv { desc, .. } = data {
+            // SAFETY: desc is a rendezvous descriptor we kept (INPROGRESS)
+            // and never passed to ucp_am_recv_data_nbx.
+            unsafe { sys::ucp_am_data_release(self.worker.raw(), desc) };
+        }
+    }
+
+    /// Turns completed requests into completions.
+    fn reap(&mut self) {
+        let mut i = 0;
+        while i < self.pending.len() {
+            let Some(result) = self.pending[i].0.check() else {
+                i += 1;
+                continue;
+            };
+            let (_req, pending) = self.pending.swap_remove(i);
+            self.complete(pending, result);
+        }
+    }
+
+    fn complete(&mut self, pending: Pending, result: Result<(), Status>) {
+        match pending {
+            Pending::Op { conn, call, kind } => self.finish_op(
+                conn,
+                call,
+                kind,
+                result.map_err(|s| ucx_err("completion", s)),
+            ),
+            Pending::SendCall { conn, call, .. } => {
+                if let Err(status) = result {
+                    self.finish_call(conn, call, Err(ucx_err("ucp_am_send_nbx", status)));
+                }
+            }
+            Pending::SendReply { .. } | Pending::Close => {}
+            Pending::Recv {
+                conn,
+                kind,
+                call,
+                header,
+                buf,
+            } => match result {
+                Ok(()) => self.deliver(conn, kind, call, header, buf),
+                Err(_) => self.fail_arrival(conn, kind, call),
+            },
+        }
+    }
+
+    fn finish_call(&mut self, conn: u32, call: u64, result: Result<Output, OpError>) {
+        let Some(Some(c)) = self.conns.get_mut(conn as usize) else {
+            return;
+        };
+        if let Some(token) = c.window.finish(call) {
+            self.events.push_back(Event::Completion(Completion {
+                conn: ConnId(conn),
+                token,
+                result,
+            }));
+        }
+    }
+
+    fn finish_op(&mut self, conn: u32, call: u64, kind: OpKind, result: Result<(), OpError>) {
+        let output = result.map(|()| match kind {
+            OpKind::Put(buf) => Output::Put { buf },
+            OpKind::Get(buf) => Output::Get { buf },
+            OpKind::Atomic(bufs, fetch) => Output::Atomic {
+                old: if fetch { bufs.reply } else { 0 },
+            },
+            OpKind::Flush => Output::Flush,
+        });
+        self.finish_call(conn, call, output);
+    }
+
+    /// Common start of a one-sided op: the endpoint, a window slot, and the
+    /// key and absolute address of `offset..offset+len` (None for flush).
+    fn begin_one_sided(
+        &mut self,
+        conn: ConnId,
+        target: Option<(RemoteRegionId, u64, u64)>,
+        token: u64,
+    ) -> Result<OneSided, OpError> {
+        let c = self.open_conn(conn)?;
+        let at = match target {
+            None => None,
+            Some((region, offset, len)) => {
+                let r = c
+                    .remotes
+                    .get(region.0 as usize)
+                    .ok_or(OpError::UnknownRegion(region.0))?;
+                check_range(offset, len, r.len)?;
+                Some((region.0 as usize, r.addr + offset))
+            }
+        };
+        let cap = c.window.capacity();
+        let call = c.window.take(token).ok_or(OpError::WindowFull(cap))?;
+        Ok((c.ep.clone().expect("open"), call, at))
+    }
+
+    /// Records the outcome of starting a one-sided op.
+    fn started(
+        &mut self,
+        conn: ConnId,
+        call: u64,
+        kind: OpKind,
+        started: Result<Option<Request>, Status>,
+        what: &'static str,
+    ) -> Result<(), OpError> {
+        match started {
+            Ok(None) => {
+                self.finish_op(conn.0, call, kind, Ok(()));
+                Ok(())
+            }
+            Ok(Some(req)) => {
+                self.pending.push((
+                    req,
+                    Pending::Op {
+                        conn: conn.0,
+                        call,
+                        kind,
+                    },
+                ));
+                Ok(())
+            }
+            Err(status) => {
+                if let Some(Some(c)) = self.conns.get_mut(conn.0 as usize) {
+                    c.window.finish(call);
+                }
+                Err(ucx_err(what, status))
+            }
+        }
+    }
+
+    fn rkey(&self, conn: ConnId, index: usize) -> &Rkey {
+        &self.conns[conn.0 as usize].as_ref().expect("open").remotes[index].rkey
+    }
+}
+
+impl Transport for UcxTransport {
+    type Addr = SocketAddr;
+
+    fn connect(&mut self, addr: &SocketAddr) -> Result<ConnId, ConnectError> {
+        if self.conns.iter().filter(|c| c.is_some()).count() >= self.limits.max_conns {
+            return Err(ConnectError::TooMany(self.limits.max_conns));
+        }
+        let arg = self.callbacks_arg();
+        // SAFETY: the error handler's arg is the callbacks box, which outlives
+        // every endpoint.
+        let ep = unsafe {
+            Endpoint::new(
+                &self.worker,
+                Peer::Connect(*addr),
+                self.peer_errors,
+                Some(on_ep_error),
+                arg,
+            )
+        }
+        .map_err(|status| ConnectError::Ucx {
+            addr: addr.to_string(),
+            status,
+        })?;
+        self.add_conn(ep)
+            .map_err(|_| ConnectError::TooMany(self.limits.max_conns))
+    }
+
+    fn close(&mut self, conn: ConnId) {
+        self.end_conn(conn.0, None);
+    }
+
+    fn call(
+        &mut self,
+        conn: ConnId,
+        header: &[u8],
+        payload: Vec<u8>,
+        token: u64,
+    ) -> Result<(), OpError> {
+        check_sizes(&self.limits, header.len(), payload.len())?;
+        let c = self.open_conn(conn)?;
+        let cap = c.window.capacity();
+        let call = c.window.take(token).ok_or(OpError::WindowFull(cap))?;
+        let ep = c.ep.clone().expect("open");
+        let mut am_header = Vec::with_capacity(wire::FRAMING_BYTES + header.len());
+        wire::encode_header(&mut am_header, Kind::Request, call, header, payload.len());
+        // SAFETY: am_header and payload move into the Pending entry (their
+        // heap storage does not move) and live until the request completes.
+        match unsafe { ep.am_send(wire::AM_ID, &am_header, &payload) } {
+            Ok(None) => Ok(()),
+            Ok(Some(req)) => {
+                let pending = Pending::SendCall {
+                    conn: conn.0,
+                    call,
+                    _header: am_header,
+                    _payload: payload,
+                };
+                self.pending.push((req, pending));
+                Ok(())
+            }
+            Err(status) => {
+                self.open_conn(conn).map(|c| c.window.finish(call)).ok();
+                Err(ucx_err("ucp_am_send_nbx", status))
+            }
+        }
+    }
+
+    fn reply(
+        &mut self,
+        request: RequestId,
+        header: &[u8],
+        payload: Vec<u8>,
+    ) -> Result<(), OpError> {
+        check_sizes(&self.limits, header.len(), payload.len())?;
+        let c = self.open_conn(request.conn)?;
+        if !c.answering.answer(request.call) {
+            return Err(OpError::UnknownRequest);
+        }
+        let ep = c.ep.clone().expect("open");
+        let mut am_header = Vec::with_capacity(wire::FRAMING_BYTES + header.len());
+        wire::encode_header(
+            &mut am_header,
+            Kind::Response,
+            request.call,
+            header,
+            payload.len(),
+        );
+        // SAFETY: as in call.
+        match unsafe { ep.am_send(wire::AM_ID, &am_header, &payload) } {
+            Ok(None) => Ok(()),
+            Ok(Some(req)) => {
+                self.pending.push((
+                    req,
+                    Pending::SendReply {
+                        _header: am_header,
+                        _payload: payload,
+                    },
+                ));
+                Ok(())
+            }
+            Err(status) => Err(ucx_err("ucp_am_send_nbx", status)),
+        }
+    }
+
+    unsafe fn register(
+        &mut self,
+        addr: *mut u8,
+        len: usize,
+    ) -> Result<LocalRegionId, RegisterError> {
+        let slot = match self.regions.iter().position(Option::is_none) {
+            Some(i) => i,
+            None if self.regions.len() < self.limits.max_regions => {
+                self.regions.push(None);
+                self.regions.len() - 1
+            }
+            None => return Err(RegisterError::TooMany(self.limits.max_regions)),
+        };
+        // SAFETY: forwarded under the caller's contract.
+        let mem = unsafe { MemRegion::register(&self.context, addr, len) }?;
+        let packed_rkey = mem.pack_rkey()?;
+        self.regions[slot] = Some(Registered { mem, packed_rkey });
+        Ok(LocalRegionId(slot as u32))
+    }
+
+    fn deregister(&mut self, region: LocalRegionId) {
+        if let Some(r) = self.regions.get_mut(region.0 as usize) {
+            *r = None;
+        }
+    }
+
+    fn export(&self, region: LocalRegionId) -> Result<RegionDescriptor, RegisterError> {
+        let r = self
+            .regions
+            .get(region.0 as usize)
+            .and_then(Option::as_ref)
+            .ok_or(RegisterError::Empty)?;
+        Ok(RegionDescriptor {
+            addr: r.mem.addr() as u64,
+            len: r.mem.len() as u64,
+            rkey: r.packed_rkey.clone(),
+        })
+    }
+
+    fn attach(
+        &mut self,
+        conn: ConnId,
+        desc: &RegionDescriptor,
+    ) -> Result<RemoteRegionId, AttachError> {
+        if desc.rkey.is_empty() || desc.rkey.len() > wire::MAX_RKEY_BYTES {
+            return Err(AttachError::Malformed("rkey length"));
+        }
+        if desc.addr.checked_add(desc.len).is_none() {
+            return Err(AttachError::Malformed("address range overflows"));
+        }
+        let max = self.limits.max_remote_regions;
+        let c = self
+            .open_conn(conn)
+            .map_err(|_| AttachError::NotConnected(conn.0))?;
+        if c.remotes.len() >= max {
+            return Err(AttachError::TooMany(max));
+        }
+        let rkey =
+            c.ep.as_ref()
+                .expect("open")
+                .unpack_rkey(&desc.rkey)
+                .map_err(AttachError::Ucx)?;
+        c.remotes.push(Remote {
+            rkey,
+            addr: desc.addr,
+            len: desc.len,
+        });
+        Ok(RemoteRegionId(c.remotes.len() as u32 - 1))
+    }
+
+    fn put(
+        &mut self,
+        conn: ConnId,
+        region: RemoteRegionId,
+        offset: u64,
+        buf: Vec<u8>,
+        token: u64,
+    ) -> Result<(), OpError> {
+        let (ep, call, at) =
+            self.begin_one_sided(conn, Some((region, offset, buf.len() as u64)), token)?;
+        let (index, addr) = at.expect("a put has a target");
+        // SAFETY: buf moves into the Pending entry (its heap storage stays
+        // put) and lives until the request completes.
+        let started = unsafe { ep.put(buf.as_ptr(), buf.len(), addr, self.rkey(conn, index)) };
+        self.started(conn, call, OpKind::Put(buf), started, "ucp_put_nbx")
+    }
+
+    fn get(
+        &mut self,
+        conn: ConnId,
+        region: RemoteRegionId,
+        offset: u64,
+        mut buf: Vec<u8>,
+        token: u64,
+    ) -> Result<(), OpError> {
+        let (ep, call, at) =
+            self.begin_one_sided(conn, Some((region, offset, buf.len() as u64)), token)?;
+        let (index, addr) = at.expect("a get has a target");
+        // SAFETY: as in put; nothing else touches buf until completion.
+        let started = unsafe { ep.get(buf.as_mut_ptr(), buf.len(), addr, self.rkey(conn, index)) };
+        self.started(conn, call, OpKind::Get(buf), started, "ucp_get_nbx")
+    }
+
+    fn atomic(
+        &mut self,
+        conn: ConnId,
+        region: RemoteRegionId,
+        offset: u64,
+        op: AtomicOp,
+        token: u64,
+    ) -> Result<(), OpError> {
+        if !offset.is_multiple_of(8) {
+            return Err(OpError::Misaligned(offset));
+        }
+        let (ep, call, at) = self.begin_one_sided(conn, Some((region, offset, 8)), token)?;
+        let (index, addr) = at.expect("an atomic has a target");
+        let (opcode, operand, reply_in, fetch) = match op {
+            AtomicOp::Add(x) => (sys::UCP_ATOMIC_OP_ADD, x, 0, false),
+            AtomicOp::FetchAdd(x) => (sys::UCP_ATOMIC_OP_ADD, x, 0, true),
+            AtomicOp::Swap(x) => (sys::UCP_ATOMIC_OP_SWAP, x, 0, true),
+            AtomicOp::CompareSwap { expected, new } => {
+                (sys::UCP_ATOMIC_OP_CSWAP, expected, new, true)
+            }
+        };
+        let mut bufs = Box::new(AtomicBufs {
+            operand,
+            reply: reply_in,
+        });
+        let reply = if fetch {
+            Some(&mut bufs.reply as *mut u64)
+        } else {
+            None
+        };
+        // SAFETY: bufs is boxed (stable address) and moves into the Pending
+        // entry until completion.
+        let started =
+            unsafe { ep.atomic(opcode, &bufs.operand, reply, addr, self.rkey(conn, index)) };
+        self.started(
+            conn,
+            call,
+            OpKind::Atomic(bufs, fetch),
+            started,
+            "ucp_atomic_op_nbx",
+        )
+    }
+
+    fn flush(&mut self, conn: ConnId, token: u64) -> Result<(), OpError> {
+        let (ep, call, _) = self.begin_one_sided(conn, None, token)?;
+        let started = ep.flush();
+        self.started(conn, call, OpKind::Flush, started, "ucp_ep_flush_nbx")
+    }
+
+    fn fence(&mut self) -> Result<(), OpError> {
+        self.worker
+            .fence()
+            .map_err(|s| ucx_err("ucp_worker_fence", s))
+    }
+
+    fn poll(&mut self, events: &mut Vec<Event>, max: usize) -> usize {
+        self.progress();
+        self.process();
+        let mut n = 0;
+        while n < max {
+            let Some(event) = self.events.pop_front() else {
+                break;
+            };
+            if let Event::Disconnected { conn, .. } = &event {
+                // The id may be reused only once the caller has seen it end.
+                self.conns[conn.0 as usize] = None;
+            }
+            events.push(event);
+            n += 1;
+        }
+        n
+    }
+
+    fn wait(&mut self, timeout: Duration) -> Result<bool, WaitError> {
+        let deadline = Instant::now() + timeout;
+        let mut busy = 0;
+        loop {
+            if !self.events.is_empty() {
+                return Ok(true);
+            }
+            self.progress();
+            self.process();
+            if !self.events.is_empty() {
+                return Ok(true);
+            }
+            match self.worker.arm()? {
+                Armed::Busy => {
+                    // Events arrived between progress and arm: progress again,
+                    // a bounded number of times.
+                    busy += 1;
+                    if busy >= ARM_BUSY_ROUNDS {
+                        return Ok(true);
+                    }
+                    continue;
+                }
+                Armed::Armed => {}
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(false);
+            }
+            if self.worker.sleep(deadline - now)? {
+                return Ok(true);
+            }
+            return Ok(false);
+        }
+    }
+}
+
+impl Drop for UcxTransport {
+    fn drop(&mut self) {
+        // Force-close every endpoint (keys first): operations in flight fail.
+        for c in self.conns.iter_mut().flatten() {
+            c.remotes.clear();
+            c.ep = None;
+        }
+        self.listener = None;
+        for _ in 0..DROP_DRAIN_ROUNDS {
+            self.pending.retain(|(req, _)| req.check().is_none());
+            if self.pending.is_empty() {
+                break;
+            }
+            self.worker.progress();
+        }
+        if !self.pending.is_empty() {
+            // UCX may still write these buffers: leak them rather than free.
+            std::mem::forget(std::mem::take(&mut self.pending));
+        }
+        let arrivals = std::mem::take(&mut self.callbacks.borrow_mut().arrivals);
+        for a in arrivals {
+            if let ArrivalData::Rndv { desc, .. } = a.data {
+                // SAFETY: a rendezvous descriptor we kept and never consumed.
+                unsafe { sys::ucp_am_data_release(self.worker.raw(), desc) };
+            }
+        }
+    }
+}
+
+fn ucx_err(call: &'static str, status: Status) -> OpError {
+    OpError::Ucx { call, status }
+}
+
+fn zeroed_param() -> sys::ucp_request_param_t {
+    // SAFETY: all-zero is a valid ucp_request_param_t (op_attr_mask 0).
+    unsafe { std::mem::zeroed() }
+}
+
+fn request_of(ptr: sys::ucs_status_ptr_t) -> Result<Option<Request>, Status> {
+    crate::ucx::request_from_ptr(ptr)
+}
+
+/// `ucp_listener_conn_callback_t`: queue the request for `poll`.
+unsafe extern "C" fn on_conn_request(request: sys::ucp_conn_request_h, arg: *mut c_void) {
+    // SAFETY: arg is the transport's callbacks box (see UcxTransport::listen).
+    let callbacks = unsafe { &*(arg as *const RefCell<Callbacks>) };
+    callbacks.borrow_mut().accepts.push(request);
+}
+
+/// `ucp_err_handler_cb_t`: queue the failure for `poll`.
+unsafe extern "C" fn on_ep_error(arg: *mut c_void, ep: sys::ucp_ep_h, status: sys::ucs_status_t) {
+    // SAFETY: arg is the transport's callbacks box (see connect/accept).
+    let callbacks = unsafe { &*(arg as *const RefCell<Callbacks>) };
+    callbacks
+        .borrow_mut()
+        .failures
+        .push((ep as usize, Status(status)));
+}
+
+/// `ucp_am_recv_callback_t`: copy eager data out, keep rendezvous
+/// descriptors (`UCS_INPROGRESS`) for `poll` to receive.
+unsafe extern "C" fn on_am(
+    arg: *mut c_void,
+    header: *const c_void,
+    header_length: usize,
+    data: *mut c_void,
+    length: usize,
+    param: *const sys::ucp_am_recv_param_t,
+) -> sys::ucs_status_t {
+    // SAFETY: arg is the transport's callbacks box (see UcxTransport::new);
+    // UCX passes a valid param and header_length readable header bytes.
+    let (callbacks, param) = unsafe { (&*(arg as *const RefCell<Callbacks>), &*param) };
+    let mut cb = callbacks.borrow_mut();
+    let has_ep = param.recv_attr & sys::UCP_AM_RECV_ATTR_FIELD_REPLY_EP as u64 != 0;
+    let is_rndv = param.recv_attr & sys::UCP_AM_RECV_ATTR_FLAG_RNDV as u64 != 0;
+    if !has_ep
+        || cb.arrivals.len() >= MAX_ARRIVALS
+        || header_length > wire::FRAMING_BYTES + wire::MAX_USER_HEADER
+    {
+        cb.dropped += 1;
+        // For rendezvous, UCS_OK tells UCX we do not want the data.
+        return sys::UCS_OK;
+    }
+    let header = if header_length == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: UCX passes header_length readable bytes at header.
+        unsafe { std::slice::from_raw_parts(header as *const u8, header_length) }.to_vec()
+    };
+    let ep = param.reply_ep as usize;
+    if is_rndv {
+        cb.arrivals.push_back(Arrival {
+            ep,
+            header,
+            data: ArrivalData::Rndv {
+                desc: data,
+                len: length,
+            },
+        });
+        return sys::UCS_INPROGRESS;
+    }
+    let payload = if length == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: eager data: `length` readable bytes valid during the callback.
+        unsafe { std::slice::from_raw_parts(data as *const u8, length) }.to_vec()
+    };
+    cb.arrivals.push_back(Arrival {
+        ep,
+        header,
+        data: ArrivalData::Eager(payload),
+    });
+    sys::UCS_OK
+}

@@ -1,0 +1,407 @@
+//! The bytes pmwire-transport itself puts on the wire (documented in
+//! `docs/format/transport.md`): the 24-byte prefix of every RPC active
+//! message, and the encoded [`RegionDescriptor`]. Also the call window that
+//! turns call ids back into caller tokens.
+//!
+//! Invariants:
+//! - All integers are little-endian and fixed-width; nothing is `usize`.
+//! - A decoder checks the magic, version and lengths before using a byte,
+//!   and never trusts a length to allocate more than the caller's bound.
+//! - A call id is `generation << 16 | slot` with `slot < MAX_WINDOW`; a slot's
+//!   generation increases each time it is reused, so a late or duplicated
+//!   response for an earlier use of the slot is recognised and dropped.
+
+use crate::seam::RegionDescriptor;
+
+/// The active-message id pmwire's RPC messages use.
+pub const AM_ID: u16 = 0x5077; // "pw"
+
+/// Bytes of framing before the user header in every RPC AM header.
+pub const FRAMING_BYTES: usize = 24;
+
+/// First byte of every prefix.
+pub const MAGIC: u8 = 0xB7;
+
+/// The prefix version this code writes and accepts.
+pub const VERSION: u8 = 1;
+
+/// Most calls one connection may have in flight (slots are 16 bits wide, but
+/// a receiver tracks this many per connection).
+pub const MAX_WINDOW: usize = 256;
+
+/// Largest user header the prefix can describe.
+pub const MAX_USER_HEADER: usize = u16::MAX as usize;
+
+/// Whether a message asks or answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A request (`call`).
+    Request = 1,
+    /// A response (`reply`).
+    Response = 2,
+}
+
+/// The decoded prefix of an RPC message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prefix {
+    /// Request or response.
+    pub kind: Kind,
+    /// Bytes of user header that follow the prefix in the AM header.
+    pub header_len: u16,
+    /// Bytes of payload (the AM data), as the sender declared it.
+    pub payload_len: u32,
+    /// The call id: `generation << 16 | slot`.
+    pub call: u64,
+}
+
+/// Why a prefix or descriptor did not decode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// Fewer bytes than the format needs.
+    #[error("truncated")]
+    Truncated,
+    /// Wrong magic byte.
+    #[error("bad magic")]
+    Magic,
+    /// A version this code does not read.
+    #[error("unsupported version")]
+    Version,
+    /// An unknown message kind.
+    #[error("unknown kind")]
+    Kind,
+    /// A length field disagrees with the bytes present or exceeds a bound.
+    #[error("bad length")]
+    Length,
+}
+
+impl Prefix {
+    /// Encodes the prefix (the framing, without the user header).
+    pub fn encode(&self) -> [u8; FRAMING_BYTES] {
+        let mut b = [0u8; FRAMING_BYTES];
+        b[0] = MAGIC;
+        b[1] = VERSION;
+        b[2] = self.kind as u8;
+        b[3] = 0;
+        b[4..6].copy_from_slice(&self.header_len.to_le_bytes());
+        b[6..8].copy_from_slice(&0u16.to_le_bytes());
+        b[8..12].copy_from_slice(&self.payload_len.to_le_bytes());
+        b[12..16].copy_from_slice(&0u32.to_le_bytes());
+        b[16..24].copy_from_slice(&self.call.to_le_bytes());
+        b
+    }
+}
+
+/// Builds the AM header: prefix, call id, then the user header.
+///
+/// Layout (little-endian): magic u8, version u8, kind u8, reserved u8,
+/// header_len u16, reserved u16, payload_len u32, reserved u32, call u64,
+/// then `header_len` bytes of user header. 24 bytes of framing in all.
+pub fn encode_header(
+    out: &mut Vec<u8>,
+    kind: Kind,
+    call: u64,
+    user_header: &[u8],
+    payload_len: usize,
+) {
+    assert!(user_header.len() <= MAX_USER_HEADER);
+    assert!(payload_len <= u32::MAX as usize);
+    let prefix = Prefix {
+        kind,
+        header_len: user_header.len() as u16,
+        payload_len: payload_len as u32,
+        call,
+    };
+    out.clear();
+    out.extend_from_slice(&prefix.encode());
+    out.extend_from_slice(user_header);
+    assert_eq!(out.len(), FRAMING_BYTES + user_header.len());
+}
+
+/// Decodes an AM header into its prefix and user header, checking the
+/// payload length against what arrived (`data_len`).
+pub fn decode_header(am_header: &[u8], data_len: usize) -> Result<(Prefix, &[u8]), DecodeError> {
+    if am_header.len() < FRAMING_BYTES {
+        return Err(DecodeError::Truncated);
+    }
+    if am_header[0] != MAGIC {
+        return Err(DecodeError::Magic);
+    }
+    if am_header[1] != VERSION {
+        return Err(DecodeError::Version);
+    }
+    let kind = match am_header[2] {
+        1 => Kind::Request,
+        2 => Kind::Response,
+        _ => return Err(DecodeError::Kind),
+    };
+    let header_len = u16::from_le_bytes([am_header[4], am_header[5]]);
+    let payload_len = u32::from_le_bytes(am_header[8..12].try_into().unwrap());
+    let call = u64::from_le_bytes(am_header[16..24].try_into().unwrap());
+    if am_header.len() != FRAMING_BYTES + header_len as usize {
+        return Err(DecodeError::Length);
+    }
+    if payload_len as usize != data_len {
+        return Err(DecodeError::Length);
+    }
+    Ok((
+        Prefix {
+            kind,
+            header_len,
+            payload_len,
+            call,
+        },
+        &am_header[FRAMING_BYTES..],
+    ))
+}
+
+/// Magic of an encoded region descriptor ("PWRD").
+pub const DESCRIPTOR_MAGIC: u32 = 0x4452_5750;
+
+/// Bytes before the rkey in an encoded descriptor.
+pub const DESCRIPTOR_FIXED_BYTES: usize = 24;
+
+/// Largest packed rkey a descriptor may carry.
+pub const MAX_RKEY_BYTES: usize = 4096;
+
+impl RegionDescriptor {
+    /// Encodes: magic u32 ("PWRD"), rkey_len u32, addr u64, len u64, rkey bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        assert!(self.rkey.len() <= MAX_RKEY_BYTES);
+        let mut out = Vec::with_capacity(DESCRIPTOR_FIXED_BYTES + self.rkey.len());
+        out.extend_from_slice(&DESCRIPTOR_MAGIC.to_le_bytes());
+        out.extend_from_slice(&(self.rkey.len() as u32).to_le_bytes());
+        out.extend_from_slice(&self.addr.to_le_bytes());
+        out.extend_from_slice(&self.len.to_le_bytes());
+        out.extend_from_slice(&self.rkey);
+        out
+    }
+
+    /// Decodes what [`RegionDescriptor::encode`] wrote; the whole slice must
+    /// be the descriptor.
+    pub fn decode(bytes: &[u8]) -> Result<RegionDescriptor, DecodeError> {
+        if bytes.len() < DESCRIPTOR_FIXED_BYTES {
+            return Err(DecodeError::Truncated);
+        }
+        if u32::from_le_bytes(bytes[0..4].try_into().unwrap()) != DESCRIPTOR_MAGIC {
+            return Err(DecodeError::Magic);
+        }
+        let rkey_len = u32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize;
+        if rkey_len > MAX_RKEY_BYTES || bytes.len() != DESCRIPTOR_FIXED_BYTES + rkey_len {
+            return Err(DecodeError::Length);
+        }
+        let addr = u64::from_le_bytes(bytes[8..16].try_into().unwrap());
+        let len = u64::from_le_bytes(bytes[16..24].try_into().unwrap());
+        if addr.checked_add(len).is_none() {
+            return Err(DecodeError::Length);
+        }
+        Ok(RegionDescriptor {
+            addr,
+            len,
+            rkey: bytes[DESCRIPTOR_FIXED_BYTES..].to_vec(),
+        })
+    }
+}
+
+/// The call slots of one connection: which token each in-flight call (or
+/// one-sided operation) belongs to. Bounded by the window; O(1) to take and
+/// to free.
+pub(crate) struct Window {
+    slots: Vec<Slot>,
+    free: Vec<u16>,
+    in_flight: usize,
+}
+
+#[derive(Clone, Copy)]
+struct Slot {
+    generation: u64,
+    token: Option<u64>,
+}
+
+impl Window {
+    pub(crate) fn new(window: usize) -> Window {
+        assert!((1..=MAX_WINDOW).contains(&window));
+        Window {
+            slots: vec![
+                Slot {
+                    generation: 0,
+                    token: None
+                };
+                window
+            ],
+            free: (0..window as u16).rev().collect(),
+            in_flight: 0,
+        }
+    }
+
+    /// Takes a slot for `token`; returns the call id, or `None` if full.
+    pub(crate) fn take(&mut self, token: u64) -> Option<u64> {
+        let slot = self.free.pop()?;
+        let s = &mut self.slots[slot as usize];
+        assert!(s.token.is_none());
+        s.generation += 1;
+        assert!(s.generation < (1 << 48));
+        s.token = Some(token);
+        self.in_flight += 1;
+        Some(s.generation << 16 | slot as u64)
+    }
+
+    /// Frees the slot of `call` if it is still that call's; returns its token.
+    pub(crate) fn finish(&mut self, call: u64) -> Option<u64> {
+        let slot = (call & 0xffff) as usize;
+        let generation = call >> 16;
+        let s = self.slots.get_mut(slot)?;
+        if s.generation != generation {
+            return None;
+        }
+        let token = s.token.take()?;
+        self.free.push(slot as u16);
+        self.in_flight -= 1;
+        assert!(self.in_flight <= self.slots.len());
+        Some(token)
+    }
+
+    /// Frees every slot, returning the (call, token) pairs in flight.
+    pub(crate) fn drain(&mut self) -> Vec<(u64, u64)> {
+        let mut out = Vec::with_capacity(self.in_flight);
+        for slot in 0..self.slots.len() {
+            let call = self.slots[slot].generation << 16 | slot as u64;
+            if let Some(token) = self.finish(call) {
+                out.push((call, token));
+            }
+        }
+        assert_eq!(self.in_flight, 0);
+        out
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+}
+
+/// The receiver's record of which request slots of one peer await a reply:
+/// a request for a slot already awaiting one (or out of range) breaks the
+/// protocol and is dropped.
+pub(crate) struct Answering {
+    pending: Vec<Option<u64>>,
+}
+
+impl Answering {
+    pub(crate) fn new() -> Answering {
+        Answering {
+            pending: vec![None; MAX_WINDOW],
+        }
+    }
+
+    /// Records an arriving request; false if it must be dropped.
+    pub(crate) fn arrive(&mut self, call: u64) -> bool {
+        let slot = (call & 0xffff) as usize;
+        match self.pending.get_mut(slot) {
+            Some(p @ None) => {
+                *p = Some(call);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Records a reply; false if no such request awaits one.
+    pub(crate) fn answer(&mut self, call: u64) -> bool {
+        let slot = (call & 0xffff) as usize;
+        match self.pending.get_mut(slot) {
+            Some(p) if *p == Some(call) => {
+                *p = None;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trips_and_rejects_damage() {
+        let mut h = Vec::new();
+        encode_header(&mut h, Kind::Request, 7 << 16 | 3, b"hello", 100);
+        assert_eq!(h.len(), FRAMING_BYTES + 5);
+        let (p, user) = decode_header(&h, 100).unwrap();
+        assert_eq!(p.kind, Kind::Request);
+        assert_eq!(p.call, 7 << 16 | 3);
+        assert_eq!(user, b"hello");
+        assert_eq!(decode_header(&h, 99), Err(DecodeError::Length));
+        assert_eq!(
+            decode_header(&h[..FRAMING_BYTES + 4], 100),
+            Err(DecodeError::Length)
+        );
+        assert_eq!(decode_header(&h[..10], 100), Err(DecodeError::Truncated));
+        let mut bad = h.clone();
+        bad[0] ^= 1;
+        assert_eq!(decode_header(&bad, 100), Err(DecodeError::Magic));
+        let mut bad = h.clone();
+        bad[1] = 9;
+        assert_eq!(decode_header(&bad, 100), Err(DecodeError::Version));
+        let mut bad = h;
+        bad[2] = 3;
+        assert_eq!(decode_header(&bad, 100), Err(DecodeError::Kind));
+    }
+
+    #[test]
+    fn descriptor_round_trips_and_rejects_damage() {
+        let d = RegionDescriptor {
+            addr: 0x7f00_0000_1000,
+            len: 1 << 20,
+            rkey: vec![1, 2, 3, 4, 5],
+        };
+        let bytes = d.encode();
+        assert_eq!(bytes.len(), DESCRIPTOR_FIXED_BYTES + 5);
+        assert_eq!(RegionDescriptor::decode(&bytes).unwrap(), d);
+        assert_eq!(
+            RegionDescriptor::decode(&bytes[..bytes.len() - 1]),
+            Err(DecodeError::Length)
+        );
+        assert_eq!(
+            RegionDescriptor::decode(&bytes[..8]),
+            Err(DecodeError::Truncated)
+        );
+        let mut bad = bytes.clone();
+        bad[0] ^= 1;
+        assert_eq!(RegionDescriptor::decode(&bad), Err(DecodeError::Magic));
+        let mut bad = bytes;
+        bad[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert_eq!(RegionDescriptor::decode(&bad), Err(DecodeError::Length));
+    }
+
+    #[test]
+    fn window_is_bounded_and_rejects_stale_ids() {
+        let mut w = Window::new(2);
+        let a = w.take(10).unwrap();
+        let b = w.take(11).unwrap();
+        assert!(w.take(12).is_none());
+        assert_eq!(w.finish(a), Some(10));
+        assert_eq!(w.finish(a), None, "a duplicate response is dropped");
+        let c = w.take(13).unwrap();
+        assert_eq!(c & 0xffff, a & 0xffff, "the slot is reused");
+        assert_eq!(w.finish(a), None, "a stale id for a reused slot is dropped");
+        let mut left = w.drain();
+        left.sort();
+        assert_eq!(left.iter().map(|x| x.1).collect::<Vec<_>>(), {
+            let mut v = vec![11, 13];
+            v.sort_by_key(|t| if *t == 11 { b } else { c });
+            v
+        });
+        assert_eq!(w.in_flight, 0);
+    }
+
+    #[test]
+    fn answering_drops_protocol_violations() {
+        let mut a = Answering::new();
+        assert!(a.arrive(1 << 16 | 5));
+        assert!(!a.arrive(2 << 16 | 5), "slot 5 already awaits a reply");
+        assert!(!a.arrive(1 << 16 | MAX_WINDOW as u64), "slot out of range");
+        assert!(!a.answer(2 << 16 | 5));
+        assert!(a.answer(1 << 16 | 5));
+        assert!(!a.answer(1 << 16 | 5), "answered once");
+    }
+}
