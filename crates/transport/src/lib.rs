@@ -72,6 +72,7 @@
 
 pub mod error;
 pub mod inproc;
+pub mod probe;
 pub mod seam;
 pub mod ucx;
 mod ucx_transport;

@@ -718,6 +718,55 @@ impl MemRegion {
         })
     }
 
+    /// Lets UCX allocate and register `len` bytes (`UCP_MEM_MAP_ALLOCATE`).
+    /// UCX then picks memory its transports can reach directly (over shared
+    /// memory: a posix/sysv segment the peer maps, so a put is a store),
+    /// which is what `ucx_perftest` measures with. The memory is freed with
+    /// the region.
+    pub fn allocate(context: &Rc<Context>, len: usize) -> Result<MemRegion, RegisterError> {
+        if len == 0 {
+            return Err(RegisterError::Empty);
+        }
+        // SAFETY: all-zero is a valid ucp_mem_map_params_t.
+        let mut params: sys::ucp_mem_map_params_t = unsafe { std::mem::zeroed() };
+        params.field_mask = (sys::UCP_MEM_MAP_PARAM_FIELD_ADDRESS
+            | sys::UCP_MEM_MAP_PARAM_FIELD_LENGTH
+            | sys::UCP_MEM_MAP_PARAM_FIELD_FLAGS
+            | sys::UCP_MEM_MAP_PARAM_FIELD_PROT) as u64;
+        params.address = ptr::null_mut();
+        params.length = len;
+        params.flags = sys::UCP_MEM_MAP_ALLOCATE;
+        params.prot = sys::UCP_MEM_MAP_PROT_LOCAL_READ
+            | sys::UCP_MEM_MAP_PROT_LOCAL_WRITE
+            | sys::UCP_MEM_MAP_PROT_REMOTE_READ
+            | sys::UCP_MEM_MAP_PROT_REMOTE_WRITE;
+        let mut memh: sys::ucp_mem_h = ptr::null_mut();
+        // SAFETY: params is initialised; UCX allocates the memory.
+        let status = unsafe { sys::ucp_mem_map(context.raw, &params, &mut memh) };
+        Status::check(status).map_err(|status| RegisterError::Ucx {
+            call: "ucp_mem_map",
+            status,
+        })?;
+        // SAFETY: all-zero is a valid attribute struct; the mask names two fields.
+        let mut attr: sys::ucp_mem_attr_t = unsafe { std::mem::zeroed() };
+        attr.field_mask = (sys::UCP_MEM_ATTR_FIELD_ADDRESS | sys::UCP_MEM_ATTR_FIELD_LENGTH) as u64;
+        // SAFETY: memh is alive.
+        let status = unsafe { sys::ucp_mem_query(memh, &mut attr) };
+        let region = MemRegion {
+            memh,
+            addr: attr.address as *mut u8,
+            len: attr.length,
+            context: context.clone(),
+        };
+        Status::check(status).map_err(|status| RegisterError::Ucx {
+            call: "ucp_mem_query",
+            status,
+        })?;
+        assert!(!region.addr.is_null());
+        assert!(region.len >= len);
+        Ok(region)
+    }
+
     /// The start address.
     pub fn addr(&self) -> *mut u8 {
         self.addr

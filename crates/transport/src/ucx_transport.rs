@@ -297,6 +297,29 @@ impl UcxTransport {
         Some(ep.describe())
     }
 
+    /// Lets UCX allocate and register `len` bytes (see [`MemRegion::allocate`]):
+    /// the fastest target for peers' puts over shared memory. Returns the
+    /// region and its start; the memory lives until `deregister` or drop.
+    pub fn allocate(&mut self, len: usize) -> Result<(LocalRegionId, *mut u8), RegisterError> {
+        let slot = self.free_region_slot()?;
+        let mem = MemRegion::allocate(&self.context, len)?;
+        let packed_rkey = mem.pack_rkey()?;
+        let addr = mem.addr();
+        self.regions[slot] = Some(Registered { mem, packed_rkey });
+        Ok((LocalRegionId(slot as u32), addr))
+    }
+
+    fn free_region_slot(&mut self) -> Result<usize, RegisterError> {
+        match self.regions.iter().position(Option::is_none) {
+            Some(i) => Ok(i),
+            None if self.regions.len() < self.limits.max_regions => {
+                self.regions.push(None);
+                Ok(self.regions.len() - 1)
+            }
+            None => Err(RegisterError::TooMany(self.limits.max_regions)),
+        }
+    }
+
     /// Messages dropped because they broke the protocol or the bounds.
     pub fn dropped_messages(&self) -> u64 {
         self.callbacks.borrow().dropped
