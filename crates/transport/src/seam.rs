@@ -265,6 +265,8 @@ pub trait Transport {
     /// Closes a connection; its operations complete with
     /// [`OpError::Disconnected`] and an [`Event::Disconnected`] follows here
     /// (and at the peer). Closing an unknown or closed connection does nothing.
+    /// Over UCX the close flushes first and completes in the background: keep
+    /// polling (or waiting) for it to reach the peer.
     fn close(&mut self, conn: ConnId);
 
     /// Sends an RPC request; its completion carries the response.

@@ -856,7 +856,7 @@ impl Request {
     }
 
     /// Progresses `worker` until the request completes, at most
-    /// [`DROP_PROGRESS_BOUND`] times. Returns the result, or `None` if the
+    /// 100 000 times. Returns the result, or `None` if the
     /// bound was hit (the request is then left to UCX).
     pub fn drain(self, worker: &Worker) -> Option<Result<(), Status>> {
         for _ in 0..DROP_PROGRESS_BOUND {
