@@ -11,6 +11,7 @@
 //!   (checked by [`NodeRef::validate`] before a node from the media is
 //!   trusted).
 
+pub use pmem::le::{get_u16, get_u32, get_u64, put_u16, put_u32, put_u64};
 use pmem::Media;
 
 use crate::error::OpenError;
@@ -57,36 +58,6 @@ const _: () = assert!(MIN_FILL + MAX_LEAF_ENTRY <= NODE_CAPACITY / 2);
 const _: () = assert!(NODE_CAPACITY / 2 + MAX_LEAF_ENTRY + MIN_FILL + MAX_KEY_BYTES <= NODE_CAPACITY);
 const _: () = assert!(MIN_FILL + MAX_INTERNAL_ENTRY + MAX_KEY_BYTES <= NODE_CAPACITY / 2);
 const _: () = assert!(NODE_BYTES.is_multiple_of(BASE_ALIGN as usize));
-
-/// Stores `value` little-endian at `buf[at..at + 2]`.
-pub fn put_u16(buf: &mut [u8], at: usize, value: u16) {
-    buf[at..at + 2].copy_from_slice(&value.to_le_bytes());
-}
-
-/// Stores `value` little-endian at `buf[at..at + 4]`.
-pub fn put_u32(buf: &mut [u8], at: usize, value: u32) {
-    buf[at..at + 4].copy_from_slice(&value.to_le_bytes());
-}
-
-/// Stores `value` little-endian at `buf[at..at + 8]`.
-pub fn put_u64(buf: &mut [u8], at: usize, value: u64) {
-    buf[at..at + 8].copy_from_slice(&value.to_le_bytes());
-}
-
-/// Loads a little-endian `u16`.
-pub fn get_u16(buf: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes(buf[at..at + 2].try_into().unwrap())
-}
-
-/// Loads a little-endian `u32`.
-pub fn get_u32(buf: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(buf[at..at + 4].try_into().unwrap())
-}
-
-/// Loads a little-endian `u64`.
-pub fn get_u64(buf: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(buf[at..at + 8].try_into().unwrap())
-}
 
 /// The header line of a tree of `node_count` nodes, sealed with its CRC.
 pub fn header_line(node_count: u32) -> [u8; HEADER_LINE_BYTES] {

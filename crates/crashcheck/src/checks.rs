@@ -123,17 +123,14 @@ mod tests {
 
     #[test]
     fn naive_counter_survives_every_crash() {
-        let report = check_naive_counter(&config());
-        report.assert_ok();
-        assert!(report.images >= 10_000, "{}", report.describe());
+        check_naive_counter(&config()).assert_passes_at_least(10_000);
     }
 
     #[test]
     fn rotating_counters_survive_every_crash() {
         for (blocks, stride) in [(1, 64), (10, 256), (16, 256), (4, 8)] {
             let report = check_rotating_counter(blocks, stride, &config());
-            report.assert_ok();
-            assert!(report.images >= 10_000, "{}", report.describe());
+            report.assert_passes_at_least(10_000);
         }
     }
 
@@ -141,15 +138,13 @@ mod tests {
     fn rotating_register_survives_every_crash() {
         for (blocks, stride) in [(10, 256), (16, 256), (3, 8), (1, 64)] {
             let report = check_rotating_register(blocks, stride, &config());
-            report.assert_ok();
-            assert!(report.images >= 10_000, "{}", report.describe());
+            report.assert_passes_at_least(10_000);
         }
     }
 
     #[test]
     fn planted_unflushed_register_is_caught() {
-        let report = check_planted_unflushed_register(&config());
-        assert!(!report.is_ok(), "the checker missed a missing flush: {}", report.describe());
+        check_planted_unflushed_register(&config()).assert_caught();
     }
 
     #[test]

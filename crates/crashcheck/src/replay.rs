@@ -111,6 +111,19 @@ impl Report {
         assert!(self.is_ok(), "{}", self.describe());
     }
 
+    /// Panics unless every image passed and there were at least `images`.
+    #[track_caller]
+    pub fn assert_passes_at_least(&self, images: u64) {
+        self.assert_ok();
+        assert!(self.images >= images, "only {} images (want {images}): {}", self.images, self.describe());
+    }
+
+    /// Panics unless the checker rejected some image: for planted bugs.
+    #[track_caller]
+    pub fn assert_caught(&self) {
+        assert!(!self.is_ok(), "planted bug missed: {}", self.describe());
+    }
+
     /// A human-readable summary.
     pub fn describe(&self) -> String {
         let mut text = format!(

@@ -6,6 +6,7 @@
 //! nonce and is verified before it is interpreted; the skip word and the
 //! extent words are single aligned 8 B stores and need no checksum.
 
+pub use pmem::le::{get_u32, get_u64, put_u32, put_u64};
 use pmem::Media;
 
 use crate::error::OpenError;
@@ -29,26 +30,6 @@ pub const SKIP_BIT: u64 = 1 << 63;
 pub const APPEND_MAGIC: u64 = u64::from_le_bytes(*b"PMWAPLOG");
 /// `b"PMWXTLOG"`: an extent log starts here.
 pub const EXTENT_MAGIC: u64 = u64::from_le_bytes(*b"PMWXTLOG");
-
-/// Stores `value` little-endian at `buf[at..at + 4]`.
-pub fn put_u32(buf: &mut [u8], at: usize, value: u32) {
-    buf[at..at + 4].copy_from_slice(&value.to_le_bytes());
-}
-
-/// Stores `value` little-endian at `buf[at..at + 8]`.
-pub fn put_u64(buf: &mut [u8], at: usize, value: u64) {
-    buf[at..at + 8].copy_from_slice(&value.to_le_bytes());
-}
-
-/// Loads a little-endian `u32` from `buf[at..at + 4]`.
-pub fn get_u32(buf: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(buf[at..at + 4].try_into().unwrap())
-}
-
-/// Loads a little-endian `u64` from `buf[at..at + 8]`.
-pub fn get_u64(buf: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(buf[at..at + 8].try_into().unwrap())
-}
 
 /// The CRC seed of a log: CRC-32C of its nonce. Every checksum of the log
 /// continues from it, so bytes of another log instance never validate.

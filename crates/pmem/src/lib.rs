@@ -22,6 +22,7 @@ pub mod copy;
 pub mod counter;
 pub mod flush;
 pub mod layout;
+pub mod le;
 pub mod media;
 pub mod region;
 pub mod trace;
