@@ -142,7 +142,6 @@ impl AppendLog {
         let new_tail = placed.pos + self.config.entry_size(placed.len);
         let faults = self.config.faults;
         let seed = matches!(self.tail, Tail::SelfValidating).then_some(self.seed);
-        let header = entry_header(placed.lsn, payload, seed);
         let tail_first = seed.is_none() && faults.tail_before_entry;
         if tail_first {
             self.store_tail(media, new_tail, faults);
@@ -152,7 +151,7 @@ impl AppendLog {
             media.write_u64(at, SKIP_BIT | placed.lsn);
             media.flush(at, 8);
         }
-        self.write_entry_nodrain(media, placed.pos, &header, payload);
+        self.write_entry_nodrain(media, placed.pos, placed.lsn, payload, seed);
         media.drain();
         if seed.is_none() && !tail_first {
             self.store_tail(media, new_tail, faults);
@@ -289,24 +288,27 @@ impl AppendLog {
 
     /// Stores header and payload; durable at the next drain.
     #[inline]
-    fn write_entry_nodrain<M: Media>(&self, media: &mut M, pos: u64, header: &[u8], payload: &[u8]) {
+    fn write_entry_nodrain<M: Media>(&self, media: &mut M, pos: u64, lsn: Lsn, payload: &[u8], seed: Option<u32>) {
         let at = self.entries + pos % self.config.capacity;
-        // The header and the payload bytes that share its last cache line
-        // go out as one piece (one flush per line, never two); the rest of
-        // the payload then starts on a line boundary, where a non-temporal
-        // copy streams whole lines.
+        // The payload past the header's last cache line starts on a line
+        // boundary: it goes out first, streamed, and the checksum is
+        // computed while those lines drain. Then the header and the payload
+        // bytes that share its line go out as one piece (one flush per line).
+        // Nothing is durable before the caller's drain, so the order within
+        // the entry does not matter for recovery.
         let header_end = at + ENTRY_HEADER_BYTES;
         let line = LINE as u64;
         let shared = ((line - header_end % line) % line).min(payload.len() as u64) as usize;
-        let mut first = [0u8; ENTRY_HEADER_BYTES as usize + LINE];
-        let first_len = ENTRY_HEADER_BYTES as usize + shared;
-        first[..header.len()].copy_from_slice(header);
-        first[header.len()..first_len].copy_from_slice(&payload[..shared]);
-        media.write(at, &first[..first_len]);
-        media.flush(at, first_len as u64);
         if shared < payload.len() {
             media.memcpy_nodrain(header_end + shared as u64, &payload[shared..]);
         }
+        let header = entry_header(lsn, payload, seed);
+        let mut first = [0u8; ENTRY_HEADER_BYTES as usize + LINE];
+        let first_len = ENTRY_HEADER_BYTES as usize + shared;
+        first[..header.len()].copy_from_slice(&header);
+        first[header.len()..first_len].copy_from_slice(&payload[..shared]);
+        media.write(at, &first[..first_len]);
+        media.flush(at, first_len as u64);
     }
 
     /// Persists the naive or rotating tail (or, with a planted fault, only stores it).
