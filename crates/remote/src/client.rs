@@ -18,7 +18,7 @@ use thiserror::Error;
 
 use crate::calibration::{Calibration, Objective};
 use crate::proto::{
-    decode_response, encode_request, DecodeError, Guarantee, Hello, LogSpec, Method, Opcode, RequestHeader, Status,
+    decode_response, decode_response_parts, encode_request, encode_request_header, DecodeError, Guarantee, Hello, LogSpec, Method, Opcode, RequestHeader, Status,
     FLAG_OFFLOAD, FLAG_PAYLOAD_CRC, MAX_PAYLOAD_BYTES,
 };
 use pmwire_log::{LogConfig, TailStrategy};
@@ -180,6 +180,7 @@ pub struct ClientCore {
     free: Vec<u32>,
     sequence: u64,
     hello: Option<Hello>,
+    detached: bool,
 }
 
 impl ClientCore {
@@ -187,12 +188,28 @@ impl ClientCore {
     pub fn new(config: ClientConfig) -> ClientCore {
         assert!((1..=MAX_WINDOW).contains(&config.window), "window {} outside 1..={MAX_WINDOW}", config.window);
         let free = (0..config.window as u32).rev().collect();
-        ClientCore { slots: vec![None; config.window], free, sequence: 0, hello: None, config }
+        ClientCore { slots: vec![None; config.window], free, sequence: 0, hello: None, detached: false, config }
     }
 
     /// The server's HELLO, once received.
     pub fn hello(&self) -> Option<&Hello> {
         self.hello.as_ref()
+    }
+
+    /// With `detached`, request builders write only the 64 header bytes to
+    /// `out` and the caller sends the payload apart (a transport RPC's
+    /// header and payload), saving a copy.
+    pub fn set_detached_payload(&mut self, detached: bool) {
+        self.detached = detached;
+    }
+
+    /// Forgets an outstanding request that could not be sent (frees its slot).
+    pub fn cancel(&mut self, request_id: u64) {
+        let slot = (request_id & 0xffff) as usize;
+        if self.slots.get(slot).copied().flatten().is_some_and(|o| o.id == request_id) {
+            self.slots[slot] = None;
+            self.free.push(slot as u32);
+        }
     }
 
     /// Requests outstanding.
@@ -218,7 +235,11 @@ impl ClientCore {
         if !payload.is_empty() && (self.config.payload_crc || crc_required) {
             h.flags |= FLAG_PAYLOAD_CRC;
         }
-        encode_request(&h, payload, out);
+        if self.detached {
+            encode_request_header(&h, payload, out);
+        } else {
+            encode_request(&h, payload, out);
+        }
         self.slots[slot as usize] = Some(Outstanding { id: h.request_id, opcode: h.opcode });
         Ok(h.request_id)
     }
@@ -318,6 +339,17 @@ impl ClientCore {
     /// Matches one response to its outstanding request and frees its slot.
     pub fn on_response<'a>(&mut self, msg: &'a [u8]) -> Result<Reply<'a>, ResponseError> {
         let response = decode_response(msg, MAX_PAYLOAD_BYTES)?;
+        self.matched(response)
+    }
+
+    /// [`on_response`](ClientCore::on_response) for a response whose header
+    /// and payload arrived apart.
+    pub fn on_response_parts<'a>(&mut self, header: &[u8], payload: &'a [u8]) -> Result<Reply<'a>, ResponseError> {
+        let response = decode_response_parts(header, payload, MAX_PAYLOAD_BYTES)?;
+        self.matched(response)
+    }
+
+    fn matched<'a>(&mut self, response: crate::proto::Response<'a>) -> Result<Reply<'a>, ResponseError> {
         let h = response.header;
         let slot = (h.request_id & 0xffff) as usize;
         let outstanding = self.slots.get(slot).copied().flatten();
@@ -375,3 +407,6 @@ impl ClientCore {
 
 #[cfg(test)]
 mod tests;
+
+mod net;
+pub use net::{Client, ClientError, ClientOptions, WriteOutcome};

@@ -1,235 +1,202 @@
-//! The server's run-to-completion event loop, over a narrow transport seam,
-//! and an in-process transport for tests.
+//! The server's run-to-completion event loop over the network seam
+//! ([`transport::Transport`]): the same loop serves over
+//! [`transport::UcxTransport`] (tcp, shared memory) and
+//! [`transport::InProcTransport`] (deterministic tests).
 //!
-//! The loop drains the transport's events (each whole message goes to
-//! [`Server::handle`]), sends the replies, collects the copy engine's
-//! completions, and then **blocks** in `poll(2)` on two descriptors: the
-//! transport's event fd and the copy engine's eventfd. It never spins.
+//! Each pass drains the transport's events — accepted and lost connections
+//! go to [`Server::connect`]/[`Server::disconnect`], each request (header and
+//! payload as they arrived) to [`Server::handle_parts`], whose reply is sent
+//! at once — then collects the copy engine's completions and sends the
+//! replies of offloaded writes. Then it **blocks**: on UCX, `poll(2)` on the
+//! worker's event fd (armed) and the engine's eventfd together; in process,
+//! the network's condvar (bounded to [`INPROC_ENGINE_SLICE`] while copies
+//! are outstanding, since a condvar and an fd cannot be waited on together).
+//! It never spins.
 //!
-//! What a real transport (UCX, `crates/transport`) must provide to plug in
-//! ([`ServerTransport`]): an fd that becomes readable when events are
-//! pending (UCX: `ucp_worker_get_efd` after `ucp_worker_arm` returned
-//! `UCS_OK`; on `UCS_ERR_BUSY`, progress again instead of sleeping), a
-//! non-blocking `next_event` that progresses the worker and hands over one
-//! whole active message (eager data, or an rndv message received into a
-//! buffer of its own), and a `send` of one reply. The loop's invariants
-//! hold for any such transport: replies are produced only by the server
-//! core, and a connection's close is reported so its rights are dropped.
+//! Invariants:
+//! - Every request gets exactly one reply, from the server core: at once, or
+//!   when its copy completes. Replies to a connection that is gone are dropped
+//!   (the copy itself still completes: the region stays consistent).
+//! - The loop stops when `stop` is set, after every offloaded write has
+//!   completed; it notices `stop` within [`IDLE_WAIT`].
+//! - [`register_data_area`] registers exactly the pool's data area, so a
+//!   one-sided peer cannot reach the superblock, the directory or the logs.
 
-use std::collections::VecDeque;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::{Arc, Mutex};
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
-use crate::server::{Action, ClientId, Completed, Server};
+use transport::{
+    ConnId, Event, InProcTransport, LocalRegionId, RegisterError, RequestId, Transport, UcxTransport,
+};
 
-/// What a transport reports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Event {
-    /// A client connected.
-    Connected(ClientId),
-    /// A whole message from a client (its bytes are in the buffer).
-    Message(ClientId),
-    /// A client went away.
-    Disconnected(ClientId),
-    /// Stop serving (after the pending offloaded writes complete).
-    Shutdown,
+use crate::copy_engine::Ticket;
+use crate::proto::RESPONSE_HEADER_BYTES;
+use crate::server::{Action, ClientId, Completed, OneSided, Server};
+
+/// Longest the loop sleeps when idle before looking at `stop` again.
+pub const IDLE_WAIT: Duration = Duration::from_millis(50);
+
+/// In process, the slice the loop waits on the network while copies are
+/// outstanding, before it looks at the engine again.
+pub const INPROC_ENGINE_SLICE: Duration = Duration::from_micros(200);
+
+/// Events taken from the transport per poll.
+const EVENTS_PER_POLL: usize = 256;
+
+/// A transport the loop can sleep on together with another descriptor.
+pub trait ServeTransport: Transport {
+    /// Blocks until the transport may have events, `extra` (the copy
+    /// engine's eventfd) is readable, or `timeout` passes. Never spins.
+    fn block_with(&mut self, extra: Option<RawFd>, timeout: Duration);
 }
 
-/// The seam the loop needs from a transport.
-pub trait ServerTransport {
-    /// Readable when [`next_event`](Self::next_event) may have something.
-    fn event_fd(&self) -> RawFd;
-    /// The next event, without blocking; a message's bytes go to `buf`.
-    fn next_event(&mut self, buf: &mut Vec<u8>) -> Option<Event>;
-    /// Sends one message to a client (dropped if it is gone).
-    fn send(&mut self, client: ClientId, bytes: &[u8]);
-}
-
-/// Serves until the transport reports [`Event::Shutdown`] and every
-/// offloaded write has been answered.
-pub fn serve(server: &mut Server, transport: &mut impl ServerTransport) {
-    let mut msg = Vec::new();
-    let mut reply = Vec::new();
-    let mut done: Vec<Completed> = Vec::new();
-    let mut stopping = false;
-    loop {
-        while let Some(event) = transport.next_event(&mut msg) {
-            match event {
-                Event::Connected(client) => server.connect(client),
-                Event::Disconnected(client) => server.disconnect(client),
-                Event::Shutdown => stopping = true,
-                Event::Message(client) => {
-                    if server.handle(client, &msg, &mut reply) == Action::Reply {
-                        transport.send(client, &reply);
-                    }
-                }
-            }
-        }
-        server.poll_completions(&mut done);
-        for completed in done.drain(..) {
-            transport.send(completed.client, &completed.reply);
-        }
-        if stopping && server.pending() == 0 {
+impl ServeTransport for UcxTransport {
+    fn block_with(&mut self, extra: Option<RawFd>, timeout: Duration) {
+        let Some(extra) = extra else {
+            // A failed wait is reported again by the next poll.
+            let _ = self.wait(timeout);
+            return;
+        };
+        // A zero wait progresses and arms the worker (or finds events).
+        if self.wait(Duration::ZERO).unwrap_or(true) {
             return;
         }
-        block(transport.event_fd(), server.completion_fd());
+        let mut fds = [
+            libc::pollfd { fd: self.worker().event_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: extra, events: libc::POLLIN, revents: 0 },
+        ];
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: two valid pollfds on the stack.
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+        let error = std::io::Error::last_os_error();
+        assert!(rc >= 0 || error.kind() == std::io::ErrorKind::Interrupted, "poll failed: {error}");
     }
 }
 
-/// Blocks until either descriptor is readable.
-fn block(transport: RawFd, engine: Option<RawFd>) {
-    let mut fds = [
-        libc::pollfd { fd: transport, events: libc::POLLIN, revents: 0 },
-        libc::pollfd { fd: engine.unwrap_or(-1), events: libc::POLLIN, revents: 0 },
-    ];
-    // SAFETY: two valid pollfds (a negative fd is ignored by poll).
-    let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-    let error = std::io::Error::last_os_error();
-    assert!(rc > 0 || error.kind() == std::io::ErrorKind::Interrupted, "poll failed: {error}");
+impl ServeTransport for InProcTransport {
+    fn block_with(&mut self, extra: Option<RawFd>, timeout: Duration) {
+        let timeout = if extra.is_some() { timeout.min(INPROC_ENGINE_SLICE) } else { timeout };
+        let _ = self.wait(timeout);
+    }
 }
 
-/// A queue of messages with an eventfd that counts them.
-struct Mailbox {
-    queue: Mutex<VecDeque<(Event, Vec<u8>)>>,
-    event: OwnedFd,
+/// Registers the server's data area with `transport` and records the
+/// exported descriptor in the server, so HELLO carries the rkey and address.
+/// Remote writes are CPU stores on tcp and sm (`writes_bypass_cache: false`).
+pub fn register_data_area<T: Transport>(server: &mut Server, transport: &mut T) -> Result<LocalRegionId, RegisterError> {
+    let (base, bytes) = server.data_area();
+    assert!(base + bytes <= pmem::Media::len(server.region()), "data area inside the region");
+    // SAFETY: base + bytes is inside the mapping (asserted); `base` fits usize
+    // because the region is mapped.
+    let start = unsafe { server.region().as_ptr().add(base as usize) };
+    // SAFETY: the caller keeps the server (and its mapping) alive as long as
+    // the transport; peers may only write the data area, which the server
+    // core treats as client-owned bytes.
+    let region = unsafe { transport.register(start, bytes as usize) }?;
+    let desc = transport.export(region)?;
+    assert!(desc.len == bytes, "the exported length is the data area");
+    server.set_one_sided(Some(OneSided { rkey: desc.rkey, remote_addr: desc.addr, writes_bypass_cache: false }));
+    Ok(region)
 }
 
-impl Mailbox {
-    fn new() -> Arc<Mailbox> {
-        // SAFETY: plain syscall; checked.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        assert!(fd >= 0, "eventfd: {}", std::io::Error::last_os_error());
-        // SAFETY: a fresh descriptor we own.
-        let event = unsafe { OwnedFd::from_raw_fd(fd) };
-        Arc::new(Mailbox { queue: Mutex::new(VecDeque::new()), event })
-    }
+/// What a [`serve`] run did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServeStats {
+    /// Requests handled.
+    pub requests: u64,
+    /// Of which offloaded to the copy engine.
+    pub offloaded: u64,
+    /// Connections accepted.
+    pub accepted: u64,
+    /// Replies the transport refused (their connection was gone).
+    pub replies_dropped: u64,
+}
 
-    fn push(&self, event: Event, bytes: &[u8]) {
-        self.queue.lock().expect("mailbox").push_back((event, bytes.to_vec()));
-        let one = 1u64;
-        // SAFETY: 8 bytes from a local into our eventfd.
-        let rc = unsafe { libc::write(self.event.as_raw_fd(), (&one as *const u64).cast(), 8) };
-        assert!(rc == 8, "eventfd write: {}", std::io::Error::last_os_error());
-    }
-
-    fn pop(&self, buf: &mut Vec<u8>) -> Option<Event> {
-        let mut count = 0u64;
-        // SAFETY: 8 bytes into a local; EAGAIN when empty is fine.
-        unsafe { libc::read(self.event.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
-        let mut queue = self.queue.lock().expect("mailbox");
-        let (event, bytes) = queue.pop_front()?;
-        if !queue.is_empty() {
-            // Leave the fd readable for what is still queued.
-            drop(queue);
-            let one = 1u64;
-            // SAFETY: as in push.
-            unsafe { libc::write(self.event.as_raw_fd(), (&one as *const u64).cast(), 8) };
+/// Serves until `stop` is set and every offloaded write has been answered.
+pub fn serve<T: ServeTransport>(server: &mut Server, transport: &mut T, stop: &AtomicBool) -> ServeStats {
+    let mut state = Loop::default();
+    loop {
+        let more = state.drain(server, transport);
+        state.finish_copies(server, transport);
+        if stop.load(Ordering::Acquire) && server.pending() == 0 {
+            return state.stats;
         }
-        buf.clear();
-        buf.extend_from_slice(&bytes);
-        Some(event)
-    }
-
-    /// Blocks until something is queued.
-    fn wait(&self) {
-        let mut pfd = libc::pollfd { fd: self.event.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd.
-        unsafe { libc::poll(&mut pfd, 1, -1) };
+        if !more {
+            let engine = (server.pending() > 0).then(|| server.completion_fd()).flatten();
+            transport.block_with(engine, IDLE_WAIT);
+        }
     }
 }
 
-/// The connected clients' mailboxes.
-type Directory = Arc<Mutex<Vec<(ClientId, Arc<Mailbox>)>>>;
-
-/// An in-process network: the server's end.
-pub struct InProcServer {
-    inbox: Arc<Mailbox>,
-    clients: Directory,
+#[derive(Default)]
+struct Loop {
+    events: Vec<Event>,
+    reply: Vec<u8>,
+    done: Vec<Completed>,
+    /// Offloaded writes awaiting their copy: whom to answer.
+    offloaded: Vec<(Ticket, RequestId)>,
+    stats: ServeStats,
 }
 
-/// An in-process network: one client's end.
-pub struct InProcClient {
-    id: ClientId,
-    server: Arc<Mailbox>,
-    inbox: Arc<Mailbox>,
-}
-
-impl InProcServer {
-    /// A server end with no clients.
-    pub fn new() -> InProcServer {
-        InProcServer { inbox: Mailbox::new(), clients: Arc::new(Mutex::new(Vec::new())) }
-    }
-
-    /// A handle that connects clients and stops the server from other threads.
-    pub fn handle(&self) -> InProcNetwork {
-        InProcNetwork { server: Arc::clone(&self.inbox), clients: Arc::clone(&self.clients) }
-    }
-}
-
-impl Default for InProcServer {
-    fn default() -> Self {
-        InProcServer::new()
-    }
-}
-
-/// Connects clients to an [`InProcServer`] and stops it.
-#[derive(Clone)]
-pub struct InProcNetwork {
-    server: Arc<Mailbox>,
-    clients: Directory,
-}
-
-impl InProcNetwork {
-    /// Connects client `id`.
-    pub fn connect(&self, id: ClientId) -> InProcClient {
-        let inbox = Mailbox::new();
-        self.clients.lock().expect("clients").push((id, Arc::clone(&inbox)));
-        self.server.push(Event::Connected(id), &[]);
-        InProcClient { id, server: Arc::clone(&self.server), inbox }
-    }
-
-    /// Asks the server loop to stop.
-    pub fn shutdown(&self) {
-        self.server.push(Event::Shutdown, &[]);
-    }
-}
-
-impl InProcClient {
-    /// Sends one request.
-    pub fn send(&self, bytes: &[u8]) {
-        self.server.push(Event::Message(self.id), bytes);
-    }
-
-    /// Blocks for the next reply.
-    pub fn recv(&self, buf: &mut Vec<u8>) {
-        loop {
-            if self.inbox.pop(buf).is_some() {
-                return;
+impl Loop {
+    /// Handles one batch of events; true if the batch was full (more may wait).
+    fn drain<T: Transport>(&mut self, server: &mut Server, transport: &mut T) -> bool {
+        let n = transport.poll(&mut self.events, EVENTS_PER_POLL);
+        for event in std::mem::take(&mut self.events) {
+            match event {
+                Event::Accepted(conn) => {
+                    self.stats.accepted += 1;
+                    server.connect(client_id(conn));
+                }
+                Event::Disconnected { conn, .. } => {
+                    server.disconnect(client_id(conn));
+                    self.offloaded.retain(|(_, request)| request.conn() != conn);
+                }
+                Event::Request(request) => {
+                    self.stats.requests += 1;
+                    let client = client_id(request.id.conn());
+                    match server.handle_parts(client, &request.header, &request.payload, &mut self.reply) {
+                        Action::Reply => {
+                            let payload = self.reply.split_off(RESPONSE_HEADER_BYTES);
+                            self.send(transport, request.id, payload);
+                        }
+                        Action::Offloaded(ticket) => {
+                            self.stats.offloaded += 1;
+                            self.offloaded.push((ticket, request.id));
+                        }
+                    }
+                }
+                // The server starts no operations of its own.
+                Event::Completion(_) => {}
             }
-            self.inbox.wait();
+        }
+        n == EVENTS_PER_POLL
+    }
+
+    /// Sends the replies of completed copies.
+    fn finish_copies<T: Transport>(&mut self, server: &mut Server, transport: &mut T) {
+        server.poll_completions(&mut self.done);
+        for completed in std::mem::take(&mut self.done) {
+            let Some(at) = self.offloaded.iter().position(|(t, _)| *t == completed.ticket) else {
+                continue; // its connection is gone
+            };
+            let (_, request) = self.offloaded.swap_remove(at);
+            debug_assert_eq!(client_id(request.conn()), completed.client);
+            self.reply.clear();
+            self.reply.extend_from_slice(&completed.reply);
+            self.send(transport, request, Vec::new());
+        }
+    }
+
+    fn send<T: Transport>(&mut self, transport: &mut T, request: RequestId, payload: Vec<u8>) {
+        if transport.reply(request, &self.reply[..RESPONSE_HEADER_BYTES], payload).is_err() {
+            self.stats.replies_dropped += 1;
         }
     }
 }
 
-impl Drop for InProcClient {
-    fn drop(&mut self) {
-        self.server.push(Event::Disconnected(self.id), &[]);
-    }
-}
-
-impl ServerTransport for InProcServer {
-    fn event_fd(&self) -> RawFd {
-        self.inbox.event.as_raw_fd()
-    }
-
-    fn next_event(&mut self, buf: &mut Vec<u8>) -> Option<Event> {
-        self.inbox.pop(buf)
-    }
-
-    fn send(&mut self, client: ClientId, bytes: &[u8]) {
-        let clients = self.clients.lock().expect("clients");
-        if let Some((_, inbox)) = clients.iter().find(|(id, _)| *id == client) {
-            inbox.push(Event::Message(client), bytes);
-        }
-    }
+/// The server core's name for a transport connection.
+pub fn client_id(conn: ConnId) -> ClientId {
+    conn.0 as ClientId
 }

@@ -15,8 +15,9 @@
 //!   [`calibration`] holds `Auto`'s per-size table.
 //! - [`pool`]: the exported region's layout and the crash-consistent log
 //!   directory; [`crash`] checks it with `pmwire-crashcheck`.
-//! - [`event_loop`]: the server loop over a narrow transport seam, and an
-//!   in-process transport for tests.
+//! - [`event_loop`]: `serve(server, transport, stop)`, the server loop over
+//!   the network seam ([`transport::Transport`]: UCX or in process), and
+//!   [`client::Client`], the client over the same seam.
 //!
 //! `docs/format/wire.md` gives every byte.
 //!

@@ -360,6 +360,14 @@ fn get_u64(buf: &[u8], at: usize) -> u64 {
 /// filling in the payload length and both checksums. The payload CRC is
 /// computed only if `header.flags` has [`FLAG_PAYLOAD_CRC`].
 pub fn encode_request(header: &RequestHeader, payload: &[u8], out: &mut Vec<u8>) {
+    encode_request_header(header, payload, out);
+    out.extend_from_slice(payload);
+}
+
+/// [`encode_request`] without the payload: `out` (cleared first) gets the
+/// 64 header bytes for `header` + `payload`, for a transport that sends the
+/// payload apart.
+pub fn encode_request_header(header: &RequestHeader, payload: &[u8], out: &mut Vec<u8>) {
     assert!(payload.len() <= MAX_PAYLOAD_BYTES as usize, "payload of {} B over the hard limit", payload.len());
     out.clear();
     out.resize(REQUEST_HEADER_BYTES, 0);
@@ -379,7 +387,6 @@ pub fn encode_request(header: &RequestHeader, payload: &[u8], out: &mut Vec<u8>)
     put_u32(h, 56, payload_crc);
     let crc = crc32c::crc32c(&h[..60]);
     put_u32(h, 60, crc);
-    out.extend_from_slice(payload);
 }
 
 /// The request id at bytes 8..16, if the message is long enough: used to
@@ -412,19 +419,6 @@ fn check_frame(msg: &[u8], header_bytes: usize, magic: u32) -> Result<(), Decode
         return Err(DecodeError::Version { found: msg[4] });
     }
     Ok(())
-}
-
-/// Checks the declared payload length against the message and the limit.
-fn check_payload(msg: &[u8], header_bytes: usize, declared: u32, max_payload: u32) -> Result<&[u8], DecodeError> {
-    let max = max_payload.min(MAX_PAYLOAD_BYTES);
-    if declared > max {
-        return Err(DecodeError::TooLarge { len: declared, max });
-    }
-    let actual = msg.len() - header_bytes;
-    if actual != declared as usize {
-        return Err(DecodeError::Length { declared, actual });
-    }
-    Ok(&msg[header_bytes..])
 }
 
 /// Decodes and validates one request message. `max_payload` is the
@@ -528,13 +522,35 @@ pub fn encode_response_header(header: &ResponseHeader, payload: &[u8]) -> [u8; R
 
 /// Decodes and validates one response message.
 pub fn decode_response(msg: &[u8], max_payload: u32) -> Result<Response<'_>, DecodeError> {
+    if msg.len() < RESPONSE_HEADER_BYTES {
+        return Err(DecodeError::Short { len: msg.len(), need: RESPONSE_HEADER_BYTES });
+    }
+    let (header, payload) = msg.split_at(RESPONSE_HEADER_BYTES);
+    decode_response_parts(header, payload, max_payload)
+}
+
+/// [`decode_response`] for a response whose header and payload arrived
+/// apart (a transport RPC's response header and payload). `header` must be
+/// exactly 48 bytes.
+pub fn decode_response_parts<'a>(header: &[u8], payload: &'a [u8], max_payload: u32) -> Result<Response<'a>, DecodeError> {
+    if header.len() != RESPONSE_HEADER_BYTES {
+        return Err(DecodeError::Short { len: header.len(), need: RESPONSE_HEADER_BYTES });
+    }
+    let msg = header;
     check_frame(msg, RESPONSE_HEADER_BYTES, RESPONSE_MAGIC)?;
     let code = get_u16(msg, 6);
     let status = Status::from_u16(code).ok_or(DecodeError::UnknownStatus(code))?;
     if get_u32(msg, 40) != 0 {
         return Err(DecodeError::Flags { flags: 0xffff });
     }
-    let payload = check_payload(msg, RESPONSE_HEADER_BYTES, get_u32(msg, 16), max_payload)?;
+    let declared = get_u32(msg, 16);
+    let max = max_payload.min(MAX_PAYLOAD_BYTES);
+    if declared > max {
+        return Err(DecodeError::TooLarge { len: declared, max });
+    }
+    if payload.len() != declared as usize {
+        return Err(DecodeError::Length { declared, actual: payload.len() });
+    }
     let stored = get_u32(msg, 20);
     let computed = crc32c::crc32c(payload);
     if stored != computed {

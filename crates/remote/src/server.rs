@@ -283,7 +283,15 @@ impl Server {
     /// Handles one whole message from `client`; the reply (for
     /// [`Action::Reply`]) is written to `reply`, which is cleared first.
     pub fn handle(&mut self, client: ClientId, msg: &[u8], reply: &mut Vec<u8>) -> Action {
-        let request = match proto::decode_request(msg, self.config.max_payload) {
+        let split = msg.len().min(proto::REQUEST_HEADER_BYTES);
+        self.handle_parts(client, &msg[..split], &msg[split..], reply)
+    }
+
+    /// [`handle`](Server::handle) for a message whose header and payload
+    /// arrived apart (a transport RPC's header and payload): no copy.
+    pub fn handle_parts(&mut self, client: ClientId, header: &[u8], payload: &[u8], reply: &mut Vec<u8>) -> Action {
+        let msg = header;
+        let request = match proto::decode_request_parts(header, payload, self.config.max_payload) {
             Ok(request) => request,
             Err(e) => {
                 let detail = match e {

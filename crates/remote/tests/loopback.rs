@@ -1,17 +1,18 @@
-//! The cores driven by the real event loop over the in-process transport:
+//! The server loop over the in-process transport (`transport::InProcTransport`):
 //! two client threads with 8 requests in flight each, Rpc and RpcOffload
 //! writes and log appends, then a restart on the same pool that must find
 //! every acknowledged write and append.
 
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 
 use pmem::Region;
 use pmwire_log::{LogConfig, TailStrategy};
-use pmwire_remote::client::{ClientConfig, ClientCore};
-use pmwire_remote::event_loop::{serve, InProcClient, InProcServer};
+use pmwire_remote::client::{Client, ClientConfig, ClientCore, ClientOptions};
+use pmwire_remote::event_loop::{register_data_area, serve};
 use pmwire_remote::pool::PoolConfig;
-use pmwire_remote::proto::{Guarantee, Method};
 use pmwire_remote::server::{Server, ServerConfig};
+use transport::{InProcNetwork, InProcTransport, Limits, NodeId};
 
 const WINDOW: usize = 8;
 const WRITES: u64 = 64;
@@ -21,39 +22,28 @@ fn data(client: u64, i: u64) -> Vec<u8> {
     (0..SIZE as u64).map(|b| (b * 7 + i * 13 + client * 101) as u8).collect()
 }
 
-/// Sends every request the client core builds; keeps `WINDOW` in flight.
-fn run_client(id: u64, net: InProcClient, region_id: u32, key: u64) -> Vec<(u64, u64)> {
-    let mut core = ClientCore::new(ClientConfig { region_id, key, window: WINDOW, payload_crc: true });
-    let (mut msg, mut reply) = (Vec::new(), Vec::new());
-    core.hello_request(&mut msg).unwrap();
-    net.send(&msg);
-    net.recv(&mut reply);
-    core.on_response(&reply).unwrap().result.unwrap();
-    let config = LogConfig::new(64 << 10, TailStrategy::SelfValidating);
-    core.log_create(format!("log-{id}").as_bytes(), &config, &mut msg).unwrap();
-    net.send(&msg);
-    net.recv(&mut reply);
-    let log = core.on_response(&reply).unwrap().result.unwrap();
+/// Keeps `WINDOW` writes and appends in flight; returns the acknowledged appends.
+fn run_client(id: u64, t: InProcTransport, server: NodeId, region_id: u32, key: u64) -> Vec<(u64, u64)> {
+    let options = ClientOptions { window: WINDOW, ..ClientOptions::default() };
+    let mut c = Client::connect_with(t, &server, region_id, key, options).unwrap();
+    let log = c.log_create(format!("log-{id}").as_bytes(), &LogConfig::new(64 << 10, TailStrategy::SelfValidating)).unwrap();
+    let mut appends = std::collections::HashMap::new();
     let mut appended = Vec::new();
     let (mut sent, mut acked) = (0u64, 0u64);
     while acked < 2 * WRITES {
-        while sent < 2 * WRITES && core.outstanding() < WINDOW {
+        while sent < 2 * WRITES && c.outstanding() < WINDOW {
             let i = sent / 2;
             if sent % 2 == 0 {
-                let method = if i % 2 == 0 { Method::Rpc } else { Method::RpcOffload };
-                let offset = (id * WRITES + i) * 4096;
-                let plan = core.plan_write(offset, SIZE as u64, method, Guarantee::Persistence, None).unwrap();
-                core.persist_write(offset, &data(id, i), plan.method == Method::RpcOffload, &mut msg).unwrap();
+                c.submit_rpc_write((id * WRITES + i) * 4096, &data(id, i), i % 2 == 1).unwrap();
             } else {
-                core.log_append(log, &i.to_le_bytes(), &mut msg).unwrap();
+                let token = c.submit_log_append(log, &i.to_le_bytes()).unwrap();
+                appends.insert(token, ());
             }
-            net.send(&msg);
             sent += 1;
         }
-        net.recv(&mut reply);
-        let r = core.on_response(&reply).unwrap();
-        let value = r.result.unwrap();
-        if r.opcode == pmwire_remote::proto::Opcode::LogAppend {
+        let (token, result) = c.wait_any().unwrap();
+        let value = result.unwrap();
+        if appends.remove(&token).is_some() {
             appended.push((log, value));
         }
         acked += 1;
@@ -65,26 +55,30 @@ fn run_client(id: u64, net: InProcClient, region_id: u32, key: u64) -> Vec<(u64,
 fn two_clients_through_the_event_loop_then_restart() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let path = dir.path().join("pool");
+    let network = InProcNetwork::new(Limits::default());
+    let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel();
-    let server_path = path.clone();
+    let (server_path, server_net, server_stop) = (path.clone(), network.clone(), stop.clone());
     let server = std::thread::spawn(move || {
         let region = Region::create(&server_path, 16 << 20).unwrap();
         let pool = PoolConfig { region_id: 2, dir_slots: 4, log_area_bytes: 1 << 20 };
         let mut server = Server::format(region, pool, ServerConfig::default()).unwrap();
-        let mut transport = InProcServer::new();
-        tx.send((server.credentials(), transport.handle())).unwrap();
-        serve(&mut server, &mut transport);
+        let mut transport = server_net.node();
+        register_data_area(&mut server, &mut transport).unwrap();
+        tx.send((server.credentials(), transport.id())).unwrap();
+        serve(&mut server, &mut transport, &server_stop)
     });
-    let ((region_id, key), network) = rx.recv().unwrap();
+    let ((region_id, key), node) = rx.recv().unwrap();
     let clients: Vec<_> = (0..2u64)
         .map(|id| {
-            let net = network.connect(id);
-            std::thread::spawn(move || run_client(id, net, region_id, key))
+            let t = network.node();
+            std::thread::spawn(move || run_client(id, t, node, region_id, key))
         })
         .collect();
     let appended: Vec<Vec<(u64, u64)>> = clients.into_iter().map(|c| c.join().unwrap()).collect();
-    network.shutdown();
-    server.join().unwrap();
+    stop.store(true, Ordering::Release);
+    let stats = server.join().unwrap();
+    assert_eq!(stats.offloaded, 2 * WRITES / 2);
 
     // Restart on the same pool: every acknowledged write and append is there.
     let mut server = Server::open(Region::open(&path, Default::default()).unwrap(), ServerConfig::default()).unwrap();
