@@ -53,7 +53,8 @@ pub struct BulkResult {
 }
 
 fn bulk_result(params: &Params, lines: u64, dt_ns: f64, c: DimmCounters) -> BulkResult {
-    assert!(dt_ns > 0.0 && lines > 0, "an empty measurement");
+    assert!(dt_ns > 0.0, "no time elapsed");
+    assert!(lines > 0, "no lines measured");
     let bytes = (lines * params.optane.line_bytes) as f64;
     BulkResult {
         payload_gb_per_s: bytes / dt_ns,
@@ -82,7 +83,8 @@ pub fn rdma_bulk(params: &Params, testbed: &Testbed, to: Placement, dimms: usize
     let mut memory = MemorySystem::new(params, dimms);
     let warm = 2 * cache.capacity_lines() as u64;
     let lines = total_bytes / line_bytes;
-    assert!(lines > 0 && warm + lines <= MAX_LINES, "bulk run of {lines} lines out of bounds");
+    assert!(lines > 0, "an empty bulk run");
+    assert!(warm + lines <= MAX_LINES, "bulk run of {lines} lines out of bounds");
     let line_ns = (line_bytes * 8) as f64 / testbed.bulk_goodput_gbps;
     let (mut t, mut t0, mut c0) = (0.0, 0.0, DimmCounters::default());
     for line in 0..warm + lines {
@@ -110,12 +112,15 @@ pub enum Copier {
 /// into 4 GB, eight copies in flight). Returns payload GB/s.
 pub fn copies(params: &Params, testbed: &Testbed, copier: Copier, copy_bytes: u64, total_bytes: u64) -> BulkResult {
     let line_bytes = params.optane.line_bytes;
-    assert!(copy_bytes >= line_bytes && copy_bytes % line_bytes == 0, "copies are whole lines");
+    assert!(copy_bytes >= line_bytes, "copies are at least a line");
+    assert!(copy_bytes.is_multiple_of(line_bytes), "copies are whole lines");
     let copies = total_bytes / copy_bytes;
-    assert!(copies > 0 && total_bytes / line_bytes <= MAX_LINES, "copy run out of bounds");
+    assert!(copies > 0, "an empty copy run");
+    assert!(total_bytes / line_bytes <= MAX_LINES, "copy run out of bounds");
     if copier == Copier::NtStore {
         let cpu = Cpu::new(params, &testbed.cpu, testbed.dimms, Domain::Adr);
-        let events = (0..copies).flat_map(|k| [Event::NtStore { offset: k * copy_bytes, len: copy_bytes }, Event::Fence]);
+        let events =
+            (0..copies).flat_map(|k| [Event::NtStore { offset: k * copy_bytes, len: copy_bytes }, Event::Fence]);
         let stats = cpu.replay(events).expect("bounded run");
         return bulk_result(params, total_bytes / line_bytes, stats.time_ns, stats.dimm);
     }
@@ -192,7 +197,8 @@ pub struct SmallResult {
 
 /// `requests` small writes of kind `kind` over a 4 GiB region on `testbed`.
 pub fn small_writes(params: &Params, testbed: &Testbed, kind: SmallWrite, requests: u64) -> SmallResult {
-    assert!(requests > 0 && requests * 4 <= MAX_LINES, "small-write run out of bounds");
+    assert!(requests > 0, "an empty small-write run");
+    assert!(requests * 4 <= MAX_LINES, "small-write run out of bounds");
     let region_xplines = (4u64 << 30) / params.optane.xpline_bytes;
     let mut memory = MemorySystem::new(params, testbed.dimms);
     let mut rng = SplitMix64::new(0x5a11);

@@ -198,7 +198,8 @@ impl Cpu {
             Event::Fence => self.fence(),
             Event::Mark(_) => self.stats.marks += 1,
             Event::Compute(ns) => {
-                assert!(ns.is_finite() && ns >= 0.0, "compute time {ns}");
+                assert!(ns.is_finite(), "compute time {ns}");
+                assert!(ns >= 0.0, "compute time {ns}");
                 self.now += ns;
             }
         }
@@ -279,7 +280,8 @@ mod tests {
         let p = Params::published();
         let mut cpu = p.kalia.cpu.clone();
         cpu.clwb_invalidates = false;
-        let events = (0..1000).flat_map(|_| [Event::Store { offset: 0, len: 8 }, Event::Flush { offset: 0, len: 8 }, Event::Fence]);
+        let events = (0..1000)
+            .flat_map(|_| [Event::Store { offset: 0, len: 8 }, Event::Flush { offset: 0, len: 8 }, Event::Fence]);
         let stats = Cpu::new(&p, &cpu, 6, Domain::Adr).replay(events).unwrap();
         assert_eq!(stats.stalls, 0);
     }
@@ -287,7 +289,8 @@ mod tests {
     #[test]
     fn eadr_skips_flushes() {
         let p = Params::published();
-        let events = (0..100).flat_map(|_| [Event::Store { offset: 0, len: 8 }, Event::Flush { offset: 0, len: 8 }, Event::Fence]);
+        let events = (0..100)
+            .flat_map(|_| [Event::Store { offset: 0, len: 8 }, Event::Flush { offset: 0, len: 8 }, Event::Fence]);
         let stats = Cpu::new(&p, &p.kalia.cpu, 6, Domain::Eadr).replay(events).unwrap();
         assert_eq!(stats.time_ns, 0.0);
         assert_eq!(stats.dimm.write_requests, 0);

@@ -177,7 +177,8 @@ impl Dimm {
 
     /// Evicts the least recently used entry; returns when the media starts on it.
     fn evict(&mut self, now: f64) -> f64 {
-        let victim = (0..self.entries.len()).min_by_key(|&i| self.entries[i].stamp).expect("evict from an empty XBuffer");
+        let victim =
+            (0..self.entries.len()).min_by_key(|&i| self.entries[i].stamp).expect("evict from an empty XBuffer");
         let e = self.entries.swap_remove(victim);
         let start = now.max(self.media_free_ns);
         let mut busy = 0.0;

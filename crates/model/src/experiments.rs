@@ -72,13 +72,15 @@ pub struct Outcome {
 
 impl Outcome {
     fn close(&mut self, experiment: &str, finding: &str, paper: f64, model: f64, unit: &str) {
-        assert!(paper.is_finite() && model.is_finite(), "{finding}: {paper} vs {model}");
+        assert!(paper.is_finite(), "{finding}: paper {paper}");
+        assert!(model.is_finite(), "{finding}: model {model}");
         let within = paper != 0.0 && (model / paper - 1.0).abs() <= TOLERANCE;
         self.push(experiment, finding, paper, model, unit, within);
     }
 
     fn ordered(&mut self, experiment: &str, finding: &str, paper: f64, model: f64, unit: &str, holds: bool) {
-        assert!(paper.is_finite() && model.is_finite(), "{finding}: {paper} vs {model}");
+        assert!(paper.is_finite(), "{finding}: paper {paper}");
+        assert!(model.is_finite(), "{finding}: model {model}");
         self.push(experiment, finding, paper, model, unit, holds);
     }
 
@@ -174,7 +176,13 @@ fn ddio(p: &Params) -> Outcome {
         o.row("rdma_bulk_seed004", variant, None, &metrics(&r));
     }
     o.row("rdma_bulk_seed000", "rpc", None, &[("net_gbps", rpc)]);
-    o.close(E, "000 Fig4: DDIO on, in-DIMM write amp (84.8/45) (calibration)", 84.8 / 45.0, on.write_amplification, "x");
+    o.close(
+        E,
+        "000 Fig4: DDIO on, in-DIMM write amp (84.8/45) (calibration)",
+        84.8 / 45.0,
+        on.write_amplification,
+        "x",
+    );
     o.close(E, "000 Fig4: DDIO off, in-DIMM write amp (45.6/45)", 45.6 / 45.0, off.write_amplification, "x");
     o.close(E, "000 Fig4: DDIO on, RDMA write throughput", 45.0, gbps(on.payload_gb_per_s), "Gbps");
     o.close(E, "000 Fig4: DDIO on, media write bandwidth", 84.8, gbps(on.media_write_gb_per_s), "Gbps");
@@ -220,7 +228,12 @@ fn dma(p: &Params) -> Outcome {
                     dca_amp = r.write_amplification;
                 }
             }
-            o.row("nvmm_copy", variant, Some(size), &[("gb_per_s", r.payload_gb_per_s), ("write_amplification", r.write_amplification)]);
+            o.row(
+                "nvmm_copy",
+                variant,
+                Some(size),
+                &[("gb_per_s", r.payload_gb_per_s), ("write_amplification", r.write_amplification)],
+            );
         }
     }
     let rpc = bulk::rpc_bulk_gbps(&p.kalia, p.optane.line_bytes);
@@ -232,7 +245,14 @@ fn dma(p: &Params) -> Outcome {
     o.close(E, "000 Fig6: ntstore, one core, peak (calibrates line_ns)", 4.3, peak[2], "GB/s");
     o.close(E, "000 §5.4.2: DMA with DCA, in-DIMM write amp (~2x)", 2.0, dca_amp, "x");
     o.close(E, "000 §5.4.2: disabling DCA raises the peak 2x", 11.5 / 5.8, peak[1] / peak[0], "x");
-    o.ordered(E, "000 §5.4.2: at 1 KB, DCA on beats DCA off (on/off > 1)", 1.0, at_1k[0] / at_1k[1], "x", at_1k[0] > at_1k[1]);
+    o.ordered(
+        E,
+        "000 §5.4.2: at 1 KB, DCA on beats DCA off (on/off > 1)",
+        1.0,
+        at_1k[0] / at_1k[1],
+        "x",
+        at_1k[0] > at_1k[1],
+    );
     o.close(E, "000 Fig7: RPC+DMA (DCA off) vs RPC at 128 KB", 2.3, rpc_dma / rpc, "x");
     o
 }
@@ -251,9 +271,19 @@ fn counter(p: &Params) -> Result<Outcome, ModelError> {
     let rot16 = replay(p, cpu, workload::counter_updates(Counter::Rotating { blocks: 16, stride: 256 }, UPDATES))?;
     let retaining = CpuParams { clwb_invalidates: false, ..cpu.clone() };
     let naive_retain = replay(p, &retaining, workload::counter_updates(Counter::Naive, UPDATES))?;
-    for (variant, s) in [("naive", &naive), ("rotating_10x256", &rotating), ("rotating_16x256", &rot16), ("naive_clwb_retains", &naive_retain)] {
+    for (variant, s) in [
+        ("naive", &naive),
+        ("rotating_10x256", &rotating),
+        ("rotating_16x256", &rot16),
+        ("naive_clwb_retains", &naive_retain),
+    ] {
         let media_per_update = s.dimm.media_bytes_written as f64 / s.marks as f64;
-        o.row("counter", variant, None, &[("mops_per_s", s.marks_per_s() / 1e6), ("media_bytes_per_update", media_per_update)]);
+        o.row(
+            "counter",
+            variant,
+            None,
+            &[("mops_per_s", s.marks_per_s() / 1e6), ("media_bytes_per_update", media_per_update)],
+        );
     }
     let (n, r) = (naive.marks_per_s() / 1e6, rotating.marks_per_s() / 1e6);
     o.close(E, "000 §6: same-location persists (calibration)", 1.3, n, "M/s");
@@ -276,7 +306,14 @@ fn counter(p: &Params) -> Result<Outcome, ModelError> {
             64 | 256 | 512 => {
                 o.close(E, &format!("000 Fig9: rotating/naive log appends, {payload} B (+80-90%)"), 1.85, lr / ln, "x")
             }
-            2048 => o.ordered(E, "000 Fig9: 2 KB appends, counter has little effect (< 1.15x)", 1.15, lr / ln, "x", lr / ln < 1.15),
+            2048 => o.ordered(
+                E,
+                "000 Fig9: 2 KB appends, counter has little effect (< 1.15x)",
+                1.15,
+                lr / ln,
+                "x",
+                lr / ln < 1.15,
+            ),
             _ => {}
         }
         if payload == 256 {
@@ -298,8 +335,13 @@ fn small_writes(p: &Params) -> Outcome {
             "small_write",
             k.name(),
             Some(k.payload_bytes()),
-            &[("mreq_per_s", r.mreq_per_s), ("nic_limit_mreq_per_s", limits[0]), ("pcie_limit_mreq_per_s", limits[1]),
-              ("media_limit_mreq_per_s", limits[2]), ("nvm_reads_per_write", r.reads_per_write)],
+            &[
+                ("mreq_per_s", r.mreq_per_s),
+                ("nic_limit_mreq_per_s", limits[0]),
+                ("pcie_limit_mreq_per_s", limits[1]),
+                ("media_limit_mreq_per_s", limits[2]),
+                ("nvm_reads_per_write", r.reads_per_write),
+            ],
         );
     }
     let peak = 52.0;
@@ -309,8 +351,14 @@ fn small_writes(p: &Params) -> Outcome {
     o.close(E, "004 §4.2: H6 share of NVM peak (52 M/s)", 0.87, h6.mreq_per_s / peak, "frac");
     o.close(E, "004 §4.2: H5 speedup over raw (1.1x)", 34.0 / 31.0, h5.mreq_per_s / raw.mreq_per_s, "x");
     o.close(E, "004 §4.2: H6 speedup over H5 (1.3x)", 45.0 / 34.0, h6.mreq_per_s / h5.mreq_per_s, "x");
-    o.ordered(E, "004 Fig13a: NVM reads per write, raw 1 -> padded 0", 1.0, raw.reads_per_write - h6.reads_per_write, "rd/wr",
-        raw.reads_per_write > 0.9 && h6.reads_per_write == 0.0);
+    o.ordered(
+        E,
+        "004 Fig13a: NVM reads per write, raw 1 -> padded 0",
+        1.0,
+        raw.reads_per_write - h6.reads_per_write,
+        "rd/wr",
+        raw.reads_per_write > 0.9 && h6.reads_per_write == 0.0,
+    );
     o.close(E, "004 §3: raw 16 B, cross-socket (not modelled: H1)", 15.0, raw.mreq_per_s, "Mreq/s");
     o
 }
@@ -334,7 +382,8 @@ fn mirror(p: &Params) -> Outcome {
             }
             few_dd_wins += usize::from(e == 1 && dd < ob);
             many_ob_wins += usize::from(e == 256 && ob < dd);
-            let variant_metrics: Vec<(String, f64)> = Strategy::ALL[1..].iter().zip(&s[1..]).map(|(st, v)| (st.name().to_string(), *v)).collect();
+            let variant_metrics: Vec<(String, f64)> =
+                Strategy::ALL[1..].iter().zip(&s[1..]).map(|(st, v)| (st.name().to_string(), *v)).collect();
             for (name, v) in variant_metrics {
                 o.row("transact", &format!("{name} {e}-{w}"), None, &[("slowdown_x", v)]);
             }
@@ -342,15 +391,41 @@ fn mirror(p: &Params) -> Outcome {
     }
     o.close(E, "002 Fig4: SM-RC slowdown, worst config (~55x)", 55.0, rc_max, "x");
     o.close(E, "002 Fig4: SM-RC slowdown, best config (~20x)", 20.0, rc_min, "x");
-    o.close(E, &format!("002 Fig4: OB/DD best gain over RC (3.5x at 4-1; model at {}-{})", best_at.0, best_at.1), 3.5, best_gain, "x");
-    o.ordered(E, "002 §7.1: 1 epoch, SM-DD beats SM-OB (of 4 write counts)", 4.0, few_dd_wins as f64, "configs", few_dd_wins >= 3);
-    o.ordered(E, "002 §7.1: 256 epochs, SM-OB beats SM-DD (of 4 write counts)", 4.0, many_ob_wins as f64, "configs", many_ob_wins >= 3);
+    o.close(
+        E,
+        &format!("002 Fig4: OB/DD best gain over RC (3.5x at 4-1; model at {}-{})", best_at.0, best_at.1),
+        3.5,
+        best_gain,
+        "x",
+    );
+    o.ordered(
+        E,
+        "002 §7.1: 1 epoch, SM-DD beats SM-OB (of 4 write counts)",
+        4.0,
+        few_dd_wins as f64,
+        "configs",
+        few_dd_wins >= 3,
+    );
+    o.ordered(
+        E,
+        "002 §7.1: 256 epochs, SM-OB beats SM-DD (of 4 write counts)",
+        4.0,
+        many_ob_wins as f64,
+        "configs",
+        many_ob_wins >= 3,
+    );
     let whisper = whisper(p);
     for (i, name) in ["SM-RC", "SM-OB", "SM-DD"].iter().enumerate() {
         o.row("whisper_like", name, None, &[("slowdown_x", whisper[i])]);
     }
-    o.ordered(E, "002 Fig5: WHISPER-like, SM-DD < SM-OB < SM-RC", 1.0, whisper[0] / whisper[2], "x",
-        whisper[2] < whisper[1] && whisper[1] < whisper[0]);
+    o.ordered(
+        E,
+        "002 Fig5: WHISPER-like, SM-DD < SM-OB < SM-RC",
+        1.0,
+        whisper[0] / whisper[2],
+        "x",
+        whisper[2] < whisper[1] && whisper[1] < whisper[0],
+    );
     o.close(E, "002 Fig5: WHISPER-like SM-RC time (no app work modelled)", 6.7, whisper[0], "x");
     o.close(E, "002 Fig5: WHISPER-like SM-OB time (no app work modelled)", 3.8, whisper[1], "x");
     o.close(E, "002 Fig5: WHISPER-like SM-DD time (no app work modelled)", 2.3, whisper[2], "x");
@@ -417,8 +492,22 @@ fn trace(p: &Params) -> Result<Outcome, ModelError> {
         }
     }
     let entry = (PAYLOAD + pmwire_log::ENTRY_HEADER_BYTES as usize) as f64;
-    o.ordered(E, "000 Fig9 ordering on pmwire's log: rotating/naive > 1 (paper 1.85)", 1.85, rates[1] / rates[0], "x", rates[1] > rates[0]);
-    o.ordered(E, "000 §6.1 on pmwire's log: naive tail absorbed (media B/append <= 1.1 entry)", entry, media_naive, "B", media_naive <= 1.1 * entry);
+    o.ordered(
+        E,
+        "000 Fig9 ordering on pmwire's log: rotating/naive > 1 (paper 1.85)",
+        1.85,
+        rates[1] / rates[0],
+        "x",
+        rates[1] > rates[0],
+    );
+    o.ordered(
+        E,
+        "000 §6.1 on pmwire's log: naive tail absorbed (media B/append <= 1.1 entry)",
+        entry,
+        media_naive,
+        "B",
+        media_naive <= 1.1 * entry,
+    );
     Ok(o)
 }
 
@@ -439,7 +528,8 @@ fn utc_stamp() -> String {
 
 fn host() -> Value {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split_once(':')).map(|(_, v)| v.trim());
+    let model =
+        cpuinfo.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split_once(':')).map(|(_, v)| v.trim());
     json!({
         "kind": "model",
         "note": "modelled hardware: nothing here was measured on this machine",

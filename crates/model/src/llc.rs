@@ -34,7 +34,8 @@ impl IoCache {
     /// An empty cache shaped by `params.llc`, with generator seed `seed`.
     pub fn new(params: &Params, seed: u64) -> IoCache {
         let (sets, ways) = (params.llc_sets(), params.llc.ddio_ways);
-        assert!(sets > 0 && ways > 0, "a cache has sets and ways");
+        assert!(sets > 0, "a cache has sets");
+        assert!(ways > 0, "a cache has ways");
         assert!(sets * ways <= 1 << 24, "cache model bounded to 16 M lines");
         IoCache {
             sets,

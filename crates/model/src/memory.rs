@@ -67,7 +67,8 @@ impl MemorySystem {
         while q.departures.front().is_some_and(|&d| d <= now) {
             q.departures.pop_front();
         }
-        let enter = if q.departures.len() == q.capacity { q.departures.pop_front().expect("full queue").max(now) } else { now };
+        let enter =
+            if q.departures.len() == q.capacity { q.departures.pop_front().expect("full queue").max(now) } else { now };
         let accepted = self.dimms[channel].write(enter, line);
         let departure = accepted.max(q.last_departure).max(enter);
         q.last_departure = departure;

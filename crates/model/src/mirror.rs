@@ -73,7 +73,8 @@ impl RemoteQueue {
         while self.departures.front().is_some_and(|&d| d <= now) {
             self.departures.pop_front();
         }
-        let enter = if self.departures.len() == self.capacity { self.departures.pop_front().expect("full") } else { now };
+        let enter =
+            if self.departures.len() == self.capacity { self.departures.pop_front().expect("full") } else { now };
         let enter = enter.max(now);
         self.drain_free = self.drain_free.max(enter) + self.service_ns;
         self.departures.push_back(self.drain_free);
@@ -176,7 +177,9 @@ impl Mirror<'_> {
 
 /// Mean modelled time of one Transact transaction, ns, over `transactions` runs.
 pub fn transact_ns(p: &Params, strategy: Strategy, epochs: usize, writes: usize, transactions: usize) -> f64 {
-    assert!(epochs >= 1 && writes >= 1 && epochs * writes <= MAX_WRITES_PER_TX, "transaction {epochs}x{writes}");
+    assert!(epochs >= 1, "a transaction has epochs");
+    assert!(writes >= 1, "an epoch has writes");
+    assert!(epochs * writes <= MAX_WRITES_PER_TX, "transaction {epochs}x{writes}");
     assert!((1..=10_000).contains(&transactions), "1-10000 transactions");
     let qps = if strategy == Strategy::SmDd { 1 } else { p.nic.mirror_qps };
     let mut m = Mirror {

@@ -273,15 +273,21 @@ impl Params {
                 return Err(ModelError::BadParameter { name, why: format!("{value} is not positive and finite") });
             }
         }
-        if o.line_bytes == 0 || o.xpline_bytes % o.line_bytes != 0 || o.xpline_bytes / o.line_bytes > 8 {
+        if o.line_bytes == 0 || !o.xpline_bytes.is_multiple_of(o.line_bytes) || o.xpline_bytes / o.line_bytes > 8 {
             return Err(ModelError::BadParameter { name: "optane.xpline_bytes", why: "not 1-8 whole lines".into() });
         }
-        if o.xbuffer_entries == 0 || o.xbuffer_entries > 4096 || o.interleave_bytes % o.xpline_bytes != 0 {
-            return Err(ModelError::BadParameter { name: "optane", why: "xbuffer 1..=4096, interleave in XPLines".into() });
+        if o.xbuffer_entries == 0 || o.xbuffer_entries > 4096 || !o.interleave_bytes.is_multiple_of(o.xpline_bytes) {
+            return Err(ModelError::BadParameter {
+                name: "optane",
+                why: "xbuffer 1..=4096, interleave in XPLines".into(),
+            });
         }
         let l = &self.llc;
         if l.ddio_ways == 0 || l.ddio_ways >= l.ways || !(0.0..=1.0).contains(&l.victim_disorder) {
-            return Err(ModelError::BadParameter { name: "llc", why: "0 < ddio_ways < ways, disorder in [0, 1]".into() });
+            return Err(ModelError::BadParameter {
+                name: "llc",
+                why: "0 < ddio_ways < ways, disorder in [0, 1]".into(),
+            });
         }
         if self.imc.wpq_entries == 0 || self.dma.window == 0 || self.nic.mirror_qps == 0 {
             return Err(ModelError::BadParameter { name: "queues", why: "queue depths must be positive".into() });
