@@ -14,10 +14,12 @@
 //!   on Cascade Lake, invalidates the line; a clean line costs nothing;
 //! - a **non-temporal store** streams each line (`line_ns`) and drops any
 //!   cached copy;
+//! - every line written back or streamed goes to the memory controller as
+//!   it is issued; a full write-pending queue stalls the core;
 //! - a **fence** waits for the epoch's write-backs: `persist_latency_ns`
-//!   minus the one line already charged, and at least until the WPQ has
-//!   accepted every line (ADR). Under eADR flushes do nothing and a fence
-//!   only drains non-temporal stores;
+//!   minus the one line already charged (the WPQ has accepted every line by
+//!   then: ADR). Under eADR flushes do nothing and a fence only drains
+//!   non-temporal stores;
 //! - a **mark** counts an acknowledged operation; **compute** is CPU work.
 //!
 //! Invariants: the clock never runs backwards; a line is pending at most
@@ -185,8 +187,7 @@ impl Cpu {
                     let state = self.lines.entry(line).or_default();
                     state.cached = false;
                     state.dirty = false;
-                    self.pending.push(line);
-                    self.now += self.cpu.line_ns;
+                    self.issue(line);
                 }
             }
             Event::Flush { offset, len } if self.domain == Domain::Adr => {
@@ -219,14 +220,23 @@ impl Cpu {
 
     fn flush(&mut self, line: u64) {
         let Some(state) = self.lines.get_mut(&line) else { return };
-        if state.dirty {
-            state.dirty = false;
-            self.pending.push(line);
-            self.now += self.cpu.line_ns;
-        }
+        let dirty = state.dirty;
+        state.dirty = false;
         if self.cpu.clwb_invalidates {
             state.cached = false;
         }
+        if dirty {
+            self.issue(line);
+        }
+    }
+
+    /// Sends one line toward the memory controller as the core streams it
+    /// (`line_ns`); a full WPQ stalls the core.
+    fn issue(&mut self, line: u64) {
+        self.now += self.cpu.line_ns;
+        let accepted = self.memory.write_line(self.now, line * self.line_bytes);
+        self.now = self.now.max(accepted);
+        self.pending.push(line);
     }
 
     fn fence(&mut self) {
@@ -234,12 +244,7 @@ impl Cpu {
         if self.pending.is_empty() {
             return;
         }
-        let issued = self.now;
-        let mut done = self.now + (self.cpu.persist_latency_ns - self.cpu.line_ns).max(0.0);
-        for i in 0..self.pending.len() {
-            let line = self.pending[i];
-            done = done.max(self.memory.write_line(issued, line * self.line_bytes));
-        }
+        let done = self.now + (self.cpu.persist_latency_ns - self.cpu.line_ns).max(0.0);
         self.now = done;
         for line in self.pending.drain(..) {
             let state = self.lines.get_mut(&line).expect("a pending line has a state");

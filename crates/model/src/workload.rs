@@ -7,7 +7,7 @@
 //! and carry one mark per acknowledged append.
 
 use pmem::trace::{Op, TracedMedia};
-use pmem::Media;
+use pmem::{Media, Padding};
 use pmwire_log::{AppendLog, LogConfig, TailStrategy};
 
 use crate::cpu::Event;
@@ -90,15 +90,20 @@ pub fn erpc_log_appends(counter: Counter, payload: u64, appends: usize, rpc_ns: 
 }
 
 /// Records `appends` appends of `payload`-byte entries to a fresh pmwire
-/// [`AppendLog`] with tail `tail` on a [`TracedMedia`]; returns the trace
+/// [`AppendLog`] with tail `tail` and entry padding `padding` on a [`TracedMedia`]; returns the trace
 /// after formatting, one [`Op::Mark`] per acknowledged append.
-pub fn record_append_log(tail: TailStrategy, payload: usize, appends: usize) -> Result<Vec<Op>, ModelError> {
+pub fn record_append_log(
+    tail: TailStrategy,
+    padding: Padding,
+    payload: usize,
+    appends: usize,
+) -> Result<Vec<Op>, ModelError> {
     assert!(appends <= MAX_APPENDS, "{appends} appends exceed {MAX_APPENDS}");
     assert!(payload <= 64 << 10, "payload of {payload} bytes");
     let fail = |why: String| ModelError::Recording { tail: tail.name(), why };
-    let probe = LogConfig::new(4096, tail);
+    let probe = LogConfig::new(4096, tail).with_padding(padding);
     let capacity = (appends as u64 * probe.entry_size(payload as u64) + 4096).next_multiple_of(4096);
-    let config = LogConfig::new(capacity, tail);
+    let config = LogConfig::new(capacity, tail).with_padding(padding);
     let mut media = TracedMedia::new(AppendLog::required_size(&config) as usize);
     let mut log = AppendLog::create(&mut media, 0, config).map_err(|e| fail(e.to_string()))?;
     media.checkpoint();
@@ -130,7 +135,7 @@ mod tests {
     #[test]
     fn recorded_traces_mark_every_append() {
         for tail in [TailStrategy::Naive, TailStrategy::ROTATING_PAPER, TailStrategy::SelfValidating] {
-            let ops = record_append_log(tail, 256, 50).unwrap();
+            let ops = record_append_log(tail, Padding::None, 256, 50).unwrap();
             assert_eq!(ops.iter().filter(|op| matches!(op, Op::Mark(_))).count(), 50);
             let fences = ops.iter().filter(|op| matches!(op, Op::Fence)).count();
             let expected = if tail == TailStrategy::SelfValidating { 50 } else { 100 };
