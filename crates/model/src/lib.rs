@@ -15,6 +15,9 @@
 //! - [`workload`]: synthetic programs and recorded pmwire-log traces;
 //! - [`experiments`]: `pmwire model <experiment>`.
 //!
+//! `docs/MODEL.md` lists every parameter with its source (and which
+//! published number calibrates it) and the fidelity table.
+//!
 //! ```
 //! use pmwire_model::{cpu::{Cpu, Domain}, workload::{self, Counter}, Params};
 //!
