@@ -13,7 +13,7 @@ use crate::local::Ctx;
 use crate::measure::{median, round_order, AlignedBuf};
 use crate::pmdk::{self, LogPool};
 use crate::schema::{BenchResult, Skipped};
-use pmem::{Media, Region};
+use pmem::{Media, Padding, Region};
 use pmwire_log::{AppendError, AppendLog, LogConfig, TailStrategy};
 use std::time::Instant;
 
@@ -25,14 +25,20 @@ pub const TAIL_NAIVE: &str = "appendlog_naive";
 pub const TAIL_ROTATING: &str = "appendlog_rotating_10x256";
 /// `TailStrategy::SelfValidating`: one persist per append.
 pub const TAIL_SELF_VALIDATING: &str = "appendlog_self_validating";
+/// The naive tail with entries padded to 64 B lines (seed 004 H7).
+pub const TAIL_NAIVE_PAD64: &str = "appendlog_naive_pad64";
+/// The self-validating log with entries padded to 64 B lines.
+pub const TAIL_SELF_VALIDATING_PAD64: &str = "appendlog_self_validating_pad64";
 /// PMDK's libpmemlog.
 pub const PMEMLOG: &str = "pmemlog_append";
 
-/// The tail strategies measured, with their variant names.
-const STRATEGIES: [(&str, TailStrategy); 3] = [
-    (TAIL_NAIVE, TailStrategy::Naive),
-    (TAIL_ROTATING, TailStrategy::ROTATING_PAPER),
-    (TAIL_SELF_VALIDATING, TailStrategy::SelfValidating),
+/// The tail strategies and paddings measured, with their variant names.
+const STRATEGIES: [(&str, TailStrategy, Padding); 5] = [
+    (TAIL_NAIVE, TailStrategy::Naive, Padding::None),
+    (TAIL_ROTATING, TailStrategy::ROTATING_PAPER, Padding::None),
+    (TAIL_SELF_VALIDATING, TailStrategy::SelfValidating, Padding::None),
+    (TAIL_NAIVE_PAD64, TailStrategy::Naive, Padding::Line),
+    (TAIL_SELF_VALIDATING_PAD64, TailStrategy::SelfValidating, Padding::Line),
 ];
 
 enum Variant<'a> {
@@ -128,19 +134,19 @@ fn append_logs(ctx: &mut Ctx<'_>) -> Vec<Variant<'static>> {
     let capacity = ctx.plan.log_capacity_bytes;
     let stride = STRATEGIES
         .iter()
-        .map(|(_, tail)| AppendLog::required_size(&LogConfig::new(capacity, *tail)))
+        .map(|(_, tail, padding)| AppendLog::required_size(&LogConfig::new(capacity, *tail).with_padding(*padding)))
         .max()
         .unwrap()
         .next_multiple_of(64 << 10);
     let mut variants = Vec::new();
-    for (i, (name, tail)) in STRATEGIES.into_iter().enumerate() {
+    for (i, (name, tail, padding)) in STRATEGIES.into_iter().enumerate() {
         let base = i as u64 * stride;
         if base + stride > ctx.region.len() {
-            let why = format!("the region ({} B) cannot hold three logs of {capacity} B", ctx.region.len());
+            let why = format!("the region ({} B) cannot hold {} logs of {capacity} B", ctx.region.len(), STRATEGIES.len());
             ctx.skipped.push(Skipped::new(LOG, name, &why));
             continue;
         }
-        match AppendLog::create(ctx.region, base, LogConfig::new(capacity, tail)) {
+        match AppendLog::create(ctx.region, base, LogConfig::new(capacity, tail).with_padding(padding)) {
             Ok(log) => variants.push(Variant::Append { name, log }),
             Err(e) => ctx.skipped.push(Skipped::new(LOG, name, &e.to_string())),
         }
