@@ -10,6 +10,8 @@
 //!   persist latency, counters and registers, log appends.
 //! - [`headlines`]: the ratios against the peers, with pass or fail.
 //! - [`report`]: any number of result files → `index.html` with SVG plots.
+//! - [`remote`]: `pmwire serve` children, the kill -9 crash campaign, and
+//!   the remote suites (latency, bulk, log server) over UCX tcp and sm.
 //! - [`machine`]: what the numbers were measured on.
 //! - [`schema`]: the JSON format.
 //!
@@ -36,6 +38,7 @@ pub mod machine;
 pub mod measure;
 pub mod persist;
 pub mod pmdk;
+pub mod remote;
 pub mod report;
 pub mod schema;
 pub mod table;

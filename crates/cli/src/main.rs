@@ -8,6 +8,7 @@
 
 mod check;
 mod doctor;
+mod remote_cmd;
 mod size;
 
 use anyhow::{bail, Result};
@@ -42,6 +43,18 @@ enum Command {
         #[arg(long, default_value = "report")]
         out: PathBuf,
     },
+    /// Run the hardware model (Optane, DDIO/DCA, memory controller, RDMA NIC)
+    /// and print each finding beside the paper's.
+    Model {
+        /// ddio, dma, counter, small-writes, mirror, trace, or all.
+        #[arg(default_value = "all", value_parser = parse_experiment)]
+        experiment: String,
+        /// Where to write the JSON results.
+        #[arg(long, default_value = "results")]
+        out: PathBuf,
+    },
+    /// Export a pool over UCX (tcp or shared memory) until killed.
+    Serve(remote_cmd::ServeArgs),
     /// The newcomer's tour: a short run of every suite on an emulated pool,
     /// the crash checker, and the headline ratios against the peers.
     Tour(TourArgs),
@@ -51,6 +64,8 @@ enum Command {
 enum Suite {
     /// Local persistence: copies, persist latency and counters, logs; against PMDK.
     Local(LocalArgs),
+    #[command(flatten)]
+    Remote(remote_cmd::RemoteSuite),
 }
 
 /// Where the pool lives and what to take it for.
@@ -127,6 +142,14 @@ fn parse_flush(s: &str) -> Result<FlushInstruction, String> {
     FlushInstruction::parse(s).ok_or_else(|| format!("unknown flush '{s}' (clwb, clflushopt, clflush, none)"))
 }
 
+fn parse_experiment(s: &str) -> Result<String, String> {
+    if s == "all" || pmwire_model::experiments::NAMES.contains(&s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!("unknown experiment '{s}' (all, {})", pmwire_model::experiments::NAMES.join(", ")))
+    }
+}
+
 fn parse_isa(s: &str) -> Result<CopyIsa, String> {
     CopyIsa::parse(s).ok_or_else(|| format!("unknown copy ISA '{s}' (avx512, avx2, sse2)"))
 }
@@ -152,7 +175,13 @@ fn main() -> Result<()> {
             println!("report: {}", index.display());
             Ok(())
         }
+        Command::Model { experiment, out } => {
+            pmwire_model::experiments::run(&experiment, &out)?;
+            Ok(())
+        }
         Command::Tour(args) => tour(&args),
+        Command::Serve(args) => remote_cmd::serve_cmd(&args),
+        Command::Bench { suite: Suite::Remote(suite) } => remote_cmd::bench(&suite),
     }
 }
 
@@ -168,18 +197,39 @@ fn run_local(pool: &PoolArgs, quick: bool, out: &std::path::Path) -> Result<pmwi
 }
 
 fn tour(args: &TourArgs) -> Result<()> {
+    let started = std::time::SystemTime::now();
     println!("== pmwire tour: every suite, short, on an emulated pool ==\n");
     doctor::run(&doctor::DoctorArgs { path: Some(args.pool.pool.clone()) })?;
     println!("\n== crash-state checker ==");
     let checks_ok = check::run(&check::CheckArgs { seed: None, quick: false })?;
     println!("\n== bench local (quick; headline ratios against the peers at the end) ==");
     let local = run_local(&args.pool, true, &args.out)?;
-    let index = pmwire_bench::report::write(&[local.json_path.clone()], &args.out.join("report"))?;
+    println!("\n== hardware model: the seeds' Optane/DDIO/RDMA findings, modelled ==");
+    let findings = pmwire_model::experiments::run("all", &args.out)?;
+    let results = results_since(&args.out, started)?;
+    let index = pmwire_bench::report::write(&results, &args.out.join("report"))?;
+    println!("\n== summary ==");
     let passed = local.headlines.iter().filter(|h| h.pass).count();
-    println!("\n{passed} of {} headlines met their targets in this run.", local.headlines.len());
-    println!("results: {}\nreport:  {}", local.json_path.display(), index.display());
+    println!("local suite: {passed} of {} headlines met their targets in this run", local.headlines.len());
+    let reproduced = findings.iter().filter(|f| f.within_tolerance).count();
+    println!("model: {reproduced} of {} published findings reproduced within tolerance", findings.len());
+    println!("results: {}\nreport:  {}", args.out.display(), index.display());
     if !checks_ok {
         bail!("the crash-state checker found failures");
     }
     Ok(())
+}
+
+/// The JSON results written in `dir` since `since`.
+fn results_since(dir: &std::path::Path, since: std::time::SystemTime) -> Result<Vec<PathBuf>> {
+    let mut paths = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let fresh = entry.metadata()?.modified()? >= since;
+        if fresh && entry.path().extension().is_some_and(|e| e == "json") {
+            paths.push(entry.path());
+        }
+    }
+    paths.sort();
+    Ok(paths)
 }

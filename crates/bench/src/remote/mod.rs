@@ -1,0 +1,6 @@
+//! The remote suites (issue 3): `pmwire serve` as a child process, the
+//! kill -9 crash campaign, and the remote latency, bulk and log-server
+//! benchmarks over UCX tcp and shared memory.
+
+pub mod crash;
+pub mod server;

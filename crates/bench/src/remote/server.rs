@@ -1,0 +1,106 @@
+//! Running `pmwire serve` and reaching it: the key file it writes, a child
+//! process wrapper, and UCX configurations shared by the remote suites.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use transport::UcxConfig;
+
+/// What `pmwire serve --key-file` writes once it listens (JSON).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyFile {
+    /// The region id clients present.
+    pub region_id: u32,
+    /// The access key clients present.
+    pub key: u64,
+    /// The bound listener address.
+    pub addr: String,
+}
+
+impl KeyFile {
+    /// Writes the file atomically (a temporary file, then rename).
+    pub fn write(&self, path: &Path) -> Result<()> {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, serde_json::to_string(self)?).with_context(|| format!("write {}", tmp.display()))?;
+        std::fs::rename(&tmp, path).with_context(|| format!("rename to {}", path.display()))?;
+        Ok(())
+    }
+
+    /// The listener address.
+    pub fn socket(&self) -> Result<SocketAddr> {
+        self.addr.parse().with_context(|| format!("bad address {}", self.addr))
+    }
+}
+
+/// The UCX configuration for `tls` (`tcp` or `sm`); loopback addresses use
+/// the `lo` device only.
+pub fn ucx_config(tls: &str, loopback: bool) -> Result<UcxConfig> {
+    let config = match tls {
+        "tcp" => UcxConfig::tls("tcp"),
+        "sm" => UcxConfig::shared_memory(),
+        other => bail!("unknown transport '{other}' (tcp, sm)"),
+    };
+    Ok(if loopback { config.with_var("NET_DEVICES", "lo") } else { config })
+}
+
+/// A `pmwire serve` child process.
+pub struct ServeChild {
+    child: Child,
+    /// What it wrote to its key file.
+    pub keys: KeyFile,
+}
+
+impl ServeChild {
+    /// Starts `exe serve` on `pool` and waits (≤ 30 s) for its key file.
+    pub fn start(exe: &Path, pool: &Path, size: &str, tls: &str, copy_engine: usize, key_file: &Path) -> Result<ServeChild> {
+        let _ = std::fs::remove_file(key_file);
+        let mut cmd = Command::new(exe);
+        cmd.args(["serve", "--pool"]).arg(pool);
+        cmd.args(["--size", size, "--listen", "127.0.0.1:0", "--tls", tls, "--copy-engine", &copy_engine.to_string()]);
+        cmd.arg("--key-file").arg(key_file).stdout(Stdio::null()).stderr(Stdio::inherit());
+        let mut child = cmd.spawn().with_context(|| format!("spawn {}", exe.display()))?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(text) = std::fs::read_to_string(key_file) {
+                let keys: KeyFile = serde_json::from_str(&text).context("key file")?;
+                return Ok(ServeChild { child, keys });
+            }
+            if let Some(status) = child.try_wait()? {
+                bail!("pmwire serve exited before listening: {status}");
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                bail!("pmwire serve did not write {} within 30 s", key_file.display());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// kill -9, and reap.
+    pub fn kill9(mut self) -> Result<()> {
+        self.child.kill().context("kill -9")?;
+        self.child.wait().context("reap")?;
+        Ok(())
+    }
+
+    /// The child's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for ServeChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A fresh path under /dev/shm for this process.
+pub fn shm_path(name: &str) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/pmwire-{}-{name}", std::process::id()))
+}

@@ -1,0 +1,117 @@
+//! The remote subcommands: `pmwire serve` and the remote bench suites
+//! (`bench crash`, and the latency, bulk and log-server suites).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use pmem::{Region, RegionOptions};
+use pmwire_bench::remote::crash::{self, CrashOptions};
+use pmwire_bench::remote::server::{ucx_config, KeyFile};
+use pmwire_remote::event_loop::{register_data_area, serve};
+use pmwire_remote::pool::{PoolConfig, PoolOpenError};
+use pmwire_remote::server::{Server, ServerConfig, ServerError};
+use transport::UcxTransport;
+
+/// `pmwire serve`.
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Pool file (a tmpfs path is emulated persistent memory); formatted if it holds no pool.
+    #[arg(long)]
+    pool: PathBuf,
+    /// Pool size (bytes; K, M, G suffixes).
+    #[arg(long, value_parser = crate::size::parse)]
+    size: u64,
+    /// Listen address (port 0 picks one).
+    #[arg(long)]
+    listen: SocketAddr,
+    /// UCX transport: tcp, or sm (shared memory, with tcp for connection set-up).
+    #[arg(long, default_value = "tcp")]
+    tls: String,
+    /// Copy-engine depth: 0 (no RpcOffload), 1 or 8 copies in flight.
+    #[arg(long, default_value_t = 8)]
+    copy_engine: usize,
+    /// Region id of a newly formatted pool.
+    #[arg(long, default_value_t = 1)]
+    region_id: u32,
+    /// Write the region id, key and bound address here (JSON) instead of printing the key.
+    #[arg(long)]
+    key_file: Option<PathBuf>,
+}
+
+/// The remote bench suites (flattened into `pmwire bench`).
+#[derive(Subcommand)]
+pub enum RemoteSuite {
+    /// Kill -9 `pmwire serve` mid-load, restart, check every acknowledged write and append.
+    Crash(CrashArgs),
+}
+
+/// `pmwire bench crash`.
+#[derive(Args)]
+pub struct CrashArgs {
+    /// Kill -9 runs.
+    #[arg(long, default_value_t = 100)]
+    runs: usize,
+    /// Longest load before the kill, in milliseconds (the kill comes at a random moment).
+    #[arg(long, default_value_t = 60)]
+    max_load_ms: u64,
+    /// Seed of sizes, methods and kill moments.
+    #[arg(long)]
+    seed: Option<u64>,
+}
+
+/// Runs `pmwire serve` until killed.
+pub fn serve_cmd(args: &ServeArgs) -> Result<()> {
+    let config = ServerConfig { copy_depth: args.copy_engine, copy_threads: 1, ..ServerConfig::default() };
+    if ![0, 1, 8].contains(&args.copy_engine) {
+        bail!("--copy-engine must be 0, 1 or 8");
+    }
+    let options = RegionOptions { size: Some(args.size), create: true, ..RegionOptions::default() };
+    let region = Region::open(&args.pool, options.clone()).with_context(|| format!("open {}", args.pool.display()))?;
+    let mut server = match Server::open(region, config.clone()) {
+        Ok(server) => server,
+        Err(ServerError::Pool(PoolOpenError::NotFormatted { found: 0 })) => {
+            let region = Region::open(&args.pool, options.clone())?;
+            let pool = PoolConfig { region_id: args.region_id, dir_slots: 64, log_area_bytes: (args.size / 4) & !4095 };
+            Server::format(region, pool, config)?
+        }
+        Err(e) => return Err(e).context("the pool does not open (not overwriting it)"),
+    };
+    let mut transport = UcxTransport::new(&ucx_config(&args.tls, args.listen.ip().is_loopback())?)?;
+    let bound = transport.listen(args.listen)?;
+    register_data_area(&mut server, &mut transport)?;
+    let (region_id, key) = server.credentials();
+    let keys = KeyFile { region_id, key, addr: bound.to_string() };
+    match &args.key_file {
+        Some(path) => keys.write(path)?,
+        None => println!("region_id={region_id} key={key:#018x}"),
+    }
+    println!("serving {} ({}) on {bound} over {}", args.pool.display(), server.region().describe(), args.tls);
+    let stop = AtomicBool::new(false);
+    serve(&mut server, &mut transport, &stop);
+    Ok(())
+}
+
+/// Runs a remote suite.
+pub fn bench(suite: &RemoteSuite) -> Result<()> {
+    match suite {
+        RemoteSuite::Crash(args) => {
+            let seed = args.seed.unwrap_or_else(|| std::process::id() as u64 ^ 0x5eed);
+            let options = CrashOptions {
+                runs: args.runs,
+                max_load: std::time::Duration::from_millis(args.max_load_ms),
+                seed,
+                exe: std::env::current_exe()?,
+            };
+            println!("crash campaign: {} kill -9 runs, seed {seed}", args.runs);
+            let report = crash::run(&options)?;
+            println!(
+                "{} runs: {} acknowledged writes+appends, {} write checks and {} append checks after restarts, {} lost",
+                report.runs, report.acknowledged, report.writes_checked, report.appends_checked, report.lost
+            );
+            Ok(())
+        }
+    }
+}
