@@ -46,6 +46,21 @@ pub struct ServeArgs {
 pub enum RemoteSuite {
     /// Kill -9 `pmwire serve` mid-load, restart, check every acknowledged write and append.
     Crash(CrashArgs),
+    /// Remote write latency, 64 B-1 KB, one outstanding, every method, over tcp and sm; ucx_perftest floor.
+    RemoteLatency(QuickArgs),
+    /// Remote bulk writes, 1-128 KB, windows 1/8/32: put + FLUSH per window, Rpc, RpcOffload; GB/s.
+    RemoteBulk(QuickArgs),
+}
+
+/// A remote suite's options.
+#[derive(Args)]
+pub struct QuickArgs {
+    /// A short run (~30 s).
+    #[arg(long)]
+    quick: bool,
+    /// Where to write the JSON results.
+    #[arg(long, default_value = "results")]
+    out: PathBuf,
 }
 
 /// `pmwire bench crash`.
@@ -97,6 +112,18 @@ pub fn serve_cmd(args: &ServeArgs) -> Result<()> {
 /// Runs a remote suite.
 pub fn bench(suite: &RemoteSuite) -> Result<()> {
     match suite {
+        RemoteSuite::RemoteLatency(args) => {
+            let options = pmwire_bench::remote::latency::LatencyOptions { quick: args.quick, out_dir: args.out.clone() };
+            let report = pmwire_bench::remote::latency::run(&options)?;
+            println!("results: {}", report.json_path.display());
+            Ok(())
+        }
+        RemoteSuite::RemoteBulk(args) => {
+            let options = pmwire_bench::remote::bulk::BulkOptions { quick: args.quick, out_dir: args.out.clone() };
+            let report = pmwire_bench::remote::bulk::run(&options)?;
+            println!("results: {}", report.json_path.display());
+            Ok(())
+        }
         RemoteSuite::Crash(args) => {
             let seed = args.seed.unwrap_or_else(|| std::process::id() as u64 ^ 0x5eed);
             let options = CrashOptions {

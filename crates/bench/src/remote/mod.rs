@@ -2,5 +2,8 @@
 //! kill -9 crash campaign, and the remote latency, bulk and log-server
 //! benchmarks over UCX tcp and shared memory.
 
+pub mod bulk;
+pub mod common;
 pub mod crash;
+pub mod latency;
 pub mod server;
