@@ -204,6 +204,7 @@ fn tour(args: &TourArgs) -> Result<()> {
     let checks_ok = check::run(&check::CheckArgs { seed: None, quick: false })?;
     println!("\n== bench local (quick; headline ratios against the peers at the end) ==");
     let local = run_local(&args.pool, true, &args.out)?;
+    let remote = tour_remote(&args.out)?;
     println!("\n== hardware model: the seeds' Optane/DDIO/RDMA findings, modelled ==");
     let findings = pmwire_model::experiments::run("all", &args.out)?;
     let results = results_since(&args.out, started)?;
@@ -211,6 +212,8 @@ fn tour(args: &TourArgs) -> Result<()> {
     println!("\n== summary ==");
     let passed = local.headlines.iter().filter(|h| h.pass).count();
     println!("local suite: {passed} of {} headlines met their targets in this run", local.headlines.len());
+    let remote_passed = remote.iter().filter(|h| h.pass).count();
+    println!("remote suites: {remote_passed} of {} headlines met their targets in this run", remote.len());
     let reproduced = findings.iter().filter(|f| f.within_tolerance).count();
     println!("model: {reproduced} of {} published findings reproduced within tolerance", findings.len());
     println!("results: {}\nreport:  {}", args.out.display(), index.display());
@@ -218,6 +221,29 @@ fn tour(args: &TourArgs) -> Result<()> {
         bail!("the crash-state checker found failures");
     }
     Ok(())
+}
+
+/// The remote suites, short: latency and bulk over tcp and shared memory,
+/// and a few kill -9 runs of `pmwire serve`. Returns their headlines.
+fn tour_remote(out: &std::path::Path) -> Result<Vec<pmwire_bench::Headline>> {
+    use pmwire_bench::remote::{bulk, crash, latency};
+    println!("\n== bench remote-latency (quick) ==");
+    let latency = latency::run(&latency::LatencyOptions { quick: true, out_dir: out.to_path_buf() })?;
+    println!("\n== bench remote-bulk (quick) ==");
+    let bulk = bulk::run(&bulk::BulkOptions { quick: true, out_dir: out.to_path_buf() })?;
+    println!("\n== bench crash (5 kill -9 runs of pmwire serve) ==");
+    let options = crash::CrashOptions {
+        runs: 5,
+        max_load: std::time::Duration::from_millis(60),
+        seed: std::process::id() as u64,
+        exe: std::env::current_exe()?,
+    };
+    let report = crash::run(&options)?;
+    println!(
+        "{} runs (seed {}): {} acknowledged writes and appends, {} lost",
+        report.runs, options.seed, report.acknowledged, report.lost
+    );
+    Ok(latency.headlines.into_iter().chain(bulk.headlines).collect())
 }
 
 /// The JSON results written in `dir` since `since`.
