@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use pmem::{Region, RegionOptions};
 use pmwire_bench::remote::crash::{self, CrashOptions};
+use pmwire_bench::remote::logserver::LogServerOptions;
 use pmwire_bench::remote::server::{ucx_config, KeyFile};
 use pmwire_remote::event_loop::{register_data_area, serve};
 use pmwire_remote::pool::{PoolConfig, PoolOpenError};
@@ -50,6 +51,22 @@ pub enum RemoteSuite {
     RemoteLatency(QuickArgs),
     /// Remote bulk writes, 1-128 KB, windows 1/8/32: put + FLUSH per window, Rpc, RpcOffload; GB/s.
     RemoteBulk(QuickArgs),
+    /// Networked persistent log server (seed 000 Fig 9): 1 server thread, 1-8 clients x 32 appends outstanding, 64 B-2 KB, each tail strategy; appends/s.
+    LogServer(LogServerArgs),
+}
+
+/// `pmwire bench log-server`.
+#[derive(Args)]
+pub struct LogServerArgs {
+    /// A short run (~30 s): 256 B and 2 KB entries, 1 and 8 clients.
+    #[arg(long)]
+    quick: bool,
+    /// UCX transport: tcp, sm or both.
+    #[arg(long, default_value = "both", value_parser = ["tcp", "sm", "both"])]
+    tls: String,
+    /// Where to write the JSON results.
+    #[arg(long, default_value = "results")]
+    out: PathBuf,
 }
 
 /// A remote suite's options.
@@ -121,6 +138,16 @@ pub fn bench(suite: &RemoteSuite) -> Result<()> {
         RemoteSuite::RemoteBulk(args) => {
             let options = pmwire_bench::remote::bulk::BulkOptions { quick: args.quick, out_dir: args.out.clone() };
             let report = pmwire_bench::remote::bulk::run(&options)?;
+            println!("results: {}", report.json_path.display());
+            Ok(())
+        }
+        RemoteSuite::LogServer(args) => {
+            let transports = match args.tls.as_str() {
+                "both" => pmwire_bench::remote::common::TRANSPORTS.iter().map(|t| t.to_string()).collect(),
+                one => vec![one.to_string()],
+            };
+            let options = LogServerOptions { quick: args.quick, transports, out_dir: args.out.clone(), appends_per_cell: None };
+            let report = pmwire_bench::remote::logserver::run(&options)?;
             println!("results: {}", report.json_path.display());
             Ok(())
         }

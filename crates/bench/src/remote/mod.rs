@@ -6,4 +6,5 @@ pub mod bulk;
 pub mod common;
 pub mod crash;
 pub mod latency;
+pub mod logserver;
 pub mod server;

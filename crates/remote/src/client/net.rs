@@ -317,6 +317,12 @@ impl<T: Transport> Client<T> {
         self.rpc(Vec::new(), Some(entry)).map(|_| ())
     }
 
+    /// LOG_TRUNCATE: durably drops every entry below `keep_from`.
+    pub fn log_truncate(&mut self, log: u64, keep_from: u64) -> Result<(), ClientError> {
+        self.core.log_truncate(log, keep_from, &mut self.msg)?;
+        self.rpc(Vec::new(), None).map(|_| ())
+    }
+
     /// A non-durable RPC the server discards: the network floor.
     pub fn discard(&mut self, bytes: &[u8]) -> Result<(), ClientError> {
         self.core.echo(bytes, true, &mut self.msg)?;
