@@ -7,11 +7,15 @@
 //! go to [`Server::connect`]/[`Server::disconnect`], each request (header and
 //! payload as they arrived) to [`Server::handle_parts`], whose reply is sent
 //! at once — then collects the copy engine's completions and sends the
-//! replies of offloaded writes. Then it **blocks**: on UCX, `poll(2)` on the
-//! worker's event fd (armed) and the engine's eventfd together; in process,
-//! the network's condvar (bounded to [`INPROC_ENGINE_SLICE`] while copies
-//! are outstanding, since a condvar and an fd cannot be waited on together).
-//! It never spins.
+//! replies of offloaded writes. When a pass finds nothing it first keeps
+//! polling for a **bounded** while after the last activity
+//! ([`PollBudget`]: at most `spin` and at most `max_empty_polls` empty
+//! passes), so a ping-pong client's next request is caught without a
+//! wake-up; then it **blocks**: on UCX, `poll(2)` on the worker's event fd
+//! (armed) and the engine's eventfd together; in process, the network's
+//! condvar (bounded to [`INPROC_ENGINE_SLICE`] while copies are outstanding,
+//! since a condvar and an fd cannot be waited on together). An idle loop
+//! never spins: with no activity it blocks at once.
 //!
 //! Invariants:
 //! - Every request gets exactly one reply, from the server core: at once, or
@@ -24,7 +28,7 @@
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use transport::{
     ConnId, Event, InProcTransport, LocalRegionId, RegisterError, RequestId, Transport, UcxTransport,
@@ -40,6 +44,35 @@ pub const IDLE_WAIT: Duration = Duration::from_millis(50);
 /// In process, the slice the loop waits on the network while copies are
 /// outstanding, before it looks at the engine again.
 pub const INPROC_ENGINE_SLICE: Duration = Duration::from_micros(200);
+
+/// How long a loop keeps polling after its last activity before it blocks
+/// (seed 000 §2.2's busy-polling, bounded so that an idle loop sleeps).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PollBudget {
+    /// Longest poll after the last activity; zero blocks at once.
+    pub spin: Duration,
+    /// Most empty polls in one such window (bounds the loop's passes too).
+    pub max_empty_polls: u32,
+}
+
+impl PollBudget {
+    /// Block as soon as nothing is ready.
+    pub const BLOCK: PollBudget = PollBudget { spin: Duration::ZERO, max_empty_polls: 0 };
+
+    /// True while a loop whose last activity was at `since`, after `empty`
+    /// empty polls, should poll again rather than block.
+    pub fn keep_polling(&self, since: Instant, empty: u32) -> bool {
+        empty < self.max_empty_polls && since.elapsed() < self.spin
+    }
+}
+
+impl Default for PollBudget {
+    /// 30 µs and 1024 polls: longer than a sm or tcp round trip on one
+    /// host (9-25 µs), short enough that idle CPU stays ~0.
+    fn default() -> Self {
+        PollBudget { spin: Duration::from_micros(30), max_empty_polls: 1024 }
+    }
+}
 
 /// Events taken from the transport per poll.
 const EVENTS_PER_POLL: usize = 256;
@@ -111,21 +144,44 @@ pub struct ServeStats {
     pub accepted: u64,
     /// Replies the transport refused (their connection was gone).
     pub replies_dropped: u64,
+    /// Passes of the loop (each polls the transport once).
+    pub passes: u64,
+    /// Times the loop blocked.
+    pub blocks: u64,
 }
 
-/// Serves until `stop` is set and every offloaded write has been answered.
+/// Serves until `stop` is set and every offloaded write has been answered,
+/// polling after activity as [`PollBudget::default`] allows.
 pub fn serve<T: ServeTransport>(server: &mut Server, transport: &mut T, stop: &AtomicBool) -> ServeStats {
+    serve_with(server, transport, stop, PollBudget::default())
+}
+
+/// [`serve`] with a chosen [`PollBudget`].
+pub fn serve_with<T: ServeTransport>(server: &mut Server, transport: &mut T, stop: &AtomicBool, budget: PollBudget) -> ServeStats {
     let mut state = Loop::default();
+    // No activity yet (the empty-poll budget is spent): an idle loop blocks at once.
+    let (mut last_activity, mut empty) = (Instant::now(), budget.max_empty_polls);
     loop {
-        let more = state.drain(server, transport);
-        state.finish_copies(server, transport);
+        state.stats.passes += 1;
+        let (handled, more) = state.drain(server, transport);
+        let finished = state.finish_copies(server, transport);
         if stop.load(Ordering::Acquire) && server.pending() == 0 {
             return state.stats;
         }
-        if !more {
-            let engine = (server.pending() > 0).then(|| server.completion_fd()).flatten();
-            transport.block_with(engine, IDLE_WAIT);
+        if handled + finished > 0 {
+            (last_activity, empty) = (Instant::now(), 0);
+        } else {
+            empty = empty.saturating_add(1);
         }
+        if more || budget.keep_polling(last_activity, empty) {
+            std::hint::spin_loop();
+            continue;
+        }
+        state.stats.blocks += 1;
+        let engine = (server.pending() > 0).then(|| server.completion_fd()).flatten();
+        transport.block_with(engine, IDLE_WAIT);
+        // The wake-up is activity only if the next pass finds some.
+        empty = budget.max_empty_polls;
     }
 }
 
@@ -140,8 +196,9 @@ struct Loop {
 }
 
 impl Loop {
-    /// Handles one batch of events; true if the batch was full (more may wait).
-    fn drain<T: Transport>(&mut self, server: &mut Server, transport: &mut T) -> bool {
+    /// Handles one batch of events: how many, and whether the batch was
+    /// full (more may wait).
+    fn drain<T: Transport>(&mut self, server: &mut Server, transport: &mut T) -> (usize, bool) {
         let n = transport.poll(&mut self.events, EVENTS_PER_POLL);
         for event in std::mem::take(&mut self.events) {
             match event {
@@ -171,12 +228,13 @@ impl Loop {
                 Event::Completion(_) => {}
             }
         }
-        n == EVENTS_PER_POLL
+        (n, n == EVENTS_PER_POLL)
     }
 
-    /// Sends the replies of completed copies.
-    fn finish_copies<T: Transport>(&mut self, server: &mut Server, transport: &mut T) {
+    /// Sends the replies of completed copies; how many copies completed.
+    fn finish_copies<T: Transport>(&mut self, server: &mut Server, transport: &mut T) -> usize {
         server.poll_completions(&mut self.done);
+        let completed = self.done.len();
         for completed in std::mem::take(&mut self.done) {
             let Some(at) = self.offloaded.iter().position(|(t, _)| *t == completed.ticket) else {
                 continue; // its connection is gone
@@ -187,6 +245,7 @@ impl Loop {
             self.reply.extend_from_slice(&completed.reply);
             self.send(transport, request, Vec::new());
         }
+        completed
     }
 
     fn send<T: Transport>(&mut self, transport: &mut T, request: RequestId, payload: Vec<u8>) {

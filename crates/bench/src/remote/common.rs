@@ -68,7 +68,7 @@ impl ServerThread {
     /// A client over `tls` asking for `required`.
     pub fn client(&self, tls: &str, required: Guarantee, window: usize) -> Result<Client<UcxTransport>> {
         let t = UcxTransport::new(&ucx_config(tls, true)?)?;
-        let options = ClientOptions { window, payload_crc: false, required, timeout: Duration::from_secs(30) };
+        let options = ClientOptions { window, payload_crc: false, required, timeout: Duration::from_secs(30), ..ClientOptions::default() };
         Client::connect_with(t, &self.addr, self.creds.0, self.creds.1, options).context("connect")
     }
 }

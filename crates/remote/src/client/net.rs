@@ -20,8 +20,9 @@
 //!   the window.
 //! - A write that needs more than its method gives on this target is
 //!   refused before anything is sent ([`MethodError::Weaker`]).
-//! - Every wait is bounded by [`ClientOptions::timeout`]; an idle client
-//!   sleeps in [`Transport::wait`].
+//! - Every wait is bounded by [`ClientOptions::timeout`]; it polls for at
+//!   most [`ClientOptions::poll`] (a bounded budget) and then sleeps in
+//!   [`Transport::wait`], so an idle client never spins.
 
 use std::time::{Duration, Instant};
 
@@ -30,6 +31,7 @@ use transport::{AttachError, ConnId, ConnectError, Event, OpError, Output, Regio
 
 use super::{ClientConfig, ClientCore, IssueError, MethodError, RemoteError, ResponseError};
 use crate::calibration::{Calibration, CalibrationBuilder};
+use crate::event_loop::PollBudget;
 use crate::proto::{Guarantee, Method, Opcode};
 use pmwire_log::LogConfig;
 
@@ -47,11 +49,13 @@ pub struct ClientOptions {
     pub timeout: Duration,
     /// What a durable write must give (normally `Persistence`).
     pub required: Guarantee,
+    /// How long a wait keeps polling before it blocks on the transport.
+    pub poll: PollBudget,
 }
 
 impl Default for ClientOptions {
     fn default() -> Self {
-        ClientOptions { window: 32, payload_crc: true, timeout: Duration::from_secs(30), required: Guarantee::Persistence }
+        ClientOptions { window: 32, payload_crc: true, timeout: Duration::from_secs(30), required: Guarantee::Persistence, poll: PollBudget::default() }
     }
 }
 
@@ -483,7 +487,7 @@ impl<T: Transport> Client<T> {
 
     /// Polls once, waiting (bounded by `deadline`) if nothing is ready.
     fn pump(&mut self, deadline: Instant) -> Result<(), ClientError> {
-        if self.transport.poll(&mut self.events, 64) == 0 {
+        if self.poll_within_budget() == 0 {
             let now = Instant::now();
             if now >= deadline {
                 return Err(ClientError::Timeout(self.options.timeout));
@@ -499,5 +503,23 @@ impl<T: Transport> Client<T> {
             }
         }
         Ok(())
+    }
+
+    /// Polls until events arrive or the [`PollBudget`] (counted from now,
+    /// the last thing this client did) is spent; how many arrived.
+    fn poll_within_budget(&mut self) -> usize {
+        let (since, budget) = (Instant::now(), self.options.poll);
+        let mut empty = 0;
+        loop {
+            let n = self.transport.poll(&mut self.events, 64);
+            if n > 0 {
+                return n;
+            }
+            empty += 1;
+            if !budget.keep_polling(since, empty) {
+                return 0;
+            }
+            std::hint::spin_loop();
+        }
     }
 }

@@ -168,3 +168,30 @@ fn a_client_that_disconnects_mid_write_leaves_the_region_consistent() {
         server.stop();
     }
 }
+
+/// The bounded poll (event_loop::PollBudget): after activity the loop polls
+/// at most `max_empty_polls` times before it blocks, so an idle server makes
+/// a bounded number of passes however long it idles (no timing asserted).
+#[test]
+fn an_idle_server_blocks_after_a_bounded_poll() {
+    let budget = pmwire_remote::event_loop::PollBudget::default();
+    for net in nets() {
+        let server = start(&net, ServerConfig::default());
+        let mut client = connect(&net, &server);
+        with_client!(&mut client, c => {
+            for i in 0..10u64 {
+                c.write_persistent(i * 64, &pattern(64, i), Method::Rpc).unwrap();
+            }
+        });
+        drop(client);
+        // Idle: a spinning loop would make millions of passes here.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let stats = server.stop();
+        assert!(stats.blocks >= 1, "{}: {stats:?}", net.name());
+        // Each event (request, accept, disconnect, stop) opens at most one
+        // window of `max_empty_polls` empty passes; each wake-up adds one pass.
+        let events = stats.requests + stats.accepted * 2 + 2;
+        let bound = events * (budget.max_empty_polls as u64 + 2) + 2 * stats.blocks;
+        assert!(stats.passes <= bound, "{}: {} passes > {bound}: {stats:?}", net.name(), stats.passes);
+    }
+}
