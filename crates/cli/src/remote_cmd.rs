@@ -146,7 +146,7 @@ pub fn bench(suite: &RemoteSuite) -> Result<()> {
                 "both" => pmwire_bench::remote::common::TRANSPORTS.iter().map(|t| t.to_string()).collect(),
                 one => vec![one.to_string()],
             };
-            let options = LogServerOptions { quick: args.quick, transports, out_dir: args.out.clone(), appends_per_cell: None };
+            let options = LogServerOptions { quick: args.quick, transports, out_dir: args.out.clone(), appends_per_cell: None, rounds: None };
             let report = pmwire_bench::remote::logserver::run(&options)?;
             println!("results: {}", report.json_path.display());
             Ok(())

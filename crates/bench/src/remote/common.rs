@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Context, Result};
 use pmem::Region;
 use pmwire_remote::client::{Client, ClientOptions};
-use pmwire_remote::event_loop::{register_data_area, serve};
+use pmwire_remote::event_loop::{register_data_area, serve, PollBudget};
 use pmwire_remote::pool::PoolConfig;
 use pmwire_remote::proto::Guarantee;
 use pmwire_remote::server::{Server, ServerConfig};
@@ -65,10 +65,15 @@ impl ServerThread {
         Ok(ServerThread { addr, creds, stop, thread: Some(thread), pool })
     }
 
-    /// A client over `tls` asking for `required`.
+    /// A client over `tls` asking for `required`, polling as [`PollBudget::default`] allows.
     pub fn client(&self, tls: &str, required: Guarantee, window: usize) -> Result<Client<UcxTransport>> {
+        self.client_polling(tls, required, window, PollBudget::default())
+    }
+
+    /// [`client`](ServerThread::client) with the poll budget of its waits.
+    pub fn client_polling(&self, tls: &str, required: Guarantee, window: usize, poll: PollBudget) -> Result<Client<UcxTransport>> {
         let t = UcxTransport::new(&ucx_config(tls, true)?)?;
-        let options = ClientOptions { window, payload_crc: false, required, timeout: Duration::from_secs(30), ..ClientOptions::default() };
+        let options = ClientOptions { window, payload_crc: false, required, timeout: Duration::from_secs(30), poll };
         Client::connect_with(t, &self.addr, self.creds.0, self.creds.1, options).context("connect")
     }
 }
@@ -138,5 +143,5 @@ pub fn finish(
 }
 
 /// What every remote suite prints about the two cores.
-pub const CORES_NOTE: &str = "server and client are two threads of one process on a 2-core machine; both block when idle \
-     (wake-up latency included), except the ping-pong probes and ucx_perftest, which busy-poll both sides and share the 2 cores";
+pub const CORES_NOTE: &str = "server and client are two threads of one process on a 2-core machine; both poll for at most \
+     30 us after activity, then block (wake-up latency included when idle longer), except the ping-pong probes and ucx_perftest, which busy-poll both sides and share the 2 cores";
