@@ -11,7 +11,7 @@ use pmem::{Region, RegionOptions};
 use pmwire_bench::remote::crash::{self, CrashOptions};
 use pmwire_bench::remote::logserver::LogServerOptions;
 use pmwire_bench::remote::server::{ucx_config, KeyFile};
-use pmwire_remote::event_loop::{register_data_area, serve};
+use pmwire_remote::event_loop::{register_data_area, serve_with, PollBudget};
 use pmwire_remote::pool::{PoolConfig, PoolOpenError};
 use pmwire_remote::server::{Server, ServerConfig, ServerError};
 use transport::UcxTransport;
@@ -40,6 +40,9 @@ pub struct ServeArgs {
     /// Write the region id, key and bound address here (JSON) instead of printing the key.
     #[arg(long)]
     key_file: Option<PathBuf>,
+    /// Microseconds the loop keeps polling after activity (at most 1024 empty polls) before it blocks; 0 blocks at once.
+    #[arg(long, default_value_t = 30)]
+    poll_us: u64,
 }
 
 /// The remote bench suites (flattened into `pmwire bench`).
@@ -122,7 +125,11 @@ pub fn serve_cmd(args: &ServeArgs) -> Result<()> {
     }
     println!("serving {} ({}) on {bound} over {}", args.pool.display(), server.region().describe(), args.tls);
     let stop = AtomicBool::new(false);
-    serve(&mut server, &mut transport, &stop);
+    let budget = match args.poll_us {
+        0 => PollBudget::BLOCK,
+        us => PollBudget { spin: std::time::Duration::from_micros(us), ..PollBudget::default() },
+    };
+    serve_with(&mut server, &mut transport, &stop, budget);
     Ok(())
 }
 
