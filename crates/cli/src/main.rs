@@ -226,11 +226,21 @@ fn tour(args: &TourArgs) -> Result<()> {
 /// The remote suites, short: latency and bulk over tcp and shared memory,
 /// and a few kill -9 runs of `pmwire serve`. Returns their headlines.
 fn tour_remote(out: &std::path::Path) -> Result<Vec<pmwire_bench::Headline>> {
-    use pmwire_bench::remote::{bulk, crash, latency};
+    use pmwire_bench::remote::{bulk, crash, latency, logserver};
     println!("\n== bench remote-latency (quick) ==");
     let latency = latency::run(&latency::LatencyOptions { quick: true, out_dir: out.to_path_buf() })?;
     println!("\n== bench remote-bulk (quick) ==");
     let bulk = bulk::run(&bulk::BulkOptions { quick: true, out_dir: out.to_path_buf() })?;
+    println!("\n== bench log-server (quick) ==");
+    let transports = ["tcp", "sm"].map(String::from).to_vec();
+    let options = logserver::LogServerOptions {
+        quick: true,
+        transports,
+        out_dir: out.to_path_buf(),
+        appends_per_cell: None,
+        rounds: None,
+    };
+    let log_server = logserver::run(&options)?;
     println!("\n== bench crash (5 kill -9 runs of pmwire serve) ==");
     let options = crash::CrashOptions {
         runs: 5,
@@ -243,7 +253,7 @@ fn tour_remote(out: &std::path::Path) -> Result<Vec<pmwire_bench::Headline>> {
         "{} runs (seed {}): {} acknowledged writes and appends, {} lost",
         report.runs, options.seed, report.acknowledged, report.lost
     );
-    Ok(latency.headlines.into_iter().chain(bulk.headlines).collect())
+    Ok(latency.headlines.into_iter().chain(bulk.headlines).chain(log_server.headlines).collect())
 }
 
 /// The JSON results written in `dir` since `since`.
