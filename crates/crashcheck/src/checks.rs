@@ -22,7 +22,7 @@ fn register_value(i: u64) -> u64 {
         return 0;
     }
     let mixed = i.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17);
-    if i % 3 == 0 {
+    if i.is_multiple_of(3) {
         mixed >> 40
     } else {
         mixed

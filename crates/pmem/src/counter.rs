@@ -42,8 +42,8 @@ impl Rotation {
     pub fn new(base: u64, blocks: u32, stride: u32) -> Rotation {
         assert!(blocks >= 1, "a rotation needs at least one block");
         assert!(stride as usize >= ATOMIC_WRITE, "stride {stride} below 8 bytes");
-        assert!(stride as usize % ATOMIC_WRITE == 0, "stride {stride} not a multiple of 8");
-        assert!(base % ATOMIC_WRITE as u64 == 0, "base {base} not 8-byte aligned");
+        assert!((stride as usize).is_multiple_of(ATOMIC_WRITE), "stride {stride} not a multiple of 8");
+        assert!(base.is_multiple_of(ATOMIC_WRITE as u64), "base {base} not 8-byte aligned");
         Rotation { base, blocks, stride }
     }
 

@@ -125,7 +125,7 @@ pub fn check_range(size: u64, offset: u64, len: u64) {
 #[inline]
 #[track_caller]
 pub fn check_word(size: u64, offset: u64) {
-    assert!(offset % ATOMIC_WRITE as u64 == 0, "8-byte word at unaligned offset {offset}");
+    assert!(offset.is_multiple_of(ATOMIC_WRITE as u64), "8-byte word at unaligned offset {offset}");
     check_range(size, offset, ATOMIC_WRITE as u64);
 }
 

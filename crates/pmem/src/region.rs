@@ -409,7 +409,7 @@ fn resolve_size(
 ) -> Result<u64, RegionError> {
     let actual = if is_devdax { devdax_size(meta.rdev()).unwrap_or(0) } else { meta.len() };
     let size = options.size.unwrap_or(actual);
-    if size == 0 || size % LINE as u64 != 0 {
+    if size == 0 || !size.is_multiple_of(LINE as u64) {
         return Err(RegionError::BadSize(size));
     }
     if actual < size {
