@@ -71,6 +71,10 @@ pub struct Headline {
     pub pass: bool,
     /// The peer and its version, or `not run: <reason>`.
     pub peer: String,
+    /// Shown for information: not one of the targets, never counted as
+    /// met or missed.
+    #[serde(default)]
+    pub informational: bool,
 }
 
 const NOT_RUN: &str = "not run: ";
@@ -84,7 +88,14 @@ impl Headline {
             target: target.to_string(),
             pass: false,
             peer: format!("{NOT_RUN}{reason}"),
+            informational: false,
         }
+    }
+
+    /// Marks the headline as shown for information only.
+    pub fn for_information(mut self) -> Headline {
+        self.informational = true;
+        self
     }
 
     /// Why it did not run, if it did not.

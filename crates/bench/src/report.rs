@@ -316,6 +316,7 @@ fn headline_table(headlines: &Value) -> String {
         let text = |k: &str| h.get(k).map(value_text).unwrap_or_default();
         let (value, result, class) = match h.get("value").and_then(Value::as_f64) {
             None => ("-".to_string(), "NOT RUN", "notrun"),
+            Some(v) if h.get("informational").and_then(Value::as_bool) == Some(true) => (format!("{v:.3}x"), "info", "info"),
             Some(v) if h.get("pass").and_then(Value::as_bool) == Some(true) => (format!("{v:.3}x"), "pass", "pass"),
             Some(v) => (format!("{v:.3}x"), "FAIL", "fail"),
         };
@@ -335,7 +336,7 @@ fn headline_table(headlines: &Value) -> String {
 
 const STYLE: &str = "body{font-family:sans-serif;max-width:900px;margin:2em auto;color:#222}\
 table{border-collapse:collapse;margin:0.5em 0 1.5em}th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;font-size:90%}\
-th{background:#f4f4f4}.pass{color:#070}.fail{color:#b00;font-weight:bold}.notrun{color:#a60}\
+th{background:#f4f4f4}.pass{color:#070}.fail{color:#b00;font-weight:bold}.notrun{color:#a60}.info{color:#555}\
 svg{display:block;margin:0.5em 0 1.5em}";
 
 /// Reads `inputs`, writes `out_dir/index.html`, returns its path.

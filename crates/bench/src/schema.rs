@@ -159,6 +159,7 @@ mod tests {
                     target: ">= 1x".into(),
                     pass: true,
                     peer: "x".into(),
+                    informational: false,
                 },
                 Headline::not_run("missing", ">= 2x y", "libpmem not found"),
             ],

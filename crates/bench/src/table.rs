@@ -149,6 +149,7 @@ pub fn headlines_text(headlines: &[Headline]) -> String {
     for h in headlines {
         let (value, result) = match h.not_run_reason() {
             Some(_) => ("-".to_string(), "NOT RUN".to_string()),
+            None if h.informational => (format!("{:.3}x", h.value), "info".to_string()),
             None => (format!("{:.3}x", h.value), if h.pass { "pass" } else { "FAIL" }.to_string()),
         };
         rows.push(vec![h.name.clone(), value, h.target.clone(), result, h.peer.clone()]);

@@ -67,7 +67,7 @@ pub fn run(options: &BulkOptions) -> Result<SuiteReport> {
         if tls == "sm" {
             headlines.push(ratio("sm: RpcOffload / Rpc GB/s, 64 KB+ (best window each, worst size)", Some(worst), 1.5, true, "Rpc, same run"));
         } else {
-            headlines.push(ratio("tcp: RpcOffload / Rpc GB/s, 64 KB+ (information)", Some(worst), 1.5, true, "Rpc, same run"));
+            headlines.push(ratio("tcp: RpcOffload / Rpc GB/s, 64 KB+ (information)", Some(worst), 1.5, true, "Rpc, same run").for_information());
         }
     }
     let parameters = serde_json::json!({

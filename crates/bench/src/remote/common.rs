@@ -109,6 +109,7 @@ pub fn ratio(name: &str, value: Option<f64>, target: f64, at_least: bool, peer: 
             pass: if at_least { v >= target } else { v <= target },
             target: target_text,
             peer: peer.to_string(),
+            informational: false,
         },
         _ => Headline::not_run(name, &target_text, "a side did not run"),
     }
