@@ -162,6 +162,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn informational_headlines_are_neither_pass_nor_fail() {
+        let target = Headline { peer: "peer".into(), ..Headline::not_run("x", ">= 2x", "r") };
+        let met = Headline { name: "met".into(), value: 3.0, pass: true, ..target.clone() };
+        let info = Headline { name: "info".into(), value: 0.5, ..target }.for_information();
+        let text = headlines_text(&[met, info]);
+        let row = |name: &str| text.lines().find(|l| l.starts_with(name)).unwrap().to_string();
+        assert!(row("met").contains("pass"), "{text}");
+        assert!(row("info").contains("info"), "{text}");
+        assert!(!row("info").contains("FAIL"), "{text}");
+    }
+
+    #[test]
     fn tables_line_up() {
         let results = vec![
             BenchResult::new("copy", "a").size(256).metric("gb_per_s", 1.234),
