@@ -309,14 +309,6 @@ mod tests {
         Config::default()
     }
 
-    fn assert_passes(report: Report) {
-        report.assert_passes_at_least(10_000);
-    }
-
-    fn assert_caught(report: Report) {
-        report.assert_caught();
-    }
-
     #[test]
     fn workloads_cover_splits_merges_and_height_changes() {
         let grow_shrink = workload_counters(Workload::GrowShrink);
@@ -329,36 +321,36 @@ mod tests {
 
     #[test]
     fn grow_shrink_survives_every_crash() {
-        assert_passes(check_tree(Workload::GrowShrink, Faults::default(), &config()));
+        check_tree(Workload::GrowShrink, Faults::default(), &config()).assert_passes_at_least(10_000);
     }
 
     #[test]
     fn mixed_survives_every_crash() {
-        assert_passes(check_tree(Workload::Mixed, Faults::default(), &config()));
+        check_tree(Workload::Mixed, Faults::default(), &config()).assert_passes_at_least(10_000);
     }
 
     #[test]
     fn canary_root_before_nodes_is_caught() {
         let faults = Faults { root_before_nodes: true, ..Faults::default() };
-        assert_caught(check_tree(Workload::Short, faults, &config()));
+        check_tree(Workload::Short, faults, &config()).assert_caught();
     }
 
     #[test]
     fn canary_unflushed_nodes_are_caught() {
         let faults = Faults { skip_node_flush: true, ..Faults::default() };
-        assert_caught(check_tree(Workload::Short, faults, &config()));
+        check_tree(Workload::Short, faults, &config()).assert_caught();
     }
 
     #[test]
     fn canary_early_reuse_is_caught() {
         let faults = Faults { reuse_before_switch: true, ..Faults::default() };
-        assert_caught(check_tree(Workload::Short, faults, &config()));
+        check_tree(Workload::Short, faults, &config()).assert_caught();
     }
 
     #[test]
     fn canary_unwalked_free_list_is_caught() {
         let faults = Faults { forget_reachability: true, ..Faults::default() };
-        assert_caught(check_tree(Workload::Short, faults, &config()));
+        check_tree(Workload::Short, faults, &config()).assert_caught();
     }
 
     #[test]

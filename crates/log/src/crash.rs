@@ -382,63 +382,55 @@ mod tests {
         Config::default()
     }
 
-    fn assert_passes(report: Report) {
-        report.assert_passes_at_least(10_000);
-    }
-
-    fn assert_caught(report: Report) {
-        report.assert_caught();
-    }
-
     #[test]
     fn naive_tail_survives_every_crash() {
-        assert_passes(check_append_log(TailStrategy::Naive, Faults::default(), &config()));
+        check_append_log(TailStrategy::Naive, Faults::default(), &config()).assert_passes_at_least(10_000);
     }
 
     #[test]
     fn rotating_tail_survives_every_crash() {
-        assert_passes(check_append_log(TailStrategy::ROTATING_PAPER, Faults::default(), &config()));
+        check_append_log(TailStrategy::ROTATING_PAPER, Faults::default(), &config()).assert_passes_at_least(10_000);
     }
 
     #[test]
     fn self_validating_log_survives_every_crash() {
-        assert_passes(check_append_log(TailStrategy::SelfValidating, Faults::default(), &config()));
+        check_append_log(TailStrategy::SelfValidating, Faults::default(), &config()).assert_passes_at_least(10_000);
     }
 
     #[test]
     fn extent_log_survives_every_crash() {
-        assert_passes(check_extent_log(&config()));
+        check_extent_log(&config()).assert_passes_at_least(10_000);
     }
 
     #[test]
     fn canary_unflushed_tail_is_caught() {
         let faults = Faults { skip_tail_flush: true, ..Faults::default() };
-        assert_caught(check_append_log(TailStrategy::Naive, faults, &config()));
-        assert_caught(check_append_log(TailStrategy::ROTATING_PAPER, faults, &config()));
+        check_append_log(TailStrategy::Naive, faults, &config()).assert_caught();
+        check_append_log(TailStrategy::ROTATING_PAPER, faults, &config()).assert_caught();
     }
 
     #[test]
     fn canary_tail_before_entry_is_caught() {
         let faults = Faults { tail_before_entry: true, ..Faults::default() };
-        assert_caught(check_append_log(TailStrategy::Naive, faults, &config()));
-        assert_caught(check_append_log(TailStrategy::ROTATING_PAPER, faults, &config()));
+        check_append_log(TailStrategy::Naive, faults, &config()).assert_caught();
+        check_append_log(TailStrategy::ROTATING_PAPER, faults, &config()).assert_caught();
     }
 
     #[test]
     fn canary_unchecked_entry_is_caught() {
         let faults = Faults { skip_checksum: true, ..Faults::default() };
-        assert_caught(check_append_log(TailStrategy::SelfValidating, faults, &config()));
+        check_append_log(TailStrategy::SelfValidating, faults, &config()).assert_caught();
     }
 
     #[test]
     fn canary_unscrubbed_entry_is_caught() {
         let faults = Faults { skip_scrub: true, ..Faults::default() };
-        assert_caught(check_append_log(TailStrategy::SelfValidating, faults, &config()));
+        check_append_log(TailStrategy::SelfValidating, faults, &config()).assert_caught();
     }
 
     #[test]
     fn canary_unscrubbed_extent_group_is_caught() {
-        assert_caught(check_extent_log_with(Faults { skip_scrub: true, ..Faults::default() }, &config()));
+        check_extent_log_with(Faults { skip_scrub: true, ..Faults::default() }, &config()).assert_caught();
     }
 
     #[test]
