@@ -1,0 +1,2 @@
+//! `pmwire-netio`: io_uring TCP serving into caller-owned buffers (issue 4).
+#![deny(missing_docs)]

@@ -1,0 +1,2 @@
+//! `pmwire-resp`: the Redis protocol, with no I/O (issue 4).
+#![deny(missing_docs)]
