@@ -1,5 +1,5 @@
 //! [`AppendLog`]: a circular log of variable-length entries in persistent
-//! memory, with three ways to record its tail (`docs/format/log.md`).
+//! memory, with three ways to record its tail (`docs/FORMAT.md`, "Logs").
 //!
 //! Positions are *logical* byte positions that never wrap; the physical
 //! offset in the entry space is `pos % capacity`. Invariants, kept by every

@@ -1,5 +1,5 @@
 //! Byte layouts shared by both logs: header lines, head slots, entry
-//! headers and the skip word. `docs/format/log.md` draws them.
+//! headers and the skip word. `docs/FORMAT.md` ("Logs") draws them.
 //!
 //! Invariants: every field is fixed-width little-endian; every multi-word
 //! record that a crash can tear carries a CRC-32C seeded with the log's

@@ -9,7 +9,7 @@
 //!
 //! Neither log owns its medium: each method takes the [`pmem::Media`] and
 //! the log remembers the `base` offset it was created at, so many
-//! structures share one region. `docs/format/log.md` gives the byte layout
+//! structures share one region. `docs/FORMAT.md` ("Logs") gives the byte layout
 //! and the crash analysis; [`crash`] holds the crash-state checks.
 //!
 //! ```

@@ -19,7 +19,7 @@
 //!   the network seam ([`transport::Transport`]: UCX or in process), and
 //!   [`client::Client`], the client over the same seam.
 //!
-//! `docs/format/wire.md` gives every byte.
+//! `docs/FORMAT.md` ("Wire protocol and remote pool") gives every byte.
 //!
 //! ```
 //! use pmem::Region;

@@ -1,6 +1,6 @@
 //! The wire protocol: fixed-width little-endian request and response
 //! headers, the opcodes, status codes, and the HELLO and LOG_CREATE bodies
-//! (`docs/format/wire.md` has the byte diagrams).
+//! (`docs/FORMAT.md` ("Wire protocol and remote pool") has the byte diagrams).
 //!
 //! Invariants:
 //! - A request is one message: a 64 B [`RequestHeader`] (one cache line)

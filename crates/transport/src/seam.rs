@@ -104,7 +104,7 @@ impl RequestId {
 /// What a peer needs to access a registered region: its address in the
 /// owner's address space, its length, and the transport's packed remote key.
 /// Send it to the peer (e.g. in an RPC response) with [`RegionDescriptor::encode`];
-/// the byte layout is in `docs/format/transport.md`.
+/// the byte layout is in `docs/FORMAT.md` ("pmwire-transport wire formats").
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RegionDescriptor {
     /// Start address in the owner's address space.

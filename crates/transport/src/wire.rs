@@ -1,5 +1,5 @@
 //! The bytes pmwire-transport itself puts on the wire (documented in
-//! `docs/format/transport.md`): the 24-byte prefix of every RPC active
+//! `docs/FORMAT.md` ("pmwire-transport wire formats")): the 24-byte prefix of every RPC active
 //! message, and the encoded [`RegionDescriptor`]. Also the call window that
 //! turns call ids back into caller tokens.
 //!
