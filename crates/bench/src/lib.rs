@@ -32,6 +32,7 @@
 
 pub mod copy;
 pub mod headlines;
+pub mod kv;
 pub mod local;
 pub mod logbench;
 pub mod machine;

@@ -1,0 +1,4 @@
+//! The key-value suites of issue 4 (`pmwire bench kv`, `http-wal`,
+//! `btree`) and their peers.
+
+pub mod redis;
