@@ -1,0 +1,502 @@
+//! The request codec: RESP multibulk requests (`*N\r\n$len\r\n...`) and inline
+//! commands, pipelined, parsed from the connection's unconsumed bytes given as
+//! an ordered list of segments (the server receives into fixed buffers, so a
+//! request may be split anywhere).
+//!
+//! The parser is stateless: each call parses from the first unconsumed byte
+//! and reports how many bytes whole requests took. An incomplete request at
+//! the end consumes nothing and is parsed again when more bytes arrive (its
+//! header costs are repeated, its payload is never scanned).
+//!
+//! Every argument is available two ways: as bytes (borrowed from a segment
+//! when it lies in one, gathered into the [`Parsed`] scratch when split) and
+//! as locations, [`Piece`]s `(segment, start, len)`, so the server can store a
+//! value zero-copy from the buffers it landed in. Inline arguments that were
+//! unquoted/unescaped have no locations (their bytes do not exist verbatim).
+//!
+//! Errors follow Redis 7.0's `processMultibulkBuffer`/`processInlineBuffer`
+//! exactly, including what Redis does not check (the two bytes after a bulk
+//! payload are skipped, not verified). After a [`ProtocolError`] the commands
+//! parsed before it are still valid and must be executed; then the server
+//! sends [`ProtocolError::reply`] and closes the connection, as Redis does.
+//!
+//! Invariants: `consumed` never exceeds the input length; pieces of an
+//! argument are in stream order, non-empty, and their lengths sum to the
+//! argument's length.
+
+use std::ops::Range;
+
+/// Redis's `PROTO_INLINE_MAX_SIZE`: the longest inline request, and the
+/// longest a `*`/`$` header may go without its `\r`.
+pub const INLINE_MAX_BYTES: usize = 64 * 1024;
+
+/// Bounds on what a request may contain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most arguments in one multibulk request (Redis: `INT_MAX`). Larger
+    /// counts get `invalid multibulk length`.
+    pub max_args: u32,
+    /// Longest bulk argument (Redis `proto-max-bulk-len`, 512 MiB by
+    /// default). Longer ones get `invalid bulk length`.
+    pub max_bulk_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_args: 1024 * 1024, max_bulk_bytes: 512 * 1024 * 1024 }
+    }
+}
+
+/// A protocol violation. The connection must be closed after the reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ProtocolError {
+    /// No `\r` within 64 KB of a `*` header.
+    #[error("Protocol error: too big mbulk count string")]
+    TooBigMultibulkCount,
+    /// The `*` count is not an integer, or is over `INT_MAX` or `max_args`.
+    #[error("Protocol error: invalid multibulk length")]
+    InvalidMultibulkLength,
+    /// No `\r` within 64 KB of a `$` header.
+    #[error("Protocol error: too big bulk count string")]
+    TooBigBulkCount,
+    /// An argument header did not start with `$`.
+    #[error("Protocol error: expected '$', got '{}'", printable(*.0))]
+    ExpectedDollar(u8),
+    /// The `$` length is not an integer, negative, or over `max_bulk_bytes`.
+    #[error("Protocol error: invalid bulk length")]
+    InvalidBulkLength,
+    /// An inline request longer than 64 KB without `\n`.
+    #[error("Protocol error: too big inline request")]
+    TooBigInline,
+    /// An inline request with an unterminated quote.
+    #[error("Protocol error: unbalanced quotes in request")]
+    UnbalancedQuotes,
+}
+
+/// Redis maps `\r` and `\n` in error text to spaces; other bytes go as is.
+fn printable(c: u8) -> char {
+    match c {
+        b'\r' | b'\n' => ' ',
+        _ => char::from(c),
+    }
+}
+
+impl ProtocolError {
+    /// The exact error reply Redis sends (`-ERR Protocol error: ...\r\n`).
+    pub fn reply(&self) -> Vec<u8> {
+        let mut out = b"-ERR ".to_vec();
+        match self {
+            // Sent as the raw byte, as Redis's `%c` does.
+            ProtocolError::ExpectedDollar(c) => {
+                out.extend_from_slice(b"Protocol error: expected '$', got '");
+                out.push(if *c == b'\r' || *c == b'\n' { b' ' } else { *c });
+                out.push(b'\'');
+            }
+            other => out.extend_from_slice(other.to_string().as_bytes()),
+        }
+        out.extend_from_slice(b"\r\n");
+        out
+    }
+}
+
+/// Where part of an argument lies: `len` bytes at `start` in segment
+/// `segment` of the input given to [`Parsed::parse`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece {
+    /// Index into the segment list.
+    pub segment: u32,
+    /// Byte offset within that segment.
+    pub start: u32,
+    /// Bytes in this piece (never 0).
+    pub len: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Bytes {
+    Segment { segment: u32, start: u32, len: u32 },
+    Gathered { start: u32, len: u32 },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ArgMeta {
+    bytes: Bytes,
+    pieces: (u32, u32),
+}
+
+/// What one call to [`Parsed::parse`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParseSummary {
+    /// Bytes taken by complete requests (including empty ones such as
+    /// `*0\r\n` or a blank inline line, which yield no command).
+    pub consumed: usize,
+    /// Commands parsed (see [`Parsed::request`]).
+    pub commands: usize,
+    /// A protocol error after the parsed commands: execute those, send
+    /// [`ProtocolError::reply`], then close.
+    pub error: Option<ProtocolError>,
+    /// When the last request is incomplete and its size is known (inside a
+    /// bulk payload): the total unconsumed bytes needed to finish it.
+    pub wanted: Option<usize>,
+}
+
+/// The parser's output, reused across calls to avoid allocation: commands,
+/// their arguments and locations, and the bytes of split arguments.
+#[derive(Debug, Default)]
+pub struct Parsed {
+    limits: Limits,
+    seg_starts: Vec<usize>,
+    pieces: Vec<Piece>,
+    args: Vec<ArgMeta>,
+    commands: Vec<Range<u32>>,
+    gathered: Vec<u8>,
+    line: Vec<u8>,
+}
+
+/// One parsed command: arguments as bytes and as locations.
+#[derive(Clone, Copy)]
+pub struct Request<'a> {
+    parsed: &'a Parsed,
+    segments: &'a [&'a [u8]],
+    args: &'a [ArgMeta],
+}
+
+/// One argument of a [`Request`]: its bytes and where they lie.
+#[derive(Debug, Clone, Copy)]
+pub struct Arg<'a> {
+    /// The argument's bytes.
+    pub bytes: &'a [u8],
+    /// Its locations in the segments, in order; empty if the bytes are not
+    /// in the input verbatim (an inline argument with quotes or escapes).
+    pub pieces: &'a [Piece],
+}
+
+impl<'a> Request<'a> {
+    /// Number of arguments (at least 1: the command name).
+    pub fn len(&self) -> usize {
+        self.args.len()
+    }
+
+    /// Always false: empty requests yield no command.
+    pub fn is_empty(&self) -> bool {
+        self.args.is_empty()
+    }
+
+    /// Argument `i` as bytes.
+    pub fn arg(&self, i: usize) -> &'a [u8] {
+        self.arg_ref(i).bytes
+    }
+
+    /// Argument `i` with its locations.
+    pub fn arg_ref(&self, i: usize) -> Arg<'a> {
+        let meta = self.args[i];
+        let bytes = match meta.bytes {
+            Bytes::Segment { segment, start, len } => {
+                let s = start as usize;
+                &self.segments[segment as usize][s..s + len as usize]
+            }
+            Bytes::Gathered { start, len } => {
+                &self.parsed.gathered[start as usize..(start + len) as usize]
+            }
+        };
+        let pieces = &self.parsed.pieces[meta.pieces.0 as usize..meta.pieces.1 as usize];
+        Arg { bytes, pieces }
+    }
+
+    /// All arguments as bytes.
+    pub fn args(&self) -> impl Iterator<Item = &'a [u8]> + '_ {
+        (0..self.len()).map(move |i| self.arg(i))
+    }
+}
+
+impl std::fmt::Debug for Request<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.args().map(String::from_utf8_lossy)).finish()
+    }
+}
+
+enum Step {
+    Command(usize),
+    Empty(usize),
+    Incomplete(Option<usize>),
+    Error(ProtocolError),
+}
+
+impl Parsed {
+    /// A parser with these limits.
+    pub fn new(limits: Limits) -> Self {
+        Parsed { limits, ..Parsed::default() }
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Parses as many whole requests as `segments` hold, replacing the
+    /// previous call's results.
+    pub fn parse(&mut self, segments: &[&[u8]]) -> ParseSummary {
+        self.pieces.clear();
+        self.args.clear();
+        self.commands.clear();
+        self.gathered.clear();
+        self.seg_starts.clear();
+        let mut starts = std::mem::take(&mut self.seg_starts);
+        let mut total = 0usize;
+        for s in segments {
+            assert!(s.len() <= u32::MAX as usize);
+            starts.push(total);
+            total += s.len();
+        }
+        let stream = Stream { segs: segments, starts: &starts, total };
+        let mut pos = 0usize;
+        let mut summary = ParseSummary { consumed: 0, commands: 0, error: None, wanted: None };
+        while pos < total {
+            let first_arg = self.args.len() as u32;
+            let step = if stream.byte(pos) == b'*' {
+                self.multibulk(&stream, pos)
+            } else {
+                self.inline(&stream, pos)
+            };
+            match step {
+                Step::Command(next) => {
+                    self.commands.push(first_arg..self.args.len() as u32);
+                    pos = next;
+                }
+                Step::Empty(next) => pos = next,
+                Step::Incomplete(wanted) => {
+                    self.truncate_args(first_arg);
+                    summary.wanted = wanted.map(|w| w - pos);
+                    break;
+                }
+                Step::Error(e) => {
+                    self.truncate_args(first_arg);
+                    summary.error = Some(e);
+                    break;
+                }
+            }
+        }
+        assert!(pos <= total);
+        self.seg_starts = starts;
+        summary.consumed = pos;
+        summary.commands = self.commands.len();
+        summary
+    }
+
+    fn truncate_args(&mut self, first_arg: u32) {
+        if let Some(meta) = self.args.get(first_arg as usize) {
+            self.pieces.truncate(meta.pieces.0 as usize);
+            if let Bytes::Gathered { start, .. } = meta.bytes {
+                self.gathered.truncate(start as usize);
+            }
+        }
+        self.args.truncate(first_arg as usize);
+    }
+
+    /// Command `i` of the last parse; `segments` must be the same list.
+    pub fn request<'a>(&'a self, segments: &'a [&'a [u8]], i: usize) -> Request<'a> {
+        let r = self.commands[i].clone();
+        Request { parsed: self, segments, args: &self.args[r.start as usize..r.end as usize] }
+    }
+
+    /// Number of commands from the last parse.
+    pub fn len(&self) -> usize {
+        self.commands.len()
+    }
+
+    /// Whether the last parse found no command.
+    pub fn is_empty(&self) -> bool {
+        self.commands.is_empty()
+    }
+
+    fn multibulk(&mut self, st: &Stream<'_>, pos: usize) -> Step {
+        let Some(cr) = st.find(pos, b'\r') else {
+            return if st.total - pos > INLINE_MAX_BYTES {
+                Step::Error(ProtocolError::TooBigMultibulkCount)
+            } else {
+                Step::Incomplete(None)
+            };
+        };
+        if cr + 2 > st.total {
+            return Step::Incomplete(None);
+        }
+        let count = match st.parse_int(pos + 1, cr, &mut self.line) {
+            Some(n) if n <= i64::from(i32::MAX) && n <= i64::from(self.limits.max_args) => n,
+            _ => return Step::Error(ProtocolError::InvalidMultibulkLength),
+        };
+        let mut p = cr + 2;
+        if count <= 0 {
+            return Step::Empty(p);
+        }
+        for _ in 0..count {
+            if p >= st.total {
+                return Step::Incomplete(None);
+            }
+            let Some(cr) = st.find(p, b'\r') else {
+                return if st.total - p > INLINE_MAX_BYTES {
+                    Step::Error(ProtocolError::TooBigBulkCount)
+                } else {
+                    Step::Incomplete(None)
+                };
+            };
+            if cr + 2 > st.total {
+                return Step::Incomplete(None);
+            }
+            let head = st.byte(p);
+            if head != b'$' {
+                return Step::Error(ProtocolError::ExpectedDollar(head));
+            }
+            let len = match st.parse_int(p + 1, cr, &mut self.line) {
+                Some(n) if n >= 0 && (n as u64) <= self.limits.max_bulk_bytes => n as usize,
+                _ => return Step::Error(ProtocolError::InvalidBulkLength),
+            };
+            let data = cr + 2;
+            let end = data + len;
+            if end + 2 > st.total {
+                return Step::Incomplete(Some(end + 2));
+            }
+            self.push_located(st, data, len);
+            p = end + 2;
+        }
+        Step::Command(p)
+    }
+
+    fn inline(&mut self, st: &Stream<'_>, pos: usize) -> Step {
+        let Some(nl) = st.find(pos, b'\n') else {
+            return if st.total - pos > INLINE_MAX_BYTES {
+                Step::Error(ProtocolError::TooBigInline)
+            } else {
+                Step::Incomplete(None)
+            };
+        };
+        let mut end = nl;
+        if nl > pos && st.byte(nl - 1) == b'\r' {
+            end -= 1;
+        }
+        self.line.clear();
+        st.copy(pos, end, &mut self.line);
+        let line = std::mem::take(&mut self.line);
+        let mut tokens = Vec::new();
+        let ok = crate::inline::split_args(&line, &mut tokens);
+        let step = if !ok {
+            Step::Error(ProtocolError::UnbalancedQuotes)
+        } else {
+            for t in &tokens {
+                match t {
+                    crate::inline::Token::Verbatim(r) => {
+                        self.push_located(st, pos + r.start, r.len());
+                    }
+                    crate::inline::Token::Unescaped(bytes) => self.push_gathered(bytes),
+                }
+            }
+            if tokens.is_empty() { Step::Empty(nl + 1) } else { Step::Command(nl + 1) }
+        };
+        self.line = line;
+        step
+    }
+
+    fn push_gathered(&mut self, bytes: &[u8]) {
+        let start = self.gathered.len() as u32;
+        self.gathered.extend_from_slice(bytes);
+        let p = self.pieces.len() as u32;
+        let bytes = Bytes::Gathered { start, len: bytes.len() as u32 };
+        self.args.push(ArgMeta { bytes, pieces: (p, p) });
+    }
+
+    fn push_located(&mut self, st: &Stream<'_>, start: usize, len: usize) {
+        let first_piece = self.pieces.len() as u32;
+        let mut at = start;
+        let mut left = len;
+        let mut seg = st.segment_of(start);
+        while left > 0 {
+            let off = at - st.starts[seg];
+            let take = (st.segs[seg].len() - off).min(left);
+            if take > 0 {
+                self.pieces.push(Piece { segment: seg as u32, start: off as u32, len: take as u32 });
+            }
+            at += take;
+            left -= take;
+            seg += 1;
+        }
+        let pieces = (first_piece, self.pieces.len() as u32);
+        let bytes = if pieces.1 - pieces.0 <= 1 {
+            let (segment, start) = match self.pieces.get(first_piece as usize) {
+                Some(p) if pieces.1 > pieces.0 => (p.segment, p.start),
+                _ => (0, 0),
+            };
+            Bytes::Segment { segment, start, len: len as u32 }
+        } else {
+            let g = self.gathered.len() as u32;
+            st.copy(start, start + len, &mut self.gathered);
+            Bytes::Gathered { start: g, len: len as u32 }
+        };
+        self.args.push(ArgMeta { bytes, pieces });
+    }
+}
+
+/// The segments seen as one logical byte stream.
+struct Stream<'a> {
+    segs: &'a [&'a [u8]],
+    starts: &'a [usize],
+    total: usize,
+}
+
+impl Stream<'_> {
+    fn segment_of(&self, pos: usize) -> usize {
+        // The last segment starting at or before pos that is non-empty there.
+        let mut i = self.starts.partition_point(|&s| s <= pos).saturating_sub(1);
+        while i + 1 < self.segs.len() && pos >= self.starts[i] + self.segs[i].len() {
+            i += 1;
+        }
+        i
+    }
+
+    fn byte(&self, pos: usize) -> u8 {
+        let s = self.segment_of(pos);
+        self.segs[s][pos - self.starts[s]]
+    }
+
+    fn find(&self, from: usize, needle: u8) -> Option<usize> {
+        if from >= self.total {
+            return None;
+        }
+        let mut seg = self.segment_of(from);
+        let mut off = from - self.starts[seg];
+        while seg < self.segs.len() {
+            if let Some(i) = self.segs[seg][off..].iter().position(|&b| b == needle) {
+                return Some(self.starts[seg] + off + i);
+            }
+            seg += 1;
+            off = 0;
+        }
+        None
+    }
+
+    fn copy(&self, from: usize, to: usize, out: &mut Vec<u8>) {
+        if from >= to {
+            return;
+        }
+        let mut seg = self.segment_of(from);
+        let mut at = from;
+        while at < to {
+            let off = at - self.starts[seg];
+            let take = (self.segs[seg].len() - off).min(to - at);
+            out.extend_from_slice(&self.segs[seg][off..off + take]);
+            at += take;
+            seg += 1;
+        }
+    }
+
+    /// `string2ll` over `[from, to)`; headers longer than 20 bytes are not
+    /// integers.
+    fn parse_int(&self, from: usize, to: usize, scratch: &mut Vec<u8>) -> Option<i64> {
+        if to < from || to - from > 20 {
+            return None;
+        }
+        scratch.clear();
+        self.copy(from, to, scratch);
+        crate::numbers::parse_i64(scratch)
+    }
+}
+
+#[cfg(test)]
+mod tests;

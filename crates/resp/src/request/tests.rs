@@ -1,0 +1,168 @@
+use super::*;
+
+fn parse_all(segs: &[&[u8]]) -> (ParseSummary, Vec<Vec<Vec<u8>>>) {
+    let mut p = Parsed::new(Limits::default());
+    let s = p.parse(segs);
+    let cmds = (0..p.len())
+        .map(|i| {
+            let r = p.request(segs, i);
+            // Locations must agree with bytes.
+            for j in 0..r.len() {
+                let a = r.arg_ref(j);
+                if !a.pieces.is_empty() {
+                    let mut g = Vec::new();
+                    for pc in a.pieces {
+                        assert!(pc.len > 0);
+                        g.extend_from_slice(&segs[pc.segment as usize][pc.start as usize..(pc.start + pc.len) as usize]);
+                    }
+                    assert_eq!(g, a.bytes);
+                }
+            }
+            r.args().map(|a| a.to_vec()).collect()
+        })
+        .collect();
+    (s, cmds)
+}
+
+fn v(args: &[&str]) -> Vec<Vec<u8>> {
+    args.iter().map(|a| a.as_bytes().to_vec()).collect()
+}
+
+const PIPELINE: &[u8] = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nhello\r\nPING\r\n*0\r\n\r\n*2\r\n$4\r\nECHO\r\n$0\r\n\r\nset \"a b\" c\n*1\r\n$4\r\nPING\r\n";
+
+fn expected() -> Vec<Vec<Vec<u8>>> {
+    vec![v(&["SET", "k", "hello"]), v(&["PING"]), v(&["ECHO", ""]), v(&["set", "a b", "c"]), v(&["PING"])]
+}
+
+#[test]
+fn whole_pipeline() {
+    let (s, cmds) = parse_all(&[PIPELINE]);
+    assert_eq!(s.consumed, PIPELINE.len());
+    assert_eq!(s.error, None);
+    assert_eq!(cmds, expected());
+}
+
+#[test]
+fn every_prefix_consumes_whole_requests_only() {
+    let ends: Vec<usize> = {
+        // Request boundaries.
+        let mut e = vec![0];
+        let mut p = Parsed::new(Limits::default());
+        for n in 0..=PIPELINE.len() {
+            let s = p.parse(&[&PIPELINE[..n]]);
+            if !e.contains(&s.consumed) {
+                e.push(s.consumed);
+            }
+        }
+        e
+    };
+    let mut p = Parsed::new(Limits::default());
+    for n in 0..=PIPELINE.len() {
+        let s = p.parse(&[&PIPELINE[..n]]);
+        assert!(s.consumed <= n);
+        assert!(ends.contains(&s.consumed));
+        // Nothing beyond the consumed point could have completed a request.
+        assert_eq!(s.error, None);
+    }
+    assert_eq!(ends.last().copied(), Some(PIPELINE.len()));
+}
+
+#[test]
+fn every_split_position_and_pair() {
+    let want = expected();
+    for i in 0..=PIPELINE.len() {
+        let (s, cmds) = parse_all(&[&PIPELINE[..i], &PIPELINE[i..]]);
+        assert_eq!(s.consumed, PIPELINE.len(), "split at {i}");
+        assert_eq!(cmds, want, "split at {i}");
+    }
+    for i in 0..=PIPELINE.len() {
+        for j in i..=PIPELINE.len() {
+            let (s, cmds) = parse_all(&[&PIPELINE[..i], &PIPELINE[i..j], &PIPELINE[j..]]);
+            assert_eq!(s.consumed, PIPELINE.len(), "split at {i},{j}");
+            assert_eq!(cmds, want, "split at {i},{j}");
+        }
+    }
+}
+
+#[test]
+fn one_byte_segments() {
+    let segs: Vec<&[u8]> = PIPELINE.chunks(1).collect();
+    let (s, cmds) = parse_all(&segs);
+    assert_eq!(s.consumed, PIPELINE.len());
+    assert_eq!(cmds, expected());
+}
+
+#[test]
+fn contiguous_args_are_borrowed_and_located() {
+    let buf = b"*2\r\n$3\r\nGET\r\n$3\r\nkey\r\n";
+    let segs: [&[u8]; 1] = [buf];
+    let mut p = Parsed::new(Limits::default());
+    p.parse(&segs);
+    let r = p.request(&segs, 0);
+    let a = r.arg_ref(1);
+    assert_eq!(a.bytes.as_ptr(), buf[17..].as_ptr());
+    assert_eq!(a.pieces, &[Piece { segment: 0, start: 17, len: 3 }]);
+}
+
+#[test]
+fn split_value_has_two_pieces() {
+    let buf = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$6\r\nabcdef\r\n";
+    let (a, b) = buf.split_at(28);
+    let segs: [&[u8]; 2] = [a, b];
+    let mut p = Parsed::new(Limits::default());
+    let s = p.parse(&segs);
+    assert_eq!(s.commands, 1);
+    let r = p.request(&segs, 0);
+    let v = r.arg_ref(2);
+    assert_eq!(v.bytes, b"abcdef");
+    assert_eq!(v.pieces, &[Piece { segment: 0, start: 24, len: 4 }, Piece { segment: 1, start: 0, len: 2 }]);
+}
+
+#[test]
+fn incomplete_bulk_reports_wanted() {
+    let buf = b"*2\r\n$4\r\nECHO\r\n$10\r\nabc";
+    let mut p = Parsed::new(Limits::default());
+    let s = p.parse(&[buf]);
+    assert_eq!(s.consumed, 0);
+    assert_eq!(s.commands, 0);
+    assert_eq!(s.wanted, Some(buf.len() - 3 + 10 + 2));
+}
+
+fn err_of(input: &[u8]) -> (usize, Option<ProtocolError>) {
+    let mut p = Parsed::new(Limits { max_args: 100, max_bulk_bytes: 1000 });
+    let s = p.parse(&[input]);
+    (s.commands, s.error)
+}
+
+#[test]
+fn protocol_errors() {
+    use ProtocolError::*;
+    assert_eq!(err_of(b"*x\r\n"), (0, Some(InvalidMultibulkLength)));
+    assert_eq!(err_of(b"*\r\n"), (0, Some(InvalidMultibulkLength)));
+    assert_eq!(err_of(b"*101\r\n"), (0, Some(InvalidMultibulkLength)));
+    assert_eq!(err_of(b"*3000000000\r\n"), (0, Some(InvalidMultibulkLength)));
+    assert_eq!(err_of(b"*1\r\nx\r\n"), (0, Some(ExpectedDollar(b'x'))));
+    assert_eq!(err_of(b"*1\r\n$x\r\n"), (0, Some(InvalidBulkLength)));
+    assert_eq!(err_of(b"*1\r\n$-1\r\n"), (0, Some(InvalidBulkLength)));
+    assert_eq!(err_of(b"*1\r\n$1001\r\n"), (0, Some(InvalidBulkLength)));
+    assert_eq!(err_of(b"PING\r\n*1\r\n$1001\r\n"), (1, Some(InvalidBulkLength)));
+    assert_eq!(err_of(b"echo \"a\r\n"), (0, Some(UnbalancedQuotes)));
+    assert_eq!(err_of(&[b'a'; 70_000]), (0, Some(TooBigInline)));
+    let mut big = b"*".to_vec();
+    big.extend(std::iter::repeat_n(b'1', 70_000));
+    assert_eq!(err_of(&big), (0, Some(TooBigMultibulkCount)));
+    let mut big = b"*1\r\n$".to_vec();
+    big.extend(std::iter::repeat_n(b'1', 70_000));
+    assert_eq!(err_of(&big), (0, Some(TooBigBulkCount)));
+    // Negative and zero counts are empty requests.
+    assert_eq!(err_of(b"*-1\r\n*0\r\nPING\r\n"), (1, None));
+    assert_eq!(ExpectedDollar(b'x').reply(), b"-ERR Protocol error: expected '$', got 'x'\r\n");
+    assert_eq!(InvalidMultibulkLength.reply(), b"-ERR Protocol error: invalid multibulk length\r\n");
+}
+
+#[test]
+fn bytes_after_payload_are_skipped_like_redis() {
+    let (s, cmds) = parse_all(&[b"*1\r\n$4\r\nPINGxx*1\r\n$4\r\nPING\r\n"]);
+    assert_eq!(s.commands, 2);
+    assert_eq!(cmds[0], v(&["PING"]));
+}
