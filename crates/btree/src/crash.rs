@@ -16,6 +16,10 @@
 //! - for every 16th image, the recovered tree takes 12 more operations and
 //!   still verifies and matches the model (the rebuilt allocator hands out
 //!   only free nodes).
+//!
+//! The *batches* workload marks whole `apply_batch` calls instead: an
+//! image must hold the tree before or after the batch in flight, never a
+//! part of it.
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -25,7 +29,7 @@ use pmem::MemMedia;
 use pmwire_crashcheck::{explore, Config, CrashImage, Report};
 
 use crate::bench::splitmix64;
-use crate::{BTree, Counters, Faults};
+use crate::{BTree, BatchOp, Counters, Faults};
 
 /// Where the tree under test starts in its media (not 0, to test `base`).
 const BASE: u64 = 256;
@@ -54,6 +58,15 @@ pub fn checks() -> Vec<BTreeCheck> {
             check_tree(Workload::GrowShrink, Faults::default(), c)
         }),
         check("btree: mixed inserts, updates, deletes", false, |c| check_tree(Workload::Mixed, Faults::default(), c)),
+        check("btree: batches (one root switch each), with a clear", false, |c| {
+            check_tree(Workload::Batches, Faults::default(), c)
+        }),
+        check("planted: btree batch switched in the nodes' fence", true, |c| {
+            check_tree(Workload::ShortBatches, Faults { root_before_nodes: true, ..Faults::default() }, c)
+        }),
+        check("planted: btree batch reuses replaced nodes before the switch", true, |c| {
+            check_tree(Workload::ShortBatches, Faults { reuse_before_switch: true, ..Faults::default() }, c)
+        }),
         check("planted: btree root switched in the nodes' fence", true, |c| {
             check_tree(Workload::Short, Faults { root_before_nodes: true, ..Faults::default() }, c)
         }),
@@ -80,6 +93,21 @@ pub enum Workload {
     Mixed,
     /// The first 40 operations of `GrowShrink` (for the planted bugs).
     Short,
+    /// `GrowShrink` then `Mixed` twice, cut into batches of 1–8 operations,
+    /// each applied with `apply_batch` (one root switch), with two batches
+    /// that clear the tree first.
+    Batches,
+    /// The first 8 batches of `Batches` (for the planted bugs).
+    ShortBatches,
+}
+
+/// What one marked step of a workload does: one `insert`/`delete`, or one
+/// `apply_batch` of `steps` (after clearing the tree if `clear`).
+#[derive(Clone, Debug)]
+struct Unit {
+    batched: bool,
+    clear: bool,
+    steps: Vec<Step>,
 }
 
 /// One operation: insert `key → value`, or delete `key` when `value` is `None`.
@@ -93,8 +121,8 @@ type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 
 /// Crash-checks the tree under `workload` (with planted `faults`).
 pub fn check_tree(workload: Workload, faults: Faults, config: &Config) -> Report {
-    let steps = plan(workload);
-    let (media, states, _) = run(&steps, faults);
+    let units = plan(workload);
+    let (media, states, _) = run(&units, faults);
     let mut image_number = 0u64;
     explore(&media, config, |image: &mut CrashImage| {
         image_number += 1;
@@ -102,7 +130,7 @@ pub fn check_tree(workload: Workload, faults: Faults, config: &Config) -> Report
         assert_eq!(image.acked.last().copied(), acked.checked_sub(1).map(|k| k as u64), "marks are step numbers");
         let continue_after = image_number.is_multiple_of(CONTINUE_EVERY);
         let judged =
-            catch_unwind(AssertUnwindSafe(|| judge(&mut image.media, faults, &states, &steps, acked, continue_after)));
+            catch_unwind(AssertUnwindSafe(|| judge(&mut image.media, faults, &states, &units, acked, continue_after)));
         judged.unwrap_or_else(|_| Err("recovery panicked".to_string()))
     })
 }
@@ -115,18 +143,50 @@ pub fn workload_counters(workload: Workload) -> Counters {
 
 /// Runs `steps` on a fresh traced tree; returns the trace, the model state
 /// after each number of completed steps, and the tree's counters.
-fn run(steps: &[Step], faults: Faults) -> (TracedMedia, Vec<Map>, Counters) {
+fn run(units: &[Unit], faults: Faults) -> (TracedMedia, Vec<Map>, Counters) {
     let mut media = TracedMedia::new((BASE + BTree::required_size(NODES)) as usize);
     let mut tree = BTree::create_with_faults(&mut media, BASE, NODES, faults).expect("create");
     media.checkpoint();
     let mut model = Map::new();
     let mut states = vec![model.clone()];
-    for (k, step) in steps.iter().enumerate() {
-        apply(&mut tree, &mut media, &mut model, step).unwrap_or_else(|e| panic!("step {k}: {e}"));
+    for (k, unit) in units.iter().enumerate() {
+        let done = if unit.batched {
+            apply_batch(&mut tree, &mut media, &mut model, unit)
+        } else {
+            apply(&mut tree, &mut media, &mut model, &unit.steps[0])
+        };
+        done.unwrap_or_else(|e| panic!("step {k}: {e}"));
         states.push(model.clone());
         media.mark(k as u64);
     }
     (media, states, tree.counters())
+}
+
+/// Applies `unit` as one batch to the tree and the model; checks the
+/// previous values.
+fn apply_batch<M: pmem::Media>(tree: &mut BTree, media: &mut M, model: &mut Map, unit: &Unit) -> Result<(), String> {
+    let ops: Vec<BatchOp> = unit
+        .steps
+        .iter()
+        .map(|step| match &step.value {
+            Some(value) => BatchOp::Put { key: &step.key, value },
+            None => BatchOp::Delete { key: &step.key },
+        })
+        .collect();
+    let previous = tree.apply_batch(media, unit.clear, &ops).map_err(|e| e.to_string())?;
+    if unit.clear {
+        model.clear();
+    }
+    for (step, previous) in unit.steps.iter().zip(previous) {
+        let expected = match &step.value {
+            Some(value) => model.insert(step.key.clone(), value.clone()),
+            None => model.remove(&step.key),
+        };
+        if previous.as_deref() != expected.as_deref() {
+            return Err(format!("previous value {previous:?}, expected {expected:?}"));
+        }
+    }
+    Ok(())
 }
 
 /// Applies `step` to the tree and the model; checks the previous value.
@@ -149,7 +209,7 @@ fn judge(
     media: &mut MemMedia,
     faults: Faults,
     states: &[Map],
-    steps: &[Step],
+    units: &[Unit],
     acked: usize,
     continue_after: bool,
 ) -> Result<(), String> {
@@ -168,7 +228,7 @@ fn judge(
     if tree.len() != state.len() as u64 {
         return Err(format!("len {} but {} entries", tree.len(), state.len()));
     }
-    if let Some(step) = steps.get(acked) {
+    for step in units.get(acked).map_or(&[][..], |u| &u.steps[..]) {
         let got = tree.get(media, &step.key).map_err(|e| e.to_string())?;
         if got.as_deref() != state.get(&step.key).map(|v| &v[..]) {
             return Err(format!("get of the in-flight key gave {got:?}"));
@@ -235,13 +295,42 @@ fn value(rng: &mut u64, min: usize, max: usize) -> Vec<u8> {
 
 /// The fixed operation sequence of `workload` (the sampler is seeded by
 /// the [`Config`]; the workload is always the same).
-fn plan(workload: Workload) -> Vec<Step> {
+fn plan(workload: Workload) -> Vec<Unit> {
     let mut rng = 0x5eed_b7ee;
+    let single = |steps: Vec<Step>| -> Vec<Unit> {
+        steps.into_iter().map(|step| Unit { batched: false, clear: false, steps: vec![step] }).collect()
+    };
     match workload {
-        Workload::GrowShrink => grow_shrink(&mut rng),
-        Workload::Short => grow_shrink(&mut rng).into_iter().take(40).collect(),
-        Workload::Mixed => mixed(&mut rng),
+        Workload::GrowShrink => single(grow_shrink(&mut rng)),
+        Workload::Short => single(grow_shrink(&mut rng).into_iter().take(40).collect()),
+        Workload::Mixed => single(mixed(&mut rng)),
+        Workload::Batches => batches(&mut rng),
+        Workload::ShortBatches => batches(&mut rng).into_iter().take(8).collect(),
     }
+}
+
+/// `grow_shrink` then `mixed` twice, cut into batches of 1–8 steps; a
+/// batch that clears the tree (then inserts) sits after the growth, and
+/// one that only clears before the second `mixed`.
+fn batches(rng: &mut u64) -> Vec<Unit> {
+    let mut units = Vec::new();
+    let cut = |steps: Vec<Step>, rng: &mut u64, units: &mut Vec<Unit>| {
+        let mut steps = steps.into_iter().peekable();
+        while steps.peek().is_some() {
+            let size = 1 + splitmix64(rng) as usize % 8;
+            units.push(Unit { batched: true, clear: false, steps: steps.by_ref().take(size).collect() });
+        }
+    };
+    let mut grow: Vec<Step> = grow_shrink(rng);
+    let shrink = grow.split_off(grow.len() * 2 / 3);
+    cut(grow, rng, &mut units);
+    let refill = (0..6).map(|i| Step { key: long_key(rng, 7000 + i, 200, 255), value: Some(value(rng, 0, 256)) });
+    units.push(Unit { batched: true, clear: true, steps: refill.collect() });
+    cut(shrink, rng, &mut units);
+    cut(mixed(rng), rng, &mut units);
+    units.push(Unit { batched: true, clear: true, steps: Vec::new() });
+    cut(mixed(rng), rng, &mut units);
+    units
 }
 
 fn grow_shrink(rng: &mut u64) -> Vec<Step> {
@@ -330,6 +419,23 @@ mod tests {
     }
 
     #[test]
+    fn batches_survive_every_crash() {
+        check_tree(Workload::Batches, Faults::default(), &config()).assert_passes_at_least(10_000);
+    }
+
+    #[test]
+    fn canary_batch_root_before_nodes_is_caught() {
+        let faults = Faults { root_before_nodes: true, ..Faults::default() };
+        check_tree(Workload::ShortBatches, faults, &config()).assert_caught();
+    }
+
+    #[test]
+    fn canary_batch_early_reuse_is_caught() {
+        let faults = Faults { reuse_before_switch: true, ..Faults::default() };
+        check_tree(Workload::ShortBatches, faults, &config()).assert_caught();
+    }
+
+    #[test]
     fn canary_root_before_nodes_is_caught() {
         let faults = Faults { root_before_nodes: true, ..Faults::default() };
         check_tree(Workload::Short, faults, &config()).assert_caught();
@@ -356,7 +462,7 @@ mod tests {
     #[test]
     fn registry_lists_every_check_once() {
         let checks = checks();
-        assert_eq!(checks.iter().filter(|c| c.planted).count(), 4);
+        assert_eq!(checks.iter().filter(|c| c.planted).count(), 6);
         let mut names: Vec<_> = checks.iter().map(|c| c.name).collect();
         names.sort();
         names.dedup();

@@ -153,6 +153,43 @@ pub enum DeleteError {
     },
 }
 
+/// Why `apply_batch` refused. Nothing was written; the tree is as it was.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum BatchError {
+    /// Operation `index` has a key longer than `MAX_KEY_BYTES`.
+    #[error("operation {index}: key of {len} B exceeds the maximum of {max} B")]
+    KeyTooLong {
+        /// Which operation.
+        index: usize,
+        /// The key's length.
+        len: usize,
+        /// The longest key.
+        max: usize,
+    },
+    /// Operation `index` has a value longer than `MAX_VALUE_BYTES`.
+    #[error("operation {index}: value of {len} B exceeds the maximum of {max} B")]
+    ValueTooLong {
+        /// Which operation.
+        index: usize,
+        /// The value's length.
+        len: usize,
+        /// The longest value.
+        max: usize,
+    },
+    /// Too few free nodes to go on at operation `index` (the nodes the
+    /// batch replaced are not free until its root switch): apply fewer
+    /// operations per batch.
+    #[error("tree full at operation {index}: {needed} free nodes needed, {free} free")]
+    Full {
+        /// The operation that did not fit.
+        index: usize,
+        /// Free nodes its worst case needs.
+        needed: usize,
+        /// Free nodes left.
+        free: usize,
+    },
+}
+
 /// Why `get` or `range` refused.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum LookupError {

@@ -48,12 +48,12 @@ mod tree;
 mod value;
 mod verify;
 
-pub use error::{CreateError, DeleteError, InsertError, LookupError, OpenError, VerifyError};
+pub use error::{BatchError, CreateError, DeleteError, InsertError, LookupError, OpenError, VerifyError};
 pub use format::{
     BASE_ALIGN, FORMAT_VERSION, MAX_HEIGHT, MAX_KEY_BYTES, MAX_VALUE_BYTES, MIN_FILL, NODE_BYTES, NODE_CAPACITY,
 };
 pub use iter::Range;
-pub use tree::{BTree, Counters, Faults, MIN_NODES};
+pub use tree::{BTree, BatchOp, Counters, Faults, MIN_NODES};
 pub use value::{Value, MAX_EXTENTS};
 pub use verify::TreeStats;
 

@@ -8,7 +8,10 @@ use std::ops::Bound;
 use pmem::{Media, MemMedia};
 
 use crate::bench::splitmix64;
-use crate::{BTree, CreateError, DeleteError, InsertError, LookupError, OpenError, MAX_KEY_BYTES, MAX_VALUE_BYTES};
+use crate::{
+    BTree, BatchError, BatchOp, CreateError, DeleteError, InsertError, LookupError, OpenError, MAX_KEY_BYTES,
+    MAX_VALUE_BYTES, MIN_NODES,
+};
 
 const BASE: u64 = 512;
 
@@ -250,4 +253,95 @@ fn create_over_an_old_tree_starts_empty() {
     assert!(tree.is_empty());
     let tree = BTree::open(&media, BASE).unwrap();
     assert_eq!((tree.len(), tree.node_count(), tree.free_nodes()), (0, 16, 15));
+}
+
+/// Batches of random puts and deletes (and an occasional clear) against
+/// the model; every batch is one root switch (two drains).
+fn run_batches(seed: u64, batches: usize, max_ops: u64, max_key: usize, max_value: usize) {
+    let mut rng = Rng(seed);
+    let mut media = media(2048);
+    let mut tree = BTree::create(&mut media, BASE, 2048).unwrap();
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    for b in 0..batches {
+        let clear = rng.below(40) == 0;
+        if clear {
+            model.clear();
+        }
+        let ops: Vec<(Vec<u8>, Option<Vec<u8>>)> = (0..1 + rng.below(max_ops))
+            .map(|_| {
+                let k = key(&mut rng, max_key);
+                let len = rng.below(max_value as u64 + 1) as usize;
+                (k, (rng.below(10) < 6).then(|| rng.bytes(len)))
+            })
+            .collect();
+        let batch: Vec<BatchOp> = ops
+            .iter()
+            .map(|(key, value)| match value {
+                Some(value) => BatchOp::Put { key, value },
+                None => BatchOp::Delete { key },
+            })
+            .collect();
+        let drains = media.drains;
+        let previous = tree.apply_batch(&mut media, clear, &batch).unwrap();
+        assert!(media.drains - drains <= 2, "seed {seed} batch {b}: {} drains", media.drains - drains);
+        for ((key, value), previous) in ops.into_iter().zip(previous) {
+            let expected = match value {
+                Some(value) => model.insert(key, value),
+                None => model.remove(&key),
+            };
+            assert_eq!(previous.map(|v| v.to_vec()), expected, "seed {seed} batch {b}");
+        }
+        assert_eq!(tree.len(), model.len() as u64, "seed {seed} batch {b}");
+        if b % 20 == 19 {
+            tree.verify(&media).unwrap_or_else(|e| panic!("seed {seed} batch {b}: {e}"));
+            tree = BTree::open(&media, BASE).unwrap();
+        }
+    }
+    tree.verify(&media).unwrap();
+    let all: Vec<(Vec<u8>, Vec<u8>)> = tree.iter(&media).map(|(k, v)| (k, v.to_vec())).collect();
+    assert_eq!(all, model.into_iter().collect::<Vec<_>>());
+}
+
+#[test]
+fn batches_match_btreemap() {
+    run_batches(11, 300, 60, 40, 64);
+    run_batches(12, 120, 200, MAX_KEY_BYTES, MAX_VALUE_BYTES);
+}
+
+#[test]
+fn batch_writes_each_node_once() {
+    let mut media = media(1024);
+    let mut tree = BTree::create(&mut media, BASE, 1024).unwrap();
+    let keys: Vec<Vec<u8>> = (0..2000u32).map(|i| format!("{:08}", i * 7919 % 2003).into_bytes()).collect();
+    let ops: Vec<BatchOp> = keys.iter().map(|k| BatchOp::Put { key: k, value: &[7; 8] }).collect();
+    let flushes = media.flushes;
+    tree.apply_batch(&mut media, false, &ops).unwrap();
+    let stats = tree.verify(&media).unwrap();
+    assert_eq!(stats.entries, 2000);
+    // Every reachable node written once (nodes are ≥ 256 B: non-temporal,
+    // no flush), plus the root word's flush.
+    assert!(media.flushes - flushes <= 1 + stats.nodes as u64, "{} flushes", media.flushes - flushes);
+    assert_eq!(tree.free_nodes() as u32, 1024 - stats.nodes, "no node leaked by the batch");
+}
+
+#[test]
+fn full_batch_leaves_the_tree_untouched() {
+    let mut media = media(MIN_NODES);
+    let mut tree = BTree::create(&mut media, BASE, MIN_NODES).unwrap();
+    let keys: Vec<Vec<u8>> = (0..200u32).map(|i| format!("{i:08}{}", "y".repeat(200)).into_bytes()).collect();
+    let ops: Vec<BatchOp> = keys.iter().map(|k| BatchOp::Put { key: k, value: &[1; 200] }).collect();
+    let before = media.bytes().to_vec();
+    let error = tree.apply_batch(&mut media, false, &ops).unwrap_err();
+    assert!(matches!(error, BatchError::Full { .. }), "{error}");
+    assert_eq!(media.bytes(), &before[..], "nothing written");
+    assert!(tree.is_empty());
+    tree.verify(&media).unwrap();
+    let long = [0u8; MAX_KEY_BYTES + 1];
+    let error = tree.apply_batch(&mut media, false, &[BatchOp::Delete { key: &long }]).unwrap_err();
+    assert_eq!(error, BatchError::KeyTooLong { index: 0, len: MAX_KEY_BYTES + 1, max: MAX_KEY_BYTES });
+    tree.apply_batch(&mut media, false, &ops[..3]).unwrap();
+    assert_eq!(tree.len(), 3);
+    tree.apply_batch(&mut media, true, &[]).unwrap();
+    assert!(tree.is_empty());
+    tree.verify(&media).unwrap();
 }

@@ -18,10 +18,20 @@
 //!   reachability by `open`, so no crash leaks or double-allocates a node;
 //! - between operations the volatile `root`/`height` equal the root word,
 //!   and every node reachable from it is durable.
+//!
+//! [`BTree::apply_batch`] applies many operations with one root switch:
+//! nodes written within the batch live in a volatile overlay (the durable
+//! root cannot reach them, so later operations of the batch modify them in
+//! place, and a node the batch replaces again goes straight back to the
+//! free list); at the end every overlay node is written once, one drain,
+//! one root switch. During a batch `root`/`height` are the working tree's;
+//! the durable root is kept in the batch state until the switch.
+
+use std::collections::BTreeMap;
 
 use pmem::Media;
 
-use crate::error::{CreateError, DeleteError, InsertError, LookupError, OpenError};
+use crate::error::{BatchError, CreateError, DeleteError, InsertError, LookupError, OpenError};
 use crate::format::{
     self, expand, fill_of, pack, pack_parts, split_point, EntryRef, NodeRef, Part, Payload, HEADER_BLOCK_BYTES,
     MAX_HEIGHT, MAX_KEY_BYTES, MAX_VALUE_BYTES, MIN_FILL, NODE_BYTES, NODE_CAPACITY, NODE_HEADER_BYTES, ROOT_WORD_AT,
@@ -96,6 +106,38 @@ struct OpState {
 
 type NodeBuf = Box<[u8; NODE_BYTES]>;
 
+/// One operation of [`BTree::apply_batch`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BatchOp<'a> {
+    /// Insert or update `key → value`.
+    Put {
+        /// The key (≤ 255 B).
+        key: &'a [u8],
+        /// The value (≤ 256 B).
+        value: &'a [u8],
+    },
+    /// Remove `key` (nothing if absent).
+    Delete {
+        /// The key.
+        key: &'a [u8],
+    },
+}
+
+/// The state of a batch in progress (volatile).
+#[derive(Default)]
+struct Batch {
+    /// Nodes written by this batch, not yet on the media, by index.
+    overlay: BTreeMap<u32, NodeBuf>,
+    /// Durable nodes the batch replaced: free after the root switch.
+    retired: Vec<u32>,
+}
+
+impl std::fmt::Debug for Batch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Batch({} new nodes, {} retired)", self.overlay.len(), self.retired.len())
+    }
+}
+
 /// Node buffers kept for reuse (two per level is plenty).
 const SCRATCH_BUFFERS: usize = 16;
 
@@ -124,6 +166,8 @@ pub struct BTree {
     faults: Faults,
     counters: Counters,
     scratch: Scratch,
+    /// `Some` while `apply_batch` runs.
+    batch: Option<Batch>,
 }
 
 impl BTree {
@@ -175,7 +219,7 @@ impl BTree {
         let free = (1..nodes).rev().collect();
         let counters = Counters::default();
         let scratch = Scratch::default();
-        Ok(BTree { base, node_count: nodes, root: 0, height: 1, len: 0, free, faults, counters, scratch })
+        Ok(BTree { base, node_count: nodes, root: 0, height: 1, len: 0, free, faults, counters, scratch, batch: None })
     }
 
     /// Recovers the tree at `base`: reads the root word, walks every
@@ -211,6 +255,7 @@ impl BTree {
             faults,
             counters: Counters::default(),
             scratch: Scratch::default(),
+            batch: None,
         };
         let reached = tree.walk(media)?;
         tree.free = (0..node_count).rev().filter(|&n| !reached[n as usize]).collect();
@@ -318,7 +363,10 @@ impl BTree {
 
     fn load<M: Media>(&mut self, media: &M, node: u32, level: u32) -> NodeBuf {
         let mut buf = self.take_buf();
-        self.read_node(media, node, &mut buf);
+        match self.batch.as_ref().and_then(|b| b.overlay.get(&node)) {
+            Some(fresh) => buf.copy_from_slice(&fresh[..]),
+            None => self.read_node(media, node, &mut buf),
+        }
         let view = NodeRef::new(&buf[..]);
         assert_eq!(view.level(), level, "node {node} at the wrong level");
         assert!(view.used() <= NODE_BYTES, "node {node} overflows");
@@ -401,7 +449,7 @@ impl BTree {
         } else if pieces[0].level > 0 && pieces[0].count == 1 {
             // A root with one child: the child becomes the root. The
             // one-child node was never reachable, so it is free at once.
-            self.free.push(root);
+            self.free_fresh(root);
             root = pieces[0].first_child;
             height -= 1;
             self.counters.root_collapses += 1;
@@ -412,8 +460,17 @@ impl BTree {
             free_before.saturating_sub(self.free.len()) <= self.nodes_needed(),
             "operation used more nodes than reserved"
         );
-        self.commit(media, root, height);
-        self.free.append(&mut state.retired);
+        match self.batch.as_mut() {
+            Some(batch) => {
+                batch.retired.append(&mut state.retired);
+                self.root = root;
+                self.height = height;
+            }
+            None => {
+                self.commit(media, root, height);
+                self.free.append(&mut state.retired);
+            }
+        }
         state.previous
     }
 
@@ -503,7 +560,7 @@ impl BTree {
         let own_buf = self.load(media, piece.node, level);
         // The piece was written by this operation and is reachable from
         // nothing durable: it can be reused at once.
-        self.free.push(piece.node);
+        self.free_fresh(piece.node);
         let other_node = parent.child(sibling);
         let other_buf = self.load(media, other_node, level);
         self.retire(other_node, state);
@@ -568,11 +625,14 @@ impl BTree {
         assert_eq!(view.used(), bytes.len(), "packed size");
         assert!(bytes.len() <= NODE_BYTES, "node overflow");
         assert_eq!(view.level(), level, "packed level");
-        let at = self.node_offset(node);
-        if self.faults.skip_node_flush {
-            media.write(at, bytes);
+        if let Some(batch) = self.batch.as_mut() {
+            let mut fresh = self.scratch.0.pop().unwrap_or_else(|| Box::new([0; NODE_BYTES]));
+            fresh[..bytes.len()].copy_from_slice(bytes);
+            if let Some(old) = batch.overlay.insert(node, fresh) {
+                self.give_buf(old);
+            }
         } else {
-            media.memcpy_nodrain(at, bytes);
+            self.write_out(media, node, bytes);
         }
         let first_child = if view.is_leaf() || view.count() == 0 { u32::MAX } else { view.child(0) };
         Piece { node, sep, fill: view.fill(), count: view.count(), level, first_child }
@@ -588,12 +648,152 @@ impl BTree {
         }
     }
 
-    /// Notes that `node`, reachable from the durable root, is replaced.
+    /// Stores node bytes on the media (durable at the next drain).
+    fn write_out<M: Media>(&self, media: &mut M, node: u32, bytes: &[u8]) {
+        let at = self.node_offset(node);
+        if self.faults.skip_node_flush {
+            media.write(at, bytes);
+        } else {
+            media.memcpy_nodrain(at, bytes);
+        }
+    }
+
+    /// Frees `node`, written by the operation (or batch) in progress and
+    /// reachable from nothing durable.
+    fn free_fresh(&mut self, node: u32) {
+        if let Some(old) = self.batch.as_mut().and_then(|b| b.overlay.remove(&node)) {
+            self.give_buf(old);
+        }
+        self.free.push(node);
+    }
+
+    /// Notes that `node` is replaced: a durable node is retired until the
+    /// root switch; a node the current batch wrote is free at once.
     fn retire(&mut self, node: u32, state: &mut OpState) {
+        if self.batch.as_ref().is_some_and(|b| b.overlay.contains_key(&node)) {
+            self.free_fresh(node);
+            return;
+        }
         if self.faults.reuse_before_switch {
             self.free.push(node);
         } else {
             state.retired.push(node);
         }
     }
+}
+
+impl BTree {
+    /// Applies `ops` in order (after removing every key first, if `clear`)
+    /// with **one** root switch: two drains for the whole batch, and every
+    /// node the batch touches written once. Returns each operation's
+    /// previous value *in the working tree* (so a key repeated within the
+    /// batch sees its earlier value). All or nothing: on an error nothing
+    /// was written and the tree is as it was. When this returns `Ok`, the
+    /// batch survives any crash; a crash during it leaves the old tree or
+    /// the new one.
+    pub fn apply_batch<M: Media>(
+        &mut self,
+        media: &mut M,
+        clear: bool,
+        ops: &[BatchOp],
+    ) -> Result<Vec<Option<Value>>, BatchError> {
+        assert!(self.batch.is_none(), "batches do not nest");
+        check_batch(ops)?;
+        let saved = (self.root, self.height, self.len, self.free.clone());
+        self.batch = Some(Batch::default());
+        let result = self.run_batch(media, clear, ops);
+        let batch = self.batch.take().expect("batch state");
+        let previous = match result {
+            Ok(previous) => previous,
+            Err(error) => {
+                (self.root, self.height, self.len, self.free) = saved;
+                return Err(error);
+            }
+        };
+        if batch.overlay.is_empty() && batch.retired.is_empty() {
+            assert_eq!((self.root, self.height), (saved.0, saved.1), "a batch that wrote nothing kept its root");
+            return Ok(previous);
+        }
+        for (&node, bytes) in &batch.overlay {
+            let used = NodeRef::new(&bytes[..]).used();
+            assert!((NODE_HEADER_BYTES..=NODE_BYTES).contains(&used), "overlay node {node} used {used}");
+            self.write_out(media, node, &bytes[..used]);
+        }
+        self.commit(media, self.root, self.height);
+        let Batch { overlay, mut retired } = batch;
+        overlay.into_values().for_each(|buf| self.give_buf(buf));
+        self.free.append(&mut retired);
+        Ok(previous)
+    }
+
+    fn run_batch<M: Media>(
+        &mut self,
+        media: &mut M,
+        clear: bool,
+        ops: &[BatchOp],
+    ) -> Result<Vec<Option<Value>>, BatchError> {
+        if clear {
+            self.clear_in_batch(media);
+        }
+        let mut previous = Vec::with_capacity(ops.len());
+        for (index, op) in ops.iter().enumerate() {
+            let needed = self.nodes_needed();
+            if self.free.len() < needed {
+                return Err(BatchError::Full { index, needed, free: self.free.len() });
+            }
+            let value = match *op {
+                BatchOp::Put { key, value } => {
+                    let old = self.apply(media, Op::Insert { key, value });
+                    self.len += old.is_none() as u64;
+                    old
+                }
+                BatchOp::Delete { key } => {
+                    let old = self.apply(media, Op::Delete { key });
+                    self.len -= old.is_some() as u64;
+                    old
+                }
+            };
+            previous.push(value);
+        }
+        Ok(previous)
+    }
+
+    /// Retires every node of the working tree and starts an empty leaf.
+    fn clear_in_batch<M: Media>(&mut self, media: &mut M) {
+        let mut stack = vec![(self.root, self.height - 1)];
+        let mut state = OpState::default();
+        while let Some((node, level)) = stack.pop() {
+            if level > 0 {
+                let buf = self.load(media, node, level);
+                let view = NodeRef::new(&buf[..]);
+                stack.extend((0..view.count()).map(|i| (view.child(i), level - 1)));
+                self.give_buf(buf);
+            }
+            self.retire(node, &mut state);
+        }
+        let mut buf = self.take_buf();
+        let used = pack(0, &[], &mut buf);
+        let piece = self.store(media, 0, &buf[..used], None);
+        self.give_buf(buf);
+        let batch = self.batch.as_mut().expect("in a batch");
+        batch.retired.append(&mut state.retired);
+        (self.root, self.height, self.len) = (piece.node, 1, 0);
+    }
+}
+
+/// Refuses a batch with a key or value too long, naming the operation.
+fn check_batch(ops: &[BatchOp]) -> Result<(), BatchError> {
+    for (index, op) in ops.iter().enumerate() {
+        let (key, value) = match *op {
+            BatchOp::Put { key, value } => (key, value),
+            BatchOp::Delete { key } => (key, &[][..]),
+        };
+        if key.len() > MAX_KEY_BYTES {
+            return Err(BatchError::KeyTooLong { index, len: key.len(), max: MAX_KEY_BYTES });
+        }
+        if value.len() > MAX_VALUE_BYTES {
+            return Err(BatchError::ValueTooLong { index, len: value.len(), max: MAX_VALUE_BYTES });
+        }
+    }
+    Ok(())
 }
