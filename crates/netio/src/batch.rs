@@ -1,0 +1,276 @@
+//! What the event loop hands a [`Service`] once per wake-up, and what the service hands back.
+//!
+//! A [`Batch`] holds one entry per connection that received new bytes since the last call. An
+//! entry's [`Input`] lists all of the connection's unconsumed bytes as ordered [`Segment`]s, each
+//! a range of one source buffer (a request may span several). The service answers in the
+//! entry's [`Reply`]: how many bytes it consumed (a prefix of the input), the [`Output`] to
+//! send, and whether to close the connection once that output is sent.
+//!
+//! Invariants:
+//! - segments point into buffers the loop holds a reference on for the whole `handle` call;
+//!   the slices cannot outlive the `&mut Batch` borrow;
+//! - `Reply::consumed` never exceeds the entry's input length (the loop asserts it);
+//! - an [`Output`] is an ordered list of [`Part`]s; inline parts index its own byte arena,
+//!   buffer parts name a range of a source buffer that the loop retains until it is sent.
+
+use crate::buffers::BufferSource;
+
+/// Identifies one connection for its lifetime (a slot reused later gets a new generation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId {
+    /// Index of the connection's slot in the server.
+    pub slot: u32,
+    /// Incremented each time the slot is reused.
+    pub generation: u32,
+}
+
+/// A contiguous range of received bytes, inside one source buffer.
+#[derive(Clone, Copy, Debug)]
+pub struct Segment<'a> {
+    /// The source buffer holding the bytes.
+    pub buf: u32,
+    /// Offset of `bytes` inside that buffer.
+    pub offset: u32,
+    /// The bytes.
+    pub bytes: &'a [u8],
+}
+
+/// One connection's unconsumed input.
+#[derive(Clone, Copy, Debug)]
+pub struct Input<'a> {
+    /// The connection.
+    pub conn: ConnId,
+    /// All unconsumed bytes, in stream order.
+    pub segments: &'a [Segment<'a>],
+    /// The peer closed its sending side after these bytes: no more will come.
+    pub peer_closed: bool,
+}
+
+impl Input<'_> {
+    /// Total number of unconsumed bytes.
+    pub fn len_bytes(&self) -> usize {
+        self.segments.iter().map(|s| s.bytes.len()).sum()
+    }
+}
+
+/// One piece of output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// `len` bytes of the output's own arena, from `start`.
+    Inline {
+        /// Offset in the arena.
+        start: u32,
+        /// Length in bytes.
+        len: u32,
+    },
+    /// `len` bytes of source buffer `buf` from `offset` (sent zero-copy).
+    Buf {
+        /// Source buffer id.
+        buf: u32,
+        /// Offset inside the buffer.
+        offset: u32,
+        /// Length in bytes.
+        len: u32,
+    },
+}
+
+impl Part {
+    /// The part's length in bytes.
+    pub fn len(&self) -> u32 {
+        match *self {
+            Part::Inline { len, .. } | Part::Buf { len, .. } => len,
+        }
+    }
+
+    /// Whether the part is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Output for one connection: owned bytes and zero-copy ranges of source buffers, in order.
+///
+/// Writing (`push_bytes`, `push_buf`, `std::io::Write`) appends; the loop sends parts in order.
+/// Capacity is kept when an output is cleared, so steady-state serving does not allocate.
+#[derive(Debug, Default)]
+pub struct Output {
+    arena: Vec<u8>,
+    parts: Vec<Part>,
+    len_bytes: usize,
+}
+
+impl Output {
+    /// An empty output.
+    pub fn new() -> Output {
+        Output::default()
+    }
+
+    /// Appends a copy of `bytes`.
+    pub fn push_bytes(&mut self, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        let start = self.arena.len();
+        self.arena.extend_from_slice(bytes);
+        assert!(self.arena.len() <= u32::MAX as usize, "output arena over 4 GiB");
+        self.len_bytes += bytes.len();
+        if let Some(Part::Inline { start: s, len }) = self.parts.last_mut() {
+            if (*s + *len) as usize == start {
+                *len += bytes.len() as u32;
+                return;
+            }
+        }
+        self.parts.push(Part::Inline { start: start as u32, len: bytes.len() as u32 });
+    }
+
+    /// Appends `len` bytes of source buffer `buf` from `offset`, to be sent without a copy.
+    /// The loop retains the buffer when the reply is taken and releases it once sent.
+    pub fn push_buf(&mut self, buf: u32, offset: u32, len: u32) {
+        if len == 0 {
+            return;
+        }
+        self.len_bytes += len as usize;
+        self.parts.push(Part::Buf { buf, offset, len });
+    }
+
+    /// Total bytes queued.
+    pub fn len_bytes(&self) -> usize {
+        self.len_bytes
+    }
+
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.parts.is_empty()
+    }
+
+    /// The parts, in order.
+    pub fn parts(&self) -> &[Part] {
+        &self.parts
+    }
+
+    /// The bytes of an inline part.
+    pub fn inline_bytes(&self, start: u32, len: u32) -> &[u8] {
+        &self.arena[start as usize..(start + len) as usize]
+    }
+
+    /// Empties the output, keeping its capacity. Buffer parts are not released here.
+    pub(crate) fn clear(&mut self) {
+        self.arena.clear();
+        self.parts.clear();
+        self.len_bytes = 0;
+    }
+
+    /// Flattens the output into bytes (for tests and debugging); reads buffer parts via `src`.
+    pub fn to_vec<S: BufferSource>(&self, src: &S) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.len_bytes);
+        for p in &self.parts {
+            match *p {
+                Part::Inline { start, len } => v.extend_from_slice(self.inline_bytes(start, len)),
+                Part::Buf { buf, offset, len } => {
+                    assert!(offset as u64 + len as u64 <= src.buf_size() as u64);
+                    // SAFETY: in bounds of a buffer the caller keeps alive.
+                    let s = unsafe {
+                        std::slice::from_raw_parts(src.ptr(buf).add(offset as usize), len as usize)
+                    };
+                    v.extend_from_slice(s);
+                }
+            }
+        }
+        v
+    }
+}
+
+impl std::io::Write for Output {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.push_bytes(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The service's answer for one connection.
+#[derive(Debug, Default)]
+pub struct Reply {
+    /// Bytes of the input consumed (a prefix); their buffers are released by the loop unless
+    /// the service retained them.
+    pub consumed: usize,
+    /// Output to append to the connection's send queue.
+    pub output: Output,
+    /// Close the connection once all queued output is sent; unread input is discarded.
+    pub close: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct Entry {
+    pub(crate) conn: ConnId,
+    pub(crate) seg_start: usize,
+    pub(crate) seg_end: usize,
+    pub(crate) peer_closed: bool,
+    pub(crate) len_bytes: usize,
+    /// Output parts already queued before this batch (to find the new ones).
+    pub(crate) parts_before: usize,
+    pub(crate) reply: Reply,
+}
+
+/// Everything that arrived in one wake-up of the loop, one entry per connection.
+#[derive(Debug, Default)]
+pub struct Batch {
+    pub(crate) entries: Vec<Entry>,
+    /// Segments of all entries. The `'static` is internal only: the slices are valid while the
+    /// loop holds its references (during `handle`), and are handed out re-borrowed for the
+    /// lifetime of `&self`, never longer. The vector is cleared before any buffer is released.
+    pub(crate) segs: Vec<Segment<'static>>,
+    /// Entries used in the current call (the vector keeps older ones for their capacity).
+    pub(crate) used: usize,
+}
+
+impl Batch {
+    /// Number of connections in this batch.
+    pub fn len(&self) -> usize {
+        self.used
+    }
+
+    /// Whether the batch is empty.
+    pub fn is_empty(&self) -> bool {
+        self.used == 0
+    }
+
+    /// Entry `i`'s input.
+    pub fn input(&self, i: usize) -> Input<'_> {
+        assert!(i < self.used, "batch entry {i} out of range");
+        let e = &self.entries[i];
+        Input { conn: e.conn, segments: &self.segs[e.seg_start..e.seg_end], peer_closed: e.peer_closed }
+    }
+
+    /// Entry `i`'s reply, to fill in.
+    pub fn reply(&mut self, i: usize) -> &mut Reply {
+        assert!(i < self.used, "batch entry {i} out of range");
+        &mut self.entries[i].reply
+    }
+
+    /// Entry `i`'s input and reply at once.
+    pub fn split(&mut self, i: usize) -> (Input<'_>, &mut Reply) {
+        assert!(i < self.used, "batch entry {i} out of range");
+        let e = &mut self.entries[i];
+        let input =
+            Input { conn: e.conn, segments: &self.segs[e.seg_start..e.seg_end], peer_closed: e.peer_closed };
+        (input, &mut e.reply)
+    }
+}
+
+/// Application logic driven by the server's loop: called once per wake-up with everything
+/// that arrived (PASTE A.2: handle, persist and drain the whole batch, then reply).
+pub trait Service<S: BufferSource> {
+    /// Consumes input and queues output for every entry of `batch`. A service that keeps
+    /// received bytes past this call (e.g. a stored value) `retain`s their buffers in `bufs`
+    /// and later `release`s exactly those references.
+    fn handle(&mut self, batch: &mut Batch, bufs: &mut S);
+
+    /// Connection `conn` is closed and all its buffers returned (default: nothing).
+    fn closed(&mut self, conn: ConnId, bufs: &mut S) {
+        let _ = (conn, bufs);
+    }
+}

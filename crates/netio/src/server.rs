@@ -1,0 +1,999 @@
+//! `Server`: a single-threaded io_uring TCP event loop that receives into a provided-buffer
+//! ring of [`BufferSource`] buffers and calls a [`Service`] once per wake-up.
+//!
+//! One iteration: block in `io_uring_enter` until at least one completion arrives; drain every
+//! completion (accepts, receives, sends); refill the buffer ring; hand all connections with new
+//! bytes to the service in one [`Batch`]; apply the replies (consume input, queue output,
+//! retain zero-copy parts); refill again; then settle every touched connection (start a send,
+//! arm, pause or resume receiving, progress a close). Nothing spins: when idle the thread sleeps
+//! in the kernel.
+//!
+//! Invariants (asserted where cheap):
+//! - every received byte is either in its connection's receive queue (`rx`, in stream order),
+//!   or consumed; a receive queue entry holds one reference on its buffer, released when the
+//!   service has consumed all of its bytes or the connection closes;
+//! - each output buffer part holds one reference from when the reply is taken until the send
+//!   containing it completes (or the connection closes);
+//! - at most one send per connection is in flight (keeps order); `inflight` is never modified
+//!   while the kernel may read it;
+//! - a connection slot is freed only when neither a receive nor a send is in flight on it, so
+//!   no completion ever names a freed slot;
+//! - reading pauses when a connection holds `max_rx_bytes` unconsumed or `max_tx_bytes` unsent
+//!   bytes, and resumes when below; ENOBUFS (ring empty) parks the connection until the ring
+//!   has buffers again. The kernel leaves unread bytes in the socket, so none is lost.
+//!
+//! Kernel features: multishot accept (5.19), provided buffer rings (5.19), multishot receive
+//! (6.0; falls back to single-shot receive with buffer select on `EINVAL`), and the
+//! single-issuer + deferred task-run setup flags (6.1; falls back to a plain ring).
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+
+use crate::batch::{Batch, ConnId, Entry, Output, Part, Reply, Segment, Service};
+use crate::buffers::BufferSource;
+use crate::ring::BufRing;
+
+/// How connections receive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecvMode {
+    /// One multishot receive per connection (Linux 6.0+); falls back to single-shot if the
+    /// kernel refuses it.
+    Multishot,
+    /// One single-shot receive with buffer select at a time, re-armed after each completion.
+    SingleShot,
+}
+
+/// Server limits and options. Every queue is bounded by one of these.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Entries in the provided-buffer ring (a power of two, at most 32768).
+    pub ring_entries: u16,
+    /// Maximum open connections; more are accepted and closed at once.
+    pub max_connections: u32,
+    /// Reading pauses while a connection holds this many unconsumed bytes; a connection still
+    /// at or above it after the service saw it is closed (the service cannot make progress).
+    pub max_rx_bytes: usize,
+    /// Reading pauses while a connection has this many bytes queued to send.
+    pub max_tx_bytes: usize,
+    /// How to receive.
+    pub recv_mode: RecvMode,
+    /// Set `TCP_NODELAY` on accepted sockets.
+    pub tcp_nodelay: bool,
+    /// How long `run` waits for connections to finish closing after a stop.
+    pub shutdown_timeout_ms: u32,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            ring_entries: 1024,
+            max_connections: 1024,
+            max_rx_bytes: (1 << 20) + (16 << 10),
+            max_tx_bytes: 4 << 20,
+            recv_mode: RecvMode::Multishot,
+            tcp_nodelay: true,
+            shutdown_timeout_ms: 2000,
+        }
+    }
+}
+
+/// Counters kept by the loop (cumulative over `run` calls).
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    /// Returns from the blocking wait.
+    pub wakeups: u64,
+    /// Completions processed.
+    pub cqes: u64,
+    /// Most completions drained in one wake-up.
+    pub max_cqes_per_wakeup: u64,
+    /// Calls to `Service::handle`.
+    pub batches: u64,
+    /// Connection entries over all batches.
+    pub batch_entries: u64,
+    /// Connections accepted.
+    pub accepted: u64,
+    /// Connections closed at once because `max_connections` were open.
+    pub rejected: u64,
+    /// Connections closed.
+    pub closed: u64,
+    /// Receive completions that carried data.
+    pub recvs: u64,
+    /// Bytes received.
+    pub bytes_received: u64,
+    /// Send completions.
+    pub sends: u64,
+    /// Sends that sent less than asked (re-submitted for the rest).
+    pub partial_sends: u64,
+    /// Bytes sent.
+    pub bytes_sent: u64,
+    /// Buffers attached to the ring after the kernel consumed the previous one.
+    pub ring_refills: u64,
+    /// Receives that found the buffer ring empty.
+    pub enobufs: u64,
+    /// Receives armed (multishot arms once per connection unless paused or starved).
+    pub recv_arms: u64,
+    /// Times reading was paused for back-pressure.
+    pub read_pauses: u64,
+    /// Connections closed because their unconsumed input reached `max_rx_bytes`.
+    pub rx_overflow_closes: u64,
+    /// The kernel refused multishot receive and the loop switched to single-shot.
+    pub multishot_fallback: bool,
+    /// The ring was set up with `SINGLE_ISSUER | DEFER_TASKRUN`.
+    pub defer_taskrun: bool,
+}
+
+impl Stats {
+    /// Mean completions per wake-up.
+    pub fn cqes_per_wakeup(&self) -> f64 {
+        self.cqes as f64 / self.wakeups.max(1) as f64
+    }
+}
+
+/// Errors of [`Server::bind`] and [`Server::run`].
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The listening socket could not be bound.
+    #[error("bind {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: String,
+        /// The cause.
+        source: io::Error,
+    },
+    /// Invalid configuration.
+    #[error("config: {0}")]
+    Config(&'static str),
+    /// The io_uring or eventfd could not be created.
+    #[error("io_uring setup: {0}")]
+    Setup(io::Error),
+    /// The provided-buffer ring could not be registered (needs Linux 5.19+).
+    #[error("provided buffer ring registration (needs Linux 5.19+): {0}")]
+    BufRing(io::Error),
+    /// The buffer source had no free buffer to fill the ring with.
+    #[error("the buffer source has no free buffer")]
+    NoBuffers,
+    /// `io_uring_enter` failed.
+    #[error("io_uring_enter: {0}")]
+    Enter(io::Error),
+    /// Connections were still busy when the shutdown timeout expired.
+    #[error("{0} connections still had operations in flight at shutdown")]
+    ShutdownTimeout(usize),
+}
+
+/// Stops a running server from any thread.
+#[derive(Clone, Debug)]
+pub struct StopHandle {
+    fd: Arc<OwnedFd>,
+}
+
+impl StopHandle {
+    /// Asks the loop to stop; `run` then closes every connection and returns.
+    pub fn stop(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a valid u64 to an eventfd we own.
+        let n = unsafe { libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        assert_eq!(n, 8, "eventfd write failed: {}", io::Error::last_os_error());
+    }
+}
+
+/// A TCP server on one thread. `bind` only binds; `run` sets up io_uring (on the calling
+/// thread, as `SINGLE_ISSUER` requires) and serves until stopped.
+pub struct Server<S: BufferSource, V: Service<S>> {
+    listener: TcpListener,
+    config: Config,
+    source: S,
+    service: V,
+    stats: Stats,
+    stop_fd: Arc<OwnedFd>,
+}
+
+impl<S: BufferSource, V: Service<S>> Server<S, V> {
+    /// Binds a listening socket at `addr` (use port 0 for any free port).
+    pub fn bind(addr: impl ToSocketAddrs + std::fmt::Debug, config: Config, source: S, service: V) -> Result<Self, ServerError> {
+        if !config.ring_entries.is_power_of_two() || config.ring_entries > 32768 {
+            return Err(ServerError::Config("ring_entries must be a power of two <= 32768"));
+        }
+        if config.max_connections == 0 || config.max_connections > (1 << 20) {
+            return Err(ServerError::Config("max_connections must be in 1..=1048576"));
+        }
+        if config.max_rx_bytes == 0 || config.max_tx_bytes == 0 {
+            return Err(ServerError::Config("max_rx_bytes and max_tx_bytes must be above 0"));
+        }
+        let name = format!("{addr:?}");
+        let listener = TcpListener::bind(addr).map_err(|source| ServerError::Bind { addr: name, source })?;
+        // SAFETY: plain syscall; the result is checked.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if efd < 0 {
+            return Err(ServerError::Setup(io::Error::last_os_error()));
+        }
+        // SAFETY: a fresh fd we own.
+        let stop_fd = Arc::new(unsafe { OwnedFd::from_raw_fd(efd) });
+        Ok(Server { listener, config, source, service, stats: Stats::default(), stop_fd })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("listener has an address")
+    }
+
+    /// A handle that stops `run` from another thread.
+    pub fn stop_handle(&self) -> StopHandle {
+        StopHandle { fd: self.stop_fd.clone() }
+    }
+
+    /// Serves until a [`StopHandle`] fires; then closes every connection, returns every buffer
+    /// the loop holds to the source, and returns.
+    pub fn run(&mut self) -> Result<(), ServerError> {
+        let mut lp = Loop::new(
+            &self.config,
+            self.listener.as_raw_fd(),
+            self.stop_fd.as_raw_fd(),
+            &mut self.source,
+            &mut self.service,
+            &mut self.stats,
+        )?;
+        let served = lp.serve();
+        let closed = lp.shutdown();
+        served.and(closed)
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// The buffer source.
+    pub fn source(&self) -> &S {
+        &self.source
+    }
+
+    /// The service.
+    pub fn service(&self) -> &V {
+        &self.service
+    }
+
+    /// The buffer source and the service.
+    pub fn into_parts(self) -> (S, V) {
+        (self.source, self.service)
+    }
+}
+
+const OP_ACCEPT: u64 = 1;
+const OP_RECV: u64 = 2;
+const OP_SEND: u64 = 3;
+const OP_CANCEL: u64 = 4;
+const OP_STOP: u64 = 5;
+
+/// Most iovecs in one `sendmsg` (well under `IOV_MAX`).
+const MAX_IOV: usize = 64;
+const BGID: u16 = 7;
+
+fn user_data(op: u64, slot: u32, gen: u32) -> u64 {
+    (op << 56) | ((gen as u64 & 0xff_ffff) << 32) | slot as u64
+}
+
+fn unpack(ud: u64) -> (u64, u32, u32) {
+    (ud >> 56, ud as u32, ((ud >> 32) & 0xff_ffff) as u32)
+}
+
+#[derive(Clone, Copy, Debug)]
+struct RxSeg {
+    buf: u32,
+    off: u32,
+    len: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RecvState {
+    Idle,
+    Armed,
+    Cancelling,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Closing {
+    No,
+    /// Stop reading; close once all output is sent.
+    Graceful,
+    /// Shut the socket down now; drop unsent output.
+    Hard,
+}
+
+struct Conn {
+    fd: RawFd,
+    gen: u32,
+    open: bool,
+    rx: VecDeque<RxSeg>,
+    rx_bytes: usize,
+    recv: RecvState,
+    starved: bool,
+    peer_eof: bool,
+    closing: Closing,
+    shut: bool,
+    touched: bool,
+    dirty: bool,
+    pending: Output,
+    inflight: Output,
+    /// Send cursor in `inflight`: part index and offset inside it.
+    cur_part: usize,
+    cur_off: u32,
+    send_inflight: bool,
+    msg: Box<libc::msghdr>,
+    iov: Vec<libc::iovec>,
+}
+
+impl Conn {
+    fn new() -> Conn {
+        // SAFETY: msghdr is plain data; all-zero is a valid empty header.
+        let msg: Box<libc::msghdr> = Box::new(unsafe { std::mem::zeroed() });
+        Conn {
+            fd: -1,
+            gen: 0,
+            open: false,
+            rx: VecDeque::new(),
+            rx_bytes: 0,
+            recv: RecvState::Idle,
+            starved: false,
+            peer_eof: false,
+            closing: Closing::No,
+            shut: false,
+            touched: false,
+            dirty: false,
+            pending: Output::new(),
+            inflight: Output::new(),
+            cur_part: 0,
+            cur_off: 0,
+            send_inflight: false,
+            msg,
+            iov: Vec::with_capacity(MAX_IOV),
+        }
+    }
+
+    fn id(&self, slot: u32) -> ConnId {
+        ConnId { slot, generation: self.gen }
+    }
+
+    fn tx_bytes(&self) -> usize {
+        self.pending.len_bytes() + self.inflight.len_bytes()
+    }
+}
+
+struct Loop<'a, S: BufferSource, V: Service<S>> {
+    cfg: &'a Config,
+    src: &'a mut S,
+    svc: &'a mut V,
+    stats: &'a mut Stats,
+    uring: IoUring,
+    bufring: BufRing,
+    listen_fd: RawFd,
+    stop_fd: RawFd,
+    stop_buf: Box<u64>,
+    mode: RecvMode,
+    conns: Vec<Conn>,
+    free_slots: Vec<u32>,
+    touched: Vec<u32>,
+    dirty: Vec<u32>,
+    starved: Vec<u32>,
+    batch: Batch,
+    cqes: Vec<(u64, i32, u32)>,
+    accept_armed: bool,
+    stopping: bool,
+    fatal: Option<io::Error>,
+}
+
+fn build_uring(sq_entries: u32) -> Result<(IoUring, bool), ServerError> {
+    let cq = sq_entries * 4;
+    let fast = IoUring::builder().setup_cqsize(cq).setup_single_issuer().setup_defer_taskrun().build(sq_entries);
+    match fast {
+        Ok(r) => Ok((r, true)),
+        Err(_) => {
+            let r = IoUring::builder().setup_cqsize(cq).build(sq_entries).map_err(ServerError::Setup)?;
+            Ok((r, false))
+        }
+    }
+}
+
+impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
+    fn new(
+        cfg: &'a Config,
+        listen_fd: RawFd,
+        stop_fd: RawFd,
+        src: &'a mut S,
+        svc: &'a mut V,
+        stats: &'a mut Stats,
+    ) -> Result<Self, ServerError> {
+        // Per connection and iteration at most a receive, a cancel and a send are queued.
+        let sq = (3 * cfg.max_connections as u64 + 16).next_power_of_two().clamp(256, 32768) as u32;
+        let (uring, defer) = build_uring(sq)?;
+        stats.defer_taskrun = defer;
+        let mut bufring = BufRing::new(cfg.ring_entries, BGID).map_err(ServerError::Setup)?;
+        bufring.register(&uring).map_err(ServerError::BufRing)?;
+        let mut lp = Loop {
+            cfg,
+            src,
+            svc,
+            stats,
+            uring,
+            bufring,
+            listen_fd,
+            stop_fd,
+            stop_buf: Box::new(0),
+            mode: cfg.recv_mode,
+            conns: Vec::with_capacity(cfg.max_connections as usize),
+            free_slots: Vec::new(),
+            touched: Vec::new(),
+            dirty: Vec::new(),
+            starved: Vec::new(),
+            batch: Batch::default(),
+            cqes: Vec::with_capacity(sq as usize * 4),
+            accept_armed: false,
+            stopping: false,
+            fatal: None,
+        };
+        if lp.bufring.refill(lp.src) == 0 {
+            lp.bufring.unregister(&lp.uring).map_err(ServerError::BufRing)?;
+            return Err(ServerError::NoBuffers);
+        }
+        Ok(lp)
+    }
+
+    fn push(&mut self, e: squeue::Entry) {
+        loop {
+            // SAFETY: every entry's pointers (msghdr, iovecs, stop buffer) stay valid until its
+            // completion: they live in `Conn`s or boxes freed only after that completion.
+            if unsafe { self.uring.submission().push(&e) }.is_ok() {
+                return;
+            }
+            if let Err(err) = self.uring.submit() {
+                if err.raw_os_error() != Some(libc::EBUSY) && err.raw_os_error() != Some(libc::EINTR) {
+                    self.fatal = Some(err);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn serve(&mut self) -> Result<(), ServerError> {
+        self.arm_accept();
+        self.arm_stop();
+        while !self.stopping {
+            self.wait(None)?;
+            self.drain_cqes();
+            if self.stopping {
+                break;
+            }
+            self.refill();
+            self.run_service();
+            self.refill();
+            self.wake_starved();
+            self.settle_dirty();
+            if !self.accept_armed {
+                self.arm_accept();
+            }
+            if let Some(e) = self.fatal.take() {
+                return Err(ServerError::Enter(e));
+            }
+        }
+        Ok(())
+    }
+
+    /// Blocks until a completion arrives (or `timeout` passes).
+    fn wait(&mut self, timeout: Option<Duration>) -> Result<(), ServerError> {
+        let r = match timeout {
+            None => self.uring.submit_and_wait(1),
+            Some(t) => {
+                let ts = types::Timespec::new().sec(t.as_secs()).nsec(t.subsec_nanos());
+                let args = types::SubmitArgs::new().timespec(&ts);
+                self.uring.submitter().submit_with_args(1, &args)
+            }
+        };
+        self.stats.wakeups += 1;
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY | libc::ETIME)) => Ok(()),
+            Err(e) => Err(ServerError::Enter(e)),
+        }
+    }
+
+    fn drain_cqes(&mut self) {
+        let mut n = 0u64;
+        loop {
+            self.cqes.clear();
+            self.cqes.extend(self.uring.completion().map(|c| (c.user_data(), c.result(), c.flags())));
+            if self.cqes.is_empty() {
+                break;
+            }
+            n += self.cqes.len() as u64;
+            for i in 0..self.cqes.len() {
+                let (ud, res, flags) = self.cqes[i];
+                self.on_cqe(ud, res, flags);
+            }
+        }
+        self.stats.cqes += n;
+        self.stats.max_cqes_per_wakeup = self.stats.max_cqes_per_wakeup.max(n);
+    }
+
+    fn on_cqe(&mut self, ud: u64, res: i32, flags: u32) {
+        let (op, slot, gen) = unpack(ud);
+        match op {
+            OP_ACCEPT => self.on_accept(res, flags),
+            OP_RECV => self.on_recv(slot, gen, res, flags),
+            OP_SEND => self.on_send(slot, gen, res),
+            OP_CANCEL => {}
+            OP_STOP => self.stopping = true,
+            _ => panic!("completion with unknown user_data {ud:#x}"),
+        }
+    }
+
+    fn arm_accept(&mut self) {
+        let e = opcode::AcceptMulti::new(types::Fd(self.listen_fd))
+            .flags(libc::SOCK_CLOEXEC)
+            .build()
+            .user_data(user_data(OP_ACCEPT, 0, 0));
+        self.push(e);
+        self.accept_armed = true;
+    }
+
+    fn arm_stop(&mut self) {
+        let buf: *mut u64 = &mut *self.stop_buf;
+        let e = opcode::Read::new(types::Fd(self.stop_fd), buf.cast(), 8).build().user_data(user_data(OP_STOP, 0, 0));
+        self.push(e);
+    }
+
+    fn on_accept(&mut self, res: i32, flags: u32) {
+        if !cqueue::more(flags) {
+            self.accept_armed = false;
+        }
+        if res < 0 {
+            return; // e.g. ECANCELED at shutdown, or EMFILE: re-armed after this iteration.
+        }
+        let fd = res;
+        if self.stopping {
+            // SAFETY: a fresh fd the kernel gave us.
+            unsafe { libc::close(fd) };
+            return;
+        }
+        let slot = match self.free_slots.pop() {
+            Some(s) => s,
+            None if self.conns.len() < self.cfg.max_connections as usize => {
+                self.conns.push(Conn::new());
+                self.conns.len() as u32 - 1
+            }
+            None => {
+                self.stats.rejected += 1;
+                // SAFETY: as above.
+                unsafe { libc::close(fd) };
+                return;
+            }
+        };
+        if self.cfg.tcp_nodelay {
+            let one: libc::c_int = 1;
+            // SAFETY: valid fd and option pointer; failure is harmless (not a TCP socket).
+            unsafe {
+                libc::setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, (&one as *const libc::c_int).cast(), 4)
+            };
+        }
+        let c = &mut self.conns[slot as usize];
+        assert!(!c.open, "accept into an open slot {slot}");
+        assert!(c.rx.is_empty() && c.pending.is_empty() && c.inflight.is_empty());
+        c.fd = fd;
+        c.open = true;
+        c.rx_bytes = 0;
+        c.recv = RecvState::Idle;
+        c.starved = false;
+        c.peer_eof = false;
+        c.closing = Closing::No;
+        c.shut = false;
+        c.cur_part = 0;
+        c.cur_off = 0;
+        c.send_inflight = false;
+        self.stats.accepted += 1;
+        self.mark_dirty(slot);
+    }
+
+    fn mark_dirty(&mut self, slot: u32) {
+        let c = &mut self.conns[slot as usize];
+        if !c.dirty {
+            c.dirty = true;
+            self.dirty.push(slot);
+        }
+    }
+
+    fn mark_touched(&mut self, slot: u32) {
+        let c = &mut self.conns[slot as usize];
+        if !c.touched {
+            c.touched = true;
+            self.touched.push(slot);
+        }
+    }
+
+    fn arm_recv(&mut self, slot: u32) {
+        let c = &mut self.conns[slot as usize];
+        assert_eq!(c.recv, RecvState::Idle);
+        let ud = user_data(OP_RECV, slot, c.gen);
+        let fd = types::Fd(c.fd);
+        let e = match self.mode {
+            RecvMode::Multishot => opcode::RecvMulti::new(fd, self.bufring.bgid()).build(),
+            RecvMode::SingleShot => opcode::Recv::new(fd, std::ptr::null_mut(), self.src.buf_size())
+                .buf_group(self.bufring.bgid())
+                .build()
+                .flags(squeue::Flags::BUFFER_SELECT),
+        };
+        c.recv = RecvState::Armed;
+        self.stats.recv_arms += 1;
+        self.push(e.user_data(ud));
+    }
+
+    fn cancel_recv(&mut self, slot: u32) {
+        let c = &mut self.conns[slot as usize];
+        assert_eq!(c.recv, RecvState::Armed);
+        c.recv = RecvState::Cancelling;
+        let target = user_data(OP_RECV, slot, c.gen);
+        self.push(opcode::AsyncCancel::new(target).build().user_data(user_data(OP_CANCEL, slot, 0)));
+    }
+
+    fn on_recv(&mut self, slot: u32, gen: u32, res: i32, flags: u32) {
+        let c = &mut self.conns[slot as usize];
+        assert!(c.open, "receive completion on closed slot {slot}");
+        assert_eq!(c.gen & 0xff_ffff, gen, "receive completion of an older connection");
+        if !cqueue::more(flags) {
+            c.recv = RecvState::Idle;
+        }
+        let buf = cqueue::buffer_select(flags).map(|bid| self.bufring.take(bid));
+        if res > 0 {
+            let id = buf.expect("receive completion with data but no buffer");
+            assert!(res as u32 <= self.src.buf_size(), "receive longer than a buffer");
+            self.stats.recvs += 1;
+            self.stats.bytes_received += res as u64;
+            if c.closing == Closing::Hard {
+                self.src.release(id);
+            } else {
+                c.rx.push_back(RxSeg { buf: id, off: 0, len: res as u32 });
+                c.rx_bytes += res as usize;
+                self.mark_touched(slot);
+            }
+        } else {
+            if let Some(id) = buf {
+                self.src.release(id);
+            }
+            match -res {
+                0 => {
+                    c.peer_eof = true;
+                    self.mark_touched(slot);
+                }
+                libc::ENOBUFS => {
+                    self.stats.enobufs += 1;
+                    if !c.starved {
+                        c.starved = true;
+                        self.starved.push(slot);
+                    }
+                }
+                libc::ECANCELED => {}
+                libc::EINVAL if self.mode == RecvMode::Multishot => {
+                    self.mode = RecvMode::SingleShot;
+                    self.stats.multishot_fallback = true;
+                }
+                _ => {
+                    if c.closing != Closing::Hard {
+                        c.closing = Closing::Hard;
+                    }
+                }
+            }
+        }
+        self.mark_dirty(slot);
+    }
+
+    fn on_send(&mut self, slot: u32, gen: u32, res: i32) {
+        let c = &mut self.conns[slot as usize];
+        assert!(c.open, "send completion on closed slot {slot}");
+        assert_eq!(c.gen & 0xff_ffff, gen, "send completion of an older connection");
+        assert!(c.send_inflight);
+        c.send_inflight = false;
+        self.stats.sends += 1;
+        self.mark_dirty(slot);
+        let c = &mut self.conns[slot as usize];
+        if res < 0 {
+            c.closing = Closing::Hard;
+            return;
+        }
+        self.stats.bytes_sent += res as u64;
+        let mut left = res as u32;
+        let parts = c.inflight.parts();
+        while left > 0 {
+            let plen = parts[c.cur_part].len() - c.cur_off;
+            if left >= plen {
+                left -= plen;
+                c.cur_part += 1;
+                c.cur_off = 0;
+            } else {
+                c.cur_off += left;
+                left = 0;
+            }
+        }
+        if c.cur_part == parts.len() {
+            release_parts(self.src, &c.inflight, 0);
+            c.inflight.clear();
+            c.cur_part = 0;
+            c.cur_off = 0;
+        } else {
+            self.stats.partial_sends += 1;
+        }
+    }
+
+    fn submit_send(&mut self, slot: u32) {
+        let c = &mut self.conns[slot as usize];
+        assert!(!c.send_inflight);
+        c.iov.clear();
+        let mut off = c.cur_off;
+        for p in &c.inflight.parts()[c.cur_part..] {
+            if c.iov.len() == MAX_IOV {
+                break;
+            }
+            let (base, len) = match *p {
+                Part::Inline { start, len } => (c.inflight.inline_bytes(start, len).as_ptr(), len),
+                Part::Buf { buf, offset, len } => (self.src.ptr(buf).cast_const().wrapping_add(offset as usize), len),
+            };
+            c.iov.push(libc::iovec { iov_base: base.wrapping_add(off as usize) as *mut libc::c_void, iov_len: (len - off) as usize });
+            off = 0;
+        }
+        assert!(!c.iov.is_empty());
+        c.msg.msg_iov = c.iov.as_mut_ptr();
+        c.msg.msg_iovlen = c.iov.len();
+        c.send_inflight = true;
+        let e = opcode::SendMsg::new(types::Fd(c.fd), &*c.msg)
+            .flags(libc::MSG_NOSIGNAL as u32)
+            .build()
+            .user_data(user_data(OP_SEND, slot, c.gen));
+        self.push(e);
+    }
+
+    fn refill(&mut self) {
+        self.stats.ring_refills += self.bufring.refill(self.src) as u64;
+    }
+
+    fn wake_starved(&mut self) {
+        if self.bufring.available() == 0 || self.starved.is_empty() {
+            return;
+        }
+        let mut starved = std::mem::take(&mut self.starved);
+        for slot in starved.drain(..) {
+            self.conns[slot as usize].starved = false;
+            self.mark_dirty(slot);
+        }
+        self.starved = starved;
+    }
+
+    fn run_service(&mut self) {
+        let mut touched = std::mem::take(&mut self.touched);
+        let batch = &mut self.batch;
+        batch.used = 0;
+        batch.segs.clear();
+        for &slot in &touched {
+            let c = &mut self.conns[slot as usize];
+            c.touched = false;
+            if !c.open || c.closing != Closing::No || c.rx_bytes == 0 {
+                continue;
+            }
+            let seg_start = batch.segs.len();
+            for s in &c.rx {
+                // SAFETY: the loop holds a reference on `s.buf` (the receive queue's) until
+                // after `handle` returns and `segs` is cleared; the range is inside the buffer.
+                let bytes: &'static [u8] =
+                    unsafe { std::slice::from_raw_parts(self.src.ptr(s.buf).add(s.off as usize), s.len as usize) };
+                batch.segs.push(Segment { buf: s.buf, offset: s.off, bytes });
+            }
+            if batch.entries.len() == batch.used {
+                batch.entries.push(Entry {
+                    conn: c.id(slot),
+                    seg_start: 0,
+                    seg_end: 0,
+                    peer_closed: false,
+                    len_bytes: 0,
+                    parts_before: 0,
+                    reply: Reply::default(),
+                });
+            }
+            let e = &mut batch.entries[batch.used];
+            e.conn = c.id(slot);
+            e.seg_start = seg_start;
+            e.seg_end = batch.segs.len();
+            e.peer_closed = c.peer_eof;
+            e.len_bytes = c.rx_bytes;
+            e.reply.consumed = 0;
+            e.reply.close = false;
+            std::mem::swap(&mut e.reply.output, &mut c.pending);
+            e.parts_before = e.reply.output.parts().len();
+            batch.used += 1;
+            if !c.dirty {
+                c.dirty = true;
+                self.dirty.push(slot);
+            }
+        }
+        touched.clear();
+        self.touched = touched;
+        if self.batch.used == 0 {
+            return;
+        }
+        self.svc.handle(&mut self.batch, self.src);
+        self.stats.batches += 1;
+        self.stats.batch_entries += self.batch.used as u64;
+        // No segment slice may survive past this point: consumed buffers are released below.
+        self.batch.segs.clear();
+        for i in 0..self.batch.used {
+            self.apply_reply(i);
+        }
+    }
+
+    fn apply_reply(&mut self, i: usize) {
+        let e = &mut self.batch.entries[i];
+        let slot = e.conn.slot;
+        let c = &mut self.conns[slot as usize];
+        assert_eq!(c.gen, e.conn.generation);
+        let buf_size = self.src.buf_size();
+        // The service may only append: earlier parts hold references taken in earlier batches.
+        assert!(e.reply.output.parts().len() >= e.parts_before, "service replaced queued output");
+        for p in &e.reply.output.parts()[e.parts_before..] {
+            if let Part::Buf { buf, offset, len } = *p {
+                assert!(offset as u64 + len as u64 <= buf_size as u64, "output part past buffer end");
+                self.src.retain(buf);
+            }
+        }
+        std::mem::swap(&mut e.reply.output, &mut c.pending);
+        assert!(e.reply.output.is_empty(), "the batch's spare output was written to");
+        assert!(e.reply.consumed <= e.len_bytes, "service consumed {} of {} bytes", e.reply.consumed, e.len_bytes);
+        let mut left = e.reply.consumed;
+        c.rx_bytes -= left;
+        while left > 0 {
+            let s = c.rx.front_mut().expect("consumed past the receive queue");
+            if left >= s.len as usize {
+                left -= s.len as usize;
+                let id = s.buf;
+                c.rx.pop_front();
+                self.src.release(id);
+            } else {
+                s.off += left as u32;
+                s.len -= left as u32;
+                left = 0;
+            }
+        }
+        if e.reply.close && c.closing == Closing::No {
+            c.closing = Closing::Graceful;
+        }
+        if c.closing == Closing::No && c.rx_bytes >= self.cfg.max_rx_bytes {
+            c.closing = Closing::Hard;
+            self.stats.rx_overflow_closes += 1;
+        }
+    }
+
+    fn settle_dirty(&mut self) {
+        let mut dirty = std::mem::take(&mut self.dirty);
+        // `settle` may dirty other slots only through completions, which are not read here.
+        for &slot in &dirty {
+            self.conns[slot as usize].dirty = false;
+            self.settle(slot);
+        }
+        dirty.clear();
+        self.dirty = dirty;
+    }
+
+    fn settle(&mut self, slot: u32) {
+        let c = &mut self.conns[slot as usize];
+        if !c.open {
+            return;
+        }
+        if c.closing == Closing::No && c.peer_eof {
+            c.closing = Closing::Graceful;
+        }
+        if c.closing == Closing::Hard {
+            if !c.shut {
+                c.shut = true;
+                // SAFETY: our open socket; makes in-flight operations complete.
+                unsafe { libc::shutdown(c.fd, libc::SHUT_RDWR) };
+            }
+            release_parts(self.src, &c.pending, 0);
+            c.pending.clear();
+        }
+        if !c.send_inflight && c.closing != Closing::Hard {
+            if c.inflight.is_empty() && !c.pending.is_empty() {
+                std::mem::swap(&mut c.inflight, &mut c.pending);
+                c.cur_part = 0;
+                c.cur_off = 0;
+            }
+            if !c.inflight.is_empty() {
+                self.submit_send(slot);
+            }
+        }
+        let c = &mut self.conns[slot as usize];
+        if c.closing != Closing::No {
+            if c.recv == RecvState::Armed {
+                if self.mode == RecvMode::Multishot {
+                    self.cancel_recv(slot);
+                } else if !c.shut {
+                    c.shut = true;
+                    // SAFETY: as above; ends the single-shot receive (graceful close: all
+                    // output is queued before the socket is closed, not lost, see below).
+                    unsafe { libc::shutdown(c.fd, libc::SHUT_RD) };
+                }
+            }
+            let c = &self.conns[slot as usize];
+            let drained = c.closing == Closing::Hard || c.tx_bytes() == 0;
+            if drained && c.recv == RecvState::Idle && !c.send_inflight {
+                self.finish_close(slot);
+            }
+            return;
+        }
+        let want_read = c.rx_bytes < self.cfg.max_rx_bytes && c.tx_bytes() < self.cfg.max_tx_bytes;
+        match (want_read, c.recv) {
+            (true, RecvState::Idle) if !c.starved => self.arm_recv(slot),
+            (false, RecvState::Armed) if self.mode == RecvMode::Multishot => {
+                self.stats.read_pauses += 1;
+                self.cancel_recv(slot);
+            }
+            _ => {}
+        }
+    }
+
+    fn finish_close(&mut self, slot: u32) {
+        let c = &mut self.conns[slot as usize];
+        assert!(c.open && c.recv == RecvState::Idle && !c.send_inflight);
+        // SAFETY: our socket; no operation is in flight on it.
+        unsafe { libc::close(c.fd) };
+        c.fd = -1;
+        while let Some(s) = c.rx.pop_front() {
+            self.src.release(s.buf);
+        }
+        c.rx_bytes = 0;
+        release_parts(self.src, &c.pending, 0);
+        c.pending.clear();
+        release_parts(self.src, &c.inflight, 0);
+        c.inflight.clear();
+        c.open = false;
+        let id = c.id(slot);
+        c.gen = c.gen.wrapping_add(1);
+        self.free_slots.push(slot);
+        self.stats.closed += 1;
+        self.svc.closed(id, self.src);
+    }
+
+    /// Closes every connection, waits for their operations, and returns all ring buffers.
+    fn shutdown(&mut self) -> Result<(), ServerError> {
+        self.stopping = true;
+        if self.accept_armed {
+            self.push(opcode::AsyncCancel::new(user_data(OP_ACCEPT, 0, 0)).build().user_data(user_data(OP_CANCEL, 0, 0)));
+        }
+        for slot in 0..self.conns.len() as u32 {
+            if self.conns[slot as usize].open {
+                self.conns[slot as usize].closing = Closing::Hard;
+                self.settle(slot);
+            }
+        }
+        let deadline = Instant::now() + Duration::from_millis(self.cfg.shutdown_timeout_ms as u64);
+        let mut busy = self.conns.iter().filter(|c| c.open).count();
+        while (busy > 0 || self.accept_armed) && Instant::now() < deadline {
+            self.wait(Some(Duration::from_millis(50)))?;
+            self.drain_cqes();
+            self.settle_dirty();
+            busy = self.conns.iter().filter(|c| c.open).count();
+        }
+        self.bufring.unregister(&self.uring).map_err(ServerError::BufRing)?;
+        if busy > 0 {
+            return Err(ServerError::ShutdownTimeout(busy));
+        }
+        self.bufring.release_all(self.src);
+        Ok(())
+    }
+}
+
+fn release_parts<S: BufferSource>(src: &mut S, out: &Output, from: usize) {
+    for p in &out.parts()[from..] {
+        if let Part::Buf { buf, .. } = *p {
+            src.release(buf);
+        }
+    }
+}
