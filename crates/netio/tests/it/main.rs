@@ -1,0 +1,7 @@
+//! Integration tests of pmwire-netio: one binary, case modules.
+
+mod common;
+mod echo;
+mod kv;
+mod limits;
+mod load;
