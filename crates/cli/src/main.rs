@@ -251,8 +251,12 @@ fn tour_remote(out: &std::path::Path) -> Result<Vec<pmwire_bench::Headline>> {
     };
     let report = crash::run(&options)?;
     println!(
-        "{} runs (seed {}): {} acknowledged writes and appends, {} lost",
-        report.runs, options.seed, report.acknowledged, report.lost
+        "{} runs (seed {}): {} acknowledged writes and appends, {} lost; {}",
+        report.runs,
+        options.seed,
+        report.acknowledged,
+        report.lost,
+        crash::phases_text(&report)
     );
     Ok(latency.headlines.into_iter().chain(bulk.headlines).chain(log_server.headlines).collect())
 }

@@ -172,6 +172,7 @@ pub fn bench(suite: &RemoteSuite) -> Result<()> {
                 "{} runs: {} acknowledged writes+appends, {} write checks and {} append checks after restarts, {} lost",
                 report.runs, report.acknowledged, report.writes_checked, report.appends_checked, report.lost
             );
+            println!("{}", crash::phases_text(&report));
             Ok(())
         }
     }

@@ -16,6 +16,7 @@ fn kill_dash_nine_loses_no_acknowledged_write() {
     };
     let report = run(&options).unwrap();
     assert_eq!(report.runs, 4);
+    assert_eq!(report.runs_per_phase, [1; 4], "one run in each benchmark's write phase");
     assert_eq!(report.lost, 0);
     assert!(report.acknowledged > 0, "the load ran before the kill");
     assert!(report.writes_checked > 0);
