@@ -1,0 +1,390 @@
+//! Connection and server commands: PING ECHO QUIT HELLO SELECT CLIENT
+//! (SETNAME GETNAME ID) COMMAND (COUNT DOCS INFO) CONFIG GET INFO DBSIZE
+//! FLUSHDB FLUSHALL KEYS SCAN TYPE.
+//!
+//! SCAN cursors: keys are ordered, so a cursor stands for the last key
+//! visited; [`super::Server`] keeps a bounded table from cursor numbers to
+//! keys (cursor 0 starts, a forgotten or made-up cursor gets
+//! `ERR invalid cursor`). A key present for the whole iteration is returned
+//! exactly once.
+
+use super::{lower, Ctx, Fail, Res, COMMANDS, SUBCOMMANDS};
+use crate::glob::matches;
+use crate::keyspace::{Keyspace, Kind};
+use crate::numbers::parse_i64;
+use crate::reply::{Protocol, ReplySink};
+
+type C<'a, 'b, 'r, K, S> = &'a mut Ctx<'b, 'r, K, S>;
+
+pub(super) fn ping<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    if c.argc() > 2 {
+        return Err(Fail::err("wrong number of arguments for 'ping' command"));
+    }
+    if c.argc() == 2 {
+        c.out.bulk(c.arg(1));
+    } else {
+        c.out.simple(b"PONG");
+    }
+    Ok(())
+}
+
+pub(super) fn echo<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    c.out.bulk(c.arg(1));
+    Ok(())
+}
+
+pub(super) fn select<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    let db = c.int_arg(1)?;
+    if i32::try_from(db).is_err() {
+        return Err(Fail::NotInteger);
+    }
+    if db != 0 {
+        return Err(Fail::err("DB index is out of range"));
+    }
+    c.out.ok();
+    Ok(())
+}
+
+fn valid_client_name(name: &[u8]) -> bool {
+    name.iter().all(|&b| (b'!'..=b'~').contains(&b))
+}
+
+fn set_name<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>, name: &[u8]) -> Res {
+    if !valid_client_name(name) {
+        return Err(Fail::err("Client names cannot contain spaces, newlines or special characters."));
+    }
+    c.session.name = if name.is_empty() { None } else { Some(name.to_vec()) };
+    Ok(())
+}
+
+pub(super) fn client<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    let mut buf = [0u8; 32];
+    match lower(c.arg(1), &mut buf) {
+        b"setname" => {
+            set_name(c, c.arg(2))?;
+            c.out.ok();
+        }
+        b"getname" => match c.session.name.clone() {
+            Some(n) => c.out.bulk(&n),
+            None => c.out.null(),
+        },
+        b"id" => c.out.integer(c.session.id as i64),
+        _ => unreachable!("subcommand table and client() disagree"),
+    }
+    Ok(())
+}
+
+pub(super) fn hello<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    let mut version = None;
+    let mut j = 1;
+    if c.argc() >= 2 {
+        let v = parse_i64(c.arg(1)).ok_or_else(|| Fail::err("Protocol version is not an integer or out of range"))?;
+        if !(2..=3).contains(&v) {
+            return Err(Fail::Text("NOPROTO unsupported protocol version".into()));
+        }
+        version = Some(v);
+        j = 2;
+    }
+    let mut auth = None;
+    let mut name = None;
+    while j < c.argc() {
+        let more = c.argc() - 1 - j;
+        let opt = c.arg(j);
+        if opt.eq_ignore_ascii_case(b"auth") && more >= 2 {
+            auth = Some((c.arg(j + 1), c.arg(j + 2)));
+            j += 2;
+        } else if opt.eq_ignore_ascii_case(b"setname") && more >= 1 {
+            name = Some(c.arg(j + 1));
+            j += 1;
+        } else {
+            return Err(Fail::err(&format!("Syntax error in HELLO option '{}'", String::from_utf8_lossy(opt))));
+        }
+        j += 1;
+    }
+    // Like Redis with its default user and no password: any password of
+    // user "default" is accepted.
+    if let Some((user, _)) = auth {
+        if user != b"default" {
+            return Err(Fail::Text("WRONGPASS invalid username-password pair or user is disabled.".into()));
+        }
+    }
+    if let Some(n) = name {
+        set_name(c, n)?;
+    }
+    if let Some(v) = version {
+        c.session.protocol = if v == 3 { Protocol::Resp3 } else { Protocol::Resp2 };
+        c.out.protocol = c.session.protocol;
+    }
+    let proto = if c.session.protocol == Protocol::Resp3 { 3 } else { 2 };
+    c.out.map(7);
+    c.out.bulk(b"server");
+    c.out.bulk(c.server.config.server_name.as_bytes());
+    c.out.bulk(b"version");
+    c.out.bulk(c.server.config.version.as_bytes());
+    c.out.bulk(b"proto");
+    c.out.integer(proto);
+    c.out.bulk(b"id");
+    c.out.integer(c.session.id as i64);
+    c.out.bulk(b"mode");
+    c.out.bulk(b"standalone");
+    c.out.bulk(b"role");
+    c.out.bulk(b"master");
+    c.out.bulk(b"modules");
+    c.out.array(0);
+    Ok(())
+}
+
+/// COMMAND [COUNT | DOCS [name...] | INFO [name...]]. DOCS answers with no
+/// documentation (an empty map): enough for redis-cli's start-up.
+pub(super) fn command<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    if c.argc() == 1 {
+        c.out.array(COMMANDS.len());
+        for i in 0..COMMANDS.len() {
+            command_info(c, i);
+        }
+        return Ok(());
+    }
+    let mut buf = [0u8; 32];
+    match lower(c.arg(1), &mut buf) {
+        b"count" => c.out.integer(COMMANDS.len() as i64),
+        b"docs" => c.out.map(0),
+        b"info" => {
+            let n = c.argc() - 2;
+            c.out.array(n);
+            for j in 2..c.argc() {
+                let mut nb = [0u8; 32];
+                let name = lower(c.arg(j), &mut nb);
+                match COMMANDS.iter().position(|s| s.name.as_bytes() == name) {
+                    Some(i) => command_info(c, i),
+                    None => c.out.null_array(),
+                }
+            }
+        }
+        _ => unreachable!("subcommand table and command() disagree"),
+    }
+    Ok(())
+}
+
+/// Redis 7.0's 10-element command info, with flags, ACL categories, tips,
+/// key specs and subcommands left empty.
+fn command_info<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>, i: usize) {
+    let s = COMMANDS[i];
+    c.out.array(10);
+    c.out.bulk(s.name.as_bytes());
+    c.out.integer(i64::from(s.arity));
+    c.out.set(0);
+    c.out.integer(i64::from(s.first_key));
+    c.out.integer(i64::from(s.last_key));
+    c.out.integer(i64::from(s.step));
+    c.out.set(0);
+    c.out.set(0);
+    c.out.array(0);
+    let subs: Vec<_> = SUBCOMMANDS.iter().filter(|t| t.0 == s.name).collect();
+    c.out.array(subs.len());
+    for (container, sub, arity) in subs {
+        c.out.array(10);
+        c.out.bulk(format!("{container}|{sub}").as_bytes());
+        c.out.integer(i64::from(*arity));
+        c.out.set(0);
+        c.out.integer(0);
+        c.out.integer(0);
+        c.out.integer(0);
+        c.out.set(0);
+        c.out.set(0);
+        c.out.array(0);
+        c.out.array(0);
+    }
+}
+
+/// CONFIG GET pattern...: a few read-only parameters, matched without case.
+pub(super) fn config<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    let bulk_max = c.server.config.limits.max_bulk_bytes.to_string();
+    let port = c.server.config.tcp_port.to_string();
+    let params: [(&str, &str); 8] = [
+        ("appendonly", "no"),
+        ("databases", "1"),
+        ("maxmemory", "0"),
+        ("maxmemory-policy", "noeviction"),
+        ("port", &port),
+        ("proto-max-bulk-len", &bulk_max),
+        ("save", ""),
+        ("timeout", "0"),
+    ];
+    let mut hit = [false; 8];
+    for j in 2..c.argc() {
+        let pattern = c.arg(j).to_ascii_lowercase();
+        for (i, (name, _)) in params.iter().enumerate() {
+            hit[i] |= matches(&pattern, name.as_bytes());
+        }
+    }
+    c.out.map(hit.iter().filter(|&&h| h).count());
+    for (i, (name, value)) in params.iter().enumerate() {
+        if hit[i] {
+            c.out.bulk(name.as_bytes());
+            c.out.bulk(value.as_bytes());
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn dbsize<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    c.out.integer(c.ks.len() as i64);
+    Ok(())
+}
+
+pub(super) fn flush<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    if c.argc() > 2 {
+        return Err(Fail::Syntax);
+    }
+    if c.argc() == 2 && !c.arg(1).eq_ignore_ascii_case(b"sync") && !c.arg(1).eq_ignore_ascii_case(b"async") {
+        return Err(Fail::Syntax);
+    }
+    c.ks.clear()?;
+    c.out.ok();
+    Ok(())
+}
+
+pub(super) fn type_<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    let name = c.ks.get(c.arg(1)).map_or("none", |s| s.kind.name());
+    c.out.simple(name.as_bytes());
+    Ok(())
+}
+
+/// Visits every key matching `pattern` (all if `None`), in order.
+fn each_key<K: Keyspace>(ks: &mut K, mut visit: impl FnMut(&[u8], Kind)) {
+    const CHUNK: usize = 4096;
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let mut last = None;
+        let n = ks.scan(after.as_deref(), CHUNK, &mut |k, kind| {
+            visit(k, kind);
+            last = Some(k.to_vec());
+        });
+        if n < CHUNK {
+            return;
+        }
+        after = last;
+    }
+}
+
+pub(super) fn keys<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    let pattern = c.arg(1);
+    let all = pattern == b"*";
+    let mut found = Vec::new();
+    each_key(c.ks, |k, _| {
+        if all || matches(pattern, k) {
+            found.push(k.to_vec());
+        }
+    });
+    c.out.array(found.len());
+    for k in &found {
+        c.out.bulk(k);
+    }
+    Ok(())
+}
+
+fn parse_cursor(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || !s.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(s).ok()?.parse().ok()
+}
+
+/// SCAN cursor [MATCH pattern] [COUNT n] [TYPE type].
+pub(super) fn scan<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    let cursor = parse_cursor(c.arg(1)).ok_or_else(|| Fail::err("invalid cursor"))?;
+    let (mut count, mut pattern, mut type_name) = (10i64, None, None);
+    let mut i = 2;
+    while i < c.argc() {
+        let left = c.argc() - i;
+        let a = c.arg(i);
+        if a.eq_ignore_ascii_case(b"count") && left >= 2 {
+            count = c.int_arg(i + 1)?;
+            if count < 1 {
+                return Err(Fail::Syntax);
+            }
+        } else if a.eq_ignore_ascii_case(b"match") && left >= 2 {
+            let p = c.arg(i + 1);
+            pattern = if p == b"*" { None } else { Some(p) };
+        } else if a.eq_ignore_ascii_case(b"type") && left >= 2 {
+            type_name = Some(c.arg(i + 1));
+        } else {
+            return Err(Fail::Syntax);
+        }
+        i += 2;
+    }
+    let after = match cursor {
+        0 => None,
+        n => Some(c.server.cursors.keys.get(&n).cloned().ok_or_else(|| Fail::err("invalid cursor"))?),
+    };
+    let limit = (count as u64).min(c.server.config.scan_max_count as u64) as usize;
+    let mut found = Vec::new();
+    let mut last = None;
+    let visited = c.ks.scan(after.as_deref(), limit, &mut |k, kind| {
+        last = Some(k.to_vec());
+        let type_ok = type_name.is_none_or(|t| t.eq_ignore_ascii_case(kind.name().as_bytes()));
+        if type_ok && pattern.is_none_or(|p| matches(p, k)) {
+            found.push(k.to_vec());
+        }
+    });
+    let next = match last {
+        Some(k) if visited == limit => c.server.cursors.insert(k, c.server.config.scan_cursors),
+        _ => 0,
+    };
+    c.out.array(2);
+    c.out.bulk(next.to_string().as_bytes());
+    c.out.array(found.len());
+    for k in &found {
+        c.out.bulk(k);
+    }
+    Ok(())
+}
+
+/// INFO [section...]: the sections a client or monitor looks at, with
+/// pmwire's values (Redis's full field list is not reproduced).
+pub(super) fn info<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    const ALL: [&str; 7] = ["server", "clients", "memory", "persistence", "stats", "replication", "keyspace"];
+    let mut want = [false; 7];
+    if c.argc() == 1 {
+        want = [true; 7];
+    }
+    for j in 1..c.argc() {
+        let s = c.arg(j).to_ascii_lowercase();
+        if s == b"all" || s == b"everything" || s == b"default" {
+            want = [true; 7];
+        }
+        for (i, name) in ALL.iter().enumerate() {
+            want[i] |= s == name.as_bytes();
+        }
+    }
+    let cfg = &c.server.config;
+    let mut text = String::new();
+    let mut section = |i: usize, body: String| {
+        if want[i] {
+            if !text.is_empty() {
+                text.push_str("\r\n");
+            }
+            let title = ALL[i][..1].to_ascii_uppercase() + &ALL[i][1..];
+            text.push_str(&format!("# {title}\r\n{body}"));
+        }
+    };
+    section(
+        0,
+        format!(
+            "redis_version:{}\r\nredis_mode:standalone\r\nos:{}\r\narch_bits:64\r\nprocess_id:{}\r\ntcp_port:{}\r\nexecutable:pmwire\r\n",
+            cfg.version,
+            std::env::consts::OS,
+            std::process::id(),
+            cfg.tcp_port
+        ),
+    );
+    section(1, format!("connected_clients:{}\r\n", c.server.connected));
+    section(2, "used_memory:0\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\n".into());
+    section(3, "loading:0\r\nrdb_changes_since_last_save:0\r\naof_enabled:0\r\n".into());
+    section(4, format!("total_commands_processed:{}\r\n", c.server.commands_processed));
+    section(5, "role:master\r\nconnected_slaves:0\r\n".into());
+    let n = c.ks.len();
+    section(6, if n > 0 { format!("db0:keys={n},expires=0,avg_ttl=0\r\n") } else { String::new() });
+    c.out.verbatim(b"txt", text.as_bytes());
+    Ok(())
+}

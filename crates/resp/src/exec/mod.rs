@@ -1,0 +1,464 @@
+//! The command executor: runs one parsed [`Request`] against a [`Keyspace`]
+//! and writes its reply to a [`ReplySink`], with Redis 7.0's reply types and
+//! error strings.
+//!
+//! State is split in two: [`Server`] is shared by all connections of one
+//! keyspace (identity, client ids, SCAN cursors, counters) and [`Session`]
+//! belongs to one connection (protocol version, name, id). Nothing here does
+//! I/O: the caller parses, executes each command of a batch in order (every
+//! write is visible to the next command), commits, sends the sink's bytes,
+//! and closes the connection when [`Flow::Close`] is returned.
+//!
+//! Invariant: a command writes exactly one reply, and writes nothing before
+//! it knows it will succeed; errors are written whole by [`Fail`].
+
+mod admin;
+mod hashes;
+mod strings;
+mod zsets;
+
+#[cfg(test)]
+mod tests;
+
+use crate::blob::BlobError;
+use crate::keyspace::{Keyspace, Kind, StoreError, Stored};
+use crate::reply::{Out, Protocol, ReplySink};
+use crate::request::{Limits, Request};
+use std::collections::{HashMap, VecDeque};
+
+/// Server-wide settings.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// The `server` field of HELLO (Redis: `redis`).
+    pub server_name: String,
+    /// The version HELLO and INFO report: the Redis version whose behaviour is
+    /// emulated.
+    pub version: String,
+    /// Request limits, reported by CONFIG GET `proto-max-bulk-len`; APPEND
+    /// refuses to grow a string beyond `max_bulk_bytes`, as Redis does.
+    pub limits: Limits,
+    /// SCAN cursors remembered (oldest forgotten first).
+    pub scan_cursors: usize,
+    /// Most keys one SCAN call visits, whatever its COUNT.
+    pub scan_max_count: usize,
+    /// TCP port INFO reports (0 if unknown).
+    pub tcp_port: u16,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            server_name: "redis".into(),
+            version: "7.0.15".into(),
+            limits: Limits::default(),
+            scan_cursors: 4096,
+            scan_max_count: 100_000,
+            tcp_port: 0,
+        }
+    }
+}
+
+/// What the caller does after a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// Go on with the next command.
+    Continue,
+    /// Send the replies so far, then close the connection (QUIT).
+    Close,
+}
+
+/// One connection's state.
+#[derive(Debug, Clone)]
+pub struct Session {
+    id: u64,
+    /// The protocol replies are written in.
+    pub protocol: Protocol,
+    name: Option<Vec<u8>>,
+}
+
+impl Session {
+    /// The client id (CLIENT ID, HELLO).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The name given by CLIENT SETNAME or HELLO SETNAME.
+    pub fn name(&self) -> Option<&[u8]> {
+        self.name.as_deref()
+    }
+}
+
+/// SCAN cursors: a bounded table from cursor number to the last key visited.
+#[derive(Debug, Default)]
+struct Cursors {
+    next: u64,
+    keys: HashMap<u64, Vec<u8>>,
+    order: VecDeque<u64>,
+}
+
+impl Cursors {
+    fn insert(&mut self, key: Vec<u8>, capacity: usize) -> u64 {
+        assert!(capacity > 0);
+        while self.order.len() >= capacity {
+            if let Some(old) = self.order.pop_front() {
+                self.keys.remove(&old);
+            }
+        }
+        self.next += 1;
+        let id = self.next;
+        self.keys.insert(id, key);
+        self.order.push_back(id);
+        id
+    }
+}
+
+/// State shared by the connections of one keyspace, and the entry point.
+#[derive(Debug)]
+pub struct Server {
+    config: ServerConfig,
+    next_client_id: u64,
+    connected: u64,
+    commands_processed: u64,
+    cursors: Cursors,
+}
+
+/// Why a command failed; written as its error reply.
+#[derive(Debug)]
+pub(crate) enum Fail {
+    WrongType,
+    NotInteger,
+    NotFloat,
+    Syntax,
+    Store(StoreError),
+    Corrupt(BlobError),
+    /// A full error text including its code (`ERR ...`).
+    Text(String),
+}
+
+impl From<StoreError> for Fail {
+    fn from(e: StoreError) -> Self {
+        Fail::Store(e)
+    }
+}
+
+impl From<BlobError> for Fail {
+    fn from(e: BlobError) -> Self {
+        Fail::Corrupt(e)
+    }
+}
+
+impl Fail {
+    fn text(&self) -> String {
+        match self {
+            Fail::WrongType => "WRONGTYPE Operation against a key holding the wrong kind of value".into(),
+            Fail::NotInteger => "ERR value is not an integer or out of range".into(),
+            Fail::NotFloat => "ERR value is not a valid float".into(),
+            Fail::Syntax => "ERR syntax error".into(),
+            Fail::Store(e) => e.to_string(),
+            Fail::Corrupt(e) => format!("ERR stored value is corrupt: {e}"),
+            Fail::Text(t) => t.clone(),
+        }
+    }
+
+    pub(crate) fn err(text: &str) -> Fail {
+        Fail::Text(format!("ERR {text}"))
+    }
+}
+
+type Res = Result<(), Fail>;
+
+/// Everything a command handler works with.
+pub(crate) struct Ctx<'a, 'r, K: Keyspace, S: ReplySink<K::Value> + ?Sized> {
+    pub server: &'a mut Server,
+    pub session: &'a mut Session,
+    pub ks: &'a mut K,
+    pub req: &'a Request<'r>,
+    pub out: Out<'a, K::Value, S>,
+}
+
+impl<'r, K: Keyspace, S: ReplySink<K::Value> + ?Sized> Ctx<'_, 'r, K, S> {
+    pub fn arg(&self, i: usize) -> &'r [u8] {
+        self.req.arg(i)
+    }
+
+    pub fn argc(&self) -> usize {
+        self.req.len()
+    }
+
+    /// The value at `key` if it is of `kind`; `WRONGTYPE` if another kind.
+    pub fn get_kind(&mut self, key: &[u8], kind: Kind) -> Result<Option<Stored<K::Value>>, Fail> {
+        match self.ks.get(key) {
+            Some(s) if s.kind != kind => Err(Fail::WrongType),
+            other => Ok(other),
+        }
+    }
+
+    /// The bytes of the value at `key` if it is of `kind`.
+    pub fn load(&mut self, key: &[u8], kind: Kind) -> Result<Option<Vec<u8>>, Fail> {
+        Ok(self.get_kind(key, kind)?.map(|s| {
+            let mut v = Vec::with_capacity(s.len as usize);
+            self.ks.read(&s.value, &mut v);
+            assert!(v.len() as u64 == s.len);
+            v
+        }))
+    }
+
+    /// Argument `i` as a Redis integer.
+    pub fn int_arg(&self, i: usize) -> Result<i64, Fail> {
+        crate::numbers::parse_i64(self.arg(i)).ok_or(Fail::NotInteger)
+    }
+}
+
+/// Lower-cases an ASCII command word into `buf` (words longer than `buf`
+/// match nothing).
+pub(crate) fn lower<'b>(word: &[u8], buf: &'b mut [u8; 32]) -> &'b [u8] {
+    if word.len() > buf.len() {
+        return b"";
+    }
+    for (d, s) in buf.iter_mut().zip(word) {
+        *d = s.to_ascii_lowercase();
+    }
+    &buf[..word.len()]
+}
+
+/// A command: its lower-case name and Redis arity (positive: exact
+/// argument count; negative: at least that many).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Spec {
+    pub name: &'static str,
+    pub arity: i32,
+    pub first_key: i32,
+    pub last_key: i32,
+    pub step: i32,
+}
+
+const fn spec(name: &'static str, arity: i32, first_key: i32, last_key: i32, step: i32) -> Spec {
+    Spec { name, arity, first_key, last_key, step }
+}
+
+/// Every command, as COMMAND reports them.
+pub(crate) const COMMANDS: &[Spec] = &[
+    spec("append", 3, 1, 1, 1),
+    spec("client", -2, 0, 0, 0),
+    spec("command", -1, 0, 0, 0),
+    spec("config", -2, 0, 0, 0),
+    spec("dbsize", 1, 0, 0, 0),
+    spec("decr", 2, 1, 1, 1),
+    spec("decrby", 3, 1, 1, 1),
+    spec("del", -2, 1, -1, 1),
+    spec("echo", 2, 0, 0, 0),
+    spec("exists", -2, 1, -1, 1),
+    spec("flushall", -1, 0, 0, 0),
+    spec("flushdb", -1, 0, 0, 0),
+    spec("get", 2, 1, 1, 1),
+    spec("hdel", -3, 1, 1, 1),
+    spec("hello", -1, 0, 0, 0),
+    spec("hexists", 3, 1, 1, 1),
+    spec("hget", 3, 1, 1, 1),
+    spec("hgetall", 2, 1, 1, 1),
+    spec("hlen", 2, 1, 1, 1),
+    spec("hmget", -3, 1, 1, 1),
+    spec("hmset", -4, 1, 1, 1),
+    spec("hset", -4, 1, 1, 1),
+    spec("incr", 2, 1, 1, 1),
+    spec("incrby", 3, 1, 1, 1),
+    spec("info", -1, 0, 0, 0),
+    spec("keys", 2, 0, 0, 0),
+    spec("mget", -2, 1, -1, 1),
+    spec("mset", -3, 1, -1, 2),
+    spec("ping", -1, 0, 0, 0),
+    spec("quit", -1, 0, 0, 0),
+    spec("scan", -2, 0, 0, 0),
+    spec("select", 2, 0, 0, 0),
+    spec("set", -3, 1, 1, 1),
+    spec("strlen", 2, 1, 1, 1),
+    spec("type", 2, 1, 1, 1),
+    spec("zadd", -4, 1, 1, 1),
+    spec("zcard", 2, 1, 1, 1),
+    spec("zrange", -4, 1, 1, 1),
+    spec("zrangebyscore", -4, 1, 1, 1),
+    spec("zrem", -3, 1, 1, 1),
+    spec("zscore", 3, 1, 1, 1),
+];
+
+/// Subcommands of the container commands: (container, subcommand, arity).
+pub(crate) const SUBCOMMANDS: &[(&str, &str, i32)] = &[
+    ("client", "getname", 2),
+    ("client", "id", 2),
+    ("client", "setname", 3),
+    ("command", "count", 2),
+    ("command", "docs", -2),
+    ("command", "info", -2),
+    ("config", "get", -3),
+];
+
+fn arity_ok(arity: i32, argc: usize) -> bool {
+    let argc = argc as i64;
+    let arity = i64::from(arity);
+    if arity > 0 { argc == arity } else { argc >= -arity }
+}
+
+/// Redis's unknown-command error: the name and the first arguments, each cut
+/// as `%.128s` / `%.*s` would, and cut at a NUL as C strings are.
+fn unknown_command(req: &Request<'_>) -> String {
+    fn c_str(b: &[u8]) -> &[u8] {
+        b.iter().position(|&c| c == 0).map_or(b, |n| &b[..n])
+    }
+    let name = c_str(req.arg(0));
+    let name = &name[..name.len().min(128)];
+    let mut args: Vec<u8> = Vec::new();
+    let mut i = 1;
+    while i < req.len() && args.len() < 128 {
+        let a = c_str(req.arg(i));
+        let room = 128 - args.len();
+        args.push(b'\'');
+        args.extend_from_slice(&a[..a.len().min(room)]);
+        args.extend_from_slice(b"' ");
+        i += 1;
+    }
+    format!(
+        "ERR unknown command '{}', with args beginning with: {}",
+        String::from_utf8_lossy(name),
+        String::from_utf8_lossy(&args)
+    )
+}
+
+impl Server {
+    /// A server with `config`.
+    pub fn new(config: ServerConfig) -> Self {
+        assert!(config.scan_cursors > 0);
+        assert!(config.scan_max_count > 0);
+        Server { config, next_client_id: 0, connected: 0, commands_processed: 0, cursors: Cursors::default() }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ServerConfig {
+        &self.config
+    }
+
+    /// A new connection's session (RESP2, next client id).
+    pub fn open_session(&mut self) -> Session {
+        self.next_client_id += 1;
+        self.connected += 1;
+        Session { id: self.next_client_id, protocol: Protocol::Resp2, name: None }
+    }
+
+    /// A session with a given id (tests that mirror another server's ids).
+    pub fn open_session_with_id(&mut self, id: u64) -> Session {
+        self.connected += 1;
+        self.next_client_id = self.next_client_id.max(id);
+        Session { id, protocol: Protocol::Resp2, name: None }
+    }
+
+    /// A connection closed (INFO's `connected_clients`).
+    pub fn close_session(&mut self, session: Session) {
+        let _ = session;
+        assert!(self.connected > 0);
+        self.connected -= 1;
+    }
+
+    /// Commands executed so far.
+    pub fn commands_processed(&self) -> u64 {
+        self.commands_processed
+    }
+
+    /// Executes one command, writing exactly one reply to `sink`.
+    pub fn execute<K, S>(&mut self, session: &mut Session, ks: &mut K, req: &Request<'_>, sink: &mut S) -> Flow
+    where
+        K: Keyspace,
+        S: ReplySink<K::Value> + ?Sized,
+    {
+        assert!(!req.is_empty());
+        self.commands_processed += 1;
+        let protocol = session.protocol;
+        let mut ctx = Ctx { server: self, session, ks, req, out: Out::new(sink, protocol) };
+        match dispatch(&mut ctx) {
+            Ok(flow) => flow,
+            Err(fail) => {
+                ctx.out.error(fail.text().as_bytes());
+                Flow::Continue
+            }
+        }
+    }
+}
+
+fn dispatch<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Result<Flow, Fail> {
+    let mut buf = [0u8; 32];
+    let name = lower(c.arg(0), &mut buf);
+    let Some(spec) = COMMANDS.iter().find(|s| s.name.as_bytes() == name) else {
+        return Err(Fail::Text(unknown_command(c.req)));
+    };
+    let container = SUBCOMMANDS.iter().any(|s| s.0 == spec.name);
+    if container && c.argc() >= 2 {
+        let mut sbuf = [0u8; 32];
+        let sub = lower(c.arg(1), &mut sbuf);
+        match SUBCOMMANDS.iter().find(|s| s.0 == spec.name && s.1.as_bytes() == sub) {
+            None => {
+                let given = c.arg(1);
+                let given = String::from_utf8_lossy(&given[..given.len().min(128)]).into_owned();
+                return Err(Fail::Text(format!(
+                    "ERR unknown subcommand '{given}'. Try {} HELP.",
+                    spec.name.to_ascii_uppercase()
+                )));
+            }
+            Some(&(_, sub, arity)) => {
+                if !arity_ok(arity, c.argc()) {
+                    return Err(Fail::err(&format!("wrong number of arguments for '{}|{sub}' command", spec.name)));
+                }
+            }
+        }
+    } else if !arity_ok(spec.arity, c.argc()) {
+        return Err(Fail::err(&format!("wrong number of arguments for '{}' command", spec.name)));
+    }
+    run(spec.name, c)?;
+    Ok(if spec.name == "quit" { Flow::Close } else { Flow::Continue })
+}
+
+fn run<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(name: &str, c: &mut Ctx<'_, '_, K, S>) -> Res {
+    match name {
+        "append" => strings::append(c),
+        "decr" => strings::incr_by(c, -1),
+        "decrby" => strings::decrby(c),
+        "del" => strings::del(c),
+        "exists" => strings::exists(c),
+        "get" => strings::get(c),
+        "incr" => strings::incr_by(c, 1),
+        "incrby" => strings::incrby(c),
+        "mget" => strings::mget(c),
+        "mset" => strings::mset(c),
+        "set" => strings::set(c),
+        "strlen" => strings::strlen(c),
+        "hdel" => hashes::hdel(c),
+        "hexists" => hashes::hexists(c),
+        "hget" => hashes::hget(c),
+        "hgetall" => hashes::hgetall(c),
+        "hlen" => hashes::hlen(c),
+        "hmget" => hashes::hmget(c),
+        "hmset" => hashes::hset(c, true),
+        "hset" => hashes::hset(c, false),
+        "zadd" => zsets::zadd(c),
+        "zcard" => zsets::zcard(c),
+        "zrange" => zsets::zrange(c, false),
+        "zrangebyscore" => zsets::zrange(c, true),
+        "zrem" => zsets::zrem(c),
+        "zscore" => zsets::zscore(c),
+        "client" => admin::client(c),
+        "command" => admin::command(c),
+        "config" => admin::config(c),
+        "dbsize" => admin::dbsize(c),
+        "echo" => admin::echo(c),
+        "flushall" | "flushdb" => admin::flush(c),
+        "hello" => admin::hello(c),
+        "info" => admin::info(c),
+        "keys" => admin::keys(c),
+        "ping" => admin::ping(c),
+        "quit" => {
+            c.out.ok();
+            Ok(())
+        }
+        "scan" => admin::scan(c),
+        "select" => admin::select(c),
+        "type" => admin::type_(c),
+        other => unreachable!("command {other} in the table but not dispatched"),
+    }
+}

@@ -1,0 +1,206 @@
+//! String commands: GET SET MGET MSET DEL EXISTS INCR DECR INCRBY DECRBY
+//! APPEND STRLEN. Values given in a command are stored as
+//! [`ValueSource::Arg`] (zero-copy for the server); computed ones as
+//! [`ValueSource::Owned`].
+
+use super::{Ctx, Fail, Res};
+use crate::keyspace::{Keyspace, Kind, ValueSource};
+use crate::numbers::parse_i64;
+use crate::reply::ReplySink;
+
+pub(super) fn get<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    match c.get_kind(c.arg(1), Kind::String)? {
+        Some(s) => c.out.stored(&s.value, s.len),
+        None => c.out.null(),
+    }
+    Ok(())
+}
+
+#[derive(Default)]
+struct SetFlags {
+    nx: bool,
+    xx: bool,
+    get: bool,
+    keepttl: bool,
+    expire: Option<(usize, bool)>, // (argument index, seconds?)
+    expire_kind: u8,               // 0 none, b'e' EX, b'p' PX, b'E' EXAT, b'P' PXAT
+}
+
+fn parse_set_flags<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &Ctx<'_, '_, K, S>) -> Result<SetFlags, Fail> {
+    let mut f = SetFlags::default();
+    let mut j = 3;
+    while j < c.argc() {
+        let opt = c.arg(j);
+        let has_next = j + 1 < c.argc();
+        let is = |w: &[u8]| opt.eq_ignore_ascii_case(w);
+        let no_expire_but = |k: u8| f.expire_kind == 0 || f.expire_kind == k;
+        if is(b"nx") && !f.xx {
+            f.nx = true;
+        } else if is(b"xx") && !f.nx {
+            f.xx = true;
+        } else if is(b"get") {
+            f.get = true;
+        } else if is(b"keepttl") && f.expire_kind == 0 {
+            f.keepttl = true;
+        } else if (is(b"ex") || is(b"px") || is(b"exat") || is(b"pxat")) && has_next && !f.keepttl {
+            let k = match opt.len() {
+                2 if is(b"ex") => b'e',
+                2 => b'p',
+                _ if is(b"exat") => b'E',
+                _ => b'P',
+            };
+            if !no_expire_but(k) {
+                return Err(Fail::Syntax);
+            }
+            f.expire_kind = k;
+            f.expire = Some((j + 1, k == b'e' || k == b'E'));
+            j += 1;
+        } else {
+            return Err(Fail::Syntax);
+        }
+        j += 1;
+    }
+    Ok(f)
+}
+
+/// SET key value [NX|XX] [GET] [EX|PX|EXAT|PXAT t|KEEPTTL]. Expiry times are
+/// validated as Redis does, then refused: pmwire keys do not expire.
+pub(super) fn set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    let f = parse_set_flags(c)?;
+    if let Some((i, seconds)) = f.expire {
+        let t = c.int_arg(i)?;
+        if t <= 0 || (seconds && t > i64::MAX / 1000) {
+            return Err(Fail::err("invalid expire time in 'set' command"));
+        }
+        return Err(Fail::err("pmwire keys do not expire: SET EX, PX, EXAT and PXAT are not supported"));
+    }
+    let key = c.arg(1);
+    let old = if f.get { c.get_kind(key, Kind::String)? } else { c.ks.get(key) };
+    let found = old.is_some();
+    if (f.nx && found) || (f.xx && !found) {
+        match (&old, f.get) {
+            (Some(s), true) => c.out.stored(&s.value, s.len),
+            _ => c.out.null(),
+        }
+        return Ok(());
+    }
+    c.ks.set(key, Kind::String, ValueSource::Arg(c.req.arg_ref(2)))?;
+    if f.get {
+        match old {
+            Some(s) => c.out.stored(&s.value, s.len),
+            None => c.out.null(),
+        }
+    } else {
+        c.out.ok();
+    }
+    Ok(())
+}
+
+pub(super) fn mget<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    c.out.array(c.argc() - 1);
+    for i in 1..c.argc() {
+        match c.ks.get(c.arg(i)) {
+            Some(s) if s.kind == Kind::String => c.out.stored(&s.value, s.len),
+            _ => c.out.null(),
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn mset<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    if c.argc() % 2 == 0 {
+        return Err(Fail::err("wrong number of arguments for 'mset' command"));
+    }
+    let limits = c.ks.limits();
+    for i in (1..c.argc()).step_by(2) {
+        let (k, v) = (c.arg(i).len() as u64, c.arg(i + 1).len() as u64);
+        if k > limits.max_key_bytes {
+            return Err(crate::keyspace::StoreError::KeyTooLong { len: k, max: limits.max_key_bytes }.into());
+        }
+        if v > limits.max_value_bytes {
+            return Err(crate::keyspace::StoreError::ValueTooLong { len: v, max: limits.max_value_bytes }.into());
+        }
+    }
+    for i in (1..c.argc()).step_by(2) {
+        c.ks.set(c.arg(i), Kind::String, ValueSource::Arg(c.req.arg_ref(i + 1)))?;
+    }
+    c.out.ok();
+    Ok(())
+}
+
+pub(super) fn del<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    let mut n = 0;
+    for i in 1..c.argc() {
+        if c.ks.delete(c.arg(i))? {
+            n += 1;
+        }
+    }
+    c.out.integer(n);
+    Ok(())
+}
+
+pub(super) fn exists<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    let mut n = 0;
+    for i in 1..c.argc() {
+        if c.ks.get(c.arg(i)).is_some() {
+            n += 1;
+        }
+    }
+    c.out.integer(n);
+    Ok(())
+}
+
+pub(super) fn incrby<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    let by = c.int_arg(2)?;
+    incr_by(c, by)
+}
+
+pub(super) fn decrby<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    let by = c.int_arg(2)?;
+    if by == i64::MIN {
+        return Err(Fail::err("decrement would overflow"));
+    }
+    incr_by(c, -by)
+}
+
+pub(super) fn incr_by<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, by: i64) -> Res {
+    let key = c.arg(1);
+    let old = match c.load(key, Kind::String)? {
+        Some(bytes) => parse_i64(&bytes).ok_or(Fail::NotInteger)?,
+        None => 0,
+    };
+    let Some(new) = old.checked_add(by) else {
+        return Err(Fail::err("increment or decrement would overflow"));
+    };
+    c.ks.set(key, Kind::String, ValueSource::Owned(new.to_string().into_bytes()))?;
+    c.out.integer(new);
+    Ok(())
+}
+
+pub(super) fn append<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    let key = c.arg(1);
+    let add = c.req.arg_ref(2);
+    let total = match c.load(key, Kind::String)? {
+        None => {
+            c.ks.set(key, Kind::String, ValueSource::Arg(add))?;
+            add.bytes.len()
+        }
+        Some(mut v) => {
+            if (v.len() + add.bytes.len()) as u64 > c.server.config.limits.max_bulk_bytes {
+                return Err(Fail::err("string exceeds maximum allowed size (proto-max-bulk-len)"));
+            }
+            v.extend_from_slice(add.bytes);
+            let n = v.len();
+            c.ks.set(key, Kind::String, ValueSource::Owned(v))?;
+            n
+        }
+    };
+    c.out.integer(total as i64);
+    Ok(())
+}
+
+pub(super) fn strlen<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    let n = c.get_kind(c.arg(1), Kind::String)?.map_or(0, |s| s.len);
+    c.out.integer(n as i64);
+    Ok(())
+}

@@ -1,0 +1,248 @@
+//! The storage seam: [`Keyspace`], which the KV server implements over the
+//! persistent engine, and [`MemKeyspace`], a `BTreeMap` for tests and a DRAM
+//! mode.
+//!
+//! A key holds one value of a [`Kind`]. Strings are stored raw, so GET can
+//! send them from the engine's buffer ([`crate::reply::ReplySink::value`]);
+//! hashes and sorted sets are one serialized blob per key
+//! ([`crate::blob`]), written as [`ValueSource::Owned`].
+//!
+//! Contract: every write is visible to the next call (commands later in the
+//! same pipeline see it); durability is the caller's job (the server commits
+//! a batch before sending its replies). A value handle returned by
+//! [`Keyspace::get`] stays readable until the batch's replies are sent, even
+//! if the key is overwritten or deleted meanwhile. Keys are ordered by bytes
+//! (`memcmp`), which KEYS and SCAN rely on.
+
+use crate::request::Arg;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// What a key holds; stored by the engine as one opaque byte ([`Kind::to_byte`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// A raw string.
+    String,
+    /// A hash, as a [`crate::blob`] hash blob.
+    Hash,
+    /// A sorted set, as a [`crate::blob`] zset blob.
+    ZSet,
+}
+
+impl Kind {
+    /// The byte the engine stores: 0 string, 1 hash, 2 zset.
+    pub fn to_byte(self) -> u8 {
+        match self {
+            Kind::String => 0,
+            Kind::Hash => 1,
+            Kind::ZSet => 2,
+        }
+    }
+
+    /// The inverse of [`Kind::to_byte`].
+    pub fn from_byte(b: u8) -> Option<Kind> {
+        match b {
+            0 => Some(Kind::String),
+            1 => Some(Kind::Hash),
+            2 => Some(Kind::ZSet),
+            _ => None,
+        }
+    }
+
+    /// The name TYPE and SCAN TYPE use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::String => "string",
+            Kind::Hash => "hash",
+            Kind::ZSet => "zset",
+        }
+    }
+}
+
+/// A stored value: its kind, length, and the engine's handle to its bytes.
+#[derive(Debug, Clone)]
+pub struct Stored<V> {
+    /// What the key holds.
+    pub kind: Kind,
+    /// Value length in bytes.
+    pub len: u64,
+    /// The engine's handle (for [`Keyspace::read`] and reply sinks).
+    pub value: V,
+}
+
+/// What to store.
+#[derive(Debug, Clone)]
+pub enum ValueSource<'a> {
+    /// A command argument as received: store it zero-copy from its
+    /// [`Arg::pieces`] (or copy [`Arg::bytes`] if it has no pieces).
+    Arg(Arg<'a>),
+    /// Bytes the executor built (blobs, INCR and APPEND results).
+    Owned(Vec<u8>),
+}
+
+impl ValueSource<'_> {
+    /// The bytes to store.
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            ValueSource::Arg(a) => a.bytes,
+            ValueSource::Owned(v) => v,
+        }
+    }
+}
+
+/// Sizes the engine accepts; the executor checks them before any write of a
+/// command, so a multi-key write is refused whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreLimits {
+    /// Longest key.
+    pub max_key_bytes: u64,
+    /// Longest value (string or blob).
+    pub max_value_bytes: u64,
+}
+
+impl Default for StoreLimits {
+    fn default() -> Self {
+        StoreLimits { max_key_bytes: 512 * 1024 * 1024, max_value_bytes: 512 * 1024 * 1024 }
+    }
+}
+
+/// Why a write was refused. The Display text is the error reply.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The engine is out of space.
+    #[error("OOM command not allowed when used memory > 'maxmemory'.")]
+    Full,
+    /// The key is over [`StoreLimits::max_key_bytes`].
+    #[error("ERR key is too long ({len} bytes, at most {max})")]
+    KeyTooLong {
+        /// Key length.
+        len: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// The value is over [`StoreLimits::max_value_bytes`].
+    #[error("ERR value is too long ({len} bytes, at most {max})")]
+    ValueTooLong {
+        /// Value length.
+        len: u64,
+        /// The limit.
+        max: u64,
+    },
+}
+
+/// The storage the command executor runs against.
+pub trait Keyspace {
+    /// A handle to a stored value's bytes; cheap to clone.
+    type Value: Clone;
+
+    /// The value at `key`.
+    fn get(&mut self, key: &[u8]) -> Option<Stored<Self::Value>>;
+    /// Appends the bytes of `value` to `out`.
+    fn read(&self, value: &Self::Value, out: &mut Vec<u8>);
+    /// Stores `value` of `kind` at `key`, replacing any value.
+    fn set(&mut self, key: &[u8], kind: Kind, value: ValueSource<'_>) -> Result<(), StoreError>;
+    /// Deletes `key`; true if it existed.
+    fn delete(&mut self, key: &[u8]) -> Result<bool, StoreError>;
+    /// Visits up to `limit` keys in byte order, strictly after `after` (from
+    /// the first key if `None`); returns how many were visited (fewer than
+    /// `limit` means the end was reached).
+    fn scan(&mut self, after: Option<&[u8]>, limit: usize, visit: &mut dyn FnMut(&[u8], Kind)) -> usize;
+    /// Number of keys.
+    fn len(&self) -> u64;
+    /// Whether there are no keys.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Deletes every key.
+    fn clear(&mut self) -> Result<(), StoreError>;
+    /// Sizes accepted.
+    fn limits(&self) -> StoreLimits {
+        StoreLimits::default()
+    }
+}
+
+/// An in-memory keyspace. Values are `Arc<[u8]>`, so a handle outlives an
+/// overwrite, as the contract asks.
+#[derive(Debug, Default, Clone)]
+pub struct MemKeyspace {
+    map: BTreeMap<Vec<u8>, (Kind, Arc<[u8]>)>,
+    limits: StoreLimits,
+    max_keys: Option<u64>,
+}
+
+impl MemKeyspace {
+    /// An empty keyspace without limits beyond Redis's.
+    pub fn new() -> Self {
+        MemKeyspace::default()
+    }
+
+    /// An empty keyspace with size limits and at most `max_keys` keys
+    /// (beyond which writes of new keys fail with [`StoreError::Full`]).
+    pub fn with_limits(limits: StoreLimits, max_keys: Option<u64>) -> Self {
+        MemKeyspace { map: BTreeMap::new(), limits, max_keys }
+    }
+}
+
+impl Keyspace for MemKeyspace {
+    type Value = Arc<[u8]>;
+
+    fn get(&mut self, key: &[u8]) -> Option<Stored<Arc<[u8]>>> {
+        self.map.get(key).map(|(kind, v)| Stored { kind: *kind, len: v.len() as u64, value: v.clone() })
+    }
+
+    fn read(&self, value: &Arc<[u8]>, out: &mut Vec<u8>) {
+        out.extend_from_slice(value);
+    }
+
+    fn set(&mut self, key: &[u8], kind: Kind, value: ValueSource<'_>) -> Result<(), StoreError> {
+        let bytes = value.bytes();
+        if key.len() as u64 > self.limits.max_key_bytes {
+            return Err(StoreError::KeyTooLong { len: key.len() as u64, max: self.limits.max_key_bytes });
+        }
+        if bytes.len() as u64 > self.limits.max_value_bytes {
+            return Err(StoreError::ValueTooLong { len: bytes.len() as u64, max: self.limits.max_value_bytes });
+        }
+        if let Some(max) = self.max_keys {
+            if !self.map.contains_key(key) && self.map.len() as u64 >= max {
+                return Err(StoreError::Full);
+            }
+        }
+        let stored: Arc<[u8]> = match value {
+            ValueSource::Owned(v) => v.into(),
+            ValueSource::Arg(a) => a.bytes.into(),
+        };
+        self.map.insert(key.to_vec(), (kind, stored));
+        Ok(())
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<bool, StoreError> {
+        Ok(self.map.remove(key).is_some())
+    }
+
+    fn scan(&mut self, after: Option<&[u8]>, limit: usize, visit: &mut dyn FnMut(&[u8], Kind)) -> usize {
+        use std::ops::Bound;
+        let lower = match after {
+            Some(k) => Bound::Excluded(k),
+            None => Bound::Unbounded,
+        };
+        let mut n = 0;
+        for (k, (kind, _)) in self.map.range::<[u8], _>((lower, Bound::Unbounded)).take(limit) {
+            visit(k, *kind);
+            n += 1;
+        }
+        n
+    }
+
+    fn len(&self) -> u64 {
+        self.map.len() as u64
+    }
+
+    fn clear(&mut self) -> Result<(), StoreError> {
+        self.map.clear();
+        Ok(())
+    }
+
+    fn limits(&self) -> StoreLimits {
+        self.limits
+    }
+}
