@@ -122,6 +122,8 @@ pub struct Stats {
     pub read_pauses: u64,
     /// Connections closed because their unconsumed input reached `max_rx_bytes`.
     pub rx_overflow_closes: u64,
+    /// Graceful closes whose peer had not closed within the linger time (then reset).
+    pub linger_timeouts: u64,
     /// The kernel refused multishot receive and the loop switched to single-shot.
     pub multishot_fallback: bool,
     /// The ring was set up with `SINGLE_ISSUER | DEFER_TASKRUN`.
@@ -269,6 +271,10 @@ const OP_RECV: u64 = 2;
 const OP_SEND: u64 = 3;
 const OP_CANCEL: u64 = 4;
 const OP_STOP: u64 = 5;
+const OP_TICK: u64 = 6;
+
+/// Period of the linger timer; a lingering connection is closed after two ticks (0.5–1 s).
+const LINGER_TICK_MS: u32 = 500;
 
 /// Most iovecs in one `sendmsg` (well under `IOV_MAX`).
 const MAX_IOV: usize = 64;
@@ -316,6 +322,8 @@ struct Conn {
     peer_eof: bool,
     closing: Closing,
     shut: bool,
+    /// Ticks seen since the half-close of a graceful close (`None`: not lingering).
+    linger_ticks: Option<u8>,
     touched: bool,
     dirty: bool,
     pending: Output,
@@ -343,6 +351,7 @@ impl Conn {
             peer_eof: false,
             closing: Closing::No,
             shut: false,
+            linger_ticks: None,
             touched: false,
             dirty: false,
             pending: Output::new(),
@@ -383,6 +392,8 @@ struct Loop<'a, S: BufferSource, V: Service<S>> {
     batch: Batch,
     cqes: Vec<(u64, i32, u32)>,
     accept_armed: bool,
+    tick_armed: bool,
+    tick_ts: Box<types::Timespec>,
     stopping: bool,
     fatal: Option<io::Error>,
 }
@@ -433,6 +444,8 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             batch: Batch::default(),
             cqes: Vec::with_capacity(sq as usize * 4),
             accept_armed: false,
+            tick_armed: false,
+            tick_ts: Box::new(types::Timespec::new().nsec(LINGER_TICK_MS * 1_000_000)),
             stopping: false,
             fatal: None,
         };
@@ -527,6 +540,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             OP_SEND => self.on_send(slot, gen, res),
             OP_CANCEL => {}
             OP_STOP => self.stopping = true,
+            OP_TICK => self.on_tick(),
             _ => panic!("completion with unknown user_data {ud:#x}"),
         }
     }
@@ -590,6 +604,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
         c.peer_eof = false;
         c.closing = Closing::No;
         c.shut = false;
+        c.linger_ticks = None;
         c.cur_part = 0;
         c.cur_off = 0;
         c.send_inflight = false;
@@ -651,8 +666,8 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             assert!(res as u32 <= self.src.buf_size(), "receive longer than a buffer");
             self.stats.recvs += 1;
             self.stats.bytes_received += res as u64;
-            if c.closing == Closing::Hard {
-                self.src.release(id);
+            if c.closing != Closing::No {
+                self.src.release(id); // unread input of a closing connection is discarded
             } else {
                 c.rx.push_back(RxSeg { buf: id, off: 0, len: res as u32 });
                 c.rx_bytes += res as usize;
@@ -910,23 +925,22 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             }
         }
         let c = &mut self.conns[slot as usize];
-        if c.closing != Closing::No {
-            if c.recv == RecvState::Armed {
-                if self.mode == RecvMode::Multishot {
+        match c.closing {
+            Closing::Hard => {
+                if c.recv == RecvState::Armed && self.mode == RecvMode::Multishot {
                     self.cancel_recv(slot);
-                } else if !c.shut {
-                    c.shut = true;
-                    // SAFETY: as above; ends the single-shot receive (graceful close: all
-                    // output is queued before the socket is closed, not lost, see below).
-                    unsafe { libc::shutdown(c.fd, libc::SHUT_RD) };
                 }
+                let c = &self.conns[slot as usize];
+                if c.recv == RecvState::Idle && !c.send_inflight {
+                    self.finish_close(slot);
+                }
+                return;
             }
-            let c = &self.conns[slot as usize];
-            let drained = c.closing == Closing::Hard || c.tx_bytes() == 0;
-            if drained && c.recv == RecvState::Idle && !c.send_inflight {
-                self.finish_close(slot);
+            Closing::Graceful => {
+                self.settle_graceful(slot);
+                return;
             }
-            return;
+            Closing::No => {}
         }
         let want_read = c.rx_bytes < self.cfg.max_rx_bytes && c.tx_bytes() < self.cfg.max_tx_bytes;
         match (want_read, c.recv) {
@@ -936,6 +950,65 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
                 self.cancel_recv(slot);
             }
             _ => {}
+        }
+    }
+
+    /// A graceful close: send everything queued, then half-close (FIN) and keep reading,
+    /// discarding, until the peer closes too or the linger time passes, so that a peer still
+    /// sending (e.g. the body of a refused request) reads the response instead of a reset.
+    fn settle_graceful(&mut self, slot: u32) {
+        let c = &mut self.conns[slot as usize];
+        let drained = c.tx_bytes() == 0 && !c.send_inflight;
+        if drained && c.peer_eof {
+            if c.recv == RecvState::Idle {
+                self.finish_close(slot);
+            } else if c.recv == RecvState::Armed && self.mode == RecvMode::Multishot {
+                self.cancel_recv(slot);
+            }
+            return;
+        }
+        if drained && c.linger_ticks.is_none() {
+            c.linger_ticks = Some(0);
+            // SAFETY: our open socket; all output is sent, so the FIN follows it.
+            unsafe { libc::shutdown(c.fd, libc::SHUT_WR) };
+            if !self.tick_armed {
+                self.arm_tick();
+            }
+        }
+        let c = &self.conns[slot as usize];
+        if !c.peer_eof && c.recv == RecvState::Idle && !c.starved {
+            self.arm_recv(slot);
+        }
+    }
+
+    fn arm_tick(&mut self) {
+        self.tick_armed = true;
+        let ts: *const types::Timespec = &*self.tick_ts;
+        self.push(opcode::Timeout::new(ts).build().user_data(user_data(OP_TICK, 0, 0)));
+    }
+
+    /// Every `LINGER_TICK_MS` while connections linger: those that saw two ticks are closed.
+    fn on_tick(&mut self) {
+        self.tick_armed = false;
+        let mut lingering = false;
+        for slot in 0..self.conns.len() as u32 {
+            let c = &mut self.conns[slot as usize];
+            if !c.open || c.closing != Closing::Graceful {
+                continue;
+            }
+            if let Some(t) = c.linger_ticks.as_mut() {
+                *t += 1;
+                if *t >= 2 {
+                    c.closing = Closing::Hard;
+                    self.stats.linger_timeouts += 1;
+                } else {
+                    lingering = true;
+                }
+                self.mark_dirty(slot);
+            }
+        }
+        if lingering && !self.stopping {
+            self.arm_tick();
         }
     }
 

@@ -1,6 +1,6 @@
 //! Every refusal status, and clients that vanish mid-request.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::TcpStream;
 
 use pmwire_netio::echo::HttpEcho;
@@ -106,5 +106,31 @@ fn connections_over_the_limit_are_refused() {
     drop(open);
     let (server, _) = srv.stop();
     assert_eq!(server.stats().rejected, 1);
+    assert_eq!(server.source().in_use(), 0);
+}
+
+#[test]
+fn refusal_reaches_a_client_still_sending_its_body() {
+    // The server refuses from the head (413) while the client is still writing 4 MB: it
+    // half-closes and drains, so the client reads the 413 rather than a reset.
+    let limits = Limits { max_head_bytes: 1024, max_body_bytes: 4096 };
+    let srv = start(small_config(), HeapBuffers::new(512, 256), HttpEcho::new(limits));
+    for _ in 0..3 {
+        let mut s = connect(srv.addr);
+        let req = post("/huge", &vec![b'z'; 4 << 20]);
+        let mut w = s.try_clone().unwrap();
+        let writer = std::thread::spawn(move || {
+            // The server drains what it will not read: the whole body goes out without a reset.
+            w.write_all(&req).expect("write the refused body");
+            w.shutdown(std::net::Shutdown::Write).unwrap();
+        });
+        let resp = Reader::new().read(&mut s);
+        assert_eq!((resp.status, resp.close), (413, true));
+        writer.join().unwrap();
+        let mut b = [0u8; 16];
+        assert_eq!(s.read(&mut b).expect("a clean EOF, not a reset"), 0);
+    }
+    let (server, _) = srv.stop();
+    assert_eq!(server.service().refused_with(413), 3);
     assert_eq!(server.source().in_use(), 0);
 }
