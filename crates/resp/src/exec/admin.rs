@@ -283,11 +283,22 @@ pub(super) fn keys<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_
     Ok(())
 }
 
+/// Redis's cursor parse (`strtoul` base 10: optional sign, `""` is 0, a
+/// negative number wraps; no leading space, nothing after, no overflow).
 fn parse_cursor(s: &[u8]) -> Option<u64> {
-    if s.is_empty() || !s.iter().all(u8::is_ascii_digit) {
+    let (negative, digits) = match s.first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    if s.is_empty() {
+        return Some(0);
+    }
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    std::str::from_utf8(s).ok()?.parse().ok()
+    let v: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    Some(if negative { v.wrapping_neg() } else { v })
 }
 
 /// SCAN cursor [MATCH pattern] [COUNT n] [TYPE type].
