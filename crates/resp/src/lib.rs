@@ -10,3 +10,4 @@ pub mod keyspace;
 pub mod numbers;
 pub mod reply;
 pub mod request;
+pub mod ycsb;
