@@ -1,7 +1,7 @@
 //! HTTP echo server and load in one process: measures requests/s with the built-in loadgen and,
 //! if installed, wrk (both closed-loop clients on one thread, sharing the machine).
 //!
-//! `cargo run --release -p pmwire-netio --example http_echo -- [connections] [seconds] [body_bytes] [copy]`
+//! `cargo run --release -p pmwire-netio --example http_echo -- [connections] [seconds] [body_bytes] [copy|zc] [busy_poll_us]`
 
 use std::process::Command;
 use std::time::Duration;
@@ -17,10 +17,11 @@ fn main() {
     let seconds = num(1, 2);
     let body_bytes = num(2, 0) as usize;
     let copy = args.get(3).is_some_and(|s| s == "copy");
+    let busy_poll_us = num(4, 0) as u32;
 
     let mut echo = HttpEcho::default();
     echo.copy_body = copy;
-    let mut server = Server::bind("127.0.0.1:0", Config::default(), HeapBuffers::new(8192, 2048), echo).expect("bind");
+    let mut server = Server::bind("127.0.0.1:0", Config { busy_poll_us, ..Config::default() }, HeapBuffers::new(8192, 2048), echo).expect("bind");
     let addr = server.local_addr();
     let stop = server.stop_handle();
     let t = std::thread::spawn(move || {

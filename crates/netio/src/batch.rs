@@ -169,9 +169,7 @@ impl Output {
                 Part::Buf { buf, offset, len } => {
                     assert!(offset as u64 + len as u64 <= src.buf_size() as u64);
                     // SAFETY: in bounds of a buffer the caller keeps alive.
-                    let s = unsafe {
-                        std::slice::from_raw_parts(src.ptr(buf).add(offset as usize), len as usize)
-                    };
+                    let s = unsafe { std::slice::from_raw_parts(src.ptr(buf).add(offset as usize), len as usize) };
                     v.extend_from_slice(s);
                 }
             }
@@ -255,8 +253,7 @@ impl Batch {
     pub fn split(&mut self, i: usize) -> (Input<'_>, &mut Reply) {
         assert!(i < self.used, "batch entry {i} out of range");
         let e = &mut self.entries[i];
-        let input =
-            Input { conn: e.conn, segments: &self.segs[e.seg_start..e.seg_end], peer_closed: e.peer_closed };
+        let input = Input { conn: e.conn, segments: &self.segs[e.seg_start..e.seg_end], peer_closed: e.peer_closed };
         (input, &mut e.reply)
     }
 }

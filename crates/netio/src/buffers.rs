@@ -63,9 +63,7 @@ impl HeapBuffers {
     pub fn new(count: u32, buf_size: u32) -> HeapBuffers {
         assert!(count > 0, "HeapBuffers needs at least one buffer");
         assert!(buf_size > 0, "HeapBuffers needs a non-zero buffer size");
-        let total = (count as usize)
-            .checked_mul(buf_size as usize)
-            .expect("HeapBuffers size overflows usize");
+        let total = (count as usize).checked_mul(buf_size as usize).expect("HeapBuffers size overflows usize");
         let layout = Layout::from_size_align(total, HEAP_ALIGN_BYTES).expect("HeapBuffers layout");
         // SAFETY: `layout` has a non-zero size (both factors are above zero).
         let raw = unsafe { alloc::alloc_zeroed(layout) };
@@ -106,8 +104,7 @@ impl HeapBuffers {
         assert!(self.refs[id as usize] > 0, "read of free buffer {id}");
         assert!(offset as u64 + len as u64 <= self.buf_size as u64, "read past buffer end");
         // SAFETY: in bounds (asserted) of a live allocation.
-        unsafe { std::slice::from_raw_parts(self.ptr(id).add(offset as usize), len as usize) }
-            .to_vec()
+        unsafe { std::slice::from_raw_parts(self.ptr(id).add(offset as usize), len as usize) }.to_vec()
     }
 }
 

@@ -346,7 +346,12 @@ impl<'a> Iterator for BodyPieces<'a> {
         }
         let s = &self.segs[self.seg];
         let n = (s.bytes.len() - self.off).min(self.left);
-        let p = Piece { seg: self.seg, buf: s.buf, offset: s.offset + self.off as u32, bytes: &s.bytes[self.off..self.off + n] };
+        let p = Piece {
+            seg: self.seg,
+            buf: s.buf,
+            offset: s.offset + self.off as u32,
+            bytes: &s.bytes[self.off..self.off + n],
+        };
         self.left -= n;
         self.seg += 1;
         self.off = 0;
@@ -385,7 +390,11 @@ pub fn write_head(out: &mut Output, status: u16, keep_alive: bool, content_lengt
     assert!((100..1000).contains(&status), "status {status} out of range");
     let conn = if keep_alive { "keep-alive" } else { "close" };
     // Writing to an Output cannot fail.
-    let _ = write!(out, "HTTP/1.1 {status} {}\r\nContent-Length: {content_length}\r\nConnection: {conn}\r\n", reason(status));
+    let _ = write!(
+        out,
+        "HTTP/1.1 {status} {}\r\nContent-Length: {content_length}\r\nConnection: {conn}\r\n",
+        reason(status)
+    );
     if let Some(ct) = content_type {
         let _ = write!(out, "Content-Type: {ct}\r\n");
     }
@@ -503,7 +512,10 @@ mod tests {
         assert_eq!(error_of(&mut c, &[b"GET / HTTP/1.1\r\nContent-Length: 101\r\n\r\n"]).status(), 413);
         assert_eq!(error_of(&mut c, &[b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"]).status(), 501);
         assert_eq!(error_of(&mut c, &[b"GET / HTTP/1.1\r\nContent-Length: x\r\n\r\n"]).status(), 400);
-        assert_eq!(error_of(&mut c, &[b"GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"]).status(), 400);
+        assert_eq!(
+            error_of(&mut c, &[b"GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"]).status(),
+            400
+        );
         assert_eq!(error_of(&mut c, &[b"GE T / HTTP/1.1\r\n\r\n"]).status(), 400);
         assert_eq!(error_of(&mut c, &[b"GET / HTTP/2.0\r\n\r\n"]).status(), 400);
         let long = vec![b'a'; 300];

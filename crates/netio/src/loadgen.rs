@@ -132,6 +132,8 @@ struct Gen {
     running: bool,
     warm_end: Instant,
     sum_us: u128,
+    /// Completions drained at once (kept for its capacity).
+    cqes: Vec<(u64, i32)>,
 }
 
 fn connect(addr: SocketAddr) -> Result<RawFd, LoadError> {
@@ -170,6 +172,7 @@ pub fn run(addr: SocketAddr, cfg: &LoadConfig) -> Result<LoadReport, LoadError> 
         running: true,
         warm_end: start + cfg.warmup,
         sum_us: 0,
+        cqes: Vec::with_capacity(entries as usize * 2),
     };
     for _ in 0..cfg.connections {
         let fd = connect(addr)?;
@@ -256,12 +259,14 @@ impl Gen {
     }
 
     fn drain(&mut self) {
+        let mut cqes = std::mem::take(&mut self.cqes);
         loop {
-            let cqes: Vec<(u64, i32)> = self.uring.completion().map(|c| (c.user_data(), c.result())).take(256).collect();
+            cqes.clear();
+            cqes.extend(self.uring.completion().map(|c| (c.user_data(), c.result())));
             if cqes.is_empty() {
-                return;
+                break;
             }
-            for (ud, res) in cqes {
+            for &(ud, res) in &cqes {
                 let i = (ud & 0xffff_ffff) as usize;
                 match ud >> 32 {
                     OP_SEND => self.on_send(i, res),
@@ -270,6 +275,7 @@ impl Gen {
                 }
             }
         }
+        self.cqes = cqes;
     }
 
     fn issue(&mut self, i: usize) {

@@ -99,7 +99,8 @@ fn requests_written_in_tiny_pieces() {
 fn bodies_up_to_the_limit() {
     let max = 64 << 10;
     let cfg = Config { ring_entries: 256, max_rx_bytes: max + 4096, ..Config::default() };
-    let srv = start(cfg, HeapBuffers::new(2048, 256), HttpEcho::new(Limits { max_head_bytes: 4096, max_body_bytes: max }));
+    let srv =
+        start(cfg, HeapBuffers::new(2048, 256), HttpEcho::new(Limits { max_head_bytes: 4096, max_body_bytes: max }));
     let mut s = connect(srv.addr);
     let mut r = Reader::new();
     for len in [max - 1, max, 1, max / 2 + 3] {
@@ -185,9 +186,9 @@ fn ring_exhaustion_with_a_tiny_pool() {
     assert_eq!(server.source().in_use(), 0);
 }
 
-#[test]
-fn idle_server_sleeps() {
-    let srv = start(small_config(), HeapBuffers::new(256, 256), HttpEcho::default());
+fn idle_server_sleeps(busy_poll_us: u32) {
+    let cfg = Config { busy_poll_us, ..small_config() };
+    let srv = start(cfg, HeapBuffers::new(256, 256), HttpEcho::default());
     let mut s = connect(srv.addr);
     write_all(&mut s, &get("/idle"));
     assert_eq!(Reader::new().read(&mut s).status, 200);
@@ -196,5 +197,19 @@ fn idle_server_sleeps() {
     let (server, cpu_s) = srv.stop();
     assert!(cpu_s < 0.25, "server thread used {cpu_s:.3} s of CPU over an idle second");
     assert!(server.stats().wakeups < 1000, "{:?}", server.stats());
-    println!("idle: server thread CPU {:.1} ms over ~1 s, {} wake-ups", cpu_s * 1e3, server.stats().wakeups);
+    println!(
+        "idle (busy poll {busy_poll_us} us): server thread CPU {:.1} ms over ~1 s, {} wake-ups",
+        cpu_s * 1e3,
+        server.stats().wakeups
+    );
+}
+
+#[test]
+fn idle_server_sleeps_blocking() {
+    idle_server_sleeps(0);
+}
+
+#[test]
+fn idle_server_sleeps_after_its_poll_budget() {
+    idle_server_sleeps(50);
 }

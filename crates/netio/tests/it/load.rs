@@ -23,13 +23,8 @@ fn loadgen_closed_loop_get_and_post() {
     assert!(r.requests > 0);
     assert_eq!(r.errors, 0);
     assert!(r.latency_us_p50 <= r.latency_us_p99);
-    let post = LoadConfig {
-        connections: 5,
-        method: "POST".into(),
-        body_bytes: 1280,
-        stop: StopAfter::Requests(2000),
-        ..get
-    };
+    let post =
+        LoadConfig { connections: 5, method: "POST".into(), body_bytes: 1280, stop: StopAfter::Requests(2000), ..get };
     let r = loadgen::run(srv.addr, &post).unwrap();
     println!("POST 1280 B, 5 connections: {r:?}");
     assert!(r.requests >= 2000);
