@@ -733,6 +733,9 @@ impl BTree {
         ops: &[BatchOp],
     ) -> Result<Vec<Option<Value>>, BatchError> {
         if clear {
+            if self.free.is_empty() {
+                return Err(BatchError::Full { index: 0, needed: 1, free: 0 });
+            }
             self.clear_in_batch(media);
         }
         let mut previous = Vec::with_capacity(ops.len());

@@ -1,0 +1,155 @@
+//! The checkpoint: the WAL's net effect applied to the B+tree with one
+//! root switch, then the WAL truncated, then the references the tree's old
+//! values and the dropped records held released — in that order, so a
+//! buffer is freed only once no durable structure names it.
+//!
+//! The tree records no WAL position: every record is a blind write (a set
+//! carries the whole value; delete and clear need no prior state), so
+//! replaying the retained WAL over a tree that already holds some or all
+//! of it gives the same index. A crash between the root switch and the
+//! truncation therefore only replays records twice.
+
+use std::collections::BTreeMap;
+
+use pmem::Media;
+use pmwire_btree::{BatchError, BatchOp};
+use pmwire_log::Extent;
+
+use super::Engine;
+use crate::error::CheckpointError;
+use crate::record::{list_bytes, TreeValue, WalOp, DIRECT_EXTENTS};
+
+/// What the WAL does to one key: its final value, or removal.
+type Net = BTreeMap<Vec<u8>, Option<(u8, Vec<Extent>)>>;
+
+impl Engine {
+    /// Applies every committed WAL record to the tree and truncates the
+    /// WAL (staged operations are untouched). On error the WAL keeps every
+    /// record; nothing acknowledged is lost.
+    pub fn checkpoint<M: Media>(&mut self, media: &mut M) -> Result<(), CheckpointError> {
+        if self.records.is_empty() {
+            return Ok(());
+        }
+        let (clear, net) = self.net_effect();
+        // The tree's references on values it drops: released after the switch.
+        let mut dropped: Vec<Extent> = Vec::new();
+        let mut cleared: Vec<Extent> = Vec::new();
+        if clear {
+            let values: Vec<_> = self.tree.iter(media).map(|(_, v)| v).collect();
+            for value in values {
+                cleared.extend(self.decode_tree_value(media, &value).expect("tree value decodes").1);
+            }
+        }
+        let mut encoded: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::with_capacity(net.len());
+        let mut taken: Vec<Vec<Extent>> = Vec::with_capacity(net.len());
+        for (key, value) in net {
+            match value {
+                Some((kind, extents)) => match self.tree_value(media, kind, &extents) {
+                    Some((bytes, refs)) => {
+                        encoded.push((key, Some(bytes)));
+                        taken.push(refs);
+                    }
+                    None => {
+                        taken.iter().flatten().for_each(|e| _ = self.pool.release(e.buf_idx));
+                        return Err(CheckpointError::PoolFull);
+                    }
+                },
+                None => {
+                    encoded.push((key, None));
+                    taken.push(Vec::new());
+                }
+            }
+        }
+        let ops: Vec<BatchOp> = encoded
+            .iter()
+            .map(|(key, value)| match value {
+                Some(value) => BatchOp::Put { key, value },
+                None => BatchOp::Delete { key },
+            })
+            .collect();
+        self.apply_in_batches(media, clear, &ops, &taken, cleared, &mut dropped)?;
+        // Planted bug only: take back the references dropped early, so the
+        // counts below come out as the correct code's.
+        for buf_idx in std::mem::take(&mut self.early) {
+            self.pool.reclaim(buf_idx);
+        }
+        self.early_keys.clear();
+        let next = self.wal.next_index();
+        self.wal.truncate(media, next).expect("truncate to the tail");
+        let records = std::mem::take(&mut self.records);
+        for record in &records {
+            record.op.extents().for_each(|e| _ = self.pool.release(e.buf_idx));
+        }
+        dropped.iter().for_each(|e| _ = self.pool.release(e.buf_idx));
+        self.stats.checkpoints += 1;
+        Ok(())
+    }
+
+    /// Whether the WAL clears the tree, and each key's final state.
+    fn net_effect(&mut self) -> (bool, Net) {
+        let mut clear = false;
+        let mut net = Net::new();
+        for record in &self.records {
+            match &record.op {
+                WalOp::Set { kind, value, .. } => _ = net.insert(record.key.clone(), Some((*kind, value.clone()))),
+                WalOp::Delete { .. } => _ = net.insert(record.key.clone(), None),
+                WalOp::Clear => {
+                    clear = true;
+                    net.clear();
+                }
+            }
+        }
+        (clear, net)
+    }
+
+    /// The tree's bytes for a value, with the references the tree takes
+    /// (an extent list is written to the arena, durable at the tree's drain).
+    fn tree_value<M: Media>(&mut self, media: &mut M, kind: u8, extents: &[Extent]) -> Option<(Vec<u8>, Vec<Extent>)> {
+        let mut refs = extents.to_vec();
+        let value = if extents.len() <= DIRECT_EXTENTS {
+            TreeValue::Direct { kind, extents: extents.to_vec() }
+        } else {
+            let list = self.copy_in(media, &list_bytes(extents), true)?[0];
+            refs.push(list);
+            TreeValue::Indirect { kind, list }
+        };
+        extents.iter().for_each(|e| self.pool.retain(e.buf_idx));
+        Some((value.encode(), refs))
+    }
+
+    /// Applies `ops` with as few root switches as the free nodes allow:
+    /// all at once, else halves, down to one operation per batch.
+    fn apply_in_batches<M: Media>(
+        &mut self,
+        media: &mut M,
+        clear: bool,
+        ops: &[BatchOp],
+        taken: &[Vec<Extent>],
+        mut cleared: Vec<Extent>,
+        dropped: &mut Vec<Extent>,
+    ) -> Result<(), CheckpointError> {
+        let (mut start, mut chunk, mut clear_pending) = (0, ops.len().max(1), clear);
+        while start < ops.len() || clear_pending {
+            let end = (start + chunk).min(ops.len());
+            match self.tree.apply_batch(media, clear_pending, &ops[start..end]) {
+                Ok(previous) => {
+                    for value in previous.into_iter().flatten() {
+                        dropped.extend(self.decode_tree_value(media, &value).expect("tree value decodes").1);
+                    }
+                    self.stats.tree_batches += 1;
+                    dropped.append(&mut cleared);
+                    (start, clear_pending) = (end, false);
+                }
+                Err(BatchError::Full { .. }) if end - start > 1 => chunk = (end - start) / 2,
+                Err(error) => {
+                    taken[start..].iter().flatten().for_each(|e| _ = self.pool.release(e.buf_idx));
+                    // The batches that did switch dropped the tree's
+                    // references on their old values.
+                    dropped.iter().for_each(|e| _ = self.pool.release(e.buf_idx));
+                    return Err(CheckpointError::TreeFull(error.to_string()));
+                }
+            }
+        }
+        Ok(())
+    }
+}

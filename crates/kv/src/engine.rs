@@ -1,0 +1,707 @@
+//! [`Engine`]: the KV engine — an extent WAL and a copy-on-write B+tree
+//! over pool buffers, with a volatile ordered index for reads.
+//!
+//! Data flow: the caller *stages* operations (`set_extents`, `set_copy`,
+//! `delete`, `clear`, `log_append`); each takes its references and issues
+//! the flushes of its bytes at once (no drain) and is applied to the
+//! index, so reads in the same batch see it. `commit` then makes the whole
+//! batch durable with one drain for the data and one `append_group` (one
+//! more drain) for its records, all or nothing. A *checkpoint* applies the
+//! WAL's net effect to the tree with one `apply_batch` (one root switch),
+//! then truncates the WAL.
+//!
+//! Invariants (checked by [`Engine::check`]):
+//! - `index` = the tree's contents, then every committed WAL record, then
+//!   every staged record, applied in order (records are blind writes, so
+//!   replaying any of them twice changes nothing);
+//! - every buffer's count = one per extent of each durable tree value (and
+//!   its extent list), one per extent of each committed or staged record
+//!   and user-log entry, one for the arena, plus the caller's own
+//!   references; a buffer is freed only after the last durable structure
+//!   naming it has dropped it durably (root switch, WAL truncation);
+//! - the index itself holds no references: each of its values is named by
+//!   a retained record or by the tree.
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::ops::Bound;
+
+use pmem::Media;
+use pmwire_btree::{BTree, MAX_KEY_BYTES};
+use pmwire_log::{Extent, ExtentLog, MAX_GROUP, MAX_OFFSET};
+use pmwire_pool::{Pool, PoolConfig, DEFAULT_BUF_SIZE};
+
+#[path = "checkpoint.rs"]
+mod checkpoint;
+
+use crate::error::{CommitError, CreateError, LogError, OpenError, StageError};
+use crate::record::{
+    decode_user_log, decode_wal, encode_user_entry, extent_words, TreeValue, WalOp, MAX_ENTRY_EXTENTS, MAX_VALUE_EXTENTS, TAG_TREE, TAG_USER_LOG, TAG_WAL,
+};
+
+/// Sizes of a new engine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvConfig {
+    /// Bytes per pool buffer (512 ..= 8192, a multiple of 64; default 2048).
+    pub buf_size: u32,
+    /// Pool buffers.
+    pub buffers: u32,
+    /// Slots of the KV WAL (≥ 64); a checkpoint runs when it is half full.
+    pub wal_slots: u64,
+    /// Slots of the user log (≥ 16).
+    pub log_slots: u64,
+    /// Nodes (4 KB) of the B+tree (≥ 16).
+    pub tree_nodes: u32,
+}
+
+impl KvConfig {
+    /// `buffers` 2 KB buffers, a 16 Ki-slot WAL and user log, and a tree of
+    /// one node per 8 buffers (at least 64).
+    pub fn new(buffers: u32) -> KvConfig {
+        KvConfig { buf_size: DEFAULT_BUF_SIZE, buffers, wal_slots: 16384, log_slots: 16384, tree_nodes: (buffers / 8).max(64) }
+    }
+
+    fn pool_config(&self) -> PoolConfig {
+        let sections = vec![
+            (TAG_WAL, ExtentLog::required_size(self.wal_slots)),
+            (TAG_USER_LOG, ExtentLog::required_size(self.log_slots)),
+            (TAG_TREE, BTree::required_size(self.tree_nodes)),
+        ];
+        PoolConfig { buf_size: self.buf_size, buffers: self.buffers, sections }
+    }
+
+    /// Media bytes (from `base`) the engine needs.
+    pub fn required_size(&self) -> Result<u64, CreateError> {
+        Ok(Pool::required_size(&self.pool_config())?)
+    }
+}
+
+/// Planted bugs for the crash checker's canaries (tests only).
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// `commit` appends the records without draining the data first.
+    pub skip_data_drain: bool,
+    /// An overwrite, delete or clear frees the durable tree's references
+    /// on the old value when staged (taken back at the checkpoint).
+    pub free_early: bool,
+    /// Recovery ignores the WAL records after the checkpoint.
+    pub skip_replay: bool,
+}
+
+/// Counters since create/open (volatile).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Commits that wrote something.
+    pub commits: u64,
+    /// Checkpoints that applied records.
+    pub checkpoints: u64,
+    /// Tree batches (root switches) of those checkpoints.
+    pub tree_batches: u64,
+    /// Automatic checkpoints that failed (the WAL stays full).
+    pub checkpoint_failures: u64,
+}
+
+/// A value in the index.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Stored {
+    kind: u8,
+    extents: Vec<Extent>,
+}
+
+/// How to undo a staged operation in the index.
+enum Undo {
+    Key(Vec<u8>, Option<Stored>),
+    All(BTreeMap<Vec<u8>, Stored>),
+}
+
+/// A WAL record with its key's bytes.
+struct Record {
+    op: WalOp,
+    key: Vec<u8>,
+}
+
+struct Staged {
+    record: Record,
+    undo: Undo,
+}
+
+/// A user-log entry (committed or staged).
+struct UserEntry {
+    lsn: u64,
+    extents: Vec<Extent>,
+}
+
+/// The KV engine. See the module docs.
+pub struct Engine {
+    pool: Pool,
+    wal: ExtentLog,
+    user_log: ExtentLog,
+    tree: BTree,
+    index: BTreeMap<Vec<u8>, Stored>,
+    /// Committed records still in the WAL, oldest first.
+    records: Vec<Record>,
+    staged: Vec<Staged>,
+    staged_words: usize,
+    user_entries: VecDeque<UserEntry>,
+    user_staged: Vec<UserEntry>,
+    user_staged_words: usize,
+    /// The buffer small copies (keys, copied values, extent lists) are
+    /// packed into, and its first unused byte; the arena holds one reference.
+    arena: Option<(u32, u32)>,
+    /// Flushes were issued since the last drain.
+    data_dirty: bool,
+    faults: Faults,
+    early: Vec<u32>,
+    early_keys: HashSet<Vec<u8>>,
+    stats: Stats,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Engine({} keys, {} WAL records, {} staged)", self.index.len(), self.records.len(), self.staged.len())
+    }
+}
+
+impl Engine {
+    /// Formats a new engine at `base` (a multiple of 4096): the pool's
+    /// header is persisted last, so a crash during `create` leaves no engine.
+    pub fn create<M: Media>(media: &mut M, base: u64, config: &KvConfig) -> Result<Engine, CreateError> {
+        Engine::create_with_faults(media, base, config, Faults::default())
+    }
+
+    /// `create` with planted bugs (tests only).
+    #[doc(hidden)]
+    pub fn create_with_faults<M: Media>(
+        media: &mut M,
+        base: u64,
+        config: &KvConfig,
+        faults: Faults,
+    ) -> Result<Engine, CreateError> {
+        if config.buf_size < 512 || config.wal_slots < 64 || config.log_slots < 16 || config.tree_nodes < 16 {
+            return Err(CreateError::BadConfig(format!("{config:?}: need buffers ≥ 512 B, WAL ≥ 64, log ≥ 16, tree ≥ 16")));
+        }
+        let layout = Pool::begin_create(media, base, &config.pool_config())?;
+        let at = |i: usize| layout.sections[i].offset;
+        let bad = |e: String| CreateError::BadConfig(e);
+        let wal = ExtentLog::create(media, at(0), config.wal_slots).map_err(|e| bad(e.to_string()))?;
+        let user_log = ExtentLog::create(media, at(1), config.log_slots).map_err(|e| bad(e.to_string()))?;
+        let tree = BTree::create(media, at(2), config.tree_nodes).map_err(|e| bad(e.to_string()))?;
+        let pool = Pool::finish_create(media, layout);
+        Ok(Engine::assemble(pool, wal, user_log, tree, faults))
+    }
+
+    fn assemble(pool: Pool, wal: ExtentLog, user_log: ExtentLog, tree: BTree, faults: Faults) -> Engine {
+        Engine {
+            pool,
+            wal,
+            user_log,
+            tree,
+            index: BTreeMap::new(),
+            records: Vec::new(),
+            staged: Vec::new(),
+            staged_words: 0,
+            user_entries: VecDeque::new(),
+            user_staged: Vec::new(),
+            user_staged_words: 0,
+            arena: None,
+            data_dirty: false,
+            faults,
+            early: Vec::new(),
+            early_keys: HashSet::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    /// Recovers the engine at `base`: opens the pool, the tree and both
+    /// logs, builds the index from the tree then replays the WAL, counts
+    /// every durable reference, and frees every other buffer.
+    pub fn open<M: Media>(media: &mut M, base: u64) -> Result<Engine, OpenError> {
+        Engine::open_with_faults(media, base, Faults::default())
+    }
+
+    /// `open` with planted bugs (tests only).
+    #[doc(hidden)]
+    pub fn open_with_faults<M: Media>(media: &mut M, base: u64, faults: Faults) -> Result<Engine, OpenError> {
+        let pool = Pool::open(media, base)?;
+        let section = |tag| pool.section(tag).ok_or(OpenError::MissingSection { tag });
+        let (wal_at, log_at, tree_at) = (section(TAG_WAL)?.offset, section(TAG_USER_LOG)?.offset, section(TAG_TREE)?.offset);
+        let tree = BTree::open(media, tree_at)?;
+        let wal = ExtentLog::open(media, wal_at).map_err(|error| OpenError::Log { which: "KV WAL", error })?;
+        let user_log = ExtentLog::open(media, log_at).map_err(|error| OpenError::Log { which: "user log", error })?;
+        let mut engine = Engine::assemble(pool, wal, user_log, tree, faults);
+        engine.recover(media).map_err(OpenError::Corrupt)?;
+        engine.pool.finish_recovery();
+        Ok(engine)
+    }
+
+    fn recover<M: Media>(&mut self, media: &M) -> Result<(), String> {
+        let values: Vec<(Vec<u8>, pmwire_btree::Value)> = self.tree.iter(media).collect();
+        for (key, value) in values {
+            let (stored, refs) = self.decode_tree_value(media, &value)?;
+            self.recover_refs(&refs)?;
+            self.index.insert(key, stored);
+        }
+        for (_, op) in decode_wal(&self.wal.read_all(media))? {
+            let refs: Vec<Extent> = op.extents().collect();
+            self.recover_refs(&refs)?;
+            let key = match &op {
+                WalOp::Set { key, .. } | WalOp::Delete { key } => self.read_bytes(media, *key),
+                WalOp::Clear => Vec::new(),
+            };
+            let record = Record { op, key };
+            if !self.faults.skip_replay {
+                apply_to(&mut self.index, &record);
+            }
+            self.records.push(record);
+        }
+        for (lsn, extents) in decode_user_log(&self.user_log.read_all(media))? {
+            self.recover_refs(&extents)?;
+            self.user_entries.push_back(UserEntry { lsn, extents });
+        }
+        Ok(())
+    }
+
+    fn recover_refs(&mut self, extents: &[Extent]) -> Result<(), String> {
+        for &extent in extents {
+            self.pool.check_extent(extent).map_err(|e| format!("{extent:?}: {e}"))?;
+            self.pool.recover_ref(extent.buf_idx).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// The index value and the references (extents, and the extent list
+    /// of an indirect value) of a tree value.
+    fn decode_tree_value<M: Media>(&self, media: &M, bytes: &[u8]) -> Result<(Stored, Vec<Extent>), String> {
+        match TreeValue::decode(bytes)? {
+            TreeValue::Direct { kind, extents } => Ok((Stored { kind, extents: extents.clone() }, extents)),
+            TreeValue::Indirect { kind, list } => {
+                self.pool.check_extent(list).map_err(|e| format!("extent list {list:?}: {e}"))?;
+                let extents = extent_words(&self.read_bytes(media, list));
+                let mut refs = extents.clone();
+                refs.push(list);
+                Ok((Stored { kind, extents }, refs))
+            }
+        }
+    }
+
+    fn read_bytes<M: Media>(&self, media: &M, extent: Extent) -> Vec<u8> {
+        let mut out = Vec::with_capacity(extent.len as usize);
+        self.pool.gather(media, &[extent], &mut out);
+        out
+    }
+
+    // ----- reads -----
+
+    /// The kind and extents of `key` (staged operations included). The
+    /// extents stay valid until the next mutating call; retain their
+    /// buffers (`pool_mut().retain`) to hold them longer, e.g. for a
+    /// zero-copy send.
+    pub fn get(&self, key: &[u8]) -> Option<(u8, &[Extent])> {
+        self.index.get(key).map(|s| (s.kind, &s.extents[..]))
+    }
+
+    /// Appends the value of `key` to `out`; returns its kind.
+    pub fn get_bytes<M: Media>(&self, media: &M, key: &[u8], out: &mut Vec<u8>) -> Option<u8> {
+        let stored = self.index.get(key)?;
+        self.pool.gather(media, &stored.extents, out);
+        Some(stored.kind)
+    }
+
+    /// The value's length in bytes.
+    pub fn value_len(&self, key: &[u8]) -> Option<usize> {
+        self.index.get(key).map(|s| s.extents.iter().map(|e| e.len as usize).sum())
+    }
+
+    /// Entries with keys after `start`, in key order (KEYS, SCAN with the
+    /// last key returned as the cursor: `Bound::Excluded(cursor)`).
+    pub fn range<'a>(&'a self, start: Bound<&[u8]>) -> impl Iterator<Item = (&'a [u8], u8, &'a [Extent])> + 'a {
+        self.index.range::<[u8], _>((start, Bound::Unbounded)).map(|(k, s)| (&k[..], s.kind, &s.extents[..]))
+    }
+
+    /// Keys (staged operations included).
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Whether there are no keys.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// The buffer pool (for offsets, gathering bytes).
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The buffer pool, to allocate receive buffers and hold references.
+    pub fn pool_mut(&mut self) -> &mut Pool {
+        &mut self.pool
+    }
+
+    /// Counters since create/open.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Extents a value may have (`set_extents`), and so the largest copied
+    /// value is about this many buffers.
+    pub fn max_value_extents(&self) -> usize {
+        MAX_VALUE_EXTENTS.min(self.pool.buf_size() as usize / 8).min(self.batch_limit() - 2)
+    }
+
+    /// WAL words one batch may take.
+    fn batch_limit(&self) -> usize {
+        MAX_GROUP.min(self.wal.capacity() as usize / 2)
+    }
+
+    /// WAL records committed and not yet checkpointed.
+    pub fn wal_records(&self) -> usize {
+        self.records.len()
+    }
+}
+
+/// Applies one record to an index.
+fn apply_to(index: &mut BTreeMap<Vec<u8>, Stored>, record: &Record) {
+    match &record.op {
+        WalOp::Set { kind, value, .. } => {
+            index.insert(record.key.clone(), Stored { kind: *kind, extents: value.clone() });
+        }
+        WalOp::Delete { .. } => {
+            index.remove(&record.key);
+        }
+        WalOp::Clear => index.clear(),
+    }
+}
+
+// ----- staging and commit -----
+impl Engine {
+    /// Stages `key → (kind, value)` where the value's bytes already sit in
+    /// pool buffers the caller holds (zero-copy): the engine takes its own
+    /// reference on each extent's buffer and flushes its lines (no drain).
+    pub fn set_extents<M: Media>(&mut self, media: &mut M, key: &[u8], kind: u8, value: &[Extent]) -> Result<(), StageError> {
+        self.check_set(key, value.len())?;
+        for &extent in value {
+            self.pool.check_live_extent(extent)?;
+            assert!(extent.offset <= MAX_OFFSET, "a live extent lies inside a buffer of ≤ 8 KB");
+        }
+        let key_extent = self.copy_in(media, key, true).ok_or(StageError::PoolFull)?[0];
+        for &extent in value {
+            self.pool.retain(extent.buf_idx);
+            self.pool.flush_extent(media, extent);
+            self.data_dirty = true;
+        }
+        self.stage_set(media, key, kind, key_extent, value.to_vec());
+        Ok(())
+    }
+
+    /// Stages `key → (kind, bytes)`, copying the bytes into pool buffers
+    /// (non-temporal or flushed stores, no drain).
+    pub fn set_copy<M: Media>(&mut self, media: &mut M, key: &[u8], kind: u8, bytes: &[u8]) -> Result<(), StageError> {
+        let size = self.pool.buf_size() as usize;
+        let max = self.max_value_extents();
+        if bytes.len() > (max - 1) * size {
+            return Err(StageError::ValueTooLong { extents: bytes.len().div_ceil(size) + 1, max });
+        }
+        self.check_set(key, bytes.len().div_ceil(size) + 1)?;
+        let key_extent = self.copy_in(media, key, true).ok_or(StageError::PoolFull)?[0];
+        let Some(value) = self.copy_in(media, bytes, false) else {
+            self.pool.release(key_extent.buf_idx);
+            return Err(StageError::PoolFull);
+        };
+        self.stage_set(media, key, kind, key_extent, value);
+        Ok(())
+    }
+
+    fn check_set(&self, key: &[u8], extents: usize) -> Result<(), StageError> {
+        if key.len() > MAX_KEY_BYTES {
+            return Err(StageError::KeyTooLong { len: key.len(), max: MAX_KEY_BYTES });
+        }
+        let max = self.max_value_extents();
+        if extents > max {
+            return Err(StageError::ValueTooLong { extents, max });
+        }
+        self.check_room(2 + extents)
+    }
+
+    fn check_room(&self, needed: usize) -> Result<(), StageError> {
+        let room = self.batch_limit() - self.staged_words;
+        if needed > room {
+            return Err(StageError::BatchFull { needed, room });
+        }
+        Ok(())
+    }
+
+    fn stage_set<M: Media>(&mut self, media: &M, key: &[u8], kind: u8, key_extent: Extent, value: Vec<Extent>) {
+        self.free_early(media, Some(key));
+        let stored = Stored { kind, extents: value.clone() };
+        let previous = self.index.insert(key.to_vec(), stored);
+        let op = WalOp::Set { key: key_extent, kind, value };
+        self.push_staged(Record { op, key: key.to_vec() }, Undo::Key(key.to_vec(), previous));
+    }
+
+    /// Stages the removal of `key`; `false` (and nothing staged) if absent.
+    pub fn delete<M: Media>(&mut self, media: &mut M, key: &[u8]) -> Result<bool, StageError> {
+        if key.len() > MAX_KEY_BYTES || !self.index.contains_key(key) {
+            return Ok(false);
+        }
+        self.check_room(2)?;
+        let key_extent = self.copy_in(media, key, true).ok_or(StageError::PoolFull)?[0];
+        self.free_early(media, Some(key));
+        let previous = self.index.remove(key);
+        let op = WalOp::Delete { key: key_extent };
+        self.push_staged(Record { op, key: key.to_vec() }, Undo::Key(key.to_vec(), previous));
+        Ok(true)
+    }
+
+    /// Stages the removal of every key (FLUSHDB).
+    pub fn clear<M: Media>(&mut self, media: &mut M) -> Result<(), StageError> {
+        self.check_room(1)?;
+        self.free_early(media, None);
+        let previous = std::mem::take(&mut self.index);
+        self.push_staged(Record { op: WalOp::Clear, key: Vec::new() }, Undo::All(previous));
+        Ok(())
+    }
+
+    fn push_staged(&mut self, record: Record, undo: Undo) {
+        self.staged_words += record.op.words();
+        assert!(self.staged_words <= self.batch_limit(), "staged beyond the batch limit");
+        self.staged.push(Staged { record, undo });
+    }
+
+    /// Planted bug: drops the durable tree's references on `key`'s tree
+    /// value (every value if `None`) now, before any checkpoint.
+    fn free_early<M: Media>(&mut self, media: &M, key: Option<&[u8]>) {
+        if !self.faults.free_early {
+            return;
+        }
+        let values: Vec<(Vec<u8>, pmwire_btree::Value)> = match key {
+            Some(key) => self.tree.get(media, key).unwrap().map(|v| (key.to_vec(), v)).into_iter().collect(),
+            None => self.tree.iter(media).collect(),
+        };
+        for (key, value) in values {
+            if self.early_keys.insert(key) {
+                let (_, refs) = self.decode_tree_value(media, &value).expect("tree value");
+                for extent in refs {
+                    self.pool.release(extent.buf_idx);
+                    self.early.push(extent.buf_idx);
+                }
+            }
+        }
+    }
+
+    /// Copies `bytes` into arena buffers, durable at the next drain; one
+    /// extent if `whole` (the bytes must fit one buffer), else as many as
+    /// needed. Each extent holds a reference for the caller. `None` (and
+    /// nothing held) if the pool ran out.
+    fn copy_in<M: Media>(&mut self, media: &mut M, bytes: &[u8], whole: bool) -> Option<Vec<Extent>> {
+        let size = self.pool.buf_size();
+        let mut out = Vec::new();
+        let mut rest = bytes;
+        while out.is_empty() && whole || !rest.is_empty() {
+            let need = if whole { rest.len() as u32 } else { 1 };
+            assert!(need <= size, "{need} B do not fit one buffer");
+            let Some(used) = self.arena_room(need.max(1)) else {
+                out.iter().for_each(|e: &Extent| _ = self.pool.release(e.buf_idx));
+                return None;
+            };
+            let n = rest.len().min((size - used) as usize);
+            out.push(self.arena_put(media, &rest[..n]));
+            rest = &rest[n..];
+        }
+        Some(out)
+    }
+
+    /// Ensures the arena has `need` free bytes; returns its first free byte.
+    fn arena_room(&mut self, need: u32) -> Option<u32> {
+        let size = self.pool.buf_size();
+        if let Some((_, used)) = self.arena {
+            if size - used >= need {
+                return Some(used);
+            }
+        }
+        let buf = self.pool.alloc()?;
+        if let Some((old, _)) = self.arena.replace((buf, 0)) {
+            self.pool.release(old);
+        }
+        Some(0)
+    }
+
+    fn arena_put<M: Media>(&mut self, media: &mut M, bytes: &[u8]) -> Extent {
+        let (buf, used) = self.arena.expect("arena_room first");
+        let extent = Extent { buf_idx: buf, offset: used as u16, len: bytes.len() as u16 };
+        if !bytes.is_empty() {
+            media.memcpy_nodrain(self.pool.extent_offset(extent), bytes);
+            self.data_dirty = true;
+        }
+        self.pool.retain(buf);
+        let next = (used + bytes.len() as u32).next_multiple_of(8).min(self.pool.buf_size());
+        self.arena = Some((buf, next));
+        extent
+    }
+
+    /// Makes every staged operation durable, then returns: one drain for
+    /// the data, one `append_group` of all the batch's records (and one for
+    /// the user log's entries, if any). Checkpoints first if the WAL lacks
+    /// room, and after if it is half full. On error the batch is rolled back.
+    pub fn commit<M: Media>(&mut self, media: &mut M) -> Result<(), CommitError> {
+        if self.staged.is_empty() && self.user_staged.is_empty() {
+            return Ok(());
+        }
+        if self.staged_words as u64 > self.wal.free() {
+            if let Err(error) = self.checkpoint(media) {
+                self.rollback();
+                return Err(error.into());
+            }
+        }
+        if self.data_dirty && !self.faults.skip_data_drain {
+            media.drain();
+        }
+        self.data_dirty = false;
+        if !self.staged.is_empty() {
+            let mut words = Vec::with_capacity(self.staged_words);
+            self.staged.iter().for_each(|s| s.record.op.encode(&mut words));
+            assert_eq!(words.len(), self.staged_words, "staged words");
+            self.wal.append_group(media, &words).expect("a batch fits the WAL after a checkpoint");
+        }
+        if !self.user_staged.is_empty() {
+            let mut words = Vec::with_capacity(self.user_staged_words);
+            self.user_staged.iter().for_each(|e| encode_user_entry(&e.extents, &mut words));
+            assert_eq!(self.user_staged[0].lsn, self.user_log.next_index(), "staged LSNs");
+            self.user_log.append_group(media, &words).expect("user entries checked against the log's room");
+        }
+        self.records.extend(self.staged.drain(..).map(|s| s.record));
+        self.user_entries.extend(self.user_staged.drain(..));
+        (self.staged_words, self.user_staged_words) = (0, 0);
+        self.stats.commits += 1;
+        if self.wal.len() * 2 >= self.wal.capacity() && self.checkpoint(media).is_err() {
+            self.stats.checkpoint_failures += 1;
+        }
+        Ok(())
+    }
+
+    /// Discards every staged operation: the index is as before the batch
+    /// and the batch's references are dropped.
+    pub fn rollback(&mut self) {
+        while let Some(Staged { record, undo }) = self.staged.pop() {
+            record.op.extents().for_each(|e| _ = self.pool.release(e.buf_idx));
+            match undo {
+                Undo::Key(key, Some(previous)) => _ = self.index.insert(key, previous),
+                Undo::Key(key, None) => _ = self.index.remove(&key),
+                Undo::All(previous) => self.index = previous,
+            }
+        }
+        for entry in self.user_staged.drain(..) {
+            entry.extents.iter().for_each(|e| _ = self.pool.release(e.buf_idx));
+        }
+        (self.staged_words, self.user_staged_words) = (0, 0);
+    }
+}
+
+// ----- the user log -----
+impl Engine {
+    /// Stages a user-log entry naming bytes already in pool buffers the
+    /// caller holds (zero-copy; references taken, lines flushed). Durable
+    /// at the next `commit`; returns its LSN (increasing, not consecutive).
+    pub fn log_append<M: Media>(&mut self, media: &mut M, extents: &[Extent]) -> Result<u64, LogError> {
+        self.check_log_room(extents.len())?;
+        for &extent in extents {
+            self.pool.check_live_extent(extent)?;
+        }
+        for &extent in extents {
+            self.pool.retain(extent.buf_idx);
+            self.pool.flush_extent(media, extent);
+            self.data_dirty = true;
+        }
+        Ok(self.stage_entry(extents.to_vec()))
+    }
+
+    /// Stages a user-log entry of `bytes`, copied into pool buffers.
+    pub fn log_append_copy<M: Media>(&mut self, media: &mut M, bytes: &[u8]) -> Result<u64, LogError> {
+        self.check_log_room(bytes.len().div_ceil(self.pool.buf_size() as usize) + 1)?;
+        let extents = self.copy_in(media, bytes, false).ok_or(LogError::PoolFull)?;
+        Ok(self.stage_entry(extents))
+    }
+
+    fn check_log_room(&self, extents: usize) -> Result<(), LogError> {
+        let room = MAX_GROUP.min(self.user_log.free() as usize) - self.user_staged_words;
+        if extents > MAX_ENTRY_EXTENTS || 1 + extents > room {
+            return Err(LogError::Full { needed: 1 + extents, room });
+        }
+        Ok(())
+    }
+
+    fn stage_entry(&mut self, extents: Vec<Extent>) -> u64 {
+        let lsn = self.user_log.next_index() + self.user_staged_words as u64;
+        self.user_staged_words += 1 + extents.len();
+        self.user_staged.push(UserEntry { lsn, extents });
+        lsn
+    }
+
+    /// Committed user-log entries with LSN ≥ `from`, oldest first.
+    pub fn log_read(&self, from: u64) -> impl Iterator<Item = (u64, &[Extent])> + '_ {
+        self.user_entries.iter().filter(move |e| e.lsn >= from).map(|e| (e.lsn, &e.extents[..]))
+    }
+
+    /// The LSN the next committed entry will get (after the staged ones).
+    pub fn log_next_lsn(&self) -> u64 {
+        self.user_log.next_index() + self.user_staged_words as u64
+    }
+
+    /// Durably drops every committed entry with LSN < `lsn`, then releases
+    /// their buffers. Durable when it returns.
+    pub fn log_truncate<M: Media>(&mut self, media: &mut M, lsn: u64) -> Result<(), LogError> {
+        let next = self.user_log.next_index();
+        if lsn > next {
+            return Err(LogError::BeyondEnd { lsn, next });
+        }
+        let keep_from = self.user_entries.iter().find(|e| e.lsn >= lsn).map_or(next, |e| e.lsn);
+        self.user_log.truncate(media, keep_from).expect("keep_from ≤ next");
+        while self.user_entries.front().is_some_and(|e| e.lsn < keep_from) {
+            let entry = self.user_entries.pop_front().expect("front");
+            entry.extents.iter().for_each(|e| _ = self.pool.release(e.buf_idx));
+        }
+        Ok(())
+    }
+}
+
+// ----- invariants -----
+impl Engine {
+    /// Checks every invariant against the media, with no caller
+    /// references outstanding: the tree verifies; the index equals the
+    /// tree's contents with the committed and staged records replayed;
+    /// every buffer's count is exactly the references the tree, the
+    /// records, the user log and the arena hold (none leaked, none free
+    /// while referenced); the free list is exactly the buffers at 0.
+    pub fn check<M: Media>(&self, media: &M) -> Result<(), String> {
+        self.tree.verify(media).map_err(|e| format!("tree: {e}"))?;
+        self.pool.check().map_err(|e| format!("pool: {e}"))?;
+        let mut expected = vec![0u32; self.pool.buffers() as usize];
+        let mut count = |e: Extent| expected[e.buf_idx as usize] += 1;
+        let mut index = BTreeMap::new();
+        for (key, value) in self.tree.iter(media) {
+            let (stored, refs) = self.decode_tree_value(media, &value)?;
+            refs.into_iter().for_each(&mut count);
+            index.insert(key, stored);
+        }
+        for record in self.records.iter().chain(self.staged.iter().map(|s| &s.record)) {
+            record.op.extents().for_each(&mut count);
+            apply_to(&mut index, record);
+        }
+        for entry in self.user_entries.iter().chain(&self.user_staged) {
+            entry.extents.iter().copied().for_each(&mut count);
+        }
+        if let Some((buf_idx, _)) = self.arena {
+            count(Extent { buf_idx, offset: 0, len: 0 });
+        }
+        if index != self.index {
+            return Err(format!("index ({} keys) differs from tree + WAL replay ({} keys)", self.index.len(), index.len()));
+        }
+        for (buf_idx, &want) in expected.iter().enumerate() {
+            let have = self.pool.refcount(buf_idx as u32);
+            if have != want {
+                return Err(format!("buffer {buf_idx}: count {have}, referenced {want} times"));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,266 @@
+//! On-media encodings of the engine (docs/FORMAT.md, "Buffer pool and KV
+//! engine"): WAL records and user-log entries as runs of 8 B extent words,
+//! and B+tree values.
+//!
+//! Invariants: a header word's `buf_idx` is at or above
+//! [`RESERVED_BUF_IDX`], every other word of a record names bytes inside
+//! one pool buffer; a record is never split across `append_group` calls; a
+//! tree value is `kind, form, 6 zero bytes`, then extent words (direct) or
+//! one word naming an extent list in a pool buffer (indirect).
+
+use pmwire_log::Extent;
+use pmwire_pool::RESERVED_BUF_IDX;
+
+/// Section tag of the KV WAL (an `ExtentLog`).
+pub const TAG_WAL: u32 = 0x4b56_5741; // "AWVK"
+/// Section tag of the user log (an `ExtentLog`).
+pub const TAG_USER_LOG: u32 = 0x4b56_554c;
+/// Section tag of the B+tree.
+pub const TAG_TREE: u32 = 0x4b56_5452;
+
+/// Record opcodes (bits 16–23 of a header word's `buf_idx`).
+const OP_SET: u32 = 1;
+const OP_DELETE: u32 = 2;
+const OP_CLEAR: u32 = 3;
+const OP_USER: u32 = 0x10;
+
+/// Value extents a record or tree value can carry.
+pub const MAX_VALUE_EXTENTS: usize = 256;
+/// Extents a tree value holds without an extent list.
+pub const DIRECT_EXTENTS: usize = 31;
+/// Extents of one user-log entry.
+pub const MAX_ENTRY_EXTENTS: usize = 1023;
+const FORM_DIRECT: u8 = 0;
+const FORM_INDIRECT: u8 = 1;
+const VALUE_HEADER: usize = 8;
+
+/// A mutating operation as the WAL records it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WalOp {
+    /// `key → (kind, value)`; `key` names the key's bytes in a pool buffer.
+    Set {
+        /// The key's bytes in the pool.
+        key: Extent,
+        /// The opaque type byte.
+        kind: u8,
+        /// The value's bytes, in order.
+        value: Vec<Extent>,
+    },
+    /// Remove `key`.
+    Delete {
+        /// The key's bytes in the pool.
+        key: Extent,
+    },
+    /// Remove every key.
+    Clear,
+}
+
+impl WalOp {
+    /// Words this record takes in the WAL.
+    pub fn words(&self) -> usize {
+        match self {
+            WalOp::Set { value, .. } => 2 + value.len(),
+            WalOp::Delete { .. } => 2,
+            WalOp::Clear => 1,
+        }
+    }
+
+    /// Every extent naming pool bytes (each holds one buffer reference).
+    pub fn extents(&self) -> impl Iterator<Item = Extent> + '_ {
+        let (key, value) = match self {
+            WalOp::Set { key, value, .. } => (Some(*key), &value[..]),
+            WalOp::Delete { key } => (Some(*key), &[][..]),
+            WalOp::Clear => (None, &[][..]),
+        };
+        key.into_iter().chain(value.iter().copied())
+    }
+
+    /// Appends this record's words to `out`.
+    pub fn encode(&self, out: &mut Vec<Extent>) {
+        match self {
+            WalOp::Set { key, kind, value } => {
+                assert!(value.len() <= MAX_VALUE_EXTENTS, "{} value extents", value.len());
+                out.push(header(OP_SET, *kind, 1, value.len() as u16));
+                out.push(*key);
+                out.extend_from_slice(value);
+            }
+            WalOp::Delete { key } => {
+                out.push(header(OP_DELETE, 0, 1, 0));
+                out.push(*key);
+            }
+            WalOp::Clear => out.push(header(OP_CLEAR, 0, 0, 0)),
+        }
+    }
+}
+
+fn header(op: u32, kind: u8, key_words: u32, count: u16) -> Extent {
+    Extent { buf_idx: RESERVED_BUF_IDX | op << 16 | (kind as u32) << 8 | key_words, offset: 0, len: count }
+}
+
+/// Splits a header word into `(op, kind, key words, count)`.
+fn parse_header(word: Extent) -> Option<(u32, u8, u32, usize)> {
+    if word.buf_idx < RESERVED_BUF_IDX || word.offset != 0 {
+        return None;
+    }
+    let bits = word.buf_idx - RESERVED_BUF_IDX;
+    Some((bits >> 16, (bits >> 8) as u8, bits & 0xff, word.len as usize))
+}
+
+/// Decodes the WAL's retained words into records (with their first index).
+pub fn decode_wal(words: &[(u64, Extent)]) -> Result<Vec<(u64, WalOp)>, String> {
+    let mut records = Vec::new();
+    let mut at = 0;
+    while at < words.len() {
+        let (index, word) = words[at];
+        let bad = |why: &str| format!("WAL word {index}: {why}");
+        let (op, kind, key_words, count) = parse_header(word).ok_or_else(|| bad("not a record header"))?;
+        let body = |n: usize| words.get(at + 1..at + 1 + n).ok_or_else(|| bad("record cut short"));
+        let record = match (op, key_words) {
+            (OP_SET, 1) if count <= MAX_VALUE_EXTENTS => {
+                let body = body(1 + count)?;
+                WalOp::Set { key: body[0].1, kind, value: body[1..].iter().map(|w| w.1).collect() }
+            }
+            (OP_DELETE, 1) if count == 0 => WalOp::Delete { key: body(1)?[0].1 },
+            (OP_CLEAR, 0) if count == 0 => WalOp::Clear,
+            _ => return Err(bad("unknown record")),
+        };
+        if record.extents().any(|e| e.buf_idx >= RESERVED_BUF_IDX) {
+            return Err(bad("a header word inside a record"));
+        }
+        at += record.words();
+        records.push((index, record));
+    }
+    Ok(records)
+}
+
+/// Appends a user-log entry's words (header, then the extents) to `out`.
+pub fn encode_user_entry(extents: &[Extent], out: &mut Vec<Extent>) {
+    assert!(extents.len() <= MAX_ENTRY_EXTENTS, "{} extents", extents.len());
+    out.push(header(OP_USER, 0, 0, extents.len() as u16));
+    out.extend_from_slice(extents);
+}
+
+/// Decodes the user log's retained words into `(lsn, extents)` entries;
+/// an entry's LSN is the index of its header word.
+pub fn decode_user_log(words: &[(u64, Extent)]) -> Result<Vec<(u64, Vec<Extent>)>, String> {
+    let mut entries = Vec::new();
+    let mut at = 0;
+    while at < words.len() {
+        let (lsn, word) = words[at];
+        let bad = |why: &str| format!("user log word {lsn}: {why}");
+        match parse_header(word) {
+            Some((OP_USER, 0, 0, count)) => {
+                let body = words.get(at + 1..at + 1 + count).ok_or_else(|| bad("entry cut short"))?;
+                if body.iter().any(|w| w.1.buf_idx >= RESERVED_BUF_IDX) {
+                    return Err(bad("a header word inside an entry"));
+                }
+                entries.push((lsn, body.iter().map(|w| w.1).collect()));
+                at += 1 + count;
+            }
+            _ => return Err(bad("not an entry header")),
+        }
+    }
+    Ok(entries)
+}
+
+/// A value as the tree stores it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TreeValue {
+    /// Up to [`DIRECT_EXTENTS`] extents inline.
+    Direct {
+        /// The type byte.
+        kind: u8,
+        /// The value's extents.
+        extents: Vec<Extent>,
+    },
+    /// An extent naming a list of `list.len / 8` extent words in the pool.
+    Indirect {
+        /// The type byte.
+        kind: u8,
+        /// Where the extent list is.
+        list: Extent,
+    },
+}
+
+impl TreeValue {
+    /// The bytes the tree holds.
+    pub fn encode(&self) -> Vec<u8> {
+        let (kind, form, words): (u8, u8, Vec<Extent>) = match self {
+            TreeValue::Direct { kind, extents } => {
+                assert!(extents.len() <= DIRECT_EXTENTS, "{} direct extents", extents.len());
+                (*kind, FORM_DIRECT, extents.clone())
+            }
+            TreeValue::Indirect { kind, list } => (*kind, FORM_INDIRECT, vec![*list]),
+        };
+        let mut bytes = vec![kind, form, 0, 0, 0, 0, 0, 0];
+        bytes.extend(words.iter().flat_map(|e| e.pack().to_le_bytes()));
+        bytes
+    }
+
+    /// Decodes the bytes the tree holds.
+    pub fn decode(bytes: &[u8]) -> Result<TreeValue, String> {
+        if bytes.len() < VALUE_HEADER || !(bytes.len() - VALUE_HEADER).is_multiple_of(8) || bytes[2..8] != [0; 6] {
+            return Err(format!("tree value of {} B", bytes.len()));
+        }
+        let words = extent_words(&bytes[VALUE_HEADER..]);
+        match (bytes[1], words.len()) {
+            (FORM_DIRECT, n) if n <= DIRECT_EXTENTS => Ok(TreeValue::Direct { kind: bytes[0], extents: words }),
+            (FORM_INDIRECT, 1) if words[0].len % 8 == 0 => Ok(TreeValue::Indirect { kind: bytes[0], list: words[0] }),
+            (form, n) => Err(format!("tree value form {form} with {n} words")),
+        }
+    }
+}
+
+/// Extent words, little-endian, back to back (an extent list's bytes).
+pub fn extent_words(bytes: &[u8]) -> Vec<Extent> {
+    bytes.chunks_exact(8).map(|w| Extent::unpack(u64::from_le_bytes(w.try_into().unwrap()))).collect()
+}
+
+/// The bytes of an extent list.
+pub fn list_bytes(extents: &[Extent]) -> Vec<u8> {
+    extents.iter().flat_map(|e| e.pack().to_le_bytes()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(buf_idx: u32, offset: u16, len: u16) -> Extent {
+        Extent { buf_idx, offset, len }
+    }
+
+    #[test]
+    fn wal_records_round_trip() {
+        let ops = vec![
+            WalOp::Set { key: e(1, 0, 5), kind: 7, value: vec![e(2, 0, 2048), e(3, 8, 100)] },
+            WalOp::Delete { key: e(1, 8, 3) },
+            WalOp::Clear,
+            WalOp::Set { key: e(4, 0, 0), kind: 0, value: vec![] },
+        ];
+        let mut words = Vec::new();
+        ops.iter().for_each(|op| op.encode(&mut words));
+        assert_eq!(words.len(), ops.iter().map(WalOp::words).sum::<usize>());
+        let indexed: Vec<(u64, Extent)> = words.iter().enumerate().map(|(i, &w)| (100 + i as u64, w)).collect();
+        let decoded = decode_wal(&indexed).unwrap();
+        assert_eq!(decoded.iter().map(|(_, op)| op.clone()).collect::<Vec<_>>(), ops);
+        assert_eq!(decoded.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![100, 104, 106, 107]);
+        assert!(decode_wal(&indexed[1..]).is_err(), "a body word is not a header");
+        assert!(decode_wal(&indexed[..3]).is_err(), "cut short");
+    }
+
+    #[test]
+    fn user_entries_and_tree_values_round_trip() {
+        let mut words = Vec::new();
+        encode_user_entry(&[e(1, 0, 10)], &mut words);
+        encode_user_entry(&[], &mut words);
+        let indexed: Vec<(u64, Extent)> = words.iter().enumerate().map(|(i, &w)| (i as u64, w)).collect();
+        assert_eq!(decode_user_log(&indexed).unwrap(), vec![(0, vec![e(1, 0, 10)]), (2, vec![])]);
+        let direct = TreeValue::Direct { kind: 3, extents: vec![e(9, 1, 2); DIRECT_EXTENTS] };
+        assert_eq!(direct.encode().len(), 256);
+        assert_eq!(TreeValue::decode(&direct.encode()).unwrap(), direct);
+        let indirect = TreeValue::Indirect { kind: 4, list: e(5, 16, 8 * 40) };
+        assert_eq!(TreeValue::decode(&indirect.encode()).unwrap(), indirect);
+        assert!(TreeValue::decode(b"short").is_err());
+        assert_eq!(extent_words(&list_bytes(&[e(1, 2, 3), e(4, 5, 6)])), vec![e(1, 2, 3), e(4, 5, 6)]);
+    }
+}

@@ -1,0 +1,272 @@
+//! Model-based tests of the engine against a `BTreeMap`: zero-copy and
+//! copied values (up to 64 KB, beyond 32 extents), deletes, clears,
+//! checkpoints, reopen, and the user log; the invariants are checked
+//! along the way.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use pmem::{Media, MemMedia};
+use pmwire_log::Extent;
+
+use crate::{Engine, KvConfig, LogError, StageError};
+
+type Model = BTreeMap<Vec<u8>, (u8, Vec<u8>)>;
+
+fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn config() -> KvConfig {
+    KvConfig { buf_size: 2048, buffers: 2048, wal_slots: 1024, log_slots: 256, tree_nodes: 256 }
+}
+
+fn engine(config: &KvConfig) -> (MemMedia, Engine) {
+    let mut media = MemMedia::new((4096 + config.required_size().unwrap()) as usize);
+    let kv = Engine::create(&mut media, 4096, config).unwrap();
+    (media, kv)
+}
+
+/// Receives `bytes` into fresh pool buffers as a NIC would (MSS-sized
+/// pieces at odd offsets), returns the extents; the caller's references
+/// are the returned buffers.
+fn receive(kv: &mut Engine, media: &mut MemMedia, bytes: &[u8], rng: &mut u64) -> (Vec<Extent>, Vec<u32>) {
+    let mut extents = Vec::new();
+    let mut held = Vec::new();
+    let mut rest = bytes;
+    while !rest.is_empty() || extents.is_empty() {
+        let buf = kv.pool_mut().alloc().expect("a buffer");
+        held.push(buf);
+        let offset = (splitmix64(rng) % 66) as u16;
+        let n = rest.len().min(1448);
+        let extent = Extent { buf_idx: buf, offset, len: n as u16 };
+        media.write(kv.pool().buffer_offset(buf) + offset as u64, &rest[..n]);
+        extents.push(extent);
+        rest = &rest[n..];
+        if n == 0 {
+            break;
+        }
+    }
+    (extents, held)
+}
+
+fn check_model(kv: &Engine, media: &MemMedia, model: &Model) {
+    assert_eq!(kv.len(), model.len());
+    for (key, (kind, value)) in model {
+        let mut got = Vec::new();
+        assert_eq!(kv.get_bytes(media, key, &mut got), Some(*kind), "key {key:?}");
+        assert!(got == *value, "key {key:?}: {} B, want {} B", got.len(), value.len());
+    }
+    let keys: Vec<&[u8]> = kv.range(Bound::Unbounded).map(|(k, _, _)| k).collect();
+    assert!(keys.iter().copied().eq(model.keys().map(|k| &k[..])));
+}
+
+#[test]
+fn matches_model_through_checkpoints_and_reopens() {
+    let config = config();
+    let (mut media, mut kv) = engine(&config);
+    let mut model = Model::new();
+    let mut rng = 7u64;
+    for batch in 0..300 {
+        for _ in 0..1 + splitmix64(&mut rng) % 6 {
+            let key = format!("key{}", splitmix64(&mut rng) % 150).into_bytes();
+            let size = match splitmix64(&mut rng) % 10 {
+                0 => 65536,
+                1 => 5000,
+                2..=5 => 1280,
+                _ => 64,
+            };
+            let value: Vec<u8> = (0..size).map(|_| splitmix64(&mut rng) as u8).collect();
+            let kind = (splitmix64(&mut rng) % 3) as u8;
+            match splitmix64(&mut rng) % 10 {
+                0..=3 => {
+                    let (extents, held) = receive(&mut kv, &mut media, &value, &mut rng);
+                    let staged = kv.set_extents(&mut media, &key, kind, &extents);
+                    held.iter().for_each(|&b| _ = kv.pool_mut().release(b));
+                    match staged {
+                        Ok(()) => _ = model.insert(key, (kind, value)),
+                        Err(StageError::BatchFull { .. }) => {}
+                        Err(e) => panic!("batch {batch}: {e}"),
+                    }
+                }
+                4..=7 => match kv.set_copy(&mut media, &key, kind, &value) {
+                    Ok(()) => _ = model.insert(key, (kind, value)),
+                    Err(StageError::BatchFull { .. }) => {}
+                    Err(e) => panic!("batch {batch}: {e}"),
+                },
+                8 => assert_eq!(kv.delete(&mut media, &key).unwrap(), model.remove(&key).is_some()),
+                _ => {
+                    if splitmix64(&mut rng) % 20 == 0 {
+                        kv.clear(&mut media).unwrap();
+                        model.clear();
+                    }
+                }
+            }
+        }
+        let drains = media.drains;
+        kv.commit(&mut media).unwrap();
+        let wal_drains = media.drains - drains;
+        assert!(wal_drains <= 2 || kv.stats().checkpoints > 0, "{wal_drains} drains");
+        if batch % 50 == 49 {
+            kv.check(&media).unwrap();
+            check_model(&kv, &media, &model);
+            kv = Engine::open(&mut media, 4096).unwrap();
+            kv.check(&media).unwrap();
+        }
+    }
+    assert!(kv.stats().checkpoints > 0 || Engine::open(&mut media, 4096).is_ok());
+    kv.checkpoint(&mut media).unwrap();
+    kv.check(&media).unwrap();
+    check_model(&kv, &media, &model);
+    let kv = Engine::open(&mut media, 4096).unwrap();
+    kv.check(&media).unwrap();
+    check_model(&kv, &media, &model);
+}
+
+#[test]
+fn a_batch_costs_two_drains_and_a_checkpoint_one_root_switch() {
+    let config = config();
+    let (mut media, mut kv) = engine(&config);
+    for i in 0..100u32 {
+        kv.set_copy(&mut media, format!("k{i:03}").as_bytes(), 0, &[i as u8; 64]).unwrap();
+    }
+    let drains = media.drains;
+    kv.commit(&mut media).unwrap();
+    assert_eq!(media.drains - drains, 2, "data drain + the WAL group's drain");
+    let drains = media.drains;
+    kv.checkpoint(&mut media).unwrap();
+    // One tree batch: node drain + root persist; then the WAL truncation.
+    assert_eq!(media.drains - drains, 3);
+    assert_eq!(kv.stats().tree_batches, 1);
+    assert_eq!(kv.wal_records(), 0);
+    kv.check(&media).unwrap();
+}
+
+#[test]
+fn old_values_are_freed_only_after_the_checkpoint() {
+    let config = config();
+    let (mut media, mut kv) = engine(&config);
+    let free = kv.pool().free_count();
+    kv.set_copy(&mut media, b"k", 1, &[1; 4000]).unwrap();
+    kv.commit(&mut media).unwrap();
+    kv.checkpoint(&mut media).unwrap();
+    let (_, extents) = kv.get(b"k").unwrap();
+    let old: Vec<u32> = extents.iter().map(|e| e.buf_idx).collect();
+    kv.set_copy(&mut media, b"k", 1, &[2; 10]).unwrap();
+    kv.delete(&mut media, b"k").unwrap();
+    kv.commit(&mut media).unwrap();
+    for &b in &old {
+        assert!(kv.pool().refcount(b) > 0, "buffer {b} still named by the durable tree");
+    }
+    kv.checkpoint(&mut media).unwrap();
+    assert!(kv.get(b"k").is_none());
+    kv.check(&media).unwrap();
+    // Only the arena's buffer stays taken.
+    assert_eq!(kv.pool().free_count(), free - 1);
+}
+
+#[test]
+fn values_beyond_32_extents_use_an_extent_list() {
+    let config = config();
+    let (mut media, mut kv) = engine(&config);
+    let value: Vec<u8> = (0..65536u32).map(|i| (i * 7) as u8).collect();
+    let mut rng = 1;
+    let (extents, held) = receive(&mut kv, &mut media, &value, &mut rng);
+    assert!(extents.len() > 32, "{} extents", extents.len());
+    kv.set_extents(&mut media, b"big", 9, &extents).unwrap();
+    held.iter().for_each(|&b| _ = kv.pool_mut().release(b));
+    kv.commit(&mut media).unwrap();
+    kv.checkpoint(&mut media).unwrap();
+    let mut kv = Engine::open(&mut media, 4096).unwrap();
+    let mut got = Vec::new();
+    assert_eq!(kv.get_bytes(&media, b"big", &mut got), Some(9));
+    assert!(got == value);
+    kv.check(&media).unwrap();
+    let too_many = vec![extents[0]; kv.max_value_extents() + 1];
+    let error = kv.set_extents(&mut media, b"x", 0, &too_many).unwrap_err();
+    assert!(matches!(error, StageError::ValueTooLong { .. }), "{error}");
+    let error = kv.set_copy(&mut media, &[0; 256], 0, b"").unwrap_err();
+    assert_eq!(error, StageError::KeyTooLong { len: 256, max: 255 });
+    let freed = Extent { buf_idx: kv.pool().buffers() - 1, offset: 0, len: 1 };
+    assert!(matches!(kv.set_extents(&mut media, b"x", 0, &[freed]), Err(StageError::Extent(_))));
+    kv.check(&media).unwrap();
+}
+
+#[test]
+fn rollback_restores_the_index_and_references() {
+    let config = config();
+    let (mut media, mut kv) = engine(&config);
+    kv.set_copy(&mut media, b"a", 0, b"one").unwrap();
+    kv.commit(&mut media).unwrap();
+    kv.set_copy(&mut media, b"a", 0, b"two").unwrap();
+    kv.set_copy(&mut media, b"b", 0, b"three").unwrap();
+    kv.clear(&mut media).unwrap();
+    kv.set_copy(&mut media, b"c", 0, b"four").unwrap();
+    assert_eq!(kv.len(), 1);
+    kv.rollback();
+    let mut got = Vec::new();
+    kv.get_bytes(&media, b"a", &mut got);
+    assert_eq!(got, b"one");
+    assert_eq!(kv.len(), 1);
+    kv.check(&media).unwrap();
+}
+
+#[test]
+fn user_log_appends_reads_and_truncates() {
+    let config = config();
+    let (mut media, mut kv) = engine(&config);
+    let mut lsns = Vec::new();
+    for i in 0..20u8 {
+        lsns.push(kv.log_append_copy(&mut media, &vec![i; 100 * i as usize]).unwrap());
+    }
+    let buf = kv.pool_mut().alloc().unwrap();
+    media.write(kv.pool().buffer_offset(buf), b"zero-copy");
+    lsns.push(kv.log_append(&mut media, &[Extent { buf_idx: buf, offset: 0, len: 9 }]).unwrap());
+    kv.pool_mut().release(buf);
+    assert_eq!(kv.log_read(0).count(), 0, "not committed yet");
+    kv.commit(&mut media).unwrap();
+    assert!(lsns.windows(2).all(|w| w[0] < w[1]));
+    let mut kv = Engine::open(&mut media, 4096).unwrap();
+    let entries: Vec<(u64, Vec<Extent>)> = kv.log_read(0).map(|(l, e)| (l, e.to_vec())).collect();
+    assert_eq!(entries.iter().map(|e| e.0).collect::<Vec<_>>(), lsns);
+    let mut got = Vec::new();
+    kv.pool().gather(&media, &entries[20].1, &mut got);
+    assert_eq!(got, b"zero-copy");
+    kv.log_truncate(&mut media, lsns[10]).unwrap();
+    assert_eq!(kv.log_read(0).next().unwrap().0, lsns[10]);
+    assert!(matches!(kv.log_truncate(&mut media, u64::MAX), Err(LogError::BeyondEnd { .. })));
+    kv.check(&media).unwrap();
+    let kv = Engine::open(&mut media, 4096).unwrap();
+    assert_eq!(kv.log_read(0).count(), 11);
+    kv.check(&media).unwrap();
+}
+
+#[test]
+fn a_full_tree_fails_the_checkpoint_without_losing_records() {
+    let config = KvConfig { tree_nodes: 16, wal_slots: 4096, ..config() };
+    let (mut media, mut kv) = engine(&config);
+    let mut model = Model::new();
+    let mut failed = false;
+    for batch in 0..200u32 {
+        for i in 0..10u32 {
+            let key = format!("{:0>200}", batch * 10 + i).into_bytes();
+            kv.set_copy(&mut media, &key, 0, &[1; 8]).unwrap();
+            model.insert(key, (0, vec![1; 8]));
+        }
+        kv.commit(&mut media).unwrap();
+        if kv.checkpoint(&mut media).is_err() {
+            failed = true;
+            break;
+        }
+    }
+    assert!(failed, "16 nodes cannot hold 2000 keys of 200 B");
+    kv.check(&media).unwrap();
+    check_model(&kv, &media, &model);
+    let kv = Engine::open(&mut media, 4096).unwrap();
+    check_model(&kv, &media, &model);
+    kv.check(&media).unwrap();
+}
