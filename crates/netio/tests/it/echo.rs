@@ -213,3 +213,78 @@ fn idle_server_sleeps_blocking() {
 fn idle_server_sleeps_after_its_poll_budget() {
     idle_server_sleeps(50);
 }
+
+/// A seeded xorshift generator (the seed is printed so a failure can be replayed).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+#[test]
+fn random_requests_in_random_pieces() {
+    let seed: u64 = std::env::var("NETIO_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed_0001);
+    println!("NETIO_SEED={seed}");
+    let mut rng = Rng(seed | 1);
+    for round in 0..4 {
+        let buf_size = [128u32, 256, 512, 2048][round];
+        let cfg = Config { ring_entries: 64, max_rx_bytes: 40 << 10, ..Config::default() };
+        let limits = Limits { max_head_bytes: 2048, max_body_bytes: 32 << 10 };
+        let mut svc = HttpEcho::new(limits);
+        svc.copy_body = round % 2 == 1;
+        let srv = start(cfg, HeapBuffers::new(4096, buf_size), svc);
+        let mut conns: Vec<_> = (0..8).map(|_| (connect(srv.addr), Reader::new())).collect();
+        let mut expected = 0u64;
+        for _ in 0..25 {
+            for (s, r) in conns.iter_mut() {
+                // 1..4 pipelined requests, written in random pieces.
+                let n = 1 + rng.below(4);
+                let mut bytes = Vec::new();
+                let mut want = Vec::new();
+                for _ in 0..n {
+                    if rng.below(4) == 0 {
+                        let path = format!("/r{}", rng.below(1 << 20));
+                        bytes.extend_from_slice(&get(&path));
+                        want.push(format!("{path}\n").into_bytes());
+                    } else {
+                        let b = body(rng.next(), 1 + rng.below(32 << 10) as usize);
+                        bytes.extend_from_slice(&post("/b", &b));
+                        want.push(b);
+                    }
+                }
+                let mut w = s.try_clone().unwrap();
+                let cuts: Vec<usize> = (0..1 + rng.below(6)).map(|_| rng.below(bytes.len() as u64) as usize).collect();
+                let writer = std::thread::spawn(move || {
+                    let mut cuts = cuts;
+                    cuts.sort();
+                    let mut at = 0;
+                    for c in cuts.into_iter().chain([bytes.len()]) {
+                        w.write_all(&bytes[at..c]).unwrap();
+                        at = c;
+                    }
+                });
+                for wb in want {
+                    let resp = r.read(s);
+                    assert_eq!(resp.status, 200, "seed {seed}");
+                    assert!(resp.body == wb, "seed {seed}: body of {} bytes differs", wb.len());
+                    expected += 1;
+                }
+                writer.join().unwrap();
+            }
+        }
+        drop(conns);
+        let (server, _) = srv.stop();
+        assert_eq!(server.service().requests, expected, "seed {seed}");
+        assert_eq!(server.service().closed, server.stats().accepted, "closed() once per connection");
+        assert_eq!(server.source().in_use(), 0, "seed {seed}: buffers leaked");
+    }
+}

@@ -76,3 +76,26 @@ fn wrk_runs_clean() {
     let (server, _) = srv.stop();
     assert_eq!(server.source().in_use(), 0);
 }
+
+#[test]
+fn loadgen_120_connections_small_buffers() {
+    // 700 B bodies in 256 B buffers: every request spans buffers, 120 connections at once.
+    let cfg = Config { ring_entries: 512, max_rx_bytes: 8 << 10, ..Config::default() };
+    let srv = start(cfg, HeapBuffers::new(4096, 256), HttpEcho::default());
+    let lc = LoadConfig {
+        connections: 120,
+        method: "POST".into(),
+        body_bytes: 700,
+        stop: StopAfter::Requests(5000),
+        warmup: Duration::ZERO,
+        timeout: Duration::from_secs(30),
+        ..LoadConfig::default()
+    };
+    let r = loadgen::run(srv.addr, &lc).unwrap();
+    println!("POST 700 B, 120 connections, 256 B buffers: {r:?}");
+    assert!(r.requests >= 5000);
+    assert_eq!(r.errors, 0);
+    let (server, _) = srv.stop();
+    assert!(server.stats().accepted >= 120);
+    assert_eq!(server.source().in_use(), 0);
+}
