@@ -39,11 +39,15 @@ pub struct Limits {
     /// Longest bulk argument (Redis `proto-max-bulk-len`, 512 MiB by
     /// default). Longer ones get `invalid bulk length`.
     pub max_bulk_bytes: u64,
+    /// Most commands one [`Parsed::parse`] call returns (the batch bound);
+    /// when reached, [`ParseSummary::limited`] is set and the caller parses
+    /// again after executing them.
+    pub max_commands: u32,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_args: 1024 * 1024, max_bulk_bytes: 512 * 1024 * 1024 }
+        Limits { max_args: 1024 * 1024, max_bulk_bytes: 512 * 1024 * 1024, max_commands: 1024 }
     }
 }
 
@@ -137,6 +141,9 @@ pub struct ParseSummary {
     /// When the last request is incomplete and its size is known (inside a
     /// bulk payload): the total unconsumed bytes needed to finish it.
     pub wanted: Option<usize>,
+    /// Parsing stopped at [`Limits::max_commands`]: more complete requests
+    /// may follow the consumed bytes.
+    pub limited: bool,
 }
 
 /// The parser's output, reused across calls to avoid allocation: commands,
@@ -224,6 +231,7 @@ enum Step {
 impl Parsed {
     /// A parser with these limits.
     pub fn new(limits: Limits) -> Self {
+        assert!(limits.max_commands > 0);
         Parsed { limits, ..Parsed::default() }
     }
 
@@ -249,8 +257,12 @@ impl Parsed {
         }
         let stream = Stream { segs: segments, starts: &starts, total };
         let mut pos = 0usize;
-        let mut summary = ParseSummary { consumed: 0, commands: 0, error: None, wanted: None };
+        let mut summary = ParseSummary { consumed: 0, commands: 0, error: None, wanted: None, limited: false };
         while pos < total {
+            if self.commands.len() >= self.limits.max_commands as usize {
+                summary.limited = true;
+                break;
+            }
             let first_arg = self.args.len() as u32;
             let step = if stream.byte(pos) == b'*' {
                 self.multibulk(&stream, pos)

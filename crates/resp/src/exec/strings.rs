@@ -108,7 +108,7 @@ pub(super) fn mget<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_,
 }
 
 pub(super) fn mset<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
-    if c.argc() % 2 == 0 {
+    if c.argc().is_multiple_of(2) {
         return Err(Fail::err("wrong number of arguments for 'mset' command"));
     }
     let limits = c.ks.limits();

@@ -62,7 +62,7 @@ pub(super) fn zadd<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_,
     if f.nx && f.xx {
         return Err(Fail::err("XX and NX options at the same time are not compatible"));
     }
-    if (f.gt && f.nx) || (f.lt && f.nx) || (f.gt && f.lt) {
+    if (f.nx && (f.gt || f.lt)) || (f.gt && f.lt) {
         return Err(Fail::err("GT, LT, and/or NX options at the same time are not compatible"));
     }
     if f.incr && elements > 1 {
@@ -84,21 +84,21 @@ pub(super) fn zadd<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_,
         for (j, &score) in scores.iter().enumerate() {
             let member = c.arg(idx + 2 * j + 1);
             match zset_add(&mut entries, score, member, &f)? {
-                Added::Added(s) => {
+                Outcome::Added(s) => {
                     added += 1;
                     processed += 1;
                     last_score = s;
                 }
-                Added::Updated(s) => {
+                Outcome::Updated(s) => {
                     updated += 1;
                     processed += 1;
                     last_score = s;
                 }
-                Added::Same(s) => {
+                Outcome::Same(s) => {
                     processed += 1;
                     last_score = s;
                 }
-                Added::Nop => {}
+                Outcome::Nop => {}
             }
         }
     }
@@ -113,7 +113,7 @@ pub(super) fn zadd<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_,
     Ok(())
 }
 
-enum Added {
+enum Outcome {
     Added(f64),
     Updated(f64),
     Same(f64),
@@ -121,11 +121,11 @@ enum Added {
 }
 
 /// Redis `zsetAdd` on the decoded entries.
-fn zset_add<'a>(entries: &mut Vec<(f64, &'a [u8])>, mut score: f64, member: &'a [u8], f: &ZaddFlags) -> Result<Added, Fail> {
+fn zset_add<'a>(entries: &mut Vec<(f64, &'a [u8])>, mut score: f64, member: &'a [u8], f: &ZaddFlags) -> Result<Outcome, Fail> {
     match entries.iter().position(|e| e.1 == member) {
         Some(i) => {
             if f.nx {
-                return Ok(Added::Nop);
+                return Ok(Outcome::Nop);
             }
             let cur = entries[i].0;
             if f.incr {
@@ -135,21 +135,21 @@ fn zset_add<'a>(entries: &mut Vec<(f64, &'a [u8])>, mut score: f64, member: &'a 
                 }
             }
             if (f.lt && score >= cur) || (f.gt && score <= cur) {
-                return Ok(Added::Nop);
+                return Ok(Outcome::Nop);
             }
             if score == cur {
-                return Ok(Added::Same(score));
+                return Ok(Outcome::Same(score));
             }
             entries.remove(i);
             insert_sorted(entries, score, member);
-            Ok(Added::Updated(score))
+            Ok(Outcome::Updated(score))
         }
         None => {
             if f.xx {
-                return Ok(Added::Nop);
+                return Ok(Outcome::Nop);
             }
             insert_sorted(entries, score, member);
-            Ok(Added::Added(score))
+            Ok(Outcome::Added(score))
         }
     }
 }

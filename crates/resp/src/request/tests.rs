@@ -129,7 +129,7 @@ fn incomplete_bulk_reports_wanted() {
 }
 
 fn err_of(input: &[u8]) -> (usize, Option<ProtocolError>) {
-    let mut p = Parsed::new(Limits { max_args: 100, max_bulk_bytes: 1000 });
+    let mut p = Parsed::new(Limits { max_args: 100, max_bulk_bytes: 1000, max_commands: 1024 });
     let s = p.parse(&[input]);
     (s.commands, s.error)
 }
@@ -165,4 +165,14 @@ fn bytes_after_payload_are_skipped_like_redis() {
     let (s, cmds) = parse_all(&[b"*1\r\n$4\r\nPINGxx*1\r\n$4\r\nPING\r\n"]);
     assert_eq!(s.commands, 2);
     assert_eq!(cmds[0], v(&["PING"]));
+}
+
+#[test]
+fn batch_is_bounded_by_max_commands() {
+    let input = b"PING\r\nPING\r\nPING\r\n";
+    let mut p = Parsed::new(Limits { max_commands: 2, ..Limits::default() });
+    let s = p.parse(&[input]);
+    assert_eq!((s.commands, s.consumed, s.limited), (2, 12, true));
+    let s = p.parse(&[&input[12..]]);
+    assert_eq!((s.commands, s.consumed, s.limited), (1, 6, false));
 }
