@@ -214,7 +214,10 @@ pub(crate) struct Entry {
 }
 
 /// Everything that arrived in one wake-up of the loop, one entry per connection.
-#[derive(Debug, Default)]
+///
+/// Only the loop (and [`drive`]) make batches: with no public constructor and no `Default`, a
+/// service cannot move a batch out of its `&mut Batch` and keep its segments past the call.
+#[derive(Debug)]
 pub struct Batch {
     pub(crate) entries: Vec<Entry>,
     /// Segments of all entries. The `'static` is internal only: the slices are valid while the
@@ -226,6 +229,10 @@ pub struct Batch {
 }
 
 impl Batch {
+    pub(crate) fn new() -> Batch {
+        Batch { entries: Vec::new(), segs: Vec::new(), used: 0 }
+    }
+
     /// Number of connections in this batch.
     pub fn len(&self) -> usize {
         self.used
@@ -269,5 +276,63 @@ pub trait Service<S: BufferSource> {
     /// Connection `conn` is closed and all its buffers returned (default: nothing).
     fn closed(&mut self, conn: ConnId, bufs: &mut S) {
         let _ = (conn, bufs);
+    }
+}
+
+/// Runs `service` once over `inputs` without a server (for unit tests of services): builds a
+/// batch, calls `handle`, and returns one reply per input. Unlike the loop, it neither retains
+/// zero-copy parts nor releases consumed buffers: the caller checks the replies.
+pub fn drive<S: BufferSource, V: Service<S>>(service: &mut V, bufs: &mut S, inputs: &[Input<'_>]) -> Vec<Reply> {
+    let mut batch = Batch::new();
+    for input in inputs {
+        let seg_start = batch.segs.len();
+        for s in input.segments {
+            // SAFETY: the extended lifetime never leaves this function: `segs` is cleared
+            // before it returns, and the service only sees the batch by `&mut` during `handle`
+            // (it cannot move it out: `Batch` has no public constructor or `Default`).
+            let bytes: &'static [u8] = unsafe { std::mem::transmute::<&[u8], &'static [u8]>(s.bytes) };
+            batch.segs.push(Segment { buf: s.buf, offset: s.offset, bytes });
+        }
+        batch.entries.push(Entry {
+            conn: input.conn,
+            seg_start,
+            seg_end: batch.segs.len(),
+            peer_closed: input.peer_closed,
+            len_bytes: input.len_bytes(),
+            parts_before: 0,
+            reply: Reply::default(),
+        });
+    }
+    batch.used = batch.entries.len();
+    service.handle(&mut batch, bufs);
+    batch.segs.clear();
+    batch
+        .entries
+        .into_iter()
+        .map(|e| {
+            assert!(e.reply.consumed <= e.len_bytes, "service consumed more than its input");
+            e.reply
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buffers::HeapBuffers;
+    use crate::echo::HttpEcho;
+
+    #[test]
+    fn drive_runs_a_service_without_sockets() {
+        let mut bufs = HeapBuffers::new(2, 64);
+        let mut echo = HttpEcho::default();
+        let req = b"POST /a HTTP/1.1\r\nContent-Length: 5\r\n\r\nhelloGET /b HTTP/1.1\r\n";
+        let segs = [Segment { buf: 0, offset: 0, bytes: &req[..30] }, Segment { buf: 1, offset: 0, bytes: &req[30..] }];
+        let input = Input { conn: ConnId { slot: 0, generation: 0 }, segments: &segs, peer_closed: false };
+        let replies = drive(&mut echo, &mut bufs, &[input]);
+        // The POST is answered (its body named zero-copy), the partial GET left unconsumed.
+        assert_eq!(replies[0].consumed, 44);
+        assert!(!replies[0].close);
+        assert!(replies[0].output.parts().iter().any(|p| matches!(p, Part::Buf { .. })));
     }
 }

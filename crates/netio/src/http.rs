@@ -390,11 +390,13 @@ pub fn write_head(out: &mut Output, status: u16, keep_alive: bool, content_lengt
     assert!((100..1000).contains(&status), "status {status} out of range");
     let conn = if keep_alive { "keep-alive" } else { "close" };
     // Writing to an Output cannot fail.
-    let _ = write!(
-        out,
-        "HTTP/1.1 {status} {}\r\nContent-Length: {content_length}\r\nConnection: {conn}\r\n",
-        reason(status)
-    );
+    let _ = write!(out, "HTTP/1.1 {status} {}\r\nConnection: {conn}\r\n", reason(status));
+    // 1xx, 204 and 304 responses have no body and must not announce one (RFC 9110 §8.6).
+    if status >= 200 && status != 204 && status != 304 {
+        let _ = write!(out, "Content-Length: {content_length}\r\n");
+    } else {
+        assert_eq!(content_length, 0, "status {status} has no body");
+    }
     if let Some(ct) = content_type {
         let _ = write!(out, "Content-Type: {ct}\r\n");
     }
@@ -546,7 +548,7 @@ mod tests {
         let bufs = HeapBuffers::new(1, 64);
         let mut out = Output::new();
         write_response(&mut out, 200, true, None, b"abc");
-        assert_eq!(out.to_vec(&bufs), b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: keep-alive\r\n\r\nabc");
+        assert_eq!(out.to_vec(&bufs), b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 3\r\n\r\nabc");
         let mut out = Output::new();
         write_error(&mut out, &HttpError::BodyTooLarge { len: 5, max: 4 });
         let text = String::from_utf8(out.to_vec(&bufs)).unwrap();

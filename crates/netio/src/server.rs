@@ -464,7 +464,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             touched: Vec::new(),
             dirty: Vec::new(),
             starved: Vec::new(),
-            batch: Batch::default(),
+            batch: Batch::new(),
             cqes: Vec::with_capacity(sq as usize * 4),
             accept_armed: false,
             tick_armed: false,
