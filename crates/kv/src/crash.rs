@@ -1,1 +1,344 @@
-//! placeholder
+//! Crash-state checks of the KV engine, and the planted bugs they must catch.
+//!
+//! The workload drives an [`Engine`] on a [`TracedMedia`] the way the
+//! server will: batches of 1–4 operations, each batch staged then
+//! committed once — zero-copy sets whose bytes the "kernel" stored into
+//! ring buffers (ordinary stores, spanning buffers, at odd offsets), copied
+//! sets (0–1500 B over 512 B buffers), values of 40 small fragments (an
+//! extent list in the tree), overwrites, deletes, a clear, user-log appends
+//! (zero-copy and copied) — plus explicit checkpoints and user-log
+//! truncations between batches; the WAL is small, so automatic
+//! checkpoints run inside commits too. Step `k` is marked when it returned.
+//!
+//! An image passes only if `Engine::open` succeeds and:
+//! - every key holds exactly the kind and bytes of the model after the
+//!   acknowledged steps, or after those and the step in flight (a batch's
+//!   KV operations are all or nothing), with no other key; the user log
+//!   holds exactly the acknowledged entries (or those and the in-flight
+//!   ones), byte for byte. The KV group is appended before the user-log
+//!   group, so the in-flight batch may also show its KV part alone;
+//! - [`Engine::check`] holds: the tree verifies, the index is the tree
+//!   plus the WAL's replay, and every buffer's count is exactly the
+//!   durable references to it (none free while referenced, none leaked);
+//! - every 16th image then runs more batches and a checkpoint on the
+//!   recovered engine and still matches and checks.
+
+use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use pmem::trace::TracedMedia;
+use pmem::{Media, MemMedia};
+use pmwire_crashcheck::{explore, Config, CrashImage, Report};
+use pmwire_log::Extent;
+
+use crate::{Engine, Faults, KvConfig, StageError};
+
+const BASE: u64 = 4096;
+const CONTINUE_EVERY: u64 = 16;
+const STEPS: usize = 170;
+
+/// One crash check the CLI can run.
+pub struct KvCheck {
+    /// What is checked.
+    pub name: &'static str,
+    /// Whether this is a planted bug the checker must catch.
+    pub planted: bool,
+    /// Runs the check.
+    pub run: fn(&Config) -> Report,
+}
+
+/// Every crash check of this crate: the correct engine, then the planted bugs.
+pub fn checks() -> Vec<KvCheck> {
+    let check = |name, planted, run| KvCheck { name, planted, run };
+    vec![
+        check("kv: batches of sets (zero-copy, copied, extent lists), deletes, clear, checkpoints, user log", false, |c| {
+            check_kv(Faults::default(), STEPS, c)
+        }),
+        check("planted: kv WAL record persisted before the value data is drained", true, |c| {
+            check_kv(Faults { skip_data_drain: true, ..Faults::default() }, 60, c)
+        }),
+        check("planted: kv old value freed before the checkpoint drops its last reference", true, |c| {
+            check_kv(Faults { free_early: true, ..Faults::default() }, 80, c)
+        }),
+        check("planted: kv recovery ignores the WAL records after the checkpoint", true, |c| {
+            check_kv(Faults { skip_replay: true, ..Faults::default() }, 60, c)
+        }),
+    ]
+}
+
+fn kv_config() -> KvConfig {
+    KvConfig { buf_size: 512, buffers: 96, wal_slots: 256, log_slots: 64, tree_nodes: 16 }
+}
+
+type Map = BTreeMap<Vec<u8>, (u8, Vec<u8>)>;
+
+/// The model: the keys, and the user log's `(lsn, bytes)` entries.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Model {
+    map: Map,
+    log: Vec<(u64, Vec<u8>)>,
+}
+
+fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Drives an engine and its model.
+struct Driver {
+    rng: u64,
+    model: Model,
+}
+
+impl Driver {
+    fn below(&mut self, n: u64) -> u64 {
+        splitmix64(&mut self.rng) % n
+    }
+
+    fn bytes(&mut self, len: usize) -> Vec<u8> {
+        let fill = self.below(256) as u8;
+        (0..len).map(|i| fill ^ (i as u8).wrapping_mul(13)).collect()
+    }
+
+    fn key(&mut self) -> Vec<u8> {
+        let id = self.below(14);
+        let pad = if id.is_multiple_of(3) { 50 } else { 0 };
+        format!("key-{id:02}{}", "x".repeat(pad)).into_bytes()
+    }
+
+    /// The kernel stores `bytes` into fresh ring buffers; `fragments`
+    /// splits them into that many small extents. Returns the extents and
+    /// the ring's references.
+    fn receive<M: Media>(&mut self, kv: &mut Engine, media: &mut M, bytes: &[u8], fragments: bool) -> (Vec<Extent>, Vec<u32>) {
+        let size = kv.pool().buf_size() as usize;
+        let (mut extents, mut ring) = (Vec::new(), Vec::new());
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let buf = kv.pool_mut().alloc().expect("a ring buffer");
+            ring.push(buf);
+            let mut at = if fragments { 0 } else { self.below(40) as usize };
+            while !rest.is_empty() && at < size {
+                let n = if fragments { rest.len().min(8) } else { rest.len().min(size - at) };
+                let extent = Extent { buf_idx: buf, offset: at as u16, len: n as u16 };
+                media.write(kv.pool().extent_offset(extent), &rest[..n]);
+                extents.push(extent);
+                rest = &rest[n..];
+                at += if fragments { 16 } else { n };
+            }
+        }
+        (extents, ring)
+    }
+
+    /// Stages one random operation.
+    fn stage<M: Media>(&mut self, kv: &mut Engine, media: &mut M) {
+        let key = self.key();
+        let kind = self.below(3) as u8;
+        match self.below(20) {
+            0..=5 => {
+                let (len, fragments) = if self.below(6) == 0 { (320, true) } else { (self.below(1200) as usize, false) };
+                let value = self.bytes(len);
+                let (extents, ring) = self.receive(kv, media, &value, fragments);
+                let staged = kv.set_extents(media, &key, kind, &extents);
+                ring.iter().for_each(|&b| _ = kv.pool_mut().release(b));
+                match staged {
+                    Ok(()) => _ = self.model.map.insert(key, (kind, value)),
+                    Err(StageError::BatchFull { .. }) => {}
+                    Err(e) => panic!("zero-copy set: {e}"),
+                }
+            }
+            6..=12 => {
+                let len = self.below(1500) as usize;
+                let value = self.bytes(len);
+                match kv.set_copy(media, &key, kind, &value) {
+                    Ok(()) => _ = self.model.map.insert(key, (kind, value)),
+                    Err(StageError::BatchFull { .. }) => {}
+                    Err(e) => panic!("copied set: {e}"),
+                }
+            }
+            13..=15 => {
+                match kv.delete(media, &key) {
+                    Ok(existed) => assert_eq!(existed, self.model.map.remove(&key).is_some(), "delete's answer"),
+                    Err(StageError::BatchFull { .. }) => {}
+                    Err(e) => panic!("delete: {e}"),
+                }
+            }
+            16 if self.below(8) == 0 => {
+                if kv.clear(media).is_ok() {
+                    self.model.map.clear();
+                }
+            }
+            _ => {
+                let len = self.below(700) as usize;
+                let value = self.bytes(len);
+                let lsn = if self.below(2) == 0 {
+                    kv.log_append_copy(media, &value).expect("log append")
+                } else {
+                    let (extents, ring) = self.receive(kv, media, &value, false);
+                    let lsn = kv.log_append(media, &extents).expect("log append");
+                    ring.iter().for_each(|&b| _ = kv.pool_mut().release(b));
+                    lsn
+                };
+                self.model.log.push((lsn, value));
+            }
+        }
+    }
+
+    /// Runs step `k`: a batch, a checkpoint, or a user-log truncation.
+    fn step<M: Media>(&mut self, kv: &mut Engine, media: &mut M, k: usize) {
+        if k % 11 == 10 {
+            kv.checkpoint(media).expect("checkpoint");
+        } else if k % 7 == 6 || kv.log_read(0).count() > 6 {
+            let entries: Vec<u64> = kv.log_read(0).map(|(lsn, _)| lsn).collect();
+            let keep = entries.get(entries.len() / 2).copied().unwrap_or(kv.log_next_lsn());
+            kv.log_truncate(media, keep).expect("truncate");
+            self.model.log.retain(|&(lsn, _)| lsn >= keep);
+        } else {
+            for _ in 0..1 + self.below(4) {
+                self.stage(kv, media);
+            }
+            kv.commit(media).expect("commit");
+        }
+    }
+}
+
+/// Runs the workload on a traced medium; returns it and the model after
+/// each number of completed steps.
+fn run(faults: Faults, steps: usize) -> (TracedMedia, Vec<Model>) {
+    let config = kv_config();
+    let mut media = TracedMedia::new((BASE + config.required_size().unwrap()) as usize);
+    let mut kv = Engine::create_with_faults(&mut media, BASE, &config, faults).expect("create");
+    media.checkpoint();
+    let mut driver = Driver { rng: 0x6b76, model: Model::default() };
+    let mut states = vec![Model::default()];
+    for k in 0..steps {
+        driver.step(&mut kv, &mut media, k);
+        states.push(driver.model.clone());
+        media.mark(k as u64);
+    }
+    (media, states)
+}
+
+/// Crash-checks the engine (with planted `faults`) over `steps` steps.
+pub fn check_kv(faults: Faults, steps: usize, config: &Config) -> Report {
+    let (media, states) = run(faults, steps);
+    let mut number = 0u64;
+    explore(&media, config, |image: &mut CrashImage| {
+        number += 1;
+        let acked = image.acked.len();
+        let continue_after = number.is_multiple_of(CONTINUE_EVERY);
+        let judged = catch_unwind(AssertUnwindSafe(|| judge(&mut image.media, faults, &states, acked, continue_after)));
+        judged.unwrap_or_else(|_| Err("recovery panicked".to_string()))
+    })
+}
+
+/// What the engine holds: every key's kind and bytes, and the user log.
+fn contents(kv: &Engine, media: &MemMedia) -> Model {
+    let map = kv
+        .range(std::ops::Bound::Unbounded)
+        .map(|(key, kind, extents)| {
+            let mut bytes = Vec::new();
+            kv.pool().gather(media, extents, &mut bytes);
+            (key.to_vec(), (kind, bytes))
+        })
+        .collect();
+    let log = kv
+        .log_read(0)
+        .map(|(lsn, extents)| {
+            let mut bytes = Vec::new();
+            kv.pool().gather(media, extents, &mut bytes);
+            (lsn, bytes)
+        })
+        .collect();
+    Model { map, log }
+}
+
+fn judge(media: &mut MemMedia, faults: Faults, states: &[Model], acked: usize, continue_after: bool) -> Result<(), String> {
+    let open_faults = Faults { skip_replay: faults.skip_replay, ..Faults::default() };
+    let mut kv = Engine::open_with_faults(media, BASE, open_faults).map_err(|e| format!("open: {e}"))?;
+    let got = contents(&kv, media);
+    let before = &states[acked];
+    let after = states.get(acked + 1).unwrap_or(before);
+    // A commit appends the KV group, then the user-log group: a crash
+    // between them leaves the first without the second.
+    let between = Model { map: after.map.clone(), log: before.log.clone() };
+    let state = if got == *after {
+        after
+    } else if got == *before {
+        before
+    } else if got == between {
+        &between
+    } else {
+        return Err(format!("after {acked} steps: {}", difference(before, after, &got)));
+    };
+    kv.check(media)?;
+    if continue_after {
+        let mut driver = Driver { rng: 0xc0ff_ee00 ^ acked as u64, model: state.clone() };
+        for k in 0..4 {
+            driver.step(&mut kv, media, k * 5 + 1);
+        }
+        kv.checkpoint(media).map_err(|e| format!("checkpoint after recovery: {e}"))?;
+        if contents(&kv, media) != driver.model {
+            return Err("after recovery and more batches: contents differ from the model".into());
+        }
+        kv.check(media).map_err(|e| format!("after recovery and more batches: {e}"))?;
+    }
+    Ok(())
+}
+
+fn difference(before: &Model, after: &Model, got: &Model) -> String {
+    let wrong: Vec<String> = got
+        .map
+        .iter()
+        .filter(|(k, v)| before.map.get(*k) != Some(v) && after.map.get(*k) != Some(v))
+        .map(|(k, v)| format!("{} ({} B)", String::from_utf8_lossy(&k[..6.min(k.len())]), v.1.len()))
+        .collect();
+    let lost = before.map.keys().filter(|k| !got.map.contains_key(*k) && after.map.contains_key(*k)).count();
+    format!(
+        "{} keys (acked {}, in flight {}), wrong or made up: {wrong:?}, lost {lost}; log {} entries (acked {}, in flight {})",
+        got.map.len(),
+        before.map.len(),
+        after.map.len(),
+        got.log.len(),
+        before.log.len(),
+        after.log.len()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_survives_every_crash() {
+        check_kv(Faults::default(), STEPS, &Config::default()).assert_passes_at_least(10_000);
+    }
+
+    #[test]
+    fn canary_wal_before_data_drain_is_caught() {
+        check_kv(Faults { skip_data_drain: true, ..Faults::default() }, 60, &Config::default()).assert_caught();
+    }
+
+    #[test]
+    fn canary_early_free_is_caught() {
+        check_kv(Faults { free_early: true, ..Faults::default() }, 80, &Config::default()).assert_caught();
+    }
+
+    #[test]
+    fn canary_skipped_replay_is_caught() {
+        check_kv(Faults { skip_replay: true, ..Faults::default() }, 60, &Config::default()).assert_caught();
+    }
+
+    #[test]
+    fn registry_lists_every_check_once() {
+        let checks = checks();
+        assert_eq!(checks.iter().filter(|c| c.planted).count(), 3);
+        let mut names: Vec<_> = checks.iter().map(|c| c.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), checks.len());
+    }
+}
+

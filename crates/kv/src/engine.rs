@@ -480,8 +480,8 @@ impl Engine {
         };
         for (key, value) in values {
             if self.early_keys.insert(key) {
-                let (_, refs) = self.decode_tree_value(media, &value).expect("tree value");
-                for extent in refs {
+                let (stored, _) = self.decode_tree_value(media, &value).expect("tree value");
+                for extent in stored.extents {
                     self.pool.release(extent.buf_idx);
                     self.early.push(extent.buf_idx);
                 }

@@ -205,7 +205,7 @@ impl TreeValue {
         let words = extent_words(&bytes[VALUE_HEADER..]);
         match (bytes[1], words.len()) {
             (FORM_DIRECT, n) if n <= DIRECT_EXTENTS => Ok(TreeValue::Direct { kind: bytes[0], extents: words }),
-            (FORM_INDIRECT, 1) if words[0].len % 8 == 0 => Ok(TreeValue::Indirect { kind: bytes[0], list: words[0] }),
+            (FORM_INDIRECT, 1) if words[0].len.is_multiple_of(8) => Ok(TreeValue::Indirect { kind: bytes[0], list: words[0] }),
             (form, n) => Err(format!("tree value form {form} with {n} words")),
         }
     }

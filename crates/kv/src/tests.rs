@@ -100,7 +100,7 @@ fn matches_model_through_checkpoints_and_reopens() {
                 },
                 8 => assert_eq!(kv.delete(&mut media, &key).unwrap(), model.remove(&key).is_some()),
                 _ => {
-                    if splitmix64(&mut rng) % 20 == 0 {
+                    if splitmix64(&mut rng).is_multiple_of(20) {
                         kv.clear(&mut media).unwrap();
                         model.clear();
                     }
