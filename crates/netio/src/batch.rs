@@ -6,6 +6,11 @@
 //! entry's [`Reply`]: how many bytes it consumed (a prefix of the input), the [`Output`] to
 //! send, and whether to close the connection once that output is sent.
 //!
+//! A connection appears in a batch only when new bytes (or its EOF) arrived since the last
+//! call, so a service must consume every complete request it is shown: a request left
+//! unconsumed is shown again only with the next bytes. Output is appended, never replaced
+//! (earlier parts may still be queued).
+//!
 //! Invariants:
 //! - segments point into buffers the loop holds a reference on for the whole `handle` call;
 //!   the slices cannot outlive the `&mut Batch` borrow;
