@@ -2,3 +2,4 @@
 //! `btree`) and their peers.
 
 pub mod redis;
+pub mod ycsb;
