@@ -45,6 +45,9 @@ pub struct Segment<'a> {
 pub struct Input<'a> {
     /// The connection.
     pub conn: ConnId,
+    /// Index of the listener the connection was accepted on (the position of its address
+    /// in [`crate::Server::bind_all`]; 0 for [`crate::Server::bind`]).
+    pub listener: u32,
     /// All unconsumed bytes, in stream order.
     pub segments: &'a [Segment<'a>],
     /// The peer closed its sending side after these bytes: no more will come.
@@ -138,6 +141,30 @@ impl Output {
         self.parts.push(Part::Buf { buf, offset, len });
     }
 
+    /// The output's current end, to [`Output::truncate`] back to (e.g. to replace staged
+    /// replies with errors when their batch could not be persisted).
+    pub fn mark(&self) -> OutputMark {
+        let last_inline = match self.parts.last() {
+            Some(Part::Inline { len, .. }) => Some(*len),
+            _ => None,
+        };
+        OutputMark { parts: self.parts.len(), arena: self.arena.len(), len_bytes: self.len_bytes, last_inline }
+    }
+
+    /// Drops everything appended since `mark` was taken on this output (nothing else may
+    /// have been removed meanwhile). Buffer parts hold no reference until the loop takes the
+    /// reply, so dropping them releases nothing.
+    pub fn truncate(&mut self, mark: OutputMark) {
+        assert!(mark.parts <= self.parts.len(), "mark beyond the output");
+        assert!(mark.arena <= self.arena.len(), "mark beyond the arena");
+        self.parts.truncate(mark.parts);
+        self.arena.truncate(mark.arena);
+        self.len_bytes = mark.len_bytes;
+        if let (Some(Part::Inline { len, .. }), Some(was)) = (self.parts.last_mut(), mark.last_inline) {
+            *len = was; // push_bytes may have grown the last inline part since the mark
+        }
+    }
+
     /// Total bytes queued.
     pub fn len_bytes(&self) -> usize {
         self.len_bytes
@@ -183,6 +210,15 @@ impl Output {
     }
 }
 
+/// A position in an [`Output`] (see [`Output::mark`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutputMark {
+    parts: usize,
+    arena: usize,
+    len_bytes: usize,
+    last_inline: Option<u32>,
+}
+
 impl std::io::Write for Output {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.push_bytes(buf);
@@ -209,6 +245,7 @@ pub struct Reply {
 #[derive(Debug)]
 pub(crate) struct Entry {
     pub(crate) conn: ConnId,
+    pub(crate) listener: u32,
     pub(crate) seg_start: usize,
     pub(crate) seg_end: usize,
     pub(crate) peer_closed: bool,
@@ -252,7 +289,12 @@ impl Batch {
     pub fn input(&self, i: usize) -> Input<'_> {
         assert!(i < self.used, "batch entry {i} out of range");
         let e = &self.entries[i];
-        Input { conn: e.conn, segments: &self.segs[e.seg_start..e.seg_end], peer_closed: e.peer_closed }
+        Input {
+            conn: e.conn,
+            listener: e.listener,
+            segments: &self.segs[e.seg_start..e.seg_end],
+            peer_closed: e.peer_closed,
+        }
     }
 
     /// Entry `i`'s reply, to fill in.
@@ -265,7 +307,12 @@ impl Batch {
     pub fn split(&mut self, i: usize) -> (Input<'_>, &mut Reply) {
         assert!(i < self.used, "batch entry {i} out of range");
         let e = &mut self.entries[i];
-        let input = Input { conn: e.conn, segments: &self.segs[e.seg_start..e.seg_end], peer_closed: e.peer_closed };
+        let input = Input {
+            conn: e.conn,
+            listener: e.listener,
+            segments: &self.segs[e.seg_start..e.seg_end],
+            peer_closed: e.peer_closed,
+        };
         (input, &mut e.reply)
     }
 }
@@ -300,6 +347,7 @@ pub fn drive<S: BufferSource, V: Service<S>>(service: &mut V, bufs: &mut S, inpu
         }
         batch.entries.push(Entry {
             conn: input.conn,
+            listener: input.listener,
             seg_start,
             seg_end: batch.segs.len(),
             peer_closed: input.peer_closed,
@@ -328,12 +376,34 @@ mod tests {
     use crate::echo::HttpEcho;
 
     #[test]
+    fn truncate_returns_to_the_mark() {
+        let mut out = Output::new();
+        out.push_bytes(b"+OK\r\n");
+        let mark = out.mark();
+        out.push_bytes(b"$5\r\n"); // merged into the first inline part
+        out.push_buf(3, 10, 5);
+        out.push_bytes(b"\r\n");
+        assert_eq!(out.parts().len(), 3);
+        out.truncate(mark);
+        assert_eq!(out.parts(), &[Part::Inline { start: 0, len: 5 }]);
+        assert_eq!(out.len_bytes(), 5);
+        out.push_bytes(b"-ERR x\r\n");
+        let bufs = HeapBuffers::new(1, 64);
+        assert_eq!(out.to_vec(&bufs), b"+OK\r\n-ERR x\r\n");
+        let empty = Output::new();
+        let at_start = empty.mark();
+        out.truncate(Output::new().mark());
+        assert!(out.is_empty());
+        assert_eq!(at_start, empty.mark());
+    }
+
+    #[test]
     fn drive_runs_a_service_without_sockets() {
         let mut bufs = HeapBuffers::new(2, 64);
         let mut echo = HttpEcho::default();
         let req = b"POST /a HTTP/1.1\r\nContent-Length: 5\r\n\r\nhelloGET /b HTTP/1.1\r\n";
         let segs = [Segment { buf: 0, offset: 0, bytes: &req[..30] }, Segment { buf: 1, offset: 0, bytes: &req[30..] }];
-        let input = Input { conn: ConnId { slot: 0, generation: 0 }, segments: &segs, peer_closed: false };
+        let input = Input { conn: ConnId { slot: 0, generation: 0 }, listener: 0, segments: &segs, peer_closed: false };
         let replies = drive(&mut echo, &mut bufs, &[input]);
         // The POST is answered (its body named zero-copy), the partial GET left unconsumed.
         assert_eq!(replies[0].consumed, 44);

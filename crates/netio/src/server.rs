@@ -202,8 +202,13 @@ impl StopHandle {
 
 /// A TCP server on one thread. `bind` only binds; `run` sets up io_uring (on the calling
 /// thread, as `SINGLE_ISSUER` requires) and serves until stopped.
+///
+/// One server may listen on several addresses ([`Server::bind_all`]): every connection is
+/// served by the same loop and service, and each [`crate::Input`] says which listener (index
+/// into the address list) its connection was accepted on, so one thread can speak several
+/// protocols (e.g. RESP on one port and HTTP on another).
 pub struct Server<S: BufferSource, V: Service<S>> {
-    listener: TcpListener,
+    listeners: Vec<TcpListener>,
     config: Config,
     source: S,
     service: V,
@@ -219,6 +224,20 @@ impl<S: BufferSource, V: Service<S>> Server<S, V> {
         source: S,
         service: V,
     ) -> Result<Self, ServerError> {
+        Server::bind_all(&[addr], config, source, service)
+    }
+
+    /// Binds one listening socket per address; connections accepted on `addrs[i]` carry
+    /// listener index `i` in their [`crate::Input`]s.
+    pub fn bind_all<A: ToSocketAddrs + std::fmt::Debug>(
+        addrs: &[A],
+        config: Config,
+        source: S,
+        service: V,
+    ) -> Result<Self, ServerError> {
+        if addrs.is_empty() || addrs.len() > MAX_LISTENERS {
+            return Err(ServerError::Config("between 1 and 16 listen addresses"));
+        }
         if !config.ring_entries.is_power_of_two() || config.ring_entries > 32768 {
             return Err(ServerError::Config("ring_entries must be a power of two <= 32768"));
         }
@@ -228,8 +247,11 @@ impl<S: BufferSource, V: Service<S>> Server<S, V> {
         if config.max_rx_bytes == 0 || config.max_tx_bytes == 0 {
             return Err(ServerError::Config("max_rx_bytes and max_tx_bytes must be above 0"));
         }
-        let name = format!("{addr:?}");
-        let listener = TcpListener::bind(addr).map_err(|source| ServerError::Bind { addr: name, source })?;
+        let mut listeners = Vec::with_capacity(addrs.len());
+        for addr in addrs {
+            let name = format!("{addr:?}");
+            listeners.push(TcpListener::bind(addr).map_err(|source| ServerError::Bind { addr: name, source })?);
+        }
         // SAFETY: plain syscall; the result is checked.
         let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         if efd < 0 {
@@ -237,12 +259,17 @@ impl<S: BufferSource, V: Service<S>> Server<S, V> {
         }
         // SAFETY: a fresh fd we own.
         let stop_fd = Arc::new(unsafe { OwnedFd::from_raw_fd(efd) });
-        Ok(Server { listener, config, source, service, stats: Stats::default(), stop_fd })
+        Ok(Server { listeners, config, source, service, stats: Stats::default(), stop_fd })
     }
 
-    /// The bound address.
+    /// The bound address (of the first listener).
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener.local_addr().expect("listener has an address")
+        self.listeners[0].local_addr().expect("listener has an address")
+    }
+
+    /// The bound addresses, in the order given to [`Server::bind_all`].
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.listeners.iter().map(|l| l.local_addr().expect("listener has an address")).collect()
     }
 
     /// A handle that stops `run` from another thread.
@@ -253,9 +280,10 @@ impl<S: BufferSource, V: Service<S>> Server<S, V> {
     /// Serves until a [`StopHandle`] fires; then closes every connection, returns every buffer
     /// the loop holds to the source, and returns.
     pub fn run(&mut self) -> Result<(), ServerError> {
+        let listen_fds: Vec<RawFd> = self.listeners.iter().map(|l| l.as_raw_fd()).collect();
         let mut lp = Loop::new(
             &self.config,
-            self.listener.as_raw_fd(),
+            listen_fds,
             self.stop_fd.as_raw_fd(),
             &mut self.source,
             &mut self.service,
@@ -293,6 +321,9 @@ const OP_SEND: u64 = 3;
 const OP_CANCEL: u64 = 4;
 const OP_STOP: u64 = 5;
 const OP_TICK: u64 = 6;
+
+/// Most listening sockets one server has.
+const MAX_LISTENERS: usize = 16;
 
 /// Period of the linger timer; a lingering connection is closed after two ticks (0.5–1 s).
 const LINGER_TICK_MS: u32 = 500;
@@ -337,6 +368,8 @@ enum Closing {
 struct Conn {
     fd: RawFd,
     gen: u32,
+    /// Index of the listener the connection was accepted on.
+    listener: u32,
     open: bool,
     rx: VecDeque<RxSeg>,
     rx_bytes: usize,
@@ -366,6 +399,7 @@ impl Conn {
         Conn {
             fd: -1,
             gen: 0,
+            listener: 0,
             open: false,
             rx: VecDeque::new(),
             rx_bytes: 0,
@@ -403,7 +437,7 @@ struct Loop<'a, S: BufferSource, V: Service<S>> {
     stats: &'a mut Stats,
     uring: IoUring,
     bufring: BufRing,
-    listen_fd: RawFd,
+    listen_fds: Vec<RawFd>,
     stop_fd: RawFd,
     stop_buf: Box<u64>,
     mode: RecvMode,
@@ -414,7 +448,8 @@ struct Loop<'a, S: BufferSource, V: Service<S>> {
     starved: Vec<u32>,
     batch: Batch,
     cqes: Vec<(u64, i32, u32)>,
-    accept_armed: bool,
+    /// Whether listener `i`'s multishot accept is armed.
+    accept_armed: Vec<bool>,
     tick_armed: bool,
     tick_ts: Box<types::Timespec>,
     stopping: bool,
@@ -436,7 +471,7 @@ fn build_uring(sq_entries: u32) -> Result<(IoUring, bool), ServerError> {
 impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
     fn new(
         cfg: &'a Config,
-        listen_fd: RawFd,
+        listen_fds: Vec<RawFd>,
         stop_fd: RawFd,
         src: &'a mut S,
         svc: &'a mut V,
@@ -455,7 +490,8 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             stats,
             uring,
             bufring,
-            listen_fd,
+            accept_armed: vec![false; listen_fds.len()],
+            listen_fds,
             stop_fd,
             stop_buf: Box::new(0),
             mode: cfg.recv_mode,
@@ -466,7 +502,6 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             starved: Vec::new(),
             batch: Batch::new(),
             cqes: Vec::with_capacity(sq as usize * 4),
-            accept_armed: false,
             tick_armed: false,
             tick_ts: Box::new(types::Timespec::new().nsec(LINGER_TICK_MS * 1_000_000)),
             stopping: false,
@@ -496,7 +531,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
     }
 
     fn serve(&mut self) -> Result<(), ServerError> {
-        self.arm_accept();
+        self.arm_accepts();
         self.arm_stop();
         while !self.stopping {
             self.wait(None)?;
@@ -509,9 +544,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             self.refill();
             self.wake_starved();
             self.settle_dirty();
-            if !self.accept_armed {
-                self.arm_accept();
-            }
+            self.arm_accepts();
             if let Some(e) = self.fatal.take() {
                 return Err(ServerError::Enter(e));
             }
@@ -598,7 +631,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
     fn on_cqe(&mut self, ud: u64, res: i32, flags: u32) {
         let (op, slot, gen) = unpack(ud);
         match op {
-            OP_ACCEPT => self.on_accept(res, flags),
+            OP_ACCEPT => self.on_accept(slot, res, flags),
             OP_RECV => self.on_recv(slot, gen, res, flags),
             OP_SEND => self.on_send(slot, gen, res),
             OP_CANCEL => {}
@@ -608,13 +641,19 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
         }
     }
 
-    fn arm_accept(&mut self) {
-        let e = opcode::AcceptMulti::new(types::Fd(self.listen_fd))
-            .flags(libc::SOCK_CLOEXEC)
-            .build()
-            .user_data(user_data(OP_ACCEPT, 0, 0));
-        self.push(e);
-        self.accept_armed = true;
+    /// Arms the multishot accept of every listener that has none armed.
+    fn arm_accepts(&mut self) {
+        for i in 0..self.listen_fds.len() {
+            if self.accept_armed[i] {
+                continue;
+            }
+            let e = opcode::AcceptMulti::new(types::Fd(self.listen_fds[i]))
+                .flags(libc::SOCK_CLOEXEC)
+                .build()
+                .user_data(user_data(OP_ACCEPT, i as u32, 0));
+            self.push(e);
+            self.accept_armed[i] = true;
+        }
     }
 
     fn arm_stop(&mut self) {
@@ -623,9 +662,9 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
         self.push(e);
     }
 
-    fn on_accept(&mut self, res: i32, flags: u32) {
+    fn on_accept(&mut self, listener: u32, res: i32, flags: u32) {
         if !cqueue::more(flags) {
-            self.accept_armed = false;
+            self.accept_armed[listener as usize] = false;
         }
         if res < 0 {
             return; // e.g. ECANCELED at shutdown, or EMFILE: re-armed after this iteration.
@@ -660,6 +699,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
         assert!(!c.open, "accept into an open slot {slot}");
         assert!(c.rx.is_empty() && c.pending.is_empty() && c.inflight.is_empty());
         c.fd = fd;
+        c.listener = listener;
         c.open = true;
         c.rx_bytes = 0;
         c.recv = RecvState::Idle;
@@ -872,6 +912,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             if batch.entries.len() == batch.used {
                 batch.entries.push(Entry {
                     conn: c.id(slot),
+                    listener: 0,
                     seg_start: 0,
                     seg_end: 0,
                     peer_closed: false,
@@ -882,6 +923,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             }
             let e = &mut batch.entries[batch.used];
             e.conn = c.id(slot);
+            e.listener = c.listener;
             e.seg_start = seg_start;
             e.seg_end = batch.segs.len();
             e.peer_closed = c.peer_eof;
@@ -1103,10 +1145,11 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
     /// Closes every connection, waits for their operations, and returns all ring buffers.
     fn shutdown(&mut self) -> Result<(), ServerError> {
         self.stopping = true;
-        if self.accept_armed {
-            self.push(
-                opcode::AsyncCancel::new(user_data(OP_ACCEPT, 0, 0)).build().user_data(user_data(OP_CANCEL, 0, 0)),
-            );
+        for i in 0..self.listen_fds.len() {
+            if self.accept_armed[i] {
+                let target = user_data(OP_ACCEPT, i as u32, 0);
+                self.push(opcode::AsyncCancel::new(target).build().user_data(user_data(OP_CANCEL, 0, 0)));
+            }
         }
         for slot in 0..self.conns.len() as u32 {
             if self.conns[slot as usize].open {
@@ -1116,7 +1159,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
         }
         let deadline = Instant::now() + Duration::from_millis(self.cfg.shutdown_timeout_ms as u64);
         let mut busy = self.conns.iter().filter(|c| c.open).count();
-        while (busy > 0 || self.accept_armed) && Instant::now() < deadline {
+        while (busy > 0 || self.accept_armed.contains(&true)) && Instant::now() < deadline {
             self.wait(Some(Duration::from_millis(50)))?;
             self.drain_cqes();
             self.settle_dirty();

@@ -4,4 +4,5 @@ mod common;
 mod echo;
 mod kv;
 mod limits;
+mod listeners;
 mod load;
