@@ -26,7 +26,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use pmem::trace::TracedMedia;
 use pmem::MemMedia;
-use pmwire_crashcheck::{explore, Config, CrashImage, Report};
+use pmwire_crashcheck::{explore, Check, Config, CrashImage, Report};
 
 use crate::bench::splitmix64;
 use crate::{BTree, BatchOp, Counters, Faults};
@@ -40,19 +40,9 @@ const CONTINUE_EVERY: u64 = 16;
 /// Operations run on a recovered image.
 const CONTINUE_OPS: usize = 12;
 
-/// One crash check the CLI can run.
-pub struct BTreeCheck {
-    /// What is checked.
-    pub name: &'static str,
-    /// Whether this is a planted bug the checker must catch.
-    pub planted: bool,
-    /// Runs the check.
-    pub run: fn(&Config) -> Report,
-}
-
 /// Every crash check of this crate: the correct tree, then the planted bugs.
-pub fn checks() -> Vec<BTreeCheck> {
-    let check = |name, planted, run| BTreeCheck { name, planted, run };
+pub fn checks() -> Vec<Check> {
+    let check = |name, planted, run| Check { name, planted, run };
     vec![
         check("btree: grow to height 3 (splits), shrink to one leaf (merges)", false, |c| {
             check_tree(Workload::GrowShrink, Faults::default(), c)

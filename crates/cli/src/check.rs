@@ -32,7 +32,8 @@ pub fn run(args: &CheckArgs) -> Result<bool> {
         config.samples = 16;
     }
     let rows = rows(&config);
-    println!("{:<58} {:>8} {:>10} {:>9}  verdict", "structure", "points", "images", "failures");
+    let width = rows.iter().map(|row| row.name.len()).max().unwrap_or(0).max("structure".len());
+    println!("{:<width$} {:>8} {:>10} {:>9}  verdict", "structure", "points", "images", "failures");
     let mut all_ok = true;
     for row in &rows {
         let caught = !row.report.is_ok();
@@ -45,7 +46,7 @@ pub fn run(args: &CheckArgs) -> Result<bool> {
             (true, false) => "PLANTED BUG MISSED",
         };
         println!(
-            "{:<58} {:>8} {:>10} {:>9}  {verdict}",
+            "{:<width$} {:>8} {:>10} {:>9}  {verdict}",
             row.name, row.report.crash_points, row.report.images, row.report.failure_count
         );
         if !ok {
@@ -64,28 +65,14 @@ fn rows(config: &Config) -> Vec<Row> {
         row("rotating register 10 x 256 B", false, checks::check_rotating_register(10, 256, config)),
         row("planted: register chunk never flushed", true, checks::check_planted_unflushed_register(config)),
     ];
-    rows.extend(log_rows(config));
-    rows.extend(btree_rows(config));
+    let structures = [pmwire_log::crash::checks(), pmwire_btree::crash::checks(), pmwire_pool::crash::checks(), pmwire_kv::crash::checks()];
+    rows.extend(structures.into_iter().flatten().map(|check| row(check.name, check.planted, (check.run)(config))));
     rows.extend(remote_rows(config));
     rows
 }
 
 fn row(name: &str, expect_failures: bool, report: Report) -> Row {
     Row { name: name.to_string(), expect_failures, report }
-}
-
-fn log_rows(config: &Config) -> Vec<Row> {
-    pmwire_log::crash::checks()
-        .into_iter()
-        .map(|check| row(check.name, check.planted, (check.run)(config)))
-        .collect()
-}
-
-fn btree_rows(config: &Config) -> Vec<Row> {
-    pmwire_btree::crash::checks()
-        .into_iter()
-        .map(|check| row(check.name, check.planted, (check.run)(config)))
-        .collect()
 }
 
 fn remote_rows(config: &Config) -> Vec<Row> {

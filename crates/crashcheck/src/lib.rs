@@ -30,3 +30,16 @@ pub mod checks;
 mod replay;
 
 pub use replay::{explore, Config, CrashImage, Failure, Report};
+
+/// One named crash check, as each persistent structure's `crash::checks()`
+/// lists them for `pmwire check`: the correct structure first, then its
+/// planted bugs, which the checker must catch.
+#[derive(Clone, Copy, Debug)]
+pub struct Check {
+    /// What is checked.
+    pub name: &'static str,
+    /// Whether this is a planted bug the checker must catch.
+    pub planted: bool,
+    /// Runs the check.
+    pub run: fn(&Config) -> Report,
+}

@@ -28,7 +28,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use pmem::trace::TracedMedia;
 use pmem::{Media, MemMedia};
-use pmwire_crashcheck::{explore, Config, CrashImage, Report};
+use pmwire_crashcheck::{explore, Check, Config, CrashImage, Report};
 use pmwire_log::Extent;
 
 use crate::{Engine, Faults, KvConfig, StageError};
@@ -37,19 +37,9 @@ const BASE: u64 = 4096;
 const CONTINUE_EVERY: u64 = 16;
 const STEPS: usize = 170;
 
-/// One crash check the CLI can run.
-pub struct KvCheck {
-    /// What is checked.
-    pub name: &'static str,
-    /// Whether this is a planted bug the checker must catch.
-    pub planted: bool,
-    /// Runs the check.
-    pub run: fn(&Config) -> Report,
-}
-
 /// Every crash check of this crate: the correct engine, then the planted bugs.
-pub fn checks() -> Vec<KvCheck> {
-    let check = |name, planted, run| KvCheck { name, planted, run };
+pub fn checks() -> Vec<Check> {
+    let check = |name, planted, run| Check { name, planted, run };
     vec![
         check("kv: batches of sets (zero-copy, copied, extent lists), deletes, clear, checkpoints, user log", false, |c| {
             check_kv(Faults::default(), STEPS, c)

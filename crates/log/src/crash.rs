@@ -21,7 +21,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use pmem::trace::TracedMedia;
 use pmem::{Media, MemMedia, Padding};
-use pmwire_crashcheck::{explore, Config, CrashImage, Report};
+use pmwire_crashcheck::{explore, Check, Config, CrashImage, Report};
 
 use crate::{AppendError, AppendLog, Extent, ExtentLog, Faults, LogConfig, TailStrategy};
 
@@ -36,19 +36,9 @@ const PHASE_TWO_LENS: [usize; 6] = [0, 8, 16, 24, 8, 40];
 /// Extent group sizes, in turn (up to 10: groups that span two lines).
 const GROUP_LENS: [usize; 13] = [1, 3, 1, 2, 8, 1, 10, 4, 1, 1, 6, 9, 5];
 
-/// One crash check the CLI can run.
-pub struct LogCheck {
-    /// What is checked.
-    pub name: &'static str,
-    /// Whether this is a planted bug the checker must catch.
-    pub planted: bool,
-    /// Runs the check.
-    pub run: fn(&Config) -> Report,
-}
-
 /// Every crash check of this crate: the correct logs, then the planted bugs.
-pub fn checks() -> Vec<LogCheck> {
-    let check = |name, planted, run| LogCheck { name, planted, run };
+pub fn checks() -> Vec<Check> {
+    let check = |name, planted, run| Check { name, planted, run };
     vec![
         check("append log, naive tail", false, |c| check_append_log(TailStrategy::Naive, Faults::default(), c)),
         check("append log, rotating tail 10 x 256 B", false, |c| {

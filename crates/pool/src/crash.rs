@@ -26,7 +26,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use pmem::trace::TracedMedia;
 use pmem::{Media, MemMedia};
-use pmwire_crashcheck::{explore, Config, CrashImage, Report};
+use pmwire_crashcheck::{explore, Check, Config, CrashImage, Report};
 use pmwire_log::{Extent, ExtentLog};
 
 use crate::{Pool, PoolConfig};
@@ -52,19 +52,9 @@ pub struct Faults {
     pub forget_log_refs: bool,
 }
 
-/// One crash check the CLI can run.
-pub struct PoolCheck {
-    /// What is checked.
-    pub name: &'static str,
-    /// Whether this is a planted bug the checker must catch.
-    pub planted: bool,
-    /// Runs the check.
-    pub run: fn(&Config) -> Report,
-}
-
 /// Every crash check of this crate: the correct loop, then the planted bugs.
-pub fn checks() -> Vec<PoolCheck> {
-    let check = |name, planted, run| PoolCheck { name, planted, run };
+pub fn checks() -> Vec<Check> {
+    let check = |name, planted, run| Check { name, planted, run };
     vec![
         check("pool: PASTE receive, persist, swap and truncate loop", false, |c| check_pool(Faults::default(), STEPS, c)),
         check("planted: pool extent logged before the data drain", true, |c| {

@@ -26,9 +26,9 @@ enum Step {
 }
 
 fn workload() -> Vec<Step> {
-    let self_valid = LogConfig::new(2048, TailStrategy::SelfValidating).with_padding(Padding::Line);
-    let naive = LogConfig::new(1024, TailStrategy::Naive);
-    let rotating = LogConfig::new(1024, TailStrategy::Rotating { blocks: 4, stride: 64 });
+    let self_valid = LogConfig::new(16384, TailStrategy::SelfValidating).with_padding(Padding::Line);
+    let naive = LogConfig::new(8192, TailStrategy::Naive);
+    let rotating = LogConfig::new(8192, TailStrategy::Rotating { blocks: 4, stride: 64 });
     let too_big = LogConfig::new(1 << 20, TailStrategy::Naive);
     let names: [&'static [u8]; 3] = [b"alpha", b"beta", b"gamma"];
     let mut steps = vec![Step::Create { name: names[0], config: self_valid }];
@@ -44,7 +44,8 @@ fn workload() -> Vec<Step> {
     append(&mut steps, 2);
     steps.push(Step::Create { name: b"huge", config: too_big });
     steps.push(Step::Create { name: names[2], config: rotating });
-    for _ in 0..8 {
+    // Enough appends for at least 10,000 sampled crash images.
+    for _ in 0..40 {
         append(&mut steps, 3);
     }
     steps
