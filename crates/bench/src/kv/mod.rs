@@ -2,5 +2,8 @@
 //! `btree`) and their peers.
 
 pub mod btree;
+pub mod child;
+pub mod http_wal;
 pub mod redis;
+pub mod resp_suite;
 pub mod ycsb;
