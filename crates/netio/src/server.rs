@@ -309,6 +309,11 @@ impl<S: BufferSource, V: Service<S>> Server<S, V> {
         &self.service
     }
 
+    /// The service, to change it between runs.
+    pub fn service_mut(&mut self) -> &mut V {
+        &mut self.service
+    }
+
     /// The buffer source and the service.
     pub fn into_parts(self) -> (S, V) {
         (self.source, self.service)

@@ -1,0 +1,257 @@
+//! The RESP executor's view of the engine ([`EngineKeyspace`]) and the reply sink over a
+//! connection's [`Output`] ([`OutputSink`]).
+//!
+//! Value handles: `get` takes one pool reference per extent of the value and records it in the
+//! batch's *held* list; the service releases the held list at the start of the next batch (or
+//! when a connection closes), i.e. after the loop has taken the replies and retained every
+//! zero-copy part. So a handle stays readable for the whole batch even when the key is
+//! overwritten and `commit` checkpoints and frees the old value's buffers before the loop
+//! retains the output (resp's keyspace contract).
+//!
+//! Writes are staged in the engine; the service commits once per batch. If a batch outgrows
+//! one WAL group (`StageError::BatchFull`), the staged part is committed there and staging
+//! goes on; a failed commit marks the batch failed: nothing more is executed and every
+//! command of the batch is answered with the error.
+
+use std::borrow::Cow;
+use std::ops::Bound;
+use std::rc::Rc;
+
+use pmwire_btree::MAX_KEY_BYTES;
+use pmwire_kv::{Engine, StageError};
+use pmwire_log::Extent;
+use pmwire_netio::Output;
+use pmwire_resp::keyspace::{Keyspace, Kind, StoreError, StoreLimits, Stored, ValueSource};
+use pmwire_resp::reply::ReplySink;
+
+use crate::store::{PoolView, MAX_VALUE_BYTES};
+use pmem::Region;
+
+/// A stored value's extents, as handed to the executor and the sink.
+pub type Handle = Rc<[Extent]>;
+
+/// Where the pieces of a request lie: `(buffer, offset)` of each segment given to the parser.
+pub(crate) type Locs<'a> = &'a [(u32, u32)];
+
+/// Batch-wide state the keyspace shares with the service.
+#[derive(Debug, Default)]
+pub(crate) struct BatchState {
+    /// Buffers retained for handles given out in this batch.
+    pub held: Vec<u32>,
+    /// Something was staged since the last commit.
+    pub wrote: bool,
+    /// Commits made inside the batch because it outgrew one WAL group.
+    pub early_commits: u64,
+    /// Why the batch could not be persisted (set once; nothing more is executed).
+    pub failed: Option<String>,
+    /// Test hook: the next commit of a batch that wrote fails as if the engine refused it.
+    pub fail_next_commit: bool,
+}
+
+impl BatchState {
+    /// Commits what is staged (if anything). On failure the engine is rolled back and the
+    /// batch marked failed.
+    pub fn commit(&mut self, engine: &mut Engine, region: &mut Region) -> Result<(), ()> {
+        if self.failed.is_some() {
+            engine.rollback();
+            return Err(());
+        }
+        if !self.wrote {
+            return Ok(());
+        }
+        self.wrote = false;
+        if std::mem::take(&mut self.fail_next_commit) {
+            engine.rollback();
+            self.failed = Some("injected commit failure".into());
+            return Err(());
+        }
+        engine.commit(region).map_err(|e| self.failed = Some(e.to_string()))
+    }
+
+    /// Releases every held buffer.
+    pub fn release_held(&mut self, engine: &mut Engine) {
+        for buf in self.held.drain(..) {
+            engine.pool_mut().release(buf);
+        }
+    }
+}
+
+/// The engine as a RESP keyspace, for one connection's input in one batch.
+pub(crate) struct EngineKeyspace<'a> {
+    pub engine: &'a mut Engine,
+    pub region: &'a mut Region,
+    pub state: &'a mut BatchState,
+    /// Store arguments by their extents (the ring is the pool).
+    pub zero_copy: bool,
+    /// Locations of the parser's segments.
+    pub locs: Locs<'a>,
+}
+
+impl EngineKeyspace<'_> {
+    /// The value at `key`, its buffers held for the batch.
+    pub fn get_held(&mut self, key: &[u8]) -> Option<(u8, Handle)> {
+        let (kind, extents) = self.engine.get(key)?;
+        let handle: Handle = extents.into();
+        self.hold(&handle);
+        Some((kind, handle))
+    }
+
+    /// Holds the buffers of `extents` for the batch.
+    pub fn hold(&mut self, extents: &[Extent]) {
+        for e in extents {
+            self.engine.pool_mut().retain(e.buf_idx);
+            self.state.held.push(e.buf_idx);
+        }
+    }
+
+    /// Runs a staging operation; commits and retries once if the batch is full.
+    pub fn stage<T>(&mut self, mut op: impl FnMut(&mut Engine, &mut Region) -> Result<T, StageError>) -> Result<T, StoreError> {
+        if self.state.failed.is_some() {
+            return Err(StoreError::Full);
+        }
+        let result = match op(self.engine, self.region) {
+            Err(StageError::BatchFull { .. }) => {
+                self.state.early_commits += 1;
+                self.state.commit(self.engine, self.region).map_err(|()| StoreError::Full)?;
+                op(self.engine, self.region)
+            }
+            other => other,
+        };
+        match result {
+            Ok(value) => {
+                self.state.wrote = true;
+                Ok(value)
+            }
+            Err(StageError::KeyTooLong { len, max }) => Err(StoreError::KeyTooLong { len: len as u64, max: max as u64 }),
+            Err(StageError::ValueTooLong { .. }) => Err(StoreError::Full),
+            Err(StageError::BatchFull { .. } | StageError::PoolFull) => Err(StoreError::Full),
+            Err(StageError::Extent(e)) => panic!("a received extent is not live in the pool: {e}"),
+        }
+    }
+
+    /// Stores a value of `len` bytes found at `extents` (zero-copy when allowed and the value
+    /// is not split into more extents than the engine takes), else copies the bytes `gather`
+    /// returns.
+    pub fn set_value<'b>(
+        &mut self,
+        key: &[u8],
+        kind: u8,
+        len: usize,
+        extents: Option<&[Extent]>,
+        gather: impl FnOnce() -> Cow<'b, [u8]>,
+    ) -> Result<(), StoreError> {
+        let limits = self.limits();
+        if key.len() as u64 > limits.max_key_bytes {
+            return Err(StoreError::KeyTooLong { len: key.len() as u64, max: limits.max_key_bytes });
+        }
+        if len as u64 > limits.max_value_bytes {
+            return Err(StoreError::ValueTooLong { len: len as u64, max: limits.max_value_bytes });
+        }
+        let max_extents = self.engine.max_value_extents();
+        match extents {
+            Some(extents) if self.zero_copy && extents.len() <= max_extents => {
+                self.stage(|engine, region| engine.set_extents(region, key, kind, extents))
+            }
+            _ => {
+                let bytes = gather();
+                self.stage(|engine, region| engine.set_copy(region, key, kind, &bytes))
+            }
+        }
+    }
+
+    /// Extents of a RESP argument's pieces (`None` if it has none: quoted inline arguments).
+    fn arg_extents(&self, pieces: &[pmwire_resp::request::Piece]) -> Option<Vec<Extent>> {
+        if pieces.is_empty() || !self.zero_copy {
+            return None;
+        }
+        let extent = |p: &pmwire_resp::request::Piece| {
+            let (buf, offset) = self.locs[p.segment as usize];
+            Extent { buf_idx: buf, offset: (offset + p.start) as u16, len: p.len as u16 }
+        };
+        Some(pieces.iter().map(extent).collect())
+    }
+}
+
+impl Keyspace for EngineKeyspace<'_> {
+    type Value = Handle;
+
+    fn get(&mut self, key: &[u8]) -> Option<Stored<Handle>> {
+        let (kind, handle) = self.get_held(key)?;
+        let len = handle.iter().map(|e| e.len as u64).sum();
+        Some(Stored { kind: Kind::from_byte(kind).unwrap_or(Kind::String), len, value: handle })
+    }
+
+    fn read(&self, value: &Handle, out: &mut Vec<u8>) {
+        self.engine.pool().gather(&*self.region, value, out);
+    }
+
+    fn set(&mut self, key: &[u8], kind: Kind, value: ValueSource<'_>) -> Result<(), StoreError> {
+        match value {
+            ValueSource::Arg(arg) => {
+                let extents = self.arg_extents(arg.pieces);
+                self.set_value(key, kind.to_byte(), arg.bytes.len(), extents.as_deref(), || Cow::Borrowed(arg.bytes))
+            }
+            ValueSource::Owned(bytes) => self.set_value(key, kind.to_byte(), bytes.len(), None, || Cow::Borrowed(&bytes)),
+        }
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<bool, StoreError> {
+        self.stage(|engine, region| engine.delete(region, key))
+    }
+
+    fn scan(&mut self, after: Option<&[u8]>, limit: usize, visit: &mut dyn FnMut(&[u8], Kind)) -> usize {
+        let start = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut n = 0;
+        for (key, kind, _) in self.engine.range(start).take(limit) {
+            visit(key, Kind::from_byte(kind).unwrap_or(Kind::String));
+            n += 1;
+        }
+        n
+    }
+
+    fn len(&self) -> u64 {
+        self.engine.len() as u64
+    }
+
+    fn clear(&mut self) -> Result<(), StoreError> {
+        self.stage(|engine, region| engine.clear(region))
+    }
+
+    fn limits(&self) -> StoreLimits {
+        let buf_size = self.engine.pool().buf_size() as u64;
+        let copied = (self.engine.max_value_extents() as u64 - 1) * buf_size;
+        StoreLimits { max_key_bytes: MAX_KEY_BYTES as u64, max_value_bytes: copied.min(MAX_VALUE_BYTES as u64) }
+    }
+}
+
+/// Replies into a connection's output: protocol bytes copied, stored values sent from their
+/// pool buffers (`push_buf` per extent) when the ring is the pool, copied otherwise.
+pub(crate) struct OutputSink<'a> {
+    pub out: &'a mut Output,
+    pub view: PoolView,
+    pub zero_copy: bool,
+}
+
+impl OutputSink<'_> {
+    /// Appends a stored value's bytes.
+    pub fn value_extents(&mut self, extents: &[Extent]) {
+        for &e in extents {
+            if self.zero_copy {
+                self.out.push_buf(e.buf_idx, e.offset as u32, e.len as u32);
+            } else {
+                self.out.push_bytes(self.view.bytes(e));
+            }
+        }
+    }
+}
+
+impl ReplySink<Handle> for OutputSink<'_> {
+    fn bytes(&mut self, data: &[u8]) {
+        self.out.push_bytes(data);
+    }
+
+    fn value(&mut self, value: &Handle, len: u64) {
+        assert_eq!(value.iter().map(|e| e.len as u64).sum::<u64>(), len, "value handle length");
+        self.value_extents(value);
+    }
+}

@@ -1,0 +1,411 @@
+//! [`KvService`]: the netio service that speaks RESP on listener 0 and HTTP (pKVS) on
+//! listener 1, over one [`Store`].
+//!
+//! One batch (PASTE A.2): for every connection in the batch, parse and execute every complete
+//! request, writing the replies into the connection's reply output after a mark; then commit
+//! the engine **once**; then, if the commit failed, truncate each output back to its mark and
+//! answer every request of the batch with an error instead (`-ERR pmwire could not persist:
+//! …` / HTTP 503), the engine having been rolled back. Nothing is sent before `handle`
+//! returns, so writing replies in place is staging them. Reads stage nothing and commit
+//! nothing.
+//!
+//! HTTP routes (keep-alive and pipelining as the codec parses them):
+//! - `POST|PUT /kv/{key}`: stores the body (the key is the raw path bytes after `/kv/`);
+//!   `204 No Content`;
+//! - `GET /kv/{key}`: `200` with the value (sent from its pool buffers in zero-copy mode) or
+//!   `404`;
+//! - `DELETE /kv/{key}`: `200` or `404`;
+//! - `POST /log`: appends the body to the user log; `200` with the entry's LSN and `\n` as the
+//!   body (in no-persist mode: acknowledged with a volatile counter, nothing stored);
+//! - `GET /log/{lsn}`: `200` with the entry or `404`;
+//! - any other method on those paths `405`, any other path `404`; a full pool or log `507`;
+//!   the codec's refusals (400, 413 over [`crate::store::MAX_VALUE_BYTES`], 431, 501) close the
+//!   connection.
+//!
+//! The user log is a bounded ring: when an append finds it full, the oldest half of its
+//! entries is truncated (durably) to make room.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use pmwire_kv::LogError;
+use pmwire_log::Extent;
+use pmwire_netio::http::{self, body_pieces, Codec, HttpError, Method, Parsed};
+use pmwire_netio::{Batch, ConnId, Input, Output, OutputMark, Service};
+use pmwire_resp::exec::{Flow, Server as RespServer, ServerConfig, Session};
+use pmwire_resp::keyspace::{Keyspace, StoreError};
+use pmwire_resp::request::{Limits as RespLimits, Parsed as RespParsed};
+
+use crate::keyspace::{BatchState, EngineKeyspace, OutputSink};
+use crate::store::{Mode, PoolView, Store, MAX_VALUE_BYTES};
+
+/// Listener index of the RESP port.
+pub const RESP_LISTENER: u32 = 0;
+/// Listener index of the HTTP port.
+pub const HTTP_LISTENER: u32 = 1;
+/// Most extents one user-log entry takes zero-copy (more are copied).
+const MAX_LOG_EXTENTS: usize = 256;
+
+/// Counters (volatile).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServiceStats {
+    /// Calls to `handle`.
+    pub batches: u64,
+    /// Batches whose commit wrote something.
+    pub commits: u64,
+    /// Extra commits inside batches that outgrew one WAL group.
+    pub early_commits: u64,
+    /// Batches answered with errors because they could not be persisted.
+    pub failed_batches: u64,
+    /// RESP commands parsed.
+    pub resp_commands: u64,
+    /// HTTP requests parsed.
+    pub http_requests: u64,
+}
+
+/// What to write after an entry's replies (kept to rewrite it after a failed commit).
+#[derive(Debug, Default)]
+enum Tail {
+    #[default]
+    None,
+    Resp(Vec<u8>),
+    Http(HttpError),
+}
+
+/// One batch entry's bookkeeping.
+#[derive(Debug, Default)]
+struct EntryState {
+    mark: Option<OutputMark>,
+    consumed: usize,
+    close: bool,
+    resp_commands: u32,
+    /// Keep-alive of each HTTP request answered.
+    http: Vec<bool>,
+    tail: Tail,
+}
+
+/// The KV service (see the module docs).
+pub struct KvService {
+    resp: RespServer,
+    sessions: HashMap<ConnId, Session>,
+    parsed: RespParsed,
+    codec: Codec,
+    state: BatchState,
+    entries: Vec<EntryState>,
+    no_persist_lsn: u64,
+    stats: ServiceStats,
+}
+
+impl std::fmt::Debug for KvService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KvService({} sessions, {:?})", self.sessions.len(), self.stats)
+    }
+}
+
+impl KvService {
+    /// A service whose RESP limits match the store's (`max_value_bytes` bulk arguments).
+    pub fn new(resp_port: u16) -> KvService {
+        let limits = RespLimits { max_bulk_bytes: MAX_VALUE_BYTES as u64, ..RespLimits::default() };
+        let config = ServerConfig { server_name: "pmwire".into(), limits, tcp_port: resp_port, ..ServerConfig::default() };
+        let http_limits = http::Limits { max_head_bytes: 8192, max_body_bytes: MAX_VALUE_BYTES };
+        KvService {
+            resp: RespServer::new(config),
+            sessions: HashMap::new(),
+            parsed: RespParsed::new(limits),
+            codec: Codec::new(http_limits),
+            state: BatchState::default(),
+            entries: Vec::new(),
+            no_persist_lsn: 0,
+            stats: ServiceStats::default(),
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> ServiceStats {
+        self.stats
+    }
+
+    /// Test hook: the next batch that writes fails to commit.
+    #[doc(hidden)]
+    pub fn fail_next_commit(&mut self) {
+        self.state.fail_next_commit = true;
+    }
+
+    fn resp_entry(&mut self, input: &Input<'_>, out: &mut Output, store: &mut Store, st: &mut EntryState) {
+        let KvService { resp, sessions, parsed, state, .. } = self;
+        let session = sessions.entry(input.conn).or_insert_with(|| resp.open_session());
+        let (view, zero_copy) = (store.view(), store.mode == Mode::ZeroCopy);
+        let mut bytes: Vec<&[u8]> = Vec::with_capacity(input.segments.len());
+        let mut locs: Vec<(u32, u32)> = Vec::with_capacity(input.segments.len());
+        let mut done = 0;
+        loop {
+            (bytes.clear(), locs.clear());
+            let mut skip = done;
+            for s in input.segments {
+                if skip >= s.bytes.len() {
+                    skip -= s.bytes.len();
+                    continue;
+                }
+                bytes.push(&s.bytes[skip..]);
+                locs.push((s.buf, s.offset + skip as u32));
+                skip = 0;
+            }
+            let summary = parsed.parse(&bytes);
+            let mut ks = EngineKeyspace { engine: &mut store.engine, region: &mut store.region, state, zero_copy, locs: &locs };
+            let mut sink = OutputSink { out, view, zero_copy };
+            for c in 0..summary.commands {
+                st.resp_commands += 1;
+                if ks.state.failed.is_some() {
+                    continue;
+                }
+                if resp.execute(session, &mut ks, &parsed.request(&bytes, c), &mut sink) == Flow::Close {
+                    st.close = true;
+                    break;
+                }
+            }
+            done += summary.consumed;
+            if st.close {
+                break;
+            }
+            if let Some(error) = summary.error {
+                let reply = error.reply();
+                out.push_bytes(&reply);
+                st.tail = Tail::Resp(reply);
+                st.close = true;
+                break;
+            }
+            if !summary.limited {
+                break;
+            }
+        }
+        st.consumed = if st.close { input.len_bytes() } else { done };
+    }
+
+    fn http_entry(&mut self, input: &Input<'_>, out: &mut Output, store: &mut Store, st: &mut EntryState) {
+        let KvService { codec, state, no_persist_lsn, .. } = self;
+        let (view, mode) = (store.view(), store.mode);
+        let total = input.len_bytes();
+        let mut at = 0;
+        while at < total {
+            match codec.parse(input.segments, at) {
+                Parsed::Incomplete => break,
+                Parsed::Error(error) => {
+                    http::write_error(out, &error);
+                    st.tail = Tail::Http(error);
+                    st.close = true;
+                    at = total;
+                }
+                Parsed::Complete(req) => {
+                    st.http.push(req.keep_alive);
+                    if state.failed.is_none() {
+                        let mut ks = EngineKeyspace {
+                            engine: &mut store.engine,
+                            region: &mut store.region,
+                            state,
+                            zero_copy: mode == Mode::ZeroCopy,
+                            locs: &[],
+                        };
+                        let mut ctx = HttpCtx { ks: &mut ks, out, view, mode, no_persist_lsn };
+                        ctx.route(&req, input);
+                    }
+                    at += req.len_bytes();
+                    if !req.keep_alive {
+                        st.close = true;
+                        at = total;
+                    }
+                }
+            }
+        }
+        st.consumed = at;
+    }
+}
+
+/// Answers one HTTP request.
+struct HttpCtx<'k, 'e, 'o> {
+    ks: &'k mut EngineKeyspace<'e>,
+    out: &'o mut Output,
+    view: PoolView,
+    mode: Mode,
+    no_persist_lsn: &'k mut u64,
+}
+
+impl HttpCtx<'_, '_, '_> {
+    fn route(&mut self, req: &http::Request<'_>, input: &Input<'_>) {
+        let keep = req.keep_alive;
+        let pieces: Vec<http::Piece<'_>> = body_pieces(input.segments, &req.body).collect();
+        let extents: Vec<Extent> =
+            pieces.iter().map(|p| Extent { buf_idx: p.buf, offset: p.offset as u16, len: p.bytes.len() as u16 }).collect();
+        let gather = || match &pieces[..] {
+            [] => Cow::Borrowed(&[][..]),
+            [one] => Cow::Borrowed(one.bytes),
+            many => Cow::Owned(many.iter().flat_map(|p| p.bytes.iter().copied()).collect()),
+        };
+        if let Some(key) = req.path.strip_prefix("/kv/").filter(|k| !k.is_empty()) {
+            let key = key.as_bytes();
+            match req.method {
+                Method::Post | Method::Put => {
+                    match self.ks.set_value(key, 0, req.body.len, Some(&extents), gather) {
+                        Ok(()) => http::write_response(self.out, 204, keep, None, b""),
+                        Err(e) => self.store_error(keep, &e),
+                    }
+                }
+                Method::Get => match self.ks.get_held(key) {
+                    Some((_, handle)) => {
+                        let len = handle.iter().map(|e| e.len as usize).sum();
+                        http::write_head(self.out, 200, keep, len, None);
+                        OutputSink { out: self.out, view: self.view, zero_copy: self.ks.zero_copy }.value_extents(&handle);
+                    }
+                    None => http::write_response(self.out, 404, keep, None, b""),
+                },
+                Method::Delete => match self.ks.delete(key) {
+                    Ok(found) => http::write_response(self.out, if found { 200 } else { 404 }, keep, None, b""),
+                    Err(e) => self.store_error(keep, &e),
+                },
+                _ => http::write_response(self.out, 405, keep, None, b""),
+            }
+        } else if req.path == "/log" {
+            if req.method != Method::Post {
+                return http::write_response(self.out, 405, keep, None, b"");
+            }
+            match self.append_log(&extents, gather) {
+                Ok(lsn) => http::write_response(self.out, 200, keep, Some("text/plain"), format!("{lsn}\n").as_bytes()),
+                Err(e) => self.store_error(keep, &e),
+            }
+        } else if let Some(lsn) = req.path.strip_prefix("/log/") {
+            if req.method != Method::Get {
+                return http::write_response(self.out, 405, keep, None, b"");
+            }
+            let entry = lsn.parse::<u64>().ok().and_then(|lsn| {
+                let (at, extents) = self.ks.engine.log_read(lsn).next()?;
+                (at == lsn).then(|| extents.to_vec())
+            });
+            match entry {
+                Some(extents) => {
+                    self.ks.hold(&extents);
+                    let len = extents.iter().map(|e| e.len as usize).sum();
+                    http::write_head(self.out, 200, keep, len, None);
+                    OutputSink { out: self.out, view: self.view, zero_copy: self.ks.zero_copy }.value_extents(&extents);
+                }
+                None => http::write_response(self.out, 404, keep, None, b""),
+            }
+        } else {
+            http::write_response(self.out, 404, keep, None, b"");
+        }
+    }
+
+    fn store_error(&mut self, keep: bool, error: &StoreError) {
+        let status = match error {
+            StoreError::Full => 507,
+            StoreError::KeyTooLong { .. } => 414,
+            StoreError::ValueTooLong { .. } => 413,
+        };
+        http::write_response(self.out, status, keep, Some("text/plain"), format!("{error}\n").as_bytes());
+    }
+
+    /// Appends a user-log entry (see the module docs for a full log).
+    fn append_log<'b>(&mut self, extents: &[Extent], gather: impl FnOnce() -> Cow<'b, [u8]>) -> Result<u64, StoreError> {
+        if self.mode == Mode::NoPersist {
+            *self.no_persist_lsn += 1;
+            return Ok(*self.no_persist_lsn - 1);
+        }
+        let ks = &mut *self.ks;
+        if ks.state.failed.is_some() {
+            return Err(StoreError::Full);
+        }
+        let zero_copy = ks.zero_copy && extents.len() <= MAX_LOG_EXTENTS;
+        let bytes = if zero_copy { Cow::Borrowed(&[][..]) } else { gather() };
+        for attempt in 0..3 {
+            let result = if zero_copy {
+                ks.engine.log_append(ks.region, extents)
+            } else {
+                ks.engine.log_append_copy(ks.region, &bytes)
+            };
+            match result {
+                Ok(lsn) => {
+                    ks.state.wrote = true;
+                    return Ok(lsn);
+                }
+                Err(LogError::Full { .. }) if attempt == 0 => {
+                    ks.state.early_commits += 1;
+                    ks.state.commit(ks.engine, ks.region).map_err(|()| StoreError::Full)?;
+                }
+                Err(LogError::Full { .. }) if attempt == 1 => {
+                    let first = ks.engine.log_read(0).next().map(|(lsn, _)| lsn);
+                    let next = ks.engine.log_next_lsn();
+                    let Some(first) = first else { return Err(StoreError::Full) };
+                    ks.engine.log_truncate(ks.region, first + (next - first).div_ceil(2)).expect("truncate below the end");
+                }
+                Err(LogError::Extent(e)) => panic!("a received extent is not live in the pool: {e}"),
+                Err(_) => return Err(StoreError::Full),
+            }
+        }
+        Err(StoreError::Full)
+    }
+}
+
+impl Service<Store> for KvService {
+    fn handle(&mut self, batch: &mut Batch, store: &mut Store) {
+        self.state.release_held(&mut store.engine);
+        self.state.failed = None;
+        let n = batch.len();
+        let mut entries = std::mem::take(&mut self.entries);
+        entries.resize_with(n.max(entries.len()), EntryState::default);
+        for (i, st) in entries.iter_mut().enumerate().take(n) {
+            let (input, reply) = batch.split(i);
+            *st = EntryState { mark: Some(reply.output.mark()), http: std::mem::take(&mut st.http), ..EntryState::default() };
+            st.http.clear();
+            if input.listener == HTTP_LISTENER {
+                self.http_entry(&input, &mut reply.output, store, st);
+            } else {
+                self.resp_entry(&input, &mut reply.output, store, st);
+            }
+            self.stats.resp_commands += st.resp_commands as u64;
+            self.stats.http_requests += st.http.len() as u64;
+        }
+        let wrote = self.state.wrote;
+        let committed = self.state.commit(&mut store.engine, &mut store.region).is_ok();
+        self.stats.commits += (wrote && committed) as u64;
+        self.stats.early_commits += std::mem::take(&mut self.state.early_commits);
+        self.stats.batches += 1;
+        if !committed {
+            self.stats.failed_batches += 1;
+            let why = self.state.failed.clone().unwrap_or_default().replace(['\r', '\n'], " ");
+            for (i, st) in entries.iter().enumerate().take(n) {
+                answer_failed(&mut batch.reply(i).output, st, &why);
+            }
+        }
+        for (i, st) in entries.iter().enumerate().take(n) {
+            let reply = batch.reply(i);
+            reply.consumed = st.consumed;
+            reply.close = st.close;
+        }
+        self.entries = entries;
+    }
+
+    fn closed(&mut self, conn: ConnId, store: &mut Store) {
+        if let Some(session) = self.sessions.remove(&conn) {
+            self.resp.close_session(session);
+        }
+        // The loop has taken every reply of the last batch: its held buffers may go.
+        self.state.release_held(&mut store.engine);
+    }
+}
+
+/// Replaces an entry's replies with one error per request, then its tail.
+fn answer_failed(out: &mut Output, st: &EntryState, why: &str) {
+    if st.resp_commands == 0 && st.http.is_empty() {
+        return;
+    }
+    out.truncate(st.mark.expect("marked"));
+    let resp_error = format!("-ERR pmwire could not persist: {why}\r\n");
+    (0..st.resp_commands).for_each(|_| out.push_bytes(resp_error.as_bytes()));
+    let body = format!("could not persist: {why}\n");
+    for &keep in &st.http {
+        http::write_response(out, 503, keep, Some("text/plain"), body.as_bytes());
+    }
+    match &st.tail {
+        Tail::None => {}
+        Tail::Resp(reply) => out.push_bytes(reply),
+        Tail::Http(error) => http::write_error(out, error),
+    }
+}

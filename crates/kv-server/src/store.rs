@@ -1,0 +1,368 @@
+//! [`Store`]: the mapped pool, the KV engine in it, and the receive buffers the io_uring ring
+//! is fed from; it is the loop's [`BufferSource`].
+//!
+//! In [`Mode::ZeroCopy`] the ring's buffers *are* pool buffers: buffer `id` is at
+//! `region.as_ptr() + pool.buffer_offset(id)`, its reference count is the pool's, so the kernel
+//! copies socket data straight into persistent memory and a SET value is stored by naming
+//! where it landed. In [`Mode::Copy`] and [`Mode::NoPersist`] the ring is DRAM
+//! ([`HeapBuffers`] of the same size) and values are copied into the pool.
+//!
+//! Sizing ([`Sizing`]): every receive bound is derived from the pool's buffer count, so that
+//! the pool is larger than the ring plus what connections may hold unconsumed (netio's
+//! progress condition): half of the buffers are left for stored data, the other half is the
+//! ring plus [`Sizing::rx_buffers_per_conn`] per connection (twice `max_rx_bytes` in buffers,
+//! since a receive may fill a buffer only partly).
+//!
+//! Invariant: in zero-copy mode every buffer id the loop holds is a pool buffer with a
+//! non-zero pool count; in the other modes pool and ring ids never mix (values are copied, and
+//! replies are copied out of the pool).
+
+use std::path::{Path, PathBuf};
+
+use pmem::{Media, Region, RegionOptions};
+use pmwire_kv::{Engine, KvConfig};
+use pmwire_netio::{BufferSource, HeapBuffers};
+use pmwire_pool::DEFAULT_BUF_SIZE;
+
+/// Largest value (RESP bulk argument or HTTP body) accepted, in bytes.
+pub const MAX_VALUE_BYTES: usize = 128 << 10;
+/// A connection's receive bound: one largest value plus Redis's 64 KB inline/header bound.
+pub const MAX_RX_BYTES: usize = MAX_VALUE_BYTES + (64 << 10);
+/// Most connections, whatever the pool size.
+pub const MAX_CONNECTIONS: u32 = 1024;
+/// Fewest connections a pool must leave room for (else it is too small).
+pub const MIN_CONNECTIONS: u32 = 8;
+
+/// How values travel between the socket and the pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Receive into pool buffers; store values by their extents; send stored values from
+    /// their buffers (PASTE).
+    ZeroCopy,
+    /// Receive into DRAM; copy values into the pool (non-temporal stores) and replies out.
+    Copy,
+    /// As `Copy`, but `POST /log` is acknowledged without storing or persisting anything (the
+    /// network-only baseline of the HTTP WAL benchmark).
+    NoPersist,
+}
+
+impl Mode {
+    /// The name `--mode` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::ZeroCopy => "zero-copy",
+            Mode::Copy => "copy",
+            Mode::NoPersist => "no-persist",
+        }
+    }
+
+    /// Parses a `--mode` name.
+    pub fn parse(name: &str) -> Option<Mode> {
+        [Mode::ZeroCopy, Mode::Copy, Mode::NoPersist].into_iter().find(|m| m.name() == name)
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a pool could not be opened or created. Nothing was written.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The file could not be mapped.
+    #[error("{path}: {source}")]
+    Region {
+        /// The pool path.
+        path: PathBuf,
+        /// Why.
+        source: pmem::RegionError,
+    },
+    /// The file holds something that is not a pmwire KV pool.
+    #[error("{path} is not a pmwire KV pool (not overwriting it): {why}")]
+    NotKvPool {
+        /// The pool path.
+        path: PathBuf,
+        /// What was found.
+        why: String,
+    },
+    /// The size cannot hold a useful pool.
+    #[error("pool of {size} bytes is too small: {why}")]
+    TooSmall {
+        /// The size asked for or found.
+        size: u64,
+        /// What does not fit.
+        why: String,
+    },
+    /// The engine could not be formatted.
+    #[error("format: {0}")]
+    Create(#[from] pmwire_kv::CreateError),
+}
+
+/// Receive bounds derived from the pool (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sizing {
+    /// Pool buffers.
+    pub buffers: u32,
+    /// Bytes per buffer.
+    pub buf_size: u32,
+    /// Entries of the provided-buffer ring.
+    pub ring_entries: u16,
+    /// Open connections allowed.
+    pub max_connections: u32,
+    /// Buffers a connection may hold unconsumed (2 × `MAX_RX_BYTES` / `buf_size`).
+    pub rx_buffers_per_conn: u32,
+}
+
+impl Sizing {
+    /// The bounds for a pool of `buffers` buffers of `buf_size` bytes.
+    pub fn for_pool(buffers: u32, buf_size: u32) -> Result<Sizing, String> {
+        let rx_buffers_per_conn = (2 * MAX_RX_BYTES as u64).div_ceil(buf_size as u64) as u32;
+        let ring = 1u32 << (buffers / 16).max(1).ilog2();
+        let ring_entries = ring.clamp(64, 4096);
+        let rx_budget = (buffers / 2).saturating_sub(ring_entries);
+        let max_connections = (rx_budget / rx_buffers_per_conn).min(MAX_CONNECTIONS);
+        if max_connections < MIN_CONNECTIONS {
+            let need = 2 * (ring_entries + MIN_CONNECTIONS * rx_buffers_per_conn);
+            return Err(format!(
+                "{buffers} buffers of {buf_size} B; need at least {need} (a {ring_entries}-entry ring and \
+                 {MIN_CONNECTIONS} connections of {rx_buffers_per_conn} buffers, doubled for stored data)"
+            ));
+        }
+        Ok(Sizing { buffers, buf_size, ring_entries: ring_entries as u16, max_connections, rx_buffers_per_conn })
+    }
+
+    /// The engine configuration for a new pool of `size` bytes: as many 2 KB buffers as fit
+    /// with `KvConfig::new`'s WAL, user log and tree.
+    pub fn config_for_size(size: u64) -> Result<KvConfig, StoreError> {
+        let fits = |b: u32| KvConfig::new(b).required_size().is_ok_and(|need| need <= size);
+        let (mut lo, mut hi) = (0u32, (size / DEFAULT_BUF_SIZE as u64).min(u32::MAX as u64 / 2) as u32 + 1);
+        while lo + 1 < hi {
+            let mid = lo + (hi - lo) / 2;
+            if fits(mid) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        if lo == 0 {
+            return Err(StoreError::TooSmall { size, why: "not even one buffer fits".into() });
+        }
+        let config = KvConfig::new(lo);
+        Sizing::for_pool(config.buffers, config.buf_size).map_err(|why| StoreError::TooSmall { size, why })?;
+        Ok(config)
+    }
+}
+
+/// What `open` found in an existing pool (or that it made a new one).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recovered {
+    /// The pool was created now.
+    pub created: bool,
+    /// Keys.
+    pub keys: usize,
+    /// Committed WAL records replayed on top of the tree.
+    pub wal_records: usize,
+    /// User-log entries.
+    pub log_entries: usize,
+    /// Buffers referenced by durable structures.
+    pub buffers_in_use: u32,
+    /// All buffers.
+    pub buffers: u32,
+}
+
+impl std::fmt::Display for Recovered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.created {
+            return write!(f, "created a new pool of {} buffers", self.buffers);
+        }
+        write!(
+            f,
+            "recovered {} keys ({} WAL records replayed), {} user-log entries, {} of {} buffers in use",
+            self.keys, self.wal_records, self.log_entries, self.buffers_in_use, self.buffers
+        )
+    }
+}
+
+/// The loop's buffer source and the engine (see the module docs).
+pub struct Store {
+    pub(crate) region: Region,
+    pub(crate) engine: Engine,
+    pub(crate) heap: Option<HeapBuffers>,
+    pub(crate) mode: Mode,
+    pub(crate) sizing: Sizing,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Store({}, {:?}, {:?})", self.mode, self.engine, self.sizing)
+    }
+}
+
+impl Store {
+    /// Opens (recovers) the KV pool at `path`, or creates one of `size` bytes if the file is
+    /// absent, empty, or holds no pool header (all zero: e.g. a create that crashed). A file
+    /// holding anything else is refused untouched. An existing pool keeps its own size.
+    pub fn open(path: &Path, size: u64, mode: Mode) -> Result<(Store, Recovered), StoreError> {
+        let region_err = |source| StoreError::Region { path: path.to_path_buf(), source };
+        let existing = std::fs::metadata(path).map(|m| m.len() > 0).unwrap_or(false);
+        if existing {
+            let options = RegionOptions { size: None, create: false, ..RegionOptions::default() };
+            let mut region = Region::open(path, options).map_err(region_err)?;
+            if !looks_unformatted(&region) {
+                let engine = Engine::open(&mut region, 0)
+                    .map_err(|e| StoreError::NotKvPool { path: path.to_path_buf(), why: e.to_string() })?;
+                let recovered = Recovered {
+                    created: false,
+                    keys: engine.len(),
+                    wal_records: engine.wal_records(),
+                    log_entries: engine.log_read(0).count(),
+                    buffers_in_use: engine.pool().buffers() - engine.pool().free_count(),
+                    buffers: engine.pool().buffers(),
+                };
+                return Ok((Store::assemble(region, engine, mode)?, recovered));
+            }
+            if region.len() > size {
+                return Err(StoreError::NotKvPool {
+                    path: path.to_path_buf(),
+                    why: format!("an unformatted file of {} bytes, larger than --size {size}", region.len()),
+                });
+            }
+        }
+        let config = Sizing::config_for_size(size)?;
+        let options = RegionOptions { size: Some(size), create: true, ..RegionOptions::default() };
+        let mut region = Region::open(path, options).map_err(region_err)?;
+        let engine = Engine::create(&mut region, 0, &config)?;
+        let recovered =
+            Recovered { created: true, keys: 0, wal_records: 0, log_entries: 0, buffers_in_use: 0, buffers: config.buffers };
+        Ok((Store::assemble(region, engine, mode)?, recovered))
+    }
+
+    fn assemble(region: Region, engine: Engine, mode: Mode) -> Result<Store, StoreError> {
+        let (buffers, buf_size) = (engine.pool().buffers(), engine.pool().buf_size());
+        let size = region.len();
+        let sizing = Sizing::for_pool(buffers, buf_size).map_err(|why| StoreError::TooSmall { size, why })?;
+        let heap = match mode {
+            Mode::ZeroCopy => None,
+            // DRAM receive buffers as many as the pool sets aside for receiving; untouched
+            // pages of the zeroed allocation cost no memory.
+            Mode::Copy | Mode::NoPersist => Some(HeapBuffers::new(buffers / 2, buf_size)),
+        };
+        Ok(Store { region, engine, heap, mode, sizing })
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The receive bounds.
+    pub fn sizing(&self) -> Sizing {
+        self.sizing
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The mapped pool.
+    pub fn region(&self) -> &Region {
+        &self.region
+    }
+
+    /// The value of `key` (kind and bytes).
+    pub fn get(&self, key: &[u8]) -> Option<(u8, Vec<u8>)> {
+        let mut out = Vec::new();
+        self.engine.get_bytes(&self.region, key, &mut out).map(|kind| (kind, out))
+    }
+
+    /// Checks the engine's invariants (no caller references may be outstanding: call after
+    /// the server stopped).
+    pub fn check(&self) -> Result<(), String> {
+        self.engine.check(&self.region)
+    }
+
+    /// Receive buffers in use in DRAM (copy modes; 0 in zero-copy mode).
+    pub fn heap_in_use(&self) -> u32 {
+        self.heap.as_ref().map_or(0, |h| h.in_use())
+    }
+
+    /// A read-only view of the pool's buffers for copying values out.
+    pub(crate) fn view(&self) -> PoolView {
+        let layout = self.engine.pool().layout();
+        PoolView { base: self.region.as_ptr(), buffers_at: layout.buffers_at, buf_size: layout.buf_size, buffers: layout.buffers }
+    }
+}
+
+/// Whether the region starts with 4 KiB of zeros: no pool header was ever completed there
+/// (a fresh file, or a create that crashed before its header, which is persisted last).
+fn looks_unformatted(region: &Region) -> bool {
+    let mut head = [0u8; 4096];
+    if region.len() < head.len() as u64 {
+        return false;
+    }
+    region.read(0, &mut head);
+    head.iter().all(|&b| b == 0)
+}
+
+/// Where the pool's buffers are in the mapping, to read extents while the engine is borrowed.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PoolView {
+    base: *mut u8,
+    buffers_at: u64,
+    buf_size: u32,
+    buffers: u32,
+}
+
+impl PoolView {
+    /// The bytes of `extent`. The caller holds a reference on its buffer.
+    pub(crate) fn bytes(&self, extent: pmwire_log::Extent) -> &[u8] {
+        assert!(extent.buf_idx < self.buffers, "extent of buffer {} beyond the pool", extent.buf_idx);
+        assert!(extent.offset as u32 + extent.len as u32 <= self.buf_size, "extent past its buffer");
+        let at = self.buffers_at + extent.buf_idx as u64 * self.buf_size as u64 + extent.offset as u64;
+        // SAFETY: in bounds of the mapping (the pool was opened against the region's length,
+        // and the extent lies inside one of its buffers, asserted above); the buffer is
+        // referenced, so it is neither freed nor a receive target while the slice lives.
+        unsafe { std::slice::from_raw_parts(self.base.add(at as usize), extent.len as usize) }
+    }
+}
+
+impl BufferSource for Store {
+    fn buf_size(&self) -> u32 {
+        match &self.heap {
+            Some(heap) => heap.buf_size(),
+            None => self.engine.pool().buf_size(),
+        }
+    }
+
+    fn ptr(&self, id: u32) -> *mut u8 {
+        match &self.heap {
+            Some(heap) => heap.ptr(id),
+            // SAFETY: buffer_offset asserts id < buffers, and the pool lies inside the mapping.
+            None => unsafe { self.region.as_ptr().add(self.engine.pool().buffer_offset(id) as usize) },
+        }
+    }
+
+    fn alloc(&mut self) -> Option<u32> {
+        match &mut self.heap {
+            Some(heap) => heap.alloc(),
+            None => self.engine.pool_mut().alloc(),
+        }
+    }
+
+    fn retain(&mut self, id: u32) {
+        match &mut self.heap {
+            Some(heap) => heap.retain(id),
+            None => self.engine.pool_mut().retain(id),
+        }
+    }
+
+    fn release(&mut self, id: u32) {
+        match &mut self.heap {
+            Some(heap) => heap.release(id),
+            None => _ = self.engine.pool_mut().release(id),
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! A server on its own thread over a fresh /dev/shm pool.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+
+use pmwire_kv_server::netio::StopHandle;
+use pmwire_kv_server::{KvServer, Mode, ServeOptions};
+
+pub const POOL_SIZE: u64 = 64 << 20;
+
+/// A pool path in a fresh /dev/shm directory (removed on drop).
+pub struct Pool {
+    _dir: tempfile::TempDir,
+    pub path: PathBuf,
+}
+
+impl Pool {
+    pub fn new() -> Pool {
+        let dir = tempfile::Builder::new().prefix("pmwire-kv-test").tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
+        let path = dir.path().join("kv.pool");
+        Pool { _dir: dir, path }
+    }
+}
+
+pub struct Running {
+    pub resp: SocketAddr,
+    pub http: SocketAddr,
+    stop: StopHandle,
+    join: JoinHandle<KvServer>,
+}
+
+pub fn options(pool: &Path, mode: Mode) -> ServeOptions {
+    ServeOptions {
+        pool: pool.to_path_buf(),
+        size: POOL_SIZE,
+        resp: "127.0.0.1:0".parse().unwrap(),
+        http: "127.0.0.1:0".parse().unwrap(),
+        mode,
+    }
+}
+
+/// Opens the pool and serves it on a thread.
+pub fn start(pool: &Path, mode: Mode) -> Running {
+    start_with(KvServer::open(&options(pool, mode)).expect("open"))
+}
+
+pub fn start_with(mut server: KvServer) -> Running {
+    let (resp, http) = server.addrs();
+    let stop = server.stop_handle();
+    let join = std::thread::spawn(move || {
+        server.run().expect("run");
+        server
+    });
+    Running { resp, http, stop, join }
+}
+
+impl Running {
+    /// Stops the server and checks the engine's invariants (every reference accounted for).
+    pub fn stop(self) -> KvServer {
+        self.stop.stop();
+        let server = self.join.join().expect("server thread panicked");
+        server.store().check().expect("engine invariants after stop");
+        assert_eq!(server.store().heap_in_use(), 0, "DRAM receive buffers returned");
+        server
+    }
+}
+
+pub const MODES: [Mode; 2] = [Mode::ZeroCopy, Mode::Copy];
+
+/// Deterministic value bytes.
+pub fn value(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}

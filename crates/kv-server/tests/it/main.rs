@@ -1,0 +1,8 @@
+//! Integration tests of pmwire-kv-server over emulated (/dev/shm) pools: one binary, case
+//! modules.
+
+mod common;
+mod http;
+mod resp;
+mod restart;
+mod tools;

@@ -1,0 +1,118 @@
+//! RESP: commands, pipelines, values spanning buffers, batch failure.
+
+use pmwire_kv_server::client::RespClient;
+use pmwire_kv_server::{KvServer, Mode};
+use pmwire_resp::client::Value;
+
+use crate::common::*;
+
+fn bulk(v: &[u8]) -> Value {
+    Value::Bulk(v.to_vec())
+}
+
+#[test]
+fn commands_and_pipelines_in_both_modes() {
+    for mode in MODES {
+        let pool = Pool::new();
+        let server = start(&pool.path, mode);
+        let mut c = RespClient::connect(server.resp).unwrap();
+        assert_eq!(c.call(&["PING"]).unwrap(), Value::Simple(b"PONG".to_vec()));
+        assert_eq!(c.call(&["SET", "k", "hello"]).unwrap(), Value::Simple(b"OK".to_vec()));
+        assert_eq!(c.call(&["GET", "k"]).unwrap(), bulk(b"hello"));
+        assert_eq!(c.call(&["APPEND", "k", " world"]).unwrap(), Value::Integer(11));
+        assert_eq!(c.call(&["GET", "k"]).unwrap(), bulk(b"hello world"));
+        assert_eq!(c.call(&["INCR", "n"]).unwrap(), Value::Integer(1));
+        assert_eq!(c.call(&["HSET", "h", "f1", "v1", "f2", "v2"]).unwrap(), Value::Integer(2));
+        assert_eq!(c.call(&["HGET", "h", "f2"]).unwrap(), bulk(b"v2"));
+        assert_eq!(c.call(&["TYPE", "h"]).unwrap(), Value::Simple(b"hash".to_vec()));
+        assert_eq!(c.call(&["DBSIZE"]).unwrap(), Value::Integer(3));
+        // A pipeline: SETs and GETs of the same keys in one write, answered in order.
+        let mut out = Vec::new();
+        for i in 0..200u64 {
+            RespClient::encode(&[b"SET".to_vec(), format!("p{i}").into_bytes(), value(i, 100 + i as usize)], &mut out);
+            RespClient::encode(&[b"GET".to_vec(), format!("p{i}").into_bytes()], &mut out);
+        }
+        RespClient::encode(&["DEL", "p0", "p1", "missing"], &mut out);
+        c.write_raw(&out).unwrap();
+        for i in 0..200u64 {
+            assert_eq!(c.read_reply().unwrap(), Value::Simple(b"OK".to_vec()));
+            assert_eq!(c.read_reply().unwrap(), bulk(&value(i, 100 + i as usize)), "{mode} pipelined GET p{i}");
+        }
+        assert_eq!(c.read_reply().unwrap(), Value::Integer(2));
+        let Value::Array(scan) = c.call(&["SCAN", "0", "COUNT", "1000"]).unwrap() else { panic!("SCAN reply") };
+        let Value::Array(keys) = &scan[1] else { panic!("SCAN keys") };
+        assert_eq!(keys.len(), 3 + 198);
+        assert_eq!(c.call(&["FLUSHDB"]).unwrap(), Value::Simple(b"OK".to_vec()));
+        assert_eq!(c.call(&["DBSIZE"]).unwrap(), Value::Integer(0));
+        drop(c);
+        server.stop();
+    }
+}
+
+#[test]
+fn values_spanning_buffers_are_stored_by_their_extents() {
+    for mode in MODES {
+        let pool = Pool::new();
+        let server = start(&pool.path, mode);
+        let mut c = RespClient::connect(server.resp).unwrap();
+        let big = value(7, 64 << 10);
+        let mut out = Vec::new();
+        RespClient::encode(&[&b"SET"[..], b"big", &big], &mut out);
+        RespClient::encode(&[&b"GET"[..], b"big"], &mut out);
+        // Written in small pieces so the value lands in many receive buffers.
+        for piece in out.chunks(1000) {
+            c.write_raw(piece).unwrap();
+        }
+        assert_eq!(c.read_reply().unwrap(), Value::Simple(b"OK".to_vec()));
+        assert_eq!(c.read_reply().unwrap(), bulk(&big));
+        assert_eq!(c.get(b"big").unwrap().unwrap(), big);
+        let too_big = vec![b'x'; (128 << 10) + 1];
+        let reply = c.call(&[&b"SET"[..], b"huge", &too_big]);
+        assert!(reply.is_err() || matches!(reply, Ok(Value::Error(_))), "{mode}: {reply:?}");
+        drop(c);
+        let server = server.stop();
+        let (_, extents) = server.store().engine().get(b"big").expect("stored");
+        assert!(extents.len() >= 32, "{mode}: a 64 KB value over 2 KB buffers has many extents, got {}", extents.len());
+    }
+}
+
+#[test]
+fn a_batch_that_cannot_persist_is_answered_with_errors_and_rolled_back() {
+    let pool = Pool::new();
+    let mut server = KvServer::open(&options(&pool.path, Mode::ZeroCopy)).unwrap();
+    server.fail_next_commit();
+    let server = start_with(server);
+    let mut c = RespClient::connect(server.resp).unwrap();
+    let mut out = Vec::new();
+    RespClient::encode(&["SET", "a", "1"], &mut out);
+    RespClient::encode(&["GET", "a"], &mut out);
+    c.write_raw(&out).unwrap();
+    let Value::Error(e) = c.read_reply().unwrap() else { panic!("SET of a failed batch must fail") };
+    assert!(e.starts_with(b"ERR pmwire could not persist"), "{}", String::from_utf8_lossy(&e));
+    // The GET was in the same batch (error) or in a later one (the SET was rolled back).
+    match c.read_reply().unwrap() {
+        Value::Error(_) | Value::NilBulk => {}
+        other => panic!("GET after a failed SET: {other:?}"),
+    }
+    assert_eq!(c.get(b"a").unwrap(), None);
+    assert_eq!(c.call(&["SET", "a", "2"]).unwrap(), Value::Simple(b"OK".to_vec()));
+    assert_eq!(c.get(b"a").unwrap(), Some(b"2".to_vec()));
+    drop(c);
+    let server = server.stop();
+    assert_eq!(server.service().stats().failed_batches, 1);
+}
+
+#[test]
+fn a_protocol_error_is_answered_after_the_good_commands_then_closed() {
+    let pool = Pool::new();
+    let server = start(&pool.path, Mode::ZeroCopy);
+    let mut c = RespClient::connect(server.resp).unwrap();
+    c.write_raw(b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$1\r\n1\r\n*1\r\n+bad\r\n").unwrap();
+    assert_eq!(c.read_reply().unwrap(), Value::Simple(b"OK".to_vec()));
+    assert!(matches!(c.read_reply().unwrap(), Value::Error(_)));
+    assert!(c.read_reply().is_err(), "closed after a protocol error");
+    let mut c = RespClient::connect(server.resp).unwrap();
+    assert_eq!(c.get(b"x").unwrap(), Some(b"1".to_vec()));
+    drop(c);
+    server.stop();
+}
