@@ -1,0 +1,76 @@
+//! `pmwire bench kv | http-wal | btree`: the key-value suites of issue 4.
+
+use anyhow::Result;
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
+
+use pmwire_bench::kv::btree::{self, BtreeOptions};
+use pmwire_bench::kv::http_wal::{self, HttpWalOptions};
+use pmwire_bench::kv::resp_suite::{self, KvOptions};
+
+/// The key-value suites.
+#[derive(Subcommand)]
+pub enum KvSuite {
+    /// pmwire kv over RESP beside redis-server (AOF always / everysec / off):
+    /// redis-benchmark SET/GET and YCSB A and B, 1 KB values.
+    Kv(SuiteArgs),
+    /// POST /log to pmwire kv's HTTP WAL: zero-copy vs copy vs no-persist,
+    /// 64 B to 2560 B, 1 to 100 connections.
+    HttpWal(SuiteArgs),
+    /// Durable inserts of random keys into the KV engine, zero-copy vs copy,
+    /// beside the copy-on-write B+tree alone.
+    Btree(BtreeArgs),
+}
+
+/// Arguments of the kv and http-wal suites.
+#[derive(Args)]
+pub struct SuiteArgs {
+    /// A short run (the tour's).
+    #[arg(long)]
+    pub quick: bool,
+    /// Where to write the JSON results.
+    #[arg(long, default_value = "results")]
+    pub out: PathBuf,
+}
+
+/// Arguments of the btree suite.
+#[derive(Args)]
+pub struct BtreeArgs {
+    /// A short run (the tour's: 50 K keys instead of 1 M).
+    #[arg(long)]
+    pub quick: bool,
+    /// Pool file (a tmpfs path is emulated persistent memory).
+    #[arg(long, default_value = "/dev/shm/pmwire-bench-btree.pool")]
+    pub pool: PathBuf,
+    /// Where to write the JSON results.
+    #[arg(long, default_value = "results")]
+    pub out: PathBuf,
+}
+
+/// Runs one suite and names its JSON.
+pub fn bench(suite: &KvSuite) -> Result<()> {
+    let report = run(suite)?;
+    println!("results: {}", report.json_path.display());
+    Ok(())
+}
+
+/// Runs one suite.
+pub fn run(suite: &KvSuite) -> Result<pmwire_bench::SuiteReport> {
+    let exe = std::env::current_exe()?;
+    match suite {
+        KvSuite::Kv(args) => {
+            let options = if args.quick { KvOptions::quick(exe, args.out.clone()) } else { KvOptions::full(exe, args.out.clone()) };
+            resp_suite::run(&options)
+        }
+        KvSuite::HttpWal(args) => {
+            let out = args.out.clone();
+            let options = if args.quick { HttpWalOptions::quick(exe, out) } else { HttpWalOptions::full(exe, out) };
+            http_wal::run(&options)
+        }
+        KvSuite::Btree(args) => {
+            let (pool, out) = (args.pool.clone(), args.out.clone());
+            let options = if args.quick { BtreeOptions::quick(pool, out) } else { BtreeOptions::full(pool, out) };
+            btree::run(&options)
+        }
+    }
+}
