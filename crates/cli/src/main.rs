@@ -8,6 +8,8 @@
 
 mod check;
 mod doctor;
+mod kv_cmd;
+mod kv_bench_cmd;
 mod remote_cmd;
 mod size;
 
@@ -55,6 +57,8 @@ enum Command {
     },
     /// Export a pool over UCX (tcp or shared memory) until killed.
     Serve(remote_cmd::ServeArgs),
+    /// Serve a persistent key-value store over RESP and HTTP (PASTE) until SIGTERM/SIGINT.
+    Kv(kv_cmd::KvArgs),
     /// The newcomer's tour: a short run of every suite on an emulated pool,
     /// the crash checker, and the headline ratios against the peers.
     Tour(TourArgs),
@@ -66,6 +70,8 @@ enum Suite {
     Local(LocalArgs),
     #[command(flatten)]
     Remote(remote_cmd::RemoteSuite),
+    #[command(flatten)]
+    Kv(kv_bench_cmd::KvSuite),
 }
 
 /// Where the pool lives and what to take it for.
@@ -181,7 +187,9 @@ fn main() -> Result<()> {
         }
         Command::Tour(args) => tour(&args),
         Command::Serve(args) => remote_cmd::serve_cmd(&args),
+        Command::Kv(args) => kv_cmd::run(&args),
         Command::Bench { suite: Suite::Remote(suite) } => remote_cmd::bench(&suite),
+        Command::Bench { suite: Suite::Kv(suite) } => kv_bench_cmd::bench(&suite),
     }
 }
 

@@ -64,7 +64,7 @@ impl ReadyFile {
     /// Writes `path` atomically (a temporary file renamed over it).
     pub fn write(&self, path: &Path) -> std::io::Result<()> {
         let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, serde_json::to_vec(self).expect("serializable"))?;
+        std::fs::write(&tmp, serde_json::to_vec_pretty(self).expect("serializable"))?;
         std::fs::rename(&tmp, path)
     }
 

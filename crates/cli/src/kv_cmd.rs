@@ -1,0 +1,69 @@
+//! `pmwire kv`: the PASTE key-value server (RESP and HTTP on one io_uring loop over a
+//! persistent pool) until SIGTERM or SIGINT.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use pmwire_kv_server::{stop_on_signals, KvServer, Mode, ServeOptions};
+
+/// `pmwire kv`.
+#[derive(Args)]
+pub struct KvArgs {
+    /// Pool file (a tmpfs path is emulated persistent memory); created on first use, recovered afterwards.
+    #[arg(long)]
+    pool: PathBuf,
+    /// Size of a new pool (bytes; K, M, G suffixes); an existing pool keeps its size.
+    #[arg(long, value_parser = crate::size::parse)]
+    size: u64,
+    /// RESP (Redis protocol) listen address; port 0 picks one.
+    #[arg(long)]
+    resp: SocketAddr,
+    /// HTTP listen address; port 0 picks one.
+    #[arg(long)]
+    http: SocketAddr,
+    /// zero-copy (receive into the pool, store by extents), copy (receive into DRAM, copy in), or no-persist (copy; POST /log acknowledged without storing).
+    #[arg(long, default_value = "zero-copy", value_parser = parse_mode)]
+    mode: Mode,
+    /// Write the bound addresses here (JSON: resp, http, pid, mode) once listening.
+    #[arg(long)]
+    ready_file: Option<PathBuf>,
+}
+
+fn parse_mode(s: &str) -> Result<Mode, String> {
+    Mode::parse(s).ok_or_else(|| format!("unknown mode '{s}' (zero-copy, copy, no-persist)"))
+}
+
+/// Serves until SIGTERM or SIGINT; every acknowledged write is durable, so the stop loses
+/// nothing.
+pub fn run(args: &KvArgs) -> Result<()> {
+    let options =
+        ServeOptions { pool: args.pool.clone(), size: args.size, resp: args.resp, http: args.http, mode: args.mode };
+    let mut server = KvServer::open(&options).with_context(|| format!("pmwire kv on {}", args.pool.display()))?;
+    stop_on_signals(server.stop_handle()).context("signal handling")?;
+    let store = server.store();
+    let sizing = store.sizing();
+    println!("pool: {}", store.region().describe());
+    println!("{}", server.recovered());
+    println!(
+        "mode {}; ring of {} x {} B buffers, at most {} connections of {} B unconsumed input",
+        args.mode,
+        sizing.ring_entries,
+        sizing.buf_size,
+        sizing.max_connections,
+        pmwire_kv_server::store::MAX_RX_BYTES
+    );
+    let (resp, http) = server.addrs();
+    if let Some(path) = &args.ready_file {
+        server.ready().write(path).with_context(|| format!("ready file {}", path.display()))?;
+    }
+    println!("serving RESP on {resp}, HTTP on {http}");
+    server.run().context("serving")?;
+    let stats = server.service().stats();
+    println!(
+        "stopped: {} batches, {} commits, {} RESP commands, {} HTTP requests",
+        stats.batches, stats.commits, stats.resp_commands, stats.http_requests
+    );
+    Ok(())
+}
