@@ -29,6 +29,9 @@ pub struct KvArgs {
     /// Write the bound addresses here (JSON: resp, http, pid, mode) once listening.
     #[arg(long)]
     ready_file: Option<PathBuf>,
+    /// Planted bug for the crash campaign's canary: acknowledge writes before committing them.
+    #[arg(long, hide = true)]
+    fault_ack_before_commit: bool,
 }
 
 fn parse_mode(s: &str) -> Result<Mode, String> {
@@ -42,6 +45,10 @@ pub fn run(args: &KvArgs) -> Result<()> {
         ServeOptions { pool: args.pool.clone(), size: args.size, resp: args.resp, http: args.http, mode: args.mode };
     let mut server = KvServer::open(&options).with_context(|| format!("pmwire kv on {}", args.pool.display()))?;
     stop_on_signals(server.stop_handle()).context("signal handling")?;
+    if args.fault_ack_before_commit {
+        server.plant_ack_before_commit();
+        eprintln!("pmwire kv: PLANTED BUG: writes are acknowledged before they are committed");
+    }
     let store = server.store();
     let sizing = store.sizing();
     println!("pool: {}", store.region().describe());

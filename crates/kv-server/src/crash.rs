@@ -1,1 +1,412 @@
-//! stub
+//! The kill -9 campaign against `pmwire kv` (the style of `pmwire bench crash`).
+//!
+//! Each run: start `pmwire kv` on the same /dev/shm pool (the first run creates it; runs
+//! alternate zero-copy and copy mode); verify every key of the model; then load it from two
+//! client threads at once, one over RESP (pipelined bursts of SET/DEL) and one over HTTP
+//! (pipelined bursts of POST/DELETE `/kv/{key}`), each on its own keys, with values of 1 B to
+//! 70 KB (many spanning several receive buffers); a killer thread sends SIGKILL after a random
+//! delay. Only replies the clients read enter the model. After the last run a final restart
+//! verifies, then the server is stopped with SIGTERM and must exit cleanly.
+//!
+//! Model: per key, the last acknowledged write (or what the previous verification found) and
+//! the writes sent after it that were not acknowledged (they may or may not have committed).
+//! After a restart a key must hold the acknowledged value or one of those later writes'
+//! values, byte for byte; a missing acknowledged value is *lost*, bytes that match no write
+//! sent to that key are *torn* (both must be 0). Values are generated from (key, seed,
+//! length), so a value found under the wrong key is torn too.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::client::{HttpClient, RespClient};
+use crate::serve::ReadyFile;
+
+/// Pool size of the campaign.
+const POOL_SIZE: &str = "96M";
+/// Keys per client thread.
+const KEYS: u64 = 64;
+/// Most requests in one pipelined burst.
+const MAX_BURST: usize = 32;
+
+/// How a campaign runs.
+#[derive(Clone, Debug)]
+pub struct CrashOptions {
+    /// Kill -9 runs.
+    pub runs: usize,
+    /// Seed of keys, sizes and kill moments (printed on failure; replays the choices).
+    pub seed: u64,
+    /// The `pmwire` executable.
+    pub exe: PathBuf,
+    /// Longest a run loads before the kill (the kill comes at a random moment before).
+    pub max_load: Duration,
+}
+
+/// What a campaign found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CrashReport {
+    /// Runs completed (killed and restarted).
+    pub runs: usize,
+    /// Writes (SET, DEL, POST, DELETE) acknowledged over all runs.
+    pub acknowledged: u64,
+    /// Acknowledged values missing or different after a restart, plus torn ones: must be 0.
+    pub lost: u64,
+    /// Of `lost`: keys holding bytes of no write sent to them.
+    pub torn: u64,
+    /// Key checks made after restarts.
+    pub keys_checked: u64,
+    /// Error replies seen during the loads (none expected).
+    pub error_replies: u64,
+}
+
+/// One write to a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Write {
+    Set { seed: u64, len: u32 },
+    Delete,
+}
+
+/// What one key may hold (see the module docs).
+#[derive(Clone, Debug, Default)]
+struct KeyState {
+    /// The acknowledged (or verified) state; `None`: absent.
+    durable: Option<Write>,
+    /// Writes sent after it, with their sequence numbers, not yet superseded by an ack.
+    pending: Vec<(u64, Write)>,
+}
+
+/// The model of one client thread's keys.
+#[derive(Debug, Default)]
+struct Model {
+    keys: HashMap<u64, KeyState>,
+    next_seq: u64,
+    acknowledged: u64,
+    error_replies: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Front {
+    Resp,
+    Http,
+}
+
+impl Front {
+    fn key(self, i: u64) -> String {
+        match self {
+            Front::Resp => format!("crash:r:{i}"),
+            Front::Http => format!("crash:h:{i}"),
+        }
+    }
+}
+
+/// The bytes of a SET of `key`.
+fn value_bytes(key: &str, seed: u64, len: u32) -> Vec<u8> {
+    let mut x = seed ^ key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    x |= 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn random_write(rng: &mut StdRng) -> Write {
+    if rng.gen_bool(0.08) {
+        return Write::Delete;
+    }
+    let len = match rng.gen_range(0..100) {
+        0..40 => rng.gen_range(1..=100),
+        40..85 => rng.gen_range(101..=4096),
+        _ => rng.gen_range(4097..=70_000),
+    };
+    Write::Set { seed: rng.gen(), len }
+}
+
+/// Runs the campaign; fails if any acknowledged write is lost or any value torn.
+pub fn run(options: &CrashOptions) -> Result<CrashReport> {
+    run_inner(options, false)
+}
+
+/// The canary: the campaign against a server with a planted bug (it acknowledges writes
+/// before committing them); it must fail.
+#[doc(hidden)]
+pub fn run_with_planted_bug(options: &CrashOptions) -> Result<CrashReport> {
+    run_inner(options, true)
+}
+
+fn run_inner(options: &CrashOptions, planted: bool) -> Result<CrashReport> {
+    let dir = PathBuf::from(format!("/dev/shm/pmwire-kv-crash-{}-{:x}", std::process::id(), options.seed));
+    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    let result = campaign(options, &dir, planted);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn campaign(options: &CrashOptions, dir: &Path, planted: bool) -> Result<CrashReport> {
+    let pool = dir.join("kv.pool");
+    let mut rng = StdRng::seed_from_u64(options.seed);
+    let mut models = [Model::default(), Model::default()];
+    let mut report = CrashReport::default();
+    for run in 0..=options.runs {
+        let mode = ["zero-copy", "copy"][run % 2];
+        let child = KvChild::start(&options.exe, &pool, mode, planted)?;
+        let context = || format!("run {run} ({mode}, seed {})", options.seed);
+        for (front, model) in [Front::Resp, Front::Http].into_iter().zip(models.iter_mut()) {
+            verify(&child.ready, front, model, &mut report).with_context(context)?;
+        }
+        if run == options.runs {
+            child.stop().with_context(context)?;
+            break;
+        }
+        let kill_after = Duration::from_micros(rng.gen_range(1_000..options.max_load.as_micros().max(1_001) as u64));
+        let deadline = Instant::now() + options.max_load * 2 + Duration::from_secs(1);
+        let seeds = [rng.gen::<u64>(), rng.gen::<u64>()];
+        let [resp_model, http_model] = std::mem::take(&mut models);
+        let (resp_addr, http_addr) = (child.ready.resp_addr(), child.ready.http_addr());
+        let resp = std::thread::spawn(move || load(Front::Resp, resp_addr, resp_model, seeds[0], deadline));
+        let http = std::thread::spawn(move || load(Front::Http, http_addr, http_model, seeds[1], deadline));
+        std::thread::sleep(kill_after);
+        child.kill9()?;
+        models = [resp.join().expect("RESP client thread"), http.join().expect("HTTP client thread")];
+        report.runs += 1;
+        if report.runs % 10 == 0 {
+            eprintln!("  {} runs, {} acknowledged, {} lost", report.runs, acknowledged(&models), report.lost);
+        }
+    }
+    report.acknowledged = acknowledged(&models);
+    report.error_replies = models.iter().map(|m| m.error_replies).sum();
+    if report.lost > 0 {
+        bail!("{} acknowledged writes lost ({} torn) (seed {})", report.lost, report.torn, options.seed);
+    }
+    Ok(report)
+}
+
+fn acknowledged(models: &[Model]) -> u64 {
+    models.iter().map(|m| m.acknowledged).sum()
+}
+
+/// Pipelined bursts of writes until the connection fails (the kill) or `deadline`.
+fn load(front: Front, addr: SocketAddr, mut model: Model, seed: u64, deadline: Instant) -> Model {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut conn = match front {
+        Front::Resp => RespClient::connect(addr).map(Conn::Resp),
+        Front::Http => HttpClient::connect(addr).map(Conn::Http),
+    };
+    let Ok(conn) = conn.as_mut() else { return model };
+    let mut burst: Vec<(u64, u64, Write)> = Vec::with_capacity(MAX_BURST);
+    let mut out = Vec::new();
+    while Instant::now() < deadline {
+        burst.clear();
+        out.clear();
+        for _ in 0..rng.gen_range(1..=MAX_BURST) {
+            let (i, write) = (rng.gen_range(0..KEYS), random_write(&mut rng));
+            let seq = model.next_seq;
+            model.next_seq += 1;
+            model.keys.entry(i).or_default().pending.push((seq, write));
+            conn.encode(&front.key(i), write, &mut out);
+            burst.push((i, seq, write));
+        }
+        if conn.write_raw(&out).is_err() {
+            break;
+        }
+        for &(i, seq, write) in &burst {
+            match conn.read_ack() {
+                Ok(true) => {
+                    let state = model.keys.get_mut(&i).expect("sent");
+                    state.durable = Some(write);
+                    state.pending.retain(|&(s, _)| s > seq);
+                    model.acknowledged += 1;
+                }
+                Ok(false) => model.error_replies += 1,
+                Err(_) => return model,
+            }
+        }
+    }
+    model
+}
+
+enum Conn {
+    Resp(RespClient),
+    Http(HttpClient),
+}
+
+impl Conn {
+    fn encode(&self, key: &str, write: Write, out: &mut Vec<u8>) {
+        match (self, write) {
+            (Conn::Resp(_), Write::Set { seed, len }) => {
+                RespClient::encode(&[&b"SET"[..], key.as_bytes(), &value_bytes(key, seed, len)], out)
+            }
+            (Conn::Resp(_), Write::Delete) => RespClient::encode(&["DEL", key], out),
+            (Conn::Http(_), Write::Set { seed, len }) => {
+                HttpClient::encode("POST", &format!("/kv/{key}"), &value_bytes(key, seed, len), out)
+            }
+            (Conn::Http(_), Write::Delete) => HttpClient::encode("DELETE", &format!("/kv/{key}"), b"", out),
+        }
+    }
+
+    fn write_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            Conn::Resp(c) => c.write_raw(bytes),
+            Conn::Http(c) => c.write_raw(bytes),
+        }
+    }
+
+    /// Reads the next reply: whether it acknowledges the write.
+    fn read_ack(&mut self) -> std::io::Result<bool> {
+        use pmwire_resp::client::Value;
+        match self {
+            Conn::Resp(c) => Ok(matches!(c.read_reply()?, Value::Simple(_) | Value::Integer(_))),
+            Conn::Http(c) => Ok(matches!(c.read_response()?.status, 200 | 204 | 404)),
+        }
+    }
+}
+
+/// Reads every key of `model` (pipelined) and checks it against the model; then the model's
+/// durable state becomes what was read.
+fn verify(ready: &ReadyFile, front: Front, model: &mut Model, report: &mut CrashReport) -> Result<()> {
+    let mut ids: Vec<u64> = model.keys.keys().copied().collect();
+    ids.sort_unstable();
+    let found = read_all(ready, front, &ids)?;
+    let mut problems = Vec::new();
+    for (&i, observed) in ids.iter().zip(found) {
+        let key = front.key(i);
+        let state = model.keys.get_mut(&i).expect("listed");
+        report.keys_checked += 1;
+        let candidates = std::iter::once(state.durable).chain(state.pending.iter().map(|&(_, w)| Some(w)));
+        let matched = candidates.into_iter().find(|c| matches_observed(&key, *c, observed.as_deref()));
+        match matched {
+            Some(now) => {
+                state.durable = now;
+                state.pending.clear();
+            }
+            None => {
+                report.lost += 1;
+                let torn = observed.is_some();
+                report.torn += torn as u64;
+                if problems.len() < 5 {
+                    let what = observed.as_ref().map_or("absent".to_string(), |v| format!("{} bytes matching no write", v.len()));
+                    problems.push(format!("{key}: {what}; acknowledged {:?}, pending {:?}", state.durable, state.pending));
+                }
+                state.durable = observed.map(|v| Write::Set { seed: 0, len: v.len() as u32 });
+                state.pending.clear();
+            }
+        }
+    }
+    if !problems.is_empty() {
+        bail!("{} keys wrong after restart: {}", problems.len(), problems.join("; "));
+    }
+    Ok(())
+}
+
+fn matches_observed(key: &str, candidate: Option<Write>, observed: Option<&[u8]>) -> bool {
+    match (candidate, observed) {
+        (None | Some(Write::Delete), None) => true,
+        (Some(Write::Set { seed, len }), Some(bytes)) => bytes.len() == len as usize && bytes == value_bytes(key, seed, len),
+        _ => false,
+    }
+}
+
+/// GETs `ids` over `front`, pipelined.
+fn read_all(ready: &ReadyFile, front: Front, ids: &[u64]) -> Result<Vec<Option<Vec<u8>>>> {
+    let mut out = Vec::new();
+    let mut found = Vec::with_capacity(ids.len());
+    match front {
+        Front::Resp => {
+            let mut c = RespClient::connect(ready.resp_addr()).context("RESP connect")?;
+            ids.iter().for_each(|&i| RespClient::encode(&["GET", &front.key(i)], &mut out));
+            c.write_raw(&out)?;
+            for _ in ids {
+                use pmwire_resp::client::Value;
+                found.push(match c.read_reply()? {
+                    Value::Bulk(v) => Some(v),
+                    Value::NilBulk => None,
+                    other => bail!("GET reply {other:?}"),
+                });
+            }
+        }
+        Front::Http => {
+            let mut c = HttpClient::connect(ready.http_addr()).context("HTTP connect")?;
+            ids.iter().for_each(|&i| HttpClient::encode("GET", &format!("/kv/{}", front.key(i)), b"", &mut out));
+            c.write_raw(&out)?;
+            for _ in ids {
+                let r = c.read_response()?;
+                found.push(match r.status {
+                    200 => Some(r.body),
+                    404 => None,
+                    status => bail!("GET status {status}"),
+                });
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// A running `pmwire kv` child.
+struct KvChild {
+    child: Child,
+    ready: ReadyFile,
+}
+
+impl KvChild {
+    /// Starts `exe kv` on `pool` and waits (≤ 30 s) for its ready file.
+    fn start(exe: &Path, pool: &Path, mode: &str, planted: bool) -> Result<KvChild> {
+        let ready_file = pool.with_extension("ready");
+        let _ = std::fs::remove_file(&ready_file);
+        let mut command = Command::new(exe);
+        command.arg("kv").arg("--pool").arg(pool).args(["--size", POOL_SIZE, "--mode", mode]);
+        command.args(["--resp", "127.0.0.1:0", "--http", "127.0.0.1:0", "--ready-file"]).arg(&ready_file);
+        if planted {
+            command.arg("--fault-ack-before-commit");
+        }
+        let mut child = command.stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().context("start pmwire kv")?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(ready) = ReadyFile::read(&ready_file) {
+                return Ok(KvChild { child, ready });
+            }
+            if let Some(status) = child.try_wait()? {
+                bail!("pmwire kv exited before it was ready: {status}");
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("pmwire kv wrote no ready file within 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// SIGKILL, and reap.
+    fn kill9(mut self) -> Result<()> {
+        self.child.kill().context("kill -9")?;
+        self.child.wait().context("reap")?;
+        Ok(())
+    }
+
+    /// SIGTERM; the server must stop cleanly.
+    fn stop(mut self) -> Result<()> {
+        // SAFETY: a plain syscall on our own child's pid, reaped below.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let status = self.child.wait().context("reap")?;
+        if !status.success() {
+            bail!("pmwire kv did not stop cleanly on SIGTERM: {status}");
+        }
+        Ok(())
+    }
+}
+
+impl Drop for KvChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -162,6 +162,12 @@ impl KvServer {
     pub fn fail_next_commit(&mut self) {
         self.server.service_mut().fail_next_commit();
     }
+
+    /// Planted bug (the crash campaign's canary): acknowledge batches without committing them.
+    #[doc(hidden)]
+    pub fn plant_ack_before_commit(&mut self) {
+        self.server.service_mut().plant_ack_before_commit();
+    }
 }
 
 /// Blocks SIGINT and SIGTERM in the calling thread (and the threads it starts afterwards) and

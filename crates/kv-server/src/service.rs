@@ -94,6 +94,9 @@ pub struct KvService {
     entries: Vec<EntryState>,
     no_persist_lsn: u64,
     stats: ServiceStats,
+    /// Planted bug for the crash campaign's canary: replies are sent without the batch's
+    /// commit (writes become durable only when a later batch fills a WAL group).
+    fault_ack_before_commit: bool,
 }
 
 impl std::fmt::Debug for KvService {
@@ -117,6 +120,7 @@ impl KvService {
             entries: Vec::new(),
             no_persist_lsn: 0,
             stats: ServiceStats::default(),
+            fault_ack_before_commit: false,
         }
     }
 
@@ -129,6 +133,12 @@ impl KvService {
     #[doc(hidden)]
     pub fn fail_next_commit(&mut self) {
         self.state.fail_next_commit = true;
+    }
+
+    /// Planted bug (the crash campaign's canary): acknowledge batches without committing them.
+    #[doc(hidden)]
+    pub fn plant_ack_before_commit(&mut self) {
+        self.fault_ack_before_commit = true;
     }
 
     fn resp_entry(&mut self, input: &Input<'_>, out: &mut Output, store: &mut Store, st: &mut EntryState) {
@@ -363,7 +373,8 @@ impl Service<Store> for KvService {
             self.stats.http_requests += st.http.len() as u64;
         }
         let wrote = self.state.wrote;
-        let committed = self.state.commit(&mut store.engine, &mut store.region).is_ok();
+        let committed = self.fault_ack_before_commit && self.state.failed.is_none()
+            || self.state.commit(&mut store.engine, &mut store.region).is_ok();
         self.stats.commits += (wrote && committed) as u64;
         self.stats.early_commits += std::mem::take(&mut self.state.early_commits);
         self.stats.batches += 1;
