@@ -152,7 +152,11 @@ fn parse_response(buf: &[u8]) -> io::Result<Option<(HttpResponse, usize)>> {
     let head = std::str::from_utf8(&buf[..end]).map_err(|_| bad("response head is not UTF-8".into()))?;
     let mut lines = head.split("\r\n");
     let status_line = lines.next().unwrap_or_default();
-    let status = status_line.split(' ').nth(1).and_then(|s| s.parse().ok()).ok_or_else(|| bad(format!("status line {status_line:?}")))?;
+    let status = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| bad(format!("status line {status_line:?}")))?;
     let (mut len, mut close) = (0usize, false);
     for line in lines {
         let Some((name, value)) = line.split_once(':') else { continue };

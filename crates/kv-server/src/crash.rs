@@ -293,8 +293,11 @@ fn verify(ready: &ReadyFile, front: Front, model: &mut Model, report: &mut Crash
                 let torn = observed.is_some();
                 report.torn += torn as u64;
                 if problems.len() < 5 {
-                    let what = observed.as_ref().map_or("absent".to_string(), |v| format!("{} bytes matching no write", v.len()));
-                    problems.push(format!("{key}: {what}; acknowledged {:?}, pending {:?}", state.durable, state.pending));
+                    let what = observed
+                        .as_ref()
+                        .map_or("absent".to_string(), |v| format!("{} bytes matching no write", v.len()));
+                    problems
+                        .push(format!("{key}: {what}; acknowledged {:?}, pending {:?}", state.durable, state.pending));
                 }
                 state.durable = observed.map(|v| Write::Set { seed: 0, len: v.len() as u32 });
                 state.pending.clear();
@@ -310,7 +313,9 @@ fn verify(ready: &ReadyFile, front: Front, model: &mut Model, report: &mut Crash
 fn matches_observed(key: &str, candidate: Option<Write>, observed: Option<&[u8]>) -> bool {
     match (candidate, observed) {
         (None | Some(Write::Delete), None) => true,
-        (Some(Write::Set { seed, len }), Some(bytes)) => bytes.len() == len as usize && bytes == value_bytes(key, seed, len),
+        (Some(Write::Set { seed, len }), Some(bytes)) => {
+            bytes.len() == len as usize && bytes == value_bytes(key, seed, len)
+        }
         _ => false,
     }
 }

@@ -105,7 +105,10 @@ impl EngineKeyspace<'_> {
     }
 
     /// Runs a staging operation; commits and retries once if the batch is full.
-    pub fn stage<T>(&mut self, mut op: impl FnMut(&mut Engine, &mut Region) -> Result<T, StageError>) -> Result<T, StoreError> {
+    pub fn stage<T>(
+        &mut self,
+        mut op: impl FnMut(&mut Engine, &mut Region) -> Result<T, StageError>,
+    ) -> Result<T, StoreError> {
         if self.state.failed.is_some() {
             return Err(StoreError::Full);
         }
@@ -122,7 +125,9 @@ impl EngineKeyspace<'_> {
                 self.state.wrote = true;
                 Ok(value)
             }
-            Err(StageError::KeyTooLong { len, max }) => Err(StoreError::KeyTooLong { len: len as u64, max: max as u64 }),
+            Err(StageError::KeyTooLong { len, max }) => {
+                Err(StoreError::KeyTooLong { len: len as u64, max: max as u64 })
+            }
             Err(StageError::ValueTooLong { .. }) => Err(StoreError::Full),
             Err(StageError::BatchFull { .. } | StageError::PoolFull) => Err(StoreError::Full),
             Err(StageError::Extent(e)) => panic!("a received extent is not live in the pool: {e}"),
@@ -191,7 +196,9 @@ impl Keyspace for EngineKeyspace<'_> {
                 let extents = self.arg_extents(arg.pieces);
                 self.set_value(key, kind.to_byte(), arg.bytes.len(), extents.as_deref(), || Cow::Borrowed(arg.bytes))
             }
-            ValueSource::Owned(bytes) => self.set_value(key, kind.to_byte(), bytes.len(), None, || Cow::Borrowed(&bytes)),
+            ValueSource::Owned(bytes) => {
+                self.set_value(key, kind.to_byte(), bytes.len(), None, || Cow::Borrowed(&bytes))
+            }
         }
     }
 

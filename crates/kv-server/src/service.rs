@@ -109,7 +109,8 @@ impl KvService {
     /// A service whose RESP limits match the store's (`max_value_bytes` bulk arguments).
     pub fn new(resp_port: u16) -> KvService {
         let limits = RespLimits { max_bulk_bytes: MAX_VALUE_BYTES as u64, ..RespLimits::default() };
-        let config = ServerConfig { server_name: "pmwire".into(), limits, tcp_port: resp_port, ..ServerConfig::default() };
+        let config =
+            ServerConfig { server_name: "pmwire".into(), limits, tcp_port: resp_port, ..ServerConfig::default() };
         let http_limits = http::Limits { max_head_bytes: 8192, max_body_bytes: MAX_VALUE_BYTES };
         KvService {
             resp: RespServer::new(config),
@@ -149,7 +150,8 @@ impl KvService {
         let mut locs: Vec<(u32, u32)> = Vec::with_capacity(input.segments.len());
         let mut done = 0;
         loop {
-            (bytes.clear(), locs.clear());
+            bytes.clear();
+            locs.clear();
             let mut skip = done;
             for s in input.segments {
                 if skip >= s.bytes.len() {
@@ -161,7 +163,8 @@ impl KvService {
                 skip = 0;
             }
             let summary = parsed.parse(&bytes);
-            let mut ks = EngineKeyspace { engine: &mut store.engine, region: &mut store.region, state, zero_copy, locs: &locs };
+            let mut ks =
+                EngineKeyspace { engine: &mut store.engine, region: &mut store.region, state, zero_copy, locs: &locs };
             let mut sink = OutputSink { out, view, zero_copy };
             for c in 0..summary.commands {
                 st.resp_commands += 1;
@@ -243,8 +246,10 @@ impl HttpCtx<'_, '_, '_> {
     fn route(&mut self, req: &http::Request<'_>, input: &Input<'_>) {
         let keep = req.keep_alive;
         let pieces: Vec<http::Piece<'_>> = body_pieces(input.segments, &req.body).collect();
-        let extents: Vec<Extent> =
-            pieces.iter().map(|p| Extent { buf_idx: p.buf, offset: p.offset as u16, len: p.bytes.len() as u16 }).collect();
+        let extents: Vec<Extent> = pieces
+            .iter()
+            .map(|p| Extent { buf_idx: p.buf, offset: p.offset as u16, len: p.bytes.len() as u16 })
+            .collect();
         let gather = || match &pieces[..] {
             [] => Cow::Borrowed(&[][..]),
             [one] => Cow::Borrowed(one.bytes),
@@ -253,17 +258,16 @@ impl HttpCtx<'_, '_, '_> {
         if let Some(key) = req.path.strip_prefix("/kv/").filter(|k| !k.is_empty()) {
             let key = key.as_bytes();
             match req.method {
-                Method::Post | Method::Put => {
-                    match self.ks.set_value(key, 0, req.body.len, Some(&extents), gather) {
-                        Ok(()) => http::write_response(self.out, 204, keep, None, b""),
-                        Err(e) => self.store_error(keep, &e),
-                    }
-                }
+                Method::Post | Method::Put => match self.ks.set_value(key, 0, req.body.len, Some(&extents), gather) {
+                    Ok(()) => http::write_response(self.out, 204, keep, None, b""),
+                    Err(e) => self.store_error(keep, &e),
+                },
                 Method::Get => match self.ks.get_held(key) {
                     Some((_, handle)) => {
                         let len = handle.iter().map(|e| e.len as usize).sum();
                         http::write_head(self.out, 200, keep, len, None);
-                        OutputSink { out: self.out, view: self.view, zero_copy: self.ks.zero_copy }.value_extents(&handle);
+                        OutputSink { out: self.out, view: self.view, zero_copy: self.ks.zero_copy }
+                            .value_extents(&handle);
                     }
                     None => http::write_response(self.out, 404, keep, None, b""),
                 },
@@ -313,7 +317,11 @@ impl HttpCtx<'_, '_, '_> {
     }
 
     /// Appends a user-log entry (see the module docs for a full log).
-    fn append_log<'b>(&mut self, extents: &[Extent], gather: impl FnOnce() -> Cow<'b, [u8]>) -> Result<u64, StoreError> {
+    fn append_log<'b>(
+        &mut self,
+        extents: &[Extent],
+        gather: impl FnOnce() -> Cow<'b, [u8]>,
+    ) -> Result<u64, StoreError> {
         if self.mode == Mode::NoPersist {
             *self.no_persist_lsn += 1;
             return Ok(*self.no_persist_lsn - 1);
@@ -343,7 +351,9 @@ impl HttpCtx<'_, '_, '_> {
                     let first = ks.engine.log_read(0).next().map(|(lsn, _)| lsn);
                     let next = ks.engine.log_next_lsn();
                     let Some(first) = first else { return Err(StoreError::Full) };
-                    ks.engine.log_truncate(ks.region, first + (next - first).div_ceil(2)).expect("truncate below the end");
+                    ks.engine
+                        .log_truncate(ks.region, first + (next - first).div_ceil(2))
+                        .expect("truncate below the end");
                 }
                 Err(LogError::Extent(e)) => panic!("a received extent is not live in the pool: {e}"),
                 Err(_) => return Err(StoreError::Full),
@@ -362,7 +372,11 @@ impl Service<Store> for KvService {
         entries.resize_with(n.max(entries.len()), EntryState::default);
         for (i, st) in entries.iter_mut().enumerate().take(n) {
             let (input, reply) = batch.split(i);
-            *st = EntryState { mark: Some(reply.output.mark()), http: std::mem::take(&mut st.http), ..EntryState::default() };
+            *st = EntryState {
+                mark: Some(reply.output.mark()),
+                http: std::mem::take(&mut st.http),
+                ..EntryState::default()
+            };
             st.http.clear();
             if input.listener == HTTP_LISTENER {
                 self.http_entry(&input, &mut reply.output, store, st);

@@ -234,8 +234,14 @@ impl Store {
         let options = RegionOptions { size: Some(size), create: true, ..RegionOptions::default() };
         let mut region = Region::open(path, options).map_err(region_err)?;
         let engine = Engine::create(&mut region, 0, &config)?;
-        let recovered =
-            Recovered { created: true, keys: 0, wal_records: 0, log_entries: 0, buffers_in_use: 0, buffers: config.buffers };
+        let recovered = Recovered {
+            created: true,
+            keys: 0,
+            wal_records: 0,
+            log_entries: 0,
+            buffers_in_use: 0,
+            buffers: config.buffers,
+        };
         Ok((Store::assemble(region, engine, mode)?, recovered))
     }
 
@@ -292,7 +298,12 @@ impl Store {
     /// A read-only view of the pool's buffers for copying values out.
     pub(crate) fn view(&self) -> PoolView {
         let layout = self.engine.pool().layout();
-        PoolView { base: self.region.as_ptr(), buffers_at: layout.buffers_at, buf_size: layout.buf_size, buffers: layout.buffers }
+        PoolView {
+            base: self.region.as_ptr(),
+            buffers_at: layout.buffers_at,
+            buf_size: layout.buf_size,
+            buffers: layout.buffers,
+        }
     }
 }
 
@@ -364,5 +375,42 @@ impl BufferSource for Store {
             Some(heap) => heap.release(id),
             None => _ = self.engine.pool_mut().release(id),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizing_leaves_half_the_pool_for_data() {
+        for buffers in [3328u32, 10_000, 104_750, 1 << 20] {
+            let s = Sizing::for_pool(buffers, 2048).unwrap();
+            assert!(s.ring_entries.is_power_of_two());
+            assert!((64..=4096).contains(&s.ring_entries));
+            assert!((MIN_CONNECTIONS..=MAX_CONNECTIONS).contains(&s.max_connections));
+            let receiving = s.ring_entries as u64 + s.max_connections as u64 * s.rx_buffers_per_conn as u64;
+            assert!(receiving <= buffers as u64 / 2, "{s:?}");
+            assert!(s.rx_buffers_per_conn as usize * 2048 >= 2 * MAX_RX_BYTES);
+        }
+        assert!(Sizing::for_pool(3199, 2048).is_err());
+    }
+
+    #[test]
+    fn config_for_size_fits_and_refuses_tiny_pools() {
+        for size in [16u64 << 20, 256 << 20, 1 << 30] {
+            let config = Sizing::config_for_size(size).unwrap();
+            assert!(config.required_size().unwrap() <= size);
+            assert!(KvConfig::new(config.buffers + 64).required_size().unwrap() > size, "as many buffers as fit");
+        }
+        assert!(matches!(Sizing::config_for_size(1 << 20), Err(StoreError::TooSmall { .. })));
+    }
+
+    #[test]
+    fn modes_parse_by_name() {
+        for mode in [Mode::ZeroCopy, Mode::Copy, Mode::NoPersist] {
+            assert_eq!(Mode::parse(mode.name()), Some(mode));
+        }
+        assert_eq!(Mode::parse("fast"), None);
     }
 }

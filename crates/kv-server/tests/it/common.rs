@@ -17,7 +17,8 @@ pub struct Pool {
 
 impl Pool {
     pub fn new() -> Pool {
-        let dir = tempfile::Builder::new().prefix("pmwire-kv-test").tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
+        let dir =
+            tempfile::Builder::new().prefix("pmwire-kv-test").tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
         let path = dir.path().join("kv.pool");
         Pool { _dir: dir, path }
     }

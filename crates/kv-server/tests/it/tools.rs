@@ -50,7 +50,14 @@ fn redis_cli_and_redis_benchmark_run_unmodified() {
         assert!(!text.to_lowercase().contains("error"), "{mode}: redis-benchmark reported errors: {text}");
         assert!(text.contains("SET:") && text.contains("GET:"), "{text}");
         assert_eq!(redis_cli(port, &["STRLEN", "key:__rand_int__"]), "1024");
-        eprintln!("{mode}: {}", text.replace('\r', "\n").lines().filter(|l| l.contains("requests per second")).collect::<Vec<_>>().join(" | "));
+        eprintln!(
+            "{mode}: {}",
+            text.replace('\r', "\n")
+                .lines()
+                .filter(|l| l.contains("requests per second"))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
         server.stop();
     }
 }
