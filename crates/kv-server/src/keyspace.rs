@@ -85,6 +85,9 @@ pub(crate) struct EngineKeyspace<'a> {
     pub zero_copy: bool,
     /// Locations of the parser's segments.
     pub locs: Locs<'a>,
+    /// Free pool buffers a write must leave (the receive ring's refill): below it, writes
+    /// are refused as out of memory, so the loop can always receive the DEL that frees space.
+    pub reserve: u32,
 }
 
 impl EngineKeyspace<'_> {
@@ -152,6 +155,7 @@ impl EngineKeyspace<'_> {
         if len as u64 > limits.max_value_bytes {
             return Err(StoreError::ValueTooLong { len: len as u64, max: limits.max_value_bytes });
         }
+        self.check_room()?;
         let max_extents = self.engine.max_value_extents();
         match extents {
             Some(extents) if self.zero_copy && extents.len() <= max_extents => {
@@ -162,6 +166,20 @@ impl EngineKeyspace<'_> {
                 self.stage(|engine, region| engine.set_copy(region, key, kind, &bytes))
             }
         }
+    }
+
+    /// Refuses a write that would eat into the receive reserve, after a checkpoint has
+    /// released what overwritten and deleted values still held (the WAL's records keep their
+    /// buffers until then).
+    pub fn check_room(&mut self) -> Result<(), StoreError> {
+        if self.engine.pool().free_count() >= self.reserve {
+            return Ok(());
+        }
+        let _ = self.engine.checkpoint(self.region); // on failure the WAL keeps every record
+        if self.engine.pool().free_count() < self.reserve {
+            return Err(StoreError::Full);
+        }
+        Ok(())
     }
 
     /// Extents of a RESP argument's pieces (`None` if it has none: quoted inline arguments).

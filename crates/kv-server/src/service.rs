@@ -22,8 +22,13 @@
 //!   the codec's refusals (400, 413 over [`crate::store::MAX_VALUE_BYTES`], 431, 501) close the
 //!   connection.
 //!
-//! The user log is a bounded ring: when an append finds it full, the oldest half of its
-//! entries is truncated (durably) to make room.
+//! The user log is a bounded ring: when an append finds it full (or the pool below its
+//! receive reserve), the oldest half of its entries is truncated (durably) to make room.
+//!
+//! Memory: a write (SET, POST) that would leave fewer free pool buffers than the receive
+//! ring's size is refused as out of memory (`-OOM …` / `507`) after a checkpoint has released
+//! what overwritten and deleted values still held, so the loop can always receive the DEL
+//! that frees space.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -146,6 +151,7 @@ impl KvService {
         let KvService { resp, sessions, parsed, state, .. } = self;
         let session = sessions.entry(input.conn).or_insert_with(|| resp.open_session());
         let (view, zero_copy) = (store.view(), store.mode == Mode::ZeroCopy);
+        let reserve = store.sizing.ring_entries as u32;
         let mut bytes: Vec<&[u8]> = Vec::with_capacity(input.segments.len());
         let mut locs: Vec<(u32, u32)> = Vec::with_capacity(input.segments.len());
         let mut done = 0;
@@ -163,8 +169,14 @@ impl KvService {
                 skip = 0;
             }
             let summary = parsed.parse(&bytes);
-            let mut ks =
-                EngineKeyspace { engine: &mut store.engine, region: &mut store.region, state, zero_copy, locs: &locs };
+            let mut ks = EngineKeyspace {
+                engine: &mut store.engine,
+                region: &mut store.region,
+                state,
+                zero_copy,
+                locs: &locs,
+                reserve,
+            };
             let mut sink = OutputSink { out, view, zero_copy };
             for c in 0..summary.commands {
                 st.resp_commands += 1;
@@ -217,6 +229,7 @@ impl KvService {
                             state,
                             zero_copy: mode == Mode::ZeroCopy,
                             locs: &[],
+                            reserve: store.sizing.ring_entries as u32,
                         };
                         let mut ctx = HttpCtx { ks: &mut ks, out, view, mode, no_persist_lsn };
                         ctx.route(&req, input);
@@ -330,6 +343,13 @@ impl HttpCtx<'_, '_, '_> {
         if ks.state.failed.is_some() {
             return Err(StoreError::Full);
         }
+        if ks.check_room().is_err() {
+            // Log entries hold pool buffers too: commit, then drop the oldest half.
+            ks.state.early_commits += 1;
+            ks.state.commit(ks.engine, ks.region).map_err(|()| StoreError::Full)?;
+            truncate_older_half(ks);
+            ks.check_room()?;
+        }
         let zero_copy = ks.zero_copy && extents.len() <= MAX_LOG_EXTENTS;
         let bytes = if zero_copy { Cow::Borrowed(&[][..]) } else { gather() };
         for attempt in 0..3 {
@@ -347,14 +367,7 @@ impl HttpCtx<'_, '_, '_> {
                     ks.state.early_commits += 1;
                     ks.state.commit(ks.engine, ks.region).map_err(|()| StoreError::Full)?;
                 }
-                Err(LogError::Full { .. }) if attempt == 1 => {
-                    let first = ks.engine.log_read(0).next().map(|(lsn, _)| lsn);
-                    let next = ks.engine.log_next_lsn();
-                    let Some(first) = first else { return Err(StoreError::Full) };
-                    ks.engine
-                        .log_truncate(ks.region, first + (next - first).div_ceil(2))
-                        .expect("truncate below the end");
-                }
+                Err(LogError::Full { .. }) if attempt == 1 => truncate_older_half(ks),
                 Err(LogError::Extent(e)) => panic!("a received extent is not live in the pool: {e}"),
                 Err(_) => return Err(StoreError::Full),
             }
@@ -414,6 +427,13 @@ impl Service<Store> for KvService {
         // The loop has taken every reply of the last batch: its held buffers may go.
         self.state.release_held(&mut store.engine);
     }
+}
+
+/// Durably drops the older half of the user log's committed entries (none staged).
+fn truncate_older_half(ks: &mut EngineKeyspace<'_>) {
+    let Some((first, _)) = ks.engine.log_read(0).next() else { return };
+    let next = ks.engine.log_next_lsn();
+    ks.engine.log_truncate(ks.region, first + (next - first).div_ceil(2)).expect("truncate below the end");
 }
 
 /// Replaces an entry's replies with one error per request, then its tail.

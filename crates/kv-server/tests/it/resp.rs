@@ -116,3 +116,39 @@ fn a_protocol_error_is_answered_after_the_good_commands_then_closed() {
     drop(c);
     server.stop();
 }
+
+#[test]
+fn a_full_pool_refuses_writes_keeps_serving_and_recovers_after_deletes() {
+    let pool = Pool::new();
+    let mut opts = options(&pool.path, Mode::ZeroCopy);
+    opts.size = 16 << 20;
+    let server = start_with(KvServer::open(&opts).unwrap());
+    let mut c = RespClient::connect(server.resp).unwrap();
+    let big = value(3, 64 << 10);
+    let mut stored = 0u32;
+    loop {
+        match c.call(&[b"SET".to_vec(), format!("fill{stored}").into_bytes(), big.clone()]).unwrap() {
+            Value::Simple(_) => stored += 1,
+            Value::Error(e) => {
+                assert!(e.starts_with(b"OOM"), "{}", String::from_utf8_lossy(&e));
+                break;
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(stored < 256, "a 16 MB pool cannot hold 256 values of 64 KB");
+    }
+    assert!(stored > 100, "most of the pool holds values: {stored}");
+    assert_eq!(c.get(b"fill0").unwrap().unwrap(), big, "reads go on");
+    for i in 0..stored {
+        assert_eq!(c.call(&[b"DEL".to_vec(), format!("fill{i}").into_bytes()]).unwrap(), Value::Integer(1));
+    }
+    for i in 0..stored {
+        assert_eq!(
+            c.call(&[b"SET".to_vec(), format!("again{i}").into_bytes(), big.clone()]).unwrap(),
+            Value::Simple(b"OK".to_vec()),
+            "again{i}"
+        );
+    }
+    drop(c);
+    server.stop();
+}
