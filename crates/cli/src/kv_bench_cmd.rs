@@ -3,6 +3,7 @@
 use anyhow::Result;
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use pmwire_bench::kv::btree::{self, BtreeOptions};
 use pmwire_bench::kv::http_wal::{self, HttpWalOptions};
@@ -20,6 +21,23 @@ pub enum KvSuite {
     /// Durable inserts of random keys into the KV engine, zero-copy vs copy,
     /// beside the copy-on-write B+tree alone.
     Btree(BtreeArgs),
+    /// kill -9 `pmwire kv` under RESP and HTTP load, restart it on the same
+    /// pool, check every acknowledged SET/POST byte for byte.
+    KvCrash(KvCrashArgs),
+}
+
+/// Arguments of the kv crash campaign.
+#[derive(Args)]
+pub struct KvCrashArgs {
+    /// Kill -9 runs.
+    #[arg(long, default_value_t = 100)]
+    pub runs: usize,
+    /// Seed of keys, sizes and kill moments (default: from the process id; printed).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Longest a run loads before the kill, in milliseconds.
+    #[arg(long, default_value_t = 100)]
+    pub max_load_ms: u64,
 }
 
 /// Arguments of the kv and http-wal suites.
@@ -49,9 +67,25 @@ pub struct BtreeArgs {
 
 /// Runs one suite and names its JSON.
 pub fn bench(suite: &KvSuite) -> Result<()> {
+    if let KvSuite::KvCrash(args) = suite {
+        let seed = args.seed.unwrap_or_else(|| std::process::id() as u64 ^ 0x6b76);
+        println!("kv crash campaign: {} kill -9 runs of pmwire kv, seed {seed}", args.runs);
+        let report = crash_campaign(args.runs, seed, Duration::from_millis(args.max_load_ms))?;
+        println!(
+            "{} runs: {} acknowledged SET/DEL/POST/DELETE, {} keys checked after restarts, {} lost, {} torn",
+            report.runs, report.acknowledged, report.keys_checked, report.lost, report.torn
+        );
+        return Ok(());
+    }
     let report = run(suite)?;
     println!("results: {}", report.json_path.display());
     Ok(())
+}
+
+/// The kill -9 campaign against `pmwire kv` (fails if anything acknowledged is lost or torn).
+pub fn crash_campaign(runs: usize, seed: u64, max_load: Duration) -> Result<pmwire_kv_server::crash::CrashReport> {
+    let options = pmwire_kv_server::crash::CrashOptions { runs, seed, exe: std::env::current_exe()?, max_load };
+    pmwire_kv_server::crash::run(&options)
 }
 
 /// Runs one suite.
@@ -72,5 +106,6 @@ pub fn run(suite: &KvSuite) -> Result<pmwire_bench::SuiteReport> {
             let options = if args.quick { BtreeOptions::quick(pool, out) } else { BtreeOptions::full(pool, out) };
             btree::run(&options)
         }
+        KvSuite::KvCrash(_) => anyhow::bail!("kv-crash writes no suite results; call crash_campaign"),
     }
 }
