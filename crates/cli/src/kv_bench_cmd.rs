@@ -109,3 +109,23 @@ pub fn run(suite: &KvSuite) -> Result<pmwire_bench::SuiteReport> {
         KvSuite::KvCrash(_) => anyhow::bail!("kv-crash writes no suite results; call crash_campaign"),
     }
 }
+
+/// The tour's part: each suite short, and a 5-run kill -9 campaign; the headlines.
+pub fn tour(out: &std::path::Path) -> Result<Vec<pmwire_bench::Headline>> {
+    let quick = |out: &std::path::Path| SuiteArgs { quick: true, out: out.to_path_buf() };
+    println!("\n== bench kv (quick): pmwire kv beside redis-server ==");
+    let kv = run(&KvSuite::Kv(quick(out)))?;
+    println!("\n== bench http-wal (quick) ==");
+    let http = run(&KvSuite::HttpWal(quick(out)))?;
+    println!("\n== bench btree (quick) ==");
+    let pool = "/dev/shm/pmwire-bench-btree.pool".into();
+    let tree = run(&KvSuite::Btree(BtreeArgs { quick: true, pool, out: out.to_path_buf() }))?;
+    println!("\n== bench kv-crash (5 kill -9 runs of pmwire kv) ==");
+    let seed = std::process::id() as u64;
+    let report = crash_campaign(5, seed, Duration::from_millis(60))?;
+    println!(
+        "{} runs (seed {seed}): {} acknowledged writes, {} lost, {} torn",
+        report.runs, report.acknowledged, report.lost, report.torn
+    );
+    Ok(kv.headlines.into_iter().chain(http.headlines).chain(tree.headlines).collect())
+}

@@ -213,6 +213,7 @@ fn tour(args: &TourArgs) -> Result<()> {
     println!("\n== bench local (quick; headline ratios against the peers at the end) ==");
     let local = run_local(&args.pool, true, &args.out)?;
     let remote = tour_remote(&args.out)?;
+    let kv = kv_bench_cmd::tour(&args.out)?;
     println!("\n== hardware model: the seeds' Optane/DDIO/RDMA findings, modelled ==");
     let findings = pmwire_model::experiments::run("all", &args.out)?;
     let results = results_since(&args.out, started)?;
@@ -223,6 +224,9 @@ fn tour(args: &TourArgs) -> Result<()> {
     let targets: Vec<_> = remote.iter().filter(|h| !h.informational).collect();
     let remote_passed = targets.iter().filter(|h| h.pass).count();
     println!("remote suites: {remote_passed} of {} headlines met their targets in this run", targets.len());
+    let kv_targets: Vec<_> = kv.iter().filter(|h| !h.informational).collect();
+    let kv_passed = kv_targets.iter().filter(|h| h.pass).count();
+    println!("key-value suites: {kv_passed} of {} headlines met their targets in this run", kv_targets.len());
     let reproduced = findings.iter().filter(|f| f.within_tolerance).count();
     println!("model: {reproduced} of {} published findings reproduced within tolerance", findings.len());
     println!("results: {}\nreport:  {}", args.out.display(), index.display());

@@ -111,7 +111,8 @@ pub fn run(options: &HttpWalOptions) -> Result<SuiteReport> {
                     .size(1280)
                     .param("connections", 50u64)
                     .param("generator", "wrk -t1")
-                    .metric("requests_per_s", rps),
+                    .metric("requests_per_s", rps)
+                    .metric("gb_per_s", rps * 1280.0 / 1e9),
             ),
             Err(e) => skipped.push(Skipped::new(SUITE, &format!("{}_wrk", mode.variant()), &format!("{e:#}"))),
         }
