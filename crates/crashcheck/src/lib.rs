@@ -43,3 +43,13 @@ pub struct Check {
     /// Runs the check.
     pub run: fn(&Config) -> Report,
 }
+
+/// Asserts that a structure's check list has `planted` planted bugs and
+/// names every check once (each crate's registry test).
+pub fn assert_registry(checks: &[Check], planted: usize) {
+    assert_eq!(checks.iter().filter(|c| c.planted).count(), planted, "planted checks");
+    let mut names: Vec<_> = checks.iter().map(|c| c.name).collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), checks.len(), "a check name repeats");
+}

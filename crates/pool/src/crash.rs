@@ -303,11 +303,6 @@ mod tests {
 
     #[test]
     fn registry_lists_every_check_once() {
-        let checks = checks();
-        assert_eq!(checks.iter().filter(|c| c.planted).count(), 3);
-        let mut names: Vec<_> = checks.iter().map(|c| c.name).collect();
-        names.sort();
-        names.dedup();
-        assert_eq!(names.len(), checks.len());
+        pmwire_crashcheck::assert_registry(&checks(), 3);
     }
 }
