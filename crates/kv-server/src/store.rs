@@ -245,7 +245,10 @@ impl Store {
         Ok((Store::assemble(region, engine, mode)?, recovered))
     }
 
-    fn assemble(region: Region, engine: Engine, mode: Mode) -> Result<Store, StoreError> {
+    fn assemble(mut region: Region, engine: Engine, mode: Mode) -> Result<Store, StoreError> {
+        // The ring hands the kernel buffers all over the pool: fault its pages in
+        // once, now, rather than one receive at a time.
+        region.populate();
         let (buffers, buf_size) = (engine.pool().buffers(), engine.pool().buf_size());
         let size = region.len();
         let sizing = Sizing::for_pool(buffers, buf_size).map_err(|why| StoreError::TooSmall { size, why })?;
