@@ -142,7 +142,9 @@ pub fn copies(params: &Params, testbed: &Testbed, copier: Copier, copy_bytes: u6
         for j in 0..lines_per_copy {
             t = place(t + line_ns, k * lines_per_copy + j, to, &mut cache, &mut memory, line_bytes);
         }
-        engine_free = t;
+        // In-order visibility (seed 000 §5.4): without DCA the next copy
+        // starts only once the memory controller acknowledged this one.
+        engine_free = if to == Placement::Memory { t + params.dma.uncached_ack_ns } else { t };
         last_done = t + params.dma.op_latency_ns;
         done.push_back(last_done);
     }
@@ -195,8 +197,20 @@ pub struct SmallResult {
     pub reads_per_write: f64,
 }
 
-/// `requests` small writes of kind `kind` over a 4 GiB region on `testbed`.
-pub fn small_writes(params: &Params, testbed: &Testbed, kind: SmallWrite, requests: u64) -> SmallResult {
+/// Which socket's NVM a small write targets, seen from the RNIC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Socket {
+    /// The RNIC's own socket (hint H1 applied).
+    Local,
+    /// The other socket: every NVM access crosses UPI through the RNIC's
+    /// socket (seed 004 §4.1, Fig 1), at `numa.cross_socket_nvm_share` of
+    /// the local NVM throughput.
+    Remote,
+}
+
+/// `requests` small writes of kind `kind` over a 4 GiB region of `socket`'s
+/// NVM on `testbed`.
+pub fn small_writes(params: &Params, testbed: &Testbed, kind: SmallWrite, socket: Socket, requests: u64) -> SmallResult {
     assert!(requests > 0, "an empty small-write run");
     assert!(requests * 4 <= MAX_LINES, "small-write run out of bounds");
     let region_xplines = (4u64 << 30) / params.optane.xpline_bytes;
@@ -227,11 +241,12 @@ pub fn small_writes(params: &Params, testbed: &Testbed, kind: SmallWrite, reques
         .iter()
         .map(|c| c.media_bytes_written as f64 / xp * write_ns + c.media_bytes_read as f64 / xp * read_ns)
         .fold(0.0, f64::max);
-    let media_limit = requests as f64 / busiest * 1e3;
+    let share = if socket == Socket::Remote { params.numa.cross_socket_nvm_share } else { 1.0 };
+    let media_limit = share * requests as f64 / busiest * 1e3;
     let wire_bytes = kind.payload_bytes() as f64 + params.nic.overhead_bytes;
     let nic_limit = testbed.link_gbps * 1e3 / 8.0 / wire_bytes;
     let pcie_limit = if kind == SmallWrite::Raw16 {
-        params.nic.partial_write_inflight / params.optane.read_latency_ns * 1e3
+        share * params.nic.partial_write_inflight / params.optane.read_latency_ns * 1e3
     } else {
         f64::INFINITY
     };
@@ -267,8 +282,8 @@ mod tests {
     #[test]
     fn small_writes_are_deterministic() {
         let p = Params::published();
-        let a = small_writes(&p, &p.wei, SmallWrite::PadDataWord, 20_000);
-        let b = small_writes(&p, &p.wei, SmallWrite::PadDataWord, 20_000);
+        let a = small_writes(&p, &p.wei, SmallWrite::PadDataWord, Socket::Local, 20_000);
+        let b = small_writes(&p, &p.wei, SmallWrite::PadDataWord, Socket::Local, 20_000);
         assert_eq!(a.mreq_per_s, b.mreq_per_s);
     }
 }

@@ -104,6 +104,19 @@ pub struct DmaParams {
     pub op_latency_ns: f64,
     /// Copies kept in flight (source: seed 000 §5.4, Fig 6: eight).
     pub window: usize,
+    /// With DCA off, how long the engine waits, after a copy's last line
+    /// was accepted by the memory controller, for the acknowledgement that
+    /// the copy is visible before it starts the next copy, ns. Seed 000
+    /// §5.4 verified that a copy's updates never become visible before the
+    /// previous copy's on the same channel; with DCA on the LLC is the
+    /// visibility point and acknowledges at once (that cost is inside
+    /// `op_latency_ns`, calibrated on DCA-on copies), with DCA off it is
+    /// the write-pending queue, a round trip away. **Assumed** equal to the
+    /// same round trip a core pays, seed 000 §6's 120 ns persist (store,
+    /// clwb, sfence waiting for the WPQ). Seed 000 §5.4.2 and Fig 7 name
+    /// the effect ("writing directly to caches makes the copies faster")
+    /// without a number.
+    pub uncached_ack_ns: f64,
 }
 
 /// The RDMA NIC and PCIe.
@@ -125,6 +138,20 @@ pub struct NicParams {
     /// Queue pairs a mirroring strategy may spread an epoch's writes over
     /// (SM-RC, SM-OB); SM-DD uses one (seed 002 §5). Assumed 8.
     pub mirror_qps: usize,
+}
+
+/// Two sockets joined by UPI (seed 004 Table 2: two Xeon Gold 5215M, six
+/// Optane DIMMs on each).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NumaParams {
+    /// Share of its own socket's NVM throughput a device reaches on the
+    /// other socket's NVM. Source: seed 004 §4.1 H1, citing Yang et al.
+    /// FAST'20 (*external*): "the NVM write bandwidth of a socket could be
+    /// halved from other sockets", so 0.5. The RNIC reaches remote NVM
+    /// through its own socket (seed 004 Fig 1), so the model scales every
+    /// NVM-side stage of a cross-socket write (the PCIe partial-write
+    /// pipeline and the media) by it; the NIC stage is unchanged.
+    pub cross_socket_nvm_share: f64,
 }
 
 /// Persistent memory as seed 002 §6.1 models it (its testbed has no Optane).
@@ -171,6 +198,8 @@ pub struct Params {
     pub nic: NicParams,
     /// Seed 002's modelled persistent memory.
     pub modelled_pm: ModelledPmParams,
+    /// The second socket (seed 004, hint H1).
+    pub numa: NumaParams,
     /// Seed 000's machine: Cascade Lake, 6 Optane DIMMs, ConnectX-3 56 Gbps.
     pub kalia: Testbed,
     /// Seed 004's machine: Xeon Gold 5215M, 6 Optane DIMMs per socket, ConnectX-5 100 Gbps.
@@ -213,7 +242,12 @@ impl Params {
             },
             llc: LlcParams { bytes: 20 << 20, ways: 20, ddio_ways: 2, victim_disorder: 0.14 },
             imc: ImcParams { wpq_entries: 64, read_after_write_ns: 770.0 - 120.0 - 271.0 },
-            dma: DmaParams { engine_gb_per_s: 13.3, op_latency_ns: 4096.0 / (13.3 / 3.0) - 4096.0 / 13.3, window: 8 },
+            dma: DmaParams {
+                engine_gb_per_s: 13.3,
+                op_latency_ns: 4096.0 / (13.3 / 3.0) - 4096.0 / 13.3,
+                window: 8,
+                uncached_ack_ns: 120.0,
+            },
             nic: NicParams {
                 overhead_bytes: 100e9 / 8.0 / 37e6 - 256.0,
                 partial_write_inflight: 8.0,
@@ -222,6 +256,7 @@ impl Params {
                 mirror_qps: 8,
             },
             modelled_pm: ModelledPmParams { llc_to_mc_ns: 10.0, mc_to_pm_ns: 150.0 },
+            numa: NumaParams { cross_socket_nvm_share: 0.5 },
             kalia: Testbed {
                 name: "kalia-socc20",
                 source: "seed 000 §3 (Cascade Lake, 6 Optane DIMMs, ConnectX-3 56 Gbps); §4.3 RTT 1.4 us; §5.2 45 Gbps",
@@ -263,6 +298,7 @@ impl Params {
             ("imc.read_after_write_ns", self.imc.read_after_write_ns),
             ("dma.engine_gb_per_s", self.dma.engine_gb_per_s),
             ("dma.op_latency_ns", self.dma.op_latency_ns),
+            ("dma.uncached_ack_ns", self.dma.uncached_ack_ns),
             ("nic.overhead_bytes", self.nic.overhead_bytes),
             ("nic.partial_write_inflight", self.nic.partial_write_inflight),
             ("nic.pcie_write_ns", self.nic.pcie_write_ns),
@@ -281,6 +317,9 @@ impl Params {
                 name: "optane",
                 why: "xbuffer 1..=4096, interleave in XPLines".into(),
             });
+        }
+        if !(self.numa.cross_socket_nvm_share > 0.0 && self.numa.cross_socket_nvm_share <= 1.0) {
+            return Err(ModelError::BadParameter { name: "numa.cross_socket_nvm_share", why: "in (0, 1]".into() });
         }
         let l = &self.llc;
         if l.ddio_ways == 0 || l.ddio_ways >= l.ways || !(0.0..=1.0).contains(&l.victim_disorder) {
