@@ -210,7 +210,13 @@ pub enum Socket {
 
 /// `requests` small writes of kind `kind` over a 4 GiB region of `socket`'s
 /// NVM on `testbed`.
-pub fn small_writes(params: &Params, testbed: &Testbed, kind: SmallWrite, socket: Socket, requests: u64) -> SmallResult {
+pub fn small_writes(
+    params: &Params,
+    testbed: &Testbed,
+    kind: SmallWrite,
+    socket: Socket,
+    requests: u64,
+) -> SmallResult {
     assert!(requests > 0, "an empty small-write run");
     assert!(requests * 4 <= MAX_LINES, "small-write run out of bounds");
     let region_xplines = (4u64 << 30) / params.optane.xpline_bytes;

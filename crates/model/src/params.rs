@@ -250,6 +250,7 @@ impl Params {
         // written line, plus the fence's wait for the last line, seed 002
         // §6.1's 10 ns LLC-to-MC move.
         const LOCAL_LINE_NS: f64 = 38.0;
+        // `whisper.app_ns_per_persistent_write`, calibrated (see there).
         const APP_NS: f64 = 333.0;
         let tavakkol_cpu = CpuParams {
             persist_latency_ns: LOCAL_LINE_NS + 10.0,
@@ -386,6 +387,7 @@ mod tests {
         assert!((p.imc.read_after_write_ns - 379.0).abs() < 1e-9);
         assert!((p.nic.overhead_bytes - 81.8).abs() < 0.1);
         assert!((p.dma.op_latency_ns - 616.0).abs() < 1.0);
+        assert!((p.tavakkol.cpu.persist_latency_ns - p.tavakkol.cpu.line_ns - p.modelled_pm.llc_to_mc_ns).abs() < 1e-9);
         assert_eq!(p.llc_sets(), 16384);
     }
 
