@@ -8,13 +8,15 @@
 //! | persist copy vs store + clwb | `pmwire_nt_persist` / `memcpy_clwb_sfence` at 64 KiB | ≥ 2 |
 //! | self-validating log vs naive tail | appends/s at 256 B | ≥ 1.5 |
 //! | self-validating log vs libpmemlog | appends/s at 256 B | ≥ 2 |
+//! | persist floor vs libpmemlog (information) | `persist_floor` / `pmemlog_append` at 256 B | the bound on the row above |
+//! | self-validating log vs persist floor (information) | appends/s at 256 B | the log's own cost |
 //! | rotating counter effect | best `rotating_Nx256` (N ≥ 2) / `naive` updates/s | > 1, best's Q1 above naive's Q3 |
 //!
 //! A headline whose inputs are missing has a NaN value, fails, and says
 //! why in `peer` ("not run: <reason>", the reason taken from `skipped`).
 
 use crate::copy::{COPY, MEMCPY_CLWB, OURS, PMDK};
-use crate::logbench::{LOG, PMEMLOG, TAIL_NAIVE, TAIL_SELF_VALIDATING};
+use crate::logbench::{LOG, PERSIST_FLOOR, PMEMLOG, TAIL_NAIVE, TAIL_SELF_VALIDATING};
 use crate::persist::{COUNTER, NAIVE, NAIVE_AT};
 use crate::schema::{BenchResult, Skipped};
 use crate::Headline;
@@ -103,6 +105,22 @@ pub fn compute(results: &[BenchResult], skipped: &[Skipped], peers: &PeerNames) 
             log_pair(PMEMLOG),
         ),
         rotation_headline(results, skipped),
+        headline(
+            "persist floor (16+256 B, stores+clwb+sfence, no log) / pmemlog_append",
+            "information: bounds any one-persist log vs pmemlog_append",
+            2.0,
+            &peers.libpmemlog,
+            ratio(results, skipped, LOG, (PERSIST_FLOOR, PMEMLOG), Some(256), "mops_per_s"),
+        )
+        .for_information(),
+        headline(
+            "self-validating log / persist floor at 256 B",
+            "information: 1.0 = the log adds nothing to one persist",
+            0.0,
+            "the same bytes persisted with no log",
+            log_pair(PERSIST_FLOOR),
+        )
+        .for_information(),
     ]
 }
 
@@ -202,13 +220,14 @@ mod tests {
         results.push(log(TAIL_NAIVE, 1.0));
         results.push(log(TAIL_SELF_VALIDATING, 2.0));
         results.push(log(PMEMLOG, 0.5));
+        results.push(log(PERSIST_FLOOR, 2.5));
         results
     }
 
     #[test]
     fn passing_run() {
         let h = compute(&synthetic(6.0), &[], &PeerNames::default());
-        assert_eq!(h.len(), 5);
+        assert_eq!(h.len(), 7);
         assert!((h[0].value - 1.1).abs() < 1e-9, "{}", h[0].value);
         assert!(h[0].pass);
         assert!((h[1].value - 2.2).abs() < 1e-9);
@@ -220,6 +239,10 @@ mod tests {
         assert_eq!(h[4].value, 2.0);
         assert!(h[4].name.contains("rotating_10x256"));
         assert!(h[4].pass);
+        // The floor bounds the log: 2.5 / 0.5 against libpmemlog, and the
+        // log reaches 2.0 / 2.5 of it. Both are information only.
+        assert_eq!((h[5].value, h[5].informational), (5.0, true));
+        assert_eq!((h[6].value, h[6].informational), (0.8, true));
     }
 
     #[test]

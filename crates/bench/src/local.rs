@@ -119,7 +119,8 @@ impl Plan {
             log_sizes: vec![64, 128, 256, 512, KIB, 2 * KIB, 4 * KIB],
             log_appends: 100_000,
             log_rounds: 31,
-            log_capacity_bytes: 256 * MIB,
+            // Five logs side by side must fit the default 1 GiB region.
+            log_capacity_bytes: 160 * MIB,
             ..Plan::quick()
         }
     }
@@ -164,7 +165,7 @@ impl Plan {
             + self.nt_sizes.len() * 2 * self.nt_rounds
             + shapes * self.latency_rounds
             + structures * self.counter_rounds
-            + self.log_sizes.len() * 4 * self.log_rounds) as u64
+            + self.log_sizes.len() * logbench::VARIANTS * self.log_rounds) as u64
     }
 }
 
@@ -280,7 +281,7 @@ mod tests {
         let dir = tempfile::tempdir_in("/dev/shm").unwrap();
         let opts = LocalOptions {
             pool: dir.path().join("pool"),
-            size_bytes: 8 * MIB,
+            size_bytes: 16 * MIB,
             quick: true,
             out_dir: dir.path().join("out"),
             region: pmem::RegionOptions::default(),
@@ -301,13 +302,15 @@ mod tests {
         assert!(has(logbench::LOG, logbench::TAIL_NAIVE));
         assert!(has(logbench::LOG, logbench::TAIL_ROTATING));
         assert!(has(logbench::LOG, logbench::TAIL_SELF_VALIDATING));
+        assert!(has(logbench::LOG, logbench::TAIL_SELF_VALIDATING_PAD64));
+        assert!(has(logbench::LOG, logbench::PERSIST_FLOOR));
         let pmdk_ok = pmdk::libpmem().is_ok();
         assert_eq!(has(copy::COPY, copy::PMDK), pmdk_ok);
         assert_eq!(has(logbench::LOG, logbench::PMEMLOG), pmdk::libpmemlog().is_ok());
         for r in &file.results {
             assert!(r.metrics.values().all(|v| v.is_finite()), "{r:?}");
         }
-        assert_eq!(file.headlines.len(), 5);
-        assert_eq!(report.headlines.len(), 5);
+        assert_eq!(file.headlines.len(), 7);
+        assert_eq!(report.headlines.len(), 7);
     }
 }

@@ -14,7 +14,7 @@ use crate::measure::{median, round_order, AlignedBuf};
 use crate::pmdk::{self, LogPool};
 use crate::schema::{BenchResult, Skipped};
 use pmem::{Media, Padding, Region};
-use pmwire_log::{AppendError, AppendLog, LogConfig, TailStrategy};
+use pmwire_log::{AppendError, AppendLog, LogConfig, TailStrategy, ENTRY_HEADER_BYTES};
 use std::time::Instant;
 
 /// The benchmark.
@@ -31,6 +31,13 @@ pub const TAIL_NAIVE_PAD64: &str = "appendlog_naive_pad64";
 pub const TAIL_SELF_VALIDATING_PAD64: &str = "appendlog_self_validating_pad64";
 /// PMDK's libpmemlog.
 pub const PMEMLOG: &str = "pmemlog_append";
+/// No log: the bytes of one self-validating entry (header + payload),
+/// packed as the log packs them, made durable with stores + clwb + one
+/// sfence. The floor of any log that needs one persist per append.
+pub const PERSIST_FLOOR: &str = "persist_floor";
+
+/// Variants per entry size: the `AppendLog`s, `pmemlog_append` and the floor.
+pub(crate) const VARIANTS: usize = STRATEGIES.len() + 2;
 
 /// The tail strategies and paddings measured, with their variant names.
 const STRATEGIES: [(&str, TailStrategy, Padding); 5] = [
@@ -44,6 +51,8 @@ const STRATEGIES: [(&str, TailStrategy, Padding); 5] = [
 enum Variant<'a> {
     Append { name: &'static str, log: AppendLog },
     Pmemlog(LogPool<'a>),
+    /// A ring of `capacity` bytes at `base`; `pos` is the next write.
+    Floor { base: u64, capacity: u64, pos: u64 },
 }
 
 impl Variant<'_> {
@@ -51,6 +60,7 @@ impl Variant<'_> {
         match self {
             Variant::Append { name, .. } => name,
             Variant::Pmemlog(_) => PMEMLOG,
+            Variant::Floor { .. } => PERSIST_FLOOR,
         }
     }
 
@@ -75,6 +85,23 @@ impl Variant<'_> {
                         pool.rewind();
                         assert!(pool.append(payload), "pmemlog refused an entry after a rewind");
                     }
+                }
+            }
+            Variant::Floor { base, capacity, pos } => {
+                // The entry as the unpadded log lays it out: header, then
+                // payload, the next one 8 B-aligned after it.
+                let len = ENTRY_HEADER_BYTES + payload.len() as u64;
+                let header = [0x5au8; ENTRY_HEADER_BYTES as usize];
+                for _ in 0..count {
+                    if *pos + len > *capacity {
+                        *pos = 0;
+                    }
+                    let at = *base + *pos;
+                    region.write(at, &header);
+                    region.write(at + ENTRY_HEADER_BYTES, payload);
+                    region.flush(at, len);
+                    region.drain();
+                    *pos = (*pos + len).next_multiple_of(8);
                 }
             }
         }
@@ -139,6 +166,14 @@ fn append_logs(ctx: &mut Ctx<'_>) -> Vec<Variant<'static>> {
         .unwrap()
         .next_multiple_of(64 << 10);
     let mut variants = Vec::new();
+    let floor_base = STRATEGIES.len() as u64 * stride;
+    let floor_capacity = capacity.min(ctx.region.len().saturating_sub(floor_base));
+    if floor_capacity >= 64 << 10 {
+        variants.push(Variant::Floor { base: floor_base, capacity: floor_capacity, pos: 0 });
+    } else {
+        let why = format!("the region ({} B) has no room after the logs", ctx.region.len());
+        ctx.skipped.push(Skipped::new(LOG, PERSIST_FLOOR, &why));
+    }
     for (i, (name, tail, padding)) in STRATEGIES.into_iter().enumerate() {
         let base = i as u64 * stride;
         if base + stride > ctx.region.len() {

@@ -133,7 +133,7 @@ pub fn entry_header(lsn: u64, payload: &[u8], seed: Option<u32>) -> EntryHeader 
     put_u64(&mut header, 0, lsn);
     put_u32(&mut header, 8, payload.len() as u32);
     if let Some(seed) = seed {
-        let crc = crc32c::crc32c_append(crc32c::crc32c_append(seed, &header[..12]), payload);
+        let crc = pmem::crc::crc32c_append(pmem::crc::crc32c_append(seed, &header[..12]), payload);
         put_u32(&mut header, 12, crc);
     }
     header

@@ -20,6 +20,7 @@
 
 pub mod copy;
 pub mod counter;
+pub mod crc;
 pub mod flush;
 pub mod layout;
 pub mod le;

@@ -1,0 +1,197 @@
+//! CRC-32C for short buffers: the torn-write detector of log entries.
+//!
+//! Bit-compatible with the `crc32c` crate (`crc32c_append`), which is the
+//! right tool for long buffers: it runs three independent `crc32`
+//! instruction streams over blocks of 3 × 256 B or more and joins them
+//! with tables. Below 768 B it falls back to one stream, and a `crc32`
+//! instruction has a latency of 3 cycles, so a 272 B log entry costs
+//! 34 × 3 cycles of pure latency (about 30 ns here; the entry's whole
+//! persist floor is about 260 ns). This module runs three streams at any
+//! length from 48 B and joins them by carry-less multiplication (the
+//! method of Intel's "Fast CRC Computation for iSCSI Polynomial Using CRC32
+//! Instruction", 2011): shifting a CRC state over `n` zero bytes is a
+//! multiplication by x^(8n) mod P, one `pclmulqdq` with a precomputed
+//! constant and one `crc32` reduction.
+//!
+//! Without SSE 4.2 and PCLMULQDQ (checked once), and beyond
+//! [`MAX_PARALLEL`] bytes, it calls the `crc32c` crate.
+
+use std::sync::OnceLock;
+
+/// Inputs longer than this go to the `crc32c` crate's table-driven path.
+pub const MAX_PARALLEL: usize = 3 * 8 * MAX_STREAM_WORDS;
+
+/// Longest stream, in 8 B words (3 streams × 48 words = 1152 B; from
+/// 1536 B on, the crate's tables are as fast).
+const MAX_STREAM_WORDS: usize = 48;
+
+/// Shorter inputs are not worth the join (2 multiplications).
+const MIN_PARALLEL: usize = 48;
+
+/// The reflected Castagnoli polynomial.
+const POLY: u32 = 0x82F6_3B78;
+
+/// `crc32c_append(crc, data)`: the CRC-32C of `data` continuing from the
+/// finished CRC `crc` (0 to start), as the `crc32c` crate defines it.
+#[inline]
+pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
+    match accelerated() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `accelerated` checked SSE 4.2 and PCLMULQDQ at run time.
+        Some(shifts) if data.len() <= MAX_PARALLEL => unsafe { x86::crc32c(crc, data, shifts) },
+        _ => crc32c::crc32c_append(crc, data),
+    }
+}
+
+/// `crc32c_append(0, data)`.
+#[inline]
+pub fn crc32c(data: &[u8]) -> u32 {
+    crc32c_append(0, data)
+}
+
+/// Shift constants, `K[m - 1]` = x^(64 m − 33) mod P for a shift over
+/// `m` words, m = 1 ..= 2 × MAX_STREAM_WORDS; `None` if the CPU lacks the
+/// instructions.
+fn accelerated() -> Option<&'static [u64; 2 * MAX_STREAM_WORDS]> {
+    static SHIFTS: OnceLock<Option<Box<[u64; 2 * MAX_STREAM_WORDS]>>> = OnceLock::new();
+    SHIFTS
+        .get_or_init(|| {
+            if !supported() {
+                return None;
+            }
+            let mut k = Box::new([0u64; 2 * MAX_STREAM_WORDS]);
+            for (m, slot) in k.iter_mut().enumerate() {
+                *slot = u64::from(x_pow_mod(64 * (m as u64 + 1) - 33));
+            }
+            Some(k)
+        })
+        .as_deref()
+}
+
+fn supported() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("sse4.2") && std::arch::is_x86_feature_detected!("pclmulqdq")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// x^n mod P in the reflected representation (bit 31 is x^0).
+fn x_pow_mod(n: u64) -> u32 {
+    let mut v: u32 = 0x8000_0000;
+    for _ in 0..n {
+        v = if v & 1 != 0 { (v >> 1) ^ POLY } else { v >> 1 };
+    }
+    v
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{MAX_STREAM_WORDS, MIN_PARALLEL};
+    use std::arch::x86_64::{
+        _mm_clmulepi64_si128, _mm_cvtsi128_si64, _mm_cvtsi64_si128, _mm_crc32_u64, _mm_crc32_u8,
+    };
+
+    #[inline]
+    fn word(data: &[u8], i: usize) -> u64 {
+        u64::from_le_bytes(data[8 * i..8 * i + 8].try_into().unwrap())
+    }
+
+    /// The raw state `s` (no final inversion) carried over `m` zero words.
+    #[inline]
+    #[target_feature(enable = "sse4.2,pclmulqdq")]
+    unsafe fn shift(s: u32, m: usize, k: &[u64; 2 * MAX_STREAM_WORDS]) -> u32 {
+        let product = _mm_clmulepi64_si128::<0>(_mm_cvtsi64_si128(i64::from(s)), _mm_cvtsi64_si128(k[m - 1] as i64));
+        _mm_crc32_u64(0, _mm_cvtsi128_si64(product) as u64) as u32
+    }
+
+    /// # Safety
+    /// The CPU has SSE 4.2 and PCLMULQDQ; `data.len() <= MAX_PARALLEL`.
+    #[target_feature(enable = "sse4.2,pclmulqdq")]
+    pub(super) unsafe fn crc32c(crc: u32, data: &[u8], k: &[u64; 2 * MAX_STREAM_WORDS]) -> u32 {
+        let mut s = !crc;
+        let words = data.len() / 8;
+        let mut done = 0;
+        if data.len() >= MIN_PARALLEL {
+            let n = words / 3;
+            let (mut a, mut b, mut c) = (u64::from(s), 0u64, 0u64);
+            for i in 0..n {
+                a = _mm_crc32_u64(a, word(data, i));
+                b = _mm_crc32_u64(b, word(data, n + i));
+                c = _mm_crc32_u64(c, word(data, 2 * n + i));
+            }
+            s = shift(a as u32, 2 * n, k) ^ shift(b as u32, n, k) ^ c as u32;
+            done = 3 * n;
+        }
+        let mut t = u64::from(s);
+        for i in done..words {
+            t = _mm_crc32_u64(t, word(data, i));
+        }
+        let mut s = t as u32;
+        for &byte in &data[8 * words..] {
+            s = _mm_crc32_u8(s, byte);
+        }
+        !s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(len: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    #[test]
+    fn matches_the_crc32c_crate_at_every_length() {
+        for len in 0..=MAX_PARALLEL + 64 {
+            let data = bytes(len, len as u64 + 7);
+            for seed in [0u32, 1, 0xdead_beef, u32::MAX] {
+                assert_eq!(crc32c_append(seed, &data), crc32c::crc32c_append(seed, &data), "len {len} seed {seed:#x}");
+            }
+        }
+    }
+
+    #[test]
+    fn matches_at_unaligned_starts_and_chained() {
+        let data = bytes(4096, 99);
+        for start in 0..8 {
+            for len in [47, 48, 49, 255, 256, 272, 1000, MAX_PARALLEL] {
+                let slice = &data[start..start + len];
+                assert_eq!(crc32c(slice), crc32c::crc32c(slice));
+                let (head, tail) = slice.split_at(len / 3);
+                assert_eq!(crc32c_append(crc32c(head), tail), crc32c::crc32c(slice));
+            }
+        }
+    }
+
+    #[test]
+    fn known_answer() {
+        // RFC 3720 B.4: 32 bytes of zeros.
+        assert_eq!(crc32c(&[0u8; 32]), 0x8A91_36AA);
+        assert_eq!(crc32c(b"123456789"), 0xE306_9283);
+    }
+
+    #[test]
+    fn detects_a_stale_word() {
+        let data = bytes(272, 3);
+        let good = crc32c(&data);
+        for w in 0..34 {
+            let mut torn = data.clone();
+            torn[8 * w] ^= 0x40;
+            assert_ne!(crc32c(&torn), good, "word {w}");
+        }
+    }
+}
