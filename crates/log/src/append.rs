@@ -52,6 +52,8 @@ pub struct AppendLog {
     head_slot: usize,
     next_lsn: Lsn,
     tail_pos: u64,
+    /// `tail_pos % capacity`, kept so that appends never divide.
+    tail_phys: u64,
     tail: Tail,
 }
 
@@ -86,7 +88,7 @@ impl AppendLog {
         media.write(base, &encode_config(&config, nonce));
         media.persist(base, HEADER_LINE_BYTES as u64);
         let entries = base + HEADER_BLOCK_BYTES + tail_area_bytes(config.tail);
-        Ok(AppendLog { config, base, entries, seed, head, head_slot: 0, next_lsn: 0, tail_pos: 0, tail })
+        Ok(AppendLog { config, base, entries, seed, head, head_slot: 0, next_lsn: 0, tail_pos: 0, tail_phys: 0, tail })
     }
 
     /// Recovers the log at `base`: reads the header and the head, then
@@ -113,8 +115,19 @@ impl AppendLog {
         let (head, head_slot) = read_head(media, base, seed)?;
         let entries = base + HEADER_BLOCK_BYTES + tail_area_bytes(config.tail);
         let tail = live_tail(media, base, &config);
-        let mut log =
-            AppendLog { config, base, entries, seed, head, head_slot, next_lsn: head.lsn, tail_pos: head.pos, tail };
+        let tail_phys = head.pos % config.capacity;
+        let mut log = AppendLog {
+            config,
+            base,
+            entries,
+            seed,
+            head,
+            head_slot,
+            next_lsn: head.lsn,
+            tail_pos: head.pos,
+            tail_phys,
+            tail,
+        };
         let persisted_tail = match &log.tail {
             Tail::Naive { offset } => Some(media.read_u64(*offset)),
             Tail::Rotating(counter) => Some(counter.get()),
@@ -129,6 +142,7 @@ impl AppendLog {
                 }
             }
         }
+        log.tail_phys = log.tail_pos % log.config.capacity;
         assert!(log.tail_pos >= log.head.pos, "recovered tail below the head");
         assert!(log.tail_pos - log.head.pos <= log.config.capacity, "recovered more than the capacity");
         Ok(log)
@@ -138,25 +152,26 @@ impl AppendLog {
     /// entry is durable. On error nothing is written.
     #[inline]
     pub fn append<M: Media>(&mut self, media: &mut M, payload: &[u8]) -> Result<Lsn, AppendError> {
-        let (skip_at, placed) = self.place(payload.len() as u64)?;
-        let new_tail = placed.pos + self.config.entry_size(placed.len);
+        let (skip_at, placed, phys, size) = self.place(payload.len() as u64)?;
+        let new_tail = placed.pos + size;
         let faults = self.config.faults;
         let seed = matches!(self.tail, Tail::SelfValidating).then_some(self.seed);
         let tail_first = seed.is_none() && faults.tail_before_entry;
         if tail_first {
             self.store_tail(media, new_tail, faults);
         }
-        if let Some(skip) = skip_at {
-            let at = self.entries + skip % self.config.capacity;
+        if let Some(skip_phys) = skip_at {
+            let at = self.entries + skip_phys;
             media.write_u64(at, SKIP_BIT | placed.lsn);
             media.flush(at, 8);
         }
-        self.write_entry_nodrain(media, placed.pos, placed.lsn, payload, seed);
+        self.write_entry_nodrain(media, phys, placed.lsn, payload, seed);
         media.drain();
         if seed.is_none() && !tail_first {
             self.store_tail(media, new_tail, faults);
         }
         self.tail_pos = new_tail;
+        self.tail_phys = if phys + size == self.config.capacity { 0 } else { phys + size };
         self.next_lsn += 1;
         Ok(placed.lsn)
     }
@@ -263,9 +278,10 @@ impl AppendLog {
     }
 
     /// Decides where the next entry of `len` payload bytes goes: the
-    /// logical position of a skip word (if it must wrap) and the entry.
+    /// physical offset of a skip word (if it must wrap), the entry, its
+    /// physical offset and its size. No divisions: this is the hot path.
     #[inline]
-    fn place(&self, len: u64) -> Result<(Option<u64>, Placed), AppendError> {
+    fn place(&self, len: u64) -> Result<(Option<u64>, Placed, u64, u64), AppendError> {
         let max = self.config.max_payload();
         if len > max {
             return Err(AppendError::TooLarge { len, max });
@@ -273,23 +289,25 @@ impl AppendLog {
         assert!(self.next_lsn < MAX_LSN, "LSN space exhausted");
         let capacity = self.config.capacity;
         let size = self.config.entry_size(len);
-        let phys = self.tail_pos % capacity;
+        let phys = self.tail_phys;
         let waste = if phys + size > capacity { capacity - phys } else { 0 };
         let free = self.free_bytes();
         if waste + size > free {
             return Err(AppendError::Full { needed: waste + size, free });
         }
-        let skip = (waste > 0).then_some(self.tail_pos);
+        let skip = (waste > 0).then_some(phys);
         let pos = self.tail_pos + waste;
-        assert!(pos % capacity + size <= capacity, "entry crosses the end of the ring");
-        assert!(pos.is_multiple_of(self.config.padding.align() as u64), "entry misaligned");
-        Ok((skip, Placed { lsn: self.next_lsn, pos, len }))
+        let entry_phys = if waste > 0 { 0 } else { phys };
+        debug_assert_eq!(pos % capacity, entry_phys);
+        assert!(entry_phys + size <= capacity, "entry crosses the end of the ring");
+        assert!(pos & (self.config.padding.align() as u64 - 1) == 0, "entry misaligned");
+        Ok((skip, Placed { lsn: self.next_lsn, pos, len }, entry_phys, size))
     }
 
     /// Stores header and payload; durable at the next drain.
     #[inline]
-    fn write_entry_nodrain<M: Media>(&self, media: &mut M, pos: u64, lsn: Lsn, payload: &[u8], seed: Option<u32>) {
-        let at = self.entries + pos % self.config.capacity;
+    fn write_entry_nodrain<M: Media>(&self, media: &mut M, phys: u64, lsn: Lsn, payload: &[u8], seed: Option<u32>) {
+        let at = self.entries + phys;
         // The payload past the header's last cache line starts on a line
         // boundary: it goes out first, streamed, and the checksum is
         // computed while those lines drain. Then the header and the payload

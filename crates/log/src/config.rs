@@ -104,8 +104,9 @@ impl LogConfig {
 
     /// Bytes an entry with a `payload_len`-byte payload occupies.
     pub fn entry_size(&self, payload_len: u64) -> u64 {
-        let align = self.padding.align() as u64;
-        (ENTRY_HEADER_BYTES + payload_len).div_ceil(align) * align
+        // Every padding is a power of two: round with a mask, not a division.
+        let mask = self.padding.align() as u64 - 1;
+        (ENTRY_HEADER_BYTES + payload_len + mask) & !mask
     }
 
     /// The largest payload one entry can hold (an entry may not exceed
