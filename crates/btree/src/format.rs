@@ -214,6 +214,14 @@ impl<'a> NodeRef<'a> {
         &self.bytes[at + 2..at + 2 + len]
     }
 
+    /// Where the value of leaf entry `index` lies in the node's bytes.
+    pub fn value_range(&self, index: usize) -> std::ops::Range<usize> {
+        let at = self.entry_at(index);
+        let at = at + 1 + self.bytes[at] as usize;
+        let len = get_u16(self.bytes, at) as usize;
+        at + 2..at + 2 + len
+    }
+
     /// The child of internal entry `index`.
     pub fn child(&self, index: usize) -> u32 {
         let at = self.entry_at(index);

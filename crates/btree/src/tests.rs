@@ -308,6 +308,51 @@ fn batches_match_btreemap() {
     run_batches(12, 120, 200, MAX_KEY_BYTES, MAX_VALUE_BYTES);
 }
 
+/// Same-length updates of keys a batch already touched take the in-place
+/// path (no new node, no new path): the values, the previous values, the
+/// CRCs (checked by `verify` and `open`) and the node count must all come
+/// out as with copies.
+#[test]
+fn batch_updates_in_place_match_btreemap() {
+    let mut rng = Rng(21);
+    let mut media = media(1024);
+    let mut tree = BTree::create(&mut media, BASE, 1024).unwrap();
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    let mut in_place = 0;
+    for b in 0..40 {
+        // Few keys, most values 16 B: many repeats of a key within a batch.
+        let ops: Vec<(Vec<u8>, Option<Vec<u8>>)> = (0..1 + rng.below(400))
+            .map(|_| {
+                let k = format!("key{:05}", rng.below(3000)).into_bytes();
+                let len = if rng.below(10) == 0 { rng.below(40) as usize } else { 16 };
+                (k, (rng.below(20) != 0).then(|| rng.bytes(len)))
+            })
+            .collect();
+        let batch: Vec<BatchOp> = ops
+            .iter()
+            .map(|(key, value)| match value {
+                Some(value) => BatchOp::Put { key, value },
+                None => BatchOp::Delete { key },
+            })
+            .collect();
+        let previous = tree.apply_batch(&mut media, false, &batch).unwrap();
+        for ((key, value), previous) in ops.into_iter().zip(previous) {
+            let expected = match value {
+                Some(value) => model.insert(key, value),
+                None => model.remove(&key),
+            };
+            assert_eq!(previous.map(|v| v.to_vec()), expected, "batch {b}");
+        }
+        let stats = tree.verify(&media).unwrap_or_else(|e| panic!("batch {b}: {e}"));
+        assert_eq!(tree.free_nodes() as u32, 1024 - stats.nodes, "batch {b}: no node leaked");
+        in_place += tree.counters().in_place_updates;
+        tree = BTree::open(&media, BASE).unwrap();
+    }
+    let all: Vec<(Vec<u8>, Vec<u8>)> = tree.iter(&media).map(|(k, v)| (k, v.to_vec())).collect();
+    assert_eq!(all, model.into_iter().collect::<Vec<_>>());
+    assert!(in_place > 1000, "{in_place} in-place updates");
+}
+
 #[test]
 fn batch_writes_each_node_once() {
     let mut media = media(1024);

@@ -68,6 +68,9 @@ pub struct Counters {
     pub root_splits: u64,
     /// Times a one-child root was removed (the tree shrank a level).
     pub root_collapses: u64,
+    /// Batch updates written into a node the batch had already written
+    /// (same-length value replaced in place; no new path).
+    pub in_place_updates: u64,
 }
 
 /// A node written by this operation, as its parent sees it.
@@ -495,10 +498,15 @@ impl BTree {
         op: Op,
         state: &mut OpState,
     ) -> Option<Vec<Piece>> {
-        let buf = self.load(media, node, level);
-        let view = NodeRef::new(&buf[..]);
-        let count = view.count();
         if level == 0 {
+            if let Some(previous) = self.update_fresh_leaf(node, op) {
+                self.counters.in_place_updates += 1;
+                state.previous = Some(previous);
+                return Some(vec![self.unchanged_piece(node)]);
+            }
+            let buf = self.load(media, node, level);
+            let view = NodeRef::new(&buf[..]);
+            let count = view.count();
             let found = view.search_leaf(op.key());
             if let Ok(i) = found {
                 state.previous = Some(Value::new(view.value(i)).expect("value fits"));
@@ -520,8 +528,34 @@ impl BTree {
             self.give_buf(buf);
             return Some(pieces);
         }
-        let slot = view.search_internal(op.key());
-        let pieces = self.modify(media, view.child(slot), level - 1, op, state)?;
+        // Route without copying a node this batch already wrote; the
+        // recursion below never changes this node's bytes.
+        let (loaded, slot, child) = match self.fresh(node) {
+            Some(bytes) => {
+                let view = NodeRef::new(&bytes[..]);
+                let slot = view.search_internal(op.key());
+                (None, slot, view.child(slot))
+            }
+            None => {
+                let buf = self.load(media, node, level);
+                let view = NodeRef::new(&buf[..]);
+                let slot = view.search_internal(op.key());
+                let child = view.child(slot);
+                (Some(buf), slot, child)
+            }
+        };
+        let pieces = self.modify(media, child, level - 1, op, state)?;
+        if loaded.is_none() && pieces.len() == 1 && pieces[0].node == child && pieces[0].fill >= MIN_FILL {
+            // The child was rewritten in place (a node of this batch keeps
+            // its index): this node, also the batch's, needs no new copy.
+            return Some(vec![self.unchanged_piece(node)]);
+        }
+        let buf = match loaded {
+            Some(buf) => buf,
+            None => self.load(media, node, level),
+        };
+        let view = NodeRef::new(&buf[..]);
+        let count = view.count();
         self.retire(node, state);
         let (first, last, pieces) = if pieces.len() == 1 && pieces[0].fill < MIN_FILL {
             assert!(count >= 2, "an internal node with one child");
@@ -542,6 +576,41 @@ impl BTree {
         drop(parts);
         self.give_buf(buf);
         Some(written)
+    }
+
+    /// During a batch: the bytes of `node` if the batch wrote it (it is in
+    /// the overlay, reachable from nothing durable).
+    fn fresh(&self, node: u32) -> Option<&NodeBuf> {
+        self.batch.as_ref().and_then(|b| b.overlay.get(&node))
+    }
+
+    /// `node`, written by this batch and left as it is, as its parent sees it.
+    fn unchanged_piece(&self, node: u32) -> Piece {
+        let view = NodeRef::new(&self.fresh(node).expect("an overlay node")[..]);
+        let first_child = if view.is_leaf() || view.count() == 0 { u32::MAX } else { view.child(0) };
+        Piece { node, sep: None, fill: view.fill(), count: view.count(), level: view.level(), first_child }
+    }
+
+    /// During a batch, an insert that replaces a value of the same length
+    /// in a leaf the batch already wrote: overwrites the value's bytes in
+    /// the overlay copy (no new node, so no new path); returns the old
+    /// value. `None` (nothing done) in any other case.
+    fn update_fresh_leaf(&mut self, node: u32, op: Op) -> Option<Value> {
+        let Op::Insert { key, value } = op else { return None };
+        let bytes = self.batch.as_mut()?.overlay.get_mut(&node)?;
+        let view = NodeRef::new(&bytes[..]);
+        assert!(view.is_leaf(), "node {node} is not a leaf");
+        let index = view.search_leaf(key).ok()?;
+        let range = view.value_range(index);
+        if range.len() != value.len() {
+            return None;
+        }
+        let previous = Value::new(&bytes[range.clone()]).expect("value fits");
+        let used = view.used();
+        bytes[range].copy_from_slice(value);
+        let crc = format::node_crc(&bytes[..used]);
+        format::put_u32(&mut bytes[..], 8, crc);
+        Some(previous)
     }
 
     /// Joins the underfull `piece` (the new copy of child `slot` of

@@ -245,13 +245,16 @@ impl Store {
         Ok((Store::assemble(region, engine, mode)?, recovered))
     }
 
-    fn assemble(mut region: Region, engine: Engine, mode: Mode) -> Result<Store, StoreError> {
+    fn assemble(mut region: Region, mut engine: Engine, mode: Mode) -> Result<Store, StoreError> {
         // The ring hands the kernel buffers all over the pool: fault its pages in
         // once, now, rather than one receive at a time.
         region.populate();
         let (buffers, buf_size) = (engine.pool().buffers(), engine.pool().buf_size());
         let size = region.len();
         let sizing = Sizing::for_pool(buffers, buf_size).map_err(|why| StoreError::TooSmall { size, why })?;
+        // Checkpoint early when a quarter of the pool is left (half is the receive side's):
+        // retained WAL records pin overwritten values' buffers until the checkpoint.
+        engine.set_checkpoint_floor(sizing.ring_entries as u32 + buffers / 4);
         let heap = match mode {
             Mode::ZeroCopy => None,
             // DRAM receive buffers as many as the pool sets aside for receiving; untouched
