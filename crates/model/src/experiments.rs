@@ -422,7 +422,7 @@ fn mirror(p: &Params) -> Outcome {
         best_gain,
         "x",
     );
-    o.close(E, "002 Fig4: OB/DD gain over RC at 4-1 (3.5x)", 3.5, gain_4_1, "x");
+    o.close(E, "002 Fig4: OB/DD gain over RC at 4-1 (3.5x) (calibration, joint fit)", 3.5, gain_4_1, "x");
     o.ordered(
         E,
         "002 §7.1: 1 epoch, SM-DD beats SM-OB (of 4 write counts)",
@@ -452,8 +452,8 @@ fn mirror(p: &Params) -> Outcome {
         whisper[2] < whisper[1] && whisper[1] < whisper[0],
     );
     o.close(E, "002 Fig5: WHISPER-like SM-RC time (calibration)", 6.7, whisper[0], "x");
-    o.close(E, "002 Fig5: WHISPER-like SM-OB time", 3.8, whisper[1], "x");
-    o.close(E, "002 Fig5: WHISPER-like SM-DD time", 2.3, whisper[2], "x");
+    o.close(E, "002 Fig5: WHISPER-like SM-OB time (calibration, joint fit)", 3.8, whisper[1], "x");
+    o.close(E, "002 Fig5: WHISPER-like SM-DD time (calibration, joint fit)", 2.3, whisper[2], "x");
     o
 }
 

@@ -71,18 +71,20 @@ mod mirror {
     const KNOWN_GAPS: &[(&str, &str)] = &[
         (
             "best gain over RC",
-            "SM-DD has no blocking operation per epoch, so its gain grows with epochs (4.9x at 256-1); a peak \
-             at 4-1 needs a per-epoch cost in SM-OB/SM-DD that seed 002 §6.2 does not describe",
+            "one thread issues a write every ~366 ns, slower than the remote queue drains (150 ns), so SM-DD never \
+             stalls and its cost per write stays flat: its gain over SM-RC grows with epochs (6.1x at 256-1); \
+             capping it at 3.5x needs SM-DD to cost >= ~500 ns per write on long transactions, more than the \
+             queue's 150 ns drain can impose",
         ),
-        ("gain over RC at 4-1", "as above: at 4 epochs the one durability round trip is spread over only 4 writes"),
         (
             "1 epoch, SM-DD beats SM-OB",
-            "with one epoch neither issues an rofence; both wait one round trip after the same writes and tie",
+            "with one epoch neither issues an rofence; both wait one round trip after the same writes, whose \
+             placement (<= 210 ns) ends before the final operation arrives ~366 ns later: they tie",
         ),
         (
             "256 epochs, SM-OB beats SM-DD",
-            "seed 002 blames SM-DD's full 64-entry queue, but one thread issuing a write every 513 ns (the \
-             calibrated cost) never outruns the queue's 150 ns drain; SM-OB's rofence per epoch then makes it slower",
+            "seed 002 blames SM-DD's full 64-entry queue, but writes ~366 ns apart never outrun its 150 ns drain; \
+             SM-OB's rofence per epoch then makes it the slower one",
         ),
     ];
 
