@@ -593,8 +593,9 @@ impl BTree {
 
     /// During a batch, an insert that replaces a value of the same length
     /// in a leaf the batch already wrote: overwrites the value's bytes in
-    /// the overlay copy (no new node, so no new path); returns the old
-    /// value. `None` (nothing done) in any other case.
+    /// the overlay copy (no new node, so no new path; the node's CRC is
+    /// resealed when the batch writes it out); returns the old value.
+    /// `None` (nothing done) in any other case.
     fn update_fresh_leaf(&mut self, node: u32, op: Op) -> Option<Value> {
         let Op::Insert { key, value } = op else { return None };
         let bytes = self.batch.as_mut()?.overlay.get_mut(&node)?;
@@ -606,10 +607,8 @@ impl BTree {
             return None;
         }
         let previous = Value::new(&bytes[range.clone()]).expect("value fits");
-        let used = view.used();
+        // The CRC is resealed once, when the batch writes its nodes out.
         bytes[range].copy_from_slice(value);
-        let crc = format::node_crc(&bytes[..used]);
-        format::put_u32(&mut bytes[..], 8, crc);
         Some(previous)
     }
 
@@ -783,9 +782,13 @@ impl BTree {
             assert_eq!((self.root, self.height), (saved.0, saved.1), "a batch that wrote nothing kept its root");
             return Ok(previous);
         }
-        for (&node, bytes) in &batch.overlay {
+        let mut batch = batch;
+        for (&node, bytes) in batch.overlay.iter_mut() {
             let used = NodeRef::new(&bytes[..]).used();
             assert!((NODE_HEADER_BYTES..=NODE_BYTES).contains(&used), "overlay node {node} used {used}");
+            // In-place updates left the CRC stale.
+            let crc = format::node_crc(&bytes[..used]);
+            format::put_u32(&mut bytes[..], 8, crc);
             self.write_out(media, node, &bytes[..used]);
         }
         self.commit(media, self.root, self.height);

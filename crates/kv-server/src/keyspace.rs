@@ -27,8 +27,37 @@ use pmwire_resp::reply::ReplySink;
 use crate::store::{PoolView, MAX_VALUE_BYTES};
 use pmem::Region;
 
-/// A stored value's extents, as handed to the executor and the sink.
-pub type Handle = Rc<[Extent]>;
+/// A stored value's extents, as handed to the executor and the sink: inline for values of
+/// up to two extents (no allocation per GET), shared otherwise.
+#[derive(Clone, Debug)]
+pub enum Handle {
+    /// Up to two extents (the count, then the extents).
+    Inline(u8, [Extent; 2]),
+    /// More.
+    Shared(Rc<[Extent]>),
+}
+
+impl Handle {
+    fn new(extents: &[Extent]) -> Handle {
+        match extents {
+            [] => Handle::Inline(0, [Extent { buf_idx: 0, offset: 0, len: 0 }; 2]),
+            [one] => Handle::Inline(1, [*one; 2]),
+            [a, b] => Handle::Inline(2, [*a, *b]),
+            many => Handle::Shared(many.into()),
+        }
+    }
+}
+
+impl std::ops::Deref for Handle {
+    type Target = [Extent];
+
+    fn deref(&self) -> &[Extent] {
+        match self {
+            Handle::Inline(n, extents) => &extents[..*n as usize],
+            Handle::Shared(extents) => extents,
+        }
+    }
+}
 
 /// Where the pieces of a request lie: `(buffer, offset)` of each segment given to the parser.
 pub(crate) type Locs<'a> = &'a [(u32, u32)];
@@ -94,7 +123,7 @@ impl EngineKeyspace<'_> {
     /// The value at `key`, its buffers held for the batch.
     pub fn get_held(&mut self, key: &[u8]) -> Option<(u8, Handle)> {
         let (kind, extents) = self.engine.get(key)?;
-        let handle: Handle = extents.into();
+        let handle = Handle::new(extents);
         self.hold(&handle);
         Some((kind, handle))
     }
@@ -187,11 +216,13 @@ impl EngineKeyspace<'_> {
         if pieces.is_empty() || !self.zero_copy {
             return None;
         }
-        let extent = |p: &pmwire_resp::request::Piece| {
-            let (buf, offset) = self.locs[p.segment as usize];
-            Extent { buf_idx: buf, offset: (offset + p.start) as u16, len: p.len as u16 }
-        };
-        Some(pieces.iter().map(extent).collect())
+        Some(pieces.iter().map(|p| self.piece_extent(p)).collect())
+    }
+
+    /// Where a piece of a RESP argument lies in the pool.
+    fn piece_extent(&self, p: &pmwire_resp::request::Piece) -> Extent {
+        let (buf, offset) = self.locs[p.segment as usize];
+        Extent { buf_idx: buf, offset: (offset + p.start) as u16, len: p.len as u16 }
     }
 }
 
@@ -210,6 +241,15 @@ impl Keyspace for EngineKeyspace<'_> {
 
     fn set(&mut self, key: &[u8], kind: Kind, value: ValueSource<'_>) -> Result<(), StoreError> {
         match value {
+            ValueSource::Arg(arg) if self.zero_copy && (1..=4).contains(&arg.pieces.len()) => {
+                // The common case without an allocation: a value in at most four pieces.
+                let mut extents = [Extent { buf_idx: 0, offset: 0, len: 0 }; 4];
+                for (e, p) in extents.iter_mut().zip(arg.pieces) {
+                    *e = self.piece_extent(p);
+                }
+                let extents = &extents[..arg.pieces.len()];
+                self.set_value(key, kind.to_byte(), arg.bytes.len(), Some(extents), || Cow::Borrowed(arg.bytes))
+            }
             ValueSource::Arg(arg) => {
                 let extents = self.arg_extents(arg.pieces);
                 self.set_value(key, kind.to_byte(), arg.bytes.len(), extents.as_deref(), || Cow::Borrowed(arg.bytes))

@@ -97,6 +97,10 @@ pub struct KvService {
     codec: Codec,
     state: BatchState,
     entries: Vec<EntryState>,
+    /// Scratch of `resp_entry` kept for its capacity: segment locations, and (empty between
+    /// calls) the segments' byte slices.
+    locs: Vec<(u32, u32)>,
+    bytes: Vec<&'static [u8]>,
     no_persist_lsn: u64,
     stats: ServiceStats,
     /// Planted bug for the crash campaign's canary: replies are sent without the batch's
@@ -124,6 +128,8 @@ impl KvService {
             codec: Codec::new(http_limits),
             state: BatchState::default(),
             entries: Vec::new(),
+            locs: Vec::new(),
+            bytes: Vec::new(),
             no_persist_lsn: 0,
             stats: ServiceStats::default(),
             fault_ack_before_commit: false,
@@ -152,8 +158,8 @@ impl KvService {
         let session = sessions.entry(input.conn).or_insert_with(|| resp.open_session());
         let (view, zero_copy) = (store.view(), store.mode == Mode::ZeroCopy);
         let reserve = store.sizing.ring_entries as u32;
-        let mut bytes: Vec<&[u8]> = Vec::with_capacity(input.segments.len());
-        let mut locs: Vec<(u32, u32)> = Vec::with_capacity(input.segments.len());
+        let mut bytes: Vec<&[u8]> = recycle(std::mem::take(&mut self.bytes));
+        let mut locs = std::mem::take(&mut self.locs);
         let mut done = 0;
         loop {
             bytes.clear();
@@ -204,6 +210,8 @@ impl KvService {
             }
         }
         st.consumed = if st.close { input.len_bytes() } else { done };
+        self.bytes = recycle(bytes);
+        self.locs = locs;
     }
 
     fn http_entry(&mut self, input: &Input<'_>, out: &mut Output, store: &mut Store, st: &mut EntryState) {
@@ -427,6 +435,14 @@ impl Service<Store> for KvService {
         // The loop has taken every reply of the last batch: its held buffers may go.
         self.state.release_held(&mut store.engine);
     }
+}
+
+/// An empty vector of slices of another lifetime, with `v`'s allocation (the in-place
+/// collect of an empty iterator reuses it), so a scratch vector of borrowed slices can be
+/// kept across calls without holding any borrow.
+fn recycle<'a, 'b>(mut v: Vec<&'a [u8]>) -> Vec<&'b [u8]> {
+    v.clear();
+    v.into_iter().map(|_| -> &'b [u8] { unreachable!("the vector is empty") }).collect()
 }
 
 /// Durably drops the older half of the user log's committed entries (none staged).

@@ -15,12 +15,13 @@ use pmem::Media;
 use pmwire_btree::{BatchError, BatchOp};
 use pmwire_log::Extent;
 
-use super::Engine;
+use super::{Engine, Record, RecordOp};
 use crate::error::CheckpointError;
-use crate::record::{list_bytes, TreeValue, WalOp, DIRECT_EXTENTS};
+use crate::record::{list_bytes, TreeValue, DIRECT_EXTENTS};
 
-/// What the WAL does to one key: its final value, or removal.
-type Net = BTreeMap<Vec<u8>, Option<(u8, Vec<Extent>)>>;
+/// What the WAL does to one key: its final value, or removal (borrowed
+/// from the records).
+type Net<'r> = BTreeMap<&'r [u8], Option<(u8, &'r [Extent])>>;
 
 impl Engine {
     /// Applies every committed WAL record to the tree and truncates the
@@ -30,7 +31,24 @@ impl Engine {
         if self.records.is_empty() {
             return Ok(());
         }
-        let (clear, net) = self.net_effect();
+        // The records are set aside while the tree is written (the net
+        // effect borrows them), and put back, emptied or whole, after.
+        let mut records = std::mem::take(&mut self.records);
+        let result = self.checkpoint_records(media, &records);
+        if result.is_ok() {
+            for record in &records {
+                record.extents().for_each(|e| _ = self.pool.release(e.buf_idx));
+            }
+            records.clear();
+        }
+        self.records = records;
+        result
+    }
+
+    /// Applies `records` to the tree and truncates the WAL; the caller
+    /// releases the records' references after.
+    fn checkpoint_records<M: Media>(&mut self, media: &mut M, records: &[Record]) -> Result<(), CheckpointError> {
+        let (clear, net) = net_effect(records);
         // The tree's references on values it drops: released after the switch.
         let mut dropped: Vec<Extent> = Vec::new();
         let mut cleared: Vec<Extent> = Vec::new();
@@ -40,11 +58,11 @@ impl Engine {
                 cleared.extend(self.decode_tree_value(media, &value).expect("tree value decodes").1);
             }
         }
-        let mut encoded: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::with_capacity(net.len());
+        let mut encoded: Vec<(&[u8], Option<Vec<u8>>)> = Vec::with_capacity(net.len());
         let mut taken: Vec<Vec<Extent>> = Vec::with_capacity(net.len());
         for (key, value) in net {
             match value {
-                Some((kind, extents)) => match self.tree_value(media, kind, &extents) {
+                Some((kind, extents)) => match self.tree_value(media, kind, extents) {
                     Some((bytes, refs)) => {
                         encoded.push((key, Some(bytes)));
                         taken.push(refs);
@@ -76,30 +94,9 @@ impl Engine {
         self.early_keys.clear();
         let next = self.wal.next_index();
         self.wal.truncate(media, next).expect("truncate to the tail");
-        let records = std::mem::take(&mut self.records);
-        for record in &records {
-            record.op.extents().for_each(|e| _ = self.pool.release(e.buf_idx));
-        }
         dropped.iter().for_each(|e| _ = self.pool.release(e.buf_idx));
         self.stats.checkpoints += 1;
         Ok(())
-    }
-
-    /// Whether the WAL clears the tree, and each key's final state.
-    fn net_effect(&mut self) -> (bool, Net) {
-        let mut clear = false;
-        let mut net = Net::new();
-        for record in &self.records {
-            match &record.op {
-                WalOp::Set { kind, value, .. } => _ = net.insert(record.key.clone(), Some((*kind, value.clone()))),
-                WalOp::Delete { .. } => _ = net.insert(record.key.clone(), None),
-                WalOp::Clear => {
-                    clear = true;
-                    net.clear();
-                }
-            }
-        }
-        (clear, net)
     }
 
     /// The tree's bytes for a value, with the references the tree takes
@@ -152,4 +149,21 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// Whether the records clear the tree, and each key's final state.
+fn net_effect(records: &[Record]) -> (bool, Net<'_>) {
+    let mut clear = false;
+    let mut net = Net::new();
+    for record in records {
+        match &record.op {
+            RecordOp::Set { kind, value, .. } => _ = net.insert(&record.key, Some((*kind, &value[..]))),
+            RecordOp::Delete { .. } => _ = net.insert(&record.key, None),
+            RecordOp::Clear => {
+                clear = true;
+                net.clear();
+            }
+        }
+    }
+    (clear, net)
 }

@@ -22,7 +22,7 @@
 //! - the index itself holds no references: each of its values is named by
 //!   a retained record or by the tree.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::ops::Bound;
 
 use pmem::Media;
@@ -35,8 +35,11 @@ mod checkpoint;
 
 use crate::error::{CommitError, CreateError, LogError, OpenError, StageError};
 use crate::record::{
-    decode_user_log, decode_wal, encode_user_entry, extent_words, TreeValue, WalOp, MAX_ENTRY_EXTENTS, MAX_VALUE_EXTENTS, TAG_TREE, TAG_USER_LOG, TAG_WAL,
+    decode_user_log, decode_wal, encode_clear, encode_delete, encode_set, encode_user_entry, extent_words, TreeValue, WalOp,
+    MAX_ENTRY_EXTENTS, MAX_VALUE_EXTENTS, TAG_TREE, TAG_USER_LOG, TAG_WAL,
 };
+use crate::index::Index;
+use crate::small::{Extents, Key};
 
 /// Sizes of a new engine.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -115,19 +118,65 @@ pub struct Stats {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Stored {
     kind: u8,
-    extents: Vec<Extent>,
+    extents: Extents,
 }
 
 /// How to undo a staged operation in the index.
 enum Undo {
-    Key(Vec<u8>, Option<Stored>),
-    All(BTreeMap<Vec<u8>, Stored>),
+    /// The record's key had this value (or none).
+    Key(Option<Stored>),
+    All(Index<Stored>),
 }
 
-/// A WAL record with its key's bytes.
+/// A WAL record as kept in DRAM until the checkpoint: the operation (as
+/// [`WalOp`], with compact extents) and its key's bytes.
 struct Record {
-    op: WalOp,
-    key: Vec<u8>,
+    op: RecordOp,
+    key: Key,
+}
+
+enum RecordOp {
+    Set { key: Extent, kind: u8, value: Extents },
+    Delete { key: Extent },
+    Clear,
+}
+
+impl Record {
+    fn from_wal(op: WalOp, key: &[u8]) -> Record {
+        let op = match op {
+            WalOp::Set { key, kind, value } => RecordOp::Set { key, kind, value: Extents::new(&value) },
+            WalOp::Delete { key } => RecordOp::Delete { key },
+            WalOp::Clear => RecordOp::Clear,
+        };
+        Record { op, key: Key::new(key) }
+    }
+
+    /// Words the record takes in the WAL.
+    fn words(&self) -> usize {
+        match &self.op {
+            RecordOp::Set { value, .. } => 2 + value.len(),
+            RecordOp::Delete { .. } => 2,
+            RecordOp::Clear => 1,
+        }
+    }
+
+    /// Every extent naming pool bytes (each holds one buffer reference).
+    fn extents(&self) -> impl Iterator<Item = Extent> + '_ {
+        let (key, value) = match &self.op {
+            RecordOp::Set { key, value, .. } => (Some(*key), &value[..]),
+            RecordOp::Delete { key } => (Some(*key), &[][..]),
+            RecordOp::Clear => (None, &[][..]),
+        };
+        key.into_iter().chain(value.iter().copied())
+    }
+
+    fn encode(&self, out: &mut Vec<Extent>) {
+        match &self.op {
+            RecordOp::Set { key, kind, value } => encode_set(*key, *kind, value, out),
+            RecordOp::Delete { key } => encode_delete(*key, out),
+            RecordOp::Clear => encode_clear(out),
+        }
+    }
 }
 
 struct Staged {
@@ -147,7 +196,7 @@ pub struct Engine {
     wal: ExtentLog,
     user_log: ExtentLog,
     tree: BTree,
-    index: BTreeMap<Vec<u8>, Stored>,
+    index: Index<Stored>,
     /// Committed records still in the WAL, oldest first.
     records: Vec<Record>,
     staged: Vec<Staged>,
@@ -166,6 +215,8 @@ pub struct Engine {
     /// `commit` also checkpoints when fewer buffers than this are free
     /// (0: only when the WAL is half full).
     checkpoint_floor: u32,
+    /// The WAL words of the batch being committed (kept for its capacity).
+    words: Vec<Extent>,
     stats: Stats,
 }
 
@@ -209,7 +260,7 @@ impl Engine {
             wal,
             user_log,
             tree,
-            index: BTreeMap::new(),
+            index: Index::default(),
             records: Vec::new(),
             staged: Vec::new(),
             staged_words: 0,
@@ -222,6 +273,7 @@ impl Engine {
             early: Vec::new(),
             early_keys: HashSet::new(),
             checkpoint_floor: 0,
+            words: Vec::new(),
             stats: Stats::default(),
         }
     }
@@ -253,7 +305,7 @@ impl Engine {
         for (key, value) in values {
             let (stored, refs) = self.decode_tree_value(media, &value)?;
             self.recover_refs(&refs)?;
-            self.index.insert(key, stored);
+            self.index.insert(&Key::new(&key), stored);
         }
         for (_, op) in decode_wal(&self.wal.read_all(media))? {
             let refs: Vec<Extent> = op.extents().collect();
@@ -262,7 +314,7 @@ impl Engine {
                 WalOp::Set { key, .. } | WalOp::Delete { key } => self.read_bytes(media, *key),
                 WalOp::Clear => Vec::new(),
             };
-            let record = Record { op, key };
+            let record = Record::from_wal(op, &key);
             if !self.faults.skip_replay {
                 apply_to(&mut self.index, &record);
             }
@@ -287,13 +339,13 @@ impl Engine {
     /// of an indirect value) of a tree value.
     fn decode_tree_value<M: Media>(&self, media: &M, bytes: &[u8]) -> Result<(Stored, Vec<Extent>), String> {
         match TreeValue::decode(bytes)? {
-            TreeValue::Direct { kind, extents } => Ok((Stored { kind, extents: extents.clone() }, extents)),
+            TreeValue::Direct { kind, extents } => Ok((Stored { kind, extents: Extents::new(&extents) }, extents)),
             TreeValue::Indirect { kind, list } => {
                 self.pool.check_extent(list).map_err(|e| format!("extent list {list:?}: {e}"))?;
                 let extents = extent_words(&self.read_bytes(media, list));
                 let mut refs = extents.clone();
                 refs.push(list);
-                Ok((Stored { kind, extents }, refs))
+                Ok((Stored { kind, extents: Extents::new(&extents) }, refs))
             }
         }
     }
@@ -329,7 +381,7 @@ impl Engine {
     /// Entries with keys after `start`, in key order (KEYS, SCAN with the
     /// last key returned as the cursor: `Bound::Excluded(cursor)`).
     pub fn range<'a>(&'a self, start: Bound<&[u8]>) -> impl Iterator<Item = (&'a [u8], u8, &'a [Extent])> + 'a {
-        self.index.range::<[u8], _>((start, Bound::Unbounded)).map(|(k, s)| (&k[..], s.kind, &s.extents[..]))
+        self.index.range(start).map(|(k, s)| (k, s.kind, &s.extents[..]))
     }
 
     /// Keys (staged operations included).
@@ -383,15 +435,15 @@ impl Engine {
 }
 
 /// Applies one record to an index.
-fn apply_to(index: &mut BTreeMap<Vec<u8>, Stored>, record: &Record) {
+fn apply_to(index: &mut Index<Stored>, record: &Record) {
     match &record.op {
-        WalOp::Set { kind, value, .. } => {
-            index.insert(record.key.clone(), Stored { kind: *kind, extents: value.clone() });
+        RecordOp::Set { kind, value, .. } => {
+            index.insert(&record.key, Stored { kind: *kind, extents: value.clone() });
         }
-        WalOp::Delete { .. } => {
-            index.remove(&record.key);
+        RecordOp::Delete { .. } => {
+            index.remove(&*record.key);
         }
-        WalOp::Clear => index.clear(),
+        RecordOp::Clear => index.clear(),
     }
 }
 
@@ -406,13 +458,13 @@ impl Engine {
             self.pool.check_live_extent(extent)?;
             assert!(extent.offset <= MAX_OFFSET, "a live extent lies inside a buffer of ≤ 8 KB");
         }
-        let key_extent = self.copy_in(media, key, true).ok_or(StageError::PoolFull)?[0];
+        let key_extent = self.copy_in_whole(media, key).ok_or(StageError::PoolFull)?;
         for &extent in value {
             self.pool.retain(extent.buf_idx);
             self.pool.flush_extent(media, extent);
             self.data_dirty = true;
         }
-        self.stage_set(media, key, kind, key_extent, value.to_vec());
+        self.stage_set(media, key, kind, key_extent, Extents::new(value));
         Ok(())
     }
 
@@ -425,12 +477,12 @@ impl Engine {
             return Err(StageError::ValueTooLong { extents: bytes.len().div_ceil(size) + 1, max });
         }
         self.check_set(key, bytes.len().div_ceil(size) + 1)?;
-        let key_extent = self.copy_in(media, key, true).ok_or(StageError::PoolFull)?[0];
+        let key_extent = self.copy_in_whole(media, key).ok_or(StageError::PoolFull)?;
         let Some(value) = self.copy_in(media, bytes, false) else {
             self.pool.release(key_extent.buf_idx);
             return Err(StageError::PoolFull);
         };
-        self.stage_set(media, key, kind, key_extent, value);
+        self.stage_set(media, key, kind, key_extent, Extents::new(&value));
         Ok(())
     }
 
@@ -453,12 +505,12 @@ impl Engine {
         Ok(())
     }
 
-    fn stage_set<M: Media>(&mut self, media: &M, key: &[u8], kind: u8, key_extent: Extent, value: Vec<Extent>) {
+    fn stage_set<M: Media>(&mut self, media: &M, key: &[u8], kind: u8, key_extent: Extent, value: Extents) {
         self.free_early(media, Some(key));
-        let stored = Stored { kind, extents: value.clone() };
-        let previous = self.index.insert(key.to_vec(), stored);
-        let op = WalOp::Set { key: key_extent, kind, value };
-        self.push_staged(Record { op, key: key.to_vec() }, Undo::Key(key.to_vec(), previous));
+        let record = Record { op: RecordOp::Set { key: key_extent, kind, value: value.clone() }, key: Key::new(key) };
+        let stored = Stored { kind, extents: value };
+        let previous = self.index.insert(&record.key, stored);
+        self.push_staged(record, Undo::Key(previous));
     }
 
     /// Stages the removal of `key`; `false` (and nothing staged) if absent.
@@ -467,11 +519,11 @@ impl Engine {
             return Ok(false);
         }
         self.check_room(2)?;
-        let key_extent = self.copy_in(media, key, true).ok_or(StageError::PoolFull)?[0];
+        let key_extent = self.copy_in_whole(media, key).ok_or(StageError::PoolFull)?;
         self.free_early(media, Some(key));
         let previous = self.index.remove(key);
-        let op = WalOp::Delete { key: key_extent };
-        self.push_staged(Record { op, key: key.to_vec() }, Undo::Key(key.to_vec(), previous));
+        let record = Record { op: RecordOp::Delete { key: key_extent }, key: Key::new(key) };
+        self.push_staged(record, Undo::Key(previous));
         Ok(true)
     }
 
@@ -480,12 +532,12 @@ impl Engine {
         self.check_room(1)?;
         self.free_early(media, None);
         let previous = std::mem::take(&mut self.index);
-        self.push_staged(Record { op: WalOp::Clear, key: Vec::new() }, Undo::All(previous));
+        self.push_staged(Record { op: RecordOp::Clear, key: Key::new(b"") }, Undo::All(previous));
         Ok(())
     }
 
     fn push_staged(&mut self, record: Record, undo: Undo) {
-        self.staged_words += record.op.words();
+        self.staged_words += record.words();
         assert!(self.staged_words <= self.batch_limit(), "staged beyond the batch limit");
         self.staged.push(Staged { record, undo });
     }
@@ -503,12 +555,21 @@ impl Engine {
         for (key, value) in values {
             if self.early_keys.insert(key) {
                 let (stored, _) = self.decode_tree_value(media, &value).expect("tree value");
-                for extent in stored.extents {
+                for &extent in stored.extents.iter() {
                     self.pool.release(extent.buf_idx);
                     self.early.push(extent.buf_idx);
                 }
             }
         }
+    }
+
+    /// Copies `bytes` (at most a buffer) into the arena as one extent,
+    /// durable at the next drain; the extent holds a reference for the
+    /// caller. `None` (nothing held) if the pool ran out.
+    fn copy_in_whole<M: Media>(&mut self, media: &mut M, bytes: &[u8]) -> Option<Extent> {
+        assert!(bytes.len() <= self.pool.buf_size() as usize, "{} B do not fit one buffer", bytes.len());
+        self.arena_room((bytes.len() as u32).max(1))?;
+        Some(self.arena_put(media, bytes))
     }
 
     /// Copies `bytes` into arena buffers, durable at the next drain; one
@@ -580,10 +641,12 @@ impl Engine {
         }
         self.data_dirty = false;
         if !self.staged.is_empty() {
-            let mut words = Vec::with_capacity(self.staged_words);
-            self.staged.iter().for_each(|s| s.record.op.encode(&mut words));
+            let mut words = std::mem::take(&mut self.words);
+            words.clear();
+            self.staged.iter().for_each(|s| s.record.encode(&mut words));
             assert_eq!(words.len(), self.staged_words, "staged words");
             self.wal.append_group(media, &words).expect("a batch fits the WAL after a checkpoint");
+            self.words = words;
         }
         if !self.user_staged.is_empty() {
             let mut words = Vec::with_capacity(self.user_staged_words);
@@ -610,10 +673,10 @@ impl Engine {
     /// and the batch's references are dropped.
     pub fn rollback(&mut self) {
         while let Some(Staged { record, undo }) = self.staged.pop() {
-            record.op.extents().for_each(|e| _ = self.pool.release(e.buf_idx));
+            record.extents().for_each(|e| _ = self.pool.release(e.buf_idx));
             match undo {
-                Undo::Key(key, Some(previous)) => _ = self.index.insert(key, previous),
-                Undo::Key(key, None) => _ = self.index.remove(&key),
+                Undo::Key(Some(previous)) => _ = self.index.insert(&record.key, previous),
+                Undo::Key(None) => _ = self.index.remove(&*record.key),
                 Undo::All(previous) => self.index = previous,
             }
         }
@@ -704,14 +767,14 @@ impl Engine {
         self.pool.check().map_err(|e| format!("pool: {e}"))?;
         let mut expected = vec![0u32; self.pool.buffers() as usize];
         let mut count = |e: Extent| expected[e.buf_idx as usize] += 1;
-        let mut index = BTreeMap::new();
+        let mut index = Index::default();
         for (key, value) in self.tree.iter(media) {
             let (stored, refs) = self.decode_tree_value(media, &value)?;
             refs.into_iter().for_each(&mut count);
-            index.insert(key, stored);
+            index.insert(&Key::new(&key), stored);
         }
         for record in self.records.iter().chain(self.staged.iter().map(|s| &s.record)) {
-            record.op.extents().for_each(&mut count);
+            record.extents().for_each(&mut count);
             apply_to(&mut index, record);
         }
         for entry in self.user_entries.iter().chain(&self.user_staged) {

@@ -41,6 +41,8 @@ pub mod crash;
 mod engine;
 mod error;
 pub mod record;
+mod index;
+mod small;
 #[cfg(test)]
 mod tests;
 

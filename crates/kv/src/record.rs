@@ -78,19 +78,30 @@ impl WalOp {
     /// Appends this record's words to `out`.
     pub fn encode(&self, out: &mut Vec<Extent>) {
         match self {
-            WalOp::Set { key, kind, value } => {
-                assert!(value.len() <= MAX_VALUE_EXTENTS, "{} value extents", value.len());
-                out.push(header(OP_SET, *kind, 1, value.len() as u16));
-                out.push(*key);
-                out.extend_from_slice(value);
-            }
-            WalOp::Delete { key } => {
-                out.push(header(OP_DELETE, 0, 1, 0));
-                out.push(*key);
-            }
-            WalOp::Clear => out.push(header(OP_CLEAR, 0, 0, 0)),
+            WalOp::Set { key, kind, value } => encode_set(*key, *kind, value, out),
+            WalOp::Delete { key } => encode_delete(*key, out),
+            WalOp::Clear => encode_clear(out),
         }
     }
+}
+
+/// Appends a SET record's words (as [`WalOp::encode`]).
+pub(crate) fn encode_set(key: Extent, kind: u8, value: &[Extent], out: &mut Vec<Extent>) {
+    assert!(value.len() <= MAX_VALUE_EXTENTS, "{} value extents", value.len());
+    out.push(header(OP_SET, kind, 1, value.len() as u16));
+    out.push(key);
+    out.extend_from_slice(value);
+}
+
+/// Appends a DELETE record's words (as [`WalOp::encode`]).
+pub(crate) fn encode_delete(key: Extent, out: &mut Vec<Extent>) {
+    out.push(header(OP_DELETE, 0, 1, 0));
+    out.push(key);
+}
+
+/// Appends a CLEAR record's word (as [`WalOp::encode`]).
+pub(crate) fn encode_clear(out: &mut Vec<Extent>) {
+    out.push(header(OP_CLEAR, 0, 0, 0));
 }
 
 fn header(op: u32, kind: u8, key_words: u32, count: u16) -> Extent {

@@ -75,7 +75,14 @@ pub(super) fn set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, 
         return Err(Fail::err("pmwire keys do not expire: SET EX, PX, EXAT and PXAT are not supported"));
     }
     let key = c.arg(1);
-    let old = if f.get { c.get_kind(key, Kind::String)? } else { c.ks.get(key) };
+    // A plain SET needs nothing of the old value: no lookup (no value handle to hold).
+    let old = if f.get {
+        c.get_kind(key, Kind::String)?
+    } else if f.nx || f.xx {
+        c.ks.get(key)
+    } else {
+        None
+    };
     let found = old.is_some();
     if (f.nx && found) || (f.xx && !found) {
         match (&old, f.get) {

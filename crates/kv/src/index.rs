@@ -1,0 +1,109 @@
+//! [`Index`]: the engine's volatile key → value map. Point operations (the
+//! hot path: GET, SET, DEL) go to a hash map; the keys are also kept in
+//! order, for range scans (KEYS, SCAN), and that ordered set changes only
+//! when a key appears or disappears, not when a value is replaced.
+//!
+//! Invariant: `order` holds exactly the keys of `map`.
+
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeSet, HashMap};
+use std::ops::Bound;
+
+use crate::small::Key;
+
+/// An ordered map from keys to `V` with hashed point lookups (see the module docs).
+#[derive(Clone, Debug)]
+pub(crate) struct Index<V> {
+    map: HashMap<Key, V>,
+    order: BTreeSet<Key>,
+}
+
+impl<V> Default for Index<V> {
+    fn default() -> Index<V> {
+        Index { map: HashMap::new(), order: BTreeSet::new() }
+    }
+}
+
+impl<V: PartialEq> PartialEq for Index<V> {
+    fn eq(&self, other: &Index<V>) -> bool {
+        self.map == other.map && self.order == other.order
+    }
+}
+
+impl<V> Index<V> {
+    pub(crate) fn get(&self, key: &[u8]) -> Option<&V> {
+        self.map.get(key)
+    }
+
+    pub(crate) fn contains_key(&self, key: &[u8]) -> bool {
+        self.map.contains_key(key)
+    }
+
+    /// Sets `key` to `value`; returns the value it replaced.
+    pub(crate) fn insert(&mut self, key: &Key, value: V) -> Option<V> {
+        if let Some(slot) = self.map.get_mut(&**key) {
+            return Some(std::mem::replace(slot, value));
+        }
+        match self.map.entry(key.clone()) {
+            Entry::Vacant(slot) => _ = slot.insert(value),
+            Entry::Occupied(_) => unreachable!("looked up above"),
+        }
+        self.order.insert(key.clone());
+        None
+    }
+
+    pub(crate) fn remove(&mut self, key: &[u8]) -> Option<V> {
+        let value = self.map.remove(key)?;
+        assert!(self.order.remove(key), "a key in the map is in the order");
+        Some(value)
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.map.clear();
+        self.order.clear();
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Entries with keys after `start`, in key order.
+    pub(crate) fn range<'a>(&'a self, start: Bound<&[u8]>) -> impl Iterator<Item = (&'a [u8], &'a V)> + 'a {
+        self.order.range::<[u8], _>((start, Bound::Unbounded)).map(|key| (&key[..], &self.map[&**key]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_a_btreemap() {
+        let mut index = Index::default();
+        let mut model = std::collections::BTreeMap::new();
+        let mut state = 7u64;
+        for step in 0..20_000u32 {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let key = format!("k{}", (state >> 33) % 500).into_bytes();
+            match (state >> 20) % 10 {
+                0 => assert_eq!(index.remove(&key), model.remove(&key), "step {step}"),
+                1 if step % 1000 == 0 => {
+                    index.clear();
+                    model.clear();
+                }
+                _ => assert_eq!(index.insert(&Key::new(&key), step), model.insert(key.clone(), step), "step {step}"),
+            }
+            assert_eq!(index.len(), model.len());
+        }
+        let from = b"k3".as_slice();
+        let got: Vec<(Vec<u8>, u32)> = index.range(Bound::Excluded(from)).map(|(k, v)| (k.to_vec(), *v)).collect();
+        let want: Vec<(Vec<u8>, u32)> =
+            model.range::<[u8], _>((Bound::Excluded(from), Bound::Unbounded)).map(|(k, v)| (k.clone(), *v)).collect();
+        assert_eq!(got, want);
+        assert!(model.keys().all(|k| index.contains_key(k) && index.get(k) == model.get(k)));
+    }
+}
