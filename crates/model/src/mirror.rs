@@ -16,10 +16,14 @@
 //!   MC in order (the LLC buffers them, so the NIC never stalls); `rofence`
 //!   is a posted message that the remote NIC keeps in one FIFO with the
 //!   writes (§6.2): no write after it is placed before every write before
-//!   it was placed; a blocking `rdfence` ends the transaction and waits
-//!   until every write-through reached the queue;
-//! - **SM-DD**: non-temporal writes on one QP go straight to the queue; a
-//!   full queue stalls the NIC; a blocking RDMA read ends the transaction.
+//!   it was placed; a blocking `rdfence` ends the transaction, costed as
+//!   §6.2 says, serially: a read-like round trip plus what is left of the
+//!   eager write-through into the queue when the FIFO reaches it;
+//! - **SM-DD**: non-temporal writes on one QP go straight to the queue; the
+//!   QP processes its writes in order (the RDMA standard's ordering, which
+//!   SM-DD relies on, §5), each holding it for its PCIe write and until it
+//!   entered the queue, so a full queue stalls the NIC; a blocking RDMA
+//!   read ends the transaction.
 //!
 //! The queue holds 64 lines and drains one line per 150 ns (§6.1).
 //!
@@ -182,8 +186,20 @@ impl Mirror<'_> {
         match self.strategy {
             Strategy::NoSm | Strategy::SmRc => {}
             Strategy::SmOb => {
+                // §6.2: "two separate serial operations, a round trip and
+                // draining writes to the persistent memory, similar to an
+                // rcommit": the read-like round trip once the FIFO reaches
+                // the rdfence, plus what is left, at that point, of the
+                // eager (clwb-like) write-through of the transaction's
+                // lines into the queue, which is in the persistent domain
+                // (§6.1), as an rcommit's drain ends there too. Draining on
+                // to the media (the queue's 150 ns writes) would make an
+                // rdfence dearer than an rcommit at one epoch, against §7.1's
+                // "outperform SM-RC for all Transact configurations".
                 let arrive = self.send(16.0);
-                self.t = arrive.max(self.through_done) + self.p.nic.pcie_write_ns + self.owd();
+                let fifo = arrive.max(self.epoch_placed);
+                let drain = (self.through_done - fifo).max(0.0);
+                self.t = fifo + self.p.nic.pcie_write_ns + drain + self.owd();
             }
             Strategy::SmDd => {
                 let arrive = self.send(16.0);
@@ -271,5 +287,22 @@ mod tests {
         for s in [Strategy::SmRc, Strategy::SmOb, Strategy::SmDd] {
             assert!(slowdown(&p, s, Shape::transact(4, 2)) > 1.0, "{}", s.name());
         }
+    }
+
+    /// §5/§7.1: SM-DD's one QP places a write at a time (PCIe write, then a
+    /// queue slot); when writes arrive faster than that, long transactions
+    /// become placement-bound and SM-OB's eight QPs win despite an rofence
+    /// per epoch. The fitted one-thread sender (~366 ns a write) never gets
+    /// there; a fast one does.
+    #[test]
+    fn a_fast_sender_makes_sm_dd_placement_bound_on_long_transactions() {
+        let mut p = Params::published();
+        p.nic.post_ns = 71.0;
+        p.tavakkol.cpu.line_ns = 15.0;
+        p.tavakkol.cpu.persist_latency_ns = 25.0;
+        let long = Shape::transact(256, 8);
+        assert!(transact_ns(&p, Strategy::SmOb, long, 4) < transact_ns(&p, Strategy::SmDd, long, 4));
+        let fitted = Params::published();
+        assert!(transact_ns(&fitted, Strategy::SmOb, long, 4) > transact_ns(&fitted, Strategy::SmDd, long, 4));
     }
 }

@@ -79,12 +79,15 @@ mod mirror {
         (
             "1 epoch, SM-DD beats SM-OB",
             "with one epoch neither issues an rofence; both wait one round trip after the same writes, whose \
-             placement (<= 210 ns) ends before the final operation arrives ~366 ns later: they tie",
+             placement (<= 210 ns) ends before the final operation arrives ~343 ns later, so the rdfence's serial \
+             drain into the queue (§6.2) is empty: they tie. Draining on to the media would split them by ~25 ns \
+             but make SM-OB dearer than SM-RC at 1-1 and 1-2",
         ),
         (
             "256 epochs, SM-OB beats SM-DD",
-            "seed 002 blames SM-DD's full 64-entry queue, but writes ~366 ns apart never outrun its 150 ns drain; \
-             SM-OB's rofence per epoch then makes it the slower one",
+            "seed 002 blames SM-DD's one QP and full 64-entry queue, but writes ~366 ns apart never outrun the \
+             QP's 200 ns placement or the queue's 150 ns drain; SM-OB's rofence per epoch then makes it the slower \
+             one (SM-DD would need >= ~410-715 ns per write)",
         ),
     ];
 
