@@ -102,7 +102,8 @@ pub fn start(net: &Net, config: ServerConfig) -> Running {
     Running { addr, region_id, key, stop, thread: Some(thread), _dir: dir }
 }
 
-/// A client over either transport.
+/// A client over either transport (one per test: its size does not matter).
+#[allow(clippy::large_enum_variant)]
 pub enum AnyClient {
     InProc(Client<InProcTransport>),
     Ucx(Client<UcxTransport>),
