@@ -250,22 +250,10 @@ fn dma(p: &Params) -> Outcome {
     o.close(E, "000 Fig6: ntstore, one core, peak (calibrates line_ns)", 4.3, peak[2], "GB/s");
     o.close(E, "000 §5.4.2: DMA with DCA, in-DIMM write amp (~2x)", 2.0, dca_amp, "x");
     o.close(E, "000 §5.4.2: disabling DCA raises the peak 2x", 11.5 / 5.8, peak[1] / peak[0], "x");
-    o.ordered(
-        E,
-        "000 §5.4.2: at 1 KB, DCA on beats DCA off (on/off > 1)",
-        1.0,
-        at_1k[0] / at_1k[1],
-        "x",
-        at_1k[0] > at_1k[1],
-    );
-    o.ordered(
-        E,
-        "000 §5.4.2: at 2 KB, DCA on beats DCA off (on/off > 1)",
-        1.0,
-        at_2k[0] / at_2k[1],
-        "x",
-        at_2k[0] > at_2k[1],
-    );
+    for (kb, at) in [(1, at_1k), (2, at_2k)] {
+        let finding = format!("000 §5.4.2: at {kb} KB, DCA on beats DCA off (on/off > 1)");
+        o.ordered(E, &finding, 1.0, at[0] / at[1], "x", at[0] > at[1]);
+    }
     o.close(E, "000 Fig7: RPC+DMA (DCA off) vs RPC at 128 KB", 2.3, rpc_dma / rpc, "x");
     o
 }
