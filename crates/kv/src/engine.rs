@@ -441,7 +441,7 @@ fn apply_to(index: &mut Index<Stored>, record: &Record) {
             index.insert(&record.key, Stored { kind: *kind, extents: value.clone() });
         }
         RecordOp::Delete { .. } => {
-            index.remove(&*record.key);
+            index.remove(&record.key);
         }
         RecordOp::Clear => index.clear(),
     }
@@ -676,7 +676,7 @@ impl Engine {
             record.extents().for_each(|e| _ = self.pool.release(e.buf_idx));
             match undo {
                 Undo::Key(Some(previous)) => _ = self.index.insert(&record.key, previous),
-                Undo::Key(None) => _ = self.index.remove(&*record.key),
+                Undo::Key(None) => _ = self.index.remove(&record.key),
                 Undo::All(previous) => self.index = previous,
             }
         }
