@@ -106,7 +106,7 @@ pub fn compute(results: &[BenchResult], skipped: &[Skipped], peers: &PeerNames) 
         ),
         rotation_headline(results, skipped),
         headline(
-            "persist floor (16+256 B, stores+clwb+sfence, no log) / pmemlog_append",
+            "persist floor (16+256 B entry, its stores + flushes + one drain, no log) / pmemlog_append",
             "information: bounds any one-persist log vs pmemlog_append",
             2.0,
             &peers.libpmemlog,

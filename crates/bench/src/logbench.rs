@@ -14,7 +14,7 @@ use crate::measure::{median, round_order, AlignedBuf};
 use crate::pmdk::{self, LogPool};
 use crate::schema::{BenchResult, Skipped};
 use pmem::{Media, Padding, Region};
-use pmwire_log::{AppendError, AppendLog, LogConfig, TailStrategy, ENTRY_HEADER_BYTES};
+use pmwire_log::{store_entry_nodrain, AppendError, AppendLog, LogConfig, TailStrategy, ENTRY_HEADER_BYTES};
 use std::time::Instant;
 
 /// The benchmark.
@@ -31,9 +31,9 @@ pub const TAIL_NAIVE_PAD64: &str = "appendlog_naive_pad64";
 pub const TAIL_SELF_VALIDATING_PAD64: &str = "appendlog_self_validating_pad64";
 /// PMDK's libpmemlog.
 pub const PMEMLOG: &str = "pmemlog_append";
-/// No log: the bytes of one self-validating entry (header + payload),
-/// packed as the log packs them, made durable with stores + clwb + one
-/// sfence. The floor of any log that needs one persist per append.
+/// No log: the bytes of one entry (header + payload), packed as the log
+/// packs them and stored the way it stores them (`store_entry_nodrain`),
+/// then one drain. The floor of any log that needs one persist per append.
 pub const PERSIST_FLOOR: &str = "persist_floor";
 
 /// Variants per entry size: the `AppendLog`s, `pmemlog_append` and the floor.
@@ -88,18 +88,15 @@ impl Variant<'_> {
                 }
             }
             Variant::Floor { base, capacity, pos } => {
-                // The entry as the unpadded log lays it out: header, then
-                // payload, the next one 8 B-aligned after it.
+                // The entry as the unpadded log lays it out and writes it
+                // (the log's own store path), with a constant header: no
+                // checksum, no tail, no bookkeeping.
                 let len = ENTRY_HEADER_BYTES + payload.len() as u64;
-                let header = [0x5au8; ENTRY_HEADER_BYTES as usize];
                 for _ in 0..count {
                     if *pos + len > *capacity {
                         *pos = 0;
                     }
-                    let at = *base + *pos;
-                    region.write(at, &header);
-                    region.write(at + ENTRY_HEADER_BYTES, payload);
-                    region.flush(at, len);
+                    store_entry_nodrain(region, *base + *pos, payload, || [0x5a; ENTRY_HEADER_BYTES as usize]);
                     region.drain();
                     *pos = (*pos + len).next_multiple_of(8);
                 }

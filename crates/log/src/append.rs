@@ -18,7 +18,7 @@ use pmem::{Media, RotatingCounter, Rotation, LINE};
 use crate::config::{Faults, LogConfig, TailStrategy};
 use crate::error::{AppendError, CreateError, OpenError, TruncateError};
 use crate::format::{
-    self, crc_seed, decode_head, encode_head, entry_header, get_u32, get_u64, put_u32, put_u64, Head, BASE_ALIGN,
+    self, crc_seed, decode_head, encode_head, entry_header, get_u32, EntryHeader, get_u64, put_u32, put_u64, Head, BASE_ALIGN,
     ENTRY_HEADER_BYTES, HEADER_BLOCK_BYTES, HEADER_LINE_BYTES, HEAD_SLOT_BYTES, SKIP_BIT,
 };
 use crate::Lsn;
@@ -307,26 +307,7 @@ impl AppendLog {
     /// Stores header and payload; durable at the next drain.
     #[inline]
     fn write_entry_nodrain<M: Media>(&self, media: &mut M, phys: u64, lsn: Lsn, payload: &[u8], seed: Option<u32>) {
-        let at = self.entries + phys;
-        // The payload past the header's last cache line starts on a line
-        // boundary: it goes out first, streamed, and the checksum is
-        // computed while those lines drain. Then the header and the payload
-        // bytes that share its line go out as one piece (one flush per line).
-        // Nothing is durable before the caller's drain, so the order within
-        // the entry does not matter for recovery.
-        let header_end = at + ENTRY_HEADER_BYTES;
-        let line = LINE as u64;
-        let shared = ((line - header_end % line) % line).min(payload.len() as u64) as usize;
-        if shared < payload.len() {
-            media.memcpy_nodrain(header_end + shared as u64, &payload[shared..]);
-        }
-        let header = entry_header(lsn, payload, seed);
-        let mut first = [0u8; ENTRY_HEADER_BYTES as usize + LINE];
-        let first_len = ENTRY_HEADER_BYTES as usize + shared;
-        first[..header.len()].copy_from_slice(&header);
-        first[header.len()..first_len].copy_from_slice(&payload[..shared]);
-        media.write(at, &first[..first_len]);
-        media.flush(at, first_len as u64);
+        store_entry_nodrain(media, self.entries + phys, payload, || entry_header(lsn, payload, seed));
     }
 
     /// Persists the naive or rotating tail (or, with a planted fault, only stores it).
@@ -621,4 +602,32 @@ fn decode_config(line: &[u8; HEADER_LINE_BYTES]) -> Result<(LogConfig, u64), Ope
     let config = LogConfig::new(get_u64(line, 16), tail).with_padding(padding);
     config.validate().map_err(|e| bad(e.to_string()))?;
     Ok((config, get_u64(line, 40)))
+}
+
+/// Stores one entry, `header()` then `payload`, at `at`, and flushes its
+/// lines; durable at the next drain. The log's write path, public so that
+/// a benchmark can measure the same stores and flushes with no log around
+/// them (`pmwire bench local`'s `persist_floor`).
+///
+/// The payload past the header's last cache line starts on a line
+/// boundary: it goes out first (streamed above the media's threshold), and
+/// `header` (the checksum) is computed while those lines drain. Then the
+/// header and the payload bytes that share its line go out as one piece
+/// (one flush per line). Nothing is durable before the caller's drain, so
+/// the order within the entry does not matter for recovery.
+#[inline]
+pub fn store_entry_nodrain<M: Media>(media: &mut M, at: u64, payload: &[u8], header: impl FnOnce() -> EntryHeader) {
+    let header_end = at + ENTRY_HEADER_BYTES;
+    let line = LINE as u64;
+    let shared = ((line - header_end % line) % line).min(payload.len() as u64) as usize;
+    if shared < payload.len() {
+        media.memcpy_nodrain(header_end + shared as u64, &payload[shared..]);
+    }
+    let header = header();
+    let mut first = [0u8; ENTRY_HEADER_BYTES as usize + LINE];
+    let first_len = ENTRY_HEADER_BYTES as usize + shared;
+    first[..header.len()].copy_from_slice(&header);
+    first[header.len()..first_len].copy_from_slice(&payload[..shared]);
+    media.write(at, &first[..first_len]);
+    media.flush(at, first_len as u64);
 }

@@ -43,11 +43,11 @@ mod error;
 mod extent;
 mod format;
 
-pub use append::{AppendLog, Entries};
+pub use append::{store_entry_nodrain, AppendLog, Entries};
 pub use config::{Faults, LogConfig, TailStrategy};
 pub use error::{AppendError, CreateError, OpenError, TruncateError};
 pub use extent::{Extent, ExtentLog, MAX_GROUP, MAX_OFFSET};
-pub use format::{BASE_ALIGN, ENTRY_HEADER_BYTES, FORMAT_VERSION};
+pub use format::{EntryHeader, BASE_ALIGN, ENTRY_HEADER_BYTES, FORMAT_VERSION};
 
 /// An entry's sequence number; the first entry of a log is 0.
 pub type Lsn = u64;
