@@ -8,10 +8,13 @@
 //! overwritten and `commit` checkpoints and frees the old value's buffers before the loop
 //! retains the output (resp's keyspace contract).
 //!
-//! Writes are staged in the engine; the service commits once per batch. If a batch outgrows
-//! one WAL group (`StageError::BatchFull`), the staged part is committed there and staging
-//! goes on; a failed commit marks the batch failed: nothing more is executed and every
-//! command of the batch is answered with the error.
+//! Writes are staged in the engine; the service commits once per batch. If a command finds
+//! the batch full (`StageError::BatchFull`: one WAL group), the keyspace says so
+//! ([`BatchState::batch_full`]) and the service undoes that command's staging, commits the
+//! commands before it (an early commit, at a command boundary: no command is ever split
+//! across two commits) and runs it again in the fresh batch. A failed commit marks the batch
+//! failed: nothing more is executed and every command after the last early commit is
+//! answered with the error (those before it are durable and keep their replies).
 
 use std::borrow::Cow;
 use std::ops::Bound;
@@ -20,7 +23,7 @@ use std::rc::Rc;
 use pmwire_btree::MAX_KEY_BYTES;
 use pmwire_kv::{Engine, StageError};
 use pmwire_log::Extent;
-use pmwire_netio::Output;
+use pmwire_netio::{Output, OutputMark};
 use pmwire_resp::keyspace::{Keyspace, Kind, StoreError, StoreLimits, Stored, ValueSource};
 use pmwire_resp::reply::ReplySink;
 
@@ -71,13 +74,41 @@ pub(crate) struct BatchState {
     pub wrote: bool,
     /// Commits made inside the batch because it outgrew one WAL group.
     pub early_commits: u64,
+    /// A staging call found the batch full: the current command must be undone and run
+    /// again after a commit (the service does it, at the command's boundary).
+    pub batch_full: bool,
+    /// The batch entry being executed, and how many of its requests came before the
+    /// current one.
+    pub entry: usize,
+    pub entry_requests: usize,
+    /// The part of the batch an early commit made durable: its replies are final.
+    pub committed: Option<Committed>,
     /// Why the batch could not be persisted (set once; nothing more is executed).
     pub failed: Option<String>,
-    /// Test hook: the next commit of a batch that wrote fails as if the engine refused it.
-    pub fail_next_commit: bool,
+    /// Test hook: the `n`-th next commit that has something to write (early ones included)
+    /// fails as if the engine refused it; 0: none.
+    pub fail_commit: u32,
+}
+
+/// Where the durable prefix of a batch ends: in entry `entry`, after its first `requests`
+/// requests, whose replies end at `mark`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Committed {
+    pub entry: usize,
+    pub requests: usize,
+    pub mark: OutputMark,
 }
 
 impl BatchState {
+    /// Commits what is staged, at the boundary before the current request, whose replies
+    /// so far end at `mark`: everything before it is then durable and answered as is.
+    pub fn commit_early(&mut self, engine: &mut Engine, region: &mut Region, mark: OutputMark) -> Result<(), ()> {
+        self.early_commits += 1;
+        self.commit(engine, region)?;
+        self.committed = Some(Committed { entry: self.entry, requests: self.entry_requests, mark });
+        Ok(())
+    }
+
     /// Commits what is staged (if anything). On failure the engine is rolled back and the
     /// batch marked failed.
     pub fn commit(&mut self, engine: &mut Engine, region: &mut Region) -> Result<(), ()> {
@@ -89,7 +120,9 @@ impl BatchState {
             return Ok(());
         }
         self.wrote = false;
-        if std::mem::take(&mut self.fail_next_commit) {
+        let injected = self.fail_commit == 1;
+        self.fail_commit = self.fail_commit.saturating_sub(1);
+        if injected {
             engine.rollback();
             self.failed = Some("injected commit failure".into());
             return Err(());
@@ -136,22 +169,21 @@ impl EngineKeyspace<'_> {
         }
     }
 
-    /// Runs a staging operation; commits and retries once if the batch is full.
+    /// Runs a staging operation. If the batch is full, flags it ([`BatchState::batch_full`])
+    /// for the service, which undoes and reruns the whole command after a commit; the error
+    /// returned meanwhile is never answered. Once set, later staging of the command fails
+    /// at once.
     pub fn stage<T>(
         &mut self,
         mut op: impl FnMut(&mut Engine, &mut Region) -> Result<T, StageError>,
     ) -> Result<T, StoreError> {
-        if self.state.failed.is_some() {
+        if self.state.failed.is_some() || self.state.batch_full {
             return Err(StoreError::Full);
         }
-        let result = match op(self.engine, self.region) {
-            Err(StageError::BatchFull { .. }) => {
-                self.state.early_commits += 1;
-                self.state.commit(self.engine, self.region).map_err(|()| StoreError::Full)?;
-                op(self.engine, self.region)
-            }
-            other => other,
-        };
+        let result = op(self.engine, self.region);
+        if let Err(StageError::BatchFull { .. }) = result {
+            self.state.batch_full = true;
+        }
         match result {
             Ok(value) => {
                 self.state.wrote = true;

@@ -157,10 +157,11 @@ impl KvServer {
         self.server.stats()
     }
 
-    /// Test hook: the next batch that writes fails to commit.
+    /// Test hook: the `nth` next commit that writes (1: the next; early commits inside a
+    /// batch count) fails.
     #[doc(hidden)]
-    pub fn fail_next_commit(&mut self) {
-        self.server.service_mut().fail_next_commit();
+    pub fn fail_commit(&mut self, nth: u32) {
+        self.server.service_mut().fail_commit(nth);
     }
 
     /// Planted bug (the crash campaign's canary): acknowledge batches without committing them.

@@ -141,10 +141,10 @@ impl KvService {
         self.stats
     }
 
-    /// Test hook: the next batch that writes fails to commit.
+    /// Test hook: the `nth` next commit that writes (1: the next) fails.
     #[doc(hidden)]
-    pub fn fail_next_commit(&mut self) {
-        self.state.fail_next_commit = true;
+    pub fn fail_commit(&mut self, nth: u32) {
+        self.state.fail_commit = nth;
     }
 
     /// Planted bug (the crash campaign's canary): acknowledge batches without committing them.
@@ -185,11 +185,31 @@ impl KvService {
             };
             let mut sink = OutputSink { out, view, zero_copy };
             for c in 0..summary.commands {
+                ks.state.entry_requests = st.resp_commands as usize;
                 st.resp_commands += 1;
                 if ks.state.failed.is_some() {
                     continue;
                 }
-                if resp.execute(session, &mut ks, &parsed.request(&bytes, c), &mut sink) == Flow::Close {
+                let request = parsed.request(&bytes, c);
+                let (savepoint, mark) = (ks.engine.savepoint(), sink.out.mark());
+                let mut flow = resp.execute(session, &mut ks, &request, &mut sink);
+                if std::mem::take(&mut ks.state.batch_full) {
+                    // The command outgrew the batch: undo it, commit what came before, run it
+                    // again in the fresh batch.
+                    ks.engine.rollback_to(savepoint);
+                    sink.out.truncate(mark);
+                    if ks.state.commit_early(ks.engine, ks.region, mark).is_err() {
+                        continue;
+                    }
+                    let savepoint = ks.engine.savepoint();
+                    flow = resp.execute(session, &mut ks, &request, &mut sink);
+                    if std::mem::take(&mut ks.state.batch_full) {
+                        // Larger than a batch on its own: refused (its error reply stands),
+                        // nothing of it kept.
+                        ks.engine.rollback_to(savepoint);
+                    }
+                }
+                if flow == Flow::Close {
                     st.close = true;
                     break;
                 }
@@ -229,6 +249,7 @@ impl KvService {
                     at = total;
                 }
                 Parsed::Complete(req) => {
+                    state.entry_requests = st.http.len();
                     st.http.push(req.keep_alive);
                     if state.failed.is_none() {
                         let mut ks = EngineKeyspace {
@@ -239,8 +260,20 @@ impl KvService {
                             locs: &[],
                             reserve: store.sizing.ring_entries as u32,
                         };
-                        let mut ctx = HttpCtx { ks: &mut ks, out, view, mode, no_persist_lsn };
-                        ctx.route(&req, input);
+                        let (savepoint, mark) = (ks.engine.savepoint(), out.mark());
+                        HttpCtx { ks: &mut ks, out, view, mode, no_persist_lsn }.route(&req, input);
+                        if std::mem::take(&mut ks.state.batch_full) {
+                            // As for a RESP command: undo, commit what came before, again.
+                            ks.engine.rollback_to(savepoint);
+                            out.truncate(mark);
+                            if ks.state.commit_early(ks.engine, ks.region, mark).is_ok() {
+                                let savepoint = ks.engine.savepoint();
+                                HttpCtx { ks: &mut ks, out, view, mode, no_persist_lsn }.route(&req, input);
+                                if std::mem::take(&mut ks.state.batch_full) {
+                                    ks.engine.rollback_to(savepoint);
+                                }
+                            }
+                        }
                     }
                     at += req.len_bytes();
                     if !req.keep_alive {
@@ -351,10 +384,12 @@ impl HttpCtx<'_, '_, '_> {
         if ks.state.failed.is_some() {
             return Err(StoreError::Full);
         }
+        // This request has written no reply yet: an early commit here ends the durable
+        // prefix just before it.
+        let mark = self.out.mark();
         if ks.check_room().is_err() {
             // Log entries hold pool buffers too: commit, then drop the oldest half.
-            ks.state.early_commits += 1;
-            ks.state.commit(ks.engine, ks.region).map_err(|()| StoreError::Full)?;
+            ks.state.commit_early(ks.engine, ks.region, mark).map_err(|()| StoreError::Full)?;
             truncate_older_half(ks);
             ks.check_room()?;
         }
@@ -372,8 +407,7 @@ impl HttpCtx<'_, '_, '_> {
                     return Ok(lsn);
                 }
                 Err(LogError::Full { .. }) if attempt == 0 => {
-                    ks.state.early_commits += 1;
-                    ks.state.commit(ks.engine, ks.region).map_err(|()| StoreError::Full)?;
+                    ks.state.commit_early(ks.engine, ks.region, mark).map_err(|()| StoreError::Full)?;
                 }
                 Err(LogError::Full { .. }) if attempt == 1 => truncate_older_half(ks),
                 Err(LogError::Extent(e)) => panic!("a received extent is not live in the pool: {e}"),
@@ -388,6 +422,7 @@ impl Service<Store> for KvService {
     fn handle(&mut self, batch: &mut Batch, store: &mut Store) {
         self.state.release_held(&mut store.engine);
         self.state.failed = None;
+        self.state.committed = None;
         let n = batch.len();
         let mut entries = std::mem::take(&mut self.entries);
         entries.resize_with(n.max(entries.len()), EntryState::default);
@@ -399,6 +434,7 @@ impl Service<Store> for KvService {
                 ..EntryState::default()
             };
             st.http.clear();
+            self.state.entry = i;
             if input.listener == HTTP_LISTENER {
                 self.http_entry(&input, &mut reply.output, store, st);
             } else {
@@ -416,8 +452,15 @@ impl Service<Store> for KvService {
         if !committed {
             self.stats.failed_batches += 1;
             let why = self.state.failed.clone().unwrap_or_default().replace(['\r', '\n'], " ");
+            // An early commit made a prefix of the batch durable: its replies stand.
+            let committed = self.state.committed;
             for (i, st) in entries.iter().enumerate().take(n) {
-                answer_failed(&mut batch.reply(i).output, st, &why);
+                let from = match committed {
+                    Some(c) if i < c.entry => continue,
+                    Some(c) if i == c.entry => (c.mark, c.requests),
+                    _ => (st.mark.expect("marked"), 0),
+                };
+                answer_failed(&mut batch.reply(i).output, st, from, &why);
             }
         }
         for (i, st) in entries.iter().enumerate().take(n) {
@@ -452,16 +495,17 @@ fn truncate_older_half(ks: &mut EngineKeyspace<'_>) {
     ks.engine.log_truncate(ks.region, first + (next - first).div_ceil(2)).expect("truncate below the end");
 }
 
-/// Replaces an entry's replies with one error per request, then its tail.
-fn answer_failed(out: &mut Output, st: &EntryState, why: &str) {
-    if st.resp_commands == 0 && st.http.is_empty() {
+/// Replaces an entry's replies from `(mark, the requests before it)` on with one error per
+/// request, then its tail.
+fn answer_failed(out: &mut Output, st: &EntryState, (mark, done): (OutputMark, usize), why: &str) {
+    if st.resp_commands as usize <= done && st.http.len() <= done {
         return;
     }
-    out.truncate(st.mark.expect("marked"));
+    out.truncate(mark);
     let resp_error = format!("-ERR pmwire could not persist: {why}\r\n");
-    (0..st.resp_commands).for_each(|_| out.push_bytes(resp_error.as_bytes()));
+    (done..st.resp_commands as usize).for_each(|_| out.push_bytes(resp_error.as_bytes()));
     let body = format!("could not persist: {why}\n");
-    for &keep in &st.http {
+    for &keep in st.http.iter().skip(done) {
         http::write_response(out, 503, keep, Some("text/plain"), body.as_bytes());
     }
     match &st.tail {

@@ -184,6 +184,15 @@ struct Staged {
     undo: Undo,
 }
 
+/// How far a batch was staged (see [`Engine::savepoint`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Savepoint {
+    staged: usize,
+    staged_words: usize,
+    user_staged: usize,
+    user_staged_words: usize,
+}
+
 /// A user-log entry (committed or staged).
 struct UserEntry {
     lsn: u64,
@@ -672,7 +681,29 @@ impl Engine {
     /// Discards every staged operation: the index is as before the batch
     /// and the batch's references are dropped.
     pub fn rollback(&mut self) {
-        while let Some(Staged { record, undo }) = self.staged.pop() {
+        self.rollback_to(Savepoint::default());
+    }
+
+    /// The point the staged batch has reached, to undo what is staged
+    /// after it ([`Engine::rollback_to`]): a front end stages one command
+    /// at a time and must never split one across two commits.
+    pub fn savepoint(&self) -> Savepoint {
+        Savepoint {
+            staged: self.staged.len(),
+            staged_words: self.staged_words,
+            user_staged: self.user_staged.len(),
+            user_staged_words: self.user_staged_words,
+        }
+    }
+
+    /// Discards what was staged after `savepoint` (taken in this batch):
+    /// the index is as it was then, and those operations' references are
+    /// dropped. What was staged before stays staged.
+    pub fn rollback_to(&mut self, savepoint: Savepoint) {
+        assert!(savepoint.staged <= self.staged.len(), "a savepoint from an earlier batch");
+        assert!(savepoint.user_staged <= self.user_staged.len(), "a savepoint from an earlier batch");
+        while self.staged.len() > savepoint.staged {
+            let Staged { record, undo } = self.staged.pop().expect("above the savepoint");
             record.extents().for_each(|e| _ = self.pool.release(e.buf_idx));
             match undo {
                 Undo::Key(Some(previous)) => _ = self.index.insert(&record.key, previous),
@@ -680,10 +711,10 @@ impl Engine {
                 Undo::All(previous) => self.index = previous,
             }
         }
-        for entry in self.user_staged.drain(..) {
+        for entry in self.user_staged.drain(savepoint.user_staged..) {
             entry.extents.iter().for_each(|e| _ = self.pool.release(e.buf_idx));
         }
-        (self.staged_words, self.user_staged_words) = (0, 0);
+        (self.staged_words, self.user_staged_words) = (savepoint.staged_words, savepoint.user_staged_words);
     }
 }
 

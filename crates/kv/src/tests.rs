@@ -216,6 +216,41 @@ fn rollback_restores_the_index_and_references() {
 }
 
 #[test]
+fn rollback_to_a_savepoint_keeps_what_was_staged_before_it() {
+    let config = config();
+    let (mut media, mut kv) = engine(&config);
+    kv.set_copy(&mut media, b"a", 0, b"one").unwrap();
+    kv.commit(&mut media).unwrap();
+    kv.set_copy(&mut media, b"b", 0, b"two").unwrap();
+    let first_lsn = kv.log_append_copy(&mut media, b"entry one").unwrap();
+    let savepoint = kv.savepoint();
+    kv.set_copy(&mut media, b"a", 0, b"three").unwrap();
+    kv.delete(&mut media, b"b").unwrap();
+    kv.log_append_copy(&mut media, b"entry two").unwrap();
+    kv.clear(&mut media).unwrap();
+    kv.set_copy(&mut media, b"c", 0, b"four").unwrap();
+    kv.rollback_to(savepoint);
+    assert_eq!(kv.savepoint(), savepoint);
+    kv.commit(&mut media).unwrap();
+    let mut got = Vec::new();
+    kv.get_bytes(&media, b"a", &mut got);
+    assert_eq!(got, b"one");
+    got.clear();
+    kv.get_bytes(&media, b"b", &mut got);
+    assert_eq!(got, b"two");
+    assert!(kv.get(b"c").is_none());
+    let log: Vec<_> = kv.log_read(0).map(|(lsn, _)| lsn).collect();
+    assert_eq!(log, vec![first_lsn], "only the entry staged before the savepoint");
+    kv.check(&media).unwrap();
+    // Rolling back to an empty batch's savepoint is the full rollback.
+    let empty = kv.savepoint();
+    kv.set_copy(&mut media, b"d", 0, b"five").unwrap();
+    kv.rollback_to(empty);
+    assert!(kv.get(b"d").is_none());
+    kv.check(&media).unwrap();
+}
+
+#[test]
 fn user_log_appends_reads_and_truncates() {
     let config = config();
     let (mut media, mut kv) = engine(&config);

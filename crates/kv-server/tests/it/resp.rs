@@ -80,7 +80,7 @@ fn values_spanning_buffers_are_stored_by_their_extents() {
 fn a_batch_that_cannot_persist_is_answered_with_errors_and_rolled_back() {
     let pool = Pool::new();
     let mut server = KvServer::open(&options(&pool.path, Mode::ZeroCopy)).unwrap();
-    server.fail_next_commit();
+    server.fail_commit(1);
     let server = start_with(server);
     let mut c = RespClient::connect(server.resp).unwrap();
     let mut out = Vec::new();
@@ -100,6 +100,79 @@ fn a_batch_that_cannot_persist_is_answered_with_errors_and_rolled_back() {
     drop(c);
     let server = server.stop();
     assert_eq!(server.service().stats().failed_batches, 1);
+}
+
+/// A pipeline of MSETs larger than one WAL group is committed in several pieces at command
+/// boundaries; with the second commit failing, every MSET answered OK is wholly present and
+/// every one answered with the error wholly absent (none is split across two commits).
+#[test]
+fn commands_are_never_split_across_commits() {
+    const MSETS: u64 = 24;
+    const KEYS: u64 = 150;
+    for fail in [false, true] {
+        let pool = Pool::new();
+        let mut server = KvServer::open(&options(&pool.path, Mode::ZeroCopy)).unwrap();
+        if fail {
+            server.fail_commit(2);
+        }
+        let server = start_with(server);
+        let mut c = RespClient::connect(server.resp).unwrap();
+        let mut out = Vec::new();
+        for m in 0..MSETS {
+            let mut args = vec![b"MSET".to_vec()];
+            for k in 0..KEYS {
+                args.push(format!("m{m}k{k}").into_bytes());
+                args.push(value(m * KEYS + k, 8));
+            }
+            RespClient::encode(&args, &mut out);
+        }
+        c.write_raw(&out).unwrap();
+        let answers: Vec<bool> = (0..MSETS)
+            .map(|_| match c.read_reply().unwrap() {
+                Value::Simple(s) => s == b"OK",
+                Value::Error(e) => {
+                    assert!(e.starts_with(b"ERR pmwire could not persist"), "{}", String::from_utf8_lossy(&e));
+                    false
+                }
+                other => panic!("MSET reply {other:?}"),
+            })
+            .collect();
+        let failed = answers.iter().filter(|ok| !**ok).count();
+        for (m, &ok) in (0..MSETS).zip(&answers) {
+            for k in 0..KEYS {
+                let got = c.get(format!("m{m}k{k}").as_bytes()).unwrap();
+                assert_eq!(got, ok.then(|| value(m * KEYS + k, 8)), "fail {fail}: MSET {m} answered ok={ok}, key {k}");
+            }
+        }
+        assert_eq!(failed > 0, fail, "{failed} MSETs failed");
+        drop(c);
+        let server = server.stop();
+        let stats = server.service().stats();
+        assert!(stats.early_commits >= 1, "{MSETS} MSETs of {KEYS} keys outgrow one WAL group: {stats:?}");
+    }
+}
+
+/// A command larger than one WAL group on its own is refused whole.
+#[test]
+fn a_command_larger_than_a_batch_is_refused_whole() {
+    let pool = Pool::new();
+    let server = start(&pool.path, Mode::ZeroCopy);
+    let mut c = RespClient::connect(server.resp).unwrap();
+    let mut args = vec![b"MSET".to_vec()];
+    for k in 0..1000u64 {
+        args.push(format!("big{k}").into_bytes());
+        args.push(b"v".to_vec());
+    }
+    assert_eq!(c.call(&["SET", "before", "1"]).unwrap(), Value::Simple(b"OK".to_vec()));
+    assert!(matches!(c.call(&args).unwrap(), Value::Error(_)));
+    for k in [0u64, 500, 999] {
+        assert_eq!(c.get(format!("big{k}").as_bytes()).unwrap(), None, "nothing of the refused MSET");
+    }
+    assert_eq!(c.get(b"before").unwrap(), Some(b"1".to_vec()));
+    assert_eq!(c.call(&["SET", "after", "2"]).unwrap(), Value::Simple(b"OK".to_vec()));
+    drop(c);
+    let server = server.stop();
+    server.store().engine().check(server.store().region()).unwrap();
 }
 
 #[test]
