@@ -274,13 +274,7 @@ fn run_batches(seed: u64, batches: usize, max_ops: u64, max_key: usize, max_valu
                 (k, (rng.below(10) < 6).then(|| rng.bytes(len)))
             })
             .collect();
-        let batch: Vec<BatchOp> = ops
-            .iter()
-            .map(|(key, value)| match value {
-                Some(value) => BatchOp::Put { key, value },
-                None => BatchOp::Delete { key },
-            })
-            .collect();
+        let batch = as_batch(&ops);
         let drains = media.drains;
         let previous = tree.apply_batch(&mut media, clear, &batch).unwrap();
         assert!(media.drains - drains <= 2, "seed {seed} batch {b}: {} drains", media.drains - drains);
@@ -300,6 +294,16 @@ fn run_batches(seed: u64, batches: usize, max_ops: u64, max_key: usize, max_valu
     tree.verify(&media).unwrap();
     let all: Vec<(Vec<u8>, Vec<u8>)> = tree.iter(&media).map(|(k, v)| (k, v.to_vec())).collect();
     assert_eq!(all, model.into_iter().collect::<Vec<_>>());
+}
+
+/// A batch of puts (`Some`) and deletes (`None`) borrowing `ops`.
+fn as_batch(ops: &[(Vec<u8>, Option<Vec<u8>>)]) -> Vec<BatchOp<'_>> {
+    ops.iter()
+        .map(|(key, value)| match value {
+            Some(value) => BatchOp::Put { key, value },
+            None => BatchOp::Delete { key },
+        })
+        .collect()
 }
 
 #[test]
@@ -328,13 +332,7 @@ fn batch_updates_in_place_match_btreemap() {
                 (k, (rng.below(20) != 0).then(|| rng.bytes(len)))
             })
             .collect();
-        let batch: Vec<BatchOp> = ops
-            .iter()
-            .map(|(key, value)| match value {
-                Some(value) => BatchOp::Put { key, value },
-                None => BatchOp::Delete { key },
-            })
-            .collect();
+        let batch = as_batch(&ops);
         let previous = tree.apply_batch(&mut media, false, &batch).unwrap();
         for ((key, value), previous) in ops.into_iter().zip(previous) {
             let expected = match value {
