@@ -219,8 +219,9 @@ fn tour(args: &TourArgs) -> Result<()> {
     let results = results_since(&args.out, started)?;
     let index = pmwire_bench::report::write(&results, &args.out.join("report"))?;
     println!("\n== summary ==");
-    let passed = local.headlines.iter().filter(|h| h.pass).count();
-    println!("local suite: {passed} of {} headlines met their targets in this run", local.headlines.len());
+    let local_targets: Vec<_> = local.headlines.iter().filter(|h| !h.informational).collect();
+    let passed = local_targets.iter().filter(|h| h.pass).count();
+    println!("local suite: {passed} of {} headlines met their targets in this run", local_targets.len());
     let targets: Vec<_> = remote.iter().filter(|h| !h.informational).collect();
     let remote_passed = targets.iter().filter(|h| h.pass).count();
     println!("remote suites: {remote_passed} of {} headlines met their targets in this run", targets.len());
