@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{Rng, RngCore, SeedableRng};
 
 use crate::client::{HttpClient, RespClient};
 use crate::serve::ReadyFile;
@@ -107,16 +107,10 @@ impl Front {
 
 /// The bytes of a SET of `key`.
 fn value_bytes(key: &str, seed: u64, len: u32) -> Vec<u8> {
-    let mut x = seed ^ key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
-    x |= 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    let key_hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    let mut bytes = vec![0u8; len as usize];
+    StdRng::seed_from_u64(seed ^ key_hash).fill_bytes(&mut bytes);
+    bytes
 }
 
 fn random_write(rng: &mut StdRng) -> Write {

@@ -129,15 +129,10 @@ pub fn get(path: &str) -> Vec<u8> {
 
 /// Deterministic body bytes for request `seed`.
 pub fn body(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    use rand::{RngCore, SeedableRng};
+    let mut bytes = vec![0u8; len];
+    rand::rngs::StdRng::seed_from_u64(seed).fill_bytes(&mut bytes);
+    bytes
 }
 
 pub fn write_all(s: &mut TcpStream, bytes: &[u8]) {
