@@ -42,6 +42,7 @@ pub mod pmdk;
 pub mod remote;
 pub mod report;
 pub mod schema;
+mod spawn;
 pub mod table;
 
 use serde::{Deserialize, Serialize};

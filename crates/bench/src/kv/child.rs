@@ -2,11 +2,13 @@
 //! on a pool with a mode, its RESP and HTTP addresses read from its ready
 //! file, stopped (SIGTERM, then SIGKILL) when dropped.
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::spawn::spawn_until_ready;
 
 /// How `pmwire kv` treats a write (its `--mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,27 +62,13 @@ impl KvChild {
     /// Starts `exe kv` on `pool` as it is (recovering what it holds).
     pub fn restart(exe: &Path, pool: &Path, size: &str, mode: KvMode) -> Result<KvChild> {
         let ready_file = pool.with_extension("ready");
-        let _ = std::fs::remove_file(&ready_file);
         let mut command = Command::new(exe);
         command.arg("kv").arg("--pool").arg(pool).args(["--size", size, "--mode", mode.arg()]);
         command.args(["--resp", "127.0.0.1:0", "--http", "127.0.0.1:0", "--ready-file"]).arg(&ready_file);
-        let mut child = command.stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().context("starting pmwire kv")?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = child.try_wait()? {
-                bail!("pmwire kv exited before it was ready ({status})");
-            }
-            if let Ok(text) = std::fs::read_to_string(&ready_file) {
-                if let (Some(resp), Some(http)) = (address(&text, "resp"), address(&text, "http")) {
-                    return Ok(KvChild { child, resp, http, ready_file });
-                }
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                bail!("pmwire kv wrote no ready file at {} within 30 s", ready_file.display());
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        command.stdout(Stdio::null()).stderr(Stdio::inherit());
+        let parse = |text: &str| Ok(address(text, "resp").zip(address(text, "http")));
+        let (child, (resp, http)) = spawn_until_ready(command, "pmwire kv", &ready_file, parse)?;
+        Ok(KvChild { child, resp, http, ready_file })
     }
 
     /// Its process id.

@@ -4,11 +4,12 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use transport::UcxConfig;
+
+use crate::spawn::spawn_until_ready;
 
 /// What `pmwire serve --key-file` writes once it listens (JSON).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,27 +58,13 @@ pub struct ServeChild {
 impl ServeChild {
     /// Starts `exe serve` on `pool` and waits (≤ 30 s) for its key file.
     pub fn start(exe: &Path, pool: &Path, size: &str, tls: &str, copy_engine: usize, key_file: &Path) -> Result<ServeChild> {
-        let _ = std::fs::remove_file(key_file);
         let mut cmd = Command::new(exe);
         cmd.args(["serve", "--pool"]).arg(pool);
         cmd.args(["--size", size, "--listen", "127.0.0.1:0", "--tls", tls, "--copy-engine", &copy_engine.to_string()]);
         cmd.arg("--key-file").arg(key_file).stdout(Stdio::null()).stderr(Stdio::inherit());
-        let mut child = cmd.spawn().with_context(|| format!("spawn {}", exe.display()))?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(text) = std::fs::read_to_string(key_file) {
-                let keys: KeyFile = serde_json::from_str(&text).context("key file")?;
-                return Ok(ServeChild { child, keys });
-            }
-            if let Some(status) = child.try_wait()? {
-                bail!("pmwire serve exited before listening: {status}");
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                bail!("pmwire serve did not write {} within 30 s", key_file.display());
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        let parse = |text: &str| serde_json::from_str::<KeyFile>(text).map(Some).context("key file");
+        let (child, keys) = spawn_until_ready(cmd, "pmwire serve", key_file, parse)?;
+        Ok(ServeChild { child, keys })
     }
 
     /// kill -9, and reap.
