@@ -6,6 +6,8 @@
 //! `cargo run --release -p pmwire-btree --example insert_rate -- [keys] [value_bytes] [region_mib]`
 
 use pmwire_btree::bench::{insert_random, InsertBench};
+use rand_xoshiro::rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::SplitMix64;
 
 fn main() {
     let mut args = std::env::args().skip(1).map(|a| a.parse::<u64>().expect("a number"));
@@ -34,10 +36,10 @@ fn main() {
     let mut media = pmem::MemMedia::new((region_mib << 20) as usize);
     let volatile = insert_random(&mut media, 0, &config).expect("bench");
     let mut map = std::collections::BTreeMap::new();
-    let mut state = config.seed;
+    let mut state = SplitMix64::seed_from_u64(config.seed);
     let start = std::time::Instant::now();
     for _ in 0..keys {
-        let key = pmwire_btree::bench::splitmix64(&mut state).to_be_bytes();
+        let key = state.next_u64().to_be_bytes();
         map.insert(key, vec![0x76u8; value_bytes]);
     }
     let map_rate = keys as f64 / start.elapsed().as_secs_f64();

@@ -8,6 +8,8 @@
 use std::time::Instant;
 
 use pmem::Media;
+use rand_xoshiro::rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::SplitMix64;
 use thiserror::Error;
 
 use crate::error::{CreateError, InsertError};
@@ -84,11 +86,11 @@ pub fn insert_random<M: Media>(media: &mut M, base: u64, config: &InsertBench) -
     let mut tree = BTree::create(media, base, nodes)?;
     let mut key = vec![0x6b; config.key_bytes];
     let value = vec![0x76; config.value_bytes];
-    let mut state = config.seed;
+    let mut state = SplitMix64::seed_from_u64(config.seed);
     let mut latencies_ns: Vec<u64> = Vec::with_capacity(config.keys as usize);
     let start = Instant::now();
     for _ in 0..config.keys {
-        key[..8].copy_from_slice(&splitmix64(&mut state).to_be_bytes());
+        key[..8].copy_from_slice(&state.next_u64().to_be_bytes());
         let before = Instant::now();
         tree.insert(media, &key, &value)?;
         latencies_ns.push(before.elapsed().as_nanos() as u64);
@@ -111,14 +113,6 @@ pub fn insert_random<M: Media>(media: &mut M, base: u64, config: &InsertBench) -
     })
 }
 
-/// SplitMix64: a small, fast, seedable generator.
-pub fn splitmix64(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
 
 #[cfg(test)]
 mod tests {

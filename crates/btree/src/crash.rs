@@ -28,7 +28,8 @@ use pmem::trace::TracedMedia;
 use pmem::MemMedia;
 use pmwire_crashcheck::{explore, Check, Config, CrashImage, Report};
 
-use crate::bench::splitmix64;
+use rand_xoshiro::rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::SplitMix64;
 use crate::{BTree, BatchOp, Counters, Faults};
 
 /// Where the tree under test starts in its media (not 0, to test `base`).
@@ -232,9 +233,9 @@ fn judge(
 
 /// Runs more operations on a recovered tree and checks it still matches.
 fn continue_from(tree: &mut BTree, media: &mut MemMedia, mut model: Map, acked: usize) -> Result<(), String> {
-    let mut rng = 0xc0ff_ee00 ^ acked as u64;
+    let mut rng = SplitMix64::seed_from_u64(0xc0ff_ee00 ^ acked as u64);
     for i in 0..CONTINUE_OPS {
-        let existing = model.keys().nth(splitmix64(&mut rng) as usize % model.len().max(1)).cloned();
+        let existing = model.keys().nth(rng.next_u64() as usize % model.len().max(1)).cloned();
         let step = match (i % 3, existing) {
             (0, Some(key)) => Step { key, value: None },
             (1, Some(key)) => Step { key, value: Some(vec![i as u8; 200]) },
@@ -270,23 +271,23 @@ fn difference(before: &Map, after: &Map, recovered: &[(Vec<u8>, Vec<u8>)]) -> St
 }
 
 /// A key of `min..=max` bytes, unique by `id` (its first 4 bytes).
-fn long_key(rng: &mut u64, id: u64, min: usize, max: usize) -> Vec<u8> {
-    let len = min + splitmix64(rng) as usize % (max - min + 1);
-    let mut key: Vec<u8> = (0..len).map(|_| splitmix64(rng) as u8).collect();
+fn long_key(rng: &mut SplitMix64, id: u64, min: usize, max: usize) -> Vec<u8> {
+    let len = min + rng.next_u64() as usize % (max - min + 1);
+    let mut key: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
     key[..4].copy_from_slice(&(id as u32).to_be_bytes());
     key
 }
 
-fn value(rng: &mut u64, min: usize, max: usize) -> Vec<u8> {
-    let len = min + splitmix64(rng) as usize % (max - min + 1);
-    let fill = splitmix64(rng) as u8;
+fn value(rng: &mut SplitMix64, min: usize, max: usize) -> Vec<u8> {
+    let len = min + rng.next_u64() as usize % (max - min + 1);
+    let fill = rng.next_u64() as u8;
     (0..len).map(|i| fill ^ i as u8).collect()
 }
 
 /// The fixed operation sequence of `workload` (the sampler is seeded by
 /// the [`Config`]; the workload is always the same).
 fn plan(workload: Workload) -> Vec<Unit> {
-    let mut rng = 0x5eed_b7ee;
+    let mut rng = SplitMix64::seed_from_u64(0x5eed_b7ee);
     let single = |steps: Vec<Step>| -> Vec<Unit> {
         steps.into_iter().map(|step| Unit { batched: false, clear: false, steps: vec![step] }).collect()
     };
@@ -302,12 +303,12 @@ fn plan(workload: Workload) -> Vec<Unit> {
 /// `grow_shrink` then `mixed` twice, cut into batches of 1–8 steps; a
 /// batch that clears the tree (then inserts) sits after the growth, and
 /// one that only clears before the second `mixed`.
-fn batches(rng: &mut u64) -> Vec<Unit> {
+fn batches(rng: &mut SplitMix64) -> Vec<Unit> {
     let mut units = Vec::new();
-    let cut = |steps: Vec<Step>, rng: &mut u64, units: &mut Vec<Unit>| {
+    let cut = |steps: Vec<Step>, rng: &mut SplitMix64, units: &mut Vec<Unit>| {
         let mut steps = steps.into_iter().peekable();
         while steps.peek().is_some() {
-            let size = 1 + splitmix64(rng) as usize % 8;
+            let size = 1 + rng.next_u64() as usize % 8;
             units.push(Unit { batched: true, clear: false, steps: steps.by_ref().take(size).collect() });
         }
     };
@@ -323,18 +324,18 @@ fn batches(rng: &mut u64) -> Vec<Unit> {
     units
 }
 
-fn grow_shrink(rng: &mut u64) -> Vec<Step> {
+fn grow_shrink(rng: &mut SplitMix64) -> Vec<Step> {
     // Random insertion order: leaves fill to 50–100 % (in key order they
     // would stay half full).
     let mut keys: Vec<Vec<u8>> = (0..140).map(|id| long_key(rng, id, 200, 255)).collect();
     for i in (1..keys.len()).rev() {
-        keys.swap(i, splitmix64(rng) as usize % (i + 1));
+        keys.swap(i, rng.next_u64() as usize % (i + 1));
     }
     let mut steps = Vec::new();
     for (i, key) in keys.iter().enumerate() {
         steps.push(Step { key: key.clone(), value: Some(value(rng, 100, 256)) });
         if i % 7 == 6 {
-            let earlier = keys[splitmix64(rng) as usize % (i + 1)].clone();
+            let earlier = keys[rng.next_u64() as usize % (i + 1)].clone();
             steps.push(Step { key: earlier, value: Some(value(rng, 0, 256)) });
         }
     }
@@ -343,7 +344,7 @@ fn grow_shrink(rng: &mut u64) -> Vec<Step> {
     let mut order: Vec<usize> = (0..keys.len()).collect();
     order.sort_by(|&a, &b| keys[a].cmp(&keys[b]));
     for i in (keys.len() / 2 + 1..order.len()).rev() {
-        let j = keys.len() / 2 + splitmix64(rng) as usize % (i + 1 - keys.len() / 2);
+        let j = keys.len() / 2 + rng.next_u64() as usize % (i + 1 - keys.len() / 2);
         order.swap(i, j);
     }
     for (n, &i) in order.iter().enumerate() {
@@ -352,28 +353,28 @@ fn grow_shrink(rng: &mut u64) -> Vec<Step> {
             steps.push(Step { key: long_key(rng, 5000 + n as u64, 200, 255), value: None });
         }
         if n % 8 == 7 && n + 1 < order.len() {
-            let remaining = order[n + 1 + splitmix64(rng) as usize % (order.len() - n - 1)];
+            let remaining = order[n + 1 + rng.next_u64() as usize % (order.len() - n - 1)];
             steps.push(Step { key: keys[remaining].clone(), value: Some(value(rng, 0, 256)) });
         }
     }
     steps
 }
 
-fn mixed(rng: &mut u64) -> Vec<Step> {
+fn mixed(rng: &mut SplitMix64) -> Vec<Step> {
     let keys: Vec<Vec<u8>> = (0..200).map(|id| long_key(rng, id, 40, 120)).collect();
     let mut present: Vec<usize> = Vec::new();
     // Insert-heavy, delete-heavy, then insert-heavy again: splits and merges.
     (0..260)
         .map(|i| {
             let insert_percent = if (110..200).contains(&i) { 15 } else { 85 };
-            if present.is_empty() || splitmix64(rng) % 100 < insert_percent {
-                let k = splitmix64(rng) as usize % keys.len();
+            if present.is_empty() || rng.next_u64() % 100 < insert_percent {
+                let k = rng.next_u64() as usize % keys.len();
                 if !present.contains(&k) {
                     present.push(k);
                 }
                 Step { key: keys[k].clone(), value: Some(value(rng, 0, 256)) }
             } else {
-                let k = present.swap_remove(splitmix64(rng) as usize % present.len());
+                let k = present.swap_remove(rng.next_u64() as usize % present.len());
                 Step { key: keys[k].clone(), value: None }
             }
         })

@@ -7,7 +7,8 @@ use std::ops::Bound;
 
 use pmem::{Media, MemMedia};
 
-use crate::bench::splitmix64;
+use rand_xoshiro::rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::SplitMix64;
 use crate::{
     BTree, BatchError, BatchOp, CreateError, DeleteError, InsertError, LookupError, OpenError, MAX_KEY_BYTES,
     MAX_VALUE_BYTES, MIN_NODES,
@@ -15,11 +16,11 @@ use crate::{
 
 const BASE: u64 = 512;
 
-struct Rng(u64);
+struct Rng(SplitMix64);
 
 impl Rng {
     fn below(&mut self, n: u64) -> u64 {
-        splitmix64(&mut self.0) % n
+        self.0.next_u64() % n
     }
 
     fn bytes(&mut self, len: usize) -> Vec<u8> {
@@ -50,7 +51,7 @@ fn check_range(tree: &BTree, media: &MemMedia, model: &BTreeMap<Vec<u8>, Vec<u8>
 }
 
 fn run_model(seed: u64, ops: usize, max_key: usize, max_value: usize) {
-    let mut rng = Rng(seed);
+    let mut rng = Rng(SplitMix64::seed_from_u64(seed));
     let mut media = media(2048);
     let mut tree = BTree::create(&mut media, BASE, 2048).unwrap();
     let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
@@ -258,7 +259,7 @@ fn create_over_an_old_tree_starts_empty() {
 /// Batches of random puts and deletes (and an occasional clear) against
 /// the model; every batch is one root switch (two drains).
 fn run_batches(seed: u64, batches: usize, max_ops: u64, max_key: usize, max_value: usize) {
-    let mut rng = Rng(seed);
+    let mut rng = Rng(SplitMix64::seed_from_u64(seed));
     let mut media = media(2048);
     let mut tree = BTree::create(&mut media, BASE, 2048).unwrap();
     let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
@@ -318,7 +319,7 @@ fn batches_match_btreemap() {
 /// out as with copies.
 #[test]
 fn batch_updates_in_place_match_btreemap() {
-    let mut rng = Rng(21);
+    let mut rng = Rng(SplitMix64::seed_from_u64(21));
     let mut media = media(1024);
     let mut tree = BTree::create(&mut media, BASE, 1024).unwrap();
     let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();

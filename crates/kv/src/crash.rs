@@ -30,6 +30,8 @@ use pmem::trace::TracedMedia;
 use pmem::{Media, MemMedia};
 use pmwire_crashcheck::{explore, Check, Config, CrashImage, Report};
 use pmwire_log::Extent;
+use rand_xoshiro::rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::SplitMix64;
 
 use crate::{Engine, Faults, KvConfig, StageError};
 
@@ -69,23 +71,15 @@ struct Model {
     log: Vec<(u64, Vec<u8>)>,
 }
 
-fn splitmix64(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 /// Drives an engine and its model.
 struct Driver {
-    rng: u64,
+    rng: SplitMix64,
     model: Model,
 }
 
 impl Driver {
     fn below(&mut self, n: u64) -> u64 {
-        splitmix64(&mut self.rng) % n
+        self.rng.next_u64() % n
     }
 
     fn bytes(&mut self, len: usize) -> Vec<u8> {
@@ -201,7 +195,7 @@ fn run(faults: Faults, steps: usize) -> (TracedMedia, Vec<Model>) {
     let mut media = TracedMedia::new((BASE + config.required_size().unwrap()) as usize);
     let mut kv = Engine::create_with_faults(&mut media, BASE, &config, faults).expect("create");
     media.checkpoint();
-    let mut driver = Driver { rng: 0x6b76, model: Model::default() };
+    let mut driver = Driver { rng: SplitMix64::seed_from_u64(0x6b76), model: Model::default() };
     let mut states = vec![Model::default()];
     for k in 0..steps {
         driver.step(&mut kv, &mut media, k);
@@ -265,7 +259,7 @@ fn judge(media: &mut MemMedia, faults: Faults, states: &[Model], acked: usize, c
     };
     kv.check(media)?;
     if continue_after {
-        let mut driver = Driver { rng: 0xc0ff_ee00 ^ acked as u64, model: state.clone() };
+        let mut driver = Driver { rng: SplitMix64::seed_from_u64(0xc0ff_ee00 ^ acked as u64), model: state.clone() };
         for k in 0..4 {
             driver.step(&mut kv, media, k * 5 + 1);
         }

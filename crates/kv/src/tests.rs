@@ -8,18 +8,13 @@ use std::ops::Bound;
 
 use pmem::{Media, MemMedia};
 use pmwire_log::Extent;
+use rand_xoshiro::rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::SplitMix64;
 
 use crate::{Engine, KvConfig, LogError, StageError};
 
 type Model = BTreeMap<Vec<u8>, (u8, Vec<u8>)>;
 
-fn splitmix64(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
 
 fn config() -> KvConfig {
     KvConfig { buf_size: 2048, buffers: 2048, wal_slots: 1024, log_slots: 256, tree_nodes: 256 }
@@ -34,14 +29,14 @@ fn engine(config: &KvConfig) -> (MemMedia, Engine) {
 /// Receives `bytes` into fresh pool buffers as a NIC would (MSS-sized
 /// pieces at odd offsets), returns the extents; the caller's references
 /// are the returned buffers.
-fn receive(kv: &mut Engine, media: &mut MemMedia, bytes: &[u8], rng: &mut u64) -> (Vec<Extent>, Vec<u32>) {
+fn receive(kv: &mut Engine, media: &mut MemMedia, bytes: &[u8], rng: &mut SplitMix64) -> (Vec<Extent>, Vec<u32>) {
     let mut extents = Vec::new();
     let mut held = Vec::new();
     let mut rest = bytes;
     while !rest.is_empty() || extents.is_empty() {
         let buf = kv.pool_mut().alloc().expect("a buffer");
         held.push(buf);
-        let offset = (splitmix64(rng) % 66) as u16;
+        let offset = (rng.next_u64() % 66) as u16;
         let n = rest.len().min(1448);
         let extent = Extent { buf_idx: buf, offset, len: n as u16 };
         media.write(kv.pool().buffer_offset(buf) + offset as u64, &rest[..n]);
@@ -70,19 +65,19 @@ fn matches_model_through_checkpoints_and_reopens() {
     let config = config();
     let (mut media, mut kv) = engine(&config);
     let mut model = Model::new();
-    let mut rng = 7u64;
+    let mut rng = SplitMix64::seed_from_u64(7);
     for batch in 0..300 {
-        for _ in 0..1 + splitmix64(&mut rng) % 6 {
-            let key = format!("key{}", splitmix64(&mut rng) % 150).into_bytes();
-            let size = match splitmix64(&mut rng) % 10 {
+        for _ in 0..1 + rng.next_u64() % 6 {
+            let key = format!("key{}", rng.next_u64() % 150).into_bytes();
+            let size = match rng.next_u64() % 10 {
                 0 => 65536,
                 1 => 5000,
                 2..=5 => 1280,
                 _ => 64,
             };
-            let value: Vec<u8> = (0..size).map(|_| splitmix64(&mut rng) as u8).collect();
-            let kind = (splitmix64(&mut rng) % 3) as u8;
-            match splitmix64(&mut rng) % 10 {
+            let value: Vec<u8> = (0..size).map(|_| rng.next_u64() as u8).collect();
+            let kind = (rng.next_u64() % 3) as u8;
+            match rng.next_u64() % 10 {
                 0..=3 => {
                     let (extents, held) = receive(&mut kv, &mut media, &value, &mut rng);
                     let staged = kv.set_extents(&mut media, &key, kind, &extents);
@@ -100,7 +95,7 @@ fn matches_model_through_checkpoints_and_reopens() {
                 },
                 8 => assert_eq!(kv.delete(&mut media, &key).unwrap(), model.remove(&key).is_some()),
                 _ => {
-                    if splitmix64(&mut rng).is_multiple_of(20) {
+                    if rng.next_u64().is_multiple_of(20) {
                         kv.clear(&mut media).unwrap();
                         model.clear();
                     }
@@ -174,7 +169,7 @@ fn values_beyond_32_extents_use_an_extent_list() {
     let config = config();
     let (mut media, mut kv) = engine(&config);
     let value: Vec<u8> = (0..65536u32).map(|i| (i * 7) as u8).collect();
-    let mut rng = 1;
+    let mut rng = SplitMix64::seed_from_u64(1);
     let (extents, held) = receive(&mut kv, &mut media, &value, &mut rng);
     assert!(extents.len() > 32, "{} extents", extents.len());
     kv.set_extents(&mut media, b"big", 9, &extents).unwrap();

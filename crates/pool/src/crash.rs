@@ -28,6 +28,8 @@ use pmem::trace::TracedMedia;
 use pmem::{Media, MemMedia};
 use pmwire_crashcheck::{explore, Check, Config, CrashImage, Report};
 use pmwire_log::{Extent, ExtentLog};
+use rand_xoshiro::rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::SplitMix64;
 
 use crate::{Pool, PoolConfig};
 
@@ -83,22 +85,14 @@ struct Loop {
     log: ExtentLog,
     ring: Vec<u32>,
     cur: usize,
-    rng: u64,
+    rng: SplitMix64,
     entries: Vec<Entry>,
     faults: Faults,
 }
 
-fn splitmix64(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 impl Loop {
     fn below(&mut self, n: u64) -> u64 {
-        splitmix64(&mut self.rng) % n
+        self.rng.next_u64() % n
     }
 
     /// The kernel stores a packet into buffer `buf` (cached stores); returns its extent and bytes.
@@ -186,7 +180,7 @@ fn run(faults: Faults, steps: usize) -> (TracedMedia, Vec<Vec<Entry>>) {
     let mut pool = Pool::finish_create(&mut media, layout);
     let ring = (0..RING).map(|_| pool.alloc().unwrap()).collect();
     media.checkpoint();
-    let mut state = Loop { pool, log, ring, cur: 0, rng: 0x9a57e, entries: Vec::new(), faults };
+    let mut state = Loop { pool, log, ring, cur: 0, rng: SplitMix64::seed_from_u64(0x9a57e), entries: Vec::new(), faults };
     let mut states = vec![Vec::new()];
     for k in 0..steps {
         state.step(&mut media, k);
@@ -266,7 +260,7 @@ fn check_entries(media: &MemMedia, pool: &Pool, entries: &[Entry]) -> Result<(),
 /// Runs more steps on the recovered pool; the surviving entries must stay intact.
 fn continue_from(media: &mut MemMedia, mut pool: Pool, log: ExtentLog, entries: Vec<Entry>, acked: usize) -> Result<(), String> {
     let ring = (0..RING).map(|_| pool.alloc().ok_or("no buffer for the ring")).collect::<Result<_, _>>()?;
-    let rng = 0xc0ff_ee00 ^ acked as u64;
+    let rng = SplitMix64::seed_from_u64(0xc0ff_ee00 ^ acked as u64);
     let mut state = Loop { pool, log, ring, cur: 0, rng, entries, faults: Faults::default() };
     for k in 0..6 {
         state.step(media, k);

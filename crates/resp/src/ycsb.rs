@@ -17,6 +17,7 @@
 //! without a `rand` version dependency).
 
 use crate::client::encode_request;
+use rand_xoshiro::rand_core::{RngCore, SeedableRng};
 
 /// YCSB's ζ(10^10, 0.99) (`ScrambledZipfianGenerator.ZETAN`).
 pub const ZETAN: f64 = 26.469_028_201_783_02;
@@ -39,23 +40,20 @@ pub fn fnvhash64(v: i64) -> i64 {
     h.wrapping_abs()
 }
 
-/// SplitMix64.
+
+/// SplitMix64 (`rand_xoshiro`'s): runs reproduce from a seed.
 #[derive(Debug, Clone)]
-pub struct Rng(u64);
+pub struct Rng(rand_xoshiro::SplitMix64);
 
 impl Rng {
     /// A generator from `seed`.
     pub fn new(seed: u64) -> Self {
-        Rng(seed)
+        Rng(rand_xoshiro::SplitMix64::seed_from_u64(seed))
     }
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in `[0, 1)`, 53 bits.

@@ -18,7 +18,9 @@
 
 use anyhow::{Context, Result};
 use pmem::{Media, Region, RegionOptions};
-use pmwire_btree::bench::{insert_random, splitmix64, InsertBench};
+use pmwire_btree::bench::{insert_random, InsertBench};
+use rand_xoshiro::rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::SplitMix64;
 use pmwire_kv::{Engine, KvConfig};
 use pmwire_log::Extent;
 use std::path::PathBuf;
@@ -127,15 +129,15 @@ fn fresh_engine(options: &BtreeOptions, value_bytes: usize) -> Result<(Region, E
     Ok((region, engine))
 }
 
-fn key_of(state: &mut u64, key: &mut Vec<u8>) {
+fn key_of(state: &mut SplitMix64, key: &mut Vec<u8>) {
     key.clear();
     key.extend_from_slice(b"key:");
-    key.extend_from_slice(&splitmix64(state).to_le_bytes());
+    key.extend_from_slice(&state.next_u64().to_le_bytes());
 }
 
 fn engine_inserts(options: &BtreeOptions, mode: Mode, value_bytes: usize, batch: usize) -> Result<BenchResult> {
     let (mut region, mut kv) = fresh_engine(options, value_bytes)?;
-    let mut state = options.seed;
+    let mut state = SplitMix64::seed_from_u64(options.seed);
     let (mut key, mut value) = (Vec::with_capacity(16), vec![0u8; value_bytes]);
     let mut received = vec![0u8; value_bytes];
     let mut latencies = Vec::with_capacity((options.keys as usize).div_ceil(batch));
@@ -146,7 +148,7 @@ fn engine_inserts(options: &BtreeOptions, mode: Mode, value_bytes: usize, batch:
         let n = (batch as u64).min(options.keys - done);
         for _ in 0..n {
             key_of(&mut state, &mut key);
-            value.iter_mut().for_each(|b| *b = splitmix64(&mut state) as u8);
+            value.iter_mut().for_each(|b| *b = state.next_u64() as u8);
             match mode {
                 Mode::ZeroCopy => {
                     let buf = kv.pool_mut().alloc().context("pool out of buffers")?;
