@@ -16,6 +16,7 @@ fn main() -> anyhow::Result<()> {
         quick: !full,
         out_dir: out_dir.into(),
         region: pmem::RegionOptions::default(),
+        only: Vec::new(),
     };
     let report = run(&options)?;
     println!("results: {}", report.json_path.display());

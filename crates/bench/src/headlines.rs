@@ -34,7 +34,7 @@ fn metric(results: &[BenchResult], bench: &str, variant: &str, size: Option<u64>
 
 /// Why `bench`/`variant` has no result.
 fn reason(skipped: &[Skipped], bench: &str, variant: &str, size: Option<u64>) -> String {
-    match skipped.iter().find(|s| s.bench == bench && s.variant == variant) {
+    match skipped.iter().find(|s| s.bench == bench && (s.variant == variant || s.variant == "*")) {
         Some(s) => s.reason.clone(),
         None => match size {
             Some(size) => format!("no {bench}/{variant} result at {size} B"),

@@ -23,6 +23,7 @@
 //!     quick: true,
 //!     out_dir: "results".into(),
 //!     region: pmem::RegionOptions::default(),
+//!     only: Vec::new(),
 //! })
 //! .unwrap();
 //! let index = pmwire_bench::report::write(&[report.json_path.clone()], "report".as_ref()).unwrap();

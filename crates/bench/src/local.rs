@@ -34,7 +34,62 @@ pub struct LocalOptions {
     pub out_dir: PathBuf,
     /// Overrides for the region (kind, domain, flush, ISA).
     pub region: pmem::RegionOptions,
+    /// Run only these benchmarks (all when empty). Headlines that need a
+    /// benchmark left out say so.
+    pub only: Vec<LocalBench>,
 }
+
+/// The benchmarks of the suite, in the order they run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LocalBench {
+    /// Copies of 256 B to 128 KiB against PMDK and memcpy.
+    Copy,
+    /// The non-temporal threshold sweep.
+    NtThreshold,
+    /// Persist latency, same line vs rotating.
+    Latency,
+    /// Counters and the register.
+    Counter,
+    /// Log appends against libpmemlog.
+    Log,
+}
+
+impl LocalBench {
+    /// Every benchmark, in the order they run.
+    pub const ALL: [LocalBench; 5] =
+        [LocalBench::Copy, LocalBench::NtThreshold, LocalBench::Latency, LocalBench::Counter, LocalBench::Log];
+
+    /// The CLI's name for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            LocalBench::Copy => "copy",
+            LocalBench::NtThreshold => "nt-threshold",
+            LocalBench::Latency => "latency",
+            LocalBench::Counter => "counter",
+            LocalBench::Log => "log",
+        }
+    }
+
+    /// Parses a CLI name ([`name`](Self::name)).
+    pub fn parse(name: &str) -> Result<LocalBench, String> {
+        LocalBench::ALL.into_iter().find(|b| b.name() == name).ok_or_else(|| {
+            let names: Vec<&str> = LocalBench::ALL.iter().map(|b| b.name()).collect();
+            format!("unknown benchmark {name:?}; the local suite has {}", names.join(", "))
+        })
+    }
+
+    /// The `bench` names its results carry.
+    pub fn bench_names(self) -> &'static [&'static str] {
+        match self {
+            LocalBench::Copy => &[copy::COPY],
+            LocalBench::NtThreshold => &[copy::NT_THRESHOLD_BENCH, copy::NT_CROSSOVER],
+            LocalBench::Latency => &[persist::LATENCY],
+            LocalBench::Counter => &[persist::COUNTER],
+            LocalBench::Log => &[logbench::LOG],
+        }
+    }
+}
+
 
 /// How much to measure. [`Plan::quick`] and [`Plan::full`] are the CLI's;
 /// tests use [`Plan::tiny`].
@@ -157,15 +212,17 @@ impl Plan {
         }
     }
 
-    /// Progress-bar steps (one per timed variant round).
-    fn steps(&self) -> u64 {
+    /// Progress-bar steps (one per timed variant round) of `bench`.
+    fn steps(&self, bench: LocalBench) -> u64 {
         let shapes = 1 + 5 * 2;
         let structures = 1 + persist::NAIVE_CONTROLS + 2 * 12;
-        (self.copy_sizes.len() * 4 * self.copy_rounds
-            + self.nt_sizes.len() * 2 * self.nt_rounds
-            + shapes * self.latency_rounds
-            + structures * self.counter_rounds
-            + self.log_sizes.len() * logbench::VARIANTS * self.log_rounds) as u64
+        (match bench {
+            LocalBench::Copy => self.copy_sizes.len() * 4 * self.copy_rounds,
+            LocalBench::NtThreshold => self.nt_sizes.len() * 2 * self.nt_rounds,
+            LocalBench::Latency => shapes * self.latency_rounds,
+            LocalBench::Counter => structures * self.counter_rounds,
+            LocalBench::Log => self.log_sizes.len() * logbench::VARIANTS * self.log_rounds,
+        }) as u64
     }
 }
 
@@ -214,15 +271,27 @@ fn run_on(region: &mut Region, opts: &LocalOptions, plan: &Plan) -> Result<Suite
     // Before pinning: `cores` counts the CPUs this process may use.
     let machine = machine::describe(Some(region));
     let (pinned_cpu, affinity) = pin_to_current_cpu().unzip();
-    let progress = Progress::new(plan.steps(), plan.progress);
+    let selected: Vec<LocalBench> =
+        LocalBench::ALL.into_iter().filter(|b| opts.only.is_empty() || opts.only.contains(b)).collect();
+    let progress = Progress::new(selected.iter().map(|&b| plan.steps(b)).sum(), plan.progress);
     let scratch_dir = opts.pool.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
     let mut ctx =
         Ctx { region, plan, progress: &progress, results: Vec::new(), skipped: Vec::new(), cursor: 0, scratch_dir };
-    copy::run_copy(&mut ctx);
-    copy::run_nt_threshold(&mut ctx);
-    persist::run_latency(&mut ctx);
-    persist::run_counters(&mut ctx);
-    logbench::run_log(&mut ctx);
+    for bench in LocalBench::ALL {
+        if !selected.contains(&bench) {
+            for name in bench.bench_names() {
+                ctx.skipped.push(Skipped::new(name, "*", "not selected (--only)"));
+            }
+            continue;
+        }
+        match bench {
+            LocalBench::Copy => copy::run_copy(&mut ctx),
+            LocalBench::NtThreshold => copy::run_nt_threshold(&mut ctx),
+            LocalBench::Latency => persist::run_latency(&mut ctx),
+            LocalBench::Counter => persist::run_counters(&mut ctx),
+            LocalBench::Log => logbench::run_log(&mut ctx),
+        }
+    }
     progress.finish();
     drop(affinity);
     let Ctx { results, skipped, .. } = ctx;
@@ -268,6 +337,7 @@ fn parameters(opts: &LocalOptions, plan: &Plan, pinned_cpu: Option<usize>) -> se
         "size_bytes": opts.size_bytes,
         "threads": 1,
         "pinned_cpu": pinned_cpu,
+        "only": opts.only.iter().map(|b| b.name()).collect::<Vec<_>>(),
         "plan": plan,
     })
 }
@@ -285,6 +355,7 @@ mod tests {
             quick: true,
             out_dir: dir.path().join("out"),
             region: pmem::RegionOptions::default(),
+            only: Vec::new(),
         };
         let report = run_with(&opts, &Plan::tiny()).unwrap();
         assert!(!opts.pool.exists(), "a pool the suite created is removed");
@@ -312,5 +383,25 @@ mod tests {
         }
         assert_eq!(file.headlines.len(), 7);
         assert_eq!(report.headlines.len(), 7);
+    }
+
+    #[test]
+    fn only_runs_the_selected_benchmarks_and_headlines_say_why() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let opts = LocalOptions {
+            pool: dir.path().join("pool"),
+            size_bytes: 16 * MIB,
+            quick: true,
+            out_dir: dir.path().join("out"),
+            region: pmem::RegionOptions::default(),
+            only: vec![LocalBench::Log],
+        };
+        let report = run_with(&opts, &Plan::tiny()).unwrap();
+        let file: SuiteFile = serde_json::from_str(&std::fs::read_to_string(&report.json_path).unwrap()).unwrap();
+        assert!(file.results.iter().all(|r| r.bench == logbench::LOG), "only log results");
+        assert!(file.results.iter().any(|r| r.variant == logbench::TAIL_SELF_VALIDATING));
+        let copy_headline = &file.headlines[0];
+        assert!(!copy_headline.pass);
+        assert!(copy_headline.peer.contains("not selected"), "{copy_headline:?}");
     }
 }

@@ -14,7 +14,7 @@ use crate::measure::{median, round_order, AlignedBuf};
 use crate::pmdk::{self, LogPool};
 use crate::schema::{BenchResult, Skipped};
 use pmem::{Media, Padding, Region};
-use pmwire_log::{store_entry_nodrain, AppendError, AppendLog, LogConfig, TailStrategy, ENTRY_HEADER_BYTES};
+use pmwire_log::{prefetch_entry, store_entry_nodrain, AppendError, AppendLog, LogConfig, TailStrategy, ENTRY_HEADER_BYTES};
 use std::time::Instant;
 
 /// The benchmark.
@@ -89,16 +89,20 @@ impl Variant<'_> {
             }
             Variant::Floor { base, capacity, pos } => {
                 // The entry as the unpadded log lays it out and writes it
-                // (the log's own store path), with a constant header: no
-                // checksum, no tail, no bookkeeping.
+                // (the log's own store path and prefetch), with a constant
+                // header: no checksum, no tail, no bookkeeping.
                 let len = ENTRY_HEADER_BYTES + payload.len() as u64;
                 for _ in 0..count {
                     if *pos + len > *capacity {
                         *pos = 0;
                     }
                     store_entry_nodrain(region, *base + *pos, payload, || [0x5a; ENTRY_HEADER_BYTES as usize]);
+                    let next = (*pos + len).next_multiple_of(8);
+                    if next + len <= *capacity {
+                        prefetch_entry(region, *base + next, len);
+                    }
                     region.drain();
-                    *pos = (*pos + len).next_multiple_of(8);
+                    *pos = next;
                 }
             }
         }

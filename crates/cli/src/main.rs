@@ -121,6 +121,9 @@ struct LocalArgs {
     /// A short run (the tour's).
     #[arg(long)]
     quick: bool,
+    /// Run only these benchmarks (comma-separated; all by default).
+    #[arg(long, value_delimiter = ',', value_parser = pmwire_bench::local::LocalBench::parse)]
+    only: Vec<pmwire_bench::local::LocalBench>,
     /// Where to write the JSON results.
     #[arg(long, default_value = "results")]
     out: PathBuf,
@@ -165,7 +168,7 @@ fn main() -> Result<()> {
     match cli.command {
         Command::Doctor(args) => doctor::run(&args),
         Command::Bench { suite: Suite::Local(args) } => {
-            let report = run_local(&args.pool, args.quick, &args.out)?;
+            let report = run_local(&args.pool, args.quick, &args.only, &args.out)?;
             println!("results: {}", report.json_path.display());
             Ok(())
         }
@@ -193,13 +196,19 @@ fn main() -> Result<()> {
     }
 }
 
-fn run_local(pool: &PoolArgs, quick: bool, out: &std::path::Path) -> Result<pmwire_bench::SuiteReport> {
+fn run_local(
+    pool: &PoolArgs,
+    quick: bool,
+    only: &[pmwire_bench::local::LocalBench],
+    out: &std::path::Path,
+) -> Result<pmwire_bench::SuiteReport> {
     let options = pmwire_bench::local::LocalOptions {
         pool: pool.pool.clone(),
         size_bytes: pool.size,
         quick,
         out_dir: out.to_path_buf(),
         region: pool.region_options(),
+        only: only.to_vec(),
     };
     pmwire_bench::local::run(&options)
 }
@@ -211,7 +220,7 @@ fn tour(args: &TourArgs) -> Result<()> {
     println!("\n== crash-state checker ==");
     let checks_ok = check::run(&check::CheckArgs { seed: None, quick: false })?;
     println!("\n== bench local (quick; headline ratios against the peers at the end) ==");
-    let local = run_local(&args.pool, true, &args.out)?;
+    let local = run_local(&args.pool, true, &[], &args.out)?;
     let remote = tour_remote(&args.out)?;
     let kv = kv_bench_cmd::tour(&args.out)?;
     println!("\n== hardware model: the seeds' Optane/DDIO/RDMA findings, modelled ==");

@@ -29,6 +29,11 @@ const HEAD_SLOTS: [u64; 2] = [64, 128];
 const TAIL_AREA: u64 = HEADER_BLOCK_BYTES;
 /// Largest LSN an entry may carry: bit 63 marks skip words.
 const MAX_LSN: Lsn = SKIP_BIT - 1;
+/// Entries up to this size prefetch the lines of the next entry of the
+/// same size during their drain. Larger entries stream most of their
+/// payload with non-temporal stores, which a prefetched line would only
+/// slow down. Measured with `pmwire bench local --only log`.
+pub const PREFETCH_AHEAD_MAX: u64 = 1024;
 /// Written over the length/CRC word of a possible remnant: its length
 /// field (`u32::MAX`) exceeds any payload, so no CRC can make it valid.
 const SCRUBBED: u64 = u64::MAX;
@@ -166,12 +171,16 @@ impl AppendLog {
             media.flush(at, 8);
         }
         self.write_entry_nodrain(media, phys, placed.lsn, payload, seed);
+        let next_phys = if phys + size == self.config.capacity { 0 } else { phys + size };
+        if next_phys + size <= self.config.capacity {
+            prefetch_entry(media, self.entries + next_phys, size);
+        }
         media.drain();
         if seed.is_none() && !tail_first {
             self.store_tail(media, new_tail, faults);
         }
         self.tail_pos = new_tail;
-        self.tail_phys = if phys + size == self.config.capacity { 0 } else { phys + size };
+        self.tail_phys = next_phys;
         self.next_lsn += 1;
         Ok(placed.lsn)
     }
@@ -630,4 +639,16 @@ pub fn store_entry_nodrain<M: Media>(media: &mut M, at: u64, payload: &[u8], hea
     first[header.len()..first_len].copy_from_slice(&payload[..shared]);
     media.write(at, &first[..first_len]);
     media.flush(at, first_len as u64);
+}
+
+/// Fetches for writing the lines of an entry of `size` bytes that the
+/// next append will store at `at`, if `size` is at most
+/// [`PREFETCH_AHEAD_MAX`]. The log calls it between an entry's stores and
+/// its drain, so the fetch overlaps the wait (a hint: nothing on media
+/// changes). Public for the same reason as [`store_entry_nodrain`].
+#[inline]
+pub fn prefetch_entry<M: Media>(media: &M, at: u64, size: u64) {
+    if size <= PREFETCH_AHEAD_MAX {
+        media.prefetch_write(at, size);
+    }
 }

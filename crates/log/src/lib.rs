@@ -43,7 +43,7 @@ mod error;
 mod extent;
 mod format;
 
-pub use append::{store_entry_nodrain, AppendLog, Entries};
+pub use append::{prefetch_entry, store_entry_nodrain, AppendLog, Entries, PREFETCH_AHEAD_MAX};
 pub use config::{Faults, LogConfig, TailStrategy};
 pub use error::{AppendError, CreateError, OpenError, TruncateError};
 pub use extent::{Extent, ExtentLog, MAX_GROUP, MAX_OFFSET};

@@ -57,6 +57,12 @@ pub trait Media {
     /// Waits until earlier flushes and non-temporal stores are durable.
     fn drain(&mut self);
 
+    /// A hint that `[offset, offset + len)` will be written soon: a
+    /// region fetches its lines for ownership (`prefetchw`) so that the
+    /// stores find them in the cache. Changes no byte, orders nothing and
+    /// never faults; a range past the end is ignored. The default does nothing.
+    fn prefetch_write(&self, _offset: u64, _len: u64) {}
+
     /// Copies at or above this many bytes use non-temporal stores.
     fn nt_threshold(&self) -> usize {
         NT_THRESHOLD
