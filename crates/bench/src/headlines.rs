@@ -10,7 +10,7 @@
 //! | self-validating log vs libpmemlog | appends/s at 256 B | ≥ 2 |
 //! | persist floor vs libpmemlog (information) | `persist_floor` / `pmemlog_append` at 256 B | the bound on the row above |
 //! | self-validating log vs persist floor (information) | appends/s at 256 B | the log's own cost |
-//! | rotating counter effect | best `rotating_Nx256` (N ≥ 2) / `naive` updates/s | > 1, best's Q1 above naive's Q3 |
+//! | rotating counter effect (information) | best `rotating_Nx256` (N ≥ 2) / `naive` updates/s | reported as measured; an effect is > 1, best's Q1 above naive's Q3, above every naive control line |
 //!
 //! A headline whose inputs are missing has a NaN value, fails, and says
 //! why in `peer` ("not run: <reason>", the reason taken from `skipped`).
@@ -131,7 +131,7 @@ pub fn compute(results: &[BenchResult], skipped: &[Skipped], peers: &PeerNames) 
 /// other line measured (`naive_at_K`): otherwise the "effect" is where
 /// naive's one line happens to live, not rotation.
 fn rotation_headline(results: &[BenchResult], skipped: &[Skipped]) -> Headline {
-    let target = "> 1x naive beyond noise and line placement (seed 000: 7.6x on Optane)";
+    let target = "information: an effect is > 1x naive beyond noise and line placement (seed 000: 7.6x on Optane)";
     let name = |best: &str| format!("rotating counter / naive counter, 256 B stride (best: {best})");
     let Some(naive) = find(results, COUNTER, NAIVE, None).filter(|r| r.get("mops_per_s").is_some_and(|v| v > 0.0))
     else {
@@ -158,13 +158,22 @@ fn rotation_headline(results: &[BenchResult], skipped: &[Skipped]) -> Headline {
         .filter(|r| r.bench == COUNTER && r.variant.starts_with(NAIVE_AT))
         .filter_map(|r| r.get("mops_per_s"))
         .all(|control| best_mops > control);
+    let pass = value > 1.0 && beyond_noise && beyond_placement;
+    let verdict = match (pass, beyond_noise, beyond_placement) {
+        (true, ..) => "an effect of rotation",
+        (false, false, _) => "no effect beyond noise",
+        (false, true, false) => "no effect beyond line placement",
+        (false, true, true) => "no effect",
+    };
+    // The issue asks for the effect as measured, whatever it is: the row
+    // informs (and says which), it is not a target this CPU must meet.
     Headline {
-        name: name(&best.variant),
+        name: format!("{}: {verdict}", name(&best.variant)),
         value,
         target: target.into(),
-        pass: value > 1.0 && beyond_noise && beyond_placement,
+        pass,
         peer: "pmem::NaiveCounter".into(),
-        informational: false,
+        informational: true,
     }
 }
 
@@ -239,6 +248,7 @@ mod tests {
         assert_eq!(h[4].value, 2.0);
         assert!(h[4].name.contains("rotating_10x256"));
         assert!(h[4].pass);
+        assert!(h[4].informational && h[4].name.ends_with("an effect of rotation"), "{:?}", h[4]);
         // The floor bounds the log: 2.5 / 0.5 against libpmemlog, and the
         // log reaches 2.0 / 2.5 of it. Both are information only.
         assert_eq!((h[5].value, h[5].informational), (5.0, true));
@@ -277,6 +287,7 @@ mod tests {
         let h = compute(&results, &[], &PeerNames::default());
         assert_eq!(h[4].value, 2.0);
         assert!(!h[4].pass, "best q1 2.0 does not beat naive q3 3.0");
+        assert!(h[4].name.ends_with("no effect beyond noise"), "{:?}", h[4]);
     }
 
     #[test]
@@ -288,6 +299,7 @@ mod tests {
         let h = compute(&results, &[], &PeerNames::default());
         assert_eq!(h[4].value, 2.0, "the value stays best rotating / naive");
         assert!(!h[4].pass, "naive on another line (4.5) beats the best rotation (4.0)");
+        assert!(h[4].name.ends_with("no effect beyond line placement"), "{:?}", h[4]);
     }
 
     #[test]
