@@ -3,9 +3,12 @@
 //!
 //! The event loop submits a copy (`submit`) and goes on; a helper thread
 //! streams the bytes into the mapping with non-temporal stores and drains
-//! (`sfence`), then posts a completion and bumps an eventfd. The loop
-//! blocks on that eventfd with its other sources and collects completions
-//! with `poll_completions`; only then does the server reply.
+//! (`sfence`), then posts a completion, raises an atomic count and, unless
+//! it is already signalled, bumps an eventfd. The loop collects completions
+//! with `poll_completions` (which looks at the count: no system call while
+//! nothing finished) and, before it blocks, `arm`s the eventfd and blocks
+//! on it with its other sources; only after the completion does the server
+//! reply. A submit wakes a helper only if one sleeps.
 //!
 //! # The safety invariant
 //! Helper threads write through a raw pointer into a mapping that the
@@ -35,6 +38,7 @@
 
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -120,8 +124,15 @@ pub trait CopyBackend {
     /// Blocks until a completion is ready or `timeout` passes; true if ready.
     fn wait(&mut self, timeout: Duration) -> bool;
 
-    /// A file descriptor that polls readable when completions are ready.
+    /// A file descriptor that polls readable when completions are ready,
+    /// once [`arm`](CopyBackend::arm)ed.
     fn event_fd(&self) -> RawFd;
+
+    /// Readies [`event_fd`](CopyBackend::event_fd) for a blocking wait:
+    /// clears a stale signal and returns true if completions are already
+    /// waiting (then poll them instead of blocking). Call it before every
+    /// wait on the fd; polling needs no system call.
+    fn arm(&mut self) -> bool;
 
     /// The outstanding copy whose range overlaps `[offset, offset + len)`.
     fn overlapping(&self, offset: u64, len: u64) -> Option<Ticket>;
@@ -204,6 +215,8 @@ struct State<S> {
     queue: VecDeque<Job<S>>,
     done: Vec<Completion<S>>,
     stop: bool,
+    /// Helpers waiting on `work` (a submit wakes one only if some wait).
+    sleeping: usize,
 }
 
 struct Shared<S> {
@@ -211,10 +224,20 @@ struct Shared<S> {
     state: Mutex<State<S>>,
     work: Condvar,
     event: OwnedFd,
+    /// Completions in `done`, readable without the lock: the loop polls
+    /// this on every pass, not the eventfd (a read(2) per pass).
+    finished: AtomicUsize,
+    /// The eventfd may hold a count (written since the last `arm`).
+    signalled: AtomicBool,
 }
 
 impl<S> Shared<S> {
+    /// Wakes a loop blocked on the eventfd, unless a signal since its last
+    /// `arm` already will. Called after `finished` was raised.
     fn signal(&self) {
+        if self.signalled.swap(true, Ordering::AcqRel) {
+            return;
+        }
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a local to our eventfd.
         let rc = unsafe { libc::write(self.event.as_raw_fd(), (&one as *const u64).cast(), 8) };
@@ -245,8 +268,15 @@ impl<S: AsRef<[u8]> + Send + 'static> CopyEngine<S> {
         }
         // SAFETY: fd is a fresh descriptor we own.
         let event = unsafe { OwnedFd::from_raw_fd(fd) };
-        let state = State { queue: VecDeque::with_capacity(depth), done: Vec::with_capacity(depth), stop: false };
-        let shared = Arc::new(Shared { target, state: Mutex::new(state), work: Condvar::new(), event });
+        let state = State { queue: VecDeque::with_capacity(depth), done: Vec::with_capacity(depth), stop: false, sleeping: 0 };
+        let shared = Arc::new(Shared {
+            target,
+            state: Mutex::new(state),
+            work: Condvar::new(),
+            event,
+            finished: AtomicUsize::new(0),
+            signalled: AtomicBool::new(false),
+        });
         let mut helpers = Vec::with_capacity(threads);
         for i in 0..threads {
             let shared = Arc::clone(&shared);
@@ -285,7 +315,9 @@ fn helper<S: AsRef<[u8]>>(shared: &Shared<S>) {
                 if state.stop {
                     return;
                 }
+                state.sleeping += 1;
                 state = shared.work.wait(state).expect("copy engine lock");
+                state.sleeping -= 1;
             }
         };
         let src = &job.buffer.as_ref()[..job.len];
@@ -294,6 +326,7 @@ fn helper<S: AsRef<[u8]>>(shared: &Shared<S>) {
         unsafe { shared.target.copy_persist(job.offset, src) };
         let mut state = shared.state.lock().expect("copy engine lock");
         state.done.push(Completion { ticket: job.ticket, buffer: job.buffer });
+        shared.finished.fetch_add(1, Ordering::Release);
         drop(state);
         shared.signal();
     }
@@ -320,19 +353,21 @@ impl<S: AsRef<[u8]> + Send + 'static> CopyBackend for CopyEngine<S> {
         let mut state = self.shared.state.lock().expect("copy engine lock");
         assert!(state.queue.len() < self.depth, "queue past its depth");
         state.queue.push_back(Job { ticket, offset, len, buffer });
+        let wake = state.sleeping > 0;
         drop(state);
-        self.shared.work.notify_one();
+        if wake {
+            self.shared.work.notify_one();
+        }
         Ok(ticket)
     }
 
     fn poll_completions(&mut self, out: &mut Vec<Completion<S>>) -> usize {
-        // Reset the eventfd before taking the list: a completion pushed after
-        // the take bumps it again, so no wake-up is lost.
-        let mut count = 0u64;
-        // SAFETY: reads 8 bytes into a local; EAGAIN (nothing pending) is fine.
-        unsafe { libc::read(self.shared.event.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
+        if self.shared.finished.load(Ordering::Acquire) == 0 {
+            return 0;
+        }
         let mut state = self.shared.state.lock().expect("copy engine lock");
         let n = state.done.len();
+        self.shared.finished.fetch_sub(n, Ordering::AcqRel);
         for completion in state.done.drain(..) {
             let at = self.outstanding.iter().position(|o| o.0 == completion.ticket);
             self.outstanding.swap_remove(at.expect("a completion of an outstanding copy"));
@@ -342,7 +377,7 @@ impl<S: AsRef<[u8]> + Send + 'static> CopyBackend for CopyEngine<S> {
     }
 
     fn wait(&mut self, timeout: Duration) -> bool {
-        if !self.shared.state.lock().expect("copy engine lock").done.is_empty() {
+        if self.arm() {
             return true;
         }
         let mut pfd = libc::pollfd { fd: self.shared.event.as_raw_fd(), events: libc::POLLIN, revents: 0 };
@@ -354,6 +389,19 @@ impl<S: AsRef<[u8]> + Send + 'static> CopyBackend for CopyEngine<S> {
 
     fn event_fd(&self) -> RawFd {
         self.shared.event.as_raw_fd()
+    }
+
+    fn arm(&mut self) -> bool {
+        // Clear the flag, then the count, then look at `finished`: a helper
+        // that finishes after the look raised `finished` before it found the
+        // flag clear and wrote the eventfd, so a wait on it ends.
+        if self.shared.signalled.swap(false, Ordering::AcqRel) {
+            let mut count = 0u64;
+            // SAFETY: reads 8 bytes into a local; EAGAIN (a signal already
+            // consumed) is fine.
+            unsafe { libc::read(self.shared.event.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
+        }
+        self.shared.finished.load(Ordering::Acquire) > 0
     }
 
     fn overlapping(&self, offset: u64, len: u64) -> Option<Ticket> {

@@ -5,8 +5,9 @@
 //!
 //! Each pass drains the transport's events — accepted and lost connections
 //! go to [`Server::connect`]/[`Server::disconnect`], each request (header and
-//! payload as they arrived) to [`Server::handle_parts`], whose reply is sent
-//! at once — then collects the copy engine's completions and sends the
+//! payload as they arrived) to [`Server::handle_owned`], whose reply is sent
+//! at once (the payload buffer goes back to the transport, or to the copy
+//! engine for an offloaded write and back to the transport after) — then collects the copy engine's completions and sends the
 //! replies of offloaded writes. When a pass finds nothing it first keeps
 //! polling for a **bounded** while after the last activity
 //! ([`PollBudget`]: at most `spin` and at most `max_empty_polls` empty
@@ -174,7 +175,7 @@ pub fn serve_with<T: ServeTransport>(server: &mut Server, transport: &mut T, sto
         if stop.load(Ordering::Acquire) && server.pending() == 0 {
             return state.stats;
         }
-        if handled + finished > 0 {
+        if handled + finished > 0 || transport.progressed() {
             (last_activity, empty) = (Instant::now(), 0);
         } else {
             empty = empty.saturating_add(1);
@@ -183,8 +184,15 @@ pub fn serve_with<T: ServeTransport>(server: &mut Server, transport: &mut T, sto
             std::hint::spin_loop();
             continue;
         }
+        let engine = if server.pending() > 0 {
+            if server.arm_completions() {
+                continue; // a copy finished since the last look
+            }
+            server.completion_fd()
+        } else {
+            None
+        };
         state.stats.blocks += 1;
-        let engine = (server.pending() > 0).then(|| server.completion_fd()).flatten();
         transport.block_with(engine, IDLE_WAIT);
         // The wake-up is activity only if the next pass finds some.
         empty = budget.max_empty_polls;
@@ -219,7 +227,11 @@ impl Loop {
                 Event::Request(request) => {
                     self.stats.requests += 1;
                     let client = client_id(request.id.conn());
-                    match server.handle_parts(client, &request.header, &request.payload, &mut self.reply) {
+                    let (action, payload) = server.handle_owned(client, &request.header, request.payload, &mut self.reply);
+                    if let Some(payload) = payload {
+                        transport.recycle(payload);
+                    }
+                    match action {
                         Action::Reply => {
                             let payload = self.reply.split_off(RESPONSE_HEADER_BYTES);
                             self.send(transport, request.id, payload);
@@ -255,6 +267,9 @@ impl Loop {
             self.send(transport, request, Vec::new());
         }
         self.done = done;
+        while let Some(buffer) = server.take_released() {
+            transport.recycle(buffer);
+        }
         completed
     }
 

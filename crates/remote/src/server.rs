@@ -147,7 +147,17 @@ impl From<Status> for Refusal {
     }
 }
 
-type Handled = Result<Action, Refusal>;
+type Handled = Result<Outcome, Refusal>;
+
+/// What [`Server::dispatch`] decided.
+#[derive(Clone, Copy, Debug)]
+enum Outcome {
+    /// The reply is in the caller's buffer.
+    Reply,
+    /// A checked PERSIST_WRITE with `OFFLOAD`: hand the payload to the
+    /// engine at region offset `at` (conflicts already waited out).
+    Offload { at: u64, request_id: u64 },
+}
 
 /// The server core (see the module docs).
 pub struct Server {
@@ -160,6 +170,8 @@ pub struct Server {
     config: ServerConfig,
     one_sided: Option<OneSided>,
     staging: Vec<Vec<u8>>,
+    /// Buffers of completed copies beyond the staging set (at most `depth`).
+    released: Vec<Vec<u8>>,
     pending: Vec<(Ticket, ClientId, u64)>,
     ready: Vec<Completed>,
     done: Vec<Completion<Vec<u8>>>,
@@ -216,6 +228,7 @@ impl Server {
             scratch: Vec::with_capacity(max),
             one_sided: None,
             staging,
+            released: Vec::with_capacity(config.copy_depth),
             config,
         })
     }
@@ -267,9 +280,21 @@ impl Server {
         self.engine.as_ref().map(|e| e.event_fd())
     }
 
+    /// Readies [`completion_fd`](Server::completion_fd) for a blocking
+    /// wait; true if copies finished already (poll instead of blocking).
+    pub fn arm_completions(&mut self) -> bool {
+        self.engine.as_mut().is_some_and(|e| e.arm())
+    }
+
     /// Offloaded writes whose replies are not yet out.
     pub fn pending(&self) -> usize {
         self.pending.len() + self.ready.len()
+    }
+
+    /// A buffer of a completed copy that [`handle_owned`](Server::handle_owned)
+    /// was given and the staging set does not need: the caller's to reuse.
+    pub fn take_released(&mut self) -> Option<Vec<u8>> {
+        self.released.pop()
     }
 
     /// Collects the replies of completed copies into `out`; never blocks.
@@ -288,8 +313,35 @@ impl Server {
     }
 
     /// [`handle`](Server::handle) for a message whose header and payload
-    /// arrived apart (a transport RPC's header and payload): no copy.
+    /// arrived apart (a transport RPC's header and payload): no copy, except
+    /// that an offloaded write is staged into one of the engine's buffers.
     pub fn handle_parts(&mut self, client: ClientId, header: &[u8], payload: &[u8], reply: &mut Vec<u8>) -> Action {
+        match self.decide(client, header, payload, reply) {
+            Outcome::Reply => Action::Reply,
+            Outcome::Offload { at, request_id } => {
+                self.make_room();
+                let mut buffer = self.staging.pop().expect("one staging buffer per free engine slot");
+                buffer.clear();
+                buffer.extend_from_slice(payload);
+                Action::Offloaded(self.submit_copy(client, at, request_id, buffer))
+            }
+        }
+    }
+
+    /// [`handle_parts`](Server::handle_parts) for a payload the caller gives
+    /// up (a transport's receive buffer): an offloaded write is copied by
+    /// the engine straight from it, with no staging copy. Otherwise the
+    /// payload comes back for reuse.
+    pub fn handle_owned(&mut self, client: ClientId, header: &[u8], payload: Vec<u8>, reply: &mut Vec<u8>) -> (Action, Option<Vec<u8>>) {
+        match self.decide(client, header, &payload, reply) {
+            Outcome::Reply => (Action::Reply, Some(payload)),
+            Outcome::Offload { at, request_id } => (Action::Offloaded(self.submit_copy(client, at, request_id, payload)), None),
+        }
+    }
+
+    /// Decodes and checks a request and carries out everything but an
+    /// offloaded copy; error replies are written to `reply`.
+    fn decide(&mut self, client: ClientId, header: &[u8], payload: &[u8], reply: &mut Vec<u8>) -> Outcome {
         let msg = header;
         let request = match proto::decode_request_parts(header, payload, self.config.max_payload) {
             Ok(request) => request,
@@ -300,17 +352,31 @@ impl Server {
                 };
                 let refusal = Refusal { status: e.status(), detail };
                 error_reply(proto::peek_opcode(msg), proto::peek_request_id(msg), refusal, reply);
-                return Action::Reply;
+                return Outcome::Reply;
             }
         };
         let header = request.header;
         match self.dispatch(client, request, reply) {
-            Ok(action) => action,
+            Ok(outcome) => outcome,
             Err(refusal) => {
                 error_reply(header.opcode as u8, header.request_id, refusal, reply);
-                Action::Reply
+                Outcome::Reply
             }
         }
+    }
+
+    /// Hands a checked write's payload to the engine (waiting for a free
+    /// slot first); its reply comes from [`poll_completions`](Server::poll_completions).
+    fn submit_copy(&mut self, client: ClientId, at: u64, request_id: u64, buffer: Vec<u8>) -> Ticket {
+        self.make_room();
+        let len = buffer.len();
+        let engine = self.engine.as_mut().expect("checked above");
+        let ticket = match engine.submit(at, buffer, len) {
+            Ok(ticket) => ticket,
+            Err(rejected) => panic!("copy refused after the server's checks: {}", rejected.error),
+        };
+        self.pending.push((ticket, client, request_id));
+        ticket
     }
 
     fn dispatch(&mut self, client: ClientId, req: Request<'_>, reply: &mut Vec<u8>) -> Handled {
@@ -336,7 +402,7 @@ impl Server {
         }
         match h.opcode {
             Opcode::Hello => self.hello(req, rights, reply),
-            Opcode::PersistWrite => self.persist_write(client, req, reply),
+            Opcode::PersistWrite => self.persist_write(req, reply),
             Opcode::Flush => self.flush(req, reply),
             Opcode::Read => self.read(req, reply),
             Opcode::AtomicWrite8 => self.atomic_write8(req, reply),
@@ -392,34 +458,22 @@ impl Server {
         Ok(base + offset)
     }
 
-    fn persist_write(&mut self, client: ClientId, req: Request<'_>, reply: &mut Vec<u8>) -> Handled {
+    /// Rpc: ordinary stores, then clwb over the range and one sfence (the
+    /// issue's and seed 000 Fig 2c's server-side copy); RpcOffload: the
+    /// engine's non-temporal copy, after the caller hands it the payload.
+    fn persist_write(&mut self, req: Request<'_>, reply: &mut Vec<u8>) -> Handled {
         let len = req.payload.len() as u64;
         let at = self.data_range(req.header.offset, len)?;
+        if req.header.flags & FLAG_OFFLOAD != 0 && self.engine.is_none() {
+            return Err(Status::Unsupported.into());
+        }
         self.wait_conflicts(at, len);
         if req.header.flags & FLAG_OFFLOAD != 0 {
-            return self.offload(client, req, at);
+            return Ok(Outcome::Offload { at, request_id: req.header.request_id });
         }
-        self.region.memcpy_persist(at, req.payload);
+        self.region.write(at, req.payload);
+        self.region.persist(at, len);
         ok_reply(req, len, &[], reply)
-    }
-
-    fn offload(&mut self, client: ClientId, req: Request<'_>, at: u64) -> Handled {
-        let Some(engine) = self.engine.as_ref() else {
-            return Err(Status::Unsupported.into());
-        };
-        if engine.outstanding() == engine.depth() {
-            self.wait_one();
-        }
-        let mut buffer = self.staging.pop().expect("one staging buffer per free engine slot");
-        buffer.clear();
-        buffer.extend_from_slice(req.payload);
-        let engine = self.engine.as_mut().expect("checked above");
-        let ticket = match engine.submit(at, buffer, req.payload.len()) {
-            Ok(ticket) => ticket,
-            Err(rejected) => panic!("copy refused after the server's checks: {}", rejected.error),
-        };
-        self.pending.push((ticket, client, req.header.request_id));
-        Ok(Action::Offloaded(ticket))
     }
 
     fn flush(&mut self, req: Request<'_>, reply: &mut Vec<u8>) -> Handled {
@@ -438,7 +492,7 @@ impl Server {
         let header = ok_header(req, len);
         let head = encode_response_header(&header, &reply[RESPONSE_HEADER_BYTES..]);
         reply[..RESPONSE_HEADER_BYTES].copy_from_slice(&head);
-        Ok(Action::Reply)
+        Ok(Outcome::Reply)
     }
 
     fn atomic_write8(&mut self, req: Request<'_>, reply: &mut Vec<u8>) -> Handled {
@@ -501,6 +555,14 @@ impl Server {
         ok_reply(req, req.header.length, &[], reply)
     }
 
+    /// Blocks until the engine has a free slot (and so a staging buffer).
+    fn make_room(&mut self) {
+        let engine = self.engine.as_ref().expect("an offload outcome needs an engine");
+        if engine.outstanding() == engine.depth() {
+            self.wait_one();
+        }
+    }
+
     /// Blocks until no outstanding copy overlaps `[at, at + len)`.
     fn wait_conflicts(&mut self, at: u64, len: u64) {
         while self.engine.as_ref().is_some_and(|e| e.overlapping(at, len).is_some()) {
@@ -528,7 +590,11 @@ impl Server {
             let at = self.pending.iter().position(|p| p.0 == completion.ticket);
             let (ticket, client, request_id) = self.pending.swap_remove(at.expect("a pending reply per copy"));
             let len = completion.buffer.len() as u64;
-            self.staging.push(completion.buffer);
+            if self.staging.len() < self.config.copy_depth {
+                self.staging.push(completion.buffer);
+            } else {
+                self.released.push(completion.buffer);
+            }
             if self.clients.contains_key(&client) {
                 let header = ResponseHeader {
                     opcode: Opcode::PersistWrite as u8,
@@ -561,7 +627,7 @@ fn ok_header(req: Request<'_>, value: u64) -> ResponseHeader {
 
 fn ok_reply(req: Request<'_>, value: u64, payload: &[u8], reply: &mut Vec<u8>) -> Handled {
     encode_response(&ok_header(req, value), payload, reply);
-    Ok(Action::Reply)
+    Ok(Outcome::Reply)
 }
 
 fn error_reply(opcode: u8, request_id: u64, refusal: Refusal, reply: &mut Vec<u8>) {

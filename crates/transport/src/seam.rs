@@ -60,7 +60,12 @@
 //! Payloads and put/get buffers are passed by value (`Vec<u8>`) so the
 //! transport can keep them alive while UCX uses them without copying; put
 //! and get completions hand them back ([`Output::Put`], [`Output::Get`]) for
-//! reuse. A get reads exactly `buf.len()` bytes.
+//! reuse. A get reads exactly `buf.len()` bytes. Payload buffers circulate:
+//! [`Transport::take_buffer`] lends an empty one (a kept one when it has
+//! one), sent payloads go back to the transport once it is done with them,
+//! and a caller hands received payloads back with [`Transport::recycle`]
+//! once handled, so a steady stream of large messages allocates nothing
+//! (receives go into kept buffers too).
 
 use std::fmt;
 use std::time::Duration;
@@ -353,6 +358,31 @@ pub trait Transport {
     /// [`poll`](Transport::poll)) or `timeout` passes (`false`). Returns at
     /// once if events are already queued. Never spins.
     fn wait(&mut self, timeout: Duration) -> Result<bool, WaitError>;
+
+    /// Whether the last [`poll`](Transport::poll) or
+    /// [`wait`](Transport::wait) did work inside the transport, events or
+    /// not: over UCX, the worker's progress reported something done (a
+    /// peer's emulated put or get served, a rendezvous fragment moved). A
+    /// loop counts it as activity and polls again before it blocks: such
+    /// work produces no event, and arming a busy worker only fails.
+    fn progressed(&self) -> bool {
+        false
+    }
+
+    /// An empty buffer with capacity for at least `len` bytes, to fill and
+    /// pass as a payload or put buffer: one the transport kept (see
+    /// [`recycle`](Transport::recycle)), or a new one.
+    fn take_buffer(&mut self, len: usize) -> Vec<u8> {
+        Vec::with_capacity(len)
+    }
+
+    /// Hands back a buffer the caller is done with (a received payload once
+    /// handled, a completed put's buffer), for later receives and
+    /// [`take_buffer`](Transport::take_buffer). The transport keeps a bounded
+    /// number and drops the rest.
+    fn recycle(&mut self, buf: Vec<u8>) {
+        drop(buf);
+    }
 }
 
 /// Checks a one-sided access against the attached region's length.

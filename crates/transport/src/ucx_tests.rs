@@ -358,6 +358,45 @@ fn forced_rendezvous_threshold_still_delivers() {
     assert_eq!(report.disconnects.len(), 1);
 }
 
+#[test]
+fn recycled_buffers_carry_exactly_each_new_message() {
+    // Every payload after the first few goes out of and comes back into a
+    // kept buffer that last held a different, often longer, message (the
+    // echo server answers with the buffer it received into): stale bytes or
+    // a stale length would show. Eager and rendezvous sizes, both ways.
+    for (name, config) in configs() {
+        let server = spawn_server(config.clone(), Mode::Echo);
+        let mut client = UcxTransport::new(&config).unwrap();
+        let conn = client.connect(&server.addr).unwrap();
+        let sizes = [
+            200_000usize,
+            65_536,
+            300,
+            131_072,
+            8_000,
+            0,
+            65_536,
+            200_001,
+            17,
+        ];
+        for round in 0..3u64 {
+            for (i, &len) in sizes.iter().enumerate() {
+                let data = pattern(len, (round * 16 + i as u64) as u8);
+                let mut payload = client.take_buffer(len);
+                assert!(payload.is_empty() && payload.capacity() >= len);
+                payload.extend_from_slice(&data);
+                let token = 1000 + round * 100 + i as u64;
+                let (_, p) = call(&mut client, conn, b"x", payload, token);
+                assert!(p == data, "[{name}] round {round}, {len} B");
+                client.recycle(p);
+            }
+        }
+        client.close(conn);
+        let report = finish(&mut client, server);
+        assert_eq!(report.disconnects.len(), 1, "[{name}]");
+    }
+}
+
 /// The server drops its transport on "crash" (its endpoints are torn down
 /// without a goodbye). Returns the cause the client saw, or None if it saw
 /// nothing within `bound`. When it does see it, the call in flight must have

@@ -68,6 +68,11 @@ const DROP_DRAIN_ROUNDS: usize = 100_000;
 /// (a peer that ignores its window cannot make us allocate without bound).
 const MAX_ARRIVALS: usize = 65_536;
 
+/// Payload buffers kept for reuse at most: how many, and their bytes of
+/// capacity together.
+const SPARE_BUFFERS: usize = 64;
+const SPARE_BYTES: usize = 32 << 20;
+
 /// How a [`UcxTransport`] is set up.
 #[derive(Clone, Debug)]
 pub struct UcxConfig {
@@ -134,6 +139,57 @@ struct Callbacks {
     failures: Vec<(usize, Status)>,
     arrivals: VecDeque<Arrival>,
     dropped: u64,
+    /// Buffers to receive into (the AM callback copies eager data into one).
+    spare: Spare,
+}
+
+/// Payload buffers for reuse: sent payloads UCX has released and buffers
+/// callers [`recycle`](Transport::recycle)d. Receiving into a warm buffer
+/// instead of a fresh allocation saves, per 64 KB message, a `brk`/`mmap`,
+/// 16 page faults and a zero fill (measured: 14% of a bulk client's and 9%
+/// of the server's CPU). Bounded by [`SPARE_BUFFERS`] and [`SPARE_BYTES`].
+#[derive(Default)]
+struct Spare {
+    bufs: Vec<Vec<u8>>,
+    bytes: usize,
+}
+
+impl Spare {
+    /// An empty buffer with room for `len` bytes: a kept one that fits, or new.
+    fn take(&mut self, len: usize) -> Vec<u8> {
+        match self.bufs.iter().rposition(|b| b.capacity() >= len) {
+            Some(at) => {
+                let buf = self.bufs.swap_remove(at);
+                self.bytes -= buf.capacity();
+                buf
+            }
+            None => Vec::with_capacity(len),
+        }
+    }
+
+    /// Keeps `buf` (emptied) unless the bounds say no; when full, a larger
+    /// buffer displaces the smallest kept one.
+    fn give(&mut self, mut buf: Vec<u8>) {
+        let cap = buf.capacity();
+        if cap == 0 || cap > SPARE_BYTES {
+            return;
+        }
+        if self.bufs.len() >= SPARE_BUFFERS || self.bytes + cap > SPARE_BYTES {
+            let smallest = (0..self.bufs.len()).min_by_key(|&i| self.bufs[i].capacity());
+            match smallest {
+                Some(i) if self.bufs[i].capacity() < cap => {
+                    self.bytes -= self.bufs.swap_remove(i).capacity();
+                }
+                _ => return,
+            }
+            if self.bytes + cap > SPARE_BYTES {
+                return;
+            }
+        }
+        buf.clear();
+        self.bytes += cap;
+        self.bufs.push(buf);
+    }
 }
 
 struct Arrival {
@@ -179,22 +235,26 @@ enum Pending {
         call: u64,
         kind: OpKind,
     },
+    /// The payload goes back to the spare buffers once UCX is done with it.
     SendCall {
         conn: u32,
         call: u64,
         _header: Vec<u8>,
-        _payload: Vec<u8>,
+        payload: Vec<u8>,
     },
     SendReply {
         _header: Vec<u8>,
-        _payload: Vec<u8>,
+        payload: Vec<u8>,
     },
+    /// `buf` is empty until the receive completes: UCX fills its first
+    /// `len` bytes of capacity.
     Recv {
         conn: u32,
         kind: Kind,
         call: u64,
         header: Vec<u8>,
         buf: Vec<u8>,
+        len: usize,
     },
     Close,
 }
@@ -226,6 +286,8 @@ pub struct UcxTransport {
     ep_conn: HashMap<usize, u32>,
     limits: Limits,
     peer_errors: bool,
+    /// The last progress call did work (see [`Transport::progressed`]).
+    progressed: bool,
     callbacks: Box<RefCell<Callbacks>>,
 }
 
@@ -264,6 +326,7 @@ impl UcxTransport {
             ep_conn: HashMap::new(),
             limits: config.limits,
             peer_errors: config.peer_failure_detection,
+            progressed: false,
             callbacks,
         })
     }
@@ -393,12 +456,18 @@ impl UcxTransport {
         });
     }
 
-    fn progress(&self) {
+    /// Progresses the worker until it reports nothing done (bounded);
+    /// remembers whether it did anything.
+    fn progress(&mut self) {
+        let mut done = 0;
         for _ in 0..PROGRESS_ROUNDS {
-            if self.worker.progress() == 0 {
+            let n = self.worker.progress();
+            if n == 0 {
                 break;
             }
+            done += n as usize;
         }
+        self.progressed = done > 0;
     }
 
     /// Handles what the callbacks queued, then reaps completed requests.
@@ -544,11 +613,14 @@ impl UcxTransport {
         desc: *mut c_void,
         len: usize,
     ) {
-        let mut buf = vec![0u8; len];
+        // A kept buffer, not a fresh zeroed one: UCX writes all `len` bytes.
+        let mut buf = self.callbacks.borrow_mut().spare.take(len);
+        assert!(buf.is_empty() && buf.capacity() >= len);
         let param = zeroed_param();
         // SAFETY: desc came from the AM callback (which returned
         // UCS_INPROGRESS), is used once, and UCX owns it from here on; buf
-        // lives in the Pending entry until the request completes.
+        // has `len` bytes of capacity and lives in the Pending entry until
+        // the request completes.
         let ptr = unsafe {
             sys::ucp_am_recv_data_nbx(
                 self.worker.raw(),
@@ -559,7 +631,11 @@ impl UcxTransport {
             )
         };
         match request_of(ptr) {
-            Ok(None) => self.deliver(conn, kind, call, header, buf),
+            Ok(None) => {
+                // SAFETY: the receive completed: UCX wrote `len` bytes.
+                unsafe { buf.set_len(len) };
+                self.deliver(conn, kind, call, header, buf)
+            }
             Ok(Some(req)) => self.pending.push((
                 req,
                 Pending::Recv {
@@ -568,9 +644,13 @@ impl UcxTransport {
                     call,
                     header,
                     buf,
+                    len,
                 },
             )),
-            Err(_) => self.fail_arrival(conn, kind, call),
+            Err(_) => {
+                self.callbacks.borrow_mut().spare.give(buf);
+                self.fail_arrival(conn, kind, call)
+            }
         }
     }
 
@@ -632,21 +712,37 @@ impl UcxTransport {
                 kind,
                 result.map_err(|s| ucx_err("completion", s)),
             ),
-            Pending::SendCall { conn, call, .. } => {
+            Pending::SendCall {
+                conn,
+                call,
+                payload,
+                ..
+            } => {
+                self.callbacks.borrow_mut().spare.give(payload);
                 if let Err(status) = result {
                     self.finish_call(conn, call, Err(ucx_err("ucp_am_send_nbx", status)));
                 }
             }
-            Pending::SendReply { .. } | Pending::Close => {}
+            Pending::SendReply { payload, .. } => self.callbacks.borrow_mut().spare.give(payload),
+            Pending::Close => {}
             Pending::Recv {
                 conn,
                 kind,
                 call,
                 header,
-                buf,
+                mut buf,
+                len,
             } => match result {
-                Ok(()) => self.deliver(conn, kind, call, header, buf),
-                Err(_) => self.fail_arrival(conn, kind, call),
+                Ok(()) => {
+                    // SAFETY: the receive completed: UCX wrote `len` bytes
+                    // into the capacity reserved for it.
+                    unsafe { buf.set_len(len) };
+                    self.deliver(conn, kind, call, header, buf)
+                }
+                Err(_) => {
+                    self.callbacks.borrow_mut().spare.give(buf);
+                    self.fail_arrival(conn, kind, call)
+                }
             },
         }
     }
@@ -788,13 +884,16 @@ impl Transport for UcxTransport {
         // SAFETY: am_header and payload move into the Pending entry (their
         // heap storage does not move) and live until the request completes.
         match unsafe { ep.am_send(wire::AM_ID, &am_header, &payload) } {
-            Ok(None) => Ok(()),
+            Ok(None) => {
+                self.callbacks.borrow_mut().spare.give(payload);
+                Ok(())
+            }
             Ok(Some(req)) => {
                 let pending = Pending::SendCall {
                     conn: conn.0,
                     call,
                     _header: am_header,
-                    _payload: payload,
+                    payload,
                 };
                 self.pending.push((req, pending));
                 Ok(())
@@ -828,13 +927,16 @@ impl Transport for UcxTransport {
         );
         // SAFETY: as in call.
         match unsafe { ep.am_send(wire::AM_ID, &am_header, &payload) } {
-            Ok(None) => Ok(()),
+            Ok(None) => {
+                self.callbacks.borrow_mut().spare.give(payload);
+                Ok(())
+            }
             Ok(Some(req)) => {
                 self.pending.push((
                     req,
                     Pending::SendReply {
                         _header: am_header,
-                        _payload: payload,
+                        payload,
                     },
                 ));
                 Ok(())
@@ -1032,6 +1134,12 @@ impl Transport for UcxTransport {
                 return Ok(true);
             }
             match self.worker.arm()? {
+                Armed::Busy if self.progressed => {
+                    // The worker is busy with work of its own (a peer's
+                    // emulated put, a rendezvous): let the caller poll,
+                    // rather than arm again (each arm drains fds: syscalls).
+                    return Ok(true);
+                }
                 Armed::Busy => {
                     // Events arrived between progress and arm: progress again,
                     // a bounded number of times.
@@ -1052,6 +1160,18 @@ impl Transport for UcxTransport {
             }
             return Ok(false);
         }
+    }
+
+    fn progressed(&self) -> bool {
+        self.progressed
+    }
+
+    fn take_buffer(&mut self, len: usize) -> Vec<u8> {
+        self.callbacks.borrow_mut().spare.take(len)
+    }
+
+    fn recycle(&mut self, buf: Vec<u8>) {
+        self.callbacks.borrow_mut().spare.give(buf);
     }
 }
 
@@ -1159,8 +1279,10 @@ unsafe extern "C" fn on_am(
     let payload = if length == 0 {
         Vec::new()
     } else {
+        let mut payload = cb.spare.take(length);
         // SAFETY: eager data: `length` readable bytes valid during the callback.
-        unsafe { std::slice::from_raw_parts(data as *const u8, length) }.to_vec()
+        payload.extend_from_slice(unsafe { std::slice::from_raw_parts(data as *const u8, length) });
+        payload
     };
     cb.arrivals.push_back(Arrival {
         ep,
@@ -1168,4 +1290,54 @@ unsafe extern "C" fn on_am(
         data: ArrivalData::Eager(payload),
     });
     sys::UCS_OK
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spare_buffers_are_bounded_and_keep_the_larger_ones() {
+        let mut spare = Spare::default();
+        for _ in 0..SPARE_BUFFERS + 10 {
+            spare.give(Vec::with_capacity(1024));
+        }
+        assert_eq!(spare.bufs.len(), SPARE_BUFFERS, "count bound");
+        // A larger buffer displaces a smaller one; an equal one is dropped.
+        spare.give(Vec::with_capacity(1 << 20));
+        spare.give(Vec::with_capacity(1024));
+        assert_eq!(spare.bufs.len(), SPARE_BUFFERS);
+        assert_eq!(spare.bytes, (SPARE_BUFFERS - 1) * 1024 + (1 << 20));
+        // Byte bound: buffers that would pass SPARE_BYTES are not kept.
+        for _ in 0..64 {
+            spare.give(Vec::with_capacity(4 << 20));
+        }
+        assert!(spare.bytes <= SPARE_BYTES, "{} kept bytes", spare.bytes);
+        assert_eq!(
+            spare.bytes,
+            spare.bufs.iter().map(Vec::capacity).sum::<usize>()
+        );
+        spare.give(Vec::new());
+        spare.give(Vec::with_capacity(SPARE_BYTES + 1));
+        assert!(spare.bytes <= SPARE_BYTES);
+    }
+
+    #[test]
+    fn a_taken_buffer_is_empty_and_fits() {
+        let mut spare = Spare::default();
+        let mut used = Vec::with_capacity(65536);
+        used.extend_from_slice(&[7u8; 65536]);
+        spare.give(used);
+        spare.give(Vec::with_capacity(100));
+        let big = spare.take(60_000);
+        assert!(big.is_empty());
+        assert!(big.capacity() >= 60_000);
+        assert_eq!(spare.bufs.len(), 1, "the small one stays");
+        let fresh = spare.take(1000);
+        assert!(
+            fresh.is_empty() && fresh.capacity() >= 1000,
+            "none fits: a new one"
+        );
+        assert_eq!(spare.bytes, 100);
+    }
 }

@@ -152,3 +152,38 @@ fn staging_cost() {
         );
     }
 }
+
+fn readable(fd: RawFd) -> bool {
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd; a zero timeout does not block.
+    unsafe { libc::poll(&mut pfd, 1, 0) == 1 }
+}
+
+#[test]
+fn arming_clears_a_stale_signal_and_reports_waiting_completions() {
+    let (_dir, region) = region(1 << 20);
+    // SAFETY: the engine is dropped at the end of this function, before `region`.
+    let target = unsafe { CopyTarget::new(&region) };
+    let mut engine: CopyEngine<Vec<u8>> = CopyEngine::new(target, 4, 1).unwrap();
+    let mut done = Vec::new();
+    for round in 0..3u64 {
+        for i in 0..3u64 {
+            engine.submit((round * 3 + i) * 8192, vec![i as u8; 4096], 4096).unwrap();
+        }
+        // Wait for all three without polling them: the fd must say so, and
+        // arming must not hide finished copies.
+        let deadline = Instant::now() + PATIENCE;
+        while engine.shared.finished.load(Ordering::Acquire) < 3 {
+            assert!(Instant::now() < deadline, "copies did not finish");
+            engine.wait(Duration::from_millis(100));
+        }
+        assert!(engine.arm(), "finished copies are reported");
+        assert_eq!(engine.poll_completions(&mut done), 3);
+        assert_eq!(engine.poll_completions(&mut done), 0, "nothing twice");
+        // All polled: after arming, the fd does not wake a waiter.
+        assert!(!engine.arm());
+        assert!(!readable(engine.event_fd()), "stale signal left after arm (round {round})");
+    }
+    assert_eq!(done.len(), 9);
+    assert_eq!(engine.outstanding(), 0);
+}
