@@ -29,10 +29,9 @@ const HEAD_SLOTS: [u64; 2] = [64, 128];
 const TAIL_AREA: u64 = HEADER_BLOCK_BYTES;
 /// Largest LSN an entry may carry: bit 63 marks skip words.
 const MAX_LSN: Lsn = SKIP_BIT - 1;
-/// Entries up to this size prefetch the lines of the next entry of the
-/// same size during their drain. Larger entries stream most of their
-/// payload with non-temporal stores, which a prefetched line would only
-/// slow down. Measured with `pmwire bench local --only log`.
+/// Entries up to this size prefetch every line of the next entry of the
+/// same size during their drain; larger ones only its first and last
+/// ([`prefetch_entry`]). Measured with `pmwire bench local --only log`.
 pub const PREFETCH_AHEAD_MAX: u64 = 1024;
 /// Written over the length/CRC word of a possible remnant: its length
 /// field (`u32::MAX`) exceeds any payload, so no CRC can make it valid.
@@ -641,14 +640,20 @@ pub fn store_entry_nodrain<M: Media>(media: &mut M, at: u64, payload: &[u8], hea
     media.flush(at, first_len as u64);
 }
 
-/// Fetches for writing the lines of an entry of `size` bytes that the
-/// next append will store at `at`, if `size` is at most
-/// [`PREFETCH_AHEAD_MAX`]. The log calls it between an entry's stores and
-/// its drain, so the fetch overlaps the wait (a hint: nothing on media
+/// Fetches for writing the lines that an entry of `size` bytes at `at`
+/// will store to with ordinary stores: all of them up to
+/// [`PREFETCH_AHEAD_MAX`], else only the first line (the header) and the
+/// last (the payload's partial tail), since the lines between are streamed
+/// with non-temporal stores, which a cached line would only slow down.
+/// The log calls it for the next entry between an entry's stores and its
+/// drain, so the fetch overlaps the wait (a hint: nothing on media
 /// changes). Public for the same reason as [`store_entry_nodrain`].
 #[inline]
 pub fn prefetch_entry<M: Media>(media: &M, at: u64, size: u64) {
     if size <= PREFETCH_AHEAD_MAX {
         media.prefetch_write(at, size);
+    } else {
+        media.prefetch_write(at, 1);
+        media.prefetch_write(at + size - 1, 1);
     }
 }
