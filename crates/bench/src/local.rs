@@ -346,20 +346,27 @@ fn parameters(opts: &LocalOptions, plan: &Plan, pinned_cpu: Option<usize>) -> se
 mod tests {
     use super::*;
 
-    #[test]
-    fn smoke_run_of_every_benchmark() {
-        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    /// Runs the tiny plan on a 16 MiB pool in a fresh tmpfs directory.
+    fn tiny_run(only: Vec<LocalBench>) -> (SuiteReport, SuiteFile, LocalOptions) {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap().keep();
         let opts = LocalOptions {
-            pool: dir.path().join("pool"),
+            pool: dir.join("pool"),
             size_bytes: 16 * MIB,
             quick: true,
-            out_dir: dir.path().join("out"),
+            out_dir: dir.join("out"),
             region: pmem::RegionOptions::default(),
-            only: Vec::new(),
+            only,
         };
         let report = run_with(&opts, &Plan::tiny()).unwrap();
-        assert!(!opts.pool.exists(), "a pool the suite created is removed");
         let file: SuiteFile = serde_json::from_str(&std::fs::read_to_string(&report.json_path).unwrap()).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        (report, file, opts)
+    }
+
+    #[test]
+    fn smoke_run_of_every_benchmark() {
+        let (report, file, opts) = tiny_run(Vec::new());
+        assert!(!opts.pool.exists(), "a pool the suite created is removed");
         assert_eq!(file.suite, "local");
         assert_eq!(file.machine["region_kind"], "emulated");
         let has = |bench: &str, variant: &str| file.results.iter().any(|r| r.bench == bench && r.variant == variant);
@@ -387,17 +394,7 @@ mod tests {
 
     #[test]
     fn only_runs_the_selected_benchmarks_and_headlines_say_why() {
-        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
-        let opts = LocalOptions {
-            pool: dir.path().join("pool"),
-            size_bytes: 16 * MIB,
-            quick: true,
-            out_dir: dir.path().join("out"),
-            region: pmem::RegionOptions::default(),
-            only: vec![LocalBench::Log],
-        };
-        let report = run_with(&opts, &Plan::tiny()).unwrap();
-        let file: SuiteFile = serde_json::from_str(&std::fs::read_to_string(&report.json_path).unwrap()).unwrap();
+        let (_, file, _) = tiny_run(vec![LocalBench::Log]);
         assert!(file.results.iter().all(|r| r.bench == logbench::LOG), "only log results");
         assert!(file.results.iter().any(|r| r.variant == logbench::TAIL_SELF_VALIDATING));
         let copy_headline = &file.headlines[0];
