@@ -588,8 +588,8 @@ impl Guarantee {
 /// The ways a client can write durably (plus `Auto`, which picks one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Method {
-    /// PERSIST_WRITE: the server copies with ordinary or non-temporal stores
-    /// and persists (seed 000 Fig 2c).
+    /// PERSIST_WRITE: the server copies with ordinary stores, flushes the
+    /// lines (`clwb`) and drains (seed 000 Fig 2c).
     Rpc,
     /// PERSIST_WRITE with the copy engine: the reply follows the copy (seed 000 §5.5).
     RpcOffload,

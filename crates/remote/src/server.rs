@@ -23,8 +23,10 @@
 //!   arrival order, and the copy engine's disjointness invariant holds.
 //! - A reply with `Status::Ok` to a mutating request is produced only after
 //!   its bytes are persisted (flush + drain, or the helper's drain).
-//! - Bounded: one staging buffer per copy-engine slot, allocated at start;
-//!   at most `depth` offloaded writes pending; replies reuse caller buffers.
+//! - Bounded: one staging buffer per copy-engine slot, allocated at start
+//!   (for borrowed payloads; an owned payload is copied from in place and
+//!   comes back through [`Server::take_released`]); at most `depth`
+//!   offloaded writes pending; replies reuse caller buffers.
 
 use std::collections::HashMap;
 use std::os::fd::RawFd;

@@ -394,7 +394,8 @@ fn summarize(mut samples: Vec<f64>) -> Latency {
     }
 }
 
-/// One `ucx_perftest` result line (`Final:`), latency columns in µs.
+/// One `ucx_perftest` result line (`Final:`), latency columns in µs,
+/// bandwidth in bytes per second.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Perftest {
     /// Iterations measured.
@@ -405,6 +406,9 @@ pub struct Perftest {
     pub avg_us: f64,
     /// "overall" latency over the whole run.
     pub overall_us: f64,
+    /// "overall" bandwidth over the whole run, bytes/s (ucx_perftest prints
+    /// MB/s meaning MiB/s: `UCS_MBYTE` is 2^20).
+    pub bw_overall_bytes_per_s: f64,
 }
 
 /// Runs `ucx_perftest -t <test>` with a server and a client process on
@@ -466,6 +470,7 @@ pub fn parse_perftest(text: &str) -> Option<Perftest> {
         p50_us: cols.get(1)?.parse().ok()?,
         avg_us: cols.get(2)?.parse().ok()?,
         overall_us: cols.get(3)?.parse().ok()?,
+        bw_overall_bytes_per_s: cols.get(5)?.parse::<f64>().ok()? * (1u64 << 20) as f64,
     })
 }
 
@@ -480,6 +485,7 @@ mod tests {
         assert_eq!(p.iters, 2000);
         assert_eq!(p.p50_us, 0.194);
         assert_eq!(p.overall_us, 21.137);
+        assert_eq!(p.bw_overall_bytes_per_s, 2.89 * 1048576.0);
         let f = "|  Test  |\n                       20000     10.747    11.362    11.362        5.37       5.37       88012       88012\n";
         assert_eq!(parse_perftest(f).unwrap().p50_us, 10.747);
     }

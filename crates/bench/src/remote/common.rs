@@ -124,6 +124,30 @@ pub fn finish(
     skipped: Vec<Skipped>,
     headlines: Vec<Headline>,
 ) -> Result<SuiteReport> {
+    finish_with_peers(suite, out_dir, parameters, serde_json::json!({}), results, skipped, headlines)
+}
+
+/// The `peers` entry of a suite that ran `ucx_perftest`: its version, as
+/// `ucx_info -v` states it.
+pub fn perftest_peer() -> serde_json::Value {
+    let version = std::process::Command::new("ucx_info")
+        .arg("-v")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).lines().next().map(|l| l.trim_start_matches("# ").to_string()));
+    serde_json::json!({ "ucx_perftest": version.unwrap_or_else(|| "ucx_info not found".into()) })
+}
+
+/// [`finish`] with the suite's `peers` entry.
+pub fn finish_with_peers(
+    suite: &str,
+    out_dir: &Path,
+    parameters: serde_json::Value,
+    peers: serde_json::Value,
+    results: Vec<BenchResult>,
+    skipped: Vec<Skipped>,
+    headlines: Vec<Headline>,
+) -> Result<SuiteReport> {
     std::fs::create_dir_all(out_dir)?;
     let json_path = out_dir.join(format!("{suite}-{}.json", crate::machine::utc_stamp()));
     let file = SuiteFile {
@@ -131,7 +155,7 @@ pub fn finish(
         pmwire_version: env!("CARGO_PKG_VERSION").to_string(),
         machine: crate::machine::describe(None),
         parameters,
-        peers: serde_json::json!({}),
+        peers,
         results,
         skipped,
         headlines: headlines.clone(),

@@ -16,7 +16,7 @@ use pmwire_remote::proto::{Guarantee, Method};
 use transport::probe::{put_pingpong, ucx_perftest, PingPong};
 use transport::UcxTransport;
 
-use super::common::{finish, latency_result, ratio, ServerThread, CORES_NOTE, TRANSPORTS};
+use super::common::{finish_with_peers, latency_result, perftest_peer, ratio, ServerThread, CORES_NOTE, TRANSPORTS};
 use super::server::ucx_config;
 use crate::schema::{BenchResult, Skipped};
 use crate::{Headline, SuiteReport};
@@ -70,7 +70,7 @@ pub fn run(options: &LatencyOptions) -> Result<SuiteReport> {
         "put": "put + transport flush (complete at the target, not persistent)",
         "raw_2rtt": "put + transport flush, then the get",
     });
-    finish("remote-latency", &options.out_dir, parameters, results, skipped, headlines)
+    finish_with_peers("remote-latency", &options.out_dir, parameters, perftest_peer(), results, skipped, headlines)
 }
 
 fn measure(
