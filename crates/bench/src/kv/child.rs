@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::placement::Placement;
 use crate::spawn::spawn_until_ready;
 
 /// How `pmwire kv` treats a write (its `--mode`).
@@ -52,20 +53,22 @@ pub struct KvChild {
 }
 
 impl KvChild {
-    /// Starts `exe kv` on a fresh `pool` of `size` (e.g. `2G`) in `mode`
-    /// and waits (≤ 30 s) for its ready file.
-    pub fn start(exe: &Path, pool: &Path, size: &str, mode: KvMode) -> Result<KvChild> {
+    /// Starts `exe kv` on a fresh `pool` of `size` (e.g. `2G`) in `mode`,
+    /// placed on `placement`'s server CPU, and waits (≤ 30 s) for its
+    /// ready file.
+    pub fn start(exe: &Path, pool: &Path, size: &str, mode: KvMode, placement: &Placement) -> Result<KvChild> {
         let _ = std::fs::remove_file(pool);
-        KvChild::restart(exe, pool, size, mode)
+        KvChild::restart(exe, pool, size, mode, placement)
     }
 
     /// Starts `exe kv` on `pool` as it is (recovering what it holds).
-    pub fn restart(exe: &Path, pool: &Path, size: &str, mode: KvMode) -> Result<KvChild> {
+    pub fn restart(exe: &Path, pool: &Path, size: &str, mode: KvMode, placement: &Placement) -> Result<KvChild> {
         let ready_file = pool.with_extension("ready");
         let mut command = Command::new(exe);
         command.arg("kv").arg("--pool").arg(pool).args(["--size", size, "--mode", mode.arg()]);
         command.args(["--resp", "127.0.0.1:0", "--http", "127.0.0.1:0", "--ready-file"]).arg(&ready_file);
         command.stdout(Stdio::null()).stderr(Stdio::inherit());
+        placement.pin_server(&mut command);
         let parse = |text: &str| Ok(address(text, "resp").zip(address(text, "http")));
         let (child, (resp, http)) = spawn_until_ready(command, "pmwire kv", &ready_file, parse)?;
         Ok(KvChild { child, resp, http, ready_file })

@@ -5,14 +5,26 @@
 //! pool and persisted) and no-persist (acknowledged, not persisted) — with
 //! the built-in closed-loop generator (`netio::loadgen`), and `wrk` at 50
 //! connections if it is installed. One server thread, as in PASTE.
+//!
+//! Method: the three servers run side by side (each on its own pool), all
+//! pinned to one CPU and the generator to another ([`Placement::split`]).
+//! Each trial visits every cell (size × connections) and, inside a cell,
+//! the three modes back to back in an order rotated per cell and trial,
+//! so that a change in the machine's load falls on all modes alike.
+//! Results are medians over the trials with min, max and every trial's
+//! value ([`super::trials`]); the server's CPU per request is estimated
+//! from its CPU time over the cell (warm-up included) and the measured
+//! rate.
 
 use anyhow::{Context, Result};
 use pmwire_netio::loadgen::{self, LoadConfig, StopAfter};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::child::{KvChild, KvMode};
+use super::placement::{CpuClock, Placement};
+use super::trials::{aggregate, describe_peer, paired_ratios_where, spread_table, TRIAL};
 use crate::measure::Progress;
 use crate::remote::common::{finish, ratio};
 use crate::schema::{BenchResult, Skipped};
@@ -26,7 +38,7 @@ pub const SUITE: &str = "http-wal";
 pub struct HttpWalOptions {
     /// The `pmwire` executable.
     pub exe: PathBuf,
-    /// Our pool file.
+    /// Our pool file; each mode's server gets its own, named after it.
     pub pool: PathBuf,
     /// Its size.
     pub pool_size: String,
@@ -34,8 +46,14 @@ pub struct HttpWalOptions {
     pub sizes: Vec<usize>,
     /// Connection counts.
     pub connections: Vec<u32>,
-    /// Timed seconds per cell.
+    /// Timed seconds per cell and trial.
     pub seconds: f64,
+    /// Untimed warm-up per cell and trial.
+    pub warmup: Duration,
+    /// Trials.
+    pub trials: usize,
+    /// Where servers and load generator run.
+    pub placement: Placement,
     /// Where the JSON goes.
     pub out_dir: PathBuf,
 }
@@ -49,97 +67,171 @@ impl HttpWalOptions {
             pool_size: "2G".into(),
             sizes: vec![64, 256, 1280, 2560],
             connections: vec![1, 10, 50, 100],
-            seconds: 3.0,
+            seconds: 2.0,
+            warmup: Duration::from_millis(300),
+            trials: 3,
+            placement: Placement::split(),
             out_dir,
         }
     }
 
     /// The tour's run.
     pub fn quick(exe: PathBuf, out_dir: PathBuf) -> HttpWalOptions {
-        HttpWalOptions { sizes: vec![64, 1280], connections: vec![1, 50], seconds: 1.0, pool_size: "1G".into(), ..HttpWalOptions::full(exe, out_dir) }
+        HttpWalOptions {
+            sizes: vec![64, 1280],
+            connections: vec![1, 50],
+            seconds: 1.0,
+            warmup: Duration::from_millis(200),
+            trials: 3,
+            pool_size: "1G".into(),
+            ..HttpWalOptions::full(exe, out_dir)
+        }
     }
 }
 
 const MODES: [KvMode; 3] = [KvMode::ZeroCopy, KvMode::Copy, KvMode::NoPersist];
 
+fn pool_for(pool: &Path, mode: KvMode) -> PathBuf {
+    let stem = pool.file_stem().and_then(|s| s.to_str()).unwrap_or("pmwire-bench-http");
+    pool.with_file_name(format!("{stem}-{}.pool", mode.arg()))
+}
+
 /// Runs the suite, writes its JSON and prints its table and headlines.
 pub fn run(options: &HttpWalOptions) -> Result<SuiteReport> {
-    let cells = MODES.len() * (options.sizes.len() * options.connections.len() + 1);
+    assert!(options.trials >= 1, "at least one trial");
+    let cells = options.trials * MODES.len() * (options.sizes.len() * options.connections.len() + 1);
     let progress = Progress::new(cells as u64, true);
-    let (mut results, mut skipped) = (Vec::new(), Vec::new());
+    let (mut trials, mut skipped) = (Vec::new(), Vec::new());
+    let mut servers = Vec::new();
     for mode in MODES {
-        let server = match KvChild::start(&options.exe, &options.pool, &options.pool_size, mode) {
-            Ok(server) => server,
-            Err(e) => {
-                skipped.push(Skipped::new(SUITE, mode.variant(), &format!("{e:#}")));
-                continue;
-            }
-        };
+        let pool = pool_for(&options.pool, mode);
+        match KvChild::start(&options.exe, &pool, &options.pool_size, mode, &options.placement) {
+            Ok(server) => servers.push((mode, server)),
+            Err(e) => skipped.push(Skipped::new(SUITE, mode.variant(), &format!("{e:#}"))),
+        }
+    }
+    for trial in 0..options.trials {
+        let mut cell = 0;
         for &size in &options.sizes {
             for &connections in &options.connections {
-                progress.stage(&format!("{} {size} B x {connections}", mode.arg()));
-                let config = LoadConfig {
-                    connections,
-                    method: "POST".into(),
-                    path: "/log".into(),
-                    body_bytes: size,
-                    stop: StopAfter::Duration(Duration::from_secs_f64(options.seconds)),
-                    warmup: Duration::from_millis(200),
-                    timeout: Duration::from_secs_f64(options.seconds * 4.0 + 30.0),
-                };
-                match loadgen::run(server.http, &config) {
-                    Ok(r) => results.push(
-                        BenchResult::new(SUITE, mode.variant())
-                            .size(size as u64)
-                            .param("connections", connections as u64)
-                            .param("generator", "pmwire loadgen")
-                            .metric("requests_per_s", r.throughput_rps)
-                            .metric("gb_per_s", r.throughput_rps * size as f64 / 1e9)
-                            .metric("latency_us_mean", r.latency_us_mean)
-                            .metric("latency_us_p99", r.latency_us_p99 as f64)
-                            .metric("errors", r.errors as f64),
-                    ),
-                    Err(e) => skipped.push(Skipped::new(SUITE, mode.variant(), &format!("{size} B x {connections}: {e}"))),
+                for i in 0..servers.len() {
+                    let (mode, server) = &servers[(i + cell + trial) % servers.len()];
+                    progress.stage(&format!("trial {}/{}: {} {size} B x {connections}", trial + 1, options.trials, mode.arg()));
+                    match measure_cell(options, server, size, connections) {
+                        Ok(result) => trials.push(result_of(*mode, size, connections, trial, result)),
+                        Err(e) => skipped.push(Skipped::new(SUITE, mode.variant(), &format!("{size} B x {connections}: {e}"))),
+                    }
+                    progress.step();
                 }
-                progress.step();
+                cell += 1;
             }
         }
-        progress.stage(&format!("{} wrk", mode.arg()));
-        match wrk(server.http, 1280, 50, options.seconds) {
-            Ok(rps) => results.push(
-                BenchResult::new(SUITE, &format!("{}_wrk", mode.variant()))
-                    .size(1280)
-                    .param("connections", 50u64)
-                    .param("generator", "wrk -t1")
-                    .metric("requests_per_s", rps)
-                    .metric("gb_per_s", rps * 1280.0 / 1e9),
-            ),
-            Err(e) => skipped.push(Skipped::new(SUITE, &format!("{}_wrk", mode.variant()), &format!("{e:#}"))),
+        for (mode, server) in &servers {
+            progress.stage(&format!("trial {}/{}: {} wrk", trial + 1, options.trials, mode.arg()));
+            let variant = format!("{}_wrk", mode.variant());
+            match wrk(server.http, 1280, 50, options.seconds, &options.placement) {
+                Ok(rps) => trials.push(
+                    BenchResult::new(SUITE, &variant)
+                        .size(1280)
+                        .param("connections", 50u64)
+                        .param("generator", "wrk -t1")
+                        .param(TRIAL, trial as u64)
+                        .metric("requests_per_s", rps)
+                        .metric("gb_per_s", rps * 1280.0 / 1e9),
+                ),
+                Err(e) if trial == 0 => skipped.push(Skipped::new(SUITE, &variant, &format!("{e:#}"))),
+                Err(_) => {}
+            }
+            progress.step();
         }
-        progress.step();
     }
-    let _ = std::fs::remove_file(&options.pool);
+    drop(servers);
+    MODES.iter().for_each(|&mode| _ = std::fs::remove_file(pool_for(&options.pool, mode)));
     progress.finish();
+    let results = aggregate(&trials);
+    print!("{}", spread_table(&results, "connections"));
+    let headline_cell = |r: &BenchResult| r.size_bytes == Some(1280) && r.params.get("connections") == Some(&50u64.into());
     let rps = |mode: KvMode| {
-        results
-            .iter()
-            .find(|r| r.variant == mode.variant() && r.size_bytes == Some(1280) && r.params.get("connections") == Some(&50.into()))
-            .and_then(|r| r.get("requests_per_s"))
+        results.iter().find(|r| r.variant == mode.variant() && headline_cell(r)).and_then(|r| r.get("requests_per_s"))
     };
     let (zero, copy, none) = (rps(KvMode::ZeroCopy), rps(KvMode::Copy), rps(KvMode::NoPersist));
+    let versus = |name: &str, value: Option<(f64, f64)>, target: f64, peer: KvMode, peer_name: &str| {
+        let mut headline = ratio(name, value.map(|(a, b)| a / b), target, true, peer_name);
+        if value.is_some() {
+            let paired =
+                paired_ratios_where(&trials, KvMode::ZeroCopy.variant(), peer.variant(), "requests_per_s", headline_cell);
+            headline.peer = describe_peer(peer_name, &paired);
+        }
+        headline
+    };
     let headlines = vec![
-        ratio("HTTP WAL 1280 B, 50 conns: zero-copy / copy", zero.zip(copy).map(|(a, b)| a / b), 1.2, true, "pmwire copy mode"),
-        ratio("HTTP WAL 1280 B, 50 conns: zero-copy / no-persist", zero.zip(none).map(|(a, b)| a / b), 0.85, true, "pmwire no-persist mode"),
+        versus("HTTP WAL 1280 B, 50 conns: zero-copy / copy", zero.zip(copy), 1.2, KvMode::Copy, "pmwire copy mode"),
+        versus(
+            "HTTP WAL 1280 B, 50 conns: zero-copy / no-persist",
+            zero.zip(none),
+            0.85,
+            KvMode::NoPersist,
+            "pmwire no-persist mode",
+        ),
     ];
-    let parameters = serde_json::json!({ "seconds": options.seconds, "pool": options.pool, "server_threads": 1 });
+    let parameters = serde_json::json!({
+        "seconds": options.seconds, "warmup_ms": options.warmup.as_millis() as u64, "trials": options.trials,
+        "pool": options.pool, "server_threads": 1, "placement": options.placement.describe(),
+        "order": "the three servers run side by side; each cell measures them back to back, in an order rotated per cell and trial",
+        "statistic": "metrics are medians over trials; requests_per_s_min / _max and params requests_per_s_per_trial give the spread",
+    });
     finish(SUITE, &options.out_dir, parameters, results, skipped, headlines)
 }
 
-/// `wrk -t1 -c<connections>` POSTing `size` B bodies; requests/s.
-fn wrk(addr: std::net::SocketAddr, size: usize, connections: u32, seconds: f64) -> Result<f64> {
+/// What one cell measured: the generator's report and the server's CPU
+/// seconds and wall seconds over the whole call.
+struct Cell {
+    report: loadgen::LoadReport,
+    server_cpu_s: f64,
+    wall_s: f64,
+}
+
+fn measure_cell(options: &HttpWalOptions, server: &KvChild, size: usize, connections: u32) -> Result<Cell> {
+    let config = LoadConfig {
+        connections,
+        method: "POST".into(),
+        path: "/log".into(),
+        body_bytes: size,
+        stop: StopAfter::Duration(Duration::from_secs_f64(options.seconds)),
+        warmup: options.warmup,
+        timeout: Duration::from_secs_f64(options.seconds * 4.0 + 30.0),
+    };
+    let clock = CpuClock::of(server.pid());
+    let (cpu_before, started) = (clock.seconds()?, Instant::now());
+    let report = options.placement.as_load(|| loadgen::run(server.http, &config))?;
+    Ok(Cell { report, server_cpu_s: clock.seconds()? - cpu_before, wall_s: started.elapsed().as_secs_f64() })
+}
+
+fn result_of(mode: KvMode, size: usize, connections: u32, trial: usize, cell: Cell) -> BenchResult {
+    let r = &cell.report;
+    // Requests over the whole call, estimated from the measured rate (the warm-up is not counted).
+    let cpu_us_per_request = cell.server_cpu_s * 1e6 / (r.throughput_rps * cell.wall_s).max(1.0);
+    BenchResult::new(SUITE, mode.variant())
+        .size(size as u64)
+        .param("connections", connections as u64)
+        .param("generator", "pmwire loadgen")
+        .param(TRIAL, trial as u64)
+        .metric("requests_per_s", r.throughput_rps)
+        .metric("gb_per_s", r.throughput_rps * size as f64 / 1e9)
+        .metric("latency_us_mean", r.latency_us_mean)
+        .metric("latency_us_p99", r.latency_us_p99 as f64)
+        .metric("errors", r.errors as f64)
+        .metric("server_cpu_us_per_request", cpu_us_per_request)
+}
+
+/// `wrk -t1 -c<connections>` POSTing `size` B bodies, on the load CPU;
+/// requests/s.
+fn wrk(addr: std::net::SocketAddr, size: usize, connections: u32, seconds: f64, placement: &Placement) -> Result<f64> {
     let script = std::env::temp_dir().join(format!("pmwire-wrk-{}-{size}.lua", std::process::id()));
     std::fs::write(&script, format!("wrk.method = \"POST\"\nwrk.body = string.rep(\"x\", {size})\n"))?;
-    let out = Command::new("wrk")
+    let mut command = Command::new("wrk");
+    placement.pin_load(&mut command);
+    let out = command
         .args(["-t1", &format!("-c{connections}"), &format!("-d{}s", seconds.ceil() as u64), "-s"])
         .arg(&script)
         .arg(format!("http://{addr}/log"))

@@ -4,6 +4,8 @@
 pub mod btree;
 pub mod child;
 pub mod http_wal;
+pub mod placement;
 pub mod redis;
 pub mod resp_suite;
+pub mod trials;
 pub mod ycsb;

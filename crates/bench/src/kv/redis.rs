@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::placement::Placement;
+
 /// How a `redis-server` peer persists writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Persistence {
@@ -74,16 +76,18 @@ pub struct RedisServer {
 
 impl RedisServer {
     /// Starts a server whose files live in a fresh directory under
-    /// `parent` (put it on the filesystem being compared) and waits until
-    /// it answers PING (10 s at most).
-    pub fn start(persistence: Persistence, parent: &Path) -> Result<RedisServer> {
+    /// `parent` (put it on the filesystem being compared), placed on
+    /// `placement`'s server CPU, and waits until it answers PING (10 s at
+    /// most).
+    pub fn start(persistence: Persistence, parent: &Path, placement: &Placement) -> Result<RedisServer> {
         let dir = parent.join(format!("pmwire-redis-{}-{}", persistence.name(), std::process::id()));
         if dir.exists() {
             std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
         }
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let port = free_port()?;
-        let child = Command::new("redis-server")
+        let mut command = Command::new("redis-server");
+        command
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--daemonize", "no"])
             .args(["--io-threads", "1", "--protected-mode", "no", "--logfile", "redis.log"])
             .arg("--dir")
@@ -91,12 +95,17 @@ impl RedisServer {
             .args(persistence.args())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting redis-server")?;
+            .stderr(Stdio::null());
+        placement.pin_server(&mut command);
+        let child = command.spawn().context("starting redis-server")?;
         let mut server = RedisServer { child, port, dir, persistence };
         server.wait_ready(Duration::from_secs(10))?;
         Ok(server)
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// The loopback port it listens on.
@@ -191,9 +200,11 @@ pub struct BenchmarkRow {
     pub latency_ms_p99: f64,
 }
 
-/// Runs `redis-benchmark` against `127.0.0.1:port` and parses its CSV.
-pub fn run_benchmark(port: u16, config: &BenchmarkConfig) -> Result<Vec<BenchmarkRow>> {
+/// Runs `redis-benchmark` against `127.0.0.1:port`, on `placement`'s
+/// load CPU, and parses its CSV.
+pub fn run_benchmark(port: u16, config: &BenchmarkConfig, placement: &Placement) -> Result<Vec<BenchmarkRow>> {
     let mut command = Command::new("redis-benchmark");
+    placement.pin_load(&mut command);
     command
         .args(["-h", "127.0.0.1", "-p", &port.to_string(), "--csv", "-t", &config.tests])
         .args(["-d", &config.value_bytes.to_string(), "-c", &config.clients.to_string()])
@@ -276,7 +287,7 @@ mod tests {
         }
         let parent = tempfile::tempdir().unwrap();
         for persistence in [Persistence::AppendFsyncAlways, Persistence::AppendFsyncEverysec, Persistence::Off] {
-            let server = RedisServer::start(persistence, parent.path()).unwrap();
+            let server = RedisServer::start(persistence, parent.path(), &Placement::split()).unwrap();
             let config = BenchmarkConfig {
                 tests: "set,get".into(),
                 value_bytes: 64,
@@ -285,7 +296,7 @@ mod tests {
                 keyspace: Some(100),
                 pipeline: 1,
             };
-            let rows = run_benchmark(server.port(), &config).unwrap();
+            let rows = run_benchmark(server.port(), &config, &Placement::split()).unwrap();
             let tests: Vec<&str> = rows.iter().map(|r| r.test.as_str()).collect();
             assert_eq!(tests, ["SET", "GET"], "{persistence:?}");
             assert!(rows.iter().all(|r| r.rps > 0.0), "{rows:?}");

@@ -3,17 +3,33 @@
 //! persistence, each with its files on the same filesystem as our pool
 //! (tmpfs), plus `appendfsync always` on the disk as users run it.
 //!
-//! Each server in turn, fresh: `redis-benchmark -t set,get -d 1024 -c 50
-//! -r <keys>`, then YCSB A and B (scrambled Zipfian, θ = 0.99, 1 KB values)
-//! with the closed-loop driver of [`super::ycsb`]. Every server, ours and
-//! Redis's, runs one thread; the load generator shares the 2 cores.
+//! Method (for ratios that mean something on a 2-core machine):
+//! - **Trials, interleaved.** Each trial starts every server in turn,
+//!   fresh (our pool recreated, Redis in an empty directory), in an order
+//!   rotated from trial to trial, so drift in the machine's load touches
+//!   every server alike. A trial: a warm-up `redis-benchmark -t set` (not
+//!   recorded), then `-t set` and `-t get` (`-d 1024 -c 50 -r <keys>`),
+//!   then, in the first `ycsb_trials` trials, YCSB A and B (scrambled
+//!   Zipfian, θ = 0.99, 1 KB values) with the closed-loop driver of
+//!   [`super::ycsb`].
+//! - **Placement.** Every server (ours and Redis's, all their threads) is
+//!   pinned to one CPU and the load generator to another
+//!   ([`Placement::split`], recorded in the JSON parameters).
+//! - **Reported**: per server and test the median over trials (the
+//!   metric the headlines use), the minimum and maximum, every trial's
+//!   value, and the server's CPU time per request (user + system, from
+//!   `/proc`), which depends less on the machine's other load than
+//!   throughput does. A headline is the ratio of medians; its peer text
+//!   gives the range of the per-trial ratios.
 
 use anyhow::Result;
 use pmwire_resp::ycsb::Workload;
 use std::path::{Path, PathBuf};
 
 use super::child::{KvChild, KvMode};
+use super::placement::{CpuClock, Placement};
 use super::redis::{self, BenchmarkConfig, Persistence, RedisServer};
+use super::trials::{aggregate, describe_peer, paired_ratios, spread_table};
 use super::ycsb::{self, YcsbConfig};
 use crate::measure::Progress;
 use crate::remote::common::{finish, ratio};
@@ -34,14 +50,22 @@ pub struct KvOptions {
     pub pool_size: String,
     /// Where the on-disk Redis peer keeps its files.
     pub disk_dir: PathBuf,
-    /// redis-benchmark requests per test.
+    /// redis-benchmark requests per test and trial.
     pub requests: u64,
+    /// redis-benchmark SET requests run first in each trial, not recorded.
+    pub warmup_requests: u64,
+    /// Trials (every server measured once per trial).
+    pub trials: usize,
+    /// Trials that also run YCSB (the first ones).
+    pub ycsb_trials: usize,
     /// YCSB records loaded.
     pub records: u64,
     /// YCSB operations timed per workload.
     pub ycsb_ops: u64,
     /// YCSB connections.
     pub ycsb_connections: usize,
+    /// Where servers and load generator run.
+    pub placement: Placement,
     /// Where the JSON goes.
     pub out_dir: PathBuf,
 }
@@ -55,16 +79,29 @@ impl KvOptions {
             pool_size: "2G".into(),
             disk_dir: "/var/tmp".into(),
             requests: 200_000,
+            warmup_requests: 50_000,
+            trials: 5,
+            ycsb_trials: 3,
             records: 100_000,
             ycsb_ops: 200_000,
             ycsb_connections: 16,
+            placement: Placement::split(),
             out_dir,
         }
     }
 
     /// The tour's run.
     pub fn quick(exe: PathBuf, out_dir: PathBuf) -> KvOptions {
-        KvOptions { requests: 30_000, records: 10_000, ycsb_ops: 20_000, pool_size: "512M".into(), ..KvOptions::full(exe, out_dir) }
+        KvOptions {
+            requests: 50_000,
+            warmup_requests: 10_000,
+            trials: 3,
+            ycsb_trials: 1,
+            records: 10_000,
+            ycsb_ops: 20_000,
+            pool_size: "512M".into(),
+            ..KvOptions::full(exe, out_dir)
+        }
     }
 }
 
@@ -90,6 +127,13 @@ enum Running {
 }
 
 impl Running {
+    fn pid(&self) -> u32 {
+        match self {
+            Running::Ours(child) => child.pid(),
+            Running::Redis(server) => server.pid(),
+        }
+    }
+
     fn resp(&self) -> std::net::SocketAddr {
         match self {
             Running::Ours(child) => child.resp,
@@ -100,6 +144,7 @@ impl Running {
 
 /// Runs the suite, writes its JSON and prints its table and headlines.
 pub fn run(options: &KvOptions) -> Result<SuiteReport> {
+    assert!(options.trials >= 1, "at least one trial");
     let shm_dir = options.pool.parent().unwrap_or(Path::new("/dev/shm")).to_path_buf();
     let peers = [
         Peer::Ours(KvMode::ZeroCopy),
@@ -109,108 +154,168 @@ pub fn run(options: &KvOptions) -> Result<SuiteReport> {
         Peer::Redis(Persistence::Off, "shm"),
         Peer::Redis(Persistence::AppendFsyncAlways, "disk"),
     ];
-    let progress = Progress::new(peers.len() as u64 * 3, true);
-    let (mut results, mut skipped) = (Vec::new(), Vec::new());
+    let steps_per_trial = |t: usize| if t < options.ycsb_trials { 3 } else { 1 };
+    let steps: usize = (0..options.trials).map(|t| peers.len() * steps_per_trial(t)).sum();
+    let progress = Progress::new(steps as u64, true);
+    let (mut trials, mut skipped) = (Vec::new(), Vec::new());
     let redis_ready = redis::server_version().and(redis::benchmark_available());
-    for peer in &peers {
-        let variant = peer.variant();
-        progress.stage(&variant);
-        let started = match peer {
-            Peer::Ours(mode) => KvChild::start(&options.exe, &options.pool, &options.pool_size, *mode).map(Running::Ours),
-            Peer::Redis(_, _) if redis_ready.is_err() => Err(anyhow::anyhow!(redis_ready.clone().unwrap_err())),
-            Peer::Redis(p, place) => {
-                let dir = if *place == "disk" { options.disk_dir.clone() } else { shm_dir.clone() };
-                RedisServer::start(*p, &dir).map(Running::Redis)
-            }
-        };
-        let server = match started {
-            Ok(server) => server,
-            Err(e) => {
-                skipped.push(Skipped::new(SUITE, &variant, &format!("{e:#}")));
-                (0..3).for_each(|_| progress.step());
-                continue;
-            }
-        };
-        measure(options, &server, &variant, &progress, &mut results, &mut skipped);
-        drop(server);
+    for trial in 0..options.trials {
+        for p in 0..peers.len() {
+            // Rotated order: no server always runs first (or right after the same one).
+            let peer = &peers[(p + trial) % peers.len()];
+            let variant = peer.variant();
+            progress.stage(&format!("trial {}/{}: {variant}", trial + 1, options.trials));
+            let started = match peer {
+                Peer::Ours(mode) => {
+                    KvChild::start(&options.exe, &options.pool, &options.pool_size, *mode, &options.placement)
+                        .map(Running::Ours)
+                }
+                Peer::Redis(_, _) if redis_ready.is_err() => Err(anyhow::anyhow!(redis_ready.clone().unwrap_err())),
+                Peer::Redis(p, place) => {
+                    let dir = if *place == "disk" { options.disk_dir.clone() } else { shm_dir.clone() };
+                    RedisServer::start(*p, &dir, &options.placement).map(Running::Redis)
+                }
+            };
+            let server = match started {
+                Ok(server) => server,
+                Err(e) => {
+                    if trial == 0 {
+                        skipped.push(Skipped::new(SUITE, &variant, &format!("{e:#}")));
+                    }
+                    (0..steps_per_trial(trial)).for_each(|_| progress.step());
+                    continue;
+                }
+            };
+            let ycsb = trial < options.ycsb_trials;
+            measure(options, &server, &variant, (trial, ycsb), &progress, &mut trials, &mut skipped);
+            drop(server);
+        }
     }
     let _ = std::fs::remove_file(&options.pool);
     progress.finish();
-    let headlines = headlines(&results);
+    let mut results = aggregate(&trials);
+    results.sort_by_key(|r| variant_rank(&r.variant));
+    print!("{}", spread_table(&results, "test"));
+    let headlines = headlines(&results, &trials);
     let parameters = serde_json::json!({
-        "requests": options.requests, "records": options.records, "ycsb_ops": options.ycsb_ops,
+        "trials": options.trials, "ycsb_trials": options.ycsb_trials,
+        "requests": options.requests, "warmup_requests": options.warmup_requests,
+        "records": options.records, "ycsb_ops": options.ycsb_ops,
         "ycsb_connections": options.ycsb_connections, "value_bytes": 1024, "redis_benchmark_clients": 50,
         "pool": options.pool, "disk_dir": options.disk_dir,
+        "placement": options.placement.describe(),
+        "order": "every trial starts each server fresh, in an order rotated by one per trial",
+        "statistic": "metrics are medians over trials; *_min / *_max and params *_per_trial give the spread",
         "redis": redis::server_version().unwrap_or_else(|e| e),
+        "redis_config": "--save '' --io-threads 1, otherwise defaults (automatic AOF rewrite on)",
     });
     finish(SUITE, &options.out_dir, parameters, results, skipped, headlines)
 }
 
+/// Measures one server in trial `trial`, adding one result per test
+/// (parameter `trial`) to `trials`; YCSB too if `ycsb`.
 fn measure(
     options: &KvOptions,
     server: &Running,
     variant: &str,
+    (trial_index, ycsb): (usize, bool),
     progress: &Progress,
-    results: &mut Vec<BenchResult>,
+    trials: &mut Vec<BenchResult>,
     skipped: &mut Vec<Skipped>,
 ) {
     let port = server.resp().port();
-    let config = BenchmarkConfig {
-        tests: "set,get".into(),
+    let clock = CpuClock::of(server.pid());
+    let config = |tests: &str, requests: u64| BenchmarkConfig {
+        tests: tests.into(),
         value_bytes: 1024,
         clients: 50,
-        requests: options.requests,
+        requests,
         keyspace: Some(options.records),
         pipeline: 1,
     };
-    match redis::run_benchmark(port, &config) {
-        Ok(rows) => results.extend(rows.into_iter().map(|row| {
-            BenchResult::new(SUITE, variant)
-                .size(1024)
-                .param("test", format!("redis-benchmark {}", row.test))
-                .metric(&format!("{}_rps", row.test.to_lowercase()), row.rps)
-                .metric("latency_ms_mean", row.latency_ms_mean)
-                .metric("latency_ms_p50", row.latency_ms_p50)
-                .metric("latency_ms_p99", row.latency_ms_p99)
-        })),
-        Err(e) => skipped.push(Skipped::new(SUITE, variant, &format!("redis-benchmark: {e:#}"))),
+    let mut trial: Vec<BenchResult> = Vec::new();
+    let warm = redis::run_benchmark(port, &config("set", options.warmup_requests), &options.placement);
+    if let Err(e) = warm {
+        skipped.push(Skipped::new(SUITE, variant, &format!("redis-benchmark warm-up: {e:#}")));
+    }
+    for test in ["set", "get"] {
+        let before = clock.seconds();
+        let rows = redis::run_benchmark(port, &config(test, options.requests), &options.placement);
+        let cpu_us = before.and_then(|b| Ok((clock.seconds()? - b) * 1e6 / options.requests as f64));
+        match rows {
+            Ok(rows) => trial.extend(rows.into_iter().map(|row| {
+                let mut result = BenchResult::new(SUITE, variant)
+                    .size(1024)
+                    .param("test", format!("redis-benchmark {}", row.test))
+                    .metric(&format!("{}_rps", row.test.to_lowercase()), row.rps)
+                    .metric("latency_ms_mean", row.latency_ms_mean)
+                    .metric("latency_ms_p50", row.latency_ms_p50)
+                    .metric("latency_ms_p99", row.latency_ms_p99);
+                if let Ok(us) = cpu_us {
+                    result = result.metric("server_cpu_us_per_request", us);
+                }
+                result
+            })),
+            Err(e) => skipped.push(Skipped::new(SUITE, variant, &format!("redis-benchmark {test}: {e:#}"))),
+        }
     }
     progress.step();
-    for (name, workload) in [("a", Workload::a(options.records, 7)), ("b", Workload::b(options.records, 7))] {
-        let config = YcsbConfig {
-            workload,
-            connections: options.ycsb_connections,
-            ops: options.ycsb_ops,
-            warmup_ops: options.ycsb_ops / 10,
-            load_pipeline: 16,
-        };
-        match ycsb::run(server.resp(), &config) {
-            Ok(r) => results.push(
-                BenchResult::new(SUITE, variant)
-                    .size(1024)
-                    .param("test", format!("ycsb-{name}"))
-                    .metric(&format!("ycsb_{name}_ops_per_s"), r.throughput_ops_per_s)
-                    .metric("latency_us_mean", r.latency_us_mean)
-                    .metric("latency_us_p50", r.latency_us_p50)
-                    .metric("latency_us_p99", r.latency_us_p99)
-                    .metric("error_replies", r.errors as f64),
-            ),
-            Err(e) => skipped.push(Skipped::new(SUITE, variant, &format!("ycsb-{name}: {e:#}"))),
+    if ycsb {
+        for (name, workload) in [("a", Workload::a(options.records, 7)), ("b", Workload::b(options.records, 7))] {
+            let config = YcsbConfig {
+                workload,
+                connections: options.ycsb_connections,
+                ops: options.ycsb_ops,
+                warmup_ops: options.ycsb_ops / 10,
+                load_pipeline: 16,
+            };
+            match options.placement.as_load(|| ycsb::run(server.resp(), &config)) {
+                Ok(r) => trial.push(
+                    BenchResult::new(SUITE, variant)
+                        .size(1024)
+                        .param("test", format!("ycsb-{name}"))
+                        .metric(&format!("ycsb_{name}_ops_per_s"), r.throughput_ops_per_s)
+                        .metric("latency_us_mean", r.latency_us_mean)
+                        .metric("latency_us_p50", r.latency_us_p50)
+                        .metric("latency_us_p99", r.latency_us_p99)
+                        .metric("error_replies", r.errors as f64),
+                ),
+                Err(e) => skipped.push(Skipped::new(SUITE, variant, &format!("ycsb-{name}: {e:#}"))),
+            }
+            progress.step();
         }
-        progress.step();
     }
+    trials.extend(trial.into_iter().map(|r| r.param("trial", trial_index as u64)));
+}
+
+/// The suite's peers in the order the table lists them.
+fn variant_rank(variant: &str) -> usize {
+    let order = [
+        KvMode::ZeroCopy.variant().to_string(),
+        KvMode::Copy.variant().to_string(),
+        Persistence::AppendFsyncAlways.name().to_string(),
+        Persistence::AppendFsyncEverysec.name().to_string(),
+        Persistence::Off.name().to_string(),
+        format!("{}_disk", Persistence::AppendFsyncAlways.name()),
+    ];
+    order.iter().position(|v| v == variant).unwrap_or(order.len())
 }
 
 fn metric(results: &[BenchResult], variant: &str, name: &str) -> Option<f64> {
     results.iter().filter(|r| r.variant == variant).find_map(|r| r.get(name))
 }
 
-/// The ratios, ours (zero-copy) against each peer.
-pub fn headlines(results: &[BenchResult]) -> Vec<Headline> {
+/// The ratios, ours (zero-copy) against each peer: ratios of the
+/// medians over trials; the peer text gives the per-trial ratios' range.
+pub fn headlines(results: &[BenchResult], trials: &[BenchResult]) -> Vec<Headline> {
     let ours = KvMode::ZeroCopy.variant();
     let versus = |name: &str, metric_name: &str, peer: &str, target: f64| {
         let value = metric(results, ours, metric_name).zip(metric(results, peer, metric_name)).map(|(a, b)| a / b);
-        ratio(name, value, target, true, peer)
+        let mut headline = ratio(name, value, target, true, peer);
+        if value.is_some() {
+            headline.peer = describe_peer(peer, &paired_ratios(trials, ours, peer, metric_name));
+        }
+        headline
     };
     let always = Persistence::AppendFsyncAlways.name();
     let off = Persistence::Off.name();

@@ -223,7 +223,7 @@ mod tests {
             return;
         }
         let dir = tempfile::tempdir().unwrap();
-        let server = RedisServer::start(Persistence::Off, dir.path()).unwrap();
+        let server = RedisServer::start(Persistence::Off, dir.path(), &crate::kv::placement::Placement::split()).unwrap();
         let addr: SocketAddr = format!("127.0.0.1:{}", server.port()).parse().unwrap();
         let config = YcsbConfig {
             workload: Workload::a(2000, 7),

@@ -1,0 +1,190 @@
+//! Repeated, interleaved trials of the kv and http-wal suites, summarised.
+//!
+//! A suite records one [`BenchResult`] per trial and configuration, with
+//! the trial's index in the parameter `trial`. [`aggregate`] folds them
+//! into one result per configuration (same bench, variant, size and
+//! parameters other than `trial`): every metric becomes its median over
+//! the trials; the primary rate (the first metric ending in `_rps`,
+//! `_ops_per_s` or `requests_per_s`) also gets `<rate>_min`,
+//! `<rate>_max` and the parameter `<rate>_per_trial` with every value.
+//! [`paired_ratios`] gives ours / peer trial by trial, the spread a
+//! headline quotes beside its ratio of medians.
+
+use std::collections::BTreeMap;
+
+use crate::measure::Spread;
+use crate::schema::BenchResult;
+use crate::table;
+
+/// The parameter holding a result's trial index.
+pub const TRIAL: &str = "trial";
+
+fn trial_of(result: &BenchResult) -> Option<u64> {
+    result.params.get(TRIAL).and_then(|v| v.as_u64())
+}
+
+/// What identifies a configuration: everything but the trial index.
+fn key_of(result: &BenchResult) -> String {
+    let params: BTreeMap<&String, &serde_json::Value> = result.params.iter().filter(|(k, _)| *k != TRIAL).collect();
+    format!("{}|{}|{:?}|{}", result.bench, result.variant, result.size_bytes, serde_json::json!(params))
+}
+
+/// The rate a result is judged by.
+pub fn primary(result: &BenchResult) -> Option<&str> {
+    result.metrics.keys().map(String::as_str).find(|k| k.ends_with("_rps") || k.ends_with("_ops_per_s"))
+}
+
+/// One result per configuration, in order of first appearance (see the
+/// module docs).
+pub fn aggregate(trials: &[BenchResult]) -> Vec<BenchResult> {
+    let mut groups: BTreeMap<String, Vec<&BenchResult>> = BTreeMap::new();
+    let mut order = Vec::new();
+    for result in trials {
+        let key = key_of(result);
+        if !groups.contains_key(&key) {
+            order.push(key.clone());
+        }
+        groups.entry(key).or_default().push(result);
+    }
+    order.into_iter().map(|key| summarise(&groups[&key])).collect()
+}
+
+fn summarise(group: &[&BenchResult]) -> BenchResult {
+    let first = group[0];
+    let mut out = BenchResult::new(&first.bench, &first.variant);
+    out.size_bytes = first.size_bytes;
+    for (k, v) in first.params.iter().filter(|(k, _)| *k != TRIAL) {
+        out = out.param(k, v.clone());
+    }
+    out = out.param("trials", group.len() as u64);
+    let rate = primary(first).map(str::to_string);
+    let mut names: Vec<&String> = group.iter().flat_map(|r| r.metrics.keys()).collect();
+    names.sort();
+    names.dedup();
+    for name in names {
+        let mut values: Vec<f64> = group.iter().filter_map(|r| r.get(name)).collect();
+        let per_trial = values.clone();
+        let spread = Spread::of(&mut values);
+        out = out.metric(name, spread.median);
+        if rate.as_deref() == Some(name.as_str()) {
+            out = out
+                .metric(&format!("{name}_min"), spread.min)
+                .metric(&format!("{name}_max"), spread.max)
+                .param(&format!("{name}_per_trial"), per_trial);
+        }
+    }
+    out
+}
+
+/// ours / peer of metric `name`, for each trial in which both have a
+/// result with it, trials in ascending order.
+pub fn paired_ratios(trials: &[BenchResult], ours: &str, peer: &str, name: &str) -> Vec<f64> {
+    paired_ratios_where(trials, ours, peer, name, |_| true)
+}
+
+/// [`paired_ratios`] over the results `filter` accepts.
+pub fn paired_ratios_where(
+    trials: &[BenchResult],
+    ours: &str,
+    peer: &str,
+    name: &str,
+    filter: impl Fn(&BenchResult) -> bool,
+) -> Vec<f64> {
+    let at = |variant: &str, trial: u64| {
+        trials
+            .iter()
+            .filter(|r| r.variant == variant && trial_of(r) == Some(trial) && filter(r))
+            .find_map(|r| r.get(name))
+    };
+    let mut indices: Vec<u64> = trials.iter().filter_map(trial_of).collect();
+    indices.sort_unstable();
+    indices.dedup();
+    indices.into_iter().filter_map(|t| Some(at(ours, t)? / at(peer, t)?)).collect()
+}
+
+/// A headline's peer text: the peer, and the per-trial ratios' range.
+pub fn describe_peer(peer: &str, paired: &[f64]) -> String {
+    if paired.is_empty() {
+        return peer.to_string();
+    }
+    let spread = Spread::of(&mut paired.to_vec());
+    format!("{peer} (ratio of medians over {} trials; per-trial ratios {:.2}-{:.2})", paired.len(), spread.min, spread.max)
+}
+
+/// One line per configuration: `label` parameter (or the size), server,
+/// median, min, max, trials, and the server's CPU per request if measured.
+pub fn spread_table(results: &[BenchResult], label: &str) -> String {
+    let header = ["configuration", "server", "median/s", "min", "max", "trials", "server CPU us/req"];
+    let mut rows = vec![header.iter().map(|s| s.to_string()).collect::<Vec<_>>()];
+    for r in results {
+        let Some(name) = primary(r) else { continue };
+        let get = |m: &str| r.get(m).map(table::num).unwrap_or_else(|| "-".into());
+        let what = match r.params.get(label) {
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(v) => format!("{label} {v}"),
+            None => String::new(),
+        };
+        let size = r.size_bytes.map(table::human_bytes).unwrap_or_default();
+        rows.push(vec![
+            format!("{size} {what}").trim().to_string(),
+            r.variant.clone(),
+            get(name),
+            get(&format!("{name}_min")),
+            get(&format!("{name}_max")),
+            r.params.get("trials").map(|v| v.to_string()).unwrap_or_default(),
+            get("server_cpu_us_per_request"),
+        ]);
+    }
+    table::render(&rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trial(variant: &str, t: u64, rps: f64) -> BenchResult {
+        BenchResult::new("kv", variant).size(1024).param("test", "SET").param(TRIAL, t).metric("set_rps", rps).metric("latency_ms_p50", rps / 1000.0)
+    }
+
+    #[test]
+    fn medians_and_spread_per_configuration() {
+        let trials = vec![
+            trial("ours", 0, 100.0),
+            trial("peer", 0, 50.0),
+            trial("ours", 1, 300.0),
+            trial("peer", 1, 100.0),
+            trial("ours", 2, 200.0),
+            trial("peer", 2, 400.0),
+        ];
+        let results = aggregate(&trials);
+        assert_eq!(results.len(), 2);
+        let ours = &results[0];
+        assert_eq!(ours.variant, "ours");
+        assert_eq!(ours.get("set_rps"), Some(200.0));
+        assert_eq!(ours.get("set_rps_min"), Some(100.0));
+        assert_eq!(ours.get("set_rps_max"), Some(300.0));
+        assert_eq!(ours.get("latency_ms_p50"), Some(0.2));
+        assert_eq!(ours.get("latency_ms_p50_min"), None, "only the rate gets a spread");
+        assert_eq!(ours.params.get("trials"), Some(&3u64.into()));
+        assert_eq!(ours.params.get(TRIAL), None);
+        assert_eq!(ours.params.get("set_rps_per_trial"), Some(&serde_json::json!([100.0, 300.0, 200.0])));
+        assert_eq!(paired_ratios(&trials, "ours", "peer", "set_rps"), vec![2.0, 3.0, 0.5]);
+        let text = describe_peer("peer", &[2.0, 3.0, 0.5]);
+        assert!(text.contains("3 trials") && text.contains("0.50-3.00"), "{text}");
+    }
+
+    #[test]
+    fn different_parameters_are_different_configurations() {
+        let a = trial("ours", 0, 1.0).param("connections", 1u64);
+        let b = trial("ours", 0, 2.0).param("connections", 50u64);
+        assert_eq!(aggregate(&[a.clone(), b.clone()]).len(), 2);
+        let pairs = paired_ratios_where(&[a, b], "ours", "ours", "set_rps", |r| r.params.get("connections") == Some(&50u64.into()));
+        assert_eq!(pairs, vec![1.0]);
+    }
+
+    #[test]
+    fn a_trial_missing_one_side_is_not_paired() {
+        let trials = vec![trial("ours", 0, 100.0), trial("ours", 1, 100.0), trial("peer", 1, 50.0)];
+        assert_eq!(paired_ratios(&trials, "ours", "peer", "set_rps"), vec![2.0]);
+    }
+}
