@@ -57,19 +57,22 @@ pub struct KvConfig {
 }
 
 impl KvConfig {
-    /// `buffers` 2 KB buffers, a WAL of one slot per 4 buffers (16 Ki to
-    /// 256 Ki slots), a 16 Ki-slot user log, and a tree of one node per 8
-    /// buffers (at least 64).
+    /// `buffers` 2 KB buffers, a WAL of one slot per buffer (16 Ki to
+    /// 1 Mi slots, 8 B each), a 16 Ki-slot user log, and a tree of one
+    /// node per 8 buffers (at least 64).
     ///
     /// The WAL's size sets how often the tree is checkpointed (when half
     /// full): each checkpoint rewrites every tree node its keys touch, so
     /// with many keys a larger WAL divides the tree writes per update
     /// (YCSB-A, 100 K keys: 16 Ki slots made checkpoints ~35% of the
-    /// server's CPU). Retained records pin their buffers until the
-    /// checkpoint; at one slot per 4 buffers half a WAL of one-extent SETs
-    /// (3 words each) pins at most 1/24 of the pool.
+    /// server's CPU; redis-benchmark SET over 100 K keys at one slot per 4
+    /// buffers, about a fifth). Retained records pin their buffers until
+    /// the checkpoint: half a WAL of one-extent SETs (3 words each) pins at
+    /// most 1/6 of the pool, and below the checkpoint floor
+    /// ([`Engine::set_checkpoint_floor`]) a commit checkpoints early. The
+    /// price is recovery, which replays up to half a WAL of records.
     pub fn new(buffers: u32) -> KvConfig {
-        let wal_slots = (buffers as u64 / 4).clamp(16384, 1 << 18);
+        let wal_slots = (buffers as u64).clamp(16384, 1 << 20);
         KvConfig { buf_size: DEFAULT_BUF_SIZE, buffers, wal_slots, log_slots: 16384, tree_nodes: (buffers / 8).max(64) }
     }
 

@@ -214,6 +214,39 @@ fn idle_server_sleeps_after_its_poll_budget() {
     idle_server_sleeps(50);
 }
 
+/// With a batch wait, turns that sent replies wait for the requests they bring; a wait that
+/// gets fewer than it expects still ends (here: ten connections answered, then only one
+/// sends again, after a pause, and is answered), and an idle loop still sleeps.
+#[test]
+fn batch_wait_ends_with_fewer_arrivals_than_expected() {
+    let cfg = Config { batch_wait_us: 200, ..small_config() };
+    let srv = start(cfg, HeapBuffers::new(1024, 256), HttpEcho::default());
+    let mut conns: Vec<_> = (0..10).map(|_| (connect(srv.addr), Reader::new())).collect();
+    for round in 0..50u64 {
+        for (i, (s, _)) in conns.iter_mut().enumerate() {
+            write_all(s, &post("/b", &body(round * 10 + i as u64, 100)));
+        }
+        for (i, (s, r)) in conns.iter_mut().enumerate() {
+            assert_eq!(r.read(s).body, body(round * 10 + i as u64, 100));
+        }
+    }
+    for pause_ms in [0, 5, 50] {
+        std::thread::sleep(std::time::Duration::from_millis(pause_ms));
+        let (s, r) = &mut conns[3];
+        write_all(s, &post("/alone", b"alone"));
+        assert_eq!(r.read(s).body, b"alone");
+    }
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    drop(conns);
+    let (server, cpu_s) = srv.stop();
+    let stats = server.stats();
+    assert_eq!(server.service().requests, 503);
+    assert_eq!(server.source().in_use(), 0, "buffers leaked");
+    assert!(cpu_s < 0.5, "server thread used {cpu_s:.3} s of CPU over about a second, mostly idle");
+    assert_eq!(stats.batch_waits > 0, stats.min_wait_supported, "{stats:?}");
+    println!("batch wait: {stats:?}");
+}
+
 /// A seeded xorshift generator (the seed is printed so a failure can be replayed).
 struct Rng(u64);
 
