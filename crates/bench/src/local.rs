@@ -388,8 +388,8 @@ mod tests {
         for r in &file.results {
             assert!(r.metrics.values().all(|v| v.is_finite()), "{r:?}");
         }
-        assert_eq!(file.headlines.len(), 7);
-        assert_eq!(report.headlines.len(), 7);
+        assert_eq!(file.headlines.len(), 9);
+        assert_eq!(report.headlines.len(), 9);
     }
 
     #[test]

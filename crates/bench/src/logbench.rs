@@ -31,9 +31,10 @@ pub const TAIL_NAIVE_PAD64: &str = "appendlog_naive_pad64";
 pub const TAIL_SELF_VALIDATING_PAD64: &str = "appendlog_self_validating_pad64";
 /// PMDK's libpmemlog.
 pub const PMEMLOG: &str = "pmemlog_append";
-/// No log: the bytes of one entry (header + payload), packed as the log
-/// packs them and stored the way it stores them (`store_entry_nodrain`),
-/// then one drain. The floor of any log that needs one persist per append.
+/// No log: the bytes of one entry (header + payload), laid out as the
+/// default log lays them out (padded to 64 B) and stored the way it stores
+/// them (`store_entry_nodrain`, `prefetch_entry`), then one drain. The
+/// floor of any log that needs one persist per append.
 pub const PERSIST_FLOOR: &str = "persist_floor";
 
 /// Variants per entry size: the `AppendLog`s, `pmemlog_append` and the floor.
@@ -88,18 +89,19 @@ impl Variant<'_> {
                 }
             }
             Variant::Floor { base, capacity, pos } => {
-                // The entry as the unpadded log lays it out and writes it
-                // (the log's own store path and prefetch), with a constant
-                // header: no checksum, no tail, no bookkeeping.
-                let len = ENTRY_HEADER_BYTES + payload.len() as u64;
+                // The entry as the default log (entries padded to 64 B)
+                // lays it out and writes it (the log's own store path and
+                // prefetch), with a constant header: no checksum, no tail,
+                // no bookkeeping.
+                let size = Padding::Line.padded(ENTRY_HEADER_BYTES as usize + payload.len()) as u64;
                 for _ in 0..count {
-                    if *pos + len > *capacity {
+                    if *pos + size > *capacity {
                         *pos = 0;
                     }
                     store_entry_nodrain(region, *base + *pos, payload, || [0x5a; ENTRY_HEADER_BYTES as usize]);
-                    let next = (*pos + len).next_multiple_of(8);
-                    if next + len <= *capacity {
-                        prefetch_entry(region, *base + next, len);
+                    let next = *pos + size;
+                    if next + size <= *capacity {
+                        prefetch_entry(region, *base + next, size);
                     }
                     region.drain();
                     *pos = next;

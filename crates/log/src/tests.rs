@@ -129,7 +129,8 @@ fn truncation_is_durable_and_bounded() {
 #[test]
 fn full_log_refuses_and_writes_nothing() {
     for tail in STRATEGIES {
-        let (mut media, mut log) = fresh(LogConfig::new(1024, tail), 0);
+        // Packed entries: 100 B payloads take 120 B each, 8 of them 960 B.
+        let (mut media, mut log) = fresh(LogConfig::new(1024, tail).with_padding(Padding::None), 0);
         while log.append(&mut media, &[7; 100]).is_ok() {}
         let before = media.bytes().to_vec();
         let err = log.append(&mut media, &[7; 100]).unwrap_err();
