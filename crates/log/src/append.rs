@@ -620,8 +620,8 @@ fn decode_config(line: &[u8; HEADER_LINE_BYTES]) -> Result<(LogConfig, u64), Ope
 /// The payload past the header's last cache line starts on a line
 /// boundary: it goes out first (streamed above the media's threshold), and
 /// `header` (the checksum) is computed while those lines drain. Then the
-/// header and the payload bytes that share its line go out as one piece
-/// (one flush per line). Nothing is durable before the caller's drain, so
+/// header and the payload bytes that share its line are stored, and that
+/// line is flushed once. Nothing is durable before the caller's drain, so
 /// the order within the entry does not matter for recovery.
 #[inline]
 pub fn store_entry_nodrain<M: Media>(media: &mut M, at: u64, payload: &[u8], header: impl FnOnce() -> EntryHeader) {
@@ -632,12 +632,13 @@ pub fn store_entry_nodrain<M: Media>(media: &mut M, at: u64, payload: &[u8], hea
         media.memcpy_nodrain(header_end + shared as u64, &payload[shared..]);
     }
     let header = header();
-    let mut first = [0u8; ENTRY_HEADER_BYTES as usize + LINE];
-    let first_len = ENTRY_HEADER_BYTES as usize + shared;
-    first[..header.len()].copy_from_slice(&header);
-    first[header.len()..first_len].copy_from_slice(&payload[..shared]);
-    media.write(at, &first[..first_len]);
-    media.flush(at, first_len as u64);
+    // Straight to the media, no staging buffer: fewer stores in flight
+    // behind the previous append's drain.
+    media.write(at, &header);
+    if shared > 0 {
+        media.write(header_end, &payload[..shared]);
+    }
+    media.flush(at, ENTRY_HEADER_BYTES + shared as u64);
 }
 
 /// Fetches for writing the lines that an entry of `size` bytes at `at`

@@ -129,13 +129,17 @@ pub type EntryHeader = [u8; ENTRY_HEADER_BYTES as usize];
 /// whose CRC covers the LSN, the length and the payload.
 #[inline]
 pub fn entry_header(lsn: u64, payload: &[u8], seed: Option<u32>) -> EntryHeader {
+    let len = payload.len() as u32;
+    // The CRC of `lsn | len` from registers, then of the payload: the same
+    // value as over the header's first 12 bytes, without storing them first.
+    let crc = seed.map_or(0, |seed| {
+        let head = pmem::crc::crc32c_append_u32(pmem::crc::crc32c_append_u64(seed, lsn), len);
+        pmem::crc::crc32c_append(head, payload)
+    });
     let mut header = [0u8; ENTRY_HEADER_BYTES as usize];
     put_u64(&mut header, 0, lsn);
-    put_u32(&mut header, 8, payload.len() as u32);
-    if let Some(seed) = seed {
-        let crc = pmem::crc::crc32c_append(pmem::crc::crc32c_append(seed, &header[..12]), payload);
-        put_u32(&mut header, 12, crc);
-    }
+    put_u32(&mut header, 8, len);
+    put_u32(&mut header, 12, crc);
     header
 }
 
