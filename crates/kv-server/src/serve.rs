@@ -11,12 +11,14 @@ use serde::{Deserialize, Serialize};
 use crate::service::KvService;
 use crate::store::{Mode, Recovered, Store, StoreError, MAX_RX_BYTES};
 
-/// The loop's batch wait ([`pmwire_netio::Config::batch_wait_us`]): after a turn that sent
-/// replies, up to this long for the requests they will bring. Measured with redis-benchmark
-/// (SET, 1 KB, 50 clients, server and generator pinned to the two cores): waking on the first
-/// completion handled ~3 requests per turn; 100–300 µs handled 15–25, cutting the CPU both the
-/// server and the generator spend per request; 500 µs and more left both idle.
-pub const BATCH_WAIT_US: u32 = 200;
+/// The loop's batch wait ([`pmwire_netio::Config::batch_wait_us`]): off. Measured with
+/// redis-benchmark (SET/GET, 1 KB, server and generator pinned to the two cores), 200 µs took
+/// a turn from ~3 requests to ~20 and cut the server's and the generator's CPU per request
+/// (which raised throughput while other processes shared the cores), but on a quiet machine it
+/// gained nothing at 50 clients (SET 82–84 K/s either way) and lost at 16 (SET 66–73 K/s
+/// against 74–81 K/s: a closed loop with few connections loses the overlap of server and
+/// generator), and YCSB runs 16 connections.
+pub const BATCH_WAIT_US: u32 = 0;
 
 /// What `pmwire kv` serves.
 #[derive(Clone, Debug)]

@@ -307,7 +307,11 @@ impl HttpCtx<'_, '_, '_> {
         let gather = || match &pieces[..] {
             [] => Cow::Borrowed(&[][..]),
             [one] => Cow::Borrowed(one.bytes),
-            many => Cow::Owned(many.iter().flat_map(|p| p.bytes.iter().copied()).collect()),
+            many => {
+                let mut bytes = Vec::with_capacity(many.iter().map(|p| p.bytes.len()).sum());
+                many.iter().for_each(|p| bytes.extend_from_slice(p.bytes));
+                Cow::Owned(bytes)
+            }
         };
         if let Some(key) = req.path.strip_prefix("/kv/").filter(|k| !k.is_empty()) {
             let key = key.as_bytes();

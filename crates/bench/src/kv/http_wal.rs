@@ -14,7 +14,10 @@
 //! Results are medians over the trials with min, max and every trial's
 //! value ([`super::trials`]); the server's CPU per request is estimated
 //! from its CPU time over the cell (warm-up included) and the measured
-//! rate.
+//! rate; `other_processes_cpu_share` is the share of the machine other
+//! processes took meanwhile. The headlines use the built-in generator, as
+//! the issue asks; the same ratios measured with `wrk` follow as
+//! information.
 
 use anyhow::{Context, Result};
 use pmwire_netio::loadgen::{self, LoadConfig, StopAfter};
@@ -23,12 +26,12 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::child::{KvChild, KvMode};
-use super::placement::{CpuClock, Placement};
+use super::placement::{CpuClock, LoadProbe, Placement};
 use super::trials::{aggregate, describe_peer, paired_ratios_where, spread_table, TRIAL};
 use crate::measure::Progress;
 use crate::remote::common::{finish, ratio};
 use crate::schema::{BenchResult, Skipped};
-use crate::SuiteReport;
+use crate::{Headline, SuiteReport};
 
 /// The suite's name.
 pub const SUITE: &str = "http-wal";
@@ -129,16 +132,26 @@ pub fn run(options: &HttpWalOptions) -> Result<SuiteReport> {
         for (mode, server) in &servers {
             progress.stage(&format!("trial {}/{}: {} wrk", trial + 1, options.trials, mode.arg()));
             let variant = format!("{}_wrk", mode.variant());
+            let clock = CpuClock::of(server.pid());
+            let (cpu_before, started, probe) = (clock.seconds(), Instant::now(), LoadProbe::start(clock));
             match wrk(server.http, 1280, 50, options.seconds, &options.placement) {
-                Ok(rps) => trials.push(
-                    BenchResult::new(SUITE, &variant)
+                Ok(rps) => {
+                    let mut result = BenchResult::new(SUITE, &variant)
                         .size(1280)
                         .param("connections", 50u64)
                         .param("generator", "wrk -t1")
                         .param(TRIAL, trial as u64)
                         .metric("requests_per_s", rps)
-                        .metric("gb_per_s", rps * 1280.0 / 1e9),
-                ),
+                        .metric("gb_per_s", rps * 1280.0 / 1e9);
+                    let requests = rps * started.elapsed().as_secs_f64();
+                    if let (Ok(before), Ok(after)) = (cpu_before, clock.seconds()) {
+                        result = result.metric("server_cpu_us_per_request", (after - before) * 1e6 / requests.max(1.0));
+                    }
+                    if let Ok(share) = probe.and_then(|p| p.other_share()) {
+                        result = result.metric("other_processes_cpu_share", share);
+                    }
+                    trials.push(result);
+                }
                 Err(e) if trial == 0 => skipped.push(Skipped::new(SUITE, &variant, &format!("{e:#}"))),
                 Err(_) => {}
             }
@@ -150,30 +163,7 @@ pub fn run(options: &HttpWalOptions) -> Result<SuiteReport> {
     progress.finish();
     let results = aggregate(&trials);
     print!("{}", spread_table(&results, "connections"));
-    let headline_cell = |r: &BenchResult| r.size_bytes == Some(1280) && r.params.get("connections") == Some(&50u64.into());
-    let rps = |mode: KvMode| {
-        results.iter().find(|r| r.variant == mode.variant() && headline_cell(r)).and_then(|r| r.get("requests_per_s"))
-    };
-    let (zero, copy, none) = (rps(KvMode::ZeroCopy), rps(KvMode::Copy), rps(KvMode::NoPersist));
-    let versus = |name: &str, value: Option<(f64, f64)>, target: f64, peer: KvMode, peer_name: &str| {
-        let mut headline = ratio(name, value.map(|(a, b)| a / b), target, true, peer_name);
-        if value.is_some() {
-            let paired =
-                paired_ratios_where(&trials, KvMode::ZeroCopy.variant(), peer.variant(), "requests_per_s", headline_cell);
-            headline.peer = describe_peer(peer_name, &paired);
-        }
-        headline
-    };
-    let headlines = vec![
-        versus("HTTP WAL 1280 B, 50 conns: zero-copy / copy", zero.zip(copy), 1.2, KvMode::Copy, "pmwire copy mode"),
-        versus(
-            "HTTP WAL 1280 B, 50 conns: zero-copy / no-persist",
-            zero.zip(none),
-            0.85,
-            KvMode::NoPersist,
-            "pmwire no-persist mode",
-        ),
-    ];
+    let headlines = headlines(&results, &trials);
     let parameters = serde_json::json!({
         "seconds": options.seconds, "warmup_ms": options.warmup.as_millis() as u64, "trials": options.trials,
         "pool": options.pool, "server_threads": 1, "placement": options.placement.describe(),
@@ -183,12 +173,44 @@ pub fn run(options: &HttpWalOptions) -> Result<SuiteReport> {
     finish(SUITE, &options.out_dir, parameters, results, skipped, headlines)
 }
 
-/// What one cell measured: the generator's report and the server's CPU
-/// seconds and wall seconds over the whole call.
+/// The issue's two ratios at 1280 B × 50 connections with the built-in
+/// generator, then the same with `wrk` (if it ran) as information.
+fn headlines(results: &[BenchResult], trials: &[BenchResult]) -> Vec<Headline> {
+    let cell = |r: &BenchResult| r.size_bytes == Some(1280) && r.params.get("connections") == Some(&50u64.into());
+    let variant = |mode: KvMode, wrk: bool| {
+        if wrk {
+            format!("{}_wrk", mode.variant())
+        } else {
+            mode.variant().to_string()
+        }
+    };
+    let rps = |v: &str| results.iter().find(|r| r.variant == v && cell(r)).and_then(|r| r.get("requests_per_s"));
+    let versus = |wrk: bool, peer: KvMode, target: f64, what: &str| {
+        let (ours, theirs) = (variant(KvMode::ZeroCopy, wrk), variant(peer, wrk));
+        let generator = if wrk { "wrk -t1" } else { "pmwire loadgen" };
+        let name = format!("HTTP WAL 1280 B, 50 conns ({generator}): zero-copy / {what}");
+        let value = rps(&ours).zip(rps(&theirs)).map(|(a, b)| a / b);
+        let peer_name = format!("pmwire {what} mode");
+        let mut headline = ratio(&name, value, target, true, &peer_name);
+        if value.is_some() {
+            headline.peer = describe_peer(&peer_name, &paired_ratios_where(trials, &ours, &theirs, "requests_per_s", cell));
+        }
+        headline
+    };
+    let wrk_ran = rps(&variant(KvMode::ZeroCopy, true)).is_some();
+    let pair = |wrk: bool| [versus(wrk, KvMode::Copy, 1.2, "copy"), versus(wrk, KvMode::NoPersist, 0.85, "no-persist")];
+    let information = if wrk_ran { pair(true).to_vec() } else { Vec::new() };
+    pair(false).into_iter().chain(information.into_iter().map(Headline::for_information)).collect()
+}
+
+/// What one cell measured: the generator's report, the server's CPU
+/// seconds and wall seconds over the whole call, and the share of the
+/// machine other processes took meanwhile.
 struct Cell {
     report: loadgen::LoadReport,
     server_cpu_s: f64,
     wall_s: f64,
+    other_share: f64,
 }
 
 fn measure_cell(options: &HttpWalOptions, server: &KvChild, size: usize, connections: u32) -> Result<Cell> {
@@ -202,9 +224,10 @@ fn measure_cell(options: &HttpWalOptions, server: &KvChild, size: usize, connect
         timeout: Duration::from_secs_f64(options.seconds * 4.0 + 30.0),
     };
     let clock = CpuClock::of(server.pid());
-    let (cpu_before, started) = (clock.seconds()?, Instant::now());
+    let (cpu_before, started, probe) = (clock.seconds()?, Instant::now(), LoadProbe::start(clock)?);
     let report = options.placement.as_load(|| loadgen::run(server.http, &config))?;
-    Ok(Cell { report, server_cpu_s: clock.seconds()? - cpu_before, wall_s: started.elapsed().as_secs_f64() })
+    let other_share = probe.other_share()?;
+    Ok(Cell { report, server_cpu_s: clock.seconds()? - cpu_before, wall_s: started.elapsed().as_secs_f64(), other_share })
 }
 
 fn result_of(mode: KvMode, size: usize, connections: u32, trial: usize, cell: Cell) -> BenchResult {
@@ -222,6 +245,7 @@ fn result_of(mode: KvMode, size: usize, connections: u32, trial: usize, cell: Ce
         .metric("latency_us_p99", r.latency_us_p99 as f64)
         .metric("errors", r.errors as f64)
         .metric("server_cpu_us_per_request", cpu_us_per_request)
+        .metric("other_processes_cpu_share", cell.other_share)
 }
 
 /// `wrk -t1 -c<connections>` POSTing `size` B bodies, on the load CPU;

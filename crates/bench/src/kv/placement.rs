@@ -134,6 +134,63 @@ pub fn allowed_cpus() -> Vec<usize> {
     (0..libc::CPU_SETSIZE as usize).filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) }).collect()
 }
 
+/// How busy the whole machine was over an interval, and how much of that
+/// was neither the server nor this process (the load generator, its
+/// `redis-benchmark` children included): the share of all CPUs that other
+/// processes took, which makes a trial's throughput untrustworthy.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadProbe {
+    machine_busy_s: f64,
+    server_s: f64,
+    own_s: f64,
+    at: std::time::Instant,
+    server: CpuClock,
+}
+
+impl LoadProbe {
+    /// Starts an interval for server `server`.
+    pub fn start(server: CpuClock) -> Result<LoadProbe> {
+        Ok(LoadProbe {
+            machine_busy_s: machine_busy_seconds()?,
+            server_s: server.seconds()?,
+            own_s: own_and_children_seconds()?,
+            at: std::time::Instant::now(),
+            server,
+        })
+    }
+
+    /// The share (0..1) of all CPUs' time since `start` that processes other
+    /// than the server and this one (with its waited-for children) used.
+    pub fn other_share(&self) -> Result<f64> {
+        let wall = self.at.elapsed().as_secs_f64();
+        let busy = machine_busy_seconds()? - self.machine_busy_s;
+        let ours = (self.server.seconds()? - self.server_s) + (own_and_children_seconds()? - self.own_s);
+        let cpus = allowed_cpus().len().max(1) as f64;
+        Ok(((busy - ours) / (wall * cpus)).clamp(0.0, 1.0))
+    }
+}
+
+/// Busy time of all CPUs (`/proc/stat`: user, nice, system, irq, softirq, steal), seconds.
+fn machine_busy_seconds() -> Result<f64> {
+    let text = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
+    let line = text.lines().find(|l| l.starts_with("cpu ")).context("no cpu line in /proc/stat")?;
+    let fields: Vec<u64> = line.split_whitespace().skip(1).map(|f| f.parse().unwrap_or(0)).collect();
+    let field = |i: usize| fields.get(i).copied().unwrap_or(0);
+    // user nice system idle iowait irq softirq steal
+    let busy = field(0) + field(1) + field(2) + field(5) + field(6) + field(7);
+    Ok(busy as f64 / clock_ticks_per_second())
+}
+
+/// This process's CPU time plus that of its waited-for children, seconds.
+fn own_and_children_seconds() -> Result<f64> {
+    let text = std::fs::read_to_string("/proc/self/stat").context("reading /proc/self/stat")?;
+    let rest = &text[text.rfind(')').context("no ')' in /proc/self/stat")? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: utime, stime, cutime, cstime are fields 14-17, at 11..=14.
+    let sum: u64 = (11..=14).map(|i| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0)).sum();
+    Ok(sum as f64 / clock_ticks_per_second())
+}
+
 /// A process's CPU time (user + system, all threads) since it started.
 #[derive(Clone, Copy, Debug)]
 pub struct CpuClock {
@@ -198,6 +255,14 @@ mod tests {
             assert!(start.elapsed().as_secs() < 60, "no CPU time accounted in a minute of work");
         }
         std::hint::black_box(x);
+    }
+
+    #[test]
+    fn other_load_is_a_share() {
+        let probe = LoadProbe::start(CpuClock::of(std::process::id())).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let share = probe.other_share().unwrap();
+        assert!((0.0..=1.0).contains(&share), "{share}");
     }
 
     #[test]

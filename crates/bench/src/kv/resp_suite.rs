@@ -17,17 +17,21 @@
 //!   ([`Placement::split`], recorded in the JSON parameters).
 //! - **Reported**: per server and test the median over trials (the
 //!   metric the headlines use), the minimum and maximum, every trial's
-//!   value, and the server's CPU time per request (user + system, from
+//!   value, the server's CPU time per request (user + system, from
 //!   `/proc`), which depends less on the machine's other load than
-//!   throughput does. A headline is the ratio of medians; its peer text
-//!   gives the range of the per-trial ratios.
+//!   throughput does, and the share of the machine that other processes
+//!   took during the measurement (`other_processes_cpu_share`: when it is
+//!   not near 0, the throughputs and their ratios are not to be trusted).
+//!   A headline is the ratio of medians; its peer text gives the range of
+//!   the per-trial ratios. Information headlines give the peers' server
+//!   CPU per SET over ours.
 
 use anyhow::Result;
 use pmwire_resp::ycsb::Workload;
 use std::path::{Path, PathBuf};
 
 use super::child::{KvChild, KvMode};
-use super::placement::{CpuClock, Placement};
+use super::placement::{CpuClock, LoadProbe, Placement};
 use super::redis::{self, BenchmarkConfig, Persistence, RedisServer};
 use super::trials::{aggregate, describe_peer, paired_ratios, spread_table};
 use super::ycsb::{self, YcsbConfig};
@@ -240,8 +244,10 @@ fn measure(
     }
     for test in ["set", "get"] {
         let before = clock.seconds();
+        let probe = LoadProbe::start(clock);
         let rows = redis::run_benchmark(port, &config(test, options.requests), &options.placement);
         let cpu_us = before.and_then(|b| Ok((clock.seconds()? - b) * 1e6 / options.requests as f64));
+        let other = probe.and_then(|p| p.other_share());
         match rows {
             Ok(rows) => trial.extend(rows.into_iter().map(|row| {
                 let mut result = BenchResult::new(SUITE, variant)
@@ -253,6 +259,9 @@ fn measure(
                     .metric("latency_ms_p99", row.latency_ms_p99);
                 if let Ok(us) = cpu_us {
                     result = result.metric("server_cpu_us_per_request", us);
+                }
+                if let Ok(share) = other {
+                    result = result.metric("other_processes_cpu_share", share);
                 }
                 result
             })),
@@ -269,9 +278,13 @@ fn measure(
                 warmup_ops: options.ycsb_ops / 10,
                 load_pipeline: 16,
             };
-            match options.placement.as_load(|| ycsb::run(server.resp(), &config)) {
+            let probe = LoadProbe::start(clock);
+            let report = options.placement.as_load(|| ycsb::run(server.resp(), &config));
+            let other = probe.and_then(|p| p.other_share()).unwrap_or(f64::NAN);
+            match report {
                 Ok(r) => trial.push(
                     BenchResult::new(SUITE, variant)
+                        .metric("other_processes_cpu_share", other)
                         .size(1024)
                         .param("test", format!("ycsb-{name}"))
                         .metric(&format!("ycsb_{name}_ops_per_s"), r.throughput_ops_per_s)
@@ -305,6 +318,20 @@ fn metric(results: &[BenchResult], variant: &str, name: &str) -> Option<f64> {
     results.iter().filter(|r| r.variant == variant).find_map(|r| r.get(name))
 }
 
+/// Information: the peer's server CPU per SET over ours (above 1: we spend
+/// less per request), a ratio that depends far less than throughput on
+/// what else the machine runs.
+fn cheaper(name: &str, results: &[BenchResult], peer: &str) -> Headline {
+    let cpu = |variant: &str| {
+        results
+            .iter()
+            .filter(|r| r.variant == variant && r.get("set_rps").is_some())
+            .find_map(|r| r.get("server_cpu_us_per_request"))
+    };
+    let value = cpu(peer).zip(cpu(KvMode::ZeroCopy.variant())).map(|(a, b)| a / b);
+    ratio(name, value, 1.0, true, peer).for_information()
+}
+
 /// The ratios, ours (zero-copy) against each peer: ratios of the
 /// medians over trials; the peer text gives the per-trial ratios' range.
 pub fn headlines(results: &[BenchResult], trials: &[BenchResult]) -> Vec<Headline> {
@@ -327,5 +354,7 @@ pub fn headlines(results: &[BenchResult], trials: &[BenchResult]) -> Vec<Headlin
         versus("durable SET 1 KB: pmwire / redis AOF always on disk", "set_rps", &format!("{always}_disk"), 1.0)
             .for_information(),
         versus("durable SET 1 KB: pmwire zero-copy / pmwire copy", "set_rps", KvMode::Copy.variant(), 1.0).for_information(),
+        cheaper("server CPU per SET: redis AOF always / pmwire", results, always),
+        cheaper("server CPU per SET: redis without persistence / pmwire", results, off),
     ]
 }

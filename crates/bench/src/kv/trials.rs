@@ -31,7 +31,8 @@ fn key_of(result: &BenchResult) -> String {
 
 /// The rate a result is judged by.
 pub fn primary(result: &BenchResult) -> Option<&str> {
-    result.metrics.keys().map(String::as_str).find(|k| k.ends_with("_rps") || k.ends_with("_ops_per_s"))
+    let rate = |k: &&str| k.ends_with("_rps") || k.ends_with("_ops_per_s") || *k == "requests_per_s";
+    result.metrics.keys().map(String::as_str).find(rate)
 }
 
 /// One result per configuration, in order of first appearance (see the
@@ -114,7 +115,7 @@ pub fn describe_peer(peer: &str, paired: &[f64]) -> String {
 /// One line per configuration: `label` parameter (or the size), server,
 /// median, min, max, trials, and the server's CPU per request if measured.
 pub fn spread_table(results: &[BenchResult], label: &str) -> String {
-    let header = ["configuration", "server", "median/s", "min", "max", "trials", "server CPU us/req"];
+    let header = ["configuration", "server", "median/s", "min", "max", "trials", "server CPU us/req", "other load"];
     let mut rows = vec![header.iter().map(|s| s.to_string()).collect::<Vec<_>>()];
     for r in results {
         let Some(name) = primary(r) else { continue };
@@ -133,6 +134,7 @@ pub fn spread_table(results: &[BenchResult], label: &str) -> String {
             get(&format!("{name}_max")),
             r.params.get("trials").map(|v| v.to_string()).unwrap_or_default(),
             get("server_cpu_us_per_request"),
+            r.get("other_processes_cpu_share").map(|v| format!("{:.0}%", v * 100.0)).unwrap_or_else(|| "-".into()),
         ]);
     }
     table::render(&rows)
@@ -171,6 +173,13 @@ mod tests {
         assert_eq!(paired_ratios(&trials, "ours", "peer", "set_rps"), vec![2.0, 3.0, 0.5]);
         let text = describe_peer("peer", &[2.0, 3.0, 0.5]);
         assert!(text.contains("3 trials") && text.contains("0.50-3.00"), "{text}");
+    }
+
+    #[test]
+    fn requests_per_second_is_a_rate() {
+        let r = BenchResult::new("http-wal", "ours").metric("gb_per_s", 1.0).metric("requests_per_s", 2.0);
+        assert_eq!(primary(&r), Some("requests_per_s"));
+        assert_eq!(primary(&BenchResult::new("x", "y").metric("gb_per_s", 1.0)), None);
     }
 
     #[test]
