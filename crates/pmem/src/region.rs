@@ -400,6 +400,7 @@ impl Media for Region {
         }
     }
 
+    #[inline]
     fn flush(&mut self, offset: u64, len: u64) {
         check_range(self.size, offset, len);
         // SAFETY: the range is inside the mapping.
