@@ -26,6 +26,12 @@ pub struct KvArgs {
     /// zero-copy (receive into the pool, store by extents), copy (receive into DRAM, copy in), or no-persist (copy; POST /log acknowledged without storing).
     #[arg(long, default_value = "zero-copy", value_parser = parse_mode)]
     mode: Mode,
+    /// Poll for completions this many microseconds before sleeping (0: sleep at once).
+    #[arg(long, default_value_t = 0)]
+    busy_poll_us: u32,
+    /// After a turn that sent replies, wait up to this many microseconds for the requests they make likely (Linux 6.12; 0: off).
+    #[arg(long, default_value_t = pmwire_kv_server::BATCH_WAIT_US)]
+    batch_wait_us: u32,
     /// Write the bound addresses here (JSON: resp, http, pid, mode) once listening.
     #[arg(long)]
     ready_file: Option<PathBuf>,
@@ -41,8 +47,15 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
 /// Serves until SIGTERM or SIGINT; every acknowledged write is durable, so the stop loses
 /// nothing.
 pub fn run(args: &KvArgs) -> Result<()> {
-    let options =
-        ServeOptions { pool: args.pool.clone(), size: args.size, resp: args.resp, http: args.http, mode: args.mode };
+    let options = ServeOptions {
+        pool: args.pool.clone(),
+        size: args.size,
+        resp: args.resp,
+        http: args.http,
+        mode: args.mode,
+        busy_poll_us: args.busy_poll_us,
+        batch_wait_us: args.batch_wait_us,
+    };
     let mut server = KvServer::open(&options).with_context(|| format!("pmwire kv on {}", args.pool.display()))?;
     stop_on_signals(server.stop_handle()).context("signal handling")?;
     if args.fault_ack_before_commit {

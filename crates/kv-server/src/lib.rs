@@ -27,6 +27,8 @@
 //!     resp: "127.0.0.1:0".parse().unwrap(),
 //!     http: "127.0.0.1:0".parse().unwrap(),
 //!     mode: Mode::ZeroCopy,
+//!     busy_poll_us: 0,
+//!     batch_wait_us: pmwire_kv_server::BATCH_WAIT_US,
 //! };
 //! let mut server = KvServer::open(&options).unwrap();
 //! println!("{}; RESP on {}, HTTP on {}", server.recovered(), server.addrs().0, server.addrs().1);
@@ -48,6 +50,6 @@ pub mod serve;
 pub mod service;
 pub mod store;
 
-pub use serve::{stop_on_signals, KvServer, ReadyFile, ServeError, ServeOptions};
+pub use serve::{stop_on_signals, KvServer, ReadyFile, ServeError, ServeOptions, BATCH_WAIT_US};
 pub use service::{KvService, ServiceStats};
 pub use store::{Mode, Recovered, Sizing, Store, StoreError};

@@ -33,6 +33,10 @@ pub struct ServeOptions {
     pub http: SocketAddr,
     /// How values travel.
     pub mode: Mode,
+    /// Poll for completions this long before sleeping ([`Config::busy_poll_us`]; 0: sleep at once).
+    pub busy_poll_us: u32,
+    /// The loop's batch wait ([`Config::batch_wait_us`]; [`BATCH_WAIT_US`] by default).
+    pub batch_wait_us: u32,
 }
 
 /// Why the server could not start or stopped with an error.
@@ -115,7 +119,8 @@ impl KvServer {
             ring_entries: sizing.ring_entries,
             max_connections: sizing.max_connections,
             max_rx_bytes: MAX_RX_BYTES,
-            batch_wait_us: BATCH_WAIT_US,
+            busy_poll_us: options.busy_poll_us,
+            batch_wait_us: options.batch_wait_us,
             ..Config::default()
         };
         let service = KvService::new(options.resp.port());

@@ -38,6 +38,8 @@ pub fn options(pool: &Path, mode: Mode) -> ServeOptions {
         resp: "127.0.0.1:0".parse().unwrap(),
         http: "127.0.0.1:0".parse().unwrap(),
         mode,
+        busy_poll_us: 0,
+        batch_wait_us: pmwire_kv_server::BATCH_WAIT_US,
     }
 }
 
