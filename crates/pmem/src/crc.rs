@@ -86,6 +86,7 @@ pub fn crc32c(data: &[u8]) -> u32 {
 /// Shift constants, `K[m - 1]` = x^(64 m − 33) mod P for a shift over
 /// `m` words, m = 1 ..= 2 × MAX_STREAM_WORDS; `None` if the CPU lacks the
 /// instructions.
+#[inline]
 fn accelerated() -> Option<&'static [u64; 2 * MAX_STREAM_WORDS]> {
     static SHIFTS: OnceLock<Option<Box<[u64; 2 * MAX_STREAM_WORDS]>>> = OnceLock::new();
     SHIFTS

@@ -332,38 +332,45 @@ impl Drop for Region {
 }
 
 impl Media for Region {
+    #[inline]
     fn len(&self) -> u64 {
         self.size
     }
 
+    #[inline]
     fn nt_threshold(&self) -> usize {
         self.nt_threshold
     }
 
+    #[inline]
     fn read(&self, offset: u64, dst: &mut [u8]) {
         check_range(self.size, offset, dst.len() as u64);
         // SAFETY: the range is inside the mapping (checked above).
         unsafe { std::ptr::copy_nonoverlapping(self.at(offset), dst.as_mut_ptr(), dst.len()) };
     }
 
+    #[inline]
     fn read_u64(&self, offset: u64) -> u64 {
         check_word(self.size, offset);
         // SAFETY: aligned and inside the mapping.
         u64::from_le(unsafe { std::ptr::read_volatile(self.at(offset) as *const u64) })
     }
 
+    #[inline]
     fn write(&mut self, offset: u64, src: &[u8]) {
         check_range(self.size, offset, src.len() as u64);
         // SAFETY: the range is inside the mapping.
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.at(offset), src.len()) };
     }
 
+    #[inline]
     fn write_u64(&mut self, offset: u64, value: u64) {
         check_word(self.size, offset);
         // SAFETY: aligned and inside the mapping; a single aligned 8 B store.
         unsafe { std::ptr::write_volatile(self.at(offset) as *mut u64, value.to_le()) };
     }
 
+    #[inline]
     fn write_nt(&mut self, offset: u64, src: &[u8]) {
         check_range(self.size, offset, src.len() as u64);
         // SAFETY: the range is inside the mapping; src is a separate slice.
@@ -373,6 +380,7 @@ impl Media for Region {
         }
     }
 
+    #[inline]
     fn memset_nodrain(&mut self, offset: u64, byte: u8, len: u64) {
         check_range(self.size, offset, len);
         if (len as usize) < self.nt_threshold {
