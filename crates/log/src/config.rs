@@ -113,6 +113,7 @@ impl LogConfig {
     }
 
     /// Bytes an entry with a `payload_len`-byte payload occupies.
+    #[inline]
     pub fn entry_size(&self, payload_len: u64) -> u64 {
         // Every padding is a power of two: round with a mask, not a division.
         let mask = self.padding.align() as u64 - 1;
@@ -121,6 +122,7 @@ impl LogConfig {
 
     /// The largest payload one entry can hold (an entry may not exceed
     /// the entry space, nor `u32::MAX` bytes of payload).
+    #[inline]
     pub fn max_payload(&self) -> u64 {
         let fit = self.capacity.saturating_sub(ENTRY_HEADER_BYTES);
         fit.min(u32::MAX as u64 - 1)

@@ -132,10 +132,7 @@ pub fn entry_header(lsn: u64, payload: &[u8], seed: Option<u32>) -> EntryHeader 
     let len = payload.len() as u32;
     // The CRC of `lsn | len` from registers, then of the payload: the same
     // value as over the header's first 12 bytes, without storing them first.
-    let crc = seed.map_or(0, |seed| {
-        let head = pmem::crc::crc32c_append_u32(pmem::crc::crc32c_append_u64(seed, lsn), len);
-        pmem::crc::crc32c_append(head, payload)
-    });
+    let crc = seed.map_or(0, |seed| pmem::crc::crc32c_append_parts(seed, lsn, len, payload));
     // Built in registers (lsn | len | crc, little-endian): no narrow stores
     // to a stack buffer that a wide load would then have to wait for.
     let high = u64::from(len) | u64::from(crc) << 32;

@@ -26,6 +26,7 @@ pub enum Padding {
 
 impl Padding {
     /// The alignment a record gets under this policy.
+    #[inline]
     pub const fn align(self) -> usize {
         match self {
             Padding::None => ATOMIC_WRITE,
@@ -35,6 +36,7 @@ impl Padding {
     }
 
     /// The size a record of `len` bytes occupies under this policy.
+    #[inline]
     pub const fn padded(self, len: usize) -> usize {
         align_up(len, self.align())
     }
@@ -51,12 +53,14 @@ impl Padding {
 }
 
 /// Rounds `value` up to a multiple of `align` (a power of two).
+#[inline]
 pub const fn align_up(value: usize, align: usize) -> usize {
     assert!(align.is_power_of_two());
     (value + align - 1) & !(align - 1)
 }
 
 /// Rounds `value` down to a multiple of `align` (a power of two).
+#[inline]
 pub const fn align_down(value: usize, align: usize) -> usize {
     assert!(align.is_power_of_two());
     value & !(align - 1)
