@@ -15,7 +15,11 @@
 //! value ([`super::trials`]); the server's CPU per request is estimated
 //! from its CPU time over the cell (warm-up included) and the measured
 //! rate; `other_processes_cpu_share` is the share of the machine other
-//! processes took meanwhile. The headlines use the built-in generator, as
+//! processes took meanwhile. The generator's CPU per request and busy
+//! share (the loadgen thread's CPU clock over its call, or `wrk`'s `wait4`
+//! rusage), the server's busy share and the verdict of what bounds each
+//! row ([`super::bound`]) go beside them, and into the headlines' peer
+//! text. The headlines use the built-in generator, as
 //! the issue asks; the same ratios measured with `wrk` follow as
 //! information.
 
@@ -25,9 +29,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use super::bound::{on_thread, output_with_usage, with_usage, Usage};
 use super::child::{KvChild, KvMode};
 use super::placement::{CpuClock, LoadProbe, Placement};
-use super::trials::{aggregate, describe_peer, paired_ratios_where, spread_table, TRIAL};
+use super::trials::{aggregate, describe_peer_bound, paired_ratios_where, spread_table, TRIAL};
 use crate::measure::Progress;
 use crate::remote::common::{finish, ratio};
 use crate::schema::{BenchResult, Skipped};
@@ -135,7 +140,7 @@ pub fn run(options: &HttpWalOptions) -> Result<SuiteReport> {
             let clock = CpuClock::of(server.pid());
             let (cpu_before, started, probe) = (clock.seconds(), Instant::now(), LoadProbe::start(clock));
             match wrk(server.http, 1280, 50, options.seconds, &options.placement) {
-                Ok(rps) => {
+                Ok((rps, generator)) => {
                     let mut result = BenchResult::new(SUITE, &variant)
                         .size(1280)
                         .param("connections", 50u64)
@@ -143,10 +148,14 @@ pub fn run(options: &HttpWalOptions) -> Result<SuiteReport> {
                         .param(TRIAL, trial as u64)
                         .metric("requests_per_s", rps)
                         .metric("gb_per_s", rps * 1280.0 / 1e9);
-                    let requests = rps * started.elapsed().as_secs_f64();
+                    let wall_s = started.elapsed().as_secs_f64();
+                    let requests = rps * wall_s;
+                    let mut server = None;
                     if let (Ok(before), Ok(after)) = (cpu_before, clock.seconds()) {
                         result = result.metric("server_cpu_us_per_request", (after - before) * 1e6 / requests.max(1.0));
+                        server = Some(Usage { cpu_s: after - before, wall_s });
                     }
+                    result = with_usage(result, generator, rps * generator.wall_s, server);
                     if let Ok(share) = probe.and_then(|p| p.other_share()) {
                         result = result.metric("other_processes_cpu_share", share);
                     }
@@ -184,7 +193,8 @@ fn headlines(results: &[BenchResult], trials: &[BenchResult]) -> Vec<Headline> {
             mode.variant().to_string()
         }
     };
-    let rps = |v: &str| results.iter().find(|r| r.variant == v && cell(r)).and_then(|r| r.get("requests_per_s"));
+    let row = |v: &str| results.iter().find(|r| r.variant == v && cell(r));
+    let rps = |v: &str| row(v).and_then(|r| r.get("requests_per_s"));
     let versus = |wrk: bool, peer: KvMode, target: f64, what: &str| {
         let (ours, theirs) = (variant(KvMode::ZeroCopy, wrk), variant(peer, wrk));
         let generator = if wrk { "wrk -t1" } else { "pmwire loadgen" };
@@ -193,7 +203,8 @@ fn headlines(results: &[BenchResult], trials: &[BenchResult]) -> Vec<Headline> {
         let peer_name = format!("pmwire {what} mode");
         let mut headline = ratio(&name, value, target, true, &peer_name);
         if value.is_some() {
-            headline.peer = describe_peer(&peer_name, &paired_ratios_where(trials, &ours, &theirs, "requests_per_s", cell));
+            let paired = paired_ratios_where(trials, &ours, &theirs, "requests_per_s", cell);
+            headline.peer = describe_peer_bound(&peer_name, &paired, (row(&ours), row(&theirs)), generator);
         }
         headline
     };
@@ -211,6 +222,8 @@ struct Cell {
     server_cpu_s: f64,
     wall_s: f64,
     other_share: f64,
+    /// The generator thread's CPU time over its whole call.
+    generator: Usage,
 }
 
 fn measure_cell(options: &HttpWalOptions, server: &KvChild, size: usize, connections: u32) -> Result<Cell> {
@@ -225,16 +238,18 @@ fn measure_cell(options: &HttpWalOptions, server: &KvChild, size: usize, connect
     };
     let clock = CpuClock::of(server.pid());
     let (cpu_before, started, probe) = (clock.seconds()?, Instant::now(), LoadProbe::start(clock)?);
-    let report = options.placement.as_load(|| loadgen::run(server.http, &config))?;
+    let (report, generator) = options.placement.as_load(|| on_thread(|| loadgen::run(server.http, &config)));
+    let report = report?;
     let other_share = probe.other_share()?;
-    Ok(Cell { report, server_cpu_s: clock.seconds()? - cpu_before, wall_s: started.elapsed().as_secs_f64(), other_share })
+    let (server_cpu_s, wall_s) = (clock.seconds()? - cpu_before, started.elapsed().as_secs_f64());
+    Ok(Cell { report, server_cpu_s, wall_s, other_share, generator })
 }
 
 fn result_of(mode: KvMode, size: usize, connections: u32, trial: usize, cell: Cell) -> BenchResult {
     let r = &cell.report;
     // Requests over the whole call, estimated from the measured rate (the warm-up is not counted).
     let cpu_us_per_request = cell.server_cpu_s * 1e6 / (r.throughput_rps * cell.wall_s).max(1.0);
-    BenchResult::new(SUITE, mode.variant())
+    let result = BenchResult::new(SUITE, mode.variant())
         .size(size as u64)
         .param("connections", connections as u64)
         .param("generator", "pmwire loadgen")
@@ -245,23 +260,26 @@ fn result_of(mode: KvMode, size: usize, connections: u32, trial: usize, cell: Ce
         .metric("latency_us_p99", r.latency_us_p99 as f64)
         .metric("errors", r.errors as f64)
         .metric("server_cpu_us_per_request", cpu_us_per_request)
-        .metric("other_processes_cpu_share", cell.other_share)
+        .metric("other_processes_cpu_share", cell.other_share);
+    // The generator's requests over its call, estimated the same way.
+    let requests = r.throughput_rps * cell.generator.wall_s;
+    with_usage(result, cell.generator, requests, Some(Usage { cpu_s: cell.server_cpu_s, wall_s: cell.wall_s }))
 }
 
 /// `wrk -t1 -c<connections>` POSTing `size` B bodies, on the load CPU;
-/// requests/s.
-fn wrk(addr: std::net::SocketAddr, size: usize, connections: u32, seconds: f64, placement: &Placement) -> Result<f64> {
+/// requests/s, and wrk's own CPU time over its life.
+fn wrk(addr: std::net::SocketAddr, size: usize, connections: u32, seconds: f64, placement: &Placement) -> Result<(f64, Usage)> {
     let script = std::env::temp_dir().join(format!("pmwire-wrk-{}-{size}.lua", std::process::id()));
     std::fs::write(&script, format!("wrk.method = \"POST\"\nwrk.body = string.rep(\"x\", {size})\n"))?;
     let mut command = Command::new("wrk");
     placement.pin_load(&mut command);
-    let out = command
+    command
         .args(["-t1", &format!("-c{connections}"), &format!("-d{}s", seconds.ceil() as u64), "-s"])
         .arg(&script)
-        .arg(format!("http://{addr}/log"))
-        .output();
+        .arg(format!("http://{addr}/log"));
+    let out = output_with_usage(&mut command);
     let _ = std::fs::remove_file(&script);
-    let out = out.context("wrk not found (scripts/setup installs it)")?;
+    let (out, usage) = out.context("wrk not found (scripts/setup installs it)")?;
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         anyhow::bail!("wrk failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -270,5 +288,6 @@ fn wrk(addr: std::net::SocketAddr, size: usize, connections: u32, seconds: f64, 
         anyhow::bail!("wrk saw errors: {}", line.trim());
     }
     let line = text.lines().find(|l| l.starts_with("Requests/sec:")).context("no Requests/sec in wrk's output")?;
-    line.trim_start_matches("Requests/sec:").trim().parse().context("wrk's Requests/sec")
+    let rps = line.trim_start_matches("Requests/sec:").trim().parse().context("wrk's Requests/sec")?;
+    Ok((rps, usage))
 }

@@ -2,6 +2,7 @@
 //! `btree`) and their peers.
 
 pub mod btree;
+pub mod bound;
 pub mod child;
 pub mod http_wal;
 pub mod placement;

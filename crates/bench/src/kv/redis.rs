@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::bound::{output_with_usage, Usage};
 use super::placement::Placement;
 
 /// How a `redis-server` peer persists writes.
@@ -200,9 +201,18 @@ pub struct BenchmarkRow {
     pub latency_ms_p99: f64,
 }
 
+/// What one `redis-benchmark` run reported, and what it cost.
+#[derive(Clone, Debug)]
+pub struct BenchmarkRun {
+    /// One row per test.
+    pub rows: Vec<BenchmarkRow>,
+    /// redis-benchmark's own CPU time (its `wait4` rusage) over its life.
+    pub generator: Usage,
+}
+
 /// Runs `redis-benchmark` against `127.0.0.1:port`, on `placement`'s
 /// load CPU, and parses its CSV.
-pub fn run_benchmark(port: u16, config: &BenchmarkConfig, placement: &Placement) -> Result<Vec<BenchmarkRow>> {
+pub fn run_benchmark(port: u16, config: &BenchmarkConfig, placement: &Placement) -> Result<BenchmarkRun> {
     let mut command = Command::new("redis-benchmark");
     placement.pin_load(&mut command);
     command
@@ -212,7 +222,7 @@ pub fn run_benchmark(port: u16, config: &BenchmarkConfig, placement: &Placement)
     if let Some(keys) = config.keyspace {
         command.args(["-r", &keys.to_string()]);
     }
-    let out = command.stdin(Stdio::null()).output().context("running redis-benchmark")?;
+    let (out, generator) = output_with_usage(&mut command).context("running redis-benchmark")?;
     if !out.status.success() {
         bail!("redis-benchmark failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr));
     }
@@ -220,7 +230,7 @@ pub fn run_benchmark(port: u16, config: &BenchmarkConfig, placement: &Placement)
     if rows.is_empty() {
         bail!("redis-benchmark printed no results: {}", String::from_utf8_lossy(&out.stderr));
     }
-    Ok(rows)
+    Ok(BenchmarkRun { rows, generator })
 }
 
 /// Parses `redis-benchmark --csv` (Redis 7: a header line, then one quoted
@@ -296,7 +306,9 @@ mod tests {
                 keyspace: Some(100),
                 pipeline: 1,
             };
-            let rows = run_benchmark(server.port(), &config, &Placement::split()).unwrap();
+            let run = run_benchmark(server.port(), &config, &Placement::split()).unwrap();
+            assert!(run.generator.cpu_s > 0.0 && run.generator.busy_share() <= 1.0, "{:?}", run.generator);
+            let rows = run.rows;
             let tests: Vec<&str> = rows.iter().map(|r| r.test.as_str()).collect();
             assert_eq!(tests, ["SET", "GET"], "{persistence:?}");
             assert!(rows.iter().all(|r| r.rps > 0.0), "{rows:?}");

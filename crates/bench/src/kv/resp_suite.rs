@@ -22,18 +22,27 @@
 //!   throughput does, and the share of the machine that other processes
 //!   took during the measurement (`other_processes_cpu_share`: when it is
 //!   not near 0, the throughputs and their ratios are not to be trusted).
+//! - **What bounds each rate** ([`super::bound`]): the load generator's
+//!   own CPU per request (redis-benchmark's `wait4` rusage; the YCSB
+//!   driver thread's CPU clock over its timed operations), its busy share
+//!   (CPU / wall) and the server's, and the verdict of the median trial:
+//!   generator-bound, server-bound, both busy or neither. Two servers that
+//!   are both generator-bound give a ratio of redis-benchmark's costs, not
+//!   of theirs.
 //!   A headline is the ratio of medians; its peer text gives the range of
-//!   the per-trial ratios. Information headlines give the peers' server
-//!   CPU per SET over ours.
+//!   the per-trial ratios and what bounds the two sides. Information
+//!   headlines give the peers' server CPU per SET over ours.
 
 use anyhow::Result;
 use pmwire_resp::ycsb::Workload;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
+use super::bound::{with_usage, Usage};
 use super::child::{KvChild, KvMode};
 use super::placement::{CpuClock, LoadProbe, Placement};
 use super::redis::{self, BenchmarkConfig, Persistence, RedisServer};
-use super::trials::{aggregate, describe_peer, paired_ratios, spread_table};
+use super::trials::{aggregate, describe_peer_bound, paired_ratios, spread_table};
 use super::ycsb::{self, YcsbConfig};
 use crate::measure::Progress;
 use crate::remote::common::{finish, ratio};
@@ -243,13 +252,15 @@ fn measure(
         skipped.push(Skipped::new(SUITE, variant, &format!("redis-benchmark warm-up: {e:#}")));
     }
     for test in ["set", "get"] {
-        let before = clock.seconds();
+        let (before, wall) = (clock.seconds(), Instant::now());
         let probe = LoadProbe::start(clock);
-        let rows = redis::run_benchmark(port, &config(test, options.requests), &options.placement);
-        let cpu_us = before.and_then(|b| Ok((clock.seconds()? - b) * 1e6 / options.requests as f64));
+        let run = redis::run_benchmark(port, &config(test, options.requests), &options.placement);
+        let server_cpu_s = before.and_then(|b| Ok(clock.seconds()? - b));
+        let server = server_cpu_s.as_ref().ok().map(|&cpu_s| Usage { cpu_s, wall_s: wall.elapsed().as_secs_f64() });
+        let cpu_us = server_cpu_s.map(|s| s * 1e6 / options.requests as f64);
         let other = probe.and_then(|p| p.other_share());
-        match rows {
-            Ok(rows) => trial.extend(rows.into_iter().map(|row| {
+        match run {
+            Ok(run) => trial.extend(run.rows.into_iter().map(|row| {
                 let mut result = BenchResult::new(SUITE, variant)
                     .size(1024)
                     .param("test", format!("redis-benchmark {}", row.test))
@@ -263,7 +274,7 @@ fn measure(
                 if let Ok(share) = other {
                     result = result.metric("other_processes_cpu_share", share);
                 }
-                result
+                with_usage(result, run.generator, options.requests as f64, server)
             })),
             Err(e) => skipped.push(Skipped::new(SUITE, variant, &format!("redis-benchmark {test}: {e:#}"))),
         }
@@ -279,26 +290,35 @@ fn measure(
                 load_pipeline: 16,
             };
             let probe = LoadProbe::start(clock);
-            let report = options.placement.as_load(|| ycsb::run(server.resp(), &config));
+            let report = options.placement.as_load(|| ycsb::run_measured(server.resp(), &config, Some(clock)));
             let other = probe.and_then(|p| p.other_share()).unwrap_or(f64::NAN);
             match report {
-                Ok(r) => trial.push(
-                    BenchResult::new(SUITE, variant)
-                        .metric("other_processes_cpu_share", other)
-                        .size(1024)
-                        .param("test", format!("ycsb-{name}"))
-                        .metric(&format!("ycsb_{name}_ops_per_s"), r.throughput_ops_per_s)
-                        .metric("latency_us_mean", r.latency_us_mean)
-                        .metric("latency_us_p50", r.latency_us_p50)
-                        .metric("latency_us_p99", r.latency_us_p99)
-                        .metric("error_replies", r.errors as f64),
-                ),
+                Ok(r) => trial.push(ycsb_result(variant, name, &r, other)),
                 Err(e) => skipped.push(Skipped::new(SUITE, variant, &format!("ycsb-{name}: {e:#}"))),
             }
             progress.step();
         }
     }
     trials.extend(trial.into_iter().map(|r| r.param("trial", trial_index as u64)));
+}
+
+/// One YCSB trial's result; CPU figures over its timed operations.
+fn ycsb_result(variant: &str, name: &str, r: &ycsb::YcsbReport, other_share: f64) -> BenchResult {
+    let mut result = BenchResult::new(SUITE, variant)
+        .metric("other_processes_cpu_share", other_share)
+        .size(1024)
+        .param("test", format!("ycsb-{name}"))
+        .metric(&format!("ycsb_{name}_ops_per_s"), r.throughput_ops_per_s)
+        .metric("latency_us_mean", r.latency_us_mean)
+        .metric("latency_us_p50", r.latency_us_p50)
+        .metric("latency_us_p99", r.latency_us_p99)
+        .metric("error_replies", r.errors as f64);
+    if let Some(cpu_s) = r.server_cpu_s {
+        result = result.metric("server_cpu_us_per_request", cpu_s * 1e6 / r.ops as f64);
+    }
+    let generator = Usage { cpu_s: r.generator_cpu_s, wall_s: r.elapsed_s };
+    let server = r.server_cpu_s.map(|cpu_s| Usage { cpu_s, wall_s: r.elapsed_s });
+    with_usage(result, generator, r.ops as f64, server)
 }
 
 /// The suite's peers in the order the table lists them.
@@ -315,7 +335,21 @@ fn variant_rank(variant: &str) -> usize {
 }
 
 fn metric(results: &[BenchResult], variant: &str, name: &str) -> Option<f64> {
-    results.iter().filter(|r| r.variant == variant).find_map(|r| r.get(name))
+    row(results, variant, name).and_then(|r| r.get(name))
+}
+
+/// The row of `variant` that has metric `name`.
+fn row<'a>(results: &'a [BenchResult], variant: &str, name: &str) -> Option<&'a BenchResult> {
+    results.iter().find(|r| r.variant == variant && r.get(name).is_some())
+}
+
+/// The load generator behind metric `name`.
+fn generator_of(name: &str) -> &'static str {
+    if name.starts_with("ycsb") {
+        "the YCSB driver"
+    } else {
+        "redis-benchmark"
+    }
 }
 
 /// Information: the peer's server CPU per SET over ours (above 1: we spend
@@ -340,7 +374,9 @@ pub fn headlines(results: &[BenchResult], trials: &[BenchResult]) -> Vec<Headlin
         let value = metric(results, ours, metric_name).zip(metric(results, peer, metric_name)).map(|(a, b)| a / b);
         let mut headline = ratio(name, value, target, true, peer);
         if value.is_some() {
-            headline.peer = describe_peer(peer, &paired_ratios(trials, ours, peer, metric_name));
+            let rows = (row(results, ours, metric_name), row(results, peer, metric_name));
+            let paired = paired_ratios(trials, ours, peer, metric_name);
+            headline.peer = describe_peer_bound(peer, &paired, rows, generator_of(metric_name));
         }
         headline
     };

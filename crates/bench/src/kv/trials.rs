@@ -8,10 +8,15 @@
 //! `_ops_per_s` or `requests_per_s`) also gets `<rate>_min`,
 //! `<rate>_max` and the parameter `<rate>_per_trial` with every value.
 //! [`paired_ratios`] gives ours / peer trial by trial, the spread a
-//! headline quotes beside its ratio of medians.
+//! headline quotes beside its ratio of medians. A configuration whose
+//! trials measured both sides' busy shares also gets the parameter
+//! `bound`: what bounds its median trial (the trial of the median rate;
+//! the lower of the two middle ones for an even count), by
+//! [`Bound::of`], and `bound_per_trial` with every trial's verdict.
 
 use std::collections::BTreeMap;
 
+use super::bound::{self, Bound};
 use crate::measure::Spread;
 use crate::schema::BenchResult;
 use crate::table;
@@ -74,7 +79,20 @@ fn summarise(group: &[&BenchResult]) -> BenchResult {
                 .param(&format!("{name}_per_trial"), per_trial);
         }
     }
-    out
+    with_bound(out, group, rate.as_deref())
+}
+
+/// Adds the `bound` parameters (see the module docs) if every trial has
+/// both busy shares.
+fn with_bound(out: BenchResult, group: &[&BenchResult], rate: Option<&str>) -> BenchResult {
+    let Some(rate) = rate else { return out };
+    let verdicts: Option<Vec<Bound>> = group.iter().map(|r| Bound::of_result(r)).collect();
+    let Some(verdicts) = verdicts else { return out };
+    let mut by_rate: Vec<(f64, Bound)> = group.iter().map(|r| r.get(rate).unwrap_or(f64::NAN)).zip(verdicts.iter().copied()).collect();
+    by_rate.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let median = by_rate[(by_rate.len() - 1) / 2].1;
+    let names: Vec<&str> = verdicts.iter().map(|b| b.name()).collect();
+    out.param(bound::BOUND, median.name()).param("bound_per_trial", names)
 }
 
 /// ours / peer of metric `name`, for each trial in which both have a
@@ -112,14 +130,41 @@ pub fn describe_peer(peer: &str, paired: &[f64]) -> String {
     format!("{peer} (ratio of medians over {} trials; per-trial ratios {:.2}-{:.2})", paired.len(), spread.min, spread.max)
 }
 
+/// [`describe_peer`] followed by what bounds the two rows' rates
+/// ([`bound::headline_text`]), if both rows carry a verdict.
+pub fn describe_peer_bound(peer: &str, paired: &[f64], rows: (Option<&BenchResult>, Option<&BenchResult>), generator: &str) -> String {
+    let text = describe_peer(peer, paired);
+    let (ours, theirs) = (rows.0.and_then(Bound::of_row), rows.1.and_then(Bound::of_row));
+    match bound::headline_text(ours, theirs, generator) {
+        Some(bound) => format!("{text}; {bound}"),
+        None => text,
+    }
+}
+
 /// One line per configuration: `label` parameter (or the size), server,
-/// median, min, max, trials, and the server's CPU per request if measured.
+/// median, min, max, trials, the server's CPU per request, the
+/// generator's, both sides' busy shares and what bounds the rate, where
+/// measured.
 pub fn spread_table(results: &[BenchResult], label: &str) -> String {
-    let header = ["configuration", "server", "median/s", "min", "max", "trials", "server CPU us/req", "other load"];
+    let header = [
+        "configuration",
+        "server",
+        "median/s",
+        "min",
+        "max",
+        "trials",
+        "server CPU us/req",
+        "gen CPU us/req",
+        "gen busy",
+        "server busy",
+        "bound (median trial)",
+        "other load",
+    ];
     let mut rows = vec![header.iter().map(|s| s.to_string()).collect::<Vec<_>>()];
     for r in results {
         let Some(name) = primary(r) else { continue };
         let get = |m: &str| r.get(m).map(table::num).unwrap_or_else(|| "-".into());
+        let percent = |m: &str| r.get(m).map(|v| format!("{:.0}%", v * 100.0)).unwrap_or_else(|| "-".into());
         let what = match r.params.get(label) {
             Some(serde_json::Value::String(s)) => s.clone(),
             Some(v) => format!("{label} {v}"),
@@ -134,7 +179,11 @@ pub fn spread_table(results: &[BenchResult], label: &str) -> String {
             get(&format!("{name}_max")),
             r.params.get("trials").map(|v| v.to_string()).unwrap_or_default(),
             get("server_cpu_us_per_request"),
-            r.get("other_processes_cpu_share").map(|v| format!("{:.0}%", v * 100.0)).unwrap_or_else(|| "-".into()),
+            get(bound::GENERATOR_CPU),
+            percent(bound::GENERATOR_BUSY),
+            percent(bound::SERVER_BUSY),
+            Bound::of_row(r).map(Bound::name).unwrap_or("-").to_string(),
+            percent("other_processes_cpu_share"),
         ]);
     }
     table::render(&rows)
@@ -173,6 +222,36 @@ mod tests {
         assert_eq!(paired_ratios(&trials, "ours", "peer", "set_rps"), vec![2.0, 3.0, 0.5]);
         let text = describe_peer("peer", &[2.0, 3.0, 0.5]);
         assert!(text.contains("3 trials") && text.contains("0.50-3.00"), "{text}");
+    }
+
+    fn busy(t: u64, rps: f64, generator: f64, server: f64) -> BenchResult {
+        trial("ours", t, rps).metric(bound::GENERATOR_BUSY, generator).metric(bound::SERVER_BUSY, server)
+    }
+
+    #[test]
+    fn a_row_is_bound_as_its_median_trial() {
+        // The median rate (200) is trial 2's, generator-bound; the others are server-bound.
+        let trials = vec![busy(0, 100.0, 0.5, 0.99), busy(1, 300.0, 0.6, 0.98), busy(2, 200.0, 0.99, 0.8)];
+        let row = &aggregate(&trials)[0];
+        assert_eq!(Bound::of_row(row), Some(Bound::Generator));
+        assert_eq!(row.params.get("bound_per_trial"), Some(&serde_json::json!(["server-bound", "server-bound", "generator-bound"])));
+        assert_eq!(row.get(bound::GENERATOR_BUSY), Some(0.6), "the shares themselves are medians");
+        // Even count: the lower middle trial (100 of 100, 300).
+        let row = &aggregate(&trials[..2])[0];
+        assert_eq!(Bound::of_row(row), Some(Bound::Server));
+        // A trial without the shares: no verdict.
+        let row = &aggregate(&[busy(0, 1.0, 1.0, 0.1), trial("ours", 1, 2.0)])[0];
+        assert_eq!(Bound::of_row(row), None);
+        assert!(spread_table(&aggregate(&trials), "test").contains("generator-bound"));
+    }
+
+    #[test]
+    fn headline_peer_text_names_the_bound() {
+        let generator = aggregate(&[busy(0, 1.0, 0.99, 0.8)]);
+        let text = describe_peer_bound("redis", &[1.0], (generator.first(), generator.first()), "redis-benchmark");
+        assert!(text.starts_with("redis (ratio of medians over 1 trials"), "{text}");
+        assert!(text.ends_with("; generator-bound in both: the ratio measures redis-benchmark, not the servers"), "{text}");
+        assert_eq!(describe_peer_bound("redis", &[], (None, generator.first()), "x"), "redis");
     }
 
     #[test]

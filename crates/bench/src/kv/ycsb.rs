@@ -6,7 +6,10 @@
 //! The operations come from `pmwire_resp::ycsb` (YCSB's scrambled Zipfian,
 //! θ = 0.99, 1 KB values); replies are framed with
 //! `pmwire_resp::client::reply_len`. An error reply is counted, not
-//! retried; any reply that is not RESP ends the run with an error.
+//! retried; any reply that is not RESP ends the run with an error. The
+//! report gives the driver thread's CPU time over the timed operations
+//! (`CLOCK_THREAD_CPUTIME_ID`) and, if given the server's clock, the
+//! server's.
 
 use anyhow::{bail, Context, Result};
 use pmwire_resp::client::reply_len;
@@ -16,6 +19,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
+use super::bound::thread_cpu_seconds;
+use super::placement::CpuClock;
 use crate::measure::percentile;
 
 /// One YCSB run.
@@ -50,6 +55,12 @@ pub struct YcsbReport {
     pub latency_us_p50: f64,
     /// 99th percentile latency.
     pub latency_us_p99: f64,
+    /// Wall seconds of the timed operations.
+    pub elapsed_s: f64,
+    /// The driver thread's CPU seconds over them.
+    pub generator_cpu_s: f64,
+    /// The server's CPU seconds over them, if its clock was given.
+    pub server_cpu_s: Option<f64>,
 }
 
 struct Conn {
@@ -63,6 +74,12 @@ struct Conn {
 
 /// Loads the workload's records into the server at `addr`, then runs it.
 pub fn run(addr: SocketAddr, config: &YcsbConfig) -> Result<YcsbReport> {
+    run_measured(addr, config, None)
+}
+
+/// [`run`], also reading `server`'s CPU clock at the start and end of the
+/// timed operations.
+pub fn run_measured(addr: SocketAddr, config: &YcsbConfig, server: Option<CpuClock>) -> Result<YcsbReport> {
     assert!(config.connections > 0, "at least one connection");
     assert!(config.load_pipeline > 0, "a load pipeline of at least 1");
     let mut conns = (0..config.connections).map(|_| connect(addr)).collect::<Result<Vec<_>>>()?;
@@ -72,6 +89,7 @@ pub fn run(addr: SocketAddr, config: &YcsbConfig) -> Result<YcsbReport> {
     let (mut reads, mut errors, mut issued, mut done) = (0u64, 0u64, 0u64, 0u64);
     let total = config.warmup_ops + config.ops;
     let mut started = Instant::now();
+    let mut marks = Marks::at_start(server);
     for conn in conns.iter_mut() {
         if issued < total {
             issue(conn, &mut generator);
@@ -93,6 +111,7 @@ pub fn run(addr: SocketAddr, config: &YcsbConfig) -> Result<YcsbReport> {
                 done += 1;
                 if done == config.warmup_ops {
                     started = Instant::now();
+                    marks = Marks::at_start(server);
                 }
                 if issued < total {
                     issue(conn, &mut generator);
@@ -102,6 +121,7 @@ pub fn run(addr: SocketAddr, config: &YcsbConfig) -> Result<YcsbReport> {
         }
     }
     let secs = started.elapsed().as_secs_f64();
+    let (generator_cpu_s, server_cpu_s) = marks.since(server);
     latencies.sort_unstable();
     let mean_ns = latencies.iter().sum::<u64>() as f64 / latencies.len().max(1) as f64;
     Ok(YcsbReport {
@@ -112,7 +132,28 @@ pub fn run(addr: SocketAddr, config: &YcsbConfig) -> Result<YcsbReport> {
         latency_us_mean: mean_ns / 1e3,
         latency_us_p50: percentile(&latencies, 50.0) as f64 / 1e3,
         latency_us_p99: percentile(&latencies, 99.0) as f64 / 1e3,
+        elapsed_s: secs,
+        generator_cpu_s,
+        server_cpu_s,
     })
+}
+
+/// CPU clocks read at the start of the timed operations.
+struct Marks {
+    generator_s: f64,
+    server_s: Option<f64>,
+}
+
+impl Marks {
+    fn at_start(server: Option<CpuClock>) -> Marks {
+        Marks { generator_s: thread_cpu_seconds(), server_s: server.and_then(|c| c.seconds().ok()) }
+    }
+
+    /// CPU seconds of this thread and of the server since the start.
+    fn since(&self, server: Option<CpuClock>) -> (f64, Option<f64>) {
+        let server_s = self.server_s.zip(server.and_then(|c| c.seconds().ok())).map(|(a, b)| b - a);
+        (thread_cpu_seconds() - self.generator_s, server_s)
+    }
 }
 
 fn connect(addr: SocketAddr) -> Result<Conn> {
@@ -232,8 +273,10 @@ mod tests {
             warmup_ops: 200,
             load_pipeline: 16,
         };
-        let report = run(addr, &config).unwrap();
+        let report = run_measured(addr, &config, Some(CpuClock::of(server.pid()))).unwrap();
         assert_eq!(report.ops, 4000);
+        assert!(report.generator_cpu_s > 0.0 && report.generator_cpu_s <= report.elapsed_s * 1.05 + 0.01, "{report:?}");
+        assert!(report.server_cpu_s.is_some_and(|s| s > 0.0), "{report:?}");
         assert_eq!(report.errors, 0);
         assert!((1600..=2400).contains(&report.reads), "about half reads: {report:?}");
         assert!(report.latency_us_p50 <= report.latency_us_p99);
