@@ -137,7 +137,9 @@ pub fn allowed_cpus() -> Vec<usize> {
 /// How busy the whole machine was over an interval, and how much of that
 /// was neither the server nor this process (the load generator, its
 /// `redis-benchmark` children included): the share of all CPUs that other
-/// processes took, which makes a trial's throughput untrustworthy.
+/// processes took, which makes a trial's throughput untrustworthy. The
+/// machine's busy time counts the hypervisor's steal time too, so a host
+/// that takes this guest's CPUs away shows up here as well.
 #[derive(Clone, Copy, Debug)]
 pub struct LoadProbe {
     machine_busy_s: f64,
