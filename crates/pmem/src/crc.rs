@@ -62,33 +62,13 @@ pub fn crc32c_append_parts(crc: u32, word: u64, half: u32, data: &[u8]) -> u32 {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `accelerated` checked SSE 4.2 and PCLMULQDQ at run time.
         Some(shifts) if data.len() <= MAX_PARALLEL => unsafe { x86::crc32c_parts(crc, word, half, data, shifts) },
-        _ => crc32c_append(crc32c_append_u32(crc32c_append_u64(crc, word), half), data),
+        _ => {
+            let mut fields = [0u8; 12];
+            fields[..8].copy_from_slice(&word.to_le_bytes());
+            fields[8..].copy_from_slice(&half.to_le_bytes());
+            crc32c_append(crc32c_append(crc, &fields), data)
+        }
     }
-}
-
-/// `crc32c_append(crc, &word.to_le_bytes())`, computed from the register
-/// (one `crc32` instruction where the CPU has it): no bytes go through
-/// memory, so a caller building a header need not store it first.
-#[inline]
-pub fn crc32c_append_u64(crc: u32, word: u64) -> u32 {
-    #[cfg(target_arch = "x86_64")]
-    if accelerated().is_some() {
-        // SAFETY: `accelerated` checked SSE 4.2 at run time.
-        return unsafe { x86::append_u64(crc, word) };
-    }
-    crc32c::crc32c_append(crc, &word.to_le_bytes())
-}
-
-/// `crc32c_append(crc, &word.to_le_bytes())` for a 4 B word, like
-/// [`crc32c_append_u64`].
-#[inline]
-pub fn crc32c_append_u32(crc: u32, word: u32) -> u32 {
-    #[cfg(target_arch = "x86_64")]
-    if accelerated().is_some() {
-        // SAFETY: `accelerated` checked SSE 4.2 at run time.
-        return unsafe { x86::append_u32(crc, word) };
-    }
-    crc32c::crc32c_append(crc, &word.to_le_bytes())
 }
 
 /// `crc32c_append(0, data)`.
@@ -143,22 +123,6 @@ mod x86 {
     use std::arch::x86_64::{
         _mm_clmulepi64_si128, _mm_cvtsi128_si64, _mm_cvtsi64_si128, _mm_crc32_u32, _mm_crc32_u64, _mm_crc32_u8,
     };
-
-    /// # Safety
-    /// The CPU has SSE 4.2.
-    #[inline]
-    #[target_feature(enable = "sse4.2")]
-    pub(super) unsafe fn append_u64(crc: u32, word: u64) -> u32 {
-        !(_mm_crc32_u64(u64::from(!crc), word) as u32)
-    }
-
-    /// # Safety
-    /// The CPU has SSE 4.2.
-    #[inline]
-    #[target_feature(enable = "sse4.2")]
-    pub(super) unsafe fn append_u32(crc: u32, word: u32) -> u32 {
-        !_mm_crc32_u32(!crc, word)
-    }
 
     #[inline]
     fn word(data: &[u8], i: usize) -> u64 {
@@ -283,16 +247,6 @@ mod tests {
                     assert_eq!(crc32c_append(seed, slice), crc32c::crc32c_append(seed, slice), "len {len} seed {seed:#x}");
                 }
             }
-        }
-    }
-
-    #[test]
-    fn word_appends_match_the_bytes() {
-        for (i, seed) in [0u32, 1, 0xdead_beef, u32::MAX].into_iter().enumerate() {
-            let word = 0x0123_4567_89ab_cdefu64.rotate_left(7 * i as u32);
-            assert_eq!(crc32c_append_u64(seed, word), crc32c::crc32c_append(seed, &word.to_le_bytes()));
-            let half = word as u32;
-            assert_eq!(crc32c_append_u32(seed, half), crc32c::crc32c_append(seed, &half.to_le_bytes()));
         }
     }
 
