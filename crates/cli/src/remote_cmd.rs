@@ -43,6 +43,13 @@ pub struct ServeArgs {
     /// Microseconds the loop keeps polling after activity (at most 1024 empty polls) before it blocks; 0 blocks at once.
     #[arg(long, default_value_t = 30)]
     poll_us: u64,
+    /// Turn on one-sided access (put, get, atomic into the data area: the put + FLUSH and read-after-write methods).
+    /// DANGER on tcp and sm: UCX serves these in software at whatever address a client names, unchecked against the
+    /// registration, so any client that can connect can then read and write the WHOLE server process, the access key
+    /// included, and crash it with a bad address. Use it only on a trusted network where every client is trusted.
+    /// Off by default: no memory is registered, and HELLO says one-sided access is off.
+    #[arg(long)]
+    one_sided: bool,
 }
 
 /// The remote bench suites (flattened into `pmwire bench`).
@@ -114,9 +121,9 @@ pub fn serve_cmd(args: &ServeArgs) -> Result<()> {
         }
         Err(e) => return Err(e).context("the pool does not open (not overwriting it)"),
     };
-    let mut transport = UcxTransport::new(&ucx_config(&args.tls, args.listen.ip().is_loopback())?)?;
+    let mut transport = UcxTransport::new(&ucx_config(&args.tls, args.listen.ip().is_loopback(), args.one_sided)?)?;
     let bound = transport.listen(args.listen)?;
-    register_data_area(&mut server, &mut transport)?;
+    let registered = register_data_area(&mut server, &mut transport)?;
     let (region_id, key) = server.credentials();
     let keys = KeyFile { region_id, key, addr: bound.to_string() };
     match &args.key_file {
@@ -124,6 +131,13 @@ pub fn serve_cmd(args: &ServeArgs) -> Result<()> {
         None => println!("region_id={region_id} key={key:#018x}"),
     }
     println!("serving {} ({}) on {bound} over {}", args.pool.display(), server.region().describe(), args.tls);
+    match registered {
+        None => println!("one-sided access: off (clients use the RPC methods; --one-sided turns it on)"),
+        Some(_) => println!(
+            "one-sided access: ON, unconfined: over {} UCX serves puts and gets at any address, so every client that can connect can read and write this whole process, the access key included",
+            args.tls
+        ),
+    }
     let stop = AtomicBool::new(false);
     let budget = match args.poll_us {
         0 => PollBudget::BLOCK,

@@ -24,19 +24,23 @@
 //!   (the copy itself still completes: the region stays consistent).
 //! - The loop stops when `stop` is set, after every offloaded write has
 //!   completed; it notices `stop` within [`IDLE_WAIT`].
-//! - [`register_data_area`] registers exactly the pool's data area, so a
-//!   one-sided peer cannot reach the superblock, the directory or the logs.
+//! - [`register_data_area`] registers exactly the pool's data area, and only
+//!   where the transport's one-sided access is on. Where the transport
+//!   confines accesses to registrations, a one-sided peer cannot reach the
+//!   superblock (with the access key), the directory or the logs; where it
+//!   does not (UCX over tcp and sm), HELLO says the whole process is
+//!   reachable, and one-sided access is on only if the operator asked.
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use transport::{
-    ConnId, Event, InProcTransport, LocalRegionId, RegisterError, RequestId, Transport, UcxTransport,
+    ConnId, Event, InProcTransport, LocalRegionId, Reach, RegisterError, RequestId, Transport, UcxTransport,
 };
 
 use crate::copy_engine::Ticket;
-use crate::proto::RESPONSE_HEADER_BYTES;
+use crate::proto::{OneSidedReach, RESPONSE_HEADER_BYTES};
 use crate::server::{Action, ClientId, Completed, OneSided, Server};
 
 /// Longest the loop sleeps when idle before looking at `stop` again.
@@ -122,9 +126,20 @@ impl ServeTransport for InProcTransport {
 }
 
 /// Registers the server's data area with `transport` and records the
-/// exported descriptor in the server, so HELLO carries the rkey and address.
-/// Remote writes are CPU stores on tcp and sm (`writes_bypass_cache: false`).
-pub fn register_data_area<T: Transport>(server: &mut Server, transport: &mut T) -> Result<LocalRegionId, RegisterError> {
+/// exported descriptor in the server, so HELLO carries the rkey, address
+/// and how far one-sided access reaches; registers nothing (and returns
+/// `None`: HELLO says one-sided access is off) where the transport's
+/// one-sided access is off. Remote writes are CPU stores on tcp and sm
+/// (`writes_bypass_cache: false`).
+pub fn register_data_area<T: Transport>(server: &mut Server, transport: &mut T) -> Result<Option<LocalRegionId>, RegisterError> {
+    let reach = match transport.reach() {
+        Reach::Off => {
+            server.set_one_sided(None);
+            return Ok(None);
+        }
+        Reach::Registered => OneSidedReach::DataArea,
+        Reach::Process => OneSidedReach::Process,
+    };
     let (base, bytes) = server.data_area();
     assert!(base + bytes <= pmem::Media::len(server.region()), "data area inside the region");
     // SAFETY: base + bytes is inside the mapping (asserted); `base` fits usize
@@ -136,8 +151,8 @@ pub fn register_data_area<T: Transport>(server: &mut Server, transport: &mut T) 
     let region = unsafe { transport.register(start, bytes as usize) }?;
     let desc = transport.export(region)?;
     assert!(desc.len == bytes, "the exported length is the data area");
-    server.set_one_sided(Some(OneSided { rkey: desc.rkey, remote_addr: desc.addr, writes_bypass_cache: false }));
-    Ok(region)
+    server.set_one_sided(Some(OneSided { rkey: desc.rkey, remote_addr: desc.addr, writes_bypass_cache: false, reach }));
+    Ok(Some(region))
 }
 
 /// What a [`serve`] run did.

@@ -624,6 +624,35 @@ impl Method {
     }
 }
 
+/// HELLO's byte 29: how far a client's one-sided operations reach into the
+/// server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OneSidedReach {
+    /// One-sided access is off (the default): no rkey; the server's
+    /// transport serves no put, get or atomic.
+    Off = 0,
+    /// Confined to the data area: the transport checks every access
+    /// against the registration.
+    DataArea = 1,
+    /// The whole server process: the transport serves one-sided
+    /// operations in software at whatever address a client names (UCX over
+    /// tcp and shared memory), so a client can read the access key and
+    /// write anything. Only an operator's flag turns this on.
+    Process = 2,
+}
+
+impl OneSidedReach {
+    /// The code's meaning, if known.
+    pub fn from_u8(code: u8) -> Option<OneSidedReach> {
+        match code {
+            0 => Some(OneSidedReach::Off),
+            1 => Some(OneSidedReach::DataArea),
+            2 => Some(OneSidedReach::Process),
+            _ => None,
+        }
+    }
+}
+
 /// The HELLO reply body: what the server exports and promises.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hello {
@@ -644,6 +673,8 @@ pub struct Hello {
     pub max_payload: u32,
     /// Guarantee of each method in [`Method::CONCRETE`] order.
     pub guarantees: [Guarantee; 5],
+    /// How far one-sided access reaches (`Off`: no rkey).
+    pub one_sided: OneSidedReach,
     /// The packed remote key for one-sided access (empty: none).
     pub rkey: Vec<u8>,
 }
@@ -668,6 +699,7 @@ impl Hello {
         for (i, g) in self.guarantees.iter().enumerate() {
             h[24 + i] = *g as u8;
         }
+        h[29] = self.one_sided as u8;
         put_u32(&mut h, 32, self.rkey.len() as u32);
         out.extend_from_slice(&h);
         out.extend_from_slice(&self.rkey);
@@ -685,8 +717,12 @@ impl Hello {
         if body[16] > 3 || body[17] > 3 || body[18] & !(RIGHT_READ | RIGHT_WRITE) != 0 || body[19] > 1 {
             return Err("HELLO field out of range");
         }
-        if body[29..32].iter().any(|&b| b != 0) || get_u32(body, 36) != 0 {
+        if body[30..32].iter().any(|&b| b != 0) || get_u32(body, 36) != 0 {
             return Err("HELLO reserved bytes not zero");
+        }
+        let one_sided = OneSidedReach::from_u8(body[29]).ok_or("HELLO one-sided reach code unknown")?;
+        if (one_sided == OneSidedReach::Off) != (rkey_len == 0) {
+            return Err("HELLO one-sided reach disagrees with the rkey");
         }
         let mut guarantees = [Guarantee::None; 5];
         for (i, g) in guarantees.iter_mut().enumerate() {
@@ -701,6 +737,7 @@ impl Hello {
             payload_crc_required: body[19] == 1,
             max_payload: get_u32(body, 20),
             guarantees,
+            one_sided,
             rkey: body[HELLO_BYTES..].to_vec(),
         })
     }

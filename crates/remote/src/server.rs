@@ -40,7 +40,7 @@ use crate::copy_engine::{Completion, CopyBackend, CopyEngine, CopyTarget, Ticket
 use crate::pool::{log_config_from_codes, FormatError, LogCreateError, Pool, PoolConfig, PoolOpenError};
 use crate::proto::{
     self, encode_response, encode_response_header, Guarantee, Hello, LogSpec, Opcode, Request, ResponseHeader, Status,
-    DEFAULT_MAX_PAYLOAD_BYTES, FLAG_OFFLOAD, FLAG_PAYLOAD_CRC, MAX_PAYLOAD_BYTES, RESPONSE_HEADER_BYTES, RIGHT_READ,
+    OneSidedReach, DEFAULT_MAX_PAYLOAD_BYTES, FLAG_OFFLOAD, FLAG_PAYLOAD_CRC, MAX_PAYLOAD_BYTES, RESPONSE_HEADER_BYTES, RIGHT_READ,
     RIGHT_WRITE,
 };
 
@@ -61,6 +61,9 @@ pub struct OneSided {
     /// Remote writes go to the memory controller, not the cache (RDMA with
     /// DDIO off). False over UCX tcp and sm: a remote write is a CPU store.
     pub writes_bypass_cache: bool,
+    /// How far a client's one-sided operations reach (stated in HELLO;
+    /// never `Off` here: no registration is `None`).
+    pub reach: OneSidedReach,
 }
 
 /// How a server behaves.
@@ -256,6 +259,8 @@ impl Server {
     pub fn set_one_sided(&mut self, one_sided: Option<OneSided>) {
         if let Some(o) = &one_sided {
             assert!(o.rkey.len() <= proto::MAX_RKEY_BYTES, "rkey of {} B", o.rkey.len());
+            assert!(!o.rkey.is_empty(), "a registration has an rkey");
+            assert!(o.reach != OneSidedReach::Off, "no registration is None");
         }
         self.one_sided = one_sided;
     }
@@ -444,6 +449,7 @@ impl Server {
             payload_crc_required: self.config.require_payload_crc,
             max_payload: self.config.max_payload,
             guarantees: self.guarantees(),
+            one_sided: self.one_sided.as_ref().map_or(OneSidedReach::Off, |o| o.reach),
             rkey: self.one_sided.as_ref().map_or_else(Vec::new, |o| o.rkey.clone()),
         };
         self.scratch.clear();

@@ -115,6 +115,10 @@ pub enum RegisterError {
     /// The configured bound on registrations is reached.
     #[error("too many registered regions (bound {0})")]
     TooMany(usize),
+    /// The transport was made with one-sided access off (the default over
+    /// UCX; see `UcxConfig::with_one_sided`).
+    #[error("one-sided access is off on this transport: nothing can be registered")]
+    OneSidedOff,
 }
 
 /// Attaching a peer's region (unpacking its remote key) failed.
@@ -132,6 +136,10 @@ pub enum AttachError {
     /// The configured bound on attached regions per connection is reached.
     #[error("too many attached regions on one connection (bound {0})")]
     TooMany(usize),
+    /// The transport was made with one-sided access off (the default over
+    /// UCX; see `UcxConfig::with_one_sided`).
+    #[error("one-sided access is off on this transport")]
+    OneSidedOff,
 }
 
 /// Why an operation (call, reply, put, get, atomic, flush) did not start or

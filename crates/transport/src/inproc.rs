@@ -32,7 +32,7 @@ use ucx_sys as sys;
 
 use crate::error::{AttachError, ConnectError, OpError, RegisterError, Status, WaitError};
 use crate::seam::{
-    check_range, AtomicOp, Completion, ConnId, Event, Limits, LocalRegionId, Output,
+    check_range, AtomicOp, Completion, ConnId, Event, Limits, LocalRegionId, Output, Reach,
     RegionDescriptor, RemoteRegionId, Request, RequestId, Transport,
 };
 use crate::wire::{Answering, Window};
@@ -364,6 +364,10 @@ impl Transport for InProcTransport {
             });
             Ok(())
         })
+    }
+
+    fn reach(&self) -> Reach {
+        Reach::Registered
     }
 
     unsafe fn register(

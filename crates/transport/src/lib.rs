@@ -79,12 +79,14 @@ mod ucx_transport;
 pub mod wire;
 
 #[cfg(test)]
+mod ucx_hostile_tests;
+#[cfg(test)]
 mod ucx_tests;
 
 pub use error::{AttachError, ConnectError, OpError, RegisterError, SetupError, Status, WaitError};
 pub use inproc::{InProcNetwork, InProcTransport, NodeId};
 pub use seam::{
-    AtomicOp, Completion, ConnId, Event, Limits, LocalRegionId, Output, RegionDescriptor,
+    AtomicOp, Completion, ConnId, Event, Limits, LocalRegionId, Output, Reach, RegionDescriptor,
     RemoteRegionId, Request, RequestId, Transport,
 };
 pub use ucx_transport::{UcxConfig, UcxTransport};

@@ -494,8 +494,8 @@ mod tests {
     fn probes_run_over_tcp_and_shared_memory() {
         // A few iterations only: this checks the probes work, not their numbers.
         for config in [
-            UcxConfig::tls("tcp").with_var("NET_DEVICES", "lo"),
-            UcxConfig::shared_memory().with_var("NET_DEVICES", "lo"),
+            UcxConfig::tls("tcp").with_var("NET_DEVICES", "lo").with_one_sided(),
+            UcxConfig::shared_memory().with_var("NET_DEVICES", "lo").with_one_sided(),
         ] {
             let mut p = PingPong {
                 config,

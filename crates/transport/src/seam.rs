@@ -140,6 +140,23 @@ pub enum AtomicOp {
     },
 }
 
+/// How far a peer's one-sided operations reach into this process, which
+/// is what registering memory exposes ([`Transport::reach`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// One-sided access is off: nothing can be registered or attached, and
+    /// the transport serves no peer's put, get or atomic.
+    Off,
+    /// Confined: every access is checked against a registration's range
+    /// (the in-process transport).
+    Registered,
+    /// Unconfined: the transport serves a peer's one-sided operation at
+    /// whatever address it names, in software (UCX over tcp and shared
+    /// memory: its software RMA, tcp's put, cma), so a peer that can
+    /// connect reaches the whole process, not just what was registered.
+    Process,
+}
+
 /// An incoming RPC request. Answer it with [`Transport::reply`] using `id`.
 #[derive(Debug)]
 pub struct Request {
@@ -287,7 +304,12 @@ pub trait Transport {
     fn reply(&mut self, request: RequestId, header: &[u8], payload: Vec<u8>)
         -> Result<(), OpError>;
 
-    /// Registers `len` bytes at `addr` for remote access by peers.
+    /// How far a peer's one-sided operations reach (see [`Reach`]).
+    fn reach(&self) -> Reach;
+
+    /// Registers `len` bytes at `addr` for remote access by peers; fails
+    /// with [`RegisterError::OneSidedOff`] where [`reach`](Transport::reach)
+    /// is [`Reach::Off`].
     ///
     /// # Safety
     /// The memory must stay mapped (and not be reused for anything a peer

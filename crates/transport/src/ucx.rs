@@ -45,20 +45,27 @@ pub struct ContextConfig {
     pub tls: Option<String>,
     /// Further variables, named without the `UCX_` prefix (`("RNDV_THRESH", "8k")`).
     pub vars: Vec<(String, String)>,
+    /// Ask for UCX's RMA and 64-bit atomic features. Without them UCX
+    /// installs none of its software RMA handlers (which serve a peer's
+    /// put, get and atomic at whatever address it names) and the context
+    /// can neither start nor serve one-sided operations.
+    pub rma: bool,
 }
 
 impl ContextConfig {
-    /// A configuration that sets only `UCX_TLS`.
+    /// A configuration that sets only `UCX_TLS` (RMA off).
     pub fn tls(tls: &str) -> ContextConfig {
         ContextConfig {
             tls: Some(tls.to_string()),
             vars: Vec::new(),
+            rma: false,
         }
     }
 }
 
-/// A UCP application context with the features pmwire uses: active messages,
-/// RMA, 64-bit atomics and wake-up (event fd).
+/// A UCP application context with the features pmwire uses: active messages
+/// and wake-up (event fd), and RMA with 64-bit atomics if configured
+/// ([`ContextConfig::rma`]).
 pub struct Context {
     raw: sys::ucp_context_h,
 }
@@ -77,10 +84,12 @@ impl Context {
         // a nullable pointer or an Option of a function pointer).
         let mut params: sys::ucp_params_t = unsafe { std::mem::zeroed() };
         params.field_mask = sys::UCP_PARAM_FIELD_FEATURES as u64;
-        params.features = (sys::UCP_FEATURE_AM
-            | sys::UCP_FEATURE_RMA
-            | sys::UCP_FEATURE_AMO64
-            | sys::UCP_FEATURE_WAKEUP) as u64;
+        let rma = if config.rma {
+            sys::UCP_FEATURE_RMA | sys::UCP_FEATURE_AMO64
+        } else {
+            0
+        };
+        params.features = (sys::UCP_FEATURE_AM | sys::UCP_FEATURE_WAKEUP | rma) as u64;
         let mut raw: sys::ucp_context_h = ptr::null_mut();
         // SAFETY: params is initialised and its mask names the one field set;
         // the config came from ucp_config_read and outlives the call.
@@ -646,11 +655,15 @@ impl Endpoint {
         } else {
             0
         };
-        let raw = self.raw;
-        let worker = self.worker.clone();
-        std::mem::forget(self);
+        // Not dropped: its Drop would close the endpoint a second time.
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: the worker is moved out of `this` once and `this` is never
+        // used or dropped again, so its reference is released exactly once
+        // (below): the worker, and its context, are destroyed once the last
+        // other reference goes.
+        let worker = unsafe { ptr::read(&this.worker) };
         // SAFETY: the endpoint is consumed: this is its one close.
-        let ptr = unsafe { sys::ucp_ep_close_nbx(raw, &param.0) };
+        let ptr = unsafe { sys::ucp_ep_close_nbx(this.raw, &param.0) };
         let result = Request::maybe(ptr);
         drop(worker);
         result
@@ -1032,6 +1045,7 @@ mod tests {
         let err = Context::new(&ContextConfig {
             tls: None,
             vars: vec![("RNDV_THRESH".into(), "not-a-size".into())],
+            rma: false,
         });
         assert!(
             matches!(

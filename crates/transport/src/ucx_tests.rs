@@ -27,14 +27,16 @@ fn configs() -> Vec<(&'static str, UcxConfig)> {
 }
 
 /// TCP over the loopback device only: UCX would otherwise add lanes over
-/// every interface, and tests talk to this machine's loopback alone.
-fn tcp() -> UcxConfig {
-    UcxConfig::tls("tcp").with_var("NET_DEVICES", "lo")
+/// every interface, and tests talk to this machine's loopback alone. With
+/// one-sided access on, as these tests put, get and register.
+pub(crate) fn tcp() -> UcxConfig {
+    UcxConfig::tls("tcp").with_var("NET_DEVICES", "lo").with_one_sided()
 }
 
-/// Shared memory (the TCP connection manager on loopback sets it up).
-fn sm() -> UcxConfig {
-    UcxConfig::shared_memory().with_var("NET_DEVICES", "lo")
+/// Shared memory (the TCP connection manager on loopback sets it up), with
+/// one-sided access on.
+pub(crate) fn sm() -> UcxConfig {
+    UcxConfig::shared_memory().with_var("NET_DEVICES", "lo").with_one_sided()
 }
 
 struct ServerReport {

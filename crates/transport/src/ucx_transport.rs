@@ -46,13 +46,13 @@ use crate::error::{
 };
 use crate::inproc::check_sizes;
 use crate::seam::{
-    check_range, AtomicOp, Completion, ConnId, Event, Limits, LocalRegionId, Output,
+    check_range, AtomicOp, Completion, ConnId, Event, Limits, LocalRegionId, Output, Reach,
     RegionDescriptor, RemoteRegionId, Request as RpcRequest, RequestId, Transport,
 };
 use crate::ucx::{
     Armed, Context, ContextConfig, Endpoint, Listener, MemRegion, Peer, Request, Rkey, Worker,
 };
-use crate::wire::{self, Answering, Kind, Window};
+use crate::wire::{self, Answering, InOrder, Kind, OrderViolation, Window};
 
 /// Progress rounds one `poll` makes at most (each handles a batch of events).
 const PROGRESS_ROUNDS: usize = 64;
@@ -64,8 +64,9 @@ const ARM_BUSY_ROUNDS: usize = 16;
 /// Progress rounds `Drop` spends draining requests before leaking them.
 const DROP_DRAIN_ROUNDS: usize = 100_000;
 
-/// Arrivals queued by the AM callback beyond which messages are dropped
-/// (a peer that ignores its window cannot make us allocate without bound).
+/// Arrivals queued by the AM callback beyond which a message's connection
+/// is ended (a peer that ignores its window cannot make us allocate
+/// without bound).
 const MAX_ARRIVALS: usize = 65_536;
 
 /// Payload buffers kept for reuse at most: how many, and their bytes of
@@ -112,15 +113,28 @@ impl UcxConfig {
     /// without peer failure detection. In UCX 1.13 client-server connection
     /// set-up needs the TCP connection manager, which needs `tcp` in
     /// `UCX_TLS`; the data lanes still come out as shared memory (sysv/posix
-    /// active messages, cma zero-copy RMA; [`UcxTransport::describe`] shows
-    /// them). Peer failure detection must be off: UCX 1.13 offers it on no
-    /// shared-memory transport and would fall back to TCP lanes.
+    /// active messages; with one-sided access on, cma zero-copy RMA;
+    /// [`UcxTransport::describe`] shows them). Peer failure detection must
+    /// be off: UCX 1.13 offers it on no shared-memory transport and would
+    /// fall back to TCP lanes.
     pub fn shared_memory() -> UcxConfig {
         UcxConfig {
             context: ContextConfig::tls("sm,tcp"),
             peer_failure_detection: false,
             ..UcxConfig::default()
         }
+    }
+
+    /// Turns one-sided access on: UCX's RMA and atomic features, and its
+    /// zero-copy transports (cma, knem, xpmem over shared memory; tcp's
+    /// put). Over UCX 1.13 a peer's one-sided operation is then served at
+    /// whatever address it names, unchecked against any registration
+    /// (software RMA, tcp's put, cma), so a peer can reach the whole process
+    /// ([`Reach::Process`]). Off by default: then nothing can be registered,
+    /// and UCX serves no peer's put, get or atomic.
+    pub fn with_one_sided(mut self) -> UcxConfig {
+        self.context.rma = true;
+        self
     }
 
     /// Adds a `UCX_*` variable (named without the prefix) for this context.
@@ -130,6 +144,59 @@ impl UcxConfig {
             .push((name.to_string(), value.to_string()));
         self
     }
+}
+
+/// The context configuration actually used: with one-sided access off,
+/// the transports that let a peer write our memory at an address of its
+/// choosing are left out. UCX still serves them when the RMA feature is
+/// off, since they sit below it: cma (`process_vm_writev` into our pid),
+/// knem and xpmem over shared memory, and tcp's zero-copy put (whose
+/// receive side `uct_tcp_ep_handle_put_req` writes wherever the header
+/// says). Data then moves by active messages alone.
+fn effective_context(config: &ContextConfig) -> ContextConfig {
+    let mut context = config.clone();
+    if context.rma {
+        return context;
+    }
+    context.tls = Some(match &context.tls {
+        Some(tls) => without_zero_copy(tls),
+        None => "^cma,knem,xpmem".to_string(),
+    });
+    // Transport variables go by their field name (tcp's is `PUT_ENABLE`;
+    // `UCX_TCP_PUT_ENABLE` in the environment).
+    context.vars.push(("PUT_ENABLE".to_string(), "n".to_string()));
+    context
+}
+
+/// `UCX_TLS` without the shared-memory zero-copy transports: the aliases
+/// that include them (`sm`, `shm`, `mm`) become the transports that only
+/// carry messages (`posix`, `sysv`); `all` and a negated list (`^…`) get
+/// them added to the negation.
+fn without_zero_copy(tls: &str) -> String {
+    const ZERO_COPY: [&str; 3] = ["cma", "knem", "xpmem"];
+    let names = || tls.split(',').map(str::trim).filter(|n| !n.is_empty());
+    if tls.trim() == "all" {
+        return format!("^{}", ZERO_COPY.join(","));
+    }
+    if let Some(negated) = tls.trim().strip_prefix('^') {
+        let mut out: Vec<&str> = negated.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
+        out.extend(ZERO_COPY.iter().filter(|z| !out.contains(z)).collect::<Vec<_>>());
+        return format!("^{}", out.join(","));
+    }
+    let mut out: Vec<&str> = Vec::new();
+    for name in names() {
+        let expanded: Vec<&str> = match name {
+            "sm" | "shm" | "mm" => vec!["posix", "sysv"],
+            other if ZERO_COPY.contains(&other) => vec![],
+            other => vec![other],
+        };
+        for n in expanded {
+            if !out.contains(&n) {
+                out.push(n);
+            }
+        }
+    }
+    out.join(",")
 }
 
 /// What the UCX callbacks hand to `poll`.
@@ -209,7 +276,23 @@ struct UcxConn {
     ep: Option<Rc<Endpoint>>,
     window: Window,
     answering: Answering,
+    /// The number of the next message we send on this connection.
+    send_seq: u32,
+    /// The peer's messages, handed on in the order it sent them.
+    received: InOrder<Message>,
+    /// Unique per transport: tells this connection from a later one that
+    /// reuses its id, for receives that complete after it ended.
+    epoch: u64,
     gone: bool,
+}
+
+/// A whole received message waiting for its turn in [`UcxConn::received`].
+struct Message {
+    kind: Kind,
+    call: u64,
+    header: Vec<u8>,
+    /// `None`: its rendezvous data could not be received.
+    payload: Option<Vec<u8>>,
 }
 
 struct Remote {
@@ -247,9 +330,12 @@ enum Pending {
         payload: Vec<u8>,
     },
     /// `buf` is empty until the receive completes: UCX fills its first
-    /// `len` bytes of capacity.
+    /// `len` bytes of capacity. The message waits in its connection's
+    /// `received` under `seq` (if the connection of `epoch` is still there).
     Recv {
         conn: u32,
+        epoch: u64,
+        seq: u32,
         kind: Kind,
         call: u64,
         header: Vec<u8>,
@@ -286,8 +372,12 @@ pub struct UcxTransport {
     ep_conn: HashMap<usize, u32>,
     limits: Limits,
     peer_errors: bool,
+    /// One-sided access is on ([`UcxConfig::with_one_sided`]).
+    one_sided: bool,
     /// The last progress call did work (see [`Transport::progressed`]).
     progressed: bool,
+    /// The epoch the next connection gets.
+    next_epoch: u64,
     callbacks: Box<RefCell<Callbacks>>,
 }
 
@@ -295,7 +385,7 @@ impl UcxTransport {
     /// Creates a transport (context + worker) configured by `config`.
     pub fn new(config: &UcxConfig) -> Result<UcxTransport, SetupError> {
         config.limits.check();
-        let context = Context::new(&config.context)?;
+        let context = Context::new(&effective_context(&config.context))?;
         let worker = Worker::new(&context)?;
         let need = wire::FRAMING_BYTES + config.limits.max_header_bytes;
         if need > worker.max_am_header() {
@@ -326,7 +416,9 @@ impl UcxTransport {
             ep_conn: HashMap::new(),
             limits: config.limits,
             peer_errors: config.peer_failure_detection,
+            one_sided: config.context.rma,
             progressed: false,
+            next_epoch: 0,
             callbacks,
         })
     }
@@ -364,6 +456,9 @@ impl UcxTransport {
     /// the fastest target for peers' puts over shared memory. Returns the
     /// region and its start; the memory lives until `deregister` or drop.
     pub fn allocate(&mut self, len: usize) -> Result<(LocalRegionId, *mut u8), RegisterError> {
+        if !self.one_sided {
+            return Err(RegisterError::OneSidedOff);
+        }
         let slot = self.free_region_slot()?;
         let mem = MemRegion::allocate(&self.context, len)?;
         let packed_rkey = mem.pack_rkey()?;
@@ -409,11 +504,15 @@ impl UcxTransport {
             None => return Err(ep),
         };
         self.ep_conn.insert(ep.raw() as usize, slot as u32);
+        self.next_epoch += 1;
         self.conns[slot] = Some(UcxConn {
             remotes: Vec::new(),
             ep: Some(Rc::new(ep)),
             window: Window::new(self.limits.window),
             answering: Answering::new(),
+            send_seq: 0,
+            received: InOrder::new(),
+            epoch: self.next_epoch,
             gone: false,
         });
         Ok(ConnId(slot as u32))
@@ -527,48 +626,90 @@ impl UcxTransport {
         }
     }
 
-    /// Handles one arrived message (outside the callback).
+    /// Handles one arrived message (outside the callback): checks it, then
+    /// queues it in its connection's order (receiving rendezvous data
+    /// first). A message that breaks the protocol or the bounds ends its
+    /// connection: the peer's later messages could not be put in order.
     fn arrive(&mut self, arrival: Arrival) {
         let data_len = match &arrival.data {
             ArrivalData::Eager(v) => v.len(),
             ArrivalData::Rndv { len, .. } => *len,
         };
-        let conn = self.ep_conn.get(&arrival.ep).copied();
-        let decoded = wire::decode_header(&arrival.header, data_len);
-        let ok = match (&decoded, conn) {
-            (Ok((prefix, user)), Some(conn)) => {
-                user.len() <= self.limits.max_header_bytes
-                    && data_len <= self.limits.max_payload_bytes
-                    && self.admit(conn, prefix.kind, prefix.call)
-            }
-            _ => false,
-        };
-        if !ok {
+        let Some(conn) = self.ep_conn.get(&arrival.ep).copied() else {
             self.drop_arrival(arrival.data);
             return;
-        }
-        let (prefix, user) = decoded.expect("checked above");
-        let conn = conn.expect("checked above");
-        let header = user.to_vec();
+        };
+        let prefix = match self.admit(conn, &arrival.header, data_len) {
+            Ok(prefix) => prefix,
+            Err(violation) => {
+                self.drop_arrival(arrival.data);
+                self.end_conn(conn, Some(violation));
+                return;
+            }
+        };
+        let mut header = arrival.header;
+        header.drain(..wire::FRAMING_BYTES);
         match arrival.data {
             ArrivalData::Eager(payload) => {
-                self.deliver(conn, prefix.kind, prefix.call, header, payload)
+                let message = Message {
+                    kind: prefix.kind,
+                    call: prefix.call,
+                    header,
+                    payload: Some(payload),
+                };
+                self.ready(conn, prefix.seq, message);
             }
-            ArrivalData::Rndv { desc, len } => {
-                self.start_recv(conn, prefix.kind, prefix.call, header, desc, len)
-            }
+            ArrivalData::Rndv { desc, len } => self.start_recv(conn, prefix, header, desc, len),
         }
     }
 
-    /// Whether a message for `call` is expected on `conn`; a request is
-    /// recorded as awaiting a reply.
-    fn admit(&mut self, conn: u32, kind: Kind, call: u64) -> bool {
-        match self.conns.get_mut(conn as usize) {
-            Some(Some(c)) if !c.gone => match kind {
-                Kind::Request => c.answering.arrive(call),
-                Kind::Response => true, // matched against the window on delivery
-            },
-            _ => false,
+    /// Checks an arrival against the framing, the bounds, the request
+    /// window and the connection's order, and records it there; the status
+    /// to end the connection with if it breaks them.
+    fn admit(&mut self, conn: u32, am_header: &[u8], data_len: usize) -> Result<wire::Prefix, Status> {
+        let invalid = Status(sys::UCS_ERR_INVALID_PARAM);
+        let too_large = Status(sys::UCS_ERR_EXCEEDS_LIMIT);
+        let (prefix, user) = wire::decode_header(am_header, data_len).map_err(|_| invalid)?;
+        if user.len() > self.limits.max_header_bytes || data_len > self.limits.max_payload_bytes {
+            return Err(too_large);
+        }
+        let Some(Some(c)) = self.conns.get_mut(conn as usize) else {
+            return Err(invalid);
+        };
+        if c.gone {
+            return Err(invalid);
+        }
+        if prefix.kind == Kind::Request && !c.answering.arrive(prefix.call) {
+            return Err(too_large); // beyond the window, or a slot reused unanswered
+        }
+        c.received.arrive(prefix.seq).map_err(|v| match v {
+            OrderViolation::OutOfRange => too_large,
+            OrderViolation::Duplicate => invalid,
+        })?;
+        Ok(prefix)
+    }
+
+    /// Message `seq` of `conn` is whole (or failed): hands on every message
+    /// of the connection that is now next in the peer's order.
+    fn ready(&mut self, conn: u32, seq: u32, message: Message) {
+        let Some(Some(c)) = self.conns.get_mut(conn as usize) else {
+            return;
+        };
+        c.received.ready(seq, message);
+        loop {
+            let Some(Some(c)) = self.conns.get_mut(conn as usize) else {
+                return;
+            };
+            if c.gone {
+                return;
+            }
+            let Some(message) = c.received.pop() else {
+                return;
+            };
+            match message.payload {
+                Some(payload) => self.deliver(conn, message.kind, message.call, message.header, payload),
+                None => self.fail_arrival(conn, message.kind, message.call),
+            }
         }
     }
 
@@ -604,15 +745,7 @@ impl UcxTransport {
         }
     }
 
-    fn start_recv(
-        &mut self,
-        conn: u32,
-        kind: Kind,
-        call: u64,
-        header: Vec<u8>,
-        desc: *mut c_void,
-        len: usize,
-    ) {
+    fn start_recv(&mut self, conn: u32, prefix: wire::Prefix, header: Vec<u8>, desc: *mut c_void, len: usize) {
         // A kept buffer, not a fresh zeroed one: UCX writes all `len` bytes.
         let mut buf = self.callbacks.borrow_mut().spare.take(len);
         assert!(buf.is_empty() && buf.capacity() >= len);
@@ -630,26 +763,21 @@ impl UcxTransport {
                 &param,
             )
         };
+        let (kind, call, seq) = (prefix.kind, prefix.call, prefix.seq);
         match request_of(ptr) {
             Ok(None) => {
                 // SAFETY: the receive completed: UCX wrote `len` bytes.
                 unsafe { buf.set_len(len) };
-                self.deliver(conn, kind, call, header, buf)
+                self.ready(conn, seq, Message { kind, call, header, payload: Some(buf) });
             }
-            Ok(Some(req)) => self.pending.push((
-                req,
-                Pending::Recv {
-                    conn,
-                    kind,
-                    call,
-                    header,
-                    buf,
-                    len,
-                },
-            )),
+            Ok(Some(req)) => {
+                let epoch = self.conns[conn as usize].as_ref().expect("admitted").epoch;
+                let pending = Pending::Recv { conn, epoch, seq, kind, call, header, buf, len };
+                self.pending.push((req, pending));
+            }
             Err(_) => {
                 self.callbacks.borrow_mut().spare.give(buf);
-                self.fail_arrival(conn, kind, call)
+                self.ready(conn, seq, Message { kind, call, header, payload: None });
             }
         }
     }
@@ -727,23 +855,33 @@ impl UcxTransport {
             Pending::Close => {}
             Pending::Recv {
                 conn,
+                epoch,
+                seq,
                 kind,
                 call,
                 header,
                 mut buf,
                 len,
-            } => match result {
-                Ok(()) => {
-                    // SAFETY: the receive completed: UCX wrote `len` bytes
-                    // into the capacity reserved for it.
-                    unsafe { buf.set_len(len) };
-                    self.deliver(conn, kind, call, header, buf)
+            } => {
+                let payload = match result {
+                    Ok(()) => {
+                        // SAFETY: the receive completed: UCX wrote `len` bytes
+                        // into the capacity reserved for it.
+                        unsafe { buf.set_len(len) };
+                        Some(buf)
+                    }
+                    Err(_) => {
+                        self.callbacks.borrow_mut().spare.give(buf);
+                        None
+                    }
+                };
+                let same = matches!(self.conns.get(conn as usize), Some(Some(c)) if c.epoch == epoch && !c.gone);
+                match payload {
+                    Some(payload) if !same => self.callbacks.borrow_mut().spare.give(payload),
+                    None if !same => {}
+                    payload => self.ready(conn, seq, Message { kind, call, header, payload }),
                 }
-                Err(_) => {
-                    self.callbacks.borrow_mut().spare.give(buf);
-                    self.fail_arrival(conn, kind, call)
-                }
-            },
+            }
         }
     }
 
@@ -831,6 +969,12 @@ impl UcxTransport {
         }
     }
 
+    /// A message went out on `conn`: the next one takes the next number.
+    fn sent(&mut self, conn: u32) {
+        let c = self.conns[conn as usize].as_mut().expect("sent on an open connection");
+        c.send_seq = c.send_seq.wrapping_add(1);
+    }
+
     fn rkey(&self, conn: ConnId, index: usize) -> &Rkey {
         &self.conns[conn.0 as usize].as_ref().expect("open").remotes[index].rkey
     }
@@ -879,11 +1023,16 @@ impl Transport for UcxTransport {
         let cap = c.window.capacity();
         let call = c.window.take(token).ok_or(OpError::WindowFull(cap))?;
         let ep = c.ep.clone().expect("open");
+        let seq = c.send_seq;
         let mut am_header = Vec::with_capacity(wire::FRAMING_BYTES + header.len());
-        wire::encode_header(&mut am_header, Kind::Request, call, header, payload.len());
+        wire::encode_header(&mut am_header, Kind::Request, seq, call, header, payload.len());
         // SAFETY: am_header and payload move into the Pending entry (their
         // heap storage does not move) and live until the request completes.
-        match unsafe { ep.am_send(wire::AM_ID, &am_header, &payload) } {
+        let sent = unsafe { ep.am_send(wire::AM_ID, &am_header, &payload) };
+        if sent.is_ok() {
+            self.sent(conn.0);
+        }
+        match sent {
             Ok(None) => {
                 self.callbacks.borrow_mut().spare.give(payload);
                 Ok(())
@@ -917,16 +1066,15 @@ impl Transport for UcxTransport {
             return Err(OpError::UnknownRequest);
         }
         let ep = c.ep.clone().expect("open");
+        let seq = c.send_seq;
         let mut am_header = Vec::with_capacity(wire::FRAMING_BYTES + header.len());
-        wire::encode_header(
-            &mut am_header,
-            Kind::Response,
-            request.call,
-            header,
-            payload.len(),
-        );
+        wire::encode_header(&mut am_header, Kind::Response, seq, request.call, header, payload.len());
         // SAFETY: as in call.
-        match unsafe { ep.am_send(wire::AM_ID, &am_header, &payload) } {
+        let sent = unsafe { ep.am_send(wire::AM_ID, &am_header, &payload) };
+        if sent.is_ok() {
+            self.sent(request.conn.0);
+        }
+        match sent {
             Ok(None) => {
                 self.callbacks.borrow_mut().spare.give(payload);
                 Ok(())
@@ -945,11 +1093,22 @@ impl Transport for UcxTransport {
         }
     }
 
+    fn reach(&self) -> Reach {
+        if self.one_sided {
+            Reach::Process
+        } else {
+            Reach::Off
+        }
+    }
+
     unsafe fn register(
         &mut self,
         addr: *mut u8,
         len: usize,
     ) -> Result<LocalRegionId, RegisterError> {
+        if !self.one_sided {
+            return Err(RegisterError::OneSidedOff);
+        }
         let slot = match self.regions.iter().position(Option::is_none) {
             Some(i) => i,
             None if self.regions.len() < self.limits.max_regions => {
@@ -989,6 +1148,9 @@ impl Transport for UcxTransport {
         conn: ConnId,
         desc: &RegionDescriptor,
     ) -> Result<RemoteRegionId, AttachError> {
+        if !self.one_sided {
+            return Err(AttachError::OneSidedOff);
+        }
         if desc.rkey.is_empty() || desc.rkey.len() > wire::MAX_RKEY_BYTES {
             return Err(AttachError::Malformed("rkey length"));
         }
@@ -1192,7 +1354,13 @@ impl Drop for UcxTransport {
         }
         if !self.pending.is_empty() {
             // UCX may still write these buffers: leak them rather than free.
+            // An endpoint whose close never finished (its peer never
+            // answered a get or flush) is still the worker's, and
+            // destroying the worker would abort in UCX's own assertion on
+            // its requests: the worker and context are leaked with them.
+            // Only a peer that stops answering mid-operation gets here.
             std::mem::forget(std::mem::take(&mut self.pending));
+            std::mem::forget(self.worker.clone());
         }
         let arrivals = std::mem::take(&mut self.callbacks.borrow_mut().arrivals);
         for a in arrivals {
@@ -1250,12 +1418,20 @@ unsafe extern "C" fn on_am(
     let mut cb = callbacks.borrow_mut();
     let has_ep = param.recv_attr & sys::UCP_AM_RECV_ATTR_FIELD_REPLY_EP as u64 != 0;
     let is_rndv = param.recv_attr & sys::UCP_AM_RECV_ATTR_FLAG_RNDV as u64 != 0;
-    if !has_ep
-        || cb.arrivals.len() >= MAX_ARRIVALS
-        || header_length > wire::FRAMING_BYTES + wire::MAX_USER_HEADER
-    {
+    if !has_ep {
+        // Not attributable to a connection (our peers always send REPLY).
         cb.dropped += 1;
         // For rendezvous, UCS_OK tells UCX we do not want the data.
+        return sys::UCS_OK;
+    }
+    if cb.arrivals.len() >= MAX_ARRIVALS
+        || header_length > wire::FRAMING_BYTES + wire::MAX_USER_HEADER
+    {
+        // A peer past every bound: its connection ends (`poll` handles the
+        // failure), since its later messages could no longer be in order.
+        cb.dropped += 1;
+        let status = Status(sys::UCS_ERR_EXCEEDS_LIMIT);
+        cb.failures.push((param.reply_ep as usize, status));
         return sys::UCS_OK;
     }
     let header = if header_length == 0 {

@@ -10,6 +10,10 @@
 //! - A call id is `generation << 16 | slot` with `slot < MAX_WINDOW`; a slot's
 //!   generation increases each time it is reused, so a late or duplicated
 //!   response for an earlier use of the slot is recognised and dropped.
+//! - Every message a sender puts on one connection carries the next number
+//!   of that connection's sequence (`seq`, u32, wrapping); [`InOrder`] hands
+//!   messages on in that order, whatever order their data finished
+//!   arriving in (an eager message overtakes a rendezvous one in UCX).
 
 use crate::seam::RegionDescriptor;
 
@@ -22,8 +26,8 @@ pub const FRAMING_BYTES: usize = 24;
 /// First byte of every prefix.
 pub const MAGIC: u8 = 0xB7;
 
-/// The prefix version this code writes and accepts.
-pub const VERSION: u8 = 1;
+/// The prefix version this code writes and accepts (2: `seq` in bytes 12..16).
+pub const VERSION: u8 = 2;
 
 /// Most calls one connection may have in flight (slots are 16 bits wide, but
 /// a receiver tracks this many per connection).
@@ -50,6 +54,8 @@ pub struct Prefix {
     pub header_len: u16,
     /// Bytes of payload (the AM data), as the sender declared it.
     pub payload_len: u32,
+    /// The sender's number for this message on its connection (wrapping).
+    pub seq: u32,
     /// The call id: `generation << 16 | slot`.
     pub call: u64,
 }
@@ -85,7 +91,7 @@ impl Prefix {
         b[4..6].copy_from_slice(&self.header_len.to_le_bytes());
         b[6..8].copy_from_slice(&0u16.to_le_bytes());
         b[8..12].copy_from_slice(&self.payload_len.to_le_bytes());
-        b[12..16].copy_from_slice(&0u32.to_le_bytes());
+        b[12..16].copy_from_slice(&self.seq.to_le_bytes());
         b[16..24].copy_from_slice(&self.call.to_le_bytes());
         b
     }
@@ -94,11 +100,12 @@ impl Prefix {
 /// Builds the AM header: prefix, call id, then the user header.
 ///
 /// Layout (little-endian): magic u8, version u8, kind u8, reserved u8,
-/// header_len u16, reserved u16, payload_len u32, reserved u32, call u64,
+/// header_len u16, reserved u16, payload_len u32, seq u32, call u64,
 /// then `header_len` bytes of user header. 24 bytes of framing in all.
 pub fn encode_header(
     out: &mut Vec<u8>,
     kind: Kind,
+    seq: u32,
     call: u64,
     user_header: &[u8],
     payload_len: usize,
@@ -109,6 +116,7 @@ pub fn encode_header(
         kind,
         header_len: user_header.len() as u16,
         payload_len: payload_len as u32,
+        seq,
         call,
     };
     out.clear();
@@ -136,6 +144,7 @@ pub fn decode_header(am_header: &[u8], data_len: usize) -> Result<(Prefix, &[u8]
     };
     let header_len = u16::from_le_bytes([am_header[4], am_header[5]]);
     let payload_len = u32::from_le_bytes(am_header[8..12].try_into().unwrap());
+    let seq = u32::from_le_bytes(am_header[12..16].try_into().unwrap());
     let call = u64::from_le_bytes(am_header[16..24].try_into().unwrap());
     if am_header.len() != FRAMING_BYTES + header_len as usize {
         return Err(DecodeError::Length);
@@ -148,6 +157,7 @@ pub fn decode_header(am_header: &[u8], data_len: usize) -> Result<(Prefix, &[u8]
             kind,
             header_len,
             payload_len,
+            seq,
             call,
         },
         &am_header[FRAMING_BYTES..],
@@ -317,6 +327,87 @@ impl Answering {
     }
 }
 
+/// How far ahead of the next message to hand on an arriving one may be.
+/// A peer has at most [`MAX_WINDOW`] requests unanswered (later ones break
+/// the protocol) and we at most [`MAX_WINDOW`] calls awaiting responses, so
+/// an honest peer stays within twice that; further is a protocol violation.
+pub const MAX_REORDER: usize = 2 * MAX_WINDOW;
+
+/// Why an arriving message's `seq` breaks the protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OrderViolation {
+    /// Already handed on, or further ahead than [`MAX_REORDER`].
+    OutOfRange,
+    /// A message with this number is already here.
+    Duplicate,
+}
+
+/// The receiving side of one connection's message order: the sender numbers
+/// its messages (`seq`), and [`InOrder::pop`] hands them on in that order,
+/// holding back any that became ready before an earlier one (a small eager
+/// message behind a large rendezvous one). Bounded by [`MAX_REORDER`].
+pub(crate) struct InOrder<T> {
+    /// The number of the message [`InOrder::pop`] hands on next.
+    next: u32,
+    /// `slots[i]` is message `next + i`.
+    slots: std::collections::VecDeque<Arrived<T>>,
+}
+
+enum Arrived<T> {
+    /// Not here yet.
+    Missing,
+    /// Announced; its data is still being received.
+    Receiving,
+    /// Whole (or failed), waiting for its turn.
+    Ready(T),
+}
+
+impl<T> InOrder<T> {
+    pub(crate) fn new() -> InOrder<T> {
+        InOrder {
+            next: 0,
+            slots: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// Records that message `seq` arrived and its data is being received.
+    pub(crate) fn arrive(&mut self, seq: u32) -> Result<(), OrderViolation> {
+        let ahead = seq.wrapping_sub(self.next) as usize;
+        if ahead >= MAX_REORDER {
+            return Err(OrderViolation::OutOfRange);
+        }
+        while self.slots.len() <= ahead {
+            self.slots.push_back(Arrived::Missing);
+        }
+        let slot = &mut self.slots[ahead];
+        if !matches!(slot, Arrived::Missing) {
+            return Err(OrderViolation::Duplicate);
+        }
+        *slot = Arrived::Receiving;
+        Ok(())
+    }
+
+    /// Message `seq` (announced with [`InOrder::arrive`]) is whole.
+    pub(crate) fn ready(&mut self, seq: u32, message: T) {
+        let ahead = seq.wrapping_sub(self.next) as usize;
+        let slot = self.slots.get_mut(ahead).expect("ready after arrive");
+        assert!(matches!(slot, Arrived::Receiving), "message {seq} made ready twice");
+        *slot = Arrived::Ready(message);
+    }
+
+    /// The next message in the sender's order, if it is whole.
+    pub(crate) fn pop(&mut self) -> Option<T> {
+        if !matches!(self.slots.front(), Some(Arrived::Ready(_))) {
+            return None;
+        }
+        let Some(Arrived::Ready(message)) = self.slots.pop_front() else {
+            unreachable!("checked above")
+        };
+        self.next = self.next.wrapping_add(1);
+        Some(message)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,10 +415,11 @@ mod tests {
     #[test]
     fn header_round_trips_and_rejects_damage() {
         let mut h = Vec::new();
-        encode_header(&mut h, Kind::Request, 7 << 16 | 3, b"hello", 100);
+        encode_header(&mut h, Kind::Request, 0xfeed_0001, 7 << 16 | 3, b"hello", 100);
         assert_eq!(h.len(), FRAMING_BYTES + 5);
         let (p, user) = decode_header(&h, 100).unwrap();
         assert_eq!(p.kind, Kind::Request);
+        assert_eq!(p.seq, 0xfeed_0001);
         assert_eq!(p.call, 7 << 16 | 3);
         assert_eq!(user, b"hello");
         assert_eq!(decode_header(&h, 99), Err(DecodeError::Length));
@@ -403,5 +495,52 @@ mod tests {
         assert!(!a.answer(2 << 16 | 5));
         assert!(a.answer(1 << 16 | 5));
         assert!(!a.answer(1 << 16 | 5), "answered once");
+    }
+
+    #[test]
+    fn in_order_holds_back_what_overtook_an_earlier_message() {
+        let mut order = InOrder::new();
+        order.arrive(0).unwrap(); // a rendezvous message, still receiving
+        order.arrive(1).unwrap();
+        order.ready(1, "small");
+        assert_eq!(order.pop(), None, "message 1 waits for message 0");
+        order.ready(0, "large");
+        assert_eq!(order.pop(), Some("large"));
+        assert_eq!(order.pop(), Some("small"));
+        assert_eq!(order.pop(), None);
+        // Arrivals out of order (2 before ... none missing after) and a gap.
+        order.arrive(3).unwrap();
+        order.ready(3, "three");
+        assert_eq!(order.pop(), None, "message 2 has not arrived");
+        order.arrive(2).unwrap();
+        order.ready(2, "two");
+        assert_eq!(order.pop(), Some("two"));
+        assert_eq!(order.pop(), Some("three"));
+    }
+
+    #[test]
+    fn in_order_refuses_duplicates_old_numbers_and_runaways() {
+        let mut order = InOrder::new();
+        order.arrive(0).unwrap();
+        assert_eq!(order.arrive(0), Err(OrderViolation::Duplicate));
+        order.ready(0, ());
+        assert_eq!(order.pop(), Some(()));
+        assert_eq!(order.arrive(0), Err(OrderViolation::OutOfRange), "already handed on");
+        assert_eq!(order.arrive(MAX_REORDER as u32 + 1), Err(OrderViolation::OutOfRange));
+        order.arrive(MAX_REORDER as u32).unwrap();
+    }
+
+    #[test]
+    fn in_order_wraps_around_u32() {
+        let mut order = InOrder::new();
+        order.next = u32::MAX - 1;
+        for seq in [u32::MAX, u32::MAX - 1, 0, 1] {
+            order.arrive(seq).unwrap();
+        }
+        for seq in [1, 0, u32::MAX, u32::MAX - 1] {
+            order.ready(seq, seq);
+        }
+        let got: Vec<u32> = std::iter::from_fn(|| order.pop()).collect();
+        assert_eq!(got, [u32::MAX - 1, u32::MAX, 0, 1]);
     }
 }

@@ -48,7 +48,7 @@ impl ServerThread {
                 let config = PoolConfig { region_id: 1, dir_slots: 64, log_area_bytes };
                 let server_config = ServerConfig { copy_depth, copy_threads: 1, ..ServerConfig::default() };
                 let mut server = Server::format(region, config, server_config)?;
-                let mut t = UcxTransport::new(&ucx_config(&tls_owned, true)?)?;
+                let mut t = UcxTransport::new(&ucx_config(&tls_owned, true, true)?)?;
                 let addr = t.listen("127.0.0.1:0".parse()?)?;
                 register_data_area(&mut server, &mut t)?;
                 Ok((server, t, addr))
@@ -72,7 +72,7 @@ impl ServerThread {
 
     /// [`client`](ServerThread::client) with the poll budget of its waits.
     pub fn client_polling(&self, tls: &str, required: Guarantee, window: usize, poll: PollBudget) -> Result<Client<UcxTransport>> {
-        let t = UcxTransport::new(&ucx_config(tls, true)?)?;
+        let t = UcxTransport::new(&ucx_config(tls, true, true)?)?;
         let options = ClientOptions { window, payload_crc: false, required, timeout: Duration::from_secs(30), poll };
         Client::connect_with(t, &self.addr, self.creds.0, self.creds.1, options).context("connect")
     }

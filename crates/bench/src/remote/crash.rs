@@ -188,7 +188,7 @@ fn campaign(options: &CrashOptions, pool: &Path, key_file: &Path) -> Result<Cras
     let mut model = Model::default();
     let mut report = CrashReport::default();
     for run in 0..=options.runs {
-        let server = ServeChild::start(&options.exe, pool, POOL_SIZE, "tcp", 8, key_file)?;
+        let server = ServeChild::start(&options.exe, pool, POOL_SIZE, "tcp", 8, true, key_file)?;
         let addr = server.keys.socket()?;
         // UCX 1.13's tcp transport aborts the *client* process (an assertion
         // in tcp_ep.c on UCT_TCP_EP_FLAG_PUT_TX_WAITING_ACK) when the server
@@ -196,7 +196,7 @@ fn campaign(options: &CrashOptions, pool: &Path, key_file: &Path) -> Result<Cras
         // must outlive every kill, so its puts go by UCP's active-message
         // emulation instead: the server side (the region, the FLUSH handler)
         // is the same. `docs/ARCHITECTURE.md` ("UCX facts") records it.
-        let transport = UcxTransport::new(&ucx_config("tcp", true)?.with_var("PUT_ENABLE", "n"))?;
+        let transport = UcxTransport::new(&ucx_config("tcp", true, true)?.with_var("PUT_ENABLE", "n"))?;
         let client_options = ClientOptions { window: WINDOW, timeout: Duration::from_secs(10), ..ClientOptions::default() };
         let mut client = Client::connect_with(transport, &addr, server.keys.region_id, server.keys.key, client_options)
             .with_context(|| format!("run {run}: connect"))?;

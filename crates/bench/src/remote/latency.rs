@@ -155,7 +155,7 @@ fn latency_headlines(tls: &str, cell: &[BenchResult]) -> Vec<Headline> {
 
 fn peer_floor(tls: &str, quick: bool, results: &mut Vec<BenchResult>, skipped: &mut Vec<Skipped>, headlines: &mut Vec<Headline>) {
     let iters = if quick { 5_000 } else { 20_000 };
-    let config = ucx_config(tls, true).expect("known transport");
+    let config = ucx_config(tls, true, true).expect("known transport");
     let mut p = PingPong { config, size: 64, iters, warmup: iters / 10, timeout: Duration::from_secs(60), ucx_allocated: true };
     let ours_alloc = put_pingpong(&p);
     p.ucx_allocated = false;

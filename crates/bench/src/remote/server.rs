@@ -38,14 +38,18 @@ impl KeyFile {
 }
 
 /// The UCX configuration for `tls` (`tcp` or `sm`); loopback addresses use
-/// the `lo` device only.
-pub fn ucx_config(tls: &str, loopback: bool) -> Result<UcxConfig> {
+/// the `lo` device only. `one_sided` turns one-sided access on
+/// ([`UcxConfig::with_one_sided`]): over tcp and sm a peer then reaches the
+/// whole process, so only the benchmarks (one machine, their own peers)
+/// and an operator's `pmwire serve --one-sided` ask for it.
+pub fn ucx_config(tls: &str, loopback: bool, one_sided: bool) -> Result<UcxConfig> {
     let config = match tls {
         "tcp" => UcxConfig::tls("tcp"),
         "sm" => UcxConfig::shared_memory(),
         other => bail!("unknown transport '{other}' (tcp, sm)"),
     };
-    Ok(if loopback { config.with_var("NET_DEVICES", "lo") } else { config })
+    let config = if loopback { config.with_var("NET_DEVICES", "lo") } else { config };
+    Ok(if one_sided { config.with_one_sided() } else { config })
 }
 
 /// A `pmwire serve` child process.
@@ -56,11 +60,15 @@ pub struct ServeChild {
 }
 
 impl ServeChild {
-    /// Starts `exe serve` on `pool` and waits (≤ 30 s) for its key file.
-    pub fn start(exe: &Path, pool: &Path, size: &str, tls: &str, copy_engine: usize, key_file: &Path) -> Result<ServeChild> {
+    /// Starts `exe serve` on `pool` (with `--one-sided` if asked) and waits
+    /// (≤ 30 s) for its key file.
+    pub fn start(exe: &Path, pool: &Path, size: &str, tls: &str, copy_engine: usize, one_sided: bool, key_file: &Path) -> Result<ServeChild> {
         let mut cmd = Command::new(exe);
         cmd.args(["serve", "--pool"]).arg(pool);
         cmd.args(["--size", size, "--listen", "127.0.0.1:0", "--tls", tls, "--copy-engine", &copy_engine.to_string()]);
+        if one_sided {
+            cmd.arg("--one-sided");
+        }
         cmd.arg("--key-file").arg(key_file).stdout(Stdio::null()).stderr(Stdio::inherit());
         let parse = |text: &str| serde_json::from_str::<KeyFile>(text).map(Some).context("key file");
         let (child, keys) = spawn_until_ready(cmd, "pmwire serve", key_file, parse)?;

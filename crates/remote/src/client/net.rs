@@ -150,7 +150,7 @@ impl<T: Transport> Client<T> {
         client.core.hello_request(&mut client.msg)?;
         client.rpc(Vec::new(), None)?;
         let hello = client.core.hello().expect("HELLO stored");
-        if hello.remote_addr != 0 && !hello.rkey.is_empty() {
+        if !hello.rkey.is_empty() && client.transport.reach() != transport::Reach::Off {
             let desc = RegionDescriptor { addr: hello.remote_addr, len: hello.data_bytes, rkey: hello.rkey.clone() };
             client.remote = Some(client.transport.attach(conn, &desc)?);
         }

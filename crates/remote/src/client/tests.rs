@@ -102,7 +102,7 @@ fn methods_are_checked_against_the_targets_guarantees() {
     let mut p = pair(4);
     let persist = Guarantee::Persistence;
     assert_eq!(p.client.plan_write(0, 64, Method::Rpc, persist, None), Err(MethodError::NotConnected));
-    p.server.set_one_sided(Some(OneSided { rkey: vec![1; 16], remote_addr: 0x10_0000, writes_bypass_cache: false }));
+    p.server.set_one_sided(Some(OneSided { rkey: vec![1; 16], remote_addr: 0x10_0000, writes_bypass_cache: false, reach: crate::proto::OneSidedReach::Process }));
     p.hello();
     let c = &p.client;
     let plan = c.plan_write(64, 64, Method::OneSidedFlush, persist, None).unwrap();

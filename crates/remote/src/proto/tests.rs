@@ -83,11 +83,23 @@ fn hello_and_log_spec_round_trip() {
         payload_crc_required: true,
         max_payload: DEFAULT_MAX_PAYLOAD_BYTES,
         guarantees: [Guarantee::Persistence, Guarantee::Persistence, Guarantee::Persistence, Guarantee::Visibility, Guarantee::Visibility],
+        one_sided: OneSidedReach::Process,
         rkey: vec![1, 2, 3, 4, 5],
     };
     let mut body = Vec::new();
     hello.encode(&mut body);
     assert_eq!(Hello::decode(&body).unwrap(), hello);
+    assert_eq!(body[29], 2, "byte 29 states the reach");
+    let mut unknown = body.clone();
+    unknown[29] = 3;
+    assert!(Hello::decode(&unknown).is_err(), "unknown reach code");
+    let mut off_with_key = body.clone();
+    off_with_key[29] = 0;
+    assert!(Hello::decode(&off_with_key).is_err(), "off, yet an rkey");
+    let off = Hello { one_sided: OneSidedReach::Off, rkey: Vec::new(), remote_addr: 0, ..hello.clone() };
+    let mut off_body = Vec::new();
+    off.encode(&mut off_body);
+    assert_eq!(Hello::decode(&off_body).unwrap(), off);
     assert_eq!(hello.guarantee(Method::OneSidedReadAfterWrite), Guarantee::Visibility);
     assert_eq!(hello.guarantee(Method::Auto), Guarantee::None);
     assert!(Hello::decode(&body[..body.len() - 1]).is_err());

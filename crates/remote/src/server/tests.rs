@@ -106,7 +106,7 @@ fn hello_states_the_guarantees() {
     assert_eq!(hello.guarantee(proto::Method::Rpc), Guarantee::Persistence);
     assert_eq!(hello.guarantee(proto::Method::RpcOffload), Guarantee::Persistence);
     assert_eq!(hello.guarantee(proto::Method::OneSidedFlush), Guarantee::None, "no rkey registered");
-    f.server.set_one_sided(Some(OneSided { rkey: vec![7; 40], remote_addr: 0x1000, writes_bypass_cache: false }));
+    f.server.set_one_sided(Some(OneSided { rkey: vec![7; 40], remote_addr: 0x1000, writes_bypass_cache: false, reach: crate::proto::OneSidedReach::Process }));
     let h = f.header(Opcode::Hello);
     let hello = Hello::decode(f.call(h, &[]).payload).unwrap();
     assert_eq!(hello.guarantee(proto::Method::OneSidedFlush), Guarantee::Persistence);

@@ -30,7 +30,14 @@ pub fn nets() -> Vec<Net> {
     vec![Net::InProc(InProcNetwork::new(Limits::default())), Net::Ucx("tcp"), Net::Ucx("sm")]
 }
 
+/// The cases exercise every method, one-sided ones included, so both ends
+/// turn one-sided access on (`default_config` is the default, off).
 pub fn ucx_config(tls: &str) -> UcxConfig {
+    default_config(tls).with_one_sided()
+}
+
+/// The default configuration over `tls`: one-sided access off.
+pub fn default_config(tls: &str) -> UcxConfig {
     let config = if tls == "sm" { UcxConfig::shared_memory() } else { UcxConfig::tls(tls) };
     config.with_var("NET_DEVICES", "lo")
 }
