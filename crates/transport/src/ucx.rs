@@ -423,10 +423,13 @@ pub enum Peer {
     Accept(sys::ucp_conn_request_h),
 }
 
-/// A connection to one peer worker, with peer error handling on.
+/// A connection to one peer worker.
 pub struct Endpoint {
     raw: sys::ucp_ep_h,
     worker: Rc<Worker>,
+    /// Made with `UCP_ERR_HANDLING_MODE_PEER`: only then may it be
+    /// force-closed.
+    peer_errors: bool,
 }
 
 impl Endpoint {
@@ -483,6 +486,7 @@ impl Endpoint {
         Ok(Endpoint {
             raw,
             worker: worker.clone(),
+            peer_errors,
         })
     }
 
@@ -645,16 +649,14 @@ impl Endpoint {
         })
     }
 
-    /// Closes the endpoint: `force` drops it at once (operations in flight fail);
-    /// otherwise it flushes first. Returns the close request to poll, if any.
+    /// Closes the endpoint: `force` drops it at once (operations in flight
+    /// fail); otherwise it flushes first. Returns the close request to poll,
+    /// if any. UCX refuses to force-close an endpoint made without peer
+    /// error handling (and would then keep it, with its sockets and
+    /// shared-memory segments, until the worker goes), so such an endpoint
+    /// is always closed by flushing.
     pub fn close(self, force: bool) -> Result<Option<Request>, Status> {
-        let mut param = RequestParam::new();
-        param.0.op_attr_mask |= sys::UCP_OP_ATTR_FIELD_FLAGS;
-        param.0.flags = if force {
-            sys::UCP_EP_CLOSE_FLAG_FORCE
-        } else {
-            0
-        };
+        let param = close_param(force && self.peer_errors);
         // Not dropped: its Drop would close the endpoint a second time.
         let this = std::mem::ManuallyDrop::new(self);
         // SAFETY: the worker is moved out of `this` once and `this` is never
@@ -670,11 +672,22 @@ impl Endpoint {
     }
 }
 
+/// The parameters of `ucp_ep_close_nbx`: forced, or flushing first.
+fn close_param(force: bool) -> RequestParam {
+    let mut param = RequestParam::new();
+    param.0.op_attr_mask |= sys::UCP_OP_ATTR_FIELD_FLAGS;
+    param.0.flags = if force {
+        sys::UCP_EP_CLOSE_FLAG_FORCE
+    } else {
+        0
+    };
+    param
+}
+
 impl Drop for Endpoint {
     fn drop(&mut self) {
-        let mut param = RequestParam::new();
-        param.0.op_attr_mask |= sys::UCP_OP_ATTR_FIELD_FLAGS;
-        param.0.flags = sys::UCP_EP_CLOSE_FLAG_FORCE;
+        // Forced where UCX allows it (see `close`); the drain is bounded.
+        let param = close_param(self.peer_errors);
         // SAFETY: the endpoint is alive and closed once here.
         let ptr = unsafe { sys::ucp_ep_close_nbx(self.raw, &param.0) };
         if let Ok(Some(request)) = Request::maybe(ptr) {

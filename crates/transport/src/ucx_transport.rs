@@ -1352,13 +1352,16 @@ impl Drop for UcxTransport {
             }
             self.worker.progress();
         }
+        // Closes still under way are left to the worker's destruction (it
+        // closes its remaining endpoints); no buffer of ours is in them.
+        self.pending.retain(|(_, p)| !matches!(p, Pending::Close));
         if !self.pending.is_empty() {
             // UCX may still write these buffers: leak them rather than free.
-            // An endpoint whose close never finished (its peer never
-            // answered a get or flush) is still the worker's, and
-            // destroying the worker would abort in UCX's own assertion on
-            // its requests: the worker and context are leaked with them.
-            // Only a peer that stops answering mid-operation gets here.
+            // Their endpoints still have operations in UCX (a peer that
+            // never answered a get or a flush), and destroying the worker
+            // would abort in UCX's own assertion on them: the worker and
+            // context are leaked too. Only a peer that stops answering
+            // mid-operation gets here.
             std::mem::forget(std::mem::take(&mut self.pending));
             std::mem::forget(self.worker.clone());
         }
