@@ -46,15 +46,36 @@
 //! - [`Transport::fence`]: orders later one-sided operations after earlier
 //!   ones, without waiting.
 //!
+//! # Order
+//! The messages of one connection reach the other end in the order they
+//! were sent, whatever their sizes: requests are handed to the service
+//! ([`Event::Request`]) in the order the peer called [`Transport::call`],
+//! and responses complete calls in the order the peer replied. (Over UCX a
+//! small eager message can arrive while an earlier large one is still being
+//! received by rendezvous; the transport numbers every message and holds
+//! the later one back.) So pipelined requests to the same bytes take effect
+//! in the order they were sent. Completions of one-sided operations carry
+//! no such promise beyond [`Transport::flush`] and [`Transport::fence`].
+//!
 //! # Bounds
 //! Each connection allows at most [`Limits::window`] operations in flight
 //! (calls awaiting responses plus one-sided operations); the next one fails
 //! with [`OpError::WindowFull`] until a completion is polled. Headers are at
 //! most [`Limits::max_header_bytes`], payloads [`Limits::max_payload_bytes`];
-//! connections, registrations and attachments are bounded too. A request
-//! that exceeds the receiver's bounds is dropped there and the caller's call
-//! stays pending until the connection fails — so both ends should use the
-//! same limits.
+//! connections, registrations and attachments are bounded too. A message
+//! that breaks the receiver's bounds or the protocol ends its connection
+//! there (its later messages could not be kept in order), so the caller's
+//! calls fail with [`OpError::Disconnected`]; both ends should use the same
+//! limits.
+//!
+//! # One-sided access
+//! What registering memory exposes depends on the transport
+//! ([`Transport::reach`]): the in-process transport checks every access
+//! against a registration; UCX over tcp and shared memory serves a peer's
+//! put, get or atomic in software at whatever address it names, so there
+//! one-sided access is off unless the transport was made with it
+//! ([`crate::UcxConfig::with_one_sided`]), and then a peer reaches the whole
+//! process.
 //!
 //! # Buffers
 //! Payloads and put/get buffers are passed by value (`Vec<u8>`) so the

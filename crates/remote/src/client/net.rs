@@ -234,6 +234,20 @@ impl<T: Transport> Client<T> {
         self.send(id, payload)
     }
 
+    /// Starts a READ of `len` bytes at `offset`; take its bytes with
+    /// [`wait`](Client::wait). Requests of one connection take effect in
+    /// the order they were sent, so a READ started after a write sees it.
+    pub fn submit_read(&mut self, offset: u64, len: u64) -> Result<u64, ClientError> {
+        let id = self.core.read(offset, len, &mut self.msg)?;
+        self.send(id, Vec::new())
+    }
+
+    /// Waits for the started request `token`: its result value, and its
+    /// reply payload (a READ's bytes) in `out` if given.
+    pub fn wait(&mut self, token: u64, out: Option<&mut Vec<u8>>) -> Result<u64, ClientError> {
+        self.wait_rpc(token, out)
+    }
+
     /// Starts a LOG_APPEND; its completion's value is the LSN.
     pub fn submit_log_append(&mut self, log: u64, entry: &[u8]) -> Result<u64, ClientError> {
         let id = self.core.log_append(log, entry, &mut self.msg)?;

@@ -56,6 +56,9 @@ pub struct Running {
     pub addr: Addr,
     pub region_id: u32,
     pub key: u64,
+    /// Where the pool is mapped in this process (the server is a thread):
+    /// what a hostile client would aim a forged descriptor at.
+    pub region_addr: u64,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<ServeStats>>,
     _dir: tempfile::TempDir,
@@ -77,17 +80,29 @@ impl Drop for Running {
     }
 }
 
-fn run<T: ServeTransport>(mut transport: T, addr: Addr, path: &std::path::Path, config: ServerConfig, tx: mpsc::Sender<(Addr, u32, u64)>, stop: &AtomicBool) -> ServeStats {
+type Started = (Addr, u32, u64, u64);
+
+fn run<T: ServeTransport>(mut transport: T, addr: Addr, path: &std::path::Path, config: ServerConfig, tx: mpsc::Sender<Started>, stop: &AtomicBool) -> ServeStats {
     let region = Region::create(path, 8 << 20).unwrap();
     let pool = PoolConfig { region_id: 3, dir_slots: 8, log_area_bytes: 2 << 20 };
     let mut server = Server::format(region, pool, config).unwrap();
     register_data_area(&mut server, &mut transport).unwrap();
     let (region_id, key) = server.credentials();
-    tx.send((addr, region_id, key)).unwrap();
+    tx.send((addr, region_id, key, server.region().as_ptr() as u64)).unwrap();
     serve(&mut server, &mut transport, stop)
 }
 
+/// A server with one-sided access on (the cases use every method).
 pub fn start(net: &Net, config: ServerConfig) -> Running {
+    start_with(net, config, true)
+}
+
+/// A server as `pmwire serve` runs by default: one-sided access off.
+pub fn start_default(net: &Net, config: ServerConfig) -> Running {
+    start_with(net, config, false)
+}
+
+fn start_with(net: &Net, config: ServerConfig, one_sided: bool) -> Running {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let path = dir.path().join("pool");
     let stop = Arc::new(AtomicBool::new(false));
@@ -100,13 +115,14 @@ pub fn start(net: &Net, config: ServerConfig) -> Running {
             run(t, addr, &path2, config, tx, &stop2)
         }
         Net::Ucx(tls) => {
-            let mut t = UcxTransport::new(&ucx_config(tls)).unwrap();
+            let config_ucx = if one_sided { ucx_config(tls) } else { default_config(tls) };
+            let mut t = UcxTransport::new(&config_ucx).unwrap();
             let addr = t.listen("127.0.0.1:0".parse().unwrap()).unwrap();
             run(t, Addr::Socket(addr), &path2, config, tx, &stop2)
         }
     });
-    let (addr, region_id, key) = rx.recv_timeout(Duration::from_secs(30)).expect("server started");
-    Running { addr, region_id, key, stop, thread: Some(thread), _dir: dir }
+    let (addr, region_id, key, region_addr) = rx.recv_timeout(Duration::from_secs(30)).expect("server started");
+    Running { addr, region_id, key, region_addr, stop, thread: Some(thread), _dir: dir }
 }
 
 /// A client over either transport (one per test: its size does not matter).
@@ -137,6 +153,17 @@ pub fn connect_as(net: &Net, server: &Running, region_id: u32, key: u64, options
             Client::connect_with(t, &addr, region_id, key, options).map(AnyClient::Ucx)
         }
         _ => unreachable!("address of the other kind"),
+    }
+}
+
+/// A client as users run it by default: one-sided access off.
+pub fn connect_default(net: &Net, server: &Running, options: ClientOptions) -> AnyClient {
+    match (net, server.addr) {
+        (Net::Ucx(tls), Addr::Socket(addr)) => {
+            let t = UcxTransport::new(&default_config(tls)).unwrap();
+            AnyClient::Ucx(Client::connect_with(t, &addr, server.region_id, server.key, options).unwrap())
+        }
+        _ => connect_as(net, server, server.region_id, server.key, options).unwrap(),
     }
 }
 
