@@ -29,14 +29,23 @@ pub struct ServerThread {
     pub addr: std::net::SocketAddr,
     /// Region id and key.
     pub creds: (u32, u64),
+    /// Both ends have one-sided access on.
+    one_sided: bool,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     pool: PathBuf,
 }
 
 impl ServerThread {
-    /// Starts a server over `tls` with a copy engine of `copy_depth`.
+    /// Starts a server over `tls` with a copy engine of `copy_depth`, and
+    /// one-sided access on (the suites measure the one-sided methods).
     pub fn start(tls: &str, size_bytes: u64, copy_depth: usize, log_area_bytes: u64) -> Result<ServerThread> {
+        ServerThread::start_with(tls, size_bytes, copy_depth, log_area_bytes, true)
+    }
+
+    /// [`start`](ServerThread::start), with one-sided access on or off
+    /// (off: as `pmwire serve` runs by default; its clients are off too).
+    pub fn start_with(tls: &str, size_bytes: u64, copy_depth: usize, log_area_bytes: u64, one_sided: bool) -> Result<ServerThread> {
         let pool = shm_path(&format!("remote-{tls}.pool"));
         let _ = std::fs::remove_file(&pool);
         let stop = Arc::new(AtomicBool::new(false));
@@ -48,7 +57,7 @@ impl ServerThread {
                 let config = PoolConfig { region_id: 1, dir_slots: 64, log_area_bytes };
                 let server_config = ServerConfig { copy_depth, copy_threads: 1, ..ServerConfig::default() };
                 let mut server = Server::format(region, config, server_config)?;
-                let mut t = UcxTransport::new(&ucx_config(&tls_owned, true, true)?)?;
+                let mut t = UcxTransport::new(&ucx_config(&tls_owned, true, one_sided)?)?;
                 let addr = t.listen("127.0.0.1:0".parse()?)?;
                 register_data_area(&mut server, &mut t)?;
                 Ok((server, t, addr))
@@ -62,7 +71,7 @@ impl ServerThread {
             }
         })?;
         let (addr, creds) = rx.recv_timeout(Duration::from_secs(30)).map_err(|_| anyhow!("server start timed out"))??;
-        Ok(ServerThread { addr, creds, stop, thread: Some(thread), pool })
+        Ok(ServerThread { addr, creds, one_sided, stop, thread: Some(thread), pool })
     }
 
     /// A client over `tls` asking for `required`, polling as [`PollBudget::default`] allows.
@@ -72,7 +81,7 @@ impl ServerThread {
 
     /// [`client`](ServerThread::client) with the poll budget of its waits.
     pub fn client_polling(&self, tls: &str, required: Guarantee, window: usize, poll: PollBudget) -> Result<Client<UcxTransport>> {
-        let t = UcxTransport::new(&ucx_config(tls, true, true)?)?;
+        let t = UcxTransport::new(&ucx_config(tls, true, self.one_sided)?)?;
         let options = ClientOptions { window, payload_crc: false, required, timeout: Duration::from_secs(30), poll };
         Client::connect_with(t, &self.addr, self.creds.0, self.creds.1, options).context("connect")
     }

@@ -62,6 +62,7 @@ pub fn run(options: &LatencyOptions) -> Result<SuiteReport> {
         headlines.extend(latency_headlines(tls, &cell));
         results.extend(cell);
         drop((durable, visible, server));
+        results.extend(rpc_one_sided_off(tls, iters)?);
         peer_floor(tls, options.quick, &mut results, &mut skipped, &mut headlines);
     }
     let parameters = serde_json::json!({
@@ -71,6 +72,29 @@ pub fn run(options: &LatencyOptions) -> Result<SuiteReport> {
         "raw_2rtt": "put + transport flush, then the get",
     });
     finish_with_peers("remote-latency", &options.out_dir, parameters, perftest_peer(), results, skipped, headlines)
+}
+
+/// Rpc against a server and client with one-sided access off, as
+/// `pmwire serve` runs by default (no cma, no tcp zero-copy put, no RMA
+/// feature): what the safe default costs beside the `rpc` row.
+fn rpc_one_sided_off(tls: &str, iters: usize) -> Result<Vec<BenchResult>> {
+    let server = ServerThread::start_with(tls, 64 << 20, 8, 4 << 20, false)?;
+    let mut client = server.client(tls, Guarantee::Persistence, 32)?;
+    let mut out = Vec::new();
+    for size in SIZES {
+        let bytes = vec![0x5au8; size as usize];
+        let mut samples = Vec::with_capacity(iters);
+        for i in 0..iters + iters / 10 {
+            let start = Instant::now();
+            client.write_persistent(4096, &bytes, Method::Rpc)?;
+            if i >= iters / 10 {
+                samples.push(start.elapsed().as_nanos() as u64);
+            }
+        }
+        let r = latency_result(&format!("{BENCH}_{tls}"), "rpc_one_sided_off", size, &mut samples).param("transport", tls);
+        out.push(r.param("one_sided", "off"));
+    }
+    Ok(out)
 }
 
 fn measure(
