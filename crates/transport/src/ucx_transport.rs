@@ -61,8 +61,10 @@ const PROGRESS_ROUNDS: usize = 64;
 /// returns `true` and lets the caller poll.
 const ARM_BUSY_ROUNDS: usize = 16;
 
-/// Progress rounds `Drop` spends draining requests before leaking them.
+/// Progress rounds, and time, `Drop` spends draining requests before
+/// leaving closes to the worker's destruction and leaking the rest.
 const DROP_DRAIN_ROUNDS: usize = 100_000;
+const DROP_DRAIN_WAIT: Duration = Duration::from_millis(200);
 
 /// Arrivals queued by the AM callback beyond which a message's connection
 /// is ended (a peer that ignores its window cannot make us allocate
@@ -1345,12 +1347,18 @@ impl Drop for UcxTransport {
             c.ep = None;
         }
         self.listener = None;
+        // Drain: progress while it does something, else sleep on the event
+        // fd a little (a graceful close waits for the peer's answer), for
+        // a bounded number of rounds and at most DROP_DRAIN_WAIT.
+        let deadline = Instant::now() + DROP_DRAIN_WAIT;
         for _ in 0..DROP_DRAIN_ROUNDS {
             self.pending.retain(|(req, _)| req.check().is_none());
-            if self.pending.is_empty() {
+            if self.pending.is_empty() || Instant::now() >= deadline {
                 break;
             }
-            self.worker.progress();
+            if self.worker.progress() == 0 && matches!(self.worker.arm(), Ok(Armed::Armed)) {
+                let _ = self.worker.sleep(Duration::from_millis(1));
+            }
         }
         // Closes still under way are left to the worker's destruction (it
         // closes its remaining endpoints); no buffer of ours is in them.

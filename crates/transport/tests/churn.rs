@@ -1,6 +1,6 @@
 //! Connect–close cycles in one process, over tcp and shared memory: every
 //! closed connection and dropped client transport gives back what UCX took
-//! (file descriptors, shared-memory segments), on both ends, and a
+//! (file descriptors, mapped shared-memory segments), on both ends, and a
 //! long-lived server keeps accepting. Its own test binary, so that no other
 //! test's descriptors or segments come and go in the same process.
 //!
@@ -22,14 +22,18 @@ fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
 }
 
-/// Bytes in use on /dev/shm (where UCX's posix segments live).
+/// Bytes of /dev/shm this process has mapped (UCX's posix segments,
+/// unlinked or not): this process's share, whatever others do there.
 fn shm_bytes() -> u64 {
-    let path = std::ffi::CString::new("/dev/shm").unwrap();
-    // SAFETY: all-zero is a valid statvfs; path is NUL-terminated.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: both pointers are valid for the call.
-    assert_eq!(unsafe { libc::statvfs(path.as_ptr(), &mut st) }, 0);
-    (st.f_blocks - st.f_bfree) * st.f_frsize
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines()
+        .filter(|line| line.contains("/dev/shm/"))
+        .map(|line| {
+            let range = line.split_whitespace().next().unwrap();
+            let (start, end) = range.split_once('-').unwrap();
+            u64::from_str_radix(end, 16).unwrap() - u64::from_str_radix(start, 16).unwrap()
+        })
+        .sum()
 }
 
 /// A server thread with one transport for the whole test: echoes, and
