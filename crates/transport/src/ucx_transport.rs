@@ -541,6 +541,10 @@ impl UcxTransport {
         c.remotes.clear();
         let ep = c.ep.take().expect("an open connection has an endpoint");
         self.ep_conn.remove(&(ep.raw() as usize));
+        // Queued arrivals of this endpoint go while it still exists:
+        // releasing a rendezvous descriptor answers its sender through the
+        // endpoint, which a close may destroy at once.
+        self.release_arrivals(Some(ep.raw() as usize));
         match Rc::try_unwrap(ep) {
             Ok(ep) => {
                 // A failed endpoint can only be force-closed; a healthy one
@@ -809,6 +813,18 @@ impl UcxTransport {
                     }));
                 }
             }
+        }
+    }
+
+    /// Drops the queued arrivals of `ep` (of every endpoint: `None`),
+    /// releasing their rendezvous descriptors.
+    fn release_arrivals(&mut self, ep: Option<usize>) {
+        let queued = std::mem::take(&mut self.callbacks.borrow_mut().arrivals);
+        let (gone, kept): (VecDeque<Arrival>, VecDeque<Arrival>) =
+            queued.into_iter().partition(|a| ep.is_none_or(|ep| a.ep == ep));
+        self.callbacks.borrow_mut().arrivals = kept;
+        for arrival in gone {
+            self.drop_arrival(arrival.data);
         }
     }
 
@@ -1341,6 +1357,8 @@ impl Transport for UcxTransport {
 
 impl Drop for UcxTransport {
     fn drop(&mut self) {
+        // Arrivals first, while their endpoints exist (see end_conn).
+        self.release_arrivals(None);
         // Force-close every endpoint (keys first): operations in flight fail.
         for c in self.conns.iter_mut().flatten() {
             c.remotes.clear();
@@ -1372,13 +1390,6 @@ impl Drop for UcxTransport {
             // mid-operation gets here.
             std::mem::forget(std::mem::take(&mut self.pending));
             std::mem::forget(self.worker.clone());
-        }
-        let arrivals = std::mem::take(&mut self.callbacks.borrow_mut().arrivals);
-        for a in arrivals {
-            if let ArrivalData::Rndv { desc, .. } = a.data {
-                // SAFETY: a rendezvous descriptor we kept and never consumed.
-                unsafe { sys::ucp_am_data_release(self.worker.raw(), desc) };
-            }
         }
     }
 }
