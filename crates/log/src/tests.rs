@@ -258,7 +258,7 @@ fn impossible_heads_are_refused_at_open() {
     use crate::format::Head;
     let config = LogConfig::new(4096, TailStrategy::SelfValidating);
     for head in [
-        Head { lsn: 0, pos: u64::MAX & !255 },
+        Head { lsn: 0, pos: !255 },
         Head { lsn: u64::MAX, pos: 0 },
         Head { lsn: 0, pos: 8 },
     ] {
@@ -268,7 +268,7 @@ fn impossible_heads_are_refused_at_open() {
         assert!(matches!(err, OpenError::Corrupt { .. }), "{head:?}: {err:?}");
     }
     let (mut media, _) = fresh(LogConfig::new(4096, TailStrategy::Naive), 0);
-    plant_head(&mut media, Head { lsn: 0, pos: u64::MAX & !255 });
+    plant_head(&mut media, Head { lsn: 0, pos: !255 });
     assert!(matches!(AppendLog::open(&mut media, 0), Err(OpenError::Corrupt { .. })));
 }
 
