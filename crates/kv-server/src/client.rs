@@ -168,8 +168,28 @@ fn parse_response(buf: &[u8]) -> io::Result<Option<(HttpResponse, usize)>> {
         }
     }
     let start = end + 4;
-    if buf.len() < start + len {
+    // Checked: the length is the server's word, and any usize parses.
+    let total = start.checked_add(len).ok_or_else(|| bad(format!("Content-Length {len} past the address space")))?;
+    if buf.len() < total {
         return Ok(None);
     }
-    Ok(Some((HttpResponse { status, close, body: buf[start..start + len].to_vec() }, start + len)))
+    Ok(Some((HttpResponse { status, close, body: buf[start..total].to_vec() }, total)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_content_length_near_2_64_is_an_error_not_a_panic() {
+        let hostile = b"HTTP/1.1 200 OK\r\nContent-Length: 18446744073709551615\r\n\r\nab";
+        let err = parse_response(hostile).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        let big = b"HTTP/1.1 200 OK\r\nContent-Length: 18446744073709551616\r\n\r\n";
+        assert!(parse_response(big).is_err());
+        let fine = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nab";
+        let (response, len) = parse_response(fine).unwrap().unwrap();
+        assert_eq!((response.status, &response.body[..], len), (200, &b"ab"[..], fine.len()));
+        assert!(parse_response(&fine[..fine.len() - 1]).unwrap().is_none());
+    }
 }

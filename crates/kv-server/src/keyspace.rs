@@ -254,7 +254,7 @@ impl EngineKeyspace<'_> {
     /// Where a piece of a RESP argument lies in the pool.
     fn piece_extent(&self, p: &pmwire_resp::request::Piece) -> Extent {
         let (buf, offset) = self.locs[p.segment as usize];
-        Extent { buf_idx: buf, offset: (offset + p.start) as u16, len: p.len as u16 }
+        piece_in_buffer(buf, offset + p.start, p.len)
     }
 }
 
@@ -351,4 +351,14 @@ impl ReplySink<Handle> for OutputSink<'_> {
         assert_eq!(value.iter().map(|e| e.len as u64).sum::<u64>(), len, "value handle length");
         self.value_extents(value);
     }
+}
+
+/// The extent of `len` received bytes at `offset` in pool buffer `buf`. A
+/// received piece never leaves its buffer, and buffers are at most
+/// `pmwire_pool::MAX_BUF_SIZE` (8 KiB), so both fit the extent's 16-bit
+/// fields: asserted rather than truncated.
+pub(crate) fn piece_in_buffer(buf: u32, offset: u32, len: u32) -> Extent {
+    let within = offset.checked_add(len).is_some_and(|end| end <= pmwire_pool::MAX_BUF_SIZE);
+    assert!(within, "received piece [{offset}, +{len}) outside a pool buffer");
+    Extent { buf_idx: buf, offset: offset as u16, len: len as u16 }
 }

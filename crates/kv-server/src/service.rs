@@ -300,10 +300,11 @@ impl HttpCtx<'_, '_, '_> {
     fn route(&mut self, req: &http::Request<'_>, input: &Input<'_>) {
         let keep = req.keep_alive;
         let pieces: Vec<http::Piece<'_>> = body_pieces(input.segments, &req.body).collect();
-        let extents: Vec<Extent> = pieces
-            .iter()
-            .map(|p| Extent { buf_idx: p.buf, offset: p.offset as u16, len: p.bytes.len() as u16 })
-            .collect();
+        // Only a zero-copy store keeps the body where it landed: in a pool buffer.
+        let extents: Vec<Extent> = match self.ks.zero_copy {
+            true => pieces.iter().map(|p| crate::keyspace::piece_in_buffer(p.buf, p.offset, p.bytes.len() as u32)).collect(),
+            false => Vec::new(),
+        };
         let gather = || match &pieces[..] {
             [] => Cow::Borrowed(&[][..]),
             [one] => Cow::Borrowed(one.bytes),

@@ -27,7 +27,7 @@ use std::ops::Bound;
 
 use pmem::Media;
 use pmwire_btree::{BTree, MAX_KEY_BYTES};
-use pmwire_log::{Extent, ExtentLog, MAX_GROUP, MAX_OFFSET};
+use pmwire_log::{Extent, ExtentLog, MAX_CAPACITY_EXTENTS, MAX_GROUP, MAX_OFFSET};
 use pmwire_pool::{Pool, PoolConfig, DEFAULT_BUF_SIZE};
 
 #[path = "checkpoint.rs"]
@@ -87,7 +87,20 @@ impl KvConfig {
 
     /// Media bytes (from `base`) the engine needs.
     pub fn required_size(&self) -> Result<u64, CreateError> {
+        self.check()?;
         Ok(Pool::required_size(&self.pool_config())?)
+    }
+
+    /// The bounds `create` needs; the log sizes are checked before
+    /// [`ExtentLog::required_size`] is asked for them.
+    fn check(&self) -> Result<(), CreateError> {
+        if self.buf_size < 512 || self.wal_slots < 64 || self.log_slots < 16 || self.tree_nodes < 16 {
+            return Err(CreateError::BadConfig(format!("{self:?}: need buffers ≥ 512 B, WAL ≥ 64, log ≥ 16, tree ≥ 16")));
+        }
+        if self.wal_slots > MAX_CAPACITY_EXTENTS || self.log_slots > MAX_CAPACITY_EXTENTS {
+            return Err(CreateError::BadConfig(format!("{self:?}: WAL and log need at most 2^60 slots")));
+        }
+        Ok(())
     }
 }
 
@@ -253,9 +266,7 @@ impl Engine {
         config: &KvConfig,
         faults: Faults,
     ) -> Result<Engine, CreateError> {
-        if config.buf_size < 512 || config.wal_slots < 64 || config.log_slots < 16 || config.tree_nodes < 16 {
-            return Err(CreateError::BadConfig(format!("{config:?}: need buffers ≥ 512 B, WAL ≥ 64, log ≥ 16, tree ≥ 16")));
-        }
+        config.check()?;
         let layout = Pool::begin_create(media, base, &config.pool_config())?;
         let at = |i: usize| layout.sections[i].offset;
         let bad = |e: String| CreateError::BadConfig(e);

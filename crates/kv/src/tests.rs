@@ -11,7 +11,7 @@ use pmwire_log::Extent;
 use rand_xoshiro::rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::SplitMix64;
 
-use crate::{Engine, KvConfig, LogError, StageError};
+use crate::{CreateError, Engine, KvConfig, LogError, StageError};
 
 type Model = BTreeMap<Vec<u8>, (u8, Vec<u8>)>;
 
@@ -299,4 +299,14 @@ fn a_full_tree_fails_the_checkpoint_without_losing_records() {
     let kv = Engine::open(&mut media, 4096).unwrap();
     check_model(&kv, &media, &model);
     kv.check(&media).unwrap();
+}
+
+#[test]
+fn log_sizes_near_2_64_are_refused_without_panicking() {
+    for (wal_slots, log_slots) in [(u64::MAX, 256), (1024, u64::MAX / 4), ((1 << 60) + 1, 256)] {
+        let config = KvConfig { wal_slots, log_slots, ..config() };
+        assert!(matches!(config.required_size(), Err(CreateError::BadConfig(_))), "{config:?}");
+        let mut media = MemMedia::new(1 << 20);
+        assert!(matches!(Engine::create(&mut media, 0, &config), Err(CreateError::BadConfig(_))), "{config:?}");
+    }
 }

@@ -5,6 +5,12 @@
 //! offset in the entry space is `pos % capacity`. Invariants, kept by every
 //! method and re-established by `open`:
 //! - `head.pos <= tail_pos` and `tail_pos - head.pos <= capacity`;
+//! - an append starts only at `tail_pos <= MAX_POS` with
+//!   `next_lsn < MAX_LSN` (else [`AppendError::Exhausted`]), so every
+//!   position is at most `MAX_POS + 2 * capacity`, and `open` refuses a
+//!   head beyond what appends can reach (`head.pos <= MAX_POS + capacity`,
+//!   `head.lsn <= MAX_LSN`); with the capacity bound of
+//!   [`LogConfig::validate`], no position arithmetic can overflow;
 //! - entries `head.lsn .. next_lsn` lie back to back from `head.pos` to
 //!   `tail_pos`, each `config.entry_size(len)` bytes, none crossing the end
 //!   of the entry space: an entry that would is preceded by a skip word
@@ -15,11 +21,11 @@
 
 use pmem::{Media, RotatingCounter, Rotation, LINE};
 
-use crate::config::{Faults, LogConfig, TailStrategy};
+use crate::config::{rotation_span, Faults, LogConfig, TailStrategy, MAX_CAPACITY_BYTES, MAX_TAIL_SPAN_BYTES};
 use crate::error::{AppendError, CreateError, OpenError, TruncateError};
 use crate::format::{
     self, crc_seed, decode_head, encode_head, entry_header, get_u32, EntryHeader, get_u64, put_u32, put_u64, Head, BASE_ALIGN,
-    ENTRY_HEADER_BYTES, HEADER_BLOCK_BYTES, HEADER_LINE_BYTES, HEAD_SLOT_BYTES, SKIP_BIT,
+    ENTRY_HEADER_BYTES, HEADER_BLOCK_BYTES, HEADER_LINE_BYTES, HEAD_SLOT_BYTES, MAX_POS, SKIP_BIT,
 };
 use crate::Lsn;
 
@@ -70,8 +76,12 @@ struct Placed {
 }
 
 impl AppendLog {
-    /// Media bytes the log needs at `base`: header block, tail area, entry space.
+    /// Media bytes the log needs at `base`: header block, tail area, entry
+    /// space. `config` must pass [`LogConfig::validate`] (every path from
+    /// a request or the media validates first): its bounds keep the sum
+    /// far below 2^64, and this asserts them.
     pub fn required_size(config: &LogConfig) -> u64 {
+        assert!(config.capacity <= MAX_CAPACITY_BYTES, "capacity {} of an unvalidated config", config.capacity);
         HEADER_BLOCK_BYTES + tail_area_bytes(config.tail) + config.capacity
     }
 
@@ -117,6 +127,7 @@ impl AppendLog {
         }
         let seed = crc_seed(nonce);
         let (head, head_slot) = read_head(media, base, seed)?;
+        check_head(&config, head)?;
         let entries = base + HEADER_BLOCK_BYTES + tail_area_bytes(config.tail);
         let tail = live_tail(media, base, &config);
         let tail_phys = head.pos % config.capacity;
@@ -294,7 +305,11 @@ impl AppendLog {
         if len > max {
             return Err(AppendError::TooLarge { len, max });
         }
-        assert!(self.next_lsn < MAX_LSN, "LSN space exhausted");
+        // Unreachable by appending (2^63 entries or bytes), but a head
+        // slot on the media may start the log close to either limit.
+        if self.next_lsn >= MAX_LSN || self.tail_pos > MAX_POS {
+            return Err(AppendError::Exhausted { next_lsn: self.next_lsn, tail_pos: self.tail_pos });
+        }
         let capacity = self.config.capacity;
         let size = self.config.entry_size(len);
         let phys = self.tail_phys;
@@ -399,6 +414,11 @@ impl AppendLog {
     /// `pos`, at the next lap) and ends by `limit`; with `verify`, only if
     /// its checksum matches.
     fn entry_at<M: Media>(&self, media: &M, lsn: Lsn, pos: u64, limit: u64, verify: bool) -> Option<Placed> {
+        // No append writes an LSN at or above MAX_LSN; `open` bounded `pos`.
+        if lsn >= MAX_LSN {
+            return None;
+        }
+        assert!(pos <= MAX_POS + 2 * self.config.capacity, "entry position {pos} beyond the bounded range");
         let capacity = self.config.capacity;
         let phys = pos % capacity;
         let pos = if media.read_u64(self.entries + phys) == SKIP_BIT | lsn { pos + capacity - phys } else { pos };
@@ -409,9 +429,11 @@ impl AppendLog {
         let mut header = [0u8; ENTRY_HEADER_BYTES as usize];
         media.read(self.entries + phys, &mut header);
         let len = get_u32(&header, 8) as u64;
+        if get_u64(&header, 0) != lsn || len > self.config.max_payload() {
+            return None;
+        }
         let end = pos.checked_add(self.config.entry_size(len))?;
-        if get_u64(&header, 0) != lsn || len > self.config.max_payload() || end > limit || phys + (end - pos) > capacity
-        {
+        if end > limit || phys + (end - pos) > capacity {
             return None;
         }
         if verify && !self.checksum_matches(media, &header, self.entries + phys + ENTRY_HEADER_BYTES, len) {
@@ -503,16 +525,35 @@ impl<M: Media> Media for NoFlush<'_, M> {
     }
 }
 
-/// Bytes of the tail area for `tail`, rounded up to whole XPLines.
+/// Bytes of the tail area for `tail`, rounded up to whole XPLines (at
+/// most `MAX_TAIL_SPAN_BYTES` rounded up, for a validated config).
 fn tail_area_bytes(tail: TailStrategy) -> u64 {
     match tail {
         TailStrategy::Naive => BASE_ALIGN,
         TailStrategy::Rotating { blocks, stride } => {
-            let span = (blocks.max(1) as u64 - 1) * stride as u64 + 8;
+            let span = rotation_span(blocks.max(1), stride);
+            assert!(span <= MAX_TAIL_SPAN_BYTES, "rotating tail of {blocks} x {stride} B in an unvalidated config");
             span.div_ceil(BASE_ALIGN) * BASE_ALIGN
         }
         TailStrategy::SelfValidating => 0,
     }
+}
+
+/// Checks a head read from the media against the bounds the log's
+/// arithmetic relies on (module invariants): a head slot checksums with
+/// the log's seed, but that does not make its values possible.
+fn check_head(config: &LogConfig, head: Head) -> Result<(), OpenError> {
+    let corrupt = |why: &str| Err(OpenError::Corrupt { pos: head.pos, lsn: head.lsn, why: why.into() });
+    if head.lsn > MAX_LSN {
+        return corrupt("head LSN above 2^63 - 1");
+    }
+    if head.pos > MAX_POS + config.capacity {
+        return corrupt("head position above 2^63 + capacity");
+    }
+    if !head.pos.is_multiple_of(config.padding.align() as u64) {
+        return corrupt("head position not a multiple of the entry alignment");
+    }
+    Ok(())
 }
 
 /// The rotation of a rotating tail at `base`.

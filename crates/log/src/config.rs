@@ -1,15 +1,28 @@
 //! How an [`AppendLog`](crate::AppendLog) is shaped: entry-space size, tail
 //! strategy, padding, and (for tests only) planted bugs.
 //!
-//! Invariants checked by [`LogConfig::validate`] (and so by `create`):
-//! the capacity is a non-zero multiple of the padding alignment and large
-//! enough for one empty entry; a rotating tail has at least one block and a
-//! stride that is a non-zero multiple of 8.
+//! Invariants checked by [`LogConfig::validate`] (and so by `create` and
+//! `open`): the capacity is a non-zero multiple of the padding alignment,
+//! large enough for one empty entry and at most [`MAX_CAPACITY_BYTES`]; a
+//! rotating tail has at least one block, a stride that is a non-zero
+//! multiple of 8, and spans at most [`MAX_TAIL_SPAN_BYTES`]. The two bounds
+//! make every size and position the log computes from a valid config fit
+//! in a `u64` (`AppendLog::required_size` asserts them), however the
+//! config arrived (a wire request, a header on the media).
 
 use pmem::Padding;
 
 use crate::error::CreateError;
 use crate::format::ENTRY_HEADER_BYTES;
+
+/// Largest entry space a log may have: 2^56 B (64 PiB), far beyond any
+/// persistent memory, and low enough that a log's size (header block + tail
+/// area + capacity) and every logical position below [`MAX_POS`](crate::MAX_POS)
+/// plus two capacities fit in a `u64`.
+pub const MAX_CAPACITY_BYTES: u64 = 1 << 56;
+/// Largest span of a rotating tail, `(blocks - 1) * stride + 8`: 4 GiB
+/// (the paper's tail spans 2312 B).
+pub const MAX_TAIL_SPAN_BYTES: u64 = 1 << 32;
 
 /// Where the end of the log is recorded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -113,8 +126,12 @@ impl LogConfig {
     }
 
     /// Bytes an entry with a `payload_len`-byte payload occupies.
+    /// `payload_len` is at most `u32::MAX` (the entry header's length
+    /// field; callers check it against [`max_payload`](Self::max_payload)
+    /// or read it from that field), so the sum cannot overflow.
     #[inline]
     pub fn entry_size(&self, payload_len: u64) -> u64 {
+        assert!(payload_len <= u32::MAX as u64, "entry payload of {payload_len} B exceeds the length field");
         // Every padding is a power of two: round with a mask, not a division.
         let mask = self.padding.align() as u64 - 1;
         (ENTRY_HEADER_BYTES + payload_len + mask) & !mask
@@ -134,6 +151,9 @@ impl LogConfig {
         if self.capacity < align.max(ENTRY_HEADER_BYTES) {
             return Err(CreateError::BadCapacity { capacity: self.capacity, why: "below one entry" });
         }
+        if self.capacity > MAX_CAPACITY_BYTES {
+            return Err(CreateError::BadCapacity { capacity: self.capacity, why: "above the maximum of 2^56 B" });
+        }
         if !self.capacity.is_multiple_of(align) {
             return Err(CreateError::BadCapacity { capacity: self.capacity, why: "not a multiple of the padding" });
         }
@@ -141,7 +161,18 @@ impl LogConfig {
             if blocks == 0 || stride == 0 || !stride.is_multiple_of(8) {
                 return Err(CreateError::BadRotation { blocks, stride });
             }
+            if rotation_span(blocks, stride) > MAX_TAIL_SPAN_BYTES {
+                return Err(CreateError::BadRotation { blocks, stride });
+            }
         }
         Ok(())
     }
+}
+
+/// Bytes a rotating tail of `blocks ≥ 1` chunks `stride` apart spans:
+/// `(blocks - 1) * stride + 8`. Both factors are below 2^32, so neither the
+/// product nor the sum can overflow a `u64`.
+pub(crate) fn rotation_span(blocks: u32, stride: u32) -> u64 {
+    assert!(blocks >= 1, "a rotation needs at least one block");
+    (blocks as u64 - 1) * stride as u64 + 8
 }

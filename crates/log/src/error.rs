@@ -35,8 +35,10 @@ pub enum CreateError {
         /// What is wrong with it.
         why: &'static str,
     },
-    /// A rotating tail needs `blocks ≥ 1` and a stride that is a positive multiple of 8.
-    #[error("bad rotation: {blocks} blocks of stride {stride}")]
+    /// A rotating tail needs `blocks ≥ 1`, a stride that is a positive
+    /// multiple of 8, and a span `(blocks - 1) * stride + 8` of at most
+    /// [`MAX_TAIL_SPAN_BYTES`](crate::MAX_TAIL_SPAN_BYTES).
+    #[error("bad rotation: {blocks} blocks of stride {stride} (need blocks >= 1, stride a positive multiple of 8, span <= 4 GiB)")]
     BadRotation {
         /// Requested blocks.
         blocks: u32,
@@ -137,6 +139,15 @@ pub enum AppendError {
         offset: u16,
         /// The largest offset that packs.
         max: u16,
+    },
+    /// The log's LSN or position space is used up (LSN `2^63 - 1` or
+    /// position `2^63`): only reachable from a head slot near the limits.
+    #[error("log exhausted: next LSN {next_lsn}, tail position {tail_pos}")]
+    Exhausted {
+        /// The LSN the append would get.
+        next_lsn: u64,
+        /// The logical position of the tail.
+        tail_pos: u64,
     },
     /// An extent group is empty or longer than the log accepts.
     #[error("extent group of {len} extents (allowed: 1..={max})")]

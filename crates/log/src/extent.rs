@@ -7,6 +7,9 @@
 //! continuation bit (set on every word of a group but the last).
 //! Invariants:
 //! - `head <= tail <= head + capacity`;
+//! - `capacity <= MAX_CAPACITY_EXTENTS` and, at `open`, `head <= MAX_INDEX`
+//!   (the head word carries no checksum, so `open` checks it): no index
+//!   computed from them (`head + capacity + MAX_GROUP`) can overflow;
 //! - slots `head .. tail` hold complete groups with their lap's tag;
 //! - after `open` returns, no slot in `tail .. tail + MAX_GROUP` (within
 //!   the free space) carries its own lap's tag: the scrub removed any
@@ -23,6 +26,12 @@ use crate::format::{self, get_u64, put_u32, put_u64, HEADER_BLOCK_BYTES, HEADER_
 pub const MAX_GROUP: usize = 1024;
 /// The largest `offset` an on-media extent can carry (13 bits).
 pub const MAX_OFFSET: u16 = (1 << 13) - 1;
+/// The most slots an extent log may have (2^60: its size, `8 * capacity`
+/// plus the header block, fits in a `u64`).
+pub const MAX_CAPACITY_EXTENTS: u64 = 1 << 60;
+/// The largest head index `open` accepts: 2^62, beyond any number of
+/// appends, and low enough that `head + capacity + MAX_GROUP` fits in a `u64`.
+const MAX_INDEX: u64 = 1 << 62;
 /// Offset (from `base`) of the persisted head index.
 const HEAD_WORD: u64 = 64;
 const TAG_SHIFT: u32 = 30;
@@ -62,14 +71,17 @@ pub struct ExtentLog {
 }
 
 impl ExtentLog {
-    /// Media bytes an extent log of `capacity_extents` slots needs at `base`.
+    /// Media bytes an extent log of `capacity_extents` slots needs at
+    /// `base`. `capacity_extents` must be at most [`MAX_CAPACITY_EXTENTS`]
+    /// (asserted: callers check sizes they were given first).
     pub fn required_size(capacity_extents: u64) -> u64 {
-        HEADER_BLOCK_BYTES + capacity_extents.saturating_mul(8)
+        assert!(capacity_extents <= MAX_CAPACITY_EXTENTS, "extent log of {capacity_extents} slots");
+        HEADER_BLOCK_BYTES + capacity_extents * 8
     }
 
     /// Formats an empty log at `base` (a multiple of 256); zeroes every slot.
     pub fn create<M: Media>(media: &mut M, base: u64, capacity_extents: u64) -> Result<ExtentLog, CreateError> {
-        if capacity_extents == 0 || capacity_extents > u64::MAX / 16 {
+        if capacity_extents == 0 || capacity_extents > MAX_CAPACITY_EXTENTS {
             return Err(CreateError::BadCapacity { capacity: capacity_extents, why: "need 1 ..= 2^60 extents" });
         }
         check_create_bounds(media, base, ExtentLog::required_size(capacity_extents))?;
@@ -98,7 +110,7 @@ impl ExtentLog {
     pub fn open_with_faults<M: Media>(media: &mut M, base: u64, faults: Faults) -> Result<ExtentLog, OpenError> {
         let line = format::read_header(media, base, format::EXTENT_MAGIC, "pmwire extent log")?;
         let capacity = get_u64(&line, 16);
-        if capacity == 0 || capacity > u64::MAX / 16 {
+        if capacity == 0 || capacity > MAX_CAPACITY_EXTENTS {
             return Err(OpenError::BadConfig { why: format!("capacity of {capacity} extents") });
         }
         let needed = ExtentLog::required_size(capacity);
@@ -106,6 +118,9 @@ impl ExtentLog {
             return Err(OpenError::MediaTooSmall { base, have: media.len() });
         }
         let head = media.read_u64(base + HEAD_WORD);
+        if head > MAX_INDEX {
+            return Err(OpenError::Corrupt { pos: head, lsn: head, why: "head index above 2^62".into() });
+        }
         let mut log = ExtentLog { base, capacity, head, tail: head };
         log.tail = log.scan(media);
         if !faults.skip_scrub {

@@ -25,6 +25,10 @@ const HEADER_CRC_AT: usize = 60;
 pub const ENTRY_HEADER_BYTES: u64 = 16;
 /// Bit 63 of an entry's first word marks a skip word (wrap to the next lap).
 pub const SKIP_BIT: u64 = 1 << 63;
+/// Largest logical position an append log's head may have, or an append
+/// may start at (2^63: centuries of appends at any bandwidth). With the
+/// capacity bound, `MAX_POS` plus two capacities fits in a `u64`.
+pub const MAX_POS: u64 = 1 << 63;
 
 /// `b"PMWAPLOG"`: an append log starts here.
 pub const APPEND_MAGIC: u64 = u64::from_le_bytes(*b"PMWAPLOG");

@@ -203,6 +203,89 @@ fn create_validates_its_arguments() {
     assert_eq!(media.bytes(), &vec![0; 1 << 16][..]);
 }
 
+/// The two specs of issue 17 item 1: capacities near 2^64 whose required
+/// size overflows. They must be refused before anything is computed or written.
+fn overflowing_configs() -> [LogConfig; 2] {
+    [
+        LogConfig::new(0xffff_ffff_ffff_ff00, TailStrategy::SelfValidating).with_padding(Padding::XpLine),
+        LogConfig::new(0xffff_ffff_ffff_ffc0, TailStrategy::Rotating { blocks: 4, stride: 64 }).with_padding(Padding::Line),
+    ]
+}
+
+#[test]
+fn capacities_near_2_64_are_refused_without_panicking() {
+    for config in overflowing_configs() {
+        let mut media = MemMedia::new(1 << 16);
+        let err = AppendLog::create(&mut media, 0, config).unwrap_err();
+        assert!(matches!(err, CreateError::BadCapacity { .. }), "{err:?}");
+        assert!(matches!(config.validate(), Err(CreateError::BadCapacity { .. })), "{config:?}");
+        assert_eq!(media.bytes(), &vec![0; 1 << 16][..], "a refused create wrote");
+    }
+    let largest = LogConfig::new(MAX_CAPACITY_BYTES, TailStrategy::SelfValidating);
+    assert_eq!(largest.validate(), Ok(()));
+    assert_eq!(AppendLog::required_size(&largest), 256 + MAX_CAPACITY_BYTES);
+    let over = LogConfig::new(MAX_CAPACITY_BYTES + 64, TailStrategy::SelfValidating);
+    assert!(matches!(over.validate(), Err(CreateError::BadCapacity { .. })));
+}
+
+#[test]
+fn rotating_tails_spanning_near_2_64_are_refused_without_panicking() {
+    // A tail of (2^32 - 2) * (2^32 - 8) + 8 B and 64 GiB of entries: the
+    // log's size overflowed.
+    let wide = TailStrategy::Rotating { blocks: u32::MAX, stride: u32::MAX - 7 };
+    let mut media = MemMedia::new(1 << 16);
+    let err = AppendLog::create(&mut media, 0, LogConfig::new(1 << 36, wide)).unwrap_err();
+    assert!(matches!(err, CreateError::BadRotation { .. }), "{err:?}");
+    assert_eq!(media.bytes(), &vec![0; 1 << 16][..]);
+    let widest = (MAX_TAIL_SPAN_BYTES - 8) / 4096 + 1;
+    let at_bound = TailStrategy::Rotating { blocks: widest as u32, stride: 4096 };
+    assert_eq!(LogConfig::new(4096, at_bound).validate(), Ok(()));
+    let past = TailStrategy::Rotating { blocks: widest as u32 + 1, stride: 4096 };
+    assert!(matches!(LogConfig::new(4096, past).validate(), Err(CreateError::BadRotation { .. })));
+}
+
+/// Overwrites both head slots of the append log at 0 with `head`, sealed
+/// with the log's own seed (a checksummed but impossible head).
+fn plant_head(media: &mut MemMedia, head: crate::format::Head) {
+    let nonce = media.read_u64(40);
+    let slot = crate::format::encode_head(head, crate::format::crc_seed(nonce));
+    media.write(64, &slot);
+    media.write(128, &slot);
+}
+
+#[test]
+fn impossible_heads_are_refused_at_open() {
+    use crate::format::Head;
+    let config = LogConfig::new(4096, TailStrategy::SelfValidating);
+    for head in [
+        Head { lsn: 0, pos: !255 },
+        Head { lsn: u64::MAX, pos: 0 },
+        Head { lsn: 0, pos: 8 },
+    ] {
+        let (mut media, _) = fresh(config, 0);
+        plant_head(&mut media, head);
+        let err = AppendLog::open(&mut media, 0).unwrap_err();
+        assert!(matches!(err, OpenError::Corrupt { .. }), "{head:?}: {err:?}");
+    }
+    let (mut media, _) = fresh(LogConfig::new(4096, TailStrategy::Naive), 0);
+    plant_head(&mut media, Head { lsn: 0, pos: !255 });
+    assert!(matches!(AppendLog::open(&mut media, 0), Err(OpenError::Corrupt { .. })));
+}
+
+#[test]
+fn a_head_at_the_lsn_limit_exhausts_instead_of_panicking() {
+    let (mut media, _) = fresh(LogConfig::new(4096, TailStrategy::SelfValidating), 0);
+    plant_head(&mut media, crate::format::Head { lsn: (1 << 63) - 2, pos: 0 });
+    let mut log = AppendLog::open(&mut media, 0).unwrap();
+    assert_eq!(log.append(&mut media, b"last").unwrap(), (1 << 63) - 2);
+    let before = media.bytes().to_vec();
+    let err = log.append(&mut media, b"one too many").unwrap_err();
+    assert!(matches!(err, AppendError::Exhausted { next_lsn, .. } if next_lsn == (1 << 63) - 1), "{err:?}");
+    assert_eq!(media.bytes(), &before[..]);
+    let log = AppendLog::open(&mut media, 0).unwrap();
+    assert_eq!(log.read_all(&media), vec![((1 << 63) - 2, b"last".to_vec())]);
+}
+
 #[test]
 fn self_validating_rejects_entries_of_an_earlier_lap_and_another_log() {
     let config = LogConfig::new(512, TailStrategy::SelfValidating);
@@ -288,6 +371,16 @@ fn extent_log_rejects_bad_input_and_writes_nothing() {
     assert!(matches!(log.append_group(&mut media, &[]), Err(AppendError::BadGroup { len: 0, .. })));
     assert!(matches!(log.append_group(&mut media, &[extent(1); 5]), Err(AppendError::Full { needed: 5, free: 4 })));
     assert_eq!(media.bytes(), &before[..]);
+}
+
+#[test]
+fn extent_log_refuses_an_impossible_head_word() {
+    let mut media = MemMedia::new(ExtentLog::required_size(16) as usize);
+    ExtentLog::create(&mut media, 0, 16).unwrap();
+    media.write_u64(64, u64::MAX - 3);
+    assert!(matches!(ExtentLog::open(&mut media, 0), Err(OpenError::Corrupt { .. })));
+    assert!(matches!(ExtentLog::create(&mut media, 0, u64::MAX), Err(CreateError::BadCapacity { .. })));
+    assert!(matches!(ExtentLog::create(&mut media, 0, MAX_CAPACITY_EXTENTS + 1), Err(CreateError::BadCapacity { .. })));
 }
 
 #[test]

@@ -543,6 +543,26 @@ mod tests {
         assert!(matches!(c.parse(&segs, 0), Parsed::Complete(_)));
     }
 
+    /// Content-Lengths at and past 2^64: refused from the head, before any
+    /// arithmetic with them (19 digits at most, so the fold cannot overflow).
+    #[test]
+    fn hostile_content_lengths_are_refused() {
+        let mut c = Codec::new(Limits { max_head_bytes: 256, max_body_bytes: 100 });
+        for (len, status) in [
+            ("9999999999999999999", 413),
+            ("18446744073709551615", 400),
+            ("18446744073709551616", 400),
+            ("99999999999999999999999", 400),
+            ("-1", 400),
+            ("+5", 400),
+        ] {
+            let req = format!("PUT /x HTTP/1.1\r\nContent-Length: {len}\r\n\r\n");
+            assert_eq!(error_of(&mut c, &[req.as_bytes()]).status(), status, "Content-Length: {len}");
+        }
+        let err = error_of(&mut c, &[b"PUT /x HTTP/1.1\r\nContent-Length: 9999999999999999999\r\n\r\n"]);
+        assert_eq!(err, HttpError::BodyTooLarge { len: 9_999_999_999_999_999_999, max: 100 });
+    }
+
     #[test]
     fn encoder_writes_heads_and_errors() {
         let bufs = HeapBuffers::new(1, 64);

@@ -52,11 +52,25 @@ impl Padding {
     }
 }
 
-/// Rounds `value` up to a multiple of `align` (a power of two).
+/// Rounds `value` up to a multiple of `align` (a power of two). The
+/// result must fit: callers bound `value` first (no wire or media value
+/// reaches this unbounded); [`checked_align_up`] is the fallible form.
 #[inline]
 pub const fn align_up(value: usize, align: usize) -> usize {
+    match checked_align_up(value, align) {
+        Some(up) => up,
+        None => panic!("align_up: rounded value exceeds usize::MAX"),
+    }
+}
+
+/// [`align_up`], or `None` when the rounded value does not fit a `usize`.
+#[inline]
+pub const fn checked_align_up(value: usize, align: usize) -> Option<usize> {
     assert!(align.is_power_of_two());
-    (value + align - 1) & !(align - 1)
+    match value.checked_add(align - 1) {
+        Some(v) => Some(v & !(align - 1)),
+        None => None,
+    }
 }
 
 /// Rounds `value` down to a multiple of `align` (a power of two).
@@ -66,12 +80,14 @@ pub const fn align_down(value: usize, align: usize) -> usize {
     value & !(align - 1)
 }
 
-/// The number of 64 B lines `[offset, offset + len)` touches.
+/// The number of 64 B lines `[offset, offset + len)` touches (the range
+/// must lie in the address space).
 pub const fn lines_touched(offset: usize, len: usize) -> usize {
     if len == 0 {
         return 0;
     }
-    (align_up(offset + len, LINE) - align_down(offset, LINE)) / LINE
+    let Some(end) = offset.checked_add(len) else { panic!("lines_touched: range past usize::MAX") };
+    (align_up(end, LINE) - align_down(offset, LINE)) / LINE
 }
 
 #[cfg(test)]
@@ -84,6 +100,15 @@ mod tests {
         assert_eq!(Padding::Line.padded(65), 128);
         assert_eq!(Padding::XpLine.padded(1), 256);
         assert_eq!(Padding::XpLine.padded(256), 256);
+    }
+
+    #[test]
+    fn rounding_near_the_top_of_usize_is_refused_by_the_checked_form() {
+        assert_eq!(checked_align_up(usize::MAX, 64), None);
+        assert_eq!(checked_align_up(usize::MAX - 63, 64), Some(usize::MAX - 63));
+        assert_eq!(checked_align_up(usize::MAX - 62, 64), None);
+        assert_eq!(checked_align_up(65, 64), Some(128));
+        assert_eq!(align_up(usize::MAX - 63, 64), usize::MAX - 63);
     }
 
     #[test]

@@ -100,17 +100,23 @@ impl Layout {
         if config.sections.len() > MAX_SECTIONS {
             return bad(format!("{} sections, at most {MAX_SECTIONS}", config.sections.len()));
         }
+        // Offsets relative to `base` first: every one is at most `total_bytes`,
+        // so once `base + total_bytes` is known to fit, none of the absolute
+        // offsets can overflow (section sizes may come from a header on the media).
+        let too_big = || CreateError::BadConfig { why: "too big".into() };
         let mut at = BASE_ALIGN;
         let mut sections = Vec::new();
         for (i, &(tag, bytes)) in config.sections.iter().enumerate() {
             if tag == 0 || config.sections[..i].iter().any(|&(t, _)| t == tag) {
                 return bad(format!("section tag {tag} zero or repeated"));
             }
-            sections.push(Section { tag, offset: base + at, bytes });
-            at = at.checked_add(bytes).and_then(align_up).ok_or(CreateError::BadConfig { why: "too big".into() })?;
+            sections.push(Section { tag, offset: at, bytes });
+            at = at.checked_add(bytes).and_then(align_up).ok_or_else(too_big)?;
         }
         let buffer_bytes = config.buffers as u64 * size as u64;
-        let total_bytes = at.checked_add(buffer_bytes).ok_or(CreateError::BadConfig { why: "too big".into() })?;
+        let total_bytes = at.checked_add(buffer_bytes).ok_or_else(too_big)?;
+        base.checked_add(total_bytes).ok_or_else(too_big)?;
+        sections.iter_mut().for_each(|s| s.offset += base);
         let (buf_size, buffers, buffers_at) = (size, config.buffers, base + at);
         Ok(Layout { base, buf_size, buffers, buffers_at, total_bytes, sections, nonce })
     }
@@ -201,5 +207,28 @@ mod tests {
         assert!(bad(2048, 1, vec![(0, 1)]));
         assert!(bad(2048, 1, vec![(1, 1), (1, 2)]));
         assert!(Layout::new(4, &PoolConfig::new(1), 0).is_err());
+    }
+
+    /// A section near 2^64 B puts the buffer area at `base + 2^64 - 4096`:
+    /// refused, not overflowed, both when laid out and when read back.
+    #[test]
+    fn offsets_past_2_64_are_refused() {
+        let huge = PoolConfig { buf_size: 64, buffers: 1, sections: vec![(1, u64::MAX - 8192)] };
+        assert!(matches!(Layout::new(4096, &huge, 0), Err(CreateError::BadConfig { .. })));
+        let near_end = !(BASE_ALIGN - 1);
+        assert!(matches!(Layout::new(near_end, &PoolConfig::new(1), 0), Err(CreateError::BadConfig { .. })));
+        // The same section in a header sealed with a valid CRC.
+        let mut h = [0u8; HEADER_BYTES];
+        put_u64(&mut h, 0, MAGIC);
+        put_u32(&mut h, 8, FORMAT_VERSION);
+        put_u32(&mut h, 12, 64);
+        put_u32(&mut h, 16, 1);
+        put_u32(&mut h, 20, 1);
+        put_u32(&mut h, SECTIONS_AT, 1);
+        put_u64(&mut h, SECTIONS_AT + 8, 4096);
+        put_u64(&mut h, SECTIONS_AT + 16, u64::MAX - 8192);
+        let crc = crc32c::crc32c(&h[..CRC_AT]);
+        put_u32(&mut h, CRC_AT, crc);
+        assert!(matches!(Layout::from_header(4096, &h), Err(OpenError::BadConfig { .. })));
     }
 }

@@ -400,7 +400,9 @@ impl ClientCore {
         if !rpc_fits(method) {
             return Err(MethodError::TooLarge { len, max: hello.max_payload });
         }
-        let remote_addr = method.one_sided().then(|| hello.remote_addr + offset);
+        // `offset + len <= data_bytes` (above) and `remote_addr + data_bytes`
+        // fits (checked when the HELLO was decoded).
+        let remote_addr = method.one_sided().then(|| hello.remote_addr.checked_add(offset).expect("HELLO bounds the data area"));
         Ok(WritePlan { method, guarantee: available, remote_addr })
     }
 }

@@ -194,11 +194,13 @@ impl Pool {
         }
         let dir_end = DIR_BASE + config.dir_slots as u64 * SLOT_BYTES;
         let log_base = dir_end.next_multiple_of(AREA_ALIGN);
-        let data_base = log_base.saturating_add(config.log_area_bytes).next_multiple_of(AREA_ALIGN);
-        let needed = data_base.saturating_add(AREA_ALIGN);
-        if needed > media.len() {
+        // Checked, not saturated: a log area near 2^64 B is refused, not rounded.
+        let data_base = log_base.checked_add(config.log_area_bytes).and_then(|end| end.checked_next_multiple_of(AREA_ALIGN));
+        let Some(needed) = data_base.and_then(|base| base.checked_add(AREA_ALIGN)).filter(|&n| n <= media.len()) else {
+            let needed = log_base.saturating_add(config.log_area_bytes).saturating_add(AREA_ALIGN);
             return Err(FormatError::TooSmall { needed, have: media.len() });
-        }
+        };
+        let data_base = needed - AREA_ALIGN;
         let sb = Superblock {
             region_id: config.region_id,
             key,
@@ -509,6 +511,24 @@ mod tests {
     }
 
     #[test]
+    fn overflowing_log_capacities_are_refused() {
+        let mut media = MemMedia::new(1 << 20);
+        let config = PoolConfig { region_id: 9, dir_slots: 4, log_area_bytes: 64 << 10 };
+        let mut pool = Pool::format_with_key(&mut media, config, 77).unwrap();
+        let before = media.bytes().to_vec();
+        let specs = [
+            LogConfig::new(0xffff_ffff_ffff_ff00, TailStrategy::SelfValidating).with_padding(Padding::XpLine),
+            LogConfig::new(0xffff_ffff_ffff_ffc0, TailStrategy::Rotating { blocks: 4, stride: 64 }),
+        ];
+        for log_config in specs {
+            let err = pool.create_log(&mut media, b"huge", log_config).unwrap_err();
+            assert!(matches!(err, LogCreateError::Config(CreateError::BadCapacity { .. })), "{err:?}");
+        }
+        assert!(media.bytes() == &before[..], "a refused create wrote");
+        assert!(pool.create_log(&mut media, b"huge", LogConfig::new(4096, TailStrategy::Naive)).is_ok());
+    }
+
+    #[test]
     fn bad_superblocks_are_refused() {
         let mut media = MemMedia::new(64 << 10);
         assert!(matches!(Pool::open(&media), Err(PoolOpenError::NotFormatted { found: 0 })));
@@ -518,6 +538,10 @@ mod tests {
         assert_eq!(Pool::open(&media).unwrap_err(), PoolOpenError::Checksum);
         let tiny = PoolConfig { log_area_bytes: 1 << 20, ..config };
         assert!(matches!(Pool::format(&mut MemMedia::new(64 << 10), tiny), Err(FormatError::TooSmall { .. })));
+        for log_area_bytes in [u64::MAX, u64::MAX - 8192] {
+            let huge = PoolConfig { log_area_bytes, ..config };
+            assert!(matches!(Pool::format(&mut MemMedia::new(64 << 10), huge), Err(FormatError::TooSmall { .. })));
+        }
         assert_eq!(Pool::format(&mut media, PoolConfig { dir_slots: 0, ..config }).unwrap_err(), FormatError::BadSlots(0));
     }
 }

@@ -659,7 +659,8 @@ pub struct Hello {
     /// Bytes of the exported data area.
     pub data_bytes: u64,
     /// Server virtual address of byte 0 of the data area (for one-sided
-    /// access with `rkey`; 0 when not registered).
+    /// access with `rkey`; 0 when not registered). `remote_addr +
+    /// data_bytes` fits in a `u64` (checked by [`Hello::decode`]).
     pub remote_addr: u64,
     /// What backs the region (`pmem::RegionKind` code: 0 fsdax, 1 devdax, 2 file, 3 emulated).
     pub kind: u8,
@@ -723,6 +724,11 @@ impl Hello {
         let one_sided = OneSidedReach::from_u8(body[29]).ok_or("HELLO one-sided reach code unknown")?;
         if (one_sided == OneSidedReach::Off) != (rkey_len == 0) {
             return Err("HELLO one-sided reach disagrees with the rkey");
+        }
+        // The data area is a range of the server's address space: a client
+        // adds offsets below `data_bytes` to `remote_addr` unchecked.
+        if get_u64(body, 8).checked_add(get_u64(body, 0)).is_none() {
+            return Err("HELLO data area runs past the end of the address space");
         }
         let mut guarantees = [Guarantee::None; 5];
         for (i, g) in guarantees.iter_mut().enumerate() {

@@ -538,6 +538,8 @@ impl Server {
         let lsn = log.append(&mut self.region, req.payload).map_err(|e| match e {
             AppendError::Full { free, .. } => Refusal { status: Status::LogFull, detail: free },
             AppendError::TooLarge { max, .. } => Refusal { status: Status::EntryTooLarge, detail: max },
+            // LSN or position space used up: no truncation makes room.
+            AppendError::Exhausted { .. } => Refusal { status: Status::LogFull, detail: 0 },
             other => panic!("append log refused a byte payload: {other}"),
         })?;
         ok_reply(req, lsn, &[], reply)

@@ -6,7 +6,9 @@
 //! reply is not complete yet (nothing is consumed). [`reply_len`] finds a
 //! reply's end without building it, for load generators that only count.
 //!
-//! Bounds: nesting at most [`MAX_DEPTH`] levels; aggregate and string lengths
+//! Bounds: nesting at most [`MAX_DEPTH`] levels (an attribute counts as a
+//! level for the reply it annotates, so a run of attributes cannot recurse
+//! without bound); aggregate and string lengths
 //! are checked against the bytes present before any allocation, so a hostile
 //! length cannot make the parser allocate more than the input.
 
@@ -187,8 +189,9 @@ fn parse_at(buf: &[u8], at: usize, depth: usize) -> Step<Value> {
                 b'>' => Value::Push(items),
                 b'%' => Value::Map(pairs(items)),
                 _ => {
-                    // Attributes annotate the reply that follows: skip them.
-                    return parse_at(buf, end, depth);
+                    // Attributes annotate the reply that follows: skip them
+                    // (one level each: a run of them is bounded too).
+                    return parse_at(buf, end, depth + 1);
                 }
             };
             return Ok(Some((v, end)));
@@ -246,7 +249,7 @@ fn skip_at(buf: &[u8], at: usize, depth: usize) -> Step<bool> {
                 }
             }
             if tag == b'|' {
-                return skip_at(buf, p, depth);
+                return skip_at(buf, p, depth + 1);
             }
             Ok(Some((false, p)))
         }
@@ -280,5 +283,16 @@ mod tests {
         assert_eq!(parse_reply(b"?\r\n"), Err(ReplyError::UnknownType(b'?')));
         assert_eq!(parse_reply(b"$1\r\nab\r\n"), Err(ReplyError::BadTerminator));
         assert_eq!(parse_reply(b"*99999999999\r\n"), Ok(None));
+    }
+
+    #[test]
+    fn a_run_of_attributes_is_bounded_not_a_stack_overflow() {
+        let mut hostile = b"|0\r\n".repeat(200_000);
+        hostile.extend_from_slice(b"+OK\r\n");
+        assert_eq!(parse_reply(&hostile), Err(ReplyError::TooDeep));
+        assert_eq!(reply_len(&hostile), Err(ReplyError::TooDeep));
+        let one = b"|1\r\n+key\r\n+val\r\n+OK\r\n";
+        assert_eq!(parse_reply(one), Ok(Some((Value::Simple(b"OK".to_vec()), one.len()))));
+        assert_eq!(reply_len(one), Ok(Some((one.len(), false))));
     }
 }

@@ -22,7 +22,9 @@
 //!
 //! Invariants: `consumed` never exceeds the input length; pieces of an
 //! argument are in stream order, non-empty, and their lengths sum to the
-//! argument's length.
+//! argument's length. Locations and gathered offsets are `u32`: the input of
+//! one parse and `max_bulk_bytes` are at most `u32::MAX` bytes (asserted), so
+//! no length or offset is truncated and no `start + len` overflows.
 
 use std::ops::Range;
 
@@ -37,7 +39,8 @@ pub struct Limits {
     /// counts get `invalid multibulk length`.
     pub max_args: u32,
     /// Longest bulk argument (Redis `proto-max-bulk-len`, 512 MiB by
-    /// default). Longer ones get `invalid bulk length`.
+    /// default). Longer ones get `invalid bulk length`. At most
+    /// `u32::MAX`: argument locations are 32-bit ([`Parsed::new`] asserts it).
     pub max_bulk_bytes: u64,
     /// Most commands one [`Parsed::parse`] call returns (the batch bound);
     /// when reached, [`ParseSummary::limited`] is set and the caller parses
@@ -232,6 +235,7 @@ impl Parsed {
     /// A parser with these limits.
     pub fn new(limits: Limits) -> Self {
         assert!(limits.max_commands > 0);
+        assert!(limits.max_bulk_bytes <= u64::from(u32::MAX), "bulk limit {} B: locations are 32-bit", limits.max_bulk_bytes);
         Parsed { limits, ..Parsed::default() }
     }
 
@@ -251,10 +255,10 @@ impl Parsed {
         let mut starts = std::mem::take(&mut self.seg_starts);
         let mut total = 0usize;
         for s in segments {
-            assert!(s.len() <= u32::MAX as usize);
             starts.push(total);
             total += s.len();
         }
+        assert!(total <= u32::MAX as usize, "input of {total} B: locations are 32-bit");
         let stream = Stream { segs: segments, starts: &starts, total };
         let mut pos = 0usize;
         let mut summary = ParseSummary { consumed: 0, commands: 0, error: None, wanted: None, limited: false };

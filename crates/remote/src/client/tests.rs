@@ -97,6 +97,23 @@ fn window_bounds_and_matching() {
     assert_eq!(p.client.log_open(b"", &mut p.msg), Err(IssueError::BadName(0)));
 }
 
+/// A HELLO whose data area would end past 2^64 (remote address near the
+/// top): refused when decoded, so planning a one-sided write cannot
+/// overflow `remote_addr + offset`.
+#[test]
+fn a_hello_whose_data_area_wraps_is_refused() {
+    let mut p = pair(4);
+    let hostile = u64::MAX - 100;
+    let reach = crate::proto::OneSidedReach::Process;
+    p.server.set_one_sided(Some(OneSided { rkey: vec![1; 16], remote_addr: hostile, writes_bypass_cache: false, reach }));
+    p.client.hello_request(&mut p.msg).unwrap();
+    let reply = p.exchange().to_vec();
+    let result = p.client.on_response(&reply);
+    let plan = p.client.plan_write(4096, 64, Method::OneSidedFlush, Guarantee::Persistence, None);
+    assert!(matches!(result, Err(ResponseError::Hello(_))), "{result:?}");
+    assert_eq!(plan, Err(MethodError::NotConnected));
+}
+
 #[test]
 fn methods_are_checked_against_the_targets_guarantees() {
     let mut p = pair(4);

@@ -105,6 +105,14 @@ fn hello_and_log_spec_round_trip() {
     assert!(Hello::decode(&body[..body.len() - 1]).is_err());
     body[24] = 9;
     assert!(Hello::decode(&body).is_err());
+    let top = Hello { remote_addr: u64::MAX - (1 << 30), ..hello.clone() };
+    let mut body = Vec::new();
+    top.encode(&mut body);
+    assert_eq!(Hello::decode(&body).unwrap(), top, "a data area ending at 2^64 - 1 fits");
+    let wraps = Hello { remote_addr: u64::MAX - 100, ..hello.clone() };
+    let mut body = Vec::new();
+    wraps.encode(&mut body);
+    assert!(Hello::decode(&body).is_err(), "a data area past 2^64");
     let spec = LogSpec { capacity: 1 << 20, tail: 1, blocks: 10, stride: 256, align: 256, name: b"x" };
     let mut body = Vec::new();
     spec.encode(&mut body);

@@ -360,6 +360,31 @@ fn log_server_survives_restart() {
     assert_eq!(f.status(h, b"nope"), Status::UnknownLog);
 }
 
+/// Issue 17 item 1: one LOG_CREATE whose capacity makes the log's size
+/// overflow used to panic the server. Each gets an error reply, nothing is
+/// written, and the server goes on serving.
+#[test]
+fn log_create_with_overflowing_capacity_is_refused_and_the_server_survives() {
+    let mut f = fixture(ServerConfig::default());
+    let before = f.snapshot();
+    let specs = [
+        LogSpec { capacity: 0xffff_ffff_ffff_ff00, tail: 2, blocks: 0, stride: 0, align: 256, name: b"huge-sv" },
+        LogSpec { capacity: 0xffff_ffff_ffff_ffc0, tail: 1, blocks: 4, stride: 64, align: 64, name: b"huge-rot" },
+    ];
+    for spec in specs {
+        let mut body = Vec::new();
+        spec.encode(&mut body);
+        let h = f.header(Opcode::LogCreate);
+        let status = f.status(h, &body);
+        assert!(matches!(status, Status::BadLogConfig | Status::NoSpace), "{spec:?}: {status:?}");
+        let h = f.header(Opcode::Echo);
+        let r = f.call(h, b"still here");
+        assert_eq!((r.header.status, r.payload), (Status::Ok, &b"still here"[..]));
+    }
+    assert!(f.snapshot() == before, "a refused LOG_CREATE changed the region");
+    assert_eq!(create_log(&mut f, b"after", 8192, 2).header.status, Status::Ok);
+}
+
 #[test]
 fn full_log_is_refused_without_writing() {
     let mut f = fixture(ServerConfig::default());

@@ -259,3 +259,34 @@ fn hello_switches_protocol_and_reports_identity() {
     assert!(f.run("HELLO 2").starts_with("*14\r\n"));
     assert_eq!(f.run("GET nope"), "$-1\r\n");
 }
+
+/// Integer arguments at the edges of `i64` in every command that does
+/// arithmetic with them: each gets a reply, none panics.
+#[test]
+fn extreme_integer_arguments_get_replies_not_panics() {
+    let mut f = Fixture::new();
+    f.run("ZADD z 1 a 2 b 3 c\r\nSET n 5\r\nSET big 9223372036854775807\r\nSET small -9223372036854775808");
+    let (min, max) = (i64::MIN, i64::MAX);
+    for (command, want) in [
+        (format!("ZRANGEBYSCORE z -inf +inf LIMIT 0 {min}"), "*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n"),
+        (format!("ZRANGE z -inf +inf BYSCORE LIMIT 1 {min}"), "*2\r\n$1\r\nb\r\n$1\r\nc\r\n"),
+        (format!("ZRANGE z +inf -inf BYSCORE REV LIMIT 0 {min}"), "*3\r\n$1\r\nc\r\n$1\r\nb\r\n$1\r\na\r\n"),
+        (format!("ZRANGE z [a + BYLEX LIMIT 0 {min}"), "*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n"),
+        (format!("ZRANGEBYSCORE z -inf +inf LIMIT {min} {min}"), "*0\r\n"),
+        (format!("ZRANGEBYSCORE z -inf +inf LIMIT {max} {max}"), "*0\r\n"),
+        (format!("ZRANGE z {min} {max}"), "*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n"),
+        (format!("ZRANGE z {max} {min}"), "*0\r\n"),
+        (format!("ZRANGE z {min} {min} REV"), "*0\r\n"),
+        ("INCRBY big 1".to_string(), "-ERR increment or decrement would overflow\r\n"),
+        ("DECRBY small 1".to_string(), "-ERR increment or decrement would overflow\r\n"),
+        (format!("DECRBY n {min}"), "-ERR decrement would overflow\r\n"),
+        (format!("INCRBY n {min}"), ":-9223372036854775803\r\n"),
+        (format!("SCAN 0 COUNT {max}"), "*2\r\n$1\r\n0\r\n*4\r\n$3\r\nbig\r\n$1\r\nn\r\n$5\r\nsmall\r\n$1\r\nz\r\n"),
+        ("SCAN 18446744073709551615".to_string(), "-ERR invalid cursor\r\n"),
+        (format!("SET k v EX {max}"), "-ERR invalid expire time in 'set' command\r\n"),
+        (format!("SET k v PX {max}"), "-ERR pmwire keys do not expire: SET EX, PX, EXAT and PXAT are not supported\r\n"),
+        (format!("SELECT {min}"), "-ERR value is not an integer or out of range\r\n"),
+    ] {
+        assert_eq!(f.run(&command), want, "{command}");
+    }
+}

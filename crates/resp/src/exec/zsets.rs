@@ -404,7 +404,9 @@ fn by_range<'a>(entries: &[(f64, &'a [u8])], r: &Range<'_>, reverse: bool, offse
         _ => return out,
     }
     let mut it = it.skip(offset as usize);
-    let mut left = limit;
+    // A negative count means no limit (Redis counts it down from any
+    // negative value; counting down from i64::MIN would overflow here).
+    let mut left = if limit < 0 { usize::MAX } else { limit as usize };
     while left != 0 {
         let Some(&e) = it.next() else { break };
         if !stay(e) {
