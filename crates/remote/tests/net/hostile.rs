@@ -137,6 +137,7 @@ fn pipelined_large_write_small_write_read_take_effect_in_order() {
             assert_eq!(&head[..8], &small[..], "[{}] pipeline {i}: the 1 MiB write landed after the 8 B one", net.name());
             assert_eq!(&head[8..], &large[8..16], "[{}] pipeline {i}", net.name());
         }
+        eprintln!("[{}] {pipelines} pipelines of 1 MiB write, 8 B write, READ: the 8 B write won every time", net.name());
         drop(client);
         server.stop();
     }
