@@ -135,6 +135,8 @@ pub struct Report {
     pub rerolled: u64,
     /// Replies by status code (`proto::Status as usize`).
     pub statuses: [u64; 19],
+    /// `Ok` replies by opcode code (1..=12; 0 unused).
+    pub ok_by_opcode: [u64; 13],
     /// Replies compared with the model.
     pub replies_checked: u64,
     /// Checkpoints passed.
@@ -160,6 +162,9 @@ impl Report {
         self.offloaded += other.offloaded;
         self.rerolled += other.rerolled;
         for (a, b) in self.statuses.iter_mut().zip(other.statuses) {
+            *a += b;
+        }
+        for (a, b) in self.ok_by_opcode.iter_mut().zip(other.ok_by_opcode) {
             *a += b;
         }
         self.replies_checked += other.replies_checked;

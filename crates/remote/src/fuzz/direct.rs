@@ -202,7 +202,7 @@ impl CoreRun {
 
     /// One request from a random client through a random entry point.
     fn step(&mut self) -> Result<(), Failure> {
-        let slot = self.session.gen.below(5) as usize;
+        let slot = self.session.client_slot(true);
         if slot < 4 && self.session.gen.below(RECONNECT_ONE_IN) == 0 {
             self.reconnect(slot);
         }

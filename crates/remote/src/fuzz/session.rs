@@ -157,6 +157,9 @@ impl Session {
         };
         if let (Some((status, _)), true) = (matched, payload_ok) {
             self.report.statuses[status as usize] += 1;
+            if status == Status::Ok {
+                self.report.ok_by_opcode[expected.opcode as usize] += 1;
+            }
             return Ok(());
         }
         let detail = describe_mismatch(request, expected, header, payload);
@@ -306,6 +309,22 @@ impl Session {
         }
         debug_assert!(media.len() == image.len() as u64);
         Ok(())
+    }
+
+    /// A client slot of [`RIGHTS`] (or, with `stranger`, 4: a client that
+    /// never connected), both rights most often so that most requests get
+    /// past the rights check.
+    pub fn client_slot(&mut self, stranger: bool) -> usize {
+        const WEIGHTS: [u64; 5] = [1, 2, 2, 9, 1];
+        let slots = if stranger { 5 } else { 4 };
+        let mut pick = self.gen.below(WEIGHTS[..slots].iter().sum());
+        for (slot, weight) in WEIGHTS.iter().enumerate() {
+            if pick < *weight {
+                return slot;
+            }
+            pick -= weight;
+        }
+        unreachable!("weights cover the draw")
     }
 
     /// Whether a run's budget is spent.

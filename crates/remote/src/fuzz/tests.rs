@@ -30,3 +30,13 @@ fn planted_faults_are_caught() {
         assert_eq!(failure.kind, kind, "{planted:?}: {failure}");
     }
 }
+
+#[test]
+fn net_smoke() {
+    for tls in ["tcp", "sm"] {
+        for depth in [8, 0] {
+            let report = run_thread(&FuzzConfig { large_last: true, ..config(5, 20_000) }, tls, depth, &mut |_| {}).unwrap_or_else(|f| panic!("{f}"));
+            eprintln!("{report:?} {:.0}/s", report.rate());
+        }
+    }
+}
