@@ -417,7 +417,7 @@ impl Generator {
             28..=31 => self.rng.gen_range(0..=4096),
             32..=34 => (1 << self.rng.gen_range(20..63)) & !(align - 1),
             35..=36 => u64::MAX / 2 & !(align - 1),
-            37 if self.overflowing_log_specs => u64::MAX - self.rng.gen_range(0..=4096) & !(align - 1),
+            37 | 38 if self.overflowing_log_specs => (u64::MAX - self.rng.gen_range(0..=600)) & !(align - 1),
             _ => align * self.rng.gen_range(1..=512),
         }
     }
@@ -479,7 +479,7 @@ fn encode(f: &Fields) -> Vec<u8> {
 }
 
 /// Recomputes the header CRC of a 64 B header (others are left alone).
-fn seal(h: &mut [u8]) {
+pub(crate) fn seal(h: &mut [u8]) {
     if h.len() == 64 {
         let crc = crc32c::crc32c(&h[..60]);
         h[60..64].copy_from_slice(&crc.to_le_bytes());

@@ -6,3 +6,4 @@
 mod bad_input;
 mod cases;
 mod harness;
+mod fuzz;
