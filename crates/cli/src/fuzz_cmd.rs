@@ -162,7 +162,7 @@ fn run_phase(args: &FuzzArgs, phase: Phase, config: &FuzzConfig, bar: &ProgressB
     let mut total = Report { seed: config.seed, ..Report::default() };
     for epoch in 0u64.. {
         let time_left = config.max_time.saturating_sub(started.elapsed());
-        let requests_left = config.max_requests - total.requests;
+        let requests_left = config.max_requests.saturating_sub(total.requests);
         if requests_left == 0 || time_left < MIN_EPOCH_TIME {
             break;
         }

@@ -56,7 +56,7 @@ impl CoreServer {
 }
 
 enum Message {
-    Progress(Report),
+    Progress(Box<Report>),
     Done(Box<Result<Report, Failure>>),
 }
 
@@ -168,10 +168,10 @@ impl CoreRun {
                 self.quiesce()?;
                 self.session.checkpoint(&image(&self.server))?;
             }
-            if self.session.report.requests % PROGRESS_EVERY == 0 {
+            if self.session.report.requests.is_multiple_of(PROGRESS_EVERY) {
                 self.session.report.elapsed = started.elapsed();
                 if let Some(tx) = &self.progress {
-                    let _ = tx.send(Message::Progress(self.session.report.clone()));
+                    let _ = tx.send(Message::Progress(Box::new(self.session.report.clone())));
                 }
             }
         }

@@ -416,7 +416,7 @@ impl Generator {
             16..=27 => align * self.rng.gen_range(1..=65_536 / align),
             28..=31 => self.rng.gen_range(0..=4096),
             32..=34 => (1 << self.rng.gen_range(20..63)) & !(align - 1),
-            35..=36 => u64::MAX / 2 & !(align - 1),
+            35..=36 => (u64::MAX / 2) & !(align - 1),
             37 | 38 if self.overflowing_log_specs => (u64::MAX - self.rng.gen_range(0..=600)) & !(align - 1),
             _ => align * self.rng.gen_range(1..=512),
         }

@@ -553,7 +553,7 @@ impl Model {
             }
             op::ATOMIC_WRITE8 => {
                 self.range(f.offset, 8)?;
-                if f.offset % 8 != 0 {
+                if !f.offset.is_multiple_of(8) {
                     return Err((Status::Misaligned, 0));
                 }
                 Ok(Done { effect: Effect::Word { offset: f.offset, value: f.value }, ..Done::value(8) })
@@ -752,7 +752,7 @@ impl<'a> LogSpecBody<'a> {
             _ => return None,
         };
         let rotating = self.tail == 1;
-        if (!rotating && (self.blocks != 0 || self.stride != 0)) || (rotating && (self.blocks == 0 || self.stride == 0 || self.stride % 8 != 0)) {
+        if (!rotating && (self.blocks != 0 || self.stride != 0)) || (rotating && (self.blocks == 0 || self.stride == 0 || !self.stride.is_multiple_of(8))) {
             return None;
         }
         let padding = match self.align {
@@ -762,7 +762,7 @@ impl<'a> LogSpecBody<'a> {
             _ => return None,
         };
         let align = self.align as u64;
-        if self.capacity < align.max(16) || self.capacity % align != 0 {
+        if self.capacity < align.max(16) || !self.capacity.is_multiple_of(align) {
             return None;
         }
         Some(LogConfig::new(self.capacity, tail).with_padding(padding))

@@ -119,6 +119,9 @@ fn drain<T: Transport>(t: &mut T) {
     }
 }
 
+/// A reply as received: header bytes, payload bytes.
+type Reply = (Vec<u8>, Vec<u8>);
+
 struct NetRun<'a, T: Transport> {
     t: &'a mut T,
     server: &'a mut dyn NetServer,
@@ -168,7 +171,8 @@ impl<T: Transport> NetRun<'_, T> {
         let mut windows = 0u64;
         while !self.session.done(started) {
             let conn = self.session.client_slot(false);
-            let size = 1 + self.session.gen.below(self.config.window as u64) as usize;
+            let left = self.config.max_requests.saturating_sub(self.session.report.requests).max(1);
+            let size = (1 + self.session.gen.below(self.config.window as u64)).min(left) as usize;
             let mut batch = Vec::with_capacity(size);
             while batch.len() < size {
                 let (request, expected) = self.session.next(self.rights[conn], false);
@@ -184,7 +188,7 @@ impl<T: Transport> NetRun<'_, T> {
                 self.session.checkpoint(&image)?;
             }
             windows += 1;
-            if windows % PROGRESS_EVERY == 0 {
+            if windows.is_multiple_of(PROGRESS_EVERY) {
                 self.session.report.elapsed = started.elapsed();
                 progress(&self.session.report);
             }
@@ -206,7 +210,7 @@ impl<T: Transport> NetRun<'_, T> {
 
     /// Sends `requests` pipelined on connection `conn` and returns their
     /// replies (header, payload) in send order.
-    fn exchange(&mut self, conn: usize, requests: &[Request]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Failure> {
+    fn exchange(&mut self, conn: usize, requests: &[Request]) -> Result<Vec<Reply>, Failure> {
         let id = self.conns[conn];
         for (k, request) in requests.iter().enumerate() {
             let mut payload = self.t.take_buffer(request.payload.len());
@@ -215,7 +219,7 @@ impl<T: Transport> NetRun<'_, T> {
                 return Err(self.broken(format!("call refused ({e}) for request {request}")));
             }
         }
-        let mut replies: Vec<Option<(Vec<u8>, Vec<u8>)>> = (0..requests.len()).map(|_| None).collect();
+        let mut replies: Vec<Option<Reply>> = (0..requests.len()).map(|_| None).collect();
         let mut left = requests.len();
         let (mut last, mut empty) = (Instant::now(), 0u32);
         let mut events = Vec::new();
