@@ -281,10 +281,11 @@ fn print_summary(totals: &[(String, Report)]) {
             .collect();
         println!("  ok by opcode: {}", ok.join(", "));
         println!(
-            "  checks: {} checkpoints ({:.0} MB of data area and {} log entries compared with the model; superblock, directory, canaries intact); {} draws re-aimed off the canaries",
+            "  checks: {} checkpoints ({:.0} MB of data area and {} log entries compared with the model; superblock, directory, canaries intact), {} restarts on the same pool; {} draws re-aimed off the canaries",
             r.checkpoints,
             r.data_bytes_compared as f64 / 1e6,
             r.log_entries_compared,
+            r.restarts,
             r.rerolled
         );
     }

@@ -16,7 +16,8 @@
 //! - [`run_core`] drives [`Server::handle`](crate::server::Server::handle)
 //!   and its two siblings directly, with four clients holding no right,
 //!   READ, WRITE and both (`Server::grant`) plus a never-connected one,
-//!   reconnections, and the copy engine's completions.
+//!   reconnections, restarts on the same pool (`Server::open`), and the
+//!   copy engine's completions.
 //! - [`run_net`] drives a server over a [`transport::Transport`] with raw
 //!   calls (the header and payload as the wire splits them, so malformed
 //!   requests reach the server), windows of pipelined requests per
@@ -141,6 +142,8 @@ pub struct Report {
     pub replies_checked: u64,
     /// Checkpoints passed.
     pub checkpoints: u64,
+    /// Times the server was dropped and opened again on its pool (core).
+    pub restarts: u64,
     /// Data-area bytes compared at checkpoints.
     pub data_bytes_compared: u64,
     /// Log entries compared at checkpoints.
@@ -169,6 +172,7 @@ impl Report {
         }
         self.replies_checked += other.replies_checked;
         self.checkpoints += other.checkpoints;
+        self.restarts += other.restarts;
         self.data_bytes_compared += other.data_bytes_compared;
         self.log_entries_compared += other.log_entries_compared;
         self.elapsed += other.elapsed;

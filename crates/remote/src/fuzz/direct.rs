@@ -12,13 +12,16 @@
 //! - Every offloaded write gets exactly one completion, checked like an
 //!   immediate reply, except the writes of a client that was disconnected
 //!   meanwhile: their completion may be dropped (`Server::disconnect`).
+//! - Now and then the server is dropped and opened again on its pool
+//!   (`Server::open`, which recovers every log): the model carries on, and
+//!   the reopened pool must match it.
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc;
 use std::time::Instant;
 
-use pmem::{Media, Region};
+use pmem::{Media, Region, RegionOptions};
 
 use super::gen::Request;
 use super::model::{op, Expected, Serving};
@@ -35,6 +38,8 @@ const REGION_BYTES: u64 = 4 << 20;
 const PROGRESS_EVERY: u64 = 4096;
 /// One request in this many reconnects its client first.
 const RECONNECT_ONE_IN: u64 = 4000;
+/// One request in this many restarts the server on its pool first.
+const RESTART_ONE_IN: u64 = 50_000;
 /// A client id no one connects: its requests have no rights.
 const STRANGER: ClientId = 1 << 40;
 
@@ -113,6 +118,7 @@ struct CoreRun {
     reply: Vec<u8>,
     done: Vec<Completed>,
     progress: Option<mpsc::Sender<Message>>,
+    server_config: ServerConfig,
     _dir: tempfile::TempDir,
     path: std::path::PathBuf,
 }
@@ -130,13 +136,9 @@ impl CoreRun {
             copy_threads: target.copy_depth.clamp(1, 2),
             ..ServerConfig::default()
         };
-        let mut server = Server::format(region, pool, server_config).map_err(|e| setup(format!("server: {e}")))?;
-        let mut clients = [0; 4];
-        for (i, rights) in RIGHTS.into_iter().enumerate() {
-            clients[i] = i as ClientId + 1;
-            server.connect(clients[i]);
-            server.grant(clients[i], rights);
-        }
+        let mut server = Server::format(region, pool, server_config.clone()).map_err(|e| setup(format!("server: {e}")))?;
+        let clients = [1, 2, 3, 4];
+        connect_all(&mut server, &clients);
         let serving = Serving {
             max_payload: DEFAULT_MAX_PAYLOAD_BYTES,
             require_payload_crc: target.require_payload_crc,
@@ -153,6 +155,7 @@ impl CoreRun {
             reply: Vec::new(),
             done: Vec::new(),
             progress: None,
+            server_config,
             _dir: dir,
             path,
         })
@@ -202,6 +205,9 @@ impl CoreRun {
 
     /// One request from a random client through a random entry point.
     fn step(&mut self) -> Result<(), Failure> {
+        if self.session.gen.below(RESTART_ONE_IN) == 0 {
+            self.restart()?;
+        }
         let slot = self.session.client_slot(true);
         if slot < 4 && self.session.gen.below(RECONNECT_ONE_IN) == 0 {
             self.reconnect(slot);
@@ -263,6 +269,21 @@ impl CoreRun {
         self.server.grant(self.next_client, RIGHTS[slot]);
     }
 
+    /// Drops the server once its copies are done and opens its pool again:
+    /// every log recovers, the model must still hold.
+    fn restart(&mut self) -> Result<(), Failure> {
+        self.quiesce()?;
+        let options = RegionOptions { size: Some(REGION_BYTES), ..RegionOptions::default() };
+        let failed = |what: String| self.session.fail(FailureKind::State, format!("the pool does not reopen: {what}"));
+        let region = Region::open(&self.path, options).map_err(|e| failed(e.to_string()))?;
+        let reopened = catch_unwind(AssertUnwindSafe(|| Server::open(region, self.server_config.clone())));
+        let reopened = reopened.map_err(|p| self.session.fail(FailureKind::Crash, format!("Server::open panicked: {}", panic_message(p.as_ref()))))?;
+        self.server = reopened.map_err(|e| failed(e.to_string()))?;
+        self.clients = self.clients.map(|id| id + 1000);
+        connect_all(&mut self.server, &self.clients);
+        self.session.reopened(&image(&self.server))
+    }
+
     /// Checks the completions that are ready (never blocks).
     fn collect(&mut self) -> Result<usize, Failure> {
         let polled = catch_unwind(AssertUnwindSafe(|| self.server.poll_completions(&mut self.done)));
@@ -300,6 +321,14 @@ impl CoreRun {
         }
         self.pending.clear();
         Ok(())
+    }
+}
+
+/// Connects `clients` and grants them [`RIGHTS`] in order.
+fn connect_all(server: &mut Server, clients: &[ClientId; 4]) {
+    for (client, rights) in clients.iter().zip(RIGHTS) {
+        server.connect(*client);
+        server.grant(*client, rights);
     }
 }
 

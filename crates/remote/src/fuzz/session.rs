@@ -218,6 +218,18 @@ impl Session {
         result
     }
 
+    /// After the server reopened the pool: recovery may scrub the free
+    /// space after a self-validating log's tail (FORMAT.md), so the canary
+    /// log's bytes are taken again once the pool checks out.
+    pub fn reopened(&mut self, image: &[u8]) -> Result<(), Failure> {
+        self.report.restarts += 1;
+        let canary = self.canary.as_mut().expect("set-up came first");
+        let log = &self.model.logs[canary.log_id as usize];
+        let (base, end) = (log.base as usize, (log.base + log.size) as usize);
+        let saved = std::mem::replace(&mut canary.log_image, image[base..end].to_vec());
+        self.checkpoint(image).inspect_err(|_| self.canary.as_mut().expect("set").log_image = saved)
+    }
+
     /// Compares a quiescent region image with the model: superblock,
     /// directory, bytes outside the logs, the canaries, the data area, and
     /// every log opened from the image.

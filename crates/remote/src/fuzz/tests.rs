@@ -24,6 +24,7 @@ fn the_core_passes_the_fuzzer_with_and_without_a_copy_engine() {
         let report = run_core(&config, server, &mut |_| {}).unwrap_or_else(|failure| panic!("{failure}"));
         assert!(report.requests == 300_000 || started.elapsed() >= config.max_time, "{} stopped early", report.target);
         assert!(report.checkpoints >= report.requests / 10_000, "{report:?}");
+        assert!(report.restarts > 0, "no restart on the pool: {report:?}");
         assert!(report.replies_checked + 64 >= report.requests, "replies went unchecked: {report:?}");
         let ok = report.statuses[Status::Ok as usize];
         assert!(ok > report.requests / 5, "too few requests succeed to test much: {report:?}");
