@@ -27,7 +27,7 @@ use transport::{ConnId, Event, Output, Transport, UcxConfig, UcxTransport};
 
 use super::direct::{corrupt, panic_message};
 use super::gen::Request;
-use super::model::{op, Serving};
+use super::model::{op, Expected, Serving};
 use super::session::{Session, RIGHTS};
 use super::{Failure, FailureKind, FuzzConfig, Report, HANG_LIMIT};
 use crate::event_loop::{client_id, register_data_area, serve};
@@ -139,8 +139,9 @@ impl<T: Transport> NetRun<'_, T> {
         for i in 0..RIGHTS.len() {
             let conn = self.t.connect(addr).map_err(|e| self.session.fail(FailureKind::Setup, format!("connect: {e}")))?;
             self.conns.push(conn);
-            let (request, _) = self.session.fixed(rw, op::HELLO, 0, 0, Vec::new());
-            let reply = self.exchange(i, std::slice::from_ref(&request))?.pop().expect("one reply");
+            let pair = self.session.fixed(rw, op::HELLO, 0, 0, Vec::new());
+            let reply = self.exchange(i, std::slice::from_ref(&pair))?.pop().expect("one reply");
+            let request = pair.0;
             if i == 0 {
                 self.session.pin_hello(rw, &reply.1)?;
             }
@@ -198,9 +199,8 @@ impl<T: Transport> NetRun<'_, T> {
     }
 
     /// Sends a window on connection `conn` and checks every reply.
-    fn window(&mut self, conn: usize, batch: Vec<(Request, super::model::Expected)>) -> Result<(), Failure> {
-        let requests: Vec<Request> = batch.iter().map(|(r, _)| r.clone()).collect();
-        let replies = self.exchange(conn, &requests)?;
+    fn window(&mut self, conn: usize, batch: Vec<(Request, Expected)>) -> Result<(), Failure> {
+        let replies = self.exchange(conn, &batch)?;
         for ((request, expected), (header, payload)) in batch.iter().zip(replies) {
             self.session.check_reply(request, expected, &header, &payload)?;
             self.t.recycle(payload);
@@ -208,19 +208,19 @@ impl<T: Transport> NetRun<'_, T> {
         Ok(())
     }
 
-    /// Sends `requests` pipelined on connection `conn` and returns their
-    /// replies (header, payload) in send order.
-    fn exchange(&mut self, conn: usize, requests: &[Request]) -> Result<Vec<Reply>, Failure> {
+    /// Sends the requests of `batch` pipelined on connection `conn` and
+    /// returns their replies (header, payload) in send order.
+    fn exchange(&mut self, conn: usize, batch: &[(Request, Expected)]) -> Result<Vec<Reply>, Failure> {
         let id = self.conns[conn];
-        for (k, request) in requests.iter().enumerate() {
+        for (k, (request, _)) in batch.iter().enumerate() {
             let mut payload = self.t.take_buffer(request.payload.len());
             payload.extend_from_slice(&request.payload);
             if let Err(e) = self.t.call(id, &request.header, payload, k as u64) {
                 return Err(self.broken(format!("call refused ({e}) for request {request}")));
             }
         }
-        let mut replies: Vec<Option<Reply>> = (0..requests.len()).map(|_| None).collect();
-        let mut left = requests.len();
+        let mut replies: Vec<Option<Reply>> = (0..batch.len()).map(|_| None).collect();
+        let mut left = batch.len();
         let (mut last, mut empty) = (Instant::now(), 0u32);
         let mut events = Vec::new();
         while left > 0 {
@@ -228,7 +228,7 @@ impl<T: Transport> NetRun<'_, T> {
                 empty += 1;
                 if last.elapsed() > HANG_LIMIT {
                     let waiting = replies.iter().position(Option::is_none).expect("a reply is missing");
-                    return Err(self.silent(&requests[waiting]));
+                    return Err(self.silent(&batch[waiting].0));
                 }
                 if empty > SPIN_POLLS {
                     let _ = self.t.wait(Duration::from_millis(5));
