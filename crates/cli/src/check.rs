@@ -1,20 +1,33 @@
 //! `pmwire check`: runs the crash-state checker over every persistent
-//! structure, and over planted bugs that it must catch.
+//! structure, and over planted bugs that it must catch; `pmwire check fuzz`
+//! runs the fuzzer instead (`fuzz_cmd`).
 
 use anyhow::Result;
-use clap::Args;
+use clap::{Args, Subcommand};
 use pmwire_crashcheck::{checks, Config, Report};
 use pmwire_remote::crash::check_directory;
 
 /// Arguments of `pmwire check`.
 #[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct CheckArgs {
+    /// Another check than the crash-state checker.
+    #[command(subcommand)]
+    pub command: Option<CheckCommand>,
     /// Seed of the crash-image sampler (default: from the clock).
     #[arg(long)]
     pub seed: Option<u64>,
     /// Fewer samples per crash point.
     #[arg(long)]
     pub quick: bool,
+}
+
+/// The checks `pmwire check` runs besides the crash-state checker.
+#[derive(Subcommand)]
+pub enum CheckCommand {
+    /// Fuzz the remote server core and `pmwire serve` (tcp, sm) with seeded,
+    /// structured and mutated requests checked against a model of the pool.
+    Fuzz(crate::fuzz_cmd::FuzzArgs),
 }
 
 /// One row: a structure and what the checker found.

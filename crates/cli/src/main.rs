@@ -2,12 +2,14 @@
 //!
 //! - `pmwire doctor [PATH]`: what this machine and a pool path offer.
 //! - `pmwire bench local`: the local persistence suite (JSON + table).
-//! - `pmwire check`: the crash-state checker over every persistent structure.
+//! - `pmwire check`: the crash-state checker over every persistent structure;
+//!   `pmwire check fuzz`: the fuzzer against the remote server core and `pmwire serve`.
 //! - `pmwire report FILES --out DIR`: plots of benchmark results.
 //! - `pmwire tour`: the newcomer's tour, a short version of everything.
 
 mod check;
 mod doctor;
+mod fuzz_cmd;
 mod kv_cmd;
 mod kv_bench_cmd;
 mod remote_cmd;
@@ -172,6 +174,13 @@ fn main() -> Result<()> {
             println!("results: {}", report.json_path.display());
             Ok(())
         }
+        Command::Check(check::CheckArgs { command: Some(check::CheckCommand::Fuzz(fuzz)), .. }) => {
+            if !fuzz_cmd::run(&fuzz)? {
+                eprintln!("pmwire: the fuzzer found a failure (see above)");
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         Command::Check(args) => {
             if !check::run(&args)? {
                 eprintln!("pmwire: the crash-state checker found failures (see the table above)");
@@ -218,7 +227,7 @@ fn tour(args: &TourArgs) -> Result<()> {
     println!("== pmwire tour: every suite, short, on an emulated pool ==\n");
     doctor::run(&doctor::DoctorArgs { path: Some(args.pool.pool.clone()) })?;
     println!("\n== crash-state checker ==");
-    let checks_ok = check::run(&check::CheckArgs { seed: None, quick: false })?;
+    let checks_ok = check::run(&check::CheckArgs { command: None, seed: None, quick: false })?;
     println!("\n== bench local (quick; headline ratios against the peers at the end) ==");
     let local = run_local(&args.pool, true, &[], &args.out)?;
     let remote = tour_remote(&args.out)?;

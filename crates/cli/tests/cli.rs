@@ -61,3 +61,18 @@ fn bad_input_gets_a_clear_error() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("/nonexistent-dir"));
 }
+
+/// `pmwire check fuzz`: the seed first, every target, PASS.
+#[test]
+fn check_fuzz_prints_the_seed_first_and_passes_every_target() {
+    let args = ["check", "fuzz", "--seconds", "4", "--seed", "5", "--requests", "20000"];
+    let output = pmwire(&args);
+    let text = stdout(&output);
+    assert!(output.status.success(), "{text}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(text.starts_with("pmwire check fuzz: seed 5 "), "{text}");
+    for target in ["core:", "tcp:", "sm:"] {
+        assert!(text.lines().any(|l| l.starts_with(target) && l.contains("replies checked byte for byte")), "{target}\n{text}");
+    }
+    assert!(text.contains("replies by status: Ok "), "{text}");
+    assert!(text.trim_end().ends_with("PASS (seed 5)"), "{text}");
+}

@@ -18,6 +18,9 @@
 //! - [`event_loop`]: `serve(server, transport, stop)`, the server loop over
 //!   the network seam ([`transport::Transport`]: UCX or in process), and
 //!   [`client::Client`], the client over the same seam.
+//! - [`fuzz`]: the in-tree fuzzer: seeded, structured and mutated requests
+//!   checked against a model of the pool and its logs, through the core or
+//!   over a transport.
 //!
 //! `docs/FORMAT.md` ("Wire protocol and remote pool") gives every byte.
 //!
@@ -57,6 +60,7 @@ pub mod client;
 pub mod copy_engine;
 pub mod crash;
 pub mod event_loop;
+pub mod fuzz;
 pub mod pool;
 pub mod proto;
 pub mod server;

@@ -86,6 +86,11 @@ impl ServeChild {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// How the child ended, if it has (reaped; never blocks).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
 }
 
 impl Drop for ServeChild {

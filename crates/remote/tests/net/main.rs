@@ -5,5 +5,6 @@
 
 mod bad_input;
 mod cases;
+mod fuzz;
 mod harness;
 mod hostile;
