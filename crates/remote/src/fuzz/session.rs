@@ -369,7 +369,7 @@ fn describe_mismatch(request: &Request, expected: &Expected, header: &[u8], payl
         Err(e) => format!("an undecodable reply ({e}): {} B header {header:02x?}", header.len()),
     };
     let want = format!(
-        "{:?} value={:#x} detail={:#x}, {} B payload{}",
+        "{:?} value={:#x} detail={:#x}, {} B payload",
         expected.status,
         expected.value,
         expected.detail,
