@@ -578,16 +578,17 @@ impl Model {
         Ok(Done { effect, ..Done::value(f.length) })
     }
 
-    /// Spec codes, name taken, the log's bounds (`LogConfig::validate`, as
-    /// the pool calls it), directory full, room in the log area (FORMAT.md
-    /// "create_log" step 1, in `Pool::create_log`'s order).
+    /// Spec codes and the log's bounds (`LogConfig::validate`, as the
+    /// server's `log_config_from_codes` calls it), name taken, directory
+    /// full, room in the log area (FORMAT.md "create_log" step 1, in
+    /// `Pool::create_log`'s order).
     fn log_create(&self, payload: &[u8]) -> Result<Done, Refusal> {
         let spec = LogSpecBody::parse(payload).expect("shape checked");
         let config = spec.config().ok_or((Status::BadLogConfig, 0))?;
+        config.validate().map_err(|_| (Status::BadLogConfig, 0))?;
         if self.find(spec.name).is_some() {
             return Err((Status::LogExists, 0));
         }
-        config.validate().map_err(|_| (Status::BadLogConfig, 0))?;
         if self.logs.len() as u64 >= self.geometry.dir_slots as u64 {
             return Err((Status::NoSpace, 0));
         }
