@@ -645,8 +645,9 @@ impl UcxTransport {
             self.drop_arrival(arrival.data);
             return;
         };
-        let prefix = match self.admit(conn, &arrival.header, data_len) {
-            Ok(prefix) => prefix,
+        let eager = matches!(arrival.data, ArrivalData::Eager(_));
+        let (prefix, now) = match self.admit(conn, &arrival.header, data_len, eager) {
+            Ok(admitted) => admitted,
             Err(violation) => {
                 self.drop_arrival(arrival.data);
                 self.end_conn(conn, Some(violation));
@@ -656,6 +657,7 @@ impl UcxTransport {
         let mut header = arrival.header;
         header.drain(..wire::FRAMING_BYTES);
         match arrival.data {
+            ArrivalData::Eager(payload) if now => self.deliver(conn, prefix.kind, prefix.call, header, payload),
             ArrivalData::Eager(payload) => {
                 let message = Message {
                     kind: prefix.kind,
@@ -671,8 +673,10 @@ impl UcxTransport {
 
     /// Checks an arrival against the framing, the bounds, the request
     /// window and the connection's order, and records it there; the status
-    /// to end the connection with if it breaks them.
-    fn admit(&mut self, conn: u32, am_header: &[u8], data_len: usize) -> Result<wire::Prefix, Status> {
+    /// to end the connection with if it breaks them. A whole (`eager`)
+    /// message that is next in order, with nothing waiting, is not recorded:
+    /// `true` says to hand it on at once.
+    fn admit(&mut self, conn: u32, am_header: &[u8], data_len: usize, eager: bool) -> Result<(wire::Prefix, bool), Status> {
         let invalid = Status(sys::UCS_ERR_INVALID_PARAM);
         let too_large = Status(sys::UCS_ERR_EXCEEDS_LIMIT);
         let (prefix, user) = wire::decode_header(am_header, data_len).map_err(|_| invalid)?;
@@ -688,11 +692,12 @@ impl UcxTransport {
         if prefix.kind == Kind::Request && !c.answering.arrive(prefix.call) {
             return Err(too_large); // beyond the window, or a slot reused unanswered
         }
-        c.received.arrive(prefix.seq).map_err(|v| match v {
+        let order = if eager { c.received.pass(prefix.seq) } else { c.received.arrive(prefix.seq).map(|()| false) };
+        let now = order.map_err(|v| match v {
             OrderViolation::OutOfRange => too_large,
             OrderViolation::Duplicate => invalid,
         })?;
-        Ok(prefix)
+        Ok((prefix, now))
     }
 
     /// Message `seq` of `conn` is whole (or failed): hands on every message

@@ -387,6 +387,18 @@ impl<T> InOrder<T> {
         Ok(())
     }
 
+    /// Message `seq` arrived whole: `Ok(true)` if it is the next one and
+    /// nothing waits (hand it on now: the common case, nothing recorded);
+    /// otherwise it is recorded as [`InOrder::arrive`] does, and the caller
+    /// makes it [`ready`](InOrder::ready).
+    pub(crate) fn pass(&mut self, seq: u32) -> Result<bool, OrderViolation> {
+        if self.slots.is_empty() && seq == self.next {
+            self.next = self.next.wrapping_add(1);
+            return Ok(true);
+        }
+        self.arrive(seq).map(|()| false)
+    }
+
     /// Message `seq` (announced with [`InOrder::arrive`]) is whole.
     pub(crate) fn ready(&mut self, seq: u32, message: T) {
         let ahead = seq.wrapping_sub(self.next) as usize;
@@ -528,6 +540,22 @@ mod tests {
         assert_eq!(order.arrive(0), Err(OrderViolation::OutOfRange), "already handed on");
         assert_eq!(order.arrive(MAX_REORDER as u32 + 1), Err(OrderViolation::OutOfRange));
         order.arrive(MAX_REORDER as u32).unwrap();
+    }
+
+    #[test]
+    fn in_order_hands_on_at_once_only_the_next_message_with_nothing_waiting() {
+        let mut order = InOrder::new();
+        assert_eq!(order.pass(0), Ok(true));
+        assert_eq!(order.pass(1), Ok(true));
+        order.arrive(2).unwrap(); // a rendezvous message, receiving
+        assert_eq!(order.pass(3), Ok(false), "3 waits behind 2");
+        order.ready(3, "three");
+        assert_eq!(order.pass(3), Err(OrderViolation::Duplicate));
+        assert_eq!(order.pass(1), Err(OrderViolation::OutOfRange), "already handed on");
+        order.ready(2, "two");
+        assert_eq!(order.pop(), Some("two"));
+        assert_eq!(order.pop(), Some("three"));
+        assert_eq!(order.pass(4), Ok(true), "nothing waits again");
     }
 
     #[test]
