@@ -47,6 +47,13 @@ pub struct FuzzArgs {
     in_process: bool,
 }
 
+impl FuzzArgs {
+    /// A short run of every target, `seconds` each, for the tour.
+    pub fn tour(seconds: u64) -> FuzzArgs {
+        FuzzArgs { seconds, seed: None, target: "all".into(), requests: None, copy_engine: None, window: 16, in_process: false }
+    }
+}
+
 /// One phase: a target with one server configuration.
 #[derive(Clone, Copy, Debug)]
 enum Phase {

@@ -228,6 +228,8 @@ fn tour(args: &TourArgs) -> Result<()> {
     doctor::run(&doctor::DoctorArgs { path: Some(args.pool.pool.clone()) })?;
     println!("\n== crash-state checker ==");
     let checks_ok = check::run(&check::CheckArgs { command: None, seed: None, quick: false })?;
+    println!("\n== fuzz: the remote server core and pmwire serve over tcp and sm, every reply checked against a model (pmwire check fuzz, 2 s per phase) ==");
+    let fuzz_ok = fuzz_cmd::run(&fuzz_cmd::FuzzArgs::tour(2))?;
     println!("\n== bench local (quick; headline ratios against the peers at the end) ==");
     let local = run_local(&args.pool, true, &[], &args.out)?;
     let remote = tour_remote(&args.out)?;
@@ -248,9 +250,13 @@ fn tour(args: &TourArgs) -> Result<()> {
     println!("key-value suites: {kv_passed} of {} headlines met their targets in this run", kv_targets.len());
     let reproduced = findings.iter().filter(|f| f.within_tolerance).count();
     println!("model: {reproduced} of {} published findings reproduced within tolerance", findings.len());
+    println!("fuzz: {}", if fuzz_ok { "PASS" } else { "FAIL (see above)" });
     println!("results: {}\nreport:  {}", args.out.display(), index.display());
     if !checks_ok {
         bail!("the crash-state checker found failures");
+    }
+    if !fuzz_ok {
+        bail!("the fuzzer found failures");
     }
     Ok(())
 }
