@@ -176,29 +176,35 @@ fn effective_context(config: &ContextConfig) -> ContextConfig {
 /// them added to the negation.
 fn without_zero_copy(tls: &str) -> String {
     const ZERO_COPY: [&str; 3] = ["cma", "knem", "xpmem"];
-    let names = || tls.split(',').map(str::trim).filter(|n| !n.is_empty());
-    if tls.trim() == "all" {
-        return format!("^{}", ZERO_COPY.join(","));
-    }
-    if let Some(negated) = tls.trim().strip_prefix('^') {
-        let mut out: Vec<&str> = negated.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
-        out.extend(ZERO_COPY.iter().filter(|z| !out.contains(z)).collect::<Vec<_>>());
-        return format!("^{}", out.join(","));
-    }
+    let tls = tls.trim();
+    let (negated, list) = match tls.strip_prefix('^') {
+        Some(list) => (true, list),
+        None if tls == "all" => (true, ""),
+        None => (false, tls),
+    };
     let mut out: Vec<&str> = Vec::new();
-    for name in names() {
-        let expanded: Vec<&str> = match name {
-            "sm" | "shm" | "mm" => vec!["posix", "sysv"],
-            other if ZERO_COPY.contains(&other) => vec![],
-            other => vec![other],
-        };
-        for n in expanded {
-            if !out.contains(&n) {
-                out.push(n);
-            }
+    for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        match name {
+            "sm" | "shm" | "mm" if !negated => out.extend(["posix", "sysv"]),
+            zero_copy if !negated && ZERO_COPY.contains(&zero_copy) => {}
+            other => out.push(other),
         }
     }
-    out.join(",")
+    if negated {
+        out.extend(ZERO_COPY);
+    }
+    let mut unique: Vec<&str> = Vec::with_capacity(out.len());
+    for name in out {
+        if !unique.contains(&name) {
+            unique.push(name);
+        }
+    }
+    let list = unique.join(",");
+    if negated {
+        format!("^{list}")
+    } else {
+        list
+    }
 }
 
 /// What the UCX callbacks hand to `poll`.
@@ -1132,14 +1138,7 @@ impl Transport for UcxTransport {
         if !self.one_sided {
             return Err(RegisterError::OneSidedOff);
         }
-        let slot = match self.regions.iter().position(Option::is_none) {
-            Some(i) => i,
-            None if self.regions.len() < self.limits.max_regions => {
-                self.regions.push(None);
-                self.regions.len() - 1
-            }
-            None => return Err(RegisterError::TooMany(self.limits.max_regions)),
-        };
+        let slot = self.free_region_slot()?;
         // SAFETY: forwarded under the caller's contract.
         let mem = unsafe { MemRegion::register(&self.context, addr, len) }?;
         let packed_rkey = mem.pack_rkey()?;
@@ -1498,6 +1497,22 @@ unsafe extern "C" fn on_am(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_sided_off_leaves_out_the_zero_copy_transports() {
+        assert_eq!(without_zero_copy("sm,tcp"), "posix,sysv,tcp");
+        assert_eq!(without_zero_copy("posix,cma,self"), "posix,self");
+        assert_eq!(without_zero_copy("shm,mm,tcp"), "posix,sysv,tcp");
+        assert_eq!(without_zero_copy("rc,ud"), "rc,ud");
+        assert_eq!(without_zero_copy("all"), "^cma,knem,xpmem");
+        assert_eq!(without_zero_copy("^tcp,cma"), "^tcp,cma,knem,xpmem");
+        let off = effective_context(&ContextConfig::tls("sm,tcp"));
+        assert_eq!(off.tls.as_deref(), Some("posix,sysv,tcp"));
+        assert!(off.vars.contains(&("PUT_ENABLE".to_string(), "n".to_string())));
+        assert_eq!(effective_context(&ContextConfig::default()).tls.as_deref(), Some("^cma,knem,xpmem"));
+        let on = ContextConfig { rma: true, ..ContextConfig::tls("sm,tcp") };
+        assert_eq!(effective_context(&on).tls.as_deref(), Some("sm,tcp"), "on: as given");
+    }
 
     #[test]
     fn spare_buffers_are_bounded_and_keep_the_larger_ones() {
