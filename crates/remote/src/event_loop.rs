@@ -50,40 +50,9 @@ pub const IDLE_WAIT: Duration = Duration::from_millis(50);
 /// outstanding, before it looks at the engine again.
 pub const INPROC_ENGINE_SLICE: Duration = Duration::from_micros(200);
 
-/// How long a loop keeps polling after its last activity before it blocks
-/// (seed 000 §2.2's busy-polling, bounded so that an idle loop sleeps).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PollBudget {
-    /// Longest poll after the last activity; zero blocks at once.
-    pub spin: Duration,
-    /// Most empty polls in one such window (bounds the loop's passes too).
-    pub max_empty_polls: u32,
-}
-
-impl PollBudget {
-    /// Block as soon as nothing is ready.
-    pub const BLOCK: PollBudget = PollBudget { spin: Duration::ZERO, max_empty_polls: 0 };
-
-    /// True while a loop whose last activity was at `since`, after `empty`
-    /// empty polls, should poll again rather than block. The clock is read
-    /// on every [`CLOCK_EVERY`]th empty poll only: a read costs about as
-    /// much as a poll (~50 ns on this VM), and a sub-microsecond round
-    /// trip is detected one poll later for every read in its way.
-    pub fn keep_polling(&self, since: Instant, empty: u32) -> bool {
-        empty < self.max_empty_polls && (!empty.is_multiple_of(CLOCK_EVERY) || since.elapsed() < self.spin)
-    }
-}
-
-/// Empty polls between two reads of the clock in [`PollBudget::keep_polling`].
-const CLOCK_EVERY: u32 = 16;
-
-impl Default for PollBudget {
-    /// 30 µs and 1024 polls: longer than a sm or tcp round trip on one
-    /// host (9-25 µs), short enough that idle CPU stays ~0.
-    fn default() -> Self {
-        PollBudget { spin: Duration::from_micros(30), max_empty_polls: 1024 }
-    }
-}
+/// The poll budget lives in the reactor (the loop below `smr` too);
+/// re-exported here for the client and `pmwire serve`.
+pub use reactor::PollBudget;
 
 /// Events taken from the transport per poll.
 const EVENTS_PER_POLL: usize = 256;

@@ -1,0 +1,112 @@
+//! The reactor over the in-process transport: events reach the service in
+//! order, timed work runs when due and not before, and `run` blocks and
+//! stops.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use transport::{Event, InProcNetwork, Limits, Output, Transport};
+
+use super::{PollBudget, Reactor, RealClock, Service};
+
+/// Echoes every request's payload; counts accepts; has a timer every
+/// `period` that counts ticks and sets `stop` after `stop_after` ticks.
+struct Echo {
+    accepted: u32,
+    ticks: u32,
+    period: Duration,
+    next: Duration,
+    stop_after: u32,
+    stop: Arc<AtomicBool>,
+}
+
+impl Echo {
+    fn new(period: Duration, stop_after: u32, stop: Arc<AtomicBool>) -> Echo {
+        Echo { accepted: 0, ticks: 0, period, next: period, stop_after, stop }
+    }
+}
+
+impl<T: Transport> Service<T> for Echo {
+    fn on_event(&mut self, transport: &mut T, event: Event, _now: Duration) {
+        match event {
+            Event::Accepted(_) => self.accepted += 1,
+            Event::Request(r) => transport.reply(r.id, &r.header, r.payload).expect("reply"),
+            _ => {}
+        }
+    }
+
+    fn poll_work(&mut self, _transport: &mut T, now: Duration) -> bool {
+        if now < self.next {
+            return false;
+        }
+        self.ticks += 1;
+        self.next = now + self.period;
+        if self.ticks >= self.stop_after {
+            self.stop.store(true, Ordering::Relaxed);
+        }
+        true
+    }
+
+    fn next_deadline(&self) -> Option<Duration> {
+        Some(self.next)
+    }
+}
+
+#[test]
+fn turn_hands_events_to_the_service_in_order() {
+    let net = InProcNetwork::new(Limits::default());
+    let server_t = net.node();
+    let addr = server_t.id();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut reactor = Reactor::new(server_t, Echo::new(Duration::from_secs(3600), 1, stop));
+    let mut client = net.node();
+    let conn = client.connect(&addr).expect("connect");
+    for i in 0..5u8 {
+        client.call(conn, &[i], vec![i; 3], u64::from(i)).expect("call");
+    }
+    assert!(reactor.turn(Duration::ZERO), "the turn handled events");
+    assert_eq!(reactor.service.accepted, 1);
+    assert_eq!(reactor.service.ticks, 0, "the timer is not due");
+    let mut events = Vec::new();
+    let mut tokens = Vec::new();
+    while tokens.len() < 5 {
+        assert!(client.poll(&mut events, 16) > 0, "every reply is queued");
+        for e in events.drain(..) {
+            if let Event::Completion(c) = e {
+                match c.result.expect("ok") {
+                    Output::Response { header, payload } => {
+                        assert_eq!(header, vec![c.token as u8]);
+                        assert_eq!(payload, vec![c.token as u8; 3]);
+                    }
+                    other => panic!("unexpected {other:?}"),
+                }
+                tokens.push(c.token);
+            }
+        }
+    }
+    assert_eq!(tokens, vec![0, 1, 2, 3, 4], "replies in call order");
+    assert!(!reactor.turn(Duration::ZERO), "nothing left: an idle turn reports no work");
+}
+
+#[test]
+fn timed_work_runs_when_due_and_not_before() {
+    let net = InProcNetwork::new(Limits::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut reactor = Reactor::new(net.node(), Echo::new(Duration::from_millis(10), 100, stop));
+    assert_eq!(reactor.service.next, Duration::from_millis(10));
+    assert!(!reactor.turn(Duration::from_millis(9)));
+    assert_eq!(reactor.service.ticks, 0);
+    assert!(reactor.turn(Duration::from_millis(10)));
+    assert_eq!(reactor.service.ticks, 1);
+    assert_eq!(reactor.service.next, Duration::from_millis(20));
+}
+
+#[test]
+fn run_blocks_until_the_deadline_and_stops() {
+    let net = InProcNetwork::new(Limits::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut reactor = Reactor::new(net.node(), Echo::new(Duration::from_millis(1), 5, stop.clone()));
+    reactor.run(&RealClock::new(), &stop, PollBudget::BLOCK);
+    assert_eq!(reactor.service.ticks, 5, "ran until the service set stop");
+}
