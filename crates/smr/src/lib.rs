@@ -1,1 +1,11 @@
-//! smr
+//! Replication: a replicated key-value state machine on tikv's raft-rs.
+//!
+//! raft-rs's `RawNode` does no I/O; a [`node::Replica`] drives it as a
+//! [`reactor::Service`] over the `Transport` seam: it persists what each
+//! `Ready` demands, sends the messages, applies committed entries to the
+//! [`machine::Machine`] and answers clients.
+
+#![deny(missing_docs)]
+
+pub mod command;
+pub mod machine;

@@ -1,0 +1,333 @@
+//! The client protocol of a replica, and the commands its log carries.
+//!
+//! A client request is one transport call: the header is [`REQUEST_MAGIC`]
+//! (4 bytes), the payload a [`Request`] encoded as below. A write's
+//! encoded request is, byte for byte, the data of the log entry that
+//! carries it, so what a replica applies is what the client sent (after
+//! it was checked). All integers little-endian; layout in `docs/FORMAT.md`
+//! ("Replicated state machine").
+//!
+//! ```text
+//! request:  0 op u8 | 1 flags u8 | 2 reserved u16 (0) | 4 key_len u32
+//!           8 client u64 | 16 seq u64 | 24 value_len u32 | 28 expect_len u32
+//!           32 key | value | expect
+//! response: 0 status u8 | 1 flags u8 | 2 reserved u16 (0) | 4 value_len u32
+//!           8 leader u64 | 16 index u64 | 24 value
+//! ```
+//!
+//! Invariant: [`Request::decode`] accepts exactly what [`Request::encode`]
+//! produces for requests within [`MAX_KEY_BYTES`] and [`MAX_VALUE_BYTES`];
+//! every length is checked before it is used.
+
+use thiserror::Error;
+
+/// The call header of a client request.
+pub const REQUEST_MAGIC: [u8; 4] = *b"SMR1";
+/// The fixed part of an encoded request.
+pub const REQUEST_HEADER_BYTES: usize = 32;
+/// The fixed part of an encoded response.
+pub const RESPONSE_HEADER_BYTES: usize = 24;
+/// Largest key.
+pub const MAX_KEY_BYTES: usize = 4096;
+/// Largest value (and CAS expectation).
+pub const MAX_VALUE_BYTES: usize = 1 << 20;
+
+/// What a client asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Op {
+    /// Set a key's value.
+    Put = 1,
+    /// Read a key (linearizable, by ReadIndex).
+    Get = 2,
+    /// Remove a key.
+    Del = 3,
+    /// Set a key's value if it holds the expected one.
+    Cas = 4,
+}
+
+impl Op {
+    fn from_u8(v: u8) -> Option<Op> {
+        Some(match v {
+            1 => Op::Put,
+            2 => Op::Get,
+            3 => Op::Del,
+            4 => Op::Cas,
+            _ => return None,
+        })
+    }
+
+    /// True for the operations that go through the log.
+    pub fn writes(self) -> bool {
+        self != Op::Get
+    }
+}
+
+/// CAS flag: the expectation is a value (clear: the key must be absent).
+const FLAG_EXPECT: u8 = 1;
+
+/// A client request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// What to do.
+    pub op: Op,
+    /// The client's session id (non-zero for writes).
+    pub client: u64,
+    /// The client's request number in its session (writes: 1, 2, ...).
+    pub seq: u64,
+    /// The key.
+    pub key: Vec<u8>,
+    /// PUT and CAS: the new value.
+    pub value: Vec<u8>,
+    /// CAS: the value the key must hold; `None`: the key must be absent.
+    pub expect: Option<Vec<u8>>,
+}
+
+/// Why a request could not be decoded.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum DecodeError {
+    /// Shorter than its fixed part or than its lengths say.
+    #[error("request truncated: {0} bytes")]
+    Truncated(usize),
+    /// Longer than its lengths say.
+    #[error("request has {0} trailing bytes")]
+    Trailing(usize),
+    /// An unknown operation code.
+    #[error("unknown operation {0}")]
+    UnknownOp(u8),
+    /// Reserved bits or bytes set, or a field that does not belong to the
+    /// operation.
+    #[error("malformed request: {0}")]
+    Malformed(&'static str),
+    /// A key or value over its bound.
+    #[error("{what} of {len} bytes is over the bound of {max}")]
+    TooLarge {
+        /// Which field.
+        what: &'static str,
+        /// Its length.
+        len: u64,
+        /// The bound.
+        max: usize,
+    },
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+impl Request {
+    /// Appends the encoding to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        assert!(self.key.len() <= MAX_KEY_BYTES, "key within bound");
+        assert!(self.value.len() <= MAX_VALUE_BYTES, "value within bound");
+        let expect = self.expect.as_deref().unwrap_or(&[]);
+        assert!(expect.len() <= MAX_VALUE_BYTES, "expectation within bound");
+        let flags = if self.op == Op::Cas && self.expect.is_some() { FLAG_EXPECT } else { 0 };
+        out.push(self.op as u8);
+        out.push(flags);
+        out.extend_from_slice(&0u16.to_le_bytes());
+        out.extend_from_slice(&(self.key.len() as u32).to_le_bytes());
+        out.extend_from_slice(&self.client.to_le_bytes());
+        out.extend_from_slice(&self.seq.to_le_bytes());
+        out.extend_from_slice(&(self.value.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(expect.len() as u32).to_le_bytes());
+        out.extend_from_slice(&self.key);
+        out.extend_from_slice(&self.value);
+        out.extend_from_slice(expect);
+    }
+
+    /// The encoding as a new vector.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(REQUEST_HEADER_BYTES + self.key.len() + self.value.len());
+        self.encode(&mut out);
+        out
+    }
+
+    /// Decodes and checks one request (all of `b`).
+    pub fn decode(b: &[u8]) -> Result<Request, DecodeError> {
+        if b.len() < REQUEST_HEADER_BYTES {
+            return Err(DecodeError::Truncated(b.len()));
+        }
+        let op = Op::from_u8(b[0]).ok_or(DecodeError::UnknownOp(b[0]))?;
+        let flags = b[1];
+        if flags & !FLAG_EXPECT != 0 || (flags != 0 && op != Op::Cas) {
+            return Err(DecodeError::Malformed("flags"));
+        }
+        if b[2] != 0 || b[3] != 0 {
+            return Err(DecodeError::Malformed("reserved bytes"));
+        }
+        let (key_len, value_len, expect_len) = (u32_at(b, 4), u32_at(b, 24), u32_at(b, 28));
+        let bound = |what, len: u32, max| if len as usize > max { Err(DecodeError::TooLarge { what, len: len.into(), max }) } else { Ok(len as usize) };
+        let key_len = bound("key", key_len, MAX_KEY_BYTES)?;
+        let value_len = bound("value", value_len, MAX_VALUE_BYTES)?;
+        let expect_len = bound("expectation", expect_len, MAX_VALUE_BYTES)?;
+        let body = key_len + value_len + expect_len; // each ≤ 1 MiB: no overflow
+        let want = REQUEST_HEADER_BYTES + body;
+        if b.len() < want {
+            return Err(DecodeError::Truncated(b.len()));
+        }
+        if b.len() > want {
+            return Err(DecodeError::Trailing(b.len() - want));
+        }
+        let has_value = matches!(op, Op::Put | Op::Cas);
+        if !has_value && value_len != 0 {
+            return Err(DecodeError::Malformed("a value on GET or DEL"));
+        }
+        if flags & FLAG_EXPECT == 0 && expect_len != 0 {
+            return Err(DecodeError::Malformed("an expectation without its flag"));
+        }
+        let (client, seq) = (u64_at(b, 8), u64_at(b, 16));
+        if op.writes() && (client == 0 || seq == 0) {
+            return Err(DecodeError::Malformed("a write without a session (client and seq non-zero)"));
+        }
+        let key_end = REQUEST_HEADER_BYTES + key_len;
+        let value_end = key_end + value_len;
+        let expect = (flags & FLAG_EXPECT != 0).then(|| b[value_end..want].to_vec());
+        Ok(Request { op, client, seq, key: b[REQUEST_HEADER_BYTES..key_end].to_vec(), value: b[key_end..value_end].to_vec(), expect })
+    }
+}
+
+/// How a request ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Status {
+    /// Done (PUT, DEL, a CAS that swapped, a GET that found the key).
+    Ok = 0,
+    /// GET: the key is absent.
+    NotFound = 1,
+    /// CAS: the key did not hold the expectation (the value holds the
+    /// current value, if any).
+    CasFailed = 2,
+    /// This replica is not the leader; `leader` names the one it knows (0:
+    /// none known). Not applied: retry there.
+    NotLeader = 3,
+    /// The request could not be decoded; not applied.
+    BadRequest = 4,
+    /// The request's sequence number is older than the session's last:
+    /// its outcome is no longer kept. Not applied now.
+    Stale = 5,
+    /// Leadership changed before the request was known to be committed:
+    /// it may or may not be applied; retry with the same sequence number
+    /// (the session applies it once).
+    Retry = 6,
+}
+
+impl Status {
+    /// The status of a byte, if known.
+    pub fn from_u8(v: u8) -> Option<Status> {
+        Some(match v {
+            0 => Status::Ok,
+            1 => Status::NotFound,
+            2 => Status::CasFailed,
+            3 => Status::NotLeader,
+            4 => Status::BadRequest,
+            5 => Status::Stale,
+            6 => Status::Retry,
+            _ => return None,
+        })
+    }
+}
+
+/// A replica's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Response {
+    /// How it ended.
+    pub status: Status,
+    /// The leader this replica knows (0: none); set on every response.
+    pub leader: u64,
+    /// The log index the write was applied at, or the read index a GET
+    /// was served at (0 if neither).
+    pub index: u64,
+    /// GET: the value; failed CAS: the current value.
+    pub value: Vec<u8>,
+}
+
+impl Response {
+    /// The encoding as a new vector.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        assert!(self.value.len() <= MAX_VALUE_BYTES, "value within bound");
+        let mut out = Vec::with_capacity(RESPONSE_HEADER_BYTES + self.value.len());
+        out.push(self.status as u8);
+        out.push(0);
+        out.extend_from_slice(&0u16.to_le_bytes());
+        out.extend_from_slice(&(self.value.len() as u32).to_le_bytes());
+        out.extend_from_slice(&self.leader.to_le_bytes());
+        out.extend_from_slice(&self.index.to_le_bytes());
+        out.extend_from_slice(&self.value);
+        out
+    }
+
+    /// Decodes and checks one response.
+    pub fn decode(b: &[u8]) -> Result<Response, DecodeError> {
+        if b.len() < RESPONSE_HEADER_BYTES {
+            return Err(DecodeError::Truncated(b.len()));
+        }
+        let status = Status::from_u8(b[0]).ok_or(DecodeError::Malformed("status"))?;
+        if b[1] != 0 || b[2] != 0 || b[3] != 0 {
+            return Err(DecodeError::Malformed("reserved bytes"));
+        }
+        let len = u32_at(b, 4) as usize;
+        if len > MAX_VALUE_BYTES {
+            return Err(DecodeError::TooLarge { what: "value", len: len as u64, max: MAX_VALUE_BYTES });
+        }
+        if b.len() != RESPONSE_HEADER_BYTES + len {
+            return Err(if b.len() < RESPONSE_HEADER_BYTES + len { DecodeError::Truncated(b.len()) } else { DecodeError::Trailing(b.len() - RESPONSE_HEADER_BYTES - len) });
+        }
+        Ok(Response { status, leader: u64_at(b, 8), index: u64_at(b, 16), value: b[RESPONSE_HEADER_BYTES..].to_vec() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put() -> Request {
+        Request { op: Op::Put, client: 7, seq: 1, key: b"key".to_vec(), value: b"value".to_vec(), expect: None }
+    }
+
+    #[test]
+    fn requests_round_trip() {
+        let cas = Request { op: Op::Cas, client: 1, seq: 9, key: b"k".to_vec(), value: b"new".to_vec(), expect: Some(b"old".to_vec()) };
+        let cas_absent = Request { expect: None, ..cas.clone() };
+        let get = Request { op: Op::Get, client: 0, seq: 0, key: b"k".to_vec(), value: vec![], expect: None };
+        for r in [put(), cas, cas_absent, get] {
+            assert_eq!(Request::decode(&r.to_bytes()), Ok(r));
+        }
+    }
+
+    #[test]
+    fn bad_requests_are_refused_with_their_reason() {
+        let good = put().to_bytes();
+        assert_eq!(Request::decode(&good[..10]), Err(DecodeError::Truncated(10)));
+        assert_eq!(Request::decode(&good[..good.len() - 1]), Err(DecodeError::Truncated(good.len() - 1)));
+        let mut long = good.clone();
+        long.push(0);
+        assert_eq!(Request::decode(&long), Err(DecodeError::Trailing(1)));
+        let mut op = good.clone();
+        op[0] = 9;
+        assert_eq!(Request::decode(&op), Err(DecodeError::UnknownOp(9)));
+        let mut flags = good.clone();
+        flags[1] = 1;
+        assert!(matches!(Request::decode(&flags), Err(DecodeError::Malformed(_))), "an expectation flag on PUT");
+        let mut huge = good.clone();
+        huge[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(Request::decode(&huge), Err(DecodeError::TooLarge { what: "key", .. })));
+        let mut no_session = good.clone();
+        no_session[8..16].copy_from_slice(&0u64.to_le_bytes());
+        assert!(matches!(Request::decode(&no_session), Err(DecodeError::Malformed(_))));
+    }
+
+    #[test]
+    fn responses_round_trip_and_bad_ones_are_refused() {
+        let r = Response { status: Status::CasFailed, leader: 3, index: 42, value: b"cur".to_vec() };
+        let b = r.to_bytes();
+        assert_eq!(Response::decode(&b), Ok(r));
+        assert!(Response::decode(&b[..b.len() - 1]).is_err());
+        let mut s = b.clone();
+        s[0] = 77;
+        assert!(Response::decode(&s).is_err());
+    }
+}
