@@ -9,3 +9,5 @@
 
 pub mod command;
 pub mod machine;
+pub mod node;
+pub mod store;

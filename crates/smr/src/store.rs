@@ -1,0 +1,244 @@
+//! What a replica keeps durably, and raft-rs's `Storage` over it.
+//!
+//! [`Durable`] is the seam: the Raft log (entries by index), the hard
+//! state (term, vote, commit), the membership (`ConfState`) and the last
+//! snapshot. Its implementations: [`MemDurable`], the volatile DRAM
+//! baseline (seed 000 Table 1's "DRAM log"), and the persistent-memory
+//! store in [`crate::pmem_store`]. [`Store`] adapts either to raft-rs.
+//!
+//! Contract of a `Durable` (what a `Ready` relies on): every mutating call
+//! is durable when it returns (for [`MemDurable`]: until the process
+//! ends), except [`Durable::note_commit`], which may be persisted lazily
+//! (a lower commit index after a crash is safe: it is learned again).
+//! Indexes: the log holds `first_index()..=last_index()`; it is empty when
+//! `first_index() == last_index() + 1`, and `first_index() - 1` is the
+//! snapshot's index, whose term [`Durable::term`] also answers.
+
+use std::collections::VecDeque;
+
+use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
+use raft::{GetEntriesContext, RaftState, StorageError};
+use thiserror::Error;
+
+/// Why a store could not do what was asked.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    /// The log's space is used up: take a snapshot and compact.
+    #[error("log full: {0}")]
+    Full(String),
+    /// Appending past the end or over the compacted prefix.
+    #[error("log not contiguous: {0}")]
+    Gap(String),
+    /// The media refused or holds something else.
+    #[error("store: {0}")]
+    Media(String),
+}
+
+/// The durable state of one replica.
+pub trait Durable {
+    /// Hard state as last stored (commit possibly newer, see module docs).
+    fn hard_state(&self) -> HardState;
+    /// Membership as last stored.
+    fn conf_state(&self) -> ConfState;
+    /// The last snapshot: its metadata (index, term, membership) and data.
+    fn snapshot(&self) -> (SnapshotMetadata, Vec<u8>);
+    /// The first index in the log (snapshot index + 1 if empty).
+    fn first_index(&self) -> u64;
+    /// The last index in the log (the snapshot's if empty).
+    fn last_index(&self) -> u64;
+    /// The term of `index`, for the snapshot's index and every entry held.
+    fn term(&self, index: u64) -> Option<u64>;
+    /// The entry at `index`, if held.
+    fn entry(&self, index: u64) -> Option<Entry>;
+    /// Appends `entries` (contiguous, first index ≤ last_index() + 1),
+    /// first dropping every held entry from `entries[0].index` on; one
+    /// durability point for the whole batch.
+    fn append(&mut self, entries: &[Entry]) -> Result<(), StoreError>;
+    /// Stores the hard state (failure-atomic).
+    fn set_hard_state(&mut self, hs: &HardState) -> Result<(), StoreError>;
+    /// Records a newer commit index (may be persisted lazily).
+    fn note_commit(&mut self, commit: u64);
+    /// Stores the membership.
+    fn set_conf_state(&mut self, cs: &ConfState) -> Result<(), StoreError>;
+    /// Installs a snapshot received from the leader: the log becomes empty,
+    /// starting at `meta.index + 1`; the hard state's commit becomes at
+    /// least `meta.index`.
+    fn install_snapshot(&mut self, meta: &SnapshotMetadata, data: &[u8]) -> Result<(), StoreError>;
+    /// Stores a snapshot taken locally at `meta.index` (≤ applied) and
+    /// drops the entries up to it.
+    fn compact(&mut self, meta: &SnapshotMetadata, data: &[u8]) -> Result<(), StoreError>;
+}
+
+/// The volatile baseline: everything in DRAM, nothing flushed.
+#[derive(Default)]
+pub struct MemDurable {
+    entries: VecDeque<Entry>,
+    hard: HardState,
+    conf: ConfState,
+    snap_meta: SnapshotMetadata,
+    snap_data: Vec<u8>,
+}
+
+impl MemDurable {
+    /// An empty store for a cluster of `voters`.
+    pub fn new(voters: &[u64]) -> MemDurable {
+        let conf = ConfState { voters: voters.to_vec(), ..Default::default() };
+        let mut snap_meta = SnapshotMetadata::default();
+        snap_meta.set_conf_state(conf.clone());
+        MemDurable { conf, snap_meta, ..Default::default() }
+    }
+
+    fn offset(&self) -> u64 {
+        self.snap_meta.index + 1
+    }
+}
+
+impl Durable for MemDurable {
+    fn hard_state(&self) -> HardState {
+        self.hard.clone()
+    }
+    fn conf_state(&self) -> ConfState {
+        self.conf.clone()
+    }
+    fn snapshot(&self) -> (SnapshotMetadata, Vec<u8>) {
+        (self.snap_meta.clone(), self.snap_data.clone())
+    }
+    fn first_index(&self) -> u64 {
+        self.offset()
+    }
+    fn last_index(&self) -> u64 {
+        self.snap_meta.index + self.entries.len() as u64
+    }
+    fn term(&self, index: u64) -> Option<u64> {
+        if index == self.snap_meta.index {
+            return Some(self.snap_meta.term);
+        }
+        self.entry_ref(index).map(|e| e.term)
+    }
+    fn entry(&self, index: u64) -> Option<Entry> {
+        self.entry_ref(index).cloned()
+    }
+    fn append(&mut self, entries: &[Entry]) -> Result<(), StoreError> {
+        let Some(first) = entries.first() else { return Ok(()) };
+        check_append(self, first.index)?;
+        self.entries.truncate((first.index - self.offset()) as usize);
+        self.entries.extend(entries.iter().cloned());
+        Ok(())
+    }
+    fn set_hard_state(&mut self, hs: &HardState) -> Result<(), StoreError> {
+        self.hard = hs.clone();
+        Ok(())
+    }
+    fn note_commit(&mut self, commit: u64) {
+        self.hard.commit = commit;
+    }
+    fn set_conf_state(&mut self, cs: &ConfState) -> Result<(), StoreError> {
+        self.conf = cs.clone();
+        Ok(())
+    }
+    fn install_snapshot(&mut self, meta: &SnapshotMetadata, data: &[u8]) -> Result<(), StoreError> {
+        self.entries.clear();
+        self.snap_meta = meta.clone();
+        self.snap_data = data.to_vec();
+        self.conf = meta.get_conf_state().clone();
+        self.hard.commit = self.hard.commit.max(meta.index);
+        self.hard.term = self.hard.term.max(meta.term);
+        Ok(())
+    }
+    fn compact(&mut self, meta: &SnapshotMetadata, data: &[u8]) -> Result<(), StoreError> {
+        assert!(meta.index >= self.snap_meta.index, "snapshots move forward");
+        assert!(meta.index <= self.last_index(), "a snapshot of held entries");
+        let drop = (meta.index - self.snap_meta.index) as usize;
+        self.entries.drain(..drop);
+        self.snap_meta = meta.clone();
+        self.snap_data = data.to_vec();
+        Ok(())
+    }
+}
+
+impl MemDurable {
+    fn entry_ref(&self, index: u64) -> Option<&Entry> {
+        let at = index.checked_sub(self.offset())?;
+        self.entries.get(usize::try_from(at).ok()?)
+    }
+}
+
+/// Checks that an append starting at `first` is contiguous with `store`.
+pub fn check_append(store: &impl Durable, first: u64) -> Result<(), StoreError> {
+    if first < store.first_index() {
+        return Err(StoreError::Gap(format!("append at {first} over the compacted prefix (first index {})", store.first_index())));
+    }
+    if first > store.last_index() + 1 {
+        return Err(StoreError::Gap(format!("append at {first} past the end (last index {})", store.last_index())));
+    }
+    Ok(())
+}
+
+/// raft-rs's view of a [`Durable`].
+pub struct Store<D: Durable> {
+    /// The durable state.
+    pub durable: D,
+}
+
+fn compacted() -> raft::Error {
+    raft::Error::Store(StorageError::Compacted)
+}
+fn unavailable() -> raft::Error {
+    raft::Error::Store(StorageError::Unavailable)
+}
+
+impl<D: Durable> raft::Storage for Store<D> {
+    fn initial_state(&self) -> raft::Result<RaftState> {
+        Ok(RaftState { hard_state: self.durable.hard_state(), conf_state: self.durable.conf_state() })
+    }
+
+    fn entries(&self, low: u64, high: u64, max_size: impl Into<Option<u64>>, _context: GetEntriesContext) -> raft::Result<Vec<Entry>> {
+        if low < self.durable.first_index() {
+            return Err(compacted());
+        }
+        if high > self.durable.last_index() + 1 || low > high {
+            return Err(unavailable());
+        }
+        let max = max_size.into().unwrap_or(u64::MAX);
+        let mut out = Vec::with_capacity((high - low).min(1024) as usize);
+        let mut size = 0u64;
+        for index in low..high {
+            let e = self.durable.entry(index).ok_or_else(unavailable)?;
+            size = size.saturating_add(protobuf::Message::compute_size(&e) as u64);
+            if !out.is_empty() && size > max {
+                break; // at least one entry, then within max_size
+            }
+            out.push(e);
+        }
+        Ok(out)
+    }
+
+    fn term(&self, idx: u64) -> raft::Result<u64> {
+        if idx + 1 < self.durable.first_index() {
+            return Err(compacted());
+        }
+        if idx > self.durable.last_index() {
+            return Err(unavailable());
+        }
+        self.durable.term(idx).ok_or_else(unavailable)
+    }
+
+    fn first_index(&self) -> raft::Result<u64> {
+        Ok(self.durable.first_index())
+    }
+
+    fn last_index(&self) -> raft::Result<u64> {
+        Ok(self.durable.last_index())
+    }
+
+    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+        let (meta, data) = self.durable.snapshot();
+        if meta.index < request_index {
+            return Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable));
+        }
+        let mut snap = Snapshot::default();
+        snap.set_metadata(meta);
+        snap.data = data.into();
+        Ok(snap)
+    }
+}
