@@ -11,6 +11,10 @@
 //!   "complete at the target" at once, and `flush` just completes.
 //! - A completion holds its window slot until [`Transport::poll`] hands it
 //!   out, so the window bound is observable exactly as with UCX.
+//! - A one-way message ([`Transport::send`]) is in the peer's queue, in the
+//!   connection's order, when `send` returns; it holds a slot of the
+//!   *sender's* window until the peer's `poll` hands it out (it settles
+//!   then), so a peer that never polls holds at most `window` of them.
 //! - [`InProcNetwork::crash`] fails every connection of a node, as a peer
 //!   crash would (completions with [`OpError::Disconnected`], then
 //!   [`Event::Disconnected`] with a cause).
@@ -20,8 +24,8 @@
 //! all from one thread.
 //!
 //! Invariants: every operation started with a token completes exactly once;
-//! queues are bounded by the windows (requests and completions) plus one
-//! accept and one disconnect per connection.
+//! queues are bounded by the windows (requests, messages and completions)
+//! plus one accept and one disconnect per connection.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -76,6 +80,14 @@ enum Queued {
     Gone {
         conn: u32,
         cause: Option<Status>,
+    },
+    /// A one-way message; `held` is the slot it holds in its sender's window
+    /// (sender node, sender connection, send id).
+    Message {
+        conn: u32,
+        header: Vec<u8>,
+        payload: Vec<u8>,
+        held: (u32, u32, u64),
     },
 }
 
@@ -366,6 +378,23 @@ impl Transport for InProcTransport {
         })
     }
 
+    fn send(&mut self, conn: ConnId, header: &[u8], payload: Vec<u8>) -> Result<(), OpError> {
+        self.with_net(|net, me| {
+            check_sizes(&net.limits, header.len(), payload.len())?;
+            let c = net.conn(me, conn)?;
+            let cap = c.window.capacity();
+            let id = c.window.take_send().ok_or(OpError::WindowFull(cap))?;
+            let (pn, pc) = (c.peer_node, c.peer_conn);
+            net.node(pn).queue.push_back(Queued::Message {
+                conn: pc,
+                header: header.to_vec(),
+                payload,
+                held: (me, conn.0, id),
+            });
+            Ok(())
+        })
+    }
+
     fn reach(&self) -> Reach {
         Reach::Registered
     }
@@ -566,6 +595,29 @@ impl Transport for InProcTransport {
                             token,
                             result,
                         })
+                    })
+                }
+                Queued::Message {
+                    conn,
+                    header,
+                    payload,
+                    held: (sn, sc, id),
+                } => {
+                    let open = net.node(me).conns[conn as usize]
+                        .as_ref()
+                        .is_some_and(|c| c.open);
+                    if open {
+                        // Both ends fail together: the sender's end is open
+                        // and its slot still held (failures drain it).
+                        let sender = net.conn(sn, ConnId(sc)).expect("the peer end of an open connection is open");
+                        assert!(sender.window.finish_send(id), "a delivered send releases its slot once");
+                    }
+                    // Queued before its connection failed: handed out, as a
+                    // request queued then would be.
+                    Some(Event::Message {
+                        conn: ConnId(conn),
+                        header,
+                        payload,
                     })
                 }
                 Queued::Gone { conn, cause } => {
@@ -822,6 +874,138 @@ mod tests {
         ));
         // The id is reused only after its Disconnected was polled.
         assert_eq!(a.connect(&b.id()).unwrap(), conn);
+    }
+
+    /// What arrived at a node, in order: ("m", index) for a message,
+    /// ("r", index) for a request (answered at once), from the header.
+    fn arrivals(t: &mut InProcTransport) -> Vec<(&'static str, u64)> {
+        let mut out = Vec::new();
+        for e in drain(t) {
+            match e {
+                Event::Message { header, payload, .. } => {
+                    let i = u64::from_le_bytes(header[..8].try_into().unwrap());
+                    assert_eq!(payload.len(), message_len(i), "message {i} whole");
+                    out.push(("m", i));
+                }
+                Event::Request(r) => {
+                    out.push(("r", u64::from_le_bytes(r.header[..8].try_into().unwrap())));
+                    t.reply(r.id, b"", Vec::new()).unwrap();
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// Large (rendezvous-sized over UCX) and small payloads, mixed.
+    fn message_len(i: u64) -> usize {
+        if i.is_multiple_of(3) {
+            1 << 20
+        } else {
+            8
+        }
+    }
+
+    #[test]
+    fn sends_and_calls_of_a_connection_arrive_in_send_order() {
+        let net = InProcNetwork::new(Limits::default());
+        let (mut a, mut b) = (net.node(), net.node());
+        let conn = a.connect(&b.id()).unwrap();
+        let mut expected = Vec::new();
+        for i in 0..12u64 {
+            if i % 4 == 1 {
+                a.call(conn, &i.to_le_bytes(), Vec::new(), i).unwrap();
+                expected.push(("r", i));
+            } else {
+                a.send(conn, &i.to_le_bytes(), vec![i as u8; message_len(i)]).unwrap();
+                expected.push(("m", i));
+            }
+        }
+        assert_eq!(arrivals(&mut b), expected);
+        // The other way: messages sent before a reply come before its completion.
+        let mut events = drain(&mut a);
+        assert_eq!(completions(std::mem::take(&mut events)).len(), 3);
+        let server_conn = ConnId(0);
+        a.call(conn, &99u64.to_le_bytes(), Vec::new(), 99).unwrap();
+        let Event::Request(r) = drain(&mut b).remove(0) else { panic!() };
+        b.send(server_conn, b"before the reply", Vec::new()).unwrap();
+        b.reply(r.id, b"", Vec::new()).unwrap();
+        b.send(server_conn, b"after the reply", Vec::new()).unwrap();
+        let seen: Vec<String> = drain(&mut a)
+            .into_iter()
+            .map(|e| match e {
+                Event::Message { header, .. } => String::from_utf8(header).unwrap(),
+                Event::Completion(c) => format!("completion {}", c.token),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(seen, ["before the reply", "completion 99", "after the reply"]);
+    }
+
+    #[test]
+    fn unpolled_sends_hold_the_senders_window() {
+        let net = InProcNetwork::new(Limits {
+            window: 3,
+            ..Limits::default()
+        });
+        let (mut a, mut b) = (net.node(), net.node());
+        let conn = a.connect(&b.id()).unwrap();
+        a.send(conn, b"1", Vec::new()).unwrap();
+        a.send(conn, b"2", Vec::new()).unwrap();
+        a.call(conn, b"3", Vec::new(), 3).unwrap();
+        assert_eq!(a.send(conn, b"4", Vec::new()), Err(OpError::WindowFull(3)));
+        assert_eq!(a.call(conn, b"4", Vec::new(), 4), Err(OpError::WindowFull(3)), "one window for both");
+        assert!(matches!(
+            a.send(conn, &[0; 129], Vec::new()),
+            Err(OpError::TooLarge { what: "header", .. })
+        ));
+        let mut events = Vec::new();
+        assert_eq!(b.poll(&mut events, 2), 2, "Accepted and message 1");
+        a.send(conn, b"4", Vec::new()).unwrap();
+        assert_eq!(a.send(conn, b"5", Vec::new()), Err(OpError::WindowFull(3)), "one slot came back");
+        assert_eq!(arrivals_headers(&mut b), ["2", "3", "4"]);
+        a.send(conn, b"5", Vec::new()).unwrap();
+    }
+
+    fn arrivals_headers(t: &mut InProcTransport) -> Vec<String> {
+        drain(t)
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Message { header, .. } => Some(String::from_utf8(header).unwrap()),
+                Event::Request(r) => Some(String::from_utf8(r.header).unwrap()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn sends_fail_after_a_disconnect_and_their_slots_complete_nothing() {
+        let net = InProcNetwork::new(Limits {
+            window: 2,
+            ..Limits::default()
+        });
+        let (mut a, mut b) = (net.node(), net.node());
+        let conn = a.connect(&b.id()).unwrap();
+        a.send(conn, b"queued", Vec::new()).unwrap();
+        a.call(conn, b"call", Vec::new(), 7).unwrap();
+        net.crash(b.id());
+        let events = drain(&mut a);
+        let tokens: Vec<u64> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Completion(c) if c.result == Err(OpError::Disconnected(conn.0)) => Some(c.token),
+                Event::Completion(c) => panic!("{c:?}"),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(tokens, [7], "the call fails once; the send has no completion: {events:?}");
+        assert!(matches!(events.last(), Some(Event::Disconnected { .. })));
+        assert_eq!(a.send(conn, b"late", Vec::new()), Err(OpError::Disconnected(conn.0)));
+        // Queued before the crash: handed out, then the disconnect.
+        assert!(matches!(
+            &drain(&mut b)[..],
+            [Event::Accepted(_), Event::Message { .. }, Event::Request(_), Event::Disconnected { .. }]
+        ));
     }
 
     #[test]

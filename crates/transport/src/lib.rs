@@ -81,6 +81,8 @@ pub mod wire;
 #[cfg(test)]
 mod ucx_hostile_tests;
 #[cfg(test)]
+mod ucx_message_tests;
+#[cfg(test)]
 mod ucx_tests;
 
 pub use error::{AttachError, ConnectError, OpError, RegisterError, SetupError, Status, WaitError};

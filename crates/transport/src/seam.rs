@@ -1,7 +1,8 @@
 //! The network seam: the one trait the RPC layer (`crates/remote`) is
-//! written against, with two implementations — [`crate::UcxTransport`]
-//! (real UCX over TCP, shared memory or verbs) and
-//! [`crate::InProcTransport`] (deterministic, in one process).
+//! written against, with three implementations — [`crate::UcxTransport`]
+//! (real UCX over TCP, shared memory or verbs), [`crate::InProcTransport`]
+//! (deterministic, in one process) and [`crate::sim::SimTransport`] (a
+//! seeded simulated network with a virtual clock and faults).
 //!
 //! # Model
 //! A transport is one event loop's view of the network: it owns
@@ -36,6 +37,9 @@
 //!   completion carries the peer's response ([`Output::Response`]).
 //! - [`Transport::reply`]: answers a [`Request`] received; no completion (the
 //!   transport owns the buffers until UCX is done with them).
+//! - [`Transport::send`]: a one-way message (header + payload), handed to the
+//!   peer as [`Event::Message`]; no token, no completion, no answer. For
+//!   protocols whose messages do not pair with replies (Raft).
 //! - [`Transport::put`], [`Transport::get`], [`Transport::atomic`]: one-sided
 //!   access to a region the peer exported and we attached. A put completes
 //!   when its buffer may be reused (*local* completion: the bytes may still
@@ -48,9 +52,15 @@
 //!
 //! # Order
 //! The messages of one connection reach the other end in the order they
-//! were sent, whatever their sizes: requests are handed to the service
-//! ([`Event::Request`]) in the order the peer called [`Transport::call`],
-//! and responses complete calls in the order the peer replied. (Over UCX a
+//! were sent, whatever their sizes and kinds: requests ([`Event::Request`])
+//! and one-way messages ([`Event::Message`]) are handed to the service in
+//! the order the peer called [`Transport::call`] and [`Transport::send`],
+//! interleaved as it called them, and responses complete calls in the order
+//! the peer replied (a response comes after every message the peer sent
+//! before replying). A message is never lost or duplicated while its
+//! connection stays up: one that cannot be delivered ends the connection.
+//! (The simulator, [`crate::sim`], drops, duplicates and reorders one-way
+//! messages when told to: a harsher network than this contract.) (Over UCX a
 //! small eager message can arrive while an earlier large one is still being
 //! received by rendezvous; the transport numbers every message and holds
 //! the later one back.) So pipelined requests to the same bytes take effect
@@ -59,8 +69,23 @@
 //!
 //! # Bounds
 //! Each connection allows at most [`Limits::window`] operations in flight
-//! (calls awaiting responses plus one-sided operations); the next one fails
-//! with [`OpError::WindowFull`] until a completion is polled. Headers are at
+//! (calls awaiting responses, one-sided operations, and unsettled sends);
+//! the next one fails with [`OpError::WindowFull`] until a completion is
+//! polled or a send settles. A send holds its slot until it is *settled*:
+//! - over UCX, once it and every message sent before it on the connection
+//!   have completed locally (UCX is done with their buffers: a small, eager
+//!   message at once, a rendezvous one once the peer has fetched its data).
+//!   So a sender has at most `window` sends behind a large message the peer
+//!   is still receiving, which bounds what the peer holds back to keep the
+//!   order;
+//! - in process ([`crate::InProcTransport`], [`crate::sim`]), once the
+//!   peer's [`Transport::poll`] has handed it out (or the simulator dropped
+//!   it), so a peer that does not poll holds at most `window` sends from
+//!   each connection.
+//!
+//! A send settles without an event: a caller refused with `WindowFull`
+//! polls or waits and tries again, or, if its protocol tolerates loss (Raft
+//! resends), drops the message. Headers are at
 //! most [`Limits::max_header_bytes`], payloads [`Limits::max_payload_bytes`];
 //! connections, registrations and attachments are bounded too. A message
 //! that breaks the receiver's bounds or the protocol ends its connection
@@ -244,6 +269,16 @@ pub enum Event {
     },
     /// An RPC request arrived.
     Request(Request),
+    /// A one-way message arrived ([`Transport::send`]). Hand the payload
+    /// back with [`Transport::recycle`] once handled.
+    Message {
+        /// The connection it arrived on.
+        conn: ConnId,
+        /// The sender's header bytes.
+        header: Vec<u8>,
+        /// The sender's payload bytes.
+        payload: Vec<u8>,
+    },
     /// An operation we started has completed.
     Completion(Completion),
 }
@@ -251,12 +286,13 @@ pub enum Event {
 /// The bounds a transport enforces. Both ends of a connection should agree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
-    /// Operations in flight per connection (calls awaiting a response plus
-    /// put/get/atomic/flush); at most [`crate::wire::MAX_WINDOW`].
+    /// Operations in flight per connection (calls awaiting a response,
+    /// put/get/atomic/flush, and unsettled sends); at most
+    /// [`crate::wire::MAX_WINDOW`].
     pub window: usize,
-    /// Largest RPC header in bytes.
+    /// Largest RPC or message header in bytes.
     pub max_header_bytes: usize,
-    /// Largest RPC payload in bytes.
+    /// Largest RPC or message payload in bytes.
     pub max_payload_bytes: usize,
     /// Open connections.
     pub max_conns: usize,
@@ -324,6 +360,17 @@ pub trait Transport {
     /// Answers a received request (once).
     fn reply(&mut self, request: RequestId, header: &[u8], payload: Vec<u8>)
         -> Result<(), OpError>;
+
+    /// Sends a one-way message, handed to the peer as [`Event::Message`] in
+    /// the connection's order among calls and replies (module docs, "Order").
+    /// No completion: the payload goes back to the transport's kept buffers.
+    /// Holds a window slot until it settles (module docs, "Bounds"); fails
+    /// with [`OpError::WindowFull`] while the window is full,
+    /// [`OpError::TooLarge`] past the size bounds, and
+    /// [`OpError::Disconnected`] on a closed connection. `Ok` means it is on
+    /// its way, not that it arrived: if the connection fails first, it is
+    /// lost with it.
+    fn send(&mut self, conn: ConnId, header: &[u8], payload: Vec<u8>) -> Result<(), OpError>;
 
     /// How far a peer's one-sided operations reach (see [`Reach`]).
     fn reach(&self) -> Reach;

@@ -109,6 +109,7 @@ fn spawn_server(config: UcxConfig, mode: Mode) -> Server {
                         report.disconnects.push(cause);
                         break 'serve;
                     }
+                    Event::Message { .. } => {}
                     Event::Completion(_) => {}
                 }
             }

@@ -6,9 +6,9 @@
 //! - connections are client-server endpoints (`ucp_ep_create` with a socket
 //!   address, or with a connection request from `ucp_listener_create`), with
 //!   peer error handling so that a lost peer surfaces as an error callback;
-//! - RPCs are active messages on one id ([`wire::AM_ID`]): the AM header is
-//!   our 24-byte framing plus the caller's header, the AM data is the
-//!   payload. Data that arrives as rendezvous (`UCP_AM_RECV_ATTR_FLAG_RNDV`)
+//! - RPCs and one-way messages are active messages on one id
+//!   ([`wire::AM_ID`]): the AM header is our 24-byte framing plus the
+//!   caller's header, the AM data is the payload. Data that arrives as rendezvous (`UCP_AM_RECV_ATTR_FLAG_RNDV`)
 //!   is fetched with `ucp_am_recv_data_nbx` into a buffer of the announced
 //!   size (bounded by [`Limits::max_payload_bytes`]);
 //! - one-sided operations are `ucp_put_nbx`, `ucp_get_nbx`,
@@ -28,6 +28,11 @@
 //! - Every operation that took a window slot gives it back exactly once:
 //!   at completion, at failure, or when its connection fails (then the late
 //!   UCX completion finds a newer generation and is dropped).
+//! - A send's slot is given back when it settles: once it and every message
+//!   sent before it on the connection have completed locally
+//!   (`UcxConn::unsettled` lists, in `seq` order, the messages not yet
+//!   complete and the sends waiting behind them). Calls, replies and sends
+//!   that complete at once with nothing unsettled record nothing.
 //! - Over transports without native RMA or atomics (TCP; shared memory with
 //!   memory UCX did not allocate) UCX emulates them with active messages, so
 //!   the *target* must progress its worker for them to complete.
@@ -288,10 +293,23 @@ struct UcxConn {
     send_seq: u32,
     /// The peer's messages, handed on in the order it sent them.
     received: InOrder<Message>,
+    /// Our messages not yet complete locally, and the sends behind them, in
+    /// `seq` order. At most `window` calls and sends plus [`wire::MAX_WINDOW`]
+    /// replies.
+    unsettled: VecDeque<Unsettled>,
     /// Unique per transport: tells this connection from a later one that
     /// reuses its id, for receives that complete after it ended.
     epoch: u64,
     gone: bool,
+}
+
+/// A message we sent that holds back the settling of later sends.
+struct Unsettled {
+    seq: u32,
+    /// Complete locally (only a send waits in the list once complete).
+    done: bool,
+    /// A send's slot in the window, given back when it settles.
+    send: Option<u64>,
 }
 
 /// A whole received message waiting for its turn in [`UcxConn::received`].
@@ -326,14 +344,15 @@ enum Pending {
         call: u64,
         kind: OpKind,
     },
-    /// The payload goes back to the spare buffers once UCX is done with it.
-    SendCall {
+    /// A request, response or message UCX has not finished sending: the
+    /// payload goes back to the spare buffers once UCX is done with it, and
+    /// message `seq` of the connection of `epoch` is then complete locally.
+    Sent {
         conn: u32,
-        call: u64,
-        _header: Vec<u8>,
-        payload: Vec<u8>,
-    },
-    SendReply {
+        epoch: u64,
+        seq: u32,
+        /// The call's id for a request (its call fails if the send does).
+        call: Option<u64>,
         _header: Vec<u8>,
         payload: Vec<u8>,
     },
@@ -520,6 +539,7 @@ impl UcxTransport {
             answering: Answering::new(),
             send_seq: 0,
             received: InOrder::new(),
+            unsettled: VecDeque::new(),
             epoch: self.next_epoch,
             gone: false,
         });
@@ -536,6 +556,7 @@ impl UcxTransport {
             return;
         }
         c.gone = true;
+        c.unsettled.clear();
         for (_, token) in c.window.drain() {
             let completion = Completion {
                 conn: ConnId(conn),
@@ -759,6 +780,11 @@ impl UcxTransport {
                     None => self.callbacks.borrow_mut().dropped += 1,
                 }
             }
+            Kind::Message => self.events.push_back(Event::Message {
+                conn: ConnId(conn),
+                header,
+                payload,
+            }),
         }
     }
 
@@ -801,7 +827,8 @@ impl UcxTransport {
 
     /// A message we admitted could not be received: a response fails its
     /// call; a request is forgotten (its caller's call fails when the
-    /// connection does).
+    /// connection does); a one-way message ends the connection (the service
+    /// never sees a gap in a connection's messages).
     fn fail_arrival(&mut self, conn: u32, kind: Kind, call: u64) {
         let Some(Some(c)) = self.conns.get_mut(conn as usize) else {
             return;
@@ -823,6 +850,10 @@ impl UcxTransport {
                         result,
                     }));
                 }
+            }
+            Kind::Message => {
+                self.callbacks.borrow_mut().dropped += 1;
+                self.end_conn(conn, Some(Status(sys::UCS_ERR_IO_ERROR)));
             }
         }
     }
@@ -869,18 +900,20 @@ impl UcxTransport {
                 kind,
                 result.map_err(|s| ucx_err("completion", s)),
             ),
-            Pending::SendCall {
+            Pending::Sent {
                 conn,
+                epoch,
+                seq,
                 call,
                 payload,
                 ..
             } => {
                 self.callbacks.borrow_mut().spare.give(payload);
-                if let Err(status) = result {
+                self.settle(conn, epoch, seq);
+                if let (Err(status), Some(call)) = (result, call) {
                     self.finish_call(conn, call, Err(ucx_err("ucp_am_send_nbx", status)));
                 }
             }
-            Pending::SendReply { payload, .. } => self.callbacks.borrow_mut().spare.give(payload),
             Pending::Close => {}
             Pending::Recv {
                 conn,
@@ -998,10 +1031,64 @@ impl UcxTransport {
         }
     }
 
-    /// A message went out on `conn`: the next one takes the next number.
-    fn sent(&mut self, conn: u32) {
+    /// Sends one message on `conn` (open: the caller checked) with the
+    /// connection's next `seq`: a request (`call` is its slot), a response
+    /// (`call` echoes the request's) or a one-way message (`send` is the
+    /// slot it holds until it settles). Records it in the connection's
+    /// unsettled list unless it completed at once with nothing before it.
+    fn send_message(
+        &mut self,
+        conn: u32,
+        kind: Kind,
+        call: u64,
+        send: Option<u64>,
+        header: &[u8],
+        payload: Vec<u8>,
+    ) -> Result<(), Status> {
         let c = self.conns[conn as usize].as_mut().expect("sent on an open connection");
+        let ep = c.ep.clone().expect("open");
+        let (seq, epoch) = (c.send_seq, c.epoch);
+        let wire_call = if kind == Kind::Message { 0 } else { call };
+        let mut am_header = Vec::with_capacity(wire::FRAMING_BYTES + header.len());
+        wire::encode_header(&mut am_header, kind, seq, wire_call, header, payload.len());
+        // SAFETY: am_header and payload move into the Pending entry (their
+        // heap storage does not move) and live until the request completes.
+        let sent = unsafe { ep.am_send(wire::AM_ID, &am_header, &payload) }?;
+        let c = self.conns[conn as usize].as_mut().expect("still open");
         c.send_seq = c.send_seq.wrapping_add(1);
+        let Some(req) = sent else {
+            self.callbacks.borrow_mut().spare.give(payload);
+            match send {
+                Some(id) if c.unsettled.is_empty() => assert!(c.window.finish_send(id)),
+                Some(_) => c.unsettled.push_back(Unsettled { seq, done: true, send }),
+                None => {}
+            }
+            return Ok(());
+        };
+        c.unsettled.push_back(Unsettled { seq, done: false, send });
+        let call = (kind == Kind::Request).then_some(call);
+        self.pending.push((req, Pending::Sent { conn, epoch, seq, call, _header: am_header, payload }));
+        Ok(())
+    }
+
+    /// Message `seq` of the connection of `epoch` completed locally: gives
+    /// back the slots of the sends that are now settled.
+    fn settle(&mut self, conn: u32, epoch: u64, seq: u32) {
+        let Some(Some(c)) = self.conns.get_mut(conn as usize) else {
+            return;
+        };
+        if c.epoch != epoch || c.gone {
+            return;
+        }
+        let entry = c.unsettled.iter_mut().find(|u| u.seq == seq).expect("an unfinished message is listed");
+        assert!(!entry.done, "message {seq} completed twice");
+        entry.done = true;
+        while c.unsettled.front().is_some_and(|u| u.done) {
+            let settled = c.unsettled.pop_front().expect("checked");
+            if let Some(id) = settled.send {
+                assert!(c.window.finish_send(id), "a send's slot is given back once");
+            }
+        }
     }
 
     fn rkey(&self, conn: ConnId, index: usize) -> &Rkey {
@@ -1051,36 +1138,10 @@ impl Transport for UcxTransport {
         let c = self.open_conn(conn)?;
         let cap = c.window.capacity();
         let call = c.window.take(token).ok_or(OpError::WindowFull(cap))?;
-        let ep = c.ep.clone().expect("open");
-        let seq = c.send_seq;
-        let mut am_header = Vec::with_capacity(wire::FRAMING_BYTES + header.len());
-        wire::encode_header(&mut am_header, Kind::Request, seq, call, header, payload.len());
-        // SAFETY: am_header and payload move into the Pending entry (their
-        // heap storage does not move) and live until the request completes.
-        let sent = unsafe { ep.am_send(wire::AM_ID, &am_header, &payload) };
-        if sent.is_ok() {
-            self.sent(conn.0);
-        }
-        match sent {
-            Ok(None) => {
-                self.callbacks.borrow_mut().spare.give(payload);
-                Ok(())
-            }
-            Ok(Some(req)) => {
-                let pending = Pending::SendCall {
-                    conn: conn.0,
-                    call,
-                    _header: am_header,
-                    payload,
-                };
-                self.pending.push((req, pending));
-                Ok(())
-            }
-            Err(status) => {
-                self.open_conn(conn).map(|c| c.window.finish(call)).ok();
-                Err(ucx_err("ucp_am_send_nbx", status))
-            }
-        }
+        self.send_message(conn.0, Kind::Request, call, None, header, payload).map_err(|status| {
+            self.open_conn(conn).map(|c| c.window.finish(call)).ok();
+            ucx_err("ucp_am_send_nbx", status)
+        })
     }
 
     fn reply(
@@ -1094,32 +1155,19 @@ impl Transport for UcxTransport {
         if !c.answering.answer(request.call) {
             return Err(OpError::UnknownRequest);
         }
-        let ep = c.ep.clone().expect("open");
-        let seq = c.send_seq;
-        let mut am_header = Vec::with_capacity(wire::FRAMING_BYTES + header.len());
-        wire::encode_header(&mut am_header, Kind::Response, seq, request.call, header, payload.len());
-        // SAFETY: as in call.
-        let sent = unsafe { ep.am_send(wire::AM_ID, &am_header, &payload) };
-        if sent.is_ok() {
-            self.sent(request.conn.0);
-        }
-        match sent {
-            Ok(None) => {
-                self.callbacks.borrow_mut().spare.give(payload);
-                Ok(())
-            }
-            Ok(Some(req)) => {
-                self.pending.push((
-                    req,
-                    Pending::SendReply {
-                        _header: am_header,
-                        payload,
-                    },
-                ));
-                Ok(())
-            }
-            Err(status) => Err(ucx_err("ucp_am_send_nbx", status)),
-        }
+        self.send_message(request.conn.0, Kind::Response, request.call, None, header, payload)
+            .map_err(|status| ucx_err("ucp_am_send_nbx", status))
+    }
+
+    fn send(&mut self, conn: ConnId, header: &[u8], payload: Vec<u8>) -> Result<(), OpError> {
+        check_sizes(&self.limits, header.len(), payload.len())?;
+        let c = self.open_conn(conn)?;
+        let cap = c.window.capacity();
+        let id = c.window.take_send().ok_or(OpError::WindowFull(cap))?;
+        self.send_message(conn.0, Kind::Message, 0, Some(id), header, payload).map_err(|status| {
+            self.open_conn(conn).map(|c| c.window.finish_send(id)).ok();
+            ucx_err("ucp_am_send_nbx", status)
+        })
     }
 
     fn reach(&self) -> Reach {

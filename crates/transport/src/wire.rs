@@ -10,10 +10,14 @@
 //! - A call id is `generation << 16 | slot` with `slot < MAX_WINDOW`; a slot's
 //!   generation increases each time it is reused, so a late or duplicated
 //!   response for an earlier use of the slot is recognised and dropped.
-//! - Every message a sender puts on one connection carries the next number
-//!   of that connection's sequence (`seq`, u32, wrapping); [`InOrder`] hands
-//!   messages on in that order, whatever order their data finished
-//!   arriving in (an eager message overtakes a rendezvous one in UCX).
+//! - Every message a sender puts on one connection (request, response or
+//!   one-way message) carries the next number of that connection's sequence
+//!   (`seq`, u32, wrapping); [`InOrder`] hands messages on in that order,
+//!   whatever order their data finished arriving in (an eager message
+//!   overtakes a rendezvous one in UCX).
+//! - A message's `version` byte is the oldest format that reads it:
+//!   requests and responses are unchanged since version 2 and say 2, so a
+//!   version-2 peer still serves and calls; one-way messages say 3.
 
 use crate::seam::RegionDescriptor;
 
@@ -26,8 +30,14 @@ pub const FRAMING_BYTES: usize = 24;
 /// First byte of every prefix.
 pub const MAGIC: u8 = 0xB7;
 
-/// The prefix version this code writes and accepts (2: `seq` in bytes 12..16).
-pub const VERSION: u8 = 2;
+/// The newest prefix version this code writes and reads (3: one-way
+/// messages, [`Kind::Message`]). Each message says the oldest version that
+/// reads it ([`Kind::version`]): 2 for requests and responses, 3 for
+/// messages.
+pub const VERSION: u8 = 3;
+
+/// The oldest prefix version this code reads (2: `seq` in bytes 12..16).
+pub const MIN_VERSION: u8 = 2;
 
 /// Most calls one connection may have in flight (slots are 16 bits wide, but
 /// a receiver tracks this many per connection).
@@ -36,13 +46,35 @@ pub const MAX_WINDOW: usize = 256;
 /// Largest user header the prefix can describe.
 pub const MAX_USER_HEADER: usize = u16::MAX as usize;
 
-/// Whether a message asks or answers.
+/// Whether a message asks, answers, or neither.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     /// A request (`call`).
     Request = 1,
     /// A response (`reply`).
     Response = 2,
+    /// A one-way message (`send`): no call id (`call` is 0), no answer.
+    Message = 3,
+}
+
+impl Kind {
+    /// The version byte a message of this kind is written with: the oldest
+    /// format that reads it.
+    pub fn version(self) -> u8 {
+        match self {
+            Kind::Request | Kind::Response => 2,
+            Kind::Message => 3,
+        }
+    }
+
+    fn decode(byte: u8, version: u8) -> Result<Kind, DecodeError> {
+        match byte {
+            1 => Ok(Kind::Request),
+            2 => Ok(Kind::Response),
+            3 if version >= 3 => Ok(Kind::Message),
+            _ => Err(DecodeError::Kind),
+        }
+    }
 }
 
 /// The decoded prefix of an RPC message.
@@ -56,7 +88,7 @@ pub struct Prefix {
     pub payload_len: u32,
     /// The sender's number for this message on its connection (wrapping).
     pub seq: u32,
-    /// The call id: `generation << 16 | slot`.
+    /// The call id: `generation << 16 | slot`; 0 for a message.
     pub call: u64,
 }
 
@@ -78,6 +110,9 @@ pub enum DecodeError {
     /// A length field disagrees with the bytes present or exceeds a bound.
     #[error("bad length")]
     Length,
+    /// A message's `call` is not zero.
+    #[error("a message's call id is not zero")]
+    Reserved,
 }
 
 impl Prefix {
@@ -85,7 +120,7 @@ impl Prefix {
     pub fn encode(&self) -> [u8; FRAMING_BYTES] {
         let mut b = [0u8; FRAMING_BYTES];
         b[0] = MAGIC;
-        b[1] = VERSION;
+        b[1] = self.kind.version();
         b[2] = self.kind as u8;
         b[3] = 0;
         b[4..6].copy_from_slice(&self.header_len.to_le_bytes());
@@ -102,6 +137,7 @@ impl Prefix {
 /// Layout (little-endian): magic u8, version u8, kind u8, reserved u8,
 /// header_len u16, reserved u16, payload_len u32, seq u32, call u64,
 /// then `header_len` bytes of user header. 24 bytes of framing in all.
+/// A message's `call` must be 0.
 pub fn encode_header(
     out: &mut Vec<u8>,
     kind: Kind,
@@ -112,6 +148,7 @@ pub fn encode_header(
 ) {
     assert!(user_header.len() <= MAX_USER_HEADER);
     assert!(payload_len <= u32::MAX as usize);
+    assert!(kind != Kind::Message || call == 0, "a message has no call id");
     let prefix = Prefix {
         kind,
         header_len: user_header.len() as u16,
@@ -134,20 +171,20 @@ pub fn decode_header(am_header: &[u8], data_len: usize) -> Result<(Prefix, &[u8]
     if am_header[0] != MAGIC {
         return Err(DecodeError::Magic);
     }
-    if am_header[1] != VERSION {
+    let version = am_header[1];
+    if !(MIN_VERSION..=VERSION).contains(&version) {
         return Err(DecodeError::Version);
     }
-    let kind = match am_header[2] {
-        1 => Kind::Request,
-        2 => Kind::Response,
-        _ => return Err(DecodeError::Kind),
-    };
+    let kind = Kind::decode(am_header[2], version)?;
     let header_len = u16::from_le_bytes([am_header[4], am_header[5]]);
     let payload_len = u32::from_le_bytes(am_header[8..12].try_into().unwrap());
     let seq = u32::from_le_bytes(am_header[12..16].try_into().unwrap());
     let call = u64::from_le_bytes(am_header[16..24].try_into().unwrap());
     if am_header.len() != FRAMING_BYTES + header_len as usize {
         return Err(DecodeError::Length);
+    }
+    if kind == Kind::Message && call != 0 {
+        return Err(DecodeError::Reserved);
     }
     if payload_len as usize != data_len {
         return Err(DecodeError::Length);
@@ -213,8 +250,9 @@ impl RegionDescriptor {
 }
 
 /// The call slots of one connection: which token each in-flight call (or
-/// one-sided operation) belongs to. Bounded by the window; O(1) to take and
-/// to free.
+/// one-sided operation) belongs to, and which slots unsettled one-way sends
+/// hold (they have no token and produce no completion). Bounded by the
+/// window; O(1) to take and to free.
 pub(crate) struct Window {
     slots: Vec<Slot>,
     free: Vec<u16>,
@@ -224,7 +262,17 @@ pub(crate) struct Window {
 #[derive(Clone, Copy)]
 struct Slot {
     generation: u64,
-    token: Option<u64>,
+    held: Held,
+}
+
+/// What holds a slot.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Held {
+    Free,
+    /// A call or one-sided operation, with its caller's token.
+    Op(u64),
+    /// A one-way send until it is settled.
+    Send,
 }
 
 impl Window {
@@ -234,7 +282,7 @@ impl Window {
             slots: vec![
                 Slot {
                     generation: 0,
-                    token: None
+                    held: Held::Free,
                 };
                 window
             ],
@@ -245,38 +293,71 @@ impl Window {
 
     /// Takes a slot for `token`; returns the call id, or `None` if full.
     pub(crate) fn take(&mut self, token: u64) -> Option<u64> {
+        self.hold(Held::Op(token))
+    }
+
+    /// Takes a slot for a one-way send; its id, or `None` if full.
+    pub(crate) fn take_send(&mut self) -> Option<u64> {
+        self.hold(Held::Send)
+    }
+
+    fn hold(&mut self, held: Held) -> Option<u64> {
         let slot = self.free.pop()?;
         let s = &mut self.slots[slot as usize];
-        assert!(s.token.is_none());
+        assert!(s.held == Held::Free);
         s.generation += 1;
         assert!(s.generation < (1 << 48));
-        s.token = Some(token);
+        s.held = held;
         self.in_flight += 1;
         Some(s.generation << 16 | slot as u64)
     }
 
-    /// Frees the slot of `call` if it is still that call's; returns its token.
+    /// Frees the slot of `call` if it is still that call's (an operation's,
+    /// not a send's); returns its token.
     pub(crate) fn finish(&mut self, call: u64) -> Option<u64> {
-        let slot = (call & 0xffff) as usize;
-        let generation = call >> 16;
-        let s = self.slots.get_mut(slot)?;
-        if s.generation != generation {
-            return None;
+        match self.current(call)? {
+            Held::Op(token) => {
+                self.release(call);
+                Some(token)
+            }
+            Held::Free | Held::Send => None,
         }
-        let token = s.token.take()?;
+    }
+
+    /// Frees the slot of send `call` if it still holds it; whether it did.
+    pub(crate) fn finish_send(&mut self, call: u64) -> bool {
+        let held = self.current(call) == Some(Held::Send);
+        if held {
+            self.release(call);
+        }
+        held
+    }
+
+    /// What holds the slot of `call`, if it is still of that generation.
+    fn current(&self, call: u64) -> Option<Held> {
+        let s = self.slots.get((call & 0xffff) as usize)?;
+        (s.generation == call >> 16).then_some(s.held)
+    }
+
+    fn release(&mut self, call: u64) {
+        let slot = (call & 0xffff) as usize;
+        assert!(self.slots[slot].held != Held::Free);
+        self.slots[slot].held = Held::Free;
         self.free.push(slot as u16);
         self.in_flight -= 1;
         assert!(self.in_flight <= self.slots.len());
-        Some(token)
     }
 
-    /// Frees every slot, returning the (call, token) pairs in flight.
+    /// Frees every slot, returning the (call, token) pairs of the operations
+    /// in flight (sends' slots are freed silently: they have no completion).
     pub(crate) fn drain(&mut self) -> Vec<(u64, u64)> {
         let mut out = Vec::with_capacity(self.in_flight);
         for slot in 0..self.slots.len() {
             let call = self.slots[slot].generation << 16 | slot as u64;
             if let Some(token) = self.finish(call) {
                 out.push((call, token));
+            } else {
+                self.finish_send(call);
             }
         }
         assert_eq!(self.in_flight, 0);
@@ -449,6 +530,59 @@ mod tests {
         let mut bad = h;
         bad[2] = 3;
         assert_eq!(decode_header(&bad, 100), Err(DecodeError::Kind));
+    }
+
+    #[test]
+    fn messages_say_version_3_and_requests_and_responses_still_say_2() {
+        let mut h = Vec::new();
+        encode_header(&mut h, Kind::Message, 9, 0, b"raft", 4096);
+        assert_eq!(h[1], 3);
+        let (p, user) = decode_header(&h, 4096).unwrap();
+        assert_eq!((p.kind, p.seq, p.call), (Kind::Message, 9, 0));
+        assert_eq!(user, b"raft");
+        // A version-2 peer's view: kind 3 is unknown in version 2.
+        let mut v2 = h.clone();
+        v2[1] = 2;
+        assert_eq!(decode_header(&v2, 4096), Err(DecodeError::Kind));
+        let mut called = h.clone();
+        called[16] = 1;
+        assert_eq!(decode_header(&called, 4096), Err(DecodeError::Reserved));
+        for kind in [Kind::Request, Kind::Response] {
+            encode_header(&mut h, kind, 1, 1 << 16, b"", 0);
+            assert_eq!(h[1], 2, "{kind:?} is written as version 2, readable by version-2 peers");
+            assert_eq!(decode_header(&h, 0).unwrap().0.kind, kind);
+            let mut v3 = h.clone();
+            v3[1] = 3;
+            assert_eq!(decode_header(&v3, 0).unwrap().0.kind, kind, "version 3 reads it too");
+        }
+        for version in [0, 1, 4] {
+            let mut bad = h.clone();
+            bad[1] = version;
+            assert_eq!(decode_header(&bad, 0), Err(DecodeError::Version));
+        }
+        let mut bad = h;
+        bad[1] = 3;
+        bad[2] = 4;
+        assert_eq!(decode_header(&bad, 0), Err(DecodeError::Kind));
+    }
+
+    #[test]
+    fn window_sends_hold_slots_without_tokens() {
+        let mut w = Window::new(3);
+        let op = w.take(7).unwrap();
+        let send = w.take_send().unwrap();
+        let other = w.take_send().unwrap();
+        assert!(w.take(8).is_none(), "sends count against the window");
+        assert!(w.take_send().is_none());
+        assert_eq!(w.in_flight, 3);
+        assert_eq!(w.finish(send), None, "a response naming a send's slot frees nothing");
+        assert!(!w.finish_send(op), "a send's release never frees an operation");
+        assert!(w.finish_send(send));
+        assert!(!w.finish_send(send), "released once");
+        assert_eq!(w.in_flight, 2);
+        assert_eq!(w.drain(), vec![(op, 7)], "only operations complete; sends go silently");
+        assert_eq!(w.in_flight, 0);
+        assert!(!w.finish_send(other), "drained");
     }
 
     #[test]

@@ -57,7 +57,7 @@ fn spawn_server(config: UcxConfig, stop: Arc<AtomicBool>) -> (SocketAddr, std::t
                     Event::Request(r) => {
                         let _ = t.reply(r.id, &r.header, r.payload);
                     }
-                    Event::Completion(_) => {}
+                    Event::Completion(_) | Event::Message { .. } => {}
                 }
             }
         }
