@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use protobuf::Message as _;
-use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message, MessageType, SnapshotMetadata};
+use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message, SnapshotMetadata};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use raft::{RawNode, StateRole};
@@ -133,7 +133,10 @@ pub struct Counters {
 }
 
 /// One replica of the state machine.
-pub struct Replica<T: Transport, D: Durable> {
+pub struct Replica<T: Transport, D: Durable>
+where
+    T::Addr: Sized,
+{
     config: ReplicaConfig,
     raw: RawNode<Store<D>>,
     machine: Machine,
@@ -154,7 +157,10 @@ fn discard_logger() -> slog::Logger {
     slog::Logger::root(slog::Discard, slog::o!())
 }
 
-impl<T: Transport, D: Durable> Replica<T, D> {
+impl<T: Transport, D: Durable> Replica<T, D>
+where
+    T::Addr: Sized,
+{
     /// A replica over `durable` (its state after a restart, or a new
     /// store), reaching the other replicas at `peers` (id → address,
     /// without this one).
@@ -454,7 +460,8 @@ impl<T: Transport, D: Durable> Replica<T, D> {
             self.send_all(t, persisted);
         }
         for rs in ready.take_read_states() {
-            let ctx = u64::from_le_bytes(rs.request_ctx.as_ref().try_into().unwrap_or([0; 8]));
+            let ctx_bytes: &[u8] = rs.request_ctx.as_ref();
+            let ctx = u64::from_le_bytes(ctx_bytes.try_into().unwrap_or([0; 8]));
             if let Some((id, key)) = self.reads.remove(&ctx) {
                 self.ready_reads.push((rs.index, id, key));
             }
@@ -504,7 +511,10 @@ fn store_error(e: crate::store::StoreError) -> raft::Error {
     raft::Error::Store(raft::StorageError::Other(Box::new(e)))
 }
 
-impl<T: Transport, D: Durable> Service<T> for Replica<T, D> {
+impl<T: Transport, D: Durable> Service<T> for Replica<T, D>
+where
+    T::Addr: Sized,
+{
     fn on_event(&mut self, t: &mut T, event: Event, _now: Duration) {
         match event {
             Event::Message { header, payload, .. } => {
