@@ -1,15 +1,19 @@
 //! pmwire-transport: the network seam of pmwire.
 //!
 //! One trait, [`Transport`], is all the RPC layer above sees: connections,
-//! RPC request/response with a completion per operation, one-sided
+//! RPC request/response with a completion per operation, one-way messages, one-sided
 //! `put`/`get`/`atomic`/`flush` into a peer's registered memory, and an event
 //! loop driven by [`Transport::poll`] (never blocks) and [`Transport::wait`]
-//! (blocks on an event fd with a timeout). Two implementations:
+//! (blocks on an event fd with a timeout). Three implementations:
 //!
 //! - [`UcxTransport`]: UCX (UCP) with one worker per transport, over whatever
 //!   UCX transports the context allows (`UCX_TLS`: `tcp`, `sm`, verbs…).
 //! - [`InProcTransport`]: nodes of an [`InProcNetwork`] in one process, for
 //!   deterministic tests of the layers above.
+//! - [`sim::SimTransport`]: nodes of a [`sim::SimNetwork`], a seeded
+//!   simulated network with a virtual clock and faults (delay, loss,
+//!   duplication, reordering, partitions, broken connections, nodes down
+//!   and restarted), for deterministic simulation tests.
 //!
 //! Below the seam, [`ucx`] wraps the UCP objects safely for code that needs
 //! them directly (the latency probe, benchmarks).
@@ -74,10 +78,13 @@ pub mod error;
 pub mod inproc;
 pub mod probe;
 pub mod seam;
+pub mod sim;
 pub mod ucx;
 mod ucx_transport;
 pub mod wire;
 
+#[cfg(test)]
+mod sim_tests;
 #[cfg(test)]
 mod ucx_hostile_tests;
 #[cfg(test)]

@@ -15,7 +15,9 @@
 //!   [`Completion`] for every operation the caller started.
 //! - [`Transport::wait`] blocks (on the worker's event fd, or a condvar for
 //!   the in-process transport) until something may be ready or a timeout
-//!   passes. An idle loop sleeps here instead of spinning.
+//!   passes. An idle loop sleeps here instead of spinning. In the simulator
+//!   it never blocks: virtual time passes only when the driver advances it
+//!   ([`crate::sim::SimNetwork::advance_to`]).
 //!
 //! ```text
 //! loop {
