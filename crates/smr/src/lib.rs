@@ -10,4 +10,5 @@
 pub mod command;
 pub mod machine;
 pub mod node;
+pub mod sim;
 pub mod store;

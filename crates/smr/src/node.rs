@@ -27,14 +27,14 @@
 //! this replica accepted is answered once (or its connection ended);
 //! planted faults ([`Faults`]) are off unless a test turns them on.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use protobuf::Message as _;
-use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message, SnapshotMetadata};
+use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message, MessageType, SnapshotMetadata};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
-use raft::{RawNode, StateRole};
+use raft::{RawNode, SnapshotStatus, StateRole};
 use reactor::Service;
 use transport::{ConnId, Event, RequestId, Transport};
 
@@ -79,6 +79,9 @@ pub struct ReplicaConfig {
     pub seed: u64,
     /// Planted bugs (tests only).
     pub faults: Faults,
+    /// Keep (index, term) of every applied entry for [`Replica::take_applied`]
+    /// (the simulation checks that a committed entry never changes).
+    pub trace_applied: bool,
 }
 
 impl ReplicaConfig {
@@ -94,6 +97,7 @@ impl ReplicaConfig {
             leader_sends_first: true,
             seed: id,
             faults: Faults::default(),
+            trace_applied: false,
         }
     }
 }
@@ -144,13 +148,17 @@ where
     peers: BTreeMap<u64, T::Addr>,
     out_conns: BTreeMap<u64, ConnId>,
     writes: BTreeMap<u64, (RequestId, u64)>,
-    reads: HashMap<u64, (RequestId, Vec<u8>)>,
+    /// Reads waiting for their read index, by context: the request, its
+    /// key, and the tick it was (last) asked at.
+    reads: BTreeMap<u64, (RequestId, Vec<u8>, u64)>,
+    ticks: u64,
     ready_reads: Vec<(u64, RequestId, Vec<u8>)>,
     next_read: u64,
     next_tick: Duration,
     was_leader: bool,
     counters: Counters,
     rng: Xoshiro256PlusPlus,
+    applied_trace: Vec<(u64, u64)>,
 }
 
 fn discard_logger() -> slog::Logger {
@@ -195,12 +203,14 @@ where
             peers,
             out_conns: BTreeMap::new(),
             writes: BTreeMap::new(),
-            reads: HashMap::new(),
+            reads: BTreeMap::new(),
+            ticks: 0,
             ready_reads: Vec::new(),
             next_read: 1,
             was_leader: false,
             counters: Counters::default(),
             rng,
+            applied_trace: Vec::new(),
         };
         replica.rerandomize();
         Ok(replica)
@@ -234,6 +244,12 @@ where
         }
     }
 
+    /// Client requests waiting: writes proposed, reads waiting for their
+    /// read index, reads waiting for it to be applied.
+    pub fn waiting(&self) -> (usize, usize, usize) {
+        (self.writes.len(), self.reads.len(), self.ready_reads.len())
+    }
+
     /// What it did.
     pub fn counters(&self) -> &Counters {
         &self.counters
@@ -247,6 +263,26 @@ where
     /// The durable state (for tests: crash images, inspection).
     pub fn durable(&self) -> &D {
         &self.raw.store().durable
+    }
+
+    /// The (index, term) of the entries applied since the last call
+    /// (with [`ReplicaConfig::trace_applied`]).
+    pub fn take_applied(&mut self) -> Vec<(u64, u64)> {
+        std::mem::take(&mut self.applied_trace)
+    }
+
+    /// Takes the durable state out (a simulated crash: the replica is
+    /// dropped and a new one made from it).
+    pub fn take_durable(&mut self) -> D
+    where
+        D: Default,
+    {
+        std::mem::take(&mut self.raw.mut_store().durable)
+    }
+
+    /// The durable state, mutable (the simulation arms its crashes).
+    pub fn durable_mut_for_sim(&mut self) -> &mut D {
+        &mut self.raw.mut_store().durable
     }
 
     /// Starts an election now (tests, leader transfer).
@@ -284,7 +320,7 @@ where
         if req.op == Op::Get {
             let ctx = self.next_read;
             self.next_read += 1;
-            self.reads.insert(ctx, (id, req.key));
+            self.reads.insert(ctx, (id, req.key, self.ticks));
             self.raw.read_index(ctx.to_le_bytes().to_vec());
             return;
         }
@@ -335,8 +371,17 @@ where
                 }
             },
         };
+        let snapshot = m.get_msg_type() == MessageType::MsgSnapshot;
         let payload = m.write_to_bytes().expect("a raft message encodes");
-        match t.send(conn, &RAFT_MAGIC, payload) {
+        let sent = t.send(conn, &RAFT_MAGIC, payload);
+        if snapshot {
+            // The leader waits for this report before it probes the
+            // follower again; the send is all we know of the delivery (a
+            // lost snapshot is found by the probe and sent again).
+            let status = if sent.is_ok() { SnapshotStatus::Finish } else { SnapshotStatus::Failure };
+            self.raw.report_snapshot(to, status);
+        }
+        match sent {
             Ok(()) => self.counters.sent += 1,
             Err(_) => {
                 self.counters.unsent += 1;
@@ -349,6 +394,9 @@ where
         for e in entries {
             assert_eq!(e.index, self.applied + 1, "entries apply in order");
             self.applied = e.index;
+            if self.config.trace_applied {
+                self.applied_trace.push((e.index, e.term));
+            }
             match e.get_entry_type() {
                 EntryType::EntryNormal if e.data.is_empty() => {} // a new leader's empty entry
                 EntryType::EntryNormal => self.apply_write(t, &e),
@@ -415,7 +463,7 @@ where
         for (_, (id, _)) in std::mem::take(&mut self.writes) {
             self.answer(t, id, Status::Retry, 0, Vec::new());
         }
-        for (_, (id, _)) in std::mem::take(&mut self.reads).into_iter().collect::<BTreeMap<_, _>>() {
+        for (_, (id, _, _)) in std::mem::take(&mut self.reads) {
             self.answer(t, id, Status::NotLeader, 0, Vec::new());
         }
         for (_, id, _) in std::mem::take(&mut self.ready_reads) {
@@ -462,7 +510,7 @@ where
         for rs in ready.take_read_states() {
             let ctx_bytes: &[u8] = rs.request_ctx.as_ref();
             let ctx = u64::from_le_bytes(ctx_bytes.try_into().unwrap_or([0; 8]));
-            if let Some((id, key)) = self.reads.remove(&ctx) {
+            if let Some((id, key, _)) = self.reads.remove(&ctx) {
                 self.ready_reads.push((rs.index, id, key));
             }
         }
@@ -493,11 +541,31 @@ where
         Ok(())
     }
 
+    /// raft-rs drops a read-index request in some states (a leader that
+    /// has not yet committed in its term; a heartbeat round whose answers
+    /// were lost is never retried for an older context): ask again for the
+    /// reads that have waited two heartbeats. Asking for a context that is
+    /// still pending does nothing more than a heartbeat.
+    fn reask_reads(&mut self) {
+        if self.raw.raft.state != StateRole::Leader {
+            return;
+        }
+        let patience = 2 * self.config.heartbeat_ticks as u64;
+        let now = self.ticks;
+        let due: Vec<u64> = self.reads.iter().filter(|(_, r)| now >= r.2 + patience).map(|(&ctx, _)| ctx).collect();
+        for ctx in due {
+            self.reads.get_mut(&ctx).expect("listed").2 = now;
+            self.raw.read_index(ctx.to_le_bytes().to_vec());
+        }
+    }
+
     fn tick_if_due(&mut self, now: Duration) -> bool {
         if now < self.next_tick {
             return false;
         }
         self.raw.tick();
+        self.ticks += 1;
+        self.reask_reads();
         // One tick per turn; after a long stall, restart the cadence.
         self.next_tick += self.config.tick;
         if self.next_tick <= now {
