@@ -28,6 +28,9 @@ pub enum CheckCommand {
     /// Fuzz the remote server core and `pmwire serve` (tcp, sm) with seeded,
     /// structured and mutated requests checked against a model of the pool.
     Fuzz(crate::fuzz_cmd::FuzzArgs),
+    /// Simulate replicated clusters from seeds (faults, crashes, partitions)
+    /// and check every history for linearizability; planted bugs must be caught.
+    Smr(crate::smr_check::SmrCheckArgs),
 }
 
 /// One row: a structure and what the checker found.

@@ -13,6 +13,7 @@ mod fuzz_cmd;
 mod kv_cmd;
 mod kv_bench_cmd;
 mod remote_cmd;
+mod smr_check;
 mod size;
 
 use anyhow::{bail, Result};
@@ -181,6 +182,13 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
+        Command::Check(check::CheckArgs { command: Some(check::CheckCommand::Smr(smr)), .. }) => {
+            if !smr_check::run(&smr)? {
+                eprintln!("pmwire: the replication simulation found a failure (see above)");
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         Command::Check(args) => {
             if !check::run(&args)? {
                 eprintln!("pmwire: the crash-state checker found failures (see the table above)");
@@ -230,6 +238,8 @@ fn tour(args: &TourArgs) -> Result<()> {
     let checks_ok = check::run(&check::CheckArgs { command: None, seed: None, quick: false })?;
     println!("\n== fuzz: the remote server core and pmwire serve over tcp and sm, every reply checked against a model (pmwire check fuzz, 2 s per phase) ==");
     let fuzz_ok = fuzz_cmd::run(&fuzz_cmd::FuzzArgs::tour(2))?;
+    println!("\n== replication: seeded simulations of 3 and 5 replicas under faults, histories checked for linearizability (pmwire check smr, 100 seeds each) ==");
+    let smr_ok = smr_check::run(&smr_check::SmrCheckArgs::tour())?;
     println!("\n== bench local (quick; headline ratios against the peers at the end) ==");
     let local = run_local(&args.pool, true, &[], &args.out)?;
     let remote = tour_remote(&args.out)?;
@@ -251,12 +261,16 @@ fn tour(args: &TourArgs) -> Result<()> {
     let reproduced = findings.iter().filter(|f| f.within_tolerance).count();
     println!("model: {reproduced} of {} published findings reproduced within tolerance", findings.len());
     println!("fuzz: {}", if fuzz_ok { "PASS" } else { "FAIL (see above)" });
+    println!("replication simulation: {}", if smr_ok { "PASS" } else { "FAIL (see above)" });
     println!("results: {}\nreport:  {}", args.out.display(), index.display());
     if !checks_ok {
         bail!("the crash-state checker found failures");
     }
     if !fuzz_ok {
         bail!("the fuzzer found failures");
+    }
+    if !smr_ok {
+        bail!("the replication simulation found failures");
     }
     Ok(())
 }
