@@ -124,7 +124,12 @@ impl AppendLog {
 
     /// Formats a new, empty log at `base` whose first entry will be LSN
     /// `first` (Raft: 1), which must be below `2^63 - 1`.
-    pub fn create_at<M: Media>(media: &mut M, base: u64, config: LogConfig, first: Lsn) -> Result<AppendLog, CreateError> {
+    pub fn create_at<M: Media>(
+        media: &mut M,
+        base: u64,
+        config: LogConfig,
+        first: Lsn,
+    ) -> Result<AppendLog, CreateError> {
         config.validate()?;
         if first >= MAX_LSN {
             return Err(CreateError::BadFirstLsn { first });

@@ -108,7 +108,8 @@ impl ExtentLog {
     /// `open` with planted recovery bugs (tests only; only `skip_scrub` applies).
     #[doc(hidden)]
     pub fn open_with_faults<M: Media>(media: &mut M, base: u64, faults: Faults) -> Result<ExtentLog, OpenError> {
-        let line = format::read_header(media, base, format::EXTENT_MAGIC, "pmwire extent log", format::EXTENT_FORMAT_VERSION)?;
+        let version = format::EXTENT_FORMAT_VERSION;
+        let line = format::read_header(media, base, format::EXTENT_MAGIC, "pmwire extent log", version)?;
         let capacity = get_u64(&line, 16);
         if capacity == 0 || capacity > MAX_CAPACITY_EXTENTS {
             return Err(OpenError::BadConfig { why: format!("capacity of {capacity} extents") });

@@ -17,6 +17,9 @@ use pmem::Media;
 use super::{AppendLog, Tail, MAX_LSN, SCRUBBED, TRUNCATION_RECORD};
 use crate::error::{OpenError, RestartError, SuffixTruncateError};
 use crate::format::{decode_truncation, encode_truncation, Head, Truncation, TRUNCATION_RECORD_BYTES};
+
+/// Offset, in the truncation record, of the word holding its CRC.
+const TRUNCATION_CRC_WORD: u64 = 32;
 use crate::Lsn;
 
 impl AppendLog {
@@ -107,7 +110,7 @@ impl AppendLog {
         if !faults.suffix_not_durable {
             media.drain();
         }
-        media.persist_u64(at, 0);
+        clear_truncation(media, at);
     }
 
     /// The truncation record of a self-validating log, if one is in
@@ -145,7 +148,19 @@ impl AppendLog {
             return Err(OpenError::Corrupt { pos: t.keep_pos, lsn: t.keep_lsn, why });
         }
         self.scrub_headers(media, t.keep_pos, t.end_pos);
-        media.persist_u64(self.base + TRUNCATION_RECORD, 0);
+        clear_truncation(media, self.base + TRUNCATION_RECORD);
         Ok(())
     }
+}
+
+/// Durably clears the truncation record at `at` by overwriting its CRC
+/// word (CRC and reserved half) with all ones: the reserved half is then
+/// non-zero, so the record is invalid, and stays so while the next
+/// truncation's record is written over it, whatever subset of its words a
+/// crash lets through: only that record's own CRC word validates again.
+/// (Clearing the magic would not do: the next record rewrites the same
+/// magic, and with the old fields and CRC still there, the old record
+/// would come back, as the crash checker found.)
+fn clear_truncation<M: Media>(media: &mut M, at: u64) {
+    media.persist_u64(at + TRUNCATION_CRC_WORD, u64::MAX);
 }
