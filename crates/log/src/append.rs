@@ -24,10 +24,10 @@
 //! - self-validating: no free space holds the length/CRC word and payload
 //!   of an entry that would validate with an LSN `>= next_lsn`, except
 //!   the one append or batch in flight (suffix truncation and recovery
-//!   scrub them: [`suffix`], [`batch`]).
+//!   scrub them: `append/suffix.rs`, `append/batch.rs`).
 //!
-//! Batch append lives in [`batch`], suffix truncation and restarting the
-//! log at another LSN in [`suffix`].
+//! Batch append lives in `append/batch.rs`, suffix truncation and
+//! restarting the log at another LSN in `append/suffix.rs`.
 
 use std::collections::VecDeque;
 

@@ -3,7 +3,9 @@
 //! - [`AppendLog`]: a circular log of variable-length entries whose tail is
 //!   recorded one of three ways ([`TailStrategy`]): an 8 B tail word, a
 //!   rotating counter (seed 000 §6.2), or self-validating entries that need
-//!   one drain per append.
+//!   one drain per append. For Raft storage it also reads any entry in
+//!   O(1), appends batches with one drain, drops a suffix durably, and
+//!   starts at any LSN ([`AppendLog::create_at`], [`AppendLog::restart_at`]).
 //! - [`ExtentLog`]: PASTE's log of 8-byte buffer extents (seed 001 §3.2),
 //!   one atomic store per record, with all-or-nothing groups.
 //!
