@@ -80,6 +80,8 @@ fn rows(config: &Config) -> Vec<Row> {
         row("rotating counter 16 x 256 B", false, checks::check_rotating_counter(16, 256, config)),
         row("rotating register 10 x 256 B", false, checks::check_rotating_register(10, 256, config)),
         row("planted: register chunk never flushed", true, checks::check_planted_unflushed_register(config)),
+        row("dual record", false, checks::check_dual_record(Default::default(), config)),
+        row("planted: dual record never flushed", true, checks::check_planted_unflushed_record(config)),
     ];
     let structures = [pmwire_log::crash::checks(), pmwire_btree::crash::checks(), pmwire_pool::crash::checks(), pmwire_kv::crash::checks()];
     rows.extend(structures.into_iter().flatten().map(|check| row(check.name, check.planted, (check.run)(config))));

@@ -17,12 +17,27 @@
 //!   (`SKIP_BIT | lsn`) and starts the next lap;
 //! - every acknowledged entry is durable, and so is the tail that covers it
 //!   (naive, rotating) or its own checksum (self-validating);
-//! - `head` is durable in the newer of two checksummed head slots.
+//! - `head` is durable in the newer of two checksummed head slots;
+//! - `index[i]` is the logical position of entry `head.lsn + i`, and
+//!   `index.len() == next_lsn - head.lsn` (built by `open`'s walk, kept by
+//!   every append and truncation): reading entry `lsn` is O(1);
+//! - self-validating: no free space holds the length/CRC word and payload
+//!   of an entry that would validate with an LSN `>= next_lsn`, except
+//!   the one append or batch in flight (suffix truncation and recovery
+//!   scrub them: `append/suffix.rs`, `append/batch.rs`).
+//!
+//! Batch append lives in `append/batch.rs`, suffix truncation and
+//! restarting the log at another LSN in `append/suffix.rs`.
 
-use pmem::{Media, RotatingCounter, Rotation, LINE};
+use std::collections::VecDeque;
+
+use pmem::{Media, RotatingRegister, Rotation, LINE};
 
 use crate::config::{rotation_span, Faults, LogConfig, TailStrategy, MAX_CAPACITY_BYTES, MAX_TAIL_SPAN_BYTES};
 use crate::error::{AppendError, CreateError, OpenError, TruncateError};
+
+mod batch;
+mod suffix;
 use crate::format::{
     self, crc_seed, decode_head, encode_head, entry_header, get_u32, EntryHeader, get_u64, put_u32, put_u64, Head, BASE_ALIGN,
     ENTRY_HEADER_BYTES, HEADER_BLOCK_BYTES, HEADER_LINE_BYTES, HEAD_SLOT_BYTES, MAX_POS, SKIP_BIT,
@@ -31,10 +46,12 @@ use crate::Lsn;
 
 /// Offsets (from `base`) of the two head slots, each in its own line.
 const HEAD_SLOTS: [u64; 2] = [64, 128];
+/// Offset (from `base`) of the truncation record (self-validating logs).
+const TRUNCATION_RECORD: u64 = 192;
 /// Offset (from `base`) of the tail area.
 const TAIL_AREA: u64 = HEADER_BLOCK_BYTES;
 /// Largest LSN an entry may carry: bit 63 marks skip words.
-const MAX_LSN: Lsn = SKIP_BIT - 1;
+pub(crate) const MAX_LSN: Lsn = SKIP_BIT - 1;
 /// Entries up to this size prefetch every line of the next entry of the
 /// same size during their drain; larger ones only its first and last
 /// ([`prefetch_entry`]). Measured with `pmwire bench local --only log`.
@@ -47,7 +64,7 @@ const SCRUBBED: u64 = u64::MAX;
 #[derive(Debug)]
 enum Tail {
     Naive { offset: u64 },
-    Rotating(RotatingCounter),
+    Rotating(RotatingRegister),
     SelfValidating,
 }
 
@@ -65,7 +82,21 @@ pub struct AppendLog {
     /// `tail_pos % capacity`, kept so that appends never divide.
     tail_phys: u64,
     tail: Tail,
+    /// Logical positions of the retained entries (module invariants).
+    index: VecDeque<u64>,
 }
+
+/// Where the next entry would go: its LSN, the logical tail and `tail % capacity`.
+#[derive(Clone, Copy, Debug)]
+struct At {
+    lsn: Lsn,
+    pos: u64,
+    phys: u64,
+}
+
+/// Where an entry goes: the physical offset of its skip word (if it
+/// wraps), the entry, its physical offset and its size.
+type Placement = (Option<u64>, Placed, u64, u64);
 
 /// Where one entry sits.
 #[derive(Clone, Copy, Debug)]
@@ -85,14 +116,29 @@ impl AppendLog {
         HEADER_BLOCK_BYTES + tail_area_bytes(config.tail) + config.capacity
     }
 
-    /// Formats a new, empty log at `base` (a multiple of 256).
+    /// Formats a new, empty log at `base` (a multiple of 256) whose first
+    /// entry will be LSN 0.
     pub fn create<M: Media>(media: &mut M, base: u64, config: LogConfig) -> Result<AppendLog, CreateError> {
+        AppendLog::create_at(media, base, config, 0)
+    }
+
+    /// Formats a new, empty log at `base` whose first entry will be LSN
+    /// `first` (Raft: 1), which must be below `2^63 - 1`.
+    pub fn create_at<M: Media>(
+        media: &mut M,
+        base: u64,
+        config: LogConfig,
+        first: Lsn,
+    ) -> Result<AppendLog, CreateError> {
         config.validate()?;
+        if first >= MAX_LSN {
+            return Err(CreateError::BadFirstLsn { first });
+        }
         check_create_bounds(media, base, AppendLog::required_size(&config))?;
         let nonce = format::fresh_nonce();
         let seed = crc_seed(nonce);
         let tail = format_tail(media, base, &config);
-        let head = Head { lsn: 0, pos: 0 };
+        let head = Head { lsn: first, pos: 0 };
         for slot in HEAD_SLOTS {
             media.write(base + slot, &encode_head(head, seed));
             media.flush(base + slot, HEAD_SLOT_BYTES as u64);
@@ -102,7 +148,9 @@ impl AppendLog {
         media.write(base, &encode_config(&config, nonce));
         media.persist(base, HEADER_LINE_BYTES as u64);
         let entries = base + HEADER_BLOCK_BYTES + tail_area_bytes(config.tail);
-        Ok(AppendLog { config, base, entries, seed, head, head_slot: 0, next_lsn: 0, tail_pos: 0, tail_phys: 0, tail })
+        let index = VecDeque::new();
+        let (next_lsn, tail_pos, tail_phys) = (first, 0, 0);
+        Ok(AppendLog { config, base, entries, seed, head, head_slot: 0, next_lsn, tail_pos, tail_phys, tail, index })
     }
 
     /// Recovers the log at `base`: reads the header and the head, then
@@ -118,7 +166,8 @@ impl AppendLog {
     /// in the header, so a crash check passes them again at recovery).
     #[doc(hidden)]
     pub fn open_with_faults<M: Media>(media: &mut M, base: u64, faults: Faults) -> Result<AppendLog, OpenError> {
-        let line = format::read_header(media, base, format::APPEND_MAGIC, "pmwire append log")?;
+        let version = format::APPEND_FORMAT_VERSION;
+        let line = format::read_header(media, base, format::APPEND_MAGIC, "pmwire append log", version)?;
         let (mut config, nonce) = decode_config(&line)?;
         config.faults = faults;
         let needed = AppendLog::required_size(&config);
@@ -142,25 +191,38 @@ impl AppendLog {
             tail_pos: head.pos,
             tail_phys,
             tail,
+            index: VecDeque::new(),
         };
         let persisted_tail = match &log.tail {
             Tail::Naive { offset } => Some(media.read_u64(*offset)),
-            Tail::Rotating(counter) => Some(counter.get()),
+            Tail::Rotating(register) => Some(register.get()),
             Tail::SelfValidating => None,
         };
         match persisted_tail {
             Some(tail_pos) => log.walk_to_tail(media, tail_pos)?,
-            None => {
-                log.scan_to_tail(media);
-                if !faults.skip_scrub {
-                    log.scrub_remnants(media);
-                }
-            }
+            None => log.recover_self_validating(media, faults)?,
         }
         log.tail_phys = log.tail_pos % log.config.capacity;
         assert!(log.tail_pos >= log.head.pos, "recovered tail below the head");
         assert!(log.tail_pos - log.head.pos <= log.config.capacity, "recovered more than the capacity");
+        assert_eq!(log.index.len() as u64, log.next_lsn - log.head.lsn, "index covers the retained entries");
         Ok(log)
+    }
+
+    /// Self-validating recovery: finishes a suffix truncation in progress
+    /// (its record bounds the scan), scans to the first invalid entry, then
+    /// scrubs what the operation in flight may have left past the tail.
+    fn recover_self_validating<M: Media>(&mut self, media: &mut M, faults: Faults) -> Result<(), OpenError> {
+        let pending = self.pending_truncation(media)?;
+        self.scan_to_tail(media, pending.map_or(MAX_LSN, |t| t.keep_lsn));
+        if let Some(truncation) = pending {
+            self.finish_truncation(media, truncation)?;
+        }
+        if !faults.skip_scrub {
+            self.scrub_remnants(media);
+            self.scrub_batch_window(media);
+        }
+        Ok(())
     }
 
     /// Appends `payload` as the next entry and returns its LSN once the
@@ -189,10 +251,18 @@ impl AppendLog {
         if seed.is_none() && !tail_first {
             self.store_tail(media, new_tail, faults);
         }
+        self.advance(placed.pos, new_tail, next_phys);
+        Ok(placed.lsn)
+    }
+
+    /// Takes the entry at `pos` as appended: the tail moves to `new_tail`
+    /// (`next_phys` physically), the index records `pos`.
+    #[inline]
+    fn advance(&mut self, pos: u64, new_tail: u64, next_phys: u64) {
+        self.index.push_back(pos);
         self.tail_pos = new_tail;
         self.tail_phys = next_phys;
         self.next_lsn += 1;
-        Ok(placed.lsn)
     }
 
     /// Durably drops every entry below `keep_from` (one head-slot persist).
@@ -204,20 +274,23 @@ impl AppendLog {
         if keep_from <= self.head.lsn {
             return Ok(());
         }
-        let pos = if keep_from == self.next_lsn {
-            self.tail_pos
-        } else {
-            let placed = self.cursor(media).find(|p| p.lsn == keep_from);
-            placed.expect("an LSN between head and tail has an entry").pos
-        };
-        let head = Head { lsn: keep_from, pos };
+        let pos = self.position(keep_from).unwrap_or(self.tail_pos);
+        self.write_head(media, Head { lsn: keep_from, pos });
+        Ok(())
+    }
+
+    /// Persists `head` in the slot not holding the current head, then
+    /// takes it (the index drops the entries below it).
+    fn write_head<M: Media>(&mut self, media: &mut M, head: Head) {
+        assert!(head.lsn > self.head.lsn, "the head LSN only grows (the larger slot wins)");
         let slot = 1 - self.head_slot;
         let at = self.base + HEAD_SLOTS[slot];
         media.write(at, &encode_head(head, self.seed));
         media.persist(at, HEAD_SLOT_BYTES as u64);
+        let dropped = (head.lsn.min(self.next_lsn) - self.head.lsn) as usize;
+        self.index.drain(..dropped);
         self.head = head;
         self.head_slot = slot;
-        Ok(())
     }
 
     /// LSN of the first retained entry.
@@ -270,9 +343,17 @@ impl AppendLog {
         Entries { cursor: self.cursor(media), media }
     }
 
-    /// Reads entry `lsn` into `dst` (cleared first); `false` if it is not retained.
+    /// Iterates over the retained entries from `from` on (from the head if
+    /// `from` is below it; nothing if it is at or past the end).
+    pub fn iter_from<'a, M: Media>(&'a self, media: &'a M, from: Lsn) -> Entries<'a, M> {
+        let lsn = from.clamp(self.head.lsn, self.next_lsn);
+        Entries { cursor: Cursor { log: self, media, lsn }, media }
+    }
+
+    /// Reads entry `lsn` into `dst` (cleared first); `false` if it is not
+    /// retained. O(1): one index lookup, one header read, the payload copy.
     pub fn read_into<M: Media>(&self, media: &M, lsn: Lsn, dst: &mut Vec<u8>) -> bool {
-        match self.cursor(media).find(|p| p.lsn == lsn) {
+        match self.placed(media, lsn) {
             Some(placed) => {
                 self.read_payload(media, placed, dst);
                 true
@@ -281,13 +362,39 @@ impl AppendLog {
         }
     }
 
+    /// Absolute media offsets of entry `lsn`'s payload, for reading it in
+    /// place; `None` if it is not retained. O(1).
+    pub fn payload_range<M: Media>(&self, media: &M, lsn: Lsn) -> Option<std::ops::Range<u64>> {
+        let placed = self.placed(media, lsn)?;
+        let start = self.entries + placed.pos % self.config.capacity + ENTRY_HEADER_BYTES;
+        Some(start..start + placed.len)
+    }
+
+    /// Logical position of retained entry `lsn` (from the index).
+    fn position(&self, lsn: Lsn) -> Option<u64> {
+        let offset = lsn.checked_sub(self.head.lsn)?;
+        self.index.get(usize::try_from(offset).ok()?).copied()
+    }
+
+    /// Retained entry `lsn`, its length read from its header (trusted:
+    /// `open` validated it or this process wrote it; asserted all the same).
+    fn placed<M: Media>(&self, media: &M, lsn: Lsn) -> Option<Placed> {
+        let pos = self.position(lsn)?;
+        let at = self.entries + pos % self.config.capacity;
+        let found = media.read_u64(at);
+        assert_eq!(found, lsn, "entry {lsn} at position {pos} carries LSN {found}");
+        let len = media.read_u64(at + 8) & u64::from(u32::MAX);
+        assert!(len <= self.config.max_payload(), "entry {lsn} of {len} B beyond the maximum");
+        Some(Placed { lsn, pos, len })
+    }
+
     /// Absolute offset of the entry space in the media.
     pub(crate) fn entries_offset(&self) -> u64 {
         self.entries
     }
 
     fn cursor<'a, M: Media>(&'a self, media: &'a M) -> Cursor<'a, M> {
-        Cursor { log: self, media, lsn: self.head.lsn, pos: self.head.pos }
+        Cursor { log: self, media, lsn: self.head.lsn }
     }
 
     fn read_payload<M: Media>(&self, media: &M, placed: Placed, dst: &mut Vec<u8>) {
@@ -300,31 +407,38 @@ impl AppendLog {
     /// physical offset of a skip word (if it must wrap), the entry, its
     /// physical offset and its size. No divisions: this is the hot path.
     #[inline]
-    fn place(&self, len: u64) -> Result<(Option<u64>, Placed, u64, u64), AppendError> {
+    fn place(&self, len: u64) -> Result<Placement, AppendError> {
+        self.place_at(At { lsn: self.next_lsn, pos: self.tail_pos, phys: self.tail_phys }, len)
+    }
+
+    /// [`place`](Self::place) with the tail at `at` (a batch plans its
+    /// entries with it before writing any).
+    #[inline]
+    fn place_at(&self, at: At, len: u64) -> Result<Placement, AppendError> {
         let max = self.config.max_payload();
         if len > max {
             return Err(AppendError::TooLarge { len, max });
         }
         // Unreachable by appending (2^63 entries or bytes), but a head
         // slot on the media may start the log close to either limit.
-        if self.next_lsn >= MAX_LSN || self.tail_pos > MAX_POS {
-            return Err(AppendError::Exhausted { next_lsn: self.next_lsn, tail_pos: self.tail_pos });
+        if at.lsn >= MAX_LSN || at.pos > MAX_POS {
+            return Err(AppendError::Exhausted { next_lsn: at.lsn, tail_pos: at.pos });
         }
         let capacity = self.config.capacity;
         let size = self.config.entry_size(len);
-        let phys = self.tail_phys;
+        let phys = at.phys;
         let waste = if phys + size > capacity { capacity - phys } else { 0 };
-        let free = self.free_bytes();
+        let free = capacity - (at.pos - self.head.pos);
         if waste + size > free {
             return Err(AppendError::Full { needed: waste + size, free });
         }
         let skip = (waste > 0).then_some(phys);
-        let pos = self.tail_pos + waste;
+        let pos = at.pos + waste;
         let entry_phys = if waste > 0 { 0 } else { phys };
         debug_assert_eq!(pos % capacity, entry_phys);
         assert!(entry_phys + size <= capacity, "entry crosses the end of the ring");
         assert!(pos & (self.config.padding.align() as u64 - 1) == 0, "entry misaligned");
-        Ok((skip, Placed { lsn: self.next_lsn, pos, len }, entry_phys, size))
+        Ok((skip, Placed { lsn: at.lsn, pos, len }, entry_phys, size))
     }
 
     /// Stores header and payload; durable at the next drain.
@@ -339,8 +453,8 @@ impl AppendLog {
         match &mut self.tail {
             Tail::Naive { offset } if faults.skip_tail_flush => media.write_u64(*offset, value),
             Tail::Naive { offset } => media.persist_u64(*offset, value),
-            Tail::Rotating(counter) if faults.skip_tail_flush => counter.set(&mut NoFlush(media), value),
-            Tail::Rotating(counter) => counter.set(media, value),
+            Tail::Rotating(register) if faults.skip_tail_flush => register.set(&mut NoFlush(media), value),
+            Tail::Rotating(register) => register.set(media, value),
             Tail::SelfValidating => unreachable!("a self-validating log has no tail word"),
         }
     }
@@ -359,8 +473,8 @@ impl AppendLog {
             let Some(placed) = self.entry_at(media, lsn, pos, tail_pos, false) else {
                 return Err(corrupt(pos, lsn, "no valid entry header below the persisted tail".into()));
             };
-            self.tail_pos = placed.pos + self.config.entry_size(placed.len);
-            self.next_lsn += 1;
+            let end = placed.pos + self.config.entry_size(placed.len);
+            self.advance(placed.pos, end, 0);
         }
         if self.tail_pos != tail_pos {
             let why = format!("persisted tail {tail_pos} falls inside an entry");
@@ -369,14 +483,15 @@ impl AppendLog {
         Ok(())
     }
 
-    /// Self-validating recovery: accepts entries from the head while each
-    /// carries the next LSN and a matching checksum.
-    fn scan_to_tail<M: Media>(&mut self, media: &M) {
+    /// Self-validating recovery: accepts entries from the head, below LSN
+    /// `stop`, while each carries the next LSN and a matching checksum.
+    fn scan_to_tail<M: Media>(&mut self, media: &M, stop: Lsn) {
         let limit = self.head.pos + self.config.capacity;
         let verify = !self.config.faults.skip_checksum;
-        while let Some(placed) = self.entry_at(media, self.next_lsn, self.tail_pos, limit, verify) {
-            self.tail_pos = placed.pos + self.config.entry_size(placed.len);
-            self.next_lsn += 1;
+        while self.next_lsn < stop {
+            let Some(placed) = self.entry_at(media, self.next_lsn, self.tail_pos, limit, verify) else { break };
+            let end = placed.pos + self.config.entry_size(placed.len);
+            self.advance(placed.pos, end, 0);
         }
     }
 
@@ -457,24 +572,18 @@ impl AppendLog {
     }
 }
 
-/// Walks retained entries (trusted: they were validated by `open`).
+/// Walks retained entries through the index (trusted: `open` validated them).
 struct Cursor<'a, M: Media> {
     log: &'a AppendLog,
     media: &'a M,
     lsn: Lsn,
-    pos: u64,
 }
 
 impl<M: Media> Iterator for Cursor<'_, M> {
     type Item = Placed;
 
     fn next(&mut self) -> Option<Placed> {
-        if self.lsn == self.log.next_lsn {
-            return None;
-        }
-        let placed = self.log.entry_at(self.media, self.lsn, self.pos, self.log.tail_pos, false);
-        let placed = placed.unwrap_or_else(|| panic!("retained entry {} at {} unreadable", self.lsn, self.pos));
-        self.pos = placed.pos + self.log.config.entry_size(placed.len);
+        let placed = self.log.placed(self.media, self.lsn)?;
         self.lsn += 1;
         Some(placed)
     }
@@ -582,7 +691,7 @@ fn format_tail<M: Media>(media: &mut M, base: u64, config: &LogConfig) -> Tail {
             Tail::Naive { offset }
         }
         TailStrategy::Rotating { blocks, stride } => {
-            Tail::Rotating(RotatingCounter::create(media, rotation(base, blocks, stride)))
+            Tail::Rotating(RotatingRegister::create(media, rotation(base, blocks, stride)))
         }
         TailStrategy::SelfValidating => Tail::SelfValidating,
     }
@@ -593,7 +702,7 @@ fn live_tail<M: Media>(media: &M, base: u64, config: &LogConfig) -> Tail {
     match config.tail {
         TailStrategy::Naive => Tail::Naive { offset: base + TAIL_AREA },
         TailStrategy::Rotating { blocks, stride } => {
-            Tail::Rotating(RotatingCounter::recover(media, rotation(base, blocks, stride)))
+            Tail::Rotating(RotatingRegister::recover(media, rotation(base, blocks, stride)))
         }
         TailStrategy::SelfValidating => Tail::SelfValidating,
     }
@@ -618,7 +727,7 @@ fn read_head<M: Media>(media: &M, base: u64, seed: u32) -> Result<(Head, usize),
 fn encode_config(config: &LogConfig, nonce: u64) -> [u8; HEADER_LINE_BYTES] {
     let mut line = [0u8; HEADER_LINE_BYTES];
     put_u64(&mut line, 0, format::APPEND_MAGIC);
-    put_u32(&mut line, 8, format::FORMAT_VERSION);
+    put_u32(&mut line, 8, format::APPEND_FORMAT_VERSION);
     put_u32(&mut line, 12, config.tail.code());
     put_u64(&mut line, 16, config.capacity);
     put_u32(&mut line, 24, config.padding.align() as u32);

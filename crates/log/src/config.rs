@@ -24,13 +24,20 @@ pub const MAX_CAPACITY_BYTES: u64 = 1 << 56;
 /// (the paper's tail spans 2312 B).
 pub const MAX_TAIL_SPAN_BYTES: u64 = 1 << 32;
 
+/// Largest logical span of one [`append_batch`](crate::AppendLog::append_batch)
+/// of two or more entries, from the tail it starts at to its end, skip
+/// waste included: 1 MiB. Self-validating recovery scrubs this much free
+/// space after the tail, where a torn batch may have left its entries
+/// (`docs/FORMAT.md`, "Batches"); larger batches are split by the caller.
+pub const MAX_BATCH_SPAN_BYTES: u64 = 1 << 20;
+
 /// Where the end of the log is recorded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TailStrategy {
     /// An 8 B tail word persisted in place after each entry (two drains per
     /// append; every append persists the same cache line).
     Naive,
-    /// The tail lives in a [`pmem::RotatingCounter`] of `blocks` chunks
+    /// The tail lives in a [`pmem::RotatingRegister`] of `blocks` chunks
     /// `stride` bytes apart (seed 000 §6.2): still two drains per append,
     /// but consecutive tail updates touch different lines.
     Rotating {
@@ -46,6 +53,10 @@ pub enum TailStrategy {
 
 impl TailStrategy {
     /// The rotating tail in the paper's shape (10 × 256 B).
+    ///
+    /// Since format version 2 the chunks form a [`pmem::RotatingRegister`]
+    /// (the tail is the XOR of the chunks) rather than a monotonic
+    /// counter, so a suffix truncation can lower it with one store.
     pub const ROTATING_PAPER: TailStrategy = TailStrategy::Rotating { blocks: 10, stride: 256 };
 
     /// The on-media code of the strategy.
@@ -80,12 +91,20 @@ pub struct Faults {
     /// Recovery leaves the remnants of a torn append in place (self-validating
     /// append log; extent log).
     pub skip_scrub: bool,
+    /// A suffix truncation returns before it is durable: the lowered naive
+    /// or rotating tail is stored but not flushed; the self-validating
+    /// scrub of the dropped entries is stored but neither flushed nor drained.
+    pub suffix_not_durable: bool,
+    /// Self-validating suffix truncation scrubs the dropped entries in the
+    /// same drain as its truncation record, instead of after it.
+    pub scrub_before_record: bool,
 }
 
 impl Faults {
     /// Whether any fault is planted.
     pub fn any(&self) -> bool {
-        self.skip_tail_flush || self.tail_before_entry || self.skip_checksum || self.skip_scrub
+        let suffix = self.suffix_not_durable || self.scrub_before_record;
+        self.skip_tail_flush || self.tail_before_entry || self.skip_checksum || self.skip_scrub || suffix
     }
 }
 

@@ -25,6 +25,10 @@ use pmwire_crashcheck::{explore, Check, Config, CrashImage, Report};
 
 use crate::{AppendError, AppendLog, Extent, ExtentLog, Faults, LogConfig, TailStrategy};
 
+mod storage;
+
+pub use storage::check_storage_ops;
+
 /// Where each log under test starts in its media (not 0, to test `base`).
 const BASE: u64 = 256;
 /// Images of phase one that seed a phase-two exploration.
@@ -48,6 +52,15 @@ pub fn checks() -> Vec<Check> {
             check_append_log(TailStrategy::SelfValidating, Faults::default(), c)
         }),
         check("extent log", false, check_extent_log),
+        check("storage ops (batch, suffix truncation, restart), naive tail", false, |c| {
+            check_storage_ops(TailStrategy::Naive, Faults::default(), c)
+        }),
+        check("storage ops (batch, suffix truncation, restart), rotating tail", false, |c| {
+            check_storage_ops(TailStrategy::ROTATING_PAPER, Faults::default(), c)
+        }),
+        check("storage ops (batch, suffix truncation, restart), self-validating", false, |c| {
+            check_storage_ops(TailStrategy::SelfValidating, Faults::default(), c)
+        }),
         check("planted: naive tail never flushed", true, |c| {
             let faults = Faults { skip_tail_flush: true, ..Faults::default() };
             check_append_log(TailStrategy::Naive, faults, c)
@@ -70,6 +83,19 @@ pub fn checks() -> Vec<Check> {
         }),
         check("planted: extent log without scrub", true, |c| {
             check_extent_log_with(Faults { skip_scrub: true, ..Faults::default() }, c)
+        }),
+        check("planted: naive suffix truncation not durable", true, |c| {
+            check_storage_ops(TailStrategy::Naive, Faults { suffix_not_durable: true, ..Faults::default() }, c)
+        }),
+        check("planted: rotating suffix truncation not durable", true, |c| {
+            check_storage_ops(TailStrategy::ROTATING_PAPER, Faults { suffix_not_durable: true, ..Faults::default() }, c)
+        }),
+        check("planted: self-validating suffix truncation not durable", true, |c| {
+            check_storage_ops(TailStrategy::SelfValidating, Faults { suffix_not_durable: true, ..Faults::default() }, c)
+        }),
+        check("planted: self-validating scrub before its truncation record", true, |c| {
+            let faults = Faults { scrub_before_record: true, ..Faults::default() };
+            check_storage_ops(TailStrategy::SelfValidating, faults, c)
         }),
     ]
 }
@@ -424,11 +450,28 @@ mod tests {
     }
 
     #[test]
+    fn storage_ops_survive_every_crash() {
+        for tail in [TailStrategy::Naive, TailStrategy::ROTATING_PAPER, TailStrategy::SelfValidating] {
+            check_storage_ops(tail, Faults::default(), &config()).assert_passes_at_least(10_000);
+        }
+    }
+
+    #[test]
+    fn canary_suffix_truncation_not_durable_is_caught() {
+        let faults = Faults { suffix_not_durable: true, ..Faults::default() };
+        for tail in [TailStrategy::Naive, TailStrategy::ROTATING_PAPER, TailStrategy::SelfValidating] {
+            check_storage_ops(tail, faults, &config()).assert_caught();
+        }
+    }
+
+    #[test]
+    fn canary_scrub_before_truncation_record_is_caught() {
+        let faults = Faults { scrub_before_record: true, ..Faults::default() };
+        check_storage_ops(TailStrategy::SelfValidating, faults, &config()).assert_caught();
+    }
+
+    #[test]
     fn registry_lists_every_check_once() {
-        let checks = checks();
-        assert_eq!(checks.iter().filter(|c| c.planted).count(), 6);
-        let mut names: Vec<_> = checks.iter().map(|c| c.name).collect();
-        names.dedup();
-        assert_eq!(names.len(), checks.len());
+        pmwire_crashcheck::assert_registry(&checks(), 10);
     }
 }

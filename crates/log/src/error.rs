@@ -35,6 +35,12 @@ pub enum CreateError {
         /// What is wrong with it.
         why: &'static str,
     },
+    /// The first LSN of a new log must be below `2^63 - 1`.
+    #[error("first LSN {first} beyond the largest an entry may carry")]
+    BadFirstLsn {
+        /// The requested first LSN.
+        first: u64,
+    },
     /// A rotating tail needs `blocks ≥ 1`, a stride that is a positive
     /// multiple of 8, and a span `(blocks - 1) * stride + 8` of at most
     /// [`MAX_TAIL_SPAN_BYTES`](crate::MAX_TAIL_SPAN_BYTES).
@@ -149,6 +155,15 @@ pub enum AppendError {
         /// The logical position of the tail.
         tail_pos: u64,
     },
+    /// A batch of two or more entries spans more than
+    /// [`MAX_BATCH_SPAN_BYTES`](crate::MAX_BATCH_SPAN_BYTES) (split it).
+    #[error("batch spans {span} B, above the maximum of {max} B")]
+    BatchTooLarge {
+        /// Logical bytes the batch would span, skip waste included.
+        span: u64,
+        /// The largest span allowed.
+        max: u64,
+    },
     /// An extent group is empty or longer than the log accepts.
     #[error("extent group of {len} extents (allowed: 1..={max})")]
     BadGroup {
@@ -169,5 +184,47 @@ pub enum TruncateError {
         keep_from: u64,
         /// The next LSN or index to be appended.
         next: u64,
+    },
+}
+
+/// Why `truncate_suffix` refused. Nothing was written.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum SuffixTruncateError {
+    /// `from` lies below the head: those entries are gone already, and a
+    /// suffix truncation never moves the head.
+    #[error("cannot drop from {from}: the log starts at {head}")]
+    BelowHead {
+        /// The requested first entry to drop.
+        from: u64,
+        /// The first retained entry.
+        head: u64,
+    },
+    /// `from` lies past the end of the log.
+    #[error("cannot drop from {from}: the log ends before {next}")]
+    BeyondTail {
+        /// The requested first entry to drop.
+        from: u64,
+        /// The next LSN to be appended.
+        next: u64,
+    },
+}
+
+/// Why `restart_at` refused. Nothing was written.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum RestartError {
+    /// `first` lies below the head: the head LSN never goes down (the head
+    /// slot with the larger LSN wins at recovery).
+    #[error("cannot restart at {first}: the log starts at {head}")]
+    BelowHead {
+        /// The requested next LSN.
+        first: u64,
+        /// The first retained entry.
+        head: u64,
+    },
+    /// `first` is at or beyond the largest LSN an entry may carry.
+    #[error("cannot restart at {first}: beyond the largest LSN")]
+    TooLarge {
+        /// The requested next LSN.
+        first: u64,
     },
 }

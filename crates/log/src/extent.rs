@@ -91,7 +91,7 @@ impl ExtentLog {
         media.drain();
         let mut line = [0u8; HEADER_LINE_BYTES];
         put_u64(&mut line, 0, format::EXTENT_MAGIC);
-        put_u32(&mut line, 8, format::FORMAT_VERSION);
+        put_u32(&mut line, 8, format::EXTENT_FORMAT_VERSION);
         put_u64(&mut line, 16, capacity_extents);
         format::seal_header(&mut line);
         media.write(base, &line);
@@ -108,7 +108,8 @@ impl ExtentLog {
     /// `open` with planted recovery bugs (tests only; only `skip_scrub` applies).
     #[doc(hidden)]
     pub fn open_with_faults<M: Media>(media: &mut M, base: u64, faults: Faults) -> Result<ExtentLog, OpenError> {
-        let line = format::read_header(media, base, format::EXTENT_MAGIC, "pmwire extent log")?;
+        let version = format::EXTENT_FORMAT_VERSION;
+        let line = format::read_header(media, base, format::EXTENT_MAGIC, "pmwire extent log", version)?;
         let capacity = get_u64(&line, 16);
         if capacity == 0 || capacity > MAX_CAPACITY_EXTENTS {
             return Err(OpenError::BadConfig { why: format!("capacity of {capacity} extents") });

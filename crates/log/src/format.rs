@@ -11,8 +11,13 @@ use pmem::Media;
 
 use crate::error::OpenError;
 
-/// Format version both logs write and read.
-pub const FORMAT_VERSION: u32 = 1;
+/// Format version the append log writes and reads. Version 2 (this
+/// build) added suffix truncation: the truncation record in the header
+/// block's spare line, and the rotating tail as an XOR register; version 1
+/// append logs are refused (`docs/FORMAT.md`, "Versions").
+pub const APPEND_FORMAT_VERSION: u32 = 2;
+/// Format version the extent log writes and reads.
+pub const EXTENT_FORMAT_VERSION: u32 = 1;
 /// Every structure starts on an XPLine boundary.
 pub const BASE_ALIGN: u64 = 256;
 /// Bytes of the header block at `base` (header line, head slots, spare).
@@ -56,13 +61,14 @@ pub fn seal_header(line: &mut [u8; HEADER_LINE_BYTES]) {
     put_u32(line, HEADER_CRC_AT, crc);
 }
 
-/// Reads the header line at `base` and checks magic, CRC and version,
-/// in that order.
+/// Reads the header line at `base` and checks magic, CRC and version
+/// (`supported`), in that order.
 pub fn read_header<M: Media>(
     media: &M,
     base: u64,
     magic: u64,
     expected: &'static str,
+    supported: u32,
 ) -> Result<[u8; HEADER_LINE_BYTES], OpenError> {
     check_open_bounds(media, base)?;
     let mut line = [0u8; HEADER_LINE_BYTES];
@@ -77,8 +83,8 @@ pub fn read_header<M: Media>(
         return Err(OpenError::HeaderChecksum { base, stored, computed });
     }
     let version = get_u32(&line, 8);
-    if version != FORMAT_VERSION {
-        return Err(OpenError::UnsupportedVersion { found: version, supported: FORMAT_VERSION });
+    if version != supported {
+        return Err(OpenError::UnsupportedVersion { found: version, supported });
     }
     Ok(line)
 }
@@ -126,6 +132,49 @@ pub fn decode_head(slot: &[u8; HEAD_SLOT_BYTES], seed: u32) -> Option<Head> {
     Some(Head { lsn: get_u64(slot, 0), pos: get_u64(slot, 8) })
 }
 
+/// `b"PMWSUFTR"`: a suffix truncation of a self-validating log is in progress.
+pub const TRUNCATION_MAGIC: u64 = u64::from_le_bytes(*b"PMWSUFTR");
+/// Bytes of a truncation record (magic, three words, CRC, reserved).
+pub const TRUNCATION_RECORD_BYTES: usize = 40;
+
+/// A suffix truncation in progress: entries from `keep_lsn` on, which
+/// start at `keep_pos`, are dropped, and `[keep_pos, end_pos)` is to be
+/// scrubbed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Truncation {
+    /// The first dropped LSN: the log's next LSN once done.
+    pub keep_lsn: u64,
+    /// Its logical position: the log's tail once done.
+    pub keep_pos: u64,
+    /// The tail before the truncation: the end of the dropped entries.
+    pub end_pos: u64,
+}
+
+/// Encodes a truncation record: `magic | keep_lsn | keep_pos | end_pos | crc(seed; [0, 32)) | 0`.
+pub fn encode_truncation(truncation: Truncation, seed: u32) -> [u8; TRUNCATION_RECORD_BYTES] {
+    let mut record = [0u8; TRUNCATION_RECORD_BYTES];
+    put_u64(&mut record, 0, TRUNCATION_MAGIC);
+    put_u64(&mut record, 8, truncation.keep_lsn);
+    put_u64(&mut record, 16, truncation.keep_pos);
+    put_u64(&mut record, 24, truncation.end_pos);
+    let crc = crc32c::crc32c_append(seed, &record[..32]);
+    put_u32(&mut record, 32, crc);
+    record
+}
+
+/// Decodes a truncation record, or `None` if none is in progress (magic
+/// cleared, torn, never written, another log's).
+pub fn decode_truncation(record: &[u8; TRUNCATION_RECORD_BYTES], seed: u32) -> Option<Truncation> {
+    if get_u64(record, 0) != TRUNCATION_MAGIC {
+        return None;
+    }
+    let crc = crc32c::crc32c_append(seed, &record[..32]);
+    if crc != get_u32(record, 32) || get_u32(record, 36) != 0 {
+        return None;
+    }
+    Some(Truncation { keep_lsn: get_u64(record, 8), keep_pos: get_u64(record, 16), end_pos: get_u64(record, 24) })
+}
+
 /// An entry header: `lsn | len | crc`.
 pub type EntryHeader = [u8; ENTRY_HEADER_BYTES as usize];
 
@@ -157,6 +206,22 @@ mod tests {
         assert_eq!(decode_head(&torn, seed), None);
         assert_eq!(decode_head(&slot, crc_seed(43)), None);
         assert_eq!(decode_head(&[0; HEAD_SLOT_BYTES], seed), None);
+    }
+
+    #[test]
+    fn truncation_record_round_trips_and_rejects_tears() {
+        let seed = crc_seed(9);
+        let truncation = Truncation { keep_lsn: 5, keep_pos: 320, end_pos: 1024 };
+        let record = encode_truncation(truncation, seed);
+        assert_eq!(decode_truncation(&record, seed), Some(truncation));
+        assert_eq!(decode_truncation(&record, crc_seed(10)), None);
+        let mut torn = record;
+        torn[24..32].copy_from_slice(&0u64.to_le_bytes());
+        assert_eq!(decode_truncation(&torn, seed), None);
+        let mut cleared = record;
+        cleared[..8].copy_from_slice(&0u64.to_le_bytes());
+        assert_eq!(decode_truncation(&cleared, seed), None);
+        assert_eq!(decode_truncation(&[0; TRUNCATION_RECORD_BYTES], seed), None);
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! - [`AppendLog`]: a circular log of variable-length entries whose tail is
 //!   recorded one of three ways ([`TailStrategy`]): an 8 B tail word, a
 //!   rotating counter (seed 000 §6.2), or self-validating entries that need
-//!   one drain per append.
+//!   one drain per append. For Raft storage it also reads any entry in
+//!   O(1), appends batches with one drain, drops a suffix durably, and
+//!   starts at any LSN ([`AppendLog::create_at`], [`AppendLog::restart_at`]).
 //! - [`ExtentLog`]: PASTE's log of 8-byte buffer extents (seed 001 §3.2),
 //!   one atomic store per record, with all-or-nothing groups.
 //!
@@ -44,10 +46,10 @@ mod extent;
 mod format;
 
 pub use append::{prefetch_entry, store_entry_nodrain, AppendLog, Entries, PREFETCH_AHEAD_MAX};
-pub use config::{Faults, LogConfig, TailStrategy, MAX_CAPACITY_BYTES, MAX_TAIL_SPAN_BYTES};
-pub use error::{AppendError, CreateError, OpenError, TruncateError};
+pub use config::{Faults, LogConfig, TailStrategy, MAX_BATCH_SPAN_BYTES, MAX_CAPACITY_BYTES, MAX_TAIL_SPAN_BYTES};
+pub use error::{AppendError, CreateError, OpenError, RestartError, SuffixTruncateError, TruncateError};
 pub use extent::{Extent, ExtentLog, MAX_CAPACITY_EXTENTS, MAX_GROUP, MAX_OFFSET};
-pub use format::{EntryHeader, BASE_ALIGN, ENTRY_HEADER_BYTES, FORMAT_VERSION, MAX_POS};
+pub use format::{EntryHeader, APPEND_FORMAT_VERSION, BASE_ALIGN, ENTRY_HEADER_BYTES, EXTENT_FORMAT_VERSION, MAX_POS};
 
 /// An entry's sequence number; the first entry of a log is 0.
 pub type Lsn = u64;

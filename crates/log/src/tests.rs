@@ -400,3 +400,195 @@ fn extent_log_scrubs_the_rest_of_a_torn_group() {
     let log = ExtentLog::open(&mut media, 0).unwrap();
     assert_eq!(log.read_all(&media), vec![(0, extent(0)), (1, extent(10)), (2, extent(11))]);
 }
+
+/// Appends `count` entries of `len` bytes starting from the log's next LSN
+/// (payloads tagged with `salt`, so a later generation of an LSN differs).
+fn append_many(media: &mut MemMedia, log: &mut AppendLog, count: u64, len: usize, salt: u64) {
+    for _ in 0..count {
+        let lsn = log.next_lsn();
+        assert_eq!(log.append(media, &payload(lsn ^ salt, len)).unwrap(), lsn);
+    }
+}
+
+#[test]
+fn index_reads_any_entry_directly_across_wraps_and_truncations() {
+    for tail in STRATEGIES {
+        let (mut media, mut log) = fresh(LogConfig::new(2048, tail).with_padding(Padding::None), 0);
+        for round in 0..30u64 {
+            append_many(&mut media, &mut log, 3, (round * 37 % 200) as usize, 0);
+            log.truncate(&mut media, log.next_lsn().saturating_sub(4)).unwrap();
+        }
+        let all = log.read_all(&media);
+        assert_eq!(all.len(), 4);
+        let mut dst = Vec::new();
+        for (lsn, bytes) in &all {
+            assert!(log.read_into(&media, *lsn, &mut dst));
+            assert_eq!(&dst, bytes);
+            let range = log.payload_range(&media, *lsn).unwrap();
+            let mut direct = vec![0; (range.end - range.start) as usize];
+            media.read(range.start, &mut direct);
+            assert_eq!(&direct, bytes);
+        }
+        assert!(!log.read_into(&media, log.head() - 1, &mut dst));
+        assert!(!log.read_into(&media, log.next_lsn(), &mut dst));
+        assert_eq!(log.payload_range(&media, log.next_lsn()), None);
+        let from: Vec<_> = log.iter_from(&media, all[2].0).collect();
+        assert_eq!(from, all[2..].to_vec());
+        assert_eq!(log.iter_from(&media, 0).count(), 4);
+        assert_eq!(log.iter_from(&media, u64::MAX).count(), 0);
+        let reopened = AppendLog::open(&mut media, 0).unwrap();
+        assert!(reopened.read_into(&media, all[1].0, &mut dst));
+        assert_eq!(dst, all[1].1);
+    }
+}
+
+#[test]
+fn batch_is_one_drain_and_matches_single_appends() {
+    let expected = [(TailStrategy::Naive, 2), (TailStrategy::ROTATING_PAPER, 2), (TailStrategy::SelfValidating, 1)];
+    for (tail, drains) in expected {
+        let config = LogConfig::new(4096, tail).with_padding(Padding::None);
+        let (mut media, mut log) = fresh(config, 0);
+        let (mut single_media, mut single) = fresh(config, 0);
+        append_many(&mut media, &mut log, 20, 150, 0); // the batch then wraps
+        append_many(&mut single_media, &mut single, 20, 150, 0);
+        log.truncate(&mut media, 18).unwrap();
+        single.truncate(&mut single_media, 18).unwrap();
+        let payloads: Vec<Vec<u8>> = (0..6).map(|i| payload(100 + i, 10 + 90 * i as usize)).collect();
+        let refs: Vec<&[u8]> = payloads.iter().map(|p| &p[..]).collect();
+        let before = media.drains;
+        assert_eq!(log.append_batch(&mut media, &refs).unwrap(), 20..26, "{tail:?}");
+        assert_eq!(media.drains - before, drains, "{tail:?}");
+        for p in &refs {
+            single.append(&mut single_media, p).unwrap();
+        }
+        assert_eq!(log.positions(), single.positions(), "{tail:?}: same layout as single appends");
+        assert_eq!(log.read_all(&media), single.read_all(&single_media));
+        let reopened = AppendLog::open(&mut media, 0).unwrap();
+        assert_eq!(reopened.read_all(&media), log.read_all(&media));
+        assert_eq!(log.append_batch(&mut media, &[]).unwrap(), 26..26);
+        assert_eq!(log.append_batch(&mut media, &[b"one"]).unwrap(), 26..27);
+    }
+}
+
+#[test]
+fn batch_that_does_not_fit_writes_nothing() {
+    for tail in STRATEGIES {
+        let (mut media, mut log) = fresh(LogConfig::new(1024, tail).with_padding(Padding::None), 0);
+        let before = media.bytes().to_vec();
+        let big = [7u8; 300];
+        let err = log.append_batch(&mut media, &[&big, &big, &big, &big]).unwrap_err();
+        assert!(matches!(err, AppendError::Full { .. }), "{err:?}");
+        let err = log.append_batch(&mut media, &[&big, &[1; 2000]]).unwrap_err();
+        assert!(matches!(err, AppendError::TooLarge { len: 2000, .. }), "{err:?}");
+        assert_eq!(media.bytes(), &before[..]);
+        assert_eq!(log.next_lsn(), 0);
+    }
+    let config = LogConfig::new(4 << 20, TailStrategy::SelfValidating);
+    let (mut media, mut log) = fresh(config, 0);
+    let chunk = vec![1u8; 600 << 10];
+    let err = log.append_batch(&mut media, &[&chunk, &chunk]).unwrap_err();
+    assert!(matches!(err, AppendError::BatchTooLarge { max: MAX_BATCH_SPAN_BYTES, .. }), "{err:?}");
+    assert_eq!(log.append_batch(&mut media, &[&chunk]).unwrap(), 0..1, "one entry is an append");
+}
+
+#[test]
+fn suffix_truncation_is_durable_and_dropped_entries_stay_dropped() {
+    for tail in STRATEGIES {
+        for padding in [Padding::None, Padding::Line] {
+            let (mut media, mut log) = fresh(LogConfig::new(2048, tail).with_padding(padding), 0);
+            append_many(&mut media, &mut log, 12, 100, 0);
+            log.truncate(&mut media, 6).unwrap();
+            append_many(&mut media, &mut log, 4, 100, 0); // wraps: 6..16 retained
+            let err = log.truncate_suffix(&mut media, 5).unwrap_err();
+            assert_eq!(err, SuffixTruncateError::BelowHead { from: 5, head: 6 });
+            let err = log.truncate_suffix(&mut media, 17).unwrap_err();
+            assert_eq!(err, SuffixTruncateError::BeyondTail { from: 17, next: 16 });
+            log.truncate_suffix(&mut media, 16).unwrap();
+            log.truncate_suffix(&mut media, 9).unwrap();
+            assert_eq!(log.next_lsn(), 9);
+            let reopened = AppendLog::open(&mut media, 0).unwrap();
+            assert_eq!(reopened.next_lsn(), 9, "{tail:?} {padding:?}");
+            assert_eq!(reopened.read_all(&media), log.read_all(&media));
+            // New generation of 9.. at other sizes, then drop back into it.
+            append_many(&mut media, &mut log, 5, 40, 0xabc);
+            log.truncate_suffix(&mut media, 11).unwrap();
+            let reopened = AppendLog::open(&mut media, 0).unwrap();
+            assert_eq!(reopened.read_all(&media), log.read_all(&media), "{tail:?} {padding:?}");
+            assert_eq!(reopened.read_all(&media).last().unwrap(), &(10, payload(10 ^ 0xabc, 40)));
+            log.truncate_suffix(&mut media, 6).unwrap();
+            assert!(log.is_empty());
+            assert!(AppendLog::open(&mut media, 0).unwrap().is_empty());
+        }
+    }
+}
+
+#[test]
+fn self_validating_suffix_truncation_costs_three_drains_and_scrubs() {
+    let (mut media, mut log) = fresh(LogConfig::new(2048, TailStrategy::SelfValidating), 0);
+    append_many(&mut media, &mut log, 6, 50, 0);
+    let dropped = log.payload_range(&media, 3).unwrap().start - 8;
+    let before = media.drains;
+    log.truncate_suffix(&mut media, 3).unwrap();
+    assert_eq!(media.drains - before, 3);
+    assert_eq!(media.read_u64(dropped), u64::MAX, "the dropped header's length/CRC word is scrubbed");
+    assert_eq!(media.read_u64(192 + 32), u64::MAX, "the truncation record is cleared");
+}
+
+#[test]
+fn recovery_finishes_a_recorded_suffix_truncation() {
+    use crate::format::{crc_seed, encode_truncation, get_u64, Truncation};
+    let (mut media, mut log) = fresh(LogConfig::new(2048, TailStrategy::SelfValidating), 0);
+    append_many(&mut media, &mut log, 6, 50, 0);
+    let keep_pos = log.payload_range(&media, 3).unwrap().start - 16 - 256; // logical: entries start at 256
+    let end_pos = log.positions().1;
+    let mut header = [0u8; 64];
+    media.read(0, &mut header);
+    let seed = crc_seed(get_u64(&header, 40));
+    // The crash came after the record was durable, before any scrub.
+    media.write(192, &encode_truncation(Truncation { keep_lsn: 3, keep_pos, end_pos }, seed));
+    let reopened = AppendLog::open(&mut media, 0).unwrap();
+    assert_eq!(reopened.next_lsn(), 3);
+    assert_eq!(media.read_u64(192 + 32), u64::MAX, "recovery clears the record");
+    assert_eq!(media.read_u64(keep_pos + 256 + 8), u64::MAX, "and scrubs the dropped headers");
+    // A record that contradicts the head is corruption, not a guess.
+    media.write(192, &encode_truncation(Truncation { keep_lsn: 3, keep_pos: end_pos + 64, end_pos: keep_pos }, seed));
+    assert!(matches!(AppendLog::open(&mut media, 0), Err(OpenError::Corrupt { .. })));
+}
+
+#[test]
+fn restart_at_empties_the_log_forward_and_back() {
+    for tail in STRATEGIES {
+        let mut media = MemMedia::new(AppendLog::required_size(&LogConfig::new(2048, tail)) as usize);
+        let mut log = AppendLog::create_at(&mut media, 0, LogConfig::new(2048, tail), 1).unwrap();
+        assert_eq!(log.head(), 1);
+        assert_eq!(AppendLog::open(&mut media, 0).unwrap().next_lsn(), 1, "Raft indices start at 1");
+        append_many(&mut media, &mut log, 8, 30, 0);
+        assert_eq!(log.restart_at(&mut media, 0), Err(RestartError::BelowHead { first: 0, head: 1 }));
+        assert_eq!(log.restart_at(&mut media, 1 << 63), Err(RestartError::TooLarge { first: 1 << 63 }));
+        log.restart_at(&mut media, 100).unwrap(); // a snapshot beyond the log
+        let reopened = AppendLog::open(&mut media, 0).unwrap();
+        assert_eq!((reopened.head(), reopened.next_lsn()), (100, 100), "{tail:?}");
+        append_many(&mut media, &mut log, 6, 30, 0);
+        log.restart_at(&mut media, 103).unwrap(); // a snapshot inside the log
+        let mut reopened = AppendLog::open(&mut media, 0).unwrap();
+        assert_eq!((reopened.head(), reopened.next_lsn()), (103, 103), "{tail:?}");
+        append_many(&mut media, &mut reopened, 2, 30, 0x55);
+        let again = AppendLog::open(&mut media, 0).unwrap();
+        assert_eq!(again.read_all(&media), vec![(103, payload(103 ^ 0x55, 30)), (104, payload(104 ^ 0x55, 30))]);
+    }
+    let mut media = MemMedia::new(1 << 14);
+    let err = AppendLog::create_at(&mut media, 0, LogConfig::new(1024, TailStrategy::Naive), u64::MAX >> 1);
+    assert!(matches!(err, Err(CreateError::BadFirstLsn { .. })));
+}
+
+#[test]
+fn version_one_logs_are_refused_by_name() {
+    let (mut media, _log) = fresh(LogConfig::new(1024, TailStrategy::SelfValidating), 0);
+    let mut line = [0u8; 64];
+    media.read(0, &mut line);
+    line[8..12].copy_from_slice(&1u32.to_le_bytes());
+    crate::format::seal_header(&mut line);
+    media.write(0, &line);
+    let err = AppendLog::open(&mut media, 0).unwrap_err();
+    assert_eq!(err, OpenError::UnsupportedVersion { found: 1, supported: 2 });
+}

@@ -5,7 +5,9 @@
 //! Its persist strategy (flush instruction, drain, non-temporal copy ISA)
 //! is chosen once at map time. Every persistent structure writes through
 //! the [`Media`] trait, which a [`Region`], a volatile [`MemMedia`] and a
-//! recording [`trace::TracedMedia`] all implement.
+//! recording [`trace::TracedMedia`] all implement. On top of it, small
+//! failure-atomic state: counters and registers ([`counter`]) and a
+//! two-slot checksummed record ([`DualRecord`]).
 //!
 //! ```
 //! use pmem::{Media, Region, RegionKind};
@@ -25,6 +27,7 @@ pub mod flush;
 pub mod layout;
 pub mod le;
 pub mod media;
+pub mod record;
 pub mod region;
 pub mod trace;
 
@@ -33,4 +36,5 @@ pub use counter::{NaiveCounter, Rotation, RotatingCounter, RotatingRegister};
 pub use flush::{FlushInstruction, Persister};
 pub use layout::{Padding, LINE, XPLINE};
 pub use media::{Media, MemMedia, NT_THRESHOLD};
+pub use record::{DualRecord, RecordFaults, RecordFormatError, RecordOpenError, RecordStoreError};
 pub use region::{PersistenceDomain, Region, RegionError, RegionKind, RegionOptions};
