@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use transport::{Event, InProcNetwork, Limits, Output, Transport};
 
-use super::{PollBudget, Reactor, RealClock, Service};
+use std::time::Instant;
+
+use super::{PollBudget, Reactor, RealClock, Service, CLOCK_EVERY};
 
 /// Echoes every request's payload; counts accepts; has a timer every
 /// `period` that counts ticks and sets `stop` after `stop_after` ticks.
@@ -109,4 +111,21 @@ fn run_blocks_until_the_deadline_and_stops() {
     let mut reactor = Reactor::new(net.node(), Echo::new(Duration::from_millis(1), 5, stop.clone()));
     reactor.run(&RealClock::new(), &stop, PollBudget::BLOCK);
     assert_eq!(reactor.service.ticks, 5, "ran until the service set stop");
+}
+
+#[test]
+fn a_poll_budget_ends_by_count_or_by_time() {
+    let budget = PollBudget { spin: Duration::from_secs(3600), max_empty_polls: 100 };
+    let now = Instant::now();
+    assert!((0..100).all(|empty| budget.keep_polling(now, empty)));
+    assert!(!budget.keep_polling(now, 100));
+    assert!(!PollBudget::BLOCK.keep_polling(now, 0));
+    // Time is looked at on every CLOCK_EVERY-th empty poll: an expired
+    // window ends there, never later.
+    let expired = PollBudget { spin: Duration::ZERO, max_empty_polls: 1000 };
+    assert!(!expired.keep_polling(now, 0));
+    assert!(!expired.keep_polling(now, CLOCK_EVERY));
+    let ends = (0..1000).find(|&empty| !expired.keep_polling(now, empty)).unwrap();
+    assert_eq!(ends, 0);
+    assert!((1..CLOCK_EVERY).all(|empty| expired.keep_polling(now, empty)));
 }

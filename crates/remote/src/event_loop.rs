@@ -274,25 +274,3 @@ impl Loop {
 pub fn client_id(conn: ConnId) -> ClientId {
     conn.0 as ClientId
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_poll_budget_ends_by_count_or_by_time() {
-        let budget = PollBudget { spin: Duration::from_secs(3600), max_empty_polls: 100 };
-        let now = Instant::now();
-        assert!((0..100).all(|empty| budget.keep_polling(now, empty)));
-        assert!(!budget.keep_polling(now, 100));
-        assert!(!PollBudget::BLOCK.keep_polling(now, 0));
-        // Time is looked at on every CLOCK_EVERY-th empty poll: an expired
-        // window ends there, never later.
-        let expired = PollBudget { spin: Duration::ZERO, max_empty_polls: 1000 };
-        assert!(!expired.keep_polling(now, 0));
-        assert!(!expired.keep_polling(now, CLOCK_EVERY));
-        let ends = (0..1000).find(|&empty| !expired.keep_polling(now, empty)).unwrap();
-        assert_eq!(ends, 0);
-        assert!((1..CLOCK_EVERY).all(|empty| expired.keep_polling(now, empty)));
-    }
-}

@@ -1,7 +1,7 @@
 //! Runs every crash check of both logs (the correct logs and the planted
 //! bugs) and prints image counts and timings.
 //!
-//! `cargo run --release -p pmwire-log --example crash_checks -- [seed]`
+//! `cargo run --release -p pmwire-log --example log_crash_checks -- [seed]`
 
 fn main() {
     let seed = std::env::args().nth(1).map(|s| s.parse().expect("a seed")).unwrap_or(42);
