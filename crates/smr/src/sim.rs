@@ -94,6 +94,8 @@ pub struct SimReport {
     pub terms_with_leader: usize,
     /// What went wrong (empty: passed).
     pub violations: Vec<String>,
+    /// The history of the key that is not linearizable, if one is not.
+    pub failing_history: Vec<KvOp>,
 }
 
 impl SimReport {
@@ -219,12 +221,17 @@ struct Client {
     op: Option<InFlight>,
     /// When it may next send (after a redirect or a failure: a short backoff).
     next_ns: u64,
+    /// Calls made so far (the next call's token).
+    tokens: u64,
 }
 
 struct InFlight {
     history_at: usize,
     req: Request,
     sent: bool,
+    /// The token of the call in flight (each attempt has its own, so a
+    /// late completion of an earlier attempt is never taken for it).
+    token: u64,
 }
 
 struct World {
@@ -329,7 +336,7 @@ impl World {
         for c in 0..w.cfg.clients {
             let transport = w.net.node();
             let target = w.rng.gen_range(1..=w.cfg.replicas);
-            w.clients.push(Client { transport, session: c as u64 + 1, seq: 0, target, conn: None, op: None, next_ns: 0 });
+            w.clients.push(Client { transport, session: c as u64 + 1, seq: 0, target, conn: None, op: None, next_ns: 0, tokens: 0 });
         }
         if w.cfg.lossy {
             // Swarm testing: each seed draws its own loss rate, so that
@@ -523,7 +530,9 @@ impl World {
                         next = next.min(d.as_nanos() as u64);
                     }
                 }
-                Slot::Down { back_ns, .. } => next = next.min(*back_ns),
+                // A crashed replica's node still lingering comes back
+                // after it goes down (its time is in `dying`, below).
+                Slot::Down { back_ns, .. } => next = next.min((*back_ns).max(now + 1)),
             }
         }
         for d in &self.dying {
@@ -580,7 +589,7 @@ impl World {
                 if req.op.writes() {
                     cl.seq = seq;
                 }
-                cl.op = Some(InFlight { history_at: self.history.len() - 1, req, sent: false });
+                cl.op = Some(InFlight { history_at: self.history.len() - 1, req, sent: false, token: 0 });
             }
             self.client_send(c, now);
         }
@@ -609,8 +618,12 @@ impl World {
             },
         };
         let op = cl.op.as_mut().expect("checked");
-        match cl.transport.call(conn, &REQUEST_MAGIC, op.req.to_bytes(), op.req.seq) {
-            Ok(()) => op.sent = true,
+        cl.tokens += 1;
+        match cl.transport.call(conn, &REQUEST_MAGIC, op.req.to_bytes(), cl.tokens) {
+            Ok(()) => {
+                op.sent = true;
+                op.token = cl.tokens;
+            }
             Err(_) => {
                 cl.conn = None;
                 cl.next_ns = now + MS;
@@ -623,7 +636,7 @@ impl World {
         self.clients[c].transport.poll(&mut events, 64);
         for e in events {
             match e {
-                Event::Completion(done) => self.client_done(c, now, done.result),
+                Event::Completion(done) => self.client_done(c, now, done.token, done.result),
                 Event::Disconnected { conn, .. } => {
                     let cl = &mut self.clients[c];
                     if cl.conn == Some(conn) {
@@ -635,11 +648,13 @@ impl World {
         }
     }
 
-    fn client_done(&mut self, c: usize, now: u64, result: Result<TOutput, transport::OpError>) {
+    fn client_done(&mut self, c: usize, now: u64, token: u64, result: Result<TOutput, transport::OpError>) {
         let replicas = self.cfg.replicas;
         let next_target = |t: u64| t % replicas + 1;
         let cl = &mut self.clients[c];
-        let Some(op) = cl.op.as_mut() else { return };
+        let Some(op) = cl.op.as_mut().filter(|op| op.sent && op.token == token) else {
+            return;
+        };
         op.sent = false;
         let resp = match result {
             Ok(TOutput::Response { payload, .. }) => Response::decode(&payload),
@@ -740,9 +755,14 @@ impl World {
             let call = self.net.now_ns();
             self.history.push(KvOp { key: key.clone(), call, ret: None, input: Input::Get });
             let req = Request { op: Op::Get, client: 0, seq: 0, key, value: Vec::new(), expect: None };
-            self.clients[0].op = Some(InFlight { history_at: self.history.len() - 1, req, sent: false });
-            for _ in 0..100_000 {
+            self.clients[0].op = Some(InFlight { history_at: self.history.len() - 1, req, sent: false, token: 0 });
+            let deadline = call + 2_000 * MS;
+            while self.clients[0].op.is_some() {
                 let now = self.net.now_ns();
+                if now > deadline {
+                    self.report.violations.push(format!("the final read of k{k} was not answered within 2 s"));
+                    return;
+                }
                 self.bury(now);
                 self.restart_due(now);
                 self.turn_all(now);
@@ -763,6 +783,7 @@ impl World {
         self.report.terms_with_leader = self.leaders.len();
         if let Some(key) = first_violation(&self.history) {
             self.report.violations.push(format!("not linearizable on key {}", String::from_utf8_lossy(&key)));
+            self.report.failing_history = if std::env::var_os("SMR_ALL_HISTORY").is_some() { self.history.clone() } else { self.history.iter().filter(|o| o.key == key).cloned().collect() };
         }
         self.check_converged();
     }

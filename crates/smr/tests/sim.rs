@@ -68,6 +68,10 @@ fn planted_answer_before_commit_is_caught() {
 #[ignore]
 fn print_one() {
     let seed = std::env::var("SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
-    let r = run(seed, &SimConfig::standard(3));
-    println!("{r:?}");
+    let replicas = std::env::var("REPLICAS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
+    let r = run(seed, &SimConfig::standard(replicas));
+    println!("{:?}", SimReport { failing_history: Vec::new(), ..r.clone() });
+    for op in &r.failing_history {
+        println!("{op:?}");
+    }
 }
