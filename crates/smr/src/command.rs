@@ -44,6 +44,8 @@ pub enum Op {
     Del = 3,
     /// Set a key's value if it holds the expected one.
     Cas = 4,
+    /// Where the replica stands (any replica answers; no key, no session).
+    Status = 5,
 }
 
 impl Op {
@@ -53,13 +55,14 @@ impl Op {
             2 => Op::Get,
             3 => Op::Del,
             4 => Op::Cas,
+            5 => Op::Status,
             _ => return None,
         })
     }
 
     /// True for the operations that go through the log.
     pub fn writes(self) -> bool {
-        self != Op::Get
+        matches!(self, Op::Put | Op::Del | Op::Cas)
     }
 }
 
@@ -174,7 +177,10 @@ impl Request {
         }
         let has_value = matches!(op, Op::Put | Op::Cas);
         if !has_value && value_len != 0 {
-            return Err(DecodeError::Malformed("a value on GET or DEL"));
+            return Err(DecodeError::Malformed("a value on GET, DEL or STATUS"));
+        }
+        if op == Op::Status && key_len != 0 {
+            return Err(DecodeError::Malformed("a key on STATUS"));
         }
         if flags & FLAG_EXPECT == 0 && expect_len != 0 {
             return Err(DecodeError::Malformed("an expectation without its flag"));
@@ -280,6 +286,65 @@ impl Response {
     }
 }
 
+/// A replica's STATUS, the value of its response (56 bytes: id u64, role
+/// u8 (0 follower, 1 candidate, 2 leader, 3 pre-candidate) and 7 zero
+/// bytes, term u64, leader u64, last index u64, commit u64, applied u64).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatusValue {
+    /// Replica id.
+    pub id: u64,
+    /// 0 follower, 1 candidate, 2 leader, 3 pre-candidate.
+    pub role: u8,
+    /// Term.
+    pub term: u64,
+    /// The leader it knows (0: none).
+    pub leader: u64,
+    /// Last log index.
+    pub last_index: u64,
+    /// Commit index.
+    pub commit: u64,
+    /// Applied index.
+    pub applied: u64,
+}
+
+/// Bytes of an encoded [`StatusValue`].
+pub const STATUS_BYTES: usize = 56;
+
+impl StatusValue {
+    /// The role's name.
+    pub fn role_name(&self) -> &'static str {
+        match self.role {
+            0 => "follower",
+            1 => "candidate",
+            2 => "leader",
+            3 => "pre-candidate",
+            _ => "unknown",
+        }
+    }
+
+    /// The encoding.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(STATUS_BYTES);
+        out.extend_from_slice(&self.id.to_le_bytes());
+        out.extend_from_slice(&[self.role, 0, 0, 0, 0, 0, 0, 0]);
+        for v in [self.term, self.leader, self.last_index, self.commit, self.applied] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out
+    }
+
+    /// Decodes and checks one.
+    pub fn decode(b: &[u8]) -> Result<StatusValue, DecodeError> {
+        if b.len() != STATUS_BYTES {
+            return Err(DecodeError::Truncated(b.len()));
+        }
+        if b[8] > 3 || b[9..16].iter().any(|&x| x != 0) {
+            return Err(DecodeError::Malformed("status role"));
+        }
+        Ok(StatusValue { id: u64_at(b, 0), role: b[8], term: u64_at(b, 16), leader: u64_at(b, 24), last_index: u64_at(b, 32), commit: u64_at(b, 40), applied: u64_at(b, 48) })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -318,6 +383,18 @@ mod tests {
         let mut no_session = good.clone();
         no_session[8..16].copy_from_slice(&0u64.to_le_bytes());
         assert!(matches!(Request::decode(&no_session), Err(DecodeError::Malformed(_))));
+    }
+
+    #[test]
+    fn status_round_trips_and_a_bad_role_is_refused() {
+        let st = StatusValue { id: 2, role: 2, term: 7, leader: 2, last_index: 90, commit: 89, applied: 88 };
+        assert_eq!(StatusValue::decode(&st.to_bytes()), Ok(st));
+        let mut bad = st.to_bytes();
+        bad[8] = 9;
+        assert!(StatusValue::decode(&bad).is_err());
+        assert!(StatusValue::decode(&bad[..10]).is_err());
+        let req = Request { op: Op::Status, client: 0, seq: 0, key: vec![], value: vec![], expect: None };
+        assert_eq!(Request::decode(&req.to_bytes()), Ok(req));
     }
 
     #[test]

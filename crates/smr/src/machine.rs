@@ -106,7 +106,7 @@ impl Machine {
                     (Status::CasFailed, current.cloned().unwrap_or_default())
                 }
             }
-            Op::Get => unreachable!("checked above"),
+            Op::Get | Op::Status => unreachable!("checked above"),
         };
         self.remember(req.client, Session { seq: req.seq, index, status, value: value.clone() });
         Response { status, leader: 0, index, value }

@@ -38,7 +38,7 @@ use raft::{RawNode, SnapshotStatus, StateRole};
 use reactor::Service;
 use transport::{ConnId, Event, RequestId, Transport};
 
-use crate::command::{Op, Request, Response, Status, REQUEST_MAGIC};
+use crate::command::{Op, Request, Response, Status, StatusValue, REQUEST_MAGIC};
 use crate::machine::Machine;
 use crate::store::{Durable, Store};
 
@@ -244,6 +244,18 @@ where
         }
     }
 
+    /// [`status`](Replica::status) as the STATUS reply carries it.
+    pub fn status_value(&self) -> StatusValue {
+        let st = self.status();
+        let role = match st.role {
+            StateRole::Follower => 0,
+            StateRole::Candidate => 1,
+            StateRole::Leader => 2,
+            StateRole::PreCandidate => 3,
+        };
+        StatusValue { id: st.id, role, term: st.term, leader: st.leader, last_index: st.last_index, commit: st.commit, applied: st.applied }
+    }
+
     /// Client requests waiting: writes proposed, reads waiting for their
     /// read index, reads waiting for it to be applied.
     pub fn waiting(&self) -> (usize, usize, usize) {
@@ -314,6 +326,10 @@ where
                 return self.answer(t, id, Status::BadRequest, 0, Vec::new());
             }
         };
+        if req.op == Op::Status {
+            let value = self.status_value().to_bytes();
+            return self.answer(t, id, Status::Ok, self.applied, value);
+        }
         if self.raw.raft.state != StateRole::Leader {
             return self.answer(t, id, Status::NotLeader, 0, Vec::new());
         }

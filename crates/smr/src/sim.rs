@@ -580,7 +580,7 @@ impl World {
                 let req = self.random_request(session, seq);
                 let input = match req.op {
                     Op::Put => Input::Put(req.value.clone()),
-                    Op::Get => Input::Get,
+                    Op::Get | Op::Status => Input::Get,
                     Op::Del => Input::Del,
                     Op::Cas => Input::Cas { expect: req.expect.clone(), new: req.value.clone() },
                 };
