@@ -135,33 +135,32 @@ fn pmem_replicas_compact_and_a_follower_restarts_from_its_media() {
 }
 
 fn elect_replicate_and_read<D: Durable>(net: &InProcNetwork, nodes: &mut [Node<D>]) {
-    let mut nodes = nodes;
     let mut now = Duration::ZERO;
-    run(&mut nodes, &mut now, 100);
-    let l = leader(&nodes).expect("a leader within 100 ticks");
+    run(nodes, &mut now, 100);
+    let l = leader(nodes).expect("a leader within 100 ticks");
     let term = nodes[l].service.status().term;
     assert!(nodes.iter().all(|n| n.service.status().leader == l as u64 + 1), "everyone knows the leader");
 
     let mut client = net.node();
     let to_leader = client.connect(&nodes[l].transport.id()).expect("connect");
     let put = Request { op: Op::Put, client: 1, seq: 1, key: b"k".to_vec(), value: b"v1".to_vec(), expect: None };
-    let r = ask(&mut client, to_leader, &mut nodes, &mut now, &put);
+    let r = ask(&mut client, to_leader, nodes, &mut now, &put);
     assert_eq!(r.status, Status::Ok);
     let get = Request { op: Op::Get, client: 0, seq: 0, key: b"k".to_vec(), value: vec![], expect: None };
-    let r = ask(&mut client, to_leader, &mut nodes, &mut now, &get);
+    let r = ask(&mut client, to_leader, nodes, &mut now, &get);
     assert_eq!((r.status, r.value.as_slice()), (Status::Ok, &b"v1"[..]));
     // The retried PUT is not applied twice: a later PUT stays.
     let put2 = Request { seq: 2, value: b"v2".to_vec(), ..put.clone() };
-    assert_eq!(ask(&mut client, to_leader, &mut nodes, &mut now, &put2).status, Status::Ok);
-    let retry = ask(&mut client, to_leader, &mut nodes, &mut now, &put);
+    assert_eq!(ask(&mut client, to_leader, nodes, &mut now, &put2).status, Status::Ok);
+    let retry = ask(&mut client, to_leader, nodes, &mut now, &put);
     assert_eq!(retry.status, Status::Stale, "an older sequence number");
-    run(&mut nodes, &mut now, 10);
+    run(nodes, &mut now, 10);
     for n in nodes.iter() {
         assert_eq!(n.service.machine().get(b"k"), Some(&b"v2"[..]), "replica {} applied", n.service.status().id);
     }
     let f = (l + 1) % 3;
     let to_follower = client.connect(&nodes[f].transport.id()).expect("connect");
-    let r = ask(&mut client, to_follower, &mut nodes, &mut now, &get);
+    let r = ask(&mut client, to_follower, nodes, &mut now, &get);
     assert_eq!((r.status, r.leader), (Status::NotLeader, l as u64 + 1), "a follower names the leader");
     assert_eq!(nodes[l].service.status().term, term, "no election while healthy");
 }

@@ -33,7 +33,7 @@ use super::{OpenError, PmemDurable, StoreFaults};
 use crate::store::{Durable, MemDurable};
 
 /// The cluster and replica every checked store belongs to.
-const CLUSTER: u64 = 0x5eed_c1u64;
+const CLUSTER: u64 = 0x005e_edc1;
 const REPLICA: u64 = 2;
 /// Entry space of the checked log: small, so the script laps it.
 const LOG_BYTES: u64 = 4096;
@@ -167,7 +167,7 @@ impl Driver {
         let entries: Vec<Entry> = (0..count)
             .map(|k| {
                 let len = [24usize, 130, 0, 200, 60, 8][((from + k) % 6) as usize];
-                let kind = if (from + k) % 11 == 0 { EntryType::EntryConfChange } else { EntryType::EntryNormal };
+                let kind = if (from + k).is_multiple_of(11) { EntryType::EntryConfChange } else { EntryType::EntryNormal };
                 let (data, context) = (self.bytes(len), self.bytes(((from + k) % 3) as usize * 4));
                 Entry { entry_type: kind, term, index: from + k, data: data.into(), context: context.into(), ..Default::default() }
             })
