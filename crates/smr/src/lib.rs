@@ -10,5 +10,6 @@
 pub mod command;
 pub mod machine;
 pub mod node;
+pub mod pmem_store;
 pub mod sim;
 pub mod store;

@@ -29,6 +29,14 @@ pub enum StoreError {
     /// Appending past the end or over the compacted prefix.
     #[error("log not contiguous: {0}")]
     Gap(String),
+    /// A snapshot larger than the store's snapshot slot.
+    #[error("snapshot of {len} B exceeds the slot's {max} B")]
+    SnapshotTooLarge {
+        /// The snapshot's data length.
+        len: u64,
+        /// The most a slot holds.
+        max: u64,
+    },
     /// The media refused or holds something else.
     #[error("store: {0}")]
     Media(String),

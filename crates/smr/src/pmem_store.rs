@@ -1,0 +1,568 @@
+//! [`PmemDurable`]: a replica's durable state ([`Durable`]) in persistent
+//! memory, on one [`Media`] (`docs/FORMAT.md`, "Replica store").
+//!
+//! What it owns, at fixed places: a superblock (the cluster and replica
+//! it belongs to, where the areas are; written last by `format`), the
+//! hard state in a [`DualRecord`], the membership in two checksummed
+//! slots, the Raft log in an [`AppendLog`] whose LSN is the Raft index,
+//! and the last snapshot in two alternating slots.
+//!
+//! Invariants, kept by every method and re-established by `open`:
+//! - `first_index() == snapshot index + 1 == log.head()` and
+//!   `last_index() == log.next_lsn() - 1`;
+//! - `terms[i]` is the term of entry `first_index() + i`, and
+//!   `terms.len() == log.len()` (so [`Durable::term`] is O(1));
+//! - every mutating call is durable when it returns, except
+//!   [`Durable::note_commit`], which is kept in DRAM until the next
+//!   hard-state store;
+//! - the snapshot slot is the commit point of `compact` and
+//!   `install_snapshot`: once it is durable, `open` finishes the rest
+//!   (the log's prefix truncation or restart, the membership and hard
+//!   state of an install), so a crash leaves the store before or after.
+
+use std::collections::VecDeque;
+
+use pmem::{DualRecord, Media};
+use pmwire_log::{AppendError, AppendLog, LogConfig};
+use raft::eraftpb::{ConfState, Entry, HardState, SnapshotMetadata};
+use thiserror::Error;
+
+use crate::store::{check_append, Durable, StoreError};
+use format::{Origin, SnapHeader, Superblock, SuperblockError};
+
+pub mod crash;
+mod format;
+#[cfg(test)]
+mod tests;
+
+pub use format::{FORMAT_VERSION, MAX_IDS};
+
+/// Why `format` refused. Nothing was written.
+#[derive(Debug, Error)]
+pub enum FormatError {
+    /// The log's config is unusable.
+    #[error("log config: {0}")]
+    Log(#[from] pmwire_log::CreateError),
+    /// The media cannot hold the store.
+    #[error("media of {have} B too small: the store needs at least {needed} B")]
+    MediaTooSmall {
+        /// Bytes needed (with an empty snapshot slot).
+        needed: u64,
+        /// The media's size.
+        have: u64,
+    },
+    /// The initial membership does not fit its bounded encoding.
+    #[error("membership has more than {MAX_IDS} {0}")]
+    TooManyIds(&'static str),
+}
+
+/// Why `open` refused. A refused store was not written to.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum OpenError {
+    /// No store here, or a `format` that did not finish.
+    #[error("not a formatted replica store: {0}")]
+    NotFormatted(&'static str),
+    /// Written by a format version this build does not read.
+    #[error("unsupported replica store version {found} (this build reads {supported})")]
+    UnsupportedVersion {
+        /// The version on the media.
+        found: u32,
+        /// The version this build reads.
+        supported: u32,
+    },
+    /// The store belongs to another cluster.
+    #[error("the store belongs to cluster {found}, not {expected}")]
+    WrongCluster {
+        /// The cluster asked for.
+        expected: u64,
+        /// The cluster on the media.
+        found: u64,
+    },
+    /// The store belongs to another replica of the cluster.
+    #[error("the store belongs to replica {found}, not {expected}")]
+    WrongReplica {
+        /// The replica asked for.
+        expected: u64,
+        /// The replica on the media.
+        found: u64,
+    },
+    /// The store was formatted but an area holds what no crash leaves.
+    #[error("replica store corrupt: {0}")]
+    Corrupt(String),
+}
+
+/// Planted bugs for the crash checker's canary. Never set outside tests.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreFaults {
+    /// A conflicting suffix is dropped with stores that are never flushed
+    /// nor drained: the truncation is not durable before the new entries land.
+    pub unflushed_suffix_truncation: bool,
+}
+
+/// The membership as last stored, and which slot holds it.
+#[derive(Clone, Debug)]
+struct ConfSlots {
+    newest: usize,
+    seq: u64,
+    /// The log index this membership is current from (a snapshot's index,
+    /// or the last index when it was stored).
+    as_of: u64,
+    conf: ConfState,
+}
+
+/// The last snapshot, and which slot holds it.
+#[derive(Clone, Debug)]
+struct Snap {
+    slot: usize,
+    header: SnapHeader,
+    data: Vec<u8>,
+}
+
+/// A replica's durable state in persistent memory (see the module docs).
+pub struct PmemDurable<M: Media> {
+    media: M,
+    sb: Superblock,
+    hard_record: DualRecord,
+    hard: HardState,
+    conf: ConfSlots,
+    snap: Snap,
+    log: AppendLog,
+    terms: VecDeque<u64>,
+    faults: StoreFaults,
+}
+
+impl<M: Media> PmemDurable<M> {
+    /// Media bytes a store needs for a log of `log` and snapshots of up
+    /// to `snapshot_data_bytes` (`log` must pass [`LogConfig::validate`]).
+    pub fn required_size(log: &LogConfig, snapshot_data_bytes: u64) -> u64 {
+        let slot = (format::SNAP_HEADER_BYTES + snapshot_data_bytes).next_multiple_of(format::AREA_ALIGN);
+        snap_area_at(AppendLog::required_size(log)) + 2 * slot
+    }
+
+    /// Formats a new store on `media` for replica `replica_id` of cluster
+    /// `cluster_id` with membership `voters`: empty log (first index 1),
+    /// hard state zero, an empty snapshot at index 0. The snapshot slots
+    /// share what the log leaves of the media. The superblock is written
+    /// last, after clearing any old one, so a format a crash interrupted
+    /// is refused by `open` ([`OpenError::NotFormatted`]).
+    pub fn format(media: M, cluster_id: u64, replica_id: u64, voters: &[u64], log: LogConfig) -> Result<Self, FormatError> {
+        let mut media = media;
+        log.validate()?;
+        let conf = ConfState { voters: voters.to_vec(), ..Default::default() };
+        let conf_block = format::encode_conf(&conf).map_err(FormatError::TooManyIds)?;
+        let log_bytes = AppendLog::required_size(&log);
+        let snap_at = snap_area_at(log_bytes);
+        let needed = snap_at + 2 * format::SNAP_HEADER_BYTES;
+        if media.len() < needed {
+            return Err(FormatError::MediaTooSmall { needed, have: media.len() });
+        }
+        let snap_slot_bytes = ((media.len() - snap_at) / 2) / format::AREA_ALIGN * format::AREA_ALIGN;
+        let sb = Superblock { cluster: cluster_id, replica: replica_id, log_bytes, snap_at, snap_slot_bytes };
+        media.write(0, &[0; format::SUPERBLOCK_BYTES]);
+        media.persist(0, format::SUPERBLOCK_BYTES as u64);
+        let hard = format::encode_hard_state(0, 0, 0);
+        DualRecord::format(&mut media, format::HARD_STATE_AT, &hard).expect("the hard state's place is fixed and aligned");
+        media.write(format::CONF_AT, &format::encode_conf_slot(1, 0, &conf_block));
+        media.write(format::CONF_AT + format::CONF_SLOT_BYTES, &[0; format::CONF_SLOT_BYTES as usize]);
+        media.flush(format::CONF_AT, 2 * format::CONF_SLOT_BYTES);
+        let empty = SnapHeader { seq: 1, index: 0, term: 0, data_len: 0, data_crc: format::snap_data_crc(&[]), origin: Origin::Compact, conf };
+        media.write(snap_at, &format::encode_snap_header(&empty, &conf_block));
+        media.write(snap_at + snap_slot_bytes, &[0; format::SNAP_HEADER_USED]);
+        media.flush(snap_at, format::SNAP_HEADER_USED as u64);
+        media.flush(snap_at + snap_slot_bytes, format::SNAP_HEADER_USED as u64);
+        media.drain();
+        AppendLog::create_at(&mut media, format::LOG_AT, log, 1)?;
+        media.write(0, &format::encode_superblock(&sb));
+        media.persist(0, format::SUPERBLOCK_BYTES as u64);
+        Ok(Self::open(media, cluster_id, replica_id).expect("a store just formatted opens"))
+    }
+
+    /// Recovers the store on `media`, which must belong to replica
+    /// `replica` of cluster `cluster`, and finishes the snapshot
+    /// operation a crash interrupted (so `open` may write to the media).
+    pub fn open(media: M, cluster: u64, replica: u64) -> Result<Self, OpenError> {
+        Self::open_with_faults(media, cluster, replica, StoreFaults::default())
+    }
+
+    /// `open` with planted bugs (tests only).
+    #[doc(hidden)]
+    pub fn open_with_faults(media: M, cluster: u64, replica: u64, faults: StoreFaults) -> Result<Self, OpenError> {
+        let mut media = media;
+        let sb = read_superblock(&media, cluster, replica)?;
+        let hard_record = DualRecord::open(&media, format::HARD_STATE_AT).map_err(|e| corrupt(format!("hard state: {e}")))?;
+        let (term, vote, commit) = format::decode_hard_state(hard_record.payload()).ok_or_else(|| corrupt("hard state of the wrong length".into()))?;
+        let hard = HardState { term, vote, commit, ..Default::default() };
+        let conf = read_conf(&media)?;
+        let snap = read_snapshot(&media, &sb)?;
+        let log = AppendLog::open(&mut media, format::LOG_AT).map_err(|e| corrupt(format!("log: {e}")))?;
+        if AppendLog::required_size(log.config()) != sb.log_bytes {
+            return Err(corrupt(format!("the log's header describes a log of other than {} B", sb.log_bytes)));
+        }
+        let terms = read_terms(&media, &log)?;
+        let mut store = PmemDurable { media, sb, hard_record, hard, conf, snap, log, terms, faults };
+        store.finish_interrupted()?;
+        assert_eq!(store.log.head(), store.snap.header.index + 1, "the log starts right after the snapshot");
+        assert_eq!(store.terms.len() as u64, store.log.len(), "a term for every entry");
+        Ok(store)
+    }
+
+    /// Finishes what a crash after the snapshot slot (the commit point)
+    /// left undone: a compaction's prefix truncation; an install's log
+    /// restart, membership and hard state. Idempotent.
+    fn finish_interrupted(&mut self) -> Result<(), OpenError> {
+        let (index, term) = (self.snap.header.index, self.snap.header.term);
+        if self.log.head() > index + 1 {
+            return Err(corrupt(format!("the log starts at {} after the snapshot at {index}", self.log.head())));
+        }
+        match self.snap.header.origin {
+            Origin::Compact if self.log.head() <= index => {
+                if self.log_term(index) != Some(term) {
+                    return Err(corrupt(format!("compacted at {index} (term {term}) but the log does not hold it")));
+                }
+                let dropped = (index + 1 - self.log.head()) as usize;
+                self.log.truncate(&mut self.media, index + 1).expect("index is held");
+                self.terms.drain(..dropped);
+            }
+            Origin::Compact => {}
+            Origin::Install => {
+                if self.log.head() <= index {
+                    self.log.restart_at(&mut self.media, index + 1).map_err(|e| corrupt(format!("restart: {e}")))?;
+                    self.terms.clear();
+                }
+                if self.conf.as_of < index {
+                    let conf = self.snap.header.conf.clone();
+                    self.store_conf(&conf, index).map_err(|e| corrupt(e.to_string()))?;
+                }
+                if self.hard.commit < index || self.hard.term < term {
+                    let mut hs = self.hard.clone();
+                    hs.commit = hs.commit.max(index);
+                    hs.term = hs.term.max(term);
+                    self.set_hard_state(&hs).map_err(|e| corrupt(e.to_string()))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The media (tests: crash images, inspection).
+    pub fn media(&self) -> &M {
+        &self.media
+    }
+
+    /// Gives the media back (to reopen it).
+    pub fn into_media(self) -> M {
+        self.media
+    }
+
+    /// The largest snapshot the store takes.
+    pub fn snapshot_capacity(&self) -> u64 {
+        self.sb.snap_slot_bytes - format::SNAP_HEADER_BYTES
+    }
+
+    /// The log, for its free space (a replica compacts before it fills).
+    pub fn log(&self) -> &AppendLog {
+        &self.log
+    }
+
+    /// The term of retained entry `index`, from the cache.
+    fn log_term(&self, index: u64) -> Option<u64> {
+        let at = index.checked_sub(self.log.head())?;
+        self.terms.get(usize::try_from(at).ok()?).copied()
+    }
+}
+
+impl<M: Media> PmemDurable<M> {
+    /// Durably stores `conf` as current from index `as_of` in the slot not
+    /// holding the newest membership (one persist).
+    fn store_conf(&mut self, conf: &ConfState, as_of: u64) -> Result<(), StoreError> {
+        let block = format::encode_conf(conf).map_err(|list| StoreError::Media(format!("membership has more than {MAX_IDS} {list}")))?;
+        let seq = self.conf.seq.checked_add(1).ok_or_else(|| StoreError::Media("membership sequence exhausted".into()))?;
+        let target = 1 - self.conf.newest;
+        let at = format::CONF_AT + target as u64 * format::CONF_SLOT_BYTES;
+        self.media.write(at, &format::encode_conf_slot(seq, as_of, &block));
+        self.media.persist(at, format::CONF_SLOT_BYTES);
+        self.conf = ConfSlots { newest: target, seq, as_of, conf: conf.clone() };
+        Ok(())
+    }
+
+    /// Durably writes a snapshot into the slot not holding the newest one:
+    /// data and header, one drain (the header's CRC and the data's CRC
+    /// make a torn slot invalid, and the newest slot is never touched).
+    /// Checks everything before writing anything.
+    fn store_snapshot(&mut self, meta: &SnapshotMetadata, data: &[u8], origin: Origin) -> Result<(), StoreError> {
+        let max = self.snapshot_capacity();
+        if data.len() as u64 > max {
+            return Err(StoreError::SnapshotTooLarge { len: data.len() as u64, max });
+        }
+        let conf = meta.get_conf_state().clone();
+        let block = format::encode_conf(&conf).map_err(|list| StoreError::Media(format!("membership has more than {MAX_IDS} {list}")))?;
+        let seq = self.snap.header.seq.checked_add(1).ok_or_else(|| StoreError::Media("snapshot sequence exhausted".into()))?;
+        let data_len = data.len() as u64;
+        let header = SnapHeader { seq, index: meta.index, term: meta.term, data_len, data_crc: format::snap_data_crc(data), origin, conf };
+        let target = 1 - self.snap.slot;
+        let at = self.sb.snap_at + target as u64 * self.sb.snap_slot_bytes;
+        if !data.is_empty() {
+            self.media.memcpy_nodrain(at + format::SNAP_HEADER_BYTES, data);
+        }
+        self.media.write(at, &format::encode_snap_header(&header, &block));
+        self.media.flush(at, format::SNAP_HEADER_USED as u64);
+        self.media.drain();
+        self.snap = Snap { slot: target, header, data: data.to_vec() };
+        Ok(())
+    }
+
+    /// Durably drops the entries from `from` on (the planted bug leaves
+    /// the drop in the caches).
+    fn drop_suffix(&mut self, from: u64) {
+        let dropped = if self.faults.unflushed_suffix_truncation {
+            self.log.truncate_suffix(&mut Unflushed(&mut self.media), from)
+        } else {
+            self.log.truncate_suffix(&mut self.media, from)
+        };
+        dropped.expect("check_append bounded `from` to the log");
+        self.terms.truncate((from - self.log.head()) as usize);
+    }
+
+    /// Appends encoded entries with their terms, one drain per batch; a
+    /// batch beyond the log's span limit goes in halves (a crash between
+    /// them leaves a prefix, as a self-validating log may anyway).
+    fn append_payloads(&mut self, payloads: &[&[u8]], terms: &[u64]) -> Result<(), StoreError> {
+        assert_eq!(payloads.len(), terms.len(), "a term per entry");
+        match self.log.append_batch(&mut self.media, payloads) {
+            Ok(lsns) => {
+                assert_eq!(lsns.end - lsns.start, payloads.len() as u64, "every entry appended");
+                self.terms.extend(terms.iter().copied());
+                Ok(())
+            }
+            Err(AppendError::BatchTooLarge { .. }) => {
+                let half = payloads.len() / 2;
+                self.append_payloads(&payloads[..half], &terms[..half])?;
+                self.append_payloads(&payloads[half..], &terms[half..])
+            }
+            Err(AppendError::Full { needed, free }) => {
+                let why = format!("{needed} B needed at index {}, {free} B free: compact", self.log.next_lsn());
+                Err(StoreError::Full(why))
+            }
+            Err(e) => Err(StoreError::Media(format!("append at index {}: {e}", self.log.next_lsn()))),
+        }
+    }
+}
+
+impl<M: Media> Durable for PmemDurable<M> {
+    fn hard_state(&self) -> HardState {
+        self.hard.clone()
+    }
+
+    fn conf_state(&self) -> ConfState {
+        self.conf.conf.clone()
+    }
+
+    fn snapshot(&self) -> (SnapshotMetadata, Vec<u8>) {
+        let h = &self.snap.header;
+        let mut meta = SnapshotMetadata { index: h.index, term: h.term, ..Default::default() };
+        meta.set_conf_state(h.conf.clone());
+        (meta, self.snap.data.clone())
+    }
+
+    fn first_index(&self) -> u64 {
+        self.log.head()
+    }
+
+    fn last_index(&self) -> u64 {
+        self.log.next_lsn() - 1
+    }
+
+    fn term(&self, index: u64) -> Option<u64> {
+        if index == self.snap.header.index {
+            return Some(self.snap.header.term);
+        }
+        self.log_term(index)
+    }
+
+    fn entry(&self, index: u64) -> Option<Entry> {
+        let mut payload = Vec::new();
+        if !self.log.read_into(&self.media, index, &mut payload) {
+            return None;
+        }
+        let entry = format::decode_entry(index, &payload).expect("entries are checked by open or written by this process");
+        assert_eq!(Some(entry.term), self.log_term(index), "the term cache agrees with the media");
+        Some(entry)
+    }
+
+    fn append(&mut self, entries: &[Entry]) -> Result<(), StoreError> {
+        let Some(first) = entries.first() else { return Ok(()) };
+        check_append(self, first.index)?;
+        let mut payloads = Vec::with_capacity(entries.len());
+        for (k, e) in entries.iter().enumerate() {
+            assert_eq!(e.index, first.index + k as u64, "appended entries are contiguous");
+            let mut payload = Vec::new();
+            format::encode_entry(e, &mut payload).ok_or_else(|| StoreError::Media(format!("entry {} above 4 GiB", e.index)))?;
+            payloads.push(payload);
+        }
+        if first.index <= self.last_index() {
+            self.drop_suffix(first.index);
+        }
+        let refs: Vec<&[u8]> = payloads.iter().map(|p| &p[..]).collect();
+        let terms: Vec<u64> = entries.iter().map(|e| e.term).collect();
+        self.append_payloads(&refs, &terms)
+    }
+
+    fn set_hard_state(&mut self, hs: &HardState) -> Result<(), StoreError> {
+        let payload = format::encode_hard_state(hs.term, hs.vote, hs.commit);
+        self.hard_record.store(&mut self.media, &payload).map_err(|e| StoreError::Media(format!("hard state: {e}")))?;
+        self.hard = hs.clone();
+        Ok(())
+    }
+
+    fn note_commit(&mut self, commit: u64) {
+        self.hard.commit = commit;
+    }
+
+    fn set_conf_state(&mut self, cs: &ConfState) -> Result<(), StoreError> {
+        let as_of = self.last_index();
+        self.store_conf(cs, as_of)
+    }
+
+    /// Snapshot slot (the commit point), log restart, membership, hard
+    /// state: each durable before the next; `open` finishes the rest.
+    fn install_snapshot(&mut self, meta: &SnapshotMetadata, data: &[u8]) -> Result<(), StoreError> {
+        if meta.index < self.snap.header.index {
+            let why = format!("snapshot at {} older than the one held at {}", meta.index, self.snap.header.index);
+            return Err(StoreError::Gap(why));
+        }
+        self.store_snapshot(meta, data, Origin::Install)?;
+        self.log.restart_at(&mut self.media, meta.index + 1).map_err(|e| StoreError::Media(format!("restart: {e}")))?;
+        self.terms.clear();
+        self.store_conf(meta.get_conf_state(), meta.index)?;
+        let mut hs = self.hard.clone();
+        hs.commit = hs.commit.max(meta.index);
+        hs.term = hs.term.max(meta.term);
+        self.set_hard_state(&hs)
+    }
+
+    /// Snapshot slot (the commit point), then the log's prefix truncation.
+    fn compact(&mut self, meta: &SnapshotMetadata, data: &[u8]) -> Result<(), StoreError> {
+        assert!(meta.index >= self.snap.header.index, "snapshots move forward");
+        assert!(meta.index <= self.last_index(), "a snapshot of held entries");
+        assert_eq!(self.term(meta.index), Some(meta.term), "a snapshot of held entries, with their term");
+        self.store_snapshot(meta, data, Origin::Compact)?;
+        let dropped = (meta.index + 1 - self.log.head()) as usize;
+        self.log.truncate(&mut self.media, meta.index + 1).expect("the index is held");
+        self.terms.drain(..dropped);
+        Ok(())
+    }
+}
+
+/// Where the snapshot area starts after a log of `log_bytes`.
+fn snap_area_at(log_bytes: u64) -> u64 {
+    (format::LOG_AT + log_bytes).next_multiple_of(format::AREA_ALIGN)
+}
+
+fn corrupt(why: String) -> OpenError {
+    OpenError::Corrupt(why)
+}
+
+/// The superblock, checked against the identity asked for.
+fn read_superblock<M: Media>(media: &M, cluster: u64, replica: u64) -> Result<Superblock, OpenError> {
+    if media.len() < format::SUPERBLOCK_BYTES as u64 {
+        return Err(OpenError::NotFormatted("media smaller than a superblock"));
+    }
+    let mut bytes = [0u8; format::SUPERBLOCK_BYTES];
+    media.read(0, &mut bytes);
+    let sb = format::decode_superblock(&bytes, media.len()).map_err(|e| match e {
+        SuperblockError::NotFormatted(why) => OpenError::NotFormatted(why),
+        SuperblockError::Version(found) => OpenError::UnsupportedVersion { found, supported: FORMAT_VERSION },
+        SuperblockError::Impossible(why) => corrupt(format!("superblock: {why}")),
+    })?;
+    if sb.cluster != cluster {
+        return Err(OpenError::WrongCluster { expected: cluster, found: sb.cluster });
+    }
+    if sb.replica != replica {
+        return Err(OpenError::WrongReplica { expected: replica, found: sb.replica });
+    }
+    Ok(sb)
+}
+
+/// The newest valid membership slot.
+fn read_conf<M: Media>(media: &M) -> Result<ConfSlots, OpenError> {
+    let read = |slot: usize| {
+        let mut bytes = [0u8; format::CONF_SLOT_BYTES as usize];
+        media.read(format::CONF_AT + slot as u64 * format::CONF_SLOT_BYTES, &mut bytes);
+        format::decode_conf_slot(&bytes).map(|(seq, as_of, conf)| ConfSlots { newest: slot, seq, as_of, conf })
+    };
+    newest(read(0), read(1), |c| c.seq).ok_or_else(|| corrupt("no valid membership slot".into()))?
+}
+
+/// The newest valid snapshot slot (header checksum, bounds, then data checksum).
+fn read_snapshot<M: Media>(media: &M, sb: &Superblock) -> Result<Snap, OpenError> {
+    let data_max = sb.snap_slot_bytes - format::SNAP_HEADER_BYTES;
+    let read = |slot: usize| {
+        let at = sb.snap_at + slot as u64 * sb.snap_slot_bytes;
+        let mut bytes = [0u8; format::SNAP_HEADER_USED];
+        media.read(at, &mut bytes);
+        let header = format::decode_snap_header(&bytes, data_max)?;
+        let mut data = vec![0u8; header.data_len as usize];
+        media.read(at + format::SNAP_HEADER_BYTES, &mut data);
+        (format::snap_data_crc(&data) == header.data_crc).then_some(Snap { slot, header, data })
+    };
+    newest(read(0), read(1), |s| s.header.seq).ok_or_else(|| corrupt("no valid snapshot slot".into()))?
+}
+
+/// The newer of two valid slots by sequence; `None` if neither is valid;
+/// `Some(Err)` if both carry the same sequence (no sequence of writes
+/// leaves that).
+fn newest<T>(a: Option<T>, b: Option<T>, seq: impl Fn(&T) -> u64) -> Option<Result<T, OpenError>> {
+    match (a, b) {
+        (None, None) => None,
+        (Some(a), Some(b)) if seq(&a) == seq(&b) => Some(Err(corrupt(format!("two slots with sequence {}", seq(&a))))),
+        (Some(a), Some(b)) => Some(Ok(if seq(&a) > seq(&b) { a } else { b })),
+        (Some(a), None) => Some(Ok(a)),
+        (None, Some(b)) => Some(Ok(b)),
+    }
+}
+
+/// The term of every retained entry, each header checked (no data copied).
+fn read_terms<M: Media>(media: &M, log: &AppendLog) -> Result<VecDeque<u64>, OpenError> {
+    let mut terms = VecDeque::with_capacity(log.len() as usize);
+    for index in log.head()..log.next_lsn() {
+        let range = log.payload_range(media, index).expect("a retained entry");
+        let len = range.end - range.start;
+        let mut header = [0u8; format::ENTRY_HEADER_BYTES];
+        let term = (len >= header.len() as u64)
+            .then(|| {
+                media.read(range.start, &mut header);
+                format::entry_term(&header, len)
+            })
+            .flatten();
+        terms.push_back(term.ok_or_else(|| corrupt(format!("entry {index} is not a well-formed Raft entry")))?);
+    }
+    Ok(terms)
+}
+
+/// A medium whose flushes and drains do nothing: the planted
+/// `unflushed_suffix_truncation` bug.
+struct Unflushed<'a, M: Media>(&'a mut M);
+
+impl<M: Media> Media for Unflushed<'_, M> {
+    fn len(&self) -> u64 {
+        self.0.len()
+    }
+    fn read(&self, offset: u64, dst: &mut [u8]) {
+        self.0.read(offset, dst)
+    }
+    fn read_u64(&self, offset: u64) -> u64 {
+        self.0.read_u64(offset)
+    }
+    fn write(&mut self, offset: u64, src: &[u8]) {
+        self.0.write(offset, src)
+    }
+    fn write_u64(&mut self, offset: u64, value: u64) {
+        self.0.write_u64(offset, value)
+    }
+    fn write_nt(&mut self, offset: u64, src: &[u8]) {
+        self.0.write(offset, src)
+    }
+    fn flush(&mut self, _offset: u64, _len: u64) {}
+    fn drain(&mut self) {}
+}
