@@ -83,7 +83,13 @@ fn rows(config: &Config) -> Vec<Row> {
         row("dual record", false, checks::check_dual_record(Default::default(), config)),
         row("planted: dual record never flushed", true, checks::check_planted_unflushed_record(config)),
     ];
-    let structures = [pmwire_log::crash::checks(), pmwire_btree::crash::checks(), pmwire_pool::crash::checks(), pmwire_kv::crash::checks()];
+    let structures = [
+        pmwire_log::crash::checks(),
+        pmwire_btree::crash::checks(),
+        pmwire_pool::crash::checks(),
+        pmwire_kv::crash::checks(),
+        pmwire_smr::pmem_store::crash::checks(),
+    ];
     rows.extend(structures.into_iter().flatten().map(|check| row(check.name, check.planted, (check.run)(config))));
     rows.extend(remote_rows(config));
     rows

@@ -7,6 +7,7 @@
 
 #![deny(missing_docs)]
 
+pub mod client;
 pub mod command;
 pub mod machine;
 pub mod node;

@@ -1,0 +1,230 @@
+//! `SmrClient`: a blocking client of a replicated cluster. It finds the
+//! leader (a replica that is not the leader answers `NOT_LEADER` with the
+//! one it knows), follows it through leader changes, and numbers its writes
+//! in a session so that a write it retries (after a timeout, a lost
+//! connection or `RETRY`) is applied once.
+//!
+//! Invariants: one request outstanding; every write of this client has a
+//! sequence number one above the last; a request is retried with the same
+//! bytes until it gets a final answer or the deadline passes (then its
+//! outcome is unknown: [`SmrError::Timeout`]).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use reactor::PollBudget;
+use thiserror::Error;
+use transport::{ConnId, Event, Output, Transport};
+
+use crate::command::{Op, Request, Response, Status, StatusValue, REQUEST_MAGIC};
+
+/// Why a request did not complete.
+#[derive(Debug, Error)]
+pub enum SmrError {
+    /// No final answer before the deadline: a write may or may not have
+    /// been applied (retrying it with the same client applies it once).
+    #[error("no answer from the cluster within {0:?} (a write's outcome is unknown)")]
+    Timeout(Duration),
+    /// The replica refused the request as malformed.
+    #[error("the replica refused the request as malformed")]
+    BadRequest,
+    /// The session moved past this request (a newer write was applied).
+    #[error("stale sequence number")]
+    Stale,
+    /// The replica's answer did not decode.
+    #[error("undecodable answer: {0}")]
+    Protocol(String),
+    /// The replica id is not in the client's list.
+    #[error("replica {0} is not in the list")]
+    UnknownReplica(u64),
+}
+
+/// A blocking client of a cluster.
+pub struct SmrClient<T: Transport>
+where
+    T::Addr: Sized + Clone,
+{
+    transport: T,
+    replicas: BTreeMap<u64, T::Addr>,
+    conns: BTreeMap<u64, ConnId>,
+    leader: u64,
+    session: u64,
+    seq: u64,
+    tokens: u64,
+    /// Longest a request is retried.
+    pub timeout: Duration,
+    /// Longest one attempt waits for its answer before trying elsewhere.
+    pub attempt_timeout: Duration,
+    /// How long to poll before blocking.
+    pub poll: PollBudget,
+    events: Vec<Event>,
+}
+
+impl<T: Transport> SmrClient<T>
+where
+    T::Addr: Sized + Clone,
+{
+    /// A client of the replicas `replicas` (id → address) with session id
+    /// `session` (non-zero, unique among the cluster's clients: a random
+    /// u64 is the usual choice).
+    pub fn new(transport: T, replicas: BTreeMap<u64, T::Addr>, session: u64) -> SmrClient<T> {
+        assert_ne!(session, 0, "session ids are non-zero");
+        assert!(!replicas.is_empty(), "at least one replica");
+        let leader = *replicas.keys().next().expect("non-empty");
+        SmrClient {
+            transport,
+            replicas,
+            conns: BTreeMap::new(),
+            leader,
+            session,
+            seq: 0,
+            tokens: 0,
+            timeout: Duration::from_secs(10),
+            attempt_timeout: Duration::from_millis(500),
+            poll: PollBudget::default(),
+            events: Vec::new(),
+        }
+    }
+
+    /// The replica this client believes leads.
+    pub fn leader(&self) -> u64 {
+        self.leader
+    }
+
+    /// Sets `key` to `value`; the log index it was applied at.
+    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<u64, SmrError> {
+        let r = self.write(Op::Put, key, value, None)?;
+        Ok(r.index)
+    }
+
+    /// Removes `key`.
+    pub fn del(&mut self, key: &[u8]) -> Result<u64, SmrError> {
+        Ok(self.write(Op::Del, key, &[], None)?.index)
+    }
+
+    /// Sets `key` to `new` if it holds `expect` (`None`: absent); whether it
+    /// swapped, and the current value if not.
+    pub fn cas(&mut self, key: &[u8], expect: Option<&[u8]>, new: &[u8]) -> Result<(bool, Vec<u8>), SmrError> {
+        let r = self.write(Op::Cas, key, new, expect.map(<[u8]>::to_vec))?;
+        Ok((r.status == Status::Ok, r.value))
+    }
+
+    /// The value of `key` (linearizable: served by the leader by ReadIndex).
+    pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, SmrError> {
+        let req = Request { op: Op::Get, client: 0, seq: 0, key: key.to_vec(), value: Vec::new(), expect: None };
+        let r = self.request(&req, None)?;
+        Ok((r.status == Status::Ok).then_some(r.value))
+    }
+
+    /// Replica `id`'s status (asked of it, whatever its role).
+    pub fn status(&mut self, id: u64) -> Result<StatusValue, SmrError> {
+        if !self.replicas.contains_key(&id) {
+            return Err(SmrError::UnknownReplica(id));
+        }
+        let req = Request { op: Op::Status, client: 0, seq: 0, key: Vec::new(), value: Vec::new(), expect: None };
+        let r = self.request(&req, Some(id))?;
+        StatusValue::decode(&r.value).map_err(|e| SmrError::Protocol(e.to_string()))
+    }
+
+    fn write(&mut self, op: Op, key: &[u8], value: &[u8], expect: Option<Vec<u8>>) -> Result<Response, SmrError> {
+        self.seq += 1;
+        let req = Request { op, client: self.session, seq: self.seq, key: key.to_vec(), value: value.to_vec(), expect };
+        self.request(&req, None)
+    }
+
+    /// Sends `req` to `only` (or the leader, following redirects) until a
+    /// final answer or the deadline.
+    fn request(&mut self, req: &Request, only: Option<u64>) -> Result<Response, SmrError> {
+        let bytes = req.to_bytes();
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            if Instant::now() >= deadline {
+                return Err(SmrError::Timeout(self.timeout));
+            }
+            let target = only.unwrap_or(self.leader);
+            let answer = self.attempt(target, &bytes, deadline);
+            let Some(resp) = answer else {
+                // No answer (connection lost, attempt timed out): elsewhere.
+                self.drop_conn(target);
+                if only.is_none() {
+                    self.leader = self.next_after(target);
+                }
+                continue;
+            };
+            match resp.status {
+                Status::Ok | Status::NotFound | Status::CasFailed => return Ok(resp),
+                Status::BadRequest => return Err(SmrError::BadRequest),
+                Status::Stale => return Err(SmrError::Stale),
+                Status::NotLeader if only.is_none() => {
+                    let hint = resp.leader;
+                    self.leader = if hint != 0 && self.replicas.contains_key(&hint) && hint != target { hint } else { self.next_after(target) };
+                    if hint == 0 {
+                        std::thread::sleep(Duration::from_millis(1)); // an election is under way
+                    }
+                }
+                Status::NotLeader | Status::Retry => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+    }
+
+    fn next_after(&self, id: u64) -> u64 {
+        self.replicas.range(id + 1..).next().or_else(|| self.replicas.iter().next()).map(|(&k, _)| k).expect("non-empty")
+    }
+
+    fn drop_conn(&mut self, id: u64) {
+        if let Some(conn) = self.conns.remove(&id) {
+            self.transport.close(conn);
+        }
+    }
+
+    fn conn(&mut self, id: u64) -> Option<ConnId> {
+        if let Some(&c) = self.conns.get(&id) {
+            return Some(c);
+        }
+        let addr = self.replicas.get(&id)?.clone();
+        let c = self.transport.connect(&addr).ok()?;
+        self.conns.insert(id, c);
+        Some(c)
+    }
+
+    /// One call to `target`; its response, or `None` if it could not be
+    /// had within the attempt's time.
+    fn attempt(&mut self, target: u64, bytes: &[u8], deadline: Instant) -> Option<Response> {
+        let conn = self.conn(target)?;
+        self.tokens += 1;
+        let token = self.tokens;
+        self.transport.call(conn, &REQUEST_MAGIC, bytes.to_vec(), token).ok()?;
+        let give_up = (Instant::now() + self.attempt_timeout).min(deadline);
+        let mut since = Instant::now();
+        let mut empty = 0u32;
+        loop {
+            self.events.clear();
+            self.transport.poll(&mut self.events, 64);
+            let mut found = None;
+            for e in self.events.drain(..) {
+                match e {
+                    Event::Completion(c) if c.token == token => found = Some(c.result),
+                    Event::Message { payload, .. } => self.transport.recycle(payload),
+                    _ => {}
+                }
+            }
+            if let Some(result) = found {
+                return match result {
+                    Ok(Output::Response { payload, .. }) => Response::decode(&payload).ok(),
+                    _ => None,
+                };
+            }
+            let now = Instant::now();
+            if now >= give_up {
+                return None;
+            }
+            empty += 1;
+            if self.poll.keep_polling(since, empty) {
+                continue;
+            }
+            let _ = self.transport.wait(give_up - now);
+            since = Instant::now();
+            empty = 0;
+        }
+    }
+}
