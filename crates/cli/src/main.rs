@@ -14,6 +14,7 @@ mod kv_cmd;
 mod kv_bench_cmd;
 mod remote_cmd;
 mod smr_check;
+mod smr_cmd;
 mod size;
 
 use anyhow::{bail, Result};
@@ -62,6 +63,10 @@ enum Command {
     Serve(remote_cmd::ServeArgs),
     /// Serve a persistent key-value store over RESP and HTTP (PASTE) until SIGTERM/SIGINT.
     Kv(kv_cmd::KvArgs),
+    /// Run one replica of a replicated key-value cluster (Raft; its log in persistent memory) until killed.
+    Replica(smr_cmd::ReplicaArgs),
+    /// Talk to a replicated cluster: put, get, del, status.
+    Smr(smr_cmd::SmrArgs),
     /// The newcomer's tour: a short run of every suite on an emulated pool,
     /// the crash checker, and the headline ratios against the peers.
     Tour(TourArgs),
@@ -208,6 +213,8 @@ fn main() -> Result<()> {
         Command::Tour(args) => tour(&args),
         Command::Serve(args) => remote_cmd::serve_cmd(&args),
         Command::Kv(args) => kv_cmd::run(&args),
+        Command::Replica(args) => smr_cmd::replica(&args),
+        Command::Smr(args) => smr_cmd::smr(&args),
         Command::Bench { suite: Suite::Remote(suite) } => remote_cmd::bench(&suite),
         Command::Bench { suite: Suite::Kv(suite) } => kv_bench_cmd::bench(&suite),
     }

@@ -42,6 +42,10 @@ use crate::command::{Op, Request, Response, Status, StatusValue, REQUEST_MAGIC};
 use crate::machine::Machine;
 use crate::store::{Durable, Store};
 
+/// Ticks a replica waits before connecting again to a peer whose
+/// connection was lost or refused.
+const RECONNECT_TICKS: u32 = 10;
+
 /// The header of a Raft message between replicas.
 pub const RAFT_MAGIC: [u8; 4] = *b"RFT1";
 
@@ -159,6 +163,10 @@ where
     counters: Counters,
     rng: Xoshiro256PlusPlus,
     applied_trace: Vec<(u64, u64)>,
+    /// The time of the current turn.
+    now: Duration,
+    /// When a peer whose connection was lost may be connected to again.
+    reconnect_at: BTreeMap<u64, Duration>,
 }
 
 fn discard_logger() -> slog::Logger {
@@ -211,6 +219,8 @@ where
             counters: Counters::default(),
             rng,
             applied_trace: Vec::new(),
+            now: Duration::ZERO,
+            reconnect_at: BTreeMap::new(),
         };
         replica.rerandomize();
         Ok(replica)
@@ -375,6 +385,13 @@ where
         };
         let conn = match self.out_conns.get(&to) {
             Some(&c) => c,
+            None if self.reconnect_at.get(&to).is_some_and(|&at| self.now < at) => {
+                // Lost recently: do not reconnect on every message (a dead
+                // peer's connect costs the loop); Raft resends.
+                self.counters.unsent += 1;
+                self.raw.report_unreachable(to);
+                return;
+            }
             None => match t.connect(addr) {
                 Ok(c) => {
                     self.out_conns.insert(to, c);
@@ -382,6 +399,7 @@ where
                 }
                 Err(_) => {
                     self.counters.unsent += 1;
+                    self.reconnect_at.insert(to, self.now + self.config.tick * RECONNECT_TICKS);
                     self.raw.report_unreachable(to);
                     return;
                 }
@@ -599,7 +617,8 @@ impl<T: Transport, D: Durable> Service<T> for Replica<T, D>
 where
     T::Addr: Sized,
 {
-    fn on_event(&mut self, t: &mut T, event: Event, _now: Duration) {
+    fn on_event(&mut self, t: &mut T, event: Event, now: Duration) {
+        self.now = now;
         match event {
             Event::Message { header, payload, .. } => {
                 if header == RAFT_MAGIC {
@@ -618,13 +637,20 @@ where
                     let _ = t.reply(r.id, &REQUEST_MAGIC, resp.to_bytes());
                 }
             }
-            Event::Disconnected { conn, .. } => self.out_conns.retain(|_, c| *c != conn),
+            Event::Disconnected { conn, .. } => {
+                let lost: Vec<u64> = self.out_conns.iter().filter(|(_, c)| **c == conn).map(|(&p, _)| p).collect();
+                for peer in lost {
+                    self.out_conns.remove(&peer);
+                    self.reconnect_at.insert(peer, now + self.config.tick * RECONNECT_TICKS);
+                }
+            }
             Event::Accepted(_) | Event::Completion(_) => {}
         }
         self.rerandomize();
     }
 
     fn poll_work(&mut self, t: &mut T, now: Duration) -> bool {
+        self.now = now;
         let ticked = self.tick_if_due(now);
         let readied = self.handle_ready(t).unwrap_or_else(|e| panic!("replica {}: storage failed: {e}", self.config.id));
         let leader = self.raw.raft.state == StateRole::Leader;

@@ -1,0 +1,275 @@
+//! `pmwire replica` (one replica of a replicated key-value cluster, as a
+//! process) and `pmwire smr` (a person's client of such a cluster).
+//!
+//! A replica listens on its own address from `--peers`, keeps its Raft
+//! log, hard state and snapshots in a persistent-memory pool (`--log
+//! pmem`, the default) or in DRAM (`--log dram`: the volatile baseline,
+//! which loses everything when the process ends), and serves until
+//! killed. The pool is locked for the process's lifetime, so a second
+//! replica on the same pool is refused; a pool of another cluster or
+//! replica id is refused too.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, Subcommand};
+use pmem::{Region, RegionOptions};
+use pmwire_bench::remote::server::ucx_config;
+use pmwire_log::{LogConfig, TailStrategy};
+use pmwire_smr::client::SmrClient;
+use pmwire_smr::node::{Replica, ReplicaConfig};
+use pmwire_smr::pmem_store::{OpenError, PmemDurable};
+use pmwire_smr::store::{Durable, MemDurable};
+use reactor::{PollBudget, Reactor, RealClock};
+use transport::UcxTransport;
+
+/// `pmwire replica`.
+#[derive(Args)]
+pub struct ReplicaArgs {
+    /// This replica's id (one of the ids in --peers).
+    #[arg(long)]
+    pub id: u64,
+    /// Every replica of the cluster, this one included: ID=ADDR,ID=ADDR,...
+    #[arg(long, value_parser = parse_peers)]
+    pub peers: Peers,
+    /// The pool file (a tmpfs path is emulated persistent memory); formatted if it holds no store.
+    #[arg(long)]
+    pub pool: PathBuf,
+    /// Pool size (bytes; K, M, G suffixes) when it is created.
+    #[arg(long, value_parser = crate::size::parse, default_value = "256M")]
+    pub size: u64,
+    /// The Raft log's capacity in the pool (the rest holds two snapshots).
+    #[arg(long, value_parser = crate::size::parse, default_value = "64M")]
+    pub log_size: u64,
+    /// Cluster id written into a new pool and checked when one is opened.
+    #[arg(long, default_value_t = 1)]
+    pub cluster: u64,
+    /// UCX transport: tcp, or sm (shared memory, with tcp for connection set-up).
+    #[arg(long, default_value = "tcp")]
+    pub tls: String,
+    /// Where the Raft log lives: pmem (the pool) or dram (volatile: the baseline; a restart starts empty).
+    #[arg(long, default_value = "pmem", value_parser = ["pmem", "dram"])]
+    pub log: String,
+    /// The log's tail: self-validating (default), naive or rotating.
+    #[arg(long, default_value = "self-validating", value_parser = ["self-validating", "naive", "rotating"])]
+    pub tail: String,
+    /// The leader persists its own entries before sending them (default: it sends first, Raft thesis §10.2.1).
+    #[arg(long)]
+    pub persist_then_send: bool,
+    /// Snapshot and compact the log every this many applied entries.
+    #[arg(long, default_value_t = 10_000)]
+    pub snapshot_every: u64,
+    /// One Raft tick in milliseconds (elections after 10-20 ticks, heartbeats every 2).
+    #[arg(long, default_value_t = 10)]
+    pub tick_ms: u64,
+    /// Write {"id":N,"addr":"..."} here once listening.
+    #[arg(long)]
+    pub ready_file: Option<PathBuf>,
+}
+
+/// `pmwire smr`.
+#[derive(Args)]
+pub struct SmrArgs {
+    /// Every replica of the cluster: ID=ADDR,ID=ADDR,...
+    #[arg(long, value_parser = parse_peers)]
+    pub peers: Peers,
+    /// UCX transport: tcp or sm.
+    #[arg(long, default_value = "tcp")]
+    pub tls: String,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: SmrCommand,
+}
+
+/// What `pmwire smr` does.
+#[derive(Subcommand)]
+pub enum SmrCommand {
+    /// Set KEY to VALUE.
+    Put {
+        /// The key.
+        key: String,
+        /// The value.
+        value: String,
+    },
+    /// Print KEY's value (linearizable read).
+    Get {
+        /// The key.
+        key: String,
+    },
+    /// Remove KEY.
+    Del {
+        /// The key.
+        key: String,
+    },
+    /// Each replica's role, term, last and commit index, and lag.
+    Status,
+}
+
+/// A parsed `--peers` list.
+#[derive(Clone, Debug)]
+pub struct Peers(pub BTreeMap<u64, SocketAddr>);
+
+fn parse_peers(s: &str) -> Result<Peers, String> {
+    let mut out = BTreeMap::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (id, addr) = part.split_once('=').ok_or_else(|| format!("'{part}': expected ID=ADDR (e.g. 1=127.0.0.1:7001)"))?;
+        let id: u64 = id.trim().parse().map_err(|_| format!("'{id}': a replica id is a positive integer"))?;
+        if id == 0 {
+            return Err("replica ids start at 1".into());
+        }
+        let addr: SocketAddr = addr.trim().parse().map_err(|e| format!("'{addr}': {e}"))?;
+        if out.insert(id, addr).is_some() {
+            return Err(format!("replica {id} is listed twice"));
+        }
+    }
+    if out.is_empty() {
+        return Err("no replicas listed".into());
+    }
+    let mut addrs: Vec<_> = out.values().collect();
+    addrs.sort();
+    if addrs.windows(2).any(|w| w[0] == w[1]) {
+        return Err("two replicas share an address".into());
+    }
+    Ok(Peers(out))
+}
+
+fn tail(name: &str) -> TailStrategy {
+    match name {
+        "naive" => TailStrategy::Naive,
+        "rotating" => TailStrategy::ROTATING_PAPER,
+        _ => TailStrategy::SelfValidating,
+    }
+}
+
+/// Locks `path` for this process (released when the file closes).
+fn lock(path: &std::path::Path) -> Result<File> {
+    let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).with_context(|| format!("open {}", path.display()))?;
+    // SAFETY: flock on an fd we own.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        bail!("{} is in use by another replica process (it holds the lock); one replica per pool", path.display());
+    }
+    Ok(file)
+}
+
+/// Runs `pmwire replica` until killed.
+pub fn replica(args: &ReplicaArgs) -> Result<()> {
+    let peers = &args.peers.0;
+    let Some(&addr) = peers.get(&args.id) else {
+        bail!("--id {} is not in --peers ({})", args.id, peers.keys().map(u64::to_string).collect::<Vec<_>>().join(", "));
+    };
+    let voters: Vec<u64> = peers.keys().copied().collect();
+    let others: BTreeMap<u64, SocketAddr> = peers.iter().filter(|(&id, _)| id != args.id).map(|(&id, &a)| (id, a)).collect();
+    let mut config = ReplicaConfig::new(args.id);
+    config.leader_sends_first = !args.persist_then_send;
+    config.snapshot_every = args.snapshot_every;
+    config.seed = std::process::id() as u64 ^ args.id.rotate_left(32);
+    if args.tick_ms == 0 {
+        bail!("--tick-ms must be at least 1");
+    }
+    config.tick = std::time::Duration::from_millis(args.tick_ms);
+    let lock = if args.log == "pmem" { Some(lock(&args.pool.with_extension("lock"))?) } else { None };
+    // A restarted replica listens on the port its predecessor's
+    // connections may still hold in TIME_WAIT (UCX reads this one from the
+    // environment only: its connection managers' settings are not part of
+    // a context's configuration). Set before any thread starts.
+    if std::env::var_os("UCX_TCP_CM_REUSEADDR").is_none() {
+        std::env::set_var("UCX_TCP_CM_REUSEADDR", "y");
+    }
+    let mut transport = UcxTransport::new(&ucx_config(&args.tls, addr.ip().is_loopback(), false)?)?;
+    let bound = transport.listen(addr).with_context(|| format!("listen on {addr}"))?;
+    let stop = AtomicBool::new(false);
+    if args.log == "dram" {
+        println!("replica {} of {} on {bound} over {}; log in DRAM (volatile baseline: a restart starts empty)", args.id, voters.len(), args.tls);
+        let replica = Replica::new(config, MemDurable::new(&voters), others).map_err(|e| anyhow!("{e}"))?;
+        return serve(transport, replica, args, &bound, &stop);
+    }
+    let durable = open_store(args, &voters)?;
+    let _lock = lock;
+    println!(
+        "replica {} of {} on {bound} over {}; log in {} ({} tail), last index {}",
+        args.id,
+        voters.len(),
+        args.tls,
+        args.pool.display(),
+        args.tail,
+        durable.last_index()
+    );
+    let replica = Replica::new(config, durable, others).map_err(|e| anyhow!("{e}"))?;
+    serve(transport, replica, args, &bound, &stop)
+}
+
+fn open_store(args: &ReplicaArgs, voters: &[u64]) -> Result<PmemDurable<Region>> {
+    let options = RegionOptions { size: Some(args.size), create: true, ..RegionOptions::default() };
+    let region = Region::open(&args.pool, options.clone()).with_context(|| format!("open {}", args.pool.display()))?;
+    match PmemDurable::open(region, args.cluster, args.id) {
+        Ok(store) => Ok(store),
+        Err(OpenError::NotFormatted(_)) => {
+            let region = Region::open(&args.pool, options)?;
+            let log = LogConfig::new(args.log_size, tail(&args.tail));
+            PmemDurable::format(region, args.cluster, args.id, voters, log).map_err(|e| anyhow!("format {}: {e}", args.pool.display()))
+        }
+        Err(e) => Err(anyhow!("{}: {e} (not overwriting it)", args.pool.display())),
+    }
+}
+
+fn serve<D: Durable>(transport: UcxTransport, replica: Replica<UcxTransport, D>, args: &ReplicaArgs, bound: &SocketAddr, stop: &AtomicBool) -> Result<()> {
+    if let Some(path) = &args.ready_file {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, format!("{{\"id\":{},\"addr\":\"{bound}\"}}\n", args.id))?;
+        std::fs::rename(&tmp, path)?;
+    }
+    let mut reactor = Reactor::new(transport, replica);
+    reactor.run(&RealClock::new(), stop, PollBudget::default());
+    Ok(())
+}
+
+/// Runs `pmwire smr`.
+pub fn smr(args: &SmrArgs) -> Result<()> {
+    let peers = &args.peers.0;
+    let loopback = peers.values().all(|a| a.ip().is_loopback());
+    let transport = UcxTransport::new(&ucx_config(&args.tls, loopback, false)?)?;
+    let session = (std::process::id() as u64) << 32 | u64::from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.subsec_nanos()) | 1;
+    let mut client = SmrClient::new(transport, peers.clone(), session);
+    match &args.command {
+        SmrCommand::Put { key, value } => {
+            let index = client.put(key.as_bytes(), value.as_bytes())?;
+            println!("OK (index {index}, leader {})", client.leader());
+        }
+        SmrCommand::Get { key } => match client.get(key.as_bytes())? {
+            Some(v) => println!("{}", String::from_utf8_lossy(&v)),
+            None => println!("(not found)"),
+        },
+        SmrCommand::Del { key } => {
+            let index = client.del(key.as_bytes())?;
+            println!("OK (index {index})");
+        }
+        SmrCommand::Status => status(&mut client, peers)?,
+    }
+    Ok(())
+}
+
+fn status(client: &mut SmrClient<UcxTransport>, peers: &BTreeMap<u64, SocketAddr>) -> Result<()> {
+    client.timeout = std::time::Duration::from_secs(2);
+    let mut rows = Vec::new();
+    for &id in peers.keys() {
+        rows.push((id, client.status(id)));
+    }
+    let leader_last = rows.iter().filter_map(|(_, r)| r.as_ref().ok()).filter(|s| s.role == 2).map(|s| s.last_index).max();
+    println!("{:>4} {:<22} {:<14} {:>6} {:>7} {:>10} {:>10} {:>10} {:>6}", "id", "address", "role", "term", "leader", "last", "commit", "applied", "lag");
+    for (id, r) in rows {
+        match r {
+            Ok(s) => {
+                let lag = leader_last.map_or("-".to_string(), |l| l.saturating_sub(s.applied).to_string());
+                println!("{:>4} {:<22} {:<14} {:>6} {:>7} {:>10} {:>10} {:>10} {:>6}", id, peers[&id], s.role_name(), s.term, s.leader, s.last_index, s.commit, s.applied, lag);
+            }
+            Err(e) => println!("{:>4} {:<22} unreachable: {e}", id, peers[&id]),
+        }
+    }
+    Ok(())
+}
