@@ -202,17 +202,17 @@ struct RowContext {
 }
 
 impl RowContext {
-    fn new(peer: Peer, version: &str, data_dir: &Path, replicas: usize) -> RowContext {
+    fn new(peer: Peer, version: &str, data_dir: &Path, servers: usize) -> RowContext {
         let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
         let mut params = vec![
             ("peer", version.into()),
-            ("replicas", replicas.into()),
+            ("servers", servers.into()),
             ("key_bytes", KEY_BYTES.into()),
             ("data_dir", data_dir.display().to_string().into()),
             ("data_dir_fs", fs_type(data_dir).into()),
             ("machine_cpus", cpus.into()),
             ("pinned", false.into()),
-            ("note", format!("unpinned: {replicas} servers and the clients share {cpus} CPUs").into()),
+            ("note", format!("unpinned: {servers} servers and the clients share {cpus} CPUs").into()),
         ];
         if peer == Peer::RedisWait {
             params.push(("write", "SET k v, then WAIT 2 0 (two round trips); WAIT must answer 2".into()));
