@@ -14,6 +14,7 @@
 //!   the remote suites (latency, bulk, log server) over UCX tcp and sm.
 //! - [`machine`]: what the numbers were measured on.
 //! - [`schema`]: the JSON format.
+//! - [`smr`]: the replication benchmark's peers (etcd, Redis + WAIT).
 //!
 //! ```no_run
 //! use pmwire_bench::local::{run, LocalOptions};
@@ -43,6 +44,7 @@ pub mod pmdk;
 pub mod remote;
 pub mod report;
 pub mod schema;
+pub mod smr;
 mod spawn;
 pub mod table;
 

@@ -81,7 +81,20 @@ impl RedisServer {
     /// `placement`'s server CPU, and waits until it answers PING (10 s at
     /// most).
     pub fn start(persistence: Persistence, parent: &Path, placement: &Placement) -> Result<RedisServer> {
-        let dir = parent.join(format!("pmwire-redis-{}-{}", persistence.name(), std::process::id()));
+        RedisServer::start_with(persistence, parent, placement, persistence.name(), &[])
+    }
+
+    /// [`start`](RedisServer::start) with `label` in its directory's name
+    /// (so several servers can share `parent`) and `extra` arguments after
+    /// the others (e.g. `--replicaof 127.0.0.1 <port>`).
+    pub fn start_with(
+        persistence: Persistence,
+        parent: &Path,
+        placement: &Placement,
+        label: &str,
+        extra: &[String],
+    ) -> Result<RedisServer> {
+        let dir = parent.join(format!("pmwire-redis-{label}-{}", std::process::id()));
         if dir.exists() {
             std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
         }
@@ -94,6 +107,7 @@ impl RedisServer {
             .arg("--dir")
             .arg(&dir)
             .args(persistence.args())
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
