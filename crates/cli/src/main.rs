@@ -80,6 +80,8 @@ enum Suite {
     Remote(remote_cmd::RemoteSuite),
     #[command(flatten)]
     Kv(kv_bench_cmd::KvSuite),
+    /// Replication: 3 `pmwire replica` processes, PUT latency and throughput (log in DRAM vs pmem, the tails, tcp and sm) beside etcd and Redis + WAIT.
+    Smr(smr_cmd::SmrBenchArgs),
 }
 
 /// Where the pool lives and what to take it for.
@@ -217,6 +219,11 @@ fn main() -> Result<()> {
         Command::Smr(args) => smr_cmd::smr(&args),
         Command::Bench { suite: Suite::Remote(suite) } => remote_cmd::bench(&suite),
         Command::Bench { suite: Suite::Kv(suite) } => kv_bench_cmd::bench(&suite),
+        Command::Bench { suite: Suite::Smr(args) } => {
+            let report = smr_cmd::bench(&args)?;
+            println!("results: {}", report.json_path.display());
+            Ok(())
+        }
     }
 }
 

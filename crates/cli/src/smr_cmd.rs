@@ -28,6 +28,9 @@ use pmwire_smr::store::{Durable, MemDurable};
 use reactor::{PollBudget, Reactor, RealClock};
 use transport::UcxTransport;
 
+/// Connections a replica accepts and makes (clients and peers).
+const MAX_CONNS: usize = 1024;
+
 /// `pmwire replica`.
 #[derive(Args)]
 pub struct ReplicaArgs {
@@ -64,6 +67,10 @@ pub struct ReplicaArgs {
     /// Snapshot and compact the log every this many applied entries.
     #[arg(long, default_value_t = 10_000)]
     pub snapshot_every: u64,
+    /// Microseconds the loop keeps polling after activity before it blocks (0 blocks at once: three replicas and
+    /// their clients share the cores of one machine, where polling takes the CPU another process needs).
+    #[arg(long, default_value_t = 0)]
+    pub poll_us: u64,
     /// One Raft tick in milliseconds (elections after 10-20 ticks, heartbeats every 2).
     #[arg(long, default_value_t = 10)]
     pub tick_ms: u64,
@@ -181,7 +188,10 @@ pub fn replica(args: &ReplicaArgs) -> Result<()> {
     if std::env::var_os("UCX_TCP_CM_REUSEADDR").is_none() {
         std::env::set_var("UCX_TCP_CM_REUSEADDR", "y");
     }
-    let mut transport = UcxTransport::new(&ucx_config(&args.tls, addr.ip().is_loopback(), false)?)?;
+    let mut ucx = ucx_config(&args.tls, addr.ip().is_loopback(), false)?;
+    // Clients connect to every replica they try, peers once each.
+    ucx.limits.max_conns = MAX_CONNS;
+    let mut transport = UcxTransport::new(&ucx)?;
     let bound = transport.listen(addr).with_context(|| format!("listen on {addr}"))?;
     let stop = AtomicBool::new(false);
     if args.log == "dram" {
@@ -225,7 +235,11 @@ fn serve<D: Durable>(transport: UcxTransport, replica: Replica<UcxTransport, D>,
         std::fs::rename(&tmp, path)?;
     }
     let mut reactor = Reactor::new(transport, replica);
-    reactor.run(&RealClock::new(), stop, PollBudget::default());
+    let budget = match args.poll_us {
+        0 => PollBudget::BLOCK,
+        us => PollBudget { spin: std::time::Duration::from_micros(us), ..PollBudget::default() },
+    };
+    reactor.run(&RealClock::new(), stop, budget);
     Ok(())
 }
 
@@ -272,4 +286,25 @@ fn status(client: &mut SmrClient<UcxTransport>, peers: &BTreeMap<u64, SocketAddr
         }
     }
     Ok(())
+}
+
+/// `pmwire bench smr`.
+#[derive(Args)]
+pub struct SmrBenchArgs {
+    /// A short run (2,000 PUTs per latency cell, 1 s per throughput point).
+    #[arg(long)]
+    pub quick: bool,
+    /// Where to write the JSON results.
+    #[arg(long, default_value = "results")]
+    pub out: PathBuf,
+    /// Leave out etcd and Redis.
+    #[arg(long)]
+    pub no_peers: bool,
+}
+
+/// Runs `pmwire bench smr`.
+pub fn bench(args: &SmrBenchArgs) -> Result<pmwire_bench::SuiteReport> {
+    let exe = std::env::current_exe().context("the pmwire binary")?;
+    let options = pmwire_bench::smr::suite::SmrOptions { quick: args.quick, out_dir: args.out.clone(), exe, peers: !args.no_peers };
+    pmwire_bench::smr::suite::run(&options)
 }

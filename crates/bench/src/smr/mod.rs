@@ -4,3 +4,4 @@
 //!   users run them, for comparison with pmwire's replicas.
 
 pub mod peers;
+pub mod suite;

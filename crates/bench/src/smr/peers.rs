@@ -264,7 +264,7 @@ fn drive<C: PutClient + Send>(
 }
 
 /// Writes the key of `client`'s `seq`-th PUT into `out`: 16 hex digits.
-fn key(client: usize, seq: u64, out: &mut [u8; KEY_BYTES]) {
+pub(crate) fn key(client: usize, seq: u64, out: &mut [u8; KEY_BYTES]) {
     let n = ((client as u64) << 32) | (seq % KEYS_PER_CLIENT);
     for (i, byte) in out.iter_mut().enumerate() {
         *byte = b"0123456789abcdef"[((n >> (60 - 4 * i)) & 15) as usize];
@@ -272,7 +272,7 @@ fn key(client: usize, seq: u64, out: &mut [u8; KEY_BYTES]) {
 }
 
 /// One client: `warmup_puts` untimed, then `latency_puts` timed (ns each).
-fn latency_run<C: PutClient>(connect: &dyn Fn() -> Result<C>, plan: &Plan) -> Result<Vec<u64>> {
+pub(crate) fn latency_run<C: PutClient>(connect: &dyn Fn() -> Result<C>, plan: &Plan) -> Result<Vec<u64>> {
     assert!(plan.latency_puts > 0);
     let mut client = connect()?;
     let value = [b'v'; VALUE_BYTES];

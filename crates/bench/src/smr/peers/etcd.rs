@@ -141,7 +141,7 @@ impl Drop for EtcdCluster {
 
 /// `n` distinct loopback ports nobody listened on a moment ago (all held
 /// at once, so they differ).
-fn free_ports(n: usize) -> Result<Vec<u16>> {
+pub(crate) fn free_ports(n: usize) -> Result<Vec<u16>> {
     let listeners: Vec<TcpListener> =
         (0..n).map(|_| TcpListener::bind(("127.0.0.1", 0))).collect::<std::io::Result<_>>().context("finding free ports")?;
     listeners.iter().map(|l| Ok(l.local_addr()?.port())).collect()

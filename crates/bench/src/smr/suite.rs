@@ -1,0 +1,289 @@
+//! `pmwire bench smr`: three `pmwire replica` processes on loopback, one
+//! closed-loop client with one PUT outstanding (16 B keys, 64 B values),
+//! latency percentiles; the log in DRAM against the log in persistent
+//! memory (seed 000 Table 1), the three tails, the leader's two orders of
+//! append and send, UCX tcp and shared memory; throughput with 1 to 64
+//! clients; and, in the same run, etcd and Redis with replicas and WAIT
+//! (`super::peers`).
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Result};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use pmwire_smr::client::SmrClient;
+use reactor::PollBudget;
+use transport::UcxTransport;
+
+use super::peers::{self, etcd::free_ports, key, latency_run, PeerOptions, Plan, PutClient, KEY_BYTES, LATENCY_BENCH, THROUGHPUT_BENCH, VALUE_BYTES};
+use crate::remote::common::{finish_with_peers, latency_result, ratio};
+use crate::remote::server::ucx_config;
+use crate::schema::{BenchResult, Skipped};
+use crate::spawn::spawn_until_ready;
+use crate::{Headline, SuiteReport};
+
+/// How the suite runs.
+#[derive(Clone, Debug)]
+pub struct SmrOptions {
+    /// A short run.
+    pub quick: bool,
+    /// Where the JSON goes.
+    pub out_dir: PathBuf,
+    /// The `pmwire` binary (it runs the replicas).
+    pub exe: PathBuf,
+    /// Run etcd and Redis too.
+    pub peers: bool,
+}
+
+/// One cluster configuration.
+#[derive(Clone, Debug)]
+struct Variant {
+    tls: &'static str,
+    log: &'static str,
+    tail: &'static str,
+    persist_then_send: bool,
+    throughput: bool,
+}
+
+impl Variant {
+    fn name(&self) -> String {
+        let order = if self.persist_then_send { "_persist_then_send" } else { "" };
+        match self.log {
+            "dram" => format!("pmwire_{}_dram", self.tls),
+            _ => format!("pmwire_{}_pmem_{}{order}", self.tls, self.tail.replace('-', "_")),
+        }
+    }
+}
+
+fn variants(quick: bool) -> Vec<Variant> {
+    let v = |tls, log, tail, persist_then_send, throughput| Variant { tls, log, tail, persist_then_send, throughput };
+    let mut out = vec![
+        v("sm", "dram", "self-validating", false, false),
+        v("sm", "pmem", "self-validating", false, true),
+        v("tcp", "dram", "self-validating", false, false),
+        v("tcp", "pmem", "self-validating", false, true),
+        v("sm", "pmem", "naive", false, false),
+        v("sm", "pmem", "rotating", false, false),
+        v("sm", "pmem", "self-validating", true, false),
+    ];
+    if quick {
+        out.retain(|v| v.tls == "sm" || v.log == "pmem");
+    }
+    out
+}
+
+/// Three replica children, killed (and their pools removed) on drop.
+struct Cluster {
+    children: Vec<Child>,
+    peers: BTreeMap<u64, SocketAddr>,
+    files: Vec<PathBuf>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for f in &self.files {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
+fn start_cluster(exe: &Path, v: &Variant) -> Result<Cluster> {
+    let ports = free_ports(3)?;
+    let peers: BTreeMap<u64, SocketAddr> = ports.iter().enumerate().map(|(i, &p)| (i as u64 + 1, SocketAddr::from(([127, 0, 0, 1], p)))).collect();
+    let list = peers.iter().map(|(id, a)| format!("{id}={a}")).collect::<Vec<_>>().join(",");
+    let mut cluster = Cluster { children: Vec::new(), peers, files: Vec::new() };
+    for id in 1..=3u64 {
+        let pool = PathBuf::from(format!("/dev/shm/pmwire-smr-bench-{}-{id}.pool", std::process::id()));
+        let ready = pool.with_extension("ready");
+        let _ = std::fs::remove_file(&pool);
+        cluster.files.extend([pool.clone(), pool.with_extension("lock"), ready.clone()]);
+        let mut cmd = Command::new(exe);
+        cmd.args(["replica", "--id", &id.to_string(), "--peers", &list, "--tls", v.tls, "--log", v.log, "--tail", v.tail, "--size", "160M", "--log-size", "64M"]);
+        cmd.arg("--pool").arg(&pool).arg("--ready-file").arg(&ready);
+        if v.persist_then_send {
+            cmd.arg("--persist-then-send");
+        }
+        cmd.stdout(Stdio::null()).stderr(Stdio::inherit());
+        let parse = |text: &str| Ok(text.contains("\"addr\"").then_some(()));
+        let (child, ()) = spawn_until_ready(cmd, "pmwire replica", &ready, parse)?;
+        cluster.children.push(child);
+    }
+    Ok(cluster)
+}
+
+/// A session id no other client of this process has used (a session's
+/// sequence numbers start at 1, so a reused id would be refused as stale).
+fn session() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Our client as the peers' driver sees it.
+struct Ours(SmrClient<UcxTransport>);
+
+impl PutClient for Ours {
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.0.put(key, value).map(drop).map_err(|e| anyhow!("{e}"))
+    }
+}
+
+fn connect(cluster_peers: &BTreeMap<u64, SocketAddr>, tls: &str, session: u64, poll: PollBudget) -> Result<Ours> {
+    let t = UcxTransport::new(&ucx_config(tls, true, false)?)?;
+    let mut client = SmrClient::new(t, cluster_peers.clone(), session);
+    client.poll = poll;
+    // The first request finds the leader (and waits for the election).
+    client.get(b"warm")?;
+    Ok(Ours(client))
+}
+
+/// `clients` threads, each making its own client (UCX contexts stay on
+/// their thread), PUT in closed loops; the PUTs of the timed window.
+fn throughput_point(peers: &BTreeMap<u64, SocketAddr>, tls: &str, clients: usize, warmup: Duration, seconds: Duration) -> Result<u64> {
+    let barrier = Barrier::new(clients);
+    let counts: Vec<Result<u64>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..clients)
+            .map(|id| {
+                let barrier = &barrier;
+                scope.spawn(move || {
+                    let made = connect(peers, tls, session(), PollBudget::BLOCK);
+                    barrier.wait();
+                    let mut client = made?;
+                    let start = Instant::now();
+                    let (timed_from, until) = (start + warmup, start + warmup + seconds);
+                    let value = [b'v'; VALUE_BYTES];
+                    let mut k = [0u8; KEY_BYTES];
+                    let (mut seq, mut counted) = (0u64, 0u64);
+                    loop {
+                        key(id, seq, &mut k);
+                        client.put(&k, &value)?;
+                        seq += 1;
+                        let now = Instant::now();
+                        if now >= until {
+                            return Ok(counted);
+                        }
+                        if now >= timed_from {
+                            counted += 1;
+                        }
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("a client thread panicked")).collect()
+    });
+    let total: u64 = counts.into_iter().collect::<Result<Vec<u64>>>()?.iter().sum();
+    if total == 0 {
+        bail!("no PUT completed with {clients} clients");
+    }
+    Ok(total)
+}
+
+fn progress(len: u64) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    if std::io::stderr().is_terminal() {
+        bar.set_style(ProgressStyle::with_template("smr [{bar:30}] {pos}/{len} {msg}").expect("template").progress_chars("=> "));
+    } else {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    bar
+}
+
+fn run_variant(exe: &Path, v: &Variant, plan: &Plan, results: &mut Vec<BenchResult>, skipped: &mut Vec<Skipped>) {
+    let name = v.name();
+    let cluster = match start_cluster(exe, v) {
+        Ok(c) => c,
+        Err(e) => {
+            skipped.push(Skipped::new(LATENCY_BENCH, &name, &format!("replicas did not start: {e:#}")));
+            return;
+        }
+    };
+    let params = |r: BenchResult| {
+        r.param("transport", v.tls).param("log", v.log).param("tail", v.tail).param("leader_order", if v.persist_then_send { "persist then send" } else { "send first (thesis 10.2.1)" }).param("servers", 3).param("key_bytes", KEY_BYTES).param("pool", "tmpfs (emulated pmem, every flush issued)")
+    };
+    match latency_run(&|| connect(&cluster.peers, v.tls, session(), PollBudget::BLOCK), plan) {
+        Ok(mut samples) => results.push(params(latency_result(LATENCY_BENCH, &name, VALUE_BYTES as u64, &mut samples).param("puts", plan.latency_puts).param("clients", 1))),
+        Err(e) => skipped.push(Skipped::new(LATENCY_BENCH, &name, &format!("{e:#}"))),
+    }
+    if !v.throughput {
+        return;
+    }
+    for &clients in &plan.clients {
+        match throughput_point(&cluster.peers, v.tls, clients, plan.warmup_per_point, plan.seconds_per_point) {
+            Ok(ops) => {
+                let rate = ops as f64 / plan.seconds_per_point.as_secs_f64();
+                let row = BenchResult::new(THROUGHPUT_BENCH, &name).size(VALUE_BYTES as u64).metric("throughput_ops_per_s", rate).param("clients", clients).param("puts", ops);
+                results.push(params(row));
+            }
+            Err(e) => skipped.push(Skipped::new(THROUGHPUT_BENCH, &name, &format!("{clients} clients: {e:#}"))),
+        }
+    }
+}
+
+fn metric(results: &[BenchResult], bench: &str, variant: &str, metric: &str, clients: Option<u64>) -> Option<f64> {
+    results
+        .iter()
+        .filter(|r| r.bench == bench && r.variant == variant)
+        .filter(|r| clients.is_none_or(|c| r.params.get("clients").and_then(|v| v.as_u64()) == Some(c)))
+        .find_map(|r| r.metrics.get(metric).copied())
+}
+
+fn headlines(results: &[BenchResult]) -> Vec<Headline> {
+    let lat = |v: &str, m: &str| metric(results, LATENCY_BENCH, v, m, None);
+    let div = |a: Option<f64>, b: Option<f64>| Some(a? / b?);
+    let mut out = vec![
+        ratio("smr p50: log in pmem / log in DRAM (sm, seed 000 Table 1: 1.18x)", div(lat("pmwire_sm_pmem_self_validating", "latency_ns_p50"), lat("pmwire_sm_dram", "latency_ns_p50")), 1.2, false, "pmwire, log in DRAM"),
+        ratio("smr p99: log in pmem / log in DRAM (sm, seed 000 Table 1: 1.12x)", div(lat("pmwire_sm_pmem_self_validating", "latency_ns_p99"), lat("pmwire_sm_dram", "latency_ns_p99")), 1.15, false, "pmwire, log in DRAM"),
+        ratio("smr PUT p50: pmwire (tcp, pmem) / etcd (3 members, tmpfs)", div(lat("pmwire_tcp_pmem_self_validating", "latency_ns_p50"), lat("etcd_tmpfs", "latency_ns_p50")), 0.1, false, "etcd 3.4"),
+        ratio("smr PUT p50: pmwire (tcp, pmem) / Redis + WAIT 2 0", div(lat("pmwire_tcp_pmem_self_validating", "latency_ns_p50"), lat("redis_wait", "latency_ns_p50")), 0.3, false, "redis-server, 2 replicas"),
+        ratio(
+            "smr PUTs/s at 64 clients: pmwire (tcp, pmem) / etcd (tmpfs)",
+            div(metric(results, THROUGHPUT_BENCH, "pmwire_tcp_pmem_self_validating", "throughput_ops_per_s", Some(64)), metric(results, THROUGHPUT_BENCH, "etcd_tmpfs", "throughput_ops_per_s", Some(64))),
+            3.0,
+            true,
+            "etcd 3.4",
+        ),
+    ];
+    let mut info = ratio("smr p50: log in pmem / log in DRAM (tcp)", div(lat("pmwire_tcp_pmem_self_validating", "latency_ns_p50"), lat("pmwire_tcp_dram", "latency_ns_p50")), 1.2, false, "pmwire, log in DRAM");
+    info.informational = true;
+    out.push(info);
+    out
+}
+
+/// Runs the suite.
+pub fn run(options: &SmrOptions) -> Result<SuiteReport> {
+    let plan = if options.quick { Plan::quick() } else { Plan::full() };
+    let variants = variants(options.quick);
+    let bar = progress(variants.len() as u64 + u64::from(options.peers));
+    let (mut results, mut skipped) = (Vec::new(), Vec::new());
+    for v in &variants {
+        bar.set_message(v.name());
+        run_variant(&options.exe, v, &plan, &mut results, &mut skipped);
+        bar.inc(1);
+    }
+    if options.peers {
+        bar.set_message("etcd, redis + WAIT");
+        let (r, s) = peers::run_peers(&PeerOptions { quick: options.quick, ..PeerOptions::default() });
+        results.extend(r);
+        skipped.extend(s);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let heads = headlines(&results);
+    let parameters = serde_json::json!({
+        "command": if options.quick { "pmwire bench smr --quick" } else { "pmwire bench smr" },
+        "replicas": 3, "key_bytes": KEY_BYTES, "value_bytes": VALUE_BYTES,
+        "latency_puts": plan.latency_puts, "warmup_puts": plan.warmup_puts, "clients": plan.clients,
+        "note": "3 replica processes and the clients share the 2 cores; replicas and clients block as soon as nothing is ready (no polling)",
+    });
+    let peer_info = serde_json::json!({ "etcd": "Debian etcd-server 3.4, 3 members on loopback", "redis": "redis-server primary + 2 replicas, appendonly yes, appendfsync always, SET then WAIT 2 0" });
+    finish_with_peers("smr", &options.out_dir, parameters, peer_info, results, skipped, heads)
+}
