@@ -258,6 +258,9 @@ fn tour(args: &TourArgs) -> Result<()> {
     let local = run_local(&args.pool, true, &[], &args.out)?;
     let remote = tour_remote(&args.out)?;
     let kv = kv_bench_cmd::tour(&args.out)?;
+    println!("\n== bench smr (quick): 3 pmwire replica processes beside etcd and Redis + WAIT ==");
+    let smr_args = smr_cmd::SmrBenchArgs { quick: true, out: args.out.clone(), no_peers: false, tls: "tcp".into() };
+    let smr = smr_cmd::bench(&smr_args)?.headlines;
     println!("\n== hardware model: the seeds' Optane/DDIO/RDMA findings, modelled ==");
     let findings = pmwire_model::experiments::run("all", &args.out)?;
     let results = results_since(&args.out, started)?;
@@ -272,6 +275,9 @@ fn tour(args: &TourArgs) -> Result<()> {
     let kv_targets: Vec<_> = kv.iter().filter(|h| !h.informational).collect();
     let kv_passed = kv_targets.iter().filter(|h| h.pass).count();
     println!("key-value suites: {kv_passed} of {} headlines met their targets in this run", kv_targets.len());
+    let smr_targets: Vec<_> = smr.iter().filter(|h| !h.informational).collect();
+    let smr_passed = smr_targets.iter().filter(|h| h.pass).count();
+    println!("replication suite: {smr_passed} of {} headlines met their targets in this run", smr_targets.len());
     let reproduced = findings.iter().filter(|f| f.within_tolerance).count();
     println!("model: {reproduced} of {} published findings reproduced within tolerance", findings.len());
     println!("fuzz: {}", if fuzz_ok { "PASS" } else { "FAIL (see above)" });

@@ -300,11 +300,20 @@ pub struct SmrBenchArgs {
     /// Leave out etcd and Redis.
     #[arg(long)]
     pub no_peers: bool,
+    /// UCX transports for the replicas: tcp (default), sm, or both. Over sm, UCX 1.13 has no peer failure handling, and a
+    /// connection closed while its peer still sends can abort a process (docs/bench.md, "Replication").
+    #[arg(long, default_value = "tcp", value_parser = ["tcp", "sm", "both"])]
+    pub tls: String,
 }
 
 /// Runs `pmwire bench smr`.
 pub fn bench(args: &SmrBenchArgs) -> Result<pmwire_bench::SuiteReport> {
     let exe = std::env::current_exe().context("the pmwire binary")?;
-    let options = pmwire_bench::smr::suite::SmrOptions { quick: args.quick, out_dir: args.out.clone(), exe, peers: !args.no_peers };
+    let transports = match args.tls.as_str() {
+        "both" => vec!["tcp", "sm"],
+        "sm" => vec!["sm"],
+        _ => vec!["tcp"],
+    };
+    let options = pmwire_bench::smr::suite::SmrOptions { quick: args.quick, out_dir: args.out.clone(), exe, peers: !args.no_peers, transports };
     pmwire_bench::smr::suite::run(&options)
 }
