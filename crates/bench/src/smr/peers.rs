@@ -228,7 +228,7 @@ impl RowContext {
 }
 
 /// The latency run and the throughput sweep against one running peer.
-fn drive<C: PutClient + Send>(
+fn drive<C: PutClient>(
     context: &RowContext,
     plan: &Plan,
     connect: &(dyn Fn() -> Result<C> + Sync),
@@ -291,26 +291,26 @@ pub(crate) fn latency_run<C: PutClient>(connect: &dyn Fn() -> Result<C>, plan: &
     Ok(samples)
 }
 
-/// `clients` threads, each with its own connection (all made before any
+/// `clients` threads, each making its own connection (a client need not
+/// be `Send`: UCX contexts stay on their thread; all connect before any
 /// starts), PUT in closed loops for `warmup + seconds`; returns the PUTs
 /// completed within the timed `seconds`. Any client's error fails the point.
-fn throughput_point<C: PutClient + Send>(
+pub(crate) fn throughput_point<C: PutClient>(
     connect: &(dyn Fn() -> Result<C> + Sync),
     clients: usize,
     warmup: Duration,
     seconds: Duration,
 ) -> Result<u64> {
     assert!(clients > 0);
-    let connections: Vec<C> = (0..clients).map(|_| connect()).collect::<Result<_>>()?;
     let barrier = Barrier::new(clients);
     let counts: Vec<Result<u64>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = connections
-            .into_iter()
-            .enumerate()
-            .map(|(id, mut client)| {
+        let handles: Vec<_> = (0..clients)
+            .map(|id| {
                 let barrier = &barrier;
                 scope.spawn(move || {
+                    let made = connect();
                     barrier.wait();
+                    let mut client = made?;
                     let start = Instant::now();
                     let (timed_from, until) = (start + warmup, start + warmup + seconds);
                     let value = [b'v'; VALUE_BYTES];

@@ -12,16 +12,14 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Barrier;
-use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use pmwire_smr::client::SmrClient;
 use reactor::PollBudget;
 use transport::UcxTransport;
 
-use super::peers::{self, etcd::free_ports, key, latency_run, Peer, PeerOptions, Plan, PutClient, KEY_BYTES, LATENCY_BENCH, THROUGHPUT_BENCH, VALUE_BYTES};
+use super::peers::{self, etcd::free_ports, latency_run, throughput_point, Peer, PeerOptions, Plan, PutClient, KEY_BYTES, LATENCY_BENCH, THROUGHPUT_BENCH, VALUE_BYTES};
 use crate::remote::common::{finish_with_peers, latency_result, ratio};
 use crate::remote::server::ucx_config;
 use crate::schema::{BenchResult, Skipped};
@@ -146,47 +144,6 @@ fn connect(cluster_peers: &BTreeMap<u64, SocketAddr>, tls: &str, session: u64, p
     Ok(Ours(client))
 }
 
-/// `clients` threads, each making its own client (UCX contexts stay on
-/// their thread), PUT in closed loops; the PUTs of the timed window.
-fn throughput_point(peers: &BTreeMap<u64, SocketAddr>, tls: &str, clients: usize, warmup: Duration, seconds: Duration) -> Result<u64> {
-    let barrier = Barrier::new(clients);
-    let counts: Vec<Result<u64>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..clients)
-            .map(|id| {
-                let barrier = &barrier;
-                scope.spawn(move || {
-                    let made = connect(peers, tls, session(), PollBudget::BLOCK);
-                    barrier.wait();
-                    let mut client = made?;
-                    let start = Instant::now();
-                    let (timed_from, until) = (start + warmup, start + warmup + seconds);
-                    let value = [b'v'; VALUE_BYTES];
-                    let mut k = [0u8; KEY_BYTES];
-                    let (mut seq, mut counted) = (0u64, 0u64);
-                    loop {
-                        key(id, seq, &mut k);
-                        client.put(&k, &value)?;
-                        seq += 1;
-                        let now = Instant::now();
-                        if now >= until {
-                            return Ok(counted);
-                        }
-                        if now >= timed_from {
-                            counted += 1;
-                        }
-                    }
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().expect("a client thread panicked")).collect()
-    });
-    let total: u64 = counts.into_iter().collect::<Result<Vec<u64>>>()?.iter().sum();
-    if total == 0 {
-        bail!("no PUT completed with {clients} clients");
-    }
-    Ok(total)
-}
-
 fn progress(len: u64) -> ProgressBar {
     let bar = ProgressBar::new(len);
     if std::io::stderr().is_terminal() {
@@ -217,7 +174,8 @@ fn run_variant(exe: &Path, v: &Variant, plan: &Plan, results: &mut Vec<BenchResu
         return;
     }
     for &clients in &plan.clients {
-        match throughput_point(&cluster.peers, v.tls, clients, plan.warmup_per_point, plan.seconds_per_point) {
+        let connect = || connect(&cluster.peers, v.tls, session(), PollBudget::BLOCK);
+        match throughput_point(&connect, clients, plan.warmup_per_point, plan.seconds_per_point) {
             Ok(ops) => {
                 let rate = ops as f64 / plan.seconds_per_point.as_secs_f64();
                 let row = BenchResult::new(THROUGHPUT_BENCH, &name).size(VALUE_BYTES as u64).metric("throughput_ops_per_s", rate).param("clients", clients).param("puts", ops);
