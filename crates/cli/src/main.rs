@@ -174,6 +174,13 @@ fn parse_isa(s: &str) -> Result<CopyIsa, String> {
 }
 
 fn main() -> Result<()> {
+    // Every server this binary runs (`serve`, `replica`) may be restarted on
+    // its port after a kill -9, while its old connections sit in TIME_WAIT:
+    // let UCX's listeners reuse the address. UCX reads this setting from the
+    // environment only; set it before any thread starts.
+    if std::env::var_os("UCX_TCP_CM_REUSEADDR").is_none() {
+        std::env::set_var("UCX_TCP_CM_REUSEADDR", "y");
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Doctor(args) => doctor::run(&args),

@@ -181,13 +181,6 @@ pub fn replica(args: &ReplicaArgs) -> Result<()> {
     }
     config.tick = std::time::Duration::from_millis(args.tick_ms);
     let lock = if args.log == "pmem" { Some(lock(&args.pool.with_extension("lock"))?) } else { None };
-    // A restarted replica listens on the port its predecessor's
-    // connections may still hold in TIME_WAIT (UCX reads this one from the
-    // environment only: its connection managers' settings are not part of
-    // a context's configuration). Set before any thread starts.
-    if std::env::var_os("UCX_TCP_CM_REUSEADDR").is_none() {
-        std::env::set_var("UCX_TCP_CM_REUSEADDR", "y");
-    }
     let mut ucx = ucx_config(&args.tls, addr.ip().is_loopback(), false)?;
     // Clients connect to every replica they try, peers once each.
     ucx.limits.max_conns = MAX_CONNS;

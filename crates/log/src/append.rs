@@ -31,7 +31,7 @@
 
 use std::collections::VecDeque;
 
-use pmem::{Media, RotatingRegister, Rotation, LINE};
+use pmem::{Media, NoFlush, RotatingRegister, Rotation, LINE};
 
 use crate::config::{rotation_span, Faults, LogConfig, TailStrategy, MAX_CAPACITY_BYTES, MAX_TAIL_SPAN_BYTES};
 use crate::error::{AppendError, CreateError, OpenError, TruncateError};
@@ -606,33 +606,6 @@ impl<M: Media> Iterator for Entries<'_, M> {
     }
 }
 
-/// A medium whose flushes do nothing: the planted `skip_tail_flush` bug.
-struct NoFlush<'a, M: Media>(&'a mut M);
-
-impl<M: Media> Media for NoFlush<'_, M> {
-    fn len(&self) -> u64 {
-        self.0.len()
-    }
-    fn read(&self, offset: u64, dst: &mut [u8]) {
-        self.0.read(offset, dst)
-    }
-    fn read_u64(&self, offset: u64) -> u64 {
-        self.0.read_u64(offset)
-    }
-    fn write(&mut self, offset: u64, src: &[u8]) {
-        self.0.write(offset, src)
-    }
-    fn write_u64(&mut self, offset: u64, value: u64) {
-        self.0.write_u64(offset, value)
-    }
-    fn write_nt(&mut self, offset: u64, src: &[u8]) {
-        self.0.write_nt(offset, src)
-    }
-    fn flush(&mut self, _offset: u64, _len: u64) {}
-    fn drain(&mut self) {
-        self.0.drain()
-    }
-}
 
 /// Bytes of the tail area for `tail`, rounded up to whole XPLines (at
 /// most `MAX_TAIL_SPAN_BYTES` rounded up, for a validated config).

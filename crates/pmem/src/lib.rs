@@ -35,6 +35,6 @@ pub use copy::{CopyIsa, NtCopier};
 pub use counter::{NaiveCounter, Rotation, RotatingCounter, RotatingRegister};
 pub use flush::{FlushInstruction, Persister};
 pub use layout::{Padding, LINE, XPLINE};
-pub use media::{Media, MemMedia, NT_THRESHOLD};
+pub use media::{Media, MemMedia, NoFlush, NT_THRESHOLD};
 pub use record::{DualRecord, RecordFaults, RecordFormatError, RecordOpenError, RecordStoreError};
 pub use region::{PersistenceDomain, Region, RegionError, RegionKind, RegionOptions};

@@ -135,6 +135,37 @@ pub fn check_word(size: u64, offset: u64) {
     check_range(size, offset, ATOMIC_WRITE as u64);
 }
 
+/// A medium whose flushes do nothing: how the crash-state checker's
+/// planted "never flushed" bugs are made. Its non-temporal stores become
+/// ordinary (cached) stores, which only a flush would make durable; drains
+/// pass through, so what was flushed before still becomes durable.
+pub struct NoFlush<'a, M: Media>(pub &'a mut M);
+
+impl<M: Media> Media for NoFlush<'_, M> {
+    fn len(&self) -> u64 {
+        self.0.len()
+    }
+    fn read(&self, offset: u64, dst: &mut [u8]) {
+        self.0.read(offset, dst)
+    }
+    fn read_u64(&self, offset: u64) -> u64 {
+        self.0.read_u64(offset)
+    }
+    fn write(&mut self, offset: u64, src: &[u8]) {
+        self.0.write(offset, src)
+    }
+    fn write_u64(&mut self, offset: u64, value: u64) {
+        self.0.write_u64(offset, value)
+    }
+    fn write_nt(&mut self, offset: u64, src: &[u8]) {
+        self.0.write(offset, src)
+    }
+    fn flush(&mut self, _offset: u64, _len: u64) {}
+    fn drain(&mut self) {
+        self.0.drain()
+    }
+}
+
 /// A volatile medium in a `Vec`: stores are immediately visible, flushes
 /// and fences are counted but do nothing. For unit tests and as the
 /// DRAM baseline.

@@ -193,7 +193,9 @@ where
         let conn = self.conn(target)?;
         self.tokens += 1;
         let token = self.tokens;
-        self.transport.call(conn, &REQUEST_MAGIC, bytes.to_vec(), token).ok()?;
+        let mut payload = self.transport.take_buffer(bytes.len());
+        payload.extend_from_slice(bytes);
+        self.transport.call(conn, &REQUEST_MAGIC, payload, token).ok()?;
         let give_up = (Instant::now() + self.attempt_timeout).min(deadline);
         let mut since = Instant::now();
         let mut empty = 0u32;
@@ -210,7 +212,11 @@ where
             }
             if let Some(result) = found {
                 return match result {
-                    Ok(Output::Response { payload, .. }) => Response::decode(&payload).ok(),
+                    Ok(Output::Response { payload, .. }) => {
+                        let resp = Response::decode(&payload).ok();
+                        self.transport.recycle(payload);
+                        resp
+                    }
                     _ => None,
                 };
             }

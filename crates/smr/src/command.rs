@@ -19,6 +19,7 @@
 //! produces for requests within [`MAX_KEY_BYTES`] and [`MAX_VALUE_BYTES`];
 //! every length is checked before it is used.
 
+use pmem::le::{get_u32, get_u64};
 use thiserror::Error;
 
 /// The call header of a client request.
@@ -114,12 +115,6 @@ pub enum DecodeError {
     },
 }
 
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
-}
 
 impl Request {
     /// Appends the encoding to `out`.
@@ -151,6 +146,37 @@ impl Request {
 
     /// Decodes and checks one request (all of `b`).
     pub fn decode(b: &[u8]) -> Result<Request, DecodeError> {
+        let v = RequestView::parse(b)?;
+        Ok(Request { op: v.op, client: v.client, seq: v.seq, key: v.key.to_vec(), value: v.value.to_vec(), expect: v.expect.map(<[u8]>::to_vec) })
+    }
+
+    /// The request as a view (what [`crate::machine::Machine::apply`] takes).
+    pub fn view(&self) -> RequestView<'_> {
+        RequestView { op: self.op, client: self.client, seq: self.seq, key: &self.key, value: &self.value, expect: self.expect.as_deref() }
+    }
+}
+
+/// A checked request borrowing its bytes: what a replica needs on the
+/// write path, where the bytes themselves become the log entry (no copy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestView<'a> {
+    /// What to do.
+    pub op: Op,
+    /// The client's session id.
+    pub client: u64,
+    /// The request number in the session.
+    pub seq: u64,
+    /// The key.
+    pub key: &'a [u8],
+    /// PUT and CAS: the new value.
+    pub value: &'a [u8],
+    /// CAS: the expected value (`None`: the key must be absent).
+    pub expect: Option<&'a [u8]>,
+}
+
+impl<'a> RequestView<'a> {
+    /// Checks one encoded request (all of `b`) and borrows its fields.
+    pub fn parse(b: &'a [u8]) -> Result<RequestView<'a>, DecodeError> {
         if b.len() < REQUEST_HEADER_BYTES {
             return Err(DecodeError::Truncated(b.len()));
         }
@@ -162,7 +188,7 @@ impl Request {
         if b[2] != 0 || b[3] != 0 {
             return Err(DecodeError::Malformed("reserved bytes"));
         }
-        let (key_len, value_len, expect_len) = (u32_at(b, 4), u32_at(b, 24), u32_at(b, 28));
+        let (key_len, value_len, expect_len) = (get_u32(b, 4), get_u32(b, 24), get_u32(b, 28));
         let bound = |what, len: u32, max| if len as usize > max { Err(DecodeError::TooLarge { what, len: len.into(), max }) } else { Ok(len as usize) };
         let key_len = bound("key", key_len, MAX_KEY_BYTES)?;
         let value_len = bound("value", value_len, MAX_VALUE_BYTES)?;
@@ -185,14 +211,14 @@ impl Request {
         if flags & FLAG_EXPECT == 0 && expect_len != 0 {
             return Err(DecodeError::Malformed("an expectation without its flag"));
         }
-        let (client, seq) = (u64_at(b, 8), u64_at(b, 16));
+        let (client, seq) = (get_u64(b, 8), get_u64(b, 16));
         if op.writes() && (client == 0 || seq == 0) {
             return Err(DecodeError::Malformed("a write without a session (client and seq non-zero)"));
         }
         let key_end = REQUEST_HEADER_BYTES + key_len;
         let value_end = key_end + value_len;
-        let expect = (flags & FLAG_EXPECT != 0).then(|| b[value_end..want].to_vec());
-        Ok(Request { op, client, seq, key: b[REQUEST_HEADER_BYTES..key_end].to_vec(), value: b[key_end..value_end].to_vec(), expect })
+        let expect = (flags & FLAG_EXPECT != 0).then(|| &b[value_end..want]);
+        Ok(RequestView { op, client, seq, key: &b[REQUEST_HEADER_BYTES..key_end], value: &b[key_end..value_end], expect })
     }
 }
 
@@ -254,8 +280,19 @@ pub struct Response {
 impl Response {
     /// The encoding as a new vector.
     pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.encoded_len());
+        self.encode(&mut out);
+        out
+    }
+
+    /// Bytes of the encoding.
+    pub fn encoded_len(&self) -> usize {
+        RESPONSE_HEADER_BYTES + self.value.len()
+    }
+
+    /// Appends the encoding to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
         assert!(self.value.len() <= MAX_VALUE_BYTES, "value within bound");
-        let mut out = Vec::with_capacity(RESPONSE_HEADER_BYTES + self.value.len());
         out.push(self.status as u8);
         out.push(0);
         out.extend_from_slice(&0u16.to_le_bytes());
@@ -263,7 +300,6 @@ impl Response {
         out.extend_from_slice(&self.leader.to_le_bytes());
         out.extend_from_slice(&self.index.to_le_bytes());
         out.extend_from_slice(&self.value);
-        out
     }
 
     /// Decodes and checks one response.
@@ -275,14 +311,14 @@ impl Response {
         if b[1] != 0 || b[2] != 0 || b[3] != 0 {
             return Err(DecodeError::Malformed("reserved bytes"));
         }
-        let len = u32_at(b, 4) as usize;
+        let len = get_u32(b, 4) as usize;
         if len > MAX_VALUE_BYTES {
             return Err(DecodeError::TooLarge { what: "value", len: len as u64, max: MAX_VALUE_BYTES });
         }
         if b.len() != RESPONSE_HEADER_BYTES + len {
             return Err(if b.len() < RESPONSE_HEADER_BYTES + len { DecodeError::Truncated(b.len()) } else { DecodeError::Trailing(b.len() - RESPONSE_HEADER_BYTES - len) });
         }
-        Ok(Response { status, leader: u64_at(b, 8), index: u64_at(b, 16), value: b[RESPONSE_HEADER_BYTES..].to_vec() })
+        Ok(Response { status, leader: get_u64(b, 8), index: get_u64(b, 16), value: b[RESPONSE_HEADER_BYTES..].to_vec() })
     }
 }
 
@@ -341,7 +377,7 @@ impl StatusValue {
         if b[8] > 3 || b[9..16].iter().any(|&x| x != 0) {
             return Err(DecodeError::Malformed("status role"));
         }
-        Ok(StatusValue { id: u64_at(b, 0), role: b[8], term: u64_at(b, 16), leader: u64_at(b, 24), last_index: u64_at(b, 32), commit: u64_at(b, 40), applied: u64_at(b, 48) })
+        Ok(StatusValue { id: get_u64(b, 0), role: b[8], term: get_u64(b, 16), leader: get_u64(b, 24), last_index: get_u64(b, 32), commit: get_u64(b, 40), applied: get_u64(b, 48) })
     }
 }
 

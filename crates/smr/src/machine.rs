@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 
 use thiserror::Error;
 
-use crate::command::{Op, Request, Response, Status, MAX_KEY_BYTES, MAX_VALUE_BYTES};
+use crate::command::{Op, RequestView, Response, Status, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 
 /// Sessions kept at most.
 pub const MAX_SESSIONS: usize = 4096;
@@ -78,7 +78,7 @@ impl Machine {
 
     /// Applies the committed write `req` at log `index` and returns its
     /// response (`leader` left 0 for the caller to fill).
-    pub fn apply(&mut self, index: u64, req: &Request) -> Response {
+    pub fn apply(&mut self, index: u64, req: &RequestView<'_>) -> Response {
         assert!(req.op.writes(), "only writes are in the log");
         if let Some(s) = self.sessions.get(&req.client) {
             if req.seq == s.seq {
@@ -90,20 +90,20 @@ impl Machine {
         }
         let (status, value) = match req.op {
             Op::Put => {
-                self.map.insert(req.key.clone(), req.value.clone());
+                self.map.insert(req.key.to_vec(), req.value.to_vec());
                 (Status::Ok, Vec::new())
             }
             Op::Del => {
-                self.map.remove(&req.key);
+                self.map.remove(req.key);
                 (Status::Ok, Vec::new())
             }
             Op::Cas => {
-                let current = self.map.get(&req.key);
-                if current == req.expect.as_ref() {
-                    self.map.insert(req.key.clone(), req.value.clone());
+                let current = self.map.get(req.key).map(Vec::as_slice);
+                if current == req.expect {
+                    self.map.insert(req.key.to_vec(), req.value.to_vec());
                     (Status::Ok, Vec::new())
                 } else {
-                    (Status::CasFailed, current.cloned().unwrap_or_default())
+                    (Status::CasFailed, current.map(<[u8]>::to_vec).unwrap_or_default())
                 }
             }
             Op::Get | Op::Status => unreachable!("checked above"),
@@ -220,6 +220,7 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::command::Request;
 
     fn w(op: Op, client: u64, seq: u64, key: &str, value: &str) -> Request {
         Request { op, client, seq, key: key.into(), value: value.into(), expect: None }
@@ -228,14 +229,14 @@ mod tests {
     #[test]
     fn writes_apply_and_a_retry_is_applied_once() {
         let mut m = Machine::new();
-        assert_eq!(m.apply(1, &w(Op::Put, 1, 1, "k", "a")).status, Status::Ok);
-        assert_eq!(m.apply(2, &w(Op::Put, 2, 1, "k", "b")).status, Status::Ok);
+        assert_eq!(m.apply(1, &w(Op::Put, 1, 1, "k", "a").view()).status, Status::Ok);
+        assert_eq!(m.apply(2, &w(Op::Put, 2, 1, "k", "b").view()).status, Status::Ok);
         // Client 1 retries its first PUT after client 2's: not applied again.
-        let retry = m.apply(3, &w(Op::Put, 1, 1, "k", "a"));
+        let retry = m.apply(3, &w(Op::Put, 1, 1, "k", "a").view());
         assert_eq!((retry.status, retry.index), (Status::Ok, 1), "the remembered outcome");
         assert_eq!(m.get(b"k"), Some(&b"b"[..]));
-        assert_eq!(m.apply(4, &w(Op::Put, 1, 0, "k", "z")).status, Status::Stale);
-        assert_eq!(m.apply(5, &w(Op::Del, 1, 2, "k", "")).status, Status::Ok);
+        assert_eq!(m.apply(4, &w(Op::Put, 1, 0, "k", "z").view()).status, Status::Stale);
+        assert_eq!(m.apply(5, &w(Op::Del, 1, 2, "k", "").view()).status, Status::Ok);
         assert_eq!(m.get(b"k"), None);
     }
 
@@ -243,10 +244,10 @@ mod tests {
     fn cas_swaps_only_from_the_expected_value() {
         let mut m = Machine::new();
         let cas = |seq, expect: Option<&str>, new: &str| Request { op: Op::Cas, client: 1, seq, key: b"k".to_vec(), value: new.into(), expect: expect.map(Into::into) };
-        assert_eq!(m.apply(1, &cas(1, None, "a")).status, Status::Ok);
-        let failed = m.apply(2, &cas(2, None, "b"));
+        assert_eq!(m.apply(1, &cas(1, None, "a").view()).status, Status::Ok);
+        let failed = m.apply(2, &cas(2, None, "b").view());
         assert_eq!((failed.status, failed.value.as_slice()), (Status::CasFailed, &b"a"[..]));
-        assert_eq!(m.apply(3, &cas(3, Some("a"), "c")).status, Status::Ok);
+        assert_eq!(m.apply(3, &cas(3, Some("a"), "c").view()).status, Status::Ok);
         assert_eq!(m.get(b"k"), Some(&b"c"[..]));
     }
 
@@ -254,7 +255,7 @@ mod tests {
     fn sessions_are_bounded_oldest_first() {
         let mut m = Machine::new();
         for c in 1..=(MAX_SESSIONS as u64 + 1) {
-            m.apply(c, &w(Op::Put, c, 1, "k", "v"));
+            m.apply(c, &w(Op::Put, c, 1, "k", "v").view());
         }
         assert_eq!(m.sessions.len(), MAX_SESSIONS);
         assert!(!m.sessions.contains_key(&1), "the session written first went");
@@ -264,7 +265,7 @@ mod tests {
     fn snapshots_round_trip_and_corruption_is_refused() {
         let mut m = Machine::new();
         for i in 0..50u64 {
-            m.apply(i + 1, &w(Op::Put, i % 7 + 1, i + 1, &format!("key{i}"), &"v".repeat(i as usize)));
+            m.apply(i + 1, &w(Op::Put, i % 7 + 1, i + 1, &format!("key{i}"), &"v".repeat(i as usize)).view());
         }
         let snap = m.snapshot();
         assert_eq!(Machine::restore(&snap), Ok(m));

@@ -38,7 +38,7 @@ use raft::{RawNode, SnapshotStatus, StateRole};
 use reactor::Service;
 use transport::{ConnId, Event, RequestId, Transport};
 
-use crate::command::{Op, Request, Response, Status, StatusValue, REQUEST_MAGIC};
+use crate::command::{Op, RequestView, Response, Status, StatusValue, REQUEST_HEADER_BYTES, REQUEST_MAGIC};
 use crate::machine::Machine;
 use crate::store::{Durable, Store};
 
@@ -328,37 +328,39 @@ where
         }
     }
 
-    fn on_request<X: Transport>(&mut self, t: &mut X, id: RequestId, payload: &[u8]) {
-        let req = match Request::decode(payload) {
-            Ok(r) => r,
+    fn on_request<X: Transport>(&mut self, t: &mut X, id: RequestId, payload: Vec<u8>) {
+        let (op, key_at) = match RequestView::parse(&payload) {
+            Ok(r) => (r.op, REQUEST_HEADER_BYTES..REQUEST_HEADER_BYTES + r.key.len()),
             Err(_) => {
                 self.counters.malformed += 1;
                 return self.answer(t, id, Status::BadRequest, 0, Vec::new());
             }
         };
-        if req.op == Op::Status {
+        if op == Op::Status {
             let value = self.status_value().to_bytes();
             return self.answer(t, id, Status::Ok, self.applied, value);
         }
         if self.raw.raft.state != StateRole::Leader {
             return self.answer(t, id, Status::NotLeader, 0, Vec::new());
         }
-        if req.op == Op::Get {
+        if op == Op::Get {
             let ctx = self.next_read;
             self.next_read += 1;
-            self.reads.insert(ctx, (id, req.key, self.ticks));
+            self.reads.insert(ctx, (id, payload[key_at].to_vec(), self.ticks));
             self.raw.read_index(ctx.to_le_bytes().to_vec());
             return;
         }
-        if self.raw.propose(Vec::new(), payload.to_vec()).is_err() {
+        // The request's bytes, unchanged, are the log entry's data.
+        let planted = self.config.faults.answer_before_commit.then(|| payload.clone());
+        if self.raw.propose(Vec::new(), payload).is_err() {
             return self.answer(t, id, Status::NotLeader, 0, Vec::new());
         }
         let index = self.raw.raft.raft_log.last_index();
         let term = self.raw.raft.term;
-        if self.config.faults.answer_before_commit {
+        if let Some(bytes) = planted {
             // Planted: answer now, as if the entry were committed.
-            let mut shadow = self.machine.clone();
-            let resp = shadow.apply(index, &req);
+            let req = RequestView::parse(&bytes).expect("checked above");
+            let resp = self.machine.clone().apply(index, &req);
             return self.answer(t, id, resp.status, index, resp.value);
         }
         let previous = self.writes.insert(index, (id, term));
@@ -367,8 +369,10 @@ where
 
     fn answer<X: Transport>(&self, t: &mut X, id: RequestId, status: Status, index: u64, value: Vec<u8>) {
         let resp = Response { status, leader: self.raw.raft.leader_id, index, value };
+        let mut bytes = t.take_buffer(resp.encoded_len());
+        resp.encode(&mut bytes);
         // A client that went away cannot be answered; nothing is lost.
-        let _ = t.reply(id, &REQUEST_MAGIC, resp.to_bytes());
+        let _ = t.reply(id, &REQUEST_MAGIC, bytes);
     }
 
     fn send_all(&mut self, t: &mut T, msgs: Vec<Message>) {
@@ -406,7 +410,10 @@ where
             },
         };
         let snapshot = m.get_msg_type() == MessageType::MsgSnapshot;
-        let payload = m.write_to_bytes().expect("a raft message encodes");
+        // Encoded into one of the transport's kept buffers (no allocation
+        // once they circulate).
+        let mut payload = t.take_buffer(m.compute_size() as usize);
+        m.write_to_vec(&mut payload).expect("a raft message encodes");
         let sent = t.send(conn, &RAFT_MAGIC, payload);
         if snapshot {
             // The leader waits for this report before it probes the
@@ -451,7 +458,7 @@ where
 
     fn apply_write(&mut self, t: &mut T, e: &Entry) {
         let waiting = self.writes.remove(&e.index);
-        let Ok(req) = Request::decode(&e.data) else {
+        let Ok(req) = RequestView::parse(&e.data) else {
             // Only checked requests are proposed; every replica skips the
             // same bytes the same way.
             self.counters.malformed += 1;
@@ -630,7 +637,7 @@ where
             }
             Event::Request(r) => {
                 if r.header == REQUEST_MAGIC {
-                    self.on_request(t, r.id, &r.payload);
+                    self.on_request(t, r.id, r.payload);
                 } else {
                     self.counters.malformed += 1;
                     let resp = Response { status: Status::BadRequest, leader: 0, index: 0, value: Vec::new() };

@@ -316,7 +316,7 @@ impl<M: Media> PmemDurable<M> {
     /// the drop in the caches).
     fn drop_suffix(&mut self, from: u64) {
         let dropped = if self.faults.unflushed_suffix_truncation {
-            self.log.truncate_suffix(&mut Unflushed(&mut self.media), from)
+            self.log.truncate_suffix(&mut pmem::NoFlush(&mut self.media), from)
         } else {
             self.log.truncate_suffix(&mut self.media, from)
         };
@@ -540,29 +540,3 @@ fn read_terms<M: Media>(media: &M, log: &AppendLog) -> Result<VecDeque<u64>, Ope
     Ok(terms)
 }
 
-/// A medium whose flushes and drains do nothing: the planted
-/// `unflushed_suffix_truncation` bug.
-struct Unflushed<'a, M: Media>(&'a mut M);
-
-impl<M: Media> Media for Unflushed<'_, M> {
-    fn len(&self) -> u64 {
-        self.0.len()
-    }
-    fn read(&self, offset: u64, dst: &mut [u8]) {
-        self.0.read(offset, dst)
-    }
-    fn read_u64(&self, offset: u64) -> u64 {
-        self.0.read_u64(offset)
-    }
-    fn write(&mut self, offset: u64, src: &[u8]) {
-        self.0.write(offset, src)
-    }
-    fn write_u64(&mut self, offset: u64, value: u64) {
-        self.0.write_u64(offset, value)
-    }
-    fn write_nt(&mut self, offset: u64, src: &[u8]) {
-        self.0.write(offset, src)
-    }
-    fn flush(&mut self, _offset: u64, _len: u64) {}
-    fn drain(&mut self) {}
-}

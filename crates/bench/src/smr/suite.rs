@@ -191,7 +191,7 @@ fn metric(results: &[BenchResult], bench: &str, variant: &str, metric: &str, cli
         .iter()
         .filter(|r| r.bench == bench && r.variant == variant)
         .filter(|r| clients.is_none_or(|c| r.params.get("clients").and_then(|v| v.as_u64()) == Some(c)))
-        .find_map(|r| r.metrics.get(metric).copied())
+        .find_map(|r| r.get(metric))
 }
 
 fn headlines(results: &[BenchResult]) -> Vec<Headline> {
