@@ -22,7 +22,10 @@
 //!   bytes, and resumes when below; ENOBUFS (ring empty) parks the connection until the ring
 //!   has buffers again. The kernel leaves unread bytes in the socket, so none is lost. Progress
 //!   needs the pool to be larger than what connections may hold unconsumed (`max_rx_bytes`
-//!   each) plus the ring: buffers held by half-received requests are not reusable.
+//!   each) plus the ring: buffers held by half-received requests are not reusable. A small
+//!   receive (a quarter of a buffer at most) is copied onto the tail of the previous receive's
+//!   buffer when it fits, and its own buffer returned at once, so a peer that sends a byte at a
+//!   time holds about one buffer per buffer's worth of bytes, not one per receive.
 //!
 //! Closing: a service's `close` (or the peer's EOF) is graceful: queued output is sent, then
 //! the socket is half-closed (FIN) and further input is read and discarded until the peer
@@ -147,6 +150,8 @@ pub struct Stats {
     pub ring_refills: u64,
     /// Receives that found the buffer ring empty.
     pub enobufs: u64,
+    /// Small receives copied onto the tail of the previous receive's buffer.
+    pub coalesced: u64,
     /// Receives armed (multishot arms once per connection unless paused or starved).
     pub recv_arms: u64,
     /// Times reading was paused for back-pressure.
@@ -366,6 +371,10 @@ fn user_data(op: u64, slot: u32, gen: u32) -> u64 {
 fn unpack(ud: u64) -> (u64, u32, u32) {
     (ud >> 56, ud as u32, ((ud >> 32) & 0xff_ffff) as u32)
 }
+
+/// A receive of at most `buf_size / COALESCE_DIVISOR` bytes is copied onto
+/// the previous receive's buffer when it fits there.
+const COALESCE_DIVISOR: u32 = 4;
 
 #[derive(Clone, Copy, Debug)]
 struct RxSeg {
@@ -815,10 +824,31 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             assert!(res as u32 <= self.src.buf_size(), "receive longer than a buffer");
             self.stats.recvs += 1;
             self.stats.bytes_received += res as u64;
+            let len = res as u32;
+            let size = self.src.buf_size();
             if c.closing != Closing::No {
                 self.src.release(id); // unread input of a closing connection is discarded
+            } else if let Some(last) = c.rx.back_mut().filter(|l| len <= size / COALESCE_DIVISOR && l.off + l.len + len <= size) {
+                // A small receive joins the tail of the previous one's buffer,
+                // and its own buffer goes back at once: a peer sending a few
+                // bytes at a time would otherwise hold one buffer per receive
+                // and drain the ring (every half-received request pins its
+                // buffers). The tail past `off + len` was never handed out: the
+                // kernel wrote this buffer only up to there, and the buffer is
+                // held by this receive queue.
+                // SAFETY: both buffers are held (the new one by this
+                // completion, the old one by `rx`), distinct, and the copy
+                // stays within each (`off + len + len ≤ size` checked above).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(self.src.ptr(id), self.src.ptr(last.buf).add((last.off + last.len) as usize), len as usize);
+                }
+                last.len += len;
+                c.rx_bytes += res as usize;
+                self.src.release(id);
+                self.stats.coalesced += 1;
+                self.mark_touched(slot);
             } else {
-                c.rx.push_back(RxSeg { buf: id, off: 0, len: res as u32 });
+                c.rx.push_back(RxSeg { buf: id, off: 0, len });
                 c.rx_bytes += res as usize;
                 self.mark_touched(slot);
             }
