@@ -380,11 +380,8 @@ impl<S: AsRef<[u8]> + Send + 'static> CopyBackend for CopyEngine<S> {
         if self.arm() {
             return true;
         }
-        let mut pfd = libc::pollfd { fd: self.shared.event.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd.
-        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
-        rc > 0
+        let mut pfd = [libc::pollfd { fd: self.shared.event.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        transport::ucx::poll_fds(&mut pfd, timeout).is_ok_and(|n| n > 0)
     }
 
     fn event_fd(&self) -> RawFd {

@@ -79,11 +79,9 @@ impl ServeTransport for UcxTransport {
             libc::pollfd { fd: self.worker().event_fd(), events: libc::POLLIN, revents: 0 },
             libc::pollfd { fd: extra, events: libc::POLLIN, revents: 0 },
         ];
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: two valid pollfds on the stack.
-        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
-        let error = std::io::Error::last_os_error();
-        assert!(rc >= 0 || error.kind() == std::io::ErrorKind::Interrupted, "poll failed: {error}");
+        if let Err(error) = transport::ucx::poll_fds(&mut fds, timeout) {
+            panic!("poll failed: {error}");
+        }
     }
 }
 

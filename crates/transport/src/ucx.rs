@@ -309,23 +309,35 @@ impl Drop for Worker {
 
 /// `poll(2)` on one fd for readability, with a bounded timeout.
 pub(crate) fn poll_fd(fd: RawFd, timeout: Duration) -> Result<bool, WaitError> {
-    let timeout_ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
+    let mut pfd = [libc::pollfd { fd, events: libc::POLLIN, revents: 0 }];
+    match poll_fds(&mut pfd, timeout) {
+        Ok(n) => Ok(n > 0),
+        Err(e) => Err(WaitError::Poll(e)),
+    }
+}
+
+/// Waits until one of `fds` is ready or `timeout` passes, with the
+/// timeout's full precision (`ppoll(2)`): `poll(2)` takes whole
+/// milliseconds, which turns every wait shorter than 1 ms into a busy
+/// loop until its deadline. Returns how many fds are ready (0: timed
+/// out). An interrupted wait is restarted with the whole timeout, which
+/// only lengthens that one wait.
+pub fn poll_fds(fds: &mut [libc::pollfd], timeout: Duration) -> std::io::Result<usize> {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
     };
     loop {
-        // SAFETY: pfd is one valid pollfd.
-        let n = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+        // SAFETY: `fds` is a live array of `fds.len()` pollfds; `ts` is a
+        // valid timespec; no signal mask is installed.
+        let n = unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, &ts, std::ptr::null()) };
         if n >= 0 {
-            return Ok(n > 0);
+            return Ok(n as usize);
         }
         let err = std::io::Error::last_os_error();
         if err.kind() != std::io::ErrorKind::Interrupted {
-            return Err(WaitError::Poll(err));
+            return Err(err);
         }
-        // EINTR: retry; the timeout restarts, which only lengthens one wait.
     }
 }
 
