@@ -9,6 +9,7 @@
 
 pub mod client;
 pub mod command;
+pub mod floor;
 pub mod machine;
 pub mod node;
 pub mod pmem_store;

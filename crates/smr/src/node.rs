@@ -167,6 +167,9 @@ where
     now: Duration,
     /// When a peer whose connection was lost may be connected to again.
     reconnect_at: BTreeMap<u64, Duration>,
+    /// The index of the store's last snapshot (asking the store would
+    /// copy the snapshot).
+    snapshot_index: u64,
 }
 
 fn discard_logger() -> slog::Logger {
@@ -198,6 +201,13 @@ where
             max_inflight_msgs: 256,
             check_quorum: true,
             pre_vote: true,
+            // A commit reaches the followers with the next append or
+            // heartbeat, not in an empty append of its own (two messages
+            // and two answers less per write; reads go through the leader).
+            skip_bcast_commit: true,
+            // The appends a turn's proposals make go to each follower as
+            // one message.
+            batch_append: true,
             ..Default::default()
         };
         let raw = RawNode::new(&raft_config, Store { durable }, &discard_logger())?;
@@ -221,6 +231,7 @@ where
             applied_trace: Vec::new(),
             now: Duration::ZERO,
             reconnect_at: BTreeMap::new(),
+            snapshot_index: snap_meta.index,
         };
         replica.rerandomize();
         Ok(replica)
@@ -530,6 +541,7 @@ where
             self.machine = Machine::restore(&snap.data).map_err(|e| raft::Error::ConfigInvalid(format!("snapshot: {e}")))?;
             self.store_mut().install_snapshot(snap.get_metadata(), &snap.data).map_err(store_error)?;
             self.applied = snap.get_metadata().index;
+            self.snapshot_index = self.applied;
         }
         self.apply_entries(t, ready.take_committed_entries())?;
         let persisted = ready.take_persisted_messages();
@@ -569,8 +581,7 @@ where
 
     /// Takes a snapshot and compacts once enough is applied past the last.
     fn maybe_compact(&mut self) -> Result<(), raft::Error> {
-        let (last, _) = self.durable().snapshot();
-        if self.applied < last.index + self.config.snapshot_every {
+        if self.applied < self.snapshot_index + self.config.snapshot_every {
             return Ok(());
         }
         let mut meta = SnapshotMetadata { index: self.applied, ..Default::default() };
@@ -578,6 +589,7 @@ where
         meta.set_conf_state(self.raw.raft.prs().conf().to_conf_state());
         let data = self.machine.snapshot();
         self.store_mut().compact(&meta, &data).map_err(store_error)?;
+        self.snapshot_index = self.applied;
         self.counters.snapshots += 1;
         Ok(())
     }
