@@ -22,10 +22,11 @@ use pmem::{Region, RegionOptions};
 use pmwire_bench::remote::server::ucx_config;
 use pmwire_log::{LogConfig, TailStrategy};
 use pmwire_smr::client::SmrClient;
+use pmwire_smr::floor::Floor;
 use pmwire_smr::node::{Replica, ReplicaConfig};
 use pmwire_smr::pmem_store::{OpenError, PmemDurable};
 use pmwire_smr::store::{Durable, MemDurable};
-use reactor::{PollBudget, Reactor, RealClock};
+use reactor::{PollBudget, Reactor, RealClock, Service};
 use transport::UcxTransport;
 
 /// Connections a replica accepts and makes (clients and peers).
@@ -77,6 +78,10 @@ pub struct ReplicaArgs {
     /// Write {"id":N,"addr":"..."} here once listening.
     #[arg(long)]
     pub ready_file: Option<PathBuf>,
+    /// Run the benchmark's floor instead of a replica: the same process, transport, loop and four messages per write
+    /// (the lowest id forwards each write to every peer and answers at a majority), with no Raft, log or state machine.
+    #[arg(long, hide = true)]
+    pub floor: bool,
 }
 
 /// `pmwire smr`.
@@ -180,13 +185,17 @@ pub fn replica(args: &ReplicaArgs) -> Result<()> {
         bail!("--tick-ms must be at least 1");
     }
     config.tick = std::time::Duration::from_millis(args.tick_ms);
-    let lock = if args.log == "pmem" { Some(lock(&args.pool.with_extension("lock"))?) } else { None };
+    let lock = if args.log == "pmem" && !args.floor { Some(lock(&args.pool.with_extension("lock"))?) } else { None };
     let mut ucx = ucx_config(&args.tls, addr.ip().is_loopback(), false)?;
     // Clients connect to every replica they try, peers once each.
     ucx.limits.max_conns = MAX_CONNS;
     let mut transport = UcxTransport::new(&ucx)?;
     let bound = transport.listen(addr).with_context(|| format!("listen on {addr}"))?;
     let stop = AtomicBool::new(false);
+    if args.floor {
+        println!("floor node {} of {} on {bound} over {} (no Raft, no log: a benchmark's floor, not a replica)", args.id, voters.len(), args.tls);
+        return serve(transport, Floor::new(args.id, others), args, &bound, &stop);
+    }
     if args.log == "dram" {
         println!("replica {} of {} on {bound} over {}; log in DRAM (volatile baseline: a restart starts empty)", args.id, voters.len(), args.tls);
         let replica = Replica::new(config, MemDurable::new(&voters), others).map_err(|e| anyhow!("{e}"))?;
@@ -221,13 +230,13 @@ fn open_store(args: &ReplicaArgs, voters: &[u64]) -> Result<PmemDurable<Region>>
     }
 }
 
-fn serve<D: Durable>(transport: UcxTransport, replica: Replica<UcxTransport, D>, args: &ReplicaArgs, bound: &SocketAddr, stop: &AtomicBool) -> Result<()> {
+fn serve(transport: UcxTransport, service: impl Service<UcxTransport>, args: &ReplicaArgs, bound: &SocketAddr, stop: &AtomicBool) -> Result<()> {
     if let Some(path) = &args.ready_file {
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, format!("{{\"id\":{},\"addr\":\"{bound}\"}}\n", args.id))?;
         std::fs::rename(&tmp, path)?;
     }
-    let mut reactor = Reactor::new(transport, replica);
+    let mut reactor = Reactor::new(transport, service);
     let budget = match args.poll_us {
         0 => PollBudget::BLOCK,
         us => PollBudget { spin: std::time::Duration::from_micros(us), ..PollBudget::default() },

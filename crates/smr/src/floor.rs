@@ -59,7 +59,7 @@ where
 
     /// Acknowledgements a write needs besides the leader's own copy.
     fn acks_needed(&self) -> usize {
-        (self.peers.len() + 1) / 2
+        self.peers.len().div_ceil(2)
     }
 
     fn conn(&mut self, t: &mut T, to: u64) -> Option<ConnId> {

@@ -97,7 +97,7 @@ fn rpc_one_sided_off(tls: &str, iters: usize) -> Result<Vec<BenchResult>> {
     Ok(out)
 }
 
-fn measure(
+pub(crate) fn measure(
     durable: &mut Client<UcxTransport>,
     visible: &mut Client<UcxTransport>,
     variant: &str,

@@ -19,6 +19,7 @@ use pmwire_smr::client::SmrClient;
 use reactor::PollBudget;
 use transport::UcxTransport;
 
+use super::dare;
 use super::peers::{self, etcd::free_ports, latency_run, throughput_point, Peer, PeerOptions, Plan, PutClient, KEY_BYTES, LATENCY_BENCH, THROUGHPUT_BENCH, VALUE_BYTES};
 use crate::remote::common::{finish_with_peers, latency_result, ratio};
 use crate::remote::server::ucx_config;
@@ -56,6 +57,7 @@ impl Variant {
         let order = if self.persist_then_send { "_persist_then_send" } else { "" };
         match self.log {
             "dram" => format!("pmwire_{}_dram", self.tls),
+            "floor" => format!("floor_{}_4_messages_no_raft", self.tls),
             _ => format!("pmwire_{}_pmem_{}{order}", self.tls, self.tail.replace('-', "_")),
         }
     }
@@ -66,6 +68,7 @@ fn variants(transports: &[&'static str]) -> Vec<Variant> {
     let mut out = Vec::new();
     for &tls in transports {
         out.extend([
+            v(tls, "floor", "self-validating", false, false),
             v(tls, "dram", "self-validating", false, false),
             v(tls, "pmem", "self-validating", false, true),
             v(tls, "pmem", "naive", false, false),
@@ -106,7 +109,11 @@ fn start_cluster(exe: &Path, v: &Variant) -> Result<Cluster> {
         let _ = std::fs::remove_file(&pool);
         cluster.files.extend([pool.clone(), pool.with_extension("lock"), ready.clone()]);
         let mut cmd = Command::new(exe);
-        cmd.args(["replica", "--id", &id.to_string(), "--peers", &list, "--tls", v.tls, "--log", v.log, "--tail", v.tail, "--size", "160M", "--log-size", "64M"]);
+        cmd.args(["replica", "--id", &id.to_string(), "--peers", &list, "--tls", v.tls, "--tail", v.tail, "--size", "160M", "--log-size", "64M"]);
+        match v.log {
+            "floor" => cmd.arg("--floor"),
+            log => cmd.args(["--log", log]),
+        };
         cmd.arg("--pool").arg(&pool).arg("--ready-file").arg(&ready);
         if v.persist_then_send {
             cmd.arg("--persist-then-send");
@@ -211,6 +218,21 @@ fn headlines(results: &[BenchResult]) -> Vec<Headline> {
             "etcd 3.4",
         ),
     ];
+    // The floor on this machine: the same processes and messages with no
+    // Raft. A p50 target below floor / peer cannot be met here.
+    let floor = lat("floor_tcp_4_messages_no_raft", "latency_ns_p50");
+    let dare = metric(results, &format!("{}_tcp", dare::BENCH), "dare_persistent_bound", "latency_ns_p50", None);
+    for (name, value, peer) in [
+        ("smr PUT p50: floor (tcp, 4 messages, no Raft) / etcd (tmpfs): the best pmwire / etcd this machine allows", div(floor, lat(Peer::EtcdTmpfs.name(), "latency_ns_p50")), "etcd 3.4"),
+        ("smr PUT p50: floor (tcp, 4 messages, no Raft) / Redis + WAIT: the best pmwire / Redis this machine allows", div(floor, lat(Peer::RedisWait.name(), "latency_ns_p50")), "redis-server, 2 replicas"),
+        ("smr PUT p50: pmwire (tcp, pmem) / floor (tcp, 4 messages, no Raft)", div(lat(ours, "latency_ns_p50"), floor), "the floor, same run"),
+        ("smr PUT p50: pmwire (tcp, pmem) / DARE-persistent bound (tcp; seed 000: 6.6 / 8.1 us = 0.81x)", div(lat(ours, "latency_ns_p50"), dare), "volatile RPC + 2 one-sided persistent writes, same run"),
+    ] {
+        let h = ratio(name, value, 1.0, false, peer).for_information();
+        if h.value.is_finite() {
+            out.push(h);
+        }
+    }
     let mut info = ratio("smr p50: log in pmem / log in DRAM (sm)", div(lat("pmwire_sm_pmem_self_validating", "latency_ns_p50"), lat("pmwire_sm_dram", "latency_ns_p50")), 1.2, false, "pmwire, log in DRAM");
     info.informational = true;
     if info.value.is_finite() {
@@ -223,11 +245,16 @@ fn headlines(results: &[BenchResult]) -> Vec<Headline> {
 pub fn run(options: &SmrOptions) -> Result<SuiteReport> {
     let plan = if options.quick { Plan::quick() } else { Plan::full() };
     let variants = variants(&options.transports);
-    let bar = progress(variants.len() as u64 + u64::from(options.peers));
+    let bar = progress(variants.len() as u64 + options.transports.len() as u64 + u64::from(options.peers));
     let (mut results, mut skipped) = (Vec::new(), Vec::new());
     for v in &variants {
         bar.set_message(v.name());
         run_variant(&options.exe, v, &plan, &mut results, &mut skipped);
+        bar.inc(1);
+    }
+    for &tls in &options.transports {
+        bar.set_message(format!("DARE bound over {tls}"));
+        dare::run(tls, options.quick, &mut results, &mut skipped);
         bar.inc(1);
     }
     if options.peers {
