@@ -115,11 +115,11 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// 2,000 PUTs for latency, 1 s per throughput point.
+    /// 3,000 PUTs for latency, 1 s per throughput point.
     pub fn quick() -> Plan {
         Plan {
             warmup_puts: 200,
-            latency_puts: 2_000,
+            latency_puts: 3_000,
             clients: vec![1, 4, 16, 64],
             warmup_per_point: Duration::from_millis(200),
             seconds_per_point: Duration::from_secs(1),

@@ -161,24 +161,43 @@ fn progress(len: u64) -> ProgressBar {
     bar
 }
 
-fn run_variant(exe: &Path, v: &Variant, plan: &Plan, results: &mut Vec<BenchResult>, skipped: &mut Vec<Skipped>) {
+/// Latency rounds per variant: every round starts each variant's cluster
+/// afresh, in turn, and a variant's percentiles are the medians of its
+/// rounds'. On 2 cores, where the 4 processes land decides a cluster's
+/// latency for as long as it runs (runs are bimodal); interleaved rounds
+/// give every variant the same draws.
+fn rounds(quick: bool) -> u64 {
+    if quick {
+        3
+    } else {
+        5
+    }
+}
+
+fn row_params(v: &Variant, r: BenchResult) -> BenchResult {
+    r.param("transport", v.tls).param("log", v.log).param("tail", v.tail).param("leader_order", if v.persist_then_send { "persist then send" } else { "send first (thesis 10.2.1)" }).param("servers", 3).param("key_bytes", KEY_BYTES).param("pool", "tmpfs (emulated pmem, every flush issued)")
+}
+
+/// One round of `v`: a fresh cluster, `plan.latency_puts` timed PUTs (the
+/// per-round share), and with `sweep`, the throughput points.
+fn run_round(exe: &Path, v: &Variant, plan: &Plan, sweep: bool, results: &mut Vec<BenchResult>, skipped: &mut Vec<Skipped>) -> Option<BenchResult> {
     let name = v.name();
     let cluster = match start_cluster(exe, v) {
         Ok(c) => c,
         Err(e) => {
             skipped.push(Skipped::new(LATENCY_BENCH, &name, &format!("replicas did not start: {e:#}")));
-            return;
+            return None;
         }
     };
-    let params = |r: BenchResult| {
-        r.param("transport", v.tls).param("log", v.log).param("tail", v.tail).param("leader_order", if v.persist_then_send { "persist then send" } else { "send first (thesis 10.2.1)" }).param("servers", 3).param("key_bytes", KEY_BYTES).param("pool", "tmpfs (emulated pmem, every flush issued)")
+    let row = match latency_run(&|| connect(&cluster.peers, v.tls, session(), PollBudget::BLOCK), plan) {
+        Ok(mut samples) => Some(latency_result(LATENCY_BENCH, &name, VALUE_BYTES as u64, &mut samples)),
+        Err(e) => {
+            skipped.push(Skipped::new(LATENCY_BENCH, &name, &format!("{e:#}")));
+            None
+        }
     };
-    match latency_run(&|| connect(&cluster.peers, v.tls, session(), PollBudget::BLOCK), plan) {
-        Ok(mut samples) => results.push(params(latency_result(LATENCY_BENCH, &name, VALUE_BYTES as u64, &mut samples).param("puts", plan.latency_puts).param("clients", 1))),
-        Err(e) => skipped.push(Skipped::new(LATENCY_BENCH, &name, &format!("{e:#}"))),
-    }
-    if !v.throughput {
-        return;
+    if !sweep {
+        return row;
     }
     for &clients in &plan.clients {
         let connect = || connect(&cluster.peers, v.tls, session(), PollBudget::BLOCK);
@@ -186,11 +205,33 @@ fn run_variant(exe: &Path, v: &Variant, plan: &Plan, results: &mut Vec<BenchResu
             Ok(ops) => {
                 let rate = ops as f64 / plan.seconds_per_point.as_secs_f64();
                 let row = BenchResult::new(THROUGHPUT_BENCH, &name).size(VALUE_BYTES as u64).metric("throughput_ops_per_s", rate).param("clients", clients).param("puts", ops);
-                results.push(params(row));
+                results.push(row_params(v, row));
             }
             Err(e) => skipped.push(Skipped::new(THROUGHPUT_BENCH, &name, &format!("{clients} clients: {e:#}"))),
         }
     }
+    row
+}
+
+/// A variant's latency row from its rounds: each percentile is the median
+/// of the rounds' (the rounds' p50s are kept as a parameter).
+fn median_of_rounds(v: &Variant, rounds: &[BenchResult], puts: u64) -> BenchResult {
+    let median = |m: &str| {
+        let mut xs: Vec<f64> = rounds.iter().filter_map(|r| r.get(m)).collect();
+        xs.sort_by(f64::total_cmp);
+        xs[xs.len() / 2]
+    };
+    let p50s: Vec<f64> = rounds.iter().filter_map(|r| r.get("latency_ns_p50")).collect();
+    let row = BenchResult::new(LATENCY_BENCH, &v.name())
+        .size(VALUE_BYTES as u64)
+        .metric("latency_ns_p50", median("latency_ns_p50"))
+        .metric("latency_ns_p99", median("latency_ns_p99"))
+        .metric("latency_ns_p99_9", median("latency_ns_p99_9"))
+        .param("rounds", rounds.len())
+        .param("round_p50s_ns", p50s)
+        .param("puts_per_round", puts)
+        .param("clients", 1);
+    row_params(v, row)
 }
 
 fn metric(results: &[BenchResult], bench: &str, variant: &str, metric: &str, clients: Option<u64>) -> Option<f64> {
@@ -245,12 +286,24 @@ fn headlines(results: &[BenchResult]) -> Vec<Headline> {
 pub fn run(options: &SmrOptions) -> Result<SuiteReport> {
     let plan = if options.quick { Plan::quick() } else { Plan::full() };
     let variants = variants(&options.transports);
-    let bar = progress(variants.len() as u64 + options.transports.len() as u64 + u64::from(options.peers));
+    let rounds = rounds(options.quick);
+    let round_plan = Plan { latency_puts: plan.latency_puts / rounds, ..plan.clone() };
+    let bar = progress(rounds * variants.len() as u64 + options.transports.len() as u64 + u64::from(options.peers));
     let (mut results, mut skipped) = (Vec::new(), Vec::new());
-    for v in &variants {
-        bar.set_message(v.name());
-        run_variant(&options.exe, v, &plan, &mut results, &mut skipped);
-        bar.inc(1);
+    let mut by_variant: Vec<Vec<BenchResult>> = vec![Vec::new(); variants.len()];
+    for round in 0..rounds {
+        for (v, done) in variants.iter().zip(&mut by_variant) {
+            bar.set_message(format!("{} (round {}/{rounds})", v.name(), round + 1));
+            // The throughput sweep runs once, in the middle round.
+            let sweep = v.throughput && round == rounds / 2;
+            done.extend(run_round(&options.exe, v, &round_plan, sweep, &mut results, &mut skipped));
+            bar.inc(1);
+        }
+    }
+    for (v, done) in variants.iter().zip(&by_variant) {
+        if !done.is_empty() {
+            results.push(median_of_rounds(v, done, round_plan.latency_puts));
+        }
     }
     for &tls in &options.transports {
         bar.set_message(format!("DARE bound over {tls}"));
@@ -269,7 +322,8 @@ pub fn run(options: &SmrOptions) -> Result<SuiteReport> {
     let parameters = serde_json::json!({
         "command": if options.quick { "pmwire bench smr --quick" } else { "pmwire bench smr" },
         "replicas": 3, "key_bytes": KEY_BYTES, "value_bytes": VALUE_BYTES,
-        "latency_puts": plan.latency_puts, "warmup_puts": plan.warmup_puts, "clients": plan.clients,
+        "latency_puts": plan.latency_puts, "latency_rounds": rounds, "warmup_puts": plan.warmup_puts, "clients": plan.clients,
+        "rounds": "pmwire's latency variants run in interleaved rounds, each on a fresh cluster; a row's percentiles are the medians of its rounds'",
         "note": "3 replica processes and the clients share the 2 cores; replicas and clients block as soon as nothing is ready (no polling)",
     });
     let peer_info = serde_json::json!({ "etcd": "Debian etcd-server 3.4, 3 members on loopback", "redis": "redis-server primary + 2 replicas, appendonly yes, appendfsync always, SET then WAIT 2 0" });
