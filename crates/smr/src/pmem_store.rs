@@ -98,6 +98,13 @@ pub struct StoreFaults {
     /// A conflicting suffix is dropped with stores that are never flushed
     /// nor drained: the truncation is not durable before the new entries land.
     pub unflushed_suffix_truncation: bool,
+    /// Appended entries are left in the caches until the next hard state
+    /// is durable: the hard state (its commit) lands before the entries
+    /// it covers.
+    pub hard_state_before_entries: bool,
+    /// A hard state whose vote changed is stored without a flush: the
+    /// vote may never reach the media.
+    pub unflushed_vote: bool,
 }
 
 /// The membership as last stored, and which slot holds it.
@@ -130,6 +137,9 @@ pub struct PmemDurable<M: Media> {
     log: AppendLog,
     terms: VecDeque<u64>,
     faults: StoreFaults,
+    /// Planted (`hard_state_before_entries`): appended entries not yet
+    /// flushed.
+    owed_log_flush: bool,
 }
 
 impl<M: Media> PmemDurable<M> {
@@ -200,7 +210,7 @@ impl<M: Media> PmemDurable<M> {
             return Err(corrupt(format!("the log's header describes a log of other than {} B", sb.log_bytes)));
         }
         let terms = read_terms(&media, &log)?;
-        let mut store = PmemDurable { media, sb, hard_record, hard, conf, snap, log, terms, faults };
+        let mut store = PmemDurable { media, sb, hard_record, hard, conf, snap, log, terms, faults, owed_log_flush: false };
         store.finish_interrupted()?;
         assert_eq!(store.log.head(), store.snap.header.index + 1, "the log starts right after the snapshot");
         assert_eq!(store.terms.len() as u64, store.log.len(), "a term for every entry");
@@ -405,13 +415,25 @@ impl<M: Media> Durable for PmemDurable<M> {
         }
         let refs: Vec<&[u8]> = payloads.iter().map(|p| &p[..]).collect();
         let terms: Vec<u64> = entries.iter().map(|e| e.term).collect();
+        if self.faults.hard_state_before_entries {
+            self.owed_log_flush = true;
+            return append_unflushed(self, &refs, &terms);
+        }
         self.append_payloads(&refs, &terms)
     }
 
     fn set_hard_state(&mut self, hs: &HardState) -> Result<(), StoreError> {
         let payload = format::encode_hard_state(hs.term, hs.vote, hs.commit);
-        self.hard_record.store(&mut self.media, &payload).map_err(|e| StoreError::Media(format!("hard state: {e}")))?;
+        let stored = if self.faults.unflushed_vote && hs.vote != self.hard.vote {
+            self.hard_record.store(&mut pmem::NoFlush(&mut self.media), &payload)
+        } else {
+            self.hard_record.store(&mut self.media, &payload)
+        };
+        stored.map_err(|e| StoreError::Media(format!("hard state: {e}")))?;
         self.hard = hs.clone();
+        if std::mem::take(&mut self.owed_log_flush) {
+            self.media.persist(format::LOG_AT, self.sb.log_bytes);
+        }
         Ok(())
     }
 
@@ -452,6 +474,15 @@ impl<M: Media> Durable for PmemDurable<M> {
         self.terms.drain(..dropped);
         Ok(())
     }
+}
+
+/// Planted (`hard_state_before_entries`): appends through a medium that
+/// never flushes; `set_hard_state` flushes the log after the hard state.
+fn append_unflushed<M: Media>(store: &mut PmemDurable<M>, payloads: &[&[u8]], terms: &[u64]) -> Result<(), StoreError> {
+    let lsns = store.log.append_batch(&mut pmem::NoFlush(&mut store.media), payloads).map_err(|e| StoreError::Media(format!("append: {e}")))?;
+    assert_eq!(lsns.end - lsns.start, payloads.len() as u64, "every entry appended");
+    store.terms.extend(terms.iter().copied());
+    Ok(())
 }
 
 /// Where the snapshot area starts after a log of `log_bytes`.

@@ -56,11 +56,21 @@ pub fn checks() -> Vec<Check> {
             planted: true,
             run: |c| check_store(TailStrategy::SelfValidating, planted(), c),
         },
+        Check {
+            name: "replica store: hard state durable before its entries",
+            planted: true,
+            run: |c| check_store(TailStrategy::SelfValidating, StoreFaults { hard_state_before_entries: true, ..StoreFaults::default() }, c),
+        },
+        Check {
+            name: "replica store: vote never flushed",
+            planted: true,
+            run: |c| check_store(TailStrategy::SelfValidating, StoreFaults { unflushed_vote: true, ..StoreFaults::default() }, c),
+        },
     ]
 }
 
 fn planted() -> StoreFaults {
-    StoreFaults { unflushed_suffix_truncation: true }
+    StoreFaults { unflushed_suffix_truncation: true, ..StoreFaults::default() }
 }
 
 /// An entry as compared: index, term, type, context, data.
@@ -388,7 +398,21 @@ mod tests {
     }
 
     #[test]
+    fn planted_hard_state_before_entries_is_caught() {
+        let report = check_store(TailStrategy::SelfValidating, StoreFaults { hard_state_before_entries: true, ..StoreFaults::default() }, &config());
+        eprintln!("planted, hard state first: {}", report.describe());
+        report.assert_caught();
+    }
+
+    #[test]
+    fn planted_unflushed_vote_is_caught() {
+        let report = check_store(TailStrategy::SelfValidating, StoreFaults { unflushed_vote: true, ..StoreFaults::default() }, &config());
+        eprintln!("planted, unflushed vote: {}", report.describe());
+        report.assert_caught();
+    }
+
+    #[test]
     fn registry_lists_each_check_once() {
-        pmwire_crashcheck::assert_registry(&checks(), 2);
+        pmwire_crashcheck::assert_registry(&checks(), 4);
     }
 }
