@@ -197,7 +197,13 @@ fn unavailable() -> raft::Error {
 
 impl<D: Durable> raft::Storage for Store<D> {
     fn initial_state(&self) -> raft::Result<RaftState> {
-        Ok(RaftState { hard_state: self.durable.hard_state(), conf_state: self.durable.conf_state() })
+        let mut hard_state = self.durable.hard_state();
+        // The commit index is stored lazily and compaction takes what is
+        // applied, so after a crash the snapshot may lie past the stored
+        // commit; raft-rs refuses a commit below first_index - 1. A
+        // snapshot holds only committed entries.
+        hard_state.commit = hard_state.commit.max(self.durable.first_index() - 1);
+        Ok(RaftState { hard_state, conf_state: self.durable.conf_state() })
     }
 
     fn entries(&self, low: u64, high: u64, max_size: impl Into<Option<u64>>, _context: GetEntriesContext) -> raft::Result<Vec<Entry>> {

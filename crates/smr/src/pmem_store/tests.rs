@@ -212,3 +212,22 @@ fn the_store_agrees_with_mem_durable() {
     }
     assert_eq!(shown(&reopen(store)), shown(&model));
 }
+
+#[test]
+fn a_compaction_past_the_durable_commit_restarts_raft() {
+    // The commit index is noted lazily, and compaction takes what is
+    // applied: after a crash the snapshot may lie beyond the durable
+    // commit. raft-rs refuses a hard state whose commit is below its
+    // log's first index - 1, so the restart must not show one.
+    let mut store = new_store();
+    store.append(&entries(1..=10, 1)).unwrap();
+    store.set_hard_state(&HardState { term: 1, vote: 1, commit: 2, ..Default::default() }).unwrap();
+    store.note_commit(10);
+    store.compact(&meta(8, 1, &[1, 2, 3]), b"state at 8").unwrap();
+    let store = reopen(store);
+    let config = raft::Config { id: REPLICA, ..Default::default() };
+    let logger = slog::Logger::root(slog::Discard, slog::o!());
+    let node = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| raft::RawNode::new(&config, crate::store::Store { durable: store }, &logger)));
+    let node = node.expect("raft-rs accepts the restarted store").expect("a node");
+    assert!(node.raft.raft_log.committed >= 8, "the snapshot's index is committed");
+}
