@@ -57,7 +57,7 @@ pub enum SmrError {
 /// A blocking client of a cluster.
 pub struct SmrClient<T: Transport>
 where
-    T::Addr: Sized + Clone,
+    T::Addr: PeerAddr,
 {
     transport: T,
     replicas: BTreeMap<u64, T::Addr>,
@@ -79,7 +79,7 @@ where
 
 impl<T: Transport> SmrClient<T>
 where
-    T::Addr: Sized + Clone,
+    T::Addr: PeerAddr,
 {
     /// A client of the replicas `replicas` (id → address) with session id
     /// `session` (non-zero, unique among the cluster's clients: a random
@@ -158,10 +158,7 @@ where
     /// Adds replica `id`, listening at `addr`, as a learner (it receives
     /// the log, does not vote); the log index of the change. Adding a
     /// learner again at the same address does nothing.
-    pub fn add_learner(&mut self, id: u64, addr: &T::Addr) -> Result<u64, SmrError>
-    where
-        T::Addr: PeerAddr,
-    {
+    pub fn add_learner(&mut self, id: u64, addr: &T::Addr) -> Result<u64, SmrError> {
         let r = self.member_request(Op::AddMember, id, &addr.to_bytes())?;
         self.replicas.insert(id, addr.clone());
         Ok(r.index)
@@ -190,10 +187,7 @@ where
     /// Adds replica `id` at `addr` as a voter: a learner first, promoted
     /// once it has caught up (so that a new replica never holds up the
     /// quorum while it copies the log). The log index of the promotion.
-    pub fn add_member(&mut self, id: u64, addr: &T::Addr) -> Result<u64, SmrError>
-    where
-        T::Addr: PeerAddr,
-    {
+    pub fn add_member(&mut self, id: u64, addr: &T::Addr) -> Result<u64, SmrError> {
         self.add_learner(id, addr)?;
         self.promote(id)
     }
@@ -276,12 +270,29 @@ where
                 }
                 Status::NotLeader if only.is_none() => {
                     let hint = resp.leader;
+                    if hint != 0 && !self.replicas.contains_key(&hint) {
+                        // A leader added since the client's list was made.
+                        self.learn_members(target, deadline);
+                    }
                     self.leader = if hint != 0 && self.replicas.contains_key(&hint) && hint != target { hint } else { self.next_after(target) };
                     if hint == 0 {
                         std::thread::sleep(Duration::from_millis(1)); // an election is under way
                     }
                 }
                 Status::NotLeader | Status::Retry => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+    }
+
+    /// Adds the members replica `from` knows (from its STATUS) that the
+    /// client does not.
+    fn learn_members(&mut self, from: u64, deadline: Instant) {
+        let req = Request { op: Op::Status, client: 0, seq: 0, key: Vec::new(), value: Vec::new(), expect: None };
+        let Some(resp) = self.attempt(from, &req.to_bytes(), deadline) else { return };
+        let Ok(st) = StatusValue::decode(&resp.value) else { return };
+        for m in st.members {
+            if let (false, Some(addr)) = (self.replicas.contains_key(&m.id), T::Addr::from_bytes(&m.addr)) {
+                self.replicas.insert(m.id, addr);
             }
         }
     }
