@@ -20,7 +20,13 @@
 //! again after it fails); what arrives on any connection is accepted: a
 //! Raft message names its sender. Raft messages are one-way transport
 //! messages whose header is [`RAFT_MAGIC`] and whose payload is raft-rs's
-//! protobuf encoding of `eraftpb.Message`.
+//! protobuf encoding of `eraftpb.Message`. One larger than
+//! [`RAFT_CHUNK_BYTES`] (a snapshot of a large map) goes as chunks
+//! ([`RAFT_CHUNK_MAGIC`]), queued per peer and sent as the connection's
+//! window allows, a few each turn; the receiver joins the chunks of one
+//! message id arriving in order on one connection and drops a message
+//! whose chunks do not follow on. A snapshot's send is reported to raft-rs
+//! once its last chunk is sent.
 //!
 //! Membership (Raft thesis §4.1, one server at a time; raft-rs's simple
 //! conf changes): ADD_MEMBER makes a learner (it receives the log, does
@@ -61,6 +67,7 @@ use transport::{ConnId, Event, NodeId, RequestId, Transport};
 
 use crate::command::{Member, Op, Refusal, Refused, RequestView, Response, Status, StatusValue, MAX_ADDR_BYTES, REQUEST_HEADER_BYTES, REQUEST_MAGIC};
 use crate::machine::Machine;
+use pmem::le::get_u64;
 use crate::store::{Durable, Store};
 
 /// Ticks a replica waits before connecting again to a peer whose
@@ -69,6 +76,15 @@ const RECONNECT_TICKS: u32 = 10;
 
 /// The header of a Raft message between replicas.
 pub const RAFT_MAGIC: [u8; 4] = *b"RFT1";
+/// The header of one chunk of a Raft message larger than [`RAFT_CHUNK_BYTES`].
+pub const RAFT_CHUNK_MAGIC: [u8; 4] = *b"RFTC";
+/// Largest Raft message sent whole, and the size of a chunk (well within
+/// the transport's 4 MiB payload bound).
+pub const RAFT_CHUNK_BYTES: usize = 1 << 20;
+/// Largest Raft message a replica reassembles from chunks.
+pub const MAX_RAFT_MESSAGE_BYTES: u64 = 1 << 32;
+/// A chunk's header: message id u64, message length u64, offset u64.
+const CHUNK_HEADER_BYTES: usize = 24;
 
 /// Most voters, and most learners, a membership may have (what the
 /// persistent-memory store's membership slot holds).
@@ -243,6 +259,26 @@ where
     now: Duration,
     /// When a peer whose connection was lost may be connected to again.
     reconnect_at: BTreeMap<u64, Duration>,
+    /// A chunked message being sent to each peer (at most one).
+    outbox: BTreeMap<u64, Outgoing>,
+    /// Messages being reassembled from chunks, by incoming connection.
+    inbox: BTreeMap<ConnId, Incoming>,
+    /// The id of the last chunked message sent.
+    chunked_sent: u64,
+}
+
+/// A chunked message on its way to a peer.
+struct Outgoing {
+    conn: ConnId,
+    chunks: std::collections::VecDeque<Vec<u8>>,
+    snapshot: bool,
+}
+
+/// A chunked message arriving.
+struct Incoming {
+    id: u64,
+    len: u64,
+    bytes: Vec<u8>,
 }
 
 /// What the leader does with a membership change it was asked for.
@@ -315,6 +351,9 @@ where
             applied_trace: Vec::new(),
             now: Duration::ZERO,
             reconnect_at: BTreeMap::new(),
+            outbox: BTreeMap::new(),
+            inbox: BTreeMap::new(),
+            chunked_sent: 0,
         };
         replica.sync_peers();
         replica.rerandomize();
@@ -729,6 +768,9 @@ where
         // once they circulate).
         let mut payload = t.take_buffer(m.compute_size() as usize);
         m.write_to_vec(&mut payload).expect("a raft message encodes");
+        if payload.len() > RAFT_CHUNK_BYTES {
+            return self.send_chunked(t, to, conn, &payload, snapshot);
+        }
         let sent = t.send(conn, &RAFT_MAGIC, payload);
         if snapshot {
             // The leader waits for this report before it probes the
@@ -743,6 +785,105 @@ where
                 self.counters.unsent += 1;
                 self.raw.report_unreachable(to);
             }
+        }
+    }
+
+    /// Queues `payload` as chunks to peer `to` (refused, as unsent, while
+    /// another chunked message to it is on its way) and starts sending.
+    fn send_chunked(&mut self, t: &mut T, to: u64, conn: ConnId, payload: &[u8], snapshot: bool) {
+        if self.outbox.contains_key(&to) || payload.len() as u64 > MAX_RAFT_MESSAGE_BYTES {
+            self.counters.unsent += 1;
+            if snapshot {
+                self.raw.report_snapshot(to, SnapshotStatus::Failure);
+            }
+            return;
+        }
+        self.chunked_sent += 1;
+        let id = self.chunked_sent;
+        let len = payload.len() as u64;
+        let chunks = payload
+            .chunks(RAFT_CHUNK_BYTES)
+            .enumerate()
+            .map(|(i, part)| {
+                let mut c = Vec::with_capacity(CHUNK_HEADER_BYTES + part.len());
+                for v in [id, len, (i * RAFT_CHUNK_BYTES) as u64] {
+                    c.extend_from_slice(&v.to_le_bytes());
+                }
+                c.extend_from_slice(part);
+                c
+            })
+            .collect();
+        self.outbox.insert(to, Outgoing { conn, chunks, snapshot });
+        self.drain_outbox(t);
+    }
+
+    /// Sends queued chunks while the connections' windows allow; true if
+    /// any went. A peer whose connection fails loses its message (raft-rs
+    /// sends it again).
+    fn drain_outbox(&mut self, t: &mut T) -> bool {
+        let mut sent_any = false;
+        let peers: Vec<u64> = self.outbox.keys().copied().collect();
+        for to in peers {
+            let out = self.outbox.get_mut(&to).expect("listed");
+            let mut failed = false;
+            while let Some(chunk) = out.chunks.pop_front() {
+                let mut buf = t.take_buffer(chunk.len());
+                buf.extend_from_slice(&chunk);
+                match t.send(out.conn, &RAFT_CHUNK_MAGIC, buf) {
+                    Ok(()) => sent_any = true,
+                    Err(transport::OpError::WindowFull(_)) => {
+                        out.chunks.push_front(chunk);
+                        break;
+                    }
+                    Err(_) => {
+                        failed = true;
+                        break;
+                    }
+                }
+            }
+            if failed || out.chunks.is_empty() {
+                let out = self.outbox.remove(&to).expect("listed");
+                if out.snapshot {
+                    let status = if failed { SnapshotStatus::Failure } else { SnapshotStatus::Finish };
+                    self.raw.report_snapshot(to, status);
+                }
+                if failed {
+                    self.counters.unsent += 1;
+                    self.raw.report_unreachable(to);
+                } else {
+                    self.counters.sent += 1;
+                }
+            }
+        }
+        sent_any
+    }
+
+    /// One chunk of a large Raft message arrived on `conn`: joined to the
+    /// message it continues; the whole message is stepped.
+    fn on_chunk(&mut self, conn: ConnId, chunk: &[u8]) {
+        if chunk.len() <= CHUNK_HEADER_BYTES {
+            self.counters.malformed += 1;
+            return;
+        }
+        let (id, len, offset) = (get_u64(chunk, 0), get_u64(chunk, 8), get_u64(chunk, 16));
+        let part = &chunk[CHUNK_HEADER_BYTES..];
+        if offset == 0 && len <= MAX_RAFT_MESSAGE_BYTES {
+            // A new message replaces whatever was unfinished on this connection.
+            self.inbox.insert(conn, Incoming { id, len, bytes: Vec::with_capacity(len.min(1 << 26) as usize) });
+        }
+        let Some(m) = self.inbox.get_mut(&conn) else {
+            self.counters.malformed += 1;
+            return;
+        };
+        if m.id != id || m.len != len || m.bytes.len() as u64 != offset || offset + part.len() as u64 > len {
+            self.inbox.remove(&conn);
+            self.counters.malformed += 1;
+            return;
+        }
+        m.bytes.extend_from_slice(part);
+        if m.bytes.len() as u64 == len {
+            let whole = self.inbox.remove(&conn).expect("just joined").bytes;
+            self.on_message(&whole);
         }
     }
 
@@ -947,9 +1088,11 @@ where
     fn on_event(&mut self, t: &mut T, event: Event, now: Duration) {
         self.now = now;
         match event {
-            Event::Message { header, payload, .. } => {
+            Event::Message { header, payload, conn } => {
                 if header == RAFT_MAGIC {
                     self.on_message(&payload);
+                } else if header == RAFT_CHUNK_MAGIC {
+                    self.on_chunk(conn, &payload);
                 } else {
                     self.counters.malformed += 1;
                 }
@@ -965,6 +1108,7 @@ where
                 }
             }
             Event::Disconnected { conn, .. } => {
+                self.inbox.remove(&conn);
                 let lost: Vec<u64> = self.out_conns.iter().filter(|(_, c)| **c == conn).map(|(&p, _)| p).collect();
                 for peer in lost {
                     self.out_conns.remove(&peer);
@@ -979,6 +1123,7 @@ where
     fn poll_work(&mut self, t: &mut T, now: Duration) -> bool {
         self.now = now;
         let ticked = self.tick_if_due(now);
+        let drained = !self.outbox.is_empty() && self.drain_outbox(t);
         let readied = self.handle_ready(t).unwrap_or_else(|e| panic!("replica {}: storage failed: {e}", self.config.id));
         let leader = self.raw.raft.state == StateRole::Leader;
         if self.was_leader && !leader {
@@ -993,7 +1138,7 @@ where
         }
         self.was_leader = leader;
         self.rerandomize();
-        ticked || readied
+        ticked || readied || drained
     }
 
     fn next_deadline(&self) -> Option<Duration> {

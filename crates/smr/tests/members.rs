@@ -29,13 +29,19 @@ const STEP: Duration = Duration::from_micros(100);
 /// The longest any wait below lasts (virtual), a failure bound only.
 const PATIENCE_MS: u64 = 5_000;
 
-fn log_config() -> LogConfig {
-    LogConfig::new(64 << 10, TailStrategy::SelfValidating)
+/// Log and snapshot capacity of each store.
+#[derive(Clone, Copy)]
+struct Sizes {
+    log_bytes: u64,
+    snapshot_bytes: u64,
 }
 
-fn store(id: u64, voters: &[u64]) -> PmemDurable<MemMedia> {
-    let size = PmemDurable::<MemMedia>::required_size(&log_config(), 64 << 10);
-    PmemDurable::format(MemMedia::new(size as usize), CLUSTER, id, voters, log_config()).expect("format")
+const SMALL: Sizes = Sizes { log_bytes: 64 << 10, snapshot_bytes: 64 << 10 };
+
+fn store(id: u64, voters: &[u64], sizes: Sizes) -> PmemDurable<MemMedia> {
+    let log = LogConfig::new(sizes.log_bytes, TailStrategy::SelfValidating);
+    let size = PmemDurable::<MemMedia>::required_size(&log, sizes.snapshot_bytes);
+    PmemDurable::format(MemMedia::new(size as usize), CLUSTER, id, voters, log).expect("format")
 }
 
 fn config(id: u64) -> ReplicaConfig {
@@ -141,12 +147,17 @@ struct Harness {
     admin_conns: BTreeMap<u64, ConnId>,
     seq: u64,
     load: Option<Load>,
+    sizes: Sizes,
 }
 
 impl Harness {
     /// `n` replicas on persistent-memory stores, a leader elected.
     fn new(n: u64) -> Harness {
-        let net = InProcNetwork::new(Limits::default());
+        Harness::with_sizes(n, SMALL, Limits::default())
+    }
+
+    fn with_sizes(n: u64, sizes: Sizes, limits: Limits) -> Harness {
+        let net = InProcNetwork::new(limits);
         let transports: Vec<InProcTransport> = (0..n).map(|_| net.node()).collect();
         let addrs: BTreeMap<u64, NodeId> = transports.iter().enumerate().map(|(i, t)| (i as u64 + 1, t.id())).collect();
         let voters: Vec<u64> = (1..=n).collect();
@@ -154,10 +165,10 @@ impl Harness {
         for (i, t) in transports.into_iter().enumerate() {
             let id = i as u64 + 1;
             let peers = addrs.iter().filter(|(&p, _)| p != id).map(|(&p, &a)| (p, a)).collect();
-            nodes.insert(id, Reactor::new(t, Replica::new(config(id), store(id, &voters), peers).expect("replica")));
+            nodes.insert(id, Reactor::new(t, Replica::new(config(id), store(id, &voters, sizes), peers).expect("replica")));
         }
         let admin = net.node();
-        let mut h = Harness { net, nodes, addrs, now: Duration::ZERO, admin, admin_conns: BTreeMap::new(), seq: 0, load: None };
+        let mut h = Harness { net, nodes, addrs, now: Duration::ZERO, admin, admin_conns: BTreeMap::new(), seq: 0, load: None, sizes };
         h.wait_leader();
         h
     }
@@ -274,7 +285,7 @@ impl Harness {
         let t = self.net.node();
         let addr = t.id();
         let peers = self.addrs.clone();
-        let replica = Replica::new(config(id), store(id, &[]), peers).expect("a joining replica");
+        let replica = Replica::new(config(id), store(id, &[], self.sizes), peers).expect("a joining replica");
         self.nodes.insert(id, Reactor::new(t, replica));
         self.addrs.insert(id, addr);
         addr
@@ -485,4 +496,28 @@ fn what_a_user_can_get_wrong_is_refused_with_its_reason() {
     // The last voter is never removed.
     let mut one = Harness::new(1);
     assert_eq!(refused(&one.member(Op::RemoveMember, 1, &[])), Refusal::LastVoter);
+}
+
+/// A map larger than the transport's 4 MiB message bound reaches a new
+/// replica: its snapshot goes as chunks, paced by the connection's window
+/// (a window of 4 sends, so the 7 chunks cannot all go at once).
+#[test]
+fn a_snapshot_larger_than_a_message_reaches_a_new_replica() {
+    let limits = Limits { window: 4, ..Limits::default() };
+    let mut h = Harness::with_sizes(3, Sizes { log_bytes: 16 << 20, snapshot_bytes: 12 << 20 }, limits);
+    let leader = h.wait_leader();
+    let value = |i: u64| vec![i as u8; 256 << 10];
+    for i in 0..24u64 {
+        let put = Request { op: Op::Put, client: 8, seq: i + 1, key: format!("big{i}").into_bytes(), value: value(i), expect: None };
+        assert_eq!(h.call(leader, &put).status, Status::Ok);
+    }
+    let addr = h.join(4);
+    h.add_voter(4, addr);
+    h.run_until("replica 4 applied everything", |h| h.node(4).service.status().applied >= h.node(leader).service.status().commit);
+    let (meta, data) = h.node(4).service.durable().snapshot();
+    assert!(meta.index > 0 && data.len() > 4 << 20, "installed a snapshot of {} B", data.len());
+    let machine = h.node(4).service.machine();
+    for i in 0..24u64 {
+        assert_eq!(machine.get(format!("big{i}").as_bytes()), Some(&value(i)[..]), "key big{i}");
+    }
 }
