@@ -3,8 +3,10 @@
 //! voter once caught up) and holds every acknowledged write; a follower
 //! and then the leader are removed and writes go on; leadership moves to
 //! the voter asked for; a replica restarted with its original peer list
-//! still reaches the member added since; and every request a user can
-//! get wrong is refused with its reason (Raft thesis §4.1 and §3.10).
+//! still reaches the member added since; every request a user can get
+//! wrong is refused with its reason (Raft thesis §4.1 and §3.10); and a
+//! snapshot larger than the transport's message bound reaches a new
+//! replica in chunks.
 //!
 //! Every wait is bounded in virtual time; nothing asserts on timing.
 
@@ -520,4 +522,43 @@ fn a_snapshot_larger_than_a_message_reaches_a_new_replica() {
     for i in 0..24u64 {
         assert_eq!(machine.get(format!("big{i}").as_bytes()), Some(&value(i)[..]), "key big{i}");
     }
+}
+
+/// Chunks that do not follow on (a duplicate, a gap, another message's
+/// chunk, a header alone) are dropped and counted, and the cluster goes on.
+#[test]
+fn chunks_that_do_not_follow_on_are_dropped() {
+    use pmwire_smr::node::{RAFT_CHUNK_BYTES, RAFT_CHUNK_MAGIC};
+    let mut h = Harness::new(3);
+    let leader = h.wait_leader();
+    let follower = (1..=3).find(|&id| id != leader).expect("a follower");
+    let mut peer = h.net.node();
+    let conn = peer.connect(&h.addrs[&follower]).expect("connect");
+    let chunk = |id: u64, len: u64, offset: u64, n: usize| {
+        let mut c = Vec::new();
+        for v in [id, len, offset] {
+            c.extend_from_slice(&v.to_le_bytes());
+        }
+        c.extend(std::iter::repeat_n(0xab, n));
+        c
+    };
+    let len = (2 * RAFT_CHUNK_BYTES) as u64;
+    let bad = [
+        chunk(1, len, 0, RAFT_CHUNK_BYTES),
+        chunk(1, len, 0, RAFT_CHUNK_BYTES), // a duplicate first chunk restarts the message
+        chunk(2, len, RAFT_CHUNK_BYTES as u64, 10), // another message's chunk: dropped
+        chunk(1, len, RAFT_CHUNK_BYTES as u64, 10), // no message in progress any more
+        chunk(3, len, 0, 0),                // a header alone
+        chunk(4, len, 0, 100),
+        chunk(4, len, 200, 100), // a gap
+    ];
+    let before = h.node(follower).service.counters().malformed;
+    for c in bad {
+        peer.send(conn, &RAFT_CHUNK_MAGIC, c).expect("send");
+        h.run_ms(1);
+    }
+    assert_eq!(h.node(follower).service.counters().malformed, before + 4, "each chunk that does not follow on is counted");
+    // The cluster is unharmed: a write still commits.
+    let put = Request { op: Op::Put, client: 3, seq: 1, key: b"k".to_vec(), value: b"v".to_vec(), expect: None };
+    assert_eq!(h.call(leader, &put).status, Status::Ok);
 }
