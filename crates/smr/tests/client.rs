@@ -89,8 +89,12 @@ fn a_client_adds_a_replica_moves_leadership_to_it_and_removes_replicas() {
     let mut client = SmrClient::new(net.node(), addrs.clone(), 44);
     client.put(b"k", b"v").expect("put");
     client.add_member(4, &addr4).expect("add replica 4");
-    let st = client.status(4).expect("4 is in the client's list now");
-    assert_eq!(st.voters(), vec![1, 2, 3, 4]);
+    // Replica 4 applies its promotion soon after the leader (a failure bound, not a timing claim).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while client.status(4).expect("4 is in the client's list now").voters() != [1, 2, 3, 4] {
+        assert!(std::time::Instant::now() < deadline, "replica 4 never applied its promotion");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     match client.add_member(4, &addr4) {
         Err(SmrError::Refused { reason: Refusal::Exists, .. }) => {}
         other => panic!("adding a voter again: {other:?}"),
