@@ -56,6 +56,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use pmem::le::get_u64;
 use protobuf::Message as _;
 use raft::eraftpb::{ConfChange, ConfChangeSingle, ConfChangeType, ConfChangeV2, ConfState, Entry, EntryType, Message, MessageType, SnapshotMetadata};
 use rand::{Rng, SeedableRng};
@@ -67,7 +68,6 @@ use transport::{ConnId, Event, NodeId, RequestId, Transport};
 
 use crate::command::{Member, Op, Refusal, Refused, RequestView, Response, Status, StatusValue, MAX_ADDR_BYTES, REQUEST_HEADER_BYTES, REQUEST_MAGIC};
 use crate::machine::Machine;
-use pmem::le::get_u64;
 use crate::store::{Durable, Store};
 
 /// Ticks a replica waits before connecting again to a peer whose
