@@ -7,7 +7,12 @@
 //! which loses everything when the process ends), and serves until
 //! killed. The pool is locked for the process's lifetime, so a second
 //! replica on the same pool is refused; a pool of another cluster or
-//! replica id is refused too.
+//! replica id is refused too. With `--join` a new pool is formatted with
+//! no voters: the replica waits, never campaigning, until `pmwire smr add`
+//! adds it (it then starts from the leader's snapshot).
+//!
+//! `pmwire smr add|remove|promote|transfer` change the membership through
+//! the leader; a refusal is printed with its reason.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -23,6 +28,7 @@ use pmwire_bench::remote::server::ucx_config;
 use pmwire_log::{LogConfig, TailStrategy};
 use pmwire_smr::client::SmrClient;
 use pmwire_smr::floor::Floor;
+use pmwire_smr::command::StatusValue;
 use pmwire_smr::node::{Replica, ReplicaConfig};
 use pmwire_smr::pmem_store::{OpenError, PmemDurable};
 use pmwire_smr::store::{Durable, MemDurable};
@@ -82,6 +88,11 @@ pub struct ReplicaArgs {
     /// (the lowest id forwards each write to every peer and answers at a majority), with no Raft, log or state machine.
     #[arg(long, hide = true)]
     pub floor: bool,
+    /// Join a running cluster: a new pool is formatted with no voters and the replica waits to be added with
+    /// `pmwire smr add --id N --addr ADDR` (--peers then lists the running replicas and this one). Ignored for a pool
+    /// that already holds a store.
+    #[arg(long)]
+    pub join: bool,
 }
 
 /// `pmwire smr`.
@@ -118,8 +129,43 @@ pub enum SmrCommand {
         /// The key.
         key: String,
     },
-    /// Each replica's role, term, last and commit index, and lag.
+    /// Each replica's role, term, last and commit index, and lag, and the membership.
     Status,
+    /// Add replica ID, listening at ADDR (started with `pmwire replica --join`): a learner first, made a voter once it
+    /// has caught up with the log.
+    Add {
+        /// The new replica's id.
+        #[arg(long)]
+        id: u64,
+        /// Its address (IP:PORT).
+        #[arg(long)]
+        addr: SocketAddr,
+        /// Leave it a learner (it receives the log, does not vote); `promote` makes it a voter.
+        #[arg(long)]
+        learner: bool,
+        /// Seconds to wait for it to catch up before giving up on the promotion (it stays a learner).
+        #[arg(long, default_value_t = 60)]
+        catch_up_s: u64,
+    },
+    /// Make learner ID a voter once it has caught up.
+    Promote {
+        /// The learner's id.
+        #[arg(long)]
+        id: u64,
+    },
+    /// Remove replica ID (voter or learner). The leader removing itself hands leadership over first. Stop the removed
+    /// replica's process afterwards: nothing contacts it any more.
+    Remove {
+        /// The replica's id.
+        #[arg(long)]
+        id: u64,
+    },
+    /// Make voter ID the leader.
+    Transfer {
+        /// The voter to lead.
+        #[arg(long)]
+        to: u64,
+    },
 }
 
 /// A parsed `--peers` list.
@@ -175,7 +221,7 @@ pub fn replica(args: &ReplicaArgs) -> Result<()> {
     let Some(&addr) = peers.get(&args.id) else {
         bail!("--id {} is not in --peers ({})", args.id, peers.keys().map(u64::to_string).collect::<Vec<_>>().join(", "));
     };
-    let voters: Vec<u64> = peers.keys().copied().collect();
+    let voters: Vec<u64> = if args.join { Vec::new() } else { peers.keys().copied().collect() };
     let others: BTreeMap<u64, SocketAddr> = peers.iter().filter(|(&id, _)| id != args.id).map(|(&id, &a)| (id, a)).collect();
     let mut config = ReplicaConfig::new(args.id);
     config.leader_sends_first = !args.persist_then_send;
@@ -197,21 +243,20 @@ pub fn replica(args: &ReplicaArgs) -> Result<()> {
         return serve(transport, Floor::new(args.id, others), args, &bound, &stop);
     }
     if args.log == "dram" {
-        println!("replica {} of {} on {bound} over {}; log in DRAM (volatile baseline: a restart starts empty)", args.id, voters.len(), args.tls);
+        let cluster = if args.join { "waiting to be added".to_string() } else { format!("{} voters", voters.len()) };
+        println!("replica {} on {bound} over {}, {cluster}; log in DRAM (volatile baseline: a restart starts empty)", args.id, args.tls);
         let replica = Replica::new(config, MemDurable::new(&voters), others).map_err(|e| anyhow!("{e}"))?;
         return serve(transport, replica, args, &bound, &stop);
     }
     let durable = open_store(args, &voters)?;
     let _lock = lock;
-    println!(
-        "replica {} of {} on {bound} over {}; log in {} ({} tail), last index {}",
-        args.id,
-        voters.len(),
-        args.tls,
-        args.pool.display(),
-        args.tail,
-        durable.last_index()
-    );
+    let members = durable.conf_state();
+    let cluster = match (members.voters.len(), members.learners.contains(&args.id)) {
+        (0, _) => format!("waiting to be added (pmwire smr --peers ... add --id {} --addr {bound})", args.id),
+        (n, true) => format!("learner beside {n} voters"),
+        (n, false) => format!("{n} voters"),
+    };
+    println!("replica {} on {bound} over {}, {cluster}; log in {} ({} tail), last index {}", args.id, args.tls, args.pool.display(), args.tail, durable.last_index());
     let replica = Replica::new(config, durable, others).map_err(|e| anyhow!("{e}"))?;
     serve(transport, replica, args, &bound, &stop)
 }
@@ -265,27 +310,76 @@ pub fn smr(args: &SmrArgs) -> Result<()> {
             let index = client.del(key.as_bytes())?;
             println!("OK (index {index})");
         }
-        SmrCommand::Status => status(&mut client, peers)?,
+        SmrCommand::Status => status(&mut client)?,
+        SmrCommand::Add { id, addr, learner, catch_up_s } => {
+            let index = client.add_learner(*id, addr).map_err(|e| anyhow!("add replica {id}: {e}"))?;
+            println!("replica {id} at {addr} is a learner (index {index})");
+            if !learner {
+                client.catch_up_timeout = std::time::Duration::from_secs(*catch_up_s);
+                let index = client.promote(*id).map_err(|e| anyhow!("promote replica {id} (it stays a learner): {e}"))?;
+                println!("replica {id} caught up and is a voter (index {index})");
+            }
+        }
+        SmrCommand::Promote { id } => {
+            let index = client.promote(*id).map_err(|e| anyhow!("promote replica {id}: {e}"))?;
+            println!("replica {id} is a voter (index {index})");
+        }
+        SmrCommand::Remove { id } => {
+            let index = client.remove_member(*id).map_err(|e| anyhow!("remove replica {id}: {e}"))?;
+            println!("replica {id} removed (index {index}); leader {}", client.leader());
+        }
+        SmrCommand::Transfer { to } => {
+            client.transfer_leader(*to).map_err(|e| anyhow!("transfer leadership to {to}: {e}"))?;
+            println!("replica {to} leads");
+        }
     }
     Ok(())
 }
 
-fn status(client: &mut SmrClient<UcxTransport>, peers: &BTreeMap<u64, SocketAddr>) -> Result<()> {
+/// Asks every replica listed, and every member a replica names that is
+/// not listed (at the address it names), for its status; prints them and
+/// the membership of the replica with the highest applied index.
+fn status(client: &mut SmrClient<UcxTransport>) -> Result<()> {
     client.timeout = std::time::Duration::from_secs(2);
-    let mut rows = Vec::new();
-    for &id in peers.keys() {
-        rows.push((id, client.status(id)));
+    let mut rows: BTreeMap<u64, Result<StatusValue, String>> = BTreeMap::new();
+    let mut asked = 0;
+    while let Some(id) = client.replicas().keys().copied().find(|id| !rows.contains_key(id)) {
+        asked += 1;
+        if asked > 64 {
+            break;
+        }
+        let row = client.status(id).map_err(|e| e.to_string());
+        if let Ok(st) = &row {
+            for m in &st.members {
+                if let Some(addr) = std::str::from_utf8(&m.addr).ok().and_then(|a| a.parse::<SocketAddr>().ok()) {
+                    if !client.replicas().contains_key(&m.id) {
+                        client.add_replica(m.id, addr);
+                    }
+                }
+            }
+        }
+        rows.insert(id, row);
     }
-    let leader_last = rows.iter().filter_map(|(_, r)| r.as_ref().ok()).filter(|s| s.role == 2).map(|s| s.last_index).max();
-    println!("{:>4} {:<22} {:<14} {:>6} {:>7} {:>10} {:>10} {:>10} {:>6}", "id", "address", "role", "term", "leader", "last", "commit", "applied", "lag");
-    for (id, r) in rows {
-        match r {
+    let newest = rows.values().filter_map(|r| r.as_ref().ok()).max_by_key(|s| (s.role == 2, s.applied)).cloned();
+    let leader_last = rows.values().filter_map(|r| r.as_ref().ok()).filter(|s| s.role == 2).map(|s| s.last_index).max();
+    let kind = |id: u64| match &newest {
+        Some(s) => s.members.iter().find(|m| m.id == id).map_or("-", |m| if m.learner { "learner" } else { "voter" }),
+        None => "?",
+    };
+    println!("{:>4} {:<22} {:<8} {:<14} {:>6} {:>7} {:>10} {:>10} {:>10} {:>6}", "id", "address", "member", "role", "term", "leader", "last", "commit", "applied", "lag");
+    for (&id, row) in &rows {
+        let addr = client.replicas()[&id];
+        match row {
             Ok(s) => {
                 let lag = leader_last.map_or("-".to_string(), |l| l.saturating_sub(s.applied).to_string());
-                println!("{:>4} {:<22} {:<14} {:>6} {:>7} {:>10} {:>10} {:>10} {:>6}", id, peers[&id], s.role_name(), s.term, s.leader, s.last_index, s.commit, s.applied, lag);
+                println!("{:>4} {:<22} {:<8} {:<14} {:>6} {:>7} {:>10} {:>10} {:>10} {:>6}", id, addr, kind(id), s.role_name(), s.term, s.leader, s.last_index, s.commit, s.applied, lag);
             }
-            Err(e) => println!("{:>4} {:<22} unreachable: {e}", id, peers[&id]),
+            Err(e) => println!("{:>4} {:<22} {:<8} unreachable: {e}", id, addr, kind(id)),
         }
+    }
+    if let Some(s) = newest {
+        let list = |ids: Vec<u64>| if ids.is_empty() { "-".to_string() } else { ids.iter().map(u64::to_string).collect::<Vec<_>>().join(", ") };
+        println!("membership (as replica {} has applied it, index {}): voters {}; learners {}", s.id, s.applied, list(s.voters()), list(s.learners()));
     }
     Ok(())
 }

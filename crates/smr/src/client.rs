@@ -4,6 +4,12 @@
 //! in a session so that a write it retries (after a timeout, a lost
 //! connection or `RETRY`) is applied once.
 //!
+//! Membership: [`SmrClient::add_member`] adds a replica as a learner, waits
+//! for it to catch up and promotes it to voter; [`SmrClient::remove_member`]
+//! removes one (the leader too: it hands over first);
+//! [`SmrClient::transfer_leader`] moves leadership. Refusals are
+//! [`SmrError::Refused`] with the replica's reason and message.
+//!
 //! Invariants: one request outstanding; every write of this client has a
 //! sequence number one above the last; a request is retried with the same
 //! bytes until it gets a final answer or the deadline passes (then its
@@ -16,7 +22,8 @@ use reactor::PollBudget;
 use thiserror::Error;
 use transport::{ConnId, Event, Output, Transport};
 
-use crate::command::{Op, Request, Response, Status, StatusValue, REQUEST_MAGIC};
+use crate::command::{Op, Refusal, Refused, Request, Response, Status, StatusValue, REQUEST_MAGIC};
+use crate::node::PeerAddr;
 
 /// Why a request did not complete.
 #[derive(Debug, Error)]
@@ -37,12 +44,20 @@ pub enum SmrError {
     /// The replica id is not in the client's list.
     #[error("replica {0} is not in the list")]
     UnknownReplica(u64),
+    /// A membership request was refused; nothing changed.
+    #[error("refused: {message}")]
+    Refused {
+        /// Why, as a code.
+        reason: Refusal,
+        /// Why, for a person.
+        message: String,
+    },
 }
 
 /// A blocking client of a cluster.
 pub struct SmrClient<T: Transport>
 where
-    T::Addr: Sized + Clone,
+    T::Addr: PeerAddr,
 {
     transport: T,
     replicas: BTreeMap<u64, T::Addr>,
@@ -55,6 +70,8 @@ where
     pub timeout: Duration,
     /// Longest one attempt waits for its answer before trying elsewhere.
     pub attempt_timeout: Duration,
+    /// Longest [`SmrClient::add_member`] waits for a learner to catch up.
+    pub catch_up_timeout: Duration,
     /// How long to poll before blocking.
     pub poll: PollBudget,
     events: Vec<Event>,
@@ -62,7 +79,7 @@ where
 
 impl<T: Transport> SmrClient<T>
 where
-    T::Addr: Sized + Clone,
+    T::Addr: PeerAddr,
 {
     /// A client of the replicas `replicas` (id → address) with session id
     /// `session` (non-zero, unique among the cluster's clients: a random
@@ -81,6 +98,7 @@ where
             tokens: 0,
             timeout: Duration::from_secs(10),
             attempt_timeout: Duration::from_millis(500),
+            catch_up_timeout: Duration::from_secs(60),
             poll: PollBudget::default(),
             events: Vec::new(),
         }
@@ -126,6 +144,97 @@ where
         StatusValue::decode(&r.value).map_err(|e| SmrError::Protocol(e.to_string()))
     }
 
+    /// Adds replica `id` at `addr` to the client's list (a member it
+    /// learned of, e.g. from a STATUS).
+    pub fn add_replica(&mut self, id: u64, addr: T::Addr) {
+        self.replicas.insert(id, addr);
+    }
+
+    /// The replicas the client knows.
+    pub fn replicas(&self) -> &BTreeMap<u64, T::Addr> {
+        &self.replicas
+    }
+
+    /// Adds replica `id`, listening at `addr`, as a learner (it receives
+    /// the log, does not vote); the log index of the change. Adding a
+    /// learner again at the same address does nothing.
+    pub fn add_learner(&mut self, id: u64, addr: &T::Addr) -> Result<u64, SmrError> {
+        let r = self.member_request(Op::AddMember, id, &addr.to_bytes())?;
+        self.replicas.insert(id, addr.clone());
+        Ok(r.index)
+    }
+
+    /// Makes learner `id` a voter once it has caught up with the log,
+    /// asking again until it has or [`SmrClient::catch_up_timeout`] passes.
+    pub fn promote(&mut self, id: u64) -> Result<u64, SmrError> {
+        self.seq += 1;
+        let req = Request::member(Op::PromoteMember, self.session, self.seq, id, &[]);
+        let deadline = Instant::now() + self.catch_up_timeout;
+        loop {
+            match self.request(&req, None) {
+                Err(SmrError::Refused { reason: Refusal::CatchingUp, message }) => {
+                    if Instant::now() >= deadline {
+                        let message = format!("{message} (gave up after {:?})", self.catch_up_timeout);
+                        return Err(SmrError::Refused { reason: Refusal::CatchingUp, message });
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                other => return other.map(|r| r.index),
+            }
+        }
+    }
+
+    /// Adds replica `id` at `addr` as a voter: a learner first, promoted
+    /// once it has caught up (so that a new replica never holds up the
+    /// quorum while it copies the log). The log index of the promotion.
+    pub fn add_member(&mut self, id: u64, addr: &T::Addr) -> Result<u64, SmrError> {
+        self.add_learner(id, addr)?;
+        self.promote(id)
+    }
+
+    /// Removes replica `id` (voter or learner); the log index of the
+    /// change. The leader removing itself hands leadership over first.
+    pub fn remove_member(&mut self, id: u64) -> Result<u64, SmrError> {
+        let r = self.member_request(Op::RemoveMember, id, &[])?;
+        if self.replicas.len() > 1 {
+            self.drop_conn(id);
+            self.replicas.remove(&id);
+            if self.leader == id {
+                self.leader = *self.replicas.keys().next().expect("non-empty");
+            }
+        }
+        Ok(r.index)
+    }
+
+    /// Hands leadership to voter `to` and waits until it leads (its own
+    /// STATUS says so).
+    pub fn transfer_leader(&mut self, to: u64) -> Result<(), SmrError> {
+        let req = Request::member(Op::TransferLeader, 0, 0, to, &[]);
+        self.request(&req, None)?;
+        if !self.replicas.contains_key(&to) {
+            return Ok(());
+        }
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            if let Ok(st) = self.status(to) {
+                if st.role == 2 {
+                    self.leader = to;
+                    return Ok(());
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(SmrError::Timeout(self.timeout));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn member_request(&mut self, op: Op, id: u64, addr: &[u8]) -> Result<Response, SmrError> {
+        self.seq += 1;
+        let req = Request::member(op, self.session, self.seq, id, addr);
+        self.request(&req, None)
+    }
+
     fn write(&mut self, op: Op, key: &[u8], value: &[u8], expect: Option<Vec<u8>>) -> Result<Response, SmrError> {
         self.seq += 1;
         let req = Request { op, client: self.session, seq: self.seq, key: key.to_vec(), value: value.to_vec(), expect };
@@ -155,14 +264,35 @@ where
                 Status::Ok | Status::NotFound | Status::CasFailed => return Ok(resp),
                 Status::BadRequest => return Err(SmrError::BadRequest),
                 Status::Stale => return Err(SmrError::Stale),
+                Status::Refused => {
+                    let r = Refused::decode(&resp.value).map_err(|e| SmrError::Protocol(e.to_string()))?;
+                    return Err(SmrError::Refused { reason: r.reason, message: r.message });
+                }
                 Status::NotLeader if only.is_none() => {
                     let hint = resp.leader;
+                    if hint != 0 && !self.replicas.contains_key(&hint) {
+                        // A leader added since the client's list was made.
+                        self.learn_members(target, deadline);
+                    }
                     self.leader = if hint != 0 && self.replicas.contains_key(&hint) && hint != target { hint } else { self.next_after(target) };
                     if hint == 0 {
                         std::thread::sleep(Duration::from_millis(1)); // an election is under way
                     }
                 }
                 Status::NotLeader | Status::Retry => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+    }
+
+    /// Adds the members replica `from` knows (from its STATUS) that the
+    /// client does not.
+    fn learn_members(&mut self, from: u64, deadline: Instant) {
+        let req = Request { op: Op::Status, client: 0, seq: 0, key: Vec::new(), value: Vec::new(), expect: None };
+        let Some(resp) = self.attempt(from, &req.to_bytes(), deadline) else { return };
+        let Ok(st) = StatusValue::decode(&resp.value) else { return };
+        for m in st.members {
+            if let (false, Some(addr)) = (self.replicas.contains_key(&m.id), T::Addr::from_bytes(&m.addr)) {
+                self.replicas.insert(m.id, addr);
             }
         }
     }

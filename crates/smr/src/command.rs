@@ -15,6 +15,13 @@
 //!           8 leader u64 | 16 index u64 | 24 value
 //! ```
 //!
+//! Membership requests (ADD_MEMBER, REMOVE_MEMBER, PROMOTE_MEMBER,
+//! TRANSFER_LEADER) use the same layout: the key is the replica id (8
+//! bytes, u64), ADD_MEMBER's value the new replica's address as its
+//! transport encodes it ([`crate::node::PeerAddr`]). The three that change
+//! the membership carry a session like a write; their encoded request is
+//! the context of the conf-change entry that carries them.
+//!
 //! Invariant: [`Request::decode`] accepts exactly what [`Request::encode`]
 //! produces for requests within [`MAX_KEY_BYTES`] and [`MAX_VALUE_BYTES`];
 //! every length is checked before it is used.
@@ -32,6 +39,12 @@ pub const RESPONSE_HEADER_BYTES: usize = 24;
 pub const MAX_KEY_BYTES: usize = 4096;
 /// Largest value (and CAS expectation).
 pub const MAX_VALUE_BYTES: usize = 1 << 20;
+/// Largest replica address (ADD_MEMBER's value).
+pub const MAX_ADDR_BYTES: usize = 255;
+/// Most members (voters and learners) a STATUS reply lists.
+pub const MAX_MEMBERS: usize = 64;
+/// A membership request's key: the replica id, u64.
+pub const MEMBER_ID_BYTES: usize = 8;
 
 /// What a client asks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,6 +60,15 @@ pub enum Op {
     Cas = 4,
     /// Where the replica stands (any replica answers; no key, no session).
     Status = 5,
+    /// Add a replica as a learner (key: its id; value: its address).
+    AddMember = 6,
+    /// Remove a replica, voter or learner (key: its id). The leader
+    /// removing itself hands leadership over first.
+    RemoveMember = 7,
+    /// Make a caught-up learner a voter (key: its id).
+    PromoteMember = 8,
+    /// Hand leadership to a voter (key: its id; no session, no log entry).
+    TransferLeader = 9,
 }
 
 impl Op {
@@ -57,6 +79,10 @@ impl Op {
             3 => Op::Del,
             4 => Op::Cas,
             5 => Op::Status,
+            6 => Op::AddMember,
+            7 => Op::RemoveMember,
+            8 => Op::PromoteMember,
+            9 => Op::TransferLeader,
             _ => return None,
         })
     }
@@ -64,6 +90,16 @@ impl Op {
     /// True for the operations that go through the log.
     pub fn writes(self) -> bool {
         matches!(self, Op::Put | Op::Del | Op::Cas)
+    }
+
+    /// True for the operations carried by a conf-change entry.
+    pub fn changes_membership(self) -> bool {
+        matches!(self, Op::AddMember | Op::RemoveMember | Op::PromoteMember)
+    }
+
+    /// True for the operations whose key is a replica id.
+    pub fn names_member(self) -> bool {
+        self.changes_membership() || self == Op::TransferLeader
     }
 }
 
@@ -150,6 +186,13 @@ impl Request {
         Ok(Request { op: v.op, client: v.client, seq: v.seq, key: v.key.to_vec(), value: v.value.to_vec(), expect: v.expect.map(<[u8]>::to_vec) })
     }
 
+    /// A membership request (`op` one of [`Op::names_member`]) naming
+    /// replica `id`; `addr` is ADD_MEMBER's address (empty otherwise).
+    pub fn member(op: Op, client: u64, seq: u64, id: u64, addr: &[u8]) -> Request {
+        assert!(op.names_member(), "a membership operation");
+        Request { op, client, seq, key: id.to_le_bytes().to_vec(), value: addr.to_vec(), expect: None }
+    }
+
     /// The request as a view (what [`crate::machine::Machine::apply`] takes).
     pub fn view(&self) -> RequestView<'_> {
         RequestView { op: self.op, client: self.client, seq: self.seq, key: &self.key, value: &self.value, expect: self.expect.as_deref() }
@@ -175,6 +218,11 @@ pub struct RequestView<'a> {
 }
 
 impl<'a> RequestView<'a> {
+    /// The replica a membership request names (checked by `parse`).
+    pub fn member_id(&self) -> Option<u64> {
+        self.op.names_member().then(|| get_u64(self.key, 0))
+    }
+
     /// Checks one encoded request (all of `b`) and borrows its fields.
     pub fn parse(b: &'a [u8]) -> Result<RequestView<'a>, DecodeError> {
         if b.len() < REQUEST_HEADER_BYTES {
@@ -201,9 +249,9 @@ impl<'a> RequestView<'a> {
         if b.len() > want {
             return Err(DecodeError::Trailing(b.len() - want));
         }
-        let has_value = matches!(op, Op::Put | Op::Cas);
+        let has_value = matches!(op, Op::Put | Op::Cas | Op::AddMember);
         if !has_value && value_len != 0 {
-            return Err(DecodeError::Malformed("a value on GET, DEL or STATUS"));
+            return Err(DecodeError::Malformed("a value on an operation without one"));
         }
         if op == Op::Status && key_len != 0 {
             return Err(DecodeError::Malformed("a key on STATUS"));
@@ -212,8 +260,16 @@ impl<'a> RequestView<'a> {
             return Err(DecodeError::Malformed("an expectation without its flag"));
         }
         let (client, seq) = (get_u64(b, 8), get_u64(b, 16));
-        if op.writes() && (client == 0 || seq == 0) {
+        if (op.writes() || op.changes_membership()) && (client == 0 || seq == 0) {
             return Err(DecodeError::Malformed("a write without a session (client and seq non-zero)"));
+        }
+        if op.names_member() {
+            if key_len != MEMBER_ID_BYTES || get_u64(b, REQUEST_HEADER_BYTES) == 0 {
+                return Err(DecodeError::Malformed("a membership request's key is a non-zero replica id (u64)"));
+            }
+            if op == Op::AddMember && (value_len == 0 || value_len > MAX_ADDR_BYTES) {
+                return Err(DecodeError::Malformed("ADD_MEMBER's value is an address of 1 to 255 bytes"));
+            }
         }
         let key_end = REQUEST_HEADER_BYTES + key_len;
         let value_end = key_end + value_len;
@@ -245,6 +301,9 @@ pub enum Status {
     /// it may or may not be applied; retry with the same sequence number
     /// (the session applies it once).
     Retry = 6,
+    /// A membership request was refused; the value is a [`Refused`]
+    /// (reason code and message). Nothing changed.
+    Refused = 7,
 }
 
 impl Status {
@@ -258,6 +317,7 @@ impl Status {
             4 => Status::BadRequest,
             5 => Status::Stale,
             6 => Status::Retry,
+            7 => Status::Refused,
             _ => return None,
         })
     }
@@ -322,10 +382,101 @@ impl Response {
     }
 }
 
-/// A replica's STATUS, the value of its response (56 bytes: id u64, role
-/// u8 (0 follower, 1 candidate, 2 leader, 3 pre-candidate) and 7 zero
-/// bytes, term u64, leader u64, last index u64, commit u64, applied u64).
+/// Why a membership request was refused (the first byte of a
+/// [`Status::Refused`] value).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Refusal {
+    /// ADD_MEMBER of an id that is a voter, or a learner at another
+    /// address; PROMOTE_MEMBER of a voter.
+    Exists = 1,
+    /// The id is not a member (REMOVE, PROMOTE, TRANSFER).
+    Unknown = 2,
+    /// Removing it would leave no voter.
+    LastVoter = 3,
+    /// TRANSFER_LEADER to a learner.
+    NotVoter = 4,
+    /// Another membership change is in the log and not yet applied.
+    Pending = 5,
+    /// PROMOTE_MEMBER of a learner that has not caught up yet (retry).
+    CatchingUp = 6,
+    /// ADD_MEMBER of an address another member has.
+    AddressInUse = 7,
+    /// raft-rs refused the change when it was applied.
+    Rejected = 8,
+    /// The leader could not hand over leadership within an election
+    /// timeout (the target did not catch up or is down).
+    TransferFailed = 9,
+}
+
+impl Refusal {
+    fn from_u8(v: u8) -> Option<Refusal> {
+        Some(match v {
+            1 => Refusal::Exists,
+            2 => Refusal::Unknown,
+            3 => Refusal::LastVoter,
+            4 => Refusal::NotVoter,
+            5 => Refusal::Pending,
+            6 => Refusal::CatchingUp,
+            7 => Refusal::AddressInUse,
+            8 => Refusal::Rejected,
+            9 => Refusal::TransferFailed,
+            _ => return None,
+        })
+    }
+}
+
+/// The value of a [`Status::Refused`] response: the reason (u8), then a
+/// message for a person (UTF-8, the rest of the value).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refused {
+    /// Why.
+    pub reason: Refusal,
+    /// What to tell the user.
+    pub message: String,
+}
+
+impl Refused {
+    /// A refusal for `reason`, explained by `message`.
+    pub fn new(reason: Refusal, message: impl Into<String>) -> Refused {
+        Refused { reason, message: message.into() }
+    }
+
+    /// The encoding (the response's value).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = vec![self.reason as u8];
+        let msg = self.message.as_bytes();
+        out.extend_from_slice(&msg[..msg.len().min(1024)]);
+        out
+    }
+
+    /// Decodes a refusal.
+    pub fn decode(b: &[u8]) -> Result<Refused, DecodeError> {
+        let (&code, msg) = b.split_first().ok_or(DecodeError::Truncated(0))?;
+        let reason = Refusal::from_u8(code).ok_or(DecodeError::Malformed("refusal reason"))?;
+        Ok(Refused { reason, message: String::from_utf8_lossy(msg).into_owned() })
+    }
+}
+
+/// A member as STATUS lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// Replica id.
+    pub id: u64,
+    /// A learner (receives the log, does not vote) rather than a voter.
+    pub learner: bool,
+    /// Its address as the answering replica knows it (empty: unknown, or
+    /// the answering replica itself).
+    pub addr: Vec<u8>,
+}
+
+/// A replica's STATUS, the value of its response: 56 bytes (id u64, role
+/// u8 (0 follower, 1 candidate, 2 leader, 3 pre-candidate) and 7 zero
+/// bytes, term u64, leader u64, last index u64, commit u64, applied u64),
+/// then the membership it has applied: member count u32, 4 zero bytes,
+/// and per member id u64, kind u8 (0 voter, 1 learner), 3 zero bytes,
+/// address length u32, address.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StatusValue {
     /// Replica id.
     pub id: u64,
@@ -341,9 +492,11 @@ pub struct StatusValue {
     pub commit: u64,
     /// Applied index.
     pub applied: u64,
+    /// Voters and learners, by id (at most [`MAX_MEMBERS`]).
+    pub members: Vec<Member>,
 }
 
-/// Bytes of an encoded [`StatusValue`].
+/// Bytes of the fixed part of an encoded [`StatusValue`].
 pub const STATUS_BYTES: usize = 56;
 
 impl StatusValue {
@@ -358,26 +511,69 @@ impl StatusValue {
         }
     }
 
+    /// The voters' ids.
+    pub fn voters(&self) -> Vec<u64> {
+        self.members.iter().filter(|m| !m.learner).map(|m| m.id).collect()
+    }
+
+    /// The learners' ids.
+    pub fn learners(&self) -> Vec<u64> {
+        self.members.iter().filter(|m| m.learner).map(|m| m.id).collect()
+    }
+
     /// The encoding.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(STATUS_BYTES);
+        assert!(self.members.len() <= MAX_MEMBERS, "members within bound");
+        let mut out = Vec::with_capacity(STATUS_BYTES + 8 + self.members.len() * 24);
         out.extend_from_slice(&self.id.to_le_bytes());
         out.extend_from_slice(&[self.role, 0, 0, 0, 0, 0, 0, 0]);
         for v in [self.term, self.leader, self.last_index, self.commit, self.applied] {
             out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(&(self.members.len() as u32).to_le_bytes());
+        out.extend_from_slice(&[0; 4]);
+        for m in &self.members {
+            assert!(m.addr.len() <= MAX_ADDR_BYTES, "address within bound");
+            out.extend_from_slice(&m.id.to_le_bytes());
+            out.extend_from_slice(&[m.learner as u8, 0, 0, 0]);
+            out.extend_from_slice(&(m.addr.len() as u32).to_le_bytes());
+            out.extend_from_slice(&m.addr);
         }
         out
     }
 
     /// Decodes and checks one.
     pub fn decode(b: &[u8]) -> Result<StatusValue, DecodeError> {
-        if b.len() != STATUS_BYTES {
+        if b.len() < STATUS_BYTES + 8 {
             return Err(DecodeError::Truncated(b.len()));
         }
         if b[8] > 3 || b[9..16].iter().any(|&x| x != 0) {
             return Err(DecodeError::Malformed("status role"));
         }
-        Ok(StatusValue { id: get_u64(b, 0), role: b[8], term: get_u64(b, 16), leader: get_u64(b, 24), last_index: get_u64(b, 32), commit: get_u64(b, 40), applied: get_u64(b, 48) })
+        let count = get_u32(b, STATUS_BYTES) as usize;
+        if count > MAX_MEMBERS || get_u32(b, STATUS_BYTES + 4) != 0 {
+            return Err(DecodeError::Malformed("status member count"));
+        }
+        let mut members = Vec::with_capacity(count);
+        let mut at = STATUS_BYTES + 8;
+        for _ in 0..count {
+            if b.len() < at + 16 {
+                return Err(DecodeError::Truncated(b.len()));
+            }
+            if b[at + 8] > 1 || b[at + 9..at + 12].iter().any(|&x| x != 0) {
+                return Err(DecodeError::Malformed("status member kind"));
+            }
+            let len = get_u32(b, at + 12) as usize;
+            if len > MAX_ADDR_BYTES || b.len() < at + 16 + len {
+                return Err(DecodeError::Malformed("status member address"));
+            }
+            members.push(Member { id: get_u64(b, at), learner: b[at + 8] == 1, addr: b[at + 16..at + 16 + len].to_vec() });
+            at += 16 + len;
+        }
+        if at != b.len() {
+            return Err(DecodeError::Trailing(b.len() - at));
+        }
+        Ok(StatusValue { id: get_u64(b, 0), role: b[8], term: get_u64(b, 16), leader: get_u64(b, 24), last_index: get_u64(b, 32), commit: get_u64(b, 40), applied: get_u64(b, 48), members })
     }
 }
 
@@ -408,8 +604,8 @@ mod tests {
         long.push(0);
         assert_eq!(Request::decode(&long), Err(DecodeError::Trailing(1)));
         let mut op = good.clone();
-        op[0] = 9;
-        assert_eq!(Request::decode(&op), Err(DecodeError::UnknownOp(9)));
+        op[0] = 99;
+        assert_eq!(Request::decode(&op), Err(DecodeError::UnknownOp(99)));
         let mut flags = good.clone();
         flags[1] = 1;
         assert!(matches!(Request::decode(&flags), Err(DecodeError::Malformed(_))), "an expectation flag on PUT");
@@ -422,9 +618,31 @@ mod tests {
     }
 
     #[test]
+    fn membership_requests_round_trip_and_bad_ones_are_refused() {
+        let add = Request::member(Op::AddMember, 5, 1, 4, b"127.0.0.1:7004");
+        let transfer = Request::member(Op::TransferLeader, 0, 0, 2, b"");
+        for r in [add.clone(), Request::member(Op::RemoveMember, 5, 2, 3, b""), Request::member(Op::PromoteMember, 5, 3, 4, b""), transfer] {
+            let bytes = r.to_bytes();
+            assert_eq!(Request::decode(&bytes), Ok(r.clone()));
+            assert_eq!(RequestView::parse(&bytes).unwrap().member_id(), Some(u64::from_le_bytes(r.key[..].try_into().unwrap())));
+        }
+        let no_addr = Request { value: vec![], ..add.clone() };
+        assert!(matches!(Request::decode(&no_addr.to_bytes()), Err(DecodeError::Malformed(_))));
+        let short_key = Request { key: vec![4], ..add.clone() };
+        assert!(matches!(Request::decode(&short_key.to_bytes()), Err(DecodeError::Malformed(_))));
+        let zero_id = Request { key: 0u64.to_le_bytes().to_vec(), ..add.clone() };
+        assert!(matches!(Request::decode(&zero_id.to_bytes()), Err(DecodeError::Malformed(_))));
+        let no_session = Request { client: 0, ..add };
+        assert!(matches!(Request::decode(&no_session.to_bytes()), Err(DecodeError::Malformed(_))));
+        let remove_with_value = Request::member(Op::RemoveMember, 5, 2, 3, b"x");
+        assert!(matches!(Request::decode(&remove_with_value.to_bytes()), Err(DecodeError::Malformed(_))));
+    }
+
+    #[test]
     fn status_round_trips_and_a_bad_role_is_refused() {
-        let st = StatusValue { id: 2, role: 2, term: 7, leader: 2, last_index: 90, commit: 89, applied: 88 };
-        assert_eq!(StatusValue::decode(&st.to_bytes()), Ok(st));
+        let members = vec![Member { id: 1, learner: false, addr: b"127.0.0.1:7001".to_vec() }, Member { id: 4, learner: true, addr: vec![] }];
+        let st = StatusValue { id: 2, role: 2, term: 7, leader: 2, last_index: 90, commit: 89, applied: 88, members };
+        assert_eq!(StatusValue::decode(&st.to_bytes()), Ok(st.clone()));
         let mut bad = st.to_bytes();
         bad[8] = 9;
         assert!(StatusValue::decode(&bad).is_err());
@@ -435,6 +653,9 @@ mod tests {
 
     #[test]
     fn responses_round_trip_and_bad_ones_are_refused() {
+        let refused = Refused::new(Refusal::Pending, "a change at index 9 is not applied");
+        assert_eq!(Refused::decode(&refused.to_bytes()), Ok(refused));
+        assert!(Refused::decode(&[0]).is_err());
         let r = Response { status: Status::CasFailed, leader: 3, index: 42, value: b"cur".to_vec() };
         let b = r.to_bytes();
         assert_eq!(Response::decode(&b), Ok(r));

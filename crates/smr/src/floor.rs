@@ -13,7 +13,8 @@
 //! append, acknowledgement, reply), with nothing persisted or applied.
 //!
 //! A GET is answered at once as a miss (the bench's clients read one key
-//! to find the leader); STATUS and any other request get `BadRequest`.
+//! to find the leader); STATUS, membership changes and anything else get
+//! `BadRequest`.
 //! A lost connection is connected again on the next message; the floor
 //! is for measurement, not for faults.
 
@@ -102,7 +103,7 @@ where
         match op {
             Op::Put | Op::Del | Op::Cas => {}
             Op::Get => return self.answer(t, id, Status::NotFound, 0),
-            Op::Status => return self.answer(t, id, Status::BadRequest, 0),
+            _ => return self.answer(t, id, Status::BadRequest, 0),
         }
         let seq = self.next_seq;
         self.next_seq += 1;

@@ -12,22 +12,34 @@
 //! was applied earliest is dropped (by log index: the same on every
 //! replica).
 //!
-//! Snapshot format (little-endian, `docs/FORMAT.md`): `b"SMRSNAP1"`,
-//! entry count u64, session count u64, then per entry key_len u32,
-//! value_len u32, key, value; per session client u64, seq u64, index u64,
-//! status u8, 3 zero bytes, value_len u32, value; then a crc32c (u32) of
-//! everything before it.
+//! It also keeps the address of every replica added through a membership
+//! change (id → the address bytes of its ADD_MEMBER request), so that
+//! every replica, one restarted with its original peer list or a new one
+//! installing a snapshot, can reach it; REMOVE_MEMBER drops it. The
+//! membership itself (voters, learners) is raft-rs's `ConfState`, kept
+//! by the store; this map only says where members are.
+//!
+//! Snapshot format (little-endian, `docs/FORMAT.md`): `b"SMRSNAP2"`,
+//! entry count u64, session count u64, member count u64, then per entry
+//! key_len u32, value_len u32, key, value; per session client u64, seq
+//! u64, index u64, status u8, 3 zero bytes, value_len u32, value; per
+//! member id u64, addr_len u32, 4 zero bytes, address; then a crc32c
+//! (u32) of everything before it. `b"SMRSNAP1"` (no member count, no
+//! members) is still read: a snapshot taken before membership changes
+//! existed has no member to list.
 
 use std::collections::BTreeMap;
 
 use thiserror::Error;
 
-use crate::command::{Op, RequestView, Response, Status, MAX_KEY_BYTES, MAX_VALUE_BYTES};
+use crate::command::{Op, RequestView, Response, Status, MAX_ADDR_BYTES, MAX_KEY_BYTES, MAX_MEMBERS, MAX_VALUE_BYTES};
 
 /// Sessions kept at most.
 pub const MAX_SESSIONS: usize = 4096;
 
-const SNAPSHOT_MAGIC: &[u8; 8] = b"SMRSNAP1";
+const SNAPSHOT_MAGIC: &[u8; 8] = b"SMRSNAP2";
+/// The format before members were kept (read, never written).
+const SNAPSHOT_MAGIC_V1: &[u8; 8] = b"SMRSNAP1";
 
 /// A client's session: its last write and that write's outcome.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,6 +57,8 @@ pub struct Machine {
     sessions: BTreeMap<u64, Session>,
     /// Sessions by the index of their last write (for eviction).
     by_index: BTreeMap<u64, u64>,
+    /// Addresses of the replicas added by membership changes.
+    members: BTreeMap<u64, Vec<u8>>,
 }
 
 /// Why a snapshot could not be restored.
@@ -74,6 +88,45 @@ impl Machine {
     /// True if no key is held.
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
+    }
+
+    /// The addresses of the replicas added by membership changes.
+    pub fn members(&self) -> &BTreeMap<u64, Vec<u8>> {
+        &self.members
+    }
+
+    /// The response kept for `client`'s request `seq`, if it is the
+    /// session's last (a retry); [`Status::Stale`] if older.
+    pub fn remembered(&self, client: u64, seq: u64) -> Option<Response> {
+        let s = self.sessions.get(&client)?;
+        if seq == s.seq {
+            return Some(Response { status: s.status, leader: 0, index: s.index, value: s.value.clone() });
+        }
+        (seq < s.seq).then(|| Response { status: Status::Stale, leader: 0, index: 0, value: Vec::new() })
+    }
+
+    /// Applies the membership request `req` carried by the conf change at
+    /// `index`: `outcome` is what applying it to the membership gave (a
+    /// refusal's status and value); on success ADD_MEMBER records the
+    /// address and REMOVE_MEMBER drops it. Remembered in the session.
+    pub fn apply_member(&mut self, index: u64, req: &RequestView<'_>, outcome: (Status, Vec<u8>)) -> Response {
+        assert!(req.op.changes_membership(), "a membership request");
+        let id = req.member_id().expect("a membership request names a replica");
+        let (status, value) = outcome;
+        if status == Status::Ok {
+            match req.op {
+                Op::AddMember => {
+                    assert!(req.value.len() <= MAX_ADDR_BYTES, "checked by parse");
+                    self.members.insert(id, req.value.to_vec());
+                }
+                Op::RemoveMember => {
+                    self.members.remove(&id);
+                }
+                _ => {}
+            }
+        }
+        self.remember(req.client, Session { seq: req.seq, index, status, value: value.clone() });
+        Response { status, leader: 0, index, value }
     }
 
     /// Applies the committed write `req` at log `index` and returns its
@@ -106,7 +159,7 @@ impl Machine {
                     (Status::CasFailed, current.map(<[u8]>::to_vec).unwrap_or_default())
                 }
             }
-            Op::Get | Op::Status => unreachable!("checked above"),
+            _ => unreachable!("only writes, checked above"),
         };
         self.remember(req.client, Session { seq: req.seq, index, status, value: value.clone() });
         Response { status, leader: 0, index, value }
@@ -131,6 +184,7 @@ impl Machine {
         out.extend_from_slice(SNAPSHOT_MAGIC);
         out.extend_from_slice(&(self.map.len() as u64).to_le_bytes());
         out.extend_from_slice(&(self.sessions.len() as u64).to_le_bytes());
+        out.extend_from_slice(&(self.members.len() as u64).to_le_bytes());
         for (k, v) in &self.map {
             out.extend_from_slice(&(k.len() as u32).to_le_bytes());
             out.extend_from_slice(&(v.len() as u32).to_le_bytes());
@@ -144,6 +198,12 @@ impl Machine {
             out.extend_from_slice(&[s.status as u8, 0, 0, 0]);
             out.extend_from_slice(&(s.value.len() as u32).to_le_bytes());
             out.extend_from_slice(&s.value);
+        }
+        for (id, addr) in &self.members {
+            out.extend_from_slice(&id.to_le_bytes());
+            out.extend_from_slice(&(addr.len() as u32).to_le_bytes());
+            out.extend_from_slice(&[0; 4]);
+            out.extend_from_slice(addr);
         }
         let crc = crc32c::crc32c(&out);
         out.extend_from_slice(&crc.to_le_bytes());
@@ -161,11 +221,16 @@ impl Machine {
         if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().expect("4 bytes")) {
             return Err(corrupt("checksum"));
         }
-        if &body[..8] != SNAPSHOT_MAGIC {
-            return Err(corrupt("magic"));
+        let v1 = &body[..8] == SNAPSHOT_MAGIC_V1;
+        if &body[..8] != SNAPSHOT_MAGIC && !v1 {
+            return Err(corrupt("magic (neither SMRSNAP2 nor SMRSNAP1)"));
         }
         let mut r = Reader { b: body, at: 8 };
         let (entries, sessions) = (r.u64()?, r.u64()?);
+        let members = if v1 { 0 } else { r.u64()? };
+        if members > MAX_MEMBERS as u64 {
+            return Err(corrupt("member count"));
+        }
         let mut m = Machine::new();
         for _ in 0..entries {
             let (k, v) = (r.u32()? as usize, r.u32()? as usize);
@@ -187,6 +252,16 @@ impl Machine {
             let value = r.bytes(len)?.to_vec();
             if m.by_index.insert(index, client).is_some() || m.sessions.insert(client, Session { seq, index, status, value }).is_some() {
                 return Err(corrupt("duplicate session"));
+            }
+        }
+        for _ in 0..members {
+            let (id, len) = (r.u64()?, r.u32()? as usize);
+            if r.u32()? != 0 || len > MAX_ADDR_BYTES || id == 0 {
+                return Err(corrupt("member"));
+            }
+            let addr = r.bytes(len)?.to_vec();
+            if m.members.insert(id, addr).is_some() {
+                return Err(corrupt("duplicate member"));
             }
         }
         if r.at != body.len() {
@@ -275,5 +350,32 @@ mod tests {
             assert!(Machine::restore(&bad).is_err(), "flipped byte {at}");
         }
         assert!(Machine::restore(&snap[..snap.len() - 5]).is_err());
+    }
+
+    #[test]
+    fn members_are_kept_in_the_snapshot_and_a_version_1_snapshot_is_read() {
+        let mut m = Machine::new();
+        m.apply(1, &w(Op::Put, 1, 1, "k", "v").view());
+        let v1 = {
+            // What the previous build wrote: SMRSNAP1, no member count.
+            let mut b = b"SMRSNAP1".to_vec();
+            b.extend_from_slice(&0u64.to_le_bytes());
+            b.extend_from_slice(&0u64.to_le_bytes());
+            b.extend_from_slice(&crc32c::crc32c(&b).to_le_bytes());
+            b
+        };
+        assert_eq!(Machine::restore(&v1), Ok(Machine::new()));
+        let add = Request::member(Op::AddMember, 2, 1, 4, b"127.0.0.1:7004");
+        assert_eq!(m.apply_member(2, &add.view(), (Status::Ok, vec![])).status, Status::Ok);
+        assert_eq!(m.members().get(&4).map(Vec::as_slice), Some(&b"127.0.0.1:7004"[..]));
+        assert_eq!(m.remembered(2, 1).map(|r| (r.status, r.index)), Some((Status::Ok, 2)), "a retry gets the kept outcome");
+        let restored = Machine::restore(&m.snapshot()).expect("restores");
+        assert_eq!(restored, m);
+        let remove = Request::member(Op::RemoveMember, 2, 2, 4, b"");
+        m.apply_member(3, &remove.view(), (Status::Ok, vec![]));
+        assert!(m.members().is_empty());
+        let refused = Request::member(Op::RemoveMember, 2, 3, 9, b"");
+        assert_eq!(m.apply_member(4, &refused.view(), (Status::Refused, vec![8])).status, Status::Refused);
+        assert_eq!(m.remembered(2, 3).map(|r| r.status), Some(Status::Refused));
     }
 }

@@ -20,7 +20,32 @@
 //! again after it fails); what arrives on any connection is accepted: a
 //! Raft message names its sender. Raft messages are one-way transport
 //! messages whose header is [`RAFT_MAGIC`] and whose payload is raft-rs's
-//! protobuf encoding of `eraftpb.Message`.
+//! protobuf encoding of `eraftpb.Message`. One larger than
+//! [`RAFT_CHUNK_BYTES`] (a snapshot of a large map) goes as chunks
+//! ([`RAFT_CHUNK_MAGIC`]), queued per peer and sent as the connection's
+//! window allows, a few each turn; the receiver joins the chunks of one
+//! message id arriving in order on one connection and drops a message
+//! whose chunks do not follow on. A snapshot's send is reported to raft-rs
+//! once its last chunk is sent.
+//!
+//! Membership (Raft thesis §4.1, one server at a time; raft-rs's simple
+//! conf changes): ADD_MEMBER makes a learner (it receives the log, does
+//! not vote), PROMOTE_MEMBER makes a caught-up learner a voter,
+//! REMOVE_MEMBER removes a voter or learner. Each is one `ConfChange`
+//! entry whose context is the client's request (id, address, session); the
+//! leader checks it against the applied membership before proposing, and
+//! proposes nothing while another change is unapplied. Applying an add
+//! records the address in the [`Machine`] and takes a snapshot at once, so
+//! the address is durable on every replica that applied it and the log
+//! that a new replica would otherwise replay from index 1 (whose
+//! membership it cannot know) starts after the add: a new replica always
+//! begins from a snapshot. A leader asked to remove itself first hands
+//! leadership to the most caught-up voter and answers RETRY; the new
+//! leader removes it. TRANSFER_LEADER is raft-rs's leader transfer,
+//! answered once this replica is no longer the leader.
+//!
+//! Addresses: a peer's address is the one the machine recorded when it
+//! was added, else the one given at start (`peers` of [`Replica::new`]).
 //!
 //! Invariants: a client's write is answered [`Status::Ok`] only once it
 //! is applied, at the index and term it was proposed at; every request
@@ -28,17 +53,20 @@
 //! planted faults ([`Faults`]) are off unless a test turns them on.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::time::Duration;
 
+use pmem::le::get_u64;
 use protobuf::Message as _;
-use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message, MessageType, SnapshotMetadata};
+use raft::eraftpb::{ConfChange, ConfChangeSingle, ConfChangeType, ConfChangeV2, ConfState, Entry, EntryType, Message, MessageType, SnapshotMetadata};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
-use raft::{RawNode, SnapshotStatus, StateRole};
+use raft::{GetEntriesContext, ProgressState, RawNode, SnapshotStatus, StateRole};
 use reactor::Service;
-use transport::{ConnId, Event, RequestId, Transport};
+use transport::sim::SimAddr;
+use transport::{ConnId, Event, NodeId, RequestId, Transport};
 
-use crate::command::{Op, RequestView, Response, Status, StatusValue, REQUEST_HEADER_BYTES, REQUEST_MAGIC};
+use crate::command::{Member, Op, Refusal, Refused, RequestView, Response, Status, StatusValue, MAX_ADDR_BYTES, REQUEST_HEADER_BYTES, REQUEST_MAGIC};
 use crate::machine::Machine;
 use crate::store::{Durable, Store};
 
@@ -48,6 +76,58 @@ const RECONNECT_TICKS: u32 = 10;
 
 /// The header of a Raft message between replicas.
 pub const RAFT_MAGIC: [u8; 4] = *b"RFT1";
+/// The header of one chunk of a Raft message larger than [`RAFT_CHUNK_BYTES`].
+pub const RAFT_CHUNK_MAGIC: [u8; 4] = *b"RFTC";
+/// Largest Raft message sent whole, and the size of a chunk (well within
+/// the transport's 4 MiB payload bound).
+pub const RAFT_CHUNK_BYTES: usize = 1 << 20;
+/// Largest Raft message a replica reassembles from chunks.
+pub const MAX_RAFT_MESSAGE_BYTES: u64 = 1 << 32;
+/// A chunk's header: message id u64, message length u64, offset u64.
+const CHUNK_HEADER_BYTES: usize = 24;
+
+/// Most voters, and most learners, a membership may have (what the
+/// persistent-memory store's membership slot holds).
+pub const MAX_VOTERS: usize = crate::pmem_store::MAX_IDS;
+
+/// A transport address as a membership change carries it and the state
+/// machine keeps it (at most [`MAX_ADDR_BYTES`]).
+pub trait PeerAddr: Sized + Clone {
+    /// The encoding.
+    fn to_bytes(&self) -> Vec<u8>;
+    /// The address an encoding names, if it is one.
+    fn from_bytes(b: &[u8]) -> Option<Self>;
+}
+
+/// A socket address as its text (`127.0.0.1:7004`, `[::1]:7004`).
+impl PeerAddr for SocketAddr {
+    fn to_bytes(&self) -> Vec<u8> {
+        self.to_string().into_bytes()
+    }
+    fn from_bytes(b: &[u8]) -> Option<Self> {
+        std::str::from_utf8(b).ok()?.parse().ok()
+    }
+}
+
+/// An in-process node as its number, u32.
+impl PeerAddr for NodeId {
+    fn to_bytes(&self) -> Vec<u8> {
+        self.0.to_le_bytes().to_vec()
+    }
+    fn from_bytes(b: &[u8]) -> Option<Self> {
+        Some(NodeId(u32::from_le_bytes(b.try_into().ok()?)))
+    }
+}
+
+/// A simulated node as its number, u32.
+impl PeerAddr for SimAddr {
+    fn to_bytes(&self) -> Vec<u8> {
+        self.0.to_le_bytes().to_vec()
+    }
+    fn from_bytes(b: &[u8]) -> Option<Self> {
+        Some(SimAddr(u32::from_le_bytes(b.try_into().ok()?)))
+    }
+}
 
 /// Planted bugs, for the simulation's tests that must fail. All off by
 /// default; nothing outside tests turns them on.
@@ -86,6 +166,9 @@ pub struct ReplicaConfig {
     /// Keep (index, term) of every applied entry for [`Replica::take_applied`]
     /// (the simulation checks that a committed entry never changes).
     pub trace_applied: bool,
+    /// A learner is promoted only once its log is within this many
+    /// entries of the leader's commit index (and replicating normally).
+    pub promote_lag: u64,
 }
 
 impl ReplicaConfig {
@@ -102,6 +185,7 @@ impl ReplicaConfig {
             seed: id,
             faults: Faults::default(),
             trace_applied: false,
+            promote_lag: 1000,
         }
     }
 }
@@ -143,13 +227,21 @@ pub struct Counters {
 /// One replica of the state machine.
 pub struct Replica<T: Transport, D: Durable>
 where
-    T::Addr: Sized,
+    T::Addr: PeerAddr,
 {
     config: ReplicaConfig,
     raw: RawNode<Store<D>>,
     machine: Machine,
     applied: u64,
+    /// Addresses given at start (without this replica).
+    boot_peers: BTreeMap<u64, T::Addr>,
+    /// Where each peer is: the machine's recorded address, else the
+    /// one given at start.
     peers: BTreeMap<u64, T::Addr>,
+    /// TRANSFER_LEADER requests waiting for this leader to step down.
+    transfers: Vec<RequestId>,
+    /// Take a snapshot at the end of this turn (a replica was added).
+    compact_now: bool,
     out_conns: BTreeMap<u64, ConnId>,
     writes: BTreeMap<u64, (RequestId, u64)>,
     /// Reads waiting for their read index, by context: the request, its
@@ -170,6 +262,38 @@ where
     /// The index of the store's last snapshot (asking the store would
     /// copy the snapshot).
     snapshot_index: u64,
+    /// A chunked message being sent to each peer (at most one).
+    outbox: BTreeMap<u64, Outgoing>,
+    /// Messages being reassembled from chunks, by incoming connection.
+    inbox: BTreeMap<ConnId, Incoming>,
+    /// The id of the last chunked message sent.
+    chunked_sent: u64,
+}
+
+/// A chunked message on its way to a peer.
+struct Outgoing {
+    conn: ConnId,
+    chunks: std::collections::VecDeque<Vec<u8>>,
+    snapshot: bool,
+}
+
+/// A chunked message arriving.
+struct Incoming {
+    id: u64,
+    len: u64,
+    bytes: Vec<u8>,
+}
+
+/// What the leader does with a membership change it was asked for.
+enum Verdict {
+    /// Propose this change.
+    Propose(ConfChangeType),
+    /// Already so (a learner added again at the same address): answer OK.
+    Done,
+    /// Refuse it.
+    Refuse(Refusal, String),
+    /// The leader is asked to remove itself: hand leadership over first.
+    HandOver,
 }
 
 fn discard_logger() -> slog::Logger {
@@ -178,11 +302,14 @@ fn discard_logger() -> slog::Logger {
 
 impl<T: Transport, D: Durable> Replica<T, D>
 where
-    T::Addr: Sized,
+    T::Addr: PeerAddr,
 {
     /// A replica over `durable` (its state after a restart, or a new
     /// store), reaching the other replicas at `peers` (id → address,
-    /// without this one).
+    /// without this one) unless the state machine recorded another
+    /// address for one (a replica added later). A new store with no voters
+    /// is a replica waiting to be added: it never campaigns and starts
+    /// from the snapshot the leader sends it.
     pub fn new(config: ReplicaConfig, durable: D, peers: BTreeMap<u64, T::Addr>) -> Result<Replica<T, D>, raft::Error> {
         assert_ne!(config.id, 0, "replica ids start at 1");
         assert!(!peers.contains_key(&config.id), "peers exclude this replica");
@@ -218,7 +345,10 @@ where
             raw,
             machine,
             applied: snap_meta.index,
+            boot_peers: peers.clone(),
             peers,
+            transfers: Vec::new(),
+            compact_now: false,
             out_conns: BTreeMap::new(),
             writes: BTreeMap::new(),
             reads: BTreeMap::new(),
@@ -232,9 +362,41 @@ where
             now: Duration::ZERO,
             reconnect_at: BTreeMap::new(),
             snapshot_index: snap_meta.index,
+            outbox: BTreeMap::new(),
+            inbox: BTreeMap::new(),
+            chunked_sent: 0,
         };
+        replica.sync_peers();
         replica.rerandomize();
         Ok(replica)
+    }
+
+    /// Rebuilds the address book: what the machine recorded, else what
+    /// was given at start.
+    fn sync_peers(&mut self) {
+        let mut peers = self.boot_peers.clone();
+        for (&id, bytes) in self.machine.members() {
+            if id == self.config.id {
+                continue;
+            }
+            if let Some(addr) = T::Addr::from_bytes(bytes) {
+                peers.insert(id, addr);
+            }
+        }
+        self.peers = peers;
+    }
+
+    /// The address this replica would reach replica `id` at.
+    pub fn peer_addr(&self, id: u64) -> Option<&T::Addr> {
+        self.peers.get(&id)
+    }
+
+    /// The membership this replica has applied (voters, learners).
+    pub fn conf_state(&self) -> ConfState {
+        let mut cs = self.raw.raft.prs().conf().to_conf_state();
+        cs.voters.sort_unstable();
+        cs.learners.sort_unstable();
+        cs
     }
 
     /// raft-rs draws each election timeout from the thread's random
@@ -274,7 +436,16 @@ where
             StateRole::Leader => 2,
             StateRole::PreCandidate => 3,
         };
-        StatusValue { id: st.id, role, term: st.term, leader: st.leader, last_index: st.last_index, commit: st.commit, applied: st.applied }
+        let cs = self.conf_state();
+        let listed = cs.voters.iter().map(|&id| (id, false)).chain(cs.learners.iter().map(|&id| (id, true)));
+        let members = listed
+            .take(crate::command::MAX_MEMBERS)
+            .map(|(id, learner)| {
+                let addr = self.peers.get(&id).map(PeerAddr::to_bytes).filter(|a| a.len() <= MAX_ADDR_BYTES).unwrap_or_default();
+                Member { id, learner, addr }
+            })
+            .collect();
+        StatusValue { id: st.id, role, term: st.term, leader: st.leader, last_index: st.last_index, commit: st.commit, applied: st.applied, members }
     }
 
     /// Client requests waiting: writes proposed, reads waiting for their
@@ -354,6 +525,9 @@ where
         if self.raw.raft.state != StateRole::Leader {
             return self.answer(t, id, Status::NotLeader, 0, Vec::new());
         }
+        if op.names_member() {
+            return self.on_member_request(t, id, payload);
+        }
         if op == Op::Get {
             let ctx = self.next_read;
             self.next_read += 1;
@@ -376,6 +550,186 @@ where
         }
         let previous = self.writes.insert(index, (id, term));
         assert!(previous.is_none(), "one proposal per index per term");
+    }
+
+    /// A membership request at the leader: checked against the applied
+    /// membership, then proposed (or, for TRANSFER_LEADER, started).
+    fn on_member_request<X: Transport>(&mut self, t: &mut X, id: RequestId, payload: Vec<u8>) {
+        let req = RequestView::parse(&payload).expect("checked by on_request");
+        let member = req.member_id().expect("a membership request");
+        if req.op == Op::TransferLeader {
+            return self.start_transfer(t, id, member);
+        }
+        if let Some(resp) = self.machine.remembered(req.client, req.seq) {
+            return self.answer(t, id, resp.status, resp.index, resp.value);
+        }
+        if self.raw.raft.has_pending_conf() {
+            return match self.unapplied_conf_change() {
+                Some(index) => self.refuse(t, id, Refusal::Pending, format!("another membership change (log index {index}) is not applied yet; try again")),
+                // A new leader's conservative guard: gone once it applies its first entry.
+                None => self.answer(t, id, Status::Retry, 0, Vec::new()),
+            };
+        }
+        if self.raw.raft.lead_transferee.is_some() {
+            return self.answer(t, id, Status::Retry, 0, Vec::new());
+        }
+        let cs = self.conf_state();
+        let change = match self.check_member_change(&req, member, &cs) {
+            Verdict::Propose(change) => change,
+            Verdict::Done => return self.answer(t, id, Status::Ok, self.applied, Vec::new()),
+            Verdict::Refuse(reason, message) => return self.refuse(t, id, reason, message),
+            Verdict::HandOver => return self.hand_over_before_removal(t, id, &cs),
+        };
+        let cc = ConfChange { change_type: change, node_id: member, ..Default::default() };
+        if self.raw.propose_conf_change(payload, cc).is_err() {
+            return self.answer(t, id, Status::NotLeader, 0, Vec::new());
+        }
+        let index = self.raw.raft.raft_log.last_index();
+        let previous = self.writes.insert(index, (id, self.raw.raft.term));
+        assert!(previous.is_none(), "one proposal per index per term");
+    }
+
+    /// What to do with a membership change, checked against the applied
+    /// membership `cs` (nothing is pending: checked before).
+    fn check_member_change(&self, req: &RequestView<'_>, member: u64, cs: &ConfState) -> Verdict {
+        let (voter, learner) = (cs.voters.contains(&member), cs.learners.contains(&member));
+        let refuse = |reason, message: String| Verdict::Refuse(reason, message);
+        match req.op {
+            Op::AddMember if voter => refuse(Refusal::Exists, format!("replica {member} is already a voter")),
+            Op::AddMember if learner && self.peers.get(&member).is_some_and(|a| a.to_bytes() == req.value) => Verdict::Done,
+            Op::AddMember if learner => refuse(Refusal::Exists, format!("replica {member} is already a learner at another address; remove it first")),
+            Op::AddMember => {
+                let members = cs.voters.iter().chain(&cs.learners).copied();
+                if let Some(other) = members.filter(|&m| m != member).find(|m| self.peers.get(m).is_some_and(|a| a.to_bytes() == req.value)) {
+                    return refuse(Refusal::AddressInUse, format!("replica {other} has that address"));
+                }
+                if T::Addr::from_bytes(req.value).is_none() {
+                    return refuse(Refusal::Rejected, "the address does not parse".to_string());
+                }
+                if cs.learners.len() >= MAX_VOTERS {
+                    return refuse(Refusal::Rejected, format!("at most {MAX_VOTERS} learners"));
+                }
+                Verdict::Propose(ConfChangeType::AddLearnerNode)
+            }
+            Op::PromoteMember if voter => refuse(Refusal::Exists, format!("replica {member} is already a voter")),
+            Op::PromoteMember if !learner => refuse(Refusal::Unknown, format!("replica {member} is not a member (add it first)")),
+            Op::PromoteMember if cs.voters.len() >= MAX_VOTERS => refuse(Refusal::Rejected, format!("at most {MAX_VOTERS} voters")),
+            Op::PromoteMember => match self.not_caught_up(member) {
+                Some(why) => refuse(Refusal::CatchingUp, why),
+                None => Verdict::Propose(ConfChangeType::AddNode),
+            },
+            Op::RemoveMember if !voter && !learner => refuse(Refusal::Unknown, format!("replica {member} is not a member")),
+            Op::RemoveMember if voter && cs.voters.len() == 1 => refuse(Refusal::LastVoter, format!("replica {member} is the last voter")),
+            Op::RemoveMember if member == self.config.id => Verdict::HandOver,
+            Op::RemoveMember => Verdict::Propose(ConfChangeType::RemoveNode),
+            _ => unreachable!("membership changes only"),
+        }
+    }
+
+    fn refuse<X: Transport>(&self, t: &mut X, id: RequestId, reason: Refusal, message: String) {
+        self.answer(t, id, Status::Refused, 0, Refused::new(reason, message).to_bytes());
+    }
+
+    /// The index of a conf change in the log past the applied index.
+    fn unapplied_conf_change(&self) -> Option<u64> {
+        let log = &self.raw.raft.raft_log;
+        let entries = log.entries(self.applied + 1, None, GetEntriesContext::empty(false)).ok()?;
+        entries.iter().find(|e| e.get_entry_type() != EntryType::EntryNormal).map(|e| e.index)
+    }
+
+    /// Why learner `id` is not ready to vote, if it is not.
+    fn not_caught_up(&self, id: u64) -> Option<String> {
+        let commit = self.raw.raft.raft_log.committed;
+        let pr = self.raw.raft.prs().get(id)?;
+        if pr.state == ProgressState::Replicate && pr.matched + self.config.promote_lag >= commit {
+            return None;
+        }
+        Some(format!("replica {id} is catching up: it holds the log to index {} of {commit} ({:?}); is it running?", pr.matched, pr.state))
+    }
+
+    /// The leader asked to remove itself: hand leadership to the voter
+    /// with the longest log and answer RETRY (the client asks again and
+    /// is sent to the new leader, which removes this replica).
+    fn hand_over_before_removal<X: Transport>(&mut self, t: &mut X, id: RequestId, cs: &ConfState) {
+        let me = self.config.id;
+        let prs = self.raw.raft.prs();
+        let best = cs.voters.iter().copied().filter(|&v| v != me).max_by_key(|&v| (prs.get(v).map_or(0, |p| p.matched), std::cmp::Reverse(v)));
+        let to = best.expect("not the last voter: checked");
+        self.raw.transfer_leader(to);
+        self.answer(t, id, Status::Retry, 0, Vec::new());
+    }
+
+    fn start_transfer<X: Transport>(&mut self, t: &mut X, id: RequestId, to: u64) {
+        if to == self.config.id {
+            return self.answer(t, id, Status::Ok, 0, Vec::new());
+        }
+        let cs = self.conf_state();
+        if cs.learners.contains(&to) {
+            return self.refuse(t, id, Refusal::NotVoter, format!("replica {to} is a learner; promote it first"));
+        }
+        if !cs.voters.contains(&to) {
+            return self.refuse(t, id, Refusal::Unknown, format!("replica {to} is not a member"));
+        }
+        self.raw.transfer_leader(to);
+        self.transfers.push(id);
+    }
+
+    /// Applies a conf-change entry: unless its request was applied before
+    /// (a duplicate: answered from the session, not applied again), to
+    /// raft-rs (which may refuse it), the store and the machine.
+    fn apply_membership(&mut self, t: &mut T, e: &Entry, cc: &ConfChangeV2) -> Result<(), raft::Error> {
+        let waiting = self.writes.remove(&e.index);
+        let req = RequestView::parse(&e.context).ok().filter(|r| r.op.changes_membership());
+        if let Some(resp) = req.as_ref().and_then(|r| self.machine.remembered(r.client, r.seq)) {
+            if let Some((id, _)) = waiting {
+                self.answer(t, id, resp.status, resp.index, resp.value);
+            }
+            return Ok(());
+        }
+        assert!(
+            !self.raw.raft.prs().conf().to_conf_state().voters.is_empty(),
+            "replica {}: a membership change at index {} reached a replica that knows no voters: a new replica must start from a snapshot",
+            self.config.id,
+            e.index
+        );
+        let outcome = match self.raw.apply_conf_change(cc) {
+            Ok(cs) => {
+                self.store_mut().set_conf_state(&cs).map_err(store_error)?;
+                (Status::Ok, Vec::new())
+            }
+            Err(err) => (Status::Refused, Refused::new(Refusal::Rejected, format!("raft refused the change: {err}")).to_bytes()),
+        };
+        let resp = match &req {
+            Some(r) => self.machine.apply_member(e.index, r, outcome),
+            None => Response { status: outcome.0, leader: 0, index: e.index, value: outcome.1 },
+        };
+        if resp.status == Status::Ok {
+            self.after_membership_change(t, cc.get_changes());
+        }
+        if let Some((id, term)) = waiting {
+            let (status, value) = if term == e.term { (resp.status, resp.value) } else { (Status::Retry, Vec::new()) };
+            self.answer(t, id, status, resp.index, value);
+        }
+        Ok(())
+    }
+
+    /// Follows an applied change: the address book, connections to
+    /// removed replicas, and a snapshot after an add.
+    fn after_membership_change(&mut self, t: &mut T, changes: &[ConfChangeSingle]) {
+        self.sync_peers();
+        for c in changes {
+            match c.get_change_type() {
+                ConfChangeType::AddLearnerNode => self.compact_now = true,
+                ConfChangeType::RemoveNode => {
+                    self.peers.remove(&c.node_id);
+                    self.reconnect_at.remove(&c.node_id);
+                    if let Some(conn) = self.out_conns.remove(&c.node_id) {
+                        t.close(conn);
+                    }
+                }
+                ConfChangeType::AddNode => {}
+            }
+        }
     }
 
     fn answer<X: Transport>(&self, t: &mut X, id: RequestId, status: Status, index: u64, value: Vec<u8>) {
@@ -425,6 +779,9 @@ where
         // once they circulate).
         let mut payload = t.take_buffer(m.compute_size() as usize);
         m.write_to_vec(&mut payload).expect("a raft message encodes");
+        if payload.len() > RAFT_CHUNK_BYTES {
+            return self.send_chunked(t, to, conn, &payload, snapshot);
+        }
         let sent = t.send(conn, &RAFT_MAGIC, payload);
         if snapshot {
             // The leader waits for this report before it probes the
@@ -442,6 +799,105 @@ where
         }
     }
 
+    /// Queues `payload` as chunks to peer `to` (refused, as unsent, while
+    /// another chunked message to it is on its way) and starts sending.
+    fn send_chunked(&mut self, t: &mut T, to: u64, conn: ConnId, payload: &[u8], snapshot: bool) {
+        if self.outbox.contains_key(&to) || payload.len() as u64 > MAX_RAFT_MESSAGE_BYTES {
+            self.counters.unsent += 1;
+            if snapshot {
+                self.raw.report_snapshot(to, SnapshotStatus::Failure);
+            }
+            return;
+        }
+        self.chunked_sent += 1;
+        let id = self.chunked_sent;
+        let len = payload.len() as u64;
+        let chunks = payload
+            .chunks(RAFT_CHUNK_BYTES)
+            .enumerate()
+            .map(|(i, part)| {
+                let mut c = Vec::with_capacity(CHUNK_HEADER_BYTES + part.len());
+                for v in [id, len, (i * RAFT_CHUNK_BYTES) as u64] {
+                    c.extend_from_slice(&v.to_le_bytes());
+                }
+                c.extend_from_slice(part);
+                c
+            })
+            .collect();
+        self.outbox.insert(to, Outgoing { conn, chunks, snapshot });
+        self.drain_outbox(t);
+    }
+
+    /// Sends queued chunks while the connections' windows allow; true if
+    /// any went. A peer whose connection fails loses its message (raft-rs
+    /// sends it again).
+    fn drain_outbox(&mut self, t: &mut T) -> bool {
+        let mut sent_any = false;
+        let peers: Vec<u64> = self.outbox.keys().copied().collect();
+        for to in peers {
+            let out = self.outbox.get_mut(&to).expect("listed");
+            let mut failed = false;
+            while let Some(chunk) = out.chunks.pop_front() {
+                let mut buf = t.take_buffer(chunk.len());
+                buf.extend_from_slice(&chunk);
+                match t.send(out.conn, &RAFT_CHUNK_MAGIC, buf) {
+                    Ok(()) => sent_any = true,
+                    Err(transport::OpError::WindowFull(_)) => {
+                        out.chunks.push_front(chunk);
+                        break;
+                    }
+                    Err(_) => {
+                        failed = true;
+                        break;
+                    }
+                }
+            }
+            if failed || out.chunks.is_empty() {
+                let out = self.outbox.remove(&to).expect("listed");
+                if out.snapshot {
+                    let status = if failed { SnapshotStatus::Failure } else { SnapshotStatus::Finish };
+                    self.raw.report_snapshot(to, status);
+                }
+                if failed {
+                    self.counters.unsent += 1;
+                    self.raw.report_unreachable(to);
+                } else {
+                    self.counters.sent += 1;
+                }
+            }
+        }
+        sent_any
+    }
+
+    /// One chunk of a large Raft message arrived on `conn`: joined to the
+    /// message it continues; the whole message is stepped.
+    fn on_chunk(&mut self, conn: ConnId, chunk: &[u8]) {
+        if chunk.len() <= CHUNK_HEADER_BYTES {
+            self.counters.malformed += 1;
+            return;
+        }
+        let (id, len, offset) = (get_u64(chunk, 0), get_u64(chunk, 8), get_u64(chunk, 16));
+        let part = &chunk[CHUNK_HEADER_BYTES..];
+        if offset == 0 && len <= MAX_RAFT_MESSAGE_BYTES {
+            // A new message replaces whatever was unfinished on this connection.
+            self.inbox.insert(conn, Incoming { id, len, bytes: Vec::with_capacity(len.min(1 << 26) as usize) });
+        }
+        let Some(m) = self.inbox.get_mut(&conn) else {
+            self.counters.malformed += 1;
+            return;
+        };
+        if m.id != id || m.len != len || m.bytes.len() as u64 != offset || offset + part.len() as u64 > len {
+            self.inbox.remove(&conn);
+            self.counters.malformed += 1;
+            return;
+        }
+        m.bytes.extend_from_slice(part);
+        if m.bytes.len() as u64 == len {
+            let whole = self.inbox.remove(&conn).expect("just joined").bytes;
+            self.on_message(&whole);
+        }
+    }
+
     fn apply_entries(&mut self, t: &mut T, entries: Vec<Entry>) -> Result<(), raft::Error> {
         for e in entries {
             assert_eq!(e.index, self.applied + 1, "entries apply in order");
@@ -453,14 +909,14 @@ where
                 EntryType::EntryNormal if e.data.is_empty() => {} // a new leader's empty entry
                 EntryType::EntryNormal => self.apply_write(t, &e),
                 EntryType::EntryConfChange => {
-                    let cc = ConfChange::parse_from_bytes(&e.data).map_err(raft::Error::CodecError)?;
-                    let cs = self.raw.apply_conf_change(&cc)?;
-                    self.store_mut().set_conf_state(&cs).map_err(store_error)?;
+                    let v1 = ConfChange::parse_from_bytes(&e.data).map_err(raft::Error::CodecError)?;
+                    let single = ConfChangeSingle { change_type: v1.change_type, node_id: v1.node_id, ..Default::default() };
+                    let cc = ConfChangeV2 { changes: vec![single].into(), ..Default::default() };
+                    self.apply_membership(t, &e, &cc)?;
                 }
                 EntryType::EntryConfChangeV2 => {
                     let cc = ConfChangeV2::parse_from_bytes(&e.data).map_err(raft::Error::CodecError)?;
-                    let cs = self.raw.apply_conf_change(&cc)?;
-                    self.store_mut().set_conf_state(&cs).map_err(store_error)?;
+                    self.apply_membership(t, &e, &cc)?;
                 }
             }
         }
@@ -469,7 +925,7 @@ where
 
     fn apply_write(&mut self, t: &mut T, e: &Entry) {
         let waiting = self.writes.remove(&e.index);
-        let Ok(req) = RequestView::parse(&e.data) else {
+        let Ok(req) = RequestView::parse(&e.data).map_err(|_| ()).and_then(|r| if r.op.writes() { Ok(r) } else { Err(()) }) else {
             // Only checked requests are proposed; every replica skips the
             // same bytes the same way.
             self.counters.malformed += 1;
@@ -512,6 +968,9 @@ where
     /// committed (retry with the same sequence number); reads not yet
     /// served are refused.
     fn step_down(&mut self, t: &mut T) {
+        for id in std::mem::take(&mut self.transfers) {
+            self.answer(t, id, Status::Ok, 0, Vec::new());
+        }
         for (_, (id, _)) in std::mem::take(&mut self.writes) {
             self.answer(t, id, Status::Retry, 0, Vec::new());
         }
@@ -542,6 +1001,7 @@ where
             self.store_mut().install_snapshot(snap.get_metadata(), &snap.data).map_err(store_error)?;
             self.applied = snap.get_metadata().index;
             self.snapshot_index = self.applied;
+            self.sync_peers();
         }
         self.apply_entries(t, ready.take_committed_entries())?;
         let persisted = ready.take_persisted_messages();
@@ -581,7 +1041,8 @@ where
 
     /// Takes a snapshot and compacts once enough is applied past the last.
     fn maybe_compact(&mut self) -> Result<(), raft::Error> {
-        if self.applied < self.snapshot_index + self.config.snapshot_every {
+        let forced = std::mem::take(&mut self.compact_now) && self.applied > self.snapshot_index;
+        if !forced && self.applied < self.snapshot_index + self.config.snapshot_every {
             return Ok(());
         }
         let mut meta = SnapshotMetadata { index: self.applied, ..Default::default() };
@@ -634,14 +1095,16 @@ fn store_error(e: crate::store::StoreError) -> raft::Error {
 
 impl<T: Transport, D: Durable> Service<T> for Replica<T, D>
 where
-    T::Addr: Sized,
+    T::Addr: PeerAddr,
 {
     fn on_event(&mut self, t: &mut T, event: Event, now: Duration) {
         self.now = now;
         match event {
-            Event::Message { header, payload, .. } => {
+            Event::Message { header, payload, conn } => {
                 if header == RAFT_MAGIC {
                     self.on_message(&payload);
+                } else if header == RAFT_CHUNK_MAGIC {
+                    self.on_chunk(conn, &payload);
                 } else {
                     self.counters.malformed += 1;
                 }
@@ -657,6 +1120,7 @@ where
                 }
             }
             Event::Disconnected { conn, .. } => {
+                self.inbox.remove(&conn);
                 let lost: Vec<u64> = self.out_conns.iter().filter(|(_, c)| **c == conn).map(|(&p, _)| p).collect();
                 for peer in lost {
                     self.out_conns.remove(&peer);
@@ -671,14 +1135,22 @@ where
     fn poll_work(&mut self, t: &mut T, now: Duration) -> bool {
         self.now = now;
         let ticked = self.tick_if_due(now);
+        let drained = !self.outbox.is_empty() && self.drain_outbox(t);
         let readied = self.handle_ready(t).unwrap_or_else(|e| panic!("replica {}: storage failed: {e}", self.config.id));
         let leader = self.raw.raft.state == StateRole::Leader;
         if self.was_leader && !leader {
             self.step_down(t);
         }
+        if leader && self.raw.raft.lead_transferee.is_none() && !self.transfers.is_empty() {
+            // raft-rs gave up after an election timeout.
+            let refused = Refused::new(Refusal::TransferFailed, "the target did not take over within an election timeout (is it up and caught up?)");
+            for id in std::mem::take(&mut self.transfers) {
+                self.answer(t, id, Status::Refused, 0, refused.to_bytes());
+            }
+        }
         self.was_leader = leader;
         self.rerandomize();
-        ticked || readied
+        ticked || readied || drained
     }
 
     fn next_deadline(&self) -> Option<Duration> {

@@ -583,6 +583,7 @@ impl World {
                     Op::Get | Op::Status => Input::Get,
                     Op::Del => Input::Del,
                     Op::Cas => Input::Cas { expect: req.expect.clone(), new: req.value.clone() },
+                    op => unreachable!("the simulation issues no {op:?}"),
                 };
                 self.history.push(KvOp { key: req.key.clone(), call: now, ret: None, input });
                 let cl = &mut self.clients[c];
