@@ -1207,3 +1207,40 @@ impl World {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(first: u64, terms: &[u64], term: u64) -> StoreView {
+        let conf = ConfState { voters: vec![1, 2, 3], ..Default::default() };
+        StoreView { first, last: first + terms.len() as u64 - 1, terms: terms.to_vec(), term, vote: 1, conf, snapshot: (first - 1, 1) }
+    }
+
+    #[test]
+    fn a_quiet_crash_must_recover_what_was_acknowledged() {
+        let acked = view(5, &[1, 1, 2], 2);
+        let allowed = Allowed { acknowledged: acked.clone(), commit: 6, in_flight: None };
+        assert_eq!(allowed.judge(&acked, 6), None);
+        assert_eq!(allowed.judge(&acked, 4), None, "a lazily persisted commit may be lower");
+        assert!(allowed.judge(&acked, 7).is_some(), "never higher");
+        assert!(allowed.judge(&view(5, &[1, 1], 2), 6).is_some(), "an acknowledged entry lost");
+        assert!(allowed.judge(&view(5, &[1, 1, 2, 1], 2), 6).is_some(), "a dropped entry back");
+    }
+
+    #[test]
+    fn an_append_in_flight_may_leave_its_truncation_and_a_prefix() {
+        // Before: 5..=8 of terms 1, 1, 1, 1; the append writes 7..=9 of term 3.
+        let before = view(5, &[1, 1, 1, 1], 3);
+        let after = view(5, &[1, 1, 3, 3, 3], 3);
+        let allowed = Allowed { acknowledged: before.clone(), commit: 5, in_flight: Some((after.clone(), Some(7))) };
+        for found in [before, after, view(5, &[1, 1], 3), view(5, &[1, 1, 3], 3), view(5, &[1, 1, 3, 3], 3)] {
+            assert_eq!(allowed.judge(&found, 5), None, "{found:?}");
+        }
+        assert!(allowed.judge(&view(5, &[1], 3), 5).is_some(), "an entry before the append lost");
+        assert!(allowed.judge(&view(5, &[1, 1, 3, 1], 3), 5).is_some(), "an old entry after a new one");
+        let hard_state = Allowed { acknowledged: view(5, &[1], 2), commit: 5, in_flight: Some((view(5, &[1], 3), None)) };
+        assert_eq!(hard_state.judge(&view(5, &[1], 3), 5), None);
+        assert!(hard_state.judge(&view(5, &[], 3), 5).is_some(), "not an append: no prefix");
+    }
+}
