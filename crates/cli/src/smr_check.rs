@@ -114,8 +114,15 @@ pub fn run(args: &SmrCheckArgs) -> Result<bool> {
             println!("    replay: pmwire check smr --replicas {n} --store {} --first {} --seeds 1", store_name(store), r.seed);
         }
     }
-    // The replica's planted bugs run on the first store asked for; the
-    // store's own planted bug needs the persistent store.
+    all_ok &= planted_caught(args, stores);
+    Ok(all_ok)
+}
+
+/// Runs every planted bug until a seed catches it; true if all were caught.
+/// The replica's planted bugs run on the first store asked for; the
+/// store's own planted bug needs the persistent store.
+fn planted_caught(args: &SmrCheckArgs, stores: &[SimStore]) -> bool {
+    let mut all_ok = true;
     let node_store = stores[0];
     let mut planted = vec![
         ("planted: ack before persist", SimConfig { planted: Faults { ack_before_persist: true, ..Faults::default() }, ..SimConfig::standard(3) }),
@@ -139,5 +146,5 @@ pub fn run(args: &SmrCheckArgs) -> Result<bool> {
             }
         }
     }
-    Ok(all_ok)
+    all_ok
 }
