@@ -1,15 +1,18 @@
 //! `pmwire check smr`: the replication simulation (`pmwire_smr::sim`) over
-//! many seeds, for 3 and 5 replicas, then every planted bug, which some
-//! seed must catch. Prints a progress bar on a terminal, a table, and for
-//! a failure its seed and the command that replays it.
+//! many seeds, for 3 and 5 replicas, on DRAM stores and on persistent
+//! stores whose crashes leave crash images, then every planted bug, which
+//! some seed must catch. Prints a progress bar on a terminal, a table, and
+//! for a failure its seed and the command that replays it.
 
 use std::io::IsTerminal;
+use std::time::Instant;
 
 use anyhow::Result;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use pmwire_smr::node::Faults;
-use pmwire_smr::sim::{run as simulate, SimConfig, SimReport};
+use pmwire_smr::pmem_store::StoreFaults;
+use pmwire_smr::sim::{run as simulate, SimConfig, SimReport, SimStore};
 
 /// `pmwire check smr`.
 #[derive(Args, Clone)]
@@ -23,6 +26,10 @@ pub struct SmrCheckArgs {
     /// Cluster sizes: 3, 5 or both.
     #[arg(long, default_value = "both", value_parser = ["3", "5", "both"])]
     pub replicas: String,
+    /// Durable stores: DRAM (a crash keeps what the store persisted),
+    /// persistent memory (a crash leaves a crash image), or both.
+    #[arg(long, default_value = "both", value_parser = ["mem", "pmem", "both"])]
+    pub store: String,
     /// Seeds each planted bug may take to be caught.
     #[arg(long, default_value_t = 2000)]
     pub planted_seeds: u64,
@@ -31,7 +38,14 @@ pub struct SmrCheckArgs {
 impl SmrCheckArgs {
     /// A short run for the tour.
     pub fn tour() -> SmrCheckArgs {
-        SmrCheckArgs { seeds: 100, first: 0, replicas: "both".into(), planted_seeds: 2000 }
+        SmrCheckArgs { seeds: 100, first: 0, replicas: "both".into(), store: "both".into(), planted_seeds: 2000 }
+    }
+}
+
+fn store_name(store: SimStore) -> &'static str {
+    match store {
+        SimStore::Mem => "mem",
+        SimStore::Pmem => "pmem",
     }
 }
 
@@ -64,12 +78,18 @@ pub fn run(args: &SmrCheckArgs) -> Result<bool> {
         "5" => &[5],
         _ => &[3, 5],
     };
-    println!("smr simulation: seeds {}..{} per cluster size; every fault on (loss, duplication, reordering, partitions, crashes in and between store writes)", args.first, args.first + args.seeds);
-    println!("{:<28} {:>6} {:>6} {:>9} {:>9} {:>8} {:>10}  verdict", "configuration", "runs", "failed", "ops", "acked", "crashes", "partitions");
+    let stores: &[SimStore] = match args.store.as_str() {
+        "mem" => &[SimStore::Mem],
+        "pmem" => &[SimStore::Pmem],
+        _ => &[SimStore::Mem, SimStore::Pmem],
+    };
+    println!("smr simulation: seeds {}..{} per cluster size and store; every fault on (loss, duplication, reordering, partitions, crashes in and between store writes; on pmem a crash leaves a crash image)", args.first, args.first + args.seeds);
+    println!("{:<28} {:>6} {:>6} {:>9} {:>9} {:>8} {:>10} {:>7}  verdict", "configuration", "runs", "failed", "ops", "acked", "crashes", "partitions", "runs/s");
     let mut all_ok = true;
-    for &n in sizes {
-        let cfg = SimConfig::standard(n);
-        let bar = progress(args.seeds, &format!("{n} replicas"));
+    for (&store, &n) in stores.iter().flat_map(|s| sizes.iter().map(move |n| (s, n))) {
+        let cfg = SimConfig { store, ..SimConfig::standard(n) };
+        let bar = progress(args.seeds, &format!("{n} replicas, {}", store_name(store)));
+        let started = Instant::now();
         let mut t = Totals::default();
         for seed in args.first..args.first + args.seeds {
             let r = simulate(seed, &cfg);
@@ -84,30 +104,47 @@ pub fn run(args: &SmrCheckArgs) -> Result<bool> {
             bar.inc(1);
         }
         bar.finish_and_clear();
+        let runs_per_s = t.runs as f64 / started.elapsed().as_secs_f64().max(1e-9);
         let ok = t.failed.is_empty();
         all_ok &= ok;
-        let name = format!("{n} replicas, 4 clients");
-        println!("{name:<28} {:>6} {:>6} {:>9} {:>9} {:>8} {:>10}  {}", t.runs, t.failed.len(), t.ops, t.acknowledged, t.crashes, t.partitions, if ok { "ok" } else { "FAILED" });
+        let name = format!("{n} replicas, 4 clients, {}", store_name(store));
+        println!("{name:<28} {:>6} {:>6} {:>9} {:>9} {:>8} {:>10} {runs_per_s:>7.1}  {}", t.runs, t.failed.len(), t.ops, t.acknowledged, t.crashes, t.partitions, if ok { "ok" } else { "FAILED" });
         for r in t.failed.iter().take(5) {
             println!("    seed {}: {}", r.seed, r.violations.join("; "));
-            println!("    replay: pmwire check smr --replicas {n} --first {} --seeds 1", r.seed);
+            println!("    replay: pmwire check smr --replicas {n} --store {} --first {} --seeds 1", store_name(store), r.seed);
         }
     }
-    let planted = [
-        ("planted: ack before persist", Faults { ack_before_persist: true, ..Faults::default() }),
-        ("planted: vote not persisted", Faults { forget_vote: true, ..Faults::default() }),
-        ("planted: commit on a minority", Faults { answer_before_commit: true, ..Faults::default() }),
+    all_ok &= planted_caught(args, stores);
+    Ok(all_ok)
+}
+
+/// Runs every planted bug until a seed catches it; true if all were caught.
+/// The replica's planted bugs run on the first store asked for; the
+/// store's own planted bug needs the persistent store.
+fn planted_caught(args: &SmrCheckArgs, stores: &[SimStore]) -> bool {
+    let mut all_ok = true;
+    let node_store = stores[0];
+    let mut planted = vec![
+        ("planted: ack before persist", SimConfig { planted: Faults { ack_before_persist: true, ..Faults::default() }, ..SimConfig::standard(3) }),
+        ("planted: vote not persisted", SimConfig { planted: Faults { forget_vote: true, ..Faults::default() }, ..SimConfig::standard(3) }),
+        ("planted: commit on a minority", SimConfig { planted: Faults { answer_before_commit: true, ..Faults::default() }, ..SimConfig::standard(3) }),
     ];
-    for (name, faults) in planted {
-        let cfg = SimConfig { planted: faults, ..SimConfig::standard(3) };
+    for (_, cfg) in &mut planted {
+        cfg.store = node_store;
+    }
+    if stores.contains(&SimStore::Pmem) {
+        let store_faults = StoreFaults { unflushed_suffix_truncation: true };
+        planted.push(("planted: truncation not persisted", SimConfig { planted_store: store_faults, ..SimConfig::pmem(3) }));
+    }
+    for (name, cfg) in planted {
         let found = (0..args.planted_seeds).map(|seed| simulate(seed, &cfg)).find(|r| !r.passed());
         match found {
-            Some(r) => println!("{name:<28} caught at seed {}: {}", r.seed, r.violations.first().map(|v| v.chars().take(100).collect::<String>()).unwrap_or_default()),
+            Some(r) => println!("{name:<33} caught at seed {}: {}", r.seed, r.violations.first().map(|v| v.chars().take(100).collect::<String>()).unwrap_or_default()),
             None => {
                 all_ok = false;
-                println!("{name:<28} PLANTED BUG MISSED in {} seeds", args.planted_seeds);
+                println!("{name:<33} PLANTED BUG MISSED in {} seeds", args.planted_seeds);
             }
         }
     }
-    Ok(all_ok)
+    all_ok
 }

@@ -23,13 +23,17 @@
 //! a global prefix in program order. A failure names the seed and the crash
 //! point; the same seed replays the same images.
 //!
+//! [`CrashState`] folds a trace as it runs and draws one image at a time
+//! from the same model, for a long-running harness (the replication
+//! simulation crashes a replica's medium into such an image).
+//!
 //! [`TracedMedia`]: pmem::trace::TracedMedia
 #![deny(missing_docs)]
 
 pub mod checks;
 mod replay;
 
-pub use replay::{explore, Config, CrashImage, Failure, Report};
+pub use replay::{explore, Config, CrashImage, CrashState, Failure, Report};
 
 /// One named crash check, as each persistent structure's `crash::checks()`
 /// lists them for `pmwire check`: the correct structure first, then its

@@ -167,6 +167,59 @@ pub fn explore(
     report
 }
 
+/// A trace folded as it runs, for a harness that wants one crash image now
+/// and then rather than every image of every point (the replication
+/// simulation): the durable image and, per 8 B word, the values stored
+/// since, exactly as [`explore`] keeps them at a crash point. Only the
+/// pending tail is kept, so its cost does not grow with the trace.
+pub struct CrashState {
+    replay: Replay,
+}
+
+impl CrashState {
+    /// A medium whose contents `initial` are durable.
+    pub fn new(initial: &[u8]) -> CrashState {
+        CrashState { replay: Replay::new(initial) }
+    }
+
+    /// Folds one more operation in.
+    pub fn apply(&mut self, op: &Op) {
+        self.replay.apply(op);
+    }
+
+    /// Folds in every operation `media` recorded since the last fold, and
+    /// clears them from its trace.
+    pub fn fold(&mut self, media: &mut TracedMedia) {
+        for op in &media.take_ops() {
+            self.replay.apply(op);
+        }
+    }
+
+    /// Words with a store that may not have reached the medium.
+    pub fn pending_words(&self) -> usize {
+        self.replay.pending.len()
+    }
+
+    /// The image if nothing pending reached the medium.
+    pub fn durable(&self) -> &[u8] {
+        &self.replay.floor
+    }
+
+    /// Draws one image a crash now could leave, and how it was drawn:
+    /// every durable word, and each pending word at its floor or one of
+    /// its stored values, chosen by [`explore`]'s sampling strategies
+    /// (nothing or everything pending, independent words, whole lines at
+    /// a moment of their history, a program-order prefix).
+    pub fn draw<R: Rng + ?Sized>(&self, rng: &mut R) -> (MemMedia, &'static str) {
+        if self.replay.pending.is_empty() {
+            return (MemMedia::from_bytes(self.replay.floor.clone()), "nothing pending");
+        }
+        let radices: Vec<usize> = self.replay.pending.values().map(|h| h.len() + 1).collect();
+        let (choices, strategy) = self.replay.sample(rng.gen_range(0..6), &radices, rng);
+        (self.replay.image(&choices), strategy)
+    }
+}
+
 struct Replay {
     floor: Vec<u8>,
     pending: BTreeMap<usize, Vec<(u64, u64)>>,
@@ -300,7 +353,7 @@ impl Replay {
         }
     }
 
-    fn sample(&self, image: u64, radices: &[usize], rng: &mut StdRng) -> (Vec<usize>, &'static str) {
+    fn sample<R: Rng + ?Sized>(&self, image: u64, radices: &[usize], rng: &mut R) -> (Vec<usize>, &'static str) {
         match image {
             0 => (vec![0; radices.len()], "nothing pending reached media"),
             1 => (radices.iter().map(|r| r - 1).collect(), "everything pending reached media"),
@@ -313,7 +366,7 @@ impl Replay {
     }
 
     /// Each line is caught at a random moment of its own history.
-    fn line_moments(&self, rng: &mut StdRng) -> Vec<usize> {
+    fn line_moments<R: Rng + ?Sized>(&self, rng: &mut R) -> Vec<usize> {
         let mut moment_of_line: BTreeMap<usize, u64> = BTreeMap::new();
         let mut seqs_of_line: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
         for (&index, history) in &self.pending {
@@ -331,7 +384,7 @@ impl Replay {
     }
 
     /// Everything stored up to a random moment reached media, nothing after.
-    fn global_prefix(&self, rng: &mut StdRng) -> Vec<usize> {
+    fn global_prefix<R: Rng + ?Sized>(&self, rng: &mut R) -> Vec<usize> {
         let min_seq = self.pending.values().filter_map(|h| h.first()).map(|&(s, _)| s).min().unwrap_or(0);
         let moment = rng.gen_range(min_seq.saturating_sub(1)..=self.seq);
         self.pending.values().map(|history| prefix_len(history, moment)).collect()
@@ -452,6 +505,36 @@ mod tests {
             Ok(())
         });
         report.assert_ok();
+    }
+
+    #[test]
+    fn crash_state_draws_only_what_the_hardware_could_leave() {
+        let mut media = TracedMedia::new(256);
+        let mut state = CrashState::new(media.initial());
+        media.persist_u64(0, 11);
+        media.write(64, &[0xAB; 64]);
+        state.fold(&mut media);
+        assert!(media.ops().is_empty(), "folding empties the trace");
+        assert_eq!(state.pending_words(), 8, "the unflushed line");
+        let mut rng = StdRng::seed_from_u64(5);
+        let (mut lost, mut landed, mut torn) = (0, 0, 0);
+        for _ in 0..200 {
+            let (image, _) = state.draw(&mut rng);
+            assert_eq!(image.read_u64(0), 11, "a persisted word is always there");
+            let mut line = [0u8; 64];
+            image.read(64, &mut line);
+            match line.chunks(8).filter(|w| w[0] == 0xAB).count() {
+                0 => lost += 1,
+                8 => landed += 1,
+                _ => torn += 1,
+            }
+        }
+        assert!(lost > 0 && landed > 0 && torn > 0, "lost {lost}, landed {landed}, torn {torn}");
+        media.flush(64, 64);
+        media.drain();
+        state.fold(&mut media);
+        assert_eq!(state.pending_words(), 0, "flushed and fenced");
+        assert_eq!(state.durable(), media.current());
     }
 
     #[test]

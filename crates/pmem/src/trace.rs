@@ -85,6 +85,16 @@ impl TracedMedia {
         self.initial = self.current.bytes().to_vec();
         self.ops.clear();
     }
+
+    /// Hands over the operations recorded since the last call (or since
+    /// the start), for a consumer that folds the trace as it runs (the
+    /// replication simulation's `crashcheck::CrashState`), so the trace
+    /// does not grow without bound. [`initial`](TracedMedia::initial) is
+    /// then no longer where [`ops`](TracedMedia::ops) start from: the
+    /// consumer keeps that state.
+    pub fn take_ops(&mut self) -> Vec<Op> {
+        std::mem::take(&mut self.ops)
+    }
 }
 
 impl Media for TracedMedia {
@@ -150,5 +160,18 @@ mod tests {
         assert_eq!(kinds, ["store", "store", "flush", "fence", "mark", "store", "flush", "fence"]);
         assert_eq!(media.read_u64(8), 9);
         assert_eq!(media.initial()[8], 0);
+    }
+
+    #[test]
+    fn take_ops_hands_over_each_op_once() {
+        let mut media = TracedMedia::new(128);
+        media.persist_u64(0, 1);
+        let first = media.take_ops();
+        assert_eq!(first.len(), 3, "store, flush, fence");
+        assert!(media.ops().is_empty());
+        media.write_u64(8, 2);
+        assert_eq!(media.take_ops(), [Op::Store { offset: 8, bytes: 2u64.to_le_bytes().to_vec() }]);
+        assert_eq!(media.read_u64(0), 1, "the contents are untouched");
+        assert_eq!(media.read_u64(8), 2);
     }
 }

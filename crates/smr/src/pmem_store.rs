@@ -260,6 +260,14 @@ impl<M: Media> PmemDurable<M> {
         &self.media
     }
 
+    /// The media, mutable, for a harness that takes a traced medium's
+    /// trace as it runs (the simulation). Writing through it bypasses
+    /// the store.
+    #[doc(hidden)]
+    pub fn media_mut(&mut self) -> &mut M {
+        &mut self.media
+    }
+
     /// Gives the media back (to reopen it).
     pub fn into_media(self) -> M {
         self.media

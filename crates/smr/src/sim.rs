@@ -7,14 +7,29 @@
 //! clients doing random PUT, GET, DEL and CAS on a few keys, and a fault
 //! schedule drawn from the seed: partitions (symmetric and one-way),
 //! healing, crashes of any replica at any point (between turns, or inside
-//! the store before its k-th durable write: what was sent stays sent,
-//! what was not stored is lost) and restarts. Then everything heals, every
-//! client finishes, and one client reads every key.
+//! the store in its k-th durable write: what was sent stays sent, what was
+//! not stored is lost) and restarts. Then everything heals, every client
+//! finishes, and one client reads every key.
 //!
-//! Checked: the history is linearizable ([`lincheck`], per key: this also
-//! finds an acknowledged write that was lost); at most one leader per
-//! term; an index applied anywhere is applied with the same term
-//! everywhere (a committed entry never changes); after healing, every
+//! The replicas' store ([`SimStore`]) is a [`MemDurable`], whose crash
+//! keeps exactly what it said it persisted (the crash comes before the
+//! write), or a [`PmemDurable`] on a [`TracedMedia`]. Its trace is folded
+//! into a [`CrashState`] after every write (only the stores not yet
+//! durable are kept), and a crash replaces the medium by one image the
+//! hardware could leave, drawn with the run's generator: the crash point
+//! (inside a write: before one of its fences, or at its end), then every
+//! durable word and each pending 8 B word at its durable value or any
+//! value stored since. The replica restarts with [`PmemDurable::open`] on
+//! that image; an image that does not open, or that opens as a state the
+//! store never acknowledged (not the state before the crash, nor for a
+//! write in flight the state after it or, for an append, a prefix of it),
+//! is a finding. A persistent store also crashes, drawn per truncation, in
+//! or soon after an append that drops a conflicting suffix.
+//!
+//! Checked: the recovered stores, as above; the history is linearizable
+//! ([`lincheck`], per key: this also finds an acknowledged write that was
+//! lost); at most one leader per term; an index applied anywhere is
+//! applied with the same term everywhere (a committed entry never changes); after healing, every
 //! replica holds the same map.
 //!
 //! A run is a pure function of its seed and [`SimConfig`]: a failure is
@@ -33,8 +48,14 @@ use reactor::Reactor;
 use transport::sim::{Faults as NetFaults, SimAddr, SimNetwork, SimTransport};
 use transport::{ConnId, Event, Limits, Output as TOutput, Transport};
 
+use pmem::trace::{Op as MediaOp, TracedMedia};
+use pmem::MemMedia;
+use pmwire_crashcheck::CrashState;
+use pmwire_log::{LogConfig, TailStrategy};
+
 use crate::command::{Op, Request, Response, Status, REQUEST_MAGIC};
 use crate::node::{Faults, Replica, ReplicaConfig};
+use crate::pmem_store::{PmemDurable, StoreFaults};
 use crate::store::{Durable, MemDurable, StoreError};
 
 /// What a run simulates.
@@ -58,6 +79,24 @@ pub struct SimConfig {
     pub planted: Faults,
     /// Snapshot and compact every this many applied entries.
     pub snapshot_every: u64,
+    /// The replicas' durable store, and so what a crash leaves.
+    pub store: SimStore,
+    /// Planted bugs in every persistent store ([`SimStore::Pmem`]).
+    pub planted_store: StoreFaults,
+}
+
+/// Which durable store the simulated replicas run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SimStore {
+    /// [`MemDurable`]: a crash keeps exactly what the store said it
+    /// persisted.
+    Mem,
+    /// [`PmemDurable`] on a [`TracedMedia`], its log tail strategy drawn
+    /// per seed: a crash leaves an image the hardware could leave (every
+    /// durable word; each word with stores not yet durable at its durable
+    /// value or any value stored since), and the replica restarts with
+    /// [`PmemDurable::open`] on it.
+    Pmem,
 }
 
 impl SimConfig {
@@ -73,7 +112,14 @@ impl SimConfig {
             lossy: true,
             planted: Faults::default(),
             snapshot_every: 64,
+            store: SimStore::Mem,
+            planted_store: StoreFaults::default(),
         }
+    }
+
+    /// [`standard`](SimConfig::standard) on persistent stores.
+    pub fn pmem(replicas: u64) -> SimConfig {
+        SimConfig { store: SimStore::Pmem, ..SimConfig::standard(replicas) }
     }
 }
 
@@ -108,6 +154,11 @@ impl SimReport {
 /// The payload of a simulated crash inside a store.
 struct SimCrash;
 
+/// A panic's message, if it carried one.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload.downcast_ref::<String>().cloned().or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
+}
+
 thread_local! {
     /// True while a replica turns inside the simulation: its panics are
     /// findings, reported in the run's violations rather than printed.
@@ -129,76 +180,350 @@ fn quiet_crashes() {
     });
 }
 
-/// A [`MemDurable`] that crashes (panics with [`SimCrash`]) before its
-/// k-th durable write, when armed.
+/// A replica's durable store in the simulation, which crashes (panics with
+/// [`SimCrash`]) in its k-th durable write when armed. Over [`MemDurable`]
+/// the crash comes before the write; over [`PmemDurable`] on a
+/// [`TracedMedia`] the write runs and the crash falls just before one of
+/// its fences or at its end, and what reaches the medium is drawn later
+/// from its trace ([`Crashable::crash`]).
 #[derive(Default)]
 pub struct Crashable {
-    inner: MemDurable,
+    inner: Backend,
     countdown: Option<u32>,
+    /// An append dropped a conflicting suffix since the simulation last
+    /// asked ([`SimStore::Pmem`] only).
+    truncated: bool,
+    /// What the next conflicting append brings.
+    on_truncation: OnTruncation,
 }
 
-impl Crashable {
-    fn new(voters: &[u64]) -> Crashable {
-        Crashable { inner: MemDurable::new(voters), countdown: None }
+/// The crash a persistent store's next suffix truncation brings (drawn
+/// per truncation: the truncation's stores are the likeliest to be lost).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum OnTruncation {
+    #[default]
+    Nothing,
+    /// A crash inside the append that truncates.
+    Inside,
+    /// A crash right after it.
+    After,
+    /// A crash in one of the next three writes.
+    Soon,
+}
+
+enum Backend {
+    Mem(Box<MemDurable>),
+    Pmem(Box<PmemSim>),
+}
+
+impl Default for Backend {
+    fn default() -> Backend {
+        Backend::Mem(Box::default())
+    }
+}
+
+/// A persistent-memory store, its trace folded after every write.
+struct PmemSim {
+    store: PmemDurable<TracedMedia>,
+    /// The durable floor and pending stores of everything folded.
+    state: CrashState,
+    /// The store crashed inside a write whose operations are still in the
+    /// trace, unfolded.
+    torn: Option<TornWrite>,
+}
+
+/// A write a crash interrupted: what the store showed before it, and
+/// the first index of an append (which may leave a prefix of its batch).
+struct TornWrite {
+    before: StoreView,
+    append_from: Option<u64>,
+}
+
+/// What a store shows, as compared across a crash (the commit index
+/// apart: it may be persisted lazily).
+#[derive(Clone, Debug, PartialEq)]
+struct StoreView {
+    first: u64,
+    last: u64,
+    /// The term of every held entry, from `first`.
+    terms: Vec<u64>,
+    term: u64,
+    vote: u64,
+    conf: ConfState,
+    /// The snapshot's index and term.
+    snapshot: (u64, u64),
+}
+
+impl StoreView {
+    fn of(d: &dyn Durable) -> StoreView {
+        let hs = d.hard_state();
+        let (meta, _) = d.snapshot();
+        StoreView {
+            first: d.first_index(),
+            last: d.last_index(),
+            terms: (d.first_index()..=d.last_index()).map(|i| d.term(i).unwrap_or(0)).collect(),
+            term: hs.term,
+            vote: hs.vote,
+            conf: d.conf_state(),
+            snapshot: (meta.index, meta.term),
+        }
     }
 
-    fn write(&mut self) {
-        if let Some(n) = self.countdown.as_mut() {
-            if *n == 0 {
-                self.countdown = None;
-                std::panic::panic_any(SimCrash);
-            }
-            *n -= 1;
+    /// This view with the log cut after `last`.
+    fn cut(&self, last: u64) -> StoreView {
+        let mut v = self.clone();
+        v.terms.truncate((last + 1 - self.first) as usize);
+        v.last = last;
+        v
+    }
+}
+
+/// What a crash leaves of a replica's store.
+enum Remains {
+    /// A [`MemDurable`]: exactly what it said it persisted.
+    Mem(Box<MemDurable>),
+    /// A crash image of the persistent medium, and what the store may
+    /// show when it is opened on it.
+    Pmem { image: MemMedia, allowed: Box<Allowed> },
+}
+
+/// The states a store may recover after a crash: the state it had
+/// acknowledged, or if a write was in flight the state after it, or for
+/// an append, the log up to its first index and a prefix of its batch
+/// (the conflicting suffix is dropped first, and a batch may land in part).
+struct Allowed {
+    acknowledged: StoreView,
+    /// The commit index the store showed: a recovered one is no higher.
+    commit: u64,
+    in_flight: Option<(StoreView, Option<u64>)>,
+}
+
+impl Allowed {
+    /// `None` if `found` is allowed, else what is wrong with it.
+    fn judge(&self, found: &StoreView, commit: u64) -> Option<String> {
+        if commit > self.commit {
+            return Some(format!("commit {commit} above the {} it had", self.commit));
         }
+        let ok = *found == self.acknowledged
+            || self.in_flight.as_ref().is_some_and(|(after, append_from)| {
+                *found == *after || append_from.is_some_and(|from| (from - 1..after.last).any(|last| last >= after.first - 1 && *found == after.cut(last)))
+            });
+        (!ok).then(|| {
+            let a = &self.acknowledged;
+            format!(
+                "first {} last {} (terms {:?}) hard ({}, {}) snapshot {:?}; acknowledged first {} last {} (terms {:?}) hard ({}, {}) snapshot {:?}{}",
+                found.first,
+                found.last,
+                tail(&found.terms),
+                found.term,
+                found.vote,
+                found.snapshot,
+                a.first,
+                a.last,
+                tail(&a.terms),
+                a.term,
+                a.vote,
+                a.snapshot,
+                if self.in_flight.is_some() { ", a write in flight" } else { "" }
+            )
+        })
+    }
+}
+
+/// The last few of `terms`, for messages.
+fn tail(terms: &[u64]) -> &[u64] {
+    &terms[terms.len().saturating_sub(6)..]
+}
+
+/// The cluster id of every simulated persistent store.
+const SIM_CLUSTER: u64 = 0x5133;
+/// A simulated replica's log and largest snapshot: ample for a run (a
+/// full log or an oversized snapshot would be reported as a failure).
+const SIM_LOG_BYTES: u64 = 64 << 10;
+const SIM_SNAPSHOT_BYTES: u64 = 16 << 10;
+
+impl Crashable {
+    fn mem(voters: &[u64]) -> Crashable {
+        Crashable { inner: Backend::Mem(Box::new(MemDurable::new(voters))), countdown: None, truncated: false, on_truncation: OnTruncation::Nothing }
+    }
+
+    /// A freshly formatted persistent store of replica `id` whose log has
+    /// the `tail` strategy (formatted on plain memory: the format is taken
+    /// as durable and is not part of the trace).
+    fn pmem(id: u64, voters: &[u64], tail: TailStrategy, faults: StoreFaults) -> Crashable {
+        let log = LogConfig::new(SIM_LOG_BYTES, tail);
+        let size = PmemDurable::<MemMedia>::required_size(&log, SIM_SNAPSHOT_BYTES);
+        let formatted = PmemDurable::format(MemMedia::new(size as usize), SIM_CLUSTER, id, voters, log).expect("a sized, valid format");
+        let image = formatted.into_media();
+        Crashable::reopen(id, image, faults).expect("a store just formatted opens")
+    }
+
+    /// Restarts replica `id` from what its crash left; an image that
+    /// does not open is a finding, returned as its message.
+    fn restart(id: u64, remains: Remains, faults: StoreFaults) -> Result<Crashable, String> {
+        match remains {
+            Remains::Mem(inner) => Ok(Crashable { inner: Backend::Mem(inner), countdown: None, truncated: false, on_truncation: OnTruncation::Nothing }),
+            Remains::Pmem { image, allowed } => {
+                let restarted = Crashable::reopen(id, image, faults)?;
+                let store = restarted.store();
+                match allowed.judge(&StoreView::of(store), store.hard_state().commit) {
+                    None => Ok(restarted),
+                    Some(why) => Err(format!("replica {id} restarted with a store it never acknowledged: {why}")),
+                }
+            }
+        }
+    }
+
+    fn reopen(id: u64, image: MemMedia, faults: StoreFaults) -> Result<Crashable, String> {
+        let state = CrashState::new(image.bytes());
+        let media = TracedMedia::from_image(image.bytes().to_vec());
+        let store = PmemDurable::open_with_faults(media, SIM_CLUSTER, id, faults).map_err(|e| format!("replica {id}'s crash image does not open: {e}"))?;
+        let mut sim = PmemSim { store, state, torn: None };
+        sim.fold();
+        Ok(Crashable { inner: Backend::Pmem(Box::new(sim)), countdown: None, truncated: false, on_truncation: OnTruncation::Nothing })
+    }
+
+    /// Counts down to the armed crash: true if this write is the one.
+    fn crash_due(&mut self) -> bool {
+        match self.countdown.as_mut() {
+            Some(0) => {
+                self.countdown = None;
+                true
+            }
+            Some(n) => {
+                *n -= 1;
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// One durable write, and the armed crash if it is due: before the
+    /// write over memory, inside it over persistent memory.
+    fn write(&mut self, append_from: Option<u64>, op: impl FnOnce(&mut dyn Durable) -> Result<(), StoreError>) -> Result<(), StoreError> {
+        let crash = self.crash_due();
+        match &mut self.inner {
+            Backend::Mem(m) => {
+                if crash {
+                    std::panic::panic_any(SimCrash);
+                }
+                op(m.as_mut())
+            }
+            Backend::Pmem(p) => {
+                let before = crash.then(|| StoreView::of(&p.store));
+                let result = op(&mut p.store);
+                if let Some(before) = before {
+                    p.torn = Some(TornWrite { before, append_from });
+                    std::panic::panic_any(SimCrash);
+                }
+                p.fold();
+                result
+            }
+        }
+    }
+
+    /// What a crash now leaves (a persistent medium's image drawn with `rng`).
+    fn crash(self, rng: &mut impl Rng) -> Remains {
+        match self.inner {
+            Backend::Mem(m) => Remains::Mem(m),
+            Backend::Pmem(p) => {
+                let (image, allowed) = p.crash(rng);
+                Remains::Pmem { image, allowed: Box::new(allowed) }
+            }
+        }
+    }
+
+    fn store(&self) -> &dyn Durable {
+        match &self.inner {
+            Backend::Mem(m) => m.as_ref(),
+            Backend::Pmem(p) => &p.store,
+        }
+    }
+}
+
+impl PmemSim {
+    /// Folds the operations the store did since the last fold.
+    fn fold(&mut self) {
+        self.state.fold(self.store.media_mut());
+    }
+
+    /// The image a crash now leaves: after a crash inside a write, the
+    /// crash point is first drawn among the write's fences and its end
+    /// (the operations before it are folded in, the rest never happened);
+    /// then each pending word independently is at its floor or one of its
+    /// stored values ([`CrashState::draw`]).
+    fn crash(mut self, rng: &mut impl Rng) -> (MemMedia, Allowed) {
+        let ops = self.store.media_mut().take_ops();
+        let point = if self.torn.is_some() {
+            let fences: Vec<usize> = ops.iter().enumerate().filter(|(_, op)| matches!(op, MediaOp::Fence)).map(|(k, _)| k).collect();
+            fences.get(rng.gen_range(0..=fences.len())).copied().unwrap_or(ops.len())
+        } else {
+            ops.len()
+        };
+        for op in &ops[..point] {
+            self.state.apply(op);
+        }
+        let now = StoreView::of(&self.store);
+        let commit = self.store.hard_state().commit;
+        let allowed = match self.torn {
+            Some(t) => Allowed { acknowledged: t.before, commit, in_flight: Some((now, t.append_from)) },
+            None => Allowed { acknowledged: now, commit, in_flight: None },
+        };
+        (self.state.draw(rng).0, allowed)
     }
 }
 
 impl Durable for Crashable {
     fn hard_state(&self) -> HardState {
-        self.inner.hard_state()
+        self.store().hard_state()
     }
     fn conf_state(&self) -> ConfState {
-        self.inner.conf_state()
+        self.store().conf_state()
     }
     fn snapshot(&self) -> (SnapshotMetadata, Vec<u8>) {
-        self.inner.snapshot()
+        self.store().snapshot()
     }
     fn first_index(&self) -> u64 {
-        self.inner.first_index()
+        self.store().first_index()
     }
     fn last_index(&self) -> u64 {
-        self.inner.last_index()
+        self.store().last_index()
     }
     fn term(&self, index: u64) -> Option<u64> {
-        self.inner.term(index)
+        self.store().term(index)
     }
     fn entry(&self, index: u64) -> Option<Entry> {
-        self.inner.entry(index)
+        self.store().entry(index)
     }
     fn append(&mut self, entries: &[Entry]) -> Result<(), StoreError> {
-        if !entries.is_empty() {
-            self.write();
+        if entries.is_empty() {
+            return Ok(());
         }
-        self.inner.append(entries)
+        if matches!(self.inner, Backend::Pmem(_)) && entries[0].index <= self.last_index() {
+            self.truncated = true;
+            if self.on_truncation == OnTruncation::Inside {
+                self.countdown = Some(0);
+            }
+        }
+        self.write(Some(entries[0].index), |d| d.append(entries))
     }
     fn set_hard_state(&mut self, hs: &HardState) -> Result<(), StoreError> {
-        self.write();
-        self.inner.set_hard_state(hs)
+        self.write(None, |d| d.set_hard_state(hs))
     }
     fn note_commit(&mut self, commit: u64) {
-        self.inner.note_commit(commit)
+        match &mut self.inner {
+            Backend::Mem(m) => m.note_commit(commit),
+            Backend::Pmem(p) => p.store.note_commit(commit),
+        }
     }
     fn set_conf_state(&mut self, cs: &ConfState) -> Result<(), StoreError> {
-        self.write();
-        self.inner.set_conf_state(cs)
+        self.write(None, |d| d.set_conf_state(cs))
     }
     fn install_snapshot(&mut self, meta: &SnapshotMetadata, data: &[u8]) -> Result<(), StoreError> {
-        self.write();
-        self.inner.install_snapshot(meta, data)
+        self.write(None, |d| d.install_snapshot(meta, data))
     }
     fn compact(&mut self, meta: &SnapshotMetadata, data: &[u8]) -> Result<(), StoreError> {
-        self.write();
-        self.inner.compact(meta, data)
+        self.write(None, |d| d.compact(meta, data))
     }
 }
 
@@ -208,7 +533,7 @@ type SimReplica = Reactor<SimTransport, Replica<SimTransport, Crashable>>;
 /// comes back).
 enum Slot {
     Up(Box<SimReplica>),
-    Down { durable: Crashable, back_ns: u64 },
+    Down { remains: Remains, back_ns: u64 },
 }
 
 /// One closed-loop client and its operation in flight.
@@ -254,6 +579,10 @@ struct World {
     dying: Vec<(usize, u64, Box<SimReplica>)>,
     /// A replica panicked: the run stops and reports it.
     broken: bool,
+    /// The persistent stores' log tail ([`SimStore::Pmem`]).
+    tail: TailStrategy,
+    /// The faults have ended ([`World::calm`]).
+    calmed: bool,
 }
 
 const MS: u64 = 1_000_000;
@@ -293,6 +622,9 @@ pub fn run(seed: u64, cfg: &SimConfig) -> SimReport {
         if w.broken {
             return w.report;
         }
+        if issuing {
+            w.crash_after_truncation(now);
+        }
         w.clients_step(now, issuing);
         w.observe();
         if !issuing && w.clients.iter().all(|c| c.op.is_none()) {
@@ -327,10 +659,24 @@ impl World {
             isolate_at: None,
             dying: Vec::new(),
             broken: false,
+            tail: TailStrategy::SelfValidating,
+            calmed: false,
             cfg,
         };
+        if w.cfg.store == SimStore::Pmem {
+            w.tail = [TailStrategy::Naive, TailStrategy::ROTATING_PAPER, TailStrategy::SelfValidating][w.rng.gen_range(0..3)];
+        }
         for (i, t) in transports.into_iter().enumerate() {
-            let r = w.make_replica(i as u64 + 1, t, Crashable::new(&voters));
+            let id = i as u64 + 1;
+            let durable = match w.cfg.store {
+                SimStore::Mem => Crashable::mem(&voters),
+                SimStore::Pmem => {
+                    let mut d = Crashable::pmem(id, &voters, w.tail, w.cfg.planted_store);
+                    d.on_truncation = w.draw_on_truncation();
+                    d
+                }
+            };
+            let r = w.make_replica(id, t, durable).expect("a replica over a new store");
             w.slots.push(Slot::Up(Box::new(r)));
         }
         for c in 0..w.cfg.clients {
@@ -350,15 +696,15 @@ impl World {
         w
     }
 
-    fn make_replica(&mut self, id: u64, t: SimTransport, durable: Crashable) -> SimReplica {
+    fn make_replica(&mut self, id: u64, t: SimTransport, durable: Crashable) -> Result<SimReplica, raft::Error> {
         let peers = (1..=self.cfg.replicas).filter(|&p| p != id).map(|p| (p, self.addrs[p as usize - 1])).collect();
         let mut config = ReplicaConfig::new(id);
         config.seed = self.rng.gen();
         config.faults = self.cfg.planted;
         config.snapshot_every = self.cfg.snapshot_every;
         config.trace_applied = true;
-        let replica = Replica::new(config, durable, peers).expect("a replica over a valid store");
-        Reactor::new(t, replica)
+        let replica = Replica::new(config, durable, peers)?;
+        Ok(Reactor::new(t, replica))
     }
 
     /// Every up replica turns at `now` until none has more to do (bounded).
@@ -379,8 +725,7 @@ impl World {
                     Err(payload) => {
                         // A replica's own assertion (or raft-rs's) failed:
                         // that is a finding, not a crash to recover from.
-                        let what = payload.downcast_ref::<String>().cloned().or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()));
-                        self.report.violations.push(format!("replica {} panicked: {}", i + 1, what.unwrap_or_default()));
+                        self.report.violations.push(format!("replica {} panicked: {}", i + 1, panic_message(&*payload)));
                         self.broken = true;
                         return;
                     }
@@ -399,9 +744,9 @@ impl World {
     fn crash(&mut self, i: usize, now_ns: u64) {
         let back_ns = now_ns + LINGER_NS + self.rng.gen_range(MS..100 * MS);
         let Slot::Up(r) = &mut self.slots[i] else { return };
-        let durable = r.service.take_durable();
+        let remains = r.service.take_durable().crash(&mut self.rng);
         self.record_applied(i);
-        let Slot::Up(dead) = std::mem::replace(&mut self.slots[i], Slot::Down { durable, back_ns }) else { unreachable!() };
+        let Slot::Up(dead) = std::mem::replace(&mut self.slots[i], Slot::Down { remains, back_ns }) else { unreachable!() };
         self.dying.push((i, now_ns + LINGER_NS, dead));
         self.report.crashes += 1;
     }
@@ -427,13 +772,37 @@ impl World {
             if *back_ns > now_ns || self.dying.iter().any(|d| d.0 == i) {
                 continue;
             }
-            let Slot::Down { durable, .. } = std::mem::replace(&mut self.slots[i], Slot::Down { durable: Crashable::default(), back_ns: 0 }) else {
+            let Slot::Down { remains, .. } = std::mem::replace(&mut self.slots[i], Slot::Down { remains: Remains::Mem(Box::default()), back_ns: 0 }) else {
                 unreachable!()
             };
             let t = self.net.restart(self.addrs[i]);
-            let r = self.make_replica(i as u64 + 1, t, durable);
-            self.slots[i] = Slot::Up(Box::new(r));
+            match self.recover(i as u64 + 1, t, remains) {
+                Ok(r) => self.slots[i] = Slot::Up(Box::new(r)),
+                Err(why) => {
+                    self.report.violations.push(why);
+                    self.broken = true;
+                    return;
+                }
+            }
         }
+    }
+
+    /// Restarts replica `id` from what its crash left. A store that does
+    /// not open, or a replica that refuses or panics on it, is a finding.
+    fn recover(&mut self, id: u64, t: SimTransport, remains: Remains) -> Result<SimReplica, String> {
+        let faults = self.cfg.planted_store;
+        let on_truncation = match remains {
+            Remains::Mem(_) => OnTruncation::Nothing,
+            Remains::Pmem { .. } => self.draw_on_truncation(),
+        };
+        IN_TURN.with(|t| t.set(true));
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            let mut durable = Crashable::restart(id, remains, faults)?;
+            durable.on_truncation = on_truncation;
+            self.make_replica(id, t, durable).map_err(|e| format!("replica {id} refuses its recovered store: {e}"))
+        }));
+        IN_TURN.with(|t| t.set(false));
+        result.unwrap_or_else(|payload| Err(format!("replica {id} panicked on restart: {}", panic_message(&*payload))))
     }
 
     /// Injects one fault; some say how long to hold before the next.
@@ -509,14 +878,51 @@ impl World {
         self.report.partitions += 1;
     }
 
+    /// A correlated fault for persistent stores: a replica whose log just
+    /// dropped a conflicting suffix crashes, half the time, right away or
+    /// in one of its next writes (the truncation's stores are the likeliest
+    /// to be pending).
+    fn crash_after_truncation(&mut self, now_ns: u64) {
+        for i in 0..self.slots.len() {
+            let Slot::Up(r) = &mut self.slots[i] else { continue };
+            if !std::mem::take(&mut r.service.durable_mut_for_sim().truncated) {
+                continue;
+            }
+            let next = self.draw_on_truncation();
+            let Slot::Up(r) = &mut self.slots[i] else { unreachable!() };
+            let durable = r.service.durable_mut_for_sim();
+            match std::mem::replace(&mut durable.on_truncation, next) {
+                OnTruncation::After => self.crash(i, now_ns),
+                OnTruncation::Soon => durable.countdown = Some(self.rng.gen_range(0..3)),
+                OnTruncation::Inside | OnTruncation::Nothing => {}
+            }
+        }
+    }
+
+    /// What a persistent store's next suffix truncation brings (nothing
+    /// once the faults have ended).
+    fn draw_on_truncation(&mut self) -> OnTruncation {
+        let then = [OnTruncation::Nothing, OnTruncation::Inside, OnTruncation::After, OnTruncation::Soon][self.rng.gen_range(0..4)];
+        if self.cfg.crashes && !self.calmed {
+            then
+        } else {
+            OnTruncation::Nothing
+        }
+    }
+
     /// The end of the faults: heal, restart everyone, a perfect network.
     fn calm(&mut self) {
         self.net.heal_all();
         self.net.set_faults(NetFaults::none());
+        self.calmed = true;
         for s in &mut self.slots {
             match s {
                 Slot::Down { back_ns, .. } => *back_ns = 0,
-                Slot::Up(r) => r.service.durable_mut_for_sim().countdown = None,
+                Slot::Up(r) => {
+                    let durable = r.service.durable_mut_for_sim();
+                    durable.countdown = None;
+                    durable.on_truncation = OnTruncation::Nothing;
+                }
             }
         }
     }
@@ -800,5 +1206,42 @@ impl World {
                 self.report.violations.push(format!("replicas {} and {} differ at applied index {max}", pair[0].service.status().id, pair[1].service.status().id));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(first: u64, terms: &[u64], term: u64) -> StoreView {
+        let conf = ConfState { voters: vec![1, 2, 3], ..Default::default() };
+        StoreView { first, last: first + terms.len() as u64 - 1, terms: terms.to_vec(), term, vote: 1, conf, snapshot: (first - 1, 1) }
+    }
+
+    #[test]
+    fn a_quiet_crash_must_recover_what_was_acknowledged() {
+        let acked = view(5, &[1, 1, 2], 2);
+        let allowed = Allowed { acknowledged: acked.clone(), commit: 6, in_flight: None };
+        assert_eq!(allowed.judge(&acked, 6), None);
+        assert_eq!(allowed.judge(&acked, 4), None, "a lazily persisted commit may be lower");
+        assert!(allowed.judge(&acked, 7).is_some(), "never higher");
+        assert!(allowed.judge(&view(5, &[1, 1], 2), 6).is_some(), "an acknowledged entry lost");
+        assert!(allowed.judge(&view(5, &[1, 1, 2, 1], 2), 6).is_some(), "a dropped entry back");
+    }
+
+    #[test]
+    fn an_append_in_flight_may_leave_its_truncation_and_a_prefix() {
+        // Before: 5..=8 of terms 1, 1, 1, 1; the append writes 7..=9 of term 3.
+        let before = view(5, &[1, 1, 1, 1], 3);
+        let after = view(5, &[1, 1, 3, 3, 3], 3);
+        let allowed = Allowed { acknowledged: before.clone(), commit: 5, in_flight: Some((after.clone(), Some(7))) };
+        for found in [before, after, view(5, &[1, 1], 3), view(5, &[1, 1, 3], 3), view(5, &[1, 1, 3, 3], 3)] {
+            assert_eq!(allowed.judge(&found, 5), None, "{found:?}");
+        }
+        assert!(allowed.judge(&view(5, &[1], 3), 5).is_some(), "an entry before the append lost");
+        assert!(allowed.judge(&view(5, &[1, 1, 3, 1], 3), 5).is_some(), "an old entry after a new one");
+        let hard_state = Allowed { acknowledged: view(5, &[1], 2), commit: 5, in_flight: Some((view(5, &[1], 3), None)) };
+        assert_eq!(hard_state.judge(&view(5, &[1], 3), 5), None);
+        assert!(hard_state.judge(&view(5, &[], 3), 5).is_some(), "not an append: no prefix");
     }
 }

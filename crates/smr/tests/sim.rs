@@ -1,8 +1,10 @@
 //! The deterministic simulation (`pmwire_smr::sim`): seeded runs with every
-//! fault must pass, the same seed must give the same run, and every
-//! planted bug must be caught by some seed.
+//! fault must pass, over DRAM stores and over persistent stores whose
+//! crashes leave crash images; the same seed must give the same run; and
+//! every planted bug must be caught by some seed.
 
 use pmwire_smr::node::Faults;
+use pmwire_smr::pmem_store::StoreFaults;
 use pmwire_smr::sim::{run, SimConfig, SimReport};
 
 /// Seeds per configuration in CI (`PMWIRE_SMR_SEEDS` for more).
@@ -11,9 +13,13 @@ fn seeds() -> u64 {
 }
 
 fn assert_passes(cfg: &SimConfig) {
+    assert_passes_seeds(cfg, seeds());
+}
+
+fn assert_passes_seeds(cfg: &SimConfig, seeds: u64) {
     let mut acknowledged = 0;
     let mut crashes = 0;
-    for seed in 0..seeds() {
+    for seed in 0..seeds {
         let r = run(seed, cfg);
         assert!(r.passed(), "seed {seed} failed (replay: run({seed}, ..)): {:?}", r.violations);
         acknowledged += r.acknowledged;
@@ -34,9 +40,21 @@ fn five_replicas_pass_under_every_fault() {
 }
 
 #[test]
+fn three_replicas_on_pmem_pass_under_every_fault() {
+    assert_passes(&SimConfig::pmem(3));
+}
+
+#[test]
+fn five_replicas_on_pmem_pass_under_every_fault() {
+    assert_passes(&SimConfig::pmem(5));
+}
+
+#[test]
 fn a_seed_replays_exactly() {
     let cfg = SimConfig::standard(3);
     let key = |r: &SimReport| (r.ops, r.acknowledged, r.crashes, r.partitions, r.terms_with_leader, r.violations.clone());
+    assert_eq!(key(&run(7, &cfg)), key(&run(7, &cfg)));
+    let cfg = SimConfig::pmem(3);
     assert_eq!(key(&run(7, &cfg)), key(&run(7, &cfg)));
 }
 
@@ -65,11 +83,42 @@ fn planted_answer_before_commit_is_caught() {
 }
 
 #[test]
+fn planted_unpersisted_truncation_is_caught() {
+    let cfg = SimConfig { planted_store: StoreFaults { unflushed_suffix_truncation: true }, ..SimConfig::pmem(3) };
+    let found = (0..2000).map(|seed| run(seed, &cfg)).find(|r| !r.passed());
+    assert!(found.is_some(), "a suffix truncation never made durable went unnoticed");
+}
+
+/// Prints every failing seed of a range (`FIRST`, `COUNT`, and the
+/// `print_one` variables).
+#[test]
+#[ignore]
+fn scan() {
+    let var = |name: &str, default: u64| std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default);
+    let (first, count) = (var("FIRST", 0), var("COUNT", 100));
+    let cfg = config_from_env();
+    for seed in first..first + count {
+        let r = run(seed, &cfg);
+        if !r.passed() {
+            println!("seed {seed}: {}", r.violations.iter().map(|v| v.chars().take(160).collect::<String>()).collect::<Vec<_>>().join("; "));
+        }
+    }
+}
+
+fn config_from_env() -> SimConfig {
+    let replicas = std::env::var("REPLICAS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
+    let pmem = std::env::var_os("PMEM").is_some();
+    let planted = std::env::var_os("PLANTED_TRUNCATION").is_some();
+    let mut cfg = if pmem { SimConfig::pmem(replicas) } else { SimConfig::standard(replicas) };
+    cfg.planted_store.unflushed_suffix_truncation = planted;
+    cfg
+}
+
+#[test]
 #[ignore]
 fn print_one() {
     let seed = std::env::var("SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
-    let replicas = std::env::var("REPLICAS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
-    let r = run(seed, &SimConfig::standard(replicas));
+    let r = run(seed, &config_from_env());
     println!("{:?}", SimReport { failing_history: Vec::new(), ..r.clone() });
     for op in &r.failing_history {
         println!("{op:?}");
