@@ -133,7 +133,7 @@ fn planted_caught(args: &SmrCheckArgs, stores: &[SimStore]) -> bool {
         cfg.store = node_store;
     }
     if stores.contains(&SimStore::Pmem) {
-        let store_faults = StoreFaults { unflushed_suffix_truncation: true };
+        let store_faults = StoreFaults { unflushed_suffix_truncation: true, ..StoreFaults::default() };
         planted.push(("planted: truncation not persisted", SimConfig { planted_store: store_faults, ..SimConfig::pmem(3) }));
     }
     for (name, cfg) in planted {

@@ -84,7 +84,7 @@ fn planted_answer_before_commit_is_caught() {
 
 #[test]
 fn planted_unpersisted_truncation_is_caught() {
-    let cfg = SimConfig { planted_store: StoreFaults { unflushed_suffix_truncation: true }, ..SimConfig::pmem(3) };
+    let cfg = SimConfig { planted_store: StoreFaults { unflushed_suffix_truncation: true, ..StoreFaults::default() }, ..SimConfig::pmem(3) };
     let found = (0..2000).map(|seed| run(seed, &cfg)).find(|r| !r.passed());
     assert!(found.is_some(), "a suffix truncation never made durable went unnoticed");
 }
