@@ -161,16 +161,16 @@ fn progress(len: u64) -> ProgressBar {
     bar
 }
 
-/// Latency rounds per variant: every round starts each variant's cluster
+/// Latency rounds per variant (5 quick, 7 full): every round starts each variant's cluster
 /// afresh, in turn, and a variant's percentiles are the medians of its
 /// rounds'. On 2 cores, where the 4 processes land decides a cluster's
 /// latency for as long as it runs (runs are bimodal); interleaved rounds
 /// give every variant the same draws.
 fn rounds(quick: bool) -> u64 {
     if quick {
-        3
-    } else {
         5
+    } else {
+        7
     }
 }
 
