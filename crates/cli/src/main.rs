@@ -82,6 +82,9 @@ enum Suite {
     Kv(kv_bench_cmd::KvSuite),
     /// Replication: 3 `pmwire replica` processes, PUT latency and throughput (log in DRAM vs pmem, the tails, tcp and sm) beside etcd and Redis + WAIT.
     Smr(smr_cmd::SmrBenchArgs),
+    /// Replication under kill -9: replicas killed and restarted under load (optionally in network namespaces with
+    /// partitions and netem); no acknowledged write lost, every history linearizable.
+    SmrCrash(smr_cmd::SmrCrashArgs),
 }
 
 /// Where the pool lives and what to take it for.
@@ -226,6 +229,13 @@ fn main() -> Result<()> {
         Command::Smr(args) => smr_cmd::smr(&args),
         Command::Bench { suite: Suite::Remote(suite) } => remote_cmd::bench(&suite),
         Command::Bench { suite: Suite::Kv(suite) } => kv_bench_cmd::bench(&suite),
+        Command::Bench { suite: Suite::SmrCrash(args) } => {
+            if !smr_cmd::crash(&args)? {
+                eprintln!("pmwire: smr-crash found lost writes, non-linearizable histories or failed replicas (see above)");
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         Command::Bench { suite: Suite::Smr(args) } => {
             let report = smr_cmd::bench(&args)?;
             println!("results: {}", report.json_path.display());
