@@ -330,6 +330,9 @@ pub struct SmrCrashArgs {
     /// Seed of the campaign (default: from the clock; printed).
     #[arg(long, value_parser = parse_seed)]
     pub seed: Option<u64>,
+    /// The canary (a test): logs in DRAM and every replica killed after the load, so the campaign must fail.
+    #[arg(long, hide = true)]
+    pub planted_bug: bool,
 }
 
 fn parse_seed(s: &str) -> Result<u64, String> {
@@ -356,7 +359,7 @@ pub fn crash(args: &SmrCrashArgs) -> Result<bool> {
     let network = if args.netns { "3 network namespaces" } else { "loopback" };
     println!("smr-crash: {} kill -9 runs on {network}, seed {seed:#x}", args.runs);
     let exe = std::env::current_exe().context("the pmwire binary")?;
-    let options = crash::SmrCrashOptions { runs: args.runs, quick: args.quick, out_dir: args.out.clone(), exe, netns: args.netns, seed };
+    let options = crash::SmrCrashOptions { runs: args.runs, quick: args.quick, out_dir: args.out.clone(), exe, netns: args.netns, seed, planted_volatile_log: args.planted_bug };
     let outcome = crash::run(&options)?;
     println!("results: {}", outcome.report.json_path.display());
     let failed = outcome.failed();

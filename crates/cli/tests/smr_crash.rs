@@ -66,3 +66,14 @@ fn two_kill_runs_in_network_namespaces_lose_nothing() {
     let c = smr_crash(&["--netns", "--runs", "2"]);
     assert_clean(&c, "2");
 }
+
+/// The canary: with the log in DRAM and every replica killed after the
+/// load, acknowledged writes are gone, and the campaign must say so.
+#[test]
+fn the_campaign_catches_a_cluster_that_forgets_acknowledged_writes() {
+    let c = smr_crash(&["--runs", "1", "--planted-bug"]);
+    assert!(!c.success, "the canary must fail\n{}", c.text);
+    let lost = row(&c.text, "lost acknowledged writes");
+    assert!(!lost.trim_end().ends_with(" 0"), "{}", c.text);
+    assert!(c.text.contains("FAILED: run 0"), "{}", c.text);
+}

@@ -34,10 +34,10 @@
 //! thread that started them (`PR_SET_PDEATHSIG`).
 
 use std::collections::BTreeMap;
+use std::fs::File;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -77,6 +77,10 @@ pub struct SmrCrashOptions {
     pub netns: bool,
     /// Seed of the campaign; run `i` uses [`run_seed`]`(seed, i)`.
     pub seed: u64,
+    /// The canary: replicas keep their log in DRAM and all three are
+    /// killed and restarted after the load, so acknowledged writes are
+    /// lost and the campaign must fail.
+    pub planted_volatile_log: bool,
 }
 
 /// What a campaign found.
@@ -234,8 +238,9 @@ impl Network {
     }
 }
 
-fn variant() -> Variant {
-    Variant { tls: "tcp", log: "pmem", tail: "self-validating", persist_then_send: false, throughput: false }
+fn variant(options: &SmrCrashOptions) -> Variant {
+    let log = if options.planted_volatile_log { "dram" } else { "pmem" };
+    Variant { tls: "tcp", log, tail: "self-validating", persist_then_send: false, throughput: false }
 }
 
 /// Replica `id`'s stderr during a run.
@@ -243,11 +248,9 @@ fn log_path(id: u64) -> PathBuf {
     PathBuf::from(format!("/dev/shm/pmwire-smr-crash-{}-{id}.log", std::process::id()))
 }
 
-fn log_file(id: u64) -> Stdio {
-    match std::fs::OpenOptions::new().create(true).append(true).open(log_path(id)) {
-        Ok(f) => Stdio::from(f),
-        Err(_) => Stdio::inherit(),
-    }
+/// Replica `id`'s output file, appended to by each of its starts.
+fn log_file(id: u64) -> Option<File> {
+    std::fs::OpenOptions::new().create(true).append(true).open(log_path(id)).ok()
 }
 
 /// Runs the campaign and writes its JSON.
@@ -324,7 +327,7 @@ fn one_run(options: &SmrCrashOptions, network: &Network, plan: &Plan, run: usize
 /// Starts the cluster, loads it while killing and restarting a replica,
 /// then reads every key. The history grows even when this fails.
 fn run_cluster(options: &SmrCrashOptions, network: &Network, plan: &Plan, faults: &Faults, rng: &mut StdRng, record: &mut RunRecord, history: &mut Vec<KvOp>) -> Result<()> {
-    let v = variant();
+    let v = variant(options);
     let peers = network.peers()?;
     let mut impaired = String::new();
     if let (Some(ns), Some((delay, loss, mbit))) = (&network.namespaces, faults.impair) {
@@ -362,6 +365,9 @@ fn run_cluster(options: &SmrCrashOptions, network: &Network, plan: &Plan, faults
         history.extend(h?);
     }
     control?;
+    if options.planted_volatile_log {
+        restart_all(options, network, &mut cluster)?;
+    }
     if let Some(ns) = &network.namespaces {
         for id in 1..=3 {
             ns.heal(id)?;
@@ -397,7 +403,7 @@ fn control(options: &SmrCrashOptions, network: &Network, plan: &Plan, faults: &F
     let prefix = network.prefix(record.victim);
     let prefix: Vec<&str> = prefix.iter().map(String::as_str).collect();
     let started = Instant::now();
-    let child = start_replica(&options.exe, &variant(), record.victim, &list, &pool_path(record.victim), &prefix, log_file(record.victim))
+    let child = start_replica(&options.exe, &variant(options), record.victim, &list, &pool_path(record.victim), &prefix, log_file(record.victim).as_ref())
         .with_context(|| format!("replica {} did not restart on its pool", record.victim))?;
     cluster.children[record.victim as usize - 1] = child;
     record.restart_ms = Some(started.elapsed().as_secs_f64() * 1e3);
@@ -410,6 +416,21 @@ fn control(options: &SmrCrashOptions, network: &Network, plan: &Plan, faults: &F
         ns.set_link(id, true)?;
     }
     std::thread::sleep(load_end.saturating_duration_since(Instant::now()));
+    Ok(())
+}
+
+/// The canary's crash: kill -9 every replica, then restart them all.
+fn restart_all(options: &SmrCrashOptions, network: &Network, cluster: &mut Cluster) -> Result<()> {
+    for child in &mut cluster.children {
+        child.kill()?;
+        child.wait()?;
+    }
+    let list = peer_list(&cluster.peers);
+    for id in 1..=3u64 {
+        let prefix = network.prefix(id);
+        let prefix: Vec<&str> = prefix.iter().map(String::as_str).collect();
+        cluster.children[id as usize - 1] = start_replica(&options.exe, &variant(options), id, &list, &pool_path(id), &prefix, log_file(id).as_ref())?;
+    }
     Ok(())
 }
 
@@ -567,16 +588,16 @@ fn check(record: &mut RunRecord, history: &[KvOp]) {
 fn keep_evidence(options: &SmrCrashOptions, record: &RunRecord, history: &[KvOp]) -> Result<()> {
     let dir = options.out_dir.join(format!("smr-crash-run{}-seed{:x}", record.run, record.seed));
     std::fs::create_dir_all(&dir)?;
-    let mut text = format!("{record:#?}\n\n# key call_ns ret_ns input output\n");
+    let mut text = format!("{record:#?}\n\n# key call_ns ret_ns input -> output (ns since the run's epoch; unknown: no answer)\n");
     let mut sorted: Vec<&KvOp> = history.iter().collect();
     sorted.sort_by_key(|op| (op.key.clone(), op.call));
     for op in sorted {
-        let ret = op.ret.as_ref().map_or("unknown".to_string(), |(t, o)| format!("{t} {}", output_text(o)));
-        writeln!(text, "{} {} {ret} {}", String::from_utf8_lossy(&op.key), op.call, input_text(&op.input))?;
+        let (ret, out) = op.ret.as_ref().map_or(("unknown".to_string(), "?".to_string()), |(t, o)| (t.to_string(), output_text(o)));
+        writeln!(text, "{} {} {ret} {} -> {out}", String::from_utf8_lossy(&op.key), op.call, input_text(&op.input))?;
     }
     std::fs::write(dir.join("history.txt"), text)?;
     for id in 1..=3 {
-        let _ = std::fs::copy(log_path(id), dir.join(format!("replica{id}.stderr")));
+        let _ = std::fs::copy(log_path(id), dir.join(format!("replica{id}.log")));
     }
     eprintln!("smr-crash: run {}'s history and replica logs are in {}", record.run, dir.display());
     Ok(())

@@ -7,6 +7,7 @@
 //! (`super::peers`).
 
 use std::collections::BTreeMap;
+use std::fs::File;
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -108,10 +109,11 @@ pub(crate) fn pool_path(id: u64) -> PathBuf {
 
 /// Starts replica `id` of `list` on `pool` (formatted if new, reopened
 /// otherwise) and waits for its ready file. `prefix` runs it under another
-/// command (`ip netns exec NS`); its stderr goes to `stderr`. The child gets
+/// command (`ip netns exec NS`); its stdout and stderr go to `log` (without
+/// one: stdout nowhere, stderr to ours). The child gets
 /// SIGKILL if the thread that started it ends, so no replica outlives the
 /// benchmark (start replicas from the thread that lives longest).
-pub(crate) fn start_replica(exe: &Path, v: &Variant, id: u64, list: &str, pool: &Path, prefix: &[&str], stderr: Stdio) -> Result<Child> {
+pub(crate) fn start_replica(exe: &Path, v: &Variant, id: u64, list: &str, pool: &Path, prefix: &[&str], log: Option<&File>) -> Result<Child> {
     let ready = pool.with_extension("ready");
     let mut cmd = match prefix.split_first() {
         Some((first, rest)) => {
@@ -126,7 +128,10 @@ pub(crate) fn start_replica(exe: &Path, v: &Variant, id: u64, list: &str, pool: 
     if v.persist_then_send {
         cmd.arg("--persist-then-send");
     }
-    cmd.stdout(Stdio::null()).stderr(stderr);
+    match log {
+        Some(f) => cmd.stdout(f.try_clone()?).stderr(f.try_clone()?),
+        None => cmd.stdout(Stdio::null()).stderr(Stdio::inherit()),
+    };
     // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
     unsafe {
         std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
@@ -139,9 +144,9 @@ pub(crate) fn start_replica(exe: &Path, v: &Variant, id: u64, list: &str, pool: 
     Ok(child)
 }
 
-/// Three replicas of `v` at `peers`, replica `id` run under `prefix(id)`,
-/// on fresh pools.
-pub(crate) fn start_cluster_at(exe: &Path, v: &Variant, peers: BTreeMap<u64, SocketAddr>, prefix: &dyn Fn(u64) -> Vec<String>, stderr: &dyn Fn(u64) -> Stdio) -> Result<Cluster> {
+/// Three replicas of `v` at `peers`, replica `id` run under `prefix(id)`
+/// with its output in `log(id)`, on fresh pools.
+pub(crate) fn start_cluster_at(exe: &Path, v: &Variant, peers: BTreeMap<u64, SocketAddr>, prefix: &dyn Fn(u64) -> Vec<String>, log: &dyn Fn(u64) -> Option<File>) -> Result<Cluster> {
     let list = peer_list(&peers);
     let ids: Vec<u64> = peers.keys().copied().collect();
     let mut cluster = Cluster { children: Vec::new(), peers, files: Vec::new() };
@@ -151,7 +156,7 @@ pub(crate) fn start_cluster_at(exe: &Path, v: &Variant, peers: BTreeMap<u64, Soc
         cluster.files.extend([pool.clone(), pool.with_extension("lock"), pool.with_extension("ready")]);
         let prefix = prefix(id);
         let prefix: Vec<&str> = prefix.iter().map(String::as_str).collect();
-        cluster.children.push(start_replica(exe, v, id, &list, &pool, &prefix, stderr(id))?);
+        cluster.children.push(start_replica(exe, v, id, &list, &pool, &prefix, log(id).as_ref())?);
     }
     Ok(cluster)
 }
@@ -159,7 +164,7 @@ pub(crate) fn start_cluster_at(exe: &Path, v: &Variant, peers: BTreeMap<u64, Soc
 fn start_cluster(exe: &Path, v: &Variant) -> Result<Cluster> {
     let ports = free_ports(3)?;
     let peers: BTreeMap<u64, SocketAddr> = ports.iter().enumerate().map(|(i, &p)| (i as u64 + 1, SocketAddr::from(([127, 0, 0, 1], p)))).collect();
-    start_cluster_at(exe, v, peers, &|_| Vec::new(), &|_| Stdio::inherit())
+    start_cluster_at(exe, v, peers, &|_| Vec::new(), &|_| None)
 }
 
 /// A session id no other client of this process has used (a session's
