@@ -13,8 +13,10 @@
 //! leader's commit index; then one GET per key reads the healed cluster.
 //! With `--netns` each replica runs in its own network namespace
 //! ([`super::netns`]) and runs add faults: netem delay and loss on every
-//! replica's link, and a partition (one replica's link down) after the
-//! restart.
+//! replica's link, and a partition after the restart: one replica's link
+//! down for up to 1.2 s, or (a third of them) two replicas' links down for
+//! longer than a client's operation timeout, so the cluster has no quorum
+//! and operations end with unknown outcomes.
 //!
 //! Every operation is recorded with monotonic call and return times; an
 //! operation that failed or timed out has an unknown outcome (`ret: None`:
@@ -123,22 +125,36 @@ impl Plan {
     }
 }
 
+/// A partition after the restart: links down, then up again.
+#[derive(Clone, Copy, Debug)]
+struct Partition {
+    /// The replica cut off (`None`: whichever leads then).
+    target: Option<u64>,
+    /// Also cut off the next replica: no quorum, so operations time out
+    /// with unknown outcomes (and may take effect after the heal).
+    majority: bool,
+    after_ms: u64,
+    for_ms: u64,
+}
+
 /// The network faults of a `--netns` run.
 #[derive(Clone, Debug, Default)]
 struct Faults {
     /// On every replica's link: delay (ms), loss (%), and the rate limit
     /// (Mbit/s) that stands for the delay where the kernel has no netem.
     impair: Option<(u32, f64, u32)>,
-    /// After the restart: (replica, aimed at the leader, after ms, for ms).
-    partition: Option<(Option<u64>, u64, u64)>,
+    partition: Option<Partition>,
 }
 
 impl Faults {
     fn draw(rng: &mut StdRng, plan: &Plan) -> Faults {
         let impair = rng.gen_bool(0.5).then(|| ([1, 2, 5, 10, 20][rng.gen_range(0..5)], [0.0, 0.5, 1.0, 2.0][rng.gen_range(0..4)], [2, 5, 20][rng.gen_range(0..3)]));
-        let partition = rng.gen_bool(0.7).then(|| {
+        let partition = rng.gen_bool(0.8).then(|| {
             let target = if rng.gen_bool(0.5) { None } else { Some(rng.gen_range(1..=3)) };
-            (target, rng.gen_range(0..plan.after_restart_ms / 2), rng.gen_range(200..1200))
+            let majority = rng.gen_bool(0.3);
+            // A lost quorum lasts past OP_TIMEOUT, so some outcomes are unknown.
+            let for_ms = if majority { rng.gen_range(OP_TIMEOUT.as_millis() as u64..OP_TIMEOUT.as_millis() as u64 + 1500) } else { rng.gen_range(200..1200) };
+            Partition { target, majority, after_ms: rng.gen_range(0..plan.after_restart_ms / 2), for_ms }
         });
         Faults { impair, partition }
     }
@@ -146,8 +162,11 @@ impl Faults {
     fn text(&self, impaired: &str) -> String {
         let part = match self.partition {
             None => "no partition".to_string(),
-            Some((None, _, ms)) => format!("leader partitioned {ms} ms"),
-            Some((Some(id), _, ms)) => format!("replica {id} partitioned {ms} ms"),
+            Some(p) => {
+                let who = p.target.map_or("the leader".to_string(), |id| format!("replica {id}"));
+                let who = if p.majority { format!("{who} and the next replica (no quorum)") } else { who };
+                format!("{who} cut off {} ms", p.for_ms)
+            }
         };
         format!("{}, {part}", if impaired.is_empty() { "no delay or loss" } else { impaired })
     }
@@ -164,6 +183,8 @@ pub struct RunRecord {
     pub victim: u64,
     /// It led when it was killed (asked of the replicas just before).
     pub victim_was_leader: bool,
+    /// What each replica said just before the kill (role, term, commit index).
+    pub roles_at_kill: String,
     /// Operations recorded, final reads included.
     pub ops: u64,
     /// PUT, DEL and successful CAS acknowledged.
@@ -178,6 +199,8 @@ pub struct RunRecord {
     pub leader_killed_ns: Option<u64>,
     /// Leader kills: from the kill to the first acknowledged PUT called after it.
     pub recovery_ms: Option<f64>,
+    /// Leader kills: from the kill to another replica leading in a higher term.
+    pub election_ms: Option<f64>,
     /// From starting the killed replica again to its listening.
     pub restart_ms: Option<f64>,
     /// From the end of the load to the restarted replica applying the leader's commit index.
@@ -390,33 +413,53 @@ fn control(options: &SmrCrashOptions, network: &Network, plan: &Plan, faults: &F
     std::thread::sleep(Duration::from_millis(rng.gen_range(plan.before_kill_ms.0..=plan.before_kill_ms.1)));
     let aim_at_leader = rng.gen_bool(0.5);
     let any = rng.gen_range(1..=3u64);
-    let leader = find_leader(probe);
+    let (leader, term, roles) = leader_and_roles(probe);
+    record.roles_at_kill = roles;
     record.victim = if aim_at_leader { leader.unwrap_or(any) } else { any };
     record.victim_was_leader = leader == Some(record.victim);
     let slot = &mut cluster.children[record.victim as usize - 1];
     slot.kill().context("kill -9")?;
     slot.wait().context("reaping the killed replica")?;
-    let killed_ns = epoch.elapsed().as_nanos() as u64;
-    record.leader_killed_ns = record.victim_was_leader.then_some(killed_ns);
-    std::thread::sleep(Duration::from_millis(rng.gen_range(plan.down_ms.0..=plan.down_ms.1)));
-    let list = peer_list(&cluster.peers);
-    let prefix = network.prefix(record.victim);
-    let prefix: Vec<&str> = prefix.iter().map(String::as_str).collect();
-    let started = Instant::now();
-    let child = start_replica(&options.exe, &variant(options), record.victim, &list, &pool_path(record.victim), &prefix, log_file(record.victim).as_ref())
-        .with_context(|| format!("replica {} did not restart on its pool", record.victim))?;
-    cluster.children[record.victim as usize - 1] = child;
-    record.restart_ms = Some(started.elapsed().as_secs_f64() * 1e3);
+    let killed = Instant::now();
+    record.leader_killed_ns = record.victim_was_leader.then(|| killed.duration_since(epoch).as_nanos() as u64);
+    let down = Duration::from_millis(rng.gen_range(plan.down_ms.0..=plan.down_ms.1));
+    let (victim, config, peers) = (record.victim, &network.client_config()?, cluster.peers.clone());
+    // While the victim is down and restarting, watch the others elect a leader.
+    let (election, restarted) = std::thread::scope(|s| {
+        let watch = record.victim_was_leader.then(|| s.spawn(|| new_leader_ms(config, &peers, victim, term, killed)));
+        std::thread::sleep(down);
+        let restarted = restart(options, network, cluster, victim);
+        (watch.and_then(|w| w.join().ok().flatten()), restarted)
+    });
+    record.election_ms = election;
+    record.restart_ms = Some(restarted?);
     let load_end = Instant::now() + Duration::from_millis(plan.after_restart_ms);
-    if let (Some(ns), Some((target, after_ms, for_ms))) = (&network.namespaces, faults.partition) {
-        std::thread::sleep(Duration::from_millis(after_ms));
-        let id = target.or_else(|| find_leader(probe)).unwrap_or(1);
-        ns.set_link(id, false)?;
-        std::thread::sleep(Duration::from_millis(for_ms));
-        ns.set_link(id, true)?;
+    if let (Some(ns), Some(p)) = (&network.namespaces, faults.partition) {
+        std::thread::sleep(Duration::from_millis(p.after_ms));
+        let id = p.target.or_else(|| find_leader(probe)).unwrap_or(1);
+        let cut: Vec<u64> = if p.majority { vec![id, id % 3 + 1] } else { vec![id] };
+        for &id in &cut {
+            ns.set_link(id, false)?;
+        }
+        std::thread::sleep(Duration::from_millis(p.for_ms));
+        for &id in &cut {
+            ns.set_link(id, true)?;
+        }
     }
     std::thread::sleep(load_end.saturating_duration_since(Instant::now()));
     Ok(())
+}
+
+/// Starts replica `id` again on its pool; ms until it listens.
+fn restart(options: &SmrCrashOptions, network: &Network, cluster: &mut Cluster, id: u64) -> Result<f64> {
+    let list = peer_list(&cluster.peers);
+    let prefix = network.prefix(id);
+    let prefix: Vec<&str> = prefix.iter().map(String::as_str).collect();
+    let started = Instant::now();
+    let child = start_replica(&options.exe, &variant(options), id, &list, &pool_path(id), &prefix, log_file(id).as_ref())
+        .with_context(|| format!("replica {id} did not restart on its pool"))?;
+    cluster.children[id as usize - 1] = child;
+    Ok(started.elapsed().as_secs_f64() * 1e3)
 }
 
 /// The canary's crash: kill -9 every replica, then restart them all.
@@ -436,11 +479,43 @@ fn restart_all(options: &SmrCrashOptions, network: &Network, cluster: &mut Clust
 
 /// The replica that says it leads in the highest term, if any answers so.
 fn find_leader(probe: &mut SmrClient<UcxTransport>) -> Option<u64> {
+    leader_and_roles(probe).0
+}
+
+/// Polls the replicas other than `victim` until one leads in a term above
+/// `term`: ms from `killed` (at most [`HEAL_TIMEOUT`]).
+fn new_leader_ms(config: &UcxConfig, peers: &BTreeMap<u64, SocketAddr>, victim: u64, term: u64, killed: Instant) -> Option<f64> {
+    let mut probe = SmrClient::new(UcxTransport::new(config).ok()?, peers.clone(), session());
+    probe.poll = PollBudget::BLOCK;
+    probe.timeout = Duration::from_millis(100);
+    let mut found = None;
+    while found.is_none() && killed.elapsed() < HEAL_TIMEOUT {
+        let leads = (1..=3).filter(|&id| id != victim).filter_map(|id| probe.status(id).ok()).any(|s| s.role == 2 && s.term > term);
+        if leads {
+            found = Some(killed.elapsed().as_secs_f64() * 1e3);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    found
+}
+
+/// [`find_leader`], the highest term any replica gave, and every
+/// replica's answer in words (`1 leader t2 c40`).
+fn leader_and_roles(probe: &mut SmrClient<UcxTransport>) -> (Option<u64>, u64, String) {
     let saved = probe.timeout;
     probe.timeout = Duration::from_millis(300);
-    let leader = (1..=3).filter_map(|id| probe.status(id).ok()).filter(|s| s.role == 2).max_by_key(|s| s.term).map(|s| s.id);
+    let answers: Vec<_> = (1..=3).map(|id| (id, probe.status(id).ok())).collect();
     probe.timeout = saved;
-    leader
+    let leader = answers.iter().filter_map(|(_, s)| s.as_ref()).filter(|s| s.role == 2).max_by_key(|s| s.term).map(|s| s.id);
+    let words: Vec<String> = answers
+        .iter()
+        .map(|(id, s)| match s {
+            Some(s) => format!("{id} {} t{} c{}", s.role_name(), s.term, s.commit),
+            None => format!("{id} no answer"),
+        })
+        .collect();
+    let term = answers.iter().filter_map(|(_, s)| s.as_ref()).map(|s| s.term).max().unwrap_or(0);
+    (leader, term, words.join(", "))
 }
 
 /// Waits until replica `id` has applied the leader's commit index; the wait in ms.
@@ -649,8 +724,9 @@ fn summary(options: &SmrCrashOptions, runs: &[RunRecord]) -> BenchResult {
         .metric("nonlinearizable_runs_count", count(|r| r.violation.is_some()))
         .metric("failed_runs_count", count(RunRecord::failed))
         .metric("replica_or_cluster_failures_count", count(|r| r.error.is_some()));
-    let timings: [(&str, Vec<f64>); 3] = [
+    let timings: [(&str, Vec<f64>); 4] = [
         ("leader_recovery_ms", runs.iter().filter_map(|r| r.recovery_ms).collect()),
+        ("new_leader_ms", runs.iter().filter_map(|r| r.election_ms).collect()),
         ("restart_ms", runs.iter().filter_map(|r| r.restart_ms).collect()),
         ("catch_up_ms", runs.iter().filter_map(|r| r.catch_up_ms).collect()),
     ];
@@ -671,6 +747,7 @@ fn run_row(options: &SmrCrashOptions, r: &RunRecord) -> BenchResult {
         .param("seed", format!("{:#x}", r.seed))
         .param("victim", r.victim)
         .param("victim_role", if r.victim_was_leader { "leader" } else { "follower" })
+        .param("roles_at_kill", r.roles_at_kill.clone())
         .param("linearizable", r.violation.is_none())
         .metric("ops_count", r.ops as f64)
         .metric("acked_writes_count", r.acked_writes as f64)
@@ -682,7 +759,7 @@ fn run_row(options: &SmrCrashOptions, r: &RunRecord) -> BenchResult {
     if let Some(e) = &r.error {
         row = row.param("error", e.clone());
     }
-    for (name, v) in [("leader_recovery_ms", r.recovery_ms), ("restart_ms", r.restart_ms), ("catch_up_ms", r.catch_up_ms)] {
+    for (name, v) in [("leader_recovery_ms", r.recovery_ms), ("new_leader_ms", r.election_ms), ("restart_ms", r.restart_ms), ("catch_up_ms", r.catch_up_ms)] {
         if let Some(v) = v {
             row = row.metric(name, v);
         }
@@ -738,6 +815,7 @@ fn summary_table(s: &BenchResult, options: &SmrCrashOptions) -> String {
         vec!["non-linearizable runs".into(), get("nonlinearizable_runs_count")],
         vec!["replica or cluster failures".into(), get("replica_or_cluster_failures_count")],
         vec!["recovery after a leader kill (p50 / max)".into(), pair("leader_recovery_ms_p50", "leader_recovery_ms_max")],
+        vec!["new leader after a leader kill (p50 / max)".into(), pair("new_leader_ms_p50", "new_leader_ms_max")],
         vec!["restart to listening (p50 / max)".into(), pair("restart_ms_p50", "restart_ms_max")],
         vec!["restarted replica catches up (p50 / max)".into(), pair("catch_up_ms_p50", "catch_up_ms_max")],
     ];
