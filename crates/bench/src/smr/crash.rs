@@ -236,7 +236,7 @@ impl Network {
         match &self.namespaces {
             Some(ns) => Ok(ns.peers()),
             None => {
-                let ports = super::peers::etcd::free_ports(3)?;
+                let ports = super::suite::listen_ports(3)?;
                 Ok(ports.iter().enumerate().map(|(i, &p)| (i as u64 + 1, SocketAddr::from(([127, 0, 0, 1], p)))).collect())
             }
         }

@@ -20,7 +20,7 @@ use pmwire_smr::client::SmrClient;
 use reactor::PollBudget;
 use transport::UcxTransport;
 
-use super::peers::{self, etcd::free_ports, latency_run, throughput_point, Peer, PeerOptions, Plan, PutClient, KEY_BYTES, LATENCY_BENCH, THROUGHPUT_BENCH, VALUE_BYTES};
+use super::peers::{self, latency_run, throughput_point, Peer, PeerOptions, Plan, PutClient, KEY_BYTES, LATENCY_BENCH, THROUGHPUT_BENCH, VALUE_BYTES};
 use crate::remote::common::{finish_with_peers, latency_result, ratio};
 use crate::remote::server::ucx_config;
 use crate::schema::{BenchResult, Skipped};
@@ -161,8 +161,32 @@ pub(crate) fn start_cluster_at(exe: &Path, v: &Variant, peers: BTreeMap<u64, Soc
     Ok(cluster)
 }
 
+/// `n` free loopback ports below the kernel's ephemeral range. A port
+/// from `free_ports` (bound to port 0, then released) is an ephemeral one:
+/// a replica started first connects out to its peers from ephemeral ports
+/// and once took the port the next replica was to listen on (`bind`:
+/// address already in use, 1 start in 100). Ports below the range are
+/// never handed out to outgoing connections.
+pub(crate) fn listen_ports(n: usize) -> Result<Vec<u16>> {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
+    let low: u16 = range.split_whitespace().next().and_then(|p| p.parse().ok()).unwrap_or(32768);
+    let (first, last) = (low.saturating_sub(12_000).max(1024), low.saturating_sub(1).max(1024));
+    let mut picked = Vec::with_capacity(n);
+    let mut next = first + (std::process::id() as u16).wrapping_mul(7919) % (last - first).max(1);
+    for _ in first..=last {
+        if std::net::TcpListener::bind(("127.0.0.1", next)).is_ok() && !picked.contains(&next) {
+            picked.push(next);
+            if picked.len() == n {
+                return Ok(picked);
+            }
+        }
+        next = if next >= last { first } else { next + 1 };
+    }
+    Err(anyhow!("no {n} free ports in {first}..={last}"))
+}
+
 fn start_cluster(exe: &Path, v: &Variant) -> Result<Cluster> {
-    let ports = free_ports(3)?;
+    let ports = listen_ports(3)?;
     let peers: BTreeMap<u64, SocketAddr> = ports.iter().enumerate().map(|(i, &p)| (i as u64 + 1, SocketAddr::from(([127, 0, 0, 1], p)))).collect();
     start_cluster_at(exe, v, peers, &|_| Vec::new(), &|_| None)
 }
