@@ -77,24 +77,46 @@ fn quiet(tool: &str, args: &[&str]) {
     let _ = Command::new(tool).args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status();
 }
 
+/// Output of `ip ARGS` (empty if it fails).
+fn ip_text(args: &[&str]) -> String {
+    Command::new("ip").args(args).output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default()
+}
+
+/// Namespaces, then links, with [`PREFIX`].
+fn leftovers() -> (Vec<String>, Vec<String>) {
+    let namespaces = ip_text(&["netns", "list"]).lines().filter_map(|l| l.split_whitespace().next()).filter(|n| n.starts_with(PREFIX)).map(String::from).collect();
+    let links = ip_text(&["-o", "link", "show"])
+        .lines()
+        .filter_map(|l| l.split(':').nth(1))
+        .map(|n| n.trim().split('@').next().unwrap_or("").to_string())
+        .filter(|n| n.starts_with(PREFIX))
+        .collect();
+    (namespaces, links)
+}
+
 /// Removes every namespace, bridge and veth with [`PREFIX`], killing any
-/// process still inside such a namespace (a previous run that crashed).
+/// process still inside such a namespace (a previous run that crashed),
+/// and waits (at most 10 s) until the kernel has let them go: a deleted
+/// namespace is dismantled asynchronously, and its veth's root-side peer
+/// lingers until then.
 pub fn remove_stale() {
-    let list = Command::new("ip").args(["netns", "list"]).output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
-    for name in list.lines().filter_map(|l| l.split_whitespace().next()).filter(|n| n.starts_with(PREFIX)) {
-        let pids = Command::new("ip").args(["netns", "pids", name]).output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
-        for pid in pids.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
-            // SAFETY: plain syscall; these processes run in our namespace.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (namespaces, links) = leftovers();
+        if (namespaces.is_empty() && links.is_empty()) || std::time::Instant::now() > deadline {
+            return;
         }
-        quiet("ip", &["netns", "del", name]);
-    }
-    let links = Command::new("ip").args(["-o", "link", "show"]).output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
-    for line in links.lines() {
-        let Some(name) = line.split(':').nth(1).map(|n| n.trim().split('@').next().unwrap_or("")) else { continue };
-        if name.starts_with(PREFIX) {
-            quiet("ip", &["link", "del", name]);
+        for ns in &namespaces {
+            for pid in ip_text(&["netns", "pids", ns]).split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+                // SAFETY: plain syscall; these processes run in our namespace.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            quiet("ip", &["netns", "del", ns]);
         }
+        for link in &links {
+            quiet("ip", &["link", "del", link]);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
 
