@@ -266,7 +266,7 @@ fn variant(options: &SmrCrashOptions) -> Variant {
     Variant { tls: "tcp", log, tail: "self-validating", persist_then_send: false, throughput: false }
 }
 
-/// Replica `id`'s stderr during a run.
+/// Replica `id`'s output (stdout and stderr) during a run.
 fn log_path(id: u64) -> PathBuf {
     PathBuf::from(format!("/dev/shm/pmwire-smr-crash-{}-{id}.log", std::process::id()))
 }
