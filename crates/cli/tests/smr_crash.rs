@@ -29,6 +29,18 @@ fn row<'a>(text: &'a str, name: &str) -> &'a str {
     text.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no '{name}' row\n{text}"))
 }
 
+/// Command lines of running replicas of campaign `pid`.
+fn replicas_of(pid: u32) -> Vec<String> {
+    let pool = format!("pmwire-smr-bench-{pid}-");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(" replica ") && c.contains(&pool))
+        .collect()
+}
+
 fn assert_clean(c: &Campaign, runs: &str) {
     let text = &c.text;
     assert!(c.success, "{text}");
@@ -40,13 +52,7 @@ fn assert_clean(c: &Campaign, runs: &str) {
     let tag = format!("-{}-", c.pid);
     let files: Vec<String> = std::fs::read_dir("/dev/shm").unwrap().filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with("pmwire-smr-") && n.contains(&tag)).collect();
     assert!(files.is_empty(), "left behind: {files:?}");
-    let procs: Vec<String> = std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(Result::ok)
-        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
-        .filter(|c| c.contains(" replica ") && c.contains(&format!("pmwire-smr-bench{tag}")))
-        .collect();
+    let procs = replicas_of(c.pid);
     assert!(procs.is_empty(), "replicas left running: {procs:?}");
 }
 
@@ -78,4 +84,31 @@ fn the_campaign_catches_a_cluster_that_forgets_acknowledged_writes() {
     let linearizable = row(&c.text, "non-linearizable runs").trim_end().ends_with(" 0");
     assert!(!lost || !linearizable, "{}", c.text);
     assert!(c.text.contains("FAILED: run 0"), "{}", c.text);
+}
+
+/// A campaign killed with SIGKILL mid-run takes its replicas with it.
+#[test]
+fn a_campaign_killed_mid_run_leaves_no_replica_running() {
+    let out = tempfile::tempdir().unwrap();
+    let args = ["bench", "smr-crash", "--quick", "--runs", "20", "--out", out.path().to_str().unwrap()];
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pmwire")).args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("pmwire runs");
+    let pid = child.id();
+    // Kill it once its first cluster runs (or after 10 s, whatever it does).
+    for _ in 0..100 {
+        if !replicas_of(pid).is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let mut left = replicas_of(pid);
+    for _ in 0..50 {
+        if left.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        left = replicas_of(pid);
+    }
+    assert!(left.is_empty(), "replicas outlived their campaign: {left:?}");
 }

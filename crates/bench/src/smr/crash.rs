@@ -39,7 +39,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -276,8 +276,24 @@ fn log_file(id: u64) -> Option<File> {
     std::fs::OpenOptions::new().create(true).append(true).open(log_path(id)).ok()
 }
 
+/// Removes the pools, locks, ready files and logs that campaigns (and
+/// `bench smr`) killed with SIGKILL left in `/dev/shm`: those named by a
+/// pid that no longer runs. (Their replicas died with them.)
+fn remove_dead_campaigns_files() {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else { return };
+    for entry in dir.filter_map(Result::ok) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix("pmwire-smr-bench-").or_else(|| name.strip_prefix("pmwire-smr-crash-")) else { continue };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// Runs the campaign and writes its JSON.
 pub fn run(options: &SmrCrashOptions) -> Result<SmrCrashOutcome> {
+    remove_dead_campaigns_files();
     let namespaces = if options.netns { Some(Namespaces::create()?) } else { None };
     let note = namespaces.as_ref().and_then(Namespaces::impairment_note);
     if let Some(note) = &note {
