@@ -165,7 +165,7 @@ pub(crate) fn start_cluster_at(exe: &Path, v: &Variant, peers: BTreeMap<u64, Soc
 /// from `free_ports` (bound to port 0, then released) is an ephemeral one:
 /// a replica started first connects out to its peers from ephemeral ports
 /// and once took the port the next replica was to listen on (`bind`:
-/// address already in use, 1 start in 100). Ports below the range are
+/// address already in use, once in a 100-run smr-crash campaign). Ports below the range are
 /// never handed out to outgoing connections.
 pub(crate) fn listen_ports(n: usize) -> Result<Vec<u16>> {
     let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
