@@ -279,8 +279,17 @@ fn tour(args: &TourArgs) -> Result<()> {
     let smr_args = smr_cmd::SmrBenchArgs { quick: true, out: args.out.clone(), no_peers: false, tls: "tcp".into() };
     let smr = smr_cmd::bench(&smr_args)?.headlines;
     println!("\n== bench smr-crash (quick): 5 runs, each kill -9 of a replica under load, restarted on its pool; histories checked for lost writes and linearizability ==");
-    let crash_args = smr_cmd::SmrCrashArgs { runs: 5, quick: true, out: args.out.clone(), netns: false, seed: None, planted_bug: false };
-    let smr_crash_ok = smr_cmd::crash(&crash_args)?;
+    // In a process of its own: its client threads each run a UCX worker, and
+    // UCX 1.13 can abort a process whose workers in several threads reuse a
+    // closed socket's fd while an event for it is pending (async.c:643,
+    // `handler->async == async`; seen once, in a tour that had run every
+    // suite before; fixed upstream by UCX pull request 9942). A child's
+    // abort is then a failed step, not the end of the tour.
+    let status = std::process::Command::new(std::env::current_exe()?)
+        .args(["bench", "smr-crash", "--runs", "5", "--quick", "--out"])
+        .arg(&args.out)
+        .status()?;
+    let smr_crash_ok = status.success();
     println!("\n== hardware model: the seeds' Optane/DDIO/RDMA findings, modelled ==");
     let findings = pmwire_model::experiments::run("all", &args.out)?;
     let results = results_since(&args.out, started)?;
