@@ -12,7 +12,21 @@ struct Campaign {
     pid: u32,
 }
 
+/// UCX 1.13 can abort the campaign's own process (a client thread, in
+/// `async.c:643`; docs/bench.md, "Replication under kill -9"): such a
+/// campaign is run again, at most twice, and the abort printed.
 fn smr_crash(extra: &[&str]) -> Campaign {
+    for attempt in 0..3 {
+        let c = smr_crash_once(extra);
+        if c.success || !c.text.contains("async.c:643") || attempt == 2 {
+            return c;
+        }
+        println!("the campaign aborted inside UCX 1.13 (async.c:643); running it again\n{}", c.text);
+    }
+    unreachable!("the last attempt returns")
+}
+
+fn smr_crash_once(extra: &[&str]) -> Campaign {
     let out = tempfile::tempdir().unwrap();
     let mut args = vec!["bench", "smr-crash", "--quick", "--seed", "0x5eed", "--out", out.path().to_str().unwrap()];
     args.extend_from_slice(extra);
@@ -21,7 +35,7 @@ fn smr_crash(extra: &[&str]) -> Campaign {
     let output = child.wait_with_output().unwrap();
     let text = format!("{}\n{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     let json = std::fs::read_dir(out.path()).unwrap().filter_map(Result::ok).any(|e| e.file_name().to_string_lossy().starts_with("smr_crash-"));
-    assert!(json, "no JSON written\n{text}");
+    assert!(json || text.contains("async.c:643"), "no JSON written\n{text}");
     Campaign { success: output.status.success(), text, pid }
 }
 

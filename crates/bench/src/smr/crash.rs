@@ -445,7 +445,7 @@ fn control(options: &SmrCrashOptions, network: &Network, plan: &Plan, faults: &F
     let (victim, config, peers) = (record.victim, &network.client_config()?, cluster.peers.clone());
     // While the victim is down and restarting, watch the others elect a leader.
     let (election, restarted) = std::thread::scope(|s| {
-        let watch = record.victim_was_leader.then(|| s.spawn(|| new_leader_ms(config, &peers, term, killed)));
+        let watch = record.victim_was_leader.then(|| s.spawn(|| new_leader_ms(config, &peers, victim, term, killed)));
         std::thread::sleep(down);
         let restarted = restart(options, network, cluster, victim);
         (watch.and_then(|w| w.join().ok().flatten()), restarted)
@@ -501,16 +501,19 @@ fn find_leader(probe: &mut SmrClient<UcxTransport>) -> Option<u64> {
     leader_and_roles(probe).0
 }
 
-/// Polls the replicas (the restarted victim too: it may win the election)
-/// until one leads in a term above `term`: ms from `killed` (looks for at
-/// most [`WATCH_LIMIT`]).
-fn new_leader_ms(config: &UcxConfig, peers: &BTreeMap<u64, SocketAddr>, term: u64, killed: Instant) -> Option<f64> {
+/// Polls the replicas other than `victim` until one leads in a term above
+/// `term`: ms from `killed` (looks for at most [`WATCH_LIMIT`]; none if the
+/// restarted victim won the election). Asking the victim too would retry a
+/// connection to a dead process every millisecond, and each failed socket
+/// is a chance for UCX 1.13's abort (docs/bench.md, "Replication under
+/// kill -9").
+fn new_leader_ms(config: &UcxConfig, peers: &BTreeMap<u64, SocketAddr>, victim: u64, term: u64, killed: Instant) -> Option<f64> {
     let mut probe = SmrClient::new(UcxTransport::new(config).ok()?, peers.clone(), session());
     probe.poll = PollBudget::BLOCK;
     probe.timeout = Duration::from_millis(100);
     let mut found = None;
     while found.is_none() && killed.elapsed() < WATCH_LIMIT {
-        let leads = (1..=3).filter_map(|id| probe.status(id).ok()).any(|s| s.role == 2 && s.term > term);
+        let leads = (1..=3).filter(|&id| id != victim).filter_map(|id| probe.status(id).ok()).any(|s| s.role == 2 && s.term > term);
         if leads {
             found = Some(killed.elapsed().as_secs_f64() * 1e3);
         }
