@@ -82,6 +82,9 @@ enum Suite {
     Kv(kv_bench_cmd::KvSuite),
     /// Replication: 3 `pmwire replica` processes, PUT latency and throughput (log in DRAM vs pmem, the tails, tcp and sm) beside etcd and Redis + WAIT.
     Smr(smr_cmd::SmrBenchArgs),
+    /// Replication under kill -9: replicas killed and restarted under load (optionally in network namespaces with
+    /// partitions and netem); no acknowledged write lost, every history linearizable.
+    SmrCrash(smr_cmd::SmrCrashArgs),
 }
 
 /// Where the pool lives and what to take it for.
@@ -226,6 +229,13 @@ fn main() -> Result<()> {
         Command::Smr(args) => smr_cmd::smr(&args),
         Command::Bench { suite: Suite::Remote(suite) } => remote_cmd::bench(&suite),
         Command::Bench { suite: Suite::Kv(suite) } => kv_bench_cmd::bench(&suite),
+        Command::Bench { suite: Suite::SmrCrash(args) } => {
+            if !smr_cmd::crash(&args)? {
+                eprintln!("pmwire: smr-crash found lost writes, non-linearizable histories or failed replicas (see above)");
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         Command::Bench { suite: Suite::Smr(args) } => {
             let report = smr_cmd::bench(&args)?;
             println!("results: {}", report.json_path.display());
@@ -268,6 +278,18 @@ fn tour(args: &TourArgs) -> Result<()> {
     println!("\n== bench smr (quick): 3 pmwire replica processes beside etcd and Redis + WAIT ==");
     let smr_args = smr_cmd::SmrBenchArgs { quick: true, out: args.out.clone(), no_peers: false, tls: "tcp".into() };
     let smr = smr_cmd::bench(&smr_args)?.headlines;
+    println!("\n== bench smr-crash (quick): 5 runs, each kill -9 of a replica under load, restarted on its pool; histories checked for lost writes and linearizability ==");
+    // In a process of its own: its client threads each run a UCX worker, and
+    // UCX 1.13 can abort a process whose workers in several threads reuse a
+    // closed socket's fd while an event for it is pending (async.c:643,
+    // `handler->async == async`; seen once, in a tour that had run every
+    // suite before; fixed upstream by UCX pull request 9942). A child's
+    // abort is then a failed step, not the end of the tour.
+    let status = std::process::Command::new(std::env::current_exe()?)
+        .args(["bench", "smr-crash", "--runs", "5", "--quick", "--out"])
+        .arg(&args.out)
+        .status()?;
+    let smr_crash_ok = status.success();
     println!("\n== hardware model: the seeds' Optane/DDIO/RDMA findings, modelled ==");
     let findings = pmwire_model::experiments::run("all", &args.out)?;
     let results = results_since(&args.out, started)?;
@@ -289,6 +311,7 @@ fn tour(args: &TourArgs) -> Result<()> {
     println!("model: {reproduced} of {} published findings reproduced within tolerance", findings.len());
     println!("fuzz: {}", if fuzz_ok { "PASS" } else { "FAIL (see above)" });
     println!("replication simulation: {}", if smr_ok { "PASS" } else { "FAIL (see above)" });
+    println!("replication under kill -9: {}", if smr_crash_ok { "PASS" } else { "FAIL (see above)" });
     println!("results: {}\nreport:  {}", args.out.display(), index.display());
     if !checks_ok {
         bail!("the crash-state checker found failures");
@@ -298,6 +321,9 @@ fn tour(args: &TourArgs) -> Result<()> {
     }
     if !smr_ok {
         bail!("the replication simulation found failures");
+    }
+    if !smr_crash_ok {
+        bail!("smr-crash found lost writes, non-linearizable histories or failed replicas");
     }
     Ok(())
 }

@@ -1,10 +1,17 @@
 //! `pmwire bench smr` (issue 12): replication benchmarks.
 //!
+//! - [`suite`]: `pmwire bench smr`, three replica processes, latency and
+//!   throughput.
 //! - [`peers`]: etcd and Redis with replicas, started and driven as their
 //!   users run them, for comparison with pmwire's replicas.
 //! - [`dare`]: seed 000's DARE-persistent bound from our own RPC and
 //!   one-sided persistent write latencies.
+//! - [`crash`]: `pmwire bench smr-crash`, kill -9 of replicas under load,
+//!   every history checked for lost writes and linearizability.
+//! - [`netns`]: the network namespaces and faults of `smr-crash --netns`.
 
+pub mod crash;
 pub mod dare;
+pub mod netns;
 pub mod peers;
 pub mod suite;

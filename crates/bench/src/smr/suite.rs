@@ -7,6 +7,7 @@
 //! (`super::peers`).
 
 use std::collections::BTreeMap;
+use std::fs::File;
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -20,7 +21,7 @@ use reactor::PollBudget;
 use transport::UcxTransport;
 
 use super::dare;
-use super::peers::{self, etcd::free_ports, latency_run, throughput_point, Peer, PeerOptions, Plan, PutClient, KEY_BYTES, LATENCY_BENCH, THROUGHPUT_BENCH, VALUE_BYTES};
+use super::peers::{self, latency_run, throughput_point, Peer, PeerOptions, Plan, PutClient, KEY_BYTES, LATENCY_BENCH, THROUGHPUT_BENCH, VALUE_BYTES};
 use crate::remote::common::{finish_with_peers, latency_result, ratio};
 use crate::remote::server::ucx_config;
 use crate::schema::{BenchResult, Skipped};
@@ -44,12 +45,12 @@ pub struct SmrOptions {
 
 /// One cluster configuration.
 #[derive(Clone, Debug)]
-struct Variant {
-    tls: &'static str,
-    log: &'static str,
-    tail: &'static str,
-    persist_then_send: bool,
-    throughput: bool,
+pub(crate) struct Variant {
+    pub(crate) tls: &'static str,
+    pub(crate) log: &'static str,
+    pub(crate) tail: &'static str,
+    pub(crate) persist_then_send: bool,
+    pub(crate) throughput: bool,
 }
 
 impl Variant {
@@ -80,10 +81,11 @@ fn variants(transports: &[&'static str]) -> Vec<Variant> {
 }
 
 /// Three replica children, killed (and their pools removed) on drop.
-struct Cluster {
-    children: Vec<Child>,
-    peers: BTreeMap<u64, SocketAddr>,
-    files: Vec<PathBuf>,
+pub(crate) struct Cluster {
+    /// Replica `id` is `children[id - 1]`.
+    pub(crate) children: Vec<Child>,
+    pub(crate) peers: BTreeMap<u64, SocketAddr>,
+    pub(crate) files: Vec<PathBuf>,
 }
 
 impl Drop for Cluster {
@@ -98,37 +100,107 @@ impl Drop for Cluster {
     }
 }
 
-fn start_cluster(exe: &Path, v: &Variant) -> Result<Cluster> {
-    let ports = free_ports(3)?;
-    let peers: BTreeMap<u64, SocketAddr> = ports.iter().enumerate().map(|(i, &p)| (i as u64 + 1, SocketAddr::from(([127, 0, 0, 1], p)))).collect();
-    let list = peers.iter().map(|(id, a)| format!("{id}={a}")).collect::<Vec<_>>().join(",");
-    let mut cluster = Cluster { children: Vec::new(), peers, files: Vec::new() };
-    for id in 1..=3u64 {
-        let pool = PathBuf::from(format!("/dev/shm/pmwire-smr-bench-{}-{id}.pool", std::process::id()));
-        let ready = pool.with_extension("ready");
-        let _ = std::fs::remove_file(&pool);
-        cluster.files.extend([pool.clone(), pool.with_extension("lock"), ready.clone()]);
-        let mut cmd = Command::new(exe);
-        cmd.args(["replica", "--id", &id.to_string(), "--peers", &list, "--tls", v.tls, "--tail", v.tail, "--size", "160M", "--log-size", "64M"]);
-        match v.log {
-            "floor" => cmd.arg("--floor"),
-            log => cmd.args(["--log", log]),
-        };
-        cmd.arg("--pool").arg(&pool).arg("--ready-file").arg(&ready);
-        if v.persist_then_send {
-            cmd.arg("--persist-then-send");
+/// `--peers` for `peers`.
+pub(crate) fn peer_list(peers: &BTreeMap<u64, SocketAddr>) -> String {
+    peers.iter().map(|(id, a)| format!("{id}={a}")).collect::<Vec<_>>().join(",")
+}
+
+/// Replica `id`'s pool (its lock and ready files sit beside it).
+pub(crate) fn pool_path(id: u64) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/pmwire-smr-bench-{}-{id}.pool", std::process::id()))
+}
+
+/// Starts replica `id` of `list` on `pool` (formatted if new, reopened
+/// otherwise) and waits for its ready file. `prefix` runs it under another
+/// command (`ip netns exec NS`); its stdout and stderr go to `log` (without
+/// one: stdout nowhere, stderr to ours). The child gets
+/// SIGKILL if the thread that started it ends, so no replica outlives the
+/// benchmark (start replicas from the thread that lives longest).
+pub(crate) fn start_replica(exe: &Path, v: &Variant, id: u64, list: &str, pool: &Path, prefix: &[&str], log: Option<&File>) -> Result<Child> {
+    let ready = pool.with_extension("ready");
+    let mut cmd = match prefix.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(exe);
+            c
         }
-        cmd.stdout(Stdio::null()).stderr(Stdio::inherit());
-        let parse = |text: &str| Ok(text.contains("\"addr\"").then_some(()));
-        let (child, ()) = spawn_until_ready(cmd, "pmwire replica", &ready, parse)?;
-        cluster.children.push(child);
+        None => Command::new(exe),
+    };
+    cmd.args(["replica", "--id", &id.to_string(), "--peers", list, "--tls", v.tls, "--tail", v.tail, "--size", "160M", "--log-size", "64M"]);
+    match v.log {
+        "floor" => cmd.arg("--floor"),
+        log => cmd.args(["--log", log]),
+    };
+    cmd.arg("--pool").arg(pool).arg("--ready-file").arg(&ready);
+    if v.persist_then_send {
+        cmd.arg("--persist-then-send");
+    }
+    match log {
+        Some(f) => cmd.stdout(f.try_clone()?).stderr(f.try_clone()?),
+        None => cmd.stdout(Stdio::null()).stderr(Stdio::inherit()),
+    };
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let parse = |text: &str| Ok(text.contains("\"addr\"").then_some(()));
+    let (child, ()) = spawn_until_ready(cmd, "pmwire replica", &ready, parse)?;
+    Ok(child)
+}
+
+/// Three replicas of `v` at `peers`, replica `id` run under `prefix(id)`
+/// with its output in `log(id)`, on fresh pools.
+pub(crate) fn start_cluster_at(exe: &Path, v: &Variant, peers: BTreeMap<u64, SocketAddr>, prefix: &dyn Fn(u64) -> Vec<String>, log: &dyn Fn(u64) -> Option<File>) -> Result<Cluster> {
+    let list = peer_list(&peers);
+    let ids: Vec<u64> = peers.keys().copied().collect();
+    let mut cluster = Cluster { children: Vec::new(), peers, files: Vec::new() };
+    for id in ids {
+        let pool = pool_path(id);
+        let _ = std::fs::remove_file(&pool);
+        cluster.files.extend([pool.clone(), pool.with_extension("lock"), pool.with_extension("ready")]);
+        let prefix = prefix(id);
+        let prefix: Vec<&str> = prefix.iter().map(String::as_str).collect();
+        cluster.children.push(start_replica(exe, v, id, &list, &pool, &prefix, log(id).as_ref())?);
     }
     Ok(cluster)
 }
 
+/// `n` free loopback ports below the kernel's ephemeral range. A port
+/// from `free_ports` (bound to port 0, then released) is an ephemeral one:
+/// a replica started first connects out to its peers from ephemeral ports
+/// and once took the port the next replica was to listen on (`bind`:
+/// address already in use, once in a 100-run smr-crash campaign). Ports below the range are
+/// never handed out to outgoing connections.
+pub(crate) fn listen_ports(n: usize) -> Result<Vec<u16>> {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
+    let low: u16 = range.split_whitespace().next().and_then(|p| p.parse().ok()).unwrap_or(32768);
+    let (first, last) = (low.saturating_sub(12_000).max(1024), low.saturating_sub(1).max(1024));
+    let mut picked = Vec::with_capacity(n);
+    let mut next = first + (std::process::id() as u16).wrapping_mul(7919) % (last - first).max(1);
+    for _ in first..=last {
+        if std::net::TcpListener::bind(("127.0.0.1", next)).is_ok() && !picked.contains(&next) {
+            picked.push(next);
+            if picked.len() == n {
+                return Ok(picked);
+            }
+        }
+        next = if next >= last { first } else { next + 1 };
+    }
+    Err(anyhow!("no {n} free ports in {first}..={last}"))
+}
+
+fn start_cluster(exe: &Path, v: &Variant) -> Result<Cluster> {
+    let ports = listen_ports(3)?;
+    let peers: BTreeMap<u64, SocketAddr> = ports.iter().enumerate().map(|(i, &p)| (i as u64 + 1, SocketAddr::from(([127, 0, 0, 1], p)))).collect();
+    start_cluster_at(exe, v, peers, &|_| Vec::new(), &|_| None)
+}
+
 /// A session id no other client of this process has used (a session's
 /// sequence numbers start at 1, so a reused id would be refused as stale).
-fn session() -> u64 {
+pub(crate) fn session() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
@@ -151,7 +223,7 @@ fn connect(cluster_peers: &BTreeMap<u64, SocketAddr>, tls: &str, session: u64, p
     Ok(Ours(client))
 }
 
-fn progress(len: u64) -> ProgressBar {
+pub(crate) fn progress(len: u64) -> ProgressBar {
     let bar = ProgressBar::new(len);
     if std::io::stderr().is_terminal() {
         bar.set_style(ProgressStyle::with_template("smr [{bar:30}] {pos}/{len} {msg}").expect("template").progress_chars("=> "));
