@@ -359,7 +359,7 @@ pub fn run(options: &SmrOptions) -> Result<SuiteReport> {
     let plan = if options.quick { Plan::quick() } else { Plan::full() };
     let variants = variants(&options.transports);
     let rounds = rounds(options.quick);
-    let round_plan = Plan { latency_puts: plan.latency_puts / rounds, ..plan.clone() };
+    let round_plan = Plan { latency_puts: plan.latency_puts.div_ceil(rounds), ..plan.clone() };
     let bar = progress(rounds * variants.len() as u64 + options.transports.len() as u64 + u64::from(options.peers));
     let (mut results, mut skipped) = (Vec::new(), Vec::new());
     let mut by_variant: Vec<Vec<BenchResult>> = vec![Vec::new(); variants.len()];
