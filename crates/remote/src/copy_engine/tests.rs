@@ -180,6 +180,14 @@ fn arming_clears_a_stale_signal_and_reports_waiting_completions() {
         assert!(engine.arm(), "finished copies are reported");
         assert_eq!(engine.poll_completions(&mut done), 3);
         assert_eq!(engine.poll_completions(&mut done), 0, "nothing twice");
+        // A helper signals after it raised `finished`, so its signal may
+        // land after the arm above (a harmless spurious wake-up). Once the
+        // helper sleeps again it has signalled; then arming clears it.
+        let deadline = Instant::now() + PATIENCE;
+        while engine.shared.state.lock().unwrap().sleeping < 1 {
+            assert!(Instant::now() < deadline, "the helper did not go back to sleep");
+            std::thread::sleep(Duration::from_millis(1));
+        }
         // All polled: after arming, the fd does not wake a waiter.
         assert!(!engine.arm());
         assert!(!readable(engine.event_fd()), "stale signal left after arm (round {round})");
