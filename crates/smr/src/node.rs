@@ -332,9 +332,11 @@ where
             // heartbeat, not in an empty append of its own (two messages
             // and two answers less per write; reads go through the leader).
             skip_bcast_commit: true,
-            // The appends a turn's proposals make go to each follower as
-            // one message.
-            batch_append: true,
+            // Not `batch_append`: raft-rs 0.7 merges new entries into a
+            // pending *empty* append (a probe) without fixing its index, so
+            // the follower acknowledges entries it does not hold and the
+            // leader's next heartbeat commits past its log (found by the
+            // simulation, seed 2546).
             ..Default::default()
         };
         let raw = RawNode::new(&raft_config, Store { durable }, &discard_logger())?;

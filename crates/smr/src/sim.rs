@@ -155,6 +155,12 @@ impl SimReport {
 struct SimCrash;
 
 /// A panic's message, if it carried one.
+/// `SMR_TRACE=1` prints crashes and restarts (to replay a failing seed).
+fn trace() -> bool {
+    static TRACE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *TRACE.get_or_init(|| std::env::var_os("SMR_TRACE").is_some())
+}
+
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     payload.downcast_ref::<String>().cloned().or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
 }
@@ -744,6 +750,10 @@ impl World {
     fn crash(&mut self, i: usize, now_ns: u64) {
         let back_ns = now_ns + LINGER_NS + self.rng.gen_range(MS..100 * MS);
         let Slot::Up(r) = &mut self.slots[i] else { return };
+        if trace() {
+            let d = r.service.durable().store();
+            eprintln!("{now_ns:>12} ns: replica {} crashes: durable last {} hard {:?} status {:?}", i + 1, d.last_index(), d.hard_state(), r.service.status());
+        }
         let remains = r.service.take_durable().crash(&mut self.rng);
         self.record_applied(i);
         let Slot::Up(dead) = std::mem::replace(&mut self.slots[i], Slot::Down { remains, back_ns }) else { unreachable!() };
@@ -777,7 +787,13 @@ impl World {
             };
             let t = self.net.restart(self.addrs[i]);
             match self.recover(i as u64 + 1, t, remains) {
-                Ok(r) => self.slots[i] = Slot::Up(Box::new(r)),
+                Ok(r) => {
+                    if trace() {
+                        let d = r.service.durable().store();
+                        eprintln!("{now_ns:>12} ns: replica {} restarts: last {} hard {:?}", i + 1, d.last_index(), d.hard_state());
+                    }
+                    self.slots[i] = Slot::Up(Box::new(r))
+                }
                 Err(why) => {
                     self.report.violations.push(why);
                     self.broken = true;
