@@ -436,6 +436,10 @@ pub struct SmrCrashArgs {
     /// The canary (a test): logs in DRAM and every replica killed after the load, so the campaign must fail.
     #[arg(long, hide = true)]
     pub planted_bug: bool,
+    /// Run only run I of the campaign in this process and print its record as JSON (a loopback campaign runs each
+    /// run so, in a child of its own).
+    #[arg(long, hide = true)]
+    pub one_run: Option<usize>,
 }
 
 fn parse_seed(s: &str) -> Result<u64, String> {
@@ -459,10 +463,15 @@ pub fn crash(args: &SmrCrashArgs) -> Result<bool> {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         nanos ^ u64::from(std::process::id()).rotate_left(40)
     });
+    let exe = std::env::current_exe().context("the pmwire binary")?;
+    let options = crash::SmrCrashOptions { runs: args.runs, quick: args.quick, out_dir: args.out.clone(), exe, netns: args.netns, seed, planted_volatile_log: args.planted_bug, child_per_run: true };
+    if let Some(run) = args.one_run {
+        let record = crash::one_run_alone(&options, run);
+        println!("{}", crash::record_json(&record));
+        return Ok(true);
+    }
     let network = if args.netns { "3 network namespaces" } else { "loopback" };
     println!("smr-crash: {} kill -9 runs on {network}, seed {seed:#x}", args.runs);
-    let exe = std::env::current_exe().context("the pmwire binary")?;
-    let options = crash::SmrCrashOptions { runs: args.runs, quick: args.quick, out_dir: args.out.clone(), exe, netns: args.netns, seed, planted_volatile_log: args.planted_bug };
     let outcome = crash::run(&options)?;
     println!("results: {}", outcome.report.json_path.display());
     let failed = outcome.failed();

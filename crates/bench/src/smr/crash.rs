@@ -86,7 +86,16 @@ pub struct SmrCrashOptions {
     /// killed and restarted after the load, so acknowledged writes are
     /// lost and the campaign must fail.
     pub planted_volatile_log: bool,
+    /// Loopback runs each in a child process of their own (`pmwire bench
+    /// smr-crash --one-run I`): UCX 1.13 can abort a process whose
+    /// threads each run a UCX context (`async.c:643`), and a campaign
+    /// should not die with one run's clients. A run whose child aborted
+    /// there is run again (at most [`CLIENT_ABORT_RETRIES`] times).
+    pub child_per_run: bool,
 }
+
+/// Times a run whose child process aborted inside UCX is run again.
+pub const CLIENT_ABORT_RETRIES: u32 = 3;
 
 /// What a campaign found.
 #[derive(Clone, Debug)]
@@ -176,7 +185,7 @@ impl Faults {
 }
 
 /// One run's outcome.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct RunRecord {
     /// Its index in the campaign.
     pub run: usize,
@@ -306,9 +315,19 @@ pub fn run(options: &SmrCrashOptions) -> Result<SmrCrashOutcome> {
     let plan = Plan::new(options.quick);
     let bar = progress(options.runs as u64);
     let mut runs = Vec::with_capacity(options.runs);
+    let mut client_aborts = 0u32;
     for i in 0..options.runs {
         let seed = run_seed(options.seed, i);
-        let record = one_run(options, &network, &plan, i, seed);
+        let record = if options.child_per_run && network.namespaces.is_none() {
+            let (record, aborts) = run_in_child(options, i);
+            client_aborts += aborts;
+            if aborts > 0 {
+                bar.suspend(|| eprintln!("smr-crash: run {i}: its client process aborted inside UCX 1.13 (async.c:643) {aborts} time(s); run again"));
+            }
+            record
+        } else {
+            one_run(options, &network, &plan, i, seed)
+        };
         if record.failed() {
             bar.suspend(|| eprintln!("smr-crash: run {i} (seed {seed:#x}) FAILED: {}", failure_text(&record)));
         }
@@ -319,8 +338,59 @@ pub fn run(options: &SmrCrashOptions) -> Result<SmrCrashOutcome> {
     }
     bar.finish_and_clear();
     drop(network);
+    if client_aborts > 0 {
+        println!("smr-crash: {client_aborts} client process(es) aborted inside UCX 1.13 (async.c:643, not a replica) and their runs were run again");
+    }
     let report = write_report(options, &plan, &runs, note)?;
     Ok(SmrCrashOutcome { report, runs })
+}
+
+/// Run `run` of `options`'s campaign in this process, alone (the child
+/// side of [`SmrCrashOptions::child_per_run`]).
+pub fn one_run_alone(options: &SmrCrashOptions, run: usize) -> RunRecord {
+    one_run(options, &Network { namespaces: None }, &Plan::new(options.quick), run, run_seed(options.seed, run))
+}
+
+/// A record as the child prints it: one line of JSON.
+pub fn record_json(record: &RunRecord) -> String {
+    serde_json::to_string(record).expect("a record serializes")
+}
+
+/// Runs `run` in a child `pmwire` process; returns its record and how many
+/// times a child aborted inside UCX before one finished.
+fn run_in_child(options: &SmrCrashOptions, run: usize) -> (RunRecord, u32) {
+    let seed = run_seed(options.seed, run);
+    let failed = |why: String| RunRecord { run, seed, error: Some(why), ..RunRecord::default() };
+    let mut aborts = 0;
+    loop {
+        let mut cmd = std::process::Command::new(&options.exe);
+        cmd.args(["bench", "smr-crash", "--one-run", &run.to_string(), "--seed", &options.seed.to_string(), "--out"]).arg(&options.out_dir);
+        if options.quick {
+            cmd.arg("--quick");
+        }
+        if options.planted_volatile_log {
+            cmd.arg("--planted-bug");
+        }
+        let out = match cmd.output() {
+            Ok(out) => out,
+            Err(e) => return (failed(format!("could not start the run's process: {e}")), aborts),
+        };
+        remove_dead_campaigns_files();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() {
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let parsed = stdout.lines().rev().find_map(|l| serde_json::from_str::<RunRecord>(l).ok());
+            return match parsed {
+                Some(record) => (record, aborts),
+                None => (failed(format!("the run's process printed no record: {}", stderr.trim())), aborts),
+            };
+        }
+        if stderr.contains("async.c:643") && aborts < CLIENT_ABORT_RETRIES {
+            aborts += 1;
+            continue;
+        }
+        return (failed(format!("the run's process failed ({}): {}", out.status, stderr.trim())), aborts);
+    }
 }
 
 fn failure_text(r: &RunRecord) -> String {
