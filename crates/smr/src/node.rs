@@ -262,6 +262,8 @@ where
     /// The index of the store's last snapshot (asking the store would
     /// copy the snapshot).
     snapshot_index: u64,
+    /// Writes received this turn, proposed together before its `Ready`.
+    proposals: Vec<(RequestId, Vec<u8>)>,
     /// A chunked message being sent to each peer (at most one).
     outbox: BTreeMap<u64, Outgoing>,
     /// Messages being reassembled from chunks, by incoming connection.
@@ -364,6 +366,7 @@ where
             now: Duration::ZERO,
             reconnect_at: BTreeMap::new(),
             snapshot_index: snap_meta.index,
+            proposals: Vec::new(),
             outbox: BTreeMap::new(),
             inbox: BTreeMap::new(),
             chunked_sent: 0,
@@ -537,8 +540,14 @@ where
             self.raw.read_index(ctx.to_le_bytes().to_vec());
             return;
         }
-        // The request's bytes, unchanged, are the log entry's data.
-        let planted = self.config.faults.answer_before_commit.then(|| payload.clone());
+        // The request's bytes, unchanged, are the log entry's data. The
+        // writes of a turn are proposed together, before its `Ready`
+        // ([`Replica::propose_batch`]): one append per follower for all.
+        if !self.config.faults.answer_before_commit {
+            self.proposals.push((id, payload));
+            return;
+        }
+        let planted = Some(payload.clone());
         if self.raw.propose(Vec::new(), payload).is_err() {
             return self.answer(t, id, Status::NotLeader, 0, Vec::new());
         }
@@ -731,6 +740,33 @@ where
                 }
                 ConfChangeType::AddNode => {}
             }
+        }
+    }
+
+    /// Proposes the writes this turn received as one `MsgPropose` with all
+    /// their entries: raft-rs appends them and sends each follower one
+    /// append (raft-rs's own `batch_append` is off, see `new`). Each
+    /// write's index follows from the log's last index after the step.
+    fn propose_batch(&mut self, t: &mut T) {
+        if self.proposals.is_empty() {
+            return;
+        }
+        let (ids, data): (Vec<RequestId>, Vec<Vec<u8>>) = std::mem::take(&mut self.proposals).into_iter().unzip();
+        let mut m = Message::default();
+        m.set_msg_type(MessageType::MsgPropose);
+        m.from = self.config.id;
+        m.set_entries(data.into_iter().map(|d| Entry { data: d.into(), ..Default::default() }).collect::<Vec<_>>().into());
+        if self.raw.raft.state != StateRole::Leader || self.raw.step(m).is_err() {
+            for id in ids {
+                self.answer(t, id, Status::NotLeader, 0, Vec::new());
+            }
+            return;
+        }
+        let term = self.raw.raft.term;
+        let first = self.raw.raft.raft_log.last_index() + 1 - ids.len() as u64;
+        for (k, id) in ids.into_iter().enumerate() {
+            let previous = self.writes.insert(first + k as u64, (id, term));
+            assert!(previous.is_none(), "one proposal per index per term");
         }
     }
 
@@ -1138,6 +1174,7 @@ where
         self.now = now;
         let ticked = self.tick_if_due(now);
         let drained = !self.outbox.is_empty() && self.drain_outbox(t);
+        self.propose_batch(t);
         let readied = self.handle_ready(t).unwrap_or_else(|e| panic!("replica {}: storage failed: {e}", self.config.id));
         let leader = self.raw.raft.state == StateRole::Leader;
         if self.was_leader && !leader {
