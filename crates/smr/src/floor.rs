@@ -39,6 +39,8 @@ where
     id: u64,
     leader: u64,
     peers: BTreeMap<u64, T::Addr>,
+    /// The peers' ids (the leader forwards to each).
+    peer_ids: Vec<u64>,
     out_conns: BTreeMap<u64, ConnId>,
     /// Writes waiting for acknowledgements: the client's request and how
     /// many acknowledgements are still needed.
@@ -55,12 +57,13 @@ where
     /// Node `id` of the cluster whose other nodes are `peers`.
     pub fn new(id: u64, peers: BTreeMap<u64, T::Addr>) -> Floor<T> {
         let leader = peers.keys().copied().chain([id]).min().expect("at least this node");
-        Floor { id, leader, peers, out_conns: BTreeMap::new(), pending: BTreeMap::new(), next_seq: 1, dropped: 0 }
+        let peer_ids = peers.keys().copied().collect();
+        Floor { id, leader, peers, peer_ids, out_conns: BTreeMap::new(), pending: BTreeMap::new(), next_seq: 1, dropped: 0 }
     }
 
     /// Acknowledgements a write needs besides the leader's own copy.
     fn acks_needed(&self) -> usize {
-        self.peers.len().div_ceil(2)
+        self.peer_ids.len().div_ceil(2)
     }
 
     fn conn(&mut self, t: &mut T, to: u64) -> Option<ConnId> {
@@ -112,8 +115,8 @@ where
             return self.answer(t, id, Status::Ok, seq);
         }
         self.pending.insert(seq, (id, needed));
-        let peers: Vec<u64> = self.peers.keys().copied().collect();
-        for to in peers {
+        for k in 0..self.peer_ids.len() {
+            let to = self.peer_ids[k];
             self.send(t, to, &FORWARD_MAGIC, seq, payload);
         }
     }

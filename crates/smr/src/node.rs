@@ -262,8 +262,10 @@ where
     /// The index of the store's last snapshot (asking the store would
     /// copy the snapshot).
     snapshot_index: u64,
-    /// Writes received this turn, proposed together before its `Ready`.
-    proposals: Vec<(RequestId, Vec<u8>)>,
+    /// Writes received this turn, proposed together before its `Ready`:
+    /// their requests and their entries (the request's bytes).
+    proposed_ids: Vec<RequestId>,
+    proposed: Vec<Entry>,
     /// A chunked message being sent to each peer (at most one).
     outbox: BTreeMap<u64, Outgoing>,
     /// Messages being reassembled from chunks, by incoming connection.
@@ -366,7 +368,8 @@ where
             now: Duration::ZERO,
             reconnect_at: BTreeMap::new(),
             snapshot_index: snap_meta.index,
-            proposals: Vec::new(),
+            proposed_ids: Vec::new(),
+            proposed: Vec::new(),
             outbox: BTreeMap::new(),
             inbox: BTreeMap::new(),
             chunked_sent: 0,
@@ -544,7 +547,8 @@ where
         // writes of a turn are proposed together, before its `Ready`
         // ([`Replica::propose_batch`]): one append per follower for all.
         if !self.config.faults.answer_before_commit {
-            self.proposals.push((id, payload));
+            self.proposed_ids.push(id);
+            self.proposed.push(Entry { data: payload.into(), ..Default::default() });
             return;
         }
         let planted = Some(payload.clone());
@@ -748,23 +752,23 @@ where
     /// append (raft-rs's own `batch_append` is off, see `new`). Each
     /// write's index follows from the log's last index after the step.
     fn propose_batch(&mut self, t: &mut T) {
-        if self.proposals.is_empty() {
+        if self.proposed.is_empty() {
             return;
         }
-        let (ids, data): (Vec<RequestId>, Vec<Vec<u8>>) = std::mem::take(&mut self.proposals).into_iter().unzip();
         let mut m = Message::default();
         m.set_msg_type(MessageType::MsgPropose);
         m.from = self.config.id;
-        m.set_entries(data.into_iter().map(|d| Entry { data: d.into(), ..Default::default() }).collect::<Vec<_>>().into());
+        m.set_entries(std::mem::take(&mut self.proposed).into());
+        let n = self.proposed_ids.len() as u64;
         if self.raw.raft.state != StateRole::Leader || self.raw.step(m).is_err() {
-            for id in ids {
+            for id in std::mem::take(&mut self.proposed_ids) {
                 self.answer(t, id, Status::NotLeader, 0, Vec::new());
             }
             return;
         }
         let term = self.raw.raft.term;
-        let first = self.raw.raft.raft_log.last_index() + 1 - ids.len() as u64;
-        for (k, id) in ids.into_iter().enumerate() {
+        let first = self.raw.raft.raft_log.last_index() + 1 - n;
+        for (k, id) in self.proposed_ids.drain(..).enumerate() {
             let previous = self.writes.insert(first + k as u64, (id, term));
             assert!(previous.is_none(), "one proposal per index per term");
         }

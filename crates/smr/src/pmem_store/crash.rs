@@ -59,18 +59,26 @@ pub fn checks() -> Vec<Check> {
         Check {
             name: "replica store: hard state durable before its entries",
             planted: true,
-            run: |c| check_store(TailStrategy::SelfValidating, StoreFaults { hard_state_before_entries: true, ..StoreFaults::default() }, c),
+            run: |c| check_store(TailStrategy::SelfValidating, hard_state_first(), c),
         },
         Check {
             name: "replica store: vote never flushed",
             planted: true,
-            run: |c| check_store(TailStrategy::SelfValidating, StoreFaults { unflushed_vote: true, ..StoreFaults::default() }, c),
+            run: |c| check_store(TailStrategy::SelfValidating, unflushed_vote(), c),
         },
     ]
 }
 
 fn planted() -> StoreFaults {
     StoreFaults { unflushed_suffix_truncation: true, ..StoreFaults::default() }
+}
+
+fn hard_state_first() -> StoreFaults {
+    StoreFaults { hard_state_before_entries: true, ..StoreFaults::default() }
+}
+
+fn unflushed_vote() -> StoreFaults {
+    StoreFaults { unflushed_vote: true, ..StoreFaults::default() }
 }
 
 /// An entry as compared: index, term, type, context, data.
@@ -355,25 +363,33 @@ mod tests {
         Config::default()
     }
 
+    /// The store over `tail` passes every crash image.
+    fn survives(tail: TailStrategy, label: &str) {
+        let report = check_store(tail, StoreFaults::default(), &config());
+        eprintln!("{label}: {}", report.describe());
+        report.assert_passes_at_least(1000);
+    }
+
+    /// The planted `faults` are caught over `tail`.
+    fn caught(tail: TailStrategy, faults: StoreFaults, label: &str) {
+        let report = check_store(tail, faults, &config());
+        eprintln!("planted, {label}: {}", report.describe());
+        report.assert_caught();
+    }
+
     #[test]
     fn naive_tail_store_survives_every_crash() {
-        let report = check_store(TailStrategy::Naive, StoreFaults::default(), &config());
-        eprintln!("naive: {}", report.describe());
-        report.assert_passes_at_least(1000);
+        survives(TailStrategy::Naive, "naive");
     }
 
     #[test]
     fn rotating_tail_store_survives_every_crash() {
-        let report = check_store(TailStrategy::ROTATING_PAPER, StoreFaults::default(), &config());
-        eprintln!("rotating: {}", report.describe());
-        report.assert_passes_at_least(1000);
+        survives(TailStrategy::ROTATING_PAPER, "rotating");
     }
 
     #[test]
     fn self_validating_store_survives_every_crash() {
-        let report = check_store(TailStrategy::SelfValidating, StoreFaults::default(), &config());
-        eprintln!("self-validating: {}", report.describe());
-        report.assert_passes_at_least(1000);
+        survives(TailStrategy::SelfValidating, "self-validating");
     }
 
     #[test]
@@ -385,30 +401,22 @@ mod tests {
 
     #[test]
     fn planted_unflushed_suffix_truncation_is_caught_naive() {
-        let report = check_store(TailStrategy::Naive, planted(), &config());
-        eprintln!("planted, naive: {}", report.describe());
-        report.assert_caught();
+        caught(TailStrategy::Naive, planted(), "naive");
     }
 
     #[test]
     fn planted_unflushed_suffix_truncation_is_caught_self_validating() {
-        let report = check_store(TailStrategy::SelfValidating, planted(), &config());
-        eprintln!("planted, self-validating: {}", report.describe());
-        report.assert_caught();
+        caught(TailStrategy::SelfValidating, planted(), "self-validating");
     }
 
     #[test]
     fn planted_hard_state_before_entries_is_caught() {
-        let report = check_store(TailStrategy::SelfValidating, StoreFaults { hard_state_before_entries: true, ..StoreFaults::default() }, &config());
-        eprintln!("planted, hard state first: {}", report.describe());
-        report.assert_caught();
+        caught(TailStrategy::SelfValidating, hard_state_first(), "hard state first");
     }
 
     #[test]
     fn planted_unflushed_vote_is_caught() {
-        let report = check_store(TailStrategy::SelfValidating, StoreFaults { unflushed_vote: true, ..StoreFaults::default() }, &config());
-        eprintln!("planted, unflushed vote: {}", report.describe());
-        report.assert_caught();
+        caught(TailStrategy::SelfValidating, unflushed_vote(), "unflushed vote");
     }
 
     #[test]
