@@ -287,7 +287,10 @@ fn serve(transport: UcxTransport, service: impl Service<UcxTransport>, args: &Re
         us => PollBudget { spin: std::time::Duration::from_micros(us), ..PollBudget::default() },
     };
     reactor.run(&RealClock::new(), stop, budget);
-    Ok(())
+    match reactor.service.halted() {
+        Some(reason) => bail!("{reason}"),
+        None => Ok(()),
+    }
 }
 
 /// Runs `pmwire smr`.

@@ -3,8 +3,10 @@
 //! started with `--join` is added (learner, then voter), leadership moves
 //! to it, a replica killed and restarted with its original peer list
 //! still knows the new member's address, a follower and then the leader
-//! itself are removed, and the data is there throughout. Waits are
-//! bounded (a generous wall clock, as a failure bound only).
+//! itself are removed, and the data is there throughout. A replica started
+//! for a new id without `--join`, and a member restarted on a new pool,
+//! exit with the reason. Waits are bounded (a generous wall clock, as a
+//! failure bound only).
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -43,6 +45,34 @@ impl Replicas {
         cmd.stdout(std::process::Stdio::null());
         self.children.insert(id, cmd.spawn().expect("spawn pmwire replica"));
         wait_for(&ready, id);
+    }
+
+    /// Starts replica `id` on `pool` expecting it to exit by itself with
+    /// an error (bounded wait); its stderr.
+    fn start_to_fail(&mut self, id: u64, peers: &str, pool: &Path) -> String {
+        let mut child = Command::new(EXE)
+            .args(["replica", "--id", &id.to_string(), "--peers", peers, "--size", "64M", "--log-size", "16M"])
+            .arg("--pool")
+            .arg(pool)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn pmwire replica");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                let mut stderr = String::new();
+                std::io::Read::read_to_string(&mut child.stderr.take().expect("piped"), &mut stderr).expect("stderr");
+                assert!(!status.success(), "replica {id} exited successfully:\n{stderr}");
+                return stderr;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("replica {id} still running after 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     fn kill(&mut self, id: u64) {
@@ -140,4 +170,29 @@ fn a_replica_is_added_leads_and_replicas_are_removed_through_the_cli() {
     assert_eq!(ok(&rest, &["get", "before"]).trim(), "add");
     assert_eq!(ok(&rest, &["get", "after"]).trim(), "transfer");
     assert!(ok(&rest, &["put", "after", "removals"]).starts_with("OK"));
+}
+
+#[test]
+fn a_new_id_without_join_and_a_member_on_a_new_pool_exit_with_the_reason() {
+    let dir = tempfile::tempdir_in("/dev/shm").expect("a directory in /dev/shm");
+    let mut replicas = Replicas { children: BTreeMap::new(), dir: dir.path().to_path_buf() };
+    let addrs = free_addrs(4);
+    let three = format!("1={},2={},3={}", addrs[0], addrs[1], addrs[2]);
+    let four = format!("{three},4={}", addrs[3]);
+    for id in 1..=3 {
+        replicas.start(id, &three, false);
+    }
+    assert!(ok(&three, &["put", "k", "v"]).starts_with("OK"));
+
+    let err = replicas.start_to_fail(4, &four, &dir.path().join("pool4"));
+    assert!(err.contains("replica 4 is not a member") && err.contains("--join"), "{err}");
+
+    // Follower 2 comes back on a new pool: the leader's heartbeat counts
+    // entries as held there that the pool does not hold. (A new leader
+    // would not know what 2 held, and would repair it: 1 keeps leading.)
+    assert!(ok(&three, &["transfer", "--to", "1"]).contains("replica 1 leads"));
+    replicas.kill(2);
+    let err = replicas.start_to_fail(2, &three, &dir.path().join("new-pool2"));
+    assert!(err.contains("not the one replica 2 ran on"), "{err}");
+    assert_eq!(ok(&three, &["get", "k"]).trim(), "v", "the two others still serve");
 }

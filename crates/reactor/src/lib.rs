@@ -74,6 +74,13 @@ pub trait Service<T: Transport> {
 
     /// When the service next has timed work, if ever.
     fn next_deadline(&self) -> Option<Duration>;
+
+    /// Why the service cannot go on, once it cannot (its state contradicts
+    /// what its peers know, say); [`Reactor::run`] then returns. A halted
+    /// service does nothing more with events or timed work.
+    fn halted(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// How long a loop keeps polling after its last activity before it blocks
@@ -140,7 +147,7 @@ impl<T: Transport, S: Service<T>> Reactor<T, S> {
         n > 0 || worked
     }
 
-    /// Turns until `stop` is set, reading `clock`; polls after activity as
+    /// Turns until `stop` is set or the service halts, reading `clock`; polls after activity as
     /// `budget` allows, then blocks until an event, the service's next
     /// deadline or [`IDLE_WAIT`]. A failed wait is reported again by the
     /// next poll, as a disconnect or an event; it is not retried hot: the
@@ -148,7 +155,7 @@ impl<T: Transport, S: Service<T>> Reactor<T, S> {
     pub fn run(&mut self, clock: &impl Clock, stop: &AtomicBool, budget: PollBudget) {
         let mut since = Instant::now();
         let mut empty = 0u32;
-        while !stop.load(Ordering::Relaxed) {
+        while !stop.load(Ordering::Relaxed) && self.service.halted().is_none() {
             if self.turn(clock.now()) {
                 since = Instant::now();
                 empty = 0;

@@ -113,6 +113,45 @@ fn run_blocks_until_the_deadline_and_stops() {
     assert_eq!(reactor.service.ticks, 5, "ran until the service set stop");
 }
 
+/// Halts after `after` timed ticks (1 ms apart), with a reason.
+struct Halting {
+    ticks: u32,
+    after: u32,
+    next: Duration,
+}
+
+impl<T: Transport> Service<T> for Halting {
+    fn on_event(&mut self, _transport: &mut T, _event: Event, _now: Duration) {}
+
+    fn poll_work(&mut self, _transport: &mut T, now: Duration) -> bool {
+        if now < self.next {
+            return false;
+        }
+        self.ticks += 1;
+        self.next = now + Duration::from_millis(1);
+        true
+    }
+
+    fn next_deadline(&self) -> Option<Duration> {
+        Some(self.next)
+    }
+
+    fn halted(&self) -> Option<&str> {
+        (self.ticks >= self.after).then_some("it said so")
+    }
+}
+
+#[test]
+fn run_returns_once_the_service_halts() {
+    let net = InProcNetwork::new(Limits::default());
+    let stop = AtomicBool::new(false);
+    let mut reactor = Reactor::new(net.node(), Halting { ticks: 0, after: 3, next: Duration::ZERO });
+    reactor.run(&RealClock::new(), &stop, PollBudget::BLOCK);
+    assert_eq!(reactor.service.ticks, 3, "no turn after the halt");
+    assert_eq!(Service::<transport::InProcTransport>::halted(&reactor.service), Some("it said so"));
+    assert!(!stop.load(Ordering::Relaxed), "stop was never set");
+}
+
 #[test]
 fn a_poll_budget_ends_by_count_or_by_time() {
     let budget = PollBudget { spin: Duration::from_secs(3600), max_empty_polls: 100 };

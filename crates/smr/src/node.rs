@@ -78,6 +78,9 @@ const RECONNECT_TICKS: u32 = 10;
 pub const RAFT_MAGIC: [u8; 4] = *b"RFT1";
 /// The header of one chunk of a Raft message larger than [`RAFT_CHUNK_BYTES`].
 pub const RAFT_CHUNK_MAGIC: [u8; 4] = *b"RFTC";
+/// The header of a leader's notice to a replica that is not a member of
+/// its configuration ([`NotMember`]).
+pub const NOT_MEMBER_MAGIC: [u8; 4] = *b"RFTN";
 /// Largest Raft message sent whole, and the size of a chunk (well within
 /// the transport's 4 MiB payload bound).
 pub const RAFT_CHUNK_BYTES: usize = 1 << 20;
@@ -89,6 +92,58 @@ const CHUNK_HEADER_BYTES: usize = 24;
 /// Most voters, and most learners, a membership may have (what the
 /// persistent-memory store's membership slot holds).
 pub const MAX_VOTERS: usize = crate::pmem_store::MAX_IDS;
+
+/// A leader's notice to a replica that sent it a Raft message but is not
+/// in its configuration (neither voter nor learner): a replica started for
+/// a new id without `--join`, or one removed since. Sent at most once per
+/// [`NOT_MEMBER_EVERY_TICKS`] to each such sender, on the connection the
+/// message came in on. The receiver halts only if the leader has applied
+/// past the receiver's own commit index: a stale leader that has not yet
+/// applied the receiver's addition cannot stop it.
+///
+/// Payload: term u64, applied index u64, voter count u32, then that many
+/// voter ids u64 (at most [`MAX_VOTERS`]), little-endian.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotMember {
+    /// The leader's term.
+    pub term: u64,
+    /// The index up to which the leader applied its log.
+    pub applied: u64,
+    /// The leader's voters.
+    pub voters: Vec<u64>,
+}
+
+/// Ticks between two [`NotMember`] notices to one sender.
+pub const NOT_MEMBER_EVERY_TICKS: u64 = 10;
+
+impl NotMember {
+    /// The encoding.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        assert!(self.voters.len() <= MAX_VOTERS, "at most MAX_VOTERS voters");
+        let mut b = Vec::with_capacity(20 + 8 * self.voters.len());
+        b.extend_from_slice(&self.term.to_le_bytes());
+        b.extend_from_slice(&self.applied.to_le_bytes());
+        b.extend_from_slice(&(self.voters.len() as u32).to_le_bytes());
+        for v in &self.voters {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b
+    }
+
+    /// Decodes a notice; `None` if its length does not match its count or
+    /// the count is over [`MAX_VOTERS`].
+    pub fn decode(b: &[u8]) -> Option<NotMember> {
+        if b.len() < 20 {
+            return None;
+        }
+        let count = u32::from_le_bytes(b[16..20].try_into().expect("4 bytes")) as usize;
+        if count > MAX_VOTERS || b.len() != 20 + 8 * count {
+            return None;
+        }
+        let voters = (0..count).map(|i| get_u64(b, 20 + 8 * i)).collect();
+        Some(NotMember { term: get_u64(b, 0), applied: get_u64(b, 8), voters })
+    }
+}
 
 /// A transport address as a membership change carries it and the state
 /// machine keeps it (at most [`MAX_ADDR_BYTES`]).
@@ -272,6 +327,11 @@ where
     inbox: BTreeMap<ConnId, Incoming>,
     /// The id of the last chunked message sent.
     chunked_sent: u64,
+    /// Why this replica stopped, once its state contradicts its leader's
+    /// (see [`Replica::halted`]).
+    halted: Option<String>,
+    /// When (in ticks) each non-member was last sent a [`NotMember`].
+    told_not_member: BTreeMap<u64, u64>,
 }
 
 /// A chunked message on its way to a peer.
@@ -373,6 +433,8 @@ where
             outbox: BTreeMap::new(),
             inbox: BTreeMap::new(),
             chunked_sent: 0,
+            halted: None,
+            told_not_member: BTreeMap::new(),
         };
         replica.sync_peers();
         replica.rerandomize();
@@ -507,15 +569,75 @@ where
         self.raw.transfer_leader(to);
     }
 
-    fn on_message(&mut self, payload: &[u8]) {
-        match Message::parse_from_bytes(payload) {
-            Ok(m) if m.to == self.config.id => {
-                // A message from a stale term or an unknown peer is
-                // refused by Raft itself; nothing to do with the error.
-                let _ = self.raw.step(m);
-            }
-            _ => self.counters.malformed += 1,
+    /// Why this replica stopped, if it did: its leader counts entries as
+    /// held here that its store does not hold (the pool is not the one
+    /// this replica ran on), or its leader says it is not a member. Raft
+    /// cannot go on safely from either; the process exits with the reason.
+    pub fn halted(&self) -> Option<&str> {
+        self.halted.as_deref()
+    }
+
+    fn on_message(&mut self, t: &mut T, conn: ConnId, payload: &[u8]) {
+        let m = match Message::parse_from_bytes(payload) {
+            Ok(m) if m.to == self.config.id => m,
+            _ => return self.counters.malformed += 1,
+        };
+        let r = &self.raw.raft;
+        if r.state == StateRole::Leader && m.from != self.config.id && r.prs().get(m.from).is_none() {
+            return self.tell_not_member(t, conn, m.from);
         }
+        let last = r.raft_log.last_index();
+        if m.get_msg_type() == MessageType::MsgHeartbeat && m.term >= r.term && m.commit > last {
+            // raft-rs would abort here: a leader sends a heartbeat's
+            // commit only up to what this replica acknowledged holding.
+            let id = self.config.id;
+            self.halted = Some(format!(
+                "replica {id}: the leader (replica {}, term {}) counts log entries up to index {} as held here, but this replica's log ends at index {last}: \
+                 it was started on a pool that is not the one replica {id} ran on (a new or older pool, or a DRAM log that a restart emptied). \
+                 Start it on its own pool, or remove replica {id} (pmwire smr ... remove --id {id}) and add it back as a new replica started with --join",
+                m.from, m.term, m.commit
+            ));
+            return;
+        }
+        // A message from a stale term is refused by Raft itself; nothing
+        // to do with the error.
+        let _ = self.raw.step(m);
+    }
+
+    /// A Raft message came from `from`, which is not in this leader's
+    /// configuration: tell it (rate-limited), on the connection it used.
+    fn tell_not_member(&mut self, t: &mut T, conn: ConnId, from: u64) {
+        if self.told_not_member.get(&from).is_some_and(|&at| self.ticks < at + NOT_MEMBER_EVERY_TICKS) {
+            return;
+        }
+        self.told_not_member.insert(from, self.ticks);
+        let notice = NotMember { term: self.raw.raft.term, applied: self.applied, voters: self.conf_state().voters };
+        let mut payload = t.take_buffer(20 + 8 * notice.voters.len());
+        payload.extend_from_slice(&notice.to_bytes());
+        if t.send(conn, &NOT_MEMBER_MAGIC, payload).is_err() {
+            self.counters.unsent += 1;
+        }
+    }
+
+    /// A leader says this replica is not a member: halt, unless this
+    /// replica has committed past what that leader applied (a stale leader
+    /// that has not applied this replica's addition).
+    fn on_not_member(&mut self, payload: &[u8]) {
+        let Some(notice) = NotMember::decode(payload) else {
+            return self.counters.malformed += 1;
+        };
+        let commit = self.raw.raft.raft_log.committed;
+        if notice.applied <= commit {
+            return;
+        }
+        let id = self.config.id;
+        let voters = notice.voters.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
+        self.halted = Some(format!(
+            "replica {id} is not a member of this cluster: its leader (term {}, applied index {}) has voters {voters}. \
+             A new replica is added with `pmwire smr --peers ... add --id {id} --addr ADDR` and started with --join on a new pool; \
+             a removed replica is not started again",
+            notice.term, notice.applied
+        ));
     }
 
     fn on_request<X: Transport>(&mut self, t: &mut X, id: RequestId, payload: Vec<u8>) {
@@ -913,7 +1035,7 @@ where
 
     /// One chunk of a large Raft message arrived on `conn`: joined to the
     /// message it continues; the whole message is stepped.
-    fn on_chunk(&mut self, conn: ConnId, chunk: &[u8]) {
+    fn on_chunk(&mut self, t: &mut T, conn: ConnId, chunk: &[u8]) {
         if chunk.len() <= CHUNK_HEADER_BYTES {
             self.counters.malformed += 1;
             return;
@@ -936,7 +1058,7 @@ where
         m.bytes.extend_from_slice(part);
         if m.bytes.len() as u64 == len {
             let whole = self.inbox.remove(&conn).expect("just joined").bytes;
-            self.on_message(&whole);
+            self.on_message(t, conn, &whole);
         }
     }
 
@@ -1141,12 +1263,23 @@ where
 {
     fn on_event(&mut self, t: &mut T, event: Event, now: Duration) {
         self.now = now;
+        if self.halted.is_some() {
+            // Nothing more is stepped or applied; a client is sent on.
+            match event {
+                Event::Message { payload, .. } => t.recycle(payload),
+                Event::Request(r) => self.answer(t, r.id, Status::NotLeader, 0, Vec::new()),
+                _ => {}
+            }
+            return;
+        }
         match event {
             Event::Message { header, payload, conn } => {
                 if header == RAFT_MAGIC {
-                    self.on_message(&payload);
+                    self.on_message(t, conn, &payload);
                 } else if header == RAFT_CHUNK_MAGIC {
-                    self.on_chunk(conn, &payload);
+                    self.on_chunk(t, conn, &payload);
+                } else if header == NOT_MEMBER_MAGIC {
+                    self.on_not_member(&payload);
                 } else {
                     self.counters.malformed += 1;
                 }
@@ -1176,6 +1309,9 @@ where
 
     fn poll_work(&mut self, t: &mut T, now: Duration) -> bool {
         self.now = now;
+        if self.halted.is_some() {
+            return false;
+        }
         let ticked = self.tick_if_due(now);
         let drained = !self.outbox.is_empty() && self.drain_outbox(t);
         self.propose_batch(t);
@@ -1198,5 +1334,9 @@ where
 
     fn next_deadline(&self) -> Option<Duration> {
         Some(self.next_tick)
+    }
+
+    fn halted(&self) -> Option<&str> {
+        Replica::halted(self)
     }
 }

@@ -17,7 +17,7 @@ use std::time::Duration;
 use pmem::MemMedia;
 use pmwire_log::{LogConfig, TailStrategy};
 use pmwire_smr::command::{Op, Refusal, Refused, Request, Response, Status, REQUEST_MAGIC};
-use pmwire_smr::node::{PeerAddr, Replica, ReplicaConfig};
+use pmwire_smr::node::{NotMember, PeerAddr, Replica, ReplicaConfig};
 use pmwire_smr::pmem_store::PmemDurable;
 use pmwire_smr::store::Durable;
 use raft::StateRole;
@@ -451,6 +451,75 @@ fn a_restarted_replica_still_reaches_the_member_added_since() {
     h.run_ms(10);
     assert_eq!(h.node(4).service.machine().get(b"after"), Some(&b"restart"[..]));
     drop(stopped);
+}
+
+/// Why replica `id` halted, if it did.
+fn halted(h: &Harness, id: u64) -> Option<String> {
+    h.node(id).service.halted().map(str::to_string)
+}
+
+#[test]
+fn a_new_id_started_without_join_is_told_it_is_not_a_member_and_halts() {
+    let mut h = Harness::new(3);
+    h.start_load();
+    h.run_until("writes", |h| h.acks() >= 20);
+    // Replica 4 formats its pool with itself among the voters (no
+    // `--join`): it campaigns, and the leader disowns it.
+    let t = h.net.node();
+    let addr = t.id();
+    let replica = Replica::new(config(4), store(4, &[1, 2, 3, 4], SMALL), h.addrs.clone()).expect("replica 4");
+    h.nodes.insert(4, Reactor::new(t, replica));
+    h.addrs.insert(4, addr);
+    h.run_until("replica 4 halts", |h| halted(h, 4).is_some());
+    let reason = halted(&h, 4).expect("halted");
+    assert!(reason.contains("replica 4 is not a member"), "{reason}");
+    assert!(reason.contains("voters 1, 2, 3"), "{reason}");
+    assert!(reason.contains("--join"), "{reason}");
+    let acks = h.acks();
+    h.run_until("writes go on", |h| h.acks() >= acks + 20);
+    for id in 1..=3 {
+        assert_eq!(h.voters(id), [1, 2, 3], "replica {id}'s membership is untouched");
+        assert_eq!(halted(&h, id), None);
+    }
+    h.stop_load();
+}
+
+#[test]
+fn a_member_restarted_on_a_new_pool_halts_with_the_reason() {
+    let mut h = Harness::new(3);
+    h.start_load();
+    h.run_until("writes", |h| h.acks() >= 20);
+    h.stop_load();
+    let leader = h.wait_leader();
+    let commit = h.node(leader).service.status().commit;
+    h.run_until("every replica applied every write", |h| (1..=3).all(|id| h.node(id).service.status().applied == commit));
+    let follower = (1..=3).find(|&id| id != leader).expect("a follower");
+    // The follower comes back on a new pool, formatted as at the start.
+    let peers = h.addrs.iter().filter(|(&p, _)| p != follower).map(|(&p, &a)| (p, a)).collect();
+    h.nodes.get_mut(&follower).expect("up").service = Replica::new(config(follower), store(follower, &[1, 2, 3], SMALL), peers).expect("restart");
+    // The leader's next heartbeat counts entries as held there (raft-rs
+    // would abort on it).
+    h.run_until("the follower halts", |h| halted(h, follower).is_some());
+    let reason = halted(&h, follower).expect("halted");
+    assert!(reason.contains("this replica's log ends at index 0"), "{reason}");
+    assert!(reason.contains("not the one replica"), "{reason}");
+    assert_eq!(h.node(follower).service.status().last_index, 0, "nothing was stepped into it");
+    // The two others still commit.
+    let put = Request { op: Op::Put, client: 9, seq: 1, key: b"two".to_vec(), value: b"of three".to_vec(), expect: None };
+    assert_eq!(h.call(leader, &put).status, Status::Ok);
+}
+
+#[test]
+fn a_not_member_notice_round_trips_and_malformed_ones_are_refused() {
+    let n = NotMember { term: 7, applied: 1234, voters: vec![1, 2, 3] };
+    let b = n.to_bytes();
+    assert_eq!(b.len(), 20 + 24);
+    assert_eq!(NotMember::decode(&b), Some(n));
+    assert_eq!(NotMember::decode(&b[..b.len() - 1]), None, "short");
+    assert_eq!(NotMember::decode(&[0; 19]), None, "no count");
+    let mut huge = vec![0u8; 20];
+    huge[16..20].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert_eq!(NotMember::decode(&huge), None, "a count past MAX_VOTERS");
 }
 
 #[test]
