@@ -4,6 +4,8 @@
 //!   throughput.
 //! - [`peers`]: etcd and Redis with replicas, started and driven as their
 //!   users run them, for comparison with pmwire's replicas.
+//! - [`raw_floor`]: the machine's floor, a replicated write's four
+//!   messages over plain TCP sockets (no UCX, no loop, no Raft).
 //! - [`dare`]: seed 000's DARE-persistent bound from our own RPC and
 //!   one-sided persistent write latencies.
 //! - [`crash`]: `pmwire bench smr-crash`, kill -9 of replicas under load,
@@ -14,4 +16,5 @@ pub mod crash;
 pub mod dare;
 pub mod netns;
 pub mod peers;
+pub mod raw_floor;
 pub mod suite;

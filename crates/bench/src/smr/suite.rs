@@ -21,6 +21,7 @@ use reactor::PollBudget;
 use transport::UcxTransport;
 
 use super::dare;
+use super::raw_floor::{self, RawFloor};
 use super::peers::{self, latency_run, throughput_point, Peer, PeerOptions, Plan, PutClient, KEY_BYTES, LATENCY_BENCH, THROUGHPUT_BENCH, VALUE_BYTES};
 use crate::remote::common::{finish_with_peers, latency_result, ratio};
 use crate::remote::server::ucx_config;
@@ -288,13 +289,19 @@ fn run_round(exe: &Path, v: &Variant, plan: &Plan, sweep: bool, results: &mut Ve
 /// A variant's latency row from its rounds: each percentile is the median
 /// of the rounds' (the rounds' p50s are kept as a parameter).
 fn median_of_rounds(v: &Variant, rounds: &[BenchResult], puts: u64) -> BenchResult {
+    row_params(v, median_row(&v.name(), rounds, puts))
+}
+
+/// A latency row named `name` whose percentiles are the medians of its
+/// rounds'.
+fn median_row(name: &str, rounds: &[BenchResult], puts: u64) -> BenchResult {
     let median = |m: &str| {
         let mut xs: Vec<f64> = rounds.iter().filter_map(|r| r.get(m)).collect();
         xs.sort_by(f64::total_cmp);
         xs[xs.len() / 2]
     };
     let p50s: Vec<f64> = rounds.iter().filter_map(|r| r.get("latency_ns_p50")).collect();
-    let row = BenchResult::new(LATENCY_BENCH, &v.name())
+    BenchResult::new(LATENCY_BENCH, name)
         .size(VALUE_BYTES as u64)
         .metric("latency_ns_p50", median("latency_ns_p50"))
         .metric("latency_ns_p99", median("latency_ns_p99"))
@@ -302,8 +309,18 @@ fn median_of_rounds(v: &Variant, rounds: &[BenchResult], puts: u64) -> BenchResu
         .param("rounds", rounds.len())
         .param("round_p50s_ns", p50s)
         .param("puts_per_round", puts)
-        .param("clients", 1);
-    row_params(v, row)
+        .param("clients", 1)
+}
+
+/// One round of the machine's floor (plain TCP sockets, no UCX).
+fn raw_floor_round(plan: &Plan, skipped: &mut Vec<Skipped>) -> Option<BenchResult> {
+    match latency_run(&RawFloor::start, plan) {
+        Ok(mut samples) => Some(latency_result(LATENCY_BENCH, raw_floor::VARIANT, VALUE_BYTES as u64, &mut samples)),
+        Err(e) => {
+            skipped.push(Skipped::new(LATENCY_BENCH, raw_floor::VARIANT, &format!("{e:#}")));
+            None
+        }
+    }
 }
 
 fn metric(results: &[BenchResult], bench: &str, variant: &str, metric: &str, clients: Option<u64>) -> Option<f64> {
@@ -334,14 +351,30 @@ fn headlines(results: &[BenchResult]) -> Vec<Headline> {
     // The floor on this machine: the same processes and messages with no
     // Raft. A p50 target below floor / peer cannot be met here.
     let floor = lat("floor_tcp_4_messages_no_raft", "latency_ns_p50");
+    let raw = lat(raw_floor::VARIANT, "latency_ns_p50");
+    let sm = "pmwire_sm_pmem_self_validating";
     let dare = metric(results, &format!("{}_tcp", dare::BENCH), "dare_persistent_bound", "latency_ns_p50", None);
     for (name, value, peer) in [
         ("smr PUT p50: floor (tcp, 4 messages, no Raft) / etcd (tmpfs): the best pmwire / etcd this machine allows", div(floor, lat(Peer::EtcdTmpfs.name(), "latency_ns_p50")), "etcd 3.4"),
         ("smr PUT p50: floor (tcp, 4 messages, no Raft) / Redis + WAIT: the best pmwire / Redis this machine allows", div(floor, lat(Peer::RedisWait.name(), "latency_ns_p50")), "redis-server, 2 replicas"),
         ("smr PUT p50: pmwire (tcp, pmem) / floor (tcp, 4 messages, no Raft)", div(lat(ours, "latency_ns_p50"), floor), "the floor, same run"),
+        ("smr PUT p50: raw TCP sockets, 4 messages (no UCX, no loop, no Raft) / etcd (tmpfs): the machine's floor", div(raw, lat(Peer::EtcdTmpfs.name(), "latency_ns_p50")), "etcd 3.4"),
+        ("smr PUT p50: raw TCP sockets, 4 messages (no UCX, no loop, no Raft) / Redis + WAIT: the machine's floor", div(raw, lat(Peer::RedisWait.name(), "latency_ns_p50")), "redis-server, 2 replicas"),
+        ("smr PUT p50: floor (UCX tcp) / raw TCP sockets: the transport and loop's own cost", div(floor, raw), "raw TCP sockets, same run"),
         ("smr PUT p50: pmwire (tcp, pmem) / DARE-persistent bound (tcp; seed 000: 6.6 / 8.1 us = 0.81x)", div(lat(ours, "latency_ns_p50"), dare), "volatile RPC + 2 one-sided persistent writes, same run"),
     ] {
         let h = ratio(name, value, 1.0, false, peer).for_information();
+        if h.value.is_finite() {
+            out.push(h);
+        }
+    }
+    // Over shared memory (one host only, so beside the tcp headlines, not
+    // instead of them), against the same targets.
+    for (name, value, target, peer) in [
+        ("smr PUT p50: pmwire (sm, pmem) / etcd (tmpfs) (one host only)", div(lat(sm, "latency_ns_p50"), lat(Peer::EtcdTmpfs.name(), "latency_ns_p50")), 0.1, "etcd 3.4"),
+        ("smr PUT p50: pmwire (sm, pmem) / Redis + WAIT (one host only)", div(lat(sm, "latency_ns_p50"), lat(Peer::RedisWait.name(), "latency_ns_p50")), 0.3, "redis-server, 2 replicas"),
+    ] {
+        let h = ratio(name, value, target, false, peer).for_information();
         if h.value.is_finite() {
             out.push(h);
         }
@@ -360,10 +393,17 @@ pub fn run(options: &SmrOptions) -> Result<SuiteReport> {
     let variants = variants(&options.transports);
     let rounds = rounds(options.quick);
     let round_plan = Plan { latency_puts: plan.latency_puts.div_ceil(rounds), ..plan.clone() };
-    let bar = progress(rounds * variants.len() as u64 + options.transports.len() as u64 + u64::from(options.peers));
+    let raw = options.transports.contains(&"tcp");
+    let bar = progress(rounds * (variants.len() as u64 + u64::from(raw)) + options.transports.len() as u64 + u64::from(options.peers));
     let (mut results, mut skipped) = (Vec::new(), Vec::new());
     let mut by_variant: Vec<Vec<BenchResult>> = vec![Vec::new(); variants.len()];
+    let mut raw_rounds = Vec::new();
     for round in 0..rounds {
+        if raw {
+            bar.set_message(format!("{} (round {}/{rounds})", raw_floor::VARIANT, round + 1));
+            raw_rounds.extend(raw_floor_round(&round_plan, &mut skipped));
+            bar.inc(1);
+        }
         for (v, done) in variants.iter().zip(&mut by_variant) {
             bar.set_message(format!("{} (round {}/{rounds})", v.name(), round + 1));
             // The throughput sweep runs once, in the middle round.
@@ -376,6 +416,10 @@ pub fn run(options: &SmrOptions) -> Result<SuiteReport> {
         if !done.is_empty() {
             results.push(median_of_rounds(v, done, round_plan.latency_puts));
         }
+    }
+    if !raw_rounds.is_empty() {
+        let row = median_row(raw_floor::VARIANT, &raw_rounds, round_plan.latency_puts).param("transport", "plain TCP sockets, loopback, TCP_NODELAY, blocking; 3 threads");
+        results.push(row);
     }
     for &tls in &options.transports {
         bar.set_message(format!("DARE bound over {tls}"));

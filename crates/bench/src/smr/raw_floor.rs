@@ -1,0 +1,175 @@
+//! The machine's replication floor: a replicated write's four messages
+//! (request, append to both followers, the first acknowledgement, reply)
+//! over plain blocking TCP sockets on loopback, with no UCX, no event loop,
+//! no Raft and nothing persisted. `pmwire bench smr` measures it in the
+//! same rounds as the replicas: it bounds what any design could reach over
+//! tcp on this machine, where [`pmwire_smr::floor`] bounds what one over
+//! our transport and loop can, so the gap between the two is the
+//! transport's own cost.
+//!
+//! The three nodes are threads of the bench process (a thread's wake-up
+//! costs what a process's does; no address-space switch, so if anything
+//! this floor is a little low). Sockets have `TCP_NODELAY`; the leader
+//! waits for its followers' acknowledgements with `poll(2)` and answers
+//! the client at the first one; the second is read when it arrives. Every
+//! wait blocks: nothing spins.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::thread::JoinHandle;
+
+use anyhow::{Context, Result};
+
+use super::peers::{PutClient, KEY_BYTES, VALUE_BYTES};
+
+/// A write's bytes on the wire: the key, then the value.
+const WRITE_BYTES: usize = KEY_BYTES + VALUE_BYTES;
+/// An acknowledgement's and a reply's bytes: the write's sequence number.
+const ACK_BYTES: usize = 8;
+
+/// The name of the floor's rows.
+pub const VARIANT: &str = "floor_raw_tcp_4_messages_no_ucx";
+
+/// A leader and two followers on loopback, and the client's connection
+/// to the leader. Dropping it closes the connection; the nodes then end
+/// and are joined.
+pub struct RawFloor {
+    client: Option<TcpStream>,
+    seq: u64,
+    nodes: Vec<JoinHandle<std::io::Result<()>>>,
+}
+
+fn listener() -> Result<TcpListener> {
+    TcpListener::bind("127.0.0.1:0").context("bind a loopback port")
+}
+
+fn connect(l: &TcpListener) -> Result<TcpStream> {
+    let s = TcpStream::connect(l.local_addr()?).context("connect on loopback")?;
+    s.set_nodelay(true)?;
+    Ok(s)
+}
+
+fn accept(l: &TcpListener) -> std::io::Result<TcpStream> {
+    let (s, _) = l.accept()?;
+    s.set_nodelay(true)?;
+    Ok(s)
+}
+
+/// A follower: acknowledges each write once it has all its bytes.
+fn follower(l: TcpListener) -> std::io::Result<()> {
+    let mut s = accept(&l)?;
+    let mut buf = [0u8; WRITE_BYTES];
+    let mut seq = 0u64;
+    loop {
+        if let Err(e) = s.read_exact(&mut buf) {
+            return if e.kind() == std::io::ErrorKind::UnexpectedEof { Ok(()) } else { Err(e) };
+        }
+        seq += 1;
+        s.write_all(&seq.to_le_bytes())?;
+    }
+}
+
+/// The leader: forwards each write to both followers, answers at the
+/// first acknowledgement, and reads the other when it comes.
+fn leader(l: TcpListener, mut followers: [TcpStream; 2]) -> std::io::Result<()> {
+    let mut client = accept(&l)?;
+    let mut buf = [0u8; WRITE_BYTES];
+    let mut ack = [0u8; ACK_BYTES];
+    // Acknowledgements each follower still owes.
+    let mut owed = [0u64; 2];
+    loop {
+        if let Err(e) = client.read_exact(&mut buf) {
+            for f in &followers {
+                let _ = f.shutdown(Shutdown::Write);
+            }
+            return if e.kind() == std::io::ErrorKind::UnexpectedEof { Ok(()) } else { Err(e) };
+        }
+        for (f, o) in followers.iter_mut().zip(&mut owed) {
+            f.write_all(&buf)?;
+            *o += 1;
+        }
+        // A majority (this node and one follower) holds the write once one
+        // follower has acknowledged it: acknowledgements come in order, so
+        // once that follower owes none.
+        while owed.iter().all(|&o| o > 0) {
+            let mut fds = [0, 1].map(|i| libc::pollfd { fd: followers[i].as_raw_fd(), events: libc::POLLIN, revents: 0 });
+            // SAFETY: two pollfds we own, for the duration of the call.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            for (i, fd) in fds.iter().enumerate() {
+                if fd.revents != 0 {
+                    // Readable, or closed: a closed follower fails the read.
+                    followers[i].read_exact(&mut ack)?;
+                    owed[i] -= 1;
+                }
+            }
+        }
+        client.write_all(&buf[..ACK_BYTES])?;
+    }
+}
+
+impl RawFloor {
+    /// Starts the three nodes and connects the client.
+    pub fn start() -> Result<RawFloor> {
+        let (lead, f1, f2) = (listener()?, listener()?, listener()?);
+        let followers = [connect(&f1)?, connect(&f2)?];
+        let mut nodes = Vec::with_capacity(3);
+        for l in [f1, f2] {
+            nodes.push(std::thread::Builder::new().name("raw-floor-follower".into()).spawn(move || follower(l))?);
+        }
+        let client = connect(&lead)?;
+        nodes.push(std::thread::Builder::new().name("raw-floor-leader".into()).spawn(move || leader(lead, followers))?);
+        Ok(RawFloor { client: Some(client), seq: 0, nodes })
+    }
+}
+
+impl PutClient for RawFloor {
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        assert_eq!(key.len(), KEY_BYTES);
+        assert_eq!(value.len(), VALUE_BYTES);
+        let mut buf = [0u8; WRITE_BYTES];
+        buf[..KEY_BYTES].copy_from_slice(key);
+        buf[KEY_BYTES..].copy_from_slice(value);
+        let s = self.client.as_mut().expect("connected until dropped");
+        s.write_all(&buf).context("send to the raw floor's leader")?;
+        let mut reply = [0u8; ACK_BYTES];
+        s.read_exact(&mut reply).context("the raw floor's reply")?;
+        self.seq += 1;
+        Ok(())
+    }
+}
+
+impl Drop for RawFloor {
+    fn drop(&mut self) {
+        drop(self.client.take());
+        for n in self.nodes.drain(..) {
+            // A node's I/O error ends only that node; the measurement
+            // already saw it as a failed put.
+            let _ = n.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_put_is_answered_and_the_nodes_end_when_the_client_goes() {
+        let mut floor = RawFloor::start().expect("start");
+        let key = [b'k'; KEY_BYTES];
+        let value = [b'v'; VALUE_BYTES];
+        for _ in 0..1000 {
+            floor.put(&key, &value).expect("put");
+        }
+        assert_eq!(floor.seq, 1000);
+        drop(floor); // joins the three threads: they ended.
+    }
+}
