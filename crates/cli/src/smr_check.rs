@@ -57,6 +57,7 @@ struct Totals {
     ops: u64,
     acknowledged: u64,
     crashes: u64,
+    chunked: u64,
     partitions: u64,
 }
 
@@ -84,7 +85,7 @@ pub fn run(args: &SmrCheckArgs) -> Result<bool> {
         _ => &[SimStore::Mem, SimStore::Pmem],
     };
     println!("smr simulation: seeds {}..{} per cluster size and store; every fault on (loss, duplication, reordering, partitions, crashes in and between store writes; on pmem a crash leaves a crash image)", args.first, args.first + args.seeds);
-    println!("{:<28} {:>6} {:>6} {:>9} {:>9} {:>8} {:>10} {:>7}  verdict", "configuration", "runs", "failed", "ops", "acked", "crashes", "partitions", "runs/s");
+    println!("{:<28} {:>6} {:>6} {:>9} {:>9} {:>8} {:>10} {:>8} {:>7}  verdict", "configuration", "runs", "failed", "ops", "acked", "crashes", "partitions", "chunked", "runs/s");
     let mut all_ok = true;
     for (&store, &n) in stores.iter().flat_map(|s| sizes.iter().map(move |n| (s, n))) {
         let cfg = SimConfig { store, ..SimConfig::standard(n) };
@@ -97,6 +98,7 @@ pub fn run(args: &SmrCheckArgs) -> Result<bool> {
             t.ops += r.ops as u64;
             t.acknowledged += r.acknowledged as u64;
             t.crashes += r.crashes;
+            t.chunked += r.chunked_messages;
             t.partitions += r.partitions;
             if !r.passed() {
                 t.failed.push(r);
@@ -108,7 +110,7 @@ pub fn run(args: &SmrCheckArgs) -> Result<bool> {
         let ok = t.failed.is_empty();
         all_ok &= ok;
         let name = format!("{n} replicas, 4 clients, {}", store_name(store));
-        println!("{name:<28} {:>6} {:>6} {:>9} {:>9} {:>8} {:>10} {runs_per_s:>7.1}  {}", t.runs, t.failed.len(), t.ops, t.acknowledged, t.crashes, t.partitions, if ok { "ok" } else { "FAILED" });
+        println!("{name:<28} {:>6} {:>6} {:>9} {:>9} {:>8} {:>10} {:>8} {runs_per_s:>7.1}  {}", t.runs, t.failed.len(), t.ops, t.acknowledged, t.crashes, t.partitions, t.chunked, if ok { "ok" } else { "FAILED" });
         for r in t.failed.iter().take(5) {
             println!("    seed {}: {}", r.seed, r.violations.join("; "));
             println!("    replay: pmwire check smr --replicas {n} --store {} --first {} --seeds 1", store_name(store), r.seed);

@@ -224,6 +224,10 @@ pub struct ReplicaConfig {
     /// A learner is promoted only once its log is within this many
     /// entries of the leader's commit index (and replicating normally).
     pub promote_lag: u64,
+    /// A Raft message larger than this goes as chunks of this size (at
+    /// most [`RAFT_CHUNK_BYTES`]; the simulation draws smaller ones so that
+    /// chunking runs under its faults).
+    pub chunk_bytes: usize,
 }
 
 impl ReplicaConfig {
@@ -241,6 +245,7 @@ impl ReplicaConfig {
             faults: Faults::default(),
             trace_applied: false,
             promote_lag: 1000,
+            chunk_bytes: RAFT_CHUNK_BYTES,
         }
     }
 }
@@ -277,6 +282,8 @@ pub struct Counters {
     pub readys: u64,
     /// Snapshots taken locally.
     pub snapshots: u64,
+    /// Raft messages queued to go as chunks.
+    pub chunked: u64,
 }
 
 /// One replica of the state machine.
@@ -376,6 +383,7 @@ where
     /// from the snapshot the leader sends it.
     pub fn new(config: ReplicaConfig, durable: D, peers: BTreeMap<u64, T::Addr>) -> Result<Replica<T, D>, raft::Error> {
         assert_ne!(config.id, 0, "replica ids start at 1");
+        assert!((1..=RAFT_CHUNK_BYTES).contains(&config.chunk_bytes), "chunks of 1 B to RAFT_CHUNK_BYTES");
         assert!(!peers.contains_key(&config.id), "peers exclude this replica");
         let (snap_meta, snap_data) = durable.snapshot();
         let machine = if snap_data.is_empty() {
@@ -943,7 +951,7 @@ where
         // once they circulate).
         let mut payload = t.take_buffer(m.compute_size() as usize);
         m.write_to_vec(&mut payload).expect("a raft message encodes");
-        if payload.len() > RAFT_CHUNK_BYTES {
+        if payload.len() > self.config.chunk_bytes {
             return self.send_chunked(t, to, conn, &payload, snapshot);
         }
         let sent = t.send(conn, &RAFT_MAGIC, payload);
@@ -974,14 +982,16 @@ where
             return;
         }
         self.chunked_sent += 1;
+        self.counters.chunked += 1;
         let id = self.chunked_sent;
         let len = payload.len() as u64;
+        let size = self.config.chunk_bytes;
         let chunks = payload
-            .chunks(RAFT_CHUNK_BYTES)
+            .chunks(size)
             .enumerate()
             .map(|(i, part)| {
                 let mut c = Vec::with_capacity(CHUNK_HEADER_BYTES + part.len());
-                for v in [id, len, (i * RAFT_CHUNK_BYTES) as u64] {
+                for v in [id, len, (i * size) as u64] {
                     c.extend_from_slice(&v.to_le_bytes());
                 }
                 c.extend_from_slice(part);

@@ -25,12 +25,16 @@
 //! write in flight the state after it or, for an append, a prefix of it),
 //! is a finding. A persistent store also crashes, drawn per truncation, in
 //! or soon after an append that drops a conflicting suffix.
+//! The replicas' chunk size is drawn per seed too: in half the runs, a
+//! Raft message over 4 KiB or 512 B (a snapshot, an append of many
+//! entries) goes as chunks, under the same loss and broken connections.
 //!
 //! Checked: the recovered stores, as above; the history is linearizable
 //! ([`lincheck`], per key: this also finds an acknowledged write that was
 //! lost); at most one leader per term; an index applied anywhere is
-//! applied with the same term everywhere (a committed entry never changes); after healing, every
-//! replica holds the same map.
+//! applied with the same term everywhere (a committed entry never changes); no replica
+//! halts (its leader never counts entries as held that its store lost);
+//! after healing, every replica holds the same map.
 //!
 //! A run is a pure function of its seed and [`SimConfig`]: a failure is
 //! replayed by running the seed again.
@@ -138,6 +142,9 @@ pub struct SimReport {
     pub partitions: u64,
     /// Leader elections seen (distinct terms with a leader).
     pub terms_with_leader: usize,
+    /// Raft messages the replicas sent as chunks (the chunk size is drawn
+    /// per seed).
+    pub chunked_messages: u64,
     /// What went wrong (empty: passed).
     pub violations: Vec<String>,
     /// The history of the key that is not linearizable, if one is not.
@@ -589,6 +596,9 @@ struct World {
     tail: TailStrategy,
     /// The faults have ended ([`World::calm`]).
     calmed: bool,
+    /// The replicas' chunk size, drawn per seed: most runs send every
+    /// Raft message whole, some chunk their snapshots and large appends.
+    chunk_bytes: usize,
 }
 
 const MS: u64 = 1_000_000;
@@ -667,8 +677,10 @@ impl World {
             broken: false,
             tail: TailStrategy::SelfValidating,
             calmed: false,
+            chunk_bytes: crate::node::RAFT_CHUNK_BYTES,
             cfg,
         };
+        w.chunk_bytes = [crate::node::RAFT_CHUNK_BYTES, crate::node::RAFT_CHUNK_BYTES, 4096, 512][w.rng.gen_range(0..4)];
         if w.cfg.store == SimStore::Pmem {
             w.tail = [TailStrategy::Naive, TailStrategy::ROTATING_PAPER, TailStrategy::SelfValidating][w.rng.gen_range(0..3)];
         }
@@ -709,6 +721,7 @@ impl World {
         config.faults = self.cfg.planted;
         config.snapshot_every = self.cfg.snapshot_every;
         config.trace_applied = true;
+        config.chunk_bytes = self.chunk_bytes;
         let replica = Replica::new(config, durable, peers)?;
         Ok(Reactor::new(t, replica))
     }
@@ -762,6 +775,7 @@ impl World {
             let d = r.service.durable().store();
             eprintln!("{now_ns:>12} ns: replica {} crashes: durable last {} hard {:?} status {:?}", i + 1, d.last_index(), d.hard_state(), r.service.status());
         }
+        self.report.chunked_messages += r.service.counters().chunked;
         let remains = r.service.take_durable().crash(&mut self.rng);
         self.record_applied(i);
         let Slot::Up(dead) = std::mem::replace(&mut self.slots[i], Slot::Down { remains, back_ns }) else { unreachable!() };
@@ -1209,6 +1223,11 @@ impl World {
             }
         }
         self.observe();
+        for s in &self.slots {
+            if let Slot::Up(r) = s {
+                self.report.chunked_messages += r.service.counters().chunked;
+            }
+        }
         self.report.ops = self.history.len();
         self.report.acknowledged = self.history.iter().filter(|o| o.ret.is_some()).count();
         self.report.terms_with_leader = self.leaders.len();

@@ -19,14 +19,17 @@ fn assert_passes(cfg: &SimConfig) {
 fn assert_passes_seeds(cfg: &SimConfig, seeds: u64) {
     let mut acknowledged = 0;
     let mut crashes = 0;
+    let mut chunked = 0;
     for seed in 0..seeds {
         let r = run(seed, cfg);
         assert!(r.passed(), "seed {seed} failed (replay: run({seed}, ..)): {:?}", r.violations);
         acknowledged += r.acknowledged;
         crashes += r.crashes;
+        chunked += r.chunked_messages;
     }
     assert!(acknowledged > 0, "some operations were acknowledged");
     assert!(!cfg.crashes || crashes > 0, "crashes were injected");
+    assert!(seeds < 20 || chunked > 0, "some runs sent Raft messages in chunks");
 }
 
 #[test]
@@ -52,7 +55,7 @@ fn five_replicas_on_pmem_pass_under_every_fault() {
 #[test]
 fn a_seed_replays_exactly() {
     let cfg = SimConfig::standard(3);
-    let key = |r: &SimReport| (r.ops, r.acknowledged, r.crashes, r.partitions, r.terms_with_leader, r.violations.clone());
+    let key = |r: &SimReport| (r.ops, r.acknowledged, r.crashes, r.partitions, r.terms_with_leader, r.chunked_messages, r.violations.clone());
     assert_eq!(key(&run(7, &cfg)), key(&run(7, &cfg)));
     let cfg = SimConfig::pmem(3);
     assert_eq!(key(&run(7, &cfg)), key(&run(7, &cfg)));
