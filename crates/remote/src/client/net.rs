@@ -222,8 +222,8 @@ impl<T: Transport> Client<T> {
             return self.write_as(offset, bytes, method);
         }
         let len = bytes.len() as u64;
-        let (core, required) = (&self.core, self.options.required);
-        let allowed = |m: Method| core.plan_write(offset, len, m, required, None).is_ok();
+        let (core, required, attached) = (&self.core, self.options.required, self.remote.is_some());
+        let allowed = |m: Method| (attached || !m.one_sided()) && core.plan_write(offset, len, m, required, None).is_ok();
         let pick = match self.auto.as_mut() {
             Some(auto) => auto.pick(len, allowed),
             None => None,
@@ -409,22 +409,26 @@ impl<T: Transport> Client<T> {
     /// the table. Interleaved: each round writes once with every method at
     /// every size, in an order that rotates by round, so noise lands on all
     /// methods alike (see [`crate::calibration`]). `transport_name` labels
-    /// the target (a table is valid only there).
+    /// the target (a table is valid only there). The writes put back the
+    /// bytes read there first, so the data area keeps its content (unless
+    /// another client writes the same range meanwhile).
     pub fn calibrate(&mut self, offset: u64, sizes: &[u64], rounds: usize, transport_name: &str) -> Result<&Calibration, ClientError> {
         assert!(rounds >= 1, "at least one round");
         let mut builder = CalibrationBuilder::default();
-        let mut cells: Vec<(u64, Vec<Method>, Vec<u8>)> = Vec::with_capacity(sizes.len());
+        let largest = sizes.iter().copied().max().unwrap_or(0);
+        let original = self.read_range(offset, largest)?;
+        let mut cells: Vec<(u64, Vec<Method>)> = Vec::with_capacity(sizes.len());
         for &size in sizes {
-            let methods: Vec<Method> = Method::CONCRETE.into_iter().filter(|&m| self.plan(offset, size, m).is_ok()).collect();
-            cells.push((size, methods, vec![0xa5u8; size as usize]));
+            let usable = |m: Method| self.plan(offset, size, m).is_ok() && (self.remote.is_some() || !m.one_sided());
+            cells.push((size, Method::CONCRETE.into_iter().filter(|&m| usable(m)).collect()));
         }
         const WARM_UP_ROUNDS: usize = 2;
         for round in 0..WARM_UP_ROUNDS + rounds {
-            for (size, methods, bytes) in &cells {
+            for (size, methods) in &cells {
                 for j in 0..methods.len() {
                     let method = methods[(round + j) % methods.len()];
                     let start = Instant::now();
-                    self.write_as(offset, bytes, method)?;
+                    self.write_as(offset, &original[..*size as usize], method)?;
                     if round >= WARM_UP_ROUNDS {
                         builder.record_latency(*size, method, start.elapsed().as_nanos() as u64);
                     }
@@ -434,6 +438,20 @@ impl<T: Transport> Client<T> {
         let target = self.target(transport_name);
         self.auto = Some(AutoSelector::new(builder.finish(transport_name, Some(target)), AutoParams::default())?);
         Ok(self.calibration().expect("just set"))
+    }
+
+    /// Reads `[offset, offset + len)` in pieces the server takes.
+    pub fn read_range(&mut self, offset: u64, len: u64) -> Result<Vec<u8>, ClientError> {
+        let piece = self.hello().max_payload.clamp(1, crate::proto::MAX_PAYLOAD_BYTES) as u64;
+        let mut out = Vec::with_capacity(len as usize);
+        let mut buf = Vec::new();
+        while (out.len() as u64) < len {
+            let n = piece.min(len - out.len() as u64);
+            buf.resize(n as usize, 0);
+            self.read(offset + out.len() as u64, &mut buf)?;
+            out.extend_from_slice(&buf);
+        }
+        Ok(out)
     }
 
     /// Closes the connection (bounded wait for it to go).
