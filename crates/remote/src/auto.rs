@@ -35,8 +35,9 @@
 //!   `reference_window + alternatives × batch × probe_every_young` writes
 //!   of its class (265 with two alternatives); a choice that turns slow is
 //!   left within two batches, `2 × alternatives × batch × probe_every`.
-//! - **Hysteresis.** Methods within the margin never replace each other;
-//!   going back to the method just left needs twice the margin; a switch
+//! - **Hysteresis.** Methods within the margin never replace each other:
+//!   A gives way to B only if B is 10% faster, and B to A only if A is 10%
+//!   faster, a dead band of 20% between the two decisions; a switch
 //!   starts the evidence afresh (ratios were against the old choice).
 //! - **Invalidation.** The selector is built for one [`TargetKey`]; the
 //!   client drops it when the target differs (see [`Calibration::check_target`]).
@@ -60,8 +61,8 @@ pub struct AutoParams {
     pub margin: f64,
     /// Ratios per alternative in one decision: 16. The median of 16 is
     /// robust to 7 outliers (interrupted writes); with two methods of equal
-    /// cost and ±15% noise, a batch passes the switch rule about once in
-    /// 10^4 (a binomial tail: 9 of 16 ratios at or below 1/1.1).
+    /// cost and 0–30% uniform noise, a batch passes the switch rule about
+    /// once in 10^4 (a binomial tail: 9 of 16 ratios at or below 1/1.1).
     pub batch: usize,
     /// Chosen-method latencies a ratio's reference is the median of: 9,
     /// timed on the writes just before the probe.
@@ -150,7 +151,6 @@ struct Class {
     size_bytes: u64,
     calibrated: usize,
     chosen: usize,
-    left: Option<usize>,
     methods: Vec<Evidence>,
     reference: Window<u64>,
     writes: u64,
@@ -264,7 +264,6 @@ impl AutoSelector {
                 size_bytes,
                 calibrated: chosen,
                 chosen,
-                left: None,
                 methods,
                 reference: Window::new(params.reference_window),
                 writes: 0,
@@ -395,14 +394,12 @@ impl AutoSelector {
             let (p50, p75) = Self::ratio_quartiles(&mut self.scratch_ratio, e);
             e.judged = Some((p50, p75));
             e.ratios.clear();
-            let margin = if class.left == Some(i) { 2.0 * params.margin } else { params.margin };
-            let beyond_noise = p50 * (1.0 + margin) <= 1.0 && p75 < 1.0;
+            let beyond_noise = p50 * (1.0 + params.margin) <= 1.0 && p75 < 1.0;
             if beyond_noise && best.is_none_or(|(_, b)| p50 < b) {
                 best = Some((i, p50));
             }
         }
         if let Some((i, _)) = best {
-            class.left = Some(class.chosen);
             class.chosen = i;
             class.switches += 1;
             class.since_probe = 0;

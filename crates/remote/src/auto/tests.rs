@@ -104,7 +104,7 @@ fn methods_of_equal_cost_do_not_oscillate() {
 /// The chosen method develops a latency cliff (RpcOffload's, issue 13):
 /// probes see Rpc is now faster and the selector moves within its
 /// steady-state bound; when the cliff goes, it does not come back for a
-/// gain inside the doubled margin.
+/// gain inside the margin.
 #[test]
 fn a_method_that_turns_slow_is_left_and_not_flapped_back() {
     let mut noise = Noise(99);

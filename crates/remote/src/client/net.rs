@@ -39,6 +39,17 @@ use pmwire_log::LogConfig;
 /// Tokens of one-sided operations have this bit; RPC tokens are request ids.
 const ONE_SIDED: u64 = 1 << 63;
 
+/// How long the client polls during a *measured* write (calibration, and
+/// the writes `Auto` times: its probes and their references) before it
+/// blocks. With the default 30 µs, a write slower than that (a probe of
+/// a slow method) lets the client block; on a loaded 2-core guest its
+/// wake-up then outlasts the server's own 30 µs of polling, the server
+/// blocks too, and each later write pays two wake-ups (80–95 µs here, for
+/// every method) until a wake-up happens to be quick. Measured writes
+/// spin through instead, so they measure the methods and do not start
+/// that chain; bounded, so a stuck write still blocks.
+const MEASURED_SPIN: Duration = Duration::from_millis(1);
+
 /// How a [`Client`] behaves.
 #[derive(Clone, Debug)]
 pub struct ClientOptions {
@@ -233,12 +244,25 @@ impl<T: Transport> Client<T> {
             self.plan(offset, len, Method::Auto)?;
             return Err(MethodError::NoCandidate { size: len, required }.into());
         };
-        let start = pick.timed.then(Instant::now);
-        let outcome = self.write_as(offset, bytes, pick.method)?;
-        if let (Some(start), Some(auto)) = (start, self.auto.as_mut()) {
-            auto.record(pick, start.elapsed().as_nanos() as u64);
+        if !pick.timed {
+            return self.write_as(offset, bytes, pick.method);
         }
-        Ok(outcome)
+        let (outcome, latency_ns) = self.measured(|c| c.write_as(offset, bytes, pick.method));
+        if let (Ok(_), Some(auto)) = (&outcome, self.auto.as_mut()) {
+            auto.record(pick, latency_ns);
+        }
+        outcome
+    }
+
+    /// Runs `write` polling for up to [`MEASURED_SPIN`], and times it.
+    fn measured<R>(&mut self, write: impl FnOnce(&mut Self) -> R) -> (R, u64) {
+        let saved = self.options.poll;
+        self.options.poll = PollBudget { spin: saved.spin.max(MEASURED_SPIN), max_empty_polls: u32::MAX };
+        let start = Instant::now();
+        let result = write(self);
+        let latency_ns = start.elapsed().as_nanos() as u64;
+        self.options.poll = saved;
+        (result, latency_ns)
     }
 
     /// [`write_persistent`](Client::write_persistent) by a concrete method.
@@ -427,10 +451,10 @@ impl<T: Transport> Client<T> {
             for (size, methods) in &cells {
                 for j in 0..methods.len() {
                     let method = methods[(round + j) % methods.len()];
-                    let start = Instant::now();
-                    self.write_as(offset, &original[..*size as usize], method)?;
+                    let (written, latency_ns) = self.measured(|c| c.write_as(offset, &original[..*size as usize], method));
+                    written?;
                     if round >= WARM_UP_ROUNDS {
-                        builder.record_latency(*size, method, start.elapsed().as_nanos() as u64);
+                        builder.record_latency(*size, method, latency_ns);
                     }
                 }
             }
