@@ -328,8 +328,10 @@ impl AutoSelector {
                 .filter(|(i, e)| *i != class.chosen && allowed(e.method) && e.ratios.len() < params.batch)
                 .min_by_key(|(_, e)| (e.ratios.len(), e.observed))
                 .map(|(i, _)| i);
+            // With nothing to probe (a single candidate), the turn passes
+            // all the same, so only the writes before a turn are timed.
+            class.since_probe = 0;
             if let Some(i) = target {
-                class.since_probe = 0;
                 class.probes += 1;
                 return Some(Pick { method: class.methods[i].method, probe: true, timed: true, class: Some(at) });
             }

@@ -175,3 +175,23 @@ fn the_target_decides_the_candidates() {
     anonymous.target = None;
     assert!(matches!(AutoSelector::new(anonymous, AutoParams::default()), Err(CalibrationError::OtherTarget(_))));
 }
+
+/// A class with one candidate makes no probe and times only the writes of
+/// a reference window per turn (for its status), not every write.
+#[test]
+fn a_single_candidate_is_neither_probed_nor_timed_throughout() {
+    let table = measured(&[64], &[RPC], 40, |_, _, _| 1_000);
+    let mut sel = AutoSelector::new(table, AutoParams::default()).unwrap();
+    let p = AutoParams::default();
+    let writes = 6_400u64;
+    let mut timed = 0;
+    for _ in 0..writes {
+        let pick = sel.pick(64, |_| true).unwrap();
+        assert!(!pick.probe);
+        timed += pick.timed as u64;
+        sel.record(pick, 1_000);
+    }
+    assert!(timed <= (writes / p.probe_every + 1) * p.reference_window as u64, "{timed} timed");
+    let class = &sel.status().classes[0];
+    assert_eq!((class.probes, class.switches, class.methods[0].online_ns), (0, 0, Some(1_000)));
+}
