@@ -5,6 +5,8 @@
 //! - `pmwire check`: the crash-state checker over every persistent structure;
 //!   `pmwire check fuzz`: the fuzzer against the remote server core and `pmwire serve`.
 //! - `pmwire report FILES --out DIR`: plots of benchmark results.
+//! - `pmwire serve`: export a pool; `pmwire remote status`: Auto's choice
+//!   per size class against a running server, with its evidence.
 //! - `pmwire tour`: the newcomer's tour, a short version of everything.
 
 mod check;
@@ -61,6 +63,11 @@ enum Command {
     },
     /// Export a pool over UCX (tcp or shared memory) until killed.
     Serve(remote_cmd::ServeArgs),
+    /// Talk to a running `pmwire serve`: `status` shows Auto's choice per size class and its evidence.
+    Remote {
+        #[command(subcommand)]
+        command: remote_cmd::RemoteCommand,
+    },
     /// Serve a persistent key-value store over RESP and HTTP (PASTE) until SIGTERM/SIGINT.
     Kv(kv_cmd::KvArgs),
     /// Run one replica of a replicated key-value cluster (Raft; its log in persistent memory) until killed.
@@ -224,6 +231,7 @@ fn main() -> Result<()> {
         }
         Command::Tour(args) => tour(&args),
         Command::Serve(args) => remote_cmd::serve_cmd(&args),
+        Command::Remote { command } => remote_cmd::remote(&command),
         Command::Kv(args) => kv_cmd::run(&args),
         Command::Replica(args) => smr_cmd::replica(&args),
         Command::Smr(args) => smr_cmd::smr(&args),

@@ -1,5 +1,7 @@
-//! The remote subcommands: `pmwire serve` and the remote bench suites
-//! (`bench crash`, and the latency, bulk and log-server suites).
+//! The remote subcommands: `pmwire serve`, `pmwire remote status` (Auto's
+//! choice per size class and its evidence, against a running server), and
+//! the remote bench suites (`bench crash`, and the latency, bulk and
+//! log-server suites).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -11,7 +13,11 @@ use pmem::{Region, RegionOptions};
 use pmwire_bench::remote::crash::{self, CrashOptions};
 use pmwire_bench::remote::logserver::LogServerOptions;
 use pmwire_bench::remote::server::{ucx_config, KeyFile};
+use pmwire_remote::auto::AutoStatus;
+use pmwire_remote::calibration::{CalibrationCache, Lookup};
+use pmwire_remote::client::{Client, ClientOptions};
 use pmwire_remote::event_loop::{register_data_area, serve_with, PollBudget};
+use pmwire_remote::proto::Method;
 use pmwire_remote::pool::{PoolConfig, PoolOpenError};
 use pmwire_remote::server::{Server, ServerConfig, ServerError};
 use transport::UcxTransport;
@@ -190,4 +196,154 @@ pub fn bench(suite: &RemoteSuite) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// `pmwire remote`: talk to a running `pmwire serve`.
+#[derive(Subcommand)]
+pub enum RemoteCommand {
+    /// Connect to a `pmwire serve`, calibrate `Auto` (or reuse a cached calibration of the same server, transport and
+    /// guarantees), run Auto writes, and print per size class the chosen method, each method's estimates and sample
+    /// counts, and the probes spent. The bytes written are the bytes read there first: the data area keeps its content.
+    Status(StatusArgs),
+}
+
+/// `pmwire remote status`.
+#[derive(Args)]
+pub struct StatusArgs {
+    /// The server's key file (`pmwire serve --key-file`): region id, key and address.
+    #[arg(long)]
+    key_file: PathBuf,
+    /// UCX transport: tcp or sm (as the server runs).
+    #[arg(long, default_value = "tcp")]
+    tls: String,
+    /// Turn on one-sided access on this client (the put + FLUSH method; the server must run with --one-sided).
+    #[arg(long)]
+    one_sided: bool,
+    /// Size classes (bytes, comma-separated; K, M suffixes).
+    #[arg(long, value_delimiter = ',', value_parser = crate::size::parse, default_value = "64,256,1024,4096")]
+    sizes: Vec<u64>,
+    /// Calibration rounds (each writes once with every method at every size, interleaved).
+    #[arg(long, default_value_t = 100)]
+    rounds: usize,
+    /// Auto writes per size class after calibrating (the online evidence).
+    #[arg(long, default_value_t = 2000)]
+    writes: usize,
+    /// Where in the data area to write (the bytes there are read first and written back unchanged).
+    #[arg(long, default_value_t = 0)]
+    offset: u64,
+    /// Calibration cache (JSON, one table per server and transport), reused while the target is unchanged.
+    #[arg(long)]
+    cache: Option<PathBuf>,
+    /// Measure anew even if the cache holds a table for this target.
+    #[arg(long)]
+    recalibrate: bool,
+    /// Print the status as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs a `pmwire remote` command.
+pub fn remote(command: &RemoteCommand) -> Result<()> {
+    match command {
+        RemoteCommand::Status(args) => status(args),
+    }
+}
+
+fn status(args: &StatusArgs) -> Result<()> {
+    let text = std::fs::read_to_string(&args.key_file).with_context(|| format!("read {}", args.key_file.display()))?;
+    let keys: KeyFile = serde_json::from_str(&text).with_context(|| format!("parse {}", args.key_file.display()))?;
+    let addr = keys.socket()?;
+    let transport = UcxTransport::new(&ucx_config(&args.tls, addr.ip().is_loopback(), args.one_sided)?)?;
+    let options = ClientOptions { payload_crc: false, ..ClientOptions::default() };
+    let mut client = Client::connect_with(transport, &addr, keys.region_id, keys.key, options).context("connect")?;
+    let target = client.target(&args.tls);
+    let mut cache = match &args.cache {
+        Some(path) => CalibrationCache::load(path)?,
+        None => CalibrationCache::default(),
+    };
+    let cached = match cache.lookup(&target) {
+        Lookup::Fresh(table) if !args.recalibrate => Some(table.clone()),
+        Lookup::Fresh(_) => None,
+        Lookup::Invalidated(why) => {
+            println!("cached calibration invalidated: {why}");
+            None
+        }
+        Lookup::Missing => None,
+    };
+    let how = match cached {
+        Some(table) => {
+            client.set_calibration(table)?;
+            "reused from the cache (same server, transport and guarantees)".to_string()
+        }
+        None => {
+            let started = std::time::Instant::now();
+            let table = client.calibrate(args.offset, &args.sizes, args.rounds, &args.tls)?.clone();
+            cache.insert(table);
+            format!("measured now: {} interleaved rounds in {:.1} s", args.rounds, started.elapsed().as_secs_f64())
+        }
+    };
+    if let Some(path) = &args.cache {
+        cache.save(path)?;
+    }
+    let sizes = client.calibration().map(|c| c.sizes()).unwrap_or_default();
+    let largest = sizes.iter().copied().max().unwrap_or(0);
+    let original = client.read_range(args.offset, largest)?;
+    for &size in &sizes {
+        for _ in 0..args.writes {
+            client.write_persistent(args.offset, &original[..size as usize], Method::Auto)?;
+        }
+    }
+    let status = client.auto_status().context("Auto has no calibration")?;
+    client.close();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&status)?);
+    } else {
+        println!("calibration: {how}");
+        print!("{}", status_text(&status, args.writes));
+    }
+    Ok(())
+}
+
+/// The status as a table per size class.
+fn status_text(status: &AutoStatus, writes: usize) -> String {
+    let t = &status.target;
+    let p = &status.params;
+    let mut out = format!(
+        "target: {} over {}; domain code {}, guarantees {:?}, one-sided {}, max payload {} B; writes must give {:?}\n",
+        t.server, t.transport, t.domain, t.guarantees, t.one_sided, t.max_payload, t.required
+    );
+    out += &format!(
+        "selector: switch when another method is {:.0}% faster (paired median of {} probes, upper quartile < 1); probe 1 write in {} (1 in {} until each alternative has a batch)\n",
+        p.margin * 100.0,
+        p.batch,
+        p.probe_every,
+        p.probe_every_young
+    );
+    out += &format!("{writes} Auto writes per size class after calibrating\n\n");
+    let us = |ns: u64| format!("{:.2} us", ns as f64 / 1e3);
+    for c in &status.classes {
+        out += &format!(
+            "{:>7} B  chosen {:?} (calibration chose {:?}); {} writes, {} probes ({:.1}%), {} switches\n",
+            c.size_bytes,
+            c.chosen,
+            c.calibrated_choice,
+            c.writes,
+            c.probes,
+            100.0 * c.probes as f64 / c.writes.max(1) as f64,
+            c.switches
+        );
+        out += &format!("           {:<24} {:>18} {:>20} {:>22}\n", "method", "calibrated (n)", "online p50 (n)", "vs chosen (pairs)");
+        for m in &c.methods {
+            let online = m.online_ns.map_or("-".to_string(), |ns| format!("{} ({})", us(ns), m.online_samples));
+            let ratio = match m.ratio_to_chosen {
+                Some(r) => format!("{r:.2}x (+{})", m.pairs),
+                None if m.method == c.chosen => "chosen".to_string(),
+                None => format!("- (+{})", m.pairs),
+            };
+            let mark = if m.method == c.chosen { "*" } else { " " };
+            let calibrated = format!("{} ({})", us(m.calibrated_ns), m.calibrated_samples);
+            out += &format!("         {mark} {:<24} {calibrated:>18} {online:>20} {ratio:>22}\n", format!("{:?}", m.method));
+        }
+    }
+    out
 }

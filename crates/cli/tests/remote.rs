@@ -36,3 +36,57 @@ fn serve_refuses_a_pool_it_did_not_format() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("does not open"));
     assert_eq!(std::fs::read(&pool).unwrap(), vec![7u8; 1 << 20], "left unchanged");
 }
+
+/// `pmwire remote status` against a `pmwire serve` child: it calibrates,
+/// runs Auto writes, prints each size class's choice and evidence, keeps
+/// the data area's bytes, reuses its cache on the same target and drops
+/// the cached table when the server's stated domain differs.
+#[test]
+fn remote_status_shows_autos_choice_and_keeps_the_data() {
+    use pmwire_bench::remote::server::{ucx_config, ServeChild};
+    use pmwire_remote::client::Client;
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let (pool, key_file, cache) = (dir.path().join("pool"), dir.path().join("keys.json"), dir.path().join("cache.json"));
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_pmwire"));
+    let server = ServeChild::start(exe, &pool, "4M", "tcp", 8, false, &key_file).unwrap();
+    let addr = server.keys.socket().unwrap();
+    let pattern: Vec<u8> = (0..256u32).map(|i| (i * 7 + 3) as u8).collect();
+    let connect = || Client::connect(transport::UcxTransport::new(&ucx_config("tcp", true, false).unwrap()).unwrap(), &addr, server.keys.region_id, server.keys.key).unwrap();
+    let mut client = connect();
+    client.write_persistent(4096, &pattern, pmwire_remote::proto::Method::Rpc).unwrap();
+    client.close();
+    let status = |extra: &[&str]| {
+        let mut args = vec!["remote", "status", "--key-file", key_file.to_str().unwrap(), "--sizes", "64,256", "--rounds", "20"];
+        args.extend_from_slice(&["--writes", "100", "--offset", "4096", "--cache", cache.to_str().unwrap()]);
+        args.extend_from_slice(extra);
+        let out = std::process::Command::new(exe).args(&args).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let json: serde_json::Value = serde_json::from_str(&status(&["--json"])).unwrap();
+    let classes = json["classes"].as_array().unwrap();
+    assert_eq!(classes.len(), 2);
+    for class in classes {
+        assert_eq!(class["writes"], 100);
+        assert!(class["probes"].as_u64().unwrap() >= 1, "the alternative was probed");
+        let methods: Vec<&str> = class["methods"].as_array().unwrap().iter().map(|m| m["method"].as_str().unwrap()).collect();
+        assert_eq!(methods, ["Rpc", "RpcOffload"], "one-sided access is off: the RPC methods only");
+    }
+    let text = status(&[]);
+    assert!(text.contains("calibration: reused from the cache"), "{text}");
+    assert!(text.contains("64 B  chosen"), "{text}");
+    // The server "now states" another persistence domain: the cached table is dropped.
+    let mut stale: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cache).unwrap()).unwrap();
+    let domain = stale["tables"][0]["target"]["domain"].as_u64().unwrap();
+    stale["tables"][0]["target"]["domain"] = (domain ^ 1).into();
+    std::fs::write(&cache, stale.to_string()).unwrap();
+    let text = status(&[]);
+    assert!(text.contains(&format!("cached calibration invalidated: domain {} -> {domain}", domain ^ 1)), "{text}");
+    assert!(text.contains("calibration: measured now"), "{text}");
+    let mut client = connect();
+    let mut back = vec![0u8; 256];
+    client.read(4096, &mut back).unwrap();
+    assert_eq!(back, pattern, "status wrote back the bytes it found");
+    client.close();
+    drop(server);
+}

@@ -16,7 +16,7 @@
 
 use thiserror::Error;
 
-use crate::calibration::{Calibration, Objective};
+use crate::auto::AutoSelector;
 use crate::proto::{
     decode_response, decode_response_parts, encode_request, encode_request_header, DecodeError, Guarantee, Hello, LogSpec, Method, Opcode, RequestHeader, Status,
     FLAG_OFFLOAD, FLAG_PAYLOAD_CRC, MAX_PAYLOAD_BYTES,
@@ -370,15 +370,16 @@ impl ClientCore {
     }
 
     /// Decides how to write `len` bytes at `offset` so that the write gives
-    /// at least `required` (normally `Guarantee::Persistence`). `Auto` picks
-    /// the lowest-latency calibrated method that gives it.
+    /// at least `required` (normally `Guarantee::Persistence`). `Auto`
+    /// takes the method `auto` uses now for this size among those that
+    /// give it (no probe: [`Client`] asks the selector itself).
     pub fn plan_write(
         &self,
         offset: u64,
         len: u64,
         method: Method,
         required: Guarantee,
-        calibration: Option<&Calibration>,
+        auto: Option<&AutoSelector>,
     ) -> Result<WritePlan, MethodError> {
         let hello = self.hello.as_ref().ok_or(MethodError::NotConnected)?;
         if offset.checked_add(len).is_none_or(|end| end > hello.data_bytes) {
@@ -388,7 +389,7 @@ impl ClientCore {
         let method = match method {
             Method::Auto => {
                 let allowed = |m: Method| hello.guarantee(m) >= required && rpc_fits(m);
-                let chosen = calibration.and_then(|c| c.choose(len, Objective::Latency, allowed));
+                let chosen = auto.and_then(|a| a.current(len, allowed));
                 chosen.ok_or(MethodError::NoCandidate { size: len, required })?
             }
             concrete => concrete,

@@ -12,7 +12,8 @@
 //!   seed 000 §5.5), completions on an eventfd.
 //! - [`client`]: request building, response matching, the bounded window,
 //!   and [`proto::Method`] planning from the server's stated guarantees;
-//!   [`calibration`] holds `Auto`'s per-size table.
+//!   [`calibration`] holds `Auto`'s per-size table and [`auto`] keeps its
+//!   choice right online.
 //! - [`pool`]: the exported region's layout and the crash-consistent log
 //!   directory; [`crash`] checks it with `pmwire-crashcheck`.
 //! - [`event_loop`]: `serve(server, transport, stop)`, the server loop over
@@ -55,6 +56,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod auto;
 pub mod calibration;
 pub mod client;
 pub mod copy_engine;

@@ -56,7 +56,7 @@ pub fn run(options: &LatencyOptions) -> Result<SuiteReport> {
             for variant in VARIANTS {
                 let mut samples = measure(&mut durable, &mut visible, variant, size, iters)?;
                 let r = latency_result(&format!("{BENCH}_{tls}"), variant, size, &mut samples).param("transport", tls);
-                cell.push(r);
+                cell.push(if variant == "auto" { with_auto_evidence(r, &durable, size) } else { r });
             }
         }
         headlines.extend(latency_headlines(tls, &cell));
@@ -72,6 +72,21 @@ pub fn run(options: &LatencyOptions) -> Result<SuiteReport> {
         "raw_2rtt": "put + transport flush, then the get",
     });
     finish_with_peers("remote-latency", &options.out_dir, parameters, perftest_peer(), results, skipped, headlines)
+}
+
+/// Auto's choice for `size` and its evidence (the selector's class: each
+/// method's calibrated and online estimates, paired ratios, probes,
+/// switches) as parameters of the `auto` result.
+fn with_auto_evidence(r: BenchResult, durable: &Client<UcxTransport>, size: u64) -> BenchResult {
+    let Some(status) = durable.auto_status() else { return r };
+    let Some(class) = status.classes.iter().find(|c| c.size_bytes >= size).or(status.classes.last()) else { return r };
+    println!(
+        "  auto {size} B: {:?} (calibrated {:?}), {} writes, {} probes, {} switches",
+        class.chosen, class.calibrated_choice, class.writes, class.probes, class.switches
+    );
+    r.param("auto_chosen", format!("{:?}", class.chosen))
+        .param("auto_calibrated_choice", format!("{:?}", class.calibrated_choice))
+        .param("auto_evidence", serde_json::to_value(class).expect("a status serializes"))
 }
 
 /// Rpc against a server and client with one-sided access off, as

@@ -12,7 +12,7 @@
 //! | `OneSidedFlush` | put + transport flush (the put is complete at the target), then a FLUSH call | 2 |
 //! | `OneSidedReadAfterWrite` | put, fence, get of the range's last ≤ 8 bytes, posted together; done when the get completes (seed 004 H9) | 1 |
 //! | `ReadAfterWriteTwoTrips` | put + transport flush (what "wait for the put" means with remote completion, as an RDMA write's completion does), then the get | 2 |
-//! | `Auto` | the calibrated best of the methods giving what is asked | – |
+//! | `Auto` | the method [`AutoSelector`] chose for the size class, among those giving what is asked; now and then a probe of another (≤ 2% of writes) | – |
 //!
 //! Invariants:
 //! - Every operation started gets exactly one completion (the transport's
@@ -30,13 +30,25 @@ use thiserror::Error;
 use transport::{AttachError, ConnId, ConnectError, Event, OpError, Output, RegionDescriptor, RemoteRegionId, Transport, WaitError};
 
 use super::{ClientConfig, ClientCore, IssueError, MethodError, RemoteError, ResponseError};
-use crate::calibration::{Calibration, CalibrationBuilder};
+use crate::auto::{AutoParams, AutoSelector, AutoStatus};
+use crate::calibration::{Calibration, CalibrationBuilder, CalibrationError, TargetKey};
 use crate::event_loop::PollBudget;
 use crate::proto::{Guarantee, Method, Opcode};
 use pmwire_log::LogConfig;
 
 /// Tokens of one-sided operations have this bit; RPC tokens are request ids.
 const ONE_SIDED: u64 = 1 << 63;
+
+/// How long the client polls during a *measured* write (calibration, and
+/// the writes `Auto` times: its probes and their references) before it
+/// blocks. With the default 30 µs, a write slower than that (a probe of
+/// a slow method) lets the client block; on a loaded 2-core guest its
+/// wake-up then outlasts the server's own 30 µs of polling, the server
+/// blocks too, and each later write pays two wake-ups (80–95 µs here, for
+/// every method) until a wake-up happens to be quick. Measured writes
+/// spin through instead, so they measure the methods and do not start
+/// that chain; bounded, so a stuck write still blocks.
+const MEASURED_SPIN: Duration = Duration::from_millis(1);
 
 /// How a [`Client`] behaves.
 #[derive(Clone, Debug)]
@@ -92,6 +104,9 @@ pub enum ClientError {
     /// The server states no one-sided access (no rkey in HELLO).
     #[error("the server exports no one-sided access")]
     NoOneSided,
+    /// A calibration cannot be used here.
+    #[error(transparent)]
+    Calibration(#[from] CalibrationError),
 }
 
 /// What a durable write did.
@@ -109,7 +124,9 @@ pub struct Client<T: Transport> {
     conn: ConnId,
     core: ClientCore,
     remote: Option<RemoteRegionId>,
-    calibration: Option<Calibration>,
+    /// The server as addressed (part of a calibration's target).
+    server: String,
+    auto: Option<AutoSelector>,
     options: ClientOptions,
     events: Vec<Event>,
     done: Vec<(u64, Result<Output, OpError>)>,
@@ -119,7 +136,10 @@ pub struct Client<T: Transport> {
 
 impl<T: Transport> Client<T> {
     /// Connects, says HELLO and attaches the data area if the server exports it.
-    pub fn connect(transport: T, addr: &T::Addr, region_id: u32, key: u64) -> Result<Client<T>, ClientError> {
+    pub fn connect(transport: T, addr: &T::Addr, region_id: u32, key: u64) -> Result<Client<T>, ClientError>
+    where
+        T::Addr: std::fmt::Debug,
+    {
         Client::connect_with(transport, addr, region_id, key, ClientOptions::default())
     }
 
@@ -130,7 +150,10 @@ impl<T: Transport> Client<T> {
         region_id: u32,
         key: u64,
         options: ClientOptions,
-    ) -> Result<Client<T>, ClientError> {
+    ) -> Result<Client<T>, ClientError>
+    where
+        T::Addr: std::fmt::Debug,
+    {
         let conn = transport.connect(addr)?;
         let config = ClientConfig { region_id, key, window: options.window, payload_crc: options.payload_crc };
         let mut core = ClientCore::new(config);
@@ -140,7 +163,8 @@ impl<T: Transport> Client<T> {
             conn,
             core,
             remote: None,
-            calibration: None,
+            server: format!("{addr:?}"),
+            auto: None,
             options,
             events: Vec::new(),
             done: Vec::new(),
@@ -167,24 +191,82 @@ impl<T: Transport> Client<T> {
         &mut self.transport
     }
 
-    /// Uses `calibration` for `Method::Auto`.
-    pub fn set_calibration(&mut self, calibration: Calibration) {
-        self.calibration = Some(calibration);
+    /// This connection's target over `transport` (a label the caller
+    /// gives: `tcp`, `sm`): the server, what is required, and what its
+    /// HELLO stated.
+    pub fn target(&self, transport: &str) -> TargetKey {
+        TargetKey::new(&self.server, transport, self.hello(), self.options.required)
     }
 
-    /// The calibration `Auto` uses, if any.
+    /// Uses `calibration` for `Method::Auto`, online evidence starting
+    /// afresh. Refused (and the current one kept) if it was measured on
+    /// another target: another server, or the server's guarantees, domain
+    /// or limits changed since (the transport is the table's own label).
+    pub fn set_calibration(&mut self, calibration: Calibration) -> Result<(), ClientError> {
+        calibration.check_target(&self.target(&calibration.transport))?;
+        self.auto = Some(AutoSelector::new(calibration, AutoParams::default())?);
+        Ok(())
+    }
+
+    /// The calibration `Auto` started from, if any.
     pub fn calibration(&self) -> Option<&Calibration> {
-        self.calibration.as_ref()
+        self.auto.as_ref().map(AutoSelector::calibration)
     }
 
-    /// Decides how a write would be done (nothing is sent).
+    /// `Auto`'s current choice per size class and its evidence.
+    pub fn auto_status(&self) -> Option<AutoStatus> {
+        self.auto.as_ref().map(AutoSelector::status)
+    }
+
+    /// Decides how a write would be done (nothing is sent; `Auto` as it
+    /// stands, without a probe).
     pub fn plan(&self, offset: u64, len: u64, method: Method) -> Result<super::WritePlan, MethodError> {
-        self.core.plan_write(offset, len, method, self.options.required, self.calibration.as_ref())
+        self.core.plan_write(offset, len, method, self.options.required, self.auto.as_ref())
     }
 
     /// Writes `bytes` at `offset` of the data area by `method`; returns once
-    /// the write gives what [`ClientOptions::required`] asks.
+    /// the write gives what [`ClientOptions::required`] asks. `Auto` asks
+    /// the selector, and times the writes it says to (the few before a
+    /// probe, and the probe) to keep its evidence.
     pub fn write_persistent(&mut self, offset: u64, bytes: &[u8], method: Method) -> Result<WriteOutcome, ClientError> {
+        if method != Method::Auto {
+            return self.write_as(offset, bytes, method);
+        }
+        let len = bytes.len() as u64;
+        let (core, required, attached) = (&self.core, self.options.required, self.remote.is_some());
+        let allowed = |m: Method| (attached || !m.one_sided()) && core.plan_write(offset, len, m, required, None).is_ok();
+        let pick = match self.auto.as_mut() {
+            Some(auto) => auto.pick(len, allowed),
+            None => None,
+        };
+        let Some(pick) = pick else {
+            // Out of bounds, or no candidate: plan says which.
+            self.plan(offset, len, Method::Auto)?;
+            return Err(MethodError::NoCandidate { size: len, required }.into());
+        };
+        if !pick.timed {
+            return self.write_as(offset, bytes, pick.method);
+        }
+        let (outcome, latency_ns) = self.measured(|c| c.write_as(offset, bytes, pick.method));
+        if let (Ok(_), Some(auto)) = (&outcome, self.auto.as_mut()) {
+            auto.record(pick, latency_ns);
+        }
+        outcome
+    }
+
+    /// Runs `write` polling for up to [`MEASURED_SPIN`], and times it.
+    fn measured<R>(&mut self, write: impl FnOnce(&mut Self) -> R) -> (R, u64) {
+        let saved = self.options.poll;
+        self.options.poll = PollBudget { spin: saved.spin.max(MEASURED_SPIN), max_empty_polls: u32::MAX };
+        let start = Instant::now();
+        let result = write(self);
+        let latency_ns = start.elapsed().as_nanos() as u64;
+        self.options.poll = saved;
+        (result, latency_ns)
+    }
+
+    /// [`write_persistent`](Client::write_persistent) by a concrete method.
+    fn write_as(&mut self, offset: u64, bytes: &[u8], method: Method) -> Result<WriteOutcome, ClientError> {
         let plan = self.plan(offset, bytes.len() as u64, method)?;
         match plan.method {
             Method::Rpc | Method::RpcOffload => {
@@ -210,7 +292,7 @@ impl<T: Transport> Client<T> {
                 let get = self.start_probe_get(remote, offset, bytes.len() as u64)?;
                 self.wait_op(get)?;
             }
-            Method::Auto => unreachable!("plan_write resolves Auto"),
+            Method::Auto => unreachable!("write_persistent resolves Auto"),
         }
         Ok(WriteOutcome { method: plan.method, guarantee: plan.guarantee })
     }
@@ -347,33 +429,53 @@ impl<T: Transport> Client<T> {
     }
 
     /// Measures every method that gives what is asked on this target at
-    /// each size (`rounds` writes each, at `offset`), and uses the table for
-    /// `Auto`. `transport_name` labels it (a table is valid only there).
-    pub fn calibrate(
-        &mut self,
-        offset: u64,
-        sizes: &[u64],
-        rounds: usize,
-        transport_name: &str,
-    ) -> Result<&Calibration, ClientError> {
+    /// each size, `rounds` writes each at `offset`, and starts `Auto` from
+    /// the table. Interleaved: each round writes once with every method at
+    /// every size, in an order that rotates by round, so noise lands on all
+    /// methods alike (see [`crate::calibration`]). `transport_name` labels
+    /// the target (a table is valid only there). The writes put back the
+    /// bytes read there first, so the data area keeps its content (unless
+    /// another client writes the same range meanwhile).
+    pub fn calibrate(&mut self, offset: u64, sizes: &[u64], rounds: usize, transport_name: &str) -> Result<&Calibration, ClientError> {
         assert!(rounds >= 1, "at least one round");
         let mut builder = CalibrationBuilder::default();
+        let largest = sizes.iter().copied().max().unwrap_or(0);
+        let original = self.read_range(offset, largest)?;
+        let mut cells: Vec<(u64, Vec<Method>)> = Vec::with_capacity(sizes.len());
         for &size in sizes {
-            let bytes = vec![0xa5u8; size as usize];
-            for method in Method::CONCRETE {
-                if self.plan(offset, size, method).is_err() {
-                    continue;
-                }
-                self.write_persistent(offset, &bytes, method)?; // warm-up
-                for _ in 0..rounds {
-                    let start = Instant::now();
-                    self.write_persistent(offset, &bytes, method)?;
-                    builder.record_latency(size, method, start.elapsed().as_nanos() as u64);
+            let usable = |m: Method| self.plan(offset, size, m).is_ok() && (self.remote.is_some() || !m.one_sided());
+            cells.push((size, Method::CONCRETE.into_iter().filter(|&m| usable(m)).collect()));
+        }
+        const WARM_UP_ROUNDS: usize = 2;
+        for round in 0..WARM_UP_ROUNDS + rounds {
+            for (size, methods) in &cells {
+                for j in 0..methods.len() {
+                    let method = methods[(round + j) % methods.len()];
+                    let (written, latency_ns) = self.measured(|c| c.write_as(offset, &original[..*size as usize], method));
+                    written?;
+                    if round >= WARM_UP_ROUNDS {
+                        builder.record_latency(*size, method, latency_ns);
+                    }
                 }
             }
         }
-        self.calibration = Some(builder.finish(transport_name));
-        Ok(self.calibration.as_ref().expect("just set"))
+        let target = self.target(transport_name);
+        self.auto = Some(AutoSelector::new(builder.finish(transport_name, Some(target)), AutoParams::default())?);
+        Ok(self.calibration().expect("just set"))
+    }
+
+    /// Reads `[offset, offset + len)` in pieces the server takes.
+    pub fn read_range(&mut self, offset: u64, len: u64) -> Result<Vec<u8>, ClientError> {
+        let piece = self.hello().max_payload.clamp(1, crate::proto::MAX_PAYLOAD_BYTES) as u64;
+        let mut out = Vec::with_capacity(len as usize);
+        let mut buf = Vec::new();
+        while (out.len() as u64) < len {
+            let n = piece.min(len - out.len() as u64);
+            buf.resize(n as usize, 0);
+            self.read(offset + out.len() as u64, &mut buf)?;
+            out.extend_from_slice(&buf);
+        }
+        Ok(out)
     }
 
     /// Closes the connection (bounded wait for it to go).

@@ -138,14 +138,16 @@ fn methods_are_checked_against_the_targets_guarantees() {
     assert!(matches!(c.plan_write(data_bytes, 1, Method::Rpc, persist, None), Err(MethodError::OutOfBounds { .. })));
     assert!(matches!(c.plan_write(0, 65 << 10, Method::Rpc, persist, None), Err(MethodError::TooLarge { .. })));
     // Auto: the synthetic table's winner at 64 B only gives visibility here.
-    let table = synthetic();
-    assert_eq!(c.plan_write(0, 64, Method::Auto, persist, Some(&table)).unwrap().method, Method::Rpc);
-    assert_eq!(
-        c.plan_write(0, 64, Method::Auto, Guarantee::Visibility, Some(&table)).unwrap().method,
-        Method::OneSidedReadAfterWrite
-    );
-    assert_eq!(c.plan_write(0, 60_000, Method::Auto, persist, Some(&table)).unwrap().method, Method::RpcOffload);
+    let selector = |required: Guarantee| {
+        let mut table = synthetic();
+        table.target.as_mut().unwrap().required = required;
+        AutoSelector::new(table, crate::auto::AutoParams::default()).unwrap()
+    };
+    let (durable, visible) = (selector(persist), selector(Guarantee::Visibility));
+    assert_eq!(c.plan_write(0, 64, Method::Auto, persist, Some(&durable)).unwrap().method, Method::Rpc);
+    assert_eq!(c.plan_write(0, 64, Method::Auto, Guarantee::Visibility, Some(&visible)).unwrap().method, Method::OneSidedReadAfterWrite);
+    assert_eq!(c.plan_write(0, 60_000, Method::Auto, persist, Some(&durable)).unwrap().method, Method::RpcOffload);
     // 128 KiB is over this server's RPC limit: Auto keeps to one-sided methods.
-    assert_eq!(c.plan_write(0, 128 << 10, Method::Auto, persist, Some(&table)).unwrap().method, Method::OneSidedFlush);
+    assert_eq!(c.plan_write(0, 128 << 10, Method::Auto, persist, Some(&durable)).unwrap().method, Method::OneSidedFlush);
     assert!(matches!(c.plan_write(0, 64, Method::Auto, persist, None), Err(MethodError::NoCandidate { .. })));
 }

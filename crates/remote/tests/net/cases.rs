@@ -90,14 +90,31 @@ fn auto_picks_from_a_measured_calibration() {
             let table = c.calibrate(1 << 20, &[64, 4096, 65_536], 3, net.name()).unwrap().clone();
             assert!(table.points.iter().all(|p| p.method != Method::OneSidedReadAfterWrite), "visibility-only methods are not candidates");
             let back = pmwire_remote::calibration::Calibration::from_json(&table.to_json()).unwrap();
-            c.set_calibration(back);
+            // A table measured when the server stated another domain, or over another transport, is refused.
+            let mut stale = back.clone();
+            stale.target.as_mut().unwrap().domain ^= 1;
+            assert!(matches!(c.set_calibration(stale), Err(ClientError::Calibration(_))));
+            let mut elsewhere = back.clone();
+            elsewhere.transport = "elsewhere".into();
+            assert!(matches!(c.set_calibration(elsewhere), Err(ClientError::Calibration(_))));
+            c.set_calibration(back).unwrap();
             for len in [10usize, 3000, 100_000] {
                 let bytes = pattern(len, 7);
-                let done = c.write_persistent(0, &bytes, Method::Auto).unwrap();
-                assert_eq!(done.guarantee, Guarantee::Persistence);
+                for _ in 0..100 {
+                    let done = c.write_persistent(0, &bytes, Method::Auto).unwrap();
+                    assert_eq!(done.guarantee, Guarantee::Persistence);
+                }
                 let mut read = vec![0u8; len];
                 c.read(0, &mut read).unwrap();
                 assert!(read == bytes);
+            }
+            // The evidence: 100 writes per class, some probes, every candidate durable.
+            let status = c.auto_status().unwrap();
+            assert_eq!(status.target, c.target(net.name()));
+            for class in &status.classes {
+                assert_eq!(class.writes, 100, "{} B", class.size_bytes);
+                assert!(class.probes >= 1 && class.probes <= 100 / status.params.probe_every_young, "{} probes", class.probes);
+                assert!(class.methods.iter().all(|m| m.method != Method::OneSidedReadAfterWrite));
             }
         });
     }
