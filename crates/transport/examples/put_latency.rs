@@ -28,7 +28,8 @@ fn main() {
         "sm" => (UcxConfig::shared_memory(), "sm"),
         _ => (UcxConfig::tls("tcp"), "tcp"),
     };
-    let config = config.with_var("NET_DEVICES", "lo");
+    // One-sided access is opt-in (put and get need it on both ends).
+    let config = config.with_var("NET_DEVICES", "lo").with_one_sided();
     let timeout = Duration::from_secs(120);
     let mut p = PingPong {
         config,
