@@ -192,6 +192,53 @@ mod tests {
         assert!(!w[0].pass);
     }
 
+    /// A suite run that writes its file as the suites do, with `value`.
+    fn fake_run(dir: &Path, run: usize, value: f64) -> Result<SuiteReport> {
+        let headlines = vec![at_most("lat", value), at_least("bw", 3.0 - value)];
+        let file = SuiteFile {
+            suite: "fake".into(),
+            pmwire_version: "0".into(),
+            machine: serde_json::json!({}),
+            parameters: serde_json::json!({"command": "pmwire bench fake --quick"}),
+            peers: serde_json::json!({"peer": "1.0"}),
+            results: Vec::new(),
+            skipped: Vec::new(),
+            headlines: headlines.clone(),
+        };
+        let json_path = dir.join(format!("fake-{run}.json"));
+        std::fs::write(&json_path, serde_json::to_string(&file)?)?;
+        Ok(SuiteReport { suite: "fake".into(), json_path, headlines })
+    }
+
+    #[test]
+    fn the_aggregate_file_holds_the_worst_and_every_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let values = [1.0, 1.3, 1.1];
+        let report = run("fake", 3, dir.path(), |i| fake_run(dir.path(), i, values[i])).unwrap();
+        assert!(report.json_path.file_name().unwrap().to_str().unwrap().starts_with("fake-worst-of-3-"));
+        let file: SuiteFile = serde_json::from_str(&std::fs::read_to_string(&report.json_path).unwrap()).unwrap();
+        assert_eq!(file.parameters["command"], "pmwire bench fake --quick --repeat 3");
+        assert_eq!(file.parameters["run_files"].as_array().unwrap().len(), 3);
+        assert_eq!(file.peers["peer"], "1.0");
+        let lat = &file.headlines[0];
+        assert_eq!((lat.value, lat.pass), (1.3, false));
+        assert_eq!(lat.runs, vec![Some(1.0), Some(1.3), Some(1.1)]);
+        let bw = &file.headlines[1];
+        assert!((bw.value - 1.7).abs() < 1e-9, "3 - 1.3, the lowest");
+        assert!(!bw.pass);
+        assert_eq!(report.headlines, file.headlines);
+    }
+
+    #[test]
+    fn a_single_run_writes_no_aggregate() {
+        let dir = tempfile::tempdir().unwrap();
+        let report = run("fake", 1, dir.path(), |i| fake_run(dir.path(), i, 1.0)).unwrap();
+        assert!(report.json_path.ends_with("fake-0.json"));
+        assert!(report.headlines[0].runs.is_empty());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        assert!(run("fake", 0, dir.path(), |i| fake_run(dir.path(), i, 1.0)).is_err());
+    }
+
     #[test]
     fn one_run_is_that_run() {
         let w = worst_of(&[vec![at_least("h", 2.5)]]);
