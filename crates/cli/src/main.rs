@@ -141,6 +141,10 @@ struct LocalArgs {
     /// Where to write the JSON results.
     #[arg(long, default_value = "results")]
     out: PathBuf,
+    /// Run the suite N times and report each headline's worst value across
+    /// the runs (each run's value beside it, in the table and the JSON).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
+    repeat: u64,
 }
 
 #[derive(Args)]
@@ -189,7 +193,9 @@ fn main() -> Result<()> {
     match cli.command {
         Command::Doctor(args) => doctor::run(&args),
         Command::Bench { suite: Suite::Local(args) } => {
-            let report = run_local(&args.pool, args.quick, &args.only, &args.out)?;
+            let report = pmwire_bench::repeat::run("local", args.repeat as usize, &args.out, |_| {
+                run_local(&args.pool, args.quick, &args.only, &args.out)
+            })?;
             println!("results: {}", report.json_path.display());
             Ok(())
         }
@@ -277,7 +283,7 @@ fn tour(args: &TourArgs) -> Result<()> {
     let remote = tour_remote(&args.out)?;
     let kv = kv_bench_cmd::tour(&args.out)?;
     println!("\n== bench smr (quick): 3 pmwire replica processes beside etcd and Redis + WAIT ==");
-    let smr_args = smr_cmd::SmrBenchArgs { quick: true, out: args.out.clone(), no_peers: false, tls: "tcp".into() };
+    let smr_args = smr_cmd::SmrBenchArgs { quick: true, out: args.out.clone(), no_peers: false, tls: "tcp".into(), repeat: 1 };
     let smr = smr_cmd::bench(&smr_args)?.headlines;
     println!("\n== bench smr-crash (quick): 5 runs, each kill -9 of a replica under load, restarted on its pool; histories checked for lost writes and linearizability ==");
     // In a process of its own: its client threads each run a UCX worker, and
