@@ -14,6 +14,7 @@
 //! the viewer's `sans-serif` renders it.
 
 use crate::table::{human_bytes, num};
+use crate::{Floor, Headline, Verdict};
 use anyhow::{bail, Context, Result};
 use plotters::coord::ranged1d::SegmentValue;
 use plotters::prelude::*;
@@ -305,28 +306,42 @@ fn machine_table(machine: &Value) -> String {
     html
 }
 
+/// The headline table. A headline is read as [`Headline`] (old files lack
+/// its newer fields, which default), so the verdict is the terminal's.
 fn headline_table(headlines: &Value) -> String {
     let Some(list) = headlines.as_array().filter(|l| !l.is_empty()) else {
         return String::new();
     };
     let mut html = String::from(
-        "<table class=\"headlines\">\n<tr><th>headline</th><th>value</th><th>target</th><th>result</th><th>peer</th></tr>\n",
+        "<table class=\"headlines\">\n<tr><th>headline</th><th>value</th><th>target</th><th>result</th><th>peer</th><th>floor here</th><th>runs</th></tr>\n",
     );
     for h in list {
-        let text = |k: &str| h.get(k).map(value_text).unwrap_or_default();
-        let (value, result, class) = match h.get("value").and_then(Value::as_f64) {
-            None => ("-".to_string(), "NOT RUN", "notrun"),
-            Some(v) if h.get("informational").and_then(Value::as_bool) == Some(true) => (format!("{v:.3}x"), "info", "info"),
-            Some(v) if h.get("pass").and_then(Value::as_bool) == Some(true) => (format!("{v:.3}x"), "pass", "pass"),
-            Some(v) => (format!("{v:.3}x"), "FAIL", "fail"),
+        let Ok(h) = serde_json::from_value::<Headline>(h.clone()) else {
+            let name = h.get("name").map(value_text).unwrap_or_default();
+            writeln!(html, "<tr><td>{}</td><td colspan=\"6\">unreadable headline</td></tr>", esc(&name)).unwrap();
+            continue;
         };
+        let verdict = h.verdict();
+        let class = match verdict {
+            Verdict::Pass => "pass",
+            Verdict::Fail => "fail",
+            Verdict::Bound => "bound",
+            Verdict::NotRun => "notrun",
+            Verdict::Info => "info",
+        };
+        let value = if verdict == Verdict::NotRun { "-".to_string() } else { format!("{:.3}x", h.value) };
+        let floor = h.floor.as_ref().map_or(String::new(), Floor::text);
+        let runs = h.runs.iter().map(|v| v.map_or("-".to_string(), num)).collect::<Vec<_>>().join(" / ");
         writeln!(
             html,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{result}</td><td>{}</td></tr>",
-            esc(&text("name")),
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&h.name),
             esc(&value),
-            esc(&text("target")),
-            esc(&text("peer"))
+            esc(&h.target),
+            verdict.label(),
+            esc(&h.peer),
+            esc(&floor),
+            esc(&runs)
         )
         .unwrap();
     }
@@ -336,7 +351,7 @@ fn headline_table(headlines: &Value) -> String {
 
 const STYLE: &str = "body{font-family:sans-serif;max-width:900px;margin:2em auto;color:#222}\
 table{border-collapse:collapse;margin:0.5em 0 1.5em}th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;font-size:90%}\
-th{background:#f4f4f4}.pass{color:#070}.fail{color:#b00;font-weight:bold}.notrun{color:#a60}.info{color:#555}\
+th{background:#f4f4f4}.pass{color:#070}.fail{color:#b00;font-weight:bold}.bound{color:#a40;font-weight:bold}.notrun{color:#a60}.info{color:#555}\
 svg{display:block;margin:0.5em 0 1.5em}";
 
 /// Reads `inputs`, writes `out_dir/index.html`, returns its path.
@@ -409,7 +424,10 @@ mod tests {
             "skipped": [{"bench": "copy", "variant": "pmdk", "reason": "libpmem not found"}],
             "headlines": [
                 {"name": "a", "value": 1.2, "target": ">= 1x", "pass": true, "peer": "p"},
-                {"name": "b", "value": null, "target": ">= 2x", "pass": false, "peer": "not run: gone"}
+                {"name": "b", "value": null, "target": ">= 2x", "pass": false, "peer": "not run: gone"},
+                {"name": "c", "value": 1.42, "target": ">= 2x", "pass": false, "peer": "p", "goal": {"at_least": true, "ratio": 2.0},
+                 "floor": {"name": "persist floor", "vs_peer": 1.52, "ours_of_floor": 0.934, "within": 0.93}, "bound": true,
+                 "runs": [1.5, 1.42, null]}
             ]
         });
         let path = dir.join(name);
@@ -430,6 +448,10 @@ mod tests {
         assert!(html.contains("rotating_10x256"));
         assert!(html.contains("Test &lt;CPU&gt;"));
         assert!(html.contains("NOT RUN"));
+        assert!(html.contains("<td class=\"bound\">BOUND</td>"), "a floor-bound miss");
+        assert!(html.contains("persist floor 1.52x here; ours at 0.934x of it (bound from 0.930x)"));
+        assert!(html.contains("1.50 / 1.42 / -"), "each run's value");
+        assert!(html.contains("<td class=\"pass\">pass</td>"), "an old headline without the new fields");
         assert!(html.contains("pmdk: libpmem not found"));
         assert!(html.contains("4 KiB"), "log2 size labels");
     }

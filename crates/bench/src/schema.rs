@@ -153,14 +153,7 @@ mod tests {
             ],
             skipped: vec![Skipped::new("copy", "pmdk_memcpy_persist", "libpmem not found")],
             headlines: vec![
-                Headline {
-                    name: "ok".into(),
-                    value: 1.5,
-                    target: ">= 1x".into(),
-                    pass: true,
-                    peer: "x".into(),
-                    informational: false,
-                },
+                Headline::measured("ok", 1.5, ">= 1x", crate::Goal::at_least(1.0), "x"),
                 Headline::not_run("missing", ">= 2x y", "libpmem not found"),
             ],
         }

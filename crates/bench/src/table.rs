@@ -2,7 +2,7 @@
 //! headlines. No colours, so the output reads the same in a log file.
 
 use crate::schema::{BenchResult, Skipped};
-use crate::Headline;
+use crate::{Floor, Headline, Verdict};
 use std::fmt::Write;
 
 /// Renders rows as left-aligned columns separated by two spaces.
@@ -143,16 +143,31 @@ pub fn results_text(results: &[BenchResult], skipped: &[Skipped]) -> String {
     out
 }
 
-/// The headline table.
+/// The headline table. A `floor here` column appears when a headline
+/// carries a floor measured in the same run, a `runs` column when the
+/// headlines aggregate several runs (the value is then the worst).
 pub fn headlines_text(headlines: &[Headline]) -> String {
-    let mut rows = vec![vec!["headline".into(), "value".into(), "target".into(), "result".into(), "peer".into()]];
+    let floors = headlines.iter().any(|h| h.floor.is_some());
+    let runs = headlines.iter().any(|h| !h.runs.is_empty());
+    let mut header: Vec<String> = ["headline", "value", "target", "result", "peer"].map(String::from).to_vec();
+    if floors {
+        header.push("floor here".into());
+    }
+    if runs {
+        header.push("runs (value = worst)".into());
+    }
+    let mut rows = vec![header];
     for h in headlines {
-        let (value, result) = match h.not_run_reason() {
-            Some(_) => ("-".to_string(), "NOT RUN".to_string()),
-            None if h.informational => (format!("{:.3}x", h.value), "info".to_string()),
-            None => (format!("{:.3}x", h.value), if h.pass { "pass" } else { "FAIL" }.to_string()),
-        };
-        rows.push(vec![h.name.clone(), value, h.target.clone(), result, h.peer.clone()]);
+        let verdict = h.verdict();
+        let value = if verdict == Verdict::NotRun { "-".to_string() } else { format!("{:.3}x", h.value) };
+        let mut row = vec![h.name.clone(), value, h.target.clone(), verdict.label().to_string(), h.peer.clone()];
+        if floors {
+            row.push(h.floor.as_ref().map_or("-".to_string(), Floor::text));
+        }
+        if runs {
+            row.push(h.runs.iter().map(|v| v.map_or("-".to_string(), num)).collect::<Vec<_>>().join(" / "));
+        }
+        rows.push(row);
     }
     render(&rows)
 }
@@ -171,6 +186,20 @@ mod tests {
         assert!(row("met").contains("pass"), "{text}");
         assert!(row("info").contains("info"), "{text}");
         assert!(!row("info").contains("FAIL"), "{text}");
+    }
+
+    #[test]
+    fn a_bound_headline_shows_its_floor_and_says_bound() {
+        let goal = crate::Goal::at_least(2.0);
+        let bound = Headline::measured("log", 1.42, ">= 2x", goal, "libpmemlog").with_floor("persist floor", Some(1.52), 0.93);
+        let plain = Headline::measured("copy", 0.9, ">= 2x", goal, "pmdk");
+        let text = headlines_text(&[bound, plain]);
+        let row = |name: &str| text.lines().find(|l| l.starts_with(name)).unwrap().to_string();
+        assert!(row("log").contains("BOUND"), "{text}");
+        assert!(row("log").contains("persist floor 1.52x here; ours at 0.934x of it (bound from 0.930x)"), "{text}");
+        assert!(row("copy").contains("FAIL"), "{text}");
+        assert!(text.lines().next().unwrap().contains("floor here"), "{text}");
+        assert!(!text.contains("runs"), "{text}");
     }
 
     #[test]

@@ -11,6 +11,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use pmem::{Region, RegionOptions};
 use pmwire_bench::remote::crash::{self, CrashOptions};
+use pmwire_bench::SuiteReport;
 use pmwire_bench::remote::logserver::LogServerOptions;
 use pmwire_bench::remote::server::{ucx_config, KeyFile};
 use pmwire_remote::auto::AutoStatus;
@@ -94,6 +95,10 @@ pub struct QuickArgs {
     /// Where to write the JSON results.
     #[arg(long, default_value = "results")]
     out: PathBuf,
+    /// Run the suite N times and report each headline's worst value across
+    /// the runs (each run's value beside it, in the table and the JSON).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
+    repeat: u64,
 }
 
 /// `pmwire bench crash`.
@@ -108,6 +113,11 @@ pub struct CrashArgs {
     /// Seed of sizes, methods and kill moments.
     #[arg(long)]
     seed: Option<u64>,
+}
+
+/// Runs a suite `--repeat` times ([`pmwire_bench::repeat`]).
+fn repeat(suite: &str, args: &QuickArgs, mut run: impl FnMut() -> Result<SuiteReport>) -> Result<SuiteReport> {
+    pmwire_bench::repeat::run(suite, args.repeat as usize, &args.out, |_| run())
 }
 
 /// Runs `pmwire serve` until killed.
@@ -158,13 +168,13 @@ pub fn bench(suite: &RemoteSuite) -> Result<()> {
     match suite {
         RemoteSuite::RemoteLatency(args) => {
             let options = pmwire_bench::remote::latency::LatencyOptions { quick: args.quick, out_dir: args.out.clone() };
-            let report = pmwire_bench::remote::latency::run(&options)?;
+            let report = repeat("remote-latency", args, || pmwire_bench::remote::latency::run(&options))?;
             println!("results: {}", report.json_path.display());
             Ok(())
         }
         RemoteSuite::RemoteBulk(args) => {
             let options = pmwire_bench::remote::bulk::BulkOptions { quick: args.quick, out_dir: args.out.clone() };
-            let report = pmwire_bench::remote::bulk::run(&options)?;
+            let report = repeat("remote-bulk", args, || pmwire_bench::remote::bulk::run(&options))?;
             println!("results: {}", report.json_path.display());
             Ok(())
         }

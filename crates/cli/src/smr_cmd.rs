@@ -403,9 +403,13 @@ pub struct SmrBenchArgs {
     /// connection closed while its peer still sends can abort a process (docs/bench.md, "Replication").
     #[arg(long, default_value = "tcp", value_parser = ["tcp", "sm", "both"])]
     pub tls: String,
+    /// Run the suite N times and report each headline's worst value across
+    /// the runs (each run's value beside it, in the table and the JSON).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub repeat: u64,
 }
 
-/// Runs `pmwire bench smr`.
+/// Runs `pmwire bench smr` (`--repeat` times).
 pub fn bench(args: &SmrBenchArgs) -> Result<pmwire_bench::SuiteReport> {
     let exe = std::env::current_exe().context("the pmwire binary")?;
     let transports = match args.tls.as_str() {
@@ -414,7 +418,7 @@ pub fn bench(args: &SmrBenchArgs) -> Result<pmwire_bench::SuiteReport> {
         _ => vec!["tcp"],
     };
     let options = pmwire_bench::smr::suite::SmrOptions { quick: args.quick, out_dir: args.out.clone(), exe, peers: !args.no_peers, transports };
-    pmwire_bench::smr::suite::run(&options)
+    pmwire_bench::repeat::run("smr", args.repeat as usize, &args.out, |_| pmwire_bench::smr::suite::run(&options))
 }
 
 /// `pmwire bench smr-crash`.

@@ -57,6 +57,10 @@ fn bad_input_gets_a_clear_error() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("unknown flush"));
 
+    let output = pmwire(&["bench", "remote-latency", "--repeat", "0"]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--repeat"));
+
     let output = pmwire(&["doctor", "/nonexistent-dir/pool"]);
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("/nonexistent-dir"));

@@ -2,8 +2,14 @@
 //! the same transport, measured in the same run.
 //!
 //! ```text
-//! cargo run --release -p pmwire-transport --example put_latency -- [tcp|sm] [SIZE] [ITERS]
+//! cargo run --release -p pmwire-transport --example put_latency -- [tcp|sm] [SIZE] [ITERS] [put-only]
 //! ```
+//!
+//! `put-only` runs our put ping-pong into UCX-allocated memory and nothing
+//! else, for a profiler (`perf record -g`). `poll-cost` times ITERS idle
+//! polls of one listening transport: `ucp_worker_progress` alone (UCX's
+//! part of a spin-poll) against `Transport::poll` (UCX's plus ours), in
+//! interleaved rounds.
 //!
 //! Prints one line per measurement (half round trip, µs) and the ratios
 //! ours / ucx_perftest. Both sides busy-poll while measuring, as
@@ -28,7 +34,8 @@ fn main() {
         "sm" => (UcxConfig::shared_memory(), "sm"),
         _ => (UcxConfig::tls("tcp"), "tcp"),
     };
-    let config = config.with_var("NET_DEVICES", "lo");
+    // One-sided access is opt-in (put and get need it on both ends).
+    let config = config.with_var("NET_DEVICES", "lo").with_one_sided();
     let timeout = Duration::from_secs(120);
     let mut p = PingPong {
         config,
@@ -39,6 +46,10 @@ fn main() {
         ucx_allocated: true,
     };
     let port = free_port();
+    if args.get(3).map(String::as_str) == Some("poll-cost") {
+        poll_cost(&p.config, iters);
+        return;
+    }
 
     println!("transport {which}, {size} B, {iters} iterations (+{warmup} warm-up); half round trip in µs");
     println!(
@@ -51,6 +62,9 @@ fn main() {
         "{:<28} {:>10.3} {:>10.3} {:>10.3}",
         "pmwire put, UCX-allocated", ours_put.p50_us, ours_put.mean_us, ours_put.p99_us
     );
+    if args.get(3).map(String::as_str) == Some("put-only") {
+        return;
+    }
     // Into a registered existing mapping, as a pmem region is exported.
     p.ucx_allocated = false;
     let ours_reg = put_pingpong(&p).expect("our put ping-pong (registered)");
@@ -108,6 +122,40 @@ fn main() {
             ours_rpc.p50_us / r.p50_us
         );
     }
+}
+
+/// ns per idle poll: `ucp_worker_progress` alone, then `Transport::poll`,
+/// in 5 interleaved rounds; prints each round and the medians.
+fn poll_cost(config: &UcxConfig, iters: usize) {
+    use transport::{Transport, UcxTransport};
+    let mut t = UcxTransport::new(config).expect("transport");
+    t.listen("127.0.0.1:0".parse().unwrap()).expect("listen");
+    let mut events = Vec::with_capacity(64);
+    let (mut progress_ns, mut poll_ns) = (Vec::new(), Vec::new());
+    for round in 0..5 {
+        let worker = t.worker().clone();
+        let start = std::time::Instant::now();
+        for _ in 0..iters {
+            std::hint::black_box(worker.progress());
+        }
+        progress_ns.push(start.elapsed().as_nanos() as f64 / iters as f64);
+        let start = std::time::Instant::now();
+        for _ in 0..iters {
+            std::hint::black_box(t.poll(&mut events, 64));
+        }
+        poll_ns.push(start.elapsed().as_nanos() as f64 / iters as f64);
+        assert!(events.is_empty(), "an idle transport has no events");
+        println!("round {round}: ucp_worker_progress {:.1} ns, Transport::poll {:.1} ns", progress_ns[round], poll_ns[round]);
+    }
+    progress_ns.sort_by(f64::total_cmp);
+    poll_ns.sort_by(f64::total_cmp);
+    println!("median: ucp_worker_progress {:.1} ns, Transport::poll {:.1} ns (ours: {:.1} ns)", progress_ns[2], poll_ns[2], poll_ns[2] - progress_ns[2]);
+    // The probe reads the clock twice per round trip (Instant::now).
+    let start = std::time::Instant::now();
+    for _ in 0..iters {
+        std::hint::black_box(std::time::Instant::now());
+    }
+    println!("Instant::now: {:.1} ns", start.elapsed().as_nanos() as f64 / iters as f64);
 }
 
 fn free_port() -> u16 {

@@ -18,7 +18,7 @@ use transport::UcxTransport;
 
 use super::server::{shm_path, ucx_config};
 use crate::schema::{BenchResult, Skipped, SuiteFile};
-use crate::{table, Headline, SuiteReport};
+use crate::{table, Goal, Headline, SuiteReport};
 
 /// The transports every remote suite runs over.
 pub const TRANSPORTS: [&str; 2] = ["tcp", "sm"];
@@ -111,16 +111,10 @@ pub fn latency_result(bench: &str, variant: &str, size: u64, samples: &mut [u64]
 /// A ratio headline: pass if `value <= max` (or `>= min` when `at_least`).
 pub fn ratio(name: &str, value: Option<f64>, target: f64, at_least: bool, peer: &str) -> Headline {
     let target_text = if at_least { format!(">= {target}x") } else { format!("<= {target}x") };
+    let goal = if at_least { Goal::at_least(target) } else { Goal::at_most(target) };
     match value {
-        Some(v) if v.is_finite() => Headline {
-            name: name.to_string(),
-            value: v,
-            pass: if at_least { v >= target } else { v <= target },
-            target: target_text,
-            peer: peer.to_string(),
-            informational: false,
-        },
-        _ => Headline::not_run(name, &target_text, "a side did not run"),
+        Some(v) if v.is_finite() => Headline::measured(name, v, &target_text, goal, peer),
+        _ => Headline { goal: Some(goal), ..Headline::not_run(name, &target_text, "a side did not run") },
     }
 }
 

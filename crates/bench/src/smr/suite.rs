@@ -331,15 +331,36 @@ fn metric(results: &[BenchResult], bench: &str, variant: &str, metric: &str, cli
         .find_map(|r| r.get(metric))
 }
 
+/// How the latency targets name the machine's replication floor.
+const FLOOR_NAME: &str = "raw TCP sockets, 4 messages (no UCX, no loop, no Raft)";
+
+/// A missed p50 target against a peer is bound by the machine's floor (a
+/// write's four messages over plain sockets, [`raw_floor`]) when that floor
+/// misses it too and pmwire's p50 is at most 1.25x the floor's (floor /
+/// pmwire >= 0.8): our transport, loop, Raft's log, its persist and the
+/// state machine together may cost a quarter of four plain loopback
+/// messages, no more. The floor over our own transport ([`pmwire_smr::floor`])
+/// is shown beside it, for information: it bounds our stack, not the machine.
+pub const FLOOR_WITHIN: f64 = 0.8;
+
 fn headlines(results: &[BenchResult]) -> Vec<Headline> {
     let lat = |v: &str, m: &str| metric(results, LATENCY_BENCH, v, m, None);
     let div = |a: Option<f64>, b: Option<f64>| Some(a? / b?);
     let ours = "pmwire_tcp_pmem_self_validating";
+    // The machine's floor: a write's four messages over plain sockets. A
+    // p50 target below raw / peer cannot be met here; the two peer targets
+    // carry it (BOUND when pmwire is within FLOOR_WITHIN of it). The floor
+    // over our transport and loop (no Raft) is information.
+    let raw = lat(raw_floor::VARIANT, "latency_ns_p50");
+    let floor = lat("floor_tcp_4_messages_no_raft", "latency_ns_p50");
+    let sm = "pmwire_sm_pmem_self_validating";
     let mut out = vec![
         ratio("smr p50: log in pmem / log in DRAM (tcp; seed 000 Table 1: 1.18x)", div(lat(ours, "latency_ns_p50"), lat("pmwire_tcp_dram", "latency_ns_p50")), 1.2, false, "pmwire, log in DRAM"),
         ratio("smr p99: log in pmem / log in DRAM (tcp; seed 000 Table 1: 1.12x)", div(lat(ours, "latency_ns_p99"), lat("pmwire_tcp_dram", "latency_ns_p99")), 1.15, false, "pmwire, log in DRAM"),
-        ratio("smr PUT p50: pmwire (tcp, pmem) / etcd (3 members, tmpfs)", div(lat(ours, "latency_ns_p50"), lat(Peer::EtcdTmpfs.name(), "latency_ns_p50")), 0.1, false, "etcd 3.4"),
-        ratio("smr PUT p50: pmwire (tcp, pmem) / Redis + WAIT 2 0", div(lat(ours, "latency_ns_p50"), lat(Peer::RedisWait.name(), "latency_ns_p50")), 0.3, false, "redis-server, 2 replicas"),
+        ratio("smr PUT p50: pmwire (tcp, pmem) / etcd (3 members, tmpfs)", div(lat(ours, "latency_ns_p50"), lat(Peer::EtcdTmpfs.name(), "latency_ns_p50")), 0.1, false, "etcd 3.4")
+            .with_floor(FLOOR_NAME, div(raw, lat(Peer::EtcdTmpfs.name(), "latency_ns_p50")), FLOOR_WITHIN),
+        ratio("smr PUT p50: pmwire (tcp, pmem) / Redis + WAIT 2 0", div(lat(ours, "latency_ns_p50"), lat(Peer::RedisWait.name(), "latency_ns_p50")), 0.3, false, "redis-server, 2 replicas")
+            .with_floor(FLOOR_NAME, div(raw, lat(Peer::RedisWait.name(), "latency_ns_p50")), FLOOR_WITHIN),
         ratio(
             "smr PUTs/s at 64 clients: pmwire (tcp, pmem) / etcd (tmpfs)",
             div(metric(results, THROUGHPUT_BENCH, ours, "throughput_ops_per_s", Some(64)), metric(results, THROUGHPUT_BENCH, Peer::EtcdTmpfs.name(), "throughput_ops_per_s", Some(64))),
@@ -348,18 +369,11 @@ fn headlines(results: &[BenchResult]) -> Vec<Headline> {
             "etcd 3.4",
         ),
     ];
-    // The floor on this machine: the same processes and messages with no
-    // Raft. A p50 target below floor / peer cannot be met here.
-    let floor = lat("floor_tcp_4_messages_no_raft", "latency_ns_p50");
-    let raw = lat(raw_floor::VARIANT, "latency_ns_p50");
-    let sm = "pmwire_sm_pmem_self_validating";
     let dare = metric(results, &format!("{}_tcp", dare::BENCH), "dare_persistent_bound", "latency_ns_p50", None);
     for (name, value, peer) in [
-        ("smr PUT p50: floor (tcp, 4 messages, no Raft) / etcd (tmpfs): the best pmwire / etcd this machine allows", div(floor, lat(Peer::EtcdTmpfs.name(), "latency_ns_p50")), "etcd 3.4"),
-        ("smr PUT p50: floor (tcp, 4 messages, no Raft) / Redis + WAIT: the best pmwire / Redis this machine allows", div(floor, lat(Peer::RedisWait.name(), "latency_ns_p50")), "redis-server, 2 replicas"),
+        ("smr PUT p50: floor over UCX tcp (4 messages, no Raft) / etcd (tmpfs): the best pmwire / etcd our transport allows", div(floor, lat(Peer::EtcdTmpfs.name(), "latency_ns_p50")), "etcd 3.4"),
+        ("smr PUT p50: floor over UCX tcp (4 messages, no Raft) / Redis + WAIT: the best pmwire / Redis our transport allows", div(floor, lat(Peer::RedisWait.name(), "latency_ns_p50")), "redis-server, 2 replicas"),
         ("smr PUT p50: pmwire (tcp, pmem) / floor (tcp, 4 messages, no Raft)", div(lat(ours, "latency_ns_p50"), floor), "the floor, same run"),
-        ("smr PUT p50: raw TCP sockets, 4 messages (no UCX, no loop, no Raft) / etcd (tmpfs): the machine's floor", div(raw, lat(Peer::EtcdTmpfs.name(), "latency_ns_p50")), "etcd 3.4"),
-        ("smr PUT p50: raw TCP sockets, 4 messages (no UCX, no loop, no Raft) / Redis + WAIT: the machine's floor", div(raw, lat(Peer::RedisWait.name(), "latency_ns_p50")), "redis-server, 2 replicas"),
         ("smr PUT p50: floor (UCX tcp) / raw TCP sockets: the transport and loop's own cost", div(floor, raw), "raw TCP sockets, same run"),
         ("smr PUT p50: pmwire (tcp, pmem) / DARE-persistent bound (tcp; seed 000: 6.6 / 8.1 us = 0.81x)", div(lat(ours, "latency_ns_p50"), dare), "volatile RPC + 2 one-sided persistent writes, same run"),
     ] {
@@ -444,4 +458,53 @@ pub fn run(options: &SmrOptions) -> Result<SuiteReport> {
     });
     let peer_info = serde_json::json!({ "etcd": "Debian etcd-server 3.4, 3 members on loopback", "redis": "redis-server primary + 2 replicas, appendonly yes, appendfsync always, SET then WAIT 2 0" });
     finish_with_peers("smr", &options.out_dir, parameters, peer_info, results, skipped, heads)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Verdict;
+
+    fn p50(variant: &str, us: f64) -> BenchResult {
+        BenchResult::new(LATENCY_BENCH, variant).metric("latency_ns_p50", us * 1e3).metric("latency_ns_p99", us * 2e3)
+    }
+
+    fn find<'a>(h: &'a [Headline], start: &str) -> &'a Headline {
+        h.iter().find(|h| h.name.starts_with(start)).unwrap()
+    }
+
+    #[test]
+    fn a_miss_the_floor_explains_is_bound_and_one_it_does_not_fails() {
+        // etcd 500 us, Redis 160 us, raw floor 110 us, pmwire 130 us: floor
+        // / etcd 0.22x misses <= 0.1x, pmwire at 110/130 = 0.85 of the floor.
+        // The floor over UCX (no Raft) is information only.
+        let mut results = vec![
+            p50("pmwire_tcp_pmem_self_validating", 130.0),
+            p50("pmwire_tcp_dram", 120.0),
+            p50(Peer::EtcdTmpfs.name(), 500.0),
+            p50(Peer::RedisWait.name(), 600.0),
+            p50("floor_tcp_4_messages_no_raft", 125.0),
+            p50(raw_floor::VARIANT, 110.0),
+        ];
+        let h = headlines(&results);
+        let etcd = find(&h, "smr PUT p50: pmwire (tcp, pmem) / etcd");
+        assert_eq!(etcd.verdict(), Verdict::Bound, "{etcd:?}");
+        let floor = etcd.floor.as_ref().unwrap();
+        assert!((floor.vs_peer - 0.22).abs() < 1e-9);
+        assert!((floor.ours_of_floor - 110.0 / 130.0).abs() < 1e-9);
+        // Against Redis at 600 us the floor (0.18x) meets <= 0.3x, so
+        // pmwire's 0.217x passes on its own.
+        assert_eq!(find(&h, "smr PUT p50: pmwire (tcp, pmem) / Redis").verdict(), Verdict::Pass);
+        // pmwire at 150 us is 0.73 of the floor: below FLOOR_WITHIN, a
+        // plain miss even though the floor misses too.
+        results[0] = p50("pmwire_tcp_pmem_self_validating", 150.0);
+        let h = headlines(&results);
+        assert_eq!(find(&h, "smr PUT p50: pmwire (tcp, pmem) / etcd").verdict(), Verdict::Fail);
+        // Without the floor's row, no floor and a plain miss.
+        results.pop();
+        let h = headlines(&results);
+        let etcd = find(&h, "smr PUT p50: pmwire (tcp, pmem) / etcd");
+        assert!(etcd.floor.is_none());
+        assert_eq!(etcd.verdict(), Verdict::Fail);
+    }
 }
