@@ -59,6 +59,8 @@ pub enum RemoteSuite {
     Crash(CrashArgs),
     /// Remote write latency, 64 B-1 KB, one outstanding, every method, over tcp and sm; ucx_perftest floor.
     RemoteLatency(QuickArgs),
+    /// The copy engine (issue 13): Rpc vs RpcOffload latency 64 B-64 KiB, and inline vs hand-off GB/s at window 8 (the crossover).
+    RemoteOffload(OffloadArgs),
     /// Remote bulk writes, 1-128 KB, windows 1/8/32: put + FLUSH per window, Rpc, RpcOffload; GB/s.
     RemoteBulk(QuickArgs),
     /// Networked persistent log server (seed 000 Fig 9): 1 server thread, 1-8 clients x 32 appends outstanding, 64 B-2 KB, each tail strategy; appends/s.
@@ -69,6 +71,20 @@ pub enum RemoteSuite {
 #[derive(Args)]
 pub struct LogServerArgs {
     /// A short run (~30 s): 256 B and 2 KB entries, 1 and 8 clients.
+    #[arg(long)]
+    quick: bool,
+    /// UCX transport: tcp, sm or both.
+    #[arg(long, default_value = "both", value_parser = ["tcp", "sm", "both"])]
+    tls: String,
+    /// Where to write the JSON results.
+    #[arg(long, default_value = "results")]
+    out: PathBuf,
+}
+
+/// `pmwire bench remote-offload`.
+#[derive(Args)]
+pub struct OffloadArgs {
+    /// A short run (~10 s per transport).
     #[arg(long)]
     quick: bool,
     /// UCX transport: tcp, sm or both.
@@ -153,6 +169,16 @@ pub fn bench(suite: &RemoteSuite) -> Result<()> {
         RemoteSuite::RemoteLatency(args) => {
             let options = pmwire_bench::remote::latency::LatencyOptions { quick: args.quick, out_dir: args.out.clone() };
             let report = pmwire_bench::remote::latency::run(&options)?;
+            println!("results: {}", report.json_path.display());
+            Ok(())
+        }
+        RemoteSuite::RemoteOffload(args) => {
+            let transports = match args.tls.as_str() {
+                "both" => pmwire_bench::remote::common::TRANSPORTS.iter().map(|t| t.to_string()).collect(),
+                one => vec![one.to_string()],
+            };
+            let options = pmwire_bench::remote::offload::OffloadOptions { quick: args.quick, transports, out_dir: args.out.clone() };
+            let report = pmwire_bench::remote::offload::run(&options)?;
             println!("results: {}", report.json_path.display());
             Ok(())
         }

@@ -16,7 +16,10 @@
 //! (armed) and the engine's eventfd together; in process, the network's
 //! condvar (bounded to [`INPROC_ENGINE_SLICE`] while copies are outstanding,
 //! since a condvar and an fd cannot be waited on together). An idle loop
-//! never spins: with no activity it blocks at once.
+//! never spins: with no activity it blocks at once. While a copy is
+//! outstanding the polling passes yield the CPU instead of spinning: the
+//! helper the submit woke is usually queued on this very vCPU, and a
+//! spinning loop would hold it off until the budget ran out.
 //!
 //! Invariants:
 //! - Every request gets exactly one reply, from the server core: at once, or
@@ -129,6 +132,9 @@ pub struct ServeStats {
     pub requests: u64,
     /// Of which offloaded to the copy engine.
     pub offloaded: u64,
+    /// RpcOffload writes copied inline on the loop instead (small, engine
+    /// idle: [`crate::server::ServerConfig::copy_inline_max_bytes`]).
+    pub inlined: u64,
     /// Connections accepted.
     pub accepted: u64,
     /// Replies the transport refused (their connection was gone).
@@ -148,6 +154,7 @@ pub fn serve<T: ServeTransport>(server: &mut Server, transport: &mut T, stop: &A
 /// [`serve`] with a chosen [`PollBudget`].
 pub fn serve_with<T: ServeTransport>(server: &mut Server, transport: &mut T, stop: &AtomicBool, budget: PollBudget) -> ServeStats {
     let mut state = Loop::default();
+    let inlined_before = server.offloads_inlined();
     // No activity yet (the empty-poll budget is spent): an idle loop blocks at once.
     let (mut last_activity, mut empty) = (Instant::now(), budget.max_empty_polls);
     loop {
@@ -155,6 +162,7 @@ pub fn serve_with<T: ServeTransport>(server: &mut Server, transport: &mut T, sto
         let (handled, more) = state.drain(server, transport);
         let finished = state.finish_copies(server, transport);
         if stop.load(Ordering::Acquire) && server.pending() == 0 {
+            state.stats.inlined = server.offloads_inlined() - inlined_before;
             return state.stats;
         }
         if handled + finished > 0 || transport.progressed() {
@@ -163,7 +171,16 @@ pub fn serve_with<T: ServeTransport>(server: &mut Server, transport: &mut T, sto
             empty = empty.saturating_add(1);
         }
         if more || budget.keep_polling(last_activity, empty) {
-            std::hint::spin_loop();
+            if server.pending() > 0 {
+                // A copy is outstanding: its helper, just woken, is most
+                // likely queued on this vCPU (the scheduler places a wakee
+                // beside its waker). Spinning would keep it off the CPU
+                // until the budget ran out (~30 µs here); yielding lets
+                // it copy now (docs/bench.md, issue 13).
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
             continue;
         }
         let engine = if server.pending() > 0 {
