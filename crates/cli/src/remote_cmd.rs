@@ -34,6 +34,10 @@ pub struct ServeArgs {
     /// Copy-engine depth: 0 (no RpcOffload), 1 or 8 copies in flight.
     #[arg(long, default_value_t = 8)]
     copy_engine: usize,
+    /// RpcOffload writes of at most this many bytes are copied on the event loop while the copy engine is idle
+    /// (the hand-off to a sleeping helper costs more than a small copy); 0 hands every copy off.
+    #[arg(long, default_value_t = pmwire_remote::copy_engine::INLINE_MAX_BYTES)]
+    copy_inline_max: usize,
     /// Region id of a newly formatted pool.
     #[arg(long, default_value_t = 1)]
     region_id: u32,
@@ -122,7 +126,12 @@ pub struct CrashArgs {
 
 /// Runs `pmwire serve` until killed.
 pub fn serve_cmd(args: &ServeArgs) -> Result<()> {
-    let config = ServerConfig { copy_depth: args.copy_engine, copy_threads: 1, ..ServerConfig::default() };
+    let config = ServerConfig {
+        copy_depth: args.copy_engine,
+        copy_threads: 1,
+        copy_inline_max_bytes: args.copy_inline_max,
+        ..ServerConfig::default()
+    };
     if ![0, 1, 8].contains(&args.copy_engine) {
         bail!("--copy-engine must be 0, 1 or 8");
     }
@@ -147,6 +156,9 @@ pub fn serve_cmd(args: &ServeArgs) -> Result<()> {
         None => println!("region_id={region_id} key={key:#018x}"),
     }
     println!("serving {} ({}) on {bound} over {}", args.pool.display(), server.region().describe(), args.tls);
+    if args.copy_engine > 0 {
+        println!("copy engine: {} in flight; RpcOffload of at most {} B is copied inline while it is idle", args.copy_engine, server.inline_max_bytes());
+    }
     match registered {
         None => println!("one-sided access: off (clients use the RPC methods; --one-sided turns it on)"),
         Some(_) => println!(

@@ -16,10 +16,7 @@
 //! (armed) and the engine's eventfd together; in process, the network's
 //! condvar (bounded to [`INPROC_ENGINE_SLICE`] while copies are outstanding,
 //! since a condvar and an fd cannot be waited on together). An idle loop
-//! never spins: with no activity it blocks at once. While a copy is
-//! outstanding the polling passes yield the CPU instead of spinning: the
-//! helper the submit woke is usually queued on this very vCPU, and a
-//! spinning loop would hold it off until the budget ran out.
+//! never spins: with no activity it blocks at once.
 //!
 //! Invariants:
 //! - Every request gets exactly one reply, from the server core: at once, or
@@ -171,16 +168,7 @@ pub fn serve_with<T: ServeTransport>(server: &mut Server, transport: &mut T, sto
             empty = empty.saturating_add(1);
         }
         if more || budget.keep_polling(last_activity, empty) {
-            if server.pending() > 0 {
-                // A copy is outstanding: its helper, just woken, is most
-                // likely queued on this vCPU (the scheduler places a wakee
-                // beside its waker). Spinning would keep it off the CPU
-                // until the budget ran out (~30 µs here); yielding lets
-                // it copy now (docs/bench.md, issue 13).
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
-            }
+            std::hint::spin_loop();
             continue;
         }
         let engine = if server.pending() > 0 {

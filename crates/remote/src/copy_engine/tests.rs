@@ -304,7 +304,7 @@ fn inline_and_offloaded_copies_keep_program_order() {
 #[ignore]
 fn wake_breakdown() {
     use std::sync::atomic::AtomicU64;
-    const N: usize = 2000;
+    const N: usize = 3000;
     let (_dir, region) = region(1 << 20);
     let base = Instant::now();
     let now_ns = move || base.elapsed().as_nanos() as u64;
@@ -335,7 +335,7 @@ fn wake_breakdown() {
         let mut engine: CopyEngine<Vec<u8>> = CopyEngine::new(target, 8, 1).unwrap();
         let src = vec![7u8; 64];
         let mut done = Vec::new();
-        let (mut inline, mut spin, mut block) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut inline, mut spin, mut yielding, mut block) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for i in 0..N {
             pause();
             let t = Instant::now();
@@ -345,13 +345,18 @@ fn wake_breakdown() {
             let t = Instant::now();
             engine.submit(0, src.clone(), 64).unwrap();
             let deadline = t + PATIENCE;
-            if i % 2 == 0 {
-                // The loop polls (its poll budget) until the completion shows.
+            if i % 3 < 2 {
+                // The loop polls until the completion shows: spinning (as
+                // the event loop does), or yielding the CPU each pass.
                 while engine.poll_completions(&mut done) == 0 {
                     assert!(Instant::now() < deadline, "copy engine stalled");
-                    std::hint::spin_loop();
+                    if i % 3 == 0 {
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::yield_now();
+                    }
                 }
-                spin.push(t.elapsed().as_nanos() as u64);
+                [&mut spin, &mut yielding][i % 3].push(t.elapsed().as_nanos() as u64);
             } else {
                 // The loop arms the eventfd and blocks in ppoll.
                 collect(&mut engine, done.len() + 1, &mut done);
@@ -360,7 +365,8 @@ fn wake_breakdown() {
         }
         drop(engine);
         show("inline copy_inline (nt copy + sfence on the loop)", inline);
-        show("hand-off, loop polls: submit -> completion seen", spin);
+        show("hand-off, loop polls spinning: submit -> completion seen", spin);
+        show("hand-off, loop polls yielding: submit -> completion seen", yielding);
         show("hand-off, loop blocks on the eventfd: submit -> seen", block);
         // The two wake-ups alone, without the engine.
         let pair = Arc::new((Mutex::new(false), Condvar::new(), AtomicU64::new(0)));
