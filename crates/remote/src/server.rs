@@ -25,7 +25,8 @@
 //!   while the engine is idle (no copy outstanding) is copied inline, by
 //!   the engine's own non-temporal copy on this thread, and answered at
 //!   once (`Action::Reply`): the hand-off to a sleeping helper costs more
-//!   than such a copy (docs/bench.md, issue 13). Replies keep their order.
+//!   than such a copy (docs/bench.md, issue 13). It never runs beside an
+//!   outstanding copy, so it cannot overtake one to the same bytes.
 //! - A reply with `Status::Ok` to a mutating request is produced only after
 //!   its bytes are persisted (flush + drain, or the helper's drain).
 //! - Bounded: one staging buffer per copy-engine slot, allocated at start
@@ -586,8 +587,8 @@ impl Server {
     /// `copy_inline_max_bytes`, while the engine is idle, is copied here
     /// by the engine's own copy (non-temporal stores + drain), skipping the
     /// hand-off to a helper that may be asleep. Idle means no copy is
-    /// outstanding, so replies keep their order and no outstanding copy
-    /// can overlap (the engine checks again). True if copied.
+    /// outstanding, so none can overlap (the engine checks again). True
+    /// if copied.
     fn copy_inline(&mut self, at: u64, payload: &[u8]) -> bool {
         let limit = self.config.copy_inline_max_bytes;
         let Some(engine) = self.engine.as_mut() else { return false };
