@@ -41,6 +41,10 @@ pub struct ServeArgs {
     /// Copy-engine depth: 0 (no RpcOffload), 1 or 8 copies in flight.
     #[arg(long, default_value_t = 8)]
     copy_engine: usize,
+    /// RpcOffload writes of at most this many bytes are copied on the event loop while the copy engine is idle
+    /// (the hand-off to a sleeping helper costs more than a small copy); 0 hands every copy off.
+    #[arg(long, default_value_t = pmwire_remote::copy_engine::INLINE_MAX_BYTES)]
+    copy_inline_max: usize,
     /// Region id of a newly formatted pool.
     #[arg(long, default_value_t = 1)]
     region_id: u32,
@@ -66,6 +70,8 @@ pub enum RemoteSuite {
     Crash(CrashArgs),
     /// Remote write latency, 64 B-1 KB, one outstanding, every method, over tcp and sm; ucx_perftest floor.
     RemoteLatency(QuickArgs),
+    /// The copy engine (issue 13): Rpc vs RpcOffload latency 64 B-64 KiB, and inline vs hand-off GB/s at window 8 (the crossover).
+    RemoteOffload(OffloadArgs),
     /// Remote bulk writes, 1-128 KB, windows 1/8/32: put + FLUSH per window, Rpc, RpcOffload; GB/s.
     RemoteBulk(QuickArgs),
     /// Networked persistent log server (seed 000 Fig 9): 1 server thread, 1-8 clients x 32 appends outstanding, 64 B-2 KB, each tail strategy; appends/s.
@@ -76,6 +82,20 @@ pub enum RemoteSuite {
 #[derive(Args)]
 pub struct LogServerArgs {
     /// A short run (~30 s): 256 B and 2 KB entries, 1 and 8 clients.
+    #[arg(long)]
+    quick: bool,
+    /// UCX transport: tcp, sm or both.
+    #[arg(long, default_value = "both", value_parser = ["tcp", "sm", "both"])]
+    tls: String,
+    /// Where to write the JSON results.
+    #[arg(long, default_value = "results")]
+    out: PathBuf,
+}
+
+/// `pmwire bench remote-offload`.
+#[derive(Args)]
+pub struct OffloadArgs {
+    /// A short run (~10 s per transport).
     #[arg(long)]
     quick: bool,
     /// UCX transport: tcp, sm or both.
@@ -122,7 +142,12 @@ fn repeat(suite: &str, args: &QuickArgs, mut run: impl FnMut() -> Result<SuiteRe
 
 /// Runs `pmwire serve` until killed.
 pub fn serve_cmd(args: &ServeArgs) -> Result<()> {
-    let config = ServerConfig { copy_depth: args.copy_engine, copy_threads: 1, ..ServerConfig::default() };
+    let config = ServerConfig {
+        copy_depth: args.copy_engine,
+        copy_threads: 1,
+        copy_inline_max_bytes: args.copy_inline_max,
+        ..ServerConfig::default()
+    };
     if ![0, 1, 8].contains(&args.copy_engine) {
         bail!("--copy-engine must be 0, 1 or 8");
     }
@@ -147,6 +172,9 @@ pub fn serve_cmd(args: &ServeArgs) -> Result<()> {
         None => println!("region_id={region_id} key={key:#018x}"),
     }
     println!("serving {} ({}) on {bound} over {}", args.pool.display(), server.region().describe(), args.tls);
+    if args.copy_engine > 0 {
+        println!("copy engine: {} in flight; RpcOffload of at most {} B is copied inline while it is idle", args.copy_engine, server.inline_max_bytes());
+    }
     match registered {
         None => println!("one-sided access: off (clients use the RPC methods; --one-sided turns it on)"),
         Some(_) => println!(
@@ -169,6 +197,16 @@ pub fn bench(suite: &RemoteSuite) -> Result<()> {
         RemoteSuite::RemoteLatency(args) => {
             let options = pmwire_bench::remote::latency::LatencyOptions { quick: args.quick, out_dir: args.out.clone() };
             let report = repeat("remote-latency", args, || pmwire_bench::remote::latency::run(&options))?;
+            println!("results: {}", report.json_path.display());
+            Ok(())
+        }
+        RemoteSuite::RemoteOffload(args) => {
+            let transports = match args.tls.as_str() {
+                "both" => pmwire_bench::remote::common::TRANSPORTS.iter().map(|t| t.to_string()).collect(),
+                one => vec![one.to_string()],
+            };
+            let options = pmwire_bench::remote::offload::OffloadOptions { quick: args.quick, transports, out_dir: args.out.clone() };
+            let report = pmwire_bench::remote::offload::run(&options)?;
             println!("results: {}", report.json_path.display());
             Ok(())
         }

@@ -10,6 +10,16 @@
 //! on it with its other sources; only after the completion does the server
 //! reply. A submit wakes a helper only if one sleeps.
 //!
+//! The hand-off has a price that the copy does not: a helper asleep on its
+//! condition variable must be woken (a futex wake, and on a virtual machine
+//! an idle vCPU to be woken or a busy one to be shared), and the loop must
+//! see the completion. Measured on a 2-vCPU KVM guest (docs/bench.md, "Copy
+//! engine latency (issue 13)") that is tens of µs, against well under 1 µs
+//! for the copy itself at ≤ 4 KiB. So [`CopyBackend::copy_inline`] copies on
+//! the caller's thread with the same non-temporal copy and drain, and the
+//! server uses it for writes of at most [`INLINE_MAX_BYTES`] while the
+//! engine is idle.
+//!
 //! # The safety invariant
 //! Helper threads write through a raw pointer into a mapping that the
 //! event loop also reaches through `&mut Region`. That is sound because:
@@ -31,6 +41,13 @@
 //!    state mutex after its `sfence`; the loop takes it under the same
 //!    mutex, so every byte of the copy is visible (and durable) to the loop
 //!    once it sees the completion.
+//! 6. **Inline copies.** `copy_inline` writes on the caller's thread only a
+//!    range inside the target (checked as in 1) that overlaps no
+//!    outstanding copy (checked as in 2; refused otherwise), and it is done
+//!    and drained before it returns: it is never outstanding, so no helper
+//!    writes its bytes while it runs, and program order between inline and
+//!    offloaded writes to the same bytes is kept (a later submit of an
+//!    overlapping range comes after the inline copy returned).
 //!
 //! Bounded: at most `depth` copies are outstanding (1 or 8 in the paper's
 //! experiments); the queue and the completion list never grow past it.
@@ -49,6 +66,19 @@ use thiserror::Error;
 
 /// Identifies one submitted copy; increases by one per submission.
 pub type Ticket = u64;
+
+/// Largest RpcOffload write the server copies inline, on the event loop,
+/// when the engine is idle (`ServerConfig::copy_inline_max_bytes`'s
+/// default). Measured on a 2-vCPU AMD EPYC KVM guest with
+/// `pmwire bench remote-offload --quick` (docs/bench.md, "Copy engine
+/// latency (issue 13)"): with one write outstanding the hand-off to a
+/// sleeping helper costs more than the copy at every size up to 64 KiB,
+/// and with 8 in flight inline moved 1.2–4.6× the bytes of the hand-off
+/// at every size from 4 to 128 KiB in three runs out of three. So the
+/// crossover lies above 128 KiB here; larger writes (up to the payload
+/// limit) still go to the helper, which on a machine with idle cores may
+/// pay sooner: measure there with the same bench.
+pub const INLINE_MAX_BYTES: usize = 128 << 10;
 
 /// Deepest queue an engine accepts.
 pub const MAX_DEPTH: usize = 64;
@@ -117,6 +147,13 @@ pub trait CopyBackend {
 
     /// Starts copying `buffer[..len]` to target `offset`; returns at once.
     fn submit(&mut self, offset: u64, buffer: Self::Source, len: usize) -> Result<Ticket, Rejected<Self::Source>>;
+
+    /// Copies `src` to target `offset` on the calling thread and makes it
+    /// durable before returning (the inline path: no hand-off). Refused,
+    /// with nothing written, if the range is out of bounds or overlaps an
+    /// outstanding copy, so an inline copy never overtakes nor is overtaken
+    /// by an offloaded one to the same bytes.
+    fn copy_inline(&mut self, offset: u64, src: &[u8]) -> Result<(), SubmitError>;
 
     /// Moves finished copies to `out`; returns how many. Never blocks.
     fn poll_completions(&mut self, out: &mut Vec<Completion<Self::Source>>) -> usize;
@@ -290,6 +327,11 @@ impl<S: AsRef<[u8]> + Send + 'static> CopyEngine<S> {
         if self.outstanding.len() >= self.depth {
             return Err(SubmitError::Full { depth: self.depth });
         }
+        self.check_range(offset, have, len)
+    }
+
+    /// Bounds and disjointness (invariants 1 and 2), for both paths.
+    fn check_range(&self, offset: u64, have: usize, len: usize) -> Result<(), SubmitError> {
         if len > have {
             return Err(SubmitError::ShortSource { have, len });
         }
@@ -359,6 +401,14 @@ impl<S: AsRef<[u8]> + Send + 'static> CopyBackend for CopyEngine<S> {
             self.shared.work.notify_one();
         }
         Ok(ticket)
+    }
+
+    fn copy_inline(&mut self, offset: u64, src: &[u8]) -> Result<(), SubmitError> {
+        self.check_range(offset, src.len(), src.len())?;
+        // SAFETY: in bounds and overlapping no outstanding copy (checked
+        // just above; invariants 1, 2 and 6), on a live mapping (invariant 3).
+        unsafe { self.shared.target.copy_persist(offset, src) };
+        Ok(())
     }
 
     fn poll_completions(&mut self, out: &mut Vec<Completion<S>>) -> usize {

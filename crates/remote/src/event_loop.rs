@@ -129,6 +129,9 @@ pub struct ServeStats {
     pub requests: u64,
     /// Of which offloaded to the copy engine.
     pub offloaded: u64,
+    /// RpcOffload writes copied inline on the loop instead (small, engine
+    /// idle: [`crate::server::ServerConfig::copy_inline_max_bytes`]).
+    pub inlined: u64,
     /// Connections accepted.
     pub accepted: u64,
     /// Replies the transport refused (their connection was gone).
@@ -148,6 +151,7 @@ pub fn serve<T: ServeTransport>(server: &mut Server, transport: &mut T, stop: &A
 /// [`serve`] with a chosen [`PollBudget`].
 pub fn serve_with<T: ServeTransport>(server: &mut Server, transport: &mut T, stop: &AtomicBool, budget: PollBudget) -> ServeStats {
     let mut state = Loop::default();
+    let inlined_before = server.offloads_inlined();
     // No activity yet (the empty-poll budget is spent): an idle loop blocks at once.
     let (mut last_activity, mut empty) = (Instant::now(), budget.max_empty_polls);
     loop {
@@ -155,6 +159,7 @@ pub fn serve_with<T: ServeTransport>(server: &mut Server, transport: &mut T, sto
         let (handled, more) = state.drain(server, transport);
         let finished = state.finish_copies(server, transport);
         if stop.load(Ordering::Acquire) && server.pending() == 0 {
+            state.stats.inlined = server.offloads_inlined() - inlined_before;
             return state.stats;
         }
         if handled + finished > 0 || transport.progressed() {

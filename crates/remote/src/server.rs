@@ -21,6 +21,12 @@
 //!   handler first waits that copy out (blocking on the engine's eventfd,
 //!   bounded by [`PATIENCE`]). So requests to one range take effect in
 //!   arrival order, and the copy engine's disjointness invariant holds.
+//! - An RpcOffload write of at most `copy_inline_max_bytes` that arrives
+//!   while the engine is idle (no copy outstanding) is copied inline, by
+//!   the engine's own non-temporal copy on this thread, and answered at
+//!   once (`Action::Reply`): the hand-off to a sleeping helper costs more
+//!   than such a copy (docs/bench.md, issue 13). It never runs beside an
+//!   outstanding copy, so it cannot overtake one to the same bytes.
 //! - A reply with `Status::Ok` to a mutating request is produced only after
 //!   its bytes are persisted (flush + drain, or the helper's drain).
 //! - Bounded: one staging buffer per copy-engine slot, allocated at start
@@ -36,7 +42,7 @@ use pmem::{Media, PersistenceDomain, Region, RegionKind};
 use pmwire_log::{AppendError, AppendLog, OpenError};
 use thiserror::Error;
 
-use crate::copy_engine::{Completion, CopyBackend, CopyEngine, CopyTarget, Ticket};
+use crate::copy_engine::{Completion, CopyBackend, CopyEngine, CopyTarget, Ticket, INLINE_MAX_BYTES};
 use crate::pool::{log_config_from_codes, FormatError, LogCreateError, Pool, PoolConfig, PoolOpenError};
 use crate::proto::{
     self, encode_response, encode_response_header, Guarantee, Hello, LogSpec, Opcode, Request, ResponseHeader, Status,
@@ -79,6 +85,11 @@ pub struct ServerConfig {
     pub copy_depth: usize,
     /// Copy-engine helper threads (1..=depth).
     pub copy_threads: usize,
+    /// RpcOffload writes of at most this many bytes are copied on the
+    /// calling (event-loop) thread when the engine is idle, like Rpc but
+    /// with the engine's non-temporal copy (0: always hand off). Default
+    /// [`INLINE_MAX_BYTES`], the measured crossover.
+    pub copy_inline_max_bytes: usize,
 }
 
 impl Default for ServerConfig {
@@ -89,6 +100,7 @@ impl Default for ServerConfig {
             require_payload_crc: false,
             copy_depth: 8,
             copy_threads: 1,
+            copy_inline_max_bytes: INLINE_MAX_BYTES,
         }
     }
 }
@@ -181,6 +193,8 @@ pub struct Server {
     ready: Vec<Completed>,
     done: Vec<Completion<Vec<u8>>>,
     scratch: Vec<u8>,
+    /// RpcOffload writes copied on the loop thread (the inline path).
+    inlined: u64,
 }
 
 impl Server {
@@ -235,6 +249,7 @@ impl Server {
             staging,
             released: Vec::with_capacity(config.copy_depth),
             config,
+            inlined: 0,
         })
     }
 
@@ -477,7 +492,10 @@ impl Server {
         }
         self.wait_conflicts(at, len);
         if req.header.flags & FLAG_OFFLOAD != 0 {
-            return Ok(Outcome::Offload { at, request_id: req.header.request_id });
+            if !self.copy_inline(at, req.payload) {
+                return Ok(Outcome::Offload { at, request_id: req.header.request_id });
+            }
+            return ok_reply(req, len, &[], reply);
         }
         self.region.write(at, req.payload);
         self.region.persist(at, len);
@@ -563,6 +581,36 @@ impl Server {
         let log = log_mut(&mut self.logs, req.header.offset)?;
         log.truncate(&mut self.region, req.header.length).map_err(|_| Refusal::from(Status::NoEntry))?;
         ok_reply(req, req.header.length, &[], reply)
+    }
+
+    /// RpcOffload's inline path: a write of at most
+    /// `copy_inline_max_bytes`, while the engine is idle, is copied here
+    /// by the engine's own copy (non-temporal stores + drain), skipping the
+    /// hand-off to a helper that may be asleep. Idle means no copy is
+    /// outstanding, so none can overlap (the engine checks again). True
+    /// if copied.
+    fn copy_inline(&mut self, at: u64, payload: &[u8]) -> bool {
+        let limit = self.config.copy_inline_max_bytes;
+        let Some(engine) = self.engine.as_mut() else { return false };
+        if payload.len() > limit || engine.outstanding() > 0 {
+            return false;
+        }
+        if let Err(error) = engine.copy_inline(at, payload) {
+            panic!("inline copy refused after the server's checks: {error}");
+        }
+        self.inlined += 1;
+        true
+    }
+
+    /// RpcOffload writes copied inline so far (see [`ServerConfig::copy_inline_max_bytes`]).
+    pub fn offloads_inlined(&self) -> u64 {
+        self.inlined
+    }
+
+    /// The largest RpcOffload write this server copies inline when its
+    /// engine is idle (0: none, or no engine).
+    pub fn inline_max_bytes(&self) -> usize {
+        if self.engine.is_some() { self.config.copy_inline_max_bytes } else { 0 }
     }
 
     /// Blocks until the engine has a free slot (and so a staging buffer).

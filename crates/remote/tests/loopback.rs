@@ -78,7 +78,9 @@ fn two_clients_through_the_event_loop_then_restart() {
     let appended: Vec<Vec<(u64, u64)>> = clients.into_iter().map(|c| c.join().unwrap()).collect();
     stop.store(true, Ordering::Release);
     let stats = server.join().unwrap();
-    assert_eq!(stats.offloaded, 2 * WRITES / 2);
+    // Every RpcOffload write went to the engine or, small and with the
+    // engine idle, was copied inline.
+    assert_eq!(stats.offloaded + stats.inlined, 2 * WRITES / 2);
 
     // Restart on the same pool: every acknowledged write and append is there.
     let mut server = Server::open(Region::open(&path, Default::default()).unwrap(), ServerConfig::default()).unwrap();

@@ -46,7 +46,22 @@ impl ServerThread {
     /// [`start`](ServerThread::start), with one-sided access on or off
     /// (off: as `pmwire serve` runs by default; its clients are off too).
     pub fn start_with(tls: &str, size_bytes: u64, copy_depth: usize, log_area_bytes: u64, one_sided: bool) -> Result<ServerThread> {
-        let pool = shm_path(&format!("remote-{tls}.pool"));
+        let config = ServerConfig { copy_depth, copy_threads: 1, ..ServerConfig::default() };
+        ServerThread::start_configured(tls, size_bytes, log_area_bytes, one_sided, config, "remote")
+    }
+
+    /// [`start_with`](ServerThread::start_with) with a whole server
+    /// configuration, on a pool named after `name` (servers running at
+    /// once need different names).
+    pub fn start_configured(
+        tls: &str,
+        size_bytes: u64,
+        log_area_bytes: u64,
+        one_sided: bool,
+        server_config: ServerConfig,
+        name: &str,
+    ) -> Result<ServerThread> {
+        let pool = shm_path(&format!("{name}-{tls}.pool"));
         let _ = std::fs::remove_file(&pool);
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::channel();
@@ -55,7 +70,6 @@ impl ServerThread {
             let started = (|| -> Result<_> {
                 let region = Region::create(&path, size_bytes)?;
                 let config = PoolConfig { region_id: 1, dir_slots: 64, log_area_bytes };
-                let server_config = ServerConfig { copy_depth, copy_threads: 1, ..ServerConfig::default() };
                 let mut server = Server::format(region, config, server_config)?;
                 let mut t = UcxTransport::new(&ucx_config(&tls_owned, true, one_sided)?)?;
                 let addr = t.listen("127.0.0.1:0".parse()?)?;

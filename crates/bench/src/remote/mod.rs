@@ -7,4 +7,5 @@ pub mod common;
 pub mod crash;
 pub mod latency;
 pub mod logserver;
+pub mod offload;
 pub mod server;

@@ -211,7 +211,7 @@ fn payload_checksum_can_be_required() {
 }
 
 fn offload_round(depth: usize) {
-    let mut f = fixture(ServerConfig { copy_depth: depth, ..ServerConfig::default() });
+    let mut f = fixture(ServerConfig { copy_depth: depth, copy_inline_max_bytes: 0, ..ServerConfig::default() });
     let writes = 3 * depth + 2;
     let mut expected = Vec::new();
     let mut tickets = Vec::new();
@@ -257,7 +257,7 @@ fn offload_eight_in_flight() {
 
 #[test]
 fn requests_after_an_offload_to_the_same_range_see_it() {
-    let mut f = fixture(ServerConfig::default());
+    let mut f = fixture(ServerConfig { copy_inline_max_bytes: 0, ..ServerConfig::default() });
     let mut h = f.header(Opcode::PersistWrite);
     h.flags |= FLAG_OFFLOAD;
     h.length = 100_000;
@@ -269,7 +269,7 @@ fn requests_after_an_offload_to_the_same_range_see_it() {
 
 #[test]
 fn offload_of_a_disconnected_client_completes_silently() {
-    let mut f = fixture(ServerConfig::default());
+    let mut f = fixture(ServerConfig { copy_inline_max_bytes: 0, ..ServerConfig::default() });
     let mut h = f.header(Opcode::PersistWrite);
     h.flags |= FLAG_OFFLOAD;
     h.length = 70_000;
@@ -403,7 +403,7 @@ fn full_log_is_refused_without_writing() {
 
 #[test]
 fn owned_payloads_are_copied_from_in_place_and_handed_back() {
-    let mut f = fixture(ServerConfig { copy_depth: 2, ..ServerConfig::default() });
+    let mut f = fixture(ServerConfig { copy_depth: 2, copy_inline_max_bytes: 0, ..ServerConfig::default() });
     let mut submitted = Vec::new();
     for i in 0..4u64 {
         let data = vec![i as u8 + 10; 70_000];
@@ -443,4 +443,62 @@ fn owned_payloads_are_copied_from_in_place_and_handed_back() {
     assert_eq!(action, Action::Reply);
     assert_eq!(back.map(|b| b.as_ptr()), Some(at));
     assert_eq!(f.read(7, 5000), vec![3; 5000]);
+}
+
+/// An RpcOffload write of `len` B at `offset`, filled with `byte`.
+fn offload(f: &mut Fixture, offset: u64, len: usize, byte: u8) -> (Action, u64) {
+    let mut h = f.header(Opcode::PersistWrite);
+    h.flags |= FLAG_OFFLOAD;
+    h.offset = offset;
+    h.length = len as u64;
+    (f.send(h, &vec![byte; len]), h.request_id)
+}
+
+#[test]
+fn small_offloads_run_inline_while_the_engine_is_idle() {
+    let mut f = fixture(ServerConfig { copy_inline_max_bytes: 4096, ..ServerConfig::default() });
+    assert_eq!(f.server.inline_max_bytes(), 4096);
+    let (action, id) = offload(&mut f, 0, 4096, 1);
+    assert_eq!(action, Action::Reply, "at the limit, idle: inline");
+    let r = decode_response(&f.reply, 0).unwrap();
+    assert_eq!((r.header.status, r.header.request_id, r.header.value), (Status::Ok, id, 4096));
+    assert_eq!(f.server.offloads_inlined(), 1);
+    assert!(matches!(offload(&mut f, 8192, 4097, 2).0, Action::Offloaded(_)), "past the limit: handed off");
+    // Not idle: a small write is queued behind the outstanding copy, in order.
+    assert!(matches!(offload(&mut f, 20_000, 64, 3).0, Action::Offloaded(_)), "busy engine: handed off");
+    assert_eq!(f.server.offloads_inlined(), 1);
+    let done = f.completions(2);
+    assert_eq!(done.len(), 2);
+    assert_eq!(f.read(0, 4096), vec![1; 4096]);
+    assert_eq!(f.read(8192, 4097), vec![2; 4097]);
+    assert_eq!(f.read(20_000, 64), vec![3; 64]);
+}
+
+#[test]
+fn an_inline_write_waits_out_an_overlapping_copy() {
+    let mut f = fixture(ServerConfig { copy_inline_max_bytes: 4096, ..ServerConfig::default() });
+    assert!(matches!(offload(&mut f, 0, 100_000, 1).0, Action::Offloaded(_)));
+    // Overlaps the outstanding copy: the handler waits it out, then the
+    // engine is idle and the small write goes inline, landing after it.
+    let (action, _) = offload(&mut f, 99_990, 20, 2);
+    assert_eq!(action, Action::Reply);
+    assert_eq!(f.server.offloads_inlined(), 1);
+    assert_eq!(f.server.pending(), 1, "the big copy's reply is ready, not yet taken");
+    assert_eq!(f.completions(1).len(), 1);
+    assert_eq!(f.read(99_980, 40), [vec![1u8; 10], vec![2; 20], vec![0; 10]].concat());
+    // An offloaded copy after the inline write lands after it.
+    assert!(matches!(offload(&mut f, 90_000, 10_005, 3).0, Action::Offloaded(_)));
+    assert_eq!(f.completions(1).len(), 1);
+    assert_eq!(f.read(99_980, 40), [vec![3u8; 25], vec![2; 5], vec![0; 10]].concat());
+}
+
+#[test]
+fn a_zero_limit_or_no_engine_never_inlines() {
+    let mut f = fixture(ServerConfig { copy_inline_max_bytes: 0, ..ServerConfig::default() });
+    assert_eq!(f.server.inline_max_bytes(), 0);
+    assert!(matches!(offload(&mut f, 0, 1, 1).0, Action::Offloaded(_)));
+    assert_eq!(f.completions(1).len(), 1);
+    assert_eq!(f.server.offloads_inlined(), 0);
+    let f = fixture(ServerConfig { copy_depth: 0, ..ServerConfig::default() });
+    assert_eq!(f.server.inline_max_bytes(), 0, "no engine: RpcOffload is refused, not inlined");
 }
