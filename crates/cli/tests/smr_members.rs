@@ -128,16 +128,32 @@ fn wait_membership(peers: &str, want: &str) -> String {
     }
 }
 
+/// Replicas 1-3 running, and four addresses (the fourth free): the
+/// lists `1=..,2=..,3=..` and the same with `4=..`.
+struct Cluster {
+    replicas: Replicas,
+    addrs: Vec<String>,
+    three: String,
+    four: String,
+}
+
+impl Cluster {
+    fn start(dir: &Path) -> Cluster {
+        let mut replicas = Replicas { children: BTreeMap::new(), dir: dir.to_path_buf() };
+        let addrs = free_addrs(4);
+        let three = format!("1={},2={},3={}", addrs[0], addrs[1], addrs[2]);
+        let four = format!("{three},4={}", addrs[3]);
+        for id in 1..=3 {
+            replicas.start(id, &three, false);
+        }
+        Cluster { replicas, addrs, three, four }
+    }
+}
+
 #[test]
 fn a_replica_is_added_leads_and_replicas_are_removed_through_the_cli() {
     let dir = tempfile::tempdir_in("/dev/shm").expect("a directory in /dev/shm");
-    let mut replicas = Replicas { children: BTreeMap::new(), dir: dir.path().to_path_buf() };
-    let addrs = free_addrs(4);
-    let three = format!("1={},2={},3={}", addrs[0], addrs[1], addrs[2]);
-    let four = format!("{three},4={}", addrs[3]);
-    for id in 1..=3 {
-        replicas.start(id, &three, false);
-    }
+    let Cluster { mut replicas, addrs, three, four } = Cluster::start(dir.path());
     replicas.start(4, &four, true);
     assert!(ok(&three, &["put", "before", "add"]).starts_with("OK"));
 
@@ -175,13 +191,7 @@ fn a_replica_is_added_leads_and_replicas_are_removed_through_the_cli() {
 #[test]
 fn a_new_id_without_join_and_a_member_on_a_new_pool_exit_with_the_reason() {
     let dir = tempfile::tempdir_in("/dev/shm").expect("a directory in /dev/shm");
-    let mut replicas = Replicas { children: BTreeMap::new(), dir: dir.path().to_path_buf() };
-    let addrs = free_addrs(4);
-    let three = format!("1={},2={},3={}", addrs[0], addrs[1], addrs[2]);
-    let four = format!("{three},4={}", addrs[3]);
-    for id in 1..=3 {
-        replicas.start(id, &three, false);
-    }
+    let Cluster { mut replicas, three, four, .. } = Cluster::start(dir.path());
     assert!(ok(&three, &["put", "k", "v"]).starts_with("OK"));
 
     let err = replicas.start_to_fail(4, &four, &dir.path().join("pool4"));
