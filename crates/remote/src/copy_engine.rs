@@ -291,6 +291,10 @@ pub struct CopyEngine<S: AsRef<[u8]> + Send + 'static> {
     next_ticket: Ticket,
     /// Outstanding copies: (ticket, offset, len). At most `depth`.
     outstanding: Vec<(Ticket, u64, u64)>,
+    /// The last arm found the flag set but nothing to read: a helper had
+    /// raised the flag and not yet written the eventfd. Its write lands
+    /// later with the flag clear, so the next arm reads regardless.
+    write_in_flight: bool,
 }
 
 impl<S: AsRef<[u8]> + Send + 'static> CopyEngine<S> {
@@ -320,7 +324,7 @@ impl<S: AsRef<[u8]> + Send + 'static> CopyEngine<S> {
             let name = format!("pmwire-copy-{i}");
             helpers.push(std::thread::Builder::new().name(name).spawn(move || helper(&shared))?);
         }
-        Ok(CopyEngine { shared, helpers, depth, next_ticket: 0, outstanding: Vec::with_capacity(depth) })
+        Ok(CopyEngine { shared, helpers, depth, next_ticket: 0, outstanding: Vec::with_capacity(depth), write_in_flight: false })
     }
 
     fn check(&self, offset: u64, have: usize, len: usize) -> Result<(), SubmitError> {
@@ -442,11 +446,16 @@ impl<S: AsRef<[u8]> + Send + 'static> CopyBackend for CopyEngine<S> {
         // Clear the flag, then the count, then look at `finished`: a helper
         // that finishes after the look raised `finished` before it found the
         // flag clear and wrote the eventfd, so a wait on it ends.
-        if self.shared.signalled.swap(false, Ordering::AcqRel) {
+        let flagged = self.shared.signalled.swap(false, Ordering::AcqRel);
+        if flagged || self.write_in_flight {
             let mut count = 0u64;
-            // SAFETY: reads 8 bytes into a local; EAGAIN (a signal already
-            // consumed) is fine.
-            unsafe { libc::read(self.shared.event.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
+            // SAFETY: reads 8 bytes into a local; EAGAIN means the helper
+            // that raised the flag has not written yet.
+            let rc = unsafe { libc::read(self.shared.event.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
+            // Its write will leave the fd readable with the flag clear (one
+            // spurious wake-up): read again at the next arm until it lands,
+            // so an idle loop never spins on a stale signal.
+            self.write_in_flight = rc != 8;
         }
         self.shared.finished.load(Ordering::Acquire) > 0
     }

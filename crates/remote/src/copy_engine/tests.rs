@@ -181,8 +181,9 @@ fn arming_clears_a_stale_signal_and_reports_waiting_completions() {
         assert_eq!(engine.poll_completions(&mut done), 3);
         assert_eq!(engine.poll_completions(&mut done), 0, "nothing twice");
         // A helper signals after it raised `finished`, so its signal may
-        // land after the arm above (a harmless spurious wake-up). Once the
-        // helper sleeps again it has signalled; then arming clears it.
+        // land after the arm above (one spurious wake-up), even after that
+        // arm found the flag set and nothing to read. Once the helper sleeps
+        // again it has signalled; then arming clears it.
         let deadline = Instant::now() + PATIENCE;
         while engine.shared.state.lock().unwrap().sleeping < 1 {
             assert!(Instant::now() < deadline, "the helper did not go back to sleep");
@@ -194,6 +195,26 @@ fn arming_clears_a_stale_signal_and_reports_waiting_completions() {
     }
     assert_eq!(done.len(), 9);
     assert_eq!(engine.outstanding(), 0);
+}
+
+#[test]
+fn a_signal_written_after_the_arm_that_cleared_its_flag_is_read_by_the_next_arm() {
+    let (_dir, region) = region(1 << 20);
+    // SAFETY: the engine is dropped at the end of this function, before `region`.
+    let target = unsafe { CopyTarget::new(&region) };
+    let mut engine: CopyEngine<Vec<u8>> = CopyEngine::new(target, 4, 1).unwrap();
+    // A helper has raised the flag and not yet written the eventfd.
+    engine.shared.signalled.store(true, Ordering::Release);
+    assert!(!engine.arm(), "nothing finished");
+    // Its write lands now, with the flag clear.
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a local to the engine's eventfd.
+    assert_eq!(unsafe { libc::write(engine.event_fd(), (&one as *const u64).cast(), 8) }, 8);
+    assert!(readable(engine.event_fd()), "the late signal wakes a waiter once");
+    assert!(!engine.arm());
+    assert!(!readable(engine.event_fd()), "the next arm cleared it: an idle loop does not spin on it");
+    assert!(!engine.arm());
+    assert!(!readable(engine.event_fd()));
 }
 
 #[test]
