@@ -56,7 +56,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use pmem::le::get_u64;
+use pmem::le::{get_u32, get_u64};
 use protobuf::Message as _;
 use raft::eraftpb::{ConfChange, ConfChangeSingle, ConfChangeType, ConfChangeV2, ConfState, Entry, EntryType, Message, MessageType, SnapshotMetadata};
 use rand::{Rng, SeedableRng};
@@ -136,7 +136,7 @@ impl NotMember {
         if b.len() < 20 {
             return None;
         }
-        let count = u32::from_le_bytes(b[16..20].try_into().expect("4 bytes")) as usize;
+        let count = get_u32(b, 16) as usize;
         if count > MAX_VOTERS || b.len() != 20 + 8 * count {
             return None;
         }
@@ -620,9 +620,7 @@ where
         }
         self.told_not_member.insert(from, self.ticks);
         let notice = NotMember { term: self.raw.raft.term, applied: self.applied, voters: self.conf_state().voters };
-        let mut payload = t.take_buffer(20 + 8 * notice.voters.len());
-        payload.extend_from_slice(&notice.to_bytes());
-        if t.send(conn, &NOT_MEMBER_MAGIC, payload).is_err() {
+        if t.send(conn, &NOT_MEMBER_MAGIC, notice.to_bytes()).is_err() {
             self.counters.unsent += 1;
         }
     }

@@ -737,15 +737,17 @@ impl World {
                 let result = catch_unwind(AssertUnwindSafe(|| r.turn(now)));
                 IN_TURN.with(|t| t.set(false));
                 match result {
-                    Ok(_) if r.service.halted().is_some() => {
-                        // Its leader counted entries as held here that its
-                        // store lost, or disowned it: never, in a correct run.
-                        let reason = r.service.halted().unwrap_or_default().to_string();
-                        self.report.violations.push(format!("replica {} halted: {reason}", i + 1));
-                        self.broken = true;
-                        return;
+                    Ok(worked) => {
+                        // A halt (its leader counted entries as held here
+                        // that its store lost, or disowned it) never
+                        // happens in a correct run.
+                        if let Some(reason) = r.service.halted().map(str::to_string) {
+                            self.report.violations.push(format!("replica {} halted: {reason}", i + 1));
+                            self.broken = true;
+                            return;
+                        }
+                        busy |= worked;
                     }
-                    Ok(worked) => busy |= worked,
                     Err(payload) if payload.is::<SimCrash>() => {
                         self.crash(i, now_ns)
                     }
