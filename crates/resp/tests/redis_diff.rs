@@ -138,23 +138,62 @@ fn redis_version(port: u16) -> String {
     v.trim().to_string()
 }
 
+/// One connection to redis-server and one pmwire session over a
+/// `MemKeyspace`, fed the same commands.
+struct Differ {
+    conn: Conn,
+    server: Server,
+    session: pmwire_resp::exec::Session,
+    ks: MemKeyspace,
+    parsed: Parsed,
+    req: Vec<u8>,
+}
+
+impl Differ {
+    /// Flushes redis and opens a session with the same client id.
+    fn new(redis: &Redis, version: &str) -> Differ {
+        let mut admin = Conn::new(redis.port);
+        let mut req = Vec::new();
+        encode_request(&[&b"FLUSHALL"[..]], &mut req);
+        admin.call(&req);
+        let mut conn = Conn::new(redis.port);
+        req.clear();
+        encode_request(&[&b"CLIENT"[..], b"ID"], &mut req);
+        let id_reply = conn.call(&req);
+        let id: u64 = String::from_utf8_lossy(&id_reply[1..id_reply.len() - 2]).parse().expect("client id");
+        let config = ServerConfig { version: version.to_string(), ..ServerConfig::default() };
+        let mut server = Server::new(config);
+        let session = server.open_session_with_id(id);
+        Differ { conn, server, session, ks: MemKeyspace::new(), parsed: Parsed::new(Limits::default()), req }
+    }
+
+    /// Runs `args` on both; `Err` with both replies if they differ (with
+    /// arrays and maps sorted first when `sort`); `Ok(true)` if the
+    /// connection is to close.
+    fn check<A: AsRef<[u8]>>(&mut self, args: &[A], sort: bool) -> Result<bool, (Vec<u8>, Vec<u8>)> {
+        self.req.clear();
+        encode_request(args, &mut self.req);
+        let want = self.conn.call(&self.req);
+        let segs: [&[u8]; 1] = [&self.req];
+        let summary = self.parsed.parse(&segs);
+        assert_eq!(summary.consumed, self.req.len());
+        assert_eq!(summary.commands, 1);
+        let mut got: Vec<u8> = Vec::new();
+        let flow = self.server.execute(&mut self.session, &mut self.ks, &self.parsed.request(&segs, 0), &mut got);
+        let same = if sort {
+            let w = parse_reply(&want).expect("parse").map(|(v, _)| sorted(v));
+            let g = parse_reply(&got).ok().flatten().map(|(v, _)| sorted(v));
+            w == g
+        } else {
+            want == got
+        };
+        if same { Ok(flow == Flow::Close) } else { Err((want, got)) }
+    }
+}
+
 fn run_script(redis: &Redis, version: &str, name: &str, script: &str) -> Vec<String> {
     let mut failures = Vec::new();
-    let mut admin = Conn::new(redis.port);
-    let mut req = Vec::new();
-    encode_request(&[&b"FLUSHALL"[..]], &mut req);
-    admin.call(&req);
-    let mut conn = Conn::new(redis.port);
-    req.clear();
-    encode_request(&[&b"CLIENT"[..], b"ID"], &mut req);
-    let id_reply = conn.call(&req);
-    let id: u64 = String::from_utf8_lossy(&id_reply[1..id_reply.len() - 2]).parse().expect("client id");
-
-    let config = ServerConfig { version: version.to_string(), ..ServerConfig::default() };
-    let mut server = Server::new(config);
-    let mut session = server.open_session_with_id(id);
-    let mut ks = MemKeyspace::new();
-    let mut parsed = Parsed::new(Limits::default());
+    let mut d = Differ::new(redis, version);
     for (lineno, line) in script.lines().enumerate() {
         let line = line.trim_end();
         if line.trim().is_empty() || line.starts_with('#') {
@@ -164,33 +203,15 @@ fn run_script(redis: &Redis, version: &str, name: &str, script: &str) -> Vec<Str
             Some(rest) => (true, rest),
             None => (false, line),
         };
-        let args = args_of(command);
-        req.clear();
-        encode_request(&args, &mut req);
-        let want = conn.call(&req);
-        let segs: [&[u8]; 1] = [&req];
-        let summary = parsed.parse(&segs);
-        assert_eq!(summary.consumed, req.len());
-        assert_eq!(summary.commands, 1);
-        let mut got: Vec<u8> = Vec::new();
-        let flow = server.execute(&mut session, &mut ks, &parsed.request(&segs, 0), &mut got);
-        let same = if sort {
-            let w = parse_reply(&want).expect("parse").map(|(v, _)| sorted(v));
-            let g = parse_reply(&got).ok().flatten().map(|(v, _)| sorted(v));
-            w == g
-        } else {
-            want == got
-        };
-        if !same {
-            failures.push(format!(
+        match d.check(&args_of(command), sort) {
+            Ok(false) => {}
+            Ok(true) => break,
+            Err((want, got)) => failures.push(format!(
                 "{name}:{}: {command}\n    redis:  {:?}\n    pmwire: {:?}",
                 lineno + 1,
                 String::from_utf8_lossy(&want),
                 String::from_utf8_lossy(&got)
-            ));
-        }
-        if flow == Flow::Close {
-            break;
+            )),
         }
     }
     failures
@@ -269,4 +290,270 @@ fn raw_protocol_matches_redis() {
         }
     }
     assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// A seeded generator of commands over every family pmwire serves, with
+/// keys shared between types (so WRONGTYPE comes up), numbers at their
+/// edges, bad arities and bad options.
+mod gen {
+    use rand::{Rng, SeedableRng};
+    use rand_xoshiro::Xoshiro256PlusPlus;
+
+    const KEYS: &[&str] = &["k0", "k1", "k2", "k3", "k4", "k5"];
+    const VALUES: &[&str] = &[
+        "", "0", "1", "-1", "7", "42", "100", "3.5", "-0", "+1", " 1", "0x10", "1e3", "abc", "hello world",
+        "9223372036854775807", "-9223372036854775808", "9223372036854775808", "\u{0}\u{7f}",
+    ];
+    const INTS: &[&str] = &[
+        "0", "1", "-1", "2", "-2", "3", "5", "-5", "10", "100", "-100", "9223372036854775807", "-9223372036854775808",
+        "99999999999999999999", "x", "1.5", "",
+    ];
+    const SCORES: &[&str] = &["0", "1", "-1", "1.5", "-2.25", "3", "1e2", "inf", "-inf", "+inf", "nan", "x", "0.1", "10"];
+    const BOUNDS: &[&str] = &["-inf", "+inf", "0", "1", "(1", "2", "(2.5", "-1", "x", "(", "1e1"];
+    const FIELDS: &[&str] = &["f0", "f1", "f2", "f3"];
+    const MEMBERS: &[&str] = &["a", "b", "c", "d", "e"];
+
+    pub struct Gen {
+        rng: Xoshiro256PlusPlus,
+    }
+
+    /// A generated command; `sort` when its reply's order is unspecified.
+    pub struct Cmd {
+        pub args: Vec<Vec<u8>>,
+        pub sort: bool,
+    }
+
+    impl Gen {
+        pub fn new(seed: u64) -> Gen {
+            Gen { rng: Xoshiro256PlusPlus::seed_from_u64(seed) }
+        }
+
+        fn pick(&mut self, from: &[&str]) -> Vec<u8> {
+            from[self.rng.gen_range(0..from.len())].as_bytes().to_vec()
+        }
+
+        fn key(&mut self) -> Vec<u8> {
+            self.pick(KEYS)
+        }
+
+        fn value(&mut self) -> Vec<u8> {
+            if self.rng.gen_bool(0.1) {
+                let n = self.rng.gen_range(0..40);
+                (0..n).map(|_| self.rng.gen::<u8>()).collect()
+            } else {
+                self.pick(VALUES)
+            }
+        }
+
+        fn int(&mut self) -> Vec<u8> {
+            if self.rng.gen_bool(0.7) {
+                self.rng.gen_range(-12i64..12).to_string().into_bytes()
+            } else {
+                self.pick(INTS)
+            }
+        }
+
+        fn n(&mut self, lo: usize, hi: usize) -> usize {
+            self.rng.gen_range(lo..=hi)
+        }
+
+        pub fn next(&mut self) -> Cmd {
+            let mut sort = false;
+            let name: &str = match self.rng.gen_range(0..100) {
+                0..=40 => STRINGS[self.rng.gen_range(0..STRINGS.len())],
+                41..=55 => KEYCMDS[self.rng.gen_range(0..KEYCMDS.len())],
+                56..=75 => HASHES[self.rng.gen_range(0..HASHES.len())],
+                _ => ZSETS[self.rng.gen_range(0..ZSETS.len())],
+            };
+            let mut a: Vec<Vec<u8>> = vec![name.as_bytes().to_vec()];
+            match name {
+                "GET" | "STRLEN" | "GETDEL" | "INCR" | "DECR" | "TYPE" | "HLEN" | "ZCARD" => a.push(self.key()),
+                "HGETALL" => {
+                    a.push(self.key());
+                    sort = true;
+                }
+                "SET" => {
+                    a.push(self.key());
+                    a.push(self.value());
+                    for _ in 0..self.n(0, 2) {
+                        a.push(self.pick(&["NX", "XX", "GET", "KEEPTTL", "nx", "get", "BAD"]));
+                    }
+                }
+                "SETNX" | "GETSET" | "APPEND" => {
+                    a.push(self.key());
+                    a.push(self.value());
+                }
+                "INCRBY" | "DECRBY" => {
+                    a.push(self.key());
+                    a.push(self.int());
+                }
+                "MGET" | "DEL" | "UNLINK" | "EXISTS" | "TOUCH" => {
+                    for _ in 0..self.n(1, 4) {
+                        a.push(self.key());
+                    }
+                }
+                "MSET" | "MSETNX" => {
+                    for _ in 0..self.n(1, 3) {
+                        a.push(self.key());
+                        a.push(self.value());
+                    }
+                }
+                "SETRANGE" => {
+                    a.push(self.key());
+                    a.push(self.int());
+                    a.push(self.value());
+                }
+                "GETRANGE" | "SUBSTR" => {
+                    a.push(self.key());
+                    a.push(self.int());
+                    a.push(self.int());
+                }
+                "RENAME" | "RENAMENX" => {
+                    a.push(self.key());
+                    a.push(self.key());
+                }
+                "COPY" => {
+                    a.push(self.key());
+                    a.push(self.key());
+                    for _ in 0..self.n(0, 2) {
+                        a.push(self.pick(&["REPLACE", "replace", "DB", "BAD"]));
+                        if a.last().is_some_and(|w| w == b"DB") {
+                            a.push(self.pick(&["0", "x", "99999999999"]));
+                        }
+                    }
+                }
+                "DBSIZE" => {}
+                "KEYS" => {
+                    a.push(self.pick(&["*", "k?", "k[0-2]", "h*", "k[^1]"]));
+                    sort = true;
+                }
+                "HSET" | "HMSET" => {
+                    a.push(self.key());
+                    for _ in 0..self.n(1, 3) {
+                        a.push(self.pick(FIELDS));
+                        a.push(self.value());
+                    }
+                }
+                "HGET" | "HEXISTS" => {
+                    a.push(self.key());
+                    a.push(self.pick(FIELDS));
+                }
+                "HMGET" | "HDEL" => {
+                    a.push(self.key());
+                    for _ in 0..self.n(1, 3) {
+                        a.push(self.pick(FIELDS));
+                    }
+                }
+                "ZADD" => {
+                    a.push(self.key());
+                    for _ in 0..self.n(0, 2) {
+                        a.push(self.pick(&["NX", "XX", "GT", "LT", "CH", "INCR"]));
+                    }
+                    for _ in 0..self.n(1, 3) {
+                        a.push(self.pick(SCORES));
+                        a.push(self.pick(MEMBERS));
+                    }
+                }
+                "ZREM" => {
+                    a.push(self.key());
+                    for _ in 0..self.n(1, 3) {
+                        a.push(self.pick(MEMBERS));
+                    }
+                }
+                "ZSCORE" => {
+                    a.push(self.key());
+                    a.push(self.pick(MEMBERS));
+                }
+                "ZRANGE" => {
+                    a.push(self.key());
+                    match self.rng.gen_range(0..3) {
+                        0 => {
+                            a.push(self.int());
+                            a.push(self.int());
+                        }
+                        1 => {
+                            a.push(self.pick(BOUNDS));
+                            a.push(self.pick(BOUNDS));
+                            a.push(b"BYSCORE".to_vec());
+                        }
+                        _ => {
+                            a.push(self.pick(&["-", "+", "[a", "(b", "[c", "d", "(e"]));
+                            a.push(self.pick(&["-", "+", "[a", "(b", "[c", "d", "(e"]));
+                            a.push(b"BYLEX".to_vec());
+                        }
+                    }
+                    for _ in 0..self.n(0, 2) {
+                        match self.rng.gen_range(0..3) {
+                            0 => a.push(b"REV".to_vec()),
+                            1 => a.push(b"WITHSCORES".to_vec()),
+                            _ => {
+                                a.push(b"LIMIT".to_vec());
+                                a.push(self.int());
+                                a.push(self.int());
+                            }
+                        }
+                    }
+                }
+                "ZRANGEBYSCORE" => {
+                    a.push(self.key());
+                    a.push(self.pick(BOUNDS));
+                    a.push(self.pick(BOUNDS));
+                    if self.rng.gen_bool(0.3) {
+                        a.push(b"WITHSCORES".to_vec());
+                    }
+                }
+                other => unreachable!("{other}"),
+            }
+            // Now and then a wrong arity: one argument too few.
+            if a.len() > 1 && self.rng.gen_bool(0.03) {
+                a.pop();
+            }
+            Cmd { args: a, sort }
+        }
+    }
+
+    const STRINGS: &[&str] = &[
+        "GET", "SET", "SETNX", "GETSET", "GETDEL", "MGET", "MSET", "MSETNX", "INCR", "DECR", "INCRBY", "DECRBY",
+        "APPEND", "STRLEN", "SETRANGE", "GETRANGE", "SUBSTR",
+    ];
+    const KEYCMDS: &[&str] = &["DEL", "UNLINK", "EXISTS", "TOUCH", "TYPE", "RENAME", "RENAMENX", "COPY", "DBSIZE", "KEYS"];
+    const HASHES: &[&str] = &["HSET", "HMSET", "HGET", "HMGET", "HDEL", "HLEN", "HEXISTS", "HGETALL"];
+    const ZSETS: &[&str] = &["ZADD", "ZREM", "ZSCORE", "ZCARD", "ZRANGE", "ZRANGEBYSCORE"];
+}
+
+/// Seeded random commands over every family, compared byte for byte with
+/// redis-server, switching between RESP2 and RESP3. `PMWIRE_DIFF_COMMANDS`
+/// sets how many (CI: 20,000), `PMWIRE_DIFF_SEED` the seed (printed).
+#[test]
+fn random_commands_match_redis() {
+    let Some(redis) = start_redis() else { return };
+    let version = redis_version(redis.port);
+    let count: u64 = std::env::var("PMWIRE_DIFF_COMMANDS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
+    let seed: u64 = std::env::var("PMWIRE_DIFF_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos() as u64
+    });
+    println!("random differential test: seed {seed} (PMWIRE_DIFF_SEED={seed} replays it), {count} commands");
+    let mut g = gen::Gen::new(seed);
+    let mut d = Differ::new(&redis, &version);
+    let mut failures = Vec::new();
+    for i in 0..count {
+        if i % 2_000 == 0 {
+            let proto: &[u8] = if (i / 2_000) % 2 == 0 { b"2" } else { b"3" };
+            d.check(&[&b"HELLO"[..], proto], true).expect("HELLO agrees");
+        }
+        let cmd = g.next();
+        if let Err((want, got)) = d.check(&cmd.args, cmd.sort) {
+            let shown: Vec<String> = cmd.args.iter().map(|a| format!("{:?}", String::from_utf8_lossy(a))).collect();
+            failures.push(format!(
+                "command {i}: {}\n    redis:  {:?}\n    pmwire: {:?}",
+                shown.join(" "),
+                String::from_utf8_lossy(&want),
+                String::from_utf8_lossy(&got)
+            ));
+            if failures.len() >= 20 {
+                break;
+            }
+        }
+    }
+    assert!(failures.is_empty(), "seed {seed}: {} differences (first 20):\n{}", failures.len(), failures.join("\n"));
 }

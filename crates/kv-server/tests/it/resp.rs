@@ -225,3 +225,45 @@ fn a_full_pool_refuses_writes_keeps_serving_and_recovers_after_deletes() {
     drop(c);
     server.stop();
 }
+
+/// The string and key commands that rewrite or move values (SETRANGE,
+/// GETSET, GETDEL, MSETNX, RENAME, COPY) on the pool, with a value that
+/// spans buffers, in both modes; what they wrote is there after a restart.
+#[test]
+fn values_moved_and_rewritten_by_key_commands_survive_restart() {
+    for mode in MODES {
+        let pool = Pool::new();
+        let server = start(&pool.path, mode);
+        let mut c = RespClient::connect(server.resp).unwrap();
+        let big = value(7, 100 << 10);
+        c.call(&[b"SET".to_vec(), b"big".to_vec(), big.clone()]).unwrap();
+        assert_eq!(c.call(&["RENAME", "big", "moved"]).unwrap(), Value::Simple(b"OK".to_vec()));
+        assert_eq!(c.call(&["COPY", "moved", "copied"]).unwrap(), Value::Integer(1));
+        assert_eq!(c.call(&["SETRANGE", "copied", "3", "XYZ"]).unwrap(), Value::Integer(big.len() as i64));
+        assert_eq!(c.call(&["SETNX", "n", "1"]).unwrap(), Value::Integer(1));
+        assert_eq!(c.call(&["GETSET", "n", "2"]).unwrap(), bulk(b"1"));
+        assert_eq!(c.call(&["MSETNX", "a", "x", "b", "y"]).unwrap(), Value::Integer(1));
+        assert_eq!(c.call(&["MSETNX", "b", "z", "c", "w"]).unwrap(), Value::Integer(0));
+        assert_eq!(c.call(&["GETDEL", "a"]).unwrap(), bulk(b"x"));
+        assert_eq!(c.call(&["HSET", "h", "f", "v"]).unwrap(), Value::Integer(1));
+        assert_eq!(c.call(&["RENAMENX", "h", "hh"]).unwrap(), Value::Integer(1));
+        assert_eq!(c.call(&["GETRANGE", "copied", "0", "5"]).unwrap(), bulk(&[&big[..3], b"XYZ"].concat()));
+        drop(c);
+        drop(server.stop());
+        let server = start(&pool.path, mode);
+        let mut c = RespClient::connect(server.resp).unwrap();
+        assert_eq!(c.get(b"big").unwrap(), None);
+        assert!(c.get(b"moved").unwrap().unwrap() == big, "{mode}: the renamed value");
+        let mut edited = big.clone();
+        edited[3..6].copy_from_slice(b"XYZ");
+        assert!(c.get(b"copied").unwrap().unwrap() == edited, "{mode}: the copied and edited value");
+        assert_eq!(c.get(b"n").unwrap(), Some(b"2".to_vec()));
+        assert_eq!(c.get(b"a").unwrap(), None);
+        assert_eq!(c.get(b"b").unwrap(), Some(b"y".to_vec()));
+        assert_eq!(c.get(b"c").unwrap(), None);
+        assert_eq!(c.call(&["HGET", "hh", "f"]).unwrap(), bulk(b"v"));
+        assert_eq!(c.call(&["EXISTS", "h"]).unwrap(), Value::Integer(0));
+        drop(c);
+        server.stop();
+    }
+}

@@ -1,5 +1,5 @@
 //! String commands: GET SET MGET MSET DEL EXISTS INCR DECR INCRBY DECRBY
-//! APPEND STRLEN. Values given in a command are stored as
+//! APPEND STRLEN SETNX GETSET GETDEL MSETNX SETRANGE GETRANGE SUBSTR. Values given in a command are stored as
 //! [`ValueSource::Arg`] (zero-copy for the server); computed ones as
 //! [`ValueSource::Owned`].
 
@@ -118,16 +118,7 @@ pub(super) fn mset<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_,
     if c.argc().is_multiple_of(2) {
         return Err(Fail::err("wrong number of arguments for 'mset' command"));
     }
-    let limits = c.ks.limits();
-    for i in (1..c.argc()).step_by(2) {
-        let (k, v) = (c.arg(i).len() as u64, c.arg(i + 1).len() as u64);
-        if k > limits.max_key_bytes {
-            return Err(crate::keyspace::StoreError::KeyTooLong { len: k, max: limits.max_key_bytes }.into());
-        }
-        if v > limits.max_value_bytes {
-            return Err(crate::keyspace::StoreError::ValueTooLong { len: v, max: limits.max_value_bytes }.into());
-        }
-    }
+    check_sizes(c)?;
     for i in (1..c.argc()).step_by(2) {
         c.ks.set(c.arg(i), Kind::String, ValueSource::Arg(c.req.arg_ref(i + 1)))?;
     }
@@ -209,5 +200,140 @@ pub(super) fn append<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'
 pub(super) fn strlen<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
     let n = c.get_kind(c.arg(1), Kind::String)?.map_or(0, |s| s.len);
     c.out.integer(n as i64);
+    Ok(())
+}
+
+/// SETNX key value: 1 if set, 0 if the key exists (of any type).
+pub(super) fn setnx<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    let key = c.arg(1);
+    if c.ks.get(key).is_some() {
+        c.out.integer(0);
+        return Ok(());
+    }
+    c.ks.set(key, Kind::String, ValueSource::Arg(c.req.arg_ref(2)))?;
+    c.out.integer(1);
+    Ok(())
+}
+
+/// GETSET key value: SET key value GET.
+pub(super) fn getset<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    let key = c.arg(1);
+    let old = c.get_kind(key, Kind::String)?;
+    c.ks.set(key, Kind::String, ValueSource::Arg(c.req.arg_ref(2)))?;
+    match old {
+        Some(s) => c.out.stored(&s.value, s.len),
+        None => c.out.null(),
+    }
+    Ok(())
+}
+
+/// GETDEL key: the string, then the key is gone.
+pub(super) fn getdel<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    let key = c.arg(1);
+    match c.get_kind(key, Kind::String)? {
+        Some(s) => {
+            c.ks.delete(key)?;
+            c.out.stored(&s.value, s.len);
+        }
+        None => c.out.null(),
+    }
+    Ok(())
+}
+
+/// MSETNX key value [key value ...]: all set (1), or none if any key
+/// exists (0).
+pub(super) fn msetnx<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    if c.argc().is_multiple_of(2) {
+        return Err(Fail::err("wrong number of arguments for 'msetnx' command"));
+    }
+    for i in (1..c.argc()).step_by(2) {
+        if c.ks.get(c.arg(i)).is_some() {
+            c.out.integer(0);
+            return Ok(());
+        }
+    }
+    check_sizes(c)?;
+    for i in (1..c.argc()).step_by(2) {
+        c.ks.set(c.arg(i), Kind::String, ValueSource::Arg(c.req.arg_ref(i + 1)))?;
+    }
+    c.out.integer(1);
+    Ok(())
+}
+
+/// Refuses an MSET-shaped command whose keys or values the store cannot
+/// hold, before anything is written.
+fn check_sizes<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &Ctx<'_, '_, K, S>) -> Res {
+    let limits = c.ks.limits();
+    for i in (1..c.argc()).step_by(2) {
+        let (k, v) = (c.arg(i).len() as u64, c.arg(i + 1).len() as u64);
+        if k > limits.max_key_bytes {
+            return Err(crate::keyspace::StoreError::KeyTooLong { len: k, max: limits.max_key_bytes }.into());
+        }
+        if v > limits.max_value_bytes {
+            return Err(crate::keyspace::StoreError::ValueTooLong { len: v, max: limits.max_value_bytes }.into());
+        }
+    }
+    Ok(())
+}
+
+/// SETRANGE key offset value: overwrites from `offset`, zero-padding a
+/// shorter (or missing) string; the new length.
+pub(super) fn setrange<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    let offset = c.int_arg(2)?;
+    if offset < 0 {
+        return Err(Fail::err("offset is out of range"));
+    }
+    let key = c.arg(1);
+    let add = c.arg(3);
+    let old = c.load(key, Kind::String)?;
+    if add.is_empty() {
+        // Nothing to write: a missing key stays missing.
+        c.out.integer(old.map_or(0, |v| v.len() as i64));
+        return Ok(());
+    }
+    let end = (offset as u64).checked_add(add.len() as u64);
+    match end {
+        Some(end) if end <= c.server.config.limits.max_bulk_bytes => {}
+        _ => return Err(Fail::err("string exceeds maximum allowed size (proto-max-bulk-len)")),
+    }
+    let (offset, end) = (offset as usize, offset as usize + add.len());
+    let mut v = old.unwrap_or_default();
+    if v.len() < end {
+        v.resize(end, 0);
+    }
+    v[offset..end].copy_from_slice(add);
+    let n = v.len();
+    c.ks.set(key, Kind::String, ValueSource::Owned(v))?;
+    c.out.integer(n as i64);
+    Ok(())
+}
+
+/// GETRANGE key start end (and its old name SUBSTR): the bytes between
+/// two inclusive offsets, negative ones counted from the end.
+pub(super) fn getrange<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    let mut start = c.int_arg(2)?;
+    let mut end = c.int_arg(3)?;
+    let Some(v) = c.load(c.arg(1), Kind::String)? else {
+        c.out.bulk(b"");
+        return Ok(());
+    };
+    let len = v.len() as i64;
+    if start < 0 && end < 0 && start > end {
+        c.out.bulk(b"");
+        return Ok(());
+    }
+    if start < 0 {
+        start += len;
+    }
+    if end < 0 {
+        end += len;
+    }
+    let start = start.max(0);
+    let end = end.max(0).min(len - 1);
+    if len == 0 || start > end {
+        c.out.bulk(b"");
+    } else {
+        c.out.bulk(&v[start as usize..=end as usize]);
+    }
     Ok(())
 }
