@@ -33,6 +33,10 @@ impl Drop for Redis {
 }
 
 fn start_redis() -> Option<Redis> {
+    start_redis_with(&[])
+}
+
+fn start_redis_with(extra: &[&str]) -> Option<Redis> {
     let found = Command::new("redis-server").arg("--version").stdout(Stdio::null()).status().is_ok();
     if !found {
         println!("SKIPPED: redis-server is not installed (apt-get install -y redis-server)");
@@ -44,6 +48,7 @@ fn start_redis() -> Option<Redis> {
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(["--daemonize", "no", "--dir", dir.path().to_str().expect("utf8 path")])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -101,6 +106,10 @@ impl Conn {
     }
 }
 
+fn client_id(reply: &[u8]) -> u64 {
+    String::from_utf8_lossy(&reply[1..reply.len() - 2]).parse().expect("client id")
+}
+
 fn args_of(line: &str) -> Vec<Vec<u8>> {
     let mut tokens = Vec::new();
     assert!(split_args(line.as_bytes(), &mut tokens), "bad script line {line}");
@@ -152,16 +161,44 @@ struct Differ {
 impl Differ {
     /// Flushes redis and opens a session with the same client id.
     fn new(redis: &Redis, version: &str) -> Differ {
+        Differ::with_password(redis, version, None)
+    }
+
+    /// The same against a redis-server started with `--requirepass`
+    /// `password`: the set-up connection authenticates, the compared one
+    /// does not.
+    fn with_password(redis: &Redis, version: &str, password: Option<&str>) -> Differ {
         let mut admin = Conn::new(redis.port);
         let mut req = Vec::new();
+        if let Some(p) = password {
+            encode_request(&[&b"AUTH"[..], p.as_bytes()], &mut req);
+            assert_eq!(admin.call(&req), b"+OK\r\n");
+            req.clear();
+        }
         encode_request(&[&b"FLUSHALL"[..]], &mut req);
         admin.call(&req);
-        let mut conn = Conn::new(redis.port);
         req.clear();
-        encode_request(&[&b"CLIENT"[..], b"ID"], &mut req);
-        let id_reply = conn.call(&req);
-        let id: u64 = String::from_utf8_lossy(&id_reply[1..id_reply.len() - 2]).parse().expect("client id");
-        let config = ServerConfig { version: version.to_string(), ..ServerConfig::default() };
+        let id = match password {
+            None => {
+                let mut conn = Conn::new(redis.port);
+                encode_request(&[&b"CLIENT"[..], b"ID"], &mut req);
+                let id = client_id(&conn.call(&req));
+                req.clear();
+                (conn, id)
+            }
+            Some(_) => {
+                // CLIENT ID needs authentication: the admin connection's
+                // id, plus one for the next connection (ids count up; the
+                // compared HELLO replies show a wrong guess).
+                encode_request(&[&b"CLIENT"[..], b"ID"], &mut req);
+                let admin_id = client_id(&admin.call(&req));
+                req.clear();
+                (Conn::new(redis.port), admin_id + 1)
+            }
+        };
+        let (conn, id) = id;
+        let requirepass = password.map(|p| p.as_bytes().to_vec());
+        let config = ServerConfig { version: version.to_string(), requirepass, ..ServerConfig::default() };
         let mut server = Server::new(config);
         let session = server.open_session_with_id(id);
         Differ { conn, server, session, ks: MemKeyspace::new(), parsed: Parsed::new(Limits::default()), req }
@@ -556,4 +593,79 @@ fn random_commands_match_redis() {
         }
     }
     assert!(failures.is_empty(), "seed {seed}: {} differences (first 20):\n{}", failures.len(), failures.join("\n"));
+}
+
+/// With a password set: what needs AUTH, AUTH and HELLO AUTH in all their
+/// forms, ACL WHOAMI, CONFIG SET requirepass (changing and clearing it).
+const AUTH_SCRIPT: &str = r#"
+GET k
+SET k v
+PING
+foo
+GET
+CONFIG GET requirepass
+ACL WHOAMI
+HELLO 3
+HELLO 3 SETNAME before
+AUTH wrong
+AUTH default wrong
+AUTH nobody s3cret
+AUTH a b c
+HELLO 2 AUTH default wrong
+HELLO 2 AUTH default s3cret SETNAME named
+CLIENT GETNAME
+GET k
+ACL WHOAMI
+ACL
+ACL WHOAMI extra
+AUTH s3cret
+AUTH default s3cret
+CONFIG GET requirepass
+CONFIG SET requirepass
+CONFIG SET requirepass a b
+CONFIG SET nosuchparam 1
+CONFIG SET requirepass x nosuchparam 1
+GET k
+CONFIG SET protected-mode maybe
+CONFIG SET requirepass n3w
+AUTH s3cret
+AUTH n3w
+SET k v
+GET k
+CONFIG SET requirepass ""
+AUTH x
+AUTH default anything
+CONFIG SET requirepass s3cret
+QUIT
+"#;
+
+#[test]
+fn auth_matches_redis() {
+    let Some(redis) = start_redis_with(&["--requirepass", "s3cret"]) else { return };
+    let mut admin = Conn::new(redis.port);
+    let mut req = Vec::new();
+    encode_request(&[&b"AUTH"[..], b"s3cret"], &mut req);
+    admin.call(&req);
+    req.clear();
+    encode_request(&[&b"INFO"[..], b"server"], &mut req);
+    let text = String::from_utf8_lossy(&admin.call(&req)).into_owned();
+    let version = text.lines().find_map(|l| l.strip_prefix("redis_version:")).expect("version").trim().to_string();
+    let mut d = Differ::with_password(&redis, &version, Some("s3cret"));
+    let mut failures = Vec::new();
+    for (lineno, line) in AUTH_SCRIPT.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match d.check(&args_of(line), false) {
+            Ok(false) => {}
+            Ok(true) => break,
+            Err((want, got)) => failures.push(format!(
+                "auth:{}: {line}\n    redis:  {:?}\n    pmwire: {:?}",
+                lineno + 1,
+                String::from_utf8_lossy(&want),
+                String::from_utf8_lossy(&got)
+            )),
+        }
+    }
+    assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n"));
 }

@@ -85,31 +85,29 @@ pub(super) fn hello<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '
         version = Some(v);
         j = 2;
     }
-    let mut auth = None;
-    let mut name = None;
+    // Options act as they are read, as in Redis: an AUTH before a bad
+    // option has authenticated.
     while j < c.argc() {
         let more = c.argc() - 1 - j;
         let opt = c.arg(j);
         if opt.eq_ignore_ascii_case(b"auth") && more >= 2 {
-            auth = Some((c.arg(j + 1), c.arg(j + 2)));
+            if !c.server.credentials_ok(c.arg(j + 1), c.arg(j + 2)) {
+                return Err(Fail::Text(WRONGPASS.into()));
+            }
+            c.session.authenticated = true;
             j += 2;
         } else if opt.eq_ignore_ascii_case(b"setname") && more >= 1 {
-            name = Some(c.arg(j + 1));
+            set_name(c, c.arg(j + 1))?;
             j += 1;
         } else {
             return Err(Fail::err(&format!("Syntax error in HELLO option '{}'", String::from_utf8_lossy(opt))));
         }
         j += 1;
     }
-    // Like Redis with its default user and no password: any password of
-    // user "default" is accepted.
-    if let Some((user, _)) = auth {
-        if user != b"default" {
-            return Err(Fail::Text("WRONGPASS invalid username-password pair or user is disabled.".into()));
-        }
-    }
-    if let Some(n) = name {
-        set_name(c, n)?;
+    if !c.session.authenticated {
+        return Err(Fail::Text(
+            "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time".into(),
+        ));
     }
     if let Some(v) = version {
         c.session.protocol = if v == 3 { Protocol::Resp3 } else { Protocol::Resp2 };
@@ -196,21 +194,33 @@ fn command_info<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K
     }
 }
 
-/// CONFIG GET pattern...: a few read-only parameters, matched without case.
+/// CONFIG GET pattern... | CONFIG SET parameter value [parameter value ...].
 pub(super) fn config<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    if c.arg(1).eq_ignore_ascii_case(b"set") {
+        return config_set(c);
+    }
+    config_get(c)
+}
+
+/// CONFIG GET pattern...: a few parameters, matched without case.
+fn config_get<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
     let bulk_max = c.server.config.limits.max_bulk_bytes.to_string();
     let port = c.server.config.tcp_port.to_string();
-    let params: [(&str, &str); 8] = [
-        ("appendonly", "no"),
-        ("databases", "1"),
-        ("maxmemory", "0"),
-        ("maxmemory-policy", "noeviction"),
-        ("port", &port),
-        ("proto-max-bulk-len", &bulk_max),
-        ("save", ""),
-        ("timeout", "0"),
+    let pass = c.server.config.requirepass.clone().unwrap_or_default();
+    let protected: &[u8] = if c.server.config.protected_mode { b"yes" } else { b"no" };
+    let params: [(&str, &[u8]); 10] = [
+        ("appendonly", b"no"),
+        ("databases", b"1"),
+        ("maxmemory", b"0"),
+        ("maxmemory-policy", b"noeviction"),
+        ("port", port.as_bytes()),
+        ("protected-mode", protected),
+        ("proto-max-bulk-len", bulk_max.as_bytes()),
+        ("requirepass", &pass),
+        ("save", b""),
+        ("timeout", b"0"),
     ];
-    let mut hit = [false; 8];
+    let mut hit = [false; 10];
     for j in 2..c.argc() {
         let pattern = c.arg(j).to_ascii_lowercase();
         for (i, (name, _)) in params.iter().enumerate() {
@@ -221,9 +231,88 @@ pub(super) fn config<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, 
     for (i, (name, value)) in params.iter().enumerate() {
         if hit[i] {
             c.out.bulk(name.as_bytes());
-            c.out.bulk(value.as_bytes());
+            c.out.bulk(value);
         }
     }
+    Ok(())
+}
+
+/// CONFIG SET: `requirepass` (empty: no password) and `protected-mode`,
+/// all or none, as Redis 7.0 applies several pairs. Other parameters are
+/// refused by name.
+fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    if c.argc() % 2 != 0 {
+        return Err(Fail::Syntax);
+    }
+    let mut pass = None;
+    let mut protected = None;
+    for j in (2..c.argc()).step_by(2) {
+        let (name, value) = (c.arg(j), c.arg(j + 1));
+        if name.eq_ignore_ascii_case(b"requirepass") {
+            pass = Some(value);
+        } else if name.eq_ignore_ascii_case(b"protected-mode") {
+            protected = Some(match value.to_ascii_lowercase().as_slice() {
+                b"yes" => true,
+                b"no" => false,
+                _ => return Err(Fail::err("CONFIG SET failed (possibly related to argument 'protected-mode') - argument must be 'yes' or 'no'")),
+            });
+        } else {
+            let shown = String::from_utf8_lossy(&name[..name.len().min(128)]).into_owned();
+            let lower = shown.to_ascii_lowercase();
+            if REDIS_PARAMETERS.contains(&lower.as_str()) {
+                return Err(Fail::err(&format!(
+                    "CONFIG SET failed (possibly related to argument '{lower}') - pmwire does not change '{lower}' (it sets requirepass and protected-mode; every write is durable before its reply)"
+                )));
+            }
+            return Err(Fail::err(&format!("Unknown option or number of arguments for CONFIG SET - '{shown}'")));
+        }
+    }
+    if let Some(p) = pass {
+        c.server.config.requirepass = if p.is_empty() { None } else { Some(p.to_vec()) };
+    }
+    if let Some(p) = protected {
+        c.server.config.protected_mode = p;
+    }
+    c.out.ok();
+    Ok(())
+}
+
+/// Parameters Redis 7.0 sets that pmwire does not: refused by name rather
+/// than called unknown.
+const REDIS_PARAMETERS: &[&str] = &[
+    "appendfsync", "appendonly", "databases", "hz", "latency-tracking", "lazyfree-lazy-user-del", "loglevel",
+    "maxclients", "maxmemory", "maxmemory-policy", "notify-keyspace-events", "proto-max-bulk-len", "save",
+    "slowlog-log-slower-than", "timeout",
+];
+
+/// AUTH [username] password.
+pub(super) fn auth<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    if c.argc() > 3 {
+        return Err(Fail::Syntax);
+    }
+    let (user, password) = if c.argc() == 2 {
+        if c.server.config.requirepass.is_none() {
+            return Err(Fail::err(
+                "AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
+            ));
+        }
+        (&b"default"[..], c.arg(1))
+    } else {
+        (c.arg(1), c.arg(2))
+    };
+    if !c.server.credentials_ok(user, password) {
+        return Err(Fail::Text(WRONGPASS.into()));
+    }
+    c.session.authenticated = true;
+    c.out.ok();
+    Ok(())
+}
+
+const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
+
+/// ACL WHOAMI: every connection is the default user.
+pub(super) fn acl<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    c.out.bulk(b"default");
     Ok(())
 }
 

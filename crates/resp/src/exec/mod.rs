@@ -44,6 +44,12 @@ pub struct ServerConfig {
     pub scan_max_count: usize,
     /// TCP port INFO reports (0 if unknown).
     pub tcp_port: u16,
+    /// The default user's password (`requirepass`); `None`: no password,
+    /// and every connection starts authenticated. CONFIG SET changes it.
+    pub requirepass: Option<Vec<u8>>,
+    /// Redis's protected mode: with no password, connections from
+    /// anywhere but loopback are refused ([`Server::refuse_peer`]).
+    pub protected_mode: bool,
 }
 
 impl Default for ServerConfig {
@@ -55,6 +61,8 @@ impl Default for ServerConfig {
             scan_cursors: 4096,
             scan_max_count: 100_000,
             tcp_port: 0,
+            requirepass: None,
+            protected_mode: true,
         }
     }
 }
@@ -75,6 +83,9 @@ pub struct Session {
     /// The protocol replies are written in.
     pub protocol: Protocol,
     name: Option<Vec<u8>>,
+    /// AUTH (or HELLO AUTH) succeeded, or no password was set when the
+    /// connection opened (as Redis decides it, once).
+    authenticated: bool,
 }
 
 impl Session {
@@ -239,7 +250,9 @@ const fn spec(name: &'static str, arity: i32, first_key: i32, last_key: i32, ste
 
 /// Every command, as COMMAND reports them.
 pub(crate) const COMMANDS: &[Spec] = &[
+    spec("acl", -2, 0, 0, 0),
     spec("append", 3, 1, 1, 1),
+    spec("auth", -2, 0, 0, 0),
     spec("client", -2, 0, 0, 0),
     spec("command", -1, 0, 0, 0),
     spec("config", -2, 0, 0, 0),
@@ -296,6 +309,7 @@ pub(crate) const COMMANDS: &[Spec] = &[
 
 /// Subcommands of the container commands: (container, subcommand, arity).
 pub(crate) const SUBCOMMANDS: &[(&str, &str, i32)] = &[
+    ("acl", "whoami", 2),
     ("client", "getname", 2),
     ("client", "id", 2),
     ("client", "setname", 3),
@@ -303,6 +317,7 @@ pub(crate) const SUBCOMMANDS: &[(&str, &str, i32)] = &[
     ("command", "docs", -2),
     ("command", "info", -2),
     ("config", "get", -3),
+    ("config", "set", -4),
 ];
 
 fn arity_ok(arity: i32, argc: usize) -> bool {
@@ -349,18 +364,33 @@ impl Server {
         &self.config
     }
 
+    /// Redis's protected mode, at accept: with protected mode on and no
+    /// password, a peer that is not on loopback gets this error (send it,
+    /// then close).
+    pub fn refuse_peer(&self, loopback: bool) -> Option<&'static [u8]> {
+        (self.config.protected_mode && self.config.requirepass.is_none() && !loopback).then_some(DENIED)
+    }
+
+    /// Whether `user` and `password` name the default user (Redis's only
+    /// user here): with no password set, any password is accepted for it.
+    pub fn credentials_ok(&self, user: &[u8], password: &[u8]) -> bool {
+        user == b"default" && self.config.requirepass.as_deref().is_none_or(|want| same_secret(want, password))
+    }
+
     /// A new connection's session (RESP2, next client id).
     pub fn open_session(&mut self) -> Session {
         self.next_client_id += 1;
         self.connected += 1;
-        Session { id: self.next_client_id, protocol: Protocol::Resp2, name: None }
+        let authenticated = self.config.requirepass.is_none();
+        Session { id: self.next_client_id, protocol: Protocol::Resp2, name: None, authenticated }
     }
 
     /// A session with a given id (tests that mirror another server's ids).
     pub fn open_session_with_id(&mut self, id: u64) -> Session {
         self.connected += 1;
         self.next_client_id = self.next_client_id.max(id);
-        Session { id, protocol: Protocol::Resp2, name: None }
+        let authenticated = self.config.requirepass.is_none();
+        Session { id, protocol: Protocol::Resp2, name: None, authenticated }
     }
 
     /// A connection closed (INFO's `connected_clients`).
@@ -395,6 +425,18 @@ impl Server {
     }
 }
 
+/// Redis 7.0's protected-mode refusal, word for word.
+pub const DENIED: &[u8] = b"-DENIED Redis is running in protected mode because protected mode is enabled and no password is set for the default user. In this mode connections are only accepted from the loopback interface. If you want to connect from external computers to Redis you may adopt one of the following solutions: 1) Just disable protected mode sending the command 'CONFIG SET protected-mode no' from the loopback interface by connecting to Redis from the same host the server is running, however MAKE SURE Redis is not publicly accessible from internet if you do so. Use CONFIG REWRITE to make this change permanent. 2) Alternatively you can just disable the protected mode by editing the Redis configuration file, and setting the protected mode option to 'no', and then restarting the server. 3) If you started the server manually just for testing, restart it with the '--protected-mode no' option. 4) Setup a an authentication password for the default user. NOTE: You only need to do one of the above things in order for the server to start accepting connections from the outside.\r\n";
+
+/// Compares a secret in time that depends on the lengths only.
+pub fn same_secret(want: &[u8], given: &[u8]) -> bool {
+    let mut diff = u8::from(want.len() != given.len());
+    for i in 0..want.len().max(given.len()) {
+        diff |= want.get(i).copied().unwrap_or(0) ^ given.get(i).copied().unwrap_or(0xff);
+    }
+    diff == 0
+}
+
 fn dispatch<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Result<Flow, Fail> {
     let mut buf = [0u8; 32];
     let name = lower(c.arg(0), &mut buf);
@@ -422,6 +464,11 @@ fn dispatch<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K,
         }
     } else if !arity_ok(spec.arity, c.argc()) {
         return Err(Fail::err(&format!("wrong number of arguments for '{}' command", spec.name)));
+    }
+    // As Redis: existence and arity first, then authentication; AUTH,
+    // HELLO and QUIT are served to anyone.
+    if c.server.config.requirepass.is_some() && !c.session.authenticated && !matches!(spec.name, "auth" | "hello" | "quit") {
+        return Err(Fail::Text("NOAUTH Authentication required.".into()));
     }
     run(spec.name, c)?;
     Ok(if spec.name == "quit" { Flow::Close } else { Flow::Continue })
@@ -473,6 +520,8 @@ fn run<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(name: &str, c: &mut Ctx<'_,
         "echo" => admin::echo(c),
         "flushall" | "flushdb" => admin::flush(c),
         "hello" => admin::hello(c),
+        "auth" => admin::auth(c),
+        "acl" => admin::acl(c),
         "info" => admin::info(c),
         "keys" => admin::keys(c),
         "ping" => admin::ping(c),

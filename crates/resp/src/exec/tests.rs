@@ -140,7 +140,39 @@ fn documented_differences_from_redis() {
     assert_eq!(f.run("SET k v PXAT 10"), "-ERR pmwire keys do not expire: SET EX, PX, EXAT and PXAT are not supported\r\n");
     assert_eq!(f.run("GET k"), "$-1\r\n");
     assert_eq!(f.run("SCAN 12345"), "-ERR invalid cursor\r\n");
-    assert_eq!(f.run("CONFIG SET save x"), "-ERR unknown subcommand 'SET'. Try CONFIG HELP.\r\n");
+    assert_eq!(
+        f.run("CONFIG SET save x"),
+        "-ERR CONFIG SET failed (possibly related to argument 'save') - pmwire does not change 'save' (it sets requirepass and protected-mode; every write is durable before its reply)\r\n"
+    );
+    assert_eq!(f.run("COPY k k2 DB 1"), "-ERR DB index is out of range\r\n");
+}
+
+#[test]
+fn protected_mode_refuses_remote_peers_only_without_a_password() {
+    let mut server = Server::new(ServerConfig::default());
+    assert_eq!(server.refuse_peer(true), None);
+    assert!(server.refuse_peer(false).is_some_and(|m| m.starts_with(b"-DENIED Redis is running in protected mode")));
+    let mut session = server.open_session();
+    let mut ks = MemKeyspace::new();
+    let mut run = |server: &mut Server, session: &mut Session, line: &str| {
+        let req = format!("{line}\r\n");
+        let segs: [&[u8]; 1] = [req.as_bytes()];
+        let mut p = Parsed::new(Limits::default());
+        assert_eq!(p.parse(&segs).commands, 1);
+        let mut out: Vec<u8> = Vec::new();
+        server.execute(session, &mut ks, &p.request(&segs, 0), &mut out);
+        String::from_utf8(out).unwrap()
+    };
+    assert_eq!(run(&mut server, &mut session, "CONFIG SET requirepass pw"), "+OK\r\n");
+    assert_eq!(server.refuse_peer(false), None, "a password lifts protected mode");
+    // The session opened without a password stays authenticated (as in Redis); a new one does not.
+    assert_eq!(run(&mut server, &mut session, "PING"), "+PONG\r\n");
+    let mut fresh = server.open_session();
+    assert_eq!(run(&mut server, &mut fresh, "PING"), "-NOAUTH Authentication required.\r\n");
+    assert_eq!(run(&mut server, &mut fresh, "AUTH pw"), "+OK\r\n");
+    assert_eq!(run(&mut server, &mut fresh, "PING"), "+PONG\r\n");
+    assert_eq!(run(&mut server, &mut session, "CONFIG SET requirepass \"\" protected-mode no"), "+OK\r\n");
+    assert_eq!(server.refuse_peer(false), None, "protected mode off");
 }
 
 #[test]
