@@ -32,12 +32,26 @@ pub struct KvArgs {
     /// After a turn that sent replies, wait up to this many microseconds for the requests they make likely (Linux 6.12; 0: off).
     #[arg(long, default_value_t = pmwire_kv_server::BATCH_WAIT_US)]
     batch_wait_us: u32,
+    /// The default user's password, as redis-server's: RESP clients must AUTH (or HELLO AUTH), HTTP requests send `Authorization: Bearer <password>`. CONFIG SET requirepass changes it.
+    #[arg(long)]
+    requirepass: Option<String>,
+    /// Redis's protected mode: with no password set, connections from anywhere but loopback get Redis's DENIED error (yes or no).
+    #[arg(long, default_value = "yes", value_parser = parse_yes_no)]
+    protected_mode: bool,
     /// Write the bound addresses here (JSON: resp, http, pid, mode) once listening.
     #[arg(long)]
     ready_file: Option<PathBuf>,
     /// Planted bug for the crash campaign's canary: acknowledge writes before committing them.
     #[arg(long, hide = true)]
     fault_ack_before_commit: bool,
+}
+
+fn parse_yes_no(s: &str) -> Result<bool, String> {
+    match s {
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        other => Err(format!("'{other}': yes or no")),
+    }
 }
 
 fn parse_mode(s: &str) -> Result<Mode, String> {
@@ -55,6 +69,8 @@ pub fn run(args: &KvArgs) -> Result<()> {
         mode: args.mode,
         busy_poll_us: args.busy_poll_us,
         batch_wait_us: args.batch_wait_us,
+        requirepass: args.requirepass.as_ref().filter(|p| !p.is_empty()).map(|p| p.as_bytes().to_vec()),
+        protected_mode: args.protected_mode,
     };
     let mut server = KvServer::open(&options).with_context(|| format!("pmwire kv on {}", args.pool.display()))?;
     stop_on_signals(server.stop_handle()).context("signal handling")?;

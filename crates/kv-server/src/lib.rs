@@ -29,6 +29,8 @@
 //!     mode: Mode::ZeroCopy,
 //!     busy_poll_us: 0,
 //!     batch_wait_us: pmwire_kv_server::BATCH_WAIT_US,
+//!     requirepass: None,
+//!     protected_mode: true,
 //! };
 //! let mut server = KvServer::open(&options).unwrap();
 //! println!("{}; RESP on {}, HTTP on {}", server.recovered(), server.addrs().0, server.addrs().1);

@@ -37,6 +37,10 @@ pub struct ServeOptions {
     pub busy_poll_us: u32,
     /// The loop's batch wait ([`Config::batch_wait_us`]; [`BATCH_WAIT_US`] by default).
     pub batch_wait_us: u32,
+    /// The default user's password (RESP `AUTH`, HTTP `Authorization: Bearer`); `None`: none.
+    pub requirepass: Option<Vec<u8>>,
+    /// Redis's protected mode: with no password, serve loopback peers only.
+    pub protected_mode: bool,
 }
 
 /// Why the server could not start or stopped with an error.
@@ -123,7 +127,8 @@ impl KvServer {
             batch_wait_us: options.batch_wait_us,
             ..Config::default()
         };
-        let service = KvService::new(options.resp.port());
+        let mut service = KvService::new(options.resp.port());
+        service.set_access(options.requirepass.clone(), options.protected_mode);
         let server = Server::bind_all(&[options.resp, options.http], config, store, service)?;
         Ok(KvServer { server, recovered })
     }

@@ -136,6 +136,15 @@ impl KvService {
         }
     }
 
+    /// Access control: the default user's password (`None`: none; RESP's
+    /// AUTH, and HTTP's `Authorization: Bearer`), and Redis's protected
+    /// mode (with no password, only loopback peers are served).
+    pub fn set_access(&mut self, requirepass: Option<Vec<u8>>, protected_mode: bool) {
+        let config = self.resp.config_mut();
+        config.requirepass = requirepass;
+        config.protected_mode = protected_mode;
+    }
+
     /// The counters.
     pub fn stats(&self) -> ServiceStats {
         self.stats
@@ -155,6 +164,16 @@ impl KvService {
 
     fn resp_entry(&mut self, input: &Input<'_>, out: &mut Output, store: &mut Store, st: &mut EntryState) {
         let KvService { resp, sessions, parsed, state, .. } = self;
+        if !sessions.contains_key(&input.conn) {
+            // Redis refuses at accept; here the first bytes are the first news of a connection.
+            if let Some(denied) = resp.refuse_peer(input.peer_loopback) {
+                out.push_bytes(denied);
+                st.tail = Tail::Resp(denied.to_vec());
+                st.close = true;
+                st.consumed = input.len_bytes();
+                return;
+            }
+        }
         let session = sessions.entry(input.conn).or_insert_with(|| resp.open_session());
         let (view, zero_copy) = (store.view(), store.mode == Mode::ZeroCopy);
         let reserve = store.sizing.ring_entries as u32;
@@ -235,7 +254,8 @@ impl KvService {
     }
 
     fn http_entry(&mut self, input: &Input<'_>, out: &mut Output, store: &mut Store, st: &mut EntryState) {
-        let KvService { codec, state, no_persist_lsn, .. } = self;
+        let KvService { codec, state, no_persist_lsn, resp, .. } = self;
+        let password = resp.config().requirepass.as_deref();
         let (view, mode) = (store.view(), store.mode);
         let total = input.len_bytes();
         let mut at = 0;
@@ -251,7 +271,9 @@ impl KvService {
                 Parsed::Complete(req) => {
                     state.entry_requests = st.http.len();
                     st.http.push(req.keep_alive);
-                    if state.failed.is_none() {
+                    if !bearer_ok(password, req.authorization) {
+                        write_unauthorized(out, req.keep_alive);
+                    } else if state.failed.is_none() {
                         let mut ks = EngineKeyspace {
                             engine: &mut store.engine,
                             region: &mut store.region,
@@ -285,6 +307,30 @@ impl KvService {
         }
         st.consumed = at;
     }
+}
+
+/// With a password set, an HTTP request must carry `Authorization: Bearer
+/// <password>`.
+fn bearer_ok(password: Option<&[u8]>, authorization: Option<&[u8]>) -> bool {
+    let Some(want) = password else { return true };
+    let Some(given) = authorization else { return false };
+    let given = given.trim_ascii();
+    match given.get(..7) {
+        Some(scheme) if scheme.eq_ignore_ascii_case(b"bearer ") => pmwire_resp::exec::same_secret(want, given[7..].trim_ascii()),
+        _ => false,
+    }
+}
+
+/// 401, with the scheme to use.
+fn write_unauthorized(out: &mut Output, keep_alive: bool) {
+    let body = b"a password is set: send Authorization: Bearer <password>\n";
+    let conn = if keep_alive { "keep-alive" } else { "close" };
+    let head = format!(
+        "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer realm=\"pmwire\"\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: {conn}\r\n\r\n",
+        body.len()
+    );
+    out.push_bytes(head.as_bytes());
+    out.push_bytes(body);
 }
 
 /// Answers one HTTP request.
@@ -553,7 +599,7 @@ mod tests {
             let inputs: Vec<Input<'_>> = segments
                 .iter()
                 .enumerate()
-                .map(|(c, segs)| Input { conn: ConnId { slot: c as u32, generation: 0 }, listener: HTTP_LISTENER, segments: segs, peer_closed: false })
+                .map(|(c, segs)| Input { conn: ConnId { slot: c as u32, generation: 0 }, listener: HTTP_LISTENER, peer_loopback: true, segments: segs, peer_closed: false })
                 .collect();
             let replies = drive(&mut service, &mut store, &inputs);
             assert!(service.stats().early_commits >= 1, "{:?}", service.stats());

@@ -48,6 +48,9 @@ pub struct Input<'a> {
     /// Index of the listener the connection was accepted on (the position of its address
     /// in [`crate::Server::bind_all`]; 0 for [`crate::Server::bind`]).
     pub listener: u32,
+    /// The peer connected from a loopback address (127.0.0.0/8, ::1, or a
+    /// v4-mapped loopback): what Redis's protected mode asks.
+    pub peer_loopback: bool,
     /// All unconsumed bytes, in stream order.
     pub segments: &'a [Segment<'a>],
     /// The peer closed its sending side after these bytes: no more will come.
@@ -246,6 +249,7 @@ pub struct Reply {
 pub(crate) struct Entry {
     pub(crate) conn: ConnId,
     pub(crate) listener: u32,
+    pub(crate) peer_loopback: bool,
     pub(crate) seg_start: usize,
     pub(crate) seg_end: usize,
     pub(crate) peer_closed: bool,
@@ -292,6 +296,7 @@ impl Batch {
         Input {
             conn: e.conn,
             listener: e.listener,
+            peer_loopback: e.peer_loopback,
             segments: &self.segs[e.seg_start..e.seg_end],
             peer_closed: e.peer_closed,
         }
@@ -310,6 +315,7 @@ impl Batch {
         let input = Input {
             conn: e.conn,
             listener: e.listener,
+            peer_loopback: e.peer_loopback,
             segments: &self.segs[e.seg_start..e.seg_end],
             peer_closed: e.peer_closed,
         };
@@ -348,6 +354,7 @@ pub fn drive<S: BufferSource, V: Service<S>>(service: &mut V, bufs: &mut S, inpu
         batch.entries.push(Entry {
             conn: input.conn,
             listener: input.listener,
+            peer_loopback: input.peer_loopback,
             seg_start,
             seg_end: batch.segs.len(),
             peer_closed: input.peer_closed,
@@ -403,7 +410,7 @@ mod tests {
         let mut echo = HttpEcho::default();
         let req = b"POST /a HTTP/1.1\r\nContent-Length: 5\r\n\r\nhelloGET /b HTTP/1.1\r\n";
         let segs = [Segment { buf: 0, offset: 0, bytes: &req[..30] }, Segment { buf: 1, offset: 0, bytes: &req[30..] }];
-        let input = Input { conn: ConnId { slot: 0, generation: 0 }, listener: 0, segments: &segs, peer_closed: false };
+        let input = Input { conn: ConnId { slot: 0, generation: 0 }, listener: 0, peer_loopback: true, segments: &segs, peer_closed: false };
         let replies = drive(&mut echo, &mut bufs, &[input]);
         // The POST is answered (its body named zero-copy), the partial GET left unconsumed.
         assert_eq!(replies[0].consumed, 44);

@@ -121,6 +121,8 @@ pub struct Request<'a> {
     pub keep_alive: bool,
     /// Bytes of the head, including the blank line.
     pub head_len: usize,
+    /// The `Authorization` header's value, if sent (the last one).
+    pub authorization: Option<&'a [u8]>,
     /// The body.
     pub body: Body,
 }
@@ -156,6 +158,7 @@ struct Head<'b> {
     minor_version: u8,
     keep_alive: bool,
     content_length: u64,
+    authorization: Option<&'b [u8]>,
 }
 
 fn method_of(m: &str) -> Method {
@@ -183,6 +186,7 @@ fn analyze<'b>(req: &httparse::Request<'_, 'b>) -> Result<Head<'b>, HttpError> {
     let minor_version = req.version.ok_or(HttpError::Malformed("no version"))?;
     let (mut close, mut keep) = (false, false);
     let mut content_length: Option<u64> = None;
+    let mut authorization = None;
     for h in req.headers.iter() {
         if h.name.eq_ignore_ascii_case("content-length") {
             let n = parse_content_length(h.value)?;
@@ -192,6 +196,8 @@ fn analyze<'b>(req: &httparse::Request<'_, 'b>) -> Result<Head<'b>, HttpError> {
             content_length = Some(n);
         } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
             return Err(HttpError::TransferEncoding);
+        } else if h.name.eq_ignore_ascii_case("authorization") {
+            authorization = Some(h.value);
         } else if h.name.eq_ignore_ascii_case("connection") {
             for token in h.value.split(|&b| b == b',') {
                 let t = token.trim_ascii();
@@ -201,7 +207,7 @@ fn analyze<'b>(req: &httparse::Request<'_, 'b>) -> Result<Head<'b>, HttpError> {
         }
     }
     let keep_alive = if minor_version >= 1 { !close } else { keep && !close };
-    Ok(Head { method_str, path, minor_version, keep_alive, content_length: content_length.unwrap_or(0) })
+    Ok(Head { method_str, path, minor_version, keep_alive, content_length: content_length.unwrap_or(0), authorization })
 }
 
 /// Segment index and offset of byte `at` of the input; `None` if `at` is at or past the end.
@@ -297,6 +303,7 @@ impl Codec {
             minor_version: head.minor_version,
             keep_alive: head.keep_alive,
             head_len,
+            authorization: head.authorization,
             body: Body { seg: bseg, off: boff, len: body_len },
         })
     }

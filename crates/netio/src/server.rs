@@ -404,6 +404,8 @@ struct Conn {
     gen: u32,
     /// Index of the listener the connection was accepted on.
     listener: u32,
+    /// The peer's address is a loopback one.
+    peer_loopback: bool,
     open: bool,
     rx: VecDeque<RxSeg>,
     rx_bytes: usize,
@@ -434,6 +436,7 @@ impl Conn {
             fd: -1,
             gen: 0,
             listener: 0,
+            peer_loopback: false,
             open: false,
             rx: VecDeque::new(),
             rx_bytes: 0,
@@ -755,6 +758,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
         assert!(c.rx.is_empty() && c.pending.is_empty() && c.inflight.is_empty());
         c.fd = fd;
         c.listener = listener;
+        c.peer_loopback = peer_is_loopback(fd);
         c.open = true;
         c.rx_bytes = 0;
         c.recv = RecvState::Idle;
@@ -990,6 +994,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
                 batch.entries.push(Entry {
                     conn: c.id(slot),
                     listener: 0,
+                    peer_loopback: false,
                     seg_start: 0,
                     seg_end: 0,
                     peer_closed: false,
@@ -1001,6 +1006,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             let e = &mut batch.entries[batch.used];
             e.conn = c.id(slot);
             e.listener = c.listener;
+            e.peer_loopback = c.peer_loopback;
             e.seg_start = seg_start;
             e.seg_end = batch.segs.len();
             e.peer_closed = c.peer_eof;
@@ -1256,5 +1262,32 @@ fn release_parts<S: BufferSource>(src: &mut S, out: &Output, from: usize) {
         if let Part::Buf { buf, .. } = *p {
             src.release(buf);
         }
+    }
+}
+
+/// Whether the peer of connected socket `fd` has a loopback address (false
+/// if it cannot be read).
+fn peer_is_loopback(fd: RawFd) -> bool {
+    // SAFETY: sockaddr_storage is plain data; getpeername writes at most
+    // `len` bytes into it.
+    let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: valid fd, pointer and length.
+    if unsafe { libc::getpeername(fd, (&mut addr as *mut libc::sockaddr_storage).cast(), &mut len) } != 0 {
+        return false;
+    }
+    match i32::from(addr.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says this is a sockaddr_in.
+            let a = unsafe { &*(&addr as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)).is_loopback()
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says this is a sockaddr_in6.
+            let a = unsafe { &*(&addr as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
+            ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+        _ => false,
     }
 }

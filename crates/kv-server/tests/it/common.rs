@@ -40,6 +40,8 @@ pub fn options(pool: &Path, mode: Mode) -> ServeOptions {
         mode,
         busy_poll_us: 0,
         batch_wait_us: pmwire_kv_server::BATCH_WAIT_US,
+        requirepass: None,
+        protected_mode: true,
     }
 }
 

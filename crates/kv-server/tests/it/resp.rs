@@ -267,3 +267,90 @@ fn values_moved_and_rewritten_by_key_commands_survive_restart() {
         server.stop();
     }
 }
+
+/// With a password: RESP needs AUTH (or HELLO AUTH) before anything else,
+/// HTTP a bearer token; without one, protected mode lets loopback in.
+#[test]
+fn a_password_guards_resp_and_http() {
+    let pool = Pool::new();
+    let mut options = options(&pool.path, Mode::ZeroCopy);
+    options.requirepass = Some(b"s3cret".to_vec());
+    let server = start_with(KvServer::open(&options).unwrap());
+    let mut c = RespClient::connect(server.resp).unwrap();
+    let noauth = Value::Error(b"NOAUTH Authentication required.".to_vec());
+    assert_eq!(c.call(&["SET", "k", "v"]).unwrap(), noauth);
+    assert_eq!(c.call(&["AUTH", "wrong"]).unwrap(), Value::Error(b"WRONGPASS invalid username-password pair or user is disabled.".to_vec()));
+    assert_eq!(c.call(&["AUTH", "s3cret"]).unwrap(), Value::Simple(b"OK".to_vec()));
+    assert_eq!(c.call(&["SET", "k", "v"]).unwrap(), Value::Simple(b"OK".to_vec()));
+    assert_eq!(c.call(&["ACL", "WHOAMI"]).unwrap(), bulk(b"default"));
+    let mut other = RespClient::connect(server.resp).unwrap();
+    assert_eq!(other.call(&["GET", "k"]).unwrap(), noauth);
+    assert!(matches!(other.call(&["HELLO", "3", "AUTH", "default", "s3cret"]).unwrap(), Value::Map(_)));
+    assert_eq!(other.call(&["GET", "k"]).unwrap(), bulk(b"v"));
+    let mut h = pmwire_kv_server::client::HttpClient::connect(server.http).unwrap();
+    let refused = h.request("GET", "/kv/k", b"").unwrap();
+    assert_eq!(refused.status, 401);
+    assert_eq!(h.request("POST", "/kv/h", b"x").unwrap().status, 401);
+    drop((c, other, h));
+    server.stop();
+    // The raw exchange with a token: the HTTP client has no header option.
+    let server = start_with(KvServer::open(&options).unwrap());
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(server.http).unwrap();
+    s.write_all(b"GET /kv/k HTTP/1.1\r\nAuthorization: Bearer s3cret\r\nConnection: close\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.ends_with("\r\n\r\nv"), "{text}");
+    let mut s = std::net::TcpStream::connect(server.http).unwrap();
+    s.write_all(b"GET /kv/k HTTP/1.1\r\nAuthorization: Bearer s3creT\r\nConnection: close\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.1 401"), "{text}");
+    server.stop();
+}
+
+/// A non-loopback address of this host (the source address of a route out), if any.
+fn outward_ip() -> Option<std::net::IpAddr> {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    s.connect("192.0.2.1:9").ok()?;
+    let ip = s.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+/// Protected mode: with no password, a peer on a non-loopback address gets
+/// Redis's DENIED and the connection closes; with it off, or with a
+/// password, the peer is served.
+#[test]
+fn protected_mode_denies_remote_peers_without_a_password() {
+    let Some(ip) = outward_ip() else {
+        println!("SKIPPED: this host has no non-loopback address to connect from");
+        return;
+    };
+    for (protected, password) in [(true, None), (false, None), (true, Some(b"pw".to_vec()))] {
+        let pool = Pool::new();
+        let mut options = options(&pool.path, Mode::Copy);
+        options.resp = "0.0.0.0:0".parse().unwrap();
+        options.protected_mode = protected;
+        options.requirepass = password.clone();
+        let server = start_with(KvServer::open(&options).unwrap());
+        let addr = std::net::SocketAddr::new(ip, server.resp.port());
+        let mut c = RespClient::connect(addr).unwrap();
+        let reply = c.call(&["PING"]).unwrap();
+        match (protected, &password) {
+            (true, None) => {
+                let Value::Error(e) = reply else { panic!("{reply:?}") };
+                assert!(e.starts_with(b"DENIED Redis is running in protected mode"), "{}", String::from_utf8_lossy(&e));
+                assert!(c.call(&["PING"]).is_err(), "the connection is closed");
+            }
+            (false, None) => assert_eq!(reply, Value::Simple(b"PONG".to_vec())),
+            (_, Some(_)) => assert_eq!(reply, Value::Error(b"NOAUTH Authentication required.".to_vec())),
+        }
+        // Loopback is always let in.
+        let local = std::net::SocketAddr::from(([127, 0, 0, 1], server.resp.port()));
+        let mut l = RespClient::connect(local).unwrap();
+        assert!(matches!(l.call(&["PING"]).unwrap(), Value::Simple(_) | Value::Error(_)));
+        drop((c, l));
+        server.stop();
+    }
+}

@@ -364,6 +364,11 @@ impl Server {
         &self.config
     }
 
+    /// The configuration, to change (a server's `--requirepass`).
+    pub fn config_mut(&mut self) -> &mut ServerConfig {
+        &mut self.config
+    }
+
     /// Redis's protected mode, at accept: with protected mode on and no
     /// password, a peer that is not on loopback gets this error (send it,
     /// then close).
