@@ -36,7 +36,7 @@ pub struct KvArgs {
     #[arg(long)]
     requirepass: Option<String>,
     /// Redis's protected mode: with no password set, connections from anywhere but loopback get Redis's DENIED error (yes or no).
-    #[arg(long, default_value = "yes", value_parser = parse_yes_no)]
+    #[arg(long, default_value = "yes", value_parser = parse_yes_no, action = clap::ArgAction::Set)]
     protected_mode: bool,
     /// Write the bound addresses here (JSON: resp, http, pid, mode) once listening.
     #[arg(long)]
