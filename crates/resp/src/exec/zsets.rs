@@ -393,6 +393,13 @@ fn by_range<'a>(entries: &[(f64, &'a [u8])], r: &Range<'_>, reverse: bool, offse
     if (offset > 0 && offset >= len) || r.is_empty() || offset < 0 {
         return out;
     }
+    // Redis first tests the set's ends (`zzlIsInRange`, `zzlIsInLexRange`):
+    // the last element against the minimum, the first against the maximum.
+    // For BYLEX over members of different scores this decides the answer.
+    let (Some(&first), Some(&last)) = (entries.first(), entries.last()) else { return out };
+    if !r.gte_min(last) || !r.lte_max(first) {
+        return out;
+    }
     let order: Box<dyn Iterator<Item = &(f64, &'a [u8])>> =
         if reverse { Box::new(entries.iter().rev()) } else { Box::new(entries.iter()) };
     let enter = |e: (f64, &[u8])| if reverse { r.lte_max(e) } else { r.gte_min(e) };
