@@ -35,15 +35,26 @@ impl<'a> Epoch<'a> {
     pub fn parse(record: &'a [u8], log_offset: u64, data_bytes: u64) -> Result<Epoch<'a>, String> {
         let (header, _) = parse_epoch(record, data_bytes)?;
         if header.record_bytes != record.len() {
-            return Err(format!("{} B after the epoch record", record.len() - header.record_bytes));
+            return Err(format!(
+                "{} B after the epoch record",
+                record.len() - header.record_bytes
+            ));
         }
-        Ok(Epoch { header, log_offset, record })
+        Ok(Epoch {
+            header,
+            log_offset,
+            record,
+        })
     }
 
     /// An epoch this crate has just sealed (no second CRC pass).
     pub(crate) fn sealed(header: EpochHeader, log_offset: u64, record: &'a [u8]) -> Epoch<'a> {
         debug_assert_eq!(header.record_bytes, record.len());
-        Epoch { header, log_offset, record }
+        Epoch {
+            header,
+            log_offset,
+            record,
+        }
     }
 
     /// The transaction.
@@ -75,7 +86,9 @@ impl<'a> Epoch<'a> {
     pub fn writes(&self) -> impl Iterator<Item = (u64, &'a [u8])> + 'a {
         let record = self.record;
         let (_, writes) = parse_epoch(record, u64::MAX).expect("an Epoch holds a validated record");
-        writes.into_iter().map(move |WriteRef { offset, at, len }| (offset, &record[at..at + len]))
+        writes
+            .into_iter()
+            .map(move |WriteRef { offset, at, len }| (offset, &record[at..at + len]))
     }
 }
 
@@ -169,20 +182,36 @@ pub enum SinkEvent {
     Abort(u64),
 }
 
-/// A sink that keeps every event; `fail_commits` makes `commit` fail (to
-/// test a mirror that is gone).
+/// A sink that keeps every event; `fail_commits` makes `commit` fail and
+/// `fail_after_epochs` makes every epoch after that many fail (to test a
+/// mirror that is gone).
 #[derive(Clone, Debug, Default)]
 pub struct Recorder {
     /// What was seen, in order.
     pub events: Vec<SinkEvent>,
     /// Whether `commit` fails.
     pub fail_commits: bool,
+    /// Epochs accepted before every later one fails.
+    pub fail_after_epochs: Option<usize>,
 }
 
 impl EpochSink for Recorder {
     fn epoch(&mut self, epoch: &Epoch<'_>) -> Result<(), SinkError> {
+        let seen = self
+            .events
+            .iter()
+            .filter(|e| matches!(e, SinkEvent::Epoch { .. }))
+            .count();
+        if self.fail_after_epochs.is_some_and(|limit| seen >= limit) {
+            return Err("recorder set to fail epochs".into());
+        }
         let record = epoch.record().to_vec();
-        self.events.push(SinkEvent::Epoch { tx: epoch.tx(), index: epoch.index(), log_offset: epoch.log_offset(), record });
+        self.events.push(SinkEvent::Epoch {
+            tx: epoch.tx(),
+            index: epoch.index(),
+            log_offset: epoch.log_offset(),
+            record,
+        });
         Ok(())
     }
     fn dfence(&mut self, tx: u64) -> Result<(), SinkError> {
