@@ -2,7 +2,7 @@
 //! is copied through the keyspace (read, then written under the new name).
 
 use super::{Ctx, Fail, Res};
-use crate::keyspace::{Keyspace, ValueSource};
+use crate::keyspace::{Keyspace, Stored, ValueSource};
 use crate::reply::ReplySink;
 
 /// RENAME key newkey (`nx`: RENAMENX, which keeps an existing newkey).
@@ -23,17 +23,21 @@ pub(super) fn rename<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'
         c.out.integer(0);
         return Ok(());
     }
-    let kind = stored.kind;
-    let mut bytes = Vec::with_capacity(stored.len as usize);
-    c.ks.read(&stored.value, &mut bytes);
-    drop(stored);
-    c.ks.set(to, kind, ValueSource::Owned(bytes))?;
+    store_as(c, stored, to)?;
     c.ks.delete(from)?;
     if nx {
         c.out.integer(1);
     } else {
         c.out.ok();
     }
+    Ok(())
+}
+
+/// Writes the value `stored` holds under `to`, of its kind.
+fn store_as<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, stored: Stored<K::Value>, to: &[u8]) -> Res {
+    let mut bytes = Vec::with_capacity(stored.len as usize);
+    c.ks.read(&stored.value, &mut bytes);
+    c.ks.set(to, stored.kind, ValueSource::Owned(bytes))?;
     Ok(())
 }
 
@@ -79,11 +83,7 @@ pub(super) fn copy<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_,
         c.out.integer(0);
         return Ok(());
     }
-    let kind = stored.kind;
-    let mut bytes = Vec::with_capacity(stored.len as usize);
-    c.ks.read(&stored.value, &mut bytes);
-    drop(stored);
-    c.ks.set(to, kind, ValueSource::Owned(bytes))?;
+    store_as(c, stored, to)?;
     c.out.integer(1);
     Ok(())
 }
