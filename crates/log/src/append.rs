@@ -232,16 +232,34 @@ impl AppendLog {
     /// and the CRC: out of line, each append paid a call that saves seven
     /// registers and returns its `Result` through memory, and `place`'s
     /// placement came back through the stack (`docs/bench.md`, "Local log").
+    /// A self-validating log takes its own branch, which reads neither the
+    /// planted faults nor the tail, so nothing is kept on the stack across
+    /// the copy and the flushes to decide what to do after the drain.
     #[inline(always)]
     pub fn append<M: Media>(&mut self, media: &mut M, payload: &[u8]) -> Result<Lsn, AppendError> {
-        let (skip_at, placed, phys, size) = self.place(payload.len() as u64)?;
+        let placement = self.place(payload.len() as u64)?;
+        let (_, placed, _, size) = placement;
+        if let Tail::SelfValidating = self.tail {
+            self.store_entry_and_drain(media, placement, payload, Some(self.seed));
+            return Ok(placed.lsn);
+        }
         let new_tail = placed.pos + size;
         let faults = self.config.faults;
-        let seed = matches!(self.tail, Tail::SelfValidating).then_some(self.seed);
-        let tail_first = seed.is_none() && faults.tail_before_entry;
-        if tail_first {
+        if faults.tail_before_entry {
             self.store_tail(media, new_tail, faults);
         }
+        self.store_entry_and_drain(media, placement, payload, None);
+        if !faults.tail_before_entry {
+            self.store_tail(media, new_tail, faults);
+        }
+        Ok(placed.lsn)
+    }
+
+    /// Writes the entry `placement` describes (after its skip word, if it
+    /// wraps), prefetches the next one, takes it as appended and drains.
+    #[inline(always)]
+    fn store_entry_and_drain<M: Media>(&mut self, media: &mut M, placement: Placement, payload: &[u8], seed: Option<u32>) {
+        let (skip_at, placed, phys, size) = placement;
         if let Some(skip_phys) = skip_at {
             let at = self.entries + skip_phys;
             media.write_u64(at, SKIP_BIT | placed.lsn);
@@ -254,13 +272,9 @@ impl AppendLog {
         }
         // The bookkeeping (index, tail, LSN) before the drain, so that it
         // runs while the lines are written back; nothing reads it before
-        // this returns, and nothing on the media depends on it.
-        self.advance(placed.pos, new_tail, next_phys);
+        // the append returns, and nothing on the media depends on it.
+        self.advance(placed.pos, placed.pos + size, next_phys);
         media.drain();
-        if seed.is_none() && !tail_first {
-            self.store_tail(media, new_tail, faults);
-        }
-        Ok(placed.lsn)
     }
 
     /// Takes the entry at `pos` as appended: the tail moves to `new_tail`
