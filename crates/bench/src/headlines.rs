@@ -26,6 +26,7 @@ use crate::copy::{COPY, MEMCPY_CLWB, OURS, PMDK};
 use crate::logbench::{
     LOG, PERSIST_FLOOR, PMEMLOG, TAIL_NAIVE, TAIL_NAIVE_PAD64, TAIL_SELF_VALIDATING, TAIL_SELF_VALIDATING_PAD64,
 };
+use crate::local::LOG_HEADLINE_BYTES;
 use crate::persist::{COUNTER, NAIVE, NAIVE_AT};
 use crate::schema::{BenchResult, Skipped};
 use crate::{Goal, Headline};
@@ -90,11 +91,11 @@ pub fn compute(results: &[BenchResult], skipped: &[Skipped], peers: &PeerNames) 
         .try_fold(f64::INFINITY, |min, r| r.map(|v| min.min(v)));
     let copy_vs_clwb = ratio(results, skipped, COPY, (OURS, MEMCPY_CLWB), Some(64 << 10), "gb_per_s");
     // The logs as `LogConfig::new` makes them: entries padded to 64 B.
-    let log_pair = |peer| ratio(results, skipped, LOG, (TAIL_SELF_VALIDATING_PAD64, peer), Some(256), "mops_per_s");
-    let packed_pair = |peer| ratio(results, skipped, LOG, (TAIL_SELF_VALIDATING, peer), Some(256), "mops_per_s");
+    let log_pair = |peer| ratio(results, skipped, LOG, (TAIL_SELF_VALIDATING_PAD64, peer), Some(LOG_HEADLINE_BYTES as u64), "mops_per_s");
+    let packed_pair = |peer| ratio(results, skipped, LOG, (TAIL_SELF_VALIDATING, peer), Some(LOG_HEADLINE_BYTES as u64), "mops_per_s");
     // The persist floor against each log peer: no one-persist log can beat
     // it, so a target it misses cannot be met on this machine.
-    let floor_vs = |peer| ratio(results, skipped, LOG, (PERSIST_FLOOR, peer), Some(256), "mops_per_s").ok();
+    let floor_vs = |peer| ratio(results, skipped, LOG, (PERSIST_FLOOR, peer), Some(LOG_HEADLINE_BYTES as u64), "mops_per_s").ok();
     vec![
         headline(
             "persist copy / pmem_memcpy_persist (min over 4 KiB-128 KiB)",
@@ -148,7 +149,7 @@ pub fn compute(results: &[BenchResult], skipped: &[Skipped], peers: &PeerNames) 
             "information: bounds any one-persist log vs pmemlog_append",
             2.0,
             &peers.libpmemlog,
-            ratio(results, skipped, LOG, (PERSIST_FLOOR, PMEMLOG), Some(256), "mops_per_s"),
+            ratio(results, skipped, LOG, (PERSIST_FLOOR, PMEMLOG), Some(LOG_HEADLINE_BYTES as u64), "mops_per_s"),
         )
         .for_information(),
         headline(

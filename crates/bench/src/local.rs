@@ -121,6 +121,9 @@ pub struct Plan {
     pub log_appends: usize,
     /// Rounds of the log benchmark.
     pub log_rounds: usize,
+    /// Rounds of the log benchmark at [`LOG_HEADLINE_BYTES`], the size
+    /// every log headline reads (at least `log_rounds`).
+    pub log_headline_rounds: usize,
     /// Capacity of every log (≥ 2 MiB, libpmemlog's minimum pool).
     pub log_capacity_bytes: u64,
     /// Untimed rounds before the timed ones.
@@ -134,6 +137,8 @@ pub struct Plan {
 }
 
 const KIB: usize = 1 << 10;
+/// The entry size of the log headlines (`headlines.rs`).
+pub const LOG_HEADLINE_BYTES: usize = 256;
 const MIB: u64 = 1 << 20;
 
 impl Plan {
@@ -153,6 +158,8 @@ impl Plan {
             log_sizes: vec![64, 256, KIB, 4 * KIB],
             log_appends: 50_000,
             log_rounds: 21,
+            // Every log headline reads 256 B: ~1 s more for a steadier median.
+            log_headline_rounds: 31,
             log_capacity_bytes: 64 * MIB,
             warmup_rounds: 1,
             progress: true,
@@ -174,6 +181,7 @@ impl Plan {
             log_sizes: vec![64, 128, 256, 512, KIB, 2 * KIB, 4 * KIB],
             log_appends: 100_000,
             log_rounds: 31,
+            log_headline_rounds: 31,
             // Five logs side by side must fit the default 1 GiB region.
             log_capacity_bytes: 160 * MIB,
             ..Plan::quick()
@@ -196,10 +204,20 @@ impl Plan {
             log_sizes: vec![64, 256],
             log_appends: 3_000,
             log_rounds: 2,
+            log_headline_rounds: 3,
             log_capacity_bytes: 2 * MIB,
             warmup_rounds: 1,
             progress: false,
             print: false,
+        }
+    }
+
+    /// Timed rounds of the log benchmark at `size_bytes`.
+    pub fn log_rounds_at(&self, size_bytes: usize) -> usize {
+        if size_bytes == LOG_HEADLINE_BYTES {
+            self.log_headline_rounds.max(self.log_rounds)
+        } else {
+            self.log_rounds
         }
     }
 
@@ -221,7 +239,7 @@ impl Plan {
             LocalBench::NtThreshold => self.nt_sizes.len() * 2 * self.nt_rounds,
             LocalBench::Latency => shapes * self.latency_rounds,
             LocalBench::Counter => structures * self.counter_rounds,
-            LocalBench::Log => self.log_sizes.len() * logbench::VARIANTS * self.log_rounds,
+            LocalBench::Log => self.log_sizes.iter().map(|&size| self.log_rounds_at(size)).sum::<usize>() * logbench::VARIANTS,
         }) as u64
     }
 }
@@ -388,6 +406,15 @@ mod tests {
         for r in &file.results {
             assert!(r.metrics.values().all(|v| v.is_finite()), "{r:?}");
         }
+        for r in file.results.iter().filter(|r| r.bench == logbench::LOG) {
+            let share = r.get("on_cpu_share").unwrap();
+            assert!(share > 0.0 && share <= 1.0, "{r:?}");
+            assert!(r.get("wall_mops_per_s").unwrap() > 0.0, "{r:?}");
+            let rounds = Plan::tiny().log_rounds_at(r.size_bytes.unwrap() as usize) as u64;
+            assert_eq!(r.params["rounds"], rounds, "{r:?}");
+        }
+        assert_eq!(Plan::tiny().log_rounds_at(LOG_HEADLINE_BYTES), 3, "the headline size gets its own rounds");
+        assert_eq!(Plan::tiny().log_rounds_at(64), 2);
         assert_eq!(file.headlines.len(), 9);
         assert_eq!(report.headlines.len(), 9);
     }

@@ -180,16 +180,31 @@ pub type EntryHeader = [u8; ENTRY_HEADER_BYTES as usize];
 
 /// Builds an entry header. `seed` is `Some` for self-validating logs,
 /// whose CRC covers the LSN, the length and the payload.
-#[inline]
+///
+/// Always inlined, so that the header is built in registers and stored
+/// straight to the media by its caller: returned from a call, the 16 B
+/// come back through a stack slot written by two 8 B stores, and the
+/// caller's 16 B load of that slot cannot be forwarded from them; it
+/// waits for every older store to commit, the payload's included.
+#[inline(always)]
 pub fn entry_header(lsn: u64, payload: &[u8], seed: Option<u32>) -> EntryHeader {
     let len = payload.len() as u32;
-    // The CRC of `lsn | len` from registers, then of the payload: the same
-    // value as over the header's first 12 bytes, without storing them first.
-    let crc = seed.map_or(0, |seed| pmem::crc::crc32c_append_parts(seed, lsn, len, payload));
+    let crc = match seed {
+        Some(seed) => entry_crc(seed, lsn, len, payload),
+        None => 0,
+    };
     // Built in registers (lsn | len | crc, little-endian): no narrow stores
     // to a stack buffer that a wide load would then have to wait for.
     let high = u64::from(len) | u64::from(crc) << 32;
     (u128::from(lsn) | u128::from(high) << 64).to_le_bytes()
+}
+
+/// The CRC of `lsn | len` from registers, then of the payload: the same
+/// value as over the header's first 12 bytes, without storing them first.
+/// Out of line (the CRC dispatch is large), returning in a register.
+#[inline(never)]
+fn entry_crc(seed: u32, lsn: u64, len: u32, payload: &[u8]) -> u32 {
+    pmem::crc::crc32c_append_parts(seed, lsn, len, payload)
 }
 
 #[cfg(test)]
