@@ -107,6 +107,70 @@ impl PollBudget {
     }
 }
 
+/// Stretches a waiter's [`PollBudget`] to the round trips it has been
+/// seeing, so that two ends which both block after their budget cannot
+/// settle into paying two wake-ups a round trip.
+///
+/// The chain it breaks: a closed-loop client polls for its budget, then
+/// blocks. If one reply comes late (a preemption, a slow request), the
+/// client's wake-up can outlast the server's own budget; the server blocks
+/// too, and from then on every request wakes the server and every reply
+/// wakes the client, each wake-up (tens of µs on a loaded guest) longer
+/// than the other end's budget, so the chain holds until one wake-up
+/// happens to be quick (80-95 µs a write over shared memory where a write
+/// otherwise takes 1-2 µs: `docs/bench.md`, "Auto that cannot stay
+/// wrong"). Linux's hybrid polling for block devices makes the same kind of
+/// choice from the mean completion time.
+///
+/// The pacer keeps an exponentially weighted mean of the waits it is told
+/// of (the newest weighing half) and offers twice that as the spin, while
+/// that stays within [`ReplyPacer::MAX_SPIN`]: after one or two slow waits the waiter spins
+/// through the server's wake-up, gets the reply at once, and sends its next
+/// request while the server still polls, which ends the chain. A wait
+/// longer than the bound is left to block (a wake-up is small beside it,
+/// and a long spin would take the core from the work it waits for). A
+/// [`PollBudget::BLOCK`] budget, or one already longer, is never changed.
+/// No I/O and no clock: the caller times its waits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplyPacer {
+    /// Mean of the recorded waits, in ns (weight 1/2 for the newest).
+    mean_ns: u64,
+}
+
+impl ReplyPacer {
+    /// The longest spin the pacer offers.
+    pub const MAX_SPIN: Duration = Duration::from_micros(250);
+
+    /// A pacer that has seen no wait (it offers the base budget).
+    pub const fn new() -> ReplyPacer {
+        ReplyPacer { mean_ns: 0 }
+    }
+
+    /// Takes in one wait: from the start of waiting for a reply to its
+    /// arrival.
+    pub fn record(&mut self, wait: Duration) {
+        let wait_ns = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX).min(u64::MAX / 4);
+        self.mean_ns = self.mean_ns / 2 + wait_ns / 2;
+    }
+
+    /// The mean wait so far.
+    pub fn mean(&self) -> Duration {
+        Duration::from_nanos(self.mean_ns)
+    }
+
+    /// The budget for the next wait: `base`, or a spin of twice the mean
+    /// wait where that is longer than `base`'s and within
+    /// [`ReplyPacer::MAX_SPIN`] (the spin then bounds it, not a count of
+    /// polls).
+    pub fn budget(&self, base: PollBudget) -> PollBudget {
+        let spin = Duration::from_nanos(self.mean_ns.saturating_mul(2));
+        if base == PollBudget::BLOCK || spin <= base.spin || spin > ReplyPacer::MAX_SPIN {
+            return base;
+        }
+        PollBudget { spin, max_empty_polls: u32::MAX }
+    }
+}
+
 /// Empty polls between two reads of the clock in [`PollBudget::keep_polling`].
 pub const CLOCK_EVERY: u32 = 16;
 

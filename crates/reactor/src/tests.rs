@@ -10,7 +10,7 @@ use transport::{Event, InProcNetwork, Limits, Output, Transport};
 
 use std::time::Instant;
 
-use super::{PollBudget, Reactor, RealClock, Service, CLOCK_EVERY};
+use super::{PollBudget, Reactor, RealClock, ReplyPacer, Service, CLOCK_EVERY};
 
 /// Echoes every request's payload; counts accepts; has a timer every
 /// `period` that counts ticks and sets `stop` after `stop_after` ticks.
@@ -167,4 +167,47 @@ fn a_poll_budget_ends_by_count_or_by_time() {
     let ends = (0..1000).find(|&empty| !expired.keep_polling(now, empty)).unwrap();
     assert_eq!(ends, 0);
     assert!((1..CLOCK_EVERY).all(|empty| expired.keep_polling(now, empty)));
+}
+
+#[test]
+fn a_pacer_stretches_the_budget_after_slow_waits_and_lets_it_go_after_fast_ones() {
+    let base = PollBudget::default();
+    let mut pacer = ReplyPacer::new();
+    assert_eq!(pacer.budget(base), base, "no evidence: the base budget");
+    for _ in 0..50 {
+        pacer.record(Duration::from_micros(1));
+    }
+    assert_eq!(pacer.budget(base), base, "fast round trips keep the base budget");
+    // The chain: waits of two wake-ups each.
+    pacer.record(Duration::from_micros(85));
+    pacer.record(Duration::from_micros(85));
+    let stretched = pacer.budget(base);
+    assert!(stretched.spin > Duration::from_micros(85), "spins through a wake-up after two slow waits: {stretched:?}");
+    assert!(stretched.spin <= ReplyPacer::MAX_SPIN);
+    assert_eq!(stretched.max_empty_polls, u32::MAX, "the spin bounds it, not the count");
+    // Fast again: back to the base within a bounded number of waits.
+    let back = (1..=64).find(|_| {
+        pacer.record(Duration::from_micros(1));
+        pacer.budget(base) == base
+    });
+    assert!(back.is_some_and(|n| n <= 16), "back to the base after {back:?} fast waits");
+}
+
+#[test]
+fn a_pacer_leaves_long_waits_and_blocking_budgets_alone() {
+    let mut pacer = ReplyPacer::new();
+    for _ in 0..20 {
+        pacer.record(Duration::from_micros(400));
+    }
+    let base = PollBudget::default();
+    assert_eq!(pacer.budget(base), base, "a wait past MAX_SPIN/2 blocks as before");
+    assert_eq!(pacer.budget(PollBudget::BLOCK), PollBudget::BLOCK, "BLOCK is never stretched");
+    let long = PollBudget { spin: Duration::from_millis(1), max_empty_polls: u32::MAX };
+    let mut fast = ReplyPacer::new();
+    fast.record(Duration::from_micros(100));
+    assert_eq!(fast.budget(long), long, "a longer budget is kept");
+    let mut huge = ReplyPacer::new();
+    huge.record(Duration::MAX);
+    huge.record(Duration::MAX);
+    assert_eq!(huge.budget(base), base, "no overflow on absurd waits");
 }

@@ -23,6 +23,14 @@
 //! - Every wait is bounded by [`ClientOptions::timeout`]; it polls for at
 //!   most [`ClientOptions::poll`] (a bounded budget) and then sleeps in
 //!   [`Transport::wait`], so an idle client never spins.
+//!
+//! Waits: a lone wait (at most one request in flight, a closed loop) polls
+//! for the longer of [`ClientOptions::poll`] and the [`ReplyPacer`]'s
+//! stretch, twice the recent mean wait when that is at most
+//! [`ReplyPacer::MAX_SPIN`]. Without it, one late reply could leave the
+//! client and the server each blocking after 30 µs and each write paying
+//! two wake-ups for as long as they outlast the other end's poll. A
+//! [`PollBudget::BLOCK`] budget is never stretched.
 
 use std::time::{Duration, Instant};
 
@@ -33,6 +41,7 @@ use super::{ClientConfig, ClientCore, IssueError, MethodError, RemoteError, Resp
 use crate::auto::{AutoParams, AutoSelector, AutoStatus};
 use crate::calibration::{Calibration, CalibrationBuilder, CalibrationError, TargetKey};
 use crate::event_loop::PollBudget;
+use reactor::ReplyPacer;
 use crate::proto::{Guarantee, Method, Opcode};
 use pmwire_log::LogConfig;
 
@@ -132,6 +141,9 @@ pub struct Client<T: Transport> {
     done: Vec<(u64, Result<Output, OpError>)>,
     msg: Vec<u8>,
     next_one_sided: u64,
+    /// Stretches the poll budget of a lone wait to the round trips seen
+    /// (see [`ReplyPacer`]); pipelined waits keep the base budget.
+    pacer: ReplyPacer,
 }
 
 impl<T: Transport> Client<T> {
@@ -170,6 +182,7 @@ impl<T: Transport> Client<T> {
             done: Vec::new(),
             msg: Vec::new(),
             next_one_sided: 0,
+            pacer: ReplyPacer::new(),
         };
         client.core.hello_request(&mut client.msg)?;
         client.rpc(Vec::new(), None)?;
@@ -359,9 +372,14 @@ impl<T: Transport> Client<T> {
     /// Waits for any started operation; returns its token and result value
     /// (bytes, LSN; 0 for one-sided operations).
     pub fn wait_any(&mut self) -> Result<(u64, Result<u64, ClientError>), ClientError> {
-        let deadline = Instant::now() + self.options.timeout;
+        let started = Instant::now();
+        let deadline = started + self.options.timeout;
+        let lone = self.lone_wait();
         while self.done.is_empty() {
-            self.pump(deadline)?;
+            self.pump(deadline, lone)?;
+        }
+        if lone {
+            self.pacer.record(started.elapsed());
         }
         let (token, result) = self.done.remove(0);
         Ok((token, self.finish(token, result, None)))
@@ -589,18 +607,32 @@ impl<T: Transport> Client<T> {
 
     /// Blocks until the completion for `token` arrives.
     fn take(&mut self, token: u64) -> Result<Result<Output, OpError>, ClientError> {
-        let deadline = Instant::now() + self.options.timeout;
+        let started = Instant::now();
+        let deadline = started + self.options.timeout;
+        let lone = self.lone_wait();
+        let mut waited = false;
         loop {
             if let Some(at) = self.done.iter().position(|(t, _)| *t == token) {
+                if waited && lone {
+                    self.pacer.record(started.elapsed());
+                }
                 return Ok(self.done.swap_remove(at).1);
             }
-            self.pump(deadline)?;
+            self.pump(deadline, lone)?;
+            waited = true;
         }
     }
 
+    /// True when at most one request is in flight: a closed-loop wait,
+    /// whose poll budget the pacer may stretch (module docs, "Waits").
+    fn lone_wait(&self) -> bool {
+        self.core.outstanding() <= 1
+    }
+
     /// Polls once, waiting (bounded by `deadline`) if nothing is ready.
-    fn pump(&mut self, deadline: Instant) -> Result<(), ClientError> {
-        if self.poll_within_budget() == 0 {
+    fn pump(&mut self, deadline: Instant, lone: bool) -> Result<(), ClientError> {
+        let budget = if lone { self.pacer.budget(self.options.poll) } else { self.options.poll };
+        if self.poll_within_budget(budget) == 0 {
             let now = Instant::now();
             if now >= deadline {
                 return Err(ClientError::Timeout(self.options.timeout));
@@ -618,10 +650,10 @@ impl<T: Transport> Client<T> {
         Ok(())
     }
 
-    /// Polls until events arrive or the [`PollBudget`] (counted from now,
-    /// the last thing this client did) is spent; how many arrived.
-    fn poll_within_budget(&mut self) -> usize {
-        let (since, budget) = (Instant::now(), self.options.poll);
+    /// Polls until events arrive or `budget` (counted from now, the last
+    /// thing this client did) is spent; how many arrived.
+    fn poll_within_budget(&mut self, budget: PollBudget) -> usize {
+        let since = Instant::now();
         let mut empty = 0;
         loop {
             let n = self.transport.poll(&mut self.events, 64);
