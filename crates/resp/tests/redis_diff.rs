@@ -133,6 +133,11 @@ fn sorted(v: Value) -> Value {
             pairs.sort_by_key(|a| format!("{a:?}"));
             Value::Map(pairs)
         }
+        Value::Set(items) => {
+            let mut items: Vec<Value> = items.into_iter().map(sorted).collect();
+            items.sort_by_key(|a| format!("{a:?}"));
+            Value::Set(items)
+        }
         other => other,
     }
 }
