@@ -20,7 +20,7 @@ mod sets;
 mod strings;
 mod zsets;
 
-pub use sets::MAX_RANDOM_REPLY;
+pub use sets::{MAX_RANDOM_REPLY, MAX_RANDOM_REPLY_BYTES};
 
 #[cfg(test)]
 mod tests;

@@ -22,6 +22,9 @@ type C<'a, 'b, 'r, K, S> = &'a mut Ctx<'b, 'r, K, S>;
 /// repeat, so the reply is not bounded by the set; Redis has no bound).
 pub const MAX_RANDOM_REPLY: u64 = 1 << 20;
 
+/// Most member bytes one SRANDMEMBER with a negative count answers.
+pub const MAX_RANDOM_REPLY_BYTES: u64 = 64 << 20;
+
 fn decode(blob: &[u8]) -> Result<Vec<&[u8]>, Fail> {
     let mut members = Vec::new();
     if !blob.is_empty() {
@@ -180,7 +183,8 @@ pub(super) fn spop<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_
 
 /// SRANDMEMBER key [count]: a positive count answers that many distinct
 /// members (at most the set), a negative one that many draws with
-/// repetition (at most [`MAX_RANDOM_REPLY`]).
+/// repetition (at most [`MAX_RANDOM_REPLY`] members and
+/// [`MAX_RANDOM_REPLY_BYTES`] bytes).
 pub(super) fn srandmember<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
     if c.argc() > 3 {
         return Err(Fail::Syntax);
@@ -209,14 +213,7 @@ pub(super) fn srandmember<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_,
     let picked = match count {
         None => vec![c.server.random_below(len as u64) as usize],
         Some(n) if n >= 0 => c.server.random_distinct(len, usize::try_from(n).unwrap_or(usize::MAX).min(len)),
-        Some(n) => {
-            if n.unsigned_abs() > MAX_RANDOM_REPLY {
-                return Err(Fail::err(&format!(
-                    "value is out of range, pmwire answers at most {MAX_RANDOM_REPLY} random members"
-                )));
-            }
-            (0..n.unsigned_abs()).map(|_| c.server.random_below(len as u64) as usize).collect()
-        }
+        Some(n) => draws(c.server, &members, n.unsigned_abs())?,
     };
     if count.is_none() {
         c.out.bulk(members[picked[0]]);
@@ -227,6 +224,30 @@ pub(super) fn srandmember<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_,
         c.out.bulk(members[i]);
     }
     Ok(())
+}
+
+/// `n` draws with repetition from `members`, refused beyond
+/// [`MAX_RANDOM_REPLY`] members or [`MAX_RANDOM_REPLY_BYTES`] bytes.
+fn draws(server: &mut super::Server, members: &[&[u8]], n: u64) -> Result<Vec<usize>, Fail> {
+    let too_many = || {
+        Fail::err(&format!(
+            "value is out of range, pmwire answers at most {MAX_RANDOM_REPLY} random members and {MAX_RANDOM_REPLY_BYTES} bytes"
+        ))
+    };
+    if n > MAX_RANDOM_REPLY {
+        return Err(too_many());
+    }
+    let mut bytes = 0u64;
+    let mut picked = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let i = server.random_below(members.len() as u64) as usize;
+        bytes += members[i].len() as u64;
+        if bytes > MAX_RANDOM_REPLY_BYTES {
+            return Err(too_many());
+        }
+        picked.push(i);
+    }
+    Ok(picked)
 }
 
 /// SMOVE source destination member.

@@ -397,6 +397,12 @@ fn random_members_follow_the_seed_and_the_count_rules() {
     let over = format!("SRANDMEMBER s -{}", MAX_RANDOM_REPLY + 1);
     assert!(f.run(&over).starts_with("-ERR value is out of range, pmwire answers at most"));
     assert_eq!(members(&f.run(&format!("SRANDMEMBER s -{MAX_RANDOM_REPLY}"))).len() as u64, MAX_RANDOM_REPLY);
+    // Members of 100 bytes: 2^20 draws would be 100 MiB, over the byte bound.
+    let long = "x".repeat(100);
+    f.run(&format!("SADD big {long}"));
+    assert!(f.run(&format!("SRANDMEMBER big -{MAX_RANDOM_REPLY}")).starts_with("-ERR value is out of range"));
+    let fits = MAX_RANDOM_REPLY_BYTES / 100;
+    assert_eq!(members(&f.run(&format!("SRANDMEMBER big -{fits}"))).len() as u64, fits);
     let popped = members(&f.run("SPOP s 2"));
     let left = members(&f.run("SMEMBERS s"));
     assert_eq!(popped.len() + left.len(), 3);
