@@ -37,7 +37,7 @@
 //! ```
 //! Invariants checked on decode: the blob is exactly as long as its entries;
 //! sorted-set entries are strictly in order (so members are unique), and so
-//! are set members. Hash fields are unique by construction (the executor
+//! are set members; a list or set has at least one element. Hash fields are unique by construction (the executor
 //! updates in place). The empty hash, sorted set, list or set is never
 //! stored: the key is deleted instead, as in Redis.
 
@@ -58,6 +58,9 @@ pub enum BlobError {
     /// A set member out of order or duplicated.
     #[error("set blob out of order")]
     SetOrder,
+    /// A list or set blob with no elements (an emptied collection deletes its key).
+    #[error("empty collection stored")]
+    Empty,
 }
 
 fn take<'a>(b: &mut &'a [u8], n: usize) -> Result<&'a [u8], BlobError> {
@@ -149,10 +152,13 @@ pub fn encode_zset(entries: &[(f64, &[u8])], out: &mut Vec<u8>) {
     }
 }
 
-/// Decodes a list blob into its elements, head first.
+/// Decodes a list blob into its elements, head first (at least one).
 pub fn decode_list<'a>(mut blob: &'a [u8], out: &mut Vec<&'a [u8]>) -> Result<(), BlobError> {
     out.clear();
     let count = take_u32(&mut blob)?;
+    if count == 0 {
+        return Err(BlobError::Empty);
+    }
     for _ in 0..count {
         let len = take_u32(&mut blob)?;
         out.push(take(&mut blob, len)?);
@@ -163,8 +169,9 @@ pub fn decode_list<'a>(mut blob: &'a [u8], out: &mut Vec<&'a [u8]>) -> Result<()
     Ok(())
 }
 
-/// Encodes elements (head first) as a list blob.
+/// Encodes elements (head first, at least one) as a list blob.
 pub fn encode_list(items: &[&[u8]], out: &mut Vec<u8>) {
+    assert!(!items.is_empty(), "an empty list is deleted, not stored");
     out.clear();
     let bytes: usize = items.iter().map(|i| 4 + i.len()).sum();
     out.reserve(4 + bytes);
@@ -248,5 +255,6 @@ mod tests {
         let mut longer = set.clone();
         longer.push(7);
         assert_eq!(decode_set(&longer, &mut members), Err(BlobError::Trailing));
+        assert_eq!(decode_list(&[0, 0, 0, 0], &mut members), Err(BlobError::Empty));
     }
 }

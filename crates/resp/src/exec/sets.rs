@@ -161,19 +161,18 @@ pub(super) fn spop<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_
         return Ok(());
     };
     let n = usize::try_from(count).unwrap_or(usize::MAX).min(members.len());
-    let mut picked = c.server.random_distinct(members.len(), n);
-    picked.sort_unstable();
+    let picked = c.server.random_distinct(members.len(), n);
     let popped: Vec<&[u8]> = picked.iter().map(|&i| members[i]).collect();
-    let mut kept = Vec::with_capacity(members.len() - n);
-    let mut next = picked.iter().peekable();
-    for (i, m) in members.iter().enumerate() {
-        if next.peek() == Some(&&i) {
-            next.next();
-        } else {
-            kept.push(*m);
-        }
+    let mut gone = vec![false; members.len()];
+    for &i in &picked {
+        gone[i] = true;
     }
-    members = kept;
+    let mut at = 0;
+    members.retain(|_| {
+        at += 1;
+        !gone[at - 1]
+    });
+    assert_eq!(members.len() + popped.len(), gone.len());
     if n > 0 {
         store(c, key, &members)?;
     }

@@ -478,6 +478,11 @@ fn corrupt_list_and_set_blobs_are_errors() {
     assert_eq!(f.run("LLEN l"), "-ERR stored value is corrupt: blob truncated\r\n");
     f.ks.set(b"s", Kind::Set, ValueSource::Owned(vec![2, 0, 0, 0, 1, 0, 0, 0, b'b', 1, 0, 0, 0, b'a'])).unwrap();
     assert_eq!(f.run("SCARD s"), "-ERR stored value is corrupt: set blob out of order\r\n");
+    // An empty collection is never stored: one found is corrupt, not popped from.
+    f.ks.set(b"e", Kind::Set, ValueSource::Owned(vec![0, 0, 0, 0])).unwrap();
+    assert_eq!(f.run("SPOP e"), "-ERR stored value is corrupt: empty collection stored\r\n");
+    f.ks.set(b"e", Kind::List, ValueSource::Owned(vec![0, 0, 0, 0])).unwrap();
+    assert_eq!(f.run("RPOPLPUSH e x"), "-ERR stored value is corrupt: empty collection stored\r\n");
 }
 
 #[test]
