@@ -169,6 +169,11 @@ pub fn decode_list<'a>(mut blob: &'a [u8], out: &mut Vec<&'a [u8]>) -> Result<()
     Ok(())
 }
 
+/// The length of the list (or set) blob of `items`.
+pub fn list_blob_len(items: &[&[u8]]) -> u64 {
+    4 + items.iter().map(|i| 4 + i.len() as u64).sum::<u64>()
+}
+
 /// Encodes elements (head first, at least one) as a list blob.
 pub fn encode_list(items: &[&[u8]], out: &mut Vec<u8>) {
     assert!(!items.is_empty(), "an empty list is deleted, not stored");
@@ -242,6 +247,7 @@ mod tests {
         let mut blob = Vec::new();
         encode_list(&[b"b", b"", b"b"], &mut blob);
         assert_eq!(blob, [3, 0, 0, 0, 1, 0, 0, 0, b'b', 0, 0, 0, 0, 1, 0, 0, 0, b'b']);
+        assert_eq!(list_blob_len(&[b"b", b"", b"b"]), blob.len() as u64);
         let mut out = Vec::new();
         decode_list(&blob, &mut out).unwrap();
         assert_eq!(out, vec![&b"b"[..], b"", b"b"]);

@@ -8,7 +8,7 @@
 //! overflows.
 
 use super::{Ctx, Fail, Res};
-use crate::blob::{decode_list, encode_list};
+use crate::blob::{decode_list, encode_list, list_blob_len};
 use crate::keyspace::{Keyspace, Kind, ValueSource};
 use crate::reply::ReplySink;
 
@@ -375,6 +375,7 @@ fn move_one<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>
         End::Head => target.insert(0, value),
         End::Tail => target.push(value),
     }
+    c.check_fits(dst, list_blob_len(&target))?;
     if src != dst {
         store(c, src, &items)?;
     }

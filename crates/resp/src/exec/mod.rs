@@ -234,6 +234,20 @@ impl<'r, K: Keyspace, S: ReplySink<K::Value> + ?Sized> Ctx<'_, 'r, K, S> {
         }))
     }
 
+    /// Refuses, as the store would, a value of `len` bytes at `key`: for a
+    /// command that writes several keys, checked before its first write so
+    /// that it is refused whole.
+    pub fn check_fits(&self, key: &[u8], len: u64) -> Res {
+        let limits = self.ks.limits();
+        if key.len() as u64 > limits.max_key_bytes {
+            return Err(StoreError::KeyTooLong { len: key.len() as u64, max: limits.max_key_bytes }.into());
+        }
+        if len > limits.max_value_bytes {
+            return Err(StoreError::ValueTooLong { len, max: limits.max_value_bytes }.into());
+        }
+        Ok(())
+    }
+
     /// Argument `i` as a Redis integer.
     pub fn int_arg(&self, i: usize) -> Result<i64, Fail> {
         crate::numbers::parse_i64(self.arg(i)).ok_or(Fail::NotInteger)

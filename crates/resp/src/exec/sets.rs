@@ -11,7 +11,7 @@
 //! [`super::Server`]'s seeded generator.
 
 use super::{Ctx, Fail, Res};
-use crate::blob::{decode_set, encode_set};
+use crate::blob::{decode_set, encode_set, list_blob_len};
 use crate::glob::matches;
 use crate::keyspace::{Keyspace, Kind, ValueSource};
 use crate::reply::ReplySink;
@@ -34,7 +34,7 @@ fn decode(blob: &[u8]) -> Result<Vec<&[u8]>, Fail> {
 }
 
 /// Writes `members` (in order) as the set at `key`; deletes the key when
-/// empty. Returns whether a key existed or was written.
+/// empty.
 fn store<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>, key: &[u8], members: &[&[u8]]) -> Res {
     if members.is_empty() {
         c.ks.delete(key)?;
@@ -273,8 +273,10 @@ pub(super) fn smove<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '
     }
     let dst_blob = c.load(dst, Kind::Set)?.unwrap_or_default();
     let mut dst_members = decode(&dst_blob)?;
+    let added = insert(&mut dst_members, member);
+    c.check_fits(dst, list_blob_len(&dst_members))?;
     store(c, src, &src_members)?;
-    if insert(&mut dst_members, member) {
+    if added {
         store(c, dst, &dst_members)?;
     }
     c.out.integer(1);

@@ -455,6 +455,16 @@ fn collections_are_bounded_by_the_store() {
     assert_eq!(f.run("LLEN l"), ":3\r\n");
     assert_eq!(f.run("SADD s aaaaaaaa bbbbbbbb cccccccc dddddddd"), "-ERR value is too long (52 bytes, at most 40)\r\n");
     assert_eq!(f.run("EXISTS s"), ":0\r\n");
+    // Moves that would overflow the destination (or name a key too long)
+    // are refused whole: the source keeps its element.
+    f.run("RPUSH m dddddddd\r\nSADD t aaaaaaaa bbbbbbbb cccccccc\r\nSADD u dddddddd");
+    assert_eq!(f.run("RPOPLPUSH m l"), "-ERR value is too long (52 bytes, at most 40)\r\n");
+    assert_eq!(f.run("LMOVE m toolongkey LEFT LEFT"), "-ERR key is too long (10 bytes, at most 8)\r\n");
+    assert_eq!(f.run("LLEN m"), ":1\r\n");
+    assert_eq!(f.run("SMOVE u t dddddddd"), "-ERR value is too long (52 bytes, at most 40)\r\n");
+    assert_eq!(f.run("SMOVE u toolongkey dddddddd"), "-ERR key is too long (10 bytes, at most 8)\r\n");
+    assert_eq!(f.run("SCARD u"), ":1\r\n");
+    f.run("DEL m t u");
     let (min, max) = (i64::MIN, i64::MAX);
     for (command, want) in [
         (format!("LRANGE l {min} {max}"), "*3\r\n$8\r\naaaaaaaa\r\n$8\r\nbbbbbbbb\r\n$8\r\ncccccccc\r\n"),
