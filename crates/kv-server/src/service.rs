@@ -118,8 +118,16 @@ impl KvService {
     /// A service whose RESP limits match the store's (`max_value_bytes` bulk arguments).
     pub fn new(resp_port: u16) -> KvService {
         let limits = RespLimits { max_bulk_bytes: MAX_VALUE_BYTES as u64, ..RespLimits::default() };
-        let config =
-            ServerConfig { server_name: "pmwire".into(), limits, tcp_port: resp_port, ..ServerConfig::default() };
+        // SPOP and SRANDMEMBER draw from a generator seeded afresh for each server
+        // (std's per-process random hash keys).
+        let random_seed = std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), resp_port);
+        let config = ServerConfig {
+            server_name: "pmwire".into(),
+            limits,
+            tcp_port: resp_port,
+            random_seed,
+            ..ServerConfig::default()
+        };
         let http_limits = http::Limits { max_head_bytes: 8192, max_body_bytes: MAX_VALUE_BYTES };
         KvService {
             resp: RespServer::new(config),

@@ -1,7 +1,8 @@
-//! The serialized forms of hashes and sorted sets: one blob per key, stored
-//! by the engine as an opaque value of kind [`crate::keyspace::Kind::Hash`]
-//! or [`crate::keyspace::Kind::ZSet`]. All integers are fixed-width
-//! little-endian.
+//! The serialized forms of hashes, sorted sets, lists and sets: one blob per
+//! key, stored by the engine as an opaque value of kind
+//! [`crate::keyspace::Kind::Hash`], [`crate::keyspace::Kind::ZSet`],
+//! [`crate::keyspace::Kind::List`] or [`crate::keyspace::Kind::Set`]. All
+//! integers are fixed-width little-endian.
 //!
 //! Hash blob (fields in insertion order, as Redis's listpack keeps small
 //! hashes, so HGETALL answers in the same order as Redis):
@@ -24,10 +25,21 @@
 //!                 4      member_len: u32
 //!                 m      member bytes
 //! ```
+//! List blob (elements from head to tail) and set blob (members strictly
+//! increasing as `memcmp`, so unique, and found by binary search): the same
+//! layout, a sequence of byte strings.
+//! ```text
+//! offset  size  field
+//! 0       4     count: u32
+//! 4       ...   count entries:
+//!                 4      len: u32
+//!                 n      element bytes
+//! ```
 //! Invariants checked on decode: the blob is exactly as long as its entries;
-//! sorted-set entries are strictly in order (so members are unique). Hash
-//! fields are unique by construction (the executor updates in place). The empty
-//! hash or set is never stored: the key is deleted instead, as in Redis.
+//! sorted-set entries are strictly in order (so members are unique), and so
+//! are set members; a list or set has at least one element. Hash fields are unique by construction (the executor
+//! updates in place). The empty hash, sorted set, list or set is never
+//! stored: the key is deleted instead, as in Redis.
 
 use std::cmp::Ordering;
 
@@ -43,6 +55,12 @@ pub enum BlobError {
     /// A sorted-set entry out of order, duplicated, or NaN.
     #[error("sorted set blob out of order")]
     Order,
+    /// A set member out of order or duplicated.
+    #[error("set blob out of order")]
+    SetOrder,
+    /// A list or set blob with no elements (an emptied collection deletes its key).
+    #[error("empty collection stored")]
+    Empty,
 }
 
 fn take<'a>(b: &mut &'a [u8], n: usize) -> Result<&'a [u8], BlobError> {
@@ -134,6 +152,58 @@ pub fn encode_zset(entries: &[(f64, &[u8])], out: &mut Vec<u8>) {
     }
 }
 
+/// Decodes a list blob into its elements, head first (at least one).
+pub fn decode_list<'a>(mut blob: &'a [u8], out: &mut Vec<&'a [u8]>) -> Result<(), BlobError> {
+    out.clear();
+    let count = take_u32(&mut blob)?;
+    if count == 0 {
+        return Err(BlobError::Empty);
+    }
+    for _ in 0..count {
+        let len = take_u32(&mut blob)?;
+        out.push(take(&mut blob, len)?);
+    }
+    if !blob.is_empty() {
+        return Err(BlobError::Trailing);
+    }
+    Ok(())
+}
+
+/// The length of the list (or set) blob of `items`.
+pub fn list_blob_len(items: &[&[u8]]) -> u64 {
+    4 + items.iter().map(|i| 4 + i.len() as u64).sum::<u64>()
+}
+
+/// Encodes elements (head first, at least one) as a list blob.
+pub fn encode_list(items: &[&[u8]], out: &mut Vec<u8>) {
+    assert!(!items.is_empty(), "an empty list is deleted, not stored");
+    out.clear();
+    let bytes: usize = items.iter().map(|i| 4 + i.len()).sum();
+    out.reserve(4 + bytes);
+    out.extend_from_slice(&u32::try_from(items.len()).expect("list too large").to_le_bytes());
+    for item in items {
+        out.extend_from_slice(&u32::try_from(item.len()).expect("element too large").to_le_bytes());
+        out.extend_from_slice(item);
+    }
+}
+
+/// Decodes a set blob into its members, checking they strictly increase.
+pub fn decode_set<'a>(blob: &'a [u8], out: &mut Vec<&'a [u8]>) -> Result<(), BlobError> {
+    decode_list(blob, out)?;
+    if out.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(BlobError::SetOrder);
+    }
+    Ok(())
+}
+
+/// Encodes members, strictly increasing as `memcmp`, as a set blob.
+pub fn encode_set(members: &[&[u8]], out: &mut Vec<u8>) {
+    for w in members.windows(2) {
+        assert!(w[0] < w[1], "set members out of order");
+    }
+    encode_list(members, out);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,5 +240,27 @@ mod tests {
             bad.extend_from_slice(m);
         }
         assert_eq!(decode_zset(&bad, &mut out), Err(BlobError::Order));
+    }
+
+    #[test]
+    fn list_and_set_round_trip_layout_and_order() {
+        let mut blob = Vec::new();
+        encode_list(&[b"b", b"", b"b"], &mut blob);
+        assert_eq!(blob, [3, 0, 0, 0, 1, 0, 0, 0, b'b', 0, 0, 0, 0, 1, 0, 0, 0, b'b']);
+        assert_eq!(list_blob_len(&[b"b", b"", b"b"]), blob.len() as u64);
+        let mut out = Vec::new();
+        decode_list(&blob, &mut out).unwrap();
+        assert_eq!(out, vec![&b"b"[..], b"", b"b"]);
+        assert_eq!(decode_set(&blob, &mut out), Err(BlobError::SetOrder));
+        assert_eq!(decode_list(&blob[..blob.len() - 1], &mut out), Err(BlobError::Truncated));
+        let mut set = Vec::new();
+        encode_set(&[b"", b"a", b"ab"], &mut set);
+        let mut members = Vec::new();
+        decode_set(&set, &mut members).unwrap();
+        assert_eq!(members, vec![&b""[..], b"a", b"ab"]);
+        let mut longer = set.clone();
+        longer.push(7);
+        assert_eq!(decode_set(&longer, &mut members), Err(BlobError::Trailing));
+        assert_eq!(decode_list(&[0, 0, 0, 0], &mut members), Err(BlobError::Empty));
     }
 }

@@ -27,15 +27,21 @@ pub enum Kind {
     Hash,
     /// A sorted set, as a [`crate::blob`] zset blob.
     ZSet,
+    /// A list, as a [`crate::blob`] list blob.
+    List,
+    /// A set, as a [`crate::blob`] set blob.
+    Set,
 }
 
 impl Kind {
-    /// The byte the engine stores: 0 string, 1 hash, 2 zset.
+    /// The byte the engine stores: 0 string, 1 hash, 2 zset, 3 list, 4 set.
     pub fn to_byte(self) -> u8 {
         match self {
             Kind::String => 0,
             Kind::Hash => 1,
             Kind::ZSet => 2,
+            Kind::List => 3,
+            Kind::Set => 4,
         }
     }
 
@@ -45,6 +51,8 @@ impl Kind {
             0 => Some(Kind::String),
             1 => Some(Kind::Hash),
             2 => Some(Kind::ZSet),
+            3 => Some(Kind::List),
+            4 => Some(Kind::Set),
             _ => None,
         }
     }
@@ -55,6 +63,18 @@ impl Kind {
             Kind::String => "string",
             Kind::Hash => "hash",
             Kind::ZSet => "zset",
+            Kind::List => "list",
+            Kind::Set => "set",
+        }
+    }
+
+    /// What OBJECT ENCODING answers. Strings are stored as received
+    /// (`raw`: no integer or embedded forms); every collection is one
+    /// contiguous serialized blob, which is what Redis calls a `listpack`.
+    pub fn encoding(self) -> &'static str {
+        match self {
+            Kind::String => "raw",
+            Kind::Hash | Kind::ZSet | Kind::List | Kind::Set => "listpack",
         }
     }
 }

@@ -5,8 +5,18 @@
 //!
 //! Script format (`tests/corpus/*.txt`): one command per line, split as an
 //! inline command (quotes and `\xHH` escapes work); `#` starts a comment; a
-//! line starting with `~ ` compares its reply with arrays sorted (KEYS, SCAN
-//! and CONFIG GET orders are unspecified in Redis).
+//! line starting with `~ ` compares its reply with arrays and sets sorted
+//! (the orders of KEYS, SCAN, CONFIG GET and of set members are unspecified
+//! in Redis; pmwire answers set members in byte order, Redis in its hash
+//! table's order, or numerically for a set of integers).
+//!
+//! SPOP and SRANDMEMBER answer random members, so the random test compares
+//! what is not random ([`Differ::check_random`]): the reply's type, its
+//! length (the count, or the set's size when that is smaller), distinct
+//! members for SPOP and for a positive count, every member taken from the
+//! set as it was; and after SPOP, that pmwire's set lost exactly the members
+//! it answered, before pmwire's set is made Redis's again so the run goes on
+//! from the same state.
 
 use pmwire_resp::client::{encode_request, parse_reply, reply_len, Value};
 use pmwire_resp::exec::{Flow, Server, ServerConfig};
@@ -133,6 +143,11 @@ fn sorted(v: Value) -> Value {
             pairs.sort_by_key(|a| format!("{a:?}"));
             Value::Map(pairs)
         }
+        Value::Set(items) => {
+            let mut items: Vec<Value> = items.into_iter().map(sorted).collect();
+            items.sort_by_key(|a| format!("{a:?}"));
+            Value::Set(items)
+        }
         other => other,
     }
 }
@@ -156,6 +171,8 @@ struct Differ {
     ks: MemKeyspace,
     parsed: Parsed,
     req: Vec<u8>,
+    /// SPOP / SRANDMEMBER replies that differed and were compared by shape.
+    by_shape: u64,
 }
 
 impl Differ {
@@ -201,22 +218,35 @@ impl Differ {
         let config = ServerConfig { version: version.to_string(), requirepass, ..ServerConfig::default() };
         let mut server = Server::new(config);
         let session = server.open_session_with_id(id);
-        Differ { conn, server, session, ks: MemKeyspace::new(), parsed: Parsed::new(Limits::default()), req }
+        Differ { conn, server, session, ks: MemKeyspace::new(), parsed: Parsed::new(Limits::default()), req, by_shape: 0 }
     }
 
-    /// Runs `args` on both; `Err` with both replies if they differ (with
-    /// arrays and maps sorted first when `sort`); `Ok(true)` if the
-    /// connection is to close.
-    fn check<A: AsRef<[u8]>>(&mut self, args: &[A], sort: bool) -> Result<bool, (Vec<u8>, Vec<u8>)> {
+    /// Runs `args` on redis-server only.
+    fn remote<A: AsRef<[u8]>>(&mut self, args: &[A]) -> Vec<u8> {
         self.req.clear();
         encode_request(args, &mut self.req);
-        let want = self.conn.call(&self.req);
+        self.conn.call(&self.req)
+    }
+
+    /// Runs `args` on pmwire only.
+    fn local<A: AsRef<[u8]>>(&mut self, args: &[A]) -> (Vec<u8>, Flow) {
+        self.req.clear();
+        encode_request(args, &mut self.req);
         let segs: [&[u8]; 1] = [&self.req];
         let summary = self.parsed.parse(&segs);
         assert_eq!(summary.consumed, self.req.len());
         assert_eq!(summary.commands, 1);
         let mut got: Vec<u8> = Vec::new();
         let flow = self.server.execute(&mut self.session, &mut self.ks, &self.parsed.request(&segs, 0), &mut got);
+        (got, flow)
+    }
+
+    /// Runs `args` on both; `Err` with both replies if they differ (with
+    /// arrays and maps sorted first when `sort`); `Ok(true)` if the
+    /// connection is to close.
+    fn check<A: AsRef<[u8]>>(&mut self, args: &[A], sort: bool) -> Result<bool, (Vec<u8>, Vec<u8>)> {
+        let want = self.remote(args);
+        let (got, flow) = self.local(args);
         let same = if sort {
             let w = parse_reply(&want).expect("parse").map(|(v, _)| sorted(v));
             let g = parse_reply(&got).ok().flatten().map(|(v, _)| sorted(v));
@@ -225,6 +255,94 @@ impl Differ {
             want == got
         };
         if same { Ok(flow == Flow::Close) } else { Err((want, got)) }
+    }
+}
+
+/// The bulk strings of an array or set reply (`None` for anything else).
+fn members_of(reply: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let (Value::Array(items) | Value::Set(items), _) = parse_reply(reply).ok()?? else { return None };
+    items.into_iter().map(|v| if let Value::Bulk(b) = v { Some(b) } else { None }).collect()
+}
+
+/// Whether `reply` is a valid SPOP / SRANDMEMBER answer for a set that held
+/// `before` (sorted, distinct): the reply's shape and membership rules.
+fn random_reply_ok(args: &[Vec<u8>], before: &[Vec<u8>], reply: &[u8]) -> Result<(), String> {
+    let spop = args[0].eq_ignore_ascii_case(b"SPOP");
+    let Some(count) = args.get(2) else {
+        let Ok(Some((Value::Bulk(m), _))) = parse_reply(reply) else { return Err("not a bulk string".into()) };
+        return if before.binary_search(&m).is_ok() { Ok(()) } else { Err("a member not in the set".into()) };
+    };
+    let count: i64 = std::str::from_utf8(count).ok().and_then(|c| c.parse().ok()).ok_or("count not a number")?;
+    let members = members_of(reply).ok_or("not an array or set of bulk strings")?;
+    let want_len = if count < 0 { count.unsigned_abs() } else { (count as u64).min(before.len() as u64) };
+    if members.len() as u64 != want_len {
+        return Err(format!("{} members, expected {want_len}", members.len()));
+    }
+    if members.iter().any(|m| before.binary_search(m).is_err()) {
+        return Err("a member not in the set".into());
+    }
+    let mut distinct = members.clone();
+    distinct.sort();
+    distinct.dedup();
+    if (spop || count >= 0) && distinct.len() != members.len() {
+        return Err("a member repeated".into());
+    }
+    Ok(())
+}
+
+impl Differ {
+    /// SPOP and SRANDMEMBER (the rules are in the module's header). Replies
+    /// equal byte for byte (errors, nulls, empty answers) pass at once.
+    fn check_random(&mut self, args: &[Vec<u8>]) -> Result<bool, (Vec<u8>, Vec<u8>)> {
+        if args.len() < 2 {
+            return self.check(args, false);
+        }
+        let key = args[1].clone();
+        let mut before = members_of(&self.remote(&[&b"SMEMBERS"[..], &key])).unwrap_or_default();
+        before.sort();
+        let want = self.remote(args);
+        let (got, _) = self.local(args);
+        if want == got {
+            return Ok(false);
+        }
+        self.by_shape += 1;
+        let fail = |why: String, got: &[u8]| Err((want.clone(), format!("{why}: {}", String::from_utf8_lossy(got)).into_bytes()));
+        if want.first() != got.first() {
+            return fail("another reply type".into(), &got);
+        }
+        if let Err(why) = random_reply_ok(args, &before, &want) {
+            return fail(format!("the checker refuses redis's reply ({why})"), &got);
+        }
+        if let Err(why) = random_reply_ok(args, &before, &got) {
+            return fail(why, &got);
+        }
+        if args[0].eq_ignore_ascii_case(b"SPOP") {
+            return self.after_spop(&key, &before, &got).map(|()| false);
+        }
+        Ok(false)
+    }
+
+    /// After SPOP: pmwire's set is `before` less what pmwire answered; then
+    /// it is made what Redis's set is now.
+    fn after_spop(&mut self, key: &[u8], before: &[Vec<u8>], got: &[u8]) -> Result<(), (Vec<u8>, Vec<u8>)> {
+        let popped = match parse_reply(got) {
+            Ok(Some((Value::Bulk(m), _))) => vec![m],
+            _ => members_of(got).unwrap_or_default(),
+        };
+        let expected: Vec<Vec<u8>> = before.iter().filter(|m| !popped.contains(m)).cloned().collect();
+        let mut now = members_of(&self.local(&[&b"SMEMBERS"[..], key]).0).unwrap_or_default();
+        now.sort();
+        if now != expected {
+            return Err((format!("{expected:?}").into_bytes(), format!("set after SPOP: {now:?}").into_bytes()));
+        }
+        let mut theirs = members_of(&self.remote(&[&b"SMEMBERS"[..], key])).unwrap_or_default();
+        self.local(&[&b"DEL"[..], key]);
+        if !theirs.is_empty() {
+            theirs.insert(0, key.to_vec());
+            theirs.insert(0, b"SADD".to_vec());
+            self.local(&theirs);
+        }
+        Ok(())
     }
 }
 
@@ -354,15 +472,27 @@ mod gen {
     const BOUNDS: &[&str] = &["-inf", "+inf", "0", "1", "(1", "2", "(2.5", "-1", "x", "(", "1e1"];
     const FIELDS: &[&str] = &["f0", "f1", "f2", "f3"];
     const MEMBERS: &[&str] = &["a", "b", "c", "d", "e"];
+    const LIST_KEYS: &[&str] = &["l0", "l1"];
+    const SET_KEYS: &[&str] = &["s0", "s1", "s2"];
+    /// Set members: strings and integers (Redis keeps an all-integer set
+    /// as an intset, others as a hash table). Fewer than 10, so SSCAN's
+    /// default COUNT covers a whole set, as Redis answers a small set.
+    const SET_MEMBERS: &[&str] = &["a", "b", "c", "d", "1", "2", "10", "-3", ""];
+    /// Counts for pops and draws: small, at the edges, and not numbers.
+    /// (No large negative SRANDMEMBER count: Redis 7.0 would answer with
+    /// that many members, pmwire refuses beyond `MAX_RANDOM_REPLY`.)
+    const COUNTS: &[&str] = &["0", "1", "2", "3", "5", "-1", "-2", "-7", "x", "", "9223372036854775807", "-9223372036854775808"];
 
     pub struct Gen {
         rng: Xoshiro256PlusPlus,
     }
 
-    /// A generated command; `sort` when its reply's order is unspecified.
+    /// A generated command; `sort` when its reply's order is unspecified,
+    /// `random` when its reply is (SPOP, SRANDMEMBER).
     pub struct Cmd {
         pub args: Vec<Vec<u8>>,
         pub sort: bool,
+        pub random: bool,
     }
 
     impl Gen {
@@ -376,6 +506,12 @@ mod gen {
 
         fn key(&mut self) -> Vec<u8> {
             self.pick(KEYS)
+        }
+
+        /// A key for a list or set command: mostly the family's own keys,
+        /// so collections grow, else one shared with every family.
+        fn family_key(&mut self, own: &[&str]) -> Vec<u8> {
+            if self.rng.gen_bool(0.7) { self.pick(own) } else { self.pick(KEYS) }
         }
 
         fn value(&mut self) -> Vec<u8> {
@@ -399,15 +535,44 @@ mod gen {
             self.rng.gen_range(lo..=hi)
         }
 
-        pub fn next(&mut self) -> Cmd {
-            let mut sort = false;
-            let name: &str = match self.rng.gen_range(0..100) {
-                0..=40 => STRINGS[self.rng.gen_range(0..STRINGS.len())],
-                41..=55 => KEYCMDS[self.rng.gen_range(0..KEYCMDS.len())],
-                56..=75 => HASHES[self.rng.gen_range(0..HASHES.len())],
-                _ => ZSETS[self.rng.gen_range(0..ZSETS.len())],
+        fn element(&mut self) -> Vec<u8> {
+            if self.rng.gen_bool(0.8) { self.pick(MEMBERS) } else { self.value() }
+        }
+
+        fn name(&mut self) -> &'static str {
+            let family: &[&str] = match self.rng.gen_range(0..100) {
+                0..=29 => STRINGS,
+                30..=41 => KEYCMDS,
+                42..=55 => HASHES,
+                56..=69 => ZSETS,
+                70..=84 => LISTS,
+                _ => SETS,
             };
+            family[self.rng.gen_range(0..family.len())]
+        }
+
+        pub fn next(&mut self) -> Cmd {
+            let name = self.name();
             let mut a: Vec<Vec<u8>> = vec![name.as_bytes().to_vec()];
+            let sort = self.args(name, &mut a);
+            let random = name == "SPOP" || name == "SRANDMEMBER";
+            // Now and then a wrong arity: one argument too few.
+            if a.len() > 1 && self.rng.gen_bool(0.03) {
+                a.pop();
+            }
+            Cmd { args: a, sort, random }
+        }
+
+        /// Pushes the arguments of `name`; true if its reply's order is unspecified.
+        fn args(&mut self, name: &str, a: &mut Vec<Vec<u8>>) -> bool {
+            if LISTS.contains(&name) {
+                self.list_args(name, a);
+                return false;
+            }
+            if SETS.contains(&name) {
+                return self.set_args(name, a);
+            }
+            let mut sort = false;
             match name {
                 "GET" | "STRLEN" | "GETDEL" | "INCR" | "DECR" | "TYPE" | "HLEN" | "ZCARD" => a.push(self.key()),
                 "HGETALL" => {
@@ -546,11 +711,113 @@ mod gen {
                 }
                 other => unreachable!("{other}"),
             }
-            // Now and then a wrong arity: one argument too few.
-            if a.len() > 1 && self.rng.gen_bool(0.03) {
-                a.pop();
+            sort
+        }
+
+        fn list_args(&mut self, name: &str, a: &mut Vec<Vec<u8>>) {
+            a.push(self.family_key(LIST_KEYS));
+            match name {
+                "LPUSH" | "RPUSH" | "LPUSHX" | "RPUSHX" => {
+                    for _ in 0..self.n(1, 3) {
+                        a.push(self.element());
+                    }
+                }
+                "LPOP" | "RPOP" => {
+                    for _ in 0..self.n(0, 2) {
+                        a.push(self.pick(COUNTS));
+                    }
+                }
+                "LRANGE" | "LTRIM" => {
+                    a.push(self.int());
+                    a.push(self.int());
+                }
+                "LINDEX" => a.push(self.int()),
+                "LSET" | "LREM" => {
+                    a.push(self.int());
+                    a.push(self.element());
+                }
+                "LINSERT" => {
+                    a.push(self.pick(&["BEFORE", "AFTER", "after", "middle"]));
+                    a.push(self.element());
+                    a.push(self.element());
+                }
+                "LPOS" => {
+                    a.push(self.element());
+                    for _ in 0..self.n(0, 3) {
+                        a.push(self.pick(&["RANK", "COUNT", "MAXLEN", "rank", "BAD"]));
+                        a.push(self.int());
+                    }
+                }
+                "LMOVE" | "RPOPLPUSH" => {
+                    a.push(self.family_key(LIST_KEYS));
+                    if name == "LMOVE" {
+                        for _ in 0..2 {
+                            a.push(self.pick(&["LEFT", "RIGHT", "left", "UP"]));
+                        }
+                    }
+                }
+                "LLEN" => {}
+                other => unreachable!("{other}"),
             }
-            Cmd { args: a, sort }
+        }
+
+        fn set_keys(&mut self, a: &mut Vec<Vec<u8>>, lo: usize, hi: usize) {
+            for _ in 0..self.n(lo, hi) {
+                a.push(self.family_key(SET_KEYS));
+            }
+        }
+
+        /// Pushes a set command's arguments; true if the reply is unordered.
+        fn set_args(&mut self, name: &str, a: &mut Vec<Vec<u8>>) -> bool {
+            match name {
+                "SADD" | "SREM" | "SMISMEMBER" => {
+                    a.push(self.family_key(SET_KEYS));
+                    for _ in 0..self.n(1, 3) {
+                        a.push(self.pick(SET_MEMBERS));
+                    }
+                }
+                "SISMEMBER" => {
+                    a.push(self.family_key(SET_KEYS));
+                    a.push(self.pick(SET_MEMBERS));
+                }
+                "SMEMBERS" | "SCARD" => a.push(self.family_key(SET_KEYS)),
+                "SPOP" | "SRANDMEMBER" => {
+                    a.push(self.family_key(SET_KEYS));
+                    for _ in 0..self.n(0, 2) {
+                        a.push(self.pick(COUNTS));
+                    }
+                }
+                "SMOVE" => {
+                    a.push(self.family_key(SET_KEYS));
+                    a.push(self.family_key(SET_KEYS));
+                    a.push(self.pick(SET_MEMBERS));
+                }
+                "SINTER" | "SUNION" | "SDIFF" => self.set_keys(a, 1, 3),
+                "SINTERSTORE" | "SUNIONSTORE" | "SDIFFSTORE" => self.set_keys(a, 2, 4),
+                "SINTERCARD" => {
+                    a.push(self.pick(&["1", "2", "3", "0", "x", "4"]));
+                    self.set_keys(a, 1, 3);
+                    if self.rng.gen_bool(0.4) {
+                        a.push(self.pick(&["LIMIT", "limit", "BAD"]));
+                        a.push(self.pick(&["0", "1", "2", "-1", "x"]));
+                    }
+                }
+                "SSCAN" => {
+                    a.push(self.family_key(SET_KEYS));
+                    a.push(self.pick(&["0", "0", "0", "x"]));
+                    for _ in 0..self.n(0, 2) {
+                        match self.rng.gen_range(0..3) {
+                            0 => a.push(b"MATCH".to_vec()),
+                            1 => a.push(b"COUNT".to_vec()),
+                            _ => a.push(self.pick(&["TYPE", "BAD"])),
+                        }
+                        let v = self.pick(&["*", "[a-c]", "1*", "10", "100", "0", "x"]);
+                        a.push(v);
+                    }
+                }
+                other => unreachable!("{other}"),
+            }
+            !matches!(name, "SADD" | "SREM" | "SMISMEMBER" | "SISMEMBER" | "SCARD" | "SMOVE" | "SINTERCARD")
         }
     }
 
@@ -561,6 +828,16 @@ mod gen {
     const KEYCMDS: &[&str] = &["DEL", "UNLINK", "EXISTS", "TOUCH", "TYPE", "RENAME", "RENAMENX", "COPY", "DBSIZE", "KEYS"];
     const HASHES: &[&str] = &["HSET", "HMSET", "HGET", "HMGET", "HDEL", "HLEN", "HEXISTS", "HGETALL"];
     const ZSETS: &[&str] = &["ZADD", "ZREM", "ZSCORE", "ZCARD", "ZRANGE", "ZRANGEBYSCORE"];
+    const LISTS: &[&str] = &[
+        "LPUSH", "RPUSH", "LPUSHX", "RPUSHX", "LPOP", "RPOP", "LRANGE", "LLEN", "LINDEX", "LSET", "LREM", "LTRIM",
+        "LINSERT", "LPOS", "LMOVE", "RPOPLPUSH",
+    ];
+    /// SADD three times over: sets grow past one member, where SPOP and
+    /// SRANDMEMBER become random.
+    const SETS: &[&str] = &[
+        "SADD", "SADD", "SADD", "SREM", "SMEMBERS", "SISMEMBER", "SMISMEMBER", "SCARD", "SPOP", "SRANDMEMBER", "SMOVE", "SINTER",
+        "SUNION", "SDIFF", "SINTERSTORE", "SUNIONSTORE", "SDIFFSTORE", "SINTERCARD", "SSCAN",
+    ];
 }
 
 /// Seeded random commands over every family, compared byte for byte with
@@ -584,7 +861,8 @@ fn random_commands_match_redis() {
             d.check(&[&b"HELLO"[..], proto], true).expect("HELLO agrees");
         }
         let cmd = g.next();
-        if let Err((want, got)) = d.check(&cmd.args, cmd.sort) {
+        let result = if cmd.random { d.check_random(&cmd.args) } else { d.check(&cmd.args, cmd.sort) };
+        if let Err((want, got)) = result {
             let shown: Vec<String> = cmd.args.iter().map(|a| format!("{:?}", String::from_utf8_lossy(a))).collect();
             failures.push(format!(
                 "command {i}: {}\n    redis:  {:?}\n    pmwire: {:?}",
@@ -597,7 +875,28 @@ fn random_commands_match_redis() {
             }
         }
     }
+    println!("{count} commands; {} SPOP/SRANDMEMBER replies differed from Redis's and were checked by shape", d.by_shape);
     assert!(failures.is_empty(), "seed {seed}: {} differences (first 20):\n{}", failures.len(), failures.join("\n"));
+}
+
+/// The shape checker refuses what it must: a member not in the set, a
+/// repeated member where members are distinct, a wrong length, a wrong type.
+#[test]
+fn random_reply_checker_refuses_bad_replies() {
+    let before: Vec<Vec<u8>> = vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()];
+    let args = |words: &[&str]| -> Vec<Vec<u8>> { words.iter().map(|w| w.as_bytes().to_vec()).collect() };
+    let ok = |a: &[&str], reply: &[u8]| random_reply_ok(&args(a), &before, reply);
+    assert!(ok(&["SRANDMEMBER", "k"], b"$1\r\nb\r\n").is_ok());
+    assert!(ok(&["SRANDMEMBER", "k"], b"$1\r\nz\r\n").is_err());
+    assert!(ok(&["SRANDMEMBER", "k"], b"*1\r\n$1\r\nb\r\n").is_err());
+    assert!(ok(&["SRANDMEMBER", "k", "2"], b"*2\r\n$1\r\na\r\n$1\r\nc\r\n").is_ok());
+    assert!(ok(&["SRANDMEMBER", "k", "2"], b"*2\r\n$1\r\na\r\n$1\r\na\r\n").is_err());
+    assert!(ok(&["SRANDMEMBER", "k", "5"], b"*2\r\n$1\r\na\r\n$1\r\nc\r\n").is_err());
+    assert!(ok(&["SRANDMEMBER", "k", "-3"], b"*3\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n").is_ok());
+    assert!(ok(&["SRANDMEMBER", "k", "-3"], b"*2\r\n$1\r\na\r\n$1\r\na\r\n").is_err());
+    assert!(ok(&["SPOP", "k", "5"], b"~3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n").is_ok());
+    assert!(ok(&["SPOP", "k", "2"], b"~2\r\n$1\r\nb\r\n$1\r\nb\r\n").is_err());
+    assert!(ok(&["SPOP", "k", "2"], b"~2\r\n$1\r\nb\r\n$1\r\nq\r\n").is_err());
 }
 
 /// With a password set: what needs AUTH, AUTH and HELLO AUTH in all their

@@ -354,3 +354,84 @@ fn protected_mode_denies_remote_peers_without_a_password() {
         server.stop();
     }
 }
+
+fn bulks(items: &[&[u8]]) -> Value {
+    Value::Array(items.iter().map(|i| bulk(i)).collect())
+}
+
+/// The members of a set reply, sorted (set order is unspecified).
+fn sorted_members(reply: Value) -> Vec<Vec<u8>> {
+    let (Value::Array(items) | Value::Set(items)) = reply else { panic!("not a set reply: {reply:?}") };
+    let mut members: Vec<Vec<u8>> =
+        items.into_iter().map(|v| if let Value::Bulk(b) = v { b } else { panic!("{v:?}") }).collect();
+    members.sort();
+    members
+}
+
+/// Lists and sets written by every kind of write command, one of each
+/// spanning many pool buffers, in both modes: what was acknowledged is there
+/// after a restart, with its type and encoding.
+#[test]
+fn lists_and_sets_survive_restart() {
+    for mode in MODES {
+        let pool = Pool::new();
+        let server = start(&pool.path, mode);
+        let mut c = RespClient::connect(server.resp).unwrap();
+        let int = |n| Value::Integer(n);
+        assert_eq!(c.call(&["RPUSH", "l", "b", "c", "d"]).unwrap(), int(3));
+        assert_eq!(c.call(&["LPUSH", "l", "a"]).unwrap(), int(4));
+        assert_eq!(c.call(&["LSET", "l", "1", "B"]).unwrap(), Value::Simple(b"OK".to_vec()));
+        assert_eq!(c.call(&["LINSERT", "l", "AFTER", "B", "x"]).unwrap(), int(5));
+        assert_eq!(c.call(&["RPUSHX", "l", "x"]).unwrap(), int(6));
+        assert_eq!(c.call(&["LREM", "l", "-1", "x"]).unwrap(), int(1));
+        assert_eq!(c.call(&["LMOVE", "l", "m", "LEFT", "RIGHT"]).unwrap(), bulk(b"a"));
+        assert_eq!(c.call(&["RPOPLPUSH", "l", "m"]).unwrap(), bulk(b"d"));
+        assert_eq!(c.call(&["LPOP", "l"]).unwrap(), bulk(b"B"));
+        assert_eq!(c.call(&["RPUSH", "gone", "1"]).unwrap(), int(1));
+        assert_eq!(c.call(&["LTRIM", "gone", "1", "0"]).unwrap(), Value::Simple(b"OK".to_vec()));
+        // A list of 60 elements of 1 KiB: its blob spans about 30 buffers.
+        let elements: Vec<Vec<u8>> = (0..60).map(|i| value(100 + i, 1024)).collect();
+        let mut push = vec![b"RPUSH".to_vec(), b"big".to_vec()];
+        push.extend(elements.iter().cloned());
+        assert_eq!(c.call(&push).unwrap(), int(60));
+        assert_eq!(c.call(&["SADD", "s", "a", "b", "c", "d"]).unwrap(), int(4));
+        assert_eq!(c.call(&["SREM", "s", "d"]).unwrap(), int(1));
+        assert_eq!(c.call(&["SADD", "t", "b", "c", "e"]).unwrap(), int(3));
+        assert_eq!(c.call(&["SMOVE", "t", "s", "e"]).unwrap(), int(1));
+        assert_eq!(c.call(&["SINTERSTORE", "i", "s", "t"]).unwrap(), int(2));
+        assert_eq!(c.call(&["SUNIONSTORE", "u", "s", "t"]).unwrap(), int(4));
+        assert_eq!(c.call(&["SDIFFSTORE", "d", "s", "t"]).unwrap(), int(2));
+        assert_eq!(c.call(&["SADD", "p", "1", "2", "3"]).unwrap(), int(3));
+        let popped = sorted_members(c.call(&["SPOP", "p", "2"]).unwrap());
+        let left = sorted_members(c.call(&["SMEMBERS", "p"]).unwrap());
+        assert_eq!(popped.len() + left.len(), 3);
+        let mut add = vec![b"SADD".to_vec(), b"bigset".to_vec()];
+        add.extend(elements.iter().cloned());
+        assert_eq!(c.call(&add).unwrap(), int(60));
+        drop(c);
+        drop(server.stop());
+        let server = start(&pool.path, mode);
+        let mut c = RespClient::connect(server.resp).unwrap();
+        assert_eq!(c.call(&["LRANGE", "l", "0", "-1"]).unwrap(), bulks(&[b"x", b"c"]), "{mode}");
+        assert_eq!(c.call(&["LRANGE", "m", "0", "-1"]).unwrap(), bulks(&[b"d", b"a"]));
+        assert_eq!(c.call(&["EXISTS", "gone"]).unwrap(), int(0));
+        let big: Vec<&[u8]> = elements.iter().map(|e| e.as_slice()).collect();
+        assert!(c.call(&["LRANGE", "big", "0", "-1"]).unwrap() == bulks(&big), "{mode}: the big list");
+        let abce: Vec<Vec<u8>> = ["a", "b", "c", "e"].iter().map(|m| m.as_bytes().to_vec()).collect();
+        assert_eq!(sorted_members(c.call(&["SMEMBERS", "s"]).unwrap()), abce);
+        assert_eq!(sorted_members(c.call(&["SMEMBERS", "t"]).unwrap()), vec![b"b".to_vec(), b"c".to_vec()]);
+        assert_eq!(sorted_members(c.call(&["SMEMBERS", "i"]).unwrap()), vec![b"b".to_vec(), b"c".to_vec()]);
+        assert_eq!(sorted_members(c.call(&["SMEMBERS", "u"]).unwrap()), abce);
+        assert_eq!(sorted_members(c.call(&["SMEMBERS", "d"]).unwrap()), vec![b"a".to_vec(), b"e".to_vec()]);
+        assert_eq!(sorted_members(c.call(&["SMEMBERS", "p"]).unwrap()), left, "{mode}: what SPOP left");
+        let mut want_big = elements.clone();
+        want_big.sort();
+        assert!(sorted_members(c.call(&["SMEMBERS", "bigset"]).unwrap()) == want_big, "{mode}: the big set");
+        for (key, kind) in [("l", "list"), ("big", "list"), ("s", "set"), ("bigset", "set")] {
+            assert_eq!(c.call(&["TYPE", key]).unwrap(), Value::Simple(kind.as_bytes().to_vec()));
+            assert_eq!(c.call(&["OBJECT", "ENCODING", key]).unwrap(), bulk(b"listpack"));
+        }
+        drop(c);
+        server.stop();
+    }
+}

@@ -1,6 +1,6 @@
 //! Connection and server commands: PING ECHO QUIT HELLO SELECT CLIENT
 //! (SETNAME GETNAME ID) COMMAND (COUNT DOCS INFO) CONFIG GET INFO DBSIZE
-//! FLUSHDB FLUSHALL KEYS SCAN TYPE.
+//! FLUSHDB FLUSHALL KEYS SCAN TYPE OBJECT (ENCODING).
 //!
 //! SCAN cursors: keys are ordered, so a cursor stands for the last key
 //! visited; [`super::Server`] keeps a bounded table from cursor numbers to
@@ -339,6 +339,15 @@ pub(super) fn type_<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '
     Ok(())
 }
 
+/// OBJECT ENCODING key: how pmwire stores the value ([`Kind::encoding`]).
+pub(super) fn object<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    match c.ks.get(c.arg(2)) {
+        Some(s) => c.out.bulk(s.kind.encoding().as_bytes()),
+        None => c.out.null(),
+    }
+    Ok(())
+}
+
 /// Visits every key matching `pattern` (all if `None`), in order.
 fn each_key<K: Keyspace>(ks: &mut K, mut visit: impl FnMut(&[u8], Kind)) {
     const CHUNK: usize = 4096;
@@ -374,7 +383,7 @@ pub(super) fn keys<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_
 
 /// Redis's cursor parse (`strtoul` base 10: optional sign, `""` is 0, a
 /// negative number wraps; no leading space, nothing after, no overflow).
-fn parse_cursor(s: &[u8]) -> Option<u64> {
+pub(super) fn parse_cursor(s: &[u8]) -> Option<u64> {
     let (negative, digits) = match s.first() {
         Some(b'-') => (true, &s[1..]),
         Some(b'+') => (false, &s[1..]),
@@ -428,7 +437,7 @@ pub(super) fn scan<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_
         }
     });
     let next = match last {
-        Some(k) if visited == limit => c.server.cursors.insert(k, c.server.config.scan_cursors),
+        Some(k) if visited == limit => c.server.remember_cursor(k),
         _ => 0,
     };
     c.out.array(2);

@@ -15,8 +15,12 @@
 mod admin;
 mod hashes;
 mod keys;
+mod lists;
+mod sets;
 mod strings;
 mod zsets;
+
+pub use sets::{MAX_RANDOM_REPLY, MAX_RANDOM_REPLY_BYTES};
 
 #[cfg(test)]
 mod tests;
@@ -25,6 +29,8 @@ use crate::blob::BlobError;
 use crate::keyspace::{Keyspace, Kind, StoreError, Stored};
 use crate::reply::{Out, Protocol, ReplySink};
 use crate::request::{Limits, Request};
+use rand_xoshiro::rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::SplitMix64;
 use std::collections::{HashMap, VecDeque};
 
 /// Server-wide settings.
@@ -50,6 +56,9 @@ pub struct ServerConfig {
     /// Redis's protected mode: with no password, connections from
     /// anywhere but loopback are refused ([`Server::refuse_peer`]).
     pub protected_mode: bool,
+    /// Seed of the generator SPOP and SRANDMEMBER draw from (a server
+    /// passes something fresh; tests a fixed value).
+    pub random_seed: u64,
 }
 
 impl Default for ServerConfig {
@@ -63,6 +72,7 @@ impl Default for ServerConfig {
             tcp_port: 0,
             requirepass: None,
             protected_mode: true,
+            random_seed: 0x706d_7769_7265,
         }
     }
 }
@@ -100,24 +110,32 @@ impl Session {
     }
 }
 
-/// SCAN cursors: a bounded table from cursor number to the last key visited.
+/// SCAN and SSCAN cursors: a bounded table from cursor number to the last
+/// key (or member) visited, holding at most `capacity` cursors and
+/// [`CURSOR_BYTES`] bytes of keys and members (oldest forgotten first).
 #[derive(Debug, Default)]
 struct Cursors {
     next: u64,
     keys: HashMap<u64, Vec<u8>>,
     order: VecDeque<u64>,
+    bytes: usize,
 }
+
+/// Most bytes of keys and members the cursor table holds.
+const CURSOR_BYTES: usize = 64 << 20;
 
 impl Cursors {
     fn insert(&mut self, key: Vec<u8>, capacity: usize) -> u64 {
         assert!(capacity > 0);
-        while self.order.len() >= capacity {
-            if let Some(old) = self.order.pop_front() {
-                self.keys.remove(&old);
-            }
+        assert!(key.len() <= CURSOR_BYTES);
+        while self.order.len() >= capacity || self.bytes + key.len() > CURSOR_BYTES {
+            let old = self.order.pop_front().expect("a cursor to forget");
+            let gone = self.keys.remove(&old).expect("every ordered cursor is in the table");
+            self.bytes -= gone.len();
         }
         self.next += 1;
         let id = self.next;
+        self.bytes += key.len();
         self.keys.insert(id, key);
         self.order.push_back(id);
         id
@@ -132,6 +150,7 @@ pub struct Server {
     connected: u64,
     commands_processed: u64,
     cursors: Cursors,
+    rng: SplitMix64,
 }
 
 /// Why a command failed; written as its error reply.
@@ -215,9 +234,29 @@ impl<'r, K: Keyspace, S: ReplySink<K::Value> + ?Sized> Ctx<'_, 'r, K, S> {
         }))
     }
 
+    /// Refuses, as the store would, a value of `len` bytes at `key`: for a
+    /// command that writes several keys, checked before its first write so
+    /// that it is refused whole.
+    pub fn check_fits(&self, key: &[u8], len: u64) -> Res {
+        let limits = self.ks.limits();
+        if key.len() as u64 > limits.max_key_bytes {
+            return Err(StoreError::KeyTooLong { len: key.len() as u64, max: limits.max_key_bytes }.into());
+        }
+        if len > limits.max_value_bytes {
+            return Err(StoreError::ValueTooLong { len, max: limits.max_value_bytes }.into());
+        }
+        Ok(())
+    }
+
     /// Argument `i` as a Redis integer.
     pub fn int_arg(&self, i: usize) -> Result<i64, Fail> {
         crate::numbers::parse_i64(self.arg(i)).ok_or(Fail::NotInteger)
+    }
+
+    /// Argument `i` as a non-negative integer; `ERR {msg}` if it is not an
+    /// integer or negative (Redis's `getPositiveLongFromObjectOrReply`).
+    pub fn positive_arg(&self, i: usize, msg: &str) -> Result<i64, Fail> {
+        crate::numbers::parse_i64(self.arg(i)).filter(|&n| n >= 0).ok_or_else(|| Fail::err(msg))
     }
 }
 
@@ -282,20 +321,54 @@ pub(crate) const COMMANDS: &[Spec] = &[
     spec("incrby", 3, 1, 1, 1),
     spec("info", -1, 0, 0, 0),
     spec("keys", 2, 0, 0, 0),
+    spec("lindex", 3, 1, 1, 1),
+    spec("linsert", 5, 1, 1, 1),
+    spec("llen", 2, 1, 1, 1),
+    spec("lmove", 5, 1, 2, 1),
+    spec("lpop", -2, 1, 1, 1),
+    spec("lpos", -3, 1, 1, 1),
+    spec("lpush", -3, 1, 1, 1),
+    spec("lpushx", -3, 1, 1, 1),
+    spec("lrange", 4, 1, 1, 1),
+    spec("lrem", 4, 1, 1, 1),
+    spec("lset", 4, 1, 1, 1),
+    spec("ltrim", 4, 1, 1, 1),
     spec("mget", -2, 1, -1, 1),
     spec("mset", -3, 1, -1, 2),
     spec("msetnx", -3, 1, -1, 2),
+    spec("object", -2, 0, 0, 0),
     spec("ping", -1, 0, 0, 0),
     spec("quit", -1, 0, 0, 0),
     spec("rename", 3, 1, 2, 1),
     spec("renamenx", 3, 1, 2, 1),
+    spec("rpop", -2, 1, 1, 1),
+    spec("rpoplpush", 3, 1, 2, 1),
+    spec("rpush", -3, 1, 1, 1),
+    spec("rpushx", -3, 1, 1, 1),
+    spec("sadd", -3, 1, 1, 1),
     spec("scan", -2, 0, 0, 0),
+    spec("scard", 2, 1, 1, 1),
+    spec("sdiff", -2, 1, -1, 1),
+    spec("sdiffstore", -3, 1, -1, 1),
     spec("select", 2, 0, 0, 0),
     spec("set", -3, 1, 1, 1),
     spec("setnx", 3, 1, 1, 1),
     spec("setrange", 4, 1, 1, 1),
+    spec("sinter", -2, 1, -1, 1),
+    spec("sintercard", -3, 0, 0, 0),
+    spec("sinterstore", -3, 1, -1, 1),
+    spec("sismember", 3, 1, 1, 1),
+    spec("smembers", 2, 1, 1, 1),
+    spec("smismember", -3, 1, 1, 1),
+    spec("smove", 4, 1, 2, 1),
+    spec("spop", -2, 1, 1, 1),
+    spec("srandmember", -2, 1, 1, 1),
+    spec("srem", -3, 1, 1, 1),
+    spec("sscan", -3, 1, 1, 1),
     spec("strlen", 2, 1, 1, 1),
     spec("substr", 4, 1, 1, 1),
+    spec("sunion", -2, 1, -1, 1),
+    spec("sunionstore", -3, 1, -1, 1),
     spec("touch", -2, 1, -1, 1),
     spec("type", 2, 1, 1, 1),
     spec("unlink", -2, 1, -1, 1),
@@ -318,6 +391,7 @@ pub(crate) const SUBCOMMANDS: &[(&str, &str, i32)] = &[
     ("command", "info", -2),
     ("config", "get", -3),
     ("config", "set", -4),
+    ("object", "encoding", 3),
 ];
 
 fn arity_ok(arity: i32, argc: usize) -> bool {
@@ -356,7 +430,32 @@ impl Server {
     pub fn new(config: ServerConfig) -> Self {
         assert!(config.scan_cursors > 0);
         assert!(config.scan_max_count > 0);
-        Server { config, next_client_id: 0, connected: 0, commands_processed: 0, cursors: Cursors::default() }
+        let rng = SplitMix64::seed_from_u64(config.random_seed);
+        Server { config, next_client_id: 0, connected: 0, commands_processed: 0, cursors: Cursors::default(), rng }
+    }
+
+    /// A uniform draw from `0..n` (`n` > 0), by multiply-shift.
+    pub(crate) fn random_below(&mut self, n: u64) -> u64 {
+        assert!(n > 0);
+        ((u128::from(self.rng.next_u64()) * u128::from(n)) >> 64) as u64
+    }
+
+    /// `k` distinct positions of `0..n` in random order (a partial
+    /// Fisher-Yates shuffle).
+    pub(crate) fn random_distinct(&mut self, n: usize, k: usize) -> Vec<usize> {
+        assert!(k <= n);
+        let mut all: Vec<usize> = (0..n).collect();
+        for i in 0..k {
+            let j = i + self.random_below((n - i) as u64) as usize;
+            all.swap(i, j);
+        }
+        all.truncate(k);
+        all
+    }
+
+    /// A new cursor standing for `after` (SCAN's last key, SSCAN's last member).
+    pub(crate) fn remember_cursor(&mut self, after: Vec<u8>) -> u64 {
+        self.cursors.insert(after, self.config.scan_cursors)
     }
 
     /// The configuration.
@@ -512,6 +611,39 @@ fn run<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(name: &str, c: &mut Ctx<'_,
         "hmget" => hashes::hmget(c),
         "hmset" => hashes::hset(c, true),
         "hset" => hashes::hset(c, false),
+        "lpush" => lists::push(c, lists::End::Head, false),
+        "rpush" => lists::push(c, lists::End::Tail, false),
+        "lpushx" => lists::push(c, lists::End::Head, true),
+        "rpushx" => lists::push(c, lists::End::Tail, true),
+        "lpop" => lists::pop(c, lists::End::Head),
+        "rpop" => lists::pop(c, lists::End::Tail),
+        "lrange" => lists::lrange(c),
+        "llen" => lists::llen(c),
+        "lindex" => lists::lindex(c),
+        "lset" => lists::lset(c),
+        "lrem" => lists::lrem(c),
+        "ltrim" => lists::ltrim(c),
+        "linsert" => lists::linsert(c),
+        "lpos" => lists::lpos(c),
+        "lmove" => lists::lmove(c),
+        "rpoplpush" => lists::rpoplpush(c),
+        "sadd" => sets::sadd(c),
+        "srem" => sets::srem(c),
+        "smembers" => sets::smembers(c),
+        "sismember" => sets::sismember(c),
+        "smismember" => sets::smismember(c),
+        "scard" => sets::scard(c),
+        "spop" => sets::spop(c),
+        "srandmember" => sets::srandmember(c),
+        "smove" => sets::smove(c),
+        "sinter" => sets::combine(c, sets::SetOp::Inter),
+        "sunion" => sets::combine(c, sets::SetOp::Union),
+        "sdiff" => sets::combine(c, sets::SetOp::Diff),
+        "sinterstore" => sets::combine_store(c, sets::SetOp::Inter),
+        "sunionstore" => sets::combine_store(c, sets::SetOp::Union),
+        "sdiffstore" => sets::combine_store(c, sets::SetOp::Diff),
+        "sintercard" => sets::sintercard(c),
+        "sscan" => sets::sscan(c),
         "zadd" => zsets::zadd(c),
         "zcard" => zsets::zcard(c),
         "zrange" => zsets::zrange(c, false),
@@ -537,6 +669,7 @@ fn run<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(name: &str, c: &mut Ctx<'_,
         "scan" => admin::scan(c),
         "select" => admin::select(c),
         "type" => admin::type_(c),
+        "object" => admin::object(c),
         other => unreachable!("command {other} in the table but not dispatched"),
     }
 }

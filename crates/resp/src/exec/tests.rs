@@ -322,3 +322,188 @@ fn extreme_integer_arguments_get_replies_not_panics() {
         assert_eq!(f.run(&command), want, "{command}");
     }
 }
+
+/// Every command in the table is dispatched (an undispatched one would reach
+/// `unreachable!`), and COMMAND COUNT counts the lists, sets and OBJECT.
+#[test]
+fn every_command_in_the_table_is_served() {
+    let mut f = Fixture::new();
+    assert_eq!(COMMANDS.len(), 89);
+    for spec in COMMANDS {
+        if spec.name == "quit" {
+            continue;
+        }
+        let argc = spec.arity.unsigned_abs() as usize;
+        let args = ["x"; 8][..argc.saturating_sub(1)].join(" ");
+        let reply = f.run(&format!("{} {args}", spec.name));
+        assert!(!reply.starts_with("-ERR unknown command"), "{}: {reply}", spec.name);
+        assert!(!reply.starts_with("-ERR wrong number"), "{}: {reply}", spec.name);
+    }
+}
+
+#[test]
+fn object_encoding_and_type_name_how_values_are_stored() {
+    let mut f = Fixture::new();
+    f.run("SET s 12\r\nRPUSH l a\r\nSADD t 1\r\nHSET h f v\r\nZADD z 1 m");
+    for (key, kind) in [("s", "string"), ("l", "list"), ("t", "set"), ("h", "hash"), ("z", "zset")] {
+        assert_eq!(f.run(&format!("TYPE {key}")), format!("+{kind}\r\n"));
+        let encoding = if key == "s" { "raw" } else { "listpack" };
+        assert_eq!(f.run(&format!("OBJECT ENCODING {key}")), format!("${}\r\n{encoding}\r\n", encoding.len()));
+    }
+    assert_eq!(f.run("OBJECT ENCODING nope"), "$-1\r\n");
+    assert_eq!(f.run("OBJECT FREQ s"), "-ERR unknown subcommand 'FREQ'. Try OBJECT HELP.\r\n");
+    assert_eq!(f.run("OBJECT ENCODING"), "-ERR wrong number of arguments for 'object|encoding' command\r\n");
+    assert_eq!(f.run("SCAN 0 TYPE list"), "*2\r\n$1\r\n0\r\n*1\r\n$1\r\nl\r\n");
+    assert_eq!(f.run("SCAN 0 TYPE set"), "*2\r\n$1\r\n0\r\n*1\r\n$1\r\nt\r\n");
+}
+
+/// The members of a flat array or set reply.
+fn members(reply: &str) -> Vec<String> {
+    let (v, _) = crate::client::parse_reply(reply.as_bytes()).unwrap().unwrap();
+    let (crate::client::Value::Array(items) | crate::client::Value::Set(items)) = v else { panic!("{reply}") };
+    items
+        .into_iter()
+        .map(|i| match i {
+            crate::client::Value::Bulk(b) => String::from_utf8(b).unwrap(),
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
+/// SPOP and SRANDMEMBER: the same seed draws the same members; the rules
+/// for positive and negative counts; a negative count beyond the bound is
+/// refused rather than answered.
+#[test]
+fn random_members_follow_the_seed_and_the_count_rules() {
+    let draw = |seed: u64| {
+        let mut server = Server::new(ServerConfig { random_seed: seed, ..ServerConfig::default() });
+        let session = server.open_session();
+        let mut f = Fixture { server, session, ks: MemKeyspace::new() };
+        f.run("SADD s a b c d e f g h");
+        (f.run("SRANDMEMBER s 3"), f.run("SPOP s 2"), f.run("SMEMBERS s"))
+    };
+    assert_eq!(draw(7), draw(7));
+    assert_ne!(draw(7), draw(8), "another seed, other members (one chance in thousands to fail)");
+    let mut f = Fixture::new();
+    f.run("SADD s a b c");
+    let distinct = members(&f.run("SRANDMEMBER s 5"));
+    assert_eq!(distinct.len(), 3);
+    let mut sorted = distinct.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["a", "b", "c"]);
+    let repeated = members(&f.run("SRANDMEMBER s -50"));
+    assert_eq!(repeated.len(), 50);
+    assert!(repeated.iter().all(|m| ["a", "b", "c"].contains(&m.as_str())));
+    let over = format!("SRANDMEMBER s -{}", MAX_RANDOM_REPLY + 1);
+    assert!(f.run(&over).starts_with("-ERR value is out of range, pmwire answers at most"));
+    assert_eq!(members(&f.run(&format!("SRANDMEMBER s -{MAX_RANDOM_REPLY}"))).len() as u64, MAX_RANDOM_REPLY);
+    // Members of 100 bytes: 2^20 draws would be 100 MiB, over the byte bound.
+    let long = "x".repeat(100);
+    f.run(&format!("SADD big {long}"));
+    assert!(f.run(&format!("SRANDMEMBER big -{MAX_RANDOM_REPLY}")).starts_with("-ERR value is out of range"));
+    let fits = MAX_RANDOM_REPLY_BYTES / 100;
+    assert_eq!(members(&f.run(&format!("SRANDMEMBER big -{fits}"))).len() as u64, fits);
+    let popped = members(&f.run("SPOP s 2"));
+    let left = members(&f.run("SMEMBERS s"));
+    assert_eq!(popped.len() + left.len(), 3);
+    assert!(popped.iter().all(|m| !left.contains(m)));
+}
+
+/// SSCAN answers a member present for the whole iteration exactly once,
+/// whatever is added or removed meanwhile.
+#[test]
+fn sscan_visits_each_member_once_under_changes() {
+    let mut f = Fixture::new();
+    for i in 0..100 {
+        f.run(&format!("SADD s m{i:03}"));
+    }
+    let mut seen = std::collections::BTreeMap::new();
+    let mut cursor = "0".to_string();
+    for round in 0.. {
+        assert!(round < 100);
+        let reply = f.run(&format!("SSCAN s {cursor} COUNT 7"));
+        let (v, _) = crate::client::parse_reply(reply.as_bytes()).unwrap().unwrap();
+        let crate::client::Value::Array(parts) = v else { panic!("{reply}") };
+        let crate::client::Value::Bulk(c) = &parts[0] else { panic!() };
+        for m in members(&reply[reply.find("\r\n*").unwrap() + 2..]) {
+            *seen.entry(m).or_insert(0) += 1;
+        }
+        if round == 3 {
+            f.run("SREM s m099\r\nSADD s m050x\r\nSADD s aaa");
+        }
+        cursor = String::from_utf8(c.clone()).unwrap();
+        if cursor == "0" {
+            break;
+        }
+    }
+    for i in 0..99 {
+        assert_eq!(seen.get(&format!("m{i:03}")), Some(&1), "m{i:03}");
+    }
+    assert!(seen.values().all(|&n| n == 1));
+    assert!(!seen.contains_key("m099"));
+}
+
+/// A list or set that would outgrow the store's value limit is refused with
+/// the store's error and left as it was; bad counts and indexes at the
+/// edges of `i64` get replies, not panics.
+#[test]
+fn collections_are_bounded_by_the_store() {
+    let limits = StoreLimits { max_key_bytes: 8, max_value_bytes: 40 };
+    let mut f = Fixture::with(MemKeyspace::with_limits(limits, None));
+    assert_eq!(f.run("RPUSH l aaaaaaaa bbbbbbbb cccccccc"), ":3\r\n");
+    assert_eq!(f.run("RPUSH l dddddddd"), "-ERR value is too long (52 bytes, at most 40)\r\n");
+    assert_eq!(f.run("LLEN l"), ":3\r\n");
+    assert_eq!(f.run("SADD s aaaaaaaa bbbbbbbb cccccccc dddddddd"), "-ERR value is too long (52 bytes, at most 40)\r\n");
+    assert_eq!(f.run("EXISTS s"), ":0\r\n");
+    // Moves that would overflow the destination (or name a key too long)
+    // are refused whole: the source keeps its element.
+    f.run("RPUSH m dddddddd\r\nSADD t aaaaaaaa bbbbbbbb cccccccc\r\nSADD u dddddddd");
+    assert_eq!(f.run("RPOPLPUSH m l"), "-ERR value is too long (52 bytes, at most 40)\r\n");
+    assert_eq!(f.run("LMOVE m toolongkey LEFT LEFT"), "-ERR key is too long (10 bytes, at most 8)\r\n");
+    assert_eq!(f.run("LLEN m"), ":1\r\n");
+    assert_eq!(f.run("SMOVE u t dddddddd"), "-ERR value is too long (52 bytes, at most 40)\r\n");
+    assert_eq!(f.run("SMOVE u toolongkey dddddddd"), "-ERR key is too long (10 bytes, at most 8)\r\n");
+    assert_eq!(f.run("SCARD u"), ":1\r\n");
+    f.run("DEL m t u");
+    let (min, max) = (i64::MIN, i64::MAX);
+    for (command, want) in [
+        (format!("LRANGE l {min} {max}"), "*3\r\n$8\r\naaaaaaaa\r\n$8\r\nbbbbbbbb\r\n$8\r\ncccccccc\r\n"),
+        (format!("LINDEX l {min}"), "$-1\r\n"),
+        (format!("LSET l {max} x"), "-ERR index out of range\r\n"),
+        (format!("LREM l {min} zz"), ":0\r\n"),
+        (format!("LPOS l aaaaaaaa RANK {min} COUNT {max} MAXLEN {max}"), "*1\r\n:0\r\n"),
+        (format!("LPOP l {max}"), "*3\r\n$8\r\naaaaaaaa\r\n$8\r\nbbbbbbbb\r\n$8\r\ncccccccc\r\n"),
+        (format!("SPOP s {max}"), "*0\r\n"),
+        (format!("SINTERCARD {max} s"), "-ERR Number of keys can't be greater than number of args\r\n"),
+        (format!("SSCAN s 0 COUNT {max}"), "*2\r\n$1\r\n0\r\n*0\r\n"),
+    ] {
+        assert_eq!(f.run(&command), want, "{command}");
+    }
+}
+
+#[test]
+fn corrupt_list_and_set_blobs_are_errors() {
+    let mut f = Fixture::new();
+    f.ks.set(b"l", Kind::List, ValueSource::Owned(vec![2, 0, 0, 0, 0, 0, 0, 0])).unwrap();
+    assert_eq!(f.run("LLEN l"), "-ERR stored value is corrupt: blob truncated\r\n");
+    f.ks.set(b"s", Kind::Set, ValueSource::Owned(vec![2, 0, 0, 0, 1, 0, 0, 0, b'b', 1, 0, 0, 0, b'a'])).unwrap();
+    assert_eq!(f.run("SCARD s"), "-ERR stored value is corrupt: set blob out of order\r\n");
+    // An empty collection is never stored: one found is corrupt, not popped from.
+    f.ks.set(b"e", Kind::Set, ValueSource::Owned(vec![0, 0, 0, 0])).unwrap();
+    assert_eq!(f.run("SPOP e"), "-ERR stored value is corrupt: empty collection stored\r\n");
+    f.ks.set(b"e", Kind::List, ValueSource::Owned(vec![0, 0, 0, 0])).unwrap();
+    assert_eq!(f.run("RPOPLPUSH e x"), "-ERR stored value is corrupt: empty collection stored\r\n");
+}
+
+#[test]
+fn cursor_table_is_bounded_in_bytes() {
+    let mut cursors = Cursors::default();
+    let big = vec![7u8; CURSOR_BYTES / 3 + 1];
+    let first = cursors.insert(big.clone(), 4096);
+    for _ in 0..5 {
+        cursors.insert(big.clone(), 4096);
+    }
+    assert!(cursors.bytes <= CURSOR_BYTES);
+    assert_eq!(cursors.order.len(), 2);
+    assert!(!cursors.keys.contains_key(&first));
+}
