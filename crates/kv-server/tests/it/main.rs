@@ -4,5 +4,6 @@
 mod common;
 mod http;
 mod resp;
+mod redispy;
 mod restart;
 mod tools;

@@ -1,0 +1,101 @@
+//! redis-py, as an application uses it: a scripted session over every family
+//! served (`tests/redispy/session.py`), with RESP2 and with RESP3, without and
+//! with a password. `scripts/setup` installs redis-py from PyPI into its own
+//! venv; this test runs that venv's Python.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use pmwire_kv_server::Mode;
+
+use crate::common::*;
+
+/// The redis-py version `scripts/setup` installs (keep the two equal).
+const REDISPY_VERSION: &str = "5.2.1";
+
+fn venv_python() -> PathBuf {
+    let venv = match std::env::var_os("PMWIRE_REDISPY_VENV") {
+        Some(dir) => PathBuf::from(dir),
+        None => {
+            let home = std::env::var_os("HOME").expect("HOME is set");
+            PathBuf::from(home).join(".cache/pmwire").join(format!("redispy-{REDISPY_VERSION}"))
+        }
+    };
+    let python = venv.join("bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/setup, which installs redis-py {REDISPY_VERSION} from PyPI there",
+        python.display()
+    );
+    python
+}
+
+fn session(port: u16, protocol: u8, password: Option<&str>) -> String {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/redispy/session.py");
+    let mut cmd = Command::new(venv_python());
+    cmd.arg(&script).args(["--port", &port.to_string(), "--protocol", &protocol.to_string()]);
+    if let Some(p) = password {
+        cmd.args(["--password", p]);
+    }
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "redis-py RESP{protocol} session failed:\n{text}");
+    text.trim_end().to_string()
+}
+
+#[test]
+fn redis_py_runs_a_session_over_every_family_with_resp2_and_resp3() {
+    let pool = Pool::new();
+    let server = start(&pool.path, Mode::ZeroCopy);
+    for protocol in [2, 3] {
+        let said = session(server.resp.port(), protocol, None);
+        assert!(said.contains(&format!("RESP{protocol} session:")) && said.contains("checks passed"), "{said}");
+        eprintln!("{said}");
+    }
+    server.stop();
+}
+
+#[test]
+fn redis_py_authenticates_with_requirepass() {
+    let pool = Pool::new();
+    let mut opts = options(&pool.path, Mode::Copy);
+    opts.requirepass = Some(b"s3cret".to_vec());
+    let server = start_with(pmwire_kv_server::KvServer::open(&opts).expect("open"));
+    for protocol in [2, 3] {
+        let said = session(server.resp.port(), protocol, Some("s3cret"));
+        assert!(said.contains("checks passed"), "{said}");
+    }
+    // The script fails without the password: the test can fail.
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/redispy/session.py");
+    let out = Command::new(venv_python())
+        .arg(&script)
+        .args(["--port", &server.resp.port().to_string(), "--protocol", "2"])
+        .output()
+        .expect("run python");
+    assert!(!out.status.success(), "a session without the password must be refused");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // redis-py raises NOAUTH as its AuthenticationError.
+    assert!(stderr.contains("AuthenticationError: Authentication required"), "{stderr}");
+    server.stop();
+}
+
+/// The script's expectations are redis-server's own: it passes against
+/// redis-server 7.0 too, with both protocols.
+#[test]
+fn the_session_passes_against_redis_server() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+    let mut child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server (scripts/setup installs it)");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "redis-server did not listen on {port}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let said: Vec<String> = [2, 3].into_iter().map(|protocol| session(port, protocol, None)).collect();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(said.iter().all(|s| s.contains("checks passed")), "{said:?}");
+}

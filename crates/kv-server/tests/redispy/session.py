@@ -1,0 +1,194 @@
+"""A scripted redis-py session against a running server, over every family it serves.
+
+Run by crates/kv-server/tests/it/redispy.rs with the redis-py that scripts/setup
+installs from PyPI into its own venv:
+
+    python session.py --port PORT --protocol 2|3 [--password P]
+
+Every step asserts what a Redis 7.0 server answers through redis-py's own parsing
+(RESP2 or RESP3 decoded into Python values), so a reply of the wrong type or value
+fails here the way it would fail an application. Prints "redis-py session: N checks
+passed" and exits 0, or raises (exit 1) naming the step.
+"""
+
+import argparse
+import sys
+
+import redis
+
+
+class Session:
+    def __init__(self, client):
+        self.r = client
+        self.checks = 0
+
+    def eq(self, got, want, what):
+        if got != want:
+            raise AssertionError(f"{what}: got {got!r}, want {want!r}")
+        self.checks += 1
+
+    def raises(self, fn, fragment, what):
+        try:
+            fn()
+        except redis.ResponseError as e:
+            if fragment not in str(e):
+                raise AssertionError(f"{what}: error {e!r} lacks {fragment!r}")
+            self.checks += 1
+            return
+        raise AssertionError(f"{what}: no error")
+
+
+def connection(s, protocol):
+    r = s.r
+    s.eq(r.ping(), True, "PING")
+    s.eq(r.echo("hi"), b"hi", "ECHO")
+    s.eq(r.execute_command("SELECT", 0), True, "SELECT 0")
+    s.eq(r.dbsize(), 0, "DBSIZE on a fresh pool")
+    s.eq(r.acl_whoami() in ("default", b"default"), True, "ACL WHOAMI (redis-py decodes it in RESP2 only)")
+    info = r.info()
+    s.eq(isinstance(info, dict) and len(info) > 0, True, "INFO parses as a section dict")
+    s.eq(r.command_count() > 0, True, "COMMAND COUNT")
+
+
+def strings(s):
+    r = s.r
+    s.eq(r.set("s:a", "1"), True, "SET")
+    s.eq(r.get("s:a"), b"1", "GET")
+    s.eq(r.set("s:a", "2", nx=True), None, "SET NX on an existing key")
+    s.eq(r.setnx("s:b", "x"), True, "SETNX")
+    s.eq(r.incr("s:a"), 2, "INCR")
+    s.eq(r.incrby("s:a", 40), 42, "INCRBY")
+    s.eq(r.decr("s:a"), 41, "DECR")
+    s.eq(r.decrby("s:a", 1), 40, "DECRBY")
+    s.eq(r.append("s:b", "yz"), 3, "APPEND")
+    s.eq(r.strlen("s:b"), 3, "STRLEN")
+    s.eq(r.getrange("s:b", 1, -1), b"yz", "GETRANGE")
+    s.eq(r.setrange("s:b", 1, "Q"), 3, "SETRANGE")
+    s.eq(r.getset("s:b", "new"), b"xQz", "GETSET")
+    s.eq(r.getdel("s:b"), b"new", "GETDEL")
+    s.eq(r.get("s:b"), None, "GET after GETDEL")
+    s.eq(r.mset({"s:m1": "a", "s:m2": "b"}), True, "MSET")
+    s.eq(r.mget("s:m1", "s:m2", "s:none"), [b"a", b"b", None], "MGET")
+    s.eq(r.msetnx({"s:m1": "z", "s:m3": "c"}), False, "MSETNX with one existing key")
+    big = b"\x00\xff" * 30_000
+    s.eq(r.set("s:big", big), True, "SET of 60 KB of binary")
+    s.eq(r.get("s:big"), big, "GET of 60 KB of binary")
+    s.raises(lambda: r.incr("s:big"), "not an integer", "INCR of a non-number")
+
+
+def keys(s):
+    r = s.r
+    r.set("k:1", "v")
+    s.eq(r.exists("k:1", "k:none"), 1, "EXISTS")
+    s.eq(r.type("k:1"), b"string", "TYPE")
+    s.eq(r.rename("k:1", "k:2"), True, "RENAME")
+    s.eq(r.renamenx("k:2", "s:a"), False, "RENAMENX onto an existing key")
+    s.eq(r.copy("k:2", "k:3"), True, "COPY")
+    s.eq(r.touch("k:2", "k:3", "k:none"), 2, "TOUCH")
+    s.eq(sorted(r.keys("k:*")), [b"k:2", b"k:3"], "KEYS")
+    seen = set()
+    for key in r.scan_iter(match="k:*", count=2):
+        seen.add(key)
+    s.eq(seen, {b"k:2", b"k:3"}, "SCAN over every page")
+    s.eq(r.unlink("k:2"), 1, "UNLINK")
+    s.eq(r.delete("k:3", "k:none"), 1, "DEL")
+    s.eq(r.object("encoding", "s:a") in (b"int", b"raw", b"embstr", "int", "raw", "embstr"), True, "OBJECT ENCODING")
+
+
+def hashes(s):
+    r = s.r
+    s.eq(r.hset("h", mapping={"f1": "v1", "f2": "v2"}), 2, "HSET")
+    s.eq(r.hget("h", "f1"), b"v1", "HGET")
+    s.eq(r.hmget("h", ["f1", "nope"]), [b"v1", None], "HMGET")
+    s.eq(r.hexists("h", "f2"), True, "HEXISTS")
+    s.eq(r.hlen("h"), 2, "HLEN")
+    s.eq(r.hgetall("h"), {b"f1": b"v1", b"f2": b"v2"}, "HGETALL")
+    s.eq(r.hdel("h", "f1", "nope"), 1, "HDEL")
+    s.eq(r.type("h"), b"hash", "TYPE of a hash")
+    s.raises(lambda: r.get("h"), "WRONGTYPE", "GET of a hash")
+
+
+def zsets(s):
+    r = s.r
+    s.eq(r.zadd("z", {"one": 1, "two": 2, "three": 3}), 3, "ZADD")
+    s.eq(r.zscore("z", "two"), 2.0, "ZSCORE")
+    s.eq(r.zcard("z"), 3, "ZCARD")
+    s.eq(r.zrange("z", 0, -1), [b"one", b"two", b"three"], "ZRANGE")
+    s.eq([tuple(p) for p in r.zrange("z", 0, 0, withscores=True)], [(b"one", 1.0)], "ZRANGE WITHSCORES")
+    s.eq(r.zrangebyscore("z", 2, "+inf"), [b"two", b"three"], "ZRANGEBYSCORE")
+    s.eq(r.zrem("z", "one"), 1, "ZREM")
+
+
+def lists(s):
+    r = s.r
+    s.eq(r.rpush("l", "a", "b", "c"), 3, "RPUSH")
+    s.eq(r.lpush("l", "z"), 4, "LPUSH")
+    s.eq(r.lrange("l", 0, -1), [b"z", b"a", b"b", b"c"], "LRANGE")
+    s.eq(r.llen("l"), 4, "LLEN")
+    s.eq(r.lindex("l", -1), b"c", "LINDEX")
+    s.eq(r.lset("l", 0, "y"), True, "LSET")
+    s.eq(r.linsert("l", "before", "b", "ab"), 5, "LINSERT")
+    s.eq(r.lpos("l", "b"), 3, "LPOS")
+    s.eq(r.lrem("l", 0, "ab"), 1, "LREM")
+    s.eq(r.ltrim("l", 1, -1), True, "LTRIM")
+    s.eq(r.lpop("l"), b"a", "LPOP")
+    s.eq(r.rpop("l", 2), [b"c", b"b"], "RPOP with a count")
+    s.eq(r.exists("l"), 0, "an emptied list is gone")
+    r.rpush("l1", "x", "y")
+    s.eq(r.lmove("l1", "l2", "LEFT", "RIGHT"), b"x", "LMOVE")
+    s.eq(r.rpoplpush("l1", "l2"), b"y", "RPOPLPUSH")
+    s.eq(r.lrange("l2", 0, -1), [b"y", b"x"], "LRANGE after the moves")
+    s.eq(r.rpushx("nolist", "a"), 0, "RPUSHX on a missing key")
+
+
+def sets(s):
+    r = s.r
+    s.eq(r.sadd("set1", "a", "b", "c"), 3, "SADD")
+    s.eq(r.sadd("set2", "b", "c", "d"), 3, "SADD")
+    s.eq(r.sismember("set1", "a"), True, "SISMEMBER")
+    s.eq(r.smismember("set1", ["a", "d"]), [1, 0], "SMISMEMBER")
+    s.eq(r.scard("set1"), 3, "SCARD")
+    s.eq(r.smembers("set1"), {b"a", b"b", b"c"}, "SMEMBERS")
+    s.eq(r.sinter("set1", "set2"), {b"b", b"c"}, "SINTER")
+    s.eq(r.sunion("set1", "set2"), {b"a", b"b", b"c", b"d"}, "SUNION")
+    s.eq(r.sdiff("set1", "set2"), {b"a"}, "SDIFF")
+    s.eq(r.sinterstore("set3", ["set1", "set2"]), 2, "SINTERSTORE")
+    s.eq(r.sintercard(2, ["set1", "set2"]), 2, "SINTERCARD")
+    s.eq(r.smove("set1", "set2", "a"), True, "SMOVE")
+    member = r.spop("set3")
+    s.eq(member in (b"b", b"c"), True, "SPOP answers a member")
+    s.eq(r.srandmember("set2") in (b"a", b"b", b"c", b"d"), True, "SRANDMEMBER")
+    s.eq(set(r.sscan_iter("set2")), {b"a", b"b", b"c", b"d"}, "SSCAN over every page")
+    s.eq(r.srem("set2", "a", "zz"), 1, "SREM")
+
+
+def config(s):
+    r = s.r
+    s.eq(isinstance(r.config_get("maxmemory-policy"), dict), True, "CONFIG GET parses")
+
+
+def run(port, protocol, password):
+    client = redis.Redis(host="127.0.0.1", port=port, protocol=protocol, password=password, socket_timeout=10)
+    s = Session(client)
+    client.flushdb()
+    for step in (lambda s: connection(s, protocol), strings, keys, hashes, zsets, lists, sets, config):
+        step(s)
+    client.flushdb()
+    s.eq(client.dbsize(), 0, "FLUSHDB")
+    client.close()
+    return s.checks
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--protocol", type=int, choices=(2, 3), required=True)
+    parser.add_argument("--password")
+    args = parser.parse_args()
+    checks = run(args.port, args.protocol, args.password)
+    print(f"redis-py {redis.__version__} RESP{args.protocol} session: {checks} checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
