@@ -4,18 +4,11 @@
 
 use super::{Ctx, Fail, Res};
 use crate::blob::{decode_hash, encode_hash};
-use crate::keyspace::{Keyspace, Kind, ValueSource};
+use crate::keyspace::{Keyspace, Kind};
 use crate::reply::ReplySink;
 
 fn store<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, key: &[u8], entries: &[(&[u8], &[u8])]) -> Res {
-    if entries.is_empty() {
-        c.ks.delete(key)?;
-        return Ok(());
-    }
-    let mut blob = Vec::new();
-    encode_hash(entries, &mut blob);
-    c.ks.set(key, Kind::Hash, ValueSource::Owned(blob))?;
-    Ok(())
+    c.store_collection(key, Kind::Hash, entries, encode_hash)
 }
 
 pub(super) fn hset<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, hmset: bool) -> Res {

@@ -234,6 +234,26 @@ impl<'r, K: Keyspace, S: ReplySink<K::Value> + ?Sized> Ctx<'_, 'r, K, S> {
         }))
     }
 
+    /// Writes a collection's `items` at `key` as one `kind` blob made by
+    /// `encode`, or deletes the key when there are none (Redis keeps no
+    /// empty collection).
+    pub fn store_collection<T>(
+        &mut self,
+        key: &[u8],
+        kind: Kind,
+        items: &[T],
+        encode: impl FnOnce(&[T], &mut Vec<u8>),
+    ) -> Res {
+        if items.is_empty() {
+            self.ks.delete(key)?;
+            return Ok(());
+        }
+        let mut blob = Vec::new();
+        encode(items, &mut blob);
+        self.ks.set(key, kind, crate::keyspace::ValueSource::Owned(blob))?;
+        Ok(())
+    }
+
     /// Refuses, as the store would, a value of `len` bytes at `key`: for a
     /// command that writes several keys, checked before its first write so
     /// that it is refused whole.

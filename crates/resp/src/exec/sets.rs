@@ -13,7 +13,7 @@
 use super::{Ctx, Fail, Res};
 use crate::blob::{decode_set, encode_set, list_blob_len};
 use crate::glob::matches;
-use crate::keyspace::{Keyspace, Kind, ValueSource};
+use crate::keyspace::{Keyspace, Kind};
 use crate::reply::ReplySink;
 
 type C<'a, 'b, 'r, K, S> = &'a mut Ctx<'b, 'r, K, S>;
@@ -36,14 +36,7 @@ fn decode(blob: &[u8]) -> Result<Vec<&[u8]>, Fail> {
 /// Writes `members` (in order) as the set at `key`; deletes the key when
 /// empty.
 fn store<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>, key: &[u8], members: &[&[u8]]) -> Res {
-    if members.is_empty() {
-        c.ks.delete(key)?;
-        return Ok(());
-    }
-    let mut blob = Vec::new();
-    encode_set(members, &mut blob);
-    c.ks.set(key, Kind::Set, ValueSource::Owned(blob))?;
-    Ok(())
+    c.store_collection(key, Kind::Set, members, encode_set)
 }
 
 /// Adds `m` to the ordered `members`; true if it was new.

@@ -5,20 +5,13 @@
 
 use super::{Ctx, Fail, Res};
 use crate::blob::{decode_zset, encode_zset, zcmp};
-use crate::keyspace::{Keyspace, Kind, ValueSource};
+use crate::keyspace::{Keyspace, Kind};
 use crate::numbers::{parse_score, parse_score_bound};
 use crate::reply::{Protocol, ReplySink};
 use std::cmp::Ordering;
 
 fn store<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, key: &[u8], entries: &[(f64, &[u8])]) -> Res {
-    if entries.is_empty() {
-        c.ks.delete(key)?;
-        return Ok(());
-    }
-    let mut blob = Vec::new();
-    encode_zset(entries, &mut blob);
-    c.ks.set(key, Kind::ZSet, ValueSource::Owned(blob))?;
-    Ok(())
+    c.store_collection(key, Kind::ZSet, entries, encode_zset)
 }
 
 #[derive(Default)]
