@@ -32,18 +32,20 @@ use pmwire_crashcheck::{explore, Check, Config, CrashImage, Report};
 use rand_xoshiro::rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::SplitMix64;
 
-use crate::{Faults, Heap, OpenError, TxError};
+use crate::backup::BackupFaults;
+use crate::backup_crash::check_backup;
+use crate::{Faults, Heap, OpenError, Strategy, TxError};
 
 /// Where the heap under test starts in its media (not 0, to test `base`).
-const BASE: u64 = 256;
+pub(crate) const BASE: u64 = 256;
 /// Its log: small, so some transactions meet `LogFull`.
-const LOG_BYTES: u64 = 1024;
+pub(crate) const LOG_BYTES: u64 = 1024;
 /// Its data area.
-const DATA_BYTES: u64 = 1280;
+pub(crate) const DATA_BYTES: u64 = 1280;
 /// Write lengths, drawn in turn (1 B to non-temporal-sized).
 const LENS: [usize; 9] = [8, 1, 24, 64, 13, 100, 300, 40, 7];
 /// Transactions of phase one and of each phase-two run.
-const PHASE_ONE_TXS: usize = 60;
+pub(crate) const PHASE_ONE_TXS: usize = 60;
 const PHASE_TWO_TXS: usize = 14;
 /// Images of phase one that seed a phase-two run.
 pub const PHASE_TWO_RUNS: usize = 10;
@@ -52,19 +54,112 @@ pub const PHASE_TWO_RUNS: usize = 10;
 pub fn checks() -> Vec<Check> {
     let check = |name, planted, run| Check { name, planted, run };
     vec![
-        check("mirror heap: multi-epoch transactions, aborts, bad input", false, |c| check_heap(Faults::default(), c)),
+        check(
+            "mirror heap: multi-epoch transactions, aborts, bad input",
+            false,
+            |c| check_heap(Faults::default(), c),
+        ),
         check("planted: mirror commit record before its log", true, |c| {
-            check_heap(Faults { commit_before_log: true, ..Faults::default() }, c)
+            check_heap(
+                Faults {
+                    commit_before_log: true,
+                    ..Faults::default()
+                },
+                c,
+            )
         }),
-        check("planted: mirror data applied before the commit is durable", true, |c| {
-            check_heap(Faults { apply_before_commit: true, ..Faults::default() }, c)
-        }),
-        check("planted: mirror recovery replays epochs out of order", true, |c| {
-            check_heap(Faults { reverse_replay: true, ..Faults::default() }, c)
-        }),
+        check(
+            "planted: mirror data applied before the commit is durable",
+            true,
+            |c| {
+                check_heap(
+                    Faults {
+                        apply_before_commit: true,
+                        ..Faults::default()
+                    },
+                    c,
+                )
+            },
+        ),
+        check(
+            "planted: mirror recovery replays epochs out of order",
+            true,
+            |c| {
+                check_heap(
+                    Faults {
+                        reverse_replay: true,
+                        ..Faults::default()
+                    },
+                    c,
+                )
+            },
+        ),
         check("planted: mirror applied word never flushed", true, |c| {
-            check_heap(Faults { applied_unflushed: true, ..Faults::default() }, c)
+            check_heap(
+                Faults {
+                    applied_unflushed: true,
+                    ..Faults::default()
+                },
+                c,
+            )
         }),
+        check(
+            "mirror backup under SM-RC: any instant, stream cut at any message",
+            false,
+            |c| check_backup(Strategy::SmRc, BackupFaults::default(), c),
+        ),
+        check(
+            "mirror backup under SM-OB: any instant, stream cut at any message",
+            false,
+            |c| check_backup(Strategy::SmOb, BackupFaults::default(), c),
+        ),
+        check(
+            "mirror backup under SM-DD: any instant, stream cut at any message",
+            false,
+            |c| check_backup(Strategy::SmDd, BackupFaults::default(), c),
+        ),
+        check(
+            "planted: mirror backup applies an epoch out of order",
+            true,
+            |c| {
+                check_backup(
+                    Strategy::SmOb,
+                    BackupFaults {
+                        reorder_epochs: true,
+                        ..BackupFaults::default()
+                    },
+                    c,
+                )
+            },
+        ),
+        check(
+            "planted: mirror backup answers a dfence before its drain",
+            true,
+            |c| {
+                check_backup(
+                    Strategy::SmDd,
+                    BackupFaults {
+                        fence_before_drain: true,
+                        ..BackupFaults::default()
+                    },
+                    c,
+                )
+            },
+        ),
+        check(
+            "planted: mirror backup acknowledges a commit before it is durable",
+            true,
+            |c| {
+                check_backup(
+                    Strategy::SmRc,
+                    BackupFaults {
+                        ack_before_durable: true,
+                        ..BackupFaults::default()
+                    },
+                    c,
+                )
+            },
+        ),
     ]
 }
 
@@ -85,22 +180,41 @@ impl Model {
     }
 
     /// Judges a recovered heap after `acked` acknowledged steps.
-    fn judge(&self, acked: usize, opened: Result<(Heap, MemMedia), OpenError>) -> Result<Recovered, String> {
+    fn judge(
+        &self,
+        acked: usize,
+        opened: Result<(Heap, MemMedia), OpenError>,
+    ) -> Result<Recovered, String> {
         let (heap, media) = match opened {
             Ok(opened) => opened,
-            Err(OpenError::BadMagic { .. }) if self.create_first && acked == 0 => return Ok(Recovered::NoHeap),
-            Err(e) => return Err(format!("recovery failed after {acked} acknowledged steps: {e}")),
+            Err(OpenError::BadMagic { .. }) if self.create_first && acked == 0 => {
+                return Ok(Recovered::NoHeap)
+            }
+            Err(e) => {
+                return Err(format!(
+                    "recovery failed after {acked} acknowledged steps: {e}"
+                ))
+            }
         };
         let mut data = vec![0u8; DATA_BYTES as usize];
-        heap.read(&media, 0, &mut data).expect("the whole data area");
+        heap.read(&media, 0, &mut data)
+            .expect("the whole data area");
         let candidates = [acked, acked + 1];
-        let matched = candidates.into_iter().find(|&k| self.states.get(k) == Some(&data));
+        let matched = candidates
+            .into_iter()
+            .find(|&k| self.states.get(k) == Some(&data));
         let Some(k) = matched else {
             let diff = first_difference(&data, &self.states[acked]);
-            return Err(format!("data area is neither the state after {acked} steps nor the one in flight ({diff})"));
+            return Err(format!(
+                "data area is neither the state after {acked} steps nor the one in flight ({diff})"
+            ));
         };
         if heap.last_committed() != self.ids[k] {
-            return Err(format!("last committed {} after state {k}, want {}", heap.last_committed(), self.ids[k]));
+            return Err(format!(
+                "last committed {} after state {k}, want {}",
+                heap.last_committed(),
+                self.ids[k]
+            ));
         }
         Ok(Recovered::Heap)
     }
@@ -114,9 +228,12 @@ enum Recovered {
     Heap,
 }
 
-fn first_difference(got: &[u8], want: &[u8]) -> String {
+pub(crate) fn first_difference(got: &[u8], want: &[u8]) -> String {
     match got.iter().zip(want).position(|(a, b)| a != b) {
-        Some(i) => format!("first difference at byte {i}: {} vs acknowledged {}", got[i], want[i]),
+        Some(i) => format!(
+            "first difference at byte {i}: {} vs acknowledged {}",
+            got[i], want[i]
+        ),
         None => "same bytes".to_string(),
     }
 }
@@ -130,17 +247,33 @@ pub fn check_heap(faults: Faults, config: &Config) -> Report {
     let mut heap = Heap::create(&mut media, BASE, LOG_BYTES, DATA_BYTES).expect("create");
     heap.set_faults(faults);
     media.mark(0);
-    let mut model = Model { states: vec![vec![0xee; DATA_BYTES as usize]], ids: vec![old_id], create_first: true };
+    let mut model = Model {
+        states: vec![vec![0xee; DATA_BYTES as usize]],
+        ids: vec![old_id],
+        create_first: true,
+    };
     model.push(vec![0; DATA_BYTES as usize], 0);
     drive(&mut media, &mut heap, &mut model, PHASE_ONE_TXS, 1);
     let (mut report, seeds) = explore_model(&media, &model, faults, config, true);
     for (run, image) in seeds.into_iter().enumerate() {
         let mut media = TracedMedia::from_image(image);
-        let (mut heap, _) = Heap::open_with_faults(&mut media, BASE, faults).expect("the image passed phase one");
+        let (mut heap, _) =
+            Heap::open_with_faults(&mut media, BASE, faults).expect("the image passed phase one");
         let mut data = vec![0u8; DATA_BYTES as usize];
-        heap.read(&media, 0, &mut data).expect("the whole data area");
-        let mut model = Model { states: vec![data], ids: vec![heap.last_committed()], create_first: false };
-        drive(&mut media, &mut heap, &mut model, PHASE_TWO_TXS, 2 + run as u64);
+        heap.read(&media, 0, &mut data)
+            .expect("the whole data area");
+        let mut model = Model {
+            states: vec![data],
+            ids: vec![heap.last_committed()],
+            create_first: false,
+        };
+        drive(
+            &mut media,
+            &mut heap,
+            &mut model,
+            PHASE_TWO_TXS,
+            2 + run as u64,
+        );
         report.merge(explore_model(&media, &model, faults, config, false).0);
     }
     report
@@ -175,7 +308,9 @@ fn explore_model(
         let acked = image.acked.len();
         let before = keep_seeds.then(|| image.media.bytes().to_vec());
         let mut recovered = image.media.clone();
-        let opened = catch_unwind(AssertUnwindSafe(|| Heap::open_with_faults(&mut recovered, BASE, faults)));
+        let opened = catch_unwind(AssertUnwindSafe(|| {
+            Heap::open_with_faults(&mut recovered, BASE, faults)
+        }));
         let opened = opened.map_err(|_| "recovery panicked".to_string())?;
         let replay = opened.as_ref().is_ok_and(|(_, r)| r.replayed.is_some());
         let verdict = model.judge(acked, opened.map(|(heap, _)| (heap, recovered)))?;
@@ -196,7 +331,12 @@ fn explore_model(
 fn spread(items: Vec<(usize, Vec<u8>)>, count: usize) -> Vec<Vec<u8>> {
     let (found, count) = (items.len(), count.min(items.len()));
     let chosen: Vec<usize> = (0..count).map(|i| i * found / count).collect();
-    items.into_iter().enumerate().filter(|(i, _)| chosen.contains(i)).map(|(_, (_, image))| image).collect()
+    items
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| chosen.contains(i))
+        .map(|(_, (_, image))| image)
+        .collect()
 }
 
 /// Runs `txs` transactions (their shapes drawn from `salt`), marking each
@@ -205,7 +345,12 @@ fn drive(media: &mut TracedMedia, heap: &mut Heap, model: &mut Model, txs: usize
     let mut rng = SplitMix64::seed_from_u64(0x6d69_7272_6f72 ^ salt);
     let mut data = model.states.last().expect("a first state").clone();
     for i in 0..txs {
-        let shape = Shape { epochs: 1 + rng.next_u32() % 4, abort: i % 6 == 5, dfence: i % 4 == 2, bad: i % 7 == 3 };
+        let shape = Shape {
+            epochs: 1 + rng.next_u32() % 4,
+            abort: i % 6 == 5,
+            dfence: i % 4 == 2,
+            bad: i % 7 == 3,
+        };
         let mut tx = heap.begin(media);
         let mut pending = data.clone();
         run_tx(&mut tx, &mut rng, &mut pending, shape, i);
@@ -222,17 +367,17 @@ fn drive(media: &mut TracedMedia, heap: &mut Heap, model: &mut Model, txs: usize
 
 /// How one transaction of the workload goes.
 #[derive(Clone, Copy)]
-struct Shape {
-    epochs: u32,
-    abort: bool,
-    dfence: bool,
-    bad: bool,
+pub(crate) struct Shape {
+    pub(crate) epochs: u32,
+    pub(crate) abort: bool,
+    pub(crate) dfence: bool,
+    pub(crate) bad: bool,
 }
 
 /// Writes the epochs of one transaction, applying each accepted write to
 /// `data` (the model), and checks that bad input is refused.
-fn run_tx<M: Media>(
-    tx: &mut crate::Tx<'_, M, crate::NoMirror>,
+pub(crate) fn run_tx<M: Media, S: crate::EpochSink>(
+    tx: &mut crate::Tx<'_, M, S>,
     rng: &mut SplitMix64,
     data: &mut [u8],
     shape: Shape,
@@ -249,7 +394,9 @@ fn run_tx<M: Media>(
             };
             let bytes: Vec<u8> = (0..offset.1).map(|_| rng.next_u32() as u8).collect();
             match tx.write(offset.0, &bytes) {
-                Ok(()) => data[offset.0 as usize..offset.0 as usize + bytes.len()].copy_from_slice(&bytes),
+                Ok(()) => {
+                    data[offset.0 as usize..offset.0 as usize + bytes.len()].copy_from_slice(&bytes)
+                }
                 Err(TxError::LogFull { .. }) => continue,
                 Err(e) => panic!("write: {e}"),
             }
@@ -258,15 +405,19 @@ fn run_tx<M: Media>(
             }
         }
         if shape.bad && epoch == 0 {
-            let err = tx.write(DATA_BYTES - 4, &[1; 8]).expect_err("past the data area");
+            let err = tx
+                .write(DATA_BYTES - 4, &[1; 8])
+                .expect_err("past the data area");
             assert!(matches!(err, TxError::OutOfBounds(_)), "{err}");
-            let err = tx.write(0, &[2; LOG_BYTES as usize + 76]).expect_err("larger than the log");
+            let err = tx
+                .write(0, &[2; LOG_BYTES as usize + 76])
+                .expect_err("larger than the log");
             assert!(matches!(err, TxError::LogFull { .. }), "{err}");
         }
         if shape.dfence && epoch == 0 {
-            tx.dfence().expect("NoMirror never fails");
+            tx.dfence().expect("the sink never fails");
         } else {
-            tx.ofence().expect("NoMirror never fails");
+            tx.ofence().expect("the sink never fails");
         }
         let mut seen = vec![0u8; DATA_BYTES as usize];
         tx.read(0, &mut seen).expect("the whole data area");
@@ -289,26 +440,54 @@ mod tests {
 
     #[test]
     fn canary_commit_before_log_is_caught() {
-        check_heap(Faults { commit_before_log: true, ..Faults::default() }, &config()).assert_caught();
+        check_heap(
+            Faults {
+                commit_before_log: true,
+                ..Faults::default()
+            },
+            &config(),
+        )
+        .assert_caught();
     }
 
     #[test]
     fn canary_apply_before_commit_is_caught() {
-        check_heap(Faults { apply_before_commit: true, ..Faults::default() }, &config()).assert_caught();
+        check_heap(
+            Faults {
+                apply_before_commit: true,
+                ..Faults::default()
+            },
+            &config(),
+        )
+        .assert_caught();
     }
 
     #[test]
     fn canary_reverse_replay_is_caught() {
-        check_heap(Faults { reverse_replay: true, ..Faults::default() }, &config()).assert_caught();
+        check_heap(
+            Faults {
+                reverse_replay: true,
+                ..Faults::default()
+            },
+            &config(),
+        )
+        .assert_caught();
     }
 
     #[test]
     fn canary_unflushed_applied_word_is_caught() {
-        check_heap(Faults { applied_unflushed: true, ..Faults::default() }, &config()).assert_caught();
+        check_heap(
+            Faults {
+                applied_unflushed: true,
+                ..Faults::default()
+            },
+            &config(),
+        )
+        .assert_caught();
     }
 
     #[test]
     fn registry_lists_every_check_once() {
-        pmwire_crashcheck::assert_registry(&checks(), 4);
+        pmwire_crashcheck::assert_registry(&checks(), 7);
     }
 }

@@ -45,10 +45,18 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod backup;
+pub mod backup_crash;
 pub mod crash;
 pub mod format;
 mod heap;
+pub mod net;
 pub mod sink;
+pub mod stream;
+pub mod wire;
 
+pub use backup::{Backup, HelloError, StreamError};
 pub use heap::{CreateError, Faults, Heap, OpenError, OutOfBounds, Recovery, Tx, TxError};
+pub use net::{BackupService, Mirror, MirrorError, OpenMirrorError};
 pub use sink::{Committed, Epoch, EpochSink, NoMirror, Recorder, SinkError, SinkEvent};
+pub use wire::Strategy;
