@@ -85,7 +85,9 @@ pub enum HelloError {
         primary_data: u64,
     },
     /// The backup misses committed transactions.
-    #[error("backup is behind: at transaction {backup}, the primary at {primary} (resynchronisation is not built yet)")]
+    #[error(
+        "backup is behind: at transaction {backup}, the primary at {primary} (resynchronisation is not built yet)"
+    )]
     Behind {
         /// The backup's last committed transaction.
         backup: u64,
@@ -93,7 +95,9 @@ pub enum HelloError {
         primary: u64,
     },
     /// The backup holds transactions the primary does not.
-    #[error("backup is ahead: at transaction {backup}, the primary at {primary} (was the primary restored from elsewhere?)")]
+    #[error(
+        "backup is ahead: at transaction {backup}, the primary at {primary} (was the primary restored from elsewhere?)"
+    )]
     Ahead {
         /// The backup's last committed transaction.
         backup: u64,
@@ -241,19 +245,11 @@ impl Backup {
     /// Opens (and recovers) the backup's heap at `base` of `media`.
     pub fn open(media: &mut impl Media, base: u64) -> Result<(Backup, Recovery), OpenError> {
         let (heap, recovery) = Heap::open_with_faults(media, base, Faults::default())?;
-        Ok((
-            Backup::over(heap.geometry(), heap.last_committed()),
-            recovery,
-        ))
+        Ok((Backup::over(heap.geometry(), heap.last_committed()), recovery))
     }
 
     /// Formats a backup heap at `base` of `media` (see [`Heap::create`]).
-    pub fn create(
-        media: &mut impl Media,
-        base: u64,
-        log_bytes: u64,
-        data_bytes: u64,
-    ) -> Result<Backup, CreateError> {
+    pub fn create(media: &mut impl Media, base: u64, log_bytes: u64, data_bytes: u64) -> Result<Backup, CreateError> {
         let heap = Heap::create(media, base, log_bytes, data_bytes)?;
         Ok(Backup::over(heap.geometry(), 0))
     }
@@ -324,23 +320,11 @@ impl Backup {
         call: bool,
     ) -> Result<Option<Answer>, StreamError> {
         if matches!(h.kind, Kind::Ack | Kind::Refused) {
-            return Err(StreamError::WrongDelivery {
-                kind: h.kind,
-                arrived: "request",
-                want: "answer",
-            });
+            return Err(StreamError::WrongDelivery { kind: h.kind, arrived: "request", want: "answer" });
         }
         if h.kind.is_call() != call {
-            let (arrived, want) = if call {
-                ("call", "one-way message")
-            } else {
-                ("one-way message", "call")
-            };
-            return Err(StreamError::WrongDelivery {
-                kind: h.kind,
-                arrived,
-                want,
-            });
+            let (arrived, want) = if call { ("call", "one-way message") } else { ("one-way message", "call") };
+            return Err(StreamError::WrongDelivery { kind: h.kind, arrived, want });
         }
         let Some(strategy) = self.strategy else {
             if h.kind != Kind::Hello {
@@ -356,10 +340,7 @@ impl Backup {
             _ => true,
         };
         if !allowed {
-            return Err(StreamError::WrongStrategy {
-                kind: h.kind,
-                strategy,
-            });
+            return Err(StreamError::WrongStrategy { kind: h.kind, strategy });
         }
         match h.kind {
             Kind::Epoch => self.epoch(media, strategy, h, payload).map(|()| None),
@@ -368,9 +349,7 @@ impl Backup {
                 media.drain();
                 Ok(None)
             }
-            Kind::Flush | Kind::Dfence | Kind::Sentinel => {
-                self.durability_fence(media, h).map(Some)
-            }
+            Kind::Flush | Kind::Dfence | Kind::Sentinel => self.durability_fence(media, h).map(Some),
             Kind::Commit => self.commit(media, h).map(Some),
             Kind::Abort => self.abort(h).map(|()| None),
             Kind::Hello | Kind::Ack | Kind::Refused => unreachable!("handled above"),
@@ -379,12 +358,7 @@ impl Backup {
 
     /// Checks the primary's heap against this one; the answer carries the
     /// backup's last committed transaction.
-    fn hello(
-        &mut self,
-        media: &impl Media,
-        h: &Header,
-        payload: &[u8],
-    ) -> Result<Answer, StreamError> {
+    fn hello(&mut self, media: &impl Media, h: &Header, payload: &[u8]) -> Result<Answer, StreamError> {
         let hello = Hello::decode(payload)?;
         if h.strategy == Strategy::NoSm {
             return Err(HelloError::NoMirror.into());
@@ -408,19 +382,11 @@ impl Backup {
         }
         let crc = data_crc(media, &g);
         if crc != hello.data_crc {
-            return Err(HelloError::OtherHeap {
-                backup: crc,
-                primary: hello.data_crc,
-            }
-            .into());
+            return Err(HelloError::OtherHeap { backup: crc, primary: hello.data_crc }.into());
         }
         self.strategy = Some(h.strategy);
         self.open = None;
-        Ok(Answer {
-            tx: 0,
-            value: self.last_committed,
-            count: 0,
-        })
+        Ok(Answer { tx: 0, value: self.last_committed, count: 0 })
     }
 
     /// The open transaction for a message of `tx`, opening it if `start`.
@@ -433,21 +399,11 @@ impl Backup {
             }
             Some(_) => {}
             None if tx <= last => {
-                return Err(StreamError::Transaction {
-                    got: tx,
-                    want: format!("past the last committed, {last}"),
-                });
+                return Err(StreamError::Transaction { got: tx, want: format!("past the last committed, {last}") });
             }
             None if start => {
-                let open = Open {
-                    tx,
-                    epochs: 0,
-                    cursor: 0,
-                    flushed: 0,
-                    image: Vec::new(),
-                    writes: Vec::new(),
-                    held: None,
-                };
+                let open =
+                    Open { tx, epochs: 0, cursor: 0, flushed: 0, image: Vec::new(), writes: Vec::new(), held: None };
                 self.open = Some(open);
             }
             None => return Ok(None),
@@ -468,42 +424,23 @@ impl Backup {
         let open = self.open_for(h.tx, true)?.expect("opened");
         let tx = open.tx;
         if h.count != open.epochs {
-            return Err(StreamError::OutOfOrder {
-                tx,
-                want: open.epochs,
-                got: h.count,
-            });
+            return Err(StreamError::OutOfOrder { tx, want: open.epochs, got: h.count });
         }
         let next = open.cursor + open.held.as_ref().map_or(0, |held| held.len() as u64);
         if h.value != next {
-            return Err(StreamError::LogOffset {
-                tx,
-                want: next,
-                got: h.value,
-            });
+            return Err(StreamError::LogOffset { tx, want: next, got: h.value });
         }
         let bytes = record.len() as u64;
         if bytes > geometry.log_bytes - next {
-            return Err(StreamError::LogFull {
-                tx,
-                at: next,
-                bytes,
-                log_bytes: geometry.log_bytes,
-            });
+            return Err(StreamError::LogFull { tx, at: next, bytes, log_bytes: geometry.log_bytes });
         }
         let bad = |reason: String| StreamError::BadRecord { tx, reason };
         let (header, _) = parse_epoch(record, geometry.data_bytes).map_err(bad)?;
         if header.record_bytes != record.len() {
-            return Err(bad(format!(
-                "{} B after the record",
-                record.len() - header.record_bytes
-            )));
+            return Err(bad(format!("{} B after the record", record.len() - header.record_bytes)));
         }
         if header.tx != tx || header.index != h.count {
-            return Err(bad(format!(
-                "the record is transaction {} epoch {}",
-                header.tx, header.index
-            )));
+            return Err(bad(format!("the record is transaction {} epoch {}", header.tx, header.index)));
         }
         open.epochs += 1;
         if faults.reorder_epochs && header.index == 0 {
@@ -521,23 +458,14 @@ impl Backup {
     fn fence(&mut self, h: &Header) -> Result<(), StreamError> {
         let held = self.open_for(h.tx, false)?.map_or(0, |open| open.epochs);
         if h.count != held {
-            return Err(StreamError::Count {
-                tx: h.tx,
-                kind: h.kind,
-                said: h.count.into(),
-                held: held.into(),
-            });
+            return Err(StreamError::Count { tx: h.tx, kind: h.kind, said: h.count.into(), held: held.into() });
         }
         Ok(())
     }
 
     /// Flush (SM-RC), Dfence (SM-OB), Sentinel (SM-DD): every epoch of the
     /// transaction durable, then the answer.
-    fn durability_fence(
-        &mut self,
-        media: &mut impl Media,
-        h: &Header,
-    ) -> Result<Answer, StreamError> {
+    fn durability_fence(&mut self, media: &mut impl Media, h: &Header) -> Result<Answer, StreamError> {
         self.fence(h)?;
         let log_at = self.geometry.log_at();
         let epochs = match self.open.as_mut() {
@@ -553,16 +481,8 @@ impl Backup {
         if !self.faults.fence_before_drain {
             media.drain();
         }
-        let value = if h.kind == Kind::Sentinel {
-            u64::from(epochs)
-        } else {
-            0
-        };
-        Ok(Answer {
-            tx: h.tx,
-            value,
-            count: epochs,
-        })
+        let value = if h.kind == Kind::Sentinel { u64::from(epochs) } else { 0 };
+        Ok(Answer { tx: h.tx, value, count: epochs })
     }
 
     /// The heap's commit, on the backup; the answer once it is durable.
@@ -586,23 +506,14 @@ impl Backup {
             });
         }
         if h.value != open.cursor {
-            return Err(StreamError::Count {
-                tx: open.tx,
-                kind: h.kind,
-                said: h.value,
-                held: open.cursor,
-            });
+            return Err(StreamError::Count { tx: open.tx, kind: h.kind, said: h.value, held: open.cursor });
         }
         let open = self.open.take().expect("checked");
         if open.flushed < open.cursor {
             media.flush(geometry.log_at() + open.flushed, open.cursor - open.flushed);
         }
         media.drain();
-        let record = CommitRecord {
-            tx: open.tx,
-            log_bytes: open.cursor,
-            epochs: open.epochs,
-        };
+        let record = CommitRecord { tx: open.tx, log_bytes: open.cursor, epochs: open.epochs };
         let commit_at = geometry.base + COMMIT_AT;
         if faults.ack_before_durable {
             media.write(commit_at, &encode_commit(&record));
@@ -620,11 +531,7 @@ impl Backup {
             media.drain();
             persist_applied(media, geometry.base, open.tx, Faults::default());
         }
-        Ok(Answer {
-            tx: open.tx,
-            value: open.tx,
-            count: open.epochs,
-        })
+        Ok(Answer { tx: open.tx, value: open.tx, count: open.epochs })
     }
 
     /// The transaction is abandoned: its records stay in the log, unreferenced.
@@ -647,13 +554,7 @@ impl Backup {
 
 /// Stores an accepted record at the open transaction's log cursor, as the
 /// strategy's NIC would, and keeps it for the commit.
-fn store(
-    media: &mut impl Media,
-    strategy: Strategy,
-    geometry: &Geometry,
-    open: &mut Open,
-    record: &[u8],
-) {
+fn store(media: &mut impl Media, strategy: Strategy, geometry: &Geometry, open: &mut Open, record: &[u8]) {
     let at = geometry.log_at() + open.cursor;
     match strategy {
         Strategy::SmRc => media.write(at, record),
@@ -668,12 +569,8 @@ fn store(
         open.flushed = open.cursor + record.len() as u64;
     }
     let base = open.image.len();
-    let (_, writes) =
-        parse_epoch(record, geometry.data_bytes).expect("checked before it was accepted");
-    open.writes.extend(writes.into_iter().map(|w| WriteRef {
-        at: base + w.at,
-        ..w
-    }));
+    let (_, writes) = parse_epoch(record, geometry.data_bytes).expect("checked before it was accepted");
+    open.writes.extend(writes.into_iter().map(|w| WriteRef { at: base + w.at, ..w }));
     open.image.extend_from_slice(record);
     open.cursor += record.len() as u64;
     assert_eq!(open.image.len() as u64, open.cursor);
@@ -711,31 +608,15 @@ mod tests {
         let heap = Heap::create(&mut primary, 0, LOG, DATA).unwrap();
         let mut media = MemMedia::new(Heap::required_size(LOG, DATA) as usize);
         let mut backup = Backup::create(&mut media, 0, LOG, DATA).unwrap();
-        let hello = Hello {
-            log_bytes: LOG,
-            data_bytes: DATA,
-            data_crc: data_crc(&primary, &heap.geometry()),
-        };
+        let hello = Hello { log_bytes: LOG, data_bytes: DATA, data_crc: data_crc(&primary, &heap.geometry()) };
         let (header, payload) = StreamCore::new(strategy).hello(0, &hello);
         let h = decode(&header, &payload).unwrap();
-        assert_eq!(
-            backup
-                .handle(&mut media, &h, &payload, true)
-                .unwrap()
-                .unwrap()
-                .value,
-            0
-        );
+        assert_eq!(backup.handle(&mut media, &h, &payload, true).unwrap().unwrap().value, 0);
         (primary, heap, media, backup)
     }
 
     /// One transaction's messages: (planned, payload), in order.
-    fn messages(
-        strategy: Strategy,
-        heap: &mut Heap,
-        primary: &mut MemMedia,
-        fill: u8,
-    ) -> Vec<(Planned, Vec<u8>)> {
+    fn messages(strategy: Strategy, heap: &mut Heap, primary: &mut MemMedia, fill: u8) -> Vec<(Planned, Vec<u8>)> {
         let mut sink = Recorder::default();
         let mut tx = heap.begin_with(primary, &mut sink);
         tx.write(0, &[fill; 100]).unwrap();
@@ -750,11 +631,7 @@ mod tests {
             let mut plan = Vec::new();
             let mut record = Vec::new();
             match event {
-                SinkEvent::Epoch {
-                    record: r,
-                    log_offset,
-                    ..
-                } => {
+                SinkEvent::Epoch { record: r, log_offset, .. } => {
                     core.epoch(&Epoch::parse(r, *log_offset, DATA).unwrap(), &mut plan);
                     record = r.clone();
                 }
@@ -763,14 +640,7 @@ mod tests {
                 SinkEvent::Abort(tx) => core.abort(*tx, &mut plan),
             }
             for p in plan {
-                out.push((
-                    p,
-                    if p.with_record {
-                        record.clone()
-                    } else {
-                        Vec::new()
-                    },
-                ));
+                out.push((p, if p.with_record { record.clone() } else { Vec::new() }));
             }
         }
         out
@@ -801,12 +671,7 @@ mod tests {
                 let mut answers = 0;
                 for (p, payload) in messages(strategy, &mut heap, &mut primary, fill) {
                     let answer = feed(&mut backup, &mut media, &p, &payload).unwrap();
-                    assert_eq!(
-                        answer.is_some(),
-                        p.kind.is_call(),
-                        "{strategy}: {:?}",
-                        p.kind
-                    );
+                    assert_eq!(answer.is_some(), p.kind.is_call(), "{strategy}: {:?}", p.kind);
                     if let Some(a) = answer {
                         let ack = encode(Kind::Ack, Strategy::NoSm, a.tx, a.value, a.count, &[]);
                         StreamCore::check(&p, &decode(&ack, &[]).unwrap(), &[]).unwrap();
@@ -835,20 +700,13 @@ mod tests {
         let committed = data(&media);
         let msgs = messages(strategy, &mut heap, &mut primary, 9);
         let epoch0 = msgs[0].clone();
-        let refuse = |backup: &mut Backup,
-                      media: &mut MemMedia,
-                      header: [u8; 40],
-                      payload: &[u8],
-                      call: bool| {
+        let refuse = |backup: &mut Backup, media: &mut MemMedia, header: [u8; 40], payload: &[u8], call: bool| {
             let h = match decode(&header, payload) {
                 Ok(h) => h,
                 Err(e) => return StreamError::from(e),
             };
             let err = backup.handle(media, &h, payload, call).unwrap_err();
-            assert!(
-                backup.open.is_none(),
-                "a refusal abandons the open transaction"
-            );
+            assert!(backup.open.is_none(), "a refusal abandons the open transaction");
             err
         };
         let tx = epoch0.0.tx;
@@ -857,59 +715,25 @@ mod tests {
         let e = refuse(&mut backup, &mut media, epoch0.0.header, &flipped, false);
         assert!(matches!(e, StreamError::BadRecord { .. }), "{e}");
         let skip = encode(Kind::Epoch, Strategy::NoSm, tx, 0, 1, &epoch0.1);
-        assert!(matches!(
-            refuse(&mut backup, &mut media, skip, &epoch0.1, false),
-            StreamError::OutOfOrder { .. }
-        ));
+        assert!(matches!(refuse(&mut backup, &mut media, skip, &epoch0.1, false), StreamError::OutOfOrder { .. }));
         let moved = encode(Kind::Epoch, Strategy::NoSm, tx, 8, 0, &epoch0.1);
-        assert!(matches!(
-            refuse(&mut backup, &mut media, moved, &epoch0.1, false),
-            StreamError::LogOffset { .. }
-        ));
+        assert!(matches!(refuse(&mut backup, &mut media, moved, &epoch0.1, false), StreamError::LogOffset { .. }));
         let past = encode(Kind::Epoch, Strategy::NoSm, tx, LOG - 8, 0, &epoch0.1);
-        assert!(matches!(
-            refuse(&mut backup, &mut media, past, &epoch0.1, false),
-            StreamError::LogOffset { .. }
-        ));
+        assert!(matches!(refuse(&mut backup, &mut media, past, &epoch0.1, false), StreamError::LogOffset { .. }));
         let old = encode(Kind::Epoch, Strategy::NoSm, 1, 0, 0, &epoch0.1);
-        assert!(matches!(
-            refuse(&mut backup, &mut media, old, &epoch0.1, false),
-            StreamError::Transaction { .. }
-        ));
+        assert!(matches!(refuse(&mut backup, &mut media, old, &epoch0.1, false), StreamError::Transaction { .. }));
         let marker = encode(Kind::Ofence, Strategy::NoSm, tx, 0, 0, &[]);
-        assert!(matches!(
-            refuse(&mut backup, &mut media, marker, &[], false),
-            StreamError::WrongStrategy { .. }
-        ));
+        assert!(matches!(refuse(&mut backup, &mut media, marker, &[], false), StreamError::WrongStrategy { .. }));
         let sentinel = encode(Kind::Sentinel, Strategy::NoSm, tx, 0, 0, &[]);
-        assert!(matches!(
-            refuse(&mut backup, &mut media, sentinel, &[], false),
-            StreamError::WrongDelivery { .. }
-        ));
+        assert!(matches!(refuse(&mut backup, &mut media, sentinel, &[], false), StreamError::WrongDelivery { .. }));
         let hello = encode(Kind::Hello, Strategy::SmDd, 0, 1, 0, &[0; 24]);
-        assert!(matches!(
-            refuse(&mut backup, &mut media, hello, &[0; 24], true),
-            StreamError::OutOfPlace(Kind::Hello)
-        ));
+        assert!(matches!(refuse(&mut backup, &mut media, hello, &[0; 24], true), StreamError::OutOfPlace(Kind::Hello)));
         feed(&mut backup, &mut media, &epoch0.0, &epoch0.1).unwrap();
-        let commit = encode(
-            Kind::Commit,
-            Strategy::NoSm,
-            tx,
-            epoch0.1.len() as u64,
-            2,
-            &[],
-        );
-        assert!(matches!(
-            refuse(&mut backup, &mut media, commit, &[], true),
-            StreamError::Count { .. }
-        ));
+        let commit = encode(Kind::Commit, Strategy::NoSm, tx, epoch0.1.len() as u64, 2, &[]);
+        assert!(matches!(refuse(&mut backup, &mut media, commit, &[], true), StreamError::Count { .. }));
         let mut header = epoch0.0.header;
         header[9] ^= 1;
-        assert!(matches!(
-            refuse(&mut backup, &mut media, header, &epoch0.1, false),
-            StreamError::Wire(_)
-        ));
+        assert!(matches!(refuse(&mut backup, &mut media, header, &epoch0.1, false), StreamError::Wire(_)));
         assert_eq!(data(&media), committed, "nothing committed changed");
         assert_eq!(backup.last_committed(), tx - 1);
         // The same transaction, sent whole, still commits.
@@ -927,10 +751,7 @@ mod tests {
             let mut backup = Backup::open(&mut media, 0).unwrap().0;
             let (header, payload) = if strategy == Strategy::NoSm {
                 let payload = hello.encode();
-                (
-                    encode(Kind::Hello, Strategy::NoSm, 0, last, 0, &payload),
-                    payload,
-                )
+                (encode(Kind::Hello, Strategy::NoSm, 0, last, 0, &payload), payload)
             } else {
                 StreamCore::new(strategy).hello(last, &hello)
             };
@@ -940,46 +761,12 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         };
-        let good = Hello {
-            log_bytes: LOG,
-            data_bytes: DATA,
-            data_crc: crc,
-        };
-        assert!(matches!(
-            greet(
-                Strategy::SmRc,
-                0,
-                Hello {
-                    log_bytes: 2 * LOG,
-                    ..good
-                }
-            ),
-            HelloError::Geometry { .. }
-        ));
-        assert_eq!(
-            greet(Strategy::SmRc, 3, good),
-            HelloError::Behind {
-                backup: 0,
-                primary: 3
-            }
-        );
-        assert!(matches!(
-            greet(
-                Strategy::SmDd,
-                0,
-                Hello {
-                    data_crc: crc ^ 1,
-                    ..good
-                }
-            ),
-            HelloError::OtherHeap { .. }
-        ));
+        let good = Hello { log_bytes: LOG, data_bytes: DATA, data_crc: crc };
+        assert!(matches!(greet(Strategy::SmRc, 0, Hello { log_bytes: 2 * LOG, ..good }), HelloError::Geometry { .. }));
+        assert_eq!(greet(Strategy::SmRc, 3, good), HelloError::Behind { backup: 0, primary: 3 });
+        assert!(matches!(greet(Strategy::SmDd, 0, Hello { data_crc: crc ^ 1, ..good }), HelloError::OtherHeap { .. }));
         assert_eq!(greet(Strategy::NoSm, 0, good), HelloError::NoMirror);
-        let text = HelloError::OtherHeap {
-            backup: 1,
-            primary: 2,
-        }
-        .to_string();
+        let text = HelloError::OtherHeap { backup: 1, primary: 2 }.to_string();
         assert!(text.contains("another heap"), "{text}");
     }
 }

@@ -57,12 +57,7 @@ enum Promise {
     Committed(usize),
     /// Transaction `tx`'s first `epochs` epochs (`log_bytes` of log) are
     /// durable; `k` transactions had committed.
-    Durable {
-        tx: u64,
-        epochs: u32,
-        log_bytes: u64,
-        k: usize,
-    },
+    Durable { tx: u64, epochs: u32, log_bytes: u64, k: usize },
     /// An abort was handled (ends a `Durable` promise); `k` had committed.
     Forgotten(usize),
 }
@@ -90,25 +85,15 @@ impl Loopback<'_> {
             self.delivered += 1;
             let payload = if planned.with_record { record } else { &[][..] };
             let header = decode(&planned.header, payload)?;
-            let answer =
-                self.backup
-                    .handle(self.media, &header, payload, planned.kind.is_call())?;
+            let answer = self.backup.handle(self.media, &header, payload, planned.kind.is_call())?;
             let promise = match planned.kind {
                 crate::wire::Kind::Commit => {
                     self.commits += 1;
                     Some(Promise::Committed(self.commits))
                 }
-                crate::wire::Kind::Flush
-                | crate::wire::Kind::Dfence
-                | crate::wire::Kind::Sentinel => {
-                    let (tx, epochs, log_bytes, k) =
-                        (planned.tx, planned.count, self.log_end, self.commits);
-                    Some(Promise::Durable {
-                        tx,
-                        epochs,
-                        log_bytes,
-                        k,
-                    })
+                crate::wire::Kind::Flush | crate::wire::Kind::Dfence | crate::wire::Kind::Sentinel => {
+                    let (tx, epochs, log_bytes, k) = (planned.tx, planned.count, self.log_end, self.commits);
+                    Some(Promise::Durable { tx, epochs, log_bytes, k })
                 }
                 crate::wire::Kind::Abort => Some(Promise::Forgotten(self.commits)),
                 _ => None,
@@ -187,28 +172,15 @@ pub fn check_backup(strategy: Strategy, faults: BackupFaults, config: &Config) -
 
 /// The stream cut after `cut` messages: the backup's medium as it stands
 /// and [`CUT_DRAWS`] crash images of it.
-fn check_cut(
-    strategy: Strategy,
-    faults: BackupFaults,
-    cut: usize,
-    rng: &mut StdRng,
-    seed: u64,
-) -> Report {
+fn check_cut(strategy: Strategy, faults: BackupFaults, cut: usize, rng: &mut StdRng, seed: u64) -> Report {
     let mut cut_run = run(strategy, faults, Some(cut));
     cut_run.backup.disconnected(&mut cut_run.media);
     let acked: Vec<usize> = (0..cut_run.promises.len()).collect();
     let mut state = CrashState::new(cut_run.media.initial());
     let mut media = cut_run.media.clone();
     state.fold(&mut media);
-    let mut report = Report {
-        seed,
-        crash_points: 1,
-        ..Report::default()
-    };
-    let mut images = vec![(
-        MemMedia::from_bytes(cut_run.media.current().to_vec()),
-        "as it stands",
-    )];
+    let mut report = Report { seed, crash_points: 1, ..Report::default() };
+    let mut images = vec![(MemMedia::from_bytes(cut_run.media.current().to_vec()), "as it stands")];
     images.extend((0..CUT_DRAWS).map(|_| state.draw(rng)));
     for (n, (image, strategy_name)) in images.into_iter().enumerate() {
         report.images += 1;
@@ -216,12 +188,7 @@ fn check_cut(
             report.failure_count += 1;
             let message = format!("stream cut after {cut} messages: {message}");
             if report.failures.len() < 8 {
-                report.failures.push(Failure {
-                    point: cut,
-                    image: n as u64,
-                    strategy: strategy_name,
-                    message,
-                });
+                report.failures.push(Failure { point: cut, image: n as u64, strategy: strategy_name, message });
             }
         }
     }
@@ -246,25 +213,15 @@ fn run(strategy: Strategy, faults: BackupFaults, cut: Option<usize>) -> Run {
     };
     let (header, payload) = core.hello(0, &hello);
     let h = decode(&header, &payload).expect("a hello decodes");
-    backup
-        .handle(&mut media, &h, &payload, true)
-        .expect("the backup greets its primary");
+    backup.handle(&mut media, &h, &payload, true).expect("the backup greets its primary");
     let mut promises = Vec::new();
-    let mut model = Model {
-        states: vec![vec![0; DATA_BYTES as usize]],
-        ids: vec![0],
-    };
+    let mut model = Model { states: vec![vec![0; DATA_BYTES as usize]], ids: vec![0] };
     let mut rng = SplitMix64::seed_from_u64(0x6261_636b ^ strategy as u64);
     let mut data = model.states[0].clone();
     let mut delivered = 0;
     let mut commits = 0;
     for i in 0..PHASE_ONE_TXS {
-        let shape = Shape {
-            epochs: 1 + rng.next_u32() % 4,
-            abort: i % 6 == 5,
-            dfence: i % 4 == 2,
-            bad: i % 7 == 3,
-        };
+        let shape = Shape { epochs: 1 + rng.next_u32() % 4, abort: i % 6 == 5, dfence: i % 4 == 2, bad: i % 7 == 3 };
         let mut sink = Loopback {
             core: core.clone(),
             backup: &mut backup,
@@ -290,13 +247,7 @@ fn run(strategy: Strategy, faults: BackupFaults, cut: Option<usize>) -> Run {
         delivered += sink.delivered;
         commits = sink.commits;
     }
-    Run {
-        media,
-        backup,
-        promises,
-        model,
-        delivered,
-    }
+    Run { media, backup, promises, model, delivered }
 }
 
 /// Judges one image of the backup's medium after the promises `acked`.
@@ -312,14 +263,9 @@ fn judge(run: &Run, acked: &[usize], mut image: MemMedia) -> Result<(), String> 
         .map_err(|e| format!("promotion failed after {k} promised commits: {e}"))?;
     let heap_data = read_data(&image);
     let candidates = [k, k + 1];
-    let Some(state) = candidates
-        .into_iter()
-        .find(|&s| run.model.states.get(s) == Some(&heap_data))
-    else {
+    let Some(state) = candidates.into_iter().find(|&s| run.model.states.get(s) == Some(&heap_data)) else {
         let diff = first_difference(&heap_data, &run.model.states[k]);
-        return Err(format!(
-            "data is neither the state after {k} promised commits nor the one in flight ({diff})"
-        ));
+        return Err(format!("data is neither the state after {k} promised commits nor the one in flight ({diff})"));
     };
     if backup.last_committed() != run.model.ids[state] {
         return Err(format!(
@@ -328,13 +274,7 @@ fn judge(run: &Run, acked: &[usize], mut image: MemMedia) -> Result<(), String> 
             run.model.ids[state]
         ));
     }
-    if let Some(Promise::Durable {
-        tx,
-        epochs,
-        log_bytes,
-        ..
-    }) = last
-    {
+    if let Some(Promise::Durable { tx, epochs, log_bytes, .. }) = last {
         if state == k {
             check_log(&image, tx, epochs, log_bytes)?;
         }
@@ -353,14 +293,10 @@ fn check_log(media: &MemMedia, tx: u64, epochs: u32, log_bytes: u64) -> Result<(
     media.read(BASE + crate::format::HEADER_BYTES, &mut log);
     let mut at = 0;
     for index in 0..epochs {
-        let (header, _) = parse_epoch(&log[at..], DATA_BYTES).map_err(|e| {
-            format!("transaction {tx} epoch {index}, promised durable, is not: {e}")
-        })?;
+        let (header, _) = parse_epoch(&log[at..], DATA_BYTES)
+            .map_err(|e| format!("transaction {tx} epoch {index}, promised durable, is not: {e}"))?;
         if header.tx != tx || header.index != index {
-            return Err(format!(
-                "promised epoch {tx}.{index} is {}.{} in the log",
-                header.tx, header.index
-            ));
+            return Err(format!("promised epoch {tx}.{index} is {}.{} in the log", header.tx, header.index));
         }
         at += header.record_bytes;
     }
@@ -394,37 +330,16 @@ mod tests {
 
     #[test]
     fn canary_epochs_out_of_order_is_caught() {
-        check(
-            Strategy::SmOb,
-            BackupFaults {
-                reorder_epochs: true,
-                ..BackupFaults::default()
-            },
-        )
-        .assert_caught();
+        check(Strategy::SmOb, BackupFaults { reorder_epochs: true, ..BackupFaults::default() }).assert_caught();
     }
 
     #[test]
     fn canary_dfence_before_drain_is_caught() {
-        check(
-            Strategy::SmDd,
-            BackupFaults {
-                fence_before_drain: true,
-                ..BackupFaults::default()
-            },
-        )
-        .assert_caught();
+        check(Strategy::SmDd, BackupFaults { fence_before_drain: true, ..BackupFaults::default() }).assert_caught();
     }
 
     #[test]
     fn canary_commit_acked_before_durable_is_caught() {
-        check(
-            Strategy::SmRc,
-            BackupFaults {
-                ack_before_durable: true,
-                ..BackupFaults::default()
-            },
-        )
-        .assert_caught();
+        check(Strategy::SmRc, BackupFaults { ack_before_durable: true, ..BackupFaults::default() }).assert_caught();
     }
 }

@@ -54,112 +54,37 @@ pub const PHASE_TWO_RUNS: usize = 10;
 pub fn checks() -> Vec<Check> {
     let check = |name, planted, run| Check { name, planted, run };
     vec![
-        check(
-            "mirror heap: multi-epoch transactions, aborts, bad input",
-            false,
-            |c| check_heap(Faults::default(), c),
-        ),
+        check("mirror heap: multi-epoch transactions, aborts, bad input", false, |c| check_heap(Faults::default(), c)),
         check("planted: mirror commit record before its log", true, |c| {
-            check_heap(
-                Faults {
-                    commit_before_log: true,
-                    ..Faults::default()
-                },
-                c,
-            )
+            check_heap(Faults { commit_before_log: true, ..Faults::default() }, c)
         }),
-        check(
-            "planted: mirror data applied before the commit is durable",
-            true,
-            |c| {
-                check_heap(
-                    Faults {
-                        apply_before_commit: true,
-                        ..Faults::default()
-                    },
-                    c,
-                )
-            },
-        ),
-        check(
-            "planted: mirror recovery replays epochs out of order",
-            true,
-            |c| {
-                check_heap(
-                    Faults {
-                        reverse_replay: true,
-                        ..Faults::default()
-                    },
-                    c,
-                )
-            },
-        ),
+        check("planted: mirror data applied before the commit is durable", true, |c| {
+            check_heap(Faults { apply_before_commit: true, ..Faults::default() }, c)
+        }),
+        check("planted: mirror recovery replays epochs out of order", true, |c| {
+            check_heap(Faults { reverse_replay: true, ..Faults::default() }, c)
+        }),
         check("planted: mirror applied word never flushed", true, |c| {
-            check_heap(
-                Faults {
-                    applied_unflushed: true,
-                    ..Faults::default()
-                },
-                c,
-            )
+            check_heap(Faults { applied_unflushed: true, ..Faults::default() }, c)
         }),
-        check(
-            "mirror backup under SM-RC: any instant, stream cut at any message",
-            false,
-            |c| check_backup(Strategy::SmRc, BackupFaults::default(), c),
-        ),
-        check(
-            "mirror backup under SM-OB: any instant, stream cut at any message",
-            false,
-            |c| check_backup(Strategy::SmOb, BackupFaults::default(), c),
-        ),
-        check(
-            "mirror backup under SM-DD: any instant, stream cut at any message",
-            false,
-            |c| check_backup(Strategy::SmDd, BackupFaults::default(), c),
-        ),
-        check(
-            "planted: mirror backup applies an epoch out of order",
-            true,
-            |c| {
-                check_backup(
-                    Strategy::SmOb,
-                    BackupFaults {
-                        reorder_epochs: true,
-                        ..BackupFaults::default()
-                    },
-                    c,
-                )
-            },
-        ),
-        check(
-            "planted: mirror backup answers a dfence before its drain",
-            true,
-            |c| {
-                check_backup(
-                    Strategy::SmDd,
-                    BackupFaults {
-                        fence_before_drain: true,
-                        ..BackupFaults::default()
-                    },
-                    c,
-                )
-            },
-        ),
-        check(
-            "planted: mirror backup acknowledges a commit before it is durable",
-            true,
-            |c| {
-                check_backup(
-                    Strategy::SmRc,
-                    BackupFaults {
-                        ack_before_durable: true,
-                        ..BackupFaults::default()
-                    },
-                    c,
-                )
-            },
-        ),
+        check("mirror backup under SM-RC: any instant, stream cut at any message", false, |c| {
+            check_backup(Strategy::SmRc, BackupFaults::default(), c)
+        }),
+        check("mirror backup under SM-OB: any instant, stream cut at any message", false, |c| {
+            check_backup(Strategy::SmOb, BackupFaults::default(), c)
+        }),
+        check("mirror backup under SM-DD: any instant, stream cut at any message", false, |c| {
+            check_backup(Strategy::SmDd, BackupFaults::default(), c)
+        }),
+        check("planted: mirror backup applies an epoch out of order", true, |c| {
+            check_backup(Strategy::SmOb, BackupFaults { reorder_epochs: true, ..BackupFaults::default() }, c)
+        }),
+        check("planted: mirror backup answers a dfence before its drain", true, |c| {
+            check_backup(Strategy::SmDd, BackupFaults { fence_before_drain: true, ..BackupFaults::default() }, c)
+        }),
+        check("planted: mirror backup acknowledges a commit before it is durable", true, |c| {
+            check_backup(Strategy::SmRc, BackupFaults { ack_before_durable: true, ..BackupFaults::default() }, c)
+        }),
     ]
 }
 
@@ -180,41 +105,22 @@ impl Model {
     }
 
     /// Judges a recovered heap after `acked` acknowledged steps.
-    fn judge(
-        &self,
-        acked: usize,
-        opened: Result<(Heap, MemMedia), OpenError>,
-    ) -> Result<Recovered, String> {
+    fn judge(&self, acked: usize, opened: Result<(Heap, MemMedia), OpenError>) -> Result<Recovered, String> {
         let (heap, media) = match opened {
             Ok(opened) => opened,
-            Err(OpenError::BadMagic { .. }) if self.create_first && acked == 0 => {
-                return Ok(Recovered::NoHeap)
-            }
-            Err(e) => {
-                return Err(format!(
-                    "recovery failed after {acked} acknowledged steps: {e}"
-                ))
-            }
+            Err(OpenError::BadMagic { .. }) if self.create_first && acked == 0 => return Ok(Recovered::NoHeap),
+            Err(e) => return Err(format!("recovery failed after {acked} acknowledged steps: {e}")),
         };
         let mut data = vec![0u8; DATA_BYTES as usize];
-        heap.read(&media, 0, &mut data)
-            .expect("the whole data area");
+        heap.read(&media, 0, &mut data).expect("the whole data area");
         let candidates = [acked, acked + 1];
-        let matched = candidates
-            .into_iter()
-            .find(|&k| self.states.get(k) == Some(&data));
+        let matched = candidates.into_iter().find(|&k| self.states.get(k) == Some(&data));
         let Some(k) = matched else {
             let diff = first_difference(&data, &self.states[acked]);
-            return Err(format!(
-                "data area is neither the state after {acked} steps nor the one in flight ({diff})"
-            ));
+            return Err(format!("data area is neither the state after {acked} steps nor the one in flight ({diff})"));
         };
         if heap.last_committed() != self.ids[k] {
-            return Err(format!(
-                "last committed {} after state {k}, want {}",
-                heap.last_committed(),
-                self.ids[k]
-            ));
+            return Err(format!("last committed {} after state {k}, want {}", heap.last_committed(), self.ids[k]));
         }
         Ok(Recovered::Heap)
     }
@@ -230,10 +136,7 @@ enum Recovered {
 
 pub(crate) fn first_difference(got: &[u8], want: &[u8]) -> String {
     match got.iter().zip(want).position(|(a, b)| a != b) {
-        Some(i) => format!(
-            "first difference at byte {i}: {} vs acknowledged {}",
-            got[i], want[i]
-        ),
+        Some(i) => format!("first difference at byte {i}: {} vs acknowledged {}", got[i], want[i]),
         None => "same bytes".to_string(),
     }
 }
@@ -247,33 +150,17 @@ pub fn check_heap(faults: Faults, config: &Config) -> Report {
     let mut heap = Heap::create(&mut media, BASE, LOG_BYTES, DATA_BYTES).expect("create");
     heap.set_faults(faults);
     media.mark(0);
-    let mut model = Model {
-        states: vec![vec![0xee; DATA_BYTES as usize]],
-        ids: vec![old_id],
-        create_first: true,
-    };
+    let mut model = Model { states: vec![vec![0xee; DATA_BYTES as usize]], ids: vec![old_id], create_first: true };
     model.push(vec![0; DATA_BYTES as usize], 0);
     drive(&mut media, &mut heap, &mut model, PHASE_ONE_TXS, 1);
     let (mut report, seeds) = explore_model(&media, &model, faults, config, true);
     for (run, image) in seeds.into_iter().enumerate() {
         let mut media = TracedMedia::from_image(image);
-        let (mut heap, _) =
-            Heap::open_with_faults(&mut media, BASE, faults).expect("the image passed phase one");
+        let (mut heap, _) = Heap::open_with_faults(&mut media, BASE, faults).expect("the image passed phase one");
         let mut data = vec![0u8; DATA_BYTES as usize];
-        heap.read(&media, 0, &mut data)
-            .expect("the whole data area");
-        let mut model = Model {
-            states: vec![data],
-            ids: vec![heap.last_committed()],
-            create_first: false,
-        };
-        drive(
-            &mut media,
-            &mut heap,
-            &mut model,
-            PHASE_TWO_TXS,
-            2 + run as u64,
-        );
+        heap.read(&media, 0, &mut data).expect("the whole data area");
+        let mut model = Model { states: vec![data], ids: vec![heap.last_committed()], create_first: false };
+        drive(&mut media, &mut heap, &mut model, PHASE_TWO_TXS, 2 + run as u64);
         report.merge(explore_model(&media, &model, faults, config, false).0);
     }
     report
@@ -308,9 +195,7 @@ fn explore_model(
         let acked = image.acked.len();
         let before = keep_seeds.then(|| image.media.bytes().to_vec());
         let mut recovered = image.media.clone();
-        let opened = catch_unwind(AssertUnwindSafe(|| {
-            Heap::open_with_faults(&mut recovered, BASE, faults)
-        }));
+        let opened = catch_unwind(AssertUnwindSafe(|| Heap::open_with_faults(&mut recovered, BASE, faults)));
         let opened = opened.map_err(|_| "recovery panicked".to_string())?;
         let replay = opened.as_ref().is_ok_and(|(_, r)| r.replayed.is_some());
         let verdict = model.judge(acked, opened.map(|(heap, _)| (heap, recovered)))?;
@@ -331,12 +216,7 @@ fn explore_model(
 fn spread(items: Vec<(usize, Vec<u8>)>, count: usize) -> Vec<Vec<u8>> {
     let (found, count) = (items.len(), count.min(items.len()));
     let chosen: Vec<usize> = (0..count).map(|i| i * found / count).collect();
-    items
-        .into_iter()
-        .enumerate()
-        .filter(|(i, _)| chosen.contains(i))
-        .map(|(_, (_, image))| image)
-        .collect()
+    items.into_iter().enumerate().filter(|(i, _)| chosen.contains(i)).map(|(_, (_, image))| image).collect()
 }
 
 /// Runs `txs` transactions (their shapes drawn from `salt`), marking each
@@ -345,12 +225,7 @@ fn drive(media: &mut TracedMedia, heap: &mut Heap, model: &mut Model, txs: usize
     let mut rng = SplitMix64::seed_from_u64(0x6d69_7272_6f72 ^ salt);
     let mut data = model.states.last().expect("a first state").clone();
     for i in 0..txs {
-        let shape = Shape {
-            epochs: 1 + rng.next_u32() % 4,
-            abort: i % 6 == 5,
-            dfence: i % 4 == 2,
-            bad: i % 7 == 3,
-        };
+        let shape = Shape { epochs: 1 + rng.next_u32() % 4, abort: i % 6 == 5, dfence: i % 4 == 2, bad: i % 7 == 3 };
         let mut tx = heap.begin(media);
         let mut pending = data.clone();
         run_tx(&mut tx, &mut rng, &mut pending, shape, i);
@@ -394,9 +269,7 @@ pub(crate) fn run_tx<M: Media, S: crate::EpochSink>(
             };
             let bytes: Vec<u8> = (0..offset.1).map(|_| rng.next_u32() as u8).collect();
             match tx.write(offset.0, &bytes) {
-                Ok(()) => {
-                    data[offset.0 as usize..offset.0 as usize + bytes.len()].copy_from_slice(&bytes)
-                }
+                Ok(()) => data[offset.0 as usize..offset.0 as usize + bytes.len()].copy_from_slice(&bytes),
                 Err(TxError::LogFull { .. }) => continue,
                 Err(e) => panic!("write: {e}"),
             }
@@ -405,13 +278,9 @@ pub(crate) fn run_tx<M: Media, S: crate::EpochSink>(
             }
         }
         if shape.bad && epoch == 0 {
-            let err = tx
-                .write(DATA_BYTES - 4, &[1; 8])
-                .expect_err("past the data area");
+            let err = tx.write(DATA_BYTES - 4, &[1; 8]).expect_err("past the data area");
             assert!(matches!(err, TxError::OutOfBounds(_)), "{err}");
-            let err = tx
-                .write(0, &[2; LOG_BYTES as usize + 76])
-                .expect_err("larger than the log");
+            let err = tx.write(0, &[2; LOG_BYTES as usize + 76]).expect_err("larger than the log");
             assert!(matches!(err, TxError::LogFull { .. }), "{err}");
         }
         if shape.dfence && epoch == 0 {
@@ -440,50 +309,22 @@ mod tests {
 
     #[test]
     fn canary_commit_before_log_is_caught() {
-        check_heap(
-            Faults {
-                commit_before_log: true,
-                ..Faults::default()
-            },
-            &config(),
-        )
-        .assert_caught();
+        check_heap(Faults { commit_before_log: true, ..Faults::default() }, &config()).assert_caught();
     }
 
     #[test]
     fn canary_apply_before_commit_is_caught() {
-        check_heap(
-            Faults {
-                apply_before_commit: true,
-                ..Faults::default()
-            },
-            &config(),
-        )
-        .assert_caught();
+        check_heap(Faults { apply_before_commit: true, ..Faults::default() }, &config()).assert_caught();
     }
 
     #[test]
     fn canary_reverse_replay_is_caught() {
-        check_heap(
-            Faults {
-                reverse_replay: true,
-                ..Faults::default()
-            },
-            &config(),
-        )
-        .assert_caught();
+        check_heap(Faults { reverse_replay: true, ..Faults::default() }, &config()).assert_caught();
     }
 
     #[test]
     fn canary_unflushed_applied_word_is_caught() {
-        check_heap(
-            Faults {
-                applied_unflushed: true,
-                ..Faults::default()
-            },
-            &config(),
-        )
-        .assert_caught();
+        check_heap(Faults { applied_unflushed: true, ..Faults::default() }, &config()).assert_caught();
     }
 
     #[test]

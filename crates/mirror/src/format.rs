@@ -63,27 +63,19 @@ impl Geometry {
         if !self.base.is_multiple_of(ALIGN) {
             return Err(format!("base {} is not a multiple of {ALIGN}", self.base));
         }
-        if self.log_bytes < ALIGN
-            || self.log_bytes > MAX_LOG_BYTES
-            || !self.log_bytes.is_multiple_of(ALIGN)
-        {
+        if self.log_bytes < ALIGN || self.log_bytes > MAX_LOG_BYTES || !self.log_bytes.is_multiple_of(ALIGN) {
             return Err(format!(
                 "log of {} B: want a multiple of {ALIGN} in [{ALIGN}, {MAX_LOG_BYTES}]",
                 self.log_bytes
             ));
         }
-        if self.data_bytes < ALIGN
-            || self.data_bytes > MAX_DATA_BYTES
-            || !self.data_bytes.is_multiple_of(ALIGN)
-        {
+        if self.data_bytes < ALIGN || self.data_bytes > MAX_DATA_BYTES || !self.data_bytes.is_multiple_of(ALIGN) {
             return Err(format!(
                 "data area of {} B: want a multiple of {ALIGN} in [{ALIGN}, {MAX_DATA_BYTES}]",
                 self.data_bytes
             ));
         }
-        self.end()
-            .map(|_| ())
-            .ok_or_else(|| "heap does not fit a 64-bit medium".to_string())
+        self.end().map(|_| ()).ok_or_else(|| "heap does not fit a 64-bit medium".to_string())
     }
 
     /// Bytes of medium the heap needs from its base.
@@ -93,10 +85,7 @@ impl Geometry {
 
     /// One past the heap's last byte, if it fits in a `u64`.
     pub fn end(&self) -> Option<u64> {
-        self.base
-            .checked_add(HEADER_BYTES)?
-            .checked_add(self.log_bytes)?
-            .checked_add(self.data_bytes)
+        self.base.checked_add(HEADER_BYTES)?.checked_add(self.log_bytes)?.checked_add(self.data_bytes)
     }
 
     /// Medium offset of the log.
@@ -146,11 +135,7 @@ pub fn decode_super(line: &[u8; SUPER_BYTES], base: u64) -> Result<Geometry, Sup
     if version != FORMAT_VERSION || get_u32(line, 12) != HEADER_BYTES as u32 {
         return Err(SuperError::Version(version));
     }
-    Ok(Geometry {
-        base,
-        log_bytes: get_u64(line, 16),
-        data_bytes: get_u64(line, 24),
-    })
+    Ok(Geometry { base, log_bytes: get_u64(line, 16), data_bytes: get_u64(line, 24) })
 }
 
 /// The durable statement that transaction `tx` committed, and where its
@@ -182,11 +167,7 @@ pub fn decode_commit(bytes: &[u8; COMMIT_BYTES]) -> Option<CommitRecord> {
     if crc32c_append(0, &bytes[..28]) != get_u32(bytes, 28) {
         return None;
     }
-    let record = CommitRecord {
-        tx: get_u64(bytes, 0),
-        log_bytes: get_u64(bytes, 8),
-        epochs: get_u32(bytes, 16),
-    };
+    let record = CommitRecord { tx: get_u64(bytes, 0), log_bytes: get_u64(bytes, 8), epochs: get_u32(bytes, 16) };
     (record.tx != 0).then_some(record)
 }
 
@@ -218,10 +199,7 @@ pub fn seal_epoch(record: &mut [u8], tx: u64, index: u32, writes: u32) {
     put_u32(record, 8, index);
     put_u32(record, 12, writes);
     put_u32(record, 16, body);
-    let crc = crc32c_append(
-        crc32c_append(0, &record[..20]),
-        &record[EPOCH_HEADER_BYTES..],
-    );
+    let crc = crc32c_append(crc32c_append(0, &record[..20]), &record[EPOCH_HEADER_BYTES..]);
     put_u32(record, 20, crc);
 }
 
@@ -256,30 +234,17 @@ pub struct EpochHeader {
 /// each entry inside the body and inside the data area.
 pub fn parse_epoch(bytes: &[u8], data_bytes: u64) -> Result<(EpochHeader, Vec<WriteRef>), String> {
     if bytes.len() < EPOCH_HEADER_BYTES {
-        return Err(format!(
-            "{} B left: no room for an epoch header",
-            bytes.len()
-        ));
+        return Err(format!("{} B left: no room for an epoch header", bytes.len()));
     }
     let body = get_u32(bytes, 16) as usize;
-    let record_bytes = EPOCH_HEADER_BYTES
-        .checked_add(body)
-        .filter(|&n| n <= bytes.len());
-    let record_bytes = record_bytes
-        .ok_or_else(|| format!("epoch body of {body} B runs past the committed log"))?;
-    let crc = crc32c_append(
-        crc32c_append(0, &bytes[..20]),
-        &bytes[EPOCH_HEADER_BYTES..record_bytes],
-    );
+    let record_bytes = EPOCH_HEADER_BYTES.checked_add(body).filter(|&n| n <= bytes.len());
+    let record_bytes = record_bytes.ok_or_else(|| format!("epoch body of {body} B runs past the committed log"))?;
+    let crc = crc32c_append(crc32c_append(0, &bytes[..20]), &bytes[EPOCH_HEADER_BYTES..record_bytes]);
     if crc != get_u32(bytes, 20) {
         return Err("epoch checksum mismatch".to_string());
     }
-    let header = EpochHeader {
-        tx: get_u64(bytes, 0),
-        index: get_u32(bytes, 8),
-        writes: get_u32(bytes, 12),
-        record_bytes,
-    };
+    let header =
+        EpochHeader { tx: get_u64(bytes, 0), index: get_u32(bytes, 8), writes: get_u32(bytes, 12), record_bytes };
     let mut writes = Vec::new();
     let mut at = EPOCH_HEADER_BYTES;
     while at < record_bytes {
@@ -288,11 +253,7 @@ pub fn parse_epoch(bytes: &[u8], data_bytes: u64) -> Result<(EpochHeader, Vec<Wr
         writes.push(entry);
     }
     if writes.len() != header.writes as usize {
-        return Err(format!(
-            "epoch says {} writes, holds {}",
-            header.writes,
-            writes.len()
-        ));
+        return Err(format!("epoch says {} writes, holds {}", header.writes, writes.len()));
     }
     Ok((header, writes))
 }
@@ -307,23 +268,12 @@ fn parse_write(record: &[u8], at: usize, data_bytes: u64) -> Result<WriteRef, St
     let start = at + WRITE_HEADER_BYTES;
     let padded = len.div_ceil(8) * 8;
     if padded > record.len() - start {
-        return Err(format!(
-            "write of {len} B at entry {at} runs past its epoch"
-        ));
+        return Err(format!("write of {len} B at entry {at} runs past its epoch"));
     }
-    if offset
-        .checked_add(len as u64)
-        .is_none_or(|end| end > data_bytes)
-    {
-        return Err(format!(
-            "write [{offset}, +{len}) outside the data area of {data_bytes} B"
-        ));
+    if offset.checked_add(len as u64).is_none_or(|end| end > data_bytes) {
+        return Err(format!("write [{offset}, +{len}) outside the data area of {data_bytes} B"));
     }
-    Ok(WriteRef {
-        offset,
-        at: start,
-        len,
-    })
+    Ok(WriteRef { offset, at: start, len })
 }
 
 #[cfg(test)]
@@ -345,10 +295,7 @@ mod tests {
         let buf = record(7, 2, &[(0, b"abc"), (100, &[9; 16]), (40, b"")]);
         assert_eq!(buf.len(), 24 + 16 + 8 + 16 + 16 + 16);
         let (header, writes) = parse_epoch(&buf, 256).unwrap();
-        assert_eq!(
-            (header.tx, header.index, header.writes, header.record_bytes),
-            (7, 2, 3, buf.len())
-        );
+        assert_eq!((header.tx, header.index, header.writes, header.record_bytes), (7, 2, 3, buf.len()));
         assert_eq!(&buf[writes[0].at..writes[0].at + writes[0].len], b"abc");
         assert_eq!(writes[1].offset, 100);
         assert_eq!(writes[2].len, 0);
@@ -362,10 +309,7 @@ mod tests {
             bad[i] ^= 0x40;
             assert!(parse_epoch(&bad, 256).is_err(), "flip at {i} accepted");
         }
-        assert!(
-            parse_epoch(&buf[..buf.len() - 8], 256).is_err(),
-            "cut record accepted"
-        );
+        assert!(parse_epoch(&buf[..buf.len() - 8], 256).is_err(), "cut record accepted");
     }
 
     #[test]
@@ -383,9 +327,7 @@ mod tests {
             let len = (state % 200) as usize;
             let bytes: Vec<u8> = (0..len)
                 .map(|_| {
-                    state = state
-                        .wrapping_mul(6364136223846793005)
-                        .wrapping_add(1442695040888963407);
+                    state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                     (state >> 56) as u8
                 })
                 .collect();
@@ -395,40 +337,23 @@ mod tests {
 
     #[test]
     fn commit_record_round_trips_and_rejects_torn() {
-        let rec = CommitRecord {
-            tx: 9,
-            log_bytes: 640,
-            epochs: 3,
-        };
+        let rec = CommitRecord { tx: 9, log_bytes: 640, epochs: 3 };
         let bytes = encode_commit(&rec);
         assert_eq!(decode_commit(&bytes), Some(rec));
         let mut torn = bytes;
-        torn[8..16].copy_from_slice(
-            &encode_commit(&CommitRecord {
-                tx: 9,
-                log_bytes: 1,
-                epochs: 3,
-            })[8..16],
-        );
+        torn[8..16].copy_from_slice(&encode_commit(&CommitRecord { tx: 9, log_bytes: 1, epochs: 3 })[8..16]);
         assert_eq!(decode_commit(&torn), None);
         assert_eq!(decode_commit(&[0; COMMIT_BYTES]), None);
     }
 
     #[test]
     fn superblock_round_trips() {
-        let geometry = Geometry {
-            base: 512,
-            log_bytes: 4096,
-            data_bytes: 8192,
-        };
+        let geometry = Geometry { base: 512, log_bytes: 4096, data_bytes: 8192 };
         let line = encode_super(&geometry);
         assert_eq!(decode_super(&line, 512), Ok(geometry));
         let mut bad = line;
         bad[20] ^= 1;
         assert_eq!(decode_super(&bad, 512), Err(SuperError::Checksum));
-        assert_eq!(
-            decode_super(&[0; SUPER_BYTES], 0),
-            Err(SuperError::BadMagic)
-        );
+        assert_eq!(decode_super(&[0; SUPER_BYTES], 0), Err(SuperError::BadMagic));
     }
 }

@@ -23,9 +23,9 @@
 use pmem::Media;
 
 use crate::format::{
-    begin_epoch, decode_commit, decode_super, encode_commit, encode_super, parse_epoch, push_write,
-    seal_epoch, write_entry_bytes, CommitRecord, EpochHeader, Geometry, SuperError, WriteRef,
-    APPLIED_AT, COMMIT_AT, COMMIT_BYTES, EPOCH_HEADER_BYTES, SUPER_AT, SUPER_BYTES,
+    begin_epoch, decode_commit, decode_super, encode_commit, encode_super, parse_epoch, push_write, seal_epoch,
+    write_entry_bytes, CommitRecord, EpochHeader, Geometry, SuperError, WriteRef, APPLIED_AT, COMMIT_AT, COMMIT_BYTES,
+    EPOCH_HEADER_BYTES, SUPER_AT, SUPER_BYTES,
 };
 use crate::sink::{Committed, Epoch, EpochSink, NoMirror, SinkError};
 
@@ -163,34 +163,17 @@ impl Heap {
     /// Bytes of medium a heap of `log_bytes` of log and `data_bytes` of data
     /// needs from its base.
     pub fn required_size(log_bytes: u64, data_bytes: u64) -> u64 {
-        Geometry {
-            base: 0,
-            log_bytes,
-            data_bytes,
-        }
-        .required_size()
+        Geometry { base: 0, log_bytes, data_bytes }.required_size()
     }
 
     /// Formats a heap at `base` of `media`: the data area zeroed, no
     /// transaction. A crash during `create` leaves no heap (`BadMagic`).
-    pub fn create(
-        media: &mut impl Media,
-        base: u64,
-        log_bytes: u64,
-        data_bytes: u64,
-    ) -> Result<Heap, CreateError> {
-        let geometry = Geometry {
-            base,
-            log_bytes,
-            data_bytes,
-        };
+    pub fn create(media: &mut impl Media, base: u64, log_bytes: u64, data_bytes: u64) -> Result<Heap, CreateError> {
+        let geometry = Geometry { base, log_bytes, data_bytes };
         geometry.validate().map_err(CreateError::BadGeometry)?;
         let need = geometry.end().expect("validated");
         if need > media.len() {
-            return Err(CreateError::MediaTooSmall {
-                need,
-                have: media.len(),
-            });
+            return Err(CreateError::MediaTooSmall { need, have: media.len() });
         }
         media.persist_u64(base + SUPER_AT, 0);
         media.memset_nodrain(geometry.data_at(), 0, data_bytes);
@@ -210,35 +193,22 @@ impl Heap {
 
     /// [`open`](Heap::open) with planted bugs.
     #[doc(hidden)]
-    pub fn open_with_faults(
-        media: &mut impl Media,
-        base: u64,
-        faults: Faults,
-    ) -> Result<(Heap, Recovery), OpenError> {
+    pub fn open_with_faults(media: &mut impl Media, base: u64, faults: Faults) -> Result<(Heap, Recovery), OpenError> {
         let geometry = read_geometry(media, base)?;
         let mut commit_bytes = [0u8; COMMIT_BYTES];
         media.read(base + COMMIT_AT, &mut commit_bytes);
         let applied = media.read_u64(base + APPLIED_AT);
-        let mut recovery = Recovery {
-            last_committed: applied,
-            replayed: None,
-        };
+        let mut recovery = Recovery { last_committed: applied, replayed: None };
         match decode_commit(&commit_bytes) {
             Some(commit) if commit.tx > applied => {
                 let image = read_committed_log(media, &geometry, &commit)?;
                 replay(media, &geometry, &image, faults);
                 persist_applied(media, base, commit.tx, faults);
-                recovery = Recovery {
-                    last_committed: commit.tx,
-                    replayed: Some(commit.tx),
-                };
+                recovery = Recovery { last_committed: commit.tx, replayed: Some(commit.tx) };
             }
             Some(commit) if commit.tx < applied => {
                 let reason = format!("applied word {applied} is past the commit record");
-                return Err(OpenError::Corrupt {
-                    tx: commit.tx,
-                    reason,
-                });
+                return Err(OpenError::Corrupt { tx: commit.tx, reason });
             }
             _ => {}
         }
@@ -297,25 +267,12 @@ impl Heap {
     }
 
     /// Begins a transaction whose epochs go to `sink` (a mirror).
-    pub fn begin_with<'a, M: Media, S: EpochSink>(
-        &'a mut self,
-        media: &'a mut M,
-        sink: S,
-    ) -> Tx<'a, M, S> {
+    pub fn begin_with<'a, M: Media, S: EpochSink>(&'a mut self, media: &'a mut M, sink: S) -> Tx<'a, M, S> {
         self.image.clear();
         self.writes.clear();
         let tx = self.next_tx;
         self.next_tx += 1;
-        Tx {
-            heap: self,
-            media,
-            sink,
-            tx,
-            epoch_start: None,
-            epoch_writes: 0,
-            epochs: 0,
-            done: false,
-        }
+        Tx { heap: self, media, sink, tx, epoch_start: None, epoch_writes: 0, epochs: 0, done: false }
     }
 
     /// The medium offset of data-area `[offset, offset + len)`, if it fits.
@@ -323,11 +280,7 @@ impl Heap {
         let data_bytes = self.geometry.data_bytes;
         match offset.checked_add(len) {
             Some(end) if end <= data_bytes => Ok(self.geometry.data_at() + offset),
-            _ => Err(OutOfBounds {
-                offset,
-                len,
-                data_bytes,
-            }),
+            _ => Err(OutOfBounds { offset, len, data_bytes }),
         }
     }
 }
@@ -336,10 +289,7 @@ impl Heap {
 fn read_geometry(media: &impl Media, base: u64) -> Result<Geometry, OpenError> {
     let header_end = base.saturating_add(crate::format::HEADER_BYTES);
     if header_end > media.len() {
-        return Err(OpenError::MediaTooSmall {
-            need: header_end,
-            have: media.len(),
-        });
+        return Err(OpenError::MediaTooSmall { need: header_end, have: media.len() });
     }
     let mut line = [0u8; SUPER_BYTES];
     media.read(base + SUPER_AT, &mut line);
@@ -351,10 +301,7 @@ fn read_geometry(media: &impl Media, base: u64) -> Result<Geometry, OpenError> {
     geometry.validate().map_err(OpenError::BadGeometry)?;
     let need = geometry.end().expect("validated");
     if need > media.len() {
-        return Err(OpenError::MediaTooSmall {
-            need,
-            have: media.len(),
-        });
+        return Err(OpenError::MediaTooSmall { need, have: media.len() });
     }
     Ok(geometry)
 }
@@ -363,32 +310,19 @@ fn read_geometry(media: &impl Media, base: u64) -> Result<Geometry, OpenError> {
 /// anything is applied: each epoch's CRC, its transaction and index, its
 /// writes inside the data area, and that the records fill exactly the
 /// bytes the commit record names.
-fn read_committed_log(
-    media: &impl Media,
-    geometry: &Geometry,
-    commit: &CommitRecord,
-) -> Result<Vec<u8>, OpenError> {
-    let corrupt = |reason: String| OpenError::Corrupt {
-        tx: commit.tx,
-        reason,
-    };
+fn read_committed_log(media: &impl Media, geometry: &Geometry, commit: &CommitRecord) -> Result<Vec<u8>, OpenError> {
+    let corrupt = |reason: String| OpenError::Corrupt { tx: commit.tx, reason };
     if commit.log_bytes > geometry.log_bytes {
-        return Err(corrupt(format!(
-            "{} B of log named, the log holds {}",
-            commit.log_bytes, geometry.log_bytes
-        )));
+        return Err(corrupt(format!("{} B of log named, the log holds {}", commit.log_bytes, geometry.log_bytes)));
     }
     let mut image = vec![0u8; commit.log_bytes as usize];
     media.read(geometry.log_at(), &mut image);
     let mut at = 0;
     for index in 0..commit.epochs {
-        let (header, _) = parse_epoch(&image[at..], geometry.data_bytes)
-            .map_err(|e| corrupt(format!("epoch {index}: {e}")))?;
+        let (header, _) =
+            parse_epoch(&image[at..], geometry.data_bytes).map_err(|e| corrupt(format!("epoch {index}: {e}")))?;
         if header.tx != commit.tx || header.index != index {
-            return Err(corrupt(format!(
-                "epoch {index} is tx {} epoch {}",
-                header.tx, header.index
-            )));
+            return Err(corrupt(format!("epoch {index} is tx {} epoch {}", header.tx, header.index)));
         }
         at += header.record_bytes;
     }
@@ -408,8 +342,7 @@ fn replay(media: &mut impl Media, geometry: &Geometry, image: &[u8], faults: Fau
     let mut epochs = Vec::new();
     let mut at = 0;
     while at < image.len() {
-        let (header, writes) =
-            parse_epoch(&image[at..], geometry.data_bytes).expect("validated before replay");
+        let (header, writes) = parse_epoch(&image[at..], geometry.data_bytes).expect("validated before replay");
         epochs.push((at, writes));
         at += header.record_bytes;
     }
@@ -418,10 +351,7 @@ fn replay(media: &mut impl Media, geometry: &Geometry, image: &[u8], faults: Fau
     }
     for (start, writes) in &epochs {
         for w in writes {
-            media.memcpy_nodrain(
-                geometry.data_at() + w.offset,
-                &image[start + w.at..start + w.at + w.len],
-            );
+            media.memcpy_nodrain(geometry.data_at() + w.offset, &image[start + w.at..start + w.at + w.len]);
         }
     }
     media.drain();
@@ -472,29 +402,17 @@ impl<M: Media, S: EpochSink> Tx<'_, M, S> {
         }
         let capacity = self.heap.geometry.log_bytes;
         let free = capacity - self.heap.image.len() as u64;
-        let opening = if self.epoch_start.is_none() {
-            EPOCH_HEADER_BYTES as u64
-        } else {
-            0
-        };
+        let opening = if self.epoch_start.is_none() { EPOCH_HEADER_BYTES as u64 } else { 0 };
         let needed = write_entry_bytes(bytes.len() as u64).map(|n| n + opening);
         if needed.is_none_or(|n| n > free) {
-            return Err(TxError::LogFull {
-                needed: needed.unwrap_or(u64::MAX),
-                free,
-                capacity,
-            });
+            return Err(TxError::LogFull { needed: needed.unwrap_or(u64::MAX), free, capacity });
         }
         if self.epoch_start.is_none() {
             self.epoch_start = Some(self.heap.image.len());
             begin_epoch(&mut self.heap.image);
         }
         let at = push_write(&mut self.heap.image, offset, bytes);
-        self.heap.writes.push(WriteRef {
-            offset,
-            at,
-            len: bytes.len(),
-        });
+        self.heap.writes.push(WriteRef { offset, at, len: bytes.len() });
         self.epoch_writes += 1;
         Ok(())
     }
@@ -617,12 +535,7 @@ impl<M: Media, S: EpochSink> Tx<'_, M, S> {
         seal_epoch(record, self.tx, index, self.epoch_writes);
         let log_at = self.heap.geometry.log_at();
         self.media.memcpy_nodrain(log_at + start as u64, record);
-        let header = EpochHeader {
-            tx: self.tx,
-            index,
-            writes: self.epoch_writes,
-            record_bytes: record.len(),
-        };
+        let header = EpochHeader { tx: self.tx, index, writes: self.epoch_writes, record_bytes: record.len() };
         self.epoch_writes = 0;
         let epoch = Epoch::sealed(header, start as u64, record);
         self.sink.epoch(&epoch).map_err(TxError::Sink)
@@ -630,21 +543,15 @@ impl<M: Media, S: EpochSink> Tx<'_, M, S> {
 
     /// Persists the commit record: the commit point.
     fn persist_commit(&mut self, committed: &Committed) {
-        let record = CommitRecord {
-            tx: committed.tx,
-            log_bytes: committed.log_bytes,
-            epochs: committed.epochs,
-        };
-        self.media
-            .memcpy_persist(self.heap.geometry.base + COMMIT_AT, &encode_commit(&record));
+        let record = CommitRecord { tx: committed.tx, log_bytes: committed.log_bytes, epochs: committed.epochs };
+        self.media.memcpy_persist(self.heap.geometry.base + COMMIT_AT, &encode_commit(&record));
     }
 
     /// Copies every write into the data area, in order (no drain).
     fn apply(&mut self) {
         let data_at = self.heap.geometry.data_at();
         for w in &self.heap.writes {
-            self.media
-                .memcpy_nodrain(data_at + w.offset, &self.heap.image[w.at..w.at + w.len]);
+            self.media.memcpy_nodrain(data_at + w.offset, &self.heap.image[w.at..w.at + w.len]);
         }
     }
 }
@@ -688,10 +595,7 @@ mod tests {
         tx.ofence().unwrap();
         tx.write(1000, &[7u8; 3000]).unwrap();
         let committed = tx.commit().unwrap();
-        assert_eq!(
-            (committed.tx, committed.epochs, committed.writes),
-            (1, 2, 2)
-        );
+        assert_eq!((committed.tx, committed.epochs, committed.writes), (1, 2, 2));
         let mut tx = heap.begin(&mut media);
         tx.write(10, b"LOST!").unwrap();
         tx.ofence().unwrap();
@@ -706,13 +610,7 @@ mod tests {
         assert_eq!(before[1000..4000], [7u8; 3000]);
         assert_eq!(before[0], 0);
         let (heap, recovery) = Heap::open(&mut media, 0).unwrap();
-        assert_eq!(
-            recovery,
-            Recovery {
-                last_committed: 1,
-                replayed: None
-            }
-        );
+        assert_eq!(recovery, Recovery { last_committed: 1, replayed: None });
         assert_eq!(data(&heap, &media), before);
     }
 
@@ -729,11 +627,7 @@ mod tests {
         let mut seen = [0u8; 8];
         tx.read(0, &mut seen).unwrap();
         assert_eq!(&seen, b"aabbccaa");
-        assert_eq!(
-            tx.commit().unwrap().epochs,
-            2,
-            "an empty epoch is not logged"
-        );
+        assert_eq!(tx.commit().unwrap().epochs, 2, "an empty epoch is not logged");
         let mut buf = [0u8; 8];
         heap.read(&media, 0, &mut buf).unwrap();
         assert_eq!(&buf, b"aabbccaa");
@@ -747,22 +641,10 @@ mod tests {
         let used = tx.log_used();
         for (offset, len) in [(DATA - 3, 4), (DATA, 1), (u64::MAX, 2), (u64::MAX - 1, 4)] {
             let err = tx.write(offset, &vec![1; len]).unwrap_err();
-            assert!(
-                matches!(
-                    err,
-                    TxError::OutOfBounds(OutOfBounds {
-                        data_bytes: DATA,
-                        ..
-                    })
-                ),
-                "{err}"
-            );
+            assert!(matches!(err, TxError::OutOfBounds(OutOfBounds { data_bytes: DATA, .. })), "{err}");
         }
         let err = tx.write(0, &vec![1; LOG as usize]).unwrap_err();
-        assert!(
-            matches!(err, TxError::LogFull { capacity: LOG, .. }),
-            "{err}"
-        );
+        assert!(matches!(err, TxError::LogFull { capacity: LOG, .. }), "{err}");
         assert_eq!(tx.log_used(), used, "a refused write uses no log");
         tx.write(DATA - 4, b"last").unwrap();
         tx.commit().unwrap();
@@ -823,13 +705,7 @@ mod tests {
         media.write(HEADER_BYTES + LOG, &[0; 8]);
         media.write_u64(128, 0);
         let (heap, recovery) = Heap::open(&mut media, 0).unwrap();
-        assert_eq!(
-            recovery,
-            Recovery {
-                last_committed: 1,
-                replayed: Some(1)
-            }
-        );
+        assert_eq!(recovery, Recovery { last_committed: 1, replayed: Some(1) });
         let mut buf = [0u8; 5];
         heap.read(&media, 0, &mut buf).unwrap();
         assert_eq!(&buf, b"fiXYt");
@@ -851,41 +727,14 @@ mod tests {
         flipped.write(second_epoch + 30, &[0x55]);
         let image = flipped.bytes().to_vec();
         let err = Heap::open(&mut flipped, 0).unwrap_err();
-        assert!(
-            matches!(&err, OpenError::Corrupt { tx: 1, reason } if reason.contains("epoch 1")),
-            "{err}"
-        );
-        assert_eq!(
-            flipped.bytes(),
-            image,
-            "nothing applied from a log that does not check"
-        );
+        assert!(matches!(&err, OpenError::Corrupt { tx: 1, reason } if reason.contains("epoch 1")), "{err}");
+        assert_eq!(flipped.bytes(), image, "nothing applied from a log that does not check");
         let mut lying = media.clone();
-        lying.write(
-            64,
-            &encode_commit(&CommitRecord {
-                tx: 1,
-                log_bytes: 96,
-                epochs: 3,
-            }),
-        );
-        assert!(matches!(
-            Heap::open(&mut lying, 0),
-            Err(OpenError::Corrupt { .. })
-        ));
+        lying.write(64, &encode_commit(&CommitRecord { tx: 1, log_bytes: 96, epochs: 3 }));
+        assert!(matches!(Heap::open(&mut lying, 0), Err(OpenError::Corrupt { .. })));
         let mut huge = media.clone();
-        huge.write(
-            64,
-            &encode_commit(&CommitRecord {
-                tx: 1,
-                log_bytes: u64::MAX,
-                epochs: 1,
-            }),
-        );
-        assert!(matches!(
-            Heap::open(&mut huge, 0),
-            Err(OpenError::Corrupt { .. })
-        ));
+        huge.write(64, &encode_commit(&CommitRecord { tx: 1, log_bytes: u64::MAX, epochs: 1 }));
+        assert!(matches!(Heap::open(&mut huge, 0), Err(OpenError::Corrupt { .. })));
     }
 
     #[test]
@@ -893,47 +742,20 @@ mod tests {
         let mut small = MemMedia::new(1024);
         assert_eq!(
             Heap::create(&mut small, 0, LOG, DATA).unwrap_err(),
-            CreateError::MediaTooSmall {
-                need: Heap::required_size(LOG, DATA),
-                have: 1024
-            }
+            CreateError::MediaTooSmall { need: Heap::required_size(LOG, DATA), have: 1024 }
         );
-        assert!(matches!(
-            Heap::create(&mut small, 0, 100, 256),
-            Err(CreateError::BadGeometry(_))
-        ));
-        assert!(matches!(
-            Heap::create(&mut small, 8, 256, 256),
-            Err(CreateError::BadGeometry(_))
-        ));
-        assert!(matches!(
-            Heap::create(&mut small, 0, 256, u64::MAX - 255),
-            Err(CreateError::BadGeometry(_))
-        ));
-        assert_eq!(
-            Heap::open(&mut small, 0).unwrap_err(),
-            OpenError::BadMagic { base: 0 }
-        );
-        assert!(matches!(
-            Heap::open(&mut small, 900),
-            Err(OpenError::MediaTooSmall { .. })
-        ));
-        assert!(matches!(
-            Heap::open(&mut small, u64::MAX - 10),
-            Err(OpenError::MediaTooSmall { .. })
-        ));
+        assert!(matches!(Heap::create(&mut small, 0, 100, 256), Err(CreateError::BadGeometry(_))));
+        assert!(matches!(Heap::create(&mut small, 8, 256, 256), Err(CreateError::BadGeometry(_))));
+        assert!(matches!(Heap::create(&mut small, 0, 256, u64::MAX - 255), Err(CreateError::BadGeometry(_))));
+        assert_eq!(Heap::open(&mut small, 0).unwrap_err(), OpenError::BadMagic { base: 0 });
+        assert!(matches!(Heap::open(&mut small, 900), Err(OpenError::MediaTooSmall { .. })));
+        assert!(matches!(Heap::open(&mut small, u64::MAX - 10), Err(OpenError::MediaTooSmall { .. })));
         let (media, _) = fresh();
         let mut cut = MemMedia::from_bytes(media.bytes()[..2048].to_vec());
-        assert!(matches!(
-            Heap::open(&mut cut, 0),
-            Err(OpenError::MediaTooSmall { .. })
-        ));
+        assert!(matches!(Heap::open(&mut cut, 0), Err(OpenError::MediaTooSmall { .. })));
         let mut flipped = media.clone();
         flipped.write(20, &[1]);
-        assert_eq!(
-            Heap::open(&mut flipped, 0).unwrap_err(),
-            OpenError::HeaderChecksum
-        );
+        assert_eq!(Heap::open(&mut flipped, 0).unwrap_err(), OpenError::HeaderChecksum);
     }
 
     #[test]
@@ -961,24 +783,9 @@ mod tests {
                 SinkEvent::Abort(tx) => format!("abort {tx}"),
             })
             .collect();
-        assert_eq!(
-            kinds,
-            [
-                "epoch 1.0",
-                "epoch 1.1",
-                "dfence 1",
-                "epoch 1.2",
-                "commit 1",
-                "abort 2"
-            ]
-        );
+        assert_eq!(kinds, ["epoch 1.0", "epoch 1.1", "dfence 1", "epoch 1.2", "commit 1", "abort 2"]);
         assert_eq!(sink.events[4], SinkEvent::Commit(committed));
-        let SinkEvent::Epoch {
-            record, log_offset, ..
-        } = &sink.events[1]
-        else {
-            unreachable!()
-        };
+        let SinkEvent::Epoch { record, log_offset, .. } = &sink.events[1] else { unreachable!() };
         let epoch = Epoch::parse(record, *log_offset, DATA).unwrap();
         let writes: Vec<(u64, &[u8])> = epoch.writes().collect();
         assert_eq!(writes, [(100, &b"two"[..]), (200, &b"three"[..])]);
@@ -997,8 +804,7 @@ mod tests {
         for i in 0..50u64 {
             let mut tx = heap.begin_with(&mut media, &mut sink);
             for e in 0..(1 + i % 4) {
-                tx.write((i * 61 + e * 17) % 8000, &[(i * 3 + e) as u8; 150])
-                    .unwrap();
+                tx.write((i * 61 + e * 17) % 8000, &[(i * 3 + e) as u8; 150]).unwrap();
                 tx.ofence().unwrap();
             }
             if i % 5 == 4 {
@@ -1031,10 +837,7 @@ mod tests {
     #[test]
     fn a_failed_mirror_commit_abandons_the_transaction() {
         let (mut media, mut heap) = fresh();
-        let mut sink = Recorder {
-            fail_commits: true,
-            ..Recorder::default()
-        };
+        let mut sink = Recorder { fail_commits: true, ..Recorder::default() };
         let mut tx = heap.begin_with(&mut media, &mut sink);
         tx.write(0, b"unmirrored").unwrap();
         let err = tx.commit().unwrap_err();
@@ -1049,26 +852,16 @@ mod tests {
     #[test]
     fn a_mirror_error_mid_transaction_abandons_it() {
         let (mut media, mut heap) = fresh();
-        let mut sink = Recorder {
-            fail_after_epochs: Some(1),
-            ..Recorder::default()
-        };
+        let mut sink = Recorder { fail_after_epochs: Some(1), ..Recorder::default() };
         let mut tx = heap.begin_with(&mut media, &mut sink);
         tx.write(0, b"one").unwrap();
         tx.ofence().unwrap();
         tx.write(8, b"two").unwrap();
         assert!(matches!(tx.ofence(), Err(TxError::Sink(_))));
-        assert!(matches!(
-            tx.write(16, b"three"),
-            Err(TxError::Abandoned { tx: 1 })
-        ));
+        assert!(matches!(tx.write(16, b"three"), Err(TxError::Abandoned { tx: 1 })));
         assert!(matches!(tx.dfence(), Err(TxError::Abandoned { tx: 1 })));
         assert!(matches!(tx.commit(), Err(TxError::Abandoned { tx: 1 })));
-        let aborts = sink
-            .events
-            .iter()
-            .filter(|e| matches!(e, SinkEvent::Abort(1)))
-            .count();
+        let aborts = sink.events.iter().filter(|e| matches!(e, SinkEvent::Abort(1))).count();
         assert_eq!(aborts, 1, "the sink is told once");
         let (heap, recovery) = Heap::open(&mut media, 0).unwrap();
         assert_eq!(recovery.last_committed, 0);

@@ -21,18 +21,14 @@ use transport::{ConnId, Event, OpError, Output, RequestId, Transport};
 use crate::backup::{data_crc, Answer, Backup, StreamError};
 use crate::sink::{Committed, Epoch, EpochSink, SinkError};
 use crate::stream::{AnswerError, Planned, StreamCore};
-use crate::wire::{
-    decode, encode, reason_bytes, Hello, Kind, Strategy, WireError, MAX_RECORD_BYTES,
-};
+use crate::wire::{decode, encode, reason_bytes, Hello, Kind, Strategy, WireError, MAX_RECORD_BYTES};
 use crate::Heap;
 
 /// Why [`Mirror::open`] failed.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenMirrorError {
     /// The heap's log is larger than one message can carry.
-    #[error(
-        "the heap's log of {0} B is larger than a mirrored epoch may be ({MAX_RECORD_BYTES} B)"
-    )]
+    #[error("the heap's log of {0} B is larger than a mirrored epoch may be ({MAX_RECORD_BYTES} B)")]
     LogTooLarge(u64),
     /// No connection.
     #[error("cannot connect to the backup: {0}")]
@@ -122,12 +118,7 @@ impl<T: Transport> Mirror<T> {
             return Err(OpenMirrorError::LogTooLarge(geometry.log_bytes));
         }
         let conn = transport.connect(backup)?;
-        mirror.link = Some(Link {
-            transport,
-            conn,
-            token: 0,
-            events: Vec::with_capacity(64),
-        });
+        mirror.link = Some(Link { transport, conn, token: 0, events: Vec::with_capacity(64) });
         let core = StreamCore::new(strategy);
         let hello = Hello {
             log_bytes: geometry.log_bytes,
@@ -135,13 +126,7 @@ impl<T: Transport> Mirror<T> {
             data_crc: data_crc(media, &geometry),
         };
         let (header, payload) = core.hello(heap.last_committed(), &hello);
-        let planned = Planned {
-            header,
-            kind: Kind::Hello,
-            tx: 0,
-            count: 0,
-            with_record: false,
-        };
+        let planned = Planned { header, kind: Kind::Hello, tx: 0, count: 0, with_record: false };
         mirror.core = Some(core);
         mirror.call(&planned, &payload)?;
         Ok(mirror)
@@ -166,11 +151,7 @@ impl<T: Transport> Mirror<T> {
         let mut result = Ok(());
         for planned in &plan {
             let payload = if planned.with_record { record } else { &[][..] };
-            result = if planned.kind.is_call() {
-                self.call(planned, payload)
-            } else {
-                self.send(planned, payload)
-            };
+            result = if planned.kind.is_call() { self.call(planned, payload) } else { self.send(planned, payload) };
             if result.is_err() {
                 break;
             }
@@ -223,14 +204,8 @@ impl<T: Transport> Mirror<T> {
             Ok((header, payload)) => {
                 let checked = decode(&header, &payload)
                     .map_err(MirrorError::from)
-                    .and_then(|h| {
-                        StreamCore::check(planned, &h, &payload).map_err(MirrorError::from)
-                    });
-                self.link
-                    .as_mut()
-                    .expect("a stream has a link")
-                    .transport
-                    .recycle(payload);
+                    .and_then(|h| StreamCore::check(planned, &h, &payload).map_err(MirrorError::from));
+                self.link.as_mut().expect("a stream has a link").transport.recycle(payload);
                 checked
             }
             Err(e) => Err(e),
@@ -279,9 +254,7 @@ impl<T: Transport> Mirror<T> {
             return self.fail(MirrorError::Timeout(timeout));
         }
         let link = self.link.as_mut().expect("a stream has a link");
-        let _ = link
-            .transport
-            .wait((deadline - now).min(Duration::from_millis(1)));
+        let _ = link.transport.wait((deadline - now).min(Duration::from_millis(1)));
         Ok(())
     }
 
@@ -303,9 +276,7 @@ impl<T: Transport> Mirror<T> {
         }
         match found {
             Some(Ok(Output::Response { header, payload })) => Ok(Some((header, payload))),
-            Some(Ok(other)) => Err(MirrorError::Broken(format!(
-                "unexpected completion {other:?}"
-            ))),
+            Some(Ok(other)) => Err(MirrorError::Broken(format!("unexpected completion {other:?}"))),
             Some(Err(e)) => Err(e.into()),
             None if gone => Err(MirrorError::Disconnected),
             None => Ok(None),
@@ -336,10 +307,8 @@ impl<T: Transport> Drop for Mirror<T> {
         loop {
             link.events.clear();
             link.transport.poll(&mut link.events, 64);
-            let closed = link
-                .events
-                .drain(..)
-                .any(|e| matches!(e, Event::Disconnected { conn, .. } if conn == link.conn));
+            let closed =
+                link.events.drain(..).any(|e| matches!(e, Event::Disconnected { conn, .. } if conn == link.conn));
             let now = Instant::now();
             if closed || now >= deadline {
                 return;
@@ -450,13 +419,7 @@ impl<M: Media> BackupService<M> {
     }
 
     /// Acts on one message; `Err` is the reason to refuse it.
-    fn serve(
-        &mut self,
-        conn: ConnId,
-        header: &[u8],
-        payload: &[u8],
-        call: bool,
-    ) -> Result<Option<Answer>, String> {
+    fn serve(&mut self, conn: ConnId, header: &[u8], payload: &[u8], call: bool) -> Result<Option<Answer>, String> {
         if let Some((poisoned, reason)) = &self.poisoned {
             if *poisoned == conn {
                 return Err(format!("an earlier message was refused: {reason}"));
@@ -467,15 +430,10 @@ impl<M: Media> BackupService<M> {
             Some(primary) if primary != conn => {
                 return Err(StreamError::Hello(crate::backup::HelloError::Busy).to_string());
             }
-            None if h.kind != Kind::Hello => {
-                return Err(StreamError::OutOfPlace(h.kind).to_string())
-            }
+            None if h.kind != Kind::Hello => return Err(StreamError::OutOfPlace(h.kind).to_string()),
             _ => {}
         }
-        let answer = self
-            .backup
-            .handle(&mut self.media, &h, payload, call)
-            .map_err(|e| e.to_string())?;
+        let answer = self.backup.handle(&mut self.media, &h, payload, call).map_err(|e| e.to_string())?;
         match h.kind {
             Kind::Hello => {
                 self.primary = Some(conn);
@@ -495,23 +453,13 @@ impl<M: Media> BackupService<M> {
         }
     }
 
-    fn answer<T: Transport>(
-        transport: &mut T,
-        id: RequestId,
-        result: &Result<Option<Answer>, String>,
-    ) {
+    fn answer<T: Transport>(transport: &mut T, id: RequestId, result: &Result<Option<Answer>, String>) {
         let (header, payload) = match result {
-            Ok(Some(a)) => (
-                encode(Kind::Ack, Strategy::NoSm, a.tx, a.value, a.count, &[]),
-                Vec::new(),
-            ),
+            Ok(Some(a)) => (encode(Kind::Ack, Strategy::NoSm, a.tx, a.value, a.count, &[]), Vec::new()),
             Ok(None) => unreachable!("every call is answered by the core"),
             Err(reason) => {
                 let text = reason_bytes(reason);
-                (
-                    encode(Kind::Refused, Strategy::NoSm, 0, 0, 0, text),
-                    text.to_vec(),
-                )
+                (encode(Kind::Refused, Strategy::NoSm, 0, 0, 0, text), text.to_vec())
             }
         };
         let mut buf = transport.take_buffer(payload.len());
@@ -534,11 +482,7 @@ impl<T: Transport, M: Media> Service<T> for BackupService<M> {
                 Self::answer(transport, req.id, &result);
                 transport.recycle(req.payload);
             }
-            Event::Message {
-                conn,
-                header,
-                payload,
-            } => {
+            Event::Message { conn, header, payload } => {
                 if let Err(reason) = self.serve(conn, &header, &payload, false) {
                     self.refused(conn, &reason);
                 }
@@ -625,17 +569,10 @@ mod tests {
 
     /// Transactions of 1-40 epochs of 1-8 writes of 64 B at random
     /// 64 B-aligned places, some aborted, some with a dfence.
-    fn workload(
-        heap: &mut Heap,
-        media: &mut MemMedia,
-        mirror: &mut Mirror<InProcTransport>,
-        txs: u64,
-    ) -> u64 {
+    fn workload(heap: &mut Heap, media: &mut MemMedia, mirror: &mut Mirror<InProcTransport>, txs: u64) -> u64 {
         let mut state = 0x5eed_u64;
         let mut next = move |n: u64| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             (state >> 33) % n
         };
         let mut epochs_sent = 0;
@@ -669,8 +606,7 @@ mod tests {
             let net = InProcNetwork::new(Limits::default());
             let (mut media, mut heap) = heap_media();
             let served = Served::start(&net, heap_media().0);
-            let mut mirror =
-                Mirror::open(&heap, &media, net.node(), &served.addr, strategy).unwrap();
+            let mut mirror = Mirror::open(&heap, &media, net.node(), &served.addr, strategy).unwrap();
             let epochs = workload(&mut heap, &mut media, &mut mirror, 30);
             let round_trips = mirror.round_trips;
             drop(mirror);
@@ -693,8 +629,7 @@ mod tests {
         let (mut media, mut heap) = heap_media();
         let served = Served::start(&net, heap_media().0);
         for strategy in [Strategy::SmOb, Strategy::SmDd, Strategy::SmRc] {
-            let mut mirror =
-                Mirror::open(&heap, &media, net.node(), &served.addr, strategy).unwrap();
+            let mut mirror = Mirror::open(&heap, &media, net.node(), &served.addr, strategy).unwrap();
             workload(&mut heap, &mut media, &mut mirror, 5);
             // An open transaction's epochs reach the backup, then the
             // primary goes away: nothing of it may be applied.
@@ -723,20 +658,10 @@ mod tests {
         let mut tx = heap.begin(&mut media);
         tx.write(0, b"mine").unwrap();
         tx.commit().unwrap();
-        let err = Mirror::open(&heap, &media, net.node(), &served.addr, Strategy::SmDd)
-            .err()
-            .unwrap();
+        let err = Mirror::open(&heap, &media, net.node(), &served.addr, Strategy::SmDd).err().unwrap();
         assert!(err.to_string().contains("another heap"), "{err}");
         let (fresh_media, fresh) = heap_media();
-        let err = Mirror::open(
-            &fresh,
-            &fresh_media,
-            net.node(),
-            &served.addr,
-            Strategy::SmOb,
-        )
-        .err()
-        .unwrap();
+        let err = Mirror::open(&fresh, &fresh_media, net.node(), &served.addr, Strategy::SmOb).err().unwrap();
         assert!(err.to_string().contains("ahead"), "{err}");
         served.finish();
     }
@@ -747,8 +672,7 @@ mod tests {
         let (mut media, mut heap) = heap_media();
         let served = Served::start(&net, heap_media().0);
         let backup_id = served.addr;
-        let mut mirror =
-            Mirror::open(&heap, &media, net.node(), &backup_id, Strategy::SmOb).unwrap();
+        let mut mirror = Mirror::open(&heap, &media, net.node(), &backup_id, Strategy::SmOb).unwrap();
         mirror.timeout = Duration::from_secs(5);
         workload(&mut heap, &mut media, &mut mirror, 3);
         let before = data(&heap, &media);

@@ -35,26 +35,15 @@ impl<'a> Epoch<'a> {
     pub fn parse(record: &'a [u8], log_offset: u64, data_bytes: u64) -> Result<Epoch<'a>, String> {
         let (header, _) = parse_epoch(record, data_bytes)?;
         if header.record_bytes != record.len() {
-            return Err(format!(
-                "{} B after the epoch record",
-                record.len() - header.record_bytes
-            ));
+            return Err(format!("{} B after the epoch record", record.len() - header.record_bytes));
         }
-        Ok(Epoch {
-            header,
-            log_offset,
-            record,
-        })
+        Ok(Epoch { header, log_offset, record })
     }
 
     /// An epoch this crate has just sealed (no second CRC pass).
     pub(crate) fn sealed(header: EpochHeader, log_offset: u64, record: &'a [u8]) -> Epoch<'a> {
         debug_assert_eq!(header.record_bytes, record.len());
-        Epoch {
-            header,
-            log_offset,
-            record,
-        }
+        Epoch { header, log_offset, record }
     }
 
     /// The transaction.
@@ -86,9 +75,7 @@ impl<'a> Epoch<'a> {
     pub fn writes(&self) -> impl Iterator<Item = (u64, &'a [u8])> + 'a {
         let record = self.record;
         let (_, writes) = parse_epoch(record, u64::MAX).expect("an Epoch holds a validated record");
-        writes
-            .into_iter()
-            .map(move |WriteRef { offset, at, len }| (offset, &record[at..at + len]))
+        writes.into_iter().map(move |WriteRef { offset, at, len }| (offset, &record[at..at + len]))
     }
 }
 
@@ -197,11 +184,7 @@ pub struct Recorder {
 
 impl EpochSink for Recorder {
     fn epoch(&mut self, epoch: &Epoch<'_>) -> Result<(), SinkError> {
-        let seen = self
-            .events
-            .iter()
-            .filter(|e| matches!(e, SinkEvent::Epoch { .. }))
-            .count();
+        let seen = self.events.iter().filter(|e| matches!(e, SinkEvent::Epoch { .. })).count();
         if self.fail_after_epochs.is_some_and(|limit| seen >= limit) {
             return Err("recorder set to fail epochs".into());
         }

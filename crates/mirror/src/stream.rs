@@ -76,11 +76,7 @@ impl StreamCore {
     /// A stream under `strategy` (not NO-SM).
     pub fn new(strategy: Strategy) -> StreamCore {
         assert_ne!(strategy, Strategy::NoSm, "NO-SM has no stream");
-        StreamCore {
-            strategy,
-            tx: 0,
-            epochs: 0,
-        }
+        StreamCore { strategy, tx: 0, epochs: 0 }
     }
 
     /// The strategy.
@@ -89,27 +85,14 @@ impl StreamCore {
     }
 
     /// The hello: header and payload.
-    pub fn hello(
-        &self,
-        last_committed: u64,
-        hello: &Hello,
-    ) -> ([u8; HEADER_BYTES], [u8; crate::wire::HELLO_BYTES]) {
+    pub fn hello(&self, last_committed: u64, hello: &Hello) -> ([u8; HEADER_BYTES], [u8; crate::wire::HELLO_BYTES]) {
         let payload = hello.encode();
-        (
-            encode(Kind::Hello, self.strategy, 0, last_committed, 0, &payload),
-            payload,
-        )
+        (encode(Kind::Hello, self.strategy, 0, last_committed, 0, &payload), payload)
     }
 
     fn planned(&self, kind: Kind, value: u64, count: u32) -> Planned {
         let header = encode(kind, Strategy::NoSm, self.tx, value, count, &[]);
-        Planned {
-            header,
-            kind,
-            tx: self.tx,
-            count,
-            with_record: false,
-        }
+        Planned { header, kind, tx: self.tx, count, with_record: false }
     }
 
     fn enter(&mut self, tx: u64) {
@@ -123,21 +106,8 @@ impl StreamCore {
     pub fn epoch(&mut self, epoch: &Epoch<'_>, out: &mut Vec<Planned>) {
         self.enter(epoch.tx());
         assert_eq!(epoch.index(), self.epochs, "epochs arrive in order");
-        let header = encode(
-            Kind::Epoch,
-            Strategy::NoSm,
-            self.tx,
-            epoch.log_offset(),
-            epoch.index(),
-            epoch.record(),
-        );
-        out.push(Planned {
-            header,
-            kind: Kind::Epoch,
-            tx: self.tx,
-            count: self.epochs,
-            with_record: true,
-        });
+        let header = encode(Kind::Epoch, Strategy::NoSm, self.tx, epoch.log_offset(), epoch.index(), epoch.record());
+        out.push(Planned { header, kind: Kind::Epoch, tx: self.tx, count: self.epochs, with_record: true });
         self.epochs += 1;
         match self.strategy {
             Strategy::SmRc => out.push(self.planned(Kind::Flush, 0, self.epochs)),
@@ -159,10 +129,7 @@ impl StreamCore {
     /// A commit.
     pub fn commit(&mut self, commit: &Committed, out: &mut Vec<Planned>) {
         self.enter(commit.tx);
-        assert_eq!(
-            commit.epochs, self.epochs,
-            "every epoch was planned before the commit"
-        );
+        assert_eq!(commit.epochs, self.epochs, "every epoch was planned before the commit");
         out.push(self.planned(Kind::Commit, commit.log_bytes, commit.epochs));
     }
 
@@ -189,17 +156,10 @@ impl StreamCore {
                 if header.tx == tx && header.count == asked.count && value_ok {
                     return Ok(());
                 }
-                let got = format!(
-                    "transaction {} count {} value {}",
-                    header.tx, header.count, header.value
-                );
+                let got = format!("transaction {} count {} value {}", header.tx, header.count, header.value);
                 Err(AnswerError::Mismatch { kind, tx, got })
             }
-            other => Err(AnswerError::Mismatch {
-                kind,
-                tx,
-                got: format!("{other:?}"),
-            }),
+            other => Err(AnswerError::Mismatch { kind, tx, got: format!("{other:?}") }),
         }
     }
 }

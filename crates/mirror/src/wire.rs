@@ -46,12 +46,7 @@ pub enum Strategy {
 
 impl Strategy {
     /// Every strategy, NO-SM first.
-    pub const ALL: [Strategy; 4] = [
-        Strategy::NoSm,
-        Strategy::SmRc,
-        Strategy::SmOb,
-        Strategy::SmDd,
-    ];
+    pub const ALL: [Strategy; 4] = [Strategy::NoSm, Strategy::SmRc, Strategy::SmOb, Strategy::SmDd];
 
     /// The seed's name: `NO-SM`, `SM-RC`, `SM-OB`, `SM-DD`.
     pub fn name(self) -> &'static str {
@@ -67,9 +62,7 @@ impl Strategy {
     /// with or without the dash.
     pub fn parse(name: &str) -> Option<Strategy> {
         let name = name.to_ascii_uppercase().replace(['-', '_'], "");
-        Strategy::ALL
-            .into_iter()
-            .find(|s| s.name().replace('-', "") == name)
+        Strategy::ALL.into_iter().find(|s| s.name().replace('-', "") == name)
     }
 
     fn code(self) -> u16 {
@@ -153,10 +146,7 @@ impl Kind {
 
     /// Whether the sender waits for an answer (sent with `Transport::call`).
     pub fn is_call(self) -> bool {
-        matches!(
-            self,
-            Kind::Hello | Kind::Flush | Kind::Dfence | Kind::Sentinel | Kind::Commit
-        )
+        matches!(self, Kind::Hello | Kind::Flush | Kind::Dfence | Kind::Sentinel | Kind::Commit)
     }
 }
 
@@ -225,14 +215,7 @@ pub enum WireError {
 
 /// Encodes a header. `payload` is the message's payload (its length and,
 /// for kinds without a checksum of their own, its CRC go in the header).
-pub fn encode(
-    kind: Kind,
-    strategy: Strategy,
-    tx: u64,
-    value: u64,
-    count: u32,
-    payload: &[u8],
-) -> [u8; HEADER_BYTES] {
+pub fn encode(kind: Kind, strategy: Strategy, tx: u64, value: u64, count: u32, payload: &[u8]) -> [u8; HEADER_BYTES] {
     let payload_bytes = u32::try_from(payload.len()).expect("payloads are bounded below 4 GiB");
     let mut h = [0u8; HEADER_BYTES];
     put_u32(&mut h, 0, MAGIC);
@@ -243,11 +226,7 @@ pub fn encode(
     put_u64(&mut h, 16, value);
     put_u32(&mut h, 24, count);
     put_u32(&mut h, 28, payload_bytes);
-    let payload_crc = if kind == Kind::Epoch {
-        0
-    } else {
-        crc32c_append(0, payload)
-    };
+    let payload_crc = if kind == Kind::Epoch { 0 } else { crc32c_append(0, payload) };
     put_u32(&mut h, 32, payload_crc);
     let crc = crc32c_append(0, &h[..36]);
     put_u32(&mut h, 36, crc);
@@ -283,10 +262,7 @@ pub fn decode(header: &[u8], payload: &[u8]) -> Result<Header, WireError> {
         payload_crc: get_u32(header, 32),
     };
     if payload.len() as u64 != u64::from(h.payload_bytes) {
-        return Err(WireError::PayloadSize {
-            got: payload.len(),
-            want: h.payload_bytes,
-        });
+        return Err(WireError::PayloadSize { got: payload.len(), want: h.payload_bytes });
     }
     let allowed = match kind {
         Kind::Hello => payload.len() == HELLO_BYTES,
@@ -295,10 +271,7 @@ pub fn decode(header: &[u8], payload: &[u8]) -> Result<Header, WireError> {
         _ => payload.is_empty(),
     };
     if !allowed {
-        return Err(WireError::BadPayload {
-            kind,
-            bytes: payload.len(),
-        });
+        return Err(WireError::BadPayload { kind, bytes: payload.len() });
     }
     if kind != Kind::Epoch && crc32c_append(0, payload) != h.payload_crc {
         return Err(WireError::PayloadChecksum);
@@ -330,16 +303,9 @@ impl Hello {
     /// Reads a payload [`decode`] accepted for a hello.
     pub fn decode(payload: &[u8]) -> Result<Hello, WireError> {
         if payload.len() != HELLO_BYTES {
-            return Err(WireError::BadPayload {
-                kind: Kind::Hello,
-                bytes: payload.len(),
-            });
+            return Err(WireError::BadPayload { kind: Kind::Hello, bytes: payload.len() });
         }
-        Ok(Hello {
-            log_bytes: get_u64(payload, 0),
-            data_bytes: get_u64(payload, 8),
-            data_crc: get_u32(payload, 16),
-        })
+        Ok(Hello { log_bytes: get_u64(payload, 0), data_bytes: get_u64(payload, 8), data_crc: get_u32(payload, 16) })
     }
 }
 
@@ -358,26 +324,15 @@ mod tests {
 
     #[test]
     fn headers_round_trip() {
-        let payload = Hello {
-            log_bytes: 4096,
-            data_bytes: 1 << 20,
-            data_crc: 77,
-        }
-        .encode();
+        let payload = Hello { log_bytes: 4096, data_bytes: 1 << 20, data_crc: 77 }.encode();
         let h = encode(Kind::Hello, Strategy::SmOb, 0, 9, 0, &payload);
         let got = decode(&h, &payload).unwrap();
-        assert_eq!(
-            (got.kind, got.strategy, got.value, got.payload_bytes),
-            (Kind::Hello, Strategy::SmOb, 9, 24)
-        );
+        assert_eq!((got.kind, got.strategy, got.value, got.payload_bytes), (Kind::Hello, Strategy::SmOb, 9, 24));
         assert_eq!(Hello::decode(&payload).unwrap().data_crc, 77);
         let record = vec![5u8; 100];
         let h = encode(Kind::Epoch, Strategy::NoSm, 3, 48, 2, &record);
         let got = decode(&h, &record).unwrap();
-        assert_eq!(
-            (got.kind, got.tx, got.value, got.count),
-            (Kind::Epoch, 3, 48, 2)
-        );
+        assert_eq!((got.kind, got.tx, got.value, got.count), (Kind::Epoch, 3, 48, 2));
         let h = encode(Kind::Refused, Strategy::NoSm, 3, 0, 0, b"no");
         assert_eq!(decode(&h, b"no").unwrap().kind, Kind::Refused);
     }
@@ -389,42 +344,22 @@ mod tests {
             for bit in 0..8 {
                 let mut bad = h;
                 bad[byte] ^= 1 << bit;
-                assert!(
-                    decode(&bad, &[]).is_err(),
-                    "flip of bit {bit} of byte {byte} accepted"
-                );
+                assert!(decode(&bad, &[]).is_err(), "flip of bit {bit} of byte {byte} accepted");
             }
         }
     }
 
     #[test]
     fn payloads_are_checked() {
-        let payload = Hello {
-            log_bytes: 4096,
-            data_bytes: 4096,
-            data_crc: 1,
-        }
-        .encode();
+        let payload = Hello { log_bytes: 4096, data_bytes: 4096, data_crc: 1 }.encode();
         let h = encode(Kind::Hello, Strategy::SmRc, 0, 0, 0, &payload);
         let mut flipped = payload;
         flipped[3] ^= 1;
         assert_eq!(decode(&h, &flipped), Err(WireError::PayloadChecksum));
-        assert!(matches!(
-            decode(&h, &payload[..20]),
-            Err(WireError::PayloadSize { got: 20, want: 24 })
-        ));
+        assert!(matches!(decode(&h, &payload[..20]), Err(WireError::PayloadSize { got: 20, want: 24 })));
         let h = encode(Kind::Commit, Strategy::NoSm, 1, 0, 0, b"x");
-        assert!(matches!(
-            decode(&h, b"x"),
-            Err(WireError::BadPayload {
-                kind: Kind::Commit,
-                bytes: 1
-            })
-        ));
-        assert!(matches!(
-            decode(&h[..39], b"x"),
-            Err(WireError::HeaderSize(39))
-        ));
+        assert!(matches!(decode(&h, b"x"), Err(WireError::BadPayload { kind: Kind::Commit, bytes: 1 })));
+        assert!(matches!(decode(&h[..39], b"x"), Err(WireError::HeaderSize(39))));
         let long = "é".repeat(MAX_REASON_BYTES);
         assert!(reason_bytes(&long).len() <= MAX_REASON_BYTES);
         assert!(std::str::from_utf8(reason_bytes(&long)).is_ok());
@@ -434,9 +369,7 @@ mod tests {
     fn garbage_never_panics() {
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
         let mut next = || {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             (state >> 33) as u8
         };
         for i in 0..5000 {
