@@ -97,6 +97,8 @@ enum Suite {
     /// Replication under kill -9: replicas killed and restarted under load (optionally in network namespaces with
     /// partitions and netem); no acknowledged write lost, every history linearizable.
     SmrCrash(smr_cmd::SmrCrashArgs),
+    /// Mirrored transactions (seed 002 Transact): SM-RC, SM-OB, SM-DD slowdown over NO-SM, over tcp and sm.
+    Mirror(mirror_cmd::MirrorBenchArgs),
 }
 
 /// Where the pool lives and what to take it for.
@@ -249,6 +251,7 @@ fn main() -> Result<()> {
         Command::MirrorBackup(args) => mirror_cmd::mirror_backup(&args),
         Command::Bench { suite: Suite::Remote(suite) } => remote_cmd::bench(&suite),
         Command::Bench { suite: Suite::Kv(suite) } => kv_bench_cmd::bench(&suite),
+        Command::Bench { suite: Suite::Mirror(args) } => mirror_cmd::bench(&args),
         Command::Bench { suite: Suite::SmrCrash(args) } => {
             if !smr_cmd::crash(&args)? {
                 eprintln!("pmwire: smr-crash found lost writes, non-linearizable histories or failed replicas (see above)");

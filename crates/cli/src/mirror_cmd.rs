@@ -1,3 +1,6 @@
+//! `pmwire bench mirror`: seed 002's Transact over the mirror
+//! (`pmwire_bench::mirror`).
+//!
 //! `pmwire mirror-backup`: the backup of a mirrored transactional heap
 //! (issue 14, seed 002), as a process. It opens (and recovers) the heap in
 //! its pool, or formats one when the pool file does not exist yet and
@@ -129,5 +132,31 @@ pub fn mirror_backup(args: &MirrorBackupArgs) -> Result<()> {
     };
     let mut reactor = Reactor::new(transport, BackupService::new(region, backup));
     reactor.run(&RealClock::new(), &AtomicBool::new(false), budget);
+    Ok(())
+}
+
+/// `pmwire bench mirror`.
+#[derive(Args)]
+pub struct MirrorBenchArgs {
+    /// A short run: 10 configurations (1-256 epochs x 1 and 8 writes), 3 rounds.
+    #[arg(long)]
+    pub quick: bool,
+    /// UCX transport: tcp, sm or both.
+    #[arg(long, default_value = "both", value_parser = ["tcp", "sm", "both"])]
+    pub tls: String,
+    /// Where to write the JSON results.
+    #[arg(long, default_value = "results")]
+    pub out: PathBuf,
+}
+
+/// Runs `pmwire bench mirror`.
+pub fn bench(args: &MirrorBenchArgs) -> Result<()> {
+    let transports = match args.tls.as_str() {
+        "both" => vec!["tcp".to_string(), "sm".to_string()],
+        one => vec![one.to_string()],
+    };
+    let options = pmwire_bench::mirror::MirrorOptions { quick: args.quick, transports, out_dir: args.out.clone() };
+    let report = pmwire_bench::mirror::run(&options)?;
+    println!("results: {}", report.json_path.display());
     Ok(())
 }

@@ -61,6 +61,23 @@ pub enum MirrorError {
     Broken(String),
 }
 
+/// Longest a sender blocks at a time while the window is full.
+pub const WINDOW_WAIT: Duration = Duration::from_micros(100);
+
+/// A sender's wait for a window slot: its deadline and poll budget so far.
+struct WindowWait {
+    deadline: Instant,
+    since: Instant,
+    empty: u32,
+}
+
+impl WindowWait {
+    fn new(timeout: Duration) -> WindowWait {
+        let now = Instant::now();
+        WindowWait { deadline: now + timeout, since: now, empty: 0 }
+    }
+}
+
 /// An answer's header and payload.
 type Answered = (Vec<u8>, Vec<u8>);
 
@@ -172,21 +189,21 @@ impl<T: Transport> Mirror<T> {
     }
 
     fn send(&mut self, planned: &Planned, payload: &[u8]) -> Result<(), MirrorError> {
-        let deadline = Instant::now() + self.timeout;
+        let mut window = WindowWait::new(self.timeout);
         loop {
             let link = self.link.as_mut().expect("a stream has a link");
             let mut buf = link.transport.take_buffer(payload.len());
             buf.extend_from_slice(payload);
             match link.transport.send(link.conn, &planned.header, buf) {
                 Ok(()) => return Ok(()),
-                Err(OpError::WindowFull(_)) => self.await_window(deadline)?,
+                Err(OpError::WindowFull(_)) => self.await_window(&mut window)?,
                 Err(e) => return self.note(Err(e.into())),
             }
         }
     }
 
     fn call(&mut self, planned: &Planned, payload: &[u8]) -> Result<(), MirrorError> {
-        let deadline = Instant::now() + self.timeout;
+        let mut window = WindowWait::new(self.timeout);
         let token = loop {
             let link = self.link.as_mut().expect("a stream has a link");
             link.token += 1;
@@ -195,11 +212,11 @@ impl<T: Transport> Mirror<T> {
             buf.extend_from_slice(payload);
             match link.transport.call(link.conn, &planned.header, buf, token) {
                 Ok(()) => break token,
-                Err(OpError::WindowFull(_)) => self.await_window(deadline)?,
+                Err(OpError::WindowFull(_)) => self.await_window(&mut window)?,
                 Err(e) => return self.note(Err(e.into())),
             }
         };
-        let answer = self.pump(token, deadline);
+        let answer = self.pump(token, Instant::now() + self.timeout);
         let result = match answer {
             Ok((header, payload)) => {
                 let checked = decode(&header, &payload)
@@ -241,20 +258,28 @@ impl<T: Transport> Mirror<T> {
         }
     }
 
-    /// The window is full: takes the events there are, then blocks for at
-    /// most a millisecond (a slot frees when the peer takes a message, or
-    /// UCX is done with it, with no event here), so the caller tries again.
-    fn await_window(&mut self, deadline: Instant) -> Result<(), MirrorError> {
+    /// The window is full: takes the events there are (a poll is what
+    /// settles a send over UCX), polling again as the [`PollBudget`]
+    /// allows, then blocks for at most [`WINDOW_WAIT`] (a slot frees when
+    /// the peer takes a message, with no event here), so the caller tries
+    /// again.
+    fn await_window(&mut self, window: &mut WindowWait) -> Result<(), MirrorError> {
         if let Err(e) = self.take_events(None) {
             return self.fail(e);
         }
         let now = Instant::now();
-        if now >= deadline {
+        if now >= window.deadline {
             let timeout = self.timeout;
             return self.fail(MirrorError::Timeout(timeout));
         }
+        window.empty += 1;
+        if self.poll.keep_polling(window.since, window.empty) {
+            return Ok(());
+        }
         let link = self.link.as_mut().expect("a stream has a link");
-        let _ = link.transport.wait((deadline - now).min(Duration::from_millis(1)));
+        let _ = link.transport.wait((window.deadline - now).min(WINDOW_WAIT));
+        window.since = Instant::now();
+        window.empty = 0;
         Ok(())
     }
 
