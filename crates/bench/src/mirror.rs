@@ -6,9 +6,9 @@
 //! SM-RC, SM-OB and SM-DD to a backup (`pmwire_mirror::BackupService` on
 //! its own thread, on an emulated pool, over UCX tcp or sm); the result is
 //! each strategy's time per transaction and its slowdown over NO-SM (the
-//! seed's Fig 4). Rounds are interleaved (every strategy once per round,
-//! the same transactions for each), and a strategy's time is the median
-//! of its rounds'.
+//! seed's Fig 4). Rounds are interleaved (each round runs every strategy
+//! in turn over every configuration, the same transactions for each), and
+//! a strategy's time is the median of its rounds'.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -218,37 +218,41 @@ pub fn run(options: &MirrorOptions) -> Result<SuiteReport> {
         rounds,
         options.transports.join(", ")
     );
-    let bar = progress(options.transports.len() as u64 * configs.len() as u64 * rounds);
+    let bar = progress(options.transports.len() as u64 * rounds * Strategy::ALL.len() as u64);
     let mut results = Vec::new();
     let mut headlines = Vec::new();
     for tls in &options.transports {
         let backup = BackupThread::start(tls).with_context(|| format!("backup over {tls}"))?;
         let mut local = Primary::create(&format!("mirror-local-{tls}.pool"))?;
         let mut mirrored = Primary::create(&format!("mirror-primary-{tls}.pool"))?;
-        let mut cell_results = Vec::new();
-        for &config in &configs {
-            let count = transactions(config, options.quick);
-            let mut times: Vec<Vec<f64>> = vec![Vec::new(); 4];
-            for round in 0..rounds {
-                bar.set_message(format!("{tls} {} (round {}/{rounds})", config.label(), round + 1));
-                let seed = 0x7472_616e ^ (u64::from(config.epochs) << 8) ^ u64::from(config.writes) ^ (round << 32);
+        // times[config][strategy]: one mean per round.
+        let mut times: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); 4]; configs.len()];
+        for round in 0..rounds {
+            // Each round runs every strategy once over every configuration,
+            // on one connection per strategy (a close over sm makes UCX log
+            // a flush timeout of the peer's endpoint, so connections are few).
+            for (s, strategy) in Strategy::ALL.into_iter().enumerate() {
+                bar.set_message(format!("{tls} {strategy} (round {}/{rounds})", round + 1));
+                let target = if strategy == Strategy::NoSm { &mut local } else { &mut mirrored };
                 let t = UcxTransport::new(&ucx_config(tls, true, false)?)?;
-                let mut none = Mirror::open(&local.heap, &local.region, t, &backup.addr, Strategy::NoSm)?;
-                times[0].push(transact(&mut local, &mut none, config, count, seed)?);
-                for (i, strategy) in MIRRORED.into_iter().enumerate() {
-                    let t = UcxTransport::new(&ucx_config(tls, true, false)?)?;
-                    let mut mirror = Mirror::open(&mirrored.heap, &mirrored.region, t, &backup.addr, strategy)
-                        .with_context(|| format!("{strategy} over {tls}"))?;
-                    times[i + 1].push(transact(&mut mirrored, &mut mirror, config, count, seed)?);
+                let mut mirror = Mirror::open(&target.heap, &target.region, t, &backup.addr, strategy)
+                    .with_context(|| format!("{strategy} over {tls}"))?;
+                for (c, &config) in configs.iter().enumerate() {
+                    let seed = 0x7472_616e ^ (u64::from(config.epochs) << 8) ^ u64::from(config.writes) ^ (round << 32);
+                    let count = transactions(config, options.quick);
+                    times[c][s].push(transact(target, &mut mirror, config, count, seed)?);
                 }
                 bar.inc(1);
             }
-            let medians: Vec<f64> = times.iter_mut().map(|t| median(t)).collect();
+        }
+        let mut cell_results = Vec::new();
+        for (c, &config) in configs.iter().enumerate() {
+            let medians: Vec<f64> = times[c].iter_mut().map(|t| median(t)).collect();
             let mut r = BenchResult::new(&format!("{BENCH}_{tls}"), &config.label())
                 .param("transport", tls.as_str())
                 .param("epochs", config.epochs)
                 .param("writes_per_epoch", config.writes)
-                .param("transactions_per_round", count)
+                .param("transactions_per_round", transactions(config, options.quick))
                 .metric("no_sm_tx_us", medians[0] / 1e3);
             for (i, strategy) in MIRRORED.into_iter().enumerate() {
                 let key = strategy.name().to_ascii_lowercase().replace('-', "_");
