@@ -142,7 +142,7 @@ impl<T: Transport> Mirror<T> {
             data_bytes: geometry.data_bytes,
             data_crc: data_crc(media, &geometry),
         };
-        let (header, payload) = core.hello(heap.last_committed(), &hello);
+        let (header, payload) = core.hello(heap.last_durable(media), &hello);
         let planned = Planned { header, kind: Kind::Hello, tx: 0, count: 0, with_record: false };
         mirror.core = Some(core);
         mirror.call(&planned, &payload)?;
@@ -656,6 +656,11 @@ mod tests {
         for strategy in [Strategy::SmOb, Strategy::SmDd, Strategy::SmRc] {
             let mut mirror = Mirror::open(&heap, &media, net.node(), &served.addr, strategy).unwrap();
             workload(&mut heap, &mut media, &mut mirror, 5);
+            // A transaction that writes nothing reaches neither medium, and
+            // a new stream on the same heap still matches the backup.
+            heap.begin_with(&mut media, &mut mirror).commit().unwrap();
+            drop(mirror);
+            let mut mirror = Mirror::open(&heap, &media, net.node(), &served.addr, strategy).unwrap();
             // An open transaction's epochs reach the backup, then the
             // primary goes away: nothing of it may be applied.
             let mut tx = heap.begin_with(&mut media, &mut mirror);
