@@ -26,6 +26,7 @@ use rand_xoshiro::SplitMix64;
 use reactor::{PollBudget, Reactor, RealClock};
 use transport::UcxTransport;
 
+use crate::kv::placement::Placement;
 use crate::remote::common::{finish, ratio};
 use crate::remote::server::{shm_path, ucx_config};
 use crate::schema::BenchResult;
@@ -85,9 +86,9 @@ fn transactions(config: Config, quick: bool) -> u64 {
 
 fn rounds(quick: bool) -> u64 {
     if quick {
-        3
-    } else {
         5
+    } else {
+        7
     }
 }
 
@@ -100,14 +101,15 @@ struct BackupThread {
 }
 
 impl BackupThread {
-    fn start(tls: &str) -> Result<BackupThread> {
+    fn start(tls: &str, placement: &Placement) -> Result<BackupThread> {
         let pool = shm_path(&format!("mirror-backup-{tls}.pool"));
         let _ = std::fs::remove_file(&pool);
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::channel();
-        let (tls_owned, path, stop2) = (tls.to_string(), pool.clone(), stop.clone());
+        let (tls_owned, path, stop2, placement) = (tls.to_string(), pool.clone(), stop.clone(), placement.clone());
         let thread = std::thread::Builder::new().name("pmwire-mirror-backup".into()).spawn(move || {
             let started = (|| -> Result<_> {
+                placement.pin_current_as_server()?;
                 let mut region = Region::create(&path, Heap::required_size(LOG_BYTES, DATA_BYTES))?;
                 let backup = Backup::create(&mut region, 0, LOG_BYTES, DATA_BYTES)?;
                 let mut t = UcxTransport::new(&ucx_config(&tls_owned, true, false)?)?;
@@ -213,16 +215,24 @@ pub fn run(options: &MirrorOptions) -> Result<SuiteReport> {
     let configs = configs(options.quick);
     let rounds = rounds(options.quick);
     println!(
-        "mirror: Transact, {} configurations x {{NO-SM, SM-RC, SM-OB, SM-DD}} x {} rounds over {}; primary and backup are two threads of one process on a 2-core machine, both poll 30 us after activity, then block",
+        "mirror: Transact, {} configurations x {{NO-SM, SM-RC, SM-OB, SM-DD}} x {} rounds over {}; primary and backup are two threads of one process pinned to different CPUs, both poll 30 us after activity, then block",
         configs.len(),
         rounds,
         options.transports.join(", ")
     );
+    // The backup on one CPU, the primary on the other (as the KV suites
+    // pin server and load): on 2 cores, both threads on one CPU make every
+    // round trip a context switch, and a run would measure placement.
+    let placement = Placement::split();
+    placement.as_load(|| run_pinned(options, &configs, rounds, &placement))
+}
+
+fn run_pinned(options: &MirrorOptions, configs: &[Config], rounds: u64, placement: &Placement) -> Result<SuiteReport> {
     let bar = progress(options.transports.len() as u64 * rounds * Strategy::ALL.len() as u64);
     let mut results = Vec::new();
     let mut headlines = Vec::new();
     for tls in &options.transports {
-        let backup = BackupThread::start(tls).with_context(|| format!("backup over {tls}"))?;
+        let backup = BackupThread::start(tls, placement).with_context(|| format!("backup over {tls}"))?;
         let mut local = Primary::create(&format!("mirror-local-{tls}.pool"))?;
         let mut mirrored = Primary::create(&format!("mirror-primary-{tls}.pool"))?;
         // times[config][strategy]: one mean per round.
@@ -270,7 +280,7 @@ pub fn run(options: &MirrorOptions) -> Result<SuiteReport> {
         "command": if options.quick { "pmwire bench mirror --quick" } else { "pmwire bench mirror" },
         "configs": configs.iter().map(Config::label).collect::<Vec<_>>(),
         "rounds": rounds, "transports": options.transports, "data_bytes": DATA_BYTES, "log_bytes": LOG_BYTES,
-        "write_bytes": WRITE_BYTES,
+        "write_bytes": WRITE_BYTES, "placement": placement.describe(),
         "note": "NO-SM on its own pool, the mirrored strategies on another (a primary must match its backup); each round runs every strategy on the same transactions; time per transaction is the median of the rounds' means",
     });
     finish("mirror", &options.out_dir, parameters, results, Vec::new(), headlines)

@@ -138,7 +138,7 @@ pub fn mirror_backup(args: &MirrorBackupArgs) -> Result<()> {
 /// `pmwire bench mirror`.
 #[derive(Args)]
 pub struct MirrorBenchArgs {
-    /// A short run: 10 configurations (1-256 epochs x 1 and 8 writes), 3 rounds.
+    /// A short run (~10 s): 10 configurations (1-256 epochs x 1 and 8 writes), 5 rounds.
     #[arg(long)]
     pub quick: bool,
     /// UCX transport: tcp, sm or both.

@@ -68,6 +68,15 @@ impl Placement {
         result
     }
 
+    /// Pins the calling thread to the server CPU for good (an in-process
+    /// server's own thread, e.g. the mirror suite's backup).
+    pub fn pin_current_as_server(&self) -> std::io::Result<()> {
+        match self.server_cpu {
+            Some(cpu) => set_current_mask(&single(cpu)),
+            None => Ok(()),
+        }
+    }
+
     /// The placement as it goes into a suite's JSON parameters.
     pub fn describe(&self) -> serde_json::Value {
         serde_json::json!({
