@@ -26,7 +26,7 @@ use rand_xoshiro::SplitMix64;
 use reactor::{PollBudget, Reactor, RealClock};
 use transport::UcxTransport;
 
-use crate::kv::placement::Placement;
+use crate::kv::placement::{LoadProbe, Placement};
 use crate::remote::common::{finish, ratio};
 use crate::remote::server::{shm_path, ucx_config};
 use crate::schema::BenchResult;
@@ -40,6 +40,10 @@ pub const DATA_BYTES: u64 = 16 << 20;
 pub const LOG_BYTES: u64 = 256 << 10;
 /// Bytes of each write.
 pub const WRITE_BYTES: usize = 64;
+/// The share of the CPUs other processes may take during a transport's run
+/// before the suite says its times are not to be trusted (a quiet run here
+/// reads 2-7%: kernel work the process is not charged for).
+const OTHER_LOAD_WARNING: f64 = 0.15;
 /// The mirrored strategies, in the order each round runs them.
 const MIRRORED: [Strategy; 3] = [Strategy::SmRc, Strategy::SmOb, Strategy::SmDd];
 
@@ -224,14 +228,22 @@ pub fn run(options: &MirrorOptions) -> Result<SuiteReport> {
     // pin server and load): on 2 cores, both threads on one CPU make every
     // round trip a context switch, and a run would measure placement.
     let placement = Placement::split();
-    placement.as_load(|| run_pinned(options, &configs, rounds, &placement))
+    let cpus = crate::kv::placement::allowed_cpus().len();
+    placement.as_load(|| run_pinned(options, &configs, rounds, &placement, cpus))
 }
 
-fn run_pinned(options: &MirrorOptions, configs: &[Config], rounds: u64, placement: &Placement) -> Result<SuiteReport> {
+fn run_pinned(
+    options: &MirrorOptions,
+    configs: &[Config],
+    rounds: u64,
+    placement: &Placement,
+    cpus: usize,
+) -> Result<SuiteReport> {
     let bar = progress(options.transports.len() as u64 * rounds * Strategy::ALL.len() as u64);
     let mut results = Vec::new();
     let mut headlines = Vec::new();
     for tls in &options.transports {
+        let probe = LoadProbe::start_in_process(cpus)?;
         let backup = BackupThread::start(tls, placement).with_context(|| format!("backup over {tls}"))?;
         let mut local = Primary::create(&format!("mirror-local-{tls}.pool"))?;
         let mut mirrored = Primary::create(&format!("mirror-primary-{tls}.pool"))?;
@@ -255,6 +267,16 @@ fn run_pinned(options: &MirrorOptions, configs: &[Config], rounds: u64, placemen
                 bar.inc(1);
             }
         }
+        let other = probe.other_share()?;
+        println!(
+            "{tls}: other processes took {:.0}% of the CPUs meanwhile{}",
+            other * 100.0,
+            if other > OTHER_LOAD_WARNING {
+                " (more than 15%: the times below measure the contention as much as the mirror)"
+            } else {
+                ""
+            }
+        );
         let mut cell_results = Vec::new();
         for (c, &config) in configs.iter().enumerate() {
             let medians: Vec<f64> = times[c].iter_mut().map(|t| median(t)).collect();
@@ -263,7 +285,8 @@ fn run_pinned(options: &MirrorOptions, configs: &[Config], rounds: u64, placemen
                 .param("epochs", config.epochs)
                 .param("writes_per_epoch", config.writes)
                 .param("transactions_per_round", transactions(config, options.quick))
-                .metric("no_sm_tx_us", medians[0] / 1e3);
+                .metric("no_sm_tx_us", medians[0] / 1e3)
+                .metric("other_processes_cpu_share", other);
             for (i, strategy) in MIRRORED.into_iter().enumerate() {
                 let key = strategy.name().to_ascii_lowercase().replace('-', "_");
                 r = r.metric(&format!("{key}_tx_us"), medians[i + 1] / 1e3);
