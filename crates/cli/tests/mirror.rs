@@ -33,10 +33,14 @@ impl Drop for BackupProcess {
 }
 
 fn start_backup(dir: &Path, pool: &Path, sizes: bool) -> BackupProcess {
+    start_backup_over(dir, pool, sizes, "tcp")
+}
+
+fn start_backup_over(dir: &Path, pool: &Path, sizes: bool, tls: &str) -> BackupProcess {
     let ready = dir.join("ready");
     let _ = std::fs::remove_file(&ready);
     let mut cmd = Command::new(EXE);
-    cmd.args(["mirror-backup", "--listen", "127.0.0.1:0", "--tls", "tcp", "--poll-us", "0"]);
+    cmd.args(["mirror-backup", "--listen", "127.0.0.1:0", "--tls", tls, "--poll-us", "0"]);
     cmd.arg("--pool").arg(pool).arg("--ready-file").arg(&ready);
     if sizes {
         cmd.args(["--log-size", "64K", "--data-size", "1M"]);
@@ -127,6 +131,25 @@ fn a_primary_mirrors_to_a_backup_process_that_survives_kill_9() {
     drop(backup);
     let mut backup_region = Region::open(&pool, Default::default()).unwrap();
     let (promoted, _) = Heap::open(&mut backup_region, 0).unwrap();
+    assert_eq!(data(&promoted, &backup_region), data(&heap, &region));
+}
+
+#[test]
+fn a_backup_process_mirrors_over_shared_memory() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let pool = dir.path().join("backup.pool");
+    let mut region = Region::create(dir.path().join("primary.pool"), Heap::required_size(LOG, DATA)).unwrap();
+    let mut heap = Heap::create(&mut region, 0, LOG, DATA).unwrap();
+    let backup = start_backup_over(dir.path(), &pool, true, "sm");
+    for (n, strategy) in [Strategy::SmDd, Strategy::SmOb, Strategy::SmRc].into_iter().enumerate() {
+        let t = UcxTransport::new(&UcxConfig::shared_memory().with_var("NET_DEVICES", "lo")).expect("UCX");
+        let mut mirror = Mirror::open(&heap, &region, t, &backup.addr, strategy).expect("mirror over sm");
+        transact(&mut heap, &mut region, &mut mirror, 20, n as u64 + 11);
+    }
+    drop(backup); // SIGKILL
+    let mut backup_region = Region::open(&pool, Default::default()).unwrap();
+    let (promoted, _) = Heap::open(&mut backup_region, 0).unwrap();
+    assert_eq!(promoted.last_committed(), heap.last_durable(&region));
     assert_eq!(data(&promoted, &backup_region), data(&heap, &region));
 }
 
