@@ -545,6 +545,7 @@ mod tests {
     use transport::{InProcNetwork, InProcTransport, Limits, NodeId};
 
     use super::*;
+    use crate::wire::Hello;
     use crate::TxError;
 
     const LOG: u64 = 64 << 10;
@@ -672,6 +673,55 @@ mod tests {
         }
         let backup = served.finish();
         let mut backup = backup;
+        let (opened, _) = Heap::open(&mut backup, 0).unwrap();
+        assert_eq!(data(&opened, &backup), data(&heap, &media));
+    }
+
+    /// A raw call on `conn`; the answer's kind and payload.
+    fn raw_call(t: &mut InProcTransport, conn: ConnId, header: &[u8], payload: &[u8]) -> (Kind, String) {
+        t.call(conn, header, payload.to_vec(), 99).unwrap();
+        let mut events = Vec::new();
+        loop {
+            assert!(t.wait(Duration::from_secs(10)).unwrap(), "no answer");
+            t.poll(&mut events, 16);
+            for e in events.drain(..) {
+                if let Event::Completion(c) = e {
+                    let Ok(Output::Response { header, payload }) = c.result else { panic!("{:?}", c.result) };
+                    let h = decode(&header, &payload).unwrap();
+                    return (h.kind, String::from_utf8_lossy(&payload).into_owned());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn garbage_and_intruders_are_refused_and_the_stream_goes_on() {
+        let net = InProcNetwork::new(Limits::default());
+        let (mut media, mut heap) = heap_media();
+        let served = Served::start(&net, heap_media().0);
+        let mut intruder = net.node();
+        let conn = intruder.connect(&served.addr).unwrap();
+        let (kind, why) = raw_call(&mut intruder, conn, b"not a mirror header", &[]);
+        assert_eq!(kind, Kind::Refused);
+        assert!(why.contains("40"), "{why}");
+        let commit = encode(Kind::Commit, Strategy::NoSm, 1, 64, 1, &[]);
+        let (kind, why) = raw_call(&mut intruder, conn, &commit, &[]);
+        assert_eq!(kind, Kind::Refused);
+        assert!(why.contains("hello"), "{why}");
+        let mut mirror = Mirror::open(&heap, &media, net.node(), &served.addr, Strategy::SmDd).unwrap();
+        workload(&mut heap, &mut media, &mut mirror, 4);
+        // A second primary is refused while the first is connected, and
+        // its one-way garbage changes nothing.
+        let hello = Hello { log_bytes: LOG, data_bytes: DATA, data_crc: data_crc(&media, &heap.geometry()) };
+        let (header, payload) = StreamCore::new(Strategy::SmOb).hello(heap.last_durable(&media), &hello);
+        let (kind, why) = raw_call(&mut intruder, conn, &header, &payload);
+        assert_eq!(kind, Kind::Refused);
+        assert!(why.contains("already mirrors"), "{why}");
+        let epoch = encode(Kind::Epoch, Strategy::NoSm, heap.last_committed() + 1, 0, 0, &[0; 64]);
+        intruder.send(conn, &epoch, vec![0; 64]).unwrap();
+        workload(&mut heap, &mut media, &mut mirror, 4);
+        drop(mirror);
+        let mut backup = served.finish();
         let (opened, _) = Heap::open(&mut backup, 0).unwrap();
         assert_eq!(data(&opened, &backup), data(&heap, &media));
     }
