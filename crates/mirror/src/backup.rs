@@ -112,9 +112,6 @@ pub enum HelloError {
         /// The primary's.
         primary: u32,
     },
-    /// Another primary is connected.
-    #[error("the backup already mirrors a connected primary")]
-    Busy,
 }
 
 /// Why a message was refused. The open transaction (if any) is abandoned;
@@ -359,6 +356,20 @@ impl Backup {
     /// Checks the primary's heap against this one; the answer carries the
     /// backup's last committed transaction.
     fn hello(&mut self, media: &impl Media, h: &Header, payload: &[u8]) -> Result<Answer, StreamError> {
+        self.check_hello(media, h, payload)?;
+        self.strategy = Some(h.strategy);
+        self.open = None;
+        Ok(Answer { tx: 0, value: self.last_committed, count: 0 })
+    }
+
+    /// Whether a hello (decoded `h`, `payload`) could start a stream here:
+    /// its strategy mirrors, and its heap has this one's geometry, last
+    /// transaction and data. Changes nothing (the stream being served, if
+    /// any, goes on).
+    pub fn check_hello(&self, media: &impl Media, h: &Header, payload: &[u8]) -> Result<(), StreamError> {
+        if h.kind != Kind::Hello {
+            return Err(StreamError::OutOfPlace(h.kind));
+        }
         let hello = Hello::decode(payload)?;
         if h.strategy == Strategy::NoSm {
             return Err(HelloError::NoMirror.into());
@@ -384,9 +395,7 @@ impl Backup {
         if crc != hello.data_crc {
             return Err(HelloError::OtherHeap { backup: crc, primary: hello.data_crc }.into());
         }
-        self.strategy = Some(h.strategy);
-        self.open = None;
-        Ok(Answer { tx: 0, value: self.last_committed, count: 0 })
+        Ok(())
     }
 
     /// The open transaction for a message of `tx`, opening it if `start`.

@@ -393,11 +393,16 @@ pub struct BackupStats {
     pub commits: u64,
     /// Messages refused (their stream then ended).
     pub refused: u64,
+    /// Streams taken over by a new primary's hello.
+    pub takeovers: u64,
 }
 
 /// The backup as a [`reactor::Service`]: one primary's stream at a time,
 /// each message handed to the [`Backup`] core in arrival order, each call
-/// answered once the core says so.
+/// answered once the core says so. A hello on another connection whose
+/// heap matches takes the stream over (the old connection is closed, its
+/// open transaction abandoned); one that does not match is refused and
+/// the stream goes on.
 pub struct BackupService<M: Media> {
     media: M,
     backup: Backup,
@@ -406,6 +411,8 @@ pub struct BackupService<M: Media> {
     /// are dropped and its calls refused with this, until it closes).
     poisoned: Option<(ConnId, String)>,
     stats: BackupStats,
+    /// A primary's connection replaced by another's hello, to close.
+    closing: Option<ConnId>,
     /// The last refusal, for the operator.
     pub last_refusal: Option<String>,
 }
@@ -419,6 +426,7 @@ impl<M: Media> BackupService<M> {
             primary: None,
             poisoned: None,
             stats: BackupStats::default(),
+            closing: None,
             last_refusal: None,
         }
     }
@@ -453,7 +461,18 @@ impl<M: Media> BackupService<M> {
         let h = decode(header, payload).map_err(|e| e.to_string())?;
         match self.primary {
             Some(primary) if primary != conn => {
-                return Err(StreamError::Hello(crate::backup::HelloError::Busy).to_string());
+                if h.kind != Kind::Hello {
+                    return Err(format!("{:?} from a connection that is not the primary's", h.kind));
+                }
+                // A primary whose heap matches takes the stream over (the
+                // one connected may be dead: over shared memory UCX does
+                // not detect a peer that died); any other is refused and
+                // the stream goes on.
+                self.backup.check_hello(&self.media, &h, payload).map_err(|e| e.to_string())?;
+                self.backup.disconnected(&mut self.media);
+                self.primary = None;
+                self.stats.takeovers += 1;
+                self.closing = Some(primary);
             }
             None if h.kind != Kind::Hello => return Err(StreamError::OutOfPlace(h.kind).to_string()),
             _ => {}
@@ -506,6 +525,9 @@ impl<T: Transport, M: Media> Service<T> for BackupService<M> {
                 }
                 Self::answer(transport, req.id, &result);
                 transport.recycle(req.payload);
+                if let Some(old) = self.closing.take() {
+                    transport.close(old);
+                }
             }
             Event::Message { conn, header, payload } => {
                 if let Err(reason) = self.serve(conn, &header, &payload, false) {
@@ -695,7 +717,7 @@ mod tests {
     }
 
     #[test]
-    fn garbage_and_intruders_are_refused_and_the_stream_goes_on() {
+    fn garbage_and_strangers_are_refused_and_a_matching_primary_takes_over() {
         let net = InProcNetwork::new(Limits::default());
         let (mut media, mut heap) = heap_media();
         let served = Served::start(&net, heap_media().0);
@@ -710,17 +732,27 @@ mod tests {
         assert!(why.contains("hello"), "{why}");
         let mut mirror = Mirror::open(&heap, &media, net.node(), &served.addr, Strategy::SmDd).unwrap();
         workload(&mut heap, &mut media, &mut mirror, 4);
-        // A second primary is refused while the first is connected, and
-        // its one-way garbage changes nothing.
-        let hello = Hello { log_bytes: LOG, data_bytes: DATA, data_crc: data_crc(&media, &heap.geometry()) };
-        let (header, payload) = StreamCore::new(Strategy::SmOb).hello(heap.last_durable(&media), &hello);
+        // A second primary whose heap does not match is refused while the
+        // first is connected, and its one-way garbage changes nothing.
+        let crc = data_crc(&media, &heap.geometry());
+        let other = Hello { log_bytes: LOG, data_bytes: DATA, data_crc: crc ^ 1 };
+        let (header, payload) = StreamCore::new(Strategy::SmOb).hello(heap.last_durable(&media), &other);
         let (kind, why) = raw_call(&mut intruder, conn, &header, &payload);
         assert_eq!(kind, Kind::Refused);
-        assert!(why.contains("already mirrors"), "{why}");
+        assert!(why.contains("another heap"), "{why}");
         let epoch = encode(Kind::Epoch, Strategy::NoSm, heap.last_committed() + 1, 0, 0, &[0; 64]);
         intruder.send(conn, &epoch, vec![0; 64]).unwrap();
         workload(&mut heap, &mut media, &mut mirror, 4);
+        // One whose heap matches takes the stream over (the first primary
+        // might be dead): the first's next step fails, the new one mirrors.
+        let mut second = Mirror::open(&heap, &media, net.node(), &served.addr, Strategy::SmOb).unwrap();
+        let mut tx = heap.begin_with(&mut media, &mut mirror);
+        tx.write(0, &[9; 64]).unwrap();
+        let err = tx.commit().unwrap_err();
+        assert!(matches!(err, TxError::Sink(_)), "{err}");
         drop(mirror);
+        workload(&mut heap, &mut media, &mut second, 4);
+        drop(second);
         let mut backup = served.finish();
         let (opened, _) = Heap::open(&mut backup, 0).unwrap();
         assert_eq!(data(&opened, &backup), data(&heap, &media));
