@@ -98,6 +98,8 @@ pub struct Mirror<T: Transport> {
     core: Option<StreamCore>,
     plan: Vec<Planned>,
     broken: Option<String>,
+    allow_unmirrored: bool,
+    unmirrored: Option<String>,
     /// Longest a call waits for its answer.
     pub timeout: Duration,
     /// How long to poll before blocking.
@@ -123,6 +125,8 @@ impl<T: Transport> Mirror<T> {
             core: None,
             plan: Vec::with_capacity(4),
             broken: None,
+            allow_unmirrored: false,
+            unmirrored: None,
             timeout: Duration::from_secs(10),
             poll: PollBudget::default(),
             round_trips: 0,
@@ -162,7 +166,12 @@ impl<T: Transport> Mirror<T> {
     /// Sends what the core planned; `record` is the epoch's, if any.
     fn run_plan(&mut self, record: &[u8]) -> Result<(), MirrorError> {
         if let Some(reason) = &self.broken {
+            self.plan.clear();
             return Err(MirrorError::Broken(reason.clone()));
+        }
+        if self.unmirrored.is_some() {
+            self.plan.clear();
+            return Ok(());
         }
         let plan = std::mem::take(&mut self.plan);
         let mut result = Ok(());
@@ -175,7 +184,36 @@ impl<T: Transport> Mirror<T> {
         }
         self.plan = plan;
         self.plan.clear();
-        result
+        match result {
+            Err(e) if self.allow_unmirrored => {
+                self.go_unmirrored(e.to_string());
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// Lets the primary go on alone if the backup is lost (off by
+    /// default: then a lost backup fails every later step). Once lost, the
+    /// mirror sends nothing more, every step succeeds, and
+    /// [`unmirrored`](Mirror::unmirrored) says why; the backup then misses
+    /// transactions, and a new stream to it is refused as behind.
+    pub fn allow_unmirrored(&mut self, allow: bool) {
+        self.allow_unmirrored = allow;
+    }
+
+    /// Why the primary goes on without its backup, if it does.
+    pub fn unmirrored(&self) -> Option<&str> {
+        self.unmirrored.as_deref()
+    }
+
+    /// Drops the stream: the backup abandons its open transaction.
+    fn go_unmirrored(&mut self, reason: String) {
+        self.broken = None;
+        self.unmirrored = Some(reason);
+        if let Some(mut link) = self.link.take() {
+            link.transport.close(link.conn);
+        }
     }
 
     /// Marks the mirror broken by `result`'s error.
@@ -697,6 +735,31 @@ mod tests {
         let mut backup = backup;
         let (opened, _) = Heap::open(&mut backup, 0).unwrap();
         assert_eq!(data(&opened, &backup), data(&heap, &media));
+    }
+
+    #[test]
+    fn a_primary_allowed_to_go_on_unmirrored_does_and_says_why() {
+        let net = InProcNetwork::new(Limits::default());
+        let (mut media, mut heap) = heap_media();
+        let served = Served::start(&net, heap_media().0);
+        let backup_id = served.addr;
+        let mut mirror = Mirror::open(&heap, &media, net.node(), &backup_id, Strategy::SmRc).unwrap();
+        mirror.allow_unmirrored(true);
+        workload(&mut heap, &mut media, &mut mirror, 3);
+        assert!(mirror.unmirrored().is_none());
+        net.crash(backup_id);
+        let mut tx = heap.begin_with(&mut media, &mut mirror);
+        tx.write(0, &[5; 64]).unwrap();
+        tx.ofence().unwrap();
+        tx.write(64, &[6; 64]).unwrap();
+        tx.commit().expect("allowed to go on alone");
+        assert!(mirror.unmirrored().is_some_and(|why| !why.is_empty()));
+        assert!(mirror.broken().is_none());
+        let mut buf = [0u8; 128];
+        heap.read(&media, 0, &mut buf).unwrap();
+        assert_eq!((buf[0], buf[64]), (5, 6), "committed locally");
+        drop(mirror);
+        served.finish();
     }
 
     /// A raw call on `conn`; the answer's kind and payload.
