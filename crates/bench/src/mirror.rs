@@ -291,6 +291,7 @@ fn run_pinned(
                 let key = strategy.name().to_ascii_lowercase().replace('-', "_");
                 r = r.metric(&format!("{key}_tx_us"), medians[i + 1] / 1e3);
                 r = r.metric(&format!("{key}_slowdown_x"), medians[i + 1] / medians[0]);
+                r = r.metric(&format!("model_{key}_slowdown_x"), model_slowdown(strategy, config));
             }
             cell_results.push(r);
         }
@@ -330,14 +331,33 @@ fn beats_rc(tls: &str, cell: &[BenchResult]) -> Vec<crate::Headline> {
         .collect()
 }
 
+/// The hardware model's slowdown of `strategy` for `config` on seed 002's
+/// RDMA testbed (`pmwire_model::mirror`, `pmwire model mirror`): what the
+/// seed's system would do, beside what ours does over UCX.
+fn model_slowdown(strategy: Strategy, config: Config) -> f64 {
+    use pmwire_model::mirror::{slowdown, Shape, Strategy as Modelled};
+    let modelled = match strategy {
+        Strategy::NoSm => Modelled::NoSm,
+        Strategy::SmRc => Modelled::SmRc,
+        Strategy::SmOb => Modelled::SmOb,
+        Strategy::SmDd => Modelled::SmDd,
+    };
+    let shape = Shape::transact(config.epochs as usize, config.writes as usize);
+    slowdown(&pmwire_model::params::Params::published(), modelled, shape)
+}
+
 /// The seed's Fig 4 as text: one row per configuration, each strategy's
-/// slowdown over NO-SM, per transport.
+/// slowdown over NO-SM, per transport, and the model's for seed 002's
+/// RDMA testbed.
 fn slowdown_table(results: &[BenchResult]) -> String {
     let mut rows = vec![vec![
         "transport".to_string(),
         "e-w".to_string(),
         "NO-SM us/tx".to_string(),
         "SM-RC".to_string(),
+        "SM-OB".to_string(),
+        "SM-DD".to_string(),
+        "model: SM-RC".to_string(),
         "SM-OB".to_string(),
         "SM-DD".to_string(),
     ]];
@@ -350,9 +370,15 @@ fn slowdown_table(results: &[BenchResult]) -> String {
             cell("sm_rc_slowdown_x"),
             cell("sm_ob_slowdown_x"),
             cell("sm_dd_slowdown_x"),
+            cell("model_sm_rc_slowdown_x"),
+            cell("model_sm_ob_slowdown_x"),
+            cell("model_sm_dd_slowdown_x"),
         ]);
     }
-    format!("\nslowdown over NO-SM (seed 002 Fig 4), median of rounds\n{}", table::render(&rows))
+    format!(
+        "\nslowdown over NO-SM (seed 002 Fig 4), median of rounds; model: seed 002's RDMA testbed (pmwire model mirror)\n{}",
+        table::render(&rows)
+    )
 }
 
 #[cfg(test)]
