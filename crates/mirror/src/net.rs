@@ -10,7 +10,8 @@
 //! order (the seam's contract), which is the ordered stream the backup
 //! needs. After any error the mirror is broken: every later step fails
 //! (the heap then abandons its transactions; nothing is committed
-//! unmirrored).
+//! unmirrored), unless [`Mirror::allow_unmirrored`] lets the primary go on
+//! alone.
 
 use std::time::{Duration, Instant};
 
