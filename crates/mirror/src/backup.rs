@@ -3,7 +3,7 @@
 //! caller hands it each decoded message and the medium, and sends the
 //! answer it returns.
 //!
-//! The backup holds a [`Heap`](crate::Heap) of the primary's geometry. An
+//! The backup holds a [`Heap`] of the primary's geometry. An
 //! epoch is written into the backup's redo log at the place the primary's
 //! log has it, byte for byte, the way the strategy says the NIC would:
 //! - **SM-RC**: ordinary stores (they land in the cache, as a DDIO write

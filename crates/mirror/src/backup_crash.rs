@@ -4,7 +4,7 @@
 //! A primary heap (on a plain medium) runs the workload of [`crate::crash`]
 //! (transactions of 1–4 epochs, each epoch's first write overwriting part
 //! of the one before, aborts, mid-transaction `dfence`s, refused bad
-//! input) with a [`Loopback`] sink: the [`StreamCore`] plans each event's
+//! input) with a `Loopback` sink: the [`StreamCore`] plans each event's
 //! messages, they are encoded and decoded through the wire format, and a
 //! [`Backup`] on a [`TracedMedia`] acts on them. Each answer the backup
 //! gives is a promise, marked in the trace where it was given:
