@@ -43,6 +43,7 @@ pub mod logbench;
 pub mod machine;
 pub mod measure;
 pub mod mirror;
+pub mod mirror_crash;
 pub mod persist;
 pub mod pmdk;
 pub mod remote;

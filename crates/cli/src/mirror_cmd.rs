@@ -160,3 +160,78 @@ pub fn bench(args: &MirrorBenchArgs) -> Result<()> {
     println!("results: {}", report.json_path.display());
     Ok(())
 }
+
+/// `pmwire mirror-primary` (hidden: the kill -9 campaign's primary).
+#[derive(Args)]
+pub struct MirrorPrimaryArgs {
+    /// The primary's pool (created; it must not exist).
+    #[arg(long)]
+    pub pool: PathBuf,
+    /// The backup's address.
+    #[arg(long)]
+    pub backup: SocketAddr,
+    /// SM-RC, SM-OB or SM-DD.
+    #[arg(long, value_parser = parse_strategy)]
+    pub strategy: pmwire_mirror::Strategy,
+    /// UCX transport: tcp or sm.
+    #[arg(long, default_value = "tcp")]
+    pub tls: String,
+    /// Seed of the transactions.
+    #[arg(long)]
+    pub seed: u64,
+    /// Each acknowledged transaction's number is appended here.
+    #[arg(long)]
+    pub acked: PathBuf,
+}
+
+fn parse_strategy(s: &str) -> Result<pmwire_mirror::Strategy, String> {
+    match pmwire_mirror::Strategy::parse(s) {
+        Some(pmwire_mirror::Strategy::NoSm) | None => {
+            Err(format!("unknown mirroring strategy '{s}' (SM-RC, SM-OB, SM-DD)"))
+        }
+        Some(strategy) => Ok(strategy),
+    }
+}
+
+/// Runs `pmwire mirror-primary` until a step fails or it is killed.
+pub fn mirror_primary(args: &MirrorPrimaryArgs) -> Result<()> {
+    if args.pool.exists() {
+        bail!("{} exists: mirror-primary formats a new pool", args.pool.display());
+    }
+    pmwire_bench::mirror_crash::run_primary(&args.pool, args.backup, args.strategy, &args.tls, args.seed, &args.acked)
+}
+
+/// `pmwire bench mirror-crash`.
+#[derive(Args)]
+pub struct MirrorCrashArgs {
+    /// Runs: the primary killed in even ones, the backup in odd ones, SM-RC, SM-OB, SM-DD in turn.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    pub runs: u64,
+    /// UCX transport: tcp or sm.
+    #[arg(long, default_value = "tcp", value_parser = ["tcp", "sm"])]
+    pub tls: String,
+    /// Seed of the kill delays and the loads (default: from the clock).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Where to write the JSON results.
+    #[arg(long, default_value = "results")]
+    pub out: PathBuf,
+}
+
+/// Runs `pmwire bench mirror-crash`.
+pub fn crash(args: &MirrorCrashArgs) -> Result<()> {
+    let seed = args.seed.unwrap_or_else(|| {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        now.as_nanos() as u64
+    });
+    let options = pmwire_bench::mirror_crash::MirrorCrashOptions {
+        runs: args.runs,
+        tls: args.tls.clone(),
+        seed,
+        exe: std::env::current_exe()?,
+        out_dir: args.out.clone(),
+    };
+    let report = pmwire_bench::mirror_crash::run(&options)?;
+    println!("results: {}", report.json_path.display());
+    Ok(())
+}

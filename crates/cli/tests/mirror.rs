@@ -264,3 +264,24 @@ fn a_backup_killed_under_load_holds_every_acknowledged_transaction() {
         }
     }
 }
+
+/// `pmwire bench mirror-crash`: six kill -9 runs (the primary in three,
+/// the backup in three, each strategy twice) lose no acknowledged
+/// transaction and tear none; the JSON says so.
+#[test]
+fn the_kill_9_campaign_finds_nothing_lost_or_torn() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(EXE)
+        .args(["bench", "mirror-crash", "--runs", "6", "--seed", "7", "--out"])
+        .arg(dir.path())
+        .output()
+        .expect("run pmwire bench mirror-crash");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout.matches("  run ").count(), 6, "{stdout}");
+    let json = std::fs::read_dir(dir.path()).unwrap().next().unwrap().unwrap().path();
+    let file: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    let result = &file["results"][0];
+    assert_eq!(result["lost_count"], 0.0);
+    assert_eq!(result["torn_count"], 0.0);
+}
