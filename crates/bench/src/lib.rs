@@ -16,6 +16,8 @@
 //! - [`schema`]: the JSON format.
 //! - [`repeat`]: `--repeat N`, each headline's worst value across runs.
 //! - [`smr`]: the replication benchmark's peers (etcd, Redis + WAIT).
+//! - [`mirror`]: `pmwire bench mirror`, seed 002's Transact over the
+//!   mirror (SM-RC, SM-OB, SM-DD against NO-SM, over tcp and sm).
 //!
 //! ```no_run
 //! use pmwire_bench::local::{run, LocalOptions};
@@ -40,6 +42,8 @@ pub mod local;
 pub mod logbench;
 pub mod machine;
 pub mod measure;
+pub mod mirror;
+pub mod mirror_crash;
 pub mod persist;
 pub mod pmdk;
 pub mod remote;

@@ -7,6 +7,7 @@
 //! - `pmwire report FILES --out DIR`: plots of benchmark results.
 //! - `pmwire serve`: export a pool; `pmwire remote status`: Auto's choice
 //!   per size class against a running server, with its evidence.
+//! - `pmwire mirror-backup`: the backup of a mirrored transactional heap.
 //! - `pmwire tour`: the newcomer's tour, a short version of everything.
 
 mod check;
@@ -14,6 +15,7 @@ mod doctor;
 mod fuzz_cmd;
 mod kv_cmd;
 mod kv_bench_cmd;
+mod mirror_cmd;
 mod remote_cmd;
 mod smr_check;
 mod smr_cmd;
@@ -75,6 +77,11 @@ enum Command {
     Replica(smr_cmd::ReplicaArgs),
     /// Talk to a replicated cluster: put, get, del, status.
     Smr(smr_cmd::SmrArgs),
+    /// Serve as the backup of a mirrored transactional heap (SM-RC, SM-OB, SM-DD) over UCX until killed.
+    MirrorBackup(mirror_cmd::MirrorBackupArgs),
+    /// The kill -9 campaign's primary: mirrored transactions until killed.
+    #[command(hide = true)]
+    MirrorPrimary(mirror_cmd::MirrorPrimaryArgs),
     /// The newcomer's tour: a short run of every suite on an emulated pool,
     /// the crash checker, and the headline ratios against the peers.
     Tour(TourArgs),
@@ -93,6 +100,10 @@ enum Suite {
     /// Replication under kill -9: replicas killed and restarted under load (optionally in network namespaces with
     /// partitions and netem); no acknowledged write lost, every history linearizable.
     SmrCrash(smr_cmd::SmrCrashArgs),
+    /// Mirrored transactions (seed 002 Transact): SM-RC, SM-OB, SM-DD slowdown over NO-SM, over tcp and sm.
+    Mirror(mirror_cmd::MirrorBenchArgs),
+    /// Mirrored transactions under kill -9 of the primary or the backup: no acknowledged transaction lost, none torn.
+    MirrorCrash(mirror_cmd::MirrorCrashArgs),
 }
 
 /// Where the pool lives and what to take it for.
@@ -242,8 +253,12 @@ fn main() -> Result<()> {
         Command::Kv(args) => kv_cmd::run(&args),
         Command::Replica(args) => smr_cmd::replica(&args),
         Command::Smr(args) => smr_cmd::smr(&args),
+        Command::MirrorBackup(args) => mirror_cmd::mirror_backup(&args),
+        Command::MirrorPrimary(args) => mirror_cmd::mirror_primary(&args),
         Command::Bench { suite: Suite::Remote(suite) } => remote_cmd::bench(&suite),
         Command::Bench { suite: Suite::Kv(suite) } => kv_bench_cmd::bench(&suite),
+        Command::Bench { suite: Suite::Mirror(args) } => mirror_cmd::bench(&args),
+        Command::Bench { suite: Suite::MirrorCrash(args) } => mirror_cmd::crash(&args),
         Command::Bench { suite: Suite::SmrCrash(args) } => {
             if !smr_cmd::crash(&args)? {
                 eprintln!("pmwire: smr-crash found lost writes, non-linearizable histories or failed replicas (see above)");

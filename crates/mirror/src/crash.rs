@@ -32,18 +32,20 @@ use pmwire_crashcheck::{explore, Check, Config, CrashImage, Report};
 use rand_xoshiro::rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::SplitMix64;
 
-use crate::{Faults, Heap, OpenError, TxError};
+use crate::backup::BackupFaults;
+use crate::backup_crash::check_backup;
+use crate::{Faults, Heap, OpenError, Strategy, TxError};
 
 /// Where the heap under test starts in its media (not 0, to test `base`).
-const BASE: u64 = 256;
+pub(crate) const BASE: u64 = 256;
 /// Its log: small, so some transactions meet `LogFull`.
-const LOG_BYTES: u64 = 1024;
+pub(crate) const LOG_BYTES: u64 = 1024;
 /// Its data area.
-const DATA_BYTES: u64 = 1280;
+pub(crate) const DATA_BYTES: u64 = 1280;
 /// Write lengths, drawn in turn (1 B to non-temporal-sized).
 const LENS: [usize; 9] = [8, 1, 24, 64, 13, 100, 300, 40, 7];
 /// Transactions of phase one and of each phase-two run.
-const PHASE_ONE_TXS: usize = 60;
+pub(crate) const PHASE_ONE_TXS: usize = 60;
 const PHASE_TWO_TXS: usize = 14;
 /// Images of phase one that seed a phase-two run.
 pub const PHASE_TWO_RUNS: usize = 10;
@@ -64,6 +66,24 @@ pub fn checks() -> Vec<Check> {
         }),
         check("planted: mirror applied word never flushed", true, |c| {
             check_heap(Faults { applied_unflushed: true, ..Faults::default() }, c)
+        }),
+        check("mirror backup under SM-RC: any instant, stream cut at any message", false, |c| {
+            check_backup(Strategy::SmRc, BackupFaults::default(), c)
+        }),
+        check("mirror backup under SM-OB: any instant, stream cut at any message", false, |c| {
+            check_backup(Strategy::SmOb, BackupFaults::default(), c)
+        }),
+        check("mirror backup under SM-DD: any instant, stream cut at any message", false, |c| {
+            check_backup(Strategy::SmDd, BackupFaults::default(), c)
+        }),
+        check("planted: mirror backup applies an epoch out of order", true, |c| {
+            check_backup(Strategy::SmOb, BackupFaults { reorder_epochs: true, ..BackupFaults::default() }, c)
+        }),
+        check("planted: mirror backup answers a dfence before its drain", true, |c| {
+            check_backup(Strategy::SmDd, BackupFaults { fence_before_drain: true, ..BackupFaults::default() }, c)
+        }),
+        check("planted: mirror backup acknowledges a commit before it is durable", true, |c| {
+            check_backup(Strategy::SmRc, BackupFaults { ack_before_durable: true, ..BackupFaults::default() }, c)
         }),
     ]
 }
@@ -114,7 +134,7 @@ enum Recovered {
     Heap,
 }
 
-fn first_difference(got: &[u8], want: &[u8]) -> String {
+pub(crate) fn first_difference(got: &[u8], want: &[u8]) -> String {
     match got.iter().zip(want).position(|(a, b)| a != b) {
         Some(i) => format!("first difference at byte {i}: {} vs acknowledged {}", got[i], want[i]),
         None => "same bytes".to_string(),
@@ -222,17 +242,17 @@ fn drive(media: &mut TracedMedia, heap: &mut Heap, model: &mut Model, txs: usize
 
 /// How one transaction of the workload goes.
 #[derive(Clone, Copy)]
-struct Shape {
-    epochs: u32,
-    abort: bool,
-    dfence: bool,
-    bad: bool,
+pub(crate) struct Shape {
+    pub(crate) epochs: u32,
+    pub(crate) abort: bool,
+    pub(crate) dfence: bool,
+    pub(crate) bad: bool,
 }
 
 /// Writes the epochs of one transaction, applying each accepted write to
 /// `data` (the model), and checks that bad input is refused.
-fn run_tx<M: Media>(
-    tx: &mut crate::Tx<'_, M, crate::NoMirror>,
+pub(crate) fn run_tx<M: Media, S: crate::EpochSink>(
+    tx: &mut crate::Tx<'_, M, S>,
     rng: &mut SplitMix64,
     data: &mut [u8],
     shape: Shape,
@@ -264,9 +284,9 @@ fn run_tx<M: Media>(
             assert!(matches!(err, TxError::LogFull { .. }), "{err}");
         }
         if shape.dfence && epoch == 0 {
-            tx.dfence().expect("NoMirror never fails");
+            tx.dfence().expect("the sink never fails");
         } else {
-            tx.ofence().expect("NoMirror never fails");
+            tx.ofence().expect("the sink never fails");
         }
         let mut seen = vec![0u8; DATA_BYTES as usize];
         tx.read(0, &mut seen).expect("the whole data area");
@@ -309,6 +329,6 @@ mod tests {
 
     #[test]
     fn registry_lists_every_check_once() {
-        pmwire_crashcheck::assert_registry(&checks(), 4);
+        pmwire_crashcheck::assert_registry(&checks(), 7);
     }
 }

@@ -254,6 +254,15 @@ impl Heap {
         self.last_committed
     }
 
+    /// The last transaction that wrote something and is durable, as
+    /// recovery would find it (the applied word on `media`): a
+    /// transaction that wrote nothing commits without touching the medium
+    /// (and no mirror hears of it), so it counts in
+    /// [`last_committed`](Heap::last_committed) only.
+    pub fn last_durable(&self, media: &impl Media) -> u64 {
+        media.read_u64(self.geometry.base + APPLIED_AT)
+    }
+
     /// Copies committed data at data-area `offset` into `dst`.
     pub fn read(&self, media: &impl Media, offset: u64, dst: &mut [u8]) -> Result<(), OutOfBounds> {
         let at = self.data_range(offset, dst.len() as u64)?;
@@ -358,7 +367,7 @@ fn replay(media: &mut impl Media, geometry: &Geometry, image: &[u8], faults: Fau
 }
 
 /// Makes `tx` the applied transaction: from here the log may be reused.
-fn persist_applied(media: &mut impl Media, base: u64, tx: u64, faults: Faults) {
+pub(crate) fn persist_applied(media: &mut impl Media, base: u64, tx: u64, faults: Faults) {
     if faults.applied_unflushed {
         media.write_u64(base + APPLIED_AT, tx);
     } else {

@@ -12,10 +12,14 @@
 //!
 //! The redo log's epochs are what a mirror streams: every transaction
 //! hands its sealed epochs, fences and commit, in order, to an
-//! [`EpochSink`]. [`NoMirror`] is seed 002's NO-SM; the network mirror
-//! (SM-RC, SM-OB, SM-DD) is a later sink. The byte layout and the crash
-//! argument are in docs/FORMAT.md ("Transactional heap"); [`crash`] holds
-//! the crash-state checks and their planted bugs.
+//! [`EpochSink`]. [`NoMirror`] is seed 002's NO-SM; [`Mirror`] is the
+//! network mirror (SM-RC, SM-OB, SM-DD over the `Transport` seam), and
+//! [`Backup`] / [`BackupService`] the backup it streams to: [`wire`] is the
+//! stream's format, [`stream`] what each strategy sends, [`backup`] what
+//! the backup does with it, with no I/O, and [`net`] the I/O. The byte
+//! layouts and the crash arguments are in docs/FORMAT.md ("Transactional
+//! heap", "Mirror stream"); [`crash`] and [`backup_crash`] hold the
+//! crash-state checks and their planted bugs.
 //!
 //! Like the logs and the B+tree, the heap does not own its medium: `open`,
 //! `read` and `begin` take it.
@@ -45,10 +49,18 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod backup;
+pub mod backup_crash;
 pub mod crash;
 pub mod format;
 mod heap;
+pub mod net;
 pub mod sink;
+pub mod stream;
+pub mod wire;
 
+pub use backup::{Backup, HelloError, StreamError};
 pub use heap::{CreateError, Faults, Heap, OpenError, OutOfBounds, Recovery, Tx, TxError};
+pub use net::{BackupService, Mirror, MirrorError, OpenMirrorError};
 pub use sink::{Committed, Epoch, EpochSink, NoMirror, Recorder, SinkError, SinkEvent};
+pub use wire::Strategy;

@@ -68,6 +68,15 @@ impl Placement {
         result
     }
 
+    /// Pins the calling thread to the server CPU for good (an in-process
+    /// server's own thread, e.g. the mirror suite's backup).
+    pub fn pin_current_as_server(&self) -> std::io::Result<()> {
+        match self.server_cpu {
+            Some(cpu) => set_current_mask(&single(cpu)),
+            None => Ok(()),
+        }
+    }
+
     /// The placement as it goes into a suite's JSON parameters.
     pub fn describe(&self) -> serde_json::Value {
         serde_json::json!({
@@ -146,7 +155,9 @@ pub struct LoadProbe {
     server_s: f64,
     own_s: f64,
     at: std::time::Instant,
-    server: CpuClock,
+    server: Option<CpuClock>,
+    /// CPUs of the machine share (`None`: those the calling thread may use).
+    cpus: Option<usize>,
 }
 
 impl LoadProbe {
@@ -157,7 +168,22 @@ impl LoadProbe {
             server_s: server.seconds()?,
             own_s: own_and_children_seconds()?,
             at: std::time::Instant::now(),
-            server,
+            server: Some(server),
+            cpus: None,
+        })
+    }
+
+    /// Starts an interval for a server that runs inside this process (its
+    /// threads count as this process's), over `cpus` CPUs (taken before
+    /// any thread is pinned: [`allowed_cpus`] of a pinned thread is one).
+    pub fn start_in_process(cpus: usize) -> Result<LoadProbe> {
+        Ok(LoadProbe {
+            machine_busy_s: machine_busy_seconds()?,
+            server_s: 0.0,
+            own_s: own_and_children_seconds()?,
+            at: std::time::Instant::now(),
+            server: None,
+            cpus: Some(cpus),
         })
     }
 
@@ -166,8 +192,12 @@ impl LoadProbe {
     pub fn other_share(&self) -> Result<f64> {
         let wall = self.at.elapsed().as_secs_f64();
         let busy = machine_busy_seconds()? - self.machine_busy_s;
-        let ours = (self.server.seconds()? - self.server_s) + (own_and_children_seconds()? - self.own_s);
-        let cpus = allowed_cpus().len().max(1) as f64;
+        let server = match &self.server {
+            Some(clock) => clock.seconds()? - self.server_s,
+            None => 0.0,
+        };
+        let ours = server + (own_and_children_seconds()? - self.own_s);
+        let cpus = self.cpus.unwrap_or_else(|| allowed_cpus().len()).max(1) as f64;
         Ok(((busy - ours) / (wall * cpus)).clamp(0.0, 1.0))
     }
 }

@@ -1,0 +1,237 @@
+//! `pmwire bench mirror`: seed 002's Transact over the mirror
+//! (`pmwire_bench::mirror`).
+//!
+//! `pmwire mirror-backup`: the backup of a mirrored transactional heap
+//! (issue 14, seed 002), as a process. It opens (and recovers) the heap in
+//! its pool, or formats one when the pool file does not exist yet and
+//! `--log-size` and `--data-size` say its shape, then serves one
+//! primary's mirror stream at a time over UCX until killed. The pool is
+//! locked for the process's lifetime, so a second backup on the same pool
+//! is refused. Every commit is durable on the pool before the primary
+//! hears of it, so a kill -9 loses nothing acknowledged.
+
+use std::fs::File;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use pmem::{Region, RegionOptions};
+use pmwire_bench::remote::server::ucx_config;
+use pmwire_mirror::{Backup, BackupService, Heap, OpenError};
+use reactor::{PollBudget, Reactor, RealClock};
+use transport::UcxTransport;
+
+/// `pmwire mirror-backup`.
+#[derive(Args)]
+pub struct MirrorBackupArgs {
+    /// The backup's pool file (a tmpfs path is emulated persistent memory). It must hold a mirror heap, or not exist
+    /// (then --log-size and --data-size format one).
+    #[arg(long)]
+    pub pool: PathBuf,
+    /// Where to listen (IP:PORT; port 0 picks one).
+    #[arg(long)]
+    pub listen: SocketAddr,
+    /// UCX transport: tcp, or sm (shared memory, with tcp for connection set-up).
+    #[arg(long, default_value = "tcp")]
+    pub tls: String,
+    /// The heap's redo log (bytes; K, M, G suffixes) when the pool is created; checked against an existing pool.
+    #[arg(long, value_parser = crate::size::parse)]
+    pub log_size: Option<u64>,
+    /// The heap's data area when the pool is created; checked against an existing pool.
+    #[arg(long, value_parser = crate::size::parse)]
+    pub data_size: Option<u64>,
+    /// Microseconds the loop keeps polling after activity before it blocks (0 blocks at once).
+    #[arg(long, default_value_t = 30)]
+    pub poll_us: u64,
+    /// Write {"addr":"..."} here once listening.
+    #[arg(long)]
+    pub ready_file: Option<PathBuf>,
+}
+
+/// Locks the pool file for this process (released when the file closes).
+fn lock(path: &Path) -> Result<File> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .with_context(|| format!("open {}", path.display()))?;
+    // SAFETY: flock on an fd we own.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        bail!("{} is in use by another process (it holds the lock); one backup per pool", path.display());
+    }
+    Ok(file)
+}
+
+/// Opens the backup's heap, or formats one in a new pool.
+fn open_pool(args: &MirrorBackupArgs) -> Result<(Region, Backup, File)> {
+    let path = &args.pool;
+    if !path.exists() {
+        let (Some(log), Some(data)) = (args.log_size, args.data_size) else {
+            bail!("{} does not exist: give --log-size and --data-size to create a backup heap there", path.display());
+        };
+        let size = Heap::required_size(log, data);
+        let mut region = Region::create(path, size).with_context(|| format!("create {}", path.display()))?;
+        let lock = lock(path)?;
+        let backup = Backup::create(&mut region, 0, log, data).map_err(|e| {
+            let _ = std::fs::remove_file(path);
+            anyhow!("format {}: {e}", path.display())
+        })?;
+        return Ok((region, backup, lock));
+    }
+    let lock = lock(path)?;
+    let options = RegionOptions { create: false, ..RegionOptions::default() };
+    let mut region = Region::open(path, options).with_context(|| format!("open {}", path.display()))?;
+    let backup = match Backup::open(&mut region, 0) {
+        Ok((backup, _)) => backup,
+        Err(OpenError::BadMagic { .. }) => {
+            bail!("{} holds no mirror heap (not a pool of `pmwire mirror-backup`); not overwriting it", path.display())
+        }
+        Err(e) => bail!("{}: {e} (not overwriting it)", path.display()),
+    };
+    let g = backup.geometry();
+    let asked = (args.log_size.unwrap_or(g.log_bytes), args.data_size.unwrap_or(g.data_bytes));
+    if asked != (g.log_bytes, g.data_bytes) {
+        bail!(
+            "{} holds a heap with a log of {} B and a data area of {} B, not the {} B and {} B asked for",
+            path.display(),
+            g.log_bytes,
+            g.data_bytes,
+            asked.0,
+            asked.1
+        );
+    }
+    Ok((region, backup, lock))
+}
+
+/// Runs `pmwire mirror-backup` until killed.
+pub fn mirror_backup(args: &MirrorBackupArgs) -> Result<()> {
+    let (region, backup, _lock) = open_pool(args)?;
+    let mut transport = UcxTransport::new(&ucx_config(&args.tls, args.listen.ip().is_loopback(), false)?)?;
+    let bound = transport.listen(args.listen).with_context(|| format!("listen on {}", args.listen))?;
+    let g = backup.geometry();
+    println!(
+        "mirror backup on {bound} over {}: {} (log {} B, data {} B), last committed transaction {}",
+        args.tls,
+        args.pool.display(),
+        g.log_bytes,
+        g.data_bytes,
+        backup.last_committed()
+    );
+    if let Some(path) = &args.ready_file {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, format!("{{\"addr\":\"{bound}\"}}\n"))?;
+        std::fs::rename(&tmp, path)?;
+    }
+    let budget = match args.poll_us {
+        0 => PollBudget::BLOCK,
+        us => PollBudget { spin: std::time::Duration::from_micros(us), ..PollBudget::default() },
+    };
+    let mut reactor = Reactor::new(transport, BackupService::new(region, backup));
+    reactor.run(&RealClock::new(), &AtomicBool::new(false), budget);
+    Ok(())
+}
+
+/// `pmwire bench mirror`.
+#[derive(Args)]
+pub struct MirrorBenchArgs {
+    /// A short run (~10 s): 10 configurations (1-256 epochs x 1 and 8 writes), 5 rounds.
+    #[arg(long)]
+    pub quick: bool,
+    /// UCX transport: tcp, sm or both.
+    #[arg(long, default_value = "both", value_parser = ["tcp", "sm", "both"])]
+    pub tls: String,
+    /// Where to write the JSON results.
+    #[arg(long, default_value = "results")]
+    pub out: PathBuf,
+}
+
+/// Runs `pmwire bench mirror`.
+pub fn bench(args: &MirrorBenchArgs) -> Result<()> {
+    let transports = match args.tls.as_str() {
+        "both" => vec!["tcp".to_string(), "sm".to_string()],
+        one => vec![one.to_string()],
+    };
+    let options = pmwire_bench::mirror::MirrorOptions { quick: args.quick, transports, out_dir: args.out.clone() };
+    let report = pmwire_bench::mirror::run(&options)?;
+    println!("results: {}", report.json_path.display());
+    Ok(())
+}
+
+/// `pmwire mirror-primary` (hidden: the kill -9 campaign's primary).
+#[derive(Args)]
+pub struct MirrorPrimaryArgs {
+    /// The primary's pool (created; it must not exist).
+    #[arg(long)]
+    pub pool: PathBuf,
+    /// The backup's address.
+    #[arg(long)]
+    pub backup: SocketAddr,
+    /// SM-RC, SM-OB or SM-DD.
+    #[arg(long, value_parser = parse_strategy)]
+    pub strategy: pmwire_mirror::Strategy,
+    /// UCX transport: tcp or sm.
+    #[arg(long, default_value = "tcp")]
+    pub tls: String,
+    /// Seed of the transactions.
+    #[arg(long)]
+    pub seed: u64,
+    /// Each acknowledged transaction's number is appended here.
+    #[arg(long)]
+    pub acked: PathBuf,
+}
+
+fn parse_strategy(s: &str) -> Result<pmwire_mirror::Strategy, String> {
+    match pmwire_mirror::Strategy::parse(s) {
+        Some(pmwire_mirror::Strategy::NoSm) | None => {
+            Err(format!("unknown mirroring strategy '{s}' (SM-RC, SM-OB, SM-DD)"))
+        }
+        Some(strategy) => Ok(strategy),
+    }
+}
+
+/// Runs `pmwire mirror-primary` until a step fails or it is killed.
+pub fn mirror_primary(args: &MirrorPrimaryArgs) -> Result<()> {
+    if args.pool.exists() {
+        bail!("{} exists: mirror-primary formats a new pool", args.pool.display());
+    }
+    pmwire_bench::mirror_crash::run_primary(&args.pool, args.backup, args.strategy, &args.tls, args.seed, &args.acked)
+}
+
+/// `pmwire bench mirror-crash`.
+#[derive(Args)]
+pub struct MirrorCrashArgs {
+    /// Runs: the primary killed in even ones, the backup in odd ones, SM-RC, SM-OB, SM-DD in turn.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    pub runs: u64,
+    /// UCX transport: tcp or sm.
+    #[arg(long, default_value = "tcp", value_parser = ["tcp", "sm"])]
+    pub tls: String,
+    /// Seed of the kill delays and the loads (default: from the clock).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Where to write the JSON results.
+    #[arg(long, default_value = "results")]
+    pub out: PathBuf,
+}
+
+/// Runs `pmwire bench mirror-crash`.
+pub fn crash(args: &MirrorCrashArgs) -> Result<()> {
+    let seed = args.seed.unwrap_or_else(|| {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        now.as_nanos() as u64
+    });
+    let options = pmwire_bench::mirror_crash::MirrorCrashOptions {
+        runs: args.runs,
+        tls: args.tls.clone(),
+        seed,
+        exe: std::env::current_exe()?,
+        out_dir: args.out.clone(),
+    };
+    let report = pmwire_bench::mirror_crash::run(&options)?;
+    println!("results: {}", report.json_path.display());
+    Ok(())
+}

@@ -1,0 +1,781 @@
+//! The backup's core: what the backup's CPU does with the mirror stream,
+//! in software, because today's NICs cannot (seed 002 §4–§5). No I/O: the
+//! caller hands it each decoded message and the medium, and sends the
+//! answer it returns.
+//!
+//! The backup holds a [`Heap`] of the primary's geometry. An
+//! epoch is written into the backup's redo log at the place the primary's
+//! log has it, byte for byte, the way the strategy says the NIC would:
+//! - **SM-RC**: ordinary stores (they land in the cache, as a DDIO write
+//!   does); a `Flush` call writes back the epoch's lines and drains before
+//!   it is answered (the remote commit);
+//! - **SM-OB**: write-through, store + flush of each line as it lands, no
+//!   drain; an `Ofence` (`rofence`) is a drain, unanswered, so everything
+//!   before it is durable before anything after it; a `Dfence`
+//!   (`rdfence`) drains, then answers "all durable";
+//! - **SM-DD**: non-temporal stores, in arrival order (one ordered queue),
+//!   no markers; a `Sentinel` read drains, then answers with the number of
+//!   epochs applied, which the primary compares with what it sent.
+//!
+//! `Commit` runs the heap's own commit on the backup: drain (the epochs are
+//! durable), persist the commit record, apply the writes to the data area
+//! in order, drain, persist the applied word, and only then answer. So a
+//! crash of the backup at any instant leaves a heap that [`Heap::open`]
+//! recovers to a prefix of the committed transactions, never a torn epoch
+//! (docs/FORMAT.md, "Mirror stream").
+//!
+//! Invariants: messages are acted on in arrival order; an epoch is checked
+//! (its CRC, its transaction, its index, its place in the log, each write
+//! inside the data area) before a byte of it is stored; a stream error
+//! abandons the open transaction (it was never committed) and changes
+//! nothing committed; an answer is returned only once what it promises is
+//! durable.
+//!
+//! [`Heap::open`]: crate::Heap::open
+
+use pmem::crc::crc32c_append;
+use pmem::Media;
+
+use crate::format::{encode_commit, parse_epoch, CommitRecord, Geometry, WriteRef, COMMIT_AT};
+use crate::heap::persist_applied;
+use crate::wire::{Header, Hello, Kind, Strategy, WireError};
+use crate::{CreateError, Faults, Heap, OpenError, Recovery};
+
+/// Planted bugs for the crash-state checker; all off in real use.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BackupFaults {
+    /// Epoch 0 of a transaction is held back and stored after epoch 1.
+    pub reorder_epochs: bool,
+    /// `Flush`, `Dfence` and `Sentinel` answer without draining.
+    pub fence_before_drain: bool,
+    /// `Commit` answers before its commit record and data are durable
+    /// (they are made durable when the next message arrives).
+    pub ack_before_durable: bool,
+}
+
+/// What an acknowledgement says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Answer {
+    /// The transaction asked about (0 for a hello).
+    pub tx: u64,
+    /// Hello: the backup's last committed transaction; commit: the
+    /// committed transaction; sentinel: the epochs applied; else 0.
+    pub value: u64,
+    /// The epochs of `tx` the backup holds.
+    pub count: u32,
+}
+
+/// Why the backup refused a hello: it cannot mirror this primary.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HelloError {
+    /// NO-SM needs no backup.
+    #[error("strategy NO-SM needs no backup")]
+    NoMirror,
+    /// The heaps differ in shape.
+    #[error("backup heap has a log of {backup_log} B and a data area of {backup_data} B, the primary's has {primary_log} B and {primary_data} B")]
+    Geometry {
+        /// The backup's log.
+        backup_log: u64,
+        /// The backup's data area.
+        backup_data: u64,
+        /// The primary's log.
+        primary_log: u64,
+        /// The primary's data area.
+        primary_data: u64,
+    },
+    /// The backup misses committed transactions.
+    #[error(
+        "backup is behind: at transaction {backup}, the primary at {primary} (resynchronisation is not built yet)"
+    )]
+    Behind {
+        /// The backup's last committed transaction.
+        backup: u64,
+        /// The primary's.
+        primary: u64,
+    },
+    /// The backup holds transactions the primary does not.
+    #[error(
+        "backup is ahead: at transaction {backup}, the primary at {primary} (was the primary restored from elsewhere?)"
+    )]
+    Ahead {
+        /// The backup's last committed transaction.
+        backup: u64,
+        /// The primary's.
+        primary: u64,
+    },
+    /// Same transaction number, other bytes: the pool of another heap.
+    #[error("backup data (CRC {backup:#010x}) differs from the primary's ({primary:#010x}) at the same transaction: the backup's pool belongs to another heap")]
+    OtherHeap {
+        /// CRC-32C of the backup's data area.
+        backup: u32,
+        /// The primary's.
+        primary: u32,
+    },
+}
+
+/// Why a message was refused. The open transaction (if any) is abandoned;
+/// nothing committed changed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StreamError {
+    /// The message does not decode.
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    /// The hello was refused.
+    #[error(transparent)]
+    Hello(#[from] HelloError),
+    /// A message before the hello, or a second hello.
+    #[error("{0:?} out of place: a stream starts with one hello")]
+    OutOfPlace(Kind),
+    /// An answer kind sent to the backup, or a call kind sent one-way (or
+    /// the reverse).
+    #[error("{kind:?} arrived as a {arrived}, it is a {want}")]
+    WrongDelivery {
+        /// The kind.
+        kind: Kind,
+        /// How it arrived.
+        arrived: &'static str,
+        /// How it must arrive.
+        want: &'static str,
+    },
+    /// The kind is not part of the stream's strategy.
+    #[error("{kind:?} is not part of {strategy}")]
+    WrongStrategy {
+        /// The kind.
+        kind: Kind,
+        /// The stream's strategy.
+        strategy: Strategy,
+    },
+    /// A transaction number out of sequence.
+    #[error("transaction {got} out of sequence: {want}")]
+    Transaction {
+        /// The message's transaction.
+        got: u64,
+        /// What was expected.
+        want: String,
+    },
+    /// An epoch out of order in its transaction.
+    #[error("transaction {tx}: epoch {got} arrived, epoch {want} was next")]
+    OutOfOrder {
+        /// The transaction.
+        tx: u64,
+        /// The index expected.
+        want: u32,
+        /// The index that came.
+        got: u32,
+    },
+    /// An epoch not where the log's next free byte is.
+    #[error("transaction {tx}: epoch at log offset {got}, the log's next byte is {want}")]
+    LogOffset {
+        /// The transaction.
+        tx: u64,
+        /// The offset expected.
+        want: u64,
+        /// The offset named.
+        got: u64,
+    },
+    /// The epoch does not fit the backup's log.
+    #[error("transaction {tx}: an epoch of {bytes} B at log offset {at} overflows the log of {log_bytes} B")]
+    LogFull {
+        /// The transaction.
+        tx: u64,
+        /// Where it would go.
+        at: u64,
+        /// Its size.
+        bytes: u64,
+        /// The log's size.
+        log_bytes: u64,
+    },
+    /// The epoch record is bad (checksum, writes outside the data area…).
+    #[error("transaction {tx}: bad epoch record: {reason}")]
+    BadRecord {
+        /// The transaction.
+        tx: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A fence or commit counts other epochs (or log bytes) than arrived.
+    #[error("transaction {tx}: {kind:?} says {said}, the backup holds {held}")]
+    Count {
+        /// The transaction.
+        tx: u64,
+        /// The message.
+        kind: Kind,
+        /// What it said.
+        said: u64,
+        /// What the backup holds.
+        held: u64,
+    },
+}
+
+/// The transaction whose epochs are arriving.
+#[derive(Debug)]
+struct Open {
+    tx: u64,
+    epochs: u32,
+    /// Log bytes used (where the next epoch goes).
+    cursor: u64,
+    /// Log bytes written back so far (SM-RC).
+    flushed: u64,
+    /// The records, back to back, as in the log.
+    image: Vec<u8>,
+    /// Every write, in order (positions in `image`).
+    writes: Vec<WriteRef>,
+    /// A record held back by the planted reordering bug.
+    held: Option<Vec<u8>>,
+}
+
+/// The backup's state: its heap's geometry, its last committed
+/// transaction, the stream's strategy and the open transaction.
+#[derive(Debug)]
+pub struct Backup {
+    geometry: Geometry,
+    last_committed: u64,
+    strategy: Option<Strategy>,
+    open: Option<Open>,
+    /// A commit answered before it was durable (planted bug).
+    undurable: Option<u64>,
+    faults: BackupFaults,
+}
+
+impl Backup {
+    /// Opens (and recovers) the backup's heap at `base` of `media`.
+    pub fn open(media: &mut impl Media, base: u64) -> Result<(Backup, Recovery), OpenError> {
+        let (heap, recovery) = Heap::open_with_faults(media, base, Faults::default())?;
+        Ok((Backup::over(heap.geometry(), heap.last_committed()), recovery))
+    }
+
+    /// Formats a backup heap at `base` of `media` (see [`Heap::create`]).
+    pub fn create(media: &mut impl Media, base: u64, log_bytes: u64, data_bytes: u64) -> Result<Backup, CreateError> {
+        let heap = Heap::create(media, base, log_bytes, data_bytes)?;
+        Ok(Backup::over(heap.geometry(), 0))
+    }
+
+    fn over(geometry: Geometry, last_committed: u64) -> Backup {
+        Backup {
+            geometry,
+            last_committed,
+            strategy: None,
+            open: None,
+            undurable: None,
+            faults: BackupFaults::default(),
+        }
+    }
+
+    /// Sets planted bugs (crash checks only).
+    #[doc(hidden)]
+    pub fn set_faults(&mut self, faults: BackupFaults) {
+        self.faults = faults;
+    }
+
+    /// The heap's layout.
+    pub fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    /// The last transaction committed durably here.
+    pub fn last_committed(&self) -> u64 {
+        self.last_committed
+    }
+
+    /// The strategy of the stream being served, once greeted.
+    pub fn strategy(&self) -> Option<Strategy> {
+        self.strategy
+    }
+
+    /// The stream ended (the primary is gone): its open transaction is
+    /// abandoned; the next stream starts with a hello.
+    pub fn disconnected(&mut self, media: &mut impl Media) {
+        self.make_durable(media);
+        self.open = None;
+        self.strategy = None;
+    }
+
+    /// Acts on one message that decoded to `header` with `payload`;
+    /// `call` says whether it came as a call (it then gets an answer).
+    /// On `Err` the open transaction is abandoned.
+    pub fn handle(
+        &mut self,
+        media: &mut impl Media,
+        header: &Header,
+        payload: &[u8],
+        call: bool,
+    ) -> Result<Option<Answer>, StreamError> {
+        self.make_durable(media);
+        let result = self.dispatch(media, header, payload, call);
+        if result.is_err() {
+            self.open = None;
+        }
+        result
+    }
+
+    fn dispatch(
+        &mut self,
+        media: &mut impl Media,
+        h: &Header,
+        payload: &[u8],
+        call: bool,
+    ) -> Result<Option<Answer>, StreamError> {
+        if matches!(h.kind, Kind::Ack | Kind::Refused) {
+            return Err(StreamError::WrongDelivery { kind: h.kind, arrived: "request", want: "answer" });
+        }
+        if h.kind.is_call() != call {
+            let (arrived, want) = if call { ("call", "one-way message") } else { ("one-way message", "call") };
+            return Err(StreamError::WrongDelivery { kind: h.kind, arrived, want });
+        }
+        let Some(strategy) = self.strategy else {
+            if h.kind != Kind::Hello {
+                return Err(StreamError::OutOfPlace(h.kind));
+            }
+            return self.hello(media, h, payload).map(Some);
+        };
+        let allowed = match h.kind {
+            Kind::Hello => return Err(StreamError::OutOfPlace(h.kind)),
+            Kind::Ofence | Kind::Dfence => strategy == Strategy::SmOb,
+            Kind::Flush => strategy == Strategy::SmRc,
+            Kind::Sentinel => strategy == Strategy::SmDd,
+            _ => true,
+        };
+        if !allowed {
+            return Err(StreamError::WrongStrategy { kind: h.kind, strategy });
+        }
+        match h.kind {
+            Kind::Epoch => self.epoch(media, strategy, h, payload).map(|()| None),
+            Kind::Ofence => {
+                self.fence(h)?;
+                media.drain();
+                Ok(None)
+            }
+            Kind::Flush | Kind::Dfence | Kind::Sentinel => self.durability_fence(media, h).map(Some),
+            Kind::Commit => self.commit(media, h).map(Some),
+            Kind::Abort => self.abort(h).map(|()| None),
+            Kind::Hello | Kind::Ack | Kind::Refused => unreachable!("handled above"),
+        }
+    }
+
+    /// Checks the primary's heap against this one; the answer carries the
+    /// backup's last committed transaction.
+    fn hello(&mut self, media: &impl Media, h: &Header, payload: &[u8]) -> Result<Answer, StreamError> {
+        self.check_hello(media, h, payload)?;
+        self.strategy = Some(h.strategy);
+        self.open = None;
+        Ok(Answer { tx: 0, value: self.last_committed, count: 0 })
+    }
+
+    /// Whether a hello (decoded `h`, `payload`) could start a stream here:
+    /// its strategy mirrors, and its heap has this one's geometry, last
+    /// transaction and data. Changes nothing (the stream being served, if
+    /// any, goes on).
+    pub fn check_hello(&self, media: &impl Media, h: &Header, payload: &[u8]) -> Result<(), StreamError> {
+        if h.kind != Kind::Hello {
+            return Err(StreamError::OutOfPlace(h.kind));
+        }
+        let hello = Hello::decode(payload)?;
+        if h.strategy == Strategy::NoSm {
+            return Err(HelloError::NoMirror.into());
+        }
+        let g = self.geometry;
+        if hello.log_bytes != g.log_bytes || hello.data_bytes != g.data_bytes {
+            return Err(HelloError::Geometry {
+                backup_log: g.log_bytes,
+                backup_data: g.data_bytes,
+                primary_log: hello.log_bytes,
+                primary_data: hello.data_bytes,
+            }
+            .into());
+        }
+        let (backup, primary) = (self.last_committed, h.value);
+        if backup < primary {
+            return Err(HelloError::Behind { backup, primary }.into());
+        }
+        if backup > primary {
+            return Err(HelloError::Ahead { backup, primary }.into());
+        }
+        let crc = data_crc(media, &g);
+        if crc != hello.data_crc {
+            return Err(HelloError::OtherHeap { backup: crc, primary: hello.data_crc }.into());
+        }
+        Ok(())
+    }
+
+    /// The open transaction for a message of `tx`, opening it if `start`.
+    fn open_for(&mut self, tx: u64, start: bool) -> Result<Option<&mut Open>, StreamError> {
+        let last = self.last_committed;
+        match &self.open {
+            Some(open) if open.tx != tx => {
+                let want = format!("transaction {} is open", open.tx);
+                return Err(StreamError::Transaction { got: tx, want });
+            }
+            Some(_) => {}
+            None if tx <= last => {
+                return Err(StreamError::Transaction { got: tx, want: format!("past the last committed, {last}") });
+            }
+            None if start => {
+                let open =
+                    Open { tx, epochs: 0, cursor: 0, flushed: 0, image: Vec::new(), writes: Vec::new(), held: None };
+                self.open = Some(open);
+            }
+            None => return Ok(None),
+        }
+        Ok(self.open.as_mut())
+    }
+
+    /// Checks an epoch, then stores it in the log as the strategy says.
+    fn epoch(
+        &mut self,
+        media: &mut impl Media,
+        strategy: Strategy,
+        h: &Header,
+        record: &[u8],
+    ) -> Result<(), StreamError> {
+        let geometry = self.geometry;
+        let faults = self.faults;
+        let open = self.open_for(h.tx, true)?.expect("opened");
+        let tx = open.tx;
+        if h.count != open.epochs {
+            return Err(StreamError::OutOfOrder { tx, want: open.epochs, got: h.count });
+        }
+        let next = open.cursor + open.held.as_ref().map_or(0, |held| held.len() as u64);
+        if h.value != next {
+            return Err(StreamError::LogOffset { tx, want: next, got: h.value });
+        }
+        let bytes = record.len() as u64;
+        if bytes > geometry.log_bytes - next {
+            return Err(StreamError::LogFull { tx, at: next, bytes, log_bytes: geometry.log_bytes });
+        }
+        let bad = |reason: String| StreamError::BadRecord { tx, reason };
+        let (header, _) = parse_epoch(record, geometry.data_bytes).map_err(bad)?;
+        if header.record_bytes != record.len() {
+            return Err(bad(format!("{} B after the record", record.len() - header.record_bytes)));
+        }
+        if header.tx != tx || header.index != h.count {
+            return Err(bad(format!("the record is transaction {} epoch {}", header.tx, header.index)));
+        }
+        open.epochs += 1;
+        if faults.reorder_epochs && header.index == 0 {
+            open.held = Some(record.to_vec());
+            return Ok(());
+        }
+        store(media, strategy, &geometry, open, record);
+        if let Some(held) = open.held.take() {
+            store(media, strategy, &geometry, open, &held);
+        }
+        Ok(())
+    }
+
+    /// An ordering marker: checks its count.
+    fn fence(&mut self, h: &Header) -> Result<(), StreamError> {
+        let held = self.open_for(h.tx, false)?.map_or(0, |open| open.epochs);
+        if h.count != held {
+            return Err(StreamError::Count { tx: h.tx, kind: h.kind, said: h.count.into(), held: held.into() });
+        }
+        Ok(())
+    }
+
+    /// Flush (SM-RC), Dfence (SM-OB), Sentinel (SM-DD): every epoch of the
+    /// transaction durable, then the answer.
+    fn durability_fence(&mut self, media: &mut impl Media, h: &Header) -> Result<Answer, StreamError> {
+        self.fence(h)?;
+        let log_at = self.geometry.log_at();
+        let epochs = match self.open.as_mut() {
+            Some(open) => {
+                if open.flushed < open.cursor {
+                    media.flush(log_at + open.flushed, open.cursor - open.flushed);
+                    open.flushed = open.cursor;
+                }
+                open.epochs
+            }
+            None => 0,
+        };
+        if !self.faults.fence_before_drain {
+            media.drain();
+        }
+        let value = if h.kind == Kind::Sentinel { u64::from(epochs) } else { 0 };
+        Ok(Answer { tx: h.tx, value, count: epochs })
+    }
+
+    /// The heap's commit, on the backup; the answer once it is durable.
+    fn commit(&mut self, media: &mut impl Media, h: &Header) -> Result<Answer, StreamError> {
+        let geometry = self.geometry;
+        let faults = self.faults;
+        let strategy = self.strategy.expect("greeted");
+        let Some(open) = self.open_for(h.tx, false)? else {
+            let want = "a transaction with epochs (an empty one is not mirrored)".to_string();
+            return Err(StreamError::Transaction { got: h.tx, want });
+        };
+        if let Some(held) = open.held.take() {
+            store(media, strategy, &geometry, open, &held);
+        }
+        if h.count != open.epochs {
+            return Err(StreamError::Count {
+                tx: open.tx,
+                kind: h.kind,
+                said: h.count.into(),
+                held: open.epochs.into(),
+            });
+        }
+        if h.value != open.cursor {
+            return Err(StreamError::Count { tx: open.tx, kind: h.kind, said: h.value, held: open.cursor });
+        }
+        let open = self.open.take().expect("checked");
+        if open.flushed < open.cursor {
+            media.flush(geometry.log_at() + open.flushed, open.cursor - open.flushed);
+        }
+        media.drain();
+        let record = CommitRecord { tx: open.tx, log_bytes: open.cursor, epochs: open.epochs };
+        let commit_at = geometry.base + COMMIT_AT;
+        if faults.ack_before_durable {
+            media.write(commit_at, &encode_commit(&record));
+        } else {
+            media.memcpy_persist(commit_at, &encode_commit(&record));
+        }
+        let data_at = geometry.data_at();
+        for w in &open.writes {
+            media.memcpy_nodrain(data_at + w.offset, &open.image[w.at..w.at + w.len]);
+        }
+        self.last_committed = open.tx;
+        if faults.ack_before_durable {
+            self.undurable = Some(open.tx);
+        } else {
+            media.drain();
+            persist_applied(media, geometry.base, open.tx, Faults::default());
+        }
+        Ok(Answer { tx: open.tx, value: open.tx, count: open.epochs })
+    }
+
+    /// The transaction is abandoned: its records stay in the log, unreferenced.
+    fn abort(&mut self, h: &Header) -> Result<(), StreamError> {
+        self.open_for(h.tx, false)?;
+        self.open = None;
+        Ok(())
+    }
+
+    /// Finishes a commit the planted bug answered early.
+    fn make_durable(&mut self, media: &mut impl Media) {
+        if let Some(tx) = self.undurable.take() {
+            let base = self.geometry.base;
+            media.flush(base + COMMIT_AT, crate::format::COMMIT_BYTES as u64);
+            media.drain();
+            persist_applied(media, base, tx, Faults::default());
+        }
+    }
+}
+
+/// Stores an accepted record at the open transaction's log cursor, as the
+/// strategy's NIC would, and keeps it for the commit.
+fn store(media: &mut impl Media, strategy: Strategy, geometry: &Geometry, open: &mut Open, record: &[u8]) {
+    let at = geometry.log_at() + open.cursor;
+    match strategy {
+        Strategy::SmRc => media.write(at, record),
+        Strategy::SmOb => {
+            media.write(at, record);
+            media.flush(at, record.len() as u64);
+        }
+        Strategy::SmDd => media.write_nt(at, record),
+        Strategy::NoSm => unreachable!("a NO-SM stream is refused at its hello"),
+    }
+    if strategy != Strategy::SmRc {
+        open.flushed = open.cursor + record.len() as u64;
+    }
+    let base = open.image.len();
+    let (_, writes) = parse_epoch(record, geometry.data_bytes).expect("checked before it was accepted");
+    open.writes.extend(writes.into_iter().map(|w| WriteRef { at: base + w.at, ..w }));
+    open.image.extend_from_slice(record);
+    open.cursor += record.len() as u64;
+    assert_eq!(open.image.len() as u64, open.cursor);
+}
+
+/// CRC-32C of a heap's whole data area.
+pub fn data_crc(media: &impl Media, geometry: &Geometry) -> u32 {
+    let mut crc = 0;
+    let mut chunk = vec![0u8; 64 << 10];
+    let mut done = 0;
+    while done < geometry.data_bytes {
+        let n = (geometry.data_bytes - done).min(chunk.len() as u64) as usize;
+        media.read(geometry.data_at() + done, &mut chunk[..n]);
+        crc = crc32c_append(crc, &chunk[..n]);
+        done += n as u64;
+    }
+    crc
+}
+
+#[cfg(test)]
+mod tests {
+    use pmem::MemMedia;
+
+    use super::*;
+    use crate::sink::{Recorder, SinkEvent};
+    use crate::stream::{Planned, StreamCore};
+    use crate::wire::{decode, encode};
+
+    const LOG: u64 = 4096;
+    const DATA: u64 = 8192;
+
+    /// A primary and a greeted backup under `strategy`.
+    fn pair(strategy: Strategy) -> (MemMedia, Heap, MemMedia, Backup) {
+        let mut primary = MemMedia::new(Heap::required_size(LOG, DATA) as usize);
+        let heap = Heap::create(&mut primary, 0, LOG, DATA).unwrap();
+        let mut media = MemMedia::new(Heap::required_size(LOG, DATA) as usize);
+        let mut backup = Backup::create(&mut media, 0, LOG, DATA).unwrap();
+        let hello = Hello { log_bytes: LOG, data_bytes: DATA, data_crc: data_crc(&primary, &heap.geometry()) };
+        let (header, payload) = StreamCore::new(strategy).hello(0, &hello);
+        let h = decode(&header, &payload).unwrap();
+        assert_eq!(backup.handle(&mut media, &h, &payload, true).unwrap().unwrap().value, 0);
+        (primary, heap, media, backup)
+    }
+
+    /// One transaction's messages: (planned, payload), in order.
+    fn messages(strategy: Strategy, heap: &mut Heap, primary: &mut MemMedia, fill: u8) -> Vec<(Planned, Vec<u8>)> {
+        let mut sink = Recorder::default();
+        let mut tx = heap.begin_with(primary, &mut sink);
+        tx.write(0, &[fill; 100]).unwrap();
+        tx.ofence().unwrap();
+        tx.write(50, &[fill + 1; 10]).unwrap();
+        tx.dfence().unwrap();
+        tx.write(4000, &[fill + 2; 300]).unwrap();
+        tx.commit().unwrap();
+        let mut core = StreamCore::new(strategy);
+        let mut out = Vec::new();
+        for event in &sink.events {
+            let mut plan = Vec::new();
+            let mut record = Vec::new();
+            match event {
+                SinkEvent::Epoch { record: r, log_offset, .. } => {
+                    core.epoch(&Epoch::parse(r, *log_offset, DATA).unwrap(), &mut plan);
+                    record = r.clone();
+                }
+                SinkEvent::Dfence(tx) => core.dfence(*tx, &mut plan),
+                SinkEvent::Commit(c) => core.commit(c, &mut plan),
+                SinkEvent::Abort(tx) => core.abort(*tx, &mut plan),
+            }
+            for p in plan {
+                out.push((p, if p.with_record { record.clone() } else { Vec::new() }));
+            }
+        }
+        out
+    }
+
+    fn feed(
+        backup: &mut Backup,
+        media: &mut MemMedia,
+        p: &Planned,
+        payload: &[u8],
+    ) -> Result<Option<Answer>, StreamError> {
+        let h = decode(&p.header, payload)?;
+        backup.handle(media, &h, payload, p.kind.is_call())
+    }
+
+    fn data(media: &MemMedia) -> Vec<u8> {
+        let at = (crate::format::HEADER_BYTES + LOG) as usize;
+        media.bytes()[at..at + DATA as usize].to_vec()
+    }
+
+    use crate::sink::Epoch;
+
+    #[test]
+    fn every_strategy_commits_what_the_primary_commits() {
+        for strategy in [Strategy::SmRc, Strategy::SmOb, Strategy::SmDd] {
+            let (mut primary, mut heap, mut media, mut backup) = pair(strategy);
+            for fill in [1u8, 20, 40] {
+                let mut answers = 0;
+                for (p, payload) in messages(strategy, &mut heap, &mut primary, fill) {
+                    let answer = feed(&mut backup, &mut media, &p, &payload).unwrap();
+                    assert_eq!(answer.is_some(), p.kind.is_call(), "{strategy}: {:?}", p.kind);
+                    if let Some(a) = answer {
+                        let ack = encode(Kind::Ack, Strategy::NoSm, a.tx, a.value, a.count, &[]);
+                        StreamCore::check(&p, &decode(&ack, &[]).unwrap(), &[]).unwrap();
+                        answers += 1;
+                    }
+                }
+                let want = match strategy {
+                    Strategy::SmRc => 4, // a flush per epoch, the commit
+                    _ => 2,              // the dfence (or sentinel), the commit
+                };
+                assert_eq!(answers, want, "{strategy}: round trips per transaction");
+            }
+            let (reopened, _) = Backup::open(&mut media, 0).unwrap();
+            assert_eq!(reopened.last_committed(), heap.last_committed());
+            assert_eq!(data(&media), data(&primary), "{strategy}");
+        }
+    }
+
+    #[test]
+    fn bad_streams_are_refused_and_lose_nothing() {
+        let strategy = Strategy::SmDd;
+        let (mut primary, mut heap, mut media, mut backup) = pair(strategy);
+        for (p, payload) in messages(strategy, &mut heap, &mut primary, 7) {
+            feed(&mut backup, &mut media, &p, &payload).unwrap();
+        }
+        let committed = data(&media);
+        let msgs = messages(strategy, &mut heap, &mut primary, 9);
+        let epoch0 = msgs[0].clone();
+        let refuse = |backup: &mut Backup, media: &mut MemMedia, header: [u8; 40], payload: &[u8], call: bool| {
+            let h = match decode(&header, payload) {
+                Ok(h) => h,
+                Err(e) => return StreamError::from(e),
+            };
+            let err = backup.handle(media, &h, payload, call).unwrap_err();
+            assert!(backup.open.is_none(), "a refusal abandons the open transaction");
+            err
+        };
+        let tx = epoch0.0.tx;
+        let mut flipped = epoch0.1.clone();
+        flipped[30] ^= 1;
+        let e = refuse(&mut backup, &mut media, epoch0.0.header, &flipped, false);
+        assert!(matches!(e, StreamError::BadRecord { .. }), "{e}");
+        let skip = encode(Kind::Epoch, Strategy::NoSm, tx, 0, 1, &epoch0.1);
+        assert!(matches!(refuse(&mut backup, &mut media, skip, &epoch0.1, false), StreamError::OutOfOrder { .. }));
+        let moved = encode(Kind::Epoch, Strategy::NoSm, tx, 8, 0, &epoch0.1);
+        assert!(matches!(refuse(&mut backup, &mut media, moved, &epoch0.1, false), StreamError::LogOffset { .. }));
+        let past = encode(Kind::Epoch, Strategy::NoSm, tx, LOG - 8, 0, &epoch0.1);
+        assert!(matches!(refuse(&mut backup, &mut media, past, &epoch0.1, false), StreamError::LogOffset { .. }));
+        let old = encode(Kind::Epoch, Strategy::NoSm, 1, 0, 0, &epoch0.1);
+        assert!(matches!(refuse(&mut backup, &mut media, old, &epoch0.1, false), StreamError::Transaction { .. }));
+        let marker = encode(Kind::Ofence, Strategy::NoSm, tx, 0, 0, &[]);
+        assert!(matches!(refuse(&mut backup, &mut media, marker, &[], false), StreamError::WrongStrategy { .. }));
+        let sentinel = encode(Kind::Sentinel, Strategy::NoSm, tx, 0, 0, &[]);
+        assert!(matches!(refuse(&mut backup, &mut media, sentinel, &[], false), StreamError::WrongDelivery { .. }));
+        let hello = encode(Kind::Hello, Strategy::SmDd, 0, 1, 0, &[0; 24]);
+        assert!(matches!(refuse(&mut backup, &mut media, hello, &[0; 24], true), StreamError::OutOfPlace(Kind::Hello)));
+        feed(&mut backup, &mut media, &epoch0.0, &epoch0.1).unwrap();
+        let commit = encode(Kind::Commit, Strategy::NoSm, tx, epoch0.1.len() as u64, 2, &[]);
+        assert!(matches!(refuse(&mut backup, &mut media, commit, &[], true), StreamError::Count { .. }));
+        let mut header = epoch0.0.header;
+        header[9] ^= 1;
+        assert!(matches!(refuse(&mut backup, &mut media, header, &epoch0.1, false), StreamError::Wire(_)));
+        assert_eq!(data(&media), committed, "nothing committed changed");
+        assert_eq!(backup.last_committed(), tx - 1);
+        // The same transaction, sent whole, still commits.
+        for (p, payload) in &msgs {
+            feed(&mut backup, &mut media, p, payload).unwrap();
+        }
+        assert_eq!(data(&media), data(&primary));
+    }
+
+    #[test]
+    fn hellos_that_cannot_be_mirrored_are_refused() {
+        let (primary, heap, mut media, _) = pair(Strategy::SmOb);
+        let crc = data_crc(&primary, &heap.geometry());
+        let mut greet = |strategy: Strategy, last: u64, hello: Hello| {
+            let mut backup = Backup::open(&mut media, 0).unwrap().0;
+            let (header, payload) = if strategy == Strategy::NoSm {
+                let payload = hello.encode();
+                (encode(Kind::Hello, Strategy::NoSm, 0, last, 0, &payload), payload)
+            } else {
+                StreamCore::new(strategy).hello(last, &hello)
+            };
+            let h = decode(&header, &payload).unwrap();
+            match backup.handle(&mut media, &h, &payload, true) {
+                Err(StreamError::Hello(e)) => e,
+                other => panic!("{other:?}"),
+            }
+        };
+        let good = Hello { log_bytes: LOG, data_bytes: DATA, data_crc: crc };
+        assert!(matches!(greet(Strategy::SmRc, 0, Hello { log_bytes: 2 * LOG, ..good }), HelloError::Geometry { .. }));
+        assert_eq!(greet(Strategy::SmRc, 3, good), HelloError::Behind { backup: 0, primary: 3 });
+        assert!(matches!(greet(Strategy::SmDd, 0, Hello { data_crc: crc ^ 1, ..good }), HelloError::OtherHeap { .. }));
+        assert_eq!(greet(Strategy::NoSm, 0, good), HelloError::NoMirror);
+        let text = HelloError::OtherHeap { backup: 1, primary: 2 }.to_string();
+        assert!(text.contains("another heap"), "{text}");
+    }
+}

@@ -1,0 +1,868 @@
+//! The mirror over the network: [`Mirror`], the primary's [`EpochSink`]
+//! that streams to a backup over the [`Transport`] seam, and
+//! [`BackupService`], the backup as a [`reactor::Service`] (the loop that
+//! `pmwire mirror-backup` runs).
+//!
+//! The primary's side is a blocking client, as `SmrClient` is: one-way
+//! messages (`Transport::send`) for what it does not wait for, a call for
+//! what it does, polling as [`PollBudget`] allows and then blocking in
+//! `Transport::wait`, never spinning. A connection carries its messages in
+//! order (the seam's contract), which is the ordered stream the backup
+//! needs. After any error the mirror is broken: every later step fails
+//! (the heap then abandons its transactions; nothing is committed
+//! unmirrored), unless [`Mirror::allow_unmirrored`] lets the primary go on
+//! alone.
+
+use std::time::{Duration, Instant};
+
+use pmem::Media;
+use reactor::{PollBudget, Service};
+use transport::{ConnId, Event, OpError, Output, RequestId, Transport};
+
+use crate::backup::{data_crc, Answer, Backup, StreamError};
+use crate::sink::{Committed, Epoch, EpochSink, SinkError};
+use crate::stream::{AnswerError, Planned, StreamCore};
+use crate::wire::{decode, encode, reason_bytes, Hello, Kind, Strategy, WireError, MAX_RECORD_BYTES};
+use crate::Heap;
+
+/// Why [`Mirror::open`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenMirrorError {
+    /// The heap's log is larger than one message can carry.
+    #[error("the heap's log of {0} B is larger than a mirrored epoch may be ({MAX_RECORD_BYTES} B)")]
+    LogTooLarge(u64),
+    /// No connection.
+    #[error("cannot connect to the backup: {0}")]
+    Connect(#[from] transport::ConnectError),
+    /// The hello failed on the way.
+    #[error("mirror hello: {0}")]
+    Link(#[from] MirrorError),
+}
+
+/// Why a mirror step failed. The mirror is broken from then on.
+#[derive(Debug, thiserror::Error)]
+pub enum MirrorError {
+    /// The backup refused, or answered something else than was asked.
+    #[error(transparent)]
+    Answer(#[from] AnswerError),
+    /// The answer does not decode.
+    #[error("undecodable answer from the backup: {0}")]
+    Wire(#[from] WireError),
+    /// The transport failed.
+    #[error("mirror transport: {0}")]
+    Transport(#[from] OpError),
+    /// The connection is gone.
+    #[error("the backup's connection is gone")]
+    Disconnected,
+    /// No answer in time.
+    #[error("no answer from the backup within {0:?}")]
+    Timeout(Duration),
+    /// An earlier step failed.
+    #[error("the mirror is broken since: {0}")]
+    Broken(String),
+}
+
+/// Longest a sender blocks at a time while the window is full.
+pub const WINDOW_WAIT: Duration = Duration::from_micros(100);
+
+/// A sender's wait for a window slot: its deadline and poll budget so far.
+struct WindowWait {
+    deadline: Instant,
+    since: Instant,
+    empty: u32,
+}
+
+impl WindowWait {
+    fn new(timeout: Duration) -> WindowWait {
+        let now = Instant::now();
+        WindowWait { deadline: now + timeout, since: now, empty: 0 }
+    }
+}
+
+/// An answer's header and payload.
+type Answered = (Vec<u8>, Vec<u8>);
+
+/// The live connection of a mirror.
+struct Link<T: Transport> {
+    transport: T,
+    conn: ConnId,
+    token: u64,
+    events: Vec<Event>,
+}
+
+/// A primary's network mirror: an [`EpochSink`] that sends each epoch,
+/// fence and commit to a backup under its [`Strategy`], and returns from
+/// `commit` only once the backup holds the transaction durably.
+pub struct Mirror<T: Transport> {
+    strategy: Strategy,
+    link: Option<Link<T>>,
+    core: Option<StreamCore>,
+    plan: Vec<Planned>,
+    broken: Option<String>,
+    allow_unmirrored: bool,
+    unmirrored: Option<String>,
+    /// Longest a call waits for its answer.
+    pub timeout: Duration,
+    /// How long to poll before blocking.
+    pub poll: PollBudget,
+    /// Round trips waited for so far.
+    pub round_trips: u64,
+}
+
+impl<T: Transport> Mirror<T> {
+    /// Connects to the backup at `backup`, checks that it holds the same
+    /// heap (geometry, last committed transaction, data area's CRC) and
+    /// starts a stream under `strategy`. NO-SM connects to nothing.
+    pub fn open(
+        heap: &Heap,
+        media: &impl Media,
+        mut transport: T,
+        backup: &T::Addr,
+        strategy: Strategy,
+    ) -> Result<Mirror<T>, OpenMirrorError> {
+        let mut mirror = Mirror {
+            strategy,
+            link: None,
+            core: None,
+            plan: Vec::with_capacity(4),
+            broken: None,
+            allow_unmirrored: false,
+            unmirrored: None,
+            timeout: Duration::from_secs(10),
+            poll: PollBudget::default(),
+            round_trips: 0,
+        };
+        if strategy == Strategy::NoSm {
+            return Ok(mirror);
+        }
+        let geometry = heap.geometry();
+        if geometry.log_bytes > MAX_RECORD_BYTES {
+            return Err(OpenMirrorError::LogTooLarge(geometry.log_bytes));
+        }
+        let conn = transport.connect(backup)?;
+        mirror.link = Some(Link { transport, conn, token: 0, events: Vec::with_capacity(64) });
+        let core = StreamCore::new(strategy);
+        let hello = Hello {
+            log_bytes: geometry.log_bytes,
+            data_bytes: geometry.data_bytes,
+            data_crc: data_crc(media, &geometry),
+        };
+        let (header, payload) = core.hello(heap.last_durable(media), &hello);
+        let planned = Planned { header, kind: Kind::Hello, tx: 0, count: 0, with_record: false };
+        mirror.core = Some(core);
+        mirror.call(&planned, &payload)?;
+        Ok(mirror)
+    }
+
+    /// The strategy.
+    pub fn strategy(&self) -> Strategy {
+        self.strategy
+    }
+
+    /// Why the mirror is broken, if it is.
+    pub fn broken(&self) -> Option<&str> {
+        self.broken.as_deref()
+    }
+
+    /// Sends what the core planned; `record` is the epoch's, if any.
+    fn run_plan(&mut self, record: &[u8]) -> Result<(), MirrorError> {
+        if let Some(reason) = &self.broken {
+            self.plan.clear();
+            return Err(MirrorError::Broken(reason.clone()));
+        }
+        if self.unmirrored.is_some() {
+            self.plan.clear();
+            return Ok(());
+        }
+        let plan = std::mem::take(&mut self.plan);
+        let mut result = Ok(());
+        for planned in &plan {
+            let payload = if planned.with_record { record } else { &[][..] };
+            result = if planned.kind.is_call() { self.call(planned, payload) } else { self.send(planned, payload) };
+            if result.is_err() {
+                break;
+            }
+        }
+        self.plan = plan;
+        self.plan.clear();
+        match result {
+            Err(e) if self.allow_unmirrored => {
+                self.go_unmirrored(e.to_string());
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// Lets the primary go on alone if the backup is lost (off by
+    /// default: then a lost backup fails every later step). Once lost, the
+    /// mirror sends nothing more, every step succeeds, and
+    /// [`unmirrored`](Mirror::unmirrored) says why; the backup then misses
+    /// transactions, and a new stream to it is refused as behind.
+    pub fn allow_unmirrored(&mut self, allow: bool) {
+        self.allow_unmirrored = allow;
+    }
+
+    /// Why the primary goes on without its backup, if it does.
+    pub fn unmirrored(&self) -> Option<&str> {
+        self.unmirrored.as_deref()
+    }
+
+    /// Drops the stream: the backup abandons its open transaction.
+    fn go_unmirrored(&mut self, reason: String) {
+        self.broken = None;
+        self.unmirrored = Some(reason);
+        if let Some(mut link) = self.link.take() {
+            link.transport.close(link.conn);
+        }
+    }
+
+    /// Marks the mirror broken by `result`'s error.
+    fn note(&mut self, result: Result<(), MirrorError>) -> Result<(), MirrorError> {
+        if let Err(e) = &result {
+            if self.broken.is_none() {
+                self.broken = Some(e.to_string());
+            }
+        }
+        result
+    }
+
+    fn send(&mut self, planned: &Planned, payload: &[u8]) -> Result<(), MirrorError> {
+        let mut window = WindowWait::new(self.timeout);
+        loop {
+            let link = self.link.as_mut().expect("a stream has a link");
+            let mut buf = link.transport.take_buffer(payload.len());
+            buf.extend_from_slice(payload);
+            match link.transport.send(link.conn, &planned.header, buf) {
+                Ok(()) => return Ok(()),
+                Err(OpError::WindowFull(_)) => self.await_window(&mut window)?,
+                Err(e) => return self.note(Err(e.into())),
+            }
+        }
+    }
+
+    fn call(&mut self, planned: &Planned, payload: &[u8]) -> Result<(), MirrorError> {
+        let mut window = WindowWait::new(self.timeout);
+        let token = loop {
+            let link = self.link.as_mut().expect("a stream has a link");
+            link.token += 1;
+            let token = link.token;
+            let mut buf = link.transport.take_buffer(payload.len());
+            buf.extend_from_slice(payload);
+            match link.transport.call(link.conn, &planned.header, buf, token) {
+                Ok(()) => break token,
+                Err(OpError::WindowFull(_)) => self.await_window(&mut window)?,
+                Err(e) => return self.note(Err(e.into())),
+            }
+        };
+        let answer = self.pump(token, Instant::now() + self.timeout);
+        let result = match answer {
+            Ok((header, payload)) => {
+                let checked = decode(&header, &payload)
+                    .map_err(MirrorError::from)
+                    .and_then(|h| StreamCore::check(planned, &h, &payload).map_err(MirrorError::from));
+                self.link.as_mut().expect("a stream has a link").transport.recycle(payload);
+                checked
+            }
+            Err(e) => Err(e),
+        };
+        self.round_trips += 1;
+        self.note(result)
+    }
+
+    /// Polls (then blocks) until the call `token` is answered: its header
+    /// and payload.
+    fn pump(&mut self, token: u64, deadline: Instant) -> Result<Answered, MirrorError> {
+        let (timeout, budget) = (self.timeout, self.poll);
+        let mut since = Instant::now();
+        let mut empty = 0u32;
+        loop {
+            match self.take_events(Some(token)) {
+                Err(e) => return self.fail(e),
+                Ok(Some(answer)) => return Ok(answer),
+                Ok(None) => {}
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return self.fail(MirrorError::Timeout(timeout));
+            }
+            empty += 1;
+            if budget.keep_polling(since, empty) {
+                continue;
+            }
+            let link = self.link.as_mut().expect("a stream has a link");
+            let _ = link.transport.wait(deadline - now);
+            since = Instant::now();
+            empty = 0;
+        }
+    }
+
+    /// The window is full: takes the events there are (a poll is what
+    /// settles a send over UCX), polling again as the [`PollBudget`]
+    /// allows, then blocks for at most [`WINDOW_WAIT`] (a slot frees when
+    /// the peer takes a message, with no event here), so the caller tries
+    /// again.
+    fn await_window(&mut self, window: &mut WindowWait) -> Result<(), MirrorError> {
+        if let Err(e) = self.take_events(None) {
+            return self.fail(e);
+        }
+        let now = Instant::now();
+        if now >= window.deadline {
+            let timeout = self.timeout;
+            return self.fail(MirrorError::Timeout(timeout));
+        }
+        window.empty += 1;
+        if self.poll.keep_polling(window.since, window.empty) {
+            return Ok(());
+        }
+        let link = self.link.as_mut().expect("a stream has a link");
+        let _ = link.transport.wait((window.deadline - now).min(WINDOW_WAIT));
+        window.since = Instant::now();
+        window.empty = 0;
+        Ok(())
+    }
+
+    /// One poll: the answer to `token` if it came; an error if the
+    /// connection is gone or the call failed.
+    fn take_events(&mut self, token: Option<u64>) -> Result<Option<Answered>, MirrorError> {
+        let link = self.link.as_mut().expect("a stream has a link");
+        link.events.clear();
+        link.transport.poll(&mut link.events, 64);
+        let mut found = None;
+        let mut gone = false;
+        for event in link.events.drain(..) {
+            match event {
+                Event::Completion(c) if Some(c.token) == token => found = Some(c.result),
+                Event::Message { payload, .. } => link.transport.recycle(payload),
+                Event::Disconnected { conn, .. } if conn == link.conn => gone = true,
+                _ => {}
+            }
+        }
+        match found {
+            Some(Ok(Output::Response { header, payload })) => Ok(Some((header, payload))),
+            Some(Ok(other)) => Err(MirrorError::Broken(format!("unexpected completion {other:?}"))),
+            Some(Err(e)) => Err(e.into()),
+            None if gone => Err(MirrorError::Disconnected),
+            None => Ok(None),
+        }
+    }
+
+    fn fail<X>(&mut self, e: MirrorError) -> Result<X, MirrorError> {
+        if self.broken.is_none() {
+            self.broken = Some(e.to_string());
+        }
+        Err(e)
+    }
+
+    fn core(&mut self) -> Option<&mut StreamCore> {
+        self.core.as_mut()
+    }
+}
+
+impl<T: Transport> Drop for Mirror<T> {
+    /// Closes the stream (the backup abandons an open transaction) and
+    /// waits, at most a second, for the close to complete.
+    fn drop(&mut self) {
+        let Some(link) = self.link.as_mut() else {
+            return;
+        };
+        link.transport.close(link.conn);
+        let deadline = Instant::now() + Duration::from_secs(1);
+        loop {
+            link.events.clear();
+            link.transport.poll(&mut link.events, 64);
+            let closed =
+                link.events.drain(..).any(|e| matches!(e, Event::Disconnected { conn, .. } if conn == link.conn));
+            let now = Instant::now();
+            if closed || now >= deadline {
+                return;
+            }
+            let _ = link.transport.wait(deadline - now);
+        }
+    }
+}
+
+impl<T: Transport> EpochSink for Mirror<T> {
+    fn epoch(&mut self, epoch: &Epoch<'_>) -> Result<(), SinkError> {
+        let mut plan = std::mem::take(&mut self.plan);
+        let Some(core) = self.core() else {
+            return Ok(());
+        };
+        core.epoch(epoch, &mut plan);
+        self.plan = plan;
+        Ok(self.run_plan(epoch.record())?)
+    }
+
+    fn dfence(&mut self, tx: u64) -> Result<(), SinkError> {
+        let mut plan = std::mem::take(&mut self.plan);
+        let Some(core) = self.core() else {
+            return Ok(());
+        };
+        core.dfence(tx, &mut plan);
+        self.plan = plan;
+        Ok(self.run_plan(&[])?)
+    }
+
+    fn commit(&mut self, commit: &Committed) -> Result<(), SinkError> {
+        let mut plan = std::mem::take(&mut self.plan);
+        let Some(core) = self.core() else {
+            return Ok(());
+        };
+        core.commit(commit, &mut plan);
+        self.plan = plan;
+        Ok(self.run_plan(&[])?)
+    }
+
+    fn abort(&mut self, tx: u64) {
+        let mut plan = std::mem::take(&mut self.plan);
+        let Some(core) = self.core() else { return };
+        core.abort(tx, &mut plan);
+        self.plan = plan;
+        // A broken mirror has nothing to tell; a failed abort breaks it.
+        let _ = self.run_plan(&[]);
+    }
+}
+
+/// Counts of what a backup served.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BackupStats {
+    /// Streams greeted.
+    pub streams: u64,
+    /// Transactions committed.
+    pub commits: u64,
+    /// Messages refused (their stream then ended).
+    pub refused: u64,
+    /// Streams taken over by a new primary's hello.
+    pub takeovers: u64,
+}
+
+/// The backup as a [`reactor::Service`]: one primary's stream at a time,
+/// each message handed to the [`Backup`] core in arrival order, each call
+/// answered once the core says so. A hello on another connection whose
+/// heap matches takes the stream over (the old connection is closed, its
+/// open transaction abandoned); one that does not match is refused and
+/// the stream goes on.
+pub struct BackupService<M: Media> {
+    media: M,
+    backup: Backup,
+    primary: Option<ConnId>,
+    /// A stream whose message was refused: why (its later one-way messages
+    /// are dropped and its calls refused with this, until it closes).
+    poisoned: Option<(ConnId, String)>,
+    stats: BackupStats,
+    /// A primary's connection replaced by another's hello, to close.
+    closing: Option<ConnId>,
+    /// The last refusal, for the operator.
+    pub last_refusal: Option<String>,
+}
+
+impl<M: Media> BackupService<M> {
+    /// Serves `backup`, whose heap is on `media`.
+    pub fn new(media: M, backup: Backup) -> BackupService<M> {
+        BackupService {
+            media,
+            backup,
+            primary: None,
+            poisoned: None,
+            stats: BackupStats::default(),
+            closing: None,
+            last_refusal: None,
+        }
+    }
+
+    /// The core.
+    pub fn backup(&self) -> &Backup {
+        &self.backup
+    }
+
+    /// The medium.
+    pub fn media(&self) -> &M {
+        &self.media
+    }
+
+    /// What was served.
+    pub fn stats(&self) -> BackupStats {
+        self.stats
+    }
+
+    /// Hands the medium back.
+    pub fn into_media(self) -> M {
+        self.media
+    }
+
+    /// Acts on one message; `Err` is the reason to refuse it.
+    fn serve(&mut self, conn: ConnId, header: &[u8], payload: &[u8], call: bool) -> Result<Option<Answer>, String> {
+        if let Some((poisoned, reason)) = &self.poisoned {
+            if *poisoned == conn {
+                return Err(format!("an earlier message was refused: {reason}"));
+            }
+        }
+        let h = decode(header, payload).map_err(|e| e.to_string())?;
+        match self.primary {
+            Some(primary) if primary != conn => {
+                if h.kind != Kind::Hello {
+                    return Err(format!("{:?} from a connection that is not the primary's", h.kind));
+                }
+                // A primary whose heap matches takes the stream over (the
+                // one connected may be dead: over shared memory UCX does
+                // not detect a peer that died); any other is refused and
+                // the stream goes on.
+                self.backup.check_hello(&self.media, &h, payload).map_err(|e| e.to_string())?;
+                self.backup.disconnected(&mut self.media);
+                self.primary = None;
+                self.stats.takeovers += 1;
+                self.closing = Some(primary);
+            }
+            None if h.kind != Kind::Hello => return Err(StreamError::OutOfPlace(h.kind).to_string()),
+            _ => {}
+        }
+        let answer = self.backup.handle(&mut self.media, &h, payload, call).map_err(|e| e.to_string())?;
+        match h.kind {
+            Kind::Hello => {
+                self.primary = Some(conn);
+                self.stats.streams += 1;
+            }
+            Kind::Commit => self.stats.commits += 1,
+            _ => {}
+        }
+        Ok(answer)
+    }
+
+    fn refused(&mut self, conn: ConnId, reason: &str) {
+        self.stats.refused += 1;
+        self.last_refusal = Some(reason.to_string());
+        if self.primary == Some(conn) && self.poisoned.is_none() {
+            self.poisoned = Some((conn, reason.to_string()));
+        }
+    }
+
+    fn answer<T: Transport>(transport: &mut T, id: RequestId, result: &Result<Option<Answer>, String>) {
+        let (header, payload) = match result {
+            Ok(Some(a)) => (encode(Kind::Ack, Strategy::NoSm, a.tx, a.value, a.count, &[]), Vec::new()),
+            Ok(None) => unreachable!("every call is answered by the core"),
+            Err(reason) => {
+                let text = reason_bytes(reason);
+                (encode(Kind::Refused, Strategy::NoSm, 0, 0, 0, text), text.to_vec())
+            }
+        };
+        let mut buf = transport.take_buffer(payload.len());
+        buf.extend_from_slice(&payload);
+        // A reply fails only on a connection that is gone; its
+        // disconnect event ends the stream.
+        let _ = transport.reply(id, &header, buf);
+    }
+}
+
+impl<T: Transport, M: Media> Service<T> for BackupService<M> {
+    fn on_event(&mut self, transport: &mut T, event: Event, _now: Duration) {
+        match event {
+            Event::Request(req) => {
+                let conn = req.id.conn();
+                let result = self.serve(conn, &req.header, &req.payload, true);
+                if let Err(reason) = &result {
+                    self.refused(conn, reason);
+                }
+                Self::answer(transport, req.id, &result);
+                transport.recycle(req.payload);
+                if let Some(old) = self.closing.take() {
+                    transport.close(old);
+                }
+            }
+            Event::Message { conn, header, payload } => {
+                if let Err(reason) = self.serve(conn, &header, &payload, false) {
+                    self.refused(conn, &reason);
+                }
+                transport.recycle(payload);
+            }
+            Event::Disconnected { conn, .. } => {
+                if self.primary == Some(conn) {
+                    self.primary = None;
+                    self.backup.disconnected(&mut self.media);
+                }
+                if self.poisoned.as_ref().is_some_and(|(c, _)| *c == conn) {
+                    self.poisoned = None;
+                }
+            }
+            Event::Accepted(_) | Event::Completion(_) => {}
+        }
+    }
+
+    fn poll_work(&mut self, _transport: &mut T, _now: Duration) -> bool {
+        false
+    }
+
+    fn next_deadline(&self) -> Option<Duration> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use pmem::MemMedia;
+    use reactor::{Reactor, RealClock};
+    use transport::{InProcNetwork, InProcTransport, Limits, NodeId};
+
+    use super::*;
+    use crate::wire::Hello;
+    use crate::TxError;
+
+    const LOG: u64 = 64 << 10;
+    const DATA: u64 = 256 << 10;
+
+    /// A backup served on its own thread; `finish` stops it and hands its
+    /// medium back.
+    struct Served {
+        stop: Arc<AtomicBool>,
+        handle: std::thread::JoinHandle<MemMedia>,
+        addr: NodeId,
+    }
+
+    impl Served {
+        fn start(net: &InProcNetwork, media: MemMedia) -> Served {
+            let mut media = media;
+            let (backup, _) = Backup::open(&mut media, 0).unwrap();
+            let transport = net.node();
+            let addr = transport.id();
+            let stop = Arc::new(AtomicBool::new(false));
+            let flag = stop.clone();
+            let handle = std::thread::spawn(move || {
+                let mut reactor = Reactor::new(transport, BackupService::new(media, backup));
+                reactor.run(&RealClock::new(), &flag, PollBudget::BLOCK);
+                reactor.service.into_media()
+            });
+            Served { stop, handle, addr }
+        }
+
+        fn finish(self) -> MemMedia {
+            self.stop.store(true, Ordering::Relaxed);
+            self.handle.join().unwrap()
+        }
+    }
+
+    fn heap_media() -> (MemMedia, Heap) {
+        let mut media = MemMedia::new(Heap::required_size(LOG, DATA) as usize);
+        let heap = Heap::create(&mut media, 0, LOG, DATA).unwrap();
+        (media, heap)
+    }
+
+    fn data(heap: &Heap, media: &MemMedia) -> Vec<u8> {
+        let mut buf = vec![0u8; DATA as usize];
+        heap.read(media, 0, &mut buf).unwrap();
+        buf
+    }
+
+    /// Transactions of 1-40 epochs of 1-8 writes of 64 B at random
+    /// 64 B-aligned places, some aborted, some with a dfence.
+    fn workload(heap: &mut Heap, media: &mut MemMedia, mirror: &mut Mirror<InProcTransport>, txs: u64) -> u64 {
+        let mut state = 0x5eed_u64;
+        let mut next = move |n: u64| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (state >> 33) % n
+        };
+        let mut epochs_sent = 0;
+        for i in 0..txs {
+            let mut tx = heap.begin_with(media, &mut *mirror);
+            let epochs = 1 + next(40);
+            for e in 0..epochs {
+                for _ in 0..1 + next(8) {
+                    let at = next(DATA / 64) * 64;
+                    tx.write(at, &[(i * 7 + e) as u8; 64]).unwrap();
+                }
+                if e == 1 {
+                    tx.dfence().unwrap();
+                } else {
+                    tx.ofence().unwrap();
+                }
+            }
+            epochs_sent += epochs;
+            if i % 9 == 8 {
+                tx.abort();
+            } else {
+                tx.commit().unwrap();
+            }
+        }
+        epochs_sent
+    }
+
+    #[test]
+    fn each_strategy_mirrors_every_committed_transaction() {
+        for strategy in [Strategy::SmRc, Strategy::SmOb, Strategy::SmDd] {
+            let net = InProcNetwork::new(Limits::default());
+            let (mut media, mut heap) = heap_media();
+            let served = Served::start(&net, heap_media().0);
+            let mut mirror = Mirror::open(&heap, &media, net.node(), &served.addr, strategy).unwrap();
+            let epochs = workload(&mut heap, &mut media, &mut mirror, 30);
+            let round_trips = mirror.round_trips;
+            drop(mirror);
+            let mut backup = served.finish();
+            let (opened, _) = Heap::open(&mut backup, 0).unwrap();
+            assert_eq!(opened.last_committed(), heap.last_committed(), "{strategy}");
+            assert_eq!(data(&opened, &backup), data(&heap, &media), "{strategy}");
+            let commits = 30 - 30 / 9;
+            let want = match strategy {
+                Strategy::SmRc => 1 + epochs + commits as u64,
+                _ => 1 + 30 + commits as u64, // hello, one dfence per transaction, the commits
+            };
+            assert_eq!(round_trips, want, "{strategy}: round trips");
+        }
+    }
+
+    #[test]
+    fn a_second_stream_resumes_where_the_first_ended() {
+        let net = InProcNetwork::new(Limits::default());
+        let (mut media, mut heap) = heap_media();
+        let served = Served::start(&net, heap_media().0);
+        for strategy in [Strategy::SmOb, Strategy::SmDd, Strategy::SmRc] {
+            let mut mirror = Mirror::open(&heap, &media, net.node(), &served.addr, strategy).unwrap();
+            workload(&mut heap, &mut media, &mut mirror, 5);
+            // A transaction that writes nothing reaches neither medium, and
+            // a new stream on the same heap still matches the backup.
+            heap.begin_with(&mut media, &mut mirror).commit().unwrap();
+            drop(mirror);
+            let mut mirror = Mirror::open(&heap, &media, net.node(), &served.addr, strategy).unwrap();
+            // An open transaction's epochs reach the backup, then the
+            // primary goes away: nothing of it may be applied.
+            let mut tx = heap.begin_with(&mut media, &mut mirror);
+            tx.write(0, &[0xff; 64]).unwrap();
+            tx.ofence().unwrap();
+            std::mem::forget(tx);
+            drop(mirror);
+            heap = Heap::open(&mut media, 0).unwrap().0;
+        }
+        let backup = served.finish();
+        let mut backup = backup;
+        let (opened, _) = Heap::open(&mut backup, 0).unwrap();
+        assert_eq!(data(&opened, &backup), data(&heap, &media));
+    }
+
+    #[test]
+    fn a_primary_allowed_to_go_on_unmirrored_does_and_says_why() {
+        let net = InProcNetwork::new(Limits::default());
+        let (mut media, mut heap) = heap_media();
+        let served = Served::start(&net, heap_media().0);
+        let backup_id = served.addr;
+        let mut mirror = Mirror::open(&heap, &media, net.node(), &backup_id, Strategy::SmRc).unwrap();
+        mirror.allow_unmirrored(true);
+        workload(&mut heap, &mut media, &mut mirror, 3);
+        assert!(mirror.unmirrored().is_none());
+        net.crash(backup_id);
+        let mut tx = heap.begin_with(&mut media, &mut mirror);
+        tx.write(0, &[5; 64]).unwrap();
+        tx.ofence().unwrap();
+        tx.write(64, &[6; 64]).unwrap();
+        tx.commit().expect("allowed to go on alone");
+        assert!(mirror.unmirrored().is_some_and(|why| !why.is_empty()));
+        assert!(mirror.broken().is_none());
+        let mut buf = [0u8; 128];
+        heap.read(&media, 0, &mut buf).unwrap();
+        assert_eq!((buf[0], buf[64]), (5, 6), "committed locally");
+        drop(mirror);
+        served.finish();
+    }
+
+    /// A raw call on `conn`; the answer's kind and payload.
+    fn raw_call(t: &mut InProcTransport, conn: ConnId, header: &[u8], payload: &[u8]) -> (Kind, String) {
+        t.call(conn, header, payload.to_vec(), 99).unwrap();
+        let mut events = Vec::new();
+        loop {
+            assert!(t.wait(Duration::from_secs(10)).unwrap(), "no answer");
+            t.poll(&mut events, 16);
+            for e in events.drain(..) {
+                if let Event::Completion(c) = e {
+                    let Ok(Output::Response { header, payload }) = c.result else { panic!("{:?}", c.result) };
+                    let h = decode(&header, &payload).unwrap();
+                    return (h.kind, String::from_utf8_lossy(&payload).into_owned());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn garbage_and_strangers_are_refused_and_a_matching_primary_takes_over() {
+        let net = InProcNetwork::new(Limits::default());
+        let (mut media, mut heap) = heap_media();
+        let served = Served::start(&net, heap_media().0);
+        let mut intruder = net.node();
+        let conn = intruder.connect(&served.addr).unwrap();
+        let (kind, why) = raw_call(&mut intruder, conn, b"not a mirror header", &[]);
+        assert_eq!(kind, Kind::Refused);
+        assert!(why.contains("40"), "{why}");
+        let commit = encode(Kind::Commit, Strategy::NoSm, 1, 64, 1, &[]);
+        let (kind, why) = raw_call(&mut intruder, conn, &commit, &[]);
+        assert_eq!(kind, Kind::Refused);
+        assert!(why.contains("hello"), "{why}");
+        let mut mirror = Mirror::open(&heap, &media, net.node(), &served.addr, Strategy::SmDd).unwrap();
+        workload(&mut heap, &mut media, &mut mirror, 4);
+        // A second primary whose heap does not match is refused while the
+        // first is connected, and its one-way garbage changes nothing.
+        let crc = data_crc(&media, &heap.geometry());
+        let other = Hello { log_bytes: LOG, data_bytes: DATA, data_crc: crc ^ 1 };
+        let (header, payload) = StreamCore::new(Strategy::SmOb).hello(heap.last_durable(&media), &other);
+        let (kind, why) = raw_call(&mut intruder, conn, &header, &payload);
+        assert_eq!(kind, Kind::Refused);
+        assert!(why.contains("another heap"), "{why}");
+        let epoch = encode(Kind::Epoch, Strategy::NoSm, heap.last_committed() + 1, 0, 0, &[0; 64]);
+        intruder.send(conn, &epoch, vec![0; 64]).unwrap();
+        workload(&mut heap, &mut media, &mut mirror, 4);
+        // One whose heap matches takes the stream over (the first primary
+        // might be dead): the first's next step fails, the new one mirrors.
+        let mut second = Mirror::open(&heap, &media, net.node(), &served.addr, Strategy::SmOb).unwrap();
+        let mut tx = heap.begin_with(&mut media, &mut mirror);
+        tx.write(0, &[9; 64]).unwrap();
+        let err = tx.commit().unwrap_err();
+        assert!(matches!(err, TxError::Sink(_)), "{err}");
+        drop(mirror);
+        workload(&mut heap, &mut media, &mut second, 4);
+        drop(second);
+        let mut backup = served.finish();
+        let (opened, _) = Heap::open(&mut backup, 0).unwrap();
+        assert_eq!(data(&opened, &backup), data(&heap, &media));
+    }
+
+    #[test]
+    fn a_backup_of_another_heap_is_refused_with_the_reason() {
+        let net = InProcNetwork::new(Limits::default());
+        let (mut other, mut other_heap) = heap_media();
+        let mut tx = other_heap.begin(&mut other);
+        tx.write(0, b"not yours").unwrap();
+        tx.commit().unwrap();
+        let served = Served::start(&net, other);
+        let (mut media, mut heap) = heap_media();
+        let mut tx = heap.begin(&mut media);
+        tx.write(0, b"mine").unwrap();
+        tx.commit().unwrap();
+        let err = Mirror::open(&heap, &media, net.node(), &served.addr, Strategy::SmDd).err().unwrap();
+        assert!(err.to_string().contains("another heap"), "{err}");
+        let (fresh_media, fresh) = heap_media();
+        let err = Mirror::open(&fresh, &fresh_media, net.node(), &served.addr, Strategy::SmOb).err().unwrap();
+        assert!(err.to_string().contains("ahead"), "{err}");
+        served.finish();
+    }
+
+    #[test]
+    fn a_lost_backup_fails_the_commit_and_the_primary_keeps_nothing_of_it() {
+        let net = InProcNetwork::new(Limits::default());
+        let (mut media, mut heap) = heap_media();
+        let served = Served::start(&net, heap_media().0);
+        let backup_id = served.addr;
+        let mut mirror = Mirror::open(&heap, &media, net.node(), &backup_id, Strategy::SmOb).unwrap();
+        mirror.timeout = Duration::from_secs(5);
+        workload(&mut heap, &mut media, &mut mirror, 3);
+        let before = data(&heap, &media);
+        net.crash(backup_id);
+        let mut tx = heap.begin_with(&mut media, &mut mirror);
+        tx.write(0, &[1; 64]).unwrap();
+        let err = tx.commit().unwrap_err();
+        assert!(matches!(err, TxError::Sink(_)), "{err}");
+        assert!(mirror.broken().is_some());
+        let mut tx = heap.begin_with(&mut media, &mut mirror);
+        tx.write(0, &[2; 64]).unwrap();
+        let err = tx.commit().unwrap_err();
+        assert!(err.to_string().contains("broken"), "{err}");
+        assert_eq!(data(&heap, &media), before, "no commit without the mirror");
+        served.finish();
+    }
+}
