@@ -320,6 +320,7 @@ fn tour(args: &TourArgs) -> Result<()> {
         .arg(&args.out)
         .status()?;
     let smr_crash_ok = status.success();
+    let (mirror, mirror_crash_ok) = tour_mirror(&args.out)?;
     println!("\n== hardware model: the seeds' Optane/DDIO/RDMA findings, modelled ==");
     let findings = pmwire_model::experiments::run("all", &args.out)?;
     let results = results_since(&args.out, started)?;
@@ -327,7 +328,7 @@ fn tour(args: &TourArgs) -> Result<()> {
     println!("\n== summary ==");
     // Each suite's targets: met, bound by a floor measured in the same run
     // (this machine cannot meet them), missed, not run.
-    for (suite, headlines) in [("local suite", &local.headlines), ("remote suites", &remote), ("key-value suites", &kv), ("replication suite", &smr)] {
+    for (suite, headlines) in [("local suite", &local.headlines), ("remote suites", &remote), ("key-value suites", &kv), ("replication suite", &smr), ("mirroring suite", &mirror)] {
         println!("{suite}: {} in this run", Tally::of(headlines).text());
     }
     let reproduced = findings.iter().filter(|f| f.within_tolerance).count();
@@ -335,6 +336,7 @@ fn tour(args: &TourArgs) -> Result<()> {
     println!("fuzz: {}", if fuzz_ok { "PASS" } else { "FAIL (see above)" });
     println!("replication simulation: {}", if smr_ok { "PASS" } else { "FAIL (see above)" });
     println!("replication under kill -9: {}", if smr_crash_ok { "PASS" } else { "FAIL (see above)" });
+    println!("mirroring under kill -9: {}", if mirror_crash_ok { "PASS" } else { "FAIL (see above)" });
     println!("results: {}\nreport:  {}", args.out.display(), index.display());
     if !checks_ok {
         bail!("the crash-state checker found failures");
@@ -347,6 +349,9 @@ fn tour(args: &TourArgs) -> Result<()> {
     }
     if !smr_crash_ok {
         bail!("smr-crash found lost writes, non-linearizable histories or failed replicas");
+    }
+    if !mirror_crash_ok {
+        bail!("mirror-crash found lost or torn transactions, or a run that could not be checked");
     }
     Ok(())
 }
@@ -386,6 +391,33 @@ fn tour_remote(out: &std::path::Path) -> Result<Vec<pmwire_bench::Headline>> {
         crash::phases_text(&report)
     );
     Ok(latency.headlines.into_iter().chain(bulk.headlines).chain(log_server.headlines).collect())
+}
+
+/// Mirroring, short: seed 002's Transact with every strategy over tcp and
+/// shared memory, and 6 kill -9 runs (primary or backup, each strategy
+/// twice) over tcp. Returns the suite's headlines and whether the campaign
+/// lost or tore nothing.
+fn tour_mirror(out: &std::path::Path) -> Result<(Vec<pmwire_bench::Headline>, bool)> {
+    use pmwire_bench::{mirror, mirror_crash};
+    println!("\n== bench mirror (quick): seed 002's Transact, NO-SM against SM-RC, SM-OB and SM-DD over tcp and sm ==");
+    let transports = ["tcp", "sm"].map(String::from).to_vec();
+    let report = mirror::run(&mirror::MirrorOptions { quick: true, transports, out_dir: out.to_path_buf() })?;
+    println!("\n== bench mirror-crash (6 kill -9 runs of the primary or the backup over tcp) ==");
+    let options = mirror_crash::MirrorCrashOptions {
+        runs: 6,
+        tls: "tcp".into(),
+        seed: std::process::id() as u64,
+        exe: std::env::current_exe()?,
+        out_dir: out.to_path_buf(),
+    };
+    let crash_ok = match mirror_crash::run(&options) {
+        Ok(_) => true,
+        Err(e) => {
+            println!("mirror-crash: {e:#}");
+            false
+        }
+    };
+    Ok((report.headlines, crash_ok))
 }
 
 /// The JSON results written in `dir` since `since`.
