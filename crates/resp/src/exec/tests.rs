@@ -1,5 +1,5 @@
 use super::*;
-use crate::keyspace::{MemKeyspace, StoreLimits, ValueSource};
+use crate::keyspace::{Expiry, MemKeyspace, StoreLimits, ValueSource};
 use crate::request::Parsed;
 use std::sync::Arc;
 
@@ -92,11 +92,23 @@ impl Keyspace for Recording {
     fn read(&self, value: &Arc<[u8]>, out: &mut Vec<u8>) {
         self.inner.read(value, out)
     }
-    fn set(&mut self, key: &[u8], kind: Kind, value: ValueSource<'_>) -> Result<(), StoreError> {
+    fn put(&mut self, key: &[u8], kind: Kind, value: ValueSource<'_>, expiry: Expiry) -> Result<(), StoreError> {
         if let ValueSource::Arg(a) = &value {
             self.pieces.push(a.pieces.len());
         }
-        self.inner.set(key, kind, value)
+        self.inner.put(key, kind, value, expiry)
+    }
+    fn set_deadline(&mut self, key: &[u8], deadline_ms: Option<u64>) -> Result<bool, StoreError> {
+        self.inner.set_deadline(key, deadline_ms)
+    }
+    fn now_ms(&self) -> u64 {
+        self.inner.now_ms()
+    }
+    fn expired(&self, limit: usize) -> Vec<Vec<u8>> {
+        self.inner.expired(limit)
+    }
+    fn expiring_len(&self) -> u64 {
+        self.inner.expiring_len()
     }
     fn delete(&mut self, key: &[u8]) -> Result<bool, StoreError> {
         self.inner.delete(key)
@@ -136,8 +148,6 @@ fn documented_differences_from_redis() {
     assert_eq!(f.run("SELECT 1"), "-ERR DB index is out of range\r\n");
     assert_eq!(f.run("CONFIG GET databases"), "*2\r\n$9\r\ndatabases\r\n$1\r\n1\r\n");
     assert_eq!(f.run("COMMAND DOCS"), "*0\r\n");
-    assert_eq!(f.run("SET k v EX 10"), "-ERR pmwire keys do not expire: SET EX, PX, EXAT and PXAT are not supported\r\n");
-    assert_eq!(f.run("SET k v PXAT 10"), "-ERR pmwire keys do not expire: SET EX, PX, EXAT and PXAT are not supported\r\n");
     assert_eq!(f.run("GET k"), "$-1\r\n");
     assert_eq!(f.run("SCAN 12345"), "-ERR invalid cursor\r\n");
     assert_eq!(
@@ -316,7 +326,15 @@ fn extreme_integer_arguments_get_replies_not_panics() {
         (format!("SCAN 0 COUNT {max}"), "*2\r\n$1\r\n0\r\n*4\r\n$3\r\nbig\r\n$1\r\nn\r\n$5\r\nsmall\r\n$1\r\nz\r\n"),
         ("SCAN 18446744073709551615".to_string(), "-ERR invalid cursor\r\n"),
         (format!("SET k v EX {max}"), "-ERR invalid expire time in 'set' command\r\n"),
-        (format!("SET k v PX {max}"), "-ERR pmwire keys do not expire: SET EX, PX, EXAT and PXAT are not supported\r\n"),
+        (format!("SET k v PX {max}"), "-ERR invalid expire time in 'set' command\r\n"),
+        (format!("SET k v PXAT {max}"), "+OK\r\n"),
+        ("PEXPIRETIME k".to_string(), ":9223372036854775807\r\n"),
+        ("EXPIRETIME k".to_string(), ":9223372036854776\r\n"),
+        (format!("EXPIRE k {max}"), "-ERR invalid expire time in 'expire' command\r\n"),
+        (format!("EXPIREAT k {min}"), "-ERR invalid expire time in 'expireat' command\r\n"),
+        (format!("PEXPIREAT k {min}"), ":1\r\n"),
+        (format!("SETEX k {max} v"), "-ERR invalid expire time in 'setex' command\r\n"),
+        (format!("PSETEX k {min} v"), "-ERR invalid expire time in 'psetex' command\r\n"),
         (format!("SELECT {min}"), "-ERR value is not an integer or out of range\r\n"),
     ] {
         assert_eq!(f.run(&command), want, "{command}");
@@ -328,7 +346,7 @@ fn extreme_integer_arguments_get_replies_not_panics() {
 #[test]
 fn every_command_in_the_table_is_served() {
     let mut f = Fixture::new();
-    assert_eq!(COMMANDS.len(), 89);
+    assert_eq!(COMMANDS.len(), 102);
     for spec in COMMANDS {
         if spec.name == "quit" {
             continue;
