@@ -20,6 +20,7 @@
 //! | [`client`] | request encoder and incremental reply parser |
 //! | [`ycsb`] | YCSB-style workload generator (scrambled Zipfian, workloads A and B) |
 //! | [`numbers`], [`glob`], [`inline`] | Redis's `string2ll`/`strtod`/`%.17g`, `stringmatchlen`, `sdssplitargs` |
+//! | [`extended`] | Redis's `long double` (x87 80-bit) `strtold`, addition and `%.17Lf`, for INCRBYFLOAT |
 //!
 //! # Example: one batch
 //! ```
@@ -55,6 +56,7 @@
 pub mod blob;
 pub mod client;
 pub mod exec;
+pub mod extended;
 pub mod glob;
 pub mod inline;
 pub mod keyspace;

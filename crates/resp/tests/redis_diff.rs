@@ -525,6 +525,10 @@ mod gen {
         "0", "1", "-1", "2", "-2", "3", "5", "-5", "10", "100", "-100", "9223372036854775807", "-9223372036854775808",
         "99999999999999999999", "x", "1.5", "",
     ];
+    const FLOATS: &[&str] = &[
+        "0", "-0", "0.1", "1e308", "1e4932", "-1e4932", "1e4933", "1e-4950", "1e-5000", "inf", "-inf", "nan", ".", "1.",
+        ".5", "+1.5", " 1", "1 ", "1e", "0x", "0x1p-16445", "5e-18", "1.5e-17", "9223372036854775807", "x",
+    ];
     const SCORES: &[&str] = &["0", "1", "-1", "1.5", "-2.25", "3", "1e2", "inf", "-inf", "+inf", "nan", "x", "0.1", "10"];
     const BOUNDS: &[&str] = &["-inf", "+inf", "0", "1", "(1", "2", "(2.5", "-1", "x", "(", "1e1"];
     const FIELDS: &[&str] = &["f0", "f1", "f2", "f3"];
@@ -595,6 +599,29 @@ mod gen {
                 self.rng.gen_range(-12i64..12).to_string().into_bytes()
             } else {
                 self.pick(INTS)
+            }
+        }
+
+        /// A number for INCRBYFLOAT: decimals of up to 25 digits with a point
+        /// and an exponent anywhere (rounding at every position of the
+        /// 64-bit significand and of `%.17Lf`), hex floats, edges, non-numbers.
+        fn float(&mut self) -> Vec<u8> {
+            match self.rng.gen_range(0..10) {
+                0 => self.pick(FLOATS),
+                1 => self.int(),
+                2 => format!("0x{:x}.{:x}p{}", self.rng.gen::<u16>(), self.rng.gen::<u16>(), self.rng.gen_range(-80i32..80)).into_bytes(),
+                _ => {
+                    let len = self.rng.gen_range(1..=25);
+                    let mut d: Vec<u8> = (0..len).map(|_| b'0' + self.rng.gen_range(0..10u8)).collect();
+                    d.insert(self.rng.gen_range(0..=len), b'.');
+                    if self.rng.gen_bool(0.5) {
+                        d.insert(0, b'-');
+                    }
+                    if self.rng.gen_bool(0.3) {
+                        d.extend(format!("e{}", self.rng.gen_range(-30i32..30)).into_bytes());
+                    }
+                    d
+                }
             }
         }
 
@@ -671,6 +698,10 @@ mod gen {
                 "INCRBY" | "DECRBY" => {
                     a.push(self.key());
                     a.push(self.int());
+                }
+                "INCRBYFLOAT" => {
+                    a.push(self.key());
+                    a.push(self.float());
                 }
                 "MGET" | "DEL" | "UNLINK" | "EXISTS" | "TOUCH" => {
                     for _ in 0..self.n(1, 4) {
@@ -943,7 +974,7 @@ mod gen {
     }
 
     const STRINGS: &[&str] = &[
-        "GET", "SET", "SETNX", "GETSET", "GETDEL", "MGET", "MSET", "MSETNX", "INCR", "DECR", "INCRBY", "DECRBY",
+        "GET", "SET", "SETNX", "GETSET", "GETDEL", "MGET", "MSET", "MSETNX", "INCR", "DECR", "INCRBY", "DECRBY", "INCRBYFLOAT", "INCRBYFLOAT",
         "APPEND", "STRLEN", "SETRANGE", "GETRANGE", "SUBSTR",
     ];
     /// Expiry (TTL and PERSIST twice over: they read what the others set).

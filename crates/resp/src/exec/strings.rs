@@ -1,5 +1,5 @@
 //! String commands: GET SET MGET MSET DEL EXISTS INCR DECR INCRBY DECRBY
-//! APPEND STRLEN SETNX GETSET GETDEL MSETNX SETRANGE GETRANGE SUBSTR SETEX
+//! INCRBYFLOAT APPEND STRLEN SETNX GETSET GETDEL MSETNX SETRANGE GETRANGE SUBSTR SETEX
 //! PSETEX GETEX. Values given in a command are stored as
 //! [`ValueSource::Arg`] (zero-copy for the server); computed ones as
 //! [`ValueSource::Owned`].
@@ -210,6 +210,27 @@ pub(super) fn incr_by<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<
     };
     c.ks.set(key, Kind::String, ValueSource::Owned(new.to_string().into_bytes()))?;
     c.out.integer(new);
+    Ok(())
+}
+
+/// INCRBYFLOAT key increment: Redis's `long double` sum (x87 extended,
+/// [`crate::extended`]), stored and answered as `%.17Lf` without trailing
+/// zeros; the key's deadline is kept.
+pub(super) fn incrbyfloat<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    use crate::extended::{add, format_human, parse, Ext};
+    let key = c.arg(1);
+    let old = match c.load(key, Kind::String)? {
+        Some(bytes) => parse(&bytes).ok_or(Fail::NotFloat)?,
+        None => Ext::Finite { negative: false, m: 0, q: 0 },
+    };
+    let by = parse(c.arg(2)).ok_or(Fail::NotFloat)?;
+    let sum = match add(old, by) {
+        Some(sum @ Ext::Finite { .. }) => sum,
+        _ => return Err(Fail::err("increment would produce NaN or Infinity")),
+    };
+    let text = format_human(sum).into_bytes();
+    c.ks.set(key, Kind::String, ValueSource::Owned(text.clone()))?;
+    c.out.bulk(&text);
     Ok(())
 }
 
