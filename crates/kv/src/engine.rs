@@ -115,6 +115,9 @@ pub struct Faults {
     pub free_early: bool,
     /// Recovery ignores the WAL records after the checkpoint.
     pub skip_replay: bool,
+    /// A deadline's 8 B are written to the arena with ordinary stores,
+    /// never flushed: the commit's data drain does not cover them.
+    pub unflushed_deadline: bool,
 }
 
 /// Counters since create/open (volatile).
@@ -648,9 +651,20 @@ impl Engine {
     ) -> Option<(Extent, Option<(Extent, u64)>)> {
         let key_extent = self.copy_in_whole(media, key)?;
         let Some(ms) = deadline_ms else { return Some((key_extent, None)) };
-        let Some(extent) = self.copy_in_whole(media, &ms.to_le_bytes()) else {
+        if self.arena_room(DEADLINE_BYTES as u32).is_none() {
             self.pool.release(key_extent.buf_idx);
             return None;
+        }
+        let extent = if self.faults.unflushed_deadline {
+            // Planted bug: the bytes reach the media only if the cache evicts them.
+            let extent = self.arena_put(media, &[]);
+            let extent = Extent { len: DEADLINE_BYTES as u16, ..extent };
+            media.write(self.pool.extent_offset(extent), &ms.to_le_bytes());
+            let (buf, used) = self.arena.expect("arena_room first");
+            self.arena = Some((buf, (used + DEADLINE_BYTES as u32).min(self.pool.buf_size())));
+            extent
+        } else {
+            self.arena_put(media, &ms.to_le_bytes())
         };
         assert_eq!(extent.len as usize, DEADLINE_BYTES);
         Some((key_extent, Some((extent, ms))))
