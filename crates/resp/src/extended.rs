@@ -203,6 +203,7 @@ fn round(negative: bool, n: &Big, b: i64, sticky: bool) -> Option<Ext> {
     let q = (top - 63).max(Q_MIN);
     let shift = q - b; // bits of n below the result's lowest bit
     let (mut m, half, rest) = if shift <= 0 {
+        assert!(n.bits() - shift <= 64, "a value this small fits the significand");
         (n.bits_from(0) << (-shift), false, sticky)
     } else {
         (n.bits_from(shift), n.bit(shift - 1), sticky || n.any_below(shift - 1))
@@ -342,7 +343,7 @@ fn parse_hex(negative: bool, s: &[u8]) -> Option<Ext> {
     }
     let b = exp - 4 * after;
     let top = 4 * digits.len() as i64 + b;
-    if top > TOP_MAX + 2 || top < Q_MIN - 2 {
+    if !(Q_MIN - 2..=TOP_MAX + 2).contains(&top) {
         return None;
     }
     let mut n = Big(Vec::new());
@@ -509,6 +510,29 @@ mod tests {
         assert_eq!(parse(b"1\0"), None, "strtold stops at the NUL, short of the length");
         assert!(parse(b"1e-4940").is_some(), "a subnormal is a value");
         assert_eq!(parse(b"0e99999999999999999999"), Some(Ext::Finite { negative: false, m: 0, q: 0 }));
+    }
+
+    /// Total on any input: random strings over the characters numbers are
+    /// made of parse, add and format without a panic; what parses as a
+    /// finite value and formats to a string short of 5120 bytes parses back.
+    #[test]
+    fn total_on_random_inputs() {
+        use rand_xoshiro::rand_core::{RngCore, SeedableRng};
+        let alphabet = b"0123456789.eE+-xXpP abcdefinINFAN\0";
+        let mut rng = rand_xoshiro::SplitMix64::seed_from_u64(15);
+        let mut previous = Ext::Finite { negative: false, m: 0, q: 0 };
+        for _ in 0..20_000 {
+            let len = (rng.next_u64() % 40) as usize;
+            let s: Vec<u8> = (0..len).map(|_| alphabet[(rng.next_u64() % alphabet.len() as u64) as usize]).collect();
+            let Some(v) = parse(&s) else { continue };
+            if let Some(sum @ Ext::Finite { .. }) = add(previous, v) {
+                let text = format_human(sum);
+                if text.len() < MAX_CHARS {
+                    assert!(parse(text.as_bytes()).is_some(), "{text}");
+                }
+                previous = sum;
+            }
+        }
     }
 
     #[test]
