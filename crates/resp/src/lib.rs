@@ -5,8 +5,10 @@
 //! command with [`exec::Server::execute`] against its [`keyspace::Keyspace`]
 //! (the persistent engine), commits, and sends what the
 //! [`reply::ReplySink`] collected: protocol bytes plus stored values sent by
-//! handle, without copying. Nothing in this crate touches a socket or a
-//! clock, so every behaviour is testable byte for byte, and is: the
+//! handle, without copying. Nothing in this crate touches a socket, and
+//! the executor reads the time only through [`keyspace::Keyspace::now_ms`]
+//! (the server's clock, read once per batch; a test's fixed
+//! [`keyspace::Clock`]), so every behaviour is testable byte for byte, and is: the
 //! differential tests (`tests/redis_diff.rs`) replay a corpus of command
 //! scripts against a real `redis-server` 7.0 and this executor.
 //!

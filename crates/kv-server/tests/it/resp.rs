@@ -456,6 +456,7 @@ fn deadlines_survive_restart_and_past_ones_are_never_served() {
         let ok = Value::Simple(b"OK".to_vec());
         assert_eq!(c.call(&[b"SET".to_vec(), b"big".to_vec(), big.clone(), b"PXAT".to_vec(), far.to_string().into_bytes()]).unwrap(), ok);
         assert_eq!(c.call(&["SET", "soon", "v", "PX", "1000"]).unwrap(), ok);
+        assert_eq!(c.call(&["SET", "soon-http", "v", "PXAT", &(T0 + 1_999).to_string()]).unwrap(), ok);
         assert_eq!(c.call(&["SETEX", "later", "1000000", "v"]).unwrap(), ok);
         assert_eq!(c.call(&["RPUSH", "list", "a", "b"]).unwrap(), Value::Integer(2));
         assert_eq!(c.call(&["PEXPIRE", "list", "5000"]).unwrap(), Value::Integer(1));
@@ -469,15 +470,20 @@ fn deadlines_survive_restart_and_past_ones_are_never_served() {
         for i in 0..100 {
             assert_eq!(c.call(&["SET", &format!("gone{i}"), "v", "PX", "1500"]).unwrap(), ok);
         }
-        assert_eq!(c.call(&["DBSIZE"]).unwrap(), Value::Integer(108));
+        assert_eq!(c.call(&["DBSIZE"]).unwrap(), Value::Integer(109));
         drop(c);
         drop(server.stop());
 
         let mut open = KvServer::open(&options(&pool.path, mode)).expect("reopen");
         open.set_clock(Clock::Fixed(T0 + 2_000));
         let server = start_with(open);
+        // The first request after the restart, over HTTP: past its deadline, not served.
+        let mut h = pmwire_kv_server::client::HttpClient::connect(server.http).unwrap();
+        assert_eq!(h.request("GET", "/kv/soon-http", b"").unwrap().status, 404, "{mode}");
+        assert_eq!(h.request("GET", "/kv/later", b"").unwrap().body, b"v");
+        drop(h);
         let mut c = RespClient::connect(server.resp).unwrap();
-        assert_eq!(c.get(b"soon").unwrap(), None, "{mode}: past its deadline, the first command");
+        assert_eq!(c.get(b"soon").unwrap(), None, "{mode}: past its deadline");
         assert_eq!(c.call(&["TTL", "set"]).unwrap(), Value::Integer(-2));
         assert_eq!(c.call(&["EXISTS", "soon", "set", "gone7"]).unwrap(), Value::Integer(0));
         assert_eq!(c.call(&["SMEMBERS", "set"]).unwrap(), Value::Array(vec![]));
