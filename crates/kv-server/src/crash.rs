@@ -77,7 +77,10 @@ pub struct CrashReport {
 enum Write {
     Set { seed: u64, len: u32 },
     /// A SET with a 1 ms TTL (RESP only): absent after any restart.
-    Expiring { seed: u64, len: u32 },
+    Expiring {
+        seed: u64,
+        len: u32,
+    },
     Delete,
 }
 

@@ -423,10 +423,12 @@ impl HttpCtx<'_, '_, '_> {
         if let Some(key) = req.path.strip_prefix("/kv/").filter(|k| !k.is_empty()) {
             let key = key.as_bytes();
             match req.method {
-                Method::Post | Method::Put => match self.ks.set_value(key, 0, None, req.body.len, Some(&extents), gather) {
-                    Ok(()) => http::write_response(self.out, 204, keep, None, b""),
-                    Err(e) => self.store_error(keep, &e),
-                },
+                Method::Post | Method::Put => {
+                    match self.ks.set_value(key, 0, None, req.body.len, Some(&extents), gather) {
+                        Ok(()) => http::write_response(self.out, 204, keep, None, b""),
+                        Err(e) => self.store_error(keep, &e),
+                    }
+                }
                 Method::Get => match self.ks.get_held(key) {
                     Some((_, _, handle)) => {
                         let len = handle.iter().map(|e| e.len as usize).sum();

@@ -44,9 +44,11 @@ const STEPS: usize = 170;
 pub fn checks() -> Vec<Check> {
     let check = |name, planted, run| Check { name, planted, run };
     vec![
-        check("kv: batches of sets (zero-copy, copied, extent lists, deadlines), deletes, clear, checkpoints, user log", false, |c| {
-            check_kv(Faults::default(), STEPS, c)
-        }),
+        check(
+            "kv: batches of sets (zero-copy, copied, extent lists, deadlines), deletes, clear, checkpoints, user log",
+            false,
+            |c| check_kv(Faults::default(), STEPS, c),
+        ),
         check("planted: kv WAL record persisted before the value data is drained", true, |c| {
             check_kv(Faults { skip_data_drain: true, ..Faults::default() }, 60, c)
         }),
@@ -163,13 +165,11 @@ impl Driver {
                 Err(StageError::BatchFull { .. }) => {}
                 Err(e) => panic!("set_deadline: {e}"),
             },
-            14..=15 => {
-                match kv.delete(media, &key) {
-                    Ok(existed) => assert_eq!(existed, self.model.map.remove(&key).is_some(), "delete's answer"),
-                    Err(StageError::BatchFull { .. }) => {}
-                    Err(e) => panic!("delete: {e}"),
-                }
-            }
+            14..=15 => match kv.delete(media, &key) {
+                Ok(existed) => assert_eq!(existed, self.model.map.remove(&key).is_some(), "delete's answer"),
+                Err(StageError::BatchFull { .. }) => {}
+                Err(e) => panic!("delete: {e}"),
+            },
             16 if self.below(8) == 0 => {
                 if kv.clear(media).is_ok() {
                     self.model.map.clear();

@@ -148,7 +148,9 @@ impl Big {
         let mut out = Vec::with_capacity(self.0.len().max(other.0.len()) + 1);
         let mut carry = 0u64;
         for i in 0..self.0.len().max(other.0.len()) {
-            let v = u64::from(self.0.get(i).copied().unwrap_or(0)) + u64::from(other.0.get(i).copied().unwrap_or(0)) + carry;
+            let v = u64::from(self.0.get(i).copied().unwrap_or(0))
+                + u64::from(other.0.get(i).copied().unwrap_or(0))
+                + carry;
             out.push(v as u32);
             carry = v >> 32;
         }
@@ -166,7 +168,11 @@ impl Big {
         let mut out: Vec<u32> = (0..src.len())
             .map(|i| {
                 let hi = src.get(i + 1).copied().unwrap_or(0);
-                if bits == 0 { src[i] } else { (src[i] >> bits) | (hi << (32 - bits)) }
+                if bits == 0 {
+                    src[i]
+                } else {
+                    (src[i] >> bits) | (hi << (32 - bits))
+                }
             })
             .collect();
         while out.last() == Some(&0) {
@@ -337,7 +343,8 @@ fn parse_hex(negative: bool, s: &[u8]) -> Option<Ext> {
         None => (s, 0),
     };
     let (digits, after) = mantissa_digits(mant)?;
-    let digits: Vec<u32> = digits.iter().map(|&c| (c as char).to_digit(16).expect("hex digit")).skip_while(|&d| d == 0).collect();
+    let digits: Vec<u32> =
+        digits.iter().map(|&c| (c as char).to_digit(16).expect("hex digit")).skip_while(|&d| d == 0).collect();
     if digits.is_empty() {
         return Some(Ext::Finite { negative, m: 0, q: 0 });
     }

@@ -384,7 +384,8 @@ impl Keyspace for MemKeyspace {
             None => Bound::Unbounded,
         };
         let now = self.clock.now_ms();
-        let live = self.map.range::<[u8], _>((lower, Bound::Unbounded)).filter(|(_, e)| e.deadline_ms.is_none_or(|d| d > now));
+        let live =
+            self.map.range::<[u8], _>((lower, Bound::Unbounded)).filter(|(_, e)| e.deadline_ms.is_none_or(|d| d > now));
         let mut n = 0;
         for (k, e) in live.take(limit) {
             visit(k, e.kind);

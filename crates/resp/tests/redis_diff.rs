@@ -231,7 +231,8 @@ impl Differ {
         let config = ServerConfig { version: version.to_string(), requirepass, ..ServerConfig::default() };
         let mut server = Server::new(config);
         let session = server.open_session_with_id(id);
-        Differ { conn, server, session, ks: MemKeyspace::new(), parsed: Parsed::new(Limits::default()), req, by_shape: 0, loose: 0 }
+        let (ks, parsed) = (MemKeyspace::new(), Parsed::new(Limits::default()));
+        Differ { conn, server, session, ks, parsed, req, by_shape: 0, loose: 0 }
     }
 
     /// Runs `args` on redis-server only.
@@ -550,13 +551,17 @@ mod gen {
     const COUNTS: &[&str] = &["0", "1", "2", "3", "5", "-1", "-2", "-7", "x", "", "9223372036854775807", "-9223372036854775808"];
     /// Relative times (EXPIRE, SET EX, SETEX, GETEX EX): large, or at once
     /// (0, negative), or refused.
-    const REL_SECONDS: &[&str] = &["1000000", "2000000", "3000000", "0", "-1", "x", "", "9223372036854775807", "9223372036854775"];
+    const REL_SECONDS: &[&str] =
+        &["1000000", "2000000", "3000000", "0", "-1", "x", "", "9223372036854775807", "9223372036854775"];
     const REL_MS: &[&str] = &["1000000000", "2000000000", "3000000000", "0", "-5", "x", "9223372036854775807"];
     /// Absolute times: far in the future, in the past, at the edges.
-    const ABS_SECONDS: &[&str] = &["4102444800", "4102444900", "4102444700", "1", "0", "-5", "9223372036854775807", "9223372036854775", "x"];
-    const ABS_MS: &[&str] = &["4102444800000", "4102444800123", "4102444899999", "1", "0", "9223372036854775807", "-9223372036854775808", "x"];
+    const ABS_SECONDS: &[&str] =
+        &["4102444800", "4102444900", "4102444700", "1", "0", "-5", "9223372036854775807", "9223372036854775", "x"];
+    const ABS_MS: &[&str] =
+        &["4102444800000", "4102444800123", "4102444899999", "1", "0", "9223372036854775807", "-9223372036854775808"];
     /// Absolute times SET takes: none in the past (a key stored expired).
-    const SET_ABS_SECONDS: &[&str] = &["4102444800", "4102444900", "0", "-1", "x", "9223372036854775", "9223372036854776"];
+    const SET_ABS_SECONDS: &[&str] =
+        &["4102444800", "4102444900", "0", "-1", "x", "9223372036854775", "9223372036854776"];
     const SET_ABS_MS: &[&str] = &["4102444800123", "4102444800500", "0", "x", "9223372036854775807"];
 
     pub struct Gen {
@@ -614,7 +619,11 @@ mod gen {
             match self.rng.gen_range(0..10) {
                 0 => self.pick(FLOATS),
                 1 => self.int(),
-                2 => format!("0x{:x}.{:x}p{}", self.rng.gen::<u16>(), self.rng.gen::<u16>(), self.rng.gen_range(-80i32..80)).into_bytes(),
+                2 => {
+                    let (int, frac) = (self.rng.gen::<u16>(), self.rng.gen::<u16>());
+                    let exp = self.rng.gen_range(-80i32..80);
+                    format!("0x{int:x}.{frac:x}p{exp}").into_bytes()
+                }
                 _ => {
                     let len = self.rng.gen_range(1..=25);
                     let mut d: Vec<u8> = (0..len).map(|_| b'0' + self.rng.gen_range(0..10u8)).collect();
@@ -979,8 +988,8 @@ mod gen {
     }
 
     const STRINGS: &[&str] = &[
-        "GET", "SET", "SETNX", "GETSET", "GETDEL", "MGET", "MSET", "MSETNX", "INCR", "DECR", "INCRBY", "DECRBY", "INCRBYFLOAT", "INCRBYFLOAT",
-        "APPEND", "STRLEN", "SETRANGE", "GETRANGE", "SUBSTR",
+        "GET", "SET", "SETNX", "GETSET", "GETDEL", "MGET", "MSET", "MSETNX", "INCR", "DECR", "INCRBY", "DECRBY",
+        "INCRBYFLOAT", "INCRBYFLOAT", "APPEND", "STRLEN", "SETRANGE", "GETRANGE", "SUBSTR",
     ];
     /// Expiry (TTL and PERSIST twice over: they read what the others set).
     pub const EXPIRY: &[&str] = &[

@@ -454,7 +454,11 @@ fn deadlines_survive_restart_and_past_ones_are_never_served() {
         let mut c = RespClient::connect(server.resp).unwrap();
         let big = value(3, 100 << 10);
         let ok = Value::Simple(b"OK".to_vec());
-        assert_eq!(c.call(&[b"SET".to_vec(), b"big".to_vec(), big.clone(), b"PXAT".to_vec(), far.to_string().into_bytes()]).unwrap(), ok);
+        assert_eq!(
+            c.call(&[b"SET".to_vec(), b"big".to_vec(), big.clone(), b"PXAT".to_vec(), far.to_string().into_bytes()])
+                .unwrap(),
+            ok
+        );
         assert_eq!(c.call(&["SET", "soon", "v", "PX", "1000"]).unwrap(), ok);
         assert_eq!(c.call(&["SET", "soon-http", "v", "PXAT", &(T0 + 1_999).to_string()]).unwrap(), ok);
         assert_eq!(c.call(&["SETEX", "later", "1000000", "v"]).unwrap(), ok);

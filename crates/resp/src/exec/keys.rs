@@ -184,7 +184,11 @@ fn c_string(b: &[u8]) -> String {
 /// TTL PTTL EXPIRETIME PEXPIRETIME key: -2 for a missing key, -1 for no
 /// deadline, else the time left (or the deadline), never below 0, in
 /// seconds rounded to nearest or in milliseconds.
-pub(super) fn ttl<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, ms: bool, absolute: bool) -> Res {
+pub(super) fn ttl<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+    c: &mut Ctx<'_, '_, K, S>,
+    ms: bool,
+    absolute: bool,
+) -> Res {
     let Some(stored) = c.ks.get(c.arg(1)) else {
         c.out.integer(-2);
         return Ok(());

@@ -34,7 +34,10 @@ struct SetFlags {
 
 /// Redis's `parseExtendedStringArgumentsOrReply`: SET's options from
 /// argument 3 (`getex`: false), GETEX's from argument 2 (`getex`: true).
-fn parse_set_flags<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &Ctx<'_, '_, K, S>, getex: bool) -> Result<SetFlags, Fail> {
+fn parse_set_flags<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+    c: &Ctx<'_, '_, K, S>,
+    getex: bool,
+) -> Result<SetFlags, Fail> {
     let mut f = SetFlags::default();
     let mut j = if getex { 2 } else { 3 };
     while j < c.argc() {
@@ -95,7 +98,10 @@ fn deadline_arg<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
 }
 
 /// The deadline SET's or GETEX's EX/PX/EXAT/PXAT option gives, if any.
-fn flags_deadline<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &Ctx<'_, '_, K, S>, f: &SetFlags) -> Result<Option<u64>, Fail> {
+fn flags_deadline<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+    c: &Ctx<'_, '_, K, S>,
+    f: &SetFlags,
+) -> Result<Option<u64>, Fail> {
     match f.expire {
         Some((i, seconds)) => Ok(Some(deadline_arg(c, i, seconds, matches!(f.expire_kind, b'e' | b'p'))?)),
         None => Ok(None),

@@ -558,7 +558,10 @@ fn expired_keys_are_never_served() {
     }
     for command in ["EXISTS a l", "TTL a", "PERSIST l", "EXPIRE a 100", "RENAMENX l z", "TYPE a", "COPY a z"] {
         let reply = f.run(command);
-        assert!(matches!(reply.as_str(), ":0\r\n" | ":-2\r\n" | "+none\r\n" | "-ERR no such key\r\n"), "{command}: {reply}");
+        assert!(
+            matches!(reply.as_str(), ":0\r\n" | ":-2\r\n" | "+none\r\n" | "-ERR no such key\r\n"),
+            "{command}: {reply}"
+        );
     }
     assert_eq!(f.run("DBSIZE"), ":2\r\n", "the reads deleted a and l");
     // A write to an expired key starts afresh: no old value, no old deadline.
