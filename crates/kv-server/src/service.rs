@@ -641,6 +641,49 @@ mod tests {
         req
     }
 
+    /// The active sweep is bounded per batch: with 200 keys due, each batch (one `handle`,
+    /// here a PING) deletes at most `EXPIRE_PER_BATCH`, earliest first, and never a key that is
+    /// not due; the clock is fixed, so nothing depends on time passing.
+    #[test]
+    fn the_sweep_deletes_at_most_its_bound_per_batch() {
+        use crate::client::RespClient;
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let (mut store, _) = Store::open(&dir.path().join("pool"), 64 << 20, Mode::Copy).unwrap();
+        let mut service = KvService::new(0);
+        service.set_clock(Clock::Fixed(1_000));
+        let mut writes = Vec::new();
+        for i in 0..200 {
+            RespClient::encode(&["SET", &format!("k{i:03}"), "v", "PXAT", &(1_100 + i).to_string()], &mut writes);
+        }
+        RespClient::encode(&["SET", "later", "v", "PXAT", "5000"], &mut writes);
+        let mut ping = Vec::new();
+        RespClient::encode(&["PING"], &mut ping);
+        let batch = |service: &mut KvService, store: &mut Store, bytes: &[u8]| {
+            let segments = [Segment { buf: 0, offset: 0, bytes }];
+            let conn = ConnId { slot: 0, generation: 0 };
+            let input =
+                Input { conn, listener: RESP_LISTENER, peer_loopback: true, segments: &segments, peer_closed: false };
+            drive(service, store, &[input]);
+        };
+        batch(&mut service, &mut store, &writes);
+        assert_eq!(store.engine().len(), 201);
+        assert_eq!(service.stats().expired_swept, 0, "nothing due at 1000");
+        service.set_clock(Clock::Fixed(2_000));
+        for left in [137, 73, 9, 1, 1] {
+            batch(&mut service, &mut store, &ping);
+            assert_eq!(store.engine().len(), left);
+            if left == 137 {
+                // The earliest deadlines went first.
+                assert!(store.engine().lookup(b"k063").is_none());
+                assert!(store.engine().lookup(b"k064").is_some());
+            }
+        }
+        assert!(store.engine().lookup(b"later").is_some());
+        assert_eq!(service.stats().expired_swept, 200);
+        assert_eq!(store.engine().expiring_len(), 1);
+        store.engine().check(store.region()).unwrap();
+    }
+
     /// The HTTP side of "a command is never split across two commits", driven without a
     /// network so that one batch surely outgrows a WAL group: 8 connections × 16 POSTs of
     /// 24 KiB values (about 15 WAL words each) is ~1900 words: an early commit, then the
