@@ -16,7 +16,9 @@ fn kill_dash_nine_loses_no_acknowledged_write() {
     assert_eq!(report.runs, 5);
     assert_eq!(report.lost, 0);
     assert_eq!(report.torn, 0);
+    assert_eq!(report.expired_served, 0);
     assert!(report.acknowledged > 0, "the load ran before the kills");
+    assert!(report.expiring_acknowledged > 0, "expiring writes were acknowledged");
     assert!(report.keys_checked > 0);
 }
 

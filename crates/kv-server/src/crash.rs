@@ -6,7 +6,10 @@
 //! (pipelined bursts of POST/DELETE `/kv/{key}`), each on its own keys, with values of 1 B to
 //! 70 KB (many spanning several receive buffers); a killer thread sends SIGKILL after a random
 //! delay. Only replies the clients read enter the model. After the last run a final restart
-//! verifies, then the server is stopped with SIGTERM and must exit cleanly.
+//! verifies, then the server is stopped with SIGTERM and must exit cleanly. One RESP write in
+//! ten is an expiring `SET key value PX 1`: after a restart (milliseconds later at least) its
+//! key must read as absent, whether the write was acknowledged or only sent; a served value
+//! of such a write is *expired served* (must be 0).
 //!
 //! Model: per key, the last acknowledged write (or what the previous verification found) and
 //! the writes sent after it that were not acknowledged (they may or may not have committed).
@@ -63,12 +66,21 @@ pub struct CrashReport {
     pub keys_checked: u64,
     /// Error replies seen during the loads (none expected).
     pub error_replies: u64,
+    /// Expiring writes (`SET ... PX 1`) acknowledged.
+    pub expiring_acknowledged: u64,
+    /// Of `lost`: keys that served the value of an expiring write after a restart.
+    pub expired_served: u64,
 }
 
 /// One write to a key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Write {
     Set { seed: u64, len: u32 },
+    /// A SET with a 1 ms TTL (RESP only): absent after any restart.
+    Expiring {
+        seed: u64,
+        len: u32,
+    },
     Delete,
 }
 
@@ -87,6 +99,7 @@ struct Model {
     keys: HashMap<u64, KeyState>,
     next_seq: u64,
     acknowledged: u64,
+    expiring_acknowledged: u64,
     error_replies: u64,
 }
 
@@ -113,7 +126,7 @@ fn value_bytes(key: &str, seed: u64, len: u32) -> Vec<u8> {
     bytes
 }
 
-fn random_write(rng: &mut StdRng) -> Write {
+fn random_write(rng: &mut StdRng, front: Front) -> Write {
     if rng.gen_bool(0.08) {
         return Write::Delete;
     }
@@ -122,6 +135,9 @@ fn random_write(rng: &mut StdRng) -> Write {
         40..85 => rng.gen_range(101..=4096),
         _ => rng.gen_range(4097..=70_000),
     };
+    if front == Front::Resp && rng.gen_bool(0.1) {
+        return Write::Expiring { seed: rng.gen(), len };
+    }
     Write::Set { seed: rng.gen(), len }
 }
 
@@ -178,8 +194,15 @@ fn campaign(options: &CrashOptions, dir: &Path, planted: bool) -> Result<CrashRe
     }
     report.acknowledged = acknowledged(&models);
     report.error_replies = models.iter().map(|m| m.error_replies).sum();
+    report.expiring_acknowledged = models.iter().map(|m| m.expiring_acknowledged).sum();
     if report.lost > 0 {
-        bail!("{} acknowledged writes lost ({} torn) (seed {})", report.lost, report.torn, options.seed);
+        bail!(
+            "{} acknowledged writes lost ({} torn, {} expired served) (seed {})",
+            report.lost,
+            report.torn,
+            report.expired_served,
+            options.seed
+        );
     }
     Ok(report)
 }
@@ -202,7 +225,7 @@ fn load(front: Front, addr: SocketAddr, mut model: Model, seed: u64, deadline: I
         burst.clear();
         out.clear();
         for _ in 0..rng.gen_range(1..=MAX_BURST) {
-            let (i, write) = (rng.gen_range(0..KEYS), random_write(&mut rng));
+            let (i, write) = (rng.gen_range(0..KEYS), random_write(&mut rng, front));
             let seq = model.next_seq;
             model.next_seq += 1;
             model.keys.entry(i).or_default().pending.push((seq, write));
@@ -219,6 +242,7 @@ fn load(front: Front, addr: SocketAddr, mut model: Model, seed: u64, deadline: I
                     state.durable = Some(write);
                     state.pending.retain(|&(s, _)| s > seq);
                     model.acknowledged += 1;
+                    model.expiring_acknowledged += u64::from(matches!(write, Write::Expiring { .. }));
                 }
                 Ok(false) => model.error_replies += 1,
                 Err(_) => return model,
@@ -239,6 +263,10 @@ impl Conn {
             (Conn::Resp(_), Write::Set { seed, len }) => {
                 RespClient::encode(&[&b"SET"[..], key.as_bytes(), &value_bytes(key, seed, len)], out)
             }
+            (Conn::Resp(_), Write::Expiring { seed, len }) => {
+                RespClient::encode(&[&b"SET"[..], key.as_bytes(), &value_bytes(key, seed, len), b"PX", b"1"], out)
+            }
+            (Conn::Http(_), Write::Expiring { .. }) => unreachable!("expiring writes go over RESP"),
             (Conn::Resp(_), Write::Delete) => RespClient::encode(&["DEL", key], out),
             (Conn::Http(_), Write::Set { seed, len }) => {
                 HttpClient::encode("POST", &format!("/kv/{key}"), &value_bytes(key, seed, len), out)
@@ -284,7 +312,13 @@ fn verify(ready: &ReadyFile, front: Front, model: &mut Model, report: &mut Crash
             }
             None => {
                 report.lost += 1;
-                let torn = observed.is_some();
+                let expired = |w: &Write| match (*w, observed.as_deref()) {
+                    (Write::Expiring { seed, len }, Some(bytes)) => bytes == value_bytes(&key, seed, len),
+                    _ => false,
+                };
+                let served = state.durable.iter().chain(state.pending.iter().map(|(_, w)| w)).any(expired);
+                report.expired_served += u64::from(served);
+                let torn = observed.is_some() && !served;
                 report.torn += torn as u64;
                 if problems.len() < 5 {
                     let what = observed
@@ -306,7 +340,7 @@ fn verify(ready: &ReadyFile, front: Front, model: &mut Model, report: &mut Crash
 
 fn matches_observed(key: &str, candidate: Option<Write>, observed: Option<&[u8]>) -> bool {
     match (candidate, observed) {
-        (None | Some(Write::Delete), None) => true,
+        (None | Some(Write::Delete) | Some(Write::Expiring { .. }), None) => true,
         (Some(Write::Set { seed, len }), Some(bytes)) => {
             bytes.len() == len as usize && bytes == value_bytes(key, seed, len)
         }

@@ -15,6 +15,11 @@
 //! across two commits) and runs it again in the fresh batch. A failed commit marks the batch
 //! failed: nothing more is executed and every command after the last early commit is
 //! answered with the error (those before it are durable and keep their replies).
+//!
+//! Expiry: the engine stores each key's deadline with its record; the keyspace compares it
+//! with `now_ms` (the service's clock, read once per batch). An expired key is invisible:
+//! `get` stages its delete (Redis's lazy expiry), `scan` skips it, writes treat it as absent,
+//! and the service's active sweep deletes a bounded number per batch.
 
 use std::borrow::Cow;
 use std::ops::Bound;
@@ -24,7 +29,7 @@ use pmwire_btree::MAX_KEY_BYTES;
 use pmwire_kv::{Engine, StageError};
 use pmwire_log::Extent;
 use pmwire_netio::{Output, OutputMark};
-use pmwire_resp::keyspace::{Keyspace, Kind, StoreError, StoreLimits, Stored, ValueSource};
+use pmwire_resp::keyspace::{Expiry, Keyspace, Kind, StoreError, StoreLimits, Stored, ValueSource};
 use pmwire_resp::reply::ReplySink;
 
 use crate::store::{PoolView, MAX_VALUE_BYTES};
@@ -150,15 +155,32 @@ pub(crate) struct EngineKeyspace<'a> {
     /// Free pool buffers a write must leave (the receive ring's refill): below it, writes
     /// are refused as out of memory, so the loop can always receive the DEL that frees space.
     pub reserve: u32,
+    /// The time deadlines are compared with, ms since the Unix epoch.
+    pub now_ms: u64,
 }
 
 impl EngineKeyspace<'_> {
-    /// The value at `key`, its buffers held for the batch.
-    pub fn get_held(&mut self, key: &[u8]) -> Option<(u8, Handle)> {
-        let (kind, extents) = self.engine.get(key)?;
-        let handle = Handle::new(extents);
+    /// The live value at `key` (kind, deadline, handle), its buffers held for the batch. An
+    /// expired key is deleted (staged; if that fails it stays for the sweep) and not returned.
+    pub fn get_held(&mut self, key: &[u8]) -> Option<(u8, Option<u64>, Handle)> {
+        let entry = self.engine.lookup(key)?;
+        if entry.deadline_ms.is_some_and(|d| d <= self.now_ms) {
+            let _ = self.stage(|engine, region| engine.delete(region, key));
+            return None;
+        }
+        let (kind, deadline) = (entry.kind, entry.deadline_ms);
+        let handle = Handle::new(entry.extents);
         self.hold(&handle);
-        Some((kind, handle))
+        Some((kind, deadline, handle))
+    }
+
+    /// The deadline of `key` if it is live: `Some(None)` for a key that does not expire.
+    fn live_deadline(&self, key: &[u8]) -> Option<Option<u64>> {
+        let entry = self.engine.lookup(key)?;
+        match entry.deadline_ms {
+            Some(d) if d <= self.now_ms => None,
+            deadline => Some(deadline),
+        }
     }
 
     /// Holds the buffers of `extents` for the batch.
@@ -200,11 +222,12 @@ impl EngineKeyspace<'_> {
 
     /// Stores a value of `len` bytes found at `extents` (zero-copy when allowed and the value
     /// is not split into more extents than the engine takes), else copies the bytes `gather`
-    /// returns.
+    /// returns; with the deadline `deadline_ms` (`None`: the key does not expire).
     pub fn set_value<'b>(
         &mut self,
         key: &[u8],
         kind: u8,
+        deadline_ms: Option<u64>,
         len: usize,
         extents: Option<&[Extent]>,
         gather: impl FnOnce() -> Cow<'b, [u8]>,
@@ -220,11 +243,11 @@ impl EngineKeyspace<'_> {
         let max_extents = self.engine.max_value_extents();
         match extents {
             Some(extents) if self.zero_copy && extents.len() <= max_extents => {
-                self.stage(|engine, region| engine.set_extents(region, key, kind, extents))
+                self.stage(|engine, region| engine.set_extents_expiring(region, key, kind, deadline_ms, extents))
             }
             _ => {
                 let bytes = gather();
-                self.stage(|engine, region| engine.set_copy(region, key, kind, &bytes))
+                self.stage(|engine, region| engine.set_copy_expiring(region, key, kind, deadline_ms, &bytes))
             }
         }
     }
@@ -262,16 +285,21 @@ impl Keyspace for EngineKeyspace<'_> {
     type Value = Handle;
 
     fn get(&mut self, key: &[u8]) -> Option<Stored<Handle>> {
-        let (kind, handle) = self.get_held(key)?;
+        let (kind, deadline_ms, handle) = self.get_held(key)?;
         let len = handle.iter().map(|e| e.len as u64).sum();
-        Some(Stored { kind: Kind::from_byte(kind).unwrap_or(Kind::String), len, value: handle })
+        Some(Stored { kind: Kind::from_byte(kind).unwrap_or(Kind::String), len, value: handle, deadline_ms })
     }
 
     fn read(&self, value: &Handle, out: &mut Vec<u8>) {
         self.engine.pool().gather(&*self.region, value, out);
     }
 
-    fn set(&mut self, key: &[u8], kind: Kind, value: ValueSource<'_>) -> Result<(), StoreError> {
+    fn put(&mut self, key: &[u8], kind: Kind, value: ValueSource<'_>, expiry: Expiry) -> Result<(), StoreError> {
+        let deadline = match expiry {
+            Expiry::Keep => self.live_deadline(key).flatten(),
+            Expiry::Clear => None,
+            Expiry::At(ms) => Some(ms),
+        };
         match value {
             ValueSource::Arg(arg) if self.zero_copy && (1..=4).contains(&arg.pieces.len()) => {
                 // The common case without an allocation: a value in at most four pieces.
@@ -280,27 +308,41 @@ impl Keyspace for EngineKeyspace<'_> {
                     *e = self.piece_extent(p);
                 }
                 let extents = &extents[..arg.pieces.len()];
-                self.set_value(key, kind.to_byte(), arg.bytes.len(), Some(extents), || Cow::Borrowed(arg.bytes))
+                let len = arg.bytes.len();
+                self.set_value(key, kind.to_byte(), deadline, len, Some(extents), || Cow::Borrowed(arg.bytes))
             }
             ValueSource::Arg(arg) => {
                 let extents = self.arg_extents(arg.pieces);
-                self.set_value(key, kind.to_byte(), arg.bytes.len(), extents.as_deref(), || Cow::Borrowed(arg.bytes))
+                let len = arg.bytes.len();
+                self.set_value(key, kind.to_byte(), deadline, len, extents.as_deref(), || Cow::Borrowed(arg.bytes))
             }
             ValueSource::Owned(bytes) => {
-                self.set_value(key, kind.to_byte(), bytes.len(), None, || Cow::Borrowed(&bytes))
+                self.set_value(key, kind.to_byte(), deadline, bytes.len(), None, || Cow::Borrowed(&bytes))
             }
         }
     }
 
+    fn set_deadline(&mut self, key: &[u8], deadline_ms: Option<u64>) -> Result<bool, StoreError> {
+        if self.live_deadline(key).is_none() {
+            return Ok(false);
+        }
+        self.check_room()?;
+        self.stage(|engine, region| engine.set_deadline(region, key, deadline_ms))
+    }
+
     fn delete(&mut self, key: &[u8]) -> Result<bool, StoreError> {
-        self.stage(|engine, region| engine.delete(region, key))
+        let live = self.live_deadline(key).is_some();
+        let found = self.stage(|engine, region| engine.delete(region, key))?;
+        Ok(found && live)
     }
 
     fn scan(&mut self, after: Option<&[u8]>, limit: usize, visit: &mut dyn FnMut(&[u8], Kind)) -> usize {
         let start = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let now = self.now_ms;
+        let live = self.engine.entries(start).filter(|(_, e)| e.deadline_ms.is_none_or(|d| d > now));
         let mut n = 0;
-        for (key, kind, _) in self.engine.range(start).take(limit) {
-            visit(key, Kind::from_byte(kind).unwrap_or(Kind::String));
+        for (key, entry) in live.take(limit) {
+            visit(key, Kind::from_byte(entry.kind).unwrap_or(Kind::String));
             n += 1;
         }
         n
@@ -308,6 +350,18 @@ impl Keyspace for EngineKeyspace<'_> {
 
     fn len(&self) -> u64 {
         self.engine.len() as u64
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    fn expired(&self, limit: usize) -> Vec<Vec<u8>> {
+        self.engine.expired(self.now_ms).take(limit).map(<[u8]>::to_vec).collect()
+    }
+
+    fn expiring_len(&self) -> u64 {
+        self.engine.expiring_len() as u64
     }
 
     fn clear(&mut self) -> Result<(), StoreError> {

@@ -189,6 +189,12 @@ impl KvServer {
     pub fn plant_ack_before_commit(&mut self) {
         self.server.service_mut().plant_ack_before_commit();
     }
+
+    /// Test hook: the service reads the time from `clock` (expiry tests that do not sleep).
+    #[doc(hidden)]
+    pub fn set_clock(&mut self, clock: pmwire_resp::keyspace::Clock) {
+        self.server.service_mut().set_clock(clock);
+    }
 }
 
 /// Blocks SIGINT and SIGTERM in the calling thread (and the threads it starts afterwards) and

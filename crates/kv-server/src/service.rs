@@ -29,6 +29,13 @@
 //! ring's size is refused as out of memory (`-OOM …` / `507`) after a checkpoint has released
 //! what overwritten and deleted values still held, so the loop can always receive the DEL
 //! that frees space.
+//!
+//! Expiry: the clock is read once per batch (`now_ms`, given to every keyspace of the
+//! batch, so all its commands see one time); after the batch's commands, the active sweep
+//! deletes at most [`EXPIRE_PER_BATCH`] expired keys (Redis's active expire cycle, bounded
+//! per loop turn), committed with the batch. An expired key is never served meanwhile (the
+//! keyspace's lazy expiry); the sweep only reclaims its space. A server with no traffic
+//! does not turn its loop, so it reclaims at its next batch.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -37,8 +44,8 @@ use pmwire_kv::LogError;
 use pmwire_log::Extent;
 use pmwire_netio::http::{self, body_pieces, Codec, HttpError, Method, Parsed};
 use pmwire_netio::{Batch, ConnId, Input, Output, OutputMark, Service};
-use pmwire_resp::exec::{Flow, Server as RespServer, ServerConfig, Session};
-use pmwire_resp::keyspace::{Keyspace, StoreError};
+use pmwire_resp::exec::{active_expire, Flow, Server as RespServer, ServerConfig, Session};
+use pmwire_resp::keyspace::{Clock, Keyspace, StoreError};
 use pmwire_resp::request::{Limits as RespLimits, Parsed as RespParsed};
 
 use crate::keyspace::{BatchState, EngineKeyspace, OutputSink};
@@ -50,6 +57,9 @@ pub const RESP_LISTENER: u32 = 0;
 pub const HTTP_LISTENER: u32 = 1;
 /// Most extents one user-log entry takes zero-copy (more are copied).
 const MAX_LOG_EXTENTS: usize = 256;
+/// Most expired keys the active sweep deletes per batch (two WAL words each: 128 of a
+/// group's 1024).
+pub const EXPIRE_PER_BATCH: usize = 64;
 
 /// Counters (volatile).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -64,6 +74,8 @@ pub struct ServiceStats {
     pub failed_batches: u64,
     /// RESP commands parsed.
     pub resp_commands: u64,
+    /// Expired keys deleted by the active sweep.
+    pub expired_swept: u64,
     /// HTTP requests parsed.
     pub http_requests: u64,
 }
@@ -106,6 +118,10 @@ pub struct KvService {
     /// Planted bug for the crash campaign's canary: replies are sent without the batch's
     /// commit (writes become durable only when a later batch fills a WAL group).
     fault_ack_before_commit: bool,
+    /// Where the time comes from (the wall clock; tests fix it).
+    clock: Clock,
+    /// The time of the current batch, ms since the Unix epoch.
+    now_ms: u64,
 }
 
 impl std::fmt::Debug for KvService {
@@ -141,7 +157,14 @@ impl KvService {
             no_persist_lsn: 0,
             stats: ServiceStats::default(),
             fault_ack_before_commit: false,
+            clock: Clock::System,
+            now_ms: 0,
         }
+    }
+
+    /// Reads the time from `clock` (tests: a fixed time, so nothing depends on the wall clock).
+    pub fn set_clock(&mut self, clock: Clock) {
+        self.clock = clock;
     }
 
     /// Access control: the default user's password (`None`: none; RESP's
@@ -170,8 +193,34 @@ impl KvService {
         self.fault_ack_before_commit = true;
     }
 
+    /// The active sweep: deletes up to [`EXPIRE_PER_BATCH`] expired keys, staged with the
+    /// batch. If the batch has no room left (or failed), nothing of it is kept: next batch.
+    fn sweep(&mut self, store: &mut Store) {
+        if self.state.failed.is_some() || store.engine.expiring_len() == 0 {
+            return;
+        }
+        let mut ks = EngineKeyspace {
+            engine: &mut store.engine,
+            region: &mut store.region,
+            state: &mut self.state,
+            zero_copy: store.mode == Mode::ZeroCopy,
+            locs: &[],
+            reserve: store.sizing.ring_entries as u32,
+            now_ms: self.now_ms,
+        };
+        let savepoint = ks.engine.savepoint();
+        match active_expire(&mut ks, EXPIRE_PER_BATCH) {
+            Ok(sweep) => self.stats.expired_swept += sweep.deleted as u64,
+            Err(_) => {
+                ks.engine.rollback_to(savepoint);
+                ks.state.batch_full = false;
+            }
+        }
+    }
+
     fn resp_entry(&mut self, input: &Input<'_>, out: &mut Output, store: &mut Store, st: &mut EntryState) {
-        let KvService { resp, sessions, parsed, state, .. } = self;
+        let KvService { resp, sessions, parsed, state, now_ms, .. } = self;
+        let now_ms = *now_ms;
         if !sessions.contains_key(&input.conn) {
             // Redis refuses at accept; here the first bytes are the first news of a connection.
             if let Some(denied) = resp.refuse_peer(input.peer_loopback) {
@@ -209,6 +258,7 @@ impl KvService {
                 zero_copy,
                 locs: &locs,
                 reserve,
+                now_ms,
             };
             let mut sink = OutputSink { out, view, zero_copy };
             for c in 0..summary.commands {
@@ -262,7 +312,8 @@ impl KvService {
     }
 
     fn http_entry(&mut self, input: &Input<'_>, out: &mut Output, store: &mut Store, st: &mut EntryState) {
-        let KvService { codec, state, no_persist_lsn, resp, .. } = self;
+        let KvService { codec, state, no_persist_lsn, resp, now_ms, .. } = self;
+        let now_ms = *now_ms;
         let password = resp.config().requirepass.as_deref();
         let (view, mode) = (store.view(), store.mode);
         let total = input.len_bytes();
@@ -289,6 +340,7 @@ impl KvService {
                             zero_copy: mode == Mode::ZeroCopy,
                             locs: &[],
                             reserve: store.sizing.ring_entries as u32,
+                            now_ms,
                         };
                         let (savepoint, mark) = (ks.engine.savepoint(), out.mark());
                         HttpCtx { ks: &mut ks, out, view, mode, no_persist_lsn }.route(&req, input);
@@ -371,12 +423,14 @@ impl HttpCtx<'_, '_, '_> {
         if let Some(key) = req.path.strip_prefix("/kv/").filter(|k| !k.is_empty()) {
             let key = key.as_bytes();
             match req.method {
-                Method::Post | Method::Put => match self.ks.set_value(key, 0, req.body.len, Some(&extents), gather) {
-                    Ok(()) => http::write_response(self.out, 204, keep, None, b""),
-                    Err(e) => self.store_error(keep, &e),
-                },
+                Method::Post | Method::Put => {
+                    match self.ks.set_value(key, 0, None, req.body.len, Some(&extents), gather) {
+                        Ok(()) => http::write_response(self.out, 204, keep, None, b""),
+                        Err(e) => self.store_error(keep, &e),
+                    }
+                }
                 Method::Get => match self.ks.get_held(key) {
-                    Some((_, handle)) => {
+                    Some((_, _, handle)) => {
                         let len = handle.iter().map(|e| e.len as usize).sum();
                         http::write_head(self.out, 200, keep, len, None);
                         OutputSink { out: self.out, view: self.view, zero_copy: self.ks.zero_copy }
@@ -482,6 +536,7 @@ impl Service<Store> for KvService {
         self.state.release_held(&mut store.engine);
         self.state.failed = None;
         self.state.committed = None;
+        self.now_ms = self.clock.now_ms();
         let n = batch.len();
         let mut entries = std::mem::take(&mut self.entries);
         entries.resize_with(n.max(entries.len()), EntryState::default);
@@ -502,6 +557,7 @@ impl Service<Store> for KvService {
             self.stats.resp_commands += st.resp_commands as u64;
             self.stats.http_requests += st.http.len() as u64;
         }
+        self.sweep(store);
         let wrote = self.state.wrote;
         let committed = self.fault_ack_before_commit && self.state.failed.is_none()
             || self.state.commit(&mut store.engine, &mut store.region).is_ok();
@@ -583,6 +639,49 @@ mod tests {
         let mut req = format!("POST /kv/{key} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n", value.len()).into_bytes();
         req.extend_from_slice(value);
         req
+    }
+
+    /// The active sweep is bounded per batch: with 200 keys due, each batch (one `handle`,
+    /// here a PING) deletes at most `EXPIRE_PER_BATCH`, earliest first, and never a key that is
+    /// not due; the clock is fixed, so nothing depends on time passing.
+    #[test]
+    fn the_sweep_deletes_at_most_its_bound_per_batch() {
+        use crate::client::RespClient;
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let (mut store, _) = Store::open(&dir.path().join("pool"), 64 << 20, Mode::Copy).unwrap();
+        let mut service = KvService::new(0);
+        service.set_clock(Clock::Fixed(1_000));
+        let mut writes = Vec::new();
+        for i in 0..200 {
+            RespClient::encode(&["SET", &format!("k{i:03}"), "v", "PXAT", &(1_100 + i).to_string()], &mut writes);
+        }
+        RespClient::encode(&["SET", "later", "v", "PXAT", "5000"], &mut writes);
+        let mut ping = Vec::new();
+        RespClient::encode(&["PING"], &mut ping);
+        let batch = |service: &mut KvService, store: &mut Store, bytes: &[u8]| {
+            let segments = [Segment { buf: 0, offset: 0, bytes }];
+            let conn = ConnId { slot: 0, generation: 0 };
+            let input =
+                Input { conn, listener: RESP_LISTENER, peer_loopback: true, segments: &segments, peer_closed: false };
+            drive(service, store, &[input]);
+        };
+        batch(&mut service, &mut store, &writes);
+        assert_eq!(store.engine().len(), 201);
+        assert_eq!(service.stats().expired_swept, 0, "nothing due at 1000");
+        service.set_clock(Clock::Fixed(2_000));
+        for left in [137, 73, 9, 1, 1] {
+            batch(&mut service, &mut store, &ping);
+            assert_eq!(store.engine().len(), left);
+            if left == 137 {
+                // The earliest deadlines went first.
+                assert!(store.engine().lookup(b"k063").is_none());
+                assert!(store.engine().lookup(b"k064").is_some());
+            }
+        }
+        assert!(store.engine().lookup(b"later").is_some());
+        assert_eq!(service.stats().expired_swept, 200);
+        assert_eq!(store.engine().expiring_len(), 1);
+        store.engine().check(store.region()).unwrap();
     }
 
     /// The HTTP side of "a command is never split across two commits", driven without a

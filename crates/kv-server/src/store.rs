@@ -284,7 +284,8 @@ impl Store {
         &self.region
     }
 
-    /// The value of `key` (kind and bytes).
+    /// The value of `key` (kind and bytes) as the engine holds it: a key past its deadline
+    /// that no batch has deleted yet is returned too (the server never serves one).
     pub fn get(&self, key: &[u8]) -> Option<(u8, Vec<u8>)> {
         let mut out = Vec::new();
         self.engine.get_bytes(&self.region, key, &mut out).map(|kind| (kind, out))

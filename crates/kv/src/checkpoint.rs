@@ -17,11 +17,11 @@ use pmwire_log::Extent;
 
 use super::{Engine, Record, RecordOp};
 use crate::error::CheckpointError;
-use crate::record::{list_bytes, TreeValue, DIRECT_EXTENTS};
+use crate::record::{direct_extents, list_bytes, TreeValue};
 
 /// What the WAL does to one key: its final value, or removal (borrowed
 /// from the records).
-type Net<'r> = BTreeMap<&'r [u8], Option<(u8, &'r [Extent])>>;
+type Net<'r> = BTreeMap<&'r [u8], Option<(u8, Option<u64>, &'r [Extent])>>;
 
 impl Engine {
     /// Applies every committed WAL record to the tree and truncates the
@@ -62,7 +62,7 @@ impl Engine {
         let mut taken: Vec<Vec<Extent>> = Vec::with_capacity(net.len());
         for (key, value) in net {
             match value {
-                Some((kind, extents)) => match self.tree_value(media, kind, extents) {
+                Some((kind, deadline, extents)) => match self.tree_value(media, kind, deadline, extents) {
                     Some((bytes, refs)) => {
                         encoded.push((key, Some(bytes)));
                         taken.push(refs);
@@ -101,14 +101,20 @@ impl Engine {
 
     /// The tree's bytes for a value, with the references the tree takes
     /// (an extent list is written to the arena, durable at the tree's drain).
-    fn tree_value<M: Media>(&mut self, media: &mut M, kind: u8, extents: &[Extent]) -> Option<(Vec<u8>, Vec<Extent>)> {
+    fn tree_value<M: Media>(
+        &mut self,
+        media: &mut M,
+        kind: u8,
+        deadline: Option<u64>,
+        extents: &[Extent],
+    ) -> Option<(Vec<u8>, Vec<Extent>)> {
         let mut refs = extents.to_vec();
-        let value = if extents.len() <= DIRECT_EXTENTS {
-            TreeValue::Direct { kind, extents: extents.to_vec() }
+        let value = if extents.len() <= direct_extents(deadline.is_some()) {
+            TreeValue::Direct { kind, deadline, extents: extents.to_vec() }
         } else {
             let list = self.copy_in(media, &list_bytes(extents), true)?[0];
             refs.push(list);
-            TreeValue::Indirect { kind, list }
+            TreeValue::Indirect { kind, deadline, list }
         };
         extents.iter().for_each(|e| self.pool.retain(e.buf_idx));
         Some((value.encode(), refs))
@@ -157,7 +163,9 @@ fn net_effect(records: &[Record]) -> (bool, Net<'_>) {
     let mut net = Net::new();
     for record in records {
         match &record.op {
-            RecordOp::Set { kind, value, .. } => _ = net.insert(&record.key, Some((*kind, &value[..]))),
+            RecordOp::Set { kind, deadline, value, .. } => {
+                _ = net.insert(&record.key, Some((*kind, deadline.map(|d| d.1), &value[..])))
+            }
             RecordOp::Delete { .. } => _ = net.insert(&record.key, None),
             RecordOp::Clear => {
                 clear = true;

@@ -6,12 +6,13 @@
 //! ring buffers (ordinary stores, spanning buffers, at odd offsets), copied
 //! sets (0–1500 B over 512 B buffers), values of 40 small fragments (an
 //! extent list in the tree), overwrites, deletes, a clear, user-log appends
-//! (zero-copy and copied) — plus explicit checkpoints and user-log
+//! (zero-copy and copied), a third of the sets with an expiry deadline and
+//! deadline-only changes (`set_deadline`) — plus explicit checkpoints and user-log
 //! truncations between batches; the WAL is small, so automatic
 //! checkpoints run inside commits too. Step `k` is marked when it returned.
 //!
 //! An image passes only if `Engine::open` succeeds and:
-//! - every key holds exactly the kind and bytes of the model after the
+//! - every key holds exactly the kind, deadline and bytes of the model after the
 //!   acknowledged steps, or after those and the step in flight (a batch's
 //!   KV operations are all or nothing), with no other key; the user log
 //!   holds exactly the acknowledged entries (or those and the in-flight
@@ -43,9 +44,11 @@ const STEPS: usize = 170;
 pub fn checks() -> Vec<Check> {
     let check = |name, planted, run| Check { name, planted, run };
     vec![
-        check("kv: batches of sets (zero-copy, copied, extent lists), deletes, clear, checkpoints, user log", false, |c| {
-            check_kv(Faults::default(), STEPS, c)
-        }),
+        check(
+            "kv: batches of sets (zero-copy, copied, extent lists, deadlines), deletes, clear, checkpoints, user log",
+            false,
+            |c| check_kv(Faults::default(), STEPS, c),
+        ),
         check("planted: kv WAL record persisted before the value data is drained", true, |c| {
             check_kv(Faults { skip_data_drain: true, ..Faults::default() }, 60, c)
         }),
@@ -55,6 +58,9 @@ pub fn checks() -> Vec<Check> {
         check("planted: kv recovery ignores the WAL records after the checkpoint", true, |c| {
             check_kv(Faults { skip_replay: true, ..Faults::default() }, 60, c)
         }),
+        check("planted: kv expiry deadline stored without a flush (not covered by the data drain)", true, |c| {
+            check_kv(Faults { unflushed_deadline: true, ..Faults::default() }, 60, c)
+        }),
     ]
 }
 
@@ -62,7 +68,7 @@ fn kv_config() -> KvConfig {
     KvConfig { buf_size: 512, buffers: 96, wal_slots: 256, log_slots: 64, tree_nodes: 16 }
 }
 
-type Map = BTreeMap<Vec<u8>, (u8, Vec<u8>)>;
+type Map = BTreeMap<Vec<u8>, (u8, Option<u64>, Vec<u8>)>;
 
 /// The model: the keys, and the user log's `(lsn, bytes)` entries.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -85,6 +91,11 @@ impl Driver {
     fn bytes(&mut self, len: usize) -> Vec<u8> {
         let fill = self.below(256) as u8;
         (0..len).map(|i| fill ^ (i as u8).wrapping_mul(13)).collect()
+    }
+
+    /// A deadline for a third of the sets: any `u64`, the format's whole range.
+    fn deadline(&mut self) -> Option<u64> {
+        (self.below(3) == 0).then(|| self.rng.next_u64() >> self.below(64))
     }
 
     fn key(&mut self) -> Vec<u8> {
@@ -120,15 +131,16 @@ impl Driver {
     fn stage<M: Media>(&mut self, kv: &mut Engine, media: &mut M) {
         let key = self.key();
         let kind = self.below(3) as u8;
+        let deadline = self.deadline();
         match self.below(20) {
             0..=5 => {
                 let (len, fragments) = if self.below(6) == 0 { (320, true) } else { (self.below(1200) as usize, false) };
                 let value = self.bytes(len);
                 let (extents, ring) = self.receive(kv, media, &value, fragments);
-                let staged = kv.set_extents(media, &key, kind, &extents);
+                let staged = kv.set_extents_expiring(media, &key, kind, deadline, &extents);
                 ring.iter().for_each(|&b| _ = kv.pool_mut().release(b));
                 match staged {
-                    Ok(()) => _ = self.model.map.insert(key, (kind, value)),
+                    Ok(()) => _ = self.model.map.insert(key, (kind, deadline, value)),
                     Err(StageError::BatchFull { .. }) => {}
                     Err(e) => panic!("zero-copy set: {e}"),
                 }
@@ -136,19 +148,28 @@ impl Driver {
             6..=12 => {
                 let len = self.below(1500) as usize;
                 let value = self.bytes(len);
-                match kv.set_copy(media, &key, kind, &value) {
-                    Ok(()) => _ = self.model.map.insert(key, (kind, value)),
+                match kv.set_copy_expiring(media, &key, kind, deadline, &value) {
+                    Ok(()) => _ = self.model.map.insert(key, (kind, deadline, value)),
                     Err(StageError::BatchFull { .. }) => {}
                     Err(e) => panic!("copied set: {e}"),
                 }
             }
-            13..=15 => {
-                match kv.delete(media, &key) {
-                    Ok(existed) => assert_eq!(existed, self.model.map.remove(&key).is_some(), "delete's answer"),
-                    Err(StageError::BatchFull { .. }) => {}
-                    Err(e) => panic!("delete: {e}"),
-                }
-            }
+            13 => match kv.set_deadline(media, &key, deadline) {
+                Ok(found) => match self.model.map.get_mut(&key) {
+                    Some(entry) => {
+                        assert!(found, "set_deadline's answer");
+                        entry.1 = deadline;
+                    }
+                    None => assert!(!found, "set_deadline's answer"),
+                },
+                Err(StageError::BatchFull { .. }) => {}
+                Err(e) => panic!("set_deadline: {e}"),
+            },
+            14..=15 => match kv.delete(media, &key) {
+                Ok(existed) => assert_eq!(existed, self.model.map.remove(&key).is_some(), "delete's answer"),
+                Err(StageError::BatchFull { .. }) => {}
+                Err(e) => panic!("delete: {e}"),
+            },
             16 if self.below(8) == 0 => {
                 if kv.clear(media).is_ok() {
                     self.model.map.clear();
@@ -221,11 +242,11 @@ pub fn check_kv(faults: Faults, steps: usize, config: &Config) -> Report {
 /// What the engine holds: every key's kind and bytes, and the user log.
 fn contents(kv: &Engine, media: &MemMedia) -> Model {
     let map = kv
-        .range(std::ops::Bound::Unbounded)
-        .map(|(key, kind, extents)| {
+        .entries(std::ops::Bound::Unbounded)
+        .map(|(key, entry)| {
             let mut bytes = Vec::new();
-            kv.pool().gather(media, extents, &mut bytes);
-            (key.to_vec(), (kind, bytes))
+            kv.pool().gather(media, entry.extents, &mut bytes);
+            (key.to_vec(), (entry.kind, entry.deadline_ms, bytes))
         })
         .collect();
     let log = kv
@@ -277,7 +298,7 @@ fn difference(before: &Model, after: &Model, got: &Model) -> String {
         .map
         .iter()
         .filter(|(k, v)| before.map.get(*k) != Some(v) && after.map.get(*k) != Some(v))
-        .map(|(k, v)| format!("{} ({} B)", String::from_utf8_lossy(&k[..6.min(k.len())]), v.1.len()))
+        .map(|(k, v)| format!("{} ({} B)", String::from_utf8_lossy(&k[..6.min(k.len())]), v.2.len()))
         .collect();
     let lost = before.map.keys().filter(|k| !got.map.contains_key(*k) && after.map.contains_key(*k)).count();
     format!(
@@ -316,8 +337,13 @@ mod tests {
     }
 
     #[test]
+    fn canary_unflushed_deadline_is_caught() {
+        check_kv(Faults { unflushed_deadline: true, ..Faults::default() }, 60, &Config::default()).assert_caught();
+    }
+
+    #[test]
     fn registry_lists_every_check_once() {
-        pmwire_crashcheck::assert_registry(&checks(), 3);
+        pmwire_crashcheck::assert_registry(&checks(), 4);
     }
 }
 

@@ -34,11 +34,11 @@ use pmwire_pool::{Pool, PoolConfig, DEFAULT_BUF_SIZE};
 mod checkpoint;
 
 use crate::error::{CommitError, CreateError, LogError, OpenError, StageError};
+use crate::index::{Deadline, Index};
 use crate::record::{
-    decode_user_log, decode_wal, encode_clear, encode_delete, encode_set, encode_user_entry, extent_words, TreeValue, WalOp,
-    MAX_ENTRY_EXTENTS, MAX_VALUE_EXTENTS, TAG_TREE, TAG_USER_LOG, TAG_WAL,
+    decode_user_log, decode_wal, encode_clear, encode_delete, encode_set, encode_user_entry, extent_words, TreeValue,
+    WalOp, DEADLINE_BYTES, MAX_ENTRY_EXTENTS, MAX_VALUE_EXTENTS, TAG_TREE, TAG_USER_LOG, TAG_WAL,
 };
-use crate::index::Index;
 use crate::small::{Extents, Key};
 
 /// Sizes of a new engine.
@@ -115,6 +115,9 @@ pub struct Faults {
     pub free_early: bool,
     /// Recovery ignores the WAL records after the checkpoint.
     pub skip_replay: bool,
+    /// A deadline's 8 B are written to the arena with ordinary stores,
+    /// never flushed: the commit's data drain does not cover them.
+    pub unflushed_deadline: bool,
 }
 
 /// Counters since create/open (volatile).
@@ -134,7 +137,33 @@ pub struct Stats {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Stored {
     kind: u8,
+    /// Expiry deadline, ms since the Unix epoch.
+    deadline: Option<u64>,
     extents: Extents,
+}
+
+impl Deadline for Stored {
+    fn deadline(&self) -> Option<u64> {
+        self.deadline
+    }
+}
+
+/// A key's value as [`Engine::lookup`] and [`Engine::entries`] give it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry<'a> {
+    /// The opaque type byte.
+    pub kind: u8,
+    /// The key's expiry deadline, ms since the Unix epoch (the engine
+    /// stores it; what it means is the caller's).
+    pub deadline_ms: Option<u64>,
+    /// The value's bytes.
+    pub extents: &'a [Extent],
+}
+
+impl Stored {
+    fn entry(&self) -> Entry<'_> {
+        Entry { kind: self.kind, deadline_ms: self.deadline, extents: &self.extents }
+    }
 }
 
 /// How to undo a staged operation in the index.
@@ -152,15 +181,26 @@ struct Record {
 }
 
 enum RecordOp {
-    Set { key: Extent, kind: u8, value: Extents },
-    Delete { key: Extent },
+    /// `deadline`: the extent of its 8 B in the pool, and its value.
+    Set {
+        key: Extent,
+        kind: u8,
+        deadline: Option<(Extent, u64)>,
+        value: Extents,
+    },
+    Delete {
+        key: Extent,
+    },
     Clear,
 }
 
 impl Record {
-    fn from_wal(op: WalOp, key: &[u8]) -> Record {
+    fn from_wal(op: WalOp, key: &[u8], deadline_ms: Option<u64>) -> Record {
         let op = match op {
-            WalOp::Set { key, kind, value } => RecordOp::Set { key, kind, value: Extents::new(&value) },
+            WalOp::Set { key, kind, deadline, value } => {
+                let deadline = deadline.map(|e| (e, deadline_ms.expect("a deadline extent's value")));
+                RecordOp::Set { key, kind, deadline, value: Extents::new(&value) }
+            }
             WalOp::Delete { key } => RecordOp::Delete { key },
             WalOp::Clear => RecordOp::Clear,
         };
@@ -170,7 +210,7 @@ impl Record {
     /// Words the record takes in the WAL.
     fn words(&self) -> usize {
         match &self.op {
-            RecordOp::Set { value, .. } => 2 + value.len(),
+            RecordOp::Set { value, deadline, .. } => 2 + usize::from(deadline.is_some()) + value.len(),
             RecordOp::Delete { .. } => 2,
             RecordOp::Clear => 1,
         }
@@ -178,17 +218,17 @@ impl Record {
 
     /// Every extent naming pool bytes (each holds one buffer reference).
     fn extents(&self) -> impl Iterator<Item = Extent> + '_ {
-        let (key, value) = match &self.op {
-            RecordOp::Set { key, value, .. } => (Some(*key), &value[..]),
-            RecordOp::Delete { key } => (Some(*key), &[][..]),
-            RecordOp::Clear => (None, &[][..]),
+        let (key, deadline, value) = match &self.op {
+            RecordOp::Set { key, deadline, value, .. } => (Some(*key), deadline.map(|d| d.0), &value[..]),
+            RecordOp::Delete { key } => (Some(*key), None, &[][..]),
+            RecordOp::Clear => (None, None, &[][..]),
         };
-        key.into_iter().chain(value.iter().copied())
+        key.into_iter().chain(deadline).chain(value.iter().copied())
     }
 
     fn encode(&self, out: &mut Vec<Extent>) {
         match &self.op {
-            RecordOp::Set { key, kind, value } => encode_set(*key, *kind, value, out),
+            RecordOp::Set { key, kind, deadline, value } => encode_set(*key, *kind, deadline.map(|d| d.0), value, out),
             RecordOp::Delete { key } => encode_delete(*key, out),
             RecordOp::Clear => encode_clear(out),
         }
@@ -337,7 +377,14 @@ impl Engine {
                 WalOp::Set { key, .. } | WalOp::Delete { key } => self.read_bytes(media, *key),
                 WalOp::Clear => Vec::new(),
             };
-            let record = Record::from_wal(op, &key);
+            let deadline = match &op {
+                WalOp::Set { deadline: Some(d), .. } => {
+                    let bytes = self.read_bytes(media, *d);
+                    Some(u64::from_le_bytes(bytes.try_into().map_err(|_| format!("deadline extent {d:?}"))?))
+                }
+                _ => None,
+            };
+            let record = Record::from_wal(op, &key, deadline);
             if !self.faults.skip_replay {
                 apply_to(&mut self.index, &record);
             }
@@ -362,13 +409,15 @@ impl Engine {
     /// of an indirect value) of a tree value.
     fn decode_tree_value<M: Media>(&self, media: &M, bytes: &[u8]) -> Result<(Stored, Vec<Extent>), String> {
         match TreeValue::decode(bytes)? {
-            TreeValue::Direct { kind, extents } => Ok((Stored { kind, extents: Extents::new(&extents) }, extents)),
-            TreeValue::Indirect { kind, list } => {
+            TreeValue::Direct { kind, deadline, extents } => {
+                Ok((Stored { kind, deadline, extents: Extents::new(&extents) }, extents))
+            }
+            TreeValue::Indirect { kind, deadline, list } => {
                 self.pool.check_extent(list).map_err(|e| format!("extent list {list:?}: {e}"))?;
                 let extents = extent_words(&self.read_bytes(media, list));
                 let mut refs = extents.clone();
                 refs.push(list);
-                Ok((Stored { kind, extents: Extents::new(&extents) }, refs))
+                Ok((Stored { kind, deadline, extents: Extents::new(&extents) }, refs))
             }
         }
     }
@@ -387,6 +436,27 @@ impl Engine {
     /// zero-copy send.
     pub fn get(&self, key: &[u8]) -> Option<(u8, &[Extent])> {
         self.index.get(key).map(|s| (s.kind, &s.extents[..]))
+    }
+
+    /// As [`Engine::get`], with the key's deadline.
+    pub fn lookup(&self, key: &[u8]) -> Option<Entry<'_>> {
+        self.index.get(key).map(Stored::entry)
+    }
+
+    /// Entries with keys after `start`, in key order, with their deadlines.
+    pub fn entries<'a>(&'a self, start: Bound<&[u8]>) -> impl Iterator<Item = (&'a [u8], Entry<'a>)> + 'a {
+        self.index.range(start).map(|(k, s)| (k, s.entry()))
+    }
+
+    /// Keys whose deadline is at or before `now_ms` (staged operations
+    /// included), earliest deadline first: what an expiry sweep deletes.
+    pub fn expired(&self, now_ms: u64) -> impl Iterator<Item = &[u8]> + '_ {
+        self.index.expired(now_ms)
+    }
+
+    /// Keys with a deadline (staged operations included).
+    pub fn expiring_len(&self) -> usize {
+        self.index.expiring_len()
     }
 
     /// Appends the value of `key` to `out`; returns its kind.
@@ -443,7 +513,7 @@ impl Engine {
     /// Extents a value may have (`set_extents`), and so the largest copied
     /// value is about this many buffers.
     pub fn max_value_extents(&self) -> usize {
-        MAX_VALUE_EXTENTS.min(self.pool.buf_size() as usize / 8).min(self.batch_limit() - 2)
+        MAX_VALUE_EXTENTS.min(self.pool.buf_size() as usize / 8).min(self.batch_limit() - 3)
     }
 
     /// WAL words one batch may take.
@@ -460,8 +530,8 @@ impl Engine {
 /// Applies one record to an index.
 fn apply_to(index: &mut Index<Stored>, record: &Record) {
     match &record.op {
-        RecordOp::Set { kind, value, .. } => {
-            index.insert(&record.key, Stored { kind: *kind, extents: value.clone() });
+        RecordOp::Set { kind, deadline, value, .. } => {
+            index.insert(&record.key, Stored { kind: *kind, deadline: deadline.map(|d| d.1), extents: value.clone() });
         }
         RecordOp::Delete { .. } => {
             index.remove(&record.key);
@@ -475,41 +545,92 @@ impl Engine {
     /// Stages `key → (kind, value)` where the value's bytes already sit in
     /// pool buffers the caller holds (zero-copy): the engine takes its own
     /// reference on each extent's buffer and flushes its lines (no drain).
-    pub fn set_extents<M: Media>(&mut self, media: &mut M, key: &[u8], kind: u8, value: &[Extent]) -> Result<(), StageError> {
-        self.check_set(key, value.len())?;
+    pub fn set_extents<M: Media>(
+        &mut self,
+        media: &mut M,
+        key: &[u8],
+        kind: u8,
+        value: &[Extent],
+    ) -> Result<(), StageError> {
+        self.set_extents_expiring(media, key, kind, None, value)
+    }
+
+    /// [`Engine::set_extents`] with the key's expiry deadline (ms since the
+    /// Unix epoch; `None`: none), stored in the same record.
+    pub fn set_extents_expiring<M: Media>(
+        &mut self,
+        media: &mut M,
+        key: &[u8],
+        kind: u8,
+        deadline_ms: Option<u64>,
+        value: &[Extent],
+    ) -> Result<(), StageError> {
+        self.check_set(key, value.len(), deadline_ms.is_some())?;
         for &extent in value {
             self.pool.check_live_extent(extent)?;
             assert!(extent.offset <= MAX_OFFSET, "a live extent lies inside a buffer of ≤ 8 KB");
         }
-        let key_extent = self.copy_in_whole(media, key).ok_or(StageError::PoolFull)?;
+        let (key_extent, deadline) = self.copy_key(media, key, deadline_ms).ok_or(StageError::PoolFull)?;
         for &extent in value {
             self.pool.retain(extent.buf_idx);
             self.pool.flush_extent(media, extent);
             self.data_dirty = true;
         }
-        self.stage_set(media, key, kind, key_extent, Extents::new(value));
+        self.stage_set(media, key, kind, key_extent, deadline, Extents::new(value));
         Ok(())
     }
 
     /// Stages `key → (kind, bytes)`, copying the bytes into pool buffers
     /// (non-temporal or flushed stores, no drain).
     pub fn set_copy<M: Media>(&mut self, media: &mut M, key: &[u8], kind: u8, bytes: &[u8]) -> Result<(), StageError> {
+        self.set_copy_expiring(media, key, kind, None, bytes)
+    }
+
+    /// [`Engine::set_copy`] with the key's expiry deadline.
+    pub fn set_copy_expiring<M: Media>(
+        &mut self,
+        media: &mut M,
+        key: &[u8],
+        kind: u8,
+        deadline_ms: Option<u64>,
+        bytes: &[u8],
+    ) -> Result<(), StageError> {
         let size = self.pool.buf_size() as usize;
         let max = self.max_value_extents();
         if bytes.len() > (max - 1) * size {
             return Err(StageError::ValueTooLong { extents: bytes.len().div_ceil(size) + 1, max });
         }
-        self.check_set(key, bytes.len().div_ceil(size) + 1)?;
-        let key_extent = self.copy_in_whole(media, key).ok_or(StageError::PoolFull)?;
+        self.check_set(key, bytes.len().div_ceil(size) + 1, deadline_ms.is_some())?;
+        let (key_extent, deadline) = self.copy_key(media, key, deadline_ms).ok_or(StageError::PoolFull)?;
         let Some(value) = self.copy_in(media, bytes, false) else {
             self.pool.release(key_extent.buf_idx);
+            deadline.iter().for_each(|d| _ = self.pool.release(d.0.buf_idx));
             return Err(StageError::PoolFull);
         };
-        self.stage_set(media, key, kind, key_extent, Extents::new(&value));
+        self.stage_set(media, key, kind, key_extent, deadline, Extents::new(&value));
         Ok(())
     }
 
-    fn check_set(&self, key: &[u8], extents: usize) -> Result<(), StageError> {
+    /// Stages a new deadline (`None`: none) for `key`'s value, which is
+    /// kept: a SET record naming the same extents. `false` (and nothing
+    /// staged) if the key is absent.
+    pub fn set_deadline<M: Media>(
+        &mut self,
+        media: &mut M,
+        key: &[u8],
+        deadline_ms: Option<u64>,
+    ) -> Result<bool, StageError> {
+        let Some(stored) = self.index.get(key) else { return Ok(false) };
+        let (kind, extents) = (stored.kind, stored.extents.clone());
+        self.check_set(key, extents.len(), deadline_ms.is_some())?;
+        let (key_extent, deadline) = self.copy_key(media, key, deadline_ms).ok_or(StageError::PoolFull)?;
+        // The value's bytes are already flushed (committed, or staged in this batch).
+        extents.iter().for_each(|e| self.pool.retain(e.buf_idx));
+        self.stage_set(media, key, kind, key_extent, deadline, extents);
+        Ok(true)
+    }
+
+    fn check_set(&self, key: &[u8], extents: usize, deadline: bool) -> Result<(), StageError> {
         if key.len() > MAX_KEY_BYTES {
             return Err(StageError::KeyTooLong { len: key.len(), max: MAX_KEY_BYTES });
         }
@@ -517,7 +638,36 @@ impl Engine {
         if extents > max {
             return Err(StageError::ValueTooLong { extents, max });
         }
-        self.check_room(2 + extents)
+        self.check_room(2 + usize::from(deadline) + extents)
+    }
+
+    /// Copies a key, and its deadline's 8 B if any, into the arena (each
+    /// extent holding a reference). `None`, nothing held, if the pool ran out.
+    fn copy_key<M: Media>(
+        &mut self,
+        media: &mut M,
+        key: &[u8],
+        deadline_ms: Option<u64>,
+    ) -> Option<(Extent, Option<(Extent, u64)>)> {
+        let key_extent = self.copy_in_whole(media, key)?;
+        let Some(ms) = deadline_ms else { return Some((key_extent, None)) };
+        if self.arena_room(DEADLINE_BYTES as u32).is_none() {
+            self.pool.release(key_extent.buf_idx);
+            return None;
+        }
+        let extent = if self.faults.unflushed_deadline {
+            // Planted bug: the bytes reach the media only if the cache evicts them.
+            let extent = self.arena_put(media, &[]);
+            let extent = Extent { len: DEADLINE_BYTES as u16, ..extent };
+            media.write(self.pool.extent_offset(extent), &ms.to_le_bytes());
+            let (buf, used) = self.arena.expect("arena_room first");
+            self.arena = Some((buf, (used + DEADLINE_BYTES as u32).min(self.pool.buf_size())));
+            extent
+        } else {
+            self.arena_put(media, &ms.to_le_bytes())
+        };
+        assert_eq!(extent.len as usize, DEADLINE_BYTES);
+        Some((key_extent, Some((extent, ms))))
     }
 
     fn check_room(&self, needed: usize) -> Result<(), StageError> {
@@ -528,10 +678,19 @@ impl Engine {
         Ok(())
     }
 
-    fn stage_set<M: Media>(&mut self, media: &M, key: &[u8], kind: u8, key_extent: Extent, value: Extents) {
+    fn stage_set<M: Media>(
+        &mut self,
+        media: &M,
+        key: &[u8],
+        kind: u8,
+        key_extent: Extent,
+        deadline: Option<(Extent, u64)>,
+        value: Extents,
+    ) {
         self.free_early(media, Some(key));
-        let record = Record { op: RecordOp::Set { key: key_extent, kind, value: value.clone() }, key: Key::new(key) };
-        let stored = Stored { kind, extents: value };
+        let op = RecordOp::Set { key: key_extent, kind, deadline, value: value.clone() };
+        let record = Record { op, key: Key::new(key) };
+        let stored = Stored { kind, deadline: deadline.map(|d| d.1), extents: value };
         let previous = self.index.insert(&record.key, stored);
         self.push_staged(record, Undo::Key(previous));
     }

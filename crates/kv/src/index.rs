@@ -1,9 +1,12 @@
 //! [`Index`]: the engine's volatile key → value map. Point operations (the
 //! hot path: GET, SET, DEL) go to a hash map; the keys are also kept in
 //! order, for range scans (KEYS, SCAN), and that ordered set changes only
-//! when a key appears or disappears, not when a value is replaced.
+//! when a key appears or disappears, not when a value is replaced. Keys
+//! whose value has a deadline are also kept by deadline (`expiring`), so
+//! the expired ones are found without a scan.
 //!
-//! Invariant: `order` holds exactly the keys of `map`.
+//! Invariants: `order` holds exactly the keys of `map`; `expiring` holds
+//! exactly `(deadline, key)` for each key of `map` whose value has one.
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
@@ -11,26 +14,33 @@ use std::ops::Bound;
 
 use crate::small::Key;
 
+/// A value that may carry an expiry deadline.
+pub(crate) trait Deadline {
+    /// The deadline (ms since the Unix epoch), if any.
+    fn deadline(&self) -> Option<u64>;
+}
+
 /// An ordered map from keys to `V` with hashed point lookups (see the module docs).
 #[derive(Clone, Debug)]
 pub(crate) struct Index<V> {
     map: HashMap<Key, V>,
     order: BTreeSet<Key>,
+    expiring: BTreeSet<(u64, Key)>,
 }
 
 impl<V> Default for Index<V> {
     fn default() -> Index<V> {
-        Index { map: HashMap::new(), order: BTreeSet::new() }
+        Index { map: HashMap::new(), order: BTreeSet::new(), expiring: BTreeSet::new() }
     }
 }
 
 impl<V: PartialEq> PartialEq for Index<V> {
     fn eq(&self, other: &Index<V>) -> bool {
-        self.map == other.map && self.order == other.order
+        self.map == other.map && self.order == other.order && self.expiring == other.expiring
     }
 }
 
-impl<V> Index<V> {
+impl<V: Deadline> Index<V> {
     pub(crate) fn get(&self, key: &[u8]) -> Option<&V> {
         self.map.get(key)
     }
@@ -41,8 +51,17 @@ impl<V> Index<V> {
 
     /// Sets `key` to `value`; returns the value it replaced.
     pub(crate) fn insert(&mut self, key: &Key, value: V) -> Option<V> {
+        if let Some(d) = value.deadline() {
+            self.expiring.insert((d, key.clone()));
+        }
         if let Some(slot) = self.map.get_mut(&**key) {
-            return Some(std::mem::replace(slot, value));
+            let old = std::mem::replace(slot, value);
+            if let Some(d) = old.deadline() {
+                if slot.deadline() != Some(d) {
+                    assert!(self.expiring.remove(&(d, key.clone())), "an expiring key is in the deadline set");
+                }
+            }
+            return Some(old);
         }
         match self.map.entry(key.clone()) {
             Entry::Vacant(slot) => _ = slot.insert(value),
@@ -55,12 +74,26 @@ impl<V> Index<V> {
     pub(crate) fn remove(&mut self, key: &[u8]) -> Option<V> {
         let value = self.map.remove(key)?;
         assert!(self.order.remove(key), "a key in the map is in the order");
+        if let Some(d) = value.deadline() {
+            assert!(self.expiring.remove(&(d, Key::new(key))), "an expiring key is in the deadline set");
+        }
         Some(value)
     }
 
     pub(crate) fn clear(&mut self) {
         self.map.clear();
         self.order.clear();
+        self.expiring.clear();
+    }
+
+    /// Keys whose deadline is at or before `now_ms`, earliest deadline first.
+    pub(crate) fn expired(&self, now_ms: u64) -> impl Iterator<Item = &[u8]> + '_ {
+        self.expiring.iter().take_while(move |(d, _)| *d <= now_ms).map(|(_, k)| &k[..])
+    }
+
+    /// Keys with a deadline.
+    pub(crate) fn expiring_len(&self) -> usize {
+        self.expiring.len()
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -80,6 +113,13 @@ impl<V> Index<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Deadline for u32 {
+        /// Test values: odd ones expire at their value.
+        fn deadline(&self) -> Option<u64> {
+            (self % 2 == 1).then_some(u64::from(*self))
+        }
+    }
 
     #[test]
     fn matches_a_btreemap() {
@@ -105,5 +145,13 @@ mod tests {
             model.range::<[u8], _>((Bound::Excluded(from), Bound::Unbounded)).map(|(k, v)| (k.clone(), *v)).collect();
         assert_eq!(got, want);
         assert!(model.keys().all(|k| index.contains_key(k) && index.get(k) == model.get(k)));
+        let mut want: Vec<(u32, Vec<u8>)> =
+            model.iter().filter(|(_, v)| *v % 2 == 1).map(|(k, v)| (*v, k.clone())).collect();
+        want.sort();
+        assert_eq!(index.expiring_len(), want.len());
+        let bound = want[want.len() / 2].0;
+        let got: Vec<Vec<u8>> = index.expired(u64::from(bound)).map(<[u8]>::to_vec).collect();
+        let want: Vec<Vec<u8>> = want.into_iter().take_while(|(v, _)| *v <= bound).map(|(_, k)| k).collect();
+        assert_eq!(got, want);
     }
 }

@@ -46,5 +46,5 @@ mod small;
 #[cfg(test)]
 mod tests;
 
-pub use engine::{Engine, Faults, KvConfig, Savepoint, Stats};
+pub use engine::{Engine, Entry, Faults, KvConfig, Savepoint, Stats};
 pub use error::{CheckpointError, CommitError, CreateError, ExtentError, LogError, OpenError, StageError};

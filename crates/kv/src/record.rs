@@ -5,8 +5,11 @@
 //! Invariants: a header word's `buf_idx` is at or above
 //! [`RESERVED_BUF_IDX`], every other word of a record names bytes inside
 //! one pool buffer; a record is never split across `append_group` calls; a
-//! tree value is `kind, form, 6 zero bytes`, then extent words (direct) or
-//! one word naming an extent list in a pool buffer (indirect).
+//! SET record with `key_words` = 2 names, after its key, the 8 B of its
+//! key's expiry deadline (a `u64` LE, ms since the Unix epoch); a tree
+//! value is `kind, form, flags, 5 zero bytes`, then (if `flags` bit 0) the
+//! deadline as a `u64` LE, then extent words (direct) or one word naming an
+//! extent list in a pool buffer (indirect).
 
 use pmwire_log::Extent;
 use pmwire_pool::RESERVED_BUF_IDX;
@@ -33,16 +36,29 @@ pub const MAX_ENTRY_EXTENTS: usize = 1023;
 const FORM_DIRECT: u8 = 0;
 const FORM_INDIRECT: u8 = 1;
 const VALUE_HEADER: usize = 8;
+/// Tree value flag (byte 2): a deadline word follows the header.
+const FLAG_DEADLINE: u8 = 1;
+/// Bytes of a stored deadline (`u64` LE, ms since the Unix epoch).
+pub const DEADLINE_BYTES: usize = 8;
+
+/// Extents a tree value holds without an extent list, with or without a
+/// deadline word (a tree value is at most 256 B).
+pub fn direct_extents(has_deadline: bool) -> usize {
+    DIRECT_EXTENTS - usize::from(has_deadline)
+}
 
 /// A mutating operation as the WAL records it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WalOp {
-    /// `key → (kind, value)`; `key` names the key's bytes in a pool buffer.
+    /// `key → (kind, deadline, value)`; `key` names the key's bytes in a pool buffer.
     Set {
         /// The key's bytes in the pool.
         key: Extent,
         /// The opaque type byte.
         kind: u8,
+        /// The key's expiry deadline: 8 B in a pool buffer (`u64` LE, ms
+        /// since the Unix epoch); `None`: the key does not expire.
+        deadline: Option<Extent>,
         /// The value's bytes, in order.
         value: Vec<Extent>,
     },
@@ -59,7 +75,7 @@ impl WalOp {
     /// Words this record takes in the WAL.
     pub fn words(&self) -> usize {
         match self {
-            WalOp::Set { value, .. } => 2 + value.len(),
+            WalOp::Set { value, deadline, .. } => 2 + usize::from(deadline.is_some()) + value.len(),
             WalOp::Delete { .. } => 2,
             WalOp::Clear => 1,
         }
@@ -67,29 +83,35 @@ impl WalOp {
 
     /// Every extent naming pool bytes (each holds one buffer reference).
     pub fn extents(&self) -> impl Iterator<Item = Extent> + '_ {
-        let (key, value) = match self {
-            WalOp::Set { key, value, .. } => (Some(*key), &value[..]),
-            WalOp::Delete { key } => (Some(*key), &[][..]),
-            WalOp::Clear => (None, &[][..]),
+        let (key, deadline, value) = match self {
+            WalOp::Set { key, deadline, value, .. } => (Some(*key), *deadline, &value[..]),
+            WalOp::Delete { key } => (Some(*key), None, &[][..]),
+            WalOp::Clear => (None, None, &[][..]),
         };
-        key.into_iter().chain(value.iter().copied())
+        key.into_iter().chain(deadline).chain(value.iter().copied())
     }
 
     /// Appends this record's words to `out`.
     pub fn encode(&self, out: &mut Vec<Extent>) {
         match self {
-            WalOp::Set { key, kind, value } => encode_set(*key, *kind, value, out),
+            WalOp::Set { key, kind, deadline, value } => encode_set(*key, *kind, *deadline, value, out),
             WalOp::Delete { key } => encode_delete(*key, out),
             WalOp::Clear => encode_clear(out),
         }
     }
 }
 
-/// Appends a SET record's words (as [`WalOp::encode`]).
-pub(crate) fn encode_set(key: Extent, kind: u8, value: &[Extent], out: &mut Vec<Extent>) {
+/// Appends a SET record's words (as [`WalOp::encode`]): with a deadline,
+/// `key_words` is 2 and the deadline's extent follows the key's.
+pub(crate) fn encode_set(key: Extent, kind: u8, deadline: Option<Extent>, value: &[Extent], out: &mut Vec<Extent>) {
     assert!(value.len() <= MAX_VALUE_EXTENTS, "{} value extents", value.len());
-    out.push(header(OP_SET, kind, 1, value.len() as u16));
+    if let Some(d) = deadline {
+        assert_eq!(d.len as usize, DEADLINE_BYTES, "a deadline extent is 8 B");
+    }
+    let key_words = 1 + u32::from(deadline.is_some());
+    out.push(header(OP_SET, kind, key_words, value.len() as u16));
     out.push(key);
+    out.extend(deadline);
     out.extend_from_slice(value);
 }
 
@@ -129,7 +151,19 @@ pub fn decode_wal(words: &[(u64, Extent)]) -> Result<Vec<(u64, WalOp)>, String> 
         let record = match (op, key_words) {
             (OP_SET, 1) if count <= MAX_VALUE_EXTENTS => {
                 let body = body(1 + count)?;
-                WalOp::Set { key: body[0].1, kind, value: body[1..].iter().map(|w| w.1).collect() }
+                WalOp::Set { key: body[0].1, kind, deadline: None, value: body[1..].iter().map(|w| w.1).collect() }
+            }
+            (OP_SET, 2) if count <= MAX_VALUE_EXTENTS => {
+                let body = body(2 + count)?;
+                if body[1].1.len as usize != DEADLINE_BYTES {
+                    return Err(bad("a deadline extent that is not 8 B"));
+                }
+                WalOp::Set {
+                    key: body[0].1,
+                    kind,
+                    deadline: Some(body[1].1),
+                    value: body[2..].iter().map(|w| w.1).collect(),
+                }
             }
             (OP_DELETE, 1) if count == 0 => WalOp::Delete { key: body(1)?[0].1 },
             (OP_CLEAR, 0) if count == 0 => WalOp::Clear,
@@ -181,6 +215,8 @@ pub enum TreeValue {
     Direct {
         /// The type byte.
         kind: u8,
+        /// The expiry deadline (ms since the Unix epoch), if any.
+        deadline: Option<u64>,
         /// The value's extents.
         extents: Vec<Extent>,
     },
@@ -188,6 +224,8 @@ pub enum TreeValue {
     Indirect {
         /// The type byte.
         kind: u8,
+        /// The expiry deadline (ms since the Unix epoch), if any.
+        deadline: Option<u64>,
         /// Where the extent list is.
         list: Extent,
     },
@@ -196,27 +234,44 @@ pub enum TreeValue {
 impl TreeValue {
     /// The bytes the tree holds.
     pub fn encode(&self) -> Vec<u8> {
-        let (kind, form, words): (u8, u8, Vec<Extent>) = match self {
-            TreeValue::Direct { kind, extents } => {
-                assert!(extents.len() <= DIRECT_EXTENTS, "{} direct extents", extents.len());
-                (*kind, FORM_DIRECT, extents.clone())
+        let (kind, form, deadline, words): (u8, u8, Option<u64>, Vec<Extent>) = match self {
+            TreeValue::Direct { kind, deadline, extents } => {
+                let max = direct_extents(deadline.is_some());
+                assert!(extents.len() <= max, "{} direct extents", extents.len());
+                (*kind, FORM_DIRECT, *deadline, extents.clone())
             }
-            TreeValue::Indirect { kind, list } => (*kind, FORM_INDIRECT, vec![*list]),
+            TreeValue::Indirect { kind, deadline, list } => (*kind, FORM_INDIRECT, *deadline, vec![*list]),
         };
-        let mut bytes = vec![kind, form, 0, 0, 0, 0, 0, 0];
+        let flags = if deadline.is_some() { FLAG_DEADLINE } else { 0 };
+        let mut bytes = vec![kind, form, flags, 0, 0, 0, 0, 0];
+        bytes.extend(deadline.map(u64::to_le_bytes).into_iter().flatten());
         bytes.extend(words.iter().flat_map(|e| e.pack().to_le_bytes()));
+        assert!(bytes.len() <= VALUE_HEADER + DIRECT_EXTENTS * 8, "a tree value is at most 256 B");
         bytes
     }
 
     /// Decodes the bytes the tree holds.
     pub fn decode(bytes: &[u8]) -> Result<TreeValue, String> {
-        if bytes.len() < VALUE_HEADER || !(bytes.len() - VALUE_HEADER).is_multiple_of(8) || bytes[2..8] != [0; 6] {
+        if bytes.len() < VALUE_HEADER || !(bytes.len() - VALUE_HEADER).is_multiple_of(8) || bytes[3..8] != [0; 5] {
             return Err(format!("tree value of {} B", bytes.len()));
         }
-        let words = extent_words(&bytes[VALUE_HEADER..]);
-        match (bytes[1], words.len()) {
-            (FORM_DIRECT, n) if n <= DIRECT_EXTENTS => Ok(TreeValue::Direct { kind: bytes[0], extents: words }),
-            (FORM_INDIRECT, 1) if words[0].len.is_multiple_of(8) => Ok(TreeValue::Indirect { kind: bytes[0], list: words[0] }),
+        let (kind, form, flags) = (bytes[0], bytes[1], bytes[2]);
+        let (deadline, words) = match flags {
+            0 => (None, &bytes[VALUE_HEADER..]),
+            FLAG_DEADLINE if bytes.len() >= VALUE_HEADER + DEADLINE_BYTES => {
+                let (d, rest) = bytes[VALUE_HEADER..].split_at(DEADLINE_BYTES);
+                (Some(u64::from_le_bytes(d.try_into().expect("8 B"))), rest)
+            }
+            _ => return Err(format!("tree value flags {flags:#x} in {} B", bytes.len())),
+        };
+        let words = extent_words(words);
+        match (form, words.len()) {
+            (FORM_DIRECT, n) if n <= direct_extents(deadline.is_some()) => {
+                Ok(TreeValue::Direct { kind, deadline, extents: words })
+            }
+            (FORM_INDIRECT, 1) if words[0].len.is_multiple_of(8) => {
+                Ok(TreeValue::Indirect { kind, deadline, list: words[0] })
+            }
             (form, n) => Err(format!("tree value form {form} with {n} words")),
         }
     }
@@ -243,10 +298,11 @@ mod tests {
     #[test]
     fn wal_records_round_trip() {
         let ops = vec![
-            WalOp::Set { key: e(1, 0, 5), kind: 7, value: vec![e(2, 0, 2048), e(3, 8, 100)] },
+            WalOp::Set { key: e(1, 0, 5), kind: 7, deadline: None, value: vec![e(2, 0, 2048), e(3, 8, 100)] },
             WalOp::Delete { key: e(1, 8, 3) },
             WalOp::Clear,
-            WalOp::Set { key: e(4, 0, 0), kind: 0, value: vec![] },
+            WalOp::Set { key: e(4, 0, 0), kind: 0, deadline: None, value: vec![] },
+            WalOp::Set { key: e(4, 8, 2), kind: 3, deadline: Some(e(4, 16, 8)), value: vec![e(5, 0, 9)] },
         ];
         let mut words = Vec::new();
         ops.iter().for_each(|op| op.encode(&mut words));
@@ -254,7 +310,12 @@ mod tests {
         let indexed: Vec<(u64, Extent)> = words.iter().enumerate().map(|(i, &w)| (100 + i as u64, w)).collect();
         let decoded = decode_wal(&indexed).unwrap();
         assert_eq!(decoded.iter().map(|(_, op)| op.clone()).collect::<Vec<_>>(), ops);
-        assert_eq!(decoded.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![100, 104, 106, 107]);
+        assert_eq!(decoded.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![100, 104, 106, 107, 109]);
+        let mut bad_deadline = Vec::new();
+        encode_set(e(1, 0, 1), 0, Some(e(2, 0, 8)), &[], &mut bad_deadline);
+        bad_deadline[2].len = 7;
+        let indexed_bad: Vec<(u64, Extent)> = bad_deadline.iter().enumerate().map(|(i, &w)| (i as u64, w)).collect();
+        assert!(decode_wal(&indexed_bad).is_err(), "a deadline extent is 8 B");
         assert!(decode_wal(&indexed[1..]).is_err(), "a body word is not a header");
         assert!(decode_wal(&indexed[..3]).is_err(), "cut short");
     }
@@ -266,10 +327,24 @@ mod tests {
         encode_user_entry(&[], &mut words);
         let indexed: Vec<(u64, Extent)> = words.iter().enumerate().map(|(i, &w)| (i as u64, w)).collect();
         assert_eq!(decode_user_log(&indexed).unwrap(), vec![(0, vec![e(1, 0, 10)]), (2, vec![])]);
-        let direct = TreeValue::Direct { kind: 3, extents: vec![e(9, 1, 2); DIRECT_EXTENTS] };
+        let direct = TreeValue::Direct { kind: 3, deadline: None, extents: vec![e(9, 1, 2); DIRECT_EXTENTS] };
         assert_eq!(direct.encode().len(), 256);
         assert_eq!(TreeValue::decode(&direct.encode()).unwrap(), direct);
-        let indirect = TreeValue::Indirect { kind: 4, list: e(5, 16, 8 * 40) };
+        let expiring =
+            TreeValue::Direct { kind: 0, deadline: Some(0x0102_0304_0506_0708), extents: vec![e(9, 1, 2); 30] };
+        let bytes = expiring.encode();
+        assert_eq!(bytes.len(), 256);
+        assert_eq!(&bytes[..16], &[0, 0, 1, 0, 0, 0, 0, 0, 8, 7, 6, 5, 4, 3, 2, 1]);
+        assert_eq!(TreeValue::decode(&bytes).unwrap(), expiring);
+        let mut bad_flags = bytes.clone();
+        bad_flags[2] = 2;
+        assert!(TreeValue::decode(&bad_flags).is_err());
+        let mut over = bytes[..16].to_vec();
+        over.extend(std::iter::repeat_n(0u8, 31 * 8));
+        assert!(TreeValue::decode(&over).is_err(), "31 extents and a deadline exceed a tree value");
+        let indirect = TreeValue::Indirect { kind: 4, deadline: None, list: e(5, 16, 8 * 40) };
+        assert_eq!(TreeValue::decode(&indirect.encode()).unwrap(), indirect);
+        let indirect = TreeValue::Indirect { kind: 4, deadline: Some(7), list: e(5, 16, 8 * 40) };
         assert_eq!(TreeValue::decode(&indirect.encode()).unwrap(), indirect);
         assert!(TreeValue::decode(b"short").is_err());
         assert_eq!(extent_words(&list_bytes(&[e(1, 2, 3), e(4, 5, 6)])), vec![e(1, 2, 3), e(4, 5, 6)]);

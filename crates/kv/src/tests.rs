@@ -310,3 +310,54 @@ fn log_sizes_near_2_64_are_refused_without_panicking() {
         assert!(matches!(Engine::create(&mut media, 0, &config), Err(CreateError::BadConfig(_))), "{config:?}");
     }
 }
+
+/// Deadlines ride with their key's record: through commit, rollback,
+/// checkpoint (direct and indirect tree values) and reopen, and
+/// `set_deadline` keeps the value; `expired` lists exactly the keys due.
+#[test]
+fn deadlines_survive_checkpoint_and_reopen() {
+    let config = config();
+    let (mut media, mut kv) = engine(&config);
+    let big = vec![7u8; 40 * 2048]; // beyond 30 extents: an indirect tree value
+    kv.set_copy_expiring(&mut media, b"a", 0, Some(1_000), b"x").unwrap();
+    kv.set_copy_expiring(&mut media, b"b", 3, Some(2_000), &big).unwrap();
+    kv.set_copy(&mut media, b"c", 0, b"never").unwrap();
+    kv.commit(&mut media).unwrap();
+    assert_eq!(kv.lookup(b"a").unwrap().deadline_ms, Some(1_000));
+    assert_eq!(kv.expiring_len(), 2);
+    let save = kv.savepoint();
+    assert!(kv.set_deadline(&mut media, b"c", Some(500)).unwrap());
+    assert!(!kv.set_deadline(&mut media, b"zz", Some(500)).unwrap(), "absent key");
+    assert_eq!(kv.expired(600).collect::<Vec<_>>(), vec![&b"c"[..]]);
+    kv.rollback_to(save);
+    assert_eq!(kv.lookup(b"c").unwrap().deadline_ms, None);
+    assert_eq!(kv.expired(600).count(), 0);
+    assert!(kv.set_deadline(&mut media, b"a", None).unwrap(), "persist");
+    assert!(kv.set_deadline(&mut media, b"c", Some(1_500)).unwrap());
+    kv.commit(&mut media).unwrap();
+    kv.check(&media).unwrap();
+    let want = |kv: &Engine, media: &MemMedia| {
+        assert_eq!(kv.lookup(b"a").unwrap().deadline_ms, None);
+        assert_eq!(kv.lookup(b"b").unwrap().deadline_ms, Some(2_000));
+        assert_eq!(kv.lookup(b"c").unwrap().deadline_ms, Some(1_500));
+        let mut bytes = Vec::new();
+        assert_eq!(kv.get_bytes(media, b"c", &mut bytes), Some(0));
+        assert_eq!(bytes, b"never", "set_deadline keeps the value");
+        bytes.clear();
+        assert_eq!(kv.get_bytes(media, b"b", &mut bytes), Some(3));
+        assert!(bytes == big);
+        assert_eq!(kv.expired(1_999).collect::<Vec<_>>(), vec![&b"c"[..]]);
+        assert_eq!(kv.expired(u64::MAX).collect::<Vec<_>>(), vec![&b"c"[..], b"b"]);
+    };
+    want(&kv, &media);
+    // From the WAL alone, then from the tree alone.
+    let reopened = Engine::open(&mut media, 4096).unwrap();
+    want(&reopened, &media);
+    reopened.check(&media).unwrap();
+    kv.checkpoint(&mut media).unwrap();
+    kv.check(&media).unwrap();
+    let reopened = Engine::open(&mut media, 4096).unwrap();
+    assert_eq!(reopened.wal_records(), 0);
+    want(&reopened, &media);
+    reopened.check(&media).unwrap();
+}

@@ -13,6 +13,15 @@
 //! [`Keyspace::get`] stays readable until the batch's replies are sent, even
 //! if the key is overwritten or deleted meanwhile. Keys are ordered by bytes
 //! (`memcmp`), which KEYS and SCAN rely on.
+//!
+//! Expiry: a key may carry a deadline, an absolute time in ms since the
+//! Unix epoch, stored with it. The keyspace is given the time
+//! ([`Keyspace::now_ms`]: the wall clock, or a test's clock) and a key whose
+//! deadline is at or before it is *expired*: never returned by `get` or
+//! `scan`, treated as absent by every write (`get` deletes it, as Redis's
+//! lazy expiry does), and listed by [`Keyspace::expired`] for the active
+//! sweep ([`crate::exec::active_expire`]). [`Keyspace::len`] counts it
+//! until it is deleted, as Redis's DBSIZE does.
 
 use crate::request::Arg;
 use std::collections::BTreeMap;
@@ -79,7 +88,7 @@ impl Kind {
     }
 }
 
-/// A stored value: its kind, length, and the engine's handle to its bytes.
+/// A stored value: its kind, length, deadline, and the engine's handle to its bytes.
 #[derive(Debug, Clone)]
 pub struct Stored<V> {
     /// What the key holds.
@@ -88,6 +97,21 @@ pub struct Stored<V> {
     pub len: u64,
     /// The engine's handle (for [`Keyspace::read`] and reply sinks).
     pub value: V,
+    /// When the key expires (ms since the Unix epoch), if it does.
+    pub deadline_ms: Option<u64>,
+}
+
+/// What a write does to the key's deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    /// Keep the live key's deadline (a new key has none): a value changed
+    /// in place (APPEND, LPUSH, SET KEEPTTL...).
+    Keep,
+    /// No deadline: a value replaced (SET, MSET, GETSET, *STORE...).
+    Clear,
+    /// This deadline, ms since the Unix epoch (SET EX, SETEX, RENAME's
+    /// carried TTL...).
+    At(u64),
 }
 
 /// What to store.
@@ -155,20 +179,38 @@ pub trait Keyspace {
     /// A handle to a stored value's bytes; cheap to clone.
     type Value: Clone;
 
-    /// The value at `key`.
+    /// The value at `key`, if it is live (an expired key is deleted, or at
+    /// least never returned).
     fn get(&mut self, key: &[u8]) -> Option<Stored<Self::Value>>;
     /// Appends the bytes of `value` to `out`.
     fn read(&self, value: &Self::Value, out: &mut Vec<u8>);
-    /// Stores `value` of `kind` at `key`, replacing any value.
-    fn set(&mut self, key: &[u8], kind: Kind, value: ValueSource<'_>) -> Result<(), StoreError>;
-    /// Deletes `key`; true if it existed.
+    /// Stores `value` of `kind` at `key`, replacing any value, with the
+    /// deadline `expiry` says.
+    fn put(&mut self, key: &[u8], kind: Kind, value: ValueSource<'_>, expiry: Expiry) -> Result<(), StoreError>;
+    /// Stores `value` of `kind` at `key`, keeping a live key's deadline.
+    fn set(&mut self, key: &[u8], kind: Kind, value: ValueSource<'_>) -> Result<(), StoreError> {
+        self.put(key, kind, value, Expiry::Keep)
+    }
+    /// Sets (`Some`) or removes (`None`) the deadline of the live key `key`,
+    /// keeping its value; false (nothing written) if there is no such key.
+    fn set_deadline(&mut self, key: &[u8], deadline_ms: Option<u64>) -> Result<bool, StoreError>;
+    /// Deletes `key`; true if it was live (an expired key is deleted too,
+    /// and answers false).
     fn delete(&mut self, key: &[u8]) -> Result<bool, StoreError>;
-    /// Visits up to `limit` keys in byte order, strictly after `after` (from
-    /// the first key if `None`); returns how many were visited (fewer than
-    /// `limit` means the end was reached).
+    /// Visits up to `limit` live keys in byte order, strictly after `after`
+    /// (from the first key if `None`); returns how many were visited (fewer
+    /// than `limit` means the end was reached). Expired keys are skipped.
     fn scan(&mut self, after: Option<&[u8]>, limit: usize, visit: &mut dyn FnMut(&[u8], Kind)) -> usize;
-    /// Number of keys.
+    /// Number of keys, expired ones not yet deleted included.
     fn len(&self) -> u64;
+    /// The time, ms since the Unix epoch, against which deadlines are
+    /// compared (the caller's clock: fixed for a batch, or a test's).
+    fn now_ms(&self) -> u64;
+    /// Up to `limit` expired keys (deadline at or before [`Keyspace::now_ms`]),
+    /// earliest deadline first.
+    fn expired(&self, limit: usize) -> Vec<Vec<u8>>;
+    /// Number of keys with a deadline (INFO's `expires`).
+    fn expiring_len(&self) -> u64;
     /// Whether there are no keys.
     fn is_empty(&self) -> bool {
         self.len() == 0
@@ -181,17 +223,54 @@ pub trait Keyspace {
     }
 }
 
+/// Where [`MemKeyspace`] reads the time.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum Clock {
+    /// The wall clock (what a redis-server next to it reads).
+    #[default]
+    System,
+    /// A fixed time, ms since the Unix epoch, moved only by the test.
+    Fixed(u64),
+}
+
+impl Clock {
+    /// The time, ms since the Unix epoch.
+    pub fn now_ms(self) -> u64 {
+        match self {
+            Clock::System => system_now_ms(),
+            Clock::Fixed(ms) => ms,
+        }
+    }
+}
+
+/// The wall clock, ms since the Unix epoch (0 before 1970).
+pub fn system_now_ms() -> u64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    since.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// One key of a [`MemKeyspace`].
+#[derive(Debug, Clone)]
+struct MemEntry {
+    kind: Kind,
+    value: Arc<[u8]>,
+    deadline_ms: Option<u64>,
+}
+
 /// An in-memory keyspace. Values are `Arc<[u8]>`, so a handle outlives an
-/// overwrite, as the contract asks.
+/// overwrite, as the contract asks. Keys with a deadline are also kept by
+/// deadline, for [`Keyspace::expired`].
 #[derive(Debug, Default, Clone)]
 pub struct MemKeyspace {
-    map: BTreeMap<Vec<u8>, (Kind, Arc<[u8]>)>,
+    map: BTreeMap<Vec<u8>, MemEntry>,
+    expiring: std::collections::BTreeSet<(u64, Vec<u8>)>,
     limits: StoreLimits,
     max_keys: Option<u64>,
+    clock: Clock,
 }
 
 impl MemKeyspace {
-    /// An empty keyspace without limits beyond Redis's.
+    /// An empty keyspace without limits beyond Redis's, on the wall clock.
     pub fn new() -> Self {
         MemKeyspace::default()
     }
@@ -199,7 +278,36 @@ impl MemKeyspace {
     /// An empty keyspace with size limits and at most `max_keys` keys
     /// (beyond which writes of new keys fail with [`StoreError::Full`]).
     pub fn with_limits(limits: StoreLimits, max_keys: Option<u64>) -> Self {
-        MemKeyspace { map: BTreeMap::new(), limits, max_keys }
+        MemKeyspace { limits, max_keys, ..MemKeyspace::default() }
+    }
+
+    /// Reads the time from `clock` from now on.
+    pub fn set_clock(&mut self, clock: Clock) {
+        self.clock = clock;
+    }
+
+    /// Whether `entry` is expired now.
+    fn is_expired(&self, entry: &MemEntry) -> bool {
+        entry.deadline_ms.is_some_and(|d| d <= self.clock.now_ms())
+    }
+
+    /// Removes `key` (live or not); its entry.
+    fn remove(&mut self, key: &[u8]) -> Option<MemEntry> {
+        let entry = self.map.remove(key)?;
+        if let Some(d) = entry.deadline_ms {
+            assert!(self.expiring.remove(&(d, key.to_vec())), "an expiring key is in the deadline set");
+        }
+        Some(entry)
+    }
+
+    /// Deletes `key` if it is expired; its entry if it is live.
+    fn live(&mut self, key: &[u8]) -> Option<&MemEntry> {
+        let expired = self.is_expired(self.map.get(key)?);
+        if expired {
+            self.remove(key);
+            return None;
+        }
+        self.map.get(key)
     }
 }
 
@@ -207,14 +315,19 @@ impl Keyspace for MemKeyspace {
     type Value = Arc<[u8]>;
 
     fn get(&mut self, key: &[u8]) -> Option<Stored<Arc<[u8]>>> {
-        self.map.get(key).map(|(kind, v)| Stored { kind: *kind, len: v.len() as u64, value: v.clone() })
+        self.live(key).map(|e| Stored {
+            kind: e.kind,
+            len: e.value.len() as u64,
+            value: e.value.clone(),
+            deadline_ms: e.deadline_ms,
+        })
     }
 
     fn read(&self, value: &Arc<[u8]>, out: &mut Vec<u8>) {
         out.extend_from_slice(value);
     }
 
-    fn set(&mut self, key: &[u8], kind: Kind, value: ValueSource<'_>) -> Result<(), StoreError> {
+    fn put(&mut self, key: &[u8], kind: Kind, value: ValueSource<'_>, expiry: Expiry) -> Result<(), StoreError> {
         let bytes = value.bytes();
         if key.len() as u64 > self.limits.max_key_bytes {
             return Err(StoreError::KeyTooLong { len: key.len() as u64, max: self.limits.max_key_bytes });
@@ -227,16 +340,41 @@ impl Keyspace for MemKeyspace {
                 return Err(StoreError::Full);
             }
         }
-        let stored: Arc<[u8]> = match value {
+        let value: Arc<[u8]> = match value {
             ValueSource::Owned(v) => v.into(),
             ValueSource::Arg(a) => a.bytes.into(),
         };
-        self.map.insert(key.to_vec(), (kind, stored));
+        let old = self.live(key).and_then(|e| e.deadline_ms);
+        let deadline_ms = match expiry {
+            Expiry::Keep => old,
+            Expiry::Clear => None,
+            Expiry::At(ms) => Some(ms),
+        };
+        self.remove(key);
+        if let Some(d) = deadline_ms {
+            self.expiring.insert((d, key.to_vec()));
+        }
+        self.map.insert(key.to_vec(), MemEntry { kind, value, deadline_ms });
         Ok(())
     }
 
+    fn set_deadline(&mut self, key: &[u8], deadline_ms: Option<u64>) -> Result<bool, StoreError> {
+        if self.live(key).is_none() {
+            return Ok(false);
+        }
+        let mut entry = self.remove(key).expect("live");
+        entry.deadline_ms = deadline_ms;
+        if let Some(d) = deadline_ms {
+            self.expiring.insert((d, key.to_vec()));
+        }
+        self.map.insert(key.to_vec(), entry);
+        Ok(true)
+    }
+
     fn delete(&mut self, key: &[u8]) -> Result<bool, StoreError> {
-        Ok(self.map.remove(key).is_some())
+        let live = self.live(key).is_some();
+        self.remove(key);
+        Ok(live)
     }
 
     fn scan(&mut self, after: Option<&[u8]>, limit: usize, visit: &mut dyn FnMut(&[u8], Kind)) -> usize {
@@ -245,9 +383,12 @@ impl Keyspace for MemKeyspace {
             Some(k) => Bound::Excluded(k),
             None => Bound::Unbounded,
         };
+        let now = self.clock.now_ms();
+        let live =
+            self.map.range::<[u8], _>((lower, Bound::Unbounded)).filter(|(_, e)| e.deadline_ms.is_none_or(|d| d > now));
         let mut n = 0;
-        for (k, (kind, _)) in self.map.range::<[u8], _>((lower, Bound::Unbounded)).take(limit) {
-            visit(k, *kind);
+        for (k, e) in live.take(limit) {
+            visit(k, e.kind);
             n += 1;
         }
         n
@@ -257,8 +398,22 @@ impl Keyspace for MemKeyspace {
         self.map.len() as u64
     }
 
+    fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    fn expired(&self, limit: usize) -> Vec<Vec<u8>> {
+        let now = self.clock.now_ms();
+        self.expiring.iter().take_while(|(d, _)| *d <= now).take(limit).map(|(_, k)| k.clone()).collect()
+    }
+
+    fn expiring_len(&self) -> u64 {
+        self.expiring.len() as u64
+    }
+
     fn clear(&mut self) -> Result<(), StoreError> {
         self.map.clear();
+        self.expiring.clear();
         Ok(())
     }
 

@@ -5,8 +5,10 @@
 //! command with [`exec::Server::execute`] against its [`keyspace::Keyspace`]
 //! (the persistent engine), commits, and sends what the
 //! [`reply::ReplySink`] collected: protocol bytes plus stored values sent by
-//! handle, without copying. Nothing in this crate touches a socket or a
-//! clock, so every behaviour is testable byte for byte, and is: the
+//! handle, without copying. Nothing in this crate touches a socket, and
+//! the executor reads the time only through [`keyspace::Keyspace::now_ms`]
+//! (the server's clock, read once per batch; a test's fixed
+//! [`keyspace::Clock`]), so every behaviour is testable byte for byte, and is: the
 //! differential tests (`tests/redis_diff.rs`) replay a corpus of command
 //! scripts against a real `redis-server` 7.0 and this executor.
 //!
@@ -20,6 +22,7 @@
 //! | [`client`] | request encoder and incremental reply parser |
 //! | [`ycsb`] | YCSB-style workload generator (scrambled Zipfian, workloads A and B) |
 //! | [`numbers`], [`glob`], [`inline`] | Redis's `string2ll`/`strtod`/`%.17g`, `stringmatchlen`, `sdssplitargs` |
+//! | [`extended`] | Redis's `long double` (x87 80-bit) `strtold`, addition and `%.17Lf`, for INCRBYFLOAT |
 //!
 //! # Example: one batch
 //! ```
@@ -55,6 +58,7 @@
 pub mod blob;
 pub mod client;
 pub mod exec;
+pub mod extended;
 pub mod glob;
 pub mod inline;
 pub mod keyspace;

@@ -17,6 +17,17 @@
 //! set as it was; and after SPOP, that pmwire's set lost exactly the members
 //! it answered, before pmwire's set is made Redis's again so the run goes on
 //! from the same state.
+//!
+//! Expiry in the random test: relative times are large (10^6 s, 10^9 ms
+//! and more) and absolute ones far in the future or in the past (which
+//! deletes at once), so no key expires while a run goes on, and SET never
+//! stores a key already expired (Redis would count it in DBSIZE until its
+//! sweep). Redis and pmwire read the clock a few microseconds apart, so a
+//! deadline set with a relative time differs by a millisecond or so: TTL
+//! and EXPIRETIME are compared within 1, PTTL and PEXPIRETIME within
+//! 250 ms (-1 and -2 exactly; [`Differ::check_ttl`]); GT and LT go only
+//! with absolute times, which are never within seconds of a relative one.
+//! RANDOMKEY is compared by shape ([`Differ::check_randomkey`]).
 
 use pmwire_resp::client::{encode_request, parse_reply, reply_len, Value};
 use pmwire_resp::exec::{Flow, Server, ServerConfig};
@@ -173,6 +184,8 @@ struct Differ {
     req: Vec<u8>,
     /// SPOP / SRANDMEMBER replies that differed and were compared by shape.
     by_shape: u64,
+    /// TTL-family replies that differed and were compared within a tolerance.
+    loose: u64,
 }
 
 impl Differ {
@@ -218,7 +231,8 @@ impl Differ {
         let config = ServerConfig { version: version.to_string(), requirepass, ..ServerConfig::default() };
         let mut server = Server::new(config);
         let session = server.open_session_with_id(id);
-        Differ { conn, server, session, ks: MemKeyspace::new(), parsed: Parsed::new(Limits::default()), req, by_shape: 0 }
+        let (ks, parsed) = (MemKeyspace::new(), Parsed::new(Limits::default()));
+        Differ { conn, server, session, ks, parsed, req, by_shape: 0, loose: 0 }
     }
 
     /// Runs `args` on redis-server only.
@@ -336,13 +350,62 @@ impl Differ {
             return Err((format!("{expected:?}").into_bytes(), format!("set after SPOP: {now:?}").into_bytes()));
         }
         let mut theirs = members_of(&self.remote(&[&b"SMEMBERS"[..], key])).unwrap_or_default();
+        let deadline = self.remote(&[&b"PEXPIRETIME"[..], key]);
         self.local(&[&b"DEL"[..], key]);
         if !theirs.is_empty() {
             theirs.insert(0, key.to_vec());
             theirs.insert(0, b"SADD".to_vec());
             self.local(&theirs);
+            // And its deadline (Redis's, to the millisecond).
+            if let Ok(Some((Value::Integer(ms), _))) = parse_reply(&deadline) {
+                if ms > 0 {
+                    self.local(&[&b"PEXPIREAT"[..], key, ms.to_string().as_bytes()]);
+                }
+            }
         }
         Ok(())
+    }
+}
+
+impl Differ {
+    /// TTL PTTL EXPIRETIME PEXPIRETIME: equal, or both non-negative
+    /// integers at most `tolerance` apart (see the module's header).
+    fn check_ttl(&mut self, args: &[Vec<u8>], tolerance: i64) -> Result<bool, (Vec<u8>, Vec<u8>)> {
+        let want = self.remote(args);
+        let (got, _) = self.local(args);
+        if want == got {
+            return Ok(false);
+        }
+        let int = |r: &[u8]| match parse_reply(r) {
+            Ok(Some((Value::Integer(n), _))) => Some(n),
+            _ => None,
+        };
+        match (int(&want), int(&got)) {
+            (Some(w), Some(g)) if w >= 0 && g >= 0 && (w - g).abs() <= tolerance => {
+                self.loose += 1;
+                Ok(false)
+            }
+            _ => Err((want, got)),
+        }
+    }
+
+    /// RANDOMKEY: nil on both sides, or a key on both sides, pmwire's
+    /// being a key both hold.
+    fn check_randomkey(&mut self, args: &[Vec<u8>]) -> Result<bool, (Vec<u8>, Vec<u8>)> {
+        let want = self.remote(args);
+        let (got, _) = self.local(args);
+        if want == got {
+            return Ok(false);
+        }
+        let Ok(Some((Value::Bulk(key), _))) = parse_reply(&got) else { return Err((want, got)) };
+        if !matches!(parse_reply(&want), Ok(Some((Value::Bulk(_), _)))) {
+            return Err((want, got));
+        }
+        let exists = [&b"EXISTS"[..], &key];
+        if self.remote(&exists) != b":1\r\n" || self.local(&exists).0 != b":1\r\n" {
+            return Err((want, format!("a key not in both keyspaces: {}", String::from_utf8_lossy(&got)).into_bytes()));
+        }
+        Ok(false)
     }
 }
 
@@ -468,6 +531,10 @@ mod gen {
         "0", "1", "-1", "2", "-2", "3", "5", "-5", "10", "100", "-100", "9223372036854775807", "-9223372036854775808",
         "99999999999999999999", "x", "1.5", "",
     ];
+    const FLOATS: &[&str] = &[
+        "0", "-0", "0.1", "1e308", "1e4932", "-1e4932", "1e4933", "1e-4950", "1e-5000", "inf", "-inf", "nan", ".", "1.",
+        ".5", "+1.5", " 1", "1 ", "1e", "0x", "0x1p-16445", "5e-18", "1.5e-17", "9223372036854775807", "x",
+    ];
     const SCORES: &[&str] = &["0", "1", "-1", "1.5", "-2.25", "3", "1e2", "inf", "-inf", "+inf", "nan", "x", "0.1", "10"];
     const BOUNDS: &[&str] = &["-inf", "+inf", "0", "1", "(1", "2", "(2.5", "-1", "x", "(", "1e1"];
     const FIELDS: &[&str] = &["f0", "f1", "f2", "f3"];
@@ -482,6 +549,20 @@ mod gen {
     /// (No large negative SRANDMEMBER count: Redis 7.0 would answer with
     /// that many members, pmwire refuses beyond `MAX_RANDOM_REPLY`.)
     const COUNTS: &[&str] = &["0", "1", "2", "3", "5", "-1", "-2", "-7", "x", "", "9223372036854775807", "-9223372036854775808"];
+    /// Relative times (EXPIRE, SET EX, SETEX, GETEX EX): large, or at once
+    /// (0, negative), or refused.
+    const REL_SECONDS: &[&str] =
+        &["1000000", "2000000", "3000000", "0", "-1", "x", "", "9223372036854775807", "9223372036854775"];
+    const REL_MS: &[&str] = &["1000000000", "2000000000", "3000000000", "0", "-5", "x", "9223372036854775807"];
+    /// Absolute times: far in the future, in the past, at the edges.
+    const ABS_SECONDS: &[&str] =
+        &["4102444800", "4102444900", "4102444700", "1", "0", "-5", "9223372036854775807", "9223372036854775", "x"];
+    const ABS_MS: &[&str] =
+        &["4102444800000", "4102444800123", "4102444899999", "1", "0", "9223372036854775807", "-9223372036854775808"];
+    /// Absolute times SET takes: none in the past (a key stored expired).
+    const SET_ABS_SECONDS: &[&str] =
+        &["4102444800", "4102444900", "0", "-1", "x", "9223372036854775", "9223372036854776"];
+    const SET_ABS_MS: &[&str] = &["4102444800123", "4102444800500", "0", "x", "9223372036854775807"];
 
     pub struct Gen {
         rng: Xoshiro256PlusPlus,
@@ -531,6 +612,33 @@ mod gen {
             }
         }
 
+        /// A number for INCRBYFLOAT: decimals of up to 25 digits with a point
+        /// and an exponent anywhere (rounding at every position of the
+        /// 64-bit significand and of `%.17Lf`), hex floats, edges, non-numbers.
+        fn float(&mut self) -> Vec<u8> {
+            match self.rng.gen_range(0..10) {
+                0 => self.pick(FLOATS),
+                1 => self.int(),
+                2 => {
+                    let (int, frac) = (self.rng.gen::<u16>(), self.rng.gen::<u16>());
+                    let exp = self.rng.gen_range(-80i32..80);
+                    format!("0x{int:x}.{frac:x}p{exp}").into_bytes()
+                }
+                _ => {
+                    let len = self.rng.gen_range(1..=25);
+                    let mut d: Vec<u8> = (0..len).map(|_| b'0' + self.rng.gen_range(0..10u8)).collect();
+                    d.insert(self.rng.gen_range(0..=len), b'.');
+                    if self.rng.gen_bool(0.5) {
+                        d.insert(0, b'-');
+                    }
+                    if self.rng.gen_bool(0.3) {
+                        d.extend(format!("e{}", self.rng.gen_range(-30i32..30)).into_bytes());
+                    }
+                    d
+                }
+            }
+        }
+
         fn n(&mut self, lo: usize, hi: usize) -> usize {
             self.rng.gen_range(lo..=hi)
         }
@@ -541,12 +649,13 @@ mod gen {
 
         fn name(&mut self) -> &'static str {
             let family: &[&str] = match self.rng.gen_range(0..100) {
-                0..=29 => STRINGS,
-                30..=41 => KEYCMDS,
-                42..=55 => HASHES,
-                56..=69 => ZSETS,
-                70..=84 => LISTS,
-                _ => SETS,
+                0..=26 => STRINGS,
+                27..=37 => KEYCMDS,
+                38..=49 => HASHES,
+                50..=61 => ZSETS,
+                62..=75 => LISTS,
+                76..=88 => SETS,
+                _ => EXPIRY,
             };
             family[self.rng.gen_range(0..family.len())]
         }
@@ -572,6 +681,10 @@ mod gen {
             if SETS.contains(&name) {
                 return self.set_args(name, a);
             }
+            if EXPIRY.contains(&name) {
+                self.expiry_args(name, a);
+                return false;
+            }
             let mut sort = false;
             match name {
                 "GET" | "STRLEN" | "GETDEL" | "INCR" | "DECR" | "TYPE" | "HLEN" | "ZCARD" => a.push(self.key()),
@@ -583,7 +696,13 @@ mod gen {
                     a.push(self.key());
                     a.push(self.value());
                     for _ in 0..self.n(0, 2) {
-                        a.push(self.pick(&["NX", "XX", "GET", "KEEPTTL", "nx", "get", "BAD"]));
+                        match self.rng.gen_range(0..12) {
+                            0 => a.extend([b"EX".to_vec(), self.pick(REL_SECONDS)]),
+                            1 => a.extend([b"px".to_vec(), self.pick(REL_MS)]),
+                            2 => a.extend([b"EXAT".to_vec(), self.pick(SET_ABS_SECONDS)]),
+                            3 => a.extend([b"PXAT".to_vec(), self.pick(SET_ABS_MS)]),
+                            _ => a.push(self.pick(&["NX", "XX", "GET", "KEEPTTL", "nx", "get", "keepttl", "BAD"])),
+                        }
                     }
                 }
                 "SETNX" | "GETSET" | "APPEND" => {
@@ -593,6 +712,10 @@ mod gen {
                 "INCRBY" | "DECRBY" => {
                     a.push(self.key());
                     a.push(self.int());
+                }
+                "INCRBYFLOAT" => {
+                    a.push(self.key());
+                    a.push(self.float());
                 }
                 "MGET" | "DEL" | "UNLINK" | "EXISTS" | "TOUCH" => {
                     for _ in 0..self.n(1, 4) {
@@ -761,6 +884,49 @@ mod gen {
             }
         }
 
+        /// Pushes an expiry command's arguments (times as in the module's header).
+        fn expiry_args(&mut self, name: &str, a: &mut Vec<Vec<u8>>) {
+            // Any key of any family: TTLs ride on every type.
+            let key = match self.rng.gen_range(0..3) {
+                0 => self.pick(LIST_KEYS),
+                1 => self.pick(SET_KEYS),
+                _ => self.key(),
+            };
+            a.push(key);
+            match name {
+                "EXPIRE" | "PEXPIRE" => {
+                    a.push(self.pick(if name == "EXPIRE" { REL_SECONDS } else { REL_MS }));
+                    for _ in 0..self.n(0, 2) {
+                        a.push(self.pick(&["NX", "XX", "xx", "BAD"]));
+                    }
+                }
+                "EXPIREAT" | "PEXPIREAT" => {
+                    a.push(self.pick(if name == "EXPIREAT" { ABS_SECONDS } else { ABS_MS }));
+                    for _ in 0..self.n(0, 2) {
+                        a.push(self.pick(&["NX", "XX", "GT", "LT", "gt", "BAD"]));
+                    }
+                }
+                "SETEX" | "PSETEX" => {
+                    a.push(self.pick(if name == "SETEX" { REL_SECONDS } else { REL_MS }));
+                    a.push(self.value());
+                }
+                "GETEX" => {
+                    for _ in 0..self.n(0, 2) {
+                        match self.rng.gen_range(0..6) {
+                            0 => a.extend([b"EX".to_vec(), self.pick(REL_SECONDS)]),
+                            1 => a.extend([b"PX".to_vec(), self.pick(REL_MS)]),
+                            2 => a.extend([b"EXAT".to_vec(), self.pick(ABS_SECONDS)]),
+                            3 => a.extend([b"pxat".to_vec(), self.pick(ABS_MS)]),
+                            _ => a.push(self.pick(&["PERSIST", "persist", "KEEPTTL", "NX"])),
+                        }
+                    }
+                }
+                "RANDOMKEY" => _ = a.pop(),
+                "TTL" | "PTTL" | "EXPIRETIME" | "PEXPIRETIME" | "PERSIST" => {}
+                other => unreachable!("{other}"),
+            }
+        }
+
         fn set_keys(&mut self, a: &mut Vec<Vec<u8>>, lo: usize, hi: usize) {
             for _ in 0..self.n(lo, hi) {
                 a.push(self.family_key(SET_KEYS));
@@ -823,7 +989,12 @@ mod gen {
 
     const STRINGS: &[&str] = &[
         "GET", "SET", "SETNX", "GETSET", "GETDEL", "MGET", "MSET", "MSETNX", "INCR", "DECR", "INCRBY", "DECRBY",
-        "APPEND", "STRLEN", "SETRANGE", "GETRANGE", "SUBSTR",
+        "INCRBYFLOAT", "INCRBYFLOAT", "APPEND", "STRLEN", "SETRANGE", "GETRANGE", "SUBSTR",
+    ];
+    /// Expiry (TTL and PERSIST twice over: they read what the others set).
+    pub const EXPIRY: &[&str] = &[
+        "EXPIRE", "PEXPIRE", "EXPIREAT", "PEXPIREAT", "TTL", "TTL", "PTTL", "EXPIRETIME", "PEXPIRETIME", "PEXPIRETIME",
+        "PERSIST", "SETEX", "PSETEX", "GETEX", "GETEX", "RANDOMKEY",
     ];
     const KEYCMDS: &[&str] = &["DEL", "UNLINK", "EXISTS", "TOUCH", "TYPE", "RENAME", "RENAMENX", "COPY", "DBSIZE", "KEYS"];
     const HASHES: &[&str] = &["HSET", "HMSET", "HGET", "HMGET", "HDEL", "HLEN", "HEXISTS", "HGETALL"];
@@ -855,13 +1026,21 @@ fn random_commands_match_redis() {
     let mut g = gen::Gen::new(seed);
     let mut d = Differ::new(&redis, &version);
     let mut failures = Vec::new();
+    let mut ttl_family = 0u64;
     for i in 0..count {
         if i % 2_000 == 0 {
             let proto: &[u8] = if (i / 2_000) % 2 == 0 { b"2" } else { b"3" };
             d.check(&[&b"HELLO"[..], proto], true).expect("HELLO agrees");
         }
         let cmd = g.next();
-        let result = if cmd.random { d.check_random(&cmd.args) } else { d.check(&cmd.args, cmd.sort) };
+        ttl_family += u64::from(matches!(cmd.args[0].as_slice(), b"TTL" | b"PTTL" | b"EXPIRETIME" | b"PEXPIRETIME"));
+        let result = match cmd.args[0].as_slice() {
+            _ if cmd.random => d.check_random(&cmd.args),
+            b"TTL" | b"EXPIRETIME" => d.check_ttl(&cmd.args, 1),
+            b"PTTL" | b"PEXPIRETIME" => d.check_ttl(&cmd.args, 250),
+            b"RANDOMKEY" => d.check_randomkey(&cmd.args),
+            _ => d.check(&cmd.args, cmd.sort),
+        };
         if let Err((want, got)) = result {
             let shown: Vec<String> = cmd.args.iter().map(|a| format!("{:?}", String::from_utf8_lossy(a))).collect();
             failures.push(format!(
@@ -876,6 +1055,7 @@ fn random_commands_match_redis() {
         }
     }
     println!("{count} commands; {} SPOP/SRANDMEMBER replies differed from Redis's and were checked by shape", d.by_shape);
+    println!("{} of {ttl_family} TTL/PTTL/EXPIRETIME/PEXPIRETIME replies differed within the tolerance", d.loose);
     assert!(failures.is_empty(), "seed {seed}: {} differences (first 20):\n{}", failures.len(), failures.join("\n"));
 }
 

@@ -435,3 +435,75 @@ fn lists_and_sets_survive_restart() {
         server.stop();
     }
 }
+
+/// Deadlines are durable with their keys, and absolute: with the server's clock fixed at
+/// `t0`, keys get deadlines (strings, a value of ~50 extents, collections, RENAME and COPY
+/// carrying them, PERSIST dropping one); after a restart at `t0 + 2 s`, a key whose deadline
+/// passed is not served, not even by the first command, and is swept; a key with a later
+/// deadline keeps it to the millisecond.
+#[test]
+fn deadlines_survive_restart_and_past_ones_are_never_served() {
+    use pmwire_resp::keyspace::Clock;
+    const T0: u64 = 1_700_000_000_000;
+    let far = T0 + 1_000_000_000;
+    for mode in MODES {
+        let pool = Pool::new();
+        let mut open = KvServer::open(&options(&pool.path, mode)).expect("open");
+        open.set_clock(Clock::Fixed(T0));
+        let server = start_with(open);
+        let mut c = RespClient::connect(server.resp).unwrap();
+        let big = value(3, 100 << 10);
+        let ok = Value::Simple(b"OK".to_vec());
+        assert_eq!(
+            c.call(&[b"SET".to_vec(), b"big".to_vec(), big.clone(), b"PXAT".to_vec(), far.to_string().into_bytes()])
+                .unwrap(),
+            ok
+        );
+        assert_eq!(c.call(&["SET", "soon", "v", "PX", "1000"]).unwrap(), ok);
+        assert_eq!(c.call(&["SET", "soon-http", "v", "PXAT", &(T0 + 1_999).to_string()]).unwrap(), ok);
+        assert_eq!(c.call(&["SETEX", "later", "1000000", "v"]).unwrap(), ok);
+        assert_eq!(c.call(&["RPUSH", "list", "a", "b"]).unwrap(), Value::Integer(2));
+        assert_eq!(c.call(&["PEXPIRE", "list", "5000"]).unwrap(), Value::Integer(1));
+        assert_eq!(c.call(&["SADD", "set", "m"]).unwrap(), Value::Integer(1));
+        assert_eq!(c.call(&["PEXPIRE", "set", "1999"]).unwrap(), Value::Integer(1));
+        assert_eq!(c.call(&["SET", "moved", "v", "PX", "3000"]).unwrap(), ok);
+        assert_eq!(c.call(&["RENAME", "moved", "renamed"]).unwrap(), ok);
+        assert_eq!(c.call(&["COPY", "renamed", "copied"]).unwrap(), Value::Integer(1));
+        assert_eq!(c.call(&["SET", "kept", "v", "PX", "10"]).unwrap(), ok);
+        assert_eq!(c.call(&["PERSIST", "kept"]).unwrap(), Value::Integer(1));
+        for i in 0..100 {
+            assert_eq!(c.call(&["SET", &format!("gone{i}"), "v", "PX", "1500"]).unwrap(), ok);
+        }
+        assert_eq!(c.call(&["DBSIZE"]).unwrap(), Value::Integer(109));
+        drop(c);
+        drop(server.stop());
+
+        let mut open = KvServer::open(&options(&pool.path, mode)).expect("reopen");
+        open.set_clock(Clock::Fixed(T0 + 2_000));
+        let server = start_with(open);
+        // The first request after the restart, over HTTP: past its deadline, not served.
+        let mut h = pmwire_kv_server::client::HttpClient::connect(server.http).unwrap();
+        assert_eq!(h.request("GET", "/kv/soon-http", b"").unwrap().status, 404, "{mode}");
+        assert_eq!(h.request("GET", "/kv/later", b"").unwrap().body, b"v");
+        drop(h);
+        let mut c = RespClient::connect(server.resp).unwrap();
+        assert_eq!(c.get(b"soon").unwrap(), None, "{mode}: past its deadline");
+        assert_eq!(c.call(&["TTL", "set"]).unwrap(), Value::Integer(-2));
+        assert_eq!(c.call(&["EXISTS", "soon", "set", "gone7"]).unwrap(), Value::Integer(0));
+        assert_eq!(c.call(&["SMEMBERS", "set"]).unwrap(), Value::Array(vec![]));
+        assert_eq!(c.call(&["PEXPIRETIME", "big"]).unwrap(), Value::Integer(far as i64));
+        assert!(c.get(b"big").unwrap().unwrap() == big, "{mode}: the expiring value's bytes");
+        assert_eq!(c.call(&["PTTL", "later"]).unwrap(), Value::Integer(1_000_000_000 - 2_000));
+        assert_eq!(c.call(&["PTTL", "list"]).unwrap(), Value::Integer(3_000));
+        assert_eq!(c.call(&["LRANGE", "list", "0", "-1"]).unwrap(), Value::Array(vec![bulk(b"a"), bulk(b"b")]));
+        assert_eq!(c.call(&["PTTL", "renamed"]).unwrap(), Value::Integer(1_000));
+        assert_eq!(c.call(&["PTTL", "copied"]).unwrap(), Value::Integer(1_000));
+        assert_eq!(c.call(&["PTTL", "kept"]).unwrap(), Value::Integer(-1));
+        // Every call was a batch with its sweep of up to 64: the 100 expired keys are gone.
+        assert_eq!(c.call(&["DBSIZE"]).unwrap(), Value::Integer(6), "{mode}");
+        assert_eq!(c.call(&["INFO", "keyspace"]).unwrap(), bulk(b"# Keyspace\r\ndb0:keys=6,expires=5,avg_ttl=0\r\n"));
+        drop(c);
+        let stopped = server.stop();
+        assert!(stopped.service().stats().expired_swept >= 100, "{:?}", stopped.service().stats());
+    }
+}

@@ -493,7 +493,8 @@ pub(super) fn info<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_
     section(4, format!("total_commands_processed:{}\r\n", c.server.commands_processed));
     section(5, "role:master\r\nconnected_slaves:0\r\n".into());
     let n = c.ks.len();
-    section(6, if n > 0 { format!("db0:keys={n},expires=0,avg_ttl=0\r\n") } else { String::new() });
+    let expires = c.ks.expiring_len();
+    section(6, if n > 0 { format!("db0:keys={n},expires={expires},avg_ttl=0\r\n") } else { String::new() });
     c.out.verbatim(b"txt", text.as_bytes());
     Ok(())
 }

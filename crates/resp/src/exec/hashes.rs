@@ -4,11 +4,11 @@
 
 use super::{Ctx, Fail, Res};
 use crate::blob::{decode_hash, encode_hash};
-use crate::keyspace::{Keyspace, Kind};
+use crate::keyspace::{Expiry, Keyspace, Kind};
 use crate::reply::ReplySink;
 
 fn store<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, key: &[u8], entries: &[(&[u8], &[u8])]) -> Res {
-    c.store_collection(key, Kind::Hash, entries, encode_hash)
+    c.store_collection(key, Kind::Hash, entries, encode_hash, Expiry::Keep)
 }
 
 pub(super) fn hset<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, hmset: bool) -> Res {

@@ -9,7 +9,7 @@
 
 use super::{Ctx, Fail, Res};
 use crate::blob::{decode_list, encode_list, list_blob_len};
-use crate::keyspace::{Keyspace, Kind};
+use crate::keyspace::{Expiry, Keyspace, Kind};
 use crate::reply::ReplySink;
 
 type C<'a, 'b, 'r, K, S> = &'a mut Ctx<'b, 'r, K, S>;
@@ -31,7 +31,7 @@ fn decode(blob: &[u8]) -> Result<Vec<&[u8]>, Fail> {
 
 /// Writes `items` as the list at `key` (deletes the key when empty).
 fn store<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>, key: &[u8], items: &[&[u8]]) -> Res {
-    c.store_collection(key, Kind::List, items, encode_list)
+    c.store_collection(key, Kind::List, items, encode_list, Expiry::Keep)
 }
 
 /// LPUSH / RPUSH (`existing_only`: LPUSHX / RPUSHX).

@@ -20,6 +20,7 @@ mod sets;
 mod strings;
 mod zsets;
 
+pub use keys::{active_expire, Sweep};
 pub use sets::{MAX_RANDOM_REPLY, MAX_RANDOM_REPLY_BYTES};
 
 #[cfg(test)]
@@ -235,14 +236,15 @@ impl<'r, K: Keyspace, S: ReplySink<K::Value> + ?Sized> Ctx<'_, 'r, K, S> {
     }
 
     /// Writes a collection's `items` at `key` as one `kind` blob made by
-    /// `encode`, or deletes the key when there are none (Redis keeps no
-    /// empty collection).
+    /// `encode`, with the deadline `expiry` says, or deletes the key when
+    /// there are none (Redis keeps no empty collection).
     pub fn store_collection<T>(
         &mut self,
         key: &[u8],
         kind: Kind,
         items: &[T],
         encode: impl FnOnce(&[T], &mut Vec<u8>),
+        expiry: crate::keyspace::Expiry,
     ) -> Res {
         if items.is_empty() {
             self.ks.delete(key)?;
@@ -250,7 +252,7 @@ impl<'r, K: Keyspace, S: ReplySink<K::Value> + ?Sized> Ctx<'_, 'r, K, S> {
         }
         let mut blob = Vec::new();
         encode(items, &mut blob);
-        self.ks.set(key, kind, crate::keyspace::ValueSource::Owned(blob))?;
+        self.ks.put(key, kind, crate::keyspace::ValueSource::Owned(blob), expiry)?;
         Ok(())
     }
 
@@ -266,6 +268,11 @@ impl<'r, K: Keyspace, S: ReplySink<K::Value> + ?Sized> Ctx<'_, 'r, K, S> {
             return Err(StoreError::ValueTooLong { len, max: limits.max_value_bytes }.into());
         }
         Ok(())
+    }
+
+    /// The keyspace's time, ms since the Unix epoch, as Redis's `long long`.
+    pub fn now_ms(&self) -> i64 {
+        keys::deadline_i64(self.ks.now_ms())
     }
 
     /// Argument `i` as a Redis integer.
@@ -322,10 +329,14 @@ pub(crate) const COMMANDS: &[Spec] = &[
     spec("del", -2, 1, -1, 1),
     spec("echo", 2, 0, 0, 0),
     spec("exists", -2, 1, -1, 1),
+    spec("expire", -3, 1, 1, 1),
+    spec("expireat", -3, 1, 1, 1),
+    spec("expiretime", 2, 1, 1, 1),
     spec("flushall", -1, 0, 0, 0),
     spec("flushdb", -1, 0, 0, 0),
     spec("get", 2, 1, 1, 1),
     spec("getdel", 2, 1, 1, 1),
+    spec("getex", -2, 1, 1, 1),
     spec("getrange", 4, 1, 1, 1),
     spec("getset", 3, 1, 1, 1),
     spec("hdel", -3, 1, 1, 1),
@@ -339,6 +350,7 @@ pub(crate) const COMMANDS: &[Spec] = &[
     spec("hset", -4, 1, 1, 1),
     spec("incr", 2, 1, 1, 1),
     spec("incrby", 3, 1, 1, 1),
+    spec("incrbyfloat", 3, 1, 1, 1),
     spec("info", -1, 0, 0, 0),
     spec("keys", 2, 0, 0, 0),
     spec("lindex", 3, 1, 1, 1),
@@ -357,8 +369,15 @@ pub(crate) const COMMANDS: &[Spec] = &[
     spec("mset", -3, 1, -1, 2),
     spec("msetnx", -3, 1, -1, 2),
     spec("object", -2, 0, 0, 0),
+    spec("persist", 2, 1, 1, 1),
+    spec("pexpire", -3, 1, 1, 1),
+    spec("pexpireat", -3, 1, 1, 1),
+    spec("pexpiretime", 2, 1, 1, 1),
     spec("ping", -1, 0, 0, 0),
+    spec("psetex", 4, 1, 1, 1),
+    spec("pttl", 2, 1, 1, 1),
     spec("quit", -1, 0, 0, 0),
+    spec("randomkey", 1, 0, 0, 0),
     spec("rename", 3, 1, 2, 1),
     spec("renamenx", 3, 1, 2, 1),
     spec("rpop", -2, 1, 1, 1),
@@ -372,6 +391,7 @@ pub(crate) const COMMANDS: &[Spec] = &[
     spec("sdiffstore", -3, 1, -1, 1),
     spec("select", 2, 0, 0, 0),
     spec("set", -3, 1, 1, 1),
+    spec("setex", 4, 1, 1, 1),
     spec("setnx", 3, 1, 1, 1),
     spec("setrange", 4, 1, 1, 1),
     spec("sinter", -2, 1, -1, 1),
@@ -390,6 +410,7 @@ pub(crate) const COMMANDS: &[Spec] = &[
     spec("sunion", -2, 1, -1, 1),
     spec("sunionstore", -3, 1, -1, 1),
     spec("touch", -2, 1, -1, 1),
+    spec("ttl", 2, 1, 1, 1),
     spec("type", 2, 1, 1, 1),
     spec("unlink", -2, 1, -1, 1),
     spec("zadd", -4, 1, 1, 1),
@@ -608,6 +629,7 @@ fn run<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(name: &str, c: &mut Ctx<'_,
         "get" => strings::get(c),
         "incr" => strings::incr_by(c, 1),
         "incrby" => strings::incrby(c),
+        "incrbyfloat" => strings::incrbyfloat(c),
         "mget" => strings::mget(c),
         "mset" => strings::mset(c),
         "set" => strings::set(c),
@@ -623,6 +645,19 @@ fn run<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(name: &str, c: &mut Ctx<'_,
         "unlink" => strings::del(c),
         "touch" => keys::touch(c),
         "copy" => keys::copy(c),
+        "randomkey" => keys::randomkey(c),
+        "expire" => keys::expire(c, keys::ExpireCmd { seconds: true, relative: true }),
+        "pexpire" => keys::expire(c, keys::ExpireCmd { seconds: false, relative: true }),
+        "expireat" => keys::expire(c, keys::ExpireCmd { seconds: true, relative: false }),
+        "pexpireat" => keys::expire(c, keys::ExpireCmd { seconds: false, relative: false }),
+        "ttl" => keys::ttl(c, false, false),
+        "pttl" => keys::ttl(c, true, false),
+        "expiretime" => keys::ttl(c, false, true),
+        "pexpiretime" => keys::ttl(c, true, true),
+        "persist" => keys::persist(c),
+        "setex" => strings::setex(c, true),
+        "psetex" => strings::setex(c, false),
+        "getex" => strings::getex(c),
         "hdel" => hashes::hdel(c),
         "hexists" => hashes::hexists(c),
         "hget" => hashes::hget(c),

@@ -13,7 +13,7 @@
 use super::{Ctx, Fail, Res};
 use crate::blob::{decode_set, encode_set, list_blob_len};
 use crate::glob::matches;
-use crate::keyspace::{Keyspace, Kind};
+use crate::keyspace::{Expiry, Keyspace, Kind};
 use crate::reply::ReplySink;
 
 type C<'a, 'b, 'r, K, S> = &'a mut Ctx<'b, 'r, K, S>;
@@ -33,10 +33,20 @@ fn decode(blob: &[u8]) -> Result<Vec<&[u8]>, Fail> {
     Ok(members)
 }
 
-/// Writes `members` (in order) as the set at `key`; deletes the key when
-/// empty.
+/// Writes `members` (in order) as the set at `key`, keeping its deadline;
+/// deletes the key when empty.
 fn store<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>, key: &[u8], members: &[&[u8]]) -> Res {
-    c.store_collection(key, Kind::Set, members, encode_set)
+    store_with(c, key, members, Expiry::Keep)
+}
+
+/// As [`store`], with the deadline `expiry` says.
+fn store_with<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+    c: C<'_, '_, '_, K, S>,
+    key: &[u8],
+    members: &[&[u8]],
+    expiry: Expiry,
+) -> Res {
+    c.store_collection(key, Kind::Set, members, encode_set, expiry)
 }
 
 /// Adds `m` to the ordered `members`; true if it was new.
@@ -355,7 +365,8 @@ pub(super) fn combine_store<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'
     let blobs = load_sets(c, 2..c.argc())?;
     let sets = decode_all(&blobs)?;
     let result = compute(op, &sets);
-    store(c, c.arg(1), &result)?;
+    // As Redis's setKey: the destination is replaced, its deadline dropped.
+    store_with(c, c.arg(1), &result, Expiry::Clear)?;
     c.out.integer(result.len() as i64);
     Ok(())
 }

@@ -1,10 +1,15 @@
 //! String commands: GET SET MGET MSET DEL EXISTS INCR DECR INCRBY DECRBY
-//! APPEND STRLEN SETNX GETSET GETDEL MSETNX SETRANGE GETRANGE SUBSTR. Values given in a command are stored as
+//! INCRBYFLOAT APPEND STRLEN SETNX GETSET GETDEL MSETNX SETRANGE GETRANGE SUBSTR SETEX
+//! PSETEX GETEX. Values given in a command are stored as
 //! [`ValueSource::Arg`] (zero-copy for the server); computed ones as
 //! [`ValueSource::Owned`].
+//!
+//! Deadlines as Redis 7.0 keeps them: SET (without KEEPTTL), SETEX,
+//! GETSET, MSET and MSETNX replace the key's deadline; APPEND, INCR and
+//! its kin, and SETRANGE change the value in place and keep it.
 
 use super::{Ctx, Fail, Res};
-use crate::keyspace::{Keyspace, Kind, ValueSource};
+use crate::keyspace::{Expiry, Keyspace, Kind, ValueSource};
 use crate::numbers::parse_i64;
 use crate::reply::ReplySink;
 
@@ -22,27 +27,35 @@ struct SetFlags {
     xx: bool,
     get: bool,
     keepttl: bool,
+    persist: bool,
     expire: Option<(usize, bool)>, // (argument index, seconds?)
     expire_kind: u8,               // 0 none, b'e' EX, b'p' PX, b'E' EXAT, b'P' PXAT
 }
 
-fn parse_set_flags<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &Ctx<'_, '_, K, S>) -> Result<SetFlags, Fail> {
+/// Redis's `parseExtendedStringArgumentsOrReply`: SET's options from
+/// argument 3 (`getex`: false), GETEX's from argument 2 (`getex`: true).
+fn parse_set_flags<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+    c: &Ctx<'_, '_, K, S>,
+    getex: bool,
+) -> Result<SetFlags, Fail> {
     let mut f = SetFlags::default();
-    let mut j = 3;
+    let mut j = if getex { 2 } else { 3 };
     while j < c.argc() {
         let opt = c.arg(j);
         let has_next = j + 1 < c.argc();
         let is = |w: &[u8]| opt.eq_ignore_ascii_case(w);
         let no_expire_but = |k: u8| f.expire_kind == 0 || f.expire_kind == k;
-        if is(b"nx") && !f.xx {
+        if is(b"nx") && !f.xx && !getex {
             f.nx = true;
-        } else if is(b"xx") && !f.nx {
+        } else if is(b"xx") && !f.nx && !getex {
             f.xx = true;
-        } else if is(b"get") {
+        } else if is(b"get") && !getex {
             f.get = true;
-        } else if is(b"keepttl") && f.expire_kind == 0 {
+        } else if is(b"keepttl") && f.expire_kind == 0 && !getex {
             f.keepttl = true;
-        } else if (is(b"ex") || is(b"px") || is(b"exat") || is(b"pxat")) && has_next && !f.keepttl {
+        } else if is(b"persist") && f.expire_kind == 0 && getex {
+            f.persist = true;
+        } else if (is(b"ex") || is(b"px") || is(b"exat") || is(b"pxat")) && has_next && !f.keepttl && !f.persist {
             let k = match opt.len() {
                 2 if is(b"ex") => b'e',
                 2 => b'p',
@@ -63,17 +76,48 @@ fn parse_set_flags<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &Ctx<'_, '_,
     Ok(f)
 }
 
-/// SET key value [NX|XX] [GET] [EX|PX|EXAT|PXAT t|KEEPTTL]. Expiry times are
-/// validated as Redis does, then refused: pmwire keys do not expire.
-pub(super) fn set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
-    let f = parse_set_flags(c)?;
-    if let Some((i, seconds)) = f.expire {
-        let t = c.int_arg(i)?;
-        if t <= 0 || (seconds && t > i64::MAX / 1000) {
-            return Err(Fail::err("invalid expire time in 'set' command"));
-        }
-        return Err(Fail::err("pmwire keys do not expire: SET EX, PX, EXAT and PXAT are not supported"));
+/// Redis's `getExpireMillisecondsOrReply`: argument `i` as a deadline in
+/// ms since the Unix epoch (positive; `seconds`: times 1000; `relative`:
+/// plus now), every overflow refused as `invalid expire time in '{name}'`.
+fn deadline_arg<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+    c: &Ctx<'_, '_, K, S>,
+    i: usize,
+    seconds: bool,
+    relative: bool,
+) -> Result<u64, Fail> {
+    let name = c.arg(0).to_ascii_lowercase();
+    let invalid = || Fail::err(&format!("invalid expire time in '{}' command", String::from_utf8_lossy(&name)));
+    let t = c.int_arg(i)?;
+    if t <= 0 {
+        return Err(invalid());
     }
+    let ms = if seconds { t.checked_mul(1000).ok_or_else(invalid)? } else { t };
+    let ms = if relative { ms.checked_add(c.now_ms()).ok_or_else(invalid)? } else { ms };
+    assert!(ms > 0);
+    Ok(ms as u64)
+}
+
+/// The deadline SET's or GETEX's EX/PX/EXAT/PXAT option gives, if any.
+fn flags_deadline<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+    c: &Ctx<'_, '_, K, S>,
+    f: &SetFlags,
+) -> Result<Option<u64>, Fail> {
+    match f.expire {
+        Some((i, seconds)) => Ok(Some(deadline_arg(c, i, seconds, matches!(f.expire_kind, b'e' | b'p'))?)),
+        None => Ok(None),
+    }
+}
+
+/// SET key value [NX|XX] [GET] [EX|PX|EXAT|PXAT t|KEEPTTL]: a deadline
+/// already past is stored as given (the key is expired at once), as
+/// Redis 7.0 does.
+pub(super) fn set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    let f = parse_set_flags(c, false)?;
+    let expiry = match flags_deadline(c, &f)? {
+        Some(ms) => Expiry::At(ms),
+        None if f.keepttl => Expiry::Keep,
+        None => Expiry::Clear,
+    };
     let key = c.arg(1);
     // A plain SET needs nothing of the old value: no lookup (no value handle to hold).
     let old = if f.get {
@@ -91,7 +135,7 @@ pub(super) fn set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, 
         }
         return Ok(());
     }
-    c.ks.set(key, Kind::String, ValueSource::Arg(c.req.arg_ref(2)))?;
+    c.ks.put(key, Kind::String, ValueSource::Arg(c.req.arg_ref(2)), expiry)?;
     if f.get {
         match old {
             Some(s) => c.out.stored(&s.value, s.len),
@@ -120,7 +164,7 @@ pub(super) fn mset<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_,
     }
     check_sizes(c)?;
     for i in (1..c.argc()).step_by(2) {
-        c.ks.set(c.arg(i), Kind::String, ValueSource::Arg(c.req.arg_ref(i + 1)))?;
+        c.ks.put(c.arg(i), Kind::String, ValueSource::Arg(c.req.arg_ref(i + 1)), Expiry::Clear)?;
     }
     c.out.ok();
     Ok(())
@@ -175,6 +219,27 @@ pub(super) fn incr_by<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<
     Ok(())
 }
 
+/// INCRBYFLOAT key increment: Redis's `long double` sum (x87 extended,
+/// [`crate::extended`]), stored and answered as `%.17Lf` without trailing
+/// zeros; the key's deadline is kept.
+pub(super) fn incrbyfloat<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    use crate::extended::{add, format_human, parse, Ext};
+    let key = c.arg(1);
+    let old = match c.load(key, Kind::String)? {
+        Some(bytes) => parse(&bytes).ok_or(Fail::NotFloat)?,
+        None => Ext::Finite { negative: false, m: 0, q: 0 },
+    };
+    let by = parse(c.arg(2)).ok_or(Fail::NotFloat)?;
+    let sum = match add(old, by) {
+        Some(sum @ Ext::Finite { .. }) => sum,
+        _ => return Err(Fail::err("increment would produce NaN or Infinity")),
+    };
+    let text = format_human(sum).into_bytes();
+    c.ks.set(key, Kind::String, ValueSource::Owned(text.clone()))?;
+    c.out.bulk(&text);
+    Ok(())
+}
+
 pub(super) fn append<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
     let key = c.arg(1);
     let add = c.req.arg_ref(2);
@@ -210,7 +275,7 @@ pub(super) fn setnx<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_
         c.out.integer(0);
         return Ok(());
     }
-    c.ks.set(key, Kind::String, ValueSource::Arg(c.req.arg_ref(2)))?;
+    c.ks.put(key, Kind::String, ValueSource::Arg(c.req.arg_ref(2)), Expiry::Clear)?;
     c.out.integer(1);
     Ok(())
 }
@@ -219,7 +284,7 @@ pub(super) fn setnx<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_
 pub(super) fn getset<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
     let key = c.arg(1);
     let old = c.get_kind(key, Kind::String)?;
-    c.ks.set(key, Kind::String, ValueSource::Arg(c.req.arg_ref(2)))?;
+    c.ks.put(key, Kind::String, ValueSource::Arg(c.req.arg_ref(2)), Expiry::Clear)?;
     match old {
         Some(s) => c.out.stored(&s.value, s.len),
         None => c.out.null(),
@@ -254,7 +319,7 @@ pub(super) fn msetnx<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'
     }
     check_sizes(c)?;
     for i in (1..c.argc()).step_by(2) {
-        c.ks.set(c.arg(i), Kind::String, ValueSource::Arg(c.req.arg_ref(i + 1)))?;
+        c.ks.put(c.arg(i), Kind::String, ValueSource::Arg(c.req.arg_ref(i + 1)), Expiry::Clear)?;
     }
     c.out.integer(1);
     Ok(())
@@ -335,5 +400,36 @@ pub(super) fn getrange<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx
     } else {
         c.out.bulk(&v[start as usize..=end as usize]);
     }
+    Ok(())
+}
+
+/// SETEX key seconds value (`seconds`) / PSETEX key milliseconds value.
+pub(super) fn setex<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, seconds: bool) -> Res {
+    let ms = deadline_arg(c, 2, seconds, true)?;
+    c.ks.put(c.arg(1), Kind::String, ValueSource::Arg(c.req.arg_ref(3)), Expiry::At(ms))?;
+    c.out.ok();
+    Ok(())
+}
+
+/// GETEX key [EX|PX|EXAT|PXAT t | PERSIST]: the string, then its deadline
+/// changed. Redis 7.0's order: options, the key (nil if missing), its type,
+/// then the time; an EXAT/PXAT already past deletes the key.
+pub(super) fn getex<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    let f = parse_set_flags(c, true)?;
+    let key = c.arg(1);
+    let Some(stored) = c.get_kind(key, Kind::String)? else {
+        c.out.null();
+        return Ok(());
+    };
+    let deadline = flags_deadline(c, &f)?;
+    let absolute = matches!(f.expire_kind, b'E' | b'P');
+    match deadline {
+        Some(ms) if absolute && super::keys::deadline_i64(ms) <= c.now_ms() => _ = c.ks.delete(key)?,
+        Some(ms) => _ = c.ks.set_deadline(key, Some(ms))?,
+        None if f.persist && stored.deadline_ms.is_some() => _ = c.ks.set_deadline(key, None)?,
+        None => {}
+    }
+    // The handle stays readable after the write (the keyspace's contract).
+    c.out.stored(&stored.value, stored.len);
     Ok(())
 }

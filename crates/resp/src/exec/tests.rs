@@ -1,5 +1,5 @@
 use super::*;
-use crate::keyspace::{MemKeyspace, StoreLimits, ValueSource};
+use crate::keyspace::{Expiry, MemKeyspace, StoreLimits, ValueSource};
 use crate::request::Parsed;
 use std::sync::Arc;
 
@@ -92,11 +92,23 @@ impl Keyspace for Recording {
     fn read(&self, value: &Arc<[u8]>, out: &mut Vec<u8>) {
         self.inner.read(value, out)
     }
-    fn set(&mut self, key: &[u8], kind: Kind, value: ValueSource<'_>) -> Result<(), StoreError> {
+    fn put(&mut self, key: &[u8], kind: Kind, value: ValueSource<'_>, expiry: Expiry) -> Result<(), StoreError> {
         if let ValueSource::Arg(a) = &value {
             self.pieces.push(a.pieces.len());
         }
-        self.inner.set(key, kind, value)
+        self.inner.put(key, kind, value, expiry)
+    }
+    fn set_deadline(&mut self, key: &[u8], deadline_ms: Option<u64>) -> Result<bool, StoreError> {
+        self.inner.set_deadline(key, deadline_ms)
+    }
+    fn now_ms(&self) -> u64 {
+        self.inner.now_ms()
+    }
+    fn expired(&self, limit: usize) -> Vec<Vec<u8>> {
+        self.inner.expired(limit)
+    }
+    fn expiring_len(&self) -> u64 {
+        self.inner.expiring_len()
     }
     fn delete(&mut self, key: &[u8]) -> Result<bool, StoreError> {
         self.inner.delete(key)
@@ -136,8 +148,6 @@ fn documented_differences_from_redis() {
     assert_eq!(f.run("SELECT 1"), "-ERR DB index is out of range\r\n");
     assert_eq!(f.run("CONFIG GET databases"), "*2\r\n$9\r\ndatabases\r\n$1\r\n1\r\n");
     assert_eq!(f.run("COMMAND DOCS"), "*0\r\n");
-    assert_eq!(f.run("SET k v EX 10"), "-ERR pmwire keys do not expire: SET EX, PX, EXAT and PXAT are not supported\r\n");
-    assert_eq!(f.run("SET k v PXAT 10"), "-ERR pmwire keys do not expire: SET EX, PX, EXAT and PXAT are not supported\r\n");
     assert_eq!(f.run("GET k"), "$-1\r\n");
     assert_eq!(f.run("SCAN 12345"), "-ERR invalid cursor\r\n");
     assert_eq!(
@@ -316,7 +326,15 @@ fn extreme_integer_arguments_get_replies_not_panics() {
         (format!("SCAN 0 COUNT {max}"), "*2\r\n$1\r\n0\r\n*4\r\n$3\r\nbig\r\n$1\r\nn\r\n$5\r\nsmall\r\n$1\r\nz\r\n"),
         ("SCAN 18446744073709551615".to_string(), "-ERR invalid cursor\r\n"),
         (format!("SET k v EX {max}"), "-ERR invalid expire time in 'set' command\r\n"),
-        (format!("SET k v PX {max}"), "-ERR pmwire keys do not expire: SET EX, PX, EXAT and PXAT are not supported\r\n"),
+        (format!("SET k v PX {max}"), "-ERR invalid expire time in 'set' command\r\n"),
+        (format!("SET k v PXAT {max}"), "+OK\r\n"),
+        ("PEXPIRETIME k".to_string(), ":9223372036854775807\r\n"),
+        ("EXPIRETIME k".to_string(), ":9223372036854776\r\n"),
+        (format!("EXPIRE k {max}"), "-ERR invalid expire time in 'expire' command\r\n"),
+        (format!("EXPIREAT k {min}"), "-ERR invalid expire time in 'expireat' command\r\n"),
+        (format!("PEXPIREAT k {min}"), ":1\r\n"),
+        (format!("SETEX k {max} v"), "-ERR invalid expire time in 'setex' command\r\n"),
+        (format!("PSETEX k {min} v"), "-ERR invalid expire time in 'psetex' command\r\n"),
         (format!("SELECT {min}"), "-ERR value is not an integer or out of range\r\n"),
     ] {
         assert_eq!(f.run(&command), want, "{command}");
@@ -328,7 +346,7 @@ fn extreme_integer_arguments_get_replies_not_panics() {
 #[test]
 fn every_command_in_the_table_is_served() {
     let mut f = Fixture::new();
-    assert_eq!(COMMANDS.len(), 89);
+    assert_eq!(COMMANDS.len(), 103);
     for spec in COMMANDS {
         if spec.name == "quit" {
             continue;
@@ -506,4 +524,118 @@ fn cursor_table_is_bounded_in_bytes() {
     assert!(cursors.bytes <= CURSOR_BYTES);
     assert_eq!(cursors.order.len(), 2);
     assert!(!cursors.keys.contains_key(&first));
+}
+
+/// A fixture whose keyspace reads a fixed clock, moved by the test.
+fn at(ms: u64) -> Fixture {
+    let mut ks = MemKeyspace::new();
+    ks.set_clock(crate::keyspace::Clock::Fixed(ms));
+    Fixture::with(ks)
+}
+
+/// With an injected clock: a key is served until its deadline and never
+/// at or after it, by any command; DBSIZE counts it until it is deleted
+/// (lazily, by a read, or by the sweep), as Redis's does.
+#[test]
+fn expired_keys_are_never_served() {
+    use crate::keyspace::Clock;
+    let mut f = at(1_000_000);
+    f.run("SET a v PX 1000\r\nSET b v EXAT 1002\r\nRPUSH l x\r\nPEXPIREAT l 1001000\r\nSET keep v");
+    assert_eq!(f.run("PTTL a"), ":1000\r\n");
+    assert_eq!(f.run("TTL b"), ":2\r\n");
+    assert_eq!(f.run("PEXPIRETIME b"), ":1002000\r\n");
+    f.ks.set_clock(Clock::Fixed(1_000_999));
+    assert_eq!(f.run("GET a"), "$1\r\nv\r\n");
+    assert_eq!(f.run("PTTL a"), ":1\r\n");
+    assert_eq!(f.run("TTL a"), ":0\r\n");
+    f.ks.set_clock(Clock::Fixed(1_001_000));
+    assert_eq!(f.run("DBSIZE"), ":4\r\n", "expired, not yet deleted");
+    assert_eq!(f.run("KEYS *"), "*2\r\n$1\r\nb\r\n$4\r\nkeep\r\n");
+    assert_eq!(f.run("SCAN 0 TYPE list"), "*2\r\n$1\r\n0\r\n*0\r\n");
+    for command in ["GET a", "GETEX a PERSIST", "GETDEL a", "LRANGE l 0 -1", "SMEMBERS l"] {
+        let reply = f.run(command);
+        assert!(reply == "$-1\r\n" || reply == "*0\r\n", "{command}: {reply}");
+    }
+    for command in ["EXISTS a l", "TTL a", "PERSIST l", "EXPIRE a 100", "RENAMENX l z", "TYPE a", "COPY a z"] {
+        let reply = f.run(command);
+        assert!(
+            matches!(reply.as_str(), ":0\r\n" | ":-2\r\n" | "+none\r\n" | "-ERR no such key\r\n"),
+            "{command}: {reply}"
+        );
+    }
+    assert_eq!(f.run("DBSIZE"), ":2\r\n", "the reads deleted a and l");
+    // A write to an expired key starts afresh: no old value, no old deadline.
+    f.ks.set_clock(Clock::Fixed(1_002_000));
+    assert_eq!(f.run("APPEND b w"), ":1\r\n");
+    assert_eq!(f.run("TTL b"), ":-1\r\n");
+    assert_eq!(f.run("SET a v PXAT 5\r\nGET a\r\nDBSIZE"), "+OK\r\n$-1\r\n:2\r\n");
+    f.run("SET gone v PXAT 1");
+    for _ in 0..50 {
+        let reply = f.run("RANDOMKEY");
+        assert!(reply == "$1\r\nb\r\n" || reply == "$4\r\nkeep\r\n", "{reply}");
+    }
+}
+
+/// The active sweep deletes at most its budget per call, earliest deadline
+/// first, only keys that are due, and says whether more are.
+#[test]
+fn active_expire_is_bounded_per_call() {
+    use crate::keyspace::{Clock, Keyspace};
+    let mut f = at(10_000);
+    for i in 0..100 {
+        f.run(&format!("SET k{i:03} v PXAT {}", 10_001 + i));
+    }
+    f.run("SET forever v\r\nSET later v PXAT 20000");
+    assert_eq!(f.ks.expiring_len(), 101);
+    assert_eq!(active_expire(&mut f.ks, 10).unwrap(), Sweep { deleted: 0, more: false }, "nothing due yet");
+    f.ks.set_clock(Clock::Fixed(10_100)); // k000 ..= k099 due
+    let mut rounds = 0;
+    loop {
+        let before = f.ks.len();
+        let sweep = active_expire(&mut f.ks, 16).unwrap();
+        assert!(sweep.deleted <= 16);
+        assert_eq!(f.ks.len(), before - sweep.deleted as u64);
+        rounds += 1;
+        if rounds == 1 {
+            // The earliest deadlines went first.
+            assert_eq!(f.ks.expired(1), vec![b"k016".to_vec()]);
+        }
+        if !sweep.more {
+            break;
+        }
+    }
+    assert_eq!(rounds, 7, "100 keys at 16 per call");
+    assert_eq!(f.ks.len(), 2, "forever and later remain");
+    assert_eq!(f.run("KEYS *"), "*2\r\n$7\r\nforever\r\n$5\r\nlater\r\n");
+    assert_eq!(f.ks.expiring_len(), 1);
+    assert_eq!(active_expire(&mut f.ks, 0).unwrap(), Sweep { deleted: 0, more: false });
+    f.ks.set_clock(Clock::Fixed(20_000));
+    assert_eq!(active_expire(&mut f.ks, 0).unwrap(), Sweep { deleted: 0, more: true }, "a zero budget deletes nothing");
+    assert_eq!(active_expire(&mut f.ks, 5).unwrap(), Sweep { deleted: 1, more: false });
+    assert_eq!(f.run("DBSIZE"), ":1\r\n");
+}
+
+/// What keeps, carries and drops a deadline, with exact deadlines (the
+/// clock is fixed), and INFO's `expires`.
+#[test]
+fn deadlines_kept_carried_and_dropped() {
+    let mut f = at(5_000_000);
+    f.run("SET s 1 EX 100\r\nINCR s\r\nAPPEND s 0\r\nSETRANGE s 0 3");
+    assert_eq!(f.run("PEXPIRETIME s\r\nGET s"), ":5100000\r\n$2\r\n30\r\n");
+    f.run("RENAME s t");
+    assert_eq!(f.run("PEXPIRETIME t\r\nEXISTS s"), ":5100000\r\n:0\r\n");
+    f.run("COPY t u");
+    assert_eq!(f.run("PTTL u"), ":100000\r\n");
+    assert!(f.run("INFO keyspace").contains("db0:keys=2,expires=2,avg_ttl=0"));
+    f.run("SET u x KEEPTTL");
+    assert_eq!(f.run("PTTL u"), ":100000\r\n");
+    f.run("GETSET u y");
+    assert_eq!(f.run("PTTL u"), ":-1\r\n");
+    f.run("SADD a m\r\nPEXPIRE a 7\r\nSADD a n\r\nSREM a m");
+    assert_eq!(f.run("PTTL a"), ":7\r\n");
+    f.run("SADD d q\r\nPEXPIRE d 9\r\nSUNIONSTORE d a");
+    assert_eq!(f.run("PTTL d"), ":-1\r\n");
+    assert_eq!(f.run("GETEX t PXAT 5000000"), "$2\r\n30\r\n");
+    assert_eq!(f.run("EXISTS t"), ":0\r\n", "a deadline not after now deletes");
+    assert_eq!(f.run("SETEX e 1 v\r\nPEXPIRETIME e"), "+OK\r\n:5001000\r\n");
 }

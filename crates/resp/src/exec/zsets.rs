@@ -5,13 +5,13 @@
 
 use super::{Ctx, Fail, Res};
 use crate::blob::{decode_zset, encode_zset, zcmp};
-use crate::keyspace::{Keyspace, Kind};
+use crate::keyspace::{Expiry, Keyspace, Kind};
 use crate::numbers::{parse_score, parse_score_bound};
 use crate::reply::{Protocol, ReplySink};
 use std::cmp::Ordering;
 
 fn store<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, key: &[u8], entries: &[(f64, &[u8])]) -> Res {
-    c.store_collection(key, Kind::ZSet, entries, encode_zset)
+    c.store_collection(key, Kind::ZSet, entries, encode_zset, Expiry::Keep)
 }
 
 #[derive(Default)]
