@@ -162,6 +162,60 @@ def sets(s):
     s.eq(r.srem("set2", "a", "zz"), 1, "SREM")
 
 
+def expiry(s):
+    r = s.r
+    s.eq(r.set("e:a", "v", ex=1000), True, "SET EX")
+    s.eq(0 < r.ttl("e:a") <= 1000, True, "TTL after SET EX")
+    s.eq(r.set("e:b", "v", px=900_000, nx=True), True, "SET PX NX")
+    s.eq(0 < r.pttl("e:b") <= 900_000, True, "PTTL")
+    s.eq(r.expire("e:b", 5000, gt=True), True, "EXPIRE GT")
+    s.eq(r.expireat("e:c", 4_102_444_800), False, "EXPIREAT on a missing key")
+    r.set("e:c", "v")
+    s.eq(r.ttl("e:c"), -1, "TTL of a key without a deadline")
+    s.eq(r.pexpireat("e:c", 4_102_444_800_000), True, "PEXPIREAT")
+    s.eq(r.expiretime("e:c"), 4_102_444_800, "EXPIRETIME")
+    s.eq(r.persist("e:c"), True, "PERSIST")
+    s.eq(r.ttl("e:c"), -1, "TTL after PERSIST")
+    s.eq(r.setex("e:d", 100, "x"), True, "SETEX")
+    s.eq(r.psetex("e:d2", 100_000, "x"), True, "PSETEX")
+    s.eq(r.getex("e:d", persist=True), b"x", "GETEX PERSIST")
+    s.eq(r.ttl("e:d"), -1, "TTL after GETEX PERSIST")
+    s.eq(r.set("e:d", "y", keepttl=True, get=True), b"x", "SET KEEPTTL GET")
+    s.eq(r.pexpire("e:gone", 1), False, "PEXPIRE on a missing key")
+    r.set("e:past", "v")
+    s.eq(r.expireat("e:past", 1), True, "EXPIREAT in the past")
+    s.eq(r.get("e:past"), None, "a key past its deadline is never served")
+    s.eq(r.exists("e:past"), 0, "nor counted by EXISTS")
+    s.eq(r.randomkey() is not None, True, "RANDOMKEY")
+    s.eq(r.incrbyfloat("e:f", 1.5), 1.5, "INCRBYFLOAT")
+    s.raises(lambda: r.set("e:a", "v", ex=0), "invalid expire time", "SET EX 0")
+
+
+def transactions(s):
+    r = s.r
+    pipe = r.pipeline(transaction=True)
+    pipe.set("t:a", "1").incr("t:a").rpush("t:l", "x").get("t:a")
+    s.eq(pipe.execute(), [True, 2, 1, b"2"], "MULTI ... EXEC through a transactional pipeline")
+    other = redis.Redis(connection_pool=r.connection_pool)
+    with r.pipeline() as p:
+        p.watch("t:a")
+        other.set("t:a", "changed")
+        p.multi()
+        p.set("t:a", "mine")
+        try:
+            p.execute()
+            raise AssertionError("EXEC after a watched key changed must fail")
+        except redis.WatchError:
+            s.checks += 1
+    s.eq(r.get("t:a"), b"changed", "the watched transaction did not run")
+    with r.pipeline() as p:
+        p.watch("t:a")
+        p.multi()
+        p.set("t:a", "mine")
+        s.eq(p.execute(), [True], "WATCH, then EXEC with the key unchanged")
+    s.eq(r.get("t:a"), b"mine", "the transaction ran")
+
+
 def config(s):
     r = s.r
     s.eq(isinstance(r.config_get("maxmemory-policy"), dict), True, "CONFIG GET parses")
@@ -171,7 +225,7 @@ def run(port, protocol, password):
     client = redis.Redis(host="127.0.0.1", port=port, protocol=protocol, password=password, socket_timeout=10)
     s = Session(client)
     client.flushdb()
-    for step in (lambda s: connection(s, protocol), strings, keys, hashes, zsets, lists, sets, config):
+    for step in (lambda s: connection(s, protocol), strings, keys, hashes, zsets, lists, sets, expiry, transactions, config):
         step(s)
     client.flushdb()
     s.eq(client.dbsize(), 0, "FLUSHDB")
