@@ -22,6 +22,12 @@
 //!   durable references to it (none free while referenced, none leaked);
 //! - every 16th image then runs more batches and a checkpoint on the
 //!   recovered engine and still matches and checks.
+//!
+//! The transaction check runs the same workload with groups of 8 words and
+//! batches of up to 12 operations, so most batches are transactions over
+//! several groups: a crash between two of their groups must show all of
+//! the batch or none of it (and recovery must discard the uncommitted tail
+//! before appending after it, which the continued runs exercise).
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -43,9 +49,11 @@ const STEPS: usize = 170;
 pub fn checks() -> Vec<Check> {
     let check = |name, planted, run| Check { name, planted, run };
     vec![
-        check("kv: batches of sets (zero-copy, copied, extent lists), deletes, clear, checkpoints, user log", false, |c| {
-            check_kv(Faults::default(), STEPS, c)
-        }),
+        check(
+            "kv: batches of sets (zero-copy, copied, extent lists), deletes, clear, checkpoints, user log",
+            false,
+            |c| check_kv(Faults::default(), STEPS, c),
+        ),
         check("planted: kv WAL record persisted before the value data is drained", true, |c| {
             check_kv(Faults { skip_data_drain: true, ..Faults::default() }, 60, c)
         }),
@@ -55,8 +63,31 @@ pub fn checks() -> Vec<Check> {
         check("planted: kv recovery ignores the WAL records after the checkpoint", true, |c| {
             check_kv(Faults { skip_replay: true, ..Faults::default() }, 60, c)
         }),
+        check("kv: batches larger than a WAL group committed as transactions over several groups", false, |c| {
+            check_kv_transactions(Faults::default(), TXN_STEPS, c)
+        }),
+        check("planted: kv transaction written as plain groups, without its header", true, |c| {
+            check_kv_transactions(Faults { txn_unmarked: true, ..Faults::default() }, 40, c)
+        }),
+        check("planted: kv recovery applies an uncommitted transaction tail", true, |c| {
+            check_kv_transactions(Faults { apply_uncommitted: true, ..Faults::default() }, 40, c)
+        }),
     ]
 }
+
+/// Steps of the transaction check.
+const TXN_STEPS: usize = 90;
+
+/// How the workload batches: the most operations per batch, and the
+/// engine's group size (`None`: the default).
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    max_ops: u64,
+    group_words: Option<usize>,
+}
+
+const PLAIN: Shape = Shape { max_ops: 4, group_words: None };
+const TRANSACTIONS: Shape = Shape { max_ops: 12, group_words: Some(8) };
 
 fn kv_config() -> KvConfig {
     KvConfig { buf_size: 512, buffers: 96, wal_slots: 256, log_slots: 64, tree_nodes: 16 }
@@ -75,6 +106,7 @@ struct Model {
 struct Driver {
     rng: SplitMix64,
     model: Model,
+    shape: Shape,
 }
 
 impl Driver {
@@ -96,7 +128,13 @@ impl Driver {
     /// The kernel stores `bytes` into fresh ring buffers; `fragments`
     /// splits them into that many small extents. Returns the extents and
     /// the ring's references.
-    fn receive<M: Media>(&mut self, kv: &mut Engine, media: &mut M, bytes: &[u8], fragments: bool) -> (Vec<Extent>, Vec<u32>) {
+    fn receive<M: Media>(
+        &mut self,
+        kv: &mut Engine,
+        media: &mut M,
+        bytes: &[u8],
+        fragments: bool,
+    ) -> (Vec<Extent>, Vec<u32>) {
         let size = kv.pool().buf_size() as usize;
         let (mut extents, mut ring) = (Vec::new(), Vec::new());
         let mut rest = bytes;
@@ -122,7 +160,8 @@ impl Driver {
         let kind = self.below(3) as u8;
         match self.below(20) {
             0..=5 => {
-                let (len, fragments) = if self.below(6) == 0 { (320, true) } else { (self.below(1200) as usize, false) };
+                let (len, fragments) =
+                    if self.below(6) == 0 { (320, true) } else { (self.below(1200) as usize, false) };
                 let value = self.bytes(len);
                 let (extents, ring) = self.receive(kv, media, &value, fragments);
                 let staged = kv.set_extents(media, &key, kind, &extents);
@@ -142,13 +181,11 @@ impl Driver {
                     Err(e) => panic!("copied set: {e}"),
                 }
             }
-            13..=15 => {
-                match kv.delete(media, &key) {
-                    Ok(existed) => assert_eq!(existed, self.model.map.remove(&key).is_some(), "delete's answer"),
-                    Err(StageError::BatchFull { .. }) => {}
-                    Err(e) => panic!("delete: {e}"),
-                }
-            }
+            13..=15 => match kv.delete(media, &key) {
+                Ok(existed) => assert_eq!(existed, self.model.map.remove(&key).is_some(), "delete's answer"),
+                Err(StageError::BatchFull { .. }) => {}
+                Err(e) => panic!("delete: {e}"),
+            },
             16 if self.below(8) == 0 => {
                 if kv.clear(media).is_ok() {
                     self.model.map.clear();
@@ -180,7 +217,7 @@ impl Driver {
             kv.log_truncate(media, keep).expect("truncate");
             self.model.log.retain(|&(lsn, _)| lsn >= keep);
         } else {
-            for _ in 0..1 + self.below(4) {
+            for _ in 0..1 + self.below(self.shape.max_ops) {
                 self.stage(kv, media);
             }
             kv.commit(media).expect("commit");
@@ -190,12 +227,15 @@ impl Driver {
 
 /// Runs the workload on a traced medium; returns it and the model after
 /// each number of completed steps.
-fn run(faults: Faults, steps: usize) -> (TracedMedia, Vec<Model>) {
+fn run(faults: Faults, steps: usize, shape: Shape) -> (TracedMedia, Vec<Model>) {
     let config = kv_config();
     let mut media = TracedMedia::new((BASE + config.required_size().unwrap()) as usize);
     let mut kv = Engine::create_with_faults(&mut media, BASE, &config, faults).expect("create");
+    if let Some(words) = shape.group_words {
+        kv.set_group_words(words);
+    }
     media.checkpoint();
-    let mut driver = Driver { rng: SplitMix64::seed_from_u64(0x6b76), model: Model::default() };
+    let mut driver = Driver { rng: SplitMix64::seed_from_u64(0x6b76), model: Model::default(), shape };
     let mut states = vec![Model::default()];
     for k in 0..steps {
         driver.step(&mut kv, &mut media, k);
@@ -207,13 +247,23 @@ fn run(faults: Faults, steps: usize) -> (TracedMedia, Vec<Model>) {
 
 /// Crash-checks the engine (with planted `faults`) over `steps` steps.
 pub fn check_kv(faults: Faults, steps: usize, config: &Config) -> Report {
-    let (media, states) = run(faults, steps);
+    check_shaped(faults, steps, PLAIN, config)
+}
+
+/// Crash-checks batches that are transactions over several WAL groups.
+pub fn check_kv_transactions(faults: Faults, steps: usize, config: &Config) -> Report {
+    check_shaped(faults, steps, TRANSACTIONS, config)
+}
+
+fn check_shaped(faults: Faults, steps: usize, shape: Shape, config: &Config) -> Report {
+    let (media, states) = run(faults, steps, shape);
     let mut number = 0u64;
     explore(&media, config, |image: &mut CrashImage| {
         number += 1;
         let acked = image.acked.len();
         let continue_after = number.is_multiple_of(CONTINUE_EVERY);
-        let judged = catch_unwind(AssertUnwindSafe(|| judge(&mut image.media, faults, &states, acked, continue_after)));
+        let judge = || judge(&mut image.media, faults, shape, &states, acked, continue_after);
+        let judged = catch_unwind(AssertUnwindSafe(judge));
         judged.unwrap_or_else(|_| Err("recovery panicked".to_string()))
     })
 }
@@ -239,9 +289,20 @@ fn contents(kv: &Engine, media: &MemMedia) -> Model {
     Model { map, log }
 }
 
-fn judge(media: &mut MemMedia, faults: Faults, states: &[Model], acked: usize, continue_after: bool) -> Result<(), String> {
-    let open_faults = Faults { skip_replay: faults.skip_replay, ..Faults::default() };
+fn judge(
+    media: &mut MemMedia,
+    faults: Faults,
+    shape: Shape,
+    states: &[Model],
+    acked: usize,
+    continue_after: bool,
+) -> Result<(), String> {
+    let open_faults =
+        Faults { skip_replay: faults.skip_replay, apply_uncommitted: faults.apply_uncommitted, ..Faults::default() };
     let mut kv = Engine::open_with_faults(media, BASE, open_faults).map_err(|e| format!("open: {e}"))?;
+    if let Some(words) = shape.group_words {
+        kv.set_group_words(words);
+    }
     let got = contents(&kv, media);
     let before = &states[acked];
     let after = states.get(acked + 1).unwrap_or(before);
@@ -259,7 +320,8 @@ fn judge(media: &mut MemMedia, faults: Faults, states: &[Model], acked: usize, c
     };
     kv.check(media)?;
     if continue_after {
-        let mut driver = Driver { rng: SplitMix64::seed_from_u64(0xc0ff_ee00 ^ acked as u64), model: state.clone() };
+        let rng = SplitMix64::seed_from_u64(0xc0ff_ee00 ^ acked as u64);
+        let mut driver = Driver { rng, model: state.clone(), shape };
         for k in 0..4 {
             driver.step(&mut kv, media, k * 5 + 1);
         }
@@ -316,8 +378,43 @@ mod tests {
     }
 
     #[test]
+    fn transactions_over_several_groups_survive_every_crash() {
+        let report = check_kv_transactions(Faults::default(), TXN_STEPS, &Config::default());
+        println!("{}", report.describe());
+        report.assert_passes_at_least(5_000);
+    }
+
+    #[test]
+    fn the_workload_commits_transactions_over_several_groups() {
+        let config = kv_config();
+        let mut media = MemMedia::new((BASE + config.required_size().unwrap()) as usize);
+        let mut kv = Engine::create(&mut media, BASE, &config).unwrap();
+        kv.set_group_words(8);
+        let mut driver =
+            Driver { rng: SplitMix64::seed_from_u64(0x6b76), model: Model::default(), shape: TRANSACTIONS };
+        for k in 0..TXN_STEPS {
+            driver.step(&mut kv, &mut media, k);
+        }
+        assert!(kv.stats().transactions >= 20, "{:?}", kv.stats());
+    }
+
+    #[test]
+    fn canary_unmarked_transaction_is_caught() {
+        let report = check_kv_transactions(Faults { txn_unmarked: true, ..Faults::default() }, 40, &Config::default());
+        println!("{}", report.describe());
+        report.assert_caught();
+    }
+
+    #[test]
+    fn canary_applied_uncommitted_tail_is_caught() {
+        let report =
+            check_kv_transactions(Faults { apply_uncommitted: true, ..Faults::default() }, 40, &Config::default());
+        println!("{}", report.describe());
+        report.assert_caught();
+    }
+
+    #[test]
     fn registry_lists_every_check_once() {
-        pmwire_crashcheck::assert_registry(&checks(), 3);
+        pmwire_crashcheck::assert_registry(&checks(), 5);
     }
 }
-
