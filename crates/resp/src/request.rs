@@ -204,7 +204,9 @@ impl<'a> Request<'a> {
                 let s = start as usize;
                 &self.segments[segment as usize][s..s + len as usize]
             }
-            Bytes::Gathered { start, len } => &self.parsed.gathered[start as usize..(start + len) as usize],
+            Bytes::Gathered { start, len } => {
+                &self.parsed.gathered[start as usize..(start + len) as usize]
+            }
         };
         let pieces = &self.parsed.pieces[meta.pieces.0 as usize..meta.pieces.1 as usize];
         Arg { bytes, pieces }
@@ -233,11 +235,7 @@ impl Parsed {
     /// A parser with these limits.
     pub fn new(limits: Limits) -> Self {
         assert!(limits.max_commands > 0);
-        assert!(
-            limits.max_bulk_bytes <= u64::from(u32::MAX),
-            "bulk limit {} B: locations are 32-bit",
-            limits.max_bulk_bytes
-        );
+        assert!(limits.max_bulk_bytes <= u64::from(u32::MAX), "bulk limit {} B: locations are 32-bit", limits.max_bulk_bytes);
         Parsed { limits, ..Parsed::default() }
     }
 
@@ -270,7 +268,11 @@ impl Parsed {
                 break;
             }
             let first_arg = self.args.len() as u32;
-            let step = if stream.byte(pos) == b'*' { self.multibulk(&stream, pos) } else { self.inline(&stream, pos) };
+            let step = if stream.byte(pos) == b'*' {
+                self.multibulk(&stream, pos)
+            } else {
+                self.inline(&stream, pos)
+            };
             match step {
                 Step::Command(next) => {
                     self.commands.push(first_arg..self.args.len() as u32);
@@ -410,11 +412,7 @@ impl Parsed {
                     crate::inline::Token::Unescaped(bytes) => self.push_gathered(bytes),
                 }
             }
-            if tokens.is_empty() {
-                Step::Empty(nl + 1)
-            } else {
-                Step::Command(nl + 1)
-            }
+            if tokens.is_empty() { Step::Empty(nl + 1) } else { Step::Command(nl + 1) }
         };
         self.line = line;
         step

@@ -280,21 +280,9 @@ fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, 
 /// Parameters Redis 7.0 sets that pmwire does not: refused by name rather
 /// than called unknown.
 const REDIS_PARAMETERS: &[&str] = &[
-    "appendfsync",
-    "appendonly",
-    "databases",
-    "hz",
-    "latency-tracking",
-    "lazyfree-lazy-user-del",
-    "loglevel",
-    "maxclients",
-    "maxmemory",
-    "maxmemory-policy",
-    "notify-keyspace-events",
-    "proto-max-bulk-len",
-    "save",
-    "slowlog-log-slower-than",
-    "timeout",
+    "appendfsync", "appendonly", "databases", "hz", "latency-tracking", "lazyfree-lazy-user-del", "loglevel",
+    "maxclients", "maxmemory", "maxmemory-policy", "notify-keyspace-events", "proto-max-bulk-len", "save",
+    "slowlog-log-slower-than", "timeout",
 ];
 
 /// AUTH [username] password.

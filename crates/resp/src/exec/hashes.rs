@@ -7,11 +7,7 @@ use crate::blob::{decode_hash, encode_hash};
 use crate::keyspace::{Keyspace, Kind, ValueSource};
 use crate::reply::ReplySink;
 
-fn store<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
-    c: &mut Ctx<'_, '_, K, S>,
-    key: &[u8],
-    entries: &[(&[u8], &[u8])],
-) -> Res {
+fn store<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, key: &[u8], entries: &[(&[u8], &[u8])]) -> Res {
     if entries.is_empty() {
         c.ks.delete(key)?;
         return Ok(());

@@ -34,11 +34,7 @@ pub(super) fn rename<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'
 }
 
 /// Writes the value `stored` holds under `to`, of its kind.
-fn store_as<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
-    c: &mut Ctx<'_, '_, K, S>,
-    stored: Stored<K::Value>,
-    to: &[u8],
-) -> Res {
+fn store_as<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, stored: Stored<K::Value>, to: &[u8]) -> Res {
     let mut bytes = Vec::with_capacity(stored.len as usize);
     c.ks.read(&stored.value, &mut bytes);
     c.ks.set(to, stored.kind, ValueSource::Owned(bytes))?;

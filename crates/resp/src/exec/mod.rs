@@ -412,11 +412,7 @@ pub(crate) const SUBCOMMANDS: &[(&str, &str, i32)] = &[
 fn arity_ok(arity: i32, argc: usize) -> bool {
     let argc = argc as i64;
     let arity = i64::from(arity);
-    if arity > 0 {
-        argc == arity
-    } else {
-        argc >= -arity
-    }
+    if arity > 0 { argc == arity } else { argc >= -arity }
 }
 
 /// Redis's unknown-command error: the name and the first arguments, each cut

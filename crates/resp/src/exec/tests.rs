@@ -136,14 +136,8 @@ fn documented_differences_from_redis() {
     assert_eq!(f.run("SELECT 1"), "-ERR DB index is out of range\r\n");
     assert_eq!(f.run("CONFIG GET databases"), "*2\r\n$9\r\ndatabases\r\n$1\r\n1\r\n");
     assert_eq!(f.run("COMMAND DOCS"), "*0\r\n");
-    assert_eq!(
-        f.run("SET k v EX 10"),
-        "-ERR pmwire keys do not expire: SET EX, PX, EXAT and PXAT are not supported\r\n"
-    );
-    assert_eq!(
-        f.run("SET k v PXAT 10"),
-        "-ERR pmwire keys do not expire: SET EX, PX, EXAT and PXAT are not supported\r\n"
-    );
+    assert_eq!(f.run("SET k v EX 10"), "-ERR pmwire keys do not expire: SET EX, PX, EXAT and PXAT are not supported\r\n");
+    assert_eq!(f.run("SET k v PXAT 10"), "-ERR pmwire keys do not expire: SET EX, PX, EXAT and PXAT are not supported\r\n");
     assert_eq!(f.run("GET k"), "$-1\r\n");
     assert_eq!(f.run("SCAN 12345"), "-ERR invalid cursor\r\n");
     assert_eq!(
@@ -277,8 +271,7 @@ fn unknown_command_error_is_cut_like_redis() {
     let mut f = Fixture::new();
     let long = "x".repeat(200);
     let reply = f.run(&format!("{long} {long} b"));
-    let want =
-        format!("-ERR unknown command '{}', with args beginning with: '{}' \r\n", "x".repeat(128), "x".repeat(128));
+    let want = format!("-ERR unknown command '{}', with args beginning with: '{}' \r\n", "x".repeat(128), "x".repeat(128));
     assert_eq!(reply, want);
 }
 
@@ -323,10 +316,7 @@ fn extreme_integer_arguments_get_replies_not_panics() {
         (format!("SCAN 0 COUNT {max}"), "*2\r\n$1\r\n0\r\n*4\r\n$3\r\nbig\r\n$1\r\nn\r\n$5\r\nsmall\r\n$1\r\nz\r\n"),
         ("SCAN 18446744073709551615".to_string(), "-ERR invalid cursor\r\n"),
         (format!("SET k v EX {max}"), "-ERR invalid expire time in 'set' command\r\n"),
-        (
-            format!("SET k v PX {max}"),
-            "-ERR pmwire keys do not expire: SET EX, PX, EXAT and PXAT are not supported\r\n",
-        ),
+        (format!("SET k v PX {max}"), "-ERR pmwire keys do not expire: SET EX, PX, EXAT and PXAT are not supported\r\n"),
         (format!("SELECT {min}"), "-ERR value is not an integer or out of range\r\n"),
     ] {
         assert_eq!(f.run(&command), want, "{command}");
@@ -463,10 +453,7 @@ fn collections_are_bounded_by_the_store() {
     assert_eq!(f.run("RPUSH l aaaaaaaa bbbbbbbb cccccccc"), ":3\r\n");
     assert_eq!(f.run("RPUSH l dddddddd"), "-ERR value is too long (52 bytes, at most 40)\r\n");
     assert_eq!(f.run("LLEN l"), ":3\r\n");
-    assert_eq!(
-        f.run("SADD s aaaaaaaa bbbbbbbb cccccccc dddddddd"),
-        "-ERR value is too long (52 bytes, at most 40)\r\n"
-    );
+    assert_eq!(f.run("SADD s aaaaaaaa bbbbbbbb cccccccc dddddddd"), "-ERR value is too long (52 bytes, at most 40)\r\n");
     assert_eq!(f.run("EXISTS s"), ":0\r\n");
     // Moves that would overflow the destination (or name a key too long)
     // are refused whole: the source keeps its element.

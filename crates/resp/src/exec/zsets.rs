@@ -10,11 +10,7 @@ use crate::numbers::{parse_score, parse_score_bound};
 use crate::reply::{Protocol, ReplySink};
 use std::cmp::Ordering;
 
-fn store<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
-    c: &mut Ctx<'_, '_, K, S>,
-    key: &[u8],
-    entries: &[(f64, &[u8])],
-) -> Res {
+fn store<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, key: &[u8], entries: &[(f64, &[u8])]) -> Res {
     if entries.is_empty() {
         c.ks.delete(key)?;
         return Ok(());
@@ -110,11 +106,7 @@ pub(super) fn zadd<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_,
         store(c, key, &entries)?;
     }
     if f.incr {
-        if processed > 0 {
-            c.out.double(last_score)
-        } else {
-            c.out.null()
-        }
+        if processed > 0 { c.out.double(last_score) } else { c.out.null() }
     } else {
         c.out.integer(if f.ch { added + updated } else { added });
     }
@@ -129,12 +121,7 @@ enum Outcome {
 }
 
 /// Redis `zsetAdd` on the decoded entries.
-fn zset_add<'a>(
-    entries: &mut Vec<(f64, &'a [u8])>,
-    mut score: f64,
-    member: &'a [u8],
-    f: &ZaddFlags,
-) -> Result<Outcome, Fail> {
+fn zset_add<'a>(entries: &mut Vec<(f64, &'a [u8])>, mut score: f64, member: &'a [u8], f: &ZaddFlags) -> Result<Outcome, Fail> {
     match entries.iter().position(|e| e.1 == member) {
         Some(i) => {
             if f.nx {
@@ -272,40 +259,20 @@ impl Range<'_> {
 
     fn gte_min(&self, e: (f64, &[u8])) -> bool {
         match *self {
-            Range::Score { min, minex, .. } => {
-                if minex {
-                    e.0 > min
-                } else {
-                    e.0 >= min
-                }
-            }
+            Range::Score { min, minex, .. } => if minex { e.0 > min } else { e.0 >= min },
             Range::Lex { min, minex, .. } => {
                 let o = cmp_lex(Lex::Val(e.1), min);
-                if minex {
-                    o == Ordering::Greater
-                } else {
-                    o != Ordering::Less
-                }
+                if minex { o == Ordering::Greater } else { o != Ordering::Less }
             }
         }
     }
 
     fn lte_max(&self, e: (f64, &[u8])) -> bool {
         match *self {
-            Range::Score { max, maxex, .. } => {
-                if maxex {
-                    e.0 < max
-                } else {
-                    e.0 <= max
-                }
-            }
+            Range::Score { max, maxex, .. } => if maxex { e.0 < max } else { e.0 <= max },
             Range::Lex { max, maxex, .. } => {
                 let o = cmp_lex(Lex::Val(e.1), max);
-                if maxex {
-                    o == Ordering::Less
-                } else {
-                    o != Ordering::Greater
-                }
+                if maxex { o == Ordering::Less } else { o != Ordering::Greater }
             }
         }
     }
@@ -319,10 +286,7 @@ struct RangeOpts {
     kind: RangeType,
 }
 
-fn parse_range_opts<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
-    c: &Ctx<'_, '_, K, S>,
-    byscore_cmd: bool,
-) -> Result<RangeOpts, Fail> {
+fn parse_range_opts<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &Ctx<'_, '_, K, S>, byscore_cmd: bool) -> Result<RangeOpts, Fail> {
     let mut o = RangeOpts { withscores: false, offset: 0, limit: -1, reverse: false, kind: RangeType::Rank };
     let (mut dir_set, mut kind_set) = (byscore_cmd, byscore_cmd);
     if byscore_cmd {
@@ -357,10 +321,7 @@ fn parse_range_opts<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
 }
 
 /// ZRANGE (and ZRANGEBYSCORE when `byscore_cmd`).
-pub(super) fn zrange<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
-    c: &mut Ctx<'_, '_, K, S>,
-    byscore_cmd: bool,
-) -> Res {
+pub(super) fn zrange<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, byscore_cmd: bool) -> Res {
     let o = parse_range_opts(c, byscore_cmd)?;
     if o.kind == RangeType::Rank && o.limit != -1 {
         return Err(Fail::err("syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX"));
@@ -378,8 +339,7 @@ pub(super) fn zrange<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
     match o.kind {
         RangeType::Rank => rank = (c.int_arg(lo)?, c.int_arg(hi)?),
         RangeType::Score => {
-            let (Some((min, minex)), Some((max, maxex))) = (parse_score_bound(lo_arg), parse_score_bound(hi_arg))
-            else {
+            let (Some((min, minex)), Some((max, maxex))) = (parse_score_bound(lo_arg), parse_score_bound(hi_arg)) else {
                 return Err(Fail::err("min or max is not a float"));
             };
             range = Some(Range::Score { min, minex, max, maxex });
@@ -422,16 +382,12 @@ fn by_rank<'a>(entries: &[(f64, &'a [u8])], mut start: i64, mut end: i64, revers
     if end >= len {
         end = len - 1;
     }
-    (start..=end).map(|i| if reverse { entries[(len - 1 - i) as usize] } else { entries[i as usize] }).collect()
+    (start..=end)
+        .map(|i| if reverse { entries[(len - 1 - i) as usize] } else { entries[i as usize] })
+        .collect()
 }
 
-fn by_range<'a>(
-    entries: &[(f64, &'a [u8])],
-    r: &Range<'_>,
-    reverse: bool,
-    offset: i64,
-    limit: i64,
-) -> Vec<(f64, &'a [u8])> {
+fn by_range<'a>(entries: &[(f64, &'a [u8])], r: &Range<'_>, reverse: bool, offset: i64, limit: i64) -> Vec<(f64, &'a [u8])> {
     let mut out = Vec::new();
     let len = entries.len() as i64;
     if (offset > 0 && offset >= len) || r.is_empty() || offset < 0 {
@@ -469,11 +425,7 @@ fn by_range<'a>(
     out
 }
 
-fn emit<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
-    c: &mut Ctx<'_, '_, K, S>,
-    picked: &[(f64, &[u8])],
-    withscores: bool,
-) {
+fn emit<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, picked: &[(f64, &[u8])], withscores: bool) {
     if !withscores {
         c.out.array(picked.len());
         for e in picked {

@@ -13,9 +13,7 @@ fn parse_all(segs: &[&[u8]]) -> (ParseSummary, Vec<Vec<Vec<u8>>>) {
                     let mut g = Vec::new();
                     for pc in a.pieces {
                         assert!(pc.len > 0);
-                        g.extend_from_slice(
-                            &segs[pc.segment as usize][pc.start as usize..(pc.start + pc.len) as usize],
-                        );
+                        g.extend_from_slice(&segs[pc.segment as usize][pc.start as usize..(pc.start + pc.len) as usize]);
                     }
                     assert_eq!(g, a.bytes);
                 }
