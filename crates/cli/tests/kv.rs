@@ -18,6 +18,8 @@ fn kill_dash_nine_loses_no_acknowledged_write() {
     assert_eq!(report.torn, 0);
     assert!(report.acknowledged > 0, "the load ran before the kills");
     assert!(report.keys_checked > 0);
+    assert_eq!(report.half_applied, 0);
+    assert!(report.transactions > 0, "EXECs ran before the kills");
 }
 
 #[test]
