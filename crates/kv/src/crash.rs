@@ -49,11 +49,9 @@ const STEPS: usize = 170;
 pub fn checks() -> Vec<Check> {
     let check = |name, planted, run| Check { name, planted, run };
     vec![
-        check(
-            "kv: batches of sets (zero-copy, copied, extent lists), deletes, clear, checkpoints, user log",
-            false,
-            |c| check_kv(Faults::default(), STEPS, c),
-        ),
+        check("kv: batches of sets (zero-copy, copied, extent lists), deletes, clear, checkpoints, user log", false, |c| {
+            check_kv(Faults::default(), STEPS, c)
+        }),
         check("planted: kv WAL record persisted before the value data is drained", true, |c| {
             check_kv(Faults { skip_data_drain: true, ..Faults::default() }, 60, c)
         }),
@@ -128,13 +126,7 @@ impl Driver {
     /// The kernel stores `bytes` into fresh ring buffers; `fragments`
     /// splits them into that many small extents. Returns the extents and
     /// the ring's references.
-    fn receive<M: Media>(
-        &mut self,
-        kv: &mut Engine,
-        media: &mut M,
-        bytes: &[u8],
-        fragments: bool,
-    ) -> (Vec<Extent>, Vec<u32>) {
+    fn receive<M: Media>(&mut self, kv: &mut Engine, media: &mut M, bytes: &[u8], fragments: bool) -> (Vec<Extent>, Vec<u32>) {
         let size = kv.pool().buf_size() as usize;
         let (mut extents, mut ring) = (Vec::new(), Vec::new());
         let mut rest = bytes;
@@ -160,8 +152,7 @@ impl Driver {
         let kind = self.below(3) as u8;
         match self.below(20) {
             0..=5 => {
-                let (len, fragments) =
-                    if self.below(6) == 0 { (320, true) } else { (self.below(1200) as usize, false) };
+                let (len, fragments) = if self.below(6) == 0 { (320, true) } else { (self.below(1200) as usize, false) };
                 let value = self.bytes(len);
                 let (extents, ring) = self.receive(kv, media, &value, fragments);
                 let staged = kv.set_extents(media, &key, kind, &extents);
@@ -181,11 +172,13 @@ impl Driver {
                     Err(e) => panic!("copied set: {e}"),
                 }
             }
-            13..=15 => match kv.delete(media, &key) {
-                Ok(existed) => assert_eq!(existed, self.model.map.remove(&key).is_some(), "delete's answer"),
-                Err(StageError::BatchFull { .. }) => {}
-                Err(e) => panic!("delete: {e}"),
-            },
+            13..=15 => {
+                match kv.delete(media, &key) {
+                    Ok(existed) => assert_eq!(existed, self.model.map.remove(&key).is_some(), "delete's answer"),
+                    Err(StageError::BatchFull { .. }) => {}
+                    Err(e) => panic!("delete: {e}"),
+                }
+            }
             16 if self.below(8) == 0 => {
                 if kv.clear(media).is_ok() {
                     self.model.map.clear();

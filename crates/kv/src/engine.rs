@@ -39,11 +39,11 @@ use pmwire_pool::{Pool, PoolConfig, DEFAULT_BUF_SIZE};
 mod checkpoint;
 
 use crate::error::{CheckpointError, CommitError, CreateError, LogError, OpenError, StageError};
-use crate::index::Index;
 use crate::record::{
     decode_user_log, decode_wal, encode_clear, encode_delete, encode_set, encode_txn, encode_user_entry, extent_words,
     TreeValue, WalOp, MAX_ENTRY_EXTENTS, MAX_TXN_WORDS, MAX_VALUE_EXTENTS, TAG_TREE, TAG_USER_LOG, TAG_WAL, TXN_WORDS,
 };
+use crate::index::Index;
 use crate::small::{Extents, Key};
 
 /// Sizes of a new engine.
@@ -100,9 +100,7 @@ impl KvConfig {
     /// [`ExtentLog::required_size`] is asked for them.
     fn check(&self) -> Result<(), CreateError> {
         if self.buf_size < 512 || self.wal_slots < 64 || self.log_slots < 16 || self.tree_nodes < 16 {
-            return Err(CreateError::BadConfig(format!(
-                "{self:?}: need buffers ≥ 512 B, WAL ≥ 64, log ≥ 16, tree ≥ 16"
-            )));
+            return Err(CreateError::BadConfig(format!("{self:?}: need buffers ≥ 512 B, WAL ≥ 64, log ≥ 16, tree ≥ 16")));
         }
         if self.wal_slots > MAX_CAPACITY_EXTENTS || self.log_slots > MAX_CAPACITY_EXTENTS {
             return Err(CreateError::BadConfig(format!("{self:?}: WAL and log need at most 2^60 slots")));
@@ -335,8 +333,7 @@ impl Engine {
     pub fn open_with_faults<M: Media>(media: &mut M, base: u64, faults: Faults) -> Result<Engine, OpenError> {
         let pool = Pool::open(media, base)?;
         let section = |tag| pool.section(tag).ok_or(OpenError::MissingSection { tag });
-        let (wal_at, log_at, tree_at) =
-            (section(TAG_WAL)?.offset, section(TAG_USER_LOG)?.offset, section(TAG_TREE)?.offset);
+        let (wal_at, log_at, tree_at) = (section(TAG_WAL)?.offset, section(TAG_USER_LOG)?.offset, section(TAG_TREE)?.offset);
         let tree = BTree::open(media, tree_at)?;
         let wal = ExtentLog::open(media, wal_at).map_err(|error| OpenError::Log { which: "KV WAL", error })?;
         let user_log = ExtentLog::open(media, log_at).map_err(|error| OpenError::Log { which: "user log", error })?;
@@ -543,13 +540,7 @@ impl Engine {
     /// Stages `key → (kind, value)` where the value's bytes already sit in
     /// pool buffers the caller holds (zero-copy): the engine takes its own
     /// reference on each extent's buffer and flushes its lines (no drain).
-    pub fn set_extents<M: Media>(
-        &mut self,
-        media: &mut M,
-        key: &[u8],
-        kind: u8,
-        value: &[Extent],
-    ) -> Result<(), StageError> {
+    pub fn set_extents<M: Media>(&mut self, media: &mut M, key: &[u8], kind: u8, value: &[Extent]) -> Result<(), StageError> {
         self.check_set(key, value.len())?;
         for &extent in value {
             self.pool.check_live_extent(extent)?;
@@ -748,10 +739,8 @@ impl Engine {
                 encode_txn(self.staged_words, &mut words);
             }
             self.staged.iter().for_each(|s| s.record.encode(&mut words));
-            assert_eq!(
-                words.len(),
-                self.staged_words + if transaction && !self.faults.txn_unmarked { TXN_WORDS } else { 0 }
-            );
+            let header = if transaction && !self.faults.txn_unmarked { TXN_WORDS } else { 0 };
+            assert_eq!(words.len(), self.staged_words + header, "staged words");
             // The groups in order, each drained before the next: the
             // transaction is committed when its last group is durable.
             for group in words.chunks(self.group_words) {
@@ -918,11 +907,7 @@ impl Engine {
             count(Extent { buf_idx, offset: 0, len: 0 });
         }
         if index != self.index {
-            return Err(format!(
-                "index ({} keys) differs from tree + WAL replay ({} keys)",
-                self.index.len(),
-                index.len()
-            ));
+            return Err(format!("index ({} keys) differs from tree + WAL replay ({} keys)", self.index.len(), index.len()));
         }
         for (buf_idx, &want) in expected.iter().enumerate() {
             let have = self.pool.refcount(buf_idx as u32);
