@@ -81,6 +81,10 @@ pub(crate) struct BatchState {
     /// A staging call found the batch full: the current command must be undone and run
     /// again after a commit (the service does it, at the command's boundary).
     pub batch_full: bool,
+    /// A staging call of the current command was refused (pool full, too long): the service
+    /// undoes what the command staged before it, so that its error reply means "nothing of
+    /// it stored" (inside EXEC the command's own staging stays, as its siblings' do).
+    pub refused: bool,
     /// The batch entry being executed, and how many of its requests came before the
     /// current one.
     pub entry: usize,
@@ -188,8 +192,10 @@ impl EngineKeyspace<'_> {
             return Err(self.too_large());
         }
         let result = op(self.engine, self.region);
-        if let Err(StageError::BatchFull { .. }) = result {
-            self.state.batch_full = true;
+        match result {
+            Err(StageError::BatchFull { .. }) => self.state.batch_full = true,
+            Err(_) => self.state.refused = true,
+            Ok(_) => {}
         }
         match result {
             Ok(value) => {
@@ -231,7 +237,7 @@ impl EngineKeyspace<'_> {
         if len as u64 > limits.max_value_bytes {
             return Err(StoreError::ValueTooLong { len: len as u64, max: limits.max_value_bytes });
         }
-        self.check_room()?;
+        self.check_room().inspect_err(|_| self.state.refused = true)?;
         let max_extents = self.engine.max_value_extents();
         match extents {
             Some(extents) if self.zero_copy && extents.len() <= max_extents => {

@@ -218,10 +218,11 @@ impl KvService {
                     continue;
                 }
                 let request = parsed.request(&bytes, c);
-                let (savepoint, mark) = (ks.engine.savepoint(), sink.out.mark());
+                let (mut savepoint, mark) = (ks.engine.savepoint(), sink.out.mark());
                 // An EXEC consumes the session's transaction: kept to run it again.
-                let before =
-                    (session.in_multi() && request.arg(0).eq_ignore_ascii_case(b"exec")).then(|| session.clone());
+                let exec = request.arg(0).eq_ignore_ascii_case(b"exec");
+                let before = (exec && session.in_multi()).then(|| session.clone());
+                ks.state.refused = false;
                 let mut flow = resp.execute(session, &mut ks, &request, &mut sink);
                 if std::mem::take(&mut ks.state.batch_full) {
                     // The command outgrew the batch: undo it, commit what came before, run it
@@ -234,7 +235,8 @@ impl KvService {
                     if let Some(before) = before {
                         *session = before;
                     }
-                    let savepoint = ks.engine.savepoint();
+                    savepoint = ks.engine.savepoint();
+                    ks.state.refused = false;
                     flow = resp.execute(session, &mut ks, &request, &mut sink);
                     if std::mem::take(&mut ks.state.batch_full) {
                         // Larger than the WAL on its own: refused whole, nothing of it kept
@@ -244,6 +246,10 @@ impl KvService {
                         let refusal = format!("-{}\r\n", ks.too_large());
                         sink.out.push_bytes(refusal.as_bytes());
                     }
+                }
+                if std::mem::take(&mut ks.state.refused) && !exec {
+                    // A command refused part-way (its error reply written): nothing of it kept.
+                    ks.engine.rollback_to(savepoint);
                 }
                 if flow == Flow::Close {
                     st.close = true;
@@ -709,5 +715,29 @@ mod tests {
             assert_eq!(stored(format!("t{}-{}", queued - 1, (tx - 1) % 2_000)), fail.is_none());
             store.engine().check(store.region()).unwrap();
         }
+    }
+
+    /// A command refused part-way (the pool runs out in the middle of an MSET's copies) keeps
+    /// nothing: its error reply means nothing of it was stored; the connection goes on.
+    #[test]
+    fn a_command_refused_part_way_keeps_nothing() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let (mut store, _) = Store::open(&dir.path().join("pool"), 16 << 20, Mode::Copy).unwrap();
+        let mut service = KvService::new(0);
+        let value = vec![7u8; 120 << 10];
+        let mut args = vec![b"MSET".to_vec()];
+        (0..200).for_each(|k| args.extend([format!("k{k}").into_bytes(), value.clone()]));
+        let mut stream = Vec::new();
+        resp(&args, &mut stream);
+        resp(&[b"SET".to_vec(), b"after".to_vec(), b"1".to_vec()], &mut stream);
+        let segments = [Segment { buf: 0, offset: 0, bytes: &stream }];
+        let conn = ConnId { slot: 0, generation: 0 };
+        let input = Input { conn, listener: RESP_LISTENER, peer_loopback: true, segments: &segments, peer_closed: false };
+        let replies = drive(&mut service, &mut store, &[input]);
+        let text = String::from_utf8(replies[0].output.to_vec(&store)).unwrap();
+        assert_eq!(text, "-OOM command not allowed: the persistent pool is full\r\n+OK\r\n");
+        assert!(store.engine().get(b"k0").is_none(), "nothing of the refused MSET");
+        assert!(store.engine().get(b"after").is_some());
+        store.engine().check(store.region()).unwrap();
     }
 }
