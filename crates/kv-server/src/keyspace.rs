@@ -25,7 +25,7 @@ use std::ops::Bound;
 use std::rc::Rc;
 
 use pmwire_btree::MAX_KEY_BYTES;
-use pmwire_kv::{Engine, StageError};
+use pmwire_kv::{Engine, Savepoint, StageError};
 use pmwire_log::Extent;
 use pmwire_netio::{Output, OutputMark};
 use pmwire_resp::keyspace::{Keyspace, Kind, StoreError, StoreLimits, Stored, ValueSource};
@@ -81,10 +81,10 @@ pub(crate) struct BatchState {
     /// A staging call found the batch full: the current command must be undone and run
     /// again after a commit (the service does it, at the command's boundary).
     pub batch_full: bool,
-    /// A staging call of the current command was refused (pool full, too long): the service
-    /// undoes what the command staged before it, so that its error reply means "nothing of
-    /// it stored" (inside EXEC the command's own staging stays, as its siblings' do).
-    pub refused: bool,
+    /// Where the command being executed began staging: a command that fails is rolled back
+    /// to it (`Keyspace::abort_command`), so its error reply means nothing of it was stored;
+    /// inside EXEC only that command is, its siblings keep their writes (as in Redis).
+    pub command_start: Option<Savepoint>,
     /// The batch entry being executed, and how many of its requests came before the
     /// current one.
     pub entry: usize,
@@ -192,10 +192,8 @@ impl EngineKeyspace<'_> {
             return Err(self.too_large());
         }
         let result = op(self.engine, self.region);
-        match result {
-            Err(StageError::BatchFull { .. }) => self.state.batch_full = true,
-            Err(_) => self.state.refused = true,
-            Ok(_) => {}
+        if let Err(StageError::BatchFull { .. }) = result {
+            self.state.batch_full = true;
         }
         match result {
             Ok(value) => {
@@ -237,7 +235,7 @@ impl EngineKeyspace<'_> {
         if len as u64 > limits.max_value_bytes {
             return Err(StoreError::ValueTooLong { len: len as u64, max: limits.max_value_bytes });
         }
-        self.check_room().inspect_err(|_| self.state.refused = true)?;
+        self.check_room()?;
         let max_extents = self.engine.max_value_extents();
         match extents {
             Some(extents) if self.zero_copy && extents.len() <= max_extents => {
@@ -333,6 +331,16 @@ impl Keyspace for EngineKeyspace<'_> {
 
     fn clear(&mut self) -> Result<(), StoreError> {
         self.stage(|engine, region| engine.clear(region))
+    }
+
+    fn begin_command(&mut self) {
+        self.state.command_start = Some(self.engine.savepoint());
+    }
+
+    fn abort_command(&mut self) {
+        if let Some(start) = self.state.command_start.take() {
+            self.engine.rollback_to(start);
+        }
     }
 
     fn limits(&self) -> StoreLimits {

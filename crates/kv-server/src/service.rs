@@ -218,11 +218,10 @@ impl KvService {
                     continue;
                 }
                 let request = parsed.request(&bytes, c);
-                let (mut savepoint, mark) = (ks.engine.savepoint(), sink.out.mark());
+                let (savepoint, mark) = (ks.engine.savepoint(), sink.out.mark());
                 // An EXEC consumes the session's transaction: kept to run it again.
                 let exec = request.arg(0).eq_ignore_ascii_case(b"exec");
                 let before = (exec && session.in_multi()).then(|| session.clone());
-                ks.state.refused = false;
                 let mut flow = resp.execute(session, &mut ks, &request, &mut sink);
                 if std::mem::take(&mut ks.state.batch_full) {
                     // The command outgrew the batch: undo it, commit what came before, run it
@@ -235,8 +234,7 @@ impl KvService {
                     if let Some(before) = before {
                         *session = before;
                     }
-                    savepoint = ks.engine.savepoint();
-                    ks.state.refused = false;
+                    let savepoint = ks.engine.savepoint();
                     flow = resp.execute(session, &mut ks, &request, &mut sink);
                     if std::mem::take(&mut ks.state.batch_full) {
                         // Larger than the WAL on its own: refused whole, nothing of it kept
@@ -246,10 +244,6 @@ impl KvService {
                         let refusal = format!("-{}\r\n", ks.too_large());
                         sink.out.push_bytes(refusal.as_bytes());
                     }
-                }
-                if std::mem::take(&mut ks.state.refused) && !exec {
-                    // A command refused part-way (its error reply written): nothing of it kept.
-                    ks.engine.rollback_to(savepoint);
                 }
                 if flow == Flow::Close {
                     st.close = true;
@@ -738,6 +732,23 @@ mod tests {
         assert_eq!(text, "-OOM command not allowed: the persistent pool is full\r\n+OK\r\n");
         assert!(store.engine().get(b"k0").is_none(), "nothing of the refused MSET");
         assert!(store.engine().get(b"after").is_some());
+        store.engine().check(store.region()).unwrap();
+        // Inside EXEC: that command answers the error and keeps nothing, the others run.
+        let mut stream = Vec::new();
+        resp(&[b"MULTI".to_vec()], &mut stream);
+        resp(&[b"SET".to_vec(), b"x".to_vec(), b"1".to_vec()], &mut stream);
+        resp(&args, &mut stream);
+        resp(&[b"SET".to_vec(), b"y".to_vec(), b"2".to_vec()], &mut stream);
+        resp(&[b"EXEC".to_vec()], &mut stream);
+        let segments = [Segment { buf: 0, offset: 0, bytes: &stream }];
+        let input = Input { conn, listener: RESP_LISTENER, peer_loopback: true, segments: &segments, peer_closed: false };
+        let replies = drive(&mut service, &mut store, &[input]);
+        let text = String::from_utf8(replies[0].output.to_vec(&store)).unwrap();
+        let queued = "+QUEUED\r\n".repeat(3);
+        let exec = "*3\r\n+OK\r\n-OOM command not allowed: the persistent pool is full\r\n+OK\r\n";
+        assert_eq!(text, format!("+OK\r\n{queued}{exec}"));
+        assert!(store.engine().get(b"k0").is_none(), "nothing of the refused MSET");
+        assert!(store.engine().get(b"x").is_some() && store.engine().get(b"y").is_some());
         store.engine().check(store.region()).unwrap();
     }
 }

@@ -201,6 +201,13 @@ pub trait Keyspace {
     fn limits(&self) -> StoreLimits {
         StoreLimits::default()
     }
+    /// A command begins: what it writes from now on can be undone by
+    /// [`Keyspace::abort_command`] (a keyspace whose writes cannot fail
+    /// part-way needs neither).
+    fn begin_command(&mut self) {}
+    /// The command began last failed: undo every write it made, so that its
+    /// error reply means nothing of it was stored.
+    fn abort_command(&mut self) {}
 }
 
 /// An in-memory keyspace. Values are `Arc<[u8]>`, so a handle outlives an

@@ -585,6 +585,7 @@ impl Server {
         S: ReplySink<K::Value> + ?Sized,
     {
         let protocol = session.protocol;
+        ks.begin_command();
         let result = if self.watches.is_empty() {
             let mut ctx = Ctx { server: self, session, ks, req, out: Out::new(sink, protocol) };
             run(spec.name, &mut ctx).map_err(|fail| ctx.out.error(fail.text().as_bytes()))
@@ -609,7 +610,12 @@ impl Server {
         };
         match result {
             Ok(()) if spec.name == "quit" => Flow::Close,
-            _ => Flow::Continue,
+            Ok(()) => Flow::Continue,
+            Err(()) => {
+                // A failed command stored nothing (a write may have failed part-way).
+                ks.abort_command();
+                Flow::Continue
+            }
         }
     }
 

@@ -142,6 +142,14 @@ impl<K: Keyspace> Keyspace for Tracked<'_, K> {
     fn limits(&self) -> StoreLimits {
         self.inner.limits()
     }
+
+    fn begin_command(&mut self) {
+        self.inner.begin_command()
+    }
+
+    fn abort_command(&mut self) {
+        self.inner.abort_command()
+    }
 }
 
 /// Whether a command runs at once inside MULTI rather than being queued.
