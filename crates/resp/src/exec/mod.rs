@@ -161,6 +161,8 @@ pub struct Server {
     cursors: Cursors,
     rng: SplitMix64,
     watches: multi::Watches,
+    /// Bytes of queued commands one transaction may hold.
+    max_queued_bytes: usize,
 }
 
 /// Why a command failed; written as its error reply.
@@ -455,6 +457,7 @@ impl Server {
             cursors: Cursors::default(),
             rng,
             watches,
+            max_queued_bytes: MAX_QUEUED_BYTES,
         }
     }
 

@@ -158,6 +158,13 @@ pub(crate) fn runs_inside_multi(name: &str) -> bool {
 }
 
 impl Server {
+    /// Sets the bytes of queued commands one transaction may hold (default
+    /// [`MAX_QUEUED_BYTES`]; tests set less).
+    pub fn set_max_queued_bytes(&mut self, bytes: usize) {
+        assert!(bytes > 0, "a transaction queue of 0 bytes");
+        self.max_queued_bytes = bytes;
+    }
+
     /// `key` changed outside a command's own writes (expiry, eviction):
     /// every session watching it will see its EXEC fail.
     pub fn key_changed(&mut self, key: &[u8]) {
@@ -169,9 +176,10 @@ impl Server {
     pub(crate) fn queue(&mut self, session: &mut Session, args: &[&[u8]]) -> Result<(), String> {
         let multi = session.multi.as_mut().expect("queue inside MULTI");
         let size: usize = args.iter().map(|a| a.len() + 32).sum::<usize>() + 16;
-        if multi.queued.len() + size > MAX_QUEUED_BYTES {
+        let max = self.max_queued_bytes;
+        if multi.queued.len() + size > max {
             multi.failed = true;
-            return Err(format!("ERR transaction queue is full ({MAX_QUEUED_BYTES} bytes of queued commands at most)"));
+            return Err(format!("ERR transaction queue is full ({max} bytes of queued commands at most)"));
         }
         crate::client::encode_request(args, &mut multi.queued);
         multi.commands += 1;
@@ -217,6 +225,51 @@ pub(crate) fn unwatch<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exec::ServerConfig;
+    use crate::keyspace::MemKeyspace;
+    use crate::request::{Limits, Parsed};
+
+    /// Runs inline commands on `session` and returns the replies.
+    fn run(server: &mut Server, session: &mut Session, ks: &mut MemKeyspace, input: &str) -> String {
+        let input = format!("{input}\r\n");
+        let segs: [&[u8]; 1] = [input.as_bytes()];
+        let mut p = Parsed::new(Limits::default());
+        let s = p.parse(&segs);
+        let mut out: Vec<u8> = Vec::new();
+        for i in 0..s.commands {
+            server.execute(session, ks, &p.request(&segs, i), &mut out);
+        }
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn a_full_queue_refuses_the_command_and_aborts_the_transaction() {
+        let mut server = Server::new(ServerConfig::default());
+        server.set_max_queued_bytes(150);
+        let (mut session, mut ks) = (server.open_session(), MemKeyspace::new());
+        let full = "-ERR transaction queue is full (150 bytes of queued commands at most)\r\n";
+        let abort = "-EXECABORT Transaction discarded because of previous errors.\r\n";
+        let got =
+            run(&mut server, &mut session, &mut ks, "MULTI\r\nSET a 1\r\nSET b 2222222222222222222222222222\r\nEXEC");
+        assert_eq!(got, format!("+OK\r\n+QUEUED\r\n{full}{abort}"));
+        assert_eq!(
+            run(&mut server, &mut session, &mut ks, "EXISTS a b\r\nMULTI\r\nSET a 1\r\nEXEC"),
+            ":0\r\n+OK\r\n+QUEUED\r\n*1\r\n+OK\r\n"
+        );
+    }
+
+    #[test]
+    fn key_changed_makes_watchers_exec_fail_and_closing_forgets_watches() {
+        let mut server = Server::new(ServerConfig::default());
+        let (mut session, mut ks) = (server.open_session(), MemKeyspace::new());
+        assert_eq!(run(&mut server, &mut session, &mut ks, "WATCH k\r\nMULTI\r\nSET k 1"), "+OK\r\n+OK\r\n+QUEUED\r\n");
+        server.key_changed(b"k");
+        assert_eq!(run(&mut server, &mut session, &mut ks, "EXEC\r\nEXISTS k"), "*-1\r\n:0\r\n");
+        run(&mut server, &mut session, &mut ks, "WATCH k");
+        assert!(!server.watches.is_empty());
+        server.close_session(session);
+        assert!(server.watches.is_empty(), "a closed connection's watches are gone");
+    }
 
     #[test]
     fn watches_mirror_and_forget() {
