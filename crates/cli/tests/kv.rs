@@ -20,6 +20,8 @@ fn kill_dash_nine_loses_no_acknowledged_write() {
     assert!(report.acknowledged > 0, "the load ran before the kills");
     assert!(report.expiring_acknowledged > 0, "expiring writes were acknowledged");
     assert!(report.keys_checked > 0);
+    assert_eq!(report.half_applied, 0);
+    assert!(report.transactions > 0, "EXECs ran before the kills");
 }
 
 #[test]

@@ -11,6 +11,12 @@
 //! key must read as absent, whether the write was acknowledged or only sent; a served value
 //! of such a write is *expired served* (must be 0).
 //!
+//! Transactions: some RESP bursts are one `MULTI`, a `SET` of every key of a *transaction
+//! group* (6 keys with values of up to 70 KB, or 400 keys of small values: over a WAL group's
+//! 1024 words) to the same generated value, `EXEC`. Besides each key's own check, every key
+//! of a group must hold the same write after a restart: a group whose keys differ is an EXEC
+//! *half-applied* (must be 0).
+//!
 //! Model: per key, the last acknowledged write (or what the previous verification found) and
 //! the writes sent after it that were not acknowledged (they may or may not have committed).
 //! After a restart a key must hold the acknowledged value or one of those later writes'
@@ -37,6 +43,17 @@ const POOL_SIZE: &str = "96M";
 const KEYS: u64 = 64;
 /// Most requests in one pipelined burst.
 const MAX_BURST: usize = 32;
+/// Transaction groups (the first `NARROW_GROUPS` of `NARROW_KEYS` keys, the rest of `WIDE_KEYS`).
+const TX_GROUPS: u64 = 8;
+const NARROW_GROUPS: u64 = 6;
+const NARROW_KEYS: u64 = 6;
+const WIDE_KEYS: u64 = 400;
+
+/// The key ids of transaction group `g` (after the plain keys' ids).
+fn group_ids(g: u64) -> std::ops::Range<u64> {
+    let first = KEYS + g * WIDE_KEYS;
+    first..first + if g < NARROW_GROUPS { NARROW_KEYS } else { WIDE_KEYS }
+}
 
 /// How a campaign runs.
 #[derive(Clone, Debug)]
@@ -70,6 +87,10 @@ pub struct CrashReport {
     pub expiring_acknowledged: u64,
     /// Of `lost`: keys that served the value of an expiring write after a restart.
     pub expired_served: u64,
+    /// EXECs acknowledged over all runs.
+    pub transactions: u64,
+    /// Transaction groups found half-applied after a restart: must be 0.
+    pub half_applied: u64,
 }
 
 /// One write to a key.
@@ -101,6 +122,7 @@ struct Model {
     acknowledged: u64,
     expiring_acknowledged: u64,
     error_replies: u64,
+    transactions: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -195,6 +217,10 @@ fn campaign(options: &CrashOptions, dir: &Path, planted: bool) -> Result<CrashRe
     report.acknowledged = acknowledged(&models);
     report.error_replies = models.iter().map(|m| m.error_replies).sum();
     report.expiring_acknowledged = models.iter().map(|m| m.expiring_acknowledged).sum();
+    report.transactions = models.iter().map(|m| m.transactions).sum();
+    if report.half_applied > 0 {
+        bail!("{} EXECs half-applied (seed {})", report.half_applied, options.seed);
+    }
     if report.lost > 0 {
         bail!(
             "{} acknowledged writes lost ({} torn, {} expired served) (seed {})",
@@ -224,6 +250,12 @@ fn load(front: Front, addr: SocketAddr, mut model: Model, seed: u64, deadline: I
     while Instant::now() < deadline {
         burst.clear();
         out.clear();
+        if front == Front::Resp && rng.gen_bool(0.15) {
+            if !transaction(conn, &mut model, &mut rng, &mut out) {
+                break;
+            }
+            continue;
+        }
         for _ in 0..rng.gen_range(1..=MAX_BURST) {
             let (i, write) = (rng.gen_range(0..KEYS), random_write(&mut rng, front));
             let seq = model.next_seq;
@@ -250,6 +282,52 @@ fn load(front: Front, addr: SocketAddr, mut model: Model, seed: u64, deadline: I
         }
     }
     model
+}
+
+/// One MULTI, SET of every key of a random group to one value, EXEC; false if the
+/// connection failed (the kill).
+fn transaction(conn: &mut Conn, model: &mut Model, rng: &mut StdRng, out: &mut Vec<u8>) -> bool {
+    let Conn::Resp(c) = conn else { unreachable!("transactions go over RESP") };
+    let g = rng.gen_range(0..TX_GROUPS);
+    let len = if g < NARROW_GROUPS { rng.gen_range(1..=70_000) } else { rng.gen_range(1..=100) };
+    let seed = rng.gen();
+    let write = Write::Set { seed, len };
+    let seq = model.next_seq;
+    model.next_seq += 1;
+    RespClient::encode(&["MULTI"], out);
+    for i in group_ids(g) {
+        model.keys.entry(i).or_default().pending.push((seq, write));
+        let key = Front::Resp.key(i);
+        RespClient::encode(&[&b"SET"[..], key.as_bytes(), &value_bytes(&key, seed, len)], out);
+    }
+    RespClient::encode(&["EXEC"], out);
+    if c.write_raw(out).is_err() {
+        return false;
+    }
+    use pmwire_resp::client::Value;
+    let ok = Value::Simple(b"OK".to_vec());
+    let mut expected = vec![ok.clone()];
+    expected.extend(group_ids(g).map(|_| Value::Simple(b"QUEUED".to_vec())));
+    expected.push(Value::Array(group_ids(g).map(|_| ok.clone()).collect()));
+    let mut all_ok = true;
+    for want in &expected {
+        match c.read_reply() {
+            Ok(got) => all_ok &= got == *want,
+            Err(_) => return false,
+        }
+    }
+    if !all_ok {
+        model.error_replies += 1;
+        return true;
+    }
+    for i in group_ids(g) {
+        let state = model.keys.get_mut(&i).expect("sent");
+        state.durable = Some(write);
+        state.pending.retain(|&(s, _)| s > seq);
+    }
+    model.acknowledged += group_ids(g).count() as u64;
+    model.transactions += 1;
+    true
 }
 
 enum Conn {
@@ -334,6 +412,16 @@ fn verify(ready: &ReadyFile, front: Front, model: &mut Model, report: &mut Crash
     }
     if !problems.is_empty() {
         bail!("{} keys wrong after restart: {}", problems.len(), problems.join("; "));
+    }
+    if front == Front::Resp {
+        for g in 0..TX_GROUPS {
+            let states: Vec<Option<Write>> =
+                group_ids(g).filter_map(|i| model.keys.get(&i).map(|s| s.durable)).collect();
+            if states.windows(2).any(|w| w[0] != w[1]) {
+                report.half_applied += 1;
+                bail!("transaction group {g} half-applied after restart: {states:?}");
+            }
+        }
     }
     Ok(())
 }

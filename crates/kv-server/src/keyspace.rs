@@ -8,13 +8,17 @@
 //! overwritten and `commit` checkpoints and frees the old value's buffers before the loop
 //! retains the output (resp's keyspace contract).
 //!
-//! Writes are staged in the engine; the service commits once per batch. If a command finds
-//! the batch full (`StageError::BatchFull`: one WAL group), the keyspace says so
+//! Writes are staged in the engine; the service commits once per batch, failure-atomically
+//! whatever its size (the engine commits a batch larger than one WAL group as a transaction
+//! over several). If a command finds the batch full (`StageError::BatchFull`: the WAL's
+//! room for one commit), the keyspace says so
 //! ([`BatchState::batch_full`]) and the service undoes that command's staging, commits the
 //! commands before it (an early commit, at a command boundary: no command is ever split
 //! across two commits) and runs it again in the fresh batch. A failed commit marks the batch
 //! failed: nothing more is executed and every command after the last early commit is
-//! answered with the error (those before it are durable and keep their replies).
+//! answered with the error (those before it are durable and keep their replies). A command
+//! (or EXEC) that finds a fresh batch full too is larger than the WAL: it is refused whole
+//! with `-OOM` naming that limit, nothing of it kept.
 //!
 //! Expiry: the engine stores each key's deadline with its record; the keyspace compares it
 //! with `now_ms` (the service's clock, read once per batch). An expired key is invisible:
@@ -26,7 +30,7 @@ use std::ops::Bound;
 use std::rc::Rc;
 
 use pmwire_btree::MAX_KEY_BYTES;
-use pmwire_kv::{Engine, StageError};
+use pmwire_kv::{Engine, Savepoint, StageError};
 use pmwire_log::Extent;
 use pmwire_netio::{Output, OutputMark};
 use pmwire_resp::keyspace::{Expiry, Keyspace, Kind, StoreError, StoreLimits, Stored, ValueSource};
@@ -77,11 +81,15 @@ pub(crate) struct BatchState {
     pub held: Vec<u32>,
     /// Something was staged since the last commit.
     pub wrote: bool,
-    /// Commits made inside the batch because it outgrew one WAL group.
+    /// Commits made inside the batch because it outgrew the WAL's room.
     pub early_commits: u64,
     /// A staging call found the batch full: the current command must be undone and run
     /// again after a commit (the service does it, at the command's boundary).
     pub batch_full: bool,
+    /// Where the command being executed began staging: a command that fails is rolled back
+    /// to it (`Keyspace::abort_command`), so its error reply means nothing of it was stored;
+    /// inside EXEC only that command is, its siblings keep their writes (as in Redis).
+    pub command_start: Option<Savepoint>,
     /// The batch entry being executed, and how many of its requests came before the
     /// current one.
     pub entry: usize,
@@ -199,8 +207,11 @@ impl EngineKeyspace<'_> {
         &mut self,
         mut op: impl FnMut(&mut Engine, &mut Region) -> Result<T, StageError>,
     ) -> Result<T, StoreError> {
-        if self.state.failed.is_some() || self.state.batch_full {
-            return Err(StoreError::Full);
+        if let Some(why) = &self.state.failed {
+            return Err(StoreError::NotPersisted(why.clone()));
+        }
+        if self.state.batch_full {
+            return Err(self.too_large());
         }
         let result = op(self.engine, self.region);
         if let Err(StageError::BatchFull { .. }) = result {
@@ -214,10 +225,18 @@ impl EngineKeyspace<'_> {
             Err(StageError::KeyTooLong { len, max }) => {
                 Err(StoreError::KeyTooLong { len: len as u64, max: max as u64 })
             }
-            Err(StageError::ValueTooLong { .. }) => Err(StoreError::Full),
-            Err(StageError::BatchFull { .. } | StageError::PoolFull) => Err(StoreError::Full),
+            Err(StageError::ValueTooLong { extents, max }) => {
+                Err(StoreError::TooManyExtents { extents: extents as u64, max: max as u64 })
+            }
+            Err(StageError::BatchFull { .. }) => Err(self.too_large()),
+            Err(StageError::PoolFull) => Err(StoreError::PoolFull),
             Err(StageError::Extent(e)) => panic!("a received extent is not live in the pool: {e}"),
         }
+    }
+
+    /// The refusal of a command larger than one commit.
+    pub fn too_large(&self) -> StoreError {
+        StoreError::TooLargeToCommit { max: self.engine.max_batch_words() as u64 }
     }
 
     /// Stores a value of `len` bytes found at `extents` (zero-copy when allowed and the value
@@ -261,7 +280,7 @@ impl EngineKeyspace<'_> {
         }
         let _ = self.engine.checkpoint(self.region); // on failure the WAL keeps every record
         if self.engine.pool().free_count() < self.reserve {
-            return Err(StoreError::Full);
+            return Err(StoreError::PoolFull);
         }
         Ok(())
     }
@@ -366,6 +385,16 @@ impl Keyspace for EngineKeyspace<'_> {
 
     fn clear(&mut self) -> Result<(), StoreError> {
         self.stage(|engine, region| engine.clear(region))
+    }
+
+    fn begin_command(&mut self) {
+        self.state.command_start = Some(self.engine.savepoint());
+    }
+
+    fn abort_command(&mut self) {
+        if let Some(start) = self.state.command_start.take() {
+            self.engine.rollback_to(start);
+        }
     }
 
     fn limits(&self) -> StoreLimits {

@@ -269,6 +269,9 @@ impl KvService {
                 }
                 let request = parsed.request(&bytes, c);
                 let (savepoint, mark) = (ks.engine.savepoint(), sink.out.mark());
+                // An EXEC consumes the session's transaction: kept to run it again.
+                let exec = request.arg(0).eq_ignore_ascii_case(b"exec");
+                let before = (exec && session.in_multi()).then(|| session.clone());
                 let mut flow = resp.execute(session, &mut ks, &request, &mut sink);
                 if std::mem::take(&mut ks.state.batch_full) {
                     // The command outgrew the batch: undo it, commit what came before, run it
@@ -278,12 +281,18 @@ impl KvService {
                     if ks.state.commit_early(ks.engine, ks.region, mark).is_err() {
                         continue;
                     }
+                    if let Some(before) = before {
+                        *session = before;
+                    }
                     let savepoint = ks.engine.savepoint();
                     flow = resp.execute(session, &mut ks, &request, &mut sink);
                     if std::mem::take(&mut ks.state.batch_full) {
-                        // Larger than a batch on its own: refused (its error reply stands),
-                        // nothing of it kept.
+                        // Larger than the WAL on its own: refused whole, nothing of it kept
+                        // (an EXEC's replies to its other commands would not be true).
                         ks.engine.rollback_to(savepoint);
+                        sink.out.truncate(mark);
+                        let refusal = format!("-{}\r\n", ks.too_large());
+                        sink.out.push_bytes(refusal.as_bytes());
                     }
                 }
                 if flow == Flow::Close {
@@ -476,7 +485,9 @@ impl HttpCtx<'_, '_, '_> {
 
     fn store_error(&mut self, keep: bool, error: &StoreError) {
         let status = match error {
-            StoreError::Full => 507,
+            StoreError::Full | StoreError::PoolFull | StoreError::TooLargeToCommit { .. } => 507,
+            StoreError::TooManyExtents { .. } => 413,
+            StoreError::NotPersisted(_) => 503,
             StoreError::KeyTooLong { .. } => 414,
             StoreError::ValueTooLong { .. } => 413,
         };
@@ -494,15 +505,15 @@ impl HttpCtx<'_, '_, '_> {
             return Ok(*self.no_persist_lsn - 1);
         }
         let ks = &mut *self.ks;
-        if ks.state.failed.is_some() {
-            return Err(StoreError::Full);
+        if let Some(why) = &ks.state.failed {
+            return Err(StoreError::NotPersisted(why.clone()));
         }
         // This request has written no reply yet: an early commit here ends the durable
         // prefix just before it.
         let mark = self.out.mark();
         if ks.check_room().is_err() {
             // Log entries hold pool buffers too: commit, then drop the oldest half.
-            ks.state.commit_early(ks.engine, ks.region, mark).map_err(|()| StoreError::Full)?;
+            ks.state.commit_early(ks.engine, ks.region, mark).map_err(|()| not_persisted(&ks.state))?;
             truncate_older_half(ks);
             ks.check_room()?;
         }
@@ -520,15 +531,20 @@ impl HttpCtx<'_, '_, '_> {
                     return Ok(lsn);
                 }
                 Err(LogError::Full { .. }) if attempt == 0 => {
-                    ks.state.commit_early(ks.engine, ks.region, mark).map_err(|()| StoreError::Full)?;
+                    ks.state.commit_early(ks.engine, ks.region, mark).map_err(|()| not_persisted(&ks.state))?;
                 }
                 Err(LogError::Full { .. }) if attempt == 1 => truncate_older_half(ks),
                 Err(LogError::Extent(e)) => panic!("a received extent is not live in the pool: {e}"),
-                Err(_) => return Err(StoreError::Full),
+                Err(_) => return Err(StoreError::PoolFull),
             }
         }
-        Err(StoreError::Full)
+        Err(StoreError::PoolFull)
     }
+}
+
+/// The refusal of a write whose batch could not be made durable.
+fn not_persisted(state: &BatchState) -> StoreError {
+    StoreError::NotPersisted(state.failed.clone().unwrap_or_else(|| "commit failed".into()))
 }
 
 impl Service<Store> for KvService {
@@ -685,22 +701,24 @@ mod tests {
     }
 
     /// The HTTP side of "a command is never split across two commits", driven without a
-    /// network so that one batch surely outgrows a WAL group: 8 connections × 16 POSTs of
-    /// 24 KiB values (about 15 WAL words each) is ~1900 words: an early commit, then the
-    /// batch's own. With the second made to fail, every POST answered 204 is stored and
+    /// network so that one batch surely outgrows what one commit holds (the whole WAL, 16 Ki
+    /// words in a 16 MB pool): 8 connections × 800 POSTs of 100 B values (3 WAL words each,
+    /// a few 4) is ~19,200 words: an early commit, then the batch's own. With the second
+    /// made to fail, every POST answered 204 is stored and
     /// every one answered 503 is not.
     #[test]
     fn http_posts_are_never_split_across_commits() {
         for fail in [None, Some(2)] {
             let dir = tempfile::tempdir_in("/dev/shm").unwrap();
-            let (mut store, _) = Store::open(&dir.path().join("pool"), 256 << 20, Mode::Copy).unwrap();
+            let (mut store, _) = Store::open(&dir.path().join("pool"), 16 << 20, Mode::Copy).unwrap();
+            assert!(8 * 800 * 3 > store.engine().max_batch_words(), "{}", store.engine().max_batch_words());
             let mut service = KvService::new(0);
             if let Some(nth) = fail {
                 service.fail_commit(nth);
             }
-            let value = |c: usize, r: usize| vec![(c * 16 + r) as u8; 24 << 10];
+            let value = |c: usize, r: usize| vec![(c * 16 + r) as u8; 100];
             let streams: Vec<Vec<u8>> =
-                (0..8).map(|c| (0..16).flat_map(|r| post(&format!("c{c}r{r}"), &value(c, r))).collect()).collect();
+                (0..8).map(|c| (0..800).flat_map(|r| post(&format!("c{c}r{r}"), &value(c, r))).collect()).collect();
             let segments: Vec<[Segment<'_>; 1]> =
                 streams.iter().map(|s| [Segment { buf: 0, offset: 0, bytes: s }]).collect();
             let inputs: Vec<Input<'_>> = segments
@@ -714,7 +732,7 @@ mod tests {
             for (c, reply) in replies.iter().enumerate() {
                 let text = String::from_utf8(reply.output.to_vec(&store)).unwrap();
                 let statuses: Vec<&str> = text.match_indices("HTTP/1.1 ").map(|(i, _)| &text[i + 9..i + 12]).collect();
-                assert_eq!(statuses.len(), 16, "{text}");
+                assert_eq!(statuses.len(), 800, "{}", &text[..text.len().min(300)]);
                 for (r, status) in statuses.into_iter().enumerate() {
                     let stored = store.engine().get(format!("c{c}r{r}").as_bytes()).is_some();
                     match status {
@@ -730,5 +748,106 @@ mod tests {
             assert_eq!(failed > 0, fail.is_some(), "{failed} POSTs failed");
             store.engine().check(store.region()).unwrap();
         }
+    }
+
+    fn resp(args: &[Vec<u8>], out: &mut Vec<u8>) {
+        pmwire_resp::client::encode_request(args, out);
+    }
+
+    /// An EXEC that nearly fills the WAL, after an MSET in the same batch: the batch outgrows
+    /// one commit, so the MSET is committed early and the EXEC run again (its transaction
+    /// restored) in a fresh batch; driven without a network so that it is one batch surely.
+    /// With the early commit failing, everything is answered with the error and nothing is
+    /// stored; with the last one failing, the MSET is stored and the EXEC wholly absent.
+    #[test]
+    fn an_exec_that_outgrows_the_batch_runs_again_after_an_early_commit() {
+        for fail in [None, Some(1), Some(2)] {
+            let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+            let (mut store, _) = Store::open(&dir.path().join("pool"), 64 << 20, Mode::Copy).unwrap();
+            let mut service = KvService::new(0);
+            if let Some(nth) = fail {
+                service.fail_commit(nth);
+            }
+            let max = store.engine().max_batch_words();
+            let (pre, tx) = (600, (max - 1000) / 3);
+            let mut stream = Vec::new();
+            let mset = |prefix: &str, n: usize| {
+                let mut args = vec![b"MSET".to_vec()];
+                (0..n).for_each(|k| args.extend([format!("{prefix}{k}").into_bytes(), b"v".to_vec()]));
+                args
+            };
+            resp(&mset("p", pre), &mut stream);
+            resp(&[b"MULTI".to_vec()], &mut stream);
+            let queued = tx.div_ceil(2_000);
+            for q in 0..queued {
+                resp(&mset(&format!("t{q}-"), 2_000.min(tx - q * 2_000)), &mut stream);
+            }
+            resp(&[b"EXEC".to_vec()], &mut stream);
+            let segments = [Segment { buf: 0, offset: 0, bytes: &stream }];
+            let conn = ConnId { slot: 0, generation: 0 };
+            let input =
+                Input { conn, listener: RESP_LISTENER, peer_loopback: true, segments: &segments, peer_closed: false };
+            let replies = drive(&mut service, &mut store, &[input]);
+            assert_eq!(service.stats().early_commits, 1, "{:?}", service.stats());
+            let text = replies[0].output.to_vec(&store);
+            let ok = format!("+OK\r\n+OK\r\n{}*{queued}\r\n{}", "+QUEUED\r\n".repeat(queued), "+OK\r\n".repeat(queued));
+            let error = "-ERR pmwire could not persist: injected commit failure\r\n";
+            let want = match fail {
+                None => ok,
+                Some(1) => error.repeat(2 + queued + 1),
+                _ => format!("+OK\r\n+OK\r\n{}{error}", "+QUEUED\r\n".repeat(queued)),
+            };
+            assert!(
+                text == want.as_bytes(),
+                "fail {fail:?}: {}",
+                String::from_utf8_lossy(&text[..text.len().min(300)])
+            );
+            let stored = |key: String| store.engine().get(key.as_bytes()).is_some();
+            assert_eq!(stored("p0".into()) && stored(format!("p{}", pre - 1)), fail != Some(1));
+            assert_eq!(stored("t0-0".into()), fail.is_none());
+            assert_eq!(stored(format!("t{}-{}", queued - 1, (tx - 1) % 2_000)), fail.is_none());
+            store.engine().check(store.region()).unwrap();
+        }
+    }
+
+    /// A command refused part-way (the pool runs out in the middle of an MSET's copies) keeps
+    /// nothing: its error reply means nothing of it was stored; the connection goes on.
+    #[test]
+    fn a_command_refused_part_way_keeps_nothing() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let (mut store, _) = Store::open(&dir.path().join("pool"), 16 << 20, Mode::Copy).unwrap();
+        let mut service = KvService::new(0);
+        let value = vec![7u8; 120 << 10];
+        let mut args = vec![b"MSET".to_vec()];
+        (0..200).for_each(|k| args.extend([format!("k{k}").into_bytes(), value.clone()]));
+        let mut stream = Vec::new();
+        resp(&args, &mut stream);
+        resp(&[b"SET".to_vec(), b"after".to_vec(), b"1".to_vec()], &mut stream);
+        let segments = [Segment { buf: 0, offset: 0, bytes: &stream }];
+        let conn = ConnId { slot: 0, generation: 0 };
+        let input = Input { conn, listener: RESP_LISTENER, peer_loopback: true, segments: &segments, peer_closed: false };
+        let replies = drive(&mut service, &mut store, &[input]);
+        let text = String::from_utf8(replies[0].output.to_vec(&store)).unwrap();
+        assert_eq!(text, "-OOM command not allowed: the persistent pool is full\r\n+OK\r\n");
+        assert!(store.engine().get(b"k0").is_none(), "nothing of the refused MSET");
+        assert!(store.engine().get(b"after").is_some());
+        store.engine().check(store.region()).unwrap();
+        // Inside EXEC: that command answers the error and keeps nothing, the others run.
+        let mut stream = Vec::new();
+        resp(&[b"MULTI".to_vec()], &mut stream);
+        resp(&[b"SET".to_vec(), b"x".to_vec(), b"1".to_vec()], &mut stream);
+        resp(&args, &mut stream);
+        resp(&[b"SET".to_vec(), b"y".to_vec(), b"2".to_vec()], &mut stream);
+        resp(&[b"EXEC".to_vec()], &mut stream);
+        let segments = [Segment { buf: 0, offset: 0, bytes: &stream }];
+        let input = Input { conn, listener: RESP_LISTENER, peer_loopback: true, segments: &segments, peer_closed: false };
+        let replies = drive(&mut service, &mut store, &[input]);
+        let text = String::from_utf8(replies[0].output.to_vec(&store)).unwrap();
+        let queued = "+QUEUED\r\n".repeat(3);
+        let exec = "*3\r\n+OK\r\n-OOM command not allowed: the persistent pool is full\r\n+OK\r\n";
+        assert_eq!(text, format!("+OK\r\n{queued}{exec}"));
+        assert!(store.engine().get(b"k0").is_none(), "nothing of the refused MSET");
+        assert!(store.engine().get(b"x").is_some() && store.engine().get(b"y").is_some());
+        store.engine().check(store.region()).unwrap();
     }
 }

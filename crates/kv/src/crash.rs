@@ -23,6 +23,12 @@
 //!   durable references to it (none free while referenced, none leaked);
 //! - every 16th image then runs more batches and a checkpoint on the
 //!   recovered engine and still matches and checks.
+//!
+//! The transaction check runs the same workload with groups of 8 words and
+//! batches of up to 12 operations, so most batches are transactions over
+//! several groups: a crash between two of their groups must show all of
+//! the batch or none of it (and recovery must discard the uncommitted tail
+//! before appending after it, which the continued runs exercise).
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -61,8 +67,31 @@ pub fn checks() -> Vec<Check> {
         check("planted: kv expiry deadline stored without a flush (not covered by the data drain)", true, |c| {
             check_kv(Faults { unflushed_deadline: true, ..Faults::default() }, 60, c)
         }),
+        check("kv: batches larger than a WAL group committed as transactions over several groups", false, |c| {
+            check_kv_transactions(Faults::default(), TXN_STEPS, c)
+        }),
+        check("planted: kv transaction written as plain groups, without its header", true, |c| {
+            check_kv_transactions(Faults { txn_unmarked: true, ..Faults::default() }, 40, c)
+        }),
+        check("planted: kv recovery applies an uncommitted transaction tail", true, |c| {
+            check_kv_transactions(Faults { apply_uncommitted: true, ..Faults::default() }, 40, c)
+        }),
     ]
 }
+
+/// Steps of the transaction check.
+const TXN_STEPS: usize = 90;
+
+/// How the workload batches: the most operations per batch, and the
+/// engine's group size (`None`: the default).
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    max_ops: u64,
+    group_words: Option<usize>,
+}
+
+const PLAIN: Shape = Shape { max_ops: 4, group_words: None };
+const TRANSACTIONS: Shape = Shape { max_ops: 12, group_words: Some(8) };
 
 fn kv_config() -> KvConfig {
     KvConfig { buf_size: 512, buffers: 96, wal_slots: 256, log_slots: 64, tree_nodes: 16 }
@@ -81,6 +110,7 @@ struct Model {
 struct Driver {
     rng: SplitMix64,
     model: Model,
+    shape: Shape,
 }
 
 impl Driver {
@@ -201,7 +231,7 @@ impl Driver {
             kv.log_truncate(media, keep).expect("truncate");
             self.model.log.retain(|&(lsn, _)| lsn >= keep);
         } else {
-            for _ in 0..1 + self.below(4) {
+            for _ in 0..1 + self.below(self.shape.max_ops) {
                 self.stage(kv, media);
             }
             kv.commit(media).expect("commit");
@@ -211,12 +241,15 @@ impl Driver {
 
 /// Runs the workload on a traced medium; returns it and the model after
 /// each number of completed steps.
-fn run(faults: Faults, steps: usize) -> (TracedMedia, Vec<Model>) {
+fn run(faults: Faults, steps: usize, shape: Shape) -> (TracedMedia, Vec<Model>) {
     let config = kv_config();
     let mut media = TracedMedia::new((BASE + config.required_size().unwrap()) as usize);
     let mut kv = Engine::create_with_faults(&mut media, BASE, &config, faults).expect("create");
+    if let Some(words) = shape.group_words {
+        kv.set_group_words(words);
+    }
     media.checkpoint();
-    let mut driver = Driver { rng: SplitMix64::seed_from_u64(0x6b76), model: Model::default() };
+    let mut driver = Driver { rng: SplitMix64::seed_from_u64(0x6b76), model: Model::default(), shape };
     let mut states = vec![Model::default()];
     for k in 0..steps {
         driver.step(&mut kv, &mut media, k);
@@ -228,13 +261,23 @@ fn run(faults: Faults, steps: usize) -> (TracedMedia, Vec<Model>) {
 
 /// Crash-checks the engine (with planted `faults`) over `steps` steps.
 pub fn check_kv(faults: Faults, steps: usize, config: &Config) -> Report {
-    let (media, states) = run(faults, steps);
+    check_shaped(faults, steps, PLAIN, config)
+}
+
+/// Crash-checks batches that are transactions over several WAL groups.
+pub fn check_kv_transactions(faults: Faults, steps: usize, config: &Config) -> Report {
+    check_shaped(faults, steps, TRANSACTIONS, config)
+}
+
+fn check_shaped(faults: Faults, steps: usize, shape: Shape, config: &Config) -> Report {
+    let (media, states) = run(faults, steps, shape);
     let mut number = 0u64;
     explore(&media, config, |image: &mut CrashImage| {
         number += 1;
         let acked = image.acked.len();
         let continue_after = number.is_multiple_of(CONTINUE_EVERY);
-        let judged = catch_unwind(AssertUnwindSafe(|| judge(&mut image.media, faults, &states, acked, continue_after)));
+        let judge = || judge(&mut image.media, faults, shape, &states, acked, continue_after);
+        let judged = catch_unwind(AssertUnwindSafe(judge));
         judged.unwrap_or_else(|_| Err("recovery panicked".to_string()))
     })
 }
@@ -260,9 +303,20 @@ fn contents(kv: &Engine, media: &MemMedia) -> Model {
     Model { map, log }
 }
 
-fn judge(media: &mut MemMedia, faults: Faults, states: &[Model], acked: usize, continue_after: bool) -> Result<(), String> {
-    let open_faults = Faults { skip_replay: faults.skip_replay, ..Faults::default() };
+fn judge(
+    media: &mut MemMedia,
+    faults: Faults,
+    shape: Shape,
+    states: &[Model],
+    acked: usize,
+    continue_after: bool,
+) -> Result<(), String> {
+    let open_faults =
+        Faults { skip_replay: faults.skip_replay, apply_uncommitted: faults.apply_uncommitted, ..Faults::default() };
     let mut kv = Engine::open_with_faults(media, BASE, open_faults).map_err(|e| format!("open: {e}"))?;
+    if let Some(words) = shape.group_words {
+        kv.set_group_words(words);
+    }
     let got = contents(&kv, media);
     let before = &states[acked];
     let after = states.get(acked + 1).unwrap_or(before);
@@ -280,7 +334,8 @@ fn judge(media: &mut MemMedia, faults: Faults, states: &[Model], acked: usize, c
     };
     kv.check(media)?;
     if continue_after {
-        let mut driver = Driver { rng: SplitMix64::seed_from_u64(0xc0ff_ee00 ^ acked as u64), model: state.clone() };
+        let rng = SplitMix64::seed_from_u64(0xc0ff_ee00 ^ acked as u64);
+        let mut driver = Driver { rng, model: state.clone(), shape };
         for k in 0..4 {
             driver.step(&mut kv, media, k * 5 + 1);
         }
@@ -342,8 +397,43 @@ mod tests {
     }
 
     #[test]
+    fn transactions_over_several_groups_survive_every_crash() {
+        let report = check_kv_transactions(Faults::default(), TXN_STEPS, &Config::default());
+        println!("{}", report.describe());
+        report.assert_passes_at_least(5_000);
+    }
+
+    #[test]
+    fn the_workload_commits_transactions_over_several_groups() {
+        let config = kv_config();
+        let mut media = MemMedia::new((BASE + config.required_size().unwrap()) as usize);
+        let mut kv = Engine::create(&mut media, BASE, &config).unwrap();
+        kv.set_group_words(8);
+        let mut driver =
+            Driver { rng: SplitMix64::seed_from_u64(0x6b76), model: Model::default(), shape: TRANSACTIONS };
+        for k in 0..TXN_STEPS {
+            driver.step(&mut kv, &mut media, k);
+        }
+        assert!(kv.stats().transactions >= 20, "{:?}", kv.stats());
+    }
+
+    #[test]
+    fn canary_unmarked_transaction_is_caught() {
+        let report = check_kv_transactions(Faults { txn_unmarked: true, ..Faults::default() }, 40, &Config::default());
+        println!("{}", report.describe());
+        report.assert_caught();
+    }
+
+    #[test]
+    fn canary_applied_uncommitted_tail_is_caught() {
+        let report =
+            check_kv_transactions(Faults { apply_uncommitted: true, ..Faults::default() }, 40, &Config::default());
+        println!("{}", report.describe());
+        report.assert_caught();
+    }
+
+    #[test]
     fn registry_lists_every_check_once() {
-        pmwire_crashcheck::assert_registry(&checks(), 4);
+        pmwire_crashcheck::assert_registry(&checks(), 6);
     }
 }
-

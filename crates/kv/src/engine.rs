@@ -6,7 +6,12 @@
 //! the flushes of its bytes at once (no drain) and is applied to the
 //! index, so reads in the same batch see it. `commit` then makes the whole
 //! batch durable with one drain for the data and one `append_group` (one
-//! more drain) for its records, all or nothing. A *checkpoint* applies the
+//! more drain) for its records, all or nothing. A batch larger than one
+//! group (up to the whole WAL) is committed as a *transaction*: a header
+//! counting its record words, then the records over as many groups as they
+//! need; it is committed when its last group is durable, and recovery
+//! discards a transaction whose groups did not all become durable (the
+//! uncommitted tail), so a batch of any size is all or nothing. A *checkpoint* applies the
 //! WAL's net effect to the tree with one `apply_batch` (one root switch),
 //! then truncates the WAL.
 //!
@@ -33,11 +38,12 @@ use pmwire_pool::{Pool, PoolConfig, DEFAULT_BUF_SIZE};
 #[path = "checkpoint.rs"]
 mod checkpoint;
 
-use crate::error::{CommitError, CreateError, LogError, OpenError, StageError};
+use crate::error::{CheckpointError, CommitError, CreateError, LogError, OpenError, StageError};
 use crate::index::{Deadline, Index};
 use crate::record::{
-    decode_user_log, decode_wal, encode_clear, encode_delete, encode_set, encode_user_entry, extent_words, TreeValue,
-    WalOp, DEADLINE_BYTES, MAX_ENTRY_EXTENTS, MAX_VALUE_EXTENTS, TAG_TREE, TAG_USER_LOG, TAG_WAL,
+    decode_user_log, decode_wal, encode_clear, encode_delete, encode_set, encode_txn, encode_user_entry, extent_words,
+    TreeValue, WalOp, DEADLINE_BYTES, MAX_ENTRY_EXTENTS, MAX_TXN_WORDS, MAX_VALUE_EXTENTS, TAG_TREE, TAG_USER_LOG,
+    TAG_WAL, TXN_WORDS,
 };
 use crate::small::{Extents, Key};
 
@@ -118,6 +124,12 @@ pub struct Faults {
     /// A deadline's 8 B are written to the arena with ordinary stores,
     /// never flushed: the commit's data drain does not cover them.
     pub unflushed_deadline: bool,
+    /// A batch larger than one group is appended as plain groups, without
+    /// its transaction header: a crash between two groups keeps the first.
+    pub txn_unmarked: bool,
+    /// Recovery applies the complete records of an uncommitted transaction
+    /// tail (those of the groups that became durable).
+    pub apply_uncommitted: bool,
 }
 
 /// Counters since create/open (volatile).
@@ -131,6 +143,10 @@ pub struct Stats {
     pub tree_batches: u64,
     /// Automatic checkpoints that failed (the WAL stays full).
     pub checkpoint_failures: u64,
+    /// Commits of batches larger than one group (transactions).
+    pub transactions: u64,
+    /// Uncommitted transaction tails recovery discarded (at open).
+    pub discarded_tails: u64,
 }
 
 /// A value in the index.
@@ -282,6 +298,9 @@ pub struct Engine {
     checkpoint_floor: u32,
     /// The WAL words of the batch being committed (kept for its capacity).
     words: Vec<Extent>,
+    /// The most words one `append_group` takes (a batch larger than this
+    /// is a transaction over several groups).
+    group_words: usize,
     stats: Stats,
 }
 
@@ -318,6 +337,7 @@ impl Engine {
     }
 
     fn assemble(pool: Pool, wal: ExtentLog, user_log: ExtentLog, tree: BTree, faults: Faults) -> Engine {
+        let group_words = MAX_GROUP.min(wal.capacity() as usize / 2);
         Engine {
             pool,
             wal,
@@ -337,6 +357,7 @@ impl Engine {
             early_keys: HashSet::new(),
             checkpoint_floor: 0,
             words: Vec::new(),
+            group_words,
             stats: Stats::default(),
         }
     }
@@ -358,19 +379,48 @@ impl Engine {
         let wal = ExtentLog::open(media, wal_at).map_err(|error| OpenError::Log { which: "KV WAL", error })?;
         let user_log = ExtentLog::open(media, log_at).map_err(|error| OpenError::Log { which: "user log", error })?;
         let mut engine = Engine::assemble(pool, wal, user_log, tree, faults);
-        engine.recover(media).map_err(OpenError::Corrupt)?;
+        let uncommitted = engine.recover(media).map_err(OpenError::Corrupt)?;
         engine.pool.finish_recovery();
+        if uncommitted {
+            engine.discard_uncommitted(media).map_err(OpenError::DiscardTail)?;
+        }
         Ok(engine)
     }
 
-    fn recover<M: Media>(&mut self, media: &M) -> Result<(), String> {
+    /// Drops the WAL's uncommitted transaction tail before anything is
+    /// appended after it: a checkpoint of the committed records, whose
+    /// truncation (one 8 B persist of the head) also passes the tail; with
+    /// no committed record, the truncation alone. A crash before the
+    /// truncation finds the same tail, still uncommitted, next time.
+    fn discard_uncommitted<M: Media>(&mut self, media: &mut M) -> Result<(), CheckpointError> {
+        if self.records.is_empty() {
+            let next = self.wal.next_index();
+            self.wal.truncate(media, next).expect("truncate to the tail");
+        } else {
+            self.checkpoint(media)?;
+        }
+        assert!(self.wal.is_empty(), "the uncommitted tail is gone");
+        self.stats.discarded_tails += 1;
+        Ok(())
+    }
+
+    /// Builds the index and the references from the tree and the WAL;
+    /// returns whether the WAL ends with an uncommitted transaction, whose
+    /// records are neither applied nor counted (its buffers are free).
+    fn recover<M: Media>(&mut self, media: &M) -> Result<bool, String> {
         let values: Vec<(Vec<u8>, pmwire_btree::Value)> = self.tree.iter(media).collect();
         for (key, value) in values {
             let (stored, refs) = self.decode_tree_value(media, &value)?;
             self.recover_refs(&refs)?;
             self.index.insert(&Key::new(&key), stored);
         }
-        for (_, op) in decode_wal(&self.wal.read_all(media))? {
+        let decoded = decode_wal(&self.wal.read_all(media))?;
+        let uncommitted = decoded.uncommitted.is_some();
+        let mut ops = decoded.records;
+        if self.faults.apply_uncommitted {
+            ops.extend(decoded.uncommitted.into_iter().flat_map(|(_, records)| records));
+        }
+        for (_, op) in ops {
             let refs: Vec<Extent> = op.extents().collect();
             self.recover_refs(&refs)?;
             let key = match &op {
@@ -394,7 +444,7 @@ impl Engine {
             self.recover_refs(&extents)?;
             self.user_entries.push_back(UserEntry { lsn, extents });
         }
-        Ok(())
+        Ok(uncommitted)
     }
 
     fn recover_refs(&mut self, extents: &[Extent]) -> Result<(), String> {
@@ -513,12 +563,29 @@ impl Engine {
     /// Extents a value may have (`set_extents`), and so the largest copied
     /// value is about this many buffers.
     pub fn max_value_extents(&self) -> usize {
-        MAX_VALUE_EXTENTS.min(self.pool.buf_size() as usize / 8).min(self.batch_limit() - 3)
+        // A SET with a deadline takes a header, its key and its deadline.
+        MAX_VALUE_EXTENTS.min(self.pool.buf_size() as usize / 8).min(self.max_batch_words() - 3)
     }
 
-    /// WAL words one batch may take.
-    fn batch_limit(&self) -> usize {
-        MAX_GROUP.min(self.wal.capacity() as usize / 2)
+    /// WAL words one batch may take: all of the WAL but a transaction
+    /// header (a batch larger than a group is committed as a transaction,
+    /// after a checkpoint has emptied the WAL if need be).
+    pub fn max_batch_words(&self) -> usize {
+        (self.wal.capacity() as usize - TXN_WORDS).min(MAX_TXN_WORDS)
+    }
+
+    /// WAL words staged in the current batch.
+    pub fn staged_words(&self) -> usize {
+        self.staged_words
+    }
+
+    /// Limits one `append_group` to `words` words (at least 8, at most the
+    /// default), so that tests can make small batches span groups.
+    #[doc(hidden)]
+    pub fn set_group_words(&mut self, words: usize) {
+        assert!(words >= 8, "a group of {words} words");
+        assert!(words <= MAX_GROUP.min(self.wal.capacity() as usize / 2), "a group of {words} words");
+        self.group_words = words;
     }
 
     /// WAL records committed and not yet checkpointed.
@@ -671,7 +738,7 @@ impl Engine {
     }
 
     fn check_room(&self, needed: usize) -> Result<(), StageError> {
-        let room = self.batch_limit() - self.staged_words;
+        let room = self.max_batch_words() - self.staged_words;
         if needed > room {
             return Err(StageError::BatchFull { needed, room });
         }
@@ -720,7 +787,7 @@ impl Engine {
 
     fn push_staged(&mut self, record: Record, undo: Undo) {
         self.staged_words += record.words();
-        assert!(self.staged_words <= self.batch_limit(), "staged beyond the batch limit");
+        assert!(self.staged_words <= self.max_batch_words(), "staged beyond the batch limit");
         self.staged.push(Staged { record, undo });
     }
 
@@ -806,13 +873,17 @@ impl Engine {
 
     /// Makes every staged operation durable, then returns: one drain for
     /// the data, one `append_group` of all the batch's records (and one for
-    /// the user log's entries, if any). Checkpoints first if the WAL lacks
-    /// room, and after if it is half full. On error the batch is rolled back.
+    /// the user log's entries, if any). A batch larger than a group is a
+    /// transaction over several groups, committed by the last one.
+    /// Checkpoints first if the WAL lacks room, and after if it is half
+    /// full. On error the batch is rolled back.
     pub fn commit<M: Media>(&mut self, media: &mut M) -> Result<(), CommitError> {
         if self.staged.is_empty() && self.user_staged.is_empty() {
             return Ok(());
         }
-        if self.staged_words as u64 > self.wal.free() {
+        let transaction = self.staged_words > self.group_words;
+        let needed = self.staged_words + if transaction { TXN_WORDS } else { 0 };
+        if needed as u64 > self.wal.free() {
             if let Err(error) = self.checkpoint(media) {
                 self.rollback();
                 return Err(error.into());
@@ -825,9 +896,18 @@ impl Engine {
         if !self.staged.is_empty() {
             let mut words = std::mem::take(&mut self.words);
             words.clear();
+            if transaction && !self.faults.txn_unmarked {
+                encode_txn(self.staged_words, &mut words);
+            }
             self.staged.iter().for_each(|s| s.record.encode(&mut words));
-            assert_eq!(words.len(), self.staged_words, "staged words");
-            self.wal.append_group(media, &words).expect("a batch fits the WAL after a checkpoint");
+            let header = if transaction && !self.faults.txn_unmarked { TXN_WORDS } else { 0 };
+            assert_eq!(words.len(), self.staged_words + header, "staged words");
+            // The groups in order, each drained before the next: the
+            // transaction is committed when its last group is durable.
+            for group in words.chunks(self.group_words) {
+                self.wal.append_group(media, group).expect("a batch fits the WAL after a checkpoint");
+            }
+            self.stats.transactions += u64::from(transaction);
             self.words = words;
         }
         if !self.user_staged.is_empty() {
@@ -844,7 +924,7 @@ impl Engine {
         // Retained records pin their buffers: under memory pressure a
         // checkpoint frees them (not for a handful of records, which would
         // rewrite tree nodes for little).
-        let pressed = self.pool.free_count() < self.checkpoint_floor && self.wal.len() >= MAX_GROUP as u64;
+        let pressed = self.pool.free_count() < self.checkpoint_floor && self.wal.len() >= self.group_words as u64;
         if (half_full || pressed) && self.checkpoint(media).is_err() {
             self.stats.checkpoint_failures += 1;
         }

@@ -44,6 +44,10 @@ pub enum OpenError {
     /// A record, value or reference does not decode (a damaged medium or a bug).
     #[error("corrupt: {0}")]
     Corrupt(String),
+    /// The WAL ends with an uncommitted transaction, and the checkpoint
+    /// that drops it failed (nothing was lost: the next open tries again).
+    #[error("discarding the WAL's uncommitted transaction: {0}")]
+    DiscardTail(CheckpointError),
 }
 
 /// Why an operation could not be staged. Nothing was staged.
@@ -68,7 +72,9 @@ pub enum StageError {
     /// An extent does not name live bytes of the pool.
     #[error(transparent)]
     Extent(#[from] ExtentError),
-    /// The batch is full: commit, then stage again.
+    /// The batch is full: commit, then stage again (`room` is what is left
+    /// of [`crate::Engine::max_batch_words`]; if nothing was staged
+    /// before, the operation alone is larger than the WAL).
     #[error("batch full: {needed} more WAL words, {room} left in this batch")]
     BatchFull {
         /// Words the operation needs.

@@ -4,12 +4,14 @@
 //!
 //! Invariants: a header word's `buf_idx` is at or above
 //! [`RESERVED_BUF_IDX`], every other word of a record names bytes inside
-//! one pool buffer; a record is never split across `append_group` calls; a
-//! SET record with `key_words` = 2 names, after its key, the 8 B of its
-//! key's expiry deadline (a `u64` LE, ms since the Unix epoch); a tree
-//! value is `kind, form, flags, 5 zero bytes`, then (if `flags` bit 0) the
-//! deadline as a `u64` LE, then extent words (direct) or one word naming an
-//! extent list in a pool buffer (indirect).
+//! one pool buffer; a record is split across `append_group` calls only
+//! inside a transaction (a [`TXN_WORDS`]-word header, then the count of
+//! record words that follow it, over as many groups as they need); a SET
+//! record with `key_words` = 2 names, after its key, the 8 B of its key's
+//! expiry deadline (a `u64` LE, ms since the Unix epoch); a tree value is
+//! `kind, form, flags, 5 zero bytes`, then (if `flags` bit 0) the deadline
+//! as a `u64` LE, then extent words (direct) or one word naming an extent
+//! list in a pool buffer (indirect).
 
 use pmwire_log::Extent;
 use pmwire_pool::RESERVED_BUF_IDX;
@@ -25,7 +27,15 @@ pub const TAG_TREE: u32 = 0x4b56_5452;
 const OP_SET: u32 = 1;
 const OP_DELETE: u32 = 2;
 const OP_CLEAR: u32 = 3;
+const OP_TXN: u32 = 4;
 const OP_USER: u32 = 0x10;
+
+/// Words of a transaction header: the header word, then a word whose
+/// `buf_idx` is the number of record words that follow.
+pub const TXN_WORDS: usize = 2;
+/// The most record words one transaction may hold (its count word's
+/// `buf_idx` stays below [`RESERVED_BUF_IDX`]).
+pub const MAX_TXN_WORDS: usize = RESERVED_BUF_IDX as usize - 1;
 
 /// Value extents a record or tree value can carry.
 pub const MAX_VALUE_EXTENTS: usize = 256;
@@ -126,6 +136,14 @@ pub(crate) fn encode_clear(out: &mut Vec<Extent>) {
     out.push(header(OP_CLEAR, 0, 0, 0));
 }
 
+/// Appends a transaction header for `words` record words (which the
+/// caller appends next).
+pub(crate) fn encode_txn(words: usize, out: &mut Vec<Extent>) {
+    assert!(words <= MAX_TXN_WORDS, "transaction of {words} words");
+    out.push(header(OP_TXN, 0, 0, 1));
+    out.push(Extent { buf_idx: words as u32, offset: 0, len: 0 });
+}
+
 fn header(op: u32, kind: u8, key_words: u32, count: u16) -> Extent {
     Extent { buf_idx: RESERVED_BUF_IDX | op << 16 | (kind as u32) << 8 | key_words, offset: 0, len: count }
 }
@@ -139,22 +157,89 @@ fn parse_header(word: Extent) -> Option<(u32, u8, u32, usize)> {
     Some((bits >> 16, (bits >> 8) as u8, bits & 0xff, word.len as usize))
 }
 
-/// Decodes the WAL's retained words into records (with their first index).
-pub fn decode_wal(words: &[(u64, Extent)]) -> Result<Vec<(u64, WalOp)>, String> {
-    let mut records = Vec::new();
+/// The WAL's retained words, decoded.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct DecodedWal {
+    /// Committed records with their first word's index, oldest first.
+    pub records: Vec<(u64, WalOp)>,
+    /// An uncommitted transaction at the end of the WAL (a crash came
+    /// before its last group was durable): the index of its header word,
+    /// and the complete records its durable groups hold (which recovery
+    /// must not apply: all of the transaction or none of it).
+    pub uncommitted: Option<(u64, Vec<(u64, WalOp)>)>,
+}
+
+/// Decodes the WAL's retained words into records (with their first index):
+/// plain records, and transactions (a header counting the record words
+/// after it). A transaction whose words run past the end of the WAL is
+/// the uncommitted tail ([`DecodedWal::uncommitted`]).
+pub fn decode_wal(words: &[(u64, Extent)]) -> Result<DecodedWal, String> {
+    let mut decoded = DecodedWal::default();
     let mut at = 0;
     while at < words.len() {
         let (index, word) = words[at];
         let bad = |why: &str| format!("WAL word {index}: {why}");
-        let (op, kind, key_words, count) = parse_header(word).ok_or_else(|| bad("not a record header"))?;
-        let body = |n: usize| words.get(at + 1..at + 1 + n).ok_or_else(|| bad("record cut short"));
-        let record = match (op, key_words) {
-            (OP_SET, 1) if count <= MAX_VALUE_EXTENTS => {
-                let body = body(1 + count)?;
+        match parse_header(word) {
+            Some((OP_TXN, 0, 0, 1)) => {
+                let count = words.get(at + 1).ok_or_else(|| bad("transaction header cut short"))?.1;
+                if count.buf_idx >= RESERVED_BUF_IDX || count.offset != 0 || count.len != 0 {
+                    return Err(bad("not a transaction's word count"));
+                }
+                let body = at + TXN_WORDS;
+                let end = body + count.buf_idx as usize;
+                if end > words.len() {
+                    // Records cut short at the end are simply left out.
+                    let partial = decode_records(&words[body..], true)?;
+                    decoded.uncommitted = Some((index, partial));
+                    return Ok(decoded);
+                }
+                decoded.records.extend(decode_records(&words[body..end], false)?);
+                at = end;
+            }
+            _ => {
+                let (record, len) = decode_record(&words[at..])?.ok_or_else(|| bad("record cut short"))?;
+                decoded.records.push((index, record));
+                at += len;
+            }
+        }
+    }
+    Ok(decoded)
+}
+
+/// Decodes plain records filling `words`; with `partial`, a record cut
+/// short at the end is left out rather than refused.
+fn decode_records(words: &[(u64, Extent)], partial: bool) -> Result<Vec<(u64, WalOp)>, String> {
+    let mut records = Vec::new();
+    let mut at = 0;
+    while at < words.len() {
+        match decode_record(&words[at..])? {
+            Some((record, len)) => {
+                records.push((words[at].0, record));
+                at += len;
+            }
+            None if partial => break,
+            None => return Err(format!("WAL word {}: record cut short inside a transaction", words[at].0)),
+        }
+    }
+    Ok(records)
+}
+
+/// Decodes the plain record at the start of `words` and its length in
+/// words; `None` if it is cut short.
+fn decode_record(words: &[(u64, Extent)]) -> Result<Option<(WalOp, usize)>, String> {
+    let (index, word) = words[0];
+    let bad = |why: &str| format!("WAL word {index}: {why}");
+    let (op, kind, key_words, count) = parse_header(word).ok_or_else(|| bad("not a record header"))?;
+    let body = |n: usize| words.get(1..1 + n);
+    let record = match (op, key_words) {
+        (OP_SET, 1) if count <= MAX_VALUE_EXTENTS => match body(1 + count) {
+            Some(body) => {
                 WalOp::Set { key: body[0].1, kind, deadline: None, value: body[1..].iter().map(|w| w.1).collect() }
             }
-            (OP_SET, 2) if count <= MAX_VALUE_EXTENTS => {
-                let body = body(2 + count)?;
+            None => return Ok(None),
+        },
+        (OP_SET, 2) if count <= MAX_VALUE_EXTENTS => match body(2 + count) {
+            Some(body) => {
                 if body[1].1.len as usize != DEADLINE_BYTES {
                     return Err(bad("a deadline extent that is not 8 B"));
                 }
@@ -165,17 +250,21 @@ pub fn decode_wal(words: &[(u64, Extent)]) -> Result<Vec<(u64, WalOp)>, String> 
                     value: body[2..].iter().map(|w| w.1).collect(),
                 }
             }
-            (OP_DELETE, 1) if count == 0 => WalOp::Delete { key: body(1)?[0].1 },
-            (OP_CLEAR, 0) if count == 0 => WalOp::Clear,
-            _ => return Err(bad("unknown record")),
-        };
-        if record.extents().any(|e| e.buf_idx >= RESERVED_BUF_IDX) {
-            return Err(bad("a header word inside a record"));
-        }
-        at += record.words();
-        records.push((index, record));
+            None => return Ok(None),
+        },
+        (OP_DELETE, 1) if count == 0 => match body(1) {
+            Some(body) => WalOp::Delete { key: body[0].1 },
+            None => return Ok(None),
+        },
+        (OP_CLEAR, 0) if count == 0 => WalOp::Clear,
+        (OP_TXN, _) => return Err(bad("a transaction inside a transaction")),
+        _ => return Err(bad("unknown record")),
+    };
+    if record.extents().any(|e| e.buf_idx >= RESERVED_BUF_IDX) {
+        return Err(bad("a header word inside a record"));
     }
-    Ok(records)
+    let len = record.words();
+    Ok(Some((record, len)))
 }
 
 /// Appends a user-log entry's words (header, then the extents) to `out`.
@@ -308,7 +397,7 @@ mod tests {
         ops.iter().for_each(|op| op.encode(&mut words));
         assert_eq!(words.len(), ops.iter().map(WalOp::words).sum::<usize>());
         let indexed: Vec<(u64, Extent)> = words.iter().enumerate().map(|(i, &w)| (100 + i as u64, w)).collect();
-        let decoded = decode_wal(&indexed).unwrap();
+        let decoded = decode_wal(&indexed).unwrap().records;
         assert_eq!(decoded.iter().map(|(_, op)| op.clone()).collect::<Vec<_>>(), ops);
         assert_eq!(decoded.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![100, 104, 106, 107, 109]);
         let mut bad_deadline = Vec::new();
@@ -318,6 +407,31 @@ mod tests {
         assert!(decode_wal(&indexed_bad).is_err(), "a deadline extent is 8 B");
         assert!(decode_wal(&indexed[1..]).is_err(), "a body word is not a header");
         assert!(decode_wal(&indexed[..3]).is_err(), "cut short");
+    }
+
+    #[test]
+    fn transactions_decode_whole_or_as_the_uncommitted_tail() {
+        let ops =
+            vec![WalOp::Set { key: e(1, 0, 5), kind: 1, deadline: None, value: vec![e(2, 0, 9)] }, WalOp::Delete { key: e(1, 8, 3) }];
+        let mut words = Vec::new();
+        WalOp::Clear.encode(&mut words);
+        let body: usize = ops.iter().map(WalOp::words).sum();
+        encode_txn(body, &mut words);
+        ops.iter().for_each(|op| op.encode(&mut words));
+        WalOp::Clear.encode(&mut words);
+        let indexed: Vec<(u64, Extent)> = words.iter().enumerate().map(|(i, &w)| (i as u64, w)).collect();
+        let whole = decode_wal(&indexed).unwrap();
+        assert_eq!(whole.uncommitted, None);
+        let got: Vec<WalOp> = whole.records.into_iter().map(|(_, op)| op).collect();
+        assert_eq!(got, vec![WalOp::Clear, ops[0].clone(), ops[1].clone(), WalOp::Clear]);
+        // Cut after the first record of the transaction: the tail is
+        // uncommitted, its complete record reported but not committed.
+        let cut = decode_wal(&indexed[..1 + TXN_WORDS + 4]).unwrap();
+        assert_eq!(cut.records, vec![(0, WalOp::Clear)]);
+        assert_eq!(cut.uncommitted, Some((1, vec![(3, ops[0].clone())])));
+        let cut = decode_wal(&indexed[..1 + TXN_WORDS]).unwrap();
+        assert_eq!(cut.uncommitted, Some((1, vec![])));
+        assert!(decode_wal(&indexed[..2]).is_err(), "a header without its count is corrupt (one group holds both)");
     }
 
     #[test]

@@ -361,3 +361,49 @@ fn deadlines_survive_checkpoint_and_reopen() {
     want(&reopened, &media);
     reopened.check(&media).unwrap();
 }
+
+/// A batch of many groups' worth of words commits as one transaction and
+/// is there whole after a reopen; staging beyond the WAL is refused with
+/// the room left, and nothing of the refused operation is staged.
+#[test]
+fn a_batch_larger_than_a_group_commits_whole_up_to_the_wal() {
+    let config = KvConfig { buf_size: 2048, buffers: 2048, wal_slots: 8192, log_slots: 256, tree_nodes: 256 };
+    let (mut media, mut kv) = engine(&config);
+    assert_eq!(kv.max_batch_words(), 8190);
+    for k in 0..2000u32 {
+        kv.set_copy(&mut media, format!("k{k}").as_bytes(), 0, &k.to_le_bytes()).unwrap();
+    }
+    assert!(kv.staged_words() > 1024 * 5, "{} words", kv.staged_words());
+    kv.commit(&mut media).unwrap();
+    assert_eq!(kv.stats().transactions, 1);
+    kv.check(&media).unwrap();
+    let mut kv = Engine::open(&mut media, 4096).unwrap();
+    assert_eq!(kv.len(), 2000);
+    let mut value = Vec::new();
+    assert_eq!(kv.get_bytes(&media, b"k1999", &mut value), Some(0));
+    assert_eq!(value, 1999u32.to_le_bytes());
+    kv.check(&media).unwrap();
+    // The WAL holds 8190 words a batch: 2000 deletes (4000 words) twice over do not fit.
+    let mut refused = None;
+    for round in 0..2 {
+        for k in 0..2000u32 {
+            let key = format!("k{k}");
+            let staged = if round == 1 {
+                kv.set_copy(&mut media, key.as_bytes(), 0, b"again").map(|_| true)
+            } else {
+                kv.delete(&mut media, key.as_bytes())
+            };
+            if let Err(e) = staged {
+                refused.get_or_insert(e);
+            }
+        }
+    }
+    match refused {
+        Some(StageError::BatchFull { needed, room }) => assert!(needed > room, "{needed} {room}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(kv.staged_words() <= kv.max_batch_words());
+    kv.commit(&mut media).unwrap();
+    kv.check(&media).unwrap();
+    assert_eq!(Engine::open(&mut media, 4096).unwrap().len(), kv.len());
+}

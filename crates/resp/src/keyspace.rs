@@ -153,9 +153,31 @@ impl Default for StoreLimits {
 /// Why a write was refused. The Display text is the error reply.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
-    /// The engine is out of space.
+    /// The keyspace is at its configured size (a DRAM keyspace's key limit).
     #[error("OOM command not allowed when used memory > 'maxmemory'.")]
     Full,
+    /// The persistent pool has no free buffer left for the write (beyond
+    /// those kept for receiving requests).
+    #[error("OOM command not allowed: the persistent pool is full")]
+    PoolFull,
+    /// The command's (or transaction's) writes need more WAL words than one
+    /// failure-atomic commit can hold: the whole WAL.
+    #[error("OOM command not allowed: its writes need more than the {max} WAL words one atomic commit can hold")]
+    TooLargeToCommit {
+        /// The WAL words one commit can hold.
+        max: u64,
+    },
+    /// The value needs more pool extents than one value may have.
+    #[error("ERR value needs {extents} pool extents, at most {max}")]
+    TooManyExtents {
+        /// Extents needed.
+        extents: u64,
+        /// The most allowed.
+        max: u64,
+    },
+    /// The write could not be made durable (the batch was rolled back).
+    #[error("ERR pmwire could not persist: {0}")]
+    NotPersisted(String),
     /// The key is over [`StoreLimits::max_key_bytes`].
     #[error("ERR key is too long ({len} bytes, at most {max})")]
     KeyTooLong {
@@ -221,6 +243,13 @@ pub trait Keyspace {
     fn limits(&self) -> StoreLimits {
         StoreLimits::default()
     }
+    /// A command begins: what it writes from now on can be undone by
+    /// [`Keyspace::abort_command`] (a keyspace whose writes cannot fail
+    /// part-way needs neither).
+    fn begin_command(&mut self) {}
+    /// The command began last failed: undo every write it made, so that its
+    /// error reply means nothing of it was stored.
+    fn abort_command(&mut self) {}
 }
 
 /// Where [`MemKeyspace`] reads the time.

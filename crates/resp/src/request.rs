@@ -314,6 +314,14 @@ impl Parsed {
         Request { parsed: self, segments, args: &self.args[r.start as usize..r.end as usize] }
     }
 
+    /// Drops the locations of the last parse's arguments (their bytes
+    /// stay): for input that is not where the caller's locations point, such
+    /// as a transaction's queued commands replayed from a copy.
+    pub fn forget_pieces(&mut self) {
+        self.pieces.clear();
+        self.args.iter_mut().for_each(|a| a.pieces = (0, 0));
+    }
+
     /// Number of commands from the last parse.
     pub fn len(&self) -> usize {
         self.commands.len()

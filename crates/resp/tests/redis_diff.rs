@@ -186,6 +186,8 @@ struct Differ {
     by_shape: u64,
     /// TTL-family replies that differed and were compared within a tolerance.
     loose: u64,
+    /// MULTI commands sent.
+    multis: u64,
 }
 
 impl Differ {
@@ -232,7 +234,7 @@ impl Differ {
         let mut server = Server::new(config);
         let session = server.open_session_with_id(id);
         let (ks, parsed) = (MemKeyspace::new(), Parsed::new(Limits::default()));
-        Differ { conn, server, session, ks, parsed, req, by_shape: 0, loose: 0 }
+        Differ { conn, server, session, ks, parsed, req, by_shape: 0, loose: 0, multis: 0 }
     }
 
     /// Runs `args` on redis-server only.
@@ -255,10 +257,22 @@ impl Differ {
         (got, flow)
     }
 
+    /// Runs a generated command on both, compared as its kind asks.
+    fn check_any(&mut self, cmd: &gen::Cmd) -> Result<bool, (Vec<u8>, Vec<u8>)> {
+        match cmd.args[0].as_slice() {
+            _ if cmd.random => self.check_random(&cmd.args),
+            b"TTL" | b"EXPIRETIME" => self.check_ttl(&cmd.args, 1),
+            b"PTTL" | b"PEXPIRETIME" => self.check_ttl(&cmd.args, 250),
+            b"RANDOMKEY" => self.check_randomkey(&cmd.args),
+            _ => self.check(&cmd.args, cmd.sort),
+        }
+    }
+
     /// Runs `args` on both; `Err` with both replies if they differ (with
     /// arrays and maps sorted first when `sort`); `Ok(true)` if the
     /// connection is to close.
     fn check<A: AsRef<[u8]>>(&mut self, args: &[A], sort: bool) -> Result<bool, (Vec<u8>, Vec<u8>)> {
+        self.multis += u64::from(args[0].as_ref().eq_ignore_ascii_case(b"multi"));
         let want = self.remote(args);
         let (got, flow) = self.local(args);
         let same = if sort {
@@ -579,6 +593,11 @@ mod gen {
     impl Gen {
         pub fn new(seed: u64) -> Gen {
             Gen { rng: Xoshiro256PlusPlus::seed_from_u64(seed) }
+        }
+
+        /// True with probability `p`.
+        pub fn chance(&mut self, p: f64) -> bool {
+            self.rng.gen_bool(p)
         }
 
         fn pick(&mut self, from: &[&str]) -> Vec<u8> {
@@ -1011,6 +1030,12 @@ mod gen {
     ];
 }
 
+/// TTL-family replies: the two servers read the clock apart, so these are
+/// compared within a tolerance, never queued in a transaction.
+fn loose_compared(args: &[Vec<u8>]) -> bool {
+    matches!(args[0].as_slice(), b"TTL" | b"PTTL" | b"EXPIRETIME" | b"PEXPIRETIME")
+}
+
 /// Seeded random commands over every family, compared byte for byte with
 /// redis-server, switching between RESP2 and RESP3. `PMWIRE_DIFF_COMMANDS`
 /// sets how many (CI: 20,000), `PMWIRE_DIFF_SEED` the seed (printed).
@@ -1027,19 +1052,29 @@ fn random_commands_match_redis() {
     let mut d = Differ::new(&redis, &version);
     let mut failures = Vec::new();
     let mut ttl_family = 0u64;
+    let mut in_multi = false;
     for i in 0..count {
-        if i % 2_000 == 0 {
+        if i % 2_000 == 0 && !in_multi {
             let proto: &[u8] = if (i / 2_000) % 2 == 0 { b"2" } else { b"3" };
             d.check(&[&b"HELLO"[..], proto], true).expect("HELLO agrees");
         }
         let cmd = g.next();
-        ttl_family += u64::from(matches!(cmd.args[0].as_slice(), b"TTL" | b"PTTL" | b"EXPIRETIME" | b"PEXPIRETIME"));
-        let result = match cmd.args[0].as_slice() {
-            _ if cmd.random => d.check_random(&cmd.args),
-            b"TTL" | b"EXPIRETIME" => d.check_ttl(&cmd.args, 1),
-            b"PTTL" | b"PEXPIRETIME" => d.check_ttl(&cmd.args, 250),
-            b"RANDOMKEY" => d.check_randomkey(&cmd.args),
-            _ => d.check(&cmd.args, cmd.sort),
+        ttl_family += u64::from(loose_compared(&cmd.args));
+        // Now and then a transaction: commands whose replies compare byte for byte are
+        // queued (their replies then come in EXEC's array); it ends with EXEC, or DISCARD.
+        let plain = !cmd.random && !cmd.sort && !loose_compared(&cmd.args) && cmd.args[0].as_slice() != b"RANDOMKEY";
+        let result = match (plain, in_multi) {
+            (true, false) if g.chance(0.02) => {
+                in_multi = true;
+                d.check(&[&b"MULTI"[..]], false).and_then(|_| d.check(&cmd.args, false))
+            }
+            (true, true) => d.check(&cmd.args, false),
+            (false, true) => {
+                in_multi = false;
+                let end: &[u8] = if g.chance(0.1) { b"DISCARD" } else { b"EXEC" };
+                d.check(&[end], false).and_then(|_| d.check_any(&cmd))
+            }
+            (_, false) => d.check_any(&cmd),
         };
         if let Err((want, got)) = result {
             let shown: Vec<String> = cmd.args.iter().map(|a| format!("{:?}", String::from_utf8_lossy(a))).collect();
@@ -1056,6 +1091,7 @@ fn random_commands_match_redis() {
     }
     println!("{count} commands; {} SPOP/SRANDMEMBER replies differed from Redis's and were checked by shape", d.by_shape);
     println!("{} of {ttl_family} TTL/PTTL/EXPIRETIME/PEXPIRETIME replies differed within the tolerance", d.loose);
+    println!("{} transactions (MULTI ... EXEC or DISCARD)", d.multis);
     assert!(failures.is_empty(), "seed {seed}: {} differences (first 20):\n{}", failures.len(), failures.join("\n"));
 }
 
@@ -1136,5 +1172,62 @@ fn auth_matches_redis() {
     let version = text.lines().find_map(|l| l.strip_prefix("redis_version:")).expect("version").trim().to_string();
     let mut d = Differ::with_password(&redis, &version, Some("s3cret"));
     let failures = run_lines(&mut d, "auth", AUTH_SCRIPT);
+    assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// WATCH needs two connections: each script line runs on connection `a` or
+/// `b` of redis-server and of one pmwire server over one keyspace, and the
+/// replies must be equal byte for byte, in RESP2 and RESP3 (a write by the
+/// other connection makes EXEC answer the null array; reads, failed writes
+/// and writes to other keys do not; EXEC, DISCARD and UNWATCH forget).
+#[test]
+fn watch_across_two_connections_matches_redis() {
+    let Some(redis) = start_redis() else { return };
+    let version = redis_version(redis.port);
+    let mut a = Differ::new(&redis, &version);
+    // The second connection joins the first one's server and keyspace.
+    let mut b_conn = Conn::new(redis.port);
+    let mut req = Vec::new();
+    encode_request(&[&b"CLIENT"[..], b"ID"], &mut req);
+    let b_id = client_id(&b_conn.call(&req));
+    let mut b_session = a.server.open_session_with_id(b_id);
+    let script = [
+        "a WATCH w", "b SET w theirs", "a MULTI", "a SET w mine", "a EXEC", "a GET w",
+        "a WATCH w", "b GET w", "b SET other 1", "b LPUSH w x", "a MULTI", "a SET w mine", "a EXEC", "a GET w",
+        "a WATCH w v", "b DEL v", "b DEL w", "a MULTI", "a PING", "a EXEC",
+        "a WATCH w", "b SET w 1", "a UNWATCH", "a MULTI", "a PING", "a EXEC",
+        "a WATCH w", "b SET w 2", "a MULTI", "a DISCARD", "a MULTI", "a GET w", "a EXEC",
+        "b WATCH w", "a WATCH w", "b MULTI", "b INCR w", "b EXEC", "a MULTI", "a INCR w", "a EXEC", "a GET w",
+        "a WATCH h", "b HSET h f v", "a HELLO 3", "a MULTI", "a HGETALL h", "a EXEC", "a HELLO 2",
+        "a WATCH s", "b SADD s m", "b SREM s nosuch", "a MULTI", "a SCARD s", "a EXEC",
+        "a WATCH s", "b SREM s nosuch", "b SISMEMBER s m", "a MULTI", "a SCARD s", "a EXEC",
+        "a WATCH f", "b SET f 1", "a MULTI", "b FLUSHDB", "a SET f 2", "a EXEC", "a GET f",
+        "a WATCH gone", "b FLUSHDB", "a MULTI", "a SET gone 1", "a EXEC", "b GET gone",
+        "b MULTI", "b SET q 1", "a WATCH q", "b EXEC", "a MULTI", "a GET q", "a EXEC",
+    ];
+    let mut failures = Vec::new();
+    for line in script {
+        let (who, command) = line.split_at(2);
+        let args = args_of(command);
+        let (want, got) = if who == "a " {
+            let want = a.remote(&args);
+            (want, a.local(&args).0)
+        } else {
+            req.clear();
+            encode_request(&args, &mut req);
+            let want = b_conn.call(&req);
+            let segs: [&[u8]; 1] = [&req];
+            let summary = a.parsed.parse(&segs);
+            assert_eq!(summary.commands, 1);
+            let mut got = Vec::new();
+            a.server.execute(&mut b_session, &mut a.ks, &a.parsed.request(&segs, 0), &mut got);
+            (want, got)
+        };
+        if want != got {
+            let (want, got) = (String::from_utf8_lossy(&want), String::from_utf8_lossy(&got));
+            failures.push(format!("{line}\n    redis:  {want:?}\n    pmwire: {got:?}"));
+        }
+    }
+    println!("{} two-connection commands compared with redis-server {version}", script.len());
     assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n"));
 }

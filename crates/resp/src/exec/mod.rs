@@ -16,11 +16,13 @@ mod admin;
 mod hashes;
 mod keys;
 mod lists;
+mod multi;
 mod sets;
 mod strings;
 mod zsets;
 
 pub use keys::{active_expire, Sweep};
+pub use multi::MAX_QUEUED_BYTES;
 pub use sets::{MAX_RANDOM_REPLY, MAX_RANDOM_REPLY_BYTES};
 
 #[cfg(test)]
@@ -97,6 +99,8 @@ pub struct Session {
     /// AUTH (or HELLO AUTH) succeeded, or no password was set when the
     /// connection opened (as Redis decides it, once).
     authenticated: bool,
+    /// The open transaction (MULTI), if any.
+    multi: Option<multi::Multi>,
 }
 
 impl Session {
@@ -108,6 +112,11 @@ impl Session {
     /// The name given by CLIENT SETNAME or HELLO SETNAME.
     pub fn name(&self) -> Option<&[u8]> {
         self.name.as_deref()
+    }
+
+    /// Whether a transaction is open (MULTI without EXEC or DISCARD yet).
+    pub fn in_multi(&self) -> bool {
+        self.multi.is_some()
     }
 }
 
@@ -152,6 +161,9 @@ pub struct Server {
     commands_processed: u64,
     cursors: Cursors,
     rng: SplitMix64,
+    watches: multi::Watches,
+    /// Bytes of queued commands one transaction may hold.
+    max_queued_bytes: usize,
 }
 
 /// Why a command failed; written as its error reply.
@@ -327,7 +339,9 @@ pub(crate) const COMMANDS: &[Spec] = &[
     spec("decr", 2, 1, 1, 1),
     spec("decrby", 3, 1, 1, 1),
     spec("del", -2, 1, -1, 1),
+    spec("discard", 1, 0, 0, 0),
     spec("echo", 2, 0, 0, 0),
+    spec("exec", 1, 0, 0, 0),
     spec("exists", -2, 1, -1, 1),
     spec("expire", -3, 1, 1, 1),
     spec("expireat", -3, 1, 1, 1),
@@ -368,6 +382,7 @@ pub(crate) const COMMANDS: &[Spec] = &[
     spec("mget", -2, 1, -1, 1),
     spec("mset", -3, 1, -1, 2),
     spec("msetnx", -3, 1, -1, 2),
+    spec("multi", 1, 0, 0, 0),
     spec("object", -2, 0, 0, 0),
     spec("persist", 2, 1, 1, 1),
     spec("pexpire", -3, 1, 1, 1),
@@ -413,6 +428,8 @@ pub(crate) const COMMANDS: &[Spec] = &[
     spec("ttl", 2, 1, 1, 1),
     spec("type", 2, 1, 1, 1),
     spec("unlink", -2, 1, -1, 1),
+    spec("unwatch", 1, 0, 0, 0),
+    spec("watch", -2, 1, -1, 1),
     spec("zadd", -4, 1, 1, 1),
     spec("zcard", 2, 1, 1, 1),
     spec("zrange", -4, 1, 1, 1),
@@ -472,7 +489,17 @@ impl Server {
         assert!(config.scan_cursors > 0);
         assert!(config.scan_max_count > 0);
         let rng = SplitMix64::seed_from_u64(config.random_seed);
-        Server { config, next_client_id: 0, connected: 0, commands_processed: 0, cursors: Cursors::default(), rng }
+        let watches = multi::Watches::default();
+        Server {
+            config,
+            next_client_id: 0,
+            connected: 0,
+            commands_processed: 0,
+            cursors: Cursors::default(),
+            rng,
+            watches,
+            max_queued_bytes: MAX_QUEUED_BYTES,
+        }
     }
 
     /// A uniform draw from `0..n` (`n` > 0), by multiply-shift.
@@ -527,7 +554,7 @@ impl Server {
         self.next_client_id += 1;
         self.connected += 1;
         let authenticated = self.config.requirepass.is_none();
-        Session { id: self.next_client_id, protocol: Protocol::Resp2, name: None, authenticated }
+        Session { id: self.next_client_id, protocol: Protocol::Resp2, name: None, authenticated, multi: None }
     }
 
     /// A session with a given id (tests that mirror another server's ids).
@@ -535,12 +562,12 @@ impl Server {
         self.connected += 1;
         self.next_client_id = self.next_client_id.max(id);
         let authenticated = self.config.requirepass.is_none();
-        Session { id, protocol: Protocol::Resp2, name: None, authenticated }
+        Session { id, protocol: Protocol::Resp2, name: None, authenticated, multi: None }
     }
 
     /// A connection closed (INFO's `connected_clients`).
     pub fn close_session(&mut self, session: Session) {
-        let _ = session;
+        self.watches.unwatch_all(session.id);
         assert!(self.connected > 0);
         self.connected -= 1;
     }
@@ -559,14 +586,124 @@ impl Server {
         assert!(!req.is_empty());
         self.commands_processed += 1;
         let protocol = session.protocol;
-        let mut ctx = Ctx { server: self, session, ks, req, out: Out::new(sink, protocol) };
-        match dispatch(&mut ctx) {
-            Ok(flow) => flow,
+        let mut ctx = Ctx { server: self, session, ks: &mut *ks, req, out: Out::new(sink, protocol) };
+        let spec = match admit(&mut ctx) {
+            Ok(spec) => spec,
             Err(fail) => {
-                ctx.out.error(fail.text().as_bytes());
+                // As Redis's rejectCommand: a refused command flags an open
+                // transaction; a refused EXEC discards it, and says why.
+                if let Some(multi) = ctx.session.multi.as_mut() {
+                    multi.failed = true;
+                }
+                let text = fail.text();
+                if req.arg(0).eq_ignore_ascii_case(b"exec") {
+                    ctx.session.multi = None;
+                    ctx.server.watches.unwatch_all(ctx.session.id);
+                    let why = text.strip_prefix("ERR ").unwrap_or(&text);
+                    ctx.out.error(format!("EXECABORT Transaction discarded because of: {why}").as_bytes());
+                } else {
+                    ctx.out.error(text.as_bytes());
+                }
+                return Flow::Continue;
+            }
+        };
+        if ctx.session.multi.is_some() && !multi::runs_inside_multi(spec.name) {
+            let args: Vec<&[u8]> = req.args().collect();
+            match ctx.server.queue(ctx.session, &args) {
+                Ok(()) => ctx.out.simple(b"QUEUED"),
+                Err(text) => ctx.out.error(text.as_bytes()),
+            }
+            return Flow::Continue;
+        }
+        if spec.name == "exec" {
+            return self.exec(session, ks, sink);
+        }
+        self.run_one(spec, session, ks, req, sink)
+    }
+
+    /// Runs an admitted command, recording the keys it writes when some
+    /// session watches keys.
+    fn run_one<K, S>(&mut self, spec: &Spec, session: &mut Session, ks: &mut K, req: &Request<'_>, sink: &mut S) -> Flow
+    where
+        K: Keyspace,
+        S: ReplySink<K::Value> + ?Sized,
+    {
+        let protocol = session.protocol;
+        ks.begin_command();
+        let result = if self.watches.is_empty() {
+            let mut ctx = Ctx { server: self, session, ks, req, out: Out::new(sink, protocol) };
+            run(spec.name, &mut ctx).map_err(|fail| ctx.out.error(fail.text().as_bytes()))
+        } else {
+            // A flush touches the watched keys that exist when it runs.
+            let flush = matches!(spec.name, "flushdb" | "flushall");
+            let existing: Vec<Vec<u8>> = if flush {
+                let keys: Vec<Vec<u8>> = self.watches.keys().map(<[u8]>::to_vec).collect();
+                keys.into_iter().filter(|k| ks.get(k).is_some()).collect()
+            } else {
+                Vec::new()
+            };
+            let mut tracked = multi::Tracked { inner: ks, touched: Vec::new(), cleared: false };
+            let mut ctx = Ctx { server: self, session, ks: &mut tracked, req, out: Out::new(sink, protocol) };
+            let result = run(spec.name, &mut ctx).map_err(|fail| ctx.out.error(fail.text().as_bytes()));
+            let (touched, cleared) = (std::mem::take(&mut tracked.touched), tracked.cleared);
+            touched.iter().for_each(|k| self.watches.touch(k));
+            if cleared {
+                existing.iter().for_each(|k| self.watches.touch(k));
+            }
+            result
+        };
+        match result {
+            Ok(()) if spec.name == "quit" => Flow::Close,
+            Ok(()) => Flow::Continue,
+            Err(()) => {
+                // A failed command stored nothing (a write may have failed part-way).
+                ks.abort_command();
                 Flow::Continue
             }
         }
+    }
+
+    /// EXEC: the queued commands in order, their replies in one array;
+    /// EXECABORT if one was refused while queuing; the null array if a
+    /// watched key changed.
+    fn exec<K, S>(&mut self, session: &mut Session, ks: &mut K, sink: &mut S) -> Flow
+    where
+        K: Keyspace,
+        S: ReplySink<K::Value> + ?Sized,
+    {
+        let mut out = Out::<K::Value, S>::new(sink, session.protocol);
+        let Some(multi) = session.multi.take() else {
+            out.error(b"ERR EXEC without MULTI");
+            return Flow::Continue;
+        };
+        let dirty = self.watches.is_dirty(session.id);
+        self.watches.unwatch_all(session.id);
+        if multi.failed {
+            out.error(b"EXECABORT Transaction discarded because of previous errors.");
+            return Flow::Continue;
+        }
+        if dirty {
+            out.null_array();
+            return Flow::Continue;
+        }
+        out.array(multi.commands);
+        // Replayed without pieces: the values are copied, never named where
+        // the queued bytes lie.
+        let limits = Limits { max_commands: u32::MAX, ..self.config.limits };
+        let mut parsed = crate::request::Parsed::new(limits);
+        let segments: [&[u8]; 1] = [&multi.queued];
+        let summary = parsed.parse(&segments);
+        assert_eq!(summary.commands, multi.commands, "queued commands parse back");
+        assert_eq!(summary.consumed, multi.queued.len(), "queued commands parse back");
+        parsed.forget_pieces();
+        for i in 0..multi.commands {
+            let req = parsed.request(&segments, i);
+            self.commands_processed += 1;
+            let spec = COMMANDS.iter().find(|s| s.name.as_bytes().eq_ignore_ascii_case(req.arg(0)));
+            let spec = spec.expect("a queued command was admitted");
+            self.run_one(spec, session, ks, &req, sink);
+        }
+        Flow::Continue
     }
 }
 
@@ -582,7 +719,10 @@ pub fn same_secret(want: &[u8], given: &[u8]) -> bool {
     diff == 0
 }
 
-fn dispatch<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Result<Flow, Fail> {
+/// The checks before a command runs or is queued, as Redis's
+/// processCommand makes them: it exists, its arity (and subcommand's), then
+/// authentication.
+fn admit<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Result<&'static Spec, Fail> {
     let mut buf = [0u8; 32];
     let name = lower(c.arg(0), &mut buf);
     let Some(spec) = COMMANDS.iter().find(|s| s.name.as_bytes() == name) else {
@@ -612,11 +752,13 @@ fn dispatch<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K,
     }
     // As Redis: existence and arity first, then authentication; AUTH,
     // HELLO and QUIT are served to anyone.
-    if c.server.config.requirepass.is_some() && !c.session.authenticated && !matches!(spec.name, "auth" | "hello" | "quit") {
+    if c.server.config.requirepass.is_some()
+        && !c.session.authenticated
+        && !matches!(spec.name, "auth" | "hello" | "quit")
+    {
         return Err(Fail::Text("NOAUTH Authentication required.".into()));
     }
-    run(spec.name, c)?;
-    Ok(if spec.name == "quit" { Flow::Close } else { Flow::Continue })
+    Ok(spec)
 }
 
 fn run<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(name: &str, c: &mut Ctx<'_, '_, K, S>) -> Res {
@@ -725,6 +867,10 @@ fn run<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(name: &str, c: &mut Ctx<'_,
         "select" => admin::select(c),
         "type" => admin::type_(c),
         "object" => admin::object(c),
+        "multi" => multi::multi(c),
+        "discard" => multi::discard(c),
+        "watch" => multi::watch(c),
+        "unwatch" => multi::unwatch(c),
         other => unreachable!("command {other} in the table but not dispatched"),
     }
 }

@@ -1,0 +1,315 @@
+//! Transactions: `MULTI EXEC DISCARD WATCH UNWATCH`, with Redis 7.0's
+//! replies and errors.
+//!
+//! A session in MULTI queues every command but `EXEC DISCARD MULTI WATCH
+//! QUIT` (answered `+QUEUED`), as its RESP encoding; a command refused
+//! before it could run (unknown, wrong arity, NOAUTH) flags the
+//! transaction, and EXEC then answers `EXECABORT`. EXEC runs the queued
+//! commands in order, each answered in the EXEC's array as it would be
+//! alone (an error in one does not stop the others, as in Redis). The
+//! caller stages a request's writes in one batch and commits it whole
+//! (the engine commits a batch of any size failure-atomically), so an EXEC
+//! is durable all or nothing.
+//!
+//! WATCH ([`Watches`], owned by the [`Server`], so writes by any
+//! connection are seen): a watched key is *touched* by every write to it
+//! (set, a delete of a present key, a flush while it exists), and a
+//! session with a touched key is *dirty*: its EXEC answers the null array
+//! and runs nothing. EXEC, DISCARD, UNWATCH and closing the connection
+//! forget a session's watches and its dirty flag. Expiry, when it lands,
+//! calls [`Server::key_changed`] for a key it removes.
+//!
+//! Invariants: `by_key[k]` holds client `c` exactly when `by_client[c]`
+//! holds `k`; `dirty` only names clients with watches.
+
+use std::collections::{HashMap, HashSet};
+
+use super::{Ctx, Fail, Res, Server, Session};
+use crate::keyspace::{Expiry, Keyspace, Kind, StoreError, StoreLimits, Stored, ValueSource};
+use crate::reply::ReplySink;
+
+/// Most bytes of queued commands one transaction holds (their RESP
+/// encoding); beyond it a command is refused and the transaction flagged.
+pub const MAX_QUEUED_BYTES: usize = 512 << 20;
+
+/// A session's open transaction.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Multi {
+    /// The queued commands, RESP-encoded back to back.
+    pub queued: Vec<u8>,
+    pub commands: usize,
+    /// A command was refused while queuing: EXEC answers EXECABORT.
+    pub failed: bool,
+}
+
+/// Which clients watch which keys, and which of them saw a watched key
+/// change (see the module docs).
+#[derive(Debug, Default)]
+pub(crate) struct Watches {
+    by_key: HashMap<Vec<u8>, Vec<u64>>,
+    by_client: HashMap<u64, Vec<Vec<u8>>>,
+    dirty: HashSet<u64>,
+}
+
+impl Watches {
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+
+    pub fn watch(&mut self, client: u64, key: &[u8]) {
+        let clients = self.by_key.entry(key.to_vec()).or_default();
+        if !clients.contains(&client) {
+            clients.push(client);
+            self.by_client.entry(client).or_default().push(key.to_vec());
+        }
+    }
+
+    /// Forgets `client`'s watches and its dirty flag.
+    pub fn unwatch_all(&mut self, client: u64) {
+        self.dirty.remove(&client);
+        for key in self.by_client.remove(&client).unwrap_or_default() {
+            let clients = self.by_key.get_mut(&key).expect("by_key mirrors by_client");
+            clients.retain(|&c| c != client);
+            if clients.is_empty() {
+                self.by_key.remove(&key);
+            }
+        }
+    }
+
+    /// `key` was written: every client watching it is dirty.
+    pub fn touch(&mut self, key: &[u8]) {
+        if let Some(clients) = self.by_key.get(key) {
+            self.dirty.extend(clients.iter().copied());
+        }
+    }
+
+    pub fn is_dirty(&self, client: u64) -> bool {
+        self.dirty.contains(&client)
+    }
+
+    /// The watched keys (to see which exist before a flush).
+    pub fn keys(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        self.by_key.keys().map(|k| &k[..])
+    }
+}
+
+/// A keyspace that records the keys written through it (for WATCH).
+pub(crate) struct Tracked<'k, K: Keyspace> {
+    pub inner: &'k mut K,
+    pub touched: Vec<Vec<u8>>,
+    pub cleared: bool,
+}
+
+impl<K: Keyspace> Keyspace for Tracked<'_, K> {
+    type Value = K::Value;
+
+    fn get(&mut self, key: &[u8]) -> Option<Stored<K::Value>> {
+        self.inner.get(key)
+    }
+
+    fn read(&self, value: &K::Value, out: &mut Vec<u8>) {
+        self.inner.read(value, out)
+    }
+
+    fn put(&mut self, key: &[u8], kind: Kind, value: ValueSource<'_>, expiry: Expiry) -> Result<(), StoreError> {
+        self.inner.put(key, kind, value, expiry)?;
+        self.touched.push(key.to_vec());
+        Ok(())
+    }
+
+    fn set_deadline(&mut self, key: &[u8], deadline_ms: Option<u64>) -> Result<bool, StoreError> {
+        let written = self.inner.set_deadline(key, deadline_ms)?;
+        if written {
+            self.touched.push(key.to_vec());
+        }
+        Ok(written)
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<bool, StoreError> {
+        let existed = self.inner.delete(key)?;
+        if existed {
+            self.touched.push(key.to_vec());
+        }
+        Ok(existed)
+    }
+
+    fn scan(&mut self, after: Option<&[u8]>, limit: usize, visit: &mut dyn FnMut(&[u8], Kind)) -> usize {
+        self.inner.scan(after, limit, visit)
+    }
+
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.inner.now_ms()
+    }
+
+    fn expired(&self, limit: usize) -> Vec<Vec<u8>> {
+        self.inner.expired(limit)
+    }
+
+    fn expiring_len(&self) -> u64 {
+        self.inner.expiring_len()
+    }
+
+    fn clear(&mut self) -> Result<(), StoreError> {
+        self.inner.clear()?;
+        self.cleared = true;
+        Ok(())
+    }
+
+    fn limits(&self) -> StoreLimits {
+        self.inner.limits()
+    }
+
+    fn begin_command(&mut self) {
+        self.inner.begin_command()
+    }
+
+    fn abort_command(&mut self) {
+        self.inner.abort_command()
+    }
+}
+
+/// Whether a command runs at once inside MULTI rather than being queued.
+pub(crate) fn runs_inside_multi(name: &str) -> bool {
+    matches!(name, "exec" | "discard" | "multi" | "watch" | "quit")
+}
+
+impl Server {
+    /// Sets the bytes of queued commands one transaction may hold (default
+    /// [`MAX_QUEUED_BYTES`]; tests set less).
+    pub fn set_max_queued_bytes(&mut self, bytes: usize) {
+        assert!(bytes > 0, "a transaction queue of 0 bytes");
+        self.max_queued_bytes = bytes;
+    }
+
+    /// `key` changed outside a command's own writes (expiry, eviction):
+    /// every session watching it will see its EXEC fail.
+    pub fn key_changed(&mut self, key: &[u8]) {
+        self.watches.touch(key);
+    }
+
+    /// Queues a command of a session in MULTI; `+QUEUED`, or an error and
+    /// the transaction flagged if the queue is full.
+    pub(crate) fn queue(&mut self, session: &mut Session, args: &[&[u8]]) -> Result<(), String> {
+        let multi = session.multi.as_mut().expect("queue inside MULTI");
+        let size: usize = args.iter().map(|a| a.len() + 32).sum::<usize>() + 16;
+        let max = self.max_queued_bytes;
+        if multi.queued.len() + size > max {
+            multi.failed = true;
+            return Err(format!("ERR transaction queue is full ({max} bytes of queued commands at most)"));
+        }
+        crate::client::encode_request(args, &mut multi.queued);
+        multi.commands += 1;
+        Ok(())
+    }
+}
+
+pub(crate) fn multi<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    if c.session.multi.is_some() {
+        return Err(Fail::err("MULTI calls can not be nested"));
+    }
+    c.session.multi = Some(Multi::default());
+    c.out.ok();
+    Ok(())
+}
+
+pub(crate) fn discard<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    if c.session.multi.take().is_none() {
+        return Err(Fail::err("DISCARD without MULTI"));
+    }
+    c.server.watches.unwatch_all(c.session.id);
+    c.out.ok();
+    Ok(())
+}
+
+pub(crate) fn watch<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    if c.session.multi.is_some() {
+        return Err(Fail::err("WATCH inside MULTI is not allowed"));
+    }
+    for i in 1..c.argc() {
+        c.server.watches.watch(c.session.id, c.arg(i));
+    }
+    c.out.ok();
+    Ok(())
+}
+
+pub(crate) fn unwatch<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    c.server.watches.unwatch_all(c.session.id);
+    c.out.ok();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::ServerConfig;
+    use crate::keyspace::MemKeyspace;
+    use crate::request::{Limits, Parsed};
+
+    /// Runs inline commands on `session` and returns the replies.
+    fn run(server: &mut Server, session: &mut Session, ks: &mut MemKeyspace, input: &str) -> String {
+        let input = format!("{input}\r\n");
+        let segs: [&[u8]; 1] = [input.as_bytes()];
+        let mut p = Parsed::new(Limits::default());
+        let s = p.parse(&segs);
+        let mut out: Vec<u8> = Vec::new();
+        for i in 0..s.commands {
+            server.execute(session, ks, &p.request(&segs, i), &mut out);
+        }
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn a_full_queue_refuses_the_command_and_aborts_the_transaction() {
+        let mut server = Server::new(ServerConfig::default());
+        server.set_max_queued_bytes(150);
+        let (mut session, mut ks) = (server.open_session(), MemKeyspace::new());
+        let full = "-ERR transaction queue is full (150 bytes of queued commands at most)\r\n";
+        let abort = "-EXECABORT Transaction discarded because of previous errors.\r\n";
+        let got =
+            run(&mut server, &mut session, &mut ks, "MULTI\r\nSET a 1\r\nSET b 2222222222222222222222222222\r\nEXEC");
+        assert_eq!(got, format!("+OK\r\n+QUEUED\r\n{full}{abort}"));
+        assert_eq!(
+            run(&mut server, &mut session, &mut ks, "EXISTS a b\r\nMULTI\r\nSET a 1\r\nEXEC"),
+            ":0\r\n+OK\r\n+QUEUED\r\n*1\r\n+OK\r\n"
+        );
+    }
+
+    #[test]
+    fn key_changed_makes_watchers_exec_fail_and_closing_forgets_watches() {
+        let mut server = Server::new(ServerConfig::default());
+        let (mut session, mut ks) = (server.open_session(), MemKeyspace::new());
+        assert_eq!(run(&mut server, &mut session, &mut ks, "WATCH k\r\nMULTI\r\nSET k 1"), "+OK\r\n+OK\r\n+QUEUED\r\n");
+        server.key_changed(b"k");
+        assert_eq!(run(&mut server, &mut session, &mut ks, "EXEC\r\nEXISTS k"), "*-1\r\n:0\r\n");
+        run(&mut server, &mut session, &mut ks, "WATCH k");
+        assert!(!server.watches.is_empty());
+        server.close_session(session);
+        assert!(server.watches.is_empty(), "a closed connection's watches are gone");
+    }
+
+    #[test]
+    fn watches_mirror_and_forget() {
+        let mut w = Watches::default();
+        w.watch(1, b"a");
+        w.watch(1, b"a");
+        w.watch(2, b"a");
+        w.watch(2, b"b");
+        w.touch(b"b");
+        assert!(!w.is_dirty(1));
+        assert!(w.is_dirty(2));
+        w.touch(b"zz");
+        assert!(!w.is_dirty(1));
+        w.unwatch_all(2);
+        assert!(!w.is_dirty(2));
+        assert_eq!(w.keys().collect::<Vec<_>>(), vec![&b"a"[..]]);
+        w.touch(b"a");
+        assert!(w.is_dirty(1));
+        w.unwatch_all(1);
+        assert!(w.is_empty());
+        assert!(!w.is_dirty(1));
+    }
+}
