@@ -45,6 +45,7 @@ pub mod measure;
 pub mod mirror;
 pub mod mirror_crash;
 pub mod persist;
+pub mod whisper;
 pub mod pmdk;
 pub mod remote;
 pub mod repeat;
