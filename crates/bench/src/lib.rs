@@ -44,6 +44,7 @@ pub mod machine;
 pub mod measure;
 pub mod mirror;
 pub mod mirror_crash;
+pub mod mirror_peer;
 pub mod persist;
 pub mod whisper;
 pub mod pmdk;

@@ -27,7 +27,7 @@ use reactor::{PollBudget, Reactor, RealClock};
 use transport::UcxTransport;
 
 use crate::kv::placement::{LoadProbe, Placement};
-use crate::remote::common::{finish, ratio};
+use crate::remote::common::ratio;
 use crate::remote::server::{shm_path, ucx_config};
 use crate::schema::BenchResult;
 use crate::{table, SuiteReport};
@@ -67,6 +67,8 @@ pub enum Part {
     Transact,
     /// Seed 002 §7.2's WHISPER-like applications ([`crate::whisper`]).
     Whisper,
+    /// NO-SM beside libpmemobj on Transact ([`crate::mirror_peer`]).
+    Pmemobj,
 }
 
 impl Part {
@@ -75,12 +77,13 @@ impl Part {
         match self {
             Part::Transact => "transact",
             Part::Whisper => "whisper",
+            Part::Pmemobj => "pmemobj",
         }
     }
 
     /// Parses a command-line name.
     pub fn parse(name: &str) -> Option<Part> {
-        [Part::Transact, Part::Whisper].into_iter().find(|p| p.name() == name)
+        [Part::Transact, Part::Whisper, Part::Pmemobj].into_iter().find(|p| p.name() == name)
     }
 }
 
@@ -126,7 +129,7 @@ pub fn configs(quick: bool) -> Vec<Config> {
 
 /// Transactions per round of one strategy: about the same number of
 /// epochs for every configuration.
-fn transactions(config: Config, quick: bool) -> u64 {
+pub(crate) fn transactions(config: Config, quick: bool) -> u64 {
     let epochs = if quick { 2048 } else { 32768 };
     (epochs / u64::from(config.epochs)).max(if quick { 8 } else { 64 })
 }
@@ -280,9 +283,11 @@ pub fn run(options: &MirrorOptions) -> Result<SuiteReport> {
     // The backup on one CPU, the primary on the other (as the KV suites
     // pin server and load): on 2 cores, both threads on one CPU make every
     // round trip a context switch, and a run would measure placement.
+    // PMDK is loaded (and its flag set) before any other thread starts.
+    let pmemobj = options.runs(Part::Pmemobj).then(crate::pmdk::libpmemobj);
     let placement = Placement::split();
     let cpus = crate::kv::placement::allowed_cpus().len();
-    placement.as_load(|| run_pinned(options, &configs, rounds, &placement, cpus))
+    placement.as_load(|| run_pinned(options, &configs, rounds, &placement, cpus, pmemobj))
 }
 
 fn run_pinned(
@@ -291,11 +296,14 @@ fn run_pinned(
     rounds: u64,
     placement: &Placement,
     cpus: usize,
+    pmemobj: Option<Result<&'static crate::pmdk::Libpmemobj, String>>,
 ) -> Result<SuiteReport> {
     let per_transport = u64::from(options.runs(Part::Transact)) * rounds
         + u64::from(options.runs(Part::Whisper)) * crate::whisper::rounds(options.quick);
-    let bar = progress(options.transports.len() as u64 * per_transport * Strategy::ALL.len() as u64);
+    let peer_rounds = if pmemobj.is_some() { rounds } else { 0 };
+    let bar = progress(options.transports.len() as u64 * per_transport * Strategy::ALL.len() as u64 + peer_rounds);
     let mut results = Vec::new();
+    let mut skipped = Vec::new();
     let mut headlines = Vec::new();
     for tls in options.transports.iter().filter(|_| options.runs(Part::Transact)) {
         let probe = LoadProbe::start_in_process(cpus)?;
@@ -368,12 +376,21 @@ fn run_pinned(
         results.extend(r);
         headlines.extend(h);
     }
+    if let Some(library) = pmemobj {
+        let (r, s, h) = crate::mirror_peer::run(library, &self::configs(options.quick), rounds, options.quick, &bar)?;
+        results.extend(r);
+        skipped.extend(s);
+        headlines.extend(h);
+    }
     bar.finish_and_clear();
     if options.runs(Part::Transact) {
         print!("{}", slowdown_table(&results));
     }
     if options.runs(Part::Whisper) {
         print!("{}", crate::whisper::table(&results));
+    }
+    if options.runs(Part::Pmemobj) {
+        print!("{}", crate::mirror_peer::table(&results));
     }
     let parameters = serde_json::json!({
         "command": options.command(),
@@ -387,7 +404,8 @@ fn run_pinned(
         "write_bytes": WRITE_BYTES, "placement": placement.describe(),
         "note": "NO-SM on its own pool, the mirrored strategies on another (a primary must match its backup); each round runs every strategy on the same transactions; time per transaction is the median of the rounds' means",
     });
-    finish("mirror", &options.out_dir, parameters, results, Vec::new(), headlines)
+    let peers = if options.runs(Part::Pmemobj) { crate::pmdk::describe() } else { serde_json::json!({}) };
+    crate::remote::common::finish_with_peers("mirror", &options.out_dir, parameters, peers, results, skipped, headlines)
 }
 
 /// SM-OB and SM-DD each beat SM-RC in every configuration with more than

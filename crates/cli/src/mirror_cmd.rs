@@ -147,8 +147,8 @@ pub struct MirrorBenchArgs {
     /// Where to write the JSON results.
     #[arg(long, default_value = "results")]
     pub out: PathBuf,
-    /// Run one part: transact (seed 002 §7.1) or whisper (the WHISPER-like applications, §7.2).
-    #[arg(long, value_parser = ["transact", "whisper"])]
+    /// Run one part: transact (seed 002 §7.1), whisper (the WHISPER-like applications, §7.2) or pmemobj (NO-SM beside libpmemobj).
+    #[arg(long, value_parser = ["transact", "whisper", "pmemobj"])]
     pub only: Option<String>,
 }
 
