@@ -399,7 +399,7 @@ fn tour_remote(out: &std::path::Path) -> Result<Vec<pmwire_bench::Headline>> {
 /// lost or tore nothing.
 fn tour_mirror(out: &std::path::Path) -> Result<(Vec<pmwire_bench::Headline>, bool)> {
     use pmwire_bench::{mirror, mirror_crash};
-    println!("\n== bench mirror (quick): seed 002's Transact, NO-SM against SM-RC, SM-OB and SM-DD over tcp and sm ==");
+    println!("\n== bench mirror (quick): seed 002's Transact and WHISPER-like applications, NO-SM against SM-RC, SM-OB and SM-DD over tcp and sm; NO-SM beside libpmemobj ==");
     let transports = ["tcp", "sm"].map(String::from).to_vec();
     let options = mirror::MirrorOptions { quick: true, transports, out_dir: out.to_path_buf(), only: None };
     let report = mirror::run(&options)?;
