@@ -55,6 +55,7 @@ type TxBeginFn = unsafe extern "C" fn(*mut c_void, *mut c_void, ...) -> c_int;
 type TxAddRangeDirectFn = unsafe extern "C" fn(*const c_void, usize) -> c_int;
 type TxVoidFn = unsafe extern "C" fn();
 type TxEndFn = unsafe extern "C" fn() -> c_int;
+type TxAbortFn = unsafe extern "C" fn(c_int);
 type TxStageFn = unsafe extern "C" fn() -> c_int;
 
 /// libpmemobj's smallest pool (`PMEMOBJ_MIN_POOL`).
@@ -317,6 +318,7 @@ pub struct Libpmemobj {
     tx_add_range_direct: TxAddRangeDirectFn,
     tx_commit: TxVoidFn,
     tx_end: TxEndFn,
+    tx_abort: TxAbortFn,
     tx_stage: TxStageFn,
     errormsg: ErrorMsgFn,
 }
@@ -337,6 +339,7 @@ impl Libpmemobj {
                 tx_add_range_direct: library.function(c"pmemobj_tx_add_range_direct")?,
                 tx_commit: library.function(c"pmemobj_tx_commit")?,
                 tx_end: library.function(c"pmemobj_tx_end")?,
+                tx_abort: library.function(c"pmemobj_tx_abort")?,
                 tx_stage: library.function(c"pmemobj_tx_stage")?,
                 errormsg: library.function(c"pmemobj_errormsg")?,
                 library,
@@ -395,7 +398,7 @@ pub struct ObjPool<'a> {
     path: PathBuf,
 }
 
-impl ObjPool<'_> {
+impl<'a> ObjPool<'a> {
     /// The root object's address (for `pmem_is_pmem`).
     pub fn root(&self) -> *const u8 {
         self.root
@@ -406,6 +409,15 @@ impl ObjPool<'_> {
     /// (its undo log) then the store; then `pmemobj_tx_commit` (the ranges
     /// flushed, the log invalidated) and `pmemobj_tx_end`.
     pub fn transaction<'w>(&mut self, writes: impl IntoIterator<Item = (u64, &'w [u8])>) -> Result<(), String> {
+        let mut tx = self.begin()?;
+        for (offset, bytes) in writes {
+            tx.write(offset, bytes)?;
+        }
+        tx.commit()
+    }
+
+    /// `pmemobj_tx_begin`: a transaction on this pool, aborted if dropped.
+    pub fn begin(&mut self) -> Result<ObjTx<'_, 'a>, String> {
         let lib = self.library;
         // SAFETY: the pool is open; no jmp_buf (errors are returned), no parameters.
         let rc = unsafe { (lib.tx_begin)(self.pool, std::ptr::null_mut(), TX_PARAM_NONE) };
@@ -414,22 +426,63 @@ impl ObjPool<'_> {
             unsafe { (lib.tx_end)() };
             return Err(format!("pmemobj_tx_begin: {}", lib.errormsg()));
         }
-        for (offset, bytes) in writes {
-            assert!(offset + bytes.len() as u64 <= self.root_bytes, "a write inside the root object");
-            // SAFETY: inside the root object, in a transaction of this thread.
-            let at = unsafe { self.root.add(offset as usize) };
-            // SAFETY: as above.
-            let rc = unsafe { (lib.tx_add_range_direct)(at as *const c_void, bytes.len()) };
-            // SAFETY: reads the thread's transaction stage.
-            if rc != 0 || unsafe { (lib.tx_stage)() } != TX_STAGE_WORK {
-                let message = lib.errormsg();
-                // SAFETY: ends the aborted transaction.
-                unsafe { (lib.tx_end)() };
-                return Err(format!("pmemobj_tx_add_range_direct: {message}"));
-            }
-            // SAFETY: the range was snapshotted; src and dst do not overlap.
-            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), at, bytes.len()) };
+        Ok(ObjTx { pool: self, open: true })
+    }
+
+    /// Reads root-object bytes (for tests).
+    pub fn read(&self, offset: u64, dst: &mut [u8]) {
+        assert!(offset + dst.len() as u64 <= self.root_bytes, "a read inside the root object");
+        // SAFETY: inside the root object.
+        unsafe { std::ptr::copy_nonoverlapping(self.root.add(offset as usize), dst.as_mut_ptr(), dst.len()) };
+    }
+}
+
+/// An open libpmemobj transaction of this thread.
+pub struct ObjTx<'p, 'a> {
+    pool: &'p mut ObjPool<'a>,
+    /// Begun and neither ended nor failed.
+    open: bool,
+}
+
+impl ObjTx<'_, '_> {
+    /// `pmemobj_tx_add_range_direct` of the root object's range, then the
+    /// store. On `Err` the transaction was aborted and ended.
+    pub fn write(&mut self, offset: u64, bytes: &[u8]) -> Result<(), String> {
+        assert!(self.open, "a write in an open transaction");
+        assert!(offset + bytes.len() as u64 <= self.pool.root_bytes, "a write inside the root object");
+        let lib = self.pool.library;
+        // SAFETY: inside the root object.
+        let at = unsafe { self.pool.root.add(offset as usize) };
+        // SAFETY: in a transaction of this thread, on a range of its pool.
+        let rc = unsafe { (lib.tx_add_range_direct)(at as *const c_void, bytes.len()) };
+        // SAFETY: reads the thread's transaction stage.
+        if rc != 0 || unsafe { (lib.tx_stage)() } != TX_STAGE_WORK {
+            let message = lib.errormsg();
+            self.open = false;
+            // SAFETY: ends the transaction libpmemobj aborted.
+            unsafe { (lib.tx_end)() };
+            return Err(format!("pmemobj_tx_add_range_direct: {message}"));
         }
+        // SAFETY: the range was snapshotted; src and dst do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), at, bytes.len()) };
+        Ok(())
+    }
+
+    /// Reads root-object bytes as this transaction sees them (in place).
+    pub fn read(&self, offset: u64, dst: &mut [u8]) {
+        self.pool.read(offset, dst)
+    }
+
+    /// The root object's size.
+    pub fn root_bytes(&self) -> u64 {
+        self.pool.root_bytes
+    }
+
+    /// `pmemobj_tx_commit` and `pmemobj_tx_end`.
+    pub fn commit(mut self) -> Result<(), String> {
+        assert!(self.open, "commit of an open transaction");
+        self.open = false;
+        let lib = self.pool.library;
         // SAFETY: in TX_STAGE_WORK.
         unsafe { (lib.tx_commit)() };
         // SAFETY: after commit.
@@ -438,12 +491,17 @@ impl ObjPool<'_> {
             e => Err(format!("pmemobj_tx_end: error {e}: {}", lib.errormsg())),
         }
     }
+}
 
-    /// Reads root-object bytes (for tests).
-    pub fn read(&self, offset: u64, dst: &mut [u8]) {
-        assert!(offset + dst.len() as u64 <= self.root_bytes, "a read inside the root object");
-        // SAFETY: inside the root object.
-        unsafe { std::ptr::copy_nonoverlapping(self.root.add(offset as usize), dst.as_mut_ptr(), dst.len()) };
+impl Drop for ObjTx<'_, '_> {
+    fn drop(&mut self) {
+        if self.open {
+            let lib = self.pool.library;
+            // SAFETY: an open transaction of this thread, in TX_STAGE_WORK.
+            unsafe { (lib.tx_abort)(libc::ECANCELED) };
+            // SAFETY: tx_end follows every tx_begin.
+            unsafe { (lib.tx_end)() };
+        }
     }
 }
 
@@ -639,5 +697,13 @@ mod tests {
         pool.transaction(many.iter().map(|(o, b)| (*o, &b[..]))).unwrap();
         pool.read(2047 * 64, &mut got);
         assert_eq!(got, [255u8; 64], "a transaction of 2048 ranges (Transact's largest)");
+        let mut tx = pool.begin().unwrap();
+        tx.write(0, &[9u8; 64]).unwrap();
+        let mut seen = [0u8; 64];
+        tx.read(0, &mut seen);
+        assert_eq!(seen, [9u8; 64], "a transaction reads its own store");
+        drop(tx);
+        pool.read(0, &mut got);
+        assert_eq!(got, [0u8; 64], "a dropped transaction is rolled back to the 2048-range one's store");
     }
 }

@@ -48,6 +48,9 @@ pub enum WhisperError {
     /// The transaction refused a step (the log is full, the mirror failed).
     #[error(transparent)]
     Tx(#[from] TxError),
+    /// A peer's transaction (not this crate's [`Tx`]) refused a step.
+    #[error("transaction refused: {0}")]
+    Peer(String),
     /// The structure does not fit in the data area.
     #[error(transparent)]
     OutOfBounds(#[from] OutOfBounds),
@@ -108,6 +111,32 @@ pub trait View {
         let mut b = [0u8; 8];
         self.get(offset, &mut b)?;
         Ok(u64::from_le_bytes(b))
+    }
+}
+
+/// Write access inside a transaction: what the structures need of one.
+/// [`Ops`] is this crate's; a peer's transactions (the bench crate's
+/// libpmemobj) implement it too, so both run the same structure code.
+pub trait Writer: View {
+    /// Writes `bytes` at data-area `offset` in the transaction.
+    fn put(&mut self, offset: u64, bytes: &[u8]) -> Result<(), WhisperError>;
+
+    /// An ordering fence: what was written so far persists before what follows.
+    fn order(&mut self) -> Result<(), WhisperError>;
+
+    /// Writes a little-endian `u64`.
+    fn put_u64(&mut self, offset: u64, value: u64) -> Result<(), WhisperError> {
+        self.put(offset, &value.to_le_bytes())
+    }
+}
+
+impl<M: Media, S: EpochSink> Writer for Ops<'_, '_, M, S> {
+    fn put(&mut self, offset: u64, bytes: &[u8]) -> Result<(), WhisperError> {
+        Ok(Ops::put(self, offset, bytes)?)
+    }
+
+    fn order(&mut self) -> Result<(), WhisperError> {
+        Ok(Ops::order(self)?)
     }
 }
 
@@ -242,7 +271,7 @@ impl Slots {
         Ok(a)
     }
 
-    fn write_alloc<M: Media, S: EpochSink>(&self, ops: &mut Ops<'_, '_, M, S>, a: Alloc) -> Result<(), TxError> {
+    fn write_alloc(&self, ops: &mut impl Writer, a: Alloc) -> Result<(), WhisperError> {
         let mut b = [0u8; 24];
         b[..8].copy_from_slice(&a.count.to_le_bytes());
         b[8..16].copy_from_slice(&a.free_head.to_le_bytes());
@@ -270,19 +299,14 @@ impl Slots {
     }
 
     /// Pushes slot `r` on the free list (its word at +8 links the next).
-    fn give<M: Media, S: EpochSink>(&self, ops: &mut Ops<'_, '_, M, S>, a: &mut Alloc, r: u64) -> Result<(), TxError> {
+    fn give(&self, ops: &mut impl Writer, a: &mut Alloc, r: u64) -> Result<(), WhisperError> {
         ops.put(self.slot(r), &[0u8; 8])?;
         ops.put_u64(self.slot(r) + 8, a.free_head)?;
         a.free_head = r;
         Ok(())
     }
 
-    fn format<M: Media, S: EpochSink>(
-        &self,
-        ops: &mut Ops<'_, '_, M, S>,
-        magic: u64,
-        geom_b: u64,
-    ) -> Result<(), WhisperError> {
+    fn format(&self, ops: &mut impl Writer, magic: u64, geom_b: u64) -> Result<(), WhisperError> {
         let mut head = [0u8; 48];
         head[..8].copy_from_slice(&magic.to_le_bytes());
         head[8..16].copy_from_slice(&self.capacity.to_le_bytes());
@@ -339,12 +363,7 @@ impl HashMap {
     }
 
     /// Formats an empty map at `base` in `ops`' transaction.
-    pub fn format<M: Media, S: EpochSink>(
-        ops: &mut Ops<'_, '_, M, S>,
-        base: u64,
-        buckets: u64,
-        capacity: u64,
-    ) -> Result<HashMap, WhisperError> {
+    pub fn format(ops: &mut impl Writer, base: u64, buckets: u64, capacity: u64) -> Result<HashMap, WhisperError> {
         assert!(buckets >= 1, "a map has buckets");
         assert!(capacity >= 1, "a map has slots");
         let map = HashMap { slots: Slots { base, capacity, gap: buckets.div_ceil(8) * SLOT_BYTES }, buckets };
@@ -408,12 +427,7 @@ impl HashMap {
 
     /// Inserts or updates `key`; whether it is new. A new node is written,
     /// then published at its bucket's head, then counted.
-    pub fn insert<M: Media, S: EpochSink>(
-        &self,
-        ops: &mut Ops<'_, '_, M, S>,
-        key: u64,
-        value: &Value,
-    ) -> Result<bool, WhisperError> {
+    pub fn insert(&self, ops: &mut impl Writer, key: u64, value: &Value) -> Result<bool, WhisperError> {
         if let Some(r) = self.find(ops, key)?.1 {
             ops.put(self.slots.slot(r) + 16, value)?;
             ops.order()?;
@@ -433,7 +447,7 @@ impl HashMap {
 
     /// Removes `key`; whether it was there. The node is unlinked, then
     /// pushed on the free list, then the header counts it.
-    pub fn remove<M: Media, S: EpochSink>(&self, ops: &mut Ops<'_, '_, M, S>, key: u64) -> Result<bool, WhisperError> {
+    pub fn remove(&self, ops: &mut impl Writer, key: u64) -> Result<bool, WhisperError> {
         let (link, Some(r)) = self.find(ops, key)? else { return Ok(false) };
         let next = ops.get_u64(self.slots.slot(r) + 8)?;
         ops.put_u64(link, next)?;
@@ -510,11 +524,7 @@ impl CritBitTree {
     }
 
     /// Formats an empty tree for `capacity` keys at `base`.
-    pub fn format<M: Media, S: EpochSink>(
-        ops: &mut Ops<'_, '_, M, S>,
-        base: u64,
-        capacity: u64,
-    ) -> Result<CritBitTree, WhisperError> {
+    pub fn format(ops: &mut impl Writer, base: u64, capacity: u64) -> Result<CritBitTree, WhisperError> {
         assert!(capacity >= 1, "a tree has slots");
         let tree = CritBitTree { slots: Slots { base, capacity: 2 * capacity, gap: 0 } };
         let mut probe = [0u8; 1];
@@ -596,12 +606,7 @@ impl CritBitTree {
     /// Inserts or updates `key`; whether it is new. The new leaf, then the
     /// inner node over it, then the pointer that publishes them, then the
     /// header, each in its own epoch.
-    pub fn insert<M: Media, S: EpochSink>(
-        &self,
-        ops: &mut Ops<'_, '_, M, S>,
-        key: u64,
-        value: &Value,
-    ) -> Result<bool, WhisperError> {
+    pub fn insert(&self, ops: &mut impl Writer, key: u64, value: &Value) -> Result<bool, WhisperError> {
         let path = self.walk(ops, key)?;
         let leaf_bytes = node_bytes(TAG_LEAF, key, value);
         let mut a = self.slots.read_alloc(ops)?;
@@ -656,7 +661,7 @@ impl CritBitTree {
 
     /// Removes `key`; whether it was there. Its parent is replaced by the
     /// sibling, then both slots are freed, then the header counts it.
-    pub fn remove<M: Media, S: EpochSink>(&self, ops: &mut Ops<'_, '_, M, S>, key: u64) -> Result<bool, WhisperError> {
+    pub fn remove(&self, ops: &mut impl Writer, key: u64) -> Result<bool, WhisperError> {
         let path = self.walk(ops, key)?;
         let Some(&(leaf_link, leaf)) = path.last() else { return Ok(false) };
         if ops.get_u64(self.slots.slot(leaf) + 8)? != key {
@@ -742,12 +747,7 @@ impl Table {
     }
 
     /// Formats a table of `rows` zeroed records of `fields` fields at `base`.
-    pub fn format<M: Media, S: EpochSink>(
-        ops: &mut Ops<'_, '_, M, S>,
-        base: u64,
-        rows: u64,
-        fields: u64,
-    ) -> Result<Table, WhisperError> {
+    pub fn format(ops: &mut impl Writer, base: u64, rows: u64, fields: u64) -> Result<Table, WhisperError> {
         assert!(rows >= 1, "a table has rows");
         assert!(fields >= 2, "a record has a version field and a data field");
         let table = Table { slots: Slots { base, capacity: rows * fields, gap: 0 }, fields };
@@ -795,13 +795,7 @@ impl Table {
     /// Updates data field `field` (≥ 1) of `row`: the new field and the
     /// bumped version in one epoch (N-store's in-place update and its
     /// version, ordered before the next update).
-    pub fn update<M: Media, S: EpochSink>(
-        &self,
-        ops: &mut Ops<'_, '_, M, S>,
-        row: u64,
-        field: u64,
-        bytes: &[u8; 64],
-    ) -> Result<(), WhisperError> {
+    pub fn update(&self, ops: &mut impl Writer, row: u64, field: u64, bytes: &[u8; 64]) -> Result<(), WhisperError> {
         assert!(field >= 1, "field 0 is the version");
         let version = self.version(ops, row)?;
         ops.put(self.field_at(row, field), bytes)?;
