@@ -399,6 +399,11 @@ pub struct ObjPool<'a> {
 }
 
 impl<'a> ObjPool<'a> {
+    /// The library the pool was created with.
+    pub fn library(&self) -> &'a Libpmemobj {
+        self.library
+    }
+
     /// The root object's address (for `pmem_is_pmem`).
     pub fn root(&self) -> *const u8 {
         self.root
