@@ -7,6 +7,7 @@
 //! Emitted (each may be absent):
 //! - `PMWIRE_LIBPMEM_DIR`, `PMWIRE_LIBPMEM_VERSION`
 //! - `PMWIRE_LIBPMEMLOG_DIR`, `PMWIRE_LIBPMEMLOG_VERSION`
+//! - `PMWIRE_LIBPMEMOBJ_DIR`, `PMWIRE_LIBPMEMOBJ_VERSION`
 
 use std::process::Command;
 
@@ -39,4 +40,5 @@ fn main() {
     println!("cargo:rerun-if-env-changed=PKG_CONFIG_LIBDIR");
     probe("libpmem", "PMWIRE_LIBPMEM");
     probe("libpmemlog", "PMWIRE_LIBPMEMLOG");
+    probe("libpmemobj", "PMWIRE_LIBPMEMOBJ");
 }

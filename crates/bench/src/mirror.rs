@@ -27,7 +27,7 @@ use reactor::{PollBudget, Reactor, RealClock};
 use transport::UcxTransport;
 
 use crate::kv::placement::{LoadProbe, Placement};
-use crate::remote::common::{finish, ratio};
+use crate::remote::common::ratio;
 use crate::remote::server::{shm_path, ucx_config};
 use crate::schema::BenchResult;
 use crate::{table, SuiteReport};
@@ -56,6 +56,52 @@ pub struct MirrorOptions {
     pub transports: Vec<String>,
     /// Where the JSON goes.
     pub out_dir: PathBuf,
+    /// Run one part only (`None`: every part).
+    pub only: Option<Part>,
+}
+
+/// A part of the suite.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// Seed 002 §7.1's Transact.
+    Transact,
+    /// Seed 002 §7.2's WHISPER-like applications ([`crate::whisper`]).
+    Whisper,
+    /// NO-SM beside libpmemobj on Transact ([`crate::mirror_peer`]).
+    Pmemobj,
+}
+
+impl Part {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Part::Transact => "transact",
+            Part::Whisper => "whisper",
+            Part::Pmemobj => "pmemobj",
+        }
+    }
+
+    /// Parses a command-line name.
+    pub fn parse(name: &str) -> Option<Part> {
+        [Part::Transact, Part::Whisper, Part::Pmemobj].into_iter().find(|p| p.name() == name)
+    }
+}
+
+impl MirrorOptions {
+    fn runs(&self, part: Part) -> bool {
+        self.only.is_none_or(|p| p == part)
+    }
+
+    fn command(&self) -> String {
+        let mut c = "pmwire bench mirror".to_string();
+        if self.quick {
+            c.push_str(" --quick");
+        }
+        if let Some(p) = self.only {
+            c.push_str(&format!(" --only {}", p.name()));
+        }
+        c
+    }
 }
 
 /// One Transact configuration: epochs per transaction, writes per epoch.
@@ -83,7 +129,7 @@ pub fn configs(quick: bool) -> Vec<Config> {
 
 /// Transactions per round of one strategy: about the same number of
 /// epochs for every configuration.
-fn transactions(config: Config, quick: bool) -> u64 {
+pub(crate) fn transactions(config: Config, quick: bool) -> u64 {
     let epochs = if quick { 2048 } else { 32768 };
     (epochs / u64::from(config.epochs)).max(if quick { 8 } else { 64 })
 }
@@ -97,16 +143,16 @@ fn rounds(quick: bool) -> u64 {
 }
 
 /// A backup serving on its own thread until dropped.
-struct BackupThread {
-    addr: std::net::SocketAddr,
+pub(crate) struct BackupThread {
+    pub(crate) addr: std::net::SocketAddr,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     pool: PathBuf,
 }
 
 impl BackupThread {
-    fn start(tls: &str, placement: &Placement) -> Result<BackupThread> {
-        let pool = shm_path(&format!("mirror-backup-{tls}.pool"));
+    pub(crate) fn start(name: &str, tls: &str, placement: &Placement) -> Result<BackupThread> {
+        let pool = shm_path(&format!("{name}-{tls}.pool"));
         let _ = std::fs::remove_file(&pool);
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::channel();
@@ -144,14 +190,14 @@ impl Drop for BackupThread {
 }
 
 /// A heap on its own emulated pool.
-struct Primary {
-    region: Region,
-    heap: Heap,
+pub(crate) struct Primary {
+    pub(crate) region: Region,
+    pub(crate) heap: Heap,
     path: PathBuf,
 }
 
 impl Primary {
-    fn create(name: &str) -> Result<Primary> {
+    pub(crate) fn create(name: &str) -> Result<Primary> {
         let path = shm_path(name);
         let _ = std::fs::remove_file(&path);
         let mut region = Region::create(&path, Heap::required_size(LOG_BYTES, DATA_BYTES))?;
@@ -195,7 +241,7 @@ fn transact(
     Ok(start.elapsed().as_nanos() as f64 / count as f64)
 }
 
-fn progress(len: u64) -> ProgressBar {
+pub(crate) fn progress(len: u64) -> ProgressBar {
     let bar = ProgressBar::new(len);
     if std::io::stderr().is_terminal() {
         bar.set_style(
@@ -209,27 +255,39 @@ fn progress(len: u64) -> ProgressBar {
     bar
 }
 
-fn median(values: &mut [f64]) -> f64 {
+pub(crate) fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
 }
 
 /// Runs the suite.
 pub fn run(options: &MirrorOptions) -> Result<SuiteReport> {
-    let configs = configs(options.quick);
+    let configs = if options.runs(Part::Transact) { configs(options.quick) } else { Vec::new() };
     let rounds = rounds(options.quick);
-    println!(
-        "mirror: Transact, {} configurations x {{NO-SM, SM-RC, SM-OB, SM-DD}} x {} rounds over {}; primary and backup are two threads of one process pinned to different CPUs, both poll 30 us after activity, then block",
-        configs.len(),
-        rounds,
-        options.transports.join(", ")
-    );
+    if options.runs(Part::Transact) {
+        println!(
+            "mirror: Transact, {} configurations x {{NO-SM, SM-RC, SM-OB, SM-DD}} x {} rounds over {}; primary and backup are two threads of one process pinned to different CPUs, both poll 30 us after activity, then block",
+            configs.len(),
+            rounds,
+            options.transports.join(", ")
+        );
+    }
+    if options.runs(Part::Whisper) {
+        println!(
+            "mirror: WHISPER-like hashmap, ctree, echo (a master and {} clients), ycsb x {{NO-SM, SM-RC, SM-OB, SM-DD}} x {} rounds over {}, placed as Transact",
+            crate::whisper::ECHO_CLIENTS,
+            crate::whisper::rounds(options.quick),
+            options.transports.join(", ")
+        );
+    }
     // The backup on one CPU, the primary on the other (as the KV suites
     // pin server and load): on 2 cores, both threads on one CPU make every
     // round trip a context switch, and a run would measure placement.
+    // PMDK is loaded (and its flag set) before any other thread starts.
+    let pmemobj = options.runs(Part::Pmemobj).then(crate::pmdk::libpmemobj);
     let placement = Placement::split();
     let cpus = crate::kv::placement::allowed_cpus().len();
-    placement.as_load(|| run_pinned(options, &configs, rounds, &placement, cpus))
+    placement.as_load(|| run_pinned(options, &configs, rounds, &placement, cpus, pmemobj))
 }
 
 fn run_pinned(
@@ -238,13 +296,19 @@ fn run_pinned(
     rounds: u64,
     placement: &Placement,
     cpus: usize,
+    pmemobj: Option<Result<&'static crate::pmdk::Libpmemobj, String>>,
 ) -> Result<SuiteReport> {
-    let bar = progress(options.transports.len() as u64 * rounds * Strategy::ALL.len() as u64);
+    let per_transport = u64::from(options.runs(Part::Transact)) * rounds
+        + u64::from(options.runs(Part::Whisper)) * crate::whisper::rounds(options.quick);
+    let peer_rounds = if pmemobj.is_some() { rounds } else { 0 };
+    let bar = progress(options.transports.len() as u64 * per_transport * Strategy::ALL.len() as u64 + peer_rounds);
     let mut results = Vec::new();
+    let mut skipped = Vec::new();
     let mut headlines = Vec::new();
-    for tls in &options.transports {
+    for tls in options.transports.iter().filter(|_| options.runs(Part::Transact)) {
         let probe = LoadProbe::start_in_process(cpus)?;
-        let backup = BackupThread::start(tls, placement).with_context(|| format!("backup over {tls}"))?;
+        let backup =
+            BackupThread::start("mirror-backup", tls, placement).with_context(|| format!("backup over {tls}"))?;
         let mut local = Primary::create(&format!("mirror-local-{tls}.pool"))?;
         let mut mirrored = Primary::create(&format!("mirror-primary-{tls}.pool"))?;
         // times[config][strategy]: one mean per round.
@@ -298,16 +362,50 @@ fn run_pinned(
         headlines.extend(beats_rc(tls, &cell_results));
         results.extend(cell_results);
     }
+    for tls in options.transports.iter().filter(|_| options.runs(Part::Whisper)) {
+        let probe = LoadProbe::start_in_process(cpus)?;
+        let (r, h) = crate::whisper::run_transport(tls, options.quick, placement, &bar, || {
+            let other = probe.other_share()?;
+            println!(
+                "{tls} (WHISPER-like): other processes took {:.0}% of the CPUs meanwhile{}",
+                other * 100.0,
+                if other > OTHER_LOAD_WARNING { " (more than 15%: the times measure the contention too)" } else { "" }
+            );
+            Ok(other)
+        })?;
+        results.extend(r);
+        headlines.extend(h);
+    }
+    if let Some(library) = pmemobj {
+        let (r, s, h) = crate::mirror_peer::run(library, &self::configs(options.quick), rounds, options.quick, &bar)?;
+        results.extend(r);
+        skipped.extend(s);
+        headlines.extend(h);
+    }
     bar.finish_and_clear();
-    print!("{}", slowdown_table(&results));
+    if options.runs(Part::Transact) {
+        print!("{}", slowdown_table(&results));
+    }
+    if options.runs(Part::Whisper) {
+        print!("{}", crate::whisper::table(&results));
+    }
+    if options.runs(Part::Pmemobj) {
+        print!("{}", crate::mirror_peer::table(&results));
+    }
     let parameters = serde_json::json!({
-        "command": if options.quick { "pmwire bench mirror --quick" } else { "pmwire bench mirror" },
+        "command": options.command(),
+        "whisper": options.runs(Part::Whisper).then(|| serde_json::json!({
+            "workloads": crate::whisper::Workload::ALL.map(|w| serde_json::json!({"name": w.name(), "operations_per_round": w.operations(options.quick)})),
+            "rounds": crate::whisper::rounds(options.quick), "keys": crate::whisper::KEYS,
+            "echo_clients": crate::whisper::ECHO_CLIENTS, "echo_batch": crate::whisper::ECHO_BATCH,
+        })),
         "configs": configs.iter().map(Config::label).collect::<Vec<_>>(),
         "rounds": rounds, "transports": options.transports, "data_bytes": DATA_BYTES, "log_bytes": LOG_BYTES,
         "write_bytes": WRITE_BYTES, "placement": placement.describe(),
         "note": "NO-SM on its own pool, the mirrored strategies on another (a primary must match its backup); each round runs every strategy on the same transactions; time per transaction is the median of the rounds' means",
     });
-    finish("mirror", &options.out_dir, parameters, results, Vec::new(), headlines)
+    let peers = if options.runs(Part::Pmemobj) { crate::pmdk::describe() } else { serde_json::json!({}) };
+    crate::remote::common::finish_with_peers("mirror", &options.out_dir, parameters, peers, results, skipped, headlines)
 }
 
 /// SM-OB and SM-DD each beat SM-RC in every configuration with more than
@@ -361,7 +459,7 @@ fn slowdown_table(results: &[BenchResult]) -> String {
         "SM-OB".to_string(),
         "SM-DD".to_string(),
     ]];
-    for r in results {
+    for r in results.iter().filter(|r| r.bench.starts_with(BENCH)) {
         let cell = |k: &str| r.get(k).map_or("-".to_string(), |v| format!("{}x", table::num(v)));
         rows.push(vec![
             r.params.get("transport").and_then(|t| t.as_str()).unwrap_or("?").to_string(),

@@ -1,4 +1,5 @@
-//! PMDK (libpmem, libpmemlog) as an optional peer, loaded at run time.
+//! PMDK (libpmem, libpmemlog, libpmemobj) as an optional peer, loaded at
+//! run time.
 //!
 //! This is the only place in pmwire that touches PMDK. The libraries are
 //! opened with `dlopen` rather than linked, so the crate builds and the
@@ -46,6 +47,31 @@ type LogCreateFn = unsafe extern "C" fn(*const c_char, usize, libc::mode_t) -> *
 type LogAppendFn = unsafe extern "C" fn(*mut c_void, *const c_void, usize) -> c_int;
 type LogPoolFn = unsafe extern "C" fn(*mut c_void);
 type LogNbyteFn = unsafe extern "C" fn(*mut c_void) -> usize;
+type ObjCreateFn = unsafe extern "C" fn(*const c_char, *const c_char, usize, libc::mode_t) -> *mut c_void;
+type ObjCloseFn = unsafe extern "C" fn(*mut c_void);
+type ObjRootFn = unsafe extern "C" fn(*mut c_void, usize) -> PmemOid;
+type ObjDirectFn = unsafe extern "C" fn(PmemOid) -> *mut c_void;
+type TxBeginFn = unsafe extern "C" fn(*mut c_void, *mut c_void, ...) -> c_int;
+type TxAddRangeDirectFn = unsafe extern "C" fn(*const c_void, usize) -> c_int;
+type TxVoidFn = unsafe extern "C" fn();
+type TxEndFn = unsafe extern "C" fn() -> c_int;
+type TxAbortFn = unsafe extern "C" fn(c_int);
+type TxStageFn = unsafe extern "C" fn() -> c_int;
+
+/// libpmemobj's smallest pool (`PMEMOBJ_MIN_POOL`).
+pub const PMEMOBJ_MIN_POOL: u64 = 8 << 20;
+/// `TX_PARAM_NONE`: ends `pmemobj_tx_begin`'s parameter list.
+const TX_PARAM_NONE: c_int = 0;
+/// `TX_STAGE_WORK`.
+const TX_STAGE_WORK: c_int = 1;
+
+/// libpmemobj's `PMEMoid` (base.h): a pool's UUID and an offset.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct PmemOid {
+    pool_uuid_lo: u64,
+    off: u64,
+}
 
 /// A `dlopen` handle. Never closed: PMDK keeps process-global state.
 struct Library {
@@ -280,6 +306,231 @@ impl Drop for LogPool<'_> {
     }
 }
 
+/// libpmemobj's entry points used by the suite: a pool with a root
+/// object, and undo-logged transactions on it.
+pub struct Libpmemobj {
+    library: Library,
+    create: ObjCreateFn,
+    close: ObjCloseFn,
+    root: ObjRootFn,
+    direct: ObjDirectFn,
+    tx_begin: TxBeginFn,
+    tx_add_range_direct: TxAddRangeDirectFn,
+    tx_commit: TxVoidFn,
+    tx_end: TxEndFn,
+    tx_abort: TxAbortFn,
+    tx_stage: TxStageFn,
+    errormsg: ErrorMsgFn,
+}
+
+impl Libpmemobj {
+    fn open() -> Result<Libpmemobj, String> {
+        let list =
+            candidates(option_env!("PMWIRE_LIBPMEMOBJ_DIR"), "libpmemobj.so.1", "libpmemobj.so", "PMWIRE_LIBPMEMOBJ");
+        let library = Library::open("libpmemobj", &list)?;
+        // SAFETY: the signatures are libpmemobj's headers' (base.h, pool_base.h, tx_base.h).
+        unsafe {
+            Ok(Libpmemobj {
+                create: library.function(c"pmemobj_create")?,
+                close: library.function(c"pmemobj_close")?,
+                root: library.function(c"pmemobj_root")?,
+                direct: library.function(c"pmemobj_direct")?,
+                tx_begin: library.function(c"pmemobj_tx_begin")?,
+                tx_add_range_direct: library.function(c"pmemobj_tx_add_range_direct")?,
+                tx_commit: library.function(c"pmemobj_tx_commit")?,
+                tx_end: library.function(c"pmemobj_tx_end")?,
+                tx_abort: library.function(c"pmemobj_tx_abort")?,
+                tx_stage: library.function(c"pmemobj_tx_stage")?,
+                errormsg: library.function(c"pmemobj_errormsg")?,
+                library,
+            })
+        }
+    }
+
+    /// Where the library was loaded from.
+    pub fn path(&self) -> &str {
+        &self.library.path
+    }
+
+    /// The version `pkg-config` reported when pmwire was built.
+    pub fn version(&self) -> &'static str {
+        option_env!("PMWIRE_LIBPMEMOBJ_VERSION").unwrap_or("unknown")
+    }
+
+    fn errormsg(&self) -> String {
+        // SAFETY: returns a thread-local C string.
+        unsafe { CStr::from_ptr((self.errormsg)()) }.to_string_lossy().into_owned()
+    }
+
+    /// Creates a fresh pool of `size` bytes at `path` (removing a stale
+    /// file) with a zeroed root object of `root_bytes`.
+    pub fn create(&self, path: &Path, size: u64, root_bytes: u64) -> Result<ObjPool<'_>, String> {
+        assert!(size >= PMEMOBJ_MIN_POOL, "pmemobj pools hold at least {PMEMOBJ_MIN_POOL} bytes");
+        assert!(root_bytes > 0 && root_bytes < size, "a root object of {root_bytes} B in a pool of {size} B");
+        let _ = std::fs::remove_file(path);
+        let c_path = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+        // SAFETY: valid C strings; PMDK creates the file.
+        let pool = unsafe { (self.create)(c_path.as_ptr(), c"pmwire-bench".as_ptr(), size as usize, 0o600) };
+        if pool.is_null() {
+            return Err(format!("pmemobj_create({}): {}", path.display(), self.errormsg()));
+        }
+        let mut pool =
+            ObjPool { library: self, pool, root: std::ptr::null_mut(), root_bytes, path: path.to_path_buf() };
+        // SAFETY: the pool is open.
+        let oid = unsafe { (self.root)(pool.pool, root_bytes as usize) };
+        if oid.off == 0 {
+            return Err(format!("pmemobj_root({root_bytes} B): {}", self.errormsg()));
+        }
+        // SAFETY: a valid object of this pool.
+        pool.root = unsafe { (self.direct)(oid) } as *mut u8;
+        assert!(!pool.root.is_null(), "pmemobj_direct of the root");
+        Ok(pool)
+    }
+}
+
+/// An open libpmemobj pool and its root object; closed and its file
+/// removed on drop.
+pub struct ObjPool<'a> {
+    library: &'a Libpmemobj,
+    pool: *mut c_void,
+    root: *mut u8,
+    root_bytes: u64,
+    path: PathBuf,
+}
+
+impl<'a> ObjPool<'a> {
+    /// The library the pool was created with.
+    pub fn library(&self) -> &'a Libpmemobj {
+        self.library
+    }
+
+    /// The root object's address (for `pmem_is_pmem`).
+    pub fn root(&self) -> *const u8 {
+        self.root
+    }
+
+    /// One libpmemobj transaction: for each `(offset, bytes)` of `writes`,
+    /// in order, `pmemobj_tx_add_range_direct` of the root object's range
+    /// (its undo log) then the store; then `pmemobj_tx_commit` (the ranges
+    /// flushed, the log invalidated) and `pmemobj_tx_end`.
+    pub fn transaction<'w>(&mut self, writes: impl IntoIterator<Item = (u64, &'w [u8])>) -> Result<(), String> {
+        let mut tx = self.begin()?;
+        for (offset, bytes) in writes {
+            tx.write(offset, bytes)?;
+        }
+        tx.commit()
+    }
+
+    /// `pmemobj_tx_begin`: a transaction on this pool, aborted if dropped.
+    pub fn begin(&mut self) -> Result<ObjTx<'_, 'a>, String> {
+        let lib = self.library;
+        // SAFETY: the pool is open; no jmp_buf (errors are returned), no parameters.
+        let rc = unsafe { (lib.tx_begin)(self.pool, std::ptr::null_mut(), TX_PARAM_NONE) };
+        if rc != 0 {
+            // SAFETY: tx_end must follow every tx_begin.
+            unsafe { (lib.tx_end)() };
+            return Err(format!("pmemobj_tx_begin: {}", lib.errormsg()));
+        }
+        Ok(ObjTx { pool: self, open: true })
+    }
+
+    /// Reads root-object bytes (for tests).
+    pub fn read(&self, offset: u64, dst: &mut [u8]) {
+        assert!(offset + dst.len() as u64 <= self.root_bytes, "a read inside the root object");
+        // SAFETY: inside the root object.
+        unsafe { std::ptr::copy_nonoverlapping(self.root.add(offset as usize), dst.as_mut_ptr(), dst.len()) };
+    }
+}
+
+/// An open libpmemobj transaction of this thread.
+pub struct ObjTx<'p, 'a> {
+    pool: &'p mut ObjPool<'a>,
+    /// Begun and neither ended nor failed.
+    open: bool,
+}
+
+impl ObjTx<'_, '_> {
+    /// `pmemobj_tx_add_range_direct` of the root object's range, then the
+    /// store. On `Err` the transaction was aborted and ended.
+    pub fn write(&mut self, offset: u64, bytes: &[u8]) -> Result<(), String> {
+        assert!(self.open, "a write in an open transaction");
+        assert!(offset + bytes.len() as u64 <= self.pool.root_bytes, "a write inside the root object");
+        let lib = self.pool.library;
+        // SAFETY: inside the root object.
+        let at = unsafe { self.pool.root.add(offset as usize) };
+        // SAFETY: in a transaction of this thread, on a range of its pool.
+        let rc = unsafe { (lib.tx_add_range_direct)(at as *const c_void, bytes.len()) };
+        // SAFETY: reads the thread's transaction stage.
+        if rc != 0 || unsafe { (lib.tx_stage)() } != TX_STAGE_WORK {
+            let message = lib.errormsg();
+            self.open = false;
+            // SAFETY: ends the transaction libpmemobj aborted.
+            unsafe { (lib.tx_end)() };
+            return Err(format!("pmemobj_tx_add_range_direct: {message}"));
+        }
+        // SAFETY: the range was snapshotted; src and dst do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), at, bytes.len()) };
+        Ok(())
+    }
+
+    /// Reads root-object bytes as this transaction sees them (in place).
+    pub fn read(&self, offset: u64, dst: &mut [u8]) {
+        self.pool.read(offset, dst)
+    }
+
+    /// The root object's size.
+    pub fn root_bytes(&self) -> u64 {
+        self.pool.root_bytes
+    }
+
+    /// `pmemobj_tx_commit` and `pmemobj_tx_end`.
+    pub fn commit(mut self) -> Result<(), String> {
+        assert!(self.open, "commit of an open transaction");
+        self.open = false;
+        let lib = self.pool.library;
+        // SAFETY: in TX_STAGE_WORK.
+        unsafe { (lib.tx_commit)() };
+        // SAFETY: after commit.
+        match unsafe { (lib.tx_end)() } {
+            0 => Ok(()),
+            e => Err(format!("pmemobj_tx_end: error {e}: {}", lib.errormsg())),
+        }
+    }
+}
+
+impl Drop for ObjTx<'_, '_> {
+    fn drop(&mut self) {
+        if self.open {
+            let lib = self.pool.library;
+            // SAFETY: an open transaction of this thread, in TX_STAGE_WORK.
+            unsafe { (lib.tx_abort)(libc::ECANCELED) };
+            // SAFETY: tx_end follows every tx_begin.
+            unsafe { (lib.tx_end)() };
+        }
+    }
+}
+
+impl Drop for ObjPool<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the pool is open and closed once.
+        unsafe { (self.library.close)(self.pool) };
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+static LIBPMEMOBJ: OnceLock<Result<Libpmemobj, String>> = OnceLock::new();
+
+/// libpmemobj (after libpmem, so the flag is set first); `Err` says why not.
+pub fn libpmemobj() -> Result<&'static Libpmemobj, String> {
+    LIBPMEMOBJ
+        .get_or_init(|| {
+            libpmem()?;
+            Libpmemobj::open()
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
 static LIBPMEM: OnceLock<Result<Libpmem, String>> = OnceLock::new();
 static LIBPMEMLOG: OnceLock<Result<Libpmemlog, String>> = OnceLock::new();
 static FORCE_BEFORE: OnceLock<Option<String>> = OnceLock::new();
@@ -344,9 +595,14 @@ pub fn describe() -> serde_json::Value {
         Ok(lib) => serde_json::json!({"status": "loaded", "path": lib.path(), "version": lib.version()}),
         Err(reason) => serde_json::json!({"status": format!("not run: {reason}")}),
     };
+    let libpmemobj = match libpmemobj() {
+        Ok(lib) => serde_json::json!({"status": "loaded", "path": lib.path(), "version": lib.version()}),
+        Err(reason) => serde_json::json!({"status": format!("not run: {reason}")}),
+    };
     serde_json::json!({
         "libpmem": libpmem,
         "libpmemlog": libpmemlog,
+        "libpmemobj": libpmemobj,
         "is_pmem_force_before": FORCE_BEFORE.get().cloned().flatten(),
         "env": env,
     })
@@ -414,5 +670,45 @@ mod tests {
         assert_eq!(appended, capacity / 4096);
         pool.rewind();
         assert!(pool.append(&entry));
+    }
+
+    /// The FFI smoke test: transactions land in the root object, on a pool
+    /// PMDK takes for pmem; a range outside the pool's objects is refused
+    /// with an error, not a crash, and leaves the committed data.
+    #[test]
+    fn pmemobj_transactions_land_in_the_root_object() {
+        let lib = match libpmemobj() {
+            Ok(lib) => lib,
+            Err(reason) => {
+                eprintln!("libpmemobj not run: {reason}");
+                return;
+            }
+        };
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let mut pool = lib.create(&dir.path().join("obj"), PMEMOBJ_MIN_POOL * 2, 1 << 20).unwrap();
+        let pmem = libpmem().unwrap();
+        assert!(pmem.is_pmem(pool.root(), 1 << 20), "{}", pmem.errormsg());
+        pool.transaction([(0u64, &[1u8; 64][..]), (4096, &[2u8; 64][..]), (0, &[3u8; 8][..])]).unwrap();
+        let mut got = [0u8; 64];
+        pool.read(0, &mut got);
+        assert_eq!(&got[..8], &[3u8; 8]);
+        assert_eq!(&got[8..], &[1u8; 56]);
+        pool.read(4096, &mut got);
+        assert_eq!(got, [2u8; 64]);
+        let mut many = Vec::new();
+        for i in 0..2048u64 {
+            many.push((i * 64, [i as u8; 64]));
+        }
+        pool.transaction(many.iter().map(|(o, b)| (*o, &b[..]))).unwrap();
+        pool.read(2047 * 64, &mut got);
+        assert_eq!(got, [255u8; 64], "a transaction of 2048 ranges (Transact's largest)");
+        let mut tx = pool.begin().unwrap();
+        tx.write(0, &[9u8; 64]).unwrap();
+        let mut seen = [0u8; 64];
+        tx.read(0, &mut seen);
+        assert_eq!(seen, [9u8; 64], "a transaction reads its own store");
+        drop(tx);
+        pool.read(0, &mut got);
+        assert_eq!(got, [0u8; 64], "a dropped transaction is rolled back to the 2048-range one's store");
     }
 }

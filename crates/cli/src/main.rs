@@ -399,9 +399,10 @@ fn tour_remote(out: &std::path::Path) -> Result<Vec<pmwire_bench::Headline>> {
 /// lost or tore nothing.
 fn tour_mirror(out: &std::path::Path) -> Result<(Vec<pmwire_bench::Headline>, bool)> {
     use pmwire_bench::{mirror, mirror_crash};
-    println!("\n== bench mirror (quick): seed 002's Transact, NO-SM against SM-RC, SM-OB and SM-DD over tcp and sm ==");
+    println!("\n== bench mirror (quick): seed 002's Transact and WHISPER-like applications, NO-SM against SM-RC, SM-OB and SM-DD over tcp and sm; NO-SM beside libpmemobj ==");
     let transports = ["tcp", "sm"].map(String::from).to_vec();
-    let report = mirror::run(&mirror::MirrorOptions { quick: true, transports, out_dir: out.to_path_buf() })?;
+    let options = mirror::MirrorOptions { quick: true, transports, out_dir: out.to_path_buf(), only: None };
+    let report = mirror::run(&options)?;
     println!("\n== bench mirror-crash (6 kill -9 runs of the primary or the backup over tcp) ==");
     let options = mirror_crash::MirrorCrashOptions {
         runs: 6,

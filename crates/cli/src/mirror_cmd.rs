@@ -147,6 +147,9 @@ pub struct MirrorBenchArgs {
     /// Where to write the JSON results.
     #[arg(long, default_value = "results")]
     pub out: PathBuf,
+    /// Run one part: transact (seed 002 §7.1), whisper (the WHISPER-like applications, §7.2) or pmemobj (NO-SM beside libpmemobj).
+    #[arg(long, value_parser = ["transact", "whisper", "pmemobj"])]
+    pub only: Option<String>,
 }
 
 /// Runs `pmwire bench mirror`.
@@ -155,7 +158,9 @@ pub fn bench(args: &MirrorBenchArgs) -> Result<()> {
         "both" => vec!["tcp".to_string(), "sm".to_string()],
         one => vec![one.to_string()],
     };
-    let options = pmwire_bench::mirror::MirrorOptions { quick: args.quick, transports, out_dir: args.out.clone() };
+    let only = args.only.as_deref().map(|o| pmwire_bench::mirror::Part::parse(o).expect("clap checked the name"));
+    let options =
+        pmwire_bench::mirror::MirrorOptions { quick: args.quick, transports, out_dir: args.out.clone(), only };
     let report = pmwire_bench::mirror::run(&options)?;
     println!("results: {}", report.json_path.display());
     Ok(())

@@ -55,6 +55,12 @@ pub fn checks() -> Vec<Check> {
     let check = |name, planted, run| Check { name, planted, run };
     vec![
         check("mirror heap: multi-epoch transactions, aborts, bad input", false, |c| check_heap(Faults::default(), c)),
+        check("mirror WHISPER-like hash map: inserts and removes, every crash", false, |c| {
+            crate::whisper::check_hash_map(Faults::default(), c)
+        }),
+        check("planted: mirror hash map over a heap that applies before the commit", true, |c| {
+            crate::whisper::check_hash_map(Faults { apply_before_commit: true, ..Faults::default() }, c)
+        }),
         check("planted: mirror commit record before its log", true, |c| {
             check_heap(Faults { commit_before_log: true, ..Faults::default() }, c)
         }),
@@ -329,6 +335,6 @@ mod tests {
 
     #[test]
     fn registry_lists_every_check_once() {
-        pmwire_crashcheck::assert_registry(&checks(), 7);
+        pmwire_crashcheck::assert_registry(&checks(), 8);
     }
 }

@@ -57,6 +57,7 @@ mod heap;
 pub mod net;
 pub mod sink;
 pub mod stream;
+pub mod whisper;
 pub mod wire;
 
 pub use backup::{Backup, HelloError, StreamError};
