@@ -207,7 +207,7 @@ pub struct CrashOptions {
 pub struct CrashReport {
     /// Runs completed (killed and restarted).
     pub runs: usize,
-    /// Writes (SET, DEL, POST, DELETE) acknowledged over all runs.
+    /// Writes (SET, DEL, POST, DELETE, EXEC's SETs and collection writes) acknowledged over all runs.
     pub acknowledged: u64,
     /// Acknowledged values missing or different after a restart, plus torn ones: must be 0.
     pub lost: u64,
