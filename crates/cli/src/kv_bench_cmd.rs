@@ -22,7 +22,7 @@ pub enum KvSuite {
     /// beside the copy-on-write B+tree alone.
     Btree(BtreeArgs),
     /// kill -9 `pmwire kv` under RESP and HTTP load, restart it on the same
-    /// pool, check every acknowledged SET/POST byte for byte.
+    /// pool, check every acknowledged SET/POST and collection write byte for byte.
     KvCrash(KvCrashArgs),
 }
 
@@ -72,7 +72,7 @@ pub fn bench(suite: &KvSuite) -> Result<()> {
         println!("kv crash campaign: {} kill -9 runs of pmwire kv, seed {seed}", args.runs);
         let report = crash_campaign(args.runs, seed, Duration::from_millis(args.max_load_ms))?;
         println!(
-            "{} runs: {} acknowledged SET/DEL/POST/DELETE ({} SET PX 1, {} EXECs), {} keys checked after restarts, {} lost, {} torn, {} expired served",
+            "{} runs: {} acknowledged writes ({} SET PX 1, {} EXECs), {} keys checked after restarts, {} lost, {} torn, {} expired served",
             report.runs,
             report.acknowledged,
             report.expiring_acknowledged,
@@ -81,6 +81,15 @@ pub fn bench(suite: &KvSuite) -> Result<()> {
             report.lost,
             report.torn,
             report.expired_served
+        );
+        println!(
+            "collections: {} HSET/HDEL, {} ZADD/ZREM, {} RPUSH/LPUSH/LPOP, {} SADD/SREM acknowledged, \
+             {} read back whole",
+            report.hash_acknowledged,
+            report.zset_acknowledged,
+            report.list_acknowledged,
+            report.set_acknowledged,
+            report.collections_checked
         );
         println!("{} EXECs half-applied", report.half_applied);
         return Ok(());

@@ -22,6 +22,15 @@ fn kill_dash_nine_loses_no_acknowledged_write() {
     assert!(report.keys_checked > 0);
     assert_eq!(report.half_applied, 0);
     assert!(report.transactions > 0, "EXECs ran before the kills");
+    for (family, n) in [
+        ("hash", report.hash_acknowledged),
+        ("zset", report.zset_acknowledged),
+        ("list", report.list_acknowledged),
+        ("set", report.set_acknowledged),
+    ] {
+        assert!(n > 0, "{family} writes were acknowledged");
+    }
+    assert!(report.collections_checked > 0, "collections were read back");
 }
 
 #[test]

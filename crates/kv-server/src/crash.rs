@@ -17,6 +17,16 @@
 //! of a group must hold the same write after a restart: a group whose keys differ is an EXEC
 //! *half-applied* (must be 0).
 //!
+//! Collections: about a third of the RESP writes go to keys of their own of the four collection
+//! families: hashes (HSET/HDEL), sorted sets (ZADD/ZREM), lists (RPUSH/LPUSH/LPOP) and sets
+//! (SADD/SREM), with small universes of fields and members so each key stays small. The model
+//! of such a key is its exact acknowledged contents (a list's elements in order; a set's
+//! members; a hash's fields and values; a sorted set's members and scores) and the writes sent
+//! after it, in order, not yet answered. After a restart each is read back (LRANGE 0 -1,
+//! SMEMBERS sorted, HGETALL, ZRANGE 0 -1 WITHSCORES) and must equal the acknowledged contents
+//! with some prefix of those writes applied (none, the first, the first two, ...); anything
+//! else counts as *lost*.
+//!
 //! Model: per key, the last acknowledged write (or what the previous verification found) and
 //! the writes sent after it that were not acknowledged (they may or may not have committed).
 //! After a restart a key must hold the acknowledged value or one of those later writes'
@@ -49,6 +59,130 @@ const NARROW_GROUPS: u64 = 6;
 const NARROW_KEYS: u64 = 6;
 const WIDE_KEYS: u64 = 400;
 
+/// Keys per collection family (RESP only).
+const FAMILY_KEYS: u64 = 16;
+/// Most elements a list of the load holds (past it the load pops).
+const MAX_LIST: usize = 48;
+
+/// A collection family of the RESP load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Family {
+    Hash,
+    Zset,
+    List,
+    Set,
+}
+
+const FAMILIES: [Family; 4] = [Family::Hash, Family::Zset, Family::List, Family::Set];
+
+impl Family {
+    /// The family of collection key `c`.
+    fn of(c: u64) -> Family {
+        FAMILIES[(c / FAMILY_KEYS) as usize % FAMILIES.len()]
+    }
+
+    fn key(c: u64) -> String {
+        let name = ["hash", "zset", "list", "set"][Family::of(c) as usize];
+        format!("crash:r:{name}:{c}")
+    }
+}
+
+/// One write to a collection key.
+#[derive(Clone, Debug, PartialEq)]
+enum CollOp {
+    HSet(Vec<u8>, Vec<u8>),
+    HDel(Vec<u8>),
+    ZAdd(Vec<u8>, f64),
+    ZRem(Vec<u8>),
+    RPush(Vec<u8>),
+    LPush(Vec<u8>),
+    LPop,
+    SAdd(Vec<u8>),
+    SRem(Vec<u8>),
+}
+
+impl CollOp {
+    fn encode(&self, key: &str, out: &mut Vec<u8>) {
+        let k = key.as_bytes();
+        match self {
+            CollOp::HSet(f, v) => RespClient::encode(&[&b"HSET"[..], k, f, v], out),
+            CollOp::HDel(f) => RespClient::encode(&[&b"HDEL"[..], k, f], out),
+            CollOp::ZAdd(m, score) => {
+                RespClient::encode(&[&b"ZADD"[..], k, score.to_string().as_bytes(), m], out)
+            }
+            CollOp::ZRem(m) => RespClient::encode(&[&b"ZREM"[..], k, m], out),
+            CollOp::RPush(e) => RespClient::encode(&[&b"RPUSH"[..], k, e], out),
+            CollOp::LPush(e) => RespClient::encode(&[&b"LPUSH"[..], k, e], out),
+            CollOp::LPop => RespClient::encode(&[&b"LPOP"[..], k], out),
+            CollOp::SAdd(m) => RespClient::encode(&[&b"SADD"[..], k, m], out),
+            CollOp::SRem(m) => RespClient::encode(&[&b"SREM"[..], k, m], out),
+        }
+    }
+
+    fn is_push(&self) -> bool {
+        matches!(self, CollOp::RPush(_) | CollOp::LPush(_))
+    }
+}
+
+/// The contents of a collection key (empty: absent): a list's elements, or the members of a
+/// set (empty values), hash (field values) or sorted set (scores as text).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Contents {
+    list: std::collections::VecDeque<Vec<u8>>,
+    members: std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+impl Contents {
+    fn apply(&mut self, op: &CollOp) {
+        match op {
+            CollOp::HSet(f, v) => {
+                self.members.insert(f.clone(), v.clone());
+            }
+            CollOp::ZAdd(m, score) => {
+                self.members.insert(m.clone(), score.to_string().into_bytes());
+            }
+            CollOp::SAdd(m) => {
+                self.members.insert(m.clone(), Vec::new());
+            }
+            CollOp::HDel(m) | CollOp::ZRem(m) | CollOp::SRem(m) => {
+                self.members.remove(m);
+            }
+            CollOp::RPush(e) => self.list.push_back(e.clone()),
+            CollOp::LPush(e) => self.list.push_front(e.clone()),
+            CollOp::LPop => {
+                self.list.pop_front();
+            }
+        }
+    }
+
+    /// The flat reply its family's read gives, normalized: LRANGE's elements; SMEMBERS'
+    /// members sorted; HGETALL's field, value pairs sorted by field; ZRANGE WITHSCORES'
+    /// member, score pairs in (score, member) order with scores as `f64::to_string` writes them.
+    fn canonical(&self, family: Family) -> Vec<Vec<u8>> {
+        match family {
+            Family::List => self.list.iter().cloned().collect(),
+            Family::Set => self.members.keys().cloned().collect(),
+            Family::Hash => self.members.iter().flat_map(|(f, v)| [f.clone(), v.clone()]).collect(),
+            Family::Zset => {
+                let score = |s: &[u8]| std::str::from_utf8(s).ok().and_then(|s| s.parse::<f64>().ok());
+                let mut pairs: Vec<(f64, &Vec<u8>, &Vec<u8>)> =
+                    self.members.iter().map(|(m, s)| (score(s).unwrap_or(f64::NAN), m, s)).collect();
+                pairs.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(b.1)));
+                pairs.into_iter().flat_map(|(_, m, s)| [m.clone(), s.clone()]).collect()
+            }
+        }
+    }
+}
+
+/// What one collection key may hold (see the module docs).
+#[derive(Clone, Debug, Default)]
+struct CollState {
+    /// The contents with every acknowledged write applied (or what the last verification found).
+    durable: Contents,
+    /// Writes sent after the last answered one, in order.
+    pending: std::collections::VecDeque<CollOp>,
+}
+
 /// The key ids of transaction group `g` (after the plain keys' ids).
 fn group_ids(g: u64) -> std::ops::Range<u64> {
     let first = KEYS + g * WIDE_KEYS;
@@ -73,7 +207,7 @@ pub struct CrashOptions {
 pub struct CrashReport {
     /// Runs completed (killed and restarted).
     pub runs: usize,
-    /// Writes (SET, DEL, POST, DELETE) acknowledged over all runs.
+    /// Writes (SET, DEL, POST, DELETE, EXEC's SETs and collection writes) acknowledged over all runs.
     pub acknowledged: u64,
     /// Acknowledged values missing or different after a restart, plus torn ones: must be 0.
     pub lost: u64,
@@ -91,6 +225,16 @@ pub struct CrashReport {
     pub transactions: u64,
     /// Transaction groups found half-applied after a restart: must be 0.
     pub half_applied: u64,
+    /// Of `acknowledged`: HSET/HDEL writes.
+    pub hash_acknowledged: u64,
+    /// Of `acknowledged`: ZADD/ZREM writes.
+    pub zset_acknowledged: u64,
+    /// Of `acknowledged`: RPUSH/LPUSH/LPOP writes.
+    pub list_acknowledged: u64,
+    /// Of `acknowledged`: SADD/SREM writes.
+    pub set_acknowledged: u64,
+    /// Of `keys_checked`: collection keys read back whole after restarts.
+    pub collections_checked: u64,
 }
 
 /// One write to a key.
@@ -118,6 +262,10 @@ struct KeyState {
 #[derive(Debug, Default)]
 struct Model {
     keys: HashMap<u64, KeyState>,
+    /// Collection keys (RESP only), by id (see [`Family::of`]).
+    colls: HashMap<u64, CollState>,
+    /// Acknowledged collection writes per family, in [`FAMILIES`] order.
+    family_acknowledged: [u64; 4],
     next_seq: u64,
     acknowledged: u64,
     expiring_acknowledged: u64,
@@ -218,6 +366,11 @@ fn campaign(options: &CrashOptions, dir: &Path, planted: bool) -> Result<CrashRe
     report.error_replies = models.iter().map(|m| m.error_replies).sum();
     report.expiring_acknowledged = models.iter().map(|m| m.expiring_acknowledged).sum();
     report.transactions = models.iter().map(|m| m.transactions).sum();
+    let family = |f: Family| models.iter().map(|m| m.family_acknowledged[f as usize]).sum::<u64>();
+    report.hash_acknowledged = family(Family::Hash);
+    report.zset_acknowledged = family(Family::Zset);
+    report.list_acknowledged = family(Family::List);
+    report.set_acknowledged = family(Family::Set);
     if report.half_applied > 0 {
         bail!("{} EXECs half-applied (seed {})", report.half_applied, options.seed);
     }
@@ -245,7 +398,7 @@ fn load(front: Front, addr: SocketAddr, mut model: Model, seed: u64, deadline: I
         Front::Http => HttpClient::connect(addr).map(Conn::Http),
     };
     let Ok(conn) = conn.as_mut() else { return model };
-    let mut burst: Vec<(u64, u64, Write)> = Vec::with_capacity(MAX_BURST);
+    let mut burst: Vec<Sent> = Vec::with_capacity(MAX_BURST);
     let mut out = Vec::new();
     while Instant::now() < deadline {
         burst.clear();
@@ -257,17 +410,43 @@ fn load(front: Front, addr: SocketAddr, mut model: Model, seed: u64, deadline: I
             continue;
         }
         for _ in 0..rng.gen_range(1..=MAX_BURST) {
+            if front == Front::Resp && rng.gen_bool(0.35) {
+                let c = rng.gen_range(0..FAMILY_KEYS * FAMILIES.len() as u64);
+                let state = model.colls.entry(c).or_default();
+                let op = random_coll_op(&mut rng, c, state);
+                op.encode(&Family::key(c), &mut out);
+                state.pending.push_back(op);
+                burst.push(Sent::Coll(c));
+                continue;
+            }
             let (i, write) = (rng.gen_range(0..KEYS), random_write(&mut rng, front));
             let seq = model.next_seq;
             model.next_seq += 1;
             model.keys.entry(i).or_default().pending.push((seq, write));
             conn.encode(&front.key(i), write, &mut out);
-            burst.push((i, seq, write));
+            burst.push(Sent::Plain(i, seq, write));
         }
         if conn.write_raw(&out).is_err() {
             break;
         }
-        for &(i, seq, write) in &burst {
+        for sent in &burst {
+            let (i, seq, write) = match *sent {
+                Sent::Plain(i, seq, write) => (i, seq, write),
+                Sent::Coll(c) => {
+                    let Conn::Resp(r) = conn else { unreachable!("collection writes go over RESP") };
+                    let Ok(reply) = r.read_reply() else { return model };
+                    let state = model.colls.get_mut(&c).expect("sent");
+                    let op = state.pending.pop_front().expect("sent");
+                    if matches!(reply, pmwire_resp::client::Value::Error(_)) {
+                        model.error_replies += 1;
+                    } else {
+                        state.durable.apply(&op);
+                        model.acknowledged += 1;
+                        model.family_acknowledged[Family::of(c) as usize] += 1;
+                    }
+                    continue;
+                }
+            };
             match conn.read_ack() {
                 Ok(true) => {
                     let state = model.keys.get_mut(&i).expect("sent");
@@ -282,6 +461,43 @@ fn load(front: Front, addr: SocketAddr, mut model: Model, seed: u64, deadline: I
         }
     }
     model
+}
+
+/// A request of a RESP burst: a write to a plain key (id, sequence number, write) or to a
+/// collection key (its write is the last of the key's pending ones when sent).
+enum Sent {
+    Plain(u64, u64, Write),
+    Coll(u64),
+}
+
+/// A random write to collection key `c`, on small universes of fields and members; a list
+/// pops once it could hold [`MAX_LIST`] elements.
+fn random_coll_op(rng: &mut StdRng, c: u64, state: &CollState) -> CollOp {
+    let member = |rng: &mut StdRng, n: u32| format!("m{}", rng.gen_range(0..n)).into_bytes();
+    match Family::of(c) {
+        Family::Hash if rng.gen_bool(0.75) => {
+            let most = rng.gen_range(1..=2_000u32);
+            let len = rng.gen_range(1..=most);
+            CollOp::HSet(member(rng, 12), value_bytes(&Family::key(c), rng.gen(), len))
+        }
+        Family::Hash => CollOp::HDel(member(rng, 12)),
+        Family::Zset if rng.gen_bool(0.7) => CollOp::ZAdd(member(rng, 24), rng.gen_range(-2_000..2_000) as f64 / 2.0),
+        Family::Zset => CollOp::ZRem(member(rng, 24)),
+        Family::Set if rng.gen_bool(0.65) => CollOp::SAdd(member(rng, 24)),
+        Family::Set => CollOp::SRem(member(rng, 24)),
+        Family::List => {
+            let pushes = state.pending.iter().filter(|op| op.is_push()).count();
+            if state.durable.list.len() + pushes >= MAX_LIST || rng.gen_bool(0.4) {
+                return CollOp::LPop;
+            }
+            let element = format!("e{:x}", rng.gen::<u64>()).into_bytes();
+            if rng.gen_bool(0.7) {
+                CollOp::RPush(element)
+            } else {
+                CollOp::LPush(element)
+            }
+        }
+    }
 }
 
 /// One MULTI, SET of every key of a random group to one value, EXEC; false if the
@@ -410,6 +626,9 @@ fn verify(ready: &ReadyFile, front: Front, model: &mut Model, report: &mut Crash
             }
         }
     }
+    if front == Front::Resp {
+        verify_collections(ready, model, report, &mut problems)?;
+    }
     if !problems.is_empty() {
         bail!("{} keys wrong after restart: {}", problems.len(), problems.join("; "));
     }
@@ -424,6 +643,109 @@ fn verify(ready: &ReadyFile, front: Front, model: &mut Model, report: &mut Crash
         }
     }
     Ok(())
+}
+
+/// Reads every collection key of `model` back whole (pipelined) and checks it equals its
+/// acknowledged contents with a prefix of its pending writes applied; then that is its
+/// acknowledged contents.
+fn verify_collections(
+    ready: &ReadyFile,
+    model: &mut Model,
+    report: &mut CrashReport,
+    problems: &mut Vec<String>,
+) -> Result<()> {
+    use pmwire_resp::client::Value;
+    let mut ids: Vec<u64> = model.colls.keys().copied().collect();
+    ids.sort_unstable();
+    let mut out = Vec::new();
+    for &c in &ids {
+        let key = Family::key(c);
+        match Family::of(c) {
+            Family::List => RespClient::encode(&["LRANGE", &key, "0", "-1"], &mut out),
+            Family::Set => RespClient::encode(&["SMEMBERS", &key], &mut out),
+            Family::Hash => RespClient::encode(&["HGETALL", &key], &mut out),
+            Family::Zset => RespClient::encode(&["ZRANGE", &key, "0", "-1", "WITHSCORES"], &mut out),
+        }
+    }
+    let mut conn = RespClient::connect(ready.resp_addr()).context("RESP connect")?;
+    conn.write_raw(&out)?;
+    for &c in &ids {
+        let family = Family::of(c);
+        let items = match conn.read_reply()? {
+            Value::Array(items) | Value::Set(items) => items,
+            Value::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+            other => bail!("{} read reply {other:?}", Family::key(c)),
+        };
+        let mut flat = Vec::with_capacity(items.len());
+        for item in items {
+            flat.push(match item {
+                Value::Bulk(b) => b,
+                Value::Double(d) => d.to_string().into_bytes(),
+                other => bail!("{} element {other:?}", Family::key(c)),
+            });
+        }
+        let observed = normalize(family, flat).with_context(|| format!("{} read back", Family::key(c)))?;
+        let state = model.colls.get_mut(&c).expect("listed");
+        report.keys_checked += 1;
+        report.collections_checked += 1;
+        let mut candidate = state.durable.clone();
+        let mut matched = candidate.canonical(family) == observed;
+        for op in &state.pending {
+            if matched {
+                break;
+            }
+            candidate.apply(op);
+            matched = candidate.canonical(family) == observed;
+        }
+        if matched {
+            state.durable = candidate;
+        } else {
+            report.lost += 1;
+            if problems.len() < 5 {
+                problems.push(format!(
+                    "{}: read back {} items matching no acknowledged-or-in-flight state; acknowledged {:?}, \
+                     pending {:?}",
+                    Family::key(c),
+                    observed.len(),
+                    state.durable,
+                    state.pending
+                ));
+            }
+        }
+        state.pending.clear();
+    }
+    Ok(())
+}
+
+/// A collection read's flat reply in [`Contents::canonical`]'s order.
+fn normalize(family: Family, mut flat: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
+    match family {
+        Family::List => {}
+        Family::Set => flat.sort_unstable(),
+        Family::Hash => {
+            if flat.len() % 2 != 0 {
+                bail!("HGETALL gave an odd number of items");
+            }
+            let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(flat.len() / 2);
+            let mut it = flat.into_iter();
+            while let (Some(f), Some(v)) = (it.next(), it.next()) {
+                pairs.push((f, v));
+            }
+            pairs.sort_unstable();
+            flat = pairs.into_iter().flat_map(|(f, v)| [f, v]).collect();
+        }
+        Family::Zset => {
+            if flat.len() % 2 != 0 {
+                bail!("ZRANGE WITHSCORES gave an odd number of items");
+            }
+            for score in flat.iter_mut().skip(1).step_by(2) {
+                let parsed = std::str::from_utf8(score).ok().and_then(|s| s.parse::<f64>().ok());
+                let Some(parsed) = parsed else { bail!("score {:?} does not parse", String::from_utf8_lossy(score)) };
+                *score = parsed.to_string().into_bytes();
+            }
+        }
+    }
+    Ok(flat)
 }
 
 fn matches_observed(key: &str, candidate: Option<Write>, observed: Option<&[u8]>) -> bool {
