@@ -28,6 +28,11 @@ pub const MAX_REASON_BYTES: usize = 1024;
 /// payload bound (4 MiB), so a heap whose log is larger cannot be mirrored.
 pub const MAX_RECORD_BYTES: u64 = 4 << 20;
 
+/// The largest chunk of a full copy's data ([`Kind::CopyChunk`]).
+pub const MAX_COPY_CHUNK: usize = 256 << 10;
+/// A hello's acknowledgement with this `count` asks for a full copy.
+pub const COPY_NEEDED: u32 = 1;
+
 /// How a primary mirrors (seed 002 §5, Table 1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Strategy {
@@ -106,6 +111,14 @@ pub enum Kind {
     Commit,
     /// One-way: the transaction is abandoned.
     Abort,
+    /// One-way, after a hello answered "copy needed": `payload_bytes`
+    /// (1..=[`MAX_COPY_CHUNK`]) of the primary's data area at offset
+    /// `value`, for transaction `tx`; the header's CRC covers the payload.
+    CopyChunk,
+    /// A call, after the last chunk: `value` is the data area's size and
+    /// `count` its CRC-32C; the backup checks both, makes the copy its
+    /// committed state durably, then answers.
+    CopyDone,
     /// Backup → primary: done; `value` and `count` say what.
     Ack,
     /// Backup → primary: refused; the payload says why (UTF-8).
@@ -123,6 +136,8 @@ impl Kind {
             Kind::Sentinel => 6,
             Kind::Commit => 7,
             Kind::Abort => 8,
+            Kind::CopyChunk => 9,
+            Kind::CopyDone => 10,
             Kind::Ack => 64,
             Kind::Refused => 65,
         }
@@ -138,6 +153,8 @@ impl Kind {
             Kind::Sentinel,
             Kind::Commit,
             Kind::Abort,
+            Kind::CopyChunk,
+            Kind::CopyDone,
             Kind::Ack,
             Kind::Refused,
         ];
@@ -146,7 +163,7 @@ impl Kind {
 
     /// Whether the sender waits for an answer (sent with `Transport::call`).
     pub fn is_call(self) -> bool {
-        matches!(self, Kind::Hello | Kind::Flush | Kind::Dfence | Kind::Sentinel | Kind::Commit)
+        matches!(self, Kind::Hello | Kind::Flush | Kind::Dfence | Kind::Sentinel | Kind::Commit | Kind::CopyDone)
     }
 }
 
@@ -268,6 +285,7 @@ pub fn decode(header: &[u8], payload: &[u8]) -> Result<Header, WireError> {
         Kind::Hello => payload.len() == HELLO_BYTES,
         Kind::Epoch => payload.len() as u64 <= MAX_RECORD_BYTES,
         Kind::Refused => payload.len() <= MAX_REASON_BYTES,
+        Kind::CopyChunk => !payload.is_empty() && payload.len() <= MAX_COPY_CHUNK,
         _ => payload.is_empty(),
     };
     if !allowed {
