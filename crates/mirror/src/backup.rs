@@ -52,6 +52,8 @@ pub struct BackupFaults {
     /// `Commit` answers before its commit record and data are durable
     /// (they are made durable when the next message arrives).
     pub ack_before_durable: bool,
+    /// A full copy stores its chunks without first setting the resync word.
+    pub copy_unmarked: bool,
 }
 
 /// What an acknowledgement says.
@@ -440,7 +442,7 @@ impl Backup {
         let Some(end) = end else {
             return Err(StreamError::CopyOverflow { tx: copy.target, at: copy.next, bytes, data_bytes });
         };
-        if copy.next == 0 {
+        if copy.next == 0 && !self.faults.copy_unmarked {
             // Nonzero, even toward transaction 0: the word means "torn".
             media.persist_u64(self.geometry.base + RESYNC_AT, copy.target.max(1));
             self.torn = true;
