@@ -878,6 +878,78 @@ mod tests {
     }
 
     #[test]
+    fn bad_copies_are_refused_and_leave_the_heap_refusing_to_open() {
+        let (mut primary, mut heap, mut media, _) = pair(Strategy::SmDd);
+        for fill in [3u8, 9] {
+            messages(Strategy::SmDd, &mut heap, &mut primary, fill);
+        }
+        let last = heap.last_committed();
+        let want = data(&primary);
+        let crc = data_crc(&primary, &heap.geometry());
+        let hello = Hello { log_bytes: LOG, data_bytes: DATA, data_crc: crc };
+        // Greets a reopened backup as a primary at `last`: a copy is asked for.
+        let greet = |media: &mut MemMedia| {
+            let mut backup = Backup::open(media, 0).unwrap().0;
+            let (header, payload) = StreamCore::new(Strategy::SmRc).hello(last, &hello);
+            let h = decode(&header, &payload).unwrap();
+            let a = backup.handle(media, &h, &payload, true).unwrap().unwrap();
+            assert_eq!((a.value, a.count), (backup.last_committed(), COPY_NEEDED));
+            backup
+        };
+        let send =
+            |backup: &mut Backup, media: &mut MemMedia, kind: Kind, tx: u64, value: u64, count: u32, p: &[u8]| {
+                let header = encode(kind, Strategy::NoSm, tx, value, count, p);
+                let h = decode(&header, p)?;
+                backup.handle(media, &h, p, kind.is_call())
+            };
+        let half = DATA as usize / 2;
+        let mut backup = greet(&mut media);
+        // Only a copy may follow such a hello.
+        let e = send(&mut backup, &mut media, Kind::Abort, last, 0, 0, &[]).unwrap_err();
+        assert_eq!(e, StreamError::OutOfPlace(Kind::Abort));
+        let mut backup = greet(&mut media);
+        let e = send(&mut backup, &mut media, Kind::CopyChunk, last, 8, 0, &want[..8]).unwrap_err();
+        assert!(matches!(e, StreamError::CopyOffset { want: 0, got: 8, .. }), "{e}");
+        let mut backup = greet(&mut media);
+        let e = send(&mut backup, &mut media, Kind::CopyChunk, last + 1, 0, 0, &want[..8]).unwrap_err();
+        assert!(matches!(e, StreamError::Transaction { .. }), "{e}");
+        // Half a copy, then a chunk past the end: refused; the heap is torn.
+        let mut backup = greet(&mut media);
+        send(&mut backup, &mut media, Kind::CopyChunk, last, 0, 0, &want[..half]).unwrap();
+        let past = vec![1u8; half + 8];
+        let e = send(&mut backup, &mut media, Kind::CopyChunk, last, half as u64, 0, &past).unwrap_err();
+        assert!(matches!(e, StreamError::CopyOverflow { .. }), "{e}");
+        assert!(matches!(Heap::open(&mut media, 0), Err(OpenError::Resyncing { target }) if target == last));
+        // A copy whole in length but not in bytes (its CRC fails), then one
+        // that ends early: refused, still torn.
+        let mut backup = greet(&mut media);
+        assert!(backup.torn());
+        send(&mut backup, &mut media, Kind::CopyChunk, last, 0, 0, &vec![0u8; DATA as usize]).unwrap();
+        let e = send(&mut backup, &mut media, Kind::CopyDone, last, DATA, crc, &[]).unwrap_err();
+        assert!(matches!(e, StreamError::CopyIncomplete { .. }), "{e}");
+        let mut backup = greet(&mut media);
+        send(&mut backup, &mut media, Kind::CopyChunk, last, 0, 0, &want[..half]).unwrap();
+        let e = send(&mut backup, &mut media, Kind::CopyDone, last, DATA, crc, &[]).unwrap_err();
+        assert!(matches!(e, StreamError::CopyIncomplete { .. }), "{e}");
+        assert!(Heap::open(&mut media, 0).is_err(), "an unfinished copy never opens");
+        // A whole copy ends it: the heap opens as the primary's.
+        let mut backup = greet(&mut media);
+        send(&mut backup, &mut media, Kind::CopyChunk, last, 0, 0, &want[..half]).unwrap();
+        send(&mut backup, &mut media, Kind::CopyChunk, last, half as u64, 0, &want[half..]).unwrap();
+        let a = send(&mut backup, &mut media, Kind::CopyDone, last, DATA, crc, &[]).unwrap().unwrap();
+        assert_eq!((a.tx, a.value, a.count), (last, last, crc));
+        assert!(!backup.torn());
+        let (opened, _) = Heap::open(&mut media, 0).unwrap();
+        assert_eq!(opened.last_committed(), last);
+        assert_eq!(data(&media), want);
+        // The stream goes on with the primary's next transaction.
+        for (p, payload) in messages(Strategy::SmRc, &mut heap, &mut primary, 30) {
+            feed(&mut backup, &mut media, &p, &payload).unwrap();
+        }
+        assert_eq!(data(&media), data(&primary));
+    }
+
+    #[test]
     fn hellos_that_cannot_be_mirrored_are_refused() {
         let (primary, heap, mut media, _) = pair(Strategy::SmOb);
         let crc = data_crc(&primary, &heap.geometry());
