@@ -242,7 +242,7 @@ impl<T: Transport> Mirror<T> {
     /// default: then a lost backup fails every later step). Once lost, the
     /// mirror sends nothing more, every step succeeds, and
     /// [`unmirrored`](Mirror::unmirrored) says why; the backup then misses
-    /// transactions, and a new stream to it is refused as behind.
+    /// transactions, and a new stream to it begins with a full copy.
     pub fn allow_unmirrored(&mut self, allow: bool) {
         self.allow_unmirrored = allow;
     }
