@@ -24,6 +24,13 @@
 //! recovers to a prefix of the committed transactions, never a torn epoch
 //! (docs/FORMAT.md, "Mirror stream").
 //!
+//! A backup that is behind its primary (or torn by a copy cut short) asks,
+//! in its answer to the hello, for a full copy: `CopyChunk`s in order,
+//! then `CopyDone`, which makes the copy the heap's committed state. The
+//! resync word is durable before the copy's first byte lands and cleared
+//! last, so a heap cut mid-copy refuses [`Heap::open`] (it cannot be
+//! promoted) and its next stream restarts the copy.
+//!
 //! Invariants: messages are acted on in arrival order; an epoch is checked
 //! (its CRC, its transaction, its index, its place in the log, each write
 //! inside the data area) before a byte of it is stored; a stream error

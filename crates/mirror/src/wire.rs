@@ -5,7 +5,8 @@
 //! Every message is a 40 B header (the transport's header bytes) and a
 //! payload. Invariants: fixed-width little-endian fields; the header
 //! carries a CRC-32C over its other fields, checked before any field is
-//! trusted; a payload that has no checksum of its own (a hello, a refusal)
+//! trusted; a payload that has no checksum of its own (a hello, a copy
+//! chunk, a refusal)
 //! is covered by one in the header; an epoch's payload is the primary's
 //! redo record, whose own CRC the backup checks ([`crate::Epoch::parse`]);
 //! every length read from the wire is compared with what arrived before it
@@ -94,7 +95,9 @@ impl std::fmt::Display for Strategy {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
     /// Primary → backup, a call: the strategy, the heap's geometry, its
-    /// last committed transaction and the CRC of its data area.
+    /// last committed transaction and the CRC of its data area. The ack's
+    /// `count` is [`COPY_NEEDED`] if the backup is behind (or torn): a full
+    /// copy must follow.
     Hello,
     /// One-way: an epoch record of the open transaction.
     Epoch,
