@@ -387,6 +387,28 @@ mod tests {
     }
 
     #[test]
+    fn copy_chunks_are_bounded_and_checked() {
+        let chunk = vec![9u8; MAX_COPY_CHUNK];
+        let h = encode(Kind::CopyChunk, Strategy::NoSm, 4, 512, 0, &chunk);
+        let got = decode(&h, &chunk).unwrap();
+        assert_eq!(
+            (got.kind, got.tx, got.value, got.payload_bytes as usize),
+            (Kind::CopyChunk, 4, 512, MAX_COPY_CHUNK)
+        );
+        assert!(!got.kind.is_call() && Kind::CopyDone.is_call());
+        let mut flipped = chunk.clone();
+        flipped[1000] ^= 4;
+        assert_eq!(decode(&h, &flipped), Err(WireError::PayloadChecksum));
+        let over = vec![9u8; MAX_COPY_CHUNK + 1];
+        let h = encode(Kind::CopyChunk, Strategy::NoSm, 4, 0, 0, &over);
+        assert!(matches!(decode(&h, &over), Err(WireError::BadPayload { kind: Kind::CopyChunk, .. })));
+        let h = encode(Kind::CopyChunk, Strategy::NoSm, 4, 0, 0, &[]);
+        assert!(matches!(decode(&h, &[]), Err(WireError::BadPayload { kind: Kind::CopyChunk, bytes: 0 })));
+        let h = encode(Kind::CopyDone, Strategy::NoSm, 4, 0, 0, b"x");
+        assert!(matches!(decode(&h, b"x"), Err(WireError::BadPayload { kind: Kind::CopyDone, bytes: 1 })));
+    }
+
+    #[test]
     fn garbage_never_panics() {
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
         let mut next = || {
