@@ -121,6 +121,9 @@ pub fn mirror_backup(args: &MirrorBackupArgs) -> Result<()> {
         g.data_bytes,
         backup.last_committed()
     );
+    if backup.torn() {
+        println!("the pool holds an unfinished resynchronisation copy: the next primary's hello restarts it");
+    }
     if let Some(path) = &args.ready_file {
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, format!("{{\"addr\":\"{bound}\"}}\n"))?;

@@ -24,6 +24,13 @@
 //! recovers to a prefix of the committed transactions, never a torn epoch
 //! (docs/FORMAT.md, "Mirror stream").
 //!
+//! A backup that is behind its primary (or torn by a copy cut short) asks,
+//! in its answer to the hello, for a full copy: `CopyChunk`s in order,
+//! then `CopyDone`, which makes the copy the heap's committed state. The
+//! resync word is durable before the copy's first byte lands and cleared
+//! last, so a heap cut mid-copy refuses [`Heap::open`] (it cannot be
+//! promoted) and its next stream restarts the copy.
+//!
 //! Invariants: messages are acted on in arrival order; an epoch is checked
 //! (its CRC, its transaction, its index, its place in the log, each write
 //! inside the data area) before a byte of it is stored; a stream error
@@ -36,9 +43,9 @@
 use pmem::crc::crc32c_append;
 use pmem::Media;
 
-use crate::format::{encode_commit, parse_epoch, CommitRecord, Geometry, WriteRef, COMMIT_AT};
-use crate::heap::persist_applied;
-use crate::wire::{Header, Hello, Kind, Strategy, WireError};
+use crate::format::{encode_commit, parse_epoch, CommitRecord, Geometry, WriteRef, APPLIED_AT, COMMIT_AT, RESYNC_AT};
+use crate::heap::{persist_applied, read_geometry};
+use crate::wire::{Header, Hello, Kind, Strategy, WireError, COPY_NEEDED};
 use crate::{CreateError, Faults, Heap, OpenError, Recovery};
 
 /// Planted bugs for the crash-state checker; all off in real use.
@@ -52,6 +59,8 @@ pub struct BackupFaults {
     /// `Commit` answers before its commit record and data are durable
     /// (they are made durable when the next message arrives).
     pub ack_before_durable: bool,
+    /// A full copy stores its chunks without first setting the resync word.
+    pub copy_unmarked: bool,
 }
 
 /// What an acknowledgement says.
@@ -84,19 +93,9 @@ pub enum HelloError {
         /// The primary's data area.
         primary_data: u64,
     },
-    /// The backup misses committed transactions.
-    #[error(
-        "backup is behind: at transaction {backup}, the primary at {primary} (resynchronisation is not built yet)"
-    )]
-    Behind {
-        /// The backup's last committed transaction.
-        backup: u64,
-        /// The primary's.
-        primary: u64,
-    },
     /// The backup holds transactions the primary does not.
     #[error(
-        "backup is ahead: at transaction {backup}, the primary at {primary} (was the primary restored from elsewhere?)"
+        "backup is ahead: at transaction {backup}, the primary at {primary}: the backup holds transactions the primary never committed durably (was the primary restored from elsewhere?), so copying the primary over it would silently drop them"
     )]
     Ahead {
         /// The backup's last committed transaction.
@@ -194,6 +193,36 @@ pub enum StreamError {
         /// What is wrong.
         reason: String,
     },
+    /// A full copy's chunk not where the copy is.
+    #[error("copy toward transaction {tx}: chunk at data offset {got}, the copy is at {want}")]
+    CopyOffset {
+        /// The copy's transaction.
+        tx: u64,
+        /// The offset expected.
+        want: u64,
+        /// The offset named.
+        got: u64,
+    },
+    /// A chunk past the data area's end.
+    #[error("copy toward transaction {tx}: a chunk of {bytes} B at {at} overflows the data area of {data_bytes} B")]
+    CopyOverflow {
+        /// The copy's transaction.
+        tx: u64,
+        /// Where it would go.
+        at: u64,
+        /// Its size.
+        bytes: u64,
+        /// The data area's size.
+        data_bytes: u64,
+    },
+    /// The end of a copy that is not whole or does not check.
+    #[error("copy toward transaction {tx}: {reason}")]
+    CopyIncomplete {
+        /// The copy's transaction.
+        tx: u64,
+        /// What is wrong.
+        reason: String,
+    },
     /// A fence or commit counts other epochs (or log bytes) than arrived.
     #[error("transaction {tx}: {kind:?} says {said}, the backup holds {held}")]
     Count {
@@ -236,11 +265,32 @@ pub struct Backup {
     /// A commit answered before it was durable (planted bug).
     undurable: Option<u64>,
     faults: BackupFaults,
+    /// The full copy this stream is receiving.
+    copy: Option<Copy>,
+    /// The resync word is set: a copy began and has not finished, so the
+    /// data area may be torn and only a finished copy makes it current.
+    torn: bool,
+}
+
+/// A full copy under way: its transaction and the next data offset.
+#[derive(Clone, Copy, Debug)]
+struct Copy {
+    target: u64,
+    next: u64,
 }
 
 impl Backup {
     /// Opens (and recovers) the backup's heap at `base` of `media`.
+    /// A heap whose full copy was cut short opens as torn: its next
+    /// stream must finish a full copy before anything else.
     pub fn open(media: &mut impl Media, base: u64) -> Result<(Backup, Recovery), OpenError> {
+        let geometry = read_geometry(media, base)?;
+        if media.read_u64(base + RESYNC_AT) != 0 {
+            let applied = media.read_u64(base + APPLIED_AT);
+            let mut backup = Backup::over(geometry, applied);
+            backup.torn = true;
+            return Ok((backup, Recovery { last_committed: applied, replayed: None }));
+        }
         let (heap, recovery) = Heap::open_with_faults(media, base, Faults::default())?;
         Ok((Backup::over(heap.geometry(), heap.last_committed()), recovery))
     }
@@ -259,7 +309,15 @@ impl Backup {
             open: None,
             undurable: None,
             faults: BackupFaults::default(),
+            copy: None,
+            torn: false,
         }
+    }
+
+    /// Whether a full copy began here and has not finished (the heap then
+    /// refuses [`Heap::open`] and cannot be promoted).
+    pub fn torn(&self) -> bool {
+        self.torn
     }
 
     /// Sets planted bugs (crash checks only).
@@ -288,6 +346,7 @@ impl Backup {
     pub fn disconnected(&mut self, media: &mut impl Media) {
         self.make_durable(media);
         self.open = None;
+        self.copy = None;
         self.strategy = None;
     }
 
@@ -305,6 +364,7 @@ impl Backup {
         let result = self.dispatch(media, header, payload, call);
         if result.is_err() {
             self.open = None;
+            self.copy = None;
         }
         result
     }
@@ -329,6 +389,10 @@ impl Backup {
             }
             return self.hello(media, h, payload).map(Some);
         };
+        let copying = matches!(h.kind, Kind::CopyChunk | Kind::CopyDone);
+        if copying != self.copy.is_some() {
+            return Err(StreamError::OutOfPlace(h.kind));
+        }
         let allowed = match h.kind {
             Kind::Hello => return Err(StreamError::OutOfPlace(h.kind)),
             Kind::Ofence | Kind::Dfence => strategy == Strategy::SmOb,
@@ -349,24 +413,88 @@ impl Backup {
             Kind::Flush | Kind::Dfence | Kind::Sentinel => self.durability_fence(media, h).map(Some),
             Kind::Commit => self.commit(media, h).map(Some),
             Kind::Abort => self.abort(h).map(|()| None),
+            Kind::CopyChunk => self.copy_chunk(media, h, payload).map(|()| None),
+            Kind::CopyDone => self.copy_done(media, h).map(Some),
             Kind::Hello | Kind::Ack | Kind::Refused => unreachable!("handled above"),
         }
     }
 
     /// Checks the primary's heap against this one; the answer carries the
     /// backup's last committed transaction.
+    /// If the backup is behind (or torn), the answer's count is
+    /// [`COPY_NEEDED`] and the stream must start with a full copy.
     fn hello(&mut self, media: &impl Media, h: &Header, payload: &[u8]) -> Result<Answer, StreamError> {
-        self.check_hello(media, h, payload)?;
+        let copy = self.check_hello(media, h, payload)?;
         self.strategy = Some(h.strategy);
         self.open = None;
-        Ok(Answer { tx: 0, value: self.last_committed, count: 0 })
+        self.copy = copy.then_some(Copy { target: h.value, next: 0 });
+        Ok(Answer { tx: 0, value: self.last_committed, count: if copy { COPY_NEEDED } else { 0 } })
+    }
+
+    /// A chunk of a full copy: checked, then stored and written back (not
+    /// drained: `CopyDone` drains). Before the first byte lands the resync
+    /// word is made durable, so a crash from here leaves a heap that
+    /// refuses to open until a copy finishes.
+    fn copy_chunk(&mut self, media: &mut impl Media, h: &Header, payload: &[u8]) -> Result<(), StreamError> {
+        let copy = self.copy.expect("checked by dispatch");
+        let data_bytes = self.geometry.data_bytes;
+        if h.tx != copy.target {
+            return Err(StreamError::Transaction { got: h.tx, want: format!("{} (the copy's)", copy.target) });
+        }
+        if h.value != copy.next {
+            return Err(StreamError::CopyOffset { tx: copy.target, want: copy.next, got: h.value });
+        }
+        let bytes = payload.len() as u64;
+        let end = copy.next.checked_add(bytes).filter(|&end| end <= data_bytes);
+        let Some(end) = end else {
+            return Err(StreamError::CopyOverflow { tx: copy.target, at: copy.next, bytes, data_bytes });
+        };
+        if copy.next == 0 && !self.faults.copy_unmarked {
+            // Nonzero, even toward transaction 0: the word means "torn".
+            media.persist_u64(self.geometry.base + RESYNC_AT, copy.target.max(1));
+            self.torn = true;
+        }
+        media.memcpy_nodrain(self.geometry.data_at() + copy.next, payload);
+        self.copy = Some(Copy { next: end, ..copy });
+        Ok(())
+    }
+
+    /// The end of a full copy: whole, its CRC the primary's, then durable;
+    /// then the commit record and the applied word name the copy's
+    /// transaction, and last the resync word is cleared.
+    fn copy_done(&mut self, media: &mut impl Media, h: &Header) -> Result<Answer, StreamError> {
+        let copy = self.copy.expect("checked by dispatch");
+        let g = self.geometry;
+        if h.tx != copy.target {
+            return Err(StreamError::Transaction { got: h.tx, want: format!("{} (the copy's)", copy.target) });
+        }
+        if h.value != g.data_bytes || copy.next != g.data_bytes {
+            let reason =
+                format!("the primary says {} B, {} B arrived, the data area is {} B", h.value, copy.next, g.data_bytes);
+            return Err(StreamError::CopyIncomplete { tx: copy.target, reason });
+        }
+        media.drain();
+        let crc = data_crc(media, &g);
+        if crc != h.count {
+            let reason = format!("data CRC {crc:#010x}, the primary's is {:#010x}", h.count);
+            return Err(StreamError::CopyIncomplete { tx: copy.target, reason });
+        }
+        let record = CommitRecord { tx: copy.target, log_bytes: 0, epochs: 0 };
+        media.memcpy_persist(g.base + COMMIT_AT, &encode_commit(&record));
+        persist_applied(media, g.base, copy.target, Faults::default());
+        media.persist_u64(g.base + RESYNC_AT, 0);
+        self.torn = false;
+        self.last_committed = copy.target;
+        self.copy = None;
+        Ok(Answer { tx: copy.target, value: copy.target, count: crc })
     }
 
     /// Whether a hello (decoded `h`, `payload`) could start a stream here:
     /// its strategy mirrors, and its heap has this one's geometry, last
     /// transaction and data. Changes nothing (the stream being served, if
-    /// any, goes on).
-    pub fn check_hello(&self, media: &impl Media, h: &Header, payload: &[u8]) -> Result<(), StreamError> {
+    /// any, goes on). `Ok(true)`: the backup is behind, or torn by a copy
+    /// cut short, and the stream must start with a full copy.
+    pub fn check_hello(&self, media: &impl Media, h: &Header, payload: &[u8]) -> Result<bool, StreamError> {
         if h.kind != Kind::Hello {
             return Err(StreamError::OutOfPlace(h.kind));
         }
@@ -384,18 +512,22 @@ impl Backup {
             }
             .into());
         }
-        let (backup, primary) = (self.last_committed, h.value);
-        if backup < primary {
-            return Err(HelloError::Behind { backup, primary }.into());
+        if self.torn {
+            // Whatever it held is already lost to the copy cut short.
+            return Ok(true);
         }
+        let (backup, primary) = (self.last_committed, h.value);
         if backup > primary {
             return Err(HelloError::Ahead { backup, primary }.into());
+        }
+        if backup < primary {
+            return Ok(true);
         }
         let crc = data_crc(media, &g);
         if crc != hello.data_crc {
             return Err(HelloError::OtherHeap { backup: crc, primary: hello.data_crc }.into());
         }
-        Ok(())
+        Ok(false)
     }
 
     /// The open transaction for a message of `tx`, opening it if `start`.
@@ -753,6 +885,78 @@ mod tests {
     }
 
     #[test]
+    fn bad_copies_are_refused_and_leave_the_heap_refusing_to_open() {
+        let (mut primary, mut heap, mut media, _) = pair(Strategy::SmDd);
+        for fill in [3u8, 9] {
+            messages(Strategy::SmDd, &mut heap, &mut primary, fill);
+        }
+        let last = heap.last_committed();
+        let want = data(&primary);
+        let crc = data_crc(&primary, &heap.geometry());
+        let hello = Hello { log_bytes: LOG, data_bytes: DATA, data_crc: crc };
+        // Greets a reopened backup as a primary at `last`: a copy is asked for.
+        let greet = |media: &mut MemMedia| {
+            let mut backup = Backup::open(media, 0).unwrap().0;
+            let (header, payload) = StreamCore::new(Strategy::SmRc).hello(last, &hello);
+            let h = decode(&header, &payload).unwrap();
+            let a = backup.handle(media, &h, &payload, true).unwrap().unwrap();
+            assert_eq!((a.value, a.count), (backup.last_committed(), COPY_NEEDED));
+            backup
+        };
+        let send =
+            |backup: &mut Backup, media: &mut MemMedia, kind: Kind, tx: u64, value: u64, count: u32, p: &[u8]| {
+                let header = encode(kind, Strategy::NoSm, tx, value, count, p);
+                let h = decode(&header, p)?;
+                backup.handle(media, &h, p, kind.is_call())
+            };
+        let half = DATA as usize / 2;
+        let mut backup = greet(&mut media);
+        // Only a copy may follow such a hello.
+        let e = send(&mut backup, &mut media, Kind::Abort, last, 0, 0, &[]).unwrap_err();
+        assert_eq!(e, StreamError::OutOfPlace(Kind::Abort));
+        let mut backup = greet(&mut media);
+        let e = send(&mut backup, &mut media, Kind::CopyChunk, last, 8, 0, &want[..8]).unwrap_err();
+        assert!(matches!(e, StreamError::CopyOffset { want: 0, got: 8, .. }), "{e}");
+        let mut backup = greet(&mut media);
+        let e = send(&mut backup, &mut media, Kind::CopyChunk, last + 1, 0, 0, &want[..8]).unwrap_err();
+        assert!(matches!(e, StreamError::Transaction { .. }), "{e}");
+        // Half a copy, then a chunk past the end: refused; the heap is torn.
+        let mut backup = greet(&mut media);
+        send(&mut backup, &mut media, Kind::CopyChunk, last, 0, 0, &want[..half]).unwrap();
+        let past = vec![1u8; half + 8];
+        let e = send(&mut backup, &mut media, Kind::CopyChunk, last, half as u64, 0, &past).unwrap_err();
+        assert!(matches!(e, StreamError::CopyOverflow { .. }), "{e}");
+        assert!(matches!(Heap::open(&mut media, 0), Err(OpenError::Resyncing { target }) if target == last));
+        // A copy whole in length but not in bytes (its CRC fails), then one
+        // that ends early: refused, still torn.
+        let mut backup = greet(&mut media);
+        assert!(backup.torn());
+        send(&mut backup, &mut media, Kind::CopyChunk, last, 0, 0, &vec![0u8; DATA as usize]).unwrap();
+        let e = send(&mut backup, &mut media, Kind::CopyDone, last, DATA, crc, &[]).unwrap_err();
+        assert!(matches!(e, StreamError::CopyIncomplete { .. }), "{e}");
+        let mut backup = greet(&mut media);
+        send(&mut backup, &mut media, Kind::CopyChunk, last, 0, 0, &want[..half]).unwrap();
+        let e = send(&mut backup, &mut media, Kind::CopyDone, last, DATA, crc, &[]).unwrap_err();
+        assert!(matches!(e, StreamError::CopyIncomplete { .. }), "{e}");
+        assert!(Heap::open(&mut media, 0).is_err(), "an unfinished copy never opens");
+        // A whole copy ends it: the heap opens as the primary's.
+        let mut backup = greet(&mut media);
+        send(&mut backup, &mut media, Kind::CopyChunk, last, 0, 0, &want[..half]).unwrap();
+        send(&mut backup, &mut media, Kind::CopyChunk, last, half as u64, 0, &want[half..]).unwrap();
+        let a = send(&mut backup, &mut media, Kind::CopyDone, last, DATA, crc, &[]).unwrap().unwrap();
+        assert_eq!((a.tx, a.value, a.count), (last, last, crc));
+        assert!(!backup.torn());
+        let (opened, _) = Heap::open(&mut media, 0).unwrap();
+        assert_eq!(opened.last_committed(), last);
+        assert_eq!(data(&media), want);
+        // The stream goes on with the primary's next transaction.
+        for (p, payload) in messages(Strategy::SmRc, &mut heap, &mut primary, 30) {
+            feed(&mut backup, &mut media, &p, &payload).unwrap();
+        }
+        assert_eq!(data(&media), data(&primary));
+    }
+
+    #[test]
     fn hellos_that_cannot_be_mirrored_are_refused() {
         let (primary, heap, mut media, _) = pair(Strategy::SmOb);
         let crc = data_crc(&primary, &heap.geometry());
@@ -772,10 +976,18 @@ mod tests {
         };
         let good = Hello { log_bytes: LOG, data_bytes: DATA, data_crc: crc };
         assert!(matches!(greet(Strategy::SmRc, 0, Hello { log_bytes: 2 * LOG, ..good }), HelloError::Geometry { .. }));
-        assert_eq!(greet(Strategy::SmRc, 3, good), HelloError::Behind { backup: 0, primary: 3 });
         assert!(matches!(greet(Strategy::SmDd, 0, Hello { data_crc: crc ^ 1, ..good }), HelloError::OtherHeap { .. }));
         assert_eq!(greet(Strategy::NoSm, 0, good), HelloError::NoMirror);
         let text = HelloError::OtherHeap { backup: 1, primary: 2 }.to_string();
         assert!(text.contains("another heap"), "{text}");
+        let ahead = {
+            let mut backup = Backup::open(&mut media, 0).unwrap().0;
+            backup.last_committed = 5;
+            let (header, payload) = StreamCore::new(Strategy::SmRc).hello(3, &good);
+            let h = decode(&header, &payload).unwrap();
+            backup.handle(&mut media, &h, &payload, true).unwrap_err()
+        };
+        assert_eq!(ahead, StreamError::Hello(HelloError::Ahead { backup: 5, primary: 3 }));
+        assert!(ahead.to_string().contains("never committed durably"), "{ahead}");
     }
 }

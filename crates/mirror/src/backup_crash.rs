@@ -26,6 +26,17 @@
 //! for every `k` from 0 to the whole stream; the backup is told the stream
 //! ended, then its medium as it stands and [`CUT_DRAWS`] crash images of
 //! it are judged the same way.
+//!
+//! The resynchronisation ([`check_resync`]): a backup one transaction in,
+//! a primary several further on with other bytes everywhere; the primary's
+//! hello, a full copy in chunks and its `CopyDone`, whose answer is a
+//! promise. Every crash image must either open ([`Heap::open`]) as the
+//! backup's old state (before the promise) or as the primary's (always
+//! after it), or refuse to open as an unfinished copy
+//! ([`OpenError::Resyncing`], only before the promise) and then, opened
+//! by a [`Backup`], be finished by a new copy into the primary's state.
+//!
+//! [`OpenError::Resyncing`]: crate::OpenError::Resyncing
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -42,7 +53,7 @@ use crate::crash::{first_difference, run_tx, Shape, BASE, DATA_BYTES, LOG_BYTES,
 use crate::format::parse_epoch;
 use crate::sink::{Committed, Epoch, EpochSink, SinkError};
 use crate::stream::{Planned, StreamCore};
-use crate::wire::{decode, Hello, Strategy};
+use crate::wire::{decode, encode, Hello, Kind, Strategy};
 use crate::Heap;
 
 /// Crash images drawn at each cut of the stream.
@@ -279,6 +290,109 @@ fn judge(run: &Run, acked: &[usize], mut image: MemMedia) -> Result<(), String> 
     Ok(())
 }
 
+/// Chunk size of the copy in [`check_resync`]: not a divisor of the data
+/// area, so the last chunk is partial.
+const RESYNC_CHUNK: usize = 300;
+
+/// Feeds `backup` a hello from a primary at `primary_tx` with `data`, and
+/// (the backup asking for one) a full copy; returns whether a copy was
+/// asked for.
+fn resync(backup: &mut Backup, media: &mut impl Media, primary_tx: u64, data: &[u8]) -> Result<bool, String> {
+    let crc = pmem::crc::crc32c_append(0, data);
+    let hello = Hello { log_bytes: LOG_BYTES, data_bytes: DATA_BYTES, data_crc: crc };
+    let (header, payload) = StreamCore::new(Strategy::SmOb).hello(primary_tx, &hello);
+    let h = decode(&header, &payload).map_err(|e| e.to_string())?;
+    let answer = backup.handle(media, &h, &payload, true).map_err(|e| e.to_string())?.ok_or("no answer")?;
+    if answer.count != crate::wire::COPY_NEEDED {
+        return Ok(false);
+    }
+    for (n, chunk) in data.chunks(RESYNC_CHUNK).enumerate() {
+        let at = (n * RESYNC_CHUNK) as u64;
+        let header = encode(Kind::CopyChunk, Strategy::NoSm, primary_tx, at, 0, chunk);
+        let h = decode(&header, chunk).map_err(|e| e.to_string())?;
+        backup.handle(media, &h, chunk, false).map_err(|e| e.to_string())?;
+    }
+    let header = encode(Kind::CopyDone, Strategy::NoSm, primary_tx, DATA_BYTES, crc, &[]);
+    let h = decode(&header, &[]).map_err(|e| e.to_string())?;
+    let answer = backup.handle(media, &h, &[], true).map_err(|e| e.to_string())?.ok_or("no answer")?;
+    if (answer.tx, answer.value, answer.count) != (primary_tx, primary_tx, crc) {
+        return Err(format!("CopyDone answered {answer:?}"));
+    }
+    Ok(true)
+}
+
+/// The resynchronisation's crash check (see the module's notes).
+pub fn check_resync(faults: BackupFaults, config: &Config) -> Report {
+    let size = (BASE + Heap::required_size(LOG_BYTES, DATA_BYTES)) as usize;
+    // The backup: one transaction in.
+    let mut image = MemMedia::new(size);
+    let mut old = Heap::create(&mut image, BASE, LOG_BYTES, DATA_BYTES).expect("create");
+    let mut tx = old.begin(&mut image);
+    tx.write(100, &[0x11; 200]).expect("write");
+    let old_tx = tx.commit().expect("commit").tx;
+    let old_data = read_data(&image);
+    // The primary: six transactions, other bytes everywhere.
+    let mut primary_media = MemMedia::new(size);
+    let mut primary = Heap::create(&mut primary_media, BASE, LOG_BYTES, DATA_BYTES).expect("create");
+    for i in 0..6u64 {
+        let mut tx = primary.begin(&mut primary_media);
+        let bytes: Vec<u8> = (0..DATA_BYTES / 6).map(|b| (b as u8).wrapping_mul(7) ^ i as u8).collect();
+        tx.write(i * (DATA_BYTES / 6), &bytes).expect("write");
+        tx.commit().expect("commit");
+    }
+    let primary_tx = primary.last_committed();
+    let primary_data = read_data(&primary_media);
+
+    let mut media = TracedMedia::from_image(image.bytes().to_vec());
+    let (mut backup, _) = Backup::open(&mut media, BASE).expect("the backup's heap");
+    backup.set_faults(faults);
+    let copied = resync(&mut backup, &mut media, primary_tx, &primary_data).expect("the copy is accepted");
+    assert!(copied, "a backup behind asks for a full copy");
+    media.mark(0);
+
+    explore(&media, config, |image: &mut CrashImage| {
+        let promised = !image.acked.is_empty();
+        let mut media = image.media.clone();
+        let opened = catch_unwind(AssertUnwindSafe(|| Heap::open(&mut media, BASE)))
+            .map_err(|_| "recovery panicked".to_string())?;
+        match opened {
+            Ok((heap, _)) => {
+                let state = (heap.last_committed(), read_data(&media));
+                if state == (primary_tx, primary_data.clone()) {
+                    return Ok(());
+                }
+                if promised {
+                    return Err(format!("copy answered, but the heap opens at transaction {}", state.0));
+                }
+                if state != (old_tx, old_data.clone()) {
+                    let diff = first_difference(&state.1, &old_data);
+                    return Err(format!("heap opens at transaction {} with neither state's data ({diff})", state.0));
+                }
+                Ok(())
+            }
+            Err(crate::OpenError::Resyncing { target }) if !promised => {
+                if target != primary_tx {
+                    return Err(format!("resync word names {target}, the copy was toward {primary_tx}"));
+                }
+                let mut media = image.media.clone();
+                let (mut again, _) = Backup::open(&mut media, BASE).map_err(|e| e.to_string())?;
+                if !again.torn() {
+                    return Err("a heap with the resync word set opens as a current backup".to_string());
+                }
+                if !resync(&mut again, &mut media, primary_tx, &primary_data)? {
+                    return Err("a torn backup did not ask for a full copy".to_string());
+                }
+                let (heap, _) = Heap::open(&mut media, BASE).map_err(|e| format!("after a resumed copy: {e}"))?;
+                if (heap.last_committed(), read_data(&media)) != (primary_tx, primary_data.clone()) {
+                    return Err("a resumed copy does not end as the primary".to_string());
+                }
+                Ok(())
+            }
+            Err(e) => Err(format!("promised: {promised}: {e}")),
+        }
+    })
+}
+
 fn read_data(media: &MemMedia) -> Vec<u8> {
     let data_at = (BASE + crate::format::HEADER_BYTES + LOG_BYTES) as usize;
     media.bytes()[data_at..data_at + DATA_BYTES as usize].to_vec()
@@ -323,6 +437,23 @@ mod tests {
     #[test]
     fn backup_survives_every_crash_under_sm_dd() {
         check(Strategy::SmDd, BackupFaults::default()).assert_passes_at_least(8_000);
+    }
+
+    #[test]
+    fn a_backup_crashed_during_a_full_copy_is_old_current_or_refused_and_resumable() {
+        let report = check_resync(BackupFaults::default(), &Config::default());
+        println!("resync: {}", report.describe());
+        // Crash points: the resync word, the copy's drain, the commit
+        // record, the applied word, the cleared word (each chunk is
+        // written back, undrained, in between).
+        assert!(report.crash_points >= 5, "{}", report.describe());
+        report.assert_passes_at_least(60);
+    }
+
+    #[test]
+    fn canary_copy_without_the_resync_word_is_caught() {
+        check_resync(BackupFaults { copy_unmarked: true, ..BackupFaults::default() }, &Config::default())
+            .assert_caught();
     }
 
     #[test]

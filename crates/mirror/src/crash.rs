@@ -33,7 +33,7 @@ use rand_xoshiro::rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::SplitMix64;
 
 use crate::backup::BackupFaults;
-use crate::backup_crash::check_backup;
+use crate::backup_crash::{check_backup, check_resync};
 use crate::{Faults, Heap, OpenError, Strategy, TxError};
 
 /// Where the heap under test starts in its media (not 0, to test `base`).
@@ -90,6 +90,12 @@ pub fn checks() -> Vec<Check> {
         }),
         check("planted: mirror backup acknowledges a commit before it is durable", true, |c| {
             check_backup(Strategy::SmRc, BackupFaults { ack_before_durable: true, ..BackupFaults::default() }, c)
+        }),
+        check("mirror backup resynchronised by a full copy: any instant", false, |c| {
+            check_resync(BackupFaults::default(), c)
+        }),
+        check("planted: mirror backup copies without setting the resync word", true, |c| {
+            check_resync(BackupFaults { copy_unmarked: true, ..BackupFaults::default() }, c)
         }),
     ]
 }
@@ -335,6 +341,6 @@ mod tests {
 
     #[test]
     fn registry_lists_every_check_once() {
-        pmwire_crashcheck::assert_registry(&checks(), 8);
+        pmwire_crashcheck::assert_registry(&checks(), 9);
     }
 }

@@ -26,6 +26,13 @@ pub const COMMIT_AT: u64 = 64;
 pub const COMMIT_BYTES: usize = 32;
 /// Where the applied word is, from the heap's base (a line of its own).
 pub const APPLIED_AT: u64 = 128;
+/// Where the resync word is, from the heap's base (a line of its own): 0,
+/// or the transaction a full copy from a primary is bringing the data area
+/// to, set durably before the copy's first byte lands and cleared only
+/// once the copy is durable and the commit record and applied word name
+/// that transaction. While it is set, [`crate::Heap::open`] refuses the
+/// heap (it may be torn) and only a backup resumes the copy.
+pub const RESYNC_AT: u64 = 192;
 /// The heap's base, the log's size and the data area's size are multiples of this.
 pub const ALIGN: u64 = 256;
 /// Bytes of an epoch record's header.

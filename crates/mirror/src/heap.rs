@@ -25,7 +25,7 @@ use pmem::Media;
 use crate::format::{
     begin_epoch, decode_commit, decode_super, encode_commit, encode_super, parse_epoch, push_write, seal_epoch,
     write_entry_bytes, CommitRecord, EpochHeader, Geometry, SuperError, WriteRef, APPLIED_AT, COMMIT_AT, COMMIT_BYTES,
-    EPOCH_HEADER_BYTES, SUPER_AT, SUPER_BYTES,
+    EPOCH_HEADER_BYTES, RESYNC_AT, SUPER_AT, SUPER_BYTES,
 };
 use crate::sink::{Committed, Epoch, EpochSink, NoMirror, SinkError};
 
@@ -85,6 +85,14 @@ pub enum OpenError {
     /// The superblock's sizes are not allowed.
     #[error("bad heap geometry: {0}")]
     BadGeometry(String),
+    /// A backup's full copy from its primary was cut short: the data area
+    /// may be torn, so the heap cannot be opened (nor promoted) until a
+    /// backup finishes the copy.
+    #[error("heap is an unfinished resynchronisation copy toward transaction {target}: restart the backup to finish it; it cannot be opened or promoted")]
+    Resyncing {
+        /// The transaction the copy was bringing the data area to.
+        target: u64,
+    },
     /// A committed transaction's log is unreadable: corruption or a
     /// protocol bug. Nothing was applied.
     #[error("committed transaction {tx} cannot be replayed: {reason}")]
@@ -180,6 +188,8 @@ impl Heap {
         media.memset_nodrain(base + COMMIT_AT, 0, COMMIT_BYTES as u64);
         media.write_u64(base + APPLIED_AT, 0);
         media.flush(base + APPLIED_AT, 8);
+        media.write_u64(base + RESYNC_AT, 0);
+        media.flush(base + RESYNC_AT, 8);
         media.drain();
         media.memcpy_persist(base + SUPER_AT, &encode_super(&geometry));
         Ok(Heap::with_geometry(geometry, 0))
@@ -195,6 +205,10 @@ impl Heap {
     #[doc(hidden)]
     pub fn open_with_faults(media: &mut impl Media, base: u64, faults: Faults) -> Result<(Heap, Recovery), OpenError> {
         let geometry = read_geometry(media, base)?;
+        let resync = media.read_u64(base + RESYNC_AT);
+        if resync != 0 {
+            return Err(OpenError::Resyncing { target: resync });
+        }
         let mut commit_bytes = [0u8; COMMIT_BYTES];
         media.read(base + COMMIT_AT, &mut commit_bytes);
         let applied = media.read_u64(base + APPLIED_AT);
@@ -295,7 +309,7 @@ impl Heap {
 }
 
 /// Reads and checks the superblock at `base`.
-fn read_geometry(media: &impl Media, base: u64) -> Result<Geometry, OpenError> {
+pub(crate) fn read_geometry(media: &impl Media, base: u64) -> Result<Geometry, OpenError> {
     let header_end = base.saturating_add(crate::format::HEADER_BYTES);
     if header_end > media.len() {
         return Err(OpenError::MediaTooSmall { need: header_end, have: media.len() });

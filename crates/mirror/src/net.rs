@@ -22,7 +22,10 @@ use transport::{ConnId, Event, OpError, Output, RequestId, Transport};
 use crate::backup::{data_crc, Answer, Backup, StreamError};
 use crate::sink::{Committed, Epoch, EpochSink, SinkError};
 use crate::stream::{AnswerError, Planned, StreamCore};
-use crate::wire::{decode, encode, reason_bytes, Hello, Kind, Strategy, WireError, MAX_RECORD_BYTES};
+use crate::wire::{
+    decode, encode, reason_bytes, Header, Hello, Kind, Strategy, WireError, COPY_NEEDED, MAX_COPY_CHUNK,
+    MAX_RECORD_BYTES,
+};
 use crate::Heap;
 
 /// Why [`Mirror::open`] failed.
@@ -107,6 +110,9 @@ pub struct Mirror<T: Transport> {
     pub poll: PollBudget,
     /// Round trips waited for so far.
     pub round_trips: u64,
+    /// Bytes of data area sent by a full copy at open (0: the backup was
+    /// current).
+    pub resync_bytes: u64,
 }
 
 impl<T: Transport> Mirror<T> {
@@ -131,6 +137,7 @@ impl<T: Transport> Mirror<T> {
             timeout: Duration::from_secs(10),
             poll: PollBudget::default(),
             round_trips: 0,
+            resync_bytes: 0,
         };
         if strategy == Strategy::NoSm {
             return Ok(mirror);
@@ -147,11 +154,44 @@ impl<T: Transport> Mirror<T> {
             data_bytes: geometry.data_bytes,
             data_crc: data_crc(media, &geometry),
         };
-        let (header, payload) = core.hello(heap.last_durable(media), &hello);
+        let last = heap.last_durable(media);
+        let (header, payload) = core.hello(last, &hello);
         let planned = Planned { header, kind: Kind::Hello, tx: 0, count: 0, with_record: false };
         mirror.core = Some(core);
-        mirror.call(&planned, &payload)?;
+        let answer = mirror.call(&planned, &payload)?;
+        if answer.count == COPY_NEEDED {
+            mirror.full_copy(media, &geometry, last, hello.data_crc)?;
+        }
         Ok(mirror)
+    }
+
+    /// Resynchronises a backup that is behind (or whose earlier copy was
+    /// cut short): the data area as of transaction `last`, in chunks of at
+    /// most [`MAX_COPY_CHUNK`] in order, then a `CopyDone` call with its
+    /// size and CRC, answered once the backup's copy is durable and its
+    /// heap names `last`.
+    fn full_copy(
+        &mut self,
+        media: &impl Media,
+        geometry: &crate::format::Geometry,
+        last: u64,
+        data_crc: u32,
+    ) -> Result<(), MirrorError> {
+        let mut chunk = vec![0u8; (geometry.data_bytes.min(MAX_COPY_CHUNK as u64)) as usize];
+        let mut at = 0u64;
+        while at < geometry.data_bytes {
+            let n = (geometry.data_bytes - at).min(chunk.len() as u64) as usize;
+            media.read(geometry.data_at() + at, &mut chunk[..n]);
+            let header = encode(Kind::CopyChunk, Strategy::NoSm, last, at, 0, &chunk[..n]);
+            let planned = Planned { header, kind: Kind::CopyChunk, tx: last, count: 0, with_record: true };
+            self.send(&planned, &chunk[..n])?;
+            at += n as u64;
+        }
+        let header = encode(Kind::CopyDone, Strategy::NoSm, last, geometry.data_bytes, data_crc, &[]);
+        let planned = Planned { header, kind: Kind::CopyDone, tx: last, count: data_crc, with_record: false };
+        self.call(&planned, &[])?;
+        self.resync_bytes = geometry.data_bytes;
+        Ok(())
     }
 
     /// The strategy.
@@ -178,7 +218,11 @@ impl<T: Transport> Mirror<T> {
         let mut result = Ok(());
         for planned in &plan {
             let payload = if planned.with_record { record } else { &[][..] };
-            result = if planned.kind.is_call() { self.call(planned, payload) } else { self.send(planned, payload) };
+            result = if planned.kind.is_call() {
+                self.call(planned, payload).map(|_| ())
+            } else {
+                self.send(planned, payload)
+            };
             if result.is_err() {
                 break;
             }
@@ -198,7 +242,7 @@ impl<T: Transport> Mirror<T> {
     /// default: then a lost backup fails every later step). Once lost, the
     /// mirror sends nothing more, every step succeeds, and
     /// [`unmirrored`](Mirror::unmirrored) says why; the backup then misses
-    /// transactions, and a new stream to it is refused as behind.
+    /// transactions, and a new stream to it begins with a full copy.
     pub fn allow_unmirrored(&mut self, allow: bool) {
         self.allow_unmirrored = allow;
     }
@@ -241,7 +285,9 @@ impl<T: Transport> Mirror<T> {
         }
     }
 
-    fn call(&mut self, planned: &Planned, payload: &[u8]) -> Result<(), MirrorError> {
+    /// Sends the call `planned` and waits for its answer, which must pass
+    /// [`StreamCore::check`]; returns the answer's header.
+    fn call(&mut self, planned: &Planned, payload: &[u8]) -> Result<Header, MirrorError> {
         let mut window = WindowWait::new(self.timeout);
         let token = loop {
             let link = self.link.as_mut().expect("a stream has a link");
@@ -252,7 +298,7 @@ impl<T: Transport> Mirror<T> {
             match link.transport.call(link.conn, &planned.header, buf, token) {
                 Ok(()) => break token,
                 Err(OpError::WindowFull(_)) => self.await_window(&mut window)?,
-                Err(e) => return self.note(Err(e.into())),
+                Err(e) => return self.note(Err(e.into())).map(|()| unreachable!("an error")),
             }
         };
         let answer = self.pump(token, Instant::now() + self.timeout);
@@ -260,14 +306,17 @@ impl<T: Transport> Mirror<T> {
             Ok((header, payload)) => {
                 let checked = decode(&header, &payload)
                     .map_err(MirrorError::from)
-                    .and_then(|h| StreamCore::check(planned, &h, &payload).map_err(MirrorError::from));
+                    .and_then(|h| StreamCore::check(planned, &h, &payload).map(|()| h).map_err(MirrorError::from));
                 self.link.as_mut().expect("a stream has a link").transport.recycle(payload);
                 checked
             }
             Err(e) => Err(e),
         };
         self.round_trips += 1;
-        self.note(result)
+        match result {
+            Ok(h) => Ok(h),
+            Err(e) => self.note(Err(e)).map(|()| unreachable!("an error")),
+        }
     }
 
     /// Polls (then blocks) until the call `token` is answered: its header
@@ -761,6 +810,70 @@ mod tests {
         assert_eq!((buf[0], buf[64]), (5, 6), "committed locally");
         drop(mirror);
         served.finish();
+    }
+
+    #[test]
+    fn a_restarted_backup_that_is_behind_resynchronises_by_a_full_copy() {
+        // 600 KiB of data: two whole chunks and a partial one.
+        const BIG: u64 = 600 << 10;
+        let fresh = || {
+            let mut media = MemMedia::new(Heap::required_size(LOG, BIG) as usize);
+            let heap = Heap::create(&mut media, 0, LOG, BIG).unwrap();
+            (media, heap)
+        };
+        let whole = |heap: &Heap, media: &MemMedia| {
+            let mut buf = vec![0u8; BIG as usize];
+            heap.read(media, 0, &mut buf).unwrap();
+            buf
+        };
+        for strategy in [Strategy::SmRc, Strategy::SmOb, Strategy::SmDd] {
+            let net = InProcNetwork::new(Limits::default());
+            let (mut media, mut heap) = fresh();
+            let served = Served::start(&net, fresh().0);
+            let mut mirror = Mirror::open(&heap, &media, net.node(), &served.addr, strategy).unwrap();
+            assert_eq!(mirror.resync_bytes, 0, "a current backup needs no copy");
+            for i in 0..4u64 {
+                let mut tx = heap.begin_with(&mut media, &mut mirror);
+                tx.write(i * 1000, &[i as u8 + 1; 100]).unwrap();
+                tx.commit().unwrap();
+            }
+            drop(mirror);
+            // The backup stops; the primary commits more without it,
+            // in every chunk of the data area.
+            let stopped = served.finish();
+            for i in 0..6u64 {
+                let mut tx = heap.begin(&mut media);
+                tx.write(i * 100_000 + 13, &[0xa0 + i as u8; 300]).unwrap();
+                tx.ofence().unwrap();
+                tx.write(BIG - 64 - i, &[i as u8; 64]).unwrap();
+                tx.commit().unwrap();
+            }
+            let behind = Backup::open(&mut stopped.clone(), 0).unwrap().0.last_committed();
+            assert_eq!(behind, 4);
+            assert_eq!(heap.last_committed(), 10);
+            let served = Served::start(&net, stopped);
+            let mut mirror = Mirror::open(&heap, &media, net.node(), &served.addr, strategy).unwrap();
+            assert_eq!(mirror.resync_bytes, BIG, "{strategy}: a full copy");
+            // The stream goes on with new transactions after the copy.
+            for i in 0..3u64 {
+                let mut tx = heap.begin_with(&mut media, &mut mirror);
+                tx.write(i * 200_000 + 7, &[0x55 ^ i as u8; 200]).unwrap();
+                tx.ofence().unwrap();
+                tx.write(0, &[i as u8; 8]).unwrap();
+                tx.commit().unwrap();
+            }
+            drop(mirror);
+            let mut backup = served.finish();
+            let (opened, _) = Heap::open(&mut backup, 0).unwrap();
+            assert_eq!(opened.last_committed(), 13, "{strategy}");
+            assert_eq!(whole(&opened, &backup), whole(&heap, &media), "{strategy}: byte for byte");
+            // Restarted again, now current: no copy.
+            let served = Served::start(&net, backup);
+            let mirror = Mirror::open(&heap, &media, net.node(), &served.addr, strategy).unwrap();
+            assert_eq!(mirror.resync_bytes, 0, "{strategy}");
+            drop(mirror);
+            served.finish();
+        }
     }
 
     /// A raw call on `conn`; the answer's kind and payload.

@@ -149,11 +149,14 @@ impl StreamCore {
             }
             Kind::Ack => {
                 let value_ok = match kind {
-                    Kind::Commit => header.value == tx,
+                    Kind::Commit | Kind::CopyDone => header.value == tx,
                     Kind::Sentinel => header.value == u64::from(asked.count),
                     _ => true,
                 };
-                if header.tx == tx && header.count == asked.count && value_ok {
+                // A hello's answer may ask for a full copy.
+                let count_ok =
+                    header.count == asked.count || (kind == Kind::Hello && header.count == crate::wire::COPY_NEEDED);
+                if header.tx == tx && count_ok && value_ok {
                     return Ok(());
                 }
                 let got = format!("transaction {} count {} value {}", header.tx, header.count, header.value);

@@ -5,7 +5,8 @@
 //! Every message is a 40 B header (the transport's header bytes) and a
 //! payload. Invariants: fixed-width little-endian fields; the header
 //! carries a CRC-32C over its other fields, checked before any field is
-//! trusted; a payload that has no checksum of its own (a hello, a refusal)
+//! trusted; a payload that has no checksum of its own (a hello, a copy
+//! chunk, a refusal)
 //! is covered by one in the header; an epoch's payload is the primary's
 //! redo record, whose own CRC the backup checks ([`crate::Epoch::parse`]);
 //! every length read from the wire is compared with what arrived before it
@@ -27,6 +28,11 @@ pub const MAX_REASON_BYTES: usize = 1024;
 /// The largest epoch record a stream carries: the transport's default
 /// payload bound (4 MiB), so a heap whose log is larger cannot be mirrored.
 pub const MAX_RECORD_BYTES: u64 = 4 << 20;
+
+/// The largest chunk of a full copy's data ([`Kind::CopyChunk`]).
+pub const MAX_COPY_CHUNK: usize = 256 << 10;
+/// A hello's acknowledgement with this `count` asks for a full copy.
+pub const COPY_NEEDED: u32 = 1;
 
 /// How a primary mirrors (seed 002 §5, Table 1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -89,7 +95,9 @@ impl std::fmt::Display for Strategy {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
     /// Primary → backup, a call: the strategy, the heap's geometry, its
-    /// last committed transaction and the CRC of its data area.
+    /// last committed transaction and the CRC of its data area. The ack's
+    /// `count` is [`COPY_NEEDED`] if the backup is behind (or torn): a full
+    /// copy must follow.
     Hello,
     /// One-way: an epoch record of the open transaction.
     Epoch,
@@ -106,6 +114,14 @@ pub enum Kind {
     Commit,
     /// One-way: the transaction is abandoned.
     Abort,
+    /// One-way, after a hello answered "copy needed": `payload_bytes`
+    /// (1..=[`MAX_COPY_CHUNK`]) of the primary's data area at offset
+    /// `value`, for transaction `tx`; the header's CRC covers the payload.
+    CopyChunk,
+    /// A call, after the last chunk: `value` is the data area's size and
+    /// `count` its CRC-32C; the backup checks both, makes the copy its
+    /// committed state durably, then answers.
+    CopyDone,
     /// Backup → primary: done; `value` and `count` say what.
     Ack,
     /// Backup → primary: refused; the payload says why (UTF-8).
@@ -123,6 +139,8 @@ impl Kind {
             Kind::Sentinel => 6,
             Kind::Commit => 7,
             Kind::Abort => 8,
+            Kind::CopyChunk => 9,
+            Kind::CopyDone => 10,
             Kind::Ack => 64,
             Kind::Refused => 65,
         }
@@ -138,6 +156,8 @@ impl Kind {
             Kind::Sentinel,
             Kind::Commit,
             Kind::Abort,
+            Kind::CopyChunk,
+            Kind::CopyDone,
             Kind::Ack,
             Kind::Refused,
         ];
@@ -146,7 +166,7 @@ impl Kind {
 
     /// Whether the sender waits for an answer (sent with `Transport::call`).
     pub fn is_call(self) -> bool {
-        matches!(self, Kind::Hello | Kind::Flush | Kind::Dfence | Kind::Sentinel | Kind::Commit)
+        matches!(self, Kind::Hello | Kind::Flush | Kind::Dfence | Kind::Sentinel | Kind::Commit | Kind::CopyDone)
     }
 }
 
@@ -268,6 +288,7 @@ pub fn decode(header: &[u8], payload: &[u8]) -> Result<Header, WireError> {
         Kind::Hello => payload.len() == HELLO_BYTES,
         Kind::Epoch => payload.len() as u64 <= MAX_RECORD_BYTES,
         Kind::Refused => payload.len() <= MAX_REASON_BYTES,
+        Kind::CopyChunk => !payload.is_empty() && payload.len() <= MAX_COPY_CHUNK,
         _ => payload.is_empty(),
     };
     if !allowed {
@@ -363,6 +384,28 @@ mod tests {
         let long = "é".repeat(MAX_REASON_BYTES);
         assert!(reason_bytes(&long).len() <= MAX_REASON_BYTES);
         assert!(std::str::from_utf8(reason_bytes(&long)).is_ok());
+    }
+
+    #[test]
+    fn copy_chunks_are_bounded_and_checked() {
+        let chunk = vec![9u8; MAX_COPY_CHUNK];
+        let h = encode(Kind::CopyChunk, Strategy::NoSm, 4, 512, 0, &chunk);
+        let got = decode(&h, &chunk).unwrap();
+        assert_eq!(
+            (got.kind, got.tx, got.value, got.payload_bytes as usize),
+            (Kind::CopyChunk, 4, 512, MAX_COPY_CHUNK)
+        );
+        assert!(!got.kind.is_call() && Kind::CopyDone.is_call());
+        let mut flipped = chunk.clone();
+        flipped[1000] ^= 4;
+        assert_eq!(decode(&h, &flipped), Err(WireError::PayloadChecksum));
+        let over = vec![9u8; MAX_COPY_CHUNK + 1];
+        let h = encode(Kind::CopyChunk, Strategy::NoSm, 4, 0, 0, &over);
+        assert!(matches!(decode(&h, &over), Err(WireError::BadPayload { kind: Kind::CopyChunk, .. })));
+        let h = encode(Kind::CopyChunk, Strategy::NoSm, 4, 0, 0, &[]);
+        assert!(matches!(decode(&h, &[]), Err(WireError::BadPayload { kind: Kind::CopyChunk, bytes: 0 })));
+        let h = encode(Kind::CopyDone, Strategy::NoSm, 4, 0, 0, b"x");
+        assert!(matches!(decode(&h, b"x"), Err(WireError::BadPayload { kind: Kind::CopyDone, bytes: 1 })));
     }
 
     #[test]
