@@ -30,6 +30,7 @@ use crate::kv::placement::{LoadProbe, Placement};
 use crate::remote::common::ratio;
 use crate::remote::server::{shm_path, ucx_config};
 use crate::schema::BenchResult;
+use crate::measure::median;
 use crate::{table, SuiteReport};
 
 /// The bench name in results (one per transport: `mirror_transact_tcp`).
@@ -253,11 +254,6 @@ pub(crate) fn progress(len: u64) -> ProgressBar {
         bar.set_draw_target(ProgressDrawTarget::hidden());
     }
     bar
-}
-
-pub(crate) fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
 }
 
 /// Runs the suite.

@@ -20,7 +20,8 @@ use anyhow::Result;
 use rand_xoshiro::rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::SplitMix64;
 
-use crate::mirror::{median, transactions, Config, Primary, DATA_BYTES, WRITE_BYTES};
+use crate::measure::median;
+use crate::mirror::{transactions, Config, Primary, DATA_BYTES, WRITE_BYTES};
 use crate::pmdk::{Libpmemobj, ObjPool, ObjTx};
 use crate::remote::common::ratio;
 use crate::schema::{BenchResult, Skipped};

@@ -33,7 +33,8 @@ use rand_xoshiro::SplitMix64;
 use transport::UcxTransport;
 
 use crate::kv::placement::Placement;
-use crate::mirror::{median, BackupThread, Primary};
+use crate::measure::median;
+use crate::mirror::{BackupThread, Primary};
 use crate::remote::server::ucx_config;
 use crate::schema::BenchResult;
 use crate::{table, Headline};

@@ -93,6 +93,14 @@ struct Link<T: Transport> {
     events: Vec<Event>,
 }
 
+/// `payload` in one of the transport's kept buffers (no allocation once
+/// the transport has buffers to hand back).
+fn staged<T: Transport>(transport: &mut T, payload: &[u8]) -> Vec<u8> {
+    let mut buf = transport.take_buffer(payload.len());
+    buf.extend_from_slice(payload);
+    buf
+}
+
 /// A primary's network mirror: an [`EpochSink`] that sends each epoch,
 /// fence and commit to a backup under its [`Strategy`], and returns from
 /// `commit` only once the backup holds the transaction durably.
@@ -275,8 +283,7 @@ impl<T: Transport> Mirror<T> {
         let mut window = WindowWait::new(self.timeout);
         loop {
             let link = self.link.as_mut().expect("a stream has a link");
-            let mut buf = link.transport.take_buffer(payload.len());
-            buf.extend_from_slice(payload);
+            let buf = staged(&mut link.transport, payload);
             match link.transport.send(link.conn, &planned.header, buf) {
                 Ok(()) => return Ok(()),
                 Err(OpError::WindowFull(_)) => self.await_window(&mut window)?,
@@ -293,8 +300,7 @@ impl<T: Transport> Mirror<T> {
             let link = self.link.as_mut().expect("a stream has a link");
             link.token += 1;
             let token = link.token;
-            let mut buf = link.transport.take_buffer(payload.len());
-            buf.extend_from_slice(payload);
+            let buf = staged(&mut link.transport, payload);
             match link.transport.call(link.conn, &planned.header, buf, token) {
                 Ok(()) => break token,
                 Err(OpError::WindowFull(_)) => self.await_window(&mut window)?,
@@ -594,8 +600,7 @@ impl<M: Media> BackupService<M> {
                 (encode(Kind::Refused, Strategy::NoSm, 0, 0, 0, text), text.to_vec())
             }
         };
-        let mut buf = transport.take_buffer(payload.len());
-        buf.extend_from_slice(&payload);
+        let buf = staged(transport, &payload);
         // A reply fails only on a connection that is gone; its
         // disconnect event ends the stream.
         let _ = transport.reply(id, &header, buf);

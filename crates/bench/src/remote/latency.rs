@@ -252,10 +252,7 @@ fn peer_floor(tls: &str, quick: bool, results: &mut Vec<BenchResult>, skipped: &
         results.push(r.param("pairs_p50_us", pairs_json.clone()).metric("latency_ns_p50", us * 1e3));
     };
     let pairs_json = serde_json::json!(pairs.iter().map(|(o, t)| [o, t]).collect::<Vec<_>>());
-    let median_of = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        (!v.is_empty()).then(|| v[v.len() / 2])
-    };
+    let median_of = |mut v: Vec<f64>| (!v.is_empty()).then(|| crate::measure::median(&mut v));
     let ours_p50 = median_of(pairs.iter().map(|p| p.0).collect());
     let peer_p50 = median_of(pairs.iter().map(|p| p.1).collect());
     let ratio_p50 = median_of(pairs.iter().map(|(o, t)| o / t).collect());

@@ -30,14 +30,20 @@ fn venv_python() -> PathBuf {
     python
 }
 
-fn session(port: u16, protocol: u8, password: Option<&str>) -> String {
+/// Runs the scripted session; its output, whatever its exit status.
+fn run_session(port: u16, protocol: u8, password: Option<&str>) -> std::process::Output {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/redispy/session.py");
     let mut cmd = Command::new(venv_python());
     cmd.arg(&script).args(["--port", &port.to_string(), "--protocol", &protocol.to_string()]);
     if let Some(p) = password {
         cmd.args(["--password", p]);
     }
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
+}
+
+/// Runs the scripted session, which must pass; what it printed.
+fn session(port: u16, protocol: u8, password: Option<&str>) -> String {
+    let out = run_session(port, protocol, password);
     let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "redis-py RESP{protocol} session failed:\n{text}");
     text.trim_end().to_string()
@@ -66,12 +72,7 @@ fn redis_py_authenticates_with_requirepass() {
         assert!(said.contains("checks passed"), "{said}");
     }
     // The script fails without the password: the test can fail.
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/redispy/session.py");
-    let out = Command::new(venv_python())
-        .arg(&script)
-        .args(["--port", &server.resp.port().to_string(), "--protocol", "2"])
-        .output()
-        .expect("run python");
+    let out = run_session(server.resp.port(), 2, None);
     assert!(!out.status.success(), "a session without the password must be refused");
     let stderr = String::from_utf8_lossy(&out.stderr);
     // redis-py raises NOAUTH as its AuthenticationError.
