@@ -1,6 +1,13 @@
-//! Hash commands: HSET HMSET HGET HMGET HGETALL HDEL HEXISTS HLEN, over the
-//! hash blob of [`crate::blob`] (fields in insertion order; a write rewrites
-//! the key's blob; an emptied hash deletes its key).
+//! Hash commands: HSET HMSET HSETNX HGET HMGET HGETALL HKEYS HVALS HSTRLEN
+//! HDEL HEXISTS HLEN HINCRBY HINCRBYFLOAT HRANDFIELD HSCAN, over the hash
+//! blob of [`crate::blob`] (fields in insertion order; a write rewrites the
+//! key's blob; an emptied hash deletes its key), with Redis 7.0's order of
+//! checks, errors and reply types (HRANDFIELD WITHVALUES: flat pairs in
+//! RESP2, `[field, value]` arrays in RESP3).
+//!
+//! HRANDFIELD draws from [`super::Server`]'s seeded generator; HSCAN's
+//! cursors are SSCAN's (the fields in byte order, a cursor standing for the
+//! last field answered), where Redis answers a small hash whole.
 
 use super::{Ctx, Fail, Res};
 use crate::blob::{decode_hash, encode_hash};

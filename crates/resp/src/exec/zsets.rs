@@ -1,7 +1,14 @@
-//! Sorted-set commands: ZADD (NX XX GT LT CH INCR) ZREM ZSCORE ZCARD ZRANGE
-//! (by rank, BYSCORE, BYLEX, REV, LIMIT, WITHSCORES) ZRANGEBYSCORE, over the
-//! zset blob of [`crate::blob`], following Redis 7.0's `t_zset.c` step by
-//! step (option parsing, then conflicts, then ranges, then the key).
+//! Sorted-set commands: ZADD (NX XX GT LT CH INCR) ZINCRBY ZREM ZSCORE
+//! ZMSCORE ZCARD ZRANK ZREVRANK ZCOUNT ZLEXCOUNT, the range family (ZRANGE
+//! by rank, BYSCORE, BYLEX, REV, LIMIT, WITHSCORES; ZRANGESTORE ZREVRANGE
+//! Z[REV]RANGEBYSCORE Z[REV]RANGEBYLEX), ZREMRANGEBYRANK|SCORE|LEX,
+//! ZPOPMIN ZPOPMAX ZRANDMEMBER ZSCAN, and ZUNION ZINTER ZDIFF (and their
+//! STORE forms, WEIGHTS, AGGREGATE) ZINTERCARD, over the zset blob of
+//! [`crate::blob`] (entries ordered by score, then member bytes), following
+//! Redis 7.0's `t_zset.c` step by step (option parsing, then conflicts, then
+//! ranges, then the key). Scores are doubles in RESP3; pairs WITHSCORES are
+//! flat in RESP2 and `[member, score]` arrays in RESP3 (ZPOPMIN/ZPOPMAX
+//! only with a count). A stored score of zero is +0, as Redis stores it.
 
 use super::{Ctx, Fail, Res};
 use crate::blob::{decode_zset, encode_zset, zcmp};
@@ -487,32 +494,32 @@ fn by_rank<'a>(entries: &[(f64, &'a [u8])], start: i64, end: i64, reverse: bool)
     (start..=end).map(|i| if reverse { entries[len - 1 - i] } else { entries[i] }).collect()
 }
 
-/// The entries a BYSCORE or BYLEX range selects, as the index span Redis's
-/// walk finds: first it tests the set's ends (`zzlIsInRange`,
-/// `zzlIsInLexRange`: the last element against the minimum, the first
-/// against the maximum); then forward from the first element past the
-/// minimum (backward from the last below the maximum when `reverse`),
-/// which must be within the far bound, for as long as elements stay within
-/// it. For BYLEX over members of different scores this decides the answer.
-fn span(entries: &[(f64, &[u8])], r: &Range<'_>, reverse: bool) -> std::ops::Range<usize> {
-    let (Some(&first), Some(&last)) = (entries.first(), entries.last()) else { return 0..0 };
+/// Where Redis's walk over a BYSCORE or BYLEX range starts: first it tests
+/// the set's ends (`zzlIsInRange`, `zzlIsInLexRange`: the last element
+/// against the minimum, the first against the maximum); then it goes
+/// forward to the first element past the minimum (backward to the last
+/// below the maximum when `reverse`), which must be within the far bound.
+/// For BYLEX over members of different scores this decides the answer.
+fn range_entry(entries: &[(f64, &[u8])], r: &Range<'_>, reverse: bool) -> Option<usize> {
+    let (&first, &last) = (entries.first()?, entries.last()?);
     if r.is_empty() || !r.gte_min(last) || !r.lte_max(first) {
-        return 0..0;
+        return None;
     }
-    if !reverse {
-        let Some(lo) = entries.iter().position(|&e| r.gte_min(e)) else { return 0..0 };
-        if !r.lte_max(entries[lo]) {
-            return 0..0;
-        }
-        lo..lo + entries[lo..].iter().take_while(|&&e| r.lte_max(e)).count()
+    if reverse {
+        let at = entries.iter().rposition(|&e| r.lte_max(e))?;
+        r.gte_min(entries[at]).then_some(at)
     } else {
-        let Some(top) = entries.iter().rposition(|&e| r.lte_max(e)) else { return 0..0 };
-        if !r.gte_min(entries[top]) {
-            return 0..0;
-        }
-        let hi = top + 1;
-        hi - entries[..hi].iter().rev().take_while(|&&e| r.gte_min(e)).count()..hi
+        let at = entries.iter().position(|&e| r.gte_min(e))?;
+        r.lte_max(entries[at]).then_some(at)
     }
+}
+
+/// The index span a forward walk over a range covers (ZCOUNT, ZLEXCOUNT,
+/// ZREMRANGEBYSCORE, ZREMRANGEBYLEX): from [`range_entry`] while elements
+/// stay below the maximum.
+fn span(entries: &[(f64, &[u8])], r: &Range<'_>) -> std::ops::Range<usize> {
+    let Some(lo) = range_entry(entries, r, false) else { return 0..0 };
+    lo..lo + entries[lo..].iter().take_while(|&&e| r.lte_max(e)).count()
 }
 
 fn by_range<'a>(
@@ -528,15 +535,19 @@ fn by_range<'a>(
     if (offset > 0 && offset >= len) || offset < 0 {
         return Vec::new();
     }
-    let picked = &entries[span(entries, r, reverse)];
+    let Some(at) = range_entry(entries, r, reverse) else { return Vec::new() };
     // A negative count means no limit (Redis counts it down from any
     // negative value; counting down from i64::MIN would overflow here).
     let limit = if limit < 0 { usize::MAX } else { usize::try_from(limit).unwrap_or(usize::MAX) };
+    // As Redis, the offset skips elements without testing them against
+    // the far bound; the rest stop at the first element beyond it.
     let offset = offset as usize;
     if reverse {
-        picked.iter().rev().skip(offset).take(limit).copied().collect()
+        let stay = |e: &&(f64, &[u8])| r.gte_min(**e);
+        entries[..=at].iter().rev().skip(offset).take_while(stay).take(limit).copied().collect()
     } else {
-        picked.iter().skip(offset).take(limit).copied().collect()
+        let stay = |e: &&(f64, &[u8])| r.lte_max(**e);
+        entries[at..].iter().skip(offset).take_while(stay).take(limit).copied().collect()
     }
 }
 
@@ -597,7 +608,7 @@ pub(super) fn zcount<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'
     let r = if lex { lex_range(c.arg(2), c.arg(3))? } else { score_range(c.arg(2), c.arg(3))? };
     let blob = c.load(c.arg(1), Kind::ZSet)?.unwrap_or_default();
     let entries = entries_of(&blob)?;
-    c.out.integer(span(&entries, &r, false).len() as i64);
+    c.out.integer(span(&entries, &r).len() as i64);
     Ok(())
 }
 
@@ -624,7 +635,7 @@ pub(super) fn zremrange<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
     let mut entries = entries_of(&blob)?;
     let gone = match &range {
         None => rank_span(entries.len(), rank.0, rank.1).map_or(0..0, |(s, e)| s..e + 1),
-        Some(r) => span(&entries, r, false),
+        Some(r) => span(&entries, r),
     };
     let removed = gone.len();
     if removed > 0 {
