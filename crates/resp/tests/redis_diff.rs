@@ -10,11 +10,13 @@
 //! in Redis; pmwire answers set members in byte order, Redis in its hash
 //! table's order, or numerically for a set of integers).
 //!
-//! SPOP and SRANDMEMBER answer random members, so the random test compares
-//! what is not random ([`Differ::check_random`]): the reply's type, its
-//! length (the count, or the set's size when that is smaller), distinct
-//! members for SPOP and for a positive count, every member taken from the
-//! set as it was; and after SPOP, that pmwire's set lost exactly the members
+//! SPOP, SRANDMEMBER, HRANDFIELD and ZRANDMEMBER answer random members, so
+//! the random test compares what is not random ([`Differ::check_random`]):
+//! the reply's type, its length (the count, or the collection's size when
+//! that is smaller), distinct members for SPOP and for a positive count,
+//! every member taken from the collection as it was (with its value or
+//! score for WITHVALUES and WITHSCORES, flat pairs in RESP2 and nested in
+//! RESP3); and after SPOP, that pmwire's set lost exactly the members
 //! it answered, before pmwire's set is made Redis's again so the run goes on
 //! from the same state.
 //!
@@ -28,6 +30,10 @@
 //! 250 ms (-1 and -2 exactly; [`Differ::check_ttl`]); GT and LT go only
 //! with absolute times, which are never within seconds of a relative one.
 //! RANDOMKEY is compared by shape ([`Differ::check_randomkey`]).
+//!
+//! HSCAN and ZSCAN are generated with a COUNT that covers the collection
+//! (Redis answers a small hash or sorted set whole, whatever the COUNT;
+//! pmwire pages by COUNT, as its SSCAN does) and compared sorted.
 
 use pmwire_resp::client::{encode_request, parse_reply, reply_len, Value};
 use pmwire_resp::exec::{Flow, Server, ServerConfig};
@@ -971,12 +977,12 @@ mod gen {
         /// covering the whole collection (Redis answers a small one whole,
         /// pmwire pages by COUNT).
         fn scan_opts(&mut self, a: &mut Vec<Vec<u8>>) {
-            a.push(self.pick(&["0", "0", "0", "x"]));
+            a.push(self.pick(&["0", "0", "0", "0", "0", "0", "0", "0", "0", "x"]));
             for _ in 0..self.n(0, 2) {
-                match self.rng.gen_range(0..4) {
-                    0 => a.extend([b"MATCH".to_vec(), self.pick(&["*", "[a-c]", "f*", "x"])]),
-                    1 => a.extend([b"COUNT".to_vec(), self.pick(&["100", "1000", "0", "x"])]),
-                    2 => a.push(b"COUNT".to_vec()),
+                match self.rng.gen_range(0..10) {
+                    0..=5 => a.extend([b"MATCH".to_vec(), self.pick(&["*", "[a-c]", "f*", "x", "?"])]),
+                    6 | 7 => a.extend([b"COUNT".to_vec(), self.pick(&["100", "1000", "100", "0", "x"])]),
+                    8 => a.push(b"COUNT".to_vec()),
                     _ => a.extend([self.pick(&["TYPE", "BAD"]), b"x".to_vec()]),
                 }
             }
@@ -988,9 +994,9 @@ mod gen {
         /// A sorted-set key; now and then a set's (the set operations read
         /// sets) or a key of any family.
         fn zkey(&mut self) -> Vec<u8> {
-            match self.rng.gen_range(0..10) {
-                0 => self.pick(SET_KEYS),
-                1 | 2 => self.key(),
+            match self.rng.gen_range(0..20) {
+                0 | 1 => self.pick(SET_KEYS),
+                2 => self.key(),
                 _ => self.pick(ZSET_KEYS),
             }
         }
@@ -1123,12 +1129,26 @@ mod gen {
             for _ in 0..n {
                 a.push(self.zkey());
             }
+            // Mostly the options the command takes, now and then any.
+            let fitting: &[u8] = match name {
+                "ZINTERCARD" => &[3],
+                "ZDIFF" => &[2],
+                "ZDIFFSTORE" => &[],
+                "ZUNION" | "ZINTER" => &[0, 1, 2],
+                _ => &[0, 1],
+            };
             for _ in 0..self.n(0, 2) {
-                match self.rng.gen_range(0..5) {
+                let pick = match fitting.len() {
+                    n if n > 0 && self.rng.gen_bool(0.85) => fitting[self.rng.gen_range(0..n)],
+                    0 if self.rng.gen_bool(0.8) => continue,
+                    _ => self.rng.gen_range(0..5),
+                };
+                match pick {
                     0 => {
                         a.push(b"WEIGHTS".to_vec());
-                        for _ in 0..self.n(n.saturating_sub(1), n) {
-                            a.push(self.pick(&["1", "2", "-1", "0.5", "0", "inf", "-inf", "x", "nan"]));
+                        let given = if self.rng.gen_bool(0.9) { n } else { n - 1 };
+                        for _ in 0..given {
+                            a.push(self.pick(&["1", "2", "-1", "0.5", "0", "inf", "-inf", "3", "0.1", "x", "nan"]));
                         }
                     }
                     1 => a.extend([b"AGGREGATE".to_vec(), self.pick(&["SUM", "min", "MAX", "avg"])]),
@@ -1280,11 +1300,6 @@ fn random_commands_match_redis() {
             (_, false) => d.check_any(&cmd),
         };
         if let Err((want, got)) = result {
-            if std::env::var("PMWIRE_DIFF_DEBUG").is_ok() && cmd.args.len() > 1 {
-                let st = d.remote(&[&b"ZRANGE"[..], &cmd.args[1], b"0", b"-1", b"WITHSCORES"]);
-                let en = d.remote(&[&b"OBJECT"[..], b"ENCODING", &cmd.args[1]]);
-                println!("state: {} {}", String::from_utf8_lossy(&st), String::from_utf8_lossy(&en));
-            }
             let shown: Vec<String> = cmd.args.iter().map(|a| format!("{:?}", String::from_utf8_lossy(a))).collect();
             failures.push(format!(
                 "command {i}: {}\n    redis:  {:?}\n    pmwire: {:?}",
@@ -1297,7 +1312,7 @@ fn random_commands_match_redis() {
             }
         }
     }
-    println!("{count} commands; {} SPOP/SRANDMEMBER replies differed from Redis's and were checked by shape", d.by_shape);
+    println!("{count} commands; {} SPOP/SRANDMEMBER/HRANDFIELD/ZRANDMEMBER replies differed from Redis's and were checked by shape", d.by_shape);
     println!("{} of {ttl_family} TTL/PTTL/EXPIRETIME/PEXPIRETIME replies differed within the tolerance", d.loose);
     println!("{} transactions (MULTI ... EXEC or DISCARD)", d.multis);
     assert!(failures.is_empty(), "seed {seed}: {} differences (first 20):\n{}", failures.len(), failures.join("\n"));
