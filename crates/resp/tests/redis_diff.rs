@@ -1476,3 +1476,34 @@ fn watch_across_two_connections_matches_redis() {
     println!("{} two-connection commands compared with redis-server {version}", script.len());
     assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n"));
 }
+
+/// Every command pmwire lists in COMMAND has Redis's arity and legacy key
+/// positions (first key, last key, step) in COMMAND INFO: what clients and
+/// cluster proxies read to find a command's keys.
+#[test]
+fn command_table_matches_redis() {
+    let Some(redis) = start_redis() else { return };
+    let version = redis_version(redis.port);
+    let mut d = Differ::new(&redis, &version);
+    let Ok(Some((Value::Array(ours), _))) = parse_reply(&d.local(&[&b"COMMAND"[..]]).0) else {
+        panic!("COMMAND answers an array")
+    };
+    let shape = |info: &Value| -> Option<(Vec<u8>, [i64; 4])> {
+        let Value::Array(f) = info else { return None };
+        let int = |v: &Value| if let Value::Integer(n) = v { Some(*n) } else { None };
+        let Value::Bulk(name) = f.first()? else { return None };
+        Some((name.clone(), [int(&f[1])?, int(&f[3])?, int(&f[4])?, int(&f[5])?]))
+    };
+    let mut failures = Vec::new();
+    for info in &ours {
+        let (name, mine) = shape(info).expect("a command info");
+        let reply = d.remote(&[&b"COMMAND"[..], b"INFO", &name]);
+        let Ok(Some((Value::Array(theirs), _))) = parse_reply(&reply) else { panic!("redis COMMAND INFO") };
+        let want = theirs.first().and_then(shape).map(|s| s.1);
+        if want != Some(mine) {
+            failures.push(format!("{}: redis {want:?}, pmwire {mine:?}", String::from_utf8_lossy(&name)));
+        }
+    }
+    println!("{} commands' arity and key positions compared with redis-server {version}", ours.len());
+    assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n"));
+}
