@@ -19,7 +19,8 @@
 //!
 //! Collections: about a third of the RESP writes go to keys of their own of the four collection
 //! families: hashes (HSET/HDEL/HINCRBY), sorted sets (ZADD/ZREM/ZINCRBY/ZPOPMIN/
-//! ZREMRANGEBYSCORE), lists (RPUSH/LPUSH/LPOP) and sets (SADD/SREM), with small universes of fields and members so each key stays small. The model
+//! ZREMRANGEBYSCORE), lists (RPUSH/LPUSH/LPOP) and sets (SADD/SREM), with small universes of
+//! fields and members so each key stays small. The model
 //! of such a key is its exact acknowledged contents (a list's elements in order; a set's
 //! members; a hash's fields and values; a sorted set's members and scores) and the writes sent
 //! after it, in order, not yet answered. After a restart each is read back (LRANGE 0 -1,
