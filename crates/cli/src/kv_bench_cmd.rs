@@ -83,8 +83,8 @@ pub fn bench(suite: &KvSuite) -> Result<()> {
             report.expired_served
         );
         println!(
-            "collections: {} HSET/HDEL, {} ZADD/ZREM, {} RPUSH/LPUSH/LPOP, {} SADD/SREM acknowledged, \
-             {} read back whole",
+            "collections: {} HSET/HDEL/HINCRBY, {} ZADD/ZREM/ZINCRBY/ZPOPMIN/ZREMRANGEBYSCORE, \
+             {} RPUSH/LPUSH/LPOP, {} SADD/SREM acknowledged, {} read back whole",
             report.hash_acknowledged,
             report.zset_acknowledged,
             report.list_acknowledged,
@@ -110,7 +110,11 @@ pub fn run(suite: &KvSuite) -> Result<pmwire_bench::SuiteReport> {
     let exe = std::env::current_exe()?;
     match suite {
         KvSuite::Kv(args) => {
-            let options = if args.quick { KvOptions::quick(exe, args.out.clone()) } else { KvOptions::full(exe, args.out.clone()) };
+            let options = if args.quick {
+                KvOptions::quick(exe, args.out.clone())
+            } else {
+                KvOptions::full(exe, args.out.clone())
+            };
             resp_suite::run(&options)
         }
         KvSuite::HttpWal(args) => {

@@ -10,11 +10,13 @@
 //! in Redis; pmwire answers set members in byte order, Redis in its hash
 //! table's order, or numerically for a set of integers).
 //!
-//! SPOP and SRANDMEMBER answer random members, so the random test compares
-//! what is not random ([`Differ::check_random`]): the reply's type, its
-//! length (the count, or the set's size when that is smaller), distinct
-//! members for SPOP and for a positive count, every member taken from the
-//! set as it was; and after SPOP, that pmwire's set lost exactly the members
+//! SPOP, SRANDMEMBER, HRANDFIELD and ZRANDMEMBER answer random members, so
+//! the random test compares what is not random ([`Differ::check_random`]):
+//! the reply's type, its length (the count, or the collection's size when
+//! that is smaller), distinct members for SPOP and for a positive count,
+//! every member taken from the collection as it was (with its value or
+//! score for WITHVALUES and WITHSCORES, flat pairs in RESP2 and nested in
+//! RESP3); and after SPOP, that pmwire's set lost exactly the members
 //! it answered, before pmwire's set is made Redis's again so the run goes on
 //! from the same state.
 //!
@@ -28,6 +30,10 @@
 //! 250 ms (-1 and -2 exactly; [`Differ::check_ttl`]); GT and LT go only
 //! with absolute times, which are never within seconds of a relative one.
 //! RANDOMKEY is compared by shape ([`Differ::check_randomkey`]).
+//!
+//! HSCAN and ZSCAN are generated with a COUNT that covers the collection
+//! (Redis answers a small hash or sorted set whole, whatever the COUNT;
+//! pmwire pages by COUNT, as its SSCAN does) and compared sorted.
 
 use pmwire_resp::client::{encode_request, parse_reply, reply_len, Value};
 use pmwire_resp::exec::{Flow, Server, ServerConfig};
@@ -292,16 +298,49 @@ fn members_of(reply: &[u8]) -> Option<Vec<Vec<u8>>> {
     items.into_iter().map(|v| if let Value::Bulk(b) = v { Some(b) } else { None }).collect()
 }
 
-/// Whether `reply` is a valid SPOP / SRANDMEMBER answer for a set that held
-/// `before` (sorted, distinct): the reply's shape and membership rules.
-fn random_reply_ok(args: &[Vec<u8>], before: &[Vec<u8>], reply: &[u8]) -> Result<(), String> {
+/// The elements of an array, set or map reply, each written as text so
+/// they compare: a bulk string, or with `pairs` an element and its value
+/// (flat pairs in RESP2, `[element, value]` arrays in RESP3, a map's
+/// entries); `None` for any other shape.
+fn elements_of(reply: &[u8], pairs: bool) -> Option<Vec<String>> {
+    let pair = |a: &Value, b: &Value| matches!(a, Value::Bulk(_)).then(|| format!("{a:?} {b:?}"));
+    match parse_reply(reply).ok()??.0 {
+        Value::Map(entries) if pairs => entries.iter().map(|(a, b)| pair(a, b)).collect(),
+        Value::Array(items) | Value::Set(items) => {
+            if !pairs {
+                return items.iter().map(|v| matches!(v, Value::Bulk(_)).then(|| format!("{v:?}"))).collect();
+            }
+            if items.iter().all(|v| matches!(v, Value::Array(p) if p.len() == 2)) {
+                return items
+                    .iter()
+                    .map(|v| match v {
+                        Value::Array(p) => pair(&p[0], &p[1]),
+                        _ => None,
+                    })
+                    .collect();
+            }
+            if items.len() % 2 != 0 {
+                return None;
+            }
+            items.chunks(2).map(|c| pair(&c[0], &c[1])).collect()
+        }
+        _ => None,
+    }
+}
+
+/// Whether `reply` is a valid SPOP / SRANDMEMBER / HRANDFIELD /
+/// ZRANDMEMBER answer for a collection that held `before` (sorted, as
+/// [`elements_of`] writes them: with their values for WITHVALUES and
+/// WITHSCORES): the reply's shape and membership rules.
+fn random_reply_ok(args: &[Vec<u8>], before: &[String], reply: &[u8]) -> Result<(), String> {
     let spop = args[0].eq_ignore_ascii_case(b"SPOP");
     let Some(count) = args.get(2) else {
-        let Ok(Some((Value::Bulk(m), _))) = parse_reply(reply) else { return Err("not a bulk string".into()) };
+        let Ok(Some((m @ Value::Bulk(_), _))) = parse_reply(reply) else { return Err("not a bulk string".into()) };
+        let m = format!("{m:?}");
         return if before.binary_search(&m).is_ok() { Ok(()) } else { Err("a member not in the set".into()) };
     };
     let count: i64 = std::str::from_utf8(count).ok().and_then(|c| c.parse().ok()).ok_or("count not a number")?;
-    let members = members_of(reply).ok_or("not an array or set of bulk strings")?;
+    let members = elements_of(reply, args.len() == 4).ok_or("not an array or set of bulk strings (or pairs)")?;
     let want_len = if count < 0 { count.unsigned_abs() } else { (count as u64).min(before.len() as u64) };
     if members.len() as u64 != want_len {
         return Err(format!("{} members, expected {want_len}", members.len()));
@@ -319,14 +358,25 @@ fn random_reply_ok(args: &[Vec<u8>], before: &[Vec<u8>], reply: &[u8]) -> Result
 }
 
 impl Differ {
-    /// SPOP and SRANDMEMBER (the rules are in the module's header). Replies
-    /// equal byte for byte (errors, nulls, empty answers) pass at once.
+    /// SPOP SRANDMEMBER HRANDFIELD ZRANDMEMBER (the rules are in the
+    /// module's header). Replies equal byte for byte (errors, nulls, empty
+    /// answers) pass at once.
     fn check_random(&mut self, args: &[Vec<u8>]) -> Result<bool, (Vec<u8>, Vec<u8>)> {
         if args.len() < 2 {
             return self.check(args, false);
         }
         let key = args[1].clone();
-        let mut before = members_of(&self.remote(&[&b"SMEMBERS"[..], &key])).unwrap_or_default();
+        let pairs = args.len() == 4;
+        let name = args[0].to_ascii_uppercase();
+        let listing: Vec<&[u8]> = match (name.as_slice(), pairs) {
+            (b"HRANDFIELD", false) => vec![b"HKEYS", &key],
+            (b"HRANDFIELD", true) => vec![b"HGETALL", &key],
+            (b"ZRANDMEMBER", false) => vec![b"ZRANGE", &key, b"0", b"-1"],
+            (b"ZRANDMEMBER", true) => vec![b"ZRANGE", &key, b"0", b"-1", b"WITHSCORES"],
+            _ => vec![b"SMEMBERS", &key],
+        };
+        let listed = self.remote(&listing);
+        let mut before = elements_of(&listed, pairs).unwrap_or_default();
         before.sort();
         let want = self.remote(args);
         let (got, _) = self.local(args);
@@ -344,8 +394,10 @@ impl Differ {
         if let Err(why) = random_reply_ok(args, &before, &got) {
             return fail(why, &got);
         }
-        if args[0].eq_ignore_ascii_case(b"SPOP") {
-            return self.after_spop(&key, &before, &got).map(|()| false);
+        if name == b"SPOP" {
+            let mut raw = members_of(&listed).unwrap_or_default();
+            raw.sort();
+            return self.after_spop(&key, &raw, &got).map(|()| false);
         }
         Ok(false)
     }
@@ -553,6 +605,9 @@ mod gen {
     const BOUNDS: &[&str] = &["-inf", "+inf", "0", "1", "(1", "2", "(2.5", "-1", "x", "(", "1e1"];
     const FIELDS: &[&str] = &["f0", "f1", "f2", "f3"];
     const MEMBERS: &[&str] = &["a", "b", "c", "d", "e"];
+    const HASH_KEYS: &[&str] = &["h0", "h1"];
+    const ZSET_KEYS: &[&str] = &["z0", "z1", "z2"];
+    const LEX_BOUNDS: &[&str] = &["-", "+", "[a", "(b", "[c", "d", "(e", "[", "(", "+x", "[1"];
     const LIST_KEYS: &[&str] = &["l0", "l1"];
     const SET_KEYS: &[&str] = &["s0", "s1", "s2"];
     /// Set members: strings and integers (Redis keeps an all-integer set
@@ -668,12 +723,12 @@ mod gen {
 
         fn name(&mut self) -> &'static str {
             let family: &[&str] = match self.rng.gen_range(0..100) {
-                0..=26 => STRINGS,
-                27..=37 => KEYCMDS,
-                38..=49 => HASHES,
-                50..=61 => ZSETS,
-                62..=75 => LISTS,
-                76..=88 => SETS,
+                0..=24 => STRINGS,
+                25..=34 => KEYCMDS,
+                35..=47 => HASHES,
+                48..=65 => ZSETS,
+                66..=77 => LISTS,
+                78..=88 => SETS,
                 _ => EXPIRY,
             };
             family[self.rng.gen_range(0..family.len())]
@@ -683,7 +738,7 @@ mod gen {
             let name = self.name();
             let mut a: Vec<Vec<u8>> = vec![name.as_bytes().to_vec()];
             let sort = self.args(name, &mut a);
-            let random = name == "SPOP" || name == "SRANDMEMBER";
+            let random = matches!(name, "SPOP" | "SRANDMEMBER" | "HRANDFIELD" | "ZRANDMEMBER");
             // Now and then a wrong arity: one argument too few.
             if a.len() > 1 && self.rng.gen_bool(0.03) {
                 a.pop();
@@ -704,13 +759,15 @@ mod gen {
                 self.expiry_args(name, a);
                 return false;
             }
+            if HASHES.contains(&name) {
+                return self.hash_args(name, a);
+            }
+            if ZSETS.contains(&name) {
+                return self.zset_args(name, a);
+            }
             let mut sort = false;
             match name {
-                "GET" | "STRLEN" | "GETDEL" | "INCR" | "DECR" | "TYPE" | "HLEN" | "ZCARD" => a.push(self.key()),
-                "HGETALL" => {
-                    a.push(self.key());
-                    sort = true;
-                }
+                "GET" | "STRLEN" | "GETDEL" | "INCR" | "DECR" | "TYPE" => a.push(self.key()),
                 "SET" => {
                     a.push(self.key());
                     a.push(self.value());
@@ -775,81 +832,6 @@ mod gen {
                 "KEYS" => {
                     a.push(self.pick(&["*", "k?", "k[0-2]", "h*", "k[^1]"]));
                     sort = true;
-                }
-                "HSET" | "HMSET" => {
-                    a.push(self.key());
-                    for _ in 0..self.n(1, 3) {
-                        a.push(self.pick(FIELDS));
-                        a.push(self.value());
-                    }
-                }
-                "HGET" | "HEXISTS" => {
-                    a.push(self.key());
-                    a.push(self.pick(FIELDS));
-                }
-                "HMGET" | "HDEL" => {
-                    a.push(self.key());
-                    for _ in 0..self.n(1, 3) {
-                        a.push(self.pick(FIELDS));
-                    }
-                }
-                "ZADD" => {
-                    a.push(self.key());
-                    for _ in 0..self.n(0, 2) {
-                        a.push(self.pick(&["NX", "XX", "GT", "LT", "CH", "INCR"]));
-                    }
-                    for _ in 0..self.n(1, 3) {
-                        a.push(self.pick(SCORES));
-                        a.push(self.pick(MEMBERS));
-                    }
-                }
-                "ZREM" => {
-                    a.push(self.key());
-                    for _ in 0..self.n(1, 3) {
-                        a.push(self.pick(MEMBERS));
-                    }
-                }
-                "ZSCORE" => {
-                    a.push(self.key());
-                    a.push(self.pick(MEMBERS));
-                }
-                "ZRANGE" => {
-                    a.push(self.key());
-                    match self.rng.gen_range(0..3) {
-                        0 => {
-                            a.push(self.int());
-                            a.push(self.int());
-                        }
-                        1 => {
-                            a.push(self.pick(BOUNDS));
-                            a.push(self.pick(BOUNDS));
-                            a.push(b"BYSCORE".to_vec());
-                        }
-                        _ => {
-                            a.push(self.pick(&["-", "+", "[a", "(b", "[c", "d", "(e"]));
-                            a.push(self.pick(&["-", "+", "[a", "(b", "[c", "d", "(e"]));
-                            a.push(b"BYLEX".to_vec());
-                        }
-                    }
-                    for _ in 0..self.n(0, 2) {
-                        match self.rng.gen_range(0..3) {
-                            0 => a.push(b"REV".to_vec()),
-                            1 => a.push(b"WITHSCORES".to_vec()),
-                            _ => {
-                                a.push(b"LIMIT".to_vec());
-                                a.push(self.int());
-                                a.push(self.int());
-                            }
-                        }
-                    }
-                }
-                "ZRANGEBYSCORE" => {
-                    a.push(self.key());
-                    a.push(self.pick(BOUNDS));
-                    a.push(self.pick(BOUNDS));
-                    if self.rng.gen_bool(0.3) {
-                        a.push(b"WITHSCORES".to_vec());
-                    }
                 }
                 other => unreachable!("{other}"),
             }
@@ -946,6 +928,237 @@ mod gen {
             }
         }
 
+        /// Pushes a hash command's arguments; true if the reply is unordered.
+        fn hash_args(&mut self, name: &str, a: &mut Vec<Vec<u8>>) -> bool {
+            a.push(self.family_key(HASH_KEYS));
+            match name {
+                "HSET" | "HMSET" => {
+                    for _ in 0..self.n(1, 3) {
+                        a.push(self.pick(FIELDS));
+                        a.push(self.value());
+                    }
+                }
+                "HGET" | "HEXISTS" | "HSTRLEN" => a.push(self.pick(FIELDS)),
+                "HMGET" | "HDEL" => {
+                    for _ in 0..self.n(1, 3) {
+                        a.push(self.pick(FIELDS));
+                    }
+                }
+                "HSETNX" => {
+                    a.push(self.pick(FIELDS));
+                    a.push(self.value());
+                }
+                "HINCRBY" => {
+                    a.push(self.pick(FIELDS));
+                    a.push(self.int());
+                }
+                "HINCRBYFLOAT" => {
+                    a.push(self.pick(FIELDS));
+                    a.push(self.float());
+                }
+                "HRANDFIELD" => self.random_count(a, "WITHVALUES"),
+                "HSCAN" => self.scan_opts(a),
+                _ => {}
+            }
+            matches!(name, "HGETALL" | "HKEYS" | "HVALS" | "HSCAN")
+        }
+
+        /// COUNT [WITHVALUES|WITHSCORES] of HRANDFIELD / ZRANDMEMBER.
+        fn random_count(&mut self, a: &mut Vec<Vec<u8>>, with: &str) {
+            if self.rng.gen_bool(0.8) {
+                a.push(self.pick(COUNTS));
+                if self.rng.gen_bool(0.5) {
+                    a.push(self.pick(&[with, &with.to_lowercase(), "BAD"]));
+                }
+            }
+        }
+
+        /// HSCAN / ZSCAN: cursor 0 (or not a cursor), MATCH, and a COUNT
+        /// covering the whole collection (Redis answers a small one whole,
+        /// pmwire pages by COUNT).
+        fn scan_opts(&mut self, a: &mut Vec<Vec<u8>>) {
+            a.push(self.pick(&["0", "0", "0", "0", "0", "0", "0", "0", "0", "x"]));
+            for _ in 0..self.n(0, 2) {
+                match self.rng.gen_range(0..10) {
+                    0..=5 => a.extend([b"MATCH".to_vec(), self.pick(&["*", "[a-c]", "f*", "x", "?"])]),
+                    6 | 7 => a.extend([b"COUNT".to_vec(), self.pick(&["100", "1000", "100", "0", "x"])]),
+                    8 => a.push(b"COUNT".to_vec()),
+                    _ => a.extend([self.pick(&["TYPE", "BAD"]), b"x".to_vec()]),
+                }
+            }
+            if !a.iter().any(|w| w == b"COUNT") {
+                a.extend([b"COUNT".to_vec(), b"100".to_vec()]);
+            }
+        }
+
+        /// A sorted-set key; now and then a set's (the set operations read
+        /// sets) or a key of any family.
+        fn zkey(&mut self) -> Vec<u8> {
+            match self.rng.gen_range(0..20) {
+                0 | 1 => self.pick(SET_KEYS),
+                2 => self.key(),
+                _ => self.pick(ZSET_KEYS),
+            }
+        }
+
+        /// LIMIT offset count, now and then.
+        fn limit(&mut self, a: &mut Vec<Vec<u8>>) {
+            if self.rng.gen_bool(0.3) {
+                a.push(self.pick(&["LIMIT", "limit"]));
+                a.push(self.int());
+                a.push(self.int());
+            }
+        }
+
+        /// Pushes a sorted-set command's arguments; true if the reply is unordered.
+        fn zset_args(&mut self, name: &str, a: &mut Vec<Vec<u8>>) -> bool {
+            match name {
+                "ZUNIONSTORE" | "ZINTERSTORE" | "ZDIFFSTORE" | "ZUNION" | "ZINTER" | "ZDIFF" | "ZINTERCARD" => {
+                    self.zset_op_args(name, a);
+                    return false;
+                }
+                "ZRANGESTORE" => {
+                    a.push(self.zkey());
+                    a.push(self.zkey());
+                    self.zrange_args(a, false);
+                    return false;
+                }
+                _ => a.push(self.zkey()),
+            }
+            match name {
+                "ZADD" => {
+                    for _ in 0..self.n(0, 2) {
+                        a.push(self.pick(&["NX", "XX", "GT", "LT", "CH", "INCR"]));
+                    }
+                    for _ in 0..self.n(1, 3) {
+                        a.push(self.pick(SCORES));
+                        a.push(self.pick(MEMBERS));
+                    }
+                }
+                "ZREM" | "ZMSCORE" => {
+                    for _ in 0..self.n(1, 3) {
+                        a.push(self.pick(MEMBERS));
+                    }
+                }
+                "ZSCORE" | "ZRANK" | "ZREVRANK" => a.push(self.pick(MEMBERS)),
+                "ZINCRBY" => {
+                    a.push(self.pick(SCORES));
+                    a.push(self.pick(MEMBERS));
+                }
+                "ZRANGE" => self.zrange_args(a, true),
+                "ZRANGEBYSCORE" | "ZREVRANGEBYSCORE" => {
+                    a.push(self.pick(BOUNDS));
+                    a.push(self.pick(BOUNDS));
+                    if self.rng.gen_bool(0.3) {
+                        a.push(b"WITHSCORES".to_vec());
+                    }
+                    self.limit(a);
+                }
+                "ZRANGEBYLEX" | "ZREVRANGEBYLEX" => {
+                    a.push(self.pick(LEX_BOUNDS));
+                    a.push(self.pick(LEX_BOUNDS));
+                    self.limit(a);
+                }
+                "ZREVRANGE" | "ZREMRANGEBYRANK" => {
+                    a.push(self.int());
+                    a.push(self.int());
+                    if name == "ZREVRANGE" && self.rng.gen_bool(0.3) {
+                        a.push(self.pick(&["WITHSCORES", "withscores", "REV", "LIMIT"]));
+                    }
+                }
+                "ZCOUNT" | "ZREMRANGEBYSCORE" => {
+                    a.push(self.pick(BOUNDS));
+                    a.push(self.pick(BOUNDS));
+                }
+                "ZLEXCOUNT" | "ZREMRANGEBYLEX" => {
+                    a.push(self.pick(LEX_BOUNDS));
+                    a.push(self.pick(LEX_BOUNDS));
+                }
+                "ZPOPMIN" | "ZPOPMAX" => {
+                    for _ in 0..self.n(0, 2) {
+                        a.push(self.pick(COUNTS));
+                    }
+                }
+                "ZRANDMEMBER" => self.random_count(a, "WITHSCORES"),
+                "ZSCAN" => self.scan_opts(a),
+                _ => {}
+            }
+            name == "ZSCAN"
+        }
+
+        /// ZRANGE's (and ZRANGESTORE's) range and options.
+        fn zrange_args(&mut self, a: &mut Vec<Vec<u8>>, withscores: bool) {
+            match self.rng.gen_range(0..3) {
+                0 => {
+                    a.push(self.int());
+                    a.push(self.int());
+                }
+                1 => {
+                    a.push(self.pick(BOUNDS));
+                    a.push(self.pick(BOUNDS));
+                    a.push(self.pick(&["BYSCORE", "byscore"]));
+                }
+                _ => {
+                    a.push(self.pick(LEX_BOUNDS));
+                    a.push(self.pick(LEX_BOUNDS));
+                    a.push(b"BYLEX".to_vec());
+                }
+            }
+            for _ in 0..self.n(0, 2) {
+                match self.rng.gen_range(0..4) {
+                    0 => a.push(b"REV".to_vec()),
+                    1 if withscores => a.push(b"WITHSCORES".to_vec()),
+                    1 => a.push(self.pick(&["WITHSCORES", "BYSCORE"])),
+                    _ => {
+                        a.push(b"LIMIT".to_vec());
+                        a.push(self.int());
+                        a.push(self.int());
+                    }
+                }
+            }
+        }
+
+        /// The set operations: [destination] numkeys key... [WEIGHTS w...]
+        /// [AGGREGATE how] [WITHSCORES] [LIMIT n].
+        fn zset_op_args(&mut self, name: &str, a: &mut Vec<Vec<u8>>) {
+            if name.ends_with("STORE") {
+                a.push(self.zkey());
+            }
+            let n = self.n(1, 3);
+            a.push(if self.rng.gen_bool(0.9) { n.to_string().into_bytes() } else { self.pick(&["0", "-1", "x", "9"]) });
+            for _ in 0..n {
+                a.push(self.zkey());
+            }
+            // Mostly the options the command takes, now and then any.
+            let fitting: &[u8] = match name {
+                "ZINTERCARD" => &[3],
+                "ZDIFF" => &[2],
+                "ZDIFFSTORE" => &[],
+                "ZUNION" | "ZINTER" => &[0, 1, 2],
+                _ => &[0, 1],
+            };
+            for _ in 0..self.n(0, 2) {
+                let pick = match fitting.len() {
+                    n if n > 0 && self.rng.gen_bool(0.85) => fitting[self.rng.gen_range(0..n)],
+                    0 if self.rng.gen_bool(0.8) => continue,
+                    _ => self.rng.gen_range(0..5),
+                };
+                match pick {
+                    0 => {
+                        a.push(b"WEIGHTS".to_vec());
+                        let given = if self.rng.gen_bool(0.9) { n } else { n - 1 };
+                        for _ in 0..given {
+                            a.push(self.pick(&["1", "2", "-1", "0.5", "0", "inf", "-inf", "3", "0.1", "x", "nan"]));
+                        }
+                    }
+                    1 => a.extend([b"AGGREGATE".to_vec(), self.pick(&["SUM", "min", "MAX", "avg"])]),
+                    2 => a.push(b"WITHSCORES".to_vec()),
+                    3 => a.extend([b"LIMIT".to_vec(), self.pick(&["0", "1", "2", "-1", "x"])]),
+                    _ => a.push(b"BAD".to_vec()),
+                }
+            }
+        }
+
         fn set_keys(&mut self, a: &mut Vec<Vec<u8>>, lo: usize, hi: usize) {
             for _ in 0..self.n(lo, hi) {
                 a.push(self.family_key(SET_KEYS));
@@ -1016,8 +1229,18 @@ mod gen {
         "PERSIST", "SETEX", "PSETEX", "GETEX", "GETEX", "RANDOMKEY",
     ];
     const KEYCMDS: &[&str] = &["DEL", "UNLINK", "EXISTS", "TOUCH", "TYPE", "RENAME", "RENAMENX", "COPY", "DBSIZE", "KEYS"];
-    const HASHES: &[&str] = &["HSET", "HMSET", "HGET", "HMGET", "HDEL", "HLEN", "HEXISTS", "HGETALL"];
-    const ZSETS: &[&str] = &["ZADD", "ZREM", "ZSCORE", "ZCARD", "ZRANGE", "ZRANGEBYSCORE"];
+    /// HSET twice over, so hashes grow.
+    const HASHES: &[&str] = &[
+        "HSET", "HSET", "HMSET", "HGET", "HMGET", "HDEL", "HLEN", "HEXISTS", "HGETALL", "HSETNX", "HKEYS", "HVALS",
+        "HSTRLEN", "HINCRBY", "HINCRBYFLOAT", "HRANDFIELD", "HSCAN",
+    ];
+    /// ZADD three times over, so sorted sets grow past the pops and removals.
+    const ZSETS: &[&str] = &[
+        "ZADD", "ZADD", "ZADD", "ZREM", "ZSCORE", "ZCARD", "ZRANGE", "ZRANGE", "ZRANGEBYSCORE", "ZINCRBY", "ZRANK",
+        "ZREVRANK", "ZREVRANGE", "ZRANGEBYLEX", "ZREVRANGEBYSCORE", "ZREVRANGEBYLEX", "ZCOUNT", "ZLEXCOUNT",
+        "ZPOPMIN", "ZPOPMAX", "ZREMRANGEBYRANK", "ZREMRANGEBYSCORE", "ZREMRANGEBYLEX", "ZMSCORE", "ZRANDMEMBER",
+        "ZUNIONSTORE", "ZINTERSTORE", "ZDIFFSTORE", "ZUNION", "ZINTER", "ZDIFF", "ZINTERCARD", "ZRANGESTORE", "ZSCAN",
+    ];
     const LISTS: &[&str] = &[
         "LPUSH", "RPUSH", "LPUSHX", "RPUSHX", "LPOP", "RPOP", "LRANGE", "LLEN", "LINDEX", "LSET", "LREM", "LTRIM",
         "LINSERT", "LPOS", "LMOVE", "RPOPLPUSH",
@@ -1089,7 +1312,11 @@ fn random_commands_match_redis() {
             }
         }
     }
-    println!("{count} commands; {} SPOP/SRANDMEMBER replies differed from Redis's and were checked by shape", d.by_shape);
+    println!(
+        "{count} commands; {} SPOP/SRANDMEMBER/HRANDFIELD/ZRANDMEMBER replies differed from Redis's and were checked \
+         by shape",
+        d.by_shape
+    );
     println!("{} of {ttl_family} TTL/PTTL/EXPIRETIME/PEXPIRETIME replies differed within the tolerance", d.loose);
     println!("{} transactions (MULTI ... EXEC or DISCARD)", d.multis);
     assert!(failures.is_empty(), "seed {seed}: {} differences (first 20):\n{}", failures.len(), failures.join("\n"));
@@ -1099,7 +1326,8 @@ fn random_commands_match_redis() {
 /// repeated member where members are distinct, a wrong length, a wrong type.
 #[test]
 fn random_reply_checker_refuses_bad_replies() {
-    let before: Vec<Vec<u8>> = vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()];
+    let before: Vec<String> =
+        ["a", "b", "c"].iter().map(|m| format!("{:?}", Value::Bulk(m.as_bytes().to_vec()))).collect();
     let args = |words: &[&str]| -> Vec<Vec<u8>> { words.iter().map(|w| w.as_bytes().to_vec()).collect() };
     let ok = |a: &[&str], reply: &[u8]| random_reply_ok(&args(a), &before, reply);
     assert!(ok(&["SRANDMEMBER", "k"], b"$1\r\nb\r\n").is_ok());
@@ -1113,6 +1341,21 @@ fn random_reply_checker_refuses_bad_replies() {
     assert!(ok(&["SPOP", "k", "5"], b"~3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n").is_ok());
     assert!(ok(&["SPOP", "k", "2"], b"~2\r\n$1\r\nb\r\n$1\r\nb\r\n").is_err());
     assert!(ok(&["SPOP", "k", "2"], b"~2\r\n$1\r\nb\r\n$1\r\nq\r\n").is_err());
+    // With values: flat pairs (RESP2) or [element, value] arrays (RESP3),
+    // each pair as the collection holds it.
+    let before: Vec<String> = vec![
+        format!("{:?} {:?}", Value::Bulk(b"a".to_vec()), Value::Bulk(b"1".to_vec())),
+        format!("{:?} {:?}", Value::Bulk(b"b".to_vec()), Value::Double(2.5)),
+    ];
+    let ok = |a: &[&str], reply: &[u8]| random_reply_ok(&args(a), &before, reply);
+    assert!(ok(&["HRANDFIELD", "k", "2", "WITHVALUES"], b"*2\r\n$1\r\na\r\n$1\r\n1\r\n").is_err());
+    assert!(ok(&["HRANDFIELD", "k", "1", "WITHVALUES"], b"*2\r\n$1\r\na\r\n$1\r\n1\r\n").is_ok());
+    assert!(ok(&["HRANDFIELD", "k", "1", "WITHVALUES"], b"*2\r\n$1\r\na\r\n$1\r\n2\r\n").is_err());
+    let twice = b"*2\r\n*2\r\n$1\r\nb\r\n,2.5\r\n*2\r\n$1\r\nb\r\n,2.5\r\n";
+    assert!(ok(&["ZRANDMEMBER", "k", "-2", "WITHSCORES"], twice).is_ok());
+    assert!(ok(&["ZRANDMEMBER", "k", "2", "WITHSCORES"], twice).is_err());
+    assert!(ok(&["ZRANDMEMBER", "k", "1", "WITHSCORES"], b"*1\r\n*2\r\n$1\r\nb\r\n,3\r\n").is_err());
+    assert!(ok(&["ZRANDMEMBER", "k", "1", "WITHSCORES"], b"*1\r\n$1\r\nb\r\n").is_err());
 }
 
 /// With a password set: what needs AUTH, AUTH and HELLO AUTH in all their
@@ -1204,6 +1447,14 @@ fn watch_across_two_connections_matches_redis() {
         "a WATCH f", "b SET f 1", "a MULTI", "b FLUSHDB", "a SET f 2", "a EXEC", "a GET f",
         "a WATCH gone", "b FLUSHDB", "a MULTI", "a SET gone 1", "a EXEC", "b GET gone",
         "b MULTI", "b SET q 1", "a WATCH q", "b EXEC", "a MULTI", "a GET q", "a EXEC",
+        "a WATCH z", "b ZINCRBY z 1 m", "a MULTI", "a ZCARD z", "a EXEC",
+        "a WATCH z", "b ZPOPMIN z 0", "b ZREMRANGEBYSCORE z 5 6", "b ZINCRBY z 0 m", "a MULTI", "a ZCARD z", "a EXEC",
+        "a WATCH z", "b ZPOPMAX z", "a MULTI", "a ZCARD z", "a EXEC",
+        "a WATCH d", "b ZADD z 1 m", "b ZUNIONSTORE d 1 z", "a MULTI", "a ZCARD d", "a EXEC",
+        "a WATCH d", "b ZINTERSTORE d 1 nosuch", "a MULTI", "a EXISTS d", "a EXEC",
+        "a WATCH nd", "b ZINTERSTORE nd 1 nosuch", "a MULTI", "a PING", "a EXEC",
+        "a WATCH h", "b HINCRBY h n 1", "a MULTI", "a HLEN h", "a EXEC",
+        "a WATCH h", "b HSETNX h n 1", "b HINCRBYFLOAT h x 1.5", "a MULTI", "a HLEN h", "a EXEC",
     ];
     let mut failures = Vec::new();
     for line in script {
@@ -1229,5 +1480,36 @@ fn watch_across_two_connections_matches_redis() {
         }
     }
     println!("{} two-connection commands compared with redis-server {version}", script.len());
+    assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// Every command pmwire lists in COMMAND has Redis's arity and legacy key
+/// positions (first key, last key, step) in COMMAND INFO: what clients and
+/// cluster proxies read to find a command's keys.
+#[test]
+fn command_table_matches_redis() {
+    let Some(redis) = start_redis() else { return };
+    let version = redis_version(redis.port);
+    let mut d = Differ::new(&redis, &version);
+    let Ok(Some((Value::Array(ours), _))) = parse_reply(&d.local(&[&b"COMMAND"[..]]).0) else {
+        panic!("COMMAND answers an array")
+    };
+    let shape = |info: &Value| -> Option<(Vec<u8>, [i64; 4])> {
+        let Value::Array(f) = info else { return None };
+        let int = |v: &Value| if let Value::Integer(n) = v { Some(*n) } else { None };
+        let Value::Bulk(name) = f.first()? else { return None };
+        Some((name.clone(), [int(&f[1])?, int(&f[3])?, int(&f[4])?, int(&f[5])?]))
+    };
+    let mut failures = Vec::new();
+    for info in &ours {
+        let (name, mine) = shape(info).expect("a command info");
+        let reply = d.remote(&[&b"COMMAND"[..], b"INFO", &name]);
+        let Ok(Some((Value::Array(theirs), _))) = parse_reply(&reply) else { panic!("redis COMMAND INFO") };
+        let want = theirs.first().and_then(shape).map(|s| s.1);
+        if want != Some(mine) {
+            failures.push(format!("{}: redis {want:?}, pmwire {mine:?}", String::from_utf8_lossy(&name)));
+        }
+    }
+    println!("{} commands' arity and key positions compared with redis-server {version}", ours.len());
     assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n"));
 }

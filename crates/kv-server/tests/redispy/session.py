@@ -106,6 +106,30 @@ def hashes(s):
     s.eq(r.hdel("h", "f1", "nope"), 1, "HDEL")
     s.eq(r.type("h"), b"hash", "TYPE of a hash")
     s.raises(lambda: r.get("h"), "WRONGTYPE", "GET of a hash")
+    s.eq(r.hsetnx("h", "f2", "x"), False, "HSETNX on an existing field")
+    s.eq(r.hsetnx("h", "f3", "v3"), True, "HSETNX")
+    s.eq(r.hkeys("h"), [b"f2", b"f3"], "HKEYS")
+    s.eq(r.hvals("h"), [b"v2", b"v3"], "HVALS")
+    s.eq(r.hstrlen("h", "f2"), 2, "HSTRLEN")
+    s.eq(r.hincrby("h", "n", 5), 5, "HINCRBY")
+    s.eq(r.hincrby("h", "n", -7), -2, "HINCRBY down")
+    s.eq(r.hincrbyfloat("h", "x", 1.5), 1.5, "HINCRBYFLOAT")
+    s.eq(r.hincrbyfloat("h", "x", "0.1"), 1.6, "HINCRBYFLOAT as long double")
+    s.eq(r.hget("h", "x"), b"1.6", "HINCRBYFLOAT stores %.17Lf trimmed")
+    s.raises(lambda: r.hincrby("h", "f2", 1), "hash value is not an integer", "HINCRBY of a non-integer")
+    s.raises(lambda: r.hincrbyfloat("h", "f2", 1), "hash value is not a float", "HINCRBYFLOAT of a non-float")
+    s.raises(lambda: r.hincrby("h", "n", "x"), "not an integer", "HINCRBY by a non-integer")
+    fields = {b"f2", b"f3", b"n", b"x"}
+    s.eq(r.hrandfield("h") in fields, True, "HRANDFIELD")
+    two = r.hrandfield("h", 2)
+    s.eq(len(two) == 2 and len(set(two)) == 2 and set(two) <= fields, True, "HRANDFIELD with a count")
+    pairs = flat_or_nested(r.hrandfield("h", -5, withvalues=True))
+    whole = r.hgetall("h")
+    s.eq(len(pairs) == 5 and all(whole[f] == v for f, v in pairs), True, "HRANDFIELD WITHVALUES")
+    s.eq(r.hrandfield("h:none"), None, "HRANDFIELD of a missing key")
+    s.eq(dict(r.hscan_iter("h", count=1)), whole, "HSCAN over every page")
+    cursor, page = r.hscan("h", 0, match="f*", count=100)
+    s.eq((cursor, page), (0, {b"f2": b"v2", b"f3": b"v3"}), "HSCAN MATCH")
 
 
 def zsets(s):
@@ -117,6 +141,65 @@ def zsets(s):
     s.eq([tuple(p) for p in r.zrange("z", 0, 0, withscores=True)], [(b"one", 1.0)], "ZRANGE WITHSCORES")
     s.eq(r.zrangebyscore("z", 2, "+inf"), [b"two", b"three"], "ZRANGEBYSCORE")
     s.eq(r.zrem("z", "one"), 1, "ZREM")
+    s.eq(r.zincrby("z", 2.5, "two"), 4.5, "ZINCRBY")
+    s.raises(lambda: r.zincrby("z", "x", "two"), "value is not a valid float", "ZINCRBY by a non-float")
+    r.zadd("z", {"one": 1, "inf": float("inf")})
+    s.eq(r.zrank("z", "two"), 2, "ZRANK")
+    s.eq(r.zrevrank("z", "two"), 1, "ZREVRANK")
+    s.eq(r.zrank("z", "none"), None, "ZRANK of a missing member")
+    s.eq(r.zrevrange("z", 0, 1), [b"inf", b"two"], "ZREVRANGE")
+    s.eq(pairs_of(r.zrevrange("z", 0, 0, withscores=True)), [(b"inf", float("inf"))], "ZREVRANGE WITHSCORES")
+    s.eq(r.zrevrangebyscore("z", "+inf", "(3"), [b"inf", b"two"], "ZREVRANGEBYSCORE")
+    s.eq(r.zrange("z", "(1", 10, byscore=True, offset=0, num=1), [b"three"], "ZRANGE BYSCORE LIMIT")
+    s.eq(r.zrange("z", 10, "(1", byscore=True, desc=True), [b"two", b"three"], "ZRANGE BYSCORE REV")
+    s.eq(r.zcount("z", "(1", "+inf"), 3, "ZCOUNT")
+    s.raises(lambda: r.zcount("z", "x", 1), "min or max is not a float", "ZCOUNT with a non-float bound")
+    s.eq(r.zmscore("z", ["one", "none"]), [1.0, None], "ZMSCORE")
+    r.zadd("lex", {"a": 0, "b": 0, "c": 0, "d": 0})
+    s.eq(r.zrangebylex("lex", "[b", "+"), [b"b", b"c", b"d"], "ZRANGEBYLEX")
+    s.eq(r.zrevrangebylex("lex", "(d", "-", start=1, num=1), [b"b"], "ZREVRANGEBYLEX LIMIT")
+    s.eq(r.zlexcount("lex", "-", "(c"), 2, "ZLEXCOUNT")
+    s.raises(lambda: r.zlexcount("lex", "a", "b"), "not valid string range item", "ZLEXCOUNT with a bad bound")
+    s.eq(r.zremrangebylex("lex", "-", "[a"), 1, "ZREMRANGEBYLEX")
+    s.eq(r.zremrangebyrank("lex", 0, 0), 1, "ZREMRANGEBYRANK")
+    s.eq(r.zremrangebyscore("lex", "-inf", 0), 2, "ZREMRANGEBYSCORE")
+    s.eq(r.exists("lex"), 0, "an emptied sorted set is gone")
+    s.eq(pairs_of(r.zpopmin("z")), [(b"one", 1.0)], "ZPOPMIN")
+    s.eq(pairs_of(r.zpopmax("z", 2)), [(b"inf", float("inf")), (b"two", 4.5)], "ZPOPMAX with a count")
+    r.zadd("z", {"one": 1, "two": 2})
+    s.eq(r.zrandmember("z") in (b"one", b"two", b"three"), True, "ZRANDMEMBER")
+    drawn = pairs_of(r.zrandmember("z", -4, withscores=True))
+    s.eq(len(drawn) == 4 and all(r.zscore("z", m) == v for m, v in drawn), True, "ZRANDMEMBER WITHSCORES")
+    r.zadd("z2", {"two": 20, "four": 4})
+    r.sadd("zs", "one", "four")
+    s.eq(r.zunionstore("u", {"z": 2, "z2": 1}, aggregate="MAX"), 4, "ZUNIONSTORE WEIGHTS AGGREGATE")
+    s.eq(pairs_of(r.zrange("u", 0, -1, withscores=True)), [(b"one", 2.0), (b"four", 4.0), (b"three", 6.0), (b"two", 20.0)],
+         "ZRANGE of the union")
+    s.eq(r.zinterstore("i", ["z", "z2"]), 1, "ZINTERSTORE")
+    s.eq(r.zscore("i", "two"), 22.0, "ZINTERSTORE sums")
+    s.eq(r.zdiffstore("df", ["z", "z2", "zs"]), 1, "ZDIFFSTORE with a set")
+    s.eq(pairs_of(r.zunion(["z", "zs"], withscores=True)), [(b"four", 1.0), (b"one", 2.0), (b"two", 2.0), (b"three", 3.0)],
+         "ZUNION WITHSCORES with a set")
+    s.eq(r.zinter(["z", "z2"]), [b"two"], "ZINTER")
+    s.eq(r.zdiff(["z", "z2"]), [b"one", b"three"], "ZDIFF")
+    s.eq(r.zintercard(2, ["z", "zs"]), 1, "ZINTERCARD")
+    s.eq(r.zrangestore("rs", "z", 0, 1), 2, "ZRANGESTORE")
+    s.eq(r.zrange("rs", 0, -1), [b"one", b"two"], "ZRANGE of ZRANGESTORE's result")
+    s.eq(sorted(r.zscan_iter("z", count=1)), [(b"one", 1.0), (b"three", 3.0), (b"two", 2.0)], "ZSCAN over every page")
+    s.raises(lambda: r.zadd("z", {"bad": float("nan")}), "not a valid float", "ZADD of NaN")
+
+
+def flat_or_nested(reply):
+    """Pairs WITHVALUES / WITHSCORES as redis-py answers them: flat (RESP2, and
+    RESP3's ZPOPMIN without a count) or nested (RESP3, or parsed by redis-py)."""
+    if reply and isinstance(reply[0], (list, tuple)):
+        return [tuple(p) for p in reply]
+    return list(zip(reply[0::2], reply[1::2]))
+
+
+def pairs_of(reply):
+    """(member, score) pairs whatever the protocol, scores as floats."""
+    return [(m, float(v)) for m, v in flat_or_nested(reply)]
 
 
 def lists(s):

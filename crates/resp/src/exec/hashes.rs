@@ -1,13 +1,24 @@
-//! Hash commands: HSET HMSET HGET HMGET HGETALL HDEL HEXISTS HLEN, over the
-//! hash blob of [`crate::blob`] (fields in insertion order; a write rewrites
-//! the key's blob; an emptied hash deletes its key).
+//! Hash commands: HSET HMSET HSETNX HGET HMGET HGETALL HKEYS HVALS HSTRLEN
+//! HDEL HEXISTS HLEN HINCRBY HINCRBYFLOAT HRANDFIELD HSCAN, over the hash
+//! blob of [`crate::blob`] (fields in insertion order; a write rewrites the
+//! key's blob; an emptied hash deletes its key), with Redis 7.0's order of
+//! checks, errors and reply types (HRANDFIELD WITHVALUES: flat pairs in
+//! RESP2, `[field, value]` arrays in RESP3).
+//!
+//! HRANDFIELD draws from [`super::Server`]'s seeded generator; HSCAN's
+//! cursors are SSCAN's (the fields in byte order, a cursor standing for the
+//! last field answered), where Redis answers a small hash whole.
 
 use super::{Ctx, Fail, Res};
 use crate::blob::{decode_hash, encode_hash};
 use crate::keyspace::{Expiry, Keyspace, Kind};
 use crate::reply::ReplySink;
 
-fn store<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, key: &[u8], entries: &[(&[u8], &[u8])]) -> Res {
+fn store<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+    c: &mut Ctx<'_, '_, K, S>,
+    key: &[u8],
+    entries: &[(&[u8], &[u8])],
+) -> Res {
     c.store_collection(key, Kind::Hash, entries, encode_hash, Expiry::Keep)
 }
 
@@ -124,4 +135,239 @@ pub(super) fn hlen<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_,
     }
     c.out.integer(entries.len() as i64);
     Ok(())
+}
+
+/// The decoded fields of the hash at `key` (empty if there is none).
+fn fields<'b>(blob: &'b [u8]) -> Result<Vec<(&'b [u8], &'b [u8])>, Fail> {
+    let mut entries = Vec::new();
+    if !blob.is_empty() {
+        decode_hash(blob, &mut entries)?;
+    }
+    Ok(entries)
+}
+
+/// HSETNX key field value: 1 if the field was set, 0 if it existed.
+pub(super) fn hsetnx<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    let key = c.arg(1);
+    let blob = c.load(key, Kind::Hash)?.unwrap_or_default();
+    let mut entries = fields(&blob)?;
+    if entries.iter().any(|e| e.0 == c.arg(2)) {
+        c.out.integer(0);
+        return Ok(());
+    }
+    entries.push((c.arg(2), c.arg(3)));
+    store(c, key, &entries)?;
+    c.out.integer(1);
+    Ok(())
+}
+
+/// HKEYS key / HVALS key: arrays in insertion order.
+pub(super) fn hkeys_or_vals<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+    c: &mut Ctx<'_, '_, K, S>,
+    keys: bool,
+) -> Res {
+    let blob = c.load(c.arg(1), Kind::Hash)?.unwrap_or_default();
+    let entries = fields(&blob)?;
+    c.out.array(entries.len());
+    for (f, v) in entries {
+        c.out.bulk(if keys { f } else { v });
+    }
+    Ok(())
+}
+
+/// HSTRLEN key field: the value's length, 0 if there is none.
+pub(super) fn hstrlen<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    let blob = c.load(c.arg(1), Kind::Hash)?.unwrap_or_default();
+    let entries = fields(&blob)?;
+    let len = entries.iter().find(|e| e.0 == c.arg(2)).map_or(0, |e| e.1.len());
+    c.out.integer(len as i64);
+    Ok(())
+}
+
+/// Writes `value` at `field` of `entries` (in place, or appended).
+fn put_field<'a>(entries: &mut Vec<(&'a [u8], &'a [u8])>, field: &'a [u8], value: &'a [u8]) {
+    match entries.iter_mut().find(|e| e.0 == field) {
+        Some(e) => e.1 = value,
+        None => entries.push((field, value)),
+    }
+}
+
+/// HINCRBY key field increment, as Redis 7.0's `hincrbyCommand`: the
+/// increment is checked first, then the key, then the stored value.
+pub(super) fn hincrby<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    let by = c.int_arg(3)?;
+    let key = c.arg(1);
+    let blob = c.load(key, Kind::Hash)?.unwrap_or_default();
+    let mut entries = fields(&blob)?;
+    let old = match entries.iter().find(|e| e.0 == c.arg(2)) {
+        Some(e) => crate::numbers::parse_i64(e.1).ok_or_else(|| Fail::err("hash value is not an integer"))?,
+        None => 0,
+    };
+    let new = old.checked_add(by).ok_or_else(|| Fail::err("increment or decrement would overflow"))?;
+    let text = new.to_string().into_bytes();
+    put_field(&mut entries, c.arg(2), &text);
+    store(c, key, &entries)?;
+    c.out.integer(new);
+    Ok(())
+}
+
+/// HINCRBYFLOAT key field increment: Redis's `long double` sum, formatted
+/// as INCRBYFLOAT formats it ([`crate::extended`]).
+pub(super) fn hincrbyfloat<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    use crate::extended::{add, format_human, parse, Ext};
+    let by = parse(c.arg(3)).ok_or(Fail::NotFloat)?;
+    if !matches!(by, Ext::Finite { .. }) {
+        return Err(Fail::err("value is NaN or Infinity"));
+    }
+    let key = c.arg(1);
+    let blob = c.load(key, Kind::Hash)?.unwrap_or_default();
+    let mut entries = fields(&blob)?;
+    let old = match entries.iter().find(|e| e.0 == c.arg(2)) {
+        Some(e) => parse(e.1).ok_or_else(|| Fail::err("hash value is not a float"))?,
+        None => Ext::Finite { negative: false, m: 0, q: 0 },
+    };
+    let sum = match add(old, by) {
+        Some(sum @ Ext::Finite { .. }) => sum,
+        _ => return Err(Fail::err("increment would produce NaN or Infinity")),
+    };
+    let text = format_human(sum).into_bytes();
+    put_field(&mut entries, c.arg(2), &text);
+    store(c, key, &entries)?;
+    c.out.bulk(&text);
+    Ok(())
+}
+
+/// The count of HRANDFIELD / ZRANDMEMBER (`key count [WITH...]`), checked
+/// as Redis 7.0 does before the key is looked up: within ±`LONG_MAX`, the
+/// option word, and within ±`LONG_MAX/2` with it. `None`: no count given.
+pub(super) fn random_count<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+    c: &Ctx<'_, '_, K, S>,
+    with: &[u8],
+) -> Result<Option<(i64, bool)>, Fail> {
+    if c.argc() < 3 {
+        return Ok(None);
+    }
+    let n = c.int_arg(2)?;
+    if n == i64::MIN {
+        return Err(Fail::err(
+            "value is out of range, value must between -9223372036854775807 and 9223372036854775807",
+        ));
+    }
+    if c.argc() > 4 || (c.argc() == 4 && !c.arg(3).eq_ignore_ascii_case(with)) {
+        return Err(Fail::Syntax);
+    }
+    let withvalues = c.argc() == 4;
+    if withvalues && !(-(i64::MAX / 2)..=i64::MAX / 2).contains(&n) {
+        return Err(Fail::err("value is out of range"));
+    }
+    Ok(Some((n, withvalues)))
+}
+
+/// Positions drawn for a random-element count over `len` elements of
+/// `sizes[i]` bytes: distinct for a positive count (at most `len`),
+/// with repetition for a negative one (bounded as SRANDMEMBER is).
+pub(super) fn random_picks(c: &mut super::Server, sizes: &[u64], n: i64) -> Result<Vec<usize>, Fail> {
+    let len = sizes.len();
+    if n >= 0 {
+        return Ok(c.random_distinct(len, usize::try_from(n).unwrap_or(usize::MAX).min(len)));
+    }
+    super::sets::draws_sized(c, sizes, n.unsigned_abs())
+}
+
+/// Writes `picked` pairs as Redis does for WITHVALUES / WITHSCORES: flat
+/// in RESP2, `[element, value]` arrays in RESP3; `value` writes the second.
+pub(super) fn reply_pairs<K: Keyspace, S: ReplySink<K::Value> + ?Sized, T>(
+    c: &mut Ctx<'_, '_, K, S>,
+    picked: &[T],
+    first: impl Fn(&T) -> &[u8],
+    mut second: impl FnMut(&mut crate::reply::Out<'_, K::Value, S>, &T),
+) {
+    let resp3 = c.out.protocol == crate::reply::Protocol::Resp3;
+    c.out.array(if resp3 { picked.len() } else { picked.len() * 2 });
+    for p in picked {
+        if resp3 {
+            c.out.array(2);
+        }
+        c.out.bulk(first(p));
+        second(&mut c.out, p);
+    }
+}
+
+/// HRANDFIELD key [count [WITHVALUES]].
+pub(super) fn hrandfield<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    let count = random_count(c, b"withvalues")?;
+    let Some(blob) = c.load(c.arg(1), Kind::Hash)? else {
+        if count.is_some() {
+            c.out.array(0)
+        } else {
+            c.out.null()
+        }
+        return Ok(());
+    };
+    let entries = fields(&blob)?;
+    let Some((n, withvalues)) = count else {
+        let at = c.server.random_below(entries.len() as u64) as usize;
+        c.out.bulk(entries[at].0);
+        return Ok(());
+    };
+    let sizes: Vec<u64> = entries.iter().map(|e| (e.0.len() + if withvalues { e.1.len() } else { 0 }) as u64).collect();
+    let picked = random_picks(c.server, &sizes, n)?;
+    let picked: Vec<(&[u8], &[u8])> = picked.iter().map(|&i| entries[i]).collect();
+    if withvalues {
+        reply_pairs(c, &picked, |e| e.0, |out, e| out.bulk(e.1));
+    } else {
+        c.out.array(picked.len());
+        for e in picked {
+            c.out.bulk(e.0);
+        }
+    }
+    Ok(())
+}
+
+/// The page SSCAN-style cursors give over `items` (sorted by their first
+/// element, distinct): a cursor stands for the last element answered, so
+/// an element present for the whole iteration is answered exactly once.
+/// Replies `[cursor, [element, value, ...]]`, MATCH applied to elements.
+pub(super) fn scan_pairs<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+    c: &mut Ctx<'_, '_, K, S>,
+    cursor: u64,
+    items: &[(&[u8], Vec<u8>)],
+) -> Res {
+    let (count, pattern) = super::sets::scan_opts(c)?;
+    let after = match cursor {
+        0 => None,
+        n => Some(c.server.cursors.keys.get(&n).cloned().ok_or_else(|| Fail::err("invalid cursor"))?),
+    };
+    let start = after.map_or(0, |a| items.partition_point(|m| m.0 <= a.as_slice()));
+    let end = start.saturating_add(count).min(items.len());
+    let page = &items[start..end];
+    let next = match page.last() {
+        Some(last) if end < items.len() => c.server.remember_cursor(last.0.to_vec()),
+        _ => 0,
+    };
+    let shown: Vec<&(&[u8], Vec<u8>)> =
+        page.iter().filter(|m| pattern.is_none_or(|p| crate::glob::matches(p, m.0))).collect();
+    c.out.array(2);
+    c.out.bulk(next.to_string().as_bytes());
+    c.out.array(shown.len() * 2);
+    for (m, v) in shown {
+        c.out.bulk(m);
+        c.out.bulk(v);
+    }
+    Ok(())
+}
+
+/// HSCAN key cursor [MATCH pattern] [COUNT count], over the fields in
+/// byte order (see [`scan_pairs`]).
+pub(super) fn hscan<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    let cursor = super::admin::parse_cursor(c.arg(2)).ok_or_else(|| Fail::err("invalid cursor"))?;
+    let Some(blob) = c.load(c.arg(1), Kind::Hash)? else {
+        c.out.array(2);
+        c.out.bulk(b"0");
+        c.out.array(0);
+        return Ok(());
+    };
+    let mut items: Vec<(&[u8], Vec<u8>)> = fields(&blob)?.into_iter().map(|(f, v)| (f, v.to_vec())).collect();
+    items.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    scan_pairs(c, cursor, &items)
 }

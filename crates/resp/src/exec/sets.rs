@@ -231,6 +231,14 @@ pub(super) fn srandmember<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_,
 /// `n` draws with repetition from `members`, refused beyond
 /// [`MAX_RANDOM_REPLY`] members or [`MAX_RANDOM_REPLY_BYTES`] bytes.
 fn draws(server: &mut super::Server, members: &[&[u8]], n: u64) -> Result<Vec<usize>, Fail> {
+    let sizes: Vec<u64> = members.iter().map(|m| m.len() as u64).collect();
+    draws_sized(server, &sizes, n)
+}
+
+/// `n` draws with repetition from elements of `sizes[i]` bytes, refused
+/// beyond [`MAX_RANDOM_REPLY`] elements or [`MAX_RANDOM_REPLY_BYTES`] bytes
+/// (also HRANDFIELD's and ZRANDMEMBER's negative counts).
+pub(super) fn draws_sized(server: &mut super::Server, sizes: &[u64], n: u64) -> Result<Vec<usize>, Fail> {
     let too_many = || {
         Fail::err(&format!(
             "value is out of range, pmwire answers at most {MAX_RANDOM_REPLY} random members and {MAX_RANDOM_REPLY_BYTES} bytes"
@@ -242,8 +250,8 @@ fn draws(server: &mut super::Server, members: &[&[u8]], n: u64) -> Result<Vec<us
     let mut bytes = 0u64;
     let mut picked = Vec::with_capacity(n as usize);
     for _ in 0..n {
-        let i = server.random_below(members.len() as u64) as usize;
-        bytes += members[i].len() as u64;
+        let i = server.random_below(sizes.len() as u64) as usize;
+        bytes += sizes[i];
         if bytes > MAX_RANDOM_REPLY_BYTES {
             return Err(too_many());
         }
@@ -432,8 +440,9 @@ pub(super) fn sscan<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '
     Ok(())
 }
 
-/// SSCAN's COUNT (≥ 1, at most the server's scan bound) and MATCH.
-fn scan_opts<'r, K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+/// SSCAN's (HSCAN's, ZSCAN's) COUNT (≥ 1, at most the server's scan bound)
+/// and MATCH.
+pub(super) fn scan_opts<'r, K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
     c: &Ctx<'_, 'r, K, S>,
 ) -> Result<(usize, Option<&'r [u8]>), Fail> {
     let (mut count, mut pattern) = (10i64, None);
