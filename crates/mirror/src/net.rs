@@ -535,6 +535,10 @@ pub struct BackupStats {
     pub refused: u64,
     /// Streams taken over by a new primary's hello.
     pub takeovers: u64,
+    /// Copies finished (`CopyDone` answered), full or incremental.
+    pub copies: u64,
+    /// Bytes of data area received in copy chunks.
+    pub copy_bytes: u64,
 }
 
 /// The backup as a [`reactor::Service`]: one primary's stream at a time,
@@ -624,6 +628,8 @@ impl<M: Media> BackupService<M> {
                 self.stats.streams += 1;
             }
             Kind::Commit => self.stats.commits += 1,
+            Kind::CopyChunk => self.stats.copy_bytes += payload.len() as u64,
+            Kind::CopyDone => self.stats.copies += 1,
             _ => {}
         }
         Ok(answer)
@@ -719,7 +725,7 @@ mod tests {
     /// medium back.
     struct Served {
         stop: Arc<AtomicBool>,
-        handle: std::thread::JoinHandle<MemMedia>,
+        handle: std::thread::JoinHandle<(MemMedia, BackupStats)>,
         addr: NodeId,
     }
 
@@ -734,12 +740,17 @@ mod tests {
             let handle = std::thread::spawn(move || {
                 let mut reactor = Reactor::new(transport, BackupService::new(media, backup));
                 reactor.run(&RealClock::new(), &flag, PollBudget::BLOCK);
-                reactor.service.into_media()
+                let stats = reactor.service.stats();
+                (reactor.service.into_media(), stats)
             });
             Served { stop, handle, addr }
         }
 
         fn finish(self) -> MemMedia {
+            self.finish_with_stats().0
+        }
+
+        fn finish_with_stats(self) -> (MemMedia, BackupStats) {
             self.stop.store(true, Ordering::Relaxed);
             self.handle.join().unwrap()
         }
@@ -1089,8 +1100,10 @@ mod tests {
             let mut tx = heap.begin_with(&mut media, &mut mirror);
             tx.write(500, &[0x77; 100]).unwrap();
             tx.commit().unwrap();
+            let sent = mirror.resync_bytes;
             drop(mirror);
-            let mut backup = served.finish();
+            let (mut backup, stats) = served.finish_with_stats();
+            assert_eq!((stats.copies, stats.copy_bytes, stats.commits), (1, sent, 1), "{strategy}");
             let (opened, _) = Heap::open(&mut backup, 0).unwrap();
             assert_eq!(opened.last_committed(), heap.last_committed(), "{strategy}");
             assert_eq!(opened.history(), heap.history(), "{strategy}");
