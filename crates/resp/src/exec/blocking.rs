@@ -161,7 +161,11 @@ pub(crate) fn timeout_ms(arg: &[u8]) -> Result<u64, Fail> {
 
 /// The keys of a BLPOP / BRPOP (all but the first and last arguments),
 /// each once, in order.
-fn distinct_keys<'r, K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &Ctx<'_, 'r, K, S>, from: usize, to: usize) -> Vec<Vec<u8>> {
+fn distinct_keys<'r, K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+    c: &Ctx<'_, 'r, K, S>,
+    from: usize,
+    to: usize,
+) -> Vec<Vec<u8>> {
     let mut keys: Vec<Vec<u8>> = Vec::new();
     for i in from..to {
         if !keys.iter().any(|k| k == c.arg(i)) {
@@ -207,7 +211,12 @@ pub(super) fn brpoplpush<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut C
     bmove(c, End::Tail, End::Head, timeout_ms)
 }
 
-fn bmove<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, from: End, to: End, timeout_ms: u64) -> Res {
+fn bmove<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+    c: &mut Ctx<'_, '_, K, S>,
+    from: End,
+    to: End,
+    timeout_ms: u64,
+) -> Res {
     let src = c.arg(1);
     if c.get_kind(src, Kind::List)?.is_some() {
         return lists::move_one(c, from, to);
