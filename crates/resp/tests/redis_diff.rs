@@ -188,6 +188,8 @@ struct Differ {
     loose: u64,
     /// MULTI commands sent.
     multis: u64,
+    /// Blocking pops that blocked (and timed out).
+    timeouts: u64,
 }
 
 impl Differ {
@@ -234,7 +236,7 @@ impl Differ {
         let mut server = Server::new(config);
         let session = server.open_session_with_id(id);
         let (ks, parsed) = (MemKeyspace::new(), Parsed::new(Limits::default()));
-        Differ { conn, server, session, ks, parsed, req, by_shape: 0, loose: 0, multis: 0 }
+        Differ { conn, server, session, ks, parsed, req, by_shape: 0, loose: 0, multis: 0, timeouts: 0 }
     }
 
     /// Runs `args` on redis-server only.
@@ -253,7 +255,15 @@ impl Differ {
         assert_eq!(summary.consumed, self.req.len());
         assert_eq!(summary.commands, 1);
         let mut got: Vec<u8> = Vec::new();
-        let flow = self.server.execute(&mut self.session, &mut self.ks, &self.parsed.request(&segs, 0), &mut got);
+        let mut flow = self.server.execute(&mut self.session, &mut self.ks, &self.parsed.request(&segs, 0), &mut got);
+        if flow == Flow::Block {
+            // One connection: nobody can push, so the wait ends by its time-out.
+            assert!(got.is_empty(), "a blocked command wrote a reply");
+            self.server.unblock(&mut self.session);
+            self.timeouts += 1;
+            got.extend_from_slice(Server::timed_out_reply(&self.session));
+            flow = Flow::Continue;
+        }
         (got, flow)
     }
 
@@ -898,6 +908,21 @@ mod gen {
                         }
                     }
                 }
+                "BLPOP" | "BRPOP" => {
+                    for _ in 0..self.n(0, 2) {
+                        a.push(self.family_key(LIST_KEYS));
+                    }
+                    a.push(self.pick(BLOCK_TIMEOUTS));
+                }
+                "BLMOVE" | "BRPOPLPUSH" => {
+                    a.push(self.family_key(LIST_KEYS));
+                    if name == "BLMOVE" {
+                        for _ in 0..2 {
+                            a.push(self.pick(&["LEFT", "RIGHT", "left", "UP"]));
+                        }
+                    }
+                    a.push(self.pick(BLOCK_TIMEOUTS));
+                }
                 "LLEN" => {}
                 other => unreachable!("{other}"),
             }
@@ -1020,8 +1045,11 @@ mod gen {
     const ZSETS: &[&str] = &["ZADD", "ZREM", "ZSCORE", "ZCARD", "ZRANGE", "ZRANGEBYSCORE"];
     const LISTS: &[&str] = &[
         "LPUSH", "RPUSH", "LPUSHX", "RPUSHX", "LPOP", "RPOP", "LRANGE", "LLEN", "LINDEX", "LSET", "LREM", "LTRIM",
-        "LINSERT", "LPOS", "LMOVE", "RPOPLPUSH",
+        "LINSERT", "LPOS", "LMOVE", "RPOPLPUSH", "BLPOP", "BRPOP", "BLMOVE", "BRPOPLPUSH",
     ];
+    /// Timeouts of blocking pops: short (one connection: nobody pushes, so
+    /// an empty wait times out; 0 would block for ever), and refused ones.
+    pub const BLOCK_TIMEOUTS: &[&str] = &["0.01", "0.02", "-1", "x", "inf", "1e400"];
     /// SADD three times over: sets grow past one member, where SPOP and
     /// SRANDMEMBER become random.
     const SETS: &[&str] = &[
@@ -1092,6 +1120,7 @@ fn random_commands_match_redis() {
     println!("{count} commands; {} SPOP/SRANDMEMBER replies differed from Redis's and were checked by shape", d.by_shape);
     println!("{} of {ttl_family} TTL/PTTL/EXPIRETIME/PEXPIRETIME replies differed within the tolerance", d.loose);
     println!("{} transactions (MULTI ... EXEC or DISCARD)", d.multis);
+    println!("{} blocking pops blocked and timed out", d.timeouts);
     assert!(failures.is_empty(), "seed {seed}: {} differences (first 20):\n{}", failures.len(), failures.join("\n"));
 }
 
