@@ -991,6 +991,43 @@ mod tests {
         }
     }
 
+    /// A waiter parked and served in one batch, driven without a network so both surely share
+    /// it: the waiter's answer waits for the commit and goes out when the loop shows its
+    /// connection again; if that commit fails, the waiter gets one answer, the error, and
+    /// waits no more, and the list is untouched.
+    #[test]
+    fn a_waiter_served_in_its_own_batch_answers_after_the_commit_or_the_error() {
+        for fail in [false, true] {
+            let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+            let (mut store, _) = Store::open(&dir.path().join("pool"), 16 << 20, Mode::Copy).unwrap();
+            let mut service = KvService::new(0);
+            if fail {
+                service.fail_commit(1);
+            }
+            let (mut blpop, mut rpush) = (Vec::new(), Vec::new());
+            resp(&[b"BLPOP".to_vec(), b"k".to_vec(), b"0".to_vec()], &mut blpop);
+            resp(&[b"RPUSH".to_vec(), b"k".to_vec(), b"v".to_vec()], &mut rpush);
+            let (waiter, pusher) = (ConnId { slot: 0, generation: 0 }, ConnId { slot: 1, generation: 0 });
+            let segs = [[Segment { buf: 0, offset: 0, bytes: &blpop }], [Segment { buf: 0, offset: 0, bytes: &rpush }]];
+            let input = |conn, segments| Input { conn, listener: RESP_LISTENER, peer_loopback: true, segments, peer_closed: false };
+            let replies = drive(&mut service, &mut store, &[input(waiter, &segs[0][..]), input(pusher, &segs[1][..])]);
+            let text = |r: &pmwire_netio::Reply, store: &Store| String::from_utf8(r.output.to_vec(store)).unwrap();
+            let error = "-ERR pmwire could not persist: injected commit failure\r\n";
+            assert_eq!(replies[0].consumed, blpop.len());
+            assert_eq!(text(&replies[0], &store), if fail { error } else { "" });
+            assert_eq!(text(&replies[1], &store), if fail { error } else { ":1\r\n" });
+            let mut wake = Vec::new();
+            assert_eq!(service.wakeups(&mut wake), None, "no deadline: BLPOP ... 0 waits for ever");
+            assert_eq!(wake, vec![waiter]);
+            let again = drive(&mut service, &mut store, &[input(waiter, &[])]);
+            assert_eq!(text(&again[0], &store), if fail { "" } else { "*2\r\n$1\r\nk\r\n$1\r\nv\r\n" });
+            assert!(!service.sessions[&waiter].is_blocked());
+            assert_eq!(service.resp.blocked_clients(), 0);
+            assert!(store.engine().lookup(b"k").is_none(), "popped, or never pushed");
+            store.engine().check(store.region()).unwrap();
+        }
+    }
+
     /// A command refused part-way (the pool runs out in the middle of an MSET's copies) keeps
     /// nothing: its error reply means nothing of it was stored; the connection goes on.
     #[test]

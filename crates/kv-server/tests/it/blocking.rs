@@ -349,3 +349,30 @@ fn a_served_pop_is_durable_before_its_reply() {
     }
     assert!(!served_pops_survive_a_crash(Mode::Copy, true), "the planted ack-before-commit must be caught");
 }
+
+/// A batch whose commit fails takes its served pops back: the pusher and the served waiter
+/// both get the error, the list is as before the push (absent), and the waiter, answered,
+/// no longer waits; the next push is kept.
+#[test]
+fn a_served_pop_whose_batch_cannot_persist_answers_the_error() {
+    let pool = Pool::new();
+    let mut server = KvServer::open(&options(&pool.path, Mode::Copy)).expect("open");
+    server.fail_commit(1);
+    let server = start_with(server);
+    let mut a = RespClient::connect(server.resp).expect("connect");
+    let mut b = RespClient::connect(server.resp).expect("connect");
+    let mut control = RespClient::connect(server.resp).expect("connect");
+    let mut bytes = Vec::new();
+    RespClient::encode(&["BLPOP", "k", "0"], &mut bytes);
+    a.write_raw(&bytes).expect("send");
+    wait_blocked(&mut control, 1);
+    let error = Value::Error(b"ERR pmwire could not persist: injected commit failure".to_vec());
+    assert_eq!(b.call(&["RPUSH", "k", "v"]).expect("push"), error);
+    assert_eq!(a.read_reply().expect("answered"), error);
+    assert_eq!(blocked_clients(&mut control), 0);
+    assert_eq!(b.call(&["EXISTS", "k"]).expect("EXISTS"), Value::Integer(0));
+    assert_eq!(b.call(&["RPUSH", "k", "w"]).expect("push"), Value::Integer(1));
+    assert_eq!(a.call(&["LRANGE", "k", "0", "-1"]).expect("LRANGE"), Value::Array(vec![bulk("w")]));
+    drop((a, b, control));
+    server.stop();
+}
