@@ -316,7 +316,8 @@ impl KvService {
                 if flow == Flow::Block {
                     // Parked: its request is taken, the pipeline behind it waits.
                     let timeout_ms = resp.blocked_timeout_ms(session).expect("blocked");
-                    blocking.park(input.conn, session.id(), timeout_ms, (ks.state.entry, st.resp_commands as usize - 1));
+                    let at = (ks.state.entry, st.resp_commands as usize - 1);
+                    blocking.park(input.conn, session.id(), timeout_ms, at);
                     done += parsed.command_end(c);
                     parked = true;
                     break;
@@ -714,7 +715,8 @@ struct Blocking {
 
 impl Blocking {
     fn park(&mut self, conn: ConnId, client: u64, timeout_ms: u64, at: (usize, usize)) {
-        let deadline = (timeout_ms > 0).then(|| Instant::now().checked_add(Duration::from_millis(timeout_ms))).flatten();
+        let deadline =
+            (timeout_ms > 0).then(|| Instant::now().checked_add(Duration::from_millis(timeout_ms))).flatten();
         self.parked.insert(conn, deadline);
         if let Some(d) = deadline {
             self.deadlines.insert((d, conn));
@@ -1009,7 +1011,13 @@ mod tests {
             resp(&[b"RPUSH".to_vec(), b"k".to_vec(), b"v".to_vec()], &mut rpush);
             let (waiter, pusher) = (ConnId { slot: 0, generation: 0 }, ConnId { slot: 1, generation: 0 });
             let segs = [[Segment { buf: 0, offset: 0, bytes: &blpop }], [Segment { buf: 0, offset: 0, bytes: &rpush }]];
-            let input = |conn, segments| Input { conn, listener: RESP_LISTENER, peer_loopback: true, segments, peer_closed: false };
+            let input = |conn, segments| Input {
+                conn,
+                listener: RESP_LISTENER,
+                peer_loopback: true,
+                segments,
+                peer_closed: false,
+            };
             let replies = drive(&mut service, &mut store, &[input(waiter, &segs[0][..]), input(pusher, &segs[1][..])]);
             let text = |r: &pmwire_netio::Reply, store: &Store| String::from_utf8(r.output.to_vec(store)).unwrap();
             let error = "-ERR pmwire could not persist: injected commit failure\r\n";

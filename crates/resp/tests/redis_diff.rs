@@ -923,6 +923,24 @@ mod gen {
                     }
                     a.push(self.pick(BLOCK_TIMEOUTS));
                 }
+                "LMPOP" | "BLMPOP" => {
+                    let first = a.pop().expect("the key pushed above");
+                    if name == "BLMPOP" {
+                        a.push(self.pick(BLOCK_TIMEOUTS));
+                    }
+                    let n = self.n(1, 3);
+                    let numkeys = if self.rng.gen_bool(0.85) { n.to_string().into_bytes() } else { self.pick(COUNTS) };
+                    a.push(numkeys);
+                    a.push(first);
+                    for _ in 1..n {
+                        a.push(self.family_key(LIST_KEYS));
+                    }
+                    a.push(self.pick(&["LEFT", "RIGHT", "right", "UP"]));
+                    if self.rng.gen_bool(0.5) {
+                        a.push(self.pick(&["COUNT", "count", "COUNT", "FOO"]));
+                        a.push(self.pick(COUNTS));
+                    }
+                }
                 "LLEN" => {}
                 other => unreachable!("{other}"),
             }
@@ -1045,7 +1063,7 @@ mod gen {
     const ZSETS: &[&str] = &["ZADD", "ZREM", "ZSCORE", "ZCARD", "ZRANGE", "ZRANGEBYSCORE"];
     const LISTS: &[&str] = &[
         "LPUSH", "RPUSH", "LPUSHX", "RPUSHX", "LPOP", "RPOP", "LRANGE", "LLEN", "LINDEX", "LSET", "LREM", "LTRIM",
-        "LINSERT", "LPOS", "LMOVE", "RPOPLPUSH", "BLPOP", "BRPOP", "BLMOVE", "BRPOPLPUSH",
+        "LINSERT", "LPOS", "LMOVE", "RPOPLPUSH", "BLPOP", "BRPOP", "BLMOVE", "BRPOPLPUSH", "LMPOP", "BLMPOP",
     ];
     /// Timeouts of blocking pops: short (one connection: nobody pushes, so
     /// an empty wait times out; 0 would block for ever), and refused ones.

@@ -1,11 +1,11 @@
-//! Blocking list pops: `BLPOP BRPOP BLMOVE BRPOPLPUSH`, as Redis 7.0's
-//! `blocking.c` and `t_list.c` serve them.
+//! Blocking list pops: `BLPOP BRPOP BLMOVE BRPOPLPUSH BLMPOP`, and `LMPOP`,
+//! as Redis 7.0's `blocking.c` and `t_list.c` serve them.
 //!
 //! A blocking command first parses its timeout, then looks at its keys in
 //! order: a wrong type answers WRONGTYPE, the first non-empty list is
 //! popped at once (the reply is the non-blocking one's). Inside EXEC
-//! (Redis's `CLIENT_DENY_BLOCKING`) an empty wait answers at once: BLPOP
-//! and BRPOP the null array, BLMOVE and BRPOPLPUSH the null bulk. Otherwise
+//! (Redis's `CLIENT_DENY_BLOCKING`) an empty wait answers at once: BLPOP,
+//! BRPOP and BLMPOP the null array, BLMOVE and BRPOPLPUSH the null bulk. Otherwise
 //! the command *blocks*: it writes no reply, the session records what it
 //! waits for ([`Blocked`]), the server queues its client id on every key
 //! ([`Waiters`], FIFO per key), and [`super::Server::execute`] returns
@@ -19,7 +19,8 @@
 //! ([`super::Server::next_ready`], [`super::Server::serve_blocked`]): for each
 //! key, its waiters in the order they blocked, while it holds a non-empty
 //! list; each is served as if it ran the non-blocking command at that
-//! moment (`LPOP key`, `RPOP key`, `LMOVE key dst from to`), so its writes
+//! moment (`LPOP key [count]`, `RPOP key [count]`, `LMOVE key dst from
+//! to`; answered `[key, element]`, `[key, [elements]]`, the element), so its writes
 //! are staged with the batch and durable before its reply, and WATCH sees
 //! them. A key that is no list when served keeps its waiters waiting.
 //!
@@ -55,6 +56,8 @@ pub(crate) enum Op {
     Pop(End),
     /// BLMOVE / BRPOPLPUSH: `LMOVE key dst from to`, answered as LMOVE.
     Move { dst: Vec<u8>, from: End, to: End },
+    /// BLMPOP: `LPOP key count` / `RPOP key count`, answered `[key, [elements]]`.
+    MPop { end: End, count: u64 },
 }
 
 /// Which sessions wait on which keys, and the keys made ready.
@@ -181,10 +184,10 @@ pub(super) fn bpop<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_,
     let timeout_ms = timeout_ms(c.arg(last))?;
     for i in 1..last {
         let key = c.arg(i);
-        if let Some(value) = lists::pop_value(c, key, end)? {
+        if let Some(values) = lists::pop_values(c, key, end, 1)? {
             c.out.array(2);
             c.out.bulk(key);
-            c.out.bulk(&value);
+            c.out.bulk(&values[0]);
             return Ok(());
         }
     }
@@ -194,6 +197,80 @@ pub(super) fn bpop<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_,
     }
     let keys = distinct_keys(c, 1, last);
     c.session.blocked = Some(Blocked { keys, timeout_ms, op: Op::Pop(end) });
+    Ok(())
+}
+
+/// LMPOP's and BLMPOP's arguments from `numkeys` at `at`: the keys' range,
+/// the end, and the count (1 if not given), checked in Redis's order.
+fn mpop_args<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+    c: &Ctx<'_, '_, K, S>,
+    at: usize,
+) -> Result<(std::ops::Range<usize>, End, u64), Fail> {
+    let positive =
+        |i: usize, msg: &str| crate::numbers::parse_i64(c.arg(i)).filter(|&n| n >= 1).ok_or_else(|| Fail::err(msg));
+    let numkeys = positive(at, "numkeys should be greater than 0")?;
+    let where_at = usize::try_from(numkeys).ok().and_then(|n| (at + 1).checked_add(n)).filter(|&w| w < c.argc());
+    let Some(where_at) = where_at else { return Err(Fail::Syntax) };
+    let end = lists::end_arg(c.arg(where_at))?;
+    let mut count = None;
+    let mut j = where_at + 1;
+    while j < c.argc() {
+        if count.is_none() && c.arg(j).eq_ignore_ascii_case(b"count") && j + 1 < c.argc() {
+            count = Some(positive(j + 1, "count should be greater than 0")?);
+            j += 2;
+        } else {
+            return Err(Fail::Syntax);
+        }
+    }
+    Ok((at + 1..where_at, end, count.unwrap_or(1) as u64))
+}
+
+/// Pops up to `count` from the first non-empty list of `keys` and answers
+/// `[key, [elements]]`; false if every key is empty (nothing written).
+fn mpop_first<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+    c: &mut Ctx<'_, '_, K, S>,
+    keys: std::ops::Range<usize>,
+    end: End,
+    count: u64,
+) -> Result<bool, Fail> {
+    for i in keys {
+        let key = c.arg(i);
+        if let Some(values) = lists::pop_values(c, key, end, usize::try_from(count).unwrap_or(usize::MAX))? {
+            c.out.array(2);
+            c.out.bulk(key);
+            c.out.array(values.len());
+            for v in &values {
+                c.out.bulk(v);
+            }
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// LMPOP numkeys key [key ...] LEFT|RIGHT [COUNT count].
+pub(super) fn lmpop<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    let (keys, end, count) = mpop_args(c, 1)?;
+    if !mpop_first(c, keys, end, count)? {
+        c.out.null_array();
+    }
+    Ok(())
+}
+
+/// BLMPOP timeout numkeys key [key ...] LEFT|RIGHT [COUNT count].
+pub(super) fn blmpop<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    // Redis 7.0 reads the timeout after the other arguments here.
+    let (keys, end, count) = mpop_args(c, 2)?;
+    let timeout_ms = timeout_ms(c.arg(1))?;
+    if mpop_first(c, keys.clone(), end, count)? {
+        return Ok(());
+    }
+    if c.server.deny_blocking {
+        c.out.null_array();
+        return Ok(());
+    }
+    let keys = distinct_keys(c, keys.start, keys.end);
+    c.session.blocked = Some(Blocked { keys, timeout_ms, op: Op::MPop { end, count } });
     Ok(())
 }
 
@@ -257,6 +334,10 @@ pub(crate) fn served_command(op: &Op, key: &[u8]) -> Vec<Vec<u8>> {
         Op::Pop(End::Head) => vec![b"LPOP".to_vec(), key.to_vec()],
         Op::Pop(End::Tail) => vec![b"RPOP".to_vec(), key.to_vec()],
         Op::Move { dst, from, to } => vec![b"LMOVE".to_vec(), key.to_vec(), dst.clone(), side(*from), side(*to)],
+        Op::MPop { end, count } => {
+            let name = if *end == End::Head { b"LPOP".to_vec() } else { b"RPOP".to_vec() };
+            vec![name, key.to_vec(), count.to_string().into_bytes()]
+        }
     }
 }
 

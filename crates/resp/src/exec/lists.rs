@@ -107,19 +107,21 @@ pub(super) fn pop<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_,
     Ok(())
 }
 
-/// Pops one element from `end` of the non-empty list at `key` (BLPOP and
-/// BRPOP when a list has elements); `None` if there is no list there.
-pub(super) fn pop_value<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+/// Pops up to `n` (at least 1) elements from `end` of the non-empty list at
+/// `key`, in the order popped (BLPOP, BRPOP, LMPOP and BLMPOP when a list
+/// has elements); `None` if there is no list there.
+pub(super) fn pop_values<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
     c: C<'_, '_, '_, K, S>,
     key: &[u8],
     end: End,
-) -> Result<Option<Vec<u8>>, Fail> {
+    n: usize,
+) -> Result<Option<Vec<Vec<u8>>>, Fail> {
     let Some(blob) = c.load(key, Kind::List)? else { return Ok(None) };
     let mut items = decode(&blob)?;
-    let popped = take_from(&mut items, end, 1);
-    let value = popped.first().expect("a stored list is never empty").to_vec();
+    let popped: Vec<Vec<u8>> = take_from(&mut items, end, n).into_iter().map(<[u8]>::to_vec).collect();
+    assert!(!popped.is_empty(), "a stored list is never empty");
     store(c, key, &items)?;
-    Ok(Some(value))
+    Ok(Some(popped))
 }
 
 /// Redis's `start`/`end` normalisation for LRANGE and LTRIM: the inclusive
@@ -368,7 +370,11 @@ pub(super) fn rpoplpush<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '
 
 /// Pops one element from `from` of the source and pushes it at `to` of the
 /// destination (the same list when the keys are equal: a rotation).
-pub(super) fn move_one<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>, from: End, to: End) -> Res {
+pub(super) fn move_one<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+    c: C<'_, '_, '_, K, S>,
+    from: End,
+    to: End,
+) -> Res {
     let (src, dst) = (c.arg(1), c.arg(2));
     let Some(src_blob) = c.load(src, Kind::List)? else {
         c.out.null();

@@ -348,6 +348,7 @@ pub(crate) const COMMANDS: &[Spec] = &[
     spec("acl", -2, 0, 0, 0),
     spec("append", 3, 1, 1, 1),
     spec("blmove", 6, 1, 2, 1),
+    spec("blmpop", -5, 0, 0, 0),
     spec("blpop", -3, 1, -2, 1),
     spec("brpop", -3, 1, -2, 1),
     spec("brpoplpush", 4, 1, 2, 1),
@@ -392,6 +393,7 @@ pub(crate) const COMMANDS: &[Spec] = &[
     spec("linsert", 5, 1, 1, 1),
     spec("llen", 2, 1, 1, 1),
     spec("lmove", 5, 1, 2, 1),
+    spec("lmpop", -4, 0, 0, 0),
     spec("lpop", -2, 1, 1, 1),
     spec("lpos", -3, 1, 1, 1),
     spec("lpush", -3, 1, 1, 1),
@@ -781,7 +783,8 @@ impl Server {
         let mut capture = blocking::Capture(Vec::new());
         self.run_one(spec, session, ks, &req, &mut capture);
         let mut out = Out::<K::Value, S>::new(sink, session.protocol);
-        if matches!(blocked.op, blocking::Op::Pop(_)) && !capture.0.starts_with(b"-") {
+        let framed = matches!(blocked.op, blocking::Op::Pop(_) | blocking::Op::MPop { .. });
+        if framed && !capture.0.starts_with(b"-") {
             out.array(2);
             out.bulk(key);
         }
@@ -928,6 +931,8 @@ fn run<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(name: &str, c: &mut Ctx<'_,
         "brpop" => blocking::bpop(c, lists::End::Tail),
         "blmove" => blocking::blmove(c),
         "brpoplpush" => blocking::brpoplpush(c),
+        "lmpop" => blocking::lmpop(c),
+        "blmpop" => blocking::blmpop(c),
         "sadd" => sets::sadd(c),
         "srem" => sets::srem(c),
         "smembers" => sets::smembers(c),
