@@ -694,12 +694,12 @@ impl Service<Store> for KvService {
 }
 
 /// Connections parked by a blocking command, and answers waiting to be sent (see the module
-/// docs). Invariants: `parked[c]` exists exactly when `c`'s session is blocked; `deadlines`
-/// holds `(d, c)` exactly when `parked[c]` is `Some(d)`; `clients[id] = c` exactly when `c`
-/// is parked with session `id`.
+/// docs). Invariants: `parked[c]` exists exactly when `c`'s session is blocked, and holds
+/// its client id and deadline; `deadlines` holds `(d, c)` exactly when `parked[c]`'s deadline
+/// is `Some(d)`; `clients[id] = c` exactly when `c` is parked with session `id`.
 #[derive(Debug, Default)]
 struct Blocking {
-    parked: HashMap<ConnId, Option<Instant>>,
+    parked: HashMap<ConnId, (u64, Option<Instant>)>,
     deadlines: BTreeSet<(Instant, ConnId)>,
     clients: HashMap<u64, ConnId>,
     /// Answers for connections no longer parked (served or timed out), written before their
@@ -717,7 +717,7 @@ impl Blocking {
     fn park(&mut self, conn: ConnId, client: u64, timeout_ms: u64, at: (usize, usize)) {
         let deadline =
             (timeout_ms > 0).then(|| Instant::now().checked_add(Duration::from_millis(timeout_ms))).flatten();
-        self.parked.insert(conn, deadline);
+        self.parked.insert(conn, (client, deadline));
         if let Some(d) = deadline {
             self.deadlines.insert((d, conn));
         }
@@ -727,11 +727,11 @@ impl Blocking {
 
     /// `conn` is no longer parked.
     fn forget(&mut self, conn: ConnId) {
-        if let Some(deadline) = self.parked.remove(&conn) {
+        if let Some((client, deadline)) = self.parked.remove(&conn) {
             if let Some(d) = deadline {
-                self.deadlines.remove(&(d, conn));
+                assert!(self.deadlines.remove(&(d, conn)), "a parked deadline is in the set");
             }
-            self.clients.retain(|_, c| *c != conn);
+            assert_eq!(self.clients.remove(&client), Some(conn), "a parked client is in the map");
         }
     }
 }

@@ -114,3 +114,17 @@ fn parked_requests_are_answered_by_wake_ups_and_by_the_timer() {
     assert!(server.service().shown_empty >= 2, "woken connections with nothing unread are shown");
     assert!(server.service().parked.is_empty());
 }
+
+/// A connection parked for a second with nothing else to do: the loop sleeps in the kernel
+/// until the timer (few wake-ups, little CPU), then answers.
+#[test]
+fn a_parked_connection_lets_the_loop_sleep_until_its_deadline() {
+    let srv = start(small_config(), HeapBuffers::new(256, 256), Parking::default());
+    let mut a = connect(srv.addr);
+    a.write_all(b"P1000\n").unwrap();
+    assert_eq!(read_line(&mut a), b"late\n");
+    drop(a);
+    let (server, cpu_s) = srv.stop();
+    assert!(cpu_s < 0.25, "server thread used {cpu_s:.3} s of CPU while a connection waited ~1 s");
+    assert!(server.stats().wakeups < 100, "{:?}", server.stats());
+}
