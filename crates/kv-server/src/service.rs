@@ -323,6 +323,16 @@ impl KvService {
                     break;
                 }
                 ks.state.entry_requests = st.resp_commands as usize;
+                for (client, error) in resp.take_unblocked() {
+                    // CLIENT UNBLOCK: answered now (nothing to commit), shown again like a served one.
+                    let conn = *blocking.clients.get(&client).expect("a blocked session is parked");
+                    let target = sessions.get_mut(&conn).expect("a parked connection has a session");
+                    let answer = RespServer::unblocked_reply(target, error).to_vec();
+                    resp.unblock(target);
+                    blocking.forget(conn);
+                    blocking.deferred.insert(conn, answer);
+                    blocking.wake.push(conn);
+                }
                 stats.blocked_served += serve_ready(resp, sessions, blocking, &mut ks, &mut sink);
             }
             if parked {

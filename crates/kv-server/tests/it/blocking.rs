@@ -33,6 +33,10 @@ enum Step {
     Close(usize),
     /// Sleep (only to let a key's deadline pass).
     Sleep(u64),
+    /// Ask the connection its CLIENT ID (kept, not recorded: the servers number apart).
+    RememberId(usize),
+    /// `CLIENT UNBLOCK <id of the second> [reason]` from the first; the reply recorded.
+    Unblock(usize, usize, &'static [&'static str]),
 }
 
 use Step::*;
@@ -78,6 +82,26 @@ const SCENARIO: &[Step] = &[
     Call(1, &["LMPOP", "1", "m4", "LEFT"]),
     Send(0, &["BLMPOP", "0.1", "1", "m4", "LEFT"]),
     Read(0),
+    // CLIENT UNBLOCK ends a wait as a time-out or with an error; 0 for one not waiting.
+    RememberId(2),
+    Send(2, &["BLPOP", "cu", "0"]),
+    Blocked(1),
+    Unblock(1, 2, &[]),
+    Read(2),
+    Send(2, &["BLMOVE", "cu", "x", "LEFT", "LEFT", "0"]),
+    Blocked(1),
+    Unblock(1, 2, &["error"]),
+    Read(2),
+    Blocked(0),
+    Unblock(1, 2, &["TIMEOUT"]),
+    Send(2, &["BLPOP", "cu", "0"]),
+    Blocked(1),
+    Call(1, &["RPUSH", "cu", "after"]),
+    Read(2),
+    Call(1, &["CLIENT", "UNBLOCK", "x"]),
+    Call(1, &["CLIENT", "UNBLOCK", "1", "FOO"]),
+    Call(1, &["CLIENT", "UNBLOCK", "1", "timeout", "extra"]),
+    Call(1, &["CLIENT", "UNBLOCK", "-1", "error"]),
     // Time-outs answer the null array, in RESP2 and RESP3, for every blocking command.
     Send(0, &["BLPOP", "t", "0.1"]),
     Read(0),
@@ -224,6 +248,7 @@ fn run(addr: SocketAddr) -> Vec<(usize, Value)> {
     let mut clients: Vec<Option<RespClient>> = (0..4).map(|_| None).collect();
     let mut control = RespClient::connect(addr).expect("connect");
     let mut said = Vec::new();
+    let mut ids = [0i64; 4];
     for (i, step) in SCENARIO.iter().enumerate() {
         fn client(clients: &mut [Option<RespClient>], addr: SocketAddr, c: usize) -> &mut RespClient {
             clients[c].get_or_insert_with(|| RespClient::connect(addr).expect("connect"))
@@ -246,6 +271,16 @@ fn run(addr: SocketAddr) -> Vec<(usize, Value)> {
             }
             Close(c) => clients[c] = None,
             Sleep(ms) => std::thread::sleep(Duration::from_millis(ms)),
+            RememberId(c) => match client(&mut clients, addr, c).call(&["CLIENT", "ID"]).expect("reply") {
+                Value::Integer(id) => ids[c] = id,
+                other => panic!("CLIENT ID answered {other:?}"),
+            },
+            Unblock(by, target, reason) => {
+                let id = ids[target].to_string();
+                let mut args = vec!["CLIENT", "UNBLOCK", &id];
+                args.extend_from_slice(reason);
+                said.push((i, client(&mut clients, addr, by).call(&args).expect("reply")));
+            }
         }
     }
     said

@@ -69,6 +69,7 @@ pub(super) fn client<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, 
             None => c.out.null(),
         },
         b"id" => c.out.integer(c.session.id as i64),
+        b"unblock" => super::blocking::client_unblock(c)?,
         _ => unreachable!("subcommand table and client() disagree"),
     }
     Ok(())

@@ -27,6 +27,8 @@
 //! Timeouts are the caller's: [`super::Server::blocked_timeout_ms`] says how
 //! long (0: for ever), and on expiry the caller unblocks the session
 //! ([`super::Server::unblock`]) and sends [`super::Server::timed_out_reply`].
+//! CLIENT UNBLOCK takes the client off its keys at once and leaves the
+//! answer to the caller ([`super::Server::take_unblocked`]).
 //!
 //! Invariants: a session is in `by_key[k]` exactly when its `blocked` names
 //! `k`; `ready` holds each key once; `clients` counts blocked sessions.
@@ -64,6 +66,11 @@ pub(crate) enum Op {
 #[derive(Debug, Default)]
 pub(crate) struct Waiters {
     by_key: HashMap<Vec<u8>, VecDeque<u64>>,
+    /// The keys of each blocked client.
+    keys: HashMap<u64, Vec<Vec<u8>>>,
+    /// Clients CLIENT UNBLOCK released (no longer queued), and whether with
+    /// the error.
+    unblocked: Vec<(u64, bool)>,
     ready: VecDeque<Vec<u8>>,
     ready_set: HashSet<Vec<u8>>,
     clients: usize,
@@ -82,11 +89,15 @@ impl Waiters {
         for key in keys {
             self.by_key.entry(key.clone()).or_default().push_back(client);
         }
+        assert!(self.keys.insert(client, keys.to_vec()).is_none(), "client {client} blocked twice");
         self.clients += 1;
     }
 
-    pub fn unblock(&mut self, client: u64, keys: &[Vec<u8>]) {
-        for key in keys {
+    /// `client` waits no more (nothing if it does not wait: CLIENT UNBLOCK
+    /// released it already).
+    pub fn unblock(&mut self, client: u64) {
+        let Some(keys) = self.keys.remove(&client) else { return };
+        for key in &keys {
             let queue = self.by_key.get_mut(key).expect("a blocked session is queued on each of its keys");
             queue.retain(|&c| c != client);
             if queue.is_empty() {
@@ -95,6 +106,10 @@ impl Waiters {
         }
         assert!(self.clients > 0);
         self.clients -= 1;
+    }
+
+    pub fn take_unblocked(&mut self) -> Vec<(u64, bool)> {
+        std::mem::take(&mut self.unblocked)
     }
 
     /// A list was written at `key`: ready if someone waits on it.
@@ -307,6 +322,37 @@ fn bmove<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
     Ok(())
 }
 
+/// CLIENT UNBLOCK client-id [TIMEOUT|ERROR]: ends a blocked client's wait
+/// now, answered as a time-out (the null array) or with the `UNBLOCKED`
+/// error; 1 if it was blocked, else 0.
+pub(super) fn client_unblock<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    if c.argc() > 4 {
+        let given = String::from_utf8_lossy(c.arg(1)).into_owned();
+        return Err(Fail::err(&format!(
+            "unknown subcommand or wrong number of arguments for '{given}'. Try CLIENT HELP."
+        )));
+    }
+    let id = c.int_arg(2)?;
+    let error = match c.argc() {
+        4 if c.arg(3).eq_ignore_ascii_case(b"timeout") => false,
+        4 if c.arg(3).eq_ignore_ascii_case(b"error") => true,
+        4 => return Err(Fail::err("CLIENT UNBLOCK reason should be TIMEOUT or ERROR")),
+        _ => false,
+    };
+    let Ok(id) = u64::try_from(id) else {
+        c.out.integer(0);
+        return Ok(());
+    };
+    if !c.server.waiters.keys.contains_key(&id) {
+        c.out.integer(0);
+        return Ok(());
+    }
+    c.server.waiters.unblock(id);
+    c.server.waiters.unblocked.push((id, error));
+    c.out.integer(1);
+    Ok(())
+}
+
 /// A sink that keeps a served command's reply, to frame or pass on. List
 /// replies are copied bytes, never stored-value handles.
 pub(crate) struct Capture(pub Vec<u8>);
@@ -392,10 +438,12 @@ mod tests {
         w.written(b"a");
         w.written(b"a");
         assert_eq!(w.front(), Some((a.clone(), 1)));
-        w.unblock(1, &[a.clone(), b.clone()]);
+        w.unblock(1);
+        w.unblock(1);
         assert_eq!(w.front(), Some((a.clone(), 2)));
-        w.unblock(2, &[a.clone()]);
+        w.unblock(2);
         assert_eq!(w.front(), None);
         assert!(w.is_empty() && w.by_key.is_empty() && w.ready.is_empty() && w.ready_set.is_empty());
+        assert!(w.keys.is_empty());
     }
 }

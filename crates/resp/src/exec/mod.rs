@@ -467,6 +467,7 @@ pub(crate) const SUBCOMMANDS: &[(&str, &str, i32)] = &[
     ("client", "getname", 2),
     ("client", "id", 2),
     ("client", "setname", 3),
+    ("client", "unblock", -3),
     ("command", "count", 2),
     ("command", "docs", -2),
     ("command", "info", -2),
@@ -792,11 +793,30 @@ impl Server {
         session.blocked = Some(blocked);
     }
 
+    /// Waits that CLIENT UNBLOCK ended since the last call: the client ids,
+    /// each with whether it ends with the error; the caller sends
+    /// [`Server::unblocked_reply`] and calls [`Server::unblock`] on the
+    /// session. They are no longer queued on any key already. Call after
+    /// each top-level command, before serving ready keys.
+    pub fn take_unblocked(&mut self) -> Vec<(u64, bool)> {
+        self.waiters.take_unblocked()
+    }
+
+    /// The answer of a wait CLIENT UNBLOCK ended: as a time-out, or the
+    /// `UNBLOCKED` error.
+    pub fn unblocked_reply(session: &Session, error: bool) -> &'static [u8] {
+        if error {
+            b"-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n"
+        } else {
+            Server::timed_out_reply(session)
+        }
+    }
+
     /// Ends `session`'s wait (served, timed out, or closed): it is no
     /// longer queued on any key. Nothing if it is not blocked.
     pub fn unblock(&mut self, session: &mut Session) {
-        if let Some(blocked) = session.blocked.take() {
-            self.waiters.unblock(session.id, &blocked.keys);
+        if session.blocked.take().is_some() {
+            self.waiters.unblock(session.id);
         }
     }
 
