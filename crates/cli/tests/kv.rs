@@ -66,3 +66,76 @@ fn bad_input_is_refused_and_nothing_is_written() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a pmwire KV pool"));
     assert_eq!(std::fs::read(&pool).unwrap(), vec![7u8; 1 << 20], "left unchanged");
 }
+
+/// Starts `pmwire kv` on `pool` (copy mode), waits for its ready file; `planted`: with the
+/// ack-before-commit bug.
+fn start_kv(pool: &std::path::Path, planted: bool) -> (std::process::Child, std::net::SocketAddr) {
+    let ready = pool.with_extension("ready");
+    let _ = std::fs::remove_file(&ready);
+    let mut command = Command::new(EXE);
+    command.arg("kv").arg("--pool").arg(pool).args(["--size", "64M", "--mode", "copy"]);
+    command.args(["--resp", "127.0.0.1:0", "--http", "127.0.0.1:0", "--ready-file"]).arg(&ready);
+    if planted {
+        command.arg("--fault-ack-before-commit");
+    }
+    let mut child = command.stdout(std::process::Stdio::null()).spawn().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(file) = pmwire_kv_server::ReadyFile::read(&ready) {
+            return (child, file.resp_addr());
+        }
+        assert!(child.try_wait().unwrap().is_none(), "pmwire kv exited before it was ready");
+        assert!(std::time::Instant::now() < deadline, "no ready file within 30 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A blocked pop served by another client's push, then kill -9 right after its reply:
+/// after restart the element is gone (and BLMOVE's moved). Returns whether that held.
+fn served_pops_survive_kill_dash_nine(planted: bool) -> bool {
+    use pmwire_kv_server::client::RespClient;
+    use pmwire_resp::client::Value;
+    let bulk = |s: &str| Value::Bulk(s.as_bytes().to_vec());
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let pool = dir.path().join("pool");
+    let (mut child, addr) = start_kv(&pool, planted);
+    let (mut a, mut b) = (RespClient::connect(addr).unwrap(), RespClient::connect(addr).unwrap());
+    let wait_blocked = |b: &mut RespClient| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let Value::Bulk(info) = b.call(&["INFO", "clients"]).unwrap() else { panic!("INFO") };
+            if String::from_utf8_lossy(&info).contains("blocked_clients:1") {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "never blocked");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    };
+    let mut bytes = Vec::new();
+    RespClient::encode(&["BLPOP", "k", "0"], &mut bytes);
+    RespClient::encode(&["BLMOVE", "src", "dst", "RIGHT", "LEFT", "0"], &mut bytes);
+    a.write_raw(&bytes).unwrap();
+    wait_blocked(&mut b);
+    assert_eq!(b.call(&["RPUSH", "k", "v1", "v2"]).unwrap(), Value::Integer(2));
+    assert_eq!(a.read_reply().unwrap(), Value::Array(vec![bulk("k"), bulk("v1")]));
+    wait_blocked(&mut b);
+    assert_eq!(b.call(&["RPUSH", "src", "s1", "s2"]).unwrap(), Value::Integer(2));
+    assert_eq!(a.read_reply().unwrap(), bulk("s2"));
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let (mut child, addr) = start_kv(&pool, false);
+    let mut c = RespClient::connect(addr).unwrap();
+    let mut list = |key: &str| c.call(&["LRANGE", key, "0", "-1"]).unwrap();
+    let durable = list("k") == Value::Array(vec![bulk("v2")])
+        && list("src") == Value::Array(vec![bulk("s1")])
+        && list("dst") == Value::Array(vec![bulk("s2")]);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    durable
+}
+
+#[test]
+fn a_served_blocked_pop_survives_kill_dash_nine() {
+    assert!(served_pops_survive_kill_dash_nine(false));
+    assert!(!served_pops_survive_kill_dash_nine(true), "the planted ack-before-commit must be caught");
+}

@@ -98,6 +98,9 @@ pub(crate) struct BatchState {
     pub committed: Option<Committed>,
     /// Why the batch could not be persisted (set once; nothing more is executed).
     pub failed: Option<String>,
+    /// Commits that wrote and succeeded (ever): a blocked pop served when this was `n` is
+    /// durable once it is above `n`.
+    pub commits_ok: u64,
     /// Test hook: the `n`-th next commit that has something to write (early ones included)
     /// fails as if the engine refused it; 0: none.
     pub fail_commit: u32,
@@ -140,7 +143,7 @@ impl BatchState {
             self.failed = Some("injected commit failure".into());
             return Err(());
         }
-        engine.commit(region).map_err(|e| self.failed = Some(e.to_string()))
+        engine.commit(region).map(|()| self.commits_ok += 1).map_err(|e| self.failed = Some(e.to_string()))
     }
 
     /// Releases every held buffer.

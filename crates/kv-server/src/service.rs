@@ -38,7 +38,8 @@
 //! does not turn its loop, so it reclaims at its next batch.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, Instant};
 
 use pmwire_kv::LogError;
 use pmwire_log::Extent;
@@ -46,6 +47,7 @@ use pmwire_netio::http::{self, body_pieces, Codec, HttpError, Method, Parsed};
 use pmwire_netio::{Batch, ConnId, Input, Output, OutputMark, Service};
 use pmwire_resp::exec::{active_expire, Flow, Server as RespServer, ServerConfig, Session};
 use pmwire_resp::keyspace::{Clock, Keyspace, StoreError};
+use pmwire_resp::reply::ReplySink;
 use pmwire_resp::request::{Limits as RespLimits, Parsed as RespParsed};
 
 use crate::keyspace::{BatchState, EngineKeyspace, OutputSink};
@@ -78,6 +80,10 @@ pub struct ServiceStats {
     pub expired_swept: u64,
     /// HTTP requests parsed.
     pub http_requests: u64,
+    /// Blocked commands served by another client's write.
+    pub blocked_served: u64,
+    /// Blocked commands answered null because their time was up.
+    pub blocked_timeouts: u64,
 }
 
 /// What to write after an entry's replies (kept to rewrite it after a failed commit).
@@ -122,6 +128,8 @@ pub struct KvService {
     clock: Clock,
     /// The time of the current batch, ms since the Unix epoch.
     now_ms: u64,
+    /// Parked connections and their answers.
+    blocking: Blocking,
 }
 
 impl std::fmt::Debug for KvService {
@@ -159,6 +167,7 @@ impl KvService {
             fault_ack_before_commit: false,
             clock: Clock::System,
             now_ms: 0,
+            blocking: Blocking::default(),
         }
     }
 
@@ -219,7 +228,7 @@ impl KvService {
     }
 
     fn resp_entry(&mut self, input: &Input<'_>, out: &mut Output, store: &mut Store, st: &mut EntryState) {
-        let KvService { resp, sessions, parsed, state, now_ms, .. } = self;
+        let KvService { resp, sessions, parsed, state, now_ms, blocking, stats, .. } = self;
         let now_ms = *now_ms;
         if !sessions.contains_key(&input.conn) {
             // Redis refuses at accept; here the first bytes are the first news of a connection.
@@ -232,11 +241,15 @@ impl KvService {
             }
         }
         let session = sessions.entry(input.conn).or_insert_with(|| resp.open_session());
+        if session.is_blocked() {
+            return; // parked: what it sent meanwhile waits (Redis: a blocked client reads nothing)
+        }
         let (view, zero_copy) = (store.view(), store.mode == Mode::ZeroCopy);
         let reserve = store.sizing.ring_entries as u32;
         let mut bytes: Vec<&[u8]> = recycle(std::mem::take(&mut self.bytes));
         let mut locs = std::mem::take(&mut self.locs);
         let mut done = 0;
+        let mut parked = false;
         loop {
             bytes.clear();
             locs.clear();
@@ -268,6 +281,7 @@ impl KvService {
                     continue;
                 }
                 let request = parsed.request(&bytes, c);
+                let session = sessions.get_mut(&input.conn).expect("opened above");
                 let (savepoint, mark) = (ks.engine.savepoint(), sink.out.mark());
                 // An EXEC consumes the session's transaction: kept to run it again.
                 let exec = request.arg(0).eq_ignore_ascii_case(b"exec");
@@ -299,6 +313,30 @@ impl KvService {
                     st.close = true;
                     break;
                 }
+                if flow == Flow::Block {
+                    // Parked: its request is taken, the pipeline behind it waits.
+                    let timeout_ms = resp.blocked_timeout_ms(session).expect("blocked");
+                    let at = (ks.state.entry, st.resp_commands as usize - 1);
+                    blocking.park(input.conn, session.id(), timeout_ms, at);
+                    done += parsed.command_end(c);
+                    parked = true;
+                    break;
+                }
+                ks.state.entry_requests = st.resp_commands as usize;
+                for (client, error) in resp.take_unblocked() {
+                    // CLIENT UNBLOCK: answered now (nothing to commit), shown again like a served one.
+                    let conn = *blocking.clients.get(&client).expect("a blocked session is parked");
+                    let target = sessions.get_mut(&conn).expect("a parked connection has a session");
+                    let answer = RespServer::unblocked_reply(target, error).to_vec();
+                    resp.unblock(target);
+                    blocking.forget(conn);
+                    blocking.deferred.insert(conn, answer);
+                    blocking.wake.push(conn);
+                }
+                stats.blocked_served += serve_ready(resp, sessions, blocking, &mut ks, &mut sink);
+            }
+            if parked {
+                break;
             }
             done += summary.consumed;
             if st.close {
@@ -318,6 +356,32 @@ impl KvService {
         st.consumed = if st.close { input.len_bytes() } else { done };
         self.bytes = recycle(bytes);
         self.locs = locs;
+    }
+
+    /// Finishes the blocking bookkeeping of a batch whose commit failed: a pop served in it
+    /// and not made durable by an early commit answers the error instead of its element, and
+    /// a command parked in it that was answered with the error is no longer parked.
+    fn batch_failed(&mut self, why: &str) {
+        let durable = self.state.commits_ok;
+        let error = format!("-ERR pmwire could not persist: {why}\r\n").into_bytes();
+        for (conn, made_at) in std::mem::take(&mut self.blocking.served_now) {
+            if let Some(d) = self.blocking.deferred.get_mut(&conn) {
+                if made_at >= durable {
+                    *d = error.clone();
+                }
+            }
+        }
+        let committed = self.state.committed;
+        for (conn, (entry, request)) in std::mem::take(&mut self.blocking.parked_now) {
+            let kept = committed.is_some_and(|c| entry < c.entry || (entry == c.entry && request < c.requests));
+            if !kept {
+                if let Some(session) = self.sessions.get_mut(&conn) {
+                    self.resp.unblock(session);
+                }
+                self.blocking.forget(conn);
+                self.blocking.deferred.remove(&conn); // served after parking: one answer, the error
+            }
+        }
     }
 
     fn http_entry(&mut self, input: &Input<'_>, out: &mut Output, store: &mut Store, st: &mut EntryState) {
@@ -558,6 +622,11 @@ impl Service<Store> for KvService {
         entries.resize_with(n.max(entries.len()), EntryState::default);
         for (i, st) in entries.iter_mut().enumerate().take(n) {
             let (input, reply) = batch.split(i);
+            if let Some(served) = self.blocking.deferred.remove(&input.conn) {
+                // A blocked request's answer, durable since an earlier batch: before any reply
+                // of this batch (and outside its mark: a failure here does not take it back).
+                reply.output.push_bytes(&served);
+            }
             *st = EntryState {
                 mark: Some(reply.output.mark()),
                 http: std::mem::take(&mut st.http),
@@ -583,6 +652,7 @@ impl Service<Store> for KvService {
         if !committed {
             self.stats.failed_batches += 1;
             let why = self.state.failed.clone().unwrap_or_default().replace(['\r', '\n'], " ");
+            self.batch_failed(&why);
             // An early commit made a prefix of the batch durable: its replies stand.
             let committed = self.state.committed;
             for (i, st) in entries.iter().enumerate().take(n) {
@@ -599,15 +669,138 @@ impl Service<Store> for KvService {
             reply.consumed = st.consumed;
             reply.close = st.close;
         }
+        self.blocking.served_now.clear();
+        self.blocking.parked_now.clear();
         self.entries = entries;
     }
 
     fn closed(&mut self, conn: ConnId, store: &mut Store) {
         if let Some(session) = self.sessions.remove(&conn) {
-            self.resp.close_session(session);
+            self.resp.close_session(session); // a blocked session stops waiting
         }
+        self.blocking.forget(conn);
+        self.blocking.deferred.remove(&conn);
         // The loop has taken every reply of the last batch: its held buffers may go.
         self.state.release_held(&mut store.engine);
+    }
+
+    fn wakeups(&mut self, wake: &mut Vec<ConnId>) -> Option<Instant> {
+        let now = Instant::now();
+        while let Some(&(deadline, conn)) = self.blocking.deadlines.first() {
+            if deadline > now {
+                break;
+            }
+            let session = self.sessions.get_mut(&conn).expect("a parked connection has a session");
+            self.resp.unblock(session);
+            let reply = RespServer::timed_out_reply(session);
+            self.blocking.forget(conn);
+            self.blocking.deferred.insert(conn, reply.to_vec());
+            self.blocking.wake.push(conn);
+            self.stats.blocked_timeouts += 1;
+        }
+        wake.append(&mut self.blocking.wake);
+        self.blocking.deadlines.first().map(|&(deadline, _)| deadline)
+    }
+}
+
+/// Connections parked by a blocking command, and answers waiting to be sent (see the module
+/// docs). Invariants: `parked[c]` exists exactly when `c`'s session is blocked, and holds
+/// its client id and deadline; `deadlines` holds `(d, c)` exactly when `parked[c]`'s deadline
+/// is `Some(d)`; `clients[id] = c` exactly when `c` is parked with session `id`.
+#[derive(Debug, Default)]
+struct Blocking {
+    parked: HashMap<ConnId, (u64, Option<Instant>)>,
+    deadlines: BTreeSet<(Instant, ConnId)>,
+    clients: HashMap<u64, ConnId>,
+    /// Answers for connections no longer parked (served or timed out), written before their
+    /// next replies when the loop shows them again.
+    deferred: HashMap<ConnId, Vec<u8>>,
+    /// Connections to show the loop again.
+    wake: Vec<ConnId>,
+    /// Served in this batch: the connection and `BatchState::commits_ok` then.
+    served_now: Vec<(ConnId, u64)>,
+    /// Parked in this batch: the connection, its batch entry and request index.
+    parked_now: Vec<(ConnId, (usize, usize))>,
+}
+
+impl Blocking {
+    fn park(&mut self, conn: ConnId, client: u64, timeout_ms: u64, at: (usize, usize)) {
+        let deadline =
+            (timeout_ms > 0).then(|| Instant::now().checked_add(Duration::from_millis(timeout_ms))).flatten();
+        self.parked.insert(conn, (client, deadline));
+        if let Some(d) = deadline {
+            self.deadlines.insert((d, conn));
+        }
+        self.clients.insert(client, conn);
+        self.parked_now.push((conn, at));
+    }
+
+    /// `conn` is no longer parked.
+    fn forget(&mut self, conn: ConnId) {
+        if let Some((client, deadline)) = self.parked.remove(&conn) {
+            if let Some(d) = deadline {
+                assert!(self.deadlines.remove(&(d, conn)), "a parked deadline is in the set");
+            }
+            assert_eq!(self.clients.remove(&client), Some(conn), "a parked client is in the map");
+        }
+    }
+}
+
+/// Serves the sessions blocked on keys the last command made ready (Redis's
+/// `handleClientsBlockedOnKeys`), each staged in this batch like any write, its answer kept
+/// until the batch is committed and the loop shows its connection again. Returns how many.
+fn serve_ready(
+    resp: &mut RespServer,
+    sessions: &mut HashMap<ConnId, Session>,
+    blocking: &mut Blocking,
+    ks: &mut EngineKeyspace<'_>,
+    sink: &mut OutputSink<'_>,
+) -> u64 {
+    let mut served = 0;
+    while ks.state.failed.is_none() {
+        let Some((key, client)) = resp.next_ready(ks) else { break };
+        let conn = *blocking.clients.get(&client).expect("a blocked session is parked");
+        let session = sessions.get_mut(&conn).expect("a parked connection has a session");
+        let mut answer = DeferredSink { bytes: Vec::new(), view: sink.view };
+        let savepoint = ks.engine.savepoint();
+        resp.serve_blocked(session, ks, &key, &mut answer);
+        if std::mem::take(&mut ks.state.batch_full) {
+            // As for a command: undo, commit what came before, serve again in a fresh batch.
+            ks.engine.rollback_to(savepoint);
+            if ks.state.commit_early(ks.engine, ks.region, sink.out.mark()).is_err() {
+                break;
+            }
+            answer.bytes.clear();
+            resp.serve_blocked(session, ks, &key, &mut answer);
+            assert!(!std::mem::take(&mut ks.state.batch_full), "one list pop fills a fresh batch");
+        }
+        resp.unblock(session);
+        blocking.forget(conn);
+        blocking.deferred.insert(conn, answer.bytes);
+        blocking.served_now.push((conn, ks.state.commits_ok));
+        blocking.wake.push(conn);
+        served += 1;
+    }
+    served
+}
+
+/// Collects a served blocked command's answer (stored values copied: it is sent in a later
+/// batch, after the handles of this one are released).
+struct DeferredSink {
+    bytes: Vec<u8>,
+    view: PoolView,
+}
+
+impl ReplySink<crate::keyspace::Handle> for DeferredSink {
+    fn bytes(&mut self, data: &[u8]) {
+        self.bytes.extend_from_slice(data);
+    }
+
+    fn value(&mut self, value: &crate::keyspace::Handle, len: u64) {
+        assert_eq!(value.iter().map(|e| e.len as u64).sum::<u64>(), len, "value handle length");
+        for &e in value.iter() {
+            self.bytes.extend_from_slice(self.view.bytes(e));
+        }
     }
 }
 
@@ -806,6 +999,49 @@ mod tests {
             assert_eq!(stored("p0".into()) && stored(format!("p{}", pre - 1)), fail != Some(1));
             assert_eq!(stored("t0-0".into()), fail.is_none());
             assert_eq!(stored(format!("t{}-{}", queued - 1, (tx - 1) % 2_000)), fail.is_none());
+            store.engine().check(store.region()).unwrap();
+        }
+    }
+
+    /// A waiter parked and served in one batch, driven without a network so both surely share
+    /// it: the waiter's answer waits for the commit and goes out when the loop shows its
+    /// connection again; if that commit fails, the waiter gets one answer, the error, and
+    /// waits no more, and the list is untouched.
+    #[test]
+    fn a_waiter_served_in_its_own_batch_answers_after_the_commit_or_the_error() {
+        for fail in [false, true] {
+            let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+            let (mut store, _) = Store::open(&dir.path().join("pool"), 16 << 20, Mode::Copy).unwrap();
+            let mut service = KvService::new(0);
+            if fail {
+                service.fail_commit(1);
+            }
+            let (mut blpop, mut rpush) = (Vec::new(), Vec::new());
+            resp(&[b"BLPOP".to_vec(), b"k".to_vec(), b"0".to_vec()], &mut blpop);
+            resp(&[b"RPUSH".to_vec(), b"k".to_vec(), b"v".to_vec()], &mut rpush);
+            let (waiter, pusher) = (ConnId { slot: 0, generation: 0 }, ConnId { slot: 1, generation: 0 });
+            let segs = [[Segment { buf: 0, offset: 0, bytes: &blpop }], [Segment { buf: 0, offset: 0, bytes: &rpush }]];
+            let input = |conn, segments| Input {
+                conn,
+                listener: RESP_LISTENER,
+                peer_loopback: true,
+                segments,
+                peer_closed: false,
+            };
+            let replies = drive(&mut service, &mut store, &[input(waiter, &segs[0][..]), input(pusher, &segs[1][..])]);
+            let text = |r: &pmwire_netio::Reply, store: &Store| String::from_utf8(r.output.to_vec(store)).unwrap();
+            let error = "-ERR pmwire could not persist: injected commit failure\r\n";
+            assert_eq!(replies[0].consumed, blpop.len());
+            assert_eq!(text(&replies[0], &store), if fail { error } else { "" });
+            assert_eq!(text(&replies[1], &store), if fail { error } else { ":1\r\n" });
+            let mut wake = Vec::new();
+            assert_eq!(service.wakeups(&mut wake), None, "no deadline: BLPOP ... 0 waits for ever");
+            assert_eq!(wake, vec![waiter]);
+            let again = drive(&mut service, &mut store, &[input(waiter, &[])]);
+            assert_eq!(text(&again[0], &store), if fail { "" } else { "*2\r\n$1\r\nk\r\n$1\r\nv\r\n" });
+            assert!(!service.sessions[&waiter].is_blocked());
+            assert_eq!(service.resp.blocked_clients(), 0);
+            assert!(store.engine().lookup(b"k").is_none(), "popped, or never pushed");
             store.engine().check(store.region()).unwrap();
         }
     }

@@ -7,8 +7,9 @@
 //! send, and whether to close the connection once that output is sent.
 //!
 //! A connection appears in a batch only when new bytes (or its EOF) arrived since the last
-//! call, so a service must consume every complete request it is shown: a request left
-//! unconsumed is shown again only with the next bytes. Output is appended, never replaced
+//! call, or when the service asked for it ([`Service::wakeups`]), so a service must consume
+//! every complete request it is shown unless it parks the connection: a request left
+//! unconsumed is shown again only with the next bytes or the service's wake-up. Output is appended, never replaced
 //! (earlier parts may still be queued).
 //!
 //! Invariants:
@@ -334,6 +335,16 @@ pub trait Service<S: BufferSource> {
     /// Connection `conn` is closed and all its buffers returned (default: nothing).
     fn closed(&mut self, conn: ConnId, bufs: &mut S) {
         let _ = (conn, bufs);
+    }
+
+    /// Asked after every `handle` and every wake-up of the loop: the connections to show
+    /// again at once although no new bytes came for them (pushed to `wake`: e.g. a parked
+    /// request that can now be answered; they are shown even with no unconsumed input), and
+    /// the instant at which the service wants to be asked again (the loop's timer wakes it
+    /// then, with no busy waiting; `None`: no deadline). Default: neither.
+    fn wakeups(&mut self, wake: &mut Vec<ConnId>) -> Option<std::time::Instant> {
+        let _ = wake;
+        None
     }
 }
 

@@ -27,6 +27,13 @@
 //!   buffer when it fits, and its own buffer returned at once, so a peer that sends a byte at a
 //!   time holds about one buffer per buffer's worth of bytes, not one per receive.
 //!
+//! Wake-ups and the timer: after every `handle` the loop asks the service for connections to
+//! show again with no new bytes (a parked request now answerable) and runs the service again
+//! for them in the same turn, until it names none; it also asks for the service's next
+//! deadline and keeps one io_uring timeout armed for the earliest (`OP_TIMER`, replaced by a
+//! `TimeoutRemove` when an earlier one is wanted), so a sleeping loop wakes at that instant
+//! and asks again. A stale timer firing early costs one empty turn.
+//!
 //! Closing: a service's `close` (or the peer's EOF) is graceful: queued output is sent, then
 //! the socket is half-closed (FIN) and further input is read and discarded until the peer
 //! closes or two linger ticks of 500 ms pass, so a peer still sending (the body of a refused
@@ -348,6 +355,7 @@ const OP_SEND: u64 = 3;
 const OP_CANCEL: u64 = 4;
 const OP_STOP: u64 = 5;
 const OP_TICK: u64 = 6;
+const OP_TIMER: u64 = 7;
 
 /// Most listening sockets one server has.
 const MAX_LISTENERS: usize = 16;
@@ -366,6 +374,10 @@ const IORING_ENTER_GETEVENTS: u32 = 1;
 
 fn user_data(op: u64, slot: u32, gen: u32) -> u64 {
     (op << 56) | ((gen as u64 & 0xff_ffff) << 32) | slot as u64
+}
+
+fn gen_of(ud: u64) -> u32 {
+    unpack(ud).2
 }
 
 fn unpack(ud: u64) -> (u64, u32, u32) {
@@ -417,6 +429,8 @@ struct Conn {
     /// Ticks seen since the half-close of a graceful close (`None`: not lingering).
     linger_ticks: Option<u8>,
     touched: bool,
+    /// The service asked to see the connection although no new bytes came.
+    forced: bool,
     dirty: bool,
     pending: Output,
     inflight: Output,
@@ -447,6 +461,7 @@ impl Conn {
             shut: false,
             linger_ticks: None,
             touched: false,
+            forced: false,
             dirty: false,
             pending: Output::new(),
             inflight: Output::new(),
@@ -489,6 +504,12 @@ struct Loop<'a, S: BufferSource, V: Service<S>> {
     accept_armed: Vec<bool>,
     tick_armed: bool,
     tick_ts: Box<types::Timespec>,
+    /// The service's timer: the deadline armed and the generation in its user data.
+    timer: Option<(Instant, u32)>,
+    timer_gen: u32,
+    timer_ts: Box<types::Timespec>,
+    /// Connections the service asked to see again (scratch).
+    wakes: Vec<ConnId>,
     stopping: bool,
     fatal: Option<io::Error>,
     /// Sends submitted since the last wait (each a completion to come, and, from a closed-loop
@@ -546,6 +567,10 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             cqes: Vec::with_capacity(sq as usize * 4),
             tick_armed: false,
             tick_ts: Box::new(types::Timespec::new().nsec(LINGER_TICK_MS * 1_000_000)),
+            timer: None,
+            timer_gen: 0,
+            timer_ts: Box::new(types::Timespec::new()),
+            wakes: Vec::new(),
             stopping: false,
             fatal: None,
             sends_since_wait: 0,
@@ -587,6 +612,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             }
             self.refill();
             self.run_service();
+            self.run_wakeups();
             self.refill();
             self.wake_starved();
             self.settle_dirty();
@@ -695,6 +721,11 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             OP_CANCEL => {}
             OP_STOP => self.stopping = true,
             OP_TICK => self.on_tick(),
+            OP_TIMER => {
+                if self.timer.is_some_and(|(_, gen)| gen & 0xff_ffff == gen_of(ud)) {
+                    self.timer = None;
+                }
+            }
             _ => panic!("completion with unknown user_data {ud:#x}"),
         }
     }
@@ -979,7 +1010,8 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
         for &slot in &touched {
             let c = &mut self.conns[slot as usize];
             c.touched = false;
-            if !c.open || c.closing != Closing::No || c.rx_bytes == 0 {
+            let forced = std::mem::take(&mut c.forced);
+            if !c.open || c.closing != Closing::No || (c.rx_bytes == 0 && !forced) {
                 continue;
             }
             let seg_start = batch.segs.len();
@@ -1170,6 +1202,51 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
         if !c.peer_eof && c.recv == RecvState::Idle && !c.starved {
             self.arm_recv(slot);
         }
+    }
+
+    /// Shows the service the connections it asks for, again until it asks for none, then
+    /// arms the timer for its deadline.
+    fn run_wakeups(&mut self) {
+        loop {
+            let mut wakes = std::mem::take(&mut self.wakes);
+            wakes.clear();
+            let deadline = self.svc.wakeups(&mut wakes);
+            let mut any = false;
+            for id in &wakes {
+                let Some(c) = self.conns.get_mut(id.slot as usize) else { continue };
+                if !c.open || c.gen != id.generation || c.closing != Closing::No {
+                    continue;
+                }
+                c.forced = true;
+                any = true;
+                self.mark_touched(id.slot);
+            }
+            self.wakes = wakes;
+            if !any {
+                self.arm_timer(deadline);
+                return;
+            }
+            self.run_service();
+        }
+    }
+
+    /// Keeps a timeout armed for `deadline` unless one is armed for no later.
+    fn arm_timer(&mut self, deadline: Option<Instant>) {
+        let Some(deadline) = deadline else { return };
+        if self.timer.is_some_and(|(armed, _)| armed <= deadline) {
+            return;
+        }
+        if let Some((_, gen)) = self.timer.take() {
+            let target = user_data(OP_TIMER, 0, gen);
+            self.push(opcode::TimeoutRemove::new(target).build().user_data(user_data(OP_CANCEL, 0, 0)));
+        }
+        self.timer_gen = self.timer_gen.wrapping_add(1);
+        let gen = self.timer_gen;
+        let wait = deadline.saturating_duration_since(Instant::now());
+        *self.timer_ts = types::Timespec::new().sec(wait.as_secs()).nsec(wait.subsec_nanos());
+        let ts: *const types::Timespec = &*self.timer_ts;
+        self.push(opcode::Timeout::new(ts).build().user_data(user_data(OP_TIMER, 0, gen)));
+        self.timer = Some((deadline, gen));
     }
 
     fn arm_tick(&mut self) {

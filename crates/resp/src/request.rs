@@ -158,6 +158,8 @@ pub struct Parsed {
     pieces: Vec<Piece>,
     args: Vec<ArgMeta>,
     commands: Vec<Range<u32>>,
+    /// Where each command's bytes end in the input (the offset after it).
+    ends: Vec<usize>,
     gathered: Vec<u8>,
     line: Vec<u8>,
 }
@@ -250,6 +252,7 @@ impl Parsed {
         self.pieces.clear();
         self.args.clear();
         self.commands.clear();
+        self.ends.clear();
         self.gathered.clear();
         self.seg_starts.clear();
         let mut starts = std::mem::take(&mut self.seg_starts);
@@ -276,6 +279,7 @@ impl Parsed {
             match step {
                 Step::Command(next) => {
                     self.commands.push(first_arg..self.args.len() as u32);
+                    self.ends.push(next);
                     pos = next;
                 }
                 Step::Empty(next) => pos = next,
@@ -312,6 +316,13 @@ impl Parsed {
     pub fn request<'a>(&'a self, segments: &'a [&'a [u8]], i: usize) -> Request<'a> {
         let r = self.commands[i].clone();
         Request { parsed: self, segments, args: &self.args[r.start as usize..r.end as usize] }
+    }
+
+    /// Where command `i` of the last parse ends: the bytes to consume to
+    /// take it and everything before it (a request that blocks is consumed
+    /// alone, the pipeline behind it left for later).
+    pub fn command_end(&self, i: usize) -> usize {
+        self.ends[i]
     }
 
     /// Drops the locations of the last parse's arguments (their bytes

@@ -194,6 +194,8 @@ struct Differ {
     loose: u64,
     /// MULTI commands sent.
     multis: u64,
+    /// Blocking pops that blocked (and timed out).
+    timeouts: u64,
 }
 
 impl Differ {
@@ -240,7 +242,7 @@ impl Differ {
         let mut server = Server::new(config);
         let session = server.open_session_with_id(id);
         let (ks, parsed) = (MemKeyspace::new(), Parsed::new(Limits::default()));
-        Differ { conn, server, session, ks, parsed, req, by_shape: 0, loose: 0, multis: 0 }
+        Differ { conn, server, session, ks, parsed, req, by_shape: 0, loose: 0, multis: 0, timeouts: 0 }
     }
 
     /// Runs `args` on redis-server only.
@@ -259,7 +261,15 @@ impl Differ {
         assert_eq!(summary.consumed, self.req.len());
         assert_eq!(summary.commands, 1);
         let mut got: Vec<u8> = Vec::new();
-        let flow = self.server.execute(&mut self.session, &mut self.ks, &self.parsed.request(&segs, 0), &mut got);
+        let mut flow = self.server.execute(&mut self.session, &mut self.ks, &self.parsed.request(&segs, 0), &mut got);
+        if flow == Flow::Block {
+            // One connection: nobody can push, so the wait ends by its time-out.
+            assert!(got.is_empty(), "a blocked command wrote a reply");
+            self.server.unblock(&mut self.session);
+            self.timeouts += 1;
+            got.extend_from_slice(Server::timed_out_reply(&self.session));
+            flow = Flow::Continue;
+        }
         (got, flow)
     }
 
@@ -880,6 +890,39 @@ mod gen {
                         }
                     }
                 }
+                "BLPOP" | "BRPOP" => {
+                    for _ in 0..self.n(0, 2) {
+                        a.push(self.family_key(LIST_KEYS));
+                    }
+                    a.push(self.pick(BLOCK_TIMEOUTS));
+                }
+                "BLMOVE" | "BRPOPLPUSH" => {
+                    a.push(self.family_key(LIST_KEYS));
+                    if name == "BLMOVE" {
+                        for _ in 0..2 {
+                            a.push(self.pick(&["LEFT", "RIGHT", "left", "UP"]));
+                        }
+                    }
+                    a.push(self.pick(BLOCK_TIMEOUTS));
+                }
+                "LMPOP" | "BLMPOP" => {
+                    let first = a.pop().expect("the key pushed above");
+                    if name == "BLMPOP" {
+                        a.push(self.pick(BLOCK_TIMEOUTS));
+                    }
+                    let n = self.n(1, 3);
+                    let numkeys = if self.rng.gen_bool(0.85) { n.to_string().into_bytes() } else { self.pick(COUNTS) };
+                    a.push(numkeys);
+                    a.push(first);
+                    for _ in 1..n {
+                        a.push(self.family_key(LIST_KEYS));
+                    }
+                    a.push(self.pick(&["LEFT", "RIGHT", "right", "UP"]));
+                    if self.rng.gen_bool(0.5) {
+                        a.push(self.pick(&["COUNT", "count", "COUNT", "FOO"]));
+                        a.push(self.pick(COUNTS));
+                    }
+                }
                 "LLEN" => {}
                 other => unreachable!("{other}"),
             }
@@ -1243,8 +1286,11 @@ mod gen {
     ];
     const LISTS: &[&str] = &[
         "LPUSH", "RPUSH", "LPUSHX", "RPUSHX", "LPOP", "RPOP", "LRANGE", "LLEN", "LINDEX", "LSET", "LREM", "LTRIM",
-        "LINSERT", "LPOS", "LMOVE", "RPOPLPUSH",
+        "LINSERT", "LPOS", "LMOVE", "RPOPLPUSH", "BLPOP", "BRPOP", "BLMOVE", "BRPOPLPUSH", "LMPOP", "BLMPOP",
     ];
+    /// Timeouts of blocking pops: short (one connection: nobody pushes, so
+    /// an empty wait times out; 0 would block for ever), and refused ones.
+    pub const BLOCK_TIMEOUTS: &[&str] = &["0.01", "0.02", "-1", "x", "inf", "1e400"];
     /// SADD three times over: sets grow past one member, where SPOP and
     /// SRANDMEMBER become random.
     const SETS: &[&str] = &[
@@ -1319,6 +1365,7 @@ fn random_commands_match_redis() {
     );
     println!("{} of {ttl_family} TTL/PTTL/EXPIRETIME/PEXPIRETIME replies differed within the tolerance", d.loose);
     println!("{} transactions (MULTI ... EXEC or DISCARD)", d.multis);
+    println!("{} blocking pops blocked and timed out", d.timeouts);
     assert!(failures.is_empty(), "seed {seed}: {} differences (first 20):\n{}", failures.len(), failures.join("\n"));
 }
 

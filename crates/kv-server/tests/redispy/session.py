@@ -13,6 +13,8 @@ passed" and exits 0, or raises (exit 1) naming the step.
 
 import argparse
 import sys
+import threading
+import time
 
 import redis
 
@@ -222,6 +224,33 @@ def lists(s):
     s.eq(r.rpoplpush("l1", "l2"), b"y", "RPOPLPUSH")
     s.eq(r.lrange("l2", 0, -1), [b"y", b"x"], "LRANGE after the moves")
     s.eq(r.rpushx("nolist", "a"), 0, "RPUSHX on a missing key")
+    blocking(s)
+
+
+def blocking(s):
+    r = s.r
+    r.rpush("b1", "x", "y")
+    s.eq(tuple(r.blpop(["nolist", "b1"], timeout=1)), (b"b1", b"x"), "BLPOP on a list with elements")
+    s.eq(tuple(r.brpop("b1", timeout=1)), (b"b1", b"y"), "BRPOP on a list with elements")
+    s.eq(r.blpop("b1", timeout=0.05), None, "BLPOP times out (RESP3: _, RESP2: *-1)")
+    s.eq(r.brpoplpush("b1", "b2", timeout=0.05), None, "BRPOPLPUSH times out")
+    s.raises(lambda: r.blpop("b1", timeout=-1), "timeout is negative", "BLPOP with a negative timeout")
+    r.set("b:str", "1")
+    s.raises(lambda: r.blpop("b:str", timeout=1), "WRONGTYPE", "BLPOP on a string")
+    # Served by another connection's push: the waiter runs on its own connection.
+    got = {}
+    waiter = threading.Thread(target=lambda: got.update(v=r.blmove("bq", "bd", 10, "LEFT", "RIGHT")))
+    waiter.start()
+    deadline = time.monotonic() + 10
+    while r.info("clients")["blocked_clients"] != 1:
+        if time.monotonic() > deadline:
+            raise AssertionError("BLMOVE never blocked")
+        time.sleep(0.002)
+    s.eq(r.rpush("bq", "m"), 1, "RPUSH to a key a client waits on")
+    waiter.join(10)
+    s.eq(got.get("v"), b"m", "BLMOVE served by another client's push")
+    s.eq(r.lrange("bd", 0, -1), [b"m"], "BLMOVE's destination")
+    s.eq(r.exists("bq"), 0, "BLMOVE's source emptied")
 
 
 def sets(s):

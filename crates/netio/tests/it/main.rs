@@ -6,3 +6,4 @@ mod kv;
 mod limits;
 mod listeners;
 mod load;
+mod wakeups;

@@ -69,6 +69,7 @@ pub(super) fn client<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, 
             None => c.out.null(),
         },
         b"id" => c.out.integer(c.session.id as i64),
+        b"unblock" => super::blocking::client_unblock(c)?,
         _ => unreachable!("subcommand table and client() disagree"),
     }
     Ok(())
@@ -487,7 +488,9 @@ pub(super) fn info<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_
             cfg.tcp_port
         ),
     );
-    section(1, format!("connected_clients:{}\r\n", c.server.connected));
+    let clients =
+        format!("connected_clients:{}\r\nblocked_clients:{}\r\n", c.server.connected, c.server.blocked_clients());
+    section(1, clients);
     section(2, "used_memory:0\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\n".into());
     section(3, "loading:0\r\nrdb_changes_since_last_save:0\r\naof_enabled:0\r\n".into());
     section(4, format!("total_commands_processed:{}\r\n", c.server.commands_processed));

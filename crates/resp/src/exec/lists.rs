@@ -15,7 +15,7 @@ use crate::reply::ReplySink;
 type C<'a, 'b, 'r, K, S> = &'a mut Ctx<'b, 'r, K, S>;
 
 /// Which end of a list.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum End {
     Head,
     Tail,
@@ -105,6 +105,23 @@ pub(super) fn pop<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_,
         }
     }
     Ok(())
+}
+
+/// Pops up to `n` (at least 1) elements from `end` of the non-empty list at
+/// `key`, in the order popped (BLPOP, BRPOP, LMPOP and BLMPOP when a list
+/// has elements); `None` if there is no list there.
+pub(super) fn pop_values<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+    c: C<'_, '_, '_, K, S>,
+    key: &[u8],
+    end: End,
+    n: usize,
+) -> Result<Option<Vec<Vec<u8>>>, Fail> {
+    let Some(blob) = c.load(key, Kind::List)? else { return Ok(None) };
+    let mut items = decode(&blob)?;
+    let popped: Vec<Vec<u8>> = take_from(&mut items, end, n).into_iter().map(<[u8]>::to_vec).collect();
+    assert!(!popped.is_empty(), "a stored list is never empty");
+    store(c, key, &items)?;
+    Ok(Some(popped))
 }
 
 /// Redis's `start`/`end` normalisation for LRANGE and LTRIM: the inclusive
@@ -329,7 +346,7 @@ pub(super) fn lpos<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_
 }
 
 /// A LEFT / RIGHT argument.
-fn end_arg(word: &[u8]) -> Result<End, Fail> {
+pub(super) fn end_arg(word: &[u8]) -> Result<End, Fail> {
     if word.eq_ignore_ascii_case(b"left") {
         Ok(End::Head)
     } else if word.eq_ignore_ascii_case(b"right") {
@@ -353,7 +370,11 @@ pub(super) fn rpoplpush<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '
 
 /// Pops one element from `from` of the source and pushes it at `to` of the
 /// destination (the same list when the keys are equal: a rotation).
-fn move_one<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>, from: End, to: End) -> Res {
+pub(super) fn move_one<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+    c: C<'_, '_, '_, K, S>,
+    from: End,
+    to: End,
+) -> Res {
     let (src, dst) = (c.arg(1), c.arg(2));
     let Some(src_blob) = c.load(src, Kind::List)? else {
         c.out.null();

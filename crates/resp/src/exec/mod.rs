@@ -13,6 +13,7 @@
 //! it knows it will succeed; errors are written whole by [`Fail`].
 
 mod admin;
+mod blocking;
 mod hashes;
 mod keys;
 mod lists;
@@ -87,6 +88,10 @@ pub enum Flow {
     Continue,
     /// Send the replies so far, then close the connection (QUIT).
     Close,
+    /// The command blocked (BLPOP on empty lists...): it wrote no reply.
+    /// The connection processes nothing more until the session is served
+    /// ([`Server::serve_blocked`]) or times out ([`Server::unblock`]).
+    Block,
 }
 
 /// One connection's state.
@@ -101,6 +106,8 @@ pub struct Session {
     authenticated: bool,
     /// The open transaction (MULTI), if any.
     multi: Option<multi::Multi>,
+    /// What a blocked command waits for, if the session is blocked.
+    blocked: Option<blocking::Blocked>,
 }
 
 impl Session {
@@ -117,6 +124,11 @@ impl Session {
     /// Whether a transaction is open (MULTI without EXEC or DISCARD yet).
     pub fn in_multi(&self) -> bool {
         self.multi.is_some()
+    }
+
+    /// Whether a blocking command waits (its reply not written yet).
+    pub fn is_blocked(&self) -> bool {
+        self.blocked.is_some()
     }
 }
 
@@ -162,6 +174,11 @@ pub struct Server {
     cursors: Cursors,
     rng: SplitMix64,
     watches: multi::Watches,
+    /// Sessions blocked on keys, and the keys made ready.
+    waiters: blocking::Waiters,
+    /// Inside EXEC: blocking commands answer at once (Redis's
+    /// `CLIENT_DENY_BLOCKING`).
+    deny_blocking: bool,
     /// Bytes of queued commands one transaction may hold.
     max_queued_bytes: usize,
 }
@@ -330,6 +347,11 @@ const fn spec(name: &'static str, arity: i32, first_key: i32, last_key: i32, ste
 pub(crate) const COMMANDS: &[Spec] = &[
     spec("acl", -2, 0, 0, 0),
     spec("append", 3, 1, 1, 1),
+    spec("blmove", 6, 1, 2, 1),
+    spec("blmpop", -5, 0, 0, 0),
+    spec("blpop", -3, 1, -2, 1),
+    spec("brpop", -3, 1, -2, 1),
+    spec("brpoplpush", 4, 1, 2, 1),
     spec("auth", -2, 0, 0, 0),
     spec("client", -2, 0, 0, 0),
     spec("command", -1, 0, 0, 0),
@@ -379,6 +401,7 @@ pub(crate) const COMMANDS: &[Spec] = &[
     spec("linsert", 5, 1, 1, 1),
     spec("llen", 2, 1, 1, 1),
     spec("lmove", 5, 1, 2, 1),
+    spec("lmpop", -4, 0, 0, 0),
     spec("lpop", -2, 1, 1, 1),
     spec("lpos", -3, 1, 1, 1),
     spec("lpush", -3, 1, 1, 1),
@@ -477,6 +500,7 @@ pub(crate) const SUBCOMMANDS: &[(&str, &str, i32)] = &[
     ("client", "getname", 2),
     ("client", "id", 2),
     ("client", "setname", 3),
+    ("client", "unblock", -3),
     ("command", "count", 2),
     ("command", "docs", -2),
     ("command", "info", -2),
@@ -531,6 +555,8 @@ impl Server {
             cursors: Cursors::default(),
             rng,
             watches,
+            waiters: blocking::Waiters::default(),
+            deny_blocking: false,
             max_queued_bytes: MAX_QUEUED_BYTES,
         }
     }
@@ -587,7 +613,7 @@ impl Server {
         self.next_client_id += 1;
         self.connected += 1;
         let authenticated = self.config.requirepass.is_none();
-        Session { id: self.next_client_id, protocol: Protocol::Resp2, name: None, authenticated, multi: None }
+        Session { id: self.next_client_id, protocol: Protocol::Resp2, name: None, authenticated, multi: None, blocked: None }
     }
 
     /// A session with a given id (tests that mirror another server's ids).
@@ -595,11 +621,12 @@ impl Server {
         self.connected += 1;
         self.next_client_id = self.next_client_id.max(id);
         let authenticated = self.config.requirepass.is_none();
-        Session { id, protocol: Protocol::Resp2, name: None, authenticated, multi: None }
+        Session { id, protocol: Protocol::Resp2, name: None, authenticated, multi: None, blocked: None }
     }
 
     /// A connection closed (INFO's `connected_clients`).
-    pub fn close_session(&mut self, session: Session) {
+    pub fn close_session(&mut self, mut session: Session) {
+        self.unblock(&mut session);
         self.watches.unwatch_all(session.id);
         assert!(self.connected > 0);
         self.connected -= 1;
@@ -663,7 +690,7 @@ impl Server {
     {
         let protocol = session.protocol;
         ks.begin_command();
-        let result = if self.watches.is_empty() {
+        let result = if self.watches.is_empty() && self.waiters.is_empty() {
             let mut ctx = Ctx { server: self, session, ks, req, out: Out::new(sink, protocol) };
             run(spec.name, &mut ctx).map_err(|fail| ctx.out.error(fail.text().as_bytes()))
         } else {
@@ -675,11 +702,12 @@ impl Server {
             } else {
                 Vec::new()
             };
-            let mut tracked = multi::Tracked { inner: ks, touched: Vec::new(), cleared: false };
+            let mut tracked = multi::Tracked { inner: ks, touched: Vec::new(), cleared: false, lists: Vec::new() };
             let mut ctx = Ctx { server: self, session, ks: &mut tracked, req, out: Out::new(sink, protocol) };
             let result = run(spec.name, &mut ctx).map_err(|fail| ctx.out.error(fail.text().as_bytes()));
             let (touched, cleared) = (std::mem::take(&mut tracked.touched), tracked.cleared);
             touched.iter().for_each(|k| self.watches.touch(k));
+            tracked.lists.iter().for_each(|k| self.waiters.written(k));
             if cleared {
                 existing.iter().for_each(|k| self.watches.touch(k));
             }
@@ -687,6 +715,11 @@ impl Server {
         };
         match result {
             Ok(()) if spec.name == "quit" => Flow::Close,
+            Ok(()) if session.blocked.is_some() => {
+                let blocked = session.blocked.as_ref().expect("blocked");
+                self.waiters.block(session.id, &blocked.keys);
+                Flow::Block
+            }
             Ok(()) => Flow::Continue,
             Err(()) => {
                 // A failed command stored nothing (a write may have failed part-way).
@@ -709,7 +742,7 @@ impl Server {
             out.error(b"ERR EXEC without MULTI");
             return Flow::Continue;
         };
-        let dirty = self.watches.is_dirty(session.id);
+        let dirty = self.watches.is_dirty(session.id) || self.watches.expired_since_watch(session.id, ks.now_ms());
         self.watches.unwatch_all(session.id);
         if multi.failed {
             out.error(b"EXECABORT Transaction discarded because of previous errors.");
@@ -729,6 +762,7 @@ impl Server {
         assert_eq!(summary.commands, multi.commands, "queued commands parse back");
         assert_eq!(summary.consumed, multi.queued.len(), "queued commands parse back");
         parsed.forget_pieces();
+        self.deny_blocking = true;
         for i in 0..multi.commands {
             let req = parsed.request(&segments, i);
             self.commands_processed += 1;
@@ -736,7 +770,96 @@ impl Server {
             let spec = spec.expect("a queued command was admitted");
             self.run_one(spec, session, ks, &req, sink);
         }
+        self.deny_blocking = false;
         Flow::Continue
+    }
+
+    /// Sessions blocked now (INFO's `blocked_clients`).
+    pub fn blocked_clients(&self) -> usize {
+        self.waiters.clients()
+    }
+
+    /// How long a blocked session waits, ms (0: for ever); `None` if it is
+    /// not blocked.
+    pub fn blocked_timeout_ms(&self, session: &Session) -> Option<u64> {
+        session.blocked.as_ref().map(|b| b.timeout_ms)
+    }
+
+    /// The next session to serve: the first waiter (by client id) of the
+    /// first key made ready that holds a non-empty list, and that key.
+    /// Call after each top-level command until `None`, serving each with
+    /// [`Server::serve_blocked`] then [`Server::unblock`].
+    pub fn next_ready<K: Keyspace>(&mut self, ks: &mut K) -> Option<(Vec<u8>, u64)> {
+        self.waiters.next_ready(ks)
+    }
+
+    /// Serves blocked `session` on ready `key` (from [`Server::next_ready`]):
+    /// runs the non-blocking form of its command there, as if the client
+    /// sent it now, and writes the blocking command's reply to `sink`. The
+    /// session stays blocked until [`Server::unblock`] (so a caller whose
+    /// batch could not take the writes can undo them and serve again).
+    pub fn serve_blocked<K, S>(&mut self, session: &mut Session, ks: &mut K, key: &[u8], sink: &mut S)
+    where
+        K: Keyspace,
+        S: ReplySink<K::Value> + ?Sized,
+    {
+        let blocked = session.blocked.take().expect("serving a blocked session");
+        let args = blocking::served_command(&blocked.op, key);
+        let mut encoded = Vec::new();
+        crate::client::encode_request(&args, &mut encoded);
+        let mut parsed = crate::request::Parsed::new(self.config.limits);
+        let segments: [&[u8]; 1] = [&encoded];
+        assert_eq!(parsed.parse(&segments).commands, 1, "a served command parses back");
+        parsed.forget_pieces();
+        let req = parsed.request(&segments, 0);
+        let spec = COMMANDS.iter().find(|s| s.name.as_bytes().eq_ignore_ascii_case(req.arg(0))).expect("a list command");
+        self.commands_processed += 1;
+        let mut capture = blocking::Capture(Vec::new());
+        self.run_one(spec, session, ks, &req, &mut capture);
+        let mut out = Out::<K::Value, S>::new(sink, session.protocol);
+        let framed = matches!(blocked.op, blocking::Op::Pop(_) | blocking::Op::MPop { .. });
+        if framed && !capture.0.starts_with(b"-") {
+            out.array(2);
+            out.bulk(key);
+        }
+        out.raw(&capture.0);
+        session.blocked = Some(blocked);
+    }
+
+    /// Waits that CLIENT UNBLOCK ended since the last call: the client ids,
+    /// each with whether it ends with the error; the caller sends
+    /// [`Server::unblocked_reply`] and calls [`Server::unblock`] on the
+    /// session. They are no longer queued on any key already. Call after
+    /// each top-level command, before serving ready keys.
+    pub fn take_unblocked(&mut self) -> Vec<(u64, bool)> {
+        self.waiters.take_unblocked()
+    }
+
+    /// The answer of a wait CLIENT UNBLOCK ended: as a time-out, or the
+    /// `UNBLOCKED` error.
+    pub fn unblocked_reply(session: &Session, error: bool) -> &'static [u8] {
+        if error {
+            b"-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n"
+        } else {
+            Server::timed_out_reply(session)
+        }
+    }
+
+    /// Ends `session`'s wait (served, timed out, or closed): it is no
+    /// longer queued on any key. Nothing if it is not blocked.
+    pub fn unblock(&mut self, session: &mut Session) {
+        if session.blocked.take().is_some() {
+            self.waiters.unblock(session.id);
+        }
+    }
+
+    /// What a blocked command answers when its time is up: the null array
+    /// (`*-1` in RESP2, `_` in RESP3), whatever the command.
+    pub fn timed_out_reply(session: &Session) -> &'static [u8] {
+        match session.protocol {
+            Protocol::Resp2 => b"*-1\r\n",
+            Protocol::Resp3 => b"_\r\n",
+        }
     }
 }
 
@@ -865,6 +988,12 @@ fn run<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(name: &str, c: &mut Ctx<'_,
         "lpos" => lists::lpos(c),
         "lmove" => lists::lmove(c),
         "rpoplpush" => lists::rpoplpush(c),
+        "blpop" => blocking::bpop(c, lists::End::Head),
+        "brpop" => blocking::bpop(c, lists::End::Tail),
+        "blmove" => blocking::blmove(c),
+        "brpoplpush" => blocking::brpoplpush(c),
+        "lmpop" => blocking::lmpop(c),
+        "blmpop" => blocking::blmpop(c),
         "sadd" => sets::sadd(c),
         "srem" => sets::srem(c),
         "smembers" => sets::smembers(c),

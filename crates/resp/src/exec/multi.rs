@@ -16,8 +16,17 @@
 //! (set, a delete of a present key, a flush while it exists), and a
 //! session with a touched key is *dirty*: its EXEC answers the null array
 //! and runs nothing. EXEC, DISCARD, UNWATCH and closing the connection
-//! forget a session's watches and its dirty flag. Expiry, when it lands,
-//! calls [`Server::key_changed`] for a key it removes.
+//! forget a session's watches and its dirty flag.
+//!
+//! Expiry, as Redis 7.0 (`isWatchedKeyExpired`, and the touch its expiry
+//! deletions make): a key that was live at WATCH and expires before EXEC
+//! aborts the EXEC, whether it was deleted meanwhile (lazily or by the
+//! sweep) or not; a key already expired at WATCH does not (WATCH's lookup
+//! deletes it, so it is watched as absent). WATCH records the deadline of
+//! each live key it watches: unless a write touched the key (which makes
+//! the session dirty anyway), the key still has that deadline, so EXEC
+//! aborts when it has passed ([`Keyspace::now_ms`]), without any hook in
+//! the keyspace's lazy or active expiry.
 //!
 //! Invariants: `by_key[k]` holds client `c` exactly when `by_client[c]`
 //! holds `k`; `dirty` only names clients with watches.
@@ -49,6 +58,8 @@ pub(crate) struct Watches {
     by_key: HashMap<Vec<u8>, Vec<u64>>,
     by_client: HashMap<u64, Vec<Vec<u8>>>,
     dirty: HashSet<u64>,
+    /// Deadlines the live watched keys of each client had at WATCH.
+    deadlines: HashMap<u64, Vec<u64>>,
 }
 
 impl Watches {
@@ -56,17 +67,28 @@ impl Watches {
         self.by_key.is_empty()
     }
 
-    pub fn watch(&mut self, client: u64, key: &[u8]) {
+    /// `client` watches `key`, live with `deadline_ms` if any (a key
+    /// watched already keeps what its first WATCH saw, as in Redis).
+    pub fn watch(&mut self, client: u64, key: &[u8], deadline_ms: Option<u64>) {
         let clients = self.by_key.entry(key.to_vec()).or_default();
         if !clients.contains(&client) {
             clients.push(client);
             self.by_client.entry(client).or_default().push(key.to_vec());
+            if let Some(d) = deadline_ms {
+                self.deadlines.entry(client).or_default().push(d);
+            }
         }
+    }
+
+    /// Whether a key `client` watched live has expired by `now_ms`.
+    pub fn expired_since_watch(&self, client: u64, now_ms: u64) -> bool {
+        self.deadlines.get(&client).is_some_and(|ds| ds.iter().any(|&d| d <= now_ms))
     }
 
     /// Forgets `client`'s watches and its dirty flag.
     pub fn unwatch_all(&mut self, client: u64) {
         self.dirty.remove(&client);
+        self.deadlines.remove(&client);
         for key in self.by_client.remove(&client).unwrap_or_default() {
             let clients = self.by_key.get_mut(&key).expect("by_key mirrors by_client");
             clients.retain(|&c| c != client);
@@ -98,6 +120,8 @@ pub(crate) struct Tracked<'k, K: Keyspace> {
     pub inner: &'k mut K,
     pub touched: Vec<Vec<u8>>,
     pub cleared: bool,
+    /// Keys a list was written at (blocked pops wait for these).
+    pub lists: Vec<Vec<u8>>,
 }
 
 impl<K: Keyspace> Keyspace for Tracked<'_, K> {
@@ -114,6 +138,9 @@ impl<K: Keyspace> Keyspace for Tracked<'_, K> {
     fn put(&mut self, key: &[u8], kind: Kind, value: ValueSource<'_>, expiry: Expiry) -> Result<(), StoreError> {
         self.inner.put(key, kind, value, expiry)?;
         self.touched.push(key.to_vec());
+        if kind == Kind::List {
+            self.lists.push(key.to_vec());
+        }
         Ok(())
     }
 
@@ -185,8 +212,9 @@ impl Server {
         self.max_queued_bytes = bytes;
     }
 
-    /// `key` changed outside a command's own writes (expiry, eviction):
-    /// every session watching it will see its EXEC fail.
+    /// `key` changed outside a command's own writes (eviction, a write the
+    /// caller makes itself): every session watching it will see its EXEC
+    /// fail. Expiry needs no call: WATCH records deadlines (module docs).
     pub fn key_changed(&mut self, key: &[u8]) {
         self.watches.touch(key);
     }
@@ -230,7 +258,9 @@ pub(crate) fn watch<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_
         return Err(Fail::err("WATCH inside MULTI is not allowed"));
     }
     for i in 1..c.argc() {
-        c.server.watches.watch(c.session.id, c.arg(i));
+        let key = c.arg(i);
+        let deadline_ms = c.ks.get(key).and_then(|s| s.deadline_ms);
+        c.server.watches.watch(c.session.id, key, deadline_ms);
     }
     c.out.ok();
     Ok(())
@@ -294,10 +324,13 @@ mod tests {
     #[test]
     fn watches_mirror_and_forget() {
         let mut w = Watches::default();
-        w.watch(1, b"a");
-        w.watch(1, b"a");
-        w.watch(2, b"a");
-        w.watch(2, b"b");
+        w.watch(1, b"a", None);
+        w.watch(1, b"a", None);
+        w.watch(2, b"a", None);
+        w.watch(2, b"b", Some(50));
+        assert!(!w.expired_since_watch(2, 49));
+        assert!(w.expired_since_watch(2, 50));
+        assert!(!w.expired_since_watch(1, 50));
         w.touch(b"b");
         assert!(!w.is_dirty(1));
         assert!(w.is_dirty(2));
@@ -305,6 +338,7 @@ mod tests {
         assert!(!w.is_dirty(1));
         w.unwatch_all(2);
         assert!(!w.is_dirty(2));
+        assert!(!w.expired_since_watch(2, 50), "unwatching forgets the deadlines");
         assert_eq!(w.keys().collect::<Vec<_>>(), vec![&b"a"[..]]);
         w.touch(b"a");
         assert!(w.is_dirty(1));

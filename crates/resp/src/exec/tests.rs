@@ -348,7 +348,7 @@ fn extreme_integer_arguments_get_replies_not_panics() {
 #[test]
 fn every_command_in_the_table_is_served() {
     let mut f = Fixture::new();
-    assert_eq!(COMMANDS.len(), 141);
+    assert_eq!(COMMANDS.len(), 147);
     for spec in COMMANDS {
         if spec.name == "quit" {
             continue;

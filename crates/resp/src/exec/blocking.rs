@@ -1,0 +1,449 @@
+//! Blocking list pops: `BLPOP BRPOP BLMOVE BRPOPLPUSH BLMPOP`, and `LMPOP`,
+//! as Redis 7.0's `blocking.c` and `t_list.c` serve them.
+//!
+//! A blocking command first parses its timeout, then looks at its keys in
+//! order: a wrong type answers WRONGTYPE, the first non-empty list is
+//! popped at once (the reply is the non-blocking one's). Inside EXEC
+//! (Redis's `CLIENT_DENY_BLOCKING`) an empty wait answers at once: BLPOP,
+//! BRPOP and BLMPOP the null array, BLMOVE and BRPOPLPUSH the null bulk. Otherwise
+//! the command *blocks*: it writes no reply, the session records what it
+//! waits for ([`Blocked`]), the server queues its client id on every key
+//! ([`Waiters`], FIFO per key), and [`super::Server::execute`] returns
+//! [`super::Flow::Block`]. The caller then holds the connection's further
+//! requests and answers nothing more for it until it is served or times out.
+//!
+//! Wake-ups: a command that writes a list at a key someone waits on (a
+//! push, LMOVE's destination, RENAME or COPY onto it, a served BLMOVE's
+//! destination) marks the key *ready*, in the order writes happen. After
+//! each top-level command the caller serves the ready keys
+//! ([`super::Server::next_ready`], [`super::Server::serve_blocked`]): for each
+//! key, its waiters in the order they blocked, while it holds a non-empty
+//! list; each is served as if it ran the non-blocking command at that
+//! moment (`LPOP key [count]`, `RPOP key [count]`, `LMOVE key dst from
+//! to`; answered `[key, element]`, `[key, [elements]]`, the element), so its writes
+//! are staged with the batch and durable before its reply, and WATCH sees
+//! them. A key that is no list when served keeps its waiters waiting.
+//!
+//! Timeouts are the caller's: [`super::Server::blocked_timeout_ms`] says how
+//! long (0: for ever), and on expiry the caller unblocks the session
+//! ([`super::Server::unblock`]) and sends [`super::Server::timed_out_reply`].
+//! CLIENT UNBLOCK takes the client off its keys at once and leaves the
+//! answer to the caller ([`super::Server::take_unblocked`]).
+//!
+//! Invariants: a session is in `by_key[k]` exactly when its `blocked` names
+//! `k`; `ready` holds each key once; `clients` counts blocked sessions.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use super::lists::{self, End};
+use super::{Ctx, Fail, Res};
+use crate::keyspace::{Keyspace, Kind};
+use crate::reply::ReplySink;
+
+/// What a blocked session waits for.
+#[derive(Debug, Clone)]
+pub(crate) struct Blocked {
+    /// The keys, in the command's order, each once.
+    pub keys: Vec<Vec<u8>>,
+    /// How long to wait, ms; 0: for ever.
+    pub timeout_ms: u64,
+    /// What serving it runs.
+    pub op: Op,
+}
+
+/// The non-blocking form a served session runs on the ready key.
+#[derive(Debug, Clone)]
+pub(crate) enum Op {
+    /// BLPOP / BRPOP: `LPOP key` / `RPOP key`, answered `[key, element]`.
+    Pop(End),
+    /// BLMOVE / BRPOPLPUSH: `LMOVE key dst from to`, answered as LMOVE.
+    Move { dst: Vec<u8>, from: End, to: End },
+    /// BLMPOP: `LPOP key count` / `RPOP key count`, answered `[key, [elements]]`.
+    MPop { end: End, count: u64 },
+}
+
+/// Which sessions wait on which keys, and the keys made ready.
+#[derive(Debug, Default)]
+pub(crate) struct Waiters {
+    by_key: HashMap<Vec<u8>, VecDeque<u64>>,
+    /// The keys of each blocked client.
+    keys: HashMap<u64, Vec<Vec<u8>>>,
+    /// Clients CLIENT UNBLOCK released (no longer queued), and whether with
+    /// the error.
+    unblocked: Vec<(u64, bool)>,
+    ready: VecDeque<Vec<u8>>,
+    ready_set: HashSet<Vec<u8>>,
+    clients: usize,
+}
+
+impl Waiters {
+    pub fn is_empty(&self) -> bool {
+        self.clients == 0
+    }
+
+    pub fn clients(&self) -> usize {
+        self.clients
+    }
+
+    pub fn block(&mut self, client: u64, keys: &[Vec<u8>]) {
+        for key in keys {
+            self.by_key.entry(key.clone()).or_default().push_back(client);
+        }
+        assert!(self.keys.insert(client, keys.to_vec()).is_none(), "client {client} blocked twice");
+        self.clients += 1;
+    }
+
+    /// `client` waits no more (nothing if it does not wait: CLIENT UNBLOCK
+    /// released it already).
+    pub fn unblock(&mut self, client: u64) {
+        let Some(keys) = self.keys.remove(&client) else { return };
+        for key in &keys {
+            let queue = self.by_key.get_mut(key).expect("a blocked session is queued on each of its keys");
+            queue.retain(|&c| c != client);
+            if queue.is_empty() {
+                self.by_key.remove(key);
+            }
+        }
+        assert!(self.clients > 0);
+        self.clients -= 1;
+    }
+
+    pub fn take_unblocked(&mut self) -> Vec<(u64, bool)> {
+        std::mem::take(&mut self.unblocked)
+    }
+
+    /// A list was written at `key`: ready if someone waits on it.
+    pub fn written(&mut self, key: &[u8]) {
+        if self.by_key.contains_key(key) && !self.ready_set.contains(key) {
+            self.ready_set.insert(key.to_vec());
+            self.ready.push_back(key.to_vec());
+        }
+    }
+
+    /// The first waiter of the first ready key, the key staying ready; a
+    /// ready key with no waiter left is dropped.
+    fn front(&mut self) -> Option<(Vec<u8>, u64)> {
+        while let Some(key) = self.ready.front() {
+            if let Some(&client) = self.by_key.get(key).and_then(|q| q.front()) {
+                return Some((key.clone(), client));
+            }
+            self.drop_front();
+        }
+        None
+    }
+
+    fn drop_front(&mut self) {
+        if let Some(key) = self.ready.pop_front() {
+            self.ready_set.remove(&key);
+        }
+    }
+}
+
+/// Redis's `getTimeoutFromObjectOrReply` in seconds: the argument as a
+/// `long double` (`string2ld`), times 1000, converted to `long long` by
+/// truncation (x86-64's conversion gives `LLONG_MIN` for anything out of
+/// range, infinities included, which then reads as negative). 0: for ever.
+/// The product is taken exactly, not rounded to 64 bits first (it differs
+/// only for timeouts above 2^53 ms).
+pub(crate) fn timeout_ms(arg: &[u8]) -> Result<u64, Fail> {
+    use crate::extended::{parse, Ext};
+    let negative_error = || Fail::err("timeout is negative");
+    let Some(v) = parse(arg) else {
+        return Err(Fail::err("timeout is not a float or out of range"));
+    };
+    let (negative, m, q) = match v {
+        Ext::Finite { negative, m, q } => (negative, m, q),
+        Ext::Inf { .. } => return Err(negative_error()),
+        #[allow(unreachable_patterns)]
+        _ => return Err(Fail::err("timeout is not a float or out of range")),
+    };
+    let product = u128::from(m) * 1000;
+    let magnitude: u128 = if q >= 0 {
+        if q >= 64 || (product != 0 && product.leading_zeros() < q as u32 + 1) {
+            return Err(negative_error()); // beyond 2^127: out of range
+        }
+        product << q
+    } else if q <= -128 {
+        0
+    } else {
+        product >> (-q) as u32
+    };
+    if magnitude >= 1 << 63 {
+        return Err(negative_error());
+    }
+    if negative && magnitude > 0 {
+        return Err(negative_error());
+    }
+    Ok(magnitude as u64)
+}
+
+/// The keys of a BLPOP / BRPOP (all but the first and last arguments),
+/// each once, in order.
+fn distinct_keys<'r, K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+    c: &Ctx<'_, 'r, K, S>,
+    from: usize,
+    to: usize,
+) -> Vec<Vec<u8>> {
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    for i in from..to {
+        if !keys.iter().any(|k| k == c.arg(i)) {
+            keys.push(c.arg(i).to_vec());
+        }
+    }
+    keys
+}
+
+/// BLPOP / BRPOP key [key ...] timeout.
+pub(super) fn bpop<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, end: End) -> Res {
+    let last = c.argc() - 1;
+    let timeout_ms = timeout_ms(c.arg(last))?;
+    for i in 1..last {
+        let key = c.arg(i);
+        if let Some(values) = lists::pop_values(c, key, end, 1)? {
+            c.out.array(2);
+            c.out.bulk(key);
+            c.out.bulk(&values[0]);
+            return Ok(());
+        }
+    }
+    if c.server.deny_blocking {
+        c.out.null_array();
+        return Ok(());
+    }
+    let keys = distinct_keys(c, 1, last);
+    c.session.blocked = Some(Blocked { keys, timeout_ms, op: Op::Pop(end) });
+    Ok(())
+}
+
+/// LMPOP's and BLMPOP's arguments from `numkeys` at `at`: the keys' range,
+/// the end, and the count (1 if not given), checked in Redis's order.
+fn mpop_args<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+    c: &Ctx<'_, '_, K, S>,
+    at: usize,
+) -> Result<(std::ops::Range<usize>, End, u64), Fail> {
+    let positive =
+        |i: usize, msg: &str| crate::numbers::parse_i64(c.arg(i)).filter(|&n| n >= 1).ok_or_else(|| Fail::err(msg));
+    let numkeys = positive(at, "numkeys should be greater than 0")?;
+    let where_at = usize::try_from(numkeys).ok().and_then(|n| (at + 1).checked_add(n)).filter(|&w| w < c.argc());
+    let Some(where_at) = where_at else { return Err(Fail::Syntax) };
+    let end = lists::end_arg(c.arg(where_at))?;
+    let mut count = None;
+    let mut j = where_at + 1;
+    while j < c.argc() {
+        if count.is_none() && c.arg(j).eq_ignore_ascii_case(b"count") && j + 1 < c.argc() {
+            count = Some(positive(j + 1, "count should be greater than 0")?);
+            j += 2;
+        } else {
+            return Err(Fail::Syntax);
+        }
+    }
+    Ok((at + 1..where_at, end, count.unwrap_or(1) as u64))
+}
+
+/// Pops up to `count` from the first non-empty list of `keys` and answers
+/// `[key, [elements]]`; false if every key is empty (nothing written).
+fn mpop_first<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+    c: &mut Ctx<'_, '_, K, S>,
+    keys: std::ops::Range<usize>,
+    end: End,
+    count: u64,
+) -> Result<bool, Fail> {
+    for i in keys {
+        let key = c.arg(i);
+        if let Some(values) = lists::pop_values(c, key, end, usize::try_from(count).unwrap_or(usize::MAX))? {
+            c.out.array(2);
+            c.out.bulk(key);
+            c.out.array(values.len());
+            for v in &values {
+                c.out.bulk(v);
+            }
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// LMPOP numkeys key [key ...] LEFT|RIGHT [COUNT count].
+pub(super) fn lmpop<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    let (keys, end, count) = mpop_args(c, 1)?;
+    if !mpop_first(c, keys, end, count)? {
+        c.out.null_array();
+    }
+    Ok(())
+}
+
+/// BLMPOP timeout numkeys key [key ...] LEFT|RIGHT [COUNT count].
+pub(super) fn blmpop<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    // Redis 7.0 reads the timeout after the other arguments here.
+    let (keys, end, count) = mpop_args(c, 2)?;
+    let timeout_ms = timeout_ms(c.arg(1))?;
+    if mpop_first(c, keys.clone(), end, count)? {
+        return Ok(());
+    }
+    if c.server.deny_blocking {
+        c.out.null_array();
+        return Ok(());
+    }
+    let keys = distinct_keys(c, keys.start, keys.end);
+    c.session.blocked = Some(Blocked { keys, timeout_ms, op: Op::MPop { end, count } });
+    Ok(())
+}
+
+/// BLMOVE source destination LEFT|RIGHT LEFT|RIGHT timeout.
+pub(super) fn blmove<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    let from = lists::end_arg(c.arg(3))?;
+    let to = lists::end_arg(c.arg(4))?;
+    let timeout_ms = timeout_ms(c.arg(5))?;
+    bmove(c, from, to, timeout_ms)
+}
+
+/// BRPOPLPUSH source destination timeout: BLMOVE ... RIGHT LEFT.
+pub(super) fn brpoplpush<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    let timeout_ms = timeout_ms(c.arg(3))?;
+    bmove(c, End::Tail, End::Head, timeout_ms)
+}
+
+fn bmove<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+    c: &mut Ctx<'_, '_, K, S>,
+    from: End,
+    to: End,
+    timeout_ms: u64,
+) -> Res {
+    let src = c.arg(1);
+    if c.get_kind(src, Kind::List)?.is_some() {
+        return lists::move_one(c, from, to);
+    }
+    if c.server.deny_blocking {
+        c.out.null();
+        return Ok(());
+    }
+    let op = Op::Move { dst: c.arg(2).to_vec(), from, to };
+    c.session.blocked = Some(Blocked { keys: vec![src.to_vec()], timeout_ms, op });
+    Ok(())
+}
+
+/// CLIENT UNBLOCK client-id [TIMEOUT|ERROR]: ends a blocked client's wait
+/// now, answered as a time-out (the null array) or with the `UNBLOCKED`
+/// error; 1 if it was blocked, else 0.
+pub(super) fn client_unblock<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    if c.argc() > 4 {
+        let given = String::from_utf8_lossy(c.arg(1)).into_owned();
+        return Err(Fail::err(&format!(
+            "unknown subcommand or wrong number of arguments for '{given}'. Try CLIENT HELP."
+        )));
+    }
+    let id = c.int_arg(2)?;
+    let error = match c.argc() {
+        4 if c.arg(3).eq_ignore_ascii_case(b"timeout") => false,
+        4 if c.arg(3).eq_ignore_ascii_case(b"error") => true,
+        4 => return Err(Fail::err("CLIENT UNBLOCK reason should be TIMEOUT or ERROR")),
+        _ => false,
+    };
+    let Ok(id) = u64::try_from(id) else {
+        c.out.integer(0);
+        return Ok(());
+    };
+    if !c.server.waiters.keys.contains_key(&id) {
+        c.out.integer(0);
+        return Ok(());
+    }
+    c.server.waiters.unblock(id);
+    c.server.waiters.unblocked.push((id, error));
+    c.out.integer(1);
+    Ok(())
+}
+
+/// A sink that keeps a served command's reply, to frame or pass on. List
+/// replies are copied bytes, never stored-value handles.
+pub(crate) struct Capture(pub Vec<u8>);
+
+impl<V> ReplySink<V> for Capture {
+    fn bytes(&mut self, data: &[u8]) {
+        self.0.extend_from_slice(data);
+    }
+
+    fn value(&mut self, _value: &V, _len: u64) {
+        unreachable!("list commands reply with copied bytes");
+    }
+}
+
+/// Whether there is a non-empty list at `key` (the only kind stored lists
+/// are: an emptied list is deleted).
+pub(crate) fn holds_list<K: Keyspace>(ks: &mut K, key: &[u8]) -> bool {
+    ks.get(key).is_some_and(|s| s.kind == Kind::List)
+}
+
+/// The arguments of the non-blocking command that serves `op` on `key`.
+pub(crate) fn served_command(op: &Op, key: &[u8]) -> Vec<Vec<u8>> {
+    let side = |e: End| if e == End::Head { b"LEFT".to_vec() } else { b"RIGHT".to_vec() };
+    match op {
+        Op::Pop(End::Head) => vec![b"LPOP".to_vec(), key.to_vec()],
+        Op::Pop(End::Tail) => vec![b"RPOP".to_vec(), key.to_vec()],
+        Op::Move { dst, from, to } => vec![b"LMOVE".to_vec(), key.to_vec(), dst.clone(), side(*from), side(*to)],
+        Op::MPop { end, count } => {
+            let name = if *end == End::Head { b"LPOP".to_vec() } else { b"RPOP".to_vec() };
+            vec![name, key.to_vec(), count.to_string().into_bytes()]
+        }
+    }
+}
+
+impl Waiters {
+    /// See [`super::Server::next_ready`].
+    pub(crate) fn next_ready<K: Keyspace>(&mut self, ks: &mut K) -> Option<(Vec<u8>, u64)> {
+        loop {
+            let (key, client) = self.front()?;
+            if holds_list(ks, &key) {
+                return Some((key, client));
+            }
+            self.drop_front();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_convert_as_redis_does() {
+        let ok = |s: &str| timeout_ms(s.as_bytes()).ok();
+        assert_eq!(ok("0"), Some(0));
+        assert_eq!(ok("0.1"), Some(100));
+        assert_eq!(ok("1e3"), Some(1_000_000));
+        assert_eq!(ok("+0.5"), Some(500));
+        assert_eq!(ok("1e-5"), Some(0), "truncated to 0: blocks for ever, as in Redis");
+        assert_eq!(ok("-1e-5"), Some(0));
+        assert_eq!(ok("1.5e-320"), Some(0));
+        assert_eq!(ok("0x10"), Some(16_000));
+        assert_eq!(ok("9e15"), Some(9_000_000_000_000_000_000));
+        let err = |s: &str| timeout_ms(s.as_bytes()).err().map(|f| f.text());
+        let negative = Some("ERR timeout is negative".to_string());
+        let not_float = Some("ERR timeout is not a float or out of range".to_string());
+        for s in ["-1", "inf", "-inf", "1e400", "9223372036854775807", "9.3e15"] {
+            assert_eq!(err(s), negative, "{s}");
+        }
+        for s in ["abc", "nan", " 1", "1 ", ""] {
+            assert_eq!(err(s), not_float, "{s}");
+        }
+    }
+
+    #[test]
+    fn waiters_are_served_in_blocking_order_and_forgotten_on_unblock() {
+        let mut w = Waiters::default();
+        let (a, b) = (b"a".to_vec(), b"b".to_vec());
+        w.block(1, &[a.clone(), b.clone()]);
+        w.block(2, &[a.clone()]);
+        w.written(b"zz");
+        assert!(w.front().is_none(), "nobody waits on zz");
+        w.written(b"a");
+        w.written(b"a");
+        assert_eq!(w.front(), Some((a.clone(), 1)));
+        w.unblock(1);
+        w.unblock(1);
+        assert_eq!(w.front(), Some((a.clone(), 2)));
+        w.unblock(2);
+        assert_eq!(w.front(), None);
+        assert!(w.is_empty() && w.by_key.is_empty() && w.ready.is_empty() && w.ready_set.is_empty());
+        assert!(w.keys.is_empty());
+    }
+}
