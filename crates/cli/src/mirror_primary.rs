@@ -34,7 +34,9 @@ use pmem::{Region, RegionOptions};
 use pmwire_bench::mirror_crash::CrashLoad;
 use pmwire_bench::remote::server::ucx_config;
 use pmwire_mirror::stream::AnswerError;
-use pmwire_mirror::{Heap, Mirror, MirrorError, OpenError, OpenMirrorError, Strategy, TxError};
+use pmwire_mirror::{
+    Committed, EpochSink, Heap, Mirror, MirrorError, OpenError, OpenMirrorError, Strategy, Tx, TxError,
+};
 use transport::UcxTransport;
 
 use crate::mirror_cmd::{lock, parse_strategy};
@@ -284,6 +286,8 @@ struct Primary {
     next_try: Instant,
     committed: u64,
     unmirrored_since: Option<u64>,
+    /// Whether the current outage was reported on stderr.
+    told_unreached: bool,
 }
 
 impl Primary {
@@ -303,12 +307,14 @@ impl Primary {
                 }
                 self.mirror = Some(mirror);
                 self.unmirrored_since = None;
+                self.told_unreached = false;
                 Ok(true)
             }
             Err(e) if refused(&e) => bail!("backup {} refused this primary: {e}", self.args.backup),
             Err(e) => {
                 self.next_try = Instant::now() + Duration::from_millis(self.args.retry_ms);
-                if self.mirror.is_none() && self.unmirrored_since.is_none() {
+                if !self.told_unreached {
+                    self.told_unreached = true;
                     eprintln!("backup {} not reached ({e}); trying every {} ms", self.args.backup, self.args.retry_ms);
                 }
                 Ok(false)
@@ -316,18 +322,26 @@ impl Primary {
         }
     }
 
+    /// Whether the primary commits without its backup now: allowed, and the
+    /// backup lost or not reached.
+    fn alone(&self) -> bool {
+        match &self.mirror {
+            Some(mirror) => mirror.unmirrored().is_some(),
+            None => self.args.allow_unmirrored,
+        }
+    }
+
     /// Whether a transaction can commit now: mirrored, or allowed alone.
     /// Tries the backup again when it is due; blocks (for at most the
     /// retry interval) while commits must wait for it.
     fn ready(&mut self, stop: &AtomicBool) -> Result<bool> {
-        let alone = self.mirror.as_ref().is_some_and(|m| m.unmirrored().is_some());
-        if self.mirror.is_some() && !alone {
+        if self.mirror.is_some() && !self.alone() {
             return Ok(true);
         }
         if Instant::now() >= self.next_try && self.connect()? {
             return Ok(true);
         }
-        if alone {
+        if self.alone() {
             return Ok(true);
         }
         let wait = self.next_try.saturating_duration_since(Instant::now());
@@ -339,31 +353,17 @@ impl Primary {
 
     /// Runs `plan` as one transaction.
     fn commit(&mut self, plan: &Plan) -> Result<Outcome> {
-        let mirror = self.mirror.as_mut().expect("ready");
-        let mut tx = self.heap.begin_with(&mut self.region, &mut *mirror);
-        let mut result = Ok(());
-        for epoch in plan {
-            for (offset, bytes) in epoch {
-                if let Err(e) = tx.write(*offset, bytes) {
-                    result = Err(e);
-                    break;
-                }
-            }
-            if result.is_err() {
-                break;
-            }
-            result = tx.ofence();
-        }
-        let committed = match result {
-            Ok(()) => tx.commit(),
-            Err(e) => {
-                drop(tx);
-                Err(e)
-            }
+        let committed = match self.mirror.as_mut() {
+            Some(mirror) => run_tx(self.heap.begin_with(&mut self.region, mirror), plan),
+            None => run_tx(self.heap.begin(&mut self.region), plan),
         };
         match committed {
             Ok(c) => {
-                if let Some(why) = self.mirror.as_ref().and_then(|m| m.unmirrored()) {
+                let why = match &self.mirror {
+                    Some(mirror) => mirror.unmirrored().map(String::from),
+                    None => Some(format!("backup {} not reached", self.args.backup)),
+                };
+                if let Some(why) = why {
                     if self.unmirrored_since.is_none() {
                         say(&format!("backup lost: {why}; going on unmirrored (allowed) from transaction {}", c.tx));
                         self.unmirrored_since = Some(c.tx);
@@ -395,6 +395,18 @@ impl Primary {
         }
         Ok(())
     }
+}
+
+/// Runs `plan` in `tx`: its writes, an ordering fence after each epoch,
+/// the commit. A refused write abandons the transaction.
+fn run_tx<S: EpochSink>(mut tx: Tx<'_, Region, S>, plan: &Plan) -> Result<Committed, TxError> {
+    for epoch in plan {
+        for (offset, bytes) in epoch {
+            tx.write(*offset, bytes)?;
+        }
+        tx.ofence()?;
+    }
+    tx.commit()
 }
 
 /// A line on stdout, flushed (the campaign and scripts read it as it comes).
@@ -439,7 +451,9 @@ pub fn mirror_primary(args: MirrorPrimaryArgs) -> Result<()> {
         next_try: Instant::now(),
         committed: 0,
         unmirrored_since: None,
+        told_unreached: false,
     };
+    p.connect()?;
     let mut pending = None;
     while p.committed < limit && !stop.load(Ordering::Relaxed) {
         let plan = match pending.take() {
@@ -466,7 +480,7 @@ pub fn mirror_primary(args: MirrorPrimaryArgs) -> Result<()> {
             Outcome::Failed => pending = Some(plan),
         }
     }
-    let alone = p.mirror.as_ref().and_then(|m| m.unmirrored()).is_some();
+    let alone = p.alone();
     drop(p.mirror.take());
     say(&format!(
         "stopped: last committed transaction {}, {} committed by this run{}",
