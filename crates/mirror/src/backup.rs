@@ -45,6 +45,7 @@ use pmem::Media;
 
 use crate::format::{encode_commit, parse_epoch, CommitRecord, Geometry, WriteRef, APPLIED_AT, COMMIT_AT, RESYNC_AT};
 use crate::heap::{persist_applied, read_geometry};
+use crate::history::History;
 use crate::wire::{Header, Hello, Kind, Strategy, WireError, COPY_NEEDED};
 use crate::{CreateError, Faults, Heap, OpenError, Recovery};
 
@@ -103,13 +104,37 @@ pub enum HelloError {
         /// The primary's.
         primary: u64,
     },
-    /// Same transaction number, other bytes: the pool of another heap.
-    #[error("backup data (CRC {backup:#010x}) differs from the primary's ({primary:#010x}) at the same transaction: the backup's pool belongs to another heap")]
+    /// Another history: the pool of another heap.
+    #[error("backup pool has history {backup:#018x}, the primary's is {primary:#018x}: the backup's pool belongs to another heap (format a new backup pool, or point at the right one)")]
     OtherHeap {
+        /// The backup's history id.
+        backup: u64,
+        /// The primary's.
+        primary: u64,
+    },
+    /// Same history and transaction, other bytes.
+    #[error("backup data (CRC {backup:#010x}) differs from the primary's ({primary:#010x}) at the same transaction {tx} of the same history: the backup's pool belongs to another heap (a copy of the pool that went its own way?)")]
+    OtherData {
+        /// The transaction both are at.
+        tx: u64,
         /// CRC-32C of the backup's data area.
         backup: u32,
         /// The primary's.
         primary: u32,
+    },
+    /// The backup's pool was promoted past the primary: the primary is stale.
+    #[error("backup pool is in a newer generation ({backup}) than the primary's ({primary}): it was promoted after this primary, so this primary is stale and must rejoin as a backup instead")]
+    StalePrimary {
+        /// The backup's current generation.
+        backup: u64,
+        /// The primary's.
+        primary: u64,
+    },
+    /// A pool with no history that holds transactions.
+    #[error("backup pool has no history but is at transaction {last}: not a pool this code formatted")]
+    BlankWithData {
+        /// Its last committed transaction.
+        last: u64,
     },
 }
 
@@ -297,7 +322,7 @@ impl Backup {
 
     /// Formats a backup heap at `base` of `media` (see [`Heap::create`]).
     pub fn create(media: &mut impl Media, base: u64, log_bytes: u64, data_bytes: u64) -> Result<Backup, CreateError> {
-        let heap = Heap::create(media, base, log_bytes, data_bytes)?;
+        let heap = Heap::create_with_history(media, base, log_bytes, data_bytes, History::blank())?;
         Ok(Backup::over(heap.geometry(), 0))
     }
 
@@ -525,7 +550,7 @@ impl Backup {
         }
         let crc = data_crc(media, &g);
         if crc != hello.data_crc {
-            return Err(HelloError::OtherHeap { backup: crc, primary: hello.data_crc }.into());
+            return Err(HelloError::OtherData { tx: backup, backup: crc, primary: hello.data_crc }.into());
         }
         Ok(false)
     }
@@ -976,9 +1001,9 @@ mod tests {
         };
         let good = Hello { log_bytes: LOG, data_bytes: DATA, data_crc: crc };
         assert!(matches!(greet(Strategy::SmRc, 0, Hello { log_bytes: 2 * LOG, ..good }), HelloError::Geometry { .. }));
-        assert!(matches!(greet(Strategy::SmDd, 0, Hello { data_crc: crc ^ 1, ..good }), HelloError::OtherHeap { .. }));
+        assert!(matches!(greet(Strategy::SmDd, 0, Hello { data_crc: crc ^ 1, ..good }), HelloError::OtherData { .. }));
         assert_eq!(greet(Strategy::NoSm, 0, good), HelloError::NoMirror);
-        let text = HelloError::OtherHeap { backup: 1, primary: 2 }.to_string();
+        let text = HelloError::OtherData { tx: 3, backup: 1, primary: 2 }.to_string();
         assert!(text.contains("another heap"), "{text}");
         let ahead = {
             let mut backup = Backup::open(&mut media, 0).unwrap().0;

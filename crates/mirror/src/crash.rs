@@ -23,6 +23,14 @@
 //! those that needed a replay first (a crash between the commit record and
 //! the applied word), opens each on a new trace (so recovery itself is
 //! crashed at every point), runs more transactions, and explores again.
+//!
+//! Promotion ([`check_promote`]): a pool already promoted once (both
+//! history slots written) and holding a committed transaction that
+//! recovery must replay is promoted on a traced medium, commits a
+//! transaction, and is promoted again. Every crash image must open with
+//! the history, last transaction and data of the state after the
+//! acknowledged steps or of the step in flight (never a torn history),
+//! and must promote again.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -73,6 +81,10 @@ pub fn checks() -> Vec<Check> {
         check("planted: mirror applied word never flushed", true, |c| {
             check_heap(Faults { applied_unflushed: true, ..Faults::default() }, c)
         }),
+        check("mirror heap promotion: a new generation, any instant", false, |c| check_promote(Faults::default(), c)),
+        check("planted: mirror promotion writes its history over the slot in use", true, |c| {
+            check_promote(Faults { history_in_place: true, ..Faults::default() }, c)
+        }),
         check("mirror backup under SM-RC: any instant, stream cut at any message", false, |c| {
             check_backup(Strategy::SmRc, BackupFaults::default(), c)
         }),
@@ -98,6 +110,83 @@ pub fn checks() -> Vec<Check> {
             check_resync(BackupFaults { copy_unmarked: true, ..BackupFaults::default() }, c)
         }),
     ]
+}
+
+/// A pool's identity and contents, as [`check_promote`] compares them.
+type PoolState = (crate::History, u64, Vec<u8>);
+
+fn pool_state(heap: &Heap, media: &impl Media) -> PoolState {
+    let mut data = vec![0u8; DATA_BYTES as usize];
+    heap.read(media, 0, &mut data).expect("the whole data area");
+    (heap.history().clone(), heap.last_committed(), data)
+}
+
+/// Crash-checks [`Heap::promote`] (with planted `faults`; see the module's notes).
+pub fn check_promote(faults: Faults, config: &Config) -> Report {
+    let size = (BASE + Heap::required_size(LOG_BYTES, DATA_BYTES)) as usize;
+    let mut image = MemMedia::new(size);
+    let mut heap = Heap::create(&mut image, BASE, LOG_BYTES, DATA_BYTES).expect("create");
+    let mut rng = SplitMix64::seed_from_u64(0x7072_6f6d);
+    let mut write_tx = |heap: &mut Heap, media: &mut MemMedia| {
+        let mut tx = heap.begin(media);
+        for _ in 0..3 {
+            let at = rng.next_u64() % (DATA_BYTES - 64);
+            tx.write(at, &[rng.next_u32() as u8; 64]).expect("fits");
+            tx.ofence().expect("no sink");
+        }
+        tx.commit().expect("commit");
+    };
+    write_tx(&mut heap, &mut image);
+    let (mut heap, _) = Heap::promote(&mut image, BASE).expect("a first promotion");
+    write_tx(&mut heap, &mut image);
+    write_tx(&mut heap, &mut image);
+    // Undo the last applied word: recovery (inside the promotion) replays.
+    let applied = BASE + crate::format::APPLIED_AT;
+    image.write_u64(applied, heap.last_committed() - 1);
+    let before = {
+        let mut probe = image.clone();
+        let (heap, _) = Heap::open(&mut probe, BASE).expect("the pool opens");
+        pool_state(&heap, &probe)
+    };
+
+    let mut media = TracedMedia::from_image(image.bytes().to_vec());
+    let mut states = vec![before];
+    let (mut heap, promotion) = Heap::promote_with_faults(&mut media, BASE, faults).expect("promote");
+    assert_eq!(promotion.generation.start, heap.last_committed(), "the fork point is the last transaction");
+    media.mark(0);
+    states.push(pool_state(&heap, &media));
+    let mut tx = heap.begin(&mut media);
+    tx.write(7, &[0x5a; 300]).expect("fits");
+    tx.commit().expect("commit");
+    media.mark(1);
+    states.push(pool_state(&heap, &media));
+    let (heap, _) = Heap::promote_with_faults(&mut media, BASE, faults).expect("promote again");
+    media.mark(2);
+    states.push(pool_state(&heap, &media));
+
+    explore(&media, config, |image: &mut CrashImage| {
+        let acked = image.acked.len();
+        let mut recovered = image.media.clone();
+        let opened = catch_unwind(AssertUnwindSafe(|| Heap::open(&mut recovered, BASE)))
+            .map_err(|_| "recovery panicked".to_string())?;
+        let (heap, _) = opened.map_err(|e| format!("after {acked} acknowledged steps the pool does not open: {e}"))?;
+        let state = pool_state(&heap, &recovered);
+        let Some(k) = [acked, acked + 1].into_iter().find(|&k| states.get(k) == Some(&state)) else {
+            let (history, last, _) = &state;
+            return Err(format!(
+                "after {acked} acknowledged steps the pool is at transaction {last} in generation {:?}, \
+                 neither the acknowledged state nor the one in flight",
+                history.current()
+            ));
+        };
+        let mut again = recovered.clone();
+        let (_, promotion) =
+            Heap::promote(&mut again, BASE).map_err(|e| format!("state {k} cannot be promoted: {e}"))?;
+        if promotion.previous != states[k].0.current() {
+            return Err(format!("state {k} promoted from {:?}", promotion.previous));
+        }
+        Ok(())
+    })
 }
 
 /// What recovery must produce after `k` acknowledged steps.
@@ -340,7 +429,21 @@ mod tests {
     }
 
     #[test]
+    fn promotion_survives_every_crash() {
+        let report = check_promote(Faults::default(), &config());
+        println!("promote: {}", report.describe());
+        report.assert_passes_at_least(100);
+    }
+
+    #[test]
+    fn canary_history_written_in_place_is_caught() {
+        let report = check_promote(Faults { history_in_place: true, ..Faults::default() }, &config());
+        println!("{:?}", report.failures.first().map(|f| &f.message));
+        report.assert_caught();
+    }
+
+    #[test]
     fn registry_lists_every_check_once() {
-        pmwire_crashcheck::assert_registry(&checks(), 9);
+        pmwire_crashcheck::assert_registry(&checks(), 10);
     }
 }

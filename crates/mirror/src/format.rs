@@ -1,6 +1,7 @@
 //! The heap's on-media format (docs/FORMAT.md, "Transactional heap"): the
-//! superblock, the commit record, the applied word, and the epoch records
-//! of the redo log. Encoding and validating decoding only; no I/O.
+//! superblock, the commit record, the applied word, the resync words, the
+//! two history slots, and the epoch records of the redo log. Encoding and
+//! validating decoding only; no I/O.
 //!
 //! Invariants: every field is fixed-width little-endian; every record that a
 //! crash can tear carries a CRC-32C that is checked before any other field
@@ -12,10 +13,11 @@ use pmem::le::{get_u32, get_u64, put_u32, put_u64};
 
 /// `b"PMWMIRTX"`, little-endian: the superblock's first word.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"PMWMIRTX");
-/// The format version this code writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
-/// Bytes before the log: superblock, commit record, applied word, a spare line.
-pub const HEADER_BYTES: u64 = 256;
+/// The format version this code writes and reads (1 had no history).
+pub const FORMAT_VERSION: u32 = 2;
+/// Bytes before the log: superblock, commit record, applied word, resync
+/// words, then the two history slots.
+pub const HEADER_BYTES: u64 = 768;
 /// Where the superblock starts, from the heap's base.
 pub const SUPER_AT: u64 = 0;
 /// Bytes of the superblock.
@@ -33,6 +35,16 @@ pub const APPLIED_AT: u64 = 128;
 /// that transaction. While it is set, [`crate::Heap::open`] refuses the
 /// heap (it may be torn) and only a backup resumes the copy.
 pub const RESYNC_AT: u64 = 192;
+/// The resync base word, in the resync word's line: read only while the
+/// resync word is set; 0 if the copy is a full one, `base + 1` if it is an
+/// incremental copy from transaction `base`. Persisted before the resync
+/// word is set.
+pub const RESYNC_BASE_AT: u64 = 200;
+/// Where the two history slots are, from the heap's base: each holds a
+/// [`crate::history::History`] record with a serial; the valid one with
+/// the higher serial is the heap's history, and a new one is written into
+/// the other, so a torn write leaves the old one.
+pub const HISTORY_AT: [u64; 2] = [256, 512];
 /// The heap's base, the log's size and the data area's size are multiples of this.
 pub const ALIGN: u64 = 256;
 /// Bytes of an epoch record's header.

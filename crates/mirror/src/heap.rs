@@ -25,9 +25,11 @@ use pmem::Media;
 use crate::format::{
     begin_epoch, decode_commit, decode_super, encode_commit, encode_super, parse_epoch, push_write, seal_epoch,
     write_entry_bytes, CommitRecord, EpochHeader, Geometry, SuperError, WriteRef, APPLIED_AT, COMMIT_AT, COMMIT_BYTES,
-    EPOCH_HEADER_BYTES, RESYNC_AT, SUPER_AT, SUPER_BYTES,
+    EPOCH_HEADER_BYTES, HISTORY_AT, RESYNC_AT, RESYNC_BASE_AT, SUPER_AT, SUPER_BYTES,
 };
+use crate::history::{Generation, History, HISTORY_BYTES};
 use crate::sink::{Committed, Epoch, EpochSink, NoMirror, SinkError};
+use crate::tracking::WriteTracker;
 
 /// Planted bugs for the crash-state checker; all off in real use.
 #[doc(hidden)]
@@ -41,6 +43,9 @@ pub struct Faults {
     pub reverse_replay: bool,
     /// The applied word is stored but never flushed.
     pub applied_unflushed: bool,
+    /// A promotion writes its new history over the slot in use instead of
+    /// the other one.
+    pub history_in_place: bool,
 }
 
 /// Why `create` refused.
@@ -93,6 +98,10 @@ pub enum OpenError {
         /// The transaction the copy was bringing the data area to.
         target: u64,
     },
+    /// Neither history slot holds a valid history (both torn or never
+    /// written): corruption, or a protocol bug.
+    #[error("heap history unreadable: {0}")]
+    History(String),
     /// A committed transaction's log is unreadable: corruption or a
     /// protocol bug. Nothing was applied.
     #[error("committed transaction {tx} cannot be replayed: {reason}")]
@@ -154,12 +163,30 @@ pub struct Recovery {
     pub replayed: Option<u64>,
 }
 
+/// What [`Heap::promote`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Promotion {
+    /// The recovery of the pool it opened.
+    pub recovery: Recovery,
+    /// The generation the pool was in.
+    pub previous: Generation,
+    /// The new generation: it forks at the pool's last committed
+    /// transaction (its `start`), the fork point.
+    pub generation: Generation,
+}
+
 /// A transactional heap's volatile state; the medium is passed to each call.
 #[derive(Debug)]
 pub struct Heap {
     geometry: Geometry,
     next_tx: u64,
     last_committed: u64,
+    /// The durable history, and the slot and serial it was read from (or written to).
+    history: History,
+    history_slot: usize,
+    history_serial: u64,
+    /// Which blocks each transaction since the open wrote.
+    tracker: WriteTracker,
     /// The open transaction's log image: its epoch records, back to back.
     image: Vec<u8>,
     /// The open transaction's writes, in order (positions in `image`).
@@ -175,8 +202,20 @@ impl Heap {
     }
 
     /// Formats a heap at `base` of `media`: the data area zeroed, no
-    /// transaction. A crash during `create` leaves no heap (`BadMagic`).
+    /// transaction, a new random history in generation 0. A crash during
+    /// `create` leaves no heap (`BadMagic`).
     pub fn create(media: &mut impl Media, base: u64, log_bytes: u64, data_bytes: u64) -> Result<Heap, CreateError> {
+        Heap::create_with_history(media, base, log_bytes, data_bytes, History::random())
+    }
+
+    /// [`create`](Heap::create) with the given history (a blank one for a backup).
+    pub(crate) fn create_with_history(
+        media: &mut impl Media,
+        base: u64,
+        log_bytes: u64,
+        data_bytes: u64,
+        history: History,
+    ) -> Result<Heap, CreateError> {
         let geometry = Geometry { base, log_bytes, data_bytes };
         geometry.validate().map_err(CreateError::BadGeometry)?;
         let need = geometry.end().expect("validated");
@@ -189,10 +228,15 @@ impl Heap {
         media.write_u64(base + APPLIED_AT, 0);
         media.flush(base + APPLIED_AT, 8);
         media.write_u64(base + RESYNC_AT, 0);
-        media.flush(base + RESYNC_AT, 8);
+        media.write_u64(base + RESYNC_BASE_AT, 0);
+        media.flush(base + RESYNC_AT, 16);
+        media.memcpy_nodrain(base + HISTORY_AT[0], &history.encode(1));
+        media.memset_nodrain(base + HISTORY_AT[1], 0, HISTORY_BYTES as u64);
         media.drain();
         media.memcpy_persist(base + SUPER_AT, &encode_super(&geometry));
-        Ok(Heap::with_geometry(geometry, 0))
+        let mut heap = Heap::with_geometry(geometry, 0, history);
+        heap.history_serial = 1;
+        Ok(heap)
     }
 
     /// Opens the heap at `base`, replaying a committed transaction whose
@@ -209,6 +253,7 @@ impl Heap {
         if resync != 0 {
             return Err(OpenError::Resyncing { target: resync });
         }
+        let (history, history_slot, history_serial) = read_history(media, base)?;
         let mut commit_bytes = [0u8; COMMIT_BYTES];
         media.read(base + COMMIT_AT, &mut commit_bytes);
         let applied = media.read_u64(base + APPLIED_AT);
@@ -226,16 +271,65 @@ impl Heap {
             }
             _ => {}
         }
-        let mut heap = Heap::with_geometry(geometry, recovery.last_committed);
+        let mut heap = Heap::with_geometry(geometry, recovery.last_committed, history);
+        heap.history_slot = history_slot;
+        heap.history_serial = history_serial;
         heap.faults = faults;
         Ok((heap, recovery))
     }
 
-    fn with_geometry(geometry: Geometry, last_committed: u64) -> Heap {
+    /// Opens a backup's pool as a primary's: recovers it as
+    /// [`open`](Heap::open) does (so it refuses an unfinished
+    /// resynchronisation copy, `OpenError::Resyncing`, with the reason),
+    /// then starts a new generation of its history forked at its last
+    /// committed transaction, durably, before it returns. Every
+    /// transaction from then on is in the new generation, so a pool that
+    /// went on in the old one (the old primary) is told apart when it
+    /// rejoins ([`crate::history::rejoin_plan`]).
+    ///
+    /// Crash-consistent: the new history goes into the history slot not in
+    /// use, with a higher serial and its own CRC, and is persisted in one
+    /// step; a crash leaves the old slot (the old identity, and the pool
+    /// can be promoted again) or the new one, never a torn history.
+    pub fn promote(media: &mut impl Media, base: u64) -> Result<(Heap, Promotion), OpenError> {
+        Heap::promote_with_faults(media, base, Faults::default())
+    }
+
+    /// [`promote`](Heap::promote) with planted bugs.
+    #[doc(hidden)]
+    pub fn promote_with_faults(
+        media: &mut impl Media,
+        base: u64,
+        faults: Faults,
+    ) -> Result<(Heap, Promotion), OpenError> {
+        let (mut heap, recovery) = Heap::open_with_faults(media, base, faults)?;
+        let previous = heap.history.current();
+        let forked = heap.history.fork(heap.last_committed, rand::random::<u64>());
+        heap.write_history(media, forked);
+        let generation = heap.history.current();
+        Ok((heap, Promotion { recovery, previous, generation }))
+    }
+
+    /// Makes `history` the heap's, durably: into the slot not in use (the
+    /// one in use, with the planted bug), with the next serial.
+    pub(crate) fn write_history(&mut self, media: &mut impl Media, history: History) {
+        let slot = if self.faults.history_in_place { self.history_slot } else { 1 - self.history_slot };
+        let serial = self.history_serial + 1;
+        media.memcpy_persist(self.geometry.base + HISTORY_AT[slot], &history.encode(serial));
+        self.history = history;
+        self.history_slot = slot;
+        self.history_serial = serial;
+    }
+
+    fn with_geometry(geometry: Geometry, last_committed: u64, history: History) -> Heap {
         Heap {
             geometry,
             next_tx: last_committed + 1,
             last_committed,
+            history,
+            history_slot: 0,
+            history_serial: 0,
+            tracker: WriteTracker::new(geometry.data_bytes, last_committed),
             image: Vec::new(),
             writes: Vec::new(),
             faults: Faults::default(),
@@ -266,6 +360,17 @@ impl Heap {
     /// The last committed transaction's number (0 if none).
     pub fn last_committed(&self) -> u64 {
         self.last_committed
+    }
+
+    /// The heap's durable history: its id and generations.
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    /// The DRAM record of the blocks each transaction since the heap was
+    /// created or opened wrote (for incremental resynchronisation).
+    pub fn tracker(&self) -> &WriteTracker {
+        &self.tracker
     }
 
     /// The last transaction that wrote something and is durable, as
@@ -327,6 +432,23 @@ pub(crate) fn read_geometry(media: &impl Media, base: u64) -> Result<Geometry, O
         return Err(OpenError::MediaTooSmall { need, have: media.len() });
     }
     Ok(geometry)
+}
+
+/// Reads the heap's history: the valid slot with the higher serial; its
+/// slot and serial.
+pub(crate) fn read_history(media: &impl Media, base: u64) -> Result<(History, usize, u64), OpenError> {
+    let mut best: Option<(History, usize, u64)> = None;
+    let mut why = Vec::new();
+    for (slot, at) in HISTORY_AT.iter().enumerate() {
+        let mut bytes = [0u8; HISTORY_BYTES];
+        media.read(base + at, &mut bytes);
+        match History::decode(&bytes) {
+            Ok((history, serial)) if best.as_ref().is_none_or(|b| serial > b.2) => best = Some((history, slot, serial)),
+            Ok(_) => {}
+            Err(e) => why.push(format!("slot {slot}: {e}")),
+        }
+    }
+    best.ok_or_else(|| OpenError::History(why.join("; ")))
 }
 
 /// Reads the committed transaction's log and checks every record before
@@ -518,6 +640,10 @@ impl<M: Media, S: EpochSink> Tx<'_, M, S> {
         self.media.drain();
         persist_applied(self.media, self.heap.geometry.base, self.tx, faults);
         self.heap.last_committed = self.tx;
+        let heap = &mut *self.heap;
+        for w in &heap.writes {
+            heap.tracker.mark(w.offset, w.len as u64, self.tx);
+        }
         Ok(committed)
     }
 
@@ -889,6 +1015,70 @@ mod tests {
         let (heap, recovery) = Heap::open(&mut media, 0).unwrap();
         assert_eq!(recovery.last_committed, 0);
         assert!(data(&heap, &media).iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn promotion_forks_a_new_generation_durably() {
+        let (mut media, mut heap) = fresh();
+        let id = heap.history().id();
+        assert_ne!(id, 0, "a primary's heap has a history");
+        assert_eq!(heap.history().current().number, 0);
+        for i in 0..3u8 {
+            let mut tx = heap.begin(&mut media);
+            tx.write(u64::from(i) * 100, &[i + 1; 10]).unwrap();
+            tx.commit().unwrap();
+        }
+        let before = data(&heap, &media);
+        let (heap, promotion) = Heap::promote(&mut media, 0).unwrap();
+        assert_eq!(promotion.recovery.last_committed, 3);
+        assert_eq!(promotion.previous.number, 0);
+        assert_eq!((promotion.generation.number, promotion.generation.start), (1, 3));
+        assert_eq!(heap.history().id(), id, "the same history, a new generation");
+        assert_eq!(data(&heap, &media), before);
+        let (reopened, _) = Heap::open(&mut media, 0).unwrap();
+        assert_eq!(reopened.history(), heap.history(), "durable");
+        // Promoted again: each promotion writes the other slot.
+        let (again, p2) = Heap::promote(&mut media, 0).unwrap();
+        assert_eq!((p2.previous, p2.generation.number, p2.generation.start), (promotion.generation, 2, 3));
+        assert_eq!(Heap::open(&mut media, 0).unwrap().0.history(), again.history());
+        // A torn slot in use falls back to the other (the one before).
+        let mut torn = media.clone();
+        let slot = crate::format::HISTORY_AT[(again.history_slot) as usize];
+        torn.write(slot + 40, &[0xff]);
+        assert_eq!(Heap::open(&mut torn, 0).unwrap().0.history(), heap.history());
+        // Both torn: refused with the reason.
+        let other = crate::format::HISTORY_AT[1 - again.history_slot];
+        torn.write(other + 40, &[0xff]);
+        assert!(matches!(Heap::open(&mut torn, 0), Err(OpenError::History(why)) if why.contains("checksum")));
+    }
+
+    #[test]
+    fn an_unfinished_copy_cannot_be_promoted() {
+        let (mut media, _) = fresh();
+        media.write_u64(RESYNC_AT, 5);
+        let err = Heap::promote(&mut media, 0).unwrap_err();
+        assert_eq!(err, OpenError::Resyncing { target: 5 });
+        assert!(err.to_string().contains("cannot be opened or promoted"), "{err}");
+    }
+
+    #[test]
+    fn the_heap_tracks_the_blocks_each_transaction_wrote() {
+        let (mut media, mut heap) = fresh();
+        assert_eq!(heap.tracker().since(), 0);
+        let mut tx = heap.begin(&mut media);
+        tx.write(5000, &[1; 10]).unwrap();
+        tx.commit().unwrap();
+        let mut tx = heap.begin(&mut media);
+        tx.write(100, &[2; 2000]).unwrap();
+        tx.abort();
+        let mut tx = heap.begin(&mut media);
+        tx.write(8000, &[3; 100]).unwrap();
+        tx.commit().unwrap();
+        assert_eq!(heap.tracker().written_after(0).unwrap(), [(4096, 1024), (7168, 1024)]);
+        assert_eq!(heap.tracker().written_after(1).unwrap(), [(7168, 1024)]);
+        let (heap, _) = Heap::open(&mut media, 0).unwrap();
+        assert_eq!(heap.tracker().since(), 3, "a restart loses the record");
+        assert_eq!(heap.tracker().written_after(1), None);
     }
 
     #[test]

@@ -54,14 +54,17 @@ pub mod backup_crash;
 pub mod crash;
 pub mod format;
 mod heap;
+pub mod history;
 pub mod net;
 pub mod sink;
 pub mod stream;
+pub mod tracking;
 pub mod whisper;
 pub mod wire;
 
 pub use backup::{Backup, HelloError, StreamError};
-pub use heap::{CreateError, Faults, Heap, OpenError, OutOfBounds, Recovery, Tx, TxError};
+pub use heap::{CreateError, Faults, Heap, OpenError, OutOfBounds, Promotion, Recovery, Tx, TxError};
+pub use history::{rejoin_plan, Generation, History, Plan};
 pub use net::{BackupService, Mirror, MirrorError, OpenMirrorError};
 pub use sink::{Committed, Epoch, EpochSink, NoMirror, Recorder, SinkError, SinkEvent};
 pub use wire::Strategy;
