@@ -174,6 +174,9 @@ struct Outcome {
     failed_commits: u64,
     /// Pools that held the in-flight transaction, one past the acknowledged.
     one_ahead: u64,
+    /// Restarted backups refused as one ahead (the failed commit's
+    /// transaction), given a blank pool instead.
+    replaced: u64,
 }
 
 impl Outcome {
@@ -189,6 +192,7 @@ impl Outcome {
         self.unmirrored += o.unmirrored;
         self.failed_commits += o.failed_commits;
         self.one_ahead += o.one_ahead;
+        self.replaced += o.replaced;
     }
 
     fn bad(&self) -> bool {
@@ -420,7 +424,8 @@ pub fn run(options: &MirrorCrashOptions) -> Result<SuiteReport> {
         .metric("after_failover_count", totals.after_failover as f64)
         .metric("unmirrored_count", totals.unmirrored as f64)
         .metric("failed_commits_count", totals.failed_commits as f64)
-        .metric("one_ahead_count", totals.one_ahead as f64);
+        .metric("one_ahead_count", totals.one_ahead as f64)
+        .metric("backups_replaced_count", totals.replaced as f64);
     let parameters = serde_json::json!({
         "command": format!("pmwire bench mirror-crash --runs {} --tls {} --seed {}", options.runs, options.tls, options.seed),
         "runs": options.runs, "seed": options.seed, "log_bytes": LOG_BYTES, "data_bytes": DATA_BYTES,
@@ -460,6 +465,7 @@ fn print_summary(o: &MirrorCrashOptions, t: &Outcome, per_kind: [u64; 3], unchec
         row("  of which unmirrored", t.unmirrored, ""),
         row("commits failed with the reason (backup down)", t.failed_commits, ""),
         row("pools one past the acknowledged (in flight)", t.one_ahead, ""),
+        row("restarted backups refused as one ahead, given a blank pool", t.replaced, ""),
     ];
     print!("{}", crate::table::render(&rows));
     println!(
@@ -570,7 +576,7 @@ fn backup_kill(options: &MirrorCrashOptions, plan: &RunPlan, dir: &Path) -> Resu
         o.failed_commits += said(&out, noticed).len() as u64;
         acked(&acked1)?.1
     };
-    judge(&pool_b, &[(s1, 0)], before, &mut o)?;
+    let b = judge(&pool_b, &[(s1, 0)], before, &mut o)?;
     let resyncs = said(&out, "resync: ").len();
     let (_, at_restart) = acked(&acked1)?;
     if !unmirrored && at_restart != before {
@@ -578,10 +584,29 @@ fn backup_kill(options: &MirrorCrashOptions, plan: &RunPlan, dir: &Path) -> Resu
     }
     o.unmirrored = at_restart - before;
     let (mut backup, _) = start_backup(options, &pool_b, &addr.to_string(), dir)?;
+    let refusals = said(&out, "backup refused: ").len();
     wait_until("the backup's resynchronisation", || {
         primary.alive()?;
-        Ok(said(&out, "resync: ").len() > resyncs)
+        Ok(said(&out, "resync: ").len() > resyncs || said(&out, "backup refused: ").len() > refusals)
     })?;
+    if said(&out, "resync: ").len() == resyncs {
+        // Refused: the backup committed the transaction whose commit failed
+        // on the primary (never acknowledged), so it is one ahead, which
+        // the primary refuses, waiting. The operator's choice, made here:
+        // drop that transaction by giving the backup a blank pool.
+        let why = said(&out, "backup refused: ").pop().unwrap_or_default();
+        if b != before + 1 || !why.contains("ahead") {
+            bail!("the restarted backup (at {b}, {before} acknowledged) was refused: {why}");
+        }
+        backup.kill9()?;
+        std::fs::remove_file(&pool_b)?;
+        o.replaced += 1;
+        backup = start_backup(options, &pool_b, &addr.to_string(), dir)?.0;
+        wait_until("the blank backup's resynchronisation", || {
+            primary.alive()?;
+            Ok(said(&out, "resync: ").len() > resyncs)
+        })?;
+    }
     let (_, at_resync) = acked(&acked1)?;
     wait_until("transactions after the resynchronisation", || {
         primary.alive()?;

@@ -286,8 +286,11 @@ struct Primary {
     next_try: Instant,
     committed: u64,
     unmirrored_since: Option<u64>,
-    /// Whether the current outage was reported on stderr.
+    /// Whether the current outage was reported.
     told_unreached: bool,
+    /// Whether the primary got past its first attempt to reach the backup
+    /// (from then on, a refusing backup is waited for, not fatal).
+    served: bool,
 }
 
 impl Primary {
@@ -310,12 +313,19 @@ impl Primary {
                 self.told_unreached = false;
                 Ok(true)
             }
-            Err(e) if refused(&e) => bail!("backup {} refused this primary: {e}", self.args.backup),
+            Err(e) if refused(&e) && !self.served => bail!("backup {} refused this primary: {e}", self.args.backup),
             Err(e) => {
                 self.next_try = Instant::now() + Duration::from_millis(self.args.retry_ms);
                 if !self.told_unreached {
                     self.told_unreached = true;
-                    eprintln!("backup {} not reached ({e}); trying every {} ms", self.args.backup, self.args.retry_ms);
+                    let (backup, retry) = (self.args.backup, self.args.retry_ms);
+                    if refused(&e) {
+                        // Serving already: stay up until the backup is
+                        // replaced or fixed, and say why it is refused.
+                        say(&format!("backup refused: {backup} refused this primary: {e}; trying every {retry} ms"));
+                    } else {
+                        eprintln!("backup {backup} not reached ({e}); trying every {retry} ms");
+                    }
                 }
                 Ok(false)
             }
@@ -423,11 +433,13 @@ pub fn mirror_primary(args: MirrorPrimaryArgs) -> Result<()> {
     let (region, heap, _lock) = open_heap(&args.pool, args.log_size, args.data_size)?;
     let g = heap.geometry();
     say(&format!(
-        "mirror primary: {} (log {} B, data {} B), last committed transaction {}; backup {} under {} over {}{}",
+        "mirror primary: {} (log {} B, data {} B), last committed transaction {}, generation {}; backup {} under {} \
+         over {}{}",
         args.pool.display(),
         g.log_bytes,
         g.data_bytes,
         heap.last_committed(),
+        heap.history().current().number,
         args.backup,
         args.strategy,
         args.tls,
@@ -452,8 +464,10 @@ pub fn mirror_primary(args: MirrorPrimaryArgs) -> Result<()> {
         committed: 0,
         unmirrored_since: None,
         told_unreached: false,
+        served: false,
     };
     p.connect()?;
+    p.served = true;
     let mut pending = None;
     while p.committed < limit && !stop.load(Ordering::Relaxed) {
         let plan = match pending.take() {
@@ -511,15 +525,21 @@ pub fn mirror_promote(args: &MirrorPromoteArgs) -> Result<()> {
     })?;
     let options = RegionOptions { create: false, ..RegionOptions::default() };
     let mut region = Region::open(pool, options).with_context(|| format!("open {}", pool.display()))?;
-    let (heap, recovery) = Heap::open(&mut region, 0).map_err(|e| anyhow!("{}", open_refusal(pool, &e)))?;
+    let (heap, promotion) = Heap::promote(&mut region, 0).map_err(|e| anyhow!("{}", open_refusal(pool, &e)))?;
     let g = heap.geometry();
     let crc = pmwire_mirror::backup::data_crc(&region, &g);
+    let generation = promotion.generation;
     say(&format!(
-        "promoted {}: last committed transaction {}{} (log {} B, data {} B, data CRC {crc:#010x}); serve it with \
-         `pmwire mirror-primary --pool {} --backup ADDR --strategy S`",
+        "promoted {}: last committed transaction {}{}, now generation {} of history {:#018x} (forked at transaction \
+         {}; it was in generation {}); log {} B, data {} B, data CRC {crc:#010x}; serve it with `pmwire mirror-primary \
+         --pool {} --backup ADDR --strategy S`",
         pool.display(),
         heap.last_committed(),
-        if recovery.replayed.is_some() { ", replayed by recovery" } else { "" },
+        if promotion.recovery.replayed.is_some() { " (replayed by recovery)" } else { "" },
+        generation.number,
+        heap.history().id(),
+        generation.start,
+        promotion.previous.number,
         g.log_bytes,
         g.data_bytes,
         pool.display()
