@@ -6,7 +6,7 @@
 //! `pmwire mirror-primary` process on another, running transactions drawn
 //! from a seed ([`CrashLoad`]: 1–8 epochs of 1–4 writes of 64 B at random
 //! 64 B-aligned places) and appending each acknowledged transaction's
-//! number to a file. After a random delay:
+//! number to a file. Once it has one acknowledged, after a random delay:
 //! - **primary killed** (even runs): SIGKILL the primary, then the backup;
 //!   `pmwire mirror-promote` the backup's pool; serve it with a new
 //!   `mirror-primary` (a second seed) whose backup is a `mirror-backup` on
@@ -513,7 +513,7 @@ fn primary_kill(options: &MirrorCrashOptions, plan: &RunPlan, dir: &Path) -> Res
     let mut o = Outcome::default();
     let (mut backup, addr) = start_backup(options, &pool_b, "127.0.0.1:0", dir)?;
     let mut primary = start_primary(options, plan, &pool_a, addr, s1, dir, "1", false)?;
-    std::thread::sleep(plan.delay);
+    under_load(&mut primary, &dir.join("acked1"), plan.delay)?;
     primary.kill9()?;
     backup.kill9()?;
     let (_, a1) = acked(&dir.join("acked1"))?;
@@ -556,7 +556,7 @@ fn backup_kill(options: &MirrorCrashOptions, plan: &RunPlan, dir: &Path) -> Resu
     let (mut backup, addr) = start_backup(options, &pool_b, "127.0.0.1:0", dir)?;
     let mut primary = start_primary(options, plan, &pool_a, addr, s1, dir, "1", unmirrored)?;
     let (out, acked1) = (dir.join("primary1.out"), dir.join("acked1"));
-    std::thread::sleep(plan.delay);
+    under_load(&mut primary, &acked1, plan.delay)?;
     backup.kill9()?;
     let noticed = if unmirrored { "backup lost: " } else { "commit failed: " };
     wait_until("the primary noticing its backup's death", || {
@@ -623,6 +623,18 @@ fn backup_kill(options: &MirrorCrashOptions, plan: &RunPlan, dir: &Path) -> Resu
     o.acknowledged = c;
     o.after_failover = c - before;
     Ok(o)
+}
+
+/// Waits until the primary has a transaction acknowledged (its start,
+/// UCX's set-up included, takes longer than the shortest delays on a
+/// loaded machine), then `delay` more: the kill lands under load.
+fn under_load(primary: &mut Proc, acked_file: &Path, delay: Duration) -> Result<()> {
+    wait_until("the primary's first acknowledged transaction", || {
+        primary.alive()?;
+        Ok(acked(acked_file)?.0 >= 1)
+    })?;
+    std::thread::sleep(delay);
+    Ok(())
 }
 
 /// `pmwire mirror-promote --pool POOL`: the last committed transaction it reports.
