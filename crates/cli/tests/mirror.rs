@@ -178,9 +178,11 @@ fn wrong_pools_and_wrong_primaries_are_refused_with_the_reason() {
     let mut tx = heap.begin(&mut region);
     tx.write(0, b"unmirrored").unwrap();
     tx.commit().unwrap();
-    // A primary the backup is behind resynchronises it by a full copy.
+    // A primary the (blank) backup is behind resynchronises it: by the
+    // blocks written since its creation, which it tracks.
     let mirror = Mirror::open(&heap, &region, transport(), &backup.addr, Strategy::SmOb).expect("resynchronised");
-    assert_eq!(mirror.resync_bytes, DATA, "the whole data area is copied");
+    assert_eq!(mirror.rejoin, pmwire_mirror::Plan::Incremental { from: 0 });
+    assert_eq!(mirror.resync_bytes, 1024, "one 1 KiB block is copied");
     drop(mirror);
     drop(backup);
     // The backup's pool, opened as a promotion would, is the primary's.

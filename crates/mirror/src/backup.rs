@@ -43,10 +43,12 @@
 use pmem::crc::crc32c_append;
 use pmem::Media;
 
-use crate::format::{encode_commit, parse_epoch, CommitRecord, Geometry, WriteRef, APPLIED_AT, COMMIT_AT, RESYNC_AT};
-use crate::heap::{persist_applied, read_geometry};
-use crate::history::History;
-use crate::wire::{Header, Hello, Kind, Strategy, WireError, COPY_NEEDED};
+use crate::format::{
+    encode_commit, parse_epoch, CommitRecord, Geometry, WriteRef, APPLIED_AT, COMMIT_AT, RESYNC_AT, RESYNC_BASE_AT,
+};
+use crate::heap::{persist_applied, persist_history, read_geometry, read_history};
+use crate::history::{rejoin_plan, BackupState, History, Plan, PrimaryState, Resync};
+use crate::wire::{Header, Hello, Kind, Strategy, WireError};
 use crate::{CreateError, Faults, Heap, OpenError, Recovery};
 
 /// Planted bugs for the crash-state checker; all off in real use.
@@ -60,8 +62,12 @@ pub struct BackupFaults {
     /// `Commit` answers before its commit record and data are durable
     /// (they are made durable when the next message arrives).
     pub ack_before_durable: bool,
-    /// A full copy stores its chunks without first setting the resync word.
+    /// A copy stores its chunks without first setting the resync word.
     pub copy_unmarked: bool,
+    /// A copy's chunks are stored without write-back, and `CopyDone`
+    /// clears the resync word (after the commit record and the applied
+    /// word) before it writes them back and drains.
+    pub copy_cleared_early: bool,
 }
 
 /// What an acknowledgement says.
@@ -72,8 +78,10 @@ pub struct Answer {
     /// Hello: the backup's last committed transaction; commit: the
     /// committed transaction; sentinel: the epochs applied; else 0.
     pub value: u64,
-    /// The epochs of `tx` the backup holds.
+    /// The epochs of `tx` the backup holds; a hello's: the rejoin plan's code.
     pub count: u32,
+    /// A hello's: the backup's state, for the primary's decision.
+    pub state: Option<BackupState>,
 }
 
 /// Why the backup refused a hello: it cannot mirror this primary.
@@ -290,18 +298,28 @@ pub struct Backup {
     /// A commit answered before it was durable (planted bug).
     undurable: Option<u64>,
     faults: BackupFaults,
-    /// The full copy this stream is receiving.
+    /// The copy this stream is receiving.
     copy: Option<Copy>,
-    /// The resync word is set: a copy began and has not finished, so the
-    /// data area may be torn and only a finished copy makes it current.
-    torn: bool,
+    /// What the resync words say: a copy began and has not finished, so
+    /// the data area may be torn and only a finished copy makes it current.
+    resync: Resync,
+    /// The heap's durable history, and the slot and serial it is in.
+    history: History,
+    history_slot: usize,
+    history_serial: u64,
 }
 
-/// A full copy under way: its transaction and the next data offset.
-#[derive(Clone, Copy, Debug)]
+/// A copy under way.
+#[derive(Clone, Debug)]
 struct Copy {
+    /// The primary's transaction it brings the data area to.
     target: u64,
+    /// The lowest data offset the next chunk may start at.
     next: u64,
+    /// The transaction an incremental copy starts from (`None`: a full copy).
+    base: Option<u64>,
+    /// The primary's history, the heap's once the copy is done.
+    history: History,
 }
 
 impl Backup {
@@ -310,23 +328,29 @@ impl Backup {
     /// stream must finish a full copy before anything else.
     pub fn open(media: &mut impl Media, base: u64) -> Result<(Backup, Recovery), OpenError> {
         let geometry = read_geometry(media, base)?;
+        let history = read_history(media, base)?;
         if media.read_u64(base + RESYNC_AT) != 0 {
             let applied = media.read_u64(base + APPLIED_AT);
-            let mut backup = Backup::over(geometry, applied);
-            backup.torn = true;
+            let resync = match media.read_u64(base + RESYNC_BASE_AT) {
+                0 => Resync::Full,
+                base_plus_one => Resync::Incremental { base: base_plus_one - 1 },
+            };
+            let mut backup = Backup::over(geometry, applied, history);
+            backup.resync = resync;
             return Ok((backup, Recovery { last_committed: applied, replayed: None }));
         }
         let (heap, recovery) = Heap::open_with_faults(media, base, Faults::default())?;
-        Ok((Backup::over(heap.geometry(), heap.last_committed()), recovery))
+        Ok((Backup::over(heap.geometry(), heap.last_committed(), history), recovery))
     }
 
-    /// Formats a backup heap at `base` of `media` (see [`Heap::create`]).
+    /// Formats a backup heap at `base` of `media` (see [`Heap::create`]),
+    /// with a blank history: it adopts its first primary's.
     pub fn create(media: &mut impl Media, base: u64, log_bytes: u64, data_bytes: u64) -> Result<Backup, CreateError> {
         let heap = Heap::create_with_history(media, base, log_bytes, data_bytes, History::blank())?;
-        Ok(Backup::over(heap.geometry(), 0))
+        Ok(Backup::over(heap.geometry(), 0, (History::blank(), 0, 1)))
     }
 
-    fn over(geometry: Geometry, last_committed: u64) -> Backup {
+    fn over(geometry: Geometry, last_committed: u64, history: (History, usize, u64)) -> Backup {
         Backup {
             geometry,
             last_committed,
@@ -335,14 +359,27 @@ impl Backup {
             undurable: None,
             faults: BackupFaults::default(),
             copy: None,
-            torn: false,
+            resync: Resync::None,
+            history: history.0,
+            history_slot: history.1,
+            history_serial: history.2,
         }
     }
 
-    /// Whether a full copy began here and has not finished (the heap then
+    /// Whether a copy began here and has not finished (the heap then
     /// refuses [`Heap::open`] and cannot be promoted).
     pub fn torn(&self) -> bool {
-        self.torn
+        self.resync != Resync::None
+    }
+
+    /// What the resync words say of an unfinished copy.
+    pub fn resync(&self) -> Resync {
+        self.resync
+    }
+
+    /// The heap's durable history.
+    pub fn history(&self) -> &History {
+        &self.history
     }
 
     /// Sets planted bugs (crash checks only).
@@ -444,82 +481,153 @@ impl Backup {
         }
     }
 
-    /// Checks the primary's heap against this one; the answer carries the
-    /// backup's last committed transaction.
-    /// If the backup is behind (or torn), the answer's count is
-    /// [`COPY_NEEDED`] and the stream must start with a full copy.
-    fn hello(&mut self, media: &impl Media, h: &Header, payload: &[u8]) -> Result<Answer, StreamError> {
-        let copy = self.check_hello(media, h, payload)?;
+    /// Checks the primary's heap against this one and decides the rejoin
+    /// plan ([`rejoin_plan`], as the primary does); the answer carries the
+    /// backup's last committed transaction, the plan's code and the
+    /// backup's state. A stream that starts at once makes the primary's
+    /// history this heap's (a blank pool adopts it; an older table gets
+    /// the primary's newer generations): the heap is a prefix of it. A
+    /// copy must follow any other plan, and adopts the history at its end.
+    fn hello(&mut self, media: &mut impl Media, h: &Header, payload: &[u8]) -> Result<Answer, StreamError> {
+        let (plan, state, hello) = self.check_hello(media, h, payload)?;
         self.strategy = Some(h.strategy);
         self.open = None;
-        self.copy = copy.then_some(Copy { target: h.value, next: 0 });
-        Ok(Answer { tx: 0, value: self.last_committed, count: if copy { COPY_NEEDED } else { 0 } })
+        self.copy = match plan {
+            Plan::Stream => {
+                if hello.history != self.history {
+                    self.adopt(media, hello.history);
+                }
+                None
+            }
+            Plan::Incremental { from } => {
+                Some(Copy { target: h.value, next: 0, base: Some(from), history: hello.history })
+            }
+            Plan::FullCopy => Some(Copy { target: h.value, next: 0, base: None, history: hello.history }),
+            Plan::Refuse(e) => unreachable!("check_hello refuses: {e}"),
+        };
+        Ok(Answer { tx: 0, value: self.last_committed, count: plan.code(), state: Some(state) })
     }
 
-    /// A chunk of a full copy: checked, then stored and written back (not
-    /// drained: `CopyDone` drains). Before the first byte lands the resync
-    /// word is made durable, so a crash from here leaves a heap that
-    /// refuses to open until a copy finishes.
-    fn copy_chunk(&mut self, media: &mut impl Media, h: &Header, payload: &[u8]) -> Result<(), StreamError> {
-        let copy = self.copy.expect("checked by dispatch");
-        let data_bytes = self.geometry.data_bytes;
-        if h.tx != copy.target {
-            return Err(StreamError::Transaction { got: h.tx, want: format!("{} (the copy's)", copy.target) });
+    /// Makes `history` this heap's, durably (into the slot not in use).
+    fn adopt(&mut self, media: &mut impl Media, history: History) {
+        let slot = 1 - self.history_slot;
+        persist_history(media, self.geometry.base, slot, self.history_serial + 1, &history);
+        self.history = history;
+        self.history_slot = slot;
+        self.history_serial += 1;
+    }
+
+    /// Marks the heap torn, durably, before a copy's first byte lands: the
+    /// base word first (0: full copy; `base + 1`: incremental from `base`),
+    /// then the resync word (the target; nonzero even toward transaction 0,
+    /// as the word means "torn").
+    fn mark_torn(&mut self, media: &mut impl Media, copy: &Copy) {
+        if self.faults.copy_unmarked {
+            return;
         }
-        if h.value != copy.next {
-            return Err(StreamError::CopyOffset { tx: copy.target, want: copy.next, got: h.value });
+        let base = self.geometry.base;
+        media.persist_u64(base + RESYNC_BASE_AT, copy.base.map_or(0, |b| b + 1));
+        media.persist_u64(base + RESYNC_AT, copy.target.max(1));
+        self.resync = match copy.base {
+            Some(base) => Resync::Incremental { base },
+            None => Resync::Full,
+        };
+    }
+
+    /// A chunk of a copy: checked (the copy's transaction; a full copy's
+    /// next offset, an incremental copy's past the last chunk; inside the
+    /// data area), then stored and written back (not drained: `CopyDone`
+    /// drains). Before the first byte lands the heap is marked torn, so a
+    /// crash from here leaves a heap that refuses to open until a copy
+    /// finishes.
+    fn copy_chunk(&mut self, media: &mut impl Media, h: &Header, payload: &[u8]) -> Result<(), StreamError> {
+        let copy = self.copy.take().expect("checked by dispatch");
+        let data_bytes = self.geometry.data_bytes;
+        let target = copy.target;
+        if h.tx != target {
+            return Err(StreamError::Transaction { got: h.tx, want: format!("{target} (the copy's)") });
+        }
+        let in_place = if copy.base.is_some() { h.value >= copy.next } else { h.value == copy.next };
+        if !in_place {
+            return Err(StreamError::CopyOffset { tx: target, want: copy.next, got: h.value });
         }
         let bytes = payload.len() as u64;
-        let end = copy.next.checked_add(bytes).filter(|&end| end <= data_bytes);
+        let end = h.value.checked_add(bytes).filter(|&end| end <= data_bytes);
         let Some(end) = end else {
-            return Err(StreamError::CopyOverflow { tx: copy.target, at: copy.next, bytes, data_bytes });
+            return Err(StreamError::CopyOverflow { tx: target, at: h.value, bytes, data_bytes });
         };
-        if copy.next == 0 && !self.faults.copy_unmarked {
-            // Nonzero, even toward transaction 0: the word means "torn".
-            media.persist_u64(self.geometry.base + RESYNC_AT, copy.target.max(1));
-            self.torn = true;
+        if self.resync == Resync::None {
+            self.mark_torn(media, &copy);
         }
-        media.memcpy_nodrain(self.geometry.data_at() + copy.next, payload);
+        let at = self.geometry.data_at() + h.value;
+        if self.faults.copy_cleared_early {
+            media.write(at, payload);
+        } else {
+            media.memcpy_nodrain(at, payload);
+        }
         self.copy = Some(Copy { next: end, ..copy });
         Ok(())
     }
 
-    /// The end of a full copy: whole, its CRC the primary's, then durable;
-    /// then the commit record and the applied word name the copy's
-    /// transaction, and last the resync word is cleared.
+    /// The end of a copy: a full copy whole, the data area's CRC the
+    /// primary's, then durable; then the commit record and the applied
+    /// word name the copy's transaction, the primary's history becomes the
+    /// heap's, and last the resync word is cleared. An incremental copy
+    /// whose CRC fails turns the resync into a full one (its base did not
+    /// hold what the primary thought), so the next hello asks for that.
     fn copy_done(&mut self, media: &mut impl Media, h: &Header) -> Result<Answer, StreamError> {
-        let copy = self.copy.expect("checked by dispatch");
+        let copy = self.copy.take().expect("checked by dispatch");
         let g = self.geometry;
         if h.tx != copy.target {
             return Err(StreamError::Transaction { got: h.tx, want: format!("{} (the copy's)", copy.target) });
         }
-        if h.value != g.data_bytes || copy.next != g.data_bytes {
+        if h.value != g.data_bytes || (copy.base.is_none() && copy.next != g.data_bytes) {
             let reason =
                 format!("the primary says {} B, {} B arrived, the data area is {} B", h.value, copy.next, g.data_bytes);
             return Err(StreamError::CopyIncomplete { tx: copy.target, reason });
         }
-        media.drain();
+        if self.resync == Resync::None {
+            self.mark_torn(media, &copy);
+        }
+        if !self.faults.copy_cleared_early {
+            media.drain();
+        }
         let crc = data_crc(media, &g);
         if crc != h.count {
+            if copy.base.is_some() && self.resync != Resync::None {
+                media.persist_u64(g.base + RESYNC_BASE_AT, 0);
+                self.resync = Resync::Full;
+            }
             let reason = format!("data CRC {crc:#010x}, the primary's is {:#010x}", h.count);
             return Err(StreamError::CopyIncomplete { tx: copy.target, reason });
         }
         let record = CommitRecord { tx: copy.target, log_bytes: 0, epochs: 0 };
         media.memcpy_persist(g.base + COMMIT_AT, &encode_commit(&record));
         persist_applied(media, g.base, copy.target, Faults::default());
+        if copy.history != self.history {
+            self.adopt(media, copy.history);
+        }
         media.persist_u64(g.base + RESYNC_AT, 0);
-        self.torn = false;
+        if self.faults.copy_cleared_early {
+            media.flush(g.data_at(), g.data_bytes);
+            media.drain();
+        }
+        self.resync = Resync::None;
         self.last_committed = copy.target;
-        self.copy = None;
-        Ok(Answer { tx: copy.target, value: copy.target, count: crc })
+        Ok(Answer { tx: copy.target, value: copy.target, count: crc, state: None })
     }
 
     /// Whether a hello (decoded `h`, `payload`) could start a stream here:
-    /// its strategy mirrors, and its heap has this one's geometry, last
-    /// transaction and data. Changes nothing (the stream being served, if
-    /// any, goes on). `Ok(true)`: the backup is behind, or torn by a copy
-    /// cut short, and the stream must start with a full copy.
-    pub fn check_hello(&self, media: &impl Media, h: &Header, payload: &[u8]) -> Result<bool, StreamError> {
+    /// its strategy mirrors, its heap has this one's geometry, and
+    /// [`rejoin_plan`] does not refuse it. Changes nothing (the stream
+    /// being served, if any, goes on). Returns the plan, this backup's
+    /// state as the answer tells it, and the hello.
+    pub fn check_hello(
+        &self,
+        media: &impl Media,
+        h: &Header,
+        payload: &[u8],
+    ) -> Result<(Plan, BackupState, Hello), StreamError> {
         if h.kind != Kind::Hello {
             return Err(StreamError::OutOfPlace(h.kind));
         }
@@ -537,22 +645,19 @@ impl Backup {
             }
             .into());
         }
-        if self.torn {
-            // Whatever it held is already lost to the copy cut short.
-            return Ok(true);
+        // The data's CRC matters only where the plan may stream.
+        let crc = if !self.torn() && self.last_committed == h.value { data_crc(media, &g) } else { 0 };
+        let state = BackupState::of(&self.history, self.last_committed, self.resync, crc);
+        let primary = PrimaryState {
+            history: &hello.history,
+            last: h.value,
+            tracked_since: hello.tracked_since,
+            data_crc: hello.data_crc,
+        };
+        match rejoin_plan(&primary, &state) {
+            Plan::Refuse(e) => Err(e.into()),
+            plan => Ok((plan, state, hello)),
         }
-        let (backup, primary) = (self.last_committed, h.value);
-        if backup > primary {
-            return Err(HelloError::Ahead { backup, primary }.into());
-        }
-        if backup < primary {
-            return Ok(true);
-        }
-        let crc = data_crc(media, &g);
-        if crc != hello.data_crc {
-            return Err(HelloError::OtherData { tx: backup, backup: crc, primary: hello.data_crc }.into());
-        }
-        Ok(false)
     }
 
     /// The open transaction for a message of `tx`, opening it if `start`.
@@ -648,7 +753,7 @@ impl Backup {
             media.drain();
         }
         let value = if h.kind == Kind::Sentinel { u64::from(epochs) } else { 0 };
-        Ok(Answer { tx: h.tx, value, count: epochs })
+        Ok(Answer { tx: h.tx, value, count: epochs, state: None })
     }
 
     /// The heap's commit, on the backup; the answer once it is durable.
@@ -697,7 +802,7 @@ impl Backup {
             media.drain();
             persist_applied(media, geometry.base, open.tx, Faults::default());
         }
-        Ok(Answer { tx: open.tx, value: open.tx, count: open.epochs })
+        Ok(Answer { tx: open.tx, value: open.tx, count: open.epochs, state: None })
     }
 
     /// The transaction is abandoned: its records stay in the log, unreferenced.
@@ -768,16 +873,30 @@ mod tests {
     const LOG: u64 = 4096;
     const DATA: u64 = 8192;
 
+    /// The hello of `heap` (with its write tracking if `tracked`).
+    fn hello_of(heap: &Heap, media: &MemMedia, tracked: bool) -> Hello {
+        Hello {
+            log_bytes: LOG,
+            data_bytes: DATA,
+            data_crc: data_crc(media, &heap.geometry()),
+            tracked_since: tracked.then(|| heap.tracker().since()),
+            history: heap.history().clone(),
+        }
+    }
+
     /// A primary and a greeted backup under `strategy`.
     fn pair(strategy: Strategy) -> (MemMedia, Heap, MemMedia, Backup) {
         let mut primary = MemMedia::new(Heap::required_size(LOG, DATA) as usize);
         let heap = Heap::create(&mut primary, 0, LOG, DATA).unwrap();
         let mut media = MemMedia::new(Heap::required_size(LOG, DATA) as usize);
         let mut backup = Backup::create(&mut media, 0, LOG, DATA).unwrap();
-        let hello = Hello { log_bytes: LOG, data_bytes: DATA, data_crc: data_crc(&primary, &heap.geometry()) };
-        let (header, payload) = StreamCore::new(strategy).hello(0, &hello);
+        assert!(backup.history().is_blank());
+        let (header, payload) = StreamCore::new(strategy).hello(0, &hello_of(&heap, &primary, true));
         let h = decode(&header, &payload).unwrap();
-        assert_eq!(backup.handle(&mut media, &h, &payload, true).unwrap().unwrap().value, 0);
+        let answer = backup.handle(&mut media, &h, &payload, true).unwrap().unwrap();
+        assert_eq!((answer.value, answer.count), (0, Plan::Stream.code()));
+        assert_eq!(backup.history(), heap.history(), "a blank backup adopts its primary's history");
+        assert_eq!(Backup::open(&mut media, 0).unwrap().0.history(), heap.history(), "durably");
         (primary, heap, media, backup)
     }
 
@@ -892,8 +1011,9 @@ mod tests {
         assert!(matches!(refuse(&mut backup, &mut media, marker, &[], false), StreamError::WrongStrategy { .. }));
         let sentinel = encode(Kind::Sentinel, Strategy::NoSm, tx, 0, 0, &[]);
         assert!(matches!(refuse(&mut backup, &mut media, sentinel, &[], false), StreamError::WrongDelivery { .. }));
-        let hello = encode(Kind::Hello, Strategy::SmDd, 0, 1, 0, &[0; 24]);
-        assert!(matches!(refuse(&mut backup, &mut media, hello, &[0; 24], true), StreamError::OutOfPlace(Kind::Hello)));
+        let zeros = [0; crate::wire::HELLO_BYTES];
+        let hello = encode(Kind::Hello, Strategy::SmDd, 0, 1, 0, &zeros);
+        assert!(matches!(refuse(&mut backup, &mut media, hello, &zeros, true), StreamError::OutOfPlace(Kind::Hello)));
         feed(&mut backup, &mut media, &epoch0.0, &epoch0.1).unwrap();
         let commit = encode(Kind::Commit, Strategy::NoSm, tx, epoch0.1.len() as u64, 2, &[]);
         assert!(matches!(refuse(&mut backup, &mut media, commit, &[], true), StreamError::Count { .. }));
@@ -918,14 +1038,15 @@ mod tests {
         let last = heap.last_committed();
         let want = data(&primary);
         let crc = data_crc(&primary, &heap.geometry());
-        let hello = Hello { log_bytes: LOG, data_bytes: DATA, data_crc: crc };
+        // Without its write tracking: a full copy.
+        let hello = hello_of(&heap, &primary, false);
         // Greets a reopened backup as a primary at `last`: a copy is asked for.
         let greet = |media: &mut MemMedia| {
             let mut backup = Backup::open(media, 0).unwrap().0;
             let (header, payload) = StreamCore::new(Strategy::SmRc).hello(last, &hello);
             let h = decode(&header, &payload).unwrap();
             let a = backup.handle(media, &h, &payload, true).unwrap().unwrap();
-            assert_eq!((a.value, a.count), (backup.last_committed(), COPY_NEEDED));
+            assert_eq!((a.value, a.count), (backup.last_committed(), crate::wire::COPY_NEEDED));
             backup
         };
         let send =
@@ -982,11 +1103,87 @@ mod tests {
     }
 
     #[test]
+    fn an_incremental_copy_must_be_ordered_and_whole_or_falls_back_to_a_full_one() {
+        let (mut primary, mut heap, mut media, mut backup) = pair(Strategy::SmDd);
+        for (p, payload) in messages(Strategy::SmDd, &mut heap, &mut primary, 3) {
+            feed(&mut backup, &mut media, &p, &payload).unwrap();
+        }
+        let from = backup.last_committed();
+        // Two transactions the backup never sees.
+        messages(Strategy::SmDd, &mut heap, &mut primary, 9);
+        messages(Strategy::SmDd, &mut heap, &mut primary, 20);
+        let last = heap.last_committed();
+        let hello = hello_of(&heap, &primary, true);
+        let ranges = heap.tracker().written_after(from).unwrap();
+        assert_eq!(ranges, [(0, 1024), (3072, 2048)]);
+        let greet = |media: &mut MemMedia, want: u32| {
+            let mut backup = Backup::open(media, 0).unwrap().0;
+            let (header, payload) = StreamCore::new(Strategy::SmDd).hello(last, &hello);
+            let a = backup.handle(media, &decode(&header, &payload).unwrap(), &payload, true).unwrap().unwrap();
+            assert_eq!((a.value, a.count), (from, want));
+            backup
+        };
+        let chunk = |media: &mut MemMedia, backup: &mut Backup, (at, len): (u64, u64)| {
+            let bytes = &data(&primary)[at as usize..(at + len) as usize];
+            let header = encode(Kind::CopyChunk, Strategy::NoSm, last, at, 0, bytes);
+            backup.handle(media, &decode(&header, bytes).unwrap(), bytes, false)
+        };
+        let done = |media: &mut MemMedia, backup: &mut Backup| {
+            let header = encode(Kind::CopyDone, Strategy::NoSm, last, DATA, hello.data_crc, &[]);
+            backup.handle(media, &decode(&header, &[]).unwrap(), &[], true)
+        };
+        // Chunks out of order are refused; the heap is then torn, and its
+        // next hello resumes the incremental copy from the same base.
+        let mut backup = greet(&mut media, crate::wire::INCREMENTAL_NEEDED);
+        chunk(&mut media, &mut backup, ranges[1]).unwrap();
+        let e = chunk(&mut media, &mut backup, ranges[0]).unwrap_err();
+        assert!(matches!(e, StreamError::CopyOffset { want: 5120, got: 0, .. }), "{e}");
+        assert_eq!(Backup::open(&mut media, 0).unwrap().0.resync(), Resync::Incremental { base: from });
+        assert!(matches!(Heap::promote(&mut media, 0), Err(OpenError::Resyncing { target }) if target == last));
+        // A copy that skips a dirty block fails the CRC at CopyDone: still
+        // torn, and the next hello asks for a full copy.
+        let mut backup = greet(&mut media, crate::wire::INCREMENTAL_NEEDED);
+        chunk(&mut media, &mut backup, ranges[1]).unwrap();
+        let e = done(&mut media, &mut backup).unwrap_err();
+        assert!(matches!(&e, StreamError::CopyIncomplete { reason, .. } if reason.contains("CRC")), "{e}");
+        assert_eq!(Backup::open(&mut media, 0).unwrap().0.resync(), Resync::Full);
+        assert!(Heap::open(&mut media, 0).is_err());
+        let mut backup = greet(&mut media, crate::wire::COPY_NEEDED);
+        chunk(&mut media, &mut backup, (0, DATA)).unwrap();
+        done(&mut media, &mut backup).unwrap();
+        let (opened, _) = Heap::open(&mut media, 0).unwrap();
+        assert_eq!((opened.last_committed(), data(&media)), (last, data(&primary)));
+        // An incremental copy whole and in order ends as the primary.
+        for fill in [40u8, 50] {
+            messages(Strategy::SmDd, &mut heap, &mut primary, fill);
+        }
+        let (from, last) = (last, heap.last_committed());
+        let hello = hello_of(&heap, &primary, true);
+        let mut backup = Backup::open(&mut media, 0).unwrap().0;
+        let (header, payload) = StreamCore::new(Strategy::SmDd).hello(last, &hello);
+        let a = backup.handle(&mut media, &decode(&header, &payload).unwrap(), &payload, true).unwrap().unwrap();
+        assert_eq!(a.count, crate::wire::INCREMENTAL_NEEDED);
+        for (at, len) in heap.tracker().written_after(from).unwrap() {
+            let bytes = &data(&primary)[at as usize..(at + len) as usize];
+            let header = encode(Kind::CopyChunk, Strategy::NoSm, last, at, 0, bytes);
+            backup.handle(&mut media, &decode(&header, bytes).unwrap(), bytes, false).unwrap();
+        }
+        let header = encode(Kind::CopyDone, Strategy::NoSm, last, DATA, hello.data_crc, &[]);
+        backup.handle(&mut media, &decode(&header, &[]).unwrap(), &[], true).unwrap();
+        let (opened, _) = Heap::open(&mut media, 0).unwrap();
+        assert_eq!((opened.last_committed(), data(&media)), (last, data(&primary)));
+    }
+
+    #[test]
     fn hellos_that_cannot_be_mirrored_are_refused() {
-        let (primary, heap, mut media, _) = pair(Strategy::SmOb);
+        let (mut primary, mut heap, mut media, mut backup) = pair(Strategy::SmOb);
+        for (p, payload) in messages(Strategy::SmOb, &mut heap, &mut primary, 7) {
+            feed(&mut backup, &mut media, &p, &payload).unwrap();
+        }
+        let last = heap.last_committed();
         let crc = data_crc(&primary, &heap.geometry());
-        let mut greet = |strategy: Strategy, last: u64, hello: Hello| {
-            let mut backup = Backup::open(&mut media, 0).unwrap().0;
+        fn greet(media: &mut MemMedia, strategy: Strategy, last: u64, hello: Hello) -> HelloError {
+            let mut backup = Backup::open(media, 0).unwrap().0;
             let (header, payload) = if strategy == Strategy::NoSm {
                 let payload = hello.encode();
                 (encode(Kind::Hello, Strategy::NoSm, 0, last, 0, &payload), payload)
@@ -994,25 +1191,44 @@ mod tests {
                 StreamCore::new(strategy).hello(last, &hello)
             };
             let h = decode(&header, &payload).unwrap();
-            match backup.handle(&mut media, &h, &payload, true) {
+            match backup.handle(media, &h, &payload, true) {
                 Err(StreamError::Hello(e)) => e,
                 other => panic!("{other:?}"),
             }
-        };
-        let good = Hello { log_bytes: LOG, data_bytes: DATA, data_crc: crc };
-        assert!(matches!(greet(Strategy::SmRc, 0, Hello { log_bytes: 2 * LOG, ..good }), HelloError::Geometry { .. }));
-        assert!(matches!(greet(Strategy::SmDd, 0, Hello { data_crc: crc ^ 1, ..good }), HelloError::OtherData { .. }));
-        assert_eq!(greet(Strategy::NoSm, 0, good), HelloError::NoMirror);
+        }
+        let good = hello_of(&heap, &primary, true);
+        let other_geometry = Hello { log_bytes: 2 * LOG, ..good.clone() };
+        assert!(matches!(greet(&mut media, Strategy::SmRc, last, other_geometry), HelloError::Geometry { .. }));
+        let other_data = Hello { data_crc: crc ^ 1, ..good.clone() };
+        assert!(matches!(greet(&mut media, Strategy::SmDd, last, other_data), HelloError::OtherData { .. }));
+        let other_heap = Hello { history: History::new(heap.history().id() ^ 1), ..good.clone() };
+        assert!(matches!(greet(&mut media, Strategy::SmDd, last, other_heap), HelloError::OtherHeap { .. }));
+        let newer = Hello { history: heap.history().fork(last, 5), ..good.clone() };
+        let older_primary = Hello { history: History::new(heap.history().id()), ..good.clone() };
+        {
+            // The backup adopts a newer generation at a stream's hello…
+            let mut backup = Backup::open(&mut media, 0).unwrap().0;
+            let (header, payload) = StreamCore::new(Strategy::SmRc).hello(last, &newer);
+            backup.handle(&mut media, &decode(&header, &payload).unwrap(), &payload, true).unwrap();
+            assert_eq!(Backup::open(&mut media, 0).unwrap().0.history(), &newer.history);
+        }
+        // …and a primary still in the older one is then stale.
+        assert!(matches!(
+            greet(&mut media, Strategy::SmOb, last, older_primary),
+            HelloError::StalePrimary { backup: 1, primary: 0 }
+        ));
+        let good = newer;
+        assert_eq!(greet(&mut media, Strategy::NoSm, last, good.clone()), HelloError::NoMirror);
         let text = HelloError::OtherData { tx: 3, backup: 1, primary: 2 }.to_string();
         assert!(text.contains("another heap"), "{text}");
         let ahead = {
             let mut backup = Backup::open(&mut media, 0).unwrap().0;
-            backup.last_committed = 5;
-            let (header, payload) = StreamCore::new(Strategy::SmRc).hello(3, &good);
+            backup.last_committed = last + 4;
+            let (header, payload) = StreamCore::new(Strategy::SmRc).hello(last, &good);
             let h = decode(&header, &payload).unwrap();
             backup.handle(&mut media, &h, &payload, true).unwrap_err()
         };
-        assert_eq!(ahead, StreamError::Hello(HelloError::Ahead { backup: 5, primary: 3 }));
+        assert_eq!(ahead, StreamError::Hello(HelloError::Ahead { backup: last + 4, primary: last }));
         assert!(ahead.to_string().contains("never committed durably"), "{ahead}");
     }
 }

@@ -41,7 +41,7 @@ use rand_xoshiro::rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::SplitMix64;
 
 use crate::backup::BackupFaults;
-use crate::backup_crash::{check_backup, check_resync};
+use crate::backup_crash::{check_backup, check_resync, CopyMode};
 use crate::{Faults, Heap, OpenError, Strategy, TxError};
 
 /// Where the heap under test starts in its media (not 0, to test `base`).
@@ -103,11 +103,18 @@ pub fn checks() -> Vec<Check> {
         check("planted: mirror backup acknowledges a commit before it is durable", true, |c| {
             check_backup(Strategy::SmRc, BackupFaults { ack_before_durable: true, ..BackupFaults::default() }, c)
         }),
-        check("mirror backup resynchronised by a full copy: any instant", false, |c| {
-            check_resync(BackupFaults::default(), c)
+        check("mirror backup resynchronised by a full copy: any instant, stream cut at any message", false, |c| {
+            check_resync(CopyMode::Full, BackupFaults::default(), c)
+        }),
+        check("mirror backup resynchronised incrementally: any instant, stream cut at any message", false, |c| {
+            check_resync(CopyMode::Incremental, BackupFaults::default(), c)
         }),
         check("planted: mirror backup copies without setting the resync word", true, |c| {
-            check_resync(BackupFaults { copy_unmarked: true, ..BackupFaults::default() }, c)
+            check_resync(CopyMode::Full, BackupFaults { copy_unmarked: true, ..BackupFaults::default() }, c)
+        }),
+        check("planted: mirror backup clears the resync word before the copy is durable", true, |c| {
+            let faults = BackupFaults { copy_cleared_early: true, ..BackupFaults::default() };
+            check_resync(CopyMode::Incremental, faults, c)
         }),
     ]
 }
@@ -444,6 +451,6 @@ mod tests {
 
     #[test]
     fn registry_lists_every_check_once() {
-        pmwire_crashcheck::assert_registry(&checks(), 10);
+        pmwire_crashcheck::assert_registry(&checks(), 11);
     }
 }

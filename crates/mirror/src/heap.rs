@@ -315,7 +315,7 @@ impl Heap {
     pub(crate) fn write_history(&mut self, media: &mut impl Media, history: History) {
         let slot = if self.faults.history_in_place { self.history_slot } else { 1 - self.history_slot };
         let serial = self.history_serial + 1;
-        media.memcpy_persist(self.geometry.base + HISTORY_AT[slot], &history.encode(serial));
+        persist_history(media, self.geometry.base, slot, serial, &history);
         self.history = history;
         self.history_slot = slot;
         self.history_serial = serial;
@@ -432,6 +432,11 @@ pub(crate) fn read_geometry(media: &impl Media, base: u64) -> Result<Geometry, O
         return Err(OpenError::MediaTooSmall { need, have: media.len() });
     }
     Ok(geometry)
+}
+
+/// Persists `history` with `serial` into history slot `slot` (0 or 1).
+pub(crate) fn persist_history(media: &mut impl Media, base: u64, slot: usize, serial: u64, history: &History) {
+    media.memcpy_persist(base + HISTORY_AT[slot], &history.encode(serial));
 }
 
 /// Reads the heap's history: the valid slot with the higher serial; its

@@ -193,7 +193,8 @@ pub struct BackupState {
     pub generation: u64,
     /// Its last committed transaction (its applied word).
     pub last: u64,
-    /// The generation (number, tag) its history puts `last` in, if known.
+    /// The generation (number, tag) its history puts `last` in (or an
+    /// unfinished incremental copy's base), if known.
     pub last_gen: Option<(u64, u64)>,
     /// An unfinished copy.
     pub resync: Resync,
@@ -202,9 +203,15 @@ pub struct BackupState {
 }
 
 impl BackupState {
-    /// The state of a pool with `history` at `last`.
+    /// The state of a pool with `history` at `last` (`last_gen` is that of
+    /// an unfinished incremental copy's base, where the pool's untouched
+    /// blocks are).
     pub fn of(history: &History, last: u64, resync: Resync, data_crc: u32) -> BackupState {
-        let last_gen = history.generation_of(last).map(|g| (g.number, g.tag));
+        let at = match resync {
+            Resync::Incremental { base } => base,
+            _ => last,
+        };
+        let last_gen = history.generation_of(at).map(|g| (g.number, g.tag));
         BackupState { id: history.id(), generation: history.current().number, last, last_gen, resync, data_crc }
     }
 }
@@ -269,8 +276,9 @@ impl Plan {
 ///   incremental copy again from the same base if the base is still a
 ///   prefix of the primary's history and its tracking covers it, else a
 ///   full copy; never refused, never streamed;
-/// - a pool of another history is refused (a blank pool, at transaction
-///   0, is every history's empty prefix and adopts the primary's);
+/// - a pool of another history is refused (a blank pool, or any pool at
+///   transaction 0 that was never promoted, holds the empty state, every
+///   history's prefix, and adopts the primary's);
 /// - a pool in a newer generation than the primary's current one is
 ///   refused: the primary is stale (the pool was promoted past it);
 /// - a pool whose last transaction is not in the same generation in both
@@ -290,7 +298,10 @@ pub fn rejoin_plan(primary: &PrimaryState<'_>, backup: &BackupState) -> Plan {
         Resync::None => backup.last,
     };
     let history = primary.history;
-    if backup.id == 0 {
+    // A pool never committed to nor promoted holds the empty state, the
+    // prefix of every history: it adopts the primary's.
+    let empty = at == 0 && backup.generation == 0 && !torn;
+    if backup.id == 0 || empty {
         if at != 0 {
             return if torn { Plan::FullCopy } else { Plan::Refuse(HelloError::BlankWithData { last: at }) };
         }
@@ -417,8 +428,13 @@ mod tests {
         let blank = History::blank();
         assert_eq!(rejoin_plan(&primary(&h, 30, Some(0)), &backup(&blank, 0)), Plan::Incremental { from: 0 });
         assert_eq!(rejoin_plan(&primary(&h, 30, Some(1)), &backup(&blank, 0)), Plan::FullCopy);
+        // Any pool never committed to nor promoted holds the empty state.
         let other_zero = History::new(ID + 1);
-        assert!(matches!(rejoin_plan(&primary(&h, 30, Some(0)), &backup(&other_zero, 0)), Plan::Refuse(_)));
+        assert_eq!(rejoin_plan(&primary(&h, 30, Some(0)), &backup(&other_zero, 0)), Plan::Incremental { from: 0 });
+        assert_eq!(rejoin_plan(&primary(&h, 0, Some(0)), &backup(&other_zero, 0)), Plan::Stream);
+        let promoted_zero = History::new(ID + 1).fork(0, 3);
+        let plan = rejoin_plan(&primary(&h, 30, Some(0)), &backup(&promoted_zero, 0));
+        assert!(matches!(plan, Plan::Refuse(HelloError::OtherHeap { .. })), "{plan:?}");
     }
 
     #[test]

@@ -20,13 +20,14 @@ use reactor::{PollBudget, Service};
 use transport::{ConnId, Event, OpError, Output, RequestId, Transport};
 
 use crate::backup::{data_crc, Answer, Backup, StreamError};
+use crate::history::{rejoin_plan, PrimaryState};
 use crate::sink::{Committed, Epoch, EpochSink, SinkError};
 use crate::stream::{AnswerError, Planned, StreamCore};
 use crate::wire::{
-    decode, encode, reason_bytes, Header, Hello, Kind, Strategy, WireError, COPY_NEEDED, MAX_COPY_CHUNK,
-    MAX_RECORD_BYTES,
+    decode, decode_backup_state, encode, encode_backup_state, reason_bytes, Header, Hello, Kind, Strategy, WireError,
+    MAX_COPY_CHUNK, MAX_RECORD_BYTES,
 };
-use crate::Heap;
+use crate::{Heap, Plan};
 
 /// Why [`Mirror::open`] failed.
 #[derive(Debug, thiserror::Error)]
@@ -118,9 +119,15 @@ pub struct Mirror<T: Transport> {
     pub poll: PollBudget,
     /// Round trips waited for so far.
     pub round_trips: u64,
-    /// Bytes of data area sent by a full copy at open (0: the backup was
+    /// How the backup rejoined at open ([`crate::history::rejoin_plan`]).
+    pub rejoin: Plan,
+    /// Bytes of data area sent by the copy at open (0: the backup was
     /// current).
     pub resync_bytes: u64,
+    /// Messages of the copy at open (its chunks and its `CopyDone`).
+    pub resync_messages: u64,
+    /// The last answer's payload (a hello's: the backup's state).
+    answer_payload: Vec<u8>,
 }
 
 impl<T: Transport> Mirror<T> {
@@ -145,7 +152,10 @@ impl<T: Transport> Mirror<T> {
             timeout: Duration::from_secs(10),
             poll: PollBudget::default(),
             round_trips: 0,
+            rejoin: Plan::Stream,
             resync_bytes: 0,
+            resync_messages: 0,
+            answer_payload: Vec::new(),
         };
         if strategy == Strategy::NoSm {
             return Ok(mirror);
@@ -161,44 +171,72 @@ impl<T: Transport> Mirror<T> {
             log_bytes: geometry.log_bytes,
             data_bytes: geometry.data_bytes,
             data_crc: data_crc(media, &geometry),
+            tracked_since: Some(heap.tracker().since()),
+            history: heap.history().clone(),
         };
         let last = heap.last_durable(media);
         let (header, payload) = core.hello(last, &hello);
         let planned = Planned { header, kind: Kind::Hello, tx: 0, count: 0, with_record: false };
         mirror.core = Some(core);
         let answer = mirror.call(&planned, &payload)?;
-        if answer.count == COPY_NEEDED {
-            mirror.full_copy(media, &geometry, last, hello.data_crc)?;
+        let state = decode_backup_state(&mirror.answer_payload).map_err(MirrorError::from)?;
+        let primary = PrimaryState {
+            history: heap.history(),
+            last,
+            tracked_since: hello.tracked_since,
+            data_crc: hello.data_crc,
+        };
+        let plan = rejoin_plan(&primary, &state);
+        if plan.code() != answer.count {
+            let got = format!("plan {} for its state {state:?}, the primary's is {plan:?}", answer.count);
+            return Err(MirrorError::Answer(AnswerError::Mismatch { kind: Kind::Hello, tx: 0, got }).into());
         }
+        match &plan {
+            Plan::Stream => {}
+            Plan::FullCopy => mirror.copy(media, &geometry, last, hello.data_crc, &[(0, geometry.data_bytes)])?,
+            Plan::Incremental { from } => {
+                let ranges = heap.tracker().written_after(*from).expect("the plan checked the tracking covers it");
+                mirror.copy(media, &geometry, last, hello.data_crc, &ranges)?;
+            }
+            Plan::Refuse(e) => unreachable!("the backup refuses before it answers: {e}"),
+        }
+        mirror.rejoin = plan;
         Ok(mirror)
     }
 
     /// Resynchronises a backup that is behind (or whose earlier copy was
-    /// cut short): the data area as of transaction `last`, in chunks of at
-    /// most [`MAX_COPY_CHUNK`] in order, then a `CopyDone` call with its
-    /// size and CRC, answered once the backup's copy is durable and its
-    /// heap names `last`.
-    fn full_copy(
+    /// cut short): the data area's `ranges` (all of it, for a full copy;
+    /// the blocks written since the backup's transaction, for an
+    /// incremental one) as of transaction `last`, in order, in chunks of
+    /// at most [`MAX_COPY_CHUNK`], then a `CopyDone` call with the area's
+    /// size and CRC, answered once the backup's copy is durable, checks,
+    /// and its heap names `last`.
+    fn copy(
         &mut self,
         media: &impl Media,
         geometry: &crate::format::Geometry,
         last: u64,
         data_crc: u32,
+        ranges: &[(u64, u64)],
     ) -> Result<(), MirrorError> {
         let mut chunk = vec![0u8; (geometry.data_bytes.min(MAX_COPY_CHUNK as u64)) as usize];
-        let mut at = 0u64;
-        while at < geometry.data_bytes {
-            let n = (geometry.data_bytes - at).min(chunk.len() as u64) as usize;
-            media.read(geometry.data_at() + at, &mut chunk[..n]);
-            let header = encode(Kind::CopyChunk, Strategy::NoSm, last, at, 0, &chunk[..n]);
-            let planned = Planned { header, kind: Kind::CopyChunk, tx: last, count: 0, with_record: true };
-            self.send(&planned, &chunk[..n])?;
-            at += n as u64;
+        for &(start, len) in ranges {
+            let mut at = start;
+            while at < start + len {
+                let n = (start + len - at).min(chunk.len() as u64) as usize;
+                media.read(geometry.data_at() + at, &mut chunk[..n]);
+                let header = encode(Kind::CopyChunk, Strategy::NoSm, last, at, 0, &chunk[..n]);
+                let planned = Planned { header, kind: Kind::CopyChunk, tx: last, count: 0, with_record: true };
+                self.send(&planned, &chunk[..n])?;
+                at += n as u64;
+                self.resync_bytes += n as u64;
+                self.resync_messages += 1;
+            }
         }
         let header = encode(Kind::CopyDone, Strategy::NoSm, last, geometry.data_bytes, data_crc, &[]);
         let planned = Planned { header, kind: Kind::CopyDone, tx: last, count: data_crc, with_record: false };
         self.call(&planned, &[])?;
-        self.resync_bytes = geometry.data_bytes;
+        self.resync_messages += 1;
         Ok(())
     }
 
@@ -313,6 +351,8 @@ impl<T: Transport> Mirror<T> {
                 let checked = decode(&header, &payload)
                     .map_err(MirrorError::from)
                     .and_then(|h| StreamCore::check(planned, &h, &payload).map(|()| h).map_err(MirrorError::from));
+                self.answer_payload.clear();
+                self.answer_payload.extend_from_slice(&payload);
                 self.link.as_mut().expect("a stream has a link").transport.recycle(payload);
                 checked
             }
@@ -593,7 +633,10 @@ impl<M: Media> BackupService<M> {
 
     fn answer<T: Transport>(transport: &mut T, id: RequestId, result: &Result<Option<Answer>, String>) {
         let (header, payload) = match result {
-            Ok(Some(a)) => (encode(Kind::Ack, Strategy::NoSm, a.tx, a.value, a.count, &[]), Vec::new()),
+            Ok(Some(a)) => {
+                let payload = a.state.map(|s| encode_backup_state(&s).to_vec()).unwrap_or_default();
+                (encode(Kind::Ack, Strategy::NoSm, a.tx, a.value, a.count, &payload), payload)
+            }
             Ok(None) => unreachable!("every call is answered by the core"),
             Err(reason) => {
                 let text = reason_bytes(reason);
@@ -856,9 +899,14 @@ mod tests {
             let behind = Backup::open(&mut stopped.clone(), 0).unwrap().0.last_committed();
             assert_eq!(behind, 4);
             assert_eq!(heap.last_committed(), 10);
+            // The primary restarts: its record of written blocks begins
+            // again at 10, so it cannot tell what the backup lacks.
+            heap = Heap::open(&mut media, 0).unwrap().0;
             let served = Served::start(&net, stopped);
             let mut mirror = Mirror::open(&heap, &media, net.node(), &served.addr, strategy).unwrap();
+            assert_eq!(mirror.rejoin, Plan::FullCopy, "{strategy}");
             assert_eq!(mirror.resync_bytes, BIG, "{strategy}: a full copy");
+            assert_eq!(mirror.resync_messages, 4, "{strategy}: three chunks and CopyDone");
             // The stream goes on with new transactions after the copy.
             for i in 0..3u64 {
                 let mut tx = heap.begin_with(&mut media, &mut mirror);
@@ -875,7 +923,7 @@ mod tests {
             // Restarted again, now current: no copy.
             let served = Served::start(&net, backup);
             let mirror = Mirror::open(&heap, &media, net.node(), &served.addr, strategy).unwrap();
-            assert_eq!(mirror.resync_bytes, 0, "{strategy}");
+            assert_eq!((&mirror.rejoin, mirror.resync_bytes), (&Plan::Stream, 0), "{strategy}");
             drop(mirror);
             served.finish();
         }
@@ -917,7 +965,13 @@ mod tests {
         // A second primary whose heap does not match is refused while the
         // first is connected, and its one-way garbage changes nothing.
         let crc = data_crc(&media, &heap.geometry());
-        let other = Hello { log_bytes: LOG, data_bytes: DATA, data_crc: crc ^ 1 };
+        let other = Hello {
+            log_bytes: LOG,
+            data_bytes: DATA,
+            data_crc: crc ^ 1,
+            tracked_since: None,
+            history: heap.history().clone(),
+        };
         let (header, payload) = StreamCore::new(Strategy::SmOb).hello(heap.last_durable(&media), &other);
         let (kind, why) = raw_call(&mut intruder, conn, &header, &payload);
         assert_eq!(kind, Kind::Refused);
@@ -947,7 +1001,7 @@ mod tests {
         let mut tx = other_heap.begin(&mut other);
         tx.write(0, b"not yours").unwrap();
         tx.commit().unwrap();
-        let served = Served::start(&net, other);
+        let served = Served::start(&net, other.clone());
         let (mut media, mut heap) = heap_media();
         let mut tx = heap.begin(&mut media);
         tx.write(0, b"mine").unwrap();
@@ -956,8 +1010,143 @@ mod tests {
         assert!(err.to_string().contains("another heap"), "{err}");
         let (fresh_media, fresh) = heap_media();
         let err = Mirror::open(&fresh, &fresh_media, net.node(), &served.addr, Strategy::SmOb).err().unwrap();
+        assert!(err.to_string().contains("another heap"), "{err}");
+        served.finish();
+        // Its own heap, restored from an older copy: the backup is ahead.
+        let mut restored = other.clone();
+        let mut tx = other_heap.begin(&mut other);
+        tx.write(64, b"lost by the restore").unwrap();
+        tx.commit().unwrap();
+        let served = Served::start(&net, other);
+        let (restored_heap, _) = Heap::open(&mut restored, 0).unwrap();
+        let err = Mirror::open(&restored_heap, &restored, net.node(), &served.addr, Strategy::SmRc).err().unwrap();
         assert!(err.to_string().contains("ahead"), "{err}");
         served.finish();
+    }
+
+    /// A 600 KiB heap whose backup stopped after 4 mirrored transactions
+    /// while the primary went on alone for `txs` more, each writing 64 B
+    /// at two places.
+    fn behind(net: &InProcNetwork, strategy: Strategy, txs: u64) -> (MemMedia, Heap, MemMedia) {
+        let (mut media, mut heap) = big();
+        let served = Served::start(net, big().0);
+        let mut mirror = Mirror::open(&heap, &media, net.node(), &served.addr, strategy).unwrap();
+        mirror.allow_unmirrored(true);
+        for i in 0..4u64 {
+            let mut tx = heap.begin_with(&mut media, &mut mirror);
+            tx.write(i * 1000, &[i as u8 + 1; 100]).unwrap();
+            tx.commit().unwrap();
+        }
+        net.crash(served.addr);
+        let backup = served.finish();
+        // The backup is gone: the primary goes on unmirrored.
+        for i in 0..txs {
+            let mut tx = heap.begin_with(&mut media, &mut mirror);
+            tx.write((i * 7919 * 64) % (BIG - 64), &[0xa0 ^ i as u8; 64]).unwrap();
+            tx.ofence().unwrap();
+            tx.write(BIG - 64, &[i as u8; 64]).unwrap();
+            tx.commit().unwrap();
+        }
+        assert_eq!(mirror.unmirrored().is_some(), txs > 0, "{strategy}: the primary went on alone");
+        drop(mirror);
+        (media, heap, backup)
+    }
+
+    const BIG: u64 = 600 << 10;
+
+    fn big() -> (MemMedia, Heap) {
+        let mut media = MemMedia::new(Heap::required_size(LOG, BIG) as usize);
+        let heap = Heap::create(&mut media, 0, LOG, BIG).unwrap();
+        (media, heap)
+    }
+
+    fn whole(heap: &Heap, media: &MemMedia) -> Vec<u8> {
+        let mut buf = vec![0u8; heap.data_bytes() as usize];
+        heap.read(media, 0, &mut buf).unwrap();
+        buf
+    }
+
+    #[test]
+    fn a_restarted_backup_that_is_behind_resynchronises_incrementally() {
+        for strategy in [Strategy::SmRc, Strategy::SmOb, Strategy::SmDd] {
+            let net = InProcNetwork::new(Limits::default());
+            let (mut media, mut heap, backup) = behind(&net, strategy, 40);
+            assert_eq!(Backup::open(&mut backup.clone(), 0).unwrap().0.last_committed(), 4);
+            let served = Served::start(&net, backup);
+            let mut mirror = Mirror::open(&heap, &media, net.node(), &served.addr, strategy).unwrap();
+            assert_eq!(mirror.rejoin, Plan::Incremental { from: 4 }, "{strategy}");
+            // 40 transactions wrote 41 distinct 1 KiB blocks at most.
+            assert!(mirror.resync_bytes <= 41 * 1024, "{strategy}: {} B", mirror.resync_bytes);
+            assert!(mirror.resync_bytes * 10 < BIG, "{strategy}: far less than a full copy");
+            assert!(mirror.resync_messages >= 2, "{strategy}");
+            // The stream goes on after the copy.
+            let mut tx = heap.begin_with(&mut media, &mut mirror);
+            tx.write(500, &[0x77; 100]).unwrap();
+            tx.commit().unwrap();
+            drop(mirror);
+            let mut backup = served.finish();
+            let (opened, _) = Heap::open(&mut backup, 0).unwrap();
+            assert_eq!(opened.last_committed(), heap.last_committed(), "{strategy}");
+            assert_eq!(opened.history(), heap.history(), "{strategy}");
+            assert_eq!(whole(&opened, &backup), whole(&heap, &media), "{strategy}: byte for byte");
+        }
+    }
+
+    #[test]
+    fn an_old_primary_rejoins_the_promoted_backup_by_a_full_copy() {
+        let net = InProcNetwork::new(Limits::default());
+        // The old primary committed 3 transactions the backup never had.
+        let (old_media, old_heap, mut backup) = behind(&net, Strategy::SmOb, 3);
+        assert_eq!(old_heap.last_committed(), 7);
+        // The backup is promoted at 4 and commits as the primary.
+        let (mut promoted, promotion) = Heap::promote(&mut backup, 0).unwrap();
+        assert_eq!((promotion.generation.number, promotion.generation.start), (1, 4));
+        for i in 0..5u64 {
+            let mut tx = promoted.begin(&mut backup);
+            tx.write(i * 4096, &[0x60 + i as u8; 64]).unwrap();
+            tx.commit().unwrap();
+        }
+        // The old primary, still a primary, is stale to it.
+        let served = Served::start(&net, backup.clone());
+        let err = Mirror::open(&old_heap, &old_media, net.node(), &served.addr, Strategy::SmDd).err().unwrap();
+        assert!(err.to_string().contains("newer generation"), "{err}");
+        served.finish();
+        // The old primary's pool rejoins as the backup: its transactions
+        // 5-7 are not the promoted pool's, so it gets a full copy although
+        // the promoted primary tracks every block since the fork.
+        let served = Served::start(&net, old_media);
+        let mut mirror = Mirror::open(&promoted, &backup, net.node(), &served.addr, Strategy::SmDd).unwrap();
+        assert_eq!((&mirror.rejoin, mirror.resync_bytes), (&Plan::FullCopy, BIG));
+        let mut tx = promoted.begin_with(&mut backup, &mut mirror);
+        tx.write(3, &[1; 3]).unwrap();
+        tx.commit().unwrap();
+        drop(mirror);
+        let mut rejoined = served.finish();
+        let (opened, _) = Heap::open(&mut rejoined, 0).unwrap();
+        assert_eq!(opened.last_committed(), 10);
+        assert_eq!(opened.history(), promoted.history(), "it adopted the promoted pool's history");
+        assert_eq!(whole(&opened, &rejoined), whole(&promoted, &backup));
+    }
+
+    #[test]
+    fn an_old_primary_that_committed_nothing_alone_rejoins_incrementally() {
+        let net = InProcNetwork::new(Limits::default());
+        let (old_media, old_heap, mut backup) = behind(&net, Strategy::SmRc, 0);
+        assert_eq!(old_heap.last_committed(), 4);
+        let (mut promoted, _) = Heap::promote(&mut backup, 0).unwrap();
+        for i in 0..3u64 {
+            let mut tx = promoted.begin(&mut backup);
+            tx.write(i * 64, &[9; 64]).unwrap();
+            tx.commit().unwrap();
+        }
+        let served = Served::start(&net, old_media);
+        let mirror = Mirror::open(&promoted, &backup, net.node(), &served.addr, Strategy::SmRc).unwrap();
+        assert_eq!((&mirror.rejoin, mirror.resync_bytes), (&Plan::Incremental { from: 4 }, 1024));
+        drop(mirror);
+        let mut rejoined = served.finish();
+        let (opened, _) = Heap::open(&mut rejoined, 0).unwrap();
+        assert_eq!((opened.last_committed(), opened.history()), (7, promoted.history()));
+        assert_eq!(whole(&opened, &rejoined), whole(&promoted, &backup));
     }
 
     #[test]

@@ -153,9 +153,9 @@ impl StreamCore {
                     Kind::Sentinel => header.value == u64::from(asked.count),
                     _ => true,
                 };
-                // A hello's answer may ask for a full copy.
-                let count_ok =
-                    header.count == asked.count || (kind == Kind::Hello && header.count == crate::wire::COPY_NEEDED);
+                // A hello's answer carries the rejoin plan's code.
+                let count_ok = header.count == asked.count
+                    || (kind == Kind::Hello && header.count <= crate::wire::INCREMENTAL_NEEDED);
                 if header.tx == tx && count_ok && value_ok {
                     return Ok(());
                 }

@@ -15,14 +15,19 @@
 use pmem::crc::crc32c_append;
 use pmem::le::{get_u16, get_u32, get_u64, put_u16, put_u32, put_u64};
 
+use crate::history::{BackupState, History, Resync, HISTORY_BYTES};
+
 /// `b"PMMS"`, little-endian: a mirror-stream header's first word.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"PMMS");
-/// The stream version this code speaks.
-pub const VERSION: u8 = 1;
+/// The stream version this code speaks (1 had no history in its hello).
+pub const VERSION: u8 = 2;
 /// Bytes of every header.
 pub const HEADER_BYTES: usize = 40;
-/// Bytes of a hello's payload.
-pub const HELLO_BYTES: usize = 24;
+/// Bytes of a hello's payload: the heap's shape, its data's CRC, the
+/// primary's write tracking, its history.
+pub const HELLO_BYTES: usize = 32 + HISTORY_BYTES;
+/// Bytes of a hello answer's payload: the backup's state ([`BackupState`]).
+pub const BACKUP_STATE_BYTES: usize = 64;
 /// The largest refusal text carried.
 pub const MAX_REASON_BYTES: usize = 1024;
 /// The largest epoch record a stream carries: the transport's default
@@ -31,8 +36,11 @@ pub const MAX_RECORD_BYTES: u64 = 4 << 20;
 
 /// The largest chunk of a full copy's data ([`Kind::CopyChunk`]).
 pub const MAX_COPY_CHUNK: usize = 256 << 10;
-/// A hello's acknowledgement with this `count` asks for a full copy.
+/// A hello's acknowledgement with this `count` asks for a full copy
+/// (the plan codes are [`crate::Plan::code`]'s).
 pub const COPY_NEEDED: u32 = 1;
+/// A hello's acknowledgement with this `count` asks for an incremental copy.
+pub const INCREMENTAL_NEEDED: u32 = 2;
 
 /// How a primary mirrors (seed 002 §5, Table 1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -95,9 +103,11 @@ impl std::fmt::Display for Strategy {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
     /// Primary → backup, a call: the strategy, the heap's geometry, its
-    /// last committed transaction and the CRC of its data area. The ack's
-    /// `count` is [`COPY_NEEDED`] if the backup is behind (or torn): a full
-    /// copy must follow.
+    /// last committed transaction, the CRC of its data area, its write
+    /// tracking and its history. The ack carries the backup's state and,
+    /// in `count`, the rejoin plan: 0 stream, [`COPY_NEEDED`] (a full copy
+    /// must follow), [`INCREMENTAL_NEEDED`] (the blocks written since the
+    /// backup's transaction must follow).
     Hello,
     /// One-way: an epoch record of the open transaction.
     Epoch,
@@ -114,9 +124,11 @@ pub enum Kind {
     Commit,
     /// One-way: the transaction is abandoned.
     Abort,
-    /// One-way, after a hello answered "copy needed": `payload_bytes`
+    /// One-way, after a hello answered with a copy: `payload_bytes`
     /// (1..=[`MAX_COPY_CHUNK`]) of the primary's data area at offset
     /// `value`, for transaction `tx`; the header's CRC covers the payload.
+    /// A full copy's chunks are back to back from 0; an incremental
+    /// copy's are in increasing order, not overlapping.
     CopyChunk,
     /// A call, after the last chunk: `value` is the data area's size and
     /// `count` its CRC-32C; the backup checks both, makes the copy its
@@ -223,6 +235,9 @@ pub enum WireError {
     /// The payload's CRC fails.
     #[error("mirror payload checksum mismatch")]
     PayloadChecksum,
+    /// A hello whose history does not check.
+    #[error("hello carries a bad history: {0}")]
+    BadHistory(String),
     /// A payload this kind does not allow.
     #[error("{kind:?} with a payload of {bytes} B")]
     BadPayload {
@@ -286,6 +301,7 @@ pub fn decode(header: &[u8], payload: &[u8]) -> Result<Header, WireError> {
     }
     let allowed = match kind {
         Kind::Hello => payload.len() == HELLO_BYTES,
+        Kind::Ack => payload.is_empty() || payload.len() == BACKUP_STATE_BYTES,
         Kind::Epoch => payload.len() as u64 <= MAX_RECORD_BYTES,
         Kind::Refused => payload.len() <= MAX_REASON_BYTES,
         Kind::CopyChunk => !payload.is_empty() && payload.len() <= MAX_COPY_CHUNK,
@@ -300,8 +316,9 @@ pub fn decode(header: &[u8], payload: &[u8]) -> Result<Header, WireError> {
     Ok(h)
 }
 
-/// A hello's payload: the primary's heap, as the backup must match it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A hello's payload: the primary's heap, as the backup must match it,
+/// and what the rejoin plan needs of the primary.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hello {
     /// Bytes of the heap's log.
     pub log_bytes: u64,
@@ -309,6 +326,11 @@ pub struct Hello {
     pub data_bytes: u64,
     /// CRC-32C of its whole data area.
     pub data_crc: u32,
+    /// The transaction after which the primary's record of written blocks
+    /// is complete, if it keeps one.
+    pub tracked_since: Option<u64>,
+    /// The primary's history.
+    pub history: History,
 }
 
 impl Hello {
@@ -318,16 +340,76 @@ impl Hello {
         put_u64(&mut p, 0, self.log_bytes);
         put_u64(&mut p, 8, self.data_bytes);
         put_u32(&mut p, 16, self.data_crc);
+        put_u32(&mut p, 20, u32::from(self.tracked_since.is_some()));
+        put_u64(&mut p, 24, self.tracked_since.unwrap_or(0));
+        p[32..].copy_from_slice(&self.history.encode(0));
         p
     }
 
-    /// Reads a payload [`decode`] accepted for a hello.
+    /// Reads a payload [`decode`] accepted for a hello; its history is
+    /// checked as one on media is.
     pub fn decode(payload: &[u8]) -> Result<Hello, WireError> {
-        if payload.len() != HELLO_BYTES {
+        if payload.len() != HELLO_BYTES || get_u32(payload, 20) > 1 {
             return Err(WireError::BadPayload { kind: Kind::Hello, bytes: payload.len() });
         }
-        Ok(Hello { log_bytes: get_u64(payload, 0), data_bytes: get_u64(payload, 8), data_crc: get_u32(payload, 16) })
+        let (history, _) = History::decode(&payload[32..]).map_err(WireError::BadHistory)?;
+        Ok(Hello {
+            log_bytes: get_u64(payload, 0),
+            data_bytes: get_u64(payload, 8),
+            data_crc: get_u32(payload, 16),
+            tracked_since: (get_u32(payload, 20) == 1).then(|| get_u64(payload, 24)),
+            history,
+        })
     }
+}
+
+/// A hello answer's payload: the backup's state.
+pub fn encode_backup_state(state: &BackupState) -> [u8; BACKUP_STATE_BYTES] {
+    let mut p = [0u8; BACKUP_STATE_BYTES];
+    put_u64(&mut p, 0, state.last);
+    put_u32(&mut p, 8, state.data_crc);
+    let (kind, base) = match state.resync {
+        Resync::None => (0, 0),
+        Resync::Full => (1, 0),
+        Resync::Incremental { base } => (2, base),
+    };
+    put_u32(&mut p, 12, kind);
+    put_u64(&mut p, 16, base);
+    put_u64(&mut p, 24, state.id);
+    put_u64(&mut p, 32, state.generation);
+    if let Some((number, tag)) = state.last_gen {
+        put_u32(&mut p, 40, 1);
+        put_u64(&mut p, 48, number);
+        put_u64(&mut p, 56, tag);
+    }
+    p
+}
+
+/// Reads a hello answer's payload (its CRC was checked by [`decode`]).
+pub fn decode_backup_state(payload: &[u8]) -> Result<BackupState, WireError> {
+    let bad = || WireError::BadPayload { kind: Kind::Ack, bytes: payload.len() };
+    if payload.len() != BACKUP_STATE_BYTES || get_u32(payload, 44) != 0 {
+        return Err(bad());
+    }
+    let resync = match get_u32(payload, 12) {
+        0 => Resync::None,
+        1 => Resync::Full,
+        2 => Resync::Incremental { base: get_u64(payload, 16) },
+        _ => return Err(bad()),
+    };
+    let last_gen = match get_u32(payload, 40) {
+        0 => None,
+        1 => Some((get_u64(payload, 48), get_u64(payload, 56))),
+        _ => return Err(bad()),
+    };
+    Ok(BackupState {
+        id: get_u64(payload, 24),
+        generation: get_u64(payload, 32),
+        last: get_u64(payload, 0),
+        last_gen,
+        resync,
+        data_crc: get_u32(payload, 8),
+    })
 }
 
 /// A refusal's text, cut to [`MAX_REASON_BYTES`] at a character boundary.
@@ -345,11 +427,46 @@ mod tests {
 
     #[test]
     fn headers_round_trip() {
-        let payload = Hello { log_bytes: 4096, data_bytes: 1 << 20, data_crc: 77 }.encode();
+        let hello = Hello {
+            log_bytes: 4096,
+            data_bytes: 1 << 20,
+            data_crc: 77,
+            tracked_since: Some(3),
+            history: History::new(5).fork(4, 9),
+        };
+        let payload = hello.encode();
         let h = encode(Kind::Hello, Strategy::SmOb, 0, 9, 0, &payload);
         let got = decode(&h, &payload).unwrap();
-        assert_eq!((got.kind, got.strategy, got.value, got.payload_bytes), (Kind::Hello, Strategy::SmOb, 9, 24));
-        assert_eq!(Hello::decode(&payload).unwrap().data_crc, 77);
+        let want = (Kind::Hello, Strategy::SmOb, 9, HELLO_BYTES as u32);
+        assert_eq!((got.kind, got.strategy, got.value, got.payload_bytes), want);
+        assert_eq!(Hello::decode(&payload).unwrap(), hello);
+        let untracked = Hello { tracked_since: None, ..hello.clone() };
+        assert_eq!(Hello::decode(&untracked.encode()).unwrap(), untracked);
+        let mut bad = payload;
+        bad[40] ^= 1;
+        assert!(matches!(Hello::decode(&bad), Err(WireError::BadHistory(_))));
+        bad = payload;
+        bad[20] = 2;
+        assert!(Hello::decode(&bad).is_err());
+        let state = BackupState {
+            id: 5,
+            generation: 1,
+            last: 12,
+            last_gen: Some((1, 9)),
+            resync: Resync::Incremental { base: 7 },
+            data_crc: 3,
+        };
+        let p = encode_backup_state(&state);
+        let h = encode(Kind::Ack, Strategy::NoSm, 0, 12, 2, &p);
+        assert_eq!(decode(&h, &p).unwrap().payload_bytes as usize, BACKUP_STATE_BYTES);
+        assert_eq!(decode_backup_state(&p).unwrap(), state);
+        let blank = BackupState { last_gen: None, resync: Resync::None, ..state };
+        assert_eq!(decode_backup_state(&encode_backup_state(&blank)).unwrap(), blank);
+        let mut bad = p;
+        bad[12] = 3;
+        assert!(decode_backup_state(&bad).is_err());
+        let h = encode(Kind::Ack, Strategy::NoSm, 0, 12, 2, &p[..10]);
+        assert!(matches!(decode(&h, &p[..10]), Err(WireError::BadPayload { kind: Kind::Ack, .. })));
         let record = vec![5u8; 100];
         let h = encode(Kind::Epoch, Strategy::NoSm, 3, 48, 2, &record);
         let got = decode(&h, &record).unwrap();
@@ -372,12 +489,14 @@ mod tests {
 
     #[test]
     fn payloads_are_checked() {
-        let payload = Hello { log_bytes: 4096, data_bytes: 4096, data_crc: 1 }.encode();
+        let hello =
+            Hello { log_bytes: 4096, data_bytes: 4096, data_crc: 1, tracked_since: None, history: History::new(1) };
+        let payload = hello.encode();
         let h = encode(Kind::Hello, Strategy::SmRc, 0, 0, 0, &payload);
         let mut flipped = payload;
         flipped[3] ^= 1;
         assert_eq!(decode(&h, &flipped), Err(WireError::PayloadChecksum));
-        assert!(matches!(decode(&h, &payload[..20]), Err(WireError::PayloadSize { got: 20, want: 24 })));
+        assert!(matches!(decode(&h, &payload[..20]), Err(WireError::PayloadSize { got: 20, .. })));
         let h = encode(Kind::Commit, Strategy::NoSm, 1, 0, 0, b"x");
         assert!(matches!(decode(&h, b"x"), Err(WireError::BadPayload { kind: Kind::Commit, bytes: 1 })));
         assert!(matches!(decode(&h[..39], b"x"), Err(WireError::HeaderSize(39))));
