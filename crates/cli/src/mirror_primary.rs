@@ -35,7 +35,7 @@ use pmwire_bench::mirror_crash::CrashLoad;
 use pmwire_bench::remote::server::ucx_config;
 use pmwire_mirror::stream::AnswerError;
 use pmwire_mirror::{
-    Committed, EpochSink, Heap, Mirror, MirrorError, OpenError, OpenMirrorError, Strategy, Tx, TxError,
+    Committed, EpochSink, Heap, Mirror, MirrorError, OpenError, OpenMirrorError, Plan, Strategy, Tx, TxError,
 };
 use transport::UcxTransport;
 
@@ -84,7 +84,7 @@ pub struct MirrorPrimaryArgs {
 }
 
 /// The epochs of one transaction, each a list of (data-area offset, bytes) writes.
-type Plan = Vec<Vec<(u64, Vec<u8>)>>;
+type TxPlan = Vec<Vec<(u64, Vec<u8>)>>;
 
 /// Where the transactions come from.
 enum Load {
@@ -94,7 +94,7 @@ enum Load {
 
 /// What the load asks next.
 enum Step {
-    Tx(Plan),
+    Tx(TxPlan),
     Read { offset: u64, len: u64 },
     Blank,
     End,
@@ -116,7 +116,7 @@ impl Load {
 }
 
 /// The campaign's next transaction as a plan.
-fn seeded_plan(load: &mut CrashLoad) -> Plan {
+fn seeded_plan(load: &mut CrashLoad) -> TxPlan {
     let bytes = pmwire_bench::mirror_crash::WRITE_BYTES as usize;
     load.next_tx().into_iter().map(|e| e.into_iter().map(|(at, b)| (at, vec![b; bytes])).collect()).collect()
 }
@@ -303,11 +303,16 @@ impl Primary {
         match Mirror::open(&self.heap, &self.region, transport, &self.args.backup, self.args.strategy) {
             Ok(mut mirror) => {
                 mirror.allow_unmirrored(self.args.allow_unmirrored);
-                if mirror.resync_bytes > 0 {
-                    say(&format!("resync: full copy of {} B, backup now at transaction {last}", mirror.resync_bytes));
-                } else {
-                    say(&format!("resync: none, backup current at transaction {last}"));
-                }
+                let bytes = mirror.resync_bytes;
+                say(&match mirror.rejoin {
+                    Plan::Stream => format!("resync: none, backup current at transaction {last}"),
+                    Plan::Incremental { from } => format!(
+                        "resync: incremental copy of {bytes} B (the blocks written after transaction {from}), backup \
+                         now at transaction {last}"
+                    ),
+                    Plan::FullCopy => format!("resync: full copy of {bytes} B, backup now at transaction {last}"),
+                    Plan::Refuse(ref why) => unreachable!("an open mirror was refused: {why}"),
+                });
                 self.mirror = Some(mirror);
                 self.unmirrored_since = None;
                 self.told_unreached = false;
@@ -362,7 +367,7 @@ impl Primary {
     }
 
     /// Runs `plan` as one transaction.
-    fn commit(&mut self, plan: &Plan) -> Result<Outcome> {
+    fn commit(&mut self, plan: &TxPlan) -> Result<Outcome> {
         let committed = match self.mirror.as_mut() {
             Some(mirror) => run_tx(self.heap.begin_with(&mut self.region, mirror), plan),
             None => run_tx(self.heap.begin(&mut self.region), plan),
@@ -409,7 +414,7 @@ impl Primary {
 
 /// Runs `plan` in `tx`: its writes, an ordering fence after each epoch,
 /// the commit. A refused write abandons the transaction.
-fn run_tx<S: EpochSink>(mut tx: Tx<'_, Region, S>, plan: &Plan) -> Result<Committed, TxError> {
+fn run_tx<S: EpochSink>(mut tx: Tx<'_, Region, S>, plan: &TxPlan) -> Result<Committed, TxError> {
     for epoch in plan {
         for (offset, bytes) in epoch {
             tx.write(*offset, bytes)?;

@@ -258,16 +258,22 @@ fn wrong_pools_and_wrong_backups_are_refused_with_the_reason() {
     }
     assert!(std::fs::read(&torn).unwrap() == bytes, "left as it was");
 
-    // A backup of another heap, and a backup ahead of the primary.
+    // A primary whose pool is another heap's (each new pool has a history of its own), one the backup is ahead of.
     let (backup, addr) = start_backup(dir.path(), &dir.path().join("b.pool"));
-    let mut first = Primary::start(&dir.path().join("a.pool"), addr, "SM-DD");
+    let (pool_a, old_a) = (dir.path().join("a.pool"), dir.path().join("a-old.pool"));
+    let mut first = Primary::start(&pool_a, addr, "SM-DD");
     assert_eq!(first.ask(&tx(1, 0)), "committed 1");
     drop(first);
-    // A primary's pool at transaction 0, the backup at 1: the backup is ahead.
+    std::fs::copy(&pool_a, &old_a).unwrap();
+    let mut again = Primary::start(&pool_a, addr, "SM-RC");
+    assert_eq!(again.ask(&tx(1, 1)), "committed 2");
+    drop(again);
+    let err = fails(&primary_of(addr), &old_a, &[]);
+    assert!(err.contains("refused this primary") && err.contains("ahead"), "{err}");
     let other = dir.path().join("other.pool");
     let err = fails(&primary_of(addr), &other, &["--log-size", "64K", "--data-size", "1M"]);
-    assert!(err.contains("refused this primary") && err.contains("ahead"), "{err}");
-    // Committed alone (allowed: no backup there), other data at transaction 1: another heap.
+    assert!(err.contains("refused this primary") && err.contains("another heap"), "{err}");
+    // Allowed to, a primary whose backup is not there commits alone, and says so.
     let dead = "127.0.0.1:9".parse().unwrap();
     let mut alone = Command::new(EXE)
         .args(["mirror-primary", "--allow-unmirrored", "--retry-ms", "60000", "--pool"])
@@ -285,7 +291,6 @@ fn wrong_pools_and_wrong_backups_are_refused_with_the_reason() {
         said.contains("going on unmirrored (allowed) from transaction 1") && said.contains("committed 1"),
         "{said}"
     );
-    let err = fails(&primary_of(addr), &other, &[]);
-    assert!(err.contains("refused this primary") && err.contains("another heap"), "{err}");
+    assert!(said.contains("the backup is behind"), "{said}");
     drop(backup);
 }
