@@ -120,6 +120,11 @@ pub enum RunKind {
     /// SIGKILL the primary; promote the backup's pool and serve it as the
     /// primary, with the old primary's pool as its new backup.
     PrimaryKill,
+    /// SIGKILL the backup, let the primary (allowed to) go on unmirrored,
+    /// SIGKILL it too, then as [`RunKind::PrimaryKill`]: the old primary's
+    /// pool holds transactions past the promoted pool's fork point, so it
+    /// must rejoin by a full copy.
+    PrimaryKillDiverged,
     /// SIGKILL the backup; the primary's commits fail until the backup,
     /// restarted on its pool, is back and resynchronised.
     BackupKillFail,
@@ -129,12 +134,14 @@ pub enum RunKind {
 }
 
 impl RunKind {
-    /// Run `run`'s kind: the primary in even runs, the backup in odd ones,
-    /// failing and unmirrored in turn.
+    /// Run `run`'s kind: the primary in even runs (in every fourth of
+    /// them after going on unmirrored), the backup in odd ones, failing and
+    /// unmirrored in turn.
     pub fn of(run: u64) -> RunKind {
-        match (run % 2, (run / 2) % 2) {
-            (0, _) => RunKind::PrimaryKill,
-            (_, 0) => RunKind::BackupKillFail,
+        match (run % 2, (run / 2) % 2, (run / 2) % 4) {
+            (0, _, 3) => RunKind::PrimaryKillDiverged,
+            (0, _, _) => RunKind::PrimaryKill,
+            (_, 0, _) => RunKind::BackupKillFail,
             _ => RunKind::BackupKillUnmirrored,
         }
     }
@@ -142,6 +149,7 @@ impl RunKind {
     fn label(self) -> &'static str {
         match self {
             RunKind::PrimaryKill => "primary killed, backup promoted",
+            RunKind::PrimaryKillDiverged => "backup killed, primary unmirrored then killed, backup promoted",
             RunKind::BackupKillFail => "backup killed, commits fail until it is back",
             RunKind::BackupKillUnmirrored => "backup killed, primary goes on unmirrored",
         }
@@ -174,6 +182,11 @@ struct Outcome {
     failed_commits: u64,
     /// Pools that held the in-flight transaction, one past the acknowledged.
     one_ahead: u64,
+    /// Acknowledged transactions committed alone (allowed) that a
+    /// promotion of the backup gave up.
+    given_up: u64,
+    /// Old primaries past the fork point, rejoined by a full copy.
+    diverged_rejoins: u64,
     /// Restarted backups refused as one ahead (the failed commit's
     /// transaction), given a blank pool instead.
     replaced: u64,
@@ -193,6 +206,8 @@ impl Outcome {
         self.failed_commits += o.failed_commits;
         self.one_ahead += o.one_ahead;
         self.replaced += o.replaced;
+        self.given_up += o.given_up;
+        self.diverged_rejoins += o.diverged_rejoins;
     }
 
     fn bad(&self) -> bool {
@@ -359,7 +374,7 @@ pub fn run(options: &MirrorCrashOptions) -> Result<SuiteReport> {
     assert!(options.runs >= 1, "at least one run");
     let mut rng = SplitMix64::seed_from_u64(options.seed);
     let mut totals = Outcome::default();
-    let mut per_kind = [0u64; 3];
+    let mut per_kind = [0u64; 4];
     let mut failures = Vec::new();
     let mut unchecked = 0u64;
     let started = Instant::now();
@@ -387,7 +402,7 @@ pub fn run(options: &MirrorCrashOptions) -> Result<SuiteReport> {
         totals.add(&o);
         println!(
             "  run {run}: {strategy}, {} after {delay:?}: {} acknowledged, {} after the failover ({} unmirrored), \
-             resync {}{}",
+             resync {}{}{}",
             kind.label(),
             o.acknowledged,
             o.after_failover,
@@ -398,6 +413,11 @@ pub fn run(options: &MirrorCrashOptions) -> Result<SuiteReport> {
                 "incremental"
             } else {
                 "none"
+            },
+            if o.given_up > 0 {
+                format!(", {} unmirrored given up by the promotion", o.given_up)
+            } else {
+                String::new()
             },
             if o.bad() { " FAILED" } else { "" }
         );
@@ -411,8 +431,9 @@ pub fn run(options: &MirrorCrashOptions) -> Result<SuiteReport> {
         .param("transport", options.tls.as_str())
         .metric("runs_count", options.runs as f64)
         .metric("primary_kill_runs_count", per_kind[0] as f64)
-        .metric("backup_kill_failing_runs_count", per_kind[1] as f64)
-        .metric("backup_kill_unmirrored_runs_count", per_kind[2] as f64)
+        .metric("primary_kill_diverged_runs_count", per_kind[1] as f64)
+        .metric("backup_kill_failing_runs_count", per_kind[2] as f64)
+        .metric("backup_kill_unmirrored_runs_count", per_kind[3] as f64)
         .metric("acknowledged_count", totals.acknowledged as f64)
         .metric("lost_count", totals.lost as f64)
         .metric("torn_count", totals.torn as f64)
@@ -425,7 +446,9 @@ pub fn run(options: &MirrorCrashOptions) -> Result<SuiteReport> {
         .metric("unmirrored_count", totals.unmirrored as f64)
         .metric("failed_commits_count", totals.failed_commits as f64)
         .metric("one_ahead_count", totals.one_ahead as f64)
-        .metric("backups_replaced_count", totals.replaced as f64);
+        .metric("backups_replaced_count", totals.replaced as f64)
+        .metric("diverged_rejoins_count", totals.diverged_rejoins as f64)
+        .metric("given_up_unmirrored_count", totals.given_up as f64);
     let parameters = serde_json::json!({
         "command": format!("pmwire bench mirror-crash --runs {} --tls {} --seed {}", options.runs, options.tls, options.seed),
         "runs": options.runs, "seed": options.seed, "log_bytes": LOG_BYTES, "data_bytes": DATA_BYTES,
@@ -446,13 +469,14 @@ pub fn run(options: &MirrorCrashOptions) -> Result<SuiteReport> {
 }
 
 /// The campaign's counts, as counts, and its verdict.
-fn print_summary(o: &MirrorCrashOptions, t: &Outcome, per_kind: [u64; 3], unchecked: u64, pass: bool, took: Duration) {
+fn print_summary(o: &MirrorCrashOptions, t: &Outcome, per_kind: [u64; 4], unchecked: u64, pass: bool, took: Duration) {
     let row = |name: &str, value: u64, want: &str| vec![name.to_string(), value.to_string(), want.to_string()];
     let rows = vec![
         vec!["count".to_string(), "value".to_string(), "must be".to_string()],
         row("runs: primary killed, backup promoted", per_kind[0], ""),
-        row("runs: backup killed, commits failing", per_kind[1], ""),
-        row("runs: backup killed, unmirrored allowed", per_kind[2], ""),
+        row("runs: primary unmirrored (allowed) then killed, backup promoted", per_kind[1], ""),
+        row("runs: backup killed, commits failing", per_kind[2], ""),
+        row("runs: backup killed, unmirrored allowed", per_kind[3], ""),
         row("acknowledged transactions", t.acknowledged, ""),
         row("acknowledged transactions lost", t.lost, "0"),
         row("pools torn (not a prefix of the transactions)", t.torn, "0"),
@@ -466,6 +490,8 @@ fn print_summary(o: &MirrorCrashOptions, t: &Outcome, per_kind: [u64; 3], unchec
         row("commits failed with the reason (backup down)", t.failed_commits, ""),
         row("pools one past the acknowledged (in flight)", t.one_ahead, ""),
         row("restarted backups refused as one ahead, given a blank pool", t.replaced, ""),
+        row("old primaries past the fork point, rejoined by full copy", t.diverged_rejoins, ""),
+        row("unmirrored acknowledged transactions given up by promotion", t.given_up, ""),
     ];
     print!("{}", crate::table::render(&rows));
     println!(
@@ -498,7 +524,7 @@ fn one_run(options: &MirrorCrashOptions, plan: &RunPlan) -> Result<Outcome> {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     let result = match plan.kind {
-        RunKind::PrimaryKill => primary_kill(options, plan, &dir),
+        RunKind::PrimaryKill | RunKind::PrimaryKillDiverged => primary_kill(options, plan, &dir),
         _ => backup_kill(options, plan, &dir),
     };
     let _ = std::fs::remove_dir_all(&dir);
@@ -510,24 +536,45 @@ fn one_run(options: &MirrorCrashOptions, plan: &RunPlan) -> Result<Outcome> {
 fn primary_kill(options: &MirrorCrashOptions, plan: &RunPlan, dir: &Path) -> Result<Outcome> {
     let (pool_a, pool_b) = (dir.join("a.pool"), dir.join("b.pool"));
     let [s1, s2] = plan.seeds;
+    let diverge = plan.kind == RunKind::PrimaryKillDiverged;
     let mut o = Outcome::default();
     let (mut backup, addr) = start_backup(options, &pool_b, "127.0.0.1:0", dir)?;
-    let mut primary = start_primary(options, plan, &pool_a, addr, s1, dir, "1", false)?;
-    under_load(&mut primary, &dir.join("acked1"), plan.delay)?;
-    primary.kill9()?;
-    backup.kill9()?;
-    let (_, a1) = acked(&dir.join("acked1"))?;
+    let mut primary = start_primary(options, plan, &pool_a, addr, s1, dir, "1", diverge)?;
+    let (out1, acked1) = (dir.join("primary1.out"), dir.join("acked1"));
+    under_load(&mut primary, &acked1, plan.delay)?;
+    // The backup's pool must hold what was acknowledged while mirrored.
+    let mirrored = if diverge {
+        backup.kill9()?;
+        wait_until("the primary going on unmirrored", || {
+            primary.alive()?;
+            Ok(!said(&out1, "backup lost: ").is_empty())
+        })?;
+        let first_alone = number_after(&said(&out1, "backup lost: ")[0], "from transaction")?;
+        wait_until("unmirrored transactions", || {
+            primary.alive()?;
+            Ok(acked(&acked1)?.1 >= first_alone + plan.more)
+        })?;
+        primary.kill9()?;
+        first_alone - 1
+    } else {
+        primary.kill9()?;
+        backup.kill9()?;
+        acked(&acked1)?.1
+    };
+    let (_, a1) = acked(&acked1)?;
     judge(&pool_a, &[(s1, 0)], a1, &mut o)?;
     let promoted = promote(options, &pool_b)?;
     o.promotions += 1;
-    let b = judge(&pool_b, &[(s1, 0)], a1, &mut o)?;
+    let b = judge(&pool_b, &[(s1, 0)], mirrored, &mut o)?;
     if promoted != b {
         bail!("mirror-promote said transaction {promoted}, the pool holds {b}");
     }
+    // Acknowledged alone, by the user's leave: the promotion gives them up.
+    o.given_up = a1.saturating_sub(b);
     // The promoted pool serves; the old primary's pool is its backup.
     let (mut backup, addr) = start_backup(options, &pool_a, "127.0.0.1:0", dir)?;
     let mut primary = start_primary(options, plan, &pool_b, addr, s2, dir, "2", false)?;
-    let acked2 = dir.join("acked2");
+    let (out2, acked2) = (dir.join("primary2.out"), dir.join("acked2"));
     wait_until("the promoted primary's transactions", || {
         primary.alive()?;
         Ok(acked(&acked2)?.0 >= plan.more)
@@ -538,7 +585,13 @@ fn primary_kill(options: &MirrorCrashOptions, plan: &RunPlan, dir: &Path) -> Res
     if c != b + n2 {
         bail!("the promoted primary acknowledged {n2} transactions ending at {c}, from {b}");
     }
-    count_resyncs(&dir.join("primary2.out"), &mut o);
+    count_resyncs(&out2, &mut o);
+    if diverge && said(&out2, "resync: full").is_empty() {
+        // The old primary's pool holds transactions past the fork point
+        // that the promoted pool never had: only a full copy is right.
+        bail!("the diverged old primary was not given a full copy: {:?}", said(&out2, "resync: "));
+    }
+    o.diverged_rejoins += diverge as u64;
     judge_pair(&pool_b, &pool_a, &[(s1, 0), (s2, b)], c, &mut o)?;
     o.acknowledged = a1 + n2;
     o.after_failover = n2;
@@ -805,12 +858,13 @@ mod tests {
 
     #[test]
     fn runs_take_turns_and_messages_give_their_numbers() {
-        let kinds: Vec<RunKind> = (0..6).map(RunKind::of).collect();
+        let kinds: Vec<RunKind> = (0..8).map(RunKind::of).collect();
         use RunKind::*;
-        assert_eq!(
-            kinds,
-            [PrimaryKill, BackupKillFail, PrimaryKill, BackupKillUnmirrored, PrimaryKill, BackupKillFail]
-        );
+        let want = [PrimaryKill, BackupKillFail, PrimaryKill, BackupKillUnmirrored, PrimaryKill, BackupKillFail];
+        assert_eq!(kinds[..6], want, "the tour's six runs");
+        assert_eq!(kinds[6..], [PrimaryKillDiverged, BackupKillUnmirrored]);
+        let strategies: Vec<u64> = (0..24).filter(|&r| RunKind::of(r) == PrimaryKillDiverged).map(|r| r % 3).collect();
+        assert_eq!(strategies, [0, 2, 1], "every strategy in turn");
         let line = "promoted /p: last committed transaction 412 (log 65536 B)";
         assert_eq!(number_after(line, "last committed transaction").unwrap(), 412);
         assert!(number_after(line, "from transaction").is_err());

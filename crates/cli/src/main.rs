@@ -400,15 +400,15 @@ fn tour_remote(out: &std::path::Path) -> Result<Vec<pmwire_bench::Headline>> {
 
 /// Mirroring, short: seed 002's Transact with every strategy over tcp and
 /// shared memory, and 6 kill -9 runs (primary or backup, each strategy
-/// twice) over tcp. Returns the suite's headlines and whether the campaign
-/// lost or tore nothing.
+/// twice, each followed by its failover) over tcp. Returns the suite's
+/// headlines and whether the campaign lost or tore nothing.
 fn tour_mirror(out: &std::path::Path) -> Result<(Vec<pmwire_bench::Headline>, bool)> {
     use pmwire_bench::{mirror, mirror_crash};
     println!("\n== bench mirror (quick): seed 002's Transact and WHISPER-like applications, NO-SM against SM-RC, SM-OB and SM-DD over tcp and sm; NO-SM beside libpmemobj ==");
     let transports = ["tcp", "sm"].map(String::from).to_vec();
     let options = mirror::MirrorOptions { quick: true, transports, out_dir: out.to_path_buf(), only: None };
     let report = mirror::run(&options)?;
-    println!("\n== bench mirror-crash (6 kill -9 runs of the primary or the backup over tcp) ==");
+    println!("\n== bench mirror-crash (6 kill -9 runs over tcp: the primary killed, its backup promoted and served; or the backup killed, restarted and resynchronised) ==");
     let options = mirror_crash::MirrorCrashOptions {
         runs: 6,
         tls: "tcp".into(),
