@@ -182,9 +182,10 @@ pub(crate) fn parse_strategy(s: &str) -> Result<pmwire_mirror::Strategy, String>
 /// `pmwire bench mirror-crash`.
 #[derive(Args)]
 pub struct MirrorCrashArgs {
-    /// Runs: the primary killed (then the backup promoted and served) in even ones, the backup killed (then restarted
-    /// and resynchronised) in odd ones, its primary failing its commits or going on unmirrored in turn; SM-RC, SM-OB,
-    /// SM-DD in turn.
+    /// Runs: the primary killed (then the backup promoted and served, the old primary's pool as its backup) in even
+    /// ones, every fourth of them after the primary went on unmirrored; the backup killed (then restarted and
+    /// resynchronised) in odd ones, its primary failing its commits or going on unmirrored in turn; SM-RC, SM-OB, SM-DD
+    /// in turn.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     pub runs: u64,
     /// UCX transport: tcp or sm.
