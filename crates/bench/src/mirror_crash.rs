@@ -210,6 +210,28 @@ impl Outcome {
         self.diverged_rejoins += o.diverged_rejoins;
     }
 
+    /// What a run found, in a few words.
+    fn line(&self) -> String {
+        let resync = if self.resync_full > 0 {
+            "full"
+        } else if self.resync_incremental > 0 {
+            "incremental"
+        } else {
+            "none"
+        };
+        let mut line = format!(
+            "{} acknowledged, {} after the failover ({} unmirrored), resync {resync}",
+            self.acknowledged, self.after_failover, self.unmirrored
+        );
+        if self.given_up > 0 {
+            line += &format!(", {} unmirrored given up by the promotion", self.given_up);
+        }
+        if self.bad() {
+            line += " FAILED";
+        }
+        line
+    }
+
     fn bad(&self) -> bool {
         self.lost + self.torn + self.diverged > 0
     }
@@ -400,33 +422,36 @@ pub fn run(options: &MirrorCrashOptions) -> Result<SuiteReport> {
             failures.push(format!("run {run} ({strategy}, {}, seeds {seeds:?}): {o:?}", kind.label()));
         }
         totals.add(&o);
-        println!(
-            "  run {run}: {strategy}, {} after {delay:?}: {} acknowledged, {} after the failover ({} unmirrored), \
-             resync {}{}{}",
-            kind.label(),
-            o.acknowledged,
-            o.after_failover,
-            o.unmirrored,
-            if o.resync_full > 0 {
-                "full"
-            } else if o.resync_incremental > 0 {
-                "incremental"
-            } else {
-                "none"
-            },
-            if o.given_up > 0 {
-                format!(", {} unmirrored given up by the promotion", o.given_up)
-            } else {
-                String::new()
-            },
-            if o.bad() { " FAILED" } else { "" }
-        );
+        println!("  run {run}: {strategy}, {} after {delay:?}: {}", kind.label(), o.line());
     }
     for f in &failures {
         println!("FAILED {f}");
     }
     let pass = !totals.bad() && unchecked == 0;
     print_summary(options, &totals, per_kind, unchecked, pass, started.elapsed());
+    let report = write_report(options, &totals, per_kind, unchecked, failures, pass)?;
+    if !pass {
+        bail!(
+            "{} acknowledged transactions lost, {} torn, {} final backups differing from their primary, {} runs not checked",
+            totals.lost,
+            totals.torn,
+            totals.diverged,
+            unchecked
+        );
+    }
+    Ok(report)
+}
+
+/// The campaign's JSON (its counts as metrics, its verdict and failures
+/// as parameters) and the tables `finish` prints.
+fn write_report(
+    options: &MirrorCrashOptions,
+    totals: &Outcome,
+    per_kind: [u64; 4],
+    unchecked: u64,
+    failures: Vec<String>,
+    pass: bool,
+) -> Result<SuiteReport> {
     let result = BenchResult::new(&format!("mirror_crash_{}", options.tls), "kill_9")
         .param("transport", options.tls.as_str())
         .metric("runs_count", options.runs as f64)
@@ -455,17 +480,7 @@ pub fn run(options: &MirrorCrashOptions) -> Result<SuiteReport> {
         "verdict": { "lost": totals.lost, "torn": totals.torn, "diverged": totals.diverged, "unchecked_runs": unchecked, "pass": pass },
         "failures": failures,
     });
-    let report = finish("mirror-crash", &options.out_dir, parameters, vec![result], Vec::new(), Vec::new())?;
-    if !pass {
-        bail!(
-            "{} acknowledged transactions lost, {} torn, {} final backups differing from their primary, {} runs not checked",
-            totals.lost,
-            totals.torn,
-            totals.diverged,
-            unchecked
-        );
-    }
-    Ok(report)
+    finish("mirror-crash", &options.out_dir, parameters, vec![result], Vec::new(), Vec::new())
 }
 
 /// The campaign's counts, as counts, and its verdict.
@@ -643,22 +658,8 @@ fn backup_kill(options: &MirrorCrashOptions, plan: &RunPlan, dir: &Path) -> Resu
         Ok(said(&out, "resync: ").len() > resyncs || said(&out, "backup refused: ").len() > refusals)
     })?;
     if said(&out, "resync: ").len() == resyncs {
-        // Refused: the backup committed the transaction whose commit failed
-        // on the primary (never acknowledged), so it is one ahead, which
-        // the primary refuses, waiting. The operator's choice, made here:
-        // drop that transaction by giving the backup a blank pool.
-        let why = said(&out, "backup refused: ").pop().unwrap_or_default();
-        if b != before + 1 || !why.contains("ahead") {
-            bail!("the restarted backup (at {b}, {before} acknowledged) was refused: {why}");
-        }
-        backup.kill9()?;
-        std::fs::remove_file(&pool_b)?;
+        backup = blank_backup(options, backup, &pool_b, addr, dir, &mut primary, b, before)?;
         o.replaced += 1;
-        backup = start_backup(options, &pool_b, &addr.to_string(), dir)?.0;
-        wait_until("the blank backup's resynchronisation", || {
-            primary.alive()?;
-            Ok(said(&out, "resync: ").len() > resyncs)
-        })?;
     }
     let (_, at_resync) = acked(&acked1)?;
     wait_until("transactions after the resynchronisation", || {
@@ -676,6 +677,38 @@ fn backup_kill(options: &MirrorCrashOptions, plan: &RunPlan, dir: &Path) -> Resu
     o.acknowledged = c;
     o.after_failover = c - before;
     Ok(o)
+}
+
+/// A restarted backup was refused: it committed the transaction whose
+/// commit failed on the primary (never acknowledged), so it is one ahead,
+/// which the primary refuses, waiting. The operator's choice, made here:
+/// drop that transaction by giving the backup a blank pool at the same
+/// address; the primary's next attempt copies everything to it.
+#[allow(clippy::too_many_arguments)]
+fn blank_backup(
+    options: &MirrorCrashOptions,
+    mut backup: Proc,
+    pool: &Path,
+    addr: SocketAddr,
+    dir: &Path,
+    primary: &mut Proc,
+    held: u64,
+    acknowledged: u64,
+) -> Result<Proc> {
+    let out = dir.join("primary1.out");
+    let why = said(&out, "backup refused: ").pop().unwrap_or_default();
+    if held != acknowledged + 1 || !why.contains("ahead") {
+        bail!("the restarted backup (at {held}, {acknowledged} acknowledged) was refused: {why}");
+    }
+    let resyncs = said(&out, "resync: ").len();
+    backup.kill9()?;
+    std::fs::remove_file(pool)?;
+    let backup = start_backup(options, pool, &addr.to_string(), dir)?.0;
+    wait_until("the blank backup's resynchronisation", || {
+        primary.alive()?;
+        Ok(said(&out, "resync: ").len() > resyncs)
+    })?;
+    Ok(backup)
 }
 
 /// Waits until the primary has a transaction acknowledged (its start,
