@@ -17,9 +17,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use pmem::{Media, MemMedia};
-use pmwire_mirror::{Backup, BackupService, Heap, Mirror, Strategy};
+use pmwire_mirror::{Backup, BackupService, EpochSink, Heap, Mirror, NoMirror, Strategy};
 use reactor::{PollBudget, Reactor, RealClock};
-use transport::{InProcNetwork, Limits, NodeId, Transport};
+use transport::{InProcNetwork, Limits, NodeId};
 
 const LOG: u64 = 64 << 10;
 const DATA: u64 = 16 << 20;
@@ -49,6 +49,18 @@ impl Served {
         self.stop.store(true, Ordering::Relaxed);
         self.handle.join().expect("the backup thread")
     }
+}
+
+/// One transaction of the Transact shape 4-2.
+fn transact<S: EpochSink>(heap: &mut Heap, media: &mut MemMedia, sink: S, next: &mut impl FnMut(u64) -> u64) {
+    let mut tx = heap.begin_with(media, sink);
+    for e in 0..4u8 {
+        for _ in 0..2 {
+            tx.write(next(DATA / 64) * 64, &[e + 1; 64]).expect("write");
+        }
+        tx.ofence().expect("fence");
+    }
+    tx.commit().expect("commit");
 }
 
 fn data(heap: &Heap, media: &impl Media) -> Vec<u8> {
@@ -90,35 +102,13 @@ fn main() {
             state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             (state >> 33) % n
         };
-        let mut transact = |heap: &mut Heap, media: &mut MemMedia, mirror: Option<&mut Mirror<_>>| {
-            let mut run = |tx: &mut pmwire_mirror::Tx<'_, MemMedia, _>| {
-                for e in 0..4u64 {
-                    for _ in 0..2 {
-                        tx.write(next(DATA / 64) * 64, &[e as u8 + 1; 64]).expect("write");
-                    }
-                    tx.ofence().expect("fence");
-                }
-            };
-            match mirror {
-                Some(mirror) => {
-                    let mut tx = heap.begin_with(media, mirror);
-                    run(&mut tx);
-                    tx.commit().expect("commit");
-                }
-                None => {
-                    let mut tx = heap.begin(media);
-                    run(&mut tx);
-                    tx.commit().expect("commit");
-                }
-            }
-        };
         for _ in 0..10 {
-            transact(&mut heap, &mut media, Some(&mut mirror));
+            transact(&mut heap, &mut media, &mut mirror, &mut next);
         }
         drop(mirror);
         let backup = served.finish();
         for _ in 0..txs {
-            transact(&mut heap, &mut media, None);
+            transact(&mut heap, &mut media, NoMirror, &mut next);
         }
         let (plan, bytes, messages, ms) = rejoin(&net, &heap, &media, backup.clone());
         println!("| {txs} | {plan} | {bytes} | {messages} | {ms:.1} ms |");

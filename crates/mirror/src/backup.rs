@@ -24,12 +24,16 @@
 //! recovers to a prefix of the committed transactions, never a torn epoch
 //! (docs/FORMAT.md, "Mirror stream").
 //!
-//! A backup that is behind its primary (or torn by a copy cut short) asks,
-//! in its answer to the hello, for a full copy: `CopyChunk`s in order,
-//! then `CopyDone`, which makes the copy the heap's committed state. The
-//! resync word is durable before the copy's first byte lands and cleared
-//! last, so a heap cut mid-copy refuses [`Heap::open`] (it cannot be
-//! promoted) and its next stream restarts the copy.
+//! The hello's answer carries the rejoin plan ([`rejoin_plan`], which the
+//! primary runs too) and the backup's state. A backup that is behind its
+//! primary, diverged from it, or torn by a copy cut short gets a copy:
+//! `CopyChunk`s in order (the whole data area, or the blocks written since
+//! its transaction), then `CopyDone`, which checks the area's CRC and makes
+//! the copy the heap's committed state and the primary's history its own.
+//! The resync words (the copy's kind and base) are durable before the
+//! copy's first byte lands and cleared last, so a heap cut mid-copy
+//! refuses [`Heap::open`] (it cannot be promoted) and its next stream
+//! resumes the copy.
 //!
 //! Invariants: messages are acted on in arrival order; an epoch is checked
 //! (its CRC, its transaction, its index, its place in the log, each write

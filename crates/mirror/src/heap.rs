@@ -258,20 +258,42 @@ impl Heap {
         media.read(base + COMMIT_AT, &mut commit_bytes);
         let applied = media.read_u64(base + APPLIED_AT);
         let mut recovery = Recovery { last_committed: applied, replayed: None };
+        // The last transaction's records, if the log still holds them.
+        let mut last_log = None;
         match decode_commit(&commit_bytes) {
             Some(commit) if commit.tx > applied => {
                 let image = read_committed_log(media, &geometry, &commit)?;
                 replay(media, &geometry, &image, faults);
                 persist_applied(media, base, commit.tx, faults);
                 recovery = Recovery { last_committed: commit.tx, replayed: Some(commit.tx) };
+                last_log = Some((commit.tx, image));
             }
             Some(commit) if commit.tx < applied => {
                 let reason = format!("applied word {applied} is past the commit record");
                 return Err(OpenError::Corrupt { tx: commit.tx, reason });
             }
+            Some(commit) if commit.epochs > 0 => {
+                // A later transaction that was abandoned may have written
+                // over the records: then they do not check, and are not used.
+                last_log = read_committed_log(media, &geometry, &commit).ok().map(|image| (commit.tx, image));
+            }
             _ => {}
         }
         let mut heap = Heap::with_geometry(geometry, recovery.last_committed, history);
+        if let Some((tx, image)) = last_log {
+            // The record of written blocks reaches back one transaction: a
+            // backup one behind (a primary that died before its own commit
+            // record) can still rejoin incrementally.
+            heap.tracker = WriteTracker::new(geometry.data_bytes, tx - 1);
+            let mut at = 0;
+            while at < image.len() {
+                let (header, writes) = parse_epoch(&image[at..], geometry.data_bytes).expect("checked");
+                for w in writes {
+                    heap.tracker.mark(w.offset, w.len as u64, tx);
+                }
+                at += header.record_bytes;
+            }
+        }
         heap.history_slot = history_slot;
         heap.history_serial = history_serial;
         heap.faults = faults;
@@ -1048,7 +1070,7 @@ mod tests {
         assert_eq!(Heap::open(&mut media, 0).unwrap().0.history(), again.history());
         // A torn slot in use falls back to the other (the one before).
         let mut torn = media.clone();
-        let slot = crate::format::HISTORY_AT[(again.history_slot) as usize];
+        let slot = crate::format::HISTORY_AT[again.history_slot];
         torn.write(slot + 40, &[0xff]);
         assert_eq!(Heap::open(&mut torn, 0).unwrap().0.history(), heap.history());
         // Both torn: refused with the reason.
@@ -1082,8 +1104,18 @@ mod tests {
         assert_eq!(heap.tracker().written_after(0).unwrap(), [(4096, 1024), (7168, 1024)]);
         assert_eq!(heap.tracker().written_after(1).unwrap(), [(7168, 1024)]);
         let (heap, _) = Heap::open(&mut media, 0).unwrap();
-        assert_eq!(heap.tracker().since(), 3, "a restart loses the record");
+        assert_eq!(heap.tracker().since(), 2, "a restart loses the record but the last transaction's, in the log");
+        assert_eq!(heap.tracker().written_after(2).unwrap(), [(7168, 1024)]);
         assert_eq!(heap.tracker().written_after(1), None);
+        // A transaction abandoned after its epochs reached the log: the
+        // last committed one's records are gone, so is its part.
+        let mut heap = heap;
+        let mut tx = heap.begin(&mut media);
+        tx.write(0, &[4; 100]).unwrap();
+        tx.dfence().unwrap();
+        tx.abort();
+        let (heap, _) = Heap::open(&mut media, 0).unwrap();
+        assert_eq!(heap.tracker().since(), 3);
     }
 
     #[test]

@@ -16,10 +16,14 @@
 //! network mirror (SM-RC, SM-OB, SM-DD over the `Transport` seam), and
 //! [`Backup`] / [`BackupService`] the backup it streams to: [`wire`] is the
 //! stream's format, [`stream`] what each strategy sends, [`backup`] what
-//! the backup does with it, with no I/O, and [`net`] the I/O. The byte
-//! layouts and the crash arguments are in docs/FORMAT.md ("Transactional
-//! heap", "Mirror stream"); [`crash`] and [`backup_crash`] hold the
-//! crash-state checks and their planted bugs.
+//! the backup does with it, with no I/O, and [`net`] the I/O. Failover:
+//! [`Heap::promote`] turns a backup's pool into a primary's in a new
+//! generation of its [`history`]; [`rejoin_plan`] decides how a backup
+//! rejoins (stream, incremental copy of the blocks [`tracking`] says were
+//! written since, full copy, or refusal). The byte layouts and the crash
+//! arguments are in docs/FORMAT.md ("Transactional heap", "History",
+//! "Mirror stream"); [`crash`] and [`backup_crash`] hold the crash-state
+//! checks and their planted bugs.
 //!
 //! Like the logs and the B+tree, the heap does not own its medium: `open`,
 //! `read` and `begin` take it.

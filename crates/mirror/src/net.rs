@@ -131,9 +131,15 @@ pub struct Mirror<T: Transport> {
 }
 
 impl<T: Transport> Mirror<T> {
-    /// Connects to the backup at `backup`, checks that it holds the same
-    /// heap (geometry, last committed transaction, data area's CRC) and
-    /// starts a stream under `strategy`. NO-SM connects to nothing.
+    /// Connects to the backup at `backup`, greets it with the heap's
+    /// geometry, last durable transaction, data CRC, write tracking and
+    /// history, decides with [`rejoin_plan`] (which the backup ran too, and
+    /// must agree with) how it rejoins, brings it up to date by an
+    /// incremental or a full copy if it must ([`Mirror::rejoin`],
+    /// [`Mirror::resync_bytes`]), and starts a stream under `strategy`. A
+    /// backup of another heap, ahead of this one, newer than it (this
+    /// primary is stale) or at its transaction with other data is refused
+    /// with the reason. NO-SM connects to nothing.
     pub fn open(
         heap: &Heap,
         media: &impl Media,
@@ -529,6 +535,10 @@ pub struct BackupStats {
     pub refused: u64,
     /// Streams taken over by a new primary's hello.
     pub takeovers: u64,
+    /// Copies finished (`CopyDone` answered), full or incremental.
+    pub copies: u64,
+    /// Bytes of data area received in copy chunks.
+    pub copy_bytes: u64,
 }
 
 /// The backup as a [`reactor::Service`]: one primary's stream at a time,
@@ -618,6 +628,8 @@ impl<M: Media> BackupService<M> {
                 self.stats.streams += 1;
             }
             Kind::Commit => self.stats.commits += 1,
+            Kind::CopyChunk => self.stats.copy_bytes += payload.len() as u64,
+            Kind::CopyDone => self.stats.copies += 1,
             _ => {}
         }
         Ok(answer)
@@ -713,7 +725,7 @@ mod tests {
     /// medium back.
     struct Served {
         stop: Arc<AtomicBool>,
-        handle: std::thread::JoinHandle<MemMedia>,
+        handle: std::thread::JoinHandle<(MemMedia, BackupStats)>,
         addr: NodeId,
     }
 
@@ -728,12 +740,17 @@ mod tests {
             let handle = std::thread::spawn(move || {
                 let mut reactor = Reactor::new(transport, BackupService::new(media, backup));
                 reactor.run(&RealClock::new(), &flag, PollBudget::BLOCK);
-                reactor.service.into_media()
+                let stats = reactor.service.stats();
+                (reactor.service.into_media(), stats)
             });
             Served { stop, handle, addr }
         }
 
         fn finish(self) -> MemMedia {
+            self.finish_with_stats().0
+        }
+
+        fn finish_with_stats(self) -> (MemMedia, BackupStats) {
             self.stop.store(true, Ordering::Relaxed);
             self.handle.join().unwrap()
         }
@@ -1083,8 +1100,10 @@ mod tests {
             let mut tx = heap.begin_with(&mut media, &mut mirror);
             tx.write(500, &[0x77; 100]).unwrap();
             tx.commit().unwrap();
+            let sent = mirror.resync_bytes;
             drop(mirror);
-            let mut backup = served.finish();
+            let (mut backup, stats) = served.finish_with_stats();
+            assert_eq!((stats.copies, stats.copy_bytes, stats.commits), (1, sent, 1), "{strategy}");
             let (opened, _) = Heap::open(&mut backup, 0).unwrap();
             assert_eq!(opened.last_committed(), heap.last_committed(), "{strategy}");
             assert_eq!(opened.history(), heap.history(), "{strategy}");
@@ -1126,6 +1145,45 @@ mod tests {
         assert_eq!(opened.last_committed(), 10);
         assert_eq!(opened.history(), promoted.history(), "it adopted the promoted pool's history");
         assert_eq!(whole(&opened, &rejoined), whole(&promoted, &backup));
+    }
+
+    #[test]
+    fn a_primary_that_died_before_its_commit_record_rejoins_the_promoted_backup_incrementally() {
+        for strategy in [Strategy::SmRc, Strategy::SmOb, Strategy::SmDd] {
+            let net = InProcNetwork::new(Limits::default());
+            let (mut media, mut heap) = big();
+            let served = Served::start(&net, big().0);
+            let mut mirror = Mirror::open(&heap, &media, net.node(), &served.addr, strategy).unwrap();
+            for i in 0..5u64 {
+                let mut tx = heap.begin_with(&mut media, &mut mirror);
+                tx.write(i * 10_000, &[i as u8 + 1; 64]).unwrap();
+                tx.commit().unwrap();
+            }
+            // The primary's pool as it was when it died in the commit of
+            // transaction 6, after the backup answered, before its own
+            // commit record: at 5.
+            let dead = media.clone();
+            let mut tx = heap.begin_with(&mut media, &mut mirror);
+            tx.write(293 * 1024, &[0xee; 64]).unwrap();
+            tx.commit().unwrap();
+            drop(mirror);
+            let mut backup = served.finish();
+            // The backup, at 6, is promoted; its log still holds 6's
+            // records, so its record of written blocks reaches back to 5.
+            let (mut promoted, promotion) = Heap::promote(&mut backup, 0).unwrap();
+            assert_eq!((promotion.generation.start, promoted.tracker().since()), (6, 5), "{strategy}");
+            let mut tx = promoted.begin(&mut backup);
+            tx.write(64, &[0x42; 64]).unwrap();
+            tx.commit().unwrap();
+            let served = Served::start(&net, dead);
+            let mirror = Mirror::open(&promoted, &backup, net.node(), &served.addr, strategy).unwrap();
+            assert_eq!((&mirror.rejoin, mirror.resync_bytes), (&Plan::Incremental { from: 5 }, 2048), "{strategy}");
+            drop(mirror);
+            let mut rejoined = served.finish();
+            let (opened, _) = Heap::open(&mut rejoined, 0).unwrap();
+            assert_eq!((opened.last_committed(), opened.history()), (7, promoted.history()), "{strategy}");
+            assert_eq!(whole(&opened, &rejoined), whole(&promoted, &backup), "{strategy}");
+        }
     }
 
     #[test]

@@ -4,10 +4,11 @@
 //!
 //! One `u64` per block: the last transaction that wrote any byte of it
 //! (0: none since the record began). The record begins when the heap is
-//! created or opened, at its last committed transaction `since`: it is
-//! complete for every transaction after `since`, so the blocks a backup at
-//! `t ≥ since` lacks are exactly those whose entry is past `t`. A restart
-//! loses it (a backup behind the restart point then gets a full copy).
+//! created or opened, at its last committed transaction, or at the one
+//! before if the log still holds the last one's records (they are marked):
+//! it is complete for every transaction after `since`, so the blocks a
+//! backup at `t ≥ since` lacks are exactly those whose entry is past `t`.
+//! A restart loses the rest (a backup further behind then gets a full copy).
 //!
 //! Blocks are 1 KiB ([`MIN_BLOCK_BYTES`]), larger for data areas past
 //! 8 GiB so that the table stays within [`MAX_ENTRIES`] entries (64 MiB):
