@@ -173,6 +173,10 @@ struct Outcome {
     resync_full: u64,
     /// Resynchronisations by the missed transactions only.
     resync_incremental: u64,
+    /// Bytes of data area the full copies sent.
+    resync_full_bytes: u64,
+    /// Bytes the incremental copies sent.
+    resync_incremental_bytes: u64,
     /// Transactions committed after the kill (the promoted primary's, or
     /// the surviving primary's).
     after_failover: u64,
@@ -201,6 +205,8 @@ impl Outcome {
         self.promotions += o.promotions;
         self.resync_full += o.resync_full;
         self.resync_incremental += o.resync_incremental;
+        self.resync_full_bytes += o.resync_full_bytes;
+        self.resync_incremental_bytes += o.resync_incremental_bytes;
         self.after_failover += o.after_failover;
         self.unmirrored += o.unmirrored;
         self.failed_commits += o.failed_commits;
@@ -381,14 +387,17 @@ fn number_after(line: &str, marker: &str) -> Result<u64> {
 }
 
 /// Counts the resynchronisations a primary reported in `out`.
-fn count_resyncs(out: &Path, o: &mut Outcome) {
+fn count_resyncs(out: &Path, o: &mut Outcome) -> Result<()> {
     for line in said(out, "resync: ") {
         if line.starts_with("resync: full") {
             o.resync_full += 1;
+            o.resync_full_bytes += number_after(&line, "copy of")?;
         } else if line.starts_with("resync: incremental") {
             o.resync_incremental += 1;
+            o.resync_incremental_bytes += number_after(&line, "copy of")?;
         }
     }
+    Ok(())
 }
 
 /// Runs the campaign.
@@ -467,6 +476,8 @@ fn write_report(
         .metric("promotions_count", totals.promotions as f64)
         .metric("resync_full_count", totals.resync_full as f64)
         .metric("resync_incremental_count", totals.resync_incremental as f64)
+        .metric("resync_full_bytes", totals.resync_full_bytes as f64)
+        .metric("resync_incremental_bytes", totals.resync_incremental_bytes as f64)
         .metric("after_failover_count", totals.after_failover as f64)
         .metric("unmirrored_count", totals.unmirrored as f64)
         .metric("failed_commits_count", totals.failed_commits as f64)
@@ -500,6 +511,8 @@ fn print_summary(o: &MirrorCrashOptions, t: &Outcome, per_kind: [u64; 4], unchec
         row("promotions", t.promotions, ""),
         row("resynchronisations by full copy", t.resync_full, ""),
         row("resynchronisations by missed transactions", t.resync_incremental, ""),
+        row("  bytes sent by the full copies", t.resync_full_bytes, ""),
+        row("  bytes sent by the incremental copies", t.resync_incremental_bytes, ""),
         row("transactions after the failover", t.after_failover, ""),
         row("  of which unmirrored", t.unmirrored, ""),
         row("commits failed with the reason (backup down)", t.failed_commits, ""),
@@ -600,7 +613,7 @@ fn primary_kill(options: &MirrorCrashOptions, plan: &RunPlan, dir: &Path) -> Res
     if c != b + n2 {
         bail!("the promoted primary acknowledged {n2} transactions ending at {c}, from {b}");
     }
-    count_resyncs(&out2, &mut o);
+    count_resyncs(&out2, &mut o)?;
     if diverge && said(&out2, "resync: full").is_empty() {
         // The old primary's pool holds transactions past the fork point
         // that the promoted pool never had: only a full copy is right.
@@ -672,7 +685,7 @@ fn backup_kill(options: &MirrorCrashOptions, plan: &RunPlan, dir: &Path) -> Resu
     if n != c {
         bail!("the primary acknowledged {n} transactions ending at {c}: numbers skipped or repeated");
     }
-    count_resyncs(&out, &mut o);
+    count_resyncs(&out, &mut o)?;
     judge_pair(&pool_a, &pool_b, &[(s1, 0)], c, &mut o)?;
     o.acknowledged = c;
     o.after_failover = c - before;
@@ -887,6 +900,22 @@ mod tests {
         for path in [good, other, behind] {
             std::fs::remove_file(path).unwrap();
         }
+    }
+
+    #[test]
+    fn a_primarys_resync_lines_are_counted_with_their_bytes() {
+        let out = std::env::temp_dir().join(format!("b-mirror-crash-out-{}", std::process::id()));
+        let text = "mirror primary: p, last committed transaction 3\nresync: none, backup current at transaction 3\n\
+                    resync: incremental copy of 4096 B (the blocks written after transaction 3), backup now at transaction 9\n\
+                    commit failed: x\nresync: full copy of 1048576 B, backup now at transaction 12\n";
+        std::fs::write(&out, text).unwrap();
+        let mut o = Outcome::default();
+        count_resyncs(&out, &mut o).unwrap();
+        assert_eq!((o.resync_full, o.resync_full_bytes), (1, 1 << 20));
+        assert_eq!((o.resync_incremental, o.resync_incremental_bytes), (1, 4096));
+        std::fs::write(&out, "resync: full copy of many B\n").unwrap();
+        assert!(count_resyncs(&out, &mut o).is_err(), "a line without its bytes");
+        std::fs::remove_file(&out).unwrap();
     }
 
     #[test]
