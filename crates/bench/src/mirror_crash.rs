@@ -11,12 +11,20 @@
 //!   `pmwire mirror-promote` the backup's pool; serve it with a new
 //!   `mirror-primary` (a second seed) whose backup is a `mirror-backup` on
 //!   the OLD primary's pool, resynchronised at the hello; stop the new
-//!   primary (SIGTERM) once it acknowledged more transactions.
+//!   primary (SIGTERM) once it acknowledged more transactions. In every
+//!   fourth such run the backup is killed first and the primary goes on
+//!   unmirrored (allowed) before its kill, so the old primary's pool holds
+//!   transactions past the promoted pool's fork point: its rejoin must be
+//!   a full copy (the run fails otherwise), and the unmirrored
+//!   transactions the promotion gives up are counted apart.
 //! - **backup killed** (odd runs): SIGKILL the backup; the primary's
 //!   commits fail with the reason (default), or it goes on unmirrored
 //!   (`--allow-unmirrored`, every other backup run); restart the backup on
 //!   its pool at its address; the primary reconnects and resynchronises it
-//!   while it keeps committing; stop it once it acknowledged more.
+//!   while it keeps committing; stop it once it acknowledged more. A
+//!   restarted backup refused as one ahead (it committed the transaction
+//!   whose commit failed on the primary, never acknowledged) is given a
+//!   blank pool, as an operator would, and counted.
 //!
 //! Checks, with `a` the last acknowledged transaction before the kill:
 //! every pool left by a kill holds `b` with `a ≤ b ≤ a + 1` and exactly the
