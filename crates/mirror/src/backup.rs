@@ -324,6 +324,9 @@ struct Copy {
     base: Option<u64>,
     /// The primary's history, the heap's once the copy is done.
     history: History,
+    /// The resync words name this copy (each copy marks them anew: a
+    /// resumed one may be of another kind or toward another transaction).
+    marked: bool,
 }
 
 impl Backup {
@@ -504,9 +507,11 @@ impl Backup {
                 None
             }
             Plan::Incremental { from } => {
-                Some(Copy { target: h.value, next: 0, base: Some(from), history: hello.history })
+                Some(Copy { target: h.value, next: 0, base: Some(from), history: hello.history, marked: false })
             }
-            Plan::FullCopy => Some(Copy { target: h.value, next: 0, base: None, history: hello.history }),
+            Plan::FullCopy => {
+                Some(Copy { target: h.value, next: 0, base: None, history: hello.history, marked: false })
+            }
             Plan::Refuse(e) => unreachable!("check_hello refuses: {e}"),
         };
         Ok(Answer { tx: 0, value: self.last_committed, count: plan.code(), state: Some(state) })
@@ -524,8 +529,10 @@ impl Backup {
     /// Marks the heap torn, durably, before a copy's first byte lands: the
     /// base word first (0: full copy; `base + 1`: incremental from `base`),
     /// then the resync word (the target; nonzero even toward transaction 0,
-    /// as the word means "torn").
-    fn mark_torn(&mut self, media: &mut impl Media, copy: &Copy) {
+    /// as the word means "torn"). A pool torn already is marked again for
+    /// this copy: an incremental copy cut short may resume as a full one.
+    fn mark_torn(&mut self, media: &mut impl Media, copy: &mut Copy) {
+        copy.marked = true;
         if self.faults.copy_unmarked {
             return;
         }
@@ -545,7 +552,7 @@ impl Backup {
     /// crash from here leaves a heap that refuses to open until a copy
     /// finishes.
     fn copy_chunk(&mut self, media: &mut impl Media, h: &Header, payload: &[u8]) -> Result<(), StreamError> {
-        let copy = self.copy.take().expect("checked by dispatch");
+        let mut copy = self.copy.take().expect("checked by dispatch");
         let data_bytes = self.geometry.data_bytes;
         let target = copy.target;
         if h.tx != target {
@@ -560,8 +567,8 @@ impl Backup {
         let Some(end) = end else {
             return Err(StreamError::CopyOverflow { tx: target, at: h.value, bytes, data_bytes });
         };
-        if self.resync == Resync::None {
-            self.mark_torn(media, &copy);
+        if !copy.marked {
+            self.mark_torn(media, &mut copy);
         }
         let at = self.geometry.data_at() + h.value;
         if self.faults.copy_cleared_early {
@@ -580,7 +587,7 @@ impl Backup {
     /// whose CRC fails turns the resync into a full one (its base did not
     /// hold what the primary thought), so the next hello asks for that.
     fn copy_done(&mut self, media: &mut impl Media, h: &Header) -> Result<Answer, StreamError> {
-        let copy = self.copy.take().expect("checked by dispatch");
+        let mut copy = self.copy.take().expect("checked by dispatch");
         let g = self.geometry;
         if h.tx != copy.target {
             return Err(StreamError::Transaction { got: h.tx, want: format!("{} (the copy's)", copy.target) });
@@ -590,8 +597,8 @@ impl Backup {
                 format!("the primary says {} B, {} B arrived, the data area is {} B", h.value, copy.next, g.data_bytes);
             return Err(StreamError::CopyIncomplete { tx: copy.target, reason });
         }
-        if self.resync == Resync::None {
-            self.mark_torn(media, &copy);
+        if !copy.marked {
+            self.mark_torn(media, &mut copy);
         }
         if !self.faults.copy_cleared_early {
             media.drain();
@@ -1173,6 +1180,37 @@ mod tests {
             backup.handle(&mut media, &decode(&header, bytes).unwrap(), bytes, false).unwrap();
         }
         let header = encode(Kind::CopyDone, Strategy::NoSm, last, DATA, hello.data_crc, &[]);
+        backup.handle(&mut media, &decode(&header, &[]).unwrap(), &[], true).unwrap();
+        let (opened, _) = Heap::open(&mut media, 0).unwrap();
+        assert_eq!((opened.last_committed(), data(&media)), (last, data(&primary)));
+        // An incremental copy cut short, resumed as a full one (the
+        // primary lost its tracking) and cut short again: the pool now
+        // says "full copy", and gets one.
+        messages(Strategy::SmDd, &mut heap, &mut primary, 60);
+        let last = heap.last_committed();
+        let greet = |media: &mut MemMedia, tracked: bool, want: u32| {
+            let hello = hello_of(&heap, &primary, tracked);
+            let mut backup = Backup::open(media, 0).unwrap().0;
+            let (header, payload) = StreamCore::new(Strategy::SmDd).hello(last, &hello);
+            let a = backup.handle(media, &decode(&header, &payload).unwrap(), &payload, true).unwrap().unwrap();
+            assert_eq!(a.count, want);
+            backup
+        };
+        let mut backup = greet(&mut media, true, crate::wire::INCREMENTAL_NEEDED);
+        let bytes = &data(&primary)[..1024];
+        let header = encode(Kind::CopyChunk, Strategy::NoSm, last, 0, 0, bytes);
+        backup.handle(&mut media, &decode(&header, bytes).unwrap(), bytes, false).unwrap();
+        assert_eq!(Backup::open(&mut media, 0).unwrap().0.resync(), Resync::Incremental { base: last - 1 });
+        let mut backup = greet(&mut media, false, crate::wire::COPY_NEEDED);
+        let bytes = &data(&primary)[..2048];
+        let header = encode(Kind::CopyChunk, Strategy::NoSm, last, 0, 0, bytes);
+        backup.handle(&mut media, &decode(&header, bytes).unwrap(), bytes, false).unwrap();
+        assert_eq!(Backup::open(&mut media, 0).unwrap().0.resync(), Resync::Full);
+        let mut backup = greet(&mut media, true, crate::wire::COPY_NEEDED);
+        let bytes = data(&primary);
+        let header = encode(Kind::CopyChunk, Strategy::NoSm, last, 0, 0, &bytes);
+        backup.handle(&mut media, &decode(&header, &bytes).unwrap(), &bytes, false).unwrap();
+        let header = encode(Kind::CopyDone, Strategy::NoSm, last, DATA, data_crc(&primary, &heap.geometry()), &[]);
         backup.handle(&mut media, &decode(&header, &[]).unwrap(), &[], true).unwrap();
         let (opened, _) = Heap::open(&mut media, 0).unwrap();
         assert_eq!((opened.last_committed(), data(&media)), (last, data(&primary)));
