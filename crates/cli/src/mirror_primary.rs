@@ -161,7 +161,7 @@ fn parse_line(line: &str) -> Result<Step> {
 }
 
 fn parse_hex(hex: &str) -> Result<Vec<u8>> {
-    if hex.is_empty() || hex.len() % 2 != 0 {
+    if hex.is_empty() || !hex.len().is_multiple_of(2) {
         bail!("an even, non-zero number of hex digits is needed");
     }
     (0..hex.len())

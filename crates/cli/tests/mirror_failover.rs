@@ -33,19 +33,22 @@ impl Drop for Proc {
 fn start_backup(dir: &Path, pool: &Path) -> (Proc, SocketAddr) {
     let ready = dir.join("ready");
     let _ = std::fs::remove_file(&ready);
-    let child = Command::new(EXE)
-        .args(["mirror-backup", "--listen", "127.0.0.1:0", "--poll-us", "0", "--log-size", "64K", "--data-size", "1M"])
-        .arg("--pool")
-        .arg(pool)
-        .arg("--ready-file")
-        .arg(&ready)
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn pmwire mirror-backup");
+    let child = Proc(
+        Command::new(EXE)
+            .args(["mirror-backup", "--listen", "127.0.0.1:0", "--poll-us", "0"])
+            .args(["--log-size", "64K", "--data-size", "1M"])
+            .arg("--pool")
+            .arg(pool)
+            .arg("--ready-file")
+            .arg(&ready)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn pmwire mirror-backup"),
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Ok(text) = std::fs::read_to_string(&ready) {
-            return (Proc(child), text.split('"').nth(3).expect("{\"addr\":\"...\"}").parse().expect("an address"));
+            return (child, text.split('"').nth(3).expect("{\"addr\":\"...\"}").parse().expect("an address"));
         }
         assert!(Instant::now() < deadline, "the backup did not start");
         std::thread::sleep(Duration::from_millis(20));
