@@ -101,6 +101,15 @@ fn pivot(results: &[&BenchResult], metric: &str) -> String {
     render(&rows)
 }
 
+/// A metric's value: a `_count` as a whole number, others as [`num`].
+fn metric_text(metric: &str, value: f64) -> String {
+    if metric.ends_with("_count") && value.is_finite() && value.fract() == 0.0 {
+        format!("{value:.0}")
+    } else {
+        num(value)
+    }
+}
+
 /// A bench without sizes: one row per variant, one column per metric.
 fn listing(results: &[&BenchResult]) -> String {
     let mut metrics: Vec<String> = Vec::new();
@@ -114,7 +123,7 @@ fn listing(results: &[&BenchResult]) -> String {
     let mut rows = vec![std::iter::once("variant".to_string()).chain(metrics.iter().cloned()).collect::<Vec<_>>()];
     for r in results {
         let mut row = vec![r.variant.clone()];
-        row.extend(metrics.iter().map(|m| r.get(m).map_or("-".to_string(), num)));
+        row.extend(metrics.iter().map(|m| r.get(m).map_or("-".to_string(), |v| metric_text(m, v))));
         rows.push(row);
     }
     render(&rows)
@@ -147,6 +156,9 @@ pub fn results_text(results: &[BenchResult], skipped: &[Skipped]) -> String {
 /// carries a floor measured in the same run, a `runs` column when the
 /// headlines aggregate several runs (the value is then the worst).
 pub fn headlines_text(headlines: &[Headline]) -> String {
+    if headlines.is_empty() {
+        return String::new();
+    }
     let floors = headlines.iter().any(|h| h.floor.is_some());
     let runs = headlines.iter().any(|h| !h.runs.is_empty());
     let mut header: Vec<String> = ["headline", "value", "target", "result", "peer"].map(String::from).to_vec();
@@ -175,6 +187,16 @@ pub fn headlines_text(headlines: &[Headline]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_print_as_whole_numbers_and_no_headlines_print_nothing() {
+        let r =
+            BenchResult::new("b", "v").metric("lost_count", 0.0).metric("runs_count", 100.0).metric("gb_per_s", 2.0);
+        let text = listing(&[&r]);
+        let row = text.lines().nth(1).unwrap().split_whitespace().collect::<Vec<_>>();
+        assert_eq!(row, ["v", "2.00", "0", "100"], "{text}");
+        assert_eq!(headlines_text(&[]), "");
+    }
 
     #[test]
     fn informational_headlines_are_neither_pass_nor_fail() {

@@ -7,7 +7,8 @@
 //! - `pmwire report FILES --out DIR`: plots of benchmark results.
 //! - `pmwire serve`: export a pool; `pmwire remote status`: Auto's choice
 //!   per size class against a running server, with its evidence.
-//! - `pmwire mirror-backup`: the backup of a mirrored transactional heap.
+//! - `pmwire mirror-backup`: the backup of a mirrored transactional heap;
+//!   `pmwire mirror-primary`: its primary; `pmwire mirror-promote`: failover.
 //! - `pmwire tour`: the newcomer's tour, a short version of everything.
 
 mod check;
@@ -16,6 +17,7 @@ mod fuzz_cmd;
 mod kv_cmd;
 mod kv_bench_cmd;
 mod mirror_cmd;
+mod mirror_primary;
 mod remote_cmd;
 mod smr_check;
 mod smr_cmd;
@@ -79,9 +81,11 @@ enum Command {
     Smr(smr_cmd::SmrArgs),
     /// Serve as the backup of a mirrored transactional heap (SM-RC, SM-OB, SM-DD) over UCX until killed.
     MirrorBackup(mirror_cmd::MirrorBackupArgs),
-    /// The kill -9 campaign's primary: mirrored transactions until killed.
-    #[command(hide = true)]
-    MirrorPrimary(mirror_cmd::MirrorPrimaryArgs),
+    /// Serve as the primary of a mirrored transactional heap: transactions (from stdin or a seed), each mirrored to
+    /// a backup before it is acknowledged; a returning backup is resynchronised.
+    MirrorPrimary(mirror_primary::MirrorPrimaryArgs),
+    /// Promote a stopped backup's pool to a primary's (refused for an unfinished copy); prints what it holds.
+    MirrorPromote(mirror_primary::MirrorPromoteArgs),
     /// The newcomer's tour: a short run of every suite on an emulated pool,
     /// the crash checker, and the headline ratios against the peers.
     Tour(TourArgs),
@@ -254,7 +258,8 @@ fn main() -> Result<()> {
         Command::Replica(args) => smr_cmd::replica(&args),
         Command::Smr(args) => smr_cmd::smr(&args),
         Command::MirrorBackup(args) => mirror_cmd::mirror_backup(&args),
-        Command::MirrorPrimary(args) => mirror_cmd::mirror_primary(&args),
+        Command::MirrorPrimary(args) => mirror_primary::mirror_primary(args),
+        Command::MirrorPromote(args) => mirror_primary::mirror_promote(&args),
         Command::Bench { suite: Suite::Remote(suite) } => remote_cmd::bench(&suite),
         Command::Bench { suite: Suite::Kv(suite) } => kv_bench_cmd::bench(&suite),
         Command::Bench { suite: Suite::Mirror(args) } => mirror_cmd::bench(&args),
@@ -395,15 +400,15 @@ fn tour_remote(out: &std::path::Path) -> Result<Vec<pmwire_bench::Headline>> {
 
 /// Mirroring, short: seed 002's Transact with every strategy over tcp and
 /// shared memory, and 6 kill -9 runs (primary or backup, each strategy
-/// twice) over tcp. Returns the suite's headlines and whether the campaign
-/// lost or tore nothing.
+/// twice, each followed by its failover) over tcp. Returns the suite's
+/// headlines and whether the campaign lost or tore nothing.
 fn tour_mirror(out: &std::path::Path) -> Result<(Vec<pmwire_bench::Headline>, bool)> {
     use pmwire_bench::{mirror, mirror_crash};
     println!("\n== bench mirror (quick): seed 002's Transact and WHISPER-like applications, NO-SM against SM-RC, SM-OB and SM-DD over tcp and sm; NO-SM beside libpmemobj ==");
     let transports = ["tcp", "sm"].map(String::from).to_vec();
     let options = mirror::MirrorOptions { quick: true, transports, out_dir: out.to_path_buf(), only: None };
     let report = mirror::run(&options)?;
-    println!("\n== bench mirror-crash (6 kill -9 runs of the primary or the backup over tcp) ==");
+    println!("\n== bench mirror-crash (6 kill -9 runs over tcp: the primary killed, its backup promoted and served; or the backup killed, restarted and resynchronised) ==");
     let options = mirror_crash::MirrorCrashOptions {
         runs: 6,
         tls: "tcp".into(),

@@ -52,7 +52,7 @@ pub struct MirrorBackupArgs {
 }
 
 /// Locks the pool file for this process (released when the file closes).
-fn lock(path: &Path) -> Result<File> {
+pub(crate) fn lock(path: &Path) -> Result<File> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -169,30 +169,8 @@ pub fn bench(args: &MirrorBenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// `pmwire mirror-primary` (hidden: the kill -9 campaign's primary).
-#[derive(Args)]
-pub struct MirrorPrimaryArgs {
-    /// The primary's pool (created; it must not exist).
-    #[arg(long)]
-    pub pool: PathBuf,
-    /// The backup's address.
-    #[arg(long)]
-    pub backup: SocketAddr,
-    /// SM-RC, SM-OB or SM-DD.
-    #[arg(long, value_parser = parse_strategy)]
-    pub strategy: pmwire_mirror::Strategy,
-    /// UCX transport: tcp or sm.
-    #[arg(long, default_value = "tcp")]
-    pub tls: String,
-    /// Seed of the transactions.
-    #[arg(long)]
-    pub seed: u64,
-    /// Each acknowledged transaction's number is appended here.
-    #[arg(long)]
-    pub acked: PathBuf,
-}
-
-fn parse_strategy(s: &str) -> Result<pmwire_mirror::Strategy, String> {
+/// A mirroring strategy's name (NO-SM mirrors nothing, so it is not one).
+pub(crate) fn parse_strategy(s: &str) -> Result<pmwire_mirror::Strategy, String> {
     match pmwire_mirror::Strategy::parse(s) {
         Some(pmwire_mirror::Strategy::NoSm) | None => {
             Err(format!("unknown mirroring strategy '{s}' (SM-RC, SM-OB, SM-DD)"))
@@ -201,18 +179,13 @@ fn parse_strategy(s: &str) -> Result<pmwire_mirror::Strategy, String> {
     }
 }
 
-/// Runs `pmwire mirror-primary` until a step fails or it is killed.
-pub fn mirror_primary(args: &MirrorPrimaryArgs) -> Result<()> {
-    if args.pool.exists() {
-        bail!("{} exists: mirror-primary formats a new pool", args.pool.display());
-    }
-    pmwire_bench::mirror_crash::run_primary(&args.pool, args.backup, args.strategy, &args.tls, args.seed, &args.acked)
-}
-
 /// `pmwire bench mirror-crash`.
 #[derive(Args)]
 pub struct MirrorCrashArgs {
-    /// Runs: the primary killed in even ones, the backup in odd ones, SM-RC, SM-OB, SM-DD in turn.
+    /// Runs: the primary killed (then the backup promoted and served, the old primary's pool as its backup) in even
+    /// ones, every fourth of them after the primary went on unmirrored; the backup killed (then restarted and
+    /// resynchronised) in odd ones, its primary failing its commits or going on unmirrored in turn; SM-RC, SM-OB, SM-DD
+    /// in turn.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     pub runs: u64,
     /// UCX transport: tcp or sm.
