@@ -128,7 +128,7 @@ impl ValueSource<'_> {
     /// The bytes to store.
     pub fn bytes(&self) -> &[u8] {
         match self {
-            ValueSource::Arg(a) => a.bytes,
+            ValueSource::Arg(a) => a.bytes(),
             ValueSource::Owned(v) => v,
         }
     }
@@ -371,7 +371,7 @@ impl Keyspace for MemKeyspace {
         }
         let value: Arc<[u8]> = match value {
             ValueSource::Owned(v) => v.into(),
-            ValueSource::Arg(a) => a.bytes.into(),
+            ValueSource::Arg(a) => a.bytes().into(),
         };
         let old = self.live(key).and_then(|e| e.deadline_ms);
         let deadline_ms = match expiry {
