@@ -327,13 +327,13 @@ impl Keyspace for EngineKeyspace<'_> {
                     *e = self.piece_extent(p);
                 }
                 let extents = &extents[..arg.pieces.len()];
-                let len = arg.bytes.len();
-                self.set_value(key, kind.to_byte(), deadline, len, Some(extents), || Cow::Borrowed(arg.bytes))
+                let len = arg.len();
+                self.set_value(key, kind.to_byte(), deadline, len, Some(extents), || Cow::Borrowed(arg.bytes()))
             }
             ValueSource::Arg(arg) => {
                 let extents = self.arg_extents(arg.pieces);
-                let len = arg.bytes.len();
-                self.set_value(key, kind.to_byte(), deadline, len, extents.as_deref(), || Cow::Borrowed(arg.bytes))
+                let len = arg.len();
+                self.set_value(key, kind.to_byte(), deadline, len, extents.as_deref(), || Cow::Borrowed(arg.bytes()))
             }
             ValueSource::Owned(bytes) => {
                 self.set_value(key, kind.to_byte(), deadline, bytes.len(), None, || Cow::Borrowed(&bytes))
@@ -399,7 +399,7 @@ impl Keyspace for EngineKeyspace<'_> {
 
     fn limits(&self) -> StoreLimits {
         let buf_size = self.engine.pool().buf_size() as u64;
-        let copied = (self.engine.max_value_extents() as u64 - 1) * buf_size;
+        let copied = (self.engine.max_value_extents() as u64 - 1).saturating_mul(buf_size);
         StoreLimits { max_key_bytes: MAX_KEY_BYTES as u64, max_value_bytes: copied.min(MAX_VALUE_BYTES as u64) }
     }
 }

@@ -46,8 +46,9 @@ use pmwire_netio::http::{self, body_pieces, Codec, HttpError, Method, Parsed};
 use pmwire_netio::{Batch, ConnId, Input, Output, OutputMark, Service};
 use pmwire_resp::exec::{active_expire, Flow, Server as RespServer, ServerConfig, Session};
 use pmwire_resp::keyspace::{Clock, Keyspace, StoreError};
-use pmwire_resp::request::{Limits as RespLimits, Parsed as RespParsed};
+use pmwire_resp::request::{Limits as RespLimits, Parsed as RespParsed, Skip};
 
+use crate::admit::{Grant, Grants};
 use crate::keyspace::{BatchState, EngineKeyspace, OutputSink};
 use crate::store::{Mode, PoolView, Store, MAX_VALUE_BYTES};
 
@@ -60,6 +61,8 @@ const MAX_LOG_EXTENTS: usize = 256;
 /// Most expired keys the active sweep deletes per batch (two WAL words each: 128 of a
 /// group's 1024).
 pub const EXPIRE_PER_BATCH: usize = 64;
+/// While discarding a refused request, the bytes to gather before the next look at it.
+const SKIP_CHUNK: u64 = 64 << 10;
 
 /// Counters (volatile).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -99,6 +102,8 @@ struct EntryState {
     /// Keep-alive of each HTTP request answered.
     http: Vec<bool>,
     tail: Tail,
+    /// Unconsumed bytes needed before this connection can progress ([`pmwire_netio::Reply::wanted`]).
+    wanted: usize,
 }
 
 /// The KV service (see the module docs).
@@ -113,6 +118,10 @@ pub struct KvService {
     /// calls) the segments' byte slices.
     locs: Vec<(u32, u32)>,
     bytes: Vec<&'static [u8]>,
+    /// Receive grants of large requests.
+    grants: Grants,
+    /// Refused RESP requests being discarded as they arrive.
+    skips: HashMap<ConnId, Skip>,
     no_persist_lsn: u64,
     stats: ServiceStats,
     /// Planted bug for the crash campaign's canary: replies are sent without the batch's
@@ -154,6 +163,8 @@ impl KvService {
             entries: Vec::new(),
             locs: Vec::new(),
             bytes: Vec::new(),
+            grants: Grants::default(),
+            skips: HashMap::new(),
             no_persist_lsn: 0,
             stats: ServiceStats::default(),
             fault_ack_before_commit: false,
@@ -219,7 +230,7 @@ impl KvService {
     }
 
     fn resp_entry(&mut self, input: &Input<'_>, out: &mut Output, store: &mut Store, st: &mut EntryState) {
-        let KvService { resp, sessions, parsed, state, now_ms, .. } = self;
+        let KvService { resp, sessions, parsed, state, now_ms, grants, skips, .. } = self;
         let now_ms = *now_ms;
         if !sessions.contains_key(&input.conn) {
             // Redis refuses at accept; here the first bytes are the first news of a connection.
@@ -237,6 +248,30 @@ impl KvService {
         let mut bytes: Vec<&[u8]> = recycle(std::mem::take(&mut self.bytes));
         let mut locs = std::mem::take(&mut self.locs);
         let mut done = 0;
+        if let Some(skip) = skips.get_mut(&input.conn) {
+            // A refused request: discard what arrived of it.
+            bytes.extend(input.segments.iter().map(|s| s.bytes));
+            let step = skip.advance(&bytes);
+            done = step.consumed;
+            if let Some(error) = step.error {
+                skips.remove(&input.conn);
+                let reply = error.reply();
+                out.push_bytes(&reply);
+                st.tail = Tail::Resp(reply);
+                st.close = true;
+            } else if step.done {
+                skips.remove(&input.conn);
+            } else {
+                st.wanted = skip.wanted().min(SKIP_CHUNK) as usize;
+            }
+            if !step.done {
+                st.consumed = if st.close { input.len_bytes() } else { done };
+                self.bytes = recycle(bytes);
+                self.locs = locs;
+                return;
+            }
+        }
+        let mut pending;
         loop {
             bytes.clear();
             locs.clear();
@@ -251,6 +286,7 @@ impl KvService {
                 skip = 0;
             }
             let summary = parsed.parse(&bytes);
+            pending = summary.pending;
             let mut ks = EngineKeyspace {
                 engine: &mut store.engine,
                 region: &mut store.region,
@@ -315,13 +351,47 @@ impl KvService {
                 break;
             }
         }
+        match pending.filter(|_| !st.close) {
+            None => grants.release(input.conn),
+            Some(pending) => match grants.decide(input.conn, pending.min_bytes(), input.len_bytes() - done, store) {
+                Grant::Wait(wanted) => st.wanted = wanted,
+                Grant::Refuse(why) => {
+                    // Refused before anything of it is consumed; its bytes are discarded as
+                    // they arrive and the connection goes on.
+                    st.resp_commands += 1;
+                    out.push_bytes(format!("-{why}\r\n").as_bytes());
+                    let mut skip = Skip::new(pending, parsed.limits());
+                    bytes.clear();
+                    let mut at = done;
+                    for s in input.segments {
+                        let take = at.min(s.bytes.len());
+                        at -= take;
+                        if take < s.bytes.len() {
+                            bytes.push(&s.bytes[take..]);
+                        }
+                    }
+                    let step = skip.advance(&bytes);
+                    done += step.consumed;
+                    assert!(!step.done, "an incomplete request is skipped only once it all arrived");
+                    if let Some(error) = step.error {
+                        let reply = error.reply();
+                        out.push_bytes(&reply);
+                        st.tail = Tail::Resp(reply);
+                        st.close = true;
+                    } else {
+                        st.wanted = skip.wanted().min(SKIP_CHUNK) as usize;
+                        skips.insert(input.conn, skip);
+                    }
+                }
+            },
+        }
         st.consumed = if st.close { input.len_bytes() } else { done };
         self.bytes = recycle(bytes);
         self.locs = locs;
     }
 
     fn http_entry(&mut self, input: &Input<'_>, out: &mut Output, store: &mut Store, st: &mut EntryState) {
-        let KvService { codec, state, no_persist_lsn, resp, now_ms, .. } = self;
+        let KvService { codec, state, no_persist_lsn, resp, now_ms, grants, .. } = self;
         let now_ms = *now_ms;
         let password = resp.config().requirepass.as_deref();
         let (view, mode) = (store.view(), store.mode);
@@ -329,7 +399,22 @@ impl KvService {
         let mut at = 0;
         while at < total {
             match codec.parse(input.segments, at) {
-                Parsed::Incomplete => break,
+                Parsed::Incomplete => {
+                    let Some(len) = codec.incomplete_len() else { break };
+                    match grants.decide(input.conn, len as u64, total - at, store) {
+                        Grant::Wait(wanted) => st.wanted = wanted,
+                        Grant::Refuse(why) => {
+                            // Refused from its head; the connection closes after the answer
+                            // (the loop reads and drops what the peer still sends meanwhile).
+                            st.http.push(false);
+                            let body = format!("{}\n", why.trim_start_matches("OOM "));
+                            http::write_response(out, 507, false, Some("text/plain"), body.as_bytes());
+                            st.close = true;
+                            at = total;
+                        }
+                    }
+                    break;
+                }
                 Parsed::Error(error) => {
                     http::write_error(out, &error);
                     st.tail = Tail::Http(error);
@@ -598,11 +683,14 @@ impl Service<Store> for KvService {
             let reply = batch.reply(i);
             reply.consumed = st.consumed;
             reply.close = st.close;
+            reply.wanted = st.wanted;
         }
         self.entries = entries;
     }
 
     fn closed(&mut self, conn: ConnId, store: &mut Store) {
+        self.grants.release(conn);
+        self.skips.remove(&conn);
         if let Some(session) = self.sessions.remove(&conn) {
             self.resp.close_session(session);
         }
