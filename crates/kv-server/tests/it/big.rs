@@ -198,3 +198,45 @@ fn an_mset_of_100000_pairs_commits_and_reads_back() {
     }
     running.stop();
 }
+
+/// kill -9 of the server at several moments of an MSET of 100,000 pairs (while it is received,
+/// parsed, staged or committed): after the restart it is there whole or not at all.
+#[test]
+fn a_kill_9_mid_mset_leaves_all_or_none_of_it() {
+    let pool = Pool::new();
+    let size = 768 << 20;
+    let mut args: Vec<Vec<u8>> = vec![b"MSET".to_vec()];
+    for i in 0..100_000u32 {
+        args.push(format!("key:{i:06}").into_bytes());
+        args.push(format!("v{i}").into_bytes());
+    }
+    let mut req = Vec::new();
+    RespClient::encode(&args, &mut req);
+    let (mut whole, mut none) = (0, 0);
+    // `None`: kill after the reply (acknowledged: must be there whole).
+    for (round, delay_ms) in [Some(0u64), Some(3), Some(10), Some(30), None].into_iter().enumerate() {
+        let server = ChildServer::start(&pool.path, size);
+        let mut c = RespClient::connect(server.ready.resp_addr()).unwrap();
+        ok(c.call(&["FLUSHALL"]).unwrap());
+        c.write_raw(&req).unwrap();
+        match delay_ms {
+            Some(ms) => std::thread::sleep(Duration::from_millis(ms)),
+            None => ok(c.read_reply().unwrap()),
+        }
+        server.kill9();
+        let server = ChildServer::start(&pool.path, size);
+        let mut c = RespClient::connect(server.ready.resp_addr()).unwrap();
+        match c.call(&["DBSIZE"]).unwrap() {
+            Value::Integer(0) => none += 1,
+            Value::Integer(100_000) => {
+                whole += 1;
+                let last = c.get(b"key:099999").unwrap();
+                assert_eq!(last, Some(b"v99999".to_vec()), "round {round}");
+            }
+            other => panic!("round {round} (kill after {delay_ms:?} ms): {other:?} keys, neither all nor none"),
+        }
+        server.kill9();
+    }
+    eprintln!("kill -9 mid-MSET: {whole} runs kept all of it, {none} none");
+    assert!(whole >= 1, "the last run kills after the reply: the MSET is durable");
+}
