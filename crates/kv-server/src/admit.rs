@@ -12,6 +12,12 @@
 //! connection is closed after the reply (HTTP), so receiving never exhausts the pool: the ring
 //! keeps its refills and every granted request can complete.
 //!
+//! Writes honour the promises: a write must leave the ring's reserve *and* every outstanding
+//! grant's buffers free ([`Grants::reserve`]), so other connections' SETs cannot eat the room
+//! a granted request is being received into. A connection's grant is dropped when the service
+//! next sees it (what it received is then in its buffers) and made again if its request is
+//! still incomplete.
+//!
 //! Invariant: `reserved` holds exactly the connections with a grant outstanding (a request
 //! they are receiving beyond the bound), each with the buffers its remaining bytes may take.
 
@@ -64,6 +70,12 @@ impl Grants {
         }
         self.reserved.insert(conn, want);
         usize::try_from(need).map_or_else(|_| Grant::Refuse("ERR request too large".into()), Grant::Wait)
+    }
+
+    /// Free buffers a write must leave: the receive ring's refills and every grant's promise.
+    pub(crate) fn reserve(&self, store: &Store) -> u32 {
+        let promised: u64 = self.reserved.values().sum();
+        u32::try_from(u64::from(store.sizing.ring_entries) + promised).unwrap_or(u32::MAX)
     }
 
     /// The connection's request completed, was refused, or the connection closed.

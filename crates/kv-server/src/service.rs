@@ -210,13 +210,14 @@ impl KvService {
         if self.state.failed.is_some() || store.engine.expiring_len() == 0 {
             return;
         }
+        let reserve = self.grants.reserve(store);
         let mut ks = EngineKeyspace {
             engine: &mut store.engine,
             region: &mut store.region,
             state: &mut self.state,
             zero_copy: store.mode == Mode::ZeroCopy,
             locs: &[],
-            reserve: store.sizing.ring_entries as u32,
+            reserve,
             now_ms: self.now_ms,
         };
         let savepoint = ks.engine.savepoint();
@@ -244,7 +245,10 @@ impl KvService {
         }
         let session = sessions.entry(input.conn).or_insert_with(|| resp.open_session());
         let (view, zero_copy) = (store.view(), store.mode == Mode::ZeroCopy);
-        let reserve = store.sizing.ring_entries as u32;
+        // This connection's grant (if any) is spent: what it received is here. Writes leave
+        // the ring's reserve and the other grants' promises free.
+        grants.release(input.conn);
+        let reserve = grants.reserve(store);
         let mut bytes: Vec<&[u8]> = recycle(std::mem::take(&mut self.bytes));
         let mut locs = std::mem::take(&mut self.locs);
         let mut done = 0;
@@ -394,6 +398,8 @@ impl KvService {
         let KvService { codec, state, no_persist_lsn, resp, now_ms, grants, .. } = self;
         let now_ms = *now_ms;
         let password = resp.config().requirepass.as_deref();
+        grants.release(input.conn);
+        let reserve = grants.reserve(store);
         let (view, mode) = (store.view(), store.mode);
         let total = input.len_bytes();
         let mut at = 0;
@@ -433,7 +439,7 @@ impl KvService {
                             state,
                             zero_copy: mode == Mode::ZeroCopy,
                             locs: &[],
-                            reserve: store.sizing.ring_entries as u32,
+                            reserve,
                             now_ms,
                         };
                         let (savepoint, mark) = (ks.engine.savepoint(), out.mark());
