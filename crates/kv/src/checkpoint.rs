@@ -40,6 +40,10 @@ impl Engine {
                 record.extents().for_each(|e| _ = self.pool.release(e.buf_idx));
             }
             records.clear();
+            // Chained transactions' record lists: the truncation dropped their headers.
+            for chain in std::mem::take(&mut self.wal_chains) {
+                chain.iter().for_each(|e| _ = self.pool.release(e.buf_idx));
+            }
         }
         self.records = records;
         result

@@ -82,6 +82,12 @@ pub fn checks() -> Vec<Check> {
         check("planted: kv extent chain written without a flush (not covered by the data drain)", true, |c| {
             check_kv_chains(Faults { unflushed_chain: true, ..Faults::default() }, 60, c)
         }),
+        check("kv: batches committed as chained transactions (their records in an extent chain)", false, |c| {
+            check_kv_chained_transactions(Faults::default(), TXN_STEPS, c)
+        }),
+        check("planted: kv chained transaction's record chain written without a flush", true, |c| {
+            check_kv_chained_transactions(Faults { unflushed_chain: true, ..Faults::default() }, 40, c)
+        }),
     ]
 }
 
@@ -100,13 +106,18 @@ struct Shape {
     max_ops: u64,
     group_words: Option<usize>,
     chain: Option<(usize, usize)>,
+    /// Batches of more record words are chained transactions.
+    txn_chain: Option<usize>,
 }
 
-const PLAIN: Shape = Shape { max_ops: 4, group_words: None, chain: None };
-const TRANSACTIONS: Shape = Shape { max_ops: 12, group_words: Some(8), chain: None };
+const PLAIN: Shape = Shape { max_ops: 4, group_words: None, chain: None, txn_chain: None };
+const TRANSACTIONS: Shape = Shape { max_ops: 12, group_words: Some(8), chain: None, txn_chain: None };
+/// Batches of more than 6 record words are chained transactions (their
+/// records in an extent chain of 512 B buffers, two words in the WAL).
+const CHAINED_TXNS: Shape = Shape { max_ops: 12, group_words: Some(8), chain: None, txn_chain: Some(6) };
 /// Values of 3+ extents are chained, 8 words a chunk: a value of 40
 /// fragments is a chain of 5 chunks.
-const CHAINS: Shape = Shape { max_ops: 4, group_words: None, chain: Some((2, 8)) };
+const CHAINS: Shape = Shape { max_ops: 4, group_words: None, chain: Some((2, 8)), txn_chain: None };
 
 impl Shape {
     fn apply(&self, kv: &mut Engine) {
@@ -116,12 +127,15 @@ impl Shape {
         if let Some((inline, chunk_words)) = self.chain {
             kv.set_chain_limits(inline, chunk_words);
         }
+        if let Some(words) = self.txn_chain {
+            kv.set_txn_chain_words(words);
+        }
     }
 }
 
 /// The engine's sizes; chains take buffers of their own, so their pool is larger.
 fn kv_config(shape: Shape) -> KvConfig {
-    let buffers = if shape.chain.is_some() { 192 } else { 96 };
+    let buffers = if shape.chain.is_some() || shape.txn_chain.is_some() { 192 } else { 96 };
     KvConfig { buf_size: 512, buffers, wal_slots: 256, log_slots: 64, tree_nodes: 16 }
 }
 
@@ -305,6 +319,11 @@ pub fn check_kv_transactions(faults: Faults, steps: usize, config: &Config) -> R
 /// Crash-checks values stored with extent chains (several chunks each).
 pub fn check_kv_chains(faults: Faults, steps: usize, config: &Config) -> Report {
     check_shaped(faults, steps, CHAINS, config)
+}
+
+/// Crash-checks batches committed as chained transactions.
+pub fn check_kv_chained_transactions(faults: Faults, steps: usize, config: &Config) -> Report {
+    check_shaped(faults, steps, CHAINED_TXNS, config)
 }
 
 fn check_shaped(faults: Faults, steps: usize, shape: Shape, config: &Config) -> Report {
@@ -501,7 +520,42 @@ mod tests {
     }
 
     #[test]
+    fn chained_transactions_survive_every_crash() {
+        let report = check_kv_chained_transactions(Faults::default(), TXN_STEPS, &Config::default());
+        println!("{}", report.describe());
+        report.assert_passes_at_least(5_000);
+    }
+
+    #[test]
+    fn canary_unflushed_transaction_chain_is_caught() {
+        let faults = Faults { unflushed_chain: true, ..Faults::default() };
+        check_kv_chained_transactions(faults, 40, &Config::default()).assert_caught();
+    }
+
+    #[test]
+    fn the_workload_commits_chained_transactions() {
+        let config = kv_config(CHAINED_TXNS);
+        let mut media = MemMedia::new((BASE + config.required_size().unwrap()) as usize);
+        let mut kv = Engine::create(&mut media, BASE, &config).unwrap();
+        CHAINED_TXNS.apply(&mut kv);
+        let mut driver =
+            Driver { rng: SplitMix64::seed_from_u64(0x6b76), model: Model::default(), shape: CHAINED_TXNS };
+        for k in 0..TXN_STEPS {
+            driver.step(&mut kv, &mut media, k);
+        }
+        let stats = kv.stats();
+        assert!(stats.chained_transactions >= 20 && stats.transactions == 0, "{stats:?}");
+        kv.check(&media).unwrap();
+        drop(kv);
+        let mut kv = Engine::open(&mut media, BASE).unwrap();
+        assert_eq!(contents(&kv, &media), driver.model);
+        kv.check(&media).unwrap();
+        kv.checkpoint(&mut media).unwrap();
+        kv.check(&media).unwrap();
+    }
+
+    #[test]
     fn registry_lists_every_check_once() {
-        pmwire_crashcheck::assert_registry(&checks(), 7);
+        pmwire_crashcheck::assert_registry(&checks(), 8);
     }
 }

@@ -43,9 +43,9 @@ use crate::chain::{chunk_capacity, encode_chunk, read_chain, MAX_CHAIN_EXTENTS, 
 use crate::error::{CheckpointError, CommitError, CreateError, LogError, OpenError, StageError};
 use crate::index::{Deadline, Index};
 use crate::record::{
-    decode_user_log, decode_wal, encode_clear, encode_delete, encode_set, encode_set_chain, encode_txn,
-    encode_user_entry, extent_words, TreeValue, WalOp, DEADLINE_BYTES, MAX_ENTRY_EXTENTS, MAX_TXN_WORDS,
-    MAX_VALUE_EXTENTS, TAG_TREE, TAG_USER_LOG, TAG_WAL, TXN_WORDS,
+    decode_user_log, decode_wal_with, encode_clear, encode_delete, encode_set, encode_set_chain, encode_txn,
+    encode_txn_chain, encode_user_entry, extent_words, TreeValue, WalOp, DEADLINE_BYTES, MAX_ENTRY_EXTENTS,
+    MAX_TXN_WORDS, MAX_VALUE_EXTENTS, TAG_TREE, TAG_USER_LOG, TAG_WAL, TXN_WORDS,
 };
 use crate::small::{Extents, Key};
 
@@ -158,6 +158,9 @@ pub struct Stats {
     pub chains: u64,
     /// Chunks of those chains.
     pub chain_chunks: u64,
+    /// Batches committed as chained transactions (their records in an
+    /// extent chain, two words in the WAL).
+    pub chained_transactions: u64,
 }
 
 /// A value in the index.
@@ -338,6 +341,13 @@ pub struct Engine {
     /// chained), and the most extent words per chain chunk.
     inline_limit: usize,
     chunk_words: usize,
+    /// The chunks of the chained transactions the WAL retains (released
+    /// after the checkpoint's truncation drops them).
+    wal_chains: Vec<Chain>,
+    /// The current batch may grow past `max_batch_words` ([`Engine::allow_oversize`]).
+    oversize: bool,
+    /// Test hook: batches of more words are committed as chained transactions.
+    txn_chain_words: usize,
     stats: Stats,
 }
 
@@ -397,6 +407,9 @@ impl Engine {
             group_words,
             inline_limit: usize::MAX,
             chunk_words: usize::MAX,
+            wal_chains: Vec::new(),
+            oversize: false,
+            txn_chain_words: usize::MAX,
             stats: Stats::default(),
         }
     }
@@ -454,7 +467,20 @@ impl Engine {
             self.recover_refs(&refs)?;
             self.index.insert(&Key::new(&key), stored);
         }
-        let decoded = decode_wal(&self.wal.read_all(media))?;
+        let mut chains: Vec<Vec<Extent>> = Vec::new();
+        let pool = &self.pool;
+        let decoded = decode_wal_with(&self.wal.read_all(media), &mut |head| {
+            let (words, chunks) = read_chain(pool, media, head)?;
+            if chunks[0] != head {
+                return Err(format!("chain head {head:?} is not its first chunk {:?}", chunks[0]));
+            }
+            chains.push(chunks);
+            Ok(words)
+        })?;
+        for chunks in chains {
+            self.recover_refs(&chunks)?;
+            self.wal_chains.push(chunks.into());
+        }
         let uncommitted = decoded.uncommitted.is_some();
         let mut ops = decoded.records;
         if self.faults.apply_uncommitted {
@@ -671,6 +697,32 @@ impl Engine {
     /// after a checkpoint has emptied the WAL if need be).
     pub fn max_batch_words(&self) -> usize {
         (self.wal.capacity() as usize - TXN_WORDS).min(MAX_TXN_WORDS)
+    }
+
+    /// Lets the batch being staged grow past [`Engine::max_batch_words`],
+    /// up to 2^22 record words: it is then committed as a *chained
+    /// transaction* — its record words written to an extent chain in the
+    /// pool (drained with the data), two words in the WAL — so one command
+    /// larger than the WAL is bounded by the pool, not the WAL. Until the
+    /// next commit or full rollback.
+    pub fn allow_oversize(&mut self) {
+        self.oversize = true;
+    }
+
+    /// Commits batches of more than `words` record words as chained
+    /// transactions (tests: small chained transactions).
+    #[doc(hidden)]
+    pub fn set_txn_chain_words(&mut self, words: usize) {
+        self.txn_chain_words = words;
+    }
+
+    /// Record words the batch may take now.
+    fn batch_limit(&self) -> usize {
+        if self.oversize {
+            MAX_CHAIN_EXTENTS.max(self.max_batch_words())
+        } else {
+            self.max_batch_words()
+        }
     }
 
     /// WAL words staged in the current batch.
@@ -902,7 +954,7 @@ impl Engine {
     }
 
     fn check_room(&self, needed: usize) -> Result<(), StageError> {
-        let room = self.max_batch_words() - self.staged_words;
+        let room = self.batch_limit() - self.staged_words;
         if needed > room {
             return Err(StageError::BatchFull { needed, room });
         }
@@ -952,7 +1004,7 @@ impl Engine {
 
     fn push_staged(&mut self, record: Record, undo: Undo) {
         self.staged_words += record.words();
-        assert!(self.staged_words <= self.max_batch_words(), "staged beyond the batch limit");
+        assert!(self.staged_words <= self.batch_limit(), "staged beyond the batch limit");
         self.staged.push(Staged { record, undo });
     }
 
@@ -1046,19 +1098,43 @@ impl Engine {
         if self.staged.is_empty() && self.user_staged.is_empty() {
             return Ok(());
         }
-        let transaction = self.staged_words > self.group_words;
-        let needed = self.staged_words + if transaction { TXN_WORDS } else { 0 };
+        let chained = self.staged_words > self.max_batch_words() || self.staged_words > self.txn_chain_words;
+        let transaction = !chained && self.staged_words > self.group_words;
+        let needed = match (chained, transaction) {
+            (true, _) => TXN_WORDS,
+            (false, true) => self.staged_words + TXN_WORDS,
+            (false, false) => self.staged_words,
+        };
         if needed as u64 > self.wal.free() {
             if let Err(error) = self.checkpoint(media) {
                 self.rollback();
                 return Err(error.into());
             }
         }
+        let mut chain = None;
+        if chained {
+            // The batch's record words go to an extent chain, covered by the data drain.
+            let mut words = std::mem::take(&mut self.words);
+            words.clear();
+            self.staged.iter().for_each(|s| s.record.encode(&mut words));
+            chain = self.write_chain(media, &words);
+            self.words = words;
+            if chain.is_none() {
+                self.rollback();
+                return Err(CommitError::PoolFull);
+            }
+        }
         if self.data_dirty && !self.faults.skip_data_drain {
             media.drain();
         }
         self.data_dirty = false;
-        if !self.staged.is_empty() {
+        if let Some(chain) = chain {
+            let mut header = Vec::with_capacity(TXN_WORDS);
+            encode_txn_chain(chain[0], &mut header);
+            self.wal.append_group(media, &header).expect("a chained transaction fits the WAL after a checkpoint");
+            self.wal_chains.push(chain);
+            self.stats.chained_transactions += 1;
+        } else if !self.staged.is_empty() {
             let mut words = std::mem::take(&mut self.words);
             words.clear();
             if transaction && !self.faults.txn_unmarked {
@@ -1084,12 +1160,15 @@ impl Engine {
         self.records.extend(self.staged.drain(..).map(|s| s.record));
         self.user_entries.extend(self.user_staged.drain(..));
         (self.staged_words, self.user_staged_words) = (0, 0);
+        self.oversize = false;
         self.stats.commits += 1;
         let half_full = self.wal.len() * 2 >= self.wal.capacity();
         // Retained records pin their buffers: under memory pressure a
         // checkpoint frees them (not for a handful of records, which would
         // rewrite tree nodes for little).
-        let pressed = self.pool.free_count() < self.checkpoint_floor && self.wal.len() >= self.group_words as u64;
+        // A chained transaction takes two words, however many buffers its records pin.
+        let pressed = self.pool.free_count() < self.checkpoint_floor
+            && (self.wal.len() >= self.group_words as u64 || !self.wal_chains.is_empty());
         if (half_full || pressed) && self.checkpoint(media).is_err() {
             self.stats.checkpoint_failures += 1;
         }
@@ -1100,6 +1179,7 @@ impl Engine {
     /// and the batch's references are dropped.
     pub fn rollback(&mut self) {
         self.rollback_to(Savepoint::default());
+        self.oversize = false;
     }
 
     /// The point the staged batch has reached, to undo what is staged
@@ -1232,6 +1312,7 @@ impl Engine {
         if let Some((buf_idx, _)) = self.arena {
             count(Extent { buf_idx, offset: 0, len: 0 });
         }
+        self.wal_chains.iter().flat_map(|c| c.iter().copied()).for_each(&mut count);
         if index != self.index {
             return Err(format!(
                 "index ({} keys) differs from tree + WAL replay ({} keys)",

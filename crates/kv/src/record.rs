@@ -29,6 +29,7 @@ const OP_DELETE: u32 = 2;
 const OP_CLEAR: u32 = 3;
 const OP_TXN: u32 = 4;
 const OP_SET_CHAIN: u32 = 5;
+const OP_TXN_CHAIN: u32 = 6;
 const OP_USER: u32 = 0x10;
 
 /// Words of a transaction header: the header word, then a word whose
@@ -177,6 +178,14 @@ pub(crate) fn encode_txn(words: usize, out: &mut Vec<Extent>) {
     out.push(Extent { buf_idx: words as u32, offset: 0, len: 0 });
 }
 
+/// Appends a chained transaction: its header and the head of the extent
+/// chain holding its record words (`crate::chain`).
+pub(crate) fn encode_txn_chain(head: Extent, out: &mut Vec<Extent>) {
+    assert_eq!(head.offset, 0, "a chain's head is at the start of its buffer");
+    out.push(header(OP_TXN_CHAIN, 0, 0, 1));
+    out.push(head);
+}
+
 fn header(op: u32, kind: u8, key_words: u32, count: u16) -> Extent {
     Extent { buf_idx: RESERVED_BUF_IDX | op << 16 | (kind as u32) << 8 | key_words, offset: 0, len: count }
 }
@@ -207,12 +216,31 @@ pub struct DecodedWal {
 /// after it). A transaction whose words run past the end of the WAL is
 /// the uncommitted tail ([`DecodedWal::uncommitted`]).
 pub fn decode_wal(words: &[(u64, Extent)]) -> Result<DecodedWal, String> {
+    decode_wal_with(words, &mut |head| Err(format!("a chained transaction at {head:?} and no pool to read it from")))
+}
+
+/// [`decode_wal`], reading the record words of a chained transaction (a
+/// header and its chain's head, in one group) with `expand`; its records
+/// carry the header's index.
+pub fn decode_wal_with(
+    words: &[(u64, Extent)],
+    expand: &mut dyn FnMut(Extent) -> Result<Vec<Extent>, String>,
+) -> Result<DecodedWal, String> {
     let mut decoded = DecodedWal::default();
     let mut at = 0;
     while at < words.len() {
         let (index, word) = words[at];
         let bad = |why: &str| format!("WAL word {index}: {why}");
         match parse_header(word) {
+            Some((OP_TXN_CHAIN, 0, 0, 1)) => {
+                let head = words.get(at + 1).ok_or_else(|| bad("chained transaction cut short"))?.1;
+                if head.buf_idx >= RESERVED_BUF_IDX || head.offset != 0 {
+                    return Err(bad("not a chain's head"));
+                }
+                let body: Vec<(u64, Extent)> = expand(head)?.into_iter().map(|w| (index, w)).collect();
+                decoded.records.extend(decode_records(&body, false)?);
+                at += TXN_WORDS;
+            }
             Some((OP_TXN, 0, 0, 1)) => {
                 let count = words.get(at + 1).ok_or_else(|| bad("transaction header cut short"))?.1;
                 if count.buf_idx >= RESERVED_BUF_IDX || count.offset != 0 || count.len != 0 {
@@ -304,7 +332,7 @@ fn decode_record(words: &[(u64, Extent)]) -> Result<Option<(WalOp, usize)>, Stri
             None => return Ok(None),
         },
         (OP_CLEAR, 0) if count == 0 => WalOp::Clear,
-        (OP_TXN, _) => return Err(bad("a transaction inside a transaction")),
+        (OP_TXN | OP_TXN_CHAIN, _) => return Err(bad("a transaction inside a transaction")),
         _ => return Err(bad("unknown record")),
     };
     if record.extents().any(|e| e.buf_idx >= RESERVED_BUF_IDX) {
@@ -484,6 +512,22 @@ mod tests {
         let indexed_bad: Vec<(u64, Extent)> = bad.iter().enumerate().map(|(i, &w)| (i as u64, w)).collect();
         assert!(decode_wal(&indexed_bad).is_err(), "a chain head is at offset 0");
         assert!(decode_wal(&indexed[..2]).is_err(), "cut short");
+        // A chained transaction: two words naming the chain of its records.
+        let mut body = Vec::new();
+        ops.iter().for_each(|op| op.encode(&mut body));
+        let mut txn = Vec::new();
+        WalOp::Clear.encode(&mut txn);
+        encode_txn_chain(e(30, 0, 64), &mut txn);
+        let indexed: Vec<(u64, Extent)> = txn.iter().enumerate().map(|(i, &w)| (i as u64 + 50, w)).collect();
+        assert!(decode_wal(&indexed).is_err(), "a chained transaction needs its chain");
+        let got = decode_wal_with(&indexed, &mut |head| {
+            assert_eq!(head, e(30, 0, 64));
+            Ok(body.clone())
+        })
+        .unwrap();
+        assert_eq!(got.records, vec![(50, WalOp::Clear), (51, ops[0].clone()), (51, ops[1].clone())]);
+        let short: Vec<(u64, Extent)> = indexed[..2].to_vec();
+        assert!(decode_wal_with(&short, &mut |_| Ok(Vec::new())).is_err(), "cut short");
         let tree = TreeValue::Chain { kind: 3, deadline: Some(9), head: e(4, 0, 40) };
         assert_eq!(TreeValue::decode(&tree.encode()).unwrap(), tree);
     }
