@@ -236,7 +236,9 @@ impl EngineKeyspace<'_> {
 
     /// The refusal of a command larger than one commit.
     pub fn too_large(&self) -> StoreError {
-        StoreError::TooLargeToCommit { max: self.engine.max_batch_words() as u64 }
+        StoreError::TooLargeToCommit {
+            max: self.engine.max_batch_words().max(pmwire_kv::chain::MAX_CHAIN_EXTENTS) as u64,
+        }
     }
 
     /// Stores a value of `len` bytes found at `extents` (zero-copy when allowed and the value

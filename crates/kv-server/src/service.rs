@@ -321,18 +321,37 @@ impl KvService {
                     if ks.state.commit_early(ks.engine, ks.region, mark).is_err() {
                         continue;
                     }
-                    if let Some(before) = before {
-                        *session = before;
+                    if let Some(before) = &before {
+                        *session = before.clone();
                     }
                     let savepoint = ks.engine.savepoint();
                     flow = resp.execute(session, &mut ks, &request, &mut sink);
                     if std::mem::take(&mut ks.state.batch_full) {
-                        // Larger than the WAL on its own: refused whole, nothing of it kept
-                        // (an EXEC's replies to its other commands would not be true).
+                        // Larger than the WAL on its own: run again alone in a batch that may
+                        // outgrow the WAL, committed at once as a chained transaction (its
+                        // records in pool buffers, bounded by the pool).
                         ks.engine.rollback_to(savepoint);
                         sink.out.truncate(mark);
-                        let refusal = format!("-{}\r\n", ks.too_large());
-                        sink.out.push_bytes(refusal.as_bytes());
+                        if let Some(before) = &before {
+                            *session = before.clone();
+                        }
+                        ks.engine.allow_oversize();
+                        let savepoint = ks.engine.savepoint();
+                        flow = resp.execute(session, &mut ks, &request, &mut sink);
+                        if std::mem::take(&mut ks.state.batch_full) {
+                            // Larger than a chained transaction holds: refused whole, nothing
+                            // of it kept (an EXEC's replies to its other commands would not be
+                            // true).
+                            ks.engine.rollback_to(savepoint);
+                            sink.out.truncate(mark);
+                            let refusal = format!("-{}\r\n", ks.too_large());
+                            sink.out.push_bytes(refusal.as_bytes());
+                        } else {
+                            // Durable now, with its reply (which ends the durable prefix): a
+                            // failure is answered, naming the pool, to it and what follows.
+                            ks.state.entry_requests += 1;
+                            let _ = ks.state.commit_early(ks.engine, ks.region, sink.out.mark());
+                        }
                     }
                 }
                 if flow == Flow::Close {

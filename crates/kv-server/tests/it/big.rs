@@ -170,13 +170,21 @@ fn too_large_values_are_refused_and_the_connection_stays() {
     running.stop();
 }
 
-/// An MSET of 100,000 pairs (one command of ~2.9 MB) is received and committed whole (a
-/// transaction over several WAL groups), and reads back.
+/// An MSET of 100,000 pairs (one command of ~2.9 MB, 300,000 record words) is received and
+/// committed whole, and reads back: in a 64 MiB pool, whose WAL (32 Ki words) it outgrows, as a
+/// chained transaction (its records in pool buffers); in a 768 MiB pool, whose WAL of one slot
+/// per buffer holds it, as a transaction over several WAL groups.
 #[test]
 fn an_mset_of_100000_pairs_commits_and_reads_back() {
+    for size in [64 << 20, 768 << 20] {
+        mset_100000(size);
+    }
+}
+
+fn mset_100000(size: u64) {
     let pool = Pool::new();
     let mut options = common::options(&pool.path, Mode::ZeroCopy);
-    options.size = 768 << 20; // a WAL of one slot per buffer holds its 300,002 words
+    options.size = size;
     let running = common::start_with(KvServer::open(&options).expect("open"));
     let mut c = RespClient::connect(running.resp).unwrap();
     let mut args: Vec<Vec<u8>> = vec![b"MSET".to_vec()];
@@ -184,7 +192,9 @@ fn an_mset_of_100000_pairs_commits_and_reads_back() {
         args.push(format!("key:{i:06}").into_bytes());
         args.push(format!("value-{i}").into_bytes());
     }
+    let started = Instant::now();
     ok(c.call(&args).unwrap());
+    eprintln!("MSET of 100,000 pairs in a {size} B pool: {:.0} ms", started.elapsed().as_secs_f64() * 1e3);
     assert_eq!(c.call(&["DBSIZE"]).unwrap(), Value::Integer(100_000));
     let mut get = vec![b"MGET".to_vec()];
     get.extend((0..100_000u32).step_by(997).map(|i| format!("key:{i:06}").into_bytes()));
@@ -196,15 +206,18 @@ fn an_mset_of_100000_pairs_commits_and_reads_back() {
         }
         other => panic!("{other:?}"),
     }
-    running.stop();
+    let server = running.stop();
+    let chained = server.store().engine().stats().chained_transactions;
+    assert_eq!(chained, u64::from(size < 256 << 20), "{size} B pool: chained transactions");
 }
 
 /// kill -9 of the server at several moments of an MSET of 100,000 pairs (while it is received,
-/// parsed, staged or committed): after the restart it is there whole or not at all.
+/// parsed, staged or committed as a chained transaction): after the restart it is there whole
+/// or not at all.
 #[test]
 fn a_kill_9_mid_mset_leaves_all_or_none_of_it() {
     let pool = Pool::new();
-    let size = 768 << 20;
+    let size = 64 << 20; // the MSET outgrows the WAL: a chained transaction
     let mut args: Vec<Vec<u8>> = vec![b"MSET".to_vec()];
     for i in 0..100_000u32 {
         args.push(format!("key:{i:06}").into_bytes());
@@ -214,7 +227,8 @@ fn a_kill_9_mid_mset_leaves_all_or_none_of_it() {
     RespClient::encode(&args, &mut req);
     let (mut whole, mut none) = (0, 0);
     // `None`: kill after the reply (acknowledged: must be there whole).
-    for (round, delay_ms) in [Some(0u64), Some(3), Some(10), Some(30), None].into_iter().enumerate() {
+    let delays = [Some(0u64), Some(10), Some(50), Some(150), Some(300), Some(400), Some(500), Some(700), None];
+    for (round, delay_ms) in delays.into_iter().enumerate() {
         let server = ChildServer::start(&pool.path, size);
         let mut c = RespClient::connect(server.ready.resp_addr()).unwrap();
         ok(c.call(&["FLUSHALL"]).unwrap());
