@@ -122,6 +122,9 @@ pub struct KvService {
     grants: Grants,
     /// Refused RESP requests being discarded as they arrive.
     skips: HashMap<ConnId, Skip>,
+    /// Incomplete RESP requests being scanned as they arrive (bytes of the request scanned,
+    /// and the scanner), so that each is parsed once, when whole, not once per delivery.
+    scans: HashMap<ConnId, (usize, Skip)>,
     no_persist_lsn: u64,
     stats: ServiceStats,
     /// Planted bug for the crash campaign's canary: replies are sent without the batch's
@@ -165,6 +168,7 @@ impl KvService {
             bytes: Vec::new(),
             grants: Grants::default(),
             skips: HashMap::new(),
+            scans: HashMap::new(),
             no_persist_lsn: 0,
             stats: ServiceStats::default(),
             fault_ack_before_commit: false,
@@ -231,7 +235,7 @@ impl KvService {
     }
 
     fn resp_entry(&mut self, input: &Input<'_>, out: &mut Output, store: &mut Store, st: &mut EntryState) {
-        let KvService { resp, sessions, parsed, state, now_ms, grants, skips, .. } = self;
+        let KvService { resp, sessions, parsed, state, now_ms, grants, skips, scans, .. } = self;
         let now_ms = *now_ms;
         if !sessions.contains_key(&input.conn) {
             // Redis refuses at accept; here the first bytes are the first news of a connection.
@@ -274,6 +278,33 @@ impl KvService {
                 self.locs = locs;
                 return;
             }
+        }
+        if let Some((scanned, scan)) = scans.get_mut(&input.conn) {
+            // The input starts with an incomplete request already scanned this far: walk the
+            // new bytes' headers only; parse when it is whole (or malformed).
+            let mut at = *scanned;
+            for s in input.segments {
+                let take = at.min(s.bytes.len());
+                at -= take;
+                if take < s.bytes.len() {
+                    bytes.push(&s.bytes[take..]);
+                }
+            }
+            let step = scan.advance(&bytes);
+            bytes.clear();
+            *scanned += step.consumed;
+            if !step.done && step.error.is_none() {
+                let need = *scanned as u64 + scan.pending().min_bytes();
+                let decision = grants.decide(input.conn, need, input.len_bytes(), store);
+                if let Grant::Wait(wanted) = decision {
+                    st.wanted = wanted;
+                    st.consumed = 0;
+                    self.bytes = recycle(bytes);
+                    self.locs = locs;
+                    return;
+                }
+            }
+            scans.remove(&input.conn); // whole, malformed or refused: the parse below says which
         }
         let mut pending;
         loop {
@@ -377,7 +408,10 @@ impl KvService {
         match pending.filter(|_| !st.close) {
             None => grants.release(input.conn),
             Some(pending) => match grants.decide(input.conn, pending.min_bytes(), input.len_bytes() - done, store) {
-                Grant::Wait(wanted) => st.wanted = wanted,
+                Grant::Wait(wanted) => {
+                    st.wanted = wanted;
+                    scans.insert(input.conn, (0, Skip::new(pending, parsed.limits())));
+                }
                 Grant::Refuse(why) => {
                     // Refused before anything of it is consumed; its bytes are discarded as
                     // they arrive and the connection goes on.
@@ -716,6 +750,7 @@ impl Service<Store> for KvService {
     fn closed(&mut self, conn: ConnId, store: &mut Store) {
         self.grants.release(conn);
         self.skips.remove(&conn);
+        self.scans.remove(&conn);
         if let Some(session) = self.sessions.remove(&conn) {
             self.resp.close_session(session);
         }

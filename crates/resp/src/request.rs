@@ -226,6 +226,14 @@ impl Skip {
         self.left.max(1)
     }
 
+    /// What is left of the request, from the first byte not yet advanced
+    /// over: a server may also use a `Skip` to *scan* an incomplete request
+    /// as it arrives (each call walking only the new bytes' headers) and
+    /// parse it once, when [`Skipped::done`] says it is whole.
+    pub fn pending(&self) -> Pending {
+        Pending { through: self.left, args_after: self.args }
+    }
+
     /// Discards what `segments` (the unconsumed bytes) hold of the request.
     pub fn advance(&mut self, segments: &[&[u8]]) -> Skipped {
         let mut starts = Vec::with_capacity(segments.len());
