@@ -11,7 +11,11 @@
 //! counting its record words, then the records over as many groups as they
 //! need; it is committed when its last group is durable, and recovery
 //! discards a transaction whose groups did not all become durable (the
-//! uncommitted tail), so a batch of any size is all or nothing. A *checkpoint* applies the
+//! uncommitted tail), so a batch of any size is all or nothing. A batch larger than the whole
+//! WAL (allowed by `allow_oversize`) is a *chained transaction*: its record words go to an
+//! extent chain in pool buffers (`crate::chain`, drained with the data) and the WAL takes two
+//! words naming it. A value of more extents than a record carries (256) likewise keeps its
+//! extent list in an extent chain that the record and the tree name. A *checkpoint* applies the
 //! WAL's net effect to the tree with one `apply_batch` (one root switch),
 //! then truncates the WAL.
 //!

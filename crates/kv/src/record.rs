@@ -11,7 +11,9 @@
 //! expiry deadline (a `u64` LE, ms since the Unix epoch); a tree value is
 //! `kind, form, flags, 5 zero bytes`, then (if `flags` bit 0) the deadline
 //! as a `u64` LE, then extent words (direct) or one word naming an extent
-//! list in a pool buffer (indirect).
+//! list in a pool buffer (indirect) or one word naming an extent chain (chain); a chained SET
+//! record names its value's extent chain, a chained TXN record the chain of its records
+//! (`crate::chain`).
 
 use pmwire_log::Extent;
 use pmwire_pool::RESERVED_BUF_IDX;
