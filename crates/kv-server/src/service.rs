@@ -601,7 +601,7 @@ impl HttpCtx<'_, '_, '_> {
             if req.method != Method::Post {
                 return http::write_response(self.out, 405, keep, None, b"");
             }
-            match self.append_log(&extents, gather) {
+            match self.append_log(req.body.len, &extents, gather) {
                 Ok(lsn) => http::write_response(self.out, 200, keep, Some("text/plain"), format!("{lsn}\n").as_bytes()),
                 Err(e) => self.store_error(keep, &e),
             }
@@ -641,6 +641,7 @@ impl HttpCtx<'_, '_, '_> {
     /// Appends a user-log entry (see the module docs for a full log).
     fn append_log<'b>(
         &mut self,
+        len: usize,
         extents: &[Extent],
         gather: impl FnOnce() -> Cow<'b, [u8]>,
     ) -> Result<u64, StoreError> {
@@ -651,6 +652,11 @@ impl HttpCtx<'_, '_, '_> {
         let ks = &mut *self.ks;
         if let Some(why) = &ks.state.failed {
             return Err(StoreError::NotPersisted(why.clone()));
+        }
+        // One entry is one group of the user log: at most 1023 extents (copied: a buffer each).
+        let max = (pmwire_kv::record::MAX_ENTRY_EXTENTS as u64 - 2) * u64::from(ks.engine.pool().buf_size());
+        if len as u64 > max {
+            return Err(StoreError::ValueTooLong { len: len as u64, max });
         }
         // This request has written no reply yet: an early commit here ends the durable
         // prefix just before it.

@@ -167,6 +167,10 @@ fn too_large_values_are_refused_and_the_connection_stays() {
     assert_eq!(h.request("PUT", "/kv/h", &body).unwrap().status, 204);
     let got = h.request("GET", "/kv/h", b"").unwrap();
     assert!(got.status == 200 && got.body == body);
+    // A user-log entry is one group of the log (1023 extents): 3 MB is refused as too long.
+    let r = h.request("POST", "/log", &body).unwrap();
+    assert_eq!(r.status, 413, "{}", String::from_utf8_lossy(&r.body));
+    assert!(String::from_utf8_lossy(&r.body).starts_with("ERR value is too long (3145728 bytes"), "{r:?}");
     running.stop();
 }
 
