@@ -239,7 +239,9 @@ impl EngineKeyspace<'_> {
 
     /// The refusal of a command larger than one commit.
     pub fn too_large(&self) -> StoreError {
-        StoreError::TooLargeToCommit { max: self.engine.max_batch_words() as u64 }
+        StoreError::TooLargeToCommit {
+            max: self.engine.max_batch_words().max(pmwire_kv::chain::MAX_CHAIN_EXTENTS) as u64,
+        }
     }
 
     /// Stores a value of `len` bytes found at `extents` (zero-copy when allowed and the value
@@ -330,13 +332,13 @@ impl Keyspace for EngineKeyspace<'_> {
                     *e = self.piece_extent(p);
                 }
                 let extents = &extents[..arg.pieces.len()];
-                let len = arg.bytes.len();
-                self.set_value(key, kind.to_byte(), deadline, len, Some(extents), || Cow::Borrowed(arg.bytes))
+                let len = arg.len();
+                self.set_value(key, kind.to_byte(), deadline, len, Some(extents), || Cow::Borrowed(arg.bytes()))
             }
             ValueSource::Arg(arg) => {
                 let extents = self.arg_extents(arg.pieces);
-                let len = arg.bytes.len();
-                self.set_value(key, kind.to_byte(), deadline, len, extents.as_deref(), || Cow::Borrowed(arg.bytes))
+                let len = arg.len();
+                self.set_value(key, kind.to_byte(), deadline, len, extents.as_deref(), || Cow::Borrowed(arg.bytes()))
             }
             ValueSource::Owned(bytes) => {
                 self.set_value(key, kind.to_byte(), deadline, bytes.len(), None, || Cow::Borrowed(&bytes))
@@ -402,7 +404,7 @@ impl Keyspace for EngineKeyspace<'_> {
 
     fn limits(&self) -> StoreLimits {
         let buf_size = self.engine.pool().buf_size() as u64;
-        let copied = (self.engine.max_value_extents() as u64 - 1) * buf_size;
+        let copied = (self.engine.max_value_extents() as u64 - 1).saturating_mul(buf_size);
         StoreLimits { max_key_bytes: MAX_KEY_BYTES as u64, max_value_bytes: copied.min(MAX_VALUE_BYTES as u64) }
     }
 }

@@ -45,6 +45,7 @@
 
 pub use pmwire_netio as netio;
 
+mod admit;
 pub mod client;
 pub mod crash;
 mod keyspace;

@@ -48,8 +48,9 @@ use pmwire_netio::{Batch, ConnId, Input, Output, OutputMark, Service};
 use pmwire_resp::exec::{active_expire, Flow, Server as RespServer, ServerConfig, Session};
 use pmwire_resp::keyspace::{Clock, Keyspace, StoreError};
 use pmwire_resp::reply::ReplySink;
-use pmwire_resp::request::{Limits as RespLimits, Parsed as RespParsed};
+use pmwire_resp::request::{Limits as RespLimits, Parsed as RespParsed, Skip};
 
+use crate::admit::{Grant, Grants};
 use crate::keyspace::{BatchState, EngineKeyspace, OutputSink};
 use crate::store::{Mode, PoolView, Store, MAX_VALUE_BYTES};
 
@@ -62,6 +63,8 @@ const MAX_LOG_EXTENTS: usize = 256;
 /// Most expired keys the active sweep deletes per batch (two WAL words each: 128 of a
 /// group's 1024).
 pub const EXPIRE_PER_BATCH: usize = 64;
+/// While discarding a refused request, the bytes to gather before the next look at it.
+const SKIP_CHUNK: u64 = 64 << 10;
 
 /// Counters (volatile).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -105,6 +108,8 @@ struct EntryState {
     /// Keep-alive of each HTTP request answered.
     http: Vec<bool>,
     tail: Tail,
+    /// Unconsumed bytes needed before this connection can progress ([`pmwire_netio::Reply::wanted`]).
+    wanted: usize,
 }
 
 /// The KV service (see the module docs).
@@ -119,6 +124,13 @@ pub struct KvService {
     /// calls) the segments' byte slices.
     locs: Vec<(u32, u32)>,
     bytes: Vec<&'static [u8]>,
+    /// Receive grants of large requests.
+    grants: Grants,
+    /// Refused RESP requests being discarded as they arrive.
+    skips: HashMap<ConnId, Skip>,
+    /// Incomplete RESP requests being scanned as they arrive (bytes of the request scanned,
+    /// and the scanner), so that each is parsed once, when whole, not once per delivery.
+    scans: HashMap<ConnId, (usize, Skip)>,
     no_persist_lsn: u64,
     stats: ServiceStats,
     /// Planted bug for the crash campaign's canary: replies are sent without the batch's
@@ -162,6 +174,9 @@ impl KvService {
             entries: Vec::new(),
             locs: Vec::new(),
             bytes: Vec::new(),
+            grants: Grants::default(),
+            skips: HashMap::new(),
+            scans: HashMap::new(),
             no_persist_lsn: 0,
             stats: ServiceStats::default(),
             fault_ack_before_commit: false,
@@ -208,13 +223,14 @@ impl KvService {
         if self.state.failed.is_some() || store.engine.expiring_len() == 0 {
             return;
         }
+        let reserve = self.grants.reserve(store);
         let mut ks = EngineKeyspace {
             engine: &mut store.engine,
             region: &mut store.region,
             state: &mut self.state,
             zero_copy: store.mode == Mode::ZeroCopy,
             locs: &[],
-            reserve: store.sizing.ring_entries as u32,
+            reserve,
             now_ms: self.now_ms,
         };
         let savepoint = ks.engine.savepoint();
@@ -228,7 +244,7 @@ impl KvService {
     }
 
     fn resp_entry(&mut self, input: &Input<'_>, out: &mut Output, store: &mut Store, st: &mut EntryState) {
-        let KvService { resp, sessions, parsed, state, now_ms, blocking, stats, .. } = self;
+        let KvService { resp, sessions, parsed, state, now_ms, blocking, stats, grants, skips, scans, .. } = self;
         let now_ms = *now_ms;
         if !sessions.contains_key(&input.conn) {
             // Redis refuses at accept; here the first bytes are the first news of a connection.
@@ -245,11 +261,65 @@ impl KvService {
             return; // parked: what it sent meanwhile waits (Redis: a blocked client reads nothing)
         }
         let (view, zero_copy) = (store.view(), store.mode == Mode::ZeroCopy);
-        let reserve = store.sizing.ring_entries as u32;
+        // This connection's grant (if any) is spent: what it received is here. Writes leave
+        // the ring's reserve and the other grants' promises free.
+        grants.release(input.conn);
+        let reserve = grants.reserve(store);
         let mut bytes: Vec<&[u8]> = recycle(std::mem::take(&mut self.bytes));
         let mut locs = std::mem::take(&mut self.locs);
         let mut done = 0;
         let mut parked = false;
+        if let Some(skip) = skips.get_mut(&input.conn) {
+            // A refused request: discard what arrived of it.
+            bytes.extend(input.segments.iter().map(|s| s.bytes));
+            let step = skip.advance(&bytes);
+            done = step.consumed;
+            if let Some(error) = step.error {
+                skips.remove(&input.conn);
+                let reply = error.reply();
+                out.push_bytes(&reply);
+                st.tail = Tail::Resp(reply);
+                st.close = true;
+            } else if step.done {
+                skips.remove(&input.conn);
+            } else {
+                st.wanted = skip.wanted().min(SKIP_CHUNK) as usize;
+            }
+            if !step.done {
+                st.consumed = if st.close { input.len_bytes() } else { done };
+                self.bytes = recycle(bytes);
+                self.locs = locs;
+                return;
+            }
+        }
+        if let Some((scanned, scan)) = scans.get_mut(&input.conn) {
+            // The input starts with an incomplete request already scanned this far: walk the
+            // new bytes' headers only; parse when it is whole (or malformed).
+            let mut at = *scanned;
+            for s in input.segments {
+                let take = at.min(s.bytes.len());
+                at -= take;
+                if take < s.bytes.len() {
+                    bytes.push(&s.bytes[take..]);
+                }
+            }
+            let step = scan.advance(&bytes);
+            bytes.clear();
+            *scanned += step.consumed;
+            if !step.done && step.error.is_none() {
+                let need = *scanned as u64 + scan.pending().min_bytes();
+                let decision = grants.decide(input.conn, need, input.len_bytes(), store);
+                if let Grant::Wait(wanted) = decision {
+                    st.wanted = wanted;
+                    st.consumed = 0;
+                    self.bytes = recycle(bytes);
+                    self.locs = locs;
+                    return;
+                }
+            }
+            scans.remove(&input.conn); // whole, malformed or refused: the parse below says which
+        }
+        let mut pending;
         loop {
             bytes.clear();
             locs.clear();
@@ -264,6 +334,7 @@ impl KvService {
                 skip = 0;
             }
             let summary = parsed.parse(&bytes);
+            pending = summary.pending;
             let mut ks = EngineKeyspace {
                 engine: &mut store.engine,
                 region: &mut store.region,
@@ -295,18 +366,37 @@ impl KvService {
                     if ks.state.commit_early(ks.engine, ks.region, mark).is_err() {
                         continue;
                     }
-                    if let Some(before) = before {
-                        *session = before;
+                    if let Some(before) = &before {
+                        *session = before.clone();
                     }
                     let savepoint = ks.engine.savepoint();
                     flow = resp.execute(session, &mut ks, &request, &mut sink);
                     if std::mem::take(&mut ks.state.batch_full) {
-                        // Larger than the WAL on its own: refused whole, nothing of it kept
-                        // (an EXEC's replies to its other commands would not be true).
+                        // Larger than the WAL on its own: run again alone in a batch that may
+                        // outgrow the WAL, committed at once as a chained transaction (its
+                        // records in pool buffers, bounded by the pool).
                         ks.engine.rollback_to(savepoint);
                         sink.out.truncate(mark);
-                        let refusal = format!("-{}\r\n", ks.too_large());
-                        sink.out.push_bytes(refusal.as_bytes());
+                        if let Some(before) = &before {
+                            *session = before.clone();
+                        }
+                        ks.engine.allow_oversize();
+                        let savepoint = ks.engine.savepoint();
+                        flow = resp.execute(session, &mut ks, &request, &mut sink);
+                        if std::mem::take(&mut ks.state.batch_full) {
+                            // Larger than a chained transaction holds: refused whole, nothing
+                            // of it kept (an EXEC's replies to its other commands would not be
+                            // true).
+                            ks.engine.rollback_to(savepoint);
+                            sink.out.truncate(mark);
+                            let refusal = format!("-{}\r\n", ks.too_large());
+                            sink.out.push_bytes(refusal.as_bytes());
+                        } else {
+                            // Durable now, with its reply (which ends the durable prefix): a
+                            // failure is answered, naming the pool, to it and what follows.
+                            ks.state.entry_requests += 1;
+                            let _ = ks.state.commit_early(ks.engine, ks.region, sink.out.mark());
+                        }
                     }
                 }
                 if flow == Flow::Close {
@@ -353,6 +443,43 @@ impl KvService {
                 break;
             }
         }
+        match pending.filter(|_| !st.close) {
+            None => grants.release(input.conn),
+            Some(pending) => match grants.decide(input.conn, pending.min_bytes(), input.len_bytes() - done, store) {
+                Grant::Wait(wanted) => {
+                    st.wanted = wanted;
+                    scans.insert(input.conn, (0, Skip::new(pending, parsed.limits())));
+                }
+                Grant::Refuse(why) => {
+                    // Refused before anything of it is consumed; its bytes are discarded as
+                    // they arrive and the connection goes on.
+                    st.resp_commands += 1;
+                    out.push_bytes(format!("-{why}\r\n").as_bytes());
+                    let mut skip = Skip::new(pending, parsed.limits());
+                    bytes.clear();
+                    let mut at = done;
+                    for s in input.segments {
+                        let take = at.min(s.bytes.len());
+                        at -= take;
+                        if take < s.bytes.len() {
+                            bytes.push(&s.bytes[take..]);
+                        }
+                    }
+                    let step = skip.advance(&bytes);
+                    done += step.consumed;
+                    assert!(!step.done, "an incomplete request is skipped only once it all arrived");
+                    if let Some(error) = step.error {
+                        let reply = error.reply();
+                        out.push_bytes(&reply);
+                        st.tail = Tail::Resp(reply);
+                        st.close = true;
+                    } else {
+                        st.wanted = skip.wanted().min(SKIP_CHUNK) as usize;
+                        skips.insert(input.conn, skip);
+                    }
+                }
+            },
+        }
         st.consumed = if st.close { input.len_bytes() } else { done };
         self.bytes = recycle(bytes);
         self.locs = locs;
@@ -385,15 +512,32 @@ impl KvService {
     }
 
     fn http_entry(&mut self, input: &Input<'_>, out: &mut Output, store: &mut Store, st: &mut EntryState) {
-        let KvService { codec, state, no_persist_lsn, resp, now_ms, .. } = self;
+        let KvService { codec, state, no_persist_lsn, resp, now_ms, grants, .. } = self;
         let now_ms = *now_ms;
         let password = resp.config().requirepass.as_deref();
+        grants.release(input.conn);
+        let reserve = grants.reserve(store);
         let (view, mode) = (store.view(), store.mode);
         let total = input.len_bytes();
         let mut at = 0;
         while at < total {
             match codec.parse(input.segments, at) {
-                Parsed::Incomplete => break,
+                Parsed::Incomplete => {
+                    let Some(len) = codec.incomplete_len() else { break };
+                    match grants.decide(input.conn, len as u64, total - at, store) {
+                        Grant::Wait(wanted) => st.wanted = wanted,
+                        Grant::Refuse(why) => {
+                            // Refused from its head; the connection closes after the answer
+                            // (the loop reads and drops what the peer still sends meanwhile).
+                            st.http.push(false);
+                            let body = format!("{}\n", why.trim_start_matches("OOM "));
+                            http::write_response(out, 507, false, Some("text/plain"), body.as_bytes());
+                            st.close = true;
+                            at = total;
+                        }
+                    }
+                    break;
+                }
                 Parsed::Error(error) => {
                     http::write_error(out, &error);
                     st.tail = Tail::Http(error);
@@ -412,7 +556,7 @@ impl KvService {
                             state,
                             zero_copy: mode == Mode::ZeroCopy,
                             locs: &[],
-                            reserve: store.sizing.ring_entries as u32,
+                            reserve,
                             now_ms,
                         };
                         let (savepoint, mark) = (ks.engine.savepoint(), out.mark());
@@ -521,7 +665,7 @@ impl HttpCtx<'_, '_, '_> {
             if req.method != Method::Post {
                 return http::write_response(self.out, 405, keep, None, b"");
             }
-            match self.append_log(&extents, gather) {
+            match self.append_log(req.body.len, &extents, gather) {
                 Ok(lsn) => http::write_response(self.out, 200, keep, Some("text/plain"), format!("{lsn}\n").as_bytes()),
                 Err(e) => self.store_error(keep, &e),
             }
@@ -561,6 +705,7 @@ impl HttpCtx<'_, '_, '_> {
     /// Appends a user-log entry (see the module docs for a full log).
     fn append_log<'b>(
         &mut self,
+        len: usize,
         extents: &[Extent],
         gather: impl FnOnce() -> Cow<'b, [u8]>,
     ) -> Result<u64, StoreError> {
@@ -571,6 +716,11 @@ impl HttpCtx<'_, '_, '_> {
         let ks = &mut *self.ks;
         if let Some(why) = &ks.state.failed {
             return Err(StoreError::NotPersisted(why.clone()));
+        }
+        // One entry is one group of the user log: at most 1023 extents (copied: a buffer each).
+        let max = (pmwire_kv::record::MAX_ENTRY_EXTENTS as u64 - 2) * u64::from(ks.engine.pool().buf_size());
+        if len as u64 > max {
+            return Err(StoreError::ValueTooLong { len: len as u64, max });
         }
         // This request has written no reply yet: an early commit here ends the durable
         // prefix just before it.
@@ -668,6 +818,7 @@ impl Service<Store> for KvService {
             let reply = batch.reply(i);
             reply.consumed = st.consumed;
             reply.close = st.close;
+            reply.wanted = st.wanted;
         }
         self.blocking.served_now.clear();
         self.blocking.parked_now.clear();
@@ -675,6 +826,9 @@ impl Service<Store> for KvService {
     }
 
     fn closed(&mut self, conn: ConnId, store: &mut Store) {
+        self.grants.release(conn);
+        self.skips.remove(&conn);
+        self.scans.remove(&conn);
         if let Some(session) = self.sessions.remove(&conn) {
             self.resp.close_session(session); // a blocked session stops waiting
         }

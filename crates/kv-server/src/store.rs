@@ -24,10 +24,14 @@ use pmwire_kv::{Engine, KvConfig};
 use pmwire_netio::{BufferSource, HeapBuffers};
 use pmwire_pool::DEFAULT_BUF_SIZE;
 
-/// Largest value (RESP bulk argument or HTTP body) accepted, in bytes.
-pub const MAX_VALUE_BYTES: usize = 128 << 10;
-/// A connection's receive bound: one largest value plus Redis's 64 KB inline/header bound.
-pub const MAX_RX_BYTES: usize = MAX_VALUE_BYTES + (64 << 10);
+/// Largest value (RESP bulk argument or HTTP body) accepted, in bytes: Redis's
+/// `proto-max-bulk-len` (512 MiB). Values that large are received into pool buffers as they
+/// come (chained extents, `pmwire_kv::chain`), under a receive grant (`crate::admit`).
+pub const MAX_VALUE_BYTES: usize = 512 << 20;
+/// What a connection may always hold unconsumed (the pool's sizing counts on it): a value of
+/// 128 KiB plus Redis's 64 KB inline/header bound. A larger request is received under a grant
+/// sized against the free pool, or refused from its header.
+pub const MAX_RX_BYTES: usize = (128 << 10) + (64 << 10);
 /// Most connections, whatever the pool size.
 pub const MAX_CONNECTIONS: u32 = 1024;
 /// Fewest connections a pool must leave room for (else it is too small).

@@ -15,13 +15,13 @@ use pmem::Media;
 use pmwire_btree::{BatchError, BatchOp};
 use pmwire_log::Extent;
 
-use super::{Engine, Record, RecordOp};
+use super::{Chain, Engine, Record, RecordOp};
 use crate::error::CheckpointError;
 use crate::record::{direct_extents, list_bytes, TreeValue};
 
 /// What the WAL does to one key: its final value, or removal (borrowed
 /// from the records).
-type Net<'r> = BTreeMap<&'r [u8], Option<(u8, Option<u64>, &'r [Extent])>>;
+type Net<'r> = BTreeMap<&'r [u8], Option<(u8, Option<u64>, &'r [Extent], Option<&'r Chain>)>>;
 
 impl Engine {
     /// Applies every committed WAL record to the tree and truncates the
@@ -40,6 +40,10 @@ impl Engine {
                 record.extents().for_each(|e| _ = self.pool.release(e.buf_idx));
             }
             records.clear();
+            // Chained transactions' record lists: the truncation dropped their headers.
+            for chain in std::mem::take(&mut self.wal_chains) {
+                chain.iter().for_each(|e| _ = self.pool.release(e.buf_idx));
+            }
         }
         self.records = records;
         result
@@ -62,16 +66,18 @@ impl Engine {
         let mut taken: Vec<Vec<Extent>> = Vec::with_capacity(net.len());
         for (key, value) in net {
             match value {
-                Some((kind, deadline, extents)) => match self.tree_value(media, kind, deadline, extents) {
-                    Some((bytes, refs)) => {
-                        encoded.push((key, Some(bytes)));
-                        taken.push(refs);
+                Some((kind, deadline, extents, chain)) => {
+                    match self.tree_value(media, kind, deadline, extents, chain) {
+                        Some((bytes, refs)) => {
+                            encoded.push((key, Some(bytes)));
+                            taken.push(refs);
+                        }
+                        None => {
+                            taken.iter().flatten().for_each(|e| _ = self.pool.release(e.buf_idx));
+                            return Err(CheckpointError::PoolFull);
+                        }
                     }
-                    None => {
-                        taken.iter().flatten().for_each(|e| _ = self.pool.release(e.buf_idx));
-                        return Err(CheckpointError::PoolFull);
-                    }
-                },
+                }
                 None => {
                     encoded.push((key, None));
                     taken.push(Vec::new());
@@ -107,9 +113,15 @@ impl Engine {
         kind: u8,
         deadline: Option<u64>,
         extents: &[Extent],
+        chain: Option<&Chain>,
     ) -> Option<(Vec<u8>, Vec<Extent>)> {
         let mut refs = extents.to_vec();
-        let value = if extents.len() <= direct_extents(deadline.is_some()) {
+        let value = if let Some(chain) = chain {
+            // The record's chain, immutable, is named by the tree too.
+            refs.extend_from_slice(chain);
+            chain.iter().for_each(|e| self.pool.retain(e.buf_idx));
+            TreeValue::Chain { kind, deadline, head: chain[0] }
+        } else if extents.len() <= direct_extents(deadline.is_some()) {
             TreeValue::Direct { kind, deadline, extents: extents.to_vec() }
         } else {
             let list = self.copy_in(media, &list_bytes(extents), true)?[0];
@@ -163,8 +175,8 @@ fn net_effect(records: &[Record]) -> (bool, Net<'_>) {
     let mut net = Net::new();
     for record in records {
         match &record.op {
-            RecordOp::Set { kind, deadline, value, .. } => {
-                _ = net.insert(&record.key, Some((*kind, deadline.map(|d| d.1), &value[..])))
+            RecordOp::Set { kind, deadline, value, chain, .. } => {
+                _ = net.insert(&record.key, Some((*kind, deadline.map(|d| d.1), &value[..], chain.as_ref())))
             }
             RecordOp::Delete { .. } => _ = net.insert(&record.key, None),
             RecordOp::Clear => {

@@ -76,25 +76,67 @@ pub fn checks() -> Vec<Check> {
         check("planted: kv recovery applies an uncommitted transaction tail", true, |c| {
             check_kv_transactions(Faults { apply_uncommitted: true, ..Faults::default() }, 40, c)
         }),
+        check("kv: values whose extent lists are extent chains of several chunks", false, |c| {
+            check_kv_chains(Faults::default(), CHAIN_STEPS, c)
+        }),
+        check("planted: kv extent chain written without a flush (not covered by the data drain)", true, |c| {
+            check_kv_chains(Faults { unflushed_chain: true, ..Faults::default() }, 60, c)
+        }),
+        check("kv: batches committed as chained transactions (their records in an extent chain)", false, |c| {
+            check_kv_chained_transactions(Faults::default(), TXN_STEPS, c)
+        }),
+        check("planted: kv chained transaction's record chain written without a flush", true, |c| {
+            check_kv_chained_transactions(Faults { unflushed_chain: true, ..Faults::default() }, 40, c)
+        }),
     ]
 }
 
 /// Steps of the transaction check.
 const TXN_STEPS: usize = 90;
 
-/// How the workload batches: the most operations per batch, and the
-/// engine's group size (`None`: the default).
+/// Steps of the extent-chain check.
+const CHAIN_STEPS: usize = 120;
+
+/// How the workload batches: the most operations per batch, the engine's
+/// group size (`None`: the default), and its chain limits (`None`: the
+/// default; `Some((inline, chunk_words))`: values of more than `inline`
+/// extents are chained, `chunk_words` words a chunk).
 #[derive(Clone, Copy, Debug)]
 struct Shape {
     max_ops: u64,
     group_words: Option<usize>,
+    chain: Option<(usize, usize)>,
+    /// Batches of more record words are chained transactions.
+    txn_chain: Option<usize>,
 }
 
-const PLAIN: Shape = Shape { max_ops: 4, group_words: None };
-const TRANSACTIONS: Shape = Shape { max_ops: 12, group_words: Some(8) };
+const PLAIN: Shape = Shape { max_ops: 4, group_words: None, chain: None, txn_chain: None };
+const TRANSACTIONS: Shape = Shape { max_ops: 12, group_words: Some(8), chain: None, txn_chain: None };
+/// Batches of more than 6 record words are chained transactions (their
+/// records in an extent chain of 512 B buffers, two words in the WAL).
+const CHAINED_TXNS: Shape = Shape { max_ops: 12, group_words: Some(8), chain: None, txn_chain: Some(6) };
+/// Values of 3+ extents are chained, 8 words a chunk: a value of 40
+/// fragments is a chain of 5 chunks.
+const CHAINS: Shape = Shape { max_ops: 4, group_words: None, chain: Some((2, 8)), txn_chain: None };
 
-fn kv_config() -> KvConfig {
-    KvConfig { buf_size: 512, buffers: 96, wal_slots: 256, log_slots: 64, tree_nodes: 16 }
+impl Shape {
+    fn apply(&self, kv: &mut Engine) {
+        if let Some(words) = self.group_words {
+            kv.set_group_words(words);
+        }
+        if let Some((inline, chunk_words)) = self.chain {
+            kv.set_chain_limits(inline, chunk_words);
+        }
+        if let Some(words) = self.txn_chain {
+            kv.set_txn_chain_words(words);
+        }
+    }
+}
+
+/// The engine's sizes; chains take buffers of their own, so their pool is larger.
+fn kv_config(shape: Shape) -> KvConfig {
+    let buffers = if shape.chain.is_some() || shape.txn_chain.is_some() { 192 } else { 96 };
+    KvConfig { buf_size: 512, buffers, wal_slots: 256, log_slots: 64, tree_nodes: 16 }
 }
 
 type Map = BTreeMap<Vec<u8>, (u8, Option<u64>, Vec<u8>)>;
@@ -137,7 +179,13 @@ impl Driver {
     /// The kernel stores `bytes` into fresh ring buffers; `fragments`
     /// splits them into that many small extents. Returns the extents and
     /// the ring's references.
-    fn receive<M: Media>(&mut self, kv: &mut Engine, media: &mut M, bytes: &[u8], fragments: bool) -> (Vec<Extent>, Vec<u32>) {
+    fn receive<M: Media>(
+        &mut self,
+        kv: &mut Engine,
+        media: &mut M,
+        bytes: &[u8],
+        fragments: bool,
+    ) -> (Vec<Extent>, Vec<u32>) {
         let size = kv.pool().buf_size() as usize;
         let (mut extents, mut ring) = (Vec::new(), Vec::new());
         let mut rest = bytes;
@@ -164,7 +212,8 @@ impl Driver {
         let deadline = self.deadline();
         match self.below(20) {
             0..=5 => {
-                let (len, fragments) = if self.below(6) == 0 { (320, true) } else { (self.below(1200) as usize, false) };
+                let (len, fragments) =
+                    if self.below(6) == 0 { (320, true) } else { (self.below(1200) as usize, false) };
                 let value = self.bytes(len);
                 let (extents, ring) = self.receive(kv, media, &value, fragments);
                 let staged = kv.set_extents_expiring(media, &key, kind, deadline, &extents);
@@ -242,12 +291,10 @@ impl Driver {
 /// Runs the workload on a traced medium; returns it and the model after
 /// each number of completed steps.
 fn run(faults: Faults, steps: usize, shape: Shape) -> (TracedMedia, Vec<Model>) {
-    let config = kv_config();
+    let config = kv_config(shape);
     let mut media = TracedMedia::new((BASE + config.required_size().unwrap()) as usize);
     let mut kv = Engine::create_with_faults(&mut media, BASE, &config, faults).expect("create");
-    if let Some(words) = shape.group_words {
-        kv.set_group_words(words);
-    }
+    shape.apply(&mut kv);
     media.checkpoint();
     let mut driver = Driver { rng: SplitMix64::seed_from_u64(0x6b76), model: Model::default(), shape };
     let mut states = vec![Model::default()];
@@ -267,6 +314,16 @@ pub fn check_kv(faults: Faults, steps: usize, config: &Config) -> Report {
 /// Crash-checks batches that are transactions over several WAL groups.
 pub fn check_kv_transactions(faults: Faults, steps: usize, config: &Config) -> Report {
     check_shaped(faults, steps, TRANSACTIONS, config)
+}
+
+/// Crash-checks values stored with extent chains (several chunks each).
+pub fn check_kv_chains(faults: Faults, steps: usize, config: &Config) -> Report {
+    check_shaped(faults, steps, CHAINS, config)
+}
+
+/// Crash-checks batches committed as chained transactions.
+pub fn check_kv_chained_transactions(faults: Faults, steps: usize, config: &Config) -> Report {
+    check_shaped(faults, steps, CHAINED_TXNS, config)
 }
 
 fn check_shaped(faults: Faults, steps: usize, shape: Shape, config: &Config) -> Report {
@@ -314,9 +371,7 @@ fn judge(
     let open_faults =
         Faults { skip_replay: faults.skip_replay, apply_uncommitted: faults.apply_uncommitted, ..Faults::default() };
     let mut kv = Engine::open_with_faults(media, BASE, open_faults).map_err(|e| format!("open: {e}"))?;
-    if let Some(words) = shape.group_words {
-        kv.set_group_words(words);
-    }
+    shape.apply(&mut kv);
     let got = contents(&kv, media);
     let before = &states[acked];
     let after = states.get(acked + 1).unwrap_or(before);
@@ -405,7 +460,7 @@ mod tests {
 
     #[test]
     fn the_workload_commits_transactions_over_several_groups() {
-        let config = kv_config();
+        let config = kv_config(TRANSACTIONS);
         let mut media = MemMedia::new((BASE + config.required_size().unwrap()) as usize);
         let mut kv = Engine::create(&mut media, BASE, &config).unwrap();
         kv.set_group_words(8);
@@ -433,7 +488,74 @@ mod tests {
     }
 
     #[test]
+    fn extent_chains_survive_every_crash() {
+        let report = check_kv_chains(Faults::default(), CHAIN_STEPS, &Config::default());
+        println!("{}", report.describe());
+        report.assert_passes_at_least(5_000);
+    }
+
+    #[test]
+    fn the_chain_workload_writes_chains_of_several_chunks() {
+        let config = kv_config(CHAINS);
+        let mut media = MemMedia::new((BASE + config.required_size().unwrap()) as usize);
+        let mut kv = Engine::create(&mut media, BASE, &config).unwrap();
+        CHAINS.apply(&mut kv);
+        let mut driver = Driver { rng: SplitMix64::seed_from_u64(0x6b76), model: Model::default(), shape: CHAINS };
+        for k in 0..CHAIN_STEPS {
+            driver.step(&mut kv, &mut media, k);
+        }
+        let stats = kv.stats();
+        assert!(stats.chains >= 20 && stats.chain_chunks >= stats.chains + 20, "{stats:?}");
+        assert_eq!(contents(&kv, &media), driver.model);
+        kv.check(&media).unwrap();
+        drop(kv);
+        let kv = Engine::open(&mut media, BASE).unwrap();
+        assert_eq!(contents(&kv, &media), driver.model);
+        kv.check(&media).unwrap();
+    }
+
+    #[test]
+    fn canary_unflushed_chain_is_caught() {
+        check_kv_chains(Faults { unflushed_chain: true, ..Faults::default() }, 60, &Config::default()).assert_caught();
+    }
+
+    #[test]
+    fn chained_transactions_survive_every_crash() {
+        let report = check_kv_chained_transactions(Faults::default(), TXN_STEPS, &Config::default());
+        println!("{}", report.describe());
+        report.assert_passes_at_least(5_000);
+    }
+
+    #[test]
+    fn canary_unflushed_transaction_chain_is_caught() {
+        let faults = Faults { unflushed_chain: true, ..Faults::default() };
+        check_kv_chained_transactions(faults, 40, &Config::default()).assert_caught();
+    }
+
+    #[test]
+    fn the_workload_commits_chained_transactions() {
+        let config = kv_config(CHAINED_TXNS);
+        let mut media = MemMedia::new((BASE + config.required_size().unwrap()) as usize);
+        let mut kv = Engine::create(&mut media, BASE, &config).unwrap();
+        CHAINED_TXNS.apply(&mut kv);
+        let mut driver =
+            Driver { rng: SplitMix64::seed_from_u64(0x6b76), model: Model::default(), shape: CHAINED_TXNS };
+        for k in 0..TXN_STEPS {
+            driver.step(&mut kv, &mut media, k);
+        }
+        let stats = kv.stats();
+        assert!(stats.chained_transactions >= 20 && stats.transactions == 0, "{stats:?}");
+        kv.check(&media).unwrap();
+        drop(kv);
+        let mut kv = Engine::open(&mut media, BASE).unwrap();
+        assert_eq!(contents(&kv, &media), driver.model);
+        kv.check(&media).unwrap();
+        kv.checkpoint(&mut media).unwrap();
+        kv.check(&media).unwrap();
+    }
+
+    #[test]
     fn registry_lists_every_check_once() {
-        pmwire_crashcheck::assert_registry(&checks(), 6);
+        pmwire_crashcheck::assert_registry(&checks(), 8);
     }
 }

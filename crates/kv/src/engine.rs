@@ -11,7 +11,11 @@
 //! counting its record words, then the records over as many groups as they
 //! need; it is committed when its last group is durable, and recovery
 //! discards a transaction whose groups did not all become durable (the
-//! uncommitted tail), so a batch of any size is all or nothing. A *checkpoint* applies the
+//! uncommitted tail), so a batch of any size is all or nothing. A batch larger than the whole
+//! WAL (allowed by `allow_oversize`) is a *chained transaction*: its record words go to an
+//! extent chain in pool buffers (`crate::chain`, drained with the data) and the WAL takes two
+//! words naming it. A value of more extents than a record carries (256) likewise keeps its
+//! extent list in an extent chain that the record and the tree name. A *checkpoint* applies the
 //! WAL's net effect to the tree with one `apply_batch` (one root switch),
 //! then truncates the WAL.
 //!
@@ -29,6 +33,7 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::ops::Bound;
+use std::sync::Arc;
 
 use pmem::Media;
 use pmwire_btree::{BTree, MAX_KEY_BYTES};
@@ -38,12 +43,13 @@ use pmwire_pool::{Pool, PoolConfig, DEFAULT_BUF_SIZE};
 #[path = "checkpoint.rs"]
 mod checkpoint;
 
+use crate::chain::{chunk_capacity, encode_chunk, read_chain, MAX_CHAIN_EXTENTS, NO_NEXT};
 use crate::error::{CheckpointError, CommitError, CreateError, LogError, OpenError, StageError};
 use crate::index::{Deadline, Index};
 use crate::record::{
-    decode_user_log, decode_wal, encode_clear, encode_delete, encode_set, encode_txn, encode_user_entry, extent_words,
-    TreeValue, WalOp, DEADLINE_BYTES, MAX_ENTRY_EXTENTS, MAX_TXN_WORDS, MAX_VALUE_EXTENTS, TAG_TREE, TAG_USER_LOG,
-    TAG_WAL, TXN_WORDS,
+    decode_user_log, decode_wal_with, encode_clear, encode_delete, encode_set, encode_set_chain, encode_txn,
+    encode_txn_chain, encode_user_entry, extent_words, TreeValue, WalOp, DEADLINE_BYTES, MAX_ENTRY_EXTENTS,
+    MAX_TXN_WORDS, MAX_VALUE_EXTENTS, TAG_TREE, TAG_USER_LOG, TAG_WAL, TXN_WORDS,
 };
 use crate::small::{Extents, Key};
 
@@ -101,7 +107,9 @@ impl KvConfig {
     /// [`ExtentLog::required_size`] is asked for them.
     fn check(&self) -> Result<(), CreateError> {
         if self.buf_size < 512 || self.wal_slots < 64 || self.log_slots < 16 || self.tree_nodes < 16 {
-            return Err(CreateError::BadConfig(format!("{self:?}: need buffers ≥ 512 B, WAL ≥ 64, log ≥ 16, tree ≥ 16")));
+            return Err(CreateError::BadConfig(format!(
+                "{self:?}: need buffers ≥ 512 B, WAL ≥ 64, log ≥ 16, tree ≥ 16"
+            )));
         }
         if self.wal_slots > MAX_CAPACITY_EXTENTS || self.log_slots > MAX_CAPACITY_EXTENTS {
             return Err(CreateError::BadConfig(format!("{self:?}: WAL and log need at most 2^60 slots")));
@@ -130,6 +138,9 @@ pub struct Faults {
     /// Recovery applies the complete records of an uncommitted transaction
     /// tail (those of the groups that became durable).
     pub apply_uncommitted: bool,
+    /// A value's extent chain is written with ordinary stores, never
+    /// flushed: the commit's data drain does not cover its chunks.
+    pub unflushed_chain: bool,
 }
 
 /// Counters since create/open (volatile).
@@ -147,6 +158,13 @@ pub struct Stats {
     pub transactions: u64,
     /// Uncommitted transaction tails recovery discarded (at open).
     pub discarded_tails: u64,
+    /// Extent chains written (values of more extents than a record holds).
+    pub chains: u64,
+    /// Chunks of those chains.
+    pub chain_chunks: u64,
+    /// Batches committed as chained transactions (their records in an
+    /// extent chain, two words in the WAL).
+    pub chained_transactions: u64,
 }
 
 /// A value in the index.
@@ -156,7 +174,13 @@ struct Stored {
     /// Expiry deadline, ms since the Unix epoch.
     deadline: Option<u64>,
     extents: Extents,
+    /// The chunks of the extent chain holding `extents` (a value too long
+    /// for a record); shared by the records and tree values naming it.
+    chain: Option<Chain>,
 }
+
+/// An extent chain's chunks, first (the head) first.
+type Chain = Arc<[Extent]>;
 
 impl Deadline for Stored {
     fn deadline(&self) -> Option<u64> {
@@ -197,12 +221,14 @@ struct Record {
 }
 
 enum RecordOp {
-    /// `deadline`: the extent of its 8 B in the pool, and its value.
+    /// `deadline`: the extent of its 8 B in the pool, and its value;
+    /// `chain`: the value's extents are stored in this chain.
     Set {
         key: Extent,
         kind: u8,
         deadline: Option<(Extent, u64)>,
         value: Extents,
+        chain: Option<Chain>,
     },
     Delete {
         key: Extent,
@@ -211,11 +237,17 @@ enum RecordOp {
 }
 
 impl Record {
-    fn from_wal(op: WalOp, key: &[u8], deadline_ms: Option<u64>) -> Record {
+    /// `chained`: a chained SET's value extents and chunks, read from the pool.
+    fn from_wal(op: WalOp, key: &[u8], deadline_ms: Option<u64>, chained: Option<(Vec<Extent>, Chain)>) -> Record {
         let op = match op {
             WalOp::Set { key, kind, deadline, value } => {
                 let deadline = deadline.map(|e| (e, deadline_ms.expect("a deadline extent's value")));
-                RecordOp::Set { key, kind, deadline, value: Extents::new(&value) }
+                RecordOp::Set { key, kind, deadline, value: Extents::new(&value), chain: None }
+            }
+            WalOp::SetChain { key, kind, deadline, .. } => {
+                let deadline = deadline.map(|e| (e, deadline_ms.expect("a deadline extent's value")));
+                let (value, chain) = chained.expect("a chained SET's chain");
+                RecordOp::Set { key, kind, deadline, value: Extents::new(&value), chain: Some(chain) }
             }
             WalOp::Delete { key } => RecordOp::Delete { key },
             WalOp::Clear => RecordOp::Clear,
@@ -226,7 +258,8 @@ impl Record {
     /// Words the record takes in the WAL.
     fn words(&self) -> usize {
         match &self.op {
-            RecordOp::Set { value, deadline, .. } => 2 + usize::from(deadline.is_some()) + value.len(),
+            RecordOp::Set { deadline, chain: Some(_), .. } => 3 + usize::from(deadline.is_some()),
+            RecordOp::Set { value, deadline, chain: None, .. } => 2 + usize::from(deadline.is_some()) + value.len(),
             RecordOp::Delete { .. } => 2,
             RecordOp::Clear => 1,
         }
@@ -234,17 +267,24 @@ impl Record {
 
     /// Every extent naming pool bytes (each holds one buffer reference).
     fn extents(&self) -> impl Iterator<Item = Extent> + '_ {
-        let (key, deadline, value) = match &self.op {
-            RecordOp::Set { key, deadline, value, .. } => (Some(*key), deadline.map(|d| d.0), &value[..]),
-            RecordOp::Delete { key } => (Some(*key), None, &[][..]),
-            RecordOp::Clear => (None, None, &[][..]),
+        let (key, deadline, value, chain) = match &self.op {
+            RecordOp::Set { key, deadline, value, chain, .. } => {
+                (Some(*key), deadline.map(|d| d.0), &value[..], chain.as_deref().unwrap_or(&[]))
+            }
+            RecordOp::Delete { key } => (Some(*key), None, &[][..], &[][..]),
+            RecordOp::Clear => (None, None, &[][..], &[][..]),
         };
-        key.into_iter().chain(deadline).chain(value.iter().copied())
+        key.into_iter().chain(deadline).chain(value.iter().copied()).chain(chain.iter().copied())
     }
 
     fn encode(&self, out: &mut Vec<Extent>) {
         match &self.op {
-            RecordOp::Set { key, kind, deadline, value } => encode_set(*key, *kind, deadline.map(|d| d.0), value, out),
+            RecordOp::Set { key, kind, deadline, chain: Some(chain), .. } => {
+                encode_set_chain(*key, *kind, deadline.map(|d| d.0), chain[0], out)
+            }
+            RecordOp::Set { key, kind, deadline, value, chain: None } => {
+                encode_set(*key, *kind, deadline.map(|d| d.0), value, out)
+            }
             RecordOp::Delete { key } => encode_delete(*key, out),
             RecordOp::Clear => encode_clear(out),
         }
@@ -301,6 +341,17 @@ pub struct Engine {
     /// The most words one `append_group` takes (a batch larger than this
     /// is a transaction over several groups).
     group_words: usize,
+    /// Test hooks: the most extents a record carries inline (more are
+    /// chained), and the most extent words per chain chunk.
+    inline_limit: usize,
+    chunk_words: usize,
+    /// The chunks of the chained transactions the WAL retains (released
+    /// after the checkpoint's truncation drops them).
+    wal_chains: Vec<Chain>,
+    /// The current batch may grow past `max_batch_words` ([`Engine::allow_oversize`]).
+    oversize: bool,
+    /// Test hook: batches of more words are committed as chained transactions.
+    txn_chain_words: usize,
     stats: Stats,
 }
 
@@ -358,6 +409,11 @@ impl Engine {
             checkpoint_floor: 0,
             words: Vec::new(),
             group_words,
+            inline_limit: usize::MAX,
+            chunk_words: usize::MAX,
+            wal_chains: Vec::new(),
+            oversize: false,
+            txn_chain_words: usize::MAX,
             stats: Stats::default(),
         }
     }
@@ -374,7 +430,8 @@ impl Engine {
     pub fn open_with_faults<M: Media>(media: &mut M, base: u64, faults: Faults) -> Result<Engine, OpenError> {
         let pool = Pool::open(media, base)?;
         let section = |tag| pool.section(tag).ok_or(OpenError::MissingSection { tag });
-        let (wal_at, log_at, tree_at) = (section(TAG_WAL)?.offset, section(TAG_USER_LOG)?.offset, section(TAG_TREE)?.offset);
+        let (wal_at, log_at, tree_at) =
+            (section(TAG_WAL)?.offset, section(TAG_USER_LOG)?.offset, section(TAG_TREE)?.offset);
         let tree = BTree::open(media, tree_at)?;
         let wal = ExtentLog::open(media, wal_at).map_err(|error| OpenError::Log { which: "KV WAL", error })?;
         let user_log = ExtentLog::open(media, log_at).map_err(|error| OpenError::Log { which: "user log", error })?;
@@ -414,27 +471,56 @@ impl Engine {
             self.recover_refs(&refs)?;
             self.index.insert(&Key::new(&key), stored);
         }
-        let decoded = decode_wal(&self.wal.read_all(media))?;
+        let mut chains: Vec<Vec<Extent>> = Vec::new();
+        let pool = &self.pool;
+        let decoded = decode_wal_with(&self.wal.read_all(media), &mut |head| {
+            let (words, chunks) = read_chain(pool, media, head)?;
+            if chunks[0] != head {
+                return Err(format!("chain head {head:?} is not its first chunk {:?}", chunks[0]));
+            }
+            chains.push(chunks);
+            Ok(words)
+        })?;
+        for chunks in chains {
+            self.recover_refs(&chunks)?;
+            self.wal_chains.push(chunks.into());
+        }
         let uncommitted = decoded.uncommitted.is_some();
         let mut ops = decoded.records;
         if self.faults.apply_uncommitted {
             ops.extend(decoded.uncommitted.into_iter().flat_map(|(_, records)| records));
         }
         for (_, op) in ops {
-            let refs: Vec<Extent> = op.extents().collect();
+            let chained = match &op {
+                WalOp::SetChain { head, .. } => {
+                    let (words, chunks) = read_chain(&self.pool, media, *head)?;
+                    if chunks[0] != *head {
+                        return Err(format!("chain head {head:?} is not its first chunk {:?}", chunks[0]));
+                    }
+                    Some((words, Chain::from(chunks)))
+                }
+                _ => None,
+            };
+            let mut refs: Vec<Extent> = op.extents().collect();
+            if let Some((words, chunks)) = &chained {
+                refs.pop(); // the head, counted with its chunks
+                refs.extend(words.iter().chain(chunks.iter()));
+            }
             self.recover_refs(&refs)?;
             let key = match &op {
-                WalOp::Set { key, .. } | WalOp::Delete { key } => self.read_bytes(media, *key),
+                WalOp::Set { key, .. } | WalOp::SetChain { key, .. } | WalOp::Delete { key } => {
+                    self.read_bytes(media, *key)
+                }
                 WalOp::Clear => Vec::new(),
             };
             let deadline = match &op {
-                WalOp::Set { deadline: Some(d), .. } => {
+                WalOp::Set { deadline: Some(d), .. } | WalOp::SetChain { deadline: Some(d), .. } => {
                     let bytes = self.read_bytes(media, *d);
                     Some(u64::from_le_bytes(bytes.try_into().map_err(|_| format!("deadline extent {d:?}"))?))
                 }
                 _ => None,
             };
-            let record = Record::from_wal(op, &key, deadline);
+            let record = Record::from_wal(op, &key, deadline, chained);
             if !self.faults.skip_replay {
                 apply_to(&mut self.index, &record);
             }
@@ -460,14 +546,23 @@ impl Engine {
     fn decode_tree_value<M: Media>(&self, media: &M, bytes: &[u8]) -> Result<(Stored, Vec<Extent>), String> {
         match TreeValue::decode(bytes)? {
             TreeValue::Direct { kind, deadline, extents } => {
-                Ok((Stored { kind, deadline, extents: Extents::new(&extents) }, extents))
+                Ok((Stored { kind, deadline, extents: Extents::new(&extents), chain: None }, extents))
+            }
+            TreeValue::Chain { kind, deadline, head } => {
+                let (extents, chunks) = read_chain(&self.pool, media, head)?;
+                if chunks[0] != head {
+                    return Err(format!("chain head {head:?} is not its first chunk {:?}", chunks[0]));
+                }
+                let mut refs = extents.clone();
+                refs.extend_from_slice(&chunks);
+                Ok((Stored { kind, deadline, extents: Extents::new(&extents), chain: Some(chunks.into()) }, refs))
             }
             TreeValue::Indirect { kind, deadline, list } => {
                 self.pool.check_extent(list).map_err(|e| format!("extent list {list:?}: {e}"))?;
                 let extents = extent_words(&self.read_bytes(media, list));
                 let mut refs = extents.clone();
                 refs.push(list);
-                Ok((Stored { kind, deadline, extents: Extents::new(&extents) }, refs))
+                Ok((Stored { kind, deadline, extents: Extents::new(&extents), chain: None }, refs))
             }
         }
     }
@@ -562,9 +657,43 @@ impl Engine {
 
     /// Extents a value may have (`set_extents`), and so the largest copied
     /// value is about this many buffers.
+    /// A value of more extents than a record carries inline
+    /// ([`Engine::inline_extents`]) is stored with its extent list in an
+    /// extent chain of pool buffers.
     pub fn max_value_extents(&self) -> usize {
+        MAX_CHAIN_EXTENTS
+    }
+
+    /// The most extents a WAL record carries inline; a value of more has
+    /// its extent list written to an extent chain the record names.
+    pub fn inline_extents(&self) -> usize {
         // A SET with a deadline takes a header, its key and its deadline.
-        MAX_VALUE_EXTENTS.min(self.pool.buf_size() as usize / 8).min(self.max_batch_words() - 3)
+        let inline = MAX_VALUE_EXTENTS.min(self.pool.buf_size() as usize / 8).min(self.max_batch_words() - 3);
+        inline.min(self.inline_limit)
+    }
+
+    /// Extent words per chunk of an extent chain.
+    fn chunk_words(&self) -> usize {
+        chunk_capacity(self.pool.buf_size()).min(self.chunk_words)
+    }
+
+    /// Chains values of more than `inline` extents, `chunk_words` words a
+    /// chunk (tests: small chains over several chunks).
+    #[doc(hidden)]
+    pub fn set_chain_limits(&mut self, inline: usize, chunk_words: usize) {
+        assert!(inline >= 1 && chunk_words >= 1, "chain limits {inline}, {chunk_words}");
+        self.inline_limit = inline;
+        self.chunk_words = chunk_words;
+    }
+
+    /// Pool buffers an extent chain of `extents` words takes (0 if the
+    /// value's extents fit a record).
+    pub fn chain_buffers(&self, extents: usize) -> usize {
+        if extents <= self.inline_extents() {
+            0
+        } else {
+            extents.div_ceil(self.chunk_words())
+        }
     }
 
     /// WAL words one batch may take: all of the WAL but a transaction
@@ -572,6 +701,32 @@ impl Engine {
     /// after a checkpoint has emptied the WAL if need be).
     pub fn max_batch_words(&self) -> usize {
         (self.wal.capacity() as usize - TXN_WORDS).min(MAX_TXN_WORDS)
+    }
+
+    /// Lets the batch being staged grow past [`Engine::max_batch_words`],
+    /// up to 2^22 record words: it is then committed as a *chained
+    /// transaction* — its record words written to an extent chain in the
+    /// pool (drained with the data), two words in the WAL — so one command
+    /// larger than the WAL is bounded by the pool, not the WAL. Until the
+    /// next commit or full rollback.
+    pub fn allow_oversize(&mut self) {
+        self.oversize = true;
+    }
+
+    /// Commits batches of more than `words` record words as chained
+    /// transactions (tests: small chained transactions).
+    #[doc(hidden)]
+    pub fn set_txn_chain_words(&mut self, words: usize) {
+        self.txn_chain_words = words;
+    }
+
+    /// Record words the batch may take now.
+    fn batch_limit(&self) -> usize {
+        if self.oversize {
+            MAX_CHAIN_EXTENTS.max(self.max_batch_words())
+        } else {
+            self.max_batch_words()
+        }
     }
 
     /// WAL words staged in the current batch.
@@ -597,8 +752,10 @@ impl Engine {
 /// Applies one record to an index.
 fn apply_to(index: &mut Index<Stored>, record: &Record) {
     match &record.op {
-        RecordOp::Set { kind, deadline, value, .. } => {
-            index.insert(&record.key, Stored { kind: *kind, deadline: deadline.map(|d| d.1), extents: value.clone() });
+        RecordOp::Set { kind, deadline, value, chain, .. } => {
+            let stored =
+                Stored { kind: *kind, deadline: deadline.map(|d| d.1), extents: value.clone(), chain: chain.clone() };
+            index.insert(&record.key, stored);
         }
         RecordOp::Delete { .. } => {
             index.remove(&record.key);
@@ -638,13 +795,60 @@ impl Engine {
             assert!(extent.offset <= MAX_OFFSET, "a live extent lies inside a buffer of ≤ 8 KB");
         }
         let (key_extent, deadline) = self.copy_key(media, key, deadline_ms).ok_or(StageError::PoolFull)?;
+        let chain = match self.chain_buffers(value.len()) {
+            0 => None,
+            _ => match self.write_chain(media, value) {
+                Some(chain) => Some(chain),
+                None => {
+                    self.pool.release(key_extent.buf_idx);
+                    deadline.iter().for_each(|d| _ = self.pool.release(d.0.buf_idx));
+                    return Err(StageError::PoolFull);
+                }
+            },
+        };
         for &extent in value {
             self.pool.retain(extent.buf_idx);
             self.pool.flush_extent(media, extent);
             self.data_dirty = true;
         }
-        self.stage_set(media, key, kind, key_extent, deadline, Extents::new(value));
+        self.stage_set(media, key, kind, key_extent, deadline, Extents::new(value), chain);
         Ok(())
+    }
+
+    /// Writes `value`'s extent list as an extent chain in fresh pool
+    /// buffers (flushed, durable at the next drain); the chunks hold one
+    /// reference each. `None` (nothing held) if the pool ran out.
+    fn write_chain<M: Media>(&mut self, media: &mut M, value: &[Extent]) -> Option<Chain> {
+        let per = self.chunk_words();
+        let n = value.len().div_ceil(per);
+        let mut bufs = Vec::with_capacity(n);
+        for _ in 0..n {
+            match self.pool.alloc() {
+                Some(buf) => bufs.push(buf),
+                None => {
+                    bufs.iter().for_each(|&b| _ = self.pool.release(b));
+                    return None;
+                }
+            }
+        }
+        let mut chunks = Vec::with_capacity(n);
+        for (i, words) in value.chunks(per).enumerate() {
+            let next = bufs.get(i + 1).copied().unwrap_or(NO_NEXT);
+            let bytes = encode_chunk(bufs[0], i as u32, next, value.len() as u64, words);
+            let extent = Extent { buf_idx: bufs[i], offset: 0, len: bytes.len() as u16 };
+            let at = self.pool.extent_offset(extent);
+            if self.faults.unflushed_chain {
+                // Planted bug: the bytes reach the media only if the cache evicts them.
+                media.write(at, &bytes);
+            } else {
+                media.memcpy_nodrain(at, &bytes);
+            }
+            chunks.push(extent);
+        }
+        self.data_dirty = true;
+        self.stats.chains += 1;
+        self.stats.chain_chunks += n as u64;
+        Some(chunks.into())
     }
 
     /// Stages `key → (kind, bytes)`, copying the bytes into pool buffers
@@ -669,12 +873,26 @@ impl Engine {
         }
         self.check_set(key, bytes.len().div_ceil(size) + 1, deadline_ms.is_some())?;
         let (key_extent, deadline) = self.copy_key(media, key, deadline_ms).ok_or(StageError::PoolFull)?;
+        let release_key = |engine: &mut Engine| {
+            engine.pool.release(key_extent.buf_idx);
+            deadline.iter().for_each(|d| _ = engine.pool.release(d.0.buf_idx));
+        };
         let Some(value) = self.copy_in(media, bytes, false) else {
-            self.pool.release(key_extent.buf_idx);
-            deadline.iter().for_each(|d| _ = self.pool.release(d.0.buf_idx));
+            release_key(self);
             return Err(StageError::PoolFull);
         };
-        self.stage_set(media, key, kind, key_extent, deadline, Extents::new(&value));
+        let chain = match self.chain_buffers(value.len()) {
+            0 => None,
+            _ => match self.write_chain(media, &value) {
+                Some(chain) => Some(chain),
+                None => {
+                    value.iter().for_each(|e| _ = self.pool.release(e.buf_idx));
+                    release_key(self);
+                    return Err(StageError::PoolFull);
+                }
+            },
+        };
+        self.stage_set(media, key, kind, key_extent, deadline, Extents::new(&value), chain);
         Ok(())
     }
 
@@ -688,12 +906,13 @@ impl Engine {
         deadline_ms: Option<u64>,
     ) -> Result<bool, StageError> {
         let Some(stored) = self.index.get(key) else { return Ok(false) };
-        let (kind, extents) = (stored.kind, stored.extents.clone());
+        let (kind, extents, chain) = (stored.kind, stored.extents.clone(), stored.chain.clone());
         self.check_set(key, extents.len(), deadline_ms.is_some())?;
         let (key_extent, deadline) = self.copy_key(media, key, deadline_ms).ok_or(StageError::PoolFull)?;
-        // The value's bytes are already flushed (committed, or staged in this batch).
-        extents.iter().for_each(|e| self.pool.retain(e.buf_idx));
-        self.stage_set(media, key, kind, key_extent, deadline, extents);
+        // The value's bytes (and its chain) are already flushed (committed,
+        // or staged in this batch); the new record names the same chain.
+        extents.iter().chain(chain.iter().flat_map(|c| c.iter())).for_each(|e| self.pool.retain(e.buf_idx));
+        self.stage_set(media, key, kind, key_extent, deadline, extents, chain);
         Ok(true)
     }
 
@@ -705,7 +924,8 @@ impl Engine {
         if extents > max {
             return Err(StageError::ValueTooLong { extents, max });
         }
-        self.check_room(2 + usize::from(deadline) + extents)
+        let value_words = if extents > self.inline_extents() { 1 } else { extents };
+        self.check_room(2 + usize::from(deadline) + value_words)
     }
 
     /// Copies a key, and its deadline's 8 B if any, into the arena (each
@@ -738,7 +958,7 @@ impl Engine {
     }
 
     fn check_room(&self, needed: usize) -> Result<(), StageError> {
-        let room = self.max_batch_words() - self.staged_words;
+        let room = self.batch_limit() - self.staged_words;
         if needed > room {
             return Err(StageError::BatchFull { needed, room });
         }
@@ -753,11 +973,12 @@ impl Engine {
         key_extent: Extent,
         deadline: Option<(Extent, u64)>,
         value: Extents,
+        chain: Option<Chain>,
     ) {
         self.free_early(media, Some(key));
-        let op = RecordOp::Set { key: key_extent, kind, deadline, value: value.clone() };
+        let op = RecordOp::Set { key: key_extent, kind, deadline, value: value.clone(), chain: chain.clone() };
         let record = Record { op, key: Key::new(key) };
-        let stored = Stored { kind, deadline: deadline.map(|d| d.1), extents: value };
+        let stored = Stored { kind, deadline: deadline.map(|d| d.1), extents: value, chain };
         let previous = self.index.insert(&record.key, stored);
         self.push_staged(record, Undo::Key(previous));
     }
@@ -787,7 +1008,7 @@ impl Engine {
 
     fn push_staged(&mut self, record: Record, undo: Undo) {
         self.staged_words += record.words();
-        assert!(self.staged_words <= self.max_batch_words(), "staged beyond the batch limit");
+        assert!(self.staged_words <= self.batch_limit(), "staged beyond the batch limit");
         self.staged.push(Staged { record, undo });
     }
 
@@ -881,19 +1102,43 @@ impl Engine {
         if self.staged.is_empty() && self.user_staged.is_empty() {
             return Ok(());
         }
-        let transaction = self.staged_words > self.group_words;
-        let needed = self.staged_words + if transaction { TXN_WORDS } else { 0 };
+        let chained = self.staged_words > self.max_batch_words() || self.staged_words > self.txn_chain_words;
+        let transaction = !chained && self.staged_words > self.group_words;
+        let needed = match (chained, transaction) {
+            (true, _) => TXN_WORDS,
+            (false, true) => self.staged_words + TXN_WORDS,
+            (false, false) => self.staged_words,
+        };
         if needed as u64 > self.wal.free() {
             if let Err(error) = self.checkpoint(media) {
                 self.rollback();
                 return Err(error.into());
             }
         }
+        let mut chain = None;
+        if chained {
+            // The batch's record words go to an extent chain, covered by the data drain.
+            let mut words = std::mem::take(&mut self.words);
+            words.clear();
+            self.staged.iter().for_each(|s| s.record.encode(&mut words));
+            chain = self.write_chain(media, &words);
+            self.words = words;
+            if chain.is_none() {
+                self.rollback();
+                return Err(CommitError::PoolFull);
+            }
+        }
         if self.data_dirty && !self.faults.skip_data_drain {
             media.drain();
         }
         self.data_dirty = false;
-        if !self.staged.is_empty() {
+        if let Some(chain) = chain {
+            let mut header = Vec::with_capacity(TXN_WORDS);
+            encode_txn_chain(chain[0], &mut header);
+            self.wal.append_group(media, &header).expect("a chained transaction fits the WAL after a checkpoint");
+            self.wal_chains.push(chain);
+            self.stats.chained_transactions += 1;
+        } else if !self.staged.is_empty() {
             let mut words = std::mem::take(&mut self.words);
             words.clear();
             if transaction && !self.faults.txn_unmarked {
@@ -919,12 +1164,15 @@ impl Engine {
         self.records.extend(self.staged.drain(..).map(|s| s.record));
         self.user_entries.extend(self.user_staged.drain(..));
         (self.staged_words, self.user_staged_words) = (0, 0);
+        self.oversize = false;
         self.stats.commits += 1;
         let half_full = self.wal.len() * 2 >= self.wal.capacity();
         // Retained records pin their buffers: under memory pressure a
         // checkpoint frees them (not for a handful of records, which would
         // rewrite tree nodes for little).
-        let pressed = self.pool.free_count() < self.checkpoint_floor && self.wal.len() >= self.group_words as u64;
+        // A chained transaction takes two words, however many buffers its records pin.
+        let pressed = self.pool.free_count() < self.checkpoint_floor
+            && (self.wal.len() >= self.group_words as u64 || !self.wal_chains.is_empty());
         if (half_full || pressed) && self.checkpoint(media).is_err() {
             self.stats.checkpoint_failures += 1;
         }
@@ -935,6 +1183,7 @@ impl Engine {
     /// and the batch's references are dropped.
     pub fn rollback(&mut self) {
         self.rollback_to(Savepoint::default());
+        self.oversize = false;
     }
 
     /// The point the staged batch has reached, to undo what is staged
@@ -1067,8 +1316,13 @@ impl Engine {
         if let Some((buf_idx, _)) = self.arena {
             count(Extent { buf_idx, offset: 0, len: 0 });
         }
+        self.wal_chains.iter().flat_map(|c| c.iter().copied()).for_each(&mut count);
         if index != self.index {
-            return Err(format!("index ({} keys) differs from tree + WAL replay ({} keys)", self.index.len(), index.len()));
+            return Err(format!(
+                "index ({} keys) differs from tree + WAL replay ({} keys)",
+                self.index.len(),
+                index.len()
+            ));
         }
         for (buf_idx, &want) in expected.iter().enumerate() {
             let have = self.pool.refcount(buf_idx as u32);

@@ -93,6 +93,10 @@ pub enum CommitError {
     /// The WAL was full and the checkpoint that would empty it failed.
     #[error("checkpoint before commit failed: {0}")]
     Checkpoint(#[from] CheckpointError),
+    /// A batch larger than the WAL needs pool buffers for its chained
+    /// record list, and the pool has too few.
+    #[error("the pool has too few free buffers for the record list of a transaction larger than the WAL")]
+    PoolFull,
 }
 
 /// Why a checkpoint failed. The WAL still holds every record (nothing

@@ -37,6 +37,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod chain;
 pub mod crash;
 mod engine;
 mod error;

@@ -11,7 +11,9 @@
 //! expiry deadline (a `u64` LE, ms since the Unix epoch); a tree value is
 //! `kind, form, flags, 5 zero bytes`, then (if `flags` bit 0) the deadline
 //! as a `u64` LE, then extent words (direct) or one word naming an extent
-//! list in a pool buffer (indirect).
+//! list in a pool buffer (indirect) or one word naming an extent chain (chain); a chained SET
+//! record names its value's extent chain, a chained TXN record the chain of its records
+//! (`crate::chain`).
 
 use pmwire_log::Extent;
 use pmwire_pool::RESERVED_BUF_IDX;
@@ -28,6 +30,8 @@ const OP_SET: u32 = 1;
 const OP_DELETE: u32 = 2;
 const OP_CLEAR: u32 = 3;
 const OP_TXN: u32 = 4;
+const OP_SET_CHAIN: u32 = 5;
+const OP_TXN_CHAIN: u32 = 6;
 const OP_USER: u32 = 0x10;
 
 /// Words of a transaction header: the header word, then a word whose
@@ -45,6 +49,7 @@ pub const DIRECT_EXTENTS: usize = 31;
 pub const MAX_ENTRY_EXTENTS: usize = 1023;
 const FORM_DIRECT: u8 = 0;
 const FORM_INDIRECT: u8 = 1;
+const FORM_CHAIN: u8 = 2;
 const VALUE_HEADER: usize = 8;
 /// Tree value flag (byte 2): a deadline word follows the header.
 const FLAG_DEADLINE: u8 = 1;
@@ -72,6 +77,18 @@ pub enum WalOp {
         /// The value's bytes, in order.
         value: Vec<Extent>,
     },
+    /// `key → (kind, deadline, value)` where the value's extents are an
+    /// extent chain in the pool (`crate::chain`), named by its first chunk.
+    SetChain {
+        /// The key's bytes in the pool.
+        key: Extent,
+        /// The opaque type byte.
+        kind: u8,
+        /// As for [`WalOp::Set`].
+        deadline: Option<Extent>,
+        /// The chain's first chunk (offset 0 of its buffer, its used bytes).
+        head: Extent,
+    },
     /// Remove `key`.
     Delete {
         /// The key's bytes in the pool.
@@ -86,15 +103,19 @@ impl WalOp {
     pub fn words(&self) -> usize {
         match self {
             WalOp::Set { value, deadline, .. } => 2 + usize::from(deadline.is_some()) + value.len(),
+            WalOp::SetChain { deadline, .. } => 3 + usize::from(deadline.is_some()),
             WalOp::Delete { .. } => 2,
             WalOp::Clear => 1,
         }
     }
 
-    /// Every extent naming pool bytes (each holds one buffer reference).
+    /// Every extent naming pool bytes (each holds one buffer reference),
+    /// but for a chain only its head: the chain's own chunks and extents
+    /// are read from the pool (`crate::chain::read_chain`).
     pub fn extents(&self) -> impl Iterator<Item = Extent> + '_ {
         let (key, deadline, value) = match self {
             WalOp::Set { key, deadline, value, .. } => (Some(*key), *deadline, &value[..]),
+            WalOp::SetChain { key, deadline, head, .. } => (Some(*key), *deadline, std::slice::from_ref(head)),
             WalOp::Delete { key } => (Some(*key), None, &[][..]),
             WalOp::Clear => (None, None, &[][..]),
         };
@@ -105,6 +126,7 @@ impl WalOp {
     pub fn encode(&self, out: &mut Vec<Extent>) {
         match self {
             WalOp::Set { key, kind, deadline, value } => encode_set(*key, *kind, *deadline, value, out),
+            WalOp::SetChain { key, kind, deadline, head } => encode_set_chain(*key, *kind, *deadline, *head, out),
             WalOp::Delete { key } => encode_delete(*key, out),
             WalOp::Clear => encode_clear(out),
         }
@@ -125,6 +147,20 @@ pub(crate) fn encode_set(key: Extent, kind: u8, deadline: Option<Extent>, value:
     out.extend_from_slice(value);
 }
 
+/// Appends a SET record whose value is an extent chain (as [`WalOp::encode`]):
+/// header (count 1), key, deadline if any, then the chain's head.
+pub(crate) fn encode_set_chain(key: Extent, kind: u8, deadline: Option<Extent>, head: Extent, out: &mut Vec<Extent>) {
+    if let Some(d) = deadline {
+        assert_eq!(d.len as usize, DEADLINE_BYTES, "a deadline extent is 8 B");
+    }
+    assert_eq!(head.offset, 0, "a chain's head is at the start of its buffer");
+    let key_words = 1 + u32::from(deadline.is_some());
+    out.push(header(OP_SET_CHAIN, kind, key_words, 1));
+    out.push(key);
+    out.extend(deadline);
+    out.push(head);
+}
+
 /// Appends a DELETE record's words (as [`WalOp::encode`]).
 pub(crate) fn encode_delete(key: Extent, out: &mut Vec<Extent>) {
     out.push(header(OP_DELETE, 0, 1, 0));
@@ -142,6 +178,14 @@ pub(crate) fn encode_txn(words: usize, out: &mut Vec<Extent>) {
     assert!(words <= MAX_TXN_WORDS, "transaction of {words} words");
     out.push(header(OP_TXN, 0, 0, 1));
     out.push(Extent { buf_idx: words as u32, offset: 0, len: 0 });
+}
+
+/// Appends a chained transaction: its header and the head of the extent
+/// chain holding its record words (`crate::chain`).
+pub(crate) fn encode_txn_chain(head: Extent, out: &mut Vec<Extent>) {
+    assert_eq!(head.offset, 0, "a chain's head is at the start of its buffer");
+    out.push(header(OP_TXN_CHAIN, 0, 0, 1));
+    out.push(head);
 }
 
 fn header(op: u32, kind: u8, key_words: u32, count: u16) -> Extent {
@@ -174,12 +218,31 @@ pub struct DecodedWal {
 /// after it). A transaction whose words run past the end of the WAL is
 /// the uncommitted tail ([`DecodedWal::uncommitted`]).
 pub fn decode_wal(words: &[(u64, Extent)]) -> Result<DecodedWal, String> {
+    decode_wal_with(words, &mut |head| Err(format!("a chained transaction at {head:?} and no pool to read it from")))
+}
+
+/// [`decode_wal`], reading the record words of a chained transaction (a
+/// header and its chain's head, in one group) with `expand`; its records
+/// carry the header's index.
+pub fn decode_wal_with(
+    words: &[(u64, Extent)],
+    expand: &mut dyn FnMut(Extent) -> Result<Vec<Extent>, String>,
+) -> Result<DecodedWal, String> {
     let mut decoded = DecodedWal::default();
     let mut at = 0;
     while at < words.len() {
         let (index, word) = words[at];
         let bad = |why: &str| format!("WAL word {index}: {why}");
         match parse_header(word) {
+            Some((OP_TXN_CHAIN, 0, 0, 1)) => {
+                let head = words.get(at + 1).ok_or_else(|| bad("chained transaction cut short"))?.1;
+                if head.buf_idx >= RESERVED_BUF_IDX || head.offset != 0 {
+                    return Err(bad("not a chain's head"));
+                }
+                let body: Vec<(u64, Extent)> = expand(head)?.into_iter().map(|w| (index, w)).collect();
+                decoded.records.extend(decode_records(&body, false)?);
+                at += TXN_WORDS;
+            }
             Some((OP_TXN, 0, 0, 1)) => {
                 let count = words.get(at + 1).ok_or_else(|| bad("transaction header cut short"))?.1;
                 if count.buf_idx >= RESERVED_BUF_IDX || count.offset != 0 || count.len != 0 {
@@ -252,12 +315,26 @@ fn decode_record(words: &[(u64, Extent)]) -> Result<Option<(WalOp, usize)>, Stri
             }
             None => return Ok(None),
         },
+        (OP_SET_CHAIN, 1 | 2) if count == 1 => match body(key_words as usize + 1) {
+            Some(body) => {
+                let deadline = (key_words == 2).then_some(body[1].1);
+                if deadline.is_some_and(|d| d.len as usize != DEADLINE_BYTES) {
+                    return Err(bad("a deadline extent that is not 8 B"));
+                }
+                let head = body[key_words as usize].1;
+                if head.offset != 0 {
+                    return Err(bad("a chain head not at the start of its buffer"));
+                }
+                WalOp::SetChain { key: body[0].1, kind, deadline, head }
+            }
+            None => return Ok(None),
+        },
         (OP_DELETE, 1) if count == 0 => match body(1) {
             Some(body) => WalOp::Delete { key: body[0].1 },
             None => return Ok(None),
         },
         (OP_CLEAR, 0) if count == 0 => WalOp::Clear,
-        (OP_TXN, _) => return Err(bad("a transaction inside a transaction")),
+        (OP_TXN | OP_TXN_CHAIN, _) => return Err(bad("a transaction inside a transaction")),
         _ => return Err(bad("unknown record")),
     };
     if record.extents().any(|e| e.buf_idx >= RESERVED_BUF_IDX) {
@@ -318,6 +395,15 @@ pub enum TreeValue {
         /// Where the extent list is.
         list: Extent,
     },
+    /// One word naming an extent chain's first chunk (`crate::chain`).
+    Chain {
+        /// The type byte.
+        kind: u8,
+        /// The expiry deadline (ms since the Unix epoch), if any.
+        deadline: Option<u64>,
+        /// The chain's first chunk.
+        head: Extent,
+    },
 }
 
 impl TreeValue {
@@ -330,6 +416,7 @@ impl TreeValue {
                 (*kind, FORM_DIRECT, *deadline, extents.clone())
             }
             TreeValue::Indirect { kind, deadline, list } => (*kind, FORM_INDIRECT, *deadline, vec![*list]),
+            TreeValue::Chain { kind, deadline, head } => (*kind, FORM_CHAIN, *deadline, vec![*head]),
         };
         let flags = if deadline.is_some() { FLAG_DEADLINE } else { 0 };
         let mut bytes = vec![kind, form, flags, 0, 0, 0, 0, 0];
@@ -361,6 +448,7 @@ impl TreeValue {
             (FORM_INDIRECT, 1) if words[0].len.is_multiple_of(8) => {
                 Ok(TreeValue::Indirect { kind, deadline, list: words[0] })
             }
+            (FORM_CHAIN, 1) if words[0].offset == 0 => Ok(TreeValue::Chain { kind, deadline, head: words[0] }),
             (form, n) => Err(format!("tree value form {form} with {n} words")),
         }
     }
@@ -410,9 +498,48 @@ mod tests {
     }
 
     #[test]
+    fn chained_sets_round_trip() {
+        let ops = vec![
+            WalOp::SetChain { key: e(1, 0, 5), kind: 2, deadline: None, head: e(7, 0, 96) },
+            WalOp::SetChain { key: e(1, 8, 5), kind: 0, deadline: Some(e(1, 16, 8)), head: e(9, 0, 2048) },
+        ];
+        let mut words = Vec::new();
+        ops.iter().for_each(|op| op.encode(&mut words));
+        assert_eq!(words.len(), 3 + 4);
+        let indexed: Vec<(u64, Extent)> = words.iter().enumerate().map(|(i, &w)| (i as u64, w)).collect();
+        let decoded: Vec<WalOp> = decode_wal(&indexed).unwrap().records.into_iter().map(|(_, op)| op).collect();
+        assert_eq!(decoded, ops);
+        let mut bad = words.clone();
+        bad[2].offset = 8;
+        let indexed_bad: Vec<(u64, Extent)> = bad.iter().enumerate().map(|(i, &w)| (i as u64, w)).collect();
+        assert!(decode_wal(&indexed_bad).is_err(), "a chain head is at offset 0");
+        assert!(decode_wal(&indexed[..2]).is_err(), "cut short");
+        // A chained transaction: two words naming the chain of its records.
+        let mut body = Vec::new();
+        ops.iter().for_each(|op| op.encode(&mut body));
+        let mut txn = Vec::new();
+        WalOp::Clear.encode(&mut txn);
+        encode_txn_chain(e(30, 0, 64), &mut txn);
+        let indexed: Vec<(u64, Extent)> = txn.iter().enumerate().map(|(i, &w)| (i as u64 + 50, w)).collect();
+        assert!(decode_wal(&indexed).is_err(), "a chained transaction needs its chain");
+        let got = decode_wal_with(&indexed, &mut |head| {
+            assert_eq!(head, e(30, 0, 64));
+            Ok(body.clone())
+        })
+        .unwrap();
+        assert_eq!(got.records, vec![(50, WalOp::Clear), (51, ops[0].clone()), (51, ops[1].clone())]);
+        let short: Vec<(u64, Extent)> = indexed[..2].to_vec();
+        assert!(decode_wal_with(&short, &mut |_| Ok(Vec::new())).is_err(), "cut short");
+        let tree = TreeValue::Chain { kind: 3, deadline: Some(9), head: e(4, 0, 40) };
+        assert_eq!(TreeValue::decode(&tree.encode()).unwrap(), tree);
+    }
+
+    #[test]
     fn transactions_decode_whole_or_as_the_uncommitted_tail() {
-        let ops =
-            vec![WalOp::Set { key: e(1, 0, 5), kind: 1, deadline: None, value: vec![e(2, 0, 9)] }, WalOp::Delete { key: e(1, 8, 3) }];
+        let ops = vec![
+            WalOp::Set { key: e(1, 0, 5), kind: 1, deadline: None, value: vec![e(2, 0, 9)] },
+            WalOp::Delete { key: e(1, 8, 3) },
+        ];
         let mut words = Vec::new();
         WalOp::Clear.encode(&mut words);
         let body: usize = ops.iter().map(WalOp::words).sum();

@@ -244,6 +244,12 @@ pub struct Reply {
     pub output: Output,
     /// Close the connection once all queued output is sent; unread input is discarded.
     pub close: bool,
+    /// Unconsumed bytes the service needs before it can make progress on this connection
+    /// (0: any new byte). The loop does not hand the connection to the service again before it
+    /// holds that many (or the peer closed), and lets it hold that many even beyond
+    /// [`crate::Config::max_rx_bytes`]: a receive grant for a large request, which the service
+    /// sizes against its memory. A lower bound is safe; more than the request needs stalls it.
+    pub wanted: usize,
 }
 
 #[derive(Debug)]

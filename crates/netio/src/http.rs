@@ -150,6 +150,8 @@ pub enum Parsed<'a> {
 pub struct Codec {
     limits: Limits,
     scratch: Vec<u8>,
+    /// After an `Incomplete` parse whose head was whole: the request's size.
+    incomplete_len: Option<usize>,
 }
 
 struct Head<'b> {
@@ -246,7 +248,14 @@ impl Codec {
     /// A codec with these limits (the scratch is allocated once, `max_head_bytes` long).
     pub fn new(limits: Limits) -> Codec {
         assert!(limits.max_head_bytes >= 16, "max_head_bytes too small for any request");
-        Codec { limits, scratch: Vec::with_capacity(limits.max_head_bytes) }
+        Codec { limits, scratch: Vec::with_capacity(limits.max_head_bytes), incomplete_len: None }
+    }
+
+    /// After [`Codec::parse`] returned [`Parsed::Incomplete`]: the whole request's size in
+    /// bytes (head and body) if its head was complete, so that a server can wait for (and
+    /// grant room for) exactly that many; `None` if the head itself is incomplete.
+    pub fn incomplete_len(&self) -> Option<usize> {
+        self.incomplete_len
     }
 
     /// The limits.
@@ -256,6 +265,7 @@ impl Codec {
 
     /// Parses the request that starts `at` bytes into `segs`.
     pub fn parse<'a>(&'a mut self, segs: &'a [Segment<'a>], at: usize) -> Parsed<'a> {
+        self.incomplete_len = None;
         let Some((si, off)) = locate(segs, at) else { return Parsed::Incomplete };
         let avail: usize = segs[si..].iter().map(|s| s.bytes.len()).sum::<usize>() - off;
         let first = &segs[si].bytes[off..];
@@ -290,6 +300,7 @@ impl Codec {
         }
         let body_len = head.content_length as usize;
         if avail < head_len + body_len {
+            self.incomplete_len = Some(head_len + body_len);
             return Parsed::Incomplete;
         }
         let (bseg, boff) = match locate(&segs[si..], off + head_len) {
@@ -486,6 +497,9 @@ mod tests {
         for i in 0..REQ.len() {
             let segs = segs_of(&[&REQ[..i]]);
             assert!(matches!(c.parse(&segs, 0), Parsed::Incomplete), "prefix {i}");
+            // Once the head is whole, the request's size is known.
+            let head = REQ.len() - 11;
+            assert_eq!(c.incomplete_len(), (i >= head).then_some(REQ.len()), "prefix {i}");
         }
     }
 

@@ -18,8 +18,11 @@
 //!   while the kernel may read it;
 //! - a connection slot is freed only when neither a receive nor a send is in flight on it, so
 //!   no completion ever names a freed slot;
-//! - reading pauses when a connection holds `max_rx_bytes` unconsumed or `max_tx_bytes` unsent
-//!   bytes, and resumes when below; ENOBUFS (ring empty) parks the connection until the ring
+//! - reading pauses when a connection holds `max_rx_bytes` unconsumed (or, with a receive grant
+//!   from the service, [`Reply::wanted`], that many) or `max_tx_bytes` unsent bytes, and resumes
+//!   when below; a connection is handed to the service only once it holds what the service
+//!   last said it wants, so a request of 512 MB in 2 KB buffers costs one parse, not one per
+//!   receive; ENOBUFS (ring empty) parks the connection until the ring
 //!   has buffers again. The kernel leaves unread bytes in the socket, so none is lost. Progress
 //!   needs the pool to be larger than what connections may hold unconsumed (`max_rx_bytes`
 //!   each) plus the ring: buffers held by half-received requests are not reusable. A small
@@ -421,6 +424,8 @@ struct Conn {
     open: bool,
     rx: VecDeque<RxSeg>,
     rx_bytes: usize,
+    /// The service's last [`Reply::wanted`]: bytes to hold before it sees the connection again.
+    rx_wanted: usize,
     recv: RecvState,
     starved: bool,
     peer_eof: bool,
@@ -454,6 +459,7 @@ impl Conn {
             open: false,
             rx: VecDeque::new(),
             rx_bytes: 0,
+            rx_wanted: 0,
             recv: RecvState::Idle,
             starved: false,
             peer_eof: false,
@@ -479,6 +485,11 @@ impl Conn {
 
     fn tx_bytes(&self) -> usize {
         self.pending.len_bytes() + self.inflight.len_bytes()
+    }
+
+    /// Unconsumed bytes the connection may hold: the configured bound, or the service's grant.
+    fn rx_bound(&self, max_rx_bytes: usize) -> usize {
+        max_rx_bytes.max(self.rx_wanted)
     }
 }
 
@@ -792,6 +803,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
         c.peer_loopback = peer_is_loopback(fd);
         c.open = true;
         c.rx_bytes = 0;
+        c.rx_wanted = 0;
         c.recv = RecvState::Idle;
         c.starved = false;
         c.peer_eof = false;
@@ -1014,6 +1026,9 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             if !c.open || c.closing != Closing::No || (c.rx_bytes == 0 && !forced) {
                 continue;
             }
+            if c.rx_bytes < c.rx_wanted && !c.peer_eof {
+                continue; // the service cannot progress yet: not worth a parse
+            }
             let seg_start = batch.segs.len();
             for s in &c.rx {
                 // SAFETY: the loop holds a reference on `s.buf` (the receive queue's) until
@@ -1045,6 +1060,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             e.len_bytes = c.rx_bytes;
             e.reply.consumed = 0;
             e.reply.close = false;
+            e.reply.wanted = 0;
             std::mem::swap(&mut e.reply.output, &mut c.pending);
             e.parts_before = e.reply.output.parts().len();
             batch.used += 1;
@@ -1103,7 +1119,8 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
         if e.reply.close && c.closing == Closing::No {
             c.closing = Closing::Graceful;
         }
-        if c.closing == Closing::No && c.rx_bytes >= self.cfg.max_rx_bytes {
+        c.rx_wanted = e.reply.wanted;
+        if c.closing == Closing::No && c.rx_bytes >= c.rx_bound(self.cfg.max_rx_bytes) {
             c.closing = Closing::Hard;
             self.stats.rx_overflow_closes += 1;
         }
@@ -1165,7 +1182,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             }
             Closing::No => {}
         }
-        let want_read = c.rx_bytes < self.cfg.max_rx_bytes && c.tx_bytes() < self.cfg.max_tx_bytes;
+        let want_read = c.rx_bytes < c.rx_bound(self.cfg.max_rx_bytes) && c.tx_bytes() < self.cfg.max_tx_bytes;
         match (want_read, c.recv) {
             (true, RecvState::Idle) if !c.starved => self.arm_recv(slot),
             (false, RecvState::Armed) if self.mode == RecvMode::Multishot => {

@@ -128,7 +128,7 @@ impl ValueSource<'_> {
     /// The bytes to store.
     pub fn bytes(&self) -> &[u8] {
         match self {
-            ValueSource::Arg(a) => a.bytes,
+            ValueSource::Arg(a) => a.bytes(),
             ValueSource::Owned(v) => v,
         }
     }
@@ -160,9 +160,10 @@ pub enum StoreError {
     /// those kept for receiving requests).
     #[error("OOM command not allowed: the persistent pool is full")]
     PoolFull,
-    /// The command's (or transaction's) writes need more WAL words than one
-    /// failure-atomic commit can hold: the whole WAL.
-    #[error("OOM command not allowed: its writes need more than the {max} WAL words one atomic commit can hold")]
+    /// The command's (or transaction's) writes need more record words than
+    /// one failure-atomic commit can hold (a transaction larger than the WAL
+    /// keeps its records in pool buffers, up to this many words).
+    #[error("OOM command not allowed: its writes need more than the {max} record words one atomic commit can hold")]
     TooLargeToCommit {
         /// The WAL words one commit can hold.
         max: u64,
@@ -371,7 +372,7 @@ impl Keyspace for MemKeyspace {
         }
         let value: Arc<[u8]> = match value {
             ValueSource::Owned(v) => v.into(),
-            ValueSource::Arg(a) => a.bytes.into(),
+            ValueSource::Arg(a) => a.bytes().into(),
         };
         let old = self.live(key).and_then(|e| e.deadline_ms);
         let deadline_ms = match expiry {

@@ -13,6 +13,17 @@
 //! as locations, [`Piece`]s `(segment, start, len)`, so the server can store a
 //! value zero-copy from the buffers it landed in. Inline arguments that were
 //! unquoted/unescaped have no locations (their bytes do not exist verbatim).
+//! A split argument longer than [`EAGER_GATHER_BYTES`] is gathered only if
+//! its bytes are asked for ([`Arg::bytes`]): parsing a 512 MB value received
+//! in 262,144 buffers records its pieces and copies nothing.
+//!
+//! An incomplete request reports a lower bound on the bytes it still needs
+//! ([`ParseSummary::wanted`]: through the bulk argument being received, plus
+//! the smallest encoding of each argument after it), so a server need not
+//! parse it again before that many have arrived, and where its arguments
+//! stand ([`ParseSummary::pending`]), so a server that refuses it (too large
+//! for its memory) can read and discard the rest of it ([`Skip`]) and keep
+//! the connection.
 //!
 //! Errors follow Redis 7.0's `processMultibulkBuffer`/`processInlineBuffer`
 //! exactly, including what Redis does not check (the two bytes after a bulk
@@ -32,6 +43,12 @@ use std::ops::Range;
 /// longest a `*`/`$` header may go without its `\r`.
 pub const INLINE_MAX_BYTES: usize = 64 * 1024;
 
+/// Split arguments up to this long are gathered when parsed; longer ones
+/// only when their bytes are asked for.
+pub const EAGER_GATHER_BYTES: usize = 4096;
+
+/// The fewest bytes one bulk argument takes (`$0\r\n\r\n`).
+const MIN_ARG_BYTES: u64 = 6;
 /// Bounds on what a request may contain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -122,6 +139,9 @@ pub struct Piece {
 enum Bytes {
     Segment { segment: u32, start: u32, len: u32 },
     Gathered { start: u32, len: u32 },
+    /// Split, gathered on demand into `Parsed::lazy[slot]` from stream
+    /// position `pos`.
+    Lazy { slot: u32, pos: u32, len: u32 },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -141,12 +161,120 @@ pub struct ParseSummary {
     /// A protocol error after the parsed commands: execute those, send
     /// [`ProtocolError::reply`], then close.
     pub error: Option<ProtocolError>,
-    /// When the last request is incomplete and its size is known (inside a
-    /// bulk payload): the total unconsumed bytes needed to finish it.
+    /// When the last request is an incomplete multibulk: a lower bound on
+    /// the unconsumed bytes it needs (through the bulk argument being
+    /// received, then 6 B for each argument after it).
     pub wanted: Option<usize>,
+    /// When the last request is an incomplete multibulk: where it stands.
+    pub pending: Option<Pending>,
     /// Parsing stopped at [`Limits::max_commands`]: more complete requests
     /// may follow the consumed bytes.
     pub limited: bool,
+}
+
+/// Where an incomplete multibulk request stands, from its first byte (the
+/// first unconsumed one): `through` bytes are accounted for (its headers and
+/// the arguments received, through the end of the one being received if
+/// its length is known), and `args_after` whole arguments follow them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pending {
+    /// Bytes from the request's start through the last accounted one.
+    pub through: u64,
+    /// Arguments after those.
+    pub args_after: u64,
+}
+
+impl Pending {
+    /// A lower bound on the request's size in bytes.
+    pub fn min_bytes(&self) -> u64 {
+        self.through.saturating_add(self.args_after.saturating_mul(MIN_ARG_BYTES))
+    }
+}
+
+/// Reads and discards the rest of a refused request, as its bytes arrive:
+/// `left` bytes, then `args` whole bulk arguments (`$len\r\n` and the
+/// payload with its CRLF). Resumable: each call takes what is there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Skip {
+    left: u64,
+    args: u64,
+    max_bulk_bytes: u64,
+}
+
+/// What one [`Skip::advance`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Skipped {
+    /// Bytes to consume.
+    pub consumed: usize,
+    /// The request is wholly skipped.
+    pub done: bool,
+    /// An argument header after the refused one is malformed: reply and
+    /// close, as for a parse.
+    pub error: Option<ProtocolError>,
+}
+
+impl Skip {
+    /// Skips the request `pending` describes (its first byte is the first
+    /// unconsumed one), under the bulk limit of `limits`.
+    pub fn new(pending: Pending, limits: Limits) -> Skip {
+        Skip { left: pending.through, args: pending.args_after, max_bulk_bytes: limits.max_bulk_bytes }
+    }
+
+    /// Bytes still to discard before the next header (a lower bound on what
+    /// the next call needs to make progress; at least 1).
+    pub fn wanted(&self) -> u64 {
+        self.left.max(1)
+    }
+
+    /// What is left of the request, from the first byte not yet advanced
+    /// over: a server may also use a `Skip` to *scan* an incomplete request
+    /// as it arrives (each call walking only the new bytes' headers) and
+    /// parse it once, when [`Skipped::done`] says it is whole.
+    pub fn pending(&self) -> Pending {
+        Pending { through: self.left, args_after: self.args }
+    }
+
+    /// Discards what `segments` (the unconsumed bytes) hold of the request.
+    pub fn advance(&mut self, segments: &[&[u8]]) -> Skipped {
+        let mut starts = Vec::with_capacity(segments.len());
+        let mut total = 0usize;
+        for s in segments {
+            starts.push(total);
+            total += s.len();
+        }
+        let st = Stream { segs: segments, starts: &starts, total };
+        let mut pos = 0usize;
+        let mut scratch = Vec::new();
+        let skipped = |consumed, done, error| Skipped { consumed, done, error };
+        loop {
+            let take = self.left.min((total - pos) as u64);
+            pos += take as usize;
+            self.left -= take;
+            if self.left > 0 {
+                return skipped(pos, false, None);
+            }
+            if self.args == 0 {
+                return skipped(pos, true, None);
+            }
+            let Some(cr) = st.find(pos, b'\r') else {
+                let error = (total - pos > INLINE_MAX_BYTES).then_some(ProtocolError::TooBigBulkCount);
+                return skipped(pos, false, error);
+            };
+            if cr + 2 > total {
+                return skipped(pos, false, None);
+            }
+            let head = st.byte(pos);
+            if head != b'$' {
+                return skipped(pos, false, Some(ProtocolError::ExpectedDollar(head)));
+            }
+            match st.parse_int(pos + 1, cr, &mut scratch) {
+                Some(n) if n >= 0 && (n as u64) <= self.max_bulk_bytes => self.left = n as u64 + 2,
+                _ => return skipped(pos, false, Some(ProtocolError::InvalidBulkLength)),
+            }
+            self.args -= 1;
+            pos = cr + 2;
+        }
+    }
 }
 
 /// The parser's output, reused across calls to avoid allocation: commands,
@@ -161,6 +289,8 @@ pub struct Parsed {
     /// Where each command's bytes end in the input (the offset after it).
     ends: Vec<usize>,
     gathered: Vec<u8>,
+    /// Long split arguments, gathered when first asked for.
+    lazy: Vec<std::cell::OnceCell<Box<[u8]>>>,
     line: Vec<u8>,
 }
 
@@ -172,14 +302,38 @@ pub struct Request<'a> {
     args: &'a [ArgMeta],
 }
 
-/// One argument of a [`Request`]: its bytes and where they lie.
-#[derive(Debug, Clone, Copy)]
+/// One argument of a [`Request`]: its bytes (on demand: a long split
+/// argument is gathered only if asked for) and where they lie.
+#[derive(Clone, Copy)]
 pub struct Arg<'a> {
-    /// The argument's bytes.
-    pub bytes: &'a [u8],
+    request: Request<'a>,
+    index: usize,
     /// Its locations in the segments, in order; empty if the bytes are not
     /// in the input verbatim (an inline argument with quotes or escapes).
     pub pieces: &'a [Piece],
+}
+
+impl<'a> Arg<'a> {
+    /// The argument's bytes (gathered now if it is long and split).
+    pub fn bytes(&self) -> &'a [u8] {
+        self.request.arg(self.index)
+    }
+
+    /// Its length in bytes (gathers nothing).
+    pub fn len(&self) -> usize {
+        self.request.arg_len(self.index)
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl std::fmt::Debug for Arg<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Arg").field("len", &self.len()).field("pieces", &self.pieces.len()).finish()
+    }
 }
 
 impl<'a> Request<'a> {
@@ -195,23 +349,37 @@ impl<'a> Request<'a> {
 
     /// Argument `i` as bytes.
     pub fn arg(&self, i: usize) -> &'a [u8] {
-        self.arg_ref(i).bytes
+        self.arg_bytes(i)
+    }
+
+    /// Argument `i`'s length in bytes.
+    pub fn arg_len(&self, i: usize) -> usize {
+        match self.args[i].bytes {
+            Bytes::Segment { len, .. } | Bytes::Gathered { len, .. } | Bytes::Lazy { len, .. } => len as usize,
+        }
+    }
+
+    fn arg_bytes(&self, i: usize) -> &'a [u8] {
+        match self.args[i].bytes {
+            Bytes::Segment { segment, start, len } => {
+                let s = start as usize;
+                &self.segments[segment as usize][s..s + len as usize]
+            }
+            Bytes::Gathered { start, len } => &self.parsed.gathered[start as usize..(start + len) as usize],
+            Bytes::Lazy { slot, pos, len } => self.parsed.lazy[slot as usize].get_or_init(|| {
+                let stream = Stream { segs: self.segments, starts: &self.parsed.seg_starts, total: usize::MAX };
+                let mut out = Vec::with_capacity(len as usize);
+                stream.copy(pos as usize, pos as usize + len as usize, &mut out);
+                out.into_boxed_slice()
+            }),
+        }
     }
 
     /// Argument `i` with its locations.
     pub fn arg_ref(&self, i: usize) -> Arg<'a> {
         let meta = self.args[i];
-        let bytes = match meta.bytes {
-            Bytes::Segment { segment, start, len } => {
-                let s = start as usize;
-                &self.segments[segment as usize][s..s + len as usize]
-            }
-            Bytes::Gathered { start, len } => {
-                &self.parsed.gathered[start as usize..(start + len) as usize]
-            }
-        };
         let pieces = &self.parsed.pieces[meta.pieces.0 as usize..meta.pieces.1 as usize];
-        Arg { bytes, pieces }
+        Arg { request: *self, index: i, pieces }
     }
 
     /// All arguments as bytes.
@@ -229,7 +397,8 @@ impl std::fmt::Debug for Request<'_> {
 enum Step {
     Command(usize),
     Empty(usize),
-    Incomplete(Option<usize>),
+    /// `(stream position accounted through, whole arguments after it)`.
+    Incomplete(Option<(usize, u64)>),
     Error(ProtocolError),
 }
 
@@ -254,6 +423,7 @@ impl Parsed {
         self.commands.clear();
         self.ends.clear();
         self.gathered.clear();
+        self.lazy.clear();
         self.seg_starts.clear();
         let mut starts = std::mem::take(&mut self.seg_starts);
         let mut total = 0usize;
@@ -264,7 +434,8 @@ impl Parsed {
         assert!(total <= u32::MAX as usize, "input of {total} B: locations are 32-bit");
         let stream = Stream { segs: segments, starts: &starts, total };
         let mut pos = 0usize;
-        let mut summary = ParseSummary { consumed: 0, commands: 0, error: None, wanted: None, limited: false };
+        let mut summary =
+            ParseSummary { consumed: 0, commands: 0, error: None, wanted: None, pending: None, limited: false };
         while pos < total {
             if self.commands.len() >= self.limits.max_commands as usize {
                 summary.limited = true;
@@ -283,9 +454,11 @@ impl Parsed {
                     pos = next;
                 }
                 Step::Empty(next) => pos = next,
-                Step::Incomplete(wanted) => {
+                Step::Incomplete(pending) => {
                     self.truncate_args(first_arg);
-                    summary.wanted = wanted.map(|w| w - pos);
+                    summary.pending =
+                        pending.map(|(through, args_after)| Pending { through: (through - pos) as u64, args_after });
+                    summary.wanted = summary.pending.map(|p| usize::try_from(p.min_bytes()).unwrap_or(usize::MAX));
                     break;
                 }
                 Step::Error(e) => {
@@ -307,6 +480,12 @@ impl Parsed {
             self.pieces.truncate(meta.pieces.0 as usize);
             if let Bytes::Gathered { start, .. } = meta.bytes {
                 self.gathered.truncate(start as usize);
+            }
+            if let Some(slot) = self.args[first_arg as usize..].iter().find_map(|a| match a.bytes {
+                Bytes::Lazy { slot, .. } => Some(slot),
+                _ => None,
+            }) {
+                self.lazy.truncate(slot as usize);
             }
         }
         self.args.truncate(first_arg as usize);
@@ -362,19 +541,16 @@ impl Parsed {
         if count <= 0 {
             return Step::Empty(p);
         }
-        for _ in 0..count {
+        for i in 0..count {
+            let here = Step::Incomplete(Some((p, (count - i) as u64)));
             if p >= st.total {
-                return Step::Incomplete(None);
+                return here;
             }
             let Some(cr) = st.find(p, b'\r') else {
-                return if st.total - p > INLINE_MAX_BYTES {
-                    Step::Error(ProtocolError::TooBigBulkCount)
-                } else {
-                    Step::Incomplete(None)
-                };
+                return if st.total - p > INLINE_MAX_BYTES { Step::Error(ProtocolError::TooBigBulkCount) } else { here };
             };
             if cr + 2 > st.total {
-                return Step::Incomplete(None);
+                return here;
             }
             let head = st.byte(p);
             if head != b'$' {
@@ -387,7 +563,7 @@ impl Parsed {
             let data = cr + 2;
             let end = data + len;
             if end + 2 > st.total {
-                return Step::Incomplete(Some(end + 2));
+                return Step::Incomplete(Some((end + 2, (count - i - 1) as u64)));
             }
             self.push_located(st, data, len);
             p = end + 2;
@@ -459,10 +635,13 @@ impl Parsed {
                 _ => (0, 0),
             };
             Bytes::Segment { segment, start, len: len as u32 }
-        } else {
+        } else if len <= EAGER_GATHER_BYTES {
             let g = self.gathered.len() as u32;
             st.copy(start, start + len, &mut self.gathered);
             Bytes::Gathered { start: g, len: len as u32 }
+        } else {
+            self.lazy.push(std::cell::OnceCell::new());
+            Bytes::Lazy { slot: self.lazy.len() as u32 - 1, pos: start as u32, len: len as u32 }
         };
         self.args.push(ArgMeta { bytes, pieces });
     }

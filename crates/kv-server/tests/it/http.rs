@@ -76,7 +76,8 @@ fn oversized_body_is_refused_with_413_and_closed() {
     let pool = Pool::new();
     let server = start(&pool.path, Mode::ZeroCopy);
     let mut c = HttpClient::connect(server.http).unwrap();
-    let head = format!("POST /kv/big HTTP/1.1\r\nContent-Length: {}\r\n\r\n", 1 << 20);
+    // Over 512 MiB (Redis's proto-max-bulk-len, the largest value).
+    let head = format!("POST /kv/big HTTP/1.1\r\nContent-Length: {}\r\n\r\n", (512 << 20) + 1);
     c.write_raw(head.as_bytes()).unwrap();
     let r = c.read_response().unwrap();
     assert_eq!((r.status, r.close), (413, true));

@@ -1,6 +1,7 @@
 //! Integration tests of pmwire-kv-server over emulated (/dev/shm) pools: one binary, case
 //! modules.
 
+mod big;
 mod blocking;
 mod common;
 mod http;

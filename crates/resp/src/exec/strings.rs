@@ -246,13 +246,13 @@ pub(super) fn append<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'
     let total = match c.load(key, Kind::String)? {
         None => {
             c.ks.set(key, Kind::String, ValueSource::Arg(add))?;
-            add.bytes.len()
+            add.len()
         }
         Some(mut v) => {
-            if (v.len() + add.bytes.len()) as u64 > c.server.config.limits.max_bulk_bytes {
+            if (v.len() + add.len()) as u64 > c.server.config.limits.max_bulk_bytes {
                 return Err(Fail::err("string exceeds maximum allowed size (proto-max-bulk-len)"));
             }
-            v.extend_from_slice(add.bytes);
+            v.extend_from_slice(add.bytes());
             let n = v.len();
             c.ks.set(key, Kind::String, ValueSource::Owned(v))?;
             n

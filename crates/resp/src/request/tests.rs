@@ -15,7 +15,7 @@ fn parse_all(segs: &[&[u8]]) -> (ParseSummary, Vec<Vec<Vec<u8>>>) {
                         assert!(pc.len > 0);
                         g.extend_from_slice(&segs[pc.segment as usize][pc.start as usize..(pc.start + pc.len) as usize]);
                     }
-                    assert_eq!(g, a.bytes);
+                    assert_eq!(g, a.bytes());
                 }
             }
             r.args().map(|a| a.to_vec()).collect()
@@ -100,7 +100,7 @@ fn contiguous_args_are_borrowed_and_located() {
     p.parse(&segs);
     let r = p.request(&segs, 0);
     let a = r.arg_ref(1);
-    assert_eq!(a.bytes.as_ptr(), buf[17..].as_ptr());
+    assert_eq!(a.bytes().as_ptr(), buf[17..].as_ptr());
     assert_eq!(a.pieces, &[Piece { segment: 0, start: 17, len: 3 }]);
 }
 
@@ -114,7 +114,7 @@ fn split_value_has_two_pieces() {
     assert_eq!(s.commands, 1);
     let r = p.request(&segs, 0);
     let v = r.arg_ref(2);
-    assert_eq!(v.bytes, b"abcdef");
+    assert_eq!(v.bytes(), b"abcdef");
     assert_eq!(v.pieces, &[Piece { segment: 0, start: 24, len: 4 }, Piece { segment: 1, start: 0, len: 2 }]);
 }
 
@@ -175,4 +175,79 @@ fn batch_is_bounded_by_max_commands() {
     assert_eq!((s.commands, s.consumed, s.limited), (2, 12, true));
     let s = p.parse(&[&input[12..]]);
     assert_eq!((s.commands, s.consumed, s.limited), (1, 6, false));
+}
+
+/// A long value split over many segments is located, not copied, by the
+/// parse; its bytes are gathered only when asked for.
+#[test]
+fn a_long_split_value_is_gathered_only_on_demand() {
+    let value: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
+    let mut req = format!("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n${}\r\n", value.len()).into_bytes();
+    let at = req.len();
+    req.extend_from_slice(&value);
+    req.extend_from_slice(b"\r\n*1\r\n$4\r\nPING\r\n");
+    let segs: Vec<&[u8]> = req.chunks(2048).collect();
+    let mut p = Parsed::new(Limits::default());
+    let s = p.parse(&segs);
+    assert_eq!((s.commands, s.consumed, s.error), (2, req.len(), None));
+    assert!(p.gathered.is_empty() && p.lazy.iter().all(|c| c.get().is_none()), "nothing copied by the parse");
+    let r = p.request(&segs, 0);
+    let v = r.arg_ref(2);
+    assert_eq!(v.len(), value.len());
+    assert_eq!(v.pieces.len(), (at + value.len() - 1) / 2048 - at / 2048 + 1);
+    assert_eq!(v.pieces.iter().map(|p| p.len as usize).sum::<usize>(), value.len());
+    assert!(p.lazy[0].get().is_none(), "len and pieces copy nothing");
+    assert_eq!(v.bytes(), &value[..]);
+    assert_eq!(r.arg(2).as_ptr(), v.bytes().as_ptr(), "gathered once");
+    assert_eq!(p.request(&segs, 1).arg(0), b"PING");
+}
+
+/// An incomplete request reports a lower bound on its size and where its
+/// arguments stand; a `Skip` built from it discards exactly that request,
+/// however its bytes arrive, and the next request parses.
+#[test]
+fn a_refused_request_is_skipped_whole() {
+    let big = vec![b'x'; 5000];
+    let mut req = b"*4\r\n$4\r\nMSET\r\n$1\r\na\r\n".to_vec();
+    let head = req.len();
+    req.extend_from_slice(format!("${}\r\n", big.len()).as_bytes());
+    let data = req.len();
+    req.extend_from_slice(&big);
+    req.extend_from_slice(b"\r\n$2\r\nzz\r\n");
+    let whole = req.len();
+    req.extend_from_slice(b"*1\r\n$4\r\nPING\r\n");
+    let limits = Limits::default();
+    let mut p = Parsed::new(limits);
+    // Inside the big argument: through its CRLF, one argument after it.
+    let s = p.parse(&[&req[..data + 10]]);
+    assert_eq!((s.consumed, s.commands), (0, 0));
+    let pending = s.pending.unwrap();
+    assert_eq!(pending, Pending { through: (data + big.len() + 2) as u64, args_after: 1 });
+    assert_eq!(s.wanted, Some(data + big.len() + 2 + 6));
+    assert!(s.wanted.unwrap() <= whole);
+    // Before the big argument's header: it and the one after are to come.
+    let s = p.parse(&[&req[..head + 2]]);
+    assert_eq!(s.pending, Some(Pending { through: head as u64, args_after: 2 }));
+    // Skip from the first state, the rest arriving in 3-byte pieces.
+    let mut skip = Skip::new(pending, limits);
+    let mut at = 0;
+    let mut end = data + 10;
+    loop {
+        let step = skip.advance(&[&req[at..end]]);
+        assert_eq!(step.error, None);
+        at += step.consumed;
+        if step.done {
+            break;
+        }
+        assert!(end < req.len(), "skipped past the request");
+        end = (end + 3).min(req.len());
+    }
+    assert_eq!(at, whole, "exactly the refused request");
+    let s = p.parse(&[&req[at..]]);
+    assert_eq!((s.commands, s.consumed), (1, req.len() - whole));
+    // A malformed header after the refused argument is a protocol error.
+    let mut skip = Skip::new(Pending { through: 3, args_after: 1 }, limits);
+    assert_eq!(skip.advance(&[b"abc+2\r\nzz\r\n"]).error, Some(ProtocolError::ExpectedDollar(b'+')));
+    let mut skip = Skip::new(Pending { through: 0, args_after: 1 }, limits);
+    assert_eq!(skip.advance(&[b"$536870913\r\n"]).error, Some(ProtocolError::InvalidBulkLength));
 }
