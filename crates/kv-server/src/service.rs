@@ -183,6 +183,11 @@ impl KvService {
         config.protected_mode = protected_mode;
     }
 
+    /// When collections are chunked, and their chunks' sizes.
+    pub fn set_collection_limits(&mut self, limits: pmwire_resp::chunked::ChunkConfig) {
+        self.resp.config_mut().collections = limits;
+    }
+
     /// The counters.
     pub fn stats(&self) -> ServiceStats {
         self.stats

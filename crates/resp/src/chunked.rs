@@ -78,6 +78,10 @@ pub struct ChunkConfig {
     pub list_chunk_entries: usize,
     /// Most bytes in one list chunk (a chunk with one element may be larger).
     pub list_chunk_bytes: usize,
+    /// Planted bug (the crash campaign's canary): a push that starts a new list chunk
+    /// advances the header but never writes the chunk.
+    #[doc(hidden)]
+    pub fault_header_without_chunk: bool,
 }
 
 impl Default for ChunkConfig {
@@ -89,6 +93,7 @@ impl Default for ChunkConfig {
             bucket_entries: 16,
             list_chunk_entries: 64,
             list_chunk_bytes: 1800,
+            fault_header_without_chunk: false,
         }
     }
 }
@@ -102,6 +107,7 @@ impl ChunkConfig {
             bucket_entries: 2,
             list_chunk_entries: 3,
             list_chunk_bytes: 48,
+            fault_header_without_chunk: false,
         }
     }
 }

@@ -538,7 +538,9 @@ fn list_push<K: Keyspace + ?Sized>(ks: &mut K, h: &mut Header, item: &[u8], head
     if full {
         let next = if head { seq.checked_sub(1) } else { seq.checked_add(1) };
         let next = next.ok_or_else(|| Fail::err("list has too many chunks"))?;
-        put_list_chunk(ks, h.gen, next, &[item.to_vec()])?;
+        if !cfg.fault_header_without_chunk {
+            put_list_chunk(ks, h.gen, next, &[item.to_vec()])?;
+        }
         if head {
             h.a = next as u64;
         } else {
