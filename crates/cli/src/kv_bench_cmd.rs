@@ -117,7 +117,8 @@ pub fn run(suite: &KvSuite) -> Result<pmwire_bench::SuiteReport> {
     match suite {
         KvSuite::Kv(args) if args.only.as_deref() == Some("collections") => {
             let (exe, out) = (exe, args.out.clone());
-            let options = if args.quick { CollectionsOptions::quick(exe, out) } else { CollectionsOptions::full(exe, out) };
+            let options =
+                if args.quick { CollectionsOptions::quick(exe, out) } else { CollectionsOptions::full(exe, out) };
             collections::run(&options)
         }
         KvSuite::Kv(SuiteArgs { only: Some(other), .. }) | KvSuite::HttpWal(SuiteArgs { only: Some(other), .. }) => {

@@ -488,7 +488,8 @@ impl Keyspace for EngineKeyspace<'_> {
         };
         let live = self.engine.entries(above).filter(|(_, e)| e.deadline_ms.is_none_or(|d| d > now));
         for (key, entry) in live.take(limit - n) {
-            visit(user_key(key).expect("above the internal range"), Kind::from_byte(entry.kind).unwrap_or(Kind::String));
+            let key = user_key(key).expect("above the internal range");
+            visit(key, Kind::from_byte(entry.kind).unwrap_or(Kind::String));
             n += 1;
         }
         n

@@ -191,7 +191,11 @@ impl Header {
     /// The bucket holding a member whose hash is `hash`.
     pub fn bucket_of(&self, hash: u64) -> u64 {
         let low = hash & ((1u64 << self.a) - 1);
-        if low < self.b { hash & ((1u64 << (self.a + 1)) - 1) } else { low }
+        if low < self.b {
+            hash & ((1u64 << (self.a + 1)) - 1)
+        } else {
+            low
+        }
     }
 }
 

@@ -535,7 +535,8 @@ impl Keyspace for MemKeyspace {
 
     fn internal_scan(&mut self, from: &[u8], limit: usize, visit: &mut dyn FnMut(&[u8])) -> usize {
         let mut n = 0;
-        for k in self.internal.range::<[u8], _>((std::ops::Bound::Included(from), std::ops::Bound::Unbounded)).map(|(k, _)| k).take(limit) {
+        let range = (std::ops::Bound::Included(from), std::ops::Bound::Unbounded);
+        for k in self.internal.range::<[u8], _>(range).map(|(k, _)| k).take(limit) {
             visit(k);
             n += 1;
         }

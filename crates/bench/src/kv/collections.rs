@@ -273,7 +273,12 @@ fn build(conn: &mut Conn, family: Family, key: &[u8], members: u64, o: &Collecti
     let count = conn.call(&family.count(key))?;
     let want = format!(":{members}\r\n");
     if count != want.as_bytes() {
-        bail!("{} {} holds {:?}, not {members}", family.name(), String::from_utf8_lossy(key), String::from_utf8_lossy(&count));
+        bail!(
+            "{} {} holds {:?}, not {members}",
+            family.name(),
+            String::from_utf8_lossy(key),
+            String::from_utf8_lossy(&count)
+        );
     }
     Ok(())
 }
@@ -407,7 +412,16 @@ fn ratio_of(costs: &[(&str, Family, bool, Cost)], variant: &str, family: Family,
 fn ratio_table(costs: &[(&str, Family, bool, Cost)], o: &CollectionsOptions) -> String {
     let mut t = format!(
         "\n{:<6} {:<6} {:>12} {:>12} {:>8} {:>12} {:>12} {:>8}   (big = {} members, small = {})\n",
-        "family", "server", "p50 small us", "p50 big us", "ratio", "cpu small us", "cpu big us", "ratio", o.big, o.small
+        "family",
+        "server",
+        "p50 small us",
+        "p50 big us",
+        "ratio",
+        "cpu small us",
+        "cpu big us",
+        "ratio",
+        o.big,
+        o.small
     );
     for family in FAMILIES {
         for (variant, short) in [("pmwire_zero_copy", "pmwire"), ("redis_aof_always", "redis")] {
@@ -443,9 +457,11 @@ fn headlines(costs: &[(&str, Family, bool, Cost)], o: &CollectionsOptions) -> Ve
             shown(redis_p50),
             shown(redis_cpu)
         );
-        let name = format!("kv collections: durable {} into {size} / into 10 members, p50 latency", family.insert_name());
+        let name =
+            format!("kv collections: durable {} into {size} / into 10 members, p50 latency", family.insert_name());
         out.push(ratio(&name, ratio_of(costs, "pmwire_zero_copy", family, |c| c.p50_us), 2.0, false, &peer));
-        let name = format!("kv collections: {} + inverse into {size} / into 10 members, server CPU", family.insert_name());
+        let name =
+            format!("kv collections: {} + inverse into {size} / into 10 members, server CPU", family.insert_name());
         let mut h = ratio(&name, ratio_of(costs, "pmwire_zero_copy", family, |c| c.cpu_us_per_pair), 2.0, false, &peer);
         h.informational = true;
         out.push(h);

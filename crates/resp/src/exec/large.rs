@@ -433,8 +433,11 @@ fn set_cmd<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
             "sadd" | "srem" => {
                 let mut changed = 0;
                 for i in 2..c.argc() {
-                    let done =
-                        if name == "sadd" { map_put(c.ks, &mut h, c.arg(i), &[])? } else { map_remove(c.ks, &mut h, c.arg(i))? };
+                    let done = if name == "sadd" {
+                        map_put(c.ks, &mut h, c.arg(i), &[])?
+                    } else {
+                        map_remove(c.ks, &mut h, c.arg(i))?
+                    };
                     changed += i64::from(done);
                 }
                 if changed > 0 {

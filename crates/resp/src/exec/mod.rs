@@ -27,6 +27,8 @@ pub use multi::MAX_QUEUED_BYTES;
 pub use sets::{MAX_RANDOM_REPLY, MAX_RANDOM_REPLY_BYTES};
 
 #[cfg(test)]
+mod large_tests;
+#[cfg(test)]
 mod tests;
 
 use crate::blob::BlobError;
