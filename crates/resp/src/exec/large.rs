@@ -2,7 +2,7 @@
 //! whose cost does not grow with the collection (HSET HMSET HGET HMGET HDEL
 //! HEXISTS HLEN, SADD SREM SISMEMBER SMISMEMBER SCARD, plain ZADD ZREM
 //! ZSCORE ZCARD, LPUSH RPUSH LPUSHX RPUSHX LPOP RPOP without count, LLEN
-//! LINDEX), and the two conversions every other command goes through:
+//! LINDEX LRANGE), and the two conversions every other command goes through:
 //! [`materialise`] (a chunked collection read as one blob, for `Ctx::load`)
 //! and [`store_blob`] (a collection written whole, chunked when it is over
 //! [`ChunkConfig`]'s limits).
@@ -327,7 +327,7 @@ pub(super) fn fast<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(name: &str, c: 
         "hset" | "hmset" | "hget" | "hmget" | "hdel" | "hexists" | "hlen" => Kind::Hash,
         "sadd" | "srem" | "sismember" | "smismember" | "scard" => Kind::Set,
         "zadd" | "zrem" | "zscore" | "zcard" => Kind::ZSet,
-        "lpush" | "rpush" | "lpushx" | "rpushx" | "lpop" | "rpop" | "llen" | "lindex" => Kind::List,
+        "lpush" | "rpush" | "lpushx" | "rpushx" | "lpop" | "rpop" | "llen" | "lindex" | "lrange" => Kind::List,
         _ => return None,
     };
     if c.argc() < 2 || !c.ks.has_internal() {
@@ -608,6 +608,40 @@ fn list_index_of<K: Keyspace + ?Sized>(ks: &mut K, h: &Header, index: i64) -> Re
     Err(corrupt("list count beyond its chunks"))
 }
 
+/// LRANGE's elements `[start, end]` (positions, `end < count`): chunks are read from the
+/// end nearer the range, so a range near either end costs a few chunks.
+fn list_range<K: Keyspace + ?Sized>(ks: &mut K, h: &Header, start: u64, end: u64) -> Result<Vec<Vec<u8>>, Fail> {
+    assert!(start <= end && end < h.count);
+    let from_head = start <= h.count - 1 - end;
+    let (mut skip, want) = if from_head { (start, end - start + 1) } else { (h.count - 1 - end, end - start + 1) };
+    let mut out: Vec<Vec<u8>> = Vec::with_capacity(want.min(1 << 16) as usize);
+    let mut seq = if from_head { h.head() } else { h.tail() };
+    while (out.len() as u64) < want {
+        if seq < h.head() || seq > h.tail() {
+            return Err(corrupt("list count beyond its chunks"));
+        }
+        let bytes = read_chunk(ks, h.gen, list_index(seq)).ok_or_else(|| corrupt("list chunk missing"))?;
+        let mut e = Vec::new();
+        decode_list(&bytes, &mut e)?;
+        if !from_head {
+            e.reverse();
+        }
+        let n = e.len() as u64;
+        if skip >= n {
+            skip -= n;
+        } else {
+            let take = (n - skip).min(want - out.len() as u64);
+            out.extend(e[skip as usize..(skip + take) as usize].iter().map(|i| i.to_vec()));
+            skip = 0;
+        }
+        seq = if from_head { seq + 1 } else { seq - 1 };
+    }
+    if !from_head {
+        out.reverse();
+    }
+    Ok(out)
+}
+
 fn list_cmd<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
     name: &str,
     c: &mut Ctx<'_, '_, K, S>,
@@ -616,6 +650,20 @@ fn list_cmd<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
     let key = c.arg(1);
     let cfg = c.server.config.collections;
     let index = if name == "lindex" { Some(crate::numbers::parse_i64(c.arg(2))?) } else { None };
+    let range = if name == "lrange" {
+        let (start, end) = (crate::numbers::parse_i64(c.arg(2))?, crate::numbers::parse_i64(c.arg(3))?);
+        // Redis's normalisation (lists.rs `span`), in i128: no overflow.
+        let len = i128::from(h.count);
+        let start = if start < 0 { (i128::from(start) + len).max(0) } else { i128::from(start) };
+        let end = if end < 0 { i128::from(end) + len } else { i128::from(end) };
+        if start > end || start >= len {
+            None
+        } else {
+            Some((start as u64, end.min(len - 1) as u64))
+        }
+    } else {
+        None
+    };
     if matches!(name, "lpop" | "rpop") && c.argc() != 2 {
         return None;
     }
@@ -633,6 +681,16 @@ fn list_cmd<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
                 let item = list_pop(c.ks, &mut h, name == "lpop")?;
                 finish(c.ks, key, &h, &cfg)?;
                 c.out.bulk(&item);
+            }
+            "lrange" => {
+                let items = match range {
+                    Some((start, end)) => list_range(c.ks, &h, start, end)?,
+                    None => Vec::new(),
+                };
+                c.out.array(items.len());
+                for item in &items {
+                    c.out.bulk(item);
+                }
             }
             "lindex" => match list_index_of(c.ks, &h, index.expect("parsed"))? {
                 Some(v) => c.out.bulk(&v),

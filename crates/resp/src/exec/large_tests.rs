@@ -84,7 +84,11 @@ fn random_command(rng: &mut Xoshiro256PlusPlus) -> Vec<Vec<u8>> {
         "LPOP" | "RPOP" if pick(rng, 3) == 0 => a.push(format!("{}", pick(rng, 4)).into_bytes()),
         "LINDEX" => a.push(format!("{}", pick(rng, 30) as i64 - 15).into_bytes()),
         "LSET" => a.extend([format!("{}", pick(rng, 10) as i64 - 5).into_bytes(), member(rng)]),
-        "LRANGE" | "ZRANGE" => a.extend([b"0".to_vec(), b"-1".to_vec()]),
+        "LRANGE" => a.extend([
+            format!("{}", pick(rng, 40) as i64 - 20).into_bytes(),
+            format!("{}", pick(rng, 40) as i64 - 20).into_bytes(),
+        ]),
+        "ZRANGE" => a.extend([b"0".to_vec(), b"-1".to_vec()]),
         "SPOP" => a[0] = b"SCARD".to_vec(),
         "RENAME" | "COPY" => {
             a[1] = keys[pick(rng, 4) as usize].as_bytes().to_vec();
