@@ -1,7 +1,7 @@
 //! Commands on chunked collections ([`crate::chunked`]): the fast paths
 //! whose cost does not grow with the collection (HSET HMSET HGET HMGET HDEL
-//! HEXISTS HLEN, SADD SREM SISMEMBER SMISMEMBER SCARD, plain ZADD ZREM
-//! ZSCORE ZCARD, LPUSH RPUSH LPUSHX RPUSHX LPOP RPOP without count, LLEN
+//! HEXISTS HLEN, SADD SREM SISMEMBER SMISMEMBER SCARD, ZADD (every option)
+//! ZREM ZSCORE ZCARD, LPUSH RPUSH LPUSHX RPUSHX LPOP RPOP without count, LLEN
 //! LINDEX LRANGE), and the two conversions every other command goes through:
 //! [`materialise`] (a chunked collection read as one blob, for `Ctx::load`)
 //! and [`store_blob`] (a collection written whole, chunked when it is over
@@ -473,26 +473,31 @@ fn zset_cmd<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
 ) -> Option<Res> {
     let key = c.arg(1);
     let cfg = c.server.config.collections;
-    let mut scores = Vec::new();
-    if name == "zadd" {
-        // Plain ZADD only: options and bad scores take the ordinary path.
-        if c.argc() % 2 == 1 {
-            return None;
-        }
-        for i in (2..c.argc()).step_by(2) {
-            let score = crate::numbers::parse_score(c.arg(i))?;
-            scores.push(if score == 0.0 { 0.0 } else { score });
-        }
-    }
+    // ZADD's options and scores; anything the ordinary path refuses takes it (its errors
+    // come before the key is read).
+    let zadd = if name == "zadd" { Some(zadd_args(c)?) } else { None };
     let mut run = |c: &mut Ctx<'_, '_, K, S>| -> Res {
         match name {
             "zadd" => {
-                let mut added = 0;
-                for (j, score) in scores.iter().enumerate() {
-                    added += i64::from(map_put(c.ks, &mut h, c.arg(3 + 2 * j), &score.to_bits().to_le_bytes())?);
+                let (f, first, scores) = zadd.as_ref().expect("parsed");
+                let (mut added, mut updated, mut last) = (0i64, 0i64, None);
+                for (j, &score) in scores.iter().enumerate() {
+                    let member = c.arg(first + 2 * j + 1);
+                    match zadd_one(c.ks, &mut h, member, score, f)? {
+                        Some((score, Change::Added)) => (added, last) = (added + 1, Some(score)),
+                        Some((score, Change::Updated)) => (updated, last) = (updated + 1, Some(score)),
+                        Some((score, Change::Same)) => last = Some(score),
+                        None => {}
+                    }
                 }
-                finish(c.ks, key, &h, &cfg)?;
-                c.out.integer(added);
+                if added + updated > 0 {
+                    finish(c.ks, key, &h, &cfg)?;
+                }
+                match (f.incr, last) {
+                    (true, Some(score)) => c.out.double(score),
+                    (true, None) => c.out.null(),
+                    _ => c.out.integer(if f.ch { added + updated } else { added }),
+                }
             }
             "zrem" => {
                 let mut removed = 0;
@@ -513,6 +518,95 @@ fn zset_cmd<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
         Ok(())
     };
     Some(run(c))
+}
+
+/// ZADD's options.
+#[derive(Default)]
+struct ZaddFlags {
+    nx: bool,
+    xx: bool,
+    ch: bool,
+    incr: bool,
+    gt: bool,
+    lt: bool,
+}
+
+/// ZADD's options, the index of its first score, and its scores; `None` for anything
+/// the ordinary path refuses (zsets.rs, Redis's order of checks).
+fn zadd_args<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+    c: &Ctx<'_, '_, K, S>,
+) -> Option<(ZaddFlags, usize, Vec<f64>)> {
+    let mut f = ZaddFlags::default();
+    let mut idx = 2;
+    while idx < c.argc() {
+        let o = c.arg(idx);
+        let flag = match o.to_ascii_lowercase().as_slice() {
+            b"nx" => &mut f.nx,
+            b"xx" => &mut f.xx,
+            b"ch" => &mut f.ch,
+            b"incr" => &mut f.incr,
+            b"gt" => &mut f.gt,
+            b"lt" => &mut f.lt,
+            _ => break,
+        };
+        *flag = true;
+        idx += 1;
+    }
+    let elements = c.argc() - idx;
+    let conflict = (f.nx && f.xx) || (f.nx && (f.gt || f.lt)) || (f.gt && f.lt) || (f.incr && elements > 2);
+    if elements % 2 == 1 || elements == 0 || conflict {
+        return None;
+    }
+    let scores = (idx..c.argc()).step_by(2).map(|i| crate::numbers::parse_score(c.arg(i))).collect::<Option<_>>()?;
+    Some((f, idx, scores))
+}
+
+/// What ZADD did to one member.
+enum Change {
+    Added,
+    Updated,
+    Same,
+}
+
+/// Redis's `zsetAdd` on the member's bucket: the member's new score and what changed, or
+/// `None` if the options left it alone.
+fn zadd_one<K: Keyspace + ?Sized>(
+    ks: &mut K,
+    h: &mut Header,
+    member: &[u8],
+    mut score: f64,
+    f: &ZaddFlags,
+) -> Result<Option<(f64, Change)>, Fail> {
+    let (b, mut entries) = find(ks, h, member)?;
+    let stored = |s: f64| (if s == 0.0 { 0.0f64 } else { s }).to_bits().to_le_bytes().to_vec();
+    let change = match entries.iter().position(|e| e.0 == member) {
+        Some(_) if f.nx => return Ok(None),
+        Some(i) => {
+            let cur = score_of(&entries[i].1);
+            if f.incr {
+                score += cur;
+                if score.is_nan() {
+                    return Err(Fail::err("resulting score is not a number (NaN)"));
+                }
+            }
+            if (f.lt && score >= cur) || (f.gt && score <= cur) {
+                return Ok(None);
+            }
+            if score == cur {
+                return Ok(Some((score, Change::Same)));
+            }
+            entries[i].1 = stored(score);
+            Change::Updated
+        }
+        None if f.xx => return Ok(None),
+        None => {
+            entries.push((member.to_vec(), stored(score)));
+            h.count += 1;
+            Change::Added
+        }
+    };
+    store_bucket(ks, h, b, &entries)?;
+    Ok(Some((score, change)))
 }
 
 /// The head or tail chunk of a list.

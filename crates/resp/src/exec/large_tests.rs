@@ -72,8 +72,8 @@ fn random_command(rng: &mut Xoshiro256PlusPlus) -> Vec<Vec<u8>> {
     match name {
         "HSET" | "HMSET" => (0..n).for_each(|_| a.extend([member(rng), format!("v{}", pick(rng, 9)).into_bytes()])),
         "ZADD" => {
-            if pick(rng, 4) == 0 {
-                a.push(b"XX".to_vec());
+            for _ in 0..pick(rng, 3) {
+                a.push(["NX", "XX", "GT", "LT", "CH", "INCR", "ch"][pick(rng, 7) as usize].as_bytes().to_vec());
             }
             (0..n).for_each(|_| a.extend([format!("{}", pick(rng, 7) as i64 - 3).into_bytes(), member(rng)]));
         }
