@@ -553,7 +553,7 @@ fn zadd_args<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
         idx += 1;
     }
     let elements = c.argc() - idx;
-    let conflict = (f.nx && f.xx) || (f.nx && (f.gt || f.lt)) || (f.gt && f.lt) || (f.incr && elements > 2);
+    let conflict = (f.nx && (f.xx || f.gt || f.lt)) || (f.gt && f.lt) || (f.incr && elements > 2);
     if elements % 2 == 1 || elements == 0 || conflict {
         return None;
     }
