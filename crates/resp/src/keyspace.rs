@@ -4,8 +4,11 @@
 //!
 //! A key holds one value of a [`Kind`]. Strings are stored raw, so GET can
 //! send them from the engine's buffer ([`crate::reply::ReplySink::value`]);
-//! hashes and sorted sets are one serialized blob per key
-//! ([`crate::blob`]), written as [`ValueSource::Owned`].
+//! hashes, sorted sets, lists and sets are one serialized blob per key
+//! ([`crate::blob`]), written as [`ValueSource::Owned`], until they grow
+//! large: then the key holds a header and the members live in chunks,
+//! internal entries of the keyspace ([`Keyspace::has_internal`],
+//! [`crate::chunked`]).
 //!
 //! Contract: every write is visible to the next call (commands later in the
 //! same pipeline see it); durability is the caller's job (the server commits
