@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use pmwire_bench::kv::btree::{self, BtreeOptions};
+use pmwire_bench::kv::collections::{self, CollectionsOptions};
 use pmwire_bench::kv::http_wal::{self, HttpWalOptions};
 use pmwire_bench::kv::resp_suite::{self, KvOptions};
 
@@ -13,7 +14,8 @@ use pmwire_bench::kv::resp_suite::{self, KvOptions};
 #[derive(Subcommand)]
 pub enum KvSuite {
     /// pmwire kv over RESP beside redis-server (AOF always / everysec / off):
-    /// redis-benchmark SET/GET and YCSB A and B, 1 KB values.
+    /// redis-benchmark SET/GET and YCSB A and B, 1 KB values
+    /// (`--only collections`: durable HSET/SADD/ZADD/LPUSH into 1 M vs 10 members).
     Kv(SuiteArgs),
     /// POST /log to pmwire kv's HTTP WAL: zero-copy vs copy vs no-persist,
     /// 64 B to 2560 B, 1 to 100 connections.
@@ -49,6 +51,10 @@ pub struct SuiteArgs {
     /// Where to write the JSON results.
     #[arg(long, default_value = "results")]
     pub out: PathBuf,
+    /// kv only: run one part instead of the suite (`collections`: the cost of a durable
+    /// write into a collection of 1 M members against one of 10, beside redis-server).
+    #[arg(long)]
+    pub only: Option<String>,
 }
 
 /// Arguments of the btree suite.
@@ -109,6 +115,15 @@ pub fn crash_campaign(runs: usize, seed: u64, max_load: Duration) -> Result<pmwi
 pub fn run(suite: &KvSuite) -> Result<pmwire_bench::SuiteReport> {
     let exe = std::env::current_exe()?;
     match suite {
+        KvSuite::Kv(args) if args.only.as_deref() == Some("collections") => {
+            let (exe, out) = (exe, args.out.clone());
+            let options =
+                if args.quick { CollectionsOptions::quick(exe, out) } else { CollectionsOptions::full(exe, out) };
+            collections::run(&options)
+        }
+        KvSuite::Kv(SuiteArgs { only: Some(other), .. }) | KvSuite::HttpWal(SuiteArgs { only: Some(other), .. }) => {
+            anyhow::bail!("--only {other}: the only part is `collections` (of kv)")
+        }
         KvSuite::Kv(args) => {
             let options = if args.quick {
                 KvOptions::quick(exe, args.out.clone())
@@ -133,7 +148,7 @@ pub fn run(suite: &KvSuite) -> Result<pmwire_bench::SuiteReport> {
 
 /// The tour's part: each suite short, and a 5-run kill -9 campaign; the headlines.
 pub fn tour(out: &std::path::Path) -> Result<Vec<pmwire_bench::Headline>> {
-    let quick = |out: &std::path::Path| SuiteArgs { quick: true, out: out.to_path_buf() };
+    let quick = |out: &std::path::Path| SuiteArgs { quick: true, out: out.to_path_buf(), only: None };
     println!("\n== bench kv (quick): pmwire kv beside redis-server ==");
     let kv = run(&KvSuite::Kv(quick(out)))?;
     println!("\n== bench http-wal (quick) ==");
@@ -141,6 +156,8 @@ pub fn tour(out: &std::path::Path) -> Result<Vec<pmwire_bench::Headline>> {
     println!("\n== bench btree (quick) ==");
     let pool = "/dev/shm/pmwire-bench-btree.pool".into();
     let tree = run(&KvSuite::Btree(BtreeArgs { quick: true, pool, out: out.to_path_buf() }))?;
+    println!("\n== bench kv --only collections (quick): 100 K vs 10 members ==");
+    let coll = run(&KvSuite::Kv(SuiteArgs { only: Some("collections".into()), ..quick(out) }))?;
     println!("\n== bench kv-crash (5 kill -9 runs of pmwire kv) ==");
     let seed = std::process::id() as u64;
     let report = crash_campaign(5, seed, Duration::from_millis(60))?;
@@ -148,5 +165,6 @@ pub fn tour(out: &std::path::Path) -> Result<Vec<pmwire_bench::Headline>> {
         "{} runs (seed {seed}): {} acknowledged writes, {} lost, {} torn",
         report.runs, report.acknowledged, report.lost, report.torn
     );
-    Ok(kv.headlines.into_iter().chain(http.headlines).chain(tree.headlines).collect())
+    let all = kv.headlines.into_iter().chain(http.headlines).chain(tree.headlines).chain(coll.headlines);
+    Ok(all.collect())
 }

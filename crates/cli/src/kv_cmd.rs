@@ -44,6 +44,20 @@ pub struct KvArgs {
     /// Planted bug for the crash campaign's canary: acknowledge writes before committing them.
     #[arg(long, hide = true)]
     fault_ack_before_commit: bool,
+    /// When a collection stops being one blob (Redis's listpack) and is chunked: `default` (past 128 members or 8 KiB, chunks of about one pool buffer) or `tiny` (past 2 members, chunks of 2-3: for tests and the crash campaign).
+    #[arg(long, default_value = "default", value_parser = parse_collection_limits)]
+    collection_limits: pmwire_kv_server::ChunkConfig,
+    /// Planted bug for the crash campaign's canary: a list push that starts a new chunk writes the header without the chunk.
+    #[arg(long, hide = true)]
+    fault_header_without_chunk: bool,
+}
+
+fn parse_collection_limits(s: &str) -> Result<pmwire_kv_server::ChunkConfig, String> {
+    match s {
+        "default" => Ok(pmwire_kv_server::ChunkConfig::default()),
+        "tiny" => Ok(pmwire_kv_server::ChunkConfig::tiny()),
+        other => Err(format!("'{other}': default or tiny")),
+    }
 }
 
 fn parse_yes_no(s: &str) -> Result<bool, String> {
@@ -74,6 +88,12 @@ pub fn run(args: &KvArgs) -> Result<()> {
     };
     let mut server = KvServer::open(&options).with_context(|| format!("pmwire kv on {}", args.pool.display()))?;
     stop_on_signals(server.stop_handle()).context("signal handling")?;
+    let mut limits = args.collection_limits;
+    limits.fault_header_without_chunk = args.fault_header_without_chunk;
+    server.set_collection_limits(limits);
+    if args.fault_header_without_chunk {
+        eprintln!("pmwire kv: PLANTED BUG: a list push that starts a chunk writes the header without it");
+    }
     if args.fault_ack_before_commit {
         server.plant_ack_before_commit();
         eprintln!("pmwire kv: PLANTED BUG: writes are acknowledged before they are committed");

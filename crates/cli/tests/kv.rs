@@ -40,6 +40,16 @@ fn the_campaign_catches_a_server_that_acknowledges_before_committing() {
     assert!(error.to_string().contains("lost") || format!("{error:#}").contains("wrong after restart"), "{error:#}");
 }
 
+#[test]
+fn the_campaign_catches_a_list_header_written_without_its_chunk() {
+    let options = CrashOptions { runs: 3, seed: 0xc4a7, exe: EXE.into(), max_load: Duration::from_millis(80) };
+    let error = pmwire_kv_server::crash::run_with_planted_chunk_bug(&options).expect_err("the canary must fail");
+    // The missing chunk is found when the list is read back after a restart: its read is
+    // answered `-ERR stored value is corrupt: list chunk missing` (or the list comes back short).
+    let text = format!("{error:#}");
+    assert!(text.contains("read reply Error") || text.contains("lost"), "{text}");
+}
+
 fn kv(args: &[&str]) -> std::process::Output {
     Command::new(EXE).arg("kv").args(["--resp", "127.0.0.1:0", "--http", "127.0.0.1:0"]).args(args).output().unwrap()
 }

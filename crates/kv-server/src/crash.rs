@@ -26,7 +26,11 @@
 //! after it, in order, not yet answered. After a restart each is read back (LRANGE 0 -1,
 //! SMEMBERS sorted, HGETALL, ZRANGE 0 -1 WITHSCORES) and must equal the acknowledged contents
 //! with some prefix of those writes applied (none, the first, the first two, ...); anything
-//! else counts as *lost*.
+//! else counts as *lost*. Every other pair of runs starts the server with `--collection-limits
+//! tiny`, so these collections are chunked past 2 members (headers and chunks,
+//! `pmwire_resp::chunked`, split and merged as they grow and shrink) and recovered in both
+//! forms; a second canary (`run_with_planted_chunk_bug`) plants a list header written without
+//! its new chunk, which the campaign must catch.
 //!
 //! Model: per key, the last acknowledged write (or what the previous verification found) and
 //! the writes sent after it that were not acknowledged (they may or may not have committed).
@@ -358,17 +362,24 @@ fn random_write(rng: &mut StdRng, front: Front) -> Write {
 
 /// Runs the campaign; fails if any acknowledged write is lost or any value torn.
 pub fn run(options: &CrashOptions) -> Result<CrashReport> {
-    run_inner(options, false)
+    run_inner(options, None)
 }
 
 /// The canary: the campaign against a server with a planted bug (it acknowledges writes
 /// before committing them); it must fail.
 #[doc(hidden)]
 pub fn run_with_planted_bug(options: &CrashOptions) -> Result<CrashReport> {
-    run_inner(options, true)
+    run_inner(options, Some("--fault-ack-before-commit"))
 }
 
-fn run_inner(options: &CrashOptions, planted: bool) -> Result<CrashReport> {
+/// The second canary: a server whose list pushes that start a new chunk write the header
+/// without the chunk (every run with tiny collection limits); it must fail.
+#[doc(hidden)]
+pub fn run_with_planted_chunk_bug(options: &CrashOptions) -> Result<CrashReport> {
+    run_inner(options, Some("--fault-header-without-chunk"))
+}
+
+fn run_inner(options: &CrashOptions, planted: Option<&'static str>) -> Result<CrashReport> {
     let dir = PathBuf::from(format!("/dev/shm/pmwire-kv-crash-{}-{:x}", std::process::id(), options.seed));
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
     let result = campaign(options, &dir, planted);
@@ -376,15 +387,19 @@ fn run_inner(options: &CrashOptions, planted: bool) -> Result<CrashReport> {
     result
 }
 
-fn campaign(options: &CrashOptions, dir: &Path, planted: bool) -> Result<CrashReport> {
+fn campaign(options: &CrashOptions, dir: &Path, planted: Option<&'static str>) -> Result<CrashReport> {
     let pool = dir.join("kv.pool");
     let mut rng = StdRng::seed_from_u64(options.seed);
     let mut models = [Model::default(), Model::default()];
     let mut report = CrashReport::default();
     for run in 0..=options.runs {
         let mode = ["zero-copy", "copy"][run % 2];
-        let child = KvChild::start(&options.exe, &pool, mode, planted)?;
-        let context = || format!("run {run} ({mode}, seed {})", options.seed);
+        // Every other pair of runs chunks collections past 2 members (pmwire_resp::chunked),
+        // so headers and chunks are written, split, merged and recovered under kill -9.
+        let tiny = (run / 2) % 2 == 1 || planted.is_some();
+        let child = KvChild::start(&options.exe, &pool, mode, tiny, planted)?;
+        let limits = if tiny { "tiny" } else { "default" };
+        let context = || format!("run {run} ({mode}, collection limits {limits}, seed {})", options.seed);
         for (front, model) in [Front::Resp, Front::Http].into_iter().zip(models.iter_mut()) {
             verify(&child.ready, front, model, &mut report).with_context(context)?;
         }
@@ -855,14 +870,17 @@ struct KvChild {
 
 impl KvChild {
     /// Starts `exe kv` on `pool` and waits (≤ 30 s) for its ready file.
-    fn start(exe: &Path, pool: &Path, mode: &str, planted: bool) -> Result<KvChild> {
+    fn start(exe: &Path, pool: &Path, mode: &str, tiny: bool, planted: Option<&str>) -> Result<KvChild> {
         let ready_file = pool.with_extension("ready");
         let _ = std::fs::remove_file(&ready_file);
         let mut command = Command::new(exe);
         command.arg("kv").arg("--pool").arg(pool).args(["--size", POOL_SIZE, "--mode", mode]);
         command.args(["--resp", "127.0.0.1:0", "--http", "127.0.0.1:0", "--ready-file"]).arg(&ready_file);
-        if planted {
-            command.arg("--fault-ack-before-commit");
+        if tiny {
+            command.args(["--collection-limits", "tiny"]);
+        }
+        if let Some(flag) = planted {
+            command.arg(flag);
         }
         let mut child = command.stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().context("start pmwire kv")?;
         let deadline = Instant::now() + Duration::from_secs(30);

@@ -24,6 +24,14 @@
 //! with `now_ms` (the service's clock, read once per batch). An expired key is invisible:
 //! `get` stages its delete (Redis's lazy expiry), `scan` skips it, writes treat it as absent,
 //! and the service's active sweep deletes a bounded number per batch.
+//!
+//! Internal entries (the chunks of large collections, `pmwire_resp::chunked`): the engine
+//! holds user keys and internal keys in one ordered map, told apart by an escape on the
+//! first byte. A user key whose first byte is `FF` is stored as `FF` + the key (`FF FF ...`);
+//! an internal key `i` (whose first byte is `00`, `01` or `02`) as `FF` + `i`. So the
+//! mapping is injective, user keys keep their byte order, and the internal entries are the
+//! one contiguous range `[FF 00, FF FF)`, which `scan` steps over and `len` subtracts. The
+//! longest user key is one byte shorter than the engine's longest key.
 
 use std::borrow::Cow;
 use std::ops::Bound;
@@ -33,6 +41,7 @@ use pmwire_btree::MAX_KEY_BYTES;
 use pmwire_kv::{Engine, Savepoint, StageError};
 use pmwire_log::Extent;
 use pmwire_netio::{Output, OutputMark};
+use pmwire_resp::chunked::{tombstone_key, value_generation, HEADER_BYTES};
 use pmwire_resp::keyspace::{Expiry, Keyspace, Kind, StoreError, StoreLimits, Stored, ValueSource};
 use pmwire_resp::reply::ReplySink;
 
@@ -69,6 +78,53 @@ impl std::ops::Deref for Handle {
             Handle::Shared(extents) => extents,
         }
     }
+}
+
+/// The escape byte before internal keys and before user keys that begin with it.
+const ESCAPE: u8 = 0xFF;
+/// The first stored key of the internal range, and the first after it.
+const INTERNAL_LO: &[u8] = &[ESCAPE, 0x00];
+const INTERNAL_HI: &[u8] = &[ESCAPE, ESCAPE];
+
+/// How the engine stores the user key `key` (escaped if it begins with [`ESCAPE`]).
+pub(crate) fn stored_key(key: &[u8]) -> Cow<'_, [u8]> {
+    if key.first() == Some(&ESCAPE) {
+        let mut k = Vec::with_capacity(key.len() + 1);
+        k.push(ESCAPE);
+        k.extend_from_slice(key);
+        Cow::Owned(k)
+    } else {
+        Cow::Borrowed(key)
+    }
+}
+
+/// The user key stored as `stored` (`None` for an internal key).
+pub(crate) fn user_key(stored: &[u8]) -> Option<&[u8]> {
+    match stored {
+        [ESCAPE, ESCAPE, ..] => Some(&stored[1..]),
+        [ESCAPE, ..] => None,
+        _ => Some(stored),
+    }
+}
+
+/// How the engine stores the internal key `key`.
+pub(crate) fn internal_key(key: &[u8]) -> Vec<u8> {
+    assert!(key.first().is_some_and(|&b| b < ESCAPE), "an internal key begins below FF");
+    let mut k = Vec::with_capacity(key.len() + 1);
+    k.push(ESCAPE);
+    k.extend_from_slice(key);
+    k
+}
+
+/// Whether some dead collection generation waits for garbage collection.
+pub(crate) fn has_garbage(engine: &Engine) -> bool {
+    let tomb = internal_key(&tombstone_key(0)[..1]);
+    engine.entries(Bound::Included(&tomb[..])).next().is_some_and(|(k, _)| k.starts_with(&tomb))
+}
+
+/// Number of internal entries (O(internal entries)).
+pub(crate) fn internal_count(engine: &Engine) -> usize {
+    engine.entries(Bound::Included(INTERNAL_LO)).take_while(|(k, _)| *k < INTERNAL_HI).count()
 }
 
 /// Where the pieces of a request lie: `(buffer, offset)` of each segment given to the parser.
@@ -174,9 +230,10 @@ impl EngineKeyspace<'_> {
     /// The live value at `key` (kind, deadline, handle), its buffers held for the batch. An
     /// expired key is deleted (staged; if that fails it stays for the sweep) and not returned.
     pub fn get_held(&mut self, key: &[u8]) -> Option<(u8, Option<u64>, Handle)> {
-        let entry = self.engine.lookup(key)?;
+        let key = stored_key(key);
+        let entry = self.engine.lookup(&key)?;
         if entry.deadline_ms.is_some_and(|d| d <= self.now_ms) {
-            let _ = self.stage(|engine, region| engine.delete(region, key));
+            let _ = self.retire(&key, None).and_then(|()| self.stage(|engine, region| engine.delete(region, &key)));
             return None;
         }
         let (kind, deadline) = (entry.kind, entry.deadline_ms);
@@ -187,11 +244,42 @@ impl EngineKeyspace<'_> {
 
     /// The deadline of `key` if it is live: `Some(None)` for a key that does not expire.
     fn live_deadline(&self, key: &[u8]) -> Option<Option<u64>> {
-        let entry = self.engine.lookup(key)?;
+        let entry = self.engine.lookup(&stored_key(key))?;
         match entry.deadline_ms {
             Some(d) if d <= self.now_ms => None,
             deadline => Some(deadline),
         }
+    }
+
+    /// The generation of the chunked collection header stored at `stored` (an engine key),
+    /// if that is what it holds.
+    fn header_generation(&self, stored: &[u8]) -> Option<u64> {
+        let entry = self.engine.lookup(stored)?;
+        let kind = Kind::from_byte(entry.kind).filter(|&k| k != Kind::String)?;
+        if entry.extents.iter().map(|e| e.len as usize).sum::<usize>() != HEADER_BYTES {
+            return None;
+        }
+        let mut bytes = Vec::with_capacity(HEADER_BYTES);
+        self.engine.pool().gather(&*self.region, entry.extents, &mut bytes);
+        value_generation(kind, &bytes)
+    }
+
+    /// The generation rule (`Keyspace::has_internal`) before the value at `stored` (an
+    /// engine key) is deleted or replaced by a value whose header generation is `new_gen`:
+    /// stages the old generation's tombstone, or lifts the new one's.
+    fn retire(&mut self, stored: &[u8], new_gen: Option<u64>) -> Result<(), StoreError> {
+        let old_gen = self.header_generation(stored);
+        if let Some(g) = old_gen.filter(|&g| Some(g) != new_gen) {
+            let tomb = internal_key(&tombstone_key(g));
+            self.stage(|engine, region| engine.set_copy(region, &tomb, 0, &[]))?;
+        }
+        if let Some(n) = new_gen.filter(|&n| Some(n) != old_gen) {
+            let tomb = internal_key(&tombstone_key(n));
+            if self.engine.lookup(&tomb).is_some() {
+                self.stage(|engine, region| engine.delete(region, &tomb))?;
+            }
+        }
+        Ok(())
     }
 
     /// Holds the buffers of `extents` for the batch.
@@ -256,6 +344,22 @@ impl EngineKeyspace<'_> {
         extents: Option<&[Extent]>,
         gather: impl FnOnce() -> Cow<'b, [u8]>,
     ) -> Result<(), StoreError> {
+        self.set_value_gen(key, kind, deadline_ms, len, extents, gather, None)
+    }
+
+    /// [`EngineKeyspace::set_value`] of a value that is a chunked collection header of
+    /// generation `new_gen` (if `Some`).
+    #[allow(clippy::too_many_arguments)]
+    fn set_value_gen<'b>(
+        &mut self,
+        key: &[u8],
+        kind: u8,
+        deadline_ms: Option<u64>,
+        len: usize,
+        extents: Option<&[Extent]>,
+        gather: impl FnOnce() -> Cow<'b, [u8]>,
+        new_gen: Option<u64>,
+    ) -> Result<(), StoreError> {
         let limits = self.limits();
         if key.len() as u64 > limits.max_key_bytes {
             return Err(StoreError::KeyTooLong { len: key.len() as u64, max: limits.max_key_bytes });
@@ -264,14 +368,16 @@ impl EngineKeyspace<'_> {
             return Err(StoreError::ValueTooLong { len: len as u64, max: limits.max_value_bytes });
         }
         self.check_room()?;
+        let key = stored_key(key);
+        self.retire(&key, new_gen)?;
         let max_extents = self.engine.max_value_extents();
         match extents {
             Some(extents) if self.zero_copy && extents.len() <= max_extents => {
-                self.stage(|engine, region| engine.set_extents_expiring(region, key, kind, deadline_ms, extents))
+                self.stage(|engine, region| engine.set_extents_expiring(region, &key, kind, deadline_ms, extents))
             }
             _ => {
                 let bytes = gather();
-                self.stage(|engine, region| engine.set_copy_expiring(region, key, kind, deadline_ms, &bytes))
+                self.stage(|engine, region| engine.set_copy_expiring(region, &key, kind, deadline_ms, &bytes))
             }
         }
     }
@@ -341,7 +447,8 @@ impl Keyspace for EngineKeyspace<'_> {
                 self.set_value(key, kind.to_byte(), deadline, len, extents.as_deref(), || Cow::Borrowed(arg.bytes()))
             }
             ValueSource::Owned(bytes) => {
-                self.set_value(key, kind.to_byte(), deadline, bytes.len(), None, || Cow::Borrowed(&bytes))
+                let new_gen = value_generation(kind, &bytes);
+                self.set_value_gen(key, kind.to_byte(), deadline, bytes.len(), None, || Cow::Borrowed(&bytes), new_gen)
             }
         }
     }
@@ -351,21 +458,42 @@ impl Keyspace for EngineKeyspace<'_> {
             return Ok(false);
         }
         self.check_room()?;
-        self.stage(|engine, region| engine.set_deadline(region, key, deadline_ms))
+        let key = stored_key(key);
+        self.stage(|engine, region| engine.set_deadline(region, &key, deadline_ms))
     }
 
     fn delete(&mut self, key: &[u8]) -> Result<bool, StoreError> {
         let live = self.live_deadline(key).is_some();
-        let found = self.stage(|engine, region| engine.delete(region, key))?;
+        let key = stored_key(key);
+        self.retire(&key, None)?;
+        let found = self.stage(|engine, region| engine.delete(region, &key))?;
         Ok(found && live)
     }
 
     fn scan(&mut self, after: Option<&[u8]>, limit: usize, visit: &mut dyn FnMut(&[u8], Kind)) -> usize {
-        let start = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let after = after.map(stored_key);
         let now = self.now_ms;
-        let live = self.engine.entries(start).filter(|(_, e)| e.deadline_ms.is_none_or(|d| d > now));
         let mut n = 0;
-        for (key, entry) in live.take(limit) {
+        // User keys below the internal range, then those above it (escaped).
+        let below = match &after {
+            Some(a) if &a[..] >= INTERNAL_LO => None,
+            Some(a) => Some(Bound::Excluded(&a[..])),
+            None => Some(Bound::Unbounded),
+        };
+        if let Some(start) = below {
+            let live = self.engine.entries(start).take_while(|(k, _)| *k < INTERNAL_LO);
+            for (key, entry) in live.filter(|(_, e)| e.deadline_ms.is_none_or(|d| d > now)).take(limit) {
+                visit(key, Kind::from_byte(entry.kind).unwrap_or(Kind::String));
+                n += 1;
+            }
+        }
+        let above = match &after {
+            Some(a) if &a[..] >= INTERNAL_HI => Bound::Excluded(&a[..]),
+            _ => Bound::Included(INTERNAL_HI),
+        };
+        let live = self.engine.entries(above).filter(|(_, e)| e.deadline_ms.is_none_or(|d| d > now));
+        for (key, entry) in live.take(limit - n) {
+            let key = user_key(key).expect("above the internal range");
             visit(key, Kind::from_byte(entry.kind).unwrap_or(Kind::String));
             n += 1;
         }
@@ -373,7 +501,7 @@ impl Keyspace for EngineKeyspace<'_> {
     }
 
     fn len(&self) -> u64 {
-        self.engine.len() as u64
+        (self.engine.len() - internal_count(self.engine)) as u64
     }
 
     fn now_ms(&self) -> u64 {
@@ -381,7 +509,7 @@ impl Keyspace for EngineKeyspace<'_> {
     }
 
     fn expired(&self, limit: usize) -> Vec<Vec<u8>> {
-        self.engine.expired(self.now_ms).take(limit).map(<[u8]>::to_vec).collect()
+        self.engine.expired(self.now_ms).filter_map(user_key).take(limit).map(<[u8]>::to_vec).collect()
     }
 
     fn expiring_len(&self) -> u64 {
@@ -405,7 +533,47 @@ impl Keyspace for EngineKeyspace<'_> {
     fn limits(&self) -> StoreLimits {
         let buf_size = self.engine.pool().buf_size() as u64;
         let copied = (self.engine.max_value_extents() as u64 - 1).saturating_mul(buf_size);
-        StoreLimits { max_key_bytes: MAX_KEY_BYTES as u64, max_value_bytes: copied.min(MAX_VALUE_BYTES as u64) }
+        // One byte of the engine's longest key is kept for the escape.
+        StoreLimits { max_key_bytes: MAX_KEY_BYTES as u64 - 1, max_value_bytes: copied.min(MAX_VALUE_BYTES as u64) }
+    }
+
+    fn has_internal(&self) -> bool {
+        true
+    }
+
+    fn internal_get(&mut self, key: &[u8]) -> Option<Handle> {
+        let entry = self.engine.lookup(&internal_key(key))?;
+        let handle = Handle::new(entry.extents);
+        self.hold(&handle);
+        Some(handle)
+    }
+
+    fn internal_put(&mut self, key: &[u8], bytes: &[u8]) -> Result<(), StoreError> {
+        if bytes.len() as u64 > self.limits().max_value_bytes {
+            return Err(StoreError::ValueTooLong { len: bytes.len() as u64, max: self.limits().max_value_bytes });
+        }
+        self.check_room()?;
+        let key = internal_key(key);
+        self.stage(|engine, region| engine.set_copy(region, &key, 0, bytes))
+    }
+
+    fn internal_delete(&mut self, key: &[u8]) -> Result<bool, StoreError> {
+        let key = internal_key(key);
+        if self.engine.lookup(&key).is_none() {
+            return Ok(false);
+        }
+        self.stage(|engine, region| engine.delete(region, &key))
+    }
+
+    fn internal_scan(&mut self, from: &[u8], limit: usize, visit: &mut dyn FnMut(&[u8])) -> usize {
+        let from = internal_key(from);
+        let mut n = 0;
+        let inside = self.engine.entries(Bound::Included(&from[..])).take_while(|(k, _)| *k < INTERNAL_HI);
+        for (key, _) in inside.take(limit) {
+            visit(&key[1..]);
+            n += 1;
+        }
+        n
     }
 }
 

@@ -56,3 +56,5 @@ pub mod store;
 pub use serve::{stop_on_signals, KvServer, ReadyFile, ServeError, ServeOptions, BATCH_WAIT_US};
 pub use service::{KvService, ServiceStats};
 pub use store::{Mode, Recovered, Sizing, Store, StoreError};
+/// When a collection is chunked, and how big its chunks grow (`pmwire kv --collection-limits`).
+pub use pmwire_resp::chunked::ChunkConfig;

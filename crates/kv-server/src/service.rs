@@ -35,7 +35,8 @@
 //! deletes at most [`EXPIRE_PER_BATCH`] expired keys (Redis's active expire cycle, bounded
 //! per loop turn), committed with the batch. An expired key is never served meanwhile (the
 //! keyspace's lazy expiry); the sweep only reclaims its space. A server with no traffic
-//! does not turn its loop, so it reclaims at its next batch.
+//! does not turn its loop, so it reclaims at its next batch. The chunks of deleted large
+//! collections are reclaimed the same way, [`GARBAGE_PER_BATCH`] per batch.
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
@@ -45,6 +46,7 @@ use pmwire_kv::LogError;
 use pmwire_log::Extent;
 use pmwire_netio::http::{self, body_pieces, Codec, HttpError, Method, Parsed};
 use pmwire_netio::{Batch, ConnId, Input, Output, OutputMark, Service};
+use pmwire_resp::chunked::collect_garbage;
 use pmwire_resp::exec::{active_expire, Flow, Server as RespServer, ServerConfig, Session};
 use pmwire_resp::keyspace::{Clock, Keyspace, StoreError};
 use pmwire_resp::reply::ReplySink;
@@ -65,6 +67,9 @@ const MAX_LOG_EXTENTS: usize = 256;
 pub const EXPIRE_PER_BATCH: usize = 64;
 /// While discarding a refused request, the bytes to gather before the next look at it.
 const SKIP_CHUNK: u64 = 64 << 10;
+/// Most internal entries (chunks of deleted large collections, `pmwire_resp::chunked`) the
+/// garbage collector deletes per batch, after the sweep.
+pub const GARBAGE_PER_BATCH: usize = 64;
 
 /// Counters (volatile).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -81,6 +86,8 @@ pub struct ServiceStats {
     pub resp_commands: u64,
     /// Expired keys deleted by the active sweep.
     pub expired_swept: u64,
+    /// Internal entries of deleted large collections collected (chunks and tombstones).
+    pub garbage_collected: u64,
     /// HTTP requests parsed.
     pub http_requests: u64,
     /// Blocked commands served by another client's write.
@@ -200,6 +207,11 @@ impl KvService {
         config.protected_mode = protected_mode;
     }
 
+    /// When collections are chunked, and their chunks' sizes.
+    pub fn set_collection_limits(&mut self, limits: pmwire_resp::chunked::ChunkConfig) {
+        self.resp.config_mut().collections = limits;
+    }
+
     /// The counters.
     pub fn stats(&self) -> ServiceStats {
         self.stats
@@ -220,7 +232,9 @@ impl KvService {
     /// The active sweep: deletes up to [`EXPIRE_PER_BATCH`] expired keys, staged with the
     /// batch. If the batch has no room left (or failed), nothing of it is kept: next batch.
     fn sweep(&mut self, store: &mut Store) {
-        if self.state.failed.is_some() || store.engine.expiring_len() == 0 {
+        let expiring = store.engine.expiring_len() > 0;
+        let garbage = crate::keyspace::has_garbage(&store.engine);
+        if self.state.failed.is_some() || !(expiring || garbage) {
             return;
         }
         let reserve = self.grants.reserve(store);
@@ -236,6 +250,18 @@ impl KvService {
         let savepoint = ks.engine.savepoint();
         match active_expire(&mut ks, EXPIRE_PER_BATCH) {
             Ok(sweep) => self.stats.expired_swept += sweep.deleted as u64,
+            Err(_) => {
+                ks.engine.rollback_to(savepoint);
+                ks.state.batch_full = false;
+                return;
+            }
+        }
+        if !garbage {
+            return;
+        }
+        let savepoint = ks.engine.savepoint();
+        match collect_garbage(&mut ks, GARBAGE_PER_BATCH) {
+            Ok(deleted) => self.stats.garbage_collected += deleted as u64,
             Err(_) => {
                 ks.engine.rollback_to(savepoint);
                 ks.state.batch_full = false;

@@ -4,8 +4,11 @@
 //!
 //! A key holds one value of a [`Kind`]. Strings are stored raw, so GET can
 //! send them from the engine's buffer ([`crate::reply::ReplySink::value`]);
-//! hashes and sorted sets are one serialized blob per key
-//! ([`crate::blob`]), written as [`ValueSource::Owned`].
+//! hashes, sorted sets, lists and sets are one serialized blob per key
+//! ([`crate::blob`]), written as [`ValueSource::Owned`], until they grow
+//! large: then the key holds a header and the members live in chunks,
+//! internal entries of the keyspace ([`Keyspace::has_internal`],
+//! [`crate::chunked`]).
 //!
 //! Contract: every write is visible to the next call (commands later in the
 //! same pipeline see it); durability is the caller's job (the server commits
@@ -84,6 +87,19 @@ impl Kind {
         match self {
             Kind::String => "raw",
             Kind::Hash | Kind::ZSet | Kind::List | Kind::Set => "listpack",
+        }
+    }
+
+    /// What OBJECT ENCODING answers for a chunked collection
+    /// ([`crate::chunked`]): `quicklist` for a list (a sequence of blob
+    /// chunks, as Redis's quicklist is of listpacks), `hashtable` for a hash,
+    /// set or sorted set (members in hashed buckets; a sorted set keeps no
+    /// ordered index, so it is not Redis's `skiplist`).
+    pub fn chunked_encoding(self) -> &'static str {
+        match self {
+            Kind::String => "raw",
+            Kind::List => "quicklist",
+            Kind::Hash | Kind::ZSet | Kind::Set => "hashtable",
         }
     }
 }
@@ -251,6 +267,39 @@ pub trait Keyspace {
     /// The command began last failed: undo every write it made, so that its
     /// error reply means nothing of it was stored.
     fn abort_command(&mut self) {}
+
+    /// Whether this keyspace keeps *internal entries*: a second namespace of
+    /// byte keys that no key command sees (not in `get`, `scan`, `len`,
+    /// `expired`), written in the same batch as the keys. Large collections
+    /// keep their chunks there ([`crate::chunked`]); a keyspace without
+    /// them keeps every collection as one blob.
+    ///
+    /// A keyspace that has them also keeps the generation rule of
+    /// [`crate::chunked`]: when a collection value that is a chunked header
+    /// of generation `g` is deleted, expires or is overwritten by anything
+    /// but a header of generation `g`, it writes the tombstone
+    /// [`crate::chunked::tombstone_key`]`(g)`; when a header of generation
+    /// `g` is stored, it deletes that tombstone if present.
+    fn has_internal(&self) -> bool {
+        false
+    }
+    /// The internal entry at `key`.
+    fn internal_get(&mut self, _key: &[u8]) -> Option<Self::Value> {
+        None
+    }
+    /// Stores the internal entry `key` (replacing any).
+    fn internal_put(&mut self, _key: &[u8], _bytes: &[u8]) -> Result<(), StoreError> {
+        Err(StoreError::NotPersisted("this keyspace keeps no internal entries".into()))
+    }
+    /// Deletes the internal entry `key`; true if there was one.
+    fn internal_delete(&mut self, _key: &[u8]) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+    /// Visits up to `limit` internal keys at or after `from`, in byte order;
+    /// returns how many were visited.
+    fn internal_scan(&mut self, _from: &[u8], _limit: usize, _visit: &mut dyn FnMut(&[u8])) -> usize {
+        0
+    }
 }
 
 /// Where [`MemKeyspace`] reads the time.
@@ -297,6 +346,9 @@ pub struct MemKeyspace {
     limits: StoreLimits,
     max_keys: Option<u64>,
     clock: Clock,
+    /// Internal entries ([`Keyspace::internal_get`]): collection chunks,
+    /// tombstones, the generation counter.
+    internal: BTreeMap<Vec<u8>, Arc<[u8]>>,
 }
 
 impl MemKeyspace {
@@ -330,10 +382,24 @@ impl MemKeyspace {
         Some(entry)
     }
 
+    /// The generation rule ([`Keyspace::has_internal`]) for replacing the
+    /// value at `key` (live or expired) by a value whose header generation
+    /// is `new_gen` (`None`: a deletion or a value that is no header).
+    fn retire(&mut self, key: &[u8], new_gen: Option<u64>) {
+        let old_gen = self.map.get(key).and_then(|e| crate::chunked::value_generation(e.kind, &e.value));
+        if let Some(g) = old_gen.filter(|&g| Some(g) != new_gen) {
+            self.internal.insert(crate::chunked::tombstone_key(g).to_vec(), Arc::from(&[][..]));
+        }
+        if let Some(n) = new_gen.filter(|&n| Some(n) != old_gen) {
+            self.internal.remove(&crate::chunked::tombstone_key(n)[..]);
+        }
+    }
+
     /// Deletes `key` if it is expired; its entry if it is live.
     fn live(&mut self, key: &[u8]) -> Option<&MemEntry> {
         let expired = self.is_expired(self.map.get(key)?);
         if expired {
+            self.retire(key, None);
             self.remove(key);
             return None;
         }
@@ -380,6 +446,7 @@ impl Keyspace for MemKeyspace {
             Expiry::Clear => None,
             Expiry::At(ms) => Some(ms),
         };
+        self.retire(key, crate::chunked::value_generation(kind, &value));
         self.remove(key);
         if let Some(d) = deadline_ms {
             self.expiring.insert((d, key.to_vec()));
@@ -403,6 +470,7 @@ impl Keyspace for MemKeyspace {
 
     fn delete(&mut self, key: &[u8]) -> Result<bool, StoreError> {
         let live = self.live(key).is_some();
+        self.retire(key, None);
         self.remove(key);
         Ok(live)
     }
@@ -444,10 +512,45 @@ impl Keyspace for MemKeyspace {
     fn clear(&mut self) -> Result<(), StoreError> {
         self.map.clear();
         self.expiring.clear();
+        self.internal.clear();
         Ok(())
     }
 
     fn limits(&self) -> StoreLimits {
         self.limits
+    }
+
+    fn has_internal(&self) -> bool {
+        true
+    }
+
+    fn internal_get(&mut self, key: &[u8]) -> Option<Arc<[u8]>> {
+        self.internal.get(key).cloned()
+    }
+
+    fn internal_put(&mut self, key: &[u8], bytes: &[u8]) -> Result<(), StoreError> {
+        self.internal.insert(key.to_vec(), Arc::from(bytes));
+        Ok(())
+    }
+
+    fn internal_delete(&mut self, key: &[u8]) -> Result<bool, StoreError> {
+        Ok(self.internal.remove(key).is_some())
+    }
+
+    fn internal_scan(&mut self, from: &[u8], limit: usize, visit: &mut dyn FnMut(&[u8])) -> usize {
+        let mut n = 0;
+        let range = (std::ops::Bound::Included(from), std::ops::Bound::Unbounded);
+        for k in self.internal.range::<[u8], _>(range).map(|(k, _)| k).take(limit) {
+            visit(k);
+            n += 1;
+        }
+        n
+    }
+}
+
+impl MemKeyspace {
+    /// Number of internal entries (tests: garbage collected to nothing).
+    pub fn internal_len(&self) -> usize {
+        self.internal.len()
     }
 }

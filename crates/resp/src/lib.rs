@@ -18,6 +18,7 @@
 //! | [`reply`] | RESP2/RESP3 reply writer [`reply::Out`] and the [`reply::ReplySink`] trait |
 //! | [`keyspace`] | the storage seam [`keyspace::Keyspace`], [`keyspace::ValueSource`], [`keyspace::MemKeyspace`] |
 //! | [`blob`] | the byte layout of hash and sorted-set values |
+//! | [`chunked`] | large collections: header, chunk keys, generations, garbage collection |
 //! | [`exec`] | the commands, [`exec::Server`] (shared) and [`exec::Session`] (per connection) |
 //! | [`client`] | request encoder and incremental reply parser |
 //! | [`ycsb`] | YCSB-style workload generator (scrambled Zipfian, workloads A and B) |
@@ -56,6 +57,7 @@
 #![deny(missing_docs)]
 
 pub mod blob;
+pub mod chunked;
 pub mod client;
 pub mod exec;
 pub mod extended;

@@ -1299,6 +1299,12 @@ mod gen {
     ];
 }
 
+/// The keyspace's next chunked-collection generation (1 if none was taken).
+fn next_generation_of(ks: &mut MemKeyspace) -> u64 {
+    use pmwire_resp::keyspace::Keyspace;
+    ks.internal_get(&[2]).map_or(1, |v| u64::from_le_bytes(v[..].try_into().expect("8 bytes")))
+}
+
 /// TTL-family replies: the two servers read the clock apart, so these are
 /// compared within a tolerance, never queued in a transaction.
 fn loose_compared(args: &[Vec<u8>]) -> bool {
@@ -1319,6 +1325,9 @@ fn random_commands_match_redis() {
     println!("random differential test: seed {seed} (PMWIRE_DIFF_SEED={seed} replays it), {count} commands");
     let mut g = gen::Gen::new(seed);
     let mut d = Differ::new(&redis, &version);
+    // Tiny chunking limits: collections cross between blob and chunked
+    // forms (and buckets split and merge) every few commands.
+    d.server.config_mut().collections = pmwire_resp::chunked::ChunkConfig::tiny();
     let mut failures = Vec::new();
     let mut ttl_family = 0u64;
     let mut in_multi = false;
@@ -1328,6 +1337,10 @@ fn random_commands_match_redis() {
             d.check(&[&b"HELLO"[..], proto], true).expect("HELLO agrees");
         }
         let cmd = g.next();
+        if i % 7 == 0 {
+            // The server's background collection of dead chunks, interleaved.
+            pmwire_resp::chunked::collect_garbage(&mut d.ks, 3).expect("collect garbage");
+        }
         ttl_family += u64::from(loose_compared(&cmd.args));
         // Now and then a transaction: commands whose replies compare byte for byte are
         // queued (their replies then come in EXEC's array); it ends with EXEC, or DISCARD.
@@ -1366,6 +1379,9 @@ fn random_commands_match_redis() {
     println!("{} of {ttl_family} TTL/PTTL/EXPIRETIME/PEXPIRETIME replies differed within the tolerance", d.loose);
     println!("{} transactions (MULTI ... EXEC or DISCARD)", d.multis);
     println!("{} blocking pops blocked and timed out", d.timeouts);
+    let generations = next_generation_of(&mut d.ks) - 1;
+    println!("{generations} collections chunked (written whole under a fresh generation)");
+    assert!(count < 5_000 || generations > 0, "the tiny limits made no collection chunked");
     assert!(failures.is_empty(), "seed {seed}: {} differences (first 20):\n{}", failures.len(), failures.join("\n"));
 }
 

@@ -340,12 +340,15 @@ pub(super) fn type_<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '
     Ok(())
 }
 
-/// OBJECT ENCODING key: how pmwire stores the value ([`Kind::encoding`]).
+/// OBJECT ENCODING key: how pmwire stores the value ([`Kind::encoding`],
+/// [`Kind::chunked_encoding`]).
 pub(super) fn object<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
-    match c.ks.get(c.arg(2)) {
-        Some(s) => c.out.bulk(s.kind.encoding().as_bytes()),
-        None => c.out.null(),
-    }
+    let Some(s) = c.ks.get(c.arg(2)) else {
+        c.out.null();
+        return Ok(());
+    };
+    let chunked = s.kind != Kind::String && super::large::header(c.ks, c.arg(2), s.kind)?.is_some();
+    c.out.bulk(if chunked { s.kind.chunked_encoding() } else { s.kind.encoding() }.as_bytes());
     Ok(())
 }
 

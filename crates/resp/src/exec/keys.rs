@@ -56,8 +56,14 @@ pub(super) fn rename<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'
         c.out.integer(0);
         return Ok(());
     }
-    store_as(c, stored, to)?;
+    // Deleted first, then stored: a chunked collection's header moves alone
+    // (the delete's tombstone is lifted by the store, crate::chunked).
+    let mut bytes = Vec::with_capacity(stored.len as usize);
+    c.ks.read(&stored.value, &mut bytes);
+    c.check_fits(to, stored.len)?;
     c.ks.delete(from)?;
+    let expiry = stored.deadline_ms.map_or(Expiry::Clear, Expiry::At);
+    c.ks.put(to, stored.kind, ValueSource::Owned(bytes), expiry)?;
     if nx {
         c.out.integer(1);
     } else {
@@ -72,6 +78,12 @@ fn store_as<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K,
     let mut bytes = Vec::with_capacity(stored.len as usize);
     c.ks.read(&stored.value, &mut bytes);
     let expiry = stored.deadline_ms.map_or(Expiry::Clear, Expiry::At);
+    if let Some(h) = crate::chunked::Header::decode(stored.kind, &bytes)? {
+        // A copy of a chunked collection gets chunks of its own.
+        let blob = super::large::materialise(c.ks, &h)?;
+        let cfg = c.server.config.collections;
+        return super::large::store_blob(c.ks, to, stored.kind, blob, expiry, &cfg);
+    }
     c.ks.put(to, stored.kind, ValueSource::Owned(bytes), expiry)?;
     Ok(())
 }

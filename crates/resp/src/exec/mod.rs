@@ -16,6 +16,7 @@ mod admin;
 mod blocking;
 mod hashes;
 mod keys;
+mod large;
 mod lists;
 mod multi;
 mod sets;
@@ -26,6 +27,8 @@ pub use keys::{active_expire, Sweep};
 pub use multi::MAX_QUEUED_BYTES;
 pub use sets::{MAX_RANDOM_REPLY, MAX_RANDOM_REPLY_BYTES};
 
+#[cfg(test)]
+mod large_tests;
 #[cfg(test)]
 mod tests;
 
@@ -63,6 +66,9 @@ pub struct ServerConfig {
     /// Seed of the generator SPOP and SRANDMEMBER draw from (a server
     /// passes something fresh; tests a fixed value).
     pub random_seed: u64,
+    /// When a collection stops being one blob and is chunked
+    /// ([`crate::chunked`]), and its chunks' sizes.
+    pub collections: crate::chunked::ChunkConfig,
 }
 
 impl Default for ServerConfig {
@@ -77,6 +83,7 @@ impl Default for ServerConfig {
             requirepass: None,
             protected_mode: true,
             random_seed: 0x706d_7769_7265,
+            collections: crate::chunked::ChunkConfig::default(),
         }
     }
 }
@@ -254,19 +261,23 @@ impl<'r, K: Keyspace, S: ReplySink<K::Value> + ?Sized> Ctx<'_, 'r, K, S> {
         }
     }
 
-    /// The bytes of the value at `key` if it is of `kind`.
+    /// The bytes of the value at `key` if it is of `kind`; a chunked
+    /// collection is read whole, as its blob ([`large::materialise`]).
     pub fn load(&mut self, key: &[u8], kind: Kind) -> Result<Option<Vec<u8>>, Fail> {
-        Ok(self.get_kind(key, kind)?.map(|s| {
-            let mut v = Vec::with_capacity(s.len as usize);
-            self.ks.read(&s.value, &mut v);
-            assert!(v.len() as u64 == s.len);
-            v
-        }))
+        let Some(s) = self.get_kind(key, kind)? else { return Ok(None) };
+        let mut v = Vec::with_capacity(s.len as usize);
+        self.ks.read(&s.value, &mut v);
+        assert!(v.len() as u64 == s.len);
+        match crate::chunked::Header::decode(kind, &v)? {
+            Some(h) => Ok(Some(large::materialise(self.ks, &h)?)),
+            None => Ok(Some(v)),
+        }
     }
 
     /// Writes a collection's `items` at `key` as one `kind` blob made by
-    /// `encode`, with the deadline `expiry` says, or deletes the key when
-    /// there are none (Redis keeps no empty collection).
+    /// `encode` (chunked when over [`ServerConfig::collections`]' limits,
+    /// [`large::store_blob`]), with the deadline `expiry` says, or deletes
+    /// the key when there are none (Redis keeps no empty collection).
     pub fn store_collection<T>(
         &mut self,
         key: &[u8],
@@ -281,8 +292,8 @@ impl<'r, K: Keyspace, S: ReplySink<K::Value> + ?Sized> Ctx<'_, 'r, K, S> {
         }
         let mut blob = Vec::new();
         encode(items, &mut blob);
-        self.ks.put(key, kind, crate::keyspace::ValueSource::Owned(blob), expiry)?;
-        Ok(())
+        let cfg = self.server.config.collections;
+        large::store_blob(self.ks, key, kind, blob, expiry, &cfg)
     }
 
     /// Refuses, as the store would, a value of `len` bytes at `key`: for a
@@ -918,6 +929,9 @@ fn admit<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>
 }
 
 fn run<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(name: &str, c: &mut Ctx<'_, '_, K, S>) -> Res {
+    if let Some(result) = large::fast(name, c) {
+        return result;
+    }
     match name {
         "append" => strings::append(c),
         "decr" => strings::incr_by(c, -1),

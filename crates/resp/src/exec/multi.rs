@@ -197,6 +197,26 @@ impl<K: Keyspace> Keyspace for Tracked<'_, K> {
     fn abort_command(&mut self) {
         self.inner.abort_command()
     }
+
+    fn has_internal(&self) -> bool {
+        self.inner.has_internal()
+    }
+
+    fn internal_get(&mut self, key: &[u8]) -> Option<K::Value> {
+        self.inner.internal_get(key)
+    }
+
+    fn internal_put(&mut self, key: &[u8], bytes: &[u8]) -> Result<(), StoreError> {
+        self.inner.internal_put(key, bytes)
+    }
+
+    fn internal_delete(&mut self, key: &[u8]) -> Result<bool, StoreError> {
+        self.inner.internal_delete(key)
+    }
+
+    fn internal_scan(&mut self, from: &[u8], limit: usize, visit: &mut dyn FnMut(&[u8])) -> usize {
+        self.inner.internal_scan(from, limit, visit)
+    }
 }
 
 /// Whether a command runs at once inside MULTI rather than being queued.
