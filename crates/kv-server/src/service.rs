@@ -48,7 +48,7 @@ use pmwire_netio::http::{self, body_pieces, Codec, HttpError, Method, Parsed};
 use pmwire_netio::{Batch, ConnId, Input, Output, OutputMark, Service};
 use pmwire_resp::chunked::collect_garbage;
 use pmwire_resp::exec::{active_expire, Flow, Server as RespServer, ServerConfig, Session};
-use pmwire_resp::keyspace::{Clock, Keyspace, StoreError};
+use pmwire_resp::keyspace::{Clock, Keyspace, Kind, StoreError};
 use pmwire_resp::reply::ReplySink;
 use pmwire_resp::request::{Limits as RespLimits, Parsed as RespParsed, Skip};
 
@@ -65,6 +65,8 @@ const MAX_LOG_EXTENTS: usize = 256;
 /// Most expired keys the active sweep deletes per batch (two WAL words each: 128 of a
 /// group's 1024).
 pub const EXPIRE_PER_BATCH: usize = 64;
+/// HTTP's answer (409) to a GET of a key holding a collection: RESP's GET error.
+const WRONGTYPE_BODY: &[u8] = b"WRONGTYPE Operation against a key holding the wrong kind of value\n";
 /// While discarding a refused request, the bytes to gather before the next look at it.
 const SKIP_CHUNK: u64 = 64 << 10;
 /// Most internal entries (chunks of deleted large collections, `pmwire_resp::chunked`) the
@@ -673,6 +675,11 @@ impl HttpCtx<'_, '_, '_> {
                     }
                 }
                 Method::Get => match self.ks.get_held(key) {
+                    // A collection is RESP's alone: its bytes are an encoding (a blob, or a chunked
+                    // collection's header), not a value, so HTTP answers as RESP's GET would.
+                    Some((kind, _, _)) if kind != Kind::String.to_byte() => {
+                        http::write_response(self.out, 409, keep, Some("text/plain"), WRONGTYPE_BODY)
+                    }
                     Some((_, _, handle)) => {
                         let len = handle.iter().map(|e| e.len as usize).sum();
                         http::write_head(self.out, 200, keep, len, None);

@@ -39,6 +39,17 @@ fn routes_in_every_mode() {
         assert_eq!(c.request("POST", "/kv/shared", b"from http").unwrap().status, 204);
         let mut r = RespClient::connect(server.resp).unwrap();
         assert_eq!(r.get(b"shared").unwrap(), Some(b"from http".to_vec()));
+        // A collection is refused as RESP's GET refuses it, small (a blob) or chunked (a header).
+        for n in [3, 200] {
+            let key = format!("list{n}");
+            let mut push = vec![b"RPUSH".to_vec(), key.clone().into_bytes()];
+            push.extend((0..n).map(|i| format!("e{i}").into_bytes()));
+            r.call(&push).unwrap();
+            let got = c.request("GET", &format!("/kv/{key}"), b"").unwrap();
+            assert_eq!(got.status, 409, "{mode} {key}");
+            assert!(got.body.starts_with(b"WRONGTYPE"), "{mode} {key}");
+            assert_eq!(c.request("DELETE", &format!("/kv/{key}"), b"").unwrap().status, 200);
+        }
         drop((c, r));
         server.stop();
     }
