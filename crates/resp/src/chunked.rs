@@ -27,12 +27,13 @@
 //! ```text
 //! 00 gen:u64be index:u64be   chunk `index` of generation `gen`
 //! 01 gen:u64be               tombstone: generation `gen` is dead (empty value)
-//! 02                         the next generation (u64 little-endian)
+//! 02                         counter:u64le secret:u64le: generations (next_generation)
 //! ```
 //! Hashes, sets and sorted sets are *linear hashing* tables: `2^L + s`
 //! buckets (`0 <= s < 2^L`); member `m` lives in bucket
 //! `b = h(m) mod 2^L`, or `h(m) mod 2^(L+1)` if `b < s`, where `h` is FNV-1a
-//! seeded by the generation and finished by SplitMix64. A bucket is a chunk
+//! seeded by the generation (unpredictable: [`next_generation`]) and
+//! finished by SplitMix64. A bucket is a chunk
 //! holding a hash blob (fields in insertion order), a set blob or a zset
 //! blob of the members hashed there; an empty bucket has no chunk. When the
 //! count passes [`ChunkConfig::bucket_entries`] per bucket on average, one
@@ -44,7 +45,7 @@
 //! empties the end chunk and deletes it.
 //!
 //! Generations: every chunked collection written whole (a conversion, a
-//! COPY, a `*STORE`) takes a fresh generation from the counter. Deleting,
+//! COPY, a `*STORE`) takes a fresh generation ([`next_generation`]). Deleting,
 //! expiring or overwriting a header writes the generation's tombstone (the
 //! keyspace does it, [`Keyspace::has_internal`]), in the same batch, so the
 //! command is O(1); [`collect_garbage`] then deletes a bounded number of a
@@ -248,19 +249,45 @@ fn splitmix(x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Takes a fresh generation from the counter (the write joins the batch).
+/// Takes a fresh generation (the write joins the batch).
+///
+/// The entry holds a counter and a secret drawn from the OS's randomness
+/// when the keyspace chunks its first collection; a generation is the
+/// counter xored with the secret, mixed by SplitMix64 (a bijection of
+/// `u64`), so generations never repeat and a client cannot predict one, and
+/// so cannot craft members that all hash to one bucket of
+/// [`member_hash`] (Redis seeds its dict's siphash for the same reason).
+/// An entry of 8 bytes (a pool chunked by an earlier build) is a plain
+/// counter and stays one.
 pub fn next_generation<K: Keyspace + ?Sized>(ks: &mut K) -> Result<u64, StoreError> {
     let mut bytes = Vec::new();
     if let Some(v) = ks.internal_get(&[NEXT_GEN]) {
         ks.read(&v, &mut bytes);
     }
-    let gen = match <[u8; 8]>::try_from(bytes.as_slice()) {
-        Ok(b) => u64::from_le_bytes(b),
-        Err(_) => 1,
+    let word = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
+    let (mut counter, secret) = match bytes.len() {
+        16 => (word(0), Some(word(8))),
+        8 => (word(0), None),
+        _ => (1, Some(fresh_secret())),
     };
-    let next = gen.checked_add(1).expect("2^64 generations");
-    ks.internal_put(&[NEXT_GEN], &next.to_le_bytes())?;
-    Ok(gen)
+    loop {
+        let gen = secret.map_or(counter, |secret| splitmix(counter ^ secret));
+        counter = counter.checked_add(1).expect("2^64 generations");
+        if gen != 0 {
+            let mut entry = counter.to_le_bytes().to_vec();
+            if let Some(secret) = secret {
+                entry.extend(secret.to_le_bytes());
+            }
+            ks.internal_put(&[NEXT_GEN], &entry)?;
+            return Ok(gen);
+        }
+    }
+}
+
+/// 64 bits from the OS's randomness (std's `RandomState` keys are drawn from it).
+fn fresh_secret() -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(0x7069_6d77_6972_6521u64)
 }
 
 /// Deletes up to `budget` chunks of the first dead generation (and its
@@ -350,5 +377,24 @@ mod tests {
         let seqs = [i64::MIN, -5, -1, 0, 1, 9, i64::MAX];
         let keys: Vec<_> = seqs.iter().map(|&s| chunk_key(3, list_index(s))).collect();
         assert!(keys.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn generations_are_distinct_and_not_a_shared_sequence() {
+        use crate::keyspace::MemKeyspace;
+        let (mut a, mut b) = (MemKeyspace::new(), MemKeyspace::new());
+        let ga: Vec<u64> = (0..1000).map(|_| next_generation(&mut a).unwrap()).collect();
+        let gb: Vec<u64> = (0..3).map(|_| next_generation(&mut b).unwrap()).collect();
+        let distinct: std::collections::HashSet<_> = ga.iter().collect();
+        assert_eq!(distinct.len(), ga.len());
+        assert!(ga.iter().all(|&g| g != 0));
+        // Two keyspaces draw their own secrets: their first generations differ (and are not
+        // the counter), so a client cannot know which buckets members of a collection land in.
+        assert_ne!(ga[..3], gb[..]);
+        assert!(ga[..3] != [1, 2, 3] && gb[..] != [1, 2, 3]);
+        // A pool chunked by an earlier build (an 8-byte counter) keeps counting plainly.
+        let mut old = MemKeyspace::new();
+        old.internal_put(&[NEXT_GEN], &7u64.to_le_bytes()).unwrap();
+        assert_eq!((next_generation(&mut old).unwrap(), next_generation(&mut old).unwrap()), (7, 8));
     }
 }

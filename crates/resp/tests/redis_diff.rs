@@ -1299,10 +1299,10 @@ mod gen {
     ];
 }
 
-/// The keyspace's next chunked-collection generation (1 if none was taken).
+/// The keyspace's generation counter: the next one to take (1 if none was taken).
 fn next_generation_of(ks: &mut MemKeyspace) -> u64 {
     use pmwire_resp::keyspace::Keyspace;
-    ks.internal_get(&[2]).map_or(1, |v| u64::from_le_bytes(v[..].try_into().expect("8 bytes")))
+    ks.internal_get(&[2]).map_or(1, |v| u64::from_le_bytes(v[..8].try_into().expect("a counter first")))
 }
 
 /// TTL-family replies: the two servers read the clock apart, so these are
