@@ -20,6 +20,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use pmem::{Region, RegionOptions};
 use pmwire_bench::remote::server::ucx_config;
+use pmwire_mirror::format::Geometry;
 use pmwire_mirror::{Backup, BackupService, Heap, OpenError};
 use reactor::{PollBudget, Reactor, RealClock};
 use transport::UcxTransport;
@@ -69,31 +70,59 @@ pub(crate) fn lock(path: &Path) -> Result<File> {
 /// Opens the backup's heap, or formats one in a new pool.
 fn open_pool(args: &MirrorBackupArgs) -> Result<(Region, Backup, File)> {
     let path = &args.pool;
+    let (log, data) = (args.log_size, args.data_size);
+    open_or_create(
+        path,
+        log,
+        data,
+        "a backup heap",
+        Backup::geometry,
+        |region, log, data| Backup::create(region, 0, log, data).map_err(|e| anyhow!("{e}")),
+        |region| match Backup::open(region, 0) {
+            Ok((backup, _)) => Ok(backup),
+            Err(OpenError::BadMagic { .. }) => {
+                bail!(
+                    "{} holds no mirror heap (not a pool of `pmwire mirror-backup`); not overwriting it",
+                    path.display()
+                )
+            }
+            Err(e) => bail!("{}: {e} (not overwriting it)", path.display()),
+        },
+    )
+}
+
+/// The pool of a mirror command, locked for this process: where no file is,
+/// a new one of `log` + `data` bytes formatted by `create` (and removed if
+/// that fails); else the existing one opened by `open`, refused unless its
+/// geometry matches the sizes given.
+pub(crate) fn open_or_create<T>(
+    path: &Path,
+    log: Option<u64>,
+    data: Option<u64>,
+    what: &str,
+    geometry: impl Fn(&T) -> Geometry,
+    create: impl FnOnce(&mut Region, u64, u64) -> Result<T>,
+    open: impl FnOnce(&mut Region) -> Result<T>,
+) -> Result<(Region, T, File)> {
     if !path.exists() {
-        let (Some(log), Some(data)) = (args.log_size, args.data_size) else {
-            bail!("{} does not exist: give --log-size and --data-size to create a backup heap there", path.display());
+        let (Some(log), Some(data)) = (log, data) else {
+            bail!("{} does not exist: give --log-size and --data-size to create {what} there", path.display());
         };
-        let size = Heap::required_size(log, data);
-        let mut region = Region::create(path, size).with_context(|| format!("create {}", path.display()))?;
+        let mut region = Region::create(path, Heap::required_size(log, data))
+            .with_context(|| format!("create {}", path.display()))?;
         let lock = lock(path)?;
-        let backup = Backup::create(&mut region, 0, log, data).map_err(|e| {
+        let made = create(&mut region, log, data).map_err(|e| {
             let _ = std::fs::remove_file(path);
             anyhow!("format {}: {e}", path.display())
         })?;
-        return Ok((region, backup, lock));
+        return Ok((region, made, lock));
     }
     let lock = lock(path)?;
     let options = RegionOptions { create: false, ..RegionOptions::default() };
     let mut region = Region::open(path, options).with_context(|| format!("open {}", path.display()))?;
-    let backup = match Backup::open(&mut region, 0) {
-        Ok((backup, _)) => backup,
-        Err(OpenError::BadMagic { .. }) => {
-            bail!("{} holds no mirror heap (not a pool of `pmwire mirror-backup`); not overwriting it", path.display())
-        }
-        Err(e) => bail!("{}: {e} (not overwriting it)", path.display()),
-    };
-    let g = backup.geometry();
-    let asked = (args.log_size.unwrap_or(g.log_bytes), args.data_size.unwrap_or(g.data_bytes));
+    let opened = open(&mut region)?;
+    let g = geometry(&opened);
+    let asked = (log.unwrap_or(g.log_bytes), data.unwrap_or(g.data_bytes));
     if asked != (g.log_bytes, g.data_bytes) {
         bail!(
             "{} holds a heap with a log of {} B and a data area of {} B, not the {} B and {} B asked for",
@@ -104,7 +133,7 @@ fn open_pool(args: &MirrorBackupArgs) -> Result<(Region, Backup, File)> {
             asked.1
         );
     }
-    Ok((region, backup, lock))
+    Ok((region, opened, lock))
 }
 
 /// Runs `pmwire mirror-backup` until killed.

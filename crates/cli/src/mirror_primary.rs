@@ -39,7 +39,7 @@ use pmwire_mirror::{
 };
 use transport::UcxTransport;
 
-use crate::mirror_cmd::{lock, parse_strategy};
+use crate::mirror_cmd::{lock, open_or_create, parse_strategy};
 
 /// `pmwire mirror-primary`.
 #[derive(Args)]
@@ -206,39 +206,18 @@ fn stop_on_signals() -> Result<Arc<AtomicBool>> {
 /// Refuses, with the reason and without writing, a pool that is not a
 /// mirror heap, an unfinished resynchronisation copy, or of another shape.
 fn open_heap(pool: &Path, log: Option<u64>, data: Option<u64>) -> Result<(Region, Heap, File)> {
-    if !pool.exists() {
-        let (Some(log), Some(data)) = (log, data) else {
-            bail!("{} does not exist: give --log-size and --data-size to create a heap there", pool.display());
-        };
-        let mut region = Region::create(pool, Heap::required_size(log, data))
-            .with_context(|| format!("create {}", pool.display()))?;
-        let lock = lock(pool)?;
-        let heap = Heap::create(&mut region, 0, log, data).map_err(|e| {
-            let _ = std::fs::remove_file(pool);
-            anyhow!("format {}: {e}", pool.display())
-        })?;
-        return Ok((region, heap, lock));
-    }
-    let lock = lock(pool)?;
-    let options = RegionOptions { create: false, ..RegionOptions::default() };
-    let mut region = Region::open(pool, options).with_context(|| format!("open {}", pool.display()))?;
-    let heap = match Heap::open(&mut region, 0) {
-        Ok((heap, _)) => heap,
-        Err(e) => bail!("{}", open_refusal(pool, &e)),
-    };
-    let g = heap.geometry();
-    let asked = (log.unwrap_or(g.log_bytes), data.unwrap_or(g.data_bytes));
-    if asked != (g.log_bytes, g.data_bytes) {
-        bail!(
-            "{} holds a heap with a log of {} B and a data area of {} B, not the {} B and {} B asked for",
-            pool.display(),
-            g.log_bytes,
-            g.data_bytes,
-            asked.0,
-            asked.1
-        );
-    }
-    Ok((region, heap, lock))
+    open_or_create(
+        pool,
+        log,
+        data,
+        "a heap",
+        Heap::geometry,
+        |region, log, data| Heap::create(region, 0, log, data).map_err(|e| anyhow!("{e}")),
+        |region| match Heap::open(region, 0) {
+            Ok((heap, _)) => Ok(heap),
+            Err(e) => bail!("{}", open_refusal(pool, &e)),
+        },
+    )
 }
 
 /// Why a pool cannot be opened as a heap, for a user.
