@@ -14,6 +14,7 @@
 //! header write go to the same batch; an error after a write is undone by
 //! the executor's `abort_command`.
 
+use super::zsets::{self, ZaddFlags};
 use super::{Ctx, Fail, Res};
 use crate::blob::{
     decode_hash, decode_list, decode_set, decode_zset, encode_hash, encode_list, encode_set, encode_zset, zcmp,
@@ -520,38 +521,12 @@ fn zset_cmd<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
     Some(run(c))
 }
 
-/// ZADD's options.
-#[derive(Default)]
-struct ZaddFlags {
-    nx: bool,
-    xx: bool,
-    ch: bool,
-    incr: bool,
-    gt: bool,
-    lt: bool,
-}
-
 /// ZADD's options, the index of its first score, and its scores; `None` for anything
 /// the ordinary path refuses (zsets.rs, Redis's order of checks).
 fn zadd_args<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
     c: &Ctx<'_, '_, K, S>,
 ) -> Option<(ZaddFlags, usize, Vec<f64>)> {
-    let mut f = ZaddFlags::default();
-    let mut idx = 2;
-    while idx < c.argc() {
-        let o = c.arg(idx);
-        let flag = match o.to_ascii_lowercase().as_slice() {
-            b"nx" => &mut f.nx,
-            b"xx" => &mut f.xx,
-            b"ch" => &mut f.ch,
-            b"incr" => &mut f.incr,
-            b"gt" => &mut f.gt,
-            b"lt" => &mut f.lt,
-            _ => break,
-        };
-        *flag = true;
-        idx += 1;
-    }
+    let (f, idx) = zsets::zadd_flags(c);
     let elements = c.argc() - idx;
     let conflict = (f.nx && (f.xx || f.gt || f.lt)) || (f.gt && f.lt) || (f.incr && elements > 2);
     if elements % 2 == 1 || elements == 0 || conflict {

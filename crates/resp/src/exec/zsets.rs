@@ -25,17 +25,20 @@ fn store<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
     c.store_collection(key, Kind::ZSet, entries, encode_zset, Expiry::Keep)
 }
 
+/// ZADD's options.
 #[derive(Default)]
-struct ZaddFlags {
-    nx: bool,
-    xx: bool,
-    ch: bool,
-    incr: bool,
-    gt: bool,
-    lt: bool,
+pub(super) struct ZaddFlags {
+    pub(super) nx: bool,
+    pub(super) xx: bool,
+    pub(super) ch: bool,
+    pub(super) incr: bool,
+    pub(super) gt: bool,
+    pub(super) lt: bool,
 }
 
-pub(super) fn zadd<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+/// ZADD's options, read from argument 2 up to the first that is not one, and
+/// the index of that argument (the first score).
+pub(super) fn zadd_flags<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &Ctx<'_, '_, K, S>) -> (ZaddFlags, usize) {
     let mut f = ZaddFlags::default();
     let mut idx = 2;
     while idx < c.argc() {
@@ -58,6 +61,11 @@ pub(super) fn zadd<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_,
         }
         idx += 1;
     }
+    (f, idx)
+}
+
+pub(super) fn zadd<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    let (f, idx) = zadd_flags(c);
     zadd_generic(c, &f, idx)
 }
 
