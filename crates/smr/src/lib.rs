@@ -14,4 +14,5 @@ pub mod machine;
 pub mod node;
 pub mod pmem_store;
 pub mod sim;
+pub mod state;
 pub mod store;

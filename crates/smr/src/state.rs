@@ -1,0 +1,78 @@
+//! The seam between a replica and what it replicates: [`StateMachine`].
+//!
+//! A replica orders entries (Raft); a state machine gives them meaning. The
+//! replica hands every committed entry of the user's kind to
+//! [`StateMachine::apply`], in log order, exactly once per index on every
+//! member, and after each batch of applied entries calls
+//! [`StateMachine::persist_applied`] once, before it answers anyone whose
+//! entry was in the batch. Membership changes and client sessions of the
+//! replica's own protocol are the replica's business, not the machine's.
+//!
+//! Determinism is the machine's contract: the same entries, applied in the
+//! same order from the same starting state (a snapshot, or empty), give the
+//! same state and the same outputs on every member. So a machine never
+//! reads a clock, a random generator or the iteration order of a hash map
+//! while applying; whatever it needs of time or chance is written into the
+//! entry by the member that proposed it.
+//!
+//! Durability: a volatile machine (a map in DRAM) starts empty, or from the
+//! replica's last snapshot, and [`StateMachine::applied`] is that
+//! snapshot's index; a persistent machine (a keyspace in persistent memory)
+//! keeps its applied index durably with its state, committed by
+//! [`StateMachine::persist_applied`] in the same failure-atomic step as the
+//! state it describes, and reports it after a restart, so the replica
+//! replays only the entries after it.
+
+use thiserror::Error;
+
+/// Why a snapshot could not be restored.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum RestoreError {
+    /// Not a snapshot of this machine, or a bad checksum.
+    #[error("snapshot corrupt: {0}")]
+    Corrupt(&'static str),
+    /// The machine could not store the snapshot's state (a full pool).
+    #[error("snapshot not restored: {0}")]
+    Store(String),
+}
+
+/// Why applied entries could not be made durable. The replica cannot go
+/// on past this (its state would no longer be the log's): it halts with
+/// the reason, as PMDK crashes on an unrecoverable persistence failure.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+#[error("applied entries not persisted: {0}")]
+pub struct PersistError(pub String);
+
+/// A deterministic state machine driven by a replica.
+pub trait StateMachine {
+    /// What applying one entry answers to the member that proposed it.
+    type Output;
+
+    /// Applies the committed entry at log `index` (one more than the last
+    /// applied), whose bytes are what its proposer proposed. Must be
+    /// deterministic (see the module docs); an entry it cannot interpret
+    /// is answered as an error and changes nothing, identically on every
+    /// member.
+    fn apply(&mut self, index: u64, data: &[u8]) -> Self::Output;
+
+    /// Makes everything applied so far durable (a persistent machine
+    /// commits here, its applied index with it; a volatile one does
+    /// nothing). Called once per batch of applies, before any of the
+    /// batch's outputs is released.
+    fn persist_applied(&mut self) -> Result<(), PersistError>;
+
+    /// The index of the last entry applied: after a restart, what the
+    /// machine kept durably (0 for a new or volatile machine before a
+    /// snapshot is restored).
+    fn applied(&self) -> u64;
+
+    /// The state as of [`StateMachine::applied`], as bytes that
+    /// [`StateMachine::restore`] takes back (checksummed: it may be torn in
+    /// transit or on media).
+    fn snapshot(&self) -> Vec<u8>;
+
+    /// Replaces the whole state with a snapshot's, taken at log `index`;
+    /// afterwards [`StateMachine::applied`] is `index`. On an error the
+    /// state is unchanged.
+    fn restore(&mut self, index: u64, bytes: &[u8]) -> Result<(), RestoreError>;
+}
