@@ -28,7 +28,7 @@
 //! with some prefix of those writes applied (none, the first, the first two, ...); anything
 //! else counts as *lost*. Every other pair of runs starts the server with `--collection-limits
 //! tiny`, so these collections are chunked past 2 members (headers and chunks,
-//! `pmwire_resp::chunked`, split and merged as they grow and shrink) and recovered in both
+//! `pmwire_keyspace::chunked`, split and merged as they grow and shrink) and recovered in both
 //! forms; a second canary (`run_with_planted_chunk_bug`) plants a list header written without
 //! its new chunk, which the campaign must catch.
 //!
@@ -394,7 +394,7 @@ fn campaign(options: &CrashOptions, dir: &Path, planted: Option<&'static str>) -
     let mut report = CrashReport::default();
     for run in 0..=options.runs {
         let mode = ["zero-copy", "copy"][run % 2];
-        // Every other pair of runs chunks collections past 2 members (pmwire_resp::chunked),
+        // Every other pair of runs chunks collections past 2 members (pmwire_keyspace::chunked),
         // so headers and chunks are written, split, merged and recovered under kill -9.
         let tiny = (run / 2) % 2 == 1 || planted.is_some();
         let child = KvChild::start(&options.exe, &pool, mode, tiny, planted)?;
@@ -930,8 +930,8 @@ impl Drop for KvChild {
 mod tests {
     use super::*;
     use pmwire_resp::client::{parse_reply, Value};
-    use pmwire_resp::exec::{Server, ServerConfig};
-    use pmwire_resp::keyspace::MemKeyspace;
+    use pmwire_keyspace::exec::{Server, ServerConfig};
+    use pmwire_keyspace::store::MemKeyspace;
     use pmwire_resp::request::{Limits, Parsed};
 
     /// The collection model agrees with the executor: random writes of every family (as the

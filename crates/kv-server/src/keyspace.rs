@@ -25,7 +25,7 @@
 //! `get` stages its delete (Redis's lazy expiry), `scan` skips it, writes treat it as absent,
 //! and the service's active sweep deletes a bounded number per batch.
 //!
-//! Internal entries (the chunks of large collections, `pmwire_resp::chunked`): the engine
+//! Internal entries (the chunks of large collections, `pmwire_keyspace::chunked`): the engine
 //! holds user keys and internal keys in one ordered map, told apart by an escape on the
 //! first byte. A user key whose first byte is `FF` is stored as `FF` + the key (`FF FF ...`);
 //! an internal key `i` (whose first byte is `00`, `01` or `02`) as `FF` + `i`. So the
@@ -41,8 +41,8 @@ use pmwire_btree::MAX_KEY_BYTES;
 use pmwire_kv::{Engine, Savepoint, StageError};
 use pmwire_log::Extent;
 use pmwire_netio::{Output, OutputMark};
-use pmwire_resp::chunked::{tombstone_key, value_generation, HEADER_BYTES};
-use pmwire_resp::keyspace::{Expiry, Keyspace, Kind, StoreError, StoreLimits, Stored, ValueSource};
+use pmwire_keyspace::chunked::{tombstone_key, value_generation, HEADER_BYTES};
+use pmwire_keyspace::store::{Expiry, Keyspace, Kind, StoreError, StoreLimits, Stored, ValueSource};
 use pmwire_resp::reply::ReplySink;
 
 use crate::store::{PoolView, MAX_VALUE_BYTES};

@@ -57,4 +57,4 @@ pub use serve::{stop_on_signals, KvServer, ReadyFile, ServeError, ServeOptions, 
 pub use service::{KvService, ServiceStats};
 pub use store::{Mode, Recovered, Sizing, Store, StoreError};
 /// When a collection is chunked, and how big its chunks grow (`pmwire kv --collection-limits`).
-pub use pmwire_resp::chunked::ChunkConfig;
+pub use pmwire_keyspace::chunked::ChunkConfig;

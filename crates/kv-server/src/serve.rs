@@ -190,15 +190,15 @@ impl KvServer {
         self.server.service_mut().plant_ack_before_commit();
     }
 
-    /// When collections are chunked ([`pmwire_resp::chunked::ChunkConfig`]; `pmwire kv
+    /// When collections are chunked ([`pmwire_keyspace::chunked::ChunkConfig`]; `pmwire kv
     /// --collection-limits`).
-    pub fn set_collection_limits(&mut self, limits: pmwire_resp::chunked::ChunkConfig) {
+    pub fn set_collection_limits(&mut self, limits: pmwire_keyspace::chunked::ChunkConfig) {
         self.server.service_mut().set_collection_limits(limits);
     }
 
     /// Test hook: the service reads the time from `clock` (expiry tests that do not sleep).
     #[doc(hidden)]
-    pub fn set_clock(&mut self, clock: pmwire_resp::keyspace::Clock) {
+    pub fn set_clock(&mut self, clock: pmwire_keyspace::store::Clock) {
         self.server.service_mut().set_clock(clock);
     }
 }

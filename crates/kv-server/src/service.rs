@@ -46,9 +46,9 @@ use pmwire_kv::LogError;
 use pmwire_log::Extent;
 use pmwire_netio::http::{self, body_pieces, Codec, HttpError, Method, Parsed};
 use pmwire_netio::{Batch, ConnId, Input, Output, OutputMark, Service};
-use pmwire_resp::chunked::collect_garbage;
-use pmwire_resp::exec::{active_expire, Flow, Server as RespServer, ServerConfig, Session};
-use pmwire_resp::keyspace::{Clock, Keyspace, Kind, StoreError};
+use pmwire_keyspace::chunked::collect_garbage;
+use pmwire_keyspace::exec::{active_expire, Flow, Server as RespServer, ServerConfig, Session};
+use pmwire_keyspace::store::{Clock, Keyspace, Kind, StoreError};
 use pmwire_resp::reply::ReplySink;
 use pmwire_resp::request::{Limits as RespLimits, Parsed as RespParsed, Skip};
 
@@ -69,7 +69,7 @@ pub const EXPIRE_PER_BATCH: usize = 64;
 const WRONGTYPE_BODY: &[u8] = b"WRONGTYPE Operation against a key holding the wrong kind of value\n";
 /// While discarding a refused request, the bytes to gather before the next look at it.
 const SKIP_CHUNK: u64 = 64 << 10;
-/// Most internal entries (chunks of deleted large collections, `pmwire_resp::chunked`) the
+/// Most internal entries (chunks of deleted large collections, `pmwire_keyspace::chunked`) the
 /// garbage collector deletes per batch, after the sweep.
 pub const GARBAGE_PER_BATCH: usize = 64;
 
@@ -210,7 +210,7 @@ impl KvService {
     }
 
     /// When collections are chunked, and their chunks' sizes.
-    pub fn set_collection_limits(&mut self, limits: pmwire_resp::chunked::ChunkConfig) {
+    pub fn set_collection_limits(&mut self, limits: pmwire_keyspace::chunked::ChunkConfig) {
         self.resp.config_mut().collections = limits;
     }
 
@@ -621,7 +621,7 @@ fn bearer_ok(password: Option<&[u8]>, authorization: Option<&[u8]>) -> bool {
     let Some(given) = authorization else { return false };
     let given = given.trim_ascii();
     match given.get(..7) {
-        Some(scheme) if scheme.eq_ignore_ascii_case(b"bearer ") => pmwire_resp::exec::same_secret(want, given[7..].trim_ascii()),
+        Some(scheme) if scheme.eq_ignore_ascii_case(b"bearer ") => pmwire_keyspace::exec::same_secret(want, given[7..].trim_ascii()),
         _ => false,
     }
 }

@@ -518,7 +518,7 @@ fn lists_and_sets_survive_restart() {
         let mut want_big = elements.clone();
         want_big.sort();
         assert!(sorted_members(c.call(&["SMEMBERS", "bigset"]).unwrap()) == want_big, "{mode}: the big set");
-        // 60 KiB is over a blob's 8 KiB: the big ones are chunked (pmwire_resp::chunked).
+        // 60 KiB is over a blob's 8 KiB: the big ones are chunked (pmwire_keyspace::chunked).
         let kinds = [("l", "list", "listpack"), ("big", "list", "quicklist"), ("s", "set", "listpack")];
         for (key, kind, encoding) in kinds.into_iter().chain([("bigset", "set", "hashtable")]) {
             assert_eq!(c.call(&["TYPE", key]).unwrap(), Value::Simple(kind.as_bytes().to_vec()));
@@ -536,7 +536,7 @@ fn lists_and_sets_survive_restart() {
 /// deadline keeps it to the millisecond.
 #[test]
 fn deadlines_survive_restart_and_past_ones_are_never_served() {
-    use pmwire_resp::keyspace::Clock;
+    use pmwire_keyspace::store::Clock;
     const T0: u64 = 1_700_000_000_000;
     let far = T0 + 1_000_000_000;
     for mode in MODES {

@@ -1,7 +1,7 @@
 //! The serialized forms of hashes, sorted sets, lists and sets: one blob per
 //! key, stored by the engine as an opaque value of kind
-//! [`crate::keyspace::Kind::Hash`], [`crate::keyspace::Kind::ZSet`],
-//! [`crate::keyspace::Kind::List`] or [`crate::keyspace::Kind::Set`]. All
+//! [`crate::store::Kind::Hash`], [`crate::store::Kind::ZSet`],
+//! [`crate::store::Kind::List`] or [`crate::store::Kind::Set`]. All
 //! integers are fixed-width little-endian.
 //!
 //! Hash blob (fields in insertion order, as Redis's listpack keeps small

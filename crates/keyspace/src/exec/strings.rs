@@ -9,9 +9,9 @@
 //! its kin, and SETRANGE change the value in place and keep it.
 
 use super::{Ctx, Fail, Res};
-use crate::keyspace::{Expiry, Keyspace, Kind, ValueSource};
-use crate::numbers::parse_i64;
-use crate::reply::ReplySink;
+use crate::store::{Expiry, Keyspace, Kind, ValueSource};
+use pmwire_resp::numbers::parse_i64;
+use pmwire_resp::reply::ReplySink;
 
 pub(super) fn get<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
     match c.get_kind(c.arg(1), Kind::String)? {
@@ -332,10 +332,10 @@ fn check_sizes<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &Ctx<'_, '_, K, 
     for i in (1..c.argc()).step_by(2) {
         let (k, v) = (c.arg(i).len() as u64, c.arg(i + 1).len() as u64);
         if k > limits.max_key_bytes {
-            return Err(crate::keyspace::StoreError::KeyTooLong { len: k, max: limits.max_key_bytes }.into());
+            return Err(crate::store::StoreError::KeyTooLong { len: k, max: limits.max_key_bytes }.into());
         }
         if v > limits.max_value_bytes {
-            return Err(crate::keyspace::StoreError::ValueTooLong { len: v, max: limits.max_value_bytes }.into());
+            return Err(crate::store::StoreError::ValueTooLong { len: v, max: limits.max_value_bytes }.into());
         }
     }
     Ok(())

@@ -6,8 +6,8 @@
 
 use super::*;
 use crate::chunked::{collect_garbage, ChunkConfig, Header};
-use crate::keyspace::{Clock, Keyspace, MemKeyspace};
-use crate::request::Parsed;
+use crate::store::{Clock, Keyspace, MemKeyspace};
+use pmwire_resp::request::Parsed;
 use rand_xoshiro::rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
@@ -28,7 +28,7 @@ impl Side {
 
     fn run(&mut self, args: &[Vec<u8>]) -> Vec<u8> {
         let mut input = Vec::new();
-        crate::client::encode_request(args, &mut input);
+        pmwire_resp::client::encode_request(args, &mut input);
         let segs: [&[u8]; 1] = [&input];
         let mut p = Parsed::new(Limits::default());
         let s = p.parse(&segs);

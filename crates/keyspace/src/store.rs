@@ -3,7 +3,7 @@
 //! mode.
 //!
 //! A key holds one value of a [`Kind`]. Strings are stored raw, so GET can
-//! send them from the engine's buffer ([`crate::reply::ReplySink::value`]);
+//! send them from the engine's buffer ([`pmwire_resp::reply::ReplySink::value`]);
 //! hashes, sorted sets, lists and sets are one serialized blob per key
 //! ([`crate::blob`]), written as [`ValueSource::Owned`], until they grow
 //! large: then the key holds a header and the members live in chunks,
@@ -26,7 +26,7 @@
 //! sweep ([`crate::exec::active_expire`]). [`Keyspace::len`] counts it
 //! until it is deleted, as Redis's DBSIZE does.
 
-use crate::request::Arg;
+use pmwire_resp::request::Arg;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

@@ -33,9 +33,9 @@ mod large_tests;
 mod tests;
 
 use crate::blob::BlobError;
-use crate::keyspace::{Keyspace, Kind, StoreError, Stored};
-use crate::reply::{Out, Protocol, ReplySink};
-use crate::request::{Limits, Request};
+use crate::store::{Keyspace, Kind, StoreError, Stored};
+use pmwire_resp::reply::{Out, Protocol, ReplySink};
+use pmwire_resp::request::{Limits, Request};
 use rand_xoshiro::rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::SplitMix64;
 use std::collections::{HashMap, VecDeque};
@@ -284,7 +284,7 @@ impl<'r, K: Keyspace, S: ReplySink<K::Value> + ?Sized> Ctx<'_, 'r, K, S> {
         kind: Kind,
         items: &[T],
         encode: impl FnOnce(&[T], &mut Vec<u8>),
-        expiry: crate::keyspace::Expiry,
+        expiry: crate::store::Expiry,
     ) -> Res {
         if items.is_empty() {
             self.ks.delete(key)?;
@@ -317,13 +317,13 @@ impl<'r, K: Keyspace, S: ReplySink<K::Value> + ?Sized> Ctx<'_, 'r, K, S> {
 
     /// Argument `i` as a Redis integer.
     pub fn int_arg(&self, i: usize) -> Result<i64, Fail> {
-        crate::numbers::parse_i64(self.arg(i)).ok_or(Fail::NotInteger)
+        pmwire_resp::numbers::parse_i64(self.arg(i)).ok_or(Fail::NotInteger)
     }
 
     /// Argument `i` as a non-negative integer; `ERR {msg}` if it is not an
     /// integer or negative (Redis's `getPositiveLongFromObjectOrReply`).
     pub fn positive_arg(&self, i: usize, msg: &str) -> Result<i64, Fail> {
-        crate::numbers::parse_i64(self.arg(i)).filter(|&n| n >= 0).ok_or_else(|| Fail::err(msg))
+        pmwire_resp::numbers::parse_i64(self.arg(i)).filter(|&n| n >= 0).ok_or_else(|| Fail::err(msg))
     }
 }
 
@@ -767,7 +767,7 @@ impl Server {
         // Replayed without pieces: the values are copied, never named where
         // the queued bytes lie.
         let limits = Limits { max_commands: u32::MAX, ..self.config.limits };
-        let mut parsed = crate::request::Parsed::new(limits);
+        let mut parsed = pmwire_resp::request::Parsed::new(limits);
         let segments: [&[u8]; 1] = [&multi.queued];
         let summary = parsed.parse(&segments);
         assert_eq!(summary.commands, multi.commands, "queued commands parse back");
@@ -817,8 +817,8 @@ impl Server {
         let blocked = session.blocked.take().expect("serving a blocked session");
         let args = blocking::served_command(&blocked.op, key);
         let mut encoded = Vec::new();
-        crate::client::encode_request(&args, &mut encoded);
-        let mut parsed = crate::request::Parsed::new(self.config.limits);
+        pmwire_resp::client::encode_request(&args, &mut encoded);
+        let mut parsed = pmwire_resp::request::Parsed::new(self.config.limits);
         let segments: [&[u8]; 1] = [&encoded];
         assert_eq!(parsed.parse(&segments).commands, 1, "a served command parses back");
         parsed.forget_pieces();

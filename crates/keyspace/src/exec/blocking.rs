@@ -37,8 +37,8 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use super::lists::{self, End};
 use super::{Ctx, Fail, Res};
-use crate::keyspace::{Keyspace, Kind};
-use crate::reply::ReplySink;
+use crate::store::{Keyspace, Kind};
+use pmwire_resp::reply::ReplySink;
 
 /// What a blocked session waits for.
 #[derive(Debug, Clone)]
@@ -222,7 +222,7 @@ fn mpop_args<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
     at: usize,
 ) -> Result<(std::ops::Range<usize>, End, u64), Fail> {
     let positive =
-        |i: usize, msg: &str| crate::numbers::parse_i64(c.arg(i)).filter(|&n| n >= 1).ok_or_else(|| Fail::err(msg));
+        |i: usize, msg: &str| pmwire_resp::numbers::parse_i64(c.arg(i)).filter(|&n| n >= 1).ok_or_else(|| Fail::err(msg));
     let numkeys = positive(at, "numkeys should be greater than 0")?;
     let where_at = usize::try_from(numkeys).ok().and_then(|n| (at + 1).checked_add(n)).filter(|&w| w < c.argc());
     let Some(where_at) = where_at else { return Err(Fail::Syntax) };

@@ -53,7 +53,7 @@
 //! RENAME moves the header alone: the delete writes the tombstone, storing
 //! the header under the new name removes it again.
 
-use crate::keyspace::{Keyspace, Kind, StoreError};
+use crate::store::{Keyspace, Kind, StoreError};
 
 /// The first bytes of every header.
 pub const MAGIC: [u8; 4] = [0xFF; 4];
@@ -381,7 +381,7 @@ mod tests {
 
     #[test]
     fn generations_are_distinct_and_not_a_shared_sequence() {
-        use crate::keyspace::MemKeyspace;
+        use crate::store::MemKeyspace;
         let (mut a, mut b) = (MemKeyspace::new(), MemKeyspace::new());
         let ga: Vec<u64> = (0..1000).map(|_| next_generation(&mut a).unwrap()).collect();
         let gb: Vec<u64> = (0..3).map(|_| next_generation(&mut b).unwrap()).collect();

@@ -36,9 +36,9 @@
 //! pmwire pages by COUNT, as its SSCAN does) and compared sorted.
 
 use pmwire_resp::client::{encode_request, parse_reply, reply_len, Value};
-use pmwire_resp::exec::{Flow, Server, ServerConfig};
+use pmwire_keyspace::exec::{Flow, Server, ServerConfig};
 use pmwire_resp::inline::{split_args, Token};
-use pmwire_resp::keyspace::MemKeyspace;
+use pmwire_keyspace::store::MemKeyspace;
 use pmwire_resp::request::{Limits, Parsed};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -184,7 +184,7 @@ fn redis_version(port: u16) -> String {
 struct Differ {
     conn: Conn,
     server: Server,
-    session: pmwire_resp::exec::Session,
+    session: pmwire_keyspace::exec::Session,
     ks: MemKeyspace,
     parsed: Parsed,
     req: Vec<u8>,
@@ -1301,7 +1301,7 @@ mod gen {
 
 /// The keyspace's generation counter: the next one to take (1 if none was taken).
 fn next_generation_of(ks: &mut MemKeyspace) -> u64 {
-    use pmwire_resp::keyspace::Keyspace;
+    use pmwire_keyspace::store::Keyspace;
     ks.internal_get(&[2]).map_or(1, |v| u64::from_le_bytes(v[..8].try_into().expect("a counter first")))
 }
 
@@ -1327,7 +1327,7 @@ fn random_commands_match_redis() {
     let mut d = Differ::new(&redis, &version);
     // Tiny chunking limits: collections cross between blob and chunked
     // forms (and buckets split and merge) every few commands.
-    d.server.config_mut().collections = pmwire_resp::chunked::ChunkConfig::tiny();
+    d.server.config_mut().collections = pmwire_keyspace::chunked::ChunkConfig::tiny();
     let mut failures = Vec::new();
     let mut ttl_family = 0u64;
     let mut in_multi = false;
@@ -1339,7 +1339,7 @@ fn random_commands_match_redis() {
         let cmd = g.next();
         if i % 7 == 0 {
             // The server's background collection of dead chunks, interleaved.
-            pmwire_resp::chunked::collect_garbage(&mut d.ks, 3).expect("collect garbage");
+            pmwire_keyspace::chunked::collect_garbage(&mut d.ks, 3).expect("collect garbage");
         }
         ttl_family += u64::from(loose_compared(&cmd.args));
         // Now and then a transaction: commands whose replies compare byte for byte are

@@ -12,9 +12,9 @@
 
 use super::{Ctx, Fail, Res};
 use crate::blob::{decode_zset, encode_zset, zcmp};
-use crate::keyspace::{Expiry, Keyspace, Kind};
-use crate::numbers::{parse_score, parse_score_bound};
-use crate::reply::{Protocol, ReplySink};
+use crate::store::{Expiry, Keyspace, Kind};
+use pmwire_resp::numbers::{parse_score, parse_score_bound};
+use pmwire_resp::reply::{Protocol, ReplySink};
 use std::cmp::Ordering;
 
 fn store<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
@@ -744,7 +744,7 @@ pub(super) fn zscan<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_
         .into_iter()
         .map(|(s, m)| {
             let mut text = Vec::new();
-            crate::numbers::format_double(s, &mut text);
+            pmwire_resp::numbers::format_double(s, &mut text);
             (m, text)
         })
         .collect();

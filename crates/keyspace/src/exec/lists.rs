@@ -9,8 +9,8 @@
 
 use super::{Ctx, Fail, Res};
 use crate::blob::{decode_list, encode_list, list_blob_len};
-use crate::keyspace::{Expiry, Keyspace, Kind};
-use crate::reply::ReplySink;
+use crate::store::{Expiry, Keyspace, Kind};
+use pmwire_resp::reply::ReplySink;
 
 type C<'a, 'b, 'r, K, S> = &'a mut Ctx<'b, 'r, K, S>;
 

@@ -10,9 +10,9 @@
 
 use super::{lower, Ctx, Fail, Res, COMMANDS, SUBCOMMANDS};
 use crate::glob::matches;
-use crate::keyspace::{Keyspace, Kind};
-use crate::numbers::parse_i64;
-use crate::reply::{Protocol, ReplySink};
+use crate::store::{Keyspace, Kind};
+use pmwire_resp::numbers::parse_i64;
+use pmwire_resp::reply::{Protocol, ReplySink};
 
 type C<'a, 'b, 'r, K, S> = &'a mut Ctx<'b, 'r, K, S>;
 

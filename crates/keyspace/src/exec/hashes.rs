@@ -11,8 +11,8 @@
 
 use super::{Ctx, Fail, Res};
 use crate::blob::{decode_hash, encode_hash};
-use crate::keyspace::{Expiry, Keyspace, Kind};
-use crate::reply::ReplySink;
+use crate::store::{Expiry, Keyspace, Kind};
+use pmwire_resp::reply::ReplySink;
 
 fn store<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
     c: &mut Ctx<'_, '_, K, S>,
@@ -200,7 +200,7 @@ pub(super) fn hincrby<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<
     let blob = c.load(key, Kind::Hash)?.unwrap_or_default();
     let mut entries = fields(&blob)?;
     let old = match entries.iter().find(|e| e.0 == c.arg(2)) {
-        Some(e) => crate::numbers::parse_i64(e.1).ok_or_else(|| Fail::err("hash value is not an integer"))?,
+        Some(e) => pmwire_resp::numbers::parse_i64(e.1).ok_or_else(|| Fail::err("hash value is not an integer"))?,
         None => 0,
     };
     let new = old.checked_add(by).ok_or_else(|| Fail::err("increment or decrement would overflow"))?;
@@ -280,9 +280,9 @@ pub(super) fn reply_pairs<K: Keyspace, S: ReplySink<K::Value> + ?Sized, T>(
     c: &mut Ctx<'_, '_, K, S>,
     picked: &[T],
     first: impl Fn(&T) -> &[u8],
-    mut second: impl FnMut(&mut crate::reply::Out<'_, K::Value, S>, &T),
+    mut second: impl FnMut(&mut pmwire_resp::reply::Out<'_, K::Value, S>, &T),
 ) {
-    let resp3 = c.out.protocol == crate::reply::Protocol::Resp3;
+    let resp3 = c.out.protocol == pmwire_resp::reply::Protocol::Resp3;
     c.out.array(if resp3 { picked.len() } else { picked.len() * 2 });
     for p in picked {
         if resp3 {

@@ -20,8 +20,8 @@ use crate::blob::{
     decode_hash, decode_list, decode_set, decode_zset, encode_hash, encode_list, encode_set, encode_zset, zcmp,
 };
 use crate::chunked::{chunk_key, list_index, member_hash, next_generation, ChunkConfig, Header};
-use crate::keyspace::{Expiry, Keyspace, Kind, ValueSource};
-use crate::reply::ReplySink;
+use crate::store::{Expiry, Keyspace, Kind, ValueSource};
+use pmwire_resp::reply::ReplySink;
 
 /// A bucket's members: (member, payload): a hash's value, a sorted set's
 /// score as `f64` bits (8 bytes little-endian), nothing for a set.
@@ -532,7 +532,7 @@ fn zadd_args<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
     if elements % 2 == 1 || elements == 0 || conflict {
         return None;
     }
-    let scores = (idx..c.argc()).step_by(2).map(|i| crate::numbers::parse_score(c.arg(i))).collect::<Option<_>>()?;
+    let scores = (idx..c.argc()).step_by(2).map(|i| pmwire_resp::numbers::parse_score(c.arg(i))).collect::<Option<_>>()?;
     Some((f, idx, scores))
 }
 
@@ -718,9 +718,9 @@ fn list_cmd<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
 ) -> Option<Res> {
     let key = c.arg(1);
     let cfg = c.server.config.collections;
-    let index = if name == "lindex" { Some(crate::numbers::parse_i64(c.arg(2))?) } else { None };
+    let index = if name == "lindex" { Some(pmwire_resp::numbers::parse_i64(c.arg(2))?) } else { None };
     let range = if name == "lrange" {
-        let (start, end) = (crate::numbers::parse_i64(c.arg(2))?, crate::numbers::parse_i64(c.arg(3))?);
+        let (start, end) = (pmwire_resp::numbers::parse_i64(c.arg(2))?, pmwire_resp::numbers::parse_i64(c.arg(3))?);
         // Redis's normalisation (lists.rs `span`), in i128: no overflow.
         let len = i128::from(h.count);
         let start = if start < 0 { (i128::from(start) + len).max(0) } else { i128::from(start) };

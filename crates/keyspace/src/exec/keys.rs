@@ -10,8 +10,8 @@
 //! answers 1 and deletes, as Redis does).
 
 use super::{Ctx, Fail, Res};
-use crate::keyspace::{Expiry, Keyspace, StoreError, Stored, ValueSource};
-use crate::reply::ReplySink;
+use crate::store::{Expiry, Keyspace, StoreError, Stored, ValueSource};
+use pmwire_resp::reply::ReplySink;
 
 /// What one bounded sweep did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -242,7 +242,7 @@ pub fn parse(s: &[u8]) -> Option<Ext> {
     if s.is_empty() || s.len() >= MAX_CHARS {
         return None;
     }
-    if s.first().is_none_or(|&c| crate::numbers::is_c_space(c)) {
+    if s.first().is_none_or(|&c| pmwire_resp::numbers::is_c_space(c)) {
         return None;
     }
     let (negative, body) = match s[0] {

@@ -13,8 +13,8 @@
 use super::{Ctx, Fail, Res};
 use crate::blob::{decode_set, encode_set, list_blob_len};
 use crate::glob::matches;
-use crate::keyspace::{Expiry, Keyspace, Kind};
-use crate::reply::ReplySink;
+use crate::store::{Expiry, Keyspace, Kind};
+use pmwire_resp::reply::ReplySink;
 
 type C<'a, 'b, 'r, K, S> = &'a mut Ctx<'b, 'r, K, S>;
 
@@ -381,7 +381,7 @@ pub(super) fn combine_store<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'
 
 /// SINTERCARD numkeys key [key ...] [LIMIT limit].
 pub(super) fn sintercard<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
-    let numkeys = crate::numbers::parse_i64(c.arg(1)).filter(|&n| n >= 1);
+    let numkeys = pmwire_resp::numbers::parse_i64(c.arg(1)).filter(|&n| n >= 1);
     let numkeys = numkeys.ok_or_else(|| Fail::err("numkeys should be greater than 0"))?;
     let given = c.argc() - 2;
     if numkeys > given as i64 {

@@ -6,8 +6,8 @@
 //! segments, as the KV server does. `cargo run --release --example
 //! mini_server -- 7380`, then `redis-benchmark -p 7380 -t set,get -q`.
 
-use pmwire_resp::exec::{Flow, Server, ServerConfig};
-use pmwire_resp::keyspace::MemKeyspace;
+use pmwire_keyspace::exec::{Flow, Server, ServerConfig};
+use pmwire_keyspace::store::MemKeyspace;
 use pmwire_resp::request::{Limits, Parsed};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

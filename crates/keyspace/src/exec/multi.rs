@@ -34,8 +34,8 @@
 use std::collections::{HashMap, HashSet};
 
 use super::{Ctx, Fail, Res, Server, Session};
-use crate::keyspace::{Expiry, Keyspace, Kind, StoreError, StoreLimits, Stored, ValueSource};
-use crate::reply::ReplySink;
+use crate::store::{Expiry, Keyspace, Kind, StoreError, StoreLimits, Stored, ValueSource};
+use pmwire_resp::reply::ReplySink;
 
 /// Most bytes of queued commands one transaction holds (their RESP
 /// encoding); beyond it a command is refused and the transaction flagged.
@@ -249,7 +249,7 @@ impl Server {
             multi.failed = true;
             return Err(format!("ERR transaction queue is full ({max} bytes of queued commands at most)"));
         }
-        crate::client::encode_request(args, &mut multi.queued);
+        pmwire_resp::client::encode_request(args, &mut multi.queued);
         multi.commands += 1;
         Ok(())
     }
@@ -296,8 +296,8 @@ pub(crate) fn unwatch<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<
 mod tests {
     use super::*;
     use crate::exec::ServerConfig;
-    use crate::keyspace::MemKeyspace;
-    use crate::request::{Limits, Parsed};
+    use crate::store::MemKeyspace;
+    use pmwire_resp::request::{Limits, Parsed};
 
     /// Runs inline commands on `session` and returns the replies.
     fn run(server: &mut Server, session: &mut Session, ks: &mut MemKeyspace, input: &str) -> String {

@@ -1,6 +1,6 @@
 use super::*;
-use crate::keyspace::{Expiry, MemKeyspace, StoreLimits, ValueSource};
-use crate::request::Parsed;
+use crate::store::{Expiry, MemKeyspace, StoreLimits, ValueSource};
+use pmwire_resp::request::Parsed;
 use std::sync::Arc;
 
 struct Fixture {
@@ -230,12 +230,12 @@ fn scan_visits_each_key_once_under_changes() {
     let mut rounds = 0;
     loop {
         let reply = f.run(&format!("SCAN {cursor} COUNT 7"));
-        let (v, _) = crate::client::parse_reply(reply.as_bytes()).unwrap().unwrap();
-        let crate::client::Value::Array(parts) = v else { panic!("{reply}") };
-        let crate::client::Value::Bulk(c) = &parts[0] else { panic!() };
-        let crate::client::Value::Array(keys) = &parts[1] else { panic!() };
+        let (v, _) = pmwire_resp::client::parse_reply(reply.as_bytes()).unwrap().unwrap();
+        let pmwire_resp::client::Value::Array(parts) = v else { panic!("{reply}") };
+        let pmwire_resp::client::Value::Bulk(c) = &parts[0] else { panic!() };
+        let pmwire_resp::client::Value::Array(keys) = &parts[1] else { panic!() };
         for k in keys {
-            let crate::client::Value::Bulk(k) = k else { panic!() };
+            let pmwire_resp::client::Value::Bulk(k) = k else { panic!() };
             *seen.entry(k.clone()).or_insert(0) += 1;
         }
         // Changes during the iteration: delete a key not yet seen, add one.
@@ -379,12 +379,12 @@ fn object_encoding_and_type_name_how_values_are_stored() {
 
 /// The members of a flat array or set reply.
 fn members(reply: &str) -> Vec<String> {
-    let (v, _) = crate::client::parse_reply(reply.as_bytes()).unwrap().unwrap();
-    let (crate::client::Value::Array(items) | crate::client::Value::Set(items)) = v else { panic!("{reply}") };
+    let (v, _) = pmwire_resp::client::parse_reply(reply.as_bytes()).unwrap().unwrap();
+    let (pmwire_resp::client::Value::Array(items) | pmwire_resp::client::Value::Set(items)) = v else { panic!("{reply}") };
     items
         .into_iter()
         .map(|i| match i {
-            crate::client::Value::Bulk(b) => String::from_utf8(b).unwrap(),
+            pmwire_resp::client::Value::Bulk(b) => String::from_utf8(b).unwrap(),
             other => panic!("{other:?}"),
         })
         .collect()
@@ -442,9 +442,9 @@ fn sscan_visits_each_member_once_under_changes() {
     for round in 0.. {
         assert!(round < 100);
         let reply = f.run(&format!("SSCAN s {cursor} COUNT 7"));
-        let (v, _) = crate::client::parse_reply(reply.as_bytes()).unwrap().unwrap();
-        let crate::client::Value::Array(parts) = v else { panic!("{reply}") };
-        let crate::client::Value::Bulk(c) = &parts[0] else { panic!() };
+        let (v, _) = pmwire_resp::client::parse_reply(reply.as_bytes()).unwrap().unwrap();
+        let pmwire_resp::client::Value::Array(parts) = v else { panic!("{reply}") };
+        let pmwire_resp::client::Value::Bulk(c) = &parts[0] else { panic!() };
         for m in members(&reply[reply.find("\r\n*").unwrap() + 2..]) {
             *seen.entry(m).or_insert(0) += 1;
         }
@@ -534,7 +534,7 @@ fn cursor_table_is_bounded_in_bytes() {
 /// A fixture whose keyspace reads a fixed clock, moved by the test.
 fn at(ms: u64) -> Fixture {
     let mut ks = MemKeyspace::new();
-    ks.set_clock(crate::keyspace::Clock::Fixed(ms));
+    ks.set_clock(crate::store::Clock::Fixed(ms));
     Fixture::with(ks)
 }
 
@@ -543,7 +543,7 @@ fn at(ms: u64) -> Fixture {
 /// (lazily, by a read, or by the sweep), as Redis's does.
 #[test]
 fn expired_keys_are_never_served() {
-    use crate::keyspace::Clock;
+    use crate::store::Clock;
     let mut f = at(1_000_000);
     f.run("SET a v PX 1000\r\nSET b v EXAT 1002\r\nRPUSH l x\r\nPEXPIREAT l 1001000\r\nSET keep v");
     assert_eq!(f.run("PTTL a"), ":1000\r\n");
@@ -585,7 +585,7 @@ fn expired_keys_are_never_served() {
 /// first, only keys that are due, and says whether more are.
 #[test]
 fn active_expire_is_bounded_per_call() {
-    use crate::keyspace::{Clock, Keyspace};
+    use crate::store::{Clock, Keyspace};
     let mut f = at(10_000);
     for i in 0..100 {
         f.run(&format!("SET k{i:03} v PXAT {}", 10_001 + i));
