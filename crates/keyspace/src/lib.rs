@@ -21,6 +21,7 @@
 //! | [`blob`] | the byte layout of hash, list, set and sorted-set values |
 //! | [`chunked`] | large collections: header, chunk keys, generations, garbage collection |
 //! | [`exec`] | the commands, [`exec::Server`] (shared) and [`exec::Session`] (per connection) |
+//! | [`commands`] | the command table: each command once, with its arity, key positions, [`commands::Flags`] (write, readonly, random, time, blocking, admin, connection, multi, no_auth) and handler; [`commands::lookup`], [`commands::of_request`] |
 //! | [`glob`] | Redis's `stringmatchlen` (KEYS, SCAN MATCH) |
 //! | [`extended`] | Redis's `long double` (x87 80-bit) `strtold`, addition and `%.17Lf`, for INCRBYFLOAT |
 //!
@@ -47,6 +48,10 @@
 //!     assert_eq!(flow, Flow::Continue);
 //! }
 //! assert_eq!(replies, b"+OK\r\n$5\r\nhello\r\n");
+//!
+//! // What a command may do, from the one table admission and dispatch read.
+//! let set = pmwire_keyspace::commands::lookup(b"SET").unwrap();
+//! assert!(set.flags.contains(pmwire_keyspace::commands::Flags::WRITE));
 //! ```
 #![deny(missing_docs)]
 
@@ -56,3 +61,5 @@ pub mod exec;
 pub mod extended;
 pub mod glob;
 pub mod store;
+
+pub use exec::commands;

@@ -1576,3 +1576,67 @@ fn command_table_matches_redis() {
     println!("{} commands' arity and key positions compared with redis-server {version}", ours.len());
     assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n"));
 }
+
+/// The command table's flags agree with redis-server's COMMAND INFO for
+/// every command and subcommand both have (`exec::commands`): Redis's
+/// `write`, `readonly`, `admin`, `blocking` and `no_auth` flags, its
+/// `@connection` and `@transaction` categories, and RANDOM only where Redis
+/// tips `nondeterministic_output`. Conversely, a command Redis tips so is
+/// RANDOM, TIME, touches no key, or is one whose output Redis's hash order
+/// makes nondeterministic and ours (ordered keys, remembered cursors) does not.
+#[test]
+fn command_flags_match_redis() {
+    use pmwire_keyspace::exec::commands::{self, Flags};
+    let Some(redis) = start_redis() else { return };
+    let mut conn = Conn::new(redis.port);
+    let text = |v: &Value| match v {
+        Value::Simple(b) | Value::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+        other => panic!("not text: {other:?}"),
+    };
+    let words = |v: &Value| match v {
+        Value::Array(items) | Value::Set(items) => items.iter().map(text).collect::<Vec<String>>(),
+        other => panic!("not a list: {other:?}"),
+    };
+    let hash_order = ["scan", "sscan", "hscan", "zscan", "object|encoding"];
+    let mut compared = 0;
+    let rows = commands::commands().flat_map(|c| std::iter::once(c).chain(c.subcommands()));
+    for row in rows {
+        let top = row.name.split('|').next().expect("a name");
+        let mut req = Vec::new();
+        encode_request(&[&b"COMMAND"[..], b"INFO", top.as_bytes()], &mut req);
+        let (reply, _) = parse_reply(&conn.call(&req)).expect("parse").expect("whole");
+        let Value::Array(mut infos) = reply else { panic!("COMMAND INFO {top}: {reply:?}") };
+        let Value::Array(mut info) = infos.remove(0) else { panic!("redis has no {top}") };
+        if row.is_subcommand() {
+            let Value::Array(subs) = info.remove(9) else { panic!("{top} subcommands") };
+            let found = subs.into_iter().find_map(|s| match s {
+                Value::Array(s) if text(&s[0]) == row.name => Some(s),
+                _ => None,
+            });
+            info = found.unwrap_or_else(|| panic!("redis has no {}", row.name));
+        }
+        let (flags, categories, tips) = (words(&info[2]), words(&info[6]), words(&info[7]));
+        let has = |list: &[String], w: &str| list.iter().any(|x| x == w);
+        let check = |flag: Flags, redis: bool, what: &str| {
+            assert_eq!(row.flags.contains(flag), redis, "{}: {what} (redis flags {flags:?}, categories {categories:?})", row.name);
+        };
+        assert_eq!(info[1], Value::Integer(i64::from(row.arity)), "{}: arity", row.name);
+        check(Flags::WRITE, has(&flags, "write"), "write");
+        check(Flags::READONLY, has(&flags, "readonly"), "readonly");
+        check(Flags::ADMIN, has(&flags, "admin"), "admin");
+        check(Flags::BLOCKING, has(&flags, "blocking"), "blocking");
+        check(Flags::NO_AUTH, has(&flags, "no_auth"), "no_auth");
+        check(Flags::CONNECTION, has(&categories, "@connection"), "@connection");
+        check(Flags::MULTI, has(&categories, "@transaction"), "@transaction");
+        let nondeterministic = has(&tips, "nondeterministic_output");
+        assert!(!row.flags.contains(Flags::RANDOM) || nondeterministic, "{}: RANDOM, redis tips {tips:?}", row.name);
+        if nondeterministic {
+            let keyless = !row.flags.contains(Flags::WRITE) && !row.flags.contains(Flags::READONLY);
+            let explained = row.flags.contains(Flags::RANDOM) || row.flags.contains(Flags::TIME) || keyless;
+            assert!(explained || hash_order.contains(&row.name), "{}: redis tips nondeterministic_output", row.name);
+        }
+        compared += 1;
+    }
+    assert_eq!(compared, 158, "every row compared");
+    println!("{compared} commands and subcommands compared with redis-server {}", redis_version(redis.port));
+}

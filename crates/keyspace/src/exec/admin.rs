@@ -1,6 +1,7 @@
 //! Connection and server commands: PING ECHO QUIT HELLO SELECT CLIENT
-//! (SETNAME GETNAME ID) COMMAND (COUNT DOCS INFO) CONFIG GET INFO DBSIZE
-//! FLUSHDB FLUSHALL KEYS SCAN TYPE OBJECT (ENCODING).
+//! (SETNAME GETNAME ID) CONFIG (GET SET) INFO DBSIZE FLUSHDB FLUSHALL KEYS
+//! SCAN TYPE OBJECT (ENCODING) (COMMAND is the command table's,
+//! [`super::commands`]).
 //!
 //! SCAN cursors: keys are ordered, so a cursor stands for the last key
 //! visited; [`super::Server`] keeps a bounded table from cursor numbers to
@@ -8,7 +9,7 @@
 //! `ERR invalid cursor`). A key present for the whole iteration is returned
 //! exactly once.
 
-use super::{lower, Ctx, Fail, Res, COMMANDS, SUBCOMMANDS};
+use super::{Ctx, Fail, Res};
 use crate::glob::matches;
 use crate::store::{Keyspace, Kind};
 use pmwire_resp::numbers::parse_i64;
@@ -57,21 +58,31 @@ fn set_name<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>
     Ok(())
 }
 
-pub(super) fn client<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
-    let mut buf = [0u8; 32];
-    match lower(c.arg(1), &mut buf) {
-        b"setname" => {
-            set_name(c, c.arg(2))?;
-            c.out.ok();
-        }
-        b"getname" => match c.session.name.clone() {
-            Some(n) => c.out.bulk(&n),
-            None => c.out.null(),
-        },
-        b"id" => c.out.integer(c.session.id as i64),
-        b"unblock" => super::blocking::client_unblock(c)?,
-        _ => unreachable!("subcommand table and client() disagree"),
+/// CLIENT SETNAME name.
+pub(super) fn client_setname<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    set_name(c, c.arg(2))?;
+    c.out.ok();
+    Ok(())
+}
+
+/// CLIENT GETNAME.
+pub(super) fn client_getname<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    match c.session.name.clone() {
+        Some(n) => c.out.bulk(&n),
+        None => c.out.null(),
     }
+    Ok(())
+}
+
+/// CLIENT ID.
+pub(super) fn client_id<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    c.out.integer(c.session.id as i64);
+    Ok(())
+}
+
+/// QUIT: OK, then the connection closes (`Flow::Close`).
+pub(super) fn quit<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    c.out.ok();
     Ok(())
 }
 
@@ -133,78 +144,8 @@ pub(super) fn hello<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '
     Ok(())
 }
 
-/// COMMAND [COUNT | DOCS [name...] | INFO [name...]]. DOCS answers with no
-/// documentation (an empty map): enough for redis-cli's start-up.
-pub(super) fn command<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
-    if c.argc() == 1 {
-        c.out.array(COMMANDS.len());
-        for i in 0..COMMANDS.len() {
-            command_info(c, i);
-        }
-        return Ok(());
-    }
-    let mut buf = [0u8; 32];
-    match lower(c.arg(1), &mut buf) {
-        b"count" => c.out.integer(COMMANDS.len() as i64),
-        b"docs" => c.out.map(0),
-        b"info" => {
-            let n = c.argc() - 2;
-            c.out.array(n);
-            for j in 2..c.argc() {
-                let mut nb = [0u8; 32];
-                let name = lower(c.arg(j), &mut nb);
-                match COMMANDS.iter().position(|s| s.name.as_bytes() == name) {
-                    Some(i) => command_info(c, i),
-                    None => c.out.null_array(),
-                }
-            }
-        }
-        _ => unreachable!("subcommand table and command() disagree"),
-    }
-    Ok(())
-}
-
-/// Redis 7.0's 10-element command info, with flags, ACL categories, tips,
-/// key specs and subcommands left empty.
-fn command_info<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>, i: usize) {
-    let s = COMMANDS[i];
-    c.out.array(10);
-    c.out.bulk(s.name.as_bytes());
-    c.out.integer(i64::from(s.arity));
-    c.out.set(0);
-    c.out.integer(i64::from(s.first_key));
-    c.out.integer(i64::from(s.last_key));
-    c.out.integer(i64::from(s.step));
-    c.out.set(0);
-    c.out.set(0);
-    c.out.array(0);
-    let subs: Vec<_> = SUBCOMMANDS.iter().filter(|t| t.0 == s.name).collect();
-    c.out.array(subs.len());
-    for (container, sub, arity) in subs {
-        c.out.array(10);
-        c.out.bulk(format!("{container}|{sub}").as_bytes());
-        c.out.integer(i64::from(*arity));
-        c.out.set(0);
-        c.out.integer(0);
-        c.out.integer(0);
-        c.out.integer(0);
-        c.out.set(0);
-        c.out.set(0);
-        c.out.array(0);
-        c.out.array(0);
-    }
-}
-
-/// CONFIG GET pattern... | CONFIG SET parameter value [parameter value ...].
-pub(super) fn config<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
-    if c.arg(1).eq_ignore_ascii_case(b"set") {
-        return config_set(c);
-    }
-    config_get(c)
-}
-
 /// CONFIG GET pattern...: a few parameters, matched without case.
-fn config_get<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+pub(super) fn config_get<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
     let bulk_max = c.server.config.limits.max_bulk_bytes.to_string();
     let port = c.server.config.tcp_port.to_string();
     let pass = c.server.config.requirepass.clone().unwrap_or_default();
@@ -241,7 +182,7 @@ fn config_get<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, 
 /// CONFIG SET: `requirepass` (empty: no password) and `protected-mode`,
 /// all or none, as Redis 7.0 applies several pairs. Other parameters are
 /// refused by name.
-fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
     if c.argc() % 2 != 0 {
         return Err(Fail::Syntax);
     }

@@ -321,16 +321,14 @@ pub(super) fn store_blob<K: Keyspace + ?Sized>(
     Ok(())
 }
 
-/// Runs `name` on a chunked collection if it is one of the fast paths and
-/// the key holds a chunked header of its kind; `None`: run the ordinary code.
-pub(super) fn fast<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(name: &str, c: &mut Ctx<'_, '_, K, S>) -> Option<Res> {
-    let kind = match name {
-        "hset" | "hmset" | "hget" | "hmget" | "hdel" | "hexists" | "hlen" => Kind::Hash,
-        "sadd" | "srem" | "sismember" | "smismember" | "scard" => Kind::Set,
-        "zadd" | "zrem" | "zscore" | "zcard" => Kind::ZSet,
-        "lpush" | "rpush" | "lpushx" | "rpushx" | "lpop" | "rpop" | "llen" | "lindex" | "lrange" => Kind::List,
-        _ => return None,
-    };
+/// Runs fast path `f` if the key (argument 1) holds a chunked header of
+/// `kind`; `None`: run the ordinary code. The command table names each
+/// command's fast path ([`super::commands`]).
+pub(super) fn fast<'a, 'r, K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+    c: &mut Ctx<'a, 'r, K, S>,
+    kind: Kind,
+    f: impl FnOnce(&mut Ctx<'a, 'r, K, S>, Header) -> Option<Res>,
+) -> Option<Res> {
     if c.argc() < 2 || !c.ks.has_internal() {
         return None;
     }
@@ -339,12 +337,7 @@ pub(super) fn fast<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(name: &str, c: 
         Ok(None) => return None,
         Err(f) => return Some(Err(f)),
     };
-    match kind {
-        Kind::Hash => hash_cmd(name, c, h),
-        Kind::Set => set_cmd(name, c, h),
-        Kind::ZSet => zset_cmd(name, c, h),
-        _ => list_cmd(name, c, h),
-    }
+    f(c, h)
 }
 
 /// Writes the header after a change, or deletes the key if it emptied.
@@ -360,165 +353,196 @@ fn finish<K: Keyspace + ?Sized>(ks: &mut K, key: &[u8], h: &Header, cfg: &ChunkC
     write_header(ks, key, &h)
 }
 
-fn hash_cmd<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
-    name: &str,
+/// HSET / HMSET on a chunked hash; `None` for an odd argument count (the
+/// ordinary path's error).
+pub(super) fn hset<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
     c: &mut Ctx<'_, '_, K, S>,
     mut h: Header,
+    hmset: bool,
 ) -> Option<Res> {
-    let key = c.arg(1);
-    let cfg = c.server.config.collections;
-    let mut run = |c: &mut Ctx<'_, '_, K, S>| -> Res {
-        match name {
-            "hset" | "hmset" => {
-                let mut created = 0;
-                for i in (2..c.argc()).step_by(2) {
-                    created += i64::from(map_put(c.ks, &mut h, c.arg(i), c.arg(i + 1))?);
-                }
-                finish(c.ks, key, &h, &cfg)?;
-                if name == "hmset" {
-                    c.out.ok();
-                } else {
-                    c.out.integer(created);
-                }
-            }
-            "hget" => match map_get(c.ks, &h, c.arg(2))? {
-                Some(v) => c.out.bulk(&v),
-                None => c.out.null(),
-            },
-            "hmget" => {
-                let mut values = Vec::with_capacity(c.argc() - 2);
-                for i in 2..c.argc() {
-                    values.push(map_get(c.ks, &h, c.arg(i))?);
-                }
-                c.out.array(values.len());
-                for v in values {
-                    match v {
-                        Some(v) => c.out.bulk(&v),
-                        None => c.out.null(),
-                    }
-                }
-            }
-            "hdel" => {
-                let mut deleted = 0;
-                for i in 2..c.argc() {
-                    deleted += i64::from(map_remove(c.ks, &mut h, c.arg(i))?);
-                }
-                if deleted > 0 {
-                    finish(c.ks, key, &h, &cfg)?;
-                }
-                c.out.integer(deleted);
-            }
-            "hexists" => {
-                let found = map_get(c.ks, &h, c.arg(2))?.is_some();
-                c.out.integer(i64::from(found));
-            }
-            _ => c.out.integer(h.count as i64),
-        }
-        Ok(())
-    };
-    if matches!(name, "hset" | "hmset") && c.argc() % 2 == 1 {
+    if c.argc() % 2 == 1 {
         return None;
     }
-    Some(run(c))
-}
-
-fn set_cmd<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
-    name: &str,
-    c: &mut Ctx<'_, '_, K, S>,
-    mut h: Header,
-) -> Option<Res> {
-    let key = c.arg(1);
-    let cfg = c.server.config.collections;
-    let mut run = |c: &mut Ctx<'_, '_, K, S>| -> Res {
-        match name {
-            "sadd" | "srem" => {
-                let mut changed = 0;
-                for i in 2..c.argc() {
-                    let done = if name == "sadd" {
-                        map_put(c.ks, &mut h, c.arg(i), &[])?
-                    } else {
-                        map_remove(c.ks, &mut h, c.arg(i))?
-                    };
-                    changed += i64::from(done);
-                }
-                if changed > 0 {
-                    finish(c.ks, key, &h, &cfg)?;
-                }
-                c.out.integer(changed);
-            }
-            "sismember" => {
-                let found = map_get(c.ks, &h, c.arg(2))?.is_some();
-                c.out.integer(i64::from(found));
-            }
-            "smismember" => {
-                let mut found = Vec::with_capacity(c.argc() - 2);
-                for i in 2..c.argc() {
-                    found.push(map_get(c.ks, &h, c.arg(i))?.is_some());
-                }
-                c.out.array(found.len());
-                for f in found {
-                    c.out.integer(i64::from(f));
-                }
-            }
-            _ => c.out.integer(h.count as i64),
+    let (key, cfg) = (c.arg(1), c.server.config.collections);
+    let mut run = || -> Res {
+        let mut created = 0;
+        for i in (2..c.argc()).step_by(2) {
+            created += i64::from(map_put(c.ks, &mut h, c.arg(i), c.arg(i + 1))?);
+        }
+        finish(c.ks, key, &h, &cfg)?;
+        if hmset {
+            c.out.ok();
+        } else {
+            c.out.integer(created);
         }
         Ok(())
     };
-    Some(run(c))
+    Some(run())
 }
 
-fn zset_cmd<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
-    name: &str,
-    c: &mut Ctx<'_, '_, K, S>,
-    mut h: Header,
-) -> Option<Res> {
-    let key = c.arg(1);
-    let cfg = c.server.config.collections;
-    // ZADD's options and scores; anything the ordinary path refuses takes it (its errors
-    // come before the key is read).
-    let zadd = if name == "zadd" { Some(zadd_args(c)?) } else { None };
-    let mut run = |c: &mut Ctx<'_, '_, K, S>| -> Res {
-        match name {
-            "zadd" => {
-                let (f, first, scores) = zadd.as_ref().expect("parsed");
-                let (mut added, mut updated, mut last) = (0i64, 0i64, None);
-                for (j, &score) in scores.iter().enumerate() {
-                    let member = c.arg(first + 2 * j + 1);
-                    match zadd_one(c.ks, &mut h, member, score, f)? {
-                        Some((score, Change::Added)) => (added, last) = (added + 1, Some(score)),
-                        Some((score, Change::Updated)) => (updated, last) = (updated + 1, Some(score)),
-                        Some((score, Change::Same)) => last = Some(score),
-                        None => {}
-                    }
-                }
-                if added + updated > 0 {
-                    finish(c.ks, key, &h, &cfg)?;
-                }
-                match (f.incr, last) {
-                    (true, Some(score)) => c.out.double(score),
-                    (true, None) => c.out.null(),
-                    _ => c.out.integer(if f.ch { added + updated } else { added }),
-                }
-            }
-            "zrem" => {
-                let mut removed = 0;
-                for i in 2..c.argc() {
-                    removed += i64::from(map_remove(c.ks, &mut h, c.arg(i))?);
-                }
-                if removed > 0 {
-                    finish(c.ks, key, &h, &cfg)?;
-                }
-                c.out.integer(removed);
-            }
-            "zscore" => match map_get(c.ks, &h, c.arg(2))? {
-                Some(s) => c.out.double(score_of(&s)),
+/// HGET on a chunked hash.
+pub(super) fn hget<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, h: Header) -> Option<Res> {
+    let mut run = || -> Res {
+        match map_get(c.ks, &h, c.arg(2))? {
+            Some(v) => c.out.bulk(&v),
+            None => c.out.null(),
+        }
+        Ok(())
+    };
+    Some(run())
+}
+
+/// HMGET on a chunked hash.
+pub(super) fn hmget<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, h: Header) -> Option<Res> {
+    let mut run = || -> Res {
+        let mut values = Vec::with_capacity(c.argc() - 2);
+        for i in 2..c.argc() {
+            values.push(map_get(c.ks, &h, c.arg(i))?);
+        }
+        c.out.array(values.len());
+        for v in values {
+            match v {
+                Some(v) => c.out.bulk(&v),
                 None => c.out.null(),
-            },
-            _ => c.out.integer(h.count as i64),
+            }
         }
         Ok(())
     };
-    Some(run(c))
+    Some(run())
+}
+
+/// HDEL on a chunked hash.
+pub(super) fn hdel<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, mut h: Header) -> Option<Res> {
+    let (key, cfg) = (c.arg(1), c.server.config.collections);
+    let mut run = || -> Res {
+        let mut deleted = 0;
+        for i in 2..c.argc() {
+            deleted += i64::from(map_remove(c.ks, &mut h, c.arg(i))?);
+        }
+        if deleted > 0 {
+            finish(c.ks, key, &h, &cfg)?;
+        }
+        c.out.integer(deleted);
+        Ok(())
+    };
+    Some(run())
+}
+
+/// HEXISTS and SISMEMBER on a chunked hash or set.
+pub(super) fn hexists<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, h: Header) -> Option<Res> {
+    let mut run = || -> Res {
+        let found = map_get(c.ks, &h, c.arg(2))?.is_some();
+        c.out.integer(i64::from(found));
+        Ok(())
+    };
+    Some(run())
+}
+
+/// SISMEMBER on a chunked set.
+pub(super) fn sismember<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, h: Header) -> Option<Res> {
+    hexists(c, h)
+}
+
+/// HLEN, SCARD, ZCARD, LLEN: the header's count.
+pub(super) fn count<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, h: Header) -> Option<Res> {
+    c.out.integer(h.count as i64);
+    Some(Ok(()))
+}
+
+/// SADD (`add`) or SREM on a chunked set.
+pub(super) fn sadd_or_srem<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+    c: &mut Ctx<'_, '_, K, S>,
+    mut h: Header,
+    add: bool,
+) -> Option<Res> {
+    let (key, cfg) = (c.arg(1), c.server.config.collections);
+    let mut run = || -> Res {
+        let mut changed = 0;
+        for i in 2..c.argc() {
+            let done = if add { map_put(c.ks, &mut h, c.arg(i), &[])? } else { map_remove(c.ks, &mut h, c.arg(i))? };
+            changed += i64::from(done);
+        }
+        if changed > 0 {
+            finish(c.ks, key, &h, &cfg)?;
+        }
+        c.out.integer(changed);
+        Ok(())
+    };
+    Some(run())
+}
+
+/// SMISMEMBER on a chunked set.
+pub(super) fn smismember<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, h: Header) -> Option<Res> {
+    let mut run = || -> Res {
+        let mut found = Vec::with_capacity(c.argc() - 2);
+        for i in 2..c.argc() {
+            found.push(map_get(c.ks, &h, c.arg(i))?.is_some());
+        }
+        c.out.array(found.len());
+        for f in found {
+            c.out.integer(i64::from(f));
+        }
+        Ok(())
+    };
+    Some(run())
+}
+
+/// ZADD on a chunked sorted set; `None` for options or scores the ordinary
+/// path refuses (its errors come before the key is read).
+pub(super) fn zadd<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, mut h: Header) -> Option<Res> {
+    let (key, cfg) = (c.arg(1), c.server.config.collections);
+    let (f, first, scores) = zadd_args(c)?;
+    let mut run = || -> Res {
+        let (mut added, mut updated, mut last) = (0i64, 0i64, None);
+        for (j, &score) in scores.iter().enumerate() {
+            let member = c.arg(first + 2 * j + 1);
+            match zadd_one(c.ks, &mut h, member, score, &f)? {
+                Some((score, Change::Added)) => (added, last) = (added + 1, Some(score)),
+                Some((score, Change::Updated)) => (updated, last) = (updated + 1, Some(score)),
+                Some((score, Change::Same)) => last = Some(score),
+                None => {}
+            }
+        }
+        if added + updated > 0 {
+            finish(c.ks, key, &h, &cfg)?;
+        }
+        match (f.incr, last) {
+            (true, Some(score)) => c.out.double(score),
+            (true, None) => c.out.null(),
+            _ => c.out.integer(if f.ch { added + updated } else { added }),
+        }
+        Ok(())
+    };
+    Some(run())
+}
+
+/// ZREM on a chunked sorted set.
+pub(super) fn zrem<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, mut h: Header) -> Option<Res> {
+    let (key, cfg) = (c.arg(1), c.server.config.collections);
+    let mut run = || -> Res {
+        let mut removed = 0;
+        for i in 2..c.argc() {
+            removed += i64::from(map_remove(c.ks, &mut h, c.arg(i))?);
+        }
+        if removed > 0 {
+            finish(c.ks, key, &h, &cfg)?;
+        }
+        c.out.integer(removed);
+        Ok(())
+    };
+    Some(run())
+}
+
+/// ZSCORE on a chunked sorted set.
+pub(super) fn zscore<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, h: Header) -> Option<Res> {
+    let mut run = || -> Res {
+        match map_get(c.ks, &h, c.arg(2))? {
+            Some(s) => c.out.double(score_of(&s)),
+            None => c.out.null(),
+        }
+        Ok(())
+    };
+    Some(run())
 }
 
 /// ZADD's options, the index of its first score, and its scores; `None` for anything
@@ -711,63 +735,76 @@ fn list_range<K: Keyspace + ?Sized>(ks: &mut K, h: &Header, start: u64, end: u64
     Ok(out)
 }
 
-fn list_cmd<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
-    name: &str,
+/// LPUSH LPUSHX (`head`), RPUSH RPUSHX on a chunked list (it exists, so
+/// the X forms push too).
+pub(super) fn push<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
     c: &mut Ctx<'_, '_, K, S>,
     mut h: Header,
+    head: bool,
 ) -> Option<Res> {
-    let key = c.arg(1);
-    let cfg = c.server.config.collections;
-    let index = if name == "lindex" { Some(pmwire_resp::numbers::parse_i64(c.arg(2))?) } else { None };
-    let range = if name == "lrange" {
-        let (start, end) = (pmwire_resp::numbers::parse_i64(c.arg(2))?, pmwire_resp::numbers::parse_i64(c.arg(3))?);
-        // Redis's normalisation (lists.rs `span`), in i128: no overflow.
-        let len = i128::from(h.count);
-        let start = if start < 0 { (i128::from(start) + len).max(0) } else { i128::from(start) };
-        let end = if end < 0 { i128::from(end) + len } else { i128::from(end) };
-        if start > end || start >= len {
-            None
-        } else {
-            Some((start as u64, end.min(len - 1) as u64))
+    let (key, cfg) = (c.arg(1), c.server.config.collections);
+    let mut run = || -> Res {
+        for i in 2..c.argc() {
+            list_push(c.ks, &mut h, c.arg(i), head, &cfg)?;
         }
-    } else {
-        None
+        finish(c.ks, key, &h, &cfg)?;
+        c.out.integer(h.count as i64);
+        Ok(())
     };
-    if matches!(name, "lpop" | "rpop") && c.argc() != 2 {
+    Some(run())
+}
+
+/// LPOP (`head`) or RPOP without a count on a chunked list; `None` with a
+/// count.
+pub(super) fn pop<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+    c: &mut Ctx<'_, '_, K, S>,
+    mut h: Header,
+    head: bool,
+) -> Option<Res> {
+    if c.argc() != 2 {
         return None;
     }
-    let mut run = |c: &mut Ctx<'_, '_, K, S>| -> Res {
-        match name {
-            "lpush" | "rpush" | "lpushx" | "rpushx" => {
-                let head = name.starts_with('l');
-                for i in 2..c.argc() {
-                    list_push(c.ks, &mut h, c.arg(i), head, &cfg)?;
-                }
-                finish(c.ks, key, &h, &cfg)?;
-                c.out.integer(h.count as i64);
-            }
-            "lpop" | "rpop" => {
-                let item = list_pop(c.ks, &mut h, name == "lpop")?;
-                finish(c.ks, key, &h, &cfg)?;
-                c.out.bulk(&item);
-            }
-            "lrange" => {
-                let items = match range {
-                    Some((start, end)) => list_range(c.ks, &h, start, end)?,
-                    None => Vec::new(),
-                };
-                c.out.array(items.len());
-                for item in &items {
-                    c.out.bulk(item);
-                }
-            }
-            "lindex" => match list_index_of(c.ks, &h, index.expect("parsed"))? {
-                Some(v) => c.out.bulk(&v),
-                None => c.out.null(),
-            },
-            _ => c.out.integer(h.count as i64),
+    let (key, cfg) = (c.arg(1), c.server.config.collections);
+    let mut run = || -> Res {
+        let item = list_pop(c.ks, &mut h, head)?;
+        finish(c.ks, key, &h, &cfg)?;
+        c.out.bulk(&item);
+        Ok(())
+    };
+    Some(run())
+}
+
+/// LRANGE on a chunked list; `None` if an index is not an integer.
+pub(super) fn lrange<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, h: Header) -> Option<Res> {
+    let (start, end) = (pmwire_resp::numbers::parse_i64(c.arg(2))?, pmwire_resp::numbers::parse_i64(c.arg(3))?);
+    // Redis's normalisation (lists.rs `span`), in i128: no overflow.
+    let len = i128::from(h.count);
+    let start = if start < 0 { (i128::from(start) + len).max(0) } else { i128::from(start) };
+    let end = if end < 0 { i128::from(end) + len } else { i128::from(end) };
+    let range = if start > end || start >= len { None } else { Some((start as u64, end.min(len - 1) as u64)) };
+    let mut run = || -> Res {
+        let items = match range {
+            Some((start, end)) => list_range(c.ks, &h, start, end)?,
+            None => Vec::new(),
+        };
+        c.out.array(items.len());
+        for item in &items {
+            c.out.bulk(item);
         }
         Ok(())
     };
-    Some(run(c))
+    Some(run())
+}
+
+/// LINDEX on a chunked list; `None` if the index is not an integer.
+pub(super) fn lindex<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, h: Header) -> Option<Res> {
+    let index = pmwire_resp::numbers::parse_i64(c.arg(2))?;
+    let mut run = || -> Res {
+        match list_index_of(c.ks, &h, index)? {
+            Some(v) => c.out.bulk(&v),
+            None => c.out.null(),
+        }
+        Ok(())
+    };
+    Some(run())
 }

@@ -10,10 +10,11 @@
 //! and closes the connection when [`Flow::Close`] is returned.
 //!
 //! Invariant: a command writes exactly one reply, and writes nothing before
-//! it knows it will succeed; errors are written whole by [`Fail`].
+//! it knows it will succeed; errors are written whole by `Fail`.
 
 mod admin;
 mod blocking;
+pub mod commands;
 mod hashes;
 mod keys;
 mod large;
@@ -23,6 +24,7 @@ mod sets;
 mod strings;
 mod zsets;
 
+use commands::{CommandInfo, Flags};
 pub use keys::{active_expire, Sweep};
 pub use multi::MAX_QUEUED_BYTES;
 pub use sets::{MAX_RANDOM_REPLY, MAX_RANDOM_REPLY_BYTES};
@@ -38,6 +40,7 @@ use pmwire_resp::reply::{Out, Protocol, ReplySink};
 use pmwire_resp::request::{Limits, Request};
 use rand_xoshiro::rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::SplitMix64;
+use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 
 /// Server-wide settings.
@@ -180,6 +183,10 @@ pub struct Server {
     commands_processed: u64,
     cursors: Cursors,
     rng: SplitMix64,
+    /// Draws from `rng` so far ([`Server::random_draws`]).
+    random_draws: u64,
+    /// Clock reads by commands so far ([`Server::clock_reads`]).
+    clock_reads: Cell<u64>,
     watches: multi::Watches,
     /// Sessions blocked on keys, and the keys made ready.
     waiters: blocking::Waiters,
@@ -312,6 +319,7 @@ impl<'r, K: Keyspace, S: ReplySink<K::Value> + ?Sized> Ctx<'_, 'r, K, S> {
 
     /// The keyspace's time, ms since the Unix epoch, as Redis's `long long`.
     pub fn now_ms(&self) -> i64 {
+        self.server.clock_reads.set(self.server.clock_reads.get() + 1);
         keys::deadline_i64(self.ks.now_ms())
     }
 
@@ -337,193 +345,6 @@ pub(crate) fn lower<'b>(word: &[u8], buf: &'b mut [u8; 32]) -> &'b [u8] {
         *d = s.to_ascii_lowercase();
     }
     &buf[..word.len()]
-}
-
-/// A command: its lower-case name and Redis arity (positive: exact
-/// argument count; negative: at least that many).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Spec {
-    pub name: &'static str,
-    pub arity: i32,
-    pub first_key: i32,
-    pub last_key: i32,
-    pub step: i32,
-}
-
-const fn spec(name: &'static str, arity: i32, first_key: i32, last_key: i32, step: i32) -> Spec {
-    Spec { name, arity, first_key, last_key, step }
-}
-
-/// Every command, as COMMAND reports them.
-pub(crate) const COMMANDS: &[Spec] = &[
-    spec("acl", -2, 0, 0, 0),
-    spec("append", 3, 1, 1, 1),
-    spec("blmove", 6, 1, 2, 1),
-    spec("blmpop", -5, 0, 0, 0),
-    spec("blpop", -3, 1, -2, 1),
-    spec("brpop", -3, 1, -2, 1),
-    spec("brpoplpush", 4, 1, 2, 1),
-    spec("auth", -2, 0, 0, 0),
-    spec("client", -2, 0, 0, 0),
-    spec("command", -1, 0, 0, 0),
-    spec("config", -2, 0, 0, 0),
-    spec("copy", -3, 1, 2, 1),
-    spec("dbsize", 1, 0, 0, 0),
-    spec("decr", 2, 1, 1, 1),
-    spec("decrby", 3, 1, 1, 1),
-    spec("del", -2, 1, -1, 1),
-    spec("discard", 1, 0, 0, 0),
-    spec("echo", 2, 0, 0, 0),
-    spec("exec", 1, 0, 0, 0),
-    spec("exists", -2, 1, -1, 1),
-    spec("expire", -3, 1, 1, 1),
-    spec("expireat", -3, 1, 1, 1),
-    spec("expiretime", 2, 1, 1, 1),
-    spec("flushall", -1, 0, 0, 0),
-    spec("flushdb", -1, 0, 0, 0),
-    spec("get", 2, 1, 1, 1),
-    spec("getdel", 2, 1, 1, 1),
-    spec("getex", -2, 1, 1, 1),
-    spec("getrange", 4, 1, 1, 1),
-    spec("getset", 3, 1, 1, 1),
-    spec("hdel", -3, 1, 1, 1),
-    spec("hello", -1, 0, 0, 0),
-    spec("hexists", 3, 1, 1, 1),
-    spec("hget", 3, 1, 1, 1),
-    spec("hgetall", 2, 1, 1, 1),
-    spec("hincrby", 4, 1, 1, 1),
-    spec("hincrbyfloat", 4, 1, 1, 1),
-    spec("hkeys", 2, 1, 1, 1),
-    spec("hlen", 2, 1, 1, 1),
-    spec("hmget", -3, 1, 1, 1),
-    spec("hmset", -4, 1, 1, 1),
-    spec("hrandfield", -2, 1, 1, 1),
-    spec("hscan", -3, 1, 1, 1),
-    spec("hset", -4, 1, 1, 1),
-    spec("hsetnx", 4, 1, 1, 1),
-    spec("hstrlen", 3, 1, 1, 1),
-    spec("hvals", 2, 1, 1, 1),
-    spec("incr", 2, 1, 1, 1),
-    spec("incrby", 3, 1, 1, 1),
-    spec("incrbyfloat", 3, 1, 1, 1),
-    spec("info", -1, 0, 0, 0),
-    spec("keys", 2, 0, 0, 0),
-    spec("lindex", 3, 1, 1, 1),
-    spec("linsert", 5, 1, 1, 1),
-    spec("llen", 2, 1, 1, 1),
-    spec("lmove", 5, 1, 2, 1),
-    spec("lmpop", -4, 0, 0, 0),
-    spec("lpop", -2, 1, 1, 1),
-    spec("lpos", -3, 1, 1, 1),
-    spec("lpush", -3, 1, 1, 1),
-    spec("lpushx", -3, 1, 1, 1),
-    spec("lrange", 4, 1, 1, 1),
-    spec("lrem", 4, 1, 1, 1),
-    spec("lset", 4, 1, 1, 1),
-    spec("ltrim", 4, 1, 1, 1),
-    spec("mget", -2, 1, -1, 1),
-    spec("mset", -3, 1, -1, 2),
-    spec("msetnx", -3, 1, -1, 2),
-    spec("multi", 1, 0, 0, 0),
-    spec("object", -2, 0, 0, 0),
-    spec("persist", 2, 1, 1, 1),
-    spec("pexpire", -3, 1, 1, 1),
-    spec("pexpireat", -3, 1, 1, 1),
-    spec("pexpiretime", 2, 1, 1, 1),
-    spec("ping", -1, 0, 0, 0),
-    spec("psetex", 4, 1, 1, 1),
-    spec("pttl", 2, 1, 1, 1),
-    spec("quit", -1, 0, 0, 0),
-    spec("randomkey", 1, 0, 0, 0),
-    spec("rename", 3, 1, 2, 1),
-    spec("renamenx", 3, 1, 2, 1),
-    spec("rpop", -2, 1, 1, 1),
-    spec("rpoplpush", 3, 1, 2, 1),
-    spec("rpush", -3, 1, 1, 1),
-    spec("rpushx", -3, 1, 1, 1),
-    spec("sadd", -3, 1, 1, 1),
-    spec("scan", -2, 0, 0, 0),
-    spec("scard", 2, 1, 1, 1),
-    spec("sdiff", -2, 1, -1, 1),
-    spec("sdiffstore", -3, 1, -1, 1),
-    spec("select", 2, 0, 0, 0),
-    spec("set", -3, 1, 1, 1),
-    spec("setex", 4, 1, 1, 1),
-    spec("setnx", 3, 1, 1, 1),
-    spec("setrange", 4, 1, 1, 1),
-    spec("sinter", -2, 1, -1, 1),
-    spec("sintercard", -3, 0, 0, 0),
-    spec("sinterstore", -3, 1, -1, 1),
-    spec("sismember", 3, 1, 1, 1),
-    spec("smembers", 2, 1, 1, 1),
-    spec("smismember", -3, 1, 1, 1),
-    spec("smove", 4, 1, 2, 1),
-    spec("spop", -2, 1, 1, 1),
-    spec("srandmember", -2, 1, 1, 1),
-    spec("srem", -3, 1, 1, 1),
-    spec("sscan", -3, 1, 1, 1),
-    spec("strlen", 2, 1, 1, 1),
-    spec("substr", 4, 1, 1, 1),
-    spec("sunion", -2, 1, -1, 1),
-    spec("sunionstore", -3, 1, -1, 1),
-    spec("touch", -2, 1, -1, 1),
-    spec("ttl", 2, 1, 1, 1),
-    spec("type", 2, 1, 1, 1),
-    spec("unlink", -2, 1, -1, 1),
-    spec("unwatch", 1, 0, 0, 0),
-    spec("watch", -2, 1, -1, 1),
-    spec("zadd", -4, 1, 1, 1),
-    spec("zcard", 2, 1, 1, 1),
-    spec("zcount", 4, 1, 1, 1),
-    spec("zdiff", -3, 0, 0, 0),
-    spec("zdiffstore", -4, 1, 1, 1),
-    spec("zincrby", 4, 1, 1, 1),
-    spec("zinter", -3, 0, 0, 0),
-    spec("zintercard", -3, 0, 0, 0),
-    spec("zinterstore", -4, 1, 1, 1),
-    spec("zlexcount", 4, 1, 1, 1),
-    spec("zmscore", -3, 1, 1, 1),
-    spec("zpopmax", -2, 1, 1, 1),
-    spec("zpopmin", -2, 1, 1, 1),
-    spec("zrandmember", -2, 1, 1, 1),
-    spec("zrange", -4, 1, 1, 1),
-    spec("zrangebylex", -4, 1, 1, 1),
-    spec("zrangebyscore", -4, 1, 1, 1),
-    spec("zrangestore", -5, 1, 2, 1),
-    spec("zrank", 3, 1, 1, 1),
-    spec("zrem", -3, 1, 1, 1),
-    spec("zremrangebylex", 4, 1, 1, 1),
-    spec("zremrangebyrank", 4, 1, 1, 1),
-    spec("zremrangebyscore", 4, 1, 1, 1),
-    spec("zrevrange", -4, 1, 1, 1),
-    spec("zrevrangebylex", -4, 1, 1, 1),
-    spec("zrevrangebyscore", -4, 1, 1, 1),
-    spec("zrevrank", 3, 1, 1, 1),
-    spec("zscan", -3, 1, 1, 1),
-    spec("zscore", 3, 1, 1, 1),
-    spec("zunion", -3, 0, 0, 0),
-    spec("zunionstore", -4, 1, 1, 1),
-];
-
-/// Subcommands of the container commands: (container, subcommand, arity).
-pub(crate) const SUBCOMMANDS: &[(&str, &str, i32)] = &[
-    ("acl", "whoami", 2),
-    ("client", "getname", 2),
-    ("client", "id", 2),
-    ("client", "setname", 3),
-    ("client", "unblock", -3),
-    ("command", "count", 2),
-    ("command", "docs", -2),
-    ("command", "info", -2),
-    ("config", "get", -3),
-    ("config", "set", -4),
-    ("object", "encoding", 3),
-];
-
-fn arity_ok(arity: i32, argc: usize) -> bool {
-    let argc = argc as i64;
-    let arity = i64::from(arity);
-    if arity > 0 { argc == arity } else { argc >= -arity }
 }
 
 /// Redis's unknown-command error: the name and the first arguments, each cut
@@ -565,6 +386,8 @@ impl Server {
             commands_processed: 0,
             cursors: Cursors::default(),
             rng,
+            random_draws: 0,
+            clock_reads: Cell::new(0),
             watches,
             waiters: blocking::Waiters::default(),
             deny_blocking: false,
@@ -575,6 +398,7 @@ impl Server {
     /// A uniform draw from `0..n` (`n` > 0), by multiply-shift.
     pub(crate) fn random_below(&mut self, n: u64) -> u64 {
         assert!(n > 0);
+        self.random_draws += 1;
         ((u128::from(self.rng.next_u64()) * u128::from(n)) >> 64) as u64
     }
 
@@ -648,6 +472,19 @@ impl Server {
         self.commands_processed
     }
 
+    /// Draws commands made from the seeded generator so far. Only commands
+    /// flagged [`Flags::RANDOM`] draw (asserted after every command).
+    pub fn random_draws(&self) -> u64 {
+        self.random_draws
+    }
+
+    /// Times commands read the clock so far, lazy expiry aside (the
+    /// keyspace's own). Only commands flagged [`Flags::TIME`] read it
+    /// (asserted after every command).
+    pub fn clock_reads(&self) -> u64 {
+        self.clock_reads.get()
+    }
+
     /// Executes one command, writing exactly one reply to `sink`.
     pub fn execute<K, S>(&mut self, session: &mut Session, ks: &mut K, req: &Request<'_>, sink: &mut S) -> Flow
     where
@@ -678,7 +515,7 @@ impl Server {
                 return Flow::Continue;
             }
         };
-        if ctx.session.multi.is_some() && !multi::runs_inside_multi(spec.name) {
+        if ctx.session.multi.is_some() && !spec.flags.contains(Flags::IMMEDIATE) {
             let args: Vec<&[u8]> = req.args().collect();
             match ctx.server.queue(ctx.session, &args) {
                 Ok(()) => ctx.out.simple(b"QUEUED"),
@@ -694,16 +531,17 @@ impl Server {
 
     /// Runs an admitted command, recording the keys it writes when some
     /// session watches keys.
-    fn run_one<K, S>(&mut self, spec: &Spec, session: &mut Session, ks: &mut K, req: &Request<'_>, sink: &mut S) -> Flow
+    fn run_one<K, S>(&mut self, spec: &CommandInfo, session: &mut Session, ks: &mut K, req: &Request<'_>, sink: &mut S) -> Flow
     where
         K: Keyspace,
         S: ReplySink<K::Value> + ?Sized,
     {
         let protocol = session.protocol;
+        let (draws, reads) = (self.random_draws, self.clock_reads.get());
         ks.begin_command();
         let result = if self.watches.is_empty() && self.waiters.is_empty() {
             let mut ctx = Ctx { server: self, session, ks, req, out: Out::new(sink, protocol) };
-            run(spec.name, &mut ctx).map_err(|fail| ctx.out.error(fail.text().as_bytes()))
+            commands::run(spec, &mut ctx).map_err(|fail| ctx.out.error(fail.text().as_bytes()))
         } else {
             // A flush touches the watched keys that exist when it runs.
             let flush = matches!(spec.name, "flushdb" | "flushall");
@@ -715,7 +553,7 @@ impl Server {
             };
             let mut tracked = multi::Tracked { inner: ks, touched: Vec::new(), cleared: false, lists: Vec::new() };
             let mut ctx = Ctx { server: self, session, ks: &mut tracked, req, out: Out::new(sink, protocol) };
-            let result = run(spec.name, &mut ctx).map_err(|fail| ctx.out.error(fail.text().as_bytes()));
+            let result = commands::run(spec, &mut ctx).map_err(|fail| ctx.out.error(fail.text().as_bytes()));
             let (touched, cleared) = (std::mem::take(&mut tracked.touched), tracked.cleared);
             touched.iter().for_each(|k| self.watches.touch(k));
             tracked.lists.iter().for_each(|k| self.waiters.written(k));
@@ -724,6 +562,8 @@ impl Server {
             }
             result
         };
+        assert!(draws == self.random_draws || spec.flags.contains(Flags::RANDOM), "{} drew unflagged", spec.name);
+        assert!(reads == self.clock_reads.get() || spec.flags.contains(Flags::TIME), "{} read the clock unflagged", spec.name);
         match result {
             Ok(()) if spec.name == "quit" => Flow::Close,
             Ok(()) if session.blocked.is_some() => {
@@ -753,6 +593,7 @@ impl Server {
             out.error(b"ERR EXEC without MULTI");
             return Flow::Continue;
         };
+        self.clock_reads.set(self.clock_reads.get() + 1);
         let dirty = self.watches.is_dirty(session.id) || self.watches.expired_since_watch(session.id, ks.now_ms());
         self.watches.unwatch_all(session.id);
         if multi.failed {
@@ -777,8 +618,7 @@ impl Server {
         for i in 0..multi.commands {
             let req = parsed.request(&segments, i);
             self.commands_processed += 1;
-            let spec = COMMANDS.iter().find(|s| s.name.as_bytes().eq_ignore_ascii_case(req.arg(0)));
-            let spec = spec.expect("a queued command was admitted");
+            let spec = commands::of_request(&req).expect("a queued command was admitted");
             self.run_one(spec, session, ks, &req, sink);
         }
         self.deny_blocking = false;
@@ -823,7 +663,7 @@ impl Server {
         assert_eq!(parsed.parse(&segments).commands, 1, "a served command parses back");
         parsed.forget_pieces();
         let req = parsed.request(&segments, 0);
-        let spec = COMMANDS.iter().find(|s| s.name.as_bytes().eq_ignore_ascii_case(req.arg(0))).expect("a list command");
+        let spec = commands::of_request(&req).expect("a list command");
         self.commands_processed += 1;
         let mut capture = blocking::Capture(Vec::new());
         self.run_one(spec, session, ks, &req, &mut capture);
@@ -889,197 +729,30 @@ pub fn same_secret(want: &[u8], given: &[u8]) -> bool {
 /// The checks before a command runs or is queued, as Redis's
 /// processCommand makes them: it exists, its arity (and subcommand's), then
 /// authentication.
-fn admit<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Result<&'static Spec, Fail> {
-    let mut buf = [0u8; 32];
-    let name = lower(c.arg(0), &mut buf);
-    let Some(spec) = COMMANDS.iter().find(|s| s.name.as_bytes() == name) else {
+fn admit<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Result<&'static CommandInfo, Fail> {
+    let Some(command) = commands::commands().find(|s| s.name.as_bytes().eq_ignore_ascii_case(c.arg(0))) else {
         return Err(Fail::Text(unknown_command(c.req)));
     };
-    let container = SUBCOMMANDS.iter().any(|s| s.0 == spec.name);
-    if container && c.argc() >= 2 {
-        let mut sbuf = [0u8; 32];
-        let sub = lower(c.arg(1), &mut sbuf);
-        match SUBCOMMANDS.iter().find(|s| s.0 == spec.name && s.1.as_bytes() == sub) {
-            None => {
-                let given = c.arg(1);
-                let given = String::from_utf8_lossy(&given[..given.len().min(128)]).into_owned();
-                return Err(Fail::Text(format!(
-                    "ERR unknown subcommand '{given}'. Try {} HELP.",
-                    spec.name.to_ascii_uppercase()
-                )));
-            }
-            Some(&(_, sub, arity)) => {
-                if !arity_ok(arity, c.argc()) {
-                    return Err(Fail::err(&format!("wrong number of arguments for '{}|{sub}' command", spec.name)));
-                }
-            }
-        }
-    } else if !arity_ok(spec.arity, c.argc()) {
-        return Err(Fail::err(&format!("wrong number of arguments for '{}' command", spec.name)));
+    let info = if command.is_container() && c.argc() >= 2 {
+        let Some(sub) = commands::subcommand(command, c.arg(1)) else {
+            let given = c.arg(1);
+            let given = String::from_utf8_lossy(&given[..given.len().min(128)]).into_owned();
+            return Err(Fail::Text(format!(
+                "ERR unknown subcommand '{given}'. Try {} HELP.",
+                command.name.to_ascii_uppercase()
+            )));
+        };
+        sub
+    } else {
+        command
+    };
+    if !info.arity_ok(c.argc()) {
+        return Err(Fail::err(&format!("wrong number of arguments for '{}' command", info.name)));
     }
     // As Redis: existence and arity first, then authentication; AUTH,
     // HELLO and QUIT are served to anyone.
-    if c.server.config.requirepass.is_some()
-        && !c.session.authenticated
-        && !matches!(spec.name, "auth" | "hello" | "quit")
-    {
+    if c.server.config.requirepass.is_some() && !c.session.authenticated && !info.flags.contains(Flags::NO_AUTH) {
         return Err(Fail::Text("NOAUTH Authentication required.".into()));
     }
-    Ok(spec)
-}
-
-fn run<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(name: &str, c: &mut Ctx<'_, '_, K, S>) -> Res {
-    if let Some(result) = large::fast(name, c) {
-        return result;
-    }
-    match name {
-        "append" => strings::append(c),
-        "decr" => strings::incr_by(c, -1),
-        "decrby" => strings::decrby(c),
-        "del" => strings::del(c),
-        "exists" => strings::exists(c),
-        "get" => strings::get(c),
-        "incr" => strings::incr_by(c, 1),
-        "incrby" => strings::incrby(c),
-        "incrbyfloat" => strings::incrbyfloat(c),
-        "mget" => strings::mget(c),
-        "mset" => strings::mset(c),
-        "set" => strings::set(c),
-        "strlen" => strings::strlen(c),
-        "setnx" => strings::setnx(c),
-        "getset" => strings::getset(c),
-        "getdel" => strings::getdel(c),
-        "msetnx" => strings::msetnx(c),
-        "setrange" => strings::setrange(c),
-        "getrange" | "substr" => strings::getrange(c),
-        "rename" => keys::rename(c, false),
-        "renamenx" => keys::rename(c, true),
-        "unlink" => strings::del(c),
-        "touch" => keys::touch(c),
-        "copy" => keys::copy(c),
-        "randomkey" => keys::randomkey(c),
-        "expire" => keys::expire(c, keys::ExpireCmd { seconds: true, relative: true }),
-        "pexpire" => keys::expire(c, keys::ExpireCmd { seconds: false, relative: true }),
-        "expireat" => keys::expire(c, keys::ExpireCmd { seconds: true, relative: false }),
-        "pexpireat" => keys::expire(c, keys::ExpireCmd { seconds: false, relative: false }),
-        "ttl" => keys::ttl(c, false, false),
-        "pttl" => keys::ttl(c, true, false),
-        "expiretime" => keys::ttl(c, false, true),
-        "pexpiretime" => keys::ttl(c, true, true),
-        "persist" => keys::persist(c),
-        "setex" => strings::setex(c, true),
-        "psetex" => strings::setex(c, false),
-        "getex" => strings::getex(c),
-        "hdel" => hashes::hdel(c),
-        "hexists" => hashes::hexists(c),
-        "hget" => hashes::hget(c),
-        "hgetall" => hashes::hgetall(c),
-        "hlen" => hashes::hlen(c),
-        "hmget" => hashes::hmget(c),
-        "hmset" => hashes::hset(c, true),
-        "hset" => hashes::hset(c, false),
-        "hsetnx" => hashes::hsetnx(c),
-        "hkeys" => hashes::hkeys_or_vals(c, true),
-        "hvals" => hashes::hkeys_or_vals(c, false),
-        "hstrlen" => hashes::hstrlen(c),
-        "hincrby" => hashes::hincrby(c),
-        "hincrbyfloat" => hashes::hincrbyfloat(c),
-        "hrandfield" => hashes::hrandfield(c),
-        "hscan" => hashes::hscan(c),
-        "lpush" => lists::push(c, lists::End::Head, false),
-        "rpush" => lists::push(c, lists::End::Tail, false),
-        "lpushx" => lists::push(c, lists::End::Head, true),
-        "rpushx" => lists::push(c, lists::End::Tail, true),
-        "lpop" => lists::pop(c, lists::End::Head),
-        "rpop" => lists::pop(c, lists::End::Tail),
-        "lrange" => lists::lrange(c),
-        "llen" => lists::llen(c),
-        "lindex" => lists::lindex(c),
-        "lset" => lists::lset(c),
-        "lrem" => lists::lrem(c),
-        "ltrim" => lists::ltrim(c),
-        "linsert" => lists::linsert(c),
-        "lpos" => lists::lpos(c),
-        "lmove" => lists::lmove(c),
-        "rpoplpush" => lists::rpoplpush(c),
-        "blpop" => blocking::bpop(c, lists::End::Head),
-        "brpop" => blocking::bpop(c, lists::End::Tail),
-        "blmove" => blocking::blmove(c),
-        "brpoplpush" => blocking::brpoplpush(c),
-        "lmpop" => blocking::lmpop(c),
-        "blmpop" => blocking::blmpop(c),
-        "sadd" => sets::sadd(c),
-        "srem" => sets::srem(c),
-        "smembers" => sets::smembers(c),
-        "sismember" => sets::sismember(c),
-        "smismember" => sets::smismember(c),
-        "scard" => sets::scard(c),
-        "spop" => sets::spop(c),
-        "srandmember" => sets::srandmember(c),
-        "smove" => sets::smove(c),
-        "sinter" => sets::combine(c, sets::SetOp::Inter),
-        "sunion" => sets::combine(c, sets::SetOp::Union),
-        "sdiff" => sets::combine(c, sets::SetOp::Diff),
-        "sinterstore" => sets::combine_store(c, sets::SetOp::Inter),
-        "sunionstore" => sets::combine_store(c, sets::SetOp::Union),
-        "sdiffstore" => sets::combine_store(c, sets::SetOp::Diff),
-        "sintercard" => sets::sintercard(c),
-        "sscan" => sets::sscan(c),
-        "zadd" => zsets::zadd(c),
-        "zcard" => zsets::zcard(c),
-        "zrange" => zsets::zrange(c, zsets::ZRANGE),
-        "zrangestore" => zsets::zrange(c, zsets::ZRANGESTORE),
-        "zrevrange" => zsets::zrange(c, zsets::ZREVRANGE),
-        "zrangebyscore" => zsets::zrange(c, zsets::ZRANGEBYSCORE),
-        "zrevrangebyscore" => zsets::zrange(c, zsets::ZREVRANGEBYSCORE),
-        "zrangebylex" => zsets::zrange(c, zsets::ZRANGEBYLEX),
-        "zrevrangebylex" => zsets::zrange(c, zsets::ZREVRANGEBYLEX),
-        "zincrby" => zsets::zincrby(c),
-        "zrank" => zsets::zrank(c, false),
-        "zrevrank" => zsets::zrank(c, true),
-        "zcount" => zsets::zcount(c, false),
-        "zlexcount" => zsets::zcount(c, true),
-        "zpopmin" => zsets::zpop(c, false),
-        "zpopmax" => zsets::zpop(c, true),
-        "zremrangebyrank" => zsets::zremrange(c, zsets::RangeType::Rank),
-        "zremrangebyscore" => zsets::zremrange(c, zsets::RangeType::Score),
-        "zremrangebylex" => zsets::zremrange(c, zsets::RangeType::Lex),
-        "zmscore" => zsets::zmscore(c),
-        "zrandmember" => zsets::zrandmember(c),
-        "zscan" => zsets::zscan(c),
-        "zunion" => zsets::zsetop(c, zsets::ZOp::Union, false),
-        "zinter" => zsets::zsetop(c, zsets::ZOp::Inter, false),
-        "zdiff" => zsets::zsetop(c, zsets::ZOp::Diff, false),
-        "zunionstore" => zsets::zsetop(c, zsets::ZOp::Union, true),
-        "zinterstore" => zsets::zsetop(c, zsets::ZOp::Inter, true),
-        "zdiffstore" => zsets::zsetop(c, zsets::ZOp::Diff, true),
-        "zintercard" => zsets::zsetop(c, zsets::ZOp::InterCard, false),
-        "zrem" => zsets::zrem(c),
-        "zscore" => zsets::zscore(c),
-        "client" => admin::client(c),
-        "command" => admin::command(c),
-        "config" => admin::config(c),
-        "dbsize" => admin::dbsize(c),
-        "echo" => admin::echo(c),
-        "flushall" | "flushdb" => admin::flush(c),
-        "hello" => admin::hello(c),
-        "auth" => admin::auth(c),
-        "acl" => admin::acl(c),
-        "info" => admin::info(c),
-        "keys" => admin::keys(c),
-        "ping" => admin::ping(c),
-        "quit" => {
-            c.out.ok();
-            Ok(())
-        }
-        "scan" => admin::scan(c),
-        "select" => admin::select(c),
-        "type" => admin::type_(c),
-        "object" => admin::object(c),
-        "multi" => multi::multi(c),
-        "discard" => multi::discard(c),
-        "watch" => multi::watch(c),
-        "unwatch" => multi::unwatch(c),
-        other => unreachable!("command {other} in the table but not dispatched"),
-    }
+    Ok(info)
 }

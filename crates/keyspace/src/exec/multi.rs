@@ -219,11 +219,6 @@ impl<K: Keyspace> Keyspace for Tracked<'_, K> {
     }
 }
 
-/// Whether a command runs at once inside MULTI rather than being queued.
-pub(crate) fn runs_inside_multi(name: &str) -> bool {
-    matches!(name, "exec" | "discard" | "multi" | "watch" | "quit")
-}
-
 impl Server {
     /// Sets the bytes of queued commands one transaction may hold (default
     /// [`MAX_QUEUED_BYTES`]; tests set less).

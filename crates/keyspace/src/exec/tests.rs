@@ -188,12 +188,12 @@ fn protected_mode_refuses_remote_peers_only_without_a_password() {
 #[test]
 fn command_and_info() {
     let mut f = Fixture::new();
-    assert_eq!(f.run("COMMAND COUNT"), format!(":{}\r\n", COMMANDS.len()));
+    assert_eq!(f.run("COMMAND COUNT"), format!(":{}\r\n", commands::commands().count()));
     let info = f.run("COMMAND INFO get nosuch");
     assert!(info.starts_with("*2\r\n*10\r\n$3\r\nget\r\n:2\r\n"), "{info}");
     assert!(info.ends_with("*-1\r\n"), "{info}");
     let all = f.run("COMMAND");
-    assert!(all.starts_with(&format!("*{}\r\n", COMMANDS.len())));
+    assert!(all.starts_with(&format!("*{}\r\n", commands::commands().count())));
     let text = f.run("INFO");
     assert!(text.starts_with('$'));
     assert!(text.contains("redis_version:7.0.15\r\n"));
@@ -342,23 +342,63 @@ fn extreme_integer_arguments_get_replies_not_panics() {
     }
 }
 
-/// Every command in the table is dispatched (an undispatched one would reach
-/// `unreachable!`), and COMMAND COUNT counts the lists, sets, OBJECT and the
-/// completed hashes and sorted sets.
+/// Every row of the table is dispatched (an undispatched one would reach
+/// `unreachable!`), subcommands included, and COMMAND COUNT counts the
+/// lists, sets, OBJECT and the completed hashes and sorted sets.
 #[test]
 fn every_command_in_the_table_is_served() {
     let mut f = Fixture::new();
-    assert_eq!(COMMANDS.len(), 147);
-    for spec in COMMANDS {
-        if spec.name == "quit" {
-            continue;
-        }
+    assert_eq!(commands::commands().count(), 147);
+    let containers = ["acl", "client", "config", "object"];
+    let rows = commands::commands().flat_map(|c| std::iter::once(c).chain(c.subcommands()));
+    for spec in rows.filter(|s| s.name != "quit" && !containers.contains(&s.name)) {
+        let words = spec.name.replace('|', " ");
         let argc = spec.arity.unsigned_abs() as usize;
-        let args = ["x"; 8][..argc.saturating_sub(1)].join(" ");
-        let reply = f.run(&format!("{} {args}", spec.name));
-        assert!(!reply.starts_with("-ERR unknown command"), "{}: {reply}", spec.name);
+        let given = words.split(' ').count();
+        let args = ["x"; 8][..argc.saturating_sub(given)].join(" ");
+        let reply = f.run(&format!("{words} {args}"));
+        assert!(!reply.starts_with("-ERR unknown"), "{}: {reply}", spec.name);
         assert!(!reply.starts_with("-ERR wrong number"), "{}: {reply}", spec.name);
     }
+}
+
+/// The table's lookups: any case, subcommands by `container|sub` or by
+/// request, and flags that never contradict each other.
+#[test]
+fn the_command_table_answers_lookups() {
+    let set = commands::lookup(b"SeT").expect("SET");
+    assert_eq!((set.name, set.arity), ("set", -3));
+    assert!(set.flags.contains(Flags::WRITE.union(Flags::TIME)));
+    assert!(!set.flags.contains(Flags::READONLY));
+    assert_eq!(commands::lookup(b"client|ID").map(|c| c.name), Some("client|id"));
+    assert!(commands::lookup(b"nosuch").is_none());
+    let mut parsed = Parsed::new(Limits::default());
+    let input = b"CLIENT setname n\r\nCLIENT nosuch\r\nCLIENT\r\nGET k\r\nFOO\r\n";
+    let segments: [&[u8]; 1] = [input];
+    assert_eq!(parsed.parse(&segments).commands, 5);
+    let names: Vec<Option<&str>> = (0..5).map(|i| commands::of_request(&parsed.request(&segments, i)).map(|c| c.name)).collect();
+    assert_eq!(names, [Some("client|setname"), None, Some("client"), Some("get"), None]);
+    for spec in commands::commands().flat_map(|c| std::iter::once(c).chain(c.subcommands())) {
+        let f = spec.flags;
+        assert!(!(f.contains(Flags::WRITE) && f.contains(Flags::READONLY)), "{}", spec.name);
+        let keyed = f.contains(Flags::WRITE) || f.contains(Flags::READONLY);
+        assert!(keyed || !f.contains(Flags::RANDOM), "{}: a random draw over no key", spec.name);
+        assert!(!spec.is_container() || f == Flags::NONE || spec.name == "command", "{}", spec.name);
+    }
+    let written: Vec<&str> = Flags::WRITE.union(Flags::BLOCKING).names().collect();
+    assert_eq!(written, ["write", "blocking"]);
+}
+
+/// COMMAND INFO reports the flags, categories and tip of the table.
+#[test]
+fn command_info_reports_flags() {
+    let mut f = Fixture::new();
+    let spop = f.run("COMMAND INFO spop");
+    let want = "*1\r\n*10\r\n$4\r\nspop\r\n:-2\r\n*1\r\n+write\r\n:1\r\n:1\r\n:1\r\n*0\r\n*1\r\n$23\r\nnondeterministic_output\r\n*0\r\n*0\r\n";
+    assert_eq!(spop, want);
+    let client = f.run("COMMAND INFO client");
+    assert!(client.contains("$14\r\nclient|unblock\r\n:-3\r\n*1\r\n+admin\r\n"), "{client}");
+    assert!(client.contains("*1\r\n+@connection\r\n"), "{client}");
 }
 
 #[test]

@@ -1,0 +1,438 @@
+//! The command table: every command and subcommand the executor serves,
+//! each named once, with its arity, key positions, [`Flags`] and handler.
+//! Admission (the command exists, its arity, authentication, queued or run
+//! inside MULTI), dispatch and COMMAND / COMMAND INFO all read this table,
+//! and so does a driver that needs to know what a command may do
+//! ([`lookup`], [`of_request`]): the replicated server proposes through its
+//! log what may write and draws time and randomness for what needs them.
+//!
+//! Rows: a container command (CLIENT, CONFIG, COMMAND, OBJECT, ACL) has a
+//! row of its own, with Redis's container arity and no flags, and one row
+//! per subcommand named `container|sub`; a command runs under its
+//! subcommand's row. Row order is COMMAND's output order.
+//!
+//! The flags that have a Redis 7.0 counterpart agree with it (checked
+//! against redis-server's COMMAND INFO by `tests/redis_diff.rs`
+//! `command_flags_match_redis`): [`Flags::WRITE`], [`Flags::READONLY`],
+//! [`Flags::ADMIN`], [`Flags::BLOCKING`], [`Flags::NO_AUTH`] are Redis's
+//! flags of those names; [`Flags::CONNECTION`] and [`Flags::MULTI`] are its
+//! ACL categories `@connection` and `@transaction`; [`Flags::RANDOM`] is
+//! part of its `nondeterministic_output` tip. [`Flags::TIME`] and
+//! [`Flags::IMMEDIATE`] are ours. A command that is neither WRITE nor
+//! READONLY touches no key (MULTI's EXEC aside: it runs what was queued).
+
+use super::{admin, blocking, hashes, keys, large, lists, multi, sets, strings, zsets};
+use super::{lower, Ctx, Res};
+use crate::store::{Keyspace, Kind};
+use pmwire_resp::reply::ReplySink;
+use pmwire_resp::request::Request;
+
+/// What a command may do, as a bit set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Flags(u16);
+
+impl Flags {
+    /// No flag.
+    pub const NONE: Flags = Flags(0);
+    /// May change the keyspace (Redis: `write`).
+    pub const WRITE: Flags = Flags(1 << 0);
+    /// Reads the keyspace and changes nothing in it (Redis: `readonly`).
+    pub const READONLY: Flags = Flags(1 << 1);
+    /// Its reply or effect depends on a draw from the server's generator
+    /// (SPOP SRANDMEMBER HRANDFIELD ZRANDMEMBER RANDOMKEY; Redis marks them
+    /// `nondeterministic_output`).
+    pub const RANDOM: Flags = Flags(1 << 2);
+    /// Reads the clock beyond lazy expiry: converts a relative time to a
+    /// deadline or back (SET EX, EXPIRE, TTL...), or compares a time it is
+    /// given with now (EXPIREAT in the past deletes; EXEC checks watched
+    /// keys that expired). Every command that reads a key also depends on
+    /// the clock through lazy expiry; that is the keyspace's, not this flag's.
+    pub const TIME: Flags = Flags(1 << 3);
+    /// May wait for a key instead of answering (Redis: `blocking`).
+    pub const BLOCKING: Flags = Flags(1 << 4);
+    /// Administers the server (Redis: `admin`): CONFIG GET/SET, CLIENT UNBLOCK.
+    pub const ADMIN: Flags = Flags(1 << 5);
+    /// Concerns the connection only (Redis's `@connection` category): AUTH,
+    /// HELLO, CLIENT..., SELECT, PING, ECHO, QUIT, COMMAND.
+    pub const CONNECTION: Flags = Flags(1 << 6);
+    /// A transaction command (Redis's `@transaction` category): MULTI EXEC
+    /// DISCARD WATCH UNWATCH.
+    pub const MULTI: Flags = Flags(1 << 7);
+    /// Served before authentication (Redis: `no_auth`): AUTH, HELLO, QUIT.
+    pub const NO_AUTH: Flags = Flags(1 << 8);
+    /// Runs at once inside MULTI instead of being queued (Redis's
+    /// `processCommand` list: EXEC DISCARD MULTI WATCH QUIT).
+    pub const IMMEDIATE: Flags = Flags(1 << 9);
+
+    /// Every flag with its name, in bit order.
+    pub const ALL: [(Flags, &'static str); 10] = [
+        (Flags::WRITE, "write"),
+        (Flags::READONLY, "readonly"),
+        (Flags::RANDOM, "random"),
+        (Flags::TIME, "time"),
+        (Flags::BLOCKING, "blocking"),
+        (Flags::ADMIN, "admin"),
+        (Flags::CONNECTION, "connection"),
+        (Flags::MULTI, "multi"),
+        (Flags::NO_AUTH, "no_auth"),
+        (Flags::IMMEDIATE, "immediate"),
+    ];
+
+    /// Both sets' flags.
+    pub const fn union(self, other: Flags) -> Flags {
+        Flags(self.0 | other.0)
+    }
+
+    /// Whether every flag of `other` is set.
+    pub const fn contains(self, other: Flags) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The names of the flags set, in bit order.
+    pub fn names(self) -> impl Iterator<Item = &'static str> {
+        Flags::ALL.into_iter().filter(move |(f, _)| self.contains(*f)).map(|(_, n)| n)
+    }
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommandInfo {
+    /// Lower-case name; `container|sub` for a subcommand.
+    pub name: &'static str,
+    /// Redis arity, the name included: positive, exactly that many
+    /// arguments; negative, at least minus that many.
+    pub arity: i32,
+    /// Position of the first key (0: none), as COMMAND reports it.
+    pub first_key: i32,
+    /// Position of the last key (negative: from the end).
+    pub last_key: i32,
+    /// Step between keys.
+    pub step: i32,
+    /// What the command may do.
+    pub flags: Flags,
+}
+
+impl CommandInfo {
+    /// Whether `argc` arguments (the name included) fit the arity.
+    pub fn arity_ok(&self, argc: usize) -> bool {
+        let argc = argc as i64;
+        let arity = i64::from(self.arity);
+        if arity > 0 { argc == arity } else { argc >= -arity }
+    }
+
+    /// Whether this row is a subcommand (`container|sub`).
+    pub fn is_subcommand(&self) -> bool {
+        self.name.contains('|')
+    }
+
+    /// The subcommands of a container command (none for another).
+    pub fn subcommands(&self) -> impl Iterator<Item = &'static CommandInfo> + '_ {
+        TABLE.iter().filter(move |s| s.name.strip_prefix(self.name).is_some_and(|rest| rest.starts_with('|')))
+    }
+
+    /// Whether this command is a container (has subcommands).
+    pub fn is_container(&self) -> bool {
+        self.subcommands().next().is_some()
+    }
+}
+
+/// The row of a command or subcommand (`client|id`), by name in any case.
+pub fn lookup(name: &[u8]) -> Option<&'static CommandInfo> {
+    TABLE.iter().find(|s| s.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// The commands (containers included, their subcommands not), in COMMAND's order.
+pub fn commands() -> impl Iterator<Item = &'static CommandInfo> {
+    TABLE.iter().filter(|s| !s.is_subcommand())
+}
+
+/// The row a request runs under: its command's, or for a container its
+/// subcommand's; `None` if either is unknown (the request is refused).
+pub fn of_request(req: &Request<'_>) -> Option<&'static CommandInfo> {
+    let command = lookup(req.arg(0))?;
+    if !command.is_container() || req.len() < 2 {
+        return Some(command);
+    }
+    subcommand(command, req.arg(1))
+}
+
+/// The subcommand `sub` (any case) of `container`.
+pub(crate) fn subcommand(container: &CommandInfo, sub: &[u8]) -> Option<&'static CommandInfo> {
+    let mut buf = [0u8; 32];
+    let sub = lower(sub, &mut buf);
+    container.subcommands().find(|s| s.name.as_bytes()[container.name.len() + 1..] == *sub)
+}
+
+/// Builds the table and the dispatch from one list of rows:
+/// `"name", arity, (first, last, step), [FLAGS], [chunked Kind => |c, h| fast,] |c| handler;`.
+/// A `chunked` fast path runs first when the key holds a chunked
+/// collection of that kind ([`large::fast`]); `None` from it falls back to
+/// the handler.
+macro_rules! command_table {
+    ($(
+        $name:literal, $arity:literal, ($first:literal, $last:literal, $step:literal), [$($flag:ident)*],
+        $(chunked $kind:ident => |$fc:ident, $fh:ident| $fast:expr,)?
+        |$c:ident| $run:expr;
+    )*) => {
+        /// Every row, in COMMAND's order.
+        static TABLE: &[CommandInfo] = &[$(CommandInfo {
+            name: $name,
+            arity: $arity,
+            first_key: $first,
+            last_key: $last,
+            step: $step,
+            flags: Flags::NONE $(.union(Flags::$flag))*,
+        }),*];
+
+        /// Runs an admitted command under its row (a subcommand's for a container).
+        pub(super) fn run<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(info: &CommandInfo, c: &mut Ctx<'_, '_, K, S>) -> Res {
+            match info.name {
+                $($name => {
+                    $(if let Some(result) = large::fast(c, Kind::$kind, |$fc, $fh| $fast) {
+                        return result;
+                    })?
+                    let $c = c;
+                    $run
+                })*
+                other => unreachable!("no row named {other}"),
+            }
+        }
+    };
+}
+
+command_table! {
+    "acl", -2, (0, 0, 0), [], |_c| unreachable!("a container runs under a subcommand");
+    "acl|whoami", 2, (0, 0, 0), [], |c| admin::acl(c);
+    "append", 3, (1, 1, 1), [WRITE], |c| strings::append(c);
+    "blmove", 6, (1, 2, 1), [WRITE BLOCKING], |c| blocking::blmove(c);
+    "blmpop", -5, (0, 0, 0), [WRITE BLOCKING], |c| blocking::blmpop(c);
+    "blpop", -3, (1, -2, 1), [WRITE BLOCKING], |c| blocking::bpop(c, lists::End::Head);
+    "brpop", -3, (1, -2, 1), [WRITE BLOCKING], |c| blocking::bpop(c, lists::End::Tail);
+    "brpoplpush", 4, (1, 2, 1), [WRITE BLOCKING], |c| blocking::brpoplpush(c);
+    "auth", -2, (0, 0, 0), [NO_AUTH CONNECTION], |c| admin::auth(c);
+    "client", -2, (0, 0, 0), [], |_c| unreachable!("a container runs under a subcommand");
+    "client|getname", 2, (0, 0, 0), [CONNECTION], |c| admin::client_getname(c);
+    "client|id", 2, (0, 0, 0), [CONNECTION], |c| admin::client_id(c);
+    "client|setname", 3, (0, 0, 0), [CONNECTION], |c| admin::client_setname(c);
+    "client|unblock", -3, (0, 0, 0), [ADMIN CONNECTION], |c| blocking::client_unblock(c);
+    "command", -1, (0, 0, 0), [CONNECTION], |c| command(c);
+    "command|count", 2, (0, 0, 0), [CONNECTION], |c| command_count(c);
+    "command|docs", -2, (0, 0, 0), [CONNECTION], |c| command_docs(c);
+    "command|info", -2, (0, 0, 0), [CONNECTION], |c| command_info(c);
+    "config", -2, (0, 0, 0), [], |_c| unreachable!("a container runs under a subcommand");
+    "config|get", -3, (0, 0, 0), [ADMIN], |c| admin::config_get(c);
+    "config|set", -4, (0, 0, 0), [ADMIN], |c| admin::config_set(c);
+    "copy", -3, (1, 2, 1), [WRITE], |c| keys::copy(c);
+    "dbsize", 1, (0, 0, 0), [READONLY], |c| admin::dbsize(c);
+    "decr", 2, (1, 1, 1), [WRITE], |c| strings::incr_by(c, -1);
+    "decrby", 3, (1, 1, 1), [WRITE], |c| strings::decrby(c);
+    "del", -2, (1, -1, 1), [WRITE], |c| strings::del(c);
+    "discard", 1, (0, 0, 0), [MULTI IMMEDIATE], |c| multi::discard(c);
+    "echo", 2, (0, 0, 0), [CONNECTION], |c| admin::echo(c);
+    "exec", 1, (0, 0, 0), [MULTI TIME IMMEDIATE], |_c| unreachable!("EXEC is run by Server::execute itself");
+    "exists", -2, (1, -1, 1), [READONLY], |c| strings::exists(c);
+    "expire", -3, (1, 1, 1), [WRITE TIME], |c| keys::expire(c, keys::ExpireCmd { seconds: true, relative: true });
+    "expireat", -3, (1, 1, 1), [WRITE TIME], |c| keys::expire(c, keys::ExpireCmd { seconds: true, relative: false });
+    "expiretime", 2, (1, 1, 1), [READONLY], |c| keys::ttl(c, false, true);
+    "flushall", -1, (0, 0, 0), [WRITE], |c| admin::flush(c);
+    "flushdb", -1, (0, 0, 0), [WRITE], |c| admin::flush(c);
+    "get", 2, (1, 1, 1), [READONLY], |c| strings::get(c);
+    "getdel", 2, (1, 1, 1), [WRITE], |c| strings::getdel(c);
+    "getex", -2, (1, 1, 1), [WRITE TIME], |c| strings::getex(c);
+    "getrange", 4, (1, 1, 1), [READONLY], |c| strings::getrange(c);
+    "getset", 3, (1, 1, 1), [WRITE], |c| strings::getset(c);
+    "hdel", -3, (1, 1, 1), [WRITE], chunked Hash => |c, h| large::hdel(c, h), |c| hashes::hdel(c);
+    "hello", -1, (0, 0, 0), [NO_AUTH CONNECTION], |c| admin::hello(c);
+    "hexists", 3, (1, 1, 1), [READONLY], chunked Hash => |c, h| large::hexists(c, h), |c| hashes::hexists(c);
+    "hget", 3, (1, 1, 1), [READONLY], chunked Hash => |c, h| large::hget(c, h), |c| hashes::hget(c);
+    "hgetall", 2, (1, 1, 1), [READONLY], |c| hashes::hgetall(c);
+    "hincrby", 4, (1, 1, 1), [WRITE], |c| hashes::hincrby(c);
+    "hincrbyfloat", 4, (1, 1, 1), [WRITE], |c| hashes::hincrbyfloat(c);
+    "hkeys", 2, (1, 1, 1), [READONLY], |c| hashes::hkeys_or_vals(c, true);
+    "hlen", 2, (1, 1, 1), [READONLY], chunked Hash => |c, h| large::count(c, h), |c| hashes::hlen(c);
+    "hmget", -3, (1, 1, 1), [READONLY], chunked Hash => |c, h| large::hmget(c, h), |c| hashes::hmget(c);
+    "hmset", -4, (1, 1, 1), [WRITE], chunked Hash => |c, h| large::hset(c, h, true), |c| hashes::hset(c, true);
+    "hrandfield", -2, (1, 1, 1), [READONLY RANDOM], |c| hashes::hrandfield(c);
+    "hscan", -3, (1, 1, 1), [READONLY], |c| hashes::hscan(c);
+    "hset", -4, (1, 1, 1), [WRITE], chunked Hash => |c, h| large::hset(c, h, false), |c| hashes::hset(c, false);
+    "hsetnx", 4, (1, 1, 1), [WRITE], |c| hashes::hsetnx(c);
+    "hstrlen", 3, (1, 1, 1), [READONLY], |c| hashes::hstrlen(c);
+    "hvals", 2, (1, 1, 1), [READONLY], |c| hashes::hkeys_or_vals(c, false);
+    "incr", 2, (1, 1, 1), [WRITE], |c| strings::incr_by(c, 1);
+    "incrby", 3, (1, 1, 1), [WRITE], |c| strings::incrby(c);
+    "incrbyfloat", 3, (1, 1, 1), [WRITE], |c| strings::incrbyfloat(c);
+    "info", -1, (0, 0, 0), [], |c| admin::info(c);
+    "keys", 2, (0, 0, 0), [READONLY], |c| admin::keys(c);
+    "lindex", 3, (1, 1, 1), [READONLY], chunked List => |c, h| large::lindex(c, h), |c| lists::lindex(c);
+    "linsert", 5, (1, 1, 1), [WRITE], |c| lists::linsert(c);
+    "llen", 2, (1, 1, 1), [READONLY], chunked List => |c, h| large::count(c, h), |c| lists::llen(c);
+    "lmove", 5, (1, 2, 1), [WRITE], |c| lists::lmove(c);
+    "lmpop", -4, (0, 0, 0), [WRITE], |c| blocking::lmpop(c);
+    "lpop", -2, (1, 1, 1), [WRITE], chunked List => |c, h| large::pop(c, h, true), |c| lists::pop(c, lists::End::Head);
+    "lpos", -3, (1, 1, 1), [READONLY], |c| lists::lpos(c);
+    "lpush", -3, (1, 1, 1), [WRITE], chunked List => |c, h| large::push(c, h, true), |c| lists::push(c, lists::End::Head, false);
+    "lpushx", -3, (1, 1, 1), [WRITE], chunked List => |c, h| large::push(c, h, true), |c| lists::push(c, lists::End::Head, true);
+    "lrange", 4, (1, 1, 1), [READONLY], chunked List => |c, h| large::lrange(c, h), |c| lists::lrange(c);
+    "lrem", 4, (1, 1, 1), [WRITE], |c| lists::lrem(c);
+    "lset", 4, (1, 1, 1), [WRITE], |c| lists::lset(c);
+    "ltrim", 4, (1, 1, 1), [WRITE], |c| lists::ltrim(c);
+    "mget", -2, (1, -1, 1), [READONLY], |c| strings::mget(c);
+    "mset", -3, (1, -1, 2), [WRITE], |c| strings::mset(c);
+    "msetnx", -3, (1, -1, 2), [WRITE], |c| strings::msetnx(c);
+    "multi", 1, (0, 0, 0), [MULTI IMMEDIATE], |c| multi::multi(c);
+    "object", -2, (0, 0, 0), [], |_c| unreachable!("a container runs under a subcommand");
+    "object|encoding", 3, (2, 2, 1), [READONLY], |c| admin::object(c);
+    "persist", 2, (1, 1, 1), [WRITE], |c| keys::persist(c);
+    "pexpire", -3, (1, 1, 1), [WRITE TIME], |c| keys::expire(c, keys::ExpireCmd { seconds: false, relative: true });
+    "pexpireat", -3, (1, 1, 1), [WRITE TIME], |c| keys::expire(c, keys::ExpireCmd { seconds: false, relative: false });
+    "pexpiretime", 2, (1, 1, 1), [READONLY], |c| keys::ttl(c, true, true);
+    "ping", -1, (0, 0, 0), [CONNECTION], |c| admin::ping(c);
+    "psetex", 4, (1, 1, 1), [WRITE TIME], |c| strings::setex(c, false);
+    "pttl", 2, (1, 1, 1), [READONLY TIME], |c| keys::ttl(c, true, false);
+    "quit", -1, (0, 0, 0), [NO_AUTH CONNECTION IMMEDIATE], |c| admin::quit(c);
+    "randomkey", 1, (0, 0, 0), [READONLY RANDOM], |c| keys::randomkey(c);
+    "rename", 3, (1, 2, 1), [WRITE], |c| keys::rename(c, false);
+    "renamenx", 3, (1, 2, 1), [WRITE], |c| keys::rename(c, true);
+    "rpop", -2, (1, 1, 1), [WRITE], chunked List => |c, h| large::pop(c, h, false), |c| lists::pop(c, lists::End::Tail);
+    "rpoplpush", 3, (1, 2, 1), [WRITE], |c| lists::rpoplpush(c);
+    "rpush", -3, (1, 1, 1), [WRITE], chunked List => |c, h| large::push(c, h, false), |c| lists::push(c, lists::End::Tail, false);
+    "rpushx", -3, (1, 1, 1), [WRITE], chunked List => |c, h| large::push(c, h, false), |c| lists::push(c, lists::End::Tail, true);
+    "sadd", -3, (1, 1, 1), [WRITE], chunked Set => |c, h| large::sadd_or_srem(c, h, true), |c| sets::sadd(c);
+    "scan", -2, (0, 0, 0), [READONLY], |c| admin::scan(c);
+    "scard", 2, (1, 1, 1), [READONLY], chunked Set => |c, h| large::count(c, h), |c| sets::scard(c);
+    "sdiff", -2, (1, -1, 1), [READONLY], |c| sets::combine(c, sets::SetOp::Diff);
+    "sdiffstore", -3, (1, -1, 1), [WRITE], |c| sets::combine_store(c, sets::SetOp::Diff);
+    "select", 2, (0, 0, 0), [CONNECTION], |c| admin::select(c);
+    "set", -3, (1, 1, 1), [WRITE TIME], |c| strings::set(c);
+    "setex", 4, (1, 1, 1), [WRITE TIME], |c| strings::setex(c, true);
+    "setnx", 3, (1, 1, 1), [WRITE], |c| strings::setnx(c);
+    "setrange", 4, (1, 1, 1), [WRITE], |c| strings::setrange(c);
+    "sinter", -2, (1, -1, 1), [READONLY], |c| sets::combine(c, sets::SetOp::Inter);
+    "sintercard", -3, (0, 0, 0), [READONLY], |c| sets::sintercard(c);
+    "sinterstore", -3, (1, -1, 1), [WRITE], |c| sets::combine_store(c, sets::SetOp::Inter);
+    "sismember", 3, (1, 1, 1), [READONLY], chunked Set => |c, h| large::sismember(c, h), |c| sets::sismember(c);
+    "smembers", 2, (1, 1, 1), [READONLY], |c| sets::smembers(c);
+    "smismember", -3, (1, 1, 1), [READONLY], chunked Set => |c, h| large::smismember(c, h), |c| sets::smismember(c);
+    "smove", 4, (1, 2, 1), [WRITE], |c| sets::smove(c);
+    "spop", -2, (1, 1, 1), [WRITE RANDOM], |c| sets::spop(c);
+    "srandmember", -2, (1, 1, 1), [READONLY RANDOM], |c| sets::srandmember(c);
+    "srem", -3, (1, 1, 1), [WRITE], chunked Set => |c, h| large::sadd_or_srem(c, h, false), |c| sets::srem(c);
+    "sscan", -3, (1, 1, 1), [READONLY], |c| sets::sscan(c);
+    "strlen", 2, (1, 1, 1), [READONLY], |c| strings::strlen(c);
+    "substr", 4, (1, 1, 1), [READONLY], |c| strings::getrange(c);
+    "sunion", -2, (1, -1, 1), [READONLY], |c| sets::combine(c, sets::SetOp::Union);
+    "sunionstore", -3, (1, -1, 1), [WRITE], |c| sets::combine_store(c, sets::SetOp::Union);
+    "touch", -2, (1, -1, 1), [READONLY], |c| keys::touch(c);
+    "ttl", 2, (1, 1, 1), [READONLY TIME], |c| keys::ttl(c, false, false);
+    "type", 2, (1, 1, 1), [READONLY], |c| admin::type_(c);
+    "unlink", -2, (1, -1, 1), [WRITE], |c| strings::del(c);
+    "unwatch", 1, (0, 0, 0), [MULTI], |c| multi::unwatch(c);
+    "watch", -2, (1, -1, 1), [MULTI IMMEDIATE], |c| multi::watch(c);
+    "zadd", -4, (1, 1, 1), [WRITE], chunked ZSet => |c, h| large::zadd(c, h), |c| zsets::zadd(c);
+    "zcard", 2, (1, 1, 1), [READONLY], chunked ZSet => |c, h| large::count(c, h), |c| zsets::zcard(c);
+    "zcount", 4, (1, 1, 1), [READONLY], |c| zsets::zcount(c, false);
+    "zdiff", -3, (0, 0, 0), [READONLY], |c| zsets::zsetop(c, zsets::ZOp::Diff, false);
+    "zdiffstore", -4, (1, 1, 1), [WRITE], |c| zsets::zsetop(c, zsets::ZOp::Diff, true);
+    "zincrby", 4, (1, 1, 1), [WRITE], |c| zsets::zincrby(c);
+    "zinter", -3, (0, 0, 0), [READONLY], |c| zsets::zsetop(c, zsets::ZOp::Inter, false);
+    "zintercard", -3, (0, 0, 0), [READONLY], |c| zsets::zsetop(c, zsets::ZOp::InterCard, false);
+    "zinterstore", -4, (1, 1, 1), [WRITE], |c| zsets::zsetop(c, zsets::ZOp::Inter, true);
+    "zlexcount", 4, (1, 1, 1), [READONLY], |c| zsets::zcount(c, true);
+    "zmscore", -3, (1, 1, 1), [READONLY], |c| zsets::zmscore(c);
+    "zpopmax", -2, (1, 1, 1), [WRITE], |c| zsets::zpop(c, true);
+    "zpopmin", -2, (1, 1, 1), [WRITE], |c| zsets::zpop(c, false);
+    "zrandmember", -2, (1, 1, 1), [READONLY RANDOM], |c| zsets::zrandmember(c);
+    "zrange", -4, (1, 1, 1), [READONLY], |c| zsets::zrange(c, zsets::ZRANGE);
+    "zrangebylex", -4, (1, 1, 1), [READONLY], |c| zsets::zrange(c, zsets::ZRANGEBYLEX);
+    "zrangebyscore", -4, (1, 1, 1), [READONLY], |c| zsets::zrange(c, zsets::ZRANGEBYSCORE);
+    "zrangestore", -5, (1, 2, 1), [WRITE], |c| zsets::zrange(c, zsets::ZRANGESTORE);
+    "zrank", 3, (1, 1, 1), [READONLY], |c| zsets::zrank(c, false);
+    "zrem", -3, (1, 1, 1), [WRITE], chunked ZSet => |c, h| large::zrem(c, h), |c| zsets::zrem(c);
+    "zremrangebylex", 4, (1, 1, 1), [WRITE], |c| zsets::zremrange(c, zsets::RangeType::Lex);
+    "zremrangebyrank", 4, (1, 1, 1), [WRITE], |c| zsets::zremrange(c, zsets::RangeType::Rank);
+    "zremrangebyscore", 4, (1, 1, 1), [WRITE], |c| zsets::zremrange(c, zsets::RangeType::Score);
+    "zrevrange", -4, (1, 1, 1), [READONLY], |c| zsets::zrange(c, zsets::ZREVRANGE);
+    "zrevrangebylex", -4, (1, 1, 1), [READONLY], |c| zsets::zrange(c, zsets::ZREVRANGEBYLEX);
+    "zrevrangebyscore", -4, (1, 1, 1), [READONLY], |c| zsets::zrange(c, zsets::ZREVRANGEBYSCORE);
+    "zrevrank", 3, (1, 1, 1), [READONLY], |c| zsets::zrank(c, true);
+    "zscan", -3, (1, 1, 1), [READONLY], |c| zsets::zscan(c);
+    "zscore", 3, (1, 1, 1), [READONLY], chunked ZSet => |c, h| large::zscore(c, h), |c| zsets::zscore(c);
+    "zunion", -3, (0, 0, 0), [READONLY], |c| zsets::zsetop(c, zsets::ZOp::Union, false);
+    "zunionstore", -4, (1, 1, 1), [WRITE], |c| zsets::zsetop(c, zsets::ZOp::Union, true);
+}
+
+type C<'a, 'b, 'r, K, S> = &'a mut Ctx<'b, 'r, K, S>;
+
+/// COMMAND: every command's info.
+fn command<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    c.out.array(commands().count());
+    for info in commands() {
+        write_info(c, info);
+    }
+    Ok(())
+}
+
+/// COMMAND COUNT.
+fn command_count<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    c.out.integer(commands().count() as i64);
+    Ok(())
+}
+
+/// COMMAND DOCS [name...]: no documentation (an empty map), enough for
+/// redis-cli's start-up.
+fn command_docs<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    c.out.map(0);
+    Ok(())
+}
+
+/// COMMAND INFO [name...]: each command's info, or the null array.
+fn command_info<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    c.out.array(c.argc() - 2);
+    for j in 2..c.argc() {
+        match lookup(c.arg(j)).filter(|info| !info.is_subcommand()) {
+            Some(info) => write_info(c, info),
+            None => c.out.null_array(),
+        }
+    }
+    Ok(())
+}
+
+/// Redis 7.0's 10-element command info: name, arity, flags, key positions,
+/// ACL categories, tips, key specs (empty) and subcommands. The flags are
+/// the Redis flags of [`Flags`] (write, readonly, admin, blocking, no_auth),
+/// the categories `@connection` and `@transaction` as the flags say, and the
+/// tip `nondeterministic_output` for [`Flags::RANDOM`].
+fn write_info<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>, info: &CommandInfo) {
+    const REDIS_FLAGS: [(Flags, &str); 5] = [
+        (Flags::WRITE, "write"),
+        (Flags::READONLY, "readonly"),
+        (Flags::ADMIN, "admin"),
+        (Flags::BLOCKING, "blocking"),
+        (Flags::NO_AUTH, "no_auth"),
+    ];
+    const CATEGORIES: [(Flags, &str); 2] = [(Flags::CONNECTION, "@connection"), (Flags::MULTI, "@transaction")];
+    let flags: Vec<&str> = REDIS_FLAGS.iter().filter(|f| info.flags.contains(f.0)).map(|f| f.1).collect();
+    let categories: Vec<&str> = CATEGORIES.iter().filter(|f| info.flags.contains(f.0)).map(|f| f.1).collect();
+    c.out.array(10);
+    c.out.bulk(info.name.as_bytes());
+    c.out.integer(i64::from(info.arity));
+    c.out.set(flags.len());
+    flags.iter().for_each(|f| c.out.simple(f.as_bytes()));
+    c.out.integer(i64::from(info.first_key));
+    c.out.integer(i64::from(info.last_key));
+    c.out.integer(i64::from(info.step));
+    c.out.set(categories.len());
+    categories.iter().for_each(|f| c.out.simple(f.as_bytes()));
+    if info.flags.contains(Flags::RANDOM) {
+        c.out.set(1);
+        c.out.bulk(b"nondeterministic_output");
+    } else {
+        c.out.set(0);
+    }
+    c.out.array(0);
+    let subs: Vec<&CommandInfo> = info.subcommands().collect();
+    c.out.array(subs.len());
+    for sub in subs {
+        write_info(c, sub);
+    }
+}
