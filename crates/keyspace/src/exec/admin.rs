@@ -9,6 +9,7 @@
 //! `ERR invalid cursor`). A key present for the whole iteration is returned
 //! exactly once.
 
+use super::shared::parse_cursor;
 use super::{Ctx, Fail, Res};
 use crate::glob::matches;
 use crate::store::{Keyspace, Kind};
@@ -324,24 +325,6 @@ pub(super) fn keys<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_
         c.out.bulk(k);
     }
     Ok(())
-}
-
-/// Redis's cursor parse (`strtoul` base 10: optional sign, `""` is 0, a
-/// negative number wraps; no leading space, nothing after, no overflow).
-pub(super) fn parse_cursor(s: &[u8]) -> Option<u64> {
-    let (negative, digits) = match s.first() {
-        Some(b'-') => (true, &s[1..]),
-        Some(b'+') => (false, &s[1..]),
-        _ => (false, s),
-    };
-    if s.is_empty() {
-        return Some(0);
-    }
-    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let v: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
-    Some(if negative { v.wrapping_neg() } else { v })
 }
 
 /// SCAN cursor [MATCH pattern] [COUNT n] [TYPE type].

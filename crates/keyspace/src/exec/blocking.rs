@@ -35,7 +35,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use super::lists::{self, End};
+use super::list_ops::{self, End};
 use super::{Ctx, Fail, Res};
 use crate::store::{Keyspace, Kind};
 use pmwire_resp::reply::ReplySink;
@@ -199,7 +199,7 @@ pub(super) fn bpop<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_,
     let timeout_ms = timeout_ms(c.arg(last))?;
     for i in 1..last {
         let key = c.arg(i);
-        if let Some(values) = lists::pop_values(c, key, end, 1)? {
+        if let Some(values) = list_ops::pop_values(c, key, end, 1)? {
             c.out.array(2);
             c.out.bulk(key);
             c.out.bulk(&values[0]);
@@ -226,7 +226,7 @@ fn mpop_args<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
     let numkeys = positive(at, "numkeys should be greater than 0")?;
     let where_at = usize::try_from(numkeys).ok().and_then(|n| (at + 1).checked_add(n)).filter(|&w| w < c.argc());
     let Some(where_at) = where_at else { return Err(Fail::Syntax) };
-    let end = lists::end_arg(c.arg(where_at))?;
+    let end = list_ops::end_arg(c.arg(where_at))?;
     let mut count = None;
     let mut j = where_at + 1;
     while j < c.argc() {
@@ -250,7 +250,7 @@ fn mpop_first<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
 ) -> Result<bool, Fail> {
     for i in keys {
         let key = c.arg(i);
-        if let Some(values) = lists::pop_values(c, key, end, usize::try_from(count).unwrap_or(usize::MAX))? {
+        if let Some(values) = list_ops::pop_values(c, key, end, usize::try_from(count).unwrap_or(usize::MAX))? {
             c.out.array(2);
             c.out.bulk(key);
             c.out.array(values.len());
@@ -291,8 +291,8 @@ pub(super) fn blmpop<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'
 
 /// BLMOVE source destination LEFT|RIGHT LEFT|RIGHT timeout.
 pub(super) fn blmove<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
-    let from = lists::end_arg(c.arg(3))?;
-    let to = lists::end_arg(c.arg(4))?;
+    let from = list_ops::end_arg(c.arg(3))?;
+    let to = list_ops::end_arg(c.arg(4))?;
     let timeout_ms = timeout_ms(c.arg(5))?;
     bmove(c, from, to, timeout_ms)
 }
@@ -311,7 +311,7 @@ fn bmove<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
 ) -> Res {
     let src = c.arg(1);
     if c.get_kind(src, Kind::List)?.is_some() {
-        return lists::move_one(c, from, to);
+        return list_ops::move_one(c, from, to);
     }
     if c.server.deny_blocking {
         c.out.null();

@@ -21,7 +21,7 @@
 //! [`Flags::IMMEDIATE`] are ours. A command that is neither WRITE nor
 //! READONLY touches no key (MULTI's EXEC aside: it runs what was queued).
 
-use super::{admin, blocking, hashes, keys, large, lists, multi, sets, strings, zsets};
+use super::{admin, blocking, hashes, keys, large, list_ops, lists, multi, sets, strings, zsets};
 use super::{lower, Ctx, Res};
 use crate::store::{Keyspace, Kind};
 use pmwire_resp::reply::ReplySink;
@@ -206,8 +206,8 @@ command_table! {
     "append", 3, (1, 1, 1), [WRITE], |c| strings::append(c);
     "blmove", 6, (1, 2, 1), [WRITE BLOCKING], |c| blocking::blmove(c);
     "blmpop", -5, (0, 0, 0), [WRITE BLOCKING], |c| blocking::blmpop(c);
-    "blpop", -3, (1, -2, 1), [WRITE BLOCKING], |c| blocking::bpop(c, lists::End::Head);
-    "brpop", -3, (1, -2, 1), [WRITE BLOCKING], |c| blocking::bpop(c, lists::End::Tail);
+    "blpop", -3, (1, -2, 1), [WRITE BLOCKING], |c| blocking::bpop(c, list_ops::End::Head);
+    "brpop", -3, (1, -2, 1), [WRITE BLOCKING], |c| blocking::bpop(c, list_ops::End::Tail);
     "brpoplpush", 4, (1, 2, 1), [WRITE BLOCKING], |c| blocking::brpoplpush(c);
     "auth", -2, (0, 0, 0), [NO_AUTH CONNECTION], |c| admin::auth(c);
     "client", -2, (0, 0, 0), [], |_c| unreachable!("a container runs under a subcommand");
@@ -268,10 +268,10 @@ command_table! {
     "llen", 2, (1, 1, 1), [READONLY], chunked List => |c, h| large::count(c, h), |c| lists::llen(c);
     "lmove", 5, (1, 2, 1), [WRITE], |c| lists::lmove(c);
     "lmpop", -4, (0, 0, 0), [WRITE], |c| blocking::lmpop(c);
-    "lpop", -2, (1, 1, 1), [WRITE], chunked List => |c, h| large::pop(c, h, true), |c| lists::pop(c, lists::End::Head);
+    "lpop", -2, (1, 1, 1), [WRITE], chunked List => |c, h| large::pop(c, h, true), |c| lists::pop(c, list_ops::End::Head);
     "lpos", -3, (1, 1, 1), [READONLY], |c| lists::lpos(c);
-    "lpush", -3, (1, 1, 1), [WRITE], chunked List => |c, h| large::push(c, h, true), |c| lists::push(c, lists::End::Head, false);
-    "lpushx", -3, (1, 1, 1), [WRITE], chunked List => |c, h| large::push(c, h, true), |c| lists::push(c, lists::End::Head, true);
+    "lpush", -3, (1, 1, 1), [WRITE], chunked List => |c, h| large::push(c, h, true), |c| lists::push(c, list_ops::End::Head, false);
+    "lpushx", -3, (1, 1, 1), [WRITE], chunked List => |c, h| large::push(c, h, true), |c| lists::push(c, list_ops::End::Head, true);
     "lrange", 4, (1, 1, 1), [READONLY], chunked List => |c, h| large::lrange(c, h), |c| lists::lrange(c);
     "lrem", 4, (1, 1, 1), [WRITE], |c| lists::lrem(c);
     "lset", 4, (1, 1, 1), [WRITE], |c| lists::lset(c);
@@ -293,10 +293,10 @@ command_table! {
     "randomkey", 1, (0, 0, 0), [READONLY RANDOM], |c| keys::randomkey(c);
     "rename", 3, (1, 2, 1), [WRITE], |c| keys::rename(c, false);
     "renamenx", 3, (1, 2, 1), [WRITE], |c| keys::rename(c, true);
-    "rpop", -2, (1, 1, 1), [WRITE], chunked List => |c, h| large::pop(c, h, false), |c| lists::pop(c, lists::End::Tail);
+    "rpop", -2, (1, 1, 1), [WRITE], chunked List => |c, h| large::pop(c, h, false), |c| lists::pop(c, list_ops::End::Tail);
     "rpoplpush", 3, (1, 2, 1), [WRITE], |c| lists::rpoplpush(c);
-    "rpush", -3, (1, 1, 1), [WRITE], chunked List => |c, h| large::push(c, h, false), |c| lists::push(c, lists::End::Tail, false);
-    "rpushx", -3, (1, 1, 1), [WRITE], chunked List => |c, h| large::push(c, h, false), |c| lists::push(c, lists::End::Tail, true);
+    "rpush", -3, (1, 1, 1), [WRITE], chunked List => |c, h| large::push(c, h, false), |c| lists::push(c, list_ops::End::Tail, false);
+    "rpushx", -3, (1, 1, 1), [WRITE], chunked List => |c, h| large::push(c, h, false), |c| lists::push(c, list_ops::End::Tail, true);
     "sadd", -3, (1, 1, 1), [WRITE], chunked Set => |c, h| large::sadd_or_srem(c, h, true), |c| sets::sadd(c);
     "scan", -2, (0, 0, 0), [READONLY], |c| admin::scan(c);
     "scard", 2, (1, 1, 1), [READONLY], chunked Set => |c, h| large::count(c, h), |c| sets::scard(c);

@@ -9,6 +9,7 @@
 //! cursors are SSCAN's (the fields in byte order, a cursor standing for the
 //! last field answered), where Redis answers a small hash whole.
 
+use super::shared::{parse_cursor, random_count, random_picks, reply_pairs, scan_pairs};
 use super::{Ctx, Fail, Res};
 use crate::blob::{decode_hash, encode_hash};
 use crate::store::{Expiry, Keyspace, Kind};
@@ -237,62 +238,6 @@ pub(super) fn hincrbyfloat<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut
     Ok(())
 }
 
-/// The count of HRANDFIELD / ZRANDMEMBER (`key count [WITH...]`), checked
-/// as Redis 7.0 does before the key is looked up: within ±`LONG_MAX`, the
-/// option word, and within ±`LONG_MAX/2` with it. `None`: no count given.
-pub(super) fn random_count<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
-    c: &Ctx<'_, '_, K, S>,
-    with: &[u8],
-) -> Result<Option<(i64, bool)>, Fail> {
-    if c.argc() < 3 {
-        return Ok(None);
-    }
-    let n = c.int_arg(2)?;
-    if n == i64::MIN {
-        return Err(Fail::err(
-            "value is out of range, value must between -9223372036854775807 and 9223372036854775807",
-        ));
-    }
-    if c.argc() > 4 || (c.argc() == 4 && !c.arg(3).eq_ignore_ascii_case(with)) {
-        return Err(Fail::Syntax);
-    }
-    let withvalues = c.argc() == 4;
-    if withvalues && !(-(i64::MAX / 2)..=i64::MAX / 2).contains(&n) {
-        return Err(Fail::err("value is out of range"));
-    }
-    Ok(Some((n, withvalues)))
-}
-
-/// Positions drawn for a random-element count over `len` elements of
-/// `sizes[i]` bytes: distinct for a positive count (at most `len`),
-/// with repetition for a negative one (bounded as SRANDMEMBER is).
-pub(super) fn random_picks(c: &mut super::Server, sizes: &[u64], n: i64) -> Result<Vec<usize>, Fail> {
-    let len = sizes.len();
-    if n >= 0 {
-        return Ok(c.random_distinct(len, usize::try_from(n).unwrap_or(usize::MAX).min(len)));
-    }
-    super::sets::draws_sized(c, sizes, n.unsigned_abs())
-}
-
-/// Writes `picked` pairs as Redis does for WITHVALUES / WITHSCORES: flat
-/// in RESP2, `[element, value]` arrays in RESP3; `value` writes the second.
-pub(super) fn reply_pairs<K: Keyspace, S: ReplySink<K::Value> + ?Sized, T>(
-    c: &mut Ctx<'_, '_, K, S>,
-    picked: &[T],
-    first: impl Fn(&T) -> &[u8],
-    mut second: impl FnMut(&mut pmwire_resp::reply::Out<'_, K::Value, S>, &T),
-) {
-    let resp3 = c.out.protocol == pmwire_resp::reply::Protocol::Resp3;
-    c.out.array(if resp3 { picked.len() } else { picked.len() * 2 });
-    for p in picked {
-        if resp3 {
-            c.out.array(2);
-        }
-        c.out.bulk(first(p));
-        second(&mut c.out, p);
-    }
-}
-
 /// HRANDFIELD key [count [WITHVALUES]].
 pub(super) fn hrandfield<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
     let count = random_count(c, b"withvalues")?;
@@ -324,43 +269,10 @@ pub(super) fn hrandfield<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut C
     Ok(())
 }
 
-/// The page SSCAN-style cursors give over `items` (sorted by their first
-/// element, distinct): a cursor stands for the last element answered, so
-/// an element present for the whole iteration is answered exactly once.
-/// Replies `[cursor, [element, value, ...]]`, MATCH applied to elements.
-pub(super) fn scan_pairs<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
-    c: &mut Ctx<'_, '_, K, S>,
-    cursor: u64,
-    items: &[(&[u8], Vec<u8>)],
-) -> Res {
-    let (count, pattern) = super::sets::scan_opts(c)?;
-    let after = match cursor {
-        0 => None,
-        n => Some(c.server.cursors.keys.get(&n).cloned().ok_or_else(|| Fail::err("invalid cursor"))?),
-    };
-    let start = after.map_or(0, |a| items.partition_point(|m| m.0 <= a.as_slice()));
-    let end = start.saturating_add(count).min(items.len());
-    let page = &items[start..end];
-    let next = match page.last() {
-        Some(last) if end < items.len() => c.server.remember_cursor(last.0.to_vec()),
-        _ => 0,
-    };
-    let shown: Vec<&(&[u8], Vec<u8>)> =
-        page.iter().filter(|m| pattern.is_none_or(|p| crate::glob::matches(p, m.0))).collect();
-    c.out.array(2);
-    c.out.bulk(next.to_string().as_bytes());
-    c.out.array(shown.len() * 2);
-    for (m, v) in shown {
-        c.out.bulk(m);
-        c.out.bulk(v);
-    }
-    Ok(())
-}
-
 /// HSCAN key cursor [MATCH pattern] [COUNT count], over the fields in
 /// byte order (see [`scan_pairs`]).
 pub(super) fn hscan<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
-    let cursor = super::admin::parse_cursor(c.arg(2)).ok_or_else(|| Fail::err("invalid cursor"))?;
+    let cursor = parse_cursor(c.arg(2)).ok_or_else(|| Fail::err("invalid cursor"))?;
     let Some(blob) = c.load(c.arg(1), Kind::Hash)? else {
         c.out.array(2);
         c.out.bulk(b"0");

@@ -9,7 +9,7 @@
 //! [`Keyspace::now_ms`] deletes the key at once (EXPIRE with a past time
 //! answers 1 and deletes, as Redis does).
 
-use super::{Ctx, Fail, Res};
+use super::{deadline_i64, Ctx, Fail, Res};
 use crate::store::{Expiry, Keyspace, StoreError, Stored, ValueSource};
 use pmwire_resp::reply::ReplySink;
 
@@ -179,12 +179,6 @@ pub(super) fn expire<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'
     }
     c.out.integer(1);
     Ok(())
-}
-
-/// A stored deadline as Redis's `long long` (a deadline is never above
-/// `i64::MAX`: every one written came from an `i64`).
-pub(super) fn deadline_i64(ms: u64) -> i64 {
-    i64::try_from(ms).unwrap_or(i64::MAX)
 }
 
 /// `%s` of a C string: the bytes up to the first NUL.

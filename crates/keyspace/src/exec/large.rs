@@ -14,7 +14,7 @@
 //! header write go to the same batch; an error after a write is undone by
 //! the executor's `abort_command`.
 
-use super::zsets::{self, ZaddFlags};
+use super::shared::{zadd_flags, ZaddFlags};
 use super::{Ctx, Fail, Res};
 use crate::blob::{
     decode_hash, decode_list, decode_set, decode_zset, encode_hash, encode_list, encode_set, encode_zset, zcmp,
@@ -550,7 +550,7 @@ pub(super) fn zscore<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'
 fn zadd_args<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
     c: &Ctx<'_, '_, K, S>,
 ) -> Option<(ZaddFlags, usize, Vec<f64>)> {
-    let (f, idx) = zsets::zadd_flags(c);
+    let (f, idx) = zadd_flags(c);
     let elements = c.argc() - idx;
     let conflict = (f.nx && (f.xx || f.gt || f.lt)) || (f.gt && f.lt) || (f.incr && elements > 2);
     if elements % 2 == 1 || elements == 0 || conflict {

@@ -7,32 +7,12 @@
 //! added to a list length (at most `u32::MAX`), so no arithmetic on them
 //! overflows.
 
+use super::list_ops::{decode, end_arg, move_one, store, take_from, End};
 use super::{Ctx, Fail, Res};
-use crate::blob::{decode_list, encode_list, list_blob_len};
-use crate::store::{Expiry, Keyspace, Kind};
+use crate::store::{Keyspace, Kind};
 use pmwire_resp::reply::ReplySink;
 
 type C<'a, 'b, 'r, K, S> = &'a mut Ctx<'b, 'r, K, S>;
-
-/// Which end of a list.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum End {
-    Head,
-    Tail,
-}
-
-fn decode(blob: &[u8]) -> Result<Vec<&[u8]>, Fail> {
-    let mut items = Vec::new();
-    if !blob.is_empty() {
-        decode_list(blob, &mut items)?;
-    }
-    Ok(items)
-}
-
-/// Writes `items` as the list at `key` (deletes the key when empty).
-fn store<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>, key: &[u8], items: &[&[u8]]) -> Res {
-    c.store_collection(key, Kind::List, items, encode_list, Expiry::Keep)
-}
 
 /// LPUSH / RPUSH (`existing_only`: LPUSHX / RPUSHX).
 pub(super) fn push<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
@@ -56,18 +36,6 @@ pub(super) fn push<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
     store(c, key, &items)?;
     c.out.integer(items.len() as i64);
     Ok(())
-}
-
-/// Removes up to `n` elements from `end`, in the order popped.
-fn take_from<'a>(items: &mut Vec<&'a [u8]>, end: End, n: usize) -> Vec<&'a [u8]> {
-    let n = n.min(items.len());
-    match end {
-        End::Head => items.drain(..n).collect(),
-        End::Tail => {
-            let at = items.len() - n;
-            items.drain(at..).rev().collect()
-        }
-    }
 }
 
 /// LPOP / RPOP key [count].
@@ -105,23 +73,6 @@ pub(super) fn pop<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_,
         }
     }
     Ok(())
-}
-
-/// Pops up to `n` (at least 1) elements from `end` of the non-empty list at
-/// `key`, in the order popped (BLPOP, BRPOP, LMPOP and BLMPOP when a list
-/// has elements); `None` if there is no list there.
-pub(super) fn pop_values<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
-    c: C<'_, '_, '_, K, S>,
-    key: &[u8],
-    end: End,
-    n: usize,
-) -> Result<Option<Vec<Vec<u8>>>, Fail> {
-    let Some(blob) = c.load(key, Kind::List)? else { return Ok(None) };
-    let mut items = decode(&blob)?;
-    let popped: Vec<Vec<u8>> = take_from(&mut items, end, n).into_iter().map(<[u8]>::to_vec).collect();
-    assert!(!popped.is_empty(), "a stored list is never empty");
-    store(c, key, &items)?;
-    Ok(Some(popped))
 }
 
 /// Redis's `start`/`end` normalisation for LRANGE and LTRIM: the inclusive
@@ -345,17 +296,6 @@ pub(super) fn lpos<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_
     Ok(())
 }
 
-/// A LEFT / RIGHT argument.
-pub(super) fn end_arg(word: &[u8]) -> Result<End, Fail> {
-    if word.eq_ignore_ascii_case(b"left") {
-        Ok(End::Head)
-    } else if word.eq_ignore_ascii_case(b"right") {
-        Ok(End::Tail)
-    } else {
-        Err(Fail::Syntax)
-    }
-}
-
 /// LMOVE source destination LEFT|RIGHT LEFT|RIGHT.
 pub(super) fn lmove<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
     let from = end_arg(c.arg(3))?;
@@ -366,34 +306,4 @@ pub(super) fn lmove<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '
 /// RPOPLPUSH source destination: LMOVE source destination RIGHT LEFT.
 pub(super) fn rpoplpush<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
     move_one(c, End::Tail, End::Head)
-}
-
-/// Pops one element from `from` of the source and pushes it at `to` of the
-/// destination (the same list when the keys are equal: a rotation).
-pub(super) fn move_one<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
-    c: C<'_, '_, '_, K, S>,
-    from: End,
-    to: End,
-) -> Res {
-    let (src, dst) = (c.arg(1), c.arg(2));
-    let Some(src_blob) = c.load(src, Kind::List)? else {
-        c.out.null();
-        return Ok(());
-    };
-    let dst_blob = if src == dst { None } else { c.load(dst, Kind::List)? };
-    let mut items = decode(&src_blob)?;
-    let value = take_from(&mut items, from, 1)[0];
-    let mut target =
-        if src == dst { std::mem::take(&mut items) } else { decode(dst_blob.as_deref().unwrap_or_default())? };
-    match to {
-        End::Head => target.insert(0, value),
-        End::Tail => target.push(value),
-    }
-    c.check_fits(dst, list_blob_len(&target))?;
-    if src != dst {
-        store(c, src, &items)?;
-    }
-    store(c, dst, &target)?;
-    c.out.bulk(value);
-    Ok(())
 }

@@ -11,6 +11,17 @@
 //!
 //! Invariant: a command writes exactly one reply, and writes nothing before
 //! it knows it will succeed; errors are written whole by `Fail`.
+//!
+//! Layers, top down: [`commands`] (the table: admission data, dispatch,
+//! COMMAND) names the handlers of the command families (`strings`, `keys`,
+//! `hashes`, `lists`, `sets`, `zsets`, `blocking`, `multi`, `admin`); a
+//! family uses only the core, never another family: this module (`Ctx`,
+//! `Fail`, [`Server`], [`Session`]), `shared` (cursors and SCAN options,
+//! random draws, ZADD's options), `list_ops` (the list operations the list
+//! commands and the blocking pops share) and `large` (chunked collections:
+//! reading and writing them whole, and the table's fast paths). The server
+//! state of transactions and blocked sessions (`multi::Watches`,
+//! `blocking::Waiters`) is kept with their commands.
 
 mod admin;
 mod blocking;
@@ -18,16 +29,18 @@ pub mod commands;
 mod hashes;
 mod keys;
 mod large;
+mod list_ops;
 mod lists;
 mod multi;
 mod sets;
+mod shared;
 mod strings;
 mod zsets;
 
 use commands::{CommandInfo, Flags};
 pub use keys::{active_expire, Sweep};
 pub use multi::MAX_QUEUED_BYTES;
-pub use sets::{MAX_RANDOM_REPLY, MAX_RANDOM_REPLY_BYTES};
+pub use shared::{MAX_RANDOM_REPLY, MAX_RANDOM_REPLY_BYTES};
 
 #[cfg(test)]
 mod large_tests;
@@ -320,7 +333,7 @@ impl<'r, K: Keyspace, S: ReplySink<K::Value> + ?Sized> Ctx<'_, 'r, K, S> {
     /// The keyspace's time, ms since the Unix epoch, as Redis's `long long`.
     pub fn now_ms(&self) -> i64 {
         self.server.clock_reads.set(self.server.clock_reads.get() + 1);
-        keys::deadline_i64(self.ks.now_ms())
+        deadline_i64(self.ks.now_ms())
     }
 
     /// Argument `i` as a Redis integer.
@@ -333,6 +346,12 @@ impl<'r, K: Keyspace, S: ReplySink<K::Value> + ?Sized> Ctx<'_, 'r, K, S> {
     pub fn positive_arg(&self, i: usize, msg: &str) -> Result<i64, Fail> {
         pmwire_resp::numbers::parse_i64(self.arg(i)).filter(|&n| n >= 0).ok_or_else(|| Fail::err(msg))
     }
+}
+
+/// A stored deadline as Redis's `long long` (a deadline is never above
+/// `i64::MAX`: every one written came from an `i64`).
+pub(super) fn deadline_i64(ms: u64) -> i64 {
+    i64::try_from(ms).unwrap_or(i64::MAX)
 }
 
 /// Lower-cases an ASCII command word into `buf` (words longer than `buf`

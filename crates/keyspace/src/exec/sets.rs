@@ -10,6 +10,7 @@
 //! table's order (both unspecified); SPOP and SRANDMEMBER draw from
 //! [`super::Server`]'s seeded generator.
 
+use super::shared::{draws_sized, parse_cursor, scan_opts};
 use super::{Ctx, Fail, Res};
 use crate::blob::{decode_set, encode_set, list_blob_len};
 use crate::glob::matches;
@@ -17,13 +18,6 @@ use crate::store::{Expiry, Keyspace, Kind};
 use pmwire_resp::reply::ReplySink;
 
 type C<'a, 'b, 'r, K, S> = &'a mut Ctx<'b, 'r, K, S>;
-
-/// Most members one SRANDMEMBER with a negative count answers (members may
-/// repeat, so the reply is not bounded by the set; Redis has no bound).
-pub const MAX_RANDOM_REPLY: u64 = 1 << 20;
-
-/// Most member bytes one SRANDMEMBER with a negative count answers.
-pub const MAX_RANDOM_REPLY_BYTES: u64 = 64 << 20;
 
 fn decode(blob: &[u8]) -> Result<Vec<&[u8]>, Fail> {
     let mut members = Vec::new();
@@ -185,8 +179,8 @@ pub(super) fn spop<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_
 
 /// SRANDMEMBER key [count]: a positive count answers that many distinct
 /// members (at most the set), a negative one that many draws with
-/// repetition (at most [`MAX_RANDOM_REPLY`] members and
-/// [`MAX_RANDOM_REPLY_BYTES`] bytes).
+/// repetition (at most [`super::MAX_RANDOM_REPLY`] members and
+/// [`super::MAX_RANDOM_REPLY_BYTES`] bytes).
 pub(super) fn srandmember<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
     if c.argc() > 3 {
         return Err(Fail::Syntax);
@@ -229,35 +223,10 @@ pub(super) fn srandmember<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_,
 }
 
 /// `n` draws with repetition from `members`, refused beyond
-/// [`MAX_RANDOM_REPLY`] members or [`MAX_RANDOM_REPLY_BYTES`] bytes.
+/// [`super::MAX_RANDOM_REPLY`] members or [`super::MAX_RANDOM_REPLY_BYTES`] bytes.
 fn draws(server: &mut super::Server, members: &[&[u8]], n: u64) -> Result<Vec<usize>, Fail> {
     let sizes: Vec<u64> = members.iter().map(|m| m.len() as u64).collect();
     draws_sized(server, &sizes, n)
-}
-
-/// `n` draws with repetition from elements of `sizes[i]` bytes, refused
-/// beyond [`MAX_RANDOM_REPLY`] elements or [`MAX_RANDOM_REPLY_BYTES`] bytes
-/// (also HRANDFIELD's and ZRANDMEMBER's negative counts).
-pub(super) fn draws_sized(server: &mut super::Server, sizes: &[u64], n: u64) -> Result<Vec<usize>, Fail> {
-    let too_many = || {
-        Fail::err(&format!(
-            "value is out of range, pmwire answers at most {MAX_RANDOM_REPLY} random members and {MAX_RANDOM_REPLY_BYTES} bytes"
-        ))
-    };
-    if n > MAX_RANDOM_REPLY {
-        return Err(too_many());
-    }
-    let mut bytes = 0u64;
-    let mut picked = Vec::with_capacity(n as usize);
-    for _ in 0..n {
-        let i = server.random_below(sizes.len() as u64) as usize;
-        bytes += sizes[i];
-        if bytes > MAX_RANDOM_REPLY_BYTES {
-            return Err(too_many());
-        }
-        picked.push(i);
-    }
-    Ok(picked)
 }
 
 /// SMOVE source destination member.
@@ -410,7 +379,7 @@ pub(super) fn sintercard<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
 /// bounded cursor table, so a member present for the whole iteration is
 /// answered exactly once; cursor 0 starts and ends.
 pub(super) fn sscan<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
-    let cursor = super::admin::parse_cursor(c.arg(2)).ok_or_else(|| Fail::err("invalid cursor"))?;
+    let cursor = parse_cursor(c.arg(2)).ok_or_else(|| Fail::err("invalid cursor"))?;
     let Some(blob) = c.load(c.arg(1), Kind::Set)? else {
         c.out.array(2);
         c.out.bulk(b"0");
@@ -438,30 +407,4 @@ pub(super) fn sscan<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '
         c.out.bulk(m);
     }
     Ok(())
-}
-
-/// SSCAN's (HSCAN's, ZSCAN's) COUNT (≥ 1, at most the server's scan bound)
-/// and MATCH.
-pub(super) fn scan_opts<'r, K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
-    c: &Ctx<'_, 'r, K, S>,
-) -> Result<(usize, Option<&'r [u8]>), Fail> {
-    let (mut count, mut pattern) = (10i64, None);
-    let mut i = 3;
-    while i < c.argc() {
-        let a = c.arg(i);
-        if a.eq_ignore_ascii_case(b"count") && i + 1 < c.argc() {
-            count = c.int_arg(i + 1)?;
-            if count < 1 {
-                return Err(Fail::Syntax);
-            }
-        } else if a.eq_ignore_ascii_case(b"match") && i + 1 < c.argc() {
-            let p = c.arg(i + 1);
-            pattern = if p == b"*" { None } else { Some(p) };
-        } else {
-            return Err(Fail::Syntax);
-        }
-        i += 2;
-    }
-    let count = (count as u64).min(c.server.config.scan_max_count as u64) as usize;
-    Ok((count, pattern))
 }

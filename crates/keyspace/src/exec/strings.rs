@@ -424,7 +424,7 @@ pub(super) fn getex<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_
     let deadline = flags_deadline(c, &f)?;
     let absolute = matches!(f.expire_kind, b'E' | b'P');
     match deadline {
-        Some(ms) if absolute && super::keys::deadline_i64(ms) <= c.now_ms() => _ = c.ks.delete(key)?,
+        Some(ms) if absolute && super::deadline_i64(ms) <= c.now_ms() => _ = c.ks.delete(key)?,
         Some(ms) => _ = c.ks.set_deadline(key, Some(ms))?,
         None if f.persist && stored.deadline_ms.is_some() => _ = c.ks.set_deadline(key, None)?,
         None => {}

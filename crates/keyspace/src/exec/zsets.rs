@@ -10,6 +10,7 @@
 //! flat in RESP2 and `[member, score]` arrays in RESP3 (ZPOPMIN/ZPOPMAX
 //! only with a count). A stored score of zero is +0, as Redis stores it.
 
+use super::shared::{parse_cursor, random_count, random_picks, reply_pairs, scan_pairs, zadd_flags, ZaddFlags};
 use super::{Ctx, Fail, Res};
 use crate::blob::{decode_zset, encode_zset, zcmp};
 use crate::store::{Expiry, Keyspace, Kind};
@@ -23,45 +24,6 @@ fn store<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
     entries: &[(f64, &[u8])],
 ) -> Res {
     c.store_collection(key, Kind::ZSet, entries, encode_zset, Expiry::Keep)
-}
-
-/// ZADD's options.
-#[derive(Default)]
-pub(super) struct ZaddFlags {
-    pub(super) nx: bool,
-    pub(super) xx: bool,
-    pub(super) ch: bool,
-    pub(super) incr: bool,
-    pub(super) gt: bool,
-    pub(super) lt: bool,
-}
-
-/// ZADD's options, read from argument 2 up to the first that is not one, and
-/// the index of that argument (the first score).
-pub(super) fn zadd_flags<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &Ctx<'_, '_, K, S>) -> (ZaddFlags, usize) {
-    let mut f = ZaddFlags::default();
-    let mut idx = 2;
-    while idx < c.argc() {
-        let o = c.arg(idx);
-        let is = |w: &[u8]| o.eq_ignore_ascii_case(w);
-        if is(b"nx") {
-            f.nx = true;
-        } else if is(b"xx") {
-            f.xx = true;
-        } else if is(b"ch") {
-            f.ch = true;
-        } else if is(b"incr") {
-            f.incr = true;
-        } else if is(b"gt") {
-            f.gt = true;
-        } else if is(b"lt") {
-            f.lt = true;
-        } else {
-            break;
-        }
-        idx += 1;
-    }
-    (f, idx)
 }
 
 pub(super) fn zadd<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
@@ -701,7 +663,7 @@ pub(super) fn zmscore<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<
 
 /// ZRANDMEMBER key [count [WITHSCORES]], as HRANDFIELD.
 pub(super) fn zrandmember<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
-    let count = super::hashes::random_count(c, b"withscores")?;
+    let count = random_count(c, b"withscores")?;
     let Some(blob) = c.load(c.arg(1), Kind::ZSet)? else {
         if count.is_some() {
             c.out.array(0)
@@ -717,10 +679,10 @@ pub(super) fn zrandmember<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut 
         return Ok(());
     };
     let sizes: Vec<u64> = entries.iter().map(|e| e.1.len() as u64 + if withscores { 24 } else { 0 }).collect();
-    let picked = super::hashes::random_picks(c.server, &sizes, n)?;
+    let picked = random_picks(c.server, &sizes, n)?;
     let picked: Vec<(f64, &[u8])> = picked.iter().map(|&i| entries[i]).collect();
     if withscores {
-        super::hashes::reply_pairs(c, &picked, |e| e.1, |out, e| out.double(e.0));
+        reply_pairs(c, &picked, |e| e.1, |out, e| out.double(e.0));
     } else {
         c.out.array(picked.len());
         for e in picked {
@@ -733,7 +695,7 @@ pub(super) fn zrandmember<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut 
 /// ZSCAN key cursor [MATCH pattern] [COUNT count], over the members in
 /// byte order, scores as bulk strings (`%.17g`), as Redis 7.0 answers.
 pub(super) fn zscan<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
-    let cursor = super::admin::parse_cursor(c.arg(2)).ok_or_else(|| Fail::err("invalid cursor"))?;
+    let cursor = parse_cursor(c.arg(2)).ok_or_else(|| Fail::err("invalid cursor"))?;
     let Some(blob) = c.load(c.arg(1), Kind::ZSet)? else {
         c.out.array(2);
         c.out.bulk(b"0");
@@ -749,7 +711,7 @@ pub(super) fn zscan<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_
         })
         .collect();
     items.sort_unstable_by(|a, b| a.0.cmp(b.0));
-    super::hashes::scan_pairs(c, cursor, &items)
+    scan_pairs(c, cursor, &items)
 }
 
 /// Which operation ZUNION / ZINTER / ZDIFF (and their STORE forms) make.
