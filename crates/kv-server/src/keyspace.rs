@@ -6,7 +6,7 @@
 //! when a connection closes), i.e. after the loop has taken the replies and retained every
 //! zero-copy part. So a handle stays readable for the whole batch even when the key is
 //! overwritten and `commit` checkpoints and frees the old value's buffers before the loop
-//! retains the output (resp's keyspace contract).
+//! retains the output (the keyspace contract of `pmwire_keyspace::store`).
 //!
 //! Writes are staged in the engine; the service commits once per batch, failure-atomically
 //! whatever its size (the engine commits a batch larger than one WAL group as a transaction
