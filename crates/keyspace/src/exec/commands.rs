@@ -9,7 +9,8 @@
 //! Rows: a container command (CLIENT, CONFIG, COMMAND, OBJECT, ACL) has a
 //! row of its own, with Redis's container arity and no flags, and one row
 //! per subcommand named `container|sub`; a command runs under its
-//! subcommand's row. Row order is COMMAND's output order.
+//! subcommand's row. Rows are sorted by name (looked up by binary search;
+//! a container's subcommands follow it), which is COMMAND's order.
 //!
 //! The flags that have a Redis 7.0 counterpart agree with it (checked
 //! against redis-server's COMMAND INFO by `tests/redis_diff.rs`
@@ -125,9 +126,11 @@ impl CommandInfo {
         self.name.contains('|')
     }
 
-    /// The subcommands of a container command (none for another).
+    /// The subcommands of a container command (none for another): the rows
+    /// right after its own.
     pub fn subcommands(&self) -> impl Iterator<Item = &'static CommandInfo> + '_ {
-        TABLE.iter().filter(move |s| s.name.strip_prefix(self.name).is_some_and(|rest| rest.starts_with('|')))
+        let after = position(self.name.as_bytes()).map_or(TABLE.len(), |i| i + 1);
+        TABLE[after..].iter().take_while(move |s| s.name.strip_prefix(self.name).is_some_and(|rest| rest.starts_with('|')))
     }
 
     /// Whether this command is a container (has subcommands).
@@ -138,7 +141,15 @@ impl CommandInfo {
 
 /// The row of a command or subcommand (`client|id`), by name in any case.
 pub fn lookup(name: &[u8]) -> Option<&'static CommandInfo> {
-    TABLE.iter().find(|s| s.name.as_bytes().eq_ignore_ascii_case(name))
+    let mut buf = [0u8; 32];
+    position(lower(name, &mut buf)).map(|i| &TABLE[i])
+}
+
+/// Where the row named `lower_name` (lower-case) is: the table is sorted
+/// by name, so a container's subcommands follow it (`|` sorts after every
+/// letter; `the_table_is_sorted` checks both).
+fn position(lower_name: &[u8]) -> Option<usize> {
+    TABLE.binary_search_by(|s| s.name.as_bytes().cmp(lower_name)).ok()
 }
 
 /// The commands (containers included, their subcommands not), in COMMAND's order.
@@ -149,7 +160,7 @@ pub fn commands() -> impl Iterator<Item = &'static CommandInfo> {
 /// The row a request runs under: its command's, or for a container its
 /// subcommand's; `None` if either is unknown (the request is refused).
 pub fn of_request(req: &Request<'_>) -> Option<&'static CommandInfo> {
-    let command = lookup(req.arg(0))?;
+    let command = lookup(req.arg(0)).filter(|c| !c.is_subcommand())?;
     if !command.is_container() || req.len() < 2 {
         return Some(command);
     }
@@ -174,7 +185,7 @@ macro_rules! command_table {
         $(chunked $kind:ident => |$fc:ident, $fh:ident| $fast:expr,)?
         |$c:ident| $run:expr;
     )*) => {
-        /// Every row, in COMMAND's order.
+        /// Every row, sorted by name (COMMAND's order).
         static TABLE: &[CommandInfo] = &[$(CommandInfo {
             name: $name,
             arity: $arity,
@@ -204,12 +215,12 @@ command_table! {
     "acl", -2, (0, 0, 0), [], |_c| unreachable!("a container runs under a subcommand");
     "acl|whoami", 2, (0, 0, 0), [], |c| admin::acl(c);
     "append", 3, (1, 1, 1), [WRITE], |c| strings::append(c);
+    "auth", -2, (0, 0, 0), [NO_AUTH CONNECTION], |c| admin::auth(c);
     "blmove", 6, (1, 2, 1), [WRITE BLOCKING], |c| blocking::blmove(c);
     "blmpop", -5, (0, 0, 0), [WRITE BLOCKING], |c| blocking::blmpop(c);
     "blpop", -3, (1, -2, 1), [WRITE BLOCKING], |c| blocking::bpop(c, list_ops::End::Head);
     "brpop", -3, (1, -2, 1), [WRITE BLOCKING], |c| blocking::bpop(c, list_ops::End::Tail);
     "brpoplpush", 4, (1, 2, 1), [WRITE BLOCKING], |c| blocking::brpoplpush(c);
-    "auth", -2, (0, 0, 0), [NO_AUTH CONNECTION], |c| admin::auth(c);
     "client", -2, (0, 0, 0), [], |_c| unreachable!("a container runs under a subcommand");
     "client|getname", 2, (0, 0, 0), [CONNECTION], |c| admin::client_getname(c);
     "client|id", 2, (0, 0, 0), [CONNECTION], |c| admin::client_id(c);

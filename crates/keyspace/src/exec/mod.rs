@@ -749,7 +749,7 @@ pub fn same_secret(want: &[u8], given: &[u8]) -> bool {
 /// processCommand makes them: it exists, its arity (and subcommand's), then
 /// authentication.
 fn admit<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Result<&'static CommandInfo, Fail> {
-    let Some(command) = commands::commands().find(|s| s.name.as_bytes().eq_ignore_ascii_case(c.arg(0))) else {
+    let Some(command) = commands::lookup(c.arg(0)).filter(|s| !s.is_subcommand()) else {
         return Err(Fail::Text(unknown_command(c.req)));
     };
     let info = if command.is_container() && c.argc() >= 2 {

@@ -373,11 +373,13 @@ fn the_command_table_answers_lookups() {
     assert_eq!(commands::lookup(b"client|ID").map(|c| c.name), Some("client|id"));
     assert!(commands::lookup(b"nosuch").is_none());
     let mut parsed = Parsed::new(Limits::default());
-    let input = b"CLIENT setname n\r\nCLIENT nosuch\r\nCLIENT\r\nGET k\r\nFOO\r\n";
+    let input = b"CLIENT setname n\r\nCLIENT nosuch\r\nCLIENT\r\nGET k\r\nFOO\r\nclient|id\r\n";
     let segments: [&[u8]; 1] = [input];
-    assert_eq!(parsed.parse(&segments).commands, 5);
-    let names: Vec<Option<&str>> = (0..5).map(|i| commands::of_request(&parsed.request(&segments, i)).map(|c| c.name)).collect();
-    assert_eq!(names, [Some("client|setname"), None, Some("client"), Some("get"), None]);
+    assert_eq!(parsed.parse(&segments).commands, 6);
+    let names: Vec<Option<&str>> = (0..6).map(|i| commands::of_request(&parsed.request(&segments, i)).map(|c| c.name)).collect();
+    assert_eq!(names, [Some("client|setname"), None, Some("client"), Some("get"), None, None]);
+    let mut f = Fixture::new();
+    assert!(f.run("client|id").starts_with("-ERR unknown command 'client|id'"), "a subcommand is no command");
     for spec in commands::commands().flat_map(|c| std::iter::once(c).chain(c.subcommands())) {
         let f = spec.flags;
         assert!(!(f.contains(Flags::WRITE) && f.contains(Flags::READONLY)), "{}", spec.name);
@@ -387,6 +389,20 @@ fn the_command_table_answers_lookups() {
     }
     let written: Vec<&str> = Flags::WRITE.union(Flags::BLOCKING).names().collect();
     assert_eq!(written, ["write", "blocking"]);
+}
+
+/// The table is sorted by name (lookups search it) and each subcommand
+/// follows its container or a sibling.
+#[test]
+fn the_table_is_sorted() {
+    let rows: Vec<&CommandInfo> = commands::commands().flat_map(|c| std::iter::once(c).chain(c.subcommands())).collect();
+    assert_eq!(rows.len(), 158, "every row is a command or a subcommand found after its container");
+    for pair in rows.windows(2) {
+        assert!(pair[0].name < pair[1].name, "{} before {}", pair[0].name, pair[1].name);
+    }
+    for row in &rows {
+        assert_eq!(commands::lookup(row.name.to_ascii_uppercase().as_bytes()), Some(*row));
+    }
 }
 
 /// COMMAND INFO reports the flags, categories and tip of the table.
