@@ -88,6 +88,9 @@ const RING_ENTRIES: u32 = 256;
 /// its socket is shut down regardless (a peer that reads nothing).
 const CLOSE_LINGER: Duration = Duration::from_secs(1);
 
+/// How long after a failed accept (out of fds) the listener accepts again.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
 /// How long `Drop` waits for cancelled operations to complete.
 const DROP_DRAIN_WAIT: Duration = Duration::from_millis(200);
 
@@ -379,6 +382,8 @@ pub struct TcpTransport {
     efd: OwnedFd,
     listener: Option<TcpListener>,
     accept_armed: bool,
+    /// When to arm the accept again after it failed (out of fds).
+    accept_retry: Option<Instant>,
     events: VecDeque<Event>,
     limits: Limits,
     connect_ts: Box<types::Timespec>,
@@ -421,6 +426,7 @@ impl TcpTransport {
             efd,
             listener: None,
             accept_armed: false,
+            accept_retry: None,
             events: VecDeque::new(),
             limits: config.limits,
             connect_ts: Box::new(types::Timespec::new().sec(timeout.as_secs()).nsec(timeout.subsec_nanos())),
@@ -670,12 +676,15 @@ impl TcpTransport {
     fn on_accept(&mut self, res: i32, flags: u32) {
         if !cqueue::more(flags) {
             self.accept_armed = false;
-            if self.listener.is_some() {
+            if res < 0 {
+                // Out of fds or memory: try again a little later, not in a loop.
+                self.accept_retry = Some(Instant::now() + ACCEPT_RETRY);
+            } else if self.listener.is_some() {
                 self.arm_accept();
             }
         }
         if res < 0 {
-            return; // EMFILE and the like: the accept is re-armed.
+            return;
         }
         let fd = res;
         set_nodelay(fd);
@@ -969,6 +978,10 @@ impl TcpTransport {
     /// Submits, reaps and moves on what can move (lingering closes, paused
     /// receives).
     fn progress(&mut self) {
+        if self.accept_retry.is_some_and(|at| Instant::now() >= at) {
+            self.accept_retry = None;
+            self.arm_accept();
+        }
         self.submit();
         self.reap();
         self.expire_lingering();
@@ -1132,8 +1145,12 @@ impl Transport for TcpTransport {
         if timeout.is_zero() {
             return Ok(false);
         }
-        // Bounded by the earliest lingering close.
+        // Bounded by the earliest lingering close and a retry of the accept.
         let timeout = if self.lingering > 0 { timeout.min(CLOSE_LINGER) } else { timeout };
+        let timeout = match self.accept_retry {
+            Some(at) => timeout.min(at.saturating_duration_since(Instant::now())),
+            None => timeout,
+        };
         let ts = types::Timespec::new().sec(timeout.as_secs()).nsec(timeout.subsec_nanos());
         let args = types::SubmitArgs::new().timespec(&ts);
         match self.ring.submitter().submit_with_args(1, &args) {

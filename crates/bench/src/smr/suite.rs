@@ -211,8 +211,8 @@ pub(crate) fn session() -> u64 {
 
 /// Our client as the peers' driver sees it, over the replicas' transport.
 enum Ours {
-    Ucx(SmrClient<UcxTransport>),
-    Uring(SmrClient<TcpTransport>),
+    Ucx(Box<SmrClient<UcxTransport>>),
+    Uring(Box<SmrClient<TcpTransport>>),
 }
 
 impl PutClient for Ours {
@@ -231,14 +231,14 @@ fn connect(cluster_peers: &BTreeMap<u64, SocketAddr>, tls: &str, session: u64, p
         let mut client = SmrClient::new(t, cluster_peers.clone(), session);
         client.poll = poll;
         client.get(b"warm")?;
-        return Ok(Ours::Uring(client));
+        return Ok(Ours::Uring(Box::new(client)));
     }
     let t = UcxTransport::new(&ucx_config(tls, true, false)?)?;
     let mut client = SmrClient::new(t, cluster_peers.clone(), session);
     client.poll = poll;
     // The first request finds the leader (and waits for the election).
     client.get(b"warm")?;
-    Ok(Ours::Ucx(client))
+    Ok(Ours::Ucx(Box::new(client)))
 }
 
 pub(crate) fn progress(len: u64) -> ProgressBar {
