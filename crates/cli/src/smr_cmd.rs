@@ -33,7 +33,7 @@ use pmwire_smr::node::{Replica, ReplicaConfig};
 use pmwire_smr::pmem_store::{OpenError, PmemDurable};
 use pmwire_smr::store::{Durable, MemDurable};
 use reactor::{PollBudget, Reactor, RealClock, Service};
-use transport::UcxTransport;
+use transport::{TcpConfig, TcpTransport, Transport, UcxTransport};
 
 /// Connections a replica accepts and makes (clients and peers).
 const MAX_CONNS: usize = 1024;
@@ -59,8 +59,9 @@ pub struct ReplicaArgs {
     /// Cluster id written into a new pool and checked when one is opened.
     #[arg(long, default_value_t = 1)]
     pub cluster: u64,
-    /// UCX transport: tcp, or sm (shared memory, with tcp for connection set-up).
-    #[arg(long, default_value = "tcp")]
+    /// Transport: tcp (UCX), sm (UCX shared memory, with tcp for connection set-up), or uring (TCP sockets on
+    /// io_uring, no UCX). Every member and client of a cluster uses the same.
+    #[arg(long, default_value = "tcp", value_parser = ["tcp", "sm", "uring"])]
     pub tls: String,
     /// Where the Raft log lives: pmem (the pool) or dram (volatile: the baseline; a restart starts empty).
     #[arg(long, default_value = "pmem", value_parser = ["pmem", "dram"])]
@@ -101,8 +102,8 @@ pub struct SmrArgs {
     /// Every replica of the cluster: ID=ADDR,ID=ADDR,...
     #[arg(long, value_parser = parse_peers)]
     pub peers: Peers,
-    /// UCX transport: tcp or sm.
-    #[arg(long, default_value = "tcp")]
+    /// Transport: tcp or sm (UCX), or uring (TCP sockets on io_uring), as the replicas use.
+    #[arg(long, default_value = "tcp", value_parser = ["tcp", "sm", "uring"])]
     pub tls: String,
     /// What to do.
     #[command(subcommand)]
@@ -232,11 +233,31 @@ pub fn replica(args: &ReplicaArgs) -> Result<()> {
     }
     config.tick = std::time::Duration::from_millis(args.tick_ms);
     let lock = if args.log == "pmem" && !args.floor { Some(lock(&args.pool.with_extension("lock"))?) } else { None };
+    if args.tls == "uring" {
+        let mut transport = TcpTransport::new(&uring_config())?;
+        let bound = transport.listen(addr).with_context(|| format!("listen on {addr}"))?;
+        return run_replica(transport, bound, args, config, &voters, others, lock);
+    }
     let mut ucx = ucx_config(&args.tls, addr.ip().is_loopback(), false)?;
     // Clients connect to every replica they try, peers once each.
     ucx.limits.max_conns = MAX_CONNS;
     let mut transport = UcxTransport::new(&ucx)?;
     let bound = transport.listen(addr).with_context(|| format!("listen on {addr}"))?;
+    run_replica(transport, bound, args, config, &voters, others, lock)
+}
+
+/// The io_uring TCP transport's configuration for replicas and their clients.
+pub fn uring_config() -> TcpConfig {
+    let mut config = TcpConfig::default();
+    config.limits.max_conns = MAX_CONNS;
+    config
+}
+
+/// Serves replica (or floor node) `args.id` over `transport`, listening at `bound`.
+fn run_replica<T>(transport: T, bound: SocketAddr, args: &ReplicaArgs, config: ReplicaConfig, voters: &[u64], others: BTreeMap<u64, SocketAddr>, lock: Option<File>) -> Result<()>
+where
+    T: Transport<Addr = SocketAddr>,
+{
     let stop = AtomicBool::new(false);
     if args.floor {
         println!("floor node {} of {} on {bound} over {} (no Raft, no log: a benchmark's floor, not a replica)", args.id, voters.len(), args.tls);
@@ -245,10 +266,10 @@ pub fn replica(args: &ReplicaArgs) -> Result<()> {
     if args.log == "dram" {
         let cluster = if args.join { "waiting to be added".to_string() } else { format!("{} voters", voters.len()) };
         println!("replica {} on {bound} over {}, {cluster}; log in DRAM (volatile baseline: a restart starts empty)", args.id, args.tls);
-        let replica = Replica::new(config, MemDurable::new(&voters), others).map_err(|e| anyhow!("{e}"))?;
+        let replica = Replica::new(config, MemDurable::new(voters), others).map_err(|e| anyhow!("{e}"))?;
         return serve(transport, replica, args, &bound, &stop);
     }
-    let durable = open_store(args, &voters)?;
+    let durable = open_store(args, voters)?;
     let _lock = lock;
     let members = durable.conf_state();
     let cluster = match (members.voters.len(), members.learners.contains(&args.id)) {
@@ -275,7 +296,7 @@ fn open_store(args: &ReplicaArgs, voters: &[u64]) -> Result<PmemDurable<Region>>
     }
 }
 
-fn serve(transport: UcxTransport, service: impl Service<UcxTransport>, args: &ReplicaArgs, bound: &SocketAddr, stop: &AtomicBool) -> Result<()> {
+fn serve<T: Transport>(transport: T, service: impl Service<T>, args: &ReplicaArgs, bound: &SocketAddr, stop: &AtomicBool) -> Result<()> {
     if let Some(path) = &args.ready_file {
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, format!("{{\"id\":{},\"addr\":\"{bound}\"}}\n", args.id))?;
@@ -303,11 +324,18 @@ fn serve(transport: UcxTransport, service: impl Service<UcxTransport>, args: &Re
 /// Runs `pmwire smr`.
 pub fn smr(args: &SmrArgs) -> Result<()> {
     let peers = &args.peers.0;
+    let session = (std::process::id() as u64) << 32 | u64::from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.subsec_nanos()) | 1;
+    if args.tls == "uring" {
+        let transport = TcpTransport::new(&TcpConfig::default())?;
+        return smr_with(SmrClient::new(transport, peers.clone(), session), &args.command);
+    }
     let loopback = peers.values().all(|a| a.ip().is_loopback());
     let transport = UcxTransport::new(&ucx_config(&args.tls, loopback, false)?)?;
-    let session = (std::process::id() as u64) << 32 | u64::from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.subsec_nanos()) | 1;
-    let mut client = SmrClient::new(transport, peers.clone(), session);
-    match &args.command {
+    smr_with(SmrClient::new(transport, peers.clone(), session), &args.command)
+}
+
+fn smr_with<T: Transport<Addr = SocketAddr>>(mut client: SmrClient<T>, command: &SmrCommand) -> Result<()> {
+    match command {
         SmrCommand::Put { key, value } => {
             let index = client.put(key.as_bytes(), value.as_bytes())?;
             println!("OK (index {index}, leader {})", client.leader());
@@ -349,7 +377,7 @@ pub fn smr(args: &SmrArgs) -> Result<()> {
 /// Asks every replica listed, and every member a replica names that is
 /// not listed (at the address it names), for its status; prints them and
 /// the membership of the replica with the highest applied index.
-fn status(client: &mut SmrClient<UcxTransport>) -> Result<()> {
+fn status<T: Transport<Addr = SocketAddr>>(client: &mut SmrClient<T>) -> Result<()> {
     client.timeout = std::time::Duration::from_secs(2);
     let mut rows: BTreeMap<u64, Result<StatusValue, String>> = BTreeMap::new();
     let mut asked = 0;
@@ -406,9 +434,10 @@ pub struct SmrBenchArgs {
     /// Leave out etcd and Redis.
     #[arg(long)]
     pub no_peers: bool,
-    /// UCX transports for the replicas: tcp (default), sm, or both. Over sm, UCX 1.13 has no peer failure handling, and a
-    /// connection closed while its peer still sends can abort a process (docs/bench.md, "Replication").
-    #[arg(long, default_value = "tcp", value_parser = ["tcp", "sm", "both"])]
+    /// Transports for the replicas: tcp (UCX, default), sm (UCX), both (tcp and sm), uring (TCP sockets on io_uring),
+    /// tcp+uring (UCX tcp beside io_uring tcp, with the floor over each), or all. Over sm, UCX 1.13 has no peer failure
+    /// handling, and a connection closed while its peer still sends can abort a process (docs/bench.md, "Replication").
+    #[arg(long, default_value = "tcp", value_parser = ["tcp", "sm", "both", "uring", "tcp+uring", "all"])]
     pub tls: String,
     /// Run the suite N times and report each headline's worst value across
     /// the runs (each run's value beside it, in the table and the JSON).
@@ -422,6 +451,9 @@ pub fn bench(args: &SmrBenchArgs) -> Result<pmwire_bench::SuiteReport> {
     let transports = match args.tls.as_str() {
         "both" => vec!["tcp", "sm"],
         "sm" => vec!["sm"],
+        "uring" => vec!["uring"],
+        "tcp+uring" => vec!["tcp", "uring"],
+        "all" => vec!["tcp", "sm", "uring"],
         _ => vec!["tcp"],
     };
     let options = pmwire_bench::smr::suite::SmrOptions { quick: args.quick, out_dir: args.out.clone(), exe, peers: !args.no_peers, transports };

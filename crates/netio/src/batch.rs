@@ -352,6 +352,28 @@ pub trait Service<S: BufferSource> {
         let _ = wake;
         None
     }
+
+    /// Asked last before the loop blocks: what else should wake it. A service that drives
+    /// another source of events from the same thread (a network transport's peers, beside the
+    /// loop's own clients: `transport::Transport::event_fd`) arms it here and returns its fd,
+    /// which the loop then waits on with its sockets (one poll request, re-armed after it
+    /// fires); [`Watch::Ready`] when that source has events already (the loop then does not
+    /// block). The service does that source's work in [`Service::wakeups`], which the loop
+    /// calls after every wake-up. Default: nothing.
+    fn watch(&mut self) -> Watch {
+        Watch::Nothing
+    }
+}
+
+/// What the loop waits on besides its sockets ([`Service::watch`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Watch {
+    /// Nothing else.
+    Nothing,
+    /// Something is ready now: do not block.
+    Ready,
+    /// Wake when this fd is readable.
+    Fd(std::os::fd::RawFd),
 }
 
 /// Runs `service` once over `inputs` without a server (for unit tests of services): builds a

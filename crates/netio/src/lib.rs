@@ -40,6 +40,6 @@ pub mod loadgen;
 mod ring;
 pub mod server;
 
-pub use batch::{drive, Batch, ConnId, Input, Output, OutputMark, Part, Reply, Segment, Service};
+pub use batch::{drive, Batch, ConnId, Input, Output, OutputMark, Part, Reply, Segment, Service, Watch};
 pub use buffers::{BufferSource, HeapBuffers};
 pub use server::{Config, RecvMode, Server, ServerError, Stats, StopHandle};

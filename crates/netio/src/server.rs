@@ -37,6 +37,13 @@
 //! `TimeoutRemove` when an earlier one is wanted), so a sleeping loop wakes at that instant
 //! and asks again. A stale timer firing early costs one empty turn.
 //!
+//! Watching: last before it blocks, the loop asks the service for an fd of another event
+//! source to wait on too ([`Service::watch`]: a transport's armed event fd, so one thread serves
+//! its clients and its peers). It keeps one `IORING_OP_POLL_ADD` armed on it (`OP_WATCH`,
+//! replaced by a `PollRemove` when the service names another fd, re-armed after it fires),
+//! and does not block at all when the service says it has work already. The service does that
+//! work in `wakeups`, which every wake-up calls.
+//!
 //! Closing: a service's `close` (or the peer's EOF) is graceful: queued output is sent, then
 //! the socket is half-closed (FIN) and further input is read and discarded until the peer
 //! closes or two linger ticks of 500 ms pass, so a peer still sending (the body of a refused
@@ -66,7 +73,7 @@ use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
-use crate::batch::{Batch, ConnId, Entry, Output, Part, Reply, Segment, Service};
+use crate::batch::{Batch, ConnId, Entry, Output, Part, Reply, Segment, Service, Watch};
 use crate::buffers::BufferSource;
 use crate::ring::BufRing;
 
@@ -176,6 +183,10 @@ pub struct Stats {
     pub defer_taskrun: bool,
     /// The kernel takes a minimum wait (`IORING_FEAT_MIN_TIMEOUT`), so `batch_wait_us` applies.
     pub min_wait_supported: bool,
+    /// Times the service's watched fd woke the loop ([`Service::watch`]).
+    pub watch_wakeups: u64,
+    /// Turns that did not block because the service had work ([`Watch::Ready`]).
+    pub watch_ready: u64,
 }
 
 impl Stats {
@@ -359,6 +370,7 @@ const OP_CANCEL: u64 = 4;
 const OP_STOP: u64 = 5;
 const OP_TICK: u64 = 6;
 const OP_TIMER: u64 = 7;
+const OP_WATCH: u64 = 8;
 
 /// Most listening sockets one server has.
 const MAX_LISTENERS: usize = 16;
@@ -528,6 +540,10 @@ struct Loop<'a, S: BufferSource, V: Service<S>> {
     sends_since_wait: u32,
     /// The kernel supports `min_wait_usec` (Linux 6.12).
     min_wait: bool,
+    /// The fd a poll request is armed on for the service ([`Service::watch`]), and that
+    /// request's generation.
+    watch: Option<(RawFd, u32)>,
+    watch_gen: u32,
 }
 
 fn build_uring(sq_entries: u32) -> Result<(IoUring, bool), ServerError> {
@@ -586,6 +602,8 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             fatal: None,
             sends_since_wait: 0,
             min_wait: false,
+            watch: None,
+            watch_gen: 0,
         };
         lp.min_wait = lp.uring.params().is_feature_min_timeout();
         lp.stats.min_wait_supported = lp.min_wait;
@@ -616,7 +634,12 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
         self.arm_accepts();
         self.arm_stop();
         while !self.stopping {
-            self.wait(None)?;
+            if self.arm_watch() {
+                self.stats.watch_ready += 1;
+                self.wait(Some(Duration::ZERO))?;
+            } else {
+                self.wait(None)?;
+            }
             self.drain_cqes();
             if self.stopping {
                 break;
@@ -735,6 +758,12 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             OP_TIMER => {
                 if self.timer.is_some_and(|(_, gen)| gen & 0xff_ffff == gen_of(ud)) {
                     self.timer = None;
+                }
+            }
+            OP_WATCH => {
+                if self.watch.is_some_and(|(_, gen)| gen & 0xff_ffff == gen_of(ud)) {
+                    self.watch = None;
+                    self.stats.watch_wakeups += 1;
                 }
             }
             _ => panic!("completion with unknown user_data {ud:#x}"),
@@ -1245,6 +1274,31 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             }
             self.run_service();
         }
+    }
+
+    /// Asks the service what else to wait on and keeps a poll request armed on it; true if the
+    /// service has work now (the loop must not block).
+    fn arm_watch(&mut self) -> bool {
+        let want = match self.svc.watch() {
+            Watch::Ready => return true,
+            Watch::Nothing => None,
+            Watch::Fd(fd) => Some(fd),
+        };
+        if self.watch.map(|(fd, _)| fd) == want {
+            return false;
+        }
+        if let Some((_, gen)) = self.watch.take() {
+            let target = user_data(OP_WATCH, 0, gen);
+            self.push(opcode::PollRemove::new(target).build().user_data(user_data(OP_CANCEL, 0, 0)));
+        }
+        if let Some(fd) = want {
+            self.watch_gen = self.watch_gen.wrapping_add(1);
+            let gen = self.watch_gen;
+            let e = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32).build().user_data(user_data(OP_WATCH, 0, gen));
+            self.push(e);
+            self.watch = Some((fd, gen));
+        }
+        false
     }
 
     /// Keeps a timeout armed for `deadline` unless one is armed for no later.

@@ -77,6 +77,15 @@ pub enum SetupError {
     /// The configuration asks for something the worker cannot do.
     #[error("configuration not supported: {0}")]
     Unsupported(String),
+    /// A system call failed (the io_uring TCP transport: its ring, eventfd
+    /// or listening socket).
+    #[error("{call} failed: {source}")]
+    Io {
+        /// The call.
+        call: &'static str,
+        /// What it returned.
+        source: std::io::Error,
+    },
 }
 
 /// Opening a connection failed.
@@ -96,6 +105,14 @@ pub enum ConnectError {
     /// The configured bound on connections is reached.
     #[error("too many connections (bound {0})")]
     TooMany(usize),
+    /// The socket could not be made (the io_uring TCP transport).
+    #[error("connect to {addr} failed: {source}")]
+    Io {
+        /// The address.
+        addr: String,
+        /// What the system returned.
+        source: std::io::Error,
+    },
 }
 
 /// Registering memory failed.
@@ -212,4 +229,7 @@ pub enum WaitError {
     /// `poll(2)` failed.
     #[error("poll on the worker's event fd failed: {0}")]
     Poll(std::io::Error),
+    /// `io_uring_enter(2)` failed (the io_uring TCP transport).
+    #[error("io_uring_enter failed: {0}")]
+    Enter(std::io::Error),
 }

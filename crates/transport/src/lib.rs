@@ -79,12 +79,15 @@ pub mod inproc;
 pub mod probe;
 pub mod seam;
 pub mod sim;
+pub mod tcp;
 pub mod ucx;
 mod ucx_transport;
 pub mod wire;
 
 #[cfg(test)]
 mod sim_tests;
+#[cfg(test)]
+mod tcp_tests;
 #[cfg(test)]
 mod ucx_hostile_tests;
 #[cfg(test)]
@@ -95,7 +98,8 @@ mod ucx_tests;
 pub use error::{AttachError, ConnectError, OpError, RegisterError, SetupError, Status, WaitError};
 pub use inproc::{InProcNetwork, InProcTransport, NodeId};
 pub use seam::{
-    AtomicOp, Completion, ConnId, Event, Limits, LocalRegionId, Output, Reach, RegionDescriptor,
+    AtomicOp, Completion, ConnId, Event, EventFd, Limits, LocalRegionId, Output, Reach, RegionDescriptor,
     RemoteRegionId, Request, RequestId, Transport,
 };
+pub use tcp::{TcpConfig, TcpTransport};
 pub use ucx_transport::{UcxConfig, UcxTransport};

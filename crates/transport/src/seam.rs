@@ -205,6 +205,21 @@ pub enum Reach {
     Process,
 }
 
+/// What an event loop outside the transport waits on to learn that the
+/// transport has something to poll ([`Transport::event_fd`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventFd {
+    /// There is something to poll already: poll, do not block.
+    Ready,
+    /// Armed: the fd becomes readable when there may be something to poll.
+    /// Wait for it (with `poll(2)`, or an io_uring poll request) together
+    /// with the loop's own fds, then poll the transport and arm again.
+    Armed(std::os::fd::RawFd),
+    /// The transport has no fd to wait on (in process, simulated): drive it
+    /// with [`Transport::wait`].
+    Unsupported,
+}
+
 /// An incoming RPC request. Answer it with [`Transport::reply`] using `id`.
 #[derive(Debug)]
 pub struct Request {
@@ -450,6 +465,19 @@ pub trait Transport {
     /// [`poll`](Transport::poll)) or `timeout` passes (`false`). Returns at
     /// once if events are already queued. Never spins.
     fn wait(&mut self, timeout: Duration) -> Result<bool, WaitError>;
+
+    /// Arms the transport for a wait that happens outside it, in another
+    /// event loop (one io_uring loop serving sockets and this transport
+    /// from one thread): submits what is queued, then returns
+    /// [`EventFd::Ready`] if there is something to poll now, else an fd
+    /// that becomes readable once there may be ([`EventFd::Armed`]). Call it
+    /// last before the loop blocks, and poll the transport after the fd was
+    /// readable (or after any wake-up: a spurious poll is cheap). Nothing
+    /// sent after the call is submitted before the next `poll`, `wait` or
+    /// `event_fd`.
+    fn event_fd(&mut self) -> EventFd {
+        EventFd::Unsupported
+    }
 
     /// Whether the last [`poll`](Transport::poll) or
     /// [`wait`](Transport::wait) did work inside the transport, events or

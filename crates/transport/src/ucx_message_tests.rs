@@ -11,7 +11,7 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::seam::{Event, Output, Transport};
+use crate::seam::{Event, EventFd, Output, Transport};
 use crate::ucx_tests::{sm, tcp};
 use crate::{Limits, OpError, UcxConfig, UcxTransport};
 
@@ -335,4 +335,42 @@ fn sends_to_a_vanished_peer_end_with_the_connection() {
     poll_until(&mut client, &mut seen, |s| s.iter().any(|e| matches!(e, Event::Disconnected { .. })));
     let ends = seen.iter().filter(|e| matches!(e, Event::Disconnected { conn: c, .. } if *c == conn)).count();
     assert_eq!(ends, 1);
+}
+
+/// `Transport::event_fd` over UCX: once armed, the worker's fd becomes
+/// readable when the peer's reply arrives, so another loop can wait on it;
+/// `Ready` while events are queued or the worker is busy.
+#[test]
+fn the_event_fd_wakes_an_outside_poller_over_tcp_and_sm() {
+    for (name, config) in [("tcp", tcp()), ("sm", sm())] {
+        let server = spawn_log_server(config.clone());
+        let mut client = UcxTransport::new(&config).unwrap();
+        let conn = client.connect(&server.addr).unwrap();
+        let mut seen = Vec::new();
+        client.call(conn, b"log", Vec::new(), 1).unwrap();
+        poll_until(&mut client, &mut seen, |s| completed(s, 1));
+        client.call(conn, b"log", Vec::new(), 2).unwrap();
+        let deadline = Instant::now() + TIMEOUT;
+        let mut armed = 0;
+        while !completed(&seen, 2) {
+            assert!(Instant::now() < deadline, "[{name}] no reply in {TIMEOUT:?}");
+            match client.event_fd() {
+                EventFd::Ready => {}
+                EventFd::Armed(fd) => {
+                    armed += 1;
+                    let mut pfd = [libc::pollfd { fd, events: libc::POLLIN, revents: 0 }];
+                    let n = crate::ucx::poll_fds(&mut pfd, TIMEOUT).unwrap();
+                    assert_eq!(n, 1, "[{name}] armed, the fd turns readable when something arrives");
+                }
+                EventFd::Unsupported => panic!("[{name}] UCX has an event fd"),
+            }
+            client.poll(&mut seen, 64);
+        }
+        assert!(armed <= 64, "[{name}] {armed} arms for one reply");
+        // With the reply's event polled and nothing else, the transport can be armed again.
+        client.call(conn, b"log", Vec::new(), 3).unwrap();
+        poll_until(&mut client, &mut seen, |s| completed(s, 3));
+        client.close(conn);
+        server.finish();
+    }
 }

@@ -51,7 +51,7 @@ use crate::error::{
 };
 use crate::inproc::check_sizes;
 use crate::seam::{
-    check_range, AtomicOp, Completion, ConnId, Event, Limits, LocalRegionId, Output, Reach,
+    check_range, AtomicOp, Completion, ConnId, Event, EventFd, Limits, LocalRegionId, Output, Reach,
     RegionDescriptor, RemoteRegionId, Request as RpcRequest, RequestId, Transport,
 };
 use crate::ucx::{
@@ -229,14 +229,14 @@ struct Callbacks {
 /// 16 page faults and a zero fill (measured: 14% of a bulk client's and 9%
 /// of the server's CPU). Bounded by [`SPARE_BUFFERS`] and [`SPARE_BYTES`].
 #[derive(Default)]
-struct Spare {
+pub(crate) struct Spare {
     bufs: Vec<Vec<u8>>,
     bytes: usize,
 }
 
 impl Spare {
     /// An empty buffer with room for `len` bytes: a kept one that fits, or new.
-    fn take(&mut self, len: usize) -> Vec<u8> {
+    pub(crate) fn take(&mut self, len: usize) -> Vec<u8> {
         match self.bufs.iter().rposition(|b| b.capacity() >= len) {
             Some(at) => {
                 let buf = self.bufs.swap_remove(at);
@@ -249,7 +249,7 @@ impl Spare {
 
     /// Keeps `buf` (emptied) unless the bounds say no; when full, a larger
     /// buffer displaces the smallest kept one.
-    fn give(&mut self, mut buf: Vec<u8>) {
+    pub(crate) fn give(&mut self, mut buf: Vec<u8>) {
         let cap = buf.capacity();
         if cap == 0 || cap > SPARE_BYTES {
             return;
@@ -1411,6 +1411,23 @@ impl Transport for UcxTransport {
 
     fn progressed(&self) -> bool {
         self.progressed
+    }
+
+    /// Progresses, then arms the worker (`ucp_worker_arm`) and returns its
+    /// event fd; `Ready` when events are queued or the worker is busy.
+    fn event_fd(&mut self) -> EventFd {
+        if self.events.is_empty() {
+            self.progress();
+            self.process();
+        }
+        if !self.events.is_empty() {
+            return EventFd::Ready;
+        }
+        match self.worker.arm() {
+            Ok(Armed::Armed) => EventFd::Armed(self.worker.event_fd()),
+            // Busy: events arrived meanwhile; an error: poll, which reports it.
+            Ok(Armed::Busy) | Err(_) => EventFd::Ready,
+        }
     }
 
     fn take_buffer(&mut self, len: usize) -> Vec<u8> {

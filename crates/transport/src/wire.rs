@@ -165,40 +165,46 @@ pub fn encode_header(
 /// Decodes an AM header into its prefix and user header, checking the
 /// payload length against what arrived (`data_len`).
 pub fn decode_header(am_header: &[u8], data_len: usize) -> Result<(Prefix, &[u8]), DecodeError> {
-    if am_header.len() < FRAMING_BYTES {
+    let prefix = decode_prefix(am_header)?;
+    if am_header.len() != FRAMING_BYTES + prefix.header_len as usize {
+        return Err(DecodeError::Length);
+    }
+    if prefix.payload_len as usize != data_len {
+        return Err(DecodeError::Length);
+    }
+    Ok((prefix, &am_header[FRAMING_BYTES..]))
+}
+
+/// Decodes the first [`FRAMING_BYTES`] of `bytes` as a prefix: magic,
+/// version, kind, and a message's zero call id. The lengths it declares are
+/// the caller's to check (against what arrived, or, on a byte stream, the
+/// bounds before reading that many bytes).
+pub fn decode_prefix(bytes: &[u8]) -> Result<Prefix, DecodeError> {
+    if bytes.len() < FRAMING_BYTES {
         return Err(DecodeError::Truncated);
     }
-    if am_header[0] != MAGIC {
+    if bytes[0] != MAGIC {
         return Err(DecodeError::Magic);
     }
-    let version = am_header[1];
+    let version = bytes[1];
     if !(MIN_VERSION..=VERSION).contains(&version) {
         return Err(DecodeError::Version);
     }
-    let kind = Kind::decode(am_header[2], version)?;
-    let header_len = u16::from_le_bytes([am_header[4], am_header[5]]);
-    let payload_len = u32::from_le_bytes(am_header[8..12].try_into().unwrap());
-    let seq = u32::from_le_bytes(am_header[12..16].try_into().unwrap());
-    let call = u64::from_le_bytes(am_header[16..24].try_into().unwrap());
-    if am_header.len() != FRAMING_BYTES + header_len as usize {
-        return Err(DecodeError::Length);
-    }
+    let kind = Kind::decode(bytes[2], version)?;
+    let header_len = u16::from_le_bytes([bytes[4], bytes[5]]);
+    let payload_len = u32::from_le_bytes(bytes[8..12].try_into().unwrap());
+    let seq = u32::from_le_bytes(bytes[12..16].try_into().unwrap());
+    let call = u64::from_le_bytes(bytes[16..24].try_into().unwrap());
     if kind == Kind::Message && call != 0 {
         return Err(DecodeError::Reserved);
     }
-    if payload_len as usize != data_len {
-        return Err(DecodeError::Length);
-    }
-    Ok((
-        Prefix {
-            kind,
-            header_len,
-            payload_len,
-            seq,
-            call,
-        },
-        &am_header[FRAMING_BYTES..],
-    ))
+    Ok(Prefix {
+        kind,
+        header_len,
+        payload_len,
+        seq,
+        call,
+    })
 }
 
 /// Magic of an encoded region descriptor ("PWRD").

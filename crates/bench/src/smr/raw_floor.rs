@@ -157,6 +157,148 @@ impl Drop for RawFloor {
     }
 }
 
+/// The floor under load: one leader that many clients share, for the
+/// throughput sweep. The leader waits with `poll(2)` on its listener, its
+/// followers and every client; it forwards each write to both followers as
+/// it is read and answers, in order, every write one follower has
+/// acknowledged (a majority with itself). Plain blocking sockets
+/// otherwise, as [`RawFloor`]; a stop eventfd ends it.
+pub struct SharedRawFloor {
+    addr: std::net::SocketAddr,
+    stop: std::os::fd::OwnedFd,
+    nodes: Vec<JoinHandle<std::io::Result<()>>>,
+}
+
+/// One client of a [`SharedRawFloor`].
+pub struct SharedRawFloorClient(TcpStream);
+
+/// The shared leader's state: clients by index (a gone one is `None`),
+/// and the client of each forwarded write not yet answered, in order.
+struct SharedLeader {
+    clients: Vec<Option<TcpStream>>,
+    waiting: std::collections::VecDeque<usize>,
+    acked: [u64; 2],
+    answered: u64,
+}
+
+impl SharedLeader {
+    /// Answers every write a follower has acknowledged.
+    fn answer(&mut self) {
+        let committed = self.acked[0].max(self.acked[1]);
+        while self.answered < committed {
+            let client = self.waiting.pop_front().expect("a forwarded write per acknowledgement");
+            self.answered += 1;
+            if let Some(s) = &mut self.clients[client] {
+                if s.write_all(&self.answered.to_le_bytes()).is_err() {
+                    self.clients[client] = None;
+                }
+            }
+        }
+    }
+}
+
+fn shared_leader(l: TcpListener, mut followers: [TcpStream; 2], stop: std::os::fd::RawFd) -> std::io::Result<()> {
+    let mut leader = SharedLeader { clients: Vec::new(), waiting: std::collections::VecDeque::new(), acked: [0; 2], answered: 0 };
+    let mut buf = [0u8; WRITE_BYTES];
+    let mut ack = [0u8; ACK_BYTES];
+    let mut fds = Vec::new();
+    loop {
+        fds.clear();
+        for fd in [stop, l.as_raw_fd(), followers[0].as_raw_fd(), followers[1].as_raw_fd()] {
+            fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+        }
+        for c in &leader.clients {
+            // A gone client's entry stays (-1 is ignored by poll) so indexes hold.
+            fds.push(libc::pollfd { fd: c.as_ref().map_or(-1, |s| s.as_raw_fd()), events: libc::POLLIN, revents: 0 });
+        }
+        // SAFETY: pollfds we own, for the duration of the call.
+        if unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) } < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if fds[0].revents != 0 {
+            return Ok(());
+        }
+        if fds[1].revents != 0 {
+            leader.clients.push(Some(accept(&l)?));
+        }
+        for i in 0..2 {
+            if fds[2 + i].revents != 0 {
+                followers[i].read_exact(&mut ack)?;
+                leader.acked[i] += 1;
+            }
+        }
+        leader.answer();
+        for (i, fd) in fds[4..].iter().enumerate() {
+            if fd.revents == 0 {
+                continue;
+            }
+            let Some(s) = &mut leader.clients[i] else { continue };
+            if s.read_exact(&mut buf).is_err() {
+                leader.clients[i] = None;
+                continue;
+            }
+            for f in &mut followers {
+                f.write_all(&buf)?;
+            }
+            leader.waiting.push_back(i);
+        }
+    }
+}
+
+impl SharedRawFloor {
+    /// Starts the leader and its two followers.
+    pub fn start() -> Result<SharedRawFloor> {
+        let (lead, f1, f2) = (listener()?, listener()?, listener()?);
+        let followers = [connect(&f1)?, connect(&f2)?];
+        // SAFETY: plain syscall; the result is checked.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        anyhow::ensure!(efd >= 0, "eventfd: {}", std::io::Error::last_os_error());
+        // SAFETY: a fresh fd we own.
+        let stop = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(efd) };
+        let mut nodes = Vec::with_capacity(3);
+        for l in [f1, f2] {
+            nodes.push(std::thread::Builder::new().name("raw-floor-follower".into()).spawn(move || follower(l))?);
+        }
+        let addr = lead.local_addr()?;
+        nodes.push(std::thread::Builder::new().name("raw-floor-leader".into()).spawn(move || shared_leader(lead, followers, efd))?);
+        Ok(SharedRawFloor { addr, stop, nodes })
+    }
+
+    /// A new client connection to the leader.
+    pub fn client(&self) -> Result<SharedRawFloorClient> {
+        let s = TcpStream::connect(self.addr).context("connect to the shared raw floor")?;
+        s.set_nodelay(true)?;
+        Ok(SharedRawFloorClient(s))
+    }
+}
+
+impl PutClient for SharedRawFloorClient {
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        let mut buf = [0u8; WRITE_BYTES];
+        buf[..KEY_BYTES].copy_from_slice(key);
+        buf[KEY_BYTES..].copy_from_slice(value);
+        self.0.write_all(&buf).context("send to the raw floor's leader")?;
+        let mut reply = [0u8; ACK_BYTES];
+        self.0.read_exact(&mut reply).context("the raw floor's reply")?;
+        Ok(())
+    }
+}
+
+impl Drop for SharedRawFloor {
+    fn drop(&mut self) {
+        let one = 1u64;
+        // SAFETY: writes 8 bytes to our eventfd.
+        unsafe { libc::write(self.stop.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        for n in self.nodes.drain(..) {
+            let _ = n.join();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,6 +312,24 @@ mod tests {
             floor.put(&key, &value).expect("put");
         }
         assert_eq!(floor.seq, 1000);
+        drop(floor); // joins the three threads: they ended.
+    }
+
+    #[test]
+    fn a_shared_floor_answers_every_client_and_ends_on_drop() {
+        let floor = SharedRawFloor::start().expect("start");
+        let key = [b'k'; KEY_BYTES];
+        let value = [b'v'; VALUE_BYTES];
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    let mut c = floor.client().expect("client");
+                    for _ in 0..500 {
+                        c.put(&key, &value).expect("put");
+                    }
+                });
+            }
+        });
         drop(floor); // joins the three threads: they ended.
     }
 }

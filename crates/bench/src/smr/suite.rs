@@ -2,8 +2,10 @@
 //! closed-loop client with one PUT outstanding (16 B keys, 64 B values),
 //! latency percentiles; the log in DRAM against the log in persistent
 //! memory (seed 000 Table 1), the three tails, the leader's two orders of
-//! append and send, UCX tcp and shared memory; throughput with 1 to 64
-//! clients; and, in the same run, etcd and Redis with replicas and WAIT
+//! append and send, UCX tcp and shared memory, and TCP sockets on io_uring
+//! (`transport::tcp`, `uring`); throughput with 1 to 64 clients, of the
+//! replicas, of the floor over each transport and of the machine's raw
+//! floor; and, in the same run, etcd and Redis with replicas and WAIT
 //! (`super::peers`).
 
 use std::collections::BTreeMap;
@@ -18,10 +20,10 @@ use anyhow::{anyhow, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use pmwire_smr::client::SmrClient;
 use reactor::PollBudget;
-use transport::UcxTransport;
+use transport::{TcpConfig, TcpTransport, UcxTransport};
 
 use super::dare;
-use super::raw_floor::{self, RawFloor};
+use super::raw_floor::{self, RawFloor, SharedRawFloor};
 use super::peers::{self, latency_run, throughput_point, Peer, PeerOptions, Plan, PutClient, KEY_BYTES, LATENCY_BENCH, THROUGHPUT_BENCH, VALUE_BYTES};
 use crate::remote::common::{finish_with_peers, latency_result, ratio};
 use crate::remote::server::ucx_config;
@@ -40,7 +42,8 @@ pub struct SmrOptions {
     pub exe: PathBuf,
     /// Run etcd and Redis too.
     pub peers: bool,
-    /// UCX transports to run the replicas over (`tcp`, `sm`).
+    /// Transports to run the replicas over: UCX `tcp` and `sm`, and
+    /// `uring` (TCP sockets on io_uring).
     pub transports: Vec<&'static str>,
 }
 
@@ -70,7 +73,7 @@ fn variants(transports: &[&'static str]) -> Vec<Variant> {
     let mut out = Vec::new();
     for &tls in transports {
         out.extend([
-            v(tls, "floor", "self-validating", false, false),
+            v(tls, "floor", "self-validating", false, true),
             v(tls, "dram", "self-validating", false, false),
             v(tls, "pmem", "self-validating", false, true),
             v(tls, "pmem", "naive", false, false),
@@ -206,22 +209,36 @@ pub(crate) fn session() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
-/// Our client as the peers' driver sees it.
-struct Ours(SmrClient<UcxTransport>);
+/// Our client as the peers' driver sees it, over the replicas' transport.
+enum Ours {
+    Ucx(Box<SmrClient<UcxTransport>>),
+    Uring(Box<SmrClient<TcpTransport>>),
+}
 
 impl PutClient for Ours {
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.0.put(key, value).map(drop).map_err(|e| anyhow!("{e}"))
+        let put = match self {
+            Ours::Ucx(c) => c.put(key, value),
+            Ours::Uring(c) => c.put(key, value),
+        };
+        put.map(drop).map_err(|e| anyhow!("{e}"))
     }
 }
 
 fn connect(cluster_peers: &BTreeMap<u64, SocketAddr>, tls: &str, session: u64, poll: PollBudget) -> Result<Ours> {
+    if tls == "uring" {
+        let t = TcpTransport::new(&TcpConfig::default())?;
+        let mut client = SmrClient::new(t, cluster_peers.clone(), session);
+        client.poll = poll;
+        client.get(b"warm")?;
+        return Ok(Ours::Uring(Box::new(client)));
+    }
     let t = UcxTransport::new(&ucx_config(tls, true, false)?)?;
     let mut client = SmrClient::new(t, cluster_peers.clone(), session);
     client.poll = poll;
     // The first request finds the leader (and waits for the election).
     client.get(b"warm")?;
-    Ok(Ours(client))
+    Ok(Ours::Ucx(Box::new(client)))
 }
 
 pub(crate) fn progress(len: u64) -> ProgressBar {
@@ -248,7 +265,8 @@ fn rounds(quick: bool) -> u64 {
 }
 
 fn row_params(v: &Variant, r: BenchResult) -> BenchResult {
-    r.param("transport", v.tls).param("log", v.log).param("tail", v.tail).param("leader_order", if v.persist_then_send { "persist then send" } else { "send first (thesis 10.2.1)" }).param("servers", 3).param("key_bytes", KEY_BYTES).param("pool", "tmpfs (emulated pmem, every flush issued)")
+    let transport = if v.tls == "uring" { "uring (TCP sockets on io_uring, no UCX)" } else { v.tls };
+    r.param("transport", transport).param("log", v.log).param("tail", v.tail).param("leader_order", if v.persist_then_send { "persist then send" } else { "send first (thesis 10.2.1)" }).param("servers", 3).param("key_bytes", KEY_BYTES).param("pool", "tmpfs (emulated pmem, every flush issued)")
 }
 
 /// One round of `v`: a fresh cluster, `plan.latency_puts` timed PUTs (the
@@ -310,6 +328,27 @@ fn median_row(name: &str, rounds: &[BenchResult], puts: u64) -> BenchResult {
         .param("round_p50s_ns", p50s)
         .param("puts_per_round", puts)
         .param("clients", 1)
+}
+
+/// The machine's floor under load: one shared leader, 1 to 64 clients.
+fn raw_floor_sweep(plan: &Plan, results: &mut Vec<BenchResult>, skipped: &mut Vec<Skipped>) {
+    let floor = match SharedRawFloor::start() {
+        Ok(f) => f,
+        Err(e) => {
+            skipped.push(Skipped::new(THROUGHPUT_BENCH, raw_floor::VARIANT, &format!("{e:#}")));
+            return;
+        }
+    };
+    for &clients in &plan.clients {
+        match throughput_point(&|| floor.client(), clients, plan.warmup_per_point, plan.seconds_per_point) {
+            Ok(ops) => {
+                let rate = ops as f64 / plan.seconds_per_point.as_secs_f64();
+                let row = BenchResult::new(THROUGHPUT_BENCH, raw_floor::VARIANT).size(VALUE_BYTES as u64).metric("throughput_ops_per_s", rate).param("clients", clients).param("puts", ops);
+                results.push(row.param("transport", "plain TCP sockets, loopback, TCP_NODELAY, blocking; one leader thread polls its clients and followers").param("servers", 3));
+            }
+            Err(e) => skipped.push(Skipped::new(THROUGHPUT_BENCH, raw_floor::VARIANT, &format!("{clients} clients: {e:#}"))),
+        }
+    }
 }
 
 /// One round of the machine's floor (plain TCP sockets, no UCX).
@@ -393,6 +432,7 @@ fn headlines(results: &[BenchResult]) -> Vec<Headline> {
             out.push(h);
         }
     }
+    out.extend(transport_headlines(results));
     let mut info = ratio("smr p50: log in pmem / log in DRAM (sm)", div(lat("pmwire_sm_pmem_self_validating", "latency_ns_p50"), lat("pmwire_sm_dram", "latency_ns_p50")), 1.2, false, "pmwire, log in DRAM");
     info.informational = true;
     if info.value.is_finite() {
@@ -401,14 +441,42 @@ fn headlines(results: &[BenchResult]) -> Vec<Headline> {
     out
 }
 
+/// The transports side by side (issue 26, item 9: choose by measurement):
+/// p50 and throughput at 64 clients of the replicas and of the floor over
+/// UCX tcp and over io_uring TCP, each against the machine's raw floor of
+/// the same run, and io_uring against UCX. Information: they choose, they
+/// do not pass or fail.
+fn transport_headlines(results: &[BenchResult]) -> Vec<Headline> {
+    let lat = |v: &str| metric(results, LATENCY_BENCH, v, "latency_ns_p50", None);
+    let ops = |v: &str| metric(results, THROUGHPUT_BENCH, v, "throughput_ops_per_s", Some(64));
+    let div = |a: Option<f64>, b: Option<f64>| Some(a? / b?);
+    let raw = raw_floor::VARIANT;
+    let mut out = Vec::new();
+    for (tls, label) in [("tcp", "UCX tcp"), ("uring", "io_uring tcp")] {
+        let (floor, ours) = (format!("floor_{tls}_4_messages_no_raft"), format!("pmwire_{tls}_pmem_self_validating"));
+        out.push(ratio(&format!("smr PUT p50: floor over {label} / raw TCP sockets"), div(lat(&floor), lat(raw)), 1.0, false, "raw TCP sockets, same run"));
+        out.push(ratio(&format!("smr PUT p50: pmwire ({label}, pmem) / raw TCP sockets"), div(lat(&ours), lat(raw)), 1.5, false, "raw TCP sockets, same run"));
+        out.push(ratio(&format!("smr PUTs/s at 64 clients: floor over {label} / raw TCP sockets"), div(ops(&floor), ops(raw)), 1.0, true, "raw TCP sockets, same run"));
+        out.push(ratio(&format!("smr PUTs/s at 64 clients: pmwire ({label}, pmem) / raw TCP sockets"), div(ops(&ours), ops(raw)), 1.0, true, "raw TCP sockets, same run"));
+    }
+    for (name, value, more) in [
+        ("smr PUT p50: pmwire (io_uring tcp) / pmwire (UCX tcp)", div(lat("pmwire_uring_pmem_self_validating"), lat("pmwire_tcp_pmem_self_validating")), false),
+        ("smr PUTs/s at 64 clients: pmwire (io_uring tcp) / pmwire (UCX tcp)", div(ops("pmwire_uring_pmem_self_validating"), ops("pmwire_tcp_pmem_self_validating")), true),
+    ] {
+        out.push(ratio(name, value, 1.0, more, "pmwire over UCX tcp, same run"));
+    }
+    out.into_iter().map(Headline::for_information).filter(|h| h.value.is_finite()).collect()
+}
+
 /// Runs the suite.
 pub fn run(options: &SmrOptions) -> Result<SuiteReport> {
     let plan = if options.quick { Plan::quick() } else { Plan::full() };
     let variants = variants(&options.transports);
     let rounds = rounds(options.quick);
     let round_plan = Plan { latency_puts: plan.latency_puts.div_ceil(rounds), ..plan.clone() };
-    let raw = options.transports.contains(&"tcp");
-    let bar = progress(rounds * (variants.len() as u64 + u64::from(raw)) + options.transports.len() as u64 + u64::from(options.peers));
+    let raw = options.transports.iter().any(|t| matches!(*t, "tcp" | "uring"));
+    let ucx = options.transports.iter().filter(|t| **t != "uring").count() as u64;
+    let bar = progress(rounds * (variants.len() as u64 + u64::from(raw)) + ucx + u64::from(options.peers));
     let (mut results, mut skipped) = (Vec::new(), Vec::new());
     let mut by_variant: Vec<Vec<BenchResult>> = vec![Vec::new(); variants.len()];
     let mut raw_rounds = Vec::new();
@@ -416,6 +484,9 @@ pub fn run(options: &SmrOptions) -> Result<SuiteReport> {
         if raw {
             bar.set_message(format!("{} (round {}/{rounds})", raw_floor::VARIANT, round + 1));
             raw_rounds.extend(raw_floor_round(&round_plan, &mut skipped));
+            if round == rounds / 2 {
+                raw_floor_sweep(&plan, &mut results, &mut skipped);
+            }
             bar.inc(1);
         }
         for (v, done) in variants.iter().zip(&mut by_variant) {
@@ -435,7 +506,8 @@ pub fn run(options: &SmrOptions) -> Result<SuiteReport> {
         let row = median_row(raw_floor::VARIANT, &raw_rounds, round_plan.latency_puts).param("transport", "plain TCP sockets, loopback, TCP_NODELAY, blocking; 3 threads");
         results.push(row);
     }
-    for &tls in &options.transports {
+    // The DARE bound needs one-sided access: UCX only.
+    for &tls in options.transports.iter().filter(|t| **t != "uring") {
         bar.set_message(format!("DARE bound over {tls}"));
         dare::run(tls, options.quick, &mut results, &mut skipped);
         bar.inc(1);

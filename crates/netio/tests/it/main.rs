@@ -7,3 +7,4 @@ mod limits;
 mod listeners;
 mod load;
 mod wakeups;
+mod watch;
