@@ -702,6 +702,15 @@ where
         std::mem::take(&mut self.raw.mut_store().durable)
     }
 
+    /// Takes the machine out (a simulated crash: what it leaves is the
+    /// simulation's to decide).
+    pub fn take_machine(&mut self) -> M
+    where
+        M: Default,
+    {
+        std::mem::take(&mut self.machine)
+    }
+
     /// The durable state, mutable (the simulation arms its crashes).
     pub fn durable_mut_for_sim(&mut self) -> &mut D {
         &mut self.raw.mut_store().durable
@@ -1425,14 +1434,16 @@ where
         }
     }
 
-    /// Installs a snapshot from the leader: the machine and the replica's
-    /// own part from its data, then the store.
+    /// Installs a snapshot from the leader: checked, then into the store,
+    /// then the machine and the replica's own part from its data (in that
+    /// order, so that a persistent machine is never ahead of the log: a
+    /// crash in between restores the machine from the store at start).
     fn install_snapshot(&mut self, snap: &raft::eraftpb::Snapshot) -> Result<(), raft::Error> {
         let index = snap.get_metadata().index;
         let decoded = snapshot::decode(&snap.data).map_err(|e| raft::Error::ConfigInvalid(format!("snapshot at index {index}: {e}")))?;
+        self.store_mut().install_snapshot(snap.get_metadata(), &snap.data).map_err(store_error)?;
         snapshot::restore_machine(&mut self.machine, index, &decoded).map_err(raft::Error::ConfigInvalid)?;
         self.own = decoded.replica;
-        self.store_mut().install_snapshot(snap.get_metadata(), &snap.data).map_err(store_error)?;
         self.applied = index;
         self.snapshot_index = index;
         self.machine_floor = self.machine_floor.max(index);
