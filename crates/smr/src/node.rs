@@ -28,6 +28,32 @@
 //! whose chunks do not follow on. A snapshot's send is reported to raft-rs
 //! once its last chunk is sent.
 //!
+//! The machine: a replica is generic over its [`StateMachine`] `M`. Log
+//! entries have a kind (`docs/FORMAT.md`, "Replica log entries"): the
+//! machine's data (what an embedder proposed with [`Replica::propose`],
+//! context `[2]`), an SMR1 client's write (its request's bytes, context
+//! `[1]`, or empty in a log written before kinds existed; applied through
+//! [`Smr1Machine`] when the replica serves SMR1 data operations), a
+//! membership change (a `ConfChange` entry), or a new leader's empty
+//! entry. The members' addresses and the sessions of membership changes
+//! are the replica's own ([`ReplicaPart`]); a snapshot is that part and
+//! [`StateMachine::snapshot`], checksummed together (`crate::snapshot`).
+//! After each batch of applies the replica calls
+//! [`StateMachine::persist_applied`] once, and only then releases the
+//! batch's answers; if it fails, the replica halts with the reason. At
+//! start the machine is restored from the store's snapshot unless it
+//! already applied past it (a persistent machine): entries up to
+//! [`StateMachine::applied`] are then replayed for the replica's own part
+//! only, never handed to the machine again.
+//!
+//! Embedding (`embed`): a server that owns a replica in its own loop
+//! proposes with [`Replica::propose`], reads linearizably after
+//! [`Replica::read_index`], and takes outcomes with [`Replica::take_done`].
+//! Every proposal and read, an embedder's or an SMR1 client's, is done or
+//! failed within [`ReplicaConfig::pending_timeout_elections`] election
+//! timeouts: a leader that lost its majority answers with an error, never
+//! hangs and never answers stale.
+//!
 //! Membership (Raft thesis §4.1, one server at a time; raft-rs's simple
 //! conf changes): ADD_MEMBER makes a learner (it receives the log, does
 //! not vote), PROMOTE_MEMBER makes a caught-up learner a voter,
@@ -35,7 +61,7 @@
 //! entry whose context is the client's request (id, address, session); the
 //! leader checks it against the applied membership before proposing, and
 //! proposes nothing while another change is unapplied. Applying an add
-//! records the address in the [`Machine`] and takes a snapshot at once, so
+//! records the address in the replica's own part and takes a snapshot at once, so
 //! the address is durable on every replica that applied it and the log
 //! that a new replica would otherwise replay from index 1 (whose
 //! membership it cannot know) starts after the add: a new replica always
@@ -44,7 +70,7 @@
 //! leader removes it. TRANSFER_LEADER is raft-rs's leader transfer,
 //! answered once this replica is no longer the leader.
 //!
-//! Addresses: a peer's address is the one the machine recorded when it
+//! Addresses: a peer's address is the one the replica recorded when it
 //! was added, else the one given at start (`peers` of [`Replica::new`]).
 //!
 //! Invariants: a client's write is answered [`Status::Ok`] only once it
@@ -67,8 +93,20 @@ use transport::sim::SimAddr;
 use transport::{ConnId, Event, NodeId, RequestId, Transport};
 
 use crate::command::{Member, Op, Refusal, Refused, RequestView, Response, Status, StatusValue, MAX_ADDR_BYTES, REQUEST_HEADER_BYTES, REQUEST_MAGIC};
-use crate::machine::Machine;
+use crate::kvmap::KvMap;
+use crate::smr1::{Smr1Machine, Smr1Ops};
+use crate::snapshot::{self, ReplicaPart};
+use crate::state::StateMachine;
 use crate::store::{Durable, Store};
+
+mod embed;
+pub use embed::{Done, Failure, FollowerProgress, NotLeader, Ticket};
+use embed::{Pending, ReadWaiter, Waiter};
+
+/// An entry's context naming its kind: an SMR1 client's write.
+pub const ENTRY_SMR1_WRITE: u8 = 1;
+/// An entry's context naming its kind: the machine's data.
+pub const ENTRY_MACHINE: u8 = 2;
 
 /// Ticks a replica waits before connecting again to a peer whose
 /// connection was lost or refused.
@@ -228,6 +266,11 @@ pub struct ReplicaConfig {
     /// most [`RAFT_CHUNK_BYTES`]; the simulation draws smaller ones so that
     /// chunking runs under its faults).
     pub chunk_bytes: usize,
+    /// A proposal or read (an embedder's or an SMR1 client's) not done
+    /// within this many election timeouts (`election_ticks` each) fails:
+    /// [`Failure::NoQuorum`], or RETRY to an SMR1 client. A leader that
+    /// lost its majority so answers within a bound, never hangs.
+    pub pending_timeout_elections: u64,
 }
 
 impl ReplicaConfig {
@@ -246,7 +289,13 @@ impl ReplicaConfig {
             trace_applied: false,
             promote_lag: 1000,
             chunk_bytes: RAFT_CHUNK_BYTES,
+            pending_timeout_elections: 2,
         }
+    }
+
+    /// Ticks a proposal or read may wait ([`ReplicaConfig::pending_timeout_elections`]).
+    pub fn pending_timeout_ticks(&self) -> u64 {
+        self.pending_timeout_elections.saturating_mul(self.election_ticks as u64)
     }
 }
 
@@ -286,14 +335,25 @@ pub struct Counters {
     pub chunked: u64,
 }
 
-/// One replica of the state machine.
-pub struct Replica<T: Transport, D: Durable>
+/// One replica of the state machine `M` (by default the put/get/del/cas
+/// map that SMR1 clients reach).
+pub struct Replica<T: Transport, D: Durable, M: StateMachine = KvMap>
 where
     T::Addr: PeerAddr,
 {
     config: ReplicaConfig,
     raw: RawNode<Store<D>>,
-    machine: Machine,
+    machine: M,
+    /// The replica's own part of the state: members' addresses, the
+    /// sessions of membership changes.
+    own: ReplicaPart,
+    /// SMR1's data operations on `M`, if this replica serves them.
+    smr1: Option<Smr1Ops<M>>,
+    /// The machine had applied up to here when the replica started: data
+    /// entries up to it are not handed to it again.
+    machine_floor: u64,
+    /// The machine applied something since it last persisted.
+    machine_dirty: bool,
     applied: u64,
     /// Addresses given at start (without this replica).
     boot_peers: BTreeMap<u64, T::Addr>,
@@ -305,13 +365,23 @@ where
     /// Take a snapshot at the end of this turn (a replica was added).
     compact_now: bool,
     out_conns: BTreeMap<u64, ConnId>,
-    writes: BTreeMap<u64, (RequestId, u64)>,
-    /// Reads waiting for their read index, by context: the request, its
-    /// key, and the tick it was (last) asked at.
-    reads: BTreeMap<u64, (RequestId, Vec<u8>, u64)>,
+    /// Proposals waiting to be applied, by log index: who waits, the term
+    /// proposed in, the tick proposed at.
+    writes: BTreeMap<u64, (Waiter, u64, u64)>,
+    /// Reads waiting for their read index, by context: who waits, the
+    /// tick it was (last) asked at, the tick it was first asked at.
+    reads: BTreeMap<u64, (ReadWaiter, u64, u64)>,
     ticks: u64,
-    ready_reads: Vec<(u64, RequestId, Vec<u8>)>,
+    /// Reads whose read index is known: the index, who waits, the tick
+    /// first asked at.
+    ready_reads: Vec<(u64, ReadWaiter, u64)>,
     next_read: u64,
+    /// The last ticket handed out.
+    next_ticket: u64,
+    /// Outcomes of the batch being applied, released once it is persisted.
+    batch: Vec<(Waiter, Pending<M::Output>)>,
+    /// Embedders' outcomes not yet taken ([`Replica::take_done`]).
+    done: Vec<(Ticket, Done<M::Output>)>,
     next_tick: Duration,
     was_leader: bool,
     counters: Counters,
@@ -325,8 +395,8 @@ where
     /// copy the snapshot).
     snapshot_index: u64,
     /// Writes received this turn, proposed together before its `Ready`:
-    /// their requests and their entries (the request's bytes).
-    proposed_ids: Vec<RequestId>,
+    /// who waits and their entries.
+    proposed_ids: Vec<Waiter>,
     proposed: Vec<Entry>,
     /// A chunked message being sent to each peer (at most one).
     outbox: BTreeMap<u64, Outgoing>,
@@ -367,30 +437,71 @@ enum Verdict {
     HandOver,
 }
 
+/// What a replica starts from: the store's snapshot metadata and the
+/// replica's own part of it. Restores `machine` from the snapshot unless
+/// it applied past it already, and raises the store's commit index to
+/// what the machine applied (only committed entries are applied; the
+/// commit index is stored lazily).
+fn start_state<D: Durable, M: StateMachine>(durable: &mut D, machine: &mut M) -> Result<(SnapshotMetadata, ReplicaPart), String> {
+    let (meta, data) = durable.snapshot();
+    let mut own = ReplicaPart::default();
+    if !data.is_empty() {
+        let decoded = snapshot::decode(&data).map_err(|e| format!("snapshot at index {}: {e}", meta.index))?;
+        if machine.applied() < meta.index {
+            snapshot::restore_machine(machine, meta.index, &decoded)?;
+        }
+        own = decoded.replica;
+    } else if machine.applied() < meta.index {
+        return Err(format!("the store's snapshot at index {} holds no data and the machine applied only to {}", meta.index, machine.applied()));
+    }
+    let applied = machine.applied();
+    let last = durable.last_index();
+    if applied > last {
+        return Err(format!("the machine applied the log to index {applied}, past this replica's log (last index {last}): the machine and the log are not of one replica"));
+    }
+    if applied > durable.hard_state().commit {
+        durable.note_commit(applied);
+    }
+    Ok((meta, own))
+}
+
 fn discard_logger() -> slog::Logger {
     slog::Logger::root(slog::Discard, slog::o!())
 }
 
-impl<T: Transport, D: Durable> Replica<T, D>
+impl<T: Transport, D: Durable> Replica<T, D, KvMap>
 where
     T::Addr: PeerAddr,
 {
-    /// A replica over `durable` (its state after a restart, or a new
-    /// store), reaching the other replicas at `peers` (id → address,
-    /// without this one) unless the state machine recorded another
-    /// address for one (a replica added later). A new store with no voters
-    /// is a replica waiting to be added: it never campaigns and starts
-    /// from the snapshot the leader sends it.
-    pub fn new(config: ReplicaConfig, durable: D, peers: BTreeMap<u64, T::Addr>) -> Result<Replica<T, D>, raft::Error> {
+    /// A replica of the put/get/del/cas map ([`KvMap`]) over `durable`
+    /// (its state after a restart, or a new store), reaching the other
+    /// replicas at `peers` (id → address, without this one) unless it
+    /// recorded another address for one (a replica added later), serving
+    /// SMR1's data operations. A new store with no voters is a replica
+    /// waiting to be added: it never campaigns and starts from the
+    /// snapshot the leader sends it.
+    pub fn new(config: ReplicaConfig, durable: D, peers: BTreeMap<u64, T::Addr>) -> Result<Replica<T, D, KvMap>, raft::Error> {
+        Ok(Replica::with_machine(config, durable, KvMap::new(), peers)?.serve_smr1())
+    }
+}
+
+impl<T: Transport, D: Durable, M: StateMachine> Replica<T, D, M>
+where
+    T::Addr: PeerAddr,
+{
+    /// A replica of `machine` (new, or a persistent machine as a restart
+    /// found it) over `durable`, reaching the other replicas at `peers`
+    /// (see [`Replica::new`]). The machine is restored from the store's
+    /// snapshot unless it applied past the snapshot already; a machine
+    /// that applied past the log's end is refused (machine and log are not
+    /// of one replica). SMR1's data operations are answered BAD_REQUEST
+    /// unless [`Replica::serve_smr1`] turns them on.
+    pub fn with_machine(config: ReplicaConfig, mut durable: D, mut machine: M, peers: BTreeMap<u64, T::Addr>) -> Result<Replica<T, D, M>, raft::Error> {
         assert_ne!(config.id, 0, "replica ids start at 1");
         assert!((1..=RAFT_CHUNK_BYTES).contains(&config.chunk_bytes), "chunks of 1 B to RAFT_CHUNK_BYTES");
         assert!(!peers.contains_key(&config.id), "peers exclude this replica");
-        let (snap_meta, snap_data) = durable.snapshot();
-        let machine = if snap_data.is_empty() {
-            Machine::new()
-        } else {
-            Machine::restore(&snap_data).map_err(|e| raft::Error::ConfigInvalid(format!("snapshot: {e}")))?
-        };
+        assert!(config.pending_timeout_ticks() > 0, "a pending proposal or read may wait at least a tick");
+        let (snap_meta, own) = start_state(&mut durable, &mut machine).map_err(raft::Error::ConfigInvalid)?;
         let raft_config = raft::Config {
             id: config.id,
             election_tick: config.election_ticks,
@@ -417,7 +528,11 @@ where
             next_tick: config.tick,
             config,
             raw,
+            machine_floor: machine.applied(),
+            machine_dirty: false,
             machine,
+            own,
+            smr1: None,
             applied: snap_meta.index,
             boot_peers: peers.clone(),
             peers,
@@ -429,6 +544,9 @@ where
             ticks: 0,
             ready_reads: Vec::new(),
             next_read: 1,
+            next_ticket: 0,
+            batch: Vec::new(),
+            done: Vec::new(),
             was_leader: false,
             counters: Counters::default(),
             rng,
@@ -449,11 +567,20 @@ where
         Ok(replica)
     }
 
-    /// Rebuilds the address book: what the machine recorded, else what
+    /// Serves SMR1's data operations (PUT, GET, DEL, CAS) on the machine.
+    pub fn serve_smr1(mut self) -> Replica<T, D, M>
+    where
+        M: Smr1Machine,
+    {
+        self.smr1 = Some(Smr1Ops::of());
+        self
+    }
+
+    /// Rebuilds the address book: what the replica recorded, else what
     /// was given at start.
     fn sync_peers(&mut self) {
         let mut peers = self.boot_peers.clone();
-        for (&id, bytes) in self.machine.members() {
+        for (&id, bytes) in &self.own.members {
             if id == self.config.id {
                 continue;
             }
@@ -537,9 +664,22 @@ where
         &self.counters
     }
 
-    /// The state machine (for tests and status).
-    pub fn machine(&self) -> &Machine {
+    /// The state machine: what an embedder reads, linearizably once a
+    /// [`Replica::read_index`] is done.
+    pub fn machine(&self) -> &M {
         &self.machine
+    }
+
+    /// The state machine, mutable (an embedder's own bookkeeping; what it
+    /// changes here is not replicated).
+    pub fn machine_mut(&mut self) -> &mut M {
+        &mut self.machine
+    }
+
+    /// The replica's own part of the state (members' addresses, sessions
+    /// of membership changes).
+    pub fn own_state(&self) -> &ReplicaPart {
+        &self.own
     }
 
     /// The durable state (for tests: crash images, inspection).
@@ -560,6 +700,15 @@ where
         D: Default,
     {
         std::mem::take(&mut self.raw.mut_store().durable)
+    }
+
+    /// Takes the machine out (a simulated crash: what it leaves is the
+    /// simulation's to decide).
+    pub fn take_machine(&mut self) -> M
+    where
+        M: Default,
+    {
+        std::mem::take(&mut self.machine)
     }
 
     /// The durable state, mutable (the simulation arms its crashes).
@@ -664,10 +813,14 @@ where
         if op.names_member() {
             return self.on_member_request(t, id, payload);
         }
+        let Some(ops) = &self.smr1 else {
+            // This replica's machine is not reached by SMR1's data operations.
+            return self.answer(t, id, Status::BadRequest, 0, Vec::new());
+        };
         if op == Op::Get {
             let ctx = self.next_read;
             self.next_read += 1;
-            self.reads.insert(ctx, (id, payload[key_at].to_vec(), self.ticks));
+            self.reads.insert(ctx, (ReadWaiter::Client(id, payload[key_at].to_vec()), self.ticks, self.ticks));
             self.raw.read_index(ctx.to_le_bytes().to_vec());
             return;
         }
@@ -675,24 +828,18 @@ where
         // writes of a turn are proposed together, before its `Ready`
         // ([`Replica::propose_batch`]): one append per follower for all.
         if !self.config.faults.answer_before_commit {
-            self.proposed_ids.push(id);
-            self.proposed.push(Entry { data: payload.into(), ..Default::default() });
+            self.proposed_ids.push(Waiter::Client(id));
+            self.proposed.push(Entry { data: payload.into(), context: (&[ENTRY_SMR1_WRITE][..]).into(), ..Default::default() });
             return;
         }
-        let planted = Some(payload.clone());
-        if self.raw.propose(Vec::new(), payload).is_err() {
+        let preview = ops.preview;
+        if self.raw.propose(vec![ENTRY_SMR1_WRITE], payload.clone()).is_err() {
             return self.answer(t, id, Status::NotLeader, 0, Vec::new());
         }
+        // Planted: answer now, as if the entry were committed.
         let index = self.raw.raft.raft_log.last_index();
-        let term = self.raw.raft.term;
-        if let Some(bytes) = planted {
-            // Planted: answer now, as if the entry were committed.
-            let req = RequestView::parse(&bytes).expect("checked above");
-            let resp = self.machine.clone().apply(index, &req);
-            return self.answer(t, id, resp.status, index, resp.value);
-        }
-        let previous = self.writes.insert(index, (id, term));
-        assert!(previous.is_none(), "one proposal per index per term");
+        let resp = preview(&self.machine, index, &payload);
+        self.answer(t, id, resp.status, index, resp.value);
     }
 
     /// A membership request at the leader: checked against the applied
@@ -703,7 +850,7 @@ where
         if req.op == Op::TransferLeader {
             return self.start_transfer(t, id, member);
         }
-        if let Some(resp) = self.machine.remembered(req.client, req.seq) {
+        if let Some(resp) = self.own.sessions.check(req.client, req.seq, 0) {
             return self.answer(t, id, resp.status, resp.index, resp.value);
         }
         if self.raw.raft.has_pending_conf() {
@@ -728,7 +875,7 @@ where
             return self.answer(t, id, Status::NotLeader, 0, Vec::new());
         }
         let index = self.raw.raft.raft_log.last_index();
-        let previous = self.writes.insert(index, (id, self.raw.raft.term));
+        let previous = self.writes.insert(index, (Waiter::Client(id), self.raw.raft.term, self.ticks));
         assert!(previous.is_none(), "one proposal per index per term");
     }
 
@@ -823,9 +970,9 @@ where
     fn apply_membership(&mut self, t: &mut T, e: &Entry, cc: &ConfChangeV2) -> Result<(), raft::Error> {
         let waiting = self.writes.remove(&e.index);
         let req = RequestView::parse(&e.context).ok().filter(|r| r.op.changes_membership());
-        if let Some(resp) = req.as_ref().and_then(|r| self.machine.remembered(r.client, r.seq)) {
-            if let Some((id, _)) = waiting {
-                self.answer(t, id, resp.status, resp.index, resp.value);
+        if let Some(resp) = req.as_ref().and_then(|r| self.own.sessions.check(r.client, r.seq, 0)) {
+            if let Some((waiter, _, _)) = waiting {
+                self.batch.push((waiter, Pending::Smr1(resp)));
             }
             return Ok(());
         }
@@ -843,17 +990,40 @@ where
             Err(err) => (Status::Refused, Refused::new(Refusal::Rejected, format!("raft refused the change: {err}")).to_bytes()),
         };
         let resp = match &req {
-            Some(r) => self.machine.apply_member(e.index, r, outcome),
+            Some(r) => self.record_member_change(e.index, r, outcome),
             None => Response { status: outcome.0, leader: 0, index: e.index, value: outcome.1 },
         };
         if resp.status == Status::Ok {
             self.after_membership_change(t, cc.get_changes());
         }
-        if let Some((id, term)) = waiting {
-            let (status, value) = if term == e.term { (resp.status, resp.value) } else { (Status::Retry, Vec::new()) };
-            self.answer(t, id, status, resp.index, value);
+        if let Some((waiter, term, _)) = waiting {
+            let pending = if term == e.term { Pending::Smr1(resp) } else { Pending::Superseded };
+            self.batch.push((waiter, pending));
         }
         Ok(())
+    }
+
+    /// Records the outcome of the membership request `req` carried by the
+    /// conf change at `index` in the replica's own part: on success
+    /// ADD_MEMBER records the address and REMOVE_MEMBER drops it; the
+    /// outcome is remembered in the request's session.
+    fn record_member_change(&mut self, index: u64, req: &RequestView<'_>, outcome: (Status, Vec<u8>)) -> Response {
+        let id = req.member_id().expect("a membership request names a replica");
+        let (status, value) = outcome;
+        if status == Status::Ok {
+            match req.op {
+                Op::AddMember => {
+                    assert!(req.value.len() <= MAX_ADDR_BYTES, "checked by parse");
+                    self.own.members.insert(id, req.value.to_vec());
+                }
+                Op::RemoveMember => {
+                    self.own.members.remove(&id);
+                }
+                _ => {}
+            }
+        }
+        self.own.sessions.remember(req.client, req.seq, index, status, value.clone());
+        Response { status, leader: 0, index, value }
     }
 
     /// Follows an applied change: the address book, connections to
@@ -889,15 +1059,20 @@ where
         m.set_entries(std::mem::take(&mut self.proposed).into());
         let n = self.proposed_ids.len() as u64;
         if self.raw.raft.state != StateRole::Leader || self.raw.step(m).is_err() {
-            for id in std::mem::take(&mut self.proposed_ids) {
-                self.answer(t, id, Status::NotLeader, 0, Vec::new());
+            for waiter in std::mem::take(&mut self.proposed_ids) {
+                match waiter {
+                    Waiter::Client(id) => self.answer(t, id, Status::NotLeader, 0, Vec::new()),
+                    // Never proposed: certainly not applied.
+                    Waiter::Ticket(k) => self.done.push((k, Done::Failed(Failure::NotProposed))),
+                }
             }
             return;
         }
         let term = self.raw.raft.term;
         let first = self.raw.raft.raft_log.last_index() + 1 - n;
-        for (k, id) in self.proposed_ids.drain(..).enumerate() {
-            let previous = self.writes.insert(first + k as u64, (id, term));
+        let ticks = self.ticks;
+        for (k, waiter) in self.proposed_ids.drain(..).enumerate() {
+            let previous = self.writes.insert(first + k as u64, (waiter, term, ticks));
             assert!(previous.is_none(), "one proposal per index per term");
         }
     }
@@ -1070,16 +1245,21 @@ where
         }
     }
 
+    /// Applies committed entries in order; their answers wait in
+    /// `batch` until [`Replica::finish_batch`].
     fn apply_entries(&mut self, t: &mut T, entries: Vec<Entry>) -> Result<(), raft::Error> {
         for e in entries {
+            if self.halted.is_some() {
+                break;
+            }
             assert_eq!(e.index, self.applied + 1, "entries apply in order");
             self.applied = e.index;
             if self.config.trace_applied {
                 self.applied_trace.push((e.index, e.term));
             }
             match e.get_entry_type() {
-                EntryType::EntryNormal if e.data.is_empty() => {} // a new leader's empty entry
-                EntryType::EntryNormal => self.apply_write(t, &e),
+                EntryType::EntryNormal if e.data.is_empty() && e.context.is_empty() => {} // a new leader's empty entry
+                EntryType::EntryNormal => self.apply_normal(&e),
                 EntryType::EntryConfChange => {
                     let v1 = ConfChange::parse_from_bytes(&e.data).map_err(raft::Error::CodecError)?;
                     let single = ConfChangeSingle { change_type: v1.change_type, node_id: v1.node_id, ..Default::default() };
@@ -1095,21 +1275,62 @@ where
         Ok(())
     }
 
-    fn apply_write(&mut self, t: &mut T, e: &Entry) {
+    /// Applies a normal entry by its kind: the machine's data, or an SMR1
+    /// write (an empty context is one, as every entry was before kinds).
+    /// Data entries the machine applied before the replica started are
+    /// not handed to it again.
+    fn apply_normal(&mut self, e: &Entry) {
         let waiting = self.writes.remove(&e.index);
-        let Ok(req) = RequestView::parse(&e.data).map_err(|_| ()).and_then(|r| if r.op.writes() { Ok(r) } else { Err(()) }) else {
-            // Only checked requests are proposed; every replica skips the
-            // same bytes the same way.
-            self.counters.malformed += 1;
-            return;
-        };
-        let resp = self.machine.apply(e.index, &req);
-        if let Some((id, term)) = waiting {
-            if term == e.term {
-                self.answer(t, id, resp.status, resp.index, resp.value);
-            } else {
-                self.answer(t, id, Status::Retry, 0, Vec::new());
+        let fresh = e.index > self.machine_floor;
+        let outcome = match e.context.as_ref() {
+            [ENTRY_MACHINE] => fresh.then(|| Pending::Output(e.index, self.machine.apply(e.index, &e.data))),
+            [] | [ENTRY_SMR1_WRITE] => match &self.smr1 {
+                Some(ops) => fresh.then(|| Pending::Smr1((ops.apply_write)(&mut self.machine, e.index, &e.data))),
+                None => {
+                    // Only a leader serving SMR1 proposes these; every
+                    // replica skips the bytes the same way.
+                    self.counters.malformed += 1;
+                    Some(Pending::Smr1(Response { status: Status::BadRequest, leader: 0, index: e.index, value: Vec::new() }))
+                }
+            },
+            other => {
+                let id = self.config.id;
+                self.halted = Some(format!("replica {id}: the log entry at index {} has a kind this build does not know (context {other:?}); was it written by a newer pmwire?", e.index));
+                return;
             }
+        };
+        self.machine_dirty |= fresh;
+        if let Some((waiter, term, _)) = waiting {
+            let pending = if term != e.term { Pending::Superseded } else { outcome.expect("a proposal waits only past the machine's floor") };
+            self.batch.push((waiter, pending));
+        }
+    }
+
+    /// The end of a batch of applies: the machine persists what it
+    /// applied, then the batch's answers are released. A machine that
+    /// cannot persist halts the replica; its batch fails unanswered.
+    fn finish_batch(&mut self, t: &mut T) {
+        if std::mem::take(&mut self.machine_dirty) && self.halted.is_none() {
+            if let Err(e) = self.machine.persist_applied() {
+                self.halted = Some(format!("replica {}: {e} (applied to index {}); it cannot go on with a machine that lost what it applied", self.config.id, self.applied));
+            }
+        }
+        let batch = std::mem::take(&mut self.batch);
+        for (waiter, pending) in batch {
+            if self.halted.is_some() {
+                self.fail_write(t, waiter, Failure::Halted);
+                continue;
+            }
+            self.release(t, waiter, pending);
+        }
+    }
+
+    fn release(&mut self, t: &mut T, waiter: Waiter, pending: Pending<M::Output>) {
+        match (waiter, pending) {
+            (waiter, Pending::Superseded) => self.fail_write(t, waiter, Failure::LeadershipLost),
+            (Waiter::Client(id), Pending::Smr1(r)) => self.answer(t, id, r.status, r.index, r.value),
+            (Waiter::Ticket(k), Pending::Output(index, output)) => self.done.push((k, Done::Applied { index, output })),
+            (Waiter::Client(_), Pending::Output(..)) | (Waiter::Ticket(_), Pending::Smr1(_)) => unreachable!("an entry of one term is of the kind it was proposed as"),
         }
     }
 
@@ -1121,37 +1342,113 @@ where
     fn serve_reads(&mut self, t: &mut T) {
         let applied = self.applied;
         let ready = std::mem::take(&mut self.ready_reads);
-        for (index, id, key) in ready {
+        for (index, waiter, since) in ready {
             if index > applied {
-                self.ready_reads.push((index, id, key));
+                self.ready_reads.push((index, waiter, since));
                 continue;
             }
-            match self.machine.get(&key) {
-                Some(v) => {
-                    let v = v.to_vec();
-                    self.answer(t, id, Status::Ok, index, v)
+            match waiter {
+                ReadWaiter::Client(id, key) => {
+                    let ops = self.smr1.as_ref().expect("only a replica serving SMR1 takes a GET");
+                    let r = (ops.read)(&self.machine, &key);
+                    self.answer(t, id, r.status, index, r.value);
                 }
-                None => self.answer(t, id, Status::NotFound, index, Vec::new()),
+                ReadWaiter::Ticket(k) => self.done.push((k, Done::Readable { index })),
             }
         }
     }
 
-    /// On losing leadership: writes not yet applied may or may not be
-    /// committed (retry with the same sequence number); reads not yet
-    /// served are refused.
+    /// On losing leadership: proposals not yet applied may or may not be
+    /// committed (an SMR1 client retries with the same sequence number);
+    /// reads not yet served are refused.
     fn step_down(&mut self, t: &mut T) {
         for id in std::mem::take(&mut self.transfers) {
             self.answer(t, id, Status::Ok, 0, Vec::new());
         }
-        for (_, (id, _)) in std::mem::take(&mut self.writes) {
-            self.answer(t, id, Status::Retry, 0, Vec::new());
+        self.fail_all(t, Failure::LeadershipLost);
+    }
+
+    /// Fails every proposal and read waiting.
+    fn fail_all(&mut self, t: &mut T, why: Failure) {
+        for (_, (waiter, _, _)) in std::mem::take(&mut self.writes) {
+            self.fail_write(t, waiter, why);
         }
-        for (_, (id, _, _)) in std::mem::take(&mut self.reads) {
-            self.answer(t, id, Status::NotLeader, 0, Vec::new());
+        for (_, (waiter, _, _)) in std::mem::take(&mut self.reads) {
+            self.fail_read(t, waiter, why);
         }
-        for (_, id, _) in std::mem::take(&mut self.ready_reads) {
-            self.answer(t, id, Status::NotLeader, 0, Vec::new());
+        for (_, waiter, _) in std::mem::take(&mut self.ready_reads) {
+            self.fail_read(t, waiter, why);
         }
+    }
+
+    /// A proposal failed: an SMR1 client is told to retry (its session
+    /// applies the write once), or sent on if this replica halted.
+    fn fail_write(&mut self, t: &mut T, waiter: Waiter, why: Failure) {
+        match waiter {
+            Waiter::Client(id) if why == Failure::Halted => self.answer(t, id, Status::NotLeader, 0, Vec::new()),
+            Waiter::Client(id) => self.answer(t, id, Status::Retry, 0, Vec::new()),
+            Waiter::Ticket(k) => self.done.push((k, Done::Failed(why))),
+        }
+    }
+
+    /// A read failed: an SMR1 client is sent on (NOT_LEADER) or, if it
+    /// timed out, told to retry.
+    fn fail_read(&mut self, t: &mut T, waiter: ReadWaiter, why: Failure) {
+        match waiter {
+            ReadWaiter::Client(id, _) if why == Failure::NoQuorum => self.answer(t, id, Status::Retry, 0, Vec::new()),
+            ReadWaiter::Client(id, _) => self.answer(t, id, Status::NotLeader, 0, Vec::new()),
+            ReadWaiter::Ticket(k) => self.done.push((k, Done::Failed(why))),
+        }
+    }
+
+    /// Fails the proposals and reads that waited longer than
+    /// [`ReplicaConfig::pending_timeout_ticks`]. Both maps are in the
+    /// order they were asked in (log index, read context), so the expired
+    /// ones are at the front.
+    fn expire_pending(&mut self, t: &mut T) {
+        let bound = self.config.pending_timeout_ticks();
+        let now = self.ticks;
+        let expired = |since: u64| now >= since.saturating_add(bound);
+        while let Some(first) = self.writes.first_entry() {
+            if !expired(first.get().2) {
+                break;
+            }
+            let (waiter, _, _) = first.remove();
+            self.fail_write(t, waiter, Failure::NoQuorum);
+        }
+        while let Some(first) = self.reads.first_entry() {
+            if !expired(first.get().2) {
+                break;
+            }
+            let (waiter, _, _) = first.remove();
+            self.fail_read(t, waiter, Failure::NoQuorum);
+        }
+        if self.ready_reads.iter().any(|r| expired(r.2)) {
+            for (index, waiter, since) in std::mem::take(&mut self.ready_reads) {
+                if expired(since) {
+                    self.fail_read(t, waiter, Failure::NoQuorum);
+                } else {
+                    self.ready_reads.push((index, waiter, since));
+                }
+            }
+        }
+    }
+
+    /// Installs a snapshot from the leader: checked, then into the store,
+    /// then the machine and the replica's own part from its data (in that
+    /// order, so that a persistent machine is never ahead of the log: a
+    /// crash in between restores the machine from the store at start).
+    fn install_snapshot(&mut self, snap: &raft::eraftpb::Snapshot) -> Result<(), raft::Error> {
+        let index = snap.get_metadata().index;
+        let decoded = snapshot::decode(&snap.data).map_err(|e| raft::Error::ConfigInvalid(format!("snapshot at index {index}: {e}")))?;
+        self.store_mut().install_snapshot(snap.get_metadata(), &snap.data).map_err(store_error)?;
+        snapshot::restore_machine(&mut self.machine, index, &decoded).map_err(raft::Error::ConfigInvalid)?;
+        self.own = decoded.replica;
+        self.applied = index;
+        self.snapshot_index = index;
+        self.machine_floor = self.machine_floor.max(index);
+        self.sync_peers();
+        Ok(())
     }
 
     fn handle_ready(&mut self, t: &mut T) -> Result<bool, raft::Error> {
@@ -1169,13 +1466,10 @@ where
         }
         if !ready.snapshot().is_empty() {
             let snap = ready.snapshot().clone();
-            self.machine = Machine::restore(&snap.data).map_err(|e| raft::Error::ConfigInvalid(format!("snapshot: {e}")))?;
-            self.store_mut().install_snapshot(snap.get_metadata(), &snap.data).map_err(store_error)?;
-            self.applied = snap.get_metadata().index;
-            self.snapshot_index = self.applied;
-            self.sync_peers();
+            self.install_snapshot(&snap)?;
         }
         self.apply_entries(t, ready.take_committed_entries())?;
+        self.finish_batch(t);
         let persisted = ready.take_persisted_messages();
         if self.config.faults.ack_before_persist {
             self.send_all(t, persisted.clone());
@@ -1195,8 +1489,8 @@ where
         for rs in ready.take_read_states() {
             let ctx_bytes: &[u8] = rs.request_ctx.as_ref();
             let ctx = u64::from_le_bytes(ctx_bytes.try_into().unwrap_or([0; 8]));
-            if let Some((id, key, _)) = self.reads.remove(&ctx) {
-                self.ready_reads.push((rs.index, id, key));
+            if let Some((waiter, _, since)) = self.reads.remove(&ctx) {
+                self.ready_reads.push((rs.index, waiter, since));
             }
         }
         let mut light = self.raw.advance(ready);
@@ -1205,14 +1499,20 @@ where
         }
         self.send_all(t, light.take_messages());
         self.apply_entries(t, light.take_committed_entries())?;
+        self.finish_batch(t);
         self.raw.advance_apply();
         self.serve_reads(t);
         self.maybe_compact()?;
         Ok(true)
     }
 
-    /// Takes a snapshot and compacts once enough is applied past the last.
+    /// Takes a snapshot and compacts once enough is applied past the last
+    /// (not while entries the machine already holds are replayed: its
+    /// state is then past the applied index).
     fn maybe_compact(&mut self) -> Result<(), raft::Error> {
+        if self.machine.applied() > self.applied || self.halted.is_some() {
+            return Ok(());
+        }
         let forced = std::mem::take(&mut self.compact_now) && self.applied > self.snapshot_index;
         if !forced && self.applied < self.snapshot_index + self.config.snapshot_every {
             return Ok(());
@@ -1220,7 +1520,7 @@ where
         let mut meta = SnapshotMetadata { index: self.applied, ..Default::default() };
         meta.term = self.durable().term(self.applied).expect("applied entries are held");
         meta.set_conf_state(self.raw.raft.prs().conf().to_conf_state());
-        let data = self.machine.snapshot();
+        let data = snapshot::encode(&self.own, &self.machine.snapshot());
         self.store_mut().compact(&meta, &data).map_err(store_error)?;
         self.snapshot_index = self.applied;
         self.counters.snapshots += 1;
@@ -1238,20 +1538,21 @@ where
         }
         let patience = 2 * self.config.heartbeat_ticks as u64;
         let now = self.ticks;
-        let due: Vec<u64> = self.reads.iter().filter(|(_, r)| now >= r.2 + patience).map(|(&ctx, _)| ctx).collect();
+        let due: Vec<u64> = self.reads.iter().filter(|(_, r)| now >= r.1 + patience).map(|(&ctx, _)| ctx).collect();
         for ctx in due {
-            self.reads.get_mut(&ctx).expect("listed").2 = now;
+            self.reads.get_mut(&ctx).expect("listed").1 = now;
             self.raw.read_index(ctx.to_le_bytes().to_vec());
         }
     }
 
-    fn tick_if_due(&mut self, now: Duration) -> bool {
+    fn tick_if_due(&mut self, t: &mut T, now: Duration) -> bool {
         if now < self.next_tick {
             return false;
         }
         self.raw.tick();
         self.ticks += 1;
         self.reask_reads();
+        self.expire_pending(t);
         // One tick per turn; after a long stall, restart the cadence.
         self.next_tick += self.config.tick;
         if self.next_tick <= now {
@@ -1265,7 +1566,7 @@ fn store_error(e: crate::store::StoreError) -> raft::Error {
     raft::Error::Store(raft::StorageError::Other(Box::new(e)))
 }
 
-impl<T: Transport, D: Durable> Service<T> for Replica<T, D>
+impl<T: Transport, D: Durable, M: StateMachine> Service<T> for Replica<T, D, M>
 where
     T::Addr: PeerAddr,
 {
@@ -1318,9 +1619,11 @@ where
     fn poll_work(&mut self, t: &mut T, now: Duration) -> bool {
         self.now = now;
         if self.halted.is_some() {
+            // Whoever waits learns it (once: nothing waits afterwards).
+            self.fail_all(t, Failure::Halted);
             return false;
         }
-        let ticked = self.tick_if_due(now);
+        let ticked = self.tick_if_due(t, now);
         let drained = !self.outbox.is_empty() && self.drain_outbox(t);
         self.propose_batch(t);
         let readied = self.handle_ready(t).unwrap_or_else(|e| panic!("replica {}: storage failed: {e}", self.config.id));

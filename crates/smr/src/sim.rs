@@ -36,6 +36,12 @@
 //! halts (its leader never counts entries as held that its store lost);
 //! after healing, every replica holds the same map.
 //!
+//! The machine is generic ([`run_with`]): what is particular to it, how a
+//! client operation becomes an SMR1 request (the log entry), what the
+//! history records of it for `lincheck`'s per-key register model, and
+//! what a crash leaves of it, is [`SimMachine`]; [`run`] simulates the
+//! [`KvMap`]. Convergence compares the machines' snapshots.
+//!
 //! A run is a pure function of its seed and [`SimConfig`]: a failure is
 //! replayed by running the seed again.
 
@@ -58,7 +64,9 @@ use pmwire_crashcheck::CrashState;
 use pmwire_log::{LogConfig, TailStrategy};
 
 use crate::command::{Op, Request, Response, Status, REQUEST_MAGIC};
+use crate::kvmap::KvMap;
 use crate::node::{Faults, Replica, ReplicaConfig};
+use crate::smr1::Smr1Machine;
 use crate::pmem_store::{PmemDurable, StoreFaults};
 use crate::store::{Durable, MemDurable, StoreError};
 
@@ -87,6 +95,75 @@ pub struct SimConfig {
     pub store: SimStore,
     /// Planted bugs in every persistent store ([`SimStore::Pmem`]).
     pub planted_store: StoreFaults,
+}
+
+/// What the simulation needs of a machine besides the replica's seams
+/// ([`crate::state::StateMachine`], [`Smr1Machine`]): its clients' random
+/// operations as SMR1 requests, what the history records of them (a
+/// register per key, [`lincheck::kv`]), and what a crash leaves of it.
+pub trait SimMachine: Smr1Machine + Default {
+    /// A random client request of session `session`, number `seq` (a
+    /// write's sequence number; reads need none), on one of `keys` keys,
+    /// with `clients` clients writing.
+    fn random_request(rng: &mut Xoshiro256PlusPlus, keys: usize, clients: usize, session: u64, seq: u64) -> Request;
+    /// A read of `key` (the final reads after healing).
+    fn read_request(key: Vec<u8>) -> Request;
+    /// What the history records as the request's input.
+    fn input(req: &Request) -> Input;
+    /// What the history records of a final response; `None`: a response
+    /// the request cannot get (a violation).
+    fn output(req: &Request, resp: Response) -> Option<Output>;
+    /// What a crash of its replica leaves of the machine (a volatile one:
+    /// a new one; a persistent one: what it made durable).
+    fn after_crash(self) -> Self;
+}
+
+impl SimMachine for KvMap {
+    fn random_request(rng: &mut Xoshiro256PlusPlus, keys: usize, clients: usize, session: u64, seq: u64) -> Request {
+        let key = format!("k{}", rng.gen_range(0..keys)).into_bytes();
+        let value = format!("{session}.{seq}").into_bytes();
+        let (op, expect) = match rng.gen_range(0..10) {
+            0..=3 => (Op::Put, None),
+            4..=6 => (Op::Get, None),
+            7 => (Op::Del, None),
+            _ => {
+                // Expect a value some client may have written.
+                let s = rng.gen_range(1..=clients as u64);
+                let q = rng.gen_range(0..=seq);
+                (Op::Cas, if q == 0 { None } else { Some(format!("{s}.{q}").into_bytes()) })
+            }
+        };
+        let value = if matches!(op, Op::Put | Op::Cas) { value } else { Vec::new() };
+        Request { op, client: session, seq, key, value, expect }
+    }
+
+    fn read_request(key: Vec<u8>) -> Request {
+        Request { op: Op::Get, client: 0, seq: 0, key, value: Vec::new(), expect: None }
+    }
+
+    fn input(req: &Request) -> Input {
+        match req.op {
+            Op::Put => Input::Put(req.value.clone()),
+            Op::Del => Input::Del,
+            Op::Cas => Input::Cas { expect: req.expect.clone(), new: req.value.clone() },
+            _ => Input::Get,
+        }
+    }
+
+    fn output(req: &Request, resp: Response) -> Option<Output> {
+        Some(match (req.op, resp.status) {
+            (Op::Put | Op::Del, Status::Ok) => Output::Done,
+            (Op::Get, Status::Ok) => Output::Value(Some(resp.value)),
+            (Op::Get, Status::NotFound) => Output::Value(None),
+            (Op::Cas, Status::Ok) => Output::Swapped(true),
+            (Op::Cas, Status::CasFailed) => Output::Swapped(false),
+            _ => return None,
+        })
+    }
+
+    fn after_crash(self) -> KvMap {
+        KvMap::new()
+    }
 }
 
 /// Which durable store the simulated replicas run on.
@@ -540,13 +617,13 @@ impl Durable for Crashable {
     }
 }
 
-type SimReplica = Reactor<SimTransport, Replica<SimTransport, Crashable>>;
+type SimReplica<M> = Reactor<SimTransport, Replica<SimTransport, Crashable, M>>;
 
-/// A replica slot: up (its loop), or down (its durable state, and when it
-/// comes back).
-enum Slot {
-    Up(Box<SimReplica>),
-    Down { remains: Remains, back_ns: u64 },
+/// A replica slot: up (its loop), or down (its durable state, what is
+/// left of its machine, and when it comes back).
+enum Slot<M: SimMachine> {
+    Up(Box<SimReplica<M>>),
+    Down { remains: Remains, machine: M, back_ns: u64 },
 }
 
 /// One closed-loop client and its operation in flight.
@@ -572,12 +649,12 @@ struct InFlight {
     token: u64,
 }
 
-struct World {
+struct World<M: SimMachine> {
     cfg: SimConfig,
     rng: Xoshiro256PlusPlus,
     net: SimNetwork,
     addrs: Vec<SimAddr>,
-    slots: Vec<Slot>,
+    slots: Vec<Slot<M>>,
     clients: Vec<Client>,
     history: Vec<KvOp>,
     leaders: BTreeMap<u64, u64>,
@@ -589,7 +666,7 @@ struct World {
     /// [`World::commit_crash_isolate`]).
     isolate_at: Option<(u64, usize)>,
     /// Crashed replicas whose nodes go down at the given time.
-    dying: Vec<(usize, u64, Box<SimReplica>)>,
+    dying: Vec<(usize, u64, Box<SimReplica<M>>)>,
     /// A replica panicked: the run stops and reports it.
     broken: bool,
     /// The persistent stores' log tail ([`SimStore::Pmem`]).
@@ -607,10 +684,15 @@ const MS: u64 = 1_000_000;
 /// sent before the crash (longer than any delivery but the slow tail).
 const LINGER_NS: u64 = MS;
 
-/// Runs one seeded simulation.
+/// Runs one seeded simulation of the [`KvMap`].
 pub fn run(seed: u64, cfg: &SimConfig) -> SimReport {
+    run_with::<KvMap>(seed, cfg)
+}
+
+/// Runs one seeded simulation of machine `M`.
+pub fn run_with<M: SimMachine>(seed: u64, cfg: &SimConfig) -> SimReport {
     quiet_crashes();
-    let mut w = World::new(seed, cfg.clone());
+    let mut w = World::<M>::new(seed, cfg.clone());
     let end_ns = cfg.faulty_ms * MS;
     let mut next_fault = 20 * MS;
     let mut issuing = true;
@@ -654,8 +736,8 @@ pub fn run(seed: u64, cfg: &SimConfig) -> SimReport {
     w.report
 }
 
-impl World {
-    fn new(seed: u64, cfg: SimConfig) -> World {
+impl<M: SimMachine> World<M> {
+    fn new(seed: u64, cfg: SimConfig) -> World<M> {
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
         let net = SimNetwork::new(rng.gen(), Limits::default(), NetFaults::none());
         let transports: Vec<SimTransport> = (0..cfg.replicas).map(|_| net.node()).collect();
@@ -694,7 +776,7 @@ impl World {
                     d
                 }
             };
-            let r = w.make_replica(id, t, durable).expect("a replica over a new store");
+            let r = w.make_replica(id, t, durable, M::default()).expect("a replica over a new store");
             w.slots.push(Slot::Up(Box::new(r)));
         }
         for c in 0..w.cfg.clients {
@@ -714,7 +796,7 @@ impl World {
         w
     }
 
-    fn make_replica(&mut self, id: u64, t: SimTransport, durable: Crashable) -> Result<SimReplica, raft::Error> {
+    fn make_replica(&mut self, id: u64, t: SimTransport, durable: Crashable, machine: M) -> Result<SimReplica<M>, raft::Error> {
         let peers = (1..=self.cfg.replicas).filter(|&p| p != id).map(|p| (p, self.addrs[p as usize - 1])).collect();
         let mut config = ReplicaConfig::new(id);
         config.seed = self.rng.gen();
@@ -722,7 +804,7 @@ impl World {
         config.snapshot_every = self.cfg.snapshot_every;
         config.trace_applied = true;
         config.chunk_bytes = self.chunk_bytes;
-        let replica = Replica::new(config, durable, peers)?;
+        let replica = Replica::with_machine(config, durable, machine, peers)?.serve_smr1();
         Ok(Reactor::new(t, replica))
     }
 
@@ -779,8 +861,9 @@ impl World {
         }
         self.report.chunked_messages += r.service.counters().chunked;
         let remains = r.service.take_durable().crash(&mut self.rng);
+        let machine = r.service.take_machine().after_crash();
         self.record_applied(i);
-        let Slot::Up(dead) = std::mem::replace(&mut self.slots[i], Slot::Down { remains, back_ns }) else { unreachable!() };
+        let Slot::Up(dead) = std::mem::replace(&mut self.slots[i], Slot::Down { remains, machine, back_ns }) else { unreachable!() };
         self.dying.push((i, now_ns + LINGER_NS, dead));
         self.report.crashes += 1;
     }
@@ -806,11 +889,11 @@ impl World {
             if *back_ns > now_ns || self.dying.iter().any(|d| d.0 == i) {
                 continue;
             }
-            let Slot::Down { remains, .. } = std::mem::replace(&mut self.slots[i], Slot::Down { remains: Remains::Mem(Box::default()), back_ns: 0 }) else {
+            let Slot::Down { remains, machine, .. } = std::mem::replace(&mut self.slots[i], Slot::Down { remains: Remains::Mem(Box::default()), machine: M::default(), back_ns: 0 }) else {
                 unreachable!()
             };
             let t = self.net.restart(self.addrs[i]);
-            match self.recover(i as u64 + 1, t, remains) {
+            match self.recover(i as u64 + 1, t, remains, machine) {
                 Ok(r) => {
                     if trace() {
                         let d = r.service.durable().store();
@@ -829,7 +912,7 @@ impl World {
 
     /// Restarts replica `id` from what its crash left. A store that does
     /// not open, or a replica that refuses or panics on it, is a finding.
-    fn recover(&mut self, id: u64, t: SimTransport, remains: Remains) -> Result<SimReplica, String> {
+    fn recover(&mut self, id: u64, t: SimTransport, remains: Remains, machine: M) -> Result<SimReplica<M>, String> {
         let faults = self.cfg.planted_store;
         let on_truncation = match remains {
             Remains::Mem(_) => OnTruncation::Nothing,
@@ -839,7 +922,7 @@ impl World {
         let result = catch_unwind(AssertUnwindSafe(|| {
             let mut durable = Crashable::restart(id, remains, faults)?;
             durable.on_truncation = on_truncation;
-            self.make_replica(id, t, durable).map_err(|e| format!("replica {id} refuses its recovered store: {e}"))
+            self.make_replica(id, t, durable, machine).map_err(|e| format!("replica {id} refuses its recovered store: {e}"))
         }));
         IN_TURN.with(|t| t.set(false));
         result.unwrap_or_else(|payload| Err(format!("replica {id} panicked on restart: {}", panic_message(&*payload))))
@@ -996,24 +1079,6 @@ impl World {
         next.max(now + 1)
     }
 
-    fn random_request(&mut self, session: u64, seq: u64) -> Request {
-        let key = format!("k{}", self.rng.gen_range(0..self.cfg.keys)).into_bytes();
-        let value = format!("{session}.{seq}").into_bytes();
-        let (op, expect) = match self.rng.gen_range(0..10) {
-            0..=3 => (Op::Put, None),
-            4..=6 => (Op::Get, None),
-            7 => (Op::Del, None),
-            _ => {
-                // Expect a value some client may have written.
-                let s = self.rng.gen_range(1..=self.cfg.clients as u64);
-                let q = self.rng.gen_range(0..=seq);
-                (Op::Cas, if q == 0 { None } else { Some(format!("{s}.{q}").into_bytes()) })
-            }
-        };
-        let value = if matches!(op, Op::Put | Op::Cas) { value } else { Vec::new() };
-        Request { op, client: session, seq, key, value, expect }
-    }
-
     fn clients_step(&mut self, now: u64, issuing: bool) {
         for c in 0..self.clients.len() {
             self.client_poll(c, now);
@@ -1023,14 +1088,8 @@ impl World {
             }
             if cl.op.is_none() && issuing {
                 let (session, seq) = (cl.session, cl.seq + 1);
-                let req = self.random_request(session, seq);
-                let input = match req.op {
-                    Op::Put => Input::Put(req.value.clone()),
-                    Op::Get | Op::Status => Input::Get,
-                    Op::Del => Input::Del,
-                    Op::Cas => Input::Cas { expect: req.expect.clone(), new: req.value.clone() },
-                    op => unreachable!("the simulation issues no {op:?}"),
-                };
+                let req = M::random_request(&mut self.rng, self.cfg.keys, self.cfg.clients, session, seq);
+                let input = M::input(&req);
                 self.history.push(KvOp { key: req.key.clone(), call: now, ret: None, input });
                 let cl = &mut self.clients[c];
                 if req.op.writes() {
@@ -1120,13 +1179,8 @@ impl World {
             cl.op = None;
             return;
         };
-        let output = match (op.req.op, resp.status) {
-            (Op::Put | Op::Del, Status::Ok) => Output::Done,
-            (Op::Get, Status::Ok) => Output::Value(Some(resp.value)),
-            (Op::Get, Status::NotFound) => Output::Value(None),
-            (Op::Cas, Status::Ok) => Output::Swapped(true),
-            (Op::Cas, Status::CasFailed) => Output::Swapped(false),
-            (_, Status::NotLeader) => {
+        let output = match resp.status {
+            Status::NotLeader => {
                 cl.target = if resp.leader != 0 && resp.leader <= replicas { resp.leader } else { next_target(cl.target) };
                 if let Some(conn) = cl.conn.take() {
                     cl.transport.close(conn);
@@ -1134,15 +1188,18 @@ impl World {
                 cl.next_ns = now + MS / 2;
                 return;
             }
-            (_, Status::Retry) => {
+            Status::Retry => {
                 cl.next_ns = now + MS / 2;
                 return;
             }
-            (op_kind, status) => {
-                self.report.violations.push(format!("client {}: {op_kind:?} answered {status:?}", cl.session));
-                cl.op = None;
-                return;
-            }
+            status => match M::output(&op.req, resp) {
+                Some(output) => output,
+                None => {
+                    self.report.violations.push(format!("client {}: {:?} answered {status:?}", cl.session, op.req.op));
+                    cl.op = None;
+                    return;
+                }
+            },
         };
         let at = op.history_at;
         self.history[at].ret = Some((now, output));
@@ -1201,7 +1258,7 @@ impl World {
             let key = format!("k{k}").into_bytes();
             let call = self.net.now_ns();
             self.history.push(KvOp { key: key.clone(), call, ret: None, input: Input::Get });
-            let req = Request { op: Op::Get, client: 0, seq: 0, key, value: Vec::new(), expect: None };
+            let req = M::read_request(key);
             self.clients[0].op = Some(InFlight { history_at: self.history.len() - 1, req, sent: false, token: 0 });
             let deadline = call + 2_000 * MS;
             while self.clients[0].op.is_some() {
@@ -1243,11 +1300,11 @@ impl World {
     /// After healing, every replica that applied as far as the others holds
     /// the same map.
     fn check_converged(&mut self) {
-        let ups: Vec<&SimReplica> = self.slots.iter().filter_map(|s| if let Slot::Up(r) = s { Some(r.as_ref()) } else { None }).collect();
+        let ups: Vec<&SimReplica<M>> = self.slots.iter().filter_map(|s| if let Slot::Up(r) = s { Some(r.as_ref()) } else { None }).collect();
         let Some(max) = ups.iter().map(|r| r.service.status().applied).max() else { return };
-        let caught_up: Vec<&&SimReplica> = ups.iter().filter(|r| r.service.status().applied == max).collect();
+        let caught_up: Vec<&&SimReplica<M>> = ups.iter().filter(|r| r.service.status().applied == max).collect();
         for pair in caught_up.windows(2) {
-            if pair[0].service.machine() != pair[1].service.machine() {
+            if pair[0].service.machine().snapshot() != pair[1].service.machine().snapshot() {
                 self.report.violations.push(format!("replicas {} and {} differ at applied index {max}", pair[0].service.status().id, pair[1].service.status().id));
             }
         }
