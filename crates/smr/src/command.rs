@@ -193,7 +193,7 @@ impl Request {
         Request { op, client, seq, key: id.to_le_bytes().to_vec(), value: addr.to_vec(), expect: None }
     }
 
-    /// The request as a view (what [`crate::machine::Machine::apply`] takes).
+    /// The request as a view (what a replica checks and proposes).
     pub fn view(&self) -> RequestView<'_> {
         RequestView { op: self.op, client: self.client, seq: self.seq, key: &self.key, value: &self.value, expect: self.expect.as_deref() }
     }

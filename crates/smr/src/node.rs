@@ -855,7 +855,9 @@ where
         }
         if self.raw.raft.has_pending_conf() {
             return match self.unapplied_conf_change() {
-                Some(index) => self.refuse(t, id, Refusal::Pending, format!("another membership change (log index {index}) is not applied yet; try again")),
+                // This very request, proposed before (its answer timed out): still in progress.
+                Some((_, client, seq)) if (client, seq) == (req.client, req.seq) => self.answer(t, id, Status::Retry, 0, Vec::new()),
+                Some((index, _, _)) => self.refuse(t, id, Refusal::Pending, format!("another membership change (log index {index}) is not applied yet; try again")),
                 // A new leader's conservative guard: gone once it applies its first entry.
                 None => self.answer(t, id, Status::Retry, 0, Vec::new()),
             };
@@ -920,11 +922,14 @@ where
         self.answer(t, id, Status::Refused, 0, Refused::new(reason, message).to_bytes());
     }
 
-    /// The index of a conf change in the log past the applied index.
-    fn unapplied_conf_change(&self) -> Option<u64> {
+    /// The index of a conf change in the log past the applied index, and
+    /// the session (client, seq) of the request it carries.
+    fn unapplied_conf_change(&self) -> Option<(u64, u64, u64)> {
         let log = &self.raw.raft.raft_log;
         let entries = log.entries(self.applied + 1, None, GetEntriesContext::empty(false)).ok()?;
-        entries.iter().find(|e| e.get_entry_type() != EntryType::EntryNormal).map(|e| e.index)
+        let e = entries.iter().find(|e| e.get_entry_type() != EntryType::EntryNormal)?;
+        let (client, seq) = RequestView::parse(&e.context).map_or((0, 0), |r| (r.client, r.seq));
+        Some((e.index, client, seq))
     }
 
     /// Why learner `id` is not ready to vote, if it is not.

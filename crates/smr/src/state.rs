@@ -5,8 +5,12 @@
 //! [`StateMachine::apply`], in log order, exactly once per index on every
 //! member, and after each batch of applied entries calls
 //! [`StateMachine::persist_applied`] once, before it answers anyone whose
-//! entry was in the batch. Membership changes and client sessions of the
-//! replica's own protocol are the replica's business, not the machine's.
+//! entry was in the batch (SMR1 clients' writes, an entry kind of their
+//! own, reach a machine that serves them through `crate::smr1` instead).
+//! Membership changes, and the sessions that make their retries
+//! exactly-once, are the replica's business, not the machine's; a machine
+//! that SMR1 clients write to keeps their sessions with its state, since
+//! both must be committed together (`crate::kvmap::KvMap` does).
 //!
 //! Determinism is the machine's contract: the same entries, applied in the
 //! same order from the same starting state (a snapshot, or empty), give the

@@ -163,7 +163,12 @@ impl Server {
     /// Runs `ms` virtual milliseconds, collecting outcomes; each ticket is
     /// done once.
     fn run(&mut self, ms: u64) {
-        for _ in 0..ms * 10 {
+        self.run_steps(ms * 10);
+    }
+
+    /// Runs `steps` steps of [`STEP`].
+    fn run_steps(&mut self, steps: u64) {
+        for _ in 0..steps {
             self.now += STEP;
             self.net.advance_to(self.now.as_nanos() as u64);
             for (i, n) in self.nodes.iter_mut().enumerate() {
@@ -438,4 +443,50 @@ fn a_machine_that_cannot_persist_halts_its_replica_and_answers_nothing_of_the_ba
     let failed: BTreeSet<Ticket> = doomed.iter().copied().filter(|t| matches!(s.done.get(&(l, *t)), Some((_, Done::Failed(Failure::Halted))))).collect();
     assert_eq!(failed.len(), 3, "every waiting proposal learns the halt: {:?}", doomed.iter().map(|t| s.done.get(&(l, *t))).collect::<Vec<_>>());
     assert!(s.nodes[l].service.propose(b"more".to_vec()).is_err(), "a halted replica takes nothing");
+}
+
+/// Sends `req` on `conn` and runs the cluster until its answer comes (at
+/// most `ms` virtual milliseconds).
+fn call(s: &mut Server, client: &mut SimTransport, conn: transport::ConnId, req: &Request, token: u64, ms: u64) -> Option<Response> {
+    client.call(conn, &REQUEST_MAGIC, req.to_bytes(), token).ok()?;
+    let mut events = Vec::new();
+    for _ in 0..ms * 10 {
+        s.run_steps(1);
+        client.poll(&mut events, 16);
+        for e in events.drain(..) {
+            if let Event::Completion(c) = e {
+                if c.token == token {
+                    let Ok(Output::Response { payload, .. }) = c.result else { return None };
+                    return Some(Response::decode(&payload).expect("decodes"));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// A membership change whose answer the bound cut short (RETRY) and that
+/// its client sends again while its entry is still unapplied is told to
+/// retry, never refused as if another change were pending.
+#[test]
+fn a_membership_change_retried_after_the_bound_is_not_refused_as_someone_elses() {
+    let mut retried_in_progress = 0;
+    for delay_ms in 0..10 {
+        let mut s = Server::with_config(Journal::default, config_short_bound);
+        let l = s.elect();
+        s.run(delay_ms);
+        let newcomer = s.net.node();
+        let add = Request::member(Op::AddMember, 5, 1, 4, &newcomer.addr().0.to_le_bytes());
+        let mut client = s.net.node();
+        let conn = client.connect(&s.addrs[l]).expect("connect");
+        s.net.partition(&[s.addrs[l], client.addr()]);
+        let first = call(&mut s, &mut client, conn, &add, 1, 100).expect("answered within the bound");
+        assert_eq!(first.status, Status::Retry, "a change the cut-off leader could not commit");
+        let again = call(&mut s, &mut client, conn, &add, 2, 100).expect("answered");
+        assert!(matches!(again.status, Status::Retry | Status::NotLeader), "the same request again: {again:?}");
+        if again.status == Status::Retry && s.nodes[l].service.status().role == StateRole::Leader {
+            retried_in_progress += 1;
+        }
+    }
+    assert!(retried_in_progress > 0, "some retry found its own change still in progress at the leader");
 }
