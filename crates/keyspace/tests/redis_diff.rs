@@ -1,7 +1,7 @@
 //! Differential tests: the same command scripts go to a real `redis-server`
 //! (over TCP) and to the executor over `MemKeyspace`; replies must be equal
-//! byte for byte, in RESP2 and RESP3. Skipped, with a message, when
-//! `redis-server` is not installed.
+//! byte for byte, in RESP2 and RESP3. They fail, saying so, when
+//! `redis-server` is not installed (`bash scripts/setup` installs it).
 //!
 //! Script format (`tests/corpus/*.txt`): one command per line, split as an
 //! inline command (quotes and `\xHH` escapes work); `#` starts a comment; a
@@ -59,16 +59,13 @@ impl Drop for Redis {
     }
 }
 
-fn start_redis() -> Option<Redis> {
+fn start_redis() -> Redis {
     start_redis_with(&[])
 }
 
-fn start_redis_with(extra: &[&str]) -> Option<Redis> {
+fn start_redis_with(extra: &[&str]) -> Redis {
     let found = Command::new("redis-server").arg("--version").stdout(Stdio::null()).status().is_ok();
-    if !found {
-        println!("SKIPPED: redis-server is not installed (apt-get install -y redis-server)");
-        return None;
-    }
+    assert!(found, "redis-server is not installed, and the differential tests need it (bash scripts/setup)");
     for _ in 0..5 {
         let dir = tempfile::tempdir().expect("tempdir");
         let port = TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
@@ -84,7 +81,7 @@ fn start_redis_with(extra: &[&str]) -> Option<Redis> {
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Some(redis);
+                return redis;
             }
             if let Ok(Some(_)) = redis.child.try_wait() {
                 break;
@@ -518,7 +515,7 @@ fn run_lines(d: &mut Differ, name: &str, script: &str) -> Vec<String> {
 
 #[test]
 fn corpus_matches_redis() {
-    let Some(redis) = start_redis() else { return };
+    let redis = start_redis();
     let version = redis_version(redis.port);
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus");
     let mut names: Vec<_> = std::fs::read_dir(&dir).expect("corpus dir").map(|e| e.expect("entry").path()).collect();
@@ -554,7 +551,7 @@ const RAW: &[&[u8]] = &[
 
 #[test]
 fn raw_protocol_matches_redis() {
-    let Some(redis) = start_redis() else { return };
+    let redis = start_redis();
     let mut failures = Vec::new();
     for input in RAW {
         let mut conn = Conn::new(redis.port);
@@ -1316,7 +1313,7 @@ fn loose_compared(args: &[Vec<u8>]) -> bool {
 /// sets how many (CI: 20,000), `PMWIRE_DIFF_SEED` the seed (printed).
 #[test]
 fn random_commands_match_redis() {
-    let Some(redis) = start_redis() else { return };
+    let redis = start_redis();
     let version = redis_version(redis.port);
     let count: u64 = std::env::var("PMWIRE_DIFF_COMMANDS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
     let seed: u64 = std::env::var("PMWIRE_DIFF_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
@@ -1467,7 +1464,7 @@ QUIT
 
 #[test]
 fn auth_matches_redis() {
-    let Some(redis) = start_redis_with(&["--requirepass", "s3cret"]) else { return };
+    let redis = start_redis_with(&["--requirepass", "s3cret"]);
     let mut admin = Conn::new(redis.port);
     let mut req = Vec::new();
     encode_request(&[&b"AUTH"[..], b"s3cret"], &mut req);
@@ -1488,7 +1485,7 @@ fn auth_matches_redis() {
 /// and writes to other keys do not; EXEC, DISCARD and UNWATCH forget).
 #[test]
 fn watch_across_two_connections_matches_redis() {
-    let Some(redis) = start_redis() else { return };
+    let redis = start_redis();
     let version = redis_version(redis.port);
     let mut a = Differ::new(&redis, &version);
     // The second connection joins the first one's server and keyspace.
@@ -1551,7 +1548,7 @@ fn watch_across_two_connections_matches_redis() {
 /// cluster proxies read to find a command's keys.
 #[test]
 fn command_table_matches_redis() {
-    let Some(redis) = start_redis() else { return };
+    let redis = start_redis();
     let version = redis_version(redis.port);
     let mut d = Differ::new(&redis, &version);
     let Ok(Some((Value::Array(ours), _))) = parse_reply(&d.local(&[&b"COMMAND"[..]]).0) else {
@@ -1587,7 +1584,7 @@ fn command_table_matches_redis() {
 #[test]
 fn command_flags_match_redis() {
     use pmwire_keyspace::exec::commands::{self, Flags};
-    let Some(redis) = start_redis() else { return };
+    let redis = start_redis();
     let mut conn = Conn::new(redis.port);
     let text = |v: &Value| match v {
         Value::Simple(b) | Value::Bulk(b) => String::from_utf8_lossy(b).into_owned(),

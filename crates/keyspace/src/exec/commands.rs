@@ -19,8 +19,15 @@
 //! flags of those names; [`Flags::CONNECTION`] and [`Flags::MULTI`] are its
 //! ACL categories `@connection` and `@transaction`; [`Flags::RANDOM`] is
 //! part of its `nondeterministic_output` tip. [`Flags::TIME`] and
-//! [`Flags::IMMEDIATE`] are ours. A command that is neither WRITE nor
-//! READONLY touches no key (MULTI's EXEC aside: it runs what was queued).
+//! [`Flags::IMMEDIATE`] are ours. A command with none of WRITE, READONLY
+//! and MULTI touches no key (a MULTI command handles a transaction: WATCH
+//! reads its keys' deadlines, EXEC runs what was queued).
+//!
+//! RANDOM and TIME are also held to what a command does: after every
+//! command the executor asserts that only a RANDOM command drew from the
+//! server's generator and only a TIME command read the clock
+//! ([`super::Server::random_draws`], [`super::Server::clock_reads`]), so the
+//! unit, differential and server tests check them on every command they run.
 
 use super::{admin, blocking, hashes, keys, large, list_ops, lists, multi, sets, strings, zsets};
 use super::{lower, Ctx, Res};
