@@ -384,7 +384,7 @@ pub struct TcpTransport {
     accept_armed: bool,
     /// When to arm the accept again after it failed (out of fds).
     accept_retry: Option<Instant>,
-    events: VecDeque<Event>,
+    pub(crate) events: VecDeque<Event>,
     limits: Limits,
     connect_ts: Box<types::Timespec>,
     spare: Spare,

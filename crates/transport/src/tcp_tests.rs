@@ -527,3 +527,72 @@ fn frames_split_anywhere_and_a_truncated_one_are_handled() {
     let accepted: Vec<ConnId> = seen.iter().filter_map(|e| if let Event::Accepted(c) = e { Some(*c) } else { None }).collect();
     assert_eq!(accepted.len(), 1);
 }
+
+/// A receiver that does not take its events holds at most
+/// `MAX_QUEUED_EVENTS` and a receive's worth: past that its receives wait
+/// (the kernel and TCP hold the rest), and every message still arrives, in
+/// order, once it polls.
+#[test]
+fn a_slow_poller_pauses_receiving_and_loses_nothing() {
+    const COUNT: u64 = 6_000;
+    let mut receiver = client();
+    let addr = receiver.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+    let sender = std::thread::spawn(move || {
+        let mut t = client();
+        let conn = t.connect(&addr).unwrap();
+        let mut seen = Vec::new();
+        for i in 0..COUNT {
+            start(&mut t, &mut seen, |t| t.send(conn, &i.to_le_bytes(), Vec::new()));
+        }
+        // Until the receiver has them all (it answers the final call).
+        t.call(conn, b"done?", Vec::new(), 1).unwrap();
+        poll_until(&mut t, &mut seen, |s| completed(s, 1));
+    });
+    // Receive without taking any event (poll for none) until receiving
+    // pauses: 6,000 messages are more than the queue holds.
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + TIMEOUT;
+    while receiver.stats().paused_recvs == 0 {
+        assert!(Instant::now() < deadline, "receiving never paused: {:?}", receiver.stats());
+        assert_eq!(receiver.poll(&mut seen, 0), 0);
+        receiver.wait(Duration::from_millis(5)).unwrap();
+    }
+    let queued = receiver.events.len();
+    assert!(queued >= crate::tcp::MAX_QUEUED_EVENTS, "paused at {queued}");
+    // Paused: more polls without taking events receive nothing more.
+    for _ in 0..5 {
+        receiver.poll(&mut seen, 0);
+        receiver.wait(Duration::from_millis(5)).unwrap();
+    }
+    assert_eq!(receiver.events.len(), queued, "nothing received while paused");
+    let (mut got, mut most_queued) = (Vec::new(), 0);
+    let deadline = Instant::now() + TIMEOUT;
+    while got.len() < COUNT as usize {
+        assert!(Instant::now() < deadline, "{} of {COUNT} arrived", got.len());
+        if receiver.poll(&mut seen, 1) == 0 {
+            receiver.wait(Duration::from_millis(20)).unwrap();
+        }
+        most_queued = most_queued.max(receiver.events.len());
+        for e in seen.drain(..) {
+            if let Event::Message { header, .. } = e {
+                got.push(u64::from_le_bytes(header[..8].try_into().unwrap()));
+            }
+        }
+    }
+    assert_eq!(got, (0..COUNT).collect::<Vec<_>>());
+    assert!(receiver.stats().paused_recvs > 0, "{:?}", receiver.stats());
+    assert!(most_queued <= crate::tcp::MAX_QUEUED_EVENTS + RX_BYTES / FRAMING_BYTES, "{most_queued} queued");
+    poll_until(&mut receiver, &mut seen, |s| s.iter().any(|e| matches!(e, Event::Request(_))));
+    for e in seen.drain(..) {
+        if let Event::Request(r) = e {
+            receiver.reply(r.id, b"yes", Vec::new()).unwrap();
+        }
+    }
+    let deadline = Instant::now() + TIMEOUT;
+    while !sender.is_finished() {
+        assert!(Instant::now() < deadline);
+        receiver.poll(&mut seen, 64);
+        receiver.wait(Duration::from_millis(10)).unwrap();
+    }
+    sender.join().unwrap();
+}

@@ -370,7 +370,10 @@ fn the_event_fd_wakes_an_outside_poller_over_tcp_and_sm() {
         // With the reply's event polled and nothing else, the transport can be armed again.
         client.call(conn, b"log", Vec::new(), 3).unwrap();
         poll_until(&mut client, &mut seen, |s| completed(s, 3));
-        client.close(conn);
+        // The client goes first, while the server still progresses: a
+        // worker destroyed with a close's flush still pending can abort in
+        // UCX 1.13 (`ucp_ep.c:1185`, seen once in a workspace run).
+        drop(client);
         server.finish();
     }
 }
