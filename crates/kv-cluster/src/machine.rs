@@ -124,6 +124,9 @@ pub struct RedisMachine<K: MachineKeyspace> {
     writes: WriteIndex,
     /// A flush since the last persist wiped the machine's internal entries.
     flushed: bool,
+    /// Planted bug (the agreement tests' canary): each entry's generator is
+    /// seeded from this member's own randomness, not the entry's seed.
+    fault_local_random: bool,
 }
 
 impl<K: MachineKeyspace> std::fmt::Debug for RedisMachine<K> {
@@ -229,11 +232,17 @@ impl<K: MachineKeyspace> RedisMachine<K> {
             if ks.is_persistent() { read_durable(&mut ks)? } else { (0, 0, WriteIndex::default()) };
         writes.set_persistent(ks.is_persistent());
         ks.set_now_ms(last_time_ms);
-        Ok(RedisMachine { ks: RefCell::new(ks), config, applied, last_time_ms, writes, flushed: false })
+        Ok(RedisMachine { ks: RefCell::new(ks), config, applied, last_time_ms, writes, flushed: false, fault_local_random: false })
     }
 }
 
 impl<K: MachineKeyspace> RedisMachine<K> {
+    /// Plants the canary's bug: draws from this member's own randomness.
+    #[doc(hidden)]
+    pub fn plant_local_random(&mut self) {
+        self.fault_local_random = true;
+    }
+
     /// The time of the last applied entry, ms since the Unix epoch: a new
     /// leader proposes no time below it ([`crate::Proposer::observe`]).
     pub fn last_time_ms(&self) -> u64 {
@@ -313,7 +322,11 @@ impl<K: MachineKeyspace> RedisMachine<K> {
         if let Err(e) = install_generation_secret(ks, prf::derive(entry.seed, prf::SECRET)) {
             return Ok(store_failed(e, entry.protocol));
         }
-        let mut server = Server::new(ServerConfig { random_seed: prf::derive(entry.seed, prf::RNG), ..self.config.clone() });
+        let mut random_seed = prf::derive(entry.seed, prf::RNG);
+        if self.fault_local_random {
+            random_seed = std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), index);
+        }
+        let mut server = Server::new(ServerConfig { random_seed, ..self.config.clone() });
         let mut session = server.open_session();
         session.protocol = entry.protocol;
         let mut rec = Recording::new(ks);
