@@ -336,3 +336,38 @@ fn the_agreement_check_catches_a_member_drawing_its_own_randomness() {
     });
     assert!(caught.is_err(), "the planted bug went unnoticed");
 }
+
+/// The executor through the machine, one client at a time, against
+/// lincheck's Redis string model: every sequential history it produces is
+/// one the model accepts (so the model is Redis's, for the simulation that
+/// checks concurrent histories with it), and a reply altered is caught.
+#[test]
+fn the_lincheck_string_model_accepts_what_the_machine_answers() {
+    use lincheck::redis::{linearizable, Input, Output, RedisOp};
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(26);
+    let mut p = Proposer::with_key(26);
+    let mut m = machine();
+    let mut history = Vec::new();
+    for i in 0..3_000u64 {
+        let key = format!("k{}", rng.gen_range(0..4));
+        let value = ["1", "-1", "9223372036854775806", "x", "", "01", "7"][rng.gen_range(0..7)];
+        let (args, input): (Vec<&str>, Input) = match rng.gen_range(0..5) {
+            0 => (vec!["SET", &key, value], Input::Set(value.as_bytes().to_vec())),
+            1 => (vec!["GET", &key], Input::Get),
+            2 => (vec!["INCR", &key], Input::Incr),
+            3 => (vec!["DEL", &key], Input::Del),
+            _ => (vec!["APPEND", &key, value], Input::Append(value.as_bytes().to_vec())),
+        };
+        let reply = m.apply(i + 1, &p.command(1_000, Protocol::Resp2, &args)).reply;
+        let output = Output::from_reply(&reply).unwrap_or_else(|| panic!("{args:?}: {reply:?}"));
+        history.push(RedisOp { key: key.into_bytes(), call: 2 * i, ret: Some((2 * i + 1, output)), input });
+    }
+    assert!(linearizable(&history));
+    let incr = history.iter().position(|op| matches!(op.ret, Some((_, Output::Int(_)))) && op.input == Input::Incr);
+    let incr = incr.expect("an INCR that counted");
+    if let Some((_, Output::Int(n))) = &mut history[incr].ret {
+        *n += 1;
+    }
+    assert!(!linearizable(&history), "an INCR answered one too many is caught");
+}
