@@ -58,6 +58,27 @@ pub trait MachineKeyspace: Keyspace {
     fn commit(&mut self) -> Result<(), String> {
         Ok(())
     }
+    /// An entry begins: what [`MachineKeyspace::rollback_entry`] undoes to.
+    fn begin_entry(&mut self) {}
+    /// Whether a write of the entry found the batch full (more than one
+    /// commit holds): the machine undoes the entry, commits what came
+    /// before, and runs it again.
+    fn batch_full(&self) -> bool {
+        false
+    }
+    /// Undoes every write since [`MachineKeyspace::begin_entry`] and clears
+    /// [`MachineKeyspace::batch_full`].
+    fn rollback_entry(&mut self) {}
+    /// Lets the batch outgrow one commit's room (an entry larger than a
+    /// batch runs alone and is committed at once).
+    fn allow_oversize(&mut self) {}
+    /// A refusal since the last call that does not follow from the log (a
+    /// full pool): a member cannot go on past it without diverging.
+    fn take_fault(&mut self) -> Option<String> {
+        None
+    }
+    /// The entry's replies are taken: value handles may be released.
+    fn end_entry(&mut self) {}
 }
 
 impl MachineKeyspace for MemKeyspace {
@@ -96,6 +117,15 @@ pub struct Applied {
     pub refused: Option<EntryError>,
 }
 
+/// What running an entry did, before it is recorded.
+struct Ran {
+    applied: Applied,
+    /// Keys written (with repeats).
+    touched: Vec<Vec<u8>>,
+    /// A flush ran.
+    cleared: bool,
+}
+
 /// Why a machine could not be opened on a persistent keyspace.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum OpenError {
@@ -124,6 +154,9 @@ pub struct RedisMachine<K: MachineKeyspace> {
     writes: WriteIndex,
     /// A flush since the last persist wiped the machine's internal entries.
     flushed: bool,
+    /// Why the keyspace can no longer follow the log (a full pool, a failed
+    /// commit): [`RedisMachine::persist_applied`] reports it and the replica halts.
+    fault: Option<String>,
     /// Planted bug (the agreement tests' canary): each entry's generator is
     /// seeded from this member's own randomness, not the entry's seed.
     fault_local_random: bool,
@@ -232,7 +265,7 @@ impl<K: MachineKeyspace> RedisMachine<K> {
             if ks.is_persistent() { read_durable(&mut ks)? } else { (0, 0, WriteIndex::default()) };
         writes.set_persistent(ks.is_persistent());
         ks.set_now_ms(last_time_ms);
-        Ok(RedisMachine { ks: RefCell::new(ks), config, applied, last_time_ms, writes, flushed: false, fault_local_random: false })
+        Ok(RedisMachine { ks: RefCell::new(ks), config, applied, last_time_ms, writes, flushed: false, fault: None, fault_local_random: false })
     }
 }
 
@@ -309,10 +342,11 @@ impl<K: MachineKeyspace> RedisMachine<K> {
         Ok(flow)
     }
 
-    /// Applies a decoded entry at `time_ms`.
-    fn run(&mut self, index: u64, entry: &Entry<'_>, time_ms: u64) -> Result<Applied, EntryError> {
+    /// Runs a decoded entry at `time_ms`; what it wrote is returned, not yet
+    /// recorded (the entry may be undone and run again).
+    fn run(&mut self, index: u64, entry: &Entry<'_>, time_ms: u64) -> Result<Ran, EntryError> {
         if entry.kind == Kind::Sweep {
-            return Ok(self.sweep(entry, time_ms));
+            return Ok(Ran { applied: self.sweep(entry, time_ms), touched: Vec::new(), cleared: false });
         }
         let parsed = parse_commands(entry)?;
         let segments: [&[u8]; 1] = [entry.commands];
@@ -320,7 +354,7 @@ impl<K: MachineKeyspace> RedisMachine<K> {
         let ks = self.ks.get_mut();
         ks.set_now_ms(time_ms);
         if let Err(e) = install_generation_secret(ks, prf::derive(entry.seed, prf::SECRET)) {
-            return Ok(store_failed(e, entry.protocol));
+            return Ok(Ran { applied: store_failed(e, entry.protocol), touched: Vec::new(), cleared: false });
         }
         let mut random_seed = prf::derive(entry.seed, prf::RNG);
         if self.fault_local_random {
@@ -346,17 +380,55 @@ impl<K: MachineKeyspace> RedisMachine<K> {
         }
         let (touched, lists, cleared) = (rec.touched, rec.lists, rec.cleared);
         applied.reply = capture.finish(&*ks);
-        for key in &touched {
-            self.writes.record(key, index);
-        }
-        if cleared {
-            self.writes.flush = index;
-            self.flushed = true;
-        }
         applied.ready = lists;
         applied.ready.sort_unstable();
         applied.ready.dedup();
-        Ok(applied)
+        Ok(Ran { applied, touched, cleared })
+    }
+
+    /// Runs a decoded entry (at most three times: once more after
+    /// committing what came before if the batch was full, once more alone
+    /// in an oversized batch), then records what it wrote. Returns its
+    /// output and whether it must be committed at once (it ran oversized).
+    fn apply_entry(&mut self, index: u64, entry: &Entry<'_>) -> (Applied, bool) {
+        let time_ms = entry.time_ms.max(self.last_time_ms);
+        for attempt in 0..3 {
+            self.ks.get_mut().begin_entry();
+            let result = self.run(index, entry, time_ms);
+            if self.ks.get_mut().batch_full() {
+                self.ks.get_mut().rollback_entry();
+                match attempt {
+                    0 => {
+                        if let Err(e) = self.commit_applied() {
+                            self.fault.get_or_insert(e.0);
+                        }
+                    }
+                    1 => self.ks.get_mut().allow_oversize(),
+                    _ => {
+                        self.fault.get_or_insert(format!("entry {index} outgrew an oversized batch"));
+                    }
+                }
+                continue;
+            }
+            if let Some(why) = self.ks.get_mut().take_fault() {
+                self.fault.get_or_insert(format!("entry {index}: {why}"));
+            }
+            return match result {
+                Ok(ran) => {
+                    for key in &ran.touched {
+                        self.writes.record(key, index);
+                    }
+                    if ran.cleared {
+                        self.writes.flush = index;
+                        self.flushed = true;
+                    }
+                    self.last_time_ms = time_ms;
+                    (ran.applied, attempt == 2)
+                }
+                Err(e) => (refusal(e), false),
+            };
+        }
+        (Applied { reply: b"-ERR pmwire: the entry could not be stored\r\n".to_vec(), ..Applied::default() }, false)
     }
 
     /// WATCH's rule: whether a key the transaction watched changed since
@@ -479,6 +551,16 @@ fn read_durable<K: MachineKeyspace>(ks: &mut K) -> Result<(u64, u64, WriteIndex)
 }
 
 impl<K: MachineKeyspace> RedisMachine<K> {
+    /// Commits the entries applied so far with the replication state, on a
+    /// persistent keyspace (nothing on a volatile one).
+    fn commit_applied(&mut self) -> Result<(), PersistError> {
+        if !self.ks.get_mut().is_persistent() {
+            return Ok(());
+        }
+        self.write_durable().map_err(|e| PersistError(e.to_string()))?;
+        self.ks.get_mut().commit().map_err(PersistError)
+    }
+
     /// Writes the replication state as internal entries (persistent keyspaces).
     fn write_durable(&mut self) -> Result<(), StoreError> {
         let ks = self.ks.get_mut();
@@ -508,30 +590,27 @@ impl<K: MachineKeyspace> StateMachine for RedisMachine<K> {
 
     fn apply(&mut self, index: u64, data: &[u8]) -> Applied {
         assert!(index > self.applied, "entry {index} applied after {}", self.applied);
-        let out = match Entry::decode(data) {
-            Err(e) => refusal(e),
-            Ok(entry) => {
-                let time_ms = entry.time_ms.max(self.last_time_ms);
-                match self.run(index, &entry, time_ms) {
-                    Ok(applied) => {
-                        self.last_time_ms = time_ms;
-                        applied
-                    }
-                    Err(e) => refusal(e),
-                }
-            }
+        let (out, commit_now) = match Entry::decode(data) {
+            Err(e) => (refusal(e), false),
+            Ok(entry) => self.apply_entry(index, &entry),
         };
         self.applied = index;
-        self.ks.get_mut().set_now_ms(self.last_time_ms);
+        let ks = self.ks.get_mut();
+        ks.set_now_ms(self.last_time_ms);
+        ks.end_entry();
+        if commit_now {
+            if let Err(e) = self.commit_applied() {
+                self.fault.get_or_insert(e.0);
+            }
+        }
         out
     }
 
     fn persist_applied(&mut self) -> Result<(), PersistError> {
-        if !self.ks.get_mut().is_persistent() {
-            return Ok(());
+        if let Some(why) = &self.fault {
+            return Err(PersistError(why.clone()));
         }
-        self.write_durable().map_err(|e| PersistError(e.to_string()))?;
-        self.ks.get_mut().commit().map_err(PersistError)
+        self.commit_applied()
     }
 
     fn applied(&self) -> u64 {
