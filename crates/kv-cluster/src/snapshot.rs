@@ -109,7 +109,8 @@ fn all_keys<K: MachineKeyspace>(ks: &mut K) -> Vec<Key> {
 /// Every internal entry of `ks` but the machine's own.
 fn all_internal<K: Keyspace>(ks: &mut K) -> Vec<(Vec<u8>, Vec<u8>)> {
     let mut entries = Vec::new();
-    let mut from = Vec::new();
+    // Internal keys are never empty: the first is at or after `00`.
+    let mut from = vec![0u8];
     loop {
         let mut page = Vec::new();
         let n = ks.internal_scan(&from, PAGE, &mut |k| page.push(k.to_vec()));
