@@ -79,6 +79,15 @@
 //! first) leaves it waiting. Inside a transaction a blocking command never
 //! waits (Redis's rule), as here.
 //!
+//! # Durability
+//! A volatile keyspace ([`pmwire_resp::keyspace::MemKeyspace`]) starts
+//! empty or from a snapshot. A persistent one (the engine's,
+//! `pmwire_kv_server::cluster::ClusterKeyspace`) commits the applied index,
+//! the last entry's time and the write index with the applied writes in
+//! one failure-atomic commit ([`machine`]'s docs), and halts the machine
+//! (an error from `persist_applied`) on a refusal that depends on the
+//! member rather than the log, such as a full pool.
+//!
 //! # Example
 //! ```
 //! use pmwire_kv_cluster::{Proposer, RedisMachine};
