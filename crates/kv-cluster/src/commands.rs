@@ -30,6 +30,7 @@ pub enum Class {
 }
 
 /// Commands that only read.
+#[rustfmt::skip]
 pub const READS: &[&str] = &[
     "dbsize", "echo", "exists", "expiretime", "get", "getrange", "hexists", "hget", "hgetall", "hkeys", "hlen",
     "hmget", "hrandfield", "hscan", "hstrlen", "hvals", "keys", "lindex", "llen", "lpos", "lrange", "mget",
@@ -41,6 +42,7 @@ pub const READS: &[&str] = &[
 ];
 
 /// Commands that write.
+#[rustfmt::skip]
 pub const WRITES: &[&str] = &[
     "append", "copy", "decr", "decrby", "del", "expire", "expireat", "flushall", "flushdb", "getdel", "getex",
     "getset", "hdel", "hincrby", "hincrbyfloat", "hmset", "hset", "hsetnx", "incr", "incrby", "incrbyfloat",
@@ -52,9 +54,11 @@ pub const WRITES: &[&str] = &[
 ];
 
 /// Commands that write and may wait.
+#[rustfmt::skip]
 pub const BLOCKING: &[&str] = &["blmove", "blmpop", "blpop", "brpop", "brpoplpush"];
 
 /// Commands a member answers alone, never replicated.
+#[rustfmt::skip]
 pub const SESSION: &[&str] = &[
     "acl", "auth", "client", "command", "config", "discard", "exec", "hello", "info", "multi", "quit", "unwatch",
     "watch",

@@ -265,7 +265,16 @@ impl<K: MachineKeyspace> RedisMachine<K> {
             if ks.is_persistent() { read_durable(&mut ks)? } else { (0, 0, WriteIndex::default()) };
         writes.set_persistent(ks.is_persistent());
         ks.set_now_ms(last_time_ms);
-        Ok(RedisMachine { ks: RefCell::new(ks), config, applied, last_time_ms, writes, flushed: false, fault: None, fault_local_random: false })
+        Ok(RedisMachine {
+            ks: RefCell::new(ks),
+            config,
+            applied,
+            last_time_ms,
+            writes,
+            flushed: false,
+            fault: None,
+            fault_local_random: false,
+        })
     }
 }
 
@@ -449,7 +458,8 @@ impl<K: MachineKeyspace> RedisMachine<K> {
         ks.set_now_ms(time_ms);
         ks.begin_command();
         let result = active_expire(ks, entry.expire_budget as usize).and_then(|s| {
-            let garbage = if entry.garbage_budget > 0 { collect_garbage(ks, entry.garbage_budget as usize)? } else { 0 };
+            let garbage =
+                if entry.garbage_budget > 0 { collect_garbage(ks, entry.garbage_budget as usize)? } else { 0 };
             Ok(Swept { expired: s.deleted, garbage, more: s.more })
         });
         match result {
@@ -546,7 +556,8 @@ fn read_durable<K: MachineKeyspace>(ks: &mut K) -> Result<(u64, u64, WriteIndex)
             break;
         }
     }
-    let writes = WriteIndex::from_entries(keys, floor, flush).ok_or(OpenError::Corrupt("write index over its bounds"))?;
+    let writes =
+        WriteIndex::from_entries(keys, floor, flush).ok_or(OpenError::Corrupt("write index over its bounds"))?;
     Ok((applied, time, writes))
 }
 

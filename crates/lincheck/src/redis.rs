@@ -148,7 +148,11 @@ impl Model for RedisString {
 pub fn first_violation(history: &[RedisOp]) -> Option<Vec<u8>> {
     let mut by_key: BTreeMap<&[u8], Vec<Operation<Input, Output>>> = BTreeMap::new();
     for op in history {
-        by_key.entry(&op.key).or_default().push(Operation { call: op.call, ret: op.ret.clone(), input: op.input.clone() });
+        by_key.entry(&op.key).or_default().push(Operation {
+            call: op.call,
+            ret: op.ret.clone(),
+            input: op.input.clone(),
+        });
     }
     by_key.into_iter().find(|(_, ops)| !check(&RedisString, ops)).map(|(key, _)| key.to_vec())
 }
@@ -209,10 +213,8 @@ mod tests {
             op("n", 11, Some((12, Output::Bulk(Some(b"2".to_vec())))), Input::Get),
         ];
         assert!(linearizable(&good));
-        let lost = [
-            op("n", 0, Some((10, Output::Int(1))), Input::Incr),
-            op("n", 1, Some((9, Output::Int(1))), Input::Incr),
-        ];
+        let lost =
+            [op("n", 0, Some((10, Output::Int(1))), Input::Incr), op("n", 1, Some((9, Output::Int(1))), Input::Incr)];
         assert_eq!(first_violation(&lost), Some(b"n".to_vec()));
         // An INCR whose client never learned may or may not have happened.
         let pending = [

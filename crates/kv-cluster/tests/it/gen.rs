@@ -203,7 +203,11 @@ impl Gen {
     }
 
     fn protocol(&mut self) -> Protocol {
-        if self.rng.gen_bool(0.2) { Protocol::Resp3 } else { Protocol::Resp2 }
+        if self.rng.gen_bool(0.2) {
+            Protocol::Resp3
+        } else {
+            Protocol::Resp2
+        }
     }
 
     /// The next step; `watched` are the watches recorded so far (a

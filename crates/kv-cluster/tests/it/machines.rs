@@ -190,10 +190,15 @@ fn reads_never_write_and_writes_are_refused() {
     assert_eq!(read(&mut m, &[b"GET", b"kept"]).unwrap().1, "$1\r\ny\r\n");
     assert_eq!(read(&mut m, &[b"EXISTS", b"gone", b"kept"]).unwrap().1, ":1\r\n");
     assert_eq!(read(&mut m, &[b"DBSIZE"]).unwrap().1, ":3\r\n", "an expired key is counted until deleted");
-    assert_eq!(read(&mut m, &[b"LRANGE", b"l", b"0", b"-1"]).unwrap().1, "*4\r\n$1\r\n1\r\n$1\r\n2\r\n$1\r\n3\r\n$1\r\n4\r\n");
+    assert_eq!(
+        read(&mut m, &[b"LRANGE", b"l", b"0", b"-1"]).unwrap().1,
+        "*4\r\n$1\r\n1\r\n$1\r\n2\r\n$1\r\n3\r\n$1\r\n4\r\n"
+    );
     let scan = read(&mut m, &[b"SCAN", b"0", b"COUNT", b"10"]).unwrap().1;
     assert!(!scan.contains("gone") && scan.contains("kept"), "{scan}");
-    for write in [&[&b"SET"[..], b"k", b"v"][..], &[b"LPOP", b"l"], &[b"FLUSHALL"], &[b"MULTI"], &[b"BLPOP", b"l", b"0"]] {
+    for write in
+        [&[&b"SET"[..], b"k", b"v"][..], &[b"LPOP", b"l"], &[b"FLUSHALL"], &[b"MULTI"], &[b"BLPOP", b"l", b"0"]]
+    {
         assert!(matches!(read(&mut m, write), Err(pmwire_kv_cluster::ReadError::NotARead(_))), "{write:?}");
     }
     assert_eq!(m.snapshot(), before, "nothing written, the expired key still there");

@@ -111,11 +111,15 @@ fn watch_sees_expiry_and_flushes_as_redis_does() {
 #[test]
 fn a_transaction_is_one_entry_with_redis_replies() {
     let mut t = Member::new();
-    assert_eq!(t.exec(vec![], &[&["SET", "a", "1"], &["INCR", "a"], &["LPUSH", "a", "x"], &["GET", "a"]]),
-        "*4\r\n+OK\r\n:2\r\n-WRONGTYPE Operation against a key holding the wrong kind of value\r\n$1\r\n2\r\n");
+    assert_eq!(
+        t.exec(vec![], &[&["SET", "a", "1"], &["INCR", "a"], &["LPUSH", "a", "x"], &["GET", "a"]]),
+        "*4\r\n+OK\r\n:2\r\n-WRONGTYPE Operation against a key holding the wrong kind of value\r\n$1\r\n2\r\n"
+    );
     // A command refused while queuing aborts the whole transaction.
-    assert_eq!(t.exec(vec![], &[&["SET", "a", "9"], &["NOSUCH"]]),
-        "-EXECABORT Transaction discarded because of previous errors.\r\n");
+    assert_eq!(
+        t.exec(vec![], &[&["SET", "a", "9"], &["NOSUCH"]]),
+        "-EXECABORT Transaction discarded because of previous errors.\r\n"
+    );
     assert_eq!(t.cmd(&["GET", "a"]), "$1\r\n2\r\n");
     // A blocking pop inside never waits.
     assert_eq!(t.exec(vec![], &[&["BLPOP", "empty", "0"]]), "*1\r\n*-1\r\n");
@@ -147,7 +151,8 @@ fn blocking_pops_wait_and_lists_report_ready_keys() {
 
 #[test]
 fn a_persistent_keyspace_keeps_its_applied_index_and_write_index_across_a_crash() {
-    let mut d = Member { m: RedisMachine::open(Durable::default(), config()).unwrap(), p: Proposer::with_key(5), now: 1_000 };
+    let mut d =
+        Member { m: RedisMachine::open(Durable::default(), config()).unwrap(), p: Proposer::with_key(5), now: 1_000 };
     let mut v = Member::new();
     let both = |args: &[&str], d: &mut Member<Durable>, v: &mut Member<MemKeyspace>| {
         let e = d.p.command(d.now, Protocol::Resp2, args);

@@ -59,7 +59,8 @@ fn entries(seed: u64, n: usize, p: &mut Proposer, now: &mut u64) -> Vec<Vec<u8>>
                 continue;
             }
             _ => {
-                let queued = vec![vec!["INCR", "n"], vec!["SADD", "s", k.as_str(), m.as_str()], vec!["GET", k.as_str()]];
+                let queued =
+                    vec![vec!["INCR", "n"], vec!["SADD", "s", k.as_str(), m.as_str()], vec!["GET", k.as_str()]];
                 out.push(p.transaction(*now, Protocol::Resp2, Vec::<Watched>::new(), &queued));
                 continue;
             }
