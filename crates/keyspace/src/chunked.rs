@@ -65,6 +65,8 @@ const VERSION: u8 = 1;
 const CHUNK: u8 = 0x00;
 const TOMBSTONE: u8 = 0x01;
 const NEXT_GEN: u8 = 0x02;
+/// The internal key of the generation entry (counter and secret, [`next_generation`]).
+pub const GENERATIONS_KEY: &[u8] = &[NEXT_GEN];
 
 /// When a collection is chunked, and how big its chunks grow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -282,6 +284,21 @@ pub fn next_generation<K: Keyspace + ?Sized>(ks: &mut K) -> Result<u64, StoreErr
             return Ok(gen);
         }
     }
+}
+
+/// Installs the generation entry with `secret` if the keyspace has none yet
+/// (true if it wrote it): a replicated keyspace takes its secret from its
+/// log (the same on every member, drawn by the leader) instead of the OS,
+/// so that [`next_generation`] chooses the same generations everywhere and
+/// never calls the OS's randomness. A keyspace that has the entry keeps it.
+pub fn install_generation_secret<K: Keyspace + ?Sized>(ks: &mut K, secret: u64) -> Result<bool, StoreError> {
+    if ks.internal_get(&[NEXT_GEN]).is_some() {
+        return Ok(false);
+    }
+    let mut entry = 1u64.to_le_bytes().to_vec();
+    entry.extend(secret.to_le_bytes());
+    ks.internal_put(&[NEXT_GEN], &entry)?;
+    Ok(true)
 }
 
 /// 64 bits from the OS's randomness (std's `RandomState` keys are drawn from it).

@@ -531,10 +531,7 @@ impl Keyspace for EngineKeyspace<'_> {
     }
 
     fn limits(&self) -> StoreLimits {
-        let buf_size = self.engine.pool().buf_size() as u64;
-        let copied = (self.engine.max_value_extents() as u64 - 1).saturating_mul(buf_size);
-        // One byte of the engine's longest key is kept for the escape.
-        StoreLimits { max_key_bytes: MAX_KEY_BYTES as u64 - 1, max_value_bytes: copied.min(MAX_VALUE_BYTES as u64) }
+        engine_limits(self.engine)
     }
 
     fn has_internal(&self) -> bool {
@@ -575,6 +572,14 @@ impl Keyspace for EngineKeyspace<'_> {
         }
         n
     }
+}
+
+/// The sizes the engine takes, as the executor checks them.
+pub(crate) fn engine_limits(engine: &Engine) -> StoreLimits {
+    let buf_size = engine.pool().buf_size() as u64;
+    let copied = (engine.max_value_extents() as u64 - 1).saturating_mul(buf_size);
+    // One byte of the engine's longest key is kept for the escape.
+    StoreLimits { max_key_bytes: MAX_KEY_BYTES as u64 - 1, max_value_bytes: copied.min(MAX_VALUE_BYTES as u64) }
 }
 
 /// Replies into a connection's output: protocol bytes copied, stored values sent from their

@@ -16,6 +16,7 @@
 //! | [`service`] | [`KvService`]: per-batch parse/execute/commit/answer for RESP and HTTP |
 //! | [`serve`] | [`KvServer`] (both listeners on one loop), [`ReadyFile`], signal handling |
 //! | [`client`] | small blocking RESP and HTTP clients (tests, the crash campaign) |
+//! | [`cluster`] | [`cluster::ClusterKeyspace`]: the engine as a replicated Redis machine's keyspace |
 //! | [`crash`] | the kill -9 campaign against `pmwire kv` |
 //!
 //! ```no_run
@@ -47,6 +48,7 @@ pub use pmwire_netio as netio;
 
 mod admit;
 pub mod client;
+pub mod cluster;
 pub mod crash;
 mod keyspace;
 pub mod serve;
@@ -55,6 +57,7 @@ pub mod store;
 
 pub use serve::{stop_on_signals, KvServer, ReadyFile, ServeError, ServeOptions, BATCH_WAIT_US};
 pub use service::{KvService, ServiceStats};
+pub use keyspace::Handle;
 pub use store::{Mode, Recovered, Sizing, Store, StoreError};
 /// When a collection is chunked, and how big its chunks grow (`pmwire kv --collection-limits`).
 pub use pmwire_keyspace::chunked::ChunkConfig;

@@ -19,7 +19,8 @@
 //! [`kv`] checks a key-value history one key at a time: linearizability is
 //! local (Herlihy and Wing's theorem 1), so the history is linearizable
 //! exactly when every key's sub-history is, and the per-key searches are
-//! far smaller.
+//! far smaller. [`redis`] does the same for Redis strings and counters
+//! (SET, GET, INCR, DEL, APPEND), with Redis's replies.
 //!
 //! Invariant: [`check`] returns `true` only with a witness order found; it
 //! is exact (no timeout), so a history too large for the search takes long
@@ -28,6 +29,7 @@
 #![deny(missing_docs)]
 
 pub mod kv;
+pub mod redis;
 
 use std::collections::HashSet;
 use std::hash::Hash;

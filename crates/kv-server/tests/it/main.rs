@@ -3,6 +3,7 @@
 
 mod big;
 mod blocking;
+mod cluster;
 mod common;
 mod http;
 mod resp;

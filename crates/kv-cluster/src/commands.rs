@@ -1,0 +1,112 @@
+//! Which commands go through the log, and which are served by a member
+//! alone ([`class`]).
+//!
+//! A *write* changes the keyspace and is replicated: an entry of its own,
+//! or a transaction's. A *read* changes nothing: a member serves it from
+//! its applied state through [`crate::RedisMachine::read`] (after a
+//! ReadIndex, or stale on `READONLY`), and it may also sit in a transaction,
+//! whose entry runs it with the writes. A *blocking* command is a write
+//! that may wait ([`crate::Applied::blocked`]). A *session* command is
+//! about the connection or the member (AUTH, HELLO, CLIENT, CONFIG, INFO,
+//! MULTI/EXEC/WATCH themselves...): the serving member answers it, and an
+//! entry that carries one is refused, identically everywhere
+//! ([`crate::EntryError::NotReplicated`]). A name this build does not know is
+//! left to the executor, which answers Redis's unknown-command error the
+//! same on every member.
+
+/// What a command is to replication.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// Reads only: served by a member alone, or run inside a transaction.
+    Read,
+    /// Writes: replicated.
+    Write,
+    /// Writes, and may wait for a list (BLPOP...).
+    Blocking,
+    /// The connection's or the member's own business: never in an entry.
+    Session,
+    /// Not a command this build knows (the executor answers the error).
+    Unknown,
+}
+
+/// Commands that only read.
+#[rustfmt::skip]
+pub const READS: &[&str] = &[
+    "dbsize", "echo", "exists", "expiretime", "get", "getrange", "hexists", "hget", "hgetall", "hkeys", "hlen",
+    "hmget", "hrandfield", "hscan", "hstrlen", "hvals", "keys", "lindex", "llen", "lpos", "lrange", "mget",
+    "object", "pexpiretime", "ping", "pttl", "randomkey", "scan", "scard", "sdiff", "select", "sinter",
+    "sintercard", "sismember", "smembers", "smismember", "srandmember", "sscan", "strlen", "substr", "sunion",
+    "touch", "ttl", "type", "zcard", "zcount", "zdiff", "zinter", "zintercard", "zlexcount", "zmscore",
+    "zrandmember", "zrange", "zrangebylex", "zrangebyscore", "zrank", "zrevrange", "zrevrangebylex",
+    "zrevrangebyscore", "zrevrank", "zscan", "zscore", "zunion",
+];
+
+/// Commands that write.
+#[rustfmt::skip]
+pub const WRITES: &[&str] = &[
+    "append", "copy", "decr", "decrby", "del", "expire", "expireat", "flushall", "flushdb", "getdel", "getex",
+    "getset", "hdel", "hincrby", "hincrbyfloat", "hmset", "hset", "hsetnx", "incr", "incrby", "incrbyfloat",
+    "linsert", "lmove", "lmpop", "lpop", "lpush", "lpushx", "lrem", "lset", "ltrim", "mset", "msetnx", "persist",
+    "pexpire", "pexpireat", "psetex", "rename", "renamenx", "rpop", "rpoplpush", "rpush", "rpushx", "sadd",
+    "sdiffstore", "set", "setex", "setnx", "setrange", "sinterstore", "smove", "spop", "srem", "sunionstore",
+    "unlink", "zadd", "zdiffstore", "zincrby", "zinterstore", "zpopmax", "zpopmin", "zrangestore", "zrem",
+    "zremrangebylex", "zremrangebyrank", "zremrangebyscore", "zunionstore",
+];
+
+/// Commands that write and may wait.
+#[rustfmt::skip]
+pub const BLOCKING: &[&str] = &["blmove", "blmpop", "blpop", "brpop", "brpoplpush"];
+
+/// Commands a member answers alone, never replicated.
+#[rustfmt::skip]
+pub const SESSION: &[&str] = &[
+    "acl", "auth", "client", "command", "config", "discard", "exec", "hello", "info", "multi", "quit", "unwatch",
+    "watch",
+];
+
+/// The class of the command named `name` (any case).
+pub fn class(name: &[u8]) -> Class {
+    if name.len() > 32 {
+        return Class::Unknown;
+    }
+    let lower = name.to_ascii_lowercase();
+    let is = |table: &[&str]| table.binary_search_by(|n| n.as_bytes().cmp(&lower[..])).is_ok();
+    if is(READS) {
+        Class::Read
+    } else if is(WRITES) {
+        Class::Write
+    } else if is(BLOCKING) {
+        Class::Blocking
+    } else if is(SESSION) {
+        Class::Session
+    } else {
+        Class::Unknown
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_are_sorted_and_disjoint() {
+        for t in [READS, WRITES, BLOCKING, SESSION] {
+            assert!(t.windows(2).all(|w| w[0] < w[1]), "sorted: {t:?}");
+        }
+        let mut all: Vec<&str> = [READS, WRITES, BLOCKING, SESSION].concat();
+        let n = all.len();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), n, "a command in two tables");
+    }
+
+    #[test]
+    fn classes() {
+        assert_eq!(class(b"GET"), Class::Read);
+        assert_eq!(class(b"sEt"), Class::Write);
+        assert_eq!(class(b"BLPOP"), Class::Blocking);
+        assert_eq!(class(b"watch"), Class::Session);
+        assert_eq!(class(b"nosuch"), Class::Unknown);
+        assert_eq!(class(&[b'a'; 100]), Class::Unknown);
+    }
+}

@@ -1,0 +1,672 @@
+//! [`RedisMachine`]: the Redis keyspace as a [`StateMachine`].
+//!
+//! Every entry runs on a fresh executor ([`Server`]) whose generator is
+//! seeded from the entry's seed ([`crate::prf`]) and a fresh session in the
+//! entry's protocol, against the keyspace with its time set to the entry's
+//! (never below the last entry's: the machine keeps time monotonic). So a
+//! command's effect and reply are a function of the state and the entry
+//! alone, the same on every member; nothing of an executor outlives its
+//! entry (SCAN cursors, counters), so no state lives outside the keyspace
+//! and the few fields below, which the snapshot carries.
+//!
+//! Replicated state: the keyspace (keys of every family with their
+//! deadlines, the chunks of large collections, the generation entry with
+//! its secret, installed from the first entry's seed), the applied index,
+//! the last entry's time, and the [`WriteIndex`] WATCH is decided by.
+//!
+//! Durability: with a volatile keyspace ([`MachineKeyspace::is_persistent`]
+//! false) the machine keeps nothing across a restart; with a persistent one,
+//! [`RedisMachine::persist_applied`] writes the applied index, the time and
+//! the write index's changes as internal entries under tag `10`
+//! ([`MACHINE_TAG`]) and commits them with the applied writes in one
+//! failure-atomic commit ([`MachineKeyspace::commit`]);
+//! [`RedisMachine::open`] reads them back.
+
+use std::cell::RefCell;
+
+use pmwire_keyspace::chunked::{collect_garbage, install_generation_secret};
+use pmwire_keyspace::exec::{active_expire, Flow, Server, ServerConfig, Session};
+use pmwire_keyspace::store::{Clock, Keyspace, MemKeyspace, StoreError};
+use pmwire_resp::reply::{Out, Protocol, ReplySink};
+use pmwire_resp::request::{Limits, Parsed, Request};
+use pmwire_smr::state::{PersistError, RestoreError, StateMachine};
+use thiserror::Error;
+
+use crate::commands::{class, Class};
+use crate::entry::{Entry, EntryError, Kind, Watched, WatchedState};
+use crate::readonly::ReadOnly;
+use crate::track::{Recording, WriteIndex};
+use crate::{prf, snapshot};
+
+/// The first byte of the machine's own internal entries.
+pub const MACHINE_TAG: u8 = 0x10;
+/// The internal key of the machine's durable state (applied index, time,
+/// write floor, flush index: four u64 LE).
+pub const META_KEY: &[u8] = &[MACHINE_TAG, b'M'];
+/// The prefix of the write index's internal entries (`10 'W' key` → index u64 LE).
+pub const WRITES_PREFIX: &[u8] = &[MACHINE_TAG, b'W'];
+
+/// A keyspace a [`RedisMachine`] drives.
+pub trait MachineKeyspace: Keyspace {
+    /// Sets the time deadlines are compared with, ms since the Unix epoch.
+    fn set_now_ms(&mut self, now_ms: u64);
+    /// Whether [`MachineKeyspace::commit`] makes writes survive a restart.
+    fn is_persistent(&self) -> bool {
+        false
+    }
+    /// Makes every write so far durable in one failure-atomic commit.
+    fn commit(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+    /// An entry begins: what [`MachineKeyspace::rollback_entry`] undoes to.
+    fn begin_entry(&mut self) {}
+    /// Whether a write of the entry found the batch full (more than one
+    /// commit holds): the machine undoes the entry, commits what came
+    /// before, and runs it again.
+    fn batch_full(&self) -> bool {
+        false
+    }
+    /// Undoes every write since [`MachineKeyspace::begin_entry`] and clears
+    /// [`MachineKeyspace::batch_full`].
+    fn rollback_entry(&mut self) {}
+    /// Lets the batch outgrow one commit's room (an entry larger than a
+    /// batch runs alone and is committed at once).
+    fn allow_oversize(&mut self) {}
+    /// A refusal since the last call that does not follow from the log (a
+    /// full pool): a member cannot go on past it without diverging.
+    fn take_fault(&mut self) -> Option<String> {
+        None
+    }
+    /// The entry's replies are taken: value handles may be released.
+    fn end_entry(&mut self) {}
+}
+
+impl MachineKeyspace for MemKeyspace {
+    fn set_now_ms(&mut self, now_ms: u64) {
+        self.set_clock(Clock::Fixed(now_ms));
+    }
+}
+
+/// What the expiry sweep of a [`Kind::Sweep`] entry did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Swept {
+    /// Expired keys deleted.
+    pub expired: usize,
+    /// Internal entries of dead collections deleted.
+    pub garbage: usize,
+    /// More keys were due than the budget allowed.
+    pub more: bool,
+}
+
+/// What applying one entry answers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// The reply bytes for the proposing client (RESP, in its protocol):
+    /// one reply for a command, EXEC's reply for a transaction; empty for a
+    /// sweep or a command that blocked.
+    pub reply: Vec<u8>,
+    /// Keys a list was stored at: the serving member serves its clients
+    /// blocked there ([`crate`] docs, "Blocking pops").
+    pub ready: Vec<Vec<u8>>,
+    /// A blocking command found nothing to pop and changed nothing: its
+    /// client waits (the serving member parks it).
+    pub blocked: bool,
+    /// A sweep entry's counts.
+    pub swept: Option<Swept>,
+    /// The entry was refused (the reply is the error); nothing changed.
+    pub refused: Option<EntryError>,
+}
+
+/// What running an entry did, before it is recorded.
+struct Ran {
+    applied: Applied,
+    /// Keys written (with repeats).
+    touched: Vec<Vec<u8>>,
+    /// A flush ran.
+    cleared: bool,
+}
+
+/// Why a machine could not be opened on a persistent keyspace.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum OpenError {
+    /// The machine's internal entries do not decode.
+    #[error("the keyspace's replication state is corrupt: {0}")]
+    Corrupt(&'static str),
+}
+
+/// Why a read was not served.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ReadError {
+    /// Not a read: it goes through the log.
+    #[error("not a read: {0}")]
+    NotARead(String),
+    /// The command tried to write (a bug in the classification; nothing was written).
+    #[error("a read tried to write")]
+    WriteAttempted,
+}
+
+/// The Redis keyspace as a deterministic replicated state machine.
+pub struct RedisMachine<K: MachineKeyspace> {
+    ks: RefCell<K>,
+    config: ServerConfig,
+    applied: u64,
+    last_time_ms: u64,
+    writes: WriteIndex,
+    /// A flush since the last persist wiped the machine's internal entries.
+    flushed: bool,
+    /// Why the keyspace can no longer follow the log (a full pool, a failed
+    /// commit): [`RedisMachine::persist_applied`] reports it and the replica halts.
+    fault: Option<String>,
+    /// Planted bug (the agreement tests' canary): each entry's generator is
+    /// seeded from this member's own randomness, not the entry's seed.
+    fault_local_random: bool,
+}
+
+impl<K: MachineKeyspace> std::fmt::Debug for RedisMachine<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisMachine")
+            .field("applied", &self.applied)
+            .field("last_time_ms", &self.last_time_ms)
+            .field("tracked", &self.writes.len())
+            .finish()
+    }
+}
+
+/// A sink that keeps protocol bytes and value handles in order, to be
+/// joined once the keyspace is free again ([`Capture::finish`]).
+struct Capture<V> {
+    bytes: Vec<u8>,
+    values: Vec<(usize, V, u64)>,
+}
+
+impl<V: Clone> ReplySink<V> for Capture<V> {
+    fn bytes(&mut self, data: &[u8]) {
+        self.bytes.extend_from_slice(data);
+    }
+
+    fn value(&mut self, value: &V, len: u64) {
+        self.values.push((self.bytes.len(), value.clone(), len));
+    }
+}
+
+impl<V> Capture<V> {
+    fn new() -> Self {
+        Capture { bytes: Vec::new(), values: Vec::new() }
+    }
+
+    fn finish<K: Keyspace<Value = V>>(self, ks: &K) -> Vec<u8> {
+        if self.values.is_empty() {
+            return self.bytes;
+        }
+        let total: u64 = self.values.iter().map(|v| v.2).sum();
+        let mut out = Vec::with_capacity(self.bytes.len() + total as usize);
+        let mut at = 0;
+        for (offset, value, len) in self.values {
+            out.extend_from_slice(&self.bytes[at..offset]);
+            let before = out.len();
+            ks.read(&value, &mut out);
+            assert_eq!((out.len() - before) as u64, len, "a value handle's length");
+            at = offset;
+        }
+        out.extend_from_slice(&self.bytes[at..]);
+        out
+    }
+}
+
+/// The error reply of a refused entry.
+fn refusal(e: EntryError) -> Applied {
+    let reply = format!("-ERR pmwire: replicated entry refused: {e}\r\n").into_bytes();
+    Applied { reply, refused: Some(e), ..Applied::default() }
+}
+
+/// Parses an entry's commands: exactly `count` requests, every byte used,
+/// none a session command.
+fn parse_commands(entry: &Entry<'_>) -> Result<Parsed, EntryError> {
+    if entry.commands.len() as u64 > u64::from(u32::MAX) {
+        return Err(EntryError::Bounds("body length"));
+    }
+    let limits = Limits { max_commands: u32::MAX, ..Limits::default() };
+    let mut parsed = Parsed::new(limits);
+    let segments: [&[u8]; 1] = [entry.commands];
+    let summary = parsed.parse(&segments);
+    if summary.error.is_some() || summary.consumed != entry.commands.len() || summary.commands != entry.count as usize {
+        return Err(EntryError::Commands);
+    }
+    parsed.forget_pieces();
+    for i in 0..summary.commands {
+        let req = parsed.request(&segments, i);
+        if class(req.arg(0)) == Class::Session {
+            return Err(EntryError::NotReplicated);
+        }
+    }
+    Ok(parsed)
+}
+
+/// The RESP encoding of the argument-less command `word`.
+fn control(word: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    pmwire_resp::client::encode_request(&[word], &mut bytes);
+    bytes
+}
+
+impl RedisMachine<MemKeyspace> {
+    /// A volatile machine on an empty [`MemKeyspace`].
+    pub fn in_memory(config: ServerConfig) -> Self {
+        RedisMachine::open(MemKeyspace::new(), config).expect("an empty keyspace opens")
+    }
+}
+
+impl<K: MachineKeyspace> RedisMachine<K> {
+    /// A machine over `ks`, executing with `config` (every member must use
+    /// the same [`ServerConfig::collections`]: they shape the stored state).
+    /// A persistent keyspace's replication state is read back.
+    pub fn open(mut ks: K, config: ServerConfig) -> Result<Self, OpenError> {
+        let (applied, last_time_ms, mut writes) =
+            if ks.is_persistent() { read_durable(&mut ks)? } else { (0, 0, WriteIndex::default()) };
+        writes.set_persistent(ks.is_persistent());
+        ks.set_now_ms(last_time_ms);
+        Ok(RedisMachine {
+            ks: RefCell::new(ks),
+            config,
+            applied,
+            last_time_ms,
+            writes,
+            flushed: false,
+            fault: None,
+            fault_local_random: false,
+        })
+    }
+}
+
+impl<K: MachineKeyspace> RedisMachine<K> {
+    /// Plants the canary's bug: draws from this member's own randomness.
+    #[doc(hidden)]
+    pub fn plant_local_random(&mut self) {
+        self.fault_local_random = true;
+    }
+
+    /// The time of the last applied entry, ms since the Unix epoch: a new
+    /// leader proposes no time below it ([`crate::Proposer::observe`]).
+    pub fn last_time_ms(&self) -> u64 {
+        self.last_time_ms
+    }
+
+    /// The keyspace (tests, the serving member's INFO).
+    pub fn keyspace(&mut self) -> &mut K {
+        self.ks.get_mut()
+    }
+
+    /// The write index WATCH is decided by.
+    pub fn writes(&self) -> &WriteIndex {
+        &self.writes
+    }
+
+    /// Whether a sweep entry would find work at `now_ms`: an expired key,
+    /// or a dead collection's chunks. The leader proposes one then.
+    pub fn sweep_due(&mut self, now_ms: u64) -> bool {
+        let ks = self.ks.get_mut();
+        ks.set_now_ms(now_ms.max(self.last_time_ms));
+        let due = !ks.expired(1).is_empty() || has_tombstone(ks);
+        ks.set_now_ms(self.last_time_ms);
+        due
+    }
+
+    /// What WATCH records for `key` on this member: the applied index and
+    /// whether the key is live at `now_ms` (and its deadline). Changes
+    /// nothing.
+    pub fn watch(&mut self, key: &[u8], now_ms: u64) -> Watched {
+        let (applied, restore) = (self.applied, self.last_time_ms);
+        let mut ro = ReadOnly::new(self.ks.get_mut(), now_ms, restore);
+        let state = match ro.get(key) {
+            Some(s) => WatchedState::Live(s.deadline_ms),
+            None => WatchedState::Absent,
+        };
+        Watched { key: key.to_vec(), index: applied, state }
+    }
+
+    /// Serves a read outside the log: `req` (a [`Class::Read`] command) runs
+    /// with the member's own `server` and `session` against the applied
+    /// state at `now_ms`, through [`ReadOnly`]. A write is refused before
+    /// it runs; the keyspace is never written.
+    pub fn read<S>(
+        &mut self,
+        server: &mut Server,
+        session: &mut Session,
+        now_ms: u64,
+        req: &Request<'_>,
+        sink: &mut S,
+    ) -> Result<Flow, ReadError>
+    where
+        S: ReplySink<K::Value> + ?Sized,
+    {
+        if class(req.arg(0)) != Class::Read {
+            return Err(ReadError::NotARead(String::from_utf8_lossy(req.arg(0)).into_owned()));
+        }
+        let restore = self.last_time_ms;
+        let mut ro = ReadOnly::new(self.ks.get_mut(), now_ms, restore);
+        let flow = server.execute(session, &mut ro, req, sink);
+        if ro.attempts() > 0 {
+            return Err(ReadError::WriteAttempted);
+        }
+        Ok(flow)
+    }
+
+    /// Runs a decoded entry at `time_ms`; what it wrote is returned, not yet
+    /// recorded (the entry may be undone and run again).
+    fn run(&mut self, index: u64, entry: &Entry<'_>, time_ms: u64) -> Result<Ran, EntryError> {
+        if entry.kind == Kind::Sweep {
+            return Ok(Ran { applied: self.sweep(entry, time_ms), touched: Vec::new(), cleared: false });
+        }
+        let parsed = parse_commands(entry)?;
+        let segments: [&[u8]; 1] = [entry.commands];
+        let dirty = entry.kind == Kind::Exec && self.writes_since_watch(entry, time_ms);
+        let ks = self.ks.get_mut();
+        ks.set_now_ms(time_ms);
+        if let Err(e) = install_generation_secret(ks, prf::derive(entry.seed, prf::SECRET)) {
+            return Ok(Ran { applied: store_failed(e, entry.protocol), touched: Vec::new(), cleared: false });
+        }
+        let mut random_seed = prf::derive(entry.seed, prf::RNG);
+        if self.fault_local_random {
+            random_seed = std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), index);
+        }
+        let mut server = Server::new(ServerConfig { random_seed, ..self.config.clone() });
+        let mut session = server.open_session();
+        session.protocol = entry.protocol;
+        let mut rec = Recording::new(ks);
+        let mut capture = Capture::new();
+        let mut applied = Applied::default();
+        if entry.kind == Kind::Command {
+            let flow = server.execute(&mut session, &mut rec, &parsed.request(&segments, 0), &mut capture);
+            assert!(flow != Flow::Close, "QUIT is a session command");
+            if flow == Flow::Block {
+                server.unblock(&mut session);
+                applied.blocked = true;
+            }
+        } else if dirty {
+            Out::<K::Value, _>::new(&mut capture, entry.protocol).null_array();
+        } else {
+            exec(&mut server, &mut session, &mut rec, &parsed, &segments, &mut capture);
+        }
+        let (touched, lists, cleared) = (rec.touched, rec.lists, rec.cleared);
+        applied.reply = capture.finish(&*ks);
+        applied.ready = lists;
+        applied.ready.sort_unstable();
+        applied.ready.dedup();
+        Ok(Ran { applied, touched, cleared })
+    }
+
+    /// Runs a decoded entry (at most three times: once more after
+    /// committing what came before if the batch was full, once more alone
+    /// in an oversized batch), then records what it wrote. Returns its
+    /// output and whether it must be committed at once (it ran oversized).
+    fn apply_entry(&mut self, index: u64, entry: &Entry<'_>) -> (Applied, bool) {
+        let time_ms = entry.time_ms.max(self.last_time_ms);
+        for attempt in 0..3 {
+            self.ks.get_mut().begin_entry();
+            let result = self.run(index, entry, time_ms);
+            if self.ks.get_mut().batch_full() {
+                self.ks.get_mut().rollback_entry();
+                match attempt {
+                    0 => {
+                        if let Err(e) = self.commit_applied() {
+                            self.fault.get_or_insert(e.0);
+                        }
+                    }
+                    1 => self.ks.get_mut().allow_oversize(),
+                    _ => {
+                        self.fault.get_or_insert(format!("entry {index} outgrew an oversized batch"));
+                    }
+                }
+                continue;
+            }
+            if let Some(why) = self.ks.get_mut().take_fault() {
+                self.fault.get_or_insert(format!("entry {index}: {why}"));
+            }
+            return match result {
+                Ok(ran) => {
+                    for key in &ran.touched {
+                        self.writes.record(key, index);
+                    }
+                    if ran.cleared {
+                        self.writes.flush = index;
+                        self.flushed = true;
+                    }
+                    self.last_time_ms = time_ms;
+                    (ran.applied, attempt == 2)
+                }
+                Err(e) => (refusal(e), false),
+            };
+        }
+        (Applied { reply: b"-ERR pmwire: the entry could not be stored\r\n".to_vec(), ..Applied::default() }, false)
+    }
+
+    /// WATCH's rule: whether a key the transaction watched changed since
+    /// its WATCH: written after the watch's index, flushed while it was
+    /// live, or live then and expired by `time_ms` (crate docs, "WATCH").
+    fn writes_since_watch(&self, entry: &Entry<'_>, time_ms: u64) -> bool {
+        entry.watched.iter().any(|w| {
+            let written = self.writes.last_write(&w.key) > w.index;
+            let flushed = matches!(w.state, WatchedState::Live(_)) && self.writes.flush > w.index;
+            let expired = matches!(w.state, WatchedState::Live(Some(d)) if d <= time_ms);
+            written || flushed || expired
+        })
+    }
+
+    /// A sweep entry: expired keys, then dead chunks, within its budgets.
+    fn sweep(&mut self, entry: &Entry<'_>, time_ms: u64) -> Applied {
+        let ks = self.ks.get_mut();
+        ks.set_now_ms(time_ms);
+        ks.begin_command();
+        let result = active_expire(ks, entry.expire_budget as usize).and_then(|s| {
+            let garbage =
+                if entry.garbage_budget > 0 { collect_garbage(ks, entry.garbage_budget as usize)? } else { 0 };
+            Ok(Swept { expired: s.deleted, garbage, more: s.more })
+        });
+        match result {
+            Ok(swept) => Applied { swept: Some(swept), ..Applied::default() },
+            Err(e) => {
+                ks.abort_command();
+                store_failed(e, Protocol::Resp2)
+            }
+        }
+    }
+}
+
+/// EXEC of a transaction entry's commands: MULTI, each queued (their
+/// `+QUEUED` replies dropped), then EXEC, whose reply is the entry's.
+fn exec<K: Keyspace, S: ReplySink<K::Value>>(
+    server: &mut Server,
+    session: &mut Session,
+    ks: &mut K,
+    parsed: &Parsed,
+    segments: &[&[u8]; 1],
+    sink: &mut S,
+) {
+    let mut scratch = Capture::<K::Value>::new();
+    run_control(server, session, ks, b"MULTI", &mut scratch);
+    for i in 0..parsed.len() {
+        server.execute(session, ks, &parsed.request(segments, i), &mut scratch);
+    }
+    run_control(server, session, ks, b"EXEC", sink);
+}
+
+/// Runs the argument-less command `word` (MULTI, EXEC).
+fn run_control<K: Keyspace, S: ReplySink<K::Value>>(
+    server: &mut Server,
+    session: &mut Session,
+    ks: &mut K,
+    word: &[u8],
+    sink: &mut S,
+) {
+    let bytes = control(word);
+    let mut parsed = Parsed::new(Limits::default());
+    let segments: [&[u8]; 1] = [&bytes];
+    assert_eq!(parsed.parse(&segments).commands, 1);
+    server.execute(session, ks, &parsed.request(&segments, 0), sink);
+}
+
+/// The reply of an entry whose store refused a write the machine makes
+/// itself (nothing of the entry is kept).
+fn store_failed(e: StoreError, protocol: Protocol) -> Applied {
+    let mut reply = Vec::new();
+    Out::<std::sync::Arc<[u8]>, _>::new(&mut reply, protocol).error(e.to_string().as_bytes());
+    Applied { reply, ..Applied::default() }
+}
+
+/// Whether a dead collection generation waits for collection.
+fn has_tombstone<K: Keyspace>(ks: &mut K) -> bool {
+    let tomb = pmwire_keyspace::chunked::tombstone_key(0);
+    let mut found = false;
+    ks.internal_scan(&tomb[..1], 1, &mut |k| found = pmwire_keyspace::chunked::key_generation(k).is_some_and(|(t, _)| t));
+    found
+}
+
+/// A persistent keyspace's replication state: applied index, time, write index.
+fn read_durable<K: MachineKeyspace>(ks: &mut K) -> Result<(u64, u64, WriteIndex), OpenError> {
+    let Some(meta) = ks.internal_get(META_KEY) else {
+        return Ok((0, 0, WriteIndex::default()));
+    };
+    let mut bytes = Vec::new();
+    ks.read(&meta, &mut bytes);
+    if bytes.len() != 32 {
+        return Err(OpenError::Corrupt("machine state entry length"));
+    }
+    let word = |i: usize| u64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().expect("8 bytes"));
+    let (applied, time, floor, flush) = (word(0), word(1), word(2), word(3));
+    let mut keys = Vec::new();
+    let mut from = WRITES_PREFIX.to_vec();
+    loop {
+        let mut page = Vec::new();
+        let n = ks.internal_scan(&from, 256, &mut |k| page.push(k.to_vec()));
+        let mine: Vec<Vec<u8>> = page.iter().take_while(|k| k.starts_with(WRITES_PREFIX)).cloned().collect();
+        let done = n < 256 || mine.len() < page.len();
+        for k in mine {
+            let v = ks.internal_get(&k).ok_or(OpenError::Corrupt("write index entry vanished"))?;
+            let mut b = Vec::new();
+            ks.read(&v, &mut b);
+            let index = u64::from_le_bytes(b.try_into().map_err(|_| OpenError::Corrupt("write index entry length"))?);
+            if index > applied {
+                return Err(OpenError::Corrupt("a write after the applied index"));
+            }
+            from = k.clone();
+            from.push(0);
+            keys.push((k[WRITES_PREFIX.len()..].to_vec(), index));
+        }
+        if done {
+            break;
+        }
+    }
+    let writes =
+        WriteIndex::from_entries(keys, floor, flush).ok_or(OpenError::Corrupt("write index over its bounds"))?;
+    Ok((applied, time, writes))
+}
+
+impl<K: MachineKeyspace> RedisMachine<K> {
+    /// Commits the entries applied so far with the replication state, on a
+    /// persistent keyspace (nothing on a volatile one).
+    fn commit_applied(&mut self) -> Result<(), PersistError> {
+        if !self.ks.get_mut().is_persistent() {
+            return Ok(());
+        }
+        // The machine's own entries join a batch that may already be as large as one
+        // commit holds (an entry found it full): they may take it past that.
+        self.ks.get_mut().allow_oversize();
+        self.write_durable().map_err(|e| PersistError(e.to_string()))?;
+        self.ks.get_mut().commit().map_err(PersistError)
+    }
+
+    /// Writes the replication state as internal entries (persistent keyspaces).
+    fn write_durable(&mut self) -> Result<(), StoreError> {
+        let ks = self.ks.get_mut();
+        if std::mem::take(&mut self.flushed) {
+            self.writes.mark_all_changed();
+        }
+        for (key, index) in self.writes.take_changes() {
+            let mut ikey = WRITES_PREFIX.to_vec();
+            ikey.extend_from_slice(&key);
+            match index {
+                Some(i) => ks.internal_put(&ikey, &i.to_le_bytes())?,
+                None => {
+                    ks.internal_delete(&ikey)?;
+                }
+            }
+        }
+        let mut meta = Vec::with_capacity(32);
+        for w in [self.applied, self.last_time_ms, self.writes.floor, self.writes.flush] {
+            meta.extend_from_slice(&w.to_le_bytes());
+        }
+        ks.internal_put(META_KEY, &meta)
+    }
+}
+
+impl<K: MachineKeyspace> StateMachine for RedisMachine<K> {
+    type Output = Applied;
+
+    fn apply(&mut self, index: u64, data: &[u8]) -> Applied {
+        assert!(index > self.applied, "entry {index} applied after {}", self.applied);
+        let (out, commit_now) = match Entry::decode(data) {
+            Err(e) => (refusal(e), false),
+            Ok(entry) => self.apply_entry(index, &entry),
+        };
+        self.applied = index;
+        let ks = self.ks.get_mut();
+        ks.set_now_ms(self.last_time_ms);
+        ks.end_entry();
+        if commit_now {
+            if let Err(e) = self.commit_applied() {
+                self.fault.get_or_insert(e.0);
+            }
+        }
+        out
+    }
+
+    fn persist_applied(&mut self) -> Result<(), PersistError> {
+        if let Some(why) = &self.fault {
+            return Err(PersistError(why.clone()));
+        }
+        self.commit_applied()
+    }
+
+    fn applied(&self) -> u64 {
+        self.applied
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        let mut ks = self.ks.borrow_mut();
+        let state = snapshot::State {
+            applied: self.applied,
+            last_time_ms: self.last_time_ms,
+            floor: self.writes.floor,
+            flush: self.writes.flush,
+            limits: snapshot::limits_words(&self.config.collections),
+        };
+        let bytes = snapshot::encode(&mut *ks, &state, &self.writes);
+        ks.set_now_ms(self.last_time_ms);
+        bytes
+    }
+
+    fn restore(&mut self, index: u64, bytes: &[u8]) -> Result<(), RestoreError> {
+        let data = snapshot::decode(bytes)?;
+        if data.state.applied != index {
+            return Err(RestoreError::Corrupt("snapshot index differs from its metadata"));
+        }
+        if data.state.limits != snapshot::limits_words(&self.config.collections) {
+            return Err(RestoreError::Corrupt("collection limits differ from this member's"));
+        }
+        let mut writes = WriteIndex::from_entries(data.tracked.clone(), data.state.floor, data.state.flush)
+            .ok_or(RestoreError::Corrupt("write index over its bounds"))?;
+        let ks = self.ks.get_mut();
+        snapshot::load(ks, &data).map_err(|e| RestoreError::Store(e.to_string()))?;
+        writes.set_persistent(ks.is_persistent());
+        self.writes = writes;
+        self.applied = index;
+        self.last_time_ms = data.state.last_time_ms;
+        ks.set_now_ms(self.last_time_ms);
+        if ks.is_persistent() {
+            self.writes.mark_all_changed();
+            self.write_durable().map_err(|e| RestoreError::Store(e.to_string()))?;
+            self.ks.get_mut().commit().map_err(RestoreError::Store)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,141 @@
+//! The leader's side of an entry: [`Proposer`] stamps each with a time that
+//! never goes back and a fresh random seed, and encodes it.
+//!
+//! Seeds are SipHash of a counter under a key drawn from the OS when the
+//! proposer is made ([`crate::prf`]): a client sees neither, and cannot
+//! predict the next entry's draws or the secret the first entry installs.
+
+use pmwire_resp::reply::Protocol;
+
+use crate::entry::{Entry, Kind, Watched};
+use crate::prf;
+
+/// Stamps and encodes entries on the member that proposes them.
+#[derive(Debug, Clone)]
+pub struct Proposer {
+    last_time_ms: u64,
+    key: u64,
+    counter: u64,
+}
+
+impl Default for Proposer {
+    fn default() -> Self {
+        Proposer::new()
+    }
+}
+
+impl Proposer {
+    /// A proposer whose seeds are keyed by the OS's randomness.
+    pub fn new() -> Self {
+        use std::hash::BuildHasher;
+        let key = std::collections::hash_map::RandomState::new().hash_one(0x6b76_2d63_6c75_7374u64);
+        Proposer::with_key(key)
+    }
+
+    /// A proposer with a fixed key (tests and simulations: a run is a
+    /// function of its seed).
+    pub fn with_key(key: u64) -> Self {
+        Proposer { last_time_ms: 0, key, counter: 0 }
+    }
+
+    /// The applied state's last entry time (a new leader calls it with
+    /// [`crate::RedisMachine::last_time_ms`]): no entry is stamped before it.
+    pub fn observe(&mut self, time_ms: u64) {
+        self.last_time_ms = self.last_time_ms.max(time_ms);
+    }
+
+    /// The time and seed of the next entry, at the proposer's clock `now_ms`.
+    fn stamp(&mut self, now_ms: u64) -> (u64, u64) {
+        self.last_time_ms = self.last_time_ms.max(now_ms);
+        self.counter += 1;
+        (self.last_time_ms, prf::derive(self.key, self.counter))
+    }
+
+    /// An entry of one command.
+    pub fn command<A: AsRef<[u8]>>(&mut self, now_ms: u64, protocol: Protocol, args: &[A]) -> Vec<u8> {
+        let mut commands = Vec::new();
+        pmwire_resp::client::encode_request(args, &mut commands);
+        let (time_ms, seed) = self.stamp(now_ms);
+        let e = Entry {
+            kind: Kind::Command,
+            protocol,
+            time_ms,
+            seed,
+            count: 1,
+            expire_budget: 0,
+            garbage_budget: 0,
+            watched: Vec::new(),
+            commands: &commands,
+        };
+        e.encode()
+    }
+
+    /// An entry of a transaction: its queued commands (each as its
+    /// arguments) and the keys its session watched.
+    pub fn transaction<A: AsRef<[u8]>>(
+        &mut self,
+        now_ms: u64,
+        protocol: Protocol,
+        watched: Vec<Watched>,
+        queued: &[Vec<A>],
+    ) -> Vec<u8> {
+        let mut commands = Vec::new();
+        for args in queued {
+            pmwire_resp::client::encode_request(args, &mut commands);
+        }
+        let (time_ms, seed) = self.stamp(now_ms);
+        let e = Entry {
+            kind: Kind::Exec,
+            protocol,
+            time_ms,
+            seed,
+            count: u32::try_from(queued.len()).expect("a transaction's commands fit u32"),
+            expire_budget: 0,
+            garbage_budget: 0,
+            watched,
+            commands: &commands,
+        };
+        e.encode()
+    }
+
+    /// A sweep entry: at most `expire_budget` expired keys and
+    /// `garbage_budget` dead chunks deleted at the entry's time.
+    pub fn sweep(&mut self, now_ms: u64, expire_budget: u32, garbage_budget: u32) -> Vec<u8> {
+        let (time_ms, seed) = self.stamp(now_ms);
+        let e = Entry {
+            kind: Kind::Sweep,
+            protocol: Protocol::Resp2,
+            time_ms,
+            seed,
+            count: 0,
+            expire_budget,
+            garbage_budget,
+            watched: Vec::new(),
+            commands: &[],
+        };
+        e.encode()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_never_goes_back_and_seeds_differ() {
+        let mut p = Proposer::with_key(1);
+        p.observe(500);
+        let a = p.command(100, Protocol::Resp2, &["PING"]);
+        let a = Entry::decode(&a).unwrap();
+        assert_eq!(a.time_ms, 500);
+        let (a_time, a_seed) = (a.time_ms, a.seed);
+        let b = p.command(900, Protocol::Resp2, &["PING"]);
+        let b = Entry::decode(&b).unwrap();
+        assert_eq!(b.time_ms, 900);
+        assert_ne!(b.seed, a_seed);
+        let c = p.sweep(800, 10, 10);
+        assert_eq!(Entry::decode(&c).unwrap().time_ms, 900);
+        assert!(a_time <= b.time_ms);
+        assert_ne!(Proposer::new().key, Proposer::new().key, "keys from the OS");
+    }
+}

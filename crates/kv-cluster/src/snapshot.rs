@@ -1,0 +1,328 @@
+//! The snapshot of a [`crate::RedisMachine`]: every key of every family
+//! with its deadline (expired keys not yet swept included: they are state,
+//! DBSIZE counts them), every internal entry of the keyspace but the
+//! machine's own (collection chunks, tombstones, the generation entry with
+//! its secret), the write index and the machine's fields; checksummed.
+//! Layout in `docs/FORMAT.md`, "Replicated Redis entries".
+//!
+//! [`decode`] checks the checksum first, then every count and length
+//! against its bound and the bytes left, the order of keys (strictly
+//! increasing: no duplicates) and the fields that must be zero, before
+//! anything is stored; [`load`] then replaces the keyspace's contents.
+//! One buffer holds the whole snapshot: streaming one in chunks is for
+//! later (issue 26 item 6).
+
+use pmwire_keyspace::chunked::ChunkConfig;
+use pmwire_keyspace::store::{Expiry, Keyspace, Kind, StoreError, ValueSource};
+use pmwire_smr::state::RestoreError;
+
+use crate::machine::{MachineKeyspace, MACHINE_TAG};
+use crate::track::WriteIndex;
+
+/// The first eight bytes of a snapshot.
+pub const MAGIC: [u8; 8] = *b"RKVSNAP1";
+/// The fixed part: magic, seven u64 and the five collection limits.
+const FIXED_BYTES: usize = 8 + 7 * 8 + 5 * 8;
+/// Longest key or internal key in a snapshot.
+const MAX_KEY_BYTES: u64 = 512 << 20;
+/// Longest value in a snapshot.
+const MAX_VALUE_BYTES: u64 = 1 << 30;
+/// Keys visited per scan call while encoding.
+const PAGE: usize = 1024;
+
+/// The machine's fields a snapshot carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct State {
+    /// The applied index.
+    pub applied: u64,
+    /// The last entry's time.
+    pub last_time_ms: u64,
+    /// The write index's floor.
+    pub floor: u64,
+    /// The last flush's index.
+    pub flush: u64,
+    /// The collection limits (they shape the chunks: members must agree).
+    pub limits: [u64; 5],
+}
+
+/// One key of a snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Key {
+    /// The key.
+    pub key: Vec<u8>,
+    /// Its family.
+    pub kind: Kind,
+    /// Its deadline.
+    pub deadline_ms: Option<u64>,
+    /// The stored value (a chunked collection's header).
+    pub value: Vec<u8>,
+}
+
+/// A decoded snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Data {
+    /// The machine's fields.
+    pub state: State,
+    /// Keys in byte order.
+    pub keys: Vec<Key>,
+    /// Internal entries in byte order.
+    pub internal: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The write index's entries, keys in byte order.
+    pub tracked: Vec<(Vec<u8>, u64)>,
+}
+
+/// The collection limits as snapshot words.
+pub fn limits_words(c: &ChunkConfig) -> [u64; 5] {
+    [c.max_blob_entries, c.max_blob_bytes, c.bucket_entries, c.list_chunk_entries, c.list_chunk_bytes].map(|v| v as u64)
+}
+
+fn put_u32(out: &mut Vec<u8>, v: u32) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+/// Every key of `ks` (expired ones too: the time is set to 0, at which
+/// none is expired; the caller sets it back).
+fn all_keys<K: MachineKeyspace>(ks: &mut K) -> Vec<Key> {
+    ks.set_now_ms(0);
+    let mut keys = Vec::new();
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let mut page = Vec::new();
+        let n = ks.scan(after.as_deref(), PAGE, &mut |k, _| page.push(k.to_vec()));
+        for key in &page {
+            let stored = ks.get(key).expect("a scanned key is there at time 0");
+            let mut value = Vec::with_capacity(stored.len as usize);
+            ks.read(&stored.value, &mut value);
+            keys.push(Key { key: key.clone(), kind: stored.kind, deadline_ms: stored.deadline_ms, value });
+        }
+        if n < PAGE {
+            return keys;
+        }
+        after = page.pop();
+    }
+}
+
+/// Every internal entry of `ks` but the machine's own.
+fn all_internal<K: Keyspace>(ks: &mut K) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut entries = Vec::new();
+    // Internal keys are never empty: the first is at or after `00`.
+    let mut from = vec![0u8];
+    loop {
+        let mut page = Vec::new();
+        let n = ks.internal_scan(&from, PAGE, &mut |k| page.push(k.to_vec()));
+        for key in &page {
+            if key.first() == Some(&MACHINE_TAG) {
+                continue;
+            }
+            let v = ks.internal_get(key).expect("a scanned internal key is there");
+            let mut value = Vec::new();
+            ks.read(&v, &mut value);
+            entries.push((key.clone(), value));
+        }
+        let Some(mut last) = page.pop() else { return entries };
+        if n < PAGE {
+            return entries;
+        }
+        last.push(0);
+        from = last;
+    }
+}
+
+/// The snapshot bytes of `ks` and the machine's fields.
+pub fn encode<K: MachineKeyspace>(ks: &mut K, state: &State, writes: &WriteIndex) -> Vec<u8> {
+    let keys = all_keys(ks);
+    let internal = all_internal(ks);
+    let mut out = Vec::new();
+    out.extend_from_slice(&MAGIC);
+    for w in [state.applied, state.last_time_ms, state.floor, state.flush] {
+        put_u64(&mut out, w);
+    }
+    put_u64(&mut out, keys.len() as u64);
+    put_u64(&mut out, internal.len() as u64);
+    put_u64(&mut out, writes.len() as u64);
+    state.limits.iter().for_each(|&w| put_u64(&mut out, w));
+    assert_eq!(out.len(), FIXED_BYTES);
+    for k in &keys {
+        put_u32(&mut out, k.key.len() as u32);
+        out.extend_from_slice(&[k.kind.to_byte(), u8::from(k.deadline_ms.is_some()), 0, 0]);
+        put_u64(&mut out, k.value.len() as u64);
+        put_u64(&mut out, k.deadline_ms.unwrap_or(0));
+        out.extend_from_slice(&k.key);
+        out.extend_from_slice(&k.value);
+    }
+    for (key, value) in &internal {
+        put_u32(&mut out, key.len() as u32);
+        put_u32(&mut out, 0);
+        put_u64(&mut out, value.len() as u64);
+        out.extend_from_slice(key);
+        out.extend_from_slice(value);
+    }
+    for (key, index) in writes.entries() {
+        put_u64(&mut out, index);
+        put_u32(&mut out, key.len() as u32);
+        put_u32(&mut out, 0);
+        out.extend_from_slice(key);
+    }
+    let crc = crc32c::crc32c(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// A bounds-checked reader.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+fn corrupt(what: &'static str) -> RestoreError {
+    RestoreError::Corrupt(what)
+}
+
+impl<'a> Reader<'a> {
+    fn left(&self) -> u64 {
+        (self.bytes.len() - self.at) as u64
+    }
+
+    fn take(&mut self, n: u64, what: &'static str) -> Result<&'a [u8], RestoreError> {
+        if n > self.left() {
+            return Err(corrupt(what));
+        }
+        let s = &self.bytes[self.at..self.at + n as usize];
+        self.at += n as usize;
+        Ok(s)
+    }
+
+    fn u32(&mut self, what: &'static str) -> Result<u32, RestoreError> {
+        Ok(u32::from_le_bytes(self.take(4, what)?.try_into().expect("4 bytes")))
+    }
+
+    fn u64(&mut self, what: &'static str) -> Result<u64, RestoreError> {
+        Ok(u64::from_le_bytes(self.take(8, what)?.try_into().expect("8 bytes")))
+    }
+
+    /// A count of records of at least `min` bytes each, checked against the bytes left.
+    fn count(&mut self, min: u64, what: &'static str) -> Result<u64, RestoreError> {
+        let n = self.u64(what)?;
+        if n.checked_mul(min).is_none_or(|need| need > self.left()) {
+            return Err(corrupt(what));
+        }
+        Ok(n)
+    }
+
+    fn bytes(&mut self, len: u64, max: u64, what: &'static str) -> Result<Vec<u8>, RestoreError> {
+        if len > max {
+            return Err(corrupt(what));
+        }
+        Ok(self.take(len, what)?.to_vec())
+    }
+}
+
+/// Decodes and checks a snapshot (module docs); stores nothing.
+pub fn decode(bytes: &[u8]) -> Result<Data, RestoreError> {
+    if bytes.len() < FIXED_BYTES + 4 {
+        return Err(corrupt("snapshot too short"));
+    }
+    let (body, crc) = bytes.split_at(bytes.len() - 4);
+    if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().expect("4 bytes")) {
+        return Err(corrupt("snapshot checksum mismatch"));
+    }
+    let mut r = Reader { bytes: body, at: 0 };
+    if r.take(8, "magic")? != MAGIC {
+        return Err(corrupt("not a Redis machine snapshot"));
+    }
+    let (applied, last_time_ms, floor, flush) = (r.u64("applied")?, r.u64("time")?, r.u64("floor")?, r.u64("flush")?);
+    let key_count = r.count(24, "key count")?;
+    let internal_count = r.count(16, "internal count")?;
+    let tracked_count = r.count(16, "tracked count")?;
+    let mut limits = [0u64; 5];
+    for w in &mut limits {
+        *w = r.u64("limits")?;
+    }
+    let state = State { applied, last_time_ms, floor, flush, limits };
+    let mut keys: Vec<Key> = Vec::with_capacity(key_count as usize);
+    for _ in 0..key_count {
+        let k = read_key(&mut r)?;
+        if keys.last().is_some_and(|p| p.key >= k.key) {
+            return Err(corrupt("keys out of order"));
+        }
+        keys.push(k);
+    }
+    let mut internal: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(internal_count as usize);
+    for _ in 0..internal_count {
+        let e = read_internal(&mut r)?;
+        if internal.last().is_some_and(|p| p.0 >= e.0) {
+            return Err(corrupt("internal keys out of order"));
+        }
+        internal.push(e);
+    }
+    let mut tracked: Vec<(Vec<u8>, u64)> = Vec::with_capacity(tracked_count as usize);
+    for _ in 0..tracked_count {
+        let index = r.u64("tracked index")?;
+        let len = r.u32("tracked key length")?;
+        if r.u32("tracked reserved")? != 0 || index > applied {
+            return Err(corrupt("tracked write fields"));
+        }
+        let key = r.bytes(u64::from(len), MAX_KEY_BYTES, "tracked key")?;
+        if tracked.last().is_some_and(|p| p.0 >= key) {
+            return Err(corrupt("tracked keys out of order"));
+        }
+        tracked.push((key, index));
+    }
+    if r.left() != 0 {
+        return Err(corrupt("trailing bytes"));
+    }
+    Ok(Data { state, keys, internal, tracked })
+}
+
+fn read_key(r: &mut Reader<'_>) -> Result<Key, RestoreError> {
+    let key_len = r.u32("key length")?;
+    let flags = r.take(4, "key flags")?;
+    let kind = Kind::from_byte(flags[0]).ok_or(corrupt("key kind"))?;
+    if flags[1] > 1 || flags[2..] != [0, 0] {
+        return Err(corrupt("key flags"));
+    }
+    let value_len = r.u64("value length")?;
+    let deadline = r.u64("deadline")?;
+    let deadline_ms = match (flags[1], deadline) {
+        (0, 0) => None,
+        (1, d) if d > 0 => Some(d),
+        _ => return Err(corrupt("key deadline")),
+    };
+    let key = r.bytes(u64::from(key_len), MAX_KEY_BYTES, "key")?;
+    let value = r.bytes(value_len, MAX_VALUE_BYTES, "value")?;
+    Ok(Key { key, kind, deadline_ms, value })
+}
+
+fn read_internal(r: &mut Reader<'_>) -> Result<(Vec<u8>, Vec<u8>), RestoreError> {
+    let key_len = r.u32("internal key length")?;
+    if r.u32("internal reserved")? != 0 {
+        return Err(corrupt("internal reserved"));
+    }
+    let value_len = r.u64("internal value length")?;
+    let key = r.bytes(u64::from(key_len), MAX_KEY_BYTES, "internal key")?;
+    // The keyspace's internal keys begin below FF; the machine's own are never in a snapshot.
+    if key.first().is_none_or(|&b| b == 0xFF || b == MACHINE_TAG) {
+        return Err(corrupt("internal key"));
+    }
+    let value = r.bytes(value_len, MAX_VALUE_BYTES, "internal value")?;
+    Ok((key, value))
+}
+
+/// Replaces the contents of `ks` by the snapshot's (at time 0, so that no
+/// key is expired while it is stored; the caller sets the time).
+pub fn load<K: MachineKeyspace>(ks: &mut K, data: &Data) -> Result<(), StoreError> {
+    ks.set_now_ms(0);
+    ks.clear()?;
+    for k in &data.keys {
+        let expiry = k.deadline_ms.map_or(Expiry::Clear, Expiry::At);
+        ks.put(&k.key, k.kind, ValueSource::Owned(k.value.clone()), expiry)?;
+    }
+    for (key, value) in &data.internal {
+        ks.internal_put(key, value)?;
+    }
+    Ok(())
+}

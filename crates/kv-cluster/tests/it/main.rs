@@ -1,0 +1,5 @@
+//! Integration tests of `pmwire-kv-cluster`: one binary, case modules.
+mod durable;
+mod gen;
+mod machines;
+mod transactions;

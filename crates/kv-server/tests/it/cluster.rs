@@ -1,0 +1,142 @@
+//! The engine behind a replicated Redis machine (`cluster::ClusterKeyspace`):
+//! the same replies and state, byte for byte, as a volatile member fed the
+//! same entries; after a reopen of the pool, the applied index and the
+//! write index come back and the entries past the last commit are replayed;
+//! batches larger than one commit are committed early, an entry larger than
+//! the WAL alone.
+
+use crate::common::Pool;
+use pmwire_kv_cluster::{Proposer, RedisMachine, Watched};
+use pmwire_kv_server::cluster::ClusterKeyspace;
+use pmwire_kv_server::{Mode, Store};
+use pmwire_keyspace::chunked::ChunkConfig;
+use pmwire_keyspace::exec::ServerConfig;
+use pmwire_resp::reply::Protocol;
+use pmwire_smr::state::StateMachine;
+use rand::{Rng, SeedableRng};
+
+const POOL_BYTES: u64 = 32 << 20;
+
+fn config() -> ServerConfig {
+    ServerConfig { collections: ChunkConfig::tiny(), ..ServerConfig::default() }
+}
+
+fn open(pool: &Pool) -> RedisMachine<ClusterKeyspace> {
+    let (store, _) = Store::open(&pool.path, POOL_BYTES, Mode::Copy).expect("the pool opens");
+    RedisMachine::open(ClusterKeyspace::new(store), config()).expect("the machine opens")
+}
+
+/// Drops the machine without committing what it applied since its last
+/// persist, and unmaps the pool, as a kill would.
+fn crash(m: RedisMachine<ClusterKeyspace>) {
+    drop(m);
+}
+
+/// Random entries of every family, with TTLs, sweeps and transactions.
+fn entries(seed: u64, n: usize, p: &mut Proposer, now: &mut u64) -> Vec<Vec<u8>> {
+    let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(seed);
+    let mut out = Vec::new();
+    for _ in 0..n {
+        *now += rng.gen_range(0..200);
+        let k = format!("k{}", rng.gen_range(0..8));
+        let m = format!("m{}", rng.gen_range(0..10));
+        let ttl = rng.gen_range(1..1500).to_string();
+        let args: Vec<&str> = match rng.gen_range(0..14) {
+            0 => vec!["SET", &k, &m],
+            1 => vec!["SET", &k, &m, "PX", &ttl],
+            2 => vec!["INCR", &k],
+            3 => vec!["SADD", &k, &m, "a", "b"],
+            4 => vec!["HSET", &k, &m, "1", "f", "2"],
+            5 => vec!["RPUSH", &k, &m, "x", "y", "z"],
+            6 => vec!["ZADD", &k, "1", &m, "2", "q"],
+            7 => vec!["DEL", &k],
+            8 => vec!["SPOP", &k],
+            9 => vec!["PEXPIRE", &k, &ttl],
+            10 => vec!["LPOP", &k],
+            11 => vec!["FLUSHALL"],
+            12 => {
+                out.push(p.sweep(*now, 4, 16));
+                continue;
+            }
+            _ => {
+                let queued =
+                    vec![vec!["INCR", "n"], vec!["SADD", "s", k.as_str(), m.as_str()], vec!["GET", k.as_str()]];
+                out.push(p.transaction(*now, Protocol::Resp2, Vec::<Watched>::new(), &queued));
+                continue;
+            }
+        };
+        if args[0] == "FLUSHALL" && rng.gen_bool(0.8) {
+            continue;
+        }
+        out.push(p.command(*now, Protocol::Resp2, &args));
+    }
+    out
+}
+
+#[test]
+fn an_engine_member_agrees_with_a_volatile_one_across_reopens() {
+    let pool = Pool::new();
+    let mut p = Proposer::with_key(1);
+    let mut now = 1_700_000_000_000u64;
+    let all = entries(26, 1_200, &mut p, &mut now);
+    let mut volatile = RedisMachine::in_memory(config());
+    let mut engine = open(&pool);
+    let mut persisted = 0u64;
+    let mut index = 0u64;
+    for (round, batch) in all.chunks(100).enumerate() {
+        for e in batch {
+            index += 1;
+            let (a, b) = (engine.apply(index, e), volatile.apply(index, e));
+            assert_eq!(a, b, "entry {index}");
+        }
+        if round % 3 == 2 {
+            // Crash with the batch applied and not persisted: it is replayed.
+            crash(engine);
+            engine = open(&pool);
+            assert_eq!(engine.applied(), persisted, "round {round}: the last committed index");
+            for (i, e) in all.iter().enumerate().take(index as usize).skip(persisted as usize) {
+                engine.apply(i as u64 + 1, e);
+            }
+        }
+        engine.persist_applied().expect("persisted");
+        persisted = index;
+        assert!(engine.snapshot() == volatile.snapshot(), "round {round}: the same state, byte for byte");
+    }
+    crash(engine);
+    let reopened = open(&pool);
+    assert_eq!(reopened.applied(), index);
+    assert_eq!(reopened.writes(), volatile.writes(), "the write index came back");
+    assert!(reopened.snapshot() == volatile.snapshot());
+}
+
+#[test]
+fn a_batch_larger_than_a_commit_is_committed_early_and_a_huge_entry_alone() {
+    let pool = Pool::new();
+    let mut p = Proposer::with_key(2);
+    let mut volatile = RedisMachine::in_memory(config());
+    let mut engine = open(&pool);
+    let value = "v".repeat(100);
+    // Far more writes than one commit holds, with no persist between them.
+    let sets: Vec<Vec<u8>> =
+        (0..6_000).map(|i| p.command(1_000, Protocol::Resp2, &["SET", &format!("key{i}"), &value])).collect();
+    for (i, e) in sets.iter().enumerate() {
+        assert_eq!(engine.apply(i as u64 + 1, e), volatile.apply(i as u64 + 1, e), "entry {}", i + 1);
+    }
+    crash(engine);
+    let mut engine = open(&pool);
+    let early = engine.applied();
+    assert!(early > 0 && early < 6_000, "an early commit made a prefix durable: {early}");
+    for (i, e) in sets.iter().enumerate().skip(early as usize) {
+        engine.apply(i as u64 + 1, e);
+    }
+    // One transaction larger than the whole WAL: alone, committed at once.
+    let queued: Vec<Vec<String>> = (0..8_000).map(|i| vec!["SET".into(), format!("big{i}"), value.clone()]).collect();
+    let e = p.transaction(1_000, Protocol::Resp2, vec![], &queued);
+    assert_eq!(engine.apply(6_001, &e), volatile.apply(6_001, &e));
+    assert!(engine.keyspace().store().engine().stats().chained_transactions > 0, "committed as a chained transaction");
+    engine.persist_applied().expect("nothing to halt for");
+    crash(engine);
+    let engine = open(&pool);
+    assert_eq!(engine.applied(), 6_001);
+    assert!(engine.snapshot() == volatile.snapshot());
+}
