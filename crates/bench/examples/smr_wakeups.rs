@@ -3,6 +3,7 @@
 //! switches (from /proc), beside the latency.
 //!
 //! `cargo run --release -p pmwire-bench --example smr_wakeups -- PMWIRE_EXE PUTS [replica args...]`
+//! (`--tls uring` among them runs the client over io_uring TCP too).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use pmwire_bench::remote::server::ucx_config;
 use pmwire_smr::client::SmrClient;
-use transport::UcxTransport;
+use transport::{TcpConfig, TcpTransport, Transport, UcxTransport};
 
 /// (user s, system s, voluntary, involuntary switches) over all threads.
 fn stat(pid: u32) -> (f64, f64, u64, u64) {
@@ -52,9 +53,22 @@ fn main() {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
-    let tls = if extra.iter().any(|a| a == "sm") { "sm" } else { "tcp" };
-    let t = UcxTransport::new(&ucx_config(tls, true, false).unwrap()).unwrap();
-    let mut client = SmrClient::new(t, peers.clone(), 1);
+    if extra.iter().any(|a| a == "uring") {
+        let t = TcpTransport::new(&TcpConfig::default()).unwrap();
+        measure(SmrClient::new(t, peers.clone(), 1), children, puts);
+    } else {
+        let tls = if extra.iter().any(|a| a == "sm") { "sm" } else { "tcp" };
+        let t = UcxTransport::new(&ucx_config(tls, true, false).unwrap()).unwrap();
+        measure(SmrClient::new(t, peers.clone(), 1), children, puts);
+    }
+    for id in 1..=3 {
+        let _ = std::fs::remove_file(format!("/dev/shm/wakeups-{id}.pool"));
+        let _ = std::fs::remove_file(format!("/dev/shm/wakeups-{id}.ready"));
+        let _ = std::fs::remove_file(format!("/dev/shm/wakeups-{id}.pool.lock"));
+    }
+}
+
+fn measure<T: Transport<Addr = SocketAddr>>(mut client: SmrClient<T>, children: Vec<Child>, puts: usize) {
     client.poll = reactor::PollBudget::BLOCK;
     client.get(b"warm").unwrap();
     let value = [7u8; 64];
@@ -81,13 +95,10 @@ fn main() {
         println!("replica {}: user {:.1} sys {:.1} us/PUT, vol cs {:.2}/PUT, invol {:.2}/PUT", i + 1, (a.0 - b.0) / n * 1e6, (a.1 - b.1) / n * 1e6, (a.2 - b.2) as f64 / n, (a.3 - b.3) as f64 / n);
     }
     println!("client: user {:.1} sys {:.1} us/PUT, vol cs {:.2}/PUT, invol {:.2}/PUT", (me2.0 - me.0) / n * 1e6, (me2.1 - me.1) / n * 1e6, (me2.2 - me.2) as f64 / n, (me2.3 - me.3) as f64 / n);
+    let slow = |ms: u64| lat.iter().filter(|&&l| l >= ms * 1_000_000).count();
+    println!("PUTs over 1 / 2 / 5 / 10 / 20 ms: {} / {} / {} / {} / {}; slowest {:?} us", slow(1), slow(2), slow(5), slow(10), slow(20), lat.iter().rev().take(8).map(|l| l / 1000).collect::<Vec<_>>());
     for mut c in children {
         let _ = c.kill();
         let _ = c.wait();
-    }
-    for id in 1..=3 {
-        let _ = std::fs::remove_file(format!("/dev/shm/wakeups-{id}.pool"));
-        let _ = std::fs::remove_file(format!("/dev/shm/wakeups-{id}.ready"));
-        let _ = std::fs::remove_file(format!("/dev/shm/wakeups-{id}.pool.lock"));
     }
 }

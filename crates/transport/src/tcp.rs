@@ -20,8 +20,12 @@
 //!   `sendmsg` in flight, gathering every queued frame (header and payload
 //!   as separate iovecs, up to [`MAX_IOV`]), so what one turn sends goes
 //!   out in one system call per connection;
-//! - submissions are batched: operations queue entries, and `poll`, `wait`
-//!   and `event_fd` submit them (one `io_uring_enter` for all);
+//! - a frame on a connection with no send in flight is submitted at once
+//!   (the kernel usually copies it to the socket inline, so a leader's
+//!   appends leave before it persists, as over UCX); frames queued behind a
+//!   send in flight are gathered into the next `sendmsg` once its
+//!   completion is reaped; other entries (receives re-armed, accepts) are
+//!   submitted by `poll`, `wait` and `event_fd`, one `io_uring_enter` for all;
 //! - an eventfd registered with the ring is signalled at every completion,
 //!   so another loop can wait on it ([`Transport::event_fd`]).
 //!
@@ -567,6 +571,9 @@ impl TcpTransport {
     }
 
     /// Queues one frame on `slot` (open or connecting) with its next `seq`.
+    /// On an open connection with no send in flight it goes out at once (a
+    /// leader's appends leave before it persists, as over UCX); behind a
+    /// send in flight it waits to be gathered into the next one.
     fn queue_frame(&mut self, slot: u32, kind: Kind, call: u64, send: Option<u64>, header: &[u8], payload: Vec<u8>) {
         let c = self.conns[slot as usize].as_mut().expect("a live slot");
         let mut head = Vec::with_capacity(FRAMING_BYTES + header.len());
@@ -574,7 +581,10 @@ impl TcpTransport {
         wire::encode_header(&mut head, kind, c.send_seq, wire_call, header, payload.len());
         c.send_seq = c.send_seq.wrapping_add(1);
         c.out.push_back(OutFrame { head, payload, send });
-        if !c.listed {
+        if c.state == State::Open && !c.send_inflight && !c.shut {
+            self.submit_send(slot);
+            self.enter();
+        } else if !c.listed {
             c.listed = true;
             self.to_send.push(slot);
         }
@@ -628,9 +638,14 @@ impl TcpTransport {
     fn submit(&mut self) {
         self.start_sends();
         if !self.ring.submission().is_empty() {
-            if let Err(e) = self.ring.submit() {
-                assert!(matches!(e.raw_os_error(), Some(libc::EBUSY | libc::EINTR | libc::EAGAIN)), "io_uring_enter: {e}");
-            }
+            self.enter();
+        }
+    }
+
+    /// Hands the submission queue to the kernel.
+    fn enter(&mut self) {
+        if let Err(e) = self.ring.submit() {
+            assert!(matches!(e.raw_os_error(), Some(libc::EBUSY | libc::EINTR | libc::EAGAIN)), "io_uring_enter: {e}");
         }
     }
 

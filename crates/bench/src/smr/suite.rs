@@ -546,6 +546,31 @@ mod tests {
     }
 
     #[test]
+    fn each_transport_is_set_against_the_raw_floor_of_the_run() {
+        let ops = |variant: &str, k: f64| BenchResult::new(THROUGHPUT_BENCH, variant).metric("throughput_ops_per_s", k * 1e3).param("clients", 64);
+        let results = vec![
+            p50(raw_floor::VARIANT, 40.0),
+            p50("floor_tcp_4_messages_no_raft", 70.0),
+            p50("floor_uring_4_messages_no_raft", 60.0),
+            p50("pmwire_tcp_pmem_self_validating", 100.0),
+            p50("pmwire_uring_pmem_self_validating", 90.0),
+            ops(raw_floor::VARIANT, 20.0),
+            ops("floor_uring_4_messages_no_raft", 45.0),
+            ops("pmwire_tcp_pmem_self_validating", 20.0),
+            ops("pmwire_uring_pmem_self_validating", 30.0),
+        ];
+        let h = transport_headlines(&results);
+        let value = |start: &str| find(&h, start).value;
+        assert!((value("smr PUT p50: floor over io_uring tcp / raw") - 1.5).abs() < 1e-9);
+        assert!((value("smr PUT p50: floor over UCX tcp / raw") - 1.75).abs() < 1e-9);
+        assert!((value("smr PUTs/s at 64 clients: floor over io_uring tcp / raw") - 2.25).abs() < 1e-9);
+        assert!((value("smr PUTs/s at 64 clients: pmwire (io_uring tcp) / pmwire (UCX tcp)") - 1.5).abs() < 1e-9);
+        assert!(h.iter().all(|h| h.informational), "they choose; they do not pass or fail");
+        // A side that did not run leaves its ratio out.
+        assert!(h.iter().all(|h| !h.name.starts_with("smr PUTs/s at 64 clients: floor over UCX tcp")));
+    }
+
+    #[test]
     fn a_miss_the_floor_explains_is_bound_and_one_it_does_not_fails() {
         // etcd 500 us, Redis 160 us, raw floor 110 us, pmwire 130 us: floor
         // / etcd 0.22x misses <= 0.1x, pmwire at 110/130 = 0.85 of the floor.
