@@ -8,6 +8,41 @@
 //! ([`command`], [`client`]) or, through the embedding API, the server
 //! that owns the replica ([`node::Replica::propose`],
 //! [`node::Replica::read_index`], [`node::Replica::take_done`]).
+//!
+//! A server embedding a one-replica cluster of the map: it turns the
+//! replica in its own loop, proposes an SMR1 write as the machine's data
+//! and reads linearizably once its read index is applied.
+//!
+//! ```
+//! use std::collections::BTreeMap;
+//! use std::time::Duration;
+//! use pmwire_smr::command::{Op, Request, Status};
+//! use pmwire_smr::node::{Done, Replica, ReplicaConfig, Ticket};
+//! use pmwire_smr::store::MemDurable;
+//! use reactor::Reactor;
+//! use transport::{InProcNetwork, InProcTransport, Limits};
+//!
+//! let net = InProcNetwork::new(Limits::default());
+//! let replica: Replica<InProcTransport, MemDurable> = Replica::new(ReplicaConfig::new(1), MemDurable::new(&[1]), BTreeMap::new()).unwrap();
+//! let mut node = Reactor::new(net.node(), replica);
+//! let mut now = Duration::ZERO;
+//! // Turns the loop (virtual time) until `ticket` is done.
+//! let mut wait = |node: &mut Reactor<InProcTransport, Replica<InProcTransport, MemDurable>>, ticket: Ticket| loop {
+//!     now += Duration::from_millis(1);
+//!     node.turn(now);
+//!     if let Some((_, done)) = node.service.take_done().into_iter().find(|(t, _)| *t == ticket) {
+//!         return done;
+//!     }
+//! };
+//! node.service.campaign().unwrap(); // the only voter leads at once
+//! let put = Request { op: Op::Put, client: 1, seq: 1, key: b"k".to_vec(), value: b"v".to_vec(), expect: None };
+//! let ticket = node.service.propose(put.to_bytes()).unwrap();
+//! let Done::Applied { output, .. } = wait(&mut node, ticket) else { panic!("not applied") };
+//! assert_eq!(output.status, Status::Ok);
+//! let read = node.service.read_index().unwrap();
+//! assert!(matches!(wait(&mut node, read), Done::Readable { .. }));
+//! assert_eq!(node.service.machine().get(b"k"), Some(&b"v"[..]));
+//! ```
 
 #![deny(missing_docs)]
 

@@ -5,9 +5,10 @@
 //! a partitioned leader whose proposals and reads all fail within the
 //! bound (none answered as applied, none read), a persistent machine that
 //! restarts without applying anything twice and whose lagging follower
-//! catches up from a snapshot, and a machine that cannot persist halting
-//! its replica. Every wait is bounded in virtual time; nothing asserts on
-//! wall-clock timing.
+//! catches up from a snapshot, a machine that cannot persist halting its
+//! replica, and an SMR1 membership change whose answer the bound cut
+//! short, sent again. Every wait is bounded in virtual time; nothing
+//! asserts on wall-clock timing.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
