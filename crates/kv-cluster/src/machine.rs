@@ -327,7 +327,10 @@ impl<K: MachineKeyspace> RedisMachine<K> {
     /// Serves a read outside the log: `req` (a [`Class::Read`] command) runs
     /// with the member's own `server` and `session` against the applied
     /// state at `now_ms`, through [`ReadOnly`]. A write is refused before
-    /// it runs; the keyspace is never written.
+    /// it runs; the keyspace is never written. Value handles the reply puts
+    /// in `sink` stay readable until [`MachineKeyspace::end_entry`] or the
+    /// next commit (the caller sends the reply first). Call it outside
+    /// MULTI (a session in MULTI queues the command instead).
     pub fn read<S>(
         &mut self,
         server: &mut Server,
