@@ -33,7 +33,11 @@ use pmwire_smr::node::{Replica, ReplicaConfig};
 use pmwire_smr::pmem_store::{OpenError, PmemDurable};
 use pmwire_smr::store::{Durable, MemDurable};
 use reactor::{PollBudget, Reactor, RealClock, Service};
-use transport::UcxTransport;
+use link::LinkTransport;
+use pmwire_smr::links::{client_link, replica_link};
+use transport::{Transport, UcxTransport};
+
+use crate::secret_args::{ClientSecret, ServerSecret};
 
 /// Connections a replica accepts and makes (clients and peers).
 const MAX_CONNS: usize = 1024;
@@ -93,6 +97,9 @@ pub struct ReplicaArgs {
     /// that already holds a store.
     #[arg(long)]
     pub join: bool,
+    /// The cluster's secret.
+    #[command(flatten)]
+    pub secret: ServerSecret,
 }
 
 /// `pmwire smr`.
@@ -104,6 +111,9 @@ pub struct SmrArgs {
     /// UCX transport: tcp or sm.
     #[arg(long, default_value = "tcp")]
     pub tls: String,
+    /// The cluster's secret.
+    #[command(flatten)]
+    pub secret: ClientSecret,
     /// What to do.
     #[command(subcommand)]
     pub command: SmrCommand,
@@ -231,12 +241,16 @@ pub fn replica(args: &ReplicaArgs) -> Result<()> {
         bail!("--tick-ms must be at least 1");
     }
     config.tick = std::time::Duration::from_millis(args.tick_ms);
+    let secret = args.secret.load()?;
     let lock = if args.log == "pmem" && !args.floor { Some(lock(&args.pool.with_extension("lock"))?) } else { None };
     let mut ucx = ucx_config(&args.tls, addr.ip().is_loopback(), false)?;
     // Clients connect to every replica they try, peers once each.
     ucx.limits.max_conns = MAX_CONNS;
     let mut transport = UcxTransport::new(&ucx)?;
     let bound = transport.listen(addr).with_context(|| format!("listen on {addr}"))?;
+    let mut link = replica_link(&config);
+    link.log_refusals = true;
+    let transport = LinkTransport::real(transport, secret, link);
     let stop = AtomicBool::new(false);
     if args.floor {
         println!("floor node {} of {} on {bound} over {} (no Raft, no log: a benchmark's floor, not a replica)", args.id, voters.len(), args.tls);
@@ -275,7 +289,7 @@ fn open_store(args: &ReplicaArgs, voters: &[u64]) -> Result<PmemDurable<Region>>
     }
 }
 
-fn serve(transport: UcxTransport, service: impl Service<UcxTransport>, args: &ReplicaArgs, bound: &SocketAddr, stop: &AtomicBool) -> Result<()> {
+fn serve<T: Transport>(transport: T, service: impl Service<T>, args: &ReplicaArgs, bound: &SocketAddr, stop: &AtomicBool) -> Result<()> {
     if let Some(path) = &args.ready_file {
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, format!("{{\"id\":{},\"addr\":\"{bound}\"}}\n", args.id))?;
@@ -304,10 +318,20 @@ fn serve(transport: UcxTransport, service: impl Service<UcxTransport>, args: &Re
 pub fn smr(args: &SmrArgs) -> Result<()> {
     let peers = &args.peers.0;
     let loopback = peers.values().all(|a| a.ip().is_loopback());
-    let transport = UcxTransport::new(&ucx_config(&args.tls, loopback, false)?)?;
+    let mut link = client_link();
+    link.log_refusals = true;
+    let transport = LinkTransport::real(UcxTransport::new(&ucx_config(&args.tls, loopback, false)?)?, args.secret.load()?, link);
     let session = (std::process::id() as u64) << 32 | u64::from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.subsec_nanos()) | 1;
     let mut client = SmrClient::new(transport, peers.clone(), session);
-    match &args.command {
+    let done = run_command(&mut client, &args.command);
+    match (&done, &client.transport().stats().last_refusal) {
+        (Err(e), Some(why)) => Err(anyhow!("{e}; the replicas' links were refused: {why}")),
+        _ => done,
+    }
+}
+
+fn run_command(client: &mut SmrClient<LinkTransport<UcxTransport>>, command: &SmrCommand) -> Result<()> {
+    match command {
         SmrCommand::Put { key, value } => {
             let index = client.put(key.as_bytes(), value.as_bytes())?;
             println!("OK (index {index}, leader {})", client.leader());
@@ -320,7 +344,7 @@ pub fn smr(args: &SmrArgs) -> Result<()> {
             let index = client.del(key.as_bytes())?;
             println!("OK (index {index})");
         }
-        SmrCommand::Status => status(&mut client)?,
+        SmrCommand::Status => status(client)?,
         SmrCommand::Add { id, addr, learner, catch_up_s } => {
             let index = client.add_learner(*id, addr).map_err(|e| anyhow!("add replica {id}: {e}"))?;
             println!("replica {id} at {addr} is a learner (index {index})");
@@ -349,7 +373,7 @@ pub fn smr(args: &SmrArgs) -> Result<()> {
 /// Asks every replica listed, and every member a replica names that is
 /// not listed (at the address it names), for its status; prints them and
 /// the membership of the replica with the highest applied index.
-fn status(client: &mut SmrClient<UcxTransport>) -> Result<()> {
+fn status(client: &mut SmrClient<LinkTransport<UcxTransport>>) -> Result<()> {
     client.timeout = std::time::Duration::from_secs(2);
     let mut rows: BTreeMap<u64, Result<StatusValue, String>> = BTreeMap::new();
     let mut asked = 0;
@@ -454,6 +478,10 @@ pub struct SmrCrashArgs {
     /// run so, in a child of its own).
     #[arg(long, hide = true)]
     pub one_run: Option<usize>,
+    /// Run the replicas from this `pmwire` binary, a build that predates authenticated links (no --secret-file; the
+    /// campaign's clients then do no handshake): the "before" of a before-and-after comparison. --netns only.
+    #[arg(long, hide = true)]
+    pub replica_exe: Option<PathBuf>,
 }
 
 fn parse_seed(s: &str) -> Result<u64, String> {
@@ -477,7 +505,15 @@ pub fn crash(args: &SmrCrashArgs) -> Result<bool> {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         nanos ^ u64::from(std::process::id()).rotate_left(40)
     });
-    let exe = std::env::current_exe().context("the pmwire binary")?;
+    let mut exe = std::env::current_exe().context("the pmwire binary")?;
+    if let Some(old) = &args.replica_exe {
+        if !args.netns {
+            bail!("--replica-exe needs --netns (a loopback campaign runs each run in a child of this binary)");
+        }
+        exe = old.clone();
+        pmwire_bench::smr::links::use_legacy_links();
+        println!("smr-crash: replicas from {} with unauthenticated links (a build that predates them)", old.display());
+    }
     let options = crash::SmrCrashOptions { runs: args.runs, quick: args.quick, out_dir: args.out.clone(), exe, netns: args.netns, seed, planted_volatile_log: args.planted_bug, child_per_run: true };
     if let Some(run) = args.one_run {
         let record = crash::one_run_alone(&options, run);

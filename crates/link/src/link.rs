@@ -92,6 +92,18 @@ impl LinkConfig {
     }
 }
 
+impl LinkConfig {
+    /// A mirror's primary: dials its backup, accepts nothing.
+    pub fn mirror_primary() -> LinkConfig {
+        LinkConfig::new(Identity { role: Role::MirrorPrimary, id: 0 }, &[], Role::MirrorBackup)
+    }
+
+    /// A mirror's backup: accepts its primary, dials nothing.
+    pub fn mirror_backup() -> LinkConfig {
+        LinkConfig::new(Identity { role: Role::MirrorBackup, id: 0 }, &[Role::MirrorPrimary], Role::MirrorPrimary)
+    }
+}
+
 /// What a link transport did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LinkStats {
@@ -460,7 +472,13 @@ impl<T: Transport> LinkTransport<T> {
         let (known, queue) = match self.links.remove(&conn) {
             Some(Link::Dialling { queue, .. }) | Some(Link::Open { queue, .. }) => (true, queue),
             Some(Link::Closing { known, queue }) => (known, queue),
-            Some(Link::Accepting { .. }) => (false, VecDeque::new()),
+            Some(Link::Accepting { .. }) => {
+                // The dialer went away mid-handshake (a wrong secret
+                // found by the dialer, or a stranger): counted, unseen.
+                self.stats.refused_in += 1;
+                self.log("an accepted connection closed during its handshake");
+                (false, VecDeque::new())
+            }
             // Not tracked: a connection the service dialled whose start failed.
             None => (true, VecDeque::new()),
         };

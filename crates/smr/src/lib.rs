@@ -10,6 +10,7 @@
 pub mod client;
 pub mod command;
 pub mod floor;
+pub mod links;
 pub mod machine;
 pub mod node;
 pub mod pmem_store;

@@ -49,8 +49,9 @@ use pmwire_smr::client::SmrClient;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use reactor::PollBudget;
-use transport::{UcxConfig, UcxTransport};
+use transport::UcxConfig;
 
+use super::links::{client_transport, Client};
 use super::netns::{self, Namespaces};
 use super::suite::{peer_list, pool_path, progress, session, start_cluster_at, start_replica, Cluster, Variant};
 use crate::remote::server::ucx_config;
@@ -217,6 +218,13 @@ pub struct RunRecord {
     pub restart_ms: Option<f64>,
     /// From the end of the load to the restarted replica applying the leader's commit index.
     pub catch_up_ms: Option<f64>,
+    /// Partition runs: from the heal to the first PUT acknowledged by a
+    /// fresh client started at the heal (the cluster serves writes again).
+    #[serde(default)]
+    pub heal_to_commit_ms: Option<f64>,
+    /// Partition runs: two replicas were cut off (no quorum until the heal).
+    #[serde(default)]
+    pub quorum_lost: bool,
     /// The faults of a `--netns` run.
     pub faults: String,
     /// A replica or cluster failure (did not restart, exited on its own, no final reads).
@@ -452,7 +460,7 @@ fn run_cluster(options: &SmrCrashOptions, network: &Network, plan: &Plan, faults
     }
     let mut cluster = start_cluster_at(&options.exe, &v, peers.clone(), &|id| network.prefix(id), &log_file).context("starting the cluster")?;
     let config = network.client_config()?;
-    let mut probe = SmrClient::new(UcxTransport::new(&config)?, peers.clone(), session());
+    let mut probe = SmrClient::new(client_transport(&config)?, peers.clone(), session());
     probe.poll = PollBudget::BLOCK;
     probe.timeout = HEAL_TIMEOUT;
     probe.get(b"first-leader").map_err(|e| anyhow!("no leader elected: {e}"))?;
@@ -498,7 +506,7 @@ fn run_cluster(options: &SmrCrashOptions, network: &Network, plan: &Plan, faults
 /// The controller: waits, kills a replica, restarts it, partitions one in
 /// a `--netns` run, waits for the rest of the load.
 #[allow(clippy::too_many_arguments)]
-fn control(options: &SmrCrashOptions, network: &Network, plan: &Plan, faults: &Faults, rng: &mut StdRng, record: &mut RunRecord, cluster: &mut Cluster, probe: &mut SmrClient<UcxTransport>, epoch: Instant) -> Result<()> {
+fn control(options: &SmrCrashOptions, network: &Network, plan: &Plan, faults: &Faults, rng: &mut StdRng, record: &mut RunRecord, cluster: &mut Cluster, probe: &mut Client, epoch: Instant) -> Result<()> {
     std::thread::sleep(Duration::from_millis(rng.gen_range(plan.before_kill_ms.0..=plan.before_kill_ms.1)));
     let aim_at_leader = rng.gen_bool(0.5);
     let any = rng.gen_range(1..=3u64);
@@ -534,9 +542,30 @@ fn control(options: &SmrCrashOptions, network: &Network, plan: &Plan, faults: &F
         for &id in &cut {
             ns.set_link(id, true)?;
         }
+        record.quorum_lost = p.majority;
+        record.heal_to_commit_ms = Some(heal_to_commit(config, &cluster.peers)?);
     }
     std::thread::sleep(load_end.saturating_duration_since(Instant::now()));
     Ok(())
+}
+
+/// Longest [`heal_to_commit`] waits for a write after a heal.
+const HEAL_WRITE_LIMIT: Duration = Duration::from_secs(10);
+
+/// Called at a partition's heal: ms until a PUT (to a key of its own, not
+/// the load's) is acknowledged, by a client made at the heal (its own
+/// connections are new: the load's clients may sit in the same TCP
+/// backoff as the replicas' links, and would measure themselves). Each
+/// attempt waits at most 100 ms for its answer, then tries the next
+/// replica.
+fn heal_to_commit(config: &UcxConfig, peers: &BTreeMap<u64, SocketAddr>) -> Result<f64> {
+    let healed = Instant::now();
+    let mut probe = SmrClient::new(client_transport(config)?, peers.clone(), session());
+    probe.poll = PollBudget::BLOCK;
+    probe.attempt_timeout = Duration::from_millis(100);
+    probe.timeout = HEAL_WRITE_LIMIT;
+    probe.put(b"heal-probe", b"healed").map_err(|e| anyhow!("no write committed within {HEAL_WRITE_LIMIT:?} of the heal: {e}"))?;
+    Ok(healed.elapsed().as_secs_f64() * 1e3)
 }
 
 /// Starts replica `id` again on its pool; ms until it listens.
@@ -567,7 +596,7 @@ fn restart_all(options: &SmrCrashOptions, network: &Network, cluster: &mut Clust
 }
 
 /// The replica that says it leads in the highest term, if any answers so.
-fn find_leader(probe: &mut SmrClient<UcxTransport>) -> Option<u64> {
+fn find_leader(probe: &mut Client) -> Option<u64> {
     leader_and_roles(probe).0
 }
 
@@ -578,7 +607,7 @@ fn find_leader(probe: &mut SmrClient<UcxTransport>) -> Option<u64> {
 /// is a chance for UCX 1.13's abort (docs/bench.md, "Replication under
 /// kill -9").
 fn new_leader_ms(config: &UcxConfig, peers: &BTreeMap<u64, SocketAddr>, victim: u64, term: u64, killed: Instant) -> Option<f64> {
-    let mut probe = SmrClient::new(UcxTransport::new(config).ok()?, peers.clone(), session());
+    let mut probe = SmrClient::new(client_transport(config).ok()?, peers.clone(), session());
     probe.poll = PollBudget::BLOCK;
     probe.timeout = Duration::from_millis(100);
     let mut found = None;
@@ -594,7 +623,7 @@ fn new_leader_ms(config: &UcxConfig, peers: &BTreeMap<u64, SocketAddr>, victim: 
 
 /// [`find_leader`], the highest term any replica gave, and every
 /// replica's answer in words (`1 leader t2 c40`).
-fn leader_and_roles(probe: &mut SmrClient<UcxTransport>) -> (Option<u64>, u64, String) {
+fn leader_and_roles(probe: &mut Client) -> (Option<u64>, u64, String) {
     let saved = probe.timeout;
     probe.timeout = Duration::from_millis(300);
     let answers: Vec<_> = (1..=3).map(|id| (id, probe.status(id).ok())).collect();
@@ -612,7 +641,7 @@ fn leader_and_roles(probe: &mut SmrClient<UcxTransport>) -> (Option<u64>, u64, S
 }
 
 /// Waits until replica `id` has applied the leader's commit index; the wait in ms.
-fn catch_up(probe: &mut SmrClient<UcxTransport>, id: u64) -> Result<f64> {
+fn catch_up(probe: &mut Client, id: u64) -> Result<f64> {
     let started = Instant::now();
     let saved = probe.timeout;
     probe.timeout = Duration::from_millis(300);
@@ -646,7 +675,7 @@ fn now_ns(epoch: Instant) -> u64 {
 }
 
 /// One GET per key on the healed cluster, recorded in `history`.
-fn final_reads(probe: &mut SmrClient<UcxTransport>, keys: usize, epoch: Instant, history: &mut Vec<KvOp>) -> Result<()> {
+fn final_reads(probe: &mut Client, keys: usize, epoch: Instant, history: &mut Vec<KvOp>) -> Result<()> {
     for i in 0..keys {
         let call = now_ns(epoch);
         let value = probe.get(&key(i)).map_err(|e| anyhow!("final read of k{i}: {e}"))?;
@@ -658,7 +687,7 @@ fn final_reads(probe: &mut SmrClient<UcxTransport>, keys: usize, epoch: Instant,
 /// A closed-loop client until `stop`: its history.
 fn client_loop(config: &UcxConfig, peers: &BTreeMap<u64, SocketAddr>, me: usize, keys: usize, seed: u64, epoch: Instant, stop: &AtomicBool) -> Result<Vec<KvOp>> {
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut client = SmrClient::new(UcxTransport::new(config)?, peers.clone(), session());
+    let mut client = SmrClient::new(client_transport(config)?, peers.clone(), session());
     client.poll = PollBudget::BLOCK;
     client.timeout = OP_TIMEOUT;
     let mut seen: Vec<Option<Vec<u8>>> = vec![None; keys];
@@ -817,7 +846,9 @@ fn summary(options: &SmrCrashOptions, runs: &[RunRecord]) -> BenchResult {
         .metric("nonlinearizable_runs_count", count(|r| r.violation.is_some()))
         .metric("failed_runs_count", count(RunRecord::failed))
         .metric("replica_or_cluster_failures_count", count(|r| r.error.is_some()));
-    let timings: [(&str, Vec<f64>); 4] = [
+    let timings: [(&str, Vec<f64>); 6] = [
+        ("heal_to_commit_ms", runs.iter().filter_map(|r| r.heal_to_commit_ms).collect()),
+        ("heal_to_commit_quorum_lost_ms", runs.iter().filter(|r| r.quorum_lost).filter_map(|r| r.heal_to_commit_ms).collect()),
         ("leader_recovery_ms", runs.iter().filter_map(|r| r.recovery_ms).collect()),
         ("new_leader_ms", runs.iter().filter_map(|r| r.election_ms).collect()),
         ("restart_ms", runs.iter().filter_map(|r| r.restart_ms).collect()),
@@ -852,7 +883,7 @@ fn run_row(options: &SmrCrashOptions, r: &RunRecord) -> BenchResult {
     if let Some(e) = &r.error {
         row = row.param("error", e.clone());
     }
-    for (name, v) in [("leader_recovery_ms", r.recovery_ms), ("new_leader_ms", r.election_ms), ("restart_ms", r.restart_ms), ("catch_up_ms", r.catch_up_ms)] {
+    for (name, v) in [("leader_recovery_ms", r.recovery_ms), ("new_leader_ms", r.election_ms), ("restart_ms", r.restart_ms), ("catch_up_ms", r.catch_up_ms), ("heal_to_commit_ms", r.heal_to_commit_ms)] {
         if let Some(v) = v {
             row = row.metric(name, v);
         }
@@ -909,6 +940,8 @@ fn summary_table(s: &BenchResult, options: &SmrCrashOptions) -> String {
         vec!["replica or cluster failures".into(), get("replica_or_cluster_failures_count")],
         vec!["recovery after a leader kill (p50 / max)".into(), pair("leader_recovery_ms_p50", "leader_recovery_ms_max")],
         vec!["new leader after a leader kill (p50 / max)".into(), pair("new_leader_ms_p50", "new_leader_ms_max")],
+        vec!["heal to a committed write (p50 / max)".into(), pair("heal_to_commit_ms_p50", "heal_to_commit_ms_max")],
+        vec!["  of which quorum lost (p50 / max)".into(), pair("heal_to_commit_quorum_lost_ms_p50", "heal_to_commit_quorum_lost_ms_max")],
         vec!["restart to listening (p50 / max)".into(), pair("restart_ms_p50", "restart_ms_max")],
         vec!["restarted replica catches up (p50 / max)".into(), pair("catch_up_ms_p50", "catch_up_ms_max")],
     ];

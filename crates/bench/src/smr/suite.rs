@@ -18,7 +18,6 @@ use anyhow::{anyhow, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use pmwire_smr::client::SmrClient;
 use reactor::PollBudget;
-use transport::UcxTransport;
 
 use super::dare;
 use super::raw_floor::{self, RawFloor};
@@ -133,6 +132,7 @@ pub(crate) fn start_replica(exe: &Path, v: &Variant, id: u64, list: &str, pool: 
         log => cmd.args(["--log", log]),
     };
     cmd.arg("--pool").arg(pool).arg("--ready-file").arg(&ready);
+    cmd.args(super::links::secret_args()?);
     if v.persist_then_send {
         cmd.arg("--persist-then-send");
     }
@@ -207,7 +207,7 @@ pub(crate) fn session() -> u64 {
 }
 
 /// Our client as the peers' driver sees it.
-struct Ours(SmrClient<UcxTransport>);
+struct Ours(super::links::Client);
 
 impl PutClient for Ours {
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
@@ -216,7 +216,7 @@ impl PutClient for Ours {
 }
 
 fn connect(cluster_peers: &BTreeMap<u64, SocketAddr>, tls: &str, session: u64, poll: PollBudget) -> Result<Ours> {
-    let t = UcxTransport::new(&ucx_config(tls, true, false)?)?;
+    let t = super::links::client_transport(&ucx_config(tls, true, false)?)?;
     let mut client = SmrClient::new(t, cluster_peers.clone(), session);
     client.poll = poll;
     // The first request finds the leader (and waits for the election).
