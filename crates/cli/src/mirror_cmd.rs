@@ -168,7 +168,7 @@ pub fn mirror_backup(args: &MirrorBackupArgs) -> Result<()> {
         us => PollBudget { spin: std::time::Duration::from_micros(us), ..PollBudget::default() },
     };
     let mut link = LinkConfig::mirror_backup();
-    link.log_refusals = true;
+    link.log_events = true;
     let transport = LinkTransport::real(transport, secret, link);
     let mut reactor = Reactor::new(transport, BackupService::new(region, backup));
     reactor.run(&RealClock::new(), &AtomicBool::new(false), budget);

@@ -283,7 +283,7 @@ impl Primary {
     fn connect(&mut self) -> Result<bool> {
         let config = ucx_config(&self.args.tls, self.args.backup.ip().is_loopback(), false)?;
         let mut link = LinkConfig::mirror_primary();
-        link.log_refusals = true;
+        link.log_events = true;
         let transport = LinkTransport::real(UcxTransport::new(&config)?, self.secret.clone(), link);
         let last = self.heap.last_durable(&self.region);
         match Mirror::open(&self.heap, &self.region, transport, &self.args.backup, self.args.strategy) {

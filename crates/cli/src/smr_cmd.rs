@@ -249,7 +249,7 @@ pub fn replica(args: &ReplicaArgs) -> Result<()> {
     let mut transport = UcxTransport::new(&ucx)?;
     let bound = transport.listen(addr).with_context(|| format!("listen on {addr}"))?;
     let mut link = replica_link(&config);
-    link.log_refusals = true;
+    link.log_events = true;
     let transport = LinkTransport::real(transport, secret, link);
     let stop = AtomicBool::new(false);
     if args.floor {
@@ -319,7 +319,7 @@ pub fn smr(args: &SmrArgs) -> Result<()> {
     let peers = &args.peers.0;
     let loopback = peers.values().all(|a| a.ip().is_loopback());
     let mut link = client_link();
-    link.log_refusals = true;
+    link.log_events = true;
     let transport = LinkTransport::real(UcxTransport::new(&ucx_config(&args.tls, loopback, false)?)?, args.secret.load()?, link);
     let session = (std::process::id() as u64) << 32 | u64::from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.subsec_nanos()) | 1;
     let mut client = SmrClient::new(transport, peers.clone(), session);

@@ -79,16 +79,16 @@ pub struct LinkConfig {
     pub handshake_timeout: Duration,
     /// Pings on dialled connections (`None`: none).
     pub keepalive: Option<Keepalive>,
-    /// Print a line on stderr when a connection is refused (at most one a
-    /// second, with the count).
-    pub log_refusals: bool,
+    /// Print a line on stderr when a connection is refused or a quiet link
+    /// closed (at most one a second, with the counts).
+    pub log_events: bool,
 }
 
 impl LinkConfig {
     /// `me`, accepting `accepts`, dialling `expects`; a 2 s handshake, no
     /// pings, quiet.
     pub fn new(me: Identity, accepts: &[Role], expects: Role) -> LinkConfig {
-        LinkConfig { me, accepts: accepts.to_vec(), expects, handshake_timeout: Duration::from_secs(2), keepalive: None, log_refusals: false }
+        LinkConfig { me, accepts: accepts.to_vec(), expects, handshake_timeout: Duration::from_secs(2), keepalive: None, log_events: false }
     }
 }
 
@@ -251,7 +251,7 @@ impl<T: Transport> LinkTransport<T> {
     }
 
     fn log(&mut self, why: &str) {
-        if !self.config.log_refusals {
+        if !self.config.log_events {
             return;
         }
         let now = (self.clock)();
@@ -260,7 +260,7 @@ impl<T: Transport> LinkTransport<T> {
         }
         self.logged_at = Some(now);
         let s = &self.stats;
-        eprintln!("link: {why} (refused so far: {} accepted connections, {} dialled)", s.refused_in, s.refused_out);
+        eprintln!("link: {why} (so far: {} accepted and {} dialled connections refused, {} quiet links closed)", s.refused_in, s.refused_out, s.quiet_closed);
     }
 
     /// Closes `conn`; the service learns of it only if it knew the connection.
@@ -311,6 +311,8 @@ impl<T: Transport> LinkTransport<T> {
                 Some(Link::Accepting { .. }) => self.refuse(conn, true, format!("an accepted connection did not finish its handshake within {:?}", self.config.handshake_timeout)),
                 Some(Link::Open { ping_at: Some(_), .. }) => {
                     self.stats.quiet_closed += 1;
+                    let quiet = self.config.keepalive.map_or(Duration::ZERO, |k| k.quiet_after);
+                    self.log(&format!("a dialled link answered no ping for {quiet:?}: closed, to be dialled again"));
                     self.shut(conn);
                 }
                 Some(Link::Open { ping_at, .. }) => {
