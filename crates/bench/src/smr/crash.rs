@@ -346,6 +346,7 @@ pub fn run(options: &SmrCrashOptions) -> Result<SmrCrashOutcome> {
     }
     bar.finish_and_clear();
     drop(network);
+    super::links::remove_secret_file();
     if client_aborts > 0 {
         println!("smr-crash: {client_aborts} client process(es) aborted inside UCX 1.13 (async.c:643, not a replica) and their runs were run again");
     }
@@ -356,7 +357,9 @@ pub fn run(options: &SmrCrashOptions) -> Result<SmrCrashOutcome> {
 /// Run `run` of `options`'s campaign in this process, alone (the child
 /// side of [`SmrCrashOptions::child_per_run`]).
 pub fn one_run_alone(options: &SmrCrashOptions, run: usize) -> RunRecord {
-    one_run(options, &Network { namespaces: None }, &Plan::new(options.quick), run, run_seed(options.seed, run))
+    let record = one_run(options, &Network { namespaces: None }, &Plan::new(options.quick), run, run_seed(options.seed, run));
+    super::links::remove_secret_file();
+    record
 }
 
 /// A record as the child prints it: one line of JSON.

@@ -61,3 +61,12 @@ pub fn client_transport(config: &UcxConfig) -> Result<LinkTransport<UcxTransport
     }
     Ok(LinkTransport::real(ucx, secret()?.1.clone(), client_link()))
 }
+
+/// Removes this process's secret file, if it made one (at the end of a
+/// campaign or suite; a campaign killed before is cleaned up by the next,
+/// as its other files are).
+pub fn remove_secret_file() {
+    if let Some(Ok((path, _))) = SECRET.get() {
+        let _ = std::fs::remove_file(path);
+    }
+}

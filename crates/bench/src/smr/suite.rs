@@ -403,6 +403,12 @@ fn headlines(results: &[BenchResult]) -> Vec<Headline> {
 
 /// Runs the suite.
 pub fn run(options: &SmrOptions) -> Result<SuiteReport> {
+    let report = run_suite(options);
+    super::links::remove_secret_file();
+    report
+}
+
+fn run_suite(options: &SmrOptions) -> Result<SuiteReport> {
     let plan = if options.quick { Plan::quick() } else { Plan::full() };
     let variants = variants(&options.transports);
     let rounds = rounds(options.quick);
