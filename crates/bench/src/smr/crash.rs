@@ -13,10 +13,13 @@
 //! leader's commit index; then one GET per key reads the healed cluster.
 //! With `--netns` each replica runs in its own network namespace
 //! ([`super::netns`]) and runs add faults: netem delay and loss on every
-//! replica's link, and a partition after the restart: one replica's link
-//! down for up to 1.2 s, or (a third of them) two replicas' links down for
+//! replica's link, and a partition after the restart (half of them by
+//! taking links down, half by dropping every packet with nftables, which
+//! leaves TCP connections up and in retransmission backoff, as across a
+//! real partition): one replica cut off for up to 1.2 s, or (a third of them) two replicas' links down for
 //! longer than a client's operation timeout, so the cluster has no quorum
-//! and operations end with unknown outcomes.
+//! and operations end with unknown outcomes. At each heal a fresh client
+//! times the first write the cluster commits (`heal_to_commit_ms`).
 //!
 //! Every operation is recorded with monotonic call and return times; an
 //! operation that failed or timed out has an unknown outcome (`ret: None`:
@@ -148,6 +151,9 @@ struct Partition {
     majority: bool,
     after_ms: u64,
     for_ms: u64,
+    /// Cut by dropping every packet (connections stay up, in TCP's
+    /// retransmission backoff) rather than by taking the link down.
+    silent: bool,
 }
 
 /// The network faults of a `--netns` run.
@@ -167,7 +173,8 @@ impl Faults {
             let majority = rng.gen_bool(0.3);
             // A lost quorum lasts past OP_TIMEOUT, so some outcomes are unknown.
             let for_ms = if majority { rng.gen_range(OP_TIMEOUT.as_millis() as u64..OP_TIMEOUT.as_millis() as u64 + 1500) } else { rng.gen_range(200..1200) };
-            Partition { target, majority, after_ms: rng.gen_range(0..plan.after_restart_ms / 2), for_ms }
+            let silent = rng.gen_bool(0.5);
+            Partition { target, majority, after_ms: rng.gen_range(0..plan.after_restart_ms / 2), for_ms, silent }
         });
         Faults { impair, partition }
     }
@@ -178,7 +185,8 @@ impl Faults {
             Some(p) => {
                 let who = p.target.map_or("the leader".to_string(), |id| format!("replica {id}"));
                 let who = if p.majority { format!("{who} and the next replica (no quorum)") } else { who };
-                format!("{who} cut off {} ms", p.for_ms)
+                let how = if p.silent { "silently (packets dropped)" } else { "(link down)" };
+                format!("{who} cut off {how} {} ms", p.for_ms)
             }
         };
         format!("{}, {part}", if impaired.is_empty() { "no delay or loss" } else { impaired })
@@ -225,6 +233,10 @@ pub struct RunRecord {
     /// Partition runs: two replicas were cut off (no quorum until the heal).
     #[serde(default)]
     pub quorum_lost: bool,
+    /// Partition runs: the cut dropped packets silently (connections
+    /// stayed up, in TCP's backoff) rather than taking the link down.
+    #[serde(default)]
+    pub silent_cut: bool,
     /// The faults of a `--netns` run.
     pub faults: String,
     /// A replica or cluster failure (did not restart, exited on its own, no final reads).
@@ -538,14 +550,16 @@ fn control(options: &SmrCrashOptions, network: &Network, plan: &Plan, faults: &F
         std::thread::sleep(Duration::from_millis(p.after_ms));
         let id = p.target.or_else(|| find_leader(probe)).unwrap_or(1);
         let cut: Vec<u64> = if p.majority { vec![id, id % 3 + 1] } else { vec![id] };
+        let silent = p.silent && ns.nft;
         for &id in &cut {
-            ns.set_link(id, false)?;
+            if silent { ns.set_silent_cut(id, true)? } else { ns.set_link(id, false)? }
         }
         std::thread::sleep(Duration::from_millis(p.for_ms));
         for &id in &cut {
-            ns.set_link(id, true)?;
+            if silent { ns.set_silent_cut(id, false)? } else { ns.set_link(id, true)? }
         }
         record.quorum_lost = p.majority;
+        record.silent_cut = silent;
         record.heal_to_commit_ms = Some(heal_to_commit(config, &cluster.peers)?);
     }
     std::thread::sleep(load_end.saturating_duration_since(Instant::now()));
@@ -849,8 +863,9 @@ fn summary(options: &SmrCrashOptions, runs: &[RunRecord]) -> BenchResult {
         .metric("nonlinearizable_runs_count", count(|r| r.violation.is_some()))
         .metric("failed_runs_count", count(RunRecord::failed))
         .metric("replica_or_cluster_failures_count", count(|r| r.error.is_some()));
-    let timings: [(&str, Vec<f64>); 6] = [
+    let timings: [(&str, Vec<f64>); 7] = [
         ("heal_to_commit_ms", runs.iter().filter_map(|r| r.heal_to_commit_ms).collect()),
+        ("heal_to_commit_silent_ms", runs.iter().filter(|r| r.silent_cut).filter_map(|r| r.heal_to_commit_ms).collect()),
         ("heal_to_commit_quorum_lost_ms", runs.iter().filter(|r| r.quorum_lost).filter_map(|r| r.heal_to_commit_ms).collect()),
         ("leader_recovery_ms", runs.iter().filter_map(|r| r.recovery_ms).collect()),
         ("new_leader_ms", runs.iter().filter_map(|r| r.election_ms).collect()),
@@ -906,7 +921,7 @@ fn write_report(options: &SmrCrashOptions, plan: &Plan, runs: &[RunRecord], note
         "workload": "closed loop per client: 40% PUT, 30% GET, 15% CAS, 15% DEL, every written value unique",
         "kill": "SIGKILL to one replica per run (half the runs aim at the leader), restarted on its pool after 0 to a few hundred ms",
         "op_timeout_ms": OP_TIMEOUT.as_millis() as u64,
-        "network": if options.netns { "3 network namespaces, veth pairs to a bridge; netem delay/loss and link-down partitions" } else { "loopback" },
+        "network": if options.netns { "3 network namespaces, veth pairs to a bridge; netem delay/loss; partitions by link down or by dropping every packet (nftables)" } else { "loopback" },
         "network_note": note,
         "pool": "tmpfs (emulated pmem, every flush issued)", "log": "pmem, self-validating tail", "transport": "UCX tcp",
     });
@@ -945,6 +960,7 @@ fn summary_table(s: &BenchResult, options: &SmrCrashOptions) -> String {
         vec!["new leader after a leader kill (p50 / max)".into(), pair("new_leader_ms_p50", "new_leader_ms_max")],
         vec!["heal to a committed write (p50 / max)".into(), pair("heal_to_commit_ms_p50", "heal_to_commit_ms_max")],
         vec!["  of which quorum lost (p50 / max)".into(), pair("heal_to_commit_quorum_lost_ms_p50", "heal_to_commit_quorum_lost_ms_max")],
+        vec!["  of which silent cuts (p50 / max)".into(), pair("heal_to_commit_silent_ms_p50", "heal_to_commit_silent_ms_max")],
         vec!["restart to listening (p50 / max)".into(), pair("restart_ms_p50", "restart_ms_max")],
         vec!["restarted replica catches up (p50 / max)".into(), pair("catch_up_ms_p50", "catch_up_ms_max")],
     ];
