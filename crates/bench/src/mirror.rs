@@ -24,6 +24,7 @@ use pmwire_mirror::{Backup, BackupService, Heap, Mirror, Strategy};
 use rand_xoshiro::rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::SplitMix64;
 use reactor::{PollBudget, Reactor, RealClock};
+use link::{LinkConfig, LinkTransport, Secret};
 use transport::UcxTransport;
 
 use crate::kv::placement::{LoadProbe, Placement};
@@ -149,6 +150,9 @@ fn rounds(quick: bool) -> u64 {
 /// A backup serving on its own thread until dropped.
 pub(crate) struct BackupThread {
     pub(crate) addr: std::net::SocketAddr,
+    /// The secret its primary proves (the backup runs behind a link, as
+    /// `pmwire mirror-backup` does).
+    pub(crate) secret: Secret,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     pool: PathBuf,
@@ -160,7 +164,8 @@ impl BackupThread {
         let _ = std::fs::remove_file(&pool);
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::channel();
-        let (tls_owned, path, stop2, placement) = (tls.to_string(), pool.clone(), stop.clone(), placement.clone());
+        let secret = Secret::random();
+        let (tls_owned, path, stop2, placement, secret2) = (tls.to_string(), pool.clone(), stop.clone(), placement.clone(), secret.clone());
         let thread = std::thread::Builder::new().name("pmwire-mirror-backup".into()).spawn(move || {
             let started = (|| -> Result<_> {
                 placement.pin_current_as_server()?;
@@ -168,6 +173,7 @@ impl BackupThread {
                 let backup = Backup::create(&mut region, 0, LOG_BYTES, DATA_BYTES)?;
                 let mut t = UcxTransport::new(&ucx_config(&tls_owned, true, false)?)?;
                 let addr = t.listen("127.0.0.1:0".parse()?)?;
+                let t = LinkTransport::real(t, secret2, LinkConfig::mirror_backup());
                 Ok((Reactor::new(t, BackupService::new(region, backup)), addr))
             })();
             match started {
@@ -179,7 +185,7 @@ impl BackupThread {
             }
         })?;
         let addr = rx.recv_timeout(Duration::from_secs(30)).map_err(|_| anyhow!("backup start timed out"))??;
-        Ok(BackupThread { addr, stop, thread: Some(thread), pool })
+        Ok(BackupThread { addr, secret, stop, thread: Some(thread), pool })
     }
 }
 
@@ -220,7 +226,7 @@ impl Drop for Primary {
 /// through `mirror`; the mean time per transaction (ns).
 fn transact(
     primary: &mut Primary,
-    mirror: &mut Mirror<UcxTransport>,
+    mirror: &mut Mirror<LinkTransport<UcxTransport>>,
     config: Config,
     count: u64,
     seed: u64,
@@ -319,7 +325,7 @@ fn run_pinned(
             for (s, strategy) in Strategy::ALL.into_iter().enumerate() {
                 bar.set_message(format!("{tls} {strategy} (round {}/{rounds})", round + 1));
                 let target = if strategy == Strategy::NoSm { &mut local } else { &mut mirrored };
-                let t = UcxTransport::new(&ucx_config(tls, true, false)?)?;
+                let t = LinkTransport::real(UcxTransport::new(&ucx_config(tls, true, false)?)?, backup.secret.clone(), LinkConfig::mirror_primary());
                 let mut mirror = Mirror::open(&target.heap, &target.region, t, &backup.addr, strategy)
                     .with_context(|| format!("{strategy} over {tls}"))?;
                 for (c, &config) in configs.iter().enumerate() {

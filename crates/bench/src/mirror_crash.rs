@@ -754,6 +754,14 @@ fn promote(options: &MirrorCrashOptions, pool: &Path) -> Result<u64> {
     number_after(&stdout, "last committed transaction")
 }
 
+/// The run's secret file in `dir` (made by the first process that needs
+/// it: a run's backup and primaries share it).
+fn secret_file(dir: &Path) -> Result<PathBuf> {
+    let path = dir.join("secret");
+    link::Secret::open(&path, true)?;
+    Ok(path)
+}
+
 /// A `pmwire mirror-backup` on `pool` listening on `listen` (its pool
 /// formatted if absent); its address once it listens.
 fn start_backup(options: &MirrorCrashOptions, pool: &Path, listen: &str, dir: &Path) -> Result<(Proc, SocketAddr)> {
@@ -766,6 +774,8 @@ fn start_backup(options: &MirrorCrashOptions, pool: &Path, listen: &str, dir: &P
         .arg(pool)
         .arg("--ready-file")
         .arg(&ready)
+        .arg("--secret-file")
+        .arg(secret_file(dir)?)
         .stdout(Stdio::null())
         .stderr(File::create(dir.join("backup.err"))?)
         .spawn()?;
@@ -804,6 +814,8 @@ fn start_primary(
         .arg(pool)
         .arg("--acked")
         .arg(dir.join(format!("acked{era}")))
+        .arg("--secret-file")
+        .arg(secret_file(dir)?)
         .stdout(File::create(dir.join(format!("primary{era}.out")))?)
         .stderr(File::create(dir.join(format!("primary{era}.err")))?);
     if unmirrored {

@@ -30,6 +30,7 @@ use pmwire_mirror::whisper::{transaction, Counts, CritBitTree, HashMap, Snapshot
 use pmwire_mirror::{Mirror, Strategy};
 use rand_xoshiro::rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::SplitMix64;
+use link::{LinkConfig, LinkTransport};
 use transport::UcxTransport;
 
 use crate::kv::placement::Placement;
@@ -119,7 +120,7 @@ struct Layout {
 }
 
 /// Formats every structure, one transaction each, through `mirror`.
-fn format(p: &mut Primary, mirror: &mut Mirror<UcxTransport>) -> Result<Layout> {
+fn format(p: &mut Primary, mirror: &mut Mirror<LinkTransport<UcxTransport>>) -> Result<Layout> {
     let mut c = Counts::default();
     let (heap, region) = (&mut p.heap, &mut p.region);
     let map = transaction(heap, region, &mut *mirror, &mut c, |o| HashMap::format(o, MAP_BASE, BUCKETS, CAPACITY))?;
@@ -157,7 +158,7 @@ fn run(
     workload: Workload,
     p: &mut Primary,
     layout: Layout,
-    mirror: &mut Mirror<UcxTransport>,
+    mirror: &mut Mirror<LinkTransport<UcxTransport>>,
     operations: u64,
     seed: u64,
 ) -> Result<Run> {
@@ -215,7 +216,7 @@ fn ycsb_op<M: pmem::Media, S: pmwire_mirror::EpochSink>(
 /// Echo: [`ECHO_CLIENTS`] client threads queue `operations` updates in
 /// all; this thread, the master, applies what is queued (up to
 /// [`ECHO_BATCH`]) in one transaction, blocking when the queue is empty.
-fn echo(p: &mut Primary, layout: Layout, mirror: &mut Mirror<UcxTransport>, operations: u64, seed: u64) -> Result<Run> {
+fn echo(p: &mut Primary, layout: Layout, mirror: &mut Mirror<LinkTransport<UcxTransport>>, operations: u64, seed: u64) -> Result<Run> {
     let (to_master, requests) = mpsc::sync_channel::<(u64, Value)>(ECHO_BATCH);
     let mut counts = Counts::default();
     let mut applied = 0u64;
@@ -309,7 +310,7 @@ pub(crate) fn run_transport(
             } else {
                 (&mut mirrored, &mut mirrored_layout)
             };
-            let t = UcxTransport::new(&ucx_config(tls, true, false)?)?;
+            let t = LinkTransport::real(UcxTransport::new(&ucx_config(tls, true, false)?)?, backup.secret.clone(), LinkConfig::mirror_primary());
             let mut mirror = Mirror::open(&target.heap, &target.region, t, &backup.addr, strategy)
                 .with_context(|| format!("{strategy} over {tls}"))?;
             let layout = match *layout {

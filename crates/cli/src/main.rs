@@ -19,6 +19,7 @@ mod kv_bench_cmd;
 mod mirror_cmd;
 mod mirror_primary;
 mod remote_cmd;
+mod secret_args;
 mod smr_check;
 mod smr_cmd;
 mod size;

@@ -23,6 +23,7 @@ use pmwire_bench::remote::server::ucx_config;
 use pmwire_mirror::format::Geometry;
 use pmwire_mirror::{Backup, BackupService, Heap, OpenError};
 use reactor::{PollBudget, Reactor, RealClock};
+use link::{LinkConfig, LinkTransport};
 use transport::UcxTransport;
 
 /// `pmwire mirror-backup`.
@@ -50,6 +51,9 @@ pub struct MirrorBackupArgs {
     /// Write {"addr":"..."} here once listening.
     #[arg(long)]
     pub ready_file: Option<PathBuf>,
+    /// The secret the primary must prove.
+    #[command(flatten)]
+    pub secret: crate::secret_args::ServerSecret,
 }
 
 /// Locks the pool file for this process (released when the file closes).
@@ -138,6 +142,7 @@ pub(crate) fn open_or_create<T>(
 
 /// Runs `pmwire mirror-backup` until killed.
 pub fn mirror_backup(args: &MirrorBackupArgs) -> Result<()> {
+    let secret = args.secret.load()?;
     let (region, backup, _lock) = open_pool(args)?;
     let mut transport = UcxTransport::new(&ucx_config(&args.tls, args.listen.ip().is_loopback(), false)?)?;
     let bound = transport.listen(args.listen).with_context(|| format!("listen on {}", args.listen))?;
@@ -162,6 +167,9 @@ pub fn mirror_backup(args: &MirrorBackupArgs) -> Result<()> {
         0 => PollBudget::BLOCK,
         us => PollBudget { spin: std::time::Duration::from_micros(us), ..PollBudget::default() },
     };
+    let mut link = LinkConfig::mirror_backup();
+    link.log_events = true;
+    let transport = LinkTransport::real(transport, secret, link);
     let mut reactor = Reactor::new(transport, BackupService::new(region, backup));
     reactor.run(&RealClock::new(), &AtomicBool::new(false), budget);
     Ok(())

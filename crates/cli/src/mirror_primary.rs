@@ -37,6 +37,7 @@ use pmwire_mirror::stream::AnswerError;
 use pmwire_mirror::{
     Committed, EpochSink, Heap, Mirror, MirrorError, OpenError, OpenMirrorError, Plan, Strategy, Tx, TxError,
 };
+use link::{LinkConfig, LinkTransport, Secret};
 use transport::UcxTransport;
 
 use crate::mirror_cmd::{lock, open_or_create, parse_strategy};
@@ -81,6 +82,9 @@ pub struct MirrorPrimaryArgs {
     /// Append each acknowledged transaction's number here, one a line.
     #[arg(long)]
     pub acked: Option<PathBuf>,
+    /// The secret the backup must prove (and this primary proves to it).
+    #[command(flatten)]
+    pub secret: crate::secret_args::ClientSecret,
 }
 
 /// The epochs of one transaction, each a list of (data-area offset, bytes) writes.
@@ -259,7 +263,8 @@ struct Primary {
     args: MirrorPrimaryArgs,
     region: Region,
     heap: Heap,
-    mirror: Option<Mirror<UcxTransport>>,
+    mirror: Option<Mirror<LinkTransport<UcxTransport>>>,
+    secret: Secret,
     acked: Option<File>,
     /// When a lost backup is tried again.
     next_try: Instant,
@@ -277,7 +282,9 @@ impl Primary {
     /// if the backup is not there (try again later), an error if it refused.
     fn connect(&mut self) -> Result<bool> {
         let config = ucx_config(&self.args.tls, self.args.backup.ip().is_loopback(), false)?;
-        let transport = UcxTransport::new(&config)?;
+        let mut link = LinkConfig::mirror_primary();
+        link.log_events = true;
+        let transport = LinkTransport::real(UcxTransport::new(&config)?, self.secret.clone(), link);
         let last = self.heap.last_durable(&self.region);
         match Mirror::open(&self.heap, &self.region, transport, &self.args.backup, self.args.strategy) {
             Ok(mut mirror) => {
@@ -414,6 +421,7 @@ fn say(line: &str) {
 /// backup refuses it.
 pub fn mirror_primary(args: MirrorPrimaryArgs) -> Result<()> {
     let stop = stop_on_signals()?;
+    let secret = args.secret.load()?;
     let (region, heap, _lock) = open_heap(&args.pool, args.log_size, args.data_size)?;
     let g = heap.geometry();
     say(&format!(
@@ -443,6 +451,7 @@ pub fn mirror_primary(args: MirrorPrimaryArgs) -> Result<()> {
         region,
         heap,
         mirror: None,
+        secret,
         acked,
         next_try: Instant::now(),
         committed: 0,

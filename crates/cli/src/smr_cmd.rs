@@ -33,7 +33,11 @@ use pmwire_smr::node::{Replica, ReplicaConfig};
 use pmwire_smr::pmem_store::{OpenError, PmemDurable};
 use pmwire_smr::store::{Durable, MemDurable};
 use reactor::{PollBudget, Reactor, RealClock, Service};
+use link::LinkTransport;
+use pmwire_smr::links::{client_link, replica_link};
 use transport::{TcpConfig, TcpTransport, Transport, UcxTransport};
+
+use crate::secret_args::{ClientSecret, ServerSecret};
 
 /// Connections a replica accepts and makes (clients and peers).
 const MAX_CONNS: usize = 1024;
@@ -94,6 +98,9 @@ pub struct ReplicaArgs {
     /// that already holds a store.
     #[arg(long)]
     pub join: bool,
+    /// The cluster's secret.
+    #[command(flatten)]
+    pub secret: ServerSecret,
 }
 
 /// `pmwire smr`.
@@ -105,6 +112,9 @@ pub struct SmrArgs {
     /// Transport: tcp or sm (UCX), or uring (TCP sockets on io_uring), as the replicas use.
     #[arg(long, default_value = "tcp", value_parser = ["tcp", "sm", "uring"])]
     pub tls: String,
+    /// The cluster's secret.
+    #[command(flatten)]
+    pub secret: ClientSecret,
     /// What to do.
     #[command(subcommand)]
     pub command: SmrCommand,
@@ -232,18 +242,19 @@ pub fn replica(args: &ReplicaArgs) -> Result<()> {
         bail!("--tick-ms must be at least 1");
     }
     config.tick = std::time::Duration::from_millis(args.tick_ms);
+    let secret = args.secret.load()?;
     let lock = if args.log == "pmem" && !args.floor { Some(lock(&args.pool.with_extension("lock"))?) } else { None };
     if args.tls == "uring" {
         let mut transport = TcpTransport::new(&uring_config())?;
         let bound = transport.listen(addr).with_context(|| format!("listen on {addr}"))?;
-        return run_replica(transport, bound, args, config, &voters, others, lock);
+        return run_replica(transport, bound, args, config, &voters, others, lock, secret);
     }
     let mut ucx = ucx_config(&args.tls, addr.ip().is_loopback(), false)?;
     // Clients connect to every replica they try, peers once each.
     ucx.limits.max_conns = MAX_CONNS;
     let mut transport = UcxTransport::new(&ucx)?;
     let bound = transport.listen(addr).with_context(|| format!("listen on {addr}"))?;
-    run_replica(transport, bound, args, config, &voters, others, lock)
+    run_replica(transport, bound, args, config, &voters, others, lock, secret)
 }
 
 /// The io_uring TCP transport's configuration for replicas and their clients.
@@ -254,10 +265,13 @@ pub fn uring_config() -> TcpConfig {
 }
 
 /// Serves replica (or floor node) `args.id` over `transport`, listening at `bound`.
-fn run_replica<T>(transport: T, bound: SocketAddr, args: &ReplicaArgs, config: ReplicaConfig, voters: &[u64], others: BTreeMap<u64, SocketAddr>, lock: Option<File>) -> Result<()>
+fn run_replica<T>(transport: T, bound: SocketAddr, args: &ReplicaArgs, config: ReplicaConfig, voters: &[u64], others: BTreeMap<u64, SocketAddr>, lock: Option<File>, secret: link::Secret) -> Result<()>
 where
     T: Transport<Addr = SocketAddr>,
 {
+    let mut link = replica_link(&config);
+    link.log_events = true;
+    let transport = LinkTransport::real(transport, secret, link);
     let stop = AtomicBool::new(false);
     if args.floor {
         println!("floor node {} of {} on {bound} over {} (no Raft, no log: a benchmark's floor, not a replica)", args.id, voters.len(), args.tls);
@@ -327,14 +341,26 @@ pub fn smr(args: &SmrArgs) -> Result<()> {
     let session = (std::process::id() as u64) << 32 | u64::from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.subsec_nanos()) | 1;
     if args.tls == "uring" {
         let transport = TcpTransport::new(&TcpConfig::default())?;
-        return smr_with(SmrClient::new(transport, peers.clone(), session), &args.command);
+        return smr_with(transport, peers, session, args);
     }
     let loopback = peers.values().all(|a| a.ip().is_loopback());
     let transport = UcxTransport::new(&ucx_config(&args.tls, loopback, false)?)?;
-    smr_with(SmrClient::new(transport, peers.clone(), session), &args.command)
+    smr_with(transport, peers, session, args)
 }
 
-fn smr_with<T: Transport<Addr = SocketAddr>>(mut client: SmrClient<T>, command: &SmrCommand) -> Result<()> {
+fn smr_with<T: Transport<Addr = SocketAddr>>(transport: T, peers: &BTreeMap<u64, SocketAddr>, session: u64, args: &SmrArgs) -> Result<()> {
+    let mut link = client_link();
+    link.log_events = true;
+    let transport = LinkTransport::real(transport, args.secret.load()?, link);
+    let mut client = SmrClient::new(transport, peers.clone(), session);
+    let done = run_command(&mut client, &args.command);
+    match (&done, &client.transport().stats().last_refusal) {
+        (Err(e), Some(why)) => Err(anyhow!("{e}; the replicas' links were refused: {why}")),
+        _ => done,
+    }
+}
+
+fn run_command<T: Transport<Addr = SocketAddr>>(client: &mut SmrClient<LinkTransport<T>>, command: &SmrCommand) -> Result<()> {
     match command {
         SmrCommand::Put { key, value } => {
             let index = client.put(key.as_bytes(), value.as_bytes())?;
@@ -348,7 +374,7 @@ fn smr_with<T: Transport<Addr = SocketAddr>>(mut client: SmrClient<T>, command: 
             let index = client.del(key.as_bytes())?;
             println!("OK (index {index})");
         }
-        SmrCommand::Status => status(&mut client)?,
+        SmrCommand::Status => status(client)?,
         SmrCommand::Add { id, addr, learner, catch_up_s } => {
             let index = client.add_learner(*id, addr).map_err(|e| anyhow!("add replica {id}: {e}"))?;
             println!("replica {id} at {addr} is a learner (index {index})");
@@ -486,6 +512,10 @@ pub struct SmrCrashArgs {
     /// run so, in a child of its own).
     #[arg(long, hide = true)]
     pub one_run: Option<usize>,
+    /// Run the replicas from this `pmwire` binary, a build that predates authenticated links (no --secret-file; the
+    /// campaign's clients then do no handshake): the "before" of a before-and-after comparison. --netns only.
+    #[arg(long, hide = true)]
+    pub replica_exe: Option<PathBuf>,
 }
 
 fn parse_seed(s: &str) -> Result<u64, String> {
@@ -509,7 +539,15 @@ pub fn crash(args: &SmrCrashArgs) -> Result<bool> {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         nanos ^ u64::from(std::process::id()).rotate_left(40)
     });
-    let exe = std::env::current_exe().context("the pmwire binary")?;
+    let mut exe = std::env::current_exe().context("the pmwire binary")?;
+    if let Some(old) = &args.replica_exe {
+        if !args.netns {
+            bail!("--replica-exe needs --netns (a loopback campaign runs each run in a child of this binary)");
+        }
+        exe = old.clone();
+        pmwire_bench::smr::links::use_legacy_links();
+        println!("smr-crash: replicas from {} with unauthenticated links (a build that predates them)", old.display());
+    }
     let options = crash::SmrCrashOptions { runs: args.runs, quick: args.quick, out_dir: args.out.clone(), exe, netns: args.netns, seed, planted_volatile_log: args.planted_bug, child_per_run: true };
     if let Some(run) = args.one_run {
         let record = crash::one_run_alone(&options, run);

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use pmem::{Media, Region};
 use pmwire_mirror::{Heap, Mirror, Strategy};
+use link::{LinkConfig, LinkTransport, Secret};
 use transport::{UcxConfig, UcxTransport};
 
 const EXE: &str = env!("CARGO_BIN_EXE_pmwire");
@@ -23,6 +24,15 @@ const DATA: u64 = 1 << 20;
 struct BackupProcess {
     child: Child,
     addr: SocketAddr,
+    /// Its secret (`--secret-file`), which a primary must prove.
+    secret: Secret,
+}
+
+impl BackupProcess {
+    /// A primary's transport to it, proving its secret.
+    fn transport(&self) -> LinkTransport<UcxTransport> {
+        LinkTransport::real(transport(), self.secret.clone(), LinkConfig::mirror_primary())
+    }
 }
 
 impl Drop for BackupProcess {
@@ -42,6 +52,9 @@ fn start_backup_over(dir: &Path, pool: &Path, sizes: bool, tls: &str) -> BackupP
     let mut cmd = Command::new(EXE);
     cmd.args(["mirror-backup", "--listen", "127.0.0.1:0", "--tls", tls, "--poll-us", "0"]);
     cmd.arg("--pool").arg(pool).arg("--ready-file").arg(&ready);
+    let secret_file = dir.join("secret");
+    let (secret, _) = Secret::open(&secret_file, true).expect("a secret file");
+    cmd.arg("--secret-file").arg(&secret_file);
     if sizes {
         cmd.args(["--log-size", "64K", "--data-size", "1M"]);
     }
@@ -50,7 +63,7 @@ fn start_backup_over(dir: &Path, pool: &Path, sizes: bool, tls: &str) -> BackupP
     loop {
         if let Ok(text) = std::fs::read_to_string(&ready) {
             let addr = text.split('"').nth(3).expect("{\"addr\":\"...\"}").parse().expect("an address");
-            return BackupProcess { child, addr };
+            return BackupProcess { child, addr, secret };
         }
         assert!(Instant::now() < deadline, "the backup did not start");
         std::thread::sleep(Duration::from_millis(20));
@@ -63,6 +76,9 @@ fn backup_fails(pool: &Path, extra: &[&str]) -> String {
         .args(["mirror-backup", "--listen", "127.0.0.1:0"])
         .arg("--pool")
         .arg(pool)
+        .arg("--secret-file")
+        .arg(pool.with_file_name("secret"))
+        .arg("--create-secret")
         .args(extra)
         .output()
         .expect("run pmwire mirror-backup");
@@ -82,7 +98,7 @@ fn data(heap: &Heap, media: &impl Media) -> Vec<u8> {
 
 /// Transactions of 1-20 epochs of 1-8 writes of 64 B at random 64 B-aligned
 /// places (seed 002 §7.1's Transact, smaller), some aborted, some with a dfence.
-fn transact(heap: &mut Heap, region: &mut Region, mirror: &mut Mirror<UcxTransport>, txs: u64, seed: u64) {
+fn transact(heap: &mut Heap, region: &mut Region, mirror: &mut Mirror<LinkTransport<UcxTransport>>, txs: u64, seed: u64) {
     let mut state = seed;
     let mut next = move |n: u64| {
         state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
@@ -112,7 +128,7 @@ fn a_primary_mirrors_to_a_backup_process_that_survives_kill_9() {
     let mut heap = Heap::create(&mut region, 0, LOG, DATA).unwrap();
     let backup = start_backup(dir.path(), &pool, true);
     for (n, strategy) in [Strategy::SmRc, Strategy::SmOb, Strategy::SmDd].into_iter().enumerate() {
-        let mut mirror = Mirror::open(&heap, &region, transport(), &backup.addr, strategy).expect("mirror");
+        let mut mirror = Mirror::open(&heap, &region, backup.transport(), &backup.addr, strategy).expect("mirror");
         transact(&mut heap, &mut region, &mut mirror, 40, n as u64 + 1);
         assert!(mirror.round_trips > 30, "{strategy}: every commit waits for the backup");
     }
@@ -125,7 +141,7 @@ fn a_primary_mirrors_to_a_backup_process_that_survives_kill_9() {
 
     // Restarted on its pool, the backup takes the next stream.
     let backup = start_backup(dir.path(), &pool, false);
-    let mut mirror = Mirror::open(&heap, &region, transport(), &backup.addr, Strategy::SmDd).expect("mirror again");
+    let mut mirror = Mirror::open(&heap, &region, backup.transport(), &backup.addr, Strategy::SmDd).expect("mirror again");
     transact(&mut heap, &mut region, &mut mirror, 10, 9);
     drop(mirror);
     drop(backup);
@@ -143,6 +159,7 @@ fn a_backup_process_mirrors_over_shared_memory() {
     let backup = start_backup_over(dir.path(), &pool, true, "sm");
     for (n, strategy) in [Strategy::SmDd, Strategy::SmOb, Strategy::SmRc].into_iter().enumerate() {
         let t = UcxTransport::new(&UcxConfig::shared_memory().with_var("NET_DEVICES", "lo")).expect("UCX");
+        let t = LinkTransport::real(t, backup.secret.clone(), LinkConfig::mirror_primary());
         let mut mirror = Mirror::open(&heap, &region, t, &backup.addr, strategy).expect("mirror over sm");
         transact(&mut heap, &mut region, &mut mirror, 20, n as u64 + 11);
     }
@@ -172,7 +189,7 @@ fn wrong_pools_and_wrong_primaries_are_refused_with_the_reason() {
     // A primary of another shape, then one of other data, are refused.
     let mut region = Region::create(dir.path().join("primary.pool"), Heap::required_size(LOG, 2 * DATA)).unwrap();
     let heap = Heap::create(&mut region, 0, LOG, 2 * DATA).unwrap();
-    let err = Mirror::open(&heap, &region, transport(), &backup.addr, Strategy::SmOb).err().expect("refused");
+    let err = Mirror::open(&heap, &region, backup.transport(), &backup.addr, Strategy::SmOb).err().expect("refused");
     assert!(err.to_string().contains("data area"), "{err}");
     let mut heap = Heap::create(&mut region, 0, LOG, DATA).unwrap();
     let mut tx = heap.begin(&mut region);
@@ -180,7 +197,7 @@ fn wrong_pools_and_wrong_primaries_are_refused_with_the_reason() {
     tx.commit().unwrap();
     // A primary the (blank) backup is behind resynchronises it: by the
     // blocks written since its creation, which it tracks.
-    let mirror = Mirror::open(&heap, &region, transport(), &backup.addr, Strategy::SmOb).expect("resynchronised");
+    let mirror = Mirror::open(&heap, &region, backup.transport(), &backup.addr, Strategy::SmOb).expect("resynchronised");
     assert_eq!(mirror.rejoin, pmwire_mirror::Plan::Incremental { from: 0 });
     assert_eq!(mirror.resync_bytes, 1024, "one 1 KiB block is copied");
     drop(mirror);
@@ -218,7 +235,7 @@ fn a_backup_killed_under_load_holds_every_acknowledged_transaction() {
         let backup = start_backup(dir.path(), &pool, true);
         let pid = backup.child.id() as libc::pid_t;
         let delay = Duration::from_millis(30 + run * 37 % 150);
-        let mut mirror = Mirror::open(&heap, &region, transport(), &backup.addr, strategy).expect("mirror");
+        let mut mirror = Mirror::open(&heap, &region, backup.transport(), &backup.addr, strategy).expect("mirror");
         let killer = std::thread::spawn(move || {
             std::thread::sleep(delay);
             // SAFETY: a signal to the child this test started and still holds.
@@ -297,4 +314,36 @@ fn the_kill_9_campaign_finds_nothing_lost_or_torn() {
     let result = &file["results"][0];
     assert_eq!(result["lost_count"], 0.0);
     assert_eq!(result["torn_count"], 0.0);
+}
+
+/// No one in without the key: a primary with no link, and one with
+/// another secret, reach the backup process's port and are refused; the
+/// backup's pool is unchanged to the byte, and the backup still serves
+/// its own primary. (Without links, the same primary would resynchronise
+/// the blank backup to its committed transaction: the pool would change.)
+#[test]
+fn a_primary_without_the_secret_is_refused_and_the_backup_pool_is_unchanged() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let pool = dir.path().join("backup.pool");
+    let backup = start_backup(dir.path(), &pool, true);
+    let mut region = Region::create(dir.path().join("primary.pool"), Heap::required_size(LOG, DATA)).unwrap();
+    let mut heap = Heap::create(&mut region, 0, LOG, DATA).unwrap();
+    let mut tx = heap.begin(&mut region);
+    tx.write(0, b"a stranger's write").unwrap();
+    tx.commit().unwrap();
+    let before = std::fs::read(&pool).unwrap();
+    let wrong = LinkTransport::real(transport(), Secret::from_bytes([0x33; 32]), LinkConfig::mirror_primary());
+    for (what, result) in [
+        ("no link", Mirror::open(&heap, &region, transport(), &backup.addr, Strategy::SmOb).map(drop)),
+        ("another secret", Mirror::open(&heap, &region, wrong, &backup.addr, Strategy::SmOb).map(drop)),
+    ] {
+        assert!(result.is_err(), "{what}: the backup let a primary in without the secret");
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(std::fs::read(&pool).unwrap() == before, "the backup's pool changed");
+    // Its own primary (this heap, proving the secret) is served.
+    let mirror = Mirror::open(&heap, &region, backup.transport(), &backup.addr, Strategy::SmOb).expect("the secret's holder is served");
+    assert_eq!(mirror.rejoin, pmwire_mirror::Plan::Incremental { from: 0 });
+    drop(mirror);
+    assert!(std::fs::read(&pool).unwrap() != before, "the resynchronisation wrote the pool");
 }

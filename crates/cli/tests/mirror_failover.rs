@@ -30,6 +30,13 @@ impl Drop for Proc {
     }
 }
 
+/// The secret file beside `pool` (the test's directory), made on first use.
+fn secret_of(pool: &Path) -> std::path::PathBuf {
+    let path = pool.with_file_name("secret");
+    link::Secret::open(&path, true).expect("a secret file");
+    path
+}
+
 fn start_backup(dir: &Path, pool: &Path) -> (Proc, SocketAddr) {
     let ready = dir.join("ready");
     let _ = std::fs::remove_file(&ready);
@@ -41,6 +48,8 @@ fn start_backup(dir: &Path, pool: &Path) -> (Proc, SocketAddr) {
             .arg(pool)
             .arg("--ready-file")
             .arg(&ready)
+            .arg("--secret-file")
+            .arg(secret_of(pool))
             .stdout(Stdio::null())
             .spawn()
             .expect("spawn pmwire mirror-backup"),
@@ -68,6 +77,8 @@ impl Primary {
             .args(["mirror-primary", "--strategy", strategy, "--log-size", "64K", "--data-size", "1M"])
             .arg("--pool")
             .arg(pool)
+            .arg("--secret-file")
+            .arg(secret_of(pool))
             .args(["--backup", &backup.to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -129,7 +140,12 @@ fn pool(path: &Path) -> (u64, Vec<u8>) {
 
 /// Runs a command expected to fail; its stderr.
 fn fails<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(args: &[S], pool: &Path, extra: &[&str]) -> String {
-    let out = Command::new(EXE).args(args).arg("--pool").arg(pool).args(extra).output().unwrap();
+    let mut cmd = Command::new(EXE);
+    cmd.args(args).arg("--pool").arg(pool).args(extra);
+    if args[0].as_ref() != "mirror-promote" {
+        cmd.arg("--secret-file").arg(secret_of(pool));
+    }
+    let out = cmd.output().unwrap();
     assert!(!out.status.success(), "{args:?} should have failed: {}", String::from_utf8_lossy(&out.stdout));
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
@@ -206,6 +222,8 @@ fn a_surviving_primary_resynchronises_its_restarted_backup_and_commits_on() {
             .args(["mirror-backup", "--listen", &format!("127.0.0.1:{port}"), "--poll-us", "0"])
             .arg("--pool")
             .arg(&pool_b)
+            .arg("--secret-file")
+            .arg(secret_of(&pool_b))
             .stdout(Stdio::null())
             .spawn()
             .unwrap(),
@@ -282,6 +300,8 @@ fn wrong_pools_and_wrong_backups_are_refused_with_the_reason() {
         .args(["mirror-primary", "--allow-unmirrored", "--retry-ms", "60000", "--pool"])
         .arg(&other)
         .args(&primary_of(dead)[1..])
+        .arg("--secret-file")
+        .arg(secret_of(&other))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()

@@ -16,6 +16,16 @@ use std::time::{Duration, Instant};
 
 const EXE: &str = env!("CARGO_BIN_EXE_pmwire");
 
+std::thread_local! {
+    /// This test's cluster secret (each test runs on a thread of its own).
+    static SECRET: std::cell::RefCell<Option<PathBuf>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The secret file of this test's cluster ([`Cluster::start`] makes it).
+fn secret() -> PathBuf {
+    SECRET.with(|s| s.borrow().clone()).expect("a cluster was started on this thread")
+}
+
 /// The replica processes, killed when the test ends however it ends.
 struct Replicas {
     children: BTreeMap<u64, Child>,
@@ -38,7 +48,7 @@ impl Replicas {
         let pool = self.dir.join(format!("pool{id}"));
         let mut cmd = Command::new(EXE);
         cmd.args(["replica", "--id", &id.to_string(), "--peers", peers, "--size", "64M", "--log-size", "16M"]);
-        cmd.arg("--pool").arg(&pool).arg("--ready-file").arg(&ready);
+        cmd.arg("--pool").arg(&pool).arg("--ready-file").arg(&ready).arg("--secret-file").arg(secret());
         if join {
             cmd.arg("--join");
         }
@@ -55,6 +65,8 @@ impl Replicas {
             .args(["replica", "--id", &id.to_string(), "--peers", peers, "--size", "64M", "--log-size", "16M"])
             .arg("--pool")
             .arg(pool)
+            .arg("--secret-file")
+            .arg(secret())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()
@@ -98,7 +110,7 @@ fn free_addrs(n: usize) -> Vec<String> {
 }
 
 fn smr(peers: &str, args: &[&str]) -> Output {
-    Command::new(EXE).args(["smr", "--peers", peers]).args(args).env("RUST_BACKTRACE", "0").output().expect("run pmwire smr")
+    Command::new(EXE).args(["smr", "--peers", peers]).arg("--secret-file").arg(secret()).args(args).env("RUST_BACKTRACE", "0").output().expect("run pmwire smr")
 }
 
 /// `pmwire smr` that must succeed; its stdout.
@@ -149,6 +161,9 @@ struct Cluster {
 
 impl Cluster {
     fn start(dir: &Path) -> Cluster {
+        let path = dir.join("secret");
+        link::Secret::create(&path).expect("a secret file");
+        SECRET.with(|s| *s.borrow_mut() = Some(path));
         let mut replicas = Replicas { children: BTreeMap::new(), dir: dir.to_path_buf() };
         let addrs = free_addrs(4);
         let three = format!("1={},2={},3={}", addrs[0], addrs[1], addrs[2]);

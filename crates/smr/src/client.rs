@@ -104,6 +104,11 @@ where
         }
     }
 
+    /// The transport (its counters, say).
+    pub fn transport(&self) -> &T {
+        &self.transport
+    }
+
     /// The replica this client believes leads.
     pub fn leader(&self) -> u64 {
         self.leader

@@ -50,6 +50,7 @@ pub mod client;
 pub mod command;
 pub mod floor;
 pub mod kvmap;
+pub mod links;
 pub mod node;
 pub mod pmem_store;
 pub mod session;

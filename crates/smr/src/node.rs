@@ -16,8 +16,9 @@
 //!    this replica get their answers, and reads whose read index has been
 //!    applied are served.
 //!
-//! Peers are reached by one outgoing connection each (made on first use,
-//! again after it fails); what arrives on any connection is accepted: a
+//! Peers are reached by one outgoing connection each (dialled at start,
+//! and again once the reconnect delay has passed after it is lost:
+//! `node::redial`); what arrives on any connection is accepted: a
 //! Raft message names its sender. Raft messages are one-way transport
 //! messages whose header is [`RAFT_MAGIC`] and whose payload is raft-rs's
 //! protobuf encoding of `eraftpb.Message`. One larger than
@@ -107,6 +108,8 @@ use embed::{Pending, ReadWaiter, Waiter};
 pub const ENTRY_SMR1_WRITE: u8 = 1;
 /// An entry's context naming its kind: the machine's data.
 pub const ENTRY_MACHINE: u8 = 2;
+
+mod redial;
 
 /// Ticks a replica waits before connecting again to a peer whose
 /// connection was lost or refused.
@@ -1629,6 +1632,7 @@ where
             return false;
         }
         let ticked = self.tick_if_due(t, now);
+        let dialled = self.redial(t);
         let drained = !self.outbox.is_empty() && self.drain_outbox(t);
         self.propose_batch(t);
         let readied = self.handle_ready(t).unwrap_or_else(|e| panic!("replica {}: storage failed: {e}", self.config.id));
@@ -1645,7 +1649,7 @@ where
         }
         self.was_leader = leader;
         self.rerandomize();
-        ticked || readied || drained
+        ticked || readied || drained || dialled
     }
 
     fn next_deadline(&self) -> Option<Duration> {

@@ -63,8 +63,11 @@ use pmem::MemMedia;
 use pmwire_crashcheck::CrashState;
 use pmwire_log::{LogConfig, TailStrategy};
 
+use link::{LinkTransport, Secret};
+
 use crate::command::{Op, Request, Response, Status, REQUEST_MAGIC};
 use crate::kvmap::KvMap;
+use crate::links::{client_link, replica_link};
 use crate::node::{Faults, Replica, ReplicaConfig};
 use crate::smr1::Smr1Machine;
 use crate::pmem_store::{PmemDurable, StoreFaults};
@@ -617,7 +620,21 @@ impl Durable for Crashable {
     }
 }
 
-type SimReplica<M> = Reactor<SimTransport, Replica<SimTransport, Crashable, M>>;
+/// A simulated node's transport: every connection authenticated with
+/// [`SIM_SECRET`], dialled links pinged ([`crate::links`]), on virtual time.
+type SimLink = LinkTransport<SimTransport>;
+
+type SimReplica<M> = Reactor<SimLink, Replica<SimLink, Crashable, M>>;
+
+/// The simulated cluster's secret.
+const SIM_SECRET: [u8; 32] = [0x5a; 32];
+
+/// `t` behind a link with `config`, on `net`'s clock, nonces from `seed`.
+fn linked(net: &SimNetwork, t: SimTransport, config: link::LinkConfig, seed: u64) -> SimLink {
+    let clock = net.clone();
+    let rng = Xoshiro256PlusPlus::seed_from_u64(seed);
+    LinkTransport::new(t, Secret::from_bytes(SIM_SECRET), config, Box::new(move || Duration::from_nanos(clock.now_ns())), Box::new(rng))
+}
 
 /// A replica slot: up (its loop), or down (its durable state, what is
 /// left of its machine, and when it comes back).
@@ -628,7 +645,7 @@ enum Slot<M: SimMachine> {
 
 /// One closed-loop client and its operation in flight.
 struct Client {
-    transport: SimTransport,
+    transport: SimLink,
     session: u64,
     seq: u64,
     target: u64,
@@ -780,7 +797,8 @@ impl<M: SimMachine> World<M> {
             w.slots.push(Slot::Up(Box::new(r)));
         }
         for c in 0..w.cfg.clients {
-            let transport = w.net.node();
+            let seed = w.rng.gen();
+            let transport = linked(&w.net, w.net.node(), client_link(), seed);
             let target = w.rng.gen_range(1..=w.cfg.replicas);
             w.clients.push(Client { transport, session: c as u64 + 1, seq: 0, target, conn: None, op: None, next_ns: 0, tokens: 0 });
         }
@@ -804,6 +822,7 @@ impl<M: SimMachine> World<M> {
         config.snapshot_every = self.cfg.snapshot_every;
         config.trace_applied = true;
         config.chunk_bytes = self.chunk_bytes;
+        let t = linked(&self.net, t, replica_link(&config), self.rng.gen());
         let replica = Replica::with_machine(config, durable, machine, peers)?.serve_smr1();
         Ok(Reactor::new(t, replica))
     }
@@ -1055,7 +1074,10 @@ impl<M: SimMachine> World<M> {
         for s in &self.slots {
             match s {
                 Slot::Up(r) => {
-                    if let Some(d) = reactor::Service::<SimTransport>::next_deadline(&r.service) {
+                    if let Some(d) = reactor::Service::<SimLink>::next_deadline(&r.service) {
+                        next = next.min(d.as_nanos() as u64);
+                    }
+                    if let Some(d) = r.transport.next_deadline() {
                         next = next.min(d.as_nanos() as u64);
                     }
                 }
@@ -1068,6 +1090,9 @@ impl<M: SimMachine> World<M> {
             next = next.min(d.1);
         }
         for c in &self.clients {
+            if let Some(d) = c.transport.next_deadline() {
+                next = next.min(d.as_nanos() as u64);
+            }
             let waiting = match &c.op {
                 Some(op) => !op.sent,
                 None => issuing,

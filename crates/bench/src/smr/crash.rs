@@ -13,10 +13,13 @@
 //! leader's commit index; then one GET per key reads the healed cluster.
 //! With `--netns` each replica runs in its own network namespace
 //! ([`super::netns`]) and runs add faults: netem delay and loss on every
-//! replica's link, and a partition after the restart: one replica's link
-//! down for up to 1.2 s, or (a third of them) two replicas' links down for
+//! replica's link, and a partition after the restart (half of them by
+//! taking links down, half by dropping every packet with nftables, which
+//! leaves TCP connections up and in retransmission backoff, as across a
+//! real partition): one replica cut off for up to 1.2 s, or (a third of them) two replicas' links down for
 //! longer than a client's operation timeout, so the cluster has no quorum
-//! and operations end with unknown outcomes.
+//! and operations end with unknown outcomes. At each heal a fresh client
+//! times the first write the cluster commits (`heal_to_commit_ms`).
 //!
 //! Every operation is recorded with monotonic call and return times; an
 //! operation that failed or timed out has an unknown outcome (`ret: None`:
@@ -49,8 +52,9 @@ use pmwire_smr::client::SmrClient;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use reactor::PollBudget;
-use transport::{UcxConfig, UcxTransport};
+use transport::UcxConfig;
 
+use super::links::{client_transport, Client};
 use super::netns::{self, Namespaces};
 use super::suite::{peer_list, pool_path, progress, session, start_cluster_at, start_replica, Cluster, Variant};
 use crate::remote::server::ucx_config;
@@ -147,6 +151,9 @@ struct Partition {
     majority: bool,
     after_ms: u64,
     for_ms: u64,
+    /// Cut by dropping every packet (connections stay up, in TCP's
+    /// retransmission backoff) rather than by taking the link down.
+    silent: bool,
 }
 
 /// The network faults of a `--netns` run.
@@ -166,7 +173,8 @@ impl Faults {
             let majority = rng.gen_bool(0.3);
             // A lost quorum lasts past OP_TIMEOUT, so some outcomes are unknown.
             let for_ms = if majority { rng.gen_range(OP_TIMEOUT.as_millis() as u64..OP_TIMEOUT.as_millis() as u64 + 1500) } else { rng.gen_range(200..1200) };
-            Partition { target, majority, after_ms: rng.gen_range(0..plan.after_restart_ms / 2), for_ms }
+            let silent = rng.gen_bool(0.5);
+            Partition { target, majority, after_ms: rng.gen_range(0..plan.after_restart_ms / 2), for_ms, silent }
         });
         Faults { impair, partition }
     }
@@ -177,7 +185,8 @@ impl Faults {
             Some(p) => {
                 let who = p.target.map_or("the leader".to_string(), |id| format!("replica {id}"));
                 let who = if p.majority { format!("{who} and the next replica (no quorum)") } else { who };
-                format!("{who} cut off {} ms", p.for_ms)
+                let how = if p.silent { "silently (packets dropped)" } else { "(link down)" };
+                format!("{who} cut off {how} {} ms", p.for_ms)
             }
         };
         format!("{}, {part}", if impaired.is_empty() { "no delay or loss" } else { impaired })
@@ -217,6 +226,17 @@ pub struct RunRecord {
     pub restart_ms: Option<f64>,
     /// From the end of the load to the restarted replica applying the leader's commit index.
     pub catch_up_ms: Option<f64>,
+    /// Partition runs: from the heal to the first PUT acknowledged by a
+    /// fresh client started at the heal (the cluster serves writes again).
+    #[serde(default)]
+    pub heal_to_commit_ms: Option<f64>,
+    /// Partition runs: two replicas were cut off (no quorum until the heal).
+    #[serde(default)]
+    pub quorum_lost: bool,
+    /// Partition runs: the cut dropped packets silently (connections
+    /// stayed up, in TCP's backoff) rather than taking the link down.
+    #[serde(default)]
+    pub silent_cut: bool,
     /// The faults of a `--netns` run.
     pub faults: String,
     /// A replica or cluster failure (did not restart, exited on its own, no final reads).
@@ -338,6 +358,7 @@ pub fn run(options: &SmrCrashOptions) -> Result<SmrCrashOutcome> {
     }
     bar.finish_and_clear();
     drop(network);
+    super::links::remove_secret_file();
     if client_aborts > 0 {
         println!("smr-crash: {client_aborts} client process(es) aborted inside UCX 1.13 (async.c:643, not a replica) and their runs were run again");
     }
@@ -348,7 +369,9 @@ pub fn run(options: &SmrCrashOptions) -> Result<SmrCrashOutcome> {
 /// Run `run` of `options`'s campaign in this process, alone (the child
 /// side of [`SmrCrashOptions::child_per_run`]).
 pub fn one_run_alone(options: &SmrCrashOptions, run: usize) -> RunRecord {
-    one_run(options, &Network { namespaces: None }, &Plan::new(options.quick), run, run_seed(options.seed, run))
+    let record = one_run(options, &Network { namespaces: None }, &Plan::new(options.quick), run, run_seed(options.seed, run));
+    super::links::remove_secret_file();
+    record
 }
 
 /// A record as the child prints it: one line of JSON.
@@ -452,7 +475,7 @@ fn run_cluster(options: &SmrCrashOptions, network: &Network, plan: &Plan, faults
     }
     let mut cluster = start_cluster_at(&options.exe, &v, peers.clone(), &|id| network.prefix(id), &log_file).context("starting the cluster")?;
     let config = network.client_config()?;
-    let mut probe = SmrClient::new(UcxTransport::new(&config)?, peers.clone(), session());
+    let mut probe = SmrClient::new(client_transport(&config)?, peers.clone(), session());
     probe.poll = PollBudget::BLOCK;
     probe.timeout = HEAL_TIMEOUT;
     probe.get(b"first-leader").map_err(|e| anyhow!("no leader elected: {e}"))?;
@@ -498,7 +521,7 @@ fn run_cluster(options: &SmrCrashOptions, network: &Network, plan: &Plan, faults
 /// The controller: waits, kills a replica, restarts it, partitions one in
 /// a `--netns` run, waits for the rest of the load.
 #[allow(clippy::too_many_arguments)]
-fn control(options: &SmrCrashOptions, network: &Network, plan: &Plan, faults: &Faults, rng: &mut StdRng, record: &mut RunRecord, cluster: &mut Cluster, probe: &mut SmrClient<UcxTransport>, epoch: Instant) -> Result<()> {
+fn control(options: &SmrCrashOptions, network: &Network, plan: &Plan, faults: &Faults, rng: &mut StdRng, record: &mut RunRecord, cluster: &mut Cluster, probe: &mut Client, epoch: Instant) -> Result<()> {
     std::thread::sleep(Duration::from_millis(rng.gen_range(plan.before_kill_ms.0..=plan.before_kill_ms.1)));
     let aim_at_leader = rng.gen_bool(0.5);
     let any = rng.gen_range(1..=3u64);
@@ -527,16 +550,39 @@ fn control(options: &SmrCrashOptions, network: &Network, plan: &Plan, faults: &F
         std::thread::sleep(Duration::from_millis(p.after_ms));
         let id = p.target.or_else(|| find_leader(probe)).unwrap_or(1);
         let cut: Vec<u64> = if p.majority { vec![id, id % 3 + 1] } else { vec![id] };
+        let silent = p.silent && ns.nft;
         for &id in &cut {
-            ns.set_link(id, false)?;
+            if silent { ns.set_silent_cut(id, true)? } else { ns.set_link(id, false)? }
         }
         std::thread::sleep(Duration::from_millis(p.for_ms));
         for &id in &cut {
-            ns.set_link(id, true)?;
+            if silent { ns.set_silent_cut(id, false)? } else { ns.set_link(id, true)? }
         }
+        record.quorum_lost = p.majority;
+        record.silent_cut = silent;
+        record.heal_to_commit_ms = Some(heal_to_commit(config, &cluster.peers)?);
     }
     std::thread::sleep(load_end.saturating_duration_since(Instant::now()));
     Ok(())
+}
+
+/// Longest [`heal_to_commit`] waits for a write after a heal.
+const HEAL_WRITE_LIMIT: Duration = Duration::from_secs(10);
+
+/// Called at a partition's heal: ms until a PUT (to a key of its own, not
+/// the load's) is acknowledged, by a client made at the heal (its own
+/// connections are new: the load's clients may sit in the same TCP
+/// backoff as the replicas' links, and would measure themselves). Each
+/// attempt waits at most 100 ms for its answer, then tries the next
+/// replica.
+fn heal_to_commit(config: &UcxConfig, peers: &BTreeMap<u64, SocketAddr>) -> Result<f64> {
+    let healed = Instant::now();
+    let mut probe = SmrClient::new(client_transport(config)?, peers.clone(), session());
+    probe.poll = PollBudget::BLOCK;
+    probe.attempt_timeout = Duration::from_millis(100);
+    probe.timeout = HEAL_WRITE_LIMIT;
+    probe.put(b"heal-probe", b"healed").map_err(|e| anyhow!("no write committed within {HEAL_WRITE_LIMIT:?} of the heal: {e}"))?;
+    Ok(healed.elapsed().as_secs_f64() * 1e3)
 }
 
 /// Starts replica `id` again on its pool; ms until it listens.
@@ -567,7 +613,7 @@ fn restart_all(options: &SmrCrashOptions, network: &Network, cluster: &mut Clust
 }
 
 /// The replica that says it leads in the highest term, if any answers so.
-fn find_leader(probe: &mut SmrClient<UcxTransport>) -> Option<u64> {
+fn find_leader(probe: &mut Client) -> Option<u64> {
     leader_and_roles(probe).0
 }
 
@@ -578,7 +624,7 @@ fn find_leader(probe: &mut SmrClient<UcxTransport>) -> Option<u64> {
 /// is a chance for UCX 1.13's abort (docs/bench.md, "Replication under
 /// kill -9").
 fn new_leader_ms(config: &UcxConfig, peers: &BTreeMap<u64, SocketAddr>, victim: u64, term: u64, killed: Instant) -> Option<f64> {
-    let mut probe = SmrClient::new(UcxTransport::new(config).ok()?, peers.clone(), session());
+    let mut probe = SmrClient::new(client_transport(config).ok()?, peers.clone(), session());
     probe.poll = PollBudget::BLOCK;
     probe.timeout = Duration::from_millis(100);
     let mut found = None;
@@ -594,7 +640,7 @@ fn new_leader_ms(config: &UcxConfig, peers: &BTreeMap<u64, SocketAddr>, victim: 
 
 /// [`find_leader`], the highest term any replica gave, and every
 /// replica's answer in words (`1 leader t2 c40`).
-fn leader_and_roles(probe: &mut SmrClient<UcxTransport>) -> (Option<u64>, u64, String) {
+fn leader_and_roles(probe: &mut Client) -> (Option<u64>, u64, String) {
     let saved = probe.timeout;
     probe.timeout = Duration::from_millis(300);
     let answers: Vec<_> = (1..=3).map(|id| (id, probe.status(id).ok())).collect();
@@ -612,7 +658,7 @@ fn leader_and_roles(probe: &mut SmrClient<UcxTransport>) -> (Option<u64>, u64, S
 }
 
 /// Waits until replica `id` has applied the leader's commit index; the wait in ms.
-fn catch_up(probe: &mut SmrClient<UcxTransport>, id: u64) -> Result<f64> {
+fn catch_up(probe: &mut Client, id: u64) -> Result<f64> {
     let started = Instant::now();
     let saved = probe.timeout;
     probe.timeout = Duration::from_millis(300);
@@ -646,7 +692,7 @@ fn now_ns(epoch: Instant) -> u64 {
 }
 
 /// One GET per key on the healed cluster, recorded in `history`.
-fn final_reads(probe: &mut SmrClient<UcxTransport>, keys: usize, epoch: Instant, history: &mut Vec<KvOp>) -> Result<()> {
+fn final_reads(probe: &mut Client, keys: usize, epoch: Instant, history: &mut Vec<KvOp>) -> Result<()> {
     for i in 0..keys {
         let call = now_ns(epoch);
         let value = probe.get(&key(i)).map_err(|e| anyhow!("final read of k{i}: {e}"))?;
@@ -658,7 +704,7 @@ fn final_reads(probe: &mut SmrClient<UcxTransport>, keys: usize, epoch: Instant,
 /// A closed-loop client until `stop`: its history.
 fn client_loop(config: &UcxConfig, peers: &BTreeMap<u64, SocketAddr>, me: usize, keys: usize, seed: u64, epoch: Instant, stop: &AtomicBool) -> Result<Vec<KvOp>> {
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut client = SmrClient::new(UcxTransport::new(config)?, peers.clone(), session());
+    let mut client = SmrClient::new(client_transport(config)?, peers.clone(), session());
     client.poll = PollBudget::BLOCK;
     client.timeout = OP_TIMEOUT;
     let mut seen: Vec<Option<Vec<u8>>> = vec![None; keys];
@@ -817,7 +863,10 @@ fn summary(options: &SmrCrashOptions, runs: &[RunRecord]) -> BenchResult {
         .metric("nonlinearizable_runs_count", count(|r| r.violation.is_some()))
         .metric("failed_runs_count", count(RunRecord::failed))
         .metric("replica_or_cluster_failures_count", count(|r| r.error.is_some()));
-    let timings: [(&str, Vec<f64>); 4] = [
+    let timings: [(&str, Vec<f64>); 7] = [
+        ("heal_to_commit_ms", runs.iter().filter_map(|r| r.heal_to_commit_ms).collect()),
+        ("heal_to_commit_silent_ms", runs.iter().filter(|r| r.silent_cut).filter_map(|r| r.heal_to_commit_ms).collect()),
+        ("heal_to_commit_quorum_lost_ms", runs.iter().filter(|r| r.quorum_lost).filter_map(|r| r.heal_to_commit_ms).collect()),
         ("leader_recovery_ms", runs.iter().filter_map(|r| r.recovery_ms).collect()),
         ("new_leader_ms", runs.iter().filter_map(|r| r.election_ms).collect()),
         ("restart_ms", runs.iter().filter_map(|r| r.restart_ms).collect()),
@@ -852,7 +901,7 @@ fn run_row(options: &SmrCrashOptions, r: &RunRecord) -> BenchResult {
     if let Some(e) = &r.error {
         row = row.param("error", e.clone());
     }
-    for (name, v) in [("leader_recovery_ms", r.recovery_ms), ("new_leader_ms", r.election_ms), ("restart_ms", r.restart_ms), ("catch_up_ms", r.catch_up_ms)] {
+    for (name, v) in [("leader_recovery_ms", r.recovery_ms), ("new_leader_ms", r.election_ms), ("restart_ms", r.restart_ms), ("catch_up_ms", r.catch_up_ms), ("heal_to_commit_ms", r.heal_to_commit_ms)] {
         if let Some(v) = v {
             row = row.metric(name, v);
         }
@@ -872,7 +921,7 @@ fn write_report(options: &SmrCrashOptions, plan: &Plan, runs: &[RunRecord], note
         "workload": "closed loop per client: 40% PUT, 30% GET, 15% CAS, 15% DEL, every written value unique",
         "kill": "SIGKILL to one replica per run (half the runs aim at the leader), restarted on its pool after 0 to a few hundred ms",
         "op_timeout_ms": OP_TIMEOUT.as_millis() as u64,
-        "network": if options.netns { "3 network namespaces, veth pairs to a bridge; netem delay/loss and link-down partitions" } else { "loopback" },
+        "network": if options.netns { "3 network namespaces, veth pairs to a bridge; netem delay/loss; partitions by link down or by dropping every packet (nftables)" } else { "loopback" },
         "network_note": note,
         "pool": "tmpfs (emulated pmem, every flush issued)", "log": "pmem, self-validating tail", "transport": "UCX tcp",
     });
@@ -909,6 +958,9 @@ fn summary_table(s: &BenchResult, options: &SmrCrashOptions) -> String {
         vec!["replica or cluster failures".into(), get("replica_or_cluster_failures_count")],
         vec!["recovery after a leader kill (p50 / max)".into(), pair("leader_recovery_ms_p50", "leader_recovery_ms_max")],
         vec!["new leader after a leader kill (p50 / max)".into(), pair("new_leader_ms_p50", "new_leader_ms_max")],
+        vec!["heal to a committed write (p50 / max)".into(), pair("heal_to_commit_ms_p50", "heal_to_commit_ms_max")],
+        vec!["  of which quorum lost (p50 / max)".into(), pair("heal_to_commit_quorum_lost_ms_p50", "heal_to_commit_quorum_lost_ms_max")],
+        vec!["  of which silent cuts (p50 / max)".into(), pair("heal_to_commit_silent_ms_p50", "heal_to_commit_silent_ms_max")],
         vec!["restart to listening (p50 / max)".into(), pair("restart_ms_p50", "restart_ms_max")],
         vec!["restarted replica catches up (p50 / max)".into(), pair("catch_up_ms_p50", "catch_up_ms_max")],
     ];

@@ -11,9 +11,12 @@
 //! - [`crash`]: `pmwire bench smr-crash`, kill -9 of replicas under load,
 //!   every history checked for lost writes and linearizability.
 //! - [`netns`]: the network namespaces and faults of `smr-crash --netns`.
+//! - [`links`]: the cluster's secret for the replicas a benchmark starts,
+//!   and its clients' authenticated transports.
 
 pub mod crash;
 pub mod dare;
+pub mod links;
 pub mod netns;
 pub mod peers;
 pub mod raw_floor;

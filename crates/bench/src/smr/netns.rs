@@ -45,6 +45,8 @@ pub const DEVICE: &str = "eth0";
 const LOCK: &str = "/run/pmwire-smr-netns.lock";
 /// The nftables table of the loss rule (inside a namespace).
 const TABLE: &str = "pmwc";
+/// The nftables table of a silent cut (inside a namespace).
+const CUT_TABLE: &str = "pmwc_cut";
 /// The replicas' port (each replica has its own address).
 const PORT: u16 = 7401;
 
@@ -180,6 +182,23 @@ impl Namespaces {
         run("ip", &["-n", &namespace(id), "link", "set", DEVICE, if up { "up" } else { "down" }])
     }
 
+    /// Cuts replica `id` off silently (`cut`) or ends the cut: an
+    /// nftables table in its namespace drops every IPv4 packet in and out.
+    /// Unlike a link taken down (whose sockets get an error at once, so
+    /// UCX drops their connections and the replicas dial again), the
+    /// replicas' TCP connections stay up and retransmit into the void with
+    /// exponential backoff, as across a real partition. Needs `nft`.
+    pub fn set_silent_cut(&self, id: u64, cut: bool) -> Result<()> {
+        let ns = namespace(id);
+        if cut {
+            let rules = format!(
+                "add table ip {CUT_TABLE}; add chain ip {CUT_TABLE} in {{ type filter hook input priority 0; policy drop; }}; add chain ip {CUT_TABLE} out {{ type filter hook output priority 0; policy drop; }}"
+            );
+            return run("ip", &["netns", "exec", &ns, "nft", &rules]);
+        }
+        run("ip", &["netns", "exec", &ns, "nft", "delete", "table", "ip", CUT_TABLE])
+    }
+
     /// Impairs what replica `id` sends: netem's `delay_ms` and
     /// `loss_percent` where the kernel has netem; otherwise a token bucket
     /// of `fallback_mbit` (queueing delay under load, at most `delay_ms`
@@ -210,6 +229,7 @@ impl Namespaces {
         quiet("tc", &["-n", &ns, "qdisc", "del", "dev", DEVICE, "root"]);
         if self.nft {
             quiet("ip", &["netns", "exec", &ns, "nft", "delete", "table", "ip", TABLE]);
+            quiet("ip", &["netns", "exec", &ns, "nft", "delete", "table", "ip", CUT_TABLE]);
         }
         self.set_link(id, true)
     }

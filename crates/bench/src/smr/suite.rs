@@ -20,6 +20,7 @@ use anyhow::{anyhow, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use pmwire_smr::client::SmrClient;
 use reactor::PollBudget;
+use link::LinkTransport;
 use transport::{TcpConfig, TcpTransport, UcxTransport};
 
 use super::dare;
@@ -136,6 +137,7 @@ pub(crate) fn start_replica(exe: &Path, v: &Variant, id: u64, list: &str, pool: 
         log => cmd.args(["--log", log]),
     };
     cmd.arg("--pool").arg(pool).arg("--ready-file").arg(&ready);
+    cmd.args(super::links::secret_args()?);
     if v.persist_then_send {
         cmd.arg("--persist-then-send");
     }
@@ -211,8 +213,8 @@ pub(crate) fn session() -> u64 {
 
 /// Our client as the peers' driver sees it, over the replicas' transport.
 enum Ours {
-    Ucx(Box<SmrClient<UcxTransport>>),
-    Uring(Box<SmrClient<TcpTransport>>),
+    Ucx(Box<SmrClient<LinkTransport<UcxTransport>>>),
+    Uring(Box<SmrClient<LinkTransport<TcpTransport>>>),
 }
 
 impl PutClient for Ours {
@@ -227,13 +229,13 @@ impl PutClient for Ours {
 
 fn connect(cluster_peers: &BTreeMap<u64, SocketAddr>, tls: &str, session: u64, poll: PollBudget) -> Result<Ours> {
     if tls == "uring" {
-        let t = TcpTransport::new(&TcpConfig::default())?;
+        let t = super::links::link_client(TcpTransport::new(&TcpConfig::default())?)?;
         let mut client = SmrClient::new(t, cluster_peers.clone(), session);
         client.poll = poll;
         client.get(b"warm")?;
         return Ok(Ours::Uring(Box::new(client)));
     }
-    let t = UcxTransport::new(&ucx_config(tls, true, false)?)?;
+    let t = super::links::client_transport(&ucx_config(tls, true, false)?)?;
     let mut client = SmrClient::new(t, cluster_peers.clone(), session);
     client.poll = poll;
     // The first request finds the leader (and waits for the election).
@@ -470,6 +472,12 @@ fn transport_headlines(results: &[BenchResult]) -> Vec<Headline> {
 
 /// Runs the suite.
 pub fn run(options: &SmrOptions) -> Result<SuiteReport> {
+    let report = run_suite(options);
+    super::links::remove_secret_file();
+    report
+}
+
+fn run_suite(options: &SmrOptions) -> Result<SuiteReport> {
     let plan = if options.quick { Plan::quick() } else { Plan::full() };
     let variants = variants(&options.transports);
     let rounds = rounds(options.quick);
