@@ -14,9 +14,10 @@
 use transport::Transport;
 
 use super::{PeerAddr, Replica, RECONNECT_TICKS};
+use crate::state::StateMachine;
 use crate::store::Durable;
 
-impl<T: Transport, D: Durable> Replica<T, D>
+impl<T: Transport, D: Durable, M: StateMachine> Replica<T, D, M>
 where
     T::Addr: PeerAddr,
 {
