@@ -12,8 +12,8 @@
 //! TCP's retransmission backoff.
 //!
 //! - [`secret`]: the secret file (32 random bytes, mode 0600).
-//! - [`handshake`]: the handshake's I/O-free core ([`Dialer`],
-//!   [`Acceptor`]): bytes in, bytes or a verdict out.
+//! - [`handshake`]: the handshake's I/O-free core ([`handshake::Dialer`],
+//!   [`handshake::Acceptor`]): bytes in, bytes or a verdict out.
 //! - [`link`]: [`LinkTransport`], the driver: handshake on connect and
 //!   accept, nothing else passes before it; pings and quiet links.
 //!

@@ -472,9 +472,9 @@ pub trait Transport {
     /// [`EventFd::Ready`] if there is something to poll now, else an fd
     /// that becomes readable once there may be ([`EventFd::Armed`]). Call it
     /// last before the loop blocks, and poll the transport after the fd was
-    /// readable (or after any wake-up: a spurious poll is cheap). Nothing
-    /// sent after the call is submitted before the next `poll`, `wait` or
-    /// `event_fd`.
+    /// readable (or after any wake-up: a spurious poll is cheap). What is
+    /// started after the call may wait for the next `poll`, `wait` or
+    /// `event_fd` to be submitted, so call it last before blocking.
     fn event_fd(&mut self) -> EventFd {
         EventFd::Unsupported
     }

@@ -1183,6 +1183,9 @@ impl Transport for TcpTransport {
         if !self.events.is_empty() {
             return EventFd::Ready;
         }
+        // What the reap queued (receives re-armed, frames behind a finished
+        // send) must be with the kernel before anyone sleeps on the fd.
+        self.submit();
         // Clear the eventfd, then look again: a completion posted after the
         // read signals it anew.
         let mut count = 0u64;

@@ -596,3 +596,42 @@ fn a_slow_poller_pauses_receiving_and_loses_nothing() {
     }
     sender.join().unwrap();
 }
+
+/// A loop that blocks only on the event fd (as netio's does) never sleeps
+/// through work: every armed fd turns readable while calls are in flight,
+/// through many receives (100 KiB payloads, past the receive buffer) and
+/// sends gathered behind others.
+#[test]
+fn a_loop_driven_by_the_event_fd_alone_completes_every_call() {
+    let server = spawn_server(TcpConfig::default());
+    let mut t = client();
+    let conn = t.connect(&server.addr).unwrap();
+    let mut seen = Vec::new();
+    let (mut started, mut done) = (0u64, 0u64);
+    while done < 200 {
+        while started < 200 && started < done + 8 {
+            let i = started * 3; // payload(i): 100 KiB
+            t.call(conn, &i.to_le_bytes(), payload(i), started).unwrap();
+            started += 1;
+        }
+        match t.event_fd() {
+            EventFd::Ready => {}
+            EventFd::Armed(fd) => {
+                let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+                // SAFETY: one pollfd we own.
+                let n = unsafe { libc::poll(&mut pfd, 1, TIMEOUT.as_millis() as i32) };
+                assert_eq!(n, 1, "slept through work: {done} of 200 calls done, {started} started");
+            }
+            EventFd::Unsupported => unreachable!(),
+        }
+        t.poll(&mut seen, 64);
+        for e in seen.drain(..) {
+            if let Event::Completion(c) = e {
+                let Ok(Output::Response { header, payload: body }) = c.result else { panic!("{c:?}") };
+                assert_eq!(checked_index(&header, &body), c.token * 3);
+                done += 1;
+            }
+        }
+    }
+    server.finish();
+}
