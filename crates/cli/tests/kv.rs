@@ -42,7 +42,9 @@ fn the_campaign_catches_a_server_that_acknowledges_before_committing() {
 
 #[test]
 fn the_campaign_catches_a_list_header_written_without_its_chunk() {
-    let options = CrashOptions { runs: 3, seed: 0xc4a7, exe: EXE.into(), max_load: Duration::from_millis(80) };
+    // Caught at its first read-back after a run that started a chunk; under load a short run may
+    // not start one, so it has up to 12 runs of up to 200 ms (it stops at the first catch).
+    let options = CrashOptions { runs: 12, seed: 0xc4a7, exe: EXE.into(), max_load: Duration::from_millis(200) };
     let error = pmwire_kv_server::crash::run_with_planted_chunk_bug(&options).expect_err("the canary must fail");
     // The missing chunk is found when the list is read back after a restart: its read is
     // answered `-ERR stored value is corrupt: list chunk missing` (or the list comes back short).
