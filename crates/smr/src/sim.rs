@@ -49,7 +49,7 @@ use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
-use lincheck::kv::{first_violation, Input, KvOp, Output};
+use lincheck::kv::{Input, KvOp, Output};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use raft::eraftpb::{ConfState, Entry, HardState, SnapshotMetadata};
@@ -100,29 +100,56 @@ pub struct SimConfig {
     pub planted_store: StoreFaults,
 }
 
+/// One operation of a simulated history, on one key, in a machine's own
+/// sequential model ([`SimMachine::HistInput`], [`SimMachine::HistOutput`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HistOp<I, O> {
+    /// The key.
+    pub key: Vec<u8>,
+    /// When it was called (virtual ns).
+    pub call: u64,
+    /// When it returned and what; `None` if the client never learned.
+    pub ret: Option<(u64, O)>,
+    /// What was asked.
+    pub input: I,
+}
+
 /// What the simulation needs of a machine besides the replica's seams
 /// ([`crate::state::StateMachine`], [`Smr1Machine`]): its clients' random
-/// operations as SMR1 requests, what the history records of them (a
-/// register per key, [`lincheck::kv`]), and what a crash leaves of it.
+/// operations as SMR1 requests, what the history records of them (per key,
+/// in the machine's `lincheck` model: a register for [`KvMap`]), how the
+/// history is checked, and what a crash leaves of it.
 pub trait SimMachine: Smr1Machine + Default {
+    /// A history operation's input.
+    type HistInput: Clone + std::fmt::Debug;
+    /// A history operation's output.
+    type HistOutput: Clone + std::fmt::Debug;
     /// A random client request of session `session`, number `seq` (a
     /// write's sequence number; reads need none), on one of `keys` keys,
-    /// with `clients` clients writing.
-    fn random_request(rng: &mut Xoshiro256PlusPlus, keys: usize, clients: usize, session: u64, seq: u64) -> Request;
-    /// A read of `key` (the final reads after healing).
+    /// with `clients` clients writing, at virtual time `now_ns`.
+    fn random_request(rng: &mut Xoshiro256PlusPlus, keys: usize, clients: usize, session: u64, seq: u64, now_ns: u64) -> Request;
+    /// A read of `key` (the final reads after healing; its input must be
+    /// recorded).
     fn read_request(key: Vec<u8>) -> Request;
-    /// What the history records as the request's input.
-    fn input(req: &Request) -> Input;
+    /// What the history records as the request's input; `None`: the
+    /// request is not in the checked history (its answer is checked only
+    /// by [`SimMachine::output`], its effect by convergence).
+    fn input(req: &Request) -> Option<Self::HistInput>;
     /// What the history records of a final response; `None`: a response
     /// the request cannot get (a violation).
-    fn output(req: &Request, resp: Response) -> Option<Output>;
+    fn output(req: &Request, resp: Response) -> Option<Self::HistOutput>;
+    /// The first key whose history is not linearizable, if any.
+    fn first_violation(history: &[HistOp<Self::HistInput, Self::HistOutput>]) -> Option<Vec<u8>>;
     /// What a crash of its replica leaves of the machine (a volatile one:
     /// a new one; a persistent one: what it made durable).
     fn after_crash(self) -> Self;
 }
 
 impl SimMachine for KvMap {
-    fn random_request(rng: &mut Xoshiro256PlusPlus, keys: usize, clients: usize, session: u64, seq: u64) -> Request {
+    type HistInput = Input;
+    type HistOutput = Output;
+
+    fn random_request(rng: &mut Xoshiro256PlusPlus, keys: usize, clients: usize, session: u64, seq: u64, _now_ns: u64) -> Request {
         let key = format!("k{}", rng.gen_range(0..keys)).into_bytes();
         let value = format!("{session}.{seq}").into_bytes();
         let (op, expect) = match rng.gen_range(0..10) {
@@ -144,13 +171,18 @@ impl SimMachine for KvMap {
         Request { op: Op::Get, client: 0, seq: 0, key, value: Vec::new(), expect: None }
     }
 
-    fn input(req: &Request) -> Input {
-        match req.op {
+    fn input(req: &Request) -> Option<Input> {
+        Some(match req.op {
             Op::Put => Input::Put(req.value.clone()),
             Op::Del => Input::Del,
             Op::Cas => Input::Cas { expect: req.expect.clone(), new: req.value.clone() },
             _ => Input::Get,
-        }
+        })
+    }
+
+    fn first_violation(history: &[HistOp<Input, Output>]) -> Option<Vec<u8>> {
+        let ops: Vec<KvOp> = history.iter().map(|o| KvOp { key: o.key.clone(), call: o.call, ret: o.ret.clone(), input: o.input.clone() }).collect();
+        lincheck::kv::first_violation(&ops)
     }
 
     fn output(req: &Request, resp: Response) -> Option<Output> {
@@ -228,7 +260,8 @@ pub struct SimReport {
     /// What went wrong (empty: passed).
     pub violations: Vec<String>,
     /// The history of the key that is not linearizable, if one is not.
-    pub failing_history: Vec<KvOp>,
+    /// (each operation as its `Debug` form)
+    pub failing_history: Vec<String>,
 }
 
 impl SimReport {
@@ -658,7 +691,8 @@ struct Client {
 }
 
 struct InFlight {
-    history_at: usize,
+    /// `None`: not in the checked history.
+    history_at: Option<usize>,
     req: Request,
     sent: bool,
     /// The token of the call in flight (each attempt has its own, so a
@@ -673,7 +707,7 @@ struct World<M: SimMachine> {
     addrs: Vec<SimAddr>,
     slots: Vec<Slot<M>>,
     clients: Vec<Client>,
-    history: Vec<KvOp>,
+    history: Vec<HistOp<M::HistInput, M::HistOutput>>,
     leaders: BTreeMap<u64, u64>,
     applied: BTreeMap<u64, u64>,
     report: SimReport,
@@ -1113,14 +1147,17 @@ impl<M: SimMachine> World<M> {
             }
             if cl.op.is_none() && issuing {
                 let (session, seq) = (cl.session, cl.seq + 1);
-                let req = M::random_request(&mut self.rng, self.cfg.keys, self.cfg.clients, session, seq);
-                let input = M::input(&req);
-                self.history.push(KvOp { key: req.key.clone(), call: now, ret: None, input });
+                let req = M::random_request(&mut self.rng, self.cfg.keys, self.cfg.clients, session, seq, now);
+                self.report.ops += 1;
+                let history_at = M::input(&req).map(|input| {
+                    self.history.push(HistOp { key: req.key.clone(), call: now, ret: None, input });
+                    self.history.len() - 1
+                });
                 let cl = &mut self.clients[c];
                 if req.op.writes() {
                     cl.seq = seq;
                 }
-                cl.op = Some(InFlight { history_at: self.history.len() - 1, req, sent: false, token: 0 });
+                cl.op = Some(InFlight { history_at, req, sent: false, token: 0 });
             }
             self.client_send(c, now);
         }
@@ -1226,8 +1263,10 @@ impl<M: SimMachine> World<M> {
                 }
             },
         };
-        let at = op.history_at;
-        self.history[at].ret = Some((now, output));
+        self.report.acknowledged += 1;
+        if let Some(at) = op.history_at {
+            self.history[at].ret = Some((now, output));
+        }
         cl.op = None;
         cl.next_ns = now + 100_000;
     }
@@ -1282,9 +1321,11 @@ impl<M: SimMachine> World<M> {
         for k in 0..self.cfg.keys {
             let key = format!("k{k}").into_bytes();
             let call = self.net.now_ns();
-            self.history.push(KvOp { key: key.clone(), call, ret: None, input: Input::Get });
-            let req = M::read_request(key);
-            self.clients[0].op = Some(InFlight { history_at: self.history.len() - 1, req, sent: false, token: 0 });
+            let req = M::read_request(key.clone());
+            let input = M::input(&req).expect("a final read is recorded");
+            self.history.push(HistOp { key, call, ret: None, input });
+            self.report.ops += 1;
+            self.clients[0].op = Some(InFlight { history_at: Some(self.history.len() - 1), req, sent: false, token: 0 });
             let deadline = call + 2_000 * MS;
             while self.clients[0].op.is_some() {
                 let now = self.net.now_ns();
@@ -1312,12 +1353,11 @@ impl<M: SimMachine> World<M> {
                 self.report.chunked_messages += r.service.counters().chunked;
             }
         }
-        self.report.ops = self.history.len();
-        self.report.acknowledged = self.history.iter().filter(|o| o.ret.is_some()).count();
         self.report.terms_with_leader = self.leaders.len();
-        if let Some(key) = first_violation(&self.history) {
+        if let Some(key) = M::first_violation(&self.history) {
             self.report.violations.push(format!("not linearizable on key {}", String::from_utf8_lossy(&key)));
-            self.report.failing_history = if std::env::var_os("SMR_ALL_HISTORY").is_some() { self.history.clone() } else { self.history.iter().filter(|o| o.key == key).cloned().collect() };
+            let all = std::env::var_os("SMR_ALL_HISTORY").is_some();
+            self.report.failing_history = self.history.iter().filter(|o| all || o.key == key).map(|o| format!("{o:?}")).collect();
         }
         self.check_converged();
     }
