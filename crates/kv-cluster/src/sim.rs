@@ -194,6 +194,9 @@ fn command_args(entry: &[u8]) -> Vec<Vec<u8>> {
 }
 
 impl<const L: bool> SimMachine for SimRedis<L> {
+    /// Collections, chunks, the write index and sessions: larger than a
+    /// map's.
+    const SNAPSHOT_BYTES: u64 = 256 << 10;
     type HistInput = Input;
     type HistOutput = Output;
 

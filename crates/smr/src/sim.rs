@@ -120,6 +120,9 @@ pub struct HistOp<I, O> {
 /// in the machine's `lincheck` model: a register for [`KvMap`]), how the
 /// history is checked, and what a crash leaves of it.
 pub trait SimMachine: Smr1Machine + Default {
+    /// The largest snapshot a run makes, the persistent store's slot
+    /// ([`SimStore::Pmem`]).
+    const SNAPSHOT_BYTES: u64 = 16 << 10;
     /// A history operation's input.
     type HistInput: Clone + std::fmt::Debug;
     /// A history operation's output.
@@ -463,10 +466,9 @@ fn tail(terms: &[u64]) -> &[u64] {
 
 /// The cluster id of every simulated persistent store.
 const SIM_CLUSTER: u64 = 0x5133;
-/// A simulated replica's log and largest snapshot: ample for a run (a
-/// full log or an oversized snapshot would be reported as a failure).
+/// A simulated replica's log: ample for a run (a full log or an oversized
+/// snapshot, [`SimMachine::SNAPSHOT_BYTES`], would be reported as a failure).
 const SIM_LOG_BYTES: u64 = 64 << 10;
-const SIM_SNAPSHOT_BYTES: u64 = 16 << 10;
 
 impl Crashable {
     fn mem(voters: &[u64]) -> Crashable {
@@ -476,9 +478,9 @@ impl Crashable {
     /// A freshly formatted persistent store of replica `id` whose log has
     /// the `tail` strategy (formatted on plain memory: the format is taken
     /// as durable and is not part of the trace).
-    fn pmem(id: u64, voters: &[u64], tail: TailStrategy, faults: StoreFaults) -> Crashable {
+    fn pmem(id: u64, voters: &[u64], tail: TailStrategy, faults: StoreFaults, snapshot_bytes: u64) -> Crashable {
         let log = LogConfig::new(SIM_LOG_BYTES, tail);
-        let size = PmemDurable::<MemMedia>::required_size(&log, SIM_SNAPSHOT_BYTES);
+        let size = PmemDurable::<MemMedia>::required_size(&log, snapshot_bytes);
         let formatted = PmemDurable::format(MemMedia::new(size as usize), SIM_CLUSTER, id, voters, log).expect("a sized, valid format");
         let image = formatted.into_media();
         Crashable::reopen(id, image, faults).expect("a store just formatted opens")
@@ -822,7 +824,7 @@ impl<M: SimMachine> World<M> {
             let durable = match w.cfg.store {
                 SimStore::Mem => Crashable::mem(&voters),
                 SimStore::Pmem => {
-                    let mut d = Crashable::pmem(id, &voters, w.tail, w.cfg.planted_store);
+                    let mut d = Crashable::pmem(id, &voters, w.tail, w.cfg.planted_store, M::SNAPSHOT_BYTES);
                     d.on_truncation = w.draw_on_truncation();
                     d
                 }
