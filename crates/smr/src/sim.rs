@@ -37,10 +37,14 @@
 //! after healing, every replica holds the same map.
 //!
 //! The machine is generic ([`run_with`]): what is particular to it, how a
-//! client operation becomes an SMR1 request (the log entry), what the
-//! history records of it for `lincheck`'s per-key register model, and
-//! what a crash leaves of it, is [`SimMachine`]; [`run`] simulates the
-//! [`KvMap`]. Convergence compares the machines' snapshots.
+//! client operation becomes an SMR1 request (the log entry, stamped with
+//! the virtual clock if the machine wants one), which operations the
+//! history records and in which per-key `lincheck` model they are checked
+//! ([`SimMachine::first_violation`]: a register for the [`KvMap`], Redis
+//! strings and counters for `pmwire_kv_cluster::sim::SimRedis`), the
+//! persistent store's snapshot slot, and what a crash leaves of it, is
+//! [`SimMachine`]; [`run`] simulates the [`KvMap`]. Convergence compares
+//! the machines' snapshots.
 //!
 //! A run is a pure function of its seed and [`SimConfig`]: a failure is
 //! replayed by running the seed again.
