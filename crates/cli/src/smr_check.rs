@@ -1,7 +1,9 @@
 //! `pmwire check smr`: the replication simulation (`pmwire_smr::sim`) over
 //! many seeds, for 3 and 5 replicas, on DRAM stores and on persistent
-//! stores whose crashes leave crash images, then every planted bug, which
-//! some seed must catch. Prints a progress bar on a terminal, a table, and
+//! stores whose crashes leave crash images, with the key-value map
+//! (`KvMap`) or the Redis machine (`pmwire_kv_cluster::sim::SimRedis`) or
+//! both, then every planted bug, which some seed must catch (with the
+//! Redis machine also a member drawing its own randomness). Prints a progress bar on a terminal, a table, and
 //! for a failure its seed and the command that replays it.
 
 use std::io::IsTerminal;
@@ -12,7 +14,9 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use pmwire_smr::node::Faults;
 use pmwire_smr::pmem_store::StoreFaults;
-use pmwire_smr::sim::{run as simulate, SimConfig, SimReport, SimStore};
+use pmwire_kv_cluster::sim::SimRedis;
+use pmwire_smr::kvmap::KvMap;
+use pmwire_smr::sim::{run_with, SimConfig, SimReport, SimStore};
 
 /// `pmwire check smr`.
 #[derive(Args, Clone)]
@@ -33,12 +37,41 @@ pub struct SmrCheckArgs {
     /// Seeds each planted bug may take to be caught.
     #[arg(long, default_value_t = 2000)]
     pub planted_seeds: u64,
+    /// The replicated machine: the key-value map, Redis, or both.
+    #[arg(long, default_value = "both", value_parser = ["kv", "redis", "both"])]
+    pub machine: String,
+}
+
+/// Which machine a run simulates.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Machine {
+    Kv,
+    Redis,
+    /// Redis whose members draw their own randomness (planted).
+    RedisLocalRandom,
+}
+
+impl Machine {
+    fn name(self) -> &'static str {
+        match self {
+            Machine::Kv => "kv",
+            Machine::Redis | Machine::RedisLocalRandom => "redis",
+        }
+    }
+
+    fn simulate(self, seed: u64, cfg: &SimConfig) -> SimReport {
+        match self {
+            Machine::Kv => run_with::<KvMap>(seed, cfg),
+            Machine::Redis => run_with::<SimRedis>(seed, cfg),
+            Machine::RedisLocalRandom => run_with::<SimRedis<true>>(seed, cfg),
+        }
+    }
 }
 
 impl SmrCheckArgs {
     /// A short run for the tour.
     pub fn tour() -> SmrCheckArgs {
-        SmrCheckArgs { seeds: 100, first: 0, replicas: "both".into(), store: "both".into(), planted_seeds: 2000 }
+        SmrCheckArgs { seeds: 100, first: 0, replicas: "both".into(), store: "both".into(), planted_seeds: 2000, machine: "both".into() }
     }
 }
 
@@ -84,16 +117,22 @@ pub fn run(args: &SmrCheckArgs) -> Result<bool> {
         "pmem" => &[SimStore::Pmem],
         _ => &[SimStore::Mem, SimStore::Pmem],
     };
+    let machines: &[Machine] = match args.machine.as_str() {
+        "kv" => &[Machine::Kv],
+        "redis" => &[Machine::Redis],
+        _ => &[Machine::Kv, Machine::Redis],
+    };
     println!("smr simulation: seeds {}..{} per cluster size and store; every fault on (loss, duplication, reordering, partitions, crashes in and between store writes; on pmem a crash leaves a crash image)", args.first, args.first + args.seeds);
-    println!("{:<28} {:>6} {:>6} {:>9} {:>9} {:>8} {:>10} {:>8} {:>7}  verdict", "configuration", "runs", "failed", "ops", "acked", "crashes", "partitions", "chunked", "runs/s");
+    println!("{:<34} {:>6} {:>6} {:>9} {:>9} {:>8} {:>10} {:>8} {:>7}  verdict", "configuration", "runs", "failed", "ops", "acked", "crashes", "partitions", "chunked", "runs/s");
     let mut all_ok = true;
-    for (&store, &n) in stores.iter().flat_map(|s| sizes.iter().map(move |n| (s, n))) {
+    let configs = machines.iter().flat_map(|m| stores.iter().flat_map(move |s| sizes.iter().map(move |n| (*m, *s, *n))));
+    for (machine, store, n) in configs {
         let cfg = SimConfig { store, ..SimConfig::standard(n) };
-        let bar = progress(args.seeds, &format!("{n} replicas, {}", store_name(store)));
+        let bar = progress(args.seeds, &format!("{}, {n} replicas, {}", machine.name(), store_name(store)));
         let started = Instant::now();
         let mut t = Totals::default();
         for seed in args.first..args.first + args.seeds {
-            let r = simulate(seed, &cfg);
+            let r = machine.simulate(seed, &cfg);
             t.runs += 1;
             t.ops += r.ops as u64;
             t.acknowledged += r.acknowledged as u64;
@@ -109,21 +148,23 @@ pub fn run(args: &SmrCheckArgs) -> Result<bool> {
         let runs_per_s = t.runs as f64 / started.elapsed().as_secs_f64().max(1e-9);
         let ok = t.failed.is_empty();
         all_ok &= ok;
-        let name = format!("{n} replicas, 4 clients, {}", store_name(store));
-        println!("{name:<28} {:>6} {:>6} {:>9} {:>9} {:>8} {:>10} {:>8} {runs_per_s:>7.1}  {}", t.runs, t.failed.len(), t.ops, t.acknowledged, t.crashes, t.partitions, t.chunked, if ok { "ok" } else { "FAILED" });
+        let name = format!("{}, {n} replicas, 4 clients, {}", machine.name(), store_name(store));
+        println!("{name:<34} {:>6} {:>6} {:>9} {:>9} {:>8} {:>10} {:>8} {runs_per_s:>7.1}  {}", t.runs, t.failed.len(), t.ops, t.acknowledged, t.crashes, t.partitions, t.chunked, if ok { "ok" } else { "FAILED" });
         for r in t.failed.iter().take(5) {
             println!("    seed {}: {}", r.seed, r.violations.join("; "));
-            println!("    replay: pmwire check smr --replicas {n} --store {} --first {} --seeds 1", store_name(store), r.seed);
+            println!("    replay: pmwire check smr --machine {} --replicas {n} --store {} --first {} --seeds 1", machine.name(), store_name(store), r.seed);
         }
     }
-    all_ok &= planted_caught(args, stores);
+    for &machine in machines {
+        all_ok &= planted_caught(args, stores, machine);
+    }
     Ok(all_ok)
 }
 
 /// Runs every planted bug until a seed catches it; true if all were caught.
 /// The replica's planted bugs run on the first store asked for; the
 /// store's own planted bug needs the persistent store.
-fn planted_caught(args: &SmrCheckArgs, stores: &[SimStore]) -> bool {
+fn planted_caught(args: &SmrCheckArgs, stores: &[SimStore], machine: Machine) -> bool {
     let mut all_ok = true;
     let node_store = stores[0];
     let mut planted = vec![
@@ -138,13 +179,18 @@ fn planted_caught(args: &SmrCheckArgs, stores: &[SimStore]) -> bool {
         let store_faults = StoreFaults { unflushed_suffix_truncation: true, ..StoreFaults::default() };
         planted.push(("planted: truncation not persisted", SimConfig { planted_store: store_faults, ..SimConfig::pmem(3) }));
     }
-    for (name, cfg) in planted {
-        let found = (0..args.planted_seeds).map(|seed| simulate(seed, &cfg)).find(|r| !r.passed());
+    let mut planted: Vec<(&str, SimConfig, Machine)> = planted.into_iter().map(|(name, cfg)| (name, cfg, machine)).collect();
+    if machine == Machine::Redis {
+        planted.push(("planted: member's own randomness", SimConfig { store: node_store, ..SimConfig::standard(3) }, Machine::RedisLocalRandom));
+    }
+    for (name, cfg, machine) in planted {
+        let found = (0..args.planted_seeds).map(|seed| machine.simulate(seed, &cfg)).find(|r| !r.passed());
+        let name = format!("{}: {name}", machine.name());
         match found {
-            Some(r) => println!("{name:<33} caught at seed {}: {}", r.seed, r.violations.first().map(|v| v.chars().take(100).collect::<String>()).unwrap_or_default()),
+            Some(r) => println!("{name:<40} caught at seed {}: {}", r.seed, r.violations.first().map(|v| v.chars().take(100).collect::<String>()).unwrap_or_default()),
             None => {
                 all_ok = false;
-                println!("{name:<33} PLANTED BUG MISSED in {} seeds", args.planted_seeds);
+                println!("{name:<40} PLANTED BUG MISSED in {} seeds", args.planted_seeds);
             }
         }
     }

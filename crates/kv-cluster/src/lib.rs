@@ -18,6 +18,7 @@
 //! | [`readonly`] | the read-only keyspace view reads run through |
 //! | [`snapshot`] | the snapshot's bytes |
 //! | [`prf`] | SipHash-2-4: an entry's seed into the generator's seed and the secret |
+//! | `sim` (feature `sim`) | [`RedisMachine`] in `pmwire_smr::sim`: random commands of every family, per-key histories |
 //!
 //! # Determinism
 //! What a command does depends only on the state and the entry:
@@ -117,6 +118,8 @@ pub mod machine;
 pub mod prf;
 pub mod proposer;
 pub mod readonly;
+#[cfg(feature = "sim")]
+pub mod sim;
 pub mod snapshot;
 pub mod track;
 

@@ -650,8 +650,12 @@ impl<K: MachineKeyspace> StateMachine for RedisMachine<K> {
 
     fn restore(&mut self, index: u64, bytes: &[u8]) -> Result<(), RestoreError> {
         let data = snapshot::decode(bytes)?;
-        if data.state.applied != index {
-            return Err(RestoreError::Corrupt("snapshot index differs from its metadata"));
+        // A replica labels a snapshot with its own applied index, which is
+        // past the machine's when the last entries were not the machine's
+        // (a new leader's empty entry, a membership change): the state is
+        // the same at both. A snapshot from past `index` is no such state.
+        if data.state.applied > index {
+            return Err(RestoreError::Corrupt("snapshot index past its metadata"));
         }
         if data.state.limits != snapshot::limits_words(&self.config.collections) {
             return Err(RestoreError::Corrupt("collection limits differ from this member's"));

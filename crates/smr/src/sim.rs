@@ -37,10 +37,14 @@
 //! after healing, every replica holds the same map.
 //!
 //! The machine is generic ([`run_with`]): what is particular to it, how a
-//! client operation becomes an SMR1 request (the log entry), what the
-//! history records of it for `lincheck`'s per-key register model, and
-//! what a crash leaves of it, is [`SimMachine`]; [`run`] simulates the
-//! [`KvMap`]. Convergence compares the machines' snapshots.
+//! client operation becomes an SMR1 request (the log entry, stamped with
+//! the virtual clock if the machine wants one), which operations the
+//! history records and in which per-key `lincheck` model they are checked
+//! ([`SimMachine::first_violation`]: a register for the [`KvMap`], Redis
+//! strings and counters for `pmwire_kv_cluster::sim::SimRedis`), the
+//! persistent store's snapshot slot, and what a crash leaves of it, is
+//! [`SimMachine`]; [`run`] simulates the [`KvMap`]. Convergence compares
+//! the machines' snapshots.
 //!
 //! A run is a pure function of its seed and [`SimConfig`]: a failure is
 //! replayed by running the seed again.
@@ -49,7 +53,7 @@ use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
-use lincheck::kv::{first_violation, Input, KvOp, Output};
+use lincheck::kv::{Input, KvOp, Output};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use raft::eraftpb::{ConfState, Entry, HardState, SnapshotMetadata};
@@ -100,29 +104,59 @@ pub struct SimConfig {
     pub planted_store: StoreFaults,
 }
 
+/// One operation of a simulated history, on one key, in a machine's own
+/// sequential model ([`SimMachine::HistInput`], [`SimMachine::HistOutput`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HistOp<I, O> {
+    /// The key.
+    pub key: Vec<u8>,
+    /// When it was called (virtual ns).
+    pub call: u64,
+    /// When it returned and what; `None` if the client never learned.
+    pub ret: Option<(u64, O)>,
+    /// What was asked.
+    pub input: I,
+}
+
 /// What the simulation needs of a machine besides the replica's seams
 /// ([`crate::state::StateMachine`], [`Smr1Machine`]): its clients' random
-/// operations as SMR1 requests, what the history records of them (a
-/// register per key, [`lincheck::kv`]), and what a crash leaves of it.
+/// operations as SMR1 requests, what the history records of them (per key,
+/// in the machine's `lincheck` model: a register for [`KvMap`]), how the
+/// history is checked, and what a crash leaves of it.
 pub trait SimMachine: Smr1Machine + Default {
+    /// The largest snapshot a run makes, the persistent store's slot
+    /// ([`SimStore::Pmem`]).
+    const SNAPSHOT_BYTES: u64 = 16 << 10;
+    /// A history operation's input.
+    type HistInput: Clone + std::fmt::Debug;
+    /// A history operation's output.
+    type HistOutput: Clone + std::fmt::Debug;
     /// A random client request of session `session`, number `seq` (a
     /// write's sequence number; reads need none), on one of `keys` keys,
-    /// with `clients` clients writing.
-    fn random_request(rng: &mut Xoshiro256PlusPlus, keys: usize, clients: usize, session: u64, seq: u64) -> Request;
-    /// A read of `key` (the final reads after healing).
+    /// with `clients` clients writing, at virtual time `now_ns`.
+    fn random_request(rng: &mut Xoshiro256PlusPlus, keys: usize, clients: usize, session: u64, seq: u64, now_ns: u64) -> Request;
+    /// A read of `key` (the final reads after healing; its input must be
+    /// recorded).
     fn read_request(key: Vec<u8>) -> Request;
-    /// What the history records as the request's input.
-    fn input(req: &Request) -> Input;
+    /// What the history records as the request's input; `None`: the
+    /// request is not in the checked history (its answer is checked only
+    /// by [`SimMachine::output`], its effect by convergence).
+    fn input(req: &Request) -> Option<Self::HistInput>;
     /// What the history records of a final response; `None`: a response
     /// the request cannot get (a violation).
-    fn output(req: &Request, resp: Response) -> Option<Output>;
+    fn output(req: &Request, resp: Response) -> Option<Self::HistOutput>;
+    /// The first key whose history is not linearizable, if any.
+    fn first_violation(history: &[HistOp<Self::HistInput, Self::HistOutput>]) -> Option<Vec<u8>>;
     /// What a crash of its replica leaves of the machine (a volatile one:
     /// a new one; a persistent one: what it made durable).
     fn after_crash(self) -> Self;
 }
 
 impl SimMachine for KvMap {
-    fn random_request(rng: &mut Xoshiro256PlusPlus, keys: usize, clients: usize, session: u64, seq: u64) -> Request {
+    type HistInput = Input;
+    type HistOutput = Output;
+
+    fn random_request(rng: &mut Xoshiro256PlusPlus, keys: usize, clients: usize, session: u64, seq: u64, _now_ns: u64) -> Request {
         let key = format!("k{}", rng.gen_range(0..keys)).into_bytes();
         let value = format!("{session}.{seq}").into_bytes();
         let (op, expect) = match rng.gen_range(0..10) {
@@ -144,13 +178,18 @@ impl SimMachine for KvMap {
         Request { op: Op::Get, client: 0, seq: 0, key, value: Vec::new(), expect: None }
     }
 
-    fn input(req: &Request) -> Input {
-        match req.op {
+    fn input(req: &Request) -> Option<Input> {
+        Some(match req.op {
             Op::Put => Input::Put(req.value.clone()),
             Op::Del => Input::Del,
             Op::Cas => Input::Cas { expect: req.expect.clone(), new: req.value.clone() },
             _ => Input::Get,
-        }
+        })
+    }
+
+    fn first_violation(history: &[HistOp<Input, Output>]) -> Option<Vec<u8>> {
+        let ops: Vec<KvOp> = history.iter().map(|o| KvOp { key: o.key.clone(), call: o.call, ret: o.ret.clone(), input: o.input.clone() }).collect();
+        lincheck::kv::first_violation(&ops)
     }
 
     fn output(req: &Request, resp: Response) -> Option<Output> {
@@ -228,7 +267,8 @@ pub struct SimReport {
     /// What went wrong (empty: passed).
     pub violations: Vec<String>,
     /// The history of the key that is not linearizable, if one is not.
-    pub failing_history: Vec<KvOp>,
+    /// (each operation as its `Debug` form)
+    pub failing_history: Vec<String>,
 }
 
 impl SimReport {
@@ -430,10 +470,9 @@ fn tail(terms: &[u64]) -> &[u64] {
 
 /// The cluster id of every simulated persistent store.
 const SIM_CLUSTER: u64 = 0x5133;
-/// A simulated replica's log and largest snapshot: ample for a run (a
-/// full log or an oversized snapshot would be reported as a failure).
+/// A simulated replica's log: ample for a run (a full log or an oversized
+/// snapshot, [`SimMachine::SNAPSHOT_BYTES`], would be reported as a failure).
 const SIM_LOG_BYTES: u64 = 64 << 10;
-const SIM_SNAPSHOT_BYTES: u64 = 16 << 10;
 
 impl Crashable {
     fn mem(voters: &[u64]) -> Crashable {
@@ -443,9 +482,9 @@ impl Crashable {
     /// A freshly formatted persistent store of replica `id` whose log has
     /// the `tail` strategy (formatted on plain memory: the format is taken
     /// as durable and is not part of the trace).
-    fn pmem(id: u64, voters: &[u64], tail: TailStrategy, faults: StoreFaults) -> Crashable {
+    fn pmem(id: u64, voters: &[u64], tail: TailStrategy, faults: StoreFaults, snapshot_bytes: u64) -> Crashable {
         let log = LogConfig::new(SIM_LOG_BYTES, tail);
-        let size = PmemDurable::<MemMedia>::required_size(&log, SIM_SNAPSHOT_BYTES);
+        let size = PmemDurable::<MemMedia>::required_size(&log, snapshot_bytes);
         let formatted = PmemDurable::format(MemMedia::new(size as usize), SIM_CLUSTER, id, voters, log).expect("a sized, valid format");
         let image = formatted.into_media();
         Crashable::reopen(id, image, faults).expect("a store just formatted opens")
@@ -658,7 +697,8 @@ struct Client {
 }
 
 struct InFlight {
-    history_at: usize,
+    /// `None`: not in the checked history.
+    history_at: Option<usize>,
     req: Request,
     sent: bool,
     /// The token of the call in flight (each attempt has its own, so a
@@ -673,7 +713,7 @@ struct World<M: SimMachine> {
     addrs: Vec<SimAddr>,
     slots: Vec<Slot<M>>,
     clients: Vec<Client>,
-    history: Vec<KvOp>,
+    history: Vec<HistOp<M::HistInput, M::HistOutput>>,
     leaders: BTreeMap<u64, u64>,
     applied: BTreeMap<u64, u64>,
     report: SimReport,
@@ -788,7 +828,7 @@ impl<M: SimMachine> World<M> {
             let durable = match w.cfg.store {
                 SimStore::Mem => Crashable::mem(&voters),
                 SimStore::Pmem => {
-                    let mut d = Crashable::pmem(id, &voters, w.tail, w.cfg.planted_store);
+                    let mut d = Crashable::pmem(id, &voters, w.tail, w.cfg.planted_store, M::SNAPSHOT_BYTES);
                     d.on_truncation = w.draw_on_truncation();
                     d
                 }
@@ -1113,14 +1153,17 @@ impl<M: SimMachine> World<M> {
             }
             if cl.op.is_none() && issuing {
                 let (session, seq) = (cl.session, cl.seq + 1);
-                let req = M::random_request(&mut self.rng, self.cfg.keys, self.cfg.clients, session, seq);
-                let input = M::input(&req);
-                self.history.push(KvOp { key: req.key.clone(), call: now, ret: None, input });
+                let req = M::random_request(&mut self.rng, self.cfg.keys, self.cfg.clients, session, seq, now);
+                self.report.ops += 1;
+                let history_at = M::input(&req).map(|input| {
+                    self.history.push(HistOp { key: req.key.clone(), call: now, ret: None, input });
+                    self.history.len() - 1
+                });
                 let cl = &mut self.clients[c];
                 if req.op.writes() {
                     cl.seq = seq;
                 }
-                cl.op = Some(InFlight { history_at: self.history.len() - 1, req, sent: false, token: 0 });
+                cl.op = Some(InFlight { history_at, req, sent: false, token: 0 });
             }
             self.client_send(c, now);
         }
@@ -1226,8 +1269,10 @@ impl<M: SimMachine> World<M> {
                 }
             },
         };
-        let at = op.history_at;
-        self.history[at].ret = Some((now, output));
+        self.report.acknowledged += 1;
+        if let Some(at) = op.history_at {
+            self.history[at].ret = Some((now, output));
+        }
         cl.op = None;
         cl.next_ns = now + 100_000;
     }
@@ -1282,9 +1327,11 @@ impl<M: SimMachine> World<M> {
         for k in 0..self.cfg.keys {
             let key = format!("k{k}").into_bytes();
             let call = self.net.now_ns();
-            self.history.push(KvOp { key: key.clone(), call, ret: None, input: Input::Get });
-            let req = M::read_request(key);
-            self.clients[0].op = Some(InFlight { history_at: self.history.len() - 1, req, sent: false, token: 0 });
+            let req = M::read_request(key.clone());
+            let input = M::input(&req).expect("a final read is recorded");
+            self.history.push(HistOp { key, call, ret: None, input });
+            self.report.ops += 1;
+            self.clients[0].op = Some(InFlight { history_at: Some(self.history.len() - 1), req, sent: false, token: 0 });
             let deadline = call + 2_000 * MS;
             while self.clients[0].op.is_some() {
                 let now = self.net.now_ns();
@@ -1312,12 +1359,11 @@ impl<M: SimMachine> World<M> {
                 self.report.chunked_messages += r.service.counters().chunked;
             }
         }
-        self.report.ops = self.history.len();
-        self.report.acknowledged = self.history.iter().filter(|o| o.ret.is_some()).count();
         self.report.terms_with_leader = self.leaders.len();
-        if let Some(key) = first_violation(&self.history) {
+        if let Some(key) = M::first_violation(&self.history) {
             self.report.violations.push(format!("not linearizable on key {}", String::from_utf8_lossy(&key)));
-            self.report.failing_history = if std::env::var_os("SMR_ALL_HISTORY").is_some() { self.history.clone() } else { self.history.iter().filter(|o| o.key == key).cloned().collect() };
+            let all = std::env::var_os("SMR_ALL_HISTORY").is_some();
+            self.report.failing_history = self.history.iter().filter(|o| all || o.key == key).map(|o| format!("{o:?}")).collect();
         }
         self.check_converged();
     }

@@ -8,7 +8,7 @@ use pmwire_smr::command::{Request, Response};
 use pmwire_smr::kvmap::KvMap;
 use pmwire_smr::node::Faults;
 use pmwire_smr::pmem_store::StoreFaults;
-use pmwire_smr::sim::{run, run_with, SimConfig, SimMachine, SimReport};
+use pmwire_smr::sim::{run, run_with, HistOp, SimConfig, SimMachine, SimReport};
 use pmwire_smr::smr1::Smr1Machine;
 use pmwire_smr::state::{PersistError, RestoreError, StateMachine};
 use rand_xoshiro::Xoshiro256PlusPlus;
@@ -114,14 +114,19 @@ impl Smr1Machine for PersistentKv {
 }
 
 impl SimMachine for PersistentKv {
-    fn random_request(rng: &mut Xoshiro256PlusPlus, keys: usize, clients: usize, session: u64, seq: u64) -> Request {
-        KvMap::random_request(rng, keys, clients, session, seq)
+    type HistInput = Input;
+    type HistOutput = Output;
+    fn random_request(rng: &mut Xoshiro256PlusPlus, keys: usize, clients: usize, session: u64, seq: u64, now_ns: u64) -> Request {
+        KvMap::random_request(rng, keys, clients, session, seq, now_ns)
     }
     fn read_request(key: Vec<u8>) -> Request {
         KvMap::read_request(key)
     }
-    fn input(req: &Request) -> Input {
+    fn input(req: &Request) -> Option<Input> {
         KvMap::input(req)
+    }
+    fn first_violation(history: &[HistOp<Input, Output>]) -> Option<Vec<u8>> {
+        KvMap::first_violation(history)
     }
     fn output(req: &Request, resp: Response) -> Option<Output> {
         KvMap::output(req, resp)
@@ -207,6 +212,6 @@ fn print_one() {
     let r = run(seed, &config_from_env());
     println!("{:?}", SimReport { failing_history: Vec::new(), ..r.clone() });
     for op in &r.failing_history {
-        println!("{op:?}");
+        println!("{op}");
     }
 }

@@ -1,0 +1,426 @@
+//! [`RedisMachine`] in the deterministic simulation (`pmwire_smr::sim`,
+//! `pmwire check smr --machine redis`; feature `sim`, test-only).
+//!
+//! [`SimRedis`] carries Redis entries ([`crate::entry`], made by a
+//! [`Proposer`] stamped with the simulation's virtual clock) inside SMR1
+//! writes: the request's value is the entry, its key the key the history
+//! files it under, and a session (client, seq) makes a retried entry apply
+//! once, as [`pmwire_smr::kvmap::KvMap`]'s do. A GET is served either
+//! through the log or by the read-only path ([`RedisMachine::read`], after
+//! ReadIndex).
+//!
+//! Clients draw commands of every family: strings and counters on the
+//! checked keys `k0..`, whose per-key histories [`lincheck::redis`] checks
+//! (SET, GET, INCR, DEL, APPEND); hashes, lists (blocking pops included),
+//! sets, sorted sets, TTLs that run out as virtual time moves, PEXPIRE,
+//! RENAME, MULTI/EXEC transactions, the random commands (SPOP,
+//! SRANDMEMBER, HRANDFIELD, ZRANDMEMBER, RANDOMKEY, SCAN) and sweeps, on
+//! other keys, with tiny chunk limits so collections are chunked. Those
+//! are checked by their answer (status OK, a reply) and by convergence:
+//! after healing every member holds the same snapshot, byte for byte.
+//!
+//! Not simulated here: WATCH (it needs the serving member's state; the
+//! transactions carry no watches), the leader's own sweep proposals (the
+//! clients send sweep entries instead), and the client-stamped time is the
+//! client's clock rather than the leader's (the machine keeps time
+//! monotonic either way). The machine is volatile: a crashed member starts
+//! empty and is rebuilt from a snapshot and the log.
+//!
+//! Snapshot: `SRD1` | machine snapshot length u64 | machine snapshot
+//! ([`crate::snapshot`]) | session count u64 | sessions
+//! ([`Sessions::encode`]) | crc32c u32 of everything before.
+
+use std::cell::RefCell;
+
+use lincheck::redis::{Input, Output, RedisOp};
+use pmwire_keyspace::chunked::ChunkConfig;
+use pmwire_keyspace::exec::{Server, ServerConfig};
+use pmwire_keyspace::store::MemKeyspace;
+use pmwire_resp::reply::Protocol;
+use pmwire_resp::request::{Limits, Parsed};
+use pmwire_smr::command::{Op, Request, Response, Status};
+use pmwire_smr::session::{Reader, Sessions};
+use pmwire_smr::sim::{HistOp, SimMachine};
+use pmwire_smr::smr1::Smr1Machine;
+use pmwire_smr::state::{PersistError, RestoreError, StateMachine};
+use rand::Rng;
+use rand_xoshiro::Xoshiro256PlusPlus;
+
+use crate::entry::Entry;
+use crate::{Proposer, RedisMachine};
+
+const SNAPSHOT_MAGIC: &[u8; 4] = b"SRD1";
+/// Virtual time 0 as Redis time (ms since the Unix epoch).
+const EPOCH_MS: u64 = 1_700_000_000_000;
+/// The key of an entry the history does not record.
+const UNCHECKED: &[u8] = b"~";
+
+/// [`RedisMachine`] on a volatile keyspace with SMR1 sessions; with
+/// `LOCAL_RANDOM`, every member draws its own randomness (the canary
+/// [`RedisMachine::plant_local_random`], which a seed must catch).
+pub struct SimRedis<const LOCAL_RANDOM: bool = false> {
+    machine: RefCell<RedisMachine<MemKeyspace>>,
+    sessions: Sessions,
+}
+
+/// The configuration every member runs: tiny chunk limits.
+fn config() -> ServerConfig {
+    ServerConfig { collections: ChunkConfig::tiny(), ..ServerConfig::default() }
+}
+
+impl<const L: bool> Default for SimRedis<L> {
+    fn default() -> Self {
+        let mut machine = RedisMachine::in_memory(config());
+        if L {
+            machine.plant_local_random();
+        }
+        SimRedis { machine: RefCell::new(machine), sessions: Sessions::default() }
+    }
+}
+
+fn answer(status: Status, index: u64, value: Vec<u8>) -> Response {
+    Response { status, leader: 0, index, value }
+}
+
+impl<const L: bool> StateMachine for SimRedis<L> {
+    type Output = Response;
+
+    fn apply(&mut self, index: u64, data: &[u8]) -> Response {
+        let machine = self.machine.get_mut();
+        let req = match Request::decode(data) {
+            Ok(req) if req.op.writes() && req.client != 0 => req,
+            _ => {
+                machine.apply(index, &[]);
+                return answer(Status::BadRequest, index, Vec::new());
+            }
+        };
+        if let Some(kept) = self.sessions.check(req.client, req.seq, index) {
+            // A retry: the machine's index moves on, nothing runs.
+            machine.apply(index, &[]);
+            return kept;
+        }
+        let reply = machine.apply(index, &req.value).reply;
+        self.sessions.remember(req.client, req.seq, index, Status::Ok, reply.clone());
+        answer(Status::Ok, index, reply)
+    }
+
+    fn persist_applied(&mut self) -> Result<(), PersistError> {
+        self.machine.get_mut().persist_applied()
+    }
+
+    fn applied(&self) -> u64 {
+        self.machine.borrow().applied()
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        let inner = self.machine.borrow().snapshot();
+        let mut out = Vec::with_capacity(inner.len() + 64);
+        out.extend_from_slice(SNAPSHOT_MAGIC);
+        out.extend_from_slice(&(inner.len() as u64).to_le_bytes());
+        out.extend_from_slice(&inner);
+        out.extend_from_slice(&(self.sessions.len() as u64).to_le_bytes());
+        self.sessions.encode(&mut out);
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    fn restore(&mut self, index: u64, bytes: &[u8]) -> Result<(), RestoreError> {
+        let corrupt = RestoreError::Corrupt;
+        let body_len = bytes.len().checked_sub(4).ok_or(corrupt("short snapshot"))?;
+        let (body, crc) = bytes.split_at(body_len);
+        if crc32c::crc32c(body).to_le_bytes() != crc {
+            return Err(corrupt("snapshot checksum"));
+        }
+        let mut r = Reader::new(body, 0);
+        if r.bytes(4)? != SNAPSHOT_MAGIC {
+            return Err(corrupt("snapshot magic"));
+        }
+        let inner_len = usize::try_from(r.u64()?).map_err(|_| corrupt("snapshot length"))?;
+        let inner = r.bytes(inner_len)?;
+        let count = r.u64()?;
+        let sessions = Sessions::decode(&mut r, count)?;
+        if !r.done() {
+            return Err(corrupt("trailing snapshot bytes"));
+        }
+        self.machine.get_mut().restore(index, inner)?;
+        self.sessions = sessions;
+        Ok(())
+    }
+}
+
+impl<const L: bool> Smr1Machine for SimRedis<L> {
+    fn apply_write(&mut self, index: u64, request: &[u8]) -> Response {
+        self.apply(index, request)
+    }
+
+    fn read(&self, key: &[u8]) -> Response {
+        let mut machine = self.machine.borrow_mut();
+        let mut server = Server::new(config());
+        let mut session = server.open_session();
+        let now_ms = machine.last_time_ms();
+        let mut bytes = Vec::new();
+        pmwire_resp::client::encode_request(&[&b"GET"[..], key], &mut bytes);
+        let mut parsed = Parsed::new(Limits::default());
+        let segments: [&[u8]; 1] = [&bytes];
+        assert_eq!(parsed.parse(&segments).commands, 1, "one GET");
+        let mut out: Vec<u8> = Vec::new();
+        match machine.read(&mut server, &mut session, now_ms, &parsed.request(&segments, 0), &mut out) {
+            Ok(_) => answer(Status::Ok, 0, out),
+            Err(_) => answer(Status::BadRequest, 0, Vec::new()),
+        }
+    }
+
+    fn preview(&self, index: u64, request: &[u8]) -> Response {
+        let mut copy = SimRedis::<L>::default();
+        let applied = self.applied();
+        if applied > 0 {
+            copy.restore(applied, &self.snapshot()).expect("a member's own snapshot restores");
+        }
+        copy.apply(index, request)
+    }
+}
+
+/// The first command of `entry`, as its arguments (empty if it is not a
+/// one-command entry).
+fn command_args(entry: &[u8]) -> Vec<Vec<u8>> {
+    let Ok(e) = Entry::decode(entry) else { return Vec::new() };
+    let mut parsed = Parsed::new(Limits::default());
+    let segments: [&[u8]; 1] = [e.commands];
+    if e.count != 1 || parsed.parse(&segments).commands != 1 {
+        return Vec::new();
+    }
+    parsed.request(&segments, 0).args().map(<[u8]>::to_vec).collect()
+}
+
+impl<const L: bool> SimMachine for SimRedis<L> {
+    /// Collections, chunks, the write index and sessions: larger than a
+    /// map's.
+    const SNAPSHOT_BYTES: u64 = 256 << 10;
+    type HistInput = Input;
+    type HistOutput = Output;
+
+    fn random_request(rng: &mut Xoshiro256PlusPlus, keys: usize, _clients: usize, session: u64, seq: u64, now_ns: u64) -> Request {
+        let now_ms = EPOCH_MS + now_ns / 1_000_000;
+        let mut proposer = Proposer::with_key(rng.gen());
+        let mut g = Gen { rng };
+        if g.rng.gen_range(0..100) < 45 {
+            let key = format!("k{}", g.rng.gen_range(0..keys)).into_bytes();
+            let args: Vec<Vec<u8>> = match g.rng.gen_range(0..12) {
+                0 => return SimRedis::<L>::read_request(key),
+                1..=2 => vec![s("SET"), key.clone(), format!("{session}.{seq}").into_bytes()],
+                3 => vec![s("SET"), key.clone(), g.small()],
+                4..=6 => vec![s("INCR"), key.clone()],
+                7 => vec![s("DEL"), key.clone()],
+                8 => vec![s("APPEND"), key.clone(), g.rng.gen_range(0..10).to_string().into_bytes()],
+                _ => vec![s("GET"), key.clone()],
+            };
+            let value = proposer.command(now_ms, Protocol::Resp2, &args);
+            return Request { op: Op::Put, client: session, seq, key, value, expect: None };
+        }
+        let protocol = if g.rng.gen_bool(0.2) { Protocol::Resp3 } else { Protocol::Resp2 };
+        let value = match g.rng.gen_range(0..100) {
+            0..=9 => {
+                let queued: Vec<Vec<Vec<u8>>> = (0..g.rng.gen_range(1..4)).map(|_| g.command()).collect();
+                proposer.transaction(now_ms, protocol, Vec::new(), &queued)
+            }
+            10..=17 => proposer.sweep(now_ms, g.rng.gen_range(0..4), g.rng.gen_range(0..8)),
+            _ => proposer.command(now_ms, protocol, &g.command()),
+        };
+        Request { op: Op::Put, client: session, seq, key: UNCHECKED.to_vec(), value, expect: None }
+    }
+
+    fn read_request(key: Vec<u8>) -> Request {
+        Request { op: Op::Get, client: 0, seq: 0, key, value: Vec::new(), expect: None }
+    }
+
+    fn input(req: &Request) -> Option<Input> {
+        if req.op == Op::Get {
+            return Some(Input::Get);
+        }
+        if req.key == UNCHECKED {
+            return None;
+        }
+        let args = command_args(&req.value);
+        let name = args.first().map(|a| a.to_ascii_uppercase()).unwrap_or_default();
+        Some(match (name.as_slice(), args.get(2)) {
+            (b"SET", Some(v)) => Input::Set(v.clone()),
+            (b"INCR", _) => Input::Incr,
+            (b"DEL", _) => Input::Del,
+            (b"APPEND", Some(v)) => Input::Append(v.clone()),
+            (b"GET", _) => Input::Get,
+            _ => panic!("a checked request is SET, GET, INCR, DEL or APPEND: {args:?}"),
+        })
+    }
+
+    fn output(req: &Request, resp: Response) -> Option<Output> {
+        if resp.status != Status::Ok {
+            return None;
+        }
+        if req.op == Op::Put && req.key == UNCHECKED {
+            // Any reply (empty for a sweep or a blocked pop); its effect is
+            // checked by convergence.
+            return Some(Output::Ok);
+        }
+        Output::from_reply(&resp.value)
+    }
+
+    fn first_violation(history: &[HistOp<Input, Output>]) -> Option<Vec<u8>> {
+        let ops: Vec<RedisOp> = history
+            .iter()
+            .map(|o| RedisOp { key: o.key.clone(), call: o.call, ret: o.ret.clone(), input: o.input.clone() })
+            .collect();
+        lincheck::redis::first_violation(&ops)
+    }
+
+    fn after_crash(self) -> Self {
+        SimRedis::default()
+    }
+}
+
+const STRINGS: &[&str] = &["s0", "s1", "n0"];
+const HASHES: &[&str] = &["h0", "h1"];
+const LISTS: &[&str] = &["l0", "l1"];
+const SETS: &[&str] = &["t0", "t1", "t2"];
+const ZSETS: &[&str] = &["z0", "z1"];
+
+fn s(v: &str) -> Vec<u8> {
+    v.as_bytes().to_vec()
+}
+
+/// Commands of every family on the unchecked keys (never `k...`: a
+/// command there would be outside the checked history).
+struct Gen<'a> {
+    rng: &'a mut Xoshiro256PlusPlus,
+}
+
+impl Gen<'_> {
+    fn pick(&mut self, from: &[&str]) -> Vec<u8> {
+        s(from[self.rng.gen_range(0..from.len())])
+    }
+
+    fn member(&mut self) -> Vec<u8> {
+        format!("m{}", self.rng.gen_range(0..12)).into_bytes()
+    }
+
+    fn small(&mut self) -> Vec<u8> {
+        self.rng.gen_range(-3i64..6).to_string().into_bytes()
+    }
+
+    /// A TTL that runs out within the faulty part of a run.
+    fn ttl_ms(&mut self) -> Vec<u8> {
+        self.rng.gen_range(1u64..300).to_string().into_bytes()
+    }
+
+    fn any_key(&mut self) -> Vec<u8> {
+        let all = [STRINGS, HASHES, LISTS, SETS, ZSETS].concat();
+        self.pick(&all)
+    }
+
+    fn members(&mut self, lead: Vec<Vec<u8>>, max: usize, pairs: bool) -> Vec<Vec<u8>> {
+        let mut args = lead;
+        for _ in 0..self.rng.gen_range(1..=max) {
+            if pairs {
+                args.push(self.small());
+            }
+            args.push(self.member());
+        }
+        args
+    }
+
+    fn string_command(&mut self) -> Vec<Vec<u8>> {
+        let k = self.pick(STRINGS);
+        match self.rng.gen_range(0..16) {
+            0 => vec![s("SET"), k, self.member()],
+            1 => vec![s("SET"), k, self.member(), s("PX"), self.ttl_ms()],
+            2 => vec![s("INCRBY"), k, self.small()],
+            3 => vec![s("APPEND"), k, self.member()],
+            4 => vec![s("DEL"), k, self.any_key()],
+            5 => vec![s("MSET"), k, self.member(), self.pick(STRINGS), self.small()],
+            6 => vec![s("GETDEL"), k],
+            7 => vec![s("GETEX"), k, s("PX"), self.ttl_ms()],
+            8 => vec![s("PEXPIRE"), self.any_key(), self.ttl_ms()],
+            9 => vec![s("PERSIST"), self.any_key()],
+            10 => vec![s("PTTL"), self.any_key()],
+            11 => vec![s("RENAME"), self.any_key(), self.any_key()],
+            12 => vec![s("COPY"), self.any_key(), self.any_key(), s("REPLACE")],
+            13 => vec![s("DBSIZE")],
+            14 => vec![s("INCRBYFLOAT"), k, s("1.5")],
+            _ => vec![s("GET"), k],
+        }
+    }
+
+    fn hash_command(&mut self) -> Vec<Vec<u8>> {
+        let k = self.pick(HASHES);
+        match self.rng.gen_range(0..6) {
+            0 | 1 => self.members(vec![s("HSET"), k], 4, true),
+            2 => vec![s("HDEL"), k, self.member()],
+            3 => vec![s("HGETALL"), k],
+            4 => vec![s("HINCRBY"), k, self.member(), self.small()],
+            _ => vec![s("HLEN"), k],
+        }
+    }
+
+    fn list_command(&mut self) -> Vec<Vec<u8>> {
+        let k = self.pick(LISTS);
+        match self.rng.gen_range(0..10) {
+            0 | 1 => self.members(vec![s("RPUSH"), k], 4, false),
+            2 => self.members(vec![s("LPUSH"), k], 3, false),
+            3 => vec![s("LPOP"), k],
+            4 => vec![s("RPOP"), k, s("2")],
+            5 => vec![s("LRANGE"), k, s("0"), s("-1")],
+            6 => vec![s("LMOVE"), k, self.pick(LISTS), s("LEFT"), s("RIGHT")],
+            7 => vec![s("LREM"), k, s("0"), self.member()],
+            8 => vec![s("BLPOP"), k, self.pick(LISTS), s("0")],
+            _ => vec![s("LTRIM"), k, s("0"), s("5")],
+        }
+    }
+
+    fn set_command(&mut self) -> Vec<Vec<u8>> {
+        let k = self.pick(SETS);
+        match self.rng.gen_range(0..7) {
+            0 | 1 => self.members(vec![s("SADD"), k], 5, false),
+            2 => vec![s("SREM"), k, self.member()],
+            3 => vec![s("SMEMBERS"), k],
+            4 => vec![s("SUNIONSTORE"), self.pick(SETS), k, self.pick(SETS)],
+            5 => vec![s("SMOVE"), k, self.pick(SETS), self.member()],
+            _ => vec![s("SCARD"), k],
+        }
+    }
+
+    fn zset_command(&mut self) -> Vec<Vec<u8>> {
+        let k = self.pick(ZSETS);
+        match self.rng.gen_range(0..6) {
+            0 | 1 => self.members(vec![s("ZADD"), k], 4, true),
+            2 => vec![s("ZINCRBY"), k, self.small(), self.member()],
+            3 => vec![s("ZRANGE"), k, s("0"), s("-1"), s("WITHSCORES")],
+            4 => vec![s("ZPOPMIN"), k],
+            _ => vec![s("ZUNIONSTORE"), self.pick(ZSETS), s("2"), k, self.pick(ZSETS)],
+        }
+    }
+
+    /// A command whose outcome the executor's generator decides (or SCAN).
+    fn random_command(&mut self) -> Vec<Vec<u8>> {
+        match self.rng.gen_range(0..7) {
+            0 => vec![s("SPOP"), self.pick(SETS)],
+            1 => vec![s("SPOP"), self.pick(SETS), s("2")],
+            2 => vec![s("SRANDMEMBER"), self.pick(SETS), s("-3")],
+            3 => vec![s("HRANDFIELD"), self.pick(HASHES), s("2"), s("WITHVALUES")],
+            4 => vec![s("ZRANDMEMBER"), self.pick(ZSETS), s("-2"), s("WITHSCORES")],
+            5 => vec![s("RANDOMKEY")],
+            _ => vec![s("SCAN"), s("0"), s("COUNT"), s("5")],
+        }
+    }
+
+    /// One command of any family.
+    fn command(&mut self) -> Vec<Vec<u8>> {
+        match self.rng.gen_range(0..100) {
+            0..=19 => self.string_command(),
+            20..=34 => self.hash_command(),
+            35..=54 => self.list_command(),
+            55..=69 => self.set_command(),
+            70..=84 => self.zset_command(),
+            _ => self.random_command(),
+        }
+    }
+}
