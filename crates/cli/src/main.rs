@@ -20,6 +20,7 @@ mod mirror_cmd;
 mod mirror_primary;
 mod remote_cmd;
 mod secret_args;
+mod kvrep_cmd;
 mod smr_check;
 mod smr_cmd;
 mod size;
@@ -105,6 +106,12 @@ enum Suite {
     /// Replication under kill -9: replicas killed and restarted under load (optionally in network namespaces with
     /// partitions and netem); no acknowledged write lost, every history linearizable.
     SmrCrash(smr_cmd::SmrCrashArgs),
+    /// Redis replicated on Raft: 3 `pmwire kv --cluster` members beside Redis + WAIT, etcd, single-node `pmwire kv`
+    /// and the raw-socket floor; SET/GET latency, throughput, YCSB, failover.
+    KvReplicated(kvrep_cmd::KvReplicatedArgs),
+    /// `pmwire kv --cluster` under kill -9: members killed and restarted under RESP load; no acknowledged write lost,
+    /// INCR counts exact, no EXEC half-applied, histories linearizable.
+    KvReplicatedCrash(kvrep_cmd::KvReplicatedCrashArgs),
     /// Mirrored transactions (seed 002 Transact): SM-RC, SM-OB, SM-DD slowdown over NO-SM, over tcp and sm.
     Mirror(mirror_cmd::MirrorBenchArgs),
     /// Mirrored transactions under kill -9 of the primary or the backup: no acknowledged transaction lost, none torn.
@@ -265,6 +272,15 @@ fn main() -> Result<()> {
         Command::Bench { suite: Suite::Kv(suite) } => kv_bench_cmd::bench(&suite),
         Command::Bench { suite: Suite::Mirror(args) } => mirror_cmd::bench(&args),
         Command::Bench { suite: Suite::MirrorCrash(args) } => mirror_cmd::crash(&args),
+        Command::Bench { suite: Suite::KvReplicated(args) } => {
+            kvrep_cmd::bench(&args).map(drop)
+        }
+        Command::Bench { suite: Suite::KvReplicatedCrash(args) } => {
+            if !kvrep_cmd::crash(&args)? {
+                bail!("kv-replicated-crash found lost writes, wrong counts, half EXECs or non-linearizable histories (see above)");
+            }
+            Ok(())
+        }
         Command::Bench { suite: Suite::SmrCrash(args) } => {
             if !smr_cmd::crash(&args)? {
                 eprintln!("pmwire: smr-crash found lost writes, non-linearizable histories or failed replicas (see above)");
