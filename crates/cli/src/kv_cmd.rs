@@ -1,5 +1,7 @@
 //! `pmwire kv`: the PASTE key-value server (RESP and HTTP on one io_uring loop over a
-//! persistent pool) until SIGTERM or SIGINT.
+//! persistent pool) until SIGTERM or SIGINT; with `--cluster`, one member of a replicated
+//! cluster (`pmwire_kv_server::member`): the keyspace in `--pool`, the Raft log in
+//! `<pool>.raft`, both locked through `<pool>.lock`, the peers over authenticated links.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -50,6 +52,38 @@ pub struct KvArgs {
     /// Planted bug for the crash campaign's canary: a list push that starts a new chunk writes the header without the chunk.
     #[arg(long, hide = true)]
     fault_header_without_chunk: bool,
+    /// Serve as a member of a replicated cluster: every member's peer address, this one's included: ID=ADDR,ID=ADDR,...
+    /// (as `pmwire replica --peers`). Writes are answered once committed on a majority, reads are linearizable
+    /// (ReadIndex; READONLY asks for a possibly stale local read); a member cut off from its majority answers
+    /// -CLUSTERDOWN within about a second. The Raft log lives in `<pool>.raft`. Needs --id and --secret-file.
+    #[arg(long, value_parser = crate::smr_cmd::parse_peers, requires_all = ["id", "secret_file"])]
+    cluster: Option<crate::smr_cmd::Peers>,
+    /// This member's id (one of the ids in --cluster).
+    #[arg(long)]
+    id: Option<u64>,
+    /// The cluster's secret (--cluster): a file of 32 random bytes, mode 0600, the same on every member. Every peer
+    /// connection proves it (HMAC-SHA256 challenge-response) before any Raft message is accepted.
+    #[arg(long)]
+    secret_file: Option<PathBuf>,
+    /// Create --secret-file (32 random bytes, mode 0600) if it does not exist; copy it to the other members.
+    #[arg(long)]
+    create_secret: bool,
+    /// Transport between members (--cluster): uring (TCP sockets on io_uring, the default: as fast as UCX tcp at one
+    /// client and 1.3-13x its throughput under load, docs/bench.md), tcp or sm (UCX).
+    #[arg(long, default_value = "uring", value_parser = ["uring", "tcp", "sm"])]
+    peer_transport: String,
+    /// Size of a new Raft pool (`<pool>.raft`, --cluster).
+    #[arg(long, value_parser = crate::size::parse, default_value = "256M")]
+    raft_size: u64,
+    /// The Raft log's capacity in its pool (--cluster).
+    #[arg(long, value_parser = crate::size::parse, default_value = "64M")]
+    raft_log_size: u64,
+    /// Cluster id written into a new Raft pool and checked when one is opened (--cluster).
+    #[arg(long, default_value_t = 1)]
+    cluster_id: u64,
+    /// One Raft tick in milliseconds (--cluster; elections after 10-20 ticks, heartbeats every 2).
+    #[arg(long, default_value_t = 10)]
+    tick_ms: u64,
 }
 
 fn parse_collection_limits(s: &str) -> Result<pmwire_kv_server::ChunkConfig, String> {
@@ -75,6 +109,9 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
 /// Serves until SIGTERM or SIGINT; every acknowledged write is durable, so the stop loses
 /// nothing.
 pub fn run(args: &KvArgs) -> Result<()> {
+    if args.cluster.is_some() {
+        return run_member(args);
+    }
     let options = ServeOptions {
         pool: args.pool.clone(),
         size: args.size,
@@ -121,5 +158,62 @@ pub fn run(args: &KvArgs) -> Result<()> {
         "stopped: {} batches, {} commits, {} RESP commands, {} HTTP requests",
         stats.batches, stats.commits, stats.resp_commands, stats.http_requests
     );
+    Ok(())
+}
+
+/// `pmwire kv --cluster`: one member until SIGTERM or SIGINT.
+fn run_member(args: &KvArgs) -> Result<()> {
+    use pmwire_kv_server::member::{MemberOptions, MemberServer};
+    let peers = args.cluster.as_ref().expect("--cluster").0.clone();
+    let id = args.id.context("--cluster needs --id")?;
+    let Some(&peer_addr) = peers.get(&id) else {
+        anyhow::bail!("--id {id} is not in --cluster ({})", peers.keys().map(u64::to_string).collect::<Vec<_>>().join(", "));
+    };
+    if args.tick_ms == 0 {
+        anyhow::bail!("--tick-ms must be at least 1");
+    }
+    let secret = crate::secret_args::ServerSecret { secret_file: args.secret_file.clone().context("--cluster needs --secret-file")?, create_secret: args.create_secret }.load()?;
+    let options = MemberOptions {
+        pool: args.pool.clone(),
+        size: args.size,
+        raft_size: args.raft_size,
+        raft_log_bytes: args.raft_log_size,
+        resp: args.resp,
+        http: args.http,
+        id,
+        peers,
+        cluster: args.cluster_id,
+        tick: std::time::Duration::from_millis(args.tick_ms),
+        requirepass: args.requirepass.as_ref().filter(|p| !p.is_empty()).map(|p| p.as_bytes().to_vec()),
+        protected_mode: args.protected_mode,
+    };
+    if args.peer_transport == "uring" {
+        let mut transport = transport::TcpTransport::new(&crate::smr_cmd::uring_config())?;
+        transport.listen(peer_addr).with_context(|| format!("listen for peers on {peer_addr}"))?;
+        let server = MemberServer::open(&options, transport, secret).with_context(|| format!("pmwire kv member {id} on {}", args.pool.display()))?;
+        return serve_member(server, args, peer_addr);
+    }
+    let mut ucx = pmwire_bench::remote::server::ucx_config(&args.peer_transport, peer_addr.ip().is_loopback(), false)?;
+    ucx.limits.max_conns = 1024;
+    let mut transport = transport::UcxTransport::new(&ucx)?;
+    transport.listen(peer_addr).with_context(|| format!("listen for peers on {peer_addr}"))?;
+    let server = MemberServer::open(&options, transport, secret).with_context(|| format!("pmwire kv member {id} on {}", args.pool.display()))?;
+    serve_member(server, args, peer_addr)
+}
+
+fn serve_member<T: transport::Transport<Addr = SocketAddr>>(mut server: pmwire_kv_server::member::MemberServer<T>, args: &KvArgs, peer_addr: SocketAddr) -> Result<()> {
+    stop_on_signals(server.stop_handle()).context("signal handling")?;
+    println!("{}", server.recovered);
+    let (resp, http) = server.addrs();
+    let st = server.member().replica().status();
+    println!("member {} of {} (peers on {peer_addr} over {}); raft last index {}, applied {}", st.id, args.cluster.as_ref().map_or(0, |c| c.0.len()), args.peer_transport, st.last_index, st.applied);
+    if let Some(path) = &args.ready_file {
+        let ready = pmwire_kv_server::ReadyFile { resp: resp.to_string(), http: http.to_string(), pid: std::process::id(), mode: "cluster".into() };
+        ready.write(path).with_context(|| format!("ready file {}", path.display()))?;
+    }
+    println!("serving RESP on {resp}, HTTP on {http}");
+    server.run().context("serving")?;
+    let s = server.member().stats();
+    println!("stopped: {} proposals in {} turns, {} read indexes, {} stale reads, {} CLUSTERDOWN, {} sweeps", s.proposals, s.proposal_turns, s.read_indexes, s.stale_reads, s.cluster_down, s.sweeps);
     Ok(())
 }

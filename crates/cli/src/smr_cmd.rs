@@ -183,7 +183,7 @@ pub enum SmrCommand {
 #[derive(Clone, Debug)]
 pub struct Peers(pub BTreeMap<u64, SocketAddr>);
 
-fn parse_peers(s: &str) -> Result<Peers, String> {
+pub(crate) fn parse_peers(s: &str) -> Result<Peers, String> {
     let mut out = BTreeMap::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (id, addr) = part.split_once('=').ok_or_else(|| format!("'{part}': expected ID=ADDR (e.g. 1=127.0.0.1:7001)"))?;

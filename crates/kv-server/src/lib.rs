@@ -51,6 +51,7 @@ pub mod client;
 pub mod cluster;
 pub mod crash;
 mod keyspace;
+pub mod member;
 pub mod serve;
 pub mod service;
 pub mod store;

@@ -633,6 +633,9 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
     fn serve(&mut self) -> Result<(), ServerError> {
         self.arm_accepts();
         self.arm_stop();
+        // Ask the service once before the first wait: a service with work of its own (a
+        // replica's ticks) arms its first deadline here.
+        self.run_wakeups();
         while !self.stopping {
             if self.arm_watch() {
                 self.stats.watch_ready += 1;

@@ -144,6 +144,12 @@ impl Session {
         self.name.as_deref()
     }
 
+    /// Whether AUTH (or HELLO AUTH) succeeded, or no password was set
+    /// when the connection opened.
+    pub fn is_authenticated(&self) -> bool {
+        self.authenticated
+    }
+
     /// Whether a transaction is open (MULTI without EXEC or DISCARD yet).
     pub fn in_multi(&self) -> bool {
         self.multi.is_some()
