@@ -46,10 +46,17 @@ impl Drop for Members {
             let _ = c.wait();
         }
         for p in &self.pools {
-            for f in [p.clone(), p.with_extension("lock"), p.with_extension("ready")] {
-                let _ = std::fs::remove_file(f);
-            }
+            remove_pool(p);
         }
+    }
+}
+
+/// Removes a member's pool and the files beside it: its lock and ready
+/// files and its Raft pool (`<pool>.raft`) with its own lock.
+fn remove_pool(pool: &Path) {
+    let raft = PathBuf::from(format!("{}.raft", pool.display()));
+    for f in [pool.to_path_buf(), pool.with_extension("lock"), pool.with_extension("ready"), raft.clone(), raft.with_extension("lock"), raft.with_extension("raft.lock")] {
+        let _ = std::fs::remove_file(f);
     }
 }
 
@@ -66,7 +73,7 @@ impl Members {
         let peers: Vec<SocketAddr> = ports[..MEMBERS].iter().map(|&p| addr(p)).collect();
         let pools = (1..=MEMBERS).map(|id| PathBuf::from(format!("/dev/shm/pmwire-kvrep-{tag}-{}-{id}.pool", std::process::id()))).collect::<Vec<_>>();
         for p in &pools {
-            let _ = std::fs::remove_file(p);
+            remove_pool(p);
         }
         let mut members = Members {
             exe: exe.to_path_buf(),
