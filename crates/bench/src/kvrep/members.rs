@@ -68,6 +68,10 @@ pub fn cluster_arg(peers: &[SocketAddr]) -> String {
 impl Members {
     /// Starts 3 members on fresh pools in `/dev/shm` named after `tag`.
     pub fn start(exe: &Path, tag: &str, size: &str, transport: &str) -> Result<Members> {
+        // Ports are picked by probing: two groups started at once by one
+        // process would pick the same ones. Held until every member listens.
+        static PICKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _picking = PICKING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let ports = listen_ports(2 * MEMBERS)?;
         let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
         let peers: Vec<SocketAddr> = ports[..MEMBERS].iter().map(|&p| addr(p)).collect();
