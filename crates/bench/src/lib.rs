@@ -38,6 +38,7 @@
 pub mod copy;
 pub mod headlines;
 pub mod kv;
+pub mod kvrep;
 pub mod local;
 pub mod logbench;
 pub mod machine;

@@ -20,6 +20,7 @@ mod mirror_cmd;
 mod mirror_primary;
 mod remote_cmd;
 mod secret_args;
+mod kvrep_cmd;
 mod smr_check;
 mod smr_cmd;
 mod size;
@@ -105,6 +106,12 @@ enum Suite {
     /// Replication under kill -9: replicas killed and restarted under load (optionally in network namespaces with
     /// partitions and netem); no acknowledged write lost, every history linearizable.
     SmrCrash(smr_cmd::SmrCrashArgs),
+    /// Redis replicated on Raft: 3 `pmwire kv --cluster` members beside Redis + WAIT, etcd, single-node `pmwire kv`
+    /// and the raw-socket floor; SET/GET latency, throughput, YCSB, failover.
+    KvReplicated(kvrep_cmd::KvReplicatedArgs),
+    /// `pmwire kv --cluster` under kill -9: members killed and restarted under RESP load; no acknowledged write lost,
+    /// INCR counts exact, no EXEC half-applied, histories linearizable.
+    KvReplicatedCrash(kvrep_cmd::KvReplicatedCrashArgs),
     /// Mirrored transactions (seed 002 Transact): SM-RC, SM-OB, SM-DD slowdown over NO-SM, over tcp and sm.
     Mirror(mirror_cmd::MirrorBenchArgs),
     /// Mirrored transactions under kill -9 of the primary or the backup: no acknowledged transaction lost, none torn.
@@ -265,6 +272,15 @@ fn main() -> Result<()> {
         Command::Bench { suite: Suite::Kv(suite) } => kv_bench_cmd::bench(&suite),
         Command::Bench { suite: Suite::Mirror(args) } => mirror_cmd::bench(&args),
         Command::Bench { suite: Suite::MirrorCrash(args) } => mirror_cmd::crash(&args),
+        Command::Bench { suite: Suite::KvReplicated(args) } => {
+            kvrep_cmd::bench(&args).map(drop)
+        }
+        Command::Bench { suite: Suite::KvReplicatedCrash(args) } => {
+            if !kvrep_cmd::crash(&args)? {
+                bail!("kv-replicated-crash found lost writes, wrong counts, half EXECs or non-linearizable histories (see above)");
+            }
+            Ok(())
+        }
         Command::Bench { suite: Suite::SmrCrash(args) } => {
             if !smr_cmd::crash(&args)? {
                 eprintln!("pmwire: smr-crash found lost writes, non-linearizable histories or failed replicas (see above)");
@@ -326,6 +342,15 @@ fn tour(args: &TourArgs) -> Result<()> {
         .arg(&args.out)
         .status()?;
     let smr_crash_ok = status.success();
+    println!("\n== bench kv-replicated (quick): 3 pmwire kv --cluster members beside Redis + WAIT, etcd, single-node pmwire kv and the raw-socket floor ==");
+    let kvrep_args = kvrep_cmd::KvReplicatedArgs { quick: true, out: args.out.clone(), no_peers: false, peer_transport: "uring".into() };
+    let kvrep = kvrep_cmd::bench(&kvrep_args)?.headlines;
+    println!("\n== bench kv-replicated-crash: 5 runs, each kill -9 of a member under RESP load, restarted on its pool; lost writes, INCR counts, EXECs and linearizability checked ==");
+    let status = std::process::Command::new(std::env::current_exe()?)
+        .args(["bench", "kv-replicated-crash", "--runs", "5", "--load-ms", "2000", "--out"])
+        .arg(&args.out)
+        .status()?;
+    let kvrep_crash_ok = status.success();
     let (mirror, mirror_crash_ok) = tour_mirror(&args.out)?;
     println!("\n== hardware model: the seeds' Optane/DDIO/RDMA findings, modelled ==");
     let findings = pmwire_model::experiments::run("all", &args.out)?;
@@ -334,7 +359,7 @@ fn tour(args: &TourArgs) -> Result<()> {
     println!("\n== summary ==");
     // Each suite's targets: met, bound by a floor measured in the same run
     // (this machine cannot meet them), missed, not run.
-    for (suite, headlines) in [("local suite", &local.headlines), ("remote suites", &remote), ("key-value suites", &kv), ("replication suite", &smr), ("mirroring suite", &mirror)] {
+    for (suite, headlines) in [("local suite", &local.headlines), ("remote suites", &remote), ("key-value suites", &kv), ("replication suite", &smr), ("replicated kv suite", &kvrep), ("mirroring suite", &mirror)] {
         println!("{suite}: {} in this run", Tally::of(headlines).text());
     }
     let reproduced = findings.iter().filter(|f| f.within_tolerance).count();
@@ -342,6 +367,7 @@ fn tour(args: &TourArgs) -> Result<()> {
     println!("fuzz: {}", if fuzz_ok { "PASS" } else { "FAIL (see above)" });
     println!("replication simulation: {}", if smr_ok { "PASS" } else { "FAIL (see above)" });
     println!("replication under kill -9: {}", if smr_crash_ok { "PASS" } else { "FAIL (see above)" });
+    println!("replicated kv under kill -9: {}", if kvrep_crash_ok { "PASS" } else { "FAIL (see above)" });
     println!("mirroring under kill -9: {}", if mirror_crash_ok { "PASS" } else { "FAIL (see above)" });
     println!("results: {}\nreport:  {}", args.out.display(), index.display());
     if !checks_ok {
@@ -355,6 +381,9 @@ fn tour(args: &TourArgs) -> Result<()> {
     }
     if !smr_crash_ok {
         bail!("smr-crash found lost writes, non-linearizable histories or failed replicas");
+    }
+    if !kvrep_crash_ok {
+        bail!("kv-replicated-crash found lost writes, wrong counts, half EXECs or non-linearizable histories");
     }
     if !mirror_crash_ok {
         bail!("mirror-crash found lost or torn transactions, or a run that could not be checked");

@@ -1,0 +1,269 @@
+//! A 3-member `pmwire kv --cluster` group as child processes, and the
+//! blocking RESP client the suites drive it with.
+//!
+//! Members are started with the CLI of issue 26 (`pmwire kv --pool P --size
+//! S --resp ADDR --http ADDR --cluster 1=A,2=B,3=C --id N --secret-file F
+//! --ready-file R --peer-transport uring`). Peer and RESP ports are fixed
+//! at start (below the ephemeral range, [`listen_ports`]), so a member
+//! killed with SIGKILL restarts on its pool at the same addresses. Every
+//! child gets SIGKILL when the thread that started it ends; all are killed
+//! and their pools removed when the [`Members`] is dropped.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use pmwire_resp::client::Value;
+
+use crate::smr::peers::redis_wait::RedisWaitClient;
+use crate::smr::peers::PutClient;
+use crate::smr::suite::listen_ports;
+use crate::spawn::spawn_until_ready;
+
+/// Members in a group.
+pub const MEMBERS: usize = 3;
+
+/// A running (or partly killed) group; member `id` is `children[id - 1]`.
+pub struct Members {
+    exe: PathBuf,
+    children: Vec<Option<Child>>,
+    /// Each member's RESP address, by `id - 1`.
+    pub resp: Vec<SocketAddr>,
+    cluster: String,
+    pools: Vec<PathBuf>,
+    /// The pool size given to each member.
+    pub size: String,
+    /// `--peer-transport`.
+    pub transport: String,
+}
+
+impl Drop for Members {
+    fn drop(&mut self) {
+        for c in self.children.iter_mut().flatten() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for p in &self.pools {
+            remove_pool(p);
+        }
+    }
+}
+
+/// Removes a member's pool and the files beside it: its lock and ready
+/// files and its Raft pool (`<pool>.raft`) with its own lock.
+fn remove_pool(pool: &Path) {
+    let raft = PathBuf::from(format!("{}.raft", pool.display()));
+    for f in [pool.to_path_buf(), pool.with_extension("lock"), pool.with_extension("ready"), raft.clone(), raft.with_extension("lock"), raft.with_extension("raft.lock")] {
+        let _ = std::fs::remove_file(f);
+    }
+}
+
+/// `1=A,2=B,3=C` for `--cluster`.
+pub fn cluster_arg(peers: &[SocketAddr]) -> String {
+    peers.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect::<Vec<_>>().join(",")
+}
+
+impl Members {
+    /// Starts 3 members on fresh pools in `/dev/shm` named after `tag`.
+    pub fn start(exe: &Path, tag: &str, size: &str, transport: &str) -> Result<Members> {
+        // Ports are picked by probing: two groups started at once by one
+        // process would pick the same ones. Held until every member listens.
+        static PICKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _picking = PICKING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let ports = listen_ports(2 * MEMBERS)?;
+        let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+        let peers: Vec<SocketAddr> = ports[..MEMBERS].iter().map(|&p| addr(p)).collect();
+        let pools = (1..=MEMBERS).map(|id| PathBuf::from(format!("/dev/shm/pmwire-kvrep-{tag}-{}-{id}.pool", std::process::id()))).collect::<Vec<_>>();
+        for p in &pools {
+            remove_pool(p);
+        }
+        let mut members = Members {
+            exe: exe.to_path_buf(),
+            children: (0..MEMBERS).map(|_| None).collect(),
+            resp: ports[MEMBERS..].iter().map(|&p| addr(p)).collect(),
+            cluster: cluster_arg(&peers),
+            pools,
+            size: size.to_string(),
+            transport: transport.to_string(),
+        };
+        for id in 1..=MEMBERS {
+            members.restart(id)?;
+        }
+        Ok(members)
+    }
+
+    /// Starts member `id` on its pool as it is (a fresh one formats it).
+    pub fn restart(&mut self, id: usize) -> Result<()> {
+        assert!((1..=MEMBERS).contains(&id), "member id {id}");
+        assert!(self.children[id - 1].is_none(), "member {id} is running");
+        let pool = &self.pools[id - 1];
+        let ready = pool.with_extension("ready");
+        let mut cmd = Command::new(&self.exe);
+        cmd.arg("kv").arg("--pool").arg(pool).args(["--size", &self.size]);
+        cmd.args(["--resp", &self.resp[id - 1].to_string(), "--http", "127.0.0.1:0"]);
+        cmd.args(["--cluster", &self.cluster, "--id", &id.to_string(), "--peer-transport", &self.transport]);
+        cmd.args(crate::smr::links::secret_args()?).arg("--ready-file").arg(&ready);
+        cmd.stdout(Stdio::null()).stderr(Stdio::inherit());
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let parse = |text: &str| Ok(crate::kv::child::address(text, "resp").map(drop));
+        let (child, ()) = spawn_until_ready(cmd, &format!("pmwire kv --cluster member {id}"), &ready, parse)?;
+        self.children[id - 1] = Some(child);
+        Ok(())
+    }
+
+    /// SIGKILLs member `id` and reaps it.
+    pub fn kill(&mut self, id: usize) {
+        if let Some(mut c) = self.children[id - 1].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Member `id`'s process id, if it runs.
+    pub fn pid(&self, id: usize) -> Option<u32> {
+        self.children[id - 1].as_ref().map(Child::id)
+    }
+
+    /// The member whose `ROLE` answers `master`, asking every running
+    /// member until `within` has passed.
+    pub fn leader(&self, within: Duration) -> Result<usize> {
+        let deadline = Instant::now() + within;
+        let mut last = String::from("no member answered ROLE");
+        while Instant::now() < deadline {
+            for id in 1..=MEMBERS {
+                if self.children[id - 1].is_none() {
+                    continue;
+                }
+                match role(self.resp[id - 1]) {
+                    Ok(r) if r == "master" => return Ok(id),
+                    Ok(r) => last = format!("member {id} is {r}"),
+                    Err(e) => last = format!("member {id}: {e:#}"),
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        bail!("no leader within {within:?}: {last}")
+    }
+
+    /// Waits until a SET through member `id` is answered `+OK`.
+    pub fn wait_writable(&self, id: usize, within: Duration) -> Result<Duration> {
+        let start = Instant::now();
+        let mut last = anyhow!("never tried");
+        while start.elapsed() < within {
+            match Resp::connect(self.resp[id - 1]).and_then(|mut c| c.put(b"pmwire-kvrep-probe", b"1")) {
+                Ok(()) => return Ok(start.elapsed()),
+                Err(e) => last = e,
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Err(last.context(format!("member {id} took no write within {within:?}")))
+    }
+}
+
+/// The first element of a `ROLE` reply (`master`, `slave`, ...).
+pub fn role(addr: SocketAddr) -> Result<String> {
+    let mut c = Resp::connect(addr)?;
+    role_of(&c.command(&[b"ROLE"])?)
+}
+
+/// `ROLE`'s role name from its reply.
+pub fn role_of(reply: &Value) -> Result<String> {
+    match reply {
+        Value::Array(items) => match items.first() {
+            Some(Value::Bulk(b) | Value::Simple(b)) => Ok(String::from_utf8_lossy(b).into_owned()),
+            other => bail!("ROLE answered {other:?} first"),
+        },
+        other => bail!("ROLE answered {other:?}"),
+    }
+}
+
+/// A blocking RESP connection (one request outstanding); `put` is
+/// `SET key value`, and with `wait`, `WAIT 2 0` after it (Redis's
+/// replicated write).
+pub struct Resp {
+    inner: RedisWaitClient,
+    /// Follow every SET with `WAIT 2 0`.
+    pub wait: bool,
+}
+
+impl Resp {
+    /// Connects to `addr` (loopback), every read and write bounded.
+    pub fn connect(addr: SocketAddr) -> Result<Resp> {
+        Ok(Resp { inner: RedisWaitClient::connect(addr.port()).with_context(|| format!("RESP at {addr}"))?, wait: false })
+    }
+
+    /// One command; an error reply is an error.
+    pub fn command(&mut self, args: &[&[u8]]) -> Result<Value> {
+        self.inner.command(args)
+    }
+
+    /// `GET key`, checking that a value came back.
+    pub fn get(&mut self, key: &[u8]) -> Result<Vec<u8>> {
+        match self.command(&[b"GET", key])? {
+            Value::Bulk(v) => Ok(v),
+            other => bail!("GET answered {other:?}"),
+        }
+    }
+}
+
+impl PutClient for Resp {
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        if self.wait {
+            return self.inner.put(key, value);
+        }
+        match self.command(&[b"SET", key, value])? {
+            Value::Simple(ok) if ok == b"OK" => Ok(()),
+            other => bail!("SET answered {other:?}"),
+        }
+    }
+}
+
+/// The sum of `INFO`'s fields whose names say they count value bytes
+/// copied (`*copied*bytes*` or `*bytes*copied*`), if it has any.
+pub fn copied_bytes(info: &str) -> Option<u64> {
+    let mut found = None;
+    for line in info.lines() {
+        let Some((name, value)) = line.split_once(':') else { continue };
+        if name.contains("copied") && name.contains("bytes") {
+            let n: u64 = value.trim().parse().ok()?;
+            found = Some(found.unwrap_or(0u64).checked_add(n)?);
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_arg_numbers_members_from_one() {
+        let a: SocketAddr = "127.0.0.1:7001".parse().unwrap();
+        let b: SocketAddr = "127.0.0.1:7002".parse().unwrap();
+        assert_eq!(cluster_arg(&[a, b]), "1=127.0.0.1:7001,2=127.0.0.1:7002");
+    }
+
+    #[test]
+    fn role_reads_the_first_element() {
+        let reply = Value::Array(vec![Value::Bulk(b"master".to_vec()), Value::Integer(3)]);
+        assert_eq!(role_of(&reply).unwrap(), "master");
+        assert!(role_of(&Value::Integer(1)).is_err());
+        assert!(role_of(&Value::Array(vec![])).is_err());
+    }
+
+    #[test]
+    fn copied_bytes_sums_the_counters_or_says_none() {
+        let info = "# Stats\r\nvalue_bytes_copied:10\r\nleader_copied_bytes_total:5\r\nother:1\r\n";
+        assert_eq!(copied_bytes(info), Some(15));
+        assert_eq!(copied_bytes("# Stats\r\ntotal_commands_processed:4\r\n"), None);
+        assert_eq!(copied_bytes("value_bytes_copied:x\r\n"), None, "a field that is not a number is not a count");
+    }
+}

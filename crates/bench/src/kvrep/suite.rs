@@ -1,0 +1,445 @@
+//! `pmwire bench kv-replicated [--quick]` (issue 26): a 3-member `pmwire kv
+//! --cluster` group on loopback, one thread each, beside Redis primary + 2
+//! replicas (`appendfsync always`, `WAIT 2 0` after each SET), etcd with 3
+//! members, single-node `pmwire kv` (the price of replication) and the
+//! machine's floor (a write's four messages over plain blocking TCP
+//! sockets, [`crate::smr::raw_floor`]).
+//!
+//! Method: interleaved rounds; every round starts each target afresh in
+//! turn and times `latency_ops / rounds` operations with one closed-loop
+//! client; a latency row's percentiles are the medians of its rounds'. The
+//! middle round also runs the throughput sweep (1 to 64 closed-loop
+//! clients, SET 64 B), YCSB A and B (`resp::ycsb`, 16 connections), the
+//! leader's bytes-copied counters and a failover (kill -9 of the leader,
+//! time to the next `+OK`). The floor is driven the same way as the rest:
+//! a blocking client with one write outstanding per connection, the same
+//! connection counts. SET 64 B is measured on every target; SET 1 KiB and
+//! GET 64 B / 1 KiB on the RESP servers we start (ours, both shapes).
+//! A target that cannot run is a [`Skipped`] with the reason; a headline
+//! with a side missing is NOT RUN.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use pmwire_resp::ycsb::Workload;
+
+use super::members::{copied_bytes, Members, Resp, MEMBERS};
+use crate::kv::child::{KvChild, KvMode};
+use crate::kv::placement::Placement;
+use crate::kv::ycsb::{self, YcsbConfig};
+use crate::measure::Progress;
+use crate::remote::common::{finish_with_peers, latency_result, ratio};
+use crate::schema::{BenchResult, Skipped};
+use crate::smr::peers::{self, latency_run, throughput_point, Peer, PeerOptions, Plan, PutClient, LATENCY_BENCH, THROUGHPUT_BENCH};
+use crate::smr::raw_floor::{self, RawFloor, SharedRawFloor};
+use crate::{Headline, SuiteReport};
+
+/// The suite's name.
+pub const SUITE: &str = "kv_replicated";
+/// Our replicated group's variant name.
+pub const CLUSTER: &str = "pmwire_kv_3members";
+/// Single-node `pmwire kv`'s variant name.
+pub const SINGLE: &str = "pmwire_kv_single_node";
+/// The bench of SET 64 B latency rows (every target).
+pub const SET64: &str = "set_64B_latency";
+/// The bench of SET 64 B throughput rows.
+pub const SET64_OPS: &str = "set_64B_throughput";
+
+/// How the suite runs.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// A short run (~1-2 min).
+    pub quick: bool,
+    /// Where the JSON goes.
+    pub out_dir: PathBuf,
+    /// The `pmwire` binary (it runs the members).
+    pub exe: PathBuf,
+    /// Run Redis + WAIT and etcd too.
+    pub peers: bool,
+    /// `--peer-transport` of the members.
+    pub transport: String,
+}
+
+/// What one run measures.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunPlan {
+    /// The SET 64 B plan (latency ops in total, sweep, warm-up).
+    pub plan: Plan,
+    /// Interleaved rounds.
+    pub rounds: u64,
+    /// YCSB records and timed operations (0: no YCSB).
+    pub ycsb_records: u64,
+    /// YCSB timed operations.
+    pub ycsb_ops: u64,
+}
+
+impl RunPlan {
+    /// The quick plan: 3 rounds, 3,000 SETs each kind, 1 s per point.
+    pub fn quick() -> RunPlan {
+        RunPlan { plan: Plan::quick(), rounds: 3, ycsb_records: 5_000, ycsb_ops: 10_000 }
+    }
+
+    /// The full plan.
+    pub fn full() -> RunPlan {
+        RunPlan { plan: Plan::full(), rounds: 5, ycsb_records: 50_000, ycsb_ops: 100_000 }
+    }
+
+    fn round(&self, sweep: bool) -> Plan {
+        let clients = if sweep { self.plan.clients.clone() } else { Vec::new() };
+        Plan { latency_puts: self.plan.latency_puts.div_ceil(self.rounds), warmup_puts: self.plan.warmup_puts.div_ceil(self.rounds), clients, ..self.plan.clone() }
+    }
+}
+
+/// The latency kinds measured on our RESP servers: bench name, op, bytes.
+const KINDS: [(&str, &str, usize); 3] = [("set_1KiB_latency", "SET", 1024), ("get_64B_latency", "GET", 64), ("get_1KiB_latency", "GET", 1024)];
+
+/// `n` timed `op`s of `bytes`-byte values on one connection (GETs read
+/// keys written first), after `warm` untimed ones: ns each.
+fn op_latency(c: &mut Resp, op: &str, bytes: usize, warm: u64, n: u64) -> Result<Vec<u64>> {
+    let value = vec![b'v'; bytes];
+    let key = |i: u64| format!("lat:{bytes}:{}", i % 1000).into_bytes();
+    if op == "GET" {
+        for i in 0..1000.min(warm + n) {
+            c.put(&key(i), &value)?;
+        }
+    }
+    let mut samples = Vec::with_capacity(n as usize);
+    for i in 0..warm + n {
+        let start = Instant::now();
+        if op == "GET" {
+            let got = c.get(&key(i))?;
+            if got.len() != bytes {
+                bail!("GET returned {} bytes, {bytes} written", got.len());
+            }
+        } else {
+            c.put(&key(i), &value)?;
+        }
+        if i >= warm {
+            samples.push(start.elapsed().as_nanos() as u64);
+        }
+    }
+    Ok(samples)
+}
+
+/// A RESP server of ours, measured: its rows into `rows` (per round) and
+/// `results` (sweep, YCSB), failures into `skipped`.
+struct Sink<'a> {
+    rows: &'a mut Vec<BenchResult>,
+    results: &'a mut Vec<BenchResult>,
+    skipped: &'a mut Vec<Skipped>,
+}
+
+fn measure_resp(addr: std::net::SocketAddr, variant: &str, plan: &Plan, run: &RunPlan, sweep: bool, sink: &mut Sink) {
+    let connect = || Resp::connect(addr);
+    match latency_run(&connect, plan) {
+        Ok(mut s) => sink.rows.push(latency_result(SET64, variant, 64, &mut s)),
+        Err(e) => sink.skipped.push(Skipped::new(SET64, variant, &format!("{e:#}"))),
+    }
+    for (bench, op, bytes) in KINDS {
+        match connect().and_then(|mut c| op_latency(&mut c, op, bytes, plan.warmup_puts, plan.latency_puts)) {
+            Ok(mut s) => sink.rows.push(latency_result(bench, variant, bytes as u64, &mut s)),
+            Err(e) => sink.skipped.push(Skipped::new(bench, variant, &format!("{e:#}"))),
+        }
+    }
+    if !sweep {
+        return;
+    }
+    sweep_into(&connect, variant, plan, sink);
+    for (name, workload) in [("a", Workload::a(run.ycsb_records, 7)), ("b", Workload::b(run.ycsb_records, 7))] {
+        let config = YcsbConfig { workload, connections: 16, ops: run.ycsb_ops, warmup_ops: run.ycsb_ops / 10, load_pipeline: 16 };
+        let bench = format!("ycsb_{name}");
+        match ycsb::run(addr, &config) {
+            Ok(r) if r.errors == 0 => sink.results.push(
+                BenchResult::new(&bench, variant)
+                    .size(1024)
+                    .metric("throughput_ops_per_s", r.throughput_ops_per_s)
+                    .metric("latency_us_p50", r.latency_us_p50)
+                    .metric("latency_us_p99", r.latency_us_p99)
+                    .param("connections", 16)
+                    .param("ops", r.ops),
+            ),
+            Ok(r) => sink.skipped.push(Skipped::new(&bench, variant, &format!("{} error replies in {} ops", r.errors, r.ops))),
+            Err(e) => sink.skipped.push(Skipped::new(&bench, variant, &format!("{e:#}"))),
+        }
+    }
+}
+
+/// The SET 64 B throughput points of one target.
+fn sweep_into<C: PutClient>(connect: &(dyn Fn() -> Result<C> + Sync), variant: &str, plan: &Plan, sink: &mut Sink) {
+    for &clients in &plan.clients {
+        match throughput_point(connect, clients, plan.warmup_per_point, plan.seconds_per_point) {
+            Ok(ops) => sink.results.push(
+                BenchResult::new(SET64_OPS, variant).size(64).metric("throughput_ops_per_s", ops as f64 / plan.seconds_per_point.as_secs_f64()).param("clients", clients).param("sets", ops),
+            ),
+            Err(e) => sink.skipped.push(Skipped::new(SET64_OPS, variant, &format!("{clients} clients: {e:#}"))),
+        }
+    }
+}
+
+/// The leader's value bytes copied per SET (1 KiB values) from its `INFO`
+/// counters, or why not.
+fn copied_per_set(members: &Members, leader: usize) -> Result<f64, String> {
+    let info = |c: &mut Resp| -> Result<String, String> {
+        match c.command(&[b"INFO", b"all"]).map_err(|e| format!("INFO: {e:#}"))? {
+            pmwire_resp::client::Value::Bulk(b) | pmwire_resp::client::Value::Verbatim(_, b) => Ok(String::from_utf8_lossy(&b).into_owned()),
+            other => Err(format!("INFO answered {other:?}")),
+        }
+    };
+    let mut c = Resp::connect(members.resp[leader - 1]).map_err(|e| format!("{e:#}"))?;
+    let before = copied_bytes(&info(&mut c)?).ok_or("the member's INFO has no bytes-copied counter (a field named *copied*bytes*)")?;
+    const SETS: u64 = 1000;
+    let value = vec![b'c'; 1024];
+    for i in 0..SETS {
+        c.put(format!("copied:{i}").as_bytes(), &value).map_err(|e| format!("{e:#}"))?;
+    }
+    let after = copied_bytes(&info(&mut c)?).ok_or("the counter went away")?;
+    Ok(after.saturating_sub(before) as f64 / SETS as f64)
+}
+
+/// Kills the leader and times the next `+OK` through another member.
+fn failover(members: &mut Members, leader: usize) -> Result<Duration> {
+    let others: Vec<usize> = (1..=MEMBERS).filter(|&i| i != leader).collect();
+    members.kill(leader);
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        for &id in &others {
+            if members.wait_writable(id, Duration::from_millis(50)).is_ok() {
+                return Ok(start.elapsed());
+            }
+        }
+    }
+    bail!("no member took a write within 20 s of the leader's kill")
+}
+
+fn cluster_round(options: &Options, run: &RunPlan, plan: &Plan, sweep: bool, sink: &mut Sink) {
+    let mut members = match Members::start(&options.exe, "bench", "512M", &options.transport) {
+        Ok(m) => m,
+        Err(e) => return sink.skipped.push(Skipped::new(SET64, CLUSTER, &format!("members did not start: {e:#}"))),
+    };
+    let leader = match members.leader(Duration::from_secs(20)) {
+        Ok(l) => l,
+        Err(e) => return sink.skipped.push(Skipped::new(SET64, CLUSTER, &format!("{e:#}"))),
+    };
+    measure_resp(members.resp[leader - 1], CLUSTER, plan, run, sweep, sink);
+    if !sweep {
+        return;
+    }
+    match copied_per_set(&members, leader) {
+        Ok(v) => sink.results.push(BenchResult::new("value_bytes_copied_per_set", CLUSTER).size(1024).metric("bytes_per_set", v).param("member", "leader")),
+        Err(why) => sink.skipped.push(Skipped::new("value_bytes_copied_per_set", CLUSTER, &why)),
+    }
+    match failover(&mut members, leader) {
+        Ok(d) => sink.results.push(BenchResult::new("failover", CLUSTER).metric("failover_ms", d.as_secs_f64() * 1e3).param("method", "kill -9 of the leader, then SET through the other members until +OK")),
+        Err(e) => sink.skipped.push(Skipped::new("failover", CLUSTER, &format!("{e:#}"))),
+    }
+}
+
+fn single_round(options: &Options, run: &RunPlan, plan: &Plan, sweep: bool, sink: &mut Sink) {
+    let pool = PathBuf::from(format!("/dev/shm/pmwire-kvrep-single-{}.pool", std::process::id()));
+    match KvChild::start(&options.exe, &pool, "512M", KvMode::ZeroCopy, &Placement::unpinned()) {
+        Ok(child) => {
+            measure_resp(child.resp, SINGLE, plan, run, sweep, sink);
+            drop(child);
+        }
+        Err(e) => sink.skipped.push(Skipped::new(SET64, SINGLE, &format!("pmwire kv did not start: {e:#}"))),
+    }
+    let _ = std::fs::remove_file(&pool);
+}
+
+fn floor_round(plan: &Plan, sweep: bool, sink: &mut Sink) {
+    match latency_run(&RawFloor::start, plan) {
+        Ok(mut s) => sink.rows.push(latency_result(SET64, raw_floor::VARIANT, 64, &mut s)),
+        Err(e) => sink.skipped.push(Skipped::new(SET64, raw_floor::VARIANT, &format!("{e:#}"))),
+    }
+    if sweep {
+        match SharedRawFloor::start() {
+            Ok(floor) => sweep_into(&|| floor.client(), raw_floor::VARIANT, plan, sink),
+            Err(e) => sink.skipped.push(Skipped::new(SET64_OPS, raw_floor::VARIANT, &format!("{e:#}"))),
+        }
+    }
+}
+
+/// A peer's round through `smr::peers` (SET 64 B + WAIT / etcd PUT), its
+/// benches renamed to this suite's.
+fn peer_round(peer: Peer, plan: &Plan, sink: &mut Sink) {
+    let (rows, skips) = peers::run_peer(peer, plan, &PeerOptions::default());
+    let rename = |b: &str| if b == LATENCY_BENCH { SET64.to_string() } else if b == THROUGHPUT_BENCH { SET64_OPS.to_string() } else { b.to_string() };
+    for mut r in rows {
+        r.bench = rename(&r.bench);
+        if r.bench == SET64 { sink.rows.push(r) } else { sink.results.push(r) }
+    }
+    sink.skipped.extend(skips.into_iter().map(|mut s| {
+        s.bench = rename(&s.bench);
+        s
+    }));
+}
+
+/// One row per (bench, variant) whose percentiles are the medians of its rounds'.
+pub fn medians(rows: &[BenchResult]) -> Vec<BenchResult> {
+    let mut keys: Vec<(String, String)> = rows.iter().map(|r| (r.bench.clone(), r.variant.clone())).collect();
+    keys.dedup();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .map(|(bench, variant)| {
+            let mine: Vec<&BenchResult> = rows.iter().filter(|r| r.bench == bench && r.variant == variant).collect();
+            let median = |m: &str| {
+                let mut xs: Vec<f64> = mine.iter().filter_map(|r| r.get(m)).collect();
+                xs.sort_by(f64::total_cmp);
+                xs.get(xs.len() / 2).copied().unwrap_or(f64::NAN)
+            };
+            let mut row = BenchResult::new(&bench, &variant).metric("latency_ns_p50", median("latency_ns_p50")).metric("latency_ns_p99", median("latency_ns_p99")).param("rounds", mine.len()).param("round_p50s_ns", mine.iter().filter_map(|r| r.get("latency_ns_p50")).collect::<Vec<_>>());
+            row.size_bytes = mine[0].size_bytes;
+            row
+        })
+        .collect()
+}
+
+/// Runs the suite.
+pub fn run(options: &Options) -> Result<SuiteReport> {
+    let report = run_suite(options, &if options.quick { RunPlan::quick() } else { RunPlan::full() });
+    crate::smr::links::remove_secret_file();
+    report
+}
+
+/// Runs `run` against the targets of `options`.
+pub fn run_suite(options: &Options, run: &RunPlan) -> Result<SuiteReport> {
+    let targets: u64 = 3 + if options.peers { 2 } else { 0 };
+    let progress = Progress::new(run.rounds * targets, true);
+    let (mut rows, mut results, mut skipped) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..run.rounds {
+        let sweep = round == run.rounds / 2;
+        let plan = run.round(sweep);
+        let mut sink = Sink { rows: &mut rows, results: &mut results, skipped: &mut skipped };
+        let stage = |what: &str| progress.stage(&format!("round {}/{}: {what}", round + 1, run.rounds));
+        stage("raw floor");
+        floor_round(&plan, sweep, &mut sink);
+        progress.step();
+        stage(CLUSTER);
+        cluster_round(options, run, &plan, sweep, &mut sink);
+        progress.step();
+        stage(SINGLE);
+        single_round(options, run, &plan, sweep, &mut sink);
+        progress.step();
+        if options.peers {
+            for peer in [Peer::RedisWait, Peer::EtcdTmpfs] {
+                stage(peer.name());
+                peer_round(peer, &plan, &mut sink);
+                progress.step();
+            }
+        }
+    }
+    progress.finish();
+    // A target that failed in several rounds is reported once per reason.
+    skipped.sort_by(|a: &Skipped, b: &Skipped| (&a.bench, &a.variant, &a.reason).cmp(&(&b.bench, &b.variant, &b.reason)));
+    skipped.dedup_by(|a, b| a.bench == b.bench && a.variant == b.variant && a.reason == b.reason);
+    let mut all = medians(&rows);
+    all.extend(results);
+    let heads = headlines(&all, &skipped);
+    let parameters = serde_json::json!({
+        "command": if options.quick { "pmwire bench kv-replicated --quick" } else { "pmwire bench kv-replicated" },
+        "members": MEMBERS, "peer_transport": options.transport, "rounds": run.rounds,
+        "latency_ops_per_kind": run.plan.latency_puts, "clients": run.plan.clients, "seconds_per_point": run.plan.seconds_per_point.as_secs_f64(),
+        "ycsb_records": run.ycsb_records, "ycsb_ops": run.ycsb_ops, "key_bytes": 16,
+        "method": "interleaved rounds, every target started afresh each round; latency rows are medians of the rounds'; sweep, YCSB, copy counters and failover in the middle round",
+        "pool": "tmpfs (emulated pmem)",
+    });
+    let peer_info = serde_json::json!({
+        "etcd": "Debian etcd-server 3.4, 3 members on loopback, data on tmpfs",
+        "redis": "redis-server primary + 2 replicas, appendonly yes, appendfsync always, SET then WAIT 2 0",
+        "floor": "4 messages per write over plain blocking TCP sockets, 3 threads, no Raft, no log",
+    });
+    finish_with_peers(SUITE, &options.out_dir, parameters, peer_info, all, skipped, heads)
+}
+
+fn metric(results: &[BenchResult], bench: &str, variant: &str, m: &str, clients: Option<u64>) -> Option<f64> {
+    results
+        .iter()
+        .filter(|r| r.bench == bench && r.variant == variant)
+        .filter(|r| clients.is_none_or(|c| r.params.get("clients").and_then(|v| v.as_u64()) == Some(c)))
+        .find_map(|r| r.get(m))
+}
+
+/// The issue's ratios, all from one run.
+pub fn headlines(results: &[BenchResult], skipped: &[Skipped]) -> Vec<Headline> {
+    let p50 = |v: &str| metric(results, SET64, v, "latency_ns_p50", None);
+    let ops = |v: &str| metric(results, SET64_OPS, v, "throughput_ops_per_s", Some(64));
+    let div = |a: Option<f64>, b: Option<f64>| Some(a? / b?);
+    let (redis, etcd) = (Peer::RedisWait.name(), Peer::EtcdTmpfs.name());
+    let mut out = vec![
+        ratio("kv-replicated SET 64 B p50, 1 client: pmwire 3 members / raw TCP floor (4 messages)", div(p50(CLUSTER), p50(raw_floor::VARIANT)), 1.5, false, "plain blocking sockets, same run"),
+        ratio("kv-replicated SET 64 B p50, 1 client: pmwire 3 members / Redis + WAIT 2 0", div(p50(CLUSTER), p50(redis)), 1.0, false, "redis-server + 2 replicas, AOF always"),
+        ratio("kv-replicated SET 64 B p50, 1 client: pmwire 3 members / etcd", div(p50(CLUSTER), p50(etcd)), 1.0, false, "etcd 3.4, 3 members, tmpfs"),
+        ratio("kv-replicated SETs/s at 64 clients: pmwire 3 members / Redis + WAIT 2 0", div(ops(CLUSTER), ops(redis)), 3.0, true, "redis-server + 2 replicas, AOF always"),
+        ratio("kv-replicated SETs/s at 64 clients: pmwire 3 members / etcd", div(ops(CLUSTER), ops(etcd)), 10.0, true, "etcd 3.4, 3 members, tmpfs"),
+        ratio("kv-replicated SETs/s at 64 clients: pmwire 3 members / single-node pmwire kv", div(ops(CLUSTER), ops(SINGLE)), 0.5, true, "pmwire kv, one node, same run"),
+        ratio("kv-replicated SETs/s at 64 clients: raw TCP floor / pmwire 3 members (a floor the system beats is no floor)", div(ops(raw_floor::VARIANT), ops(CLUSTER)), 1.0, true, "the floor, same run").for_information(),
+    ];
+    let reason = |bench: &str| skipped.iter().find(|s| s.bench == bench && s.variant == CLUSTER).map_or("the cluster did not run".to_string(), |s| s.reason.clone());
+    out.push(match metric(results, "value_bytes_copied_per_set", CLUSTER, "bytes_per_set", None) {
+        Some(v) => Headline::measured("kv-replicated value bytes copied per 1 KiB SET on the leader (INFO counters)", v, "= 0", crate::Goal::at_most(0.0), "counters of the member"),
+        None => Headline::not_run("kv-replicated value bytes copied per 1 KiB SET on the leader (INFO counters)", "= 0", &reason("value_bytes_copied_per_set")),
+    });
+    out.push(match metric(results, "failover", CLUSTER, "failover_ms", None) {
+        Some(v) => Headline::measured("kv-replicated failover: kill -9 of the leader to the next +OK (ms)", v, "<= 1000 ms (information)", crate::Goal::at_most(1000.0), "one run").for_information(),
+        None => Headline::not_run("kv-replicated failover: kill -9 of the leader to the next +OK (ms)", "<= 1000 ms (information)", &reason("failover")),
+    });
+    out.push(Headline::not_run("kv-replicated new member's catch-up rate (MB/s)", "information", "membership changes on a kv cluster are not built (issue 26 item 7's add/remove on kv members)"));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Verdict;
+
+    fn lat(bench: &str, v: &str, us: f64) -> BenchResult {
+        BenchResult::new(bench, v).metric("latency_ns_p50", us * 1e3).metric("latency_ns_p99", us * 2e3)
+    }
+
+    fn ops(v: &str, k: f64) -> BenchResult {
+        BenchResult::new(SET64_OPS, v).metric("throughput_ops_per_s", k * 1e3).param("clients", 64)
+    }
+
+    #[test]
+    fn medians_take_the_middle_round() {
+        let rows = vec![lat(SET64, CLUSTER, 30.0), lat(SET64, CLUSTER, 10.0), lat(SET64, CLUSTER, 20.0), lat(SET64, SINGLE, 5.0)];
+        let m = medians(&rows);
+        assert_eq!(m.len(), 2);
+        let c = m.iter().find(|r| r.variant == CLUSTER).unwrap();
+        assert_eq!(c.get("latency_ns_p50"), Some(20_000.0));
+        assert_eq!(c.params["rounds"], 3);
+    }
+
+    #[test]
+    fn headlines_pass_fail_and_say_not_run() {
+        let results = vec![
+            lat(SET64, CLUSTER, 60.0),
+            lat(SET64, raw_floor::VARIANT, 50.0),
+            lat(SET64, Peer::RedisWait.name(), 100.0),
+            ops(CLUSTER, 60.0),
+            ops(SINGLE, 100.0),
+            ops(Peer::RedisWait.name(), 30.0),
+        ];
+        let skipped = vec![Skipped::new("value_bytes_copied_per_set", CLUSTER, "no counter")];
+        let h = headlines(&results, &skipped);
+        let find = |s: &str| h.iter().find(|x| x.name.contains(s)).unwrap();
+        assert_eq!(find("/ raw TCP floor").verdict(), Verdict::Pass, "1.2x <= 1.5x");
+        assert_eq!(find("p50, 1 client: pmwire 3 members / Redis").verdict(), Verdict::Pass);
+        assert_eq!(find("at 64 clients: pmwire 3 members / Redis").verdict(), Verdict::Fail, "2x < 3x");
+        assert_eq!(find("/ single-node").verdict(), Verdict::Pass, "0.6x >= 0.5x");
+        assert_eq!(find("p50, 1 client: pmwire 3 members / etcd").not_run_reason(), Some("a side did not run"), "etcd missing: never a pass");
+        assert_eq!(find("bytes copied").not_run_reason(), Some("no counter"));
+        assert!(find("catch-up").not_run_reason().is_some());
+    }
+
+    #[test]
+    fn a_round_plan_splits_latency_and_sweeps_only_when_asked() {
+        let run = RunPlan::quick();
+        assert_eq!(run.round(false).clients, Vec::<usize>::new());
+        assert_eq!(run.round(true).clients, run.plan.clients);
+        assert_eq!(run.round(true).latency_puts, run.plan.latency_puts.div_ceil(run.rounds));
+    }
+}
