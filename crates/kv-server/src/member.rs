@@ -683,7 +683,11 @@ impl<T: Transport<Addr = SocketAddr>> Service<HeapBuffers> for Member<T> {
         wake.append(&mut self.to_wake);
         wake.sort_unstable();
         wake.dedup();
-        let next = self.reactor.service.next_deadline()?;
+        // The replica's next tick, or the links' next timer (a ping, a
+        // handshake's deadline, a re-dial), whichever comes first; both
+        // as instants from this member's origin (the links' clock started a
+        // moment before it: a link timer may fire that moment late).
+        let next = [self.reactor.service.next_deadline(), self.reactor.transport.next_deadline()].into_iter().flatten().min()?;
         Some(self.origin + next)
     }
 
