@@ -479,10 +479,13 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         if st.role == StateRole::Leader {
             let progress = self.reactor.service.progress();
             out += "role:master\r\n";
-            out += &format!("connected_slaves:{}\r\n", progress.iter().filter(|p| p.recent_active).count());
+            // Online: the leader streams the log to it (Replicate) or heard
+            // from it within the election timeout.
+            let online = |p: &pmwire_smr::node::FollowerProgress| p.recent_active || p.state == raft::ProgressState::Replicate;
+            out += &format!("connected_slaves:{}\r\n", progress.iter().filter(|p| online(p)).count());
             for (i, p) in progress.iter().enumerate() {
                 let (ip, port) = self.peers.get(&p.id).map_or(("?".to_string(), 0), |a| (a.ip().to_string(), a.port()));
-                let state = if p.recent_active { "online" } else { "wait_bgsave" };
+                let state = if online(p) { "online" } else { "wait_bgsave" };
                 out += &format!("slave{i}:ip={ip},port={port},state={state},offset={},lag={}\r\n", p.matched, st.last_index.saturating_sub(p.matched));
             }
         } else {
