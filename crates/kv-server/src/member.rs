@@ -479,10 +479,13 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         if st.role == StateRole::Leader {
             let progress = self.reactor.service.progress();
             out += "role:master\r\n";
-            out += &format!("connected_slaves:{}\r\n", progress.iter().filter(|p| p.recent_active).count());
+            // Online: the leader streams the log to it (Replicate) or heard
+            // from it within the election timeout.
+            let online = |p: &pmwire_smr::node::FollowerProgress| p.recent_active || p.state == raft::ProgressState::Replicate;
+            out += &format!("connected_slaves:{}\r\n", progress.iter().filter(|p| online(p)).count());
             for (i, p) in progress.iter().enumerate() {
                 let (ip, port) = self.peers.get(&p.id).map_or(("?".to_string(), 0), |a| (a.ip().to_string(), a.port()));
-                let state = if p.recent_active { "online" } else { "wait_bgsave" };
+                let state = if online(p) { "online" } else { "wait_bgsave" };
                 out += &format!("slave{i}:ip={ip},port={port},state={state},offset={},lag={}\r\n", p.matched, st.last_index.saturating_sub(p.matched));
             }
         } else {
@@ -683,7 +686,11 @@ impl<T: Transport<Addr = SocketAddr>> Service<HeapBuffers> for Member<T> {
         wake.append(&mut self.to_wake);
         wake.sort_unstable();
         wake.dedup();
-        let next = self.reactor.service.next_deadline()?;
+        // The replica's next tick, or the links' next timer (a ping, a
+        // handshake's deadline, a re-dial), whichever comes first; both
+        // as instants from this member's origin (the links' clock started a
+        // moment before it: a link timer may fire that moment late).
+        let next = [self.reactor.service.next_deadline(), self.reactor.transport.next_deadline()].into_iter().flatten().min()?;
         Some(self.origin + next)
     }
 

@@ -664,6 +664,16 @@ impl<T: Transport> Transport for LinkTransport<T> {
         self.inner.progressed()
     }
 
+    /// Events already taken from the inner transport are ready now;
+    /// otherwise the inner transport's fd (the links' timers are the
+    /// caller's to wake for: [`LinkTransport::next_deadline`]).
+    fn event_fd(&mut self) -> transport::EventFd {
+        if !self.ready.is_empty() {
+            return transport::EventFd::Ready;
+        }
+        self.inner.event_fd()
+    }
+
     fn take_buffer(&mut self, len: usize) -> Vec<u8> {
         self.inner.take_buffer(len)
     }
