@@ -36,12 +36,20 @@ pub struct KvReplicatedCrashArgs {
     /// Where to write the JSON results.
     #[arg(long, default_value = "results")]
     pub out: PathBuf,
-    /// Seed of the campaign (default: from the clock; printed).
-    #[arg(long)]
+    /// Seed of the campaign, decimal or 0x-hex (default: from the clock; printed).
+    #[arg(long, value_parser = parse_seed)]
     pub seed: Option<u64>,
     /// The members' peer transport.
     #[arg(long, default_value = "uring", value_parser = ["uring", "tcp", "sm"])]
     pub peer_transport: String,
+}
+
+fn parse_seed(s: &str) -> Result<u64, String> {
+    let parsed = match s.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => s.parse(),
+    };
+    parsed.map_err(|e| format!("'{s}': {e} (a decimal or 0x-prefixed hex u64)"))
 }
 
 /// Runs `pmwire bench kv-replicated`.
@@ -94,6 +102,8 @@ mod tests {
         let c = Crash::try_parse_from(["x", "--runs", "5", "--seed", "7"]).unwrap();
         assert_eq!((c.args.runs, c.args.seed, c.args.load_ms), (5, Some(7), 3000));
         assert!(Crash::try_parse_from(["x", "--runs", "0"]).is_err());
+        assert_eq!(Crash::try_parse_from(["x", "--seed", "0x10"]).unwrap().args.seed, Some(16));
+        assert!(Crash::try_parse_from(["x", "--seed", "0xzz"]).is_err());
         assert!(Crash::try_parse_from(["x", "--load-ms", "10"]).is_err());
         let b = Bench::try_parse_from(["x", "--quick", "--no-peers"]).unwrap();
         assert!(b.args.quick && b.args.no_peers);
