@@ -234,9 +234,19 @@ fn three_members_serve_replicate_and_fail_over() {
         Reply::Int(n) => assert!((1..=2).contains(&n), "WAIT: a majority's follower holds the write; {n}"),
         other => panic!("WAIT: {other:?}"),
     }
-    let info = match leader.call(&["INFO", "replication"]) {
-        Reply::Bulk(Some(b)) => String::from_utf8(b).unwrap(),
-        other => panic!("INFO replication: {other:?}"),
+    // A follower counts as connected once the leader streams to it; one that has not
+    // acknowledged anything yet (its link still coming up) is `wait_bgsave`, so wait for both
+    // (a generous bound: this checks what INFO says, not how fast).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let info = loop {
+        let info = match leader.call(&["INFO", "replication"]) {
+            Reply::Bulk(Some(b)) => String::from_utf8(b).unwrap(),
+            other => panic!("INFO replication: {other:?}"),
+        };
+        if info.contains("connected_slaves:2") || std::time::Instant::now() > deadline {
+            break info;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
     };
     assert!(info.contains("role:master") && info.contains("connected_slaves:2") && info.contains("slave1:ip=127.0.0.1"), "{info}");
 
