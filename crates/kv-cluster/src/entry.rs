@@ -149,12 +149,20 @@ fn protocol_byte(p: Protocol) -> u8 {
 impl Entry<'_> {
     /// The entry's bytes (header, watched keys, commands, checksum).
     pub fn encode(&self) -> Vec<u8> {
-        assert!(self.commands.len() as u64 <= MAX_BODY_BYTES);
+        self.encode_with(self.commands.len(), |out| out.extend_from_slice(self.commands))
+    }
+
+    /// [`Entry::encode`] with the command bytes appended by `write` (which
+    /// must append exactly `commands_len` bytes; `self.commands` is not
+    /// read): a proposer encodes a client's arguments straight into the
+    /// entry instead of into a buffer of their own first.
+    pub fn encode_with(&self, commands_len: usize, write: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+        assert!(commands_len as u64 <= MAX_BODY_BYTES);
         assert!(self.count <= MAX_COMMANDS);
         assert!(self.watched.len() as u64 <= u64::from(MAX_WATCHED));
         assert!(self.expire_budget <= MAX_SWEEP_BUDGET && self.garbage_budget <= MAX_SWEEP_BUDGET);
         let keys: usize = self.watched.iter().map(|w| WATCHED_BYTES + w.key.len()).sum();
-        let mut out = Vec::with_capacity(HEADER_BYTES + keys + self.commands.len() + 4);
+        let mut out = Vec::with_capacity(HEADER_BYTES + keys + commands_len + 4);
         out.extend_from_slice(&MAGIC);
         let protocol = if self.kind == Kind::Sweep { 0 } else { protocol_byte(self.protocol) };
         out.extend_from_slice(&[VERSION, self.kind.to_byte(), protocol, 0]);
@@ -164,7 +172,7 @@ impl Entry<'_> {
         out.extend_from_slice(&(self.watched.len() as u32).to_le_bytes());
         out.extend_from_slice(&self.expire_budget.to_le_bytes());
         out.extend_from_slice(&self.garbage_budget.to_le_bytes());
-        out.extend_from_slice(&(self.commands.len() as u64).to_le_bytes());
+        out.extend_from_slice(&(commands_len as u64).to_le_bytes());
         assert_eq!(out.len(), HEADER_BYTES);
         for w in &self.watched {
             assert!(w.key.len() as u64 <= u64::from(MAX_WATCHED_KEY_BYTES));
@@ -179,7 +187,9 @@ impl Entry<'_> {
             out.extend_from_slice(&deadline.to_le_bytes());
             out.extend_from_slice(&w.key);
         }
-        out.extend_from_slice(self.commands);
+        let before = out.len();
+        write(&mut out);
+        assert_eq!(out.len() - before, commands_len, "the commands' length written in the header");
         let crc = crc32c::crc32c(&out);
         out.extend_from_slice(&crc.to_le_bytes());
         out

@@ -53,21 +53,7 @@ impl Proposer {
 
     /// An entry of one command.
     pub fn command<A: AsRef<[u8]>>(&mut self, now_ms: u64, protocol: Protocol, args: &[A]) -> Vec<u8> {
-        let mut commands = Vec::new();
-        pmwire_resp::client::encode_request(args, &mut commands);
-        let (time_ms, seed) = self.stamp(now_ms);
-        let e = Entry {
-            kind: Kind::Command,
-            protocol,
-            time_ms,
-            seed,
-            count: 1,
-            expire_budget: 0,
-            garbage_budget: 0,
-            watched: Vec::new(),
-            commands: &commands,
-        };
-        e.encode()
+        self.commands(now_ms, protocol, Kind::Command, Vec::new(), std::slice::from_ref(&args))
     }
 
     /// An entry of a transaction: its queued commands (each as its
@@ -79,13 +65,16 @@ impl Proposer {
         watched: Vec<Watched>,
         queued: &[Vec<A>],
     ) -> Vec<u8> {
-        let mut commands = Vec::new();
-        for args in queued {
-            pmwire_resp::client::encode_request(args, &mut commands);
-        }
+        self.commands(now_ms, protocol, Kind::Exec, watched, queued)
+    }
+
+    /// An entry of `queued` commands, each encoded as RESP multibulk
+    /// straight into the entry.
+    fn commands<Q: AsRef<[A]>, A: AsRef<[u8]>>(&mut self, now_ms: u64, protocol: Protocol, kind: Kind, watched: Vec<Watched>, queued: &[Q]) -> Vec<u8> {
+        let len = queued.iter().map(|args| multibulk_len(args.as_ref())).sum();
         let (time_ms, seed) = self.stamp(now_ms);
         let e = Entry {
-            kind: Kind::Exec,
+            kind,
             protocol,
             time_ms,
             seed,
@@ -93,9 +82,9 @@ impl Proposer {
             expire_budget: 0,
             garbage_budget: 0,
             watched,
-            commands: &commands,
+            commands: &[],
         };
-        e.encode()
+        e.encode_with(len, |out| queued.iter().for_each(|args| pmwire_resp::client::encode_request(args.as_ref(), out)))
     }
 
     /// A sweep entry: at most `expire_budget` expired keys and
@@ -115,6 +104,13 @@ impl Proposer {
         };
         e.encode()
     }
+}
+
+/// The bytes `pmwire_resp::client::encode_request` writes for `args`:
+/// `*N\r\n`, then `$LEN\r\nARG\r\n` per argument.
+fn multibulk_len<A: AsRef<[u8]>>(args: &[A]) -> usize {
+    let digits = |n: usize| n.checked_ilog10().unwrap_or(0) as usize + 1;
+    3 + digits(args.len()) + args.iter().map(|a| a.as_ref().len()).map(|n| 5 + digits(n) + n).sum::<usize>()
 }
 
 #[cfg(test)]
@@ -137,5 +133,14 @@ mod tests {
         assert_eq!(Entry::decode(&c).unwrap().time_ms, 900);
         assert!(a_time <= b.time_ms);
         assert_ne!(Proposer::new().key, Proposer::new().key, "keys from the OS");
+    }
+
+    #[test]
+    fn the_multibulk_length_is_what_the_encoder_writes() {
+        for args in [vec![&b""[..]], vec![&b"SET"[..], b"k", &[7u8; 1000][..]], vec![&[1u8; 9][..]; 12]] {
+            let mut out = Vec::new();
+            pmwire_resp::client::encode_request(&args, &mut out);
+            assert_eq!(multibulk_len(&args), out.len());
+        }
     }
 }
