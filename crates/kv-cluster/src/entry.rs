@@ -10,6 +10,7 @@
 //! the bytes there are, so a torn or forged entry is refused whole
 //! ([`EntryError`]) and nothing of it is interpreted.
 
+use pmem::le;
 use pmwire_resp::reply::Protocol;
 use thiserror::Error;
 
@@ -196,29 +197,20 @@ impl Entry<'_> {
     }
 }
 
-/// A bounds-checked reader over the entry's bytes.
-struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
+/// The entry's bytes through [`le::Reader`], a short read naming the field.
+struct Reader<'a>(le::Reader<'a>);
 
 impl<'a> Reader<'a> {
     fn take(&mut self, n: u64, what: &'static str) -> Result<&'a [u8], EntryError> {
-        let left = (self.bytes.len() - self.at) as u64;
-        if n > left {
-            return Err(EntryError::Bounds(what));
-        }
-        let s = &self.bytes[self.at..self.at + n as usize];
-        self.at += n as usize;
-        Ok(s)
+        self.0.take(n).ok_or(EntryError::Bounds(what))
     }
 
     fn u32(&mut self, what: &'static str) -> Result<u32, EntryError> {
-        Ok(u32::from_le_bytes(self.take(4, what)?.try_into().expect("4 bytes")))
+        self.0.u32().ok_or(EntryError::Bounds(what))
     }
 
     fn u64(&mut self, what: &'static str) -> Result<u64, EntryError> {
-        Ok(u64::from_le_bytes(self.take(8, what)?.try_into().expect("8 bytes")))
+        self.0.u64().ok_or(EntryError::Bounds(what))
     }
 }
 
@@ -234,7 +226,7 @@ impl<'a> Entry<'a> {
         if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().expect("4 bytes")) {
             return Err(EntryError::Checksum);
         }
-        let mut r = Reader { bytes: body, at: 0 };
+        let mut r = Reader(le::Reader::new(body, 0));
         let head = r.take(8, "header")?;
         if head[..4] != MAGIC {
             return Err(EntryError::Magic);
@@ -265,7 +257,7 @@ impl<'a> Entry<'a> {
             watched.push(read_watched(&mut r)?);
         }
         let commands = r.take(body_len, "commands")?;
-        if r.at != body.len() {
+        if !r.0.done() {
             return Err(EntryError::Bounds("trailing bytes"));
         }
         Ok(Entry { kind, protocol, time_ms, seed, count, expire_budget, garbage_budget, watched, commands })

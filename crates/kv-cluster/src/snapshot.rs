@@ -12,6 +12,7 @@
 //! One buffer holds the whole snapshot: streaming one in chunks is for
 //! later (issue 26 item 6).
 
+use pmem::le;
 use pmwire_keyspace::chunked::ChunkConfig;
 use pmwire_keyspace::store::{Expiry, Keyspace, Kind, StoreError, ValueSource};
 use pmwire_smr::state::RestoreError;
@@ -172,11 +173,8 @@ pub fn encode<K: MachineKeyspace>(ks: &mut K, state: &State, writes: &WriteIndex
     out
 }
 
-/// A bounds-checked reader.
-struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
+/// The snapshot's bytes through [`le::Reader`], a short read naming the field.
+struct Reader<'a>(le::Reader<'a>);
 
 fn corrupt(what: &'static str) -> RestoreError {
     RestoreError::Corrupt(what)
@@ -184,24 +182,19 @@ fn corrupt(what: &'static str) -> RestoreError {
 
 impl<'a> Reader<'a> {
     fn left(&self) -> u64 {
-        (self.bytes.len() - self.at) as u64
+        self.0.left()
     }
 
     fn take(&mut self, n: u64, what: &'static str) -> Result<&'a [u8], RestoreError> {
-        if n > self.left() {
-            return Err(corrupt(what));
-        }
-        let s = &self.bytes[self.at..self.at + n as usize];
-        self.at += n as usize;
-        Ok(s)
+        self.0.take(n).ok_or(corrupt(what))
     }
 
     fn u32(&mut self, what: &'static str) -> Result<u32, RestoreError> {
-        Ok(u32::from_le_bytes(self.take(4, what)?.try_into().expect("4 bytes")))
+        self.0.u32().ok_or(corrupt(what))
     }
 
     fn u64(&mut self, what: &'static str) -> Result<u64, RestoreError> {
-        Ok(u64::from_le_bytes(self.take(8, what)?.try_into().expect("8 bytes")))
+        self.0.u64().ok_or(corrupt(what))
     }
 
     /// A count of records of at least `min` bytes each, checked against the bytes left.
@@ -230,7 +223,7 @@ pub fn decode(bytes: &[u8]) -> Result<Data, RestoreError> {
     if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().expect("4 bytes")) {
         return Err(corrupt("snapshot checksum mismatch"));
     }
-    let mut r = Reader { bytes: body, at: 0 };
+    let mut r = Reader(le::Reader::new(body, 0));
     if r.take(8, "magic")? != MAGIC {
         return Err(corrupt("not a Redis machine snapshot"));
     }

@@ -38,6 +38,54 @@ pub fn get_u64(buf: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(buf[at..at + 8].try_into().unwrap())
 }
 
+/// A bounds-checked little-endian cursor over bytes read from the wire or
+/// from media: every read checks the bytes left before it takes any (no
+/// length from the bytes reaches arithmetic unchecked), and a short read
+/// is `None`, which each caller turns into its own typed error.
+#[derive(Debug)]
+pub struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    /// A reader of `bytes` from offset `at` (at most their length).
+    pub fn new(bytes: &'a [u8], at: usize) -> Reader<'a> {
+        assert!(at <= bytes.len());
+        Reader { bytes, at }
+    }
+
+    /// Bytes not read yet.
+    pub fn left(&self) -> u64 {
+        (self.bytes.len() - self.at) as u64
+    }
+
+    /// The next `n` bytes, if there are that many.
+    pub fn take(&mut self, n: u64) -> Option<&'a [u8]> {
+        if n > self.left() {
+            return None;
+        }
+        let s = &self.bytes[self.at..self.at + n as usize];
+        self.at += n as usize;
+        Some(s)
+    }
+
+    /// The next u32.
+    pub fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+
+    /// The next u64.
+    pub fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+
+    /// True if every byte was read.
+    pub fn done(&self) -> bool {
+        self.at == self.bytes.len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -53,5 +101,17 @@ mod tests {
         assert_eq!(get_u16(&buf, 0), 0x0102);
         assert_eq!(get_u32(&buf, 2), 0x0304_0506);
         assert_eq!(get_u64(&buf, 8), 0x0708_090a_0b0c_0d0e);
+    }
+
+    #[test]
+    fn the_reader_never_reads_past_the_end() {
+        let bytes = [1u8, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 9];
+        let mut r = Reader::new(&bytes, 0);
+        assert_eq!(r.u32(), Some(1));
+        assert_eq!(r.u64(), Some(2));
+        assert_eq!(r.u32(), None, "one byte left");
+        assert_eq!(r.take(u64::MAX), None);
+        assert_eq!(r.take(1), Some(&[9u8][..]));
+        assert!(r.done());
     }
 }

@@ -124,35 +124,30 @@ impl Sessions {
     }
 }
 
-/// Reads fields of a checked snapshot body, failing on a short one.
-pub struct Reader<'a> {
-    b: &'a [u8],
-    at: usize,
-}
+/// Reads fields of a checked snapshot body through [`pmem::le::Reader`],
+/// failing on a short one.
+pub struct Reader<'a>(pmem::le::Reader<'a>);
 
 impl<'a> Reader<'a> {
     /// A reader of `b` from offset `at`.
     pub fn new(b: &'a [u8], at: usize) -> Reader<'a> {
-        Reader { b, at }
+        Reader(pmem::le::Reader::new(b, at))
     }
     /// The next `n` bytes.
     pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], RestoreError> {
-        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len()).ok_or(RestoreError::Corrupt("truncated"))?;
-        let out = &self.b[self.at..end];
-        self.at = end;
-        Ok(out)
+        self.0.take(n as u64).ok_or(RestoreError::Corrupt("truncated"))
     }
     /// The next u32.
     pub fn u32(&mut self) -> Result<u32, RestoreError> {
-        Ok(u32::from_le_bytes(self.bytes(4)?.try_into().expect("4 bytes")))
+        self.0.u32().ok_or(RestoreError::Corrupt("truncated"))
     }
     /// The next u64.
     pub fn u64(&mut self) -> Result<u64, RestoreError> {
-        Ok(u64::from_le_bytes(self.bytes(8)?.try_into().expect("8 bytes")))
+        self.0.u64().ok_or(RestoreError::Corrupt("truncated"))
     }
     /// True if every byte was read.
     pub fn done(&self) -> bool {
-        self.at == self.b.len()
+        self.0.done()
     }
 }
 
