@@ -12,7 +12,6 @@
 
 use std::fs::File;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
@@ -58,17 +57,10 @@ pub struct MirrorBackupArgs {
 
 /// Locks the pool file for this process (released when the file closes).
 pub(crate) fn lock(path: &Path) -> Result<File> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .with_context(|| format!("open {}", path.display()))?;
-    // SAFETY: flock on an fd we own.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
-        bail!("{} is in use by another process (it holds the lock); one backup per pool", path.display());
+    match pmem::lock::lock_file(path, false) {
+        Err(pmem::lock::LockError::Held(_)) => bail!("{} is in use by another process (it holds the lock); one backup per pool", path.display()),
+        other => Ok(other?),
     }
-    Ok(file)
 }
 
 /// Opens the backup's heap, or formats one in a new pool.

@@ -17,7 +17,6 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 
@@ -217,13 +216,10 @@ fn tail(name: &str) -> TailStrategy {
 
 /// Locks `path` for this process (released when the file closes).
 fn lock(path: &std::path::Path) -> Result<File> {
-    let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).with_context(|| format!("open {}", path.display()))?;
-    // SAFETY: flock on an fd we own.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
-        bail!("{} is in use by another replica process (it holds the lock); one replica per pool", path.display());
+    match pmem::lock::lock_file(path, true) {
+        Err(pmem::lock::LockError::Held(_)) => bail!("{} is in use by another replica process (it holds the lock); one replica per pool", path.display()),
+        other => Ok(other?),
     }
-    Ok(file)
 }
 
 /// Runs `pmwire replica` until killed.

@@ -765,13 +765,10 @@ pub enum MemberError {
 
 /// Locks `path` for this process (released when the file closes).
 fn lock(path: &std::path::Path) -> Result<std::fs::File, MemberError> {
-    use std::os::fd::AsRawFd;
-    let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
-    // SAFETY: flock on an fd we own.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        return Err(MemberError::Locked(path.to_path_buf()));
-    }
-    Ok(file)
+    pmem::lock::lock_file(path, true).map_err(|e| match e {
+        pmem::lock::LockError::Held(p) => MemberError::Locked(p),
+        pmem::lock::LockError::Open(_, io) => io.into(),
+    })
 }
 
 fn raft_path(pool: &std::path::Path) -> std::path::PathBuf {

@@ -26,6 +26,7 @@ pub mod crc;
 pub mod flush;
 pub mod layout;
 pub mod le;
+pub mod lock;
 pub mod media;
 pub mod record;
 pub mod region;
