@@ -36,7 +36,7 @@ fn a_tiny_suite_measures_the_members_and_fails_over() {
 #[test]
 fn kill_9_runs_lose_nothing_and_the_canary_is_caught() {
     let out = tempfile::tempdir().unwrap();
-    let options = crash::CrashOptions { runs: 2, load: Duration::from_millis(1500), out_dir: out.path().into(), exe: exe(), seed: 0x5eed, transport: "uring".into() };
+    let options = crash::CrashOptions { runs: 2, load: Duration::from_millis(500), out_dir: out.path().into(), exe: exe(), seed: 0x5eed, transport: "uring".into() };
     // Run 0 kills the leader, run 1 a follower.
     for run in 0..2 {
         let r = crash::one_run(&options, run);

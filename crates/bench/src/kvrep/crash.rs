@@ -194,6 +194,7 @@ fn client(c: usize, addrs: &[SocketAddr], seed: u64, epoch: Instant, stop: &Atom
                 continue;
             }
         };
+        let refused = matches!(&result, Ok(Value::Error(e)) if not_executed(e));
         let ret = result.ok().and_then(|v| output(&v)).map(|o| (now(), o));
         if let Some((at, o)) = &ret {
             if matches!(o, Output::Ok | Output::Int(_)) {
@@ -202,10 +203,24 @@ fn client(c: usize, addrs: &[SocketAddr], seed: u64, epoch: Instant, stop: &Atom
         } else {
             conn = None;
             member = (member + 1) % MEMBERS;
+            if refused || input == Input::Get {
+                // Certainly not applied, or a read that changes nothing: in the
+                // history it would only be one more operation pending forever,
+                // which every later one must be checked against.
+                continue;
+            }
         }
         log.ops.push(RedisOp { key: k, call, ret, input });
     }
     log
+}
+
+/// An error reply that says the command was never proposed: a follower's
+/// refusal (`-READONLY`, it forwards nothing) or a member that knows no
+/// leader. Other errors (leadership lost, no majority in time, a cut
+/// connection) leave the outcome unknown.
+fn not_executed(error: &[u8]) -> bool {
+    error.starts_with(b"READONLY ") || error.starts_with(b"CLUSTERDOWN The cluster is down: no leader is elected")
 }
 
 /// What one run found.
