@@ -10,7 +10,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::OnceLock;
+use std::sync::Mutex;
 
 use anyhow::{anyhow, Result};
 use link::{LinkTransport, Secret};
@@ -22,7 +22,10 @@ use transport::{UcxConfig, UcxTransport};
 pub type Client = SmrClient<LinkTransport<UcxTransport>>;
 
 static LEGACY: AtomicBool = AtomicBool::new(false);
-static SECRET: OnceLock<Result<(PathBuf, Secret), String>> = OnceLock::new();
+/// This process's secret file and secret, while the file exists (a suite
+/// that ends removes it; the next suite of the same process, as in the
+/// tour, makes a new one).
+static SECRET: Mutex<Option<(PathBuf, Secret)>> = Mutex::new(None);
 
 /// Replicas come from a build without links: no `--secret-file`, and
 /// clients do no handshake. For `smr-crash --replica-exe` only.
@@ -35,14 +38,18 @@ pub fn legacy_links() -> bool {
     LEGACY.load(Ordering::Relaxed)
 }
 
-/// This process's secret file (made on first use) and its secret.
-fn secret() -> Result<&'static (PathBuf, Secret)> {
-    let made = SECRET.get_or_init(|| {
-        let path = PathBuf::from(format!("/dev/shm/pmwire-smr-bench-{}-secret", std::process::id()));
-        let _ = std::fs::remove_file(&path);
-        Secret::create(&path).map(|s| (path, s)).map_err(|e| e.to_string())
-    });
-    made.as_ref().map_err(|e| anyhow!("the benchmark's cluster secret: {e}"))
+/// This process's secret file (made on first use, or again after
+/// [`remove_secret_file`]) and its secret.
+fn secret() -> Result<(PathBuf, Secret)> {
+    let mut held = SECRET.lock().expect("the secret's lock");
+    if let Some(made) = held.as_ref() {
+        return Ok(made.clone());
+    }
+    let path = PathBuf::from(format!("/dev/shm/pmwire-smr-bench-{}-secret", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let secret = Secret::create(&path).map_err(|e| anyhow!("the benchmark's cluster secret: {e}"))?;
+    *held = Some((path.clone(), secret.clone()));
+    Ok((path, secret))
 }
 
 /// The arguments that give a replica the secret (none for a legacy build).
@@ -50,7 +57,7 @@ pub fn secret_args() -> Result<Vec<OsString>> {
     if legacy_links() {
         return Ok(Vec::new());
     }
-    Ok(vec!["--secret-file".into(), secret()?.0.clone().into()])
+    Ok(vec!["--secret-file".into(), secret()?.0.into()])
 }
 
 /// A client transport that proves the secret to the replicas.
@@ -63,14 +70,14 @@ pub fn link_client<T: transport::Transport>(ucx: T) -> Result<LinkTransport<T>> 
     if legacy_links() {
         return Ok(LinkTransport::unauthenticated(ucx, client_link()));
     }
-    Ok(LinkTransport::real(ucx, secret()?.1.clone(), client_link()))
+    Ok(LinkTransport::real(ucx, secret()?.1, client_link()))
 }
 
 /// Removes this process's secret file, if it made one (at the end of a
 /// campaign or suite; a campaign killed before is cleaned up by the next,
 /// as its other files are).
 pub fn remove_secret_file() {
-    if let Some(Ok((path, _))) = SECRET.get() {
+    if let Some((path, _)) = SECRET.lock().expect("the secret's lock").take() {
         let _ = std::fs::remove_file(path);
     }
 }
