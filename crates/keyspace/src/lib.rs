@@ -60,6 +60,7 @@ pub mod chunked;
 pub mod exec;
 pub mod extended;
 pub mod glob;
+pub mod recording;
 pub mod store;
 
 pub use exec::commands;

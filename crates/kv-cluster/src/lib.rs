@@ -46,7 +46,7 @@
 //!   ([`pmwire_keyspace::chunked::next_generation`]). The secret is installed by
 //!   the first entry from its seed ([`pmwire_keyspace::chunked::install_generation_secret`]),
 //!   is replicated state (in the snapshot), survives FLUSHALL
-//!   ([`track::Recording`]) and is never shown to a client.
+//!   ([`track::recording`]) and is never shown to a client.
 //! - **Nothing else outlives an entry**: each runs on a fresh executor and
 //!   session (SCAN cursors, counters and the generator start anew).
 //!

@@ -35,7 +35,7 @@ use thiserror::Error;
 use crate::commands::{class, Class};
 use crate::entry::{Entry, EntryError, Kind, Watched, WatchedState};
 use crate::readonly::ReadOnly;
-use crate::track::{Recording, WriteIndex};
+use crate::track::{recording, WriteIndex};
 use crate::{prf, snapshot};
 
 /// The first byte of the machine's own internal entries.
@@ -375,7 +375,7 @@ impl<K: MachineKeyspace> RedisMachine<K> {
         let mut server = Server::new(ServerConfig { random_seed, ..self.config.clone() });
         let mut session = server.open_session();
         session.protocol = entry.protocol;
-        let mut rec = Recording::new(ks);
+        let mut rec = recording(ks);
         let mut capture = Capture::new();
         let mut applied = Applied::default();
         if entry.kind == Kind::Command {

@@ -1,4 +1,4 @@
-//! What an applied entry wrote: the keyspace wrapper [`Recording`], and the
+//! What an applied entry wrote: the keyspace wrapper [`recording`], and the
 //! replicated index of each key's last write, [`WriteIndex`], which WATCH
 //! is decided against.
 //!
@@ -23,7 +23,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use pmwire_keyspace::chunked::GENERATIONS_KEY;
-use pmwire_keyspace::store::{Expiry, Keyspace, Kind, StoreError, StoreLimits, Stored, ValueSource};
+use pmwire_keyspace::recording::Recording;
+use pmwire_keyspace::store::Keyspace;
 
 /// Most keys whose last write is remembered.
 pub const MAX_TRACKED_KEYS: usize = 65_536;
@@ -32,128 +33,12 @@ pub const MAX_TRACKED_BYTES: usize = 8 << 20;
 /// Longest key remembered one by one (fits an internal entry of the engine).
 pub const MAX_TRACKED_KEY_BYTES: usize = 200;
 
-/// A keyspace that records the keys written through it.
-pub struct Recording<'k, K: Keyspace> {
-    /// The keyspace.
-    pub inner: &'k mut K,
-    /// Keys written, in order, with repeats.
-    pub touched: Vec<Vec<u8>>,
-    /// Keys a list was stored at (blocked pops may now be served there).
-    pub lists: Vec<Vec<u8>>,
-    /// A flush ran.
-    pub cleared: bool,
-}
-
-impl<'k, K: Keyspace> Recording<'k, K> {
-    /// A recorder over `inner`.
-    pub fn new(inner: &'k mut K) -> Self {
-        Recording { inner, touched: Vec::new(), lists: Vec::new(), cleared: false }
-    }
-}
-
-impl<K: Keyspace> Keyspace for Recording<'_, K> {
-    type Value = K::Value;
-
-    fn get(&mut self, key: &[u8]) -> Option<Stored<K::Value>> {
-        self.inner.get(key)
-    }
-
-    fn read(&self, value: &K::Value, out: &mut Vec<u8>) {
-        self.inner.read(value, out)
-    }
-
-    fn put(&mut self, key: &[u8], kind: Kind, value: ValueSource<'_>, expiry: Expiry) -> Result<(), StoreError> {
-        self.inner.put(key, kind, value, expiry)?;
-        self.touched.push(key.to_vec());
-        if kind == Kind::List {
-            self.lists.push(key.to_vec());
-        }
-        Ok(())
-    }
-
-    fn set_deadline(&mut self, key: &[u8], deadline_ms: Option<u64>) -> Result<bool, StoreError> {
-        let written = self.inner.set_deadline(key, deadline_ms)?;
-        if written {
-            self.touched.push(key.to_vec());
-        }
-        Ok(written)
-    }
-
-    fn delete(&mut self, key: &[u8]) -> Result<bool, StoreError> {
-        let live = self.inner.delete(key)?;
-        if live {
-            self.touched.push(key.to_vec());
-        }
-        Ok(live)
-    }
-
-    fn scan(&mut self, after: Option<&[u8]>, limit: usize, visit: &mut dyn FnMut(&[u8], Kind)) -> usize {
-        self.inner.scan(after, limit, visit)
-    }
-
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-
-    fn now_ms(&self) -> u64 {
-        self.inner.now_ms()
-    }
-
-    fn expired(&self, limit: usize) -> Vec<Vec<u8>> {
-        self.inner.expired(limit)
-    }
-
-    fn expiring_len(&self) -> u64 {
-        self.inner.expiring_len()
-    }
-
-    /// A flush keeps the generation entry (counter and replicated secret):
-    /// otherwise the next chunked collection would draw a secret from the
-    /// OS, differently on every member.
-    fn clear(&mut self) -> Result<(), StoreError> {
-        let mut generations = Vec::new();
-        if let Some(v) = self.inner.internal_get(GENERATIONS_KEY) {
-            self.inner.read(&v, &mut generations);
-        }
-        self.inner.clear()?;
-        if !generations.is_empty() {
-            self.inner.internal_put(GENERATIONS_KEY, &generations)?;
-        }
-        self.cleared = true;
-        Ok(())
-    }
-
-    fn limits(&self) -> StoreLimits {
-        self.inner.limits()
-    }
-
-    fn begin_command(&mut self) {
-        self.inner.begin_command()
-    }
-
-    fn abort_command(&mut self) {
-        self.inner.abort_command()
-    }
-
-    fn has_internal(&self) -> bool {
-        self.inner.has_internal()
-    }
-
-    fn internal_get(&mut self, key: &[u8]) -> Option<K::Value> {
-        self.inner.internal_get(key)
-    }
-
-    fn internal_put(&mut self, key: &[u8], bytes: &[u8]) -> Result<(), StoreError> {
-        self.inner.internal_put(key, bytes)
-    }
-
-    fn internal_delete(&mut self, key: &[u8]) -> Result<bool, StoreError> {
-        self.inner.internal_delete(key)
-    }
-
-    fn internal_scan(&mut self, from: &[u8], limit: usize, visit: &mut dyn FnMut(&[u8])) -> usize {
-        self.inner.internal_scan(from, limit, visit)
-    }
+/// A keyspace that records the keys written through it, whose flush keeps
+/// the generation entry (counter and replicated secret): otherwise the next
+/// chunked collection would draw a secret from the OS, differently on every
+/// member.
+pub fn recording<K: Keyspace>(inner: &mut K) -> Recording<'_, K> {
+    Recording::keeping(inner, &[GENERATIONS_KEY])
 }
 
 /// The log index of each key's last write (module docs), bounded.
@@ -281,7 +166,7 @@ impl WriteIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pmwire_keyspace::store::MemKeyspace;
+    use pmwire_keyspace::store::{Expiry, Kind, MemKeyspace, ValueSource};
 
     #[test]
     fn the_floor_stands_for_forgotten_keys() {
@@ -306,7 +191,7 @@ mod tests {
         ks.set_clock(pmwire_keyspace::store::Clock::Fixed(100));
         ks.put(b"gone", Kind::String, ValueSource::Owned(b"x".to_vec()), Expiry::At(150)).unwrap();
         ks.set_clock(pmwire_keyspace::store::Clock::Fixed(200));
-        let mut r = Recording::new(&mut ks);
+        let mut r = recording(&mut ks);
         assert!(!r.delete(b"gone").unwrap(), "expired: not live");
         r.put(b"l", Kind::List, ValueSource::Owned(vec![0; 4]), Expiry::Clear).unwrap();
         assert!(!r.set_deadline(b"absent", Some(5)).unwrap());
@@ -319,7 +204,7 @@ mod tests {
         let mut ks = MemKeyspace::new();
         pmwire_keyspace::chunked::install_generation_secret(&mut ks, 5).unwrap();
         let first = pmwire_keyspace::chunked::next_generation(&mut ks).unwrap();
-        let mut r = Recording::new(&mut ks);
+        let mut r = recording(&mut ks);
         r.clear().unwrap();
         assert!(r.cleared);
         let second = pmwire_keyspace::chunked::next_generation(&mut ks).unwrap();

@@ -576,7 +576,7 @@ impl Server {
             } else {
                 Vec::new()
             };
-            let mut tracked = multi::Tracked { inner: ks, touched: Vec::new(), cleared: false, lists: Vec::new() };
+            let mut tracked = crate::recording::Recording::new(ks);
             let mut ctx = Ctx { server: self, session, ks: &mut tracked, req, out: Out::new(sink, protocol) };
             let result = commands::run(spec, &mut ctx).map_err(|fail| ctx.out.error(fail.text().as_bytes()));
             let (touched, cleared) = (std::mem::take(&mut tracked.touched), tracked.cleared);

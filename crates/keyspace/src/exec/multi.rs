@@ -34,7 +34,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::{Ctx, Fail, Res, Server, Session};
-use crate::store::{Expiry, Keyspace, Kind, StoreError, StoreLimits, Stored, ValueSource};
+use crate::store::Keyspace;
 use pmwire_resp::reply::ReplySink;
 
 /// Most bytes of queued commands one transaction holds (their RESP
@@ -112,110 +112,6 @@ impl Watches {
     /// The watched keys (to see which exist before a flush).
     pub fn keys(&self) -> impl Iterator<Item = &[u8]> + '_ {
         self.by_key.keys().map(|k| &k[..])
-    }
-}
-
-/// A keyspace that records the keys written through it (for WATCH).
-pub(crate) struct Tracked<'k, K: Keyspace> {
-    pub inner: &'k mut K,
-    pub touched: Vec<Vec<u8>>,
-    pub cleared: bool,
-    /// Keys a list was written at (blocked pops wait for these).
-    pub lists: Vec<Vec<u8>>,
-}
-
-impl<K: Keyspace> Keyspace for Tracked<'_, K> {
-    type Value = K::Value;
-
-    fn get(&mut self, key: &[u8]) -> Option<Stored<K::Value>> {
-        self.inner.get(key)
-    }
-
-    fn read(&self, value: &K::Value, out: &mut Vec<u8>) {
-        self.inner.read(value, out)
-    }
-
-    fn put(&mut self, key: &[u8], kind: Kind, value: ValueSource<'_>, expiry: Expiry) -> Result<(), StoreError> {
-        self.inner.put(key, kind, value, expiry)?;
-        self.touched.push(key.to_vec());
-        if kind == Kind::List {
-            self.lists.push(key.to_vec());
-        }
-        Ok(())
-    }
-
-    fn set_deadline(&mut self, key: &[u8], deadline_ms: Option<u64>) -> Result<bool, StoreError> {
-        let written = self.inner.set_deadline(key, deadline_ms)?;
-        if written {
-            self.touched.push(key.to_vec());
-        }
-        Ok(written)
-    }
-
-    fn delete(&mut self, key: &[u8]) -> Result<bool, StoreError> {
-        let existed = self.inner.delete(key)?;
-        if existed {
-            self.touched.push(key.to_vec());
-        }
-        Ok(existed)
-    }
-
-    fn scan(&mut self, after: Option<&[u8]>, limit: usize, visit: &mut dyn FnMut(&[u8], Kind)) -> usize {
-        self.inner.scan(after, limit, visit)
-    }
-
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-
-    fn now_ms(&self) -> u64 {
-        self.inner.now_ms()
-    }
-
-    fn expired(&self, limit: usize) -> Vec<Vec<u8>> {
-        self.inner.expired(limit)
-    }
-
-    fn expiring_len(&self) -> u64 {
-        self.inner.expiring_len()
-    }
-
-    fn clear(&mut self) -> Result<(), StoreError> {
-        self.inner.clear()?;
-        self.cleared = true;
-        Ok(())
-    }
-
-    fn limits(&self) -> StoreLimits {
-        self.inner.limits()
-    }
-
-    fn begin_command(&mut self) {
-        self.inner.begin_command()
-    }
-
-    fn abort_command(&mut self) {
-        self.inner.abort_command()
-    }
-
-    fn has_internal(&self) -> bool {
-        self.inner.has_internal()
-    }
-
-    fn internal_get(&mut self, key: &[u8]) -> Option<K::Value> {
-        self.inner.internal_get(key)
-    }
-
-    fn internal_put(&mut self, key: &[u8], bytes: &[u8]) -> Result<(), StoreError> {
-        self.inner.internal_put(key, bytes)
-    }
-
-    fn internal_delete(&mut self, key: &[u8]) -> Result<bool, StoreError> {
-        self.inner.internal_delete(key)
-    }
-
-    fn internal_scan(&mut self, from: &[u8], limit: usize, visit: &mut dyn FnMut(&[u8])) -> usize {
-        self.inner.internal_scan(from, limit, visit)
     }
 }
 

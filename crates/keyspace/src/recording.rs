@@ -1,0 +1,148 @@
+//! [`Recording`]: a keyspace that records the keys written through it,
+//! forwarding every operation to the keyspace it wraps.
+//!
+//! A *write* to a key is what Redis's `signalModifiedKey` marks: a store, a
+//! deadline set or removed, the delete of a live key (the delete of an
+//! already expired key is not one). The single-node executor uses the
+//! record for WATCH and for waking blocked pops; the replicated machine
+//! (`pmwire-kv-cluster`) for its replicated write index as well.
+//!
+//! A flush is recorded as [`Recording::cleared`], not key by key. Internal
+//! entries named in [`Recording::keeping`] survive a flush through the
+//! wrapper (the replicated machine keeps its generation counter and
+//! replicated secret that way, so every member draws the same).
+
+use crate::store::{Expiry, Keyspace, Kind, StoreError, StoreLimits, Stored, ValueSource};
+
+/// A keyspace that records the keys written through it (module docs).
+pub struct Recording<'k, K: Keyspace> {
+    /// The keyspace.
+    pub inner: &'k mut K,
+    /// Keys written, in order, with repeats.
+    pub touched: Vec<Vec<u8>>,
+    /// Keys a list was stored at (blocked pops may now be served there).
+    pub lists: Vec<Vec<u8>>,
+    /// A flush ran.
+    pub cleared: bool,
+    /// Internal entries a flush keeps.
+    keep: &'static [&'static [u8]],
+}
+
+impl<'k, K: Keyspace> Recording<'k, K> {
+    /// A recorder over `inner`.
+    pub fn new(inner: &'k mut K) -> Self {
+        Recording::keeping(inner, &[])
+    }
+
+    /// A recorder over `inner` whose flush keeps the internal entries
+    /// `keep` (their bytes are read before the flush and put back after).
+    pub fn keeping(inner: &'k mut K, keep: &'static [&'static [u8]]) -> Self {
+        Recording { inner, touched: Vec::new(), lists: Vec::new(), cleared: false, keep }
+    }
+}
+
+impl<K: Keyspace> Keyspace for Recording<'_, K> {
+    type Value = K::Value;
+
+    fn get(&mut self, key: &[u8]) -> Option<Stored<K::Value>> {
+        self.inner.get(key)
+    }
+
+    fn read(&self, value: &K::Value, out: &mut Vec<u8>) {
+        self.inner.read(value, out)
+    }
+
+    fn put(&mut self, key: &[u8], kind: Kind, value: ValueSource<'_>, expiry: Expiry) -> Result<(), StoreError> {
+        self.inner.put(key, kind, value, expiry)?;
+        self.touched.push(key.to_vec());
+        if kind == Kind::List {
+            self.lists.push(key.to_vec());
+        }
+        Ok(())
+    }
+
+    fn set_deadline(&mut self, key: &[u8], deadline_ms: Option<u64>) -> Result<bool, StoreError> {
+        let written = self.inner.set_deadline(key, deadline_ms)?;
+        if written {
+            self.touched.push(key.to_vec());
+        }
+        Ok(written)
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<bool, StoreError> {
+        let live = self.inner.delete(key)?;
+        if live {
+            self.touched.push(key.to_vec());
+        }
+        Ok(live)
+    }
+
+    fn scan(&mut self, after: Option<&[u8]>, limit: usize, visit: &mut dyn FnMut(&[u8], Kind)) -> usize {
+        self.inner.scan(after, limit, visit)
+    }
+
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.inner.now_ms()
+    }
+
+    fn expired(&self, limit: usize) -> Vec<Vec<u8>> {
+        self.inner.expired(limit)
+    }
+
+    fn expiring_len(&self) -> u64 {
+        self.inner.expiring_len()
+    }
+
+    fn clear(&mut self) -> Result<(), StoreError> {
+        let mut kept = Vec::new();
+        for &key in self.keep {
+            if let Some(v) = self.inner.internal_get(key) {
+                let mut bytes = Vec::new();
+                self.inner.read(&v, &mut bytes);
+                kept.push((key, bytes));
+            }
+        }
+        self.inner.clear()?;
+        for (key, bytes) in kept {
+            self.inner.internal_put(key, &bytes)?;
+        }
+        self.cleared = true;
+        Ok(())
+    }
+
+    fn limits(&self) -> StoreLimits {
+        self.inner.limits()
+    }
+
+    fn begin_command(&mut self) {
+        self.inner.begin_command()
+    }
+
+    fn abort_command(&mut self) {
+        self.inner.abort_command()
+    }
+
+    fn has_internal(&self) -> bool {
+        self.inner.has_internal()
+    }
+
+    fn internal_get(&mut self, key: &[u8]) -> Option<K::Value> {
+        self.inner.internal_get(key)
+    }
+
+    fn internal_put(&mut self, key: &[u8], bytes: &[u8]) -> Result<(), StoreError> {
+        self.inner.internal_put(key, bytes)
+    }
+
+    fn internal_delete(&mut self, key: &[u8]) -> Result<bool, StoreError> {
+        self.inner.internal_delete(key)
+    }
+
+    fn internal_scan(&mut self, from: &[u8], limit: usize, visit: &mut dyn FnMut(&[u8])) -> usize {
+        self.inner.internal_scan(from, limit, visit)
+    }
+}
