@@ -66,6 +66,7 @@ use crate::cluster::ClusterKeyspace;
 use crate::keyspace::Handle;
 
 mod blocking;
+mod http;
 mod redirect;
 mod wait;
 pub use redirect::keyslot;
@@ -143,6 +144,8 @@ struct Conn {
     blocked: Option<u64>,
     /// Requests that arrived while blocked, served once it is answered.
     held: VecDeque<Vec<Vec<u8>>>,
+    /// An HTTP connection's requests, in queue order (`http`).
+    http: Option<http::Pending>,
 }
 
 impl Conn {
@@ -188,6 +191,7 @@ pub struct Member<T: Transport<Addr = SocketAddr>> {
     redirect: Option<BTreeMap<u64, SocketAddr>>,
     sweep: Option<Ticket>,
     parsed: Parsed,
+    codec: pmwire_netio::http::Codec,
     to_wake: Vec<ConnId>,
     peers: BTreeMap<u64, SocketAddr>,
     stats: MemberStats,
@@ -248,6 +252,7 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             redirect: None,
             sweep: None,
             parsed: Parsed::new(RespLimits::default()),
+            codec: pmwire_netio::http::Codec::new(pmwire_netio::http::Limits { max_head_bytes: 8192, max_body_bytes: MAX_REQUEST_BYTES }),
             to_wake: Vec::new(),
             peers,
             stats: MemberStats::default(),
@@ -287,6 +292,7 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             close_after_flush: false,
             blocked: None,
             held: VecDeque::new(),
+            http: None,
         })
     }
 
@@ -408,6 +414,12 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             b"info" if args.len() == 2 && args[1].eq_ignore_ascii_case(b"replication") => {
                 let text = self.info_replication();
                 let reply = format!("${}\r\n{}\r\n", text.len(), text).into_bytes();
+                self.conn(id).push(Slot::Ready(reply));
+            }
+            b"info" => {
+                // The executor's INFO, with this member's parked clients.
+                let reply = self.local(id, &args);
+                let reply = blocking::with_blocked_clients(reply, self.parked.len());
                 self.conn(id).push(Slot::Ready(reply));
             }
             b"multi" | b"exec" | b"discard" | b"watch" | b"unwatch" => self.transaction(id, &name, args),
@@ -586,16 +598,19 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
     fn flush(&mut self, id: ConnId, out: &mut Vec<u8>) -> bool {
         loop {
             let Some(conn) = self.conns.get_mut(&id) else { return false };
-            match conn.queue.front_mut() {
-                Some(Slot::Ready(bytes)) => out.append(bytes),
+            let reply = match conn.queue.front_mut() {
+                Some(Slot::Ready(bytes)) => std::mem::take(bytes),
                 Some(Slot::Read(args)) => {
                     let args = std::mem::take(args);
-                    let reply = self.run_read(id, &args);
-                    out.extend_from_slice(&reply);
+                    self.run_read(id, &args)
                 }
                 _ => return conn.queue.is_empty() && conn.close_after_flush,
-            }
+            };
             let conn = self.conns.get_mut(&id).expect("the connection");
+            match conn.http.as_mut().and_then(VecDeque::pop_front) {
+                Some((want, keep)) => out.extend_from_slice(&http::translate(want, keep, &reply)),
+                None => out.extend_from_slice(&reply),
+            }
             conn.queue.pop_front();
             conn.head += 1;
         }
@@ -695,9 +710,7 @@ impl<T: Transport<Addr = SocketAddr>> Service<HeapBuffers> for Member<T> {
             let (input, reply) = batch.split(i);
             let id = input.conn;
             if input.listener != 0 {
-                reply.output.push_bytes(b"HTTP/1.1 501 Not Implemented\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
-                reply.consumed = input.len_bytes();
-                reply.close = true;
+                self.http_input(&input, reply);
                 continue;
             }
             self.conn(id);
@@ -731,9 +744,6 @@ impl<T: Transport<Addr = SocketAddr>> Service<HeapBuffers> for Member<T> {
         self.drive();
         for i in 0..batch.len() {
             let (input, reply) = batch.split(i);
-            if input.listener != 0 {
-                continue;
-            }
             let mut out = Vec::new();
             let close = self.flush(input.conn, &mut out);
             reply.output.push_bytes(&out);

@@ -263,9 +263,38 @@ impl<T: Transport<Addr = std::net::SocketAddr>> Member<T> {
     }
 }
 
+/// INFO's reply (a bulk string, or RESP3's verbatim string) with its
+/// `blocked_clients:` field saying `parked` (the executor counts only its
+/// own waiters; a member's are here). Any other reply is returned as is.
+pub(super) fn with_blocked_clients(reply: Vec<u8>, parked: usize) -> Vec<u8> {
+    let Some(head_end) = reply.windows(2).position(|w| w == b"\r\n") else { return reply };
+    if !matches!(reply.first(), Some(b'$' | b'=')) || reply.len() < head_end + 4 {
+        return reply;
+    }
+    let body = &reply[head_end + 2..reply.len() - 2];
+    let Ok(text) = std::str::from_utf8(body) else { return reply };
+    let field = "blocked_clients:";
+    let Some(at) = text.find(field) else { return reply };
+    let end = text[at..].find("\r\n").map_or(text.len(), |e| at + e);
+    let new = format!("{}{field}{parked}{}", &text[..at], &text[end..]);
+    let mut out = format!("{}{}\r\n", reply[0] as char, new.len()).into_bytes();
+    out.extend_from_slice(new.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
 #[cfg(test)]
 mod tests {
-    use super::keys_of;
+    use super::{keys_of, with_blocked_clients};
+
+    #[test]
+    fn info_says_how_many_clients_are_parked() {
+        let info = b"$39\r\n# Clients\r\nblocked_clients:0\r\nother:1\r\n\r\n".to_vec();
+        let text = "# Clients\r\nblocked_clients:12\r\nother:1\r\n";
+        let want = format!("${}\r\n{text}\r\n", text.len()).into_bytes();
+        assert_eq!(with_blocked_clients(info, 12), want);
+        assert_eq!(with_blocked_clients(b"-ERR x\r\n".to_vec(), 3), b"-ERR x\r\n".to_vec());
+    }
 
     fn args(a: &[&str]) -> Vec<Vec<u8>> {
         a.iter().map(|s| s.as_bytes().to_vec()).collect()
