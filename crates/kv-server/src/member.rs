@@ -244,7 +244,9 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             proposer,
             local: RespServer::new(config.clone()),
             scratch: MemKeyspace::new(),
-            reads: RespServer::new(config),
+            // The member's door checks the password: reads run for
+            // authenticated sessions (and HTTP's Bearer) only.
+            reads: RespServer::new(ServerConfig { requirepass: None, ..config }),
             conns: HashMap::new(),
             tickets: HashMap::new(),
             parked: blocking::Parked::default(),
@@ -901,7 +903,11 @@ impl<T: Transport<Addr = SocketAddr>> MemberServer<T> {
             protected_mode: options.protected_mode,
             ..ServerConfig::default()
         };
-        let machine = RedisMachine::open(ClusterKeyspace::new(store), config.clone())?;
+        // The member's door checks the password (RESP AUTH, HTTP Bearer);
+        // the machine runs entries of authenticated sessions only, so its
+        // executor has none (with one, every entry answered NOAUTH).
+        let machine_config = ServerConfig { requirepass: None, ..config.clone() };
+        let machine = RedisMachine::open(ClusterKeyspace::new(store), machine_config)?;
         let durable = open_raft(options)?;
         let mut rc = pmwire_smr::node::ReplicaConfig::new(options.id);
         rc.tick = options.tick;

@@ -1093,17 +1093,38 @@ where
             return;
         }
         let leader = self.raw.raft.state == StateRole::Leader;
+        // No leader known (an election): forwarded proposals wait here for
+        // one, within their bound (`expire_pending`).
+        let hold = !leader && self.raw.raft.leader_id == 0;
+        let term = self.raw.raft.term;
         let entries = std::mem::take(&mut self.proposed);
         let waiters = std::mem::take(&mut self.proposed_ids);
         assert_eq!(entries.len(), waiters.len(), "one waiter per proposed entry");
         let mut going = Vec::with_capacity(entries.len());
         let mut waiting = Vec::with_capacity(entries.len());
-        for (e, w) in entries.into_iter().zip(waiters) {
-            if leader || matches!(w, Waiter::Forwarded(_)) {
-                going.push(e);
-                waiting.push(w);
-            } else {
-                self.not_proposed(t, w);
+        for (mut e, w) in entries.into_iter().zip(waiters) {
+            match w {
+                // Expired while held: failed already.
+                Waiter::Forwarded(seq) if !self.forwarded.contains_key(&seq) => {}
+                Waiter::Forwarded(_) if hold => {
+                    self.proposed.push(e);
+                    self.proposed_ids.push(w);
+                }
+                Waiter::Forwarded(seq) => {
+                    // Tagged with the term it is sent in (the one its leader
+                    // must append it in to apply it).
+                    let mut ctx = e.context.to_vec();
+                    ctx[32..40].copy_from_slice(&term.to_le_bytes());
+                    e.context = ctx.into();
+                    self.forwarded.get_mut(&seq).expect("checked").1 = term;
+                    going.push(e);
+                    waiting.push(w);
+                }
+                w if leader => {
+                    going.push(e);
+                    waiting.push(w);
+                }
+                w => self.not_proposed(t, w),
             }
         }
         if going.is_empty() {

@@ -54,10 +54,11 @@ use crate::store::Durable;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Ticket(pub u64);
 
-/// A proposal or read is taken only while a leader is known (and the
-/// replica has not halted).
+/// A halted replica takes no proposal or read. (While no leader is known,
+/// during an election, a follower holds its proposals and reads until one
+/// is, within the bound.)
 #[derive(Clone, Copy, Debug, Error, PartialEq, Eq)]
-#[error("no leader is known (the leader this replica knows: {leader}; 0 if none)")]
+#[error("this replica halted and takes nothing (leader field: {leader}, always 0)")]
 pub struct NotLeader {
     /// The leader this replica knows (0: none).
     pub leader: u64,
@@ -153,11 +154,6 @@ impl<T: Transport, D: Durable, M: StateMachine> Replica<T, D, M>
 where
     T::Addr: PeerAddr,
 {
-    fn no_leader(&self) -> Option<NotLeader> {
-        let leader = self.raw.raft.leader_id;
-        (leader == 0 || self.halted.is_some()).then_some(NotLeader { leader: if self.halted.is_some() { 0 } else { leader } })
-    }
-
     /// True if this replica leads (its proposals go to its own log).
     pub fn is_leader(&self) -> bool {
         self.raw.raft.state == StateRole::Leader && self.halted.is_none()
@@ -187,8 +183,8 @@ where
             self.proposed.push(raft::eraftpb::Entry { data: data.into(), context: (&[ENTRY_MACHINE][..]).into(), ..Default::default() });
             return Ok(ticket);
         }
-        if let Some(e) = self.no_leader() {
-            return Err(e);
+        if self.halted.is_some() {
+            return Err(NotLeader { leader: 0 });
         }
         let principal = if principal.len() <= crate::forward::MAX_PRINCIPAL_BYTES { principal } else { &[] };
         self.forward_seq += 1;
@@ -207,10 +203,8 @@ where
     /// leader's commit index as of a moment after this call and this
     /// replica's machine has applied it.
     pub fn read_index(&mut self) -> Result<Ticket, NotLeader> {
-        if !self.is_leader() {
-            if let Some(e) = self.no_leader() {
-                return Err(e);
-            }
+        if self.halted.is_some() {
+            return Err(NotLeader { leader: 0 });
         }
         let ticket = self.ticket();
         let ctx = self.next_read;
