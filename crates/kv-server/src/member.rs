@@ -11,30 +11,55 @@
 //! thread, no polling: an idle member sleeps until a tick or a message.
 //!
 //! Clients (per connection, replies in request order: a queue of slots,
-//! flushed in order as their answers come):
+//! flushed in order as their answers come). Every member serves every
+//! client alike, leader or follower:
 //! - a write ([`Class::Write`], and a name the tables do not know, which the
 //!   machine answers as the executor does) becomes an entry
-//!   ([`Proposer::command`]) proposed on the leader; its reply is the
-//!   machine's output once the entry is applied (committed on a majority).
-//!   Every proposal of one loop turn goes into one Raft `Ready` (one append
-//!   batch): group commit ([`MemberStats::proposal_turns`]);
-//! - a read waits for a ReadIndex ([`Replica::read_index`]) and then runs
-//!   through [`RedisMachine::read`] when it reaches the head of its
-//!   connection's queue (so a read after a pending write sees it);
-//!   `READONLY` serves reads from the member's applied state at once
-//!   (possibly stale), `READWRITE` undoes it;
+//!   ([`Proposer::command`]) proposed through [`Replica::propose_as`]: on
+//!   the leader into its log, on a follower forwarded to the leader by
+//!   raft-rs (`pmwire_smr::forward`: tagged, applied once however often the
+//!   network delivers it). Its reply is this member's own machine output
+//!   once this member applied the entry (committed on a majority; the
+//!   machine is deterministic, so it is what the leader answered). Every
+//!   proposal of one loop turn goes into one Raft `Ready` (one append
+//!   batch, or one forwarded message): group commit
+//!   ([`MemberStats::proposal_turns`]);
+//! - a read waits for a ReadIndex ([`Replica::read_index`]: the leader's,
+//!   or a follower's forwarded one, done once this member applied up to
+//!   the index the leader confirmed) and then runs through
+//!   [`RedisMachine::read`] when it reaches the head of its connection's
+//!   queue (so a read after a pending write sees it): linearizable on any
+//!   member. `READONLY` serves reads from the member's applied state at
+//!   once (possibly stale), `READWRITE` undoes it;
 //! - MULTI queues here; EXEC becomes one entry ([`Proposer::transaction`])
-//!   with the connection's WATCH records ([`RedisMachine::watch`]);
+//!   with the connection's WATCH records ([`RedisMachine::watch`]). WATCH
+//!   on a follower records this member's applied index: sound, since
+//!   EXEC's check runs when the entry is applied, on every member against
+//!   the same log (any write to the key at a later index aborts it);
+//! - blocking pops (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BLMPOP) are parked
+//!   on the serving member and proposed when their keys may hold an
+//!   element (`blocking`); WAIT waits up to its timeout on the leader and
+//!   answers what a follower can vouch for on a follower (`wait`);
 //! - connection-local commands (AUTH, HELLO, CLIENT, PING, ECHO, SELECT, …)
 //!   run on the member's own executor; `INFO replication` and `ROLE`
 //!   answer from the replica's status and progress;
 //! - a proposal or read that no majority confirms within the replica's
 //!   bound ([`smr::node::Failure::NoQuorum`]) is answered
 //!   `-CLUSTERDOWN The cluster is down: <reason>`, never with a stale or
-//!   unreplicated answer;
-//! - on a follower, writes and linearizable reads are refused with
-//!   `-READONLY` naming the leader (forwarding to the leader is not built
-//!   yet); blocking commands are refused (their parking is not built yet).
+//!   unreplicated answer (while no leader is known, a follower holds the
+//!   request within the same bound);
+//! - with `--redirect moved` a follower answers writes, linearizable reads
+//!   and blocking pops `-MOVED <slot> <leader's RESP address>` instead
+//!   (`redirect`);
+//! - HTTP (`POST|PUT|GET|DELETE /kv/{key}`) takes the same paths (`http`).
+//!
+//! Identity: a member proposes only for an authenticated session (RESP
+//! AUTH with `requirepass`, HTTP `Authorization: Bearer`); entries travel
+//! between members only over the links that proved the cluster's secret.
+//! With `requirepass` the only user is `default`: a forwarded entry
+//! carries the principal `default` in its context (`pmwire_smr::forward`),
+//! so a leader could check per-user ACLs once users exist. The machine's
+//! and the reads' executors run with no password: the door is the member's.
 //!
 //! Expiry: the leader proposes a sweep entry when
 //! [`RedisMachine::sweep_due`] says so, one at a time.
@@ -210,7 +235,7 @@ fn failure_text(f: Failure) -> &'static str {
     match f {
         Failure::NoQuorum => "no majority confirmed the request in time",
         Failure::LeadershipLost => "leadership was lost (the write may or may not be applied)",
-        Failure::NotProposed => "leadership was lost before the write reached the log (it is not applied)",
+        Failure::NotProposed => "the write never reached a leader's log in its term (it is not applied)",
         Failure::Halted => "this member halted",
     }
 }
