@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A first number for `pmwire kv --cluster` (issue 26 item 2): SET of 64 B, one
 # closed-loop client (redis-benchmark -c 1), p50 through the leader of a
-# 3-member cluster on loopback, beside a single-node `pmwire kv` in the same
-# run, alternated ROUNDS times. Usage: scripts/kv-cluster-p50.sh [PMWIRE] [ROUNDS]
+# 3-member cluster on loopback and through a follower (which forwards to
+# the leader), beside a single-node `pmwire kv` in the same run, alternated
+# ROUNDS times. Usage: scripts/kv-cluster-p50.sh [PMWIRE] [ROUNDS]
 set -euo pipefail
 B=${1:-target/release/pmwire}
 ROUNDS=${2:-3}
@@ -29,11 +30,13 @@ for t in $(seq 100); do
   sleep 0.1
 done
 [ -n "$leader" ] || { echo "no leader"; exit 1; }
+follower=$(( leader % 3 + 1 ))
 echo "leader: member $leader; $(grep 'model name' /proc/cpuinfo | head -1 | cut -d: -f2), $(nproc) CPUs; N=$N SETs of 64 B per cell"
 bench() { redis-benchmark -p "$1" -c 1 -n "$N" -t set -d 64 -r 100000 --csv 2>/dev/null | tail -1; }
 echo 'round,server,"test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"'
 for r in $(seq "$ROUNDS"); do
   echo "$r,cluster-leader,$(bench 2742$leader)"
+  echo "$r,cluster-follower,$(bench 2742$follower)"
   echo "$r,single-node,$(bench 27420)"
 done
 for i in 1 2 3; do redis-cli -p 2742$i INFO replication | grep -E 'role|raft_last' | tr -d '\r' | tr '\n' ' '; echo; done

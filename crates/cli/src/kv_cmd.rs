@@ -84,6 +84,14 @@ pub struct KvArgs {
     /// One Raft tick in milliseconds (--cluster; elections after 10-20 ticks, heartbeats every 2).
     #[arg(long, default_value_t = 10)]
     tick_ms: u64,
+    /// What a follower does with a write or a linearizable read (--cluster): forward (to the leader, by Raft's
+    /// proposal and ReadIndex forwarding, and relay the answer: the default) or moved (answer `-MOVED slot ADDR` with
+    /// the leader's RESP address from --cluster-resp).
+    #[arg(long, default_value = "forward", value_parser = ["forward", "moved"])]
+    redirect: String,
+    /// Every member's RESP address, ID=ADDR,... (for --redirect moved).
+    #[arg(long, value_parser = crate::smr_cmd::parse_peers)]
+    cluster_resp: Option<crate::smr_cmd::Peers>,
 }
 
 fn parse_collection_limits(s: &str) -> Result<pmwire_kv_server::ChunkConfig, String> {
@@ -173,6 +181,11 @@ fn run_member(args: &KvArgs) -> Result<()> {
         anyhow::bail!("--tick-ms must be at least 1");
     }
     let secret = crate::secret_args::ServerSecret { secret_file: args.secret_file.clone().context("--cluster needs --secret-file")?, create_secret: args.create_secret }.load()?;
+    let redirect = match (args.redirect.as_str(), &args.cluster_resp) {
+        ("moved", None) => anyhow::bail!("--redirect moved needs --cluster-resp (every member's RESP address)"),
+        ("moved", Some(resp)) => Some(resp.0.clone()),
+        _ => None,
+    };
     let options = MemberOptions {
         pool: args.pool.clone(),
         size: args.size,
@@ -186,6 +199,7 @@ fn run_member(args: &KvArgs) -> Result<()> {
         tick: std::time::Duration::from_millis(args.tick_ms),
         requirepass: args.requirepass.as_ref().filter(|p| !p.is_empty()).map(|p| p.as_bytes().to_vec()),
         protected_mode: args.protected_mode,
+        redirect,
     };
     if args.peer_transport == "uring" {
         let mut transport = transport::TcpTransport::new(&crate::smr_cmd::uring_config())?;
@@ -214,6 +228,9 @@ fn serve_member<T: transport::Transport<Addr = SocketAddr>>(mut server: pmwire_k
     println!("serving RESP on {resp}, HTTP on {http}");
     server.run().context("serving")?;
     let s = server.member().stats();
-    println!("stopped: {} proposals in {} turns, {} read indexes, {} stale reads, {} CLUSTERDOWN, {} sweeps", s.proposals, s.proposal_turns, s.read_indexes, s.stale_reads, s.cluster_down, s.sweeps);
+    println!(
+        "stopped: {} proposals ({} forwarded) in {} turns, {} read indexes, {} stale reads, {} CLUSTERDOWN, {} sweeps, {} blocking-pop attempts",
+        s.proposals, s.forwarded, s.proposal_turns, s.read_indexes, s.stale_reads, s.cluster_down, s.sweeps, s.block_attempts
+    );
     Ok(())
 }

@@ -1,7 +1,11 @@
 //! `pmwire kv --cluster`: three real member processes on loopback with a
 //! `--secret-file` (issue 26, item 2). Writes through the leader answered
 //! once committed, linearizable reads on the leader, possibly stale reads
-//! on a follower after READONLY, a follower's refusal to write, MULTI/EXEC,
+//! on a follower after READONLY; through every follower (forwarded):
+//! writes, MULTI/EXEC, WATCH, INCR counted exact, linearizable reads, a
+//! blocking pop woken by a push on the leader, WAIT with its timeout, the
+//! redis-py session, HTTP, and `requirepass` / Bearer on every member;
+//! `--redirect moved`; MULTI/EXEC,
 //! INCR counted exact, INFO replication, ROLE and WAIT, redis-cli against a
 //! follower, the leader killed -9 and a new one serving everything
 //! acknowledged, the killed member restarted on its pools and catching up;
@@ -93,6 +97,8 @@ fn free_port() -> u16 {
 
 struct Cluster {
     dir: tempfile::TempDir,
+    /// Extra arguments of every member.
+    extra: Vec<String>,
     peers: String,
     resp: Vec<SocketAddr>,
     http: Vec<SocketAddr>,
@@ -110,11 +116,17 @@ impl Drop for Cluster {
 
 impl Cluster {
     fn start() -> Cluster {
+        Cluster::start_with(|_| Vec::new())
+    }
+
+    /// A cluster whose members also get `extra(resp addresses)`.
+    fn start_with(extra: impl Fn(&[SocketAddr]) -> Vec<String>) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let peers = (1..=3).map(|i| format!("{i}=127.0.0.1:{}", free_port())).collect::<Vec<_>>().join(",");
-        let resp = (0..3).map(|_| SocketAddr::from(([127, 0, 0, 1], free_port()))).collect();
+        let resp: Vec<SocketAddr> = (0..3).map(|_| SocketAddr::from(([127, 0, 0, 1], free_port()))).collect();
         let http = (0..3).map(|_| SocketAddr::from(([127, 0, 0, 1], free_port()))).collect();
-        let mut c = Cluster { dir, peers, resp, http, children: vec![None, None, None] };
+        let extra = extra(&resp);
+        let mut c = Cluster { dir, extra, peers, resp, http, children: vec![None, None, None] };
         for i in 0..3 {
             c.spawn(i);
         }
@@ -142,6 +154,7 @@ impl Cluster {
             .arg(self.path("secret"))
             .arg("--ready-file")
             .arg(&ready)
+            .args(&self.extra)
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .stdin(Stdio::null())
@@ -252,10 +265,6 @@ fn three_members_serve_replicate_and_fail_over() {
 
     for &f in &followers {
         let mut c = cluster.client(f);
-        match c.call(&["SET", "k", "w"]) {
-            Reply::Error(e) => assert!(e.starts_with("READONLY"), "a follower refuses a write: {e}"),
-            other => panic!("a follower wrote: {other:?}"),
-        }
         assert_eq!(c.call(&["READONLY"]), ok());
         // The transaction was the last write: once it is applied, so is everything before it.
         wait_for(Duration::from_secs(10), "the follower to apply the writes", || (c.call(&["GET", "t"]) == Reply::bulk("2")).then_some(()));
@@ -310,4 +319,194 @@ fn a_member_cut_off_from_its_majority_answers_clusterdown() {
     for &i in &others {
         cluster.signal(i, "-CONT");
     }
+}
+
+/// The venv python `scripts/setup` installs redis-py into (as
+/// crates/kv-server/tests/it/redispy.rs finds it).
+fn redis_py() -> PathBuf {
+    let venv = match std::env::var_os("PMWIRE_REDISPY_VENV") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/pmwire/redispy-5.2.1"),
+    };
+    let python = venv.join("bin/python");
+    assert!(python.exists(), "{} is missing: run scripts/setup, which installs redis-py 5.2.1 from PyPI there", python.display());
+    python
+}
+
+/// One HTTP/1.1 request on a new connection: the status and the body.
+fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8], bearer: Option<&str>) -> (u16, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let auth = bearer.map_or(String::new(), |b| format!("Authorization: Bearer {b}\r\n"));
+    let head = format!("{method} {path} HTTP/1.1\r\nHost: t\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    let mut all = Vec::new();
+    s.read_to_end(&mut all).unwrap();
+    let end = all.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head");
+    let status = std::str::from_utf8(&all[9..12]).unwrap().parse().unwrap();
+    (status, all[end + 4..].to_vec())
+}
+
+fn int(r: Reply) -> i64 {
+    match r {
+        Reply::Int(n) => n,
+        other => panic!("not an integer: {other:?}"),
+    }
+}
+
+/// Ticks of 30 ms (elections after 0.3-0.6 s, a request's bound 0.6 s):
+/// this test's many round trips through a follower then ride out a loaded
+/// machine (four builds on two cores) without a CLUSTERDOWN.
+fn slow_ticks() -> Vec<String> {
+    vec!["--tick-ms".into(), "30".into()]
+}
+
+#[test]
+fn every_follower_serves_every_client() {
+    let cluster = Cluster::start_with(|_| slow_ticks());
+    let l = cluster.leader(&[0, 1, 2]);
+    let followers: Vec<usize> = (0..3).filter(|&i| i != l).collect();
+    let mut leader = cluster.client(l);
+    // Writes through each follower, read back linearizably through the others at once.
+    for &f in &followers {
+        let mut c = cluster.client(f);
+        let key = format!("f{f}");
+        assert_eq!(c.call(&["SET", &key, "v"]), ok(), "a follower forwards a write");
+        for other in 0..3 {
+            assert_eq!(cluster.client(other).call(&["GET", &key]), Reply::bulk("v"), "read through member {} right after", other + 1);
+        }
+    }
+    // INCR through every member, interleaved: counted exact.
+    let mut clients: Vec<Client> = (0..3).map(|i| cluster.client(i)).collect();
+    let mut last = 0;
+    for k in 0..45 {
+        let n = int(clients[k % 3].call(&["INCR", "n"]));
+        assert_eq!(n, last + 1, "INCR through member {} answered the next count", k % 3 + 1);
+        last = n;
+    }
+    for c in &mut clients {
+        assert_eq!(c.call(&["GET", "n"]), Reply::bulk("45"));
+    }
+    // MULTI/EXEC and WATCH through a follower.
+    let f = followers[0];
+    let mut c = cluster.client(f);
+    assert_eq!(c.call(&["MULTI"]), ok());
+    assert_eq!(c.call(&["SET", "t", "1"]), Reply::Simple("QUEUED".into()));
+    assert_eq!(c.call(&["INCR", "t"]), Reply::Simple("QUEUED".into()));
+    assert_eq!(c.call(&["EXEC"]), Reply::Array(Some(vec![ok(), Reply::Int(2)])), "EXEC through a follower, one entry");
+    assert_eq!(c.call(&["WATCH", "w"]), ok());
+    assert_eq!(c.call(&["MULTI"]), ok());
+    assert_eq!(c.call(&["SET", "w", "mine"]), Reply::Simple("QUEUED".into()));
+    assert_eq!(c.call(&["EXEC"]), Reply::Array(Some(vec![ok()])), "an untouched WATCH lets EXEC run");
+    assert_eq!(c.call(&["WATCH", "w"]), ok());
+    assert_eq!(leader.call(&["SET", "w", "theirs"]), ok());
+    assert_eq!(c.call(&["MULTI"]), ok());
+    assert_eq!(c.call(&["SET", "w", "mine"]), Reply::Simple("QUEUED".into()));
+    assert_eq!(c.call(&["EXEC"]), Reply::Array(None), "a write on the leader after WATCH on a follower aborts EXEC");
+    assert_eq!(c.call(&["GET", "w"]), Reply::bulk("theirs"));
+
+    // A blocking pop on a follower, woken by a push on the leader.
+    let addr = cluster.resp[f];
+    let waiter = std::thread::spawn(move || {
+        let mut c = Client::connect(addr);
+        let start = Instant::now();
+        (c.call(&["BLPOP", "q", "20"]), start.elapsed())
+    });
+    wait_for(Duration::from_secs(10), "the BLPOP to park", || {
+        let info = match cluster.client(f).call(&["INFO", "clients"]) {
+            Reply::Bulk(Some(b)) => String::from_utf8(b).unwrap(),
+            other => panic!("INFO: {other:?}"),
+        };
+        info.contains("blocked_clients:1").then_some(())
+    });
+    let pushed = Instant::now();
+    assert_eq!(leader.call(&["RPUSH", "q", "hello"]), Reply::Int(1));
+    let (got, took) = waiter.join().unwrap();
+    println!("BLPOP on a follower woken {:?} after the push on the leader", pushed.elapsed());
+    assert_eq!(got, Reply::Array(Some(vec![Reply::bulk("q"), Reply::bulk("hello")])));
+    assert!(took < Duration::from_secs(20), "served before its timeout");
+    assert_eq!(leader.call(&["LLEN", "q"]), Reply::Int(0), "popped once");
+    let start = Instant::now();
+    assert_eq!(c.call(&["BRPOP", "empty", "0.3"]), Reply::Array(None), "a timeout answers the null array");
+    let waited = start.elapsed();
+    println!("BRPOP empty 0.3 on a follower answered after {waited:?}");
+    assert!(waited >= Duration::from_millis(300) && waited < Duration::from_secs(10), "not before its timeout: {waited:?}");
+    assert_eq!(leader.call(&["RPUSH", "src", "a", "b"]), Reply::Int(2));
+    assert_eq!(c.call(&["BLMOVE", "src", "dst", "LEFT", "RIGHT", "1"]), Reply::bulk("a"), "BLMOVE on a follower");
+
+    // WAIT: the leader waits up to its timeout for more followers than there are.
+    assert_eq!(leader.call(&["SET", "x", "1"]), ok());
+    let start = Instant::now();
+    assert_eq!(leader.call(&["WAIT", "3", "300"]), Reply::Int(2), "two followers hold the write");
+    let waited = start.elapsed();
+    println!("WAIT 3 300 on the leader answered after {waited:?}");
+    assert!(waited >= Duration::from_millis(300) && waited < Duration::from_secs(10), "{waited:?}");
+    assert!((1..=2).contains(&int(leader.call(&["WAIT", "1", "0"]))), "WAIT 1 0 answers once one holds it");
+    assert_eq!(c.call(&["WAIT", "2", "100"]), Reply::Int(1), "a follower vouches for a majority less the leader");
+
+    // HTTP through a follower.
+    let h = cluster.http[f];
+    assert_eq!(http(h, "POST", "/kv/hk", b"hv", None).0, 204);
+    assert_eq!(http(cluster.http[l], "GET", "/kv/hk", b"", None), (200, b"hv".to_vec()), "written through a follower's HTTP");
+    assert_eq!(http(h, "GET", "/kv/hk", b"", None), (200, b"hv".to_vec()));
+    assert_eq!(http(h, "DELETE", "/kv/hk", b"", None).0, 200);
+    assert_eq!(http(h, "GET", "/kv/hk", b"", None).0, 404);
+    assert_eq!(http(h, "DELETE", "/kv/hk", b"", None).0, 404);
+    assert_eq!(http(h, "GET", "/kv/q", b"", None).0, 404);
+    assert_eq!(http(h, "GET", "/kv/src", b"", None).0, 409, "a list is RESP's alone");
+    assert_eq!(http(h, "GET", "/elsewhere", b"", None).0, 404);
+
+    // The redis-py session through a follower, on an empty keyspace, RESP2 and RESP3.
+    let python = redis_py();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../kv-server/tests/redispy/session.py");
+    for protocol in ["2", "3"] {
+        assert_eq!(leader.call(&["FLUSHALL"]), ok());
+        let out = Command::new(&python).arg(&script).args(["--port", &cluster.resp[f].port().to_string(), "--protocol", protocol]).output().expect("run the redis-py session");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && text.contains("checks passed"), "redis-py RESP{protocol} session through a follower:\n{text}");
+        println!("{}", text.trim());
+    }
+}
+
+#[test]
+fn requirepass_and_bearer_hold_on_every_member() {
+    let cluster = Cluster::start_with(|_| [vec!["--requirepass".into(), "s3cret".into()], slow_ticks()].concat());
+    let l = wait_for(Duration::from_secs(20), "a leader", || {
+        (0..3).find(|&i| {
+            let mut c = cluster.client(i);
+            c.call(&["AUTH", "s3cret"]) == ok() && matches!(c.call(&["ROLE"]), Reply::Array(Some(a)) if a[0] == Reply::bulk("master"))
+        })
+    });
+    let f = (l + 1) % 3;
+    let mut c = cluster.client(f);
+    match c.call(&["SET", "k", "v"]) {
+        Reply::Error(e) => assert!(e.starts_with("NOAUTH"), "{e}"),
+        other => panic!("a follower took a write without AUTH: {other:?}"),
+    }
+    assert_eq!(c.call(&["AUTH", "s3cret"]), ok());
+    wait_for(Duration::from_secs(20), "a write through the follower", || (c.call(&["SET", "k", "v"]) == ok()).then_some(()));
+    assert_eq!(http(cluster.http[f], "POST", "/kv/h", b"x", None).0, 401, "HTTP without the password");
+    assert_eq!(http(cluster.http[f], "POST", "/kv/h", b"x", Some("wrong")).0, 401);
+    assert_eq!(http(cluster.http[f], "POST", "/kv/h", b"x", Some("s3cret")).0, 204);
+    assert_eq!(http(cluster.http[l], "GET", "/kv/h", b"", Some("s3cret")), (200, b"x".to_vec()));
+}
+
+#[test]
+fn redirect_moved_sends_clients_to_the_leader() {
+    let cluster = Cluster::start_with(|resp| {
+        let list = resp.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect::<Vec<_>>().join(",");
+        vec!["--redirect".into(), "moved".into(), "--cluster-resp".into(), list]
+    });
+    let l = wait_for(Duration::from_secs(20), "a leader", || {
+        (0..3).find(|&i| matches!(cluster.client(i).call(&["ROLE"]), Reply::Array(Some(a)) if a[0] == Reply::bulk("master")))
+    });
+    let f = (l + 1) % 3;
+    let want = format!("MOVED 12739 {}", cluster.resp[l]);
+    wait_for(Duration::from_secs(20), "a MOVED naming the leader", || (cluster.client(f).call(&["SET", "123456789", "v"]) == Reply::Error(want.clone())).then_some(()));
+    assert_eq!(cluster.client(f).call(&["GET", "123456789"]), Reply::Error(want.clone()));
+    let mut c = cluster.client(f);
+    assert_eq!(c.call(&["READONLY"]), ok());
+    assert!(matches!(c.call(&["GET", "123456789"]), Reply::Bulk(_)), "READONLY still reads locally");
+    assert_eq!(cluster.client(l).call(&["SET", "123456789", "v"]), ok(), "the leader serves it");
 }

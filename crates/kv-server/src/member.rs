@@ -11,30 +11,55 @@
 //! thread, no polling: an idle member sleeps until a tick or a message.
 //!
 //! Clients (per connection, replies in request order: a queue of slots,
-//! flushed in order as their answers come):
+//! flushed in order as their answers come). Every member serves every
+//! client alike, leader or follower:
 //! - a write ([`Class::Write`], and a name the tables do not know, which the
 //!   machine answers as the executor does) becomes an entry
-//!   ([`Proposer::command`]) proposed on the leader; its reply is the
-//!   machine's output once the entry is applied (committed on a majority).
-//!   Every proposal of one loop turn goes into one Raft `Ready` (one append
-//!   batch): group commit ([`MemberStats::proposal_turns`]);
-//! - a read waits for a ReadIndex ([`Replica::read_index`]) and then runs
-//!   through [`RedisMachine::read`] when it reaches the head of its
-//!   connection's queue (so a read after a pending write sees it);
-//!   `READONLY` serves reads from the member's applied state at once
-//!   (possibly stale), `READWRITE` undoes it;
+//!   ([`Proposer::command`]) proposed through [`Replica::propose_as`]: on
+//!   the leader into its log, on a follower forwarded to the leader by
+//!   raft-rs (`pmwire_smr::forward`: tagged, applied once however often the
+//!   network delivers it). Its reply is this member's own machine output
+//!   once this member applied the entry (committed on a majority; the
+//!   machine is deterministic, so it is what the leader answered). Every
+//!   proposal of one loop turn goes into one Raft `Ready` (one append
+//!   batch, or one forwarded message): group commit
+//!   ([`MemberStats::proposal_turns`]);
+//! - a read waits for a ReadIndex ([`Replica::read_index`]: the leader's,
+//!   or a follower's forwarded one, done once this member applied up to
+//!   the index the leader confirmed) and then runs through
+//!   [`RedisMachine::read`] when it reaches the head of its connection's
+//!   queue (so a read after a pending write sees it): linearizable on any
+//!   member. `READONLY` serves reads from the member's applied state at
+//!   once (possibly stale), `READWRITE` undoes it;
 //! - MULTI queues here; EXEC becomes one entry ([`Proposer::transaction`])
-//!   with the connection's WATCH records ([`RedisMachine::watch`]);
+//!   with the connection's WATCH records ([`RedisMachine::watch`]). WATCH
+//!   on a follower records this member's applied index: sound, since
+//!   EXEC's check runs when the entry is applied, on every member against
+//!   the same log (any write to the key at a later index aborts it);
+//! - blocking pops (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BLMPOP) are parked
+//!   on the serving member and proposed when their keys may hold an
+//!   element (`blocking`); WAIT waits up to its timeout on the leader and
+//!   answers what a follower can vouch for on a follower (`wait`);
 //! - connection-local commands (AUTH, HELLO, CLIENT, PING, ECHO, SELECT, …)
 //!   run on the member's own executor; `INFO replication` and `ROLE`
 //!   answer from the replica's status and progress;
 //! - a proposal or read that no majority confirms within the replica's
 //!   bound ([`smr::node::Failure::NoQuorum`]) is answered
 //!   `-CLUSTERDOWN The cluster is down: <reason>`, never with a stale or
-//!   unreplicated answer;
-//! - on a follower, writes and linearizable reads are refused with
-//!   `-READONLY` naming the leader (forwarding to the leader is not built
-//!   yet); blocking commands are refused (their parking is not built yet).
+//!   unreplicated answer (while no leader is known, a follower holds the
+//!   request within the same bound);
+//! - with `--redirect moved` a follower answers writes, linearizable reads
+//!   and blocking pops `-MOVED <slot> <leader's RESP address>` instead
+//!   (`redirect`);
+//! - HTTP (`POST|PUT|GET|DELETE /kv/{key}`) takes the same paths (`http`).
+//!
+//! Identity: a member proposes only for an authenticated session (RESP
+//! AUTH with `requirepass`, HTTP `Authorization: Bearer`); entries travel
+//! between members only over the links that proved the cluster's secret.
+//! With `requirepass` the only user is `default`: a forwarded entry
+//! carries the principal `default` in its context (`pmwire_smr::forward`),
+//! so a leader could check per-user ACLs once users exist. The machine's
+//! and the reads' executors run with no password: the door is the member's.
 //!
 //! Expiry: the leader proposes a sweep entry when
 //! [`RedisMachine::sweep_due`] says so, one at a time.
@@ -64,6 +89,12 @@ use transport::{EventFd, Transport};
 
 use crate::cluster::ClusterKeyspace;
 use crate::keyspace::Handle;
+
+mod blocking;
+mod http;
+mod redirect;
+mod wait;
+pub use redirect::keyslot;
 
 /// The replicated machine of a member.
 pub type Machine = RedisMachine<ClusterKeyspace>;
@@ -97,6 +128,10 @@ pub struct MemberStats {
     pub cluster_down: u64,
     /// Sweep entries proposed.
     pub sweeps: u64,
+    /// Proposals this member made as a follower (forwarded to the leader).
+    pub forwarded: u64,
+    /// Attempts of parked blocking pops proposed.
+    pub block_attempts: u64,
 }
 
 /// Where a request's reply stands.
@@ -105,6 +140,9 @@ enum Slot {
     Ready(Vec<u8>),
     /// A proposal in flight.
     Write,
+    /// A blocking pop parked, or a WAIT waiting (answered by `blocking` or
+    /// `wait`).
+    Pending,
     /// A read waiting for its read index (the request's arguments).
     ReadWait(Vec<Vec<u8>>),
     /// A read to run once it is at the head of the queue.
@@ -126,6 +164,13 @@ struct Conn {
     head: u64,
     queue: VecDeque<Slot>,
     close_after_flush: bool,
+    /// The blocking pop this connection waits on (its further requests
+    /// are held meanwhile, as Redis processes nothing of a blocked client).
+    blocked: Option<u64>,
+    /// Requests that arrived while blocked, served once it is answered.
+    held: VecDeque<Vec<Vec<u8>>>,
+    /// An HTTP connection's requests, in queue order (`http`).
+    http: Option<http::Pending>,
 }
 
 impl Conn {
@@ -138,6 +183,20 @@ impl Conn {
         let i = seq.checked_sub(self.head)?;
         self.queue.get_mut(usize::try_from(i).ok()?)
     }
+
+    /// Requests queued or held: the connection is not read past [`MAX_QUEUE`].
+    fn backlog(&self) -> usize {
+        self.queue.len() + self.held.len()
+    }
+}
+
+/// Who a ticket's outcome goes to.
+#[derive(Clone, Copy, Debug)]
+enum Owner {
+    /// A connection's reply slot.
+    Slot(ConnId, u64),
+    /// An attempt of a parked blocking pop (`blocking`).
+    Block(u64),
 }
 
 /// The member (module docs).
@@ -149,9 +208,15 @@ pub struct Member<T: Transport<Addr = SocketAddr>> {
     scratch: MemKeyspace,
     reads: RespServer,
     conns: HashMap<ConnId, Conn>,
-    tickets: HashMap<Ticket, (ConnId, u64)>,
+    tickets: HashMap<Ticket, Owner>,
+    parked: blocking::Parked,
+    waits: Vec<wait::Waiting>,
+    /// `--redirect moved`: followers answer `-MOVED` to the leader's RESP
+    /// address instead of forwarding.
+    redirect: Option<BTreeMap<u64, SocketAddr>>,
     sweep: Option<Ticket>,
     parsed: Parsed,
+    codec: pmwire_netio::http::Codec,
     to_wake: Vec<ConnId>,
     peers: BTreeMap<u64, SocketAddr>,
     stats: MemberStats,
@@ -170,7 +235,7 @@ fn failure_text(f: Failure) -> &'static str {
     match f {
         Failure::NoQuorum => "no majority confirmed the request in time",
         Failure::LeadershipLost => "leadership was lost (the write may or may not be applied)",
-        Failure::NotProposed => "leadership was lost before the write reached the log (it is not applied)",
+        Failure::NotProposed => "the write never reached a leader's log in its term (it is not applied)",
         Failure::Halted => "this member halted",
     }
 }
@@ -204,11 +269,17 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             proposer,
             local: RespServer::new(config.clone()),
             scratch: MemKeyspace::new(),
-            reads: RespServer::new(config),
+            // The member's door checks the password: reads run for
+            // authenticated sessions (and HTTP's Bearer) only.
+            reads: RespServer::new(ServerConfig { requirepass: None, ..config }),
             conns: HashMap::new(),
             tickets: HashMap::new(),
+            parked: blocking::Parked::default(),
+            waits: Vec::new(),
+            redirect: None,
             sweep: None,
             parsed: Parsed::new(RespLimits::default()),
+            codec: pmwire_netio::http::Codec::new(pmwire_netio::http::Limits { max_head_bytes: 8192, max_body_bytes: MAX_REQUEST_BYTES }),
             to_wake: Vec::new(),
             peers,
             stats: MemberStats::default(),
@@ -246,57 +317,72 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             head: 0,
             queue: VecDeque::new(),
             close_after_flush: false,
+            blocked: None,
+            held: VecDeque::new(),
+            http: None,
         })
     }
 
-    /// Who leads, for a refusal.
-    fn leader_text(&self) -> String {
-        let leader = self.reactor.service.status().leader;
-        match self.peers.get(&leader) {
-            Some(addr) if leader != 0 => format!("member {leader} (peer address {addr})"),
-            _ => "not known".into(),
-        }
+    /// No leader is known: nothing can be proposed or read linearizably.
+    fn no_leader() -> Vec<u8> {
+        cluster_down("no leader is elected (this member knows none)")
     }
 
-    fn not_leader(&self, write: bool) -> Vec<u8> {
-        let leader = self.reactor.service.status().leader;
-        if leader == 0 {
-            return cluster_down("no leader is elected");
+    /// `-MOVED` to the leader's RESP address, if the operator asked for
+    /// redirects and this member follows a leader whose address it knows.
+    fn moved(&self, args: &[Vec<u8>]) -> Option<Vec<u8>> {
+        let resp = self.redirect.as_ref()?;
+        if self.reactor.service.is_leader() {
+            return None;
         }
-        let what = if write { "You can't write against a read only replica" } else { "Linearizable reads are served by the leader (send READONLY for a possibly stale local read)" };
-        error(&format!("READONLY {what}: the leader is {}; forwarding is not built yet", self.leader_text()))
+        let addr = resp.get(&self.reactor.service.status().leader)?;
+        let slot = args.get(1).map_or(0, |k| keyslot(k));
+        Some(format!("-MOVED {slot} {addr}\r\n").into_bytes())
     }
 
-    /// Proposes `entry` for connection `id`; the slot it answers.
+    /// The identity a forwarded entry carries: with `requirepass` the
+    /// only user is `default` (module docs, "Identity").
+    const PRINCIPAL: &'static [u8] = b"default";
+
+    /// Proposes `entry` for connection `id` (on the leader, or forwarded
+    /// by a follower); the slot it answers.
     fn propose(&mut self, id: ConnId, entry: Vec<u8>) {
-        let slot = match self.reactor.service.propose(entry) {
+        let slot = match self.reactor.service.propose_as(entry, Self::PRINCIPAL) {
             Ok(ticket) => {
                 self.stats.proposals += 1;
+                if !self.reactor.service.is_leader() {
+                    self.stats.forwarded += 1;
+                }
                 self.proposed_this_turn = true;
                 let seq = self.conn(id).push(Slot::Write);
-                self.tickets.insert(ticket, (id, seq));
+                self.tickets.insert(ticket, Owner::Slot(id, seq));
                 return;
             }
-            Err(_) => self.not_leader(true),
+            Err(_) => Self::no_leader(),
         };
         self.conn(id).push(Slot::Ready(slot));
     }
 
+    /// A linearizable read (ReadIndex, on the leader or a follower), or a
+    /// stale one on `READONLY`.
     fn read(&mut self, id: ConnId, args: Vec<Vec<u8>>) {
         if self.conn(id).readonly {
             self.stats.stale_reads += 1;
             self.conn(id).push(Slot::Read(args));
             return;
         }
+        if let Some(reply) = self.moved(&args) {
+            self.conn(id).push(Slot::Ready(reply));
+            return;
+        }
         match self.reactor.service.read_index() {
             Ok(ticket) => {
                 self.stats.read_indexes += 1;
                 let seq = self.conn(id).push(Slot::ReadWait(args));
-                self.tickets.insert(ticket, (id, seq));
+                self.tickets.insert(ticket, Owner::Slot(id, seq));
             }
             Err(_) => {
-                let reply = self.not_leader(false);
-                self.conn(id).push(Slot::Ready(reply));
+                self.conn(id).push(Slot::Ready(Self::no_leader()));
             }
         }
     }
@@ -319,6 +405,16 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         out
     }
 
+    /// Serves a request, or holds it while the connection is blocked.
+    fn serve_or_hold(&mut self, id: ConnId, args: Vec<Vec<u8>>) {
+        let conn = self.conn(id);
+        if conn.blocked.is_some() || !conn.held.is_empty() {
+            conn.held.push_back(args);
+            return;
+        }
+        self.request(id, args);
+    }
+
     /// Serves one request of connection `id`.
     fn request(&mut self, id: ConnId, args: Vec<Vec<u8>>) {
         let name = args[0].to_ascii_lowercase();
@@ -337,10 +433,7 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
                 self.conn(id).readonly = &name[..] == b"readonly";
                 self.conn(id).push(Slot::Ready(b"+OK\r\n".to_vec()));
             }
-            b"wait" => {
-                let reply = self.wait(id, &args);
-                self.conn(id).push(Slot::Ready(reply));
-            }
+            b"wait" => self.wait(id, &args),
             b"role" => {
                 let reply = self.role();
                 self.conn(id).push(Slot::Ready(reply));
@@ -348,6 +441,12 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             b"info" if args.len() == 2 && args[1].eq_ignore_ascii_case(b"replication") => {
                 let text = self.info_replication();
                 let reply = format!("${}\r\n{}\r\n", text.len(), text).into_bytes();
+                self.conn(id).push(Slot::Ready(reply));
+            }
+            b"info" => {
+                // The executor's INFO, with this member's parked clients.
+                let reply = self.local(id, &args);
+                let reply = blocking::with_blocked_clients(reply, self.parked.len());
                 self.conn(id).push(Slot::Ready(reply));
             }
             b"multi" | b"exec" | b"discard" | b"watch" | b"unwatch" => self.transaction(id, &name, args),
@@ -359,14 +458,20 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         match class(&args[0]) {
             Class::Read => self.read(id, args),
             Class::Write | Class::Unknown => {
+                if let Some(reply) = self.moved(&args) {
+                    self.conn(id).push(Slot::Ready(reply));
+                    return;
+                }
                 let protocol = self.conn(id).session.protocol;
                 let entry = self.proposer.command(Self::now_ms(), protocol, &args);
                 self.propose(id, entry);
             }
-            Class::Blocking => {
-                let reply = error("ERR blocking commands are not served in cluster mode yet (use the non-blocking form)");
-                self.conn(id).push(Slot::Ready(reply));
-            }
+            Class::Blocking => match self.moved(&args) {
+                Some(reply) => {
+                    self.conn(id).push(Slot::Ready(reply));
+                }
+                None => self.block(id, args),
+            },
             Class::Session => {
                 let reply = self.local(id, &args);
                 self.conn(id).push(Slot::Ready(reply));
@@ -432,26 +537,12 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             conn.push(Slot::Ready(error("EXECABORT Transaction discarded because of previous errors.")));
             return;
         }
+        if let Some(reply) = queued.first().and_then(|args| self.moved(args)) {
+            self.conn(id).push(Slot::Ready(reply));
+            return;
+        }
         let entry = self.proposer.transaction(Self::now_ms(), protocol, watched, &queued);
         self.propose(id, entry);
-    }
-
-    /// WAIT numreplicas timeout: how many followers hold this connection's
-    /// last write (their match index, from the leader's progress). It
-    /// answers at once: a write is acknowledged only once a majority holds
-    /// it, so WAIT for a majority's followers never needs to wait; waiting
-    /// up to the timeout for more is not built yet.
-    fn wait(&mut self, id: ConnId, args: &[Vec<u8>]) -> Vec<u8> {
-        if args.len() != 3 {
-            return error("ERR wrong number of arguments for 'wait' command");
-        }
-        let parse = |a: &[u8]| std::str::from_utf8(a).ok().and_then(|t| t.parse::<i64>().ok()).filter(|&v| v >= 0);
-        if parse(&args[1]).is_none() || parse(&args[2]).is_none() {
-            return error("ERR value is not an integer or out of range");
-        }
-        let last = self.conn(id).last_write;
-        let held = self.reactor.service.progress().iter().filter(|p| !p.learner && p.matched >= last).count();
-        format!(":{held}\r\n").into_bytes()
     }
 
     /// ROLE: Redis's array.
@@ -534,16 +625,19 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
     fn flush(&mut self, id: ConnId, out: &mut Vec<u8>) -> bool {
         loop {
             let Some(conn) = self.conns.get_mut(&id) else { return false };
-            match conn.queue.front_mut() {
-                Some(Slot::Ready(bytes)) => out.append(bytes),
+            let reply = match conn.queue.front_mut() {
+                Some(Slot::Ready(bytes)) => std::mem::take(bytes),
                 Some(Slot::Read(args)) => {
                     let args = std::mem::take(args);
-                    let reply = self.run_read(id, &args);
-                    out.extend_from_slice(&reply);
+                    self.run_read(id, &args)
                 }
                 _ => return conn.queue.is_empty() && conn.close_after_flush,
-            }
+            };
             let conn = self.conns.get_mut(&id).expect("the connection");
+            match conn.http.as_mut().and_then(VecDeque::pop_front) {
+                Some((want, keep)) => out.extend_from_slice(&http::translate(want, keep, &reply)),
+                None => out.extend_from_slice(&reply),
+            }
             conn.queue.pop_front();
             conn.head += 1;
         }
@@ -566,12 +660,24 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
                 self.sweep = None;
                 continue;
             }
-            let Some((id, seq)) = self.tickets.remove(&ticket) else { continue };
-            let Some(conn) = self.conns.get_mut(&id) else { continue };
+            match self.tickets.remove(&ticket) {
+                Some(Owner::Slot(id, seq)) => self.slot_done(id, seq, done),
+                Some(Owner::Block(w)) => self.attempt_done(w, done),
+                None => {}
+            }
+        }
+        self.wake_blocked();
+        self.check_waits();
+    }
+
+    /// A proposal's or read's outcome, into its connection's slot.
+    fn slot_done(&mut self, id: ConnId, seq: u64, done: Done<pmwire_kv_cluster::Applied>) {
+        {
+            let Some(conn) = self.conns.get_mut(&id) else { return };
             if let Done::Applied { index, .. } = &done {
                 conn.last_write = conn.last_write.max(*index);
             }
-            let Some(slot) = conn.slot(seq) else { continue };
+            let Some(slot) = conn.slot(seq) else { return };
             *slot = match (std::mem::replace(slot, Slot::Write), done) {
                 (_, Done::Applied { output, .. }) => Slot::Ready(output.reply),
                 (Slot::ReadWait(args), Done::Readable { .. }) => Slot::Read(args),
@@ -581,8 +687,8 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
                 }
                 (_, Done::Readable { .. }) => unreachable!("a write's ticket is never readable"),
             };
-            self.to_wake.push(id);
         }
+        self.to_wake.push(id);
     }
 
     fn maybe_sweep(&mut self) {
@@ -631,13 +737,11 @@ impl<T: Transport<Addr = SocketAddr>> Service<HeapBuffers> for Member<T> {
             let (input, reply) = batch.split(i);
             let id = input.conn;
             if input.listener != 0 {
-                reply.output.push_bytes(b"HTTP/1.1 501 Not Implemented\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
-                reply.consumed = input.len_bytes();
-                reply.close = true;
+                self.http_input(&input, reply);
                 continue;
             }
             self.conn(id);
-            if self.conns[&id].queue.len() < MAX_QUEUE && !self.conns[&id].close_after_flush {
+            if self.conns[&id].backlog() < MAX_QUEUE && !self.conns[&id].close_after_flush {
                 let segs: Vec<&[u8]> = input.segments.iter().map(|s| s.bytes).collect();
                 let summary = self.parsed.parse(&segs);
                 let mut requests = Vec::with_capacity(summary.commands);
@@ -647,7 +751,7 @@ impl<T: Transport<Addr = SocketAddr>> Service<HeapBuffers> for Member<T> {
                 }
                 reply.consumed = summary.consumed;
                 for args in requests {
-                    self.request(id, args);
+                    self.serve_or_hold(id, args);
                 }
                 if let Some(e) = summary.error {
                     let conn = self.conn(id);
@@ -667,9 +771,6 @@ impl<T: Transport<Addr = SocketAddr>> Service<HeapBuffers> for Member<T> {
         self.drive();
         for i in 0..batch.len() {
             let (input, reply) = batch.split(i);
-            if input.listener != 0 {
-                continue;
-            }
             let mut out = Vec::new();
             let close = self.flush(input.conn, &mut out);
             reply.output.push_bytes(&out);
@@ -678,7 +779,12 @@ impl<T: Transport<Addr = SocketAddr>> Service<HeapBuffers> for Member<T> {
     }
 
     fn closed(&mut self, conn: ConnId, _bufs: &mut HeapBuffers) {
-        self.conns.remove(&conn);
+        if let Some(c) = self.conns.remove(&conn) {
+            if let Some(w) = c.blocked {
+                self.parked.remove(w);
+            }
+        }
+        self.waits.retain(|w| w.conn != conn);
     }
 
     fn wakeups(&mut self, wake: &mut Vec<ConnId>) -> Option<Instant> {
@@ -691,7 +797,8 @@ impl<T: Transport<Addr = SocketAddr>> Service<HeapBuffers> for Member<T> {
         // as instants from this member's origin (the links' clock started a
         // moment before it: a link timer may fire that moment late).
         let next = [self.reactor.service.next_deadline(), self.reactor.transport.next_deadline()].into_iter().flatten().min()?;
-        Some(self.origin + next)
+        let timers = [self.parked.next_deadline(), wait::next_deadline(&self.waits)].into_iter().flatten().min();
+        Some(timers.map_or(self.origin + next, |t| t.min(self.origin + next)))
     }
 
     fn watch(&mut self) -> Watch {
@@ -733,6 +840,10 @@ pub struct MemberOptions {
     pub requirepass: Option<Vec<u8>>,
     /// Redis's protected mode.
     pub protected_mode: bool,
+    /// `--redirect moved`: every member's RESP address; a follower then
+    /// answers `-MOVED` to the leader's instead of forwarding. `None`:
+    /// followers forward (the default).
+    pub redirect: Option<BTreeMap<u64, SocketAddr>>,
 }
 
 /// Why a member could not start.
@@ -817,16 +928,24 @@ impl<T: Transport<Addr = SocketAddr>> MemberServer<T> {
             protected_mode: options.protected_mode,
             ..ServerConfig::default()
         };
-        let machine = RedisMachine::open(ClusterKeyspace::new(store), config.clone())?;
+        // The member's door checks the password (RESP AUTH, HTTP Bearer);
+        // the machine runs entries of authenticated sessions only, so its
+        // executor has none (with one, every entry answered NOAUTH).
+        let machine_config = ServerConfig { requirepass: None, ..config.clone() };
+        let machine = RedisMachine::open(ClusterKeyspace::new(store), machine_config)?;
         let durable = open_raft(options)?;
         let mut rc = pmwire_smr::node::ReplicaConfig::new(options.id);
         rc.tick = options.tick;
-        rc.seed = u64::from(std::process::id()) ^ options.id.rotate_left(32);
+        // The seed also gives this incarnation's nonce (forwarded
+        // proposals): the process id and the time make it new per start.
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        rc.seed = u64::from(std::process::id()) ^ options.id.rotate_left(32) ^ nanos.rotate_left(17);
         let others: BTreeMap<u64, SocketAddr> = options.peers.iter().filter(|(&id, _)| id != options.id).map(|(&id, &a)| (id, a)).collect();
         let link_config = pmwire_smr::links::replica_link(&rc);
         let transport = LinkTransport::real(transport, secret, link_config);
         let replica = Replica::with_machine(rc, durable, machine, others).map_err(|e| MemberError::Raft { path: raft_path(&options.pool), why: e.to_string() })?;
-        let member = Member::new(Reactor::new(transport, replica), options.peers.clone(), config);
+        let mut member = Member::new(Reactor::new(transport, replica), options.peers.clone(), config);
+        member.redirect = options.redirect.clone();
         let net = pmwire_netio::Config {
             ring_entries: sizing.ring_entries,
             max_connections: sizing.max_connections,

@@ -616,7 +616,7 @@ impl KvService {
 
 /// With a password set, an HTTP request must carry `Authorization: Bearer
 /// <password>`.
-fn bearer_ok(password: Option<&[u8]>, authorization: Option<&[u8]>) -> bool {
+pub(crate) fn bearer_ok(password: Option<&[u8]>, authorization: Option<&[u8]>) -> bool {
     let Some(want) = password else { return true };
     let Some(given) = authorization else { return false };
     let given = given.trim_ascii();

@@ -49,12 +49,14 @@
 pub mod client;
 pub mod command;
 pub mod floor;
+pub mod forward;
 pub mod kvmap;
 pub mod links;
 pub mod node;
 pub mod pmem_store;
 pub mod session;
 pub mod sim;
+pub mod sim_forward;
 pub mod smr1;
 pub mod snapshot;
 pub mod state;

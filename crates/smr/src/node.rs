@@ -108,6 +108,9 @@ use embed::{Pending, ReadWaiter, Waiter};
 pub const ENTRY_SMR1_WRITE: u8 = 1;
 /// An entry's context naming its kind: the machine's data.
 pub const ENTRY_MACHINE: u8 = 2;
+/// An entry's context naming its kind: the machine's data proposed by a
+/// follower ([`crate::forward::ForwardContext`] follows the kind byte).
+pub const ENTRY_FORWARDED: u8 = crate::forward::KIND;
 
 mod redial;
 
@@ -237,6 +240,9 @@ pub struct Faults {
     /// Answer a write as soon as the leader has proposed it, before a
     /// majority has it (the commit index "advances on a minority").
     pub answer_before_commit: bool,
+    /// Apply a follower's proposal again when a copy of it arrives again
+    /// (no exactly-once table, `crate::forward`).
+    pub forward_without_dedup: bool,
 }
 
 /// How a replica runs.
@@ -381,6 +387,14 @@ where
     next_read: u64,
     /// The last ticket handed out.
     next_ticket: u64,
+    /// This incarnation's nonce: it tags the proposals it forwards and its
+    /// read contexts (`crate::forward`).
+    nonce: u64,
+    /// The last sequence number given to a forwarded proposal.
+    forward_seq: u64,
+    /// Forwarded proposals waiting to be applied here, by sequence: the
+    /// ticket, the term proposed in, the tick proposed at.
+    forwarded: BTreeMap<u64, (Ticket, u64, u64)>,
     /// Outcomes of the batch being applied, released once it is persisted.
     batch: Vec<(Waiter, Pending<M::Output>)>,
     /// Embedders' outcomes not yet taken ([`Replica::take_done`]).
@@ -468,6 +482,15 @@ fn start_state<D: Durable, M: StateMachine>(durable: &mut D, machine: &mut M) ->
     Ok((meta, own))
 }
 
+/// A nonce for this incarnation from its seed (splitmix64; the seed's own
+/// generator is left to the election timeouts).
+fn incarnation_nonce(seed: u64) -> u64 {
+    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 fn discard_logger() -> slog::Logger {
     slog::Logger::root(slog::Discard, slog::o!())
 }
@@ -527,6 +550,7 @@ where
         };
         let raw = RawNode::new(&raft_config, Store { durable }, &discard_logger())?;
         let rng = Xoshiro256PlusPlus::seed_from_u64(config.seed);
+        let seed = config.seed;
         let mut replica = Replica {
             next_tick: config.tick,
             config,
@@ -548,6 +572,9 @@ where
             ready_reads: Vec::new(),
             next_read: 1,
             next_ticket: 0,
+            nonce: incarnation_nonce(seed),
+            forward_seq: 0,
+            forwarded: BTreeMap::new(),
             batch: Vec::new(),
             done: Vec::new(),
             was_leader: false,
@@ -824,7 +851,8 @@ where
             let ctx = self.next_read;
             self.next_read += 1;
             self.reads.insert(ctx, (ReadWaiter::Client(id, payload[key_at].to_vec()), self.ticks, self.ticks));
-            self.raw.read_index(ctx.to_le_bytes().to_vec());
+            let bytes = self.read_ctx(ctx);
+            self.raw.read_index(bytes);
             return;
         }
         // The request's bytes, unchanged, are the log entry's data. The
@@ -1057,31 +1085,88 @@ where
     /// their entries: raft-rs appends them and sends each follower one
     /// append (raft-rs's own `batch_append` is off, see `new`). Each
     /// write's index follows from the log's last index after the step.
+    /// On a follower only the forwarded proposals go (raft-rs forwards
+    /// them to the leader); a leader's own, proposed before it lost
+    /// leadership, fail as never proposed.
     fn propose_batch(&mut self, t: &mut T) {
         if self.proposed.is_empty() {
+            return;
+        }
+        let leader = self.raw.raft.state == StateRole::Leader;
+        // No leader known (an election): forwarded proposals wait here for
+        // one, within their bound (`expire_pending`).
+        let hold = !leader && self.raw.raft.leader_id == 0;
+        let term = self.raw.raft.term;
+        let entries = std::mem::take(&mut self.proposed);
+        let waiters = std::mem::take(&mut self.proposed_ids);
+        assert_eq!(entries.len(), waiters.len(), "one waiter per proposed entry");
+        let mut going = Vec::with_capacity(entries.len());
+        let mut waiting = Vec::with_capacity(entries.len());
+        for (mut e, w) in entries.into_iter().zip(waiters) {
+            match w {
+                // Expired while held: failed already.
+                Waiter::Forwarded(seq) if !self.forwarded.contains_key(&seq) => {}
+                Waiter::Forwarded(_) if hold => {
+                    self.proposed.push(e);
+                    self.proposed_ids.push(w);
+                }
+                Waiter::Forwarded(seq) => {
+                    // Tagged with the term it is sent in (the one its leader
+                    // must append it in to apply it).
+                    let mut ctx = e.context.to_vec();
+                    ctx[32..40].copy_from_slice(&term.to_le_bytes());
+                    e.context = ctx.into();
+                    self.forwarded.get_mut(&seq).expect("checked").1 = term;
+                    going.push(e);
+                    waiting.push(w);
+                }
+                w if leader => {
+                    going.push(e);
+                    waiting.push(w);
+                }
+                w => self.not_proposed(t, w),
+            }
+        }
+        if going.is_empty() {
             return;
         }
         let mut m = Message::default();
         m.set_msg_type(MessageType::MsgPropose);
         m.from = self.config.id;
-        m.set_entries(std::mem::take(&mut self.proposed).into());
-        let n = self.proposed_ids.len() as u64;
-        if self.raw.raft.state != StateRole::Leader || self.raw.step(m).is_err() {
-            for waiter in std::mem::take(&mut self.proposed_ids) {
-                match waiter {
-                    Waiter::Client(id) => self.answer(t, id, Status::NotLeader, 0, Vec::new()),
-                    // Never proposed: certainly not applied.
-                    Waiter::Ticket(k) => self.done.push((k, Done::Failed(Failure::NotProposed))),
-                }
+        m.set_entries(going.into());
+        let n = waiting.len() as u64;
+        if self.raw.step(m).is_err() {
+            for w in waiting {
+                self.not_proposed(t, w);
             }
+            return;
+        }
+        if !leader {
             return;
         }
         let term = self.raw.raft.term;
         let first = self.raw.raft.raft_log.last_index() + 1 - n;
         let ticks = self.ticks;
-        for (k, waiter) in self.proposed_ids.drain(..).enumerate() {
+        for (k, waiter) in waiting.into_iter().enumerate() {
+            if matches!(waiter, Waiter::Forwarded(_)) {
+                // Done when applied, by its context (`apply_forwarded`).
+                continue;
+            }
             let previous = self.writes.insert(first + k as u64, (waiter, term, ticks));
             assert!(previous.is_none(), "one proposal per index per term");
+        }
+    }
+
+    /// A proposal that never reached a log: certainly not applied.
+    fn not_proposed(&mut self, t: &mut T, waiter: Waiter) {
+        match waiter {
+            Waiter::Client(id) => self.answer(t, id, Status::NotLeader, 0, Vec::new()),
+            Waiter::Ticket(k) => self.done.push((k, Done::Failed(Failure::NotProposed))),
+            Waiter::Forwarded(seq) => {
+                if let Some((k, _, _)) = self.forwarded.remove(&seq) {
+                    self.done.push((k, Done::Failed(Failure::NotProposed)));
+                }
+            }
         }
     }
 
@@ -1101,17 +1186,19 @@ where
 
     fn send(&mut self, t: &mut T, m: Message) {
         let to = m.to;
+        let snapshot = m.get_msg_type() == MessageType::MsgSnapshot;
         let Some(addr) = self.peers.get(&to) else {
             self.counters.unsent += 1;
             return;
         };
+
         let conn = match self.out_conns.get(&to) {
             Some(&c) => c,
             None if self.reconnect_at.get(&to).is_some_and(|&at| self.now < at) => {
                 // Lost recently: do not reconnect on every message (a dead
                 // peer's connect costs the loop); Raft resends.
                 self.counters.unsent += 1;
-                self.raw.report_unreachable(to);
+                self.unsendable(to, snapshot);
                 return;
             }
             None => match t.connect(addr) {
@@ -1122,12 +1209,11 @@ where
                 Err(_) => {
                     self.counters.unsent += 1;
                     self.reconnect_at.insert(to, self.now + self.config.tick * RECONNECT_TICKS);
-                    self.raw.report_unreachable(to);
+                    self.unsendable(to, snapshot);
                     return;
                 }
             },
         };
-        let snapshot = m.get_msg_type() == MessageType::MsgSnapshot;
         // Encoded into one of the transport's kept buffers (no allocation
         // once they circulate).
         let mut payload = t.take_buffer(m.compute_size() as usize);
@@ -1149,6 +1235,16 @@ where
                 self.counters.unsent += 1;
                 self.raw.report_unreachable(to);
             }
+        }
+    }
+
+    /// A message to `to` could not go. A snapshot must be reported, or
+    /// raft-rs waits for it forever (the follower's progress stays in its
+    /// snapshot state: found by the forwarding simulation, `sim_forward`).
+    fn unsendable(&mut self, to: u64, snapshot: bool) {
+        self.raw.report_unreachable(to);
+        if snapshot {
+            self.raw.report_snapshot(to, SnapshotStatus::Failure);
         }
     }
 
@@ -1267,6 +1363,7 @@ where
             }
             match e.get_entry_type() {
                 EntryType::EntryNormal if e.data.is_empty() && e.context.is_empty() => {} // a new leader's empty entry
+                EntryType::EntryNormal if e.context.first() == Some(&ENTRY_FORWARDED) => self.apply_forwarded(&e),
                 EntryType::EntryNormal => self.apply_normal(&e),
                 EntryType::EntryConfChange => {
                     let v1 = ConfChange::parse_from_bytes(&e.data).map_err(raft::Error::CodecError)?;
@@ -1279,8 +1376,77 @@ where
                     self.apply_membership(t, &e, &cc)?;
                 }
             }
+            self.fail_older_forwarded(e.term);
         }
         Ok(())
+    }
+
+    /// Applies a follower's proposal once ([`crate::forward`]); on its
+    /// origin, its ticket is done with the machine's output, or failed if
+    /// this copy shows it can never apply.
+    fn apply_forwarded(&mut self, e: &Entry) {
+        use crate::forward::{Decision, ForwardContext};
+        if let Some((waiter, _, _)) = self.writes.remove(&e.index) {
+            // This leader's own proposal lost its index to another term's entry.
+            self.batch.push((waiter, Pending::Superseded));
+        }
+        let Some(ctx) = ForwardContext::decode(&e.context) else {
+            // Skipped the same way on every member.
+            self.counters.malformed += 1;
+            return;
+        };
+        let decision = self.own.forwarded.decide(e.index, e.term, &ctx, !self.config.faults.forward_without_dedup);
+        let fresh = e.index > self.machine_floor;
+        let output = (decision == Decision::Apply && fresh).then(|| self.machine.apply(e.index, &e.data));
+        self.machine_dirty |= output.is_some();
+        if (ctx.origin, ctx.nonce) != (self.config.id, self.nonce) {
+            return;
+        }
+        let never = match decision {
+            Decision::Apply => false,
+            // Applied before this incarnation applied the log that far
+            // (caught up from a snapshot), or below the floor: unknown,
+            // left to time out.
+            Decision::Seen => false,
+            // No copy can apply after this one (terms never decrease);
+            // one applied before was seen, here or in a snapshot.
+            Decision::OtherTerm => e.term > ctx.term,
+        };
+        if decision == Decision::Apply {
+            if let Some((k, _, _)) = self.forwarded.remove(&ctx.seq) {
+                let output = output.expect("this incarnation's proposals are past the machine's floor");
+                self.batch.push((Waiter::Ticket(k), Pending::Output(e.index, output)));
+            }
+        } else if never {
+            if let Some((k, _, _)) = self.forwarded.remove(&ctx.seq) {
+                self.done.push((k, Done::Failed(Failure::NotProposed)));
+            }
+        }
+    }
+
+    /// After installing a snapshot: a forwarded proposal it may hold
+    /// fails with its outcome unknown (its output is not in a snapshot).
+    fn forwarded_after_snapshot(&mut self) {
+        let (id, nonce) = (self.config.id, self.nonce);
+        let table = &self.own.forwarded;
+        let unknown: Vec<u64> = self.forwarded.iter().filter(|(&seq, &(_, term, _))| table.may_have_applied(id, nonce, seq, term)).map(|(&seq, _)| seq).collect();
+        for seq in unknown {
+            let (k, _, _) = self.forwarded.remove(&seq).expect("listed");
+            self.done.push((k, Done::Failed(Failure::LeadershipLost)));
+        }
+    }
+
+    /// Forwarded proposals of a term below `term` can no longer apply once
+    /// an entry of `term` is applied (log terms never decrease, and a
+    /// proposal applies only in the term it was proposed in).
+    fn fail_older_forwarded(&mut self, term: u64) {
+        while let Some(first) = self.forwarded.first_entry() {
+            if first.get().1 >= term {
+                break;
+            }
+            let (k, _, _) = first.remove();
+            self.done.push((k, Done::Failed(Failure::NotProposed)));
+        }
     }
 
     /// Applies a normal entry by its kind: the machine's data, or an SMR1
@@ -1339,6 +1505,7 @@ where
             (Waiter::Client(id), Pending::Smr1(r)) => self.answer(t, id, r.status, r.index, r.value),
             (Waiter::Ticket(k), Pending::Output(index, output)) => self.done.push((k, Done::Applied { index, output })),
             (Waiter::Client(_), Pending::Output(..)) | (Waiter::Ticket(_), Pending::Smr1(_)) => unreachable!("an entry of one term is of the kind it was proposed as"),
+            (Waiter::Forwarded(_), _) => unreachable!("forwarded proposals wait by their context, not their index"),
         }
     }
 
@@ -1387,6 +1554,13 @@ where
         for (_, waiter, _) in std::mem::take(&mut self.ready_reads) {
             self.fail_read(t, waiter, why);
         }
+        if why == Failure::Halted {
+            // A leader stepping down keeps its forwarded proposals: they
+            // are done by their context wherever they are applied.
+            for (_, (k, _, _)) in std::mem::take(&mut self.forwarded) {
+                self.done.push((k, Done::Failed(why)));
+            }
+        }
     }
 
     /// A proposal failed: an SMR1 client is told to retry (its session
@@ -1396,6 +1570,11 @@ where
             Waiter::Client(id) if why == Failure::Halted => self.answer(t, id, Status::NotLeader, 0, Vec::new()),
             Waiter::Client(id) => self.answer(t, id, Status::Retry, 0, Vec::new()),
             Waiter::Ticket(k) => self.done.push((k, Done::Failed(why))),
+            Waiter::Forwarded(seq) => {
+                if let Some((k, _, _)) = self.forwarded.remove(&seq) {
+                    self.done.push((k, Done::Failed(why)));
+                }
+            }
         }
     }
 
@@ -1431,6 +1610,14 @@ where
             let (waiter, _, _) = first.remove();
             self.fail_read(t, waiter, Failure::NoQuorum);
         }
+        // Outcome unknown: a copy may still be in flight to a leader.
+        while let Some(first) = self.forwarded.first_entry() {
+            if !expired(first.get().2) {
+                break;
+            }
+            let (k, _, _) = first.remove();
+            self.done.push((k, Done::Failed(Failure::NoQuorum)));
+        }
         if self.ready_reads.iter().any(|r| expired(r.2)) {
             for (index, waiter, since) in std::mem::take(&mut self.ready_reads) {
                 if expired(since) {
@@ -1452,6 +1639,7 @@ where
         self.store_mut().install_snapshot(snap.get_metadata(), &snap.data).map_err(store_error)?;
         snapshot::restore_machine(&mut self.machine, index, &decoded).map_err(raft::Error::ConfigInvalid)?;
         self.own = decoded.replica;
+        self.forwarded_after_snapshot();
         self.applied = index;
         self.snapshot_index = index;
         self.machine_floor = self.machine_floor.max(index);
@@ -1495,8 +1683,7 @@ where
             self.send_all(t, persisted);
         }
         for rs in ready.take_read_states() {
-            let ctx_bytes: &[u8] = rs.request_ctx.as_ref();
-            let ctx = u64::from_le_bytes(ctx_bytes.try_into().unwrap_or([0; 8]));
+            let Some(ctx) = self.own_read_ctx(&rs.request_ctx) else { continue };
             if let Some((waiter, _, since)) = self.reads.remove(&ctx) {
                 self.ready_reads.push((rs.index, waiter, since));
             }
@@ -1540,16 +1727,16 @@ where
     /// were lost is never retried for an older context): ask again for the
     /// reads that have waited two heartbeats. Asking for a context that is
     /// still pending does nothing more than a heartbeat.
+    /// On a follower the read is forwarded again (to the leader it now
+    /// knows; raft-rs drops it while it knows none).
     fn reask_reads(&mut self) {
-        if self.raw.raft.state != StateRole::Leader {
-            return;
-        }
         let patience = 2 * self.config.heartbeat_ticks as u64;
         let now = self.ticks;
         let due: Vec<u64> = self.reads.iter().filter(|(_, r)| now >= r.1 + patience).map(|(&ctx, _)| ctx).collect();
         for ctx in due {
             self.reads.get_mut(&ctx).expect("listed").1 = now;
-            self.raw.read_index(ctx.to_le_bytes().to_vec());
+            let bytes = self.read_ctx(ctx);
+            self.raw.read_index(bytes);
         }
     }
 

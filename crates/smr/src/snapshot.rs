@@ -5,8 +5,9 @@
 //! Format (little-endian, `docs/FORMAT.md`, "Snapshot data"):
 //!
 //! ```text
-//!  0 magic b"SMRSNAP3" | 8 member count u64 | 16 session count u64
-//! 24 machine part length u64 | 32 members | sessions | machine part | crc32c u32
+//!  0 magic b"SMRSNAP4" | 8 member count u64 | 16 session count u64
+//! 24 machine part length u64 | 32 forwarded part length u64
+//! 40 members | sessions | forwarded part | machine part | crc32c u32
 //! member: id u64 (non-zero) | address length u32 (≤ 255) | 4 zero bytes | address
 //! ```
 //!
@@ -14,6 +15,10 @@
 //! is read; every count and length is checked against its bound and the
 //! bytes left. The machine part is the machine's own bytes (checksummed
 //! again by the machine).
+//!
+//! The forwarded part is the table of followers' proposals applied in the
+//! current term (`crate::forward::Dedup::encode`). `b"SMRSNAP3"` (the same
+//! without the forwarded part and its length) is read with an empty table.
 //!
 //! Compatibility: a pool written before the machine was a seam holds
 //! `b"SMRSNAP2"` (or `b"SMRSNAP1"`, without members) snapshots: the
@@ -27,11 +32,14 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use crate::command::{MAX_ADDR_BYTES, MAX_MEMBERS};
+use crate::forward::Dedup;
 use crate::kvmap::{checked_body, decode_entries, KvMap};
 use crate::session::{Reader, Sessions};
 use crate::state::{RestoreError, StateMachine};
 
-const MAGIC: &[u8; 8] = b"SMRSNAP3";
+const MAGIC: &[u8; 8] = b"SMRSNAP4";
+/// Before forwarded proposals (read, never written).
+const MAGIC_V3: &[u8; 8] = b"SMRSNAP3";
 /// The formats written before the machine was a seam (read, never written).
 const MAGIC_V2: &[u8; 8] = b"SMRSNAP2";
 const MAGIC_V1: &[u8; 8] = b"SMRSNAP1";
@@ -43,6 +51,8 @@ pub struct ReplicaPart {
     pub members: BTreeMap<u64, Vec<u8>>,
     /// Sessions of membership changes.
     pub sessions: Sessions,
+    /// Followers' proposals applied in the current term (`crate::forward`).
+    pub forwarded: Dedup,
 }
 
 /// A decoded snapshot: the replica's part and the machine's bytes.
@@ -59,9 +69,11 @@ pub struct Decoded<'a> {
 /// The snapshot of `replica` and the machine's `machine` bytes.
 pub fn encode(replica: &ReplicaPart, machine: &[u8]) -> Vec<u8> {
     assert!(replica.members.len() <= MAX_MEMBERS, "members within bound");
-    let mut out = Vec::with_capacity(40 + machine.len() + 64 * replica.members.len());
+    let mut forwarded = Vec::new();
+    replica.forwarded.encode(&mut forwarded);
+    let mut out = Vec::with_capacity(48 + machine.len() + forwarded.len() + 64 * replica.members.len());
     out.extend_from_slice(MAGIC);
-    for n in [replica.members.len() as u64, replica.sessions.len() as u64, machine.len() as u64] {
+    for n in [replica.members.len() as u64, replica.sessions.len() as u64, machine.len() as u64, forwarded.len() as u64] {
         out.extend_from_slice(&n.to_le_bytes());
     }
     for (id, addr) in &replica.members {
@@ -72,6 +84,7 @@ pub fn encode(replica: &ReplicaPart, machine: &[u8]) -> Vec<u8> {
         out.extend_from_slice(addr);
     }
     replica.sessions.encode(&mut out);
+    out.extend_from_slice(&forwarded);
     out.extend_from_slice(machine);
     let crc = crc32c::crc32c(&out);
     out.extend_from_slice(&crc.to_le_bytes());
@@ -82,22 +95,37 @@ pub fn encode(replica: &ReplicaPart, machine: &[u8]) -> Vec<u8> {
 pub fn decode(bytes: &[u8]) -> Result<Decoded<'_>, RestoreError> {
     let body = checked_body(bytes, 28)?;
     match &body[..8] {
-        m if m == MAGIC => decode_current(body),
+        m if m == MAGIC => decode_current(body, true),
+        m if m == MAGIC_V3 => decode_current(body, false),
         m if m == MAGIC_V2 || m == MAGIC_V1 => decode_legacy(body, m == MAGIC_V1),
-        _ => Err(RestoreError::Corrupt("magic (not SMRSNAP3, nor SMRSNAP2 or SMRSNAP1 of an older pool)")),
+        _ => Err(RestoreError::Corrupt("magic (not SMRSNAP4, nor SMRSNAP3, SMRSNAP2 or SMRSNAP1 of an older pool)")),
     }
 }
 
-fn decode_current(body: &[u8]) -> Result<Decoded<'_>, RestoreError> {
+/// SMRSNAP4 (`with_forwarded`) or SMRSNAP3 (without the forwarded part).
+fn decode_current(body: &[u8], with_forwarded: bool) -> Result<Decoded<'_>, RestoreError> {
     let mut r = Reader::new(body, 8);
     let (members, sessions, machine_len) = (r.u64()?, r.u64()?, r.u64()?);
+    let forwarded_len = if with_forwarded { r.u64()? } else { 0 };
     let members = decode_members(&mut r, members)?;
     let sessions = Sessions::decode(&mut r, sessions)?;
+    let forwarded = match with_forwarded {
+        true => {
+            let part = r.bytes(usize::try_from(forwarded_len).map_err(|_| RestoreError::Corrupt("forwarded part length"))?)?;
+            let mut fr = Reader::new(part, 0);
+            let table = Dedup::decode(&mut fr)?;
+            if !fr.done() {
+                return Err(RestoreError::Corrupt("forwarded part"));
+            }
+            table
+        }
+        false => Dedup::default(),
+    };
     let machine = r.bytes(usize::try_from(machine_len).map_err(|_| RestoreError::Corrupt("machine part length"))?)?;
     if !r.done() {
         return Err(RestoreError::Corrupt("trailing bytes"));
     }
-    Ok(Decoded { replica: ReplicaPart { members, sessions }, machine: Cow::Borrowed(machine), legacy: false })
+    Ok(Decoded { replica: ReplicaPart { members, sessions, forwarded }, machine: Cow::Borrowed(machine), legacy: false })
 }
 
 /// SMRSNAP2: entry count, session count, member count, entries, sessions,
@@ -114,7 +142,7 @@ fn decode_legacy(body: &[u8], v1: bool) -> Result<Decoded<'static>, RestoreError
     }
     // One table served writes and membership changes alike: both keep it.
     let machine = KvMap::from_parts(map, sessions.clone(), 0).snapshot();
-    Ok(Decoded { replica: ReplicaPart { members, sessions }, machine: Cow::Owned(machine), legacy: true })
+    Ok(Decoded { replica: ReplicaPart { members, sessions, forwarded: Dedup::default() }, machine: Cow::Owned(machine), legacy: true })
 }
 
 fn decode_members(r: &mut Reader<'_>, count: u64) -> Result<BTreeMap<u64, Vec<u8>>, RestoreError> {

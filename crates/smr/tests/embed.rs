@@ -2,8 +2,10 @@
 //! `progress`) driven by a small in-process server loop: three replicas of
 //! a test machine (a journal of what it applied) on `transport::sim`, one
 //! thread, virtual time. Proposals and reads through it, a leader change,
-//! a partitioned leader whose proposals and reads all fail within the
-//! bound (none answered as applied, none read), a persistent machine that
+//! proposals and reads through a follower (forwarded by raft-rs, done
+//! when the follower applies them; a duplicated forward applied once; a
+//! cut-off follower's failing within the bound), a partitioned leader
+//! whose proposals and reads all fail within the bound (none answered as applied, none read), a persistent machine that
 //! restarts without applying anything twice and whose lagging follower
 //! catches up from a snapshot, a machine that cannot persist halting its
 //! replica, and an SMR1 membership change whose answer the bound cut
@@ -221,8 +223,6 @@ fn proposals_and_reads_go_through_the_embedding_api() {
     let mut s = Server::new(Journal::default);
     let l = s.elect();
     let f = (l + 1) % 3;
-    assert_eq!(s.nodes[f].service.propose(b"x".to_vec()), Err(NotLeader { leader: l as u64 + 1 }), "a follower names the leader");
-    assert!(s.nodes[f].service.read_index().is_err());
     let tickets: Vec<Ticket> = (0..30u32).map(|i| s.nodes[l].service.propose(format!("e{i}").into_bytes()).expect("the leader takes it")).collect();
     s.wait(l, &tickets);
     let mut last = 0;
@@ -250,6 +250,106 @@ fn proposals_and_reads_go_through_the_embedding_api() {
     assert!(s.nodes[f].service.progress().is_empty(), "only the leader knows progress");
     assert!(s.nodes[l].service.counters().snapshots >= 1, "compacted with this machine's snapshot");
     smr1_data_ops_are_refused_status_answered(&mut s, l);
+}
+
+#[test]
+fn a_follower_proposes_and_reads_through_the_leader() {
+    let mut s = Server::new(Journal::default);
+    let l = s.elect();
+    let f = (l + 1) % 3;
+    let data: Vec<Vec<u8>> = (0..20u32).map(|i| format!("f{i}").into_bytes()).collect();
+    let tickets: Vec<Ticket> = data.iter().map(|d| s.nodes[f].service.propose(d.clone()).expect("a follower takes it while it knows a leader")).collect();
+    s.wait(f, &tickets);
+    let mut last = 0;
+    for (t, d) in tickets.iter().zip(&data) {
+        let Done::Applied { index, output } = *s.outcome(f, *t) else { panic!("{t:?}: {:?}", s.outcome(f, *t)) };
+        let journal = &s.nodes[f].service.machine().entries;
+        let at = journal.iter().position(|(i, _)| *i == index).expect("applied here at that index");
+        assert_eq!(&journal[at].1, d, "the follower's own output is for its own entry");
+        assert_eq!(output, at as u64 + 1, "the machine's output on the follower");
+        assert!(index > last, "applied in the order proposed");
+        last = index;
+    }
+    let read = s.nodes[f].service.read_index().expect("a follower reads through the leader");
+    s.wait(f, &[read]);
+    let Done::Readable { index } = *s.outcome(f, read) else { panic!("{:?}", s.outcome(f, read)) };
+    assert!(index >= last, "the read index covers every acknowledged proposal");
+    assert!(s.nodes[f].service.status().applied >= index, "served only once applied here");
+    s.run(20);
+    for n in &s.nodes {
+        assert_eq!(n.service.machine().entries, s.nodes[l].service.machine().entries, "replica {} applied the same", n.service.status().id);
+    }
+    assert_eq!(s.nodes[f].service.forwarding(), 0, "nothing left waiting");
+}
+
+/// The planted bug: forwarded copies applied again.
+fn config_no_dedup(id: u64) -> ReplicaConfig {
+    let mut c = config(id);
+    c.faults.forward_without_dedup = true;
+    c
+}
+
+/// Proposes 60 entries through a follower on a network that duplicates
+/// half its messages; the largest number of times one was applied.
+fn forward_with_duplicates(config: fn(u64) -> ReplicaConfig) -> (Server, usize) {
+    let mut s = Server::with_config(Journal::default, config);
+    let l = s.elect();
+    let f = (l + 2) % 3;
+    let mut faults = Faults::none();
+    faults.duplicate_per_million = 500_000;
+    faults.reorder = true;
+    s.net.set_faults(faults);
+    let data: Vec<Vec<u8>> = (0..60u32).map(|i| format!("d{i}").into_bytes()).collect();
+    let mut tickets = Vec::new();
+    for d in &data {
+        tickets.push(s.nodes[f].service.propose(d.clone()).expect("taken"));
+        s.run_steps(3);
+    }
+    s.wait(f, &tickets);
+    s.run(50);
+    let most = s.nodes.iter().flat_map(|n| data.iter().map(|d| n.service.machine().entries.iter().filter(|(_, x)| x == d).count())).max().unwrap_or(0);
+    let applied = tickets.iter().filter(|t| matches!(s.outcome(f, **t), Done::Applied { .. })).count();
+    assert_eq!(applied, data.len(), "every forward answered as applied on a network that loses nothing");
+    (s, most)
+}
+
+#[test]
+fn a_duplicated_forward_is_applied_once() {
+    let (_, most) = forward_with_duplicates(config);
+    assert_eq!(most, 1, "every entry applied once on every replica");
+    let (_, planted) = forward_with_duplicates(config_no_dedup);
+    assert!(planted > 1, "without the table a duplicated forward applies twice (so the network did duplicate)");
+}
+
+#[test]
+fn a_follower_holds_its_requests_through_an_election_and_a_cut_off_one_fails_within_the_bound() {
+    let mut s = Server::new(Journal::default);
+    let early = s.nodes[0].service.propose(b"early".to_vec()).expect("held until a leader is known");
+    let read = s.nodes[0].service.read_index().expect("held until a leader is known");
+    s.wait(0, &[early, read]);
+    let l = s.elect();
+    match s.outcome(0, early) {
+        Done::Applied { .. } => assert!(s.nodes[l].service.machine().holds(b"early"), "applied, so the leader has it"),
+        // A replica that became leader itself proposes it as its own;
+        // otherwise only the bound ends it.
+        Done::Failed(f) => assert!(matches!(f, Failure::NoQuorum | Failure::NotProposed), "{f:?}"),
+        other => panic!("{other:?}"),
+    }
+    let mut s = Server::with_config(Journal::default, config_short_bound);
+    let l = s.elect();
+    let f = (l + 1) % 3;
+    s.net.partition(&[s.addrs[f]]);
+    let asked = s.now;
+    let write = s.nodes[f].service.propose(b"lost".to_vec()).expect("it still knows the leader");
+    let read = s.nodes[f].service.read_index().expect("it still knows the leader");
+    s.run(100);
+    for t in [write, read] {
+        let (at, done) = &s.done[&(f, t)];
+        assert!(matches!(done, Done::Failed(_)), "{t:?}: {done:?}");
+        let bound = Duration::from_millis(10 * config_short_bound(1).pending_timeout_ticks() + 2);
+        assert!(*at - asked <= bound, "{t:?} failed after {:?} (bound {bound:?})", *at - asked);
+    }
+    assert!(!s.nodes[l].service.machine().holds(b"lost"), "the leader never had it");
 }
 
 /// A replica whose machine is not served over SMR1 still answers STATUS,

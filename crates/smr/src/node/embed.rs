@@ -1,13 +1,27 @@
 //! The embedding API: a server that owns a replica inside its own event
 //! loop (its clients are its own, not SMR1 transport clients) drives it
 //! with `Reactor::turn`-like calls and, between turns:
-//! - [`Replica::propose`]: the leader takes the machine's data; the outcome
-//!   comes back once the entry is applied at the index and term it was
-//!   proposed at ([`Done::Applied`], the machine's output), or as a failure;
+//! - [`Replica::propose`]: any member takes the machine's data. On the
+//!   leader the outcome comes back once the entry is applied at the index
+//!   and term it was proposed at ([`Done::Applied`], the machine's
+//!   output), or as a failure. On a follower the entry goes to the leader
+//!   by raft-rs's proposal forwarding, tagged with this member's id, its
+//!   incarnation's nonce and a sequence number (`crate::forward`), and is
+//!   done when this member applies it: its own machine's output is the
+//!   reply (applied means committed on a majority). A copy the network
+//!   duplicated is never applied twice (the replicated table of
+//!   `crate::forward`); a proposal a leader dropped fails within the bound
+//!   below as [`Failure::NoQuorum`] (outcome unknown), or as
+//!   [`Failure::NotProposed`] once an entry of a later term is applied
+//!   here (it can no longer apply);
 //! - [`Replica::read_index`]: done ([`Done::Readable`]) once the machine
 //!   has applied up to a read index a majority confirmed (ReadIndex, Raft
-//!   thesis §6.4): the server then reads [`Replica::machine`] and what it
-//!   reads is linearizable;
+//!   thesis §6.4), on the leader or, forwarded by raft-rs, on a follower
+//!   (the leader confirms its commit index and answers it; the follower
+//!   waits until it applied that far): the server then reads
+//!   [`Replica::machine`] and what it reads is linearizable. A read's
+//!   context is (counter, member id, nonce): unique in the cluster, since
+//!   the leader merges requests of equal context;
 //! - [`Replica::take_done`]: the outcomes, each ticket once;
 //! - [`Replica::status`] and [`Replica::progress`]: role, leader, term,
 //!   commit, applied, last index, and on the leader each member's match
@@ -22,7 +36,9 @@
 //! from a read index no majority confirmed, so never stale.
 //!
 //! Invariants: a ticket is done exactly once; [`Done::Applied`] only for
-//! an entry applied (committed) at the index and term it was proposed at.
+//! an entry applied (committed) at the index and term it was proposed at
+//! (the leader's), or for the one copy of a forwarded proposal its table
+//! applied (a follower's).
 
 use raft::{ProgressState, StateRole};
 use thiserror::Error;
@@ -38,9 +54,11 @@ use crate::store::Durable;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Ticket(pub u64);
 
-/// Only the leader takes proposals and reads.
+/// A halted replica takes no proposal or read. (While no leader is known,
+/// during an election, a follower holds its proposals and reads until one
+/// is, within the bound.)
 #[derive(Clone, Copy, Debug, Error, PartialEq, Eq)]
-#[error("not the leader (the leader this replica knows: {leader}; 0 if none)")]
+#[error("this replica halted and takes nothing (leader field: {leader}, always 0)")]
 pub struct NotLeader {
     /// The leader this replica knows (0: none).
     pub leader: u64,
@@ -50,8 +68,9 @@ pub struct NotLeader {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Failure {
     /// Leadership was lost (or the entry's place taken by another term's)
-    /// before the proposal was known applied: it may or may not be
-    /// applied. A read is simply not done.
+    /// before the proposal was known applied, or (a forwarded proposal)
+    /// the member caught up from a snapshot that may hold it: it may or
+    /// may not be applied. A read is simply not done.
     LeadershipLost,
     /// Not done within the bound ([`super::ReplicaConfig::pending_timeout_elections`]):
     /// no majority confirmed it in time. A proposal may still be applied
@@ -108,6 +127,9 @@ pub(crate) enum Waiter {
     Client(RequestId),
     /// An embedder's ticket.
     Ticket(Ticket),
+    /// A forwarded proposal, by its sequence number (its ticket waits in
+    /// `Replica::forwarded`).
+    Forwarded(u64),
 }
 
 /// Who waits for a read.
@@ -132,9 +154,9 @@ impl<T: Transport, D: Durable, M: StateMachine> Replica<T, D, M>
 where
     T::Addr: PeerAddr,
 {
-    fn not_leader(&self) -> Option<NotLeader> {
-        let r = &self.raw.raft;
-        (r.state != StateRole::Leader || self.halted.is_some()).then_some(NotLeader { leader: if self.halted.is_some() { 0 } else { r.leader_id } })
+    /// True if this replica leads (its proposals go to its own log).
+    pub fn is_leader(&self) -> bool {
+        self.raw.raft.state == StateRole::Leader && self.halted.is_none()
     }
 
     fn ticket(&mut self) -> Ticket {
@@ -142,32 +164,77 @@ where
         Ticket(self.next_ticket)
     }
 
-    /// Proposes `data` for the machine (the leader only). It goes to the
-    /// log with the other proposals of this turn; its outcome comes from
-    /// [`Replica::take_done`].
+    /// Proposes `data` for the machine, on the leader or (forwarded) on a
+    /// follower (module docs). It goes with the other proposals of this
+    /// turn; its outcome comes from [`Replica::take_done`].
     pub fn propose(&mut self, data: Vec<u8>) -> Result<Ticket, NotLeader> {
-        if let Some(e) = self.not_leader() {
-            return Err(e);
+        self.propose_as(data, &[])
+    }
+
+    /// [`Replica::propose`] for a client that authenticated as
+    /// `principal` (at most [`crate::forward::MAX_PRINCIPAL_BYTES`]; a
+    /// longer name is not carried). A forwarded entry carries it in its
+    /// context; the leader's own entries do not (its clients are checked
+    /// at its own door).
+    pub fn propose_as(&mut self, data: Vec<u8>, principal: &[u8]) -> Result<Ticket, NotLeader> {
+        if self.is_leader() {
+            let ticket = self.ticket();
+            self.proposed_ids.push(Waiter::Ticket(ticket));
+            self.proposed.push(raft::eraftpb::Entry { data: data.into(), context: (&[ENTRY_MACHINE][..]).into(), ..Default::default() });
+            return Ok(ticket);
         }
+        if self.halted.is_some() {
+            return Err(NotLeader { leader: 0 });
+        }
+        let principal = if principal.len() <= crate::forward::MAX_PRINCIPAL_BYTES { principal } else { &[] };
+        self.forward_seq += 1;
+        let seq = self.forward_seq;
+        let term = self.raw.raft.term;
+        let ctx = crate::forward::ForwardContext { origin: self.config.id, nonce: self.nonce, seq, term, principal: principal.to_vec() };
         let ticket = self.ticket();
-        self.proposed_ids.push(Waiter::Ticket(ticket));
-        self.proposed.push(raft::eraftpb::Entry { data: data.into(), context: (&[ENTRY_MACHINE][..]).into(), ..Default::default() });
+        self.forwarded.insert(seq, (ticket, term, self.ticks));
+        self.proposed_ids.push(Waiter::Forwarded(seq));
+        self.proposed.push(raft::eraftpb::Entry { data: data.into(), context: ctx.encode().into(), ..Default::default() });
         Ok(ticket)
     }
 
-    /// Asks for a linearizable read (the leader only): done
-    /// ([`Done::Readable`]) once a majority confirmed this leader's commit
-    /// index as of now and the machine has applied it.
+    /// Asks for a linearizable read, on the leader or (forwarded) on a
+    /// follower: done ([`Done::Readable`]) once a majority confirmed the
+    /// leader's commit index as of a moment after this call and this
+    /// replica's machine has applied it.
     pub fn read_index(&mut self) -> Result<Ticket, NotLeader> {
-        if let Some(e) = self.not_leader() {
-            return Err(e);
+        if self.halted.is_some() {
+            return Err(NotLeader { leader: 0 });
         }
         let ticket = self.ticket();
         let ctx = self.next_read;
         self.next_read += 1;
         self.reads.insert(ctx, (ReadWaiter::Ticket(ticket), self.ticks, self.ticks));
-        self.raw.read_index(ctx.to_le_bytes().to_vec());
+        let bytes = self.read_ctx(ctx);
+        self.raw.read_index(bytes);
         Ok(ticket)
+    }
+
+    /// A read's context on the wire: counter u64, member id u64, nonce u64.
+    pub(super) fn read_ctx(&self, counter: u64) -> Vec<u8> {
+        let mut b = Vec::with_capacity(24);
+        for v in [counter, self.config.id, self.nonce] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b
+    }
+
+    /// The counter of a read context this incarnation asked, if it is one.
+    pub(super) fn own_read_ctx(&self, b: &[u8]) -> Option<u64> {
+        if b.len() != 24 || pmem::le::get_u64(b, 8) != self.config.id || pmem::le::get_u64(b, 16) != self.nonce {
+            return None;
+        }
+        Some(pmem::le::get_u64(b, 0))
+    }
+
+    /// Forwarded proposals waiting to be applied here.
+    pub fn forwarding(&self) -> usize {
+        self.forwarded.len()
     }
 
     /// The outcomes since the last call, each ticket once.
