@@ -17,6 +17,8 @@
 //! | [`serve`] | [`KvServer`] (both listeners on one loop), [`ReadyFile`], signal handling |
 //! | [`client`] | small blocking RESP and HTTP clients (tests, the crash campaign) |
 //! | [`cluster`] | [`cluster::ClusterKeyspace`]: the engine as a replicated Redis machine's keyspace |
+//! | [`member`] | `pmwire kv --cluster`: a member's loop; `member::zc`, the leader's zero-copy write path |
+//! | [`member_zc`] | a zero-copy member's restart: the buffers its Raft log holds, checked |
 //! | [`crash`] | the kill -9 campaign against `pmwire kv` |
 //!
 //! ```no_run
@@ -52,6 +54,7 @@ pub mod cluster;
 pub mod crash;
 mod keyspace;
 pub mod member;
+pub mod member_zc;
 pub mod serve;
 pub mod service;
 pub mod store;

@@ -53,7 +53,8 @@ use pmwire_keyspace::exec::{Server as RespServer, ServerConfig, Session};
 use pmwire_keyspace::store::{Keyspace, MemKeyspace};
 use pmwire_kv_cluster::commands::{class, Class};
 use pmwire_kv_cluster::{MachineKeyspace, Proposer, RedisMachine, Watched};
-use pmwire_netio::{Batch, ConnId, HeapBuffers, Service, Watch};
+use pmwire_kv_cluster::copies::CopyCounters;
+use pmwire_netio::{Batch, ConnId, Service, Watch};
 use pmwire_resp::reply::ReplySink;
 use pmwire_resp::request::{Limits as RespLimits, Parsed};
 use pmwire_smr::node::{Done, Failure, Replica, Ticket};
@@ -62,8 +63,11 @@ use raft::StateRole;
 use reactor::{Reactor, Service as _};
 use transport::{EventFd, Transport};
 
-use crate::cluster::ClusterKeyspace;
+use crate::cluster::{ClusterKeyspace, SharedStore};
 use crate::keyspace::Handle;
+use crate::store::Mode;
+
+mod zc;
 
 /// The replicated machine of a member.
 pub type Machine = RedisMachine<ClusterKeyspace>;
@@ -156,6 +160,9 @@ pub struct Member<T: Transport<Addr = SocketAddr>> {
     peers: BTreeMap<u64, SocketAddr>,
     stats: MemberStats,
     proposed_this_turn: bool,
+    /// How values travel from the socket (zero-copy: by their extents, `zc`).
+    mode: Mode,
+    copies: CopyCounters,
 }
 
 fn cluster_down(reason: &str) -> Vec<u8> {
@@ -198,6 +205,9 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
     pub fn new(reactor: Reactor<LinkTransport<T>, MemberReplica<T>>, peers: BTreeMap<u64, SocketAddr>, config: ServerConfig) -> Member<T> {
         let mut proposer = Proposer::new();
         proposer.observe(reactor.service.machine().last_time_ms());
+        let mut reactor = reactor;
+        let ks = reactor.service.machine_mut().keyspace();
+        let (mode, copies) = (ks.store().mode(), ks.copy_counters().clone());
         Member {
             reactor,
             origin: Instant::now(),
@@ -208,11 +218,13 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             conns: HashMap::new(),
             tickets: HashMap::new(),
             sweep: None,
-            parsed: Parsed::new(RespLimits::default()),
+            parsed: if mode == Mode::ZeroCopy { Parsed::new(RespLimits::default()).gather_lazily() } else { Parsed::new(RespLimits::default()) },
             to_wake: Vec::new(),
             peers,
             stats: MemberStats::default(),
             proposed_this_turn: false,
+            mode,
+            copies,
         }
     }
 
@@ -267,19 +279,25 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         error(&format!("READONLY {what}: the leader is {}; forwarding is not built yet", self.leader_text()))
     }
 
-    /// Proposes `entry` for connection `id`; the slot it answers.
-    fn propose(&mut self, id: ConnId, entry: Vec<u8>) {
+    /// Proposes `entry` for connection `id`; the slot it answers. True if
+    /// it was proposed.
+    fn propose(&mut self, id: ConnId, entry: Vec<u8>) -> bool {
+        if !pmwire_kv_cluster::extent::is_extent_form(&entry) {
+            let values = pmwire_kv_cluster::entry::Entry::decode(&entry).map_or(0, |e| pmwire_kv_cluster::extent::resp_value_bytes(e.commands));
+            self.copies.add(|c| c.entry += values);
+        }
         let slot = match self.reactor.service.propose(entry) {
             Ok(ticket) => {
                 self.stats.proposals += 1;
                 self.proposed_this_turn = true;
                 let seq = self.conn(id).push(Slot::Write);
                 self.tickets.insert(ticket, (id, seq));
-                return;
+                return true;
             }
             Err(_) => self.not_leader(true),
         };
         self.conn(id).push(Slot::Ready(slot));
+        false
     }
 
     fn read(&mut self, id: ConnId, args: Vec<Vec<u8>>) {
@@ -343,6 +361,11 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             }
             b"role" => {
                 let reply = self.role();
+                self.conn(id).push(Slot::Ready(reply));
+            }
+            b"info" if args.len() == 2 && args[1].eq_ignore_ascii_case(b"copies") => {
+                let text = format!("# Copies\r\n{}", self.copies.get().info(self.mode.name()));
+                let reply = format!("${}\r\n{}\r\n", text.len(), text).into_bytes();
                 self.conn(id).push(Slot::Ready(reply));
             }
             b"info" if args.len() == 2 && args[1].eq_ignore_ascii_case(b"replication") => {
@@ -500,6 +523,16 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         out
     }
 
+    /// A request's arguments copied out of the receive buffers (a write's
+    /// value bytes counted).
+    fn copy_args(&self, req: &pmwire_resp::request::Request<'_>) -> Vec<Vec<u8>> {
+        if class(req.arg(0)) == Class::Write {
+            let values: u64 = (2..req.len()).map(|i| req.arg_len(i) as u64).sum();
+            self.copies.add(|c| c.rx_args += values);
+        }
+        req.args().map(<[u8]>::to_vec).collect()
+    }
+
     /// Runs a read at the head of a connection's queue.
     fn run_read(&mut self, id: ConnId, args: &[Vec<u8>]) -> Vec<u8> {
         let mut wire = Vec::new();
@@ -625,8 +658,8 @@ impl ReplySink<Handle> for Capture {
     }
 }
 
-impl<T: Transport<Addr = SocketAddr>> Service<HeapBuffers> for Member<T> {
-    fn handle(&mut self, batch: &mut Batch, _bufs: &mut HeapBuffers) {
+impl<T: Transport<Addr = SocketAddr>> Service<SharedStore> for Member<T> {
+    fn handle(&mut self, batch: &mut Batch, _bufs: &mut SharedStore) {
         for i in 0..batch.len() {
             let (input, reply) = batch.split(i);
             let id = input.conn;
@@ -639,16 +672,16 @@ impl<T: Transport<Addr = SocketAddr>> Service<HeapBuffers> for Member<T> {
             self.conn(id);
             if self.conns[&id].queue.len() < MAX_QUEUE && !self.conns[&id].close_after_flush {
                 let segs: Vec<&[u8]> = input.segments.iter().map(|s| s.bytes).collect();
-                let summary = self.parsed.parse(&segs);
-                let mut requests = Vec::with_capacity(summary.commands);
+                let mut parsed = std::mem::take(&mut self.parsed);
+                let summary = parsed.parse(&segs);
                 for j in 0..summary.commands {
-                    let req = self.parsed.request(&segs, j);
-                    requests.push(req.args().map(<[u8]>::to_vec).collect::<Vec<_>>());
+                    let req = parsed.request(&segs, j);
+                    if !self.zero_copy_write(id, &req, input.segments) {
+                        self.request(id, self.copy_args(&req));
+                    }
                 }
+                self.parsed = parsed;
                 reply.consumed = summary.consumed;
-                for args in requests {
-                    self.request(id, args);
-                }
                 if let Some(e) = summary.error {
                     let conn = self.conn(id);
                     conn.push(Slot::Ready(e.reply()));
@@ -677,7 +710,7 @@ impl<T: Transport<Addr = SocketAddr>> Service<HeapBuffers> for Member<T> {
         }
     }
 
-    fn closed(&mut self, conn: ConnId, _bufs: &mut HeapBuffers) {
+    fn closed(&mut self, conn: ConnId, _bufs: &mut SharedStore) {
         self.conns.remove(&conn);
     }
 
@@ -733,6 +766,10 @@ pub struct MemberOptions {
     pub requirepass: Option<Vec<u8>>,
     /// Redis's protected mode.
     pub protected_mode: bool,
+    /// How values travel from the socket into the log and the keyspace
+    /// ([`Mode::ZeroCopy`]: by their extents, `member::zc`; [`Mode::Copy`]:
+    /// copied at every stage).
+    pub mode: Mode,
 }
 
 /// Why a member could not start.
@@ -797,7 +834,7 @@ fn open_raft(options: &MemberOptions) -> Result<PmemDurable<Region>, MemberError
 
 /// A member, bound and recovered, not yet running.
 pub struct MemberServer<T: Transport<Addr = SocketAddr>> {
-    server: pmwire_netio::Server<HeapBuffers, Member<T>>,
+    server: pmwire_netio::Server<SharedStore, Member<T>>,
     _lock: std::fs::File,
     /// What opening the keyspace's pool found.
     pub recovered: crate::store::Recovered,
@@ -809,16 +846,25 @@ impl<T: Transport<Addr = SocketAddr>> MemberServer<T> {
     /// links, and binds the RESP and HTTP listeners.
     pub fn open(options: &MemberOptions, transport: T, secret: link::Secret) -> Result<MemberServer<T>, MemberError> {
         let lock = lock(&options.pool.with_extension("lock"))?;
-        let (store, recovered) = crate::store::Store::open(&options.pool, options.size, crate::store::Mode::Copy)?;
+        if options.mode == Mode::NoPersist {
+            return Err(MemberError::Raft { path: options.pool.clone(), why: "--mode no-persist is not served by a cluster member (zero-copy or copy)".into() });
+        }
+        let durable = open_raft(options)?;
+        let log_refs = crate::member_zc::log_refs(&durable).map_err(|why| MemberError::Raft { path: raft_path(&options.pool), why })?;
+        let (store, recovered) = crate::store::Store::open_with_refs(&options.pool, options.size, options.mode, &log_refs)?;
+        if recovered.created && !log_refs.is_empty() {
+            return Err(MemberError::Raft { path: raft_path(&options.pool), why: format!("its log names {} values in a keyspace pool that was just created: not this member's pool", log_refs.len()) });
+        }
+        crate::member_zc::verify(&store, &durable).map_err(|why| MemberError::Raft { path: raft_path(&options.pool), why })?;
         let sizing = store.sizing();
+        let store = SharedStore::new(store);
         let config = ServerConfig {
             tcp_port: options.resp.port(),
             requirepass: options.requirepass.clone(),
             protected_mode: options.protected_mode,
             ..ServerConfig::default()
         };
-        let machine = RedisMachine::open(ClusterKeyspace::new(store), config.clone())?;
-        let durable = open_raft(options)?;
+        let machine = RedisMachine::open(ClusterKeyspace::shared(store.clone(), CopyCounters::new()), config.clone())?;
         let mut rc = pmwire_smr::node::ReplicaConfig::new(options.id);
         rc.tick = options.tick;
         rc.seed = u64::from(std::process::id()) ^ options.id.rotate_left(32);
@@ -833,8 +879,7 @@ impl<T: Transport<Addr = SocketAddr>> MemberServer<T> {
             max_rx_bytes: crate::store::MAX_RX_BYTES,
             ..pmwire_netio::Config::default()
         };
-        let bufs = HeapBuffers::new(u32::from(sizing.ring_entries) * 4, sizing.buf_size);
-        let server = pmwire_netio::Server::bind_all(&[options.resp, options.http], net, bufs, member)?;
+        let server = pmwire_netio::Server::bind_all(&[options.resp, options.http], net, store, member)?;
         Ok(MemberServer { server, _lock: lock, recovered })
     }
 

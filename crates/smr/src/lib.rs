@@ -51,6 +51,7 @@ pub mod command;
 pub mod floor;
 pub mod kvmap;
 pub mod links;
+pub mod logrefs;
 pub mod node;
 pub mod pmem_store;
 pub mod session;
