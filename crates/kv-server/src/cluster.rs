@@ -72,11 +72,18 @@ impl SharedStore {
     }
 
     /// Flushes the lines of `extent` (a value about to be named by a log
-    /// entry: the log's append drains it before the entry is durable).
+    /// entry; [`SharedStore::drain`] before the entry is appended).
     pub fn flush_extent(&self, extent: Extent) {
         let mut st = self.0.borrow_mut();
         let st = &mut *st;
         st.engine.pool().flush_extent(&mut st.region, pool_extent(extent));
+    }
+
+    /// Waits until the flushed values are durable (before the log entry
+    /// naming them is appended: the log's self-validating tail may reach
+    /// the media before the log's own fence).
+    pub fn drain(&self) {
+        self.0.borrow_mut().region.drain();
     }
 }
 
@@ -232,17 +239,47 @@ impl ClusterKeyspace {
         if need as u32 > MAX_REF_EXTENTS || st.engine.pool().free_count() < u32::from(st.sizing.ring_entries) + need as u32 {
             return None;
         }
-        let mut extents = Vec::with_capacity(need);
-        for chunk in bytes.chunks(size) {
-            let buf = st.engine.pool_mut().alloc().expect("counted free above");
-            let e = Extent { buf_idx: buf, offset: 0, len: chunk.len() as u16 };
-            let at = st.engine.pool().extent_offset(pool_extent(e));
-            st.region.write(at, chunk);
-            st.engine.pool().flush_extent(&mut st.region, pool_extent(e));
-            self.temp.push(buf);
-            extents.push(e);
+        let arg = absorb_value(st.engine.pool_mut(), &mut st.region, bytes).expect("counted free above");
+        if let Arg::Pool { extents, .. } = &arg {
+            self.temp.extend(extents.iter().map(|e| e.buf_idx));
         }
-        Some(Arg::Pool { len: bytes.len() as u32, crc: crc32c::crc32c(bytes), extents })
+        Some(arg)
+    }
+}
+
+/// A value copied into fresh pool buffers and flushed in place (durable at
+/// the next drain: the Raft log's append), as a pool argument; each buffer
+/// holds one reference, the caller's (`None`: the pool ran out; nothing held).
+pub fn absorb_value<M: Media>(pool: &mut pmwire_pool::Pool, media: &mut M, bytes: &[u8]) -> Option<Arg<'static>> {
+    let size = pool.buf_size() as usize;
+    let mut extents = Vec::with_capacity(bytes.len().div_ceil(size));
+    for chunk in bytes.chunks(size) {
+        let Some(buf) = pool.alloc() else {
+            extents.iter().for_each(|e: &Extent| _ = pool.release(e.buf_idx));
+            return None;
+        };
+        let e = Extent { buf_idx: buf, offset: 0, len: chunk.len() as u16 };
+        media.write(pool.extent_offset(pool_extent(e)), chunk);
+        pool.flush_extent(media, pool_extent(e));
+        extents.push(e);
+    }
+    Some(Arg::Pool { len: bytes.len() as u32, crc: crc32c::crc32c(bytes), extents })
+}
+
+/// The log's references for an extent-form entry: one per extent, taken
+/// (`hold`) when the durable log holds it, given back when it leaves.
+pub fn entry_refs(pool: &mut pmwire_pool::Pool, data: &[u8], hold: bool) {
+    let e = ExtEntry::decode(data).expect("this member logged the entry");
+    for a in &e.args {
+        if let Arg::Pool { extents, .. } = a {
+            for x in extents {
+                if hold {
+                    pool.retain(x.buf_idx);
+                } else {
+                    pool.release(x.buf_idx);
+                }
+            }
+        }
     }
 }
 
@@ -304,6 +341,10 @@ impl LogHooks for ClusterKeyspace {
             args.push(local.unwrap_or_else(|| a.clone()));
         }
         self.copies.add(|c| c.received += copied);
+        // The values are durable before the entry naming them can be: the
+        // Raft log's tail validates itself, so its lines may reach the
+        // media before its own fence (the crash checker found this).
+        self.store.borrow_mut().region.drain();
         Some(ExtEntry { args, ..e }.encode())
     }
 
@@ -315,25 +356,14 @@ impl LogHooks for ClusterKeyspace {
         }
         let e = ExtEntry::decode(data).expect("this member logged the entry");
         self.copies.add(|c| c.log += e.inline_value_bytes());
-        let mut st = self.store.borrow_mut();
-        for a in &e.args {
-            if let Arg::Pool { extents, .. } = a {
-                extents.iter().for_each(|x| st.engine.pool_mut().retain(x.buf_idx));
-            }
-        }
+        entry_refs(self.store.borrow_mut().engine.pool_mut(), data, true);
     }
 
     fn log_dropped(&mut self, data: &[u8]) {
         if !is_extent_form(data) {
             return;
         }
-        let e = ExtEntry::decode(data).expect("this member logged the entry");
-        let mut st = self.store.borrow_mut();
-        for a in &e.args {
-            if let Arg::Pool { extents, .. } = a {
-                extents.iter().for_each(|x| _ = st.engine.pool_mut().release(x.buf_idx));
-            }
-        }
+        entry_refs(self.store.borrow_mut().engine.pool_mut(), data, false);
     }
 
     fn log_settled(&mut self) {

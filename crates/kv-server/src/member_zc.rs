@@ -52,8 +52,11 @@ pub fn log_refs<D: Durable>(durable: &D) -> Result<Vec<u32>, String> {
 
 /// Checks every value the durable log names against its crc32c.
 pub fn verify<D: Durable>(store: &Store, durable: &D) -> Result<(), String> {
-    let view = store.view();
-    let pool = store.engine().pool();
+    verify_in(store.engine().pool(), store.region(), durable)
+}
+
+/// [`verify`] over any medium (the crash checker's images).
+pub fn verify_in<D: Durable, M: pmem::Media>(pool: &pmwire_pool::Pool, media: &M, durable: &D) -> Result<(), String> {
     let mut bad = None;
     each_entry(durable, |index, x| {
         for (i, a) in x.args.iter().enumerate() {
@@ -65,7 +68,9 @@ pub fn verify<D: Durable>(store: &Store, durable: &D) -> Result<(), String> {
                     bad.get_or_insert(format!("log entry {index} argument {i} names {e:?}, not a live extent of the pool"));
                     return;
                 }
-                sum = crc32c::crc32c_append(sum, view.bytes(e));
+                let mut bytes = Vec::with_capacity(e.len as usize);
+                pool.gather(media, &[e], &mut bytes);
+                sum = crc32c::crc32c_append(sum, &bytes);
             }
             if sum != *crc {
                 bad.get_or_insert(format!("log entry {index} argument {i}: the pool bytes fail the value's checksum (a buffer reused while the log named it)"));

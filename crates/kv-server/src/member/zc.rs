@@ -8,8 +8,9 @@
 //! A value argument (after the command's name and first key) of at least
 //! [`MIN_EXTENT_VALUE_BYTES`] whose pieces number at most
 //! [`MAX_REF_EXTENTS`] is named by its extents: each piece's lines are
-//! flushed now (the Raft log's append drains before the entry is durable:
-//! seed 001's flush in place + 8 B extent), its crc32c goes into the entry,
+//! flushed and drained now, before the entry can be durable (the Raft
+//! log's self-validating tail may reach the media before the log's own
+//! fence: seed 001's flush in place + 8 B extent), its crc32c goes into the entry,
 //! and its buffers are held (`ClusterKeyspace::hold_until_settled`) until
 //! the entry is in the durable log, which then holds them itself. Shorter
 //! arguments are copied into the entry and counted.
@@ -95,6 +96,7 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         for &e in &held {
             store.flush_extent(e);
         }
+        store.drain();
         let entry = self.proposer.command_extents(Self::now_ms(), protocol, args);
         self.copies.add(|c| c.entry += inline_values);
         if self.propose(id, entry) {
