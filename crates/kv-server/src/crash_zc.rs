@@ -49,8 +49,9 @@ const STEPS: u64 = 60;
 /// Every crash check of the zero-copy log.
 pub fn checks() -> Vec<Check> {
     vec![
-        Check { name: "zero-copy member: log entries naming pool extents, apply, compaction", planted: false, run: |c| check(false, false, c) },
-        Check { name: "planted: zero-copy truncated entry's buffers freed before the truncation is durable", planted: true, run: |c| check(true, true, c) },
+        Check { name: "zero-copy member: log entries naming pool extents, truncations, apply, compaction (naive-tail Raft log)", planted: false, run: |c| check(false, true, TailStrategy::Naive, c) },
+        Check { name: "zero-copy member: log entries naming pool extents, apply, compaction (self-validating Raft log)", planted: false, run: |c| check(false, false, TailStrategy::SelfValidating, c) },
+        Check { name: "planted: zero-copy truncated entry's buffers freed before the truncation is durable", planted: true, run: |c| check(true, true, TailStrategy::Naive, c) },
     ]
 }
 
@@ -121,8 +122,8 @@ fn entry(i: u64, index: u64, term: u64, arg: Arg<'static>) -> Entry {
     Entry { index, term, data: data.into(), context: vec![ENTRY_MACHINE].into(), ..Default::default() }
 }
 
-fn check(planted: bool, truncations: bool, config: &Config) -> Report {
-    let log = LogConfig::new(LOG_BYTES, TailStrategy::SelfValidating);
+fn check(planted: bool, truncations: bool, tail: TailStrategy, config: &Config) -> Report {
+    let log = LogConfig::new(LOG_BYTES, tail);
     let raft_len = PmemDurable::<MemMedia>::required_size(&log, SNAP_BYTES);
     let shared = Rc::new(RefCell::new(TracedMedia::new((KV_BYTES + raft_len) as usize)));
     let mut kv = Window { media: shared.clone(), base: 0, len: KV_BYTES };
@@ -186,7 +187,13 @@ fn judge(image: &MemMedia, raft_len: u64) -> Result<(), String> {
     let durable = PmemDurable::open(raft_m, 1, 1).map_err(|e| format!("raft store: {e}"))?;
     let refs = crate::member_zc::log_refs(&durable)?;
     let engine = Engine::open_with_refs(&mut kv, 0, Faults::default(), &refs).map_err(|e| format!("engine: {e}"))?;
-    crate::member_zc::verify_in(engine.pool(), &kv, &durable)?;
+    crate::member_zc::verify_in(engine.pool(), &kv, &durable).map_err(|e| {
+        let idx: Vec<(u64, u64, u64)> = (durable.first_index()..=durable.last_index())
+            .filter_map(|i| durable.entry(i))
+            .map(|en| (en.index, en.term, ExtEntry::decode(&en.data).map(|x| x.time_ms).unwrap_or(0)))
+            .collect();
+        format!("{e}; log (index, term, step): {idx:?}; refs {refs:?}")
+    })?;
     for k in 0..8u64 {
         let mut got = Vec::new();
         if engine.get_bytes(&kv, &key(k), &mut got).is_some() && !(0..=STEPS).any(|i| i % 8 == k && value(i) == got) {
@@ -202,25 +209,28 @@ mod tests {
 
     #[test]
     fn the_zero_copy_log_survives_every_crash() {
-        check(false, false, &Config::default()).assert_passes_at_least(1000);
+        check(false, true, TailStrategy::Naive, &Config::default()).assert_passes_at_least(1000);
+        check(false, false, TailStrategy::SelfValidating, &Config::default()).assert_passes_at_least(1000);
     }
 
-    /// Open finding (issue 26 item 4, left for the next session): with a
-    /// new leader's truncations, some crash images show a truncated entry
-    /// still in the durable log after `append` returned and its buffers
-    /// were reused (a checksum mismatch). Either the Raft store's suffix
-    /// truncation is not durable when `append` returns (a same-length
-    /// record of the next LSN left after the new tail, which the
-    /// self-validating tail takes as valid), or the references must be
-    /// given back later; not yet told apart. Run with `--ignored`.
+    /// Open finding (left for the lead; `pmwire_log`, not this part): with
+    /// the self-validating Raft log, a suffix truncation followed by an
+    /// append of the same LSN at the same place, some crash images hold an
+    /// entry that was never appended whole: the new entry's term with the
+    /// truncated entry's data (entry 3 with term 2 and step 3's data, where
+    /// step 3 appended it at term 1 and step 5 at term 2), accepted by the
+    /// scan; the value that data names was freed with the truncation and
+    /// reused, so its checksum fails. The same workload on a naive-tail log
+    /// passes (the test above). Run with `--ignored`.
     #[test]
-    #[ignore = "open finding: truncated entries reappear in crash images (see the doc comment)"]
-    fn the_zero_copy_log_survives_every_crash_with_truncations() {
-        check(false, true, &Config::default()).assert_passes_at_least(1000);
+    #[ignore = "open finding in the self-validating log's suffix truncation (see the doc comment)"]
+    fn the_zero_copy_log_survives_every_crash_with_truncations_on_a_self_validating_log() {
+        check(false, true, TailStrategy::SelfValidating, &Config::default()).assert_passes_at_least(1000);
     }
 
     #[test]
     fn planted_early_free_at_truncation_is_caught() {
-        check(true, true, &Config::default()).assert_caught();
+        check(true, true, TailStrategy::Naive, &Config::default()).assert_caught();
+        check(true, true, TailStrategy::SelfValidating, &Config::default()).assert_caught();
     }
 }
