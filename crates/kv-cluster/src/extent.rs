@@ -285,6 +285,28 @@ fn read_arg<'a>(r: &mut Reader<'a>) -> Result<Arg<'a>, EntryError> {
     }
 }
 
+/// [`resp_value_bytes`] of a version-1 entry's commands, found from its
+/// header without checking its checksum (a count for the copy counters,
+/// read on every append and send: a large value's entry is not hashed for
+/// it); 0 for anything that is not a version-1 entry.
+pub fn v1_value_bytes(data: &[u8]) -> u64 {
+    let u32_at = |at: usize| data.get(at..at + 4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
+    let u64_at = |at: usize| data.get(at..at + 8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+    if data.len() < HEADER_BYTES + 4 || data[..4] != MAGIC || data[4] != crate::entry::VERSION {
+        return 0;
+    }
+    let (Some(watched), Some(body)) = (u32_at(28), u64_at(40)) else { return 0 };
+    let mut at = HEADER_BYTES;
+    for _ in 0..watched {
+        let Some(key) = u32_at(at + 12) else { return 0 };
+        at = at.saturating_add(24).saturating_add(key as usize);
+    }
+    match usize::try_from(body).ok().and_then(|b| data.get(at..at.checked_add(b)?)) {
+        Some(commands) => resp_value_bytes(commands),
+        None => 0,
+    }
+}
+
 /// The bytes of the arguments after each command's name and first key in
 /// RESP multibulk `commands` (a version-1 entry's body): what the copy
 /// counters call value bytes. Stops at the first byte that is not
@@ -377,5 +399,11 @@ mod tests {
         pmwire_resp::client::encode_request(&[&b"INCR"[..], b"n"], &mut c);
         pmwire_resp::client::encode_request(&[&b"HSET"[..], b"h", b"f", b"vv"], &mut c);
         assert_eq!(resp_value_bytes(&c), 64 + 3);
+        let mut p = crate::Proposer::with_key(1);
+        let watched = vec![crate::Watched { key: b"w".to_vec(), index: 3, state: crate::WatchedState::Absent }];
+        let queued = vec![vec![&b"SET"[..], b"key", &[1u8; 64][..]], vec![&b"HSET"[..], b"h", b"f", b"vv"]];
+        assert_eq!(v1_value_bytes(&p.transaction(1, Protocol::Resp2, watched, &queued)), 64 + 3);
+        assert_eq!(v1_value_bytes(&p.command(1, Protocol::Resp2, &["SET", "k", "12345"])), 5);
+        assert_eq!(v1_value_bytes(&sample()), 0, "not a version-1 entry");
     }
 }

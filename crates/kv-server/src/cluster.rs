@@ -35,8 +35,7 @@ use std::rc::Rc;
 use pmem::Media;
 use pmwire_kv::Savepoint;
 use pmwire_kv_cluster::copies::CopyCounters;
-use pmwire_kv_cluster::entry::Entry;
-use pmwire_kv_cluster::extent::{is_extent_form, resp_value_bytes, Arg, ExtEntry, Extent, MAX_REF_EXTENTS};
+use pmwire_kv_cluster::extent::{is_extent_form, v1_value_bytes, Arg, ExtEntry, Extent, MAX_REF_EXTENTS};
 use pmwire_kv_cluster::{ExtentBytes, LogHooks, MachineKeyspace};
 use pmwire_keyspace::store::{Expiry, Keyspace, Kind, StoreError, StoreLimits, Stored, ValueSource};
 use pmwire_netio::BufferSource;
@@ -287,7 +286,7 @@ impl LogHooks for ClusterKeyspace {
     fn wire_form(&mut self, data: &[u8]) -> Option<Vec<u8>> {
         if !is_extent_form(data) {
             // protobuf's encoding copies the entry, values and all.
-            let values = Entry::decode(data).map_or(0, |e| resp_value_bytes(e.commands));
+            let values = v1_value_bytes(data);
             self.copies.add(|c| c.sent += values);
             return None;
         }
@@ -318,7 +317,7 @@ impl LogHooks for ClusterKeyspace {
 
     fn local_form(&mut self, data: &[u8]) -> Option<Vec<u8>> {
         if !is_extent_form(data) {
-            let values = Entry::decode(data).map_or(0, |e| resp_value_bytes(e.commands));
+            let values = v1_value_bytes(data);
             self.copies.add(|c| c.received += values);
             return None;
         }
@@ -350,7 +349,7 @@ impl LogHooks for ClusterKeyspace {
 
     fn log_held(&mut self, data: &[u8]) {
         if !is_extent_form(data) {
-            let values = Entry::decode(data).map_or(0, |e| resp_value_bytes(e.commands));
+            let values = v1_value_bytes(data);
             self.copies.add(|c| c.log += values);
             return;
         }

@@ -283,7 +283,7 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
     /// it was proposed.
     fn propose(&mut self, id: ConnId, entry: Vec<u8>) -> bool {
         if !pmwire_kv_cluster::extent::is_extent_form(&entry) {
-            let values = pmwire_kv_cluster::entry::Entry::decode(&entry).map_or(0, |e| pmwire_kv_cluster::extent::resp_value_bytes(e.commands));
+            let values = pmwire_kv_cluster::extent::v1_value_bytes(&entry);
             self.copies.add(|c| c.entry += values);
         }
         let slot = match self.reactor.service.propose(entry) {
