@@ -15,7 +15,7 @@ trap cleanup EXIT
 CL=1=127.0.0.1:27411,2=127.0.0.1:27412,3=127.0.0.1:27413
 for i in 1 2 3; do
   extra=(); [ $i = 1 ] && extra=(--create-secret)
-  "$B" kv --pool $D/p$i --size 256M --resp 127.0.0.1:2742$i --http 127.0.0.1:2743$i --cluster $CL --id $i --secret-file $D/secret "${extra[@]}" --ready-file $D/r$i >$D/log$i 2>&1 &
+  "$B" kv --mode ${MODE:-zero-copy} --pool $D/p$i --size 256M --resp 127.0.0.1:2742$i --http 127.0.0.1:2743$i --cluster $CL --id $i --secret-file $D/secret "${extra[@]}" --ready-file $D/r$i >$D/log$i 2>&1 &
   pids+=($!)
   [ $i = 1 ] && while [ ! -f $D/secret ]; do sleep 0.05; done
 done
@@ -32,7 +32,7 @@ done
 [ -n "$leader" ] || { echo "no leader"; exit 1; }
 follower=$(( leader % 3 + 1 ))
 echo "leader: member $leader; $(grep 'model name' /proc/cpuinfo | head -1 | cut -d: -f2), $(nproc) CPUs; N=$N SETs of 64 B per cell"
-bench() { redis-benchmark -p "$1" -c 1 -n "$N" -t set -d 64 -r 100000 --csv 2>/dev/null | tail -1; }
+bench() { redis-benchmark -p "$1" -c 1 -n "$N" -t set -d ${D_BYTES:-64} -r 100000 --csv 2>/dev/null | tail -1; }
 echo 'round,server,"test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"'
 for r in $(seq "$ROUNDS"); do
   echo "$r,cluster-leader,$(bench 2742$leader)"

@@ -90,6 +90,7 @@ fn rows(config: &Config) -> Vec<Row> {
         pmwire_kv::crash::checks(),
         pmwire_smr::pmem_store::crash::checks(),
         pmwire_mirror::crash::checks(),
+        pmwire_kv_server::crash_zc::checks(),
     ];
     rows.extend(structures.into_iter().flatten().map(|check| row(check.name, check.planted, (check.run)(config))));
     rows.extend(remote_rows(config));

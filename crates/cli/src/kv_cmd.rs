@@ -200,6 +200,7 @@ fn run_member(args: &KvArgs) -> Result<()> {
         requirepass: args.requirepass.as_ref().filter(|p| !p.is_empty()).map(|p| p.as_bytes().to_vec()),
         protected_mode: args.protected_mode,
         redirect,
+        mode: args.mode,
     };
     if args.peer_transport == "uring" {
         let mut transport = transport::TcpTransport::new(&crate::smr_cmd::uring_config())?;

@@ -510,3 +510,68 @@ fn redirect_moved_sends_clients_to_the_leader() {
     assert!(matches!(c.call(&["GET", "123456789"]), Reply::Bulk(_)), "READONLY still reads locally");
     assert_eq!(cluster.client(l).call(&["SET", "123456789", "v"]), ok(), "the leader serves it");
 }
+/// INFO copies as `name -> value` (issue 26 item 4's counters).
+fn copies(c: &mut Client) -> std::collections::BTreeMap<String, f64> {
+    let text = match c.call(&["INFO", "copies"]) {
+        Reply::Bulk(Some(b)) => String::from_utf8(b).unwrap(),
+        other => panic!("INFO copies: {other:?}"),
+    };
+    text.lines().filter_map(|l| l.split_once(':')).filter_map(|(k, v)| Some((k.to_string(), v.trim().parse().ok()?))).collect()
+}
+
+/// The leader receives SET values into pool buffers and logs their extents:
+/// 0 value bytes copied on its path, by its counters; the followers receive
+/// the values into their own pools and hold the same bytes; the leader,
+/// killed -9 and restarted, recovers the buffers its log names.
+#[test]
+fn a_set_on_the_leader_copies_no_value_bytes_and_followers_hold_them() {
+    let mut cluster = Cluster::start();
+    let l = cluster.leader(&[0, 1, 2]);
+    let followers: Vec<usize> = (0..3).filter(|&i| i != l).collect();
+    let mut leader = cluster.client(l);
+    let before = copies(&mut leader);
+    assert_eq!(before.get("copy_mode"), None, "copy_mode is text");
+    let value = |i: usize| -> String {
+        let len = if i % 2 == 0 { 64 } else { 1024 };
+        (0..len).map(|k| (b'a' + ((i * 7 + k) % 26) as u8) as char).collect()
+    };
+    const N: usize = 100;
+    for i in 0..N {
+        assert_eq!(leader.call(&["SET", &format!("zc{i}"), &value(i)]), ok());
+    }
+    let after = copies(&mut leader);
+    let delta = |k: &str| after[k] - before[k];
+    assert!(delta("copy_writes") >= N as f64, "{after:?}");
+    for stage in ["copy_value_bytes_rx_args", "copy_value_bytes_entry", "copy_value_bytes_raft_log", "copy_value_bytes_received", "copy_value_bytes_applied", "copy_value_bytes_path"] {
+        assert_eq!(delta(stage), 0.0, "{stage} on the leader: {before:?} -> {after:?}");
+    }
+    let total: usize = (0..N).map(|i| value(i).len()).sum();
+    assert!(delta("copy_value_bytes_sent") >= total as f64, "the values went to the followers: {after:?}");
+    eprintln!("leader copies: {after:?}");
+    for &f in &followers {
+        let mut c = cluster.client(f);
+        assert_eq!(c.call(&["READONLY"]), ok());
+        let last = format!("zc{}", N - 1);
+        wait_for(Duration::from_secs(10), "the follower to apply the writes", || (c.call(&["GET", &last]) == Reply::bulk(&value(N - 1))).then_some(()));
+        for i in 0..N {
+            assert_eq!(c.call(&["GET", &format!("zc{i}")]), Reply::bulk(&value(i)), "follower {f}, key {i}");
+        }
+        let fc = copies(&mut c);
+        assert!(fc["copy_value_bytes_received"] >= total as f64, "the follower copied the values into its pool: {fc:?}");
+        eprintln!("follower copies: {fc:?}");
+    }
+    // The leader killed -9 and restarted on its pools: its log's extents recovered.
+    drop(leader);
+    cluster.kill(l);
+    let l2 = cluster.leader(&followers);
+    let mut leader = cluster.client(l2);
+    assert_eq!(leader.call(&["SET", "after", &value(1)]), ok());
+    cluster.spawn(l);
+    cluster.wait_ready(l);
+    let mut back = cluster.client(l);
+    assert_eq!(back.call(&["READONLY"]), ok());
+    wait_for(Duration::from_secs(20), "the restarted member to catch up", || (back.call(&["GET", "after"]) == Reply::bulk(&value(1))).then_some(()));
+    for i in 0..N {
+        assert_eq!(back.call(&["GET", &format!("zc{i}")]), Reply::bulk(&value(i)), "restarted member, key {i}");
+    }
+}

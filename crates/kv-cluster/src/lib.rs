@@ -11,6 +11,8 @@
 //! | module | owns |
 //! |---|---|
 //! | [`entry`] | the entry's bytes: encode, bounded and checked decode |
+//! | [`extent`] | extent-form entries: a command whose values are named by their pool extents |
+//! | [`copies`] | counters of value bytes copied per stage ([`copies::CopyCounters`]) |
 //! | [`proposer`] | the leader's stamp: monotonic time, a fresh seed |
 //! | [`machine`] | [`RedisMachine`]: apply, persist, snapshot, restore; [`MachineKeyspace`] |
 //! | [`commands`] | which commands are replicated, read, or the session's own |
@@ -113,7 +115,9 @@
 #![deny(missing_docs)]
 
 pub mod commands;
+pub mod copies;
 pub mod entry;
+pub mod extent;
 pub mod machine;
 pub mod prf;
 pub mod proposer;
@@ -124,5 +128,5 @@ pub mod snapshot;
 pub mod track;
 
 pub use entry::{EntryError, Watched, WatchedState};
-pub use machine::{Applied, MachineKeyspace, OpenError, ReadError, RedisMachine, Swept};
+pub use machine::{Applied, ExtentBytes, LogHooks, MachineKeyspace, OpenError, ReadError, RedisMachine, Swept};
 pub use proposer::Proposer;

@@ -33,7 +33,9 @@ use pmwire_smr::state::{PersistError, RestoreError, StateMachine};
 use thiserror::Error;
 
 use crate::commands::{class, Class};
+use crate::copies::CopyCounters;
 use crate::entry::{Entry, EntryError, Kind, Watched, WatchedState};
+use crate::extent::{is_extent_form, ExtEntry, Extent};
 use crate::readonly::ReadOnly;
 use crate::track::{recording, WriteIndex};
 use crate::{prf, snapshot};
@@ -77,8 +79,70 @@ pub trait MachineKeyspace: Keyspace {
     fn take_fault(&mut self) -> Option<String> {
         None
     }
-    /// The entry's replies are taken: value handles may be released.
+    /// The entry's replies are taken: value handles may be released (and
+    /// the segment locations of [`MachineKeyspace::set_segment_locs`] are
+    /// forgotten).
     fn end_entry(&mut self) {}
+    /// The copy counters this keyspace adds to (`None`: not counted).
+    fn copies(&self) -> Option<&CopyCounters> {
+        None
+    }
+    /// The bytes at a pool extent an extent-form entry names (`None`: this
+    /// keyspace has no pool, or the extent lies outside it).
+    fn extent_bytes(&self, _extent: Extent) -> Option<ExtentBytes> {
+        None
+    }
+    /// Where each segment the next command is parsed from lies in the pool
+    /// (`(buffer, offset)`, or `None` for bytes outside it): an argument
+    /// whose pieces all lie in the pool is stored by its extents.
+    fn set_segment_locs(&mut self, _locs: &[Option<(u32, u32)>]) {}
+    /// The log seam (`pmwire_smr::logrefs`), if this keyspace's entries
+    /// name its own buffers.
+    fn log_hooks(&mut self) -> Option<&mut dyn LogHooks> {
+        None
+    }
+}
+
+/// What a keyspace whose entries name its pool's buffers does at the log
+/// seam; [`RedisMachine`] passes the replica's calls through
+/// (`pmwire_smr::state::StateMachine`'s hooks of the same names).
+pub trait LogHooks {
+    /// The entry as sent to a peer, values gathered (`None`: as is).
+    fn wire_form(&mut self, data: &[u8]) -> Option<Vec<u8>>;
+    /// A received entry in this member's local form (`None`: as received).
+    fn local_form(&mut self, data: &[u8]) -> Option<Vec<u8>>;
+    /// The durable log holds `data`.
+    fn log_held(&mut self, data: &[u8]);
+    /// `data` left the durable log.
+    fn log_dropped(&mut self, data: &[u8]);
+    /// Temporary holds may go.
+    fn log_settled(&mut self);
+}
+
+/// Bytes of a member's pool lent to the machine while it applies an
+/// extent-form entry (the log's reference keeps the buffer allocated and
+/// unwritten meanwhile).
+#[derive(Clone, Copy, Debug)]
+pub struct ExtentBytes {
+    ptr: *const u8,
+    len: usize,
+}
+
+impl ExtentBytes {
+    /// Lends `len` bytes at `ptr`.
+    ///
+    /// # Safety
+    /// The bytes must stay mapped, initialized and unwritten until the
+    /// entry being applied ends ([`MachineKeyspace::end_entry`]).
+    pub unsafe fn new(ptr: *const u8, len: usize) -> ExtentBytes {
+        ExtentBytes { ptr, len }
+    }
+
+    /// The bytes.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: `new`'s contract.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
 }
 
 impl MachineKeyspace for MemKeyspace {
@@ -115,6 +179,25 @@ pub struct Applied {
     pub swept: Option<Swept>,
     /// The entry was refused (the reply is the error); nothing changed.
     pub refused: Option<EntryError>,
+}
+
+mod ext;
+
+/// A decoded entry of either form.
+enum Decoded<'a> {
+    /// Version 1: commands as RESP bytes.
+    V1(Entry<'a>),
+    /// Version 2: one command whose values may be named by pool extents.
+    Ext(ExtEntry<'a>),
+}
+
+impl Decoded<'_> {
+    fn time_ms(&self) -> u64 {
+        match self {
+            Decoded::V1(e) => e.time_ms,
+            Decoded::Ext(e) => e.time_ms,
+        }
+    }
 }
 
 /// What running an entry did, before it is recorded.
@@ -363,50 +446,59 @@ impl<K: MachineKeyspace> RedisMachine<K> {
         let parsed = parse_commands(entry)?;
         let segments: [&[u8]; 1] = [entry.commands];
         let dirty = entry.kind == Kind::Exec && self.writes_since_watch(entry, time_ms);
+        Ok(self.run_parsed(index, (entry.kind, entry.seed, entry.protocol), dirty, time_ms, &parsed, &segments))
+    }
+
+    /// Runs the parsed commands of an entry (its kind, seed and protocol)
+    /// over `segments`.
+    fn run_parsed(&mut self, index: u64, (kind, seed, protocol): (Kind, u64, Protocol), dirty: bool, time_ms: u64, parsed: &Parsed, segments: &[&[u8]]) -> Ran {
         let ks = self.ks.get_mut();
         ks.set_now_ms(time_ms);
-        if let Err(e) = install_generation_secret(ks, prf::derive(entry.seed, prf::SECRET)) {
-            return Ok(Ran { applied: store_failed(e, entry.protocol), touched: Vec::new(), cleared: false });
+        if let Err(e) = install_generation_secret(ks, prf::derive(seed, prf::SECRET)) {
+            return Ran { applied: store_failed(e, protocol), touched: Vec::new(), cleared: false };
         }
-        let mut random_seed = prf::derive(entry.seed, prf::RNG);
+        let mut random_seed = prf::derive(seed, prf::RNG);
         if self.fault_local_random {
             random_seed = std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), index);
         }
         let mut server = Server::new(ServerConfig { random_seed, ..self.config.clone() });
         let mut session = server.open_session();
-        session.protocol = entry.protocol;
+        session.protocol = protocol;
         let mut rec = recording(ks);
         let mut capture = Capture::new();
         let mut applied = Applied::default();
-        if entry.kind == Kind::Command {
-            let flow = server.execute(&mut session, &mut rec, &parsed.request(&segments, 0), &mut capture);
+        if kind == Kind::Command {
+            let flow = server.execute(&mut session, &mut rec, &parsed.request(segments, 0), &mut capture);
             assert!(flow != Flow::Close, "QUIT is a session command");
             if flow == Flow::Block {
                 server.unblock(&mut session);
                 applied.blocked = true;
             }
         } else if dirty {
-            Out::<K::Value, _>::new(&mut capture, entry.protocol).null_array();
+            Out::<K::Value, _>::new(&mut capture, protocol).null_array();
         } else {
-            exec(&mut server, &mut session, &mut rec, &parsed, &segments, &mut capture);
+            exec(&mut server, &mut session, &mut rec, parsed, segments, &mut capture);
         }
         let (touched, lists, cleared) = (rec.touched, rec.lists, rec.cleared);
         applied.reply = capture.finish(&*ks);
         applied.ready = lists;
         applied.ready.sort_unstable();
         applied.ready.dedup();
-        Ok(Ran { applied, touched, cleared })
+        Ran { applied, touched, cleared }
     }
 
     /// Runs a decoded entry (at most three times: once more after
     /// committing what came before if the batch was full, once more alone
     /// in an oversized batch), then records what it wrote. Returns its
     /// output and whether it must be committed at once (it ran oversized).
-    fn apply_entry(&mut self, index: u64, entry: &Entry<'_>) -> (Applied, bool) {
-        let time_ms = entry.time_ms.max(self.last_time_ms);
+    fn apply_entry(&mut self, index: u64, entry: &Decoded<'_>) -> (Applied, bool) {
+        let time_ms = entry.time_ms().max(self.last_time_ms);
         for attempt in 0..3 {
             self.ks.get_mut().begin_entry();
-            let result = self.run(index, entry, time_ms);
+            let result = match entry {
+                Decoded::V1(e) => self.run(index, e, time_ms),
+                Decoded::Ext(e) => self.run_ext(index, e, time_ms),
+            };
             if self.ks.get_mut().batch_full() {
                 self.ks.get_mut().rollback_entry();
                 match attempt {
@@ -482,7 +574,7 @@ fn exec<K: Keyspace, S: ReplySink<K::Value>>(
     session: &mut Session,
     ks: &mut K,
     parsed: &Parsed,
-    segments: &[&[u8]; 1],
+    segments: &[&[u8]],
     sink: &mut S,
 ) {
     let mut scratch = Capture::<K::Value>::new();
@@ -607,9 +699,16 @@ impl<K: MachineKeyspace> StateMachine for RedisMachine<K> {
 
     fn apply(&mut self, index: u64, data: &[u8]) -> Applied {
         assert!(index > self.applied, "entry {index} applied after {}", self.applied);
-        let (out, commit_now) = match Entry::decode(data) {
+        let decoded = if is_extent_form(data) { ExtEntry::decode(data).map(Decoded::Ext) } else { Entry::decode(data).map(Decoded::V1) };
+        let (out, commit_now) = match decoded {
             Err(e) => (refusal(e), false),
-            Ok(entry) => self.apply_entry(index, &entry),
+            Ok(entry) => {
+                let write = !matches!(&entry, Decoded::V1(e) if e.kind == Kind::Sweep);
+                if let Some(c) = self.ks.get_mut().copies().filter(|_| write) {
+                    c.add(|c| c.writes += 1);
+                }
+                self.apply_entry(index, &entry)
+            }
         };
         self.applied = index;
         let ks = self.ks.get_mut();
@@ -632,6 +731,36 @@ impl<K: MachineKeyspace> StateMachine for RedisMachine<K> {
 
     fn applied(&self) -> u64 {
         self.applied
+    }
+
+    fn tracks_log(&self) -> bool {
+        self.ks.borrow_mut().log_hooks().is_some()
+    }
+
+    fn wire_form(&mut self, data: &[u8]) -> Option<Vec<u8>> {
+        self.ks.get_mut().log_hooks()?.wire_form(data)
+    }
+
+    fn local_form(&mut self, data: &[u8]) -> Option<Vec<u8>> {
+        self.ks.get_mut().log_hooks()?.local_form(data)
+    }
+
+    fn log_held(&mut self, data: &[u8]) {
+        if let Some(h) = self.ks.get_mut().log_hooks() {
+            h.log_held(data);
+        }
+    }
+
+    fn log_dropped(&mut self, data: &[u8]) {
+        if let Some(h) = self.ks.get_mut().log_hooks() {
+            h.log_dropped(data);
+        }
+    }
+
+    fn log_settled(&mut self) {
+        if let Some(h) = self.ks.get_mut().log_hooks() {
+            h.log_settled();
+        }
     }
 
     fn snapshot(&self) -> Vec<u8> {

@@ -87,6 +87,13 @@ impl Proposer {
         e.encode_with(len, |out| queued.iter().for_each(|args| pmwire_resp::client::encode_request(args.as_ref(), out)))
     }
 
+    /// An extent-form entry of one command ([`crate::extent`]): its
+    /// arguments inline or named by their pool extents.
+    pub fn command_extents(&mut self, now_ms: u64, protocol: Protocol, args: Vec<crate::extent::Arg<'_>>) -> Vec<u8> {
+        let (time_ms, seed) = self.stamp(now_ms);
+        crate::extent::ExtEntry { protocol, time_ms, seed, args }.encode()
+    }
+
     /// A sweep entry: at most `expire_budget` expired keys and
     /// `garbage_budget` dead chunks deleted at the entry's time.
     pub fn sweep(&mut self, now_ms: u64, expire_budget: u32, garbage_budget: u32) -> Vec<u8> {

@@ -4,10 +4,21 @@
 //! index with the writes (`MachineKeyspace::commit`).
 //!
 //! Every keyspace call goes to an [`EngineKeyspace`] made for it over the
-//! store and one [`BatchState`] kept here, in copy mode (an entry's values
-//! are copied from the log entry; storing them by their extents in the
-//! replicated log is issue 26 item 4). Value handles are held until the
-//! machine has taken an entry's replies (`end_entry`), or until a commit.
+//! store (shared with the member's receive loop: [`SharedStore`]) and one
+//! [`BatchState`] kept here. A version-1 entry's values are copied from the
+//! log entry into the pool; an extent-form entry's pool values
+//! (`pmwire_kv_cluster::extent`) are stored by their extents, the bytes
+//! where they landed (`set_segment_locs`). Value handles are held until
+//! the machine has taken an entry's replies (`end_entry`), or until a commit.
+//!
+//! The log seam ([`LogHooks`], `docs/FORMAT.md` "Extent-form Redis
+//! entries"): each entry in the durable Raft log holds one pool reference
+//! per extent it names (`log_held` / `log_dropped`); an entry being built
+//! or absorbed holds its buffers by a temporary reference until the next
+//! `log_settled`. A follower absorbs a received wire-form entry by copying
+//! its values into fresh pool buffers, flushing them in place, and logging
+//! the entry naming them (`local_form`); the leader gathers its values for
+//! a peer (`wire_form`). Every copy is counted ([`CopyCounters`]).
 //!
 //! Determinism: a command refused because the pool is full, or a failed
 //! commit, depends on this member's pool, not on the log: it is reported
@@ -17,58 +28,189 @@
 //! commit (`batch_full`, `rollback_entry`), or alone in an oversized batch
 //! (`allow_oversize`: committed as a chained transaction).
 
+use std::borrow::Cow;
+use std::cell::{Ref, RefCell, RefMut};
+use std::rc::Rc;
+
+use pmem::Media;
 use pmwire_kv::Savepoint;
-use pmwire_kv_cluster::MachineKeyspace;
+use pmwire_kv_cluster::copies::CopyCounters;
+use pmwire_kv_cluster::extent::{is_extent_form, v1_value_bytes, Arg, ExtEntry, Extent, MAX_REF_EXTENTS};
+use pmwire_kv_cluster::{ExtentBytes, LogHooks, MachineKeyspace};
 use pmwire_keyspace::store::{Expiry, Keyspace, Kind, StoreError, StoreLimits, Stored, ValueSource};
+use pmwire_netio::BufferSource;
 
 use crate::keyspace::{engine_limits, internal_count, user_key, BatchState, EngineKeyspace, Handle};
-use crate::store::Store;
+use crate::store::{Mode, Store};
+
+/// A value argument at least this long travels by its extents; a shorter
+/// one is copied into the entry (an extent and a checksum cost 16 B).
+pub const MIN_EXTENT_VALUE_BYTES: usize = 16;
+/// The segment location of bytes outside the pool.
+const NOT_IN_POOL: (u32, u32) = (u32::MAX, 0);
+
+/// The store, shared by the member's receive loop (its [`BufferSource`]:
+/// in zero-copy mode the ring's buffers are pool buffers) and the keyspace.
+#[derive(Clone)]
+pub struct SharedStore(Rc<RefCell<Store>>);
+
+impl SharedStore {
+    /// Shares `store`.
+    pub fn new(store: Store) -> SharedStore {
+        SharedStore(Rc::new(RefCell::new(store)))
+    }
+
+    /// The store.
+    pub fn borrow(&self) -> Ref<'_, Store> {
+        self.0.borrow()
+    }
+
+    /// The store, mutably.
+    pub fn borrow_mut(&self) -> RefMut<'_, Store> {
+        self.0.borrow_mut()
+    }
+
+    /// Flushes the lines of `extent` (a value about to be named by a log
+    /// entry; [`SharedStore::drain`] before the entry is appended).
+    pub fn flush_extent(&self, extent: Extent) {
+        let mut st = self.0.borrow_mut();
+        let st = &mut *st;
+        st.engine.pool().flush_extent(&mut st.region, pool_extent(extent));
+    }
+
+    /// Waits until the flushed values are durable (before the log entry
+    /// naming them is appended: the log's self-validating tail may reach
+    /// the media before the log's own fence).
+    pub fn drain(&self) {
+        self.0.borrow_mut().region.drain();
+    }
+}
+
+impl BufferSource for SharedStore {
+    fn buf_size(&self) -> u32 {
+        self.0.borrow().buf_size()
+    }
+
+    fn ptr(&self, id: u32) -> *mut u8 {
+        self.0.borrow().ptr(id)
+    }
+
+    fn alloc(&mut self) -> Option<u32> {
+        self.0.borrow_mut().alloc()
+    }
+
+    fn retain(&mut self, id: u32) {
+        self.0.borrow_mut().retain(id)
+    }
+
+    fn release(&mut self, id: u32) {
+        self.0.borrow_mut().release(id)
+    }
+}
+
+fn pool_extent(e: Extent) -> pmwire_log::Extent {
+    pmwire_log::Extent { buf_idx: e.buf_idx, offset: e.offset, len: e.len }
+}
 
 /// The engine behind a replicated Redis machine (module docs).
 pub struct ClusterKeyspace {
-    store: Store,
+    store: SharedStore,
     state: BatchState,
     now_ms: u64,
     entry_start: Option<Savepoint>,
     fault: Option<String>,
+    /// Where the segments of the command being applied lie (empty: not an
+    /// extent-form entry).
+    locs: Vec<(u32, u32)>,
+    /// Buffers held until the next `log_settled` (entries being built or absorbed).
+    temp: Vec<u32>,
+    copies: CopyCounters,
+    /// Values received from a peer go into the pool by their extents.
+    zero_copy: bool,
 }
 
 impl std::fmt::Debug for ClusterKeyspace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ClusterKeyspace({:?}, now {} ms)", self.store, self.now_ms)
+        write!(f, "ClusterKeyspace({:?}, now {} ms)", self.store.borrow(), self.now_ms)
     }
 }
 
 impl ClusterKeyspace {
-    /// The keyspace over an opened store (its mode does not matter: values
-    /// are copied).
+    /// The keyspace over an opened store; in its [`Mode::ZeroCopy`], values
+    /// received from a peer are stored in the pool by their extents.
     pub fn new(store: Store) -> ClusterKeyspace {
-        ClusterKeyspace { store, state: BatchState::default(), now_ms: 0, entry_start: None, fault: None }
+        ClusterKeyspace::shared(SharedStore::new(store), CopyCounters::new())
+    }
+
+    /// The keyspace over a shared store, adding to `copies`.
+    pub fn shared(store: SharedStore, copies: CopyCounters) -> ClusterKeyspace {
+        let zero_copy = store.borrow().mode() == Mode::ZeroCopy;
+        ClusterKeyspace { store, state: BatchState::default(), now_ms: 0, entry_start: None, fault: None, locs: Vec::new(), temp: Vec::new(), copies, zero_copy }
     }
 
     /// The store.
-    pub fn store(&self) -> &Store {
+    pub fn store(&self) -> Ref<'_, Store> {
+        self.store.borrow()
+    }
+
+    /// The shared store.
+    pub fn shared_store(&self) -> &SharedStore {
         &self.store
+    }
+
+    /// The copy counters.
+    pub fn copy_counters(&self) -> &CopyCounters {
+        &self.copies
+    }
+
+    /// Holds the buffers of `extents` until the next `log_settled` (an
+    /// entry naming them is being proposed).
+    pub fn hold_until_settled(&mut self, extents: &[Extent]) {
+        let mut st = self.store.borrow_mut();
+        for e in extents {
+            st.engine.pool_mut().retain(e.buf_idx);
+            self.temp.push(e.buf_idx);
+        }
+    }
+
+    /// Buffers held for entries not yet settled (tests).
+    pub fn unsettled(&self) -> usize {
+        self.temp.len()
     }
 
     /// The store back, every handle released (what is staged and not
     /// committed is dropped with it, as a crash would).
-    pub fn into_store(mut self) -> Store {
-        self.state.release_held(&mut self.store.engine);
-        self.store
+    pub fn into_store(self) -> Store {
+        let ClusterKeyspace { store, mut state, temp, .. } = self;
+        {
+            let mut st = store.borrow_mut();
+            state.release_held(&mut st.engine);
+            temp.into_iter().for_each(|b| _ = st.engine.pool_mut().release(b));
+        }
+        Rc::try_unwrap(store.0).ok().expect("the store is no longer shared").into_inner()
     }
 
-    /// An engine keyspace for one call.
-    fn ks(&mut self) -> EngineKeyspace<'_> {
-        EngineKeyspace {
-            engine: &mut self.store.engine,
-            region: &mut self.store.region,
+    /// Runs `f` on an engine keyspace (`zero_copy`: arguments whose pieces
+    /// lie in the pool, per `locs`, are stored by their extents).
+    fn with_ks<R>(&mut self, zero_copy: bool, f: impl FnOnce(&mut EngineKeyspace<'_>) -> R) -> R {
+        let mut st = self.store.borrow_mut();
+        let st = &mut *st;
+        let reserve = u32::from(st.sizing.ring_entries);
+        let mut ks = EngineKeyspace {
+            engine: &mut st.engine,
+            region: &mut st.region,
             state: &mut self.state,
-            zero_copy: false,
-            locs: &[],
-            reserve: u32::from(self.store.sizing.ring_entries),
+            zero_copy,
+            locs: if zero_copy { &self.locs } else { &[] },
+            reserve,
             now_ms: self.now_ms,
-        }
+        };
+        f(&mut ks)
+    }
+
+    /// An engine keyspace call that stores nothing by its extents.
+    fn ks<R>(&mut self, f: impl FnOnce(&mut EngineKeyspace<'_>) -> R) -> R {
+        self.with_ks(false, f)
     }
 
     /// Notes a refusal that depends on this member's pool.
@@ -77,6 +219,160 @@ impl ClusterKeyspace {
             self.fault.get_or_insert(e.to_string());
         }
         result
+    }
+
+    /// Whether every piece of `arg` lies in the pool (an extent-form
+    /// entry's value, per `locs`).
+    fn in_pool(&self, pieces: &[pmwire_resp::request::Piece]) -> bool {
+        !pieces.is_empty() && pieces.iter().all(|p| self.locs.get(p.segment as usize).is_some_and(|&l| l != NOT_IN_POOL))
+    }
+
+    /// A received entry's values copied into fresh pool buffers, flushed in
+    /// place, as the pool arguments of its local form (`None`: the pool is
+    /// too short of free buffers; nothing held).
+    fn absorb(&mut self, bytes: &[u8]) -> Option<Arg<'static>> {
+        let mut st = self.store.borrow_mut();
+        let st = &mut *st;
+        let size = st.engine.pool().buf_size() as usize;
+        let need = bytes.len().div_ceil(size);
+        if need as u32 > MAX_REF_EXTENTS || st.engine.pool().free_count() < u32::from(st.sizing.ring_entries) + need as u32 {
+            return None;
+        }
+        let arg = absorb_value(st.engine.pool_mut(), &mut st.region, bytes).expect("counted free above");
+        if let Arg::Pool { extents, .. } = &arg {
+            self.temp.extend(extents.iter().map(|e| e.buf_idx));
+        }
+        Some(arg)
+    }
+}
+
+/// A value copied into fresh pool buffers and flushed in place (durable at
+/// the next drain: the Raft log's append), as a pool argument; each buffer
+/// holds one reference, the caller's (`None`: the pool ran out; nothing held).
+pub fn absorb_value<M: Media>(pool: &mut pmwire_pool::Pool, media: &mut M, bytes: &[u8]) -> Option<Arg<'static>> {
+    let size = pool.buf_size() as usize;
+    let mut extents = Vec::with_capacity(bytes.len().div_ceil(size));
+    for chunk in bytes.chunks(size) {
+        let Some(buf) = pool.alloc() else {
+            extents.iter().for_each(|e: &Extent| _ = pool.release(e.buf_idx));
+            return None;
+        };
+        let e = Extent { buf_idx: buf, offset: 0, len: chunk.len() as u16 };
+        media.write(pool.extent_offset(pool_extent(e)), chunk);
+        pool.flush_extent(media, pool_extent(e));
+        extents.push(e);
+    }
+    Some(Arg::Pool { len: bytes.len() as u32, crc: crc32c::crc32c(bytes), extents })
+}
+
+/// The log's references for an extent-form entry: one per extent, taken
+/// (`hold`) when the durable log holds it, given back when it leaves.
+pub fn entry_refs(pool: &mut pmwire_pool::Pool, data: &[u8], hold: bool) {
+    let e = ExtEntry::decode(data).expect("this member logged the entry");
+    for a in &e.args {
+        if let Arg::Pool { extents, .. } = a {
+            for x in extents {
+                if hold {
+                    pool.retain(x.buf_idx);
+                } else {
+                    pool.release(x.buf_idx);
+                }
+            }
+        }
+    }
+}
+
+impl LogHooks for ClusterKeyspace {
+    fn wire_form(&mut self, data: &[u8]) -> Option<Vec<u8>> {
+        if !is_extent_form(data) {
+            // protobuf's encoding copies the entry, values and all.
+            let values = v1_value_bytes(data);
+            self.copies.add(|c| c.sent += values);
+            return None;
+        }
+        let e = ExtEntry::decode(data).ok()?;
+        let st = self.store.borrow();
+        let view = st.view();
+        let mut args = Vec::with_capacity(e.args.len());
+        let mut gathered = 0u64;
+        for a in e.args {
+            args.push(match a {
+                Arg::Pool { len, extents, .. } => {
+                    let mut bytes = Vec::with_capacity(len as usize);
+                    for x in extents {
+                        bytes.extend_from_slice(view.bytes(pool_extent(x)));
+                    }
+                    gathered += u64::from(len);
+                    Arg::Inline(Cow::Owned(bytes))
+                }
+                inline => inline,
+            });
+        }
+        let wire = ExtEntry { args, ..e };
+        // Gathered into the wire form, then copied again by protobuf's encoding.
+        let values = 2 * gathered + wire.inline_value_bytes() - gathered;
+        self.copies.add(|c| c.sent += values);
+        Some(wire.encode())
+    }
+
+    fn local_form(&mut self, data: &[u8]) -> Option<Vec<u8>> {
+        if !is_extent_form(data) {
+            let values = v1_value_bytes(data);
+            self.copies.add(|c| c.received += values);
+            return None;
+        }
+        let e = ExtEntry::decode(data).ok()?;
+        // protobuf's decoding copied the message into the entry.
+        let mut copied = e.inline_value_bytes();
+        if !self.zero_copy {
+            self.copies.add(|c| c.received += copied);
+            return None;
+        }
+        let mut args = Vec::with_capacity(e.args.len());
+        for (i, a) in e.args.iter().enumerate() {
+            let local = match a {
+                Arg::Inline(b) if i >= 2 && b.len() >= MIN_EXTENT_VALUE_BYTES => self.absorb(b),
+                _ => None,
+            };
+            if let Some(Arg::Pool { len, .. }) = &local {
+                copied += u64::from(*len);
+            }
+            args.push(local.unwrap_or_else(|| a.clone()));
+        }
+        self.copies.add(|c| c.received += copied);
+        // The values are durable before the entry naming them can be: the
+        // Raft log's tail validates itself, so its lines may reach the
+        // media before its own fence (the crash checker found this).
+        self.store.borrow_mut().region.drain();
+        Some(ExtEntry { args, ..e }.encode())
+    }
+
+    fn log_held(&mut self, data: &[u8]) {
+        if !is_extent_form(data) {
+            let values = v1_value_bytes(data);
+            self.copies.add(|c| c.log += values);
+            return;
+        }
+        let e = ExtEntry::decode(data).expect("this member logged the entry");
+        self.copies.add(|c| c.log += e.inline_value_bytes());
+        entry_refs(self.store.borrow_mut().engine.pool_mut(), data, true);
+    }
+
+    fn log_dropped(&mut self, data: &[u8]) {
+        if !is_extent_form(data) {
+            return;
+        }
+        entry_refs(self.store.borrow_mut().engine.pool_mut(), data, false);
+    }
+
+    fn log_settled(&mut self) {
+        if self.temp.is_empty() {
+            return;
+        }
+        let mut st = self.store.borrow_mut();
+        for b in self.temp.drain(..) {
+            st.engine.pool_mut().release(b);
+        }
     }
 }
 
@@ -90,13 +386,15 @@ impl MachineKeyspace for ClusterKeyspace {
     }
 
     fn commit(&mut self) -> Result<(), String> {
-        let result = self.state.commit(&mut self.store.engine, &mut self.store.region);
-        self.state.release_held(&mut self.store.engine);
+        let mut st = self.store.borrow_mut();
+        let st = &mut *st;
+        let result = self.state.commit(&mut st.engine, &mut st.region);
+        self.state.release_held(&mut st.engine);
         result.map_err(|()| self.state.failed.clone().unwrap_or_else(|| "commit failed".into()))
     }
 
     fn begin_entry(&mut self) {
-        self.entry_start = Some(self.store.engine.savepoint());
+        self.entry_start = Some(self.store.borrow().engine.savepoint());
     }
 
     fn batch_full(&self) -> bool {
@@ -105,12 +403,12 @@ impl MachineKeyspace for ClusterKeyspace {
 
     fn rollback_entry(&mut self) {
         let start = self.entry_start.take().expect("an entry began");
-        self.store.engine.rollback_to(start);
+        self.store.borrow_mut().engine.rollback_to(start);
         self.state.batch_full = false;
     }
 
     fn allow_oversize(&mut self) {
-        self.store.engine.allow_oversize();
+        self.store.borrow_mut().engine.allow_oversize();
     }
 
     fn take_fault(&mut self) -> Option<String> {
@@ -119,7 +417,34 @@ impl MachineKeyspace for ClusterKeyspace {
 
     fn end_entry(&mut self) {
         self.entry_start = None;
-        self.state.release_held(&mut self.store.engine);
+        self.locs.clear();
+        self.state.release_held(&mut self.store.borrow_mut().engine);
+    }
+
+    fn copies(&self) -> Option<&CopyCounters> {
+        Some(&self.copies)
+    }
+
+    fn extent_bytes(&self, extent: Extent) -> Option<ExtentBytes> {
+        let st = self.store.borrow();
+        let e = pool_extent(extent);
+        st.engine.pool().check_live_extent(e).ok()?;
+        let view = st.view();
+        let bytes = view.bytes(e);
+        // SAFETY: the buffer is live (checked) and referenced by the log
+        // entry being applied, which holds it until the entry leaves the
+        // log; nothing writes a referenced buffer, and the mapping outlives
+        // the keyspace.
+        Some(unsafe { ExtentBytes::new(bytes.as_ptr(), bytes.len()) })
+    }
+
+    fn set_segment_locs(&mut self, locs: &[Option<(u32, u32)>]) {
+        self.locs.clear();
+        self.locs.extend(locs.iter().map(|l| l.unwrap_or(NOT_IN_POOL)));
+    }
+
+    fn log_hooks(&mut self) -> Option<&mut dyn LogHooks> {
+        Some(self)
     }
 }
 
@@ -127,34 +452,43 @@ impl Keyspace for ClusterKeyspace {
     type Value = Handle;
 
     fn get(&mut self, key: &[u8]) -> Option<Stored<Handle>> {
-        self.ks().get(key)
+        self.ks(|k| k.get(key))
     }
 
     fn read(&self, value: &Handle, out: &mut Vec<u8>) {
-        self.store.engine.pool().gather(&self.store.region, value, out);
+        let st = self.store.borrow();
+        st.engine.pool().gather(&st.region, value, out);
     }
 
     fn put(&mut self, key: &[u8], kind: Kind, value: ValueSource<'_>, expiry: Expiry) -> Result<(), StoreError> {
-        let result = self.ks().put(key, kind, value, expiry);
+        let by_extents = matches!(&value, ValueSource::Arg(a) if self.in_pool(a.pieces));
+        if let ValueSource::Arg(a) = &value {
+            if !by_extents {
+                let n = a.len() as u64;
+                self.copies.add(|c| c.applied += n);
+            }
+        }
+        let result = self.with_ks(by_extents, |k| k.put(key, kind, value, expiry));
         self.watch(result)
     }
 
     fn set_deadline(&mut self, key: &[u8], deadline_ms: Option<u64>) -> Result<bool, StoreError> {
-        let result = self.ks().set_deadline(key, deadline_ms);
+        let result = self.ks(|k| k.set_deadline(key, deadline_ms));
         self.watch(result)
     }
 
     fn delete(&mut self, key: &[u8]) -> Result<bool, StoreError> {
-        let result = self.ks().delete(key);
+        let result = self.ks(|k| k.delete(key));
         self.watch(result)
     }
 
     fn scan(&mut self, after: Option<&[u8]>, limit: usize, visit: &mut dyn FnMut(&[u8], Kind)) -> usize {
-        self.ks().scan(after, limit, visit)
+        self.ks(|k| k.scan(after, limit, visit))
     }
 
     fn len(&self) -> u64 {
-        (self.store.engine.len() - internal_count(&self.store.engine)) as u64
+        let st = self.store.borrow();
+        (st.engine.len() - internal_count(&st.engine)) as u64
     }
 
     fn now_ms(&self) -> u64 {
@@ -162,28 +496,29 @@ impl Keyspace for ClusterKeyspace {
     }
 
     fn expired(&self, limit: usize) -> Vec<Vec<u8>> {
-        self.store.engine.expired(self.now_ms).filter_map(user_key).take(limit).map(<[u8]>::to_vec).collect()
+        let st = self.store.borrow();
+        st.engine.expired(self.now_ms).filter_map(user_key).take(limit).map(<[u8]>::to_vec).collect()
     }
 
     fn expiring_len(&self) -> u64 {
-        self.store.engine.expiring_len() as u64
+        self.store.borrow().engine.expiring_len() as u64
     }
 
     fn clear(&mut self) -> Result<(), StoreError> {
-        let result = self.ks().clear();
+        let result = self.ks(|k| k.clear());
         self.watch(result)
     }
 
     fn limits(&self) -> StoreLimits {
-        engine_limits(&self.store.engine)
+        engine_limits(&self.store.borrow().engine)
     }
 
     fn begin_command(&mut self) {
-        self.ks().begin_command()
+        self.ks(|k| k.begin_command())
     }
 
     fn abort_command(&mut self) {
-        self.ks().abort_command()
+        self.ks(|k| k.abort_command())
     }
 
     fn has_internal(&self) -> bool {
@@ -191,20 +526,20 @@ impl Keyspace for ClusterKeyspace {
     }
 
     fn internal_get(&mut self, key: &[u8]) -> Option<Handle> {
-        self.ks().internal_get(key)
+        self.ks(|k| k.internal_get(key))
     }
 
     fn internal_put(&mut self, key: &[u8], bytes: &[u8]) -> Result<(), StoreError> {
-        let result = self.ks().internal_put(key, bytes);
+        let result = self.ks(|k| k.internal_put(key, bytes));
         self.watch(result)
     }
 
     fn internal_delete(&mut self, key: &[u8]) -> Result<bool, StoreError> {
-        let result = self.ks().internal_delete(key);
+        let result = self.ks(|k| k.internal_delete(key));
         self.watch(result)
     }
 
     fn internal_scan(&mut self, from: &[u8], limit: usize, visit: &mut dyn FnMut(&[u8])) -> usize {
-        self.ks().internal_scan(from, limit, visit)
+        self.ks(|k| k.internal_scan(from, limit, visit))
     }
 }

@@ -17,6 +17,9 @@
 //! | [`serve`] | [`KvServer`] (both listeners on one loop), [`ReadyFile`], signal handling |
 //! | [`client`] | small blocking RESP and HTTP clients (tests, the crash campaign) |
 //! | [`cluster`] | [`cluster::ClusterKeyspace`]: the engine as a replicated Redis machine's keyspace |
+//! | [`member`] | `pmwire kv --cluster`: a member's loop; `member::zc`, the leader's zero-copy write path |
+//! | [`member_zc`] | a zero-copy member's restart: the buffers its Raft log holds, checked |
+//! | [`crash_zc`] | crash-state check of a zero-copy member's log extents, with a planted bug |
 //! | [`crash`] | the kill -9 campaign against `pmwire kv` |
 //!
 //! ```no_run
@@ -50,8 +53,10 @@ mod admit;
 pub mod client;
 pub mod cluster;
 pub mod crash;
+pub mod crash_zc;
 mod keyspace;
 pub mod member;
+pub mod member_zc;
 pub mod serve;
 pub mod service;
 pub mod store;

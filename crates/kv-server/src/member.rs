@@ -78,7 +78,8 @@ use pmwire_keyspace::exec::{Server as RespServer, ServerConfig, Session};
 use pmwire_keyspace::store::{Keyspace, MemKeyspace};
 use pmwire_kv_cluster::commands::{class, Class};
 use pmwire_kv_cluster::{MachineKeyspace, Proposer, RedisMachine, Watched};
-use pmwire_netio::{Batch, ConnId, HeapBuffers, Service, Watch};
+use pmwire_kv_cluster::copies::CopyCounters;
+use pmwire_netio::{Batch, ConnId, Service, Watch};
 use pmwire_resp::reply::ReplySink;
 use pmwire_resp::request::{Limits as RespLimits, Parsed};
 use pmwire_smr::node::{Done, Failure, Replica, Ticket};
@@ -87,8 +88,11 @@ use raft::StateRole;
 use reactor::{Reactor, Service as _};
 use transport::{EventFd, Transport};
 
-use crate::cluster::ClusterKeyspace;
+use crate::cluster::{ClusterKeyspace, SharedStore};
 use crate::keyspace::Handle;
+use crate::store::Mode;
+
+mod zc;
 
 mod blocking;
 mod http;
@@ -221,6 +225,9 @@ pub struct Member<T: Transport<Addr = SocketAddr>> {
     peers: BTreeMap<u64, SocketAddr>,
     stats: MemberStats,
     proposed_this_turn: bool,
+    /// How values travel from the socket (zero-copy: by their extents, `zc`).
+    mode: Mode,
+    copies: CopyCounters,
 }
 
 fn cluster_down(reason: &str) -> Vec<u8> {
@@ -263,6 +270,9 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
     pub fn new(reactor: Reactor<LinkTransport<T>, MemberReplica<T>>, peers: BTreeMap<u64, SocketAddr>, config: ServerConfig) -> Member<T> {
         let mut proposer = Proposer::new();
         proposer.observe(reactor.service.machine().last_time_ms());
+        let mut reactor = reactor;
+        let ks = reactor.service.machine_mut().keyspace();
+        let (mode, copies) = (ks.store().mode(), ks.copy_counters().clone());
         Member {
             reactor,
             origin: Instant::now(),
@@ -278,12 +288,14 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             waits: Vec::new(),
             redirect: None,
             sweep: None,
-            parsed: Parsed::new(RespLimits::default()),
+            parsed: if mode == Mode::ZeroCopy { Parsed::new(RespLimits::default()).gather_lazily() } else { Parsed::new(RespLimits::default()) },
             codec: pmwire_netio::http::Codec::new(pmwire_netio::http::Limits { max_head_bytes: 8192, max_body_bytes: MAX_REQUEST_BYTES }),
             to_wake: Vec::new(),
             peers,
             stats: MemberStats::default(),
             proposed_this_turn: false,
+            mode,
+            copies,
         }
     }
 
@@ -345,8 +357,12 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
     const PRINCIPAL: &'static [u8] = b"default";
 
     /// Proposes `entry` for connection `id` (on the leader, or forwarded
-    /// by a follower); the slot it answers.
-    fn propose(&mut self, id: ConnId, entry: Vec<u8>) {
+    /// by a follower); the slot it answers. True if it was proposed.
+    fn propose(&mut self, id: ConnId, entry: Vec<u8>) -> bool {
+        if !pmwire_kv_cluster::extent::is_extent_form(&entry) {
+            let values = pmwire_kv_cluster::extent::v1_value_bytes(&entry);
+            self.copies.add(|c| c.entry += values);
+        }
         let slot = match self.reactor.service.propose_as(entry, Self::PRINCIPAL) {
             Ok(ticket) => {
                 self.stats.proposals += 1;
@@ -356,11 +372,12 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
                 self.proposed_this_turn = true;
                 let seq = self.conn(id).push(Slot::Write);
                 self.tickets.insert(ticket, Owner::Slot(id, seq));
-                return;
+                return true;
             }
             Err(_) => Self::no_leader(),
         };
         self.conn(id).push(Slot::Ready(slot));
+        false
     }
 
     /// A linearizable read (ReadIndex, on the leader or a follower), or a
@@ -436,6 +453,11 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             b"wait" => self.wait(id, &args),
             b"role" => {
                 let reply = self.role();
+                self.conn(id).push(Slot::Ready(reply));
+            }
+            b"info" if args.len() == 2 && args[1].eq_ignore_ascii_case(b"copies") => {
+                let text = format!("# Copies\r\n{}", self.copies.get().info(self.mode.name()));
+                let reply = format!("${}\r\n{}\r\n", text.len(), text).into_bytes();
                 self.conn(id).push(Slot::Ready(reply));
             }
             b"info" if args.len() == 2 && args[1].eq_ignore_ascii_case(b"replication") => {
@@ -591,6 +613,16 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         out
     }
 
+    /// A request's arguments copied out of the receive buffers (a write's
+    /// value bytes counted).
+    fn copy_args(&self, req: &pmwire_resp::request::Request<'_>) -> Vec<Vec<u8>> {
+        if class(req.arg(0)) == Class::Write {
+            let values: u64 = (2..req.len()).map(|i| req.arg_len(i) as u64).sum();
+            self.copies.add(|c| c.rx_args += values);
+        }
+        req.args().map(<[u8]>::to_vec).collect()
+    }
+
     /// Runs a read at the head of a connection's queue.
     fn run_read(&mut self, id: ConnId, args: &[Vec<u8>]) -> Vec<u8> {
         let mut wire = Vec::new();
@@ -731,8 +763,8 @@ impl ReplySink<Handle> for Capture {
     }
 }
 
-impl<T: Transport<Addr = SocketAddr>> Service<HeapBuffers> for Member<T> {
-    fn handle(&mut self, batch: &mut Batch, _bufs: &mut HeapBuffers) {
+impl<T: Transport<Addr = SocketAddr>> Service<SharedStore> for Member<T> {
+    fn handle(&mut self, batch: &mut Batch, _bufs: &mut SharedStore) {
         for i in 0..batch.len() {
             let (input, reply) = batch.split(i);
             let id = input.conn;
@@ -743,16 +775,16 @@ impl<T: Transport<Addr = SocketAddr>> Service<HeapBuffers> for Member<T> {
             self.conn(id);
             if self.conns[&id].backlog() < MAX_QUEUE && !self.conns[&id].close_after_flush {
                 let segs: Vec<&[u8]> = input.segments.iter().map(|s| s.bytes).collect();
-                let summary = self.parsed.parse(&segs);
-                let mut requests = Vec::with_capacity(summary.commands);
+                let mut parsed = std::mem::take(&mut self.parsed);
+                let summary = parsed.parse(&segs);
                 for j in 0..summary.commands {
-                    let req = self.parsed.request(&segs, j);
-                    requests.push(req.args().map(<[u8]>::to_vec).collect::<Vec<_>>());
+                    let req = parsed.request(&segs, j);
+                    if !self.zero_copy_write(id, &req, input.segments) {
+                        self.serve_or_hold(id, self.copy_args(&req));
+                    }
                 }
+                self.parsed = parsed;
                 reply.consumed = summary.consumed;
-                for args in requests {
-                    self.serve_or_hold(id, args);
-                }
                 if let Some(e) = summary.error {
                     let conn = self.conn(id);
                     conn.push(Slot::Ready(e.reply()));
@@ -778,7 +810,7 @@ impl<T: Transport<Addr = SocketAddr>> Service<HeapBuffers> for Member<T> {
         }
     }
 
-    fn closed(&mut self, conn: ConnId, _bufs: &mut HeapBuffers) {
+    fn closed(&mut self, conn: ConnId, _bufs: &mut SharedStore) {
         if let Some(c) = self.conns.remove(&conn) {
             if let Some(w) = c.blocked {
                 self.parked.remove(w);
@@ -844,6 +876,10 @@ pub struct MemberOptions {
     /// answers `-MOVED` to the leader's instead of forwarding. `None`:
     /// followers forward (the default).
     pub redirect: Option<BTreeMap<u64, SocketAddr>>,
+    /// How values travel from the socket into the log and the keyspace
+    /// ([`Mode::ZeroCopy`]: by their extents, `member::zc`; [`Mode::Copy`]:
+    /// copied at every stage).
+    pub mode: Mode,
 }
 
 /// Why a member could not start.
@@ -908,7 +944,7 @@ fn open_raft(options: &MemberOptions) -> Result<PmemDurable<Region>, MemberError
 
 /// A member, bound and recovered, not yet running.
 pub struct MemberServer<T: Transport<Addr = SocketAddr>> {
-    server: pmwire_netio::Server<HeapBuffers, Member<T>>,
+    server: pmwire_netio::Server<SharedStore, Member<T>>,
     _lock: std::fs::File,
     /// What opening the keyspace's pool found.
     pub recovered: crate::store::Recovered,
@@ -920,8 +956,18 @@ impl<T: Transport<Addr = SocketAddr>> MemberServer<T> {
     /// links, and binds the RESP and HTTP listeners.
     pub fn open(options: &MemberOptions, transport: T, secret: link::Secret) -> Result<MemberServer<T>, MemberError> {
         let lock = lock(&options.pool.with_extension("lock"))?;
-        let (store, recovered) = crate::store::Store::open(&options.pool, options.size, crate::store::Mode::Copy)?;
+        if options.mode == Mode::NoPersist {
+            return Err(MemberError::Raft { path: options.pool.clone(), why: "--mode no-persist is not served by a cluster member (zero-copy or copy)".into() });
+        }
+        let durable = open_raft(options)?;
+        let log_refs = crate::member_zc::log_refs(&durable).map_err(|why| MemberError::Raft { path: raft_path(&options.pool), why })?;
+        let (store, recovered) = crate::store::Store::open_with_refs(&options.pool, options.size, options.mode, &log_refs)?;
+        if recovered.created && !log_refs.is_empty() {
+            return Err(MemberError::Raft { path: raft_path(&options.pool), why: format!("its log names {} values in a keyspace pool that was just created: not this member's pool", log_refs.len()) });
+        }
+        crate::member_zc::verify(&store, &durable).map_err(|why| MemberError::Raft { path: raft_path(&options.pool), why })?;
         let sizing = store.sizing();
+        let store = SharedStore::new(store);
         let config = ServerConfig {
             tcp_port: options.resp.port(),
             requirepass: options.requirepass.clone(),
@@ -932,8 +978,7 @@ impl<T: Transport<Addr = SocketAddr>> MemberServer<T> {
         // the machine runs entries of authenticated sessions only, so its
         // executor has none (with one, every entry answered NOAUTH).
         let machine_config = ServerConfig { requirepass: None, ..config.clone() };
-        let machine = RedisMachine::open(ClusterKeyspace::new(store), machine_config)?;
-        let durable = open_raft(options)?;
+        let machine = RedisMachine::open(ClusterKeyspace::shared(store.clone(), CopyCounters::new()), machine_config)?;
         let mut rc = pmwire_smr::node::ReplicaConfig::new(options.id);
         rc.tick = options.tick;
         // The seed also gives this incarnation's nonce (forwarded
@@ -952,8 +997,7 @@ impl<T: Transport<Addr = SocketAddr>> MemberServer<T> {
             max_rx_bytes: crate::store::MAX_RX_BYTES,
             ..pmwire_netio::Config::default()
         };
-        let bufs = HeapBuffers::new(u32::from(sizing.ring_entries) * 4, sizing.buf_size);
-        let server = pmwire_netio::Server::bind_all(&[options.resp, options.http], net, bufs, member)?;
+        let server = pmwire_netio::Server::bind_all(&[options.resp, options.http], net, store, member)?;
         Ok(MemberServer { server, _lock: lock, recovered })
     }
 

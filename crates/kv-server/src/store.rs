@@ -209,13 +209,21 @@ impl Store {
     /// absent, empty, or holds no pool header (all zero: e.g. a create that crashed). A file
     /// holding anything else is refused untouched. An existing pool keeps its own size.
     pub fn open(path: &Path, size: u64, mode: Mode) -> Result<(Store, Recovered), StoreError> {
+        Store::open_with_refs(path, size, mode, &[])
+    }
+
+    /// [`Store::open`] of a pool whose buffers `external` are also held by
+    /// another durable structure (a member's Raft log naming values here:
+    /// `crate::member_zc`), one reference per listed id, counted before
+    /// recovery frees what nothing references.
+    pub fn open_with_refs(path: &Path, size: u64, mode: Mode, external: &[u32]) -> Result<(Store, Recovered), StoreError> {
         let region_err = |source| StoreError::Region { path: path.to_path_buf(), source };
         let existing = std::fs::metadata(path).map(|m| m.len() > 0).unwrap_or(false);
         if existing {
             let options = RegionOptions { size: None, create: false, ..RegionOptions::default() };
             let mut region = Region::open(path, options).map_err(region_err)?;
             if !looks_unformatted(&region) {
-                let engine = Engine::open(&mut region, 0)
+                let engine = Engine::open_with_refs(&mut region, 0, pmwire_kv::Faults::default(), external)
                     .map_err(|e| StoreError::NotKvPool { path: path.to_path_buf(), why: e.to_string() })?;
                 let recovered = Recovered {
                     created: false,

@@ -428,6 +428,13 @@ impl Engine {
     /// `open` with planted bugs (tests only).
     #[doc(hidden)]
     pub fn open_with_faults<M: Media>(media: &mut M, base: u64, faults: Faults) -> Result<Engine, OpenError> {
+        Engine::open_with_refs(media, base, faults, &[])
+    }
+
+    /// `open`, counting one more durable reference for each of `external`
+    /// before the unreferenced buffers are freed: another durable structure
+    /// (a replicated log whose entries name values in this pool) holds them.
+    pub fn open_with_refs<M: Media>(media: &mut M, base: u64, faults: Faults, external: &[u32]) -> Result<Engine, OpenError> {
         let pool = Pool::open(media, base)?;
         let section = |tag| pool.section(tag).ok_or(OpenError::MissingSection { tag });
         let (wal_at, log_at, tree_at) =
@@ -437,6 +444,9 @@ impl Engine {
         let user_log = ExtentLog::open(media, log_at).map_err(|error| OpenError::Log { which: "user log", error })?;
         let mut engine = Engine::assemble(pool, wal, user_log, tree, faults);
         let uncommitted = engine.recover(media).map_err(OpenError::Corrupt)?;
+        for &buf in external {
+            engine.pool.recover_ref(buf).map_err(|e| OpenError::Corrupt(format!("an external reference: {e}")))?;
+        }
         engine.pool.finish_recovery();
         if uncommitted {
             engine.discard_uncommitted(media).map_err(OpenError::DiscardTail)?;

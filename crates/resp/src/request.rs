@@ -292,6 +292,8 @@ pub struct Parsed {
     /// Long split arguments, gathered when first asked for.
     lazy: Vec<std::cell::OnceCell<Box<[u8]>>>,
     line: Vec<u8>,
+    /// Split arguments are never gathered eagerly ([`Parsed::gather_lazily`]).
+    lazy_split: bool,
 }
 
 /// One parsed command: arguments as bytes and as locations.
@@ -408,6 +410,13 @@ impl Parsed {
         assert!(limits.max_commands > 0);
         assert!(limits.max_bulk_bytes <= u64::from(u32::MAX), "bulk limit {} B: locations are 32-bit", limits.max_bulk_bytes);
         Parsed { limits, ..Parsed::default() }
+    }
+
+    /// This parser gathers no split argument until its bytes are asked for
+    /// (a caller that stores arguments by their pieces copies nothing).
+    pub fn gather_lazily(mut self) -> Self {
+        self.lazy_split = true;
+        self
     }
 
     /// The limits in force.
@@ -635,7 +644,7 @@ impl Parsed {
                 _ => (0, 0),
             };
             Bytes::Segment { segment, start, len: len as u32 }
-        } else if len <= EAGER_GATHER_BYTES {
+        } else if len <= EAGER_GATHER_BYTES && !self.lazy_split {
             let g = self.gathered.len() as u32;
             st.copy(start, start + len, &mut self.gathered);
             Bytes::Gathered { start: g, len: len as u32 }

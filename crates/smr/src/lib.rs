@@ -52,6 +52,7 @@ pub mod floor;
 pub mod forward;
 pub mod kvmap;
 pub mod links;
+pub mod logrefs;
 pub mod node;
 pub mod pmem_store;
 pub mod session;

@@ -97,7 +97,7 @@ use crate::command::{Member, Op, Refusal, Refused, RequestView, Response, Status
 use crate::kvmap::KvMap;
 use crate::smr1::{Smr1Machine, Smr1Ops};
 use crate::snapshot::{self, ReplicaPart};
-use crate::state::StateMachine;
+use crate::state::{MachineRefs, StateMachine};
 use crate::store::{Durable, Store};
 
 mod embed;
@@ -765,10 +765,13 @@ where
     }
 
     fn on_message(&mut self, t: &mut T, conn: ConnId, payload: &[u8]) {
-        let m = match Message::parse_from_bytes(payload) {
+        let mut m = match Message::parse_from_bytes(payload) {
             Ok(m) if m.to == self.config.id => m,
             _ => return self.counters.malformed += 1,
         };
+        if m.get_msg_type() == MessageType::MsgAppend && self.machine.tracks_log() {
+            self.local_forms(&mut m);
+        }
         let r = &self.raw.raft;
         if r.state == StateRole::Leader && m.from != self.config.id && r.prs().get(m.from).is_none() {
             return self.tell_not_member(t, conn, m.from);
@@ -789,6 +792,25 @@ where
         // A message from a stale term is refused by Raft itself; nothing
         // to do with the error.
         let _ = self.raw.step(m);
+    }
+
+    /// The log seam (`crate::logrefs`): each machine entry of a received
+    /// append in the machine's local form.
+    fn local_forms(&mut self, m: &mut Message) {
+        for e in m.mut_entries().iter_mut().filter(|e| crate::logrefs::is_machine_entry(e)) {
+            if let Some(local) = self.machine.local_form(&e.data) {
+                e.data = local.into();
+            }
+        }
+    }
+
+    /// The log seam: each machine entry of an append to send in its wire form.
+    fn wire_forms(&mut self, m: &mut Message) {
+        for e in m.mut_entries().iter_mut().filter(|e| crate::logrefs::is_machine_entry(e)) {
+            if let Some(wire) = self.machine.wire_form(&e.data) {
+                e.data = wire.into();
+            }
+        }
     }
 
     /// A Raft message came from `from`, which is not in this leader's
@@ -1184,7 +1206,7 @@ where
         }
     }
 
-    fn send(&mut self, t: &mut T, m: Message) {
+    fn send(&mut self, t: &mut T, mut m: Message) {
         let to = m.to;
         let snapshot = m.get_msg_type() == MessageType::MsgSnapshot;
         let Some(addr) = self.peers.get(&to) else {
@@ -1214,6 +1236,9 @@ where
                 }
             },
         };
+        if m.get_msg_type() == MessageType::MsgAppend && self.machine.tracks_log() {
+            self.wire_forms(&mut m);
+        }
         // Encoded into one of the transport's kept buffers (no allocation
         // once they circulate).
         let mut payload = t.take_buffer(m.compute_size() as usize);
@@ -1636,7 +1661,8 @@ where
     fn install_snapshot(&mut self, snap: &raft::eraftpb::Snapshot) -> Result<(), raft::Error> {
         let index = snap.get_metadata().index;
         let decoded = snapshot::decode(&snap.data).map_err(|e| raft::Error::ConfigInvalid(format!("snapshot at index {index}: {e}")))?;
-        self.store_mut().install_snapshot(snap.get_metadata(), &snap.data).map_err(store_error)?;
+        let durable = &mut self.raw.mut_store().durable;
+        crate::logrefs::install_snapshot(durable, snap.get_metadata(), &snap.data, &mut MachineRefs(&mut self.machine)).map_err(store_error)?;
         snapshot::restore_machine(&mut self.machine, index, &decoded).map_err(raft::Error::ConfigInvalid)?;
         self.own = decoded.replica;
         self.forwarded_after_snapshot();
@@ -1670,7 +1696,8 @@ where
         if self.config.faults.ack_before_persist {
             self.send_all(t, persisted.clone());
         }
-        self.store_mut().append(ready.entries()).map_err(store_error)?;
+        let durable = &mut self.raw.mut_store().durable;
+        crate::logrefs::append(durable, ready.entries(), &mut MachineRefs(&mut self.machine)).map_err(store_error)?;
         if let Some(hs) = ready.hs() {
             let mut hs = hs.clone();
             if self.config.faults.forget_vote {
@@ -1716,7 +1743,8 @@ where
         meta.term = self.durable().term(self.applied).expect("applied entries are held");
         meta.set_conf_state(self.raw.raft.prs().conf().to_conf_state());
         let data = snapshot::encode(&self.own, &self.machine.snapshot());
-        self.store_mut().compact(&meta, &data).map_err(store_error)?;
+        let durable = &mut self.raw.mut_store().durable;
+        crate::logrefs::compact(durable, &meta, &data, &mut MachineRefs(&mut self.machine)).map_err(store_error)?;
         self.snapshot_index = self.applied;
         self.counters.snapshots += 1;
         Ok(())
@@ -1823,6 +1851,8 @@ where
         let drained = !self.outbox.is_empty() && self.drain_outbox(t);
         self.propose_batch(t);
         let readied = self.handle_ready(t).unwrap_or_else(|e| panic!("replica {}: storage failed: {e}", self.config.id));
+        // Everything stepped so far is durable or refused (the log seam).
+        self.machine.log_settled();
         let leader = self.raw.raft.state == StateRole::Leader;
         if self.was_leader && !leader {
             self.step_down(t);

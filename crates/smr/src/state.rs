@@ -79,4 +79,53 @@ pub trait StateMachine {
     /// afterwards [`StateMachine::applied`] is `index`. On an error the
     /// state is unchanged.
     fn restore(&mut self, index: u64, bytes: &[u8]) -> Result<(), RestoreError>;
+
+    /// The log seam (`crate::logrefs`): whether this machine's entries name
+    /// its own buffers, so the replica tells it which entries the durable
+    /// log holds ([`StateMachine::log_held`], [`StateMachine::log_dropped`]).
+    /// False by default: nothing below is called.
+    fn tracks_log(&self) -> bool {
+        false
+    }
+
+    /// The machine entry `data` as sent to a peer, if it differs (values
+    /// named by local extents gathered into the entry); `None`: as is.
+    fn wire_form(&mut self, _data: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+
+    /// A machine entry received from a peer, before Raft steps it: the
+    /// local form to log instead (values stored in this member's buffers,
+    /// persisted in place), or `None` to log it as received.
+    fn local_form(&mut self, _data: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+
+    /// The durable log now holds the machine entry `data`.
+    fn log_held(&mut self, _data: &[u8]) {}
+
+    /// The machine entry `data` left the durable log (truncated, compacted,
+    /// or under an installed snapshot).
+    fn log_dropped(&mut self, _data: &[u8]) {}
+
+    /// Every entry proposed or received so far is in the durable log or
+    /// was refused: temporary holds on their buffers may go.
+    fn log_settled(&mut self) {}
+}
+
+/// A machine as the [`crate::logrefs::LogRefs`] of its own entries.
+pub struct MachineRefs<'a, M: StateMachine + ?Sized>(pub &'a mut M);
+
+impl<M: StateMachine + ?Sized> crate::logrefs::LogRefs for MachineRefs<'_, M> {
+    fn held(&mut self, data: &[u8]) {
+        self.0.log_held(data);
+    }
+
+    fn dropped(&mut self, data: &[u8]) {
+        self.0.log_dropped(data);
+    }
+
+    fn tracks(&self) -> bool {
+        self.0.tracks_log()
+    }
 }

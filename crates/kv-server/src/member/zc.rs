@@ -1,0 +1,107 @@
+//! The leader's zero-copy write path (issue 26 item 4): a write command
+//! received into pool buffers becomes an extent-form entry
+//! (`pmwire_kv_cluster::extent`) naming its values where they landed, not
+//! holding them. Kept apart from the member's loop so the loop's edits stay
+//! small: [`Member::zero_copy_write`] is called per parsed request and
+//! either proposes the entry or leaves the request to the copying path.
+//!
+//! A value argument (after the command's name and first key) of at least
+//! [`MIN_EXTENT_VALUE_BYTES`] whose pieces number at most
+//! [`MAX_REF_EXTENTS`] is named by its extents: each piece's lines are
+//! flushed and drained now, before the entry can be durable (the Raft
+//! log's self-validating tail may reach the media before the log's own
+//! fence: seed 001's flush in place + 8 B extent), its crc32c goes into the entry,
+//! and its buffers are held (`ClusterKeyspace::hold_until_settled`) until
+//! the entry is in the durable log, which then holds them itself. Shorter
+//! arguments are copied into the entry and counted.
+//!
+//! Only on the leader, only in [`Mode::ZeroCopy`], only for a
+//! [`Class::Write`] outside MULTI on an authenticated connection: anything
+//! else takes the copying path unchanged.
+
+use std::borrow::Cow;
+use std::net::SocketAddr;
+
+use pmwire_kv_cluster::commands::{class, Class};
+use pmwire_kv_cluster::extent::{Arg, Extent, MAX_REF_EXTENTS};
+use pmwire_netio::{ConnId, Segment};
+use pmwire_resp::request::Request;
+use raft::StateRole;
+use transport::Transport;
+
+use super::Member;
+use crate::cluster::MIN_EXTENT_VALUE_BYTES;
+use crate::store::Mode;
+
+/// An argument's extents in the receive buffers, if it is to go by them.
+fn extents_of(req: &Request<'_>, i: usize, segments: &[Segment<'_>]) -> Option<Vec<Extent>> {
+    let arg = req.arg_ref(i);
+    if i < 2 || arg.len() < MIN_EXTENT_VALUE_BYTES || arg.pieces.is_empty() || arg.pieces.len() > MAX_REF_EXTENTS as usize {
+        return None;
+    }
+    arg.pieces
+        .iter()
+        .map(|p| {
+            let s = segments.get(p.segment as usize)?;
+            let offset = u16::try_from(s.offset.checked_add(p.start)?).ok()?;
+            let len = u16::try_from(p.len).ok()?;
+            Some(Extent { buf_idx: s.buf, offset, len })
+        })
+        .collect()
+}
+
+/// The crc32c of an argument's pieces, read where they lie.
+fn crc_of(req: &Request<'_>, i: usize, segments: &[Segment<'_>]) -> u32 {
+    req.arg_ref(i).pieces.iter().fold(0, |crc, p| {
+        let s = &segments[p.segment as usize];
+        crc32c::crc32c_append(crc, &s.bytes[p.start as usize..(p.start + p.len) as usize])
+    })
+}
+
+impl<T: Transport<Addr = SocketAddr>> Member<T> {
+    /// Proposes `req` of connection `id` as an extent-form entry if it is
+    /// eligible (module docs); false leaves it to the copying path.
+    pub(super) fn zero_copy_write(&mut self, id: ConnId, req: &Request<'_>, segments: &[Segment<'_>]) -> bool {
+        if self.mode != Mode::ZeroCopy || class(req.arg(0)) != Class::Write || self.reactor.service.status().role != StateRole::Leader {
+            return false;
+        }
+        let conn = self.conn(id);
+        if !conn.session.is_authenticated() || conn.multi.is_some() || conn.blocked.is_some() || !conn.held.is_empty() {
+            return false;
+        }
+        let protocol = conn.session.protocol;
+        let mut args = Vec::with_capacity(req.len());
+        let mut held = Vec::new();
+        let mut inline_values = 0u64;
+        for i in 0..req.len() {
+            match extents_of(req, i, segments) {
+                Some(extents) => {
+                    let len = req.arg_len(i) as u32;
+                    let crc = crc_of(req, i, segments);
+                    held.extend_from_slice(&extents);
+                    args.push(Arg::Pool { len, crc, extents });
+                }
+                None => {
+                    if i >= 2 {
+                        inline_values += req.arg_len(i) as u64;
+                    }
+                    args.push(Arg::Inline(Cow::Borrowed(req.arg(i))));
+                }
+            }
+        }
+        if held.is_empty() {
+            return false;
+        }
+        let store = self.reactor.service.machine_mut().keyspace().shared_store().clone();
+        for &e in &held {
+            store.flush_extent(e);
+        }
+        store.drain();
+        let entry = self.proposer.command_extents(Self::now_ms(), protocol, args);
+        self.copies.add(|c| c.entry += inline_values);
+        if self.propose(id, entry) {
+            self.reactor.service.machine_mut().keyspace().hold_until_settled(&held);
+        }
+        true
+    }
+}
