@@ -482,6 +482,10 @@ impl<M: Media> Durable for PmemDurable<M> {
         self.terms.drain(..dropped);
         Ok(())
     }
+
+    fn capacity_hint(&self) -> Option<u64> {
+        Some(self.snapshot_capacity().max(self.sb.log_bytes))
+    }
 }
 
 /// Planted (`hard_state_before_entries`): appends through a medium that
