@@ -84,6 +84,12 @@ pub struct KvArgs {
     /// One Raft tick in milliseconds (--cluster; elections after 10-20 ticks, heartbeats every 2).
     #[arg(long, default_value_t = 10)]
     tick_ms: u64,
+    /// Join a running cluster (--cluster): a new Raft pool is formatted with no voters and the member waits, never
+    /// campaigning, until `pmwire smr --tls uring --peers ... add --id N --addr PEER_ADDR` adds it; it then starts
+    /// from the leader's snapshot (streamed in chunks) and the log. --cluster lists the running members and this one.
+    /// Ignored for a Raft pool that already holds a store.
+    #[arg(long, requires = "cluster")]
+    join: bool,
 }
 
 fn parse_collection_limits(s: &str) -> Result<pmwire_kv_server::ChunkConfig, String> {
@@ -186,6 +192,7 @@ fn run_member(args: &KvArgs) -> Result<()> {
         tick: std::time::Duration::from_millis(args.tick_ms),
         requirepass: args.requirepass.as_ref().filter(|p| !p.is_empty()).map(|p| p.as_bytes().to_vec()),
         protected_mode: args.protected_mode,
+        join: args.join,
     };
     if args.peer_transport == "uring" {
         let mut transport = transport::TcpTransport::new(&crate::smr_cmd::uring_config())?;
@@ -206,6 +213,10 @@ fn serve_member<T: transport::Transport<Addr = SocketAddr>>(mut server: pmwire_k
     println!("{}", server.recovered);
     let (resp, http) = server.addrs();
     let st = server.member().replica().status();
+    let voters = server.member().replica().conf_state().voters;
+    if voters.is_empty() {
+        println!("member {} waiting to be added (pmwire smr --tls {} --peers ... add --id {} --addr {peer_addr})", st.id, args.peer_transport, st.id);
+    }
     println!("member {} of {} (peers on {peer_addr} over {}); raft last index {}, applied {}", st.id, args.cluster.as_ref().map_or(0, |c| c.0.len()), args.peer_transport, st.last_index, st.applied);
     if let Some(path) = &args.ready_file {
         let ready = pmwire_kv_server::ReadyFile { resp: resp.to_string(), http: http.to_string(), pid: std::process::id(), mode: "cluster".into() };

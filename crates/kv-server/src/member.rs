@@ -561,6 +561,7 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             }
         }
         self.maybe_sweep();
+        self.learn_peers();
         for (ticket, done) in self.reactor.service.take_done() {
             if self.sweep == Some(ticket) {
                 self.sweep = None;
@@ -582,6 +583,17 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
                 (_, Done::Readable { .. }) => unreachable!("a write's ticket is never readable"),
             };
             self.to_wake.push(id);
+        }
+    }
+
+    /// Members added since start (`pmwire smr add`): their peer addresses,
+    /// as the replica recorded them, for ROLE, INFO and refusals.
+    fn learn_peers(&mut self) {
+        for (&id, bytes) in &self.reactor.service.own_state().members {
+            let Some(addr) = std::str::from_utf8(bytes).ok().and_then(|a| a.parse::<SocketAddr>().ok()) else { continue };
+            if self.peers.get(&id) != Some(&addr) {
+                self.peers.insert(id, addr);
+            }
         }
     }
 
@@ -733,6 +745,9 @@ pub struct MemberOptions {
     pub requirepass: Option<Vec<u8>>,
     /// Redis's protected mode.
     pub protected_mode: bool,
+    /// A new Raft pool is formatted with no voters: the member waits to
+    /// be added (`pmwire smr add`), never campaigning.
+    pub join: bool,
 }
 
 /// Why a member could not start.
@@ -787,7 +802,7 @@ fn open_raft(options: &MemberOptions) -> Result<PmemDurable<Region>, MemberError
         Ok(store) => Ok(store),
         Err(OpenError::NotFormatted(_)) => {
             let region = Region::open(&path, region_options).map_err(|e| fail(e.to_string()))?;
-            let voters: Vec<u64> = options.peers.keys().copied().collect();
+            let voters: Vec<u64> = if options.join { Vec::new() } else { options.peers.keys().copied().collect() };
             let log = pmwire_log::LogConfig::new(options.raft_log_bytes, pmwire_log::TailStrategy::SelfValidating);
             PmemDurable::format(region, options.cluster, options.id, &voters, log).map_err(|e| fail(format!("format: {e}")))
         }
