@@ -207,7 +207,7 @@ fn copied_per_set(members: &Members, leader: usize) -> Result<f64, String> {
 }
 
 fn cluster_round(options: &Options, run: &RunPlan, plan: &Plan, sweep: bool, sink: &mut Sink) {
-    let mut members = match Members::start(&options.exe, "bench", "512M", &options.transport) {
+    let members = match Members::start(&options.exe, "bench", "512M", &options.transport) {
         Ok(m) => m,
         Err(e) => return sink.skipped.push(Skipped::new(SET64, CLUSTER, &format!("members did not start: {e:#}"))),
     };
