@@ -1496,15 +1496,16 @@ where
         Ok(true)
     }
 
-    /// Takes a snapshot and compacts once enough is applied past the last
-    /// (not while entries the machine already holds are replayed: its
+    /// Takes a snapshot and compacts once enough is applied past the last,
+    /// or the log is more than half full (not while entries the machine already holds are replayed: its
     /// state is then past the applied index).
     fn maybe_compact(&mut self) -> Result<(), raft::Error> {
         if self.machine.applied() > self.applied || self.halted.is_some() {
             return Ok(());
         }
         let forced = std::mem::take(&mut self.compact_now) && self.applied > self.snapshot_index;
-        if !forced && self.applied < self.snapshot_index + self.config.snapshot_every {
+        let filling = self.applied > self.snapshot_index && self.durable().log_space().is_some_and(|(free, capacity)| free < capacity / 2);
+        if !forced && !filling && self.applied < self.snapshot_index + self.config.snapshot_every {
             return Ok(());
         }
         let mut meta = SnapshotMetadata { index: self.applied, ..Default::default() };

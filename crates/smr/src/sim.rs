@@ -660,6 +660,9 @@ impl Durable for Crashable {
     fn capacity_hint(&self) -> Option<u64> {
         self.store().capacity_hint()
     }
+    fn log_space(&self) -> Option<(u64, u64)> {
+        self.store().log_space()
+    }
 }
 
 /// A simulated node's transport: every connection authenticated with

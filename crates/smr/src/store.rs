@@ -81,6 +81,12 @@ pub trait Durable {
     fn capacity_hint(&self) -> Option<u64> {
         None
     }
+    /// Bytes free in the log and its capacity, if it is bounded: a
+    /// replica compacts once less than half is free (large entries fill a
+    /// log long before a count of entries would call for a snapshot).
+    fn log_space(&self) -> Option<(u64, u64)> {
+        None
+    }
 }
 
 /// The volatile baseline: everything in DRAM, nothing flushed.

@@ -207,6 +207,38 @@ fn wait_served(addr: SocketAddr, key: &[u8], want: &[u8], within: Duration) -> R
     bail!("{} was not served by {addr} within {within:?}", String::from_utf8_lossy(key))
 }
 
+/// A connection to the group's leader that finds the leader again after
+/// an election (a snapshot of a large keyspace stalls a member's loop; a
+/// SET asked again is the same SET).
+struct Leader<'a> {
+    members: &'a Members,
+    conn: Option<Resp>,
+}
+
+impl Leader<'_> {
+    fn new(members: &Members) -> Result<Leader<'_>> {
+        Ok(Leader { members, conn: None })
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if self.conn.is_none() {
+                let leader = self.members.leader(Duration::from_secs(20))?;
+                self.conn = Some(Resp::connect(self.members.resp[leader - 1])?);
+            }
+            match self.conn.as_mut().expect("connected").put(key, value) {
+                Ok(()) => return Ok(()),
+                Err(e) if Instant::now() > deadline => return Err(e),
+                Err(_) => {
+                    self.conn = None;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
+    }
+}
+
 /// Sizes for a group holding `mib` MiB of keyspace: the keyspace pool and
 /// the Raft pool (its two snapshot slots each hold the whole keyspace).
 pub fn sizes(mib: u64) -> (String, String) {
@@ -219,8 +251,7 @@ pub fn sizes(mib: u64) -> (String, String) {
 pub fn catch_up(exe: &std::path::Path, transport: &str, mib: u64) -> Result<CatchUp> {
     let (size, raft) = sizes(mib);
     let members = Members::start_with(exe, "catchup", &size, transport, &["--raft-size", &raft, "--raft-log-size", "64M"])?;
-    let leader = members.leader(Duration::from_secs(20))?;
-    let mut c = Resp::connect(members.resp[leader - 1])?;
+    let mut c = Leader::new(&members)?;
     let keys = (mib << 20) / VALUE_BYTES as u64;
     let mut keyspace_bytes = 0;
     for k in 0..keys {
@@ -235,12 +266,11 @@ pub fn catch_up(exe: &std::path::Path, transport: &str, mib: u64) -> Result<Catc
     let load = Load::start(&members.resp, 2, "catchup-load");
     let before = load.ops();
     let start = Instant::now();
-    smr(&members, &["add", "--id", &(MEMBERS + 1).to_string(), "--addr", &joiner.peer.to_string(), "--learner"])?;
+    smr(&members, &["--timeout-s", "120", "add", "--id", &(MEMBERS + 1).to_string(), "--addr", &joiner.peer.to_string(), "--learner"])?;
     let within = Duration::from_secs(60 + mib);
     wait_served(joiner.resp, b"catchup:marker", b"before", within)?;
     let snapshot_s = start.elapsed().as_secs_f64();
-    let leader = members.leader(Duration::from_secs(10))?;
-    Resp::connect(members.resp[leader - 1])?.put(b"catchup:marker2", b"after")?;
+    c.put(b"catchup:marker2", b"after")?;
     wait_served(joiner.resp, b"catchup:marker2", b"after", within)?;
     let total_s = start.elapsed().as_secs_f64();
     let writes_during = load.stop() - before;

@@ -84,7 +84,8 @@ pub struct RunPlan {
 }
 
 impl RunPlan {
-    /// The quick plan: 3 rounds, 3,000 SETs each kind, 1 s per point.
+    /// The quick plan: 3 rounds, 3,000 SETs each kind, 1 s per point; 3
+    /// failovers, a catch-up from 32 MiB.
     pub fn quick() -> RunPlan {
         RunPlan { plan: Plan::quick(), rounds: 3, ycsb_records: 5_000, ycsb_ops: 10_000, catchup_mib: 32, failover_kills: 3 }
     }
@@ -328,7 +329,13 @@ pub fn medians(rows: &[BenchResult]) -> Vec<BenchResult> {
 
 /// Runs the suite.
 pub fn run(options: &Options) -> Result<SuiteReport> {
-    let report = run_suite(options, &if options.quick { RunPlan::quick() } else { RunPlan::full() });
+    run_plan(options, &if options.quick { RunPlan::quick() } else { RunPlan::full() })
+}
+
+/// Runs the suite with `plan` (0 rounds: only failover and catch-up),
+/// then removes the cluster's secret.
+pub fn run_plan(options: &Options, plan: &RunPlan) -> Result<SuiteReport> {
+    let report = run_suite(options, plan);
     crate::smr::links::remove_secret_file();
     report
 }
