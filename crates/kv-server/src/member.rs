@@ -36,6 +36,10 @@
 //!   `-READONLY` naming the leader (forwarding to the leader is not built
 //!   yet); blocking commands are refused (their parking is not built yet).
 //!
+//! Membership: a member started with [`MemberOptions::join`] waits to be
+//! added (`pmwire smr add`); members added later are learnt from the
+//! replica's own part for ROLE and INFO.
+//!
 //! Expiry: the leader proposes a sweep entry when
 //! [`RedisMachine::sweep_due`] says so, one at a time.
 //!
