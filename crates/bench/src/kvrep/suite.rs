@@ -242,6 +242,7 @@ fn membership_stage(options: &Options, run: &RunPlan, sink: &mut Sink) {
                         .param("kills", f.ms.len())
                         .param("failover_ms_each", f.ms.clone())
                         .param("load_sets", f.load_ops)
+                        .param("stopped_early", f.stopped.clone().unwrap_or_default())
                         .param("method", "4 closed-loop SET clients; kill -9 of the leader, then SET through each other member in turn until +OK (committed by the new leader); the killed member restarted on its pool, 0.5 s to settle, next kill"),
                 );
             }
