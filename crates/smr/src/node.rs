@@ -22,12 +22,18 @@
 //! Raft message names its sender. Raft messages are one-way transport
 //! messages whose header is [`RAFT_MAGIC`] and whose payload is raft-rs's
 //! protobuf encoding of `eraftpb.Message`. One larger than
-//! [`RAFT_CHUNK_BYTES`] (a snapshot of a large map) goes as chunks
-//! ([`RAFT_CHUNK_MAGIC`]), queued per peer and sent as the connection's
-//! window allows, a few each turn; the receiver joins the chunks of one
-//! message id arriving in order on one connection and drops a message
-//! whose chunks do not follow on. A snapshot's send is reported to raft-rs
-//! once its last chunk is sent.
+//! [`ReplicaConfig::chunk_bytes`] (a snapshot of a large keyspace, an
+//! append of a large value) goes as checksummed chunks
+//! ([`RAFT_CHUNK_MAGIC`], `chunks`), one message per peer at a time, sent
+//! as the connection's window allows and at most
+//! [`CHUNK_BYTES_PER_TURN`] per peer per turn; the receiver joins them per
+//! connection by offset, ignores duplicates, drops a message with a gap or
+//! a bad checksum, and refuses one larger than its store can hold
+//! ([`Durable::capacity_hint`]). A snapshot's send is reported to raft-rs
+//! once its last chunk is sent (failed if its connection fails: raft-rs
+//! sends it again from the start). A replica compacts every
+//! [`ReplicaConfig::snapshot_every`] entries or once its log is half full
+//! ([`Durable::log_space`]).
 //!
 //! The machine: a replica is generic over its [`StateMachine`] `M`. Log
 //! entries have a kind (`docs/FORMAT.md`, "Replica log entries"): the
