@@ -92,6 +92,12 @@ pub struct KvArgs {
     /// Every member's RESP address, ID=ADDR,... (for --redirect moved).
     #[arg(long, value_parser = crate::smr_cmd::parse_peers)]
     cluster_resp: Option<crate::smr_cmd::Peers>,
+    /// Join a running cluster (--cluster): a new Raft pool is formatted with no voters and the member waits, never
+    /// campaigning, until `pmwire smr --tls uring --peers ... add --id N --addr PEER_ADDR` adds it; it then starts
+    /// from the leader's snapshot (streamed in chunks) and the log. --cluster lists the running members and this one.
+    /// Ignored for a Raft pool that already holds a store.
+    #[arg(long, requires = "cluster")]
+    join: bool,
 }
 
 fn parse_collection_limits(s: &str) -> Result<pmwire_kv_server::ChunkConfig, String> {
@@ -201,6 +207,7 @@ fn run_member(args: &KvArgs) -> Result<()> {
         protected_mode: args.protected_mode,
         redirect,
         mode: args.mode,
+        join: args.join,
     };
     if args.peer_transport == "uring" {
         let mut transport = transport::TcpTransport::new(&crate::smr_cmd::uring_config())?;
@@ -221,6 +228,10 @@ fn serve_member<T: transport::Transport<Addr = SocketAddr>>(mut server: pmwire_k
     println!("{}", server.recovered);
     let (resp, http) = server.addrs();
     let st = server.member().replica().status();
+    let voters = server.member().replica().conf_state().voters;
+    if voters.is_empty() {
+        println!("member {} waiting to be added (pmwire smr --tls {} --peers ... add --id {} --addr {peer_addr})", st.id, args.peer_transport, st.id);
+    }
     println!("member {} of {} (peers on {peer_addr} over {}); raft last index {}, applied {}", st.id, args.cluster.as_ref().map_or(0, |c| c.0.len()), args.peer_transport, st.last_index, st.applied);
     if let Some(path) = &args.ready_file {
         let ready = pmwire_kv_server::ReadyFile { resp: resp.to_string(), http: http.to_string(), pid: std::process::id(), mode: "cluster".into() };

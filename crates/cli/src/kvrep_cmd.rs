@@ -22,6 +22,15 @@ pub struct KvReplicatedArgs {
     /// The members' peer transport.
     #[arg(long, default_value = "uring", value_parser = ["uring", "tcp", "sm"])]
     pub peer_transport: String,
+    /// MiB of keyspace a new member catches up from (default 32 with --quick, else 256; 0 leaves it out).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=65_536))]
+    pub catch_up_mib: Option<u64>,
+    /// Leader kills of the failover-under-load measurement (default 3 with --quick, else 7; 0 leaves it out).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=1000))]
+    pub failover_kills: Option<u64>,
+    /// Only the failover and catch-up measurements (no latency rounds, no peers).
+    #[arg(long)]
+    pub membership_only: bool,
 }
 
 /// `pmwire bench kv-replicated-crash`.
@@ -55,8 +64,14 @@ fn parse_seed(s: &str) -> Result<u64, String> {
 /// Runs `pmwire bench kv-replicated`.
 pub fn bench(args: &KvReplicatedArgs) -> Result<pmwire_bench::SuiteReport> {
     let exe = std::env::current_exe().context("the pmwire binary")?;
-    let options = pmwire_bench::kvrep::suite::Options { quick: args.quick, out_dir: args.out.clone(), exe, peers: !args.no_peers, transport: args.peer_transport.clone() };
-    pmwire_bench::kvrep::suite::run(&options)
+    let options = pmwire_bench::kvrep::suite::Options { quick: args.quick, out_dir: args.out.clone(), exe, peers: !args.no_peers && !args.membership_only, transport: args.peer_transport.clone() };
+    let mut run = if args.quick { pmwire_bench::kvrep::suite::RunPlan::quick() } else { pmwire_bench::kvrep::suite::RunPlan::full() };
+    run.catchup_mib = args.catch_up_mib.unwrap_or(run.catchup_mib);
+    run.failover_kills = args.failover_kills.map_or(run.failover_kills, |k| k as usize);
+    if args.membership_only {
+        run.rounds = 0;
+    }
+    pmwire_bench::kvrep::suite::run_plan(&options, &run)
 }
 
 /// Runs `pmwire bench kv-replicated-crash`; false if a run failed its checks or the canary was not caught.

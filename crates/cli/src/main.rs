@@ -343,7 +343,7 @@ fn tour(args: &TourArgs) -> Result<()> {
         .status()?;
     let smr_crash_ok = status.success();
     println!("\n== bench kv-replicated (quick): 3 pmwire kv --cluster members beside Redis + WAIT, etcd, single-node pmwire kv and the raw-socket floor ==");
-    let kvrep_args = kvrep_cmd::KvReplicatedArgs { quick: true, out: args.out.clone(), no_peers: false, peer_transport: "uring".into() };
+    let kvrep_args = kvrep_cmd::KvReplicatedArgs { quick: true, out: args.out.clone(), no_peers: false, peer_transport: "uring".into(), catch_up_mib: None, failover_kills: None, membership_only: false };
     let kvrep = kvrep_cmd::bench(&kvrep_args)?.headlines;
     println!("\n== bench kv-replicated-crash: 5 runs, each kill -9 of a member under RESP load, restarted on its pool; lost writes, INCR counts, EXECs and linearizability checked ==");
     let status = std::process::Command::new(std::env::current_exe()?)

@@ -171,6 +171,7 @@ fn planted_caught(args: &SmrCheckArgs, stores: &[SimStore], machine: Machine) ->
         ("planted: ack before persist", SimConfig { planted: Faults { ack_before_persist: true, ..Faults::default() }, ..SimConfig::standard(3) }),
         ("planted: vote not persisted", SimConfig { planted: Faults { forget_vote: true, ..Faults::default() }, ..SimConfig::standard(3) }),
         ("planted: commit on a minority", SimConfig { planted: Faults { answer_before_commit: true, ..Faults::default() }, ..SimConfig::standard(3) }),
+        ("planted: chunks joined unchecked", SimConfig { planted: Faults { unchecked_chunks: true, ..Faults::default() }, ..SimConfig::standard(3) }),
     ];
     for (_, cfg) in &mut planted {
         cfg.store = node_store;

@@ -114,6 +114,10 @@ pub struct SmrArgs {
     /// The cluster's secret.
     #[command(flatten)]
     pub secret: ClientSecret,
+    /// Seconds to wait for an answer (a membership change on a member holding a large keyspace waits for the
+    /// snapshot it takes).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub timeout_s: u64,
     /// What to do.
     #[command(subcommand)]
     pub command: SmrCommand,
@@ -349,6 +353,7 @@ fn smr_with<T: Transport<Addr = SocketAddr>>(transport: T, peers: &BTreeMap<u64,
     link.log_events = true;
     let transport = LinkTransport::real(transport, args.secret.load()?, link);
     let mut client = SmrClient::new(transport, peers.clone(), session);
+    client.timeout = std::time::Duration::from_secs(args.timeout_s);
     let done = run_command(&mut client, &args.command);
     match (&done, &client.transport().stats().last_refusal) {
         (Err(e), Some(why)) => Err(anyhow!("{e}; the replicas' links were refused: {why}")),

@@ -18,7 +18,7 @@ fn a_tiny_suite_measures_the_members_and_fails_over() {
     let out = tempfile::tempdir().unwrap();
     let options = suite::Options { quick: true, out_dir: out.path().into(), exe: exe(), peers: false, transport: "uring".into() };
     let plan = Plan { warmup_puts: 20, latency_puts: 100, clients: vec![1, 4], warmup_per_point: Duration::from_millis(50), seconds_per_point: Duration::from_millis(300) };
-    let run = suite::RunPlan { plan, rounds: 1, ycsb_records: 200, ycsb_ops: 500 };
+    let run = suite::RunPlan { plan, rounds: 1, ycsb_records: 200, ycsb_ops: 500, catchup_mib: 8, failover_kills: 2 };
     let report = suite::run_suite(&options, &run).expect("the suite runs");
     let file: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report.json_path).unwrap()).unwrap();
     // Only the copy counters may be missing (their own headline says why).
@@ -26,7 +26,7 @@ fn a_tiny_suite_measures_the_members_and_fails_over() {
     assert!(skipped.is_empty(), "targets that did not run: {skipped:#?}");
     let rows = file["results"].as_array().unwrap();
     let has = |bench: &str| rows.iter().any(|r| r["bench"] == bench && r["variant"] == suite::CLUSTER);
-    for bench in [suite::SET64, "set_1KiB_latency", "get_64B_latency", "get_1KiB_latency", suite::SET64_OPS, "ycsb_a", "ycsb_b", "failover"] {
+    for bench in [suite::SET64, "set_1KiB_latency", "get_64B_latency", "get_1KiB_latency", suite::SET64_OPS, "ycsb_a", "ycsb_b", "failover", "catch_up"] {
         assert!(has(bench), "no {bench} row for the members: {rows:#?}");
     }
     let floor = report.headlines.iter().find(|h| h.name.contains("/ raw TCP floor")).unwrap();

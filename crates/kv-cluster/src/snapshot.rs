@@ -9,8 +9,10 @@
 //! against its bound and the bytes left, the order of keys (strictly
 //! increasing: no duplicates) and the fields that must be zero, before
 //! anything is stored; [`load`] then replaces the keyspace's contents.
-//! One buffer holds the whole snapshot: streaming one in chunks is for
-//! later (issue 26 item 6).
+//! One buffer holds the whole snapshot: the replica sends it to a member
+//! in checksummed chunks (`pmwire_smr::node`, "Raft message chunks"), but
+//! encoding it straight into the Raft pool's snapshot slot and loading it
+//! from there, without a copy in DRAM, is for later (issue 26 item 6).
 
 use pmem::le;
 use pmwire_keyspace::chunked::ChunkConfig;

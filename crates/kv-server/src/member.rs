@@ -61,6 +61,10 @@
 //! so a leader could check per-user ACLs once users exist. The machine's
 //! and the reads' executors run with no password: the door is the member's.
 //!
+//! Membership: a member started with [`MemberOptions::join`] waits to be
+//! added (`pmwire smr add`); members added later are learnt from the
+//! replica's own part for ROLE and INFO.
+//!
 //! Expiry: the leader proposes a sweep entry when
 //! [`RedisMachine::sweep_due`] says so, one at a time.
 //!
@@ -687,6 +691,7 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             }
         }
         self.maybe_sweep();
+        self.learn_peers();
         for (ticket, done) in self.reactor.service.take_done() {
             if self.sweep == Some(ticket) {
                 self.sweep = None;
@@ -721,6 +726,17 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             };
         }
         self.to_wake.push(id);
+    }
+
+    /// Members added since start (`pmwire smr add`): their peer addresses,
+    /// as the replica recorded them, for ROLE, INFO and refusals.
+    fn learn_peers(&mut self) {
+        for (&id, bytes) in &self.reactor.service.own_state().members {
+            let Some(addr) = std::str::from_utf8(bytes).ok().and_then(|a| a.parse::<SocketAddr>().ok()) else { continue };
+            if self.peers.get(&id) != Some(&addr) {
+                self.peers.insert(id, addr);
+            }
+        }
     }
 
     fn maybe_sweep(&mut self) {
@@ -880,6 +896,9 @@ pub struct MemberOptions {
     /// ([`Mode::ZeroCopy`]: by their extents, `member::zc`; [`Mode::Copy`]:
     /// copied at every stage).
     pub mode: Mode,
+    /// A new Raft pool is formatted with no voters: the member waits to
+    /// be added (`pmwire smr add`), never campaigning.
+    pub join: bool,
 }
 
 /// Why a member could not start.
@@ -934,7 +953,7 @@ fn open_raft(options: &MemberOptions) -> Result<PmemDurable<Region>, MemberError
         Ok(store) => Ok(store),
         Err(OpenError::NotFormatted(_)) => {
             let region = Region::open(&path, region_options).map_err(|e| fail(e.to_string()))?;
-            let voters: Vec<u64> = options.peers.keys().copied().collect();
+            let voters: Vec<u64> = if options.join { Vec::new() } else { options.peers.keys().copied().collect() };
             let log = pmwire_log::LogConfig::new(options.raft_log_bytes, pmwire_log::TailStrategy::SelfValidating);
             PmemDurable::format(region, options.cluster, options.id, &voters, log).map_err(|e| fail(format!("format: {e}")))
         }

@@ -22,12 +22,18 @@
 //! Raft message names its sender. Raft messages are one-way transport
 //! messages whose header is [`RAFT_MAGIC`] and whose payload is raft-rs's
 //! protobuf encoding of `eraftpb.Message`. One larger than
-//! [`RAFT_CHUNK_BYTES`] (a snapshot of a large map) goes as chunks
-//! ([`RAFT_CHUNK_MAGIC`]), queued per peer and sent as the connection's
-//! window allows, a few each turn; the receiver joins the chunks of one
-//! message id arriving in order on one connection and drops a message
-//! whose chunks do not follow on. A snapshot's send is reported to raft-rs
-//! once its last chunk is sent.
+//! [`ReplicaConfig::chunk_bytes`] (a snapshot of a large keyspace, an
+//! append of a large value) goes as checksummed chunks
+//! ([`RAFT_CHUNK_MAGIC`], `chunks`), one message per peer at a time, sent
+//! as the connection's window allows and at most
+//! [`CHUNK_BYTES_PER_TURN`] per peer per turn; the receiver joins them per
+//! connection by offset, ignores duplicates, drops a message with a gap or
+//! a bad checksum, and refuses one larger than its store can hold
+//! ([`Durable::capacity_hint`]). A snapshot's send is reported to raft-rs
+//! once its last chunk is sent (failed if its connection fails: raft-rs
+//! sends it again from the start). A replica compacts every
+//! [`ReplicaConfig::snapshot_every`] entries or once its log is half full
+//! ([`Durable::log_space`]).
 //!
 //! The machine: a replica is generic over its [`StateMachine`] `M`. Log
 //! entries have a kind (`docs/FORMAT.md`, "Replica log entries"): the
@@ -100,7 +106,10 @@ use crate::snapshot::{self, ReplicaPart};
 use crate::state::{MachineRefs, StateMachine};
 use crate::store::{Durable, Store};
 
+mod chunks;
 mod embed;
+pub use chunks::{encode_chunk, Assembler, Received, CHUNK_HEADER_BYTES};
+use chunks::Outgoing;
 pub use embed::{Done, Failure, FollowerProgress, NotLeader, Ticket};
 use embed::{Pending, ReadWaiter, Waiter};
 
@@ -120,18 +129,21 @@ const RECONNECT_TICKS: u32 = 10;
 
 /// The header of a Raft message between replicas.
 pub const RAFT_MAGIC: [u8; 4] = *b"RFT1";
-/// The header of one chunk of a Raft message larger than [`RAFT_CHUNK_BYTES`].
-pub const RAFT_CHUNK_MAGIC: [u8; 4] = *b"RFTC";
+/// The header of one chunk of a Raft message larger than
+/// [`ReplicaConfig::chunk_bytes`] (`chunks`: a crc32c per chunk).
+pub const RAFT_CHUNK_MAGIC: [u8; 4] = *b"RFC2";
 /// The header of a leader's notice to a replica that is not a member of
 /// its configuration ([`NotMember`]).
 pub const NOT_MEMBER_MAGIC: [u8; 4] = *b"RFTN";
 /// Largest Raft message sent whole, and the size of a chunk (well within
 /// the transport's 4 MiB payload bound).
 pub const RAFT_CHUNK_BYTES: usize = 1 << 20;
-/// Largest Raft message a replica reassembles from chunks.
+/// Largest Raft message a replica reassembles from chunks (a store that
+/// knows its capacity bounds it lower: [`Durable::capacity_hint`]).
 pub const MAX_RAFT_MESSAGE_BYTES: u64 = 1 << 32;
-/// A chunk's header: message id u64, message length u64, offset u64.
-const CHUNK_HEADER_BYTES: usize = 24;
+/// Bytes of chunks sent to one peer per turn at most, so that a member
+/// sending a large snapshot keeps serving its clients and the log.
+pub const CHUNK_BYTES_PER_TURN: usize = 4 << 20;
 
 /// Most voters, and most learners, a membership may have (what the
 /// persistent-memory store's membership slot holds).
@@ -243,6 +255,9 @@ pub struct Faults {
     /// Apply a follower's proposal again when a copy of it arrives again
     /// (no exactly-once table, `crate::forward`).
     pub forward_without_dedup: bool,
+    /// Join a chunked message's chunks in arrival order, their offsets
+    /// and checksums unchecked (a duplicated chunk goes in twice).
+    pub unchecked_chunks: bool,
 }
 
 /// How a replica runs.
@@ -342,6 +357,12 @@ pub struct Counters {
     pub snapshots: u64,
     /// Raft messages queued to go as chunks.
     pub chunked: u64,
+    /// Bytes of chunked messages sent (headers not counted).
+    pub chunk_bytes_sent: u64,
+    /// Bytes of chunked messages received and kept.
+    pub chunk_bytes_received: u64,
+    /// Chunks ignored (duplicates, or of a message no longer joined).
+    pub chunks_ignored: u64,
 }
 
 /// One replica of the state machine `M` (by default the put/get/del/cas
@@ -418,7 +439,7 @@ where
     /// A chunked message being sent to each peer (at most one).
     outbox: BTreeMap<u64, Outgoing>,
     /// Messages being reassembled from chunks, by incoming connection.
-    inbox: BTreeMap<ConnId, Incoming>,
+    inbox: Assembler,
     /// The id of the last chunked message sent.
     chunked_sent: u64,
     /// Why this replica stopped, once its state contradicts its leader's
@@ -426,20 +447,6 @@ where
     halted: Option<String>,
     /// When (in ticks) each non-member was last sent a [`NotMember`].
     told_not_member: BTreeMap<u64, u64>,
-}
-
-/// A chunked message on its way to a peer.
-struct Outgoing {
-    conn: ConnId,
-    chunks: std::collections::VecDeque<Vec<u8>>,
-    snapshot: bool,
-}
-
-/// A chunked message arriving.
-struct Incoming {
-    id: u64,
-    len: u64,
-    bytes: Vec<u8>,
 }
 
 /// What the leader does with a membership change it was asked for.
@@ -528,6 +535,9 @@ where
         assert!(!peers.contains_key(&config.id), "peers exclude this replica");
         assert!(config.pending_timeout_ticks() > 0, "a pending proposal or read may wait at least a tick");
         let (snap_meta, own) = start_state(&mut durable, &mut machine).map_err(raft::Error::ConfigInvalid)?;
+        // A message larger than the store can hold (a snapshot past its
+        // slot, an entry past its log) is refused at its first chunk.
+        let incoming_bound = durable.capacity_hint().map_or(MAX_RAFT_MESSAGE_BYTES, |c| c.saturating_add(RAFT_CHUNK_BYTES as u64).min(MAX_RAFT_MESSAGE_BYTES));
         let raft_config = raft::Config {
             id: config.id,
             election_tick: config.election_ticks,
@@ -587,11 +597,14 @@ where
             proposed_ids: Vec::new(),
             proposed: Vec::new(),
             outbox: BTreeMap::new(),
-            inbox: BTreeMap::new(),
+            inbox: Assembler::new(incoming_bound),
             chunked_sent: 0,
             halted: None,
             told_not_member: BTreeMap::new(),
         };
+        if replica.config.faults.unchecked_chunks {
+            replica.inbox.plant_unchecked();
+        }
         replica.sync_peers();
         replica.rerandomize();
         Ok(replica)
@@ -1244,7 +1257,7 @@ where
         let mut payload = t.take_buffer(m.compute_size() as usize);
         m.write_to_vec(&mut payload).expect("a raft message encodes");
         if payload.len() > self.config.chunk_bytes {
-            return self.send_chunked(t, to, conn, &payload, snapshot);
+            return self.send_chunked(t, to, conn, payload, snapshot);
         }
         let sent = t.send(conn, &RAFT_MAGIC, payload);
         if snapshot {
@@ -1275,7 +1288,7 @@ where
 
     /// Queues `payload` as chunks to peer `to` (refused, as unsent, while
     /// another chunked message to it is on its way) and starts sending.
-    fn send_chunked(&mut self, t: &mut T, to: u64, conn: ConnId, payload: &[u8], snapshot: bool) {
+    fn send_chunked(&mut self, t: &mut T, to: u64, conn: ConnId, payload: Vec<u8>, snapshot: bool) {
         if self.outbox.contains_key(&to) || payload.len() as u64 > MAX_RAFT_MESSAGE_BYTES {
             self.counters.unsent += 1;
             if snapshot {
@@ -1285,50 +1298,40 @@ where
         }
         self.chunked_sent += 1;
         self.counters.chunked += 1;
-        let id = self.chunked_sent;
-        let len = payload.len() as u64;
-        let size = self.config.chunk_bytes;
-        let chunks = payload
-            .chunks(size)
-            .enumerate()
-            .map(|(i, part)| {
-                let mut c = Vec::with_capacity(CHUNK_HEADER_BYTES + part.len());
-                for v in [id, len, (i * size) as u64] {
-                    c.extend_from_slice(&v.to_le_bytes());
-                }
-                c.extend_from_slice(part);
-                c
-            })
-            .collect();
-        self.outbox.insert(to, Outgoing { conn, chunks, snapshot });
+        let out = Outgoing::new(conn, self.chunked_sent, payload, self.config.chunk_bytes, snapshot);
+        self.outbox.insert(to, out);
         self.drain_outbox(t);
     }
 
-    /// Sends queued chunks while the connections' windows allow; true if
-    /// any went. A peer whose connection fails loses its message (raft-rs
-    /// sends it again).
+    /// Sends queued chunks while the connections' windows allow, at most
+    /// [`CHUNK_BYTES_PER_TURN`] to each peer; true if any went. A peer
+    /// whose connection fails loses its message (raft-rs sends it again,
+    /// a snapshot from its first chunk).
     fn drain_outbox(&mut self, t: &mut T) -> bool {
         let mut sent_any = false;
         let peers: Vec<u64> = self.outbox.keys().copied().collect();
         for to in peers {
             let out = self.outbox.get_mut(&to).expect("listed");
             let mut failed = false;
-            while let Some(chunk) = out.chunks.pop_front() {
-                let mut buf = t.take_buffer(chunk.len());
-                buf.extend_from_slice(&chunk);
+            let mut budget = CHUNK_BYTES_PER_TURN;
+            while budget > 0 && !out.done() {
+                let mut buf = t.take_buffer(CHUNK_HEADER_BYTES + self.config.chunk_bytes);
+                let n = out.next_chunk(&mut buf);
                 match t.send(out.conn, &RAFT_CHUNK_MAGIC, buf) {
-                    Ok(()) => sent_any = true,
-                    Err(transport::OpError::WindowFull(_)) => {
-                        out.chunks.push_front(chunk);
-                        break;
+                    Ok(()) => {
+                        out.sent(n);
+                        self.counters.chunk_bytes_sent += n as u64;
+                        budget = budget.saturating_sub(n);
+                        sent_any = true;
                     }
+                    Err(transport::OpError::WindowFull(_)) => break,
                     Err(_) => {
                         failed = true;
                         break;
                     }
                 }
             }
-            if failed || out.chunks.is_empty() {
+            if failed || out.done() {
                 let out = self.outbox.remove(&to).expect("listed");
                 if out.snapshot {
                     let status = if failed { SnapshotStatus::Failure } else { SnapshotStatus::Finish };
@@ -1346,31 +1349,16 @@ where
     }
 
     /// One chunk of a large Raft message arrived on `conn`: joined to the
-    /// message it continues; the whole message is stepped.
+    /// message it continues (`chunks`); the whole message is stepped.
     fn on_chunk(&mut self, t: &mut T, conn: ConnId, chunk: &[u8]) {
-        if chunk.len() <= CHUNK_HEADER_BYTES {
-            self.counters.malformed += 1;
-            return;
-        }
-        let (id, len, offset) = (get_u64(chunk, 0), get_u64(chunk, 8), get_u64(chunk, 16));
-        let part = &chunk[CHUNK_HEADER_BYTES..];
-        if offset == 0 && len <= MAX_RAFT_MESSAGE_BYTES {
-            // A new message replaces whatever was unfinished on this connection.
-            self.inbox.insert(conn, Incoming { id, len, bytes: Vec::with_capacity(len.min(1 << 26) as usize) });
-        }
-        let Some(m) = self.inbox.get_mut(&conn) else {
-            self.counters.malformed += 1;
-            return;
-        };
-        if m.id != id || m.len != len || m.bytes.len() as u64 != offset || offset + part.len() as u64 > len {
-            self.inbox.remove(&conn);
-            self.counters.malformed += 1;
-            return;
-        }
-        m.bytes.extend_from_slice(part);
-        if m.bytes.len() as u64 == len {
-            let whole = self.inbox.remove(&conn).expect("just joined").bytes;
-            self.on_message(t, conn, &whole);
+        match self.inbox.on_chunk(conn, chunk) {
+            Received::Partial => self.counters.chunk_bytes_received += chunk.len().saturating_sub(CHUNK_HEADER_BYTES) as u64,
+            Received::Ignored => self.counters.chunks_ignored += 1,
+            Received::Refused(_) => self.counters.malformed += 1,
+            Received::Whole(whole) => {
+                self.counters.chunk_bytes_received += chunk.len().saturating_sub(CHUNK_HEADER_BYTES) as u64;
+                self.on_message(t, conn, &whole);
+            }
         }
     }
 
@@ -1728,15 +1716,16 @@ where
         Ok(true)
     }
 
-    /// Takes a snapshot and compacts once enough is applied past the last
-    /// (not while entries the machine already holds are replayed: its
+    /// Takes a snapshot and compacts once enough is applied past the last,
+    /// or the log is more than half full (not while entries the machine already holds are replayed: its
     /// state is then past the applied index).
     fn maybe_compact(&mut self) -> Result<(), raft::Error> {
         if self.machine.applied() > self.applied || self.halted.is_some() {
             return Ok(());
         }
         let forced = std::mem::take(&mut self.compact_now) && self.applied > self.snapshot_index;
-        if !forced && self.applied < self.snapshot_index + self.config.snapshot_every {
+        let filling = self.applied > self.snapshot_index && self.durable().log_space().is_some_and(|(free, capacity)| free < capacity / 2);
+        if !forced && !filling && self.applied < self.snapshot_index + self.config.snapshot_every {
             return Ok(());
         }
         let mut meta = SnapshotMetadata { index: self.applied, ..Default::default() };
@@ -1827,7 +1816,7 @@ where
                 }
             }
             Event::Disconnected { conn, .. } => {
-                self.inbox.remove(&conn);
+                self.inbox.forget(conn);
                 let lost: Vec<u64> = self.out_conns.iter().filter(|(_, c)| **c == conn).map(|(&p, _)| p).collect();
                 for peer in lost {
                     self.out_conns.remove(&peer);

@@ -482,6 +482,14 @@ impl<M: Media> Durable for PmemDurable<M> {
         self.terms.drain(..dropped);
         Ok(())
     }
+
+    fn capacity_hint(&self) -> Option<u64> {
+        Some(self.snapshot_capacity().max(self.sb.log_bytes))
+    }
+
+    fn log_space(&self) -> Option<(u64, u64)> {
+        Some((self.log.free_bytes(), self.log.config().capacity))
+    }
 }
 
 /// Planted (`hard_state_before_entries`): appends through a medium that

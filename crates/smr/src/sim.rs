@@ -657,6 +657,12 @@ impl Durable for Crashable {
     fn compact(&mut self, meta: &SnapshotMetadata, data: &[u8]) -> Result<(), StoreError> {
         self.write(None, |d| d.compact(meta, data))
     }
+    fn capacity_hint(&self) -> Option<u64> {
+        self.store().capacity_hint()
+    }
+    fn log_space(&self) -> Option<(u64, u64)> {
+        self.store().log_space()
+    }
 }
 
 /// A simulated node's transport: every connection authenticated with

@@ -75,6 +75,18 @@ pub trait Durable {
     /// Stores a snapshot taken locally at `meta.index` (≤ applied) and
     /// drops the entries up to it.
     fn compact(&mut self, meta: &SnapshotMetadata, data: &[u8]) -> Result<(), StoreError>;
+    /// The largest snapshot or log entry this store can hold, if it is
+    /// bounded: a replica refuses a larger incoming message at its first
+    /// chunk.
+    fn capacity_hint(&self) -> Option<u64> {
+        None
+    }
+    /// Bytes free in the log and its capacity, if it is bounded: a
+    /// replica compacts once less than half is free (large entries fill a
+    /// log long before a count of entries would call for a snapshot).
+    fn log_space(&self) -> Option<(u64, u64)> {
+        None
+    }
 }
 
 /// The volatile baseline: everything in DRAM, nothing flushed.

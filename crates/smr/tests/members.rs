@@ -594,11 +594,13 @@ fn a_snapshot_larger_than_a_message_reaches_a_new_replica() {
     }
 }
 
-/// Chunks that do not follow on (a duplicate, a gap, another message's
-/// chunk, a header alone) are dropped and counted, and the cluster goes on.
+/// Chunks that do not follow on are handled by the rules of
+/// `node::chunks`: a duplicate and another message's middle chunk are
+/// ignored; a gap, a bad checksum, a header alone, a message over the
+/// store's bound are refused (counted malformed); the cluster goes on.
 #[test]
 fn chunks_that_do_not_follow_on_are_dropped() {
-    use pmwire_smr::node::{RAFT_CHUNK_BYTES, RAFT_CHUNK_MAGIC};
+    use pmwire_smr::node::{encode_chunk, CHUNK_HEADER_BYTES, MAX_RAFT_MESSAGE_BYTES, RAFT_CHUNK_MAGIC};
     let mut h = Harness::new(3);
     let leader = h.wait_leader();
     let follower = (1..=3).find(|&id| id != leader).expect("a follower");
@@ -606,28 +608,33 @@ fn chunks_that_do_not_follow_on_are_dropped() {
     let conn = peer.connect(&h.addrs[&follower]).expect("connect");
     let chunk = |id: u64, len: u64, offset: u64, n: usize| {
         let mut c = Vec::new();
-        for v in [id, len, offset] {
-            c.extend_from_slice(&v.to_le_bytes());
-        }
-        c.extend(std::iter::repeat_n(0xab, n));
+        encode_chunk(id, len, offset, &vec![0xab; n], &mut c);
         c
     };
-    let len = (2 * RAFT_CHUNK_BYTES) as u64;
-    let bad = [
-        chunk(1, len, 0, RAFT_CHUNK_BYTES),
-        chunk(1, len, 0, RAFT_CHUNK_BYTES), // a duplicate first chunk restarts the message
-        chunk(2, len, RAFT_CHUNK_BYTES as u64, 10), // another message's chunk: dropped
-        chunk(1, len, RAFT_CHUNK_BYTES as u64, 10), // no message in progress any more
-        chunk(3, len, 0, 0),                // a header alone
-        chunk(4, len, 0, 100),
-        chunk(4, len, 200, 100), // a gap
+    let part = 1000;
+    let len = 4 * part as u64;
+    let mut flipped = chunk(5, len, 0, 100);
+    let last = flipped.len() - 1;
+    flipped[last] ^= 1;
+    let cases = [
+        (chunk(1, len, 0, part), false, false),
+        (chunk(1, len, 0, part), true, false),                 // a duplicate: ignored
+        (chunk(2, len, part as u64, 10), true, false),         // another message's middle chunk: ignored
+        (chunk(1, len, part as u64 + 10, 10), false, true),    // a gap: refused
+        (chunk(3, len, 0, 0)[..CHUNK_HEADER_BYTES].to_vec(), false, true), // a header alone
+        (chunk(4, len, 0, 100), false, false),
+        (chunk(4, len, 200, 100), false, true), // a gap
+        (flipped, false, true),                 // a bad checksum
+        (chunk(6, MAX_RAFT_MESSAGE_BYTES + 1, 0, 100), false, true), // over the bound
     ];
-    let before = h.node(follower).service.counters().malformed;
-    for c in bad {
+    for (i, (c, ignored, refused)) in cases.into_iter().enumerate() {
+        let before = h.node(follower).service.counters().clone();
         peer.send(conn, &RAFT_CHUNK_MAGIC, c).expect("send");
         h.run_ms(1);
+        let after = h.node(follower).service.counters().clone();
+        assert_eq!(after.chunks_ignored - before.chunks_ignored, u64::from(ignored), "case {i}: ignored");
+        assert_eq!(after.malformed - before.malformed, u64::from(refused), "case {i}: refused");
     }
-    assert_eq!(h.node(follower).service.counters().malformed, before + 4, "each chunk that does not follow on is counted");
     // The cluster is unharmed: a write still commits.
     let put = Request { op: Op::Put, client: 3, seq: 1, key: b"k".to_vec(), value: b"v".to_vec(), expect: None };
     assert_eq!(h.call(leader, &put).status, Status::Ok);

@@ -174,6 +174,13 @@ fn planted_answer_before_commit_is_caught() {
 }
 
 #[test]
+fn planted_unchecked_chunks_are_caught() {
+    let found = caught(Faults { unchecked_chunks: true, ..Faults::default() });
+    assert!(found.is_some(), "chunks joined without checking their offsets and checksums went unnoticed");
+    println!("caught: {found:?}");
+}
+
+#[test]
 fn planted_unpersisted_truncation_is_caught() {
     let cfg = SimConfig { planted_store: StoreFaults { unflushed_suffix_truncation: true, ..StoreFaults::default() }, ..SimConfig::pmem(3) };
     let found = (0..2000).map(|seed| run(seed, &cfg)).find(|r| !r.passed());

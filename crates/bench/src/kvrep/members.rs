@@ -37,6 +37,8 @@ pub struct Members {
     pub size: String,
     /// `--peer-transport`.
     pub transport: String,
+    /// More arguments for every member (a Raft pool's size).
+    extra: Vec<String>,
 }
 
 impl Drop for Members {
@@ -53,7 +55,7 @@ impl Drop for Members {
 
 /// Removes a member's pool and the files beside it: its lock and ready
 /// files and its Raft pool (`<pool>.raft`) with its own lock.
-fn remove_pool(pool: &Path) {
+pub(crate) fn remove_pool(pool: &Path) {
     let raft = PathBuf::from(format!("{}.raft", pool.display()));
     for f in [pool.to_path_buf(), pool.with_extension("lock"), pool.with_extension("ready"), raft.clone(), raft.with_extension("lock"), raft.with_extension("raft.lock")] {
         let _ = std::fs::remove_file(f);
@@ -68,6 +70,12 @@ pub fn cluster_arg(peers: &[SocketAddr]) -> String {
 impl Members {
     /// Starts 3 members on fresh pools in `/dev/shm` named after `tag`.
     pub fn start(exe: &Path, tag: &str, size: &str, transport: &str) -> Result<Members> {
+        Members::start_with(exe, tag, size, transport, &[])
+    }
+
+    /// [`Members::start`] with `extra` arguments for every member (as
+    /// `--raft-size 1G`).
+    pub fn start_with(exe: &Path, tag: &str, size: &str, transport: &str, extra: &[&str]) -> Result<Members> {
         // Ports are picked by probing: two groups started at once by one
         // process would pick the same ones. Held until every member listens.
         static PICKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -87,6 +95,7 @@ impl Members {
             pools,
             size: size.to_string(),
             transport: transport.to_string(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
         };
         for id in 1..=MEMBERS {
             members.restart(id)?;
@@ -105,6 +114,7 @@ impl Members {
         cmd.args(["--resp", &self.resp[id - 1].to_string(), "--http", "127.0.0.1:0"]);
         cmd.args(["--cluster", &self.cluster, "--id", &id.to_string(), "--peer-transport", &self.transport]);
         cmd.args(crate::smr::links::secret_args()?).arg("--ready-file").arg(&ready);
+        cmd.args(&self.extra);
         cmd.stdout(Stdio::null()).stderr(Stdio::inherit());
         // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
         unsafe {
@@ -117,6 +127,21 @@ impl Members {
         let (child, ()) = spawn_until_ready(cmd, &format!("pmwire kv --cluster member {id}"), &ready, parse)?;
         self.children[id - 1] = Some(child);
         Ok(())
+    }
+
+    /// `--cluster`'s value: every member's peer address (`1=A,2=B,3=C`).
+    pub fn cluster(&self) -> &str {
+        &self.cluster
+    }
+
+    /// The `pmwire` binary the members run.
+    pub fn exe(&self) -> &Path {
+        &self.exe
+    }
+
+    /// The extra arguments every member got.
+    pub fn extra(&self) -> &[String] {
+        &self.extra
     }
 
     /// SIGKILLs member `id` and reaps it.
