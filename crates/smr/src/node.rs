@@ -413,6 +413,9 @@ where
     nonce: u64,
     /// The last sequence number given to a forwarded proposal.
     forward_seq: u64,
+    /// A follower's proposal was applied here as the leader: tell the
+    /// followers the commit index at once.
+    bcast_commit: bool,
     /// Forwarded proposals waiting to be applied here, by sequence: the
     /// ticket, the term proposed in, the tick proposed at.
     forwarded: BTreeMap<u64, (Ticket, u64, u64)>,
@@ -584,6 +587,7 @@ where
             next_ticket: 0,
             nonce: incarnation_nonce(seed),
             forward_seq: 0,
+            bcast_commit: false,
             forwarded: BTreeMap::new(),
             batch: Vec::new(),
             done: Vec::new(),
@@ -1409,6 +1413,10 @@ where
             return;
         };
         let decision = self.own.forwarded.decide(e.index, e.term, &ctx, !self.config.faults.forward_without_dedup);
+        // Its origin waits to learn the commit index, which the leader
+        // otherwise sends only with its next append or heartbeat
+        // (`skip_bcast_commit`): send it now.
+        self.bcast_commit |= self.raw.raft.state == StateRole::Leader && ctx.origin != self.config.id;
         let fresh = e.index > self.machine_floor;
         let output = (decision == Decision::Apply && fresh).then(|| self.machine.apply(e.index, &e.data));
         self.machine_dirty |= output.is_some();
@@ -1711,6 +1719,9 @@ where
         self.apply_entries(t, light.take_committed_entries())?;
         self.finish_batch(t);
         self.raw.advance_apply();
+        if std::mem::take(&mut self.bcast_commit) {
+            self.raw.raft.bcast_append();
+        }
         self.serve_reads(t);
         self.maybe_compact()?;
         Ok(true)
