@@ -54,6 +54,8 @@ mod keyspace;
 pub mod member;
 pub mod serve;
 pub mod service;
+#[cfg(feature = "sim")]
+pub mod sim;
 pub mod store;
 
 pub use serve::{stop_on_signals, KvServer, ReadyFile, ServeError, ServeOptions, BATCH_WAIT_US};
