@@ -399,6 +399,10 @@ impl<const L: bool, K: SimKeyspace> SimMachine for SimRedis<L, K> {
         SimRedis::over(ks.crash(rng)?)
     }
 
+    fn crashable(&self) -> bool {
+        self.machine.borrow_mut().keyspace().is_persistent()
+    }
+
     fn arm_crash(&mut self, writes: u32) {
         self.machine.get_mut().keyspace().arm_crash(writes);
     }

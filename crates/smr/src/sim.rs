@@ -156,6 +156,12 @@ pub trait SimMachine: Smr1Machine + Default {
     fn crash_with(self, _rng: &mut Xoshiro256PlusPlus) -> Result<Self, String> {
         Ok(self.after_crash())
     }
+    /// Whether the machine has durable writes a crash can fall inside
+    /// ([`SimMachine::arm_crash`]); the simulation then arms its crashes
+    /// in the machine as often as in the store.
+    fn crashable(&self) -> bool {
+        false
+    }
     /// Crash inside the machine's `writes`-th durable write from now (with
     /// [`crash_now`]); a machine without durable writes ignores it.
     fn arm_crash(&mut self, _writes: u32) {}
@@ -1048,7 +1054,8 @@ impl<M: SimMachine> World<M> {
                 // Crash inside the store, before one of its next writes.
                 let i = self.rng.gen_range(0..n);
                 let k = self.rng.gen_range(0..3);
-                let in_machine = self.rng.gen_bool(0.5);
+                let crashable = matches!(&self.slots[i], Slot::Up(r) if r.service.machine().crashable());
+                let in_machine = crashable && self.rng.gen_bool(0.5);
                 if let Slot::Up(r) = &mut self.slots[i] {
                     if in_machine {
                         r.service.machine_mut().arm_crash(k);
