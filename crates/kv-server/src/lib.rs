@@ -18,6 +18,7 @@
 //! | [`client`] | small blocking RESP and HTTP clients (tests, the crash campaign) |
 //! | [`cluster`] | [`cluster::ClusterKeyspace`]: the engine as a replicated Redis machine's keyspace |
 //! | [`crash`] | the kill -9 campaign against `pmwire kv` |
+//! | `sim` (feature `sim`) | `PmemKeyspace`: the engine on a traced medium, the simulation's persistent Redis keyspace with crash images |
 //!
 //! ```no_run
 //! use pmwire_kv_server::{KvServer, Mode, ServeOptions};

@@ -484,6 +484,21 @@ fn start_members(options: &CrashOptions, net: Option<&Net>, run: usize) -> Resul
     }
 }
 
+/// Starts killed member `id` again on its pools; a start that fails is
+/// tried again every 100 ms for 5 s (a killed member's peer port can stay
+/// taken for a moment by its connections still closing, which
+/// `SO_REUSEADDR` does not cover), as an operator's supervisor would.
+fn restart(members: &mut Members, id: usize) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match members.restart(id) {
+            Ok(()) => return Ok(()),
+            Err(e) if Instant::now() > deadline => return Err(e.context(format!("member {id} did not start again within 5 s"))),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
 /// Sleeps until `at` after `epoch`.
 fn sleep_until(epoch: Instant, at: Duration) {
     if let Some(left) = at.checked_sub(epoch.elapsed()) {
@@ -535,7 +550,7 @@ fn drive(options: &CrashOptions, net: Option<&Net>, seed: u64, record: &mut RunR
         killed_at = epoch.elapsed().as_nanos() as u64;
         members.kill(victim);
         sleep_until(epoch, load / 2);
-        let restarted = members.restart(victim);
+        let restarted = restart(&mut members, victim);
         let mut probe = None;
         if let (Some(net), Some(NetFaults { partition: Some(p), .. })) = (net, faults) {
             sleep_until(epoch, load * 11 / 20);
