@@ -51,6 +51,10 @@ pub struct KvReplicatedCrashArgs {
     /// The members' peer transport.
     #[arg(long, default_value = "uring", value_parser = ["uring", "tcp", "sm"])]
     pub peer_transport: String,
+    /// Run the members in network namespaces on a bridge (root), with
+    /// partitions, delay and loss besides the kill -9.
+    #[arg(long)]
+    pub netns: bool,
 }
 
 fn parse_seed(s: &str) -> Result<u64, String> {
@@ -80,7 +84,8 @@ pub fn crash(args: &KvReplicatedCrashArgs) -> Result<bool> {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         nanos ^ u64::from(std::process::id()).rotate_left(40)
     });
-    println!("kv-replicated-crash: {} kill -9 runs on loopback, seed {seed:#x}", args.runs);
+    let network = if args.netns { "in network namespaces, with partitions, delay and loss" } else { "on loopback" };
+    println!("kv-replicated-crash: {} kill -9 runs {network}, seed {seed:#x}", args.runs);
     let options = pmwire_bench::kvrep::crash::CrashOptions {
         runs: args.runs as usize,
         load: Duration::from_millis(args.load_ms),
@@ -88,10 +93,11 @@ pub fn crash(args: &KvReplicatedCrashArgs) -> Result<bool> {
         exe: std::env::current_exe().context("the pmwire binary")?,
         seed,
         transport: args.peer_transport.clone(),
+        netns: args.netns,
     };
     let (report, passed) = pmwire_bench::kvrep::crash::run(&options)?;
     println!("results: {}", report.json_path.display());
-    println!("{}", if passed { "PASS: no acknowledged write lost, INCR counts exact, no EXEC half-applied, every history linearizable; the canary was caught" } else { "FAIL" });
+    println!("{}", if passed { "PASS: no acknowledged write lost, INCR counts exact, no EXEC half-applied, no history found non-linearizable (undecided keys counted in the table); the canary was caught" } else { "FAIL" });
     Ok(passed)
 }
 

@@ -347,7 +347,7 @@ fn tour(args: &TourArgs) -> Result<()> {
     let kvrep = kvrep_cmd::bench(&kvrep_args)?.headlines;
     println!("\n== bench kv-replicated-crash: 5 runs, each kill -9 of a member under RESP load, restarted on its pool; lost writes, INCR counts, EXECs and linearizability checked ==");
     let status = std::process::Command::new(std::env::current_exe()?)
-        .args(["bench", "kv-replicated-crash", "--runs", "5", "--load-ms", "500", "--out"])
+        .args(["bench", "kv-replicated-crash", "--runs", "5", "--load-ms", "2000", "--out"])
         .arg(&args.out)
         .status()?;
     let kvrep_crash_ok = status.success();

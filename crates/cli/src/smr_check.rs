@@ -3,7 +3,10 @@
 //! stores whose crashes leave crash images, with the key-value map
 //! (`KvMap`) or the Redis machine (`pmwire_kv_cluster::sim::SimRedis`) or
 //! both, then every planted bug, which some seed must catch (with the
-//! Redis machine also a member drawing its own randomness). Prints a progress bar on a terminal, a table, and
+//! Redis machine also a member drawing its own randomness, and on the
+//! persistent store, whose runs put the Redis machine on the engine over a
+//! traced medium, a keyspace committing writes apart from the applied
+//! index). Prints a progress bar on a terminal, a table, and
 //! for a failure its seed and the command that replays it.
 
 use std::io::IsTerminal;
@@ -15,6 +18,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use pmwire_smr::node::Faults;
 use pmwire_smr::pmem_store::StoreFaults;
 use pmwire_kv_cluster::sim::SimRedis;
+use pmwire_kv_server::sim::PmemKeyspace;
 use pmwire_smr::kvmap::KvMap;
 use pmwire_smr::sim::{run_with, SimConfig, SimReport, SimStore};
 
@@ -49,21 +53,31 @@ enum Machine {
     Redis,
     /// Redis whose members draw their own randomness (planted).
     RedisLocalRandom,
+    /// Redis whose persistent keyspace commits each write apart from the
+    /// applied index (planted; needs the persistent store).
+    RedisCommitEachWrite,
 }
 
 impl Machine {
     fn name(self) -> &'static str {
         match self {
             Machine::Kv => "kv",
-            Machine::Redis | Machine::RedisLocalRandom => "redis",
+            Machine::Redis | Machine::RedisLocalRandom | Machine::RedisCommitEachWrite => "redis",
         }
     }
 
+    /// One seed. With the persistent store, the Redis machine runs on the
+    /// engine over a traced medium too (`PmemKeyspace`): a crash leaves an
+    /// image of the machine's pool as well as of the Raft store.
     fn simulate(self, seed: u64, cfg: &SimConfig) -> SimReport {
+        let pmem = cfg.store == SimStore::Pmem;
         match self {
             Machine::Kv => run_with::<KvMap>(seed, cfg),
+            Machine::Redis if pmem => run_with::<SimRedis<false, PmemKeyspace>>(seed, cfg),
             Machine::Redis => run_with::<SimRedis>(seed, cfg),
+            Machine::RedisLocalRandom if pmem => run_with::<SimRedis<true, PmemKeyspace>>(seed, cfg),
             Machine::RedisLocalRandom => run_with::<SimRedis<true>>(seed, cfg),
+            Machine::RedisCommitEachWrite => run_with::<SimRedis<false, PmemKeyspace<true>>>(seed, cfg),
         }
     }
 }
@@ -183,6 +197,9 @@ fn planted_caught(args: &SmrCheckArgs, stores: &[SimStore], machine: Machine) ->
     let mut planted: Vec<(&str, SimConfig, Machine)> = planted.into_iter().map(|(name, cfg)| (name, cfg, machine)).collect();
     if machine == Machine::Redis {
         planted.push(("planted: member's own randomness", SimConfig { store: node_store, ..SimConfig::standard(3) }, Machine::RedisLocalRandom));
+        if stores.contains(&SimStore::Pmem) {
+            planted.push(("planted: writes apart from applied index", SimConfig::pmem(3), Machine::RedisCommitEachWrite));
+        }
     }
     for (name, cfg, machine) in planted {
         let found = (0..args.planted_seeds).map(|seed| machine.simulate(seed, &cfg)).find(|r| !r.passed());

@@ -379,6 +379,11 @@ impl<K: MachineKeyspace> RedisMachine<K> {
         self.ks.get_mut()
     }
 
+    /// The keyspace back, as it is (the simulation's crash takes it).
+    pub fn into_keyspace(self) -> K {
+        self.ks.into_inner()
+    }
+
     /// The write index WATCH is decided by.
     pub fn writes(&self) -> &WriteIndex {
         &self.writes

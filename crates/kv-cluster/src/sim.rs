@@ -23,8 +23,19 @@
 //! transactions carry no watches), the leader's own sweep proposals (the
 //! clients send sweep entries instead), and the client-stamped time is the
 //! client's clock rather than the leader's (the machine keeps time
-//! monotonic either way). The machine is volatile: a crashed member starts
-//! empty and is rebuilt from a snapshot and the log.
+//! monotonic either way).
+//!
+//! Keyspaces ([`SimKeyspace`]): on [`MemKeyspace`] the machine is volatile,
+//! and a crashed member starts empty and is rebuilt from a snapshot and the
+//! log. On a persistent one (`pmwire_kv_server::sim::PmemKeyspace`: the
+//! engine on a traced medium) a crash, between turns or inside any of the
+//! machine's durable writes, leaves an image the hardware could leave, and
+//! the member reopens the machine from it: its applied index, committed
+//! with its writes and with the SMR1 sessions (kept in the internal entry
+//! [`SESSIONS_KEY`], written before each commit), must be a state the
+//! machine passed through, so the history stays linearizable (a write
+//! applied twice, or an applied index ahead of its writes, is not) and the
+//! members converge.
 //!
 //! Snapshot: `SRD1` | machine snapshot length u64 | machine snapshot
 //! ([`crate::snapshot`]) | session count u64 | sessions
@@ -36,7 +47,7 @@ use lincheck::redis::{Input, Output, RedisOp};
 use pmwire_keyspace::chunked::ChunkConfig;
 use pmwire_keyspace::exec::{Server, ServerConfig};
 use pmwire_keyspace::store::MemKeyspace;
-use pmwire_resp::reply::Protocol;
+use pmwire_resp::reply::{Protocol, ReplySink};
 use pmwire_resp::request::{Limits, Parsed};
 use pmwire_smr::command::{Op, Request, Response, Status};
 use pmwire_smr::session::{Reader, Sessions};
@@ -47,7 +58,7 @@ use rand::Rng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 use crate::entry::Entry;
-use crate::{Proposer, RedisMachine};
+use crate::{MachineKeyspace, Proposer, RedisMachine};
 
 const SNAPSHOT_MAGIC: &[u8; 4] = b"SRD1";
 /// Virtual time 0 as Redis time (ms since the Unix epoch).
@@ -55,12 +66,43 @@ const EPOCH_MS: u64 = 1_700_000_000_000;
 /// The key of an entry the history does not record.
 const UNCHECKED: &[u8] = b"~";
 
-/// [`RedisMachine`] on a volatile keyspace with SMR1 sessions; with
-/// `LOCAL_RANDOM`, every member draws its own randomness (the canary
-/// [`RedisMachine::plant_local_random`], which a seed must catch).
-pub struct SimRedis<const LOCAL_RANDOM: bool = false> {
-    machine: RefCell<RedisMachine<MemKeyspace>>,
+/// The internal entry of the SMR1 sessions on a persistent keyspace
+/// (count u64 LE, then [`Sessions::encode`]).
+pub const SESSIONS_KEY: &[u8] = &[0x11, b'S'];
+
+/// A keyspace the simulated machine runs on, and what a crash leaves of it.
+pub trait SimKeyspace: MachineKeyspace + Sized {
+    /// A new, empty keyspace.
+    fn fresh() -> Self;
+    /// What a crash now leaves, reopened: a new one for a volatile
+    /// keyspace; for a persistent one, an image its medium could hold
+    /// drawn with `rng`. Err: the image does not open (a finding).
+    fn crash(self, rng: &mut Xoshiro256PlusPlus) -> Result<Self, String>;
+    /// Crash inside the `writes`-th durable write from now (persistent only).
+    fn arm_crash(&mut self, _writes: u32) {}
+    /// No armed crash.
+    fn disarm_crash(&mut self) {}
+}
+
+impl SimKeyspace for MemKeyspace {
+    fn fresh() -> Self {
+        MemKeyspace::new()
+    }
+
+    fn crash(self, _rng: &mut Xoshiro256PlusPlus) -> Result<Self, String> {
+        Ok(MemKeyspace::new())
+    }
+}
+
+/// [`RedisMachine`] with SMR1 sessions on keyspace `K` (volatile by
+/// default); with `LOCAL_RANDOM`, every member draws its own randomness
+/// (the canary [`RedisMachine::plant_local_random`], which a seed must
+/// catch).
+pub struct SimRedis<const LOCAL_RANDOM: bool = false, K: SimKeyspace = MemKeyspace> {
+    machine: RefCell<RedisMachine<K>>,
     sessions: Sessions,
+    /// Sessions changed since the last commit (persistent keyspaces).
+    sessions_dirty: bool,
 }
 
 /// The configuration every member runs: tiny chunk limits.
@@ -68,21 +110,58 @@ fn config() -> ServerConfig {
     ServerConfig { collections: ChunkConfig::tiny(), ..ServerConfig::default() }
 }
 
-impl<const L: bool> Default for SimRedis<L> {
+impl<const L: bool, K: SimKeyspace> Default for SimRedis<L, K> {
     fn default() -> Self {
-        let mut machine = RedisMachine::in_memory(config());
+        SimRedis::over(K::fresh()).expect("a fresh keyspace opens")
+    }
+}
+
+impl<const L: bool, K: SimKeyspace> SimRedis<L, K> {
+    /// The machine over `ks` as it is (a persistent one's applied index
+    /// and sessions read back).
+    fn over(ks: K) -> Result<Self, String> {
+        let mut machine = RedisMachine::open(ks, config()).map_err(|e| format!("the machine does not open: {e}"))?;
         if L {
             machine.plant_local_random();
         }
-        SimRedis { machine: RefCell::new(machine), sessions: Sessions::default() }
+        let sessions = read_sessions(machine.keyspace())?;
+        Ok(SimRedis { machine: RefCell::new(machine), sessions, sessions_dirty: false })
     }
+
+    /// Stages the sessions with the machine's next commit.
+    fn stage_sessions(&mut self) -> Result<(), PersistError> {
+        let ks = self.machine.get_mut().keyspace();
+        if !std::mem::take(&mut self.sessions_dirty) || !ks.is_persistent() {
+            return Ok(());
+        }
+        let mut bytes = (self.sessions.len() as u64).to_le_bytes().to_vec();
+        self.sessions.encode(&mut bytes);
+        ks.internal_put(SESSIONS_KEY, &bytes).map_err(|e| PersistError(format!("sessions not staged: {e}")))
+    }
+}
+
+/// The sessions a persistent keyspace holds (none in a volatile one).
+fn read_sessions<K: SimKeyspace>(ks: &mut K) -> Result<Sessions, String> {
+    if !ks.is_persistent() {
+        return Ok(Sessions::default());
+    }
+    let Some(handle) = ks.internal_get(SESSIONS_KEY) else { return Ok(Sessions::default()) };
+    let mut bytes = Vec::new();
+    ks.read(&handle, &mut bytes);
+    let mut r = Reader::new(&bytes, 0);
+    let count = r.u64().map_err(|e| format!("sessions: {e}"))?;
+    let sessions = Sessions::decode(&mut r, count).map_err(|e| format!("sessions: {e}"))?;
+    if !r.done() {
+        return Err("sessions: trailing bytes".into());
+    }
+    Ok(sessions)
 }
 
 fn answer(status: Status, index: u64, value: Vec<u8>) -> Response {
     Response { status, leader: 0, index, value }
 }
 
-impl<const L: bool> StateMachine for SimRedis<L> {
+impl<const L: bool, K: SimKeyspace> StateMachine for SimRedis<L, K> {
     type Output = Response;
 
     fn apply(&mut self, index: u64, data: &[u8]) -> Response {
@@ -101,10 +180,12 @@ impl<const L: bool> StateMachine for SimRedis<L> {
         }
         let reply = machine.apply(index, &req.value).reply;
         self.sessions.remember(req.client, req.seq, index, Status::Ok, reply.clone());
+        self.sessions_dirty = true;
         answer(Status::Ok, index, reply)
     }
 
     fn persist_applied(&mut self) -> Result<(), PersistError> {
+        self.stage_sessions()?;
         self.machine.get_mut().persist_applied()
     }
 
@@ -145,11 +226,16 @@ impl<const L: bool> StateMachine for SimRedis<L> {
         }
         self.machine.get_mut().restore(index, inner)?;
         self.sessions = sessions;
+        self.sessions_dirty = true;
+        self.stage_sessions().map_err(|e| RestoreError::Store(e.0))?;
+        if self.machine.get_mut().keyspace().is_persistent() {
+            self.machine.get_mut().keyspace().commit().map_err(RestoreError::Store)?;
+        }
         Ok(())
     }
 }
 
-impl<const L: bool> Smr1Machine for SimRedis<L> {
+impl<const L: bool, K: SimKeyspace> Smr1Machine for SimRedis<L, K> {
     fn apply_write(&mut self, index: u64, request: &[u8]) -> Response {
         self.apply(index, request)
     }
@@ -164,20 +250,51 @@ impl<const L: bool> Smr1Machine for SimRedis<L> {
         let mut parsed = Parsed::new(Limits::default());
         let segments: [&[u8]; 1] = [&bytes];
         assert_eq!(parsed.parse(&segments).commands, 1, "one GET");
+        let mut sink = Deferred { parts: Vec::new() };
+        let result = machine.read(&mut server, &mut session, now_ms, &parsed.request(&segments, 0), &mut sink);
+        let ks = machine.keyspace();
         let mut out: Vec<u8> = Vec::new();
-        match machine.read(&mut server, &mut session, now_ms, &parsed.request(&segments, 0), &mut out) {
+        for part in sink.parts {
+            match part {
+                Part::Bytes(b) => out.extend_from_slice(&b),
+                Part::Value(v) => ks.read(&v, &mut out),
+            }
+        }
+        ks.end_entry();
+        match result {
             Ok(_) => answer(Status::Ok, 0, out),
             Err(_) => answer(Status::BadRequest, 0, Vec::new()),
         }
     }
 
     fn preview(&self, index: u64, request: &[u8]) -> Response {
-        let mut copy = SimRedis::<L>::default();
+        let mut copy = SimRedis::<L, MemKeyspace>::default();
         let applied = self.applied();
         if applied > 0 {
             copy.restore(applied, &self.snapshot()).expect("a member's own snapshot restores");
         }
         copy.apply(index, request)
+    }
+}
+
+/// A read's reply, its values gathered from the keyspace afterwards (the
+/// machine is borrowed while the read runs).
+struct Deferred<V> {
+    parts: Vec<Part<V>>,
+}
+
+enum Part<V> {
+    Bytes(Vec<u8>),
+    Value(V),
+}
+
+impl<V: Clone> ReplySink<V> for Deferred<V> {
+    fn bytes(&mut self, data: &[u8]) {
+        self.parts.push(Part::Bytes(data.to_vec()));
+    }
+
+    fn value(&mut self, value: &V, _len: u64) {
+        self.parts.push(Part::Value(value.clone()));
     }
 }
 
@@ -193,7 +310,7 @@ fn command_args(entry: &[u8]) -> Vec<Vec<u8>> {
     parsed.request(&segments, 0).args().map(<[u8]>::to_vec).collect()
 }
 
-impl<const L: bool> SimMachine for SimRedis<L> {
+impl<const L: bool, K: SimKeyspace> SimMachine for SimRedis<L, K> {
     /// Collections, chunks, the write index and sessions: larger than a
     /// map's.
     const SNAPSHOT_BYTES: u64 = 256 << 10;
@@ -207,7 +324,7 @@ impl<const L: bool> SimMachine for SimRedis<L> {
         if g.rng.gen_range(0..100) < 45 {
             let key = format!("k{}", g.rng.gen_range(0..keys)).into_bytes();
             let args: Vec<Vec<u8>> = match g.rng.gen_range(0..12) {
-                0 => return SimRedis::<L>::read_request(key),
+                0 => return SimRedis::<L, K>::read_request(key),
                 1..=2 => vec![s("SET"), key.clone(), format!("{session}.{seq}").into_bytes()],
                 3 => vec![s("SET"), key.clone(), g.small()],
                 4..=6 => vec![s("INCR"), key.clone()],
@@ -275,6 +392,23 @@ impl<const L: bool> SimMachine for SimRedis<L> {
 
     fn after_crash(self) -> Self {
         SimRedis::default()
+    }
+
+    fn crash_with(self, rng: &mut Xoshiro256PlusPlus) -> Result<Self, String> {
+        let ks = self.machine.into_inner().into_keyspace();
+        SimRedis::over(ks.crash(rng)?)
+    }
+
+    fn crashable(&self) -> bool {
+        self.machine.borrow_mut().keyspace().is_persistent()
+    }
+
+    fn arm_crash(&mut self, writes: u32) {
+        self.machine.get_mut().keyspace().arm_crash(writes);
+    }
+
+    fn disarm_crash(&mut self) {
+        self.machine.get_mut().keyspace().disarm_crash();
     }
 }
 

@@ -46,7 +46,7 @@ use pmwire_keyspace::store::{Expiry, Keyspace, Kind, StoreError, StoreLimits, St
 use pmwire_resp::reply::ReplySink;
 
 use crate::store::{PoolView, MAX_VALUE_BYTES};
-use pmem::Region;
+use pmem::{Media, Region};
 
 /// A stored value's extents, as handed to the executor and the sink: inline for values of
 /// up to two extents (no allocation per GET), shared otherwise.
@@ -174,7 +174,7 @@ pub(crate) struct Committed {
 impl BatchState {
     /// Commits what is staged, at the boundary before the current request, whose replies
     /// so far end at `mark`: everything before it is then durable and answered as is.
-    pub fn commit_early(&mut self, engine: &mut Engine, region: &mut Region, mark: OutputMark) -> Result<(), ()> {
+    pub fn commit_early<M: Media>(&mut self, engine: &mut Engine, region: &mut M, mark: OutputMark) -> Result<(), ()> {
         self.early_commits += 1;
         self.commit(engine, region)?;
         self.committed = Some(Committed { entry: self.entry, requests: self.entry_requests, mark });
@@ -183,7 +183,7 @@ impl BatchState {
 
     /// Commits what is staged (if anything). On failure the engine is rolled back and the
     /// batch marked failed.
-    pub fn commit(&mut self, engine: &mut Engine, region: &mut Region) -> Result<(), ()> {
+    pub fn commit<M: Media>(&mut self, engine: &mut Engine, region: &mut M) -> Result<(), ()> {
         if self.failed.is_some() {
             engine.rollback();
             return Err(());
@@ -210,10 +210,11 @@ impl BatchState {
     }
 }
 
-/// The engine as a RESP keyspace, for one connection's input in one batch.
-pub(crate) struct EngineKeyspace<'a> {
+/// The engine as a RESP keyspace, for one connection's input in one batch
+/// (on a mapped region; on any medium for the simulation's crash images).
+pub(crate) struct EngineKeyspace<'a, M: Media = Region> {
     pub engine: &'a mut Engine,
-    pub region: &'a mut Region,
+    pub region: &'a mut M,
     pub state: &'a mut BatchState,
     /// Store arguments by their extents (the ring is the pool).
     pub zero_copy: bool,
@@ -226,7 +227,7 @@ pub(crate) struct EngineKeyspace<'a> {
     pub now_ms: u64,
 }
 
-impl EngineKeyspace<'_> {
+impl<M: Media> EngineKeyspace<'_, M> {
     /// The live value at `key` (kind, deadline, handle), its buffers held for the batch. An
     /// expired key is deleted (staged; if that fails it stays for the sweep) and not returned.
     pub fn get_held(&mut self, key: &[u8]) -> Option<(u8, Option<u64>, Handle)> {
@@ -296,7 +297,7 @@ impl EngineKeyspace<'_> {
     /// at once.
     pub fn stage<T>(
         &mut self,
-        mut op: impl FnMut(&mut Engine, &mut Region) -> Result<T, StageError>,
+        mut op: impl FnMut(&mut Engine, &mut M) -> Result<T, StageError>,
     ) -> Result<T, StoreError> {
         if let Some(why) = &self.state.failed {
             return Err(StoreError::NotPersisted(why.clone()));
@@ -411,7 +412,7 @@ impl EngineKeyspace<'_> {
     }
 }
 
-impl Keyspace for EngineKeyspace<'_> {
+impl<M: Media> Keyspace for EngineKeyspace<'_, M> {
     type Value = Handle;
 
     fn get(&mut self, key: &[u8]) -> Option<Stored<Handle>> {

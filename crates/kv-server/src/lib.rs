@@ -21,6 +21,7 @@
 //! | [`member_zc`] | a zero-copy member's restart: the buffers its Raft log holds, checked |
 //! | [`crash_zc`] | crash-state check of a zero-copy member's log extents, with a planted bug |
 //! | [`crash`] | the kill -9 campaign against `pmwire kv` |
+//! | `sim` (feature `sim`) | `PmemKeyspace`: the engine on a traced medium, the simulation's persistent Redis keyspace with crash images |
 //!
 //! ```no_run
 //! use pmwire_kv_server::{KvServer, Mode, ServeOptions};
@@ -59,6 +60,8 @@ pub mod member;
 pub mod member_zc;
 pub mod serve;
 pub mod service;
+#[cfg(feature = "sim")]
+pub mod sim;
 pub mod store;
 
 pub use serve::{stop_on_signals, KvServer, ReadyFile, ServeError, ServeOptions, BATCH_WAIT_US};

@@ -1,12 +1,10 @@
 //! Key-value histories: PUT, GET, DEL and compare-and-swap on byte keys
 //! and values, checked one key at a time (linearizability is local).
 
-use std::collections::BTreeMap;
-
-use crate::{check, Model, Operation};
+use crate::{judge_per_key, Budget, Judgement, Model, Operation};
 
 /// An operation on one key.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Input {
     /// Sets the value.
     Put(Vec<u8>),
@@ -75,16 +73,19 @@ impl Model for Register {
     }
 }
 
-/// The first key whose sub-history is not linearizable, if any.
-pub fn first_violation(history: &[KvOp]) -> Option<Vec<u8>> {
-    let mut by_key: BTreeMap<&[u8], Vec<Operation<Input, Output>>> = BTreeMap::new();
-    for op in history {
-        by_key.entry(&op.key).or_default().push(Operation { call: op.call, ret: op.ret.clone(), input: op.input.clone() });
-    }
-    by_key.into_iter().find(|(_, ops)| !check(&Register, ops)).map(|(key, _)| key.to_vec())
+/// Checks `history` key by key, each key's search within `budget`.
+pub fn judge(history: &[KvOp], budget: Budget) -> Judgement {
+    let ops = history.iter().map(|op| (op.key.as_slice(), Operation { call: op.call, ret: op.ret.clone(), input: op.input.clone() }));
+    judge_per_key(&Register, ops, budget)
 }
 
-/// True if the whole history is linearizable.
+/// The first key whose sub-history is not proven linearizable within the
+/// default [`Budget`] (not linearizable, or undecided), if any.
+pub fn first_violation(history: &[KvOp]) -> Option<Vec<u8>> {
+    judge(history, Budget::default()).first_unproven()
+}
+
+/// True if the whole history is proven linearizable.
 pub fn linearizable(history: &[KvOp]) -> bool {
     first_violation(history).is_none()
 }

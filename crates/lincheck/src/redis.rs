@@ -8,12 +8,10 @@
 //! many keys it removed; APPEND answers the new length. [`Output::from_reply`]
 //! reads a RESP reply, so a harness records what a client received as is.
 
-use std::collections::BTreeMap;
-
-use crate::{check, Model, Operation};
+use crate::{judge_per_key, Budget, Judgement, Model, Operation};
 
 /// An operation on one key.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Input {
     /// SET key value.
     Set(Vec<u8>),
@@ -101,7 +99,7 @@ pub struct RedisString;
 
 impl RedisString {
     /// What `input` does to `state`: the next state and the output.
-    fn apply(state: &Option<Vec<u8>>, input: &Input) -> (Option<Vec<u8>>, Output) {
+    pub(crate) fn apply(state: &Option<Vec<u8>>, input: &Input) -> (Option<Vec<u8>>, Output) {
         match input {
             Input::Set(v) => (Some(v.clone()), Output::Ok),
             Input::Get => (state.clone(), Output::Bulk(state.clone())),
@@ -144,20 +142,19 @@ impl Model for RedisString {
     }
 }
 
-/// The first key whose sub-history is not linearizable, if any.
-pub fn first_violation(history: &[RedisOp]) -> Option<Vec<u8>> {
-    let mut by_key: BTreeMap<&[u8], Vec<Operation<Input, Output>>> = BTreeMap::new();
-    for op in history {
-        by_key.entry(&op.key).or_default().push(Operation {
-            call: op.call,
-            ret: op.ret.clone(),
-            input: op.input.clone(),
-        });
-    }
-    by_key.into_iter().find(|(_, ops)| !check(&RedisString, ops)).map(|(key, _)| key.to_vec())
+/// Checks `history` key by key, each key's search within `budget`.
+pub fn judge(history: &[RedisOp], budget: Budget) -> Judgement {
+    let ops = history.iter().map(|op| (op.key.as_slice(), Operation { call: op.call, ret: op.ret.clone(), input: op.input.clone() }));
+    judge_per_key(&RedisString, ops, budget)
 }
 
-/// True if the whole history is linearizable.
+/// The first key whose sub-history is not proven linearizable within the
+/// default [`Budget`] (not linearizable, or undecided), if any.
+pub fn first_violation(history: &[RedisOp]) -> Option<Vec<u8>> {
+    judge(history, Budget::default()).first_unproven()
+}
+
+/// True if the whole history is proven linearizable.
 pub fn linearizable(history: &[RedisOp]) -> bool {
     first_violation(history).is_none()
 }

@@ -150,6 +150,30 @@ pub trait SimMachine: Smr1Machine + Default {
     /// What a crash of its replica leaves of the machine (a volatile one:
     /// a new one; a persistent one: what it made durable).
     fn after_crash(self) -> Self;
+    /// What a crash leaves, drawn with the run's generator (a persistent
+    /// machine on a traced medium: an image the hardware could leave,
+    /// reopened). Err: the machine cannot restart from it (a finding).
+    fn crash_with(self, _rng: &mut Xoshiro256PlusPlus) -> Result<Self, String> {
+        Ok(self.after_crash())
+    }
+    /// Whether the machine has durable writes a crash can fall inside
+    /// ([`SimMachine::arm_crash`]); the simulation then arms its crashes
+    /// in the machine as often as in the store.
+    fn crashable(&self) -> bool {
+        false
+    }
+    /// Crash inside the machine's `writes`-th durable write from now (with
+    /// [`crash_now`]); a machine without durable writes ignores it.
+    fn arm_crash(&mut self, _writes: u32) {}
+    /// Ends an armed crash (the faults have ended).
+    fn disarm_crash(&mut self) {}
+}
+
+/// Crashes the replica whose turn is running (a machine's armed crash,
+/// [`SimMachine::arm_crash`]): the simulation takes what its store and
+/// machine left.
+pub fn crash_now() -> ! {
+    std::panic::panic_any(SimCrash)
 }
 
 impl SimMachine for KvMap {
@@ -926,7 +950,14 @@ impl<M: SimMachine> World<M> {
         }
         self.report.chunked_messages += r.service.counters().chunked;
         let remains = r.service.take_durable().crash(&mut self.rng);
-        let machine = r.service.take_machine().after_crash();
+        let machine = match r.service.take_machine().crash_with(&mut self.rng) {
+            Ok(m) => m,
+            Err(why) => {
+                self.report.violations.push(format!("replica {}'s machine after a crash: {why}", i + 1));
+                self.broken = true;
+                M::default()
+            }
+        };
         self.record_applied(i);
         let Slot::Up(dead) = std::mem::replace(&mut self.slots[i], Slot::Down { remains, machine, back_ns }) else { unreachable!() };
         self.dying.push((i, now_ns + LINGER_NS, dead));
@@ -1029,8 +1060,14 @@ impl<M: SimMachine> World<M> {
                 // Crash inside the store, before one of its next writes.
                 let i = self.rng.gen_range(0..n);
                 let k = self.rng.gen_range(0..3);
+                let crashable = matches!(&self.slots[i], Slot::Up(r) if r.service.machine().crashable());
+                let in_machine = crashable && self.rng.gen_bool(0.5);
                 if let Slot::Up(r) = &mut self.slots[i] {
-                    r.service.durable_mut_for_sim().countdown = Some(k);
+                    if in_machine {
+                        r.service.machine_mut().arm_crash(k);
+                    } else {
+                        r.service.durable_mut_for_sim().countdown = Some(k);
+                    }
                 }
             }
             10 if self.cfg.partitions && self.cfg.crashes => {
@@ -1110,6 +1147,7 @@ impl<M: SimMachine> World<M> {
                     let durable = r.service.durable_mut_for_sim();
                     durable.countdown = None;
                     durable.on_truncation = OnTruncation::Nothing;
+                    r.service.machine_mut().disarm_crash();
                 }
             }
         }

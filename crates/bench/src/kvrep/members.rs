@@ -25,9 +25,23 @@ use crate::spawn::spawn_until_ready;
 /// Members in a group.
 pub const MEMBERS: usize = 3;
 
+/// Where the members run, if not on loopback ports picked at start: their
+/// peer and RESP addresses and the command each is started under (such as
+/// `ip netns exec NS`).
+#[derive(Clone, Debug)]
+pub struct Placement {
+    /// Peer addresses, by `id - 1`.
+    pub peers: Vec<SocketAddr>,
+    /// RESP addresses, by `id - 1`.
+    pub resp: Vec<SocketAddr>,
+    /// The command prefix of each member, by `id - 1`.
+    pub prefix: Vec<Vec<String>>,
+}
+
 /// A running (or partly killed) group; member `id` is `children[id - 1]`.
 pub struct Members {
     exe: PathBuf,
+    prefix: Vec<Vec<String>>,
     children: Vec<Option<Child>>,
     /// Each member's RESP address, by `id - 1`.
     pub resp: Vec<SocketAddr>,
@@ -70,27 +84,47 @@ pub fn cluster_arg(peers: &[SocketAddr]) -> String {
 impl Members {
     /// Starts 3 members on fresh pools in `/dev/shm` named after `tag`.
     pub fn start(exe: &Path, tag: &str, size: &str, transport: &str) -> Result<Members> {
-        Members::start_with(exe, tag, size, transport, &[])
+        Members::start_full(exe, tag, size, transport, None, &[])
     }
 
     /// [`Members::start`] with `extra` arguments for every member (as
     /// `--raft-size 1G`).
     pub fn start_with(exe: &Path, tag: &str, size: &str, transport: &str, extra: &[&str]) -> Result<Members> {
+        Members::start_full(exe, tag, size, transport, None, extra)
+    }
+
+    /// [`Members::start`], at `placement` if given.
+    pub fn start_placed(exe: &Path, tag: &str, size: &str, transport: &str, placement: Option<&Placement>) -> Result<Members> {
+        Members::start_full(exe, tag, size, transport, placement, &[])
+    }
+
+    /// [`Members::start`], at `placement` if given, with `extra` arguments
+    /// for every member.
+    pub fn start_full(exe: &Path, tag: &str, size: &str, transport: &str, placement: Option<&Placement>, extra: &[&str]) -> Result<Members> {
         // Ports are picked by probing: two groups started at once by one
         // process would pick the same ones. Held until every member listens.
         static PICKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _picking = PICKING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let ports = listen_ports(2 * MEMBERS)?;
-        let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
-        let peers: Vec<SocketAddr> = ports[..MEMBERS].iter().map(|&p| addr(p)).collect();
+        let placement = match placement {
+            Some(p) => p.clone(),
+            None => {
+                let ports = listen_ports(2 * MEMBERS)?;
+                let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+                Placement { peers: ports[..MEMBERS].iter().map(|&p| addr(p)).collect(), resp: ports[MEMBERS..].iter().map(|&p| addr(p)).collect(), prefix: vec![Vec::new(); MEMBERS] }
+            }
+        };
+        assert_eq!(placement.peers.len(), MEMBERS, "a peer address per member");
+        assert_eq!(placement.resp.len(), MEMBERS, "a RESP address per member");
+        let peers = placement.peers;
         let pools = (1..=MEMBERS).map(|id| PathBuf::from(format!("/dev/shm/pmwire-kvrep-{tag}-{}-{id}.pool", std::process::id()))).collect::<Vec<_>>();
         for p in &pools {
             remove_pool(p);
         }
         let mut members = Members {
             exe: exe.to_path_buf(),
+            prefix: placement.prefix,
             children: (0..MEMBERS).map(|_| None).collect(),
-            resp: ports[MEMBERS..].iter().map(|&p| addr(p)).collect(),
+            resp: placement.resp,
             cluster: cluster_arg(&peers),
             pools,
             size: size.to_string(),
@@ -109,7 +143,14 @@ impl Members {
         assert!(self.children[id - 1].is_none(), "member {id} is running");
         let pool = &self.pools[id - 1];
         let ready = pool.with_extension("ready");
-        let mut cmd = Command::new(&self.exe);
+        let mut cmd = match self.prefix[id - 1].split_first() {
+            Some((tool, args)) => {
+                let mut cmd = Command::new(tool);
+                cmd.args(args).arg(&self.exe);
+                cmd
+            }
+            None => Command::new(&self.exe),
+        };
         cmd.arg("kv").arg("--pool").arg(pool).args(["--size", &self.size]);
         cmd.args(["--resp", &self.resp[id - 1].to_string(), "--http", "127.0.0.1:0"]);
         cmd.args(["--cluster", &self.cluster, "--id", &id.to_string(), "--peer-transport", &self.transport]);
@@ -222,12 +263,25 @@ pub struct Resp {
 impl Resp {
     /// Connects to `addr` (loopback), every read and write bounded.
     pub fn connect(addr: SocketAddr) -> Result<Resp> {
+        if !addr.ip().is_loopback() {
+            return Resp::connect_within(addr, Duration::from_secs(5));
+        }
         Ok(Resp { inner: RedisWaitClient::connect(addr.port()).with_context(|| format!("RESP at {addr}"))?, wait: false })
+    }
+
+    /// Connects to `addr` within `timeout`, which bounds every read and write too.
+    pub fn connect_within(addr: SocketAddr, timeout: Duration) -> Result<Resp> {
+        Ok(Resp { inner: RedisWaitClient::connect_to(addr, timeout).with_context(|| format!("RESP at {addr}"))?, wait: false })
     }
 
     /// One command; an error reply is an error.
     pub fn command(&mut self, args: &[&[u8]]) -> Result<Value> {
         self.inner.command(args)
+    }
+
+    /// One command; an error reply is [`Value::Error`].
+    pub fn reply(&mut self, args: &[&[u8]]) -> Result<Value> {
+        self.inner.reply(args)
     }
 
     /// `GET key`, checking that a value came back.

@@ -93,14 +93,34 @@ impl RedisWaitClient {
     /// Connects to `127.0.0.1:port`, with [`IO_TIMEOUT`] on every read and write.
     pub fn connect(port: u16) -> Result<RedisWaitClient> {
         let stream = TcpStream::connect(("127.0.0.1", port)).with_context(|| format!("connecting to redis on {port}"))?;
+        RedisWaitClient::over(stream, IO_TIMEOUT)
+    }
+
+    /// Connects to `addr` within `timeout`, which also bounds every read
+    /// and write.
+    pub fn connect_to(addr: std::net::SocketAddr, timeout: std::time::Duration) -> Result<RedisWaitClient> {
+        let stream = TcpStream::connect_timeout(&addr, timeout).with_context(|| format!("connecting to {addr}"))?;
+        RedisWaitClient::over(stream, timeout)
+    }
+
+    fn over(stream: TcpStream, timeout: std::time::Duration) -> Result<RedisWaitClient> {
         stream.set_nodelay(true)?;
-        stream.set_read_timeout(Some(IO_TIMEOUT))?;
-        stream.set_write_timeout(Some(IO_TIMEOUT))?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
         Ok(RedisWaitClient { stream, request: Vec::with_capacity(256), received: Vec::with_capacity(4096) })
     }
 
     /// Sends one command and returns its reply (an error reply is an error).
     pub fn command(&mut self, args: &[&[u8]]) -> Result<Value> {
+        match self.reply(args)? {
+            Value::Error(text) => bail!("redis answered -{}", String::from_utf8_lossy(&text)),
+            value => Ok(value),
+        }
+    }
+
+    /// Sends one command and returns its reply, an error reply as
+    /// [`Value::Error`].
+    pub fn reply(&mut self, args: &[&[u8]]) -> Result<Value> {
         self.request.clear();
         encode_request(args, &mut self.request);
         self.stream.write_all(&self.request).context("sending to redis")?;
@@ -108,9 +128,6 @@ impl RedisWaitClient {
         loop {
             if let Some((value, len)) = parse_reply(&self.received).map_err(|e| anyhow!("redis reply: {e}"))? {
                 self.received.drain(..len);
-                if let Value::Error(text) = &value {
-                    bail!("redis answered -{}", String::from_utf8_lossy(text));
-                }
                 return Ok(value);
             }
             if self.received.len() > 1 << 20 {

@@ -1,0 +1,292 @@
+//! [`PmemKeyspace`]: the persistent engine on a traced medium, as the
+//! keyspace of the simulation's Redis machine (`pmwire_kv_cluster::sim`,
+//! `pmwire check smr --machine redis --store pmem`; feature `sim`,
+//! test-only).
+//!
+//! The engine runs exactly as under a member ([`crate::cluster`]'s
+//! `ClusterKeyspace`, copy mode): every keyspace call goes to an
+//! [`EngineKeyspace`] over the medium, the machine commits once per batch
+//! of applied entries, its applied index with the writes. The medium is a
+//! [`TracedMedia`] whose stores, flushes and fences are folded into a
+//! [`CrashState`] after every commit. A crash ([`SimKeyspace::crash`])
+//! draws one image the hardware could leave: if the crash came inside a
+//! commit (armed by [`SimKeyspace::arm_crash`]: the commit runs, then the
+//! replica crashes), the crash point is drawn first among the fences of
+//! everything written since the last commit (the entries' staged writes
+//! and the commit) or its end; then every pending 8 B word is at its
+//! durable value or any value stored since. The engine reopens on that
+//! image (recovery replays or discards its WAL), and the machine on the
+//! engine.
+//!
+//! Planted bug ([`PmemFaults::commit_each_write`]): every write is
+//! committed on its own, so a crash inside an entry leaves part of its
+//! writes durable without the applied index that covers them; the member
+//! then applies the entry again on top of them (an INCR counted twice, an
+//! EXEC half-applied). A seed must catch it.
+
+use pmem::trace::{Op, TracedMedia};
+use pmem::MemMedia;
+use pmwire_crashcheck::CrashState;
+use pmwire_kv::{Engine, KvConfig, Savepoint};
+use pmwire_kv_cluster::sim::SimKeyspace;
+use pmwire_kv_cluster::MachineKeyspace;
+use pmwire_keyspace::store::{Expiry, Keyspace, Kind, StoreError, StoreLimits, Stored, ValueSource};
+use rand::Rng;
+use rand_xoshiro::Xoshiro256PlusPlus;
+
+use crate::keyspace::{engine_limits, internal_count, user_key, BatchState, EngineKeyspace, Handle};
+
+/// Pool buffers of a simulated member's engine (2 KiB each).
+const SIM_BUFFERS: u32 = 512;
+
+/// Planted bugs of [`PmemKeyspace`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PmemFaults {
+    /// Commit every write on its own, apart from the applied index.
+    pub commit_each_write: bool,
+}
+
+/// The engine on a traced medium (module docs).
+pub struct PmemKeyspace<const PLANTED: bool = false> {
+    engine: Engine,
+    media: TracedMedia,
+    state: BatchState,
+    now_ms: u64,
+    entry_start: Option<Savepoint>,
+    fault: Option<String>,
+    /// The durable floor and pending stores of everything folded.
+    crash_state: CrashState,
+    /// Commits until the armed crash (0: the next one).
+    countdown: Option<u32>,
+    /// The replica crashed inside a commit: its operations are unfolded.
+    torn: bool,
+}
+
+impl<const P: bool> std::fmt::Debug for PmemKeyspace<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PmemKeyspace({} keys, now {} ms)", self.engine.len(), self.now_ms)
+    }
+}
+
+impl<const P: bool> PmemKeyspace<P> {
+    /// The planted bugs this type runs with.
+    pub const FAULTS: PmemFaults = PmemFaults { commit_each_write: P };
+
+    /// A freshly formatted engine (formatted on plain memory: the format is
+    /// taken as durable and is not part of the trace).
+    pub fn format() -> PmemKeyspace<P> {
+        let config = KvConfig::new(SIM_BUFFERS);
+        let size = config.required_size().expect("a valid simulated engine size");
+        let mut media = MemMedia::new(size as usize);
+        Engine::create(&mut media, 0, &config).expect("a sized, valid format");
+        PmemKeyspace::open(media.bytes().to_vec()).expect("an engine just formatted opens")
+    }
+
+    /// The engine on `image` (a crash image or a new format).
+    pub fn open(image: Vec<u8>) -> Result<PmemKeyspace<P>, String> {
+        let crash_state = CrashState::new(&image);
+        let mut media = TracedMedia::from_image(image);
+        let engine = Engine::open(&mut media, 0).map_err(|e| format!("the machine's crash image does not open: {e}"))?;
+        let mut ks = PmemKeyspace { engine, media, state: BatchState::default(), now_ms: 0, entry_start: None, fault: None, crash_state, countdown: None, torn: false };
+        ks.crash_state.fold(&mut ks.media);
+        Ok(ks)
+    }
+
+    fn ks(&mut self) -> EngineKeyspace<'_, TracedMedia> {
+        EngineKeyspace { engine: &mut self.engine, region: &mut self.media, state: &mut self.state, zero_copy: false, locs: &[], reserve: 0, now_ms: self.now_ms }
+    }
+
+    /// Notes a refusal that depends on this member's pool.
+    fn watch<T>(&mut self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        if let Err(e @ (StoreError::PoolFull | StoreError::NotPersisted(_) | StoreError::Full)) = &result {
+            self.fault.get_or_insert(e.to_string());
+        }
+        result
+    }
+
+    /// A write done: with the planted bug, committed at once.
+    fn wrote<T>(&mut self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        let result = self.watch(result);
+        if P && result.is_ok() {
+            if let Err(e) = MachineKeyspace::commit(self) {
+                self.fault.get_or_insert(e);
+            }
+        }
+        result
+    }
+
+    /// After a commit: the armed crash if it is due (the replica crashes
+    /// with this commit's operations unfolded), else they are folded.
+    fn after_commit(&mut self) {
+        match self.countdown {
+            Some(0) => {
+                self.countdown = None;
+                self.torn = true;
+                pmwire_smr::sim::crash_now();
+            }
+            Some(n) => self.countdown = Some(n - 1),
+            None => {}
+        }
+        self.crash_state.fold(&mut self.media);
+    }
+}
+
+impl<const P: bool> SimKeyspace for PmemKeyspace<P> {
+    fn fresh() -> Self {
+        PmemKeyspace::format()
+    }
+
+    fn crash(mut self, rng: &mut Xoshiro256PlusPlus) -> Result<Self, String> {
+        let ops = self.media.take_ops();
+        let point = if self.torn {
+            let fences: Vec<usize> = ops.iter().enumerate().filter(|(_, op)| matches!(op, Op::Fence)).map(|(k, _)| k).collect();
+            fences.get(rng.gen_range(0..=fences.len())).copied().unwrap_or(ops.len())
+        } else {
+            ops.len()
+        };
+        for op in &ops[..point] {
+            self.crash_state.apply(op);
+        }
+        let (image, _) = self.crash_state.draw(rng);
+        PmemKeyspace::open(image.bytes().to_vec())
+    }
+
+    fn arm_crash(&mut self, writes: u32) {
+        self.countdown = Some(writes);
+    }
+
+    fn disarm_crash(&mut self) {
+        self.countdown = None;
+    }
+}
+
+impl<const P: bool> MachineKeyspace for PmemKeyspace<P> {
+    fn set_now_ms(&mut self, now_ms: u64) {
+        self.now_ms = now_ms;
+    }
+
+    fn is_persistent(&self) -> bool {
+        true
+    }
+
+    fn commit(&mut self) -> Result<(), String> {
+        let result = self.state.commit(&mut self.engine, &mut self.media);
+        self.state.release_held(&mut self.engine);
+        let result = result.map_err(|()| self.state.failed.clone().unwrap_or_else(|| "commit failed".into()));
+        self.after_commit();
+        result
+    }
+
+    fn begin_entry(&mut self) {
+        self.entry_start = Some(self.engine.savepoint());
+    }
+
+    fn batch_full(&self) -> bool {
+        self.state.batch_full
+    }
+
+    fn rollback_entry(&mut self) {
+        let start = self.entry_start.take().expect("an entry began");
+        self.engine.rollback_to(start);
+        self.state.batch_full = false;
+    }
+
+    fn allow_oversize(&mut self) {
+        self.engine.allow_oversize();
+    }
+
+    fn take_fault(&mut self) -> Option<String> {
+        self.fault.take()
+    }
+
+    fn end_entry(&mut self) {
+        self.entry_start = None;
+        self.state.release_held(&mut self.engine);
+    }
+}
+
+impl<const P: bool> Keyspace for PmemKeyspace<P> {
+    type Value = Handle;
+
+    fn get(&mut self, key: &[u8]) -> Option<Stored<Handle>> {
+        self.ks().get(key)
+    }
+
+    fn read(&self, value: &Handle, out: &mut Vec<u8>) {
+        self.engine.pool().gather(&self.media, value, out);
+    }
+
+    fn put(&mut self, key: &[u8], kind: Kind, value: ValueSource<'_>, expiry: Expiry) -> Result<(), StoreError> {
+        let result = self.ks().put(key, kind, value, expiry);
+        self.wrote(result)
+    }
+
+    fn set_deadline(&mut self, key: &[u8], deadline_ms: Option<u64>) -> Result<bool, StoreError> {
+        let result = self.ks().set_deadline(key, deadline_ms);
+        self.wrote(result)
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<bool, StoreError> {
+        let result = self.ks().delete(key);
+        self.wrote(result)
+    }
+
+    fn scan(&mut self, after: Option<&[u8]>, limit: usize, visit: &mut dyn FnMut(&[u8], Kind)) -> usize {
+        self.ks().scan(after, limit, visit)
+    }
+
+    fn len(&self) -> u64 {
+        (self.engine.len() - internal_count(&self.engine)) as u64
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    fn expired(&self, limit: usize) -> Vec<Vec<u8>> {
+        self.engine.expired(self.now_ms).filter_map(user_key).take(limit).map(<[u8]>::to_vec).collect()
+    }
+
+    fn expiring_len(&self) -> u64 {
+        self.engine.expiring_len() as u64
+    }
+
+    fn clear(&mut self) -> Result<(), StoreError> {
+        let result = self.ks().clear();
+        self.wrote(result)
+    }
+
+    fn limits(&self) -> StoreLimits {
+        engine_limits(&self.engine)
+    }
+
+    fn begin_command(&mut self) {
+        self.ks().begin_command()
+    }
+
+    fn abort_command(&mut self) {
+        self.ks().abort_command()
+    }
+
+    fn has_internal(&self) -> bool {
+        true
+    }
+
+    fn internal_get(&mut self, key: &[u8]) -> Option<Handle> {
+        self.ks().internal_get(key)
+    }
+
+    fn internal_put(&mut self, key: &[u8], bytes: &[u8]) -> Result<(), StoreError> {
+        let result = self.ks().internal_put(key, bytes);
+        self.wrote(result)
+    }
+
+    fn internal_delete(&mut self, key: &[u8]) -> Result<bool, StoreError> {
+        let result = self.ks().internal_delete(key);
+        self.wrote(result)
+    }
+
+    fn internal_scan(&mut self, from: &[u8], limit: usize, visit: &mut dyn FnMut(&[u8])) -> usize {
+        self.ks().internal_scan(from, limit, visit)
+    }
+}
