@@ -356,7 +356,7 @@ pub fn run(options: &CrashOptions) -> Result<(SuiteReport, bool)> {
         .collect();
     let mut failovers: Vec<f64> = records.iter().filter_map(|r| r.failover_ms).collect();
     let info = |name: &str, v: Option<f64>| match v {
-        Some(v) => Headline::measured(name, v, "<= 1000 ms (information)", crate::Goal::at_most(1000.0), "this campaign").for_information(),
+        Some(v) => Headline::measured(name, v, "<= 1000 ms (information)", crate::Goal::at_most(1000.0), "this campaign").in_unit("ms").for_information(),
         None => Headline::not_run(name, "<= 1000 ms (information)", "no leader kill with a write after it"),
     };
     let heads = vec![

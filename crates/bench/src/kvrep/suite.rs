@@ -383,7 +383,7 @@ pub fn headlines(results: &[BenchResult], skipped: &[Skipped]) -> Vec<Headline> 
         None => Headline::not_run("kv-replicated value bytes copied per 1 KiB SET on the leader (INFO counters)", "= 0", &reason("value_bytes_copied_per_set")),
     });
     out.push(match metric(results, "failover", CLUSTER, "failover_ms", None) {
-        Some(v) => Headline::measured("kv-replicated failover: kill -9 of the leader to the next +OK (ms)", v, "<= 1000 ms (information)", crate::Goal::at_most(1000.0), "one run").for_information(),
+        Some(v) => Headline::measured("kv-replicated failover: kill -9 of the leader to the next +OK (ms)", v, "<= 1000 ms (information)", crate::Goal::at_most(1000.0), "one run").in_unit("ms").for_information(),
         None => Headline::not_run("kv-replicated failover: kill -9 of the leader to the next +OK (ms)", "<= 1000 ms (information)", &reason("failover")),
     });
     out.push(Headline::not_run("kv-replicated new member's catch-up rate (MB/s)", "information", "membership changes on a kv cluster are not built (issue 26 item 7's add/remove on kv members)"));
