@@ -660,7 +660,7 @@ impl Engine {
     /// this bounds how long one commit can take, at the price of more tree
     /// writes per update: a replicated member, which must answer its peers
     /// within an election timeout, checkpoints in shorter steps
-    /// (`docs/bench.md`, "A member's loop and the engine's checkpoint").
+    /// (`docs/bench.md`, "A member's loop under load").
     pub fn set_checkpoint_words(&mut self, words: u64) {
         assert!(words >= self.group_words as u64, "at least a group's worth of words");
         self.checkpoint_words = words;
