@@ -109,6 +109,10 @@ pub struct Headline {
     /// (`null` where a run did not measure it); `value` is the worst.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub runs: Vec<Option<f64>>,
+    /// The value's unit when it is not a ratio (`ms`, `MB/s`): printed
+    /// after the value instead of `x`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
 }
 
 /// A headline's target as a number: `value >= ratio` or `value <= ratio`.
@@ -285,6 +289,7 @@ impl Headline {
             floor: None,
             bound: false,
             runs: Vec::new(),
+            unit: None,
         }
     }
 
@@ -301,6 +306,21 @@ impl Headline {
             floor: None,
             bound: false,
             runs: Vec::new(),
+            unit: None,
+        }
+    }
+
+    /// Prints the value in `unit` (a measurement, not a ratio).
+    pub fn in_unit(mut self, unit: &str) -> Headline {
+        self.unit = Some(unit.to_string());
+        self
+    }
+
+    /// The value as printed: `1.234x` for a ratio, `34.908 ms` with a unit.
+    pub fn value_text(&self) -> String {
+        match &self.unit {
+            Some(unit) => format!("{:.3} {unit}", self.value),
+            None => format!("{:.3}x", self.value),
         }
     }
 

@@ -171,7 +171,7 @@ pub fn headlines_text(headlines: &[Headline]) -> String {
     let mut rows = vec![header];
     for h in headlines {
         let verdict = h.verdict();
-        let value = if verdict == Verdict::NotRun { "-".to_string() } else { format!("{:.3}x", h.value) };
+        let value = if verdict == Verdict::NotRun { "-".to_string() } else { h.value_text() };
         let mut row = vec![h.name.clone(), value, h.target.clone(), verdict.label().to_string(), h.peer.clone()];
         if floors {
             row.push(h.floor.as_ref().map_or("-".to_string(), Floor::text));
@@ -208,6 +208,17 @@ mod tests {
         assert!(row("met").contains("pass"), "{text}");
         assert!(row("info").contains("info"), "{text}");
         assert!(!row("info").contains("FAIL"), "{text}");
+    }
+
+    #[test]
+    fn a_measurement_prints_its_unit_and_a_ratio_its_x() {
+        let ms = Headline::measured("failover (ms)", 34.9081, "<= 1000 ms", crate::Goal::at_most(1000.0), "one run").in_unit("ms").for_information();
+        let ratio = Headline::measured("ratio", 1.5, "<= 2x", crate::Goal::at_most(2.0), "peer");
+        let text = headlines_text(&[ms, ratio]);
+        let row = |name: &str| text.lines().find(|l| l.starts_with(name)).unwrap().to_string();
+        assert!(row("failover").contains("34.908 ms"), "{text}");
+        assert!(!row("failover").contains("34.908x"), "{text}");
+        assert!(row("ratio").contains("1.500x"), "{text}");
     }
 
     #[test]

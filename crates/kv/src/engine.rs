@@ -336,6 +336,9 @@ pub struct Engine {
     /// `commit` also checkpoints when fewer buffers than this are free
     /// (0: only when the WAL is half full).
     checkpoint_floor: u32,
+    /// `commit` also checkpoints once the WAL holds this many words (below
+    /// half of it: a shorter checkpoint, more often).
+    checkpoint_words: u64,
     /// The WAL words of the batch being committed (kept for its capacity).
     words: Vec<Extent>,
     /// The most words one `append_group` takes (a batch larger than this
@@ -407,6 +410,7 @@ impl Engine {
             early: Vec::new(),
             early_keys: HashSet::new(),
             checkpoint_floor: 0,
+            checkpoint_words: u64::MAX,
             words: Vec::new(),
             group_words,
             inline_limit: usize::MAX,
@@ -658,6 +662,18 @@ impl Engine {
     /// before the pool runs short, not only when the WAL is half full.
     pub fn set_checkpoint_floor(&mut self, free_buffers: u32) {
         self.checkpoint_floor = free_buffers;
+    }
+
+    /// Makes `commit` checkpoint also once the WAL holds `words` words, not
+    /// only when it is half full. A checkpoint's time grows with the
+    /// records it applies (each rewrites the tree nodes its keys touch), so
+    /// this bounds how long one commit can take, at the price of more tree
+    /// writes per update: a replicated member, which must answer its peers
+    /// within an election timeout, checkpoints in shorter steps
+    /// (`docs/bench.md`, "A member's loop under load").
+    pub fn set_checkpoint_words(&mut self, words: u64) {
+        assert!(words >= self.group_words as u64, "at least a group's worth of words");
+        self.checkpoint_words = words;
     }
 
     /// Counters since create/open.
@@ -1176,7 +1192,7 @@ impl Engine {
         (self.staged_words, self.user_staged_words) = (0, 0);
         self.oversize = false;
         self.stats.commits += 1;
-        let half_full = self.wal.len() * 2 >= self.wal.capacity();
+        let half_full = self.wal.len() * 2 >= self.wal.capacity() || self.wal.len() >= self.checkpoint_words;
         // Retained records pin their buffers: under memory pressure a
         // checkpoint frees them (not for a handful of records, which would
         // rewrite tree nodes for little).

@@ -407,3 +407,28 @@ fn a_batch_larger_than_a_group_commits_whole_up_to_the_wal() {
     kv.check(&media).unwrap();
     assert_eq!(Engine::open(&mut media, 4096).unwrap().len(), kv.len());
 }
+
+/// `set_checkpoint_words` checkpoints before the WAL is half full (a
+/// member's bound on one commit's pause), and nothing is lost by it.
+#[test]
+fn checkpoint_words_bound_the_wal_below_half() {
+    let config = KvConfig { wal_slots: 8192, ..config() };
+    let run = |bound: Option<u64>| {
+        let (mut media, mut kv) = engine(&config);
+        if let Some(words) = bound {
+            kv.set_checkpoint_words(words);
+        }
+        let mut model = Model::new();
+        for i in 0..600u32 {
+            let key = format!("key{}", i % 400).into_bytes();
+            let value = i.to_le_bytes().repeat(16);
+            kv.set_copy(&mut media, &key, 0, &value).unwrap();
+            kv.commit(&mut media).unwrap();
+            model.insert(key, (0, value));
+        }
+        check_model(&kv, &media, &model);
+        kv.stats().checkpoints
+    };
+    assert_eq!(run(None), 0, "600 one-extent SETs (about 1,800 words) stay below half of 8 Ki slots");
+    assert!(run(Some(1024)) >= 1, "a bound of 1 Ki words checkpoints");
+}

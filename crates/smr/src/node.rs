@@ -7,12 +7,15 @@
 //! 1. the leader's messages go out at once when
 //!    [`ReplicaConfig::leader_sends_first`] (Raft thesis §10.2.1: the
 //!    leader's append overlaps their sending), else after step 3;
-//! 2. a received snapshot is installed; committed entries are applied;
+//! 2. a received snapshot is installed;
 //! 3. the `Ready`'s entries are appended (one durability point for all of
 //!    them), then the hard state is stored;
 //! 4. only then go the messages that depend on persistence (a follower's
 //!    append acknowledgement, a vote);
-//! 5. after `advance`, what the light ready commits is applied, clients of
+//! 5. the committed entries are applied (after the acknowledgement, so a
+//!    follower's answer to an append never waits for the apply and the
+//!    machine's persist of the entry before it);
+//! 6. after `advance`, what the light ready commits is applied, clients of
 //!    this replica get their answers, and reads whose read index has been
 //!    applied are served.
 //!
@@ -121,6 +124,7 @@ pub const ENTRY_MACHINE: u8 = 2;
 /// follower ([`crate::forward::ForwardContext`] follows the kind byte).
 pub const ENTRY_FORWARDED: u8 = crate::forward::KIND;
 
+mod compaction;
 mod redial;
 
 /// Ticks a replica waits before connecting again to a peer whose
@@ -1686,8 +1690,6 @@ where
             let snap = ready.snapshot().clone();
             self.install_snapshot(&snap)?;
         }
-        self.apply_entries(t, ready.take_committed_entries())?;
-        self.finish_batch(t);
         let persisted = ready.take_persisted_messages();
         if self.config.faults.ack_before_persist {
             self.send_all(t, persisted.clone());
@@ -1705,6 +1707,12 @@ where
         if !self.config.faults.ack_before_persist {
             self.send_all(t, persisted);
         }
+        // Applied after the new entries are persisted and acknowledged: a
+        // follower's acknowledgement (on the write path) no longer waits for
+        // the previous entry's apply and the machine's persist, which the
+        // commit it learns with each append hands it.
+        self.apply_entries(t, ready.take_committed_entries())?;
+        self.finish_batch(t);
         for rs in ready.take_read_states() {
             let Some(ctx) = self.own_read_ctx(&rs.request_ctx) else { continue };
             if let Some((waiter, _, since)) = self.reads.remove(&ctx) {
@@ -1736,7 +1744,7 @@ where
         }
         let forced = std::mem::take(&mut self.compact_now) && self.applied > self.snapshot_index;
         let filling = self.applied > self.snapshot_index && self.durable().log_space().is_some_and(|(free, capacity)| free < capacity / 2);
-        if !forced && !filling && self.applied < self.snapshot_index + self.config.snapshot_every {
+        if !forced && !filling && (self.applied < self.snapshot_index + self.config.snapshot_every || self.defer_compaction()) {
             return Ok(());
         }
         let mut meta = SnapshotMetadata { index: self.applied, ..Default::default() };

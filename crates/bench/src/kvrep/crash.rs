@@ -712,7 +712,7 @@ fn headlines(records: &[RunRecord], failed: usize, canary: Option<bool>) -> Vec<
     let mut heals: Vec<f64> = records.iter().filter_map(|r| r.heal_ms).collect();
     let mut quorum_heals: Vec<f64> = records.iter().filter(|r| r.quorum_lost).filter_map(|r| r.heal_ms).collect();
     let info = |name: &str, v: Option<f64>, why: &str| match v {
-        Some(v) => Headline::measured(name, v, "<= 1000 ms (information)", crate::Goal::at_most(1000.0), "this campaign").for_information(),
+        Some(v) => Headline::measured(name, v, "<= 1000 ms (information)", crate::Goal::at_most(1000.0), "this campaign").in_unit("ms").for_information(),
         None => Headline::not_run(name, "<= 1000 ms (information)", why),
     };
     let goal = |name: &str, v: Option<f64>, why: &str| match v {

@@ -424,15 +424,15 @@ pub fn headlines(results: &[BenchResult], skipped: &[Skipped]) -> Vec<Headline> 
         None => Headline::not_run("kv-replicated value bytes copied per 1 KiB SET on the leader (INFO counters)", "= 0", &reason("value_bytes_copied_per_set")),
     });
     out.push(match metric(results, "failover", CLUSTER, "failover_ms_p50", None) {
-        Some(v) => Headline::measured("kv-replicated failover under load, p50: kill -9 of the leader to the next committed +OK (ms)", v, "<= 1000 ms (information)", crate::Goal::at_most(1000.0), "kills in one run").for_information(),
+        Some(v) => Headline::measured("kv-replicated failover under load, p50: kill -9 of the leader to the next committed +OK (ms)", v, "<= 1000 ms (information)", crate::Goal::at_most(1000.0), "kills in one run").in_unit("ms").for_information(),
         None => Headline::not_run("kv-replicated failover under load, p50: kill -9 of the leader to the next committed +OK (ms)", "<= 1000 ms (information)", &reason("failover")),
     });
     out.push(match metric(results, "failover", CLUSTER, "failover_ms_max", None) {
-        Some(v) => Headline::measured("kv-replicated failover under load, max (ms)", v, "<= 1000 ms (information)", crate::Goal::at_most(1000.0), "kills in one run").for_information(),
+        Some(v) => Headline::measured("kv-replicated failover under load, max (ms)", v, "<= 1000 ms (information)", crate::Goal::at_most(1000.0), "kills in one run").in_unit("ms").for_information(),
         None => Headline::not_run("kv-replicated failover under load, max (ms)", "<= 1000 ms (information)", &reason("failover")),
     });
     out.push(match metric(results, "catch_up", CLUSTER, "catch_up_mb_per_s", None) {
-        Some(v) => Headline::measured("kv-replicated new member's catch-up rate from a snapshot (MB/s of keyspace)", v, "information", crate::Goal::at_least(0.0), "pmwire smr add under load").for_information(),
+        Some(v) => Headline::measured("kv-replicated new member's catch-up rate from a snapshot (MB/s of keyspace)", v, "information", crate::Goal::at_least(0.0), "pmwire smr add under load").in_unit("MB/s").for_information(),
         None => Headline::not_run("kv-replicated new member's catch-up rate from a snapshot (MB/s of keyspace)", "information", &reason("catch_up")),
     });
     out
