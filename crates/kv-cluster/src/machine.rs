@@ -20,7 +20,10 @@
 //! the write index's changes as internal entries under tag `10`
 //! ([`MACHINE_TAG`]) and commits them with the applied writes in one
 //! failure-atomic commit ([`MachineKeyspace::commit`]);
-//! [`RedisMachine::open`] reads them back.
+//! [`RedisMachine::open`] reads them back. A snapshot is restored into a
+//! persistent keyspace over several bounded commits under a durable marker
+//! (`restore`, [`RESTORING_KEY`]); a keyspace opened with the marker set
+//! claims no applied index ([`RedisMachine::needs_snapshot`]).
 
 use std::cell::RefCell;
 
@@ -182,6 +185,9 @@ pub struct Applied {
 }
 
 mod ext;
+mod restore;
+
+pub use restore::RESTORING_KEY;
 
 /// A decoded entry of either form.
 enum Decoded<'a> {
@@ -240,6 +246,9 @@ pub struct RedisMachine<K: MachineKeyspace> {
     /// Why the keyspace can no longer follow the log (a full pool, a failed
     /// commit): [`RedisMachine::persist_applied`] reports it and the replica halts.
     fault: Option<String>,
+    /// The keyspace holds an interrupted snapshot restore (its marker,
+    /// [`RESTORING_KEY`]): no applied index is claimed until a restore ends.
+    restoring: bool,
     /// Planted bug (the agreement tests' canary): each entry's generator is
     /// seeded from this member's own randomness, not the entry's seed.
     fault_local_random: bool,
@@ -344,10 +353,16 @@ impl<K: MachineKeyspace> RedisMachine<K> {
     /// the same [`ServerConfig::collections`]: they shape the stored state).
     /// A persistent keyspace's replication state is read back.
     pub fn open(mut ks: K, config: ServerConfig) -> Result<Self, OpenError> {
-        let (applied, last_time_ms, mut writes) =
-            if ks.is_persistent() { read_durable(&mut ks)? } else { (0, 0, WriteIndex::default()) };
+        let restoring = ks.is_persistent() && ks.internal_get(RESTORING_KEY).is_some();
+        let (applied, last_time_ms, mut writes) = if ks.is_persistent() && !restoring {
+            read_durable(&mut ks)?
+        } else {
+            (0, 0, WriteIndex::default())
+        };
         writes.set_persistent(ks.is_persistent());
         ks.set_now_ms(last_time_ms);
+        // The reads above may hold value handles: none is needed any more.
+        ks.end_entry();
         Ok(RedisMachine {
             ks: RefCell::new(ks),
             config,
@@ -356,6 +371,7 @@ impl<K: MachineKeyspace> RedisMachine<K> {
             writes,
             flushed: false,
             fault: None,
+            restoring,
             fault_local_random: false,
         })
     }
@@ -704,6 +720,9 @@ impl<K: MachineKeyspace> StateMachine for RedisMachine<K> {
 
     fn apply(&mut self, index: u64, data: &[u8]) -> Applied {
         assert!(index > self.applied, "entry {index} applied after {}", self.applied);
+        if self.restoring {
+            self.fault.get_or_insert(format!("entry {index} applied to an interrupted snapshot restore"));
+        }
         let decoded = if is_extent_form(data) { ExtEntry::decode(data).map(Decoded::Ext) } else { Entry::decode(data).map(Decoded::V1) };
         let (out, commit_now) = match decoded {
             Err(e) => (refusal(e), false),
@@ -796,18 +815,17 @@ impl<K: MachineKeyspace> StateMachine for RedisMachine<K> {
         }
         let mut writes = WriteIndex::from_entries(data.tracked.clone(), data.state.floor, data.state.flush)
             .ok_or(RestoreError::Corrupt("write index over its bounds"))?;
-        let ks = self.ks.get_mut();
-        snapshot::load(ks, &data).map_err(|e| RestoreError::Store(e.to_string()))?;
-        writes.set_persistent(ks.is_persistent());
+        if self.ks.get_mut().is_persistent() {
+            self.load_in_commits(index, &data)?;
+        } else {
+            snapshot::load(self.ks.get_mut(), &data).map_err(|e| RestoreError::Store(e.to_string()))?;
+        }
+        writes.set_persistent(self.ks.get_mut().is_persistent());
         self.writes = writes;
+        self.flushed = false;
         self.applied = index;
         self.last_time_ms = data.state.last_time_ms;
-        ks.set_now_ms(self.last_time_ms);
-        if ks.is_persistent() {
-            self.writes.mark_all_changed();
-            self.write_durable().map_err(|e| RestoreError::Store(e.to_string()))?;
-            self.ks.get_mut().commit().map_err(RestoreError::Store)?;
-        }
+        self.ks.get_mut().set_now_ms(self.last_time_ms);
         Ok(())
     }
 }

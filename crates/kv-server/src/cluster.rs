@@ -173,6 +173,14 @@ impl ClusterKeyspace {
         }
     }
 
+    /// Test hook: the `nth` next commit that has something to write fails
+    /// as if the engine refused it (a crash between two commits, once the
+    /// keyspace is dropped).
+    #[doc(hidden)]
+    pub fn fail_commit(&mut self, nth: u32) {
+        self.state.fail_commit = nth;
+    }
+
     /// Buffers held for entries not yet settled (tests).
     pub fn unsettled(&self) -> usize {
         self.temp.len()

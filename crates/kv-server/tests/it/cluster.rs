@@ -3,7 +3,9 @@
 //! same entries; after a reopen of the pool, the applied index and the
 //! write index come back and the entries past the last commit are replayed;
 //! batches larger than one commit are committed early, an entry larger than
-//! the WAL alone.
+//! the WAL alone; a snapshot larger than one commit is restored in bounded
+//! commits, and a crash between them leaves a keyspace that needs the
+//! snapshot again.
 
 use crate::common::Pool;
 use pmwire_kv_cluster::{Proposer, RedisMachine, Watched};
@@ -139,4 +141,125 @@ fn a_batch_larger_than_a_commit_is_committed_early_and_a_huge_entry_alone() {
     let engine = open(&pool);
     assert_eq!(engine.applied(), 6_001);
     assert!(engine.snapshot() == volatile.snapshot());
+}
+
+/// Pool of the restore tests: room for the snapshot's keys twice (the old
+/// values are freed only at a checkpoint).
+const RESTORE_POOL_BYTES: u64 = 160 << 20;
+
+fn open_sized(pool: &Pool, bytes: u64) -> RedisMachine<ClusterKeyspace> {
+    let (store, _) = Store::open(&pool.path, bytes, Mode::Copy).expect("the pool opens");
+    RedisMachine::open(ClusterKeyspace::new(store), config()).expect("the machine opens")
+}
+
+/// A volatile machine of `n` string keys (every tenth with a deadline) and
+/// chunked collections (internal entries), with the index it applied to.
+fn large_source(n: usize) -> (RedisMachine<pmwire_keyspace::store::MemKeyspace>, u64) {
+    let mut p = Proposer::with_key(3);
+    let mut m = RedisMachine::in_memory(config());
+    let value = "v".repeat(48);
+    let mut index = 0u64;
+    let mut apply = |m: &mut RedisMachine<_>, e: Vec<u8>| {
+        index += 1;
+        let out = m.apply(index, &e);
+        assert!(out.refused.is_none() && !out.reply.starts_with(b"-"), "entry {index}: {:?}", String::from_utf8_lossy(&out.reply));
+    };
+    for i in 0..n {
+        let key = format!("key{i:06}");
+        let args: Vec<&str> =
+            if i % 10 == 0 { vec!["SET", &key, &value, "PX", "100000000"] } else { vec!["SET", &key, &value] };
+        apply(&mut m, p.command(1_000, Protocol::Resp2, &args));
+    }
+    for i in 0..300 {
+        let (member, c) = (format!("m{i}"), format!("{}", i % 10));
+        apply(&mut m, p.command(1_000, Protocol::Resp2, &["SADD", &format!("set{c}"), &member]));
+        apply(&mut m, p.command(1_000, Protocol::Resp2, &["HSET", &format!("hash{c}"), &member, "1"]));
+        apply(&mut m, p.command(1_000, Protocol::Resp2, &["RPUSH", &format!("list{c}"), &member]));
+    }
+    (m, index)
+}
+
+/// Commits the engine made so far.
+fn commits(m: &mut RedisMachine<ClusterKeyspace>) -> u64 {
+    m.keyspace().store().engine().stats().commits
+}
+
+#[test]
+fn a_snapshot_larger_than_a_commit_is_restored_in_bounded_commits() {
+    let (source, index) = large_source(30_000);
+    let snap = source.snapshot();
+    let pool = Pool::new();
+    let mut engine = open_sized(&pool, RESTORE_POOL_BYTES);
+    let max_words = engine.keyspace().store().engine().max_batch_words();
+    assert!(30_000 * 3 > max_words, "the snapshot's records ({} keys) exceed one commit ({max_words} words)", 30_000);
+    let before = commits(&mut engine);
+    engine.restore(index, &snap).expect("a snapshot of any size restores");
+    let made = commits(&mut engine) - before;
+    assert!(made >= 3, "the marker, at least one batch of keys, the last commit: {made} commits");
+    assert!(!engine.needs_snapshot());
+    assert_eq!(engine.applied(), index);
+    assert!(engine.snapshot() == snap, "the restored state equals the source's, byte for byte");
+    assert_eq!(engine.keyspace().store().engine().stats().chained_transactions, 0, "no commit went past the WAL");
+    crash(engine);
+    let mut reopened = open_sized(&pool, RESTORE_POOL_BYTES);
+    // Before any read: a snapshot's reads hold their values' buffers.
+    reopened.keyspace().store().check().expect("engine invariants");
+    assert!(!reopened.needs_snapshot());
+    assert_eq!(reopened.applied(), index);
+    assert_eq!(reopened.writes(), source.writes(), "the write index came back");
+    assert!(reopened.snapshot() == snap);
+}
+
+#[test]
+fn a_crash_between_the_restore_commits_leaves_a_keyspace_that_needs_a_snapshot() {
+    let (source, index) = large_source(20_000);
+    let snap = source.snapshot();
+    // How many commits a whole restore makes (on a fresh pool).
+    let total = {
+        let pool = Pool::new();
+        let mut engine = open_sized(&pool, RESTORE_POOL_BYTES);
+        let before = commits(&mut engine);
+        engine.restore(index, &snap).expect("restored");
+        commits(&mut engine) - before
+    } as u32;
+    assert!(total >= 3, "{total} commits");
+    for fail_at in [1, 2, total / 2, total] {
+        let pool = Pool::new();
+        // An older state first: a few keys, persisted at index 5.
+        let mut engine = open_sized(&pool, RESTORE_POOL_BYTES);
+        let mut p = Proposer::with_key(4);
+        for i in 1..=5u64 {
+            engine.apply(i, &p.command(500, Protocol::Resp2, &["SET", &format!("old{i}"), "x"]));
+        }
+        engine.persist_applied().expect("persisted");
+        let old = engine.snapshot();
+        engine.keyspace().fail_commit(fail_at);
+        assert!(engine.restore(index, &snap).is_err(), "commit {fail_at} of {total} failed");
+        crash(engine);
+        let mut engine = open_sized(&pool, RESTORE_POOL_BYTES);
+        if fail_at == 1 {
+            // The marker never became durable: the old state stands.
+            assert!(!engine.needs_snapshot());
+            assert_eq!(engine.applied(), 5);
+            assert!(engine.snapshot() == old);
+        } else {
+            assert!(engine.needs_snapshot(), "commit {fail_at} of {total}: the marker is set");
+            assert_eq!(engine.applied(), 0, "an interrupted restore claims no applied index");
+            // Applying onto it halts the member instead of persisting.
+            engine.apply(1, &p.command(500, Protocol::Resp2, &["SET", "new", "x"]));
+            assert!(engine.persist_applied().is_err(), "an interrupted restore never persists an entry");
+            crash(engine);
+            engine = open_sized(&pool, RESTORE_POOL_BYTES);
+            assert!(engine.needs_snapshot());
+        }
+        engine.restore(index, &snap).expect("restoring again succeeds");
+        assert!(engine.snapshot() == snap);
+        crash(engine);
+        let mut engine = open_sized(&pool, RESTORE_POOL_BYTES);
+        engine.keyspace().store().check().expect("engine invariants");
+        assert!(!engine.needs_snapshot());
+        assert_eq!(engine.applied(), index);
+        assert_eq!(engine.writes(), source.writes());
+        assert!(engine.snapshot() == snap, "commit {fail_at} of {total}: restored byte for byte");
+    }
 }
