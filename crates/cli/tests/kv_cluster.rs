@@ -583,6 +583,8 @@ fn a_set_on_the_leader_copies_no_value_bytes_and_followers_hold_them() {
     for i in 0..N {
         assert_eq!(back.call(&["GET", &format!("zc{i}")]), Reply::bulk(&value(i)), "restarted member, key {i}");
     }
+}
+
 /// `raft_term` from a member's `INFO replication`.
 fn raft_term(c: &mut Client) -> u64 {
     let Reply::Bulk(Some(text)) = c.call(&["INFO", "replication"]) else { panic!("INFO replication answers a bulk string") };
