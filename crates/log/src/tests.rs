@@ -582,15 +582,17 @@ fn restart_at_empties_the_log_forward_and_back() {
 }
 
 #[test]
-fn version_one_logs_are_refused_by_name() {
-    let (mut media, _log) = fresh(LogConfig::new(1024, TailStrategy::SelfValidating), 0);
-    let mut line = [0u8; 64];
-    media.read(0, &mut line);
-    line[8..12].copy_from_slice(&1u32.to_le_bytes());
-    crate::format::seal_header(&mut line);
-    media.write(0, &line);
-    let err = AppendLog::open(&mut media, 0).unwrap_err();
-    assert_eq!(err, OpenError::UnsupportedVersion { found: 1, supported: 2 });
+fn older_version_logs_are_refused_by_name() {
+    for old in [1u32, 2] {
+        let (mut media, _log) = fresh(LogConfig::new(1024, TailStrategy::SelfValidating), 0);
+        let mut line = [0u8; 64];
+        media.read(0, &mut line);
+        line[8..12].copy_from_slice(&old.to_le_bytes());
+        crate::format::seal_header(&mut line);
+        media.write(0, &line);
+        let err = AppendLog::open(&mut media, 0).unwrap_err();
+        assert_eq!(err, OpenError::UnsupportedVersion { found: old, supported: 3 });
+    }
 }
 
 /// A payload as the Raft store writes an extent-form entry: a prefix
