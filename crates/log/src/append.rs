@@ -579,17 +579,12 @@ impl AppendLog {
         Some(Placed { lsn, pos, len })
     }
 
-    /// Whether the CRC in `header` covers it and the `len` payload bytes at `at`.
+    /// Whether the checksum in `header` ([`format::entry_crc`]) covers it
+    /// and the `len` payload bytes at `at`.
     fn checksum_matches<M: Media>(&self, media: &M, header: &[u8], at: u64, len: u64) -> bool {
-        let mut crc = pmem::crc::crc32c_append(self.seed, &header[..12]);
-        let mut chunk = [0u8; 4096];
-        let mut done = 0;
-        while done < len {
-            let n = (len - done).min(chunk.len() as u64) as usize;
-            media.read(at + done, &mut chunk[..n]);
-            crc = pmem::crc::crc32c_append(crc, &chunk[..n]);
-            done += n as u64;
-        }
+        let mut payload = vec![0u8; len as usize];
+        media.read(at, &mut payload);
+        let crc = format::entry_crc(self.seed, get_u64(header, 0), get_u32(header, 8), &payload);
         crc == get_u32(header, 12)
     }
 }

@@ -11,11 +11,15 @@ use pmem::Media;
 
 use crate::error::OpenError;
 
-/// Format version the append log writes and reads. Version 2 (this
-/// build) added suffix truncation: the truncation record in the header
-/// block's spare line, and the rotating tail as an XOR register; version 1
-/// append logs are refused (`docs/FORMAT.md`, "Versions").
-pub const APPEND_FORMAT_VERSION: u32 = 2;
+/// Format version the append log writes and reads. Version 3 (this
+/// build) changed the self-validating entry checksum to CRC-32C over the
+/// payload's words mixed one by one ([`entry_crc`]): a plain CRC-32C is
+/// blind to a torn entry whose stale bytes end in their own CRC-32C.
+/// Version 2 added suffix truncation: the truncation record in the header
+/// block's spare line, and the rotating tail as an XOR register. Older
+/// append logs are refused with `OpenError::UnsupportedVersion`
+/// (`docs/FORMAT.md`, "Versions").
+pub const APPEND_FORMAT_VERSION: u32 = 3;
 /// Format version the extent log writes and reads.
 pub const EXTENT_FORMAT_VERSION: u32 = 1;
 /// Every structure starts on an XPLine boundary.
@@ -199,12 +203,42 @@ pub fn entry_header(lsn: u64, payload: &[u8], seed: Option<u32>) -> EntryHeader 
     (u128::from(lsn) | u128::from(high) << 64).to_le_bytes()
 }
 
-/// The CRC of `lsn | len` from registers, then of the payload: the same
-/// value as over the header's first 12 bytes, without storing them first.
-/// Out of line (the CRC dispatch is large), returning in a register.
+/// The entry checksum (format version 3): the CRC-32C (seeded) of
+/// `lsn | len`, then of the payload taken as little-endian 8 B words (the
+/// last zero-padded), each mixed by [`mix_word`] first. Out of line,
+/// returning in a register.
+///
+/// Why mixed: CRC-32C is linear, and `CRC(M ‖ CRC(M))` is the same for
+/// every `M` of a length, so a plain CRC-32C over a payload that ends in
+/// its own CRC-32C (a Raft entry naming pool extents does) cannot tell it
+/// from any other such payload of that length: a torn re-append that left
+/// the new header and the old sealed bytes validated (`docs/FORMAT.md`,
+/// "Entry checksum"). The mix is an odd multiply and a shift, not linear
+/// over GF(2), so no layout of the payload cancels it.
 #[inline(never)]
-fn entry_crc(seed: u32, lsn: u64, len: u32, payload: &[u8]) -> u32 {
-    pmem::crc::crc32c_append_parts(seed, lsn, len, payload)
+pub(crate) fn entry_crc(seed: u32, lsn: u64, len: u32, payload: &[u8]) -> u32 {
+    const CHUNK: usize = 512;
+    let mut crc = pmem::crc::crc32c_append_parts(seed, lsn, len, &[]);
+    let mut mixed = [0u8; CHUNK];
+    for chunk in payload.chunks(CHUNK) {
+        let mut n = 0;
+        for word in chunk.chunks(8) {
+            let mut bytes = [0u8; 8];
+            bytes[..word.len()].copy_from_slice(word);
+            mixed[n..n + 8].copy_from_slice(&mix_word(u64::from_le_bytes(bytes)).to_le_bytes());
+            n += 8;
+        }
+        crc = pmem::crc::crc32c_append(crc, &mixed[..n]);
+    }
+    crc
+}
+
+/// One payload word as the entry checksum takes it: multiplied by an odd
+/// constant (a bijection), then its high half folded down.
+#[inline(always)]
+pub(crate) fn mix_word(word: u64) -> u64 {
+    let x = word.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    x ^ (x >> 29)
 }
 
 #[cfg(test)]

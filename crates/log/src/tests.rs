@@ -582,13 +582,58 @@ fn restart_at_empties_the_log_forward_and_back() {
 }
 
 #[test]
-fn version_one_logs_are_refused_by_name() {
-    let (mut media, _log) = fresh(LogConfig::new(1024, TailStrategy::SelfValidating), 0);
-    let mut line = [0u8; 64];
-    media.read(0, &mut line);
-    line[8..12].copy_from_slice(&1u32.to_le_bytes());
-    crate::format::seal_header(&mut line);
-    media.write(0, &line);
-    let err = AppendLog::open(&mut media, 0).unwrap_err();
-    assert_eq!(err, OpenError::UnsupportedVersion { found: 1, supported: 2 });
+fn older_version_logs_are_refused_by_name() {
+    for old in [1u32, 2] {
+        let (mut media, _log) = fresh(LogConfig::new(1024, TailStrategy::SelfValidating), 0);
+        let mut line = [0u8; 64];
+        media.read(0, &mut line);
+        line[8..12].copy_from_slice(&old.to_le_bytes());
+        crate::format::seal_header(&mut line);
+        media.write(0, &line);
+        let err = AppendLog::open(&mut media, 0).unwrap_err();
+        assert_eq!(err, OpenError::UnsupportedVersion { found: old, supported: 3 });
+    }
+}
+
+/// A payload as the Raft store writes an extent-form entry: a prefix
+/// (the term) that differs per write, then a body sealed by its own
+/// CRC-32C.
+fn sealed(prefix: u64, body: u8) -> Vec<u8> {
+    let mut p = prefix.to_le_bytes().to_vec();
+    let inner = vec![body; 40];
+    p.extend_from_slice(&inner);
+    p.extend_from_slice(&pmem::crc::crc32c(&inner).to_le_bytes());
+    p
+}
+
+/// The minimal crash image of the zero-copy finding (`docs/FORMAT.md`,
+/// "Entry checksum"): entry 1 (prefix 1, body A) is dropped by a suffix
+/// truncation (its length/CRC word scrubbed) and re-appended at the same
+/// place with the same length (prefix 2, body B); the crash lets through
+/// the new header and the new prefix word only, the old sealed body stays.
+/// Format version 2's plain CRC-32C accepted that entry (CRC-32C of a
+/// message followed by its own CRC-32C is the same for every message of a
+/// length); it must end the log before LSN 1.
+#[test]
+fn a_torn_reappend_over_a_sealed_payload_is_not_accepted() {
+    let config = LogConfig::new(4096, TailStrategy::SelfValidating);
+    let (mut media, mut log) = fresh(config, 0);
+    log.append(&mut media, &sealed(1, 0xa0)).unwrap();
+    log.append(&mut media, &sealed(1, 0xa1)).unwrap();
+    log.truncate_suffix(&mut media, 1).unwrap();
+    let mut image = MemMedia::new(media.len() as usize);
+    let mut bytes = vec![0u8; media.len() as usize];
+    media.read(0, &mut bytes);
+    image.write(0, &bytes);
+    let new = sealed(2, 0xb1);
+    log.append(&mut media, &new).unwrap();
+    let at = log.payload_range(&media, 1).unwrap().start;
+    let mut torn = [0u8; 24];
+    media.read(at - 16, &mut torn);
+    image.write(at - 16, &torn);
+    let mut whole = vec![0u8; new.len()];
+    image.read(at, &mut whole);
+    assert_ne!(whole, new, "the image holds the old body");
+    let reopened = AppendLog::open(&mut image, 0).unwrap();
+    assert_eq!(reopened.next_lsn(), 1, "a torn entry over a sealed body was accepted: {:?}", reopened.read_all(&image));
 }

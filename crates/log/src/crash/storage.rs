@@ -13,7 +13,14 @@
 //!   state after it): a dropped entry that came back has an older payload.
 //!
 //! Payloads are unique per write, so a re-appended LSN never matches its
-//! dropped predecessor. After a suffix truncation the next step re-appends
+//! dropped predecessor. Those of 16 B and more are laid out as the Raft
+//! store's extent-form entries are: a first word unique per write, then a
+//! body sealed by its own CRC-32C. Before format version 3 this check used
+//! unsealed payloads only, so a torn re-append that mixed the new header
+//! and first word with the dropped entry's sealed body failed the plain
+//! CRC-32C by chance, and the check missed what the zero-copy member's
+//! check found: with a sealed body that mix validated (`docs/FORMAT.md`,
+//! "Entry checksum"). After a suffix truncation the next step re-appends
 //! entries of the dropped sizes, which land where the dropped ones were:
 //! a torn re-append over an unscrubbed dropped entry would revive it.
 //! Phase two reopens images where a torn append or batch left entries past
@@ -278,10 +285,16 @@ impl Driver {
         history.push(log, extra, false, Vec::new());
     }
 
-    /// A payload no other write of this run has.
+    /// A payload no other write of this run has; from 16 B on, its bytes
+    /// after the first word are sealed by their own CRC-32C (the last 4).
     fn payload(&mut self, len: usize) -> Vec<u8> {
         self.writes += 1;
         let seed = self.salt.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ self.writes.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        (0..len).map(|i| (seed >> (8 * (i % 8))) as u8 ^ (i / 8) as u8).collect()
+        let mut p: Vec<u8> = (0..len).map(|i| (seed >> (8 * (i % 8))) as u8 ^ (i / 8) as u8).collect();
+        if len >= 16 {
+            let crc = pmem::crc::crc32c(&p[8..len - 4]);
+            p[len - 4..].copy_from_slice(&crc.to_le_bytes());
+        }
+        p
     }
 }
