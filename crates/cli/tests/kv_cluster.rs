@@ -12,88 +12,15 @@
 //! and a member cut off from its majority answering CLUSTERDOWN within a
 //! bound. No timing asserts except generous bounds.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A RESP reply.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Reply {
-    Simple(String),
-    Error(String),
-    Int(i64),
-    Bulk(Option<Vec<u8>>),
-    Array(Option<Vec<Reply>>),
-}
+mod resp;
+use resp::{free_port, Client, Reply};
 
-impl Reply {
-    fn bulk(s: &str) -> Reply {
-        Reply::Bulk(Some(s.as_bytes().to_vec()))
-    }
-}
-
-struct Client {
-    r: BufReader<TcpStream>,
-}
-
-impl Client {
-    fn connect(addr: SocketAddr) -> Client {
-        let s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        Client { r: BufReader::new(s) }
-    }
-
-    fn call(&mut self, args: &[&str]) -> Reply {
-        let mut out = format!("*{}\r\n", args.len());
-        for a in args {
-            out += &format!("${}\r\n{a}\r\n", a.len());
-        }
-        self.r.get_mut().write_all(out.as_bytes()).unwrap();
-        self.read()
-    }
-
-    fn line(&mut self) -> String {
-        let mut l = String::new();
-        self.r.read_line(&mut l).expect("a reply line");
-        assert!(l.ends_with("\r\n"), "a reply line ends with CRLF: {l:?}");
-        l.truncate(l.len() - 2);
-        l
-    }
-
-    fn read(&mut self) -> Reply {
-        let l = self.line();
-        let (t, rest) = l.split_at(1);
-        match t {
-            "+" => Reply::Simple(rest.into()),
-            "-" => Reply::Error(rest.into()),
-            ":" => Reply::Int(rest.parse().unwrap()),
-            "$" => {
-                let n: i64 = rest.parse().unwrap();
-                if n < 0 {
-                    return Reply::Bulk(None);
-                }
-                let mut b = vec![0; n as usize + 2];
-                self.r.read_exact(&mut b).unwrap();
-                b.truncate(n as usize);
-                Reply::Bulk(Some(b))
-            }
-            "*" => {
-                let n: i64 = rest.parse().unwrap();
-                if n < 0 {
-                    return Reply::Array(None);
-                }
-                Reply::Array(Some((0..n).map(|_| self.read()).collect()))
-            }
-            other => panic!("unknown reply type {other:?} in {l:?}"),
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 struct Cluster {
     dir: tempfile::TempDir,

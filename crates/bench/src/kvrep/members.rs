@@ -305,18 +305,10 @@ impl PutClient for Resp {
     }
 }
 
-/// The sum of `INFO`'s fields whose names say they count value bytes
-/// copied (`*copied*bytes*` or `*bytes*copied*`), if it has any.
+/// `INFO copies`' count of value bytes copied on writes' paths
+/// (`copy_value_bytes_path`: receive, entry, log, apply), if it has one.
 pub fn copied_bytes(info: &str) -> Option<u64> {
-    let mut found = None;
-    for line in info.lines() {
-        let Some((name, value)) = line.split_once(':') else { continue };
-        if name.contains("copied") && name.contains("bytes") {
-            let n: u64 = value.trim().parse().ok()?;
-            found = Some(found.unwrap_or(0u64).checked_add(n)?);
-        }
-    }
-    found
+    info.lines().find_map(|line| line.strip_prefix("copy_value_bytes_path:")).and_then(|v| v.trim().parse().ok())
 }
 
 #[cfg(test)]
@@ -339,10 +331,10 @@ mod tests {
     }
 
     #[test]
-    fn copied_bytes_sums_the_counters_or_says_none() {
-        let info = "# Stats\r\nvalue_bytes_copied:10\r\nleader_copied_bytes_total:5\r\nother:1\r\n";
-        assert_eq!(copied_bytes(info), Some(15));
+    fn copied_bytes_reads_the_path_counter_or_says_none() {
+        let info = "# Copies\r\ncopy_value_bytes_sent:10\r\ncopy_value_bytes_path:5\r\n";
+        assert_eq!(copied_bytes(info), Some(5));
         assert_eq!(copied_bytes("# Stats\r\ntotal_commands_processed:4\r\n"), None);
-        assert_eq!(copied_bytes("value_bytes_copied:x\r\n"), None, "a field that is not a number is not a count");
+        assert_eq!(copied_bytes("copy_value_bytes_path:x\r\n"), None, "a field that is not a number is not a count");
     }
 }

@@ -187,17 +187,17 @@ fn sweep_into<C: PutClient>(connect: &(dyn Fn() -> Result<C> + Sync), variant: &
     }
 }
 
-/// The leader's value bytes copied per SET (1 KiB values) from its `INFO`
-/// counters, or why not.
+/// The leader's value bytes copied per SET (1 KiB values) on a write's
+/// path, from its `INFO copies` counters, or why not.
 fn copied_per_set(members: &Members, leader: usize) -> Result<f64, String> {
     let info = |c: &mut Resp| -> Result<String, String> {
-        match c.command(&[b"INFO", b"all"]).map_err(|e| format!("INFO: {e:#}"))? {
+        match c.command(&[b"INFO", b"copies"]).map_err(|e| format!("INFO: {e:#}"))? {
             pmwire_resp::client::Value::Bulk(b) | pmwire_resp::client::Value::Verbatim(_, b) => Ok(String::from_utf8_lossy(&b).into_owned()),
             other => Err(format!("INFO answered {other:?}")),
         }
     };
     let mut c = Resp::connect(members.resp[leader - 1]).map_err(|e| format!("{e:#}"))?;
-    let before = copied_bytes(&info(&mut c)?).ok_or("the member's INFO has no bytes-copied counter (a field named *copied*bytes*)")?;
+    let before = copied_bytes(&info(&mut c)?).ok_or("the member's INFO copies has no copy_value_bytes_path counter")?;
     const SETS: u64 = 1000;
     let value = vec![b'c'; 1024];
     for i in 0..SETS {
