@@ -1008,12 +1008,8 @@ where
 
     /// Why learner `id` is not ready to vote, if it is not.
     fn not_caught_up(&self, id: u64) -> Option<String> {
-        let commit = self.raw.raft.raft_log.committed;
         let pr = self.raw.raft.prs().get(id)?;
-        if pr.state == ProgressState::Replicate && pr.matched + self.config.promote_lag >= commit {
-            return None;
-        }
-        Some(format!("replica {id} is catching up: it holds the log to index {} of {commit} ({:?}); is it running?", pr.matched, pr.state))
+        learner_lag(id, pr, self.raw.raft.raft_log.committed, self.config.promote_lag)
     }
 
     /// The leader asked to remove itself: hand leadership to the voter
@@ -1883,5 +1879,47 @@ where
 
     fn halted(&self) -> Option<&str> {
         Replica::halted(self)
+    }
+}
+
+/// Why a learner with progress `pr` is not ready to vote when the leader
+/// has committed `commit`, if it is not. A learner that caught up by a
+/// snapshot and has had no entry since stays in Probe with the whole log
+/// (raft-rs moves it to Replicate only on the next entry's answer); it is
+/// ready if it answered within the last election timeout (check_quorum
+/// keeps `recent_active` true only then).
+fn learner_lag(id: u64, pr: &raft::Progress, commit: u64, promote_lag: u64) -> Option<String> {
+    let live = match pr.state {
+        ProgressState::Replicate => true,
+        ProgressState::Probe => pr.recent_active && pr.matched >= commit,
+        ProgressState::Snapshot => false,
+    };
+    if live && pr.matched + promote_lag >= commit {
+        return None;
+    }
+    Some(format!("replica {id} is catching up: it holds the log to index {} of {commit} ({:?}); is it running?", pr.matched, pr.state))
+}
+
+#[cfg(test)]
+mod learner_tests {
+    use super::*;
+
+    fn progress(state: ProgressState, matched: u64, recent_active: bool) -> raft::Progress {
+        let mut pr = raft::Progress::new(matched + 1, 256);
+        pr.matched = matched;
+        pr.state = state;
+        pr.recent_active = recent_active;
+        pr
+    }
+
+    #[test]
+    fn a_learner_is_ready_when_replicating_near_the_commit_or_idle_in_probe_with_everything() {
+        assert_eq!(learner_lag(4, &progress(ProgressState::Replicate, 90, true), 100, 16), None);
+        assert!(learner_lag(4, &progress(ProgressState::Replicate, 50, true), 100, 16).is_some(), "too far behind");
+        // Caught up by a snapshot of the last entry, nothing written since.
+        assert_eq!(learner_lag(4, &progress(ProgressState::Probe, 196, true), 196, 16), None);
+        assert!(learner_lag(4, &progress(ProgressState::Probe, 196, false), 196, 16).is_some(), "silent for an election timeout");
+        assert!(learner_lag(4, &progress(ProgressState::Probe, 190, true), 196, 16).is_some(), "probing for entries it lacks");
+        assert!(learner_lag(4, &progress(ProgressState::Snapshot, 196, true), 196, 16).is_some(), "a snapshot in flight");
     }
 }

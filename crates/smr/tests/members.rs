@@ -360,6 +360,52 @@ fn a_fourth_replica_joins_under_write_load_catches_up_and_holds_every_write() {
     }
 }
 
+/// A learner brought up to date by a snapshot whose index is the last
+/// entry, with the cluster idle after it, is promoted (raft-rs may leave
+/// it in Probe with the whole log; `node::learner_lag` says why that is
+/// ready).
+#[test]
+fn an_idle_cluster_promotes_a_learner_caught_up_by_a_snapshot_of_the_last_entry() {
+    let mut h = Harness::new(3);
+    let leader = h.wait_leader();
+    // Replica 4 is a learner before it runs, so the snapshot it will be
+    // sent can hold every entry, its own conf change included.
+    let t = h.net.node();
+    let addr = t.id();
+    let r = h.member(Op::AddMember, 4, &addr.to_bytes());
+    assert_eq!(r.status, Status::Ok, "{:?}", refusal(&r));
+    let snapshot_at_last = |h: &Harness| {
+        let node = h.node(leader);
+        node.service.durable().snapshot().0.index == node.service.durable().last_index()
+    };
+    let mut i = 0u64;
+    while !snapshot_at_last(&h) {
+        i += 1;
+        assert!(i < 500, "no snapshot at the last entry within 500 writes");
+        let put = Request { op: Op::Put, client: 9, seq: i, key: format!("k{i}").into_bytes(), value: vec![i as u8; 16], expect: None };
+        assert_eq!(h.call(leader, &put).status, Status::Ok);
+    }
+    let peers = h.addrs.clone();
+    let replica = Replica::new(config(4), store(4, &[], h.sizes), peers).expect("a joining replica");
+    h.nodes.insert(4, Reactor::new(t, replica));
+    h.addrs.insert(4, addr);
+    h.run_until("replica 4 holds the snapshot", |h| h.node(4).service.durable().snapshot().0.index > 0);
+    for _ in 0..PATIENCE_MS {
+        let r = h.member(Op::PromoteMember, 4, &[]);
+        match refusal(&r) {
+            None => break,
+            Some(f) if f.reason == Refusal::CatchingUp => h.run_ms(1),
+            Some(f) => panic!("promote 4: {f:?}"),
+        }
+    }
+    h.run_ms(50);
+    assert_eq!(h.voters(4), vec![1, 2, 3, 4], "replica 4 was promoted");
+    let machine = h.node(4).service.machine();
+    for j in 1..=i {
+        assert_eq!(machine.get(format!("k{j}").as_bytes()), Some(&vec![j as u8; 16][..]), "replica 4 holds k{j}");
+    }
+}
+
 #[test]
 fn a_follower_then_the_leader_are_removed_and_writes_go_on() {
     let mut h = Harness::new(3);
