@@ -757,6 +757,13 @@ impl<K: MachineKeyspace> StateMachine for RedisMachine<K> {
         self.applied
     }
 
+    /// A persistent keyspace holds the state and its applied index
+    /// (committed by [`StateMachine::persist_applied`]): compaction needs
+    /// no copy of it.
+    fn keeps_state(&self) -> bool {
+        self.ks.borrow().is_persistent()
+    }
+
     fn tracks_log(&self) -> bool {
         self.ks.borrow_mut().log_hooks().is_some()
     }

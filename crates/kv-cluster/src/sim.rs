@@ -193,6 +193,10 @@ impl<const L: bool, K: SimKeyspace> StateMachine for SimRedis<L, K> {
         self.machine.borrow().applied()
     }
 
+    fn keeps_state(&self) -> bool {
+        self.machine.borrow().keeps_state()
+    }
+
     fn snapshot(&self) -> Vec<u8> {
         let inner = self.machine.borrow().snapshot();
         let mut out = Vec::with_capacity(inner.len() + 64);

@@ -262,6 +262,10 @@ pub struct Faults {
     /// Join a chunked message's chunks in arrival order, their offsets
     /// and checksums unchecked (a duplicated chunk goes in twice).
     pub unchecked_chunks: bool,
+    /// Persist the machine after every other batch only, so a machine
+    /// that keeps its own state lags the deferred snapshot a compaction
+    /// records (the log no longer holds what it lacks).
+    pub lazy_machine_persist: bool,
 }
 
 /// How a replica runs.
@@ -359,6 +363,9 @@ pub struct Counters {
     pub readys: u64,
     /// Snapshots taken locally.
     pub snapshots: u64,
+    /// Of those, deferred ones: compaction records of a machine that keeps
+    /// its own state (`StateMachine::keeps_state`), no copy of it encoded.
+    pub snapshots_deferred: u64,
     /// Raft messages queued to go as chunks.
     pub chunked: u64,
     /// Bytes of chunked messages sent (headers not counted).
@@ -388,6 +395,8 @@ where
     machine_floor: u64,
     /// The machine applied something since it last persisted.
     machine_dirty: bool,
+    /// Planted `lazy_machine_persist`: the last dirty batch was not persisted.
+    lazy_skipped: bool,
     applied: u64,
     /// Addresses given at start (without this replica).
     boot_peers: BTreeMap<u64, T::Addr>,
@@ -479,6 +488,9 @@ fn start_state<D: Durable, M: StateMachine>(durable: &mut D, machine: &mut M) ->
     if !data.is_empty() {
         let decoded = snapshot::decode(&data).map_err(|e| format!("snapshot at index {}: {e}", meta.index))?;
         if machine.applied() < meta.index {
+            if decoded.machine.is_empty() {
+                return Err(format!("the store compacted the log to index {} with the machine's state left to the machine (a deferred snapshot), but the machine applied only to {}: its state was lost", meta.index, machine.applied()));
+            }
             snapshot::restore_machine(machine, meta.index, &decoded)?;
         }
         own = decoded.replica;
@@ -565,7 +577,7 @@ where
             // simulation, seed 2546).
             ..Default::default()
         };
-        let raw = RawNode::new(&raft_config, Store { durable }, &discard_logger())?;
+        let raw = RawNode::new(&raft_config, Store::new(durable), &discard_logger())?;
         let rng = Xoshiro256PlusPlus::seed_from_u64(config.seed);
         let seed = config.seed;
         let mut replica = Replica {
@@ -574,6 +586,7 @@ where
             raw,
             machine_floor: machine.applied(),
             machine_dirty: false,
+            lazy_skipped: false,
             machine,
             own,
             smr1: None,
@@ -1506,7 +1519,15 @@ where
     /// cannot persist halts the replica; its batch fails unanswered.
     fn finish_batch(&mut self, t: &mut T) {
         if std::mem::take(&mut self.machine_dirty) && self.halted.is_none() {
-            if let Err(e) = self.machine.persist_applied() {
+            if self.config.faults.lazy_machine_persist {
+                self.lazy_skipped = !self.lazy_skipped;
+                if self.lazy_skipped {
+                    self.machine_dirty = true;
+                }
+            }
+            if self.machine_dirty {
+                // planted: left for the next batch
+            } else if let Err(e) = self.machine.persist_applied() {
                 self.halted = Some(format!("replica {}: {e} (applied to index {}); it cannot go on with a machine that lost what it applied", self.config.id, self.applied));
             }
         }
@@ -1738,19 +1759,29 @@ where
         if self.machine.applied() > self.applied || self.halted.is_some() {
             return Ok(());
         }
+        // raft-rs asked to send the stored snapshot, a deferred one: encode
+        // a whole one now (at this index, even if it is the stored one's).
+        let wanted = self.raw.store().snapshot_wanted.take();
         let forced = std::mem::take(&mut self.compact_now) && self.applied > self.snapshot_index;
         let filling = self.applied > self.snapshot_index && self.durable().log_space().is_some_and(|(free, capacity)| free < capacity / 2);
-        if !forced && !filling && (self.applied < self.snapshot_index + self.config.snapshot_every || self.defer_compaction()) {
+        if !wanted && !forced && !filling && (self.applied < self.snapshot_index + self.config.snapshot_every || self.defer_compaction()) {
             return Ok(());
         }
         let mut meta = SnapshotMetadata { index: self.applied, ..Default::default() };
         meta.term = self.durable().term(self.applied).expect("applied entries are held");
         meta.set_conf_state(self.raw.raft.prs().conf().to_conf_state());
-        let data = snapshot::encode(&self.own, &self.machine.snapshot());
+        // A machine that keeps its state durably (persisted by the batch's
+        // `finish_batch` just before: nothing is dirty) needs no copy of it
+        // to compact: the record holds the replica's part only. A new
+        // member (`compact_now`) or raft-rs (`wanted`) gets a whole one.
+        let deferred = self.machine.keeps_state() && !wanted && !forced;
+        assert!(!self.machine_dirty || self.config.faults.lazy_machine_persist, "compaction follows the batch's persist");
+        let data = if deferred { snapshot::encode(&self.own, &[]) } else { snapshot::encode(&self.own, &self.machine.snapshot()) };
         let durable = &mut self.raw.mut_store().durable;
         crate::logrefs::compact(durable, &meta, &data, &mut MachineRefs(&mut self.machine)).map_err(store_error)?;
         self.snapshot_index = self.applied;
         self.counters.snapshots += 1;
+        self.counters.snapshots_deferred += u64::from(deferred);
         Ok(())
     }
 

@@ -66,6 +66,17 @@ pub struct Decoded<'a> {
     pub legacy: bool,
 }
 
+/// Whether `bytes` is a compaction record of a machine that keeps its own
+/// state durably ([`crate::state::StateMachine::keeps_state`]): an
+/// SMRSNAP4 snapshot whose machine part is empty (a machine's own
+/// snapshot never is: it carries at least its checksum). The replica's part
+/// is whole; the machine's state at the index is the machine's own, so
+/// such a snapshot restores nothing and is never sent to a peer. Reads
+/// only the magic and the length field; [`decode`] checks the rest.
+pub fn is_deferred(bytes: &[u8]) -> bool {
+    bytes.len() >= 32 && &bytes[..8] == MAGIC && bytes[24..32] == [0; 8]
+}
+
 /// The snapshot of `replica` and the machine's `machine` bytes.
 pub fn encode(replica: &ReplicaPart, machine: &[u8]) -> Vec<u8> {
     assert!(replica.members.len() <= MAX_MEMBERS, "members within bound");

@@ -80,6 +80,16 @@ pub trait StateMachine {
     /// state is unchanged.
     fn restore(&mut self, index: u64, bytes: &[u8]) -> Result<(), RestoreError>;
 
+    /// Whether the machine keeps its state durably itself, as of
+    /// [`StateMachine::applied`] after each [`StateMachine::persist_applied`]
+    /// (a persistent keyspace). Then log compaction stores no copy of the
+    /// state (a deferred snapshot, `crate::snapshot::is_deferred`): a whole
+    /// one is encoded only when a peer needs one. False by default: every
+    /// compaction encodes [`StateMachine::snapshot`].
+    fn keeps_state(&self) -> bool {
+        false
+    }
+
     /// The log seam (`crate::logrefs`): whether this machine's entries name
     /// its own buffers, so the replica tells it which entries the durable
     /// log holds ([`StateMachine::log_held`], [`StateMachine::log_dropped`]).

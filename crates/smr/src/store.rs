@@ -198,6 +198,18 @@ pub fn check_append(store: &impl Durable, first: u64) -> Result<(), StoreError> 
 pub struct Store<D: Durable> {
     /// The durable state.
     pub durable: D,
+    /// raft-rs asked for a snapshot to send while the stored one was a
+    /// compaction record of a machine that keeps its own state (its machine
+    /// part deferred, `crate::snapshot::is_deferred`): the replica encodes a
+    /// whole one at the end of the turn, and raft-rs asks again.
+    pub snapshot_wanted: std::cell::Cell<bool>,
+}
+
+impl<D: Durable> Store<D> {
+    /// raft-rs's view of `durable`.
+    pub fn new(durable: D) -> Store<D> {
+        Store { durable, snapshot_wanted: std::cell::Cell::new(false) }
+    }
 }
 
 fn compacted() -> raft::Error {
@@ -259,6 +271,11 @@ impl<D: Durable> raft::Storage for Store<D> {
 
     fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
         let (meta, data) = self.durable.snapshot();
+        if crate::snapshot::is_deferred(&data) {
+            // Never sent: the peer would have nothing to restore from.
+            self.snapshot_wanted.set(true);
+            return Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable));
+        }
         if meta.index < request_index {
             return Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable));
         }

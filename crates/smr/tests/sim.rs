@@ -99,6 +99,9 @@ impl StateMachine for PersistentKv {
         self.durable = self.live.clone();
         Ok(())
     }
+    fn keeps_state(&self) -> bool {
+        true
+    }
 }
 
 impl Smr1Machine for PersistentKv {
@@ -178,6 +181,17 @@ fn planted_unchecked_chunks_are_caught() {
     let found = caught(Faults { unchecked_chunks: true, ..Faults::default() });
     assert!(found.is_some(), "chunks joined without checking their offsets and checksums went unnoticed");
     println!("caught: {found:?}");
+}
+
+/// A machine that keeps its own state, persisted lazily, lags the
+/// deferred snapshot compaction records: a crash then loses its state
+/// (the log no longer holds it), which the restart reports.
+#[test]
+fn planted_lazy_machine_persist_under_deferred_snapshots_is_caught() {
+    let cfg = SimConfig { planted: Faults { lazy_machine_persist: true, ..Faults::default() }, ..SimConfig::pmem(3) };
+    let found = (0..2000).map(|seed| run_with::<PersistentKv>(seed, &cfg)).find(|r| !r.passed());
+    let (seed, violations) = found.map(|r| (r.seed, r.violations)).expect("a machine behind its deferred snapshot went unnoticed");
+    println!("caught at seed {seed}: {violations:?}");
 }
 
 #[test]
