@@ -403,6 +403,9 @@ fn metric(results: &[BenchResult], bench: &str, variant: &str, m: &str, clients:
         .find_map(|r| r.get(m))
 }
 
+/// The throughput floor's name in the headlines.
+const OPS_FLOOR: &str = "raw TCP sockets, batched as a Raft leader batches (no log, no Raft)";
+
 /// The ratios, all from one run.
 pub fn headlines(results: &[BenchResult], skipped: &[Skipped]) -> Vec<Headline> {
     let p50 = |v: &str| metric(results, SET64, v, "latency_ns_p50", None);
@@ -413,9 +416,14 @@ pub fn headlines(results: &[BenchResult], skipped: &[Skipped]) -> Vec<Headline> 
         ratio("kv-replicated SET 64 B p50, 1 client: pmwire 3 members / raw TCP floor (4 messages)", div(p50(CLUSTER), p50(raw_floor::VARIANT)), 1.5, false, "plain blocking sockets, same run"),
         ratio("kv-replicated SET 64 B p50, 1 client: pmwire 3 members / Redis + WAIT 2 0", div(p50(CLUSTER), p50(redis)), 1.0, false, "redis-server + 2 replicas, AOF always"),
         ratio("kv-replicated SET 64 B p50, 1 client: pmwire 3 members / etcd", div(p50(CLUSTER), p50(etcd)), 1.0, false, "etcd 3.4, 3 members, tmpfs"),
-        ratio("kv-replicated SETs/s at 64 clients: pmwire 3 members / Redis + WAIT 2 0", div(ops(CLUSTER), ops(redis)), 3.0, true, "redis-server + 2 replicas, AOF always"),
-        ratio("kv-replicated SETs/s at 64 clients: pmwire 3 members / etcd", div(ops(CLUSTER), ops(etcd)), 10.0, true, "etcd 3.4, 3 members, tmpfs"),
-        ratio("kv-replicated SETs/s at 64 clients: pmwire 3 members / single-node pmwire kv", div(ops(CLUSTER), ops(SINGLE)), 0.5, true, "pmwire kv, one node, same run"),
+        // The batched raw floor bounds what any replicated design reaches
+        // here: a target past it is shown BOUND when we are near it.
+        ratio("kv-replicated SETs/s at 64 clients: pmwire 3 members / Redis + WAIT 2 0", div(ops(CLUSTER), ops(redis)), 3.0, true, "redis-server + 2 replicas, AOF always")
+            .with_floor(OPS_FLOOR, div(ops(raw_floor::VARIANT), ops(redis)), crate::smr::suite::FLOOR_WITHIN),
+        ratio("kv-replicated SETs/s at 64 clients: pmwire 3 members / etcd", div(ops(CLUSTER), ops(etcd)), 10.0, true, "etcd 3.4, 3 members, tmpfs")
+            .with_floor(OPS_FLOOR, div(ops(raw_floor::VARIANT), ops(etcd)), crate::smr::suite::FLOOR_WITHIN),
+        ratio("kv-replicated SETs/s at 64 clients: pmwire 3 members / single-node pmwire kv", div(ops(CLUSTER), ops(SINGLE)), 0.5, true, "pmwire kv, one node, same run")
+            .with_floor(OPS_FLOOR, div(ops(raw_floor::VARIANT), ops(SINGLE)), crate::smr::suite::FLOOR_WITHIN),
         ratio("kv-replicated SETs/s at 64 clients: raw TCP floor / pmwire 3 members (a floor the system beats is no floor)", div(ops(raw_floor::VARIANT), ops(CLUSTER)), 1.0, true, "the floor, same run").for_information(),
     ];
     let reason = |bench: &str| skipped.iter().find(|s| s.bench == bench && s.variant == CLUSTER).map_or("the cluster did not run".to_string(), |s| s.reason.clone());

@@ -159,10 +159,16 @@ impl Drop for RawFloor {
 
 /// The floor under load: one leader that many clients share, for the
 /// throughput sweep. The leader waits with `poll(2)` on its listener, its
-/// followers and every client; it forwards each write to both followers as
-/// it is read and answers, in order, every write one follower has
-/// acknowledged (a majority with itself). Plain blocking sockets
-/// otherwise, as [`RawFloor`]; a stop eventfd ends it.
+/// followers and every client; the writes it read in one round go to each
+/// follower as one send, a follower acknowledges each read of its socket
+/// with one count of the writes it holds so far, and the leader answers,
+/// in order, every write one follower has acknowledged (a majority with
+/// itself). That is the batching a Raft leader does (one append per turn
+/// for what arrived in it, one acknowledgement per append): without it,
+/// a replicated system that batches beat this floor under load (Redis +
+/// `WAIT` did, 34 K against 27 K SETs/s), and a floor the system beats is
+/// no floor. Plain blocking sockets otherwise, as [`RawFloor`]; a stop
+/// eventfd ends it.
 pub struct SharedRawFloor {
     addr: std::net::SocketAddr,
     stop: std::os::fd::OwnedFd,
@@ -179,6 +185,39 @@ struct SharedLeader {
     waiting: std::collections::VecDeque<usize>,
     acked: [u64; 2],
     answered: u64,
+}
+
+/// A follower of the shared floor: acknowledges each read of its socket
+/// with the count of whole writes it holds so far.
+fn batch_follower(l: TcpListener) -> std::io::Result<()> {
+    let mut s = accept(&l)?;
+    let mut buf = vec![0u8; 256 << 10];
+    let (mut held, mut partial) = (0u64, 0usize);
+    loop {
+        let n = s.read(&mut buf)?;
+        if n == 0 {
+            return Ok(());
+        }
+        let bytes = partial + n;
+        held += (bytes / WRITE_BYTES) as u64;
+        partial = bytes % WRITE_BYTES;
+        s.write_all(&held.to_le_bytes())?;
+    }
+}
+
+/// The latest count in the acknowledgements a follower's read brought
+/// (`pending` keeps a count cut by the read).
+fn latest_ack(s: &mut TcpStream, pending: &mut Vec<u8>) -> std::io::Result<Option<u64>> {
+    let mut buf = [0u8; 4096];
+    let n = s.read(&mut buf)?;
+    if n == 0 {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    pending.extend_from_slice(&buf[..n]);
+    let whole = pending.len() / ACK_BYTES * ACK_BYTES;
+    let latest = pending[..whole].chunks_exact(ACK_BYTES).last().map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")));
+    pending.drain(..whole);
+    Ok(latest)
 }
 
 impl SharedLeader {
@@ -200,7 +239,8 @@ impl SharedLeader {
 fn shared_leader(l: TcpListener, mut followers: [TcpStream; 2], stop: std::os::fd::RawFd) -> std::io::Result<()> {
     let mut leader = SharedLeader { clients: Vec::new(), waiting: std::collections::VecDeque::new(), acked: [0; 2], answered: 0 };
     let mut buf = [0u8; WRITE_BYTES];
-    let mut ack = [0u8; ACK_BYTES];
+    let mut pending_acks = [Vec::new(), Vec::new()];
+    let mut batch = Vec::new();
     let mut fds = Vec::new();
     loop {
         fds.clear();
@@ -227,11 +267,13 @@ fn shared_leader(l: TcpListener, mut followers: [TcpStream; 2], stop: std::os::f
         }
         for i in 0..2 {
             if fds[2 + i].revents != 0 {
-                followers[i].read_exact(&mut ack)?;
-                leader.acked[i] += 1;
+                if let Some(count) = latest_ack(&mut followers[i], &mut pending_acks[i])? {
+                    leader.acked[i] = count;
+                }
             }
         }
         leader.answer();
+        batch.clear();
         for (i, fd) in fds[4..].iter().enumerate() {
             if fd.revents == 0 {
                 continue;
@@ -241,10 +283,13 @@ fn shared_leader(l: TcpListener, mut followers: [TcpStream; 2], stop: std::os::f
                 leader.clients[i] = None;
                 continue;
             }
-            for f in &mut followers {
-                f.write_all(&buf)?;
-            }
+            batch.extend_from_slice(&buf);
             leader.waiting.push_back(i);
+        }
+        if !batch.is_empty() {
+            for f in &mut followers {
+                f.write_all(&batch)?;
+            }
         }
     }
 }
@@ -261,7 +306,7 @@ impl SharedRawFloor {
         let stop = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(efd) };
         let mut nodes = Vec::with_capacity(3);
         for l in [f1, f2] {
-            nodes.push(std::thread::Builder::new().name("raw-floor-follower".into()).spawn(move || follower(l))?);
+            nodes.push(std::thread::Builder::new().name("raw-floor-follower".into()).spawn(move || batch_follower(l))?);
         }
         let addr = lead.local_addr()?;
         nodes.push(std::thread::Builder::new().name("raw-floor-leader".into()).spawn(move || shared_leader(lead, followers, efd))?);
