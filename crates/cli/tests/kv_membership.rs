@@ -10,10 +10,12 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod resp;
 use resp::{free_port, Client, Reply};
+mod cluster;
+use cluster::{ready_exists, wait_for};
 
 
 struct Cluster {
@@ -93,7 +95,7 @@ impl Cluster {
             if let Ok(Some(status)) = child.try_wait() {
                 panic!("member {} exited ({status}): {}", i + 1, std::fs::read_to_string(&log).unwrap_or_default());
             }
-            std::fs::read_to_string(&ready).map(|s| s.contains("resp")).unwrap_or(false).then_some(())
+            ready_exists(&ready).then_some(())
         });
     }
 
@@ -133,17 +135,6 @@ impl Cluster {
 
     fn log(&self, i: usize) -> String {
         std::fs::read_to_string(self.path(&format!("log{i}"))).unwrap_or_default()
-    }
-}
-
-fn wait_for<T>(bound: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(start.elapsed() < bound, "no {what} within {bound:?}");
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
