@@ -15,7 +15,7 @@ use std::time::Duration;
 mod resp;
 use resp::{free_port, Client, Reply};
 mod cluster;
-use cluster::{ready_exists, wait_for};
+use cluster::{wait_for, wait_ready_file};
 
 
 struct Cluster {
@@ -90,13 +90,7 @@ impl Cluster {
     fn wait_ready(&mut self, i: usize) {
         let ready = self.path(&format!("ready{i}"));
         let log = self.path(&format!("log{i}"));
-        let child = self.children[i].as_mut().unwrap();
-        wait_for(Duration::from_secs(20), "a member's ready file", || {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("member {} exited ({status}): {}", i + 1, std::fs::read_to_string(&log).unwrap_or_default());
-            }
-            ready_exists(&ready).then_some(())
-        });
+        wait_ready_file(self.children[i].as_mut().unwrap(), i, &ready, &log);
     }
 
     fn client(&self, i: usize) -> Client {

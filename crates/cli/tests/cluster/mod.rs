@@ -97,13 +97,7 @@ impl Cluster {
     pub fn wait_ready(&mut self, i: usize) {
         let ready = self.path(&format!("ready{i}"));
         let log = self.path(&format!("log{i}"));
-        let child = self.children[i].as_mut().unwrap();
-        wait_for(Duration::from_secs(20), "a member's ready file", || {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("member {} exited ({status}): {}", i + 1, std::fs::read_to_string(&log).unwrap_or_default());
-            }
-            ready_exists(&ready).then_some(())
-        });
+        wait_ready_file(self.children[i].as_mut().unwrap(), i, &ready, &log);
     }
 
     pub fn client(&self, i: usize) -> Client {
@@ -132,6 +126,17 @@ impl Cluster {
         let ok = Command::new("kill").args([sig, &pid.to_string()]).status().unwrap().success();
         assert!(ok, "kill {sig} {pid}");
     }
+}
+
+/// Waits (20 s at most) for member `i`'s ready file; a member that exits
+/// first fails the test with its log.
+pub fn wait_ready_file(child: &mut Child, i: usize, ready: &Path, log: &Path) {
+    wait_for(Duration::from_secs(20), "a member's ready file", || {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("member {} exited ({status}): {}", i + 1, std::fs::read_to_string(log).unwrap_or_default());
+        }
+        ready_exists(ready).then_some(())
+    });
 }
 
 pub fn ready_exists(p: &Path) -> bool {
