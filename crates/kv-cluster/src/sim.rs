@@ -15,7 +15,8 @@
 //! sets, sorted sets, TTLs that run out as virtual time moves, PEXPIRE,
 //! RENAME, MULTI/EXEC transactions, the random commands (SPOP,
 //! SRANDMEMBER, HRANDFIELD, ZRANDMEMBER, RANDOMKEY, SCAN) and sweeps, on
-//! other keys, with tiny chunk limits so collections are chunked. Those
+//! other keys (drawn by [`crate::gen::Commands`], as the integration
+//! tests' entry stream is), with tiny chunk limits so collections are chunked. Those
 //! are checked by their answer (status OK, a reply) and by convergence:
 //! after healing every member holds the same snapshot, byte for byte.
 //!
