@@ -22,6 +22,7 @@ mod remote_cmd;
 mod secret_args;
 mod kvrep_cmd;
 mod smr_check;
+mod smr_check_forward;
 mod smr_cmd;
 mod size;
 
@@ -321,7 +322,7 @@ fn tour(args: &TourArgs) -> Result<()> {
     let checks_ok = check::run(&check::CheckArgs { command: None, seed: None, quick: false })?;
     println!("\n== fuzz: the remote server core and pmwire serve over tcp and sm, every reply checked against a model (pmwire check fuzz, 2 s per phase) ==");
     let fuzz_ok = fuzz_cmd::run(&fuzz_cmd::FuzzArgs::tour(2))?;
-    println!("\n== replication: seeded simulations of 3 and 5 replicas under faults, the key-value map and the Redis machine, histories checked for linearizability (pmwire check smr, 100 seeds each) ==");
+    println!("\n== replication: seeded simulations of 3 and 5 replicas under faults, the key-value map and the Redis machine, and follower forwarding; histories checked for linearizability (pmwire check smr, 100 seeds each) ==");
     let smr_ok = smr_check::run(&smr_check::SmrCheckArgs::tour())?;
     println!("\n== bench local (quick; headline ratios against the peers at the end) ==");
     let local = run_local(&args.pool, true, &[], &args.out)?;

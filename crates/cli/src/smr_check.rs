@@ -6,8 +6,13 @@
 //! Redis machine also a member drawing its own randomness, and on the
 //! persistent store, whose runs put the Redis machine on the engine over a
 //! traced medium, a keyspace committing writes apart from the applied
-//! index). Prints a progress bar on a terminal, a table, and
-//! for a failure its seed and the command that replays it.
+//! index). Then the follower-forwarding simulation
+//! (`pmwire_smr::sim_forward`: embedder clients on the leader and on
+//! followers, proposals and reads forwarded by raft-rs, histories checked
+//! per key), over the same seeds and sizes, and its planted bug (no
+//! exactly-once table for forwarded proposals); `--forward` runs it alone,
+//! `--no-forward` leaves it out. Prints a progress bar on a terminal, a
+//! table, and for a failure its seed and the command that replays it.
 
 use std::io::IsTerminal;
 use std::time::Instant;
@@ -44,6 +49,12 @@ pub struct SmrCheckArgs {
     /// The replicated machine: the key-value map, Redis, or both.
     #[arg(long, default_value = "both", value_parser = ["kv", "redis", "both"])]
     pub machine: String,
+    /// Only the follower-forwarding simulation (`sim_forward`).
+    #[arg(long, conflicts_with = "no_forward")]
+    pub forward: bool,
+    /// Leave the follower-forwarding simulation out.
+    #[arg(long)]
+    pub no_forward: bool,
 }
 
 /// Which machine a run simulates.
@@ -85,7 +96,16 @@ impl Machine {
 impl SmrCheckArgs {
     /// A short run for the tour.
     pub fn tour() -> SmrCheckArgs {
-        SmrCheckArgs { seeds: 100, first: 0, replicas: "both".into(), store: "both".into(), planted_seeds: 2000, machine: "both".into() }
+        SmrCheckArgs {
+            seeds: 100,
+            first: 0,
+            replicas: "both".into(),
+            store: "both".into(),
+            planted_seeds: 2000,
+            machine: "both".into(),
+            forward: false,
+            no_forward: false,
+        }
     }
 }
 
@@ -108,7 +128,7 @@ struct Totals {
     partitions: u64,
 }
 
-fn progress(len: u64, what: &str) -> ProgressBar {
+pub(crate) fn progress(len: u64, what: &str) -> ProgressBar {
     let bar = ProgressBar::new(len);
     if std::io::stderr().is_terminal() {
         bar.set_style(ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} seeds {eta}").expect("template").progress_chars("=> "));
@@ -119,13 +139,29 @@ fn progress(len: u64, what: &str) -> ProgressBar {
     bar
 }
 
-/// Runs the check; true if every run passed and every planted bug was caught.
-pub fn run(args: &SmrCheckArgs) -> Result<bool> {
-    let sizes: &[u64] = match args.replicas.as_str() {
+fn sizes(args: &SmrCheckArgs) -> &'static [u64] {
+    match args.replicas.as_str() {
         "3" => &[3],
         "5" => &[5],
         _ => &[3, 5],
-    };
+    }
+}
+
+/// Runs the check; true if every run passed and every planted bug was caught.
+pub fn run(args: &SmrCheckArgs) -> Result<bool> {
+    let mut all_ok = true;
+    if !args.forward {
+        all_ok &= run_replication(args);
+    }
+    if !args.no_forward {
+        all_ok &= crate::smr_check_forward::run(args, sizes(args));
+    }
+    Ok(all_ok)
+}
+
+/// The replication simulation and its planted bugs.
+fn run_replication(args: &SmrCheckArgs) -> bool {
+    let sizes = sizes(args);
     let stores: &[SimStore] = match args.store.as_str() {
         "mem" => &[SimStore::Mem],
         "pmem" => &[SimStore::Pmem],
@@ -172,7 +208,7 @@ pub fn run(args: &SmrCheckArgs) -> Result<bool> {
     for &machine in machines {
         all_ok &= planted_caught(args, stores, machine);
     }
-    Ok(all_ok)
+    all_ok
 }
 
 /// Runs every planted bug until a seed catches it; true if all were caught.

@@ -10,10 +10,12 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod resp;
 use resp::{free_port, Client, Reply};
+mod cluster;
+use cluster::{wait_for, wait_ready_file};
 
 
 struct Cluster {
@@ -88,13 +90,7 @@ impl Cluster {
     fn wait_ready(&mut self, i: usize) {
         let ready = self.path(&format!("ready{i}"));
         let log = self.path(&format!("log{i}"));
-        let child = self.children[i].as_mut().unwrap();
-        wait_for(Duration::from_secs(20), "a member's ready file", || {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("member {} exited ({status}): {}", i + 1, std::fs::read_to_string(&log).unwrap_or_default());
-            }
-            std::fs::read_to_string(&ready).map(|s| s.contains("resp")).unwrap_or(false).then_some(())
-        });
+        wait_ready_file(self.children[i].as_mut().unwrap(), i, &ready, &log);
     }
 
     fn client(&self, i: usize) -> Client {
@@ -133,17 +129,6 @@ impl Cluster {
 
     fn log(&self, i: usize) -> String {
         std::fs::read_to_string(self.path(&format!("log{i}"))).unwrap_or_default()
-    }
-}
-
-fn wait_for<T>(bound: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(start.elapsed() < bound, "no {what} within {bound:?}");
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

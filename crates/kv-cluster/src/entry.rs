@@ -140,7 +140,8 @@ pub enum EntryError {
     NotReplicated,
 }
 
-fn protocol_byte(p: Protocol) -> u8 {
+/// A protocol's byte in the header.
+pub(crate) fn protocol_byte(p: Protocol) -> u8 {
     match p {
         Protocol::Resp2 => 2,
         Protocol::Resp3 => 3,
@@ -164,11 +165,8 @@ impl Entry<'_> {
         assert!(self.expire_budget <= MAX_SWEEP_BUDGET && self.garbage_budget <= MAX_SWEEP_BUDGET);
         let keys: usize = self.watched.iter().map(|w| WATCHED_BYTES + w.key.len()).sum();
         let mut out = Vec::with_capacity(HEADER_BYTES + keys + commands_len + 4);
-        out.extend_from_slice(&MAGIC);
         let protocol = if self.kind == Kind::Sweep { 0 } else { protocol_byte(self.protocol) };
-        out.extend_from_slice(&[VERSION, self.kind.to_byte(), protocol, 0]);
-        out.extend_from_slice(&self.time_ms.to_le_bytes());
-        out.extend_from_slice(&self.seed.to_le_bytes());
+        Head { version: VERSION, kind: self.kind.to_byte(), protocol, time_ms: self.time_ms, seed: self.seed }.encode(&mut out);
         out.extend_from_slice(&self.count.to_le_bytes());
         out.extend_from_slice(&(self.watched.len() as u32).to_le_bytes());
         out.extend_from_slice(&self.expire_budget.to_le_bytes());
@@ -191,34 +189,39 @@ impl Entry<'_> {
         let before = out.len();
         write(&mut out);
         assert_eq!(out.len() - before, commands_len, "the commands' length written in the header");
-        let crc = crc32c::crc32c(&out);
-        out.extend_from_slice(&crc.to_le_bytes());
+        seal(&mut out);
         out
     }
 }
 
-/// The entry's bytes through [`le::Reader`], a short read naming the field.
-struct Reader<'a>(le::Reader<'a>);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: u64, what: &'static str) -> Result<&'a [u8], EntryError> {
-        self.0.take(n).ok_or(EntryError::Bounds(what))
-    }
-
-    fn u32(&mut self, what: &'static str) -> Result<u32, EntryError> {
-        self.0.u32().ok_or(EntryError::Bounds(what))
-    }
-
-    fn u64(&mut self, what: &'static str) -> Result<u64, EntryError> {
-        self.0.u64().ok_or(EntryError::Bounds(what))
-    }
+/// The header's first 24 bytes, the same in every version (`docs/FORMAT.md`):
+/// magic, version, kind, protocol, a reserved zero byte, the proposer's
+/// time and random draw. Both entry forms (this module's and
+/// [`crate::extent`]'s) write and read them here; each reads its own last
+/// 24 header bytes and interprets `kind` and `protocol` itself.
+pub(crate) struct Head {
+    pub(crate) version: u8,
+    pub(crate) kind: u8,
+    pub(crate) protocol: u8,
+    pub(crate) time_ms: u64,
+    pub(crate) seed: u64,
 }
 
-impl<'a> Entry<'a> {
-    /// Decodes and checks `bytes`: checksum first, then the header's fields,
-    /// then every length against its bound and the bytes left. The
-    /// commands are not parsed here (the machine parses them).
-    pub fn decode(bytes: &'a [u8]) -> Result<Entry<'a>, EntryError> {
+impl Head {
+    /// Appends the 24 bytes.
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&[self.version, self.kind, self.protocol, 0]);
+        out.extend_from_slice(&self.time_ms.to_le_bytes());
+        out.extend_from_slice(&self.seed.to_le_bytes());
+        assert_eq!(out.len() - start, 24);
+    }
+
+    /// Checks `bytes`' trailing crc32c before reading anything, then the
+    /// magic, `version` and the reserved byte; the head, and a reader at
+    /// the header's byte 24 over the checksummed bytes.
+    pub(crate) fn decode(bytes: &[u8], version: u8) -> Result<(Head, Reader<'_>), EntryError> {
         if bytes.len() < HEADER_BYTES + 4 {
             return Err(EntryError::Short);
         }
@@ -231,21 +234,56 @@ impl<'a> Entry<'a> {
         if head[..4] != MAGIC {
             return Err(EntryError::Magic);
         }
-        if head[4] != VERSION {
+        if head[4] != version {
             return Err(EntryError::Version(head[4]));
         }
-        let kind = Kind::from_byte(head[5]).ok_or(EntryError::Kind(head[5]))?;
-        let protocol = match (kind, head[6]) {
+        if head[7] != 0 {
+            return Err(EntryError::Field("reserved"));
+        }
+        let (kind, protocol) = (head[5], head[6]);
+        let time_ms = r.u64("time")?;
+        let seed = r.u64("seed")?;
+        Ok((Head { version, kind, protocol, time_ms, seed }, r))
+    }
+}
+
+/// Appends the crc32c of everything in `out`: an entry's last field.
+pub(crate) fn seal(out: &mut Vec<u8>) {
+    let crc = crc32c::crc32c(out);
+    out.extend_from_slice(&crc.to_le_bytes());
+}
+
+/// An entry's bytes through [`le::Reader`], a short read naming the field.
+pub(crate) struct Reader<'a>(pub(crate) le::Reader<'a>);
+
+impl<'a> Reader<'a> {
+    pub(crate) fn take(&mut self, n: u64, what: &'static str) -> Result<&'a [u8], EntryError> {
+        self.0.take(n).ok_or(EntryError::Bounds(what))
+    }
+
+    pub(crate) fn u32(&mut self, what: &'static str) -> Result<u32, EntryError> {
+        self.0.u32().ok_or(EntryError::Bounds(what))
+    }
+
+    pub(crate) fn u64(&mut self, what: &'static str) -> Result<u64, EntryError> {
+        self.0.u64().ok_or(EntryError::Bounds(what))
+    }
+}
+
+impl<'a> Entry<'a> {
+    /// Decodes and checks `bytes`: checksum first, then the header's fields,
+    /// then every length against its bound and the bytes left. The
+    /// commands are not parsed here (the machine parses them).
+    pub fn decode(bytes: &'a [u8]) -> Result<Entry<'a>, EntryError> {
+        let (head, mut r) = Head::decode(bytes, VERSION)?;
+        let kind = Kind::from_byte(head.kind).ok_or(EntryError::Kind(head.kind))?;
+        let protocol = match (kind, head.protocol) {
             (Kind::Sweep, 0) => Protocol::Resp2,
             (Kind::Command | Kind::Exec, 2) => Protocol::Resp2,
             (Kind::Command | Kind::Exec, 3) => Protocol::Resp3,
             _ => return Err(EntryError::Field("protocol")),
         };
-        if head[7] != 0 {
-            return Err(EntryError::Field("reserved"));
-        }
-        let time_ms = r.u64("time")?;
-        let seed = r.u64("seed")?;
+        let (time_ms, seed) = (head.time_ms, head.seed);
         let count = r.u32("count")?;
         let watched_count = r.u32("watched count")?;
         let expire_budget = r.u32("expire budget")?;
@@ -307,7 +345,7 @@ fn read_watched(r: &mut Reader<'_>) -> Result<Watched, EntryError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn sample() -> Vec<u8> {
@@ -346,26 +384,32 @@ mod tests {
 
     #[test]
     fn every_flipped_bit_and_every_cut_is_refused() {
-        let bytes = sample();
+        refuses_flips_and_cuts(&sample(), |b| Entry::decode(b).is_err());
+    }
+
+    /// `refused(bytes)` for every one-bit flip and every cut of `bytes`.
+    pub(crate) fn refuses_flips_and_cuts(bytes: &[u8], refused: impl Fn(&[u8]) -> bool) {
         for i in 0..bytes.len() * 8 {
-            let mut b = bytes.clone();
+            let mut b = bytes.to_vec();
             b[i / 8] ^= 1 << (i % 8);
-            assert!(Entry::decode(&b).is_err(), "bit {i}");
+            assert!(refused(&b), "bit {i}");
         }
         for n in 0..bytes.len() {
-            assert!(Entry::decode(&bytes[..n]).is_err(), "cut at {n}");
+            assert!(refused(&bytes[..n]), "cut at {n}");
         }
+    }
+
+    /// `b` with its checksum made right again.
+    pub(crate) fn reseal(mut b: Vec<u8>) -> Vec<u8> {
+        let n = b.len() - 4;
+        let crc = crc32c::crc32c(&b[..n]);
+        b[n..].copy_from_slice(&crc.to_le_bytes());
+        b
     }
 
     /// Fields checked after the checksum: a well-checksummed entry with a bad field.
     #[test]
     fn bad_fields_with_good_checksums_are_refused() {
-        let reseal = |mut b: Vec<u8>| {
-            let n = b.len() - 4;
-            let crc = crc32c::crc32c(&b[..n]);
-            b[n..].copy_from_slice(&crc.to_le_bytes());
-            b
-        };
         let bytes = sample();
         let mut cases: Vec<(usize, u8, EntryError)> = vec![
             (0, b'X', EntryError::Magic),

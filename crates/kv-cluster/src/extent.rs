@@ -22,10 +22,9 @@
 
 use std::borrow::Cow;
 
-use pmem::le;
 use pmwire_resp::reply::Protocol;
 
-use crate::entry::{EntryError, HEADER_BYTES, MAGIC, MAX_BODY_BYTES};
+use crate::entry::{protocol_byte, seal, EntryError, Head, Reader, HEADER_BYTES, MAGIC, MAX_BODY_BYTES};
 
 /// The version byte of an extent-form entry.
 pub const VERSION: u8 = 2;
@@ -102,13 +101,6 @@ pub fn is_extent_form(bytes: &[u8]) -> bool {
     bytes.len() >= HEADER_BYTES && bytes[..4] == MAGIC && bytes[4] == VERSION
 }
 
-fn protocol_byte(p: Protocol) -> u8 {
-    match p {
-        Protocol::Resp2 => 2,
-        Protocol::Resp3 => 3,
-    }
-}
-
 impl ExtEntry<'_> {
     /// The entry's bytes.
     pub fn encode(&self) -> Vec<u8> {
@@ -116,10 +108,7 @@ impl ExtEntry<'_> {
         let body: usize = self.args.iter().map(arg_bytes).sum();
         assert!(body as u64 <= MAX_BODY_BYTES);
         let mut out = Vec::with_capacity(HEADER_BYTES + body + 4);
-        out.extend_from_slice(&MAGIC);
-        out.extend_from_slice(&[VERSION, 1, protocol_byte(self.protocol), 0]);
-        out.extend_from_slice(&self.time_ms.to_le_bytes());
-        out.extend_from_slice(&self.seed.to_le_bytes());
+        Head { version: VERSION, kind: 1, protocol: protocol_byte(self.protocol), time_ms: self.time_ms, seed: self.seed }.encode(&mut out);
         out.extend_from_slice(&(self.args.len() as u32).to_le_bytes());
         out.extend_from_slice(&0u32.to_le_bytes());
         out.extend_from_slice(&(body as u64).to_le_bytes());
@@ -129,8 +118,7 @@ impl ExtEntry<'_> {
             encode_arg(a, &mut out);
         }
         assert_eq!(out.len(), HEADER_BYTES + body, "the arguments' length written in the header");
-        let crc = crc32c::crc32c(&out);
-        out.extend_from_slice(&crc.to_le_bytes());
+        seal(&mut out);
         out
     }
 
@@ -178,54 +166,20 @@ fn encode_arg(a: &Arg<'_>, out: &mut Vec<u8>) {
     }
 }
 
-struct Reader<'a>(le::Reader<'a>);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: u64, what: &'static str) -> Result<&'a [u8], EntryError> {
-        self.0.take(n).ok_or(EntryError::Bounds(what))
-    }
-
-    fn u32(&mut self, what: &'static str) -> Result<u32, EntryError> {
-        self.0.u32().ok_or(EntryError::Bounds(what))
-    }
-
-    fn u64(&mut self, what: &'static str) -> Result<u64, EntryError> {
-        self.0.u64().ok_or(EntryError::Bounds(what))
-    }
-}
-
 impl<'a> ExtEntry<'a> {
     /// Decodes and checks `bytes`: checksum first, then the header, then
     /// every argument against its bounds and the bytes left.
     pub fn decode(bytes: &'a [u8]) -> Result<ExtEntry<'a>, EntryError> {
-        if bytes.len() < HEADER_BYTES + 4 {
-            return Err(EntryError::Short);
+        let (head, mut r) = Head::decode(bytes, VERSION)?;
+        if head.kind != 1 {
+            return Err(EntryError::Kind(head.kind));
         }
-        let (body, crc) = bytes.split_at(bytes.len() - 4);
-        if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().expect("4 bytes")) {
-            return Err(EntryError::Checksum);
-        }
-        let mut r = Reader(le::Reader::new(body, 0));
-        let head = r.take(8, "header")?;
-        if head[..4] != MAGIC {
-            return Err(EntryError::Magic);
-        }
-        if head[4] != VERSION {
-            return Err(EntryError::Version(head[4]));
-        }
-        if head[5] != 1 {
-            return Err(EntryError::Kind(head[5]));
-        }
-        let protocol = match head[6] {
+        let protocol = match head.protocol {
             2 => Protocol::Resp2,
             3 => Protocol::Resp3,
             _ => return Err(EntryError::Field("protocol")),
         };
-        if head[7] != 0 {
-            return Err(EntryError::Field("reserved"));
-        }
-        let time_ms = r.u64("time")?;
-        let seed = r.u64("seed")?;
+        let (time_ms, seed) = (head.time_ms, head.seed);
         let argc = r.u32("argument count")?;
         let reserved = r.u32("reserved")?;
         let body_len = r.u64("body length")?;
@@ -236,7 +190,7 @@ impl<'a> ExtEntry<'a> {
         if argc == 0 || argc > MAX_ARGS {
             return Err(EntryError::Bounds("argument count"));
         }
-        if body_len > MAX_BODY_BYTES || body_len != (body.len() - HEADER_BYTES) as u64 {
+        if body_len > MAX_BODY_BYTES || body_len != (bytes.len() - 4 - HEADER_BYTES) as u64 {
             return Err(EntryError::Bounds("body length"));
         }
         let mut args = Vec::with_capacity(argc.min(1024) as usize);
@@ -339,6 +293,7 @@ pub fn resp_value_bytes(commands: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::entry::tests::{refuses_flips_and_cuts, reseal};
 
     fn sample() -> Vec<u8> {
         let args = vec![
@@ -363,25 +318,11 @@ mod tests {
 
     #[test]
     fn every_flipped_bit_and_every_cut_is_refused() {
-        let bytes = sample();
-        for i in 0..bytes.len() * 8 {
-            let mut b = bytes.clone();
-            b[i / 8] ^= 1 << (i % 8);
-            assert!(ExtEntry::decode(&b).is_err(), "bit {i}");
-        }
-        for n in 0..bytes.len() {
-            assert!(ExtEntry::decode(&bytes[..n]).is_err(), "cut at {n}");
-        }
+        refuses_flips_and_cuts(&sample(), |b| ExtEntry::decode(b).is_err());
     }
 
     #[test]
     fn bad_fields_with_good_checksums_are_refused() {
-        let reseal = |mut b: Vec<u8>| {
-            let n = b.len() - 4;
-            let crc = crc32c::crc32c(&b[..n]);
-            b[n..].copy_from_slice(&crc.to_le_bytes());
-            b
-        };
         let bytes = sample();
         // The pool argument's tag is at 48 + 8 + 3 + 8 + 1.
         let pool_arg = HEADER_BYTES + 8 + 3 + 8 + 1;

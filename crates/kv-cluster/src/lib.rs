@@ -118,6 +118,8 @@ pub mod commands;
 pub mod copies;
 pub mod entry;
 pub mod extent;
+#[cfg(feature = "sim")]
+pub mod gen;
 pub mod machine;
 pub mod prf;
 pub mod proposer;

@@ -15,7 +15,8 @@
 //! sets, sorted sets, TTLs that run out as virtual time moves, PEXPIRE,
 //! RENAME, MULTI/EXEC transactions, the random commands (SPOP,
 //! SRANDMEMBER, HRANDFIELD, ZRANDMEMBER, RANDOMKEY, SCAN) and sweeps, on
-//! other keys, with tiny chunk limits so collections are chunked. Those
+//! other keys (drawn by [`crate::gen::Commands`], as the integration
+//! tests' entry stream is), with tiny chunk limits so collections are chunked. Those
 //! are checked by their answer (status OK, a reply) and by convergence:
 //! after healing every member holds the same snapshot, byte for byte.
 //!
@@ -58,6 +59,7 @@ use rand::Rng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 use crate::entry::Entry;
+use crate::gen::Commands;
 use crate::{MachineKeyspace, Proposer, RedisMachine};
 
 const SNAPSHOT_MAGIC: &[u8; 4] = b"SRD1";
@@ -324,7 +326,8 @@ impl<const L: bool, K: SimKeyspace> SimMachine for SimRedis<L, K> {
     fn random_request(rng: &mut Xoshiro256PlusPlus, keys: usize, _clients: usize, session: u64, seq: u64, now_ns: u64) -> Request {
         let now_ms = EPOCH_MS + now_ns / 1_000_000;
         let mut proposer = Proposer::with_key(rng.gen());
-        let mut g = Gen { rng };
+        // TTLs that run out within the faulty part of a run.
+        let mut g = Commands::new(rng, 300);
         if g.rng.gen_range(0..100) < 45 {
             let key = format!("k{}", g.rng.gen_range(0..keys)).into_bytes();
             let args: Vec<Vec<u8>> = match g.rng.gen_range(0..12) {
@@ -416,149 +419,6 @@ impl<const L: bool, K: SimKeyspace> SimMachine for SimRedis<L, K> {
     }
 }
 
-const STRINGS: &[&str] = &["s0", "s1", "n0"];
-const HASHES: &[&str] = &["h0", "h1"];
-const LISTS: &[&str] = &["l0", "l1"];
-const SETS: &[&str] = &["t0", "t1", "t2"];
-const ZSETS: &[&str] = &["z0", "z1"];
-
 fn s(v: &str) -> Vec<u8> {
     v.as_bytes().to_vec()
-}
-
-/// Commands of every family on the unchecked keys (never `k...`: a
-/// command there would be outside the checked history).
-struct Gen<'a> {
-    rng: &'a mut Xoshiro256PlusPlus,
-}
-
-impl Gen<'_> {
-    fn pick(&mut self, from: &[&str]) -> Vec<u8> {
-        s(from[self.rng.gen_range(0..from.len())])
-    }
-
-    fn member(&mut self) -> Vec<u8> {
-        format!("m{}", self.rng.gen_range(0..12)).into_bytes()
-    }
-
-    fn small(&mut self) -> Vec<u8> {
-        self.rng.gen_range(-3i64..6).to_string().into_bytes()
-    }
-
-    /// A TTL that runs out within the faulty part of a run.
-    fn ttl_ms(&mut self) -> Vec<u8> {
-        self.rng.gen_range(1u64..300).to_string().into_bytes()
-    }
-
-    fn any_key(&mut self) -> Vec<u8> {
-        let all = [STRINGS, HASHES, LISTS, SETS, ZSETS].concat();
-        self.pick(&all)
-    }
-
-    fn members(&mut self, lead: Vec<Vec<u8>>, max: usize, pairs: bool) -> Vec<Vec<u8>> {
-        let mut args = lead;
-        for _ in 0..self.rng.gen_range(1..=max) {
-            if pairs {
-                args.push(self.small());
-            }
-            args.push(self.member());
-        }
-        args
-    }
-
-    fn string_command(&mut self) -> Vec<Vec<u8>> {
-        let k = self.pick(STRINGS);
-        match self.rng.gen_range(0..16) {
-            0 => vec![s("SET"), k, self.member()],
-            1 => vec![s("SET"), k, self.member(), s("PX"), self.ttl_ms()],
-            2 => vec![s("INCRBY"), k, self.small()],
-            3 => vec![s("APPEND"), k, self.member()],
-            4 => vec![s("DEL"), k, self.any_key()],
-            5 => vec![s("MSET"), k, self.member(), self.pick(STRINGS), self.small()],
-            6 => vec![s("GETDEL"), k],
-            7 => vec![s("GETEX"), k, s("PX"), self.ttl_ms()],
-            8 => vec![s("PEXPIRE"), self.any_key(), self.ttl_ms()],
-            9 => vec![s("PERSIST"), self.any_key()],
-            10 => vec![s("PTTL"), self.any_key()],
-            11 => vec![s("RENAME"), self.any_key(), self.any_key()],
-            12 => vec![s("COPY"), self.any_key(), self.any_key(), s("REPLACE")],
-            13 => vec![s("DBSIZE")],
-            14 => vec![s("INCRBYFLOAT"), k, s("1.5")],
-            _ => vec![s("GET"), k],
-        }
-    }
-
-    fn hash_command(&mut self) -> Vec<Vec<u8>> {
-        let k = self.pick(HASHES);
-        match self.rng.gen_range(0..6) {
-            0 | 1 => self.members(vec![s("HSET"), k], 4, true),
-            2 => vec![s("HDEL"), k, self.member()],
-            3 => vec![s("HGETALL"), k],
-            4 => vec![s("HINCRBY"), k, self.member(), self.small()],
-            _ => vec![s("HLEN"), k],
-        }
-    }
-
-    fn list_command(&mut self) -> Vec<Vec<u8>> {
-        let k = self.pick(LISTS);
-        match self.rng.gen_range(0..10) {
-            0 | 1 => self.members(vec![s("RPUSH"), k], 4, false),
-            2 => self.members(vec![s("LPUSH"), k], 3, false),
-            3 => vec![s("LPOP"), k],
-            4 => vec![s("RPOP"), k, s("2")],
-            5 => vec![s("LRANGE"), k, s("0"), s("-1")],
-            6 => vec![s("LMOVE"), k, self.pick(LISTS), s("LEFT"), s("RIGHT")],
-            7 => vec![s("LREM"), k, s("0"), self.member()],
-            8 => vec![s("BLPOP"), k, self.pick(LISTS), s("0")],
-            _ => vec![s("LTRIM"), k, s("0"), s("5")],
-        }
-    }
-
-    fn set_command(&mut self) -> Vec<Vec<u8>> {
-        let k = self.pick(SETS);
-        match self.rng.gen_range(0..7) {
-            0 | 1 => self.members(vec![s("SADD"), k], 5, false),
-            2 => vec![s("SREM"), k, self.member()],
-            3 => vec![s("SMEMBERS"), k],
-            4 => vec![s("SUNIONSTORE"), self.pick(SETS), k, self.pick(SETS)],
-            5 => vec![s("SMOVE"), k, self.pick(SETS), self.member()],
-            _ => vec![s("SCARD"), k],
-        }
-    }
-
-    fn zset_command(&mut self) -> Vec<Vec<u8>> {
-        let k = self.pick(ZSETS);
-        match self.rng.gen_range(0..6) {
-            0 | 1 => self.members(vec![s("ZADD"), k], 4, true),
-            2 => vec![s("ZINCRBY"), k, self.small(), self.member()],
-            3 => vec![s("ZRANGE"), k, s("0"), s("-1"), s("WITHSCORES")],
-            4 => vec![s("ZPOPMIN"), k],
-            _ => vec![s("ZUNIONSTORE"), self.pick(ZSETS), s("2"), k, self.pick(ZSETS)],
-        }
-    }
-
-    /// A command whose outcome the executor's generator decides (or SCAN).
-    fn random_command(&mut self) -> Vec<Vec<u8>> {
-        match self.rng.gen_range(0..7) {
-            0 => vec![s("SPOP"), self.pick(SETS)],
-            1 => vec![s("SPOP"), self.pick(SETS), s("2")],
-            2 => vec![s("SRANDMEMBER"), self.pick(SETS), s("-3")],
-            3 => vec![s("HRANDFIELD"), self.pick(HASHES), s("2"), s("WITHVALUES")],
-            4 => vec![s("ZRANDMEMBER"), self.pick(ZSETS), s("-2"), s("WITHSCORES")],
-            5 => vec![s("RANDOMKEY")],
-            _ => vec![s("SCAN"), s("0"), s("COUNT"), s("5")],
-        }
-    }
-
-    /// One command of any family.
-    fn command(&mut self) -> Vec<Vec<u8>> {
-        match self.rng.gen_range(0..100) {
-            0..=19 => self.string_command(),
-            20..=34 => self.hash_command(),
-            35..=54 => self.list_command(),
-            55..=69 => self.set_command(),
-            70..=84 => self.zset_command(),
-            _ => self.random_command(),
-        }
-    }
 }

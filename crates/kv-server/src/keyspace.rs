@@ -502,7 +502,7 @@ impl<M: Media> Keyspace for EngineKeyspace<'_, M> {
     }
 
     fn len(&self) -> u64 {
-        (self.engine.len() - internal_count(self.engine)) as u64
+        user_len(self.engine)
     }
 
     fn now_ms(&self) -> u64 {
@@ -510,7 +510,7 @@ impl<M: Media> Keyspace for EngineKeyspace<'_, M> {
     }
 
     fn expired(&self, limit: usize) -> Vec<Vec<u8>> {
-        self.engine.expired(self.now_ms).filter_map(user_key).take(limit).map(<[u8]>::to_vec).collect()
+        expired_keys(self.engine, self.now_ms, limit)
     }
 
     fn expiring_len(&self) -> u64 {
@@ -573,6 +573,16 @@ impl<M: Media> Keyspace for EngineKeyspace<'_, M> {
         }
         n
     }
+}
+
+/// The user's keys in the engine (its internal entries left out).
+pub(crate) fn user_len(engine: &Engine) -> u64 {
+    (engine.len() - internal_count(engine)) as u64
+}
+
+/// Up to `limit` user keys whose deadline is `now_ms` or before.
+pub(crate) fn expired_keys(engine: &Engine, now_ms: u64, limit: usize) -> Vec<Vec<u8>> {
+    engine.expired(now_ms).filter_map(user_key).take(limit).map(<[u8]>::to_vec).collect()
 }
 
 /// The sizes the engine takes, as the executor checks them.

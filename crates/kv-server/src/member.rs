@@ -512,15 +512,18 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
     }
 
     fn queue_in_multi(&mut self, id: ConnId, args: Vec<Vec<u8>>) -> Vec<u8> {
-        let refusal = match class(&args[0]) {
-            Class::Session => Some("ERR this command is not allowed inside a transaction in cluster mode"),
-            _ if self.conn(id).multi.as_ref().map_or(0, Vec::len) >= MAX_MULTI => Some("ERR too many commands in one transaction"),
+        // As Redis: an unknown command or a wrong arity is refused when queued
+        // (the executor's own text), and EXEC then aborts.
+        let refusal = match (pmwire_keyspace::exec::command_of(&args), class(&args[0])) {
+            (Err(text), _) => Some(text),
+            (_, Class::Session) => Some("ERR this command is not allowed inside a transaction in cluster mode".into()),
+            _ if self.conn(id).multi.as_ref().map_or(0, Vec::len) >= MAX_MULTI => Some("ERR too many commands in one transaction".into()),
             _ => None,
         };
         let conn = self.conn(id);
         if let Some(text) = refusal {
             conn.multi_dirty = true;
-            return error(text);
+            return error(&text);
         }
         conn.multi.as_mut().expect("a transaction").push(args);
         b"+QUEUED\r\n".to_vec()

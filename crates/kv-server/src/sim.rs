@@ -30,11 +30,12 @@ use pmwire_crashcheck::CrashState;
 use pmwire_kv::{Engine, KvConfig, Savepoint};
 use pmwire_kv_cluster::sim::SimKeyspace;
 use pmwire_kv_cluster::MachineKeyspace;
-use pmwire_keyspace::store::{Expiry, Keyspace, Kind, StoreError, StoreLimits, Stored, ValueSource};
+use pmwire_keyspace::store::StoreError;
 use rand::Rng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-use crate::keyspace::{engine_limits, internal_count, user_key, BatchState, EngineKeyspace, Handle};
+use crate::forward::{EngineHost, Forward};
+use crate::keyspace::{BatchState, EngineKeyspace};
 
 /// Pool buffers of a simulated member's engine (2 KiB each).
 const SIM_BUFFERS: u32 = 512;
@@ -46,8 +47,13 @@ pub struct PmemFaults {
     pub commit_each_write: bool,
 }
 
-/// The engine on a traced medium (module docs).
-pub struct PmemKeyspace<const PLANTED: bool = false> {
+/// The engine on a traced medium (module docs): the executor's keyspace
+/// through the one forwarding to the engine ([`crate::forward`]).
+pub type PmemKeyspace<const PLANTED: bool = false> = Forward<PmemEngine<PLANTED>>;
+
+/// What [`PmemKeyspace`] holds: the engine, its traced medium, the crash
+/// state.
+pub struct PmemEngine<const PLANTED: bool = false> {
     engine: Engine,
     media: TracedMedia,
     state: BatchState,
@@ -62,7 +68,7 @@ pub struct PmemKeyspace<const PLANTED: bool = false> {
     torn: bool,
 }
 
-impl<const P: bool> std::fmt::Debug for PmemKeyspace<P> {
+impl<const P: bool> std::fmt::Debug for PmemEngine<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "PmemKeyspace({} keys, now {} ms)", self.engine.len(), self.now_ms)
     }
@@ -87,15 +93,13 @@ impl<const P: bool> PmemKeyspace<P> {
         let crash_state = CrashState::new(&image);
         let mut media = TracedMedia::from_image(image);
         let engine = Engine::open(&mut media, 0).map_err(|e| format!("the machine's crash image does not open: {e}"))?;
-        let mut ks = PmemKeyspace { engine, media, state: BatchState::default(), now_ms: 0, entry_start: None, fault: None, crash_state, countdown: None, torn: false };
+        let mut ks = PmemEngine { engine, media, state: BatchState::default(), now_ms: 0, entry_start: None, fault: None, crash_state, countdown: None, torn: false };
         ks.crash_state.fold(&mut ks.media);
-        Ok(ks)
+        Ok(Forward(ks))
     }
+}
 
-    fn ks(&mut self) -> EngineKeyspace<'_, TracedMedia> {
-        EngineKeyspace { engine: &mut self.engine, region: &mut self.media, state: &mut self.state, zero_copy: false, locs: &[], reserve: 0, now_ms: self.now_ms }
-    }
-
+impl<const P: bool> PmemEngine<P> {
     /// Notes a refusal that depends on this member's pool.
     fn watch<T>(&mut self, result: Result<T, StoreError>) -> Result<T, StoreError> {
         if let Err(e @ (StoreError::PoolFull | StoreError::NotPersisted(_) | StoreError::Full)) = &result {
@@ -104,14 +108,13 @@ impl<const P: bool> PmemKeyspace<P> {
         result
     }
 
-    /// A write done: with the planted bug, committed at once.
-    fn wrote<T>(&mut self, result: Result<T, StoreError>) -> Result<T, StoreError> {
-        let result = self.watch(result);
-        if P && result.is_ok() {
-            if let Err(e) = MachineKeyspace::commit(self) {
-                self.fault.get_or_insert(e);
-            }
-        }
+    /// Commits the staged writes (with the applied index the machine
+    /// staged), then the armed crash if due.
+    fn commit(&mut self) -> Result<(), String> {
+        let result = self.state.commit(&mut self.engine, &mut self.media);
+        self.state.release_held(&mut self.engine);
+        let result = result.map_err(|()| self.state.failed.clone().unwrap_or_else(|| "commit failed".into()));
+        self.after_commit();
         result
     }
 
@@ -137,32 +140,32 @@ impl<const P: bool> SimKeyspace for PmemKeyspace<P> {
     }
 
     fn crash(mut self, rng: &mut Xoshiro256PlusPlus) -> Result<Self, String> {
-        let ops = self.media.take_ops();
-        let point = if self.torn {
+        let ops = self.0.media.take_ops();
+        let point = if self.0.torn {
             let fences: Vec<usize> = ops.iter().enumerate().filter(|(_, op)| matches!(op, Op::Fence)).map(|(k, _)| k).collect();
             fences.get(rng.gen_range(0..=fences.len())).copied().unwrap_or(ops.len())
         } else {
             ops.len()
         };
         for op in &ops[..point] {
-            self.crash_state.apply(op);
+            self.0.crash_state.apply(op);
         }
-        let (image, _) = self.crash_state.draw(rng);
+        let (image, _) = self.0.crash_state.draw(rng);
         PmemKeyspace::open(image.bytes().to_vec())
     }
 
     fn arm_crash(&mut self, writes: u32) {
-        self.countdown = Some(writes);
+        self.0.countdown = Some(writes);
     }
 
     fn disarm_crash(&mut self) {
-        self.countdown = None;
+        self.0.countdown = None;
     }
 }
 
 impl<const P: bool> MachineKeyspace for PmemKeyspace<P> {
     fn set_now_ms(&mut self, now_ms: u64) {
-        self.now_ms = now_ms;
+        self.0.now_ms = now_ms;
     }
 
     fn is_persistent(&self) -> bool {
@@ -170,123 +173,61 @@ impl<const P: bool> MachineKeyspace for PmemKeyspace<P> {
     }
 
     fn commit(&mut self) -> Result<(), String> {
-        let result = self.state.commit(&mut self.engine, &mut self.media);
-        self.state.release_held(&mut self.engine);
-        let result = result.map_err(|()| self.state.failed.clone().unwrap_or_else(|| "commit failed".into()));
-        self.after_commit();
-        result
+        self.0.commit()
     }
 
     fn begin_entry(&mut self) {
-        self.entry_start = Some(self.engine.savepoint());
+        self.0.entry_start = Some(self.0.engine.savepoint());
     }
 
     fn batch_full(&self) -> bool {
-        self.state.batch_full
+        self.0.state.batch_full
     }
 
     fn rollback_entry(&mut self) {
-        let start = self.entry_start.take().expect("an entry began");
-        self.engine.rollback_to(start);
-        self.state.batch_full = false;
+        let start = self.0.entry_start.take().expect("an entry began");
+        self.0.engine.rollback_to(start);
+        self.0.state.batch_full = false;
     }
 
     fn allow_oversize(&mut self) {
-        self.engine.allow_oversize();
+        self.0.engine.allow_oversize();
     }
 
     fn take_fault(&mut self) -> Option<String> {
-        self.fault.take()
+        self.0.fault.take()
     }
 
     fn end_entry(&mut self) {
-        self.entry_start = None;
-        self.state.release_held(&mut self.engine);
+        self.0.entry_start = None;
+        self.0.state.release_held(&mut self.0.engine);
     }
 }
 
-impl<const P: bool> Keyspace for PmemKeyspace<P> {
-    type Value = Handle;
+impl<const P: bool> EngineHost for PmemEngine<P> {
+    type Media = TracedMedia;
 
-    fn get(&mut self, key: &[u8]) -> Option<Stored<Handle>> {
-        self.ks().get(key)
+    fn lend<R>(&mut self, f: impl FnOnce(&mut EngineKeyspace<'_, TracedMedia>) -> R) -> R {
+        f(&mut EngineKeyspace { engine: &mut self.engine, region: &mut self.media, state: &mut self.state, zero_copy: false, locs: &[], reserve: 0, now_ms: self.now_ms })
     }
 
-    fn read(&self, value: &Handle, out: &mut Vec<u8>) {
-        self.engine.pool().gather(&self.media, value, out);
-    }
-
-    fn put(&mut self, key: &[u8], kind: Kind, value: ValueSource<'_>, expiry: Expiry) -> Result<(), StoreError> {
-        let result = self.ks().put(key, kind, value, expiry);
-        self.wrote(result)
-    }
-
-    fn set_deadline(&mut self, key: &[u8], deadline_ms: Option<u64>) -> Result<bool, StoreError> {
-        let result = self.ks().set_deadline(key, deadline_ms);
-        self.wrote(result)
-    }
-
-    fn delete(&mut self, key: &[u8]) -> Result<bool, StoreError> {
-        let result = self.ks().delete(key);
-        self.wrote(result)
-    }
-
-    fn scan(&mut self, after: Option<&[u8]>, limit: usize, visit: &mut dyn FnMut(&[u8], Kind)) -> usize {
-        self.ks().scan(after, limit, visit)
-    }
-
-    fn len(&self) -> u64 {
-        (self.engine.len() - internal_count(&self.engine)) as u64
+    fn peek<R>(&self, f: impl FnOnce(&Engine, &TracedMedia) -> R) -> R {
+        f(&self.engine, &self.media)
     }
 
     fn now_ms(&self) -> u64 {
         self.now_ms
     }
 
-    fn expired(&self, limit: usize) -> Vec<Vec<u8>> {
-        self.engine.expired(self.now_ms).filter_map(user_key).take(limit).map(<[u8]>::to_vec).collect()
-    }
-
-    fn expiring_len(&self) -> u64 {
-        self.engine.expiring_len() as u64
-    }
-
-    fn clear(&mut self) -> Result<(), StoreError> {
-        let result = self.ks().clear();
-        self.wrote(result)
-    }
-
-    fn limits(&self) -> StoreLimits {
-        engine_limits(&self.engine)
-    }
-
-    fn begin_command(&mut self) {
-        self.ks().begin_command()
-    }
-
-    fn abort_command(&mut self) {
-        self.ks().abort_command()
-    }
-
-    fn has_internal(&self) -> bool {
-        true
-    }
-
-    fn internal_get(&mut self, key: &[u8]) -> Option<Handle> {
-        self.ks().internal_get(key)
-    }
-
-    fn internal_put(&mut self, key: &[u8], bytes: &[u8]) -> Result<(), StoreError> {
-        let result = self.ks().internal_put(key, bytes);
-        self.wrote(result)
-    }
-
-    fn internal_delete(&mut self, key: &[u8]) -> Result<bool, StoreError> {
-        let result = self.ks().internal_delete(key);
-        self.wrote(result)
-    }
-
-    fn internal_scan(&mut self, from: &[u8], limit: usize, visit: &mut dyn FnMut(&[u8])) -> usize {
-        self.ks().internal_scan(from, limit, visit)
+    /// Notes a refusal that depends on this member's pool; with the
+    /// planted bug, a write done is committed at once.
+    fn wrote<T>(&mut self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        let result = self.watch(result);
+        if P && result.is_ok() {
+            if let Err(e) = self.commit() {
+                self.fault.get_or_insert(e);
+            }
+        }
+        result
     }
 }

@@ -293,7 +293,7 @@ impl<S: BufferSource, V: Service<S>> Server<S, V> {
         let mut listeners = Vec::with_capacity(addrs.len());
         for addr in addrs {
             let name = format!("{addr:?}");
-            listeners.push(TcpListener::bind(addr).map_err(|source| ServerError::Bind { addr: name, source })?);
+            listeners.push(transport::listen::bind_listener(addr).map_err(|source| ServerError::Bind { addr: name, source })?);
         }
         // SAFETY: plain syscall; the result is checked.
         let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };

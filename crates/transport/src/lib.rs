@@ -76,6 +76,7 @@
 
 pub mod error;
 pub mod inproc;
+pub mod listen;
 pub mod probe;
 pub mod seam;
 pub mod sim;

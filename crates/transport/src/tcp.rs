@@ -449,7 +449,7 @@ impl TcpTransport {
     /// Connections arrive as [`Event::Accepted`].
     pub fn listen(&mut self, addr: SocketAddr) -> Result<SocketAddr, SetupError> {
         assert!(self.listener.is_none(), "one listener per transport");
-        let listener = TcpListener::bind(addr).map_err(|source| SetupError::Io { call: "bind", source })?;
+        let listener = crate::listen::bind_listener(addr).map_err(|source| SetupError::Io { call: "bind", source })?;
         let bound = listener.local_addr().map_err(|source| SetupError::Io { call: "getsockname", source })?;
         self.listener = Some(listener);
         self.arm_accept();

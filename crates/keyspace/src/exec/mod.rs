@@ -374,16 +374,16 @@ pub(crate) fn lower<'b>(word: &[u8], buf: &'b mut [u8; 32]) -> &'b [u8] {
 
 /// Redis's unknown-command error: the name and the first arguments, each cut
 /// as `%.128s` / `%.*s` would, and cut at a NUL as C strings are.
-fn unknown_command(req: &Request<'_>) -> String {
+fn unknown_command<'a>(argc: usize, arg: impl Fn(usize) -> &'a [u8]) -> String {
     fn c_str(b: &[u8]) -> &[u8] {
         b.iter().position(|&c| c == 0).map_or(b, |n| &b[..n])
     }
-    let name = c_str(req.arg(0));
+    let name = c_str(arg(0));
     let name = &name[..name.len().min(128)];
     let mut args: Vec<u8> = Vec::new();
     let mut i = 1;
-    while i < req.len() && args.len() < 128 {
-        let a = c_str(req.arg(i));
+    while i < argc && args.len() < 128 {
+        let a = c_str(arg(i));
         let room = 128 - args.len();
         args.push(b'\'');
         args.extend_from_slice(&a[..a.len().min(room)]);
@@ -395,6 +395,36 @@ fn unknown_command(req: &Request<'_>) -> String {
         String::from_utf8_lossy(name),
         String::from_utf8_lossy(&args)
     )
+}
+
+/// The command (or subcommand) `args` names, or Redis's error for an
+/// unknown command or subcommand or a wrong number of arguments: what the
+/// executor refuses before anything else, inside MULTI too (where the
+/// refusal dirties the transaction). A cluster member that queues a
+/// transaction itself asks this first.
+pub fn command_of(args: &[Vec<u8>]) -> Result<&'static CommandInfo, String> {
+    assert!(!args.is_empty());
+    find_command(args.len(), |i| &args[i])
+}
+
+fn find_command<'a>(argc: usize, arg: impl Fn(usize) -> &'a [u8]) -> Result<&'static CommandInfo, String> {
+    let Some(command) = commands::lookup(arg(0)).filter(|s| !s.is_subcommand()) else {
+        return Err(unknown_command(argc, arg));
+    };
+    let info = if command.is_container() && argc >= 2 {
+        let Some(sub) = commands::subcommand(command, arg(1)) else {
+            let given = arg(1);
+            let given = String::from_utf8_lossy(&given[..given.len().min(128)]).into_owned();
+            return Err(format!("ERR unknown subcommand '{given}'. Try {} HELP.", command.name.to_ascii_uppercase()));
+        };
+        sub
+    } else {
+        command
+    };
+    if !info.arity_ok(argc) {
+        return Err(format!("ERR wrong number of arguments for '{}' command", info.name));
+    }
+    Ok(info)
 }
 
 impl Server {
@@ -755,25 +785,8 @@ pub fn same_secret(want: &[u8], given: &[u8]) -> bool {
 /// processCommand makes them: it exists, its arity (and subcommand's), then
 /// authentication.
 fn admit<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Result<&'static CommandInfo, Fail> {
-    let Some(command) = commands::lookup(c.arg(0)).filter(|s| !s.is_subcommand()) else {
-        return Err(Fail::Text(unknown_command(c.req)));
-    };
-    let info = if command.is_container() && c.argc() >= 2 {
-        let Some(sub) = commands::subcommand(command, c.arg(1)) else {
-            let given = c.arg(1);
-            let given = String::from_utf8_lossy(&given[..given.len().min(128)]).into_owned();
-            return Err(Fail::Text(format!(
-                "ERR unknown subcommand '{given}'. Try {} HELP.",
-                command.name.to_ascii_uppercase()
-            )));
-        };
-        sub
-    } else {
-        command
-    };
-    if !info.arity_ok(c.argc()) {
-        return Err(Fail::err(&format!("wrong number of arguments for '{}' command", info.name)));
-    }
+    let req = c.req;
+    let info = find_command(req.len(), |i| req.arg(i)).map_err(Fail::Text)?;
     // As Redis: existence and arity first, then authentication; AUTH,
     // HELLO and QUIT are served to anyone.
     if c.server.config.requirepass.is_some() && !c.session.authenticated && !info.flags.contains(Flags::NO_AUTH) {

@@ -1,0 +1,707 @@
+//! A seeded generator of commands over every family pmwire serves, with
+//! keys shared between types (so WRONGTYPE comes up), numbers at their
+//! edges, bad arities and bad options.
+//! (Shared by `redis_diff.rs` and `crates/cli/tests/kv_cluster_diff.rs`.)
+
+use rand::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+
+const KEYS: &[&str] = &["k0", "k1", "k2", "k3", "k4", "k5"];
+const VALUES: &[&str] = &[
+    "", "0", "1", "-1", "7", "42", "100", "3.5", "-0", "+1", " 1", "0x10", "1e3", "abc", "hello world",
+    "9223372036854775807", "-9223372036854775808", "9223372036854775808", "\u{0}\u{7f}",
+];
+const INTS: &[&str] = &[
+    "0", "1", "-1", "2", "-2", "3", "5", "-5", "10", "100", "-100", "9223372036854775807", "-9223372036854775808",
+    "99999999999999999999", "x", "1.5", "",
+];
+const FLOATS: &[&str] = &[
+    "0", "-0", "0.1", "1e308", "1e4932", "-1e4932", "1e4933", "1e-4950", "1e-5000", "inf", "-inf", "nan", ".", "1.",
+    ".5", "+1.5", " 1", "1 ", "1e", "0x", "0x1p-16445", "5e-18", "1.5e-17", "9223372036854775807", "x",
+];
+const SCORES: &[&str] = &["0", "1", "-1", "1.5", "-2.25", "3", "1e2", "inf", "-inf", "+inf", "nan", "x", "0.1", "10"];
+const BOUNDS: &[&str] = &["-inf", "+inf", "0", "1", "(1", "2", "(2.5", "-1", "x", "(", "1e1"];
+const FIELDS: &[&str] = &["f0", "f1", "f2", "f3"];
+const MEMBERS: &[&str] = &["a", "b", "c", "d", "e"];
+const HASH_KEYS: &[&str] = &["h0", "h1"];
+const ZSET_KEYS: &[&str] = &["z0", "z1", "z2"];
+const LEX_BOUNDS: &[&str] = &["-", "+", "[a", "(b", "[c", "d", "(e", "[", "(", "+x", "[1"];
+const LIST_KEYS: &[&str] = &["l0", "l1"];
+const SET_KEYS: &[&str] = &["s0", "s1", "s2"];
+/// Set members: strings and integers (Redis keeps an all-integer set
+/// as an intset, others as a hash table). Fewer than 10, so SSCAN's
+/// default COUNT covers a whole set, as Redis answers a small set.
+const SET_MEMBERS: &[&str] = &["a", "b", "c", "d", "1", "2", "10", "-3", ""];
+/// Counts for pops and draws: small, at the edges, and not numbers.
+/// (No large negative SRANDMEMBER count: Redis 7.0 would answer with
+/// that many members, pmwire refuses beyond `MAX_RANDOM_REPLY`.)
+const COUNTS: &[&str] = &["0", "1", "2", "3", "5", "-1", "-2", "-7", "x", "", "9223372036854775807", "-9223372036854775808"];
+/// Relative times (EXPIRE, SET EX, SETEX, GETEX EX): large, or at once
+/// (0, negative), or refused.
+const REL_SECONDS: &[&str] =
+    &["1000000", "2000000", "3000000", "0", "-1", "x", "", "9223372036854775807", "9223372036854775"];
+const REL_MS: &[&str] = &["1000000000", "2000000000", "3000000000", "0", "-5", "x", "9223372036854775807"];
+/// Absolute times: far in the future, in the past, at the edges.
+const ABS_SECONDS: &[&str] =
+    &["4102444800", "4102444900", "4102444700", "1", "0", "-5", "9223372036854775807", "9223372036854775", "x"];
+const ABS_MS: &[&str] =
+    &["4102444800000", "4102444800123", "4102444899999", "1", "0", "9223372036854775807", "-9223372036854775808"];
+/// Absolute times SET takes: none in the past (a key stored expired).
+const SET_ABS_SECONDS: &[&str] =
+    &["4102444800", "4102444900", "0", "-1", "x", "9223372036854775", "9223372036854776"];
+const SET_ABS_MS: &[&str] = &["4102444800123", "4102444800500", "0", "x", "9223372036854775807"];
+
+pub struct Gen {
+    rng: Xoshiro256PlusPlus,
+}
+
+/// A generated command; `sort` when its reply's order is unspecified,
+/// `random` when its reply is (SPOP, SRANDMEMBER).
+pub struct Cmd {
+    pub args: Vec<Vec<u8>>,
+    pub sort: bool,
+    pub random: bool,
+}
+
+impl Gen {
+    pub fn new(seed: u64) -> Gen {
+        Gen { rng: Xoshiro256PlusPlus::seed_from_u64(seed) }
+    }
+
+    /// True with probability `p`.
+    pub fn chance(&mut self, p: f64) -> bool {
+        self.rng.gen_bool(p)
+    }
+
+    fn pick(&mut self, from: &[&str]) -> Vec<u8> {
+        from[self.rng.gen_range(0..from.len())].as_bytes().to_vec()
+    }
+
+    fn key(&mut self) -> Vec<u8> {
+        self.pick(KEYS)
+    }
+
+    /// A key for a list or set command: mostly the family's own keys,
+    /// so collections grow, else one shared with every family.
+    fn family_key(&mut self, own: &[&str]) -> Vec<u8> {
+        if self.rng.gen_bool(0.7) { self.pick(own) } else { self.pick(KEYS) }
+    }
+
+    fn value(&mut self) -> Vec<u8> {
+        if self.rng.gen_bool(0.1) {
+            let n = self.rng.gen_range(0..40);
+            (0..n).map(|_| self.rng.gen::<u8>()).collect()
+        } else {
+            self.pick(VALUES)
+        }
+    }
+
+    fn int(&mut self) -> Vec<u8> {
+        if self.rng.gen_bool(0.7) {
+            self.rng.gen_range(-12i64..12).to_string().into_bytes()
+        } else {
+            self.pick(INTS)
+        }
+    }
+
+    /// A number for INCRBYFLOAT: decimals of up to 25 digits with a point
+    /// and an exponent anywhere (rounding at every position of the
+    /// 64-bit significand and of `%.17Lf`), hex floats, edges, non-numbers.
+    fn float(&mut self) -> Vec<u8> {
+        match self.rng.gen_range(0..10) {
+            0 => self.pick(FLOATS),
+            1 => self.int(),
+            2 => {
+                let (int, frac) = (self.rng.gen::<u16>(), self.rng.gen::<u16>());
+                let exp = self.rng.gen_range(-80i32..80);
+                format!("0x{int:x}.{frac:x}p{exp}").into_bytes()
+            }
+            _ => {
+                let len = self.rng.gen_range(1..=25);
+                let mut d: Vec<u8> = (0..len).map(|_| b'0' + self.rng.gen_range(0..10u8)).collect();
+                d.insert(self.rng.gen_range(0..=len), b'.');
+                if self.rng.gen_bool(0.5) {
+                    d.insert(0, b'-');
+                }
+                if self.rng.gen_bool(0.3) {
+                    d.extend(format!("e{}", self.rng.gen_range(-30i32..30)).into_bytes());
+                }
+                d
+            }
+        }
+    }
+
+    fn n(&mut self, lo: usize, hi: usize) -> usize {
+        self.rng.gen_range(lo..=hi)
+    }
+
+    fn element(&mut self) -> Vec<u8> {
+        if self.rng.gen_bool(0.8) { self.pick(MEMBERS) } else { self.value() }
+    }
+
+    fn name(&mut self) -> &'static str {
+        let family: &[&str] = match self.rng.gen_range(0..100) {
+            0..=24 => STRINGS,
+            25..=34 => KEYCMDS,
+            35..=47 => HASHES,
+            48..=65 => ZSETS,
+            66..=77 => LISTS,
+            78..=88 => SETS,
+            _ => EXPIRY,
+        };
+        family[self.rng.gen_range(0..family.len())]
+    }
+
+    pub fn next(&mut self) -> Cmd {
+        let name = self.name();
+        let mut a: Vec<Vec<u8>> = vec![name.as_bytes().to_vec()];
+        let sort = self.args(name, &mut a);
+        let random = matches!(name, "SPOP" | "SRANDMEMBER" | "HRANDFIELD" | "ZRANDMEMBER");
+        // Now and then a wrong arity: one argument too few.
+        if a.len() > 1 && self.rng.gen_bool(0.03) {
+            a.pop();
+        }
+        Cmd { args: a, sort, random }
+    }
+
+    /// Pushes the arguments of `name`; true if its reply's order is unspecified.
+    fn args(&mut self, name: &str, a: &mut Vec<Vec<u8>>) -> bool {
+        if LISTS.contains(&name) {
+            self.list_args(name, a);
+            return false;
+        }
+        if SETS.contains(&name) {
+            return self.set_args(name, a);
+        }
+        if EXPIRY.contains(&name) {
+            self.expiry_args(name, a);
+            return false;
+        }
+        if HASHES.contains(&name) {
+            return self.hash_args(name, a);
+        }
+        if ZSETS.contains(&name) {
+            return self.zset_args(name, a);
+        }
+        let mut sort = false;
+        match name {
+            "GET" | "STRLEN" | "GETDEL" | "INCR" | "DECR" | "TYPE" => a.push(self.key()),
+            "SET" => {
+                a.push(self.key());
+                a.push(self.value());
+                for _ in 0..self.n(0, 2) {
+                    match self.rng.gen_range(0..12) {
+                        0 => a.extend([b"EX".to_vec(), self.pick(REL_SECONDS)]),
+                        1 => a.extend([b"px".to_vec(), self.pick(REL_MS)]),
+                        2 => a.extend([b"EXAT".to_vec(), self.pick(SET_ABS_SECONDS)]),
+                        3 => a.extend([b"PXAT".to_vec(), self.pick(SET_ABS_MS)]),
+                        _ => a.push(self.pick(&["NX", "XX", "GET", "KEEPTTL", "nx", "get", "keepttl", "BAD"])),
+                    }
+                }
+            }
+            "SETNX" | "GETSET" | "APPEND" => {
+                a.push(self.key());
+                a.push(self.value());
+            }
+            "INCRBY" | "DECRBY" => {
+                a.push(self.key());
+                a.push(self.int());
+            }
+            "INCRBYFLOAT" => {
+                a.push(self.key());
+                a.push(self.float());
+            }
+            "MGET" | "DEL" | "UNLINK" | "EXISTS" | "TOUCH" => {
+                for _ in 0..self.n(1, 4) {
+                    a.push(self.key());
+                }
+            }
+            "MSET" | "MSETNX" => {
+                for _ in 0..self.n(1, 3) {
+                    a.push(self.key());
+                    a.push(self.value());
+                }
+            }
+            "SETRANGE" => {
+                a.push(self.key());
+                a.push(self.int());
+                a.push(self.value());
+            }
+            "GETRANGE" | "SUBSTR" => {
+                a.push(self.key());
+                a.push(self.int());
+                a.push(self.int());
+            }
+            "RENAME" | "RENAMENX" => {
+                a.push(self.key());
+                a.push(self.key());
+            }
+            "COPY" => {
+                a.push(self.key());
+                a.push(self.key());
+                for _ in 0..self.n(0, 2) {
+                    a.push(self.pick(&["REPLACE", "replace", "DB", "BAD"]));
+                    if a.last().is_some_and(|w| w == b"DB") {
+                        a.push(self.pick(&["0", "x", "99999999999"]));
+                    }
+                }
+            }
+            "DBSIZE" => {}
+            "KEYS" => {
+                a.push(self.pick(&["*", "k?", "k[0-2]", "h*", "k[^1]"]));
+                sort = true;
+            }
+            other => unreachable!("{other}"),
+        }
+        sort
+    }
+
+    fn list_args(&mut self, name: &str, a: &mut Vec<Vec<u8>>) {
+        a.push(self.family_key(LIST_KEYS));
+        match name {
+            "LPUSH" | "RPUSH" | "LPUSHX" | "RPUSHX" => {
+                for _ in 0..self.n(1, 3) {
+                    a.push(self.element());
+                }
+            }
+            "LPOP" | "RPOP" => {
+                for _ in 0..self.n(0, 2) {
+                    a.push(self.pick(COUNTS));
+                }
+            }
+            "LRANGE" | "LTRIM" => {
+                a.push(self.int());
+                a.push(self.int());
+            }
+            "LINDEX" => a.push(self.int()),
+            "LSET" | "LREM" => {
+                a.push(self.int());
+                a.push(self.element());
+            }
+            "LINSERT" => {
+                a.push(self.pick(&["BEFORE", "AFTER", "after", "middle"]));
+                a.push(self.element());
+                a.push(self.element());
+            }
+            "LPOS" => {
+                a.push(self.element());
+                for _ in 0..self.n(0, 3) {
+                    a.push(self.pick(&["RANK", "COUNT", "MAXLEN", "rank", "BAD"]));
+                    a.push(self.int());
+                }
+            }
+            "LMOVE" | "RPOPLPUSH" => {
+                a.push(self.family_key(LIST_KEYS));
+                if name == "LMOVE" {
+                    for _ in 0..2 {
+                        a.push(self.pick(&["LEFT", "RIGHT", "left", "UP"]));
+                    }
+                }
+            }
+            "BLPOP" | "BRPOP" => {
+                for _ in 0..self.n(0, 2) {
+                    a.push(self.family_key(LIST_KEYS));
+                }
+                a.push(self.pick(BLOCK_TIMEOUTS));
+            }
+            "BLMOVE" | "BRPOPLPUSH" => {
+                a.push(self.family_key(LIST_KEYS));
+                if name == "BLMOVE" {
+                    for _ in 0..2 {
+                        a.push(self.pick(&["LEFT", "RIGHT", "left", "UP"]));
+                    }
+                }
+                a.push(self.pick(BLOCK_TIMEOUTS));
+            }
+            "LMPOP" | "BLMPOP" => {
+                let first = a.pop().expect("the key pushed above");
+                if name == "BLMPOP" {
+                    a.push(self.pick(BLOCK_TIMEOUTS));
+                }
+                let n = self.n(1, 3);
+                let numkeys = if self.rng.gen_bool(0.85) { n.to_string().into_bytes() } else { self.pick(COUNTS) };
+                a.push(numkeys);
+                a.push(first);
+                for _ in 1..n {
+                    a.push(self.family_key(LIST_KEYS));
+                }
+                a.push(self.pick(&["LEFT", "RIGHT", "right", "UP"]));
+                if self.rng.gen_bool(0.5) {
+                    a.push(self.pick(&["COUNT", "count", "COUNT", "FOO"]));
+                    a.push(self.pick(COUNTS));
+                }
+            }
+            "LLEN" => {}
+            other => unreachable!("{other}"),
+        }
+    }
+
+    /// Pushes an expiry command's arguments (times as in the module's header).
+    fn expiry_args(&mut self, name: &str, a: &mut Vec<Vec<u8>>) {
+        // Any key of any family: TTLs ride on every type.
+        let key = match self.rng.gen_range(0..3) {
+            0 => self.pick(LIST_KEYS),
+            1 => self.pick(SET_KEYS),
+            _ => self.key(),
+        };
+        a.push(key);
+        match name {
+            "EXPIRE" | "PEXPIRE" => {
+                a.push(self.pick(if name == "EXPIRE" { REL_SECONDS } else { REL_MS }));
+                for _ in 0..self.n(0, 2) {
+                    a.push(self.pick(&["NX", "XX", "xx", "BAD"]));
+                }
+            }
+            "EXPIREAT" | "PEXPIREAT" => {
+                a.push(self.pick(if name == "EXPIREAT" { ABS_SECONDS } else { ABS_MS }));
+                for _ in 0..self.n(0, 2) {
+                    a.push(self.pick(&["NX", "XX", "GT", "LT", "gt", "BAD"]));
+                }
+            }
+            "SETEX" | "PSETEX" => {
+                a.push(self.pick(if name == "SETEX" { REL_SECONDS } else { REL_MS }));
+                a.push(self.value());
+            }
+            "GETEX" => {
+                for _ in 0..self.n(0, 2) {
+                    match self.rng.gen_range(0..6) {
+                        0 => a.extend([b"EX".to_vec(), self.pick(REL_SECONDS)]),
+                        1 => a.extend([b"PX".to_vec(), self.pick(REL_MS)]),
+                        2 => a.extend([b"EXAT".to_vec(), self.pick(ABS_SECONDS)]),
+                        3 => a.extend([b"pxat".to_vec(), self.pick(ABS_MS)]),
+                        _ => a.push(self.pick(&["PERSIST", "persist", "KEEPTTL", "NX"])),
+                    }
+                }
+            }
+            "RANDOMKEY" => _ = a.pop(),
+            "TTL" | "PTTL" | "EXPIRETIME" | "PEXPIRETIME" | "PERSIST" => {}
+            other => unreachable!("{other}"),
+        }
+    }
+
+    /// Pushes a hash command's arguments; true if the reply is unordered.
+    fn hash_args(&mut self, name: &str, a: &mut Vec<Vec<u8>>) -> bool {
+        a.push(self.family_key(HASH_KEYS));
+        match name {
+            "HSET" | "HMSET" => {
+                for _ in 0..self.n(1, 3) {
+                    a.push(self.pick(FIELDS));
+                    a.push(self.value());
+                }
+            }
+            "HGET" | "HEXISTS" | "HSTRLEN" => a.push(self.pick(FIELDS)),
+            "HMGET" | "HDEL" => {
+                for _ in 0..self.n(1, 3) {
+                    a.push(self.pick(FIELDS));
+                }
+            }
+            "HSETNX" => {
+                a.push(self.pick(FIELDS));
+                a.push(self.value());
+            }
+            "HINCRBY" => {
+                a.push(self.pick(FIELDS));
+                a.push(self.int());
+            }
+            "HINCRBYFLOAT" => {
+                a.push(self.pick(FIELDS));
+                a.push(self.float());
+            }
+            "HRANDFIELD" => self.random_count(a, "WITHVALUES"),
+            "HSCAN" => self.scan_opts(a),
+            _ => {}
+        }
+        matches!(name, "HGETALL" | "HKEYS" | "HVALS" | "HSCAN")
+    }
+
+    /// COUNT [WITHVALUES|WITHSCORES] of HRANDFIELD / ZRANDMEMBER.
+    fn random_count(&mut self, a: &mut Vec<Vec<u8>>, with: &str) {
+        if self.rng.gen_bool(0.8) {
+            a.push(self.pick(COUNTS));
+            if self.rng.gen_bool(0.5) {
+                a.push(self.pick(&[with, &with.to_lowercase(), "BAD"]));
+            }
+        }
+    }
+
+    /// HSCAN / ZSCAN: cursor 0 (or not a cursor), MATCH, and a COUNT
+    /// covering the whole collection (Redis answers a small one whole,
+    /// pmwire pages by COUNT).
+    fn scan_opts(&mut self, a: &mut Vec<Vec<u8>>) {
+        a.push(self.pick(&["0", "0", "0", "0", "0", "0", "0", "0", "0", "x"]));
+        for _ in 0..self.n(0, 2) {
+            match self.rng.gen_range(0..10) {
+                0..=5 => a.extend([b"MATCH".to_vec(), self.pick(&["*", "[a-c]", "f*", "x", "?"])]),
+                6 | 7 => a.extend([b"COUNT".to_vec(), self.pick(&["100", "1000", "100", "0", "x"])]),
+                8 => a.push(b"COUNT".to_vec()),
+                _ => a.extend([self.pick(&["TYPE", "BAD"]), b"x".to_vec()]),
+            }
+        }
+        if !a.iter().any(|w| w == b"COUNT") {
+            a.extend([b"COUNT".to_vec(), b"100".to_vec()]);
+        }
+    }
+
+    /// A sorted-set key; now and then a set's (the set operations read
+    /// sets) or a key of any family.
+    fn zkey(&mut self) -> Vec<u8> {
+        match self.rng.gen_range(0..20) {
+            0 | 1 => self.pick(SET_KEYS),
+            2 => self.key(),
+            _ => self.pick(ZSET_KEYS),
+        }
+    }
+
+    /// LIMIT offset count, now and then.
+    fn limit(&mut self, a: &mut Vec<Vec<u8>>) {
+        if self.rng.gen_bool(0.3) {
+            a.push(self.pick(&["LIMIT", "limit"]));
+            a.push(self.int());
+            a.push(self.int());
+        }
+    }
+
+    /// Pushes a sorted-set command's arguments; true if the reply is unordered.
+    fn zset_args(&mut self, name: &str, a: &mut Vec<Vec<u8>>) -> bool {
+        match name {
+            "ZUNIONSTORE" | "ZINTERSTORE" | "ZDIFFSTORE" | "ZUNION" | "ZINTER" | "ZDIFF" | "ZINTERCARD" => {
+                self.zset_op_args(name, a);
+                return false;
+            }
+            "ZRANGESTORE" => {
+                a.push(self.zkey());
+                a.push(self.zkey());
+                self.zrange_args(a, false);
+                return false;
+            }
+            _ => a.push(self.zkey()),
+        }
+        match name {
+            "ZADD" => {
+                for _ in 0..self.n(0, 2) {
+                    a.push(self.pick(&["NX", "XX", "GT", "LT", "CH", "INCR"]));
+                }
+                for _ in 0..self.n(1, 3) {
+                    a.push(self.pick(SCORES));
+                    a.push(self.pick(MEMBERS));
+                }
+            }
+            "ZREM" | "ZMSCORE" => {
+                for _ in 0..self.n(1, 3) {
+                    a.push(self.pick(MEMBERS));
+                }
+            }
+            "ZSCORE" | "ZRANK" | "ZREVRANK" => a.push(self.pick(MEMBERS)),
+            "ZINCRBY" => {
+                a.push(self.pick(SCORES));
+                a.push(self.pick(MEMBERS));
+            }
+            "ZRANGE" => self.zrange_args(a, true),
+            "ZRANGEBYSCORE" | "ZREVRANGEBYSCORE" => {
+                a.push(self.pick(BOUNDS));
+                a.push(self.pick(BOUNDS));
+                if self.rng.gen_bool(0.3) {
+                    a.push(b"WITHSCORES".to_vec());
+                }
+                self.limit(a);
+            }
+            "ZRANGEBYLEX" | "ZREVRANGEBYLEX" => {
+                a.push(self.pick(LEX_BOUNDS));
+                a.push(self.pick(LEX_BOUNDS));
+                self.limit(a);
+            }
+            "ZREVRANGE" | "ZREMRANGEBYRANK" => {
+                a.push(self.int());
+                a.push(self.int());
+                if name == "ZREVRANGE" && self.rng.gen_bool(0.3) {
+                    a.push(self.pick(&["WITHSCORES", "withscores", "REV", "LIMIT"]));
+                }
+            }
+            "ZCOUNT" | "ZREMRANGEBYSCORE" => {
+                a.push(self.pick(BOUNDS));
+                a.push(self.pick(BOUNDS));
+            }
+            "ZLEXCOUNT" | "ZREMRANGEBYLEX" => {
+                a.push(self.pick(LEX_BOUNDS));
+                a.push(self.pick(LEX_BOUNDS));
+            }
+            "ZPOPMIN" | "ZPOPMAX" => {
+                for _ in 0..self.n(0, 2) {
+                    a.push(self.pick(COUNTS));
+                }
+            }
+            "ZRANDMEMBER" => self.random_count(a, "WITHSCORES"),
+            "ZSCAN" => self.scan_opts(a),
+            _ => {}
+        }
+        name == "ZSCAN"
+    }
+
+    /// ZRANGE's (and ZRANGESTORE's) range and options.
+    fn zrange_args(&mut self, a: &mut Vec<Vec<u8>>, withscores: bool) {
+        match self.rng.gen_range(0..3) {
+            0 => {
+                a.push(self.int());
+                a.push(self.int());
+            }
+            1 => {
+                a.push(self.pick(BOUNDS));
+                a.push(self.pick(BOUNDS));
+                a.push(self.pick(&["BYSCORE", "byscore"]));
+            }
+            _ => {
+                a.push(self.pick(LEX_BOUNDS));
+                a.push(self.pick(LEX_BOUNDS));
+                a.push(b"BYLEX".to_vec());
+            }
+        }
+        for _ in 0..self.n(0, 2) {
+            match self.rng.gen_range(0..4) {
+                0 => a.push(b"REV".to_vec()),
+                1 if withscores => a.push(b"WITHSCORES".to_vec()),
+                1 => a.push(self.pick(&["WITHSCORES", "BYSCORE"])),
+                _ => {
+                    a.push(b"LIMIT".to_vec());
+                    a.push(self.int());
+                    a.push(self.int());
+                }
+            }
+        }
+    }
+
+    /// The set operations: [destination] numkeys key... [WEIGHTS w...]
+    /// [AGGREGATE how] [WITHSCORES] [LIMIT n].
+    fn zset_op_args(&mut self, name: &str, a: &mut Vec<Vec<u8>>) {
+        if name.ends_with("STORE") {
+            a.push(self.zkey());
+        }
+        let n = self.n(1, 3);
+        a.push(if self.rng.gen_bool(0.9) { n.to_string().into_bytes() } else { self.pick(&["0", "-1", "x", "9"]) });
+        for _ in 0..n {
+            a.push(self.zkey());
+        }
+        // Mostly the options the command takes, now and then any.
+        let fitting: &[u8] = match name {
+            "ZINTERCARD" => &[3],
+            "ZDIFF" => &[2],
+            "ZDIFFSTORE" => &[],
+            "ZUNION" | "ZINTER" => &[0, 1, 2],
+            _ => &[0, 1],
+        };
+        for _ in 0..self.n(0, 2) {
+            let pick = match fitting.len() {
+                n if n > 0 && self.rng.gen_bool(0.85) => fitting[self.rng.gen_range(0..n)],
+                0 if self.rng.gen_bool(0.8) => continue,
+                _ => self.rng.gen_range(0..5),
+            };
+            match pick {
+                0 => {
+                    a.push(b"WEIGHTS".to_vec());
+                    let given = if self.rng.gen_bool(0.9) { n } else { n - 1 };
+                    for _ in 0..given {
+                        a.push(self.pick(&["1", "2", "-1", "0.5", "0", "inf", "-inf", "3", "0.1", "x", "nan"]));
+                    }
+                }
+                1 => a.extend([b"AGGREGATE".to_vec(), self.pick(&["SUM", "min", "MAX", "avg"])]),
+                2 => a.push(b"WITHSCORES".to_vec()),
+                3 => a.extend([b"LIMIT".to_vec(), self.pick(&["0", "1", "2", "-1", "x"])]),
+                _ => a.push(b"BAD".to_vec()),
+            }
+        }
+    }
+
+    fn set_keys(&mut self, a: &mut Vec<Vec<u8>>, lo: usize, hi: usize) {
+        for _ in 0..self.n(lo, hi) {
+            a.push(self.family_key(SET_KEYS));
+        }
+    }
+
+    /// Pushes a set command's arguments; true if the reply is unordered.
+    fn set_args(&mut self, name: &str, a: &mut Vec<Vec<u8>>) -> bool {
+        match name {
+            "SADD" | "SREM" | "SMISMEMBER" => {
+                a.push(self.family_key(SET_KEYS));
+                for _ in 0..self.n(1, 3) {
+                    a.push(self.pick(SET_MEMBERS));
+                }
+            }
+            "SISMEMBER" => {
+                a.push(self.family_key(SET_KEYS));
+                a.push(self.pick(SET_MEMBERS));
+            }
+            "SMEMBERS" | "SCARD" => a.push(self.family_key(SET_KEYS)),
+            "SPOP" | "SRANDMEMBER" => {
+                a.push(self.family_key(SET_KEYS));
+                for _ in 0..self.n(0, 2) {
+                    a.push(self.pick(COUNTS));
+                }
+            }
+            "SMOVE" => {
+                a.push(self.family_key(SET_KEYS));
+                a.push(self.family_key(SET_KEYS));
+                a.push(self.pick(SET_MEMBERS));
+            }
+            "SINTER" | "SUNION" | "SDIFF" => self.set_keys(a, 1, 3),
+            "SINTERSTORE" | "SUNIONSTORE" | "SDIFFSTORE" => self.set_keys(a, 2, 4),
+            "SINTERCARD" => {
+                a.push(self.pick(&["1", "2", "3", "0", "x", "4"]));
+                self.set_keys(a, 1, 3);
+                if self.rng.gen_bool(0.4) {
+                    a.push(self.pick(&["LIMIT", "limit", "BAD"]));
+                    a.push(self.pick(&["0", "1", "2", "-1", "x"]));
+                }
+            }
+            "SSCAN" => {
+                a.push(self.family_key(SET_KEYS));
+                a.push(self.pick(&["0", "0", "0", "x"]));
+                for _ in 0..self.n(0, 2) {
+                    match self.rng.gen_range(0..3) {
+                        0 => a.push(b"MATCH".to_vec()),
+                        1 => a.push(b"COUNT".to_vec()),
+                        _ => a.push(self.pick(&["TYPE", "BAD"])),
+                    }
+                    let v = self.pick(&["*", "[a-c]", "1*", "10", "100", "0", "x"]);
+                    a.push(v);
+                }
+            }
+            other => unreachable!("{other}"),
+        }
+        !matches!(name, "SADD" | "SREM" | "SMISMEMBER" | "SISMEMBER" | "SCARD" | "SMOVE" | "SINTERCARD")
+    }
+}
+
+const STRINGS: &[&str] = &[
+    "GET", "SET", "SETNX", "GETSET", "GETDEL", "MGET", "MSET", "MSETNX", "INCR", "DECR", "INCRBY", "DECRBY",
+    "INCRBYFLOAT", "INCRBYFLOAT", "APPEND", "STRLEN", "SETRANGE", "GETRANGE", "SUBSTR",
+];
+/// Expiry (TTL and PERSIST twice over: they read what the others set).
+pub const EXPIRY: &[&str] = &[
+    "EXPIRE", "PEXPIRE", "EXPIREAT", "PEXPIREAT", "TTL", "TTL", "PTTL", "EXPIRETIME", "PEXPIRETIME", "PEXPIRETIME",
+    "PERSIST", "SETEX", "PSETEX", "GETEX", "GETEX", "RANDOMKEY",
+];
+const KEYCMDS: &[&str] = &["DEL", "UNLINK", "EXISTS", "TOUCH", "TYPE", "RENAME", "RENAMENX", "COPY", "DBSIZE", "KEYS"];
+/// HSET twice over, so hashes grow.
+const HASHES: &[&str] = &[
+    "HSET", "HSET", "HMSET", "HGET", "HMGET", "HDEL", "HLEN", "HEXISTS", "HGETALL", "HSETNX", "HKEYS", "HVALS",
+    "HSTRLEN", "HINCRBY", "HINCRBYFLOAT", "HRANDFIELD", "HSCAN",
+];
+/// ZADD three times over, so sorted sets grow past the pops and removals.
+const ZSETS: &[&str] = &[
+    "ZADD", "ZADD", "ZADD", "ZREM", "ZSCORE", "ZCARD", "ZRANGE", "ZRANGE", "ZRANGEBYSCORE", "ZINCRBY", "ZRANK",
+    "ZREVRANK", "ZREVRANGE", "ZRANGEBYLEX", "ZREVRANGEBYSCORE", "ZREVRANGEBYLEX", "ZCOUNT", "ZLEXCOUNT",
+    "ZPOPMIN", "ZPOPMAX", "ZREMRANGEBYRANK", "ZREMRANGEBYSCORE", "ZREMRANGEBYLEX", "ZMSCORE", "ZRANDMEMBER",
+    "ZUNIONSTORE", "ZINTERSTORE", "ZDIFFSTORE", "ZUNION", "ZINTER", "ZDIFF", "ZINTERCARD", "ZRANGESTORE", "ZSCAN",
+];
+const LISTS: &[&str] = &[
+    "LPUSH", "RPUSH", "LPUSHX", "RPUSHX", "LPOP", "RPOP", "LRANGE", "LLEN", "LINDEX", "LSET", "LREM", "LTRIM",
+    "LINSERT", "LPOS", "LMOVE", "RPOPLPUSH", "BLPOP", "BRPOP", "BLMOVE", "BRPOPLPUSH", "LMPOP", "BLMPOP",
+];
+/// Timeouts of blocking pops: short (one connection: nobody pushes, so
+/// an empty wait times out; 0 would block for ever), and refused ones.
+pub const BLOCK_TIMEOUTS: &[&str] = &["0.01", "0.02", "-1", "x", "inf", "1e400"];
+/// SADD three times over: sets grow past one member, where SPOP and
+/// SRANDMEMBER become random.
+const SETS: &[&str] = &[
+    "SADD", "SADD", "SADD", "SREM", "SMEMBERS", "SISMEMBER", "SMISMEMBER", "SCARD", "SPOP", "SRANDMEMBER", "SMOVE", "SINTER",
+    "SUNION", "SDIFF", "SINTERSTORE", "SUNIONSTORE", "SDIFFSTORE", "SINTERCARD", "SSCAN",
+];
