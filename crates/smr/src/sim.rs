@@ -75,6 +75,7 @@ use crate::links::{client_link, replica_link};
 use crate::node::{Faults, Replica, ReplicaConfig};
 use crate::smr1::Smr1Machine;
 use crate::pmem_store::{PmemDurable, StoreFaults};
+use crate::snapshot::stream::BodyId;
 use crate::store::{Durable, MemDurable, StoreError};
 
 /// What a run simulates.
@@ -686,6 +687,34 @@ impl Durable for Crashable {
     }
     fn log_space(&self) -> Option<(u64, u64)> {
         self.store().log_space()
+    }
+    fn snapshot_meta(&self) -> SnapshotMetadata {
+        self.store().snapshot_meta()
+    }
+    fn snapshot_body(&self) -> BodyId {
+        self.store().snapshot_body()
+    }
+    fn read_snapshot_body(&self, body: &BodyId, offset: u64, buf: &mut [u8]) -> bool {
+        self.store().read_snapshot_body(body, offset, buf)
+    }
+    fn staged(&self) -> Option<(BodyId, u64)> {
+        self.store().staged()
+    }
+    fn stage(&mut self, body: &BodyId, offset: u64, bytes: &[u8]) -> Result<u64, StoreError> {
+        let mut held = 0;
+        self.write(None, |d| d.stage(body, offset, bytes).map(|h| held = h))?;
+        Ok(held)
+    }
+    fn verify_staged(&mut self, body: &BodyId) -> bool {
+        let mut ok = false;
+        let _ = self.write(None, |d| {
+            ok = d.verify_staged(body);
+            Ok(())
+        });
+        ok
+    }
+    fn install_staged(&mut self, meta: &SnapshotMetadata, body: &BodyId) -> Result<(), StoreError> {
+        self.write(None, |d| d.install_staged(meta, body))
     }
 }
 
