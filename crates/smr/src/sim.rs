@@ -289,6 +289,10 @@ pub struct SimReport {
     /// Raft messages the replicas sent as chunks (the chunk size is drawn
     /// per seed).
     pub chunked_messages: u64,
+    /// Bytes of snapshot bodies streamed into staging areas.
+    pub staged_bytes: u64,
+    /// Requests for the rest of a snapshot body sent by receivers.
+    pub snapshot_resumes: u64,
     /// What went wrong (empty: passed).
     pub violations: Vec<String>,
     /// The history of the key that is not linearizable, if one is not.
@@ -978,6 +982,8 @@ impl<M: SimMachine> World<M> {
             eprintln!("{now_ns:>12} ns: replica {} crashes: durable last {} hard {:?} status {:?}", i + 1, d.last_index(), d.hard_state(), r.service.status());
         }
         self.report.chunked_messages += r.service.counters().chunked;
+        self.report.staged_bytes += r.service.counters().snapshot_bytes_staged;
+        self.report.snapshot_resumes += r.service.counters().snapshot_resumes_asked;
         let remains = r.service.take_durable().crash(&mut self.rng);
         let machine = match r.service.take_machine().crash_with(&mut self.rng) {
             Ok(m) => m,
@@ -1430,6 +1436,8 @@ impl<M: SimMachine> World<M> {
         for s in &self.slots {
             if let Slot::Up(r) = s {
                 self.report.chunked_messages += r.service.counters().chunked;
+                self.report.staged_bytes += r.service.counters().snapshot_bytes_staged;
+                self.report.snapshot_resumes += r.service.counters().snapshot_resumes_asked;
             }
         }
         self.report.terms_with_leader = self.leaders.len();
