@@ -9,10 +9,11 @@
 //! against its bound and the bytes left, the order of keys (strictly
 //! increasing: no duplicates) and the fields that must be zero, before
 //! anything is stored; [`load`] then replaces the keyspace's contents.
-//! One buffer holds the whole snapshot: the replica sends it to a member
-//! in checksummed chunks (`pmwire_smr::node`, "Raft message chunks"), but
-//! encoding it straight into the Raft pool's snapshot slot and loading it
-//! from there, without a copy in DRAM, is for later (issue 26 item 6).
+//! One buffer holds the whole snapshot while it is encoded and while it
+//! is decoded; in between it lives in the Raft pool's snapshot slot: the
+//! replica streams it to a member chunk by chunk from that slot into the
+//! member's staging slot (`pmwire_smr::snapshot::stream`). Encoding it
+//! straight into the slot and loading it from there is for later.
 
 use pmem::le;
 use pmwire_keyspace::chunked::ChunkConfig;

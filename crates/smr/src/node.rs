@@ -32,9 +32,12 @@
 //! [`CHUNK_BYTES_PER_TURN`] per peer per turn; the receiver joins them per
 //! connection by offset, ignores duplicates, drops a message with a gap or
 //! a bad checksum, and refuses one larger than its store can hold
-//! ([`Durable::capacity_hint`]). A snapshot's send is reported to raft-rs
-//! once its last chunk is sent (failed if its connection fails: raft-rs
-//! sends it again from the start). A replica compacts every
+//! ([`Durable::capacity_hint`]). A snapshot's body streams out of band
+//! (`snapstream`, [`RAFT_STREAM_MAGIC`]): read from the store as it is
+//! sent, staged durably in the receiver's store, resumed where it broke
+//! ([`RAFT_RESUME_MAGIC`]), installed in place; its send is reported to
+//! raft-rs once the message naming it is sent (failed if its connection
+//! fails: raft-rs sends it again, the receiver resumes). A replica compacts every
 //! [`ReplicaConfig::snapshot_every`] entries or once its log is half full
 //! ([`Durable::log_space`]).
 //!

@@ -13,6 +13,15 @@
 //! Indexes: the log holds `first_index()..=last_index()`; it is empty when
 //! `first_index() == last_index() + 1`, and `first_index() - 1` is the
 //! snapshot's index, whose term [`Durable::term`] also answers.
+//!
+//! Snapshot streams (`crate::snapshot::stream`): the store names its
+//! snapshot's body ([`Durable::snapshot_body`]) and reads it in pieces for
+//! a sender; a receiver's chunks go into the store's staging area
+//! ([`Durable::stage`], durable on return, a prefix of one body at a
+//! time), which [`Durable::install_staged`] installs only once
+//! [`Durable::verify_staged`] read the whole body back against its
+//! checksum. raft-rs's `Storage::snapshot` hands out the body's
+//! descriptor, never the body.
 
 use std::collections::VecDeque;
 

@@ -22,8 +22,7 @@
 //!   is held) is ignored; a chunk of another message that does not start
 //!   one (offset 0) is ignored; a chunk that leaves a gap (one was lost or
 //!   reordered) or whose checksum fails drops the message: the sender's
-//!   Raft sends it again (a snapshot restarts from its first chunk after
-//!   a broken link or a lost chunk);
+//!   Raft sends it again;
 //! - a new message (offset 0, another id) replaces an unfinished one.
 //!
 //! A snapshot goes another way (`crate::snapshot::stream`): its body is
