@@ -1353,7 +1353,7 @@ where
                 let (magic, n) = match piece {
                     Piece::Chunk(n) => (RAFT_CHUNK_MAGIC, n),
                     Piece::Body(n) => (RAFT_STREAM_MAGIC, n),
-                    Piece::Message => (RAFT_MAGIC, 1),
+                    Piece::Message => (RAFT_MAGIC, 0),
                     Piece::Gone => {
                         t.recycle(buf);
                         failed = true;
