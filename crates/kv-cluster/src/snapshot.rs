@@ -9,10 +9,11 @@
 //! against its bound and the bytes left, the order of keys (strictly
 //! increasing: no duplicates) and the fields that must be zero, before
 //! anything is stored; [`load`] then replaces the keyspace's contents.
-//! One buffer holds the whole snapshot: the replica sends it to a member
-//! in checksummed chunks (`pmwire_smr::node`, "Raft message chunks"), but
-//! encoding it straight into the Raft pool's snapshot slot and loading it
-//! from there, without a copy in DRAM, is for later (issue 26 item 6).
+//! One buffer holds the whole snapshot while it is encoded and while it
+//! is decoded; in between it lives in the Raft pool's snapshot slot: the
+//! replica streams it to a member chunk by chunk from that slot into the
+//! member's staging slot (`pmwire_smr::snapshot::stream`). Encoding it
+//! straight into the slot and loading it from there is for later.
 
 use pmem::le;
 use pmwire_keyspace::chunked::ChunkConfig;
@@ -320,4 +321,63 @@ pub fn load<K: MachineKeyspace>(ks: &mut K, data: &Data) -> Result<(), StoreErro
         ks.internal_put(key, value)?;
     }
     Ok(())
+}
+
+/// Issue 26 item 6, part 3: how long a member's loop is held by taking a
+/// snapshot of N MiB of keyspace (`Replica::maybe_compact`: the machine's
+/// snapshot, the replica's record around it, the store's write into its
+/// slot). A measurement, not a check: ignored, printed, never asserted
+/// (`cargo test --release -p pmwire-kv-cluster --lib snapshot_take_stall -- --ignored --nocapture`,
+/// `PMWIRE_STALL_MIB=16,64,256`).
+#[cfg(test)]
+mod stall {
+    use std::time::Instant;
+
+    use pmem::MemMedia;
+    use pmwire_keyspace::exec::ServerConfig;
+    use pmwire_log::{LogConfig, TailStrategy};
+    use pmwire_resp::reply::Protocol;
+    use pmwire_smr::pmem_store::PmemDurable;
+    use pmwire_smr::snapshot::ReplicaPart;
+    use pmwire_smr::state::StateMachine;
+    use pmwire_smr::store::Durable;
+    use raft::eraftpb::SnapshotMetadata;
+
+    use crate::{Proposer, RedisMachine};
+
+    #[test]
+    #[ignore]
+    fn snapshot_take_stall() {
+        let sizes = std::env::var("PMWIRE_STALL_MIB").unwrap_or_else(|_| "16,64,256".into());
+        for mib in sizes.split(',').filter_map(|s| s.trim().parse::<u64>().ok()) {
+            let mut m = RedisMachine::in_memory(ServerConfig::default());
+            let mut p = Proposer::with_key(7);
+            let value = vec![b'v'; 64 << 10];
+            for i in 0..mib * 16 {
+                let e = p.command(1_000, Protocol::Resp2, &[b"SET".to_vec(), format!("k{i}").into_bytes(), value.clone()]);
+                m.apply(i + 1, &e);
+            }
+            let log = LogConfig::new(1 << 20, TailStrategy::SelfValidating);
+            let size = PmemDurable::<MemMedia>::required_size(&log, (mib << 20) + (8 << 20));
+            let mut store = PmemDurable::format(MemMedia::new(size as usize), 1, 1, &[1], log).expect("format");
+            let t0 = Instant::now();
+            let machine = m.snapshot();
+            let t1 = Instant::now();
+            let record = pmwire_smr::snapshot::encode(&ReplicaPart::default(), &machine);
+            let t2 = Instant::now();
+            let mut meta = SnapshotMetadata { index: mib * 16, term: 1, ..Default::default() };
+            meta.mut_conf_state().voters = vec![1];
+            store.install_snapshot(&meta, &record).expect("into the slot");
+            let t3 = Instant::now();
+            let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
+            println!(
+                "{mib} MiB keyspace ({} B record): machine snapshot {:.1} ms, replica record {:.1} ms, store slot {:.1} ms, stall {:.1} ms",
+                record.len(),
+                ms(t0, t1),
+                ms(t1, t2),
+                ms(t2, t3),
+                ms(t0, t3)
+            );
+        }
+    }
 }

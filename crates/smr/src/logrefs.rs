@@ -94,11 +94,17 @@ pub fn compact<D: Durable, R: LogRefs + ?Sized>(d: &mut D, meta: &SnapshotMetada
 /// [`Durable::install_snapshot`], then `dropped` for every machine entry
 /// the log held (an installed snapshot empties it).
 pub fn install_snapshot<D: Durable, R: LogRefs + ?Sized>(d: &mut D, meta: &SnapshotMetadata, data: &[u8], refs: &mut R) -> Result<(), StoreError> {
+    install_with(d, refs, |d| d.install_snapshot(meta, data))
+}
+
+/// Installs a snapshot with `install` (a streamed one: from the store's
+/// staging area), telling `refs` of every machine entry it drops.
+pub fn install_with<D: Durable, R: LogRefs + ?Sized>(d: &mut D, refs: &mut R, install: impl FnOnce(&mut D) -> Result<(), StoreError>) -> Result<(), StoreError> {
     if !refs.tracks() {
-        return d.install_snapshot(meta, data);
+        return install(d);
     }
     let gone = held_from(d, d.first_index());
-    d.install_snapshot(meta, data)?;
+    install(d)?;
     for e in &gone {
         refs.dropped(&e.data);
     }

@@ -32,9 +32,12 @@
 //! [`CHUNK_BYTES_PER_TURN`] per peer per turn; the receiver joins them per
 //! connection by offset, ignores duplicates, drops a message with a gap or
 //! a bad checksum, and refuses one larger than its store can hold
-//! ([`Durable::capacity_hint`]). A snapshot's send is reported to raft-rs
-//! once its last chunk is sent (failed if its connection fails: raft-rs
-//! sends it again from the start). A replica compacts every
+//! ([`Durable::capacity_hint`]). A snapshot's body streams out of band
+//! (`snapstream`, [`RAFT_STREAM_MAGIC`]): read from the store as it is
+//! sent, staged durably in the receiver's store, resumed where it broke
+//! ([`RAFT_RESUME_MAGIC`]), installed in place; its send is reported to
+//! raft-rs once the message naming it is sent (failed if its connection
+//! fails: raft-rs sends it again, the receiver resumes). A replica compacts every
 //! [`ReplicaConfig::snapshot_every`] entries or once its log is half full
 //! ([`Durable::log_space`]).
 //!
@@ -112,7 +115,7 @@ use crate::store::{Durable, Store};
 mod chunks;
 mod embed;
 pub use chunks::{encode_chunk, Assembler, Received, CHUNK_HEADER_BYTES};
-use chunks::Outgoing;
+use chunks::{Outgoing, Piece};
 pub use embed::{Done, Failure, FollowerProgress, NotLeader, Ticket};
 use embed::{Pending, ReadWaiter, Waiter};
 
@@ -126,6 +129,7 @@ pub const ENTRY_FORWARDED: u8 = crate::forward::KIND;
 
 mod compaction;
 mod redial;
+mod snapstream;
 
 /// Ticks a replica waits before connecting again to a peer whose
 /// connection was lost or refused.
@@ -136,6 +140,11 @@ pub const RAFT_MAGIC: [u8; 4] = *b"RFT1";
 /// The header of one chunk of a Raft message larger than
 /// [`ReplicaConfig::chunk_bytes`] (`chunks`: a crc32c per chunk).
 pub const RAFT_CHUNK_MAGIC: [u8; 4] = *b"RFC2";
+/// The header of one chunk of a snapshot body streamed out of band
+/// (`crate::snapshot::stream`).
+pub const RAFT_STREAM_MAGIC: [u8; 4] = *b"RFS1";
+/// The header of a receiver's request for the rest of a snapshot body.
+pub const RAFT_RESUME_MAGIC: [u8; 4] = *b"RFR1";
 /// The header of a leader's notice to a replica that is not a member of
 /// its configuration ([`NotMember`]).
 pub const NOT_MEMBER_MAGIC: [u8; 4] = *b"RFTN";
@@ -374,6 +383,14 @@ pub struct Counters {
     pub chunk_bytes_received: u64,
     /// Chunks ignored (duplicates, or of a message no longer joined).
     pub chunks_ignored: u64,
+    /// Bytes of snapshot bodies written into the staging area.
+    pub snapshot_bytes_staged: u64,
+    /// Requests for the rest of a snapshot body sent (as a receiver).
+    pub snapshot_resumes_asked: u64,
+    /// Requests for the rest of a snapshot body honoured (as a sender).
+    pub snapshot_resumes_taken: u64,
+    /// Snapshot messages not stepped: their body was not staged whole.
+    pub snapshots_unstaged: u64,
 }
 
 /// One replica of the state machine `M` (by default the put/get/del/cas
@@ -463,6 +480,9 @@ where
     halted: Option<String>,
     /// When (in ticks) each non-member was last sent a [`NotMember`].
     told_not_member: BTreeMap<u64, u64>,
+    /// The last request for the rest of a snapshot body: the body and the
+    /// offset asked from (not asked again for a later chunk of a gap).
+    asked: Option<(crate::snapshot::stream::BodyId, u64)>,
 }
 
 /// What the leader does with a membership change it was asked for.
@@ -622,6 +642,7 @@ where
             chunked_sent: 0,
             halted: None,
             told_not_member: BTreeMap::new(),
+            asked: None,
         };
         if replica.config.faults.unchecked_chunks {
             replica.inbox.plant_unchecked();
@@ -810,6 +831,10 @@ where
         if r.state == StateRole::Leader && m.from != self.config.id && r.prs().get(m.from).is_none() {
             return self.tell_not_member(t, conn, m.from);
         }
+        if m.get_msg_type() == MessageType::MsgSnapshot && !self.snapshot_staged(&m) {
+            return;
+        }
+        let r = &self.raw.raft;
         let last = r.raft_log.last_index();
         if m.get_msg_type() == MessageType::MsgHeartbeat && m.term >= r.term && m.commit > last {
             // raft-rs would abort here: a leader sends a heartbeat's
@@ -1273,6 +1298,9 @@ where
         // once they circulate).
         let mut payload = t.take_buffer(m.compute_size() as usize);
         m.write_to_vec(&mut payload).expect("a raft message encodes");
+        if let Some(body) = snapshot.then(|| crate::snapshot::stream::decode_descriptor(m.get_snapshot().get_data())).flatten() {
+            return self.send_stream(t, to, conn, payload, body);
+        }
         if payload.len() > self.config.chunk_bytes {
             return self.send_chunked(t, to, conn, payload, snapshot);
         }
@@ -1331,12 +1359,23 @@ where
             let out = self.outbox.get_mut(&to).expect("listed");
             let mut failed = false;
             let mut budget = CHUNK_BYTES_PER_TURN;
+            let durable = &self.raw.store().durable;
             while budget > 0 && !out.done() {
-                let mut buf = t.take_buffer(CHUNK_HEADER_BYTES + self.config.chunk_bytes);
-                let n = out.next_chunk(&mut buf);
-                match t.send(out.conn, &RAFT_CHUNK_MAGIC, buf) {
+                let mut buf = t.take_buffer(crate::snapshot::stream::STREAM_HEADER_BYTES + self.config.chunk_bytes);
+                let piece = out.next_piece(&mut buf, |body, offset, dst| durable.read_snapshot_body(body, offset, dst));
+                let (magic, n) = match piece {
+                    Piece::Chunk(n) => (RAFT_CHUNK_MAGIC, n),
+                    Piece::Body(n) => (RAFT_STREAM_MAGIC, n),
+                    Piece::Message => (RAFT_MAGIC, 0),
+                    Piece::Gone => {
+                        t.recycle(buf);
+                        failed = true;
+                        break;
+                    }
+                };
+                match t.send(out.conn, &magic, buf) {
                     Ok(()) => {
-                        out.sent(n);
+                        out.went(&piece);
                         self.counters.chunk_bytes_sent += n as u64;
                         budget = budget.saturating_sub(n);
                         sent_any = true;
@@ -1677,9 +1716,21 @@ where
     /// crash in between restores the machine from the store at start).
     fn install_snapshot(&mut self, snap: &raft::eraftpb::Snapshot) -> Result<(), raft::Error> {
         let index = snap.get_metadata().index;
-        let decoded = snapshot::decode(&snap.data).map_err(|e| raft::Error::ConfigInvalid(format!("snapshot at index {index}: {e}")))?;
         let durable = &mut self.raw.mut_store().durable;
-        crate::logrefs::install_snapshot(durable, snap.get_metadata(), &snap.data, &mut MachineRefs(&mut self.machine)).map_err(store_error)?;
+        let refs = &mut MachineRefs(&mut self.machine);
+        let data = match crate::snapshot::stream::decode_descriptor(&snap.data) {
+            // Streamed: the staging area becomes the snapshot in place; the
+            // machine restores from the store's copy.
+            Some(body) => {
+                crate::logrefs::install_with(durable, refs, |d| d.install_staged(snap.get_metadata(), &body)).map_err(store_error)?;
+                std::borrow::Cow::Owned(durable.snapshot().1)
+            }
+            None => {
+                crate::logrefs::install_snapshot(durable, snap.get_metadata(), &snap.data, refs).map_err(store_error)?;
+                std::borrow::Cow::Borrowed(&snap.data[..])
+            }
+        };
+        let decoded = snapshot::decode(&data).map_err(|e| raft::Error::ConfigInvalid(format!("snapshot at index {index}: {e}")))?;
         snapshot::restore_machine(&mut self.machine, index, &decoded).map_err(raft::Error::ConfigInvalid)?;
         self.own = decoded.replica;
         self.forwarded_after_snapshot();
@@ -1845,6 +1896,10 @@ where
                     self.on_message(t, conn, &payload);
                 } else if header == RAFT_CHUNK_MAGIC {
                     self.on_chunk(t, conn, &payload);
+                } else if header == RAFT_STREAM_MAGIC {
+                    self.on_stream_chunk(t, conn, &payload);
+                } else if header == RAFT_RESUME_MAGIC {
+                    self.on_resume(&payload);
                 } else if header == NOT_MEMBER_MAGIC {
                     self.on_not_member(&payload);
                 } else {

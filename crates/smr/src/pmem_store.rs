@@ -27,6 +27,7 @@ use pmwire_log::{AppendError, AppendLog, LogConfig};
 use raft::eraftpb::{ConfState, Entry, HardState, SnapshotMetadata};
 use thiserror::Error;
 
+use crate::snapshot::stream::BodyId;
 use crate::store::{check_append, Durable, StoreError};
 use format::{Origin, SnapHeader, Superblock, SuperblockError};
 
@@ -105,6 +106,12 @@ pub struct StoreFaults {
     /// A hard state whose vote changed is stored without a flush: the
     /// vote may never reach the media.
     pub unflushed_vote: bool,
+    /// A staged chunk's progress record is written with no drain after
+    /// its bytes: the record may claim bytes the media never got.
+    pub staging_record_before_data: bool,
+    /// A staging area is installed without reading its bytes back
+    /// against the body's checksum.
+    pub unverified_staging: bool,
 }
 
 /// The membership as last stored, and which slot holds it.
@@ -118,13 +125,34 @@ struct ConfSlots {
     conf: ConfState,
 }
 
-/// The last snapshot, and which slot holds it.
+/// A valid snapshot, and which slot holds it (its data stays on the media).
 #[derive(Clone, Debug)]
 struct Snap {
     slot: usize,
     header: SnapHeader,
-    data: Vec<u8>,
 }
+
+impl Snap {
+    fn body(&self) -> BodyId {
+        let h = &self.header;
+        BodyId { index: h.index, term: h.term, len: h.data_len, crc: h.data_crc }
+    }
+}
+
+/// The body being received into the staging area (the slot not holding
+/// the newest snapshot): the bytes of it held durably, and whether all of
+/// them were read back and checked.
+#[derive(Clone, Copy, Debug)]
+struct Staging {
+    body: BodyId,
+    held: u64,
+    verified: bool,
+    /// The sequence of the record that holds it.
+    seq: u64,
+}
+
+/// Bytes read from the media at a time to check a snapshot's data.
+const CHECK_PIECE_BYTES: u64 = 1 << 20;
 
 /// A replica's durable state in persistent memory (see the module docs).
 pub struct PmemDurable<M: Media> {
@@ -134,6 +162,10 @@ pub struct PmemDurable<M: Media> {
     hard: HardState,
     conf: ConfSlots,
     snap: Snap,
+    /// The older valid snapshot in the other slot, while it lasts (a
+    /// stream to a peer may still be reading it).
+    prev: Option<Snap>,
+    staging: Option<Staging>,
     log: AppendLog,
     terms: VecDeque<u64>,
     faults: StoreFaults,
@@ -178,9 +210,10 @@ impl<M: Media> PmemDurable<M> {
         media.flush(format::CONF_AT, 2 * format::CONF_SLOT_BYTES);
         let empty = SnapHeader { seq: 1, index: 0, term: 0, data_len: 0, data_crc: format::snap_data_crc(&[]), origin: Origin::Compact, conf };
         media.write(snap_at, &format::encode_snap_header(&empty, &conf_block));
-        media.write(snap_at + snap_slot_bytes, &[0; format::SNAP_HEADER_USED]);
-        media.flush(snap_at, format::SNAP_HEADER_USED as u64);
-        media.flush(snap_at + snap_slot_bytes, format::SNAP_HEADER_USED as u64);
+        media.write(snap_at + format::STAGING_AT, &[0; 2 * format::STAGING_RECORD_BYTES]);
+        media.write(snap_at + snap_slot_bytes, &[0; format::SNAP_HEADER_BYTES as usize]);
+        media.flush(snap_at, format::SNAP_HEADER_BYTES);
+        media.flush(snap_at + snap_slot_bytes, format::SNAP_HEADER_BYTES);
         media.drain();
         AppendLog::create_at(&mut media, format::LOG_AT, log, 1)?;
         media.write(0, &format::encode_superblock(&sb));
@@ -204,13 +237,13 @@ impl<M: Media> PmemDurable<M> {
         let (term, vote, commit) = format::decode_hard_state(hard_record.payload()).ok_or_else(|| corrupt("hard state of the wrong length".into()))?;
         let hard = HardState { term, vote, commit, ..Default::default() };
         let conf = read_conf(&media)?;
-        let snap = read_snapshot(&media, &sb)?;
+        let (snap, prev, staging) = read_snapshots(&media, &sb)?;
         let log = AppendLog::open(&mut media, format::LOG_AT).map_err(|e| corrupt(format!("log: {e}")))?;
         if AppendLog::required_size(log.config()) != sb.log_bytes {
             return Err(corrupt(format!("the log's header describes a log of other than {} B", sb.log_bytes)));
         }
         let terms = read_terms(&media, &log)?;
-        let mut store = PmemDurable { media, sb, hard_record, hard, conf, snap, log, terms, faults, owed_log_flush: false };
+        let mut store = PmemDurable { media, sb, hard_record, hard, conf, snap, prev, staging, log, terms, faults, owed_log_flush: false };
         store.finish_interrupted()?;
         assert_eq!(store.log.head(), store.snap.header.index + 1, "the log starts right after the snapshot");
         assert_eq!(store.terms.len() as u64, store.log.len(), "a term for every entry");
@@ -319,15 +352,64 @@ impl<M: Media> PmemDurable<M> {
         let data_len = data.len() as u64;
         let header = SnapHeader { seq, index: meta.index, term: meta.term, data_len, data_crc: format::snap_data_crc(data), origin, conf };
         let target = 1 - self.snap.slot;
-        let at = self.sb.snap_at + target as u64 * self.sb.snap_slot_bytes;
+        let at = self.slot_at(target);
+        // No staging record outlives the slot's reuse (it would claim
+        // bytes the snapshot's data replaces).
+        self.media.write(at + format::STAGING_AT, &[0; 2 * format::STAGING_RECORD_BYTES]);
+        self.media.persist(at + format::STAGING_AT, 2 * format::STAGING_RECORD_BYTES as u64);
         if !data.is_empty() {
             self.media.memcpy_nodrain(at + format::SNAP_HEADER_BYTES, data);
         }
-        self.media.write(at, &format::encode_snap_header(&header, &block));
+        self.commit_slot(target, header, &block);
+        Ok(())
+    }
+
+    /// Where slot `slot` starts.
+    fn slot_at(&self, slot: usize) -> u64 {
+        self.sb.snap_at + slot as u64 * self.sb.snap_slot_bytes
+    }
+
+    /// Writes `header` into `slot` (whose data is written, not yet
+    /// drained), one drain: the commit point of a snapshot. The slot that
+    /// held the newest snapshot keeps it as the older one; the staging
+    /// area, the other slot, is gone.
+    fn commit_slot(&mut self, slot: usize, header: SnapHeader, conf: &[u8; format::CONF_BLOCK_BYTES]) {
+        assert_ne!(slot, self.snap.slot, "the newest slot is never written");
+        let at = self.slot_at(slot);
+        self.media.write(at, &format::encode_snap_header(&header, conf));
         self.media.flush(at, format::SNAP_HEADER_USED as u64);
         self.media.drain();
-        self.snap = Snap { slot: target, header, data: data.to_vec() };
-        Ok(())
+        let old = std::mem::replace(&mut self.snap, Snap { slot, header });
+        self.prev = Some(old);
+        self.staging = None;
+    }
+
+    /// Durably records that the staging area holds `held` bytes of `body`,
+    /// in the record not holding the newest (one persist: a torn record
+    /// leaves the other).
+    fn store_staging(&mut self, body: &BodyId, held: u64) {
+        let slot_at = self.slot_at(1 - self.snap.slot);
+        let last = match self.staging {
+            Some(s) => s.seq,
+            None => read_staging(&self.media, slot_at, u64::MAX).map_or(0, |(seq, _, _)| seq),
+        };
+        let seq = last.checked_add(1).expect("staging sequence within u64");
+        let at = slot_at + format::STAGING_AT + (seq % 2) * format::STAGING_RECORD_BYTES as u64;
+        self.media.write(at, &format::encode_staging(seq, body, held));
+        self.media.persist(at, format::STAGING_RECORD_BYTES as u64);
+        self.staging = Some(Staging { body: *body, held, verified: false, seq });
+    }
+
+    /// The log restart, membership and hard state of an install whose
+    /// snapshot slot is durable.
+    fn finish_install(&mut self, meta: &SnapshotMetadata) -> Result<(), StoreError> {
+        self.log.restart_at(&mut self.media, meta.index + 1).map_err(|e| StoreError::Media(format!("restart: {e}")))?;
+        self.terms.clear();
+        self.store_conf(meta.get_conf_state(), meta.index)?;
+        let mut hs = self.hard.clone();
+        hs.commit = hs.commit.max(meta.index);
+        hs.term = hs.term.max(meta.term);
+        self.set_hard_state(&hs)
     }
 
     /// Durably drops the entries from `from` on (the planted bug leaves
@@ -378,9 +460,90 @@ impl<M: Media> Durable for PmemDurable<M> {
 
     fn snapshot(&self) -> (SnapshotMetadata, Vec<u8>) {
         let h = &self.snap.header;
+        let mut data = vec![0u8; usize::try_from(h.data_len).expect("a slot fits in memory")];
+        self.media.read(self.slot_at(self.snap.slot) + format::SNAP_HEADER_BYTES, &mut data);
+        (self.snapshot_meta(), data)
+    }
+
+    fn snapshot_meta(&self) -> SnapshotMetadata {
+        let h = &self.snap.header;
         let mut meta = SnapshotMetadata { index: h.index, term: h.term, ..Default::default() };
         meta.set_conf_state(h.conf.clone());
-        (meta, self.snap.data.clone())
+        meta
+    }
+
+    fn snapshot_body(&self) -> BodyId {
+        self.snap.body()
+    }
+
+    fn read_snapshot_body(&self, body: &BodyId, offset: u64, buf: &mut [u8]) -> bool {
+        let Some(snap) = std::iter::once(&self.snap).chain(self.prev.as_ref()).find(|s| s.body() == *body) else { return false };
+        if offset.checked_add(buf.len() as u64).is_none_or(|end| end > body.len) {
+            return false;
+        }
+        self.media.read(self.slot_at(snap.slot) + format::SNAP_HEADER_BYTES + offset, buf);
+        true
+    }
+
+    fn staged(&self) -> Option<(BodyId, u64)> {
+        self.staging.map(|s| (s.body, s.held))
+    }
+
+    /// Bytes first (flushed, drained), then the progress record (one
+    /// persist): the record never claims a byte the media does not hold.
+    /// Starting over first records an empty area, so an older body's
+    /// record never covers the new body's bytes.
+    fn stage(&mut self, body: &BodyId, offset: u64, bytes: &[u8]) -> Result<u64, StoreError> {
+        crate::store::check_stage(self.staged(), body, offset, bytes, Some(self.snapshot_capacity()))?;
+        if offset == 0 {
+            self.prev = None;
+            self.store_staging(body, 0);
+        }
+        let at = self.slot_at(1 - self.snap.slot);
+        if !bytes.is_empty() {
+            self.media.memcpy_nodrain(at + format::SNAP_HEADER_BYTES + offset, bytes);
+        }
+        if !self.faults.staging_record_before_data {
+            self.media.drain();
+        }
+        let held = offset + bytes.len() as u64;
+        self.store_staging(body, held);
+        Ok(held)
+    }
+
+    /// Reads the staged bytes back against the body's checksum; a staging
+    /// area that fails is emptied (durably), so the body starts over.
+    fn verify_staged(&mut self, body: &BodyId) -> bool {
+        let Some(s) = self.staging.filter(|s| s.body == *body && s.held == body.len) else { return false };
+        if s.verified || self.faults.unverified_staging {
+            return true;
+        }
+        let at = self.slot_at(1 - self.snap.slot) + format::SNAP_HEADER_BYTES;
+        if data_crc(&self.media, at, body.len) != body.crc {
+            self.store_staging(body, 0);
+            return false;
+        }
+        self.staging = Some(Staging { verified: true, ..s });
+        true
+    }
+
+    /// The staged slot's header (the commit point), then as
+    /// [`Durable::install_snapshot`]: no byte of the body is copied.
+    fn install_staged(&mut self, meta: &SnapshotMetadata, body: &BodyId) -> Result<(), StoreError> {
+        crate::store::check_staged_meta(meta, body)?;
+        if meta.index < self.snap.header.index {
+            let why = format!("snapshot at {} older than the one held at {}", meta.index, self.snap.header.index);
+            return Err(StoreError::Gap(why));
+        }
+        if !self.verify_staged(body) {
+            return Err(StoreError::Media(format!("the staging area does not hold the snapshot body at index {} whole and checked", body.index)));
+        }
+        let conf = meta.get_conf_state().clone();
+        let block = format::encode_conf(&conf).map_err(|list| StoreError::Media(format!("membership has more than {MAX_IDS} {list}")))?;
+        let seq = self.snap.header.seq.checked_add(1).ok_or_else(|| StoreError::Media("snapshot sequence exhausted".into()))?;
+        let header = SnapHeader { seq, index: body.index, term: body.term, data_len: body.len, data_crc: body.crc, origin: Origin::Install, conf };
+        self.commit_slot(1 - self.snap.slot, header, &block);
+        self.finish_install(meta)
     }
 
     fn first_index(&self) -> u64 {
@@ -462,13 +625,7 @@ impl<M: Media> Durable for PmemDurable<M> {
             return Err(StoreError::Gap(why));
         }
         self.store_snapshot(meta, data, Origin::Install)?;
-        self.log.restart_at(&mut self.media, meta.index + 1).map_err(|e| StoreError::Media(format!("restart: {e}")))?;
-        self.terms.clear();
-        self.store_conf(meta.get_conf_state(), meta.index)?;
-        let mut hs = self.hard.clone();
-        hs.commit = hs.commit.max(meta.index);
-        hs.term = hs.term.max(meta.term);
-        self.set_hard_state(&hs)
+        self.finish_install(meta)
     }
 
     /// Snapshot slot (the commit point), then the log's prefix truncation.
@@ -541,19 +698,54 @@ fn read_conf<M: Media>(media: &M) -> Result<ConfSlots, OpenError> {
     newest(read(0), read(1), |c| c.seq).ok_or_else(|| corrupt("no valid membership slot".into()))?
 }
 
-/// The newest valid snapshot slot (header checksum, bounds, then data checksum).
-fn read_snapshot<M: Media>(media: &M, sb: &Superblock) -> Result<Snap, OpenError> {
+/// The newest valid snapshot slot (header checksum, bounds, then data
+/// checksum), the other slot's snapshot if it is valid too, else its
+/// staging area if it holds one.
+fn read_snapshots<M: Media>(media: &M, sb: &Superblock) -> Result<(Snap, Option<Snap>, Option<Staging>), OpenError> {
     let data_max = sb.snap_slot_bytes - format::SNAP_HEADER_BYTES;
+    let header = |slot: usize| {
+        let mut bytes = [0u8; format::SNAP_HEADER_USED];
+        media.read(sb.snap_at + slot as u64 * sb.snap_slot_bytes, &mut bytes);
+        bytes
+    };
     let read = |slot: usize| {
         let at = sb.snap_at + slot as u64 * sb.snap_slot_bytes;
-        let mut bytes = [0u8; format::SNAP_HEADER_USED];
-        media.read(at, &mut bytes);
-        let header = format::decode_snap_header(&bytes, data_max)?;
-        let mut data = vec![0u8; header.data_len as usize];
-        media.read(at + format::SNAP_HEADER_BYTES, &mut data);
-        (format::snap_data_crc(&data) == header.data_crc).then_some(Snap { slot, header, data })
+        let header = format::decode_snap_header(&header(slot), data_max)?;
+        (data_crc(media, at + format::SNAP_HEADER_BYTES, header.data_len) == header.data_crc).then_some(Snap { slot, header })
     };
-    newest(read(0), read(1), |s| s.header.seq).ok_or_else(|| corrupt("no valid snapshot slot".into()))?
+    let (a, b) = (read(0), read(1));
+    let snap = newest(a.clone(), b.clone(), |s| s.header.seq).ok_or_else(|| corrupt("no valid snapshot slot".into()))??;
+    let other = 1 - snap.slot;
+    let prev = [a, b].into_iter().flatten().find(|s| s.slot == other);
+    let staging = match prev {
+        Some(_) => None,
+        None => read_staging(media, sb.snap_at + other as u64 * sb.snap_slot_bytes, data_max).map(|(seq, body, held)| Staging { body, held, verified: false, seq }),
+    };
+    Ok((snap, prev, staging))
+}
+
+/// The newer valid staging record of the slot at `slot_at`.
+fn read_staging<M: Media>(media: &M, slot_at: u64, data_max: u64) -> Option<(u64, BodyId, u64)> {
+    let read = |k: u64| {
+        let mut b = [0u8; format::STAGING_RECORD_BYTES];
+        media.read(slot_at + format::STAGING_AT + k * format::STAGING_RECORD_BYTES as u64, &mut b);
+        format::decode_staging(&b, data_max)
+    };
+    [read(0), read(1)].into_iter().flatten().max_by_key(|r| r.0)
+}
+
+/// The data checksum of `len` bytes at `at`, read in bounded pieces.
+fn data_crc<M: Media>(media: &M, at: u64, len: u64) -> u32 {
+    let mut crc = format::snap_data_crc_start();
+    let mut piece = vec![0u8; len.min(CHECK_PIECE_BYTES) as usize];
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(CHECK_PIECE_BYTES) as usize;
+        media.read(at + done, &mut piece[..n]);
+        crc = crc32c::crc32c_append(crc, &piece[..n]);
+        done += n as u64;
+    }
+    crc
 }
 
 /// The newer of two valid slots by sequence; `None` if neither is valid;

@@ -75,6 +75,7 @@ use crate::links::{client_link, replica_link};
 use crate::node::{Faults, Replica, ReplicaConfig};
 use crate::smr1::Smr1Machine;
 use crate::pmem_store::{PmemDurable, StoreFaults};
+use crate::snapshot::stream::BodyId;
 use crate::store::{Durable, MemDurable, StoreError};
 
 /// What a run simulates.
@@ -288,6 +289,10 @@ pub struct SimReport {
     /// Raft messages the replicas sent as chunks (the chunk size is drawn
     /// per seed).
     pub chunked_messages: u64,
+    /// Bytes of snapshot bodies streamed into staging areas.
+    pub staged_bytes: u64,
+    /// Requests for the rest of a snapshot body sent by receivers.
+    pub snapshot_resumes: u64,
     /// What went wrong (empty: passed).
     pub violations: Vec<String>,
     /// The history of the key that is not linearizable, if one is not.
@@ -687,6 +692,34 @@ impl Durable for Crashable {
     fn log_space(&self) -> Option<(u64, u64)> {
         self.store().log_space()
     }
+    fn snapshot_meta(&self) -> SnapshotMetadata {
+        self.store().snapshot_meta()
+    }
+    fn snapshot_body(&self) -> BodyId {
+        self.store().snapshot_body()
+    }
+    fn read_snapshot_body(&self, body: &BodyId, offset: u64, buf: &mut [u8]) -> bool {
+        self.store().read_snapshot_body(body, offset, buf)
+    }
+    fn staged(&self) -> Option<(BodyId, u64)> {
+        self.store().staged()
+    }
+    fn stage(&mut self, body: &BodyId, offset: u64, bytes: &[u8]) -> Result<u64, StoreError> {
+        let mut held = 0;
+        self.write(None, |d| d.stage(body, offset, bytes).map(|h| held = h))?;
+        Ok(held)
+    }
+    fn verify_staged(&mut self, body: &BodyId) -> bool {
+        let mut ok = false;
+        let _ = self.write(None, |d| {
+            ok = d.verify_staged(body);
+            Ok(())
+        });
+        ok
+    }
+    fn install_staged(&mut self, meta: &SnapshotMetadata, body: &BodyId) -> Result<(), StoreError> {
+        self.write(None, |d| d.install_staged(meta, body))
+    }
 }
 
 /// A simulated node's transport: every connection authenticated with
@@ -949,6 +982,8 @@ impl<M: SimMachine> World<M> {
             eprintln!("{now_ns:>12} ns: replica {} crashes: durable last {} hard {:?} status {:?}", i + 1, d.last_index(), d.hard_state(), r.service.status());
         }
         self.report.chunked_messages += r.service.counters().chunked;
+        self.report.staged_bytes += r.service.counters().snapshot_bytes_staged;
+        self.report.snapshot_resumes += r.service.counters().snapshot_resumes_asked;
         let remains = r.service.take_durable().crash(&mut self.rng);
         let machine = match r.service.take_machine().crash_with(&mut self.rng) {
             Ok(m) => m,
@@ -1401,6 +1436,8 @@ impl<M: SimMachine> World<M> {
         for s in &self.slots {
             if let Slot::Up(r) = s {
                 self.report.chunked_messages += r.service.counters().chunked;
+                self.report.staged_bytes += r.service.counters().snapshot_bytes_staged;
+                self.report.snapshot_resumes += r.service.counters().snapshot_resumes_asked;
             }
         }
         self.report.terms_with_leader = self.leaders.len();

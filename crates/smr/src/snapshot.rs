@@ -37,6 +37,8 @@ use crate::kvmap::{checked_body, decode_entries, KvMap};
 use crate::session::{Reader, Sessions};
 use crate::state::{RestoreError, StateMachine};
 
+pub mod stream;
+
 const MAGIC: &[u8; 8] = b"SMRSNAP4";
 /// Before forwarded proposals (read, never written).
 const MAGIC_V3: &[u8; 8] = b"SMRSNAP3";

@@ -13,12 +13,23 @@
 //! Indexes: the log holds `first_index()..=last_index()`; it is empty when
 //! `first_index() == last_index() + 1`, and `first_index() - 1` is the
 //! snapshot's index, whose term [`Durable::term`] also answers.
+//!
+//! Snapshot streams (`crate::snapshot::stream`): the store names its
+//! snapshot's body ([`Durable::snapshot_body`]) and reads it in pieces for
+//! a sender; a receiver's chunks go into the store's staging area
+//! ([`Durable::stage`], durable on return, a prefix of one body at a
+//! time), which [`Durable::install_staged`] installs only once
+//! [`Durable::verify_staged`] read the whole body back against its
+//! checksum. raft-rs's `Storage::snapshot` hands out the body's
+//! descriptor, never the body.
 
 use std::collections::VecDeque;
 
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
 use raft::{GetEntriesContext, RaftState, StorageError};
 use thiserror::Error;
+
+use crate::snapshot::stream::BodyId;
 
 /// Why a store could not do what was asked.
 #[derive(Debug, Error)]
@@ -87,6 +98,33 @@ pub trait Durable {
     fn log_space(&self) -> Option<(u64, u64)> {
         None
     }
+
+    /// The last snapshot's metadata (its data not read).
+    fn snapshot_meta(&self) -> SnapshotMetadata;
+    /// The held snapshot's body, named for streaming it in pieces
+    /// (`crate::snapshot::stream`).
+    fn snapshot_body(&self) -> BodyId;
+    /// Reads `buf.len()` bytes of the body `body` from `offset`; false if
+    /// the store no longer holds that body (a newer one replaced it) or
+    /// the range lies past its end.
+    fn read_snapshot_body(&self, body: &BodyId, offset: u64, buf: &mut [u8]) -> bool;
+    /// The body being received into the staging area, and how many of its
+    /// bytes (a prefix) the area holds durably.
+    fn staged(&self) -> Option<(BodyId, u64)>;
+    /// Writes `bytes` of `body` at `offset` into the staging area, durably,
+    /// and returns the bytes now held. `offset` is what the area holds of
+    /// `body`, or 0 to start over (whatever was staged is dropped). Refused
+    /// past the body's end, with a gap, or for a body larger than a
+    /// snapshot the store holds.
+    fn stage(&mut self, body: &BodyId, offset: u64, bytes: &[u8]) -> Result<u64, StoreError>;
+    /// Whether the staging area holds all of `body` and its checksum
+    /// holds (read back from the store; the answer is kept until the area
+    /// changes).
+    fn verify_staged(&mut self, body: &BodyId) -> bool;
+    /// Installs the staged `body` as the snapshot `meta` (as
+    /// [`Durable::install_snapshot`]); refused unless
+    /// [`Durable::verify_staged`] holds.
+    fn install_staged(&mut self, meta: &SnapshotMetadata, body: &BodyId) -> Result<(), StoreError>;
 }
 
 /// The volatile baseline: everything in DRAM, nothing flushed.
@@ -97,6 +135,9 @@ pub struct MemDurable {
     conf: ConfState,
     snap_meta: SnapshotMetadata,
     snap_data: Vec<u8>,
+    snap_body: BodyId,
+    /// The staging area: the body, its bytes so far, verified.
+    staging: Option<(BodyId, Vec<u8>, bool)>,
 }
 
 impl MemDurable {
@@ -105,7 +146,8 @@ impl MemDurable {
         let conf = ConfState { voters: voters.to_vec(), ..Default::default() };
         let mut snap_meta = SnapshotMetadata::default();
         snap_meta.set_conf_state(conf.clone());
-        MemDurable { conf, snap_meta, ..Default::default() }
+        let snap_body = BodyId::of(0, 0, &[]);
+        MemDurable { conf, snap_meta, snap_body, ..Default::default() }
     }
 
     fn offset(&self) -> u64 {
@@ -160,6 +202,7 @@ impl Durable for MemDurable {
         self.entries.clear();
         self.snap_meta = meta.clone();
         self.snap_data = data.to_vec();
+        self.snap_body = BodyId::of(meta.index, meta.term, data);
         self.conf = meta.get_conf_state().clone();
         self.hard.commit = self.hard.commit.max(meta.index);
         self.hard.term = self.hard.term.max(meta.term);
@@ -172,8 +215,81 @@ impl Durable for MemDurable {
         self.entries.drain(..drop);
         self.snap_meta = meta.clone();
         self.snap_data = data.to_vec();
+        self.snap_body = BodyId::of(meta.index, meta.term, data);
         Ok(())
     }
+    fn snapshot_meta(&self) -> SnapshotMetadata {
+        self.snap_meta.clone()
+    }
+    fn snapshot_body(&self) -> BodyId {
+        self.snap_body
+    }
+    fn read_snapshot_body(&self, body: &BodyId, offset: u64, buf: &mut [u8]) -> bool {
+        let end = offset.checked_add(buf.len() as u64);
+        if *body != self.snap_body || end.is_none_or(|end| end > body.len) {
+            return false;
+        }
+        buf.copy_from_slice(&self.snap_data[offset as usize..offset as usize + buf.len()]);
+        true
+    }
+    fn staged(&self) -> Option<(BodyId, u64)> {
+        self.staging.as_ref().map(|(b, bytes, _)| (*b, bytes.len() as u64))
+    }
+    fn stage(&mut self, body: &BodyId, offset: u64, bytes: &[u8]) -> Result<u64, StoreError> {
+        check_stage(self.staged(), body, offset, bytes, None)?;
+        if offset == 0 {
+            self.staging = Some((*body, Vec::new(), false));
+        }
+        let (_, held, verified) = self.staging.as_mut().expect("staging");
+        held.extend_from_slice(bytes);
+        *verified = false;
+        Ok(held.len() as u64)
+    }
+    fn verify_staged(&mut self, body: &BodyId) -> bool {
+        match &mut self.staging {
+            Some((b, bytes, verified)) if b == body && bytes.len() as u64 == body.len => {
+                *verified = *verified || crate::snapshot::stream::body_crc(bytes) == body.crc;
+                *verified
+            }
+            _ => false,
+        }
+    }
+    fn install_staged(&mut self, meta: &SnapshotMetadata, body: &BodyId) -> Result<(), StoreError> {
+        check_staged_meta(meta, body)?;
+        if !self.verify_staged(body) {
+            return Err(StoreError::Media(format!("the staging area does not hold the snapshot body at index {} whole and checked", body.index)));
+        }
+        let (_, data, _) = self.staging.take().expect("verified");
+        self.install_snapshot(meta, &data)
+    }
+}
+
+/// Checks a [`Durable::stage`] call against what is staged (`held`) and
+/// the store's snapshot bound (`max`).
+pub fn check_stage(held: Option<(BodyId, u64)>, body: &BodyId, offset: u64, bytes: &[u8], max: Option<u64>) -> Result<(), StoreError> {
+    if let Some(max) = max.filter(|&max| body.len > max) {
+        return Err(StoreError::SnapshotTooLarge { len: body.len, max });
+    }
+    let at = match held {
+        Some((b, n)) if b == *body => n,
+        _ => 0,
+    };
+    if offset != 0 && offset != at {
+        return Err(StoreError::Gap(format!("staged bytes at {offset} of the snapshot body at index {}, which holds {at}", body.index)));
+    }
+    if offset.checked_add(bytes.len() as u64).is_none_or(|end| end > body.len) {
+        return Err(StoreError::Gap(format!("staged bytes past the end of the snapshot body at index {} ({} B)", body.index, body.len)));
+    }
+    Ok(())
+}
+
+/// Checks that a staged body is the snapshot `meta` names.
+pub fn check_staged_meta(meta: &SnapshotMetadata, body: &BodyId) -> Result<(), StoreError> {
+    if meta.index != body.index || meta.term != body.term {
+        let why = format!("the staged body at index {} (term {}) is not the snapshot at {} (term {})", body.index, body.term, meta.index, meta.term);
+        return Err(StoreError::Gap(why));
+    }
+    Ok(())
 }
 
 impl MemDurable {
@@ -270,8 +386,9 @@ impl<D: Durable> raft::Storage for Store<D> {
     }
 
     fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
-        let (meta, data) = self.durable.snapshot();
-        if crate::snapshot::is_deferred(&data) {
+        let (meta, body) = (self.durable.snapshot_meta(), self.durable.snapshot_body());
+        let mut head = [0u8; 32];
+        if body.len >= head.len() as u64 && self.durable.read_snapshot_body(&body, 0, &mut head) && crate::snapshot::is_deferred(&head) {
             // Never sent: the peer would have nothing to restore from.
             self.snapshot_wanted.set(true);
             return Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable));
@@ -279,9 +396,11 @@ impl<D: Durable> raft::Storage for Store<D> {
         if meta.index < request_index {
             return Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable));
         }
+        // The body goes out of band, streamed from the store
+        // (`crate::snapshot::stream`); the message names it.
         let mut snap = Snapshot::default();
         snap.set_metadata(meta);
-        snap.data = data.into();
+        snap.data = crate::snapshot::stream::encode_descriptor(&body).into();
         Ok(snap)
     }
 }

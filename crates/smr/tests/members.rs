@@ -634,6 +634,8 @@ fn a_snapshot_larger_than_a_message_reaches_a_new_replica() {
     h.run_until("replica 4 applied everything", |h| h.node(4).service.status().applied >= h.node(leader).service.status().commit);
     let (meta, data) = h.node(4).service.durable().snapshot();
     assert!(meta.index > 0 && data.len() > 4 << 20, "installed a snapshot of {} B", data.len());
+    let staged = h.node(4).service.counters().snapshot_bytes_staged;
+    assert!(staged >= data.len() as u64, "the body went through the staging area ({staged} B staged)");
     let machine = h.node(4).service.machine();
     for i in 0..24u64 {
         assert_eq!(machine.get(format!("big{i}").as_bytes()), Some(&value(i)[..]), "key big{i}");
@@ -748,4 +750,109 @@ fn random_membership_changes_with_restarts_lose_no_write() {
             assert_eq!(machine, h.node(leader).service.machine(), "seed {seed}: replica {v} differs from the leader");
         }
     }
+}
+
+/// A transfer that breaks: a cluster whose snapshot is about 6 MiB, and a
+/// new replica whose connections are all cut (`restart`: and which is
+/// restarted from its media) once it holds part of the body.
+struct Broken {
+    h: Harness,
+    leader: u64,
+    /// The body's length and what the new replica held when cut.
+    len: u64,
+    held: u64,
+}
+
+fn break_a_transfer(restart: bool) -> Broken {
+    let limits = Limits { window: 4, ..Limits::default() };
+    let mut h = Harness::with_sizes(3, Sizes { log_bytes: 16 << 20, snapshot_bytes: 12 << 20 }, limits);
+    let leader = h.wait_leader();
+    for i in 0..24u64 {
+        let put = Request { op: Op::Put, client: 8, seq: i + 1, key: format!("big{i}").into_bytes(), value: vec![i as u8; 256 << 10], expect: None };
+        assert_eq!(h.call(leader, &put).status, Status::Ok);
+    }
+    let addr = h.join(4);
+    assert_eq!(h.member(Op::AddMember, 4, &addr.to_bytes()).status, Status::Ok);
+    h.run_until("replica 4 holds part of the body", |h| h.node(4).service.counters().snapshot_bytes_staged > 0);
+    let (body, held) = h.node(4).service.durable().staged().expect("a body staged");
+    assert!(held > 0 && held < body.len, "cut mid-transfer: {held} of {} B", body.len);
+    h.net.crash(addr);
+    if restart {
+        let peers = h.addrs.iter().filter(|(&p, _)| p != 4).map(|(&p, &a)| (p, a)).collect();
+        h.restart(4, peers);
+        assert_eq!(h.node(4).service.durable().staged(), Some((body, held)), "the staging area survives the restart");
+    }
+    Broken { h, leader, len: body.len, held }
+}
+
+/// The broken transfer finishes from where it broke: the new replica
+/// asks for the rest, the leader goes on from there, and no byte of the
+/// body is staged twice; then the replica holds every key.
+fn finish_broken(mut b: Broken, staged_before: u64) {
+    b.h.run_until("replica 4 applied everything", |h| h.node(4).service.status().applied >= h.node(b.leader).service.status().commit);
+    let (c4, cl) = (b.h.node(4).service.counters().clone(), b.h.node(b.leader).service.counters().clone());
+    assert!(c4.snapshot_resumes_asked >= 1, "replica 4 asked for the rest");
+    assert!(cl.snapshot_resumes_taken >= 1, "the leader went on from there");
+    assert_eq!(staged_before + c4.snapshot_bytes_staged, b.len, "resumed at {} B, not from zero: every byte staged once", b.held);
+    assert_eq!(b.h.node(4).service.durable().staged(), None, "the staging area became the snapshot");
+    let machine = b.h.node(4).service.machine();
+    for i in 0..24u64 {
+        assert_eq!(machine.get(format!("big{i}").as_bytes()), Some(&vec![i as u8; 256 << 10][..]), "key big{i}");
+    }
+}
+
+/// Issue 26 item 6: a transfer whose connection is cut mid-body resumes.
+#[test]
+fn a_snapshot_transfer_cut_mid_body_resumes_where_it_broke() {
+    let b = break_a_transfer(false);
+    finish_broken(b, 0);
+}
+
+/// Issue 26 item 6: a replica restarted mid-body resumes from what its
+/// staging area holds durably.
+#[test]
+fn a_replica_restarted_mid_snapshot_resumes_from_its_staging_area() {
+    let b = break_a_transfer(true);
+    let held = b.held;
+    finish_broken(b, held);
+}
+
+/// Stream chunks that do not follow on: a bad checksum is refused, a
+/// chunk of another body's middle is answered with a request from zero,
+/// and the cluster goes on; a snapshot message whose body is not staged
+/// is not stepped.
+#[test]
+fn stream_chunks_that_do_not_follow_on_are_not_staged() {
+    use pmwire_smr::node::{RAFT_MAGIC, RAFT_STREAM_MAGIC};
+    use pmwire_smr::snapshot::stream::{encode_chunk, encode_descriptor, BodyId};
+    use protobuf::Message as _;
+    let mut h = Harness::new(3);
+    let leader = h.wait_leader();
+    let follower = (1..=3).find(|&id| id != leader).expect("a follower");
+    let mut peer = h.net.node();
+    let conn = peer.connect(&h.addrs[&follower]).expect("connect");
+    let body = BodyId::of(1 << 40, 1 << 30, &[7u8; 3000]);
+    let mut c = Vec::new();
+    encode_chunk(&body, 1000, leader, &[7u8; 1000], &mut c);
+    let before = h.node(follower).service.counters().clone();
+    peer.send(conn, &RAFT_STREAM_MAGIC, c.clone()).expect("send");
+    let last = c.len() - 1;
+    c[last] ^= 1;
+    peer.send(conn, &RAFT_STREAM_MAGIC, c).expect("send");
+    let mut m = raft::eraftpb::Message { msg_type: raft::eraftpb::MessageType::MsgSnapshot.into(), to: follower, from: leader, term: 1 << 30, ..Default::default() };
+    let mut snap = raft::eraftpb::Snapshot { data: encode_descriptor(&body).into(), ..Default::default() };
+    snap.mut_metadata().index = body.index;
+    snap.mut_metadata().term = body.term;
+    m.set_snapshot(snap);
+    peer.send(conn, &RAFT_MAGIC, m.write_to_bytes().expect("encodes")).expect("send");
+    h.run_ms(2);
+    let after = h.node(follower).service.counters().clone();
+    assert_eq!(after.snapshot_resumes_asked - before.snapshot_resumes_asked, 1, "a middle chunk of a body not held: asked from zero");
+    assert_eq!(after.malformed - before.malformed, 1, "a flipped byte");
+    assert_eq!(after.snapshot_bytes_staged, before.snapshot_bytes_staged, "nothing staged");
+    assert_eq!(after.snapshots_unstaged - before.snapshots_unstaged, 1, "the message is not stepped");
+    assert_eq!(h.node(follower).service.durable().staged(), None);
+    let put = Request { op: Op::Put, client: 3, seq: 1, key: b"k".to_vec(), value: b"v".to_vec(), expect: None };
+    let leader = h.wait_leader();
+    assert_eq!(h.call(leader, &put).status, Status::Ok);
 }

@@ -26,16 +26,21 @@ fn assert_passes_seeds(cfg: &SimConfig, seeds: u64) {
     let mut acknowledged = 0;
     let mut crashes = 0;
     let mut chunked = 0;
+    let (mut staged, mut resumes) = (0, 0);
     for seed in 0..seeds {
         let r = run(seed, cfg);
         assert!(r.passed(), "seed {seed} failed (replay: run({seed}, ..)): {:?}", r.violations);
         acknowledged += r.acknowledged;
         crashes += r.crashes;
         chunked += r.chunked_messages;
+        staged += r.staged_bytes;
+        resumes += r.snapshot_resumes;
     }
+    println!("{seeds} seeds: {acknowledged} acknowledged, {crashes} crashes, {chunked} chunked messages, {staged} B of snapshot bodies staged, {resumes} resume requests");
     assert!(acknowledged > 0, "some operations were acknowledged");
     assert!(!cfg.crashes || crashes > 0, "crashes were injected");
     assert!(seeds < 20 || chunked > 0, "some runs sent Raft messages in chunks");
+    assert!(seeds < 20 || staged > 0, "some runs streamed a snapshot body into a staging area");
 }
 
 #[test]

@@ -22,14 +22,22 @@
 //!   is held) is ignored; a chunk of another message that does not start
 //!   one (offset 0) is ignored; a chunk that leaves a gap (one was lost or
 //!   reordered) or whose checksum fails drops the message: the sender's
-//!   Raft sends it again (a snapshot restarts from its first chunk after
-//!   a broken link or a lost chunk);
+//!   Raft sends it again;
 //! - a new message (offset 0, another id) replaces an unfinished one.
+//!
+//! A snapshot goes another way (`crate::snapshot::stream`): its body is
+//! read from the sender's store chunk by chunk as [`Outgoing`] sends it
+//! (never whole in DRAM), the receiver stages each chunk in its own store
+//! (`super::snapstream`), and raft-rs's message, naming the body, follows
+//! the last chunk. A receiver's [`Resume`] moves the sender's cursor to
+//! what the receiver holds.
 
 use std::collections::BTreeMap;
 
 use pmem::le::{get_u32, get_u64};
 use transport::ConnId;
+
+use crate::snapshot::stream::{self, BodyId, Resume};
 
 /// A chunk's header: id u64, length u64, offset u64, crc32c u32, zero u32.
 pub const CHUNK_HEADER_BYTES: usize = 32;
@@ -46,6 +54,30 @@ pub struct Outgoing {
     payload: Vec<u8>,
     sent: usize,
     chunk_bytes: usize,
+    /// A snapshot's body, streamed before `payload` (the Raft message
+    /// naming it, sent whole after the body's last chunk).
+    body: Option<BodyCursor>,
+}
+
+/// How far a snapshot body went.
+struct BodyCursor {
+    body: BodyId,
+    /// The sending replica.
+    from: u64,
+    sent: u64,
+}
+
+/// What [`Outgoing::next_piece`] encoded.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Piece {
+    /// A chunk of a chunked message, of this many bytes of it.
+    Chunk(usize),
+    /// A chunk of a snapshot body, of this many bytes of it.
+    Body(usize),
+    /// The Raft message that follows a snapshot body, whole.
+    Message,
+    /// The snapshot body is no longer held by the store: the message is lost.
+    Gone,
 }
 
 impl Outgoing {
@@ -53,12 +85,74 @@ impl Outgoing {
     pub fn new(conn: ConnId, id: u64, payload: Vec<u8>, chunk_bytes: usize, snapshot: bool) -> Outgoing {
         assert!(chunk_bytes > 0, "chunks hold at least a byte");
         assert!(!payload.is_empty(), "a chunked message is not empty");
-        Outgoing { conn, id, snapshot, payload, sent: 0, chunk_bytes }
+        Outgoing { conn, id, snapshot, payload, sent: 0, chunk_bytes, body: None }
+    }
+
+    /// The snapshot `body` streamed from the store on `conn` in chunks of
+    /// `chunk_bytes`, then `message` (raft-rs's, naming it) whole.
+    pub fn stream(conn: ConnId, id: u64, body: BodyId, from: u64, message: Vec<u8>, chunk_bytes: usize) -> Outgoing {
+        assert!(body.len > 0, "a snapshot body is not empty");
+        let mut out = Outgoing::new(conn, id, message, chunk_bytes, true);
+        out.body = Some(BodyCursor { body, from, sent: 0 });
+        out
     }
 
     /// Every chunk went.
     pub fn done(&self) -> bool {
         self.sent == self.payload.len()
+    }
+
+    /// The receiver holds `r.offset` bytes of the body: go on from there
+    /// (back, after a lost chunk; forward, after a resumed transfer).
+    /// False if this is not the body streamed.
+    pub fn resume(&mut self, r: &Resume) -> bool {
+        match &mut self.body {
+            Some(c) if c.body == r.body && r.offset <= c.body.len && self.sent == 0 => {
+                c.sent = r.offset;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Encodes what goes next into `buf` (cleared first): a body chunk
+    /// read with `read` (the store's [`crate::store::Durable::read_snapshot_body`]),
+    /// the message after a body, or a chunk of a chunked message.
+    pub fn next_piece(&self, buf: &mut Vec<u8>, read: impl FnOnce(&BodyId, u64, &mut [u8]) -> bool) -> Piece {
+        match &self.body {
+            Some(c) if c.sent < c.body.len => {
+                let n = (c.body.len - c.sent).min(self.chunk_bytes as u64) as usize;
+                buf.clear();
+                buf.resize(stream::STREAM_HEADER_BYTES + n, 0);
+                if !read(&c.body, c.sent, &mut buf[stream::STREAM_HEADER_BYTES..]) {
+                    return Piece::Gone;
+                }
+                stream::seal_chunk(&c.body, c.sent, c.from, buf);
+                Piece::Body(n)
+            }
+            Some(_) => {
+                buf.clear();
+                buf.extend_from_slice(&self.payload);
+                Piece::Message
+            }
+            None => Piece::Chunk(self.next_chunk(buf)),
+        }
+    }
+
+    /// The piece [`Outgoing::next_piece`] encoded went.
+    pub fn went(&mut self, piece: &Piece) {
+        match (piece, &mut self.body) {
+            (Piece::Body(n), Some(c)) => {
+                assert!(c.sent + *n as u64 <= c.body.len, "a chunk within the body");
+                c.sent += *n as u64;
+            }
+            (Piece::Message, Some(c)) => {
+                assert_eq!(c.sent, c.body.len, "the message follows the whole body");
+                self.sent = self.payload.len();
+            }
+            (Piece::Chunk(n), None) => self.sent(*n),
+            (p, _) => panic!("{p:?} is not what this message sends"),
+        }
     }
 
     /// The next chunk's encoding into `buf` (cleared first); its bytes of

@@ -32,6 +32,9 @@ use raft::eraftpb::{ConfState, Entry, EntryType, HardState, SnapshotMetadata};
 use super::{OpenError, PmemDurable, StoreFaults};
 use crate::store::{Durable, MemDurable};
 
+mod staging;
+pub use staging::check_staging;
+
 /// The cluster and replica every checked store belongs to.
 const CLUSTER: u64 = 0x005e_edc1;
 const REPLICA: u64 = 2;
@@ -65,6 +68,17 @@ pub fn checks() -> Vec<Check> {
             name: "replica store: vote never flushed",
             planted: true,
             run: |c| check_store(TailStrategy::SelfValidating, unflushed_vote(), c),
+        },
+        Check { name: "replica store, snapshot staging area", planted: false, run: |c| check_staging(StoreFaults::default(), c) },
+        Check {
+            name: "replica store: staging record before its bytes",
+            planted: true,
+            run: |c| check_staging(StoreFaults { staging_record_before_data: true, ..StoreFaults::default() }, c),
+        },
+        Check {
+            name: "replica store: staging area installed unread",
+            planted: true,
+            run: |c| check_staging(StoreFaults { unverified_staging: true, ..StoreFaults::default() }, c),
         },
     ]
 }
@@ -420,7 +434,28 @@ mod tests {
     }
 
     #[test]
+    fn staging_area_survives_every_crash() {
+        let report = check_staging(StoreFaults::default(), &config());
+        eprintln!("staging: {}", report.describe());
+        report.assert_passes_at_least(100);
+    }
+
+    #[test]
+    fn planted_staging_record_before_its_bytes_is_caught() {
+        let report = check_staging(StoreFaults { staging_record_before_data: true, ..StoreFaults::default() }, &config());
+        eprintln!("planted, staging record first: {}", report.describe());
+        report.assert_caught();
+    }
+
+    #[test]
+    fn planted_staging_area_installed_unread_is_caught() {
+        let report = check_staging(StoreFaults { unverified_staging: true, ..StoreFaults::default() }, &config());
+        eprintln!("planted, staging unread: {}", report.describe());
+        report.assert_caught();
+    }
+
+    #[test]
     fn registry_lists_each_check_once() {
-        pmwire_crashcheck::assert_registry(&checks(), 4);
+        pmwire_crashcheck::assert_registry(&checks(), 6);
     }
 }

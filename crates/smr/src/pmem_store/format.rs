@@ -10,6 +10,8 @@
 use pmem::le::{get_u32, get_u64, put_u32, put_u64};
 use raft::eraftpb::{ConfState, Entry, EntryType};
 
+use crate::snapshot::stream::BodyId;
+
 /// `b"PMWREPLS"`: the superblock's magic word.
 pub const SUPERBLOCK_MAGIC: u64 = u64::from_le_bytes(*b"PMWREPLS");
 /// The format version this build writes and reads.
@@ -46,6 +48,11 @@ const SUPERBLOCK_DOMAIN: &[u8; 8] = b"PMWSUPER";
 const CONF_DOMAIN: &[u8; 8] = b"PMWCONFS";
 const SNAP_HEADER_DOMAIN: &[u8; 8] = b"PMWSNAPH";
 const SNAP_DATA_DOMAIN: &[u8; 8] = b"PMWSNAPD";
+const STAGING_DOMAIN: &[u8; 8] = b"PMWSTAGH";
+/// Bytes of a staging record; a slot has two, past its snapshot header.
+pub const STAGING_RECORD_BYTES: usize = 64;
+/// Offset in a slot of its first staging record (the second follows).
+pub const STAGING_AT: u64 = 320;
 
 /// Where the areas are, as the superblock records them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -273,6 +280,44 @@ pub fn decode_snap_header(b: &[u8; SNAP_HEADER_USED], data_max: u64) -> Option<S
     }
     let conf = decode_conf(&b[40..40 + CONF_BLOCK_BYTES])?;
     Some(SnapHeader { seq, index: get_u64(b, 8), term: get_u64(b, 16), data_len, data_crc: get_u32(b, 32), origin, conf })
+}
+
+/// The running CRC of a snapshot's data before any byte (domain `PMWSNAPD`).
+pub fn snap_data_crc_start() -> u32 {
+    crc32c::crc32c(SNAP_DATA_DOMAIN)
+}
+
+/// A staging record: the body being received into the slot and the bytes
+/// of it held durably, under a sequence (the newer valid one of the
+/// slot's two records counts).
+/// `seq | index | term | length | body crc u32 | zero u32 | held | zero u64 | crc u32 | zero u32`.
+pub fn encode_staging(seq: u64, body: &BodyId, held: u64) -> [u8; STAGING_RECORD_BYTES] {
+    assert!(seq >= 1, "sequence 0 marks no record");
+    assert!(held <= body.len, "a prefix of the body");
+    let mut b = [0u8; STAGING_RECORD_BYTES];
+    put_u64(&mut b, 0, seq);
+    put_u64(&mut b, 8, body.index);
+    put_u64(&mut b, 16, body.term);
+    put_u64(&mut b, 24, body.len);
+    put_u32(&mut b, 32, body.crc);
+    put_u64(&mut b, 40, held);
+    let crc = domain_crc(STAGING_DOMAIN, &b[..56]);
+    put_u32(&mut b, 56, crc);
+    b
+}
+
+/// A valid staging record (sequence, body, bytes held) whose body fits
+/// in `data_max` bytes.
+pub fn decode_staging(b: &[u8; STAGING_RECORD_BYTES], data_max: u64) -> Option<(u64, BodyId, u64)> {
+    if domain_crc(STAGING_DOMAIN, &b[..56]) != get_u32(b, 56) {
+        return None;
+    }
+    if get_u32(b, 36) != 0 || get_u64(b, 48) != 0 || get_u32(b, 60) != 0 {
+        return None;
+    }
+    let (seq, held) = (get_u64(b, 0), get_u64(b, 40));
+    let body = BodyId { index: get_u64(b, 8), term: get_u64(b, 16), len: get_u64(b, 24), crc: get_u32(b, 32) };
+    (seq >= 1 && body.len <= data_max && held <= body.len).then_some((seq, body, held))
 }
 
 /// Hard state as the dual record's 24 B payload.
