@@ -44,12 +44,15 @@ use super::{PeerAddr, Replica};
 use crate::state::StateMachine;
 use crate::store::Durable;
 
-/// The first boundary past `last` of a member whose turn comes at
-/// `phase` in every `period` (boundaries at `k × period + phase`, k ≥ 1).
-pub(super) fn next_boundary(last: u64, period: u64, phase: u64) -> u64 {
+/// The first boundary at or after `from` of a member whose turn comes at
+/// `phase` in every `period` (boundaries at `k × period + phase`, k ≥ 0).
+pub(super) fn next_boundary(from: u64, period: u64, phase: u64) -> u64 {
     assert!(period > 0, "a period of at least one entry");
     assert!(phase < period, "a phase within the period");
-    let k = last.saturating_sub(phase) / period + 1;
+    if from <= phase {
+        return phase;
+    }
+    let k = (from - phase).div_ceil(period);
     k.saturating_mul(period).saturating_add(phase)
 }
 
@@ -110,13 +113,17 @@ mod tests {
         let members = [1, 2, 3];
         let turns: Vec<(u64, u64)> = members.iter().map(|&m| turn(1000, m, &members)).collect();
         assert_eq!(turns, vec![(3000, 0), (3000, 1000), (3000, 2000)]);
-        assert_eq!(next_boundary(0, 3000, 0), 3000);
+        assert_eq!(next_boundary(1, 3000, 0), 3000);
         assert_eq!(next_boundary(0, 3000, 1000), 1000);
-        assert_eq!(next_boundary(1000, 3000, 1000), 4000);
-        assert_eq!(next_boundary(999, 3000, 1000), 1000);
+        assert_eq!(next_boundary(1000, 3000, 1000), 1000, "at or after");
+        assert_eq!(next_boundary(1001, 3000, 1000), 4000);
+        // From a common start (one interval past the last compaction at 0)
+        // the members' first turns come an interval apart: 1000, 2000, 3000.
+        let firsts: Vec<u64> = turns.iter().map(|&(p, ph)| next_boundary(1000, p, ph)).collect();
+        assert_eq!(firsts, vec![3000, 1000, 2000]);
         // Members apply the same log: from any common start, their
         // boundaries are an interval apart or more.
-        for last in [0u64, 500, 1234, 99_999] {
+        for last in [1u64, 500, 1234, 99_999] {
             let mut b: Vec<u64> = turns.iter().map(|&(p, ph)| next_boundary(last, p, ph)).collect();
             b.sort_unstable();
             assert!(b.windows(2).all(|w| w[1] - w[0] >= 1000), "{b:?}");

@@ -48,11 +48,11 @@ pub(super) fn order(msgs: Vec<Message>) -> (Vec<Message>, usize) {
     if msgs.len() < 2 {
         return (msgs, 0);
     }
-    // The last acknowledgement to each (peer, term), by position.
+    // The last acknowledgement to each (peer, term): its position and index.
     let mut last: Vec<(u64, u64, usize, u64)> = Vec::new();
     for (i, m) in msgs.iter().enumerate().filter(|(_, m)| is_ack(m)) {
         match last.iter_mut().find(|l| (l.0, l.1) == (m.to, m.term)) {
-            Some(l) => (l.2, l.3) = (i, l.3.max(m.index)),
+            Some(l) => (l.2, l.3) = (i, m.index),
             None => last.push((m.to, m.term, i, m.index)),
         }
     }
