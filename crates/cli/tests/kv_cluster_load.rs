@@ -16,9 +16,14 @@
 //! replication`: longest loop gap, heartbeat gaps, compactions) are
 //! printed.
 //!
-//! Before the fix (every member compacting at the same index) this lost
-//! its leader at the first compaction: both followers stalled together
-//! past the leader's check-quorum window.
+//! It failed on each partial fix (docs/bench.md, "A loaded cluster keeps
+//! its leader"): with members taking turns compacting only, 346 and 436
+//! `-CLUSTERDOWN ... no majority confirmed the request in time` replies
+//! (acknowledgements and heartbeat responses refused by a full window);
+//! with the send order too, a new leader (term 1 to 3) after the leader's
+//! 276 ms turn re-sending 256 appends in flight to a follower back from its
+//! compaction. (On main, a pipelined 1 KiB load lost the leader at the
+//! first compaction, index 10,000, where every member stalled at once.)
 
 use std::io::Write;
 use std::net::SocketAddr;
