@@ -59,6 +59,7 @@ pub mod crash;
 pub mod crash_zc;
 mod keyspace;
 pub mod member;
+mod member_liveness;
 pub mod member_zc;
 pub mod serve;
 pub mod service;

@@ -623,6 +623,7 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         }
         out += &format!("master_repl_offset:{}\r\n", st.applied);
         out += &format!("raft_member_id:{}\r\nraft_term:{}\r\nraft_commit_index:{}\r\nraft_last_index:{}\r\n", st.id, st.term, st.commit, st.last_index);
+        out += &crate::member_liveness::info(self.reactor.service.liveness(), self.reactor.service.counters());
         out
     }
 
@@ -1010,6 +1011,7 @@ impl<T: Transport<Addr = SocketAddr>> MemberServer<T> {
         let machine = RedisMachine::open(ClusterKeyspace::shared(store.clone(), CopyCounters::new()), machine_config)?;
         let mut rc = pmwire_smr::node::ReplicaConfig::new(options.id);
         rc.tick = options.tick;
+        rc.leader_compaction_intervals = crate::member_liveness::LEADER_COMPACTION_INTERVALS;
         // The seed also gives this incarnation's nonce (forwarded
         // proposals): the process id and the time make it new per start.
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);

@@ -128,8 +128,12 @@ pub const ENTRY_MACHINE: u8 = 2;
 pub const ENTRY_FORWARDED: u8 = crate::forward::KIND;
 
 mod compaction;
+mod liveness;
 mod redial;
 mod snapstream;
+mod sendorder;
+pub use liveness::Liveness;
+use liveness::{Step, Timed, Tracker};
 
 /// Ticks a replica waits before connecting again to a peer whose
 /// connection was lost or refused.
@@ -157,6 +161,12 @@ pub const MAX_RAFT_MESSAGE_BYTES: u64 = 1 << 32;
 /// Bytes of chunks sent to one peer per turn at most, so that a member
 /// sending a large snapshot keeps serving its clients and the log.
 pub const CHUNK_BYTES_PER_TURN: usize = 4 << 20;
+
+/// Appends in flight to one follower (raft-rs's `max_inflight_msgs`).
+pub const MAX_INFLIGHT_APPENDS: usize = 16;
+/// Bytes of committed entries one `Ready` hands over to apply at most
+/// (raft-rs's `max_committed_size_per_ready`; at least one entry).
+pub const MAX_COMMITTED_BYTES_PER_READY: u64 = 1 << 20;
 
 /// Most voters, and most learners, a membership may have (what the
 /// persistent-memory store's membership slot holds).
@@ -289,8 +299,13 @@ pub struct ReplicaConfig {
     /// Ticks between a leader's heartbeats.
     pub heartbeat_ticks: usize,
     /// Take a snapshot and compact the log once this many entries are
-    /// applied past the last snapshot.
+    /// applied past the last snapshot (a follower at its own phase of the
+    /// interval: `node::compaction`).
     pub snapshot_every: u64,
+    /// A leader compacts once this many intervals of
+    /// [`ReplicaConfig::snapshot_every`] are applied past its last
+    /// snapshot (its compaction stalls every follower's heartbeats).
+    pub leader_compaction_intervals: u64,
     /// The leader sends its appends before persisting its own (§10.2.1).
     pub leader_sends_first: bool,
     /// Raft's randomized election timeouts come from this seed.
@@ -324,6 +339,7 @@ impl ReplicaConfig {
             election_ticks: 10,
             heartbeat_ticks: 2,
             snapshot_every: 10_000,
+            leader_compaction_intervals: 1,
             leader_sends_first: true,
             seed: id,
             faults: Faults::default(),
@@ -391,6 +407,9 @@ pub struct Counters {
     pub snapshot_resumes_taken: u64,
     /// Snapshot messages not stepped: their body was not staged whole.
     pub snapshots_unstaged: u64,
+    /// Append acknowledgements not sent: a later one of the same batch
+    /// superseded them (`sendorder`).
+    pub superseded: u64,
 }
 
 /// One replica of the state machine `M` (by default the put/get/del/cas
@@ -483,6 +502,8 @@ where
     /// The last request for the rest of a snapshot body: the body and the
     /// offset asked from (not asked again for a later chunk of a gap).
     asked: Option<(crate::snapshot::stream::BodyId, u64)>,
+    /// How close this replica came to an election (`liveness`).
+    liveness: Tracker,
 }
 
 /// What the leader does with a membership change it was asked for.
@@ -583,7 +604,15 @@ where
             heartbeat_tick: config.heartbeat_ticks,
             applied: snap_meta.index,
             max_size_per_msg: 1 << 20,
-            max_inflight_msgs: 256,
+            // Appends in flight per follower: within a connection's window
+            // of sends (32 on io_uring TCP), so a turn never builds appends
+            // (gathering their values) that the window then refuses; 256
+            // held a leader's turn 275 ms re-sending to a follower back
+            // from a stall, and its followers elected another leader.
+            max_inflight_msgs: MAX_INFLIGHT_APPENDS,
+            // Committed entries one Ready hands over: a follower back from
+            // a stall applies its backlog over several turns, not in one.
+            max_committed_size_per_ready: MAX_COMMITTED_BYTES_PER_READY,
             check_quorum: true,
             pre_vote: true,
             // A commit reaches the followers with the next append or
@@ -643,6 +672,7 @@ where
             halted: None,
             told_not_member: BTreeMap::new(),
             asked: None,
+            liveness: Tracker::default(),
         };
         if replica.config.faults.unchecked_chunks {
             replica.inbox.plant_unchecked();
@@ -749,6 +779,11 @@ where
         &self.counters
     }
 
+    /// How close it came to an election (`liveness`).
+    pub fn liveness(&self) -> Liveness {
+        self.liveness.counters
+    }
+
     /// The state machine: what an embedder reads, linearizably once a
     /// [`Replica::read_index`] is done.
     pub fn machine(&self) -> &M {
@@ -847,6 +882,9 @@ where
                 m.from, m.term, m.commit
             ));
             return;
+        }
+        if matches!(m.get_msg_type(), MessageType::MsgAppend | MessageType::MsgHeartbeat | MessageType::MsgSnapshot) && m.term >= r.term {
+            self.liveness.heard(m.from, m.term, self.now);
         }
         // A message from a stale term is refused by Raft itself; nothing
         // to do with the error.
@@ -1255,7 +1293,11 @@ where
         let _ = t.reply(id, &REQUEST_MAGIC, bytes);
     }
 
+    /// Sends a batch: control messages first, superseded acknowledgements
+    /// dropped (`sendorder`).
     fn send_all(&mut self, t: &mut T, msgs: Vec<Message>) {
+        let (msgs, superseded) = sendorder::order(msgs);
+        self.counters.superseded += superseded as u64;
         for m in msgs {
             self.send(t, m);
         }
@@ -1313,7 +1355,12 @@ where
             self.raw.report_snapshot(to, status);
         }
         match sent {
-            Ok(()) => self.counters.sent += 1,
+            Ok(()) => {
+                self.counters.sent += 1;
+                if self.raw.raft.state == StateRole::Leader {
+                    self.liveness.sent(to, self.raw.raft.term, self.now);
+                }
+            }
             Err(_) => {
                 self.counters.unsent += 1;
                 self.raw.report_unreachable(to);
@@ -1762,6 +1809,7 @@ where
         if self.config.faults.ack_before_persist {
             self.send_all(t, persisted.clone());
         }
+        let timed = Timed::start(Step::Append);
         let durable = &mut self.raw.mut_store().durable;
         crate::logrefs::append(durable, ready.entries(), &mut MachineRefs(&mut self.machine)).map_err(store_error)?;
         if let Some(hs) = ready.hs() {
@@ -1771,6 +1819,7 @@ where
             }
             self.store_mut().set_hard_state(&hs).map_err(store_error)?;
         }
+        timed.done(&mut self.liveness.counters);
         self.send_all(t, late);
         if !self.config.faults.ack_before_persist {
             self.send_all(t, persisted);
@@ -1779,8 +1828,10 @@ where
         // follower's acknowledgement (on the write path) no longer waits for
         // the previous entry's apply and the machine's persist, which the
         // commit it learns with each append hands it.
+        let timed = Timed::start(Step::Apply);
         self.apply_entries(t, ready.take_committed_entries())?;
         self.finish_batch(t);
+        timed.done(&mut self.liveness.counters);
         for rs in ready.take_read_states() {
             let Some(ctx) = self.own_read_ctx(&rs.request_ctx) else { continue };
             if let Some((waiter, _, since)) = self.reads.remove(&ctx) {
@@ -1792,8 +1843,10 @@ where
             self.store_mut().note_commit(commit);
         }
         self.send_all(t, light.take_messages());
+        let timed = Timed::start(Step::Apply);
         self.apply_entries(t, light.take_committed_entries())?;
         self.finish_batch(t);
+        timed.done(&mut self.liveness.counters);
         self.raw.advance_apply();
         if std::mem::take(&mut self.bcast_commit) {
             self.raw.raft.bcast_append();
@@ -1803,8 +1856,8 @@ where
         Ok(true)
     }
 
-    /// Takes a snapshot and compacts once enough is applied past the last,
-    /// or the log is more than half full (not while entries the machine already holds are replayed: its
+    /// Takes a snapshot and compacts once due (`compaction`: staggered
+    /// per member, less often on the leader), or the log is more than half full (not while entries the machine already holds are replayed: its
     /// state is then past the applied index).
     fn maybe_compact(&mut self) -> Result<(), raft::Error> {
         if self.machine.applied() > self.applied || self.halted.is_some() {
@@ -1815,9 +1868,10 @@ where
         let wanted = self.raw.store().snapshot_wanted.take();
         let forced = std::mem::take(&mut self.compact_now) && self.applied > self.snapshot_index;
         let filling = self.applied > self.snapshot_index && self.durable().log_space().is_some_and(|(free, capacity)| free < capacity / 2);
-        if !wanted && !forced && !filling && (self.applied < self.snapshot_index + self.config.snapshot_every || self.defer_compaction()) {
+        if !wanted && !forced && !filling && !self.compaction_due() {
             return Ok(());
         }
+        let timed = Timed::start(Step::Compact);
         let mut meta = SnapshotMetadata { index: self.applied, ..Default::default() };
         meta.term = self.durable().term(self.applied).expect("applied entries are held");
         meta.set_conf_state(self.raw.raft.prs().conf().to_conf_state());
@@ -1833,6 +1887,7 @@ where
         self.snapshot_index = self.applied;
         self.counters.snapshots += 1;
         self.counters.snapshots_deferred += u64::from(deferred);
+        timed.done(&mut self.liveness.counters);
         Ok(())
     }
 
@@ -1860,6 +1915,9 @@ where
         }
         self.raw.tick();
         self.ticks += 1;
+        if self.raw.raft.state == StateRole::Follower && self.raw.raft.leader_id != 0 {
+            self.liveness.election_elapsed(self.raw.raft.election_elapsed);
+        }
         self.reask_reads();
         self.expire_pending(t);
         // One tick per turn; after a long stall, restart the cadence.
@@ -1936,6 +1994,7 @@ where
             self.fail_all(t, Failure::Halted);
             return false;
         }
+        self.liveness.turn(now);
         let ticked = self.tick_if_due(t, now);
         let dialled = self.redial(t);
         let drained = !self.outbox.is_empty() && self.drain_outbox(t);
@@ -1955,6 +2014,7 @@ where
             }
         }
         self.was_leader = leader;
+        self.liveness.campaigning(matches!(self.raw.raft.state, StateRole::Candidate | StateRole::PreCandidate));
         self.rerandomize();
         ticked || readied || drained || dialled
     }

@@ -112,9 +112,10 @@ fn pmem_replicas_compact_and_a_follower_restarts_from_its_media() {
     run(&mut nodes, &mut now, 10);
     let f = (l + 1) % 3;
     let follower = &nodes[f].service;
-    assert!(follower.counters().snapshots >= 2, "the follower compacted its store");
+    // Members take turns compacting (each follower every third interval, `node::compaction`).
+    assert!(follower.counters().snapshots >= 1, "the follower compacted its store");
     let (snap, _) = follower.durable().snapshot();
-    assert!(snap.index >= 16 && follower.durable().first_index() == snap.index + 1, "compacted to {}", snap.index);
+    assert!(snap.index >= 8 && follower.durable().first_index() == snap.index + 1, "compacted to {}", snap.index);
     let image = follower.durable().media().clone();
     let id = f as u64 + 1;
     let store = PmemDurable::open(image, CLUSTER, id).expect("the follower's media opens");

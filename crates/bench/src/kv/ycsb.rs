@@ -47,6 +47,9 @@ pub struct YcsbReport {
     pub reads: u64,
     /// Error replies among them.
     pub errors: u64,
+    /// The first [`ERROR_SAMPLES`] error replies' texts (of the timed
+    /// operations), so a run that saw errors says which.
+    pub error_samples: Vec<String>,
     /// Operations per second.
     pub throughput_ops_per_s: f64,
     /// Mean latency.
@@ -62,6 +65,9 @@ pub struct YcsbReport {
     /// The server's CPU seconds over them, if its clock was given.
     pub server_cpu_s: Option<f64>,
 }
+
+/// Error replies a report keeps the text of.
+pub const ERROR_SAMPLES: usize = 8;
 
 struct Conn {
     stream: TcpStream,
@@ -87,6 +93,7 @@ pub fn run_measured(addr: SocketAddr, config: &YcsbConfig, server: Option<CpuClo
     load(&mut conns, &mut generator, config.load_pipeline)?;
     let mut latencies = Vec::with_capacity(config.ops as usize);
     let (mut reads, mut errors, mut issued, mut done) = (0u64, 0u64, 0u64, 0u64);
+    let mut error_samples = Vec::new();
     let total = config.warmup_ops + config.ops;
     let mut started = Instant::now();
     let mut marks = Marks::at_start(server);
@@ -101,6 +108,9 @@ pub fn run_measured(addr: SocketAddr, config: &YcsbConfig, server: Option<CpuClo
         for conn in conns.iter_mut() {
             pump(conn)?;
             while let Some((len, is_error)) = reply_len(&conn.input).context("reply from the server is not RESP")? {
+                if is_error && done >= config.warmup_ops && error_samples.len() < ERROR_SAMPLES {
+                    error_samples.push(String::from_utf8_lossy(&conn.input[..len]).trim_end().to_string());
+                }
                 conn.input.drain(..len);
                 let (sent, read) = conn.pending.take().context("a reply with no request outstanding")?;
                 if done >= config.warmup_ops {
@@ -128,6 +138,7 @@ pub fn run_measured(addr: SocketAddr, config: &YcsbConfig, server: Option<CpuClo
         ops: config.ops,
         reads,
         errors,
+        error_samples,
         throughput_ops_per_s: config.ops as f64 / secs,
         latency_us_mean: mean_ns / 1e3,
         latency_us_p50: percentile(&latencies, 50.0) as f64 / 1e3,

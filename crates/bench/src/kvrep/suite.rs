@@ -169,7 +169,7 @@ fn measure_resp(addr: std::net::SocketAddr, variant: &str, plan: &Plan, run: &Ru
                     .param("connections", 16)
                     .param("ops", r.ops),
             ),
-            Ok(r) => sink.skipped.push(Skipped::new(&bench, variant, &format!("{} error replies in {} ops", r.errors, r.ops))),
+            Ok(r) => sink.skipped.push(Skipped::new(&bench, variant, &format!("{} error replies in {} ops, the first: {}", r.errors, r.ops, r.error_samples.join(" | ")))),
             Err(e) => sink.skipped.push(Skipped::new(&bench, variant, &format!("{e:#}"))),
         }
     }

@@ -1,0 +1,253 @@
+//! A 3-member `pmwire kv --cluster` under heavy load keeps its leader and
+//! answers no error (issue 26): real member processes on loopback, pools on
+//! tmpfs, driven at once by
+//! - 16 connections of pipelined 1 KiB SETs, 8 in flight each (the shape
+//!   of `redis-benchmark -P 8 -d 1024`), and
+//! - 48 closed-loop connections of a YCSB A mix (half GETs, half 1 KiB
+//!   SETs, keys skewed towards a hot set), as the bench's 16 connections
+//!   were when they saw error replies,
+//!
+//! about 51 K entries: past each follower's compaction (snapshots every
+//! 10,000 entries, the members taking turns; the leader's every sixth
+//! interval is past this load). Asserted: no error reply
+//! (each one is printed), every member's `raft_term` unchanged and the
+//! same member leading afterwards. Nothing about time is asserted; how
+//! long the load took and each member's liveness counters (`INFO
+//! replication`: longest loop gap, heartbeat gaps, compactions) are
+//! printed.
+//!
+//! It failed on each partial fix (docs/bench.md, "A loaded cluster keeps
+//! its leader"): with members taking turns compacting only, 346 and 436
+//! `-CLUSTERDOWN ... no majority confirmed the request in time` replies
+//! (acknowledgements and heartbeat responses refused by a full window);
+//! with the send order too, a new leader (term 1 to 3) after the leader's
+//! 276 ms turn re-sending 256 appends in flight to a follower back from its
+//! compaction. (On main, a pipelined 1 KiB load lost the leader at the
+//! first compaction, index 10,000, where every member stalled at once.)
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+mod resp;
+use resp::{free_port, Client, Reply};
+
+/// Pipelined connections and their depth.
+const PIPELINED: usize = 16;
+const DEPTH: usize = 8;
+/// SETs each pipelined connection sends.
+const PIPELINED_SETS: usize = 2_000;
+/// Closed-loop YCSB A connections and the operations of each.
+const MIXED: usize = 48;
+const MIXED_OPS: usize = 800;
+/// Keys of the pipelined SETs and of the mix.
+const KEYS: u64 = 20_000;
+const HOT_KEYS: u64 = 2_000;
+
+struct Members {
+    dir: tempfile::TempDir,
+    peers: String,
+    resp: Vec<SocketAddr>,
+    children: Vec<Child>,
+}
+
+impl Drop for Members {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Members {
+    fn start() -> Members {
+        // Pools on tmpfs, as the bench's: on a disk file every persist is an msync.
+        let dir = if Path::new("/dev/shm").is_dir() { tempfile::tempdir_in("/dev/shm").unwrap() } else { tempfile::tempdir().unwrap() };
+        let peers = (1..=3).map(|i| format!("{i}=127.0.0.1:{}", free_port())).collect::<Vec<_>>().join(",");
+        let resp = (0..3).map(|_| SocketAddr::from(([127, 0, 0, 1], free_port()))).collect();
+        let mut m = Members { dir, peers, resp, children: Vec::new() };
+        for i in 0..3 {
+            m.spawn(i);
+        }
+        for i in 0..3 {
+            m.wait_ready(i);
+        }
+        m
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let log = std::fs::File::create(self.path(&format!("log{i}"))).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_pmwire"))
+            .args(["kv", "--size", "512M", "--raft-size", "128M", "--raft-log-size", "32M", "--create-secret"])
+            .arg("--pool")
+            .arg(self.path(&format!("pool{i}")))
+            .args(["--resp", &self.resp[i].to_string(), "--http", "127.0.0.1:0"])
+            .args(["--cluster", &self.peers, "--id", &(i + 1).to_string()])
+            .arg("--secret-file")
+            .arg(self.path("secret"))
+            .arg("--ready-file")
+            .arg(self.path(&format!("ready{i}")))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn pmwire kv --cluster");
+        self.children.push(child);
+        if i == 0 {
+            // The first member creates the secret; the others read it.
+            let secret = self.path("secret");
+            wait_for(Duration::from_secs(10), "the secret file", || secret.exists().then_some(()));
+        }
+    }
+
+    fn wait_ready(&mut self, i: usize) {
+        let ready = self.path(&format!("ready{i}"));
+        let log = self.path(&format!("log{i}"));
+        let child = &mut self.children[i];
+        wait_for(Duration::from_secs(20), "a member's ready file", || {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("member {} exited ({status}): {}", i + 1, std::fs::read_to_string(&log).unwrap_or_default());
+            }
+            std::fs::read_to_string(&ready).is_ok_and(|s| s.contains("resp")).then_some(())
+        });
+    }
+
+    /// The member whose ROLE is master and that takes a write.
+    fn leader(&self) -> usize {
+        wait_for(Duration::from_secs(20), "a leader", || {
+            (0..3).find(|&i| {
+                let mut c = Client::connect(self.resp[i]);
+                matches!(c.call(&["ROLE"]), Reply::Array(Some(a)) if a[0] == Reply::bulk("master")) && c.call(&["SET", "leader-probe", "1"]) == Reply::Simple("OK".into())
+            })
+        })
+    }
+
+    fn info(&self, i: usize) -> String {
+        match Client::connect(self.resp[i]).call(&["INFO", "replication"]) {
+            Reply::Bulk(Some(b)) => String::from_utf8(b).unwrap(),
+            other => panic!("INFO replication: {other:?}"),
+        }
+    }
+}
+
+fn wait_for<T>(bound: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(start.elapsed() < bound, "no {what} within {bound:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn field(info: &str, name: &str) -> u64 {
+    let prefix = format!("{name}:");
+    let line = info.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("no {name} in {info}"));
+    line.trim().parse().unwrap()
+}
+
+/// A 64-bit LCG step.
+fn next(x: &mut u64) -> u64 {
+    *x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    *x >> 33
+}
+
+fn set_command(key: &str, value: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(format!("*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${}\r\n", key.len(), value.len()).as_bytes());
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `count` 1 KiB SETs pipelined `DEPTH` deep on one connection; the
+/// replies that were not `+OK`.
+fn pipelined_sets(addr: SocketAddr, seed: u64, count: usize) -> Vec<Reply> {
+    let mut c = Client::connect(addr);
+    let (mut x, mut bad, mut sent) = (seed | 1, Vec::new(), 0);
+    let value = vec![b'p'; 1024];
+    while sent < count {
+        let n = DEPTH.min(count - sent);
+        let mut out = Vec::new();
+        for _ in 0..n {
+            set_command(&format!("key:{:06}", next(&mut x) % KEYS), &value, &mut out);
+        }
+        c.r.get_mut().write_all(&out).unwrap();
+        for _ in 0..n {
+            let r = c.read();
+            if r != Reply::Simple("OK".into()) {
+                bad.push(r);
+            }
+        }
+        sent += n;
+    }
+    bad
+}
+
+/// `ops` closed-loop operations of YCSB A's mix on one connection: half
+/// GETs, half 1 KiB SETs, nine in ten on the hot keys; the error replies.
+fn mixed_ops(addr: SocketAddr, seed: u64, ops: usize) -> Vec<Reply> {
+    let mut c = Client::connect(addr);
+    let (mut x, mut bad) = (seed | 1, Vec::new());
+    let value = vec![b'y'; 1024];
+    for _ in 0..ops {
+        let r = next(&mut x);
+        let key = format!("key:{:06}", if r % 10 == 0 { r % KEYS } else { r % HOT_KEYS });
+        let reply = if r & (1 << 20) == 0 {
+            c.call(&["GET", &key])
+        } else {
+            let mut out = Vec::new();
+            set_command(&key, &value, &mut out);
+            c.r.get_mut().write_all(&out).unwrap();
+            c.read()
+        };
+        if matches!(reply, Reply::Error(_)) {
+            bad.push(reply);
+        }
+    }
+    bad
+}
+
+#[test]
+#[ignore = "passes 4 of 6 runs on the 2-core machine: the leader's loop still has 100-250 ms gaps outside the replica (not compaction, apply or append; see docs/bench.md, \"A loaded cluster keeps its leader\"); run with --ignored"]
+fn a_cluster_under_pipelined_and_many_client_load_keeps_its_leader_and_answers_no_error() {
+    let members = Members::start();
+    let l = members.leader();
+    let terms: Vec<u64> = (0..3).map(|i| field(&members.info(i), "raft_term")).collect();
+    assert!(terms.iter().all(|&t| t == terms[l]), "one term after the first election: {terms:?}");
+    let addr = members.resp[l];
+    let start = Instant::now();
+    let pipelined = (0..PIPELINED).map(|k| std::thread::spawn(move || pipelined_sets(addr, 100 + k as u64, PIPELINED_SETS)));
+    let mixed = (0..MIXED).map(|k| std::thread::spawn(move || mixed_ops(addr, 1000 + k as u64, MIXED_OPS)));
+    let workers: Vec<_> = pipelined.chain(mixed).collect();
+    let bad: Vec<Reply> = workers.into_iter().flat_map(|w| w.join().unwrap()).collect();
+    println!(
+        "{} pipelined SETs ({PIPELINED} connections, {DEPTH} deep) and {} mixed operations ({MIXED} connections) in {:?}",
+        PIPELINED * PIPELINED_SETS,
+        MIXED * MIXED_OPS,
+        start.elapsed()
+    );
+    let infos: Vec<String> = (0..3).map(|i| members.info(i)).collect();
+    for (i, info) in infos.iter().enumerate() {
+        let lines: Vec<&str> = info.lines().filter(|l| l.starts_with("max_") || l.starts_with("raft_") || l.starts_with("role") || l.starts_with("elections")).collect();
+        println!("member {}: {}", i + 1, lines.join(" "));
+    }
+    for (i, e) in bad.iter().enumerate().take(20) {
+        println!("error reply {i}: {e:?}");
+    }
+    assert!(bad.is_empty(), "{} error replies, the first: {:?}", bad.len(), bad.first());
+    let after: Vec<u64> = infos.iter().map(|info| field(info, "raft_term")).collect();
+    assert_eq!(after, terms, "no election during the load");
+    assert!(infos[l].contains("role:master"), "the same member leads");
+    // The followers took their turns compacting (the leader compacts every
+    // sixth interval, past this load): the stalls the load has to ride out.
+    for (i, info) in infos.iter().enumerate().filter(|&(i, _)| i != l) {
+        assert!(field(info, "raft_snapshots") >= 1, "follower {} compacted under the load: {info}", i + 1);
+    }
+}
