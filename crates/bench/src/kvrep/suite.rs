@@ -269,7 +269,10 @@ fn membership_stage(options: &Options, run: &RunPlan, sink: &mut Sink) {
 
 fn single_round(options: &Options, run: &RunPlan, plan: &Plan, sweep: bool, sink: &mut Sink) {
     let pool = PathBuf::from(format!("/dev/shm/pmwire-kvrep-single-{}.pool", std::process::id()));
-    match KvChild::start(&options.exe, &pool, "512M", KvMode::ZeroCopy, &Placement::unpinned()) {
+    // 2 GiB (sparse on tmpfs): the single node takes 80 K fresh keys a
+    // second in the sweep, each value in the pool buffer it was received
+    // into, and filled 512 MiB at 64 clients (-OOM, the row not run).
+    match KvChild::start(&options.exe, &pool, "2G", KvMode::ZeroCopy, &Placement::unpinned()) {
         Ok(child) => {
             measure_resp(child.resp, SINGLE, plan, run, sweep, sink);
             drop(child);
