@@ -33,6 +33,8 @@ use std::time::{Duration, Instant};
 
 mod resp;
 use resp::{free_port, Client, Reply};
+mod cluster;
+use cluster::{wait_for, wait_ready_file};
 
 /// Pipelined connections and their depth.
 const PIPELINED: usize = 16;
@@ -110,13 +112,7 @@ impl Members {
     fn wait_ready(&mut self, i: usize) {
         let ready = self.path(&format!("ready{i}"));
         let log = self.path(&format!("log{i}"));
-        let child = &mut self.children[i];
-        wait_for(Duration::from_secs(20), "a member's ready file", || {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("member {} exited ({status}): {}", i + 1, std::fs::read_to_string(&log).unwrap_or_default());
-            }
-            std::fs::read_to_string(&ready).is_ok_and(|s| s.contains("resp")).then_some(())
-        });
+        wait_ready_file(&mut self.children[i], i, &ready, &log);
     }
 
     /// The member whose ROLE is master and that takes a write.
@@ -137,16 +133,6 @@ impl Members {
     }
 }
 
-fn wait_for<T>(bound: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(start.elapsed() < bound, "no {what} within {bound:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 fn field(info: &str, name: &str) -> u64 {
     let prefix = format!("{name}:");
