@@ -244,6 +244,17 @@ fn cluster_down(reason: &str) -> Vec<u8> {
     format!("-CLUSTERDOWN The cluster is down: {reason}\r\n").into_bytes()
 }
 
+/// Runs `f` on `args` as a parsed request: a queued command keeps its
+/// arguments, and the executor and the machine take a request.
+pub(crate) fn with_request<R>(args: &[Vec<u8>], f: impl FnOnce(&pmwire_resp::request::Request<'_>) -> R) -> R {
+    let mut wire = Vec::new();
+    pmwire_resp::client::encode_request(args, &mut wire);
+    let mut parsed = Parsed::new(RespLimits::default());
+    let segs: [&[u8]; 1] = [&wire];
+    assert_eq!(parsed.parse(&segs).commands, 1, "one encoded command");
+    f(&parsed.request(&segs, 0))
+}
+
 fn error(text: &str) -> Vec<u8> {
     format!("-{text}\r\n").into_bytes()
 }
@@ -416,16 +427,9 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
 
     /// Runs a connection-local command on the member's own executor.
     fn local(&mut self, id: ConnId, args: &[Vec<u8>]) -> Vec<u8> {
-        let mut wire = Vec::new();
-        pmwire_resp::client::encode_request(args, &mut wire);
-        let mut parsed = Parsed::new(RespLimits::default());
-        let segs: [&[u8]; 1] = [&wire];
-        let summary = parsed.parse(&segs);
-        assert_eq!(summary.commands, 1, "one encoded command");
-        let req = parsed.request(&segs, 0);
         let mut out = Vec::new();
         let conn = self.conns.get_mut(&id).expect("the connection");
-        let flow = self.local.execute(&mut conn.session, &mut self.scratch, &req, &mut out);
+        let flow = with_request(args, |req| self.local.execute(&mut conn.session, &mut self.scratch, req, &mut out));
         if flow == pmwire_keyspace::exec::Flow::Close {
             conn.close_after_flush = true;
         }
@@ -639,17 +643,11 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
 
     /// Runs a read at the head of a connection's queue.
     fn run_read(&mut self, id: ConnId, args: &[Vec<u8>]) -> Vec<u8> {
-        let mut wire = Vec::new();
-        pmwire_resp::client::encode_request(args, &mut wire);
-        let mut parsed = Parsed::new(RespLimits::default());
-        let segs: [&[u8]; 1] = [&wire];
-        assert_eq!(parsed.parse(&segs).commands, 1, "one encoded command");
-        let req = parsed.request(&segs, 0);
         let now = Self::now_ms();
         let conn = self.conns.get_mut(&id).expect("the connection");
         let machine = self.reactor.service.machine_mut();
         let mut capture = Capture::default();
-        let result = machine.read(&mut self.reads, &mut conn.session, now, &req, &mut capture);
+        let result = with_request(args, |req| machine.read(&mut self.reads, &mut conn.session, now, req, &mut capture));
         let ks = machine.keyspace();
         let mut out = Gather { ks, out: Vec::new() };
         for piece in capture.pieces {

@@ -29,7 +29,6 @@ use std::time::{Duration, Instant};
 
 use pmwire_keyspace::exec::{Flow, Server as RespServer};
 use pmwire_netio::ConnId;
-use pmwire_resp::request::{Limits as RespLimits, Parsed};
 use pmwire_smr::node::{Done, Failure, Ticket};
 use transport::Transport;
 
@@ -143,15 +142,9 @@ impl<T: Transport<Addr = std::net::SocketAddr>> Member<T> {
     /// Runs `args` on the member's executor over its empty scratch
     /// keyspace: the timeout (ms, 0 for ever) if it blocks, else its reply.
     fn check_blocking(&mut self, id: ConnId, args: &[Vec<u8>]) -> Result<u64, Vec<u8>> {
-        let mut wire = Vec::new();
-        pmwire_resp::client::encode_request(args, &mut wire);
-        let mut parsed = Parsed::new(RespLimits::default());
-        let segs: [&[u8]; 1] = [&wire];
-        assert_eq!(parsed.parse(&segs).commands, 1, "one encoded command");
-        let req = parsed.request(&segs, 0);
         let mut out = Vec::new();
         let conn = self.conns.get_mut(&id).expect("the connection");
-        let flow = self.local.execute(&mut conn.session, &mut self.scratch, &req, &mut out);
+        let flow = super::with_request(args, |req| self.local.execute(&mut conn.session, &mut self.scratch, req, &mut out));
         if flow != Flow::Block {
             return Err(out);
         }
