@@ -22,7 +22,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -31,10 +31,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use pmwire_resp::client::Value;
 
-use super::members::{remove_pool, Members, Resp, MEMBERS};
+use super::members::{remove_pool, spawn_member, MemberArgs, Members, Resp, MEMBERS};
 use crate::smr::peers::PutClient;
 use crate::smr::suite::listen_ports;
-use crate::spawn::spawn_until_ready;
 
 /// The value size the catch-up's keyspace is written with.
 pub const VALUE_BYTES: usize = 64 << 10;
@@ -156,23 +155,9 @@ impl Joiner {
         let pool = PathBuf::from(format!("/dev/shm/pmwire-kvrep-join-{}-{id}.pool", std::process::id()));
         remove_pool(&pool);
         let mut j = Joiner { child: None, pool, resp: addr(ports[1]), peer: addr(ports[0]) };
-        let ready = j.pool.with_extension("ready");
         let cluster = format!("{},{id}={}", members.cluster(), j.peer);
-        let mut cmd = Command::new(members.exe());
-        cmd.arg("kv").arg("--pool").arg(&j.pool).args(["--size", size]);
-        cmd.args(["--resp", &j.resp.to_string(), "--http", "127.0.0.1:0"]);
-        cmd.args(["--cluster", &cluster, "--id", &id.to_string(), "--peer-transport", &members.transport, "--join"]);
-        cmd.args(crate::smr::links::secret_args()?).arg("--ready-file").arg(&ready).args(members.extra());
-        cmd.stdout(Stdio::null()).stderr(Stdio::inherit());
-        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-        unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        let parse = |text: &str| Ok(crate::kv::child::address(text, "resp").map(drop));
-        let (child, ()) = spawn_until_ready(cmd, &format!("pmwire kv --cluster --join member {id}"), &ready, parse)?;
+        let args = MemberArgs { pool: &j.pool, size, resp: j.resp, cluster: &cluster, id, transport: &members.transport, extra: members.extra(), join: true };
+        let child = spawn_member(Command::new(members.exe()), &args)?;
         j.child = Some(child);
         Ok(j)
     }

@@ -81,6 +81,46 @@ pub fn cluster_arg(peers: &[SocketAddr]) -> String {
     peers.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect::<Vec<_>>().join(",")
 }
 
+/// What a `pmwire kv --cluster` member is started with.
+pub(super) struct MemberArgs<'a> {
+    pub pool: &'a Path,
+    pub size: &'a str,
+    pub resp: SocketAddr,
+    /// `--cluster`'s value.
+    pub cluster: &'a str,
+    pub id: usize,
+    pub transport: &'a str,
+    pub extra: &'a [String],
+    /// A new member (`--join`).
+    pub join: bool,
+}
+
+/// Spawns `cmd` (the `pmwire` binary, or a prefix that runs it) as the
+/// member `m`, killed if the bench dies, and waits until it serves.
+pub(super) fn spawn_member(mut cmd: Command, m: &MemberArgs<'_>) -> Result<Child> {
+    let ready = m.pool.with_extension("ready");
+    cmd.arg("kv").arg("--pool").arg(m.pool).args(["--size", m.size]);
+    cmd.args(["--resp", &m.resp.to_string(), "--http", "127.0.0.1:0"]);
+    cmd.args(["--cluster", m.cluster, "--id", &m.id.to_string(), "--peer-transport", m.transport]);
+    if m.join {
+        cmd.arg("--join");
+    }
+    cmd.args(crate::smr::links::secret_args()?).arg("--ready-file").arg(&ready);
+    cmd.args(m.extra);
+    cmd.stdout(Stdio::null()).stderr(Stdio::inherit());
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let parse = |text: &str| Ok(crate::kv::child::address(text, "resp").map(drop));
+    let what = format!("pmwire kv --cluster{} member {}", if m.join { " --join" } else { "" }, m.id);
+    let (child, ()) = spawn_until_ready(cmd, &what, &ready, parse)?;
+    Ok(child)
+}
+
 impl Members {
     /// Starts 3 members on fresh pools in `/dev/shm` named after `tag`.
     pub fn start(exe: &Path, tag: &str, size: &str, transport: &str) -> Result<Members> {
@@ -142,8 +182,7 @@ impl Members {
         assert!((1..=MEMBERS).contains(&id), "member id {id}");
         assert!(self.children[id - 1].is_none(), "member {id} is running");
         let pool = &self.pools[id - 1];
-        let ready = pool.with_extension("ready");
-        let mut cmd = match self.prefix[id - 1].split_first() {
+        let cmd = match self.prefix[id - 1].split_first() {
             Some((tool, args)) => {
                 let mut cmd = Command::new(tool);
                 cmd.args(args).arg(&self.exe);
@@ -151,21 +190,8 @@ impl Members {
             }
             None => Command::new(&self.exe),
         };
-        cmd.arg("kv").arg("--pool").arg(pool).args(["--size", &self.size]);
-        cmd.args(["--resp", &self.resp[id - 1].to_string(), "--http", "127.0.0.1:0"]);
-        cmd.args(["--cluster", &self.cluster, "--id", &id.to_string(), "--peer-transport", &self.transport]);
-        cmd.args(crate::smr::links::secret_args()?).arg("--ready-file").arg(&ready);
-        cmd.args(&self.extra);
-        cmd.stdout(Stdio::null()).stderr(Stdio::inherit());
-        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-        unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        let parse = |text: &str| Ok(crate::kv::child::address(text, "resp").map(drop));
-        let (child, ()) = spawn_until_ready(cmd, &format!("pmwire kv --cluster member {id}"), &ready, parse)?;
+        let args = MemberArgs { pool, size: &self.size, resp: self.resp[id - 1], cluster: &self.cluster, id, transport: &self.transport, extra: &self.extra, join: false };
+        let child = spawn_member(cmd, &args)?;
         self.children[id - 1] = Some(child);
         Ok(())
     }
