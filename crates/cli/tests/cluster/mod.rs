@@ -22,6 +22,8 @@ pub struct Cluster {
     pub children: Vec<Option<Child>>,
     /// Each member's keyspace pool size (`--size`).
     size: &'static str,
+    /// Each member's Raft pool and Raft log sizes (`--raft-size`, `--raft-log-size`).
+    raft: (&'static str, &'static str),
 }
 
 impl Drop for Cluster {
@@ -48,11 +50,16 @@ impl Cluster {
     }
 
     pub fn start_full(size: &'static str, dir: tempfile::TempDir, extra: impl Fn(&[SocketAddr]) -> Vec<String>) -> Cluster {
+        Cluster::start_raft_sized(size, ("64M", "16M"), dir, extra)
+    }
+
+    /// A cluster whose members' Raft pools and logs are `raft` (`--raft-size`, `--raft-log-size`).
+    pub fn start_raft_sized(size: &'static str, raft: (&'static str, &'static str), dir: tempfile::TempDir, extra: impl Fn(&[SocketAddr]) -> Vec<String>) -> Cluster {
         let peers = (1..=3).map(|i| format!("{i}=127.0.0.1:{}", free_port())).collect::<Vec<_>>().join(",");
         let resp: Vec<SocketAddr> = (0..3).map(|_| SocketAddr::from(([127, 0, 0, 1], free_port()))).collect();
         let http = (0..3).map(|_| SocketAddr::from(([127, 0, 0, 1], free_port()))).collect();
         let extra = extra(&resp);
-        let mut c = Cluster { dir, extra, peers, resp, http, children: vec![None, None, None], size };
+        let mut c = Cluster { dir, extra, peers, resp, http, children: vec![None, None, None], size, raft };
         for i in 0..3 {
             c.spawn(i);
         }
@@ -71,7 +78,7 @@ impl Cluster {
         let _ = std::fs::remove_file(&ready);
         let log = std::fs::File::create(self.path(&format!("log{i}"))).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_pmwire"))
-            .args(["kv", "--size", self.size, "--raft-size", "64M", "--raft-log-size", "16M", "--create-secret"])
+            .args(["kv", "--size", self.size, "--raft-size", self.raft.0, "--raft-log-size", self.raft.1, "--create-secret"])
             .arg("--pool")
             .arg(self.path(&format!("pool{i}")))
             .args(["--resp", &self.resp[i].to_string(), "--http", &self.http[i].to_string()])
