@@ -11,6 +11,13 @@
 //!   `pmwire mirror-primary`: its primary; `pmwire mirror-promote`: failover.
 //! - `pmwire tour`: the newcomer's tour, a short version of everything.
 
+
+/// mimalloc for every allocation: a loaded cluster member spent 10-18% of
+/// its CPU in glibc's malloc and free (raft-rs messages, B+tree batches,
+/// per-command buffers); see docs/ARCHITECTURE.md, "Dependencies".
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod check;
 mod doctor;
 mod fuzz_cmd;

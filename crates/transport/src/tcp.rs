@@ -22,7 +22,8 @@
 //!   out in one system call per connection;
 //! - a frame on a connection with no send in flight is submitted at once
 //!   (the kernel usually copies it to the socket inline, so a leader's
-//!   appends leave before it persists, as over UCX); frames queued behind a
+//!   appends leave before it persists, as over UCX; while sends are held,
+//!   `hold_sends(false)` submits them all in one `io_uring_enter`); frames queued behind a
 //!   send in flight are gathered into the next `sendmsg` once its
 //!   completion is reaped; other entries (receives re-armed, accepts) are
 //!   submitted by `poll`, `wait` and `event_fd`, one `io_uring_enter` for all;
@@ -402,6 +403,9 @@ pub struct TcpTransport {
     next_gen: u32,
     cqes: Vec<(u64, i32, u32)>,
     progressed: bool,
+    /// Sends are held ([`Transport::hold_sends`]): started sends wait in
+    /// the submission queue for the release.
+    held: bool,
 }
 
 impl TcpTransport {
@@ -442,7 +446,14 @@ impl TcpTransport {
             next_gen: 0,
             cqes: Vec::with_capacity(RING_ENTRIES as usize * 4),
             progressed: false,
+            held: false,
         })
+    }
+
+    /// Entries in the submission queue not yet handed to the kernel.
+    #[cfg(test)]
+    pub(crate) fn unsubmitted(&mut self) -> usize {
+        self.ring.submission().len()
     }
 
     /// Listens on `addr` (port 0 picks one); returns the bound address.
@@ -572,8 +583,9 @@ impl TcpTransport {
 
     /// Queues one frame on `slot` (open or connecting) with its next `seq`.
     /// On an open connection with no send in flight it goes out at once (a
-    /// leader's appends leave before it persists, as over UCX); behind a
-    /// send in flight it waits to be gathered into the next one.
+    /// leader's appends leave before it persists, as over UCX; held sends
+    /// leave together at the release); behind a send in flight it waits to
+    /// be gathered into the next one.
     fn queue_frame(&mut self, slot: u32, kind: Kind, call: u64, send: Option<u64>, header: &[u8], payload: Vec<u8>) {
         let c = self.conns[slot as usize].as_mut().expect("a live slot");
         let mut head = Vec::with_capacity(FRAMING_BYTES + header.len());
@@ -583,7 +595,9 @@ impl TcpTransport {
         c.out.push_back(OutFrame { head, payload, send });
         if c.state == State::Open && !c.send_inflight && !c.shut {
             self.submit_send(slot);
-            self.enter();
+            if !self.held {
+                self.enter();
+            }
         } else if !c.listed {
             c.listed = true;
             self.to_send.push(slot);
@@ -1199,6 +1213,13 @@ impl Transport for TcpTransport {
 
     fn progressed(&self) -> bool {
         self.progressed
+    }
+
+    fn hold_sends(&mut self, hold: bool) {
+        let was = std::mem::replace(&mut self.held, hold);
+        if was && !hold && !self.ring.submission().is_empty() {
+            self.enter();
+        }
     }
 
     fn take_buffer(&mut self, len: usize) -> Vec<u8> {
