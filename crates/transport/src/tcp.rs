@@ -413,9 +413,15 @@ impl TcpTransport {
     pub fn new(config: &TcpConfig) -> Result<TcpTransport, SetupError> {
         config.limits.check();
         assert!(FRAMING_BYTES + config.limits.max_header_bytes <= RX_BYTES / 2, "a frame's head must fit the receive buffer");
+        // Cooperative task running (Linux 5.19): a completion does not
+        // interrupt this thread with an inter-processor interrupt while it
+        // runs; it is handled at its next entry into the kernel (a sleeping
+        // thread is still woken). Older kernels get a ring without it.
         let ring = IoUring::builder()
             .setup_cqsize(RING_ENTRIES * 4)
+            .setup_coop_taskrun()
             .build(RING_ENTRIES)
+            .or_else(|_| IoUring::builder().setup_cqsize(RING_ENTRIES * 4).build(RING_ENTRIES))
             .map_err(|source| SetupError::Io { call: "io_uring_setup", source })?;
         // SAFETY: plain syscall; the result is checked.
         let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };

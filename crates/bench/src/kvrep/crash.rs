@@ -716,7 +716,7 @@ fn headlines(records: &[RunRecord], failed: usize, canary: Option<bool>) -> Vec<
         None => Headline::not_run(name, "<= 1000 ms (information)", why),
     };
     let goal = |name: &str, v: Option<f64>, why: &str| match v {
-        Some(v) => Headline::measured(name, v, "<= 1000 ms", crate::Goal::at_most(1000.0), "this campaign"),
+        Some(v) => Headline::measured(name, v, "<= 1000 ms", crate::Goal::at_most(1000.0), "this campaign").in_unit("ms"),
         None => Headline::not_run(name, "<= 1000 ms", why),
     };
     let lost: u64 = records.iter().map(|r| r.findings.lost).sum();
