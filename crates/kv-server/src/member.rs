@@ -119,12 +119,18 @@ pub const MAX_MULTI: usize = 4096;
 const TURNS_PER_WAKEUP: usize = 64;
 /// Expired keys and collection chunks one sweep entry deletes at most.
 const SWEEP_BUDGET: u32 = 64;
-/// WAL words after which a member's engine checkpoints
-/// ([`pmwire_kv::Engine::set_checkpoint_words`]): a checkpoint of half the
-/// default WAL (about 17 K SETs on a 256 MB pool) held the loop 140-210 ms,
-/// past the 100 ms election timeout, and the cluster lost its leader under
-/// load; 8 Ki words (about 2,700 SETs of one extent) keep each one short.
-pub const CHECKPOINT_WORDS: u64 = 8192;
+/// WAL words after which a member's engine starts a checkpoint
+/// ([`pmwire_kv::Engine::set_checkpoint_words`]). A whole checkpoint of half
+/// the default WAL (about 17 K SETs on a 256 MB pool) held the loop 140-210
+/// ms, past the 100 ms election timeout, and the cluster lost its leader
+/// under load; members therefore checkpoint in slices
+/// ([`CHECKPOINT_SLICE`]), which lets a checkpoint cover more records (more
+/// updates per tree node written) without holding the loop.
+pub const CHECKPOINT_WORDS: u64 = 32_768;
+/// Tree operations a member's commit applies of a checkpoint in slices
+/// ([`pmwire_kv::Engine::set_checkpoint_slice`]; at least twice the records
+/// the commit adds): a few milliseconds of the loop at most.
+pub const CHECKPOINT_SLICE: usize = 512;
 
 /// Counters (volatile).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -990,6 +996,7 @@ impl<T: Transport<Addr = SocketAddr>> MemberServer<T> {
         let log_refs = crate::member_zc::log_refs(&durable).map_err(|why| MemberError::Raft { path: raft_path(&options.pool), why })?;
         let (mut store, recovered) = crate::store::Store::open_with_refs(&options.pool, options.size, options.mode, &log_refs)?;
         store.engine.set_checkpoint_words(CHECKPOINT_WORDS);
+        store.engine.set_checkpoint_slice(CHECKPOINT_SLICE);
         if recovered.created && !log_refs.is_empty() {
             return Err(MemberError::Raft { path: raft_path(&options.pool), why: format!("its log names {} values in a keyspace pool that was just created: not this member's pool", log_refs.len()) });
         }

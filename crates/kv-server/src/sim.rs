@@ -39,6 +39,9 @@ use crate::keyspace::{BatchState, EngineKeyspace};
 
 /// Pool buffers of a simulated member's engine (2 KiB each).
 const SIM_BUFFERS: u32 = 512;
+/// Tree operations per commit of a simulated member's checkpoint in slices (small, so
+/// most checkpoints span several commits).
+const SIM_CHECKPOINT_SLICE: usize = 4;
 
 /// Planted bugs of [`PmemKeyspace`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -92,7 +95,9 @@ impl<const P: bool> PmemKeyspace<P> {
     pub fn open(image: Vec<u8>) -> Result<PmemKeyspace<P>, String> {
         let crash_state = CrashState::new(&image);
         let mut media = TracedMedia::from_image(image);
-        let engine = Engine::open(&mut media, 0).map_err(|e| format!("the machine's crash image does not open: {e}"))?;
+        let mut engine = Engine::open(&mut media, 0).map_err(|e| format!("the machine's crash image does not open: {e}"))?;
+        // As a member's: checkpoints in slices, so crash images also fall between slices.
+        engine.set_checkpoint_slice(SIM_CHECKPOINT_SLICE);
         let mut ks = PmemEngine { engine, media, state: BatchState::default(), now_ms: 0, entry_start: None, fault: None, crash_state, countdown: None, torn: false };
         ks.crash_state.fold(&mut ks.media);
         Ok(Forward(ks))

@@ -8,6 +8,16 @@
 //! replaying the retained WAL over a tree that already holds some or all
 //! of it gives the same index. A crash between the root switch and the
 //! truncation therefore only replays records twice.
+//!
+//! A checkpoint in slices ([`Engine::set_checkpoint_slice`]) rests on the
+//! same fact: it takes the net effect of the records committed when it
+//! starts ([`Pending`]), applies it a slice per commit while later commits
+//! append to the WAL behind it, and truncates the WAL only to where it
+//! started, once every slice is in. The tree never holds a value newer than
+//! a record the WAL still has, so a crash between slices replays the whole
+//! WAL over a tree holding some of the slices and recovers the same index.
+//! The references it takes and the old values it drops are held until its
+//! end, as a whole checkpoint's are (and counted by [`Engine::check`]).
 
 use std::collections::BTreeMap;
 
@@ -28,6 +38,10 @@ impl Engine {
     /// WAL (staged operations are untouched). On error the WAL keeps every
     /// record; nothing acknowledged is lost.
     pub fn checkpoint<M: Media>(&mut self, media: &mut M) -> Result<(), CheckpointError> {
+        // A checkpoint in slices under way ends first.
+        while self.pending.is_some() {
+            self.checkpoint_slice_step(media, usize::MAX)?;
+        }
         if self.records.is_empty() {
             return Ok(());
         }
@@ -62,28 +76,7 @@ impl Engine {
                 cleared.extend(self.decode_tree_value(media, &value).expect("tree value decodes").1);
             }
         }
-        let mut encoded: Vec<(&[u8], Option<Vec<u8>>)> = Vec::with_capacity(net.len());
-        let mut taken: Vec<Vec<Extent>> = Vec::with_capacity(net.len());
-        for (key, value) in net {
-            match value {
-                Some((kind, deadline, extents, chain)) => {
-                    match self.tree_value(media, kind, deadline, extents, chain) {
-                        Some((bytes, refs)) => {
-                            encoded.push((key, Some(bytes)));
-                            taken.push(refs);
-                        }
-                        None => {
-                            taken.iter().flatten().for_each(|e| _ = self.pool.release(e.buf_idx));
-                            return Err(CheckpointError::PoolFull);
-                        }
-                    }
-                }
-                None => {
-                    encoded.push((key, None));
-                    taken.push(Vec::new());
-                }
-            }
-        }
+        let (encoded, taken) = self.encode_net(media, net)?;
         let ops: Vec<BatchOp> = encoded
             .iter()
             .map(|(key, value)| match value {
@@ -103,6 +96,121 @@ impl Engine {
         dropped.iter().for_each(|e| _ = self.pool.release(e.buf_idx));
         self.stats.checkpoints += 1;
         Ok(())
+    }
+
+    /// Each key's final state as tree bytes, with the references the tree
+    /// takes for it (all released again if the pool runs out).
+    #[allow(clippy::type_complexity)]
+    fn encode_net<'r, M: Media>(
+        &mut self,
+        media: &mut M,
+        net: Net<'r>,
+    ) -> Result<(Vec<(&'r [u8], Option<Vec<u8>>)>, Vec<Vec<Extent>>), CheckpointError> {
+        let mut encoded: Vec<(&[u8], Option<Vec<u8>>)> = Vec::with_capacity(net.len());
+        let mut taken: Vec<Vec<Extent>> = Vec::with_capacity(net.len());
+        for (key, value) in net {
+            match value {
+                Some((kind, deadline, extents, chain)) => match self.tree_value(media, kind, deadline, extents, chain) {
+                    Some((bytes, refs)) => {
+                        encoded.push((key, Some(bytes)));
+                        taken.push(refs);
+                    }
+                    None => {
+                        taken.iter().flatten().for_each(|e| _ = self.pool.release(e.buf_idx));
+                        return Err(CheckpointError::PoolFull);
+                    }
+                },
+                None => {
+                    encoded.push((key, None));
+                    taken.push(Vec::new());
+                }
+            }
+        }
+        Ok((encoded, taken))
+    }
+
+    /// One step of a checkpoint in slices: starts one over the committed
+    /// records if none is under way (or, if they clear the tree, runs it
+    /// whole), applies up to `budget` of its tree operations, and ends it
+    /// once all are in. On error the checkpoint is dropped with every
+    /// reference it held, and the WAL keeps every record.
+    pub(super) fn checkpoint_slice_step<M: Media>(&mut self, media: &mut M, budget: usize) -> Result<(), CheckpointError> {
+        let mut pending = match self.pending.take() {
+            Some(pending) => pending,
+            None if self.records.is_empty() => return Ok(()),
+            None => {
+                let records = std::mem::take(&mut self.records);
+                let (clear, net) = net_effect(&records);
+                let started = if clear {
+                    None
+                } else {
+                    match self.encode_net(media, net) {
+                        Ok((encoded, taken)) => Some(Pending {
+                            records: records.len(),
+                            chains: self.wal_chains.len(),
+                            wal_next: self.wal.next_index(),
+                            ops: encoded.into_iter().map(|(k, v)| (k.to_vec(), v)).collect(),
+                            taken,
+                            next: 0,
+                            dropped: Vec::new(),
+                        }),
+                        Err(error) => {
+                            self.records = records;
+                            return Err(error);
+                        }
+                    }
+                };
+                self.records = records;
+                match started {
+                    Some(pending) => pending,
+                    // A clear: whole, as before slices.
+                    None => return self.checkpoint(media),
+                }
+            }
+        };
+        let end = pending.next.saturating_add(budget.max(1)).min(pending.ops.len());
+        let ops: Vec<BatchOp> = pending.ops[pending.next..end]
+            .iter()
+            .map(|(key, value)| match value {
+                Some(value) => BatchOp::Put { key, value },
+                None => BatchOp::Delete { key },
+            })
+            .collect();
+        let applied = self.apply_in_batches(media, false, &ops, &pending.taken[pending.next..end], Vec::new(), &mut pending.dropped);
+        drop(ops);
+        if let Err(error) = applied {
+            // `apply_in_batches` released this slice's unapplied references
+            // and every dropped one; the later slices' are released here.
+            pending.taken[end..].iter().flatten().for_each(|e| _ = self.pool.release(e.buf_idx));
+            return Err(error);
+        }
+        pending.next = end;
+        self.stats.checkpoint_slices += 1;
+        if pending.next < pending.ops.len() {
+            self.pending = Some(pending);
+            return Ok(());
+        }
+        self.finish_pending(media, pending);
+        Ok(())
+    }
+
+    /// The last slice is in: truncates the WAL to where the checkpoint
+    /// began, then releases what it dropped and what its records held.
+    fn finish_pending<M: Media>(&mut self, media: &mut M, pending: Pending) {
+        for buf_idx in std::mem::take(&mut self.early) {
+            self.pool.reclaim(buf_idx);
+        }
+        self.early_keys.clear();
+        let to = if self.faults.truncate_to_tail { self.wal.next_index() } else { pending.wal_next };
+        self.wal.truncate(media, to).expect("truncate to a committed record's end");
+        pending.dropped.iter().for_each(|e| _ = self.pool.release(e.buf_idx));
+        for record in self.records.drain(..pending.records) {
+            record.extents().for_each(|e| _ = self.pool.release(e.buf_idx));
+        }
+        for chain in self.wal_chains.drain(..pending.chains) {
+            chain.iter().for_each(|e| _ = self.pool.release(e.buf_idx));
+        }
+        self.stats.checkpoints += 1;
     }
 
     /// The tree's bytes for a value, with the references the tree takes
@@ -166,6 +274,34 @@ impl Engine {
             }
         }
         Ok(())
+    }
+}
+
+/// A checkpoint in slices under way ([`Engine::set_checkpoint_slice`]).
+pub(super) struct Pending {
+    /// The committed records it covers: the engine's first `records`.
+    records: usize,
+    /// The chained transactions' record lists it covers: the first `chains`.
+    chains: usize,
+    /// The WAL's next index when it began: where it truncates.
+    wal_next: u64,
+    /// Each covered key's final state as a tree operation, in key order
+    /// (owned: commits go on while it runs).
+    ops: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    /// The references the tree takes for each operation's value.
+    taken: Vec<Vec<Extent>>,
+    /// Operations applied so far.
+    next: usize,
+    /// The tree's references on the values the applied slices replaced,
+    /// released at the end.
+    dropped: Vec<Extent>,
+}
+
+impl Pending {
+    /// The references it holds that no durable structure names: those
+    /// taken for operations not yet applied, and those of replaced values.
+    pub(super) fn held(&self) -> impl Iterator<Item = Extent> + '_ {
+        self.taken[self.next..].iter().flatten().chain(&self.dropped).copied()
     }
 }
 

@@ -24,6 +24,10 @@
 //! - every 16th image then runs more batches and a checkpoint on the
 //!   recovered engine and still matches and checks.
 //!
+//! The sliced checks run it with checkpoints in slices of two tree
+//! operations per commit ([`Engine::set_checkpoint_slice`]), so images fall
+//! between a checkpoint's slices, with later commits appended behind it.
+//!
 //! The transaction check runs the same workload with groups of 8 words and
 //! batches of up to 12 operations, so most batches are transactions over
 //! several groups: a crash between two of their groups must show all of
@@ -88,6 +92,15 @@ pub fn checks() -> Vec<Check> {
         check("planted: kv chained transaction's record chain written without a flush", true, |c| {
             check_kv_chained_transactions(Faults { unflushed_chain: true, ..Faults::default() }, 40, c)
         }),
+        check("kv: checkpoints in slices across commits (crashes between slices)", false, |c| {
+            check_kv_sliced(Faults::default(), STEPS, c)
+        }),
+        check("kv: chained transactions with checkpoints in slices", false, |c| {
+            check_kv_sliced_chained(Faults::default(), TXN_STEPS, c)
+        }),
+        check("planted: kv checkpoint in slices truncates the WAL to its tail (drops records committed meanwhile)", true, |c| {
+            check_kv_sliced(Faults { truncate_to_tail: true, ..Faults::default() }, 80, c)
+        }),
     ]
 }
 
@@ -108,16 +121,27 @@ struct Shape {
     chain: Option<(usize, usize)>,
     /// Batches of more record words are chained transactions.
     txn_chain: Option<usize>,
+    /// Checkpoints in slices of this many tree operations per commit,
+    /// started once the WAL holds this many words (`None`: half full).
+    slice: Option<(usize, Option<u64>)>,
 }
 
-const PLAIN: Shape = Shape { max_ops: 4, group_words: None, chain: None, txn_chain: None };
-const TRANSACTIONS: Shape = Shape { max_ops: 12, group_words: Some(8), chain: None, txn_chain: None };
+const PLAIN: Shape = Shape { max_ops: 4, group_words: None, chain: None, txn_chain: None, slice: None };
+const TRANSACTIONS: Shape = Shape { max_ops: 12, group_words: Some(8), chain: None, txn_chain: None, slice: None };
 /// Batches of more than 6 record words are chained transactions (their
 /// records in an extent chain of 512 B buffers, two words in the WAL).
-const CHAINED_TXNS: Shape = Shape { max_ops: 12, group_words: Some(8), chain: None, txn_chain: Some(6) };
+const CHAINED_TXNS: Shape = Shape { max_ops: 12, group_words: Some(8), chain: None, txn_chain: Some(6), slice: None };
+/// Checkpoints in slices of two tree operations per commit: most
+/// checkpoints run across several commits, and crash images fall between
+/// their slices.
+const SLICED: Shape = Shape { max_ops: 4, group_words: None, chain: None, txn_chain: None, slice: Some((2, None)) };
+/// Chained transactions with checkpoints in slices (started at 16 WAL
+/// words: each chained transaction takes two): a checkpoint's end
+/// releases the record lists of the chains it covers, not the later ones.
+const SLICED_CHAINED_TXNS: Shape = Shape { max_ops: 12, group_words: Some(8), chain: None, txn_chain: Some(6), slice: Some((2, Some(16))) };
 /// Values of 3+ extents are chained, 8 words a chunk: a value of 40
 /// fragments is a chain of 5 chunks.
-const CHAINS: Shape = Shape { max_ops: 4, group_words: None, chain: Some((2, 8)), txn_chain: None };
+const CHAINS: Shape = Shape { max_ops: 4, group_words: None, chain: Some((2, 8)), txn_chain: None, slice: None };
 
 impl Shape {
     fn apply(&self, kv: &mut Engine) {
@@ -130,12 +154,18 @@ impl Shape {
         if let Some(words) = self.txn_chain {
             kv.set_txn_chain_words(words);
         }
+        if let Some((ops, words)) = self.slice {
+            kv.set_checkpoint_slice(ops);
+            if let Some(words) = words {
+                kv.set_checkpoint_words(words);
+            }
+        }
     }
 }
 
 /// The engine's sizes; chains take buffers of their own, so their pool is larger.
 fn kv_config(shape: Shape) -> KvConfig {
-    let buffers = if shape.chain.is_some() || shape.txn_chain.is_some() { 192 } else { 96 };
+    let buffers = if shape.chain.is_some() || shape.txn_chain.is_some() || shape.slice.is_some() { 192 } else { 96 };
     KvConfig { buf_size: 512, buffers, wal_slots: 256, log_slots: 64, tree_nodes: 16 }
 }
 
@@ -319,6 +349,16 @@ pub fn check_kv_transactions(faults: Faults, steps: usize, config: &Config) -> R
 /// Crash-checks values stored with extent chains (several chunks each).
 pub fn check_kv_chains(faults: Faults, steps: usize, config: &Config) -> Report {
     check_shaped(faults, steps, CHAINS, config)
+}
+
+/// Crash-checks checkpoints in slices across commits.
+pub fn check_kv_sliced(faults: Faults, steps: usize, config: &Config) -> Report {
+    check_shaped(faults, steps, SLICED, config)
+}
+
+/// Crash-checks chained transactions with checkpoints in slices.
+pub fn check_kv_sliced_chained(faults: Faults, steps: usize, config: &Config) -> Report {
+    check_shaped(faults, steps, SLICED_CHAINED_TXNS, config)
 }
 
 /// Crash-checks batches committed as chained transactions.
@@ -515,6 +555,55 @@ mod tests {
     }
 
     #[test]
+    fn checkpoints_in_slices_survive_every_crash() {
+        let report = check_kv_sliced(Faults::default(), STEPS, &Config::default());
+        println!("{}", report.describe());
+        report.assert_passes_at_least(10_000);
+    }
+
+    #[test]
+    fn chained_transactions_with_checkpoints_in_slices_survive_every_crash() {
+        let report = check_kv_sliced_chained(Faults::default(), TXN_STEPS, &Config::default());
+        println!("{}", report.describe());
+        report.assert_passes_at_least(5_000);
+    }
+
+    #[test]
+    fn canary_sliced_checkpoint_truncating_to_the_tail_is_caught() {
+        check_kv_sliced(Faults { truncate_to_tail: true, ..Faults::default() }, 80, &Config::default()).assert_caught();
+    }
+
+    /// The sliced workload really runs checkpoints over several commits,
+    /// with commits between their slices, and ends equal to its model,
+    /// checked, and after a reopen.
+    #[test]
+    fn the_sliced_workload_spreads_checkpoints_over_commits() {
+        for shape in [SLICED, SLICED_CHAINED_TXNS] {
+            let config = kv_config(shape);
+            let mut media = MemMedia::new((BASE + config.required_size().unwrap()) as usize);
+            let mut kv = Engine::create(&mut media, BASE, &config).unwrap();
+            shape.apply(&mut kv);
+            let mut driver = Driver { rng: SplitMix64::seed_from_u64(0x6b76), model: Model::default(), shape };
+            let mut mid_checkpoint_checks = 0;
+            for k in 0..STEPS {
+                driver.step(&mut kv, &mut media, k);
+                if kv.checkpoint_under_way() {
+                    kv.check(&media).unwrap();
+                    mid_checkpoint_checks += 1;
+                }
+            }
+            let stats = kv.stats();
+            assert!(stats.checkpoint_slices >= 10, "{stats:?}");
+            assert!(mid_checkpoint_checks >= 5, "{mid_checkpoint_checks} steps ended inside a checkpoint");
+            assert_eq!(contents(&kv, &media), driver.model);
+            drop(kv);
+            let kv = Engine::open(&mut media, BASE).unwrap();
+            assert_eq!(contents(&kv, &media), driver.model);
+            kv.check(&media).unwrap();
+        }
+    }
+
+    #[test]
     fn canary_unflushed_chain_is_caught() {
         check_kv_chains(Faults { unflushed_chain: true, ..Faults::default() }, 60, &Config::default()).assert_caught();
     }
@@ -556,6 +645,6 @@ mod tests {
 
     #[test]
     fn registry_lists_every_check_once() {
-        pmwire_crashcheck::assert_registry(&checks(), 8);
+        pmwire_crashcheck::assert_registry(&checks(), 9);
     }
 }

@@ -141,6 +141,9 @@ pub struct Faults {
     /// A value's extent chain is written with ordinary stores, never
     /// flushed: the commit's data drain does not cover its chunks.
     pub unflushed_chain: bool,
+    /// A checkpoint in slices truncates the WAL to its tail when it ends,
+    /// dropping the records committed while it ran.
+    pub truncate_to_tail: bool,
 }
 
 /// Counters since create/open (volatile).
@@ -152,6 +155,8 @@ pub struct Stats {
     pub checkpoints: u64,
     /// Tree batches (root switches) of those checkpoints.
     pub tree_batches: u64,
+    /// Slices applied by checkpoints in slices ([`Engine::set_checkpoint_slice`]).
+    pub checkpoint_slices: u64,
     /// Automatic checkpoints that failed (the WAL stays full).
     pub checkpoint_failures: u64,
     /// Commits of batches larger than one group (transactions).
@@ -355,6 +360,11 @@ pub struct Engine {
     oversize: bool,
     /// Test hook: batches of more words are committed as chained transactions.
     txn_chain_words: usize,
+    /// Tree operations one commit applies of a checkpoint in slices (0:
+    /// every checkpoint whole, inside one commit).
+    checkpoint_slice: usize,
+    /// The checkpoint in slices under way.
+    pending: Option<checkpoint::Pending>,
     stats: Stats,
 }
 
@@ -418,6 +428,8 @@ impl Engine {
             wal_chains: Vec::new(),
             oversize: false,
             txn_chain_words: usize::MAX,
+            checkpoint_slice: 0,
+            pending: None,
             stats: Stats::default(),
         }
     }
@@ -674,6 +686,25 @@ impl Engine {
     pub fn set_checkpoint_words(&mut self, words: u64) {
         assert!(words >= self.group_words as u64, "at least a group's worth of words");
         self.checkpoint_words = words;
+    }
+
+    /// Makes `commit` checkpoint in slices: a checkpoint the WAL's fill
+    /// starts ([`Engine::set_checkpoint_words`]) is applied to the tree at
+    /// most `ops` operations per commit (and at least twice the records
+    /// the commit added, so it ends), each slice its own root switch, and
+    /// the WAL is truncated to where it began once the last slice is in:
+    /// no commit holds the loop for a whole checkpoint, and a checkpoint
+    /// can cover more records (more updates per tree node written). A
+    /// commit that finds the WAL three-quarters full, short of room or the
+    /// pool short of free buffers finishes it at once. 0 (the default):
+    /// every checkpoint whole, inside one commit.
+    pub fn set_checkpoint_slice(&mut self, ops: usize) {
+        self.checkpoint_slice = ops;
+    }
+
+    /// Whether a checkpoint in slices is under way.
+    pub fn checkpoint_under_way(&self) -> bool {
+        self.pending.is_some()
     }
 
     /// Counters since create/open.
@@ -1187,6 +1218,7 @@ impl Engine {
             assert_eq!(self.user_staged[0].lsn, self.user_log.next_index(), "staged LSNs");
             self.user_log.append_group(media, &words).expect("user entries checked against the log's room");
         }
+        let added = self.staged.len();
         self.records.extend(self.staged.drain(..).map(|s| s.record));
         self.user_entries.extend(self.user_staged.drain(..));
         (self.staged_words, self.user_staged_words) = (0, 0);
@@ -1199,7 +1231,16 @@ impl Engine {
         // A chained transaction takes two words, however many buffers its records pin.
         let pressed = self.pool.free_count() < self.checkpoint_floor
             && (self.wal.len() >= self.group_words as u64 || !self.wal_chains.is_empty());
-        if (half_full || pressed) && self.checkpoint(media).is_err() {
+        let crowded = self.wal.len() * 4 >= self.wal.capacity() * 3;
+        let result = if self.checkpoint_slice > 0 && !pressed && !crowded && (half_full || self.pending.is_some()) {
+            let budget = self.checkpoint_slice.max(2 * added);
+            self.checkpoint_slice_step(media, budget)
+        } else if half_full || pressed || (crowded && self.pending.is_some()) {
+            self.checkpoint(media)
+        } else {
+            Ok(())
+        };
+        if result.is_err() {
             self.stats.checkpoint_failures += 1;
         }
         Ok(())
@@ -1343,6 +1384,9 @@ impl Engine {
             count(Extent { buf_idx, offset: 0, len: 0 });
         }
         self.wal_chains.iter().flat_map(|c| c.iter().copied()).for_each(&mut count);
+        if let Some(pending) = &self.pending {
+            pending.held().for_each(&mut count);
+        }
         if index != self.index {
             return Err(format!(
                 "index ({} keys) differs from tree + WAL replay ({} keys)",
