@@ -197,6 +197,11 @@ fn copied_per_set(members: &Members, leader: usize) -> Result<f64, String> {
         }
     };
     let mut c = Resp::connect(members.resp[leader - 1]).map_err(|e| format!("{e:#}"))?;
+    // A member that is not the leader throughout forwards the SETs and
+    // copies as a follower does: then the count is not the leader's.
+    let role = |c: &mut Resp| c.command(&[b"ROLE"]).and_then(|r| super::members::role_of(&r)).map_err(|e| format!("ROLE: {e:#}"));
+    let still_leader = |role: String| if role == "master" { Ok(()) } else { Err(format!("member {leader} was not the leader throughout (ROLE {role}): leadership moved")) };
+    still_leader(role(&mut c)?)?;
     let before = copied_bytes(&info(&mut c)?).ok_or("the member's INFO copies has no copy_value_bytes_path counter")?;
     const SETS: u64 = 1000;
     let value = vec![b'c'; 1024];
@@ -204,6 +209,7 @@ fn copied_per_set(members: &Members, leader: usize) -> Result<f64, String> {
         c.put(format!("copied:{i}").as_bytes(), &value).map_err(|e| format!("{e:#}"))?;
     }
     let after = copied_bytes(&info(&mut c)?).ok_or("the counter went away")?;
+    still_leader(role(&mut c)?)?;
     Ok(after.saturating_sub(before) as f64 / SETS as f64)
 }
 
@@ -220,6 +226,11 @@ fn cluster_round(options: &Options, run: &RunPlan, plan: &Plan, sweep: bool, sin
     if !sweep {
         return;
     }
+    // The sweep may have moved leadership (a loaded 2-core machine): ask again.
+    let leader = match members.leader(Duration::from_secs(20)) {
+        Ok(l) => l,
+        Err(e) => return sink.skipped.push(Skipped::new("value_bytes_copied_per_set", CLUSTER, &format!("{e:#}"))),
+    };
     match copied_per_set(&members, leader) {
         Ok(v) => sink.results.push(BenchResult::new("value_bytes_copied_per_set", CLUSTER).size(1024).metric("bytes_per_set", v).param("member", "leader")),
         Err(why) => sink.skipped.push(Skipped::new("value_bytes_copied_per_set", CLUSTER, &why)),
