@@ -409,6 +409,12 @@ impl<K: MachineKeyspace> RedisMachine<K> {
         self.durable.slots()
     }
 
+    /// Write index dumps this machine wrote since it opened (tests).
+    #[doc(hidden)]
+    pub fn write_index_dumps(&self) -> u64 {
+        self.durable.dumps
+    }
+
     /// The time of the last applied entry, ms since the Unix epoch: a new
     /// leader proposes no time below it ([`crate::Proposer::observe`]).
     pub fn last_time_ms(&self) -> u64 {

@@ -101,6 +101,8 @@ pub(crate) struct Layout {
     /// The previous layout's `10 'W'` keys, deleted by the next dump.
     legacy: Vec<Vec<u8>>,
     pub(crate) limits: JournalLimits,
+    /// Dumps written since the machine opened (tests).
+    pub(crate) dumps: u64,
     /// Planted bug (the persistence tests' canary): a journal entry is
     /// written but not counted, so the next batch's overwrites it.
     pub(crate) fault_uncounted_slot: bool,
@@ -118,6 +120,7 @@ impl Default for Layout {
             must_dump: true,
             legacy: Vec::new(),
             limits: JournalLimits::DEFAULT,
+            dumps: 0,
             fault_uncounted_slot: false,
         }
     }
@@ -302,6 +305,7 @@ fn write_dump<K: MachineKeyspace>(ks: &mut K, writes: &WriteIndex, layout: &mut 
     layout.dump_index = applied;
     layout.dump_parts = dump.parts.len() as u32;
     layout.must_dump = false;
+    layout.dumps += 1;
     Ok(())
 }
 
