@@ -17,10 +17,10 @@
 //! Durability: with a volatile keyspace ([`MachineKeyspace::is_persistent`]
 //! false) the machine keeps nothing across a restart; with a persistent one,
 //! [`RedisMachine::persist_applied`] writes the applied index, the time and
-//! the write index's changes as internal entries under tag `10`
-//! ([`MACHINE_TAG`]) and commits them with the applied writes in one
-//! failure-atomic commit ([`MachineKeyspace::commit`]);
-//! [`RedisMachine::open`] reads them back. A snapshot is restored into a
+//! the write index (the batch's journal entry, or a dump: [`durable`]) as
+//! internal entries under tag `10` ([`MACHINE_TAG`]) and commits them with
+//! the applied writes in one failure-atomic commit
+//! ([`MachineKeyspace::commit`]); [`RedisMachine::open`] reads them back. A snapshot is restored into a
 //! persistent keyspace over several bounded commits under a durable marker
 //! (`restore`, [`RESTORING_KEY`]); a keyspace opened with the marker set
 //! claims no applied index ([`RedisMachine::needs_snapshot`]).
@@ -46,9 +46,10 @@ use crate::{prf, snapshot};
 /// The first byte of the machine's own internal entries.
 pub const MACHINE_TAG: u8 = 0x10;
 /// The internal key of the machine's durable state (applied index, time,
-/// write floor, flush index: four u64 LE).
+/// write floor, flush index, journal slots: five u64 LE; [`durable`]).
 pub const META_KEY: &[u8] = &[MACHINE_TAG, b'M'];
-/// The prefix of the write index's internal entries (`10 'W' key` → index u64 LE).
+/// The prefix of the previous layout's write index entries (`10 'W' key` →
+/// index u64 LE): read and deleted when a keyspace is migrated ([`durable`]).
 pub const WRITES_PREFIX: &[u8] = &[MACHINE_TAG, b'W'];
 
 /// A keyspace a [`RedisMachine`] drives.
