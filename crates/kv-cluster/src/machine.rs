@@ -410,6 +410,13 @@ impl<K: MachineKeyspace> RedisMachine<K> {
         self.durable.slots()
     }
 
+    /// Internal entries the write index and state entry put or deleted,
+    /// and bytes put, since the machine opened (tests, measurements).
+    #[doc(hidden)]
+    pub fn write_index_written(&self) -> (u64, u64) {
+        self.durable.written()
+    }
+
     /// Write index dumps this machine wrote since it opened (tests).
     #[doc(hidden)]
     pub fn write_index_dumps(&self) -> u64 {

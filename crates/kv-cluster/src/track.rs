@@ -381,6 +381,12 @@ impl WriteIndex {
 #[cfg(test)]
 mod model;
 
+/// The previous ordered-collections table, the tests' model.
+#[cfg(test)]
+pub(crate) fn model_for_tests(bounds: Bounds) -> model::Model {
+    model::Model::new(bounds)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

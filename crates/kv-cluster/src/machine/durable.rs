@@ -103,6 +103,9 @@ pub(crate) struct Layout {
     pub(crate) limits: JournalLimits,
     /// Dumps written since the machine opened (tests).
     pub(crate) dumps: u64,
+    /// Internal entries put or deleted, and bytes put, since the machine
+    /// opened, the state entry included (tests, measurements).
+    pub(crate) written: (u64, u64),
     /// Planted bug (the persistence tests' canary): a journal entry is
     /// written but not counted, so the next batch's overwrites it.
     pub(crate) fault_uncounted_slot: bool,
@@ -121,6 +124,7 @@ impl Default for Layout {
             legacy: Vec::new(),
             limits: JournalLimits::DEFAULT,
             dumps: 0,
+            written: (0, 0),
             fault_uncounted_slot: false,
         }
     }
@@ -149,6 +153,17 @@ impl Layout {
     /// Journal slots the state entry counts.
     pub(crate) fn slots(&self) -> u32 {
         self.slots
+    }
+
+    /// Internal entries put or deleted and bytes put since the machine
+    /// opened (the state entry included).
+    pub(crate) fn written(&self) -> (u64, u64) {
+        self.written
+    }
+
+    fn count(&mut self, bytes: usize) {
+        self.written.0 += 1;
+        self.written.1 += bytes as u64;
     }
 }
 
@@ -257,6 +272,7 @@ pub(crate) fn persist<K: MachineKeyspace>(
         write_slot(ks, writes, layout, applied)?;
     }
     writes.clear_journal();
+    layout.count(META_BYTES);
     ks.internal_put(META_KEY, &meta_bytes(applied, time_ms, writes, layout.slots))
 }
 
@@ -271,6 +287,7 @@ fn write_slot<K: MachineKeyspace>(ks: &mut K, writes: &WriteIndex, layout: &mut 
     entry.extend_from_slice(ops);
     let entry = seal(entry);
     let n = layout.slots;
+    layout.count(entry.len());
     ks.internal_put(&slot_key(n), &entry)?;
     layout.journal_bytes += entry.len() as u64;
     layout.slot_keys = layout.slot_keys.max(n + 1);
@@ -285,19 +302,22 @@ fn write_slot<K: MachineKeyspace>(ks: &mut K, writes: &WriteIndex, layout: &mut 
 fn write_dump<K: MachineKeyspace>(ks: &mut K, writes: &WriteIndex, layout: &mut Layout, applied: u64) -> Result<(), StoreError> {
     let dump = dump(writes, applied);
     for (n, part) in dump.parts.iter().enumerate() {
+        layout.count(part.len());
         ks.internal_put(&part_key(n as u32), part)?;
     }
     for n in dump.parts.len() as u32..layout.dump_parts {
+        layout.count(0);
         ks.internal_delete(&part_key(n))?;
     }
+    layout.count(dump.header.len());
     ks.internal_put(DUMP_KEY, &dump.header)?;
     for n in layout.slots..layout.slot_keys {
-        ks.internal_delete(&slot_key(n))?;
+        layout.written.0 += u64::from(ks.internal_delete(&slot_key(n))?);
     }
     for key in std::mem::take(&mut layout.legacy) {
         let mut ikey = WRITES_PREFIX.to_vec();
         ikey.extend_from_slice(&key);
-        ks.internal_delete(&ikey)?;
+        layout.written.0 += u64::from(ks.internal_delete(&ikey)?);
     }
     layout.slot_keys = layout.slots;
     layout.slots = 0;
@@ -759,6 +779,46 @@ mod tests {
         old.internal_put(&[WRITES_PREFIX, b"k"].concat(), &[1, 2]).unwrap();
         old.internal_put(META_KEY, &meta[..LEGACY_META_BYTES]).unwrap();
         assert_eq!(load(&mut old, SMALL).err(), Some(OpenError::Corrupt("write index entry length")));
+    }
+
+    /// The measurement of `docs/bench.md` ("WATCH's write index per
+    /// batch"): 200,000 SETs of random keys out of 100,000 in batches of
+    /// 32, with the members' bounds: the internal entries written per SET,
+    /// against the previous layout's one per recorded key and one per
+    /// forgotten key (counted on the model), plus the state entry per batch.
+    #[test]
+    fn the_write_index_costs_a_few_entries_per_batch_not_per_key() {
+        let mut rng = Rng(42);
+        let mut writes = WriteIndex::default();
+        writes.set_persistent(true);
+        let mut model = crate::track::model_for_tests(Bounds::REPLICATED);
+        let (mut layout, mut ks) = (Layout::default(), MemKeyspace::new());
+        let (sets, batch) = (200_000u64, 32u64);
+        let (mut previous, mut forgotten) = (0u64, 0usize);
+        for i in 1..=sets {
+            let key = format!("key:{:012}", rng.below(100_000)).into_bytes();
+            writes.record(&key, i);
+            let before = model.by_key.len() + usize::from(!model.by_key.contains_key(&key));
+            model.record(&key, i);
+            forgotten += before - model.by_key.len();
+            previous += 1;
+            if i % batch == 0 {
+                persist(&mut ks, &mut writes, &mut layout, (i, i), false).unwrap();
+                previous += 1;
+            }
+        }
+        previous += forgotten as u64;
+        let (entries, bytes) = layout.written();
+        let per_set = entries as f64 / sets as f64;
+        let before = previous as f64 / sets as f64;
+        println!(
+            "write index entries per SET: {per_set:.3} ({bytes} bytes, {:.1} B/SET, {} dumps); previous layout: {before:.3}",
+            bytes as f64 / sets as f64,
+            layout.dumps
+        );
+        assert!(per_set < 0.1, "{per_set} entries per SET");
+        assert!(before > 1.1, "the previous layout: {before} entries per SET");
+        assert_eq!(load(&mut ks, Bounds::REPLICATED).unwrap().writes, writes);
     }
 
     #[test]

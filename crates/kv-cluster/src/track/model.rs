@@ -8,8 +8,8 @@ use super::{Bounds, MAX_TRACKED_KEY_BYTES};
 
 /// The ordered-collections write index, with `bounds`.
 #[derive(Debug, Clone)]
-pub struct Model {
-    pub by_key: BTreeMap<Vec<u8>, u64>,
+pub(crate) struct Model {
+    pub(crate) by_key: BTreeMap<Vec<u8>, u64>,
     by_index: BTreeSet<(u64, Vec<u8>)>,
     bytes: usize,
     bounds: Bounds,
