@@ -27,14 +27,17 @@
 //! carries the pairs, not the order they were recorded in) forgets the same
 //! keys as one that applied the log.
 //!
-//! In DRAM (cheap per write): a hash map of key to index; a queue of
-//! `(index, key)` in eviction order whose entries go *stale* when their key
-//! is written again (lazy removal: an entry is live while the map still
-//! holds its index; the queue is compacted when stale entries outnumber
-//! live ones); and the keys written at the newest index in a min-heap by
-//! key (they may still gain keys, in any order), moved into the queue in
-//! key order when a newer index is recorded. A key's bytes are allocated
-//! once, when it enters the table, and shared by map and queue.
+//! In DRAM (cheap per write): each remembered key has a *slot* (its bytes
+//! and the index of its last write), allocated when it enters the table and
+//! shared by a hash set (found by the key's bytes) and a queue of
+//! `(index, slot)` in eviction order. A queue entry goes *stale* when its
+//! key is written again or forgotten (lazy removal: an entry is live while
+//! its slot holds its index, checked without a lookup; the queue is
+//! compacted when stale entries outnumber live ones). The keys written at
+//! the newest index wait in a min-heap by key (they may still gain keys, in
+//! any order) and move into the queue in key order when a newer index is
+//! recorded. A write costs one hash lookup, plus an insert and a remove
+//! when a key enters and another is forgotten.
 //!
 //! The journal: on a persistent keyspace every change of the table
 //! ([`WriteIndex::record`], [`WriteIndex::record_flush`]) is also appended
