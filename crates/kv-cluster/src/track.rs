@@ -454,7 +454,7 @@ impl WriteIndex {
             if key.len() > MAX_TRACKED_KEY_BYTES {
                 return None;
             }
-            if index >= FORGOTTEN {
+            if index == FORGOTTEN {
                 return None;
             }
             w.bytes += key.len();
