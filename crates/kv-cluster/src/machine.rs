@@ -17,10 +17,10 @@
 //! Durability: with a volatile keyspace ([`MachineKeyspace::is_persistent`]
 //! false) the machine keeps nothing across a restart; with a persistent one,
 //! [`RedisMachine::persist_applied`] writes the applied index, the time and
-//! the write index's changes as internal entries under tag `10`
-//! ([`MACHINE_TAG`]) and commits them with the applied writes in one
-//! failure-atomic commit ([`MachineKeyspace::commit`]);
-//! [`RedisMachine::open`] reads them back. A snapshot is restored into a
+//! the write index (the batch's journal entry, or a dump: [`durable`]) as
+//! internal entries under tag `10` ([`MACHINE_TAG`]) and commits them with
+//! the applied writes in one failure-atomic commit
+//! ([`MachineKeyspace::commit`]); [`RedisMachine::open`] reads them back. A snapshot is restored into a
 //! persistent keyspace over several bounded commits under a durable marker
 //! (`restore`, [`RESTORING_KEY`]); a keyspace opened with the marker set
 //! claims no applied index ([`RedisMachine::needs_snapshot`]).
@@ -40,15 +40,16 @@ use crate::copies::CopyCounters;
 use crate::entry::{Entry, EntryError, Kind, Watched, WatchedState};
 use crate::extent::{is_extent_form, ExtEntry, Extent};
 use crate::readonly::ReadOnly;
-use crate::track::{recording, WriteIndex};
+use crate::track::{recording, Bounds, WriteIndex};
 use crate::{prf, snapshot};
 
 /// The first byte of the machine's own internal entries.
 pub const MACHINE_TAG: u8 = 0x10;
 /// The internal key of the machine's durable state (applied index, time,
-/// write floor, flush index: four u64 LE).
+/// write floor, flush index, journal slots: five u64 LE; [`durable`]).
 pub const META_KEY: &[u8] = &[MACHINE_TAG, b'M'];
-/// The prefix of the write index's internal entries (`10 'W' key` → index u64 LE).
+/// The prefix of the previous layout's write index entries (`10 'W' key` →
+/// index u64 LE): read and deleted when a keyspace is migrated ([`durable`]).
 pub const WRITES_PREFIX: &[u8] = &[MACHINE_TAG, b'W'];
 
 /// A keyspace a [`RedisMachine`] drives.
@@ -184,6 +185,7 @@ pub struct Applied {
     pub refused: Option<EntryError>,
 }
 
+pub mod durable;
 mod ext;
 mod restore;
 
@@ -241,6 +243,8 @@ pub struct RedisMachine<K: MachineKeyspace> {
     applied: u64,
     last_time_ms: u64,
     writes: WriteIndex,
+    /// What the keyspace holds of the write index's entries.
+    durable: durable::Layout,
     /// A flush since the last persist wiped the machine's internal entries.
     flushed: bool,
     /// Why the keyspace can no longer follow the log (a full pool, a failed
@@ -354,10 +358,10 @@ impl<K: MachineKeyspace> RedisMachine<K> {
     /// A persistent keyspace's replication state is read back.
     pub fn open(mut ks: K, config: ServerConfig) -> Result<Self, OpenError> {
         let restoring = ks.is_persistent() && ks.internal_get(RESTORING_KEY).is_some();
-        let (applied, last_time_ms, mut writes) = if ks.is_persistent() && !restoring {
-            read_durable(&mut ks)?
+        let durable::Loaded { applied, time_ms: last_time_ms, mut writes, layout } = if ks.is_persistent() && !restoring {
+            durable::load(&mut ks, Bounds::REPLICATED)?
         } else {
-            (0, 0, WriteIndex::default())
+            durable::Loaded { applied: 0, time_ms: 0, writes: WriteIndex::default(), layout: durable::Layout::default() }
         };
         writes.set_persistent(ks.is_persistent());
         ks.set_now_ms(last_time_ms);
@@ -369,6 +373,7 @@ impl<K: MachineKeyspace> RedisMachine<K> {
             applied,
             last_time_ms,
             writes,
+            durable: layout,
             flushed: false,
             fault: None,
             restoring,
@@ -382,6 +387,40 @@ impl<K: MachineKeyspace> RedisMachine<K> {
     #[doc(hidden)]
     pub fn plant_local_random(&mut self) {
         self.fault_local_random = true;
+    }
+
+    /// Plants the persistence canary's bug: a batch's journal entry is
+    /// written but not counted ([`durable`]), so the next one overwrites it.
+    #[doc(hidden)]
+    pub fn plant_uncounted_journal_entry(&mut self) {
+        self.durable.fault_uncounted_slot = true;
+    }
+
+    /// Dumps the write index after fewer journal entries or bytes (tests:
+    /// many dumps in a short run).
+    #[doc(hidden)]
+    pub fn set_journal_limits(&mut self, limits: durable::JournalLimits) {
+        self.durable.limits = limits;
+    }
+
+    /// Journal entries the keyspace holds after the write index's last dump
+    /// (tests).
+    #[doc(hidden)]
+    pub fn journal_entries(&self) -> u32 {
+        self.durable.slots()
+    }
+
+    /// Internal entries the write index and state entry put or deleted,
+    /// and bytes put, since the machine opened (tests, measurements).
+    #[doc(hidden)]
+    pub fn write_index_written(&self) -> (u64, u64) {
+        self.durable.written()
+    }
+
+    /// Write index dumps this machine wrote since it opened (tests).
+    #[doc(hidden)]
+    pub fn write_index_dumps(&self) -> u64 {
+        self.durable.dumps
     }
 
     /// The time of the last applied entry, ms since the Unix epoch: a new
@@ -544,7 +583,7 @@ impl<K: MachineKeyspace> RedisMachine<K> {
                         self.writes.record(key, index);
                     }
                     if ran.cleared {
-                        self.writes.flush = index;
+                        self.writes.record_flush(index);
                         self.flushed = true;
                     }
                     self.last_time_ms = time_ms;
@@ -637,46 +676,6 @@ fn has_tombstone<K: Keyspace>(ks: &mut K) -> bool {
     found
 }
 
-/// A persistent keyspace's replication state: applied index, time, write index.
-fn read_durable<K: MachineKeyspace>(ks: &mut K) -> Result<(u64, u64, WriteIndex), OpenError> {
-    let Some(meta) = ks.internal_get(META_KEY) else {
-        return Ok((0, 0, WriteIndex::default()));
-    };
-    let mut bytes = Vec::new();
-    ks.read(&meta, &mut bytes);
-    if bytes.len() != 32 {
-        return Err(OpenError::Corrupt("machine state entry length"));
-    }
-    let word = |i: usize| u64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().expect("8 bytes"));
-    let (applied, time, floor, flush) = (word(0), word(1), word(2), word(3));
-    let mut keys = Vec::new();
-    let mut from = WRITES_PREFIX.to_vec();
-    loop {
-        let mut page = Vec::new();
-        let n = ks.internal_scan(&from, 256, &mut |k| page.push(k.to_vec()));
-        let mine: Vec<Vec<u8>> = page.iter().take_while(|k| k.starts_with(WRITES_PREFIX)).cloned().collect();
-        let done = n < 256 || mine.len() < page.len();
-        for k in mine {
-            let v = ks.internal_get(&k).ok_or(OpenError::Corrupt("write index entry vanished"))?;
-            let mut b = Vec::new();
-            ks.read(&v, &mut b);
-            let index = u64::from_le_bytes(b.try_into().map_err(|_| OpenError::Corrupt("write index entry length"))?);
-            if index > applied {
-                return Err(OpenError::Corrupt("a write after the applied index"));
-            }
-            from = k.clone();
-            from.push(0);
-            keys.push((k[WRITES_PREFIX.len()..].to_vec(), index));
-        }
-        if done {
-            break;
-        }
-    }
-    let writes =
-        WriteIndex::from_entries(keys, floor, flush).ok_or(OpenError::Corrupt("write index over its bounds"))?;
-    Ok((applied, time, writes))
-}
-
 impl<K: MachineKeyspace> RedisMachine<K> {
     /// Commits the entries applied so far with the replication state, on a
     /// persistent keyspace (nothing on a volatile one).
@@ -691,27 +690,13 @@ impl<K: MachineKeyspace> RedisMachine<K> {
         self.ks.get_mut().commit().map_err(PersistError)
     }
 
-    /// Writes the replication state as internal entries (persistent keyspaces).
+    /// Writes the replication state as internal entries (persistent
+    /// keyspaces): the state entry and the write index's journal entry or
+    /// dump ([`durable`]).
     fn write_durable(&mut self) -> Result<(), StoreError> {
-        let ks = self.ks.get_mut();
-        if std::mem::take(&mut self.flushed) {
-            self.writes.mark_all_changed();
-        }
-        for (key, index) in self.writes.take_changes() {
-            let mut ikey = WRITES_PREFIX.to_vec();
-            ikey.extend_from_slice(&key);
-            match index {
-                Some(i) => ks.internal_put(&ikey, &i.to_le_bytes())?,
-                None => {
-                    ks.internal_delete(&ikey)?;
-                }
-            }
-        }
-        let mut meta = Vec::with_capacity(32);
-        for w in [self.applied, self.last_time_ms, self.writes.floor, self.writes.flush] {
-            meta.extend_from_slice(&w.to_le_bytes());
-        }
-        ks.internal_put(META_KEY, &meta)
+        let flushed = std::mem::take(&mut self.flushed);
+        let state = (self.applied, self.last_time_ms);
+        durable::persist(self.ks.get_mut(), &mut self.writes, &mut self.durable, state, flushed)
     }
 }
 
@@ -823,7 +808,7 @@ impl<K: MachineKeyspace> StateMachine for RedisMachine<K> {
         let mut writes = WriteIndex::from_entries(data.tracked.clone(), data.state.floor, data.state.flush)
             .ok_or(RestoreError::Corrupt("write index over its bounds"))?;
         if self.ks.get_mut().is_persistent() {
-            self.load_in_commits(index, &data)?;
+            self.load_in_commits(index, &data, &writes)?;
         } else {
             snapshot::load(self.ks.get_mut(), &data).map_err(|e| RestoreError::Store(e.to_string()))?;
         }

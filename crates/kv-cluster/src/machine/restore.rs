@@ -7,11 +7,13 @@
 //! `docs/FORMAT.md`, "The Redis machine's internal entries"):
 //!
 //! 1. the keyspace is cleared and the marker written, in one commit;
-//! 2. the snapshot's keys, internal entries and write index entries are
-//!    written in batches, each committed when the next write finds it full
-//!    (a single write larger than a batch goes alone in an oversized one);
-//! 3. the machine's state entry (applied index, time, write floor, flush)
-//!    is written and the marker deleted, in the last commit.
+//! 2. the snapshot's keys, internal entries and the write index's dump
+//!    parts are written in batches, each committed when the next write
+//!    finds it full (a single write larger than a batch goes alone in an
+//!    oversized one);
+//! 3. the dump's header and the machine's state entry (applied index,
+//!    time, write floor, flush, no journal entry) are written and the
+//!    marker deleted, in the last commit.
 //!
 //! A crash before the last commit leaves the marker: [`RedisMachine::open`]
 //! then claims no applied index (0, [`RedisMachine::needs_snapshot`]), so
@@ -22,8 +24,10 @@
 use pmwire_keyspace::store::{Expiry, StoreError, ValueSource};
 use pmwire_smr::state::RestoreError;
 
-use super::{MachineKeyspace, RedisMachine, MACHINE_TAG, META_KEY, WRITES_PREFIX};
+use super::durable::{self, DUMP_KEY};
+use super::{MachineKeyspace, RedisMachine, MACHINE_TAG, META_KEY};
 use crate::snapshot::Data;
+use crate::track::WriteIndex;
 
 /// The internal key of the restore marker (the index of the snapshot being
 /// restored, u64 LE): set while a restore is under way.
@@ -71,8 +75,9 @@ impl<K: MachineKeyspace> RedisMachine<K> {
 
     /// Replaces a persistent keyspace's contents and replication state by
     /// the snapshot's (module docs); `index` is the applied index it is
-    /// restored at. The machine's fields are the caller's to set.
-    pub(super) fn load_in_commits(&mut self, index: u64, data: &Data) -> Result<(), RestoreError> {
+    /// restored at and `writes` the snapshot's write index. The machine's
+    /// fields but the durable layout are the caller's to set.
+    pub(super) fn load_in_commits(&mut self, index: u64, data: &Data, writes: &WriteIndex) -> Result<(), RestoreError> {
         let ks = self.ks.get_mut();
         ks.set_now_ms(0);
         // Whatever is staged is wiped by the clear in the same commit.
@@ -83,6 +88,7 @@ impl<K: MachineKeyspace> RedisMachine<K> {
         marked.map_err(store)?;
         ks.commit().map_err(store)?;
         self.restoring = true;
+        self.durable.wiped();
         for k in &data.keys {
             let expiry = k.deadline_ms.map_or(Expiry::Clear, Expiry::At);
             staged(ks, |ks| ks.put(&k.key, k.kind, ValueSource::Owned(k.value.clone()), expiry))?;
@@ -90,21 +96,19 @@ impl<K: MachineKeyspace> RedisMachine<K> {
         for (key, value) in &data.internal {
             staged(ks, |ks| ks.internal_put(key, value))?;
         }
-        for (key, at) in &data.tracked {
-            let mut ikey = WRITES_PREFIX.to_vec();
-            ikey.extend_from_slice(key);
-            staged(ks, |ks| ks.internal_put(&ikey, &at.to_le_bytes()))?;
+        let dump = durable::dump(writes, index);
+        for (n, part) in dump.parts.iter().enumerate() {
+            staged(ks, |ks| ks.internal_put(&durable::part_key(n as u32), part))?;
         }
-        let mut meta = Vec::with_capacity(32);
-        for w in [index, data.state.last_time_ms, data.state.floor, data.state.flush] {
-            meta.extend_from_slice(&w.to_le_bytes());
-        }
+        let meta = durable::meta_bytes(index, data.state.last_time_ms, writes, 0);
         staged(ks, |ks| {
+            ks.internal_put(DUMP_KEY, &dump.header)?;
             ks.internal_put(META_KEY, &meta)?;
             ks.internal_delete(RESTORING_KEY).map(drop)
         })?;
         ks.commit().map_err(store)?;
         self.restoring = false;
+        self.durable.restored(index, &dump);
         Ok(())
     }
 }

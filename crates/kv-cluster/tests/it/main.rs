@@ -1,5 +1,6 @@
 //! Integration tests of `pmwire-kv-cluster`: one binary, case modules.
 mod durable;
 mod gen;
+mod journal;
 mod machines;
 mod transactions;

@@ -212,7 +212,9 @@ fn a_snapshot_larger_than_a_commit_is_restored_in_bounded_commits() {
 
 #[test]
 fn a_crash_between_the_restore_commits_leaves_a_keyspace_that_needs_a_snapshot() {
-    let (source, index) = large_source(20_000);
+    // Large enough for more than one batch of keys: the write index no longer
+    // adds an entry per key (a dump of a few parts).
+    let (source, index) = large_source(30_000);
     let snap = source.snapshot();
     // How many commits a whole restore makes (on a fresh pool).
     let total = {
