@@ -38,6 +38,8 @@ use crate::format::{
 };
 use crate::value::Value;
 
+mod sorted;
+
 /// The fewest nodes `create` accepts.
 pub const MIN_NODES: u32 = 8;
 
@@ -71,6 +73,12 @@ pub struct Counters {
     /// Batch updates written into a node the batch had already written
     /// (same-length value replaced in place; no new path).
     pub in_place_updates: u64,
+    /// Leaves a batch's sorted path rewrote once for all the operations
+    /// that fall within them (see [`BTree::apply_batch`]).
+    pub leaf_groups: u64,
+    /// Groups of operations the sorted path handed to the per-operation
+    /// path (a leaf left underfull, a parent overflowing, nodes short).
+    pub group_fallbacks: u64,
 }
 
 /// A node written by this operation, as its parent sees it.
@@ -126,6 +134,15 @@ pub enum BatchOp<'a> {
     },
 }
 
+impl<'a> BatchOp<'a> {
+    /// The operation's key.
+    pub fn key(&self) -> &'a [u8] {
+        match *self {
+            BatchOp::Put { key, .. } | BatchOp::Delete { key } => key,
+        }
+    }
+}
+
 /// The state of a batch in progress (volatile).
 #[derive(Default)]
 struct Batch {
@@ -169,6 +186,8 @@ pub struct BTree {
     faults: Faults,
     counters: Counters,
     scratch: Scratch,
+    /// Reusable state of the batch's sorted path.
+    run: sorted::RunScratch,
     /// `Some` while `apply_batch` runs.
     batch: Option<Batch>,
 }
@@ -222,7 +241,8 @@ impl BTree {
         let free = (1..nodes).rev().collect();
         let counters = Counters::default();
         let scratch = Scratch::default();
-        Ok(BTree { base, node_count: nodes, root: 0, height: 1, len: 0, free, faults, counters, scratch, batch: None })
+        let run = sorted::RunScratch::default();
+        Ok(BTree { base, node_count: nodes, root: 0, height: 1, len: 0, free, faults, counters, scratch, run, batch: None })
     }
 
     /// Recovers the tree at `base`: reads the root word, walks every
@@ -258,6 +278,7 @@ impl BTree {
             faults,
             counters: Counters::default(),
             scratch: Scratch::default(),
+            run: sorted::RunScratch::default(),
             batch: None,
         };
         let reached = tree.walk(media)?;
@@ -759,17 +780,49 @@ impl BTree {
     /// was written and the tree is as it was. When this returns `Ok`, the
     /// batch survives any crash; a crash during it leaves the old tree or
     /// the new one.
+    ///
+    /// Any operations are accepted, in any order. Each maximal run of
+    /// operations with strictly increasing keys (a checkpoint's whole
+    /// batch, for one) takes the *sorted path*: one descent per leaf, every
+    /// operation within the leaf's key bounds merged into it in one pass
+    /// (one new copy of the leaf, or several if it splits), its parents
+    /// copied once per batch and patched in place after. A leaf group that
+    /// would leave the leaf underfull, overflow its parent or split a root
+    /// leaf into more children than one node holds is applied operation by
+    /// operation instead, as [`BTree::insert`] would, within the batch.
     pub fn apply_batch<M: Media>(
         &mut self,
         media: &mut M,
         clear: bool,
         ops: &[BatchOp],
     ) -> Result<Vec<Option<Value>>, BatchError> {
+        self.apply_batch_with(media, clear, ops, false)
+    }
+
+    /// `apply_batch` with every operation on the per-operation path (the
+    /// code before the sorted path; for comparisons in tests and benches).
+    #[doc(hidden)]
+    pub fn apply_batch_per_op<M: Media>(
+        &mut self,
+        media: &mut M,
+        clear: bool,
+        ops: &[BatchOp],
+    ) -> Result<Vec<Option<Value>>, BatchError> {
+        self.apply_batch_with(media, clear, ops, true)
+    }
+
+    fn apply_batch_with<M: Media>(
+        &mut self,
+        media: &mut M,
+        clear: bool,
+        ops: &[BatchOp],
+        per_op: bool,
+    ) -> Result<Vec<Option<Value>>, BatchError> {
         assert!(self.batch.is_none(), "batches do not nest");
         check_batch(ops)?;
         let saved = (self.root, self.height, self.len, self.free.clone());
         self.batch = Some(Batch::default());
-        let result = self.run_batch(media, clear, ops);
+        let result = self.run_batch(media, clear, ops, per_op);
         let batch = self.batch.take().expect("batch state");
         let previous = match result {
             Ok(previous) => previous,
@@ -803,6 +856,7 @@ impl BTree {
         media: &mut M,
         clear: bool,
         ops: &[BatchOp],
+        per_op: bool,
     ) -> Result<Vec<Option<Value>>, BatchError> {
         if clear {
             if self.free.is_empty() {
@@ -811,10 +865,35 @@ impl BTree {
             self.clear_in_batch(media);
         }
         let mut previous = Vec::with_capacity(ops.len());
-        for (index, op) in ops.iter().enumerate() {
+        if per_op {
+            self.apply_per_op(media, ops, 0, &mut previous)?;
+            return Ok(previous);
+        }
+        let mut start = 0;
+        while start < ops.len() {
+            let increasing = ops[start..].windows(2).take_while(|w| w[0].key() < w[1].key()).count();
+            let end = start + 1 + increasing;
+            self.apply_sorted(media, &ops[start..end], start, &mut previous)?;
+            start = end;
+        }
+        assert_eq!(previous.len(), ops.len(), "one previous value per operation");
+        Ok(previous)
+    }
+
+    /// Applies `ops` (operation `first` of the batch onwards) one by one,
+    /// each as `insert`/`delete` would but within the batch; pushes their
+    /// previous values.
+    fn apply_per_op<M: Media>(
+        &mut self,
+        media: &mut M,
+        ops: &[BatchOp],
+        first: usize,
+        previous: &mut Vec<Option<Value>>,
+    ) -> Result<(), BatchError> {
+        for (offset, op) in ops.iter().enumerate() {
             let needed = self.nodes_needed();
             if self.free.len() < needed {
-                return Err(BatchError::Full { index, needed, free: self.free.len() });
+                return Err(BatchError::Full { index: first + offset, needed, free: self.free.len() });
             }
             let value = match *op {
                 BatchOp::Put { key, value } => {
@@ -830,7 +909,7 @@ impl BTree {
             };
             previous.push(value);
         }
-        Ok(previous)
+        Ok(())
     }
 
     /// Retires every node of the working tree and starts an empty leaf.
