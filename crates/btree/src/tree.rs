@@ -27,7 +27,7 @@
 //! one root switch. During a batch `root`/`height` are the working tree's;
 //! the durable root is kept in the batch state until the switch.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use pmem::Media;
 
@@ -150,6 +150,12 @@ struct Batch {
     overlay: BTreeMap<u32, NodeBuf>,
     /// Durable nodes the batch replaced: free after the root switch.
     retired: Vec<u32>,
+    /// Whether the sorted path writes leaves to the media at once (see
+    /// `early_writes_safe`).
+    early: bool,
+    /// Leaves written to the media at once by this batch (free nodes the
+    /// durable root cannot reach; durable at the batch's drain).
+    written: BTreeSet<u32>,
 }
 
 impl std::fmt::Debug for Batch {
@@ -158,8 +164,10 @@ impl std::fmt::Debug for Batch {
     }
 }
 
-/// Node buffers kept for reuse (two per level is plenty).
-const SCRATCH_BUFFERS: usize = 16;
+/// Node buffers kept for reuse: a batch's overlay returns its buffers
+/// here, so the next batch of a similar size allocates (and zeroes, and
+/// page-faults in) none. At most 16 MB of DRAM per tree.
+const SCRATCH_BUFFERS: usize = 4096;
 
 /// Reusable node buffers (volatile; contents meaningless between uses).
 #[derive(Default)]
@@ -763,6 +771,12 @@ impl BTree {
             self.free_fresh(node);
             return;
         }
+        if self.batch.as_mut().is_some_and(|b| b.written.remove(&node)) {
+            // Written by this batch straight to the media: reachable from
+            // nothing durable, so free at once.
+            self.free.push(node);
+            return;
+        }
         if self.faults.reuse_before_switch {
             self.free.push(node);
         } else {
@@ -831,7 +845,7 @@ impl BTree {
                 return Err(error);
             }
         };
-        if batch.overlay.is_empty() && batch.retired.is_empty() {
+        if batch.overlay.is_empty() && batch.retired.is_empty() && batch.written.is_empty() {
             assert_eq!((self.root, self.height), (saved.0, saved.1), "a batch that wrote nothing kept its root");
             return Ok(previous);
         }
@@ -845,7 +859,7 @@ impl BTree {
             self.write_out(media, node, &bytes[..used]);
         }
         self.commit(media, self.root, self.height);
-        let Batch { overlay, mut retired } = batch;
+        let Batch { overlay, mut retired, .. } = batch;
         overlay.into_values().for_each(|buf| self.give_buf(buf));
         self.free.append(&mut retired);
         Ok(previous)
@@ -873,6 +887,9 @@ impl BTree {
         while start < ops.len() {
             let increasing = ops[start..].windows(2).take_while(|w| w[0].key() < w[1].key()).count();
             let end = start + 1 + increasing;
+            if start == 0 && end == ops.len() {
+                self.batch.as_mut().expect("in a batch").early = self.early_writes_safe(ops);
+            }
             self.apply_sorted(media, &ops[start..end], start, &mut previous)?;
             start = end;
         }
@@ -910,6 +927,33 @@ impl BTree {
             previous.push(value);
         }
         Ok(())
+    }
+
+    /// Whether the sorted path may write leaves to the media at once during
+    /// a batch of `ops` (one sorted run: each leaf is written once) without
+    /// breaking "on `Full` nothing was written": true only if the free
+    /// nodes cover everything the batch could ever hold, so that `Full`
+    /// cannot happen. A batch holds at most the durable nodes it retires
+    /// (≤ `durable`), the nodes of the working tree, and one operation's
+    /// transient nodes (≤ `2·MAX_HEIGHT + 1`). Every non-root node is at
+    /// least `MIN_FILL` full, a quarter of a node: the leaves hold at most
+    /// the durable leaves' bytes (≤ `durable · NODE_CAPACITY`) plus every
+    /// put's entry, so there are at most `bytes / MIN_FILL + 1` of them, and
+    /// internal nodes (≥ 4 children each, since an internal entry is at
+    /// most 262 B) add at most a third of that plus one per level.
+    fn early_writes_safe(&self, ops: &[BatchOp]) -> bool {
+        let durable = (self.node_count as usize - self.free.len()) as u64;
+        let put_bytes: u64 = ops
+            .iter()
+            .map(|op| match *op {
+                BatchOp::Put { key, value } => (2 + 1 + key.len() + 2 + value.len()) as u64,
+                BatchOp::Delete { .. } => 0,
+            })
+            .sum();
+        let leaves = (durable * NODE_CAPACITY as u64 + put_bytes) / MIN_FILL as u64 + 1;
+        let working = leaves + leaves.div_ceil(3) + MAX_HEIGHT as u64;
+        let bound = durable + working + 2 * MAX_HEIGHT as u64 + 1;
+        self.free.len() as u64 >= bound
     }
 
     /// Retires every node of the working tree and starts an empty leaf.

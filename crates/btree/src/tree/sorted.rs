@@ -292,10 +292,17 @@ impl BTree {
 
     /// Puts the new leaves in the overlay (the first at `leaf`'s index if
     /// the batch wrote it) and links them in above.
-    fn install<M: Media>(&mut self, media: &M, leaf: u32, written: bool, pieces: Pieces, path: &[(u32, usize, bool)]) {
+    fn install<M: Media>(
+        &mut self,
+        media: &mut M,
+        leaf: u32,
+        written: bool,
+        pieces: Pieces,
+        path: &[(u32, usize, bool)],
+    ) {
         let Pieces { first, rest } = pieces;
         let first_node = if written { leaf } else { self.free.pop().expect("free nodes checked before the group") };
-        self.overlay_insert(first_node, first);
+        self.place_leaf(media, first_node, first);
         if !written {
             self.retire_in_batch(leaf);
         }
@@ -307,10 +314,28 @@ impl BTree {
         let mut extra: Vec<(&[u8], u32)> = Vec::with_capacity(seps.len());
         for (sep, buf) in seps.iter().zip(bufs) {
             let node = self.free.pop().expect("free nodes checked before the group");
-            self.overlay_insert(node, buf);
+            self.place_leaf(media, node, buf);
             extra.push((sep, node));
         }
         self.link_up(media, path, first_node, &extra);
+    }
+
+    /// Puts a new leaf in the overlay, or, if the batch writes leaves
+    /// early, seals it and writes it to the media at once (while its bytes
+    /// are in the cache; its free node is reachable from nothing durable,
+    /// and the batch's drain makes it durable before the root switch).
+    fn place_leaf<M: Media>(&mut self, media: &mut M, node: u32, mut buf: NodeBuf) {
+        if !self.batch.as_ref().expect("in a batch").early {
+            self.overlay_insert(node, buf);
+            return;
+        }
+        let used = NodeRef::new(&buf[..]).used();
+        let crc = format::node_crc(&buf[..used]);
+        put_u32(&mut buf[..], 8, crc);
+        self.write_out(media, node, &buf[..used]);
+        self.give_buf(buf);
+        let batch = self.batch.as_mut().expect("in a batch");
+        assert!(batch.written.insert(node), "leaf {node} written twice");
     }
 
     /// Adds a node the batch wrote to the overlay.
@@ -407,11 +432,12 @@ impl BTree {
         self.counters.root_splits += 1;
     }
 
-    /// Retires a durable node the batch replaced (free after the switch).
+    /// Retires a node the batch replaced: free after the switch if
+    /// durable, at once if the batch wrote it to the media.
     fn retire_in_batch(&mut self, node: u32) {
         let batch = self.batch.as_mut().expect("in a batch");
-        assert!(!batch.overlay.contains_key(&node), "node {node} is the batch's, not durable");
-        if self.faults.reuse_before_switch {
+        assert!(!batch.overlay.contains_key(&node), "node {node} is in the overlay");
+        if batch.written.remove(&node) || self.faults.reuse_before_switch {
             self.free.push(node);
         } else {
             batch.retired.push(node);
