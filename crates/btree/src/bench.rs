@@ -293,39 +293,3 @@ mod tests {
         }
     }
 }
-
-#[cfg(test)]
-mod scratch_profile {
-    use super::*;
-    #[test]
-    #[ignore]
-    fn profile_sorted_only() {
-        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
-        let size = BTree::required_size(65_536);
-        let mut a = pmem::Region::create(dir.path().join("a"), size).unwrap();
-        let mut tree = BTree::create(&mut a, 0, 65_536).unwrap();
-        let mut state = SplitMix64::seed_from_u64(1);
-        let mut ids: Vec<u64> = (0..150_000).collect();
-        for i in (1..ids.len()).rev() { ids.swap(i, (state.next_u64() % (i as u64 + 1)) as usize); }
-        for chunk in ids.chunks(5000) {
-            let mut keys: Vec<Vec<u8>> = chunk.iter().map(|&id| bench_key(id)).collect();
-            keys.sort_unstable();
-            let ops: Vec<BatchOp> = keys.iter().map(|key| BatchOp::Put { key, value: &[1; 32] }).collect();
-            tree.apply_batch(&mut a, false, &ops).unwrap();
-        }
-        let per_op = std::env::var("PER_OP").is_ok();
-        let mut total = 0.0; let mut n = 0;
-        for _ in 0..200 {
-            let mut chosen: Vec<u64> = (0..5000).map(|_| state.next_u64() % 150_000).collect();
-            chosen.sort_unstable(); chosen.dedup();
-            let mut keys: Vec<Vec<u8>> = chosen.iter().map(|&id| bench_key(id)).collect();
-            keys.sort_unstable();
-            let v = [state.next_u64() as u8; 32];
-            let ops: Vec<BatchOp> = keys.iter().map(|key| BatchOp::Put { key, value: &v }).collect();
-            let t = Instant::now();
-            if per_op { tree.apply_batch_per_op(&mut a, false, &ops).unwrap(); } else { tree.apply_batch(&mut a, false, &ops).unwrap(); }
-            total += t.elapsed().as_secs_f64(); n += ops.len();
-        }
-        println!("PROFILE {:.0} ns/op", total * 1e9 / n as f64);
-    }
-}

@@ -79,6 +79,9 @@ pub struct Counters {
     /// Groups of operations the sorted path handed to the per-operation
     /// path (a leaf left underfull, a parent overflowing, nodes short).
     pub group_fallbacks: u64,
+    /// Leaves the sorted path wrote to the media at once (a single sorted
+    /// batch with free nodes to spare), not through the overlay.
+    pub early_leaves: u64,
 }
 
 /// A node written by this operation, as its parent sees it.

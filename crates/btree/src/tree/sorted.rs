@@ -336,6 +336,7 @@ impl BTree {
         self.give_buf(buf);
         let batch = self.batch.as_mut().expect("in a batch");
         assert!(batch.written.insert(node), "leaf {node} written twice");
+        self.counters.early_leaves += 1;
     }
 
     /// Adds a node the batch wrote to the overlay.
