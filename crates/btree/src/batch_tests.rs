@@ -318,8 +318,10 @@ fn unsorted_batch_with_repeats_sees_earlier_values() {
         (b"c".to_vec(), Some(b"5".to_vec())),
     ];
     let previous = owned(tree.apply_batch(&mut media, false, &as_batch(&ops)).unwrap());
-    let expected: Vec<Option<Vec<u8>>> =
-        [None, None, Some(&b"1"[..]), None, Some(b"3"), None, Some(b"2")].iter().map(|v| v.map(<[u8]>::to_vec)).collect();
+    let expected: Vec<Option<Vec<u8>>> = [None, None, Some(&b"1"[..]), None, Some(b"3"), None, Some(b"2")]
+        .iter()
+        .map(|v| v.map(<[u8]>::to_vec))
+        .collect();
     assert_eq!(previous, expected);
     let mut model = Model::new();
     apply_model(&mut model, false, &ops);

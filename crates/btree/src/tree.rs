@@ -250,10 +250,20 @@ impl BTree {
         media.write(base, &line);
         media.persist(base, line.len() as u64);
         let free = (1..nodes).rev().collect();
-        let counters = Counters::default();
-        let scratch = Scratch::default();
-        let run = sorted::RunScratch::default();
-        Ok(BTree { base, node_count: nodes, root: 0, height: 1, len: 0, free, faults, counters, scratch, run, batch: None })
+        let (counters, scratch, run) = (Counters::default(), Scratch::default(), sorted::RunScratch::default());
+        Ok(BTree {
+            base,
+            node_count: nodes,
+            root: 0,
+            height: 1,
+            len: 0,
+            free,
+            faults,
+            counters,
+            scratch,
+            run,
+            batch: None,
+        })
     }
 
     /// Recovers the tree at `base`: reads the root word, walks every

@@ -13,26 +13,28 @@
 //! - a new child index is patched into its parent (a fixed-width `u32`);
 //!   a parent the batch already wrote is patched in place, a durable one
 //!   copied once to a free node (and retired), and so on up to the root;
-//! - new leaves of a split add their separators to the parent, repacked
-//!   (a split root leaf gets a new root above it).
-//!
-//! Nodes are sealed with their CRC once, when the batch writes them out.
+//! - new leaves of a split add their separators to the parent, repacked;
+//!   a parent that overflows splits into pieces of about equal fill, and
+//!   so on up; a split root gets new roots above it;
+//! - a single sorted batch with free nodes to spare writes its leaves to
+//!   the media at once (see `BTree::early_writes_safe`); other nodes are
+//!   sealed with their CRC once, when the batch writes them out.
 //!
 //! Invariants: nothing is changed (tree, overlay, free list, counters but
 //! `group_fallbacks`) unless the whole group is applied; a group applied
 //! here leaves every non-root node within the fill bounds and uses at most
-//! the free nodes it checked for. A group this path does not handle — a
-//! non-root leaf left below `MIN_FILL`, a parent without room for the new
-//! separators, a root leaf splitting into more children than a node holds,
-//! too few free nodes — goes to the per-operation path, which handles
-//! every case (merges, rebalances, parent splits, root collapses).
+//! the free nodes it checked for (an upper bound computed from the path's
+//! fills before anything is written). A group this path does not handle —
+//! a non-root leaf left below `MIN_FILL` (it needs a merge), too few free
+//! nodes — goes to the per-operation path, which handles every case
+//! (merges, rebalances, root collapses).
 
 use pmem::Media;
 
 use super::{BTree, BatchOp, NodeBuf};
 use crate::error::BatchError;
 use crate::format::{
-    self, pack, pack_parts, put_u16, put_u32, EntryRef, NodeRef, Part, Payload, MAX_HEIGHT, MIN_FILL, NODE_BYTES,
+    self, pack, put_u16, put_u32, EntryRef, NodeRef, Payload, MAX_HEIGHT, MAX_INTERNAL_ENTRY, MIN_FILL, NODE_BYTES,
     NODE_CAPACITY, NODE_HEADER_BYTES,
 };
 use crate::value::Value;
@@ -246,17 +248,12 @@ impl BTree {
         }
         let cuts = split_items(view, group, plan, run)?;
         let pieces = cuts.len() - 1;
-        let seps: Vec<Vec<u8>> = cuts[1..pieces].iter().map(|&at| seg_key(view, group, run.items[at].0).to_vec()).collect();
-        let added: usize = seps.iter().map(|sep| 2 + 1 + sep.len() + 4).sum();
-        let parent_fill = match run.path.last() {
-            Some(&(parent, _, _)) => self.fill_of_node(media, parent),
-            None => 2 + 1 + 4, // a new root with the −∞ entry
-        };
-        if parent_fill + added > NODE_CAPACITY || (is_root && self.height >= MAX_HEIGHT) {
-            return None;
-        }
-        let nodes = pieces - usize::from(written) + self.durable_on_path(run) + usize::from(is_root);
-        if self.free.len() < nodes {
+        let seps: Vec<Vec<u8>> =
+            cuts[1..pieces].iter().map(|&at| seg_key(view, group, run.items[at].0).to_vec()).collect();
+        let sep_bytes: usize = seps.iter().map(|sep| 2 + 1 + sep.len() + 4).sum();
+        let (above, grown) = self.split_cost(media, run, pieces - 1, sep_bytes);
+        let nodes = pieces - usize::from(written) + self.durable_on_path(run) + above;
+        if self.free.len() < nodes || self.height + grown > MAX_HEIGHT {
             return None;
         }
         let mut bufs = Vec::with_capacity(pieces);
@@ -272,14 +269,38 @@ impl BTree {
         Some(Pieces { first, rest: seps.into_iter().zip(bufs).collect() })
     }
 
-    /// Internal nodes on the recorded path the batch has not written yet
-    /// (each needs a free node if the path is copied).
-    fn durable_on_path(&self, run: &RunScratch) -> usize {
-        run.path.iter().filter(|&&(_, _, written)| !written).count()
+    /// An upper bound of the new internal nodes (beyond copies of the path)
+    /// that `extras` new children of `extra_bytes` bytes of entries cost
+    /// the leaf's parent, split in turn, and so on up, and of the levels
+    /// the tree grows: each node of the path is sized from its header (the
+    /// overlay's or the media's), separators above the parent at their
+    /// largest.
+    fn split_cost<M: Media>(&self, media: &M, run: &RunScratch, extras: usize, extra_bytes: usize) -> (usize, u32) {
+        let pieces_of = |total: usize| if total <= NODE_CAPACITY { 1 } else { total.div_ceil(NODE_CAPACITY * 3 / 4) };
+        let (mut extras, mut extra_bytes, mut nodes) = (extras, extra_bytes, 0);
+        for &(node, _, _) in run.path.iter().rev() {
+            if extras == 0 {
+                return (nodes, 0);
+            }
+            let pieces = pieces_of(self.node_fill(media, node) + extra_bytes);
+            nodes += pieces - 1;
+            extras = pieces - 1;
+            extra_bytes = extras * MAX_INTERNAL_ENTRY;
+        }
+        // New roots over the old root's pieces, until one node holds them.
+        let mut grown = 0;
+        while extras > 0 {
+            let pieces = pieces_of(2 + 1 + 4 + extra_bytes);
+            nodes += pieces;
+            grown += 1;
+            extras = pieces - 1;
+            extra_bytes = extras * MAX_INTERNAL_ENTRY;
+        }
+        (nodes, grown)
     }
 
     /// Bytes of slots + entries of `node` (from the overlay or the media).
-    fn fill_of_node<M: Media>(&self, media: &M, node: u32) -> usize {
+    fn node_fill<M: Media>(&self, media: &M, node: u32) -> usize {
         if let Some(bytes) = self.fresh(node) {
             return NodeRef::new(&bytes[..]).fill();
         }
@@ -288,6 +309,12 @@ impl BTree {
         let used = format::get_u16(&header, 4) as usize;
         assert!((NODE_HEADER_BYTES..=NODE_BYTES).contains(&used), "node {node} used {used}");
         used - NODE_HEADER_BYTES
+    }
+
+    /// Internal nodes on the recorded path the batch has not written yet
+    /// (each needs a free node if the path is copied).
+    fn durable_on_path(&self, run: &RunScratch) -> usize {
+        run.path.iter().filter(|&&(_, _, written)| !written).count()
     }
 
     /// Puts the new leaves in the overlay (the first at `leaf`'s index if
@@ -347,8 +374,8 @@ impl BTree {
 
     /// The child at the bottom of `path` is now `first` followed by
     /// `extra` (separator, node) pairs: rewrites its parent (in place if
-    /// the batch wrote it, else in a free node) and so on up, or grows a
-    /// new root above a split root leaf.
+    /// the batch wrote it, else in a free node; split in pieces if it
+    /// overflows) and so on up, or grows new roots above a split root.
     fn link_up<M: Media>(&mut self, media: &M, path: &[(u32, usize, bool)], first: u32, extra: &[(&[u8], u32)]) {
         let Some((&(parent, slot, written), above)) = path.split_last() else {
             if extra.is_empty() {
@@ -359,36 +386,59 @@ impl BTree {
             return;
         };
         let level = self.height - path.len() as u32;
-        let mut buf = match (written, extra.is_empty()) {
-            (true, true) => {
+        if extra.is_empty() {
+            if written {
                 let overlay = &mut self.batch.as_mut().expect("in a batch").overlay;
-                let bytes = overlay.get_mut(&parent).expect("a written parent is in the overlay");
-                patch_child(bytes, slot, first);
+                patch_child(overlay.get_mut(&parent).expect("a written parent is in the overlay"), slot, first);
                 return;
             }
-            (false, true) => {
-                let mut buf = self.take_buf();
-                self.read_node(media, parent, &mut buf);
-                patch_child(&mut buf, slot, first);
-                buf
-            }
-            (_, false) => self.repack_parent(media, parent, written, slot, first, extra),
-        };
-        assert_eq!(NodeRef::new(&buf[..]).level(), level, "parent {parent} at the wrong level");
-        if written {
-            let overlay = &mut self.batch.as_mut().expect("in a batch").overlay;
-            std::mem::swap(overlay.get_mut(&parent).expect("a written parent is in the overlay"), &mut buf);
-            self.give_buf(buf);
+            let mut buf = self.take_buf();
+            self.read_node(media, parent, &mut buf);
+            assert_eq!(NodeRef::new(&buf[..]).level(), level, "parent {parent} at the wrong level");
+            patch_child(&mut buf, slot, first);
+            let node = self.free.pop().expect("free nodes checked before the group");
+            self.overlay_insert(node, buf);
+            self.retire_in_batch(parent);
+            self.link_up(media, above, node, &[]);
             return;
         }
-        let node = self.free.pop().expect("free nodes checked before the group");
-        self.overlay_insert(node, buf);
-        self.retire_in_batch(parent);
-        self.link_up(media, above, node, &[]);
+        let (mut first_buf, rest) = self.repack_parent(media, parent, written, slot, first, extra);
+        assert_eq!(NodeRef::new(&first_buf[..]).level(), level, "parent {parent} at the wrong level");
+        let first_node = if written {
+            let overlay = &mut self.batch.as_mut().expect("in a batch").overlay;
+            std::mem::swap(overlay.get_mut(&parent).expect("a written parent is in the overlay"), &mut first_buf);
+            self.give_buf(first_buf);
+            parent
+        } else {
+            let node = self.free.pop().expect("free nodes checked before the group");
+            self.overlay_insert(node, first_buf);
+            self.retire_in_batch(parent);
+            node
+        };
+        if written && rest.is_empty() {
+            return;
+        }
+        self.counters.splits += rest.len() as u64;
+        let added = self.place_internal(rest);
+        let extra: Vec<(&[u8], u32)> = added.iter().map(|(sep, node)| (&sep[..], *node)).collect();
+        self.link_up(media, above, first_node, &extra);
+    }
+
+    /// Puts the split pieces of an internal node in free overlay nodes;
+    /// returns their (separator, node) pairs.
+    fn place_internal(&mut self, pieces: Vec<(Vec<u8>, NodeBuf)>) -> Vec<(Vec<u8>, u32)> {
+        let mut placed = Vec::with_capacity(pieces.len());
+        for (sep, buf) in pieces {
+            let node = self.free.pop().expect("free nodes checked before the group");
+            self.overlay_insert(node, buf);
+            placed.push((sep, node));
+        }
+        placed
     }
 
     /// `parent` with child `slot` replaced by `first` and the `extra`
-    /// children inserted after it (room checked before the group).
+    /// children inserted after it: one node, or pieces of about equal fill
+    /// if it overflows (the first, then the others with their separators).
     fn repack_parent<M: Media>(
         &mut self,
         media: &M,
@@ -397,7 +447,7 @@ impl BTree {
         slot: usize,
         first: u32,
         extra: &[(&[u8], u32)],
-    ) -> NodeBuf {
+    ) -> (NodeBuf, Vec<(Vec<u8>, NodeBuf)>) {
         let mut old = self.take_buf();
         match self.fresh(parent) {
             Some(bytes) => old.copy_from_slice(&bytes[..]),
@@ -405,32 +455,61 @@ impl BTree {
         }
         assert_eq!(self.fresh(parent).is_some(), written, "parent {parent}'s overlay state");
         let view = NodeRef::new(&old[..]);
-        let level = view.level();
-        let mut parts = vec![Part::Run(view, 0..slot)];
-        parts.push(Part::One(EntryRef { key: view.key(slot), payload: Payload::Child(first) }));
-        parts.extend(extra.iter().map(|&(key, node)| Part::One(EntryRef { key, payload: Payload::Child(node) })));
-        parts.push(Part::Run(view, slot + 1..view.count()));
-        let fill: usize = parts.iter().map(Part::size).sum();
-        assert!(fill <= NODE_CAPACITY, "parent {parent} overflows: {fill} B");
-        let mut buf = self.take_buf();
-        pack_parts(level, &parts, &mut buf);
-        drop(parts);
+        let mut entries = Vec::with_capacity(view.count() + extra.len());
+        entries.extend((0..slot).map(|i| view.entry(i)));
+        entries.push(EntryRef { key: view.key(slot), payload: Payload::Child(first) });
+        entries.extend(extra.iter().map(|&(key, node)| EntryRef { key, payload: Payload::Child(node) }));
+        entries.extend((slot + 1..view.count()).map(|i| view.entry(i)));
+        let pieces = self.pack_internal(view.level(), &entries);
+        drop(entries);
         self.give_buf(old);
-        buf
+        pieces
     }
 
-    /// A new root over the split root leaf's pieces.
+    /// Packs internal `entries` (entry 0 stands for −∞) at `level` into one
+    /// node, or into pieces of about equal fill, at most three quarters of
+    /// a node each (each piece's entry 0 keyed −∞, its old key the piece's
+    /// separator).
+    fn pack_internal(&mut self, level: u32, entries: &[EntryRef]) -> (NodeBuf, Vec<(Vec<u8>, NodeBuf)>) {
+        assert!(level > 0, "internal nodes are above the leaves");
+        let sizes: Vec<usize> = entries.iter().map(EntryRef::size).collect();
+        let cuts = even_cuts(&sizes, NODE_CAPACITY);
+        let mut pieces = Vec::with_capacity(cuts.len() - 1);
+        for window in cuts.windows(2) {
+            let piece = &entries[window[0]..window[1]];
+            // The −∞ entry's key is stored empty: the fill bounds count it so.
+            let fill = format::fill_of(piece) - piece[0].key.len();
+            assert!(fill <= NODE_CAPACITY, "internal piece of {fill} B");
+            assert!(cuts.len() == 2 || fill >= MIN_FILL, "internal piece of {fill} B");
+            let mut buf = self.take_buf();
+            pack(level, piece, &mut buf);
+            pieces.push((piece[0].key.to_vec(), buf));
+        }
+        let mut pieces = pieces.into_iter();
+        let (_, first) = pieces.next().expect("at least one piece");
+        (first, pieces.collect())
+    }
+
+    /// New roots above the root's pieces: `first` and the `extra`
+    /// (separator, node) pairs as children, split again if they overflow.
     fn grow_root(&mut self, first: u32, extra: &[(&[u8], u32)]) {
         let mut entries = vec![EntryRef { key: b"", payload: Payload::Child(first) }];
         entries.extend(extra.iter().map(|&(key, node)| EntryRef { key, payload: Payload::Child(node) }));
-        let mut buf = self.take_buf();
-        pack(self.height, &entries, &mut buf);
+        let (buf, rest) = self.pack_internal(self.height, &entries);
+        drop(entries);
         let node = self.free.pop().expect("free nodes checked before the group");
         self.overlay_insert(node, buf);
-        self.root = node;
         self.height += 1;
         assert!(self.height <= MAX_HEIGHT, "height {}", self.height);
         self.counters.root_splits += 1;
+        if rest.is_empty() {
+            self.root = node;
+            return;
+        }
+        self.counters.splits += rest.len() as u64;
+        let added = self.place_internal(rest);
+        let extra: Vec<(&[u8], u32)> = added.iter().map(|(sep, node)| (&sep[..], *node)).collect();
+        self.grow_root(node, &extra);
     }
 
     /// Retires a node the batch replaced: free after the switch if
@@ -546,24 +625,41 @@ fn split_items(view: NodeRef, group: &[BatchOp], plan: &Plan, run: &mut RunScrat
             }
         }
     }
-    let target = NODE_CAPACITY * 3 / 4;
-    let pieces = plan.fill.div_ceil(target).max(2);
-    let mut cuts = vec![0];
-    let mut sum = 0;
-    for (at, &(_, size)) in run.items.iter().enumerate() {
-        let piece = cuts.len() - 1;
-        // Close the piece before an entry that crosses its share of the bytes.
-        if piece + 1 < pieces && at > *cuts.last().unwrap() && sum + size > plan.fill * (piece + 1) / pieces {
-            cuts.push(at);
-        }
-        sum += size;
-    }
-    cuts.push(run.items.len());
+    let sizes: Vec<usize> = run.items.iter().map(|&(_, size)| size).collect();
+    let cuts = even_cuts(&sizes, 0);
+    assert_eq!(sizes.iter().sum::<usize>(), plan.fill, "the items add up to the plan");
     let fits = cuts.windows(2).all(|w| {
         let fill: usize = run.items[w[0]..w[1]].iter().map(|&(_, size)| size).sum();
         w[1] > w[0] && (MIN_FILL..=NODE_CAPACITY).contains(&fill)
     });
     fits.then_some(cuts)
+}
+
+/// Cuts entries of `sizes` bytes into pieces of about equal fill: one if
+/// they fit `one_piece_max` bytes, else the fewest of at most three
+/// quarters of a node each (at least two). Returns the cut indices (`0`,
+/// …, `sizes.len()`); every piece holds at least one entry.
+fn even_cuts(sizes: &[usize], one_piece_max: usize) -> Vec<usize> {
+    let total: usize = sizes.iter().sum();
+    if total <= one_piece_max {
+        return vec![0, sizes.len()];
+    }
+    let pieces = total.div_ceil(NODE_CAPACITY * 3 / 4).max(2).min(sizes.len());
+    let mut cuts = vec![0];
+    let mut sum = 0;
+    for (at, &size) in sizes.iter().enumerate() {
+        let piece = cuts.len() - 1;
+        // Close the piece before an entry that crosses its share of the bytes.
+        if piece + 1 < pieces
+            && at > *cuts.last().expect("cuts start at 0")
+            && sum + size > total * (piece + 1) / pieces
+        {
+            cuts.push(at);
+        }
+        sum += size;
+    }
+    cuts.push(sizes.len());
+    cuts
 }
 
 /// Packs a leaf of `count` entries from `segs` into `out`: a run of old
