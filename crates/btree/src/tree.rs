@@ -854,6 +854,8 @@ impl BTree {
         let previous = match result {
             Ok(previous) => previous,
             Err(error) => {
+                // `early_writes_safe` ruled out an error before any leaf went to the media.
+                assert!(!batch.early, "a batch that writes leaves early was refused: {error}");
                 (self.root, self.height, self.len, self.free) = saved;
                 return Err(error);
             }
