@@ -25,7 +25,8 @@
 //! place, and a node the batch replaces again goes straight back to the
 //! free list); at the end every overlay node is written once, one drain,
 //! one root switch. During a batch `root`/`height` are the working tree's;
-//! the durable root is kept in the batch state until the switch.
+//! the durable root is kept in the batch state until the switch. Sorted
+//! runs of a batch take the leaf-by-leaf path of `sorted.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -77,7 +78,7 @@ pub struct Counters {
     /// that fall within them (see [`BTree::apply_batch`]).
     pub leaf_groups: u64,
     /// Groups of operations the sorted path handed to the per-operation
-    /// path (a leaf left underfull, a parent overflowing, nodes short).
+    /// path (a leaf left underfull, too few free nodes for its worst case).
     pub group_fallbacks: u64,
     /// Leaves the sorted path wrote to the media at once (a single sorted
     /// batch with free nodes to spare), not through the overlay.
@@ -812,11 +813,14 @@ impl BTree {
     /// operations with strictly increasing keys (a checkpoint's whole
     /// batch, for one) takes the *sorted path*: one descent per leaf, every
     /// operation within the leaf's key bounds merged into it in one pass
-    /// (one new copy of the leaf, or several if it splits), its parents
-    /// copied once per batch and patched in place after. A leaf group that
-    /// would leave the leaf underfull, overflow its parent or split a root
-    /// leaf into more children than one node holds is applied operation by
-    /// operation instead, as [`BTree::insert`] would, within the batch.
+    /// (one new copy of the leaf, or several if it splits, parents split in
+    /// turn), its parents copied once per batch and patched in place after.
+    /// A leaf group that would leave a leaf underfull (a merge) or whose
+    /// worst case exceeds the free nodes is applied operation by operation
+    /// instead, as [`BTree::insert`] would, within the batch. A batch that
+    /// is one sorted run, on a tree with free nodes to spare, writes its
+    /// new leaves to the media as it makes them (`Full` is then impossible,
+    /// so "nothing written" still holds).
     pub fn apply_batch<M: Media>(
         &mut self,
         media: &mut M,
