@@ -19,7 +19,10 @@
 //!
 //! The *batches* workload marks whole `apply_batch` calls instead: an
 //! image must hold the tree before or after the batch in flight, never a
-//! part of it.
+//! part of it. The *sorted batches* workload does the same with each
+//! batch's keys sorted (one sorted run: the sorted path) on a tree with
+//! room to spare, so that its leaves are written to the media as they are
+//! made, before the batch's drain and root switch.
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -36,6 +39,9 @@ use crate::{BTree, BatchOp, Counters, Faults};
 const BASE: u64 = 256;
 /// Nodes of the tree under test (about twice its peak size).
 const NODES: u32 = 48;
+/// Nodes of the tree under the sorted batches: enough free nodes that the
+/// sorted path writes leaves early (see `BTree::apply_batch`).
+const ROOMY_NODES: u32 = 320;
 /// Every this many images, recovery is followed by more operations.
 const CONTINUE_EVERY: u64 = 16;
 /// Operations run on a recovered image.
@@ -51,6 +57,9 @@ pub fn checks() -> Vec<Check> {
         check("btree: mixed inserts, updates, deletes", false, |c| check_tree(Workload::Mixed, Faults::default(), c)),
         check("btree: batches (one root switch each), with a clear", false, |c| {
             check_tree(Workload::Batches, Faults::default(), c)
+        }),
+        check("btree: sorted batches, leaves written early", false, |c| {
+            check_tree(Workload::SortedBatches, Faults::default(), c)
         }),
         check("planted: btree batch switched in the nodes' fence", true, |c| {
             check_tree(Workload::ShortBatches, Faults { root_before_nodes: true, ..Faults::default() }, c)
@@ -90,6 +99,21 @@ pub enum Workload {
     Batches,
     /// The first 8 batches of `Batches` (for the planted bugs).
     ShortBatches,
+    /// `Batches` with each batch's keys sorted (the last step of a key
+    /// kept), on a tree of 320 nodes: the sorted path, leaves written early.
+    SortedBatches,
+    /// The first 8 batches of `SortedBatches` (for the planted bugs).
+    SortedShortBatches,
+}
+
+impl Workload {
+    /// Nodes of the tree this workload runs on.
+    fn nodes(self) -> u32 {
+        match self {
+            Workload::SortedBatches | Workload::SortedShortBatches => ROOMY_NODES,
+            _ => NODES,
+        }
+    }
 }
 
 /// What one marked step of a workload does: one `insert`/`delete`, or one
@@ -113,7 +137,7 @@ type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 /// Crash-checks the tree under `workload` (with planted `faults`).
 pub fn check_tree(workload: Workload, faults: Faults, config: &Config) -> Report {
     let units = plan(workload);
-    let (media, states, _) = run(&units, faults);
+    let (media, states, _) = run(&units, faults, workload.nodes());
     let mut image_number = 0u64;
     explore(&media, config, |image: &mut CrashImage| {
         image_number += 1;
@@ -129,14 +153,14 @@ pub fn check_tree(workload: Workload, faults: Faults, config: &Config) -> Report
 /// The counters of the structure-changing paths `workload` drives (for
 /// coverage assertions).
 pub fn workload_counters(workload: Workload) -> Counters {
-    run(&plan(workload), Faults::default()).2
+    run(&plan(workload), Faults::default(), workload.nodes()).2
 }
 
 /// Runs `steps` on a fresh traced tree; returns the trace, the model state
 /// after each number of completed steps, and the tree's counters.
-fn run(units: &[Unit], faults: Faults) -> (TracedMedia, Vec<Map>, Counters) {
-    let mut media = TracedMedia::new((BASE + BTree::required_size(NODES)) as usize);
-    let mut tree = BTree::create_with_faults(&mut media, BASE, NODES, faults).expect("create");
+fn run(units: &[Unit], faults: Faults, nodes: u32) -> (TracedMedia, Vec<Map>, Counters) {
+    let mut media = TracedMedia::new((BASE + BTree::required_size(nodes)) as usize);
+    let mut tree = BTree::create_with_faults(&mut media, BASE, nodes, faults).expect("create");
     media.checkpoint();
     let mut model = Map::new();
     let mut states = vec![model.clone()];
@@ -297,7 +321,20 @@ fn plan(workload: Workload) -> Vec<Unit> {
         Workload::Mixed => single(mixed(&mut rng)),
         Workload::Batches => batches(&mut rng),
         Workload::ShortBatches => batches(&mut rng).into_iter().take(8).collect(),
+        Workload::SortedBatches => batches(&mut rng).into_iter().map(sorted).collect(),
+        Workload::SortedShortBatches => batches(&mut rng).into_iter().take(8).map(sorted).collect(),
     }
+}
+
+/// `unit` with its steps in key order, only the last step of each key kept
+/// (the net effect of the batch, as a checkpoint computes it).
+fn sorted(unit: Unit) -> Unit {
+    let mut last: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
+    for step in unit.steps {
+        last.insert(step.key, step.value);
+    }
+    let steps = last.into_iter().map(|(key, value)| Step { key, value }).collect();
+    Unit { steps, ..unit }
 }
 
 /// `grow_shrink` then `mixed` twice, cut into batches of 1–8 steps; a
@@ -412,6 +449,35 @@ mod tests {
     #[test]
     fn batches_survive_every_crash() {
         check_tree(Workload::Batches, Faults::default(), &config()).assert_passes_at_least(10_000);
+    }
+
+    #[test]
+    fn sorted_batches_survive_every_crash() {
+        check_tree(Workload::SortedBatches, Faults::default(), &config()).assert_passes_at_least(10_000);
+    }
+
+    #[test]
+    fn sorted_batches_write_leaves_early() {
+        let counters = workload_counters(Workload::SortedBatches);
+        assert!(counters.early_leaves >= 100 && counters.leaf_groups >= 200, "{counters:?}");
+        assert!(counters.splits >= 10 && counters.group_fallbacks >= 5, "{counters:?}");
+        let short = workload_counters(Workload::SortedShortBatches);
+        assert!(short.early_leaves >= 8, "{short:?}");
+    }
+
+    /// Leaves written early but never flushed: the batch's drain does not
+    /// cover them, and a crash after the root switch loses them.
+    #[test]
+    fn canary_sorted_batch_unflushed_leaves_are_caught() {
+        let faults = Faults { skip_node_flush: true, ..Faults::default() };
+        check_tree(Workload::SortedShortBatches, faults, &config()).assert_caught();
+    }
+
+    /// Replaced nodes reused before the switch, on the sorted path.
+    #[test]
+    fn canary_sorted_batch_early_reuse_is_caught() {
+        let faults = Faults { reuse_before_switch: true, ..Faults::default() };
+        check_tree(Workload::SortedShortBatches, faults, &config()).assert_caught();
     }
 
     #[test]

@@ -185,13 +185,14 @@ impl<'a> NodeRef<'a> {
         self.used() - NODE_HEADER_BYTES
     }
 
-    fn entry_at(&self, index: usize) -> usize {
+    /// Where entry `index` starts (its slot's value).
+    pub fn entry_at(&self, index: usize) -> usize {
         debug_assert!(index < self.count());
         get_u16(self.bytes, NODE_HEADER_BYTES + 2 * index) as usize
     }
 
     /// Where entry `index` ends (entries are packed in slot order).
-    fn entry_end(&self, index: usize) -> usize {
+    pub fn entry_end(&self, index: usize) -> usize {
         if index + 1 < self.count() {
             self.entry_at(index + 1)
         } else {
@@ -224,8 +225,19 @@ impl<'a> NodeRef<'a> {
 
     /// The child of internal entry `index`.
     pub fn child(&self, index: usize) -> u32 {
+        get_u32(self.bytes, self.child_at(index))
+    }
+
+    /// Where the child of internal entry `index` lies in the node's bytes
+    /// (a `u32` a batch may patch in a node it wrote).
+    pub fn child_at(&self, index: usize) -> usize {
         let at = self.entry_at(index);
-        get_u32(self.bytes, at + 1 + self.bytes[at] as usize)
+        at + 1 + self.bytes[at] as usize
+    }
+
+    /// The node's bytes as given to [`NodeRef::new`].
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
     }
 
     /// Entry `index` as an [`EntryRef`].
@@ -237,7 +249,13 @@ impl<'a> NodeRef<'a> {
 
     /// Leaf: `Ok(i)` if entry `i` has `key`, else `Err(i)`, where it would go.
     pub fn search_leaf(&self, key: &[u8]) -> Result<usize, usize> {
-        let (mut lo, mut hi) = (0, self.count());
+        self.search_leaf_from(0, key)
+    }
+
+    /// [`NodeRef::search_leaf`] among entries `from..` (every key before
+    /// `from` is known to be less than `key`).
+    pub fn search_leaf_from(&self, from: usize, key: &[u8]) -> Result<usize, usize> {
+        let (mut lo, mut hi) = (from, self.count());
         while lo < hi {
             let mid = (lo + hi) / 2;
             match self.key(mid).cmp(key) {
@@ -437,15 +455,24 @@ pub fn pack_parts(level: u32, parts: &[Part], out: &mut [u8; NODE_BYTES]) -> usi
             }
         }
     }
-    out[0] = if leaf { KIND_LEAF } else { KIND_INTERNAL };
-    out[1] = u8::try_from(level).expect("level fits a byte");
-    put_u16(out, 2, count as u16);
-    put_u16(out, 4, at as u16);
-    put_u16(out, 6, 0);
-    put_u32(out, 12, 0);
+    put_header(out, level, count, at);
     let crc = node_crc(&out[..at]);
     put_u32(out, 8, crc);
     at
+}
+
+/// Writes a node header (kind, level, `count` entries, `used` bytes) with a
+/// zero CRC field: the caller seals the node with [`node_crc`].
+pub fn put_header(out: &mut [u8; NODE_BYTES], level: u32, count: usize, used: usize) {
+    assert!(NODE_HEADER_BYTES + 2 * count <= used, "{count} slots overflow {used} B");
+    assert!(used <= NODE_BYTES, "node of {used} B");
+    out[0] = if level == 0 { KIND_LEAF } else { KIND_INTERNAL };
+    out[1] = u8::try_from(level).expect("level fits a byte");
+    put_u16(out, 2, count as u16);
+    put_u16(out, 4, used as u16);
+    put_u16(out, 6, 0);
+    put_u32(out, 8, 0);
+    put_u32(out, 12, 0);
 }
 
 /// Packs `entries` (sorted, fitting one node); see [`pack_parts`].

@@ -58,4 +58,6 @@ pub use value::{Value, MAX_EXTENTS};
 pub use verify::TreeStats;
 
 #[cfg(test)]
+mod batch_tests;
+#[cfg(test)]
 mod tests;

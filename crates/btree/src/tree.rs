@@ -25,9 +25,10 @@
 //! place, and a node the batch replaces again goes straight back to the
 //! free list); at the end every overlay node is written once, one drain,
 //! one root switch. During a batch `root`/`height` are the working tree's;
-//! the durable root is kept in the batch state until the switch.
+//! the durable root is kept in the batch state until the switch. Sorted
+//! runs of a batch take the leaf-by-leaf path of `sorted.rs`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use pmem::Media;
 
@@ -37,6 +38,8 @@ use crate::format::{
     MAX_HEIGHT, MAX_KEY_BYTES, MAX_VALUE_BYTES, MIN_FILL, NODE_BYTES, NODE_CAPACITY, NODE_HEADER_BYTES, ROOT_WORD_AT,
 };
 use crate::value::Value;
+
+mod sorted;
 
 /// The fewest nodes `create` accepts.
 pub const MIN_NODES: u32 = 8;
@@ -71,6 +74,15 @@ pub struct Counters {
     /// Batch updates written into a node the batch had already written
     /// (same-length value replaced in place; no new path).
     pub in_place_updates: u64,
+    /// Leaves a batch's sorted path rewrote once for all the operations
+    /// that fall within them (see [`BTree::apply_batch`]).
+    pub leaf_groups: u64,
+    /// Groups of operations the sorted path handed to the per-operation
+    /// path (a leaf left underfull, too few free nodes for its worst case).
+    pub group_fallbacks: u64,
+    /// Leaves the sorted path wrote to the media at once (a single sorted
+    /// batch with free nodes to spare), not through the overlay.
+    pub early_leaves: u64,
 }
 
 /// A node written by this operation, as its parent sees it.
@@ -126,6 +138,15 @@ pub enum BatchOp<'a> {
     },
 }
 
+impl<'a> BatchOp<'a> {
+    /// The operation's key.
+    pub fn key(&self) -> &'a [u8] {
+        match *self {
+            BatchOp::Put { key, .. } | BatchOp::Delete { key } => key,
+        }
+    }
+}
+
 /// The state of a batch in progress (volatile).
 #[derive(Default)]
 struct Batch {
@@ -133,6 +154,12 @@ struct Batch {
     overlay: BTreeMap<u32, NodeBuf>,
     /// Durable nodes the batch replaced: free after the root switch.
     retired: Vec<u32>,
+    /// Whether the sorted path writes leaves to the media at once (see
+    /// `early_writes_safe`).
+    early: bool,
+    /// Leaves written to the media at once by this batch (free nodes the
+    /// durable root cannot reach; durable at the batch's drain).
+    written: BTreeSet<u32>,
 }
 
 impl std::fmt::Debug for Batch {
@@ -141,8 +168,10 @@ impl std::fmt::Debug for Batch {
     }
 }
 
-/// Node buffers kept for reuse (two per level is plenty).
-const SCRATCH_BUFFERS: usize = 16;
+/// Node buffers kept for reuse: a batch's overlay returns its buffers
+/// here, so the next batch of a similar size allocates (and zeroes, and
+/// page-faults in) none. At most 16 MB of DRAM per tree.
+const SCRATCH_BUFFERS: usize = 4096;
 
 /// Reusable node buffers (volatile; contents meaningless between uses).
 #[derive(Default)]
@@ -169,6 +198,8 @@ pub struct BTree {
     faults: Faults,
     counters: Counters,
     scratch: Scratch,
+    /// Reusable state of the batch's sorted path.
+    run: sorted::RunScratch,
     /// `Some` while `apply_batch` runs.
     batch: Option<Batch>,
 }
@@ -220,9 +251,20 @@ impl BTree {
         media.write(base, &line);
         media.persist(base, line.len() as u64);
         let free = (1..nodes).rev().collect();
-        let counters = Counters::default();
-        let scratch = Scratch::default();
-        Ok(BTree { base, node_count: nodes, root: 0, height: 1, len: 0, free, faults, counters, scratch, batch: None })
+        let (counters, scratch, run) = (Counters::default(), Scratch::default(), sorted::RunScratch::default());
+        Ok(BTree {
+            base,
+            node_count: nodes,
+            root: 0,
+            height: 1,
+            len: 0,
+            free,
+            faults,
+            counters,
+            scratch,
+            run,
+            batch: None,
+        })
     }
 
     /// Recovers the tree at `base`: reads the root word, walks every
@@ -258,6 +300,7 @@ impl BTree {
             faults,
             counters: Counters::default(),
             scratch: Scratch::default(),
+            run: sorted::RunScratch::default(),
             batch: None,
         };
         let reached = tree.walk(media)?;
@@ -742,6 +785,12 @@ impl BTree {
             self.free_fresh(node);
             return;
         }
+        if self.batch.as_mut().is_some_and(|b| b.written.remove(&node)) {
+            // Written by this batch straight to the media: reachable from
+            // nothing durable, so free at once.
+            self.free.push(node);
+            return;
+        }
         if self.faults.reuse_before_switch {
             self.free.push(node);
         } else {
@@ -759,26 +808,63 @@ impl BTree {
     /// was written and the tree is as it was. When this returns `Ok`, the
     /// batch survives any crash; a crash during it leaves the old tree or
     /// the new one.
+    ///
+    /// Any operations are accepted, in any order. Each maximal run of
+    /// operations with strictly increasing keys (a checkpoint's whole
+    /// batch, for one) takes the *sorted path*: one descent per leaf, every
+    /// operation within the leaf's key bounds merged into it in one pass
+    /// (one new copy of the leaf, or several if it splits, parents split in
+    /// turn), its parents copied once per batch and patched in place after.
+    /// A leaf group that would leave a leaf underfull (a merge) or whose
+    /// worst case exceeds the free nodes is applied operation by operation
+    /// instead, as [`BTree::insert`] would, within the batch. A batch that
+    /// is one sorted run, on a tree with free nodes to spare, writes its
+    /// new leaves to the media as it makes them (`Full` is then impossible,
+    /// so "nothing written" still holds).
     pub fn apply_batch<M: Media>(
         &mut self,
         media: &mut M,
         clear: bool,
         ops: &[BatchOp],
     ) -> Result<Vec<Option<Value>>, BatchError> {
+        self.apply_batch_with(media, clear, ops, false)
+    }
+
+    /// `apply_batch` with every operation on the per-operation path (the
+    /// code before the sorted path; for comparisons in tests and benches).
+    #[doc(hidden)]
+    pub fn apply_batch_per_op<M: Media>(
+        &mut self,
+        media: &mut M,
+        clear: bool,
+        ops: &[BatchOp],
+    ) -> Result<Vec<Option<Value>>, BatchError> {
+        self.apply_batch_with(media, clear, ops, true)
+    }
+
+    fn apply_batch_with<M: Media>(
+        &mut self,
+        media: &mut M,
+        clear: bool,
+        ops: &[BatchOp],
+        per_op: bool,
+    ) -> Result<Vec<Option<Value>>, BatchError> {
         assert!(self.batch.is_none(), "batches do not nest");
         check_batch(ops)?;
         let saved = (self.root, self.height, self.len, self.free.clone());
         self.batch = Some(Batch::default());
-        let result = self.run_batch(media, clear, ops);
+        let result = self.run_batch(media, clear, ops, per_op);
         let batch = self.batch.take().expect("batch state");
         let previous = match result {
             Ok(previous) => previous,
             Err(error) => {
+                // `early_writes_safe` ruled out an error before any leaf went to the media.
+                assert!(!batch.early, "a batch that writes leaves early was refused: {error}");
                 (self.root, self.height, self.len, self.free) = saved;
                 return Err(error);
             }
         };
-        if batch.overlay.is_empty() && batch.retired.is_empty() {
+        if batch.overlay.is_empty() && batch.retired.is_empty() && batch.written.is_empty() {
             assert_eq!((self.root, self.height), (saved.0, saved.1), "a batch that wrote nothing kept its root");
             return Ok(previous);
         }
@@ -792,7 +878,7 @@ impl BTree {
             self.write_out(media, node, &bytes[..used]);
         }
         self.commit(media, self.root, self.height);
-        let Batch { overlay, mut retired } = batch;
+        let Batch { overlay, mut retired, .. } = batch;
         overlay.into_values().for_each(|buf| self.give_buf(buf));
         self.free.append(&mut retired);
         Ok(previous)
@@ -803,6 +889,7 @@ impl BTree {
         media: &mut M,
         clear: bool,
         ops: &[BatchOp],
+        per_op: bool,
     ) -> Result<Vec<Option<Value>>, BatchError> {
         if clear {
             if self.free.is_empty() {
@@ -811,10 +898,38 @@ impl BTree {
             self.clear_in_batch(media);
         }
         let mut previous = Vec::with_capacity(ops.len());
-        for (index, op) in ops.iter().enumerate() {
+        if per_op {
+            self.apply_per_op(media, ops, 0, &mut previous)?;
+            return Ok(previous);
+        }
+        let mut start = 0;
+        while start < ops.len() {
+            let increasing = ops[start..].windows(2).take_while(|w| w[0].key() < w[1].key()).count();
+            let end = start + 1 + increasing;
+            if start == 0 && end == ops.len() {
+                self.batch.as_mut().expect("in a batch").early = self.early_writes_safe(ops);
+            }
+            self.apply_sorted(media, &ops[start..end], start, &mut previous)?;
+            start = end;
+        }
+        assert_eq!(previous.len(), ops.len(), "one previous value per operation");
+        Ok(previous)
+    }
+
+    /// Applies `ops` (operation `first` of the batch onwards) one by one,
+    /// each as `insert`/`delete` would but within the batch; pushes their
+    /// previous values.
+    fn apply_per_op<M: Media>(
+        &mut self,
+        media: &mut M,
+        ops: &[BatchOp],
+        first: usize,
+        previous: &mut Vec<Option<Value>>,
+    ) -> Result<(), BatchError> {
+        for (offset, op) in ops.iter().enumerate() {
             let needed = self.nodes_needed();
             if self.free.len() < needed {
-                return Err(BatchError::Full { index, needed, free: self.free.len() });
+                return Err(BatchError::Full { index: first + offset, needed, free: self.free.len() });
             }
             let value = match *op {
                 BatchOp::Put { key, value } => {
@@ -830,7 +945,34 @@ impl BTree {
             };
             previous.push(value);
         }
-        Ok(previous)
+        Ok(())
+    }
+
+    /// Whether the sorted path may write leaves to the media at once during
+    /// a batch of `ops` (one sorted run: each leaf is written once) without
+    /// breaking "on `Full` nothing was written": true only if the free
+    /// nodes cover everything the batch could ever hold, so that `Full`
+    /// cannot happen. A batch holds at most the durable nodes it retires
+    /// (≤ `durable`), the nodes of the working tree, and one operation's
+    /// transient nodes (≤ `2·MAX_HEIGHT + 1`). Every non-root node is at
+    /// least `MIN_FILL` full, a quarter of a node: the leaves hold at most
+    /// the durable leaves' bytes (≤ `durable · NODE_CAPACITY`) plus every
+    /// put's entry, so there are at most `bytes / MIN_FILL + 1` of them, and
+    /// internal nodes (≥ 4 children each, since an internal entry is at
+    /// most 262 B) add at most a third of that plus one per level.
+    fn early_writes_safe(&self, ops: &[BatchOp]) -> bool {
+        let durable = (self.node_count as usize - self.free.len()) as u64;
+        let put_bytes: u64 = ops
+            .iter()
+            .map(|op| match *op {
+                BatchOp::Put { key, value } => (2 + 1 + key.len() + 2 + value.len()) as u64,
+                BatchOp::Delete { .. } => 0,
+            })
+            .sum();
+        let leaves = (durable * NODE_CAPACITY as u64 + put_bytes) / MIN_FILL as u64 + 1;
+        let working = leaves + leaves.div_ceil(3) + MAX_HEIGHT as u64;
+        let bound = durable + working + 2 * MAX_HEIGHT as u64 + 1;
+        self.free.len() as u64 >= bound
     }
 
     /// Retires every node of the working tree and starts an empty leaf.
