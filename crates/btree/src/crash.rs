@@ -61,6 +61,12 @@ pub fn checks() -> Vec<Check> {
         check("btree: sorted batches, leaves written early", false, |c| {
             check_tree(Workload::SortedBatches, Faults::default(), c)
         }),
+        check("planted: btree sorted batch's early leaves never flushed", true, |c| {
+            check_tree(Workload::SortedShortBatches, Faults { skip_node_flush: true, ..Faults::default() }, c)
+        }),
+        check("planted: btree sorted batch reuses replaced nodes before the switch", true, |c| {
+            check_tree(Workload::SortedShortBatches, Faults { reuse_before_switch: true, ..Faults::default() }, c)
+        }),
         check("planted: btree batch switched in the nodes' fence", true, |c| {
             check_tree(Workload::ShortBatches, Faults { root_before_nodes: true, ..Faults::default() }, c)
         }),
@@ -518,6 +524,6 @@ mod tests {
 
     #[test]
     fn registry_lists_every_check_once() {
-        pmwire_crashcheck::assert_registry(&checks(), 6);
+        pmwire_crashcheck::assert_registry(&checks(), 8);
     }
 }
