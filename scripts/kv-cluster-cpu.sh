@@ -1,22 +1,41 @@
-#!/usr/bin/env bash
-# CPU per SET of each member (utime+stime from /proc) of a fresh 3-member cluster of build $1 under redis-benchmark -c 64 -n $N SET 64 B over 100 K keys, through the leader (docs/bench.md, "The B+tree's batch apply"). Alternate two builds by hand.
-# Usage: N=60000 scripts/kv-cluster-cpu.sh BIN LABEL
-set -uo pipefail
-BIN=$1; LABEL=$2; N=${N:-60000}; b=3960
-D=$(mktemp -d /dev/shm/kvcpu.XXXX); pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$D"; }
-trap cleanup EXIT
-CL=1=127.0.0.1:${b}1,2=127.0.0.1:${b}2,3=127.0.0.1:${b}3
-for i in 1 2 3; do extra=(); [ $i = 1 ] && extra=(--create-secret)
-  "$BIN" kv --pool $D/m$i --size 256M --resp 127.0.0.1:$((b+10))$i --http 127.0.0.1:$((b+20))$i --cluster $CL --id $i --secret-file $D/secret "${extra[@]}" --ready-file $D/r$i >$D/log$i 2>&1 &
-  pids+=($!); [ $i = 1 ] && while [ ! -f $D/secret ]; do sleep 0.05; done; done
-for i in 1 2 3; do while [ ! -f $D/r$i ]; do sleep 0.05; done; done
-L=""; for t in $(seq 100); do for i in 1 2 3; do redis-cli -p $((b+10))$i ROLE 2>/dev/null | head -1 | grep -q master && { L=$i; break 2; }; done; sleep 0.1; done
-[ -n "$L" ] || { echo "no leader"; exit 1; }
-cpu() { awk '{print $14+$15}' /proc/$1/stat; }
-declare -a c0; for i in 1 2 3; do c0[$i]=$(cpu ${pids[$((i-1))]}); done
-OUT=$(redis-benchmark -p $((b+10))$L -c 64 -n $N -t set -d 64 -r 100000 -q 2>&1 | tr '\r' '\n' | grep -E "SET:" | tail -1)
-TCK=$(getconf CLK_TCK); line="$LABEL leader=$L"
-for i in 1 2 3; do c1=$(cpu ${pids[$((i-1))]}); us=$(echo "scale=1; ($c1-${c0[$i]})*1000000/$TCK/$N" | bc); role=f; [ $i = $L ] && role=L; line="$line m$i($role)=${us}us"; done
-echo "$line $OUT"
-grep -h panicked -A1 $D/log* | cut -c1-200
+#!/bin/bash
+# usage: [N=200000] [SIZE=1G] kv-cluster-cpu.sh BIN LABEL: three members of BIN on ports 1648x (RESP) and
+# 1710x (peers), pools /dev/shm/wix-* of SIZE; redis-benchmark SET -c 64 -n N -d 64 -r 100000 on the leader;
+# prints SETs/s (empty if the run ended in an error, whose last lines are printed) and each member's CPU
+# (utime+stime from /proc/PID/stat) per applied entry in 0.1 us, with the entries applied during the run
+# (docs/bench.md: "WATCH's write index per batch", "The B+tree's batch apply").
+PM=$1; L=$2; N=${N:-200000}; SIZE=${SIZE:-1G}
+D=${D:-/tmp/wix}; mkdir -p $D
+SECRET=${SECRET:-$D/secret}
+[ -s "$SECRET" ] || { head -c 32 /dev/urandom > "$SECRET"; chmod 600 "$SECRET"; }
+rm -f /dev/shm/wix-*
+declare -A P
+for id in 1 2 3; do
+  $PM kv --pool /dev/shm/wix-$id.pool --size $SIZE --resp 127.0.0.1:1648$id --http 127.0.0.1:0 \
+    --cluster 1=127.0.0.1:17101,2=127.0.0.1:17102,3=127.0.0.1:17103 --id $id --peer-transport uring \
+    --secret-file "$SECRET" > $D/m$id.log 2>&1 &
+  P[$id]=$!
+done
+stop() { kill ${P[1]} ${P[2]} ${P[3]} 2>/dev/null; wait ${P[1]} ${P[2]} ${P[3]} 2>/dev/null; rm -f /dev/shm/wix-*; }
+LID=
+for i in $(seq 1 80); do
+  for id in 1 2 3; do r=$(redis-cli -p 1648$id ROLE 2>/dev/null | head -1); [ "$r" = master ] && LID=$id; done
+  [ -n "$LID" ] && break; sleep 0.5
+done
+[ -z "$LID" ] && { echo "$L: no leader"; stop; exit 1; }
+declare -A T A
+off() { redis-cli -p 1648$1 INFO replication 2>/dev/null | tr -d '\r' | awk -F: '/^master_repl_offset:/{print $2}'; }
+for id in 1 2 3; do T[$id]=$(awk '{print $14+$15}' /proc/${P[$id]}/stat); A[$id]=$(off $id); done
+timeout 300 redis-benchmark -p 1648$LID -c 64 -n $N -t set -d 64 -r 100000 -q > $D/bench.raw 2>&1
+out=$(tr '\r' '\n' < $D/bench.raw | grep -a "requests per second" | tail -1)
+[ -z "$out" ] && { echo "$L: benchmark failed: $(tr '\r' '\n' < $D/bench.raw | tail -3 | tr '\n' ' ')"; for id in 1 2 3; do echo "  m$id: $(redis-cli -p 1648$id ROLE 2>/dev/null | head -1) $(tail -2 $D/m$id.log | tr '\n' ' ')"; done; }
+rps=$(echo "$out" | awk '{print $2}')
+line="$L rps=$rps"
+sleep 1
+for id in 1 2 3; do
+  t=$(awk '{print $14+$15}' /proc/${P[$id]}/stat); a=$(off $id); n=$(( a - ${A[$id]} ))
+  [ "$n" -gt 0 ] || n=1
+  line="$line m$id$([ $id = $LID ] && echo L)=$(( (t-${T[$id]})*10000*10/n ))/$n"
+done
+echo "$line  (cpu in 0.1 us per applied entry / entries applied)"
+stop

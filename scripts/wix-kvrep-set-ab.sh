@@ -6,7 +6,7 @@ BINS=${BINS:-/tmp/wix}
 for round in 1 2 3; do
   for v in base wix main; do
     for try in 1 2 3; do
-      out=$($(dirname "$0")/wix-kvrep-set-cpu.sh $BINS/pmwire-$v "round$round $v")
+      out=$($(dirname "$0")/kv-cluster-cpu.sh $BINS/pmwire-$v "round$round $v")
       echo "$out"
       echo "$out" | grep -q "benchmark failed" || break
     done
