@@ -406,6 +406,8 @@ pub struct TcpTransport {
     /// Sends are held ([`Transport::hold_sends`]): started sends wait in
     /// the submission queue for the release.
     held: bool,
+    /// A send was started while held: the release hands it to the kernel.
+    held_started: bool,
 }
 
 impl TcpTransport {
@@ -453,6 +455,7 @@ impl TcpTransport {
             cqes: Vec::with_capacity(RING_ENTRIES as usize * 4),
             progressed: false,
             held: false,
+            held_started: false,
         })
     }
 
@@ -601,7 +604,9 @@ impl TcpTransport {
         c.out.push_back(OutFrame { head, payload, send });
         if c.state == State::Open && !c.send_inflight && !c.shut {
             self.submit_send(slot);
-            if !self.held {
+            if self.held {
+                self.held_started = true;
+            } else {
                 self.enter();
             }
         } else if !c.listed {
@@ -1222,8 +1227,10 @@ impl Transport for TcpTransport {
     }
 
     fn hold_sends(&mut self, hold: bool) {
-        let was = std::mem::replace(&mut self.held, hold);
-        if was && !hold && !self.ring.submission().is_empty() {
+        self.held = hold;
+        // Only a release after a send started while held enters the kernel
+        // (a turn with nothing to send costs no system call).
+        if !hold && std::mem::take(&mut self.held_started) {
             self.enter();
         }
     }
