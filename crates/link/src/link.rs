@@ -664,10 +664,6 @@ impl<T: Transport> Transport for LinkTransport<T> {
         self.inner.progressed()
     }
 
-    fn hold_sends(&mut self, hold: bool) {
-        self.inner.hold_sends(hold)
-    }
-
     /// Events already taken from the inner transport are ready now;
     /// otherwise the inner transport's fd (the links' timers are the
     /// caller's to wake for: [`LinkTransport::next_deadline`]).

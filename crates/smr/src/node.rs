@@ -1298,12 +1298,9 @@ where
     fn send_all(&mut self, t: &mut T, msgs: Vec<Message>) {
         let (msgs, superseded) = sendorder::order(msgs);
         self.counters.superseded += superseded as u64;
-        // One hand-off to the kernel for the whole batch (appends to every follower).
-        t.hold_sends(true);
         for m in msgs {
             self.send(t, m);
         }
-        t.hold_sends(false);
     }
 
     fn send(&mut self, t: &mut T, mut m: Message) {

@@ -479,15 +479,6 @@ pub trait Transport {
         EventFd::Unsupported
     }
 
-    /// Holds (`true`) or releases (`false`) the start of sends: while held,
-    /// messages queued by `send`, `call` and `reply` are handed to the
-    /// kernel together when released (one system call for a Raft leader's
-    /// appends to every follower), not one by one. A transport that cannot
-    /// batch ignores it; nothing is held past the release.
-    fn hold_sends(&mut self, hold: bool) {
-        _ = hold;
-    }
-
     /// Whether the last [`poll`](Transport::poll) or
     /// [`wait`](Transport::wait) did work inside the transport, events or
     /// not: over UCX, the worker's progress reported something done (a

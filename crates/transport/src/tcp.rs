@@ -22,8 +22,7 @@
 //!   out in one system call per connection;
 //! - a frame on a connection with no send in flight is submitted at once
 //!   (the kernel usually copies it to the socket inline, so a leader's
-//!   appends leave before it persists, as over UCX; while sends are held,
-//!   `hold_sends(false)` submits them all in one `io_uring_enter`); frames queued behind a
+//!   appends leave before it persists, as over UCX); frames queued behind a
 //!   send in flight are gathered into the next `sendmsg` once its
 //!   completion is reaped; other entries (receives re-armed, accepts) are
 //!   submitted by `poll`, `wait` and `event_fd`, one `io_uring_enter` for all;
@@ -403,11 +402,6 @@ pub struct TcpTransport {
     next_gen: u32,
     cqes: Vec<(u64, i32, u32)>,
     progressed: bool,
-    /// Sends are held ([`Transport::hold_sends`]): started sends wait in
-    /// the submission queue for the release.
-    held: bool,
-    /// A send was started while held: the release hands it to the kernel.
-    held_started: bool,
 }
 
 impl TcpTransport {
@@ -454,15 +448,7 @@ impl TcpTransport {
             next_gen: 0,
             cqes: Vec::with_capacity(RING_ENTRIES as usize * 4),
             progressed: false,
-            held: false,
-            held_started: false,
         })
-    }
-
-    /// Entries in the submission queue not yet handed to the kernel.
-    #[cfg(test)]
-    pub(crate) fn unsubmitted(&mut self) -> usize {
-        self.ring.submission().len()
     }
 
     /// Listens on `addr` (port 0 picks one); returns the bound address.
@@ -592,9 +578,8 @@ impl TcpTransport {
 
     /// Queues one frame on `slot` (open or connecting) with its next `seq`.
     /// On an open connection with no send in flight it goes out at once (a
-    /// leader's appends leave before it persists, as over UCX; held sends
-    /// leave together at the release); behind a send in flight it waits to
-    /// be gathered into the next one.
+    /// leader's appends leave before it persists, as over UCX); behind a
+    /// send in flight it waits to be gathered into the next one.
     fn queue_frame(&mut self, slot: u32, kind: Kind, call: u64, send: Option<u64>, header: &[u8], payload: Vec<u8>) {
         let c = self.conns[slot as usize].as_mut().expect("a live slot");
         let mut head = Vec::with_capacity(FRAMING_BYTES + header.len());
@@ -604,11 +589,7 @@ impl TcpTransport {
         c.out.push_back(OutFrame { head, payload, send });
         if c.state == State::Open && !c.send_inflight && !c.shut {
             self.submit_send(slot);
-            if self.held {
-                self.held_started = true;
-            } else {
-                self.enter();
-            }
+            self.enter();
         } else if !c.listed {
             c.listed = true;
             self.to_send.push(slot);
@@ -1224,15 +1205,6 @@ impl Transport for TcpTransport {
 
     fn progressed(&self) -> bool {
         self.progressed
-    }
-
-    fn hold_sends(&mut self, hold: bool) {
-        self.held = hold;
-        // Only a release after a send started while held enters the kernel
-        // (a turn with nothing to send costs no system call).
-        if !hold && std::mem::take(&mut self.held_started) {
-            self.enter();
-        }
     }
 
     fn take_buffer(&mut self, len: usize) -> Vec<u8> {

@@ -367,38 +367,6 @@ fn a_close_sends_what_was_queued_first() {
 }
 
 #[test]
-fn held_sends_leave_together_at_the_release() {
-    let servers = [spawn_server(TcpConfig::default()), spawn_server(TcpConfig::default())];
-    let mut t = client();
-    let mut seen = Vec::new();
-    let conns: Vec<ConnId> = servers.iter().map(|s| t.connect(&s.addr).unwrap()).collect();
-    // Both connections open and idle: a send on either would go out at once.
-    for (i, &c) in conns.iter().enumerate() {
-        t.call(c, &(i as u64).to_le_bytes(), payload(i as u64), i as u64).unwrap();
-    }
-    poll_until(&mut t, &mut seen, |s| completed(s, 0) && completed(s, 1));
-    // Receives re-armed by the last poll may wait for the next submit.
-    let before = t.unsubmitted();
-    t.hold_sends(true);
-    for (i, &c) in conns.iter().enumerate() {
-        let i = i as u64 + 10;
-        t.call(c, &i.to_le_bytes(), payload(i), i).unwrap();
-    }
-    assert_eq!(t.unsubmitted(), before + 2, "both sends wait for the release");
-    t.hold_sends(false);
-    assert_eq!(t.unsubmitted(), 0, "the release hands both to the kernel");
-    poll_until(&mut t, &mut seen, |s| completed(s, 10) && completed(s, 11));
-    for token in [10, 11] {
-        let (header, body) = response(&seen, token);
-        assert_eq!(checked_index(&header, &body), token);
-    }
-    drop(t);
-    for s in servers {
-        assert_eq!(s.finish().0.bad_frames, [0; 8]);
-    }
-}
-
-#[test]
 fn wait_times_out_when_idle_and_the_event_fd_wakes_a_poller() {
     let server = spawn_server(TcpConfig::default());
     let mut t = client();
