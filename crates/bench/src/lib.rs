@@ -13,6 +13,8 @@
 //! - [`remote`]: `pmwire serve` children, the kill -9 crash campaign, and
 //!   the remote suites (latency, bulk, log server) over UCX tcp and sm.
 //! - [`machine`]: what the numbers were measured on.
+//! - [`ports`]: loopback ports below the ephemeral range, for members
+//!   that must name each other before they start.
 //! - [`schema`]: the JSON format.
 //! - [`repeat`]: `--repeat N`, each headline's worst value across runs.
 //! - [`smr`]: the replication benchmark's peers (etcd, Redis + WAIT).
@@ -47,6 +49,7 @@ pub mod mirror;
 pub mod mirror_crash;
 pub mod mirror_peer;
 pub mod persist;
+pub mod ports;
 pub mod whisper;
 pub mod pmdk;
 pub mod remote;

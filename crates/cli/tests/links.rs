@@ -9,7 +9,7 @@
 //! heartbeat moves a term where there are no links.
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -23,6 +23,8 @@ use pmwire_smr::node::RAFT_MAGIC;
 use protobuf::Message as _;
 use raft::eraftpb::{Message, MessageType};
 use transport::{Transport, UcxConfig, UcxTransport};
+
+mod resp;
 
 const EXE: &str = env!("CARGO_BIN_EXE_pmwire");
 
@@ -44,9 +46,7 @@ fn ucx() -> UcxTransport {
 /// Three replicas with 50 ms ticks (an idle cluster holds its term on a
 /// loaded machine), on pools in `dir`, proving the secret in `secret`.
 fn cluster(dir: &Path, secret: &Path) -> (Killed, BTreeMap<u64, SocketAddr>) {
-    let listeners: Vec<TcpListener> = (0..3).map(|_| TcpListener::bind("127.0.0.1:0").expect("bind")).collect();
-    let peers: BTreeMap<u64, SocketAddr> = listeners.iter().enumerate().map(|(i, l)| (i as u64 + 1, l.local_addr().expect("addr"))).collect();
-    drop(listeners);
+    let peers: BTreeMap<u64, SocketAddr> = (1..=3).map(|id| (id, SocketAddr::from(([127, 0, 0, 1], resp::free_port())))).collect();
     let list = peers.iter().map(|(id, a)| format!("{id}={a}")).collect::<Vec<_>>().join(",");
     let mut children = Killed(Vec::new());
     for id in 1..=3u64 {

@@ -9,10 +9,11 @@
 //! failure bound only).
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
+
+mod resp;
 
 const EXE: &str = env!("CARGO_BIN_EXE_pmwire");
 
@@ -105,8 +106,7 @@ fn wait_for(path: &Path, id: u64) {
 
 /// Loopback addresses nothing listens on now.
 fn free_addrs(n: usize) -> Vec<String> {
-    let listeners: Vec<TcpListener> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0").expect("bind")).collect();
-    listeners.iter().map(|l| l.local_addr().expect("addr").to_string()).collect()
+    (0..n).map(|_| format!("127.0.0.1:{}", resp::free_port())).collect()
 }
 
 fn smr(peers: &str, args: &[&str]) -> Output {

@@ -8,7 +8,7 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -99,7 +99,7 @@ impl RedisServer {
             std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
         }
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let port = free_port()?;
+        let port = crate::ports::listen_port()?;
         let mut command = Command::new("redis-server");
         command
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--daemonize", "no"])
@@ -177,11 +177,6 @@ pub fn ping(port: u16) -> Result<()> {
     Ok(())
 }
 
-/// A loopback port nobody listens on right now.
-pub fn free_port() -> Result<u16> {
-    let listener = TcpListener::bind(("127.0.0.1", 0)).context("finding a free port")?;
-    Ok(listener.local_addr()?.port())
-}
 
 /// One `redis-benchmark` invocation.
 #[derive(Clone, Debug)]

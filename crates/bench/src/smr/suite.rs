@@ -174,29 +174,7 @@ pub(crate) fn start_cluster_at(exe: &Path, v: &Variant, peers: BTreeMap<u64, Soc
     Ok(cluster)
 }
 
-/// `n` free loopback ports below the kernel's ephemeral range. A port
-/// from `free_ports` (bound to port 0, then released) is an ephemeral one:
-/// a replica started first connects out to its peers from ephemeral ports
-/// and once took the port the next replica was to listen on (`bind`:
-/// address already in use, once in a 100-run smr-crash campaign). Ports below the range are
-/// never handed out to outgoing connections.
-pub(crate) fn listen_ports(n: usize) -> Result<Vec<u16>> {
-    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
-    let low: u16 = range.split_whitespace().next().and_then(|p| p.parse().ok()).unwrap_or(32768);
-    let (first, last) = (low.saturating_sub(12_000).max(1024), low.saturating_sub(1).max(1024));
-    let mut picked = Vec::with_capacity(n);
-    let mut next = first + (std::process::id() as u16).wrapping_mul(7919) % (last - first).max(1);
-    for _ in first..=last {
-        if std::net::TcpListener::bind(("127.0.0.1", next)).is_ok() && !picked.contains(&next) {
-            picked.push(next);
-            if picked.len() == n {
-                return Ok(picked);
-            }
-        }
-        next = if next >= last { first } else { next + 1 };
-    }
-    Err(anyhow!("no {n} free ports in {first}..={last}"))
-}
+pub(crate) use crate::ports::listen_ports;
 
 fn start_cluster(exe: &Path, v: &Variant) -> Result<Cluster> {
     let ports = listen_ports(3)?;

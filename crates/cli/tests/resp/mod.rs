@@ -1,8 +1,11 @@
 //! A blocking RESP client for the integration tests that run real
-//! `pmwire kv` members (`kv_cluster.rs`, `kv_membership.rs`).
+//! `pmwire kv` members (`kv_cluster.rs`, `kv_membership.rs`), and
+//! [`free_port`] for every test that names its servers' ports in advance.
+
+#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 /// A RESP reply.
@@ -78,6 +81,8 @@ impl Client {
     }
 }
 
+/// A loopback port nothing listens on now, below the ephemeral range, so
+/// no member's outgoing connection takes it before its server binds it.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    pmwire_bench::ports::listen_port().expect("a free loopback port")
 }

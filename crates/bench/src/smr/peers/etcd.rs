@@ -10,7 +10,7 @@
 use anyhow::{anyhow, bail, Context, Result};
 use std::fs::File;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -51,7 +51,7 @@ impl EtcdCluster {
             std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
         }
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let ports = free_ports(2 * MEMBERS)?;
+        let ports = crate::ports::listen_ports(2 * MEMBERS)?;
         let (peer_ports, client_ports) = ports.split_at(MEMBERS);
         let url = |port: u16| format!("http://127.0.0.1:{port}");
         let initial: Vec<String> = peer_ports.iter().enumerate().map(|(i, &p)| format!("m{i}={}", url(p))).collect();
@@ -139,13 +139,6 @@ impl Drop for EtcdCluster {
     }
 }
 
-/// `n` distinct loopback ports nobody listened on a moment ago (all held
-/// at once, so they differ).
-pub(crate) fn free_ports(n: usize) -> Result<Vec<u16>> {
-    let listeners: Vec<TcpListener> =
-        (0..n).map(|_| TcpListener::bind(("127.0.0.1", 0))).collect::<std::io::Result<_>>().context("finding free ports")?;
-    listeners.iter().map(|l| Ok(l.local_addr()?.port())).collect()
-}
 
 /// One keep-alive connection to a member's client URL.
 pub struct EtcdClient {
