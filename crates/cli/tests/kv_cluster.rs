@@ -188,8 +188,32 @@ fn every_follower_serves_every_client() {
     for c in &mut clients {
         assert_eq!(c.call(&["GET", "n"]), Reply::bulk("45"));
     }
-    // MULTI/EXEC and WATCH through a follower.
+    // INFO, every section: the follower's own role and the replicated
+    // keyspace, and a closed connection no longer counted.
     let f = followers[0];
+    let info = |c: &mut Client, args: &[&str]| match c.call(args) {
+        Reply::Bulk(Some(b)) => String::from_utf8(b).unwrap(),
+        other => panic!("INFO: {other:?}"),
+    };
+    let field = |text: &str, name: &str| -> String {
+        let line = text.lines().find(|l| l.starts_with(&format!("{name}:"))).unwrap_or_else(|| panic!("no {name} in {text}"));
+        line[name.len() + 1..].to_string()
+    };
+    let mut probe = cluster.client(f);
+    let all = info(&mut probe, &["INFO"]);
+    assert_eq!(field(&all, "role"), "slave", "INFO on a follower: {all}");
+    assert!(all.contains("raft_member_id:"), "the member's replication section: {all}");
+    let Reply::Int(keys) = probe.call(&["DBSIZE"]) else { panic!("DBSIZE") };
+    assert!(keys >= 3 && field(&all, "db0").starts_with(&format!("keys={keys},")), "the replicated keyspace (DBSIZE {keys}): {all}");
+    assert_eq!(field(&info(&mut leader, &["INFO", "everything"]), "role"), "master");
+    let before: u64 = field(&info(&mut probe, &["INFO", "clients"]), "connected_clients").parse().unwrap();
+    drop(clients);
+    wait_for(Duration::from_secs(10), "closed connections to leave connected_clients", || {
+        let now: u64 = field(&info(&mut probe, &["INFO", "clients"]), "connected_clients").parse().unwrap();
+        (now < before).then_some(())
+    });
+
+    // MULTI/EXEC and WATCH through a follower.
     let mut c = cluster.client(f);
     assert_eq!(c.call(&["MULTI"]), ok());
     assert_eq!(c.call(&["SET", "t", "1"]), Reply::Simple("QUEUED".into()));

@@ -152,6 +152,8 @@ pub struct MemberStats {
     pub forwarded: u64,
     /// Attempts of parked blocking pops proposed.
     pub block_attempts: u64,
+    /// Requests served (INFO's `total_commands_processed`).
+    pub commands: u64,
 }
 
 /// Where a request's reply stands.
@@ -454,6 +456,7 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
 
     /// Serves one request of connection `id`.
     fn request(&mut self, id: ConnId, args: Vec<Vec<u8>>) {
+        self.stats.commands += 1;
         let name = args[0].to_ascii_lowercase();
         let authenticated = self.conn(id).session.is_authenticated();
         if !authenticated && !matches!(&name[..], b"auth" | b"hello" | b"quit") {
@@ -486,7 +489,10 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
                 self.conn(id).push(Slot::Ready(reply));
             }
             b"info" => {
-                // The executor's INFO, with this member's parked clients.
+                // The executor's INFO (its sessions are this member's
+                // connections), with the member's own replication, keyspace
+                // and request count, and its parked clients.
+                self.set_info_sections();
                 let reply = self.local(id, &args);
                 let reply = blocking::with_blocked_clients(reply, self.parked.len());
                 self.conn(id).push(Slot::Ready(reply));
@@ -606,6 +612,18 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         let (ip, port) = self.peers.get(&st.leader).map_or(("?".to_string(), 0), |a| (a.ip().to_string(), a.port()));
         let state = if st.leader == 0 { "connect" } else { "connected" };
         format!("*5\r\n$5\r\nslave\r\n${}\r\n{ip}\r\n:{port}\r\n${}\r\n{state}\r\n:{}\r\n", ip.len(), state.len(), st.applied).into_bytes()
+    }
+
+    /// Gives the local executor's INFO this member's sections.
+    fn set_info_sections(&mut self) {
+        let replication = self.info_replication();
+        let body = replication.strip_prefix("# Replication\r\n").unwrap_or(&replication).to_string();
+        let ks = self.reactor.service.machine_mut().keyspace();
+        let (keys, expires) = (ks.len(), ks.expiring_len());
+        let keyspace = if keys > 0 { format!("db0:keys={keys},expires={expires},avg_ttl=0\r\n") } else { String::new() };
+        self.local.set_info_section("replication", body);
+        self.local.set_info_section("keyspace", keyspace);
+        self.local.set_info_section("stats", format!("total_commands_processed:{}\r\n", self.stats.commands));
     }
 
     /// INFO replication's section, Redis's field style.
@@ -845,6 +863,7 @@ impl<T: Transport<Addr = SocketAddr>> Service<SharedStore> for Member<T> {
             if let Some(w) = c.blocked {
                 self.parked.remove(w);
             }
+            self.local.close_session(c.session);
         }
         self.waits.retain(|w| w.conn != conn);
     }

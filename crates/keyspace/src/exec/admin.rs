@@ -396,8 +396,10 @@ pub(super) fn info<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_
     }
     let cfg = &c.server.config;
     let mut text = String::new();
+    let server = &*c.server;
     let mut section = |i: usize, body: String| {
         if want[i] {
+            let body = server.info_section(ALL[i]).map_or(body, str::to_string);
             if !text.is_empty() {
                 text.push_str("\r\n");
             }

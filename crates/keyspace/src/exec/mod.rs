@@ -212,6 +212,9 @@ pub struct Server {
     /// Inside EXEC: blocking commands answer at once (Redis's
     /// `CLIENT_DENY_BLOCKING`).
     deny_blocking: bool,
+    /// INFO sections whose bodies the embedding server supplies (a cluster
+    /// member's replication, keyspace and stats), by section name.
+    info_sections: Vec<(&'static str, String)>,
     /// Bytes of queued commands one transaction may hold.
     max_queued_bytes: usize,
 }
@@ -446,6 +449,7 @@ impl Server {
             watches,
             waiters: blocking::Waiters::default(),
             deny_blocking: false,
+            info_sections: Vec::new(),
             max_queued_bytes: MAX_QUEUED_BYTES,
         }
     }
@@ -512,6 +516,21 @@ impl Server {
         self.next_client_id = self.next_client_id.max(id);
         let authenticated = self.config.requirepass.is_none();
         Session { id, protocol: Protocol::Resp2, name: None, authenticated, multi: None, blocked: None }
+    }
+
+    /// Has INFO answer section `name` (`"replication"`, `"keyspace"`,
+    /// `"stats"`, ...) with `body` (its lines, each ending in CRLF) in place
+    /// of this executor's own, until set again.
+    pub fn set_info_section(&mut self, name: &'static str, body: String) {
+        match self.info_sections.iter_mut().find(|(n, _)| *n == name) {
+            Some(slot) => slot.1 = body,
+            None => self.info_sections.push((name, body)),
+        }
+    }
+
+    /// The body [`Server::set_info_section`] gave section `name`.
+    pub(crate) fn info_section(&self, name: &str) -> Option<&str> {
+        self.info_sections.iter().find(|(n, _)| *n == name).map(|(_, b)| b.as_str())
     }
 
     /// A connection closed (INFO's `connected_clients`).
