@@ -20,11 +20,20 @@
 //! are checked by their answer (status OK, a reply) and by convergence:
 //! after healing every member holds the same snapshot, byte for byte.
 //!
-//! Not simulated here: WATCH (it needs the serving member's state; the
-//! transactions carry no watches), the leader's own sweep proposals (the
-//! clients send sweep entries instead), and the client-stamped time is the
-//! client's clock rather than the leader's (the machine keeps time
-//! monotonic either way).
+//! WATCH: a transaction may carry watch records a client draws itself, as
+//! a serving member would have recorded them (a key of any family, an
+//! applied index up to about the log's end, absent or live with or without
+//! a deadline): what EXEC decides from them must be the same on every
+//! member, across crash images (the write index comes back from the
+//! engine's journal and dump) and restores from snapshots, which
+//! convergence checks. Which records a real member would record is
+//! `RedisMachine::watch`'s part, tested against single-node Redis in the
+//! integration tests.
+//!
+//! Not simulated here: the leader's own sweep proposals (the clients send
+//! sweep entries instead), and the client-stamped time is the client's
+//! clock rather than the leader's (the machine keeps time monotonic either
+//! way).
 //!
 //! Keyspaces ([`SimKeyspace`]): on [`MemKeyspace`] the machine is volatile,
 //! and a crashed member starts empty and is rebuilt from a snapshot and the
@@ -58,7 +67,7 @@ use pmwire_smr::state::{PersistError, RestoreError, StateMachine};
 use rand::Rng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-use crate::entry::Entry;
+use crate::entry::{Entry, Watched, WatchedState};
 use crate::gen::Commands;
 use crate::{MachineKeyspace, Proposer, RedisMachine};
 
@@ -323,7 +332,7 @@ impl<const L: bool, K: SimKeyspace> SimMachine for SimRedis<L, K> {
     type HistInput = Input;
     type HistOutput = Output;
 
-    fn random_request(rng: &mut Xoshiro256PlusPlus, keys: usize, _clients: usize, session: u64, seq: u64, now_ns: u64) -> Request {
+    fn random_request(rng: &mut Xoshiro256PlusPlus, keys: usize, clients: usize, session: u64, seq: u64, now_ns: u64) -> Request {
         let now_ms = EPOCH_MS + now_ns / 1_000_000;
         let mut proposer = Proposer::with_key(rng.gen());
         // TTLs that run out within the faulty part of a run.
@@ -346,7 +355,26 @@ impl<const L: bool, K: SimKeyspace> SimMachine for SimRedis<L, K> {
         let value = match g.rng.gen_range(0..100) {
             0..=9 => {
                 let queued: Vec<Vec<Vec<u8>>> = (0..g.rng.gen_range(1..4)).map(|_| g.command()).collect();
-                proposer.transaction(now_ms, protocol, Vec::new(), &queued)
+                // Half the transactions watch, at an index anywhere up to
+                // about where the log stands (each client's seq counts its
+                // requests), so some keys were written since and some not.
+                let near = seq.saturating_mul(clients as u64);
+                let watched = if g.rng.gen_bool(0.5) {
+                    (0..g.rng.gen_range(1..4))
+                        .map(|_| Watched {
+                            key: g.any_key(),
+                            index: g.rng.gen_range(0..=near),
+                            state: match g.rng.gen_range(0..4) {
+                                0 => WatchedState::Absent,
+                                1 => WatchedState::Live(Some(now_ms + g.rng.gen_range(0..400))),
+                                _ => WatchedState::Live(None),
+                            },
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                proposer.transaction(now_ms, protocol, watched, &queued)
             }
             10..=17 => proposer.sweep(now_ms, g.rng.gen_range(0..4), g.rng.gen_range(0..8)),
             _ => proposer.command(now_ms, protocol, &g.command()),

@@ -1,8 +1,10 @@
 //! The Redis machine in the deterministic simulation (feature `sim`):
 //! seeded runs with every fault pass on 3 and 5 members over both stores,
 //! a member drawing its own randomness is caught, and the client stream
-//! runs commands of every family that mostly succeed.
+//! runs commands of every family that mostly succeed, with watched
+//! transactions that sometimes abort and sometimes run.
 
+use pmwire_kv_cluster::entry::{Entry, Kind};
 use pmwire_kv_cluster::sim::SimRedis;
 use pmwire_smr::command::Op;
 use pmwire_smr::sim::{run_with, SimConfig, SimMachine};
@@ -56,6 +58,7 @@ fn the_stream_runs_every_family() {
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(1);
     let mut m = SimRedis::<false>::default();
     let (mut index, mut errors, mut checked, mut arrays) = (0u64, 0, 0, 0);
+    let (mut watched_aborted, mut watched_ran) = (0, 0);
     for seq in 1..=3000u64 {
         let req = SimRedis::<false>::random_request(&mut rng, 3, 4, 1, seq, seq * 1_000_000);
         if req.op == Op::Get {
@@ -65,12 +68,19 @@ fn the_stream_runs_every_family() {
         checked += usize::from(SimRedis::<false>::input(&req).is_some());
         index += 1;
         let resp = m.apply(index, &req.to_bytes());
+        let watching = Entry::decode(&req.value).is_ok_and(|e| e.kind == Kind::Exec && !e.watched.is_empty());
+        if watching {
+            let aborted = resp.value == b"*-1\r\n" || resp.value == b"_\r\n";
+            watched_aborted += usize::from(aborted);
+            watched_ran += usize::from(!aborted);
+        }
         errors += usize::from(resp.value.first() == Some(&b'-'));
         arrays += usize::from(matches!(resp.value.first(), Some(b'*' | b'%' | b'~')));
     }
     assert!(checked > 1000, "checked string ops: {checked}");
     assert!(arrays > 200, "collection replies: {arrays}");
     assert!(errors < 600, "error replies: {errors} of {index}");
+    assert!(watched_aborted > 10 && watched_ran > 10, "watched EXECs: {watched_aborted} aborted, {watched_ran} ran");
     let mut copy = SimRedis::<false>::default();
     copy.restore(index, &m.snapshot()).expect("restores");
     assert_eq!(copy.snapshot(), m.snapshot());

@@ -38,7 +38,9 @@
 //!   stall: it takes no turns, leader or follower, and compacts every
 //!   interval (the leader still defers for a trailing peer, which would
 //!   otherwise need the whole machine encoded). Holding its log longer
-//!   would only hold the pool buffers its entries name.
+//!   would only hold the pool buffers its entries name. Its record names
+//!   no index past the machine's applied one: while the last entries were
+//!   not the machine's, it waits (`Replica::maybe_compact`).
 //!
 //! [`ReplicaConfig::snapshot_every`]: super::ReplicaConfig::snapshot_every
 //! [`ReplicaConfig::leader_compaction_intervals`]: super::ReplicaConfig::leader_compaction_intervals
