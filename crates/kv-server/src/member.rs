@@ -623,7 +623,12 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         let keyspace = if keys > 0 { format!("db0:keys={keys},expires={expires},avg_ttl=0\r\n") } else { String::new() };
         self.local.set_info_section("replication", body);
         self.local.set_info_section("keyspace", keyspace);
-        self.local.set_info_section("stats", format!("total_commands_processed:{}\r\n", self.stats.commands));
+        let st = &self.stats;
+        let stats = format!(
+            "total_commands_processed:{}\r\nraft_proposals:{}\r\nraft_proposal_turns:{}\r\nraft_forwarded:{}\r\nraft_read_indexes:{}\r\nstale_reads:{}\r\n",
+            st.commands, st.proposals, st.proposal_turns, st.forwarded, st.read_indexes, st.stale_reads
+        );
+        self.local.set_info_section("stats", stats);
     }
 
     /// INFO replication's section, Redis's field style.
