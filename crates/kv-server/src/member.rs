@@ -152,7 +152,7 @@ pub struct MemberStats {
     pub forwarded: u64,
     /// Attempts of parked blocking pops proposed.
     pub block_attempts: u64,
-    /// Requests served (INFO's `total_commands_processed`).
+    /// RESP requests received (INFO's `total_commands_processed`).
     pub commands: u64,
 }
 
@@ -456,7 +456,6 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
 
     /// Serves one request of connection `id`.
     fn request(&mut self, id: ConnId, args: Vec<Vec<u8>>) {
-        self.stats.commands += 1;
         let name = args[0].to_ascii_lowercase();
         let authenticated = self.conn(id).session.is_authenticated();
         if !authenticated && !matches!(&name[..], b"auth" | b"hello" | b"quit") {
@@ -830,6 +829,7 @@ impl<T: Transport<Addr = SocketAddr>> Service<SharedStore> for Member<T> {
                 let segs: Vec<&[u8]> = input.segments.iter().map(|s| s.bytes).collect();
                 let mut parsed = std::mem::take(&mut self.parsed);
                 let summary = parsed.parse(&segs);
+                self.stats.commands += summary.commands as u64;
                 for j in 0..summary.commands {
                     let req = parsed.request(&segs, j);
                     if !self.zero_copy_write(id, &req, input.segments) {
