@@ -119,6 +119,11 @@ pub const MAX_MULTI: usize = 4096;
 const TURNS_PER_WAKEUP: usize = 64;
 /// Expired keys and collection chunks one sweep entry deletes at most.
 const SWEEP_BUDGET: u32 = 64;
+/// After the leader found no sweep due, it looks again this many ms later,
+/// not every turn: looking (an expiry and a chunk scan) cost a loaded
+/// leader 2.6% of its CPU at one client. Expired keys are invisible to
+/// every read meanwhile; a sweep that found more work looks again at once.
+const SWEEP_CHECK_MS: u64 = 10;
 /// WAL words after which a member's engine starts a checkpoint
 /// ([`pmwire_kv::Engine::set_checkpoint_words`]). A whole checkpoint of half
 /// the default WAL (about 17 K SETs on a 256 MB pool) held the loop 140-210
@@ -237,6 +242,8 @@ pub struct Member<T: Transport<Addr = SocketAddr>> {
     /// address instead of forwarding.
     redirect: Option<BTreeMap<u64, SocketAddr>>,
     sweep: Option<Ticket>,
+    /// When the leader next asks whether a sweep is due (ms since the epoch).
+    next_sweep_check_ms: u64,
     parsed: Parsed,
     codec: pmwire_netio::http::Codec,
     to_wake: Vec<ConnId>,
@@ -317,6 +324,7 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             waits: Vec::new(),
             redirect: None,
             sweep: None,
+            next_sweep_check_ms: 0,
             parsed: if mode == Mode::ZeroCopy { Parsed::new(RespLimits::default()).gather_lazily() } else { Parsed::new(RespLimits::default()) },
             codec: pmwire_netio::http::Codec::new(pmwire_netio::http::Limits { max_head_bytes: 8192, max_body_bytes: MAX_REQUEST_BYTES }),
             to_wake: Vec::new(),
@@ -780,7 +788,11 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             return;
         }
         let now = Self::now_ms();
+        if now < self.next_sweep_check_ms {
+            return;
+        }
         if !self.reactor.service.machine_mut().sweep_due(now) {
+            self.next_sweep_check_ms = now + SWEEP_CHECK_MS;
             return;
         }
         let entry = self.proposer.sweep(now, SWEEP_BUDGET, SWEEP_BUDGET);

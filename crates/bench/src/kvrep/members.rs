@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use pmwire_resp::client::Value;
 
-use crate::smr::peers::redis_wait::RedisWaitClient;
+use crate::smr::events::Exchange;
+use crate::smr::peers::redis_wait::{resp_reply, resp_step, RedisWaitClient};
 use crate::smr::peers::PutClient;
 use crate::smr::suite::listen_ports;
 use crate::spawn::spawn_until_ready;
@@ -328,6 +329,29 @@ impl PutClient for Resp {
             Value::Simple(ok) if ok == b"OK" => Ok(()),
             other => bail!("SET answered {other:?}"),
         }
+    }
+
+    fn exchange(&mut self) -> Option<&mut dyn Exchange> {
+        Some(self)
+    }
+}
+
+/// `SET`, and `WAIT 2 0` after it when `wait`, as `put`.
+impl Exchange for Resp {
+    fn stream(&self) -> &std::net::TcpStream {
+        self.inner.stream()
+    }
+
+    fn steps(&self) -> usize {
+        1 + usize::from(self.wait)
+    }
+
+    fn encode(&mut self, step: usize, key: &[u8], value: &[u8], out: &mut Vec<u8>) {
+        resp_step(step, key, value, out);
+    }
+
+    fn reply(&mut self, step: usize, buf: &[u8]) -> Result<Option<usize>> {
+        resp_reply(step, buf)
     }
 }
 

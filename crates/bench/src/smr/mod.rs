@@ -4,6 +4,8 @@
 //!   throughput.
 //! - [`peers`]: etcd and Redis with replicas, started and driven as their
 //!   users run them, for comparison with pmwire's replicas.
+//! - [`events`]: the event-driven load generator (one thread, every
+//!   connection of a throughput point).
 //! - [`raw_floor`]: the machine's floor, a replicated write's four
 //!   messages over plain TCP sockets (no UCX, no loop, no Raft).
 //! - [`dare`]: seed 000's DARE-persistent bound from our own RPC and
@@ -16,6 +18,7 @@
 
 pub mod crash;
 pub mod dare;
+pub mod events;
 pub mod links;
 pub mod netns;
 pub mod peers;

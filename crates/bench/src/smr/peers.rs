@@ -143,6 +143,13 @@ impl Plan {
 pub trait PutClient {
     /// Writes `value` under `key`.
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()>;
+
+    /// The client as request and reply bytes over TCP, if it is one: then
+    /// one thread drives all of a throughput point's clients
+    /// ([`super::events`]).
+    fn exchange(&mut self) -> Option<&mut dyn super::events::Exchange> {
+        None
+    }
 }
 
 /// Runs `options.peers` one after the other: their rows, and a
@@ -291,10 +298,12 @@ pub(crate) fn latency_run<C: PutClient>(connect: &dyn Fn() -> Result<C>, plan: &
     Ok(samples)
 }
 
-/// `clients` threads, each making its own connection (a client need not
-/// be `Send`: UCX contexts stay on their thread; all connect before any
-/// starts), PUT in closed loops for `warmup + seconds`; returns the PUTs
-/// completed within the timed `seconds`. Any client's error fails the point.
+/// `clients` closed-loop clients PUT for `warmup + seconds`; returns the
+/// PUTs completed within the timed `seconds`. Any client's error fails the
+/// point. Clients that are plain TCP ([`PutClient::exchange`]) are all
+/// driven from this thread ([`super::events`]); others get a thread each,
+/// each making its own connection (a client need not be `Send`: UCX
+/// contexts stay on their thread; all connect before any starts).
 pub(crate) fn throughput_point<C: PutClient>(
     connect: &(dyn Fn() -> Result<C> + Sync),
     clients: usize,
@@ -302,6 +311,11 @@ pub(crate) fn throughput_point<C: PutClient>(
     seconds: Duration,
 ) -> Result<u64> {
     assert!(clients > 0);
+    let mut first = connect()?;
+    if first.exchange().is_some() {
+        return super::events::point(first, connect, clients, warmup, seconds);
+    }
+    drop(first);
     let barrier = Barrier::new(clients);
     let counts: Vec<Result<u64>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..clients)

@@ -331,6 +331,26 @@ impl PutClient for SharedRawFloorClient {
         self.0.read_exact(&mut reply).context("the raw floor's reply")?;
         Ok(())
     }
+
+    fn exchange(&mut self) -> Option<&mut dyn crate::smr::events::Exchange> {
+        Some(self)
+    }
+}
+
+/// The write's bytes and the leader's 8 B acknowledgement, as `put`.
+impl crate::smr::events::Exchange for SharedRawFloorClient {
+    fn stream(&self) -> &TcpStream {
+        &self.0
+    }
+
+    fn encode(&mut self, _step: usize, key: &[u8], value: &[u8], out: &mut Vec<u8>) {
+        out.extend_from_slice(key);
+        out.extend_from_slice(value);
+    }
+
+    fn reply(&mut self, _step: usize, buf: &[u8]) -> Result<Option<usize>> {
+        Ok((buf.len() >= ACK_BYTES).then_some(ACK_BYTES))
+    }
 }
 
 impl Drop for SharedRawFloor {

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use super::http::{append_post, append_put_body, check_put_reply, parse_response, status_is_leader, MAX_BODY_BYTES};
 use super::{PutClient, IO_TIMEOUT};
+use crate::smr::events::Exchange;
 
 /// Members of a cluster.
 pub const MEMBERS: usize = 3;
@@ -216,5 +217,28 @@ impl PutClient for EtcdClient {
         let result = self.post("/v3/kv/put", body.as_bytes(), check_put_reply);
         self.body = body;
         result.map(|_revision| ())
+    }
+
+    fn exchange(&mut self) -> Option<&mut dyn Exchange> {
+        Some(self)
+    }
+}
+
+/// `POST /v3/kv/put` and its response, as `put`.
+impl Exchange for EtcdClient {
+    fn stream(&self) -> &TcpStream {
+        &self.stream
+    }
+
+    fn encode(&mut self, _step: usize, key: &[u8], value: &[u8], out: &mut Vec<u8>) {
+        self.body.clear();
+        append_put_body(key, value, &mut self.body);
+        append_post(&self.host, "/v3/kv/put", self.body.as_bytes(), out);
+    }
+
+    fn reply(&mut self, _step: usize, buf: &[u8]) -> Result<Option<usize>> {
+        let Some(response) = parse_response(buf)? else { return Ok(None) };
+        check_put_reply(response.status, response.body)?;
+        Ok(Some(response.len))
     }
 }

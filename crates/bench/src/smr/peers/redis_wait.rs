@@ -15,6 +15,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::{PutClient, IO_TIMEOUT};
+use crate::smr::events::Exchange;
 use crate::kv::placement::Placement;
 use crate::kv::redis::{Persistence, RedisServer};
 
@@ -159,6 +160,48 @@ impl PutClient for RedisWaitClient {
         let set = self.command(&[b"SET".as_slice(), key, value])?;
         let wait = self.command(&[b"WAIT".as_slice(), b"2", b"0"])?;
         check_set_wait(&set, &wait)
+    }
+
+    fn exchange(&mut self) -> Option<&mut dyn Exchange> {
+        Some(self)
+    }
+}
+
+/// SET, then `WAIT 2 0` once the SET is answered, as `put`.
+impl Exchange for RedisWaitClient {
+    fn stream(&self) -> &TcpStream {
+        &self.stream
+    }
+
+    fn steps(&self) -> usize {
+        2
+    }
+
+    fn encode(&mut self, step: usize, key: &[u8], value: &[u8], out: &mut Vec<u8>) {
+        resp_step(step, key, value, out);
+    }
+
+    fn reply(&mut self, step: usize, buf: &[u8]) -> Result<Option<usize>> {
+        resp_reply(step, buf)
+    }
+}
+
+/// Request `step` of a put over RESP: `SET key value`, then `WAIT 2 0`.
+pub fn resp_step(step: usize, key: &[u8], value: &[u8], out: &mut Vec<u8>) {
+    match step {
+        0 => encode_request(&[b"SET".as_slice(), key, value], out),
+        _ => encode_request(&[b"WAIT".as_slice(), b"2", b"0"], out),
+    }
+}
+
+/// The length of a good reply to request `step` of a put over RESP (`+OK`
+/// to the SET, every replica to the WAIT) at the start of `buf`.
+pub fn resp_reply(step: usize, buf: &[u8]) -> Result<Option<usize>> {
+    let Some((value, len)) = parse_reply(buf).map_err(|e| anyhow!("reply: {e}"))? else { return Ok(None) };
+    match step {
+        0 if value == Value::Simple(b"OK".to_vec()) => Ok(Some(len)),
+        0 => bail!("SET answered {value:?}"),
+        _ => check_set_wait(&Value::Simple(b"OK".to_vec()), &value).map(|()| Some(len)),
     }
 }
 
