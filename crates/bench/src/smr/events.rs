@@ -1,11 +1,12 @@
 //! The event-driven load generator: one thread drives every client
 //! connection of a throughput point, as redis-benchmark and memtier do.
 //!
-//! Why: a thread per client (64 of them on this 2-core machine) spent most
-//! of the client side's CPU switching threads, one sleep and one wake-up
-//! per request each, so the point measured the client more than the server
-//! (`pmwire bench kv-replicated` counted 4.7 K SETs/s against 3 members
-//! that redis-benchmark, one thread, drove at 36 K/s). Each connection is
+//! Why: a thread per client (64 of them on this 2-core machine) spends the
+//! client side's CPU switching threads, one sleep and one wake-up per
+//! request each, and that CPU is taken from the servers on the same cores:
+//! at 64 clients single-node `pmwire kv` counted 79 K SETs/s under threads
+//! and 124 K under this loop, 3 members 28 K and 37 K (`docs/bench.md`,
+//! "Throughput points from one client thread"). Each connection is
 //! still a closed loop: one put outstanding, the next sent once its reply
 //! came. A client whose protocol is plain request and reply bytes over TCP
 //! implements [`Exchange`]; others (UCX) keep a thread each
