@@ -469,3 +469,37 @@ fn a_loaded_cluster_keeps_its_leader() {
     let mut c = cluster.client(l);
     assert!(matches!(c.call(&["ROLE"]), Reply::Array(Some(a)) if a[0] == Reply::bulk("master")), "the same member leads");
 }
+
+/// A write whose replicated entry is larger than a quarter of the Raft log
+/// (`--raft-log-size` 16M here: 4 MiB) is refused with an error naming
+/// both sizes, through a follower, through the leader and inside EXEC, and
+/// every member goes on serving: a 60 MiB SET through a follower had
+/// filled the leader's log and stopped it (`storage failed: log full`).
+#[test]
+fn a_write_larger_than_the_log_takes_is_refused_and_the_members_go_on() {
+    let cluster = Cluster::start_with(|_| slow_ticks());
+    let l = cluster.leader(&[0, 1, 2]);
+    let f = (l + 1) % 3;
+    let ascii = |mib: usize| "v".repeat(mib << 20);
+    let refused = |r: Reply| match r {
+        Reply::Error(e) => assert!(e.contains("over the") && e.contains("it is not applied"), "{e}"),
+        other => panic!("a write over the log's bound answered {other:?}"),
+    };
+    let mut follower = cluster.client(f);
+    let mut leader = cluster.client(l);
+    assert_eq!(follower.call(&["SET", "fits", &ascii(3)]), ok(), "3 MiB through a follower fits");
+    refused(follower.call(&["SET", "big", &ascii(6)]));
+    refused(leader.call(&["SET", "big", &ascii(6)]));
+    assert_eq!(leader.call(&["MULTI"]), ok());
+    assert_eq!(leader.call(&["SET", "big", &ascii(5)]), Reply::Simple("QUEUED".into()));
+    refused(leader.call(&["EXEC"]));
+    for i in 0..3 {
+        let mut c = cluster.client(i);
+        assert_eq!(c.call(&["SET", &format!("after{i}"), "x"]), ok(), "member {} serves after the refusals", i + 1);
+        assert_eq!(c.call(&["EXISTS", "big"]), Reply::Int(0), "nothing of the refused writes applied");
+        wait_for(Duration::from_secs(10), "the 3 MiB value on every member", || match c.call(&["STRLEN", "fits"]) {
+            Reply::Int(n) if n == 3 << 20 => Some(()),
+            _ => None,
+        });
+    }
+}

@@ -280,6 +280,19 @@ fn failure_text(f: Failure) -> &'static str {
         Failure::LeadershipLost => "leadership was lost (the write may or may not be applied)",
         Failure::NotProposed => "the write never reached a leader's log in its term (it is not applied)",
         Failure::Halted => "this member halted",
+        Failure::TooLarge { .. } => "the entry is larger than the replicated log takes (it is not applied)",
+    }
+}
+
+/// The reply to a failed proposal: an entry too large for the log is the
+/// client's error (`-ERR`, as Redis refuses a request over its limits);
+/// the others say the cluster could not serve it now.
+fn failure_reply(f: Failure) -> Vec<u8> {
+    match f {
+        Failure::TooLarge { bytes, max } => {
+            error(&format!("ERR the write's replicated entry is {bytes} B, over the {max} B one entry of this cluster's Raft log may hold (a quarter of --raft-log-size); it is not applied"))
+        }
+        f => cluster_down(failure_text(f)),
     }
 }
 
@@ -763,8 +776,8 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
                 (_, Done::Applied { output, .. }) => Slot::Ready(output.reply),
                 (Slot::ReadWait(args), Done::Readable { .. }) => Slot::Read(args),
                 (_, Done::Failed(f)) => {
-                    self.stats.cluster_down += 1;
-                    Slot::Ready(cluster_down(failure_text(f)))
+                    self.stats.cluster_down += u64::from(!matches!(f, Failure::TooLarge { .. }));
+                    Slot::Ready(failure_reply(f))
                 }
                 (_, Done::Readable { .. }) => unreachable!("a write's ticket is never readable"),
             };

@@ -384,6 +384,9 @@ pub struct Counters {
     pub unsent: u64,
     /// Messages or requests that could not be decoded.
     pub malformed: u64,
+    /// Proposals refused as larger than the log takes (a client's, or a
+    /// follower's forwarded ones, dropped whole).
+    pub oversized: u64,
     /// Readys handled.
     pub readys: u64,
     /// Snapshots taken locally.
@@ -598,12 +601,22 @@ where
         // A message larger than the store can hold (a snapshot past its
         // slot, an entry past its log) is refused at its first chunk.
         let incoming_bound = durable.capacity_hint().map_or(MAX_RAFT_MESSAGE_BYTES, |c| c.saturating_add(RAFT_CHUNK_BYTES as u64).min(MAX_RAFT_MESSAGE_BYTES));
+        let log_quarter = durable.log_space().map(|(_, capacity)| capacity / 4);
         let raft_config = raft::Config {
             id: config.id,
             election_tick: config.election_ticks,
             heartbeat_tick: config.heartbeat_ticks,
             applied: snap_meta.index,
-            max_size_per_msg: 1 << 20,
+            // An append carries at most 1 MiB of entries (the first
+            // always goes), less for a log of under 4 MiB: raft-rs takes
+            // no append bound above its uncommitted bound.
+            max_size_per_msg: log_quarter.map_or(1 << 20, |q| q.min(1 << 20)),
+            // Uncommitted entries the leader holds at most (a turn's
+            // proposals past it are dropped, NotProposed: back-pressure):
+            // with commits stalled (followers gone) they would otherwise fill
+            // the log, which cannot compact past the commit. One proposal
+            // alone always passes; `max_entry_bytes` bounds it.
+            max_uncommitted_size: log_quarter.unwrap_or(raft::NO_LIMIT),
             // Appends in flight per follower: within a connection's window
             // of sends (32 on io_uring TCP), so a turn never builds appends
             // (gathering their values) that the window then refuses; 256
@@ -861,6 +874,13 @@ where
         };
         if m.get_msg_type() == MessageType::MsgAppend && self.machine.tracks_log() {
             self.local_forms(&mut m);
+        }
+        if m.get_msg_type() == MessageType::MsgPropose && !self.fits_log(m.get_entries()) {
+            // A follower forwarded more than the log takes (it refuses such
+            // an entry itself, so members sized alike never send one): its
+            // proposals fail by their bound; appending them would find the
+            // log full and stop this replica.
+            return self.counters.oversized += 1;
         }
         let r = &self.raw.raft;
         if r.state == StateRole::Leader && m.from != self.config.id && r.prs().get(m.from).is_none() {
@@ -1196,6 +1216,39 @@ where
         }
     }
 
+    /// The most bytes one entry, and one turn's proposals together, may
+    /// hold: a quarter of the log's capacity, or no bound for a store
+    /// without one. Why it always finds room: the log compacts its applied
+    /// prefix once half full, and raft-rs holds at most this much
+    /// uncommitted (`max_uncommitted_size`), so the log never holds more
+    /// than three quarters; a larger entry had found the log full and
+    /// stopped the replica (a 60 MiB SET through a follower did).
+    pub fn max_entry_bytes(&self) -> Option<u64> {
+        self.durable().log_space().map(|(_, capacity)| capacity / 4)
+    }
+
+    /// Whether entries proposed together fit the log: within
+    /// [`Replica::max_entry_bytes`] together.
+    fn fits_log(&self, entries: &[Entry]) -> bool {
+        let Some(max) = self.max_entry_bytes() else { return true };
+        entries.iter().map(|e| e.data.len() as u64).sum::<u64>() <= max
+    }
+
+    /// A proposal larger than the log takes: certainly not applied.
+    fn too_large(&mut self, t: &mut T, waiter: Waiter, bytes: u64, max: u64) {
+        self.counters.oversized += 1;
+        let why = Failure::TooLarge { bytes, max };
+        match waiter {
+            Waiter::Client(id) => self.answer(t, id, Status::BadRequest, 0, format!("entry of {bytes} B, over the log's {max} B").into_bytes()),
+            Waiter::Ticket(k) => self.done.push((k, Done::Failed(why))),
+            Waiter::Forwarded(seq) => {
+                if let Some((k, _, _)) = self.forwarded.remove(&seq) {
+                    self.done.push((k, Done::Failed(why)));
+                }
+            }
+        }
+    }
+
     /// Proposes the writes this turn received as one `MsgPropose` with all
     /// their entries: raft-rs appends them and sends each follower one
     /// append (raft-rs's own `batch_append` is off, see `new`). Each
@@ -1217,7 +1270,24 @@ where
         assert_eq!(entries.len(), waiters.len(), "one waiter per proposed entry");
         let mut going = Vec::with_capacity(entries.len());
         let mut waiting = Vec::with_capacity(entries.len());
+        // One turn's entries stay within the bound together; the rest go
+        // next turn, in order.
+        let max = self.max_entry_bytes();
+        let mut turn_bytes = 0u64;
         for (mut e, w) in entries.into_iter().zip(waiters) {
+            let bytes = e.data.len() as u64;
+            if let Some(max) = max {
+                if bytes > max {
+                    self.too_large(t, w, bytes, max);
+                    continue;
+                }
+                if !self.proposed.is_empty() || turn_bytes + bytes > max {
+                    self.proposed.push(e);
+                    self.proposed_ids.push(w);
+                    continue;
+                }
+                turn_bytes += bytes;
+            }
             match w {
                 // Expired while held: failed already.
                 Waiter::Forwarded(seq) if !self.forwarded.contains_key(&seq) => {}

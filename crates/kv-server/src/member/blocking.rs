@@ -32,7 +32,7 @@ use pmwire_netio::ConnId;
 use pmwire_smr::node::{Done, Failure, Ticket};
 use transport::Transport;
 
-use super::{cluster_down, error, failure_text, Member, Owner, Slot};
+use super::{error, failure_reply, Member, Owner, Slot};
 
 /// Most clients parked on one member.
 pub const MAX_PARKED: usize = 10_000;
@@ -184,8 +184,8 @@ impl<T: Transport<Addr = std::net::SocketAddr>> Member<T> {
             Done::Failed(Failure::NotProposed) if !expired => {}
             Done::Failed(Failure::NotProposed) => self.time_out(w),
             Done::Failed(f) => {
-                self.stats.cluster_down += 1;
-                self.answer_parked(w, cluster_down(failure_text(f)));
+                self.stats.cluster_down += u64::from(!matches!(f, Failure::TooLarge { .. }));
+                self.answer_parked(w, failure_reply(f));
             }
             Done::Readable { .. } => unreachable!("an attempt is a proposal"),
         }

@@ -81,6 +81,14 @@ pub enum Failure {
     NotProposed,
     /// The replica halted ([`Replica::halted`]).
     Halted,
+    /// The entry is larger than the replicated log takes
+    /// ([`Replica::max_entry_bytes`]): certainly not applied.
+    TooLarge {
+        /// The entry's bytes.
+        bytes: u64,
+        /// The most an entry may hold.
+        max: u64,
+    },
 }
 
 /// The outcome of a ticket.
