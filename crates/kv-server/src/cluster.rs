@@ -70,6 +70,26 @@ impl SharedStore {
         self.0.borrow_mut()
     }
 
+    /// The pool's free bytes and its buffer area's bytes.
+    pub fn pool_room(&self) -> (u64, u64) {
+        let st = self.0.borrow();
+        let pool = st.engine.pool();
+        let size = u64::from(pool.buf_size());
+        (u64::from(pool.free_count()) * size, u64::from(pool.buffers()) * size)
+    }
+
+    /// Checkpoints the engine, which releases the buffers of overwritten and
+    /// deleted values its WAL still names, then [`SharedStore::pool_room`].
+    /// A failed checkpoint keeps the WAL whole; nothing is lost.
+    pub fn release_room(&self) -> (u64, u64) {
+        {
+            let mut st = self.0.borrow_mut();
+            let st = &mut *st;
+            let _ = st.engine.checkpoint(&mut st.region);
+        }
+        self.pool_room()
+    }
+
     /// Flushes the lines of `extent` (a value about to be named by a log
     /// entry; [`SharedStore::drain`] before the entry is appended).
     pub fn flush_extent(&self, extent: Extent) {

@@ -244,6 +244,8 @@ pub struct Member<T: Transport<Addr = SocketAddr>> {
     sweep: Option<Ticket>,
     /// When the leader next asks whether a sweep is due (ms since the epoch).
     next_sweep_check_ms: u64,
+    /// When this member last checkpointed to make room for a write.
+    room_checked: Option<Instant>,
     parsed: Parsed,
     codec: pmwire_netio::http::Codec,
     to_wake: Vec<ConnId>,
@@ -254,6 +256,18 @@ pub struct Member<T: Transport<Addr = SocketAddr>> {
     mode: Mode,
     copies: CopyCounters,
 }
+
+/// While short of room, a member checkpoints to release deleted values'
+/// buffers at most this often ([`Member::short_of_room`]).
+const ROOM_CHECKPOINT_EVERY: Duration = Duration::from_millis(200);
+
+/// Commands that only remove or shorten (Redis's writes without
+/// `denyoom`): served even when the pool is short of room, so a client can
+/// free it.
+const FREEING: &[&[u8]] = &[
+    b"del", b"unlink", b"flushall", b"flushdb", b"getdel", b"expire", b"pexpire", b"expireat", b"pexpireat", b"persist", b"lpop", b"rpop",
+    b"spop", b"srem", b"hdel", b"zrem", b"zpopmin", b"zpopmax", b"lrem", b"ltrim", b"zremrangebyscore", b"zremrangebyrank", b"zremrangebylex",
+];
 
 fn cluster_down(reason: &str) -> Vec<u8> {
     format!("-CLUSTERDOWN The cluster is down: {reason}\r\n").into_bytes()
@@ -338,6 +352,7 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             redirect: None,
             sweep: None,
             next_sweep_check_ms: 0,
+            room_checked: None,
             parsed: if mode == Mode::ZeroCopy { Parsed::new(RespLimits::default()).gather_lazily() } else { Parsed::new(RespLimits::default()) },
             codec: pmwire_netio::http::Codec::new(pmwire_netio::http::Limits { max_head_bytes: 8192, max_body_bytes: MAX_REQUEST_BYTES }),
             to_wake: Vec::new(),
@@ -526,7 +541,11 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         match class(&args[0]) {
             Class::Read => self.read(id, args),
             Class::Write | Class::Unknown => {
-                if let Some(reply) = self.moved(&args) {
+                let refused = match self.moved(&args) {
+                    Some(reply) => Some(reply),
+                    None => self.short_of_room(std::slice::from_ref(&args)),
+                };
+                if let Some(reply) = refused {
                     self.conn(id).push(Slot::Ready(reply));
                     return;
                 }
@@ -608,12 +627,54 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             conn.push(Slot::Ready(error("EXECABORT Transaction discarded because of previous errors.")));
             return;
         }
-        if let Some(reply) = queued.first().and_then(|args| self.moved(args)) {
+        let refused = match queued.first().and_then(|args| self.moved(args)) {
+            Some(reply) => Some(reply),
+            None => self.short_of_room(&queued),
+        };
+        if let Some(reply) = refused {
             self.conn(id).push(Slot::Ready(reply));
             return;
         }
         let entry = self.proposer.transaction(Self::now_ms(), protocol, watched, &queued);
         self.propose(id, entry);
+    }
+
+    /// `-OOM` if the pool is too short of room for `commands` (a command or
+    /// a transaction's) to be proposed: what is committed must apply on
+    /// every member, and a member whose pool ran out while applying would
+    /// halt (all members alike: a client filling the pool stopped the whole
+    /// cluster). The room kept: a quarter of the pool, below which the
+    /// engine checkpoints whole at every commit (`set_checkpoint_floor`;
+    /// 300-640 ms of apply per 1 MiB SET were measured there, and the
+    /// members lost their leader), plus the most a Raft log holds
+    /// uncommitted (a quarter of it), which every member may have to
+    /// apply. Commands that only remove ([`FREEING`]) always go.
+    /// Before refusing, a checkpoint releases what deleted and overwritten
+    /// values still hold.
+    fn short_of_room(&mut self, commands: &[Vec<Vec<u8>>]) -> Option<Vec<u8>> {
+        self.short_of_room_for(commands.iter().map(|args| args.first().map_or(&[][..], Vec::as_slice)))
+    }
+
+    /// [`Member::short_of_room`] for commands named `names`.
+    pub(super) fn short_of_room_for<'a>(&mut self, mut names: impl Iterator<Item = &'a [u8]>) -> Option<Vec<u8>> {
+        if names.all(|n| FREEING.iter().any(|f| n.eq_ignore_ascii_case(f))) {
+            return None;
+        }
+        let store = self.reactor.service.machine_mut().keyspace().shared_store().clone();
+        let (mut free, total) = store.pool_room();
+        let keep = total / 4 + self.reactor.service.max_entry_bytes().unwrap_or(0);
+        if free < keep && self.room_checked.is_none_or(|at| at.elapsed() >= ROOM_CHECKPOINT_EVERY) {
+            // Deleted and overwritten values hold their buffers until a
+            // checkpoint: take one before refusing (at most one per
+            // ROOM_CHECKPOINT_EVERY: a whole checkpoint holds the loop).
+            self.room_checked = Some(Instant::now());
+            free = store.release_room().0;
+        }
+        (free < keep).then(|| {
+            error(&format!(
+                "OOM command not allowed: the persistent pool has {free} B free, below the {keep} B a member keeps so that every member can apply what is committed; DEL, UNLINK or FLUSHALL free room"
+            ))
+        })
     }
 
     /// ROLE: Redis's array.

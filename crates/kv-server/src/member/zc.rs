@@ -70,6 +70,10 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             return false;
         }
         let protocol = conn.session.protocol;
+        if let Some(reply) = self.short_of_room_for(std::iter::once(req.arg(0))) {
+            self.conn(id).push(super::Slot::Ready(reply));
+            return true;
+        }
         let mut args = Vec::with_capacity(req.len());
         let mut held = Vec::new();
         let mut inline_values = 0u64;
