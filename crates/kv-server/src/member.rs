@@ -657,13 +657,16 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
 
     /// [`Member::short_of_room`] for commands named `names`.
     pub(super) fn short_of_room_for<'a>(&mut self, mut names: impl Iterator<Item = &'a [u8]>) -> Option<Vec<u8>> {
-        if names.all(|n| FREEING.iter().any(|f| n.eq_ignore_ascii_case(f))) {
+        // The common case (room enough) looks at two counters and nothing
+        // else: it runs for every write.
+        let keep = self.reactor.service.max_entry_bytes().unwrap_or(0);
+        let store = self.reactor.service.machine_mut().keyspace().shared_store();
+        let (mut free, total) = store.pool_room();
+        let keep = total / 4 + keep;
+        if free >= keep || names.all(|n| FREEING.iter().any(|f| n.eq_ignore_ascii_case(f))) {
             return None;
         }
-        let store = self.reactor.service.machine_mut().keyspace().shared_store().clone();
-        let (mut free, total) = store.pool_room();
-        let keep = total / 4 + self.reactor.service.max_entry_bytes().unwrap_or(0);
-        if free < keep && self.room_checked.is_none_or(|at| at.elapsed() >= ROOM_CHECKPOINT_EVERY) {
+        if self.room_checked.is_none_or(|at| at.elapsed() >= ROOM_CHECKPOINT_EVERY) {
             // Deleted and overwritten values hold their buffers until a
             // checkpoint: take one before refusing (at most one per
             // ROOM_CHECKPOINT_EVERY: a whole checkpoint holds the loop).

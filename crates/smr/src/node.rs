@@ -1237,9 +1237,15 @@ where
     /// A proposal larger than the log takes: certainly not applied.
     fn too_large(&mut self, t: &mut T, waiter: Waiter, bytes: u64, max: u64) {
         self.counters.oversized += 1;
-        let why = Failure::TooLarge { bytes, max };
+        let reply = (Status::BadRequest, format!("entry of {bytes} B, over the log's {max} B").into_bytes());
+        self.fail_unlogged(t, waiter, Failure::TooLarge { bytes, max }, reply);
+    }
+
+    /// A proposal that never reached a log fails: an SMR1 client gets
+    /// `reply`, a ticket (the embedder's or a forwarded one's) `why`.
+    fn fail_unlogged(&mut self, t: &mut T, waiter: Waiter, why: Failure, reply: (Status, Vec<u8>)) {
         match waiter {
-            Waiter::Client(id) => self.answer(t, id, Status::BadRequest, 0, format!("entry of {bytes} B, over the log's {max} B").into_bytes()),
+            Waiter::Client(id) => self.answer(t, id, reply.0, 0, reply.1),
             Waiter::Ticket(k) => self.done.push((k, Done::Failed(why))),
             Waiter::Forwarded(seq) => {
                 if let Some((k, _, _)) = self.forwarded.remove(&seq) {
@@ -1344,15 +1350,7 @@ where
 
     /// A proposal that never reached a log: certainly not applied.
     fn not_proposed(&mut self, t: &mut T, waiter: Waiter) {
-        match waiter {
-            Waiter::Client(id) => self.answer(t, id, Status::NotLeader, 0, Vec::new()),
-            Waiter::Ticket(k) => self.done.push((k, Done::Failed(Failure::NotProposed))),
-            Waiter::Forwarded(seq) => {
-                if let Some((k, _, _)) = self.forwarded.remove(&seq) {
-                    self.done.push((k, Done::Failed(Failure::NotProposed)));
-                }
-            }
-        }
+        self.fail_unlogged(t, waiter, Failure::NotProposed, (Status::NotLeader, Vec::new()));
     }
 
     fn answer<X: Transport>(&self, t: &mut X, id: RequestId, status: Status, index: u64, value: Vec<u8>) {
