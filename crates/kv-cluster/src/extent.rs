@@ -37,6 +37,9 @@ pub const MAX_REF_EXTENTS: u32 = 64;
 const ARG_HEAD_BYTES: usize = 8;
 /// Bytes of a pool argument's checksum and extent count.
 const POOL_HEAD_BYTES: usize = 8;
+/// Bytes of a streamed argument's fixed part after its head (checksum,
+/// piece count, stream time and nonce).
+const STREAMED_BYTES: usize = 24;
 /// Bytes of one extent on media and wire.
 pub const EXTENT_BYTES: usize = 8;
 
@@ -49,6 +52,78 @@ pub struct Extent {
     pub offset: u16,
     /// Bytes.
     pub len: u16,
+}
+
+/// What an extent-form entry asks the machine to do (the header's kind byte).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExtKind {
+    /// Run one command (kind 1).
+    Command,
+    /// Keep one piece of a streamed value (kind 4, [`PieceHead`]): a value
+    /// too large for one entry travels as pieces, each its own entry, and
+    /// the command naming it ([`Arg::Streamed`]) follows them.
+    Piece,
+}
+
+impl ExtKind {
+    fn to_byte(self) -> u8 {
+        match self {
+            ExtKind::Command => 1,
+            ExtKind::Piece => 4,
+        }
+    }
+}
+
+/// Names one streamed value: the proposer's time when it began (a piece
+/// left behind by a stream that never finished is collected by a sweep
+/// long after it) and a random draw of the proposer's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct StreamId {
+    /// The proposer's time at the stream's start, ms since the Unix epoch.
+    pub time_ms: u64,
+    /// The proposer's draw.
+    pub nonce: u64,
+}
+
+/// The second argument of a piece entry: which stream and which piece.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PieceHead {
+    /// The stream.
+    pub stream: StreamId,
+    /// This piece's place, from 0.
+    pub index: u32,
+    /// Pieces in the stream.
+    pub count: u32,
+}
+
+/// Bytes of an encoded [`PieceHead`].
+pub const PIECE_HEAD_BYTES: usize = 24;
+/// The first argument of every piece entry (not a command: a piece runs
+/// nothing).
+pub const PIECE_NAME: &[u8] = b"PIECE";
+/// Most pieces one stream has.
+pub const MAX_PIECES: u32 = 1 << 20;
+
+impl PieceHead {
+    /// The head's bytes: stream time, nonce, index, count, little-endian.
+    pub fn encode(&self) -> [u8; PIECE_HEAD_BYTES] {
+        let mut out = [0u8; PIECE_HEAD_BYTES];
+        out[..8].copy_from_slice(&self.stream.time_ms.to_le_bytes());
+        out[8..16].copy_from_slice(&self.stream.nonce.to_le_bytes());
+        out[16..20].copy_from_slice(&self.index.to_le_bytes());
+        out[20..].copy_from_slice(&self.count.to_le_bytes());
+        out
+    }
+
+    fn decode(b: &[u8]) -> Option<PieceHead> {
+        if b.len() != PIECE_HEAD_BYTES {
+            return None;
+        }
+        let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
+        let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+        let head = PieceHead { stream: StreamId { time_ms: u64_at(0), nonce: u64_at(8) }, index: u32_at(16), count: u32_at(20) };
+        (head.count > 0 && head.count <= MAX_PIECES && head.index < head.count).then_some(head)
+    }
 }
 
 /// One argument of an extent-form command.
@@ -65,6 +140,18 @@ pub enum Arg<'a> {
         /// Where the bytes are, in order.
         extents: Vec<Extent>,
     },
+    /// A value streamed as pieces before this entry ([`ExtKind::Piece`]):
+    /// the machine finds them by their stream, in order.
+    Streamed {
+        /// Total bytes (the pieces' lengths add up to it).
+        len: u32,
+        /// crc32c of the whole value.
+        crc: u32,
+        /// The stream its pieces belong to.
+        stream: StreamId,
+        /// How many pieces.
+        pieces: u32,
+    },
 }
 
 impl Arg<'_> {
@@ -72,7 +159,7 @@ impl Arg<'_> {
     pub fn len(&self) -> u64 {
         match self {
             Arg::Inline(b) => b.len() as u64,
-            Arg::Pool { len, .. } => u64::from(*len),
+            Arg::Pool { len, .. } | Arg::Streamed { len, .. } => u64::from(*len),
         }
     }
 
@@ -85,6 +172,8 @@ impl Arg<'_> {
 /// A decoded extent-form entry (module docs).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExtEntry<'a> {
+    /// What it asks for.
+    pub kind: ExtKind,
     /// The protocol the proposing client's reply is written in.
     pub protocol: Protocol,
     /// The proposer's time, ms since the Unix epoch.
@@ -108,7 +197,8 @@ impl ExtEntry<'_> {
         let body: usize = self.args.iter().map(arg_bytes).sum();
         assert!(body as u64 <= MAX_BODY_BYTES);
         let mut out = Vec::with_capacity(HEADER_BYTES + body + 4);
-        Head { version: VERSION, kind: 1, protocol: protocol_byte(self.protocol), time_ms: self.time_ms, seed: self.seed }.encode(&mut out);
+        assert!(self.kind == ExtKind::Command || self.piece().is_some(), "a piece entry is the piece's name, head and bytes");
+        Head { version: VERSION, kind: self.kind.to_byte(), protocol: protocol_byte(self.protocol), time_ms: self.time_ms, seed: self.seed }.encode(&mut out);
         out.extend_from_slice(&(self.args.len() as u32).to_le_bytes());
         out.extend_from_slice(&0u32.to_le_bytes());
         out.extend_from_slice(&(body as u64).to_le_bytes());
@@ -120,6 +210,28 @@ impl ExtEntry<'_> {
         assert_eq!(out.len(), HEADER_BYTES + body, "the arguments' length written in the header");
         seal(&mut out);
         out
+    }
+
+    /// A piece entry's head and bytes (`None` for a command, or a piece
+    /// that is not the piece's name, a good head and one value).
+    pub fn piece(&self) -> Option<(PieceHead, &Arg<'_>)> {
+        if self.kind != ExtKind::Piece {
+            return None;
+        }
+        match &self.args[..] {
+            [Arg::Inline(name), Arg::Inline(head), value @ (Arg::Inline(_) | Arg::Pool { .. })] if &name[..] == PIECE_NAME => {
+                Some((PieceHead::decode(head)?, value))
+            }
+            _ => None,
+        }
+    }
+
+    /// The streamed arguments of a command entry.
+    pub fn streamed(&self) -> impl Iterator<Item = (StreamId, u32)> + '_ {
+        self.args.iter().filter_map(|a| match a {
+            Arg::Streamed { stream, pieces, .. } => Some((*stream, *pieces)),
+            _ => None,
+        })
     }
 
     /// The pool arguments' bytes summed.
@@ -139,6 +251,7 @@ fn arg_bytes(a: &Arg<'_>) -> usize {
         + match a {
             Arg::Inline(b) => b.len(),
             Arg::Pool { extents, .. } => POOL_HEAD_BYTES + EXTENT_BYTES * extents.len(),
+            Arg::Streamed { .. } => STREAMED_BYTES,
         }
 }
 
@@ -163,6 +276,15 @@ fn encode_arg(a: &Arg<'_>, out: &mut Vec<u8>) {
                 out.extend_from_slice(&e.len.to_le_bytes());
             }
         }
+        Arg::Streamed { len, crc, stream, pieces } => {
+            assert!(*pieces > 0 && *pieces <= MAX_PIECES);
+            out.extend_from_slice(&[2, 0, 0, 0]);
+            out.extend_from_slice(&len.to_le_bytes());
+            out.extend_from_slice(&crc.to_le_bytes());
+            out.extend_from_slice(&pieces.to_le_bytes());
+            out.extend_from_slice(&stream.time_ms.to_le_bytes());
+            out.extend_from_slice(&stream.nonce.to_le_bytes());
+        }
     }
 }
 
@@ -171,9 +293,11 @@ impl<'a> ExtEntry<'a> {
     /// every argument against its bounds and the bytes left.
     pub fn decode(bytes: &'a [u8]) -> Result<ExtEntry<'a>, EntryError> {
         let (head, mut r) = Head::decode(bytes, VERSION)?;
-        if head.kind != 1 {
-            return Err(EntryError::Kind(head.kind));
-        }
+        let kind = match head.kind {
+            1 => ExtKind::Command,
+            4 => ExtKind::Piece,
+            k => return Err(EntryError::Kind(k)),
+        };
         let protocol = match head.protocol {
             2 => Protocol::Resp2,
             3 => Protocol::Resp3,
@@ -200,7 +324,14 @@ impl<'a> ExtEntry<'a> {
         if !r.0.done() {
             return Err(EntryError::Bounds("trailing bytes"));
         }
-        Ok(ExtEntry { protocol, time_ms, seed, args })
+        let e = ExtEntry { kind, protocol, time_ms, seed, args };
+        if kind == ExtKind::Piece && e.piece().is_none() {
+            return Err(EntryError::Field("piece"));
+        }
+        if kind == ExtKind::Command && matches!(e.args[0], Arg::Streamed { .. } | Arg::Pool { .. }) {
+            return Err(EntryError::Field("command name"));
+        }
+        Ok(e)
     }
 }
 
@@ -234,6 +365,16 @@ fn read_arg<'a>(r: &mut Reader<'a>) -> Result<Arg<'a>, EntryError> {
                 return Err(EntryError::Bounds("extents do not add up to the value"));
             }
             Ok(Arg::Pool { len, crc, extents })
+        }
+        2 => {
+            let crc = r.u32("value checksum")?;
+            let pieces = r.u32("piece count")?;
+            let time_ms = r.u64("stream time")?;
+            let nonce = r.u64("stream nonce")?;
+            if pieces == 0 || pieces > MAX_PIECES || u64::from(pieces) > u64::from(len).max(1) {
+                return Err(EntryError::Bounds("piece count"));
+            }
+            Ok(Arg::Streamed { len, crc, stream: StreamId { time_ms, nonce }, pieces })
         }
         _ => Err(EntryError::Field("argument tag")),
     }
@@ -301,7 +442,7 @@ mod tests {
             Arg::Inline(Cow::Borrowed(&b"k"[..])),
             Arg::Pool { len: 100, crc: 7, extents: vec![Extent { buf_idx: 3, offset: 10, len: 60 }, Extent { buf_idx: 9, offset: 0, len: 40 }] },
         ];
-        ExtEntry { protocol: Protocol::Resp3, time_ms: 5, seed: 6, args }.encode()
+        ExtEntry { kind: ExtKind::Command, protocol: Protocol::Resp3, time_ms: 5, seed: 6, args }.encode()
     }
 
     #[test]
@@ -326,11 +467,70 @@ mod tests {
         let bytes = sample();
         // The pool argument's tag is at 48 + 8 + 3 + 8 + 1.
         let pool_arg = HEADER_BYTES + 8 + 3 + 8 + 1;
-        for (at, v) in [(5usize, 2u8), (6, 4), (7, 1), (24, 0), (pool_arg, 2), (pool_arg + 1, 1), (pool_arg + 12, 65), (pool_arg + 12, 0)] {
+        for (at, v) in [(5usize, 2u8), (6, 5), (7, 1), (24, 0), (pool_arg, 3), (pool_arg + 1, 1), (pool_arg + 12, 65), (pool_arg + 12, 0)] {
             let mut b = bytes.clone();
             b[at] = v;
             assert!(ExtEntry::decode(&reseal(b)).is_err(), "byte {at} = {v}");
         }
+    }
+
+    fn streamed_sample() -> Vec<u8> {
+        let args = vec![
+            Arg::Inline(Cow::Borrowed(&b"SET"[..])),
+            Arg::Inline(Cow::Borrowed(&b"k"[..])),
+            Arg::Streamed { len: 300_000, crc: 9, stream: StreamId { time_ms: 77, nonce: 88 }, pieces: 3 },
+        ];
+        ExtEntry { kind: ExtKind::Command, protocol: Protocol::Resp2, time_ms: 5, seed: 6, args }.encode()
+    }
+
+    fn piece_sample() -> Vec<u8> {
+        let head = PieceHead { stream: StreamId { time_ms: 77, nonce: 88 }, index: 2, count: 3 };
+        let value = Arg::Pool { len: 10, crc: 1, extents: vec![Extent { buf_idx: 4, offset: 0, len: 10 }] };
+        crate::Proposer::with_key(3).piece(5, head, value)
+    }
+
+    #[test]
+    fn pieces_and_streamed_arguments_round_trip() {
+        let bytes = streamed_sample();
+        let e = ExtEntry::decode(&bytes).unwrap();
+        assert_eq!(e.kind, ExtKind::Command);
+        assert_eq!(e.streamed().collect::<Vec<_>>(), vec![(StreamId { time_ms: 77, nonce: 88 }, 3)]);
+        assert!(e.piece().is_none());
+        assert_eq!(e.encode(), bytes);
+        let bytes = piece_sample();
+        let e = ExtEntry::decode(&bytes).unwrap();
+        assert_eq!(e.kind, ExtKind::Piece);
+        let (head, value) = e.piece().unwrap();
+        assert_eq!((head.index, head.count, head.stream.nonce), (2, 3, 88));
+        assert_eq!(value.len(), 10);
+        assert_eq!(e.encode(), bytes);
+        refuses_flips_and_cuts(&streamed_sample(), |b| ExtEntry::decode(b).is_err());
+        refuses_flips_and_cuts(&piece_sample(), |b| ExtEntry::decode(b).is_err());
+    }
+
+    #[test]
+    fn bad_pieces_and_streams_with_good_checksums_are_refused() {
+        // A piece whose index is not below its count, or whose count is 0.
+        let piece = piece_sample();
+        let head_at = HEADER_BYTES + 8 + PIECE_NAME.len() + 8;
+        for (at, v) in [(head_at + 16, 3u8), (head_at + 20, 0)] {
+            let mut b = piece.clone();
+            b[at] = v;
+            assert!(ExtEntry::decode(&reseal(b)).is_err(), "piece byte {at} = {v}");
+        }
+        // A streamed argument with no pieces, or as the command's name.
+        let streamed = streamed_sample();
+        let arg_at = HEADER_BYTES + 8 + 3 + 8 + 1;
+        let mut b = streamed.clone();
+        b[arg_at + 12] = 0;
+        assert!(ExtEntry::decode(&reseal(b)).is_err(), "no pieces");
+        let args = vec![Arg::Streamed { len: 10, crc: 0, stream: StreamId { time_ms: 1, nonce: 1 }, pieces: 1 }];
+        let name = ExtEntry { kind: ExtKind::Command, protocol: Protocol::Resp2, time_ms: 1, seed: 1, args }.encode();
+        assert!(ExtEntry::decode(&name).is_err(), "a streamed command name");
+        // A command entry marked as a piece.
+        let mut b = streamed;
+        b[5] = 4;
+        assert!(ExtEntry::decode(&reseal(b)).is_err(), "a command as a piece");
     }
 
     #[test]

@@ -100,6 +100,24 @@ pub trait MachineKeyspace: Keyspace {
     /// (`(buffer, offset)`, or `None` for bytes outside it): an argument
     /// whose pieces all lie in the pool is stored by its extents.
     fn set_segment_locs(&mut self, _locs: &[Option<(u32, u32)>]) {}
+    /// Stores the piece of a streamed value at the internal key `key`
+    /// (`extents`: where its bytes lie in this member's pool, to be kept by
+    /// reference; otherwise `bytes` are copied). A keyspace without a pool
+    /// copies.
+    fn put_piece(&mut self, key: &[u8], bytes: &[u8], _extents: Option<&[Extent]>) -> Result<(), StoreError> {
+        self.internal_put(key, bytes)
+    }
+    /// Where the piece at the internal key `key` lies in this member's pool
+    /// (`None`: no such piece, or this keyspace has no pool: the machine
+    /// reads it with [`Keyspace::internal_get`]).
+    fn piece_extents(&mut self, _key: &[u8]) -> Option<Vec<Extent>> {
+        None
+    }
+    /// Whether [`MachineKeyspace::put_piece`] keeps a piece by its extents
+    /// (then its `bytes` are not read and need not be gathered).
+    fn stores_by_extents(&self) -> bool {
+        false
+    }
     /// The log seam (`pmwire_smr::logrefs`), if this keyspace's entries
     /// name its own buffers.
     fn log_hooks(&mut self) -> Option<&mut dyn LogHooks> {
@@ -186,7 +204,7 @@ pub struct Applied {
 }
 
 pub mod durable;
-mod ext;
+pub mod ext;
 mod restore;
 
 pub use restore::RESTORING_KEY;
@@ -449,7 +467,7 @@ impl<K: MachineKeyspace> RedisMachine<K> {
     pub fn sweep_due(&mut self, now_ms: u64) -> bool {
         let ks = self.ks.get_mut();
         ks.set_now_ms(now_ms.max(self.last_time_ms));
-        let due = !ks.expired(1).is_empty() || has_tombstone(ks);
+        let due = !ks.expired(1).is_empty() || has_tombstone(ks) || ext::has_abandoned(ks, now_ms);
         ks.set_now_ms(self.last_time_ms);
         due
     }
@@ -613,8 +631,11 @@ impl<K: MachineKeyspace> RedisMachine<K> {
         ks.set_now_ms(time_ms);
         ks.begin_command();
         let result = active_expire(ks, entry.expire_budget as usize).and_then(|s| {
-            let garbage =
+            let mut garbage =
                 if entry.garbage_budget > 0 { collect_garbage(ks, entry.garbage_budget as usize)? } else { 0 };
+            if entry.garbage_budget as usize > garbage {
+                garbage += ext::collect_abandoned(ks, time_ms, entry.garbage_budget as usize - garbage)?;
+            }
             Ok(Swept { expired: s.deleted, garbage, more: s.more })
         });
         match result {

@@ -91,7 +91,27 @@ impl Proposer {
     /// arguments inline or named by their pool extents.
     pub fn command_extents(&mut self, now_ms: u64, protocol: Protocol, args: Vec<crate::extent::Arg<'_>>) -> Vec<u8> {
         let (time_ms, seed) = self.stamp(now_ms);
-        crate::extent::ExtEntry { protocol, time_ms, seed, args }.encode()
+        crate::extent::ExtEntry { kind: crate::extent::ExtKind::Command, protocol, time_ms, seed, args }.encode()
+    }
+
+    /// A new streamed value's name: the proposer's time and a fresh draw.
+    pub fn stream_id(&mut self, now_ms: u64) -> crate::extent::StreamId {
+        let (time_ms, nonce) = self.stamp(now_ms);
+        crate::extent::StreamId { time_ms, nonce }
+    }
+
+    /// A piece entry ([`crate::extent::ExtKind::Piece`]): piece `head` of a
+    /// streamed value, its bytes inline or named by their pool extents.
+    pub fn piece(&mut self, now_ms: u64, head: crate::extent::PieceHead, value: crate::extent::Arg<'_>) -> Vec<u8> {
+        use std::borrow::Cow;
+        let (time_ms, seed) = self.stamp(now_ms);
+        let head = head.encode();
+        let args = vec![
+            crate::extent::Arg::Inline(Cow::Borrowed(crate::extent::PIECE_NAME)),
+            crate::extent::Arg::Inline(Cow::Borrowed(&head[..])),
+            value,
+        ];
+        crate::extent::ExtEntry { kind: crate::extent::ExtKind::Piece, protocol: Protocol::Resp2, time_ms, seed, args }.encode()
     }
 
     /// A sweep entry: at most `expire_budget` expired keys and

@@ -98,6 +98,34 @@ impl SharedStore {
         st.engine.pool().flush_extent(&mut st.region, pool_extent(extent));
     }
 
+    /// The crc32c of the bytes at `extents`, in order.
+    pub fn crc_of(&self, extents: &[Extent]) -> u32 {
+        let st = self.0.borrow();
+        let view = st.view();
+        extents.iter().fold(0, |crc, &e| crc32c::crc32c_append(crc, view.bytes(pool_extent(e))))
+    }
+
+    /// The bytes at `extents`, gathered.
+    pub fn gather(&self, extents: &[Extent]) -> Vec<u8> {
+        let st = self.0.borrow();
+        let view = st.view();
+        let mut out = Vec::with_capacity(extents.iter().map(|e| e.len as usize).sum());
+        extents.iter().for_each(|&e| out.extend_from_slice(view.bytes(pool_extent(e))));
+        out
+    }
+
+    /// Takes a reference to each buffer of `bufs`.
+    pub fn retain_all(&self, bufs: &[u32]) {
+        let mut st = self.0.borrow_mut();
+        bufs.iter().for_each(|&b| st.engine.pool_mut().retain(b));
+    }
+
+    /// Gives back a reference to each buffer of `bufs`.
+    pub fn release_all(&self, bufs: &[u32]) {
+        let mut st = self.0.borrow_mut();
+        bufs.iter().for_each(|&b| _ = st.engine.pool_mut().release(b));
+    }
+
     /// Waits until the flushed values are durable (before the log entry
     /// naming them is appended: the log's self-validating tail may reach
     /// the media before the log's own fence).
@@ -461,9 +489,31 @@ impl MachineKeyspace for ClusterKeyspace {
         let bytes = view.bytes(e);
         // SAFETY: the buffer is live (checked) and referenced by the log
         // entry being applied, which holds it until the entry leaves the
-        // log; nothing writes a referenced buffer, and the mapping outlives
-        // the keyspace.
+        // log, or by a streamed piece's internal entry, which holds it
+        // until a checkpoint after its deletion (never inside an entry);
+        // nothing writes a referenced buffer, and the mapping outlives the
+        // keyspace.
         Some(unsafe { ExtentBytes::new(bytes.as_ptr(), bytes.len()) })
+    }
+
+    fn put_piece(&mut self, key: &[u8], bytes: &[u8], extents: Option<&[Extent]>) -> Result<(), StoreError> {
+        let result = match extents {
+            Some(x) => {
+                let x: Vec<pmwire_log::Extent> = x.iter().map(|&e| pool_extent(e)).collect();
+                self.ks(|k| k.internal_put_extents(key, &x))
+            }
+            None => self.ks(|k| k.internal_put(key, bytes)),
+        };
+        self.watch(result)
+    }
+
+    fn piece_extents(&mut self, key: &[u8]) -> Option<Vec<Extent>> {
+        let x = self.ks(|k| k.internal_extents(key))?;
+        Some(x.into_iter().map(|e| Extent { buf_idx: e.buf_idx, offset: e.offset, len: e.len }).collect())
+    }
+
+    fn stores_by_extents(&self) -> bool {
+        true
     }
 
     fn set_segment_locs(&mut self, locs: &[Option<(u32, u32)>]) {

@@ -119,7 +119,7 @@ impl LogRefs for PoolRefs<'_> {
 
 fn entry(i: u64, index: u64, term: u64, arg: Arg<'static>) -> Entry {
     let args = vec![Arg::Inline(b"SET".to_vec().into()), Arg::Inline(key(i).into()), arg];
-    let data = ExtEntry { protocol: Protocol::Resp2, time_ms: i, seed: i, args }.encode();
+    let data = ExtEntry { kind: pmwire_kv_cluster::extent::ExtKind::Command, protocol: Protocol::Resp2, time_ms: i, seed: i, args }.encode();
     Entry { index, term, data: data.into(), context: vec![ENTRY_MACHINE].into(), ..Default::default() }
 }
 

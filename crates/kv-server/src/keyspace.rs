@@ -397,6 +397,25 @@ impl<M: Media> EngineKeyspace<'_, M> {
         Ok(())
     }
 
+    /// Stores the internal entry `key` by reference to `extents`, bytes already in the pool
+    /// (the pieces of a streamed value, `pmwire_kv_cluster::machine::ext`); copied if they
+    /// are more than one value may name.
+    pub fn internal_put_extents(&mut self, key: &[u8], extents: &[Extent]) -> Result<(), StoreError> {
+        self.check_room()?;
+        let key = internal_key(key);
+        if extents.len() > self.engine.max_value_extents() {
+            let mut bytes = Vec::new();
+            self.engine.pool().gather(&*self.region, extents, &mut bytes);
+            return self.stage(|engine, region| engine.set_copy(region, &key, 0, &bytes));
+        }
+        self.stage(|engine, region| engine.set_extents_expiring(region, &key, 0, None, extents))
+    }
+
+    /// The extents of the internal entry `key`, if there is one.
+    pub fn internal_extents(&self, key: &[u8]) -> Option<Vec<Extent>> {
+        Some(self.engine.lookup(&internal_key(key))?.extents.to_vec())
+    }
+
     /// Extents of a RESP argument's pieces (`None` if it has none: quoted inline arguments).
     fn arg_extents(&self, pieces: &[pmwire_resp::request::Piece]) -> Option<Vec<Extent>> {
         if pieces.is_empty() || !self.zero_copy {

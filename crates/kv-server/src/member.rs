@@ -97,6 +97,7 @@ use crate::keyspace::Handle;
 use crate::store::Mode;
 
 mod zc;
+mod stream;
 
 mod blocking;
 mod http;
@@ -112,7 +113,7 @@ pub type MemberReplica<T> = Replica<LinkTransport<T>, PmemDurable<Region>, Machi
 /// Most unanswered requests a connection may have queued.
 pub const MAX_QUEUE: usize = 1024;
 /// Largest request (all its arguments) a member takes.
-pub const MAX_REQUEST_BYTES: usize = 64 << 20;
+pub const MAX_REQUEST_BYTES: usize = (512 << 20) + (1 << 20);
 /// Most commands one MULTI may queue.
 pub const MAX_MULTI: usize = 4096;
 /// Most replica turns one wake-up runs before it answers clients.
@@ -159,6 +160,10 @@ pub struct MemberStats {
     pub block_attempts: u64,
     /// RESP requests received (INFO's `total_commands_processed`).
     pub commands: u64,
+    /// Commands whose long arguments were streamed (`member::stream`).
+    pub streams: u64,
+    /// Piece entries proposed for them.
+    pub pieces: u64,
 }
 
 /// Where a request's reply stands.
@@ -194,8 +199,10 @@ struct Conn {
     /// The blocking pop this connection waits on (its further requests
     /// are held meanwhile, as Redis processes nothing of a blocked client).
     blocked: Option<u64>,
-    /// Requests that arrived while blocked, served once it is answered.
+    /// Requests that arrived while blocked or streaming, served once it is answered.
     held: VecDeque<Vec<Vec<u8>>>,
+    /// A command of this connection is being streamed (`stream`).
+    streaming: bool,
     /// An HTTP connection's requests, in queue order (`http`).
     http: Option<http::Pending>,
 }
@@ -224,6 +231,8 @@ enum Owner {
     Slot(ConnId, u64),
     /// An attempt of a parked blocking pop (`blocking`).
     Block(u64),
+    /// A piece of a streamed command (`stream`): the stream, its bytes.
+    Piece(u64, u64),
 }
 
 /// The member (module docs).
@@ -236,6 +245,9 @@ pub struct Member<T: Transport<Addr = SocketAddr>> {
     reads: RespServer,
     conns: HashMap<ConnId, Conn>,
     tickets: HashMap<Ticket, Owner>,
+    /// Commands being streamed (`stream`), by a key of their own.
+    streams: HashMap<u64, stream::Stream>,
+    next_stream: u64,
     parked: blocking::Parked,
     waits: Vec<wait::Waiting>,
     /// `--redirect moved`: followers answer `-MOVED` to the leader's RESP
@@ -347,6 +359,8 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             reads: RespServer::new(ServerConfig { requirepass: None, ..config }),
             conns: HashMap::new(),
             tickets: HashMap::new(),
+            streams: HashMap::new(),
+            next_stream: 0,
             parked: blocking::Parked::default(),
             waits: Vec::new(),
             redirect: None,
@@ -396,6 +410,7 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             close_after_flush: false,
             blocked: None,
             held: VecDeque::new(),
+            streaming: false,
             http: None,
         })
     }
@@ -483,7 +498,7 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
     /// Serves a request, or holds it while the connection is blocked.
     fn serve_or_hold(&mut self, id: ConnId, args: Vec<Vec<u8>>) {
         let conn = self.conn(id);
-        if conn.blocked.is_some() || !conn.held.is_empty() {
+        if conn.blocked.is_some() || conn.streaming || !conn.held.is_empty() {
             conn.held.push_back(args);
             return;
         }
@@ -547,6 +562,15 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
                 };
                 if let Some(reply) = refused {
                     self.conn(id).push(Slot::Ready(reply));
+                    return;
+                }
+                if args.iter().skip(2).any(|a| a.len() > stream::PIECE_BYTES) {
+                    let parts = args
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, a)| if i >= 2 && a.len() > stream::PIECE_BYTES { stream::Part::Streamed(stream::Source::Bytes(a)) } else { stream::Part::Inline(a) })
+                        .collect();
+                    self.start_stream(id, parts);
                     return;
                 }
                 let protocol = self.conn(id).session.protocol;
@@ -709,8 +733,8 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         self.local.set_info_section("keyspace", keyspace);
         let st = &self.stats;
         let stats = format!(
-            "total_commands_processed:{}\r\nraft_proposals:{}\r\nraft_proposal_turns:{}\r\nraft_forwarded:{}\r\nraft_read_indexes:{}\r\nstale_reads:{}\r\n",
-            st.commands, st.proposals, st.proposal_turns, st.forwarded, st.read_indexes, st.stale_reads
+            "total_commands_processed:{}\r\nraft_proposals:{}\r\nraft_proposal_turns:{}\r\nraft_forwarded:{}\r\nraft_read_indexes:{}\r\nstale_reads:{}\r\nstreamed_commands:{}\r\nstreamed_pieces:{}\r\n",
+            st.commands, st.proposals, st.proposal_turns, st.forwarded, st.read_indexes, st.stale_reads, st.streams, st.pieces
         );
         self.local.set_info_section("stats", stats);
     }
@@ -805,23 +829,35 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         if std::mem::take(&mut self.proposed_this_turn) {
             self.stats.proposal_turns += 1;
         }
-        for _ in 0..TURNS_PER_WAKEUP {
-            let now = self.now();
-            if !self.reactor.turn(now) {
+        // A second round of turns sends what a finished piece let its
+        // stream propose (its next pieces, or its command) at once.
+        for _round in 0..2 {
+            for _ in 0..TURNS_PER_WAKEUP {
+                let now = self.now();
+                if !self.reactor.turn(now) {
+                    break;
+                }
+            }
+            self.maybe_sweep();
+            self.learn_peers();
+            let mut pieces_done = false;
+            for (ticket, done) in self.reactor.service.take_done() {
+                if self.sweep == Some(ticket) {
+                    self.sweep = None;
+                    continue;
+                }
+                match self.tickets.remove(&ticket) {
+                    Some(Owner::Slot(id, seq)) => self.slot_done(id, seq, done),
+                    Some(Owner::Block(w)) => self.attempt_done(w, done),
+                    Some(Owner::Piece(key, bytes)) => {
+                        self.piece_done(key, bytes, done);
+                        pieces_done = true;
+                    }
+                    None => {}
+                }
+            }
+            if !pieces_done {
                 break;
-            }
-        }
-        self.maybe_sweep();
-        self.learn_peers();
-        for (ticket, done) in self.reactor.service.take_done() {
-            if self.sweep == Some(ticket) {
-                self.sweep = None;
-                continue;
-            }
-            match self.tickets.remove(&ticket) {
-                Some(Owner::Slot(id, seq)) => self.slot_done(id, seq, done),
-                Some(Owner::Block(w)) => self.attempt_done(w, done),
-                None => {}
             }
         }
         self.wake_blocked();
@@ -956,6 +992,9 @@ impl<T: Transport<Addr = SocketAddr>> Service<SharedStore> for Member<T> {
         if let Some(c) = self.conns.remove(&conn) {
             if let Some(w) = c.blocked {
                 self.parked.remove(w);
+            }
+            if c.streaming {
+                self.drop_streams_of(conn);
             }
             self.local.close_session(c.session);
         }

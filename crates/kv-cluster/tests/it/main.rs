@@ -3,4 +3,5 @@ mod durable;
 mod gen;
 mod journal;
 mod machines;
+mod streams;
 mod transactions;

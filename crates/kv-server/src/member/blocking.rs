@@ -247,7 +247,7 @@ impl<T: Transport<Addr = std::net::SocketAddr>> Member<T> {
     pub(super) fn resume(&mut self, id: ConnId) {
         loop {
             let Some(conn) = self.conns.get_mut(&id) else { return };
-            if conn.blocked.is_some() {
+            if conn.blocked.is_some() || conn.streaming {
                 return;
             }
             let Some(args) = conn.held.pop_front() else { return };

@@ -29,6 +29,7 @@ use pmwire_resp::request::Request;
 use raft::StateRole;
 use transport::Transport;
 
+use super::stream::{group, Part, Source, PIECE_BYTES};
 use super::Member;
 use crate::cluster::MIN_EXTENT_VALUE_BYTES;
 use crate::store::Mode;
@@ -37,6 +38,15 @@ use crate::store::Mode;
 fn extents_of(req: &Request<'_>, i: usize, segments: &[Segment<'_>]) -> Option<Vec<Extent>> {
     let arg = req.arg_ref(i);
     if i < 2 || arg.len() < MIN_EXTENT_VALUE_BYTES || arg.pieces.is_empty() || arg.pieces.len() > MAX_REF_EXTENTS as usize {
+        return None;
+    }
+    all_extents(req, i, segments)
+}
+
+/// Every extent of an argument in the receive buffers (`None`: some of it is not there).
+fn all_extents(req: &Request<'_>, i: usize, segments: &[Segment<'_>]) -> Option<Vec<Extent>> {
+    let arg = req.arg_ref(i);
+    if arg.pieces.is_empty() {
         return None;
     }
     arg.pieces
@@ -66,13 +76,16 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             return false;
         }
         let conn = self.conn(id);
-        if !conn.session.is_authenticated() || conn.multi.is_some() || conn.blocked.is_some() || !conn.held.is_empty() {
+        if !conn.session.is_authenticated() || conn.multi.is_some() || conn.blocked.is_some() || conn.streaming || !conn.held.is_empty() {
             return false;
         }
         let protocol = conn.session.protocol;
         if let Some(reply) = self.short_of_room_for(std::iter::once(req.arg(0))) {
             self.conn(id).push(super::Slot::Ready(reply));
             return true;
+        }
+        if (2..req.len()).any(|i| req.arg_len(i) > PIECE_BYTES) {
+            return self.stream_write(id, req, segments);
         }
         let mut args = Vec::with_capacity(req.len());
         let mut held = Vec::new();
@@ -106,6 +119,23 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         if self.propose(id, entry) {
             self.reactor.service.machine_mut().keyspace().hold_until_settled(&held);
         }
+        true
+    }
+
+    /// Streams `req` (`member::stream`): its long arguments by the pool
+    /// extents they were received into; false if one is not all in the
+    /// pool (the copying path streams it).
+    fn stream_write(&mut self, id: ConnId, req: &Request<'_>, segments: &[Segment<'_>]) -> bool {
+        let mut parts = Vec::with_capacity(req.len());
+        for i in 0..req.len() {
+            if i >= 2 && req.arg_len(i) > PIECE_BYTES {
+                let Some(extents) = all_extents(req, i, segments) else { return false };
+                parts.push(Part::Streamed(Source::Pool(group(extents))));
+            } else {
+                parts.push(Part::Inline(req.arg(i).to_vec()));
+            }
+        }
+        self.start_stream(id, parts);
         true
     }
 }
