@@ -30,6 +30,22 @@
 //! `RedisMachine::watch`'s part, tested against single-node Redis in the
 //! integration tests.
 //!
+//! Streamed writes ([`crate::extent::ExtKind::Piece`]): in one block of
+//! `BLOCK_WRITES` writes in four, a client streams a SET or APPEND of a
+//! checked key: 2 to 4 piece entries of 8 to 16 bytes, each its own
+//! request (retried, lost, cut off by partitions, crashes and leader
+//! changes like any), then the command naming the stream
+//! ([`crate::extent::Arg::Streamed`]). Each request is drawn apart, so a
+//! block's plan (`streamed`) is a function of the session and the block
+//! alone (which writes stream is the same in every run; the key, the
+//! command, the timing and the faults are the seed's). A client retries a
+//! piece until it is applied, so its command finds every piece, except
+//! where the plan leaves one out (the command must be refused whole, as
+//! when a change of leader cut a stream) or names the stream as begun
+//! [`ABANDONED_MS`] before the run (a sweep between the pieces and the
+//! command may collect some of them). A refusal applied nothing: the
+//! history records it ([`Answer::Refused`]) and drops it from its key's.
+//!
 //! Not simulated here: the leader's own sweep proposals (the clients send
 //! sweep entries instead), and the client-stamped time is the client's
 //! clock rather than the leader's (the machine keeps time monotonic either
@@ -51,6 +67,7 @@
 //! ([`crate::snapshot`]) | session count u64 | sessions
 //! ([`Sessions::encode`]) | crc32c u32 of everything before.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 
 use lincheck::redis::{Input, Output, RedisOp};
@@ -68,8 +85,10 @@ use rand::Rng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 use crate::entry::{Entry, Watched, WatchedState};
+use crate::extent::{is_extent_form, Arg, ExtEntry, PieceHead, StreamId};
 use crate::gen::Commands;
-use crate::{MachineKeyspace, Proposer, RedisMachine};
+use crate::machine::ext::ABANDONED_MS;
+use crate::{prf, MachineKeyspace, Proposer, RedisMachine};
 
 const SNAPSHOT_MAGIC: &[u8; 4] = b"SRD1";
 /// Virtual time 0 as Redis time (ms since the Unix epoch).
@@ -325,15 +344,129 @@ fn command_args(entry: &[u8]) -> Vec<Vec<u8>> {
     parsed.request(&segments, 0).args().map(<[u8]>::to_vec).collect()
 }
 
+/// A session's writes go in blocks of this many (block `b`: seqs
+/// `BLOCK_WRITES * b + 1 ..= BLOCK_WRITES * (b + 1)`); a streamed write,
+/// its pieces and its command, fits in one.
+const BLOCK_WRITES: u64 = 5;
+
+/// The streamed write of one block of a session's writes: its pieces at
+/// the block's first sequence numbers, its command after them.
+struct Streamed {
+    stream: StreamId,
+    /// Pieces (2 to 4), of `piece_bytes` (8 to 16) each but the last.
+    pieces: u32,
+    piece_bytes: usize,
+    /// The whole value (unique: it spells the command's session and seq).
+    value: Vec<u8>,
+    /// A piece never sent: the command must be refused.
+    left_out: Option<u32>,
+}
+
+impl Streamed {
+    /// Whether a sweep may collect its pieces before its command comes
+    /// (the stream began [`ABANDONED_MS`] before the run).
+    fn abandoned(&self) -> bool {
+        self.stream.time_ms < EPOCH_MS
+    }
+}
+
+/// The streamed write that write `seq` of `session` belongs to, and its
+/// place there (a piece's index; `pieces`: the command), if its block makes
+/// one (one in four) and the write is one of its pieces sent or its
+/// command: a function of the session and the block alone, as every piece
+/// and the command must find the same plan.
+fn streamed(session: u64, seq: u64) -> Option<(Streamed, u32)> {
+    assert!(seq > 0, "a write's seq counts from 1");
+    let (block, at) = ((seq - 1) / BLOCK_WRITES, (seq - 1) % BLOCK_WRITES);
+    let draw = prf::derive(session, block);
+    let pieces = 2 + (draw >> 8) % 3;
+    let piece_bytes = 8 + (draw >> 16) % 9;
+    let len = (pieces - 1) * piece_bytes + 1 + (draw >> 24) % piece_bytes;
+    // One stream in eight leaves a piece out; one in four began long ago.
+    let left_out = (draw >> 32).is_multiple_of(8).then_some((draw >> 40) % pieces);
+    if !draw.is_multiple_of(4) || at > pieces || left_out == Some(at) {
+        return None;
+    }
+    let time_ms = if (draw >> 48).is_multiple_of(4) { EPOCH_MS - ABANDONED_MS - 1 } else { EPOCH_MS };
+    let command_seq = block * BLOCK_WRITES + 1 + pieces;
+    let value = format!("{session}.{command_seq}.").into_bytes().into_iter().cycle().take(len as usize).collect();
+    let plan = Streamed {
+        stream: StreamId { time_ms, nonce: session << 32 | block },
+        pieces: pieces as u32,
+        piece_bytes: piece_bytes as usize,
+        value,
+        left_out: left_out.map(|i| i as u32),
+    };
+    Some((plan, at as u32))
+}
+
+/// Write `seq` of `session` if it is a piece or the command of a streamed
+/// write ([`streamed`]): the command a SET or APPEND of a checked key.
+fn streamed_request(rng: &mut Xoshiro256PlusPlus, keys: usize, session: u64, seq: u64, now_ms: u64) -> Option<Request> {
+    let (plan, at) = streamed(session, seq)?;
+    let mut proposer = Proposer::with_key(rng.gen());
+    if at < plan.pieces {
+        let chunk = plan.value.chunks(plan.piece_bytes).nth(at as usize).expect("a chunk per piece");
+        let head = PieceHead { stream: plan.stream, index: at, count: plan.pieces };
+        let value = proposer.piece(now_ms, head, Arg::Inline(Cow::Borrowed(chunk)));
+        return Some(Request { op: Op::Put, client: session, seq, key: UNCHECKED.to_vec(), value, expect: None });
+    }
+    let key = format!("k{}", rng.gen_range(0..keys)).into_bytes();
+    let name: &[u8] = if rng.gen_bool(0.7) { b"SET" } else { b"APPEND" };
+    let value = Arg::Streamed {
+        len: u32::try_from(plan.value.len()).expect("a small value"),
+        crc: crc32c::crc32c(&plan.value),
+        stream: plan.stream,
+        pieces: plan.pieces,
+    };
+    let args = vec![Arg::Inline(Cow::Borrowed(name)), Arg::Inline(Cow::Borrowed(&key)), value];
+    let value = proposer.command_extents(now_ms, Protocol::Resp2, args);
+    Some(Request { op: Op::Put, client: session, seq, key, value, expect: None })
+}
+
+/// The arguments of a streamed write's command, its streamed value whole.
+fn streamed_args(req: &Request) -> Vec<Vec<u8>> {
+    let Ok(e) = ExtEntry::decode(&req.value) else { return Vec::new() };
+    let Some((plan, _)) = streamed(req.client, req.seq) else { return Vec::new() };
+    e.args
+        .iter()
+        .map(|a| match a {
+            Arg::Inline(b) => b.to_vec(),
+            Arg::Streamed { crc, .. } if *crc == crc32c::crc32c(&plan.value) => plan.value.clone(),
+            other => panic!("a streamed write's command names its own stream: {other:?}"),
+        })
+        .collect()
+}
+
+/// Whether `reply` refuses a command whole for a streamed value's missing
+/// piece (`machine::ext`).
+fn missing_piece(reply: &[u8]) -> bool {
+    reply.starts_with(b"-ERR pmwire: piece ") && reply.windows(10).any(|w| w == b"is missing")
+}
+
+/// What the history records of an answer: a reply, or the refusal of a
+/// streamed write whose piece was missing (it applied nothing, so it drops
+/// out of its key's history).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// A reply of the strings model.
+    Reply(Output),
+    /// Refused whole.
+    Refused,
+}
+
 impl<const L: bool, K: SimKeyspace> SimMachine for SimRedis<L, K> {
     /// Collections, chunks, the write index and sessions: larger than a
     /// map's.
     const SNAPSHOT_BYTES: u64 = 256 << 10;
     type HistInput = Input;
-    type HistOutput = Output;
+    type HistOutput = Answer;
 
     fn random_request(rng: &mut Xoshiro256PlusPlus, keys: usize, clients: usize, session: u64, seq: u64, now_ns: u64) -> Request {
         let now_ms = EPOCH_MS + now_ns / 1_000_000;
+        if let Some(req) = streamed_request(rng, keys, session, seq, now_ms) {
+            return req;
+        }
         let mut proposer = Proposer::with_key(rng.gen());
         // TTLs that run out within the faulty part of a run.
         let mut g = Commands::new(rng, 300);
@@ -393,7 +526,7 @@ impl<const L: bool, K: SimKeyspace> SimMachine for SimRedis<L, K> {
         if req.key == UNCHECKED {
             return None;
         }
-        let args = command_args(&req.value);
+        let args = if is_extent_form(&req.value) { streamed_args(req) } else { command_args(&req.value) };
         let name = args.first().map(|a| a.to_ascii_uppercase()).unwrap_or_default();
         Some(match (name.as_slice(), args.get(2)) {
             (b"SET", Some(v)) => Input::Set(v.clone()),
@@ -405,22 +538,43 @@ impl<const L: bool, K: SimKeyspace> SimMachine for SimRedis<L, K> {
         })
     }
 
-    fn output(req: &Request, resp: Response) -> Option<Output> {
+    fn output(req: &Request, resp: Response) -> Option<Answer> {
         if resp.status != Status::Ok {
             return None;
         }
+        #[cfg(test)]
+        tests::count(req, &resp.value);
         if req.op == Op::Put && req.key == UNCHECKED {
             // Any reply (empty for a sweep or a blocked pop); its effect is
             // checked by convergence.
-            return Some(Output::Ok);
+            return Some(Answer::Reply(Output::Ok));
         }
-        Output::from_reply(&resp.value)
+        if is_extent_form(&req.value) {
+            // A streamed write: refused where a piece may be missing (never
+            // otherwise: the client's pieces were applied), always where
+            // one is.
+            let (plan, _) = streamed(req.client, req.seq)?;
+            if missing_piece(&resp.value) {
+                return (plan.left_out.is_some() || plan.abandoned()).then_some(Answer::Refused);
+            }
+            if plan.left_out.is_some() {
+                return None;
+            }
+        }
+        Output::from_reply(&resp.value).map(Answer::Reply)
     }
 
-    fn first_violation(history: &[HistOp<Input, Output>]) -> Option<Vec<u8>> {
+    fn first_violation(history: &[HistOp<Input, Answer>]) -> Option<Vec<u8>> {
         let ops: Vec<RedisOp> = history
             .iter()
-            .map(|o| RedisOp { key: o.key.clone(), call: o.call, ret: o.ret.clone(), input: o.input.clone() })
+            .filter_map(|o| {
+                let ret = match &o.ret {
+                    Some((_, Answer::Refused)) => return None,
+                    Some((at, Answer::Reply(out))) => Some((*at, out.clone())),
+                    None => None,
+                };
+                Some(RedisOp { key: o.key.clone(), call: o.call, ret, input: o.input.clone() })
+            })
             .collect();
         lincheck::redis::first_violation(&ops)
     }
@@ -449,4 +603,65 @@ impl<const L: bool, K: SimKeyspace> SimMachine for SimRedis<L, K> {
 
 fn s(v: &str) -> Vec<u8> {
     v.as_bytes().to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use pmwire_smr::sim::{run_with, SimConfig};
+
+    use super::*;
+
+    thread_local! {
+        /// Answers seen on this thread: pieces applied, streamed SETs
+        /// answered +OK, streamed APPENDs answered a length, streamed
+        /// writes refused.
+        static SEEN: Cell<[u64; 4]> = const { Cell::new([0; 4]) };
+    }
+
+    /// Counts `req`'s answer `reply` if it is a piece's or a streamed write's.
+    pub(super) fn count(req: &Request, reply: &[u8]) {
+        let Ok(e) = ExtEntry::decode(&req.value) else { return };
+        let i = match (e.piece().is_some(), reply.first()) {
+            (true, Some(b'+')) => 0,
+            (false, Some(b'+')) => 1,
+            (false, Some(b':')) => 2,
+            _ if missing_piece(reply) => 3,
+            _ => return,
+        };
+        SEEN.with(|s| {
+            let mut seen = s.get();
+            seen[i] += 1;
+            s.set(seen);
+        });
+    }
+
+    #[test]
+    fn every_block_holds_its_streamed_write() {
+        for session in 1..=4 {
+            for seq in 1..=2_000 {
+                let Some((plan, at)) = streamed(session, seq) else { continue };
+                assert!((2..=4).contains(&plan.pieces));
+                assert!(at <= plan.pieces);
+                assert!(u64::from(plan.pieces) < BLOCK_WRITES, "pieces and command in one block");
+                assert_eq!(plan.value.chunks(plan.piece_bytes).count(), plan.pieces as usize);
+                assert!((8..=16).contains(&plan.piece_bytes));
+            }
+        }
+    }
+
+    #[test]
+    fn runs_apply_streamed_writes_and_refuse_some() {
+        for seed in 0..20 {
+            let r = run_with::<SimRedis>(seed, &SimConfig::standard(3));
+            assert!(r.passed(), "seed {seed}: {:?}", r.violations);
+        }
+        let [pieces, sets, appends, refused] = SEEN.with(Cell::get);
+        println!("20 runs: {pieces} pieces applied, {sets} streamed SETs +OK, {appends} streamed APPENDs, {refused} refused");
+        assert!(pieces > 0, "pieces applied");
+        assert!(sets > 0, "streamed SETs answered +OK");
+        assert!(appends > 0, "streamed APPENDs answered");
+        assert!(refused > 0, "streamed writes refused for a missing piece");
+    }
 }
