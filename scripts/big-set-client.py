@@ -11,6 +11,8 @@ s.sendall(b"\r\n")
 r = s.recv(100)
 dt = time.time() - t
 print("SET", r, "%.1f MB/s" % (size / 1e6 / dt))
+if not r.startswith(b"+OK") or sys.argv[3:] == ["noget"]:
+    sys.exit(0 if r.startswith(b"+OK") else 1)
 s.sendall(b"*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n")
 hdr = b""
 while not hdr.endswith(b"\r\n"):

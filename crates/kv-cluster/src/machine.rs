@@ -467,7 +467,7 @@ impl<K: MachineKeyspace> RedisMachine<K> {
     pub fn sweep_due(&mut self, now_ms: u64) -> bool {
         let ks = self.ks.get_mut();
         ks.set_now_ms(now_ms.max(self.last_time_ms));
-        let due = !ks.expired(1).is_empty() || has_tombstone(ks) || ext::has_abandoned(ks, now_ms);
+        let due = !ks.expired(1).is_empty() || has_tombstone(ks) || ext::has_garbage(ks, now_ms);
         ks.set_now_ms(self.last_time_ms);
         due
     }
@@ -634,7 +634,7 @@ impl<K: MachineKeyspace> RedisMachine<K> {
             let mut garbage =
                 if entry.garbage_budget > 0 { collect_garbage(ks, entry.garbage_budget as usize)? } else { 0 };
             if entry.garbage_budget as usize > garbage {
-                garbage += ext::collect_abandoned(ks, time_ms, entry.garbage_budget as usize - garbage)?;
+                garbage += ext::collect_pieces(ks, time_ms, entry.garbage_budget as usize - garbage)?;
             }
             Ok(Swept { expired: s.deleted, garbage, more: s.more })
         });

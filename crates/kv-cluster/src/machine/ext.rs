@@ -12,11 +12,14 @@
 //! extents where the keyspace has a pool: no byte moves), so it is in every
 //! snapshot and survives a restart like any key. The command naming the
 //! stream ([`Arg::Streamed`]) is parsed over its pieces' bytes, in order,
-//! and deletes them in the same entry. A piece missing (a leader change cut
+//! and marks the stream finished ([`FINISHED_TAG`]: one write, so the
+//! entry costs the same whatever the piece count); the leader's sweep
+//! entries then delete a finished stream's pieces, a bounded number per
+//! entry, and its mark with the last. A piece missing (a leader change cut
 //! the stream: every member has the same pieces, so every member finds
-//! the same one missing) refuses the command whole; pieces whose stream
-//! never finished are deleted by a sweep [`ABANDONED_MS`] after the
-//! stream began.
+//! the same one missing), or a stream already finished, refuses the
+//! command whole; pieces whose stream never finished are deleted by a
+//! sweep [`ABANDONED_MS`] after the stream began.
 
 use pmwire_keyspace::store::{Keyspace, StoreError};
 use pmwire_resp::request::{Limits, Parsed};
@@ -31,6 +34,9 @@ use crate::machine::ExtentBytes;
 /// `00`-`02`, `pmwire_keyspace::chunked`; below the machine's
 /// [`super::MACHINE_TAG`], so snapshots carry them).
 pub const PIECE_TAG: u8 = 0x03;
+/// The internal-key tag of a finished stream's mark (`04 ‖ time u64be ‖
+/// nonce u64be`, empty value).
+pub const FINISHED_TAG: u8 = 0x04;
 /// How long after its stream began a piece is kept for the command that
 /// names it; a sweep deletes it after that.
 pub const ABANDONED_MS: u64 = 10 * 60 * 1000;
@@ -46,6 +52,22 @@ pub fn piece_key(stream: StreamId, index: u32) -> [u8; PIECE_KEY_BYTES] {
     k[9..17].copy_from_slice(&stream.nonce.to_be_bytes());
     k[17..].copy_from_slice(&index.to_be_bytes());
     k
+}
+
+/// The internal key of `stream`'s finished mark.
+pub fn finished_key(stream: StreamId) -> [u8; 17] {
+    let mut k = [0u8; 17];
+    k[0] = FINISHED_TAG;
+    k[1..9].copy_from_slice(&stream.time_ms.to_be_bytes());
+    k[9..].copy_from_slice(&stream.nonce.to_be_bytes());
+    k
+}
+
+/// The first finished mark, if any.
+fn first_finished<K: Keyspace + ?Sized>(ks: &mut K) -> Option<Vec<u8>> {
+    let mut first = None;
+    ks.internal_scan(&[FINISHED_TAG], 1, &mut |k| first = Some(k.to_vec()));
+    first.filter(|k| k.len() == 17 && k[0] == FINISHED_TAG)
 }
 
 /// The stream time of a piece key (`None`: not a piece key).
@@ -64,24 +86,50 @@ fn abandoned<K: Keyspace + ?Sized>(ks: &mut K, before_ms: u64, budget: usize) ->
     keys
 }
 
-/// Whether a piece waits for collection at `now_ms`.
-pub fn has_abandoned<K: Keyspace + ?Sized>(ks: &mut K, now_ms: u64) -> bool {
-    !abandoned(ks, now_ms.saturating_sub(ABANDONED_MS), 1).is_empty()
+/// Whether a piece waits for collection at `now_ms` (its stream finished,
+/// or abandoned).
+pub fn has_garbage<K: Keyspace + ?Sized>(ks: &mut K, now_ms: u64) -> bool {
+    first_finished(ks).is_some() || !abandoned(ks, now_ms.saturating_sub(ABANDONED_MS), 1).is_empty()
 }
 
-/// Deletes up to `budget` pieces abandoned at `now_ms`; how many.
-pub fn collect_abandoned<K: Keyspace + ?Sized>(ks: &mut K, now_ms: u64, budget: usize) -> Result<usize, StoreError> {
-    let keys = abandoned(ks, now_ms.saturating_sub(ABANDONED_MS), budget);
+/// Deletes up to `budget` pieces of finished streams (and a mark once its
+/// last piece is gone), then of streams abandoned at `now_ms`; how many
+/// entries it deleted.
+pub fn collect_pieces<K: Keyspace + ?Sized>(ks: &mut K, now_ms: u64, budget: usize) -> Result<usize, StoreError> {
+    let mut deleted = 0;
+    while deleted < budget {
+        let Some(mark) = first_finished(ks) else { break };
+        let mut prefix = mark.clone();
+        prefix[0] = PIECE_TAG;
+        let mut doomed = Vec::new();
+        ks.internal_scan(&prefix, budget - deleted, &mut |k| {
+            if k.starts_with(&prefix) {
+                doomed.push(k.to_vec());
+            }
+        });
+        for k in &doomed {
+            ks.internal_delete(k)?;
+        }
+        deleted += doomed.len();
+        if deleted == budget {
+            break;
+        }
+        ks.internal_delete(&mark)?;
+        deleted += 1;
+    }
+    let keys = abandoned(ks, now_ms.saturating_sub(ABANDONED_MS), budget - deleted);
     for k in &keys {
         ks.internal_delete(k)?;
     }
-    Ok(keys.len())
+    Ok(deleted + keys.len())
 }
 
 /// Why a streamed argument cannot be read.
 enum Missing {
     /// Its piece `index` is not there (or is not the length the stream says).
     Piece(usize, u32),
+    /// Its stream was finished by an earlier command.
+    Finished(usize),
     /// A local fault.
     Fault(String),
 }
@@ -121,6 +169,9 @@ fn pieces<K: MachineKeyspace>(ks: &mut K, e: &ExtEntry<'_>, framing: &mut Vec<u8
                 start = framing.len();
             }
             Arg::Streamed { len, crc, stream, pieces } => {
+                if ks.internal_get(&finished_key(*stream)).is_some() {
+                    return Err(Missing::Finished(i));
+                }
                 out.push(Piece::Framing(start, framing.len()));
                 let (mut sum, mut total) = (0u32, 0u64);
                 for index in 0..*pieces {
@@ -177,15 +228,18 @@ impl<K: MachineKeyspace> RedisMachine<K> {
                 self.fault.get_or_insert(format!("entry {index}: {why}"));
                 return Ok(Ran { applied: refusal(EntryError::Field("pool extent")), touched: Vec::new(), cleared: false });
             }
-            Err(Missing::Piece(arg, piece)) => {
-                let applied = match self.drop_streams(e) {
-                    Ok(()) => Applied {
-                        reply: format!(
-                            "-ERR pmwire: piece {piece} of argument {arg}, a streamed value, is missing (a change of leader cut its stream); nothing was applied\r\n"
-                        )
-                        .into_bytes(),
-                        ..Applied::default()
-                    },
+            Err(why @ (Missing::Piece(..) | Missing::Finished(_))) => {
+                let reply = match why {
+                    Missing::Piece(arg, piece) => format!(
+                        "-ERR pmwire: piece {piece} of argument {arg}, a streamed value, is missing (a change of leader cut its stream); nothing was applied\r\n"
+                    ),
+                    Missing::Finished(arg) => format!(
+                        "-ERR pmwire: argument {arg} names a streamed value an earlier command used; nothing was applied\r\n"
+                    ),
+                    Missing::Fault(_) => unreachable!("matched above"),
+                };
+                let applied = match self.finish_streams(e) {
+                    Ok(()) => Applied { reply: reply.into_bytes(), ..Applied::default() },
                     Err(err) => store_failed(err, e.protocol),
                 };
                 return Ok(Ran { applied, touched: Vec::new(), cleared: false });
@@ -211,7 +265,7 @@ impl<K: MachineKeyspace> RedisMachine<K> {
         self.ks.get_mut().set_segment_locs(&locs);
         let mut ran = self.run_parsed(index, (Kind::Command, e.seed, e.protocol), false, time_ms, &parsed, &segments);
         self.ks.get_mut().set_segment_locs(&[]);
-        if let Err(err) = self.drop_streams(e) {
+        if let Err(err) = self.finish_streams(e) {
             ran.applied = store_failed(err, e.protocol);
         }
         Ok(ran)
@@ -255,13 +309,12 @@ impl<K: MachineKeyspace> RedisMachine<K> {
         Ran { applied, touched: Vec::new(), cleared: false }
     }
 
-    /// Deletes every piece of the entry's streamed arguments that is there.
-    fn drop_streams(&mut self, e: &ExtEntry<'_>) -> Result<(), StoreError> {
+    /// Marks the entry's streams finished (their pieces go with later
+    /// sweeps).
+    fn finish_streams(&mut self, e: &ExtEntry<'_>) -> Result<(), StoreError> {
         let ks = self.ks.get_mut();
-        for (stream, pieces) in e.streamed() {
-            for index in 0..pieces {
-                ks.internal_delete(&piece_key(stream, index))?;
-            }
+        for (stream, _) in e.streamed() {
+            ks.internal_put(&finished_key(stream), &[])?;
         }
         Ok(())
     }

@@ -56,6 +56,12 @@ impl Member {
         self.p.command_extents(self.now, Protocol::Resp2, args)
     }
 
+    /// A sweep at the member's time (it collects finished streams' pieces).
+    fn sweep(&mut self) {
+        let sweep = self.p.sweep(self.now, 64, 64);
+        self.apply(&sweep);
+    }
+
     fn pieces_kept(&mut self) -> usize {
         let mut n = 0;
         self.m.keyspace().internal_scan(&[PIECE_TAG], 1 << 20, &mut |k| n += usize::from(k[0] == PIECE_TAG));
@@ -83,8 +89,15 @@ fn a_streamed_set_stores_the_whole_value_and_drops_its_pieces() {
     assert_eq!(t.cmd(&[b"DBSIZE"]), ":0\r\n", "pieces are no keys");
     let set = t.streamed("SET", "k", stream, &v);
     assert_eq!(t.apply(&set), "+OK\r\n");
-    assert_eq!(t.pieces_kept(), 0);
     assert_eq!(t.cmd(&[b"GET", b"k"]), bulk(&v));
+    // The same command again (an entry applied twice would be a bug
+    // elsewhere) is refused, not applied twice.
+    assert!(t.apply(&set).contains("an earlier command used"));
+    assert!(t.m.sweep_due(t.now), "the finished stream's pieces wait for a sweep");
+    t.sweep();
+    assert_eq!(t.pieces_kept(), 0);
+    assert!(!t.m.sweep_due(t.now));
+    assert_eq!(t.cmd(&[b"GET", b"k"]), bulk(&v), "the value outlives its pieces");
     // APPEND of a streamed value to it.
     let w = value(2 * PIECE);
     let stream = t.p.stream_id(t.now);
@@ -108,7 +121,8 @@ fn a_missing_piece_refuses_the_command_whole_on_every_member() {
     let reply = t.apply(&set);
     assert!(reply.starts_with("-ERR") && reply.contains("piece 1") && reply.contains("missing"), "{reply}");
     assert_eq!(t.cmd(&[b"EXISTS", b"k"]), ":0\r\n");
-    assert_eq!(t.pieces_kept(), 0, "the stream's pieces are deleted with the refusal");
+    t.sweep();
+    assert_eq!(t.pieces_kept(), 0, "the refused stream's pieces go with the next sweep");
     // A piece of another stream's length does not pass for this one's.
     let stream = t.p.stream_id(t.now);
     let pieces = t.pieces(stream, &v);
@@ -135,8 +149,29 @@ fn a_snapshot_taken_mid_stream_carries_its_pieces() {
         m.apply(&pieces[3]);
         assert_eq!(m.apply(&set), "+OK\r\n");
         assert_eq!(m.cmd(&[b"GET", b"k"]), bulk(&v));
+        m.sweep();
         assert_eq!(m.pieces_kept(), 0);
     }
+}
+
+#[test]
+fn a_sweep_collects_a_finished_streams_pieces_within_its_budget() {
+    let mut t = Member::new();
+    let v = value(150 * PIECE);
+    let stream = t.p.stream_id(t.now);
+    for piece in t.pieces(stream, &v) {
+        t.apply(&piece);
+    }
+    let set = t.streamed("SET", "k", stream, &v);
+    assert_eq!(t.apply(&set), "+OK\r\n");
+    t.sweep();
+    assert_eq!(t.pieces_kept(), 150 - 64);
+    t.sweep();
+    assert_eq!(t.pieces_kept(), 150 - 128);
+    t.sweep();
+    assert_eq!(t.pieces_kept(), 0);
+    assert!(!t.m.sweep_due(t.now), "the mark went with the last piece");
+    assert_eq!(t.cmd(&[b"GET", b"k"]), bulk(&v));
 }
 
 #[test]

@@ -69,6 +69,9 @@ pub(super) enum Part {
 struct Streamed {
     id: StreamId,
     len: u32,
+    /// crc32c of the pieces proposed so far (whole once all are: each
+    /// piece's bytes are read once, when it is proposed, so the value is
+    /// not read in one turn before its first piece goes).
     crc: u32,
     source: Source,
 }
@@ -124,17 +127,16 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             match part {
                 Part::Inline(b) => args.push(Ok(b)),
                 Part::Streamed(source) => {
-                    let (len, crc) = match &source {
+                    let len = match &source {
                         Source::Pool(groups) => {
-                            let all: Vec<Extent> = groups.iter().flatten().copied().collect();
-                            held.extend(all.iter().map(|e| e.buf_idx));
-                            (all.iter().map(|e| u64::from(e.len)).sum::<u64>(), store.crc_of(&all))
+                            held.extend(groups.iter().flatten().map(|e| e.buf_idx));
+                            groups.iter().flatten().map(|e| u64::from(e.len)).sum::<u64>()
                         }
-                        Source::Bytes(b) => (b.len() as u64, crc32c::crc32c(b)),
+                        Source::Bytes(b) => b.len() as u64,
                     };
                     let len = u32::try_from(len).expect("a request's argument fits u32");
                     args.push(Err(streamed.len()));
-                    streamed.push(Streamed { id: self.proposer.stream_id(now), len, crc, source });
+                    streamed.push(Streamed { id: self.proposer.stream_id(now), len, crc: 0, source });
                 }
             }
         }
@@ -203,30 +205,35 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
     fn piece_entry(&mut self, key: u64, arg: usize, piece: u32) -> (Vec<u8>, u64, Vec<Extent>) {
         let by_extents = self.mode == Mode::ZeroCopy && self.reactor.service.status().role == StateRole::Leader;
         let store = self.reactor.service.machine_mut().keyspace().shared_store().clone();
-        let s = &self.streams[&key];
-        let st = &s.streamed[arg];
+        let s = self.streams.get_mut(&key).expect("a stream proposing");
+        let st = &mut s.streamed[arg];
         let head = PieceHead { stream: st.id, index: piece, count: st.source.pieces() };
-        let (value, bytes, hold) = match &st.source {
+        let (value, bytes, hold, crc) = match &st.source {
             Source::Pool(groups) => {
                 let extents = &groups[piece as usize];
                 let len: u32 = extents.iter().map(|e| u32::from(e.len)).sum();
                 if by_extents {
                     extents.iter().for_each(|&e| store.flush_extent(e));
                     store.drain();
-                    (Arg::Pool { len, crc: store.crc_of(extents), extents: extents.clone() }, len, extents.clone())
+                    let crc = store.crc_of(extents);
+                    (Arg::Pool { len, crc, extents: extents.clone() }, len, extents.clone(), crc)
                 } else {
                     self.copies.add(|c| c.entry += u64::from(len));
-                    (Arg::Inline(Cow::Owned(store.gather(extents))), len, Vec::new())
+                    let bytes = store.gather(extents);
+                    let crc = crc32c::crc32c(&bytes);
+                    (Arg::Inline(Cow::Owned(bytes)), len, Vec::new(), crc)
                 }
             }
             Source::Bytes(b) => {
                 let at = piece as usize * PIECE_BYTES;
                 let chunk = &b[at..b.len().min(at + PIECE_BYTES)];
                 self.copies.add(|c| c.entry += chunk.len() as u64);
-                (Arg::Inline(Cow::Borrowed(chunk)), chunk.len() as u32, Vec::new())
+                (Arg::Inline(Cow::Borrowed(chunk)), chunk.len() as u32, Vec::new(), crc32c::crc32c(chunk))
             }
         };
+        let combined = crc32c::crc32c_combine(st.crc, crc, bytes as usize);
         let entry = self.proposer.piece(Self::now_ms(), head, value);
+        self.streams.get_mut(&key).expect("a stream proposing").streamed[arg].crc = combined;
         (entry, u64::from(bytes), hold)
     }
 
