@@ -34,76 +34,154 @@ use crate::machine::ExtentBytes;
 /// `00`-`02`, `pmwire_keyspace::chunked`; below the machine's
 /// [`super::MACHINE_TAG`], so snapshots carry them).
 pub const PIECE_TAG: u8 = 0x03;
-/// The internal-key tag of a finished stream's mark (`04 ‖ time u64be ‖
-/// nonce u64be`, empty value).
-pub const FINISHED_TAG: u8 = 0x04;
+/// The internal-key tag of a stream's state (`04 ‖ time u64be ‖ nonce
+/// u64be`, a [`StreamState`]).
+pub const STREAM_TAG: u8 = 0x04;
 /// How long after its stream began a piece is kept for the command that
 /// names it; a sweep deletes it after that.
 pub const ABANDONED_MS: u64 = 10 * 60 * 1000;
 /// Bytes of a piece's key: tag, stream time and nonce, index (big-endian,
 /// so keys sort by stream time).
 pub const PIECE_KEY_BYTES: usize = 21;
+/// Bytes of a stream state's key.
+pub const STREAM_KEY_BYTES: usize = 17;
+/// Stream states a sweep looks at for one it may collect.
+const SWEEP_SCAN: usize = 64;
 
 /// The internal key of piece `index` of `stream`.
 pub fn piece_key(stream: StreamId, index: u32) -> [u8; PIECE_KEY_BYTES] {
     let mut k = [0u8; PIECE_KEY_BYTES];
+    k[..STREAM_KEY_BYTES].copy_from_slice(&stream_key(stream));
     k[0] = PIECE_TAG;
-    k[1..9].copy_from_slice(&stream.time_ms.to_be_bytes());
-    k[9..17].copy_from_slice(&stream.nonce.to_be_bytes());
     k[17..].copy_from_slice(&index.to_be_bytes());
     k
 }
 
-/// The internal key of `stream`'s finished mark.
-pub fn finished_key(stream: StreamId) -> [u8; 17] {
-    let mut k = [0u8; 17];
-    k[0] = FINISHED_TAG;
+/// The internal key of `stream`'s state.
+pub fn stream_key(stream: StreamId) -> [u8; STREAM_KEY_BYTES] {
+    let mut k = [0u8; STREAM_KEY_BYTES];
+    k[0] = STREAM_TAG;
     k[1..9].copy_from_slice(&stream.time_ms.to_be_bytes());
     k[9..].copy_from_slice(&stream.nonce.to_be_bytes());
     k
 }
 
-/// The first finished mark, if any.
-fn first_finished<K: Keyspace + ?Sized>(ks: &mut K) -> Option<Vec<u8>> {
-    let mut first = None;
-    ks.internal_scan(&[FINISHED_TAG], 1, &mut |k| first = Some(k.to_vec()));
-    first.filter(|k| k.len() == 17 && k[0] == FINISHED_TAG)
+/// Where a stream stands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Phase {
+    /// Its pieces are arriving in order.
+    #[default]
+    Open,
+    /// Its command ran (or was refused): its pieces wait for a sweep.
+    Finished,
+    /// A piece came out of order: its command will be refused.
+    Broken,
 }
 
-/// The stream time of a piece key (`None`: not a piece key).
-fn piece_time(key: &[u8]) -> Option<u64> {
-    (key.len() == PIECE_KEY_BYTES && key[0] == PIECE_TAG).then(|| u64::from_be_bytes(key[1..9].try_into().expect("8 bytes")))
+/// A stream's state (24 B, little-endian: pieces kept u32, phase u8 (0
+/// open, 1 finished, 2 broken), 3 zero bytes, bytes kept u64, crc32c of
+/// the bytes kept u32, 4 zero bytes): every member keeps it from the same
+/// piece entries, so the command checks the value's length and checksum
+/// without reading the value again.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamState {
+    /// Pieces kept: the index the next piece must have.
+    pub next: u32,
+    /// Where it stands.
+    pub phase: Phase,
+    /// Bytes kept.
+    pub len: u64,
+    /// crc32c of the bytes kept, in order.
+    pub crc: u32,
 }
 
-/// Up to `budget` piece keys whose stream began before `before_ms`.
-fn abandoned<K: Keyspace + ?Sized>(ks: &mut K, before_ms: u64, budget: usize) -> Vec<Vec<u8>> {
+impl StreamState {
+    fn encode(&self) -> [u8; 24] {
+        let mut out = [0u8; 24];
+        out[..4].copy_from_slice(&self.next.to_le_bytes());
+        out[4] = match self.phase {
+            Phase::Open => 0,
+            Phase::Finished => 1,
+            Phase::Broken => 2,
+        };
+        out[8..16].copy_from_slice(&self.len.to_le_bytes());
+        out[16..20].copy_from_slice(&self.crc.to_le_bytes());
+        out
+    }
+
+    /// A state written by another build or damaged reads as broken: its
+    /// command is refused and a sweep collects it.
+    fn decode(b: &[u8]) -> StreamState {
+        let broken = StreamState { phase: Phase::Broken, ..StreamState::default() };
+        if b.len() != 24 || b[5..8] != [0; 3] || b[20..] != [0; 4] {
+            return broken;
+        }
+        let phase = match b[4] {
+            0 => Phase::Open,
+            1 => Phase::Finished,
+            _ => Phase::Broken,
+        };
+        StreamState {
+            next: u32::from_le_bytes(b[..4].try_into().expect("4 bytes")),
+            phase,
+            len: u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")),
+            crc: u32::from_le_bytes(b[16..20].try_into().expect("4 bytes")),
+        }
+    }
+}
+
+/// The state of `stream`, if it has one.
+pub fn stream_state<K: Keyspace + ?Sized>(ks: &mut K, stream: StreamId) -> Option<StreamState> {
+    let v = ks.internal_get(&stream_key(stream))?;
+    let mut bytes = Vec::with_capacity(24);
+    ks.read(&v, &mut bytes);
+    Some(StreamState::decode(&bytes))
+}
+
+fn put_state<K: Keyspace + ?Sized>(ks: &mut K, stream: StreamId, st: StreamState) -> Result<(), StoreError> {
+    ks.internal_put(&stream_key(stream), &st.encode())
+}
+
+/// The first stream a sweep at `now_ms` may collect (finished, broken, or
+/// begun [`ABANDONED_MS`] before), among the first [`SWEEP_SCAN`].
+fn collectable<K: Keyspace + ?Sized>(ks: &mut K, now_ms: u64) -> Option<(StreamId, StreamState)> {
     let mut keys = Vec::new();
-    ks.internal_scan(&[PIECE_TAG], budget, &mut |k| {
-        if piece_time(k).is_some_and(|t| t < before_ms) {
+    ks.internal_scan(&[STREAM_TAG], SWEEP_SCAN, &mut |k| {
+        if k.len() == STREAM_KEY_BYTES && k[0] == STREAM_TAG {
             keys.push(k.to_vec());
         }
     });
-    keys
+    keys.into_iter().find_map(|k| {
+        let stream = StreamId {
+            time_ms: u64::from_be_bytes(k[1..9].try_into().expect("8 bytes")),
+            nonce: u64::from_be_bytes(k[9..].try_into().expect("8 bytes")),
+        };
+        let st = stream_state(ks, stream)?;
+        (st.phase != Phase::Open || stream.time_ms < now_ms.saturating_sub(ABANDONED_MS)).then_some((stream, st))
+    })
 }
 
-/// Whether a piece waits for collection at `now_ms` (its stream finished,
-/// or abandoned).
+/// Whether a stream waits for collection at `now_ms`.
 pub fn has_garbage<K: Keyspace + ?Sized>(ks: &mut K, now_ms: u64) -> bool {
-    first_finished(ks).is_some() || !abandoned(ks, now_ms.saturating_sub(ABANDONED_MS), 1).is_empty()
+    collectable(ks, now_ms).is_some()
 }
 
-/// Deletes up to `budget` pieces of finished streams (and a mark once its
-/// last piece is gone), then of streams abandoned at `now_ms`; how many
-/// entries it deleted.
+/// Deletes up to `budget` pieces of collectable streams, and a stream's
+/// state with its last piece; how many entries it deleted.
 pub fn collect_pieces<K: Keyspace + ?Sized>(ks: &mut K, now_ms: u64, budget: usize) -> Result<usize, StoreError> {
     let mut deleted = 0;
     while deleted < budget {
-        let Some(mark) = first_finished(ks) else { break };
-        let mut prefix = mark.clone();
-        prefix[0] = PIECE_TAG;
+        let Some((stream, st)) = collectable(ks, now_ms) else { break };
+        if st.phase == Phase::Open {
+            // Abandoned: broken first, so that a command still to come is
+            // refused rather than finding its first pieces gone.
+            put_state(ks, stream, StreamState { phase: Phase::Broken, ..st })?;
+        }
+        let prefix = piece_key(stream, 0);
+        let prefix = &prefix[..STREAM_KEY_BYTES];
         let mut doomed = Vec::new();
-        ks.internal_scan(&prefix, budget - deleted, &mut |k| {
-            if k.starts_with(&prefix) {
+        ks.internal_scan(prefix, budget - deleted, &mut |k| {
+            if k.starts_with(prefix) {
                 doomed.push(k.to_vec());
             }
         });
@@ -114,14 +192,10 @@ pub fn collect_pieces<K: Keyspace + ?Sized>(ks: &mut K, now_ms: u64, budget: usi
         if deleted == budget {
             break;
         }
-        ks.internal_delete(&mark)?;
+        ks.internal_delete(&stream_key(stream))?;
         deleted += 1;
     }
-    let keys = abandoned(ks, now_ms.saturating_sub(ABANDONED_MS), budget - deleted);
-    for k in &keys {
-        ks.internal_delete(k)?;
-    }
-    Ok(deleted + keys.len())
+    Ok(deleted)
 }
 
 /// Why a streamed argument cannot be read.
@@ -130,6 +204,8 @@ enum Missing {
     Piece(usize, u32),
     /// Its stream was finished by an earlier command.
     Finished(usize),
+    /// Its pieces are all there and their bytes fail the value's checksum.
+    Checksum(usize),
     /// A local fault.
     Fault(String),
 }
@@ -169,11 +245,21 @@ fn pieces<K: MachineKeyspace>(ks: &mut K, e: &ExtEntry<'_>, framing: &mut Vec<u8
                 start = framing.len();
             }
             Arg::Streamed { len, crc, stream, pieces } => {
-                if ks.internal_get(&finished_key(*stream)).is_some() {
-                    return Err(Missing::Finished(i));
+                // The state says whether every piece is there, in order, and
+                // what their bytes sum to: the value is not read again.
+                let st = stream_state(ks, *stream).ok_or(Missing::Piece(i, 0))?;
+                match st.phase {
+                    Phase::Finished => return Err(Missing::Finished(i)),
+                    Phase::Broken => return Err(Missing::Piece(i, st.next)),
+                    Phase::Open => {}
+                }
+                if st.next != *pieces || st.len != u64::from(*len) {
+                    return Err(Missing::Piece(i, st.next.min(*pieces)));
+                }
+                if st.crc != *crc {
+                    return Err(Missing::Checksum(i));
                 }
                 out.push(Piece::Framing(start, framing.len()));
-                let (mut sum, mut total) = (0u32, 0u64);
                 for index in 0..*pieces {
                     let key = piece_key(*stream, index);
                     match ks.piece_extents(&key) {
@@ -182,29 +268,18 @@ fn pieces<K: MachineKeyspace>(ks: &mut K, e: &ExtEntry<'_>, framing: &mut Vec<u8
                                 let bytes = ks
                                     .extent_bytes(x)
                                     .ok_or_else(|| Missing::Fault(format!("piece {index} names extent {x:?} outside this member's pool")))?;
-                                sum = crc32c::crc32c_append(sum, bytes.bytes());
-                                total += bytes.bytes().len() as u64;
                                 out.push(Piece::Pool(bytes, (x.buf_idx, u32::from(x.offset))));
                             }
                         }
                         None => {
-                            let value = ks.internal_get(&key).ok_or(Missing::Piece(i, index))?;
+                            let value = ks
+                                .internal_get(&key)
+                                .ok_or_else(|| Missing::Fault(format!("piece {index} of a stream whose state holds it is not there")))?;
                             let at = framing.len();
                             ks.read(&value, framing);
-                            sum = crc32c::crc32c_append(sum, &framing[at..]);
-                            total += (framing.len() - at) as u64;
                             out.push(Piece::Framing(at, framing.len()));
                         }
                     }
-                    if total > u64::from(*len) {
-                        return Err(Missing::Piece(i, index));
-                    }
-                }
-                if total != u64::from(*len) {
-                    return Err(Missing::Piece(i, *pieces));
-                }
-                if sum != *crc {
-                    return Err(Missing::Fault(format!("argument {i}: its streamed pieces fail the value's checksum")));
                 }
                 start = framing.len();
             }
@@ -228,7 +303,7 @@ impl<K: MachineKeyspace> RedisMachine<K> {
                 self.fault.get_or_insert(format!("entry {index}: {why}"));
                 return Ok(Ran { applied: refusal(EntryError::Field("pool extent")), touched: Vec::new(), cleared: false });
             }
-            Err(why @ (Missing::Piece(..) | Missing::Finished(_))) => {
+            Err(why @ (Missing::Piece(..) | Missing::Finished(_) | Missing::Checksum(_))) => {
                 let reply = match why {
                     Missing::Piece(arg, piece) => format!(
                         "-ERR pmwire: piece {piece} of argument {arg}, a streamed value, is missing (a change of leader cut its stream); nothing was applied\r\n"
@@ -236,9 +311,12 @@ impl<K: MachineKeyspace> RedisMachine<K> {
                     Missing::Finished(arg) => format!(
                         "-ERR pmwire: argument {arg} names a streamed value an earlier command used; nothing was applied\r\n"
                     ),
+                    Missing::Checksum(arg) => {
+                        format!("-ERR pmwire: argument {arg}, a streamed value, fails its checksum; nothing was applied\r\n")
+                    }
                     Missing::Fault(_) => unreachable!("matched above"),
                 };
-                let applied = match self.finish_streams(e) {
+                let applied = match self.finish_streams(e, Phase::Broken) {
                     Ok(()) => Applied { reply: reply.into_bytes(), ..Applied::default() },
                     Err(err) => store_failed(err, e.protocol),
                 };
@@ -265,18 +343,31 @@ impl<K: MachineKeyspace> RedisMachine<K> {
         self.ks.get_mut().set_segment_locs(&locs);
         let mut ran = self.run_parsed(index, (Kind::Command, e.seed, e.protocol), false, time_ms, &parsed, &segments);
         self.ks.get_mut().set_segment_locs(&[]);
-        if let Err(err) = self.finish_streams(e) {
+        if let Err(err) = self.finish_streams(e, Phase::Finished) {
             ran.applied = store_failed(err, e.protocol);
         }
         Ok(ran)
     }
 
-    /// Keeps piece `head` of a streamed value until the command naming it.
+    /// Keeps piece `head` of a streamed value until the command naming it,
+    /// if it is the next of an open stream (otherwise the stream is broken
+    /// and the piece dropped: its command will be refused).
     fn keep_piece(&mut self, index: u64, head: crate::extent::PieceHead, value: &Arg<'_>) -> Ran {
         let ks = self.ks.get_mut();
+        let mut st = stream_state(ks, head.stream).unwrap_or_default();
+        let ok = || Ran { applied: Applied { reply: b"+OK\r\n".to_vec(), ..Applied::default() }, touched: Vec::new(), cleared: false };
+        if st.phase != Phase::Open || head.index != st.next {
+            if st.phase == Phase::Open {
+                st.phase = Phase::Broken;
+                if let Err(err) = put_state(ks, head.stream, st) {
+                    return Ran { applied: store_failed(err, pmwire_resp::reply::Protocol::Resp2), touched: Vec::new(), cleared: false };
+                }
+            }
+            return ok();
+        }
         let key = piece_key(head.stream, head.index);
-        let result = match value {
-            Arg::Inline(b) => ks.put_piece(&key, b, None),
+        let (result, crc) = match value {
+            Arg::Inline(b) => (ks.put_piece(&key, b, None), crc32c::crc32c(b)),
             Arg::Pool { crc, extents, len } => {
                 let mut bytes = Vec::new();
                 let mut lent = Vec::with_capacity(extents.len());
@@ -298,23 +389,28 @@ impl<K: MachineKeyspace> RedisMachine<K> {
                     bytes.reserve(*len as usize);
                     lent.iter().for_each(|b| bytes.extend_from_slice(b.bytes()));
                 }
-                ks.put_piece(&key, &bytes, Some(extents))
+                (ks.put_piece(&key, &bytes, Some(extents)), sum)
             }
             Arg::Streamed { .. } => unreachable!("a piece's value is inline or in the pool"),
         };
-        let applied = match result {
-            Ok(()) => Applied { reply: b"+OK\r\n".to_vec(), ..Applied::default() },
-            Err(err) => store_failed(err, pmwire_resp::reply::Protocol::Resp2),
-        };
-        Ran { applied, touched: Vec::new(), cleared: false }
+        let len = value.len();
+        st.next += 1;
+        st.crc = crc32c::crc32c_combine(st.crc, crc, len as usize);
+        st.len += len;
+        match result.and_then(|()| put_state(ks, head.stream, st)) {
+            Ok(()) => ok(),
+            Err(err) => Ran { applied: store_failed(err, pmwire_resp::reply::Protocol::Resp2), touched: Vec::new(), cleared: false },
+        }
     }
 
-    /// Marks the entry's streams finished (their pieces go with later
-    /// sweeps).
-    fn finish_streams(&mut self, e: &ExtEntry<'_>) -> Result<(), StoreError> {
+    /// Sets the state of the entry's streams that have one to `phase`
+    /// (their pieces go with later sweeps).
+    fn finish_streams(&mut self, e: &ExtEntry<'_>, phase: Phase) -> Result<(), StoreError> {
         let ks = self.ks.get_mut();
         for (stream, _) in e.streamed() {
-            ks.internal_put(&finished_key(stream), &[])?;
+            if let Some(st) = stream_state(ks, stream) {
+                put_state(ks, stream, StreamState { phase, ..st })?;
+            }
         }
         Ok(())
     }
