@@ -780,34 +780,76 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
 
     /// Runs a read at the head of a connection's queue.
     fn run_read(&mut self, id: ConnId, args: &[Vec<u8>]) -> Vec<u8> {
+        match self.read_pieces(id, args) {
+            Ok(pieces) => {
+                let ks = self.reactor.service.machine_mut().keyspace();
+                let mut out = Gather { ks, out: Vec::new() };
+                for piece in pieces {
+                    match piece {
+                        Piece::Bytes(b) => out.bytes(&b),
+                        Piece::Value(h, len) => out.value(&h, len),
+                    }
+                }
+                std::mem::take(&mut out.out)
+            }
+            Err(reply) => reply,
+        }
+    }
+
+    /// Runs a read: its reply as bytes and value handles (valid until the
+    /// keyspace next writes: the caller sends or gathers them at once), or
+    /// the error reply.
+    fn read_pieces(&mut self, id: ConnId, args: &[Vec<u8>]) -> Result<Vec<Piece>, Vec<u8>> {
         let now = Self::now_ms();
         let conn = self.conns.get_mut(&id).expect("the connection");
         let machine = self.reactor.service.machine_mut();
         let mut capture = Capture::default();
         let result = with_request(args, |req| machine.read(&mut self.reads, &mut conn.session, now, req, &mut capture));
-        let ks = machine.keyspace();
-        let mut out = Gather { ks, out: Vec::new() };
-        for piece in capture.pieces {
-            match piece {
-                Piece::Bytes(b) => out.bytes(&b),
-                Piece::Value(h, len) => out.value(&h, len),
-            }
-        }
-        let bytes = std::mem::take(&mut out.out);
-        out.ks.end_entry();
+        machine.keyspace().end_entry();
         match result {
-            Ok(_) => bytes,
-            Err(e) => error(&format!("ERR {e}")),
+            Ok(_) => Ok(capture.pieces),
+            Err(e) => Err(error(&format!("ERR {e}"))),
+        }
+    }
+
+    /// A read's reply into `out`: in zero-copy mode a value goes by its
+    /// pool extents (the loop retains each buffer when it takes the reply,
+    /// and nothing writes the keyspace before it does), so a large GET
+    /// copies nothing; otherwise gathered.
+    fn read_into(&mut self, id: ConnId, args: &[Vec<u8>], out: &mut pmwire_netio::Output) {
+        if self.mode != Mode::ZeroCopy {
+            out.push_bytes(&self.run_read(id, args));
+            return;
+        }
+        match self.read_pieces(id, args) {
+            Ok(pieces) => {
+                for piece in pieces {
+                    match piece {
+                        Piece::Bytes(b) => out.push_bytes(&b),
+                        Piece::Value(h, _) => h.iter().for_each(|e| out.push_buf(e.buf_idx, u32::from(e.offset), u32::from(e.len))),
+                    }
+                }
+            }
+            Err(reply) => out.push_bytes(&reply),
         }
     }
 
     /// Moves each connection's answered prefix into `out` (true if the
     /// connection is to close after it).
-    fn flush(&mut self, id: ConnId, out: &mut Vec<u8>) -> bool {
+    fn flush(&mut self, id: ConnId, out: &mut pmwire_netio::Output) -> bool {
         loop {
             let Some(conn) = self.conns.get_mut(&id) else { return false };
+            let http = conn.http.is_some();
             let reply = match conn.queue.front_mut() {
                 Some(Slot::Ready(bytes)) => std::mem::take(bytes),
+                Some(Slot::Read(args)) if !http => {
+                    let args = std::mem::take(args);
+                    self.read_into(id, &args, out);
+                    let conn = self.conns.get_mut(&id).expect("the connection");
+                    conn.queue.pop_front();
+                    conn.head += 1;
+                    continue;
+                }
                 Some(Slot::Read(args)) => {
                     let args = std::mem::take(args);
                     self.run_read(id, &args)
@@ -816,8 +858,8 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             };
             let conn = self.conns.get_mut(&id).expect("the connection");
             match conn.http.as_mut().and_then(VecDeque::pop_front) {
-                Some((want, keep)) => out.extend_from_slice(&http::translate(want, keep, &reply)),
-                None => out.extend_from_slice(&reply),
+                Some((want, keep)) => out.push_bytes(&http::translate(want, keep, &reply)),
+                None => out.push_bytes(&reply),
             }
             conn.queue.pop_front();
             conn.head += 1;
@@ -981,9 +1023,7 @@ impl<T: Transport<Addr = SocketAddr>> Service<SharedStore> for Member<T> {
         self.drive();
         for i in 0..batch.len() {
             let (input, reply) = batch.split(i);
-            let mut out = Vec::new();
-            let close = self.flush(input.conn, &mut out);
-            reply.output.push_bytes(&out);
+            let close = self.flush(input.conn, &mut reply.output);
             reply.close |= close;
         }
     }

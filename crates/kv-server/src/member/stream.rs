@@ -91,6 +91,13 @@ pub(super) struct Stream {
     in_flight: u64,
     /// Pieces proposed and not yet applied.
     outstanding: u32,
+    /// Bytes it may have unapplied now: one piece at first, one piece more
+    /// per piece applied (doubling each round trip, as TCP's slow start),
+    /// up to the window: the turn that received a large value (its parse
+    /// alone can take tens of milliseconds) does not also gather and send
+    /// a whole window, so the leader's loop stays within a heartbeat of
+    /// its followers.
+    window: u64,
     /// Buffers this stream holds (a pool source's).
     held: Vec<u32>,
 }
@@ -148,7 +155,7 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         self.stats.streams += 1;
         let key = self.next_stream;
         self.next_stream += 1;
-        self.streams.insert(key, Stream { conn: id, seq, protocol, args, streamed, next: (0, 0), in_flight: 0, outstanding: 0, held });
+        self.streams.insert(key, Stream { conn: id, seq, protocol, args, streamed, next: (0, 0), in_flight: 0, outstanding: 0, window: PIECE_BYTES as u64, held });
         self.pump_stream(key);
     }
 
@@ -169,8 +176,8 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             // Half of what one turn may propose, so that the stream leaves
             // room to the other clients (raft-rs drops proposals past its
             // uncommitted bound, the same quarter of the log).
-            let window = self.reactor.service.max_entry_bytes().map_or(WINDOW_BYTES, |m| (m / 2).min(WINDOW_BYTES));
-            if s.in_flight > 0 && s.in_flight + PIECE_BYTES as u64 > window {
+            let most = self.reactor.service.max_entry_bytes().map_or(WINDOW_BYTES, |m| (m / 2).min(WINDOW_BYTES));
+            if s.in_flight > 0 && s.in_flight + PIECE_BYTES as u64 > s.window.min(most) {
                 return proposed;
             }
             let (entry, bytes, hold) = self.piece_entry(key, arg, piece);
@@ -276,6 +283,7 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         let Some(s) = self.streams.get_mut(&key) else { return };
         s.outstanding -= 1;
         s.in_flight -= bytes;
+        s.window = (s.window + PIECE_BYTES as u64).min(WINDOW_BYTES);
         match done {
             Done::Applied { output, .. } if output.reply.first() == Some(&b'-') => self.end_stream(key, output.reply),
             Done::Applied { .. } => _ = self.pump_stream(key),
