@@ -156,6 +156,15 @@ fn measure_resp(addr: std::net::SocketAddr, variant: &str, plan: &Plan, run: &Ru
         return;
     }
     sweep_into(&connect, variant, plan, sink);
+    match large_set(addr) {
+        Ok(mb_per_s) => sink.results.push(
+            BenchResult::new(BIG_SET, variant)
+                .size(BIG_SET_BYTES as u64)
+                .metric("mb_per_s", mb_per_s)
+                .param("method", "one SET on a fresh connection, timed from its first byte sent to +OK, then GET compared byte for byte"),
+        ),
+        Err(e) => sink.skipped.push(Skipped::new(BIG_SET, variant, &format!("{e:#}"))),
+    }
     for (name, workload) in [("a", Workload::a(run.ycsb_records, 7)), ("b", Workload::b(run.ycsb_records, 7))] {
         let config = YcsbConfig { workload, connections: 16, ops: run.ycsb_ops, warmup_ops: run.ycsb_ops / 10, load_pipeline: 16 };
         let bench = format!("ycsb_{name}");
@@ -173,6 +182,29 @@ fn measure_resp(addr: std::net::SocketAddr, variant: &str, plan: &Plan, run: &Ru
             Err(e) => sink.skipped.push(Skipped::new(&bench, variant, &format!("{e:#}"))),
         }
     }
+}
+
+/// The large SET's row and size: through a member it streams as pieces
+/// (`kv_server::member::stream`).
+const BIG_SET: &str = "set_16mib";
+const BIG_SET_BYTES: usize = 16 << 20;
+
+/// One SET of [`BIG_SET_BYTES`] to `addr`, read back: MB/s of the SET.
+fn large_set(addr: std::net::SocketAddr) -> Result<f64> {
+    let mut c = Resp::connect(addr)?;
+    let value: Vec<u8> = (0..BIG_SET_BYTES).map(|i| (i % 251) as u8).collect();
+    let start = std::time::Instant::now();
+    match c.command(&[b"SET", b"big:value", &value])? {
+        pmwire_resp::client::Value::Simple(s) if s == b"OK" => {}
+        other => anyhow::bail!("SET of {BIG_SET_BYTES} B answered {other:?}"),
+    }
+    let secs = start.elapsed().as_secs_f64();
+    match c.command(&[b"GET", b"big:value"])? {
+        pmwire_resp::client::Value::Bulk(b) if b == value => {}
+        pmwire_resp::client::Value::Bulk(b) => anyhow::bail!("GET gave {} B that differ from the value SET", b.len()),
+        other => anyhow::bail!("GET answered {other:?}"),
+    }
+    Ok(BIG_SET_BYTES as f64 / 1e6 / secs)
 }
 
 /// The SET 64 B throughput points of one target.
@@ -445,6 +477,12 @@ pub fn headlines(results: &[BenchResult], skipped: &[Skipped]) -> Vec<Headline> 
             .with_floor(OPS_FLOOR, div(ops(raw_floor::VARIANT), ops(SINGLE)), crate::smr::suite::FLOOR_WITHIN),
         ratio("kv-replicated SETs/s at 64 clients: raw TCP floor / pmwire 3 members (a floor the system beats is no floor)", div(ops(raw_floor::VARIANT), ops(CLUSTER)), 1.0, true, "the floor, same run").for_information(),
     ];
+    let big = |v: &str| metric(results, BIG_SET, v, "mb_per_s", None);
+    let big_name = "kv-replicated SET of 16 MiB through the leader (streamed as 128 KiB pieces), MB/s: pmwire 3 members / single-node pmwire kv";
+    out.push(match div(big(CLUSTER), big(SINGLE)) {
+        Some(v) => Headline::measured(big_name, v, "information", crate::Goal::at_least(0.0), "pmwire kv, one node, same run").for_information(),
+        None => Headline::not_run(big_name, "information", &skipped.iter().find(|s| s.bench == BIG_SET).map_or("a side did not run".to_string(), |s| s.reason.clone())),
+    });
     let reason = |bench: &str| skipped.iter().find(|s| s.bench == bench && s.variant == CLUSTER).map_or("the cluster did not run".to_string(), |s| s.reason.clone());
     out.push(match metric(results, "value_bytes_copied_per_set", CLUSTER, "bytes_per_set", None) {
         Some(v) => Headline::measured("kv-replicated value bytes copied per 1 KiB SET on the leader (INFO counters)", v, "= 0", crate::Goal::at_most(0.0), "counters of the member"),

@@ -125,13 +125,14 @@ impl RedisWaitClient {
         self.request.clear();
         encode_request(args, &mut self.request);
         self.stream.write_all(&self.request).context("sending to redis")?;
-        let mut chunk = [0u8; 4096];
+        let mut chunk = vec![0u8; 64 << 10];
         loop {
             if let Some((value, len)) = parse_reply(&self.received).map_err(|e| anyhow!("redis reply: {e}"))? {
                 self.received.drain(..len);
                 return Ok(value);
             }
-            if self.received.len() > 1 << 20 {
+            // The largest reply a bench asks for: a 512 MiB value.
+            if self.received.len() > (512 << 20) + 64 {
                 bail!("redis reply over {} bytes", self.received.len());
             }
             let n = self.stream.read(&mut chunk).context("reading from redis")?;
