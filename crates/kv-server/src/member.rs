@@ -443,21 +443,29 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             let values = pmwire_kv_cluster::extent::v1_value_bytes(&entry);
             self.copies.add(|c| c.entry += values);
         }
-        let slot = match self.reactor.service.propose_as(entry, Self::PRINCIPAL) {
-            Ok(ticket) => {
-                self.stats.proposals += 1;
-                if !self.reactor.service.is_leader() {
-                    self.stats.forwarded += 1;
-                }
-                self.proposed_this_turn = true;
+        match self.submit(entry) {
+            Some(ticket) => {
                 let seq = self.conn(id).push(Slot::Write);
                 self.tickets.insert(ticket, Owner::Slot(id, seq));
-                return true;
+                true
             }
-            Err(_) => Self::no_leader(),
-        };
-        self.conn(id).push(Slot::Ready(slot));
-        false
+            None => {
+                self.conn(id).push(Slot::Ready(Self::no_leader()));
+                false
+            }
+        }
+    }
+
+    /// Proposes `entry` (on the leader, or forwarded by a follower) and
+    /// counts it; `None`: no leader to take it.
+    fn submit(&mut self, entry: Vec<u8>) -> Option<Ticket> {
+        let ticket = self.reactor.service.propose_as(entry, Self::PRINCIPAL).ok()?;
+        self.stats.proposals += 1;
+        if !self.reactor.service.is_leader() {
+            self.stats.forwarded += 1;
+        }
+        self.proposed_this_turn = true;
+        Some(ticket)
     }
 
     /// A linearizable read (ReadIndex, on the leader or a follower), or a

@@ -46,6 +46,14 @@ impl Member {
             .collect()
     }
 
+    /// A new stream of a `len`-byte value: the value, its name, its pieces.
+    fn begin(&mut self, len: usize) -> (Vec<u8>, StreamId, Vec<Vec<u8>>) {
+        let v = value(len);
+        let stream = self.p.stream_id(self.now);
+        let pieces = self.pieces(stream, &v);
+        (v, stream, pieces)
+    }
+
     /// The command `name key <streamed value>`.
     fn streamed(&mut self, name: &str, key: &str, stream: StreamId, value: &[u8]) -> Vec<u8> {
         let args = vec![
@@ -112,9 +120,7 @@ fn a_streamed_set_stores_the_whole_value_and_drops_its_pieces() {
 #[test]
 fn a_missing_piece_refuses_the_command_whole_on_every_member() {
     let mut t = Member::new();
-    let v = value(3 * PIECE);
-    let stream = t.p.stream_id(t.now);
-    let pieces = t.pieces(stream, &v);
+    let (v, stream, pieces) = t.begin(3 * PIECE);
     t.apply(&pieces[0]);
     t.apply(&pieces[2]);
     let set = t.streamed("SET", "k", stream, &v);
@@ -135,9 +141,7 @@ fn a_missing_piece_refuses_the_command_whole_on_every_member() {
 #[test]
 fn a_snapshot_taken_mid_stream_carries_its_pieces() {
     let mut a = Member::new();
-    let v = value(4 * PIECE);
-    let stream = a.p.stream_id(a.now);
-    let pieces = a.pieces(stream, &v);
+    let (v, stream, pieces) = a.begin(4 * PIECE);
     a.apply(&pieces[0]);
     a.apply(&pieces[1]);
     let snap = a.m.snapshot();
@@ -177,9 +181,7 @@ fn a_sweep_collects_a_finished_streams_pieces_within_its_budget() {
 #[test]
 fn the_sweep_collects_the_pieces_of_an_abandoned_stream() {
     let mut t = Member::new();
-    let v = value(3 * PIECE);
-    let stream = t.p.stream_id(t.now);
-    let pieces = t.pieces(stream, &v);
+    let (v, stream, pieces) = t.begin(3 * PIECE);
     t.apply(&pieces[0]);
     t.apply(&pieces[1]);
     assert!(!t.m.sweep_due(t.now + ABANDONED_MS - 1), "a young stream's pieces are kept");

@@ -183,27 +183,19 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             let (entry, bytes, hold) = self.piece_entry(key, arg, piece);
             let s = self.streams.get_mut(&key).expect("looked up above");
             s.next = if piece + 1 == s.streamed[arg].source.pieces() { (arg + 1, 0) } else { (arg, piece + 1) };
-            match self.reactor.service.propose_as(entry, Self::PRINCIPAL) {
-                Ok(ticket) => {
-                    self.stats.proposals += 1;
-                    self.stats.pieces += 1;
-                    if !self.reactor.service.is_leader() {
-                        self.stats.forwarded += 1;
-                    }
-                    self.proposed_this_turn = true;
-                    s.in_flight += bytes;
-                    s.outstanding += 1;
-                    self.tickets.insert(ticket, Owner::Piece(key, bytes));
-                    if !hold.is_empty() {
-                        self.reactor.service.machine_mut().keyspace().hold_until_settled(&hold);
-                    }
-                    proposed = true;
-                }
-                Err(_) => {
-                    self.end_stream(key, Self::no_leader());
-                    return proposed;
-                }
+            let Some(ticket) = self.submit(entry) else {
+                self.end_stream(key, Self::no_leader());
+                return proposed;
+            };
+            let s = self.streams.get_mut(&key).expect("looked up above");
+            s.in_flight += bytes;
+            s.outstanding += 1;
+            self.stats.pieces += 1;
+            self.tickets.insert(ticket, Owner::Piece(key, bytes));
+            if !hold.is_empty() {
+                self.reactor.service.machine_mut().keyspace().hold_until_settled(&hold);
             }
+            proposed = true;
         }
     }
 
@@ -263,17 +255,12 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         let entry = self.proposer.command_extents(Self::now_ms(), s.protocol, args);
         let store = self.reactor.service.machine_mut().keyspace().shared_store().clone();
         store.release_all(&s.held);
-        let reply = match self.reactor.service.propose_as(entry, Self::PRINCIPAL) {
-            Ok(ticket) => {
-                self.stats.proposals += 1;
-                if !self.reactor.service.is_leader() {
-                    self.stats.forwarded += 1;
-                }
-                self.proposed_this_turn = true;
+        let reply = match self.submit(entry) {
+            Some(ticket) => {
                 self.tickets.insert(ticket, Owner::Slot(s.conn, s.seq));
                 None
             }
-            Err(_) => Some(Self::no_leader()),
+            None => Some(Self::no_leader()),
         };
         self.stream_ended(s.conn, s.seq, reply);
     }
