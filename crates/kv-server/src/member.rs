@@ -23,7 +23,9 @@
 //!   machine is deterministic, so it is what the leader answered). Every
 //!   proposal of one loop turn goes into one Raft `Ready` (one append
 //!   batch, or one forwarded message): group commit
-//!   ([`MemberStats::proposal_turns`]);
+//!   ([`MemberStats::proposal_turns`]). A write with an argument over
+//!   128 KiB streams it as piece entries first (`stream`), so no entry
+//!   or message holds the whole value;
 //! - a read waits for a ReadIndex ([`Replica::read_index`]: the leader's,
 //!   or a follower's forwarded one, done once this member applied up to
 //!   the index the leader confirmed) and then runs through
@@ -70,7 +72,12 @@
 //!
 //! Bounds: at most [`MAX_QUEUE`] unanswered requests per connection (the
 //! connection is not read further meanwhile), requests up to
-//! [`MAX_REQUEST_BYTES`], [`MAX_MULTI`] queued commands per transaction.
+//! [`MAX_REQUEST_BYTES`] (a 512 MiB value and its command), [`MAX_MULTI`]
+//! queued commands per transaction.
+//!
+//! Replies: a read's values go out by their pool extents in zero-copy mode
+//! (the loop retains each buffer when it takes the reply; nothing writes
+//! the keyspace between the read and that), as on a single node.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
