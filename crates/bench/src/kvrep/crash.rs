@@ -1,7 +1,8 @@
 //! `pmwire bench kv-replicated-crash --runs N [--seed S] [--netns]` (issue
 //! 26): in each run a fresh 3-member group takes RESP load from 3 clients
 //! spread over the members (so through followers and the leader): SET and
-//! GET on 4 shared keys, INCR on a counter per client, and MULTI/EXEC
+//! GET on 4 shared keys (one SET in 12 with a 160 KiB value, which members
+//! stream as pieces; the history keeps its token), INCR on a counter per client, and MULTI/EXEC
 //! bursts that set two keys to the same value. A third of the way in, one
 //! member (the leader in even runs, a follower in odd ones) gets SIGKILL
 //! and is restarted on its pool. After the load the survivors' reads close
@@ -188,7 +189,7 @@ pub fn plant_lost_write(h: &History) -> Option<History> {
 fn output(v: &Value) -> Option<Output> {
     match v {
         Value::Simple(s) if s == b"OK" => Some(Output::Ok),
-        Value::Bulk(b) => Some(Output::Bulk(Some(b.clone()))),
+        Value::Bulk(b) => Some(Output::Bulk(Some(compact(b)))),
         Value::NilBulk | Value::Null => Some(Output::Bulk(None)),
         Value::Integer(n) => Some(Output::Int(*n)),
         _ => None,
@@ -220,6 +221,32 @@ struct ClientLog {
 
 fn key(i: u64) -> Vec<u8> {
     format!("k{i}").into_bytes()
+}
+
+/// One SET in [`LARGE_EVERY`] carries a value of [`LARGE_BYTES`]: over
+/// the 128 KiB a member streams as pieces (`kv_server::member::stream`),
+/// so streams meet kill -9 and partitions too.
+const LARGE_EVERY: u64 = 12;
+const LARGE_BYTES: usize = 160 << 10;
+
+/// The large value of `token`: the token and `|`, repeated to
+/// [`LARGE_BYTES`]. The history keeps the token alone ([`compact`]).
+fn expand(token: &[u8]) -> Vec<u8> {
+    let unit = [token, b"|"].concat();
+    unit.iter().copied().cycle().take(LARGE_BYTES).collect()
+}
+
+/// A value read back as the history records it: a large value as its
+/// token if it is exactly [`expand`] of one, else as a marker no write
+/// left (so a torn or mixed value fails the checks); others as read.
+fn compact(v: &[u8]) -> Vec<u8> {
+    if v.len() != LARGE_BYTES {
+        return v.to_vec();
+    }
+    match v.iter().position(|&b| b == b'|') {
+        Some(end) if expand(&v[..end]) == v => v[..end].to_vec(),
+        _ => b"<a large value no SET wrote>".to_vec(),
+    }
 }
 
 /// How a client reaches the members.
@@ -263,9 +290,16 @@ fn client(c: usize, reach: Reach<'_>, seed: u64, epoch: Instant, stop: &AtomicBo
         let call = now();
         let (k, input, result) = match roll {
             0..=3 => {
-                let (k, v) = (key(rng.next() % KEYS), format!("{c}:{seq}").into_bytes());
-                let r = c_.reply(&[b"SET", &k, &v]);
-                (k, Input::Set(v), r)
+                let k = key(rng.next() % KEYS);
+                if seq % LARGE_EVERY == 0 {
+                    let token = format!("{c}:{seq}:large").into_bytes();
+                    let r = c_.reply(&[b"SET", &k, &expand(&token)]);
+                    (k, Input::Set(token), r)
+                } else {
+                    let v = format!("{c}:{seq}").into_bytes();
+                    let r = c_.reply(&[b"SET", &k, &v]);
+                    (k, Input::Set(v), r)
+                }
             }
             4..=6 => {
                 let k = key(rng.next() % KEYS);
@@ -318,12 +352,15 @@ fn exec_burst(c: &mut Resp, a: &[u8], b: &[u8], v: &str) -> bool {
     ok(c.reply(&[b"MULTI"])) && ok(c.reply(&[b"SET", a, v])) && ok(c.reply(&[b"SET", b, v])) && ok(c.reply(&[b"EXEC"]))
 }
 
-/// An error reply that says the command was never proposed: a follower's
-/// refusal (`-READONLY`, it forwards nothing) or a member that knows no
-/// leader. Other errors (leadership lost, no majority in time, a cut
+/// An error reply that says the command was never proposed or applied
+/// nothing: a follower's refusal (`-READONLY`, it forwards nothing), a
+/// member that knows no leader, a streamed value missing a piece. Other errors (leadership lost, no majority in time, a cut
 /// connection) leave the outcome unknown.
 fn not_executed(error: &[u8]) -> bool {
-    error.starts_with(b"READONLY ") || error.starts_with(b"CLUSTERDOWN The cluster is down: no leader is elected")
+    error.starts_with(b"READONLY ")
+        || error.starts_with(b"CLUSTERDOWN The cluster is down: no leader is elected")
+        // A streamed value whose stream a change of leader cut: refused whole on every member.
+        || (error.starts_with(b"ERR pmwire: piece ") && error.ends_with(b"nothing was applied"))
 }
 
 /// What one run found.
@@ -337,6 +374,8 @@ pub struct RunRecord {
     pub ops: usize,
     /// Acknowledged writes (SET, INCR) in the history.
     pub acked_writes: usize,
+    /// Of them, SETs of a large (streamed) value.
+    pub acked_large: usize,
     /// Operations of unknown outcome in the history.
     pub unknown: usize,
     /// Kill of the leader to the first acknowledged write called after it.
@@ -364,6 +403,7 @@ pub fn one_run(options: &CrashOptions, net: Option<&Net>, run: usize) -> RunReco
         killed_leader,
         ops: 0,
         acked_writes: 0,
+        acked_large: 0,
         unknown: 0,
         failover_ms: None,
         heal_ms: None,
@@ -582,6 +622,8 @@ fn drive(options: &CrashOptions, net: Option<&Net>, seed: u64, record: &mut RunR
     record.ops = h.ops.len();
     record.unknown = h.ops.iter().filter(|o| o.ret.is_none()).count();
     record.acked_writes = h.ops.iter().filter(|o| matches!(o.ret, Some((_, Output::Ok | Output::Int(_))))).count();
+    record.acked_large =
+        h.ops.iter().filter(|o| matches!(o.ret, Some((_, Output::Ok))) && matches!(&o.input, Input::Set(v) if v.ends_with(b":large"))).count();
     record.findings = check(&h);
     record.history = h;
     Ok(())
@@ -629,7 +671,7 @@ impl FinalReader<'_> {
             if let Some(c) = self.conn.as_mut() {
                 let call = now();
                 match c.command(&[b"GET", k]) {
-                    Ok(Value::Bulk(b)) => return Ok((call, Some(b), now())),
+                    Ok(Value::Bulk(b)) => return Ok((call, Some(compact(&b)), now())),
                     Ok(Value::NilBulk | Value::Null) => return Ok((call, None, now())),
                     Ok(other) => bail!("GET answered {other:?}"),
                     Err(e) if Instant::now() > deadline => return Err(e.context("the final reads")),
@@ -690,6 +732,7 @@ fn row(options: &CrashOptions, r: &RunRecord) -> BenchResult {
     let mut row = BenchResult::new(SUITE, &format!("run_{}", r.run))
         .metric("ops", r.ops as f64)
         .metric("acked_writes", r.acked_writes as f64)
+        .metric("acked_large_sets", r.acked_large as f64)
         .metric("unknown", r.unknown as f64)
         .metric("lost_acked_writes", f.lost as f64)
         .metric("undecided_keys", f.undecided.len() as f64)
@@ -790,6 +833,17 @@ mod tests {
         h.pairs[0].2 = Some(b"7".to_vec());
         h.counters[0].3 = None;
         assert!(check(&h).problems.iter().any(|p| p.contains("unread")));
+    }
+
+    #[test]
+    fn large_values_become_their_tokens_and_torn_ones_a_marker() {
+        let v = expand(b"1:12:large");
+        assert_eq!(v.len(), LARGE_BYTES);
+        assert_eq!(compact(&v), b"1:12:large");
+        let mut torn = v.clone();
+        torn[LARGE_BYTES - 1] ^= 1;
+        assert_eq!(compact(&torn), b"<a large value no SET wrote>");
+        assert_eq!(compact(b"1:13"), b"1:13");
     }
 
     #[test]
