@@ -130,5 +130,5 @@ pub mod snapshot;
 pub mod track;
 
 pub use entry::{EntryError, Watched, WatchedState};
-pub use machine::{Applied, ExtentBytes, LogHooks, MachineKeyspace, OpenError, ReadError, RedisMachine, Swept};
+pub use machine::{Applied, ExtentBytes, LogHooks, MachineKeyspace, OpenError, PieceValue, ReadError, RedisMachine, Swept};
 pub use proposer::Proposer;

@@ -100,23 +100,29 @@ pub trait MachineKeyspace: Keyspace {
     /// (`(buffer, offset)`, or `None` for bytes outside it): an argument
     /// whose pieces all lie in the pool is stored by its extents.
     fn set_segment_locs(&mut self, _locs: &[Option<(u32, u32)>]) {}
-    /// Stores the piece of a streamed value at the internal key `key`
-    /// (`extents`: where its bytes lie in this member's pool, to be kept by
-    /// reference; otherwise `bytes` are copied). A keyspace without a pool
-    /// copies.
-    fn put_piece(&mut self, key: &[u8], bytes: &[u8], _extents: Option<&[Extent]>) -> Result<(), StoreError> {
-        self.internal_put(key, bytes)
+    /// Stores the piece of a streamed value at the internal key `key`. A
+    /// keyspace with a pool keeps [`PieceValue::Pool`] by reference; this
+    /// default copies it (its extents were lent by
+    /// [`MachineKeyspace::extent_bytes`], which a keyspace without a pool
+    /// never does).
+    fn put_piece(&mut self, key: &[u8], value: PieceValue<'_>) -> Result<(), StoreError> {
+        match value {
+            PieceValue::Bytes(b) => self.internal_put(key, b),
+            PieceValue::Pool(extents) => {
+                let mut bytes = Vec::new();
+                for &x in extents {
+                    let lent = self.extent_bytes(x).ok_or_else(|| StoreError::NotPersisted(format!("extent {x:?} is outside this member's pool")))?;
+                    bytes.extend_from_slice(lent.bytes());
+                }
+                self.internal_put(key, &bytes)
+            }
+        }
     }
     /// Where the piece at the internal key `key` lies in this member's pool
     /// (`None`: no such piece, or this keyspace has no pool: the machine
     /// reads it with [`Keyspace::internal_get`]).
     fn piece_extents(&mut self, _key: &[u8]) -> Option<Vec<Extent>> {
         None
-    }
-    /// Whether [`MachineKeyspace::put_piece`] keeps a piece by its extents
-    /// (then its `bytes` are not read and need not be gathered).
-    fn stores_by_extents(&self) -> bool {
-        false
     }
     /// The log seam (`pmwire_smr::logrefs`), if this keyspace's entries
     /// name its own buffers.
@@ -139,6 +145,15 @@ pub trait LogHooks {
     fn log_dropped(&mut self, data: &[u8]);
     /// Temporary holds may go.
     fn log_settled(&mut self);
+}
+
+/// The bytes of a streamed piece ([`MachineKeyspace::put_piece`]).
+#[derive(Clone, Copy, Debug)]
+pub enum PieceValue<'a> {
+    /// Carried in the entry.
+    Bytes(&'a [u8]),
+    /// In this member's pool, where the entry's extents name them.
+    Pool(&'a [Extent]),
 }
 
 /// Bytes of a member's pool lent to the machine while it applies an
@@ -469,6 +484,10 @@ impl<K: MachineKeyspace> RedisMachine<K> {
         ks.set_now_ms(now_ms.max(self.last_time_ms));
         let due = !ks.expired(1).is_empty() || has_tombstone(ks) || ext::has_garbage(ks, now_ms);
         ks.set_now_ms(self.last_time_ms);
+        // The streams' states were read through handles the keyspace holds
+        // until an entry ends: asked every few milliseconds on an idle
+        // leader, they would pile up until the next write.
+        ks.end_entry();
         due
     }
 

@@ -7,7 +7,10 @@
 
 use pmwire_resp::reply::Protocol;
 
+use std::borrow::Cow;
+
 use crate::entry::{Entry, Kind, Watched};
+use crate::extent::{Arg, ExtEntry, ExtKind, PieceHead, StreamId, PIECE_NAME};
 use crate::prf;
 
 /// Stamps and encodes entries on the member that proposes them.
@@ -89,29 +92,24 @@ impl Proposer {
 
     /// An extent-form entry of one command ([`crate::extent`]): its
     /// arguments inline or named by their pool extents.
-    pub fn command_extents(&mut self, now_ms: u64, protocol: Protocol, args: Vec<crate::extent::Arg<'_>>) -> Vec<u8> {
+    pub fn command_extents(&mut self, now_ms: u64, protocol: Protocol, args: Vec<Arg<'_>>) -> Vec<u8> {
         let (time_ms, seed) = self.stamp(now_ms);
-        crate::extent::ExtEntry { kind: crate::extent::ExtKind::Command, protocol, time_ms, seed, args }.encode()
+        ExtEntry { kind: ExtKind::Command, protocol, time_ms, seed, args }.encode()
     }
 
     /// A new streamed value's name: the proposer's time and a fresh draw.
-    pub fn stream_id(&mut self, now_ms: u64) -> crate::extent::StreamId {
+    pub fn stream_id(&mut self, now_ms: u64) -> StreamId {
         let (time_ms, nonce) = self.stamp(now_ms);
-        crate::extent::StreamId { time_ms, nonce }
+        StreamId { time_ms, nonce }
     }
 
-    /// A piece entry ([`crate::extent::ExtKind::Piece`]): piece `head` of a
-    /// streamed value, its bytes inline or named by their pool extents.
-    pub fn piece(&mut self, now_ms: u64, head: crate::extent::PieceHead, value: crate::extent::Arg<'_>) -> Vec<u8> {
-        use std::borrow::Cow;
+    /// A piece entry ([`ExtKind::Piece`]): piece `head` of a streamed
+    /// value, its bytes inline or named by their pool extents.
+    pub fn piece(&mut self, now_ms: u64, head: PieceHead, value: Arg<'_>) -> Vec<u8> {
         let (time_ms, seed) = self.stamp(now_ms);
         let head = head.encode();
-        let args = vec![
-            crate::extent::Arg::Inline(Cow::Borrowed(crate::extent::PIECE_NAME)),
-            crate::extent::Arg::Inline(Cow::Borrowed(&head[..])),
-            value,
-        ];
-        crate::extent::ExtEntry { kind: crate::extent::ExtKind::Piece, protocol: Protocol::Resp2, time_ms, seed, args }.encode()
+        let args = vec![Arg::Inline(Cow::Borrowed(PIECE_NAME)), Arg::Inline(Cow::Borrowed(&head[..])), value];
+        ExtEntry { kind: ExtKind::Piece, protocol: Protocol::Resp2, time_ms, seed, args }.encode()
     }
 
     /// A sweep entry: at most `expire_budget` expired keys and

@@ -36,7 +36,7 @@ use pmem::Media;
 use pmwire_kv::Savepoint;
 use pmwire_kv_cluster::copies::CopyCounters;
 use pmwire_kv_cluster::extent::{is_extent_form, v1_value_bytes, Arg, ExtEntry, Extent, MAX_REF_EXTENTS};
-use pmwire_kv_cluster::{ExtentBytes, LogHooks, MachineKeyspace};
+use pmwire_kv_cluster::{ExtentBytes, LogHooks, MachineKeyspace, PieceValue};
 use pmwire_keyspace::store::{Expiry, Keyspace, Kind, StoreError, StoreLimits, Stored, ValueSource};
 use pmwire_netio::BufferSource;
 
@@ -108,9 +108,9 @@ impl SharedStore {
     /// The bytes at `extents`, gathered.
     pub fn gather(&self, extents: &[Extent]) -> Vec<u8> {
         let st = self.0.borrow();
-        let view = st.view();
+        let extents: Vec<pmwire_log::Extent> = extents.iter().map(|&e| pool_extent(e)).collect();
         let mut out = Vec::with_capacity(extents.iter().map(|e| e.len as usize).sum());
-        extents.iter().for_each(|&e| out.extend_from_slice(view.bytes(pool_extent(e))));
+        st.engine.pool().gather(&st.region, &extents, &mut out);
         out
     }
 
@@ -496,13 +496,13 @@ impl MachineKeyspace for ClusterKeyspace {
         Some(unsafe { ExtentBytes::new(bytes.as_ptr(), bytes.len()) })
     }
 
-    fn put_piece(&mut self, key: &[u8], bytes: &[u8], extents: Option<&[Extent]>) -> Result<(), StoreError> {
-        let result = match extents {
-            Some(x) => {
+    fn put_piece(&mut self, key: &[u8], value: PieceValue<'_>) -> Result<(), StoreError> {
+        let result = match value {
+            PieceValue::Pool(x) => {
                 let x: Vec<pmwire_log::Extent> = x.iter().map(|&e| pool_extent(e)).collect();
                 self.ks(|k| k.internal_put_extents(key, &x))
             }
-            None => self.ks(|k| k.internal_put(key, bytes)),
+            PieceValue::Bytes(bytes) => self.ks(|k| k.internal_put(key, bytes)),
         };
         self.watch(result)
     }
@@ -510,10 +510,6 @@ impl MachineKeyspace for ClusterKeyspace {
     fn piece_extents(&mut self, key: &[u8]) -> Option<Vec<Extent>> {
         let x = self.ks(|k| k.internal_extents(key))?;
         Some(x.into_iter().map(|e| Extent { buf_idx: e.buf_idx, offset: e.offset, len: e.len }).collect())
-    }
-
-    fn stores_by_extents(&self) -> bool {
-        true
     }
 
     fn set_segment_locs(&mut self, locs: &[Option<(u32, u32)>]) {

@@ -319,8 +319,10 @@ fn failure_text(f: Failure) -> &'static str {
 
 /// The reply to a failed proposal: an entry too large for the log is the
 /// client's error (`-ERR`, as Redis refuses a request over its limits);
-/// the others say the cluster could not serve it now.
-fn failure_reply(f: Failure) -> Vec<u8> {
+/// the others say the cluster could not serve it now (counted in
+/// `stats.cluster_down`).
+fn failure_reply(f: Failure, stats: &mut MemberStats) -> Vec<u8> {
+    stats.cluster_down += u64::from(!matches!(f, Failure::TooLarge { .. }));
     match f {
         Failure::TooLarge { bytes, max } => {
             error(&format!("ERR the write's replicated entry is {bytes} B, over the {max} B one entry of this cluster's Raft log may hold (a quarter of --raft-log-size); it is not applied"))
@@ -932,10 +934,7 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             *slot = match (std::mem::replace(slot, Slot::Write), done) {
                 (_, Done::Applied { output, .. }) => Slot::Ready(output.reply),
                 (Slot::ReadWait(args), Done::Readable { .. }) => Slot::Read(args),
-                (_, Done::Failed(f)) => {
-                    self.stats.cluster_down += u64::from(!matches!(f, Failure::TooLarge { .. }));
-                    Slot::Ready(failure_reply(f))
-                }
+                (_, Done::Failed(f)) => Slot::Ready(failure_reply(f, &mut self.stats)),
                 (_, Done::Readable { .. }) => unreachable!("a write's ticket is never readable"),
             };
         }

@@ -24,10 +24,10 @@
 use pmwire_keyspace::store::{Keyspace, StoreError};
 use pmwire_resp::request::{Limits, Parsed};
 
-use super::{refusal, store_failed, Applied, Kind, MachineKeyspace, Ran, RedisMachine};
+use super::{refusal, store_failed, Applied, Kind, MachineKeyspace, PieceValue, Ran, RedisMachine};
 use crate::commands::{class, Class};
 use crate::entry::EntryError;
-use crate::extent::{Arg, ExtEntry, StreamId};
+use crate::extent::{Arg, ExtEntry, Extent, StreamId};
 use crate::machine::ExtentBytes;
 
 /// The internal-key tag of streamed pieces (beside the keyspace's own
@@ -198,16 +198,40 @@ pub fn collect_pieces<K: Keyspace + ?Sized>(ks: &mut K, now_ms: u64, budget: usi
     Ok(deleted)
 }
 
-/// Why a streamed argument cannot be read.
+/// Why an entry's arguments cannot be read.
 enum Missing {
-    /// Its piece `index` is not there (or is not the length the stream says).
-    Piece(usize, u32),
-    /// Its stream was finished by an earlier command.
-    Finished(usize),
-    /// Its pieces are all there and their bytes fail the value's checksum.
-    Checksum(usize),
+    /// A streamed argument the command cannot have: its error reply (every
+    /// member kept the same pieces, so every member refuses alike).
+    Refused(String),
     /// A local fault.
     Fault(String),
+}
+
+impl Missing {
+    fn refused(text: String) -> Missing {
+        Missing::Refused(format!("-ERR pmwire: {text}; nothing was applied\r\n"))
+    }
+
+    /// Piece `piece` of streamed argument `arg` is not there.
+    fn piece(arg: usize, piece: u32) -> Missing {
+        Missing::refused(format!("piece {piece} of argument {arg}, a streamed value, is missing (a change of leader cut its stream)"))
+    }
+}
+
+/// The bytes `extents` name in this member's pool, checked against `crc`
+/// if given (`Err`: a local fault, an extent outside the pool or a buffer
+/// reused while the log or a piece named it).
+fn lend<K: MachineKeyspace>(ks: &K, extents: &[Extent], crc: Option<u32>) -> Result<Vec<ExtentBytes>, String> {
+    let lent = extents
+        .iter()
+        .map(|&x| ks.extent_bytes(x).ok_or_else(|| format!("extent {x:?} is outside this member's pool")))
+        .collect::<Result<Vec<_>, _>>()?;
+    match crc {
+        Some(crc) if lent.iter().fold(0, |s, b| crc32c::crc32c_append(s, b.bytes())) != crc => {
+            Err("the pool bytes its extents name fail their checksum (a buffer reused while the log named it)".into())
+        }
+        _ => Ok(lent),
+    }
 }
 
 /// A segment of the command: a range of the framing buffer, or pool bytes.
@@ -229,47 +253,32 @@ fn pieces<K: MachineKeyspace>(ks: &mut K, e: &ExtEntry<'_>, framing: &mut Vec<u8
             Arg::Inline(b) => framing.extend_from_slice(b),
             Arg::Pool { crc, extents, .. } => {
                 out.push(Piece::Framing(start, framing.len()));
-                let mut sum = 0u32;
-                for &x in extents {
-                    let bytes = ks
-                        .extent_bytes(x)
-                        .ok_or_else(|| Missing::Fault(format!("argument {i} names extent {x:?} outside this member's pool")))?;
-                    sum = crc32c::crc32c_append(sum, bytes.bytes());
-                    out.push(Piece::Pool(bytes, (x.buf_idx, u32::from(x.offset))));
-                }
-                if sum != *crc {
-                    return Err(Missing::Fault(format!(
-                        "argument {i}: the pool bytes its extents name fail their checksum (a buffer reused while the log named it)"
-                    )));
-                }
+                let lent = lend(ks, extents, Some(*crc)).map_err(|why| Missing::Fault(format!("argument {i}: {why}")))?;
+                out.extend(lent.into_iter().zip(extents).map(|(b, x)| Piece::Pool(b, (x.buf_idx, u32::from(x.offset)))));
                 start = framing.len();
             }
             Arg::Streamed { len, crc, stream, pieces } => {
                 // The state says whether every piece is there, in order, and
                 // what their bytes sum to: the value is not read again.
-                let st = stream_state(ks, *stream).ok_or(Missing::Piece(i, 0))?;
+                let st = stream_state(ks, *stream).ok_or(Missing::piece(i, 0))?;
                 match st.phase {
-                    Phase::Finished => return Err(Missing::Finished(i)),
-                    Phase::Broken => return Err(Missing::Piece(i, st.next)),
+                    Phase::Finished => return Err(Missing::refused(format!("argument {i} names a streamed value an earlier command used"))),
+                    Phase::Broken => return Err(Missing::piece(i, st.next)),
                     Phase::Open => {}
                 }
                 if st.next != *pieces || st.len != u64::from(*len) {
-                    return Err(Missing::Piece(i, st.next.min(*pieces)));
+                    return Err(Missing::piece(i, st.next.min(*pieces)));
                 }
                 if st.crc != *crc {
-                    return Err(Missing::Checksum(i));
+                    return Err(Missing::refused(format!("argument {i}, a streamed value, fails its checksum")));
                 }
                 out.push(Piece::Framing(start, framing.len()));
                 for index in 0..*pieces {
                     let key = piece_key(*stream, index);
                     match ks.piece_extents(&key) {
                         Some(extents) => {
-                            for x in extents {
-                                let bytes = ks
-                                    .extent_bytes(x)
-                                    .ok_or_else(|| Missing::Fault(format!("piece {index} names extent {x:?} outside this member's pool")))?;
-                                out.push(Piece::Pool(bytes, (x.buf_idx, u32::from(x.offset))));
-                            }
+                            let lent = lend(ks, &extents, None).map_err(|why| Missing::Fault(format!("piece {index}: {why}")))?;
+                            out.extend(lent.into_iter().zip(&extents).map(|(b, x)| Piece::Pool(b, (x.buf_idx, u32::from(x.offset)))));
                         }
                         None => {
                             let value = ks
@@ -303,19 +312,7 @@ impl<K: MachineKeyspace> RedisMachine<K> {
                 self.fault.get_or_insert(format!("entry {index}: {why}"));
                 return Ok(Ran { applied: refusal(EntryError::Field("pool extent")), touched: Vec::new(), cleared: false });
             }
-            Err(why @ (Missing::Piece(..) | Missing::Finished(_) | Missing::Checksum(_))) => {
-                let reply = match why {
-                    Missing::Piece(arg, piece) => format!(
-                        "-ERR pmwire: piece {piece} of argument {arg}, a streamed value, is missing (a change of leader cut its stream); nothing was applied\r\n"
-                    ),
-                    Missing::Finished(arg) => format!(
-                        "-ERR pmwire: argument {arg} names a streamed value an earlier command used; nothing was applied\r\n"
-                    ),
-                    Missing::Checksum(arg) => {
-                        format!("-ERR pmwire: argument {arg}, a streamed value, fails its checksum; nothing was applied\r\n")
-                    }
-                    Missing::Fault(_) => unreachable!("matched above"),
-                };
+            Err(Missing::Refused(reply)) => {
                 let applied = match self.finish_streams(e, Phase::Broken) {
                     Ok(()) => Applied { reply: reply.into_bytes(), ..Applied::default() },
                     Err(err) => store_failed(err, e.protocol),
@@ -367,29 +364,13 @@ impl<K: MachineKeyspace> RedisMachine<K> {
         }
         let key = piece_key(head.stream, head.index);
         let (result, crc) = match value {
-            Arg::Inline(b) => (ks.put_piece(&key, b, None), crc32c::crc32c(b)),
-            Arg::Pool { crc, extents, len } => {
-                let mut bytes = Vec::new();
-                let mut lent = Vec::with_capacity(extents.len());
-                for &x in extents {
-                    match ks.extent_bytes(x) {
-                        Some(b) => lent.push(b),
-                        None => {
-                            self.fault.get_or_insert(format!("entry {index}: a piece names extent {x:?} outside this member's pool"));
-                            return Ran { applied: refusal(EntryError::Field("pool extent")), touched: Vec::new(), cleared: false };
-                        }
-                    }
-                }
-                let sum = lent.iter().fold(0, |s, b| crc32c::crc32c_append(s, b.bytes()));
-                if sum != *crc {
-                    self.fault.get_or_insert(format!("entry {index}: a piece's pool bytes fail their checksum"));
+            Arg::Inline(b) => (ks.put_piece(&key, PieceValue::Bytes(b)), crc32c::crc32c(b)),
+            Arg::Pool { crc, extents, .. } => {
+                if let Err(why) = lend(ks, extents, Some(*crc)) {
+                    self.fault.get_or_insert(format!("entry {index}: a piece: {why}"));
                     return Ran { applied: refusal(EntryError::Field("pool extent")), touched: Vec::new(), cleared: false };
                 }
-                if !ks.stores_by_extents() {
-                    bytes.reserve(*len as usize);
-                    lent.iter().for_each(|b| bytes.extend_from_slice(b.bytes()));
-                }
-                (ks.put_piece(&key, &bytes, Some(extents)), sum)
+                (ks.put_piece(&key, PieceValue::Pool(extents)), *crc)
             }
             Arg::Streamed { .. } => unreachable!("a piece's value is inline or in the pool"),
         };

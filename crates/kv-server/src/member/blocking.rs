@@ -184,8 +184,8 @@ impl<T: Transport<Addr = std::net::SocketAddr>> Member<T> {
             Done::Failed(Failure::NotProposed) if !expired => {}
             Done::Failed(Failure::NotProposed) => self.time_out(w),
             Done::Failed(f) => {
-                self.stats.cluster_down += u64::from(!matches!(f, Failure::TooLarge { .. }));
-                self.answer_parked(w, failure_reply(f));
+                let reply = failure_reply(f, &mut self.stats);
+                self.answer_parked(w, reply);
             }
             Done::Readable { .. } => unreachable!("an attempt is a proposal"),
         }

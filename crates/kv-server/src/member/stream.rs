@@ -162,6 +162,19 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
     /// Proposes what stream `key` may propose now: pieces up to the window,
     /// or its command once every piece is applied. True if it proposed.
     pub(super) fn pump_stream(&mut self, key: u64) -> bool {
+        let mut flushed = false;
+        let proposed = self.propose_pieces(key, &mut flushed);
+        if flushed {
+            // The pieces' values are durable before an entry naming them can
+            // be: the log appends them in a later turn (`member::zc`).
+            self.reactor.service.machine_mut().keyspace().shared_store().drain();
+        }
+        proposed
+    }
+
+    /// [`Member::pump_stream`]'s proposals; `flushed` if a piece named
+    /// pool extents (flushed, not yet drained).
+    fn propose_pieces(&mut self, key: u64, flushed: &mut bool) -> bool {
         let mut proposed = false;
         loop {
             let Some(s) = self.streams.get(&key) else { return proposed };
@@ -193,6 +206,7 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             self.stats.pieces += 1;
             self.tickets.insert(ticket, Owner::Piece(key, bytes));
             if !hold.is_empty() {
+                *flushed = true;
                 self.reactor.service.machine_mut().keyspace().hold_until_settled(&hold);
             }
             proposed = true;
@@ -212,8 +226,8 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
                 let extents = &groups[piece as usize];
                 let len: u32 = extents.iter().map(|e| u32::from(e.len)).sum();
                 if by_extents {
+                    // Drained once for the pump's pieces (`pump_stream`).
                     extents.iter().for_each(|&e| store.flush_extent(e));
-                    store.drain();
                     let crc = store.crc_of(extents);
                     (Arg::Pool { len, crc, extents: extents.clone() }, len, extents.clone(), crc)
                 } else {
@@ -274,7 +288,10 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         match done {
             Done::Applied { output, .. } if output.reply.first() == Some(&b'-') => self.end_stream(key, output.reply),
             Done::Applied { .. } => _ = self.pump_stream(key),
-            Done::Failed(f) => self.end_stream(key, failure_reply(f)),
+            Done::Failed(f) => {
+                let reply = failure_reply(f, &mut self.stats);
+                self.end_stream(key, reply);
+            }
             Done::Readable { .. } => unreachable!("a piece's ticket is never readable"),
         }
     }
