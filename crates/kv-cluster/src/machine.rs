@@ -484,10 +484,6 @@ impl<K: MachineKeyspace> RedisMachine<K> {
         ks.set_now_ms(now_ms.max(self.last_time_ms));
         let due = !ks.expired(1).is_empty() || has_tombstone(ks) || ext::has_garbage(ks, now_ms);
         ks.set_now_ms(self.last_time_ms);
-        // The streams' states were read through handles the keyspace holds
-        // until an entry ends: asked every few milliseconds on an idle
-        // leader, they would pile up until the next write.
-        ks.end_entry();
         due
     }
 
