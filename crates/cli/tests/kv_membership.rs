@@ -27,9 +27,24 @@ struct Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            let members: Vec<usize> = (0..self.children.len()).collect();
+            eprintln!("--- pmwire smr status at the failure ---\n{}", text(&self.smr(&members, &["status"])));
+        }
         for c in self.children.iter_mut().flatten() {
             let _ = c.kill();
             let _ = c.wait();
+        }
+        if std::thread::panicking() {
+            // What each member said, for the failure's report.
+            for i in 0..self.children.len() {
+                let log = self.log(i);
+                let tail: Vec<&str> = log.lines().rev().take(60).collect();
+                eprintln!("--- member {} log (last {} lines) ---", i + 1, tail.len());
+                for line in tail.iter().rev() {
+                    eprintln!("{line}");
+                }
+            }
         }
     }
 }

@@ -134,6 +134,10 @@ impl<K: Keyspace> Keyspace for Recording<'_, K> {
         self.inner.internal_get(key)
     }
 
+    fn internal_read(&mut self, key: &[u8], out: &mut Vec<u8>) -> bool {
+        self.inner.internal_read(key, out)
+    }
+
     fn internal_put(&mut self, key: &[u8], bytes: &[u8]) -> Result<(), StoreError> {
         self.inner.internal_put(key, bytes)
     }

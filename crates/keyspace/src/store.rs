@@ -287,6 +287,20 @@ pub trait Keyspace {
     fn internal_get(&mut self, _key: &[u8]) -> Option<Self::Value> {
         None
     }
+    /// Appends the bytes of the internal entry at `key` to `out`; false
+    /// if there is none. Unlike [`Keyspace::internal_get`], it keeps no
+    /// value alive past the call (a keyspace whose handles hold buffers
+    /// until a commit overrides it), so it suits a look taken outside any
+    /// entry, as the leader's sweep check is.
+    fn internal_read(&mut self, key: &[u8], out: &mut Vec<u8>) -> bool {
+        match self.internal_get(key) {
+            Some(v) => {
+                self.read(&v, out);
+                true
+            }
+            None => false,
+        }
+    }
     /// Stores the internal entry `key` (replacing any).
     fn internal_put(&mut self, _key: &[u8], _bytes: &[u8]) -> Result<(), StoreError> {
         Err(StoreError::NotPersisted("this keyspace keeps no internal entries".into()))

@@ -141,6 +141,10 @@ impl<K: MachineKeyspace> Keyspace for ReadOnly<'_, K> {
         self.inner.internal_get(key)
     }
 
+    fn internal_read(&mut self, key: &[u8], out: &mut Vec<u8>) -> bool {
+        self.inner.internal_read(key, out)
+    }
+
     fn internal_put(&mut self, _key: &[u8], _bytes: &[u8]) -> Result<(), StoreError> {
         self.refuse()
     }

@@ -234,6 +234,11 @@ impl ClusterKeyspace {
         self.temp.len()
     }
 
+    /// Buffer references held for handles until the next commit (tests).
+    pub fn held(&self) -> usize {
+        self.state.held.len()
+    }
+
     /// The store back, every handle released (what is staged and not
     /// committed is dropped with it, as a crash would).
     pub fn into_store(self) -> Store {
@@ -601,6 +606,10 @@ impl Keyspace for ClusterKeyspace {
 
     fn internal_get(&mut self, key: &[u8]) -> Option<Handle> {
         self.ks(|k| k.internal_get(key))
+    }
+
+    fn internal_read(&mut self, key: &[u8], out: &mut Vec<u8>) -> bool {
+        self.ks(|k| k.internal_read(key, out))
     }
 
     fn internal_put(&mut self, key: &[u8], bytes: &[u8]) -> Result<(), StoreError> {

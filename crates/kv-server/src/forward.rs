@@ -126,6 +126,10 @@ impl<H: EngineHost> Keyspace for Forward<H> {
         self.0.lend(|k| k.internal_get(key))
     }
 
+    fn internal_read(&mut self, key: &[u8], out: &mut Vec<u8>) -> bool {
+        self.0.lend(|k| k.internal_read(key, out))
+    }
+
     fn internal_put(&mut self, key: &[u8], bytes: &[u8]) -> Result<(), StoreError> {
         let result = self.0.lend(|k| k.internal_put(key, bytes));
         self.0.wrote(result)

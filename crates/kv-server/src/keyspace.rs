@@ -565,6 +565,13 @@ impl<M: Media> Keyspace for EngineKeyspace<'_, M> {
         Some(handle)
     }
 
+    fn internal_read(&mut self, key: &[u8], out: &mut Vec<u8>) -> bool {
+        // Read at once: nothing frees the buffers before this returns.
+        let Some(entry) = self.engine.lookup(&internal_key(key)) else { return false };
+        self.engine.pool().gather(&*self.region, &Handle::new(entry.extents), out);
+        true
+    }
+
     fn internal_put(&mut self, key: &[u8], bytes: &[u8]) -> Result<(), StoreError> {
         if bytes.len() as u64 > self.limits().max_value_bytes {
             return Err(StoreError::ValueTooLong { len: bytes.len() as u64, max: self.limits().max_value_bytes });

@@ -41,6 +41,18 @@ pub enum SmrError {
     /// The replica's answer did not decode.
     #[error("undecodable answer: {0}")]
     Protocol(String),
+    /// A leader transfer was accepted, but its target did not report
+    /// leading before the deadline (another member may have won the
+    /// election it started).
+    #[error("replica {id} did not report leading within {timeout:?} ({last})")]
+    NotLeading {
+        /// The transfer's target.
+        id: u64,
+        /// How long the client waited.
+        timeout: Duration,
+        /// What the target last reported, for a person.
+        last: String,
+    },
     /// The replica id is not in the client's list.
     #[error("replica {0} is not in the list")]
     UnknownReplica(u64),
@@ -212,26 +224,55 @@ where
     }
 
     /// Hands leadership to voter `to` and waits until it leads (its own
-    /// STATUS says so).
+    /// STATUS says so). A transfer only starts an election, which another
+    /// member may win (a vote lost under load): then it asks again, until
+    /// the client's timeout.
     pub fn transfer_leader(&mut self, to: u64) -> Result<(), SmrError> {
         let req = Request::member(Op::TransferLeader, 0, 0, to, &[]);
-        self.request(&req, None)?;
-        if !self.replicas.contains_key(&to) {
-            return Ok(());
-        }
-        let deadline = Instant::now() + self.timeout;
-        loop {
-            if let Ok(st) = self.status(to) {
-                if st.role == 2 {
-                    self.leader = to;
-                    return Ok(());
+        let timeout = self.timeout;
+        let deadline = Instant::now() + timeout;
+        let mut last = String::from("no status answer");
+        let result = loop {
+            self.timeout = deadline.saturating_duration_since(Instant::now());
+            match self.request(&req, None) {
+                Err(SmrError::Timeout(_)) => break Err(SmrError::Timeout(timeout)),
+                Err(e) => break Err(e),
+                Ok(_) => {}
+            }
+            if !self.replicas.contains_key(&to) {
+                break Ok(());
+            }
+            // Until `to` leads, or another member is seen leading.
+            let lost = loop {
+                self.timeout = deadline.saturating_duration_since(Instant::now()).min(Duration::from_secs(1));
+                match self.status(to) {
+                    Ok(st) if st.role == 2 => {
+                        self.leader = to;
+                        break false;
+                    }
+                    Ok(st) => {
+                        last = format!("it is a {} in term {}, leader {}", st.role_name(), st.term, st.leader);
+                        if st.role == 0 && st.leader != 0 && st.leader != to {
+                            self.leader = st.leader;
+                            break true;
+                        }
+                    }
+                    Err(e) => last = format!("status: {e}"),
                 }
+                if Instant::now() >= deadline {
+                    break true;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            };
+            if !lost {
+                break Ok(());
             }
             if Instant::now() >= deadline {
-                return Err(SmrError::Timeout(self.timeout));
+                break Err(SmrError::NotLeading { id: to, timeout, last });
             }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        };
+        self.timeout = timeout;
+        result
     }
 
     fn member_request(&mut self, op: Op, id: u64, addr: &[u8]) -> Result<Response, SmrError> {

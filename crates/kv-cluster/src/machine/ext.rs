@@ -132,10 +132,8 @@ impl StreamState {
 
 /// The state of `stream`, if it has one.
 pub fn stream_state<K: Keyspace + ?Sized>(ks: &mut K, stream: StreamId) -> Option<StreamState> {
-    let v = ks.internal_get(&stream_key(stream))?;
     let mut bytes = Vec::with_capacity(24);
-    ks.read(&v, &mut bytes);
-    Some(StreamState::decode(&bytes))
+    ks.internal_read(&stream_key(stream), &mut bytes).then(|| StreamState::decode(&bytes))
 }
 
 fn put_state<K: Keyspace + ?Sized>(ks: &mut K, stream: StreamId, st: StreamState) -> Result<(), StoreError> {

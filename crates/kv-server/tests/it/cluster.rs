@@ -265,3 +265,26 @@ fn a_crash_between_the_restore_commits_leaves_a_keyspace_that_needs_a_snapshot()
         assert!(engine.snapshot() == snap, "commit {fail_at} of {total}: restored byte for byte");
     }
 }
+
+/// An open stream on an idle leader: each sweep check reads its state, and
+/// none of those reads keeps a buffer held (they piled up until a commit
+/// that an idle leader never makes).
+#[test]
+fn a_sweep_check_holds_no_buffer() {
+    use pmwire_kv_cluster::extent::{Arg, PieceHead};
+    use std::borrow::Cow;
+    let pool = Pool::new();
+    let mut m = open(&pool);
+    let mut p = Proposer::with_key(3);
+    let now = 1_000_000;
+    let stream = p.stream_id(now);
+    let value = vec![7u8; 5000];
+    let piece = p.piece(now, PieceHead { stream, index: 0, count: 2 }, Arg::Inline(Cow::Borrowed(&value)));
+    m.apply(1, &piece);
+    m.persist_applied().expect("commits");
+    let before = m.keyspace().held();
+    for i in 0..100 {
+        assert!(!m.sweep_due(now + i), "an open stream younger than the abandon time is not garbage");
+    }
+    assert_eq!(m.keyspace().held(), before, "sweep checks held buffers");
+}
