@@ -560,6 +560,14 @@ fn a_value_larger_than_the_log_streams_through_any_member() {
     let (leader, follower) = (stats(l), stats(f));
     assert!(field(&leader, "streamed_commands") >= 1 && field(&leader, "streamed_pieces") >= 320, "{leader}");
     assert!(field(&follower, "streamed_commands") >= 2 && field(&follower, "streamed_pieces") >= 48, "{follower}");
+    // The follower streamed from its receive buffers: no whole value was
+    // copied out of a request (each piece is copied once, into its entry).
+    let copies = match cluster.client(f).call(&["INFO", "copies"]) {
+        Reply::Bulk(Some(b)) => String::from_utf8(b).unwrap(),
+        other => panic!("INFO copies: {other:?}"),
+    };
+    assert_eq!(field(&copies, "copy_value_bytes_rx_args"), 0, "{copies}");
+    assert!(field(&copies, "copy_value_bytes_entry") >= (mid.len() + tail.len()) as u64, "{copies}");
 }
 
 /// A client filling the pool gets `-OOM` before any member runs out, and

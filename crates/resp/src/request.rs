@@ -435,6 +435,10 @@ impl Parsed {
         self.lazy.clear();
         self.seg_starts.clear();
         let mut starts = std::mem::take(&mut self.seg_starts);
+        // Each segment starts one location at most once per argument it
+        // holds: reserved at once for a long value's many segments.
+        starts.reserve(segments.len());
+        self.pieces.reserve(segments.len());
         let mut total = 0usize;
         for s in segments {
             starts.push(total);

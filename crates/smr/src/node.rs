@@ -561,8 +561,46 @@ fn incarnation_nonce(seed: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-fn discard_logger() -> slog::Logger {
-    slog::Logger::root(slog::Discard, slog::o!())
+/// raft-rs's log: discarded, unless `PMWIRE_RAFT_LOG` names a level
+/// (`info`, `debug`, `trace`): then each record at or above it goes to
+/// stderr as one line with its key-values (an operator's view of
+/// elections, step-downs and transfers).
+fn raft_logger() -> slog::Logger {
+    use slog::Drain;
+    let level = std::env::var("PMWIRE_RAFT_LOG").ok().and_then(|l| l.parse::<slog::Level>().ok());
+    match level {
+        Some(level) => slog::Logger::root(StderrDrain.filter_level(level).fuse(), slog::o!()),
+        None => slog::Logger::root(slog::Discard, slog::o!()),
+    }
+}
+
+/// One line per record on stderr: time, level, message, key-values.
+struct StderrDrain;
+
+impl slog::Drain for StderrDrain {
+    type Ok = ();
+    type Err = slog::Never;
+
+    fn log(&self, record: &slog::Record<'_>, values: &slog::OwnedKVList) -> Result<(), slog::Never> {
+        use slog::KV;
+        let mut line = String::new();
+        let mut kv = KvLine(&mut line);
+        let _ = record.kv().serialize(record, &mut kv);
+        let _ = values.serialize(record, &mut kv);
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        eprintln!("{}.{:06} raft {} {}{line}", now.as_secs(), now.subsec_micros(), record.level().as_short_str(), record.msg());
+        Ok(())
+    }
+}
+
+struct KvLine<'a>(&'a mut String);
+
+impl slog::Serializer for KvLine<'_> {
+    fn emit_arguments(&mut self, key: slog::Key, val: &std::fmt::Arguments<'_>) -> slog::Result {
+        use std::fmt::Write;
+        let _ = write!(self.0, " {key}={val}");
+        Ok(())
+    }
 }
 
 impl<T: Transport, D: Durable> Replica<T, D, KvMap>
@@ -639,7 +677,7 @@ where
             // simulation, seed 2546).
             ..Default::default()
         };
-        let raw = RawNode::new(&raft_config, Store::new(durable), &discard_logger())?;
+        let raw = RawNode::new(&raft_config, Store::new(durable), &raft_logger())?;
         let rng = Xoshiro256PlusPlus::seed_from_u64(config.seed);
         let seed = config.seed;
         let mut replica = Replica {

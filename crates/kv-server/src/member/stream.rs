@@ -105,12 +105,13 @@ pub(super) struct Stream {
 /// An argument's pieces over the receive buffers: runs of at most
 /// [`MAX_REF_EXTENTS`] extents and [`PIECE_BYTES`] bytes.
 pub(super) fn group(extents: Vec<Extent>) -> Vec<Vec<Extent>> {
-    let mut groups = Vec::new();
-    let mut cur: Vec<Extent> = Vec::new();
+    let per = MAX_REF_EXTENTS as usize;
+    let mut groups = Vec::with_capacity(extents.len().div_ceil(per));
+    let mut cur: Vec<Extent> = Vec::with_capacity(per);
     let mut bytes = 0usize;
     for e in extents {
-        if cur.len() == MAX_REF_EXTENTS as usize || bytes + e.len as usize > PIECE_BYTES {
-            groups.push(std::mem::take(&mut cur));
+        if cur.len() == per || bytes + e.len as usize > PIECE_BYTES {
+            groups.push(std::mem::replace(&mut cur, Vec::with_capacity(per)));
             bytes = 0;
         }
         bytes += e.len as usize;

@@ -17,7 +17,9 @@
 //!
 //! Only on the leader, only in [`Mode::ZeroCopy`], only for a
 //! [`Class::Write`] outside MULTI on an authenticated connection: anything
-//! else takes the copying path unchanged.
+//! else takes the copying path unchanged. The one exception is a command
+//! to stream (`member::stream`): a follower streams it from the receive
+//! buffers too, unless it answers writes with `-MOVED`.
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
@@ -49,15 +51,14 @@ fn all_extents(req: &Request<'_>, i: usize, segments: &[Segment<'_>]) -> Option<
     if arg.pieces.is_empty() {
         return None;
     }
-    arg.pieces
-        .iter()
-        .map(|p| {
-            let s = segments.get(p.segment as usize)?;
-            let offset = u16::try_from(s.offset.checked_add(p.start)?).ok()?;
-            let len = u16::try_from(p.len).ok()?;
-            Some(Extent { buf_idx: s.buf, offset, len })
-        })
-        .collect()
+    let mut extents = Vec::with_capacity(arg.pieces.len());
+    for p in arg.pieces {
+        let s = segments.get(p.segment as usize)?;
+        let offset = u16::try_from(s.offset.checked_add(p.start)?).ok()?;
+        let len = u16::try_from(p.len).ok()?;
+        extents.push(Extent { buf_idx: s.buf, offset, len });
+    }
+    Some(extents)
 }
 
 /// The crc32c of an argument's pieces, read where they lie.
@@ -72,7 +73,14 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
     /// Proposes `req` of connection `id` as an extent-form entry if it is
     /// eligible (module docs); false leaves it to the copying path.
     pub(super) fn zero_copy_write(&mut self, id: ConnId, req: &Request<'_>, segments: &[Segment<'_>]) -> bool {
-        if self.mode != Mode::ZeroCopy || class(req.arg(0)) != Class::Write || self.reactor.service.status().role != StateRole::Leader {
+        if self.mode != Mode::ZeroCopy || class(req.arg(0)) != Class::Write {
+            return false;
+        }
+        // A follower streams a long value from where it was received too
+        // (each piece gathered as it is forwarded), rather than copying the
+        // whole value out of the request first (`member::stream`).
+        let streams = (2..req.len()).any(|i| req.arg_len(i) > PIECE_BYTES);
+        if self.reactor.service.status().role != StateRole::Leader && !(streams && self.redirect.is_none()) {
             return false;
         }
         let conn = self.conn(id);
@@ -84,7 +92,7 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             self.conn(id).push(super::Slot::Ready(reply));
             return true;
         }
-        if (2..req.len()).any(|i| req.arg_len(i) > PIECE_BYTES) {
+        if streams {
             return self.stream_write(id, req, segments);
         }
         let mut args = Vec::with_capacity(req.len());
