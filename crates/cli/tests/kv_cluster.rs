@@ -570,6 +570,44 @@ fn a_value_larger_than_the_log_streams_through_any_member() {
     assert!(field(&copies, "copy_value_bytes_entry") >= (mid.len() + tail.len()) as u64, "{copies}");
 }
 
+/// A client that sends a long value and leaves before its stream ends:
+/// the member cuts the stream (an empty piece out of order, counted as
+/// `streams_cut`), so every member's sweep frees the pieces kept so far at
+/// once rather than after the abandon time; nothing of the SET is applied
+/// and the members go on serving.
+#[test]
+fn a_stream_whose_client_leaves_is_cut() {
+    use std::io::Write;
+    let dir = if Path::new("/dev/shm").is_dir() { tempfile::tempdir_in("/dev/shm").unwrap() } else { tempfile::tempdir().unwrap() };
+    let cluster = Cluster::start_full("512M", dir, |_| slow_ticks());
+    let l = cluster.leader(&[0, 1, 2]);
+    let value = vec![b'v'; 24 << 20];
+    let mut sock = std::net::TcpStream::connect(cluster.resp[l]).unwrap();
+    sock.write_all(format!("*3\r\n$3\r\nSET\r\n$4\r\ngone\r\n${}\r\n", value.len()).as_bytes()).unwrap();
+    sock.write_all(&value).unwrap();
+    sock.write_all(b"\r\n").unwrap();
+    drop(sock);
+    let field = |text: &str, name: &str| -> u64 {
+        text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok()).unwrap_or_else(|| panic!("{name} in {text}"))
+    };
+    wait_for(Duration::from_secs(30), "the leader to cut the stream", || match cluster.client(l).call(&["INFO", "stats"]) {
+        Reply::Bulk(Some(b)) => {
+            let text = String::from_utf8(b).unwrap();
+            (field(&text, "streamed_commands") >= 1 && field(&text, "streams_cut") >= 1).then_some(())
+        }
+        _ => None,
+    });
+    for i in 0..3 {
+        let mut c = cluster.client(i);
+        wait_for(Duration::from_secs(20), "every member to serve after the cut", || match c.call(&["SET", &format!("after{i}"), "x"]) {
+            Reply::Simple(s) if s == "OK" => Some(()),
+            Reply::Error(e) if e.starts_with("CLUSTERDOWN") => None,
+            other => panic!("member {} answered {other:?}", i + 1),
+        });
+        assert_eq!(c.call(&["EXISTS", "gone"]), Reply::Int(0), "nothing of the cut SET applied");
+    }
+}
+
 /// A client filling the pool gets `-OOM` before any member runs out, and
 /// every member goes on serving: a member whose pool ran out while applying
 /// a committed write halts, and all members apply the same writes, so

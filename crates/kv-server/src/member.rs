@@ -171,6 +171,9 @@ pub struct MemberStats {
     pub streams: u64,
     /// Piece entries proposed for them.
     pub pieces: u64,
+    /// Streams ended before their command, cut so that the leader's
+    /// sweep frees their pieces at once (`member::stream`).
+    pub streams_cut: u64,
 }
 
 /// Where a request's reply stands.
@@ -750,8 +753,8 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         self.local.set_info_section("keyspace", keyspace);
         let st = &self.stats;
         let stats = format!(
-            "total_commands_processed:{}\r\nraft_proposals:{}\r\nraft_proposal_turns:{}\r\nraft_forwarded:{}\r\nraft_read_indexes:{}\r\nstale_reads:{}\r\nstreamed_commands:{}\r\nstreamed_pieces:{}\r\n",
-            st.commands, st.proposals, st.proposal_turns, st.forwarded, st.read_indexes, st.stale_reads, st.streams, st.pieces
+            "total_commands_processed:{}\r\nraft_proposals:{}\r\nraft_proposal_turns:{}\r\nraft_forwarded:{}\r\nraft_read_indexes:{}\r\nstale_reads:{}\r\nstreamed_commands:{}\r\nstreamed_pieces:{}\r\nstreams_cut:{}\r\n",
+            st.commands, st.proposals, st.proposal_turns, st.forwarded, st.read_indexes, st.stale_reads, st.streams, st.pieces, st.streams_cut
         );
         self.local.set_info_section("stats", stats);
     }

@@ -195,3 +195,35 @@ fn the_sweep_collects_the_pieces_of_an_abandoned_stream() {
     let set = t.streamed("SET", "k", stream, &v);
     assert!(t.apply(&set).contains("missing"));
 }
+
+/// What a member proposes when a stream ends without its command (its
+/// client left): an empty piece out of order, its last index. The stream
+/// is broken on every member at once, so the next sweep collects its
+/// pieces without waiting for the abandon time, and a piece forwarded
+/// past the cut is dropped.
+#[test]
+fn an_empty_piece_out_of_order_cuts_a_stream_for_the_next_sweep() {
+    let mut t = Member::new();
+    let (v, stream, pieces) = t.begin(4 * PIECE);
+    t.apply(&pieces[0]);
+    t.apply(&pieces[1]);
+    assert!(!t.m.sweep_due(t.now), "an open stream is kept");
+    let cut = t.p.piece(t.now, PieceHead { stream, index: 3, count: 4 }, Arg::Inline(Cow::Borrowed(&[])));
+    assert_eq!(t.apply(&cut), "+OK\r\n");
+    assert!(t.m.sweep_due(t.now), "a cut stream is collected at once");
+    assert_eq!(t.apply(&pieces[2]), "+OK\r\n", "a piece after the cut is answered");
+    t.sweep();
+    assert_eq!(t.pieces_kept(), 0, "the piece after the cut was dropped, the others swept");
+    assert!(!t.m.sweep_due(t.now));
+    let set = t.streamed("SET", "k", stream, &v);
+    assert!(t.apply(&set).contains("missing"));
+    assert_eq!(t.cmd(&[b"EXISTS", b"k"]), ":0\r\n");
+
+    // A stream cut before any of its pieces applied leaves nothing either.
+    let (_, stream, _) = t.begin(4 * PIECE);
+    let cut = t.p.piece(t.now, PieceHead { stream, index: 3, count: 4 }, Arg::Inline(Cow::Borrowed(&[])));
+    t.apply(&cut);
+    assert!(t.m.sweep_due(t.now));
+    t.sweep();
+    assert!(!t.m.sweep_due(t.now), "its state went with the sweep");
+}

@@ -303,7 +303,35 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         let Some(s) = self.streams.remove(&key) else { return };
         let store = self.reactor.service.machine_mut().keyspace().shared_store().clone();
         store.release_all(&s.held);
+        self.cut(&s);
         self.stream_ended(s.conn, s.seq, Some(reply));
+    }
+
+    /// Stream `s` ends without its command: for each streamed argument
+    /// that has pieces proposed, proposes an empty piece out of order (its
+    /// last index), which every member's machine takes as the stream
+    /// broken (`pmwire_kv_cluster::machine::ext`), so the leader's next
+    /// sweep frees the pieces kept so far instead of waiting
+    /// [`pmwire_kv_cluster::machine::ext::ABANDONED_MS`] for them (an
+    /// upload cut short by its client would hold up to its whole value in
+    /// every member's pool meanwhile). A piece still in flight applies
+    /// before it (one proposer, the log's order) or, forwarded past it,
+    /// finds the stream broken and is dropped. Without a leader the
+    /// proposal fails and the stream is left to the sweep's abandon rule.
+    fn cut(&mut self, s: &Stream) {
+        let now = Self::now_ms();
+        for (arg, st) in s.streamed.iter().enumerate() {
+            let count = st.source.pieces();
+            let proposed = arg < s.next.0 || (arg == s.next.0 && s.next.1 > 0);
+            if !proposed || count < 2 {
+                continue;
+            }
+            let head = PieceHead { stream: st.id, index: count - 1, count };
+            let entry = self.proposer.piece(now, head, Arg::Inline(Cow::Borrowed(&[])));
+            if self.submit(entry).is_some() {
+                self.stats.streams_cut += 1;
+            }
+        }
     }
 
     /// The connection's stream is over: its slot answered now (`Some`) or
@@ -325,6 +353,7 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         for key in keys {
             let s = self.streams.remove(&key).expect("listed above");
             store.release_all(&s.held);
+            self.cut(&s);
         }
     }
 }
