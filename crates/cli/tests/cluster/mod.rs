@@ -32,6 +32,18 @@ impl Drop for Cluster {
             let _ = c.kill();
             let _ = c.wait();
         }
+        if std::thread::panicking() {
+            // What each member said, for the failure's report (run with
+            // PMWIRE_RAFT_LOG=info for raft-rs's elections and step-downs).
+            for i in 0..self.children.len() {
+                let log = std::fs::read_to_string(self.path(&format!("log{i}"))).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                eprintln!("--- member {} log (last {} lines) ---", i + 1, tail.len());
+                for line in tail.iter().rev() {
+                    eprintln!("{line}");
+                }
+            }
+        }
     }
 }
 
