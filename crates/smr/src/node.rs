@@ -487,6 +487,10 @@ where
     /// The index of the store's last snapshot (asking the store would
     /// copy the snapshot).
     snapshot_index: u64,
+    /// The index of the last membership entry applied (or replayed): a
+    /// compaction that leaves a tail names no index before it, so that
+    /// its record's membership is the one at its index.
+    membership_index: u64,
     /// Writes received this turn, proposed together before its `Ready`:
     /// who waits and their entries.
     proposed_ids: Vec<Waiter>,
@@ -560,6 +564,14 @@ fn incarnation_nonce(seed: u64) -> u64 {
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
 }
+
+/// A routine compaction of a machine that keeps its own state leaves
+/// `snapshot_every / COMPACTION_TAIL_DIVISOR` entries behind the applied
+/// index in the log (1,000 at the default interval).
+const COMPACTION_TAIL_DIVISOR: u64 = 10;
+/// At most this many entries in that tail: half the session table
+/// ([`crate::session::MAX_SESSIONS`]).
+const MAX_COMPACTION_TAIL: u64 = crate::session::MAX_SESSIONS as u64 / 2;
 
 /// raft-rs's log: discarded, unless `PMWIRE_RAFT_LOG` names a level
 /// (`info`, `debug`, `trace`): then each record at or above it goes to
@@ -715,6 +727,7 @@ where
             now: Duration::ZERO,
             reconnect_at: BTreeMap::new(),
             snapshot_index: snap_meta.index,
+            membership_index: 0,
             proposed_ids: Vec::new(),
             proposed: Vec::new(),
             outbox: BTreeMap::new(),
@@ -1177,6 +1190,7 @@ where
     /// (a duplicate: answered from the session, not applied again), to
     /// raft-rs (which may refuse it), the store and the machine.
     fn apply_membership(&mut self, t: &mut T, e: &Entry, cc: &ConfChangeV2) -> Result<(), raft::Error> {
+        self.membership_index = self.membership_index.max(e.index);
         let waiting = self.writes.remove(&e.index);
         let req = RequestView::parse(&e.context).ok().filter(|r| r.op.changes_membership());
         if let Some(resp) = req.as_ref().and_then(|r| self.own.sessions.check(r.client, r.seq, 0)) {
@@ -1988,20 +2002,37 @@ where
         if behind && !wanted && !forced && !filling {
             return Ok(());
         }
-        let timed = Timed::start(Step::Compact);
-        let mut meta = SnapshotMetadata { index: self.applied, ..Default::default() };
-        meta.term = self.durable().term(self.applied).expect("applied entries are held");
-        meta.set_conf_state(self.raw.raft.prs().conf().to_conf_state());
         // A machine that keeps its state durably (persisted by the batch's
         // `finish_batch` just before: nothing is dirty) needs no copy of it
         // to compact: the record holds the replica's part only. A new
         // member (`compact_now`) or raft-rs (`wanted`) gets a whole one.
         let deferred = self.machine.keeps_state() && !wanted && !forced && !behind;
+        // A deferred record may stand below the machine's applied index (a
+        // restart replays the entries after it, which the machine skips: as
+        // after a crash between two compactions), so a routine one leaves a
+        // tail of entries in the log: a follower a little behind is caught
+        // up from the log, not sent the whole keyspace as a snapshot (as
+        // etcd keeps entries behind its snapshots). Not past a membership
+        // change (the record's membership is the current one), nor when
+        // the log is filling.
+        // The replica's own part (sessions) is recorded as of the applied
+        // index; replaying the tail finds each SMR1 write already in its
+        // session, since the tail is shorter than the session table
+        // (no session it names can have been evicted within it).
+        let tail = if deferred && !filling { (self.config.snapshot_every / COMPACTION_TAIL_DIVISOR).min(MAX_COMPACTION_TAIL) } else { 0 };
+        let at = if self.membership_index > self.applied.saturating_sub(tail) { self.applied } else { self.applied.saturating_sub(tail) };
+        if at <= self.snapshot_index {
+            return Ok(());
+        }
+        let timed = Timed::start(Step::Compact);
+        let mut meta = SnapshotMetadata { index: at, ..Default::default() };
+        meta.term = self.durable().term(at).expect("applied entries are held");
+        meta.set_conf_state(self.raw.raft.prs().conf().to_conf_state());
         assert!(!self.machine_dirty || self.config.faults.lazy_machine_persist, "compaction follows the batch's persist");
         let data = if deferred { snapshot::encode(&self.own, &[]) } else { snapshot::encode(&self.own, &self.machine.snapshot()) };
         let durable = &mut self.raw.mut_store().durable;
         crate::logrefs::compact(durable, &meta, &data, &mut MachineRefs(&mut self.machine)).map_err(store_error)?;
-        self.snapshot_index = self.applied;
+        self.snapshot_index = at;
         self.counters.snapshots += 1;
         self.counters.snapshots_deferred += u64::from(deferred);
         timed.done(&mut self.liveness.counters);
