@@ -497,15 +497,7 @@ fn a_transaction_larger_than_the_log_takes_is_refused_and_the_members_go_on() {
         assert_eq!(c.call(&["SET", "big", &ascii(5)]), Reply::Simple("QUEUED".into()));
         refused(c.call(&["EXEC"]));
     }
-    for i in 0..3 {
-        let mut c = cluster.client(i);
-        wait_for(Duration::from_secs(20), "every member to serve after the refusals", || match c.call(&["SET", &format!("after{i}"), "x"]) {
-            Reply::Simple(s) if s == "OK" => Some(()),
-            Reply::Error(e) if e.starts_with("CLUSTERDOWN") => None,
-            other => panic!("member {} answered {other:?}", i + 1),
-        });
-        assert_eq!(c.call(&["EXISTS", "big"]), Reply::Int(0), "nothing of the refused writes applied");
-    }
+    every_member_serves_without(&cluster, "big");
 }
 
 /// A value larger than the whole Raft log (40 MiB against a 16 MiB log)
@@ -554,20 +546,17 @@ fn a_value_larger_than_the_log_streams_through_any_member() {
         Reply::Bulk(Some(b)) => String::from_utf8(b).unwrap(),
         other => panic!("INFO stats: {other:?}"),
     };
-    let field = |text: &str, name: &str| -> u64 {
-        text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok()).unwrap_or_else(|| panic!("{name} in {text}"))
-    };
     let (leader, follower) = (stats(l), stats(f));
-    assert!(field(&leader, "streamed_commands") >= 1 && field(&leader, "streamed_pieces") >= 320, "{leader}");
-    assert!(field(&follower, "streamed_commands") >= 2 && field(&follower, "streamed_pieces") >= 48, "{follower}");
+    assert!(info_u64(&leader, "streamed_commands") >= 1 && info_u64(&leader, "streamed_pieces") >= 320, "{leader}");
+    assert!(info_u64(&follower, "streamed_commands") >= 2 && info_u64(&follower, "streamed_pieces") >= 48, "{follower}");
     // The follower streamed from its receive buffers: no whole value was
     // copied out of a request (each piece is copied once, into its entry).
     let copies = match cluster.client(f).call(&["INFO", "copies"]) {
         Reply::Bulk(Some(b)) => String::from_utf8(b).unwrap(),
         other => panic!("INFO copies: {other:?}"),
     };
-    assert_eq!(field(&copies, "copy_value_bytes_rx_args"), 0, "{copies}");
-    assert!(field(&copies, "copy_value_bytes_entry") >= (mid.len() + tail.len()) as u64, "{copies}");
+    assert_eq!(info_u64(&copies, "copy_value_bytes_rx_args"), 0, "{copies}");
+    assert!(info_u64(&copies, "copy_value_bytes_entry") >= (mid.len() + tail.len()) as u64, "{copies}");
 }
 
 /// A client that sends a long value and leaves before its stream ends:
@@ -587,25 +576,33 @@ fn a_stream_whose_client_leaves_is_cut() {
     sock.write_all(&value).unwrap();
     sock.write_all(b"\r\n").unwrap();
     drop(sock);
-    let field = |text: &str, name: &str| -> u64 {
-        text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok()).unwrap_or_else(|| panic!("{name} in {text}"))
-    };
     wait_for(Duration::from_secs(30), "the leader to cut the stream", || match cluster.client(l).call(&["INFO", "stats"]) {
         Reply::Bulk(Some(b)) => {
             let text = String::from_utf8(b).unwrap();
-            (field(&text, "streamed_commands") >= 1 && field(&text, "streams_cut") >= 1).then_some(())
+            (info_u64(&text, "streamed_commands") >= 1 && info_u64(&text, "streams_cut") >= 1).then_some(())
         }
         _ => None,
     });
+    every_member_serves_without(&cluster, "gone");
+}
+
+/// Every member takes a write (after any election the test caused) and
+/// holds no `key`: nothing of a refused or cut write was applied.
+fn every_member_serves_without(cluster: &Cluster, key: &str) {
     for i in 0..3 {
         let mut c = cluster.client(i);
-        wait_for(Duration::from_secs(20), "every member to serve after the cut", || match c.call(&["SET", &format!("after{i}"), "x"]) {
+        wait_for(Duration::from_secs(20), "every member to serve", || match c.call(&["SET", &format!("after{i}"), "x"]) {
             Reply::Simple(s) if s == "OK" => Some(()),
             Reply::Error(e) if e.starts_with("CLUSTERDOWN") => None,
             other => panic!("member {} answered {other:?}", i + 1),
         });
-        assert_eq!(c.call(&["EXISTS", "gone"]), Reply::Int(0), "nothing of the cut SET applied");
+        assert_eq!(c.call(&["EXISTS", key]), Reply::Int(0), "nothing of the write to {key} applied");
     }
+}
+
+/// Field `name` of an `INFO` section's text, as a number.
+fn info_u64(text: &str, name: &str) -> u64 {
+    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok()).unwrap_or_else(|| panic!("{name} in {text}"))
 }
 
 /// A client filling the pool gets `-OOM` before any member runs out, and

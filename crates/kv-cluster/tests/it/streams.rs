@@ -70,6 +70,12 @@ impl Member {
         self.apply(&sweep);
     }
 
+    /// What a member proposes to cut a stream of `count` pieces: an empty
+    /// piece at the last index, out of order.
+    fn cut(&mut self, stream: StreamId, count: u32) -> Vec<u8> {
+        self.p.piece(self.now, PieceHead { stream, index: count - 1, count }, Arg::Inline(Cow::Borrowed(&[])))
+    }
+
     fn pieces_kept(&mut self) -> usize {
         let mut n = 0;
         self.m.keyspace().internal_scan(&[PIECE_TAG], 1 << 20, &mut |k| n += usize::from(k[0] == PIECE_TAG));
@@ -208,7 +214,7 @@ fn an_empty_piece_out_of_order_cuts_a_stream_for_the_next_sweep() {
     t.apply(&pieces[0]);
     t.apply(&pieces[1]);
     assert!(!t.m.sweep_due(t.now), "an open stream is kept");
-    let cut = t.p.piece(t.now, PieceHead { stream, index: 3, count: 4 }, Arg::Inline(Cow::Borrowed(&[])));
+    let cut = t.cut(stream, 4);
     assert_eq!(t.apply(&cut), "+OK\r\n");
     assert!(t.m.sweep_due(t.now), "a cut stream is collected at once");
     assert_eq!(t.apply(&pieces[2]), "+OK\r\n", "a piece after the cut is answered");
@@ -221,7 +227,7 @@ fn an_empty_piece_out_of_order_cuts_a_stream_for_the_next_sweep() {
 
     // A stream cut before any of its pieces applied leaves nothing either.
     let (_, stream, _) = t.begin(4 * PIECE);
-    let cut = t.p.piece(t.now, PieceHead { stream, index: 3, count: 4 }, Arg::Inline(Cow::Borrowed(&[])));
+    let cut = t.cut(stream, 4);
     t.apply(&cut);
     assert!(t.m.sweep_due(t.now));
     t.sweep();
