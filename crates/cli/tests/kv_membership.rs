@@ -36,15 +36,7 @@ impl Drop for Cluster {
             let _ = c.wait();
         }
         if std::thread::panicking() {
-            // What each member said, for the failure's report.
-            for i in 0..self.children.len() {
-                let log = self.log(i);
-                let tail: Vec<&str> = log.lines().rev().take(60).collect();
-                eprintln!("--- member {} log (last {} lines) ---", i + 1, tail.len());
-                for line in tail.iter().rev() {
-                    eprintln!("{line}");
-                }
-            }
+            cluster::print_log_tails(self.dir.path(), self.children.len(), 60);
         }
     }
 }

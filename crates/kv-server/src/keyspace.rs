@@ -568,7 +568,7 @@ impl<M: Media> Keyspace for EngineKeyspace<'_, M> {
     fn internal_read(&mut self, key: &[u8], out: &mut Vec<u8>) -> bool {
         // Read at once: nothing frees the buffers before this returns.
         let Some(entry) = self.engine.lookup(&internal_key(key)) else { return false };
-        self.engine.pool().gather(&*self.region, &Handle::new(entry.extents), out);
+        self.read(&Handle::new(entry.extents), out);
         true
     }
 

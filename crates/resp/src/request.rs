@@ -435,8 +435,9 @@ impl Parsed {
         self.lazy.clear();
         self.seg_starts.clear();
         let mut starts = std::mem::take(&mut self.seg_starts);
-        // Each segment starts one location at most once per argument it
-        // holds: reserved at once for a long value's many segments.
+        // A long value's many segments (a 512 MiB one arrives in 262,144)
+        // each start a location and at least one piece: reserved at once,
+        // not grown by doubling (a no-op once the capacity is there).
         starts.reserve(segments.len());
         self.pieces.reserve(segments.len());
         let mut total = 0usize;

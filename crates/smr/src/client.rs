@@ -156,8 +156,12 @@ where
         if !self.replicas.contains_key(&id) {
             return Err(SmrError::UnknownReplica(id));
         }
+        self.status_until(id, Instant::now() + self.timeout)
+    }
+
+    fn status_until(&mut self, id: u64, deadline: Instant) -> Result<StatusValue, SmrError> {
         let req = Request { op: Op::Status, client: 0, seq: 0, key: Vec::new(), value: Vec::new(), expect: None };
-        let r = self.request(&req, Some(id))?;
+        let r = self.request_until(&req, Some(id), deadline)?;
         StatusValue::decode(&r.value).map_err(|e| SmrError::Protocol(e.to_string()))
     }
 
@@ -229,50 +233,33 @@ where
     /// the client's timeout.
     pub fn transfer_leader(&mut self, to: u64) -> Result<(), SmrError> {
         let req = Request::member(Op::TransferLeader, 0, 0, to, &[]);
-        let timeout = self.timeout;
-        let deadline = Instant::now() + timeout;
-        let mut last = String::from("no status answer");
-        let result = loop {
-            self.timeout = deadline.saturating_duration_since(Instant::now());
-            match self.request(&req, None) {
-                Err(SmrError::Timeout(_)) => break Err(SmrError::Timeout(timeout)),
-                Err(e) => break Err(e),
-                Ok(_) => {}
-            }
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            self.request_until(&req, None, deadline)?;
             if !self.replicas.contains_key(&to) {
-                break Ok(());
+                return Ok(());
             }
-            // Until `to` leads, or another member is seen leading.
-            let lost = loop {
-                self.timeout = deadline.saturating_duration_since(Instant::now()).min(Duration::from_secs(1));
-                match self.status(to) {
+            // Until `to` leads, or another member is seen leading (ask again).
+            loop {
+                let last = match self.status_until(to, deadline.min(Instant::now() + Duration::from_secs(1))) {
                     Ok(st) if st.role == 2 => {
                         self.leader = to;
-                        break false;
+                        return Ok(());
                     }
-                    Ok(st) => {
-                        last = format!("it is a {} in term {}, leader {}", st.role_name(), st.term, st.leader);
-                        if st.role == 0 && st.leader != 0 && st.leader != to {
-                            self.leader = st.leader;
-                            break true;
-                        }
+                    Ok(st) if st.role == 0 && st.leader != 0 && st.leader != to => {
+                        self.leader = st.leader;
+                        break;
                     }
-                    Err(e) => last = format!("status: {e}"),
-                }
+                    Ok(st) => format!("it is a {} in term {}, leader {}", st.role_name(), st.term, st.leader),
+                    Err(SmrError::Timeout(_)) => String::from("no status answer"),
+                    Err(e) => format!("status: {e}"),
+                };
                 if Instant::now() >= deadline {
-                    break true;
+                    return Err(SmrError::NotLeading { id: to, timeout: self.timeout, last });
                 }
                 std::thread::sleep(Duration::from_millis(10));
-            };
-            if !lost {
-                break Ok(());
             }
-            if Instant::now() >= deadline {
-                break Err(SmrError::NotLeading { id: to, timeout, last });
-            }
-        };
-        self.timeout = timeout;
-        result
+        }
     }
 
     fn member_request(&mut self, op: Op, id: u64, addr: &[u8]) -> Result<Response, SmrError> {
@@ -290,8 +277,13 @@ where
     /// Sends `req` to `only` (or the leader, following redirects) until a
     /// final answer or the deadline.
     fn request(&mut self, req: &Request, only: Option<u64>) -> Result<Response, SmrError> {
+        self.request_until(req, only, Instant::now() + self.timeout)
+    }
+
+    /// [`Self::request`] with its own deadline (a timeout still reports
+    /// the client's timeout: the caller's whole wait).
+    fn request_until(&mut self, req: &Request, only: Option<u64>, deadline: Instant) -> Result<Response, SmrError> {
         let bytes = req.to_bytes();
-        let deadline = Instant::now() + self.timeout;
         loop {
             if Instant::now() >= deadline {
                 return Err(SmrError::Timeout(self.timeout));

@@ -2014,11 +2014,10 @@ where
         // up from the log, not sent the whole keyspace as a snapshot (as
         // etcd keeps entries behind its snapshots). Not past a membership
         // change (the record's membership is the current one), nor when
-        // the log is filling.
-        // The replica's own part (sessions) is recorded as of the applied
-        // index; replaying the tail finds each SMR1 write already in its
-        // session, since the tail is shorter than the session table
-        // (no session it names can have been evicted within it).
+        // the log is filling. The record's replica part (sessions) is as
+        // of the applied index: replaying the tail finds each SMR1 write
+        // already in its session, the tail being shorter than the session
+        // table (no session it names can have been evicted within it).
         let tail = if deferred && !filling { (self.config.snapshot_every / COMPACTION_TAIL_DIVISOR).min(MAX_COMPACTION_TAIL) } else { 0 };
         let at = if self.membership_index > self.applied.saturating_sub(tail) { self.applied } else { self.applied.saturating_sub(tail) };
         if at <= self.snapshot_index {

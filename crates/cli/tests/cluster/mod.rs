@@ -33,16 +33,21 @@ impl Drop for Cluster {
             let _ = c.wait();
         }
         if std::thread::panicking() {
-            // What each member said, for the failure's report (run with
-            // PMWIRE_RAFT_LOG=info for raft-rs's elections and step-downs).
-            for i in 0..self.children.len() {
-                let log = std::fs::read_to_string(self.path(&format!("log{i}"))).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(40).collect();
-                eprintln!("--- member {} log (last {} lines) ---", i + 1, tail.len());
-                for line in tail.iter().rev() {
-                    eprintln!("{line}");
-                }
-            }
+            print_log_tails(self.dir.path(), self.children.len(), 40);
+        }
+    }
+}
+
+/// Prints the last `lines` lines of each member's log (`DIR/log{i}`), for
+/// a failing test's report (run with PMWIRE_RAFT_LOG=info for raft-rs's
+/// elections and step-downs).
+pub fn print_log_tails(dir: &Path, members: usize, lines: usize) {
+    for i in 0..members {
+        let log = std::fs::read_to_string(dir.join(format!("log{i}"))).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(lines).collect();
+        eprintln!("--- member {} log (last {} lines) ---", i + 1, tail.len());
+        for line in tail.iter().rev() {
+            eprintln!("{line}");
         }
     }
 }
