@@ -816,6 +816,12 @@ impl<K: MachineKeyspace> StateMachine for RedisMachine<K> {
     }
 
     fn snapshot(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.snapshot_into(&mut out);
+        out
+    }
+
+    fn snapshot_into(&self, out: &mut Vec<u8>) {
         let mut ks = self.ks.borrow_mut();
         let state = snapshot::State {
             applied: self.applied,
@@ -824,9 +830,8 @@ impl<K: MachineKeyspace> StateMachine for RedisMachine<K> {
             flush: self.writes.flush,
             limits: snapshot::limits_words(&self.config.collections),
         };
-        let bytes = snapshot::encode(&mut *ks, &state, &self.writes);
+        snapshot::encode_into(&mut *ks, &state, &self.writes, out);
         ks.set_now_ms(self.last_time_ms);
-        bytes
     }
 
     fn restore(&mut self, index: u64, bytes: &[u8]) -> Result<(), RestoreError> {

@@ -2028,7 +2028,7 @@ where
         meta.term = self.durable().term(at).expect("applied entries are held");
         meta.set_conf_state(self.raw.raft.prs().conf().to_conf_state());
         assert!(!self.machine_dirty || self.config.faults.lazy_machine_persist, "compaction follows the batch's persist");
-        let data = if deferred { snapshot::encode(&self.own, &[]) } else { snapshot::encode(&self.own, &self.machine.snapshot()) };
+        let data = if deferred { snapshot::encode(&self.own, &[]) } else { snapshot::encode_with(&self.own, |out| self.machine.snapshot_into(out)) };
         let durable = &mut self.raw.mut_store().durable;
         crate::logrefs::compact(durable, &meta, &data, &mut MachineRefs(&mut self.machine)).map_err(store_error)?;
         self.snapshot_index = at;

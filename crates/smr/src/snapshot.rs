@@ -81,12 +81,19 @@ pub fn is_deferred(bytes: &[u8]) -> bool {
 
 /// The snapshot of `replica` and the machine's `machine` bytes.
 pub fn encode(replica: &ReplicaPart, machine: &[u8]) -> Vec<u8> {
+    encode_with(replica, |out| out.extend_from_slice(machine))
+}
+
+/// The snapshot of `replica` and the machine bytes `machine` appends (its
+/// length field is filled in after): the machine's part is written once,
+/// in place.
+pub fn encode_with(replica: &ReplicaPart, machine: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
     assert!(replica.members.len() <= MAX_MEMBERS, "members within bound");
     let mut forwarded = Vec::new();
     replica.forwarded.encode(&mut forwarded);
-    let mut out = Vec::with_capacity(48 + machine.len() + forwarded.len() + 64 * replica.members.len());
+    let mut out = Vec::with_capacity(48 + forwarded.len() + 64 * replica.members.len());
     out.extend_from_slice(MAGIC);
-    for n in [replica.members.len() as u64, replica.sessions.len() as u64, machine.len() as u64, forwarded.len() as u64] {
+    for n in [replica.members.len() as u64, replica.sessions.len() as u64, 0, forwarded.len() as u64] {
         out.extend_from_slice(&n.to_le_bytes());
     }
     for (id, addr) in &replica.members {
@@ -98,7 +105,11 @@ pub fn encode(replica: &ReplicaPart, machine: &[u8]) -> Vec<u8> {
     }
     replica.sessions.encode(&mut out);
     out.extend_from_slice(&forwarded);
-    out.extend_from_slice(machine);
+    let machine_at = out.len();
+    machine(&mut out);
+    let machine_len = (out.len() - machine_at) as u64;
+    // The machine's length is the header's third count.
+    out[24..32].copy_from_slice(&machine_len.to_le_bytes());
     let crc = crc32c::crc32c(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     out

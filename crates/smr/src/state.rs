@@ -75,6 +75,13 @@ pub trait StateMachine {
     /// transit or on media).
     fn snapshot(&self) -> Vec<u8>;
 
+    /// Appends [`StateMachine::snapshot`]'s bytes to `out` (a machine with
+    /// a large state writes them in place: the replica's record around
+    /// them is then not a second copy).
+    fn snapshot_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.snapshot());
+    }
+
     /// Replaces the whole state with a snapshot's, taken at log `index`;
     /// afterwards [`StateMachine::applied`] is `index`. On an error the
     /// state is unchanged.

@@ -51,6 +51,16 @@ pub struct CatchUp {
     pub total_s: f64,
     /// Writes the background writer had acknowledged meanwhile.
     pub writes_during: u64,
+    /// Raft terms the group moved through from the add to the end (0: the
+    /// leader kept its term while it sent the snapshot).
+    pub term_changes: u64,
+    /// The longest gap between two turns of any first member's loop since
+    /// it started (`max_turn_gap_us` of `INFO replication`), ms: how long
+    /// taking or sending the snapshot held a loop.
+    pub max_turn_gap_ms: f64,
+    /// The longest compaction of any first member (`max_compact_us`), ms:
+    /// adding a learner makes each take a whole snapshot.
+    pub max_compact_ms: f64,
 }
 
 impl CatchUp {
@@ -247,6 +257,7 @@ pub fn catch_up(exe: &std::path::Path, transport: &str, mib: u64) -> Result<Catc
         keyspace_bytes += (key.len() + value.len()) as u64;
     }
     c.put(b"catchup:marker", b"before")?;
+    let term_before = group_liveness(&members)?.term;
     let joiner = Joiner::start(&members, MEMBERS + 1, &size)?;
     let load = Load::start(&members.resp, 2, "catchup-load");
     let before = load.ops();
@@ -259,8 +270,48 @@ pub fn catch_up(exe: &std::path::Path, transport: &str, mib: u64) -> Result<Catc
     wait_served(joiner.resp, b"catchup:marker2", b"after", within)?;
     let total_s = start.elapsed().as_secs_f64();
     let writes_during = load.stop() - before;
+    let after = group_liveness(&members)?;
     drop(joiner);
-    Ok(CatchUp { keyspace_bytes, snapshot_s, total_s, writes_during })
+    Ok(CatchUp {
+        keyspace_bytes,
+        snapshot_s,
+        total_s,
+        writes_during,
+        term_changes: after.term.saturating_sub(term_before),
+        max_turn_gap_ms: after.turn_gap_us as f64 / 1e3,
+        max_compact_ms: after.compact_us as f64 / 1e3,
+    })
+}
+
+/// The highest `raft_term`, `max_turn_gap_us` and `max_compact_us` among
+/// the group's members (`INFO replication`).
+struct GroupLiveness {
+    term: u64,
+    turn_gap_us: u64,
+    compact_us: u64,
+}
+
+fn group_liveness(members: &Members) -> Result<GroupLiveness> {
+    let mut g = GroupLiveness { term: 0, turn_gap_us: 0, compact_us: 0 };
+    for addr in &members.resp {
+        let mut c = Resp::connect(*addr)?;
+        let info = match c.command(&[b"INFO", b"replication"])? {
+            Value::Bulk(b) | Value::Verbatim(_, b) => String::from_utf8_lossy(&b).into_owned(),
+            other => bail!("INFO replication answered {other:?}"),
+        };
+        let field = |name: &str| -> Result<u64> {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .with_context(|| format!("{addr}: INFO replication has no {name}"))?
+                .trim()
+                .parse()
+                .with_context(|| format!("{addr}: {name}"))
+        };
+        g.term = g.term.max(field("raft_term")?);
+        g.turn_gap_us = g.turn_gap_us.max(field("max_turn_gap_us")?);
+        g.compact_us = g.compact_us.max(field("max_compact_us")?);
+    }
+    Ok(g)
 }
 
 /// What [`failover`] measured.
@@ -357,7 +408,7 @@ mod tests {
         assert_eq!(percentile(&[], 0.5), None);
         assert_eq!(sizes(256), ("768M".to_string(), "768M".to_string()));
         assert_eq!(sizes(32), ("256M".to_string(), "208M".to_string()));
-        let c = CatchUp { keyspace_bytes: 50_000_000, snapshot_s: 0.5, total_s: 0.6, writes_during: 1 };
+        let c = CatchUp { keyspace_bytes: 50_000_000, snapshot_s: 0.5, total_s: 0.6, writes_during: 1, term_changes: 0, max_turn_gap_ms: 0.0, max_compact_ms: 0.0 };
         assert_eq!(c.mb_per_s(), 100.0);
     }
 }

@@ -303,6 +303,9 @@ fn membership_stage(options: &Options, run: &RunPlan, sink: &mut Sink) {
                     .param("keyspace_bytes", c.keyspace_bytes)
                     .param("keyspace_mib", run.catchup_mib)
                     .param("writes_during", c.writes_during)
+                    .param("term_changes", c.term_changes)
+                    .param("max_turn_gap_ms", c.max_turn_gap_ms)
+                    .param("max_compact_ms", c.max_compact_ms)
                     .param("method", "3 members loaded with N MiB of 64 KiB values; a 4th started with --join; pmwire smr add --learner under 2 SET clients; MB/s = keyspace bytes / time from the add to the new member serving a key written before it (READONLY); then to serving one written after"),
             ),
             Err(e) => sink.skipped.push(Skipped::new("catch_up", CLUSTER, &format!("{e:#}"))),
