@@ -116,18 +116,29 @@ fn key_heads<K: MachineKeyspace>(ks: &mut K) -> Vec<KeyHead> {
     }
 }
 
-/// Every internal key of `ks` but the machine's own.
-fn internal_keys<K: Keyspace>(ks: &mut K) -> Vec<Vec<u8>> {
-    let mut keys = Vec::new();
+/// Every internal entry of `ks` but the machine's own: the keys, and
+/// their values one after another in `values` (each key with its value's
+/// length). Internal values are read first since only a read tells their
+/// length.
+fn internal_entries<K: Keyspace>(ks: &mut K, values: &mut Vec<u8>) -> Vec<(Vec<u8>, usize)> {
+    let mut entries = Vec::new();
     // Internal keys are never empty: the first is at or after `00`.
     let mut from = vec![0u8];
     loop {
         let mut page = Vec::new();
         let n = ks.internal_scan(&from, PAGE, &mut |k| page.push(k.to_vec()));
-        keys.extend(page.iter().filter(|k| k.first() != Some(&MACHINE_TAG)).cloned());
-        let Some(mut last) = page.pop() else { return keys };
+        for key in &page {
+            if key.first() == Some(&MACHINE_TAG) {
+                continue;
+            }
+            let v = ks.internal_get(key).expect("a scanned internal key is there");
+            let at = values.len();
+            ks.read(&v, values);
+            entries.push((key.clone(), values.len() - at));
+        }
+        let Some(mut last) = page.pop() else { return entries };
         if n < PAGE {
-            return keys;
+            return entries;
         }
         last.push(0);
         from = last;
@@ -141,21 +152,24 @@ pub fn encode<K: MachineKeyspace>(ks: &mut K, state: &State, writes: &WriteIndex
     out
 }
 
-/// Appends [`encode`]'s bytes to `out`. The output is sized first from the
-/// keys' lengths (internal values, whose length only a read tells, grow it
-/// if they must) and each value is read straight into it: a keyspace of
-/// hundreds of MiB was copied value by value into buffers of its own, then
-/// into an output grown by doubling, and the page faults of those fresh
-/// buffers were most of the time a member's loop stood still taking it.
+/// Appends [`encode`]'s bytes to `out`. The output is sized first (the
+/// keys' values by their stored lengths, the internal values, whose length
+/// only a read tells, read ahead) and each key's value is read straight
+/// into it: a keyspace of hundreds of MiB was copied value by value into
+/// buffers of its own, then into an output grown by doubling (and even one
+/// growth at the end copies the whole output), and the page faults of
+/// those fresh buffers were most of the time a member's loop stood still
+/// taking it.
 pub fn encode_into<K: MachineKeyspace>(ks: &mut K, state: &State, writes: &WriteIndex, out: &mut Vec<u8>) {
     let keys = key_heads(ks);
-    let internal = internal_keys(ks);
-    let known = FIXED_BYTES
+    let mut internal_values = Vec::new();
+    let internal = internal_entries(ks, &mut internal_values);
+    let total = FIXED_BYTES
         + keys.iter().map(|k| 24 + k.key.len() + k.len as usize).sum::<usize>()
-        + internal.iter().map(|k| 16 + k.len()).sum::<usize>()
+        + internal.iter().map(|(k, len)| 16 + k.len() + len).sum::<usize>()
         + writes.entries().map(|(k, _)| 16 + k.len()).sum::<usize>()
         + 4;
-    out.reserve_exact(known);
+    out.reserve_exact(total);
     let start = out.len();
     out.extend_from_slice(&MAGIC);
     for w in [state.applied, state.last_time_ms, state.floor, state.flush] {
@@ -177,19 +191,14 @@ pub fn encode_into<K: MachineKeyspace>(ks: &mut K, state: &State, writes: &Write
         ks.read(&stored.value, out);
         assert_eq!((out.len() - at) as u64, k.len, "a value reads back at its stored length");
     }
-    let mut internal_values = 0;
-    for key in &internal {
+    let mut at = 0;
+    for (key, len) in &internal {
         put_u32(out, key.len() as u32);
         put_u32(out, 0);
-        let len_at = out.len();
-        put_u64(out, 0);
+        put_u64(out, *len as u64);
         out.extend_from_slice(key);
-        let v = ks.internal_get(key).expect("an internal key seen is there");
-        let at = out.len();
-        ks.read(&v, out);
-        let len = out.len() - at;
-        out[len_at..len_at + 8].copy_from_slice(&(len as u64).to_le_bytes());
-        internal_values += len;
+        out.extend_from_slice(&internal_values[at..at + len]);
+        at += len;
     }
     for (key, index) in writes.entries() {
         put_u64(out, index);
@@ -199,7 +208,7 @@ pub fn encode_into<K: MachineKeyspace>(ks: &mut K, state: &State, writes: &Write
     }
     let crc = crc32c::crc32c(&out[start..]);
     out.extend_from_slice(&crc.to_le_bytes());
-    assert_eq!(out.len() - start, known + internal_values, "the snapshot's size was computed right");
+    assert_eq!(out.len() - start, total, "the snapshot's size was computed right");
 }
 
 /// The snapshot's bytes through [`le::Reader`], a short read naming the field.
