@@ -32,7 +32,7 @@ use pmwire_keyspace::exec::{active_expire, Flow, Server, ServerConfig, Session};
 use pmwire_keyspace::store::{Clock, Keyspace, MemKeyspace, StoreError};
 use pmwire_resp::reply::{Out, Protocol, ReplySink};
 use pmwire_resp::request::{Limits, Parsed, Request};
-use pmwire_smr::state::{PersistError, RestoreError, StateMachine};
+use pmwire_smr::state::{PersistError, RestoreError, SnapshotCursor, StateMachine};
 use thiserror::Error;
 
 use crate::commands::{class, Class};
@@ -822,6 +822,13 @@ impl<K: MachineKeyspace> StateMachine for RedisMachine<K> {
     }
 
     fn snapshot_into(&self, out: &mut Vec<u8>) {
+        let mut cursor = None;
+        while !self.snapshot_step(&mut cursor, out, usize::MAX) {}
+    }
+
+    fn snapshot_step(&self, cursor: &mut SnapshotCursor, out: &mut Vec<u8>, budget: usize) -> bool {
+        let encoder = cursor.get_or_insert_with(|| Box::new(snapshot::Encoder::default()));
+        let encoder = encoder.downcast_mut::<snapshot::Encoder>().expect("a cursor this machine made");
         let mut ks = self.ks.borrow_mut();
         let state = snapshot::State {
             applied: self.applied,
@@ -830,8 +837,9 @@ impl<K: MachineKeyspace> StateMachine for RedisMachine<K> {
             flush: self.writes.flush,
             limits: snapshot::limits_words(&self.config.collections),
         };
-        snapshot::encode_into(&mut *ks, &state, &self.writes, out);
+        let whole = encoder.step(&mut *ks, &state, &self.writes, out, budget);
         ks.set_now_ms(self.last_time_ms);
+        whole
     }
 
     fn restore(&mut self, index: u64, bytes: &[u8]) -> Result<(), RestoreError> {

@@ -80,7 +80,7 @@ use pmwire_smr::command::{Op, Request, Response, Status};
 use pmwire_smr::session::{Reader, Sessions};
 use pmwire_smr::sim::{HistOp, SimMachine};
 use pmwire_smr::smr1::Smr1Machine;
-use pmwire_smr::state::{PersistError, RestoreError, StateMachine};
+use pmwire_smr::state::{PersistError, RestoreError, SnapshotCursor, StateMachine};
 use rand::Rng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 
@@ -191,6 +191,13 @@ fn answer(status: Status, index: u64, value: Vec<u8>) -> Response {
     Response { status, leader: 0, index, value }
 }
 
+/// Where [`SimRedis`]'s snapshot taken in steps stands: its start in the
+/// output and the inner machine's cursor.
+struct SimCursor {
+    start: usize,
+    inner: SnapshotCursor,
+}
+
 impl<const L: bool, K: SimKeyspace> StateMachine for SimRedis<L, K> {
     type Output = Response;
 
@@ -228,16 +235,33 @@ impl<const L: bool, K: SimKeyspace> StateMachine for SimRedis<L, K> {
     }
 
     fn snapshot(&self) -> Vec<u8> {
-        let inner = self.machine.borrow().snapshot();
-        let mut out = Vec::with_capacity(inner.len() + 64);
-        out.extend_from_slice(SNAPSHOT_MAGIC);
-        out.extend_from_slice(&(inner.len() as u64).to_le_bytes());
-        out.extend_from_slice(&inner);
-        out.extend_from_slice(&(self.sessions.len() as u64).to_le_bytes());
-        self.sessions.encode(&mut out);
-        let crc = crc32c::crc32c(&out);
-        out.extend_from_slice(&crc.to_le_bytes());
+        let mut out = Vec::new();
+        let mut cursor = None;
+        while !self.snapshot_step(&mut cursor, &mut out, usize::MAX) {}
         out
+    }
+
+    /// The inner machine's steps, so the simulation takes Redis snapshots
+    /// over several turns as a member does.
+    fn snapshot_step(&self, cursor: &mut SnapshotCursor, out: &mut Vec<u8>, budget: usize) -> bool {
+        let c = cursor.get_or_insert_with(|| {
+            let start = out.len();
+            out.extend_from_slice(SNAPSHOT_MAGIC);
+            out.extend_from_slice(&[0; 8]);
+            Box::new(SimCursor { start, inner: None })
+        });
+        let c = c.downcast_mut::<SimCursor>().expect("a cursor this machine made");
+        if !self.machine.borrow().snapshot_step(&mut c.inner, out, budget) {
+            return false;
+        }
+        let (start, len_at) = (c.start, c.start + SNAPSHOT_MAGIC.len());
+        let inner_len = (out.len() - len_at - 8) as u64;
+        out[len_at..len_at + 8].copy_from_slice(&inner_len.to_le_bytes());
+        out.extend_from_slice(&(self.sessions.len() as u64).to_le_bytes());
+        self.sessions.encode(out);
+        let crc = crc32c::crc32c(&out[start..]);
+        out.extend_from_slice(&crc.to_le_bytes());
+        true
     }
 
     fn restore(&mut self, index: u64, bytes: &[u8]) -> Result<(), RestoreError> {

@@ -96,25 +96,11 @@ struct KeyHead {
     len: u64,
 }
 
-/// Every key of `ks` without its value (expired ones too: the time is set
-/// to 0, at which none is expired; the caller sets it back).
-fn key_heads<K: MachineKeyspace>(ks: &mut K) -> Vec<KeyHead> {
-    ks.set_now_ms(0);
-    let mut keys = Vec::new();
-    let mut after: Option<Vec<u8>> = None;
-    loop {
-        let mut page = Vec::new();
-        let n = ks.scan(after.as_deref(), PAGE, &mut |k, _| page.push(k.to_vec()));
-        for key in &page {
-            let stored = ks.get(key).expect("a scanned key is there at time 0");
-            keys.push(KeyHead { key: key.clone(), kind: stored.kind, deadline_ms: stored.deadline_ms, len: stored.len });
-        }
-        if n < PAGE {
-            return keys;
-        }
-        after = page.pop();
-    }
-}
+/// Bytes reserved past the snapshot for the record around it.
+const RECORD_TAIL_BYTES: usize = 64;
+
+/// What a key costs a step's budget beside its bytes (the lookups).
+const KEY_COST_BYTES: usize = 256;
 
 /// Every internal entry of `ks` but the machine's own: the keys, and
 /// their values one after another in `values` (each key with its value's
@@ -152,63 +138,144 @@ pub fn encode<K: MachineKeyspace>(ks: &mut K, state: &State, writes: &WriteIndex
     out
 }
 
-/// Appends [`encode`]'s bytes to `out`. The output is sized first (the
-/// keys' values by their stored lengths, the internal values, whose length
-/// only a read tells, read ahead) and each key's value is read straight
-/// into it: a keyspace of hundreds of MiB was copied value by value into
-/// buffers of its own, then into an output grown by doubling (and even one
-/// growth at the end copies the whole output), and the page faults of
-/// those fresh buffers were most of the time a member's loop stood still
-/// taking it.
+/// Appends [`encode`]'s bytes to `out` in one go.
 pub fn encode_into<K: MachineKeyspace>(ks: &mut K, state: &State, writes: &WriteIndex, out: &mut Vec<u8>) {
-    let keys = key_heads(ks);
-    let mut internal_values = Vec::new();
-    let internal = internal_entries(ks, &mut internal_values);
-    let total = FIXED_BYTES
-        + keys.iter().map(|k| 24 + k.key.len() + k.len as usize).sum::<usize>()
-        + internal.iter().map(|(k, len)| 16 + k.len() + len).sum::<usize>()
-        + writes.entries().map(|(k, _)| 16 + k.len()).sum::<usize>()
-        + 4;
-    out.reserve_exact(total);
-    let start = out.len();
-    out.extend_from_slice(&MAGIC);
-    for w in [state.applied, state.last_time_ms, state.floor, state.flush] {
-        put_u64(out, w);
+    let mut e = Encoder::default();
+    while !e.step(ks, state, writes, out, usize::MAX) {}
+}
+
+/// [`encode`] in steps of a bounded size, so that a member's loop can take
+/// a large snapshot over several turns, its heartbeats and acknowledgements
+/// flowing between them. The keyspace, the machine's fields and the write
+/// index must not change between the steps of one snapshot (the replica
+/// applies nothing meanwhile).
+///
+/// The output is sized once the keys are known (each value by its stored
+/// length; the internal values, whose length only a read tells, are read
+/// ahead) and each key's value is read straight into it: a keyspace of
+/// hundreds of MiB was copied value by value into buffers of its own, then
+/// into an output grown by doubling (even one growth at the end copies the
+/// whole output), and the page faults of those fresh buffers were most of
+/// the time a member's loop stood still taking it.
+#[derive(Default)]
+pub struct Encoder {
+    phase: Phase,
+    heads: Vec<KeyHead>,
+    /// The last key scanned (phase `Keys`).
+    after: Option<Vec<u8>>,
+    internal: Vec<(Vec<u8>, usize)>,
+    internal_values: Vec<u8>,
+    /// The next key whose value goes out (phase `Values`).
+    next: usize,
+    /// Where this snapshot starts in the output, and its whole size.
+    start: usize,
+    total: usize,
+}
+
+#[derive(Default, PartialEq, Eq, Debug)]
+enum Phase {
+    #[default]
+    Keys,
+    Values,
+    Done,
+}
+
+impl Encoder {
+    /// Appends about `budget` bytes' worth of the snapshot to `out` (a key
+    /// costs [`KEY_COST_BYTES`] beside its bytes); true once the whole
+    /// snapshot is there.
+    pub fn step<K: MachineKeyspace>(&mut self, ks: &mut K, state: &State, writes: &WriteIndex, out: &mut Vec<u8>, budget: usize) -> bool {
+        // Time 0, at which no key is expired (so none is deleted or hidden
+        // while the snapshot reads it); the caller sets the time back.
+        ks.set_now_ms(0);
+        let mut spent = 0usize;
+        while self.phase == Phase::Keys {
+            if spent >= budget {
+                return false;
+            }
+            let mut page = Vec::new();
+            let n = ks.scan(self.after.as_deref(), PAGE, &mut |k, _| page.push(k.to_vec()));
+            for key in &page {
+                let stored = ks.get(key).expect("a scanned key is there at time 0");
+                self.heads.push(KeyHead { key: key.clone(), kind: stored.kind, deadline_ms: stored.deadline_ms, len: stored.len });
+            }
+            spent = spent.saturating_add(page.len() * KEY_COST_BYTES);
+            if n < PAGE {
+                self.begin_values(ks, state, writes, out);
+            } else {
+                self.after = page.pop();
+            }
+        }
+        while self.phase == Phase::Values {
+            let Some(k) = self.heads.get(self.next) else {
+                self.finish(writes, out);
+                break;
+            };
+            if spent >= budget {
+                return false;
+            }
+            put_u32(out, k.key.len() as u32);
+            out.extend_from_slice(&[k.kind.to_byte(), u8::from(k.deadline_ms.is_some()), 0, 0]);
+            put_u64(out, k.len);
+            put_u64(out, k.deadline_ms.unwrap_or(0));
+            out.extend_from_slice(&k.key);
+            let stored = ks.get(&k.key).expect("a key seen at time 0 is there");
+            let at = out.len();
+            ks.read(&stored.value, out);
+            assert_eq!((out.len() - at) as u64, k.len, "a value reads back at its stored length");
+            spent = spent.saturating_add(KEY_COST_BYTES + k.len as usize);
+            self.next += 1;
+        }
+        true
     }
-    put_u64(out, keys.len() as u64);
-    put_u64(out, internal.len() as u64);
-    put_u64(out, writes.len() as u64);
-    state.limits.iter().for_each(|&w| put_u64(out, w));
-    assert_eq!(out.len() - start, FIXED_BYTES);
-    for k in &keys {
-        put_u32(out, k.key.len() as u32);
-        out.extend_from_slice(&[k.kind.to_byte(), u8::from(k.deadline_ms.is_some()), 0, 0]);
-        put_u64(out, k.len);
-        put_u64(out, k.deadline_ms.unwrap_or(0));
-        out.extend_from_slice(&k.key);
-        let stored = ks.get(&k.key).expect("a key seen at time 0 is there");
-        let at = out.len();
-        ks.read(&stored.value, out);
-        assert_eq!((out.len() - at) as u64, k.len, "a value reads back at its stored length");
+
+    /// The keys are known: read the internal entries ahead, size the
+    /// output, write the fixed fields.
+    fn begin_values<K: MachineKeyspace>(&mut self, ks: &mut K, state: &State, writes: &WriteIndex, out: &mut Vec<u8>) {
+        self.internal = internal_entries(ks, &mut self.internal_values);
+        self.total = FIXED_BYTES
+            + self.heads.iter().map(|k| 24 + k.key.len() + k.len as usize).sum::<usize>()
+            + self.internal.iter().map(|(k, len)| 16 + k.len() + len).sum::<usize>()
+            + writes.entries().map(|(k, _)| 16 + k.len()).sum::<usize>()
+            + 4;
+        // Room for what a record puts after the machine's part (the
+        // replica's checksum): one growth at the end copies it all.
+        out.reserve_exact(self.total + RECORD_TAIL_BYTES);
+        self.start = out.len();
+        out.extend_from_slice(&MAGIC);
+        for w in [state.applied, state.last_time_ms, state.floor, state.flush] {
+            put_u64(out, w);
+        }
+        put_u64(out, self.heads.len() as u64);
+        put_u64(out, self.internal.len() as u64);
+        put_u64(out, writes.len() as u64);
+        state.limits.iter().for_each(|&w| put_u64(out, w));
+        assert_eq!(out.len() - self.start, FIXED_BYTES);
+        self.phase = Phase::Values;
     }
-    let mut at = 0;
-    for (key, len) in &internal {
-        put_u32(out, key.len() as u32);
-        put_u32(out, 0);
-        put_u64(out, *len as u64);
-        out.extend_from_slice(key);
-        out.extend_from_slice(&internal_values[at..at + len]);
-        at += len;
+
+    /// The internal entries, the write index and the checksum.
+    fn finish(&mut self, writes: &WriteIndex, out: &mut Vec<u8>) {
+        let mut at = 0;
+        for (key, len) in &self.internal {
+            put_u32(out, key.len() as u32);
+            put_u32(out, 0);
+            put_u64(out, *len as u64);
+            out.extend_from_slice(key);
+            out.extend_from_slice(&self.internal_values[at..at + len]);
+            at += len;
+        }
+        for (key, index) in writes.entries() {
+            put_u64(out, index);
+            put_u32(out, key.len() as u32);
+            put_u32(out, 0);
+            out.extend_from_slice(key);
+        }
+        let crc = crc32c::crc32c(&out[self.start..]);
+        out.extend_from_slice(&crc.to_le_bytes());
+        assert_eq!(out.len() - self.start, self.total, "the snapshot's size was computed right");
+        self.phase = Phase::Done;
     }
-    for (key, index) in writes.entries() {
-        put_u64(out, index);
-        put_u32(out, key.len() as u32);
-        put_u32(out, 0);
-        out.extend_from_slice(key);
-    }
-    let crc = crc32c::crc32c(&out[start..]);
-    out.extend_from_slice(&crc.to_le_bytes());
-    assert_eq!(out.len() - start, total, "the snapshot's size was computed right");
 }
 
 /// The snapshot's bytes through [`le::Reader`], a short read naming the field.

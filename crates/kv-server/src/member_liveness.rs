@@ -15,7 +15,20 @@ pub(crate) const LEADER_COMPACTION_INTERVALS: u64 = 6;
 pub(crate) fn info(l: Liveness, c: &Counters) -> String {
     format!(
         "max_turn_gap_us:{}\r\nmax_heartbeat_gap_us:{}\r\nmax_leader_silence_us:{}\r\nmax_election_elapsed_ticks:{}\r\n\
-         max_append_us:{}\r\nmax_apply_us:{}\r\nmax_compact_us:{}\r\nelections_started:{}\r\nraft_snapshots:{}\r\nraft_unsent:{}\r\nraft_acks_superseded:{}\r\n",
-        l.max_turn_gap_us, l.max_sent_gap_us, l.max_heard_gap_us, l.max_election_elapsed_ticks, l.max_append_us, l.max_apply_us, l.max_compact_us, l.campaigns, c.snapshots, c.unsent, c.superseded
+         max_append_us:{}\r\nmax_apply_us:{}\r\nmax_compact_us:{}\r\nelections_started:{}\r\nraft_snapshots:{}\r\nraft_snapshot_turns:{}\r\nraft_entries_held:{}\r\n\
+         raft_unsent:{}\r\nraft_acks_superseded:{}\r\n",
+        l.max_turn_gap_us,
+        l.max_sent_gap_us,
+        l.max_heard_gap_us,
+        l.max_election_elapsed_ticks,
+        l.max_append_us,
+        l.max_apply_us,
+        l.max_compact_us,
+        l.campaigns,
+        c.snapshots,
+        c.snapshot_turns,
+        c.entries_held,
+        c.unsent,
+        c.superseded
     )
 }

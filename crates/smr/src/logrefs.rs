@@ -91,6 +91,21 @@ pub fn compact<D: Durable, R: LogRefs + ?Sized>(d: &mut D, meta: &SnapshotMetada
     Ok(())
 }
 
+/// [`Durable::compact_parts`], then `dropped` for every machine entry the
+/// log no longer holds (as [`compact`]).
+pub fn compact_parts<D: Durable, R: LogRefs + ?Sized>(d: &mut D, meta: &SnapshotMetadata, len: u64, refs: &mut R) -> Result<(), StoreError> {
+    if !refs.tracks() {
+        return d.compact_parts(meta, len);
+    }
+    let first = d.first_index();
+    let gone: Vec<Entry> = (first..=meta.index.min(d.last_index())).filter_map(|i| d.entry(i)).filter(is_machine_entry).collect();
+    d.compact_parts(meta, len)?;
+    for e in &gone {
+        refs.dropped(&e.data);
+    }
+    Ok(())
+}
+
 /// [`Durable::install_snapshot`], then `dropped` for every machine entry
 /// the log held (an installed snapshot empties it).
 pub fn install_snapshot<D: Durable, R: LogRefs + ?Sized>(d: &mut D, meta: &SnapshotMetadata, data: &[u8], refs: &mut R) -> Result<(), StoreError> {

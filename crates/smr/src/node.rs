@@ -155,6 +155,27 @@ pub const NOT_MEMBER_MAGIC: [u8; 4] = *b"RFTN";
 /// Largest Raft message sent whole, and the size of a chunk (well within
 /// the transport's 4 MiB payload bound).
 pub const RAFT_CHUNK_BYTES: usize = 1 << 20;
+/// Bytes of a whole snapshot taken per turn ([`ReplicaConfig::snapshot_step_bytes`]):
+/// a few milliseconds of copying, well within a heartbeat.
+pub const SNAPSHOT_STEP_BYTES: usize = 8 << 20;
+
+/// A whole snapshot taken over several turns: the machine's part is
+/// encoded in steps after the replica's, then (a store that compacts in
+/// parts) the record is written into the store in steps, then stored.
+struct SnapshotJob {
+    meta: SnapshotMetadata,
+    /// The record so far: the replica's part, then the machine's from
+    /// `machine_at`.
+    record: Vec<u8>,
+    machine_at: usize,
+    cursor: crate::state::SnapshotCursor,
+    /// The whole record's bytes written into the store so far, once the
+    /// record is whole but for its checksum, and the checksum of those
+    /// bytes (computed as they are written: no pass of its own).
+    written: Option<(usize, u32)>,
+    /// When the next step is due ([`ReplicaConfig::snapshot_step_every`]).
+    next_step: Duration,
+}
 /// Largest Raft message a replica reassembles from chunks (a store that
 /// knows its capacity bounds it lower: [`Durable::capacity_hint`]).
 pub const MAX_RAFT_MESSAGE_BYTES: u64 = 1 << 32;
@@ -322,6 +343,14 @@ pub struct ReplicaConfig {
     /// most [`RAFT_CHUNK_BYTES`]; the simulation draws smaller ones so that
     /// chunking runs under its faults).
     pub chunk_bytes: usize,
+    /// A whole snapshot of the machine is taken this many bytes per turn
+    /// ([`StateMachine::snapshot_step`]; applies wait meanwhile), so a
+    /// large keyspace does not hold the loop past an election timeout.
+    pub snapshot_step_bytes: usize,
+    /// Time between two steps of a snapshot being taken: none in a member
+    /// (it polls its sockets between steps anyway); the simulation spaces
+    /// them so that messages arrive and entries commit meanwhile.
+    pub snapshot_step_every: Duration,
     /// A proposal or read (an embedder's or an SMR1 client's) not done
     /// within this many election timeouts (`election_ticks` each) fails:
     /// [`Failure::NoQuorum`], or RETRY to an SMR1 client. A leader that
@@ -346,6 +375,8 @@ impl ReplicaConfig {
             trace_applied: false,
             promote_lag: 1000,
             chunk_bytes: RAFT_CHUNK_BYTES,
+            snapshot_step_bytes: SNAPSHOT_STEP_BYTES,
+            snapshot_step_every: Duration::ZERO,
             pending_timeout_elections: 2,
         }
     }
@@ -394,6 +425,11 @@ pub struct Counters {
     /// Of those, deferred ones: compaction records of a machine that keeps
     /// its own state (`StateMachine::keeps_state`), no copy of it encoded.
     pub snapshots_deferred: u64,
+    /// Turns a whole snapshot went on past its first step
+    /// ([`ReplicaConfig::snapshot_step_bytes`]), applies waiting.
+    pub snapshot_turns: u64,
+    /// Committed entries that waited for a snapshot being taken.
+    pub entries_held: u64,
     /// Raft messages queued to go as chunks.
     pub chunked: u64,
     /// Bytes of chunked messages sent (headers not counted).
@@ -446,6 +482,10 @@ where
     transfers: Vec<RequestId>,
     /// Take a snapshot at the end of this turn (a replica was added).
     compact_now: bool,
+    /// A whole snapshot being taken over several turns; committed entries
+    /// wait in `held` until it is stored.
+    snapshot_job: Option<SnapshotJob>,
+    held: Vec<Entry>,
     out_conns: BTreeMap<u64, ConnId>,
     /// Proposals waiting to be applied, by log index: who waits, the term
     /// proposed in, the tick proposed at.
@@ -707,6 +747,8 @@ where
             peers,
             transfers: Vec::new(),
             compact_now: false,
+            snapshot_job: None,
+            held: Vec::new(),
             out_conns: BTreeMap::new(),
             writes: BTreeMap::new(),
             reads: BTreeMap::new(),
@@ -1588,6 +1630,12 @@ where
     /// Applies committed entries in order; their answers wait in
     /// `batch` until [`Replica::finish_batch`].
     fn apply_entries(&mut self, t: &mut T, entries: Vec<Entry>) -> Result<(), raft::Error> {
+        if self.snapshot_job.is_some() {
+            // The machine's state must hold still until its snapshot is whole.
+            self.counters.entries_held += entries.len() as u64;
+            self.held.extend(entries);
+            return Ok(());
+        }
         for e in entries {
             if self.halted.is_some() {
                 break;
@@ -1841,6 +1889,11 @@ where
     /// order they were asked in (log index, read context), so the expired
     /// ones are at the front.
     fn expire_pending(&mut self, t: &mut T) {
+        if self.snapshot_job.is_some() {
+            // Committed writes wait for the snapshot being taken, not for
+            // a quorum; the wait ends with it.
+            return;
+        }
         let bound = self.config.pending_timeout_ticks();
         let now = self.ticks;
         let expired = |since: u64| now >= since.saturating_add(bound);
@@ -1898,6 +1951,9 @@ where
             }
         };
         let decoded = snapshot::decode(&data).map_err(|e| raft::Error::ConfigInvalid(format!("snapshot at index {index}: {e}")))?;
+        // A snapshot being taken is of the state this one replaces.
+        self.snapshot_job = None;
+        self.held.retain(|e| e.index > index);
         snapshot::restore_machine(&mut self.machine, index, &decoded).map_err(raft::Error::ConfigInvalid)?;
         self.own = decoded.replica;
         self.forwarded_after_snapshot();
@@ -1958,7 +2014,9 @@ where
                 self.ready_reads.push((rs.index, waiter, since));
             }
         }
-        let mut light = self.raw.advance(ready);
+        // raft-rs's `advance` would count every entry it delivered before
+        // as applied; entries held for a snapshot being taken are not.
+        let mut light = self.raw.advance_append(ready);
         if let Some(commit) = light.commit_index() {
             self.store_mut().note_commit(commit);
         }
@@ -1967,7 +2025,7 @@ where
         self.apply_entries(t, light.take_committed_entries())?;
         self.finish_batch(t);
         timed.done(&mut self.liveness.counters);
-        self.raw.advance_apply();
+        self.raw.advance_apply_to(self.applied);
         if std::mem::take(&mut self.bcast_commit) {
             self.raw.raft.bcast_append();
         }
@@ -1980,7 +2038,7 @@ where
     /// per member, less often on the leader), or the log is more than half full (not while entries the machine already holds are replayed: its
     /// state is then past the applied index).
     fn maybe_compact(&mut self) -> Result<(), raft::Error> {
-        if self.machine.applied() > self.applied || self.halted.is_some() {
+        if self.machine.applied() > self.applied || self.halted.is_some() || self.snapshot_job.is_some() {
             return Ok(());
         }
         // raft-rs asked to send the stored snapshot, a deferred one: encode
@@ -2023,19 +2081,120 @@ where
         if at <= self.snapshot_index {
             return Ok(());
         }
-        let timed = Timed::start(Step::Compact);
         let mut meta = SnapshotMetadata { index: at, ..Default::default() };
         meta.term = self.durable().term(at).expect("applied entries are held");
         meta.set_conf_state(self.raw.raft.prs().conf().to_conf_state());
         assert!(!self.machine_dirty || self.config.faults.lazy_machine_persist, "compaction follows the batch's persist");
-        let data = if deferred { snapshot::encode(&self.own, &[]) } else { snapshot::encode_with(&self.own, |out| self.machine.snapshot_into(out)) };
-        let durable = &mut self.raw.mut_store().durable;
-        crate::logrefs::compact(durable, &meta, &data, &mut MachineRefs(&mut self.machine)).map_err(store_error)?;
-        self.snapshot_index = at;
-        self.counters.snapshots += 1;
-        self.counters.snapshots_deferred += u64::from(deferred);
-        timed.done(&mut self.liveness.counters);
+        if deferred {
+            let timed = Timed::start(Step::Compact);
+            self.store_compaction(&meta, &snapshot::encode(&self.own, &[]))?;
+            self.counters.snapshots_deferred += 1;
+            timed.done(&mut self.liveness.counters);
+            return Ok(());
+        }
+        assert_eq!(at, self.applied, "a whole snapshot keeps no tail");
+        if forced {
+            // A replica was added: raft-rs is about to probe it, and must
+            // find the log compacted (a new replica starts from a snapshot,
+            // never from the log's first entries), so this one is taken
+            // whole in this turn, on every member at about the same time.
+            let timed = Timed::start(Step::Compact);
+            let data = snapshot::encode_with(&self.own, |out| self.machine.snapshot_into(out));
+            self.store_compaction(&meta, &data)?;
+            timed.done(&mut self.liveness.counters);
+            return Ok(());
+        }
+        // Otherwise (raft-rs asked for one to send, or the log is filling)
+        // it is taken in steps, one per turn, and nothing is applied until
+        // it is stored: a large keyspace no longer holds the loop past an
+        // election timeout.
+        let record = snapshot::record_prefix(&self.own);
+        let machine_at = record.len();
+        self.snapshot_job = Some(SnapshotJob { meta, record, machine_at, cursor: None, written: None, next_step: self.now });
+        // The first step at once: a small machine is whole in it.
+        self.advance_snapshot()?;
         Ok(())
+    }
+
+    /// Writes a compaction record at `meta`'s index and drops the log
+    /// before it.
+    fn store_compaction(&mut self, meta: &SnapshotMetadata, data: &[u8]) -> Result<(), raft::Error> {
+        let durable = &mut self.raw.mut_store().durable;
+        crate::logrefs::compact(durable, meta, data, &mut MachineRefs(&mut self.machine)).map_err(store_error)?;
+        self.snapshot_index = meta.index;
+        self.counters.snapshots += 1;
+        Ok(())
+    }
+
+    /// One step of the snapshot being taken, stored once whole. True if
+    /// there was one.
+    fn advance_snapshot(&mut self) -> Result<bool, raft::Error> {
+        let Some(job) = self.snapshot_job.as_mut().filter(|j| j.next_step <= self.now) else { return Ok(false) };
+        job.next_step = self.now + self.config.snapshot_step_every;
+        let step = self.config.snapshot_step_bytes;
+        let in_parts = self.raw.store().durable.compacts_in_parts();
+        let timed = Timed::start(Step::Compact);
+        let stored = match job.written {
+            None => {
+                if !self.machine.snapshot_step(&mut job.cursor, &mut job.record, step) {
+                    false
+                } else if in_parts {
+                    snapshot::seal_record_length(&mut job.record, job.machine_at);
+                    job.written = Some((0, 0));
+                    false
+                } else {
+                    let job = self.snapshot_job.take().expect("stepped");
+                    self.store_compaction(&job.meta, &snapshot::finish_record(job.record, job.machine_at))?;
+                    true
+                }
+            }
+            Some((written, crc)) => {
+                let end = (written + step.max(1)).min(job.record.len());
+                let part = &job.record[written..end];
+                let crc = crc32c::crc32c_append(crc, part);
+                let durable = &mut self.raw.mut_store().durable;
+                durable.compact_part(written as u64, part).map_err(store_error)?;
+                job.written = Some((end, crc));
+                if end == job.record.len() {
+                    // The record's checksum, its last field.
+                    durable.compact_part(end as u64, &crc.to_le_bytes()).map_err(store_error)?;
+                    let job = self.snapshot_job.take().expect("stepped");
+                    let durable = &mut self.raw.mut_store().durable;
+                    crate::logrefs::compact_parts(durable, &job.meta, job.record.len() as u64 + 4, &mut MachineRefs(&mut self.machine)).map_err(store_error)?;
+                    self.snapshot_index = job.meta.index;
+                    self.counters.snapshots += 1;
+                    true
+                } else {
+                    false
+                }
+            }
+        };
+        if stored {
+            // raft-rs asked for a snapshot while this one was being taken:
+            // the stored one is whole now.
+            self.raw.store().snapshot_wanted.set(false);
+        }
+        timed.done(&mut self.liveness.counters);
+        Ok(true)
+    }
+
+    /// [`Replica::advance_snapshot`]; once it is stored, the entries that
+    /// waited for it are applied. True if there was a snapshot to step.
+    fn step_snapshot(&mut self, t: &mut T) -> Result<bool, raft::Error> {
+        if !self.advance_snapshot()? {
+            return Ok(false);
+        }
+        self.counters.snapshot_turns += 1;
+        if self.snapshot_job.is_none() && !self.held.is_empty() {
+            let timed = Timed::start(Step::Apply);
+            let held = std::mem::take(&mut self.held);
+            self.apply_entries(t, held)?;
+            self.finish_batch(t);
+            timed.done(&mut self.liveness.counters);
+            self.raw.advance_apply_to(self.applied);
+            self.serve_reads(t);
+        }
+        Ok(true)
     }
 
     /// raft-rs drops a read-index request in some states (a leader that
@@ -2146,6 +2305,11 @@ where
         let dialled = self.redial(t);
         let drained = !self.outbox.is_empty() && self.drain_outbox(t);
         self.propose_batch(t);
+        // A snapshot step is not reported as work to turn again for at
+        // once: the embedding loop comes back at `next_deadline`, after it
+        // has served its sockets (a member's loop runs up to a fixed number
+        // of turns back to back while they report work).
+        self.step_snapshot(t).unwrap_or_else(|e| panic!("replica {}: storage failed: {e}", self.config.id));
         let readied = self.handle_ready(t).unwrap_or_else(|e| panic!("replica {}: storage failed: {e}", self.config.id));
         // Everything stepped so far is durable or refused (the log seam).
         self.machine.log_settled();
@@ -2167,7 +2331,8 @@ where
     }
 
     fn next_deadline(&self) -> Option<Duration> {
-        Some(self.next_tick)
+        // A snapshot being taken goes on at the next turn, without a wait.
+        Some(self.snapshot_job.as_ref().map_or(self.next_tick, |j| j.next_step.min(self.next_tick)))
     }
 
     fn halted(&self) -> Option<&str> {

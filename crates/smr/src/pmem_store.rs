@@ -166,6 +166,9 @@ pub struct PmemDurable<M: Media> {
     /// stream to a peer may still be reading it).
     prev: Option<Snap>,
     staging: Option<Staging>,
+    /// A compaction's record being written in parts into the other slot:
+    /// bytes written, and their data checksum so far.
+    parts: Option<(u64, u32)>,
     log: AppendLog,
     terms: VecDeque<u64>,
     faults: StoreFaults,
@@ -243,7 +246,7 @@ impl<M: Media> PmemDurable<M> {
             return Err(corrupt(format!("the log's header describes a log of other than {} B", sb.log_bytes)));
         }
         let terms = read_terms(&media, &log)?;
-        let mut store = PmemDurable { media, sb, hard_record, hard, conf, snap, prev, staging, log, terms, faults, owed_log_flush: false };
+        let mut store = PmemDurable { media, sb, hard_record, hard, conf, snap, prev, staging, parts: None, log, terms, faults, owed_log_flush: false };
         store.finish_interrupted()?;
         assert_eq!(store.log.head(), store.snap.header.index + 1, "the log starts right after the snapshot");
         assert_eq!(store.terms.len() as u64, store.log.len(), "a term for every entry");
@@ -353,15 +356,21 @@ impl<M: Media> PmemDurable<M> {
         let header = SnapHeader { seq, index: meta.index, term: meta.term, data_len, data_crc: format::snap_data_crc(data), origin, conf };
         let target = 1 - self.snap.slot;
         let at = self.slot_at(target);
-        // No staging record outlives the slot's reuse (it would claim
-        // bytes the snapshot's data replaces).
-        self.media.write(at + format::STAGING_AT, &[0; 2 * format::STAGING_RECORD_BYTES]);
-        self.media.persist(at + format::STAGING_AT, 2 * format::STAGING_RECORD_BYTES as u64);
+        self.clear_staging_records(target);
         if !data.is_empty() {
             self.media.memcpy_nodrain(at + format::SNAP_HEADER_BYTES, data);
         }
         self.commit_slot(target, header, &block);
         Ok(())
+    }
+
+    /// No staging record outlives the slot's reuse (it would claim bytes
+    /// a snapshot's data replaces). Parts written there are gone too.
+    fn clear_staging_records(&mut self, slot: usize) {
+        let at = self.slot_at(slot);
+        self.media.write(at + format::STAGING_AT, &[0; 2 * format::STAGING_RECORD_BYTES]);
+        self.media.persist(at + format::STAGING_AT, 2 * format::STAGING_RECORD_BYTES as u64);
+        self.parts = None;
     }
 
     /// Where slot `slot` starts.
@@ -497,6 +506,7 @@ impl<M: Media> Durable for PmemDurable<M> {
         crate::store::check_stage(self.staged(), body, offset, bytes, Some(self.snapshot_capacity()))?;
         if offset == 0 {
             self.prev = None;
+            self.parts = None;
             self.store_staging(body, 0);
         }
         let at = self.slot_at(1 - self.snap.slot);
@@ -634,6 +644,53 @@ impl<M: Media> Durable for PmemDurable<M> {
         assert!(meta.index <= self.last_index(), "a snapshot of held entries");
         assert_eq!(self.term(meta.index), Some(meta.term), "a snapshot of held entries, with their term");
         self.store_snapshot(meta, data, Origin::Compact)?;
+        let dropped = (meta.index + 1 - self.log.head()) as usize;
+        self.log.truncate(&mut self.media, meta.index + 1).expect("the index is held");
+        self.terms.drain(..dropped);
+        Ok(())
+    }
+
+    fn compacts_in_parts(&self) -> bool {
+        true
+    }
+
+    fn compact_part(&mut self, offset: u64, bytes: &[u8]) -> Result<(), StoreError> {
+        let target = 1 - self.snap.slot;
+        if offset == 0 {
+            // The other slot's older snapshot goes, as with any compaction.
+            self.prev = None;
+            self.staging = None;
+            self.clear_staging_records(target);
+            self.parts = Some((0, format::snap_data_crc_start()));
+        }
+        let Some((written, crc)) = self.parts.filter(|&(written, _)| written == offset) else {
+            return Err(StoreError::Media(format!("compaction part at {offset}: the parts written before it were discarded")));
+        };
+        let end = offset + bytes.len() as u64;
+        let max = self.snapshot_capacity();
+        if end > max {
+            self.parts = None;
+            return Err(StoreError::SnapshotTooLarge { len: end, max });
+        }
+        if !bytes.is_empty() {
+            self.media.memcpy_nodrain(self.slot_at(target) + format::SNAP_HEADER_BYTES + written, bytes);
+        }
+        self.parts = Some((end, crc32c::crc32c_append(crc, bytes)));
+        Ok(())
+    }
+
+    fn compact_parts(&mut self, meta: &SnapshotMetadata, len: u64) -> Result<(), StoreError> {
+        let Some((written, data_crc)) = self.parts.take().filter(|&(written, _)| written == len) else {
+            return Err(StoreError::Media(format!("compaction of {len} B in parts: the parts were discarded or are short")));
+        };
+        assert!(meta.index >= self.snap.header.index, "snapshots move forward");
+        assert!(meta.index <= self.last_index(), "a snapshot of held entries");
+        assert_eq!(self.term(meta.index), Some(meta.term), "a snapshot of held entries, with their term");
+        let conf = meta.get_conf_state().clone();
+        let block = format::encode_conf(&conf).map_err(|list| StoreError::Media(format!("membership has more than {MAX_IDS} {list}")))?;
+        let seq = self.snap.header.seq.checked_add(1).ok_or_else(|| StoreError::Media("snapshot sequence exhausted".into()))?;
+        let header = SnapHeader { seq, index: meta.index, term: meta.term, data_len: written, data_crc, origin: Origin::Compact, conf };
+        self.commit_slot(1 - self.snap.slot, header, &block);
         let dropped = (meta.index + 1 - self.log.head()) as usize;
         self.log.truncate(&mut self.media, meta.index + 1).expect("the index is held");
         self.terms.drain(..dropped);

@@ -289,6 +289,11 @@ pub struct SimReport {
     /// Raft messages the replicas sent as chunks (the chunk size is drawn
     /// per seed).
     pub chunked_messages: u64,
+    /// Turns in which a replica went on taking a whole snapshot, its
+    /// applies waiting (small steps are drawn with small chunks).
+    pub snapshot_turns: u64,
+    /// Committed entries that waited for a snapshot being taken.
+    pub entries_held: u64,
     /// Bytes of snapshot bodies streamed into staging areas.
     pub staged_bytes: u64,
     /// Requests for the rest of a snapshot body sent by receivers.
@@ -686,6 +691,15 @@ impl Durable for Crashable {
     fn compact(&mut self, meta: &SnapshotMetadata, data: &[u8]) -> Result<(), StoreError> {
         self.write(None, |d| d.compact(meta, data))
     }
+    fn compacts_in_parts(&self) -> bool {
+        self.store().compacts_in_parts()
+    }
+    fn compact_part(&mut self, offset: u64, bytes: &[u8]) -> Result<(), StoreError> {
+        self.write(None, |d| d.compact_part(offset, bytes))
+    }
+    fn compact_parts(&mut self, meta: &SnapshotMetadata, len: u64) -> Result<(), StoreError> {
+        self.write(None, |d| d.compact_parts(meta, len))
+    }
     fn capacity_hint(&self) -> Option<u64> {
         self.store().capacity_hint()
     }
@@ -925,6 +939,12 @@ impl<M: SimMachine> World<M> {
         config.snapshot_every = self.cfg.snapshot_every;
         config.trace_applied = true;
         config.chunk_bytes = self.chunk_bytes;
+        // Runs that chunk their messages also take whole snapshots in
+        // small steps, over several turns (no new draw: seeds keep their runs).
+        if self.chunk_bytes < crate::node::RAFT_CHUNK_BYTES {
+            config.snapshot_step_bytes = 4 * self.chunk_bytes;
+            config.snapshot_step_every = Duration::from_millis(1);
+        }
         let t = linked(&self.net, t, replica_link(&config), self.rng.gen());
         let replica = Replica::with_machine(config, durable, machine, peers)?.serve_smr1();
         Ok(Reactor::new(t, replica))
@@ -982,6 +1002,8 @@ impl<M: SimMachine> World<M> {
             eprintln!("{now_ns:>12} ns: replica {} crashes: durable last {} hard {:?} status {:?}", i + 1, d.last_index(), d.hard_state(), r.service.status());
         }
         self.report.chunked_messages += r.service.counters().chunked;
+        self.report.snapshot_turns += r.service.counters().snapshot_turns;
+        self.report.entries_held += r.service.counters().entries_held;
         self.report.staged_bytes += r.service.counters().snapshot_bytes_staged;
         self.report.snapshot_resumes += r.service.counters().snapshot_resumes_asked;
         let remains = r.service.take_durable().crash(&mut self.rng);
@@ -1436,6 +1458,8 @@ impl<M: SimMachine> World<M> {
         for s in &self.slots {
             if let Slot::Up(r) = s {
                 self.report.chunked_messages += r.service.counters().chunked;
+                self.report.snapshot_turns += r.service.counters().snapshot_turns;
+                self.report.entries_held += r.service.counters().entries_held;
                 self.report.staged_bytes += r.service.counters().snapshot_bytes_staged;
                 self.report.snapshot_resumes += r.service.counters().snapshot_resumes_asked;
             }

@@ -88,6 +88,15 @@ pub fn encode(replica: &ReplicaPart, machine: &[u8]) -> Vec<u8> {
 /// length field is filled in after): the machine's part is written once,
 /// in place.
 pub fn encode_with(replica: &ReplicaPart, machine: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let mut out = record_prefix(replica);
+    let machine_at = out.len();
+    machine(&mut out);
+    finish_record(out, machine_at)
+}
+
+/// A snapshot's bytes up to its machine part (whose length field is
+/// filled in by [`finish_record`]).
+pub fn record_prefix(replica: &ReplicaPart) -> Vec<u8> {
     assert!(replica.members.len() <= MAX_MEMBERS, "members within bound");
     let mut forwarded = Vec::new();
     replica.forwarded.encode(&mut forwarded);
@@ -105,14 +114,26 @@ pub fn encode_with(replica: &ReplicaPart, machine: impl FnOnce(&mut Vec<u8>)) ->
     }
     replica.sessions.encode(&mut out);
     out.extend_from_slice(&forwarded);
-    let machine_at = out.len();
-    machine(&mut out);
-    let machine_len = (out.len() - machine_at) as u64;
-    // The machine's length is the header's third count.
-    out[24..32].copy_from_slice(&machine_len.to_le_bytes());
+    out
+}
+
+/// A [`record_prefix`] with the machine's bytes appended from
+/// `machine_at` on: its length filled in, the checksum appended.
+pub fn finish_record(mut out: Vec<u8>, machine_at: usize) -> Vec<u8> {
+    seal_record_length(&mut out, machine_at);
     let crc = crc32c::crc32c(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     out
+}
+
+/// Fills in the machine part's length of a [`record_prefix`] whose
+/// machine bytes are appended from `machine_at` on; what is left is the
+/// checksum of everything, appended (a record written in parts computes it
+/// part by part).
+pub fn seal_record_length(out: &mut [u8], machine_at: usize) {
+    let machine_len = (out.len() - machine_at) as u64;
+    // The machine's length is the header's third count.
+    out[24..32].copy_from_slice(&machine_len.to_le_bytes());
 }
 
 /// Decodes a snapshot (checksum first).

@@ -86,6 +86,25 @@ pub trait Durable {
     /// Stores a snapshot taken locally at `meta.index` (≤ applied) and
     /// drops the entries up to it.
     fn compact(&mut self, meta: &SnapshotMetadata, data: &[u8]) -> Result<(), StoreError>;
+    /// Whether this store takes a compaction's record in parts
+    /// ([`Durable::compact_part`], [`Durable::compact_parts`]): a large
+    /// record is then written over several turns of a replica's loop.
+    fn compacts_in_parts(&self) -> bool {
+        false
+    }
+    /// Writes bytes `offset..` of a compaction's record (parts in order,
+    /// from 0), not yet a snapshot. Anything else stored meanwhile (a
+    /// compaction, an install, a staged body) discards the parts.
+    fn compact_part(&mut self, offset: u64, bytes: &[u8]) -> Result<(), StoreError> {
+        let _ = (offset, bytes);
+        unreachable!("only a store that compacts in parts is given parts")
+    }
+    /// Stores the `len` bytes written in parts as the snapshot at
+    /// `meta.index` and drops the entries up to it (as [`Durable::compact`]).
+    fn compact_parts(&mut self, meta: &SnapshotMetadata, len: u64) -> Result<(), StoreError> {
+        let _ = (meta, len);
+        unreachable!("only a store that compacts in parts is given parts")
+    }
     /// The largest snapshot or log entry this store can hold, if it is
     /// bounded: a replica refuses a larger incoming message at its first
     /// chunk.

@@ -66,6 +66,11 @@ where
         let Ok(c) = stream::decode_chunk(payload) else {
             return self.counters.malformed += 1;
         };
+        if self.snapshot_job.as_ref().is_some_and(|j| j.written.is_some()) {
+            // This replica is writing its own snapshot into the area a body
+            // is staged in: the sender is asked again once it is stored.
+            return self.counters.chunks_ignored += 1;
+        }
         let log = &self.raw.raft.raft_log;
         if log.unstable.snapshot.is_some() || c.body.index <= log.committed {
             // An install from the area is pending, or Raft would refuse
