@@ -79,27 +79,24 @@ pub fn append<D: Durable, R: LogRefs + ?Sized>(d: &mut D, entries: &[Entry], ref
 
 /// [`Durable::compact`], then `dropped` for each machine entry it dropped.
 pub fn compact<D: Durable, R: LogRefs + ?Sized>(d: &mut D, meta: &SnapshotMetadata, data: &[u8], refs: &mut R) -> Result<(), StoreError> {
-    if !refs.tracks() {
-        return d.compact(meta, data);
-    }
-    let first = d.first_index();
-    let gone: Vec<Entry> = (first..=meta.index.min(d.last_index())).filter_map(|i| d.entry(i)).filter(is_machine_entry).collect();
-    d.compact(meta, data)?;
-    for e in &gone {
-        refs.dropped(&e.data);
-    }
-    Ok(())
+    compact_with(d, meta.index, refs, |d| d.compact(meta, data))
 }
 
-/// [`Durable::compact_parts`], then `dropped` for every machine entry the
-/// log no longer holds (as [`compact`]).
+/// [`Durable::compact_parts`], then `dropped` for each machine entry it
+/// dropped.
 pub fn compact_parts<D: Durable, R: LogRefs + ?Sized>(d: &mut D, meta: &SnapshotMetadata, len: u64, refs: &mut R) -> Result<(), StoreError> {
+    compact_with(d, meta.index, refs, |d| d.compact_parts(meta, len))
+}
+
+/// Compacts the log up to `index` with `compact`, telling `refs` of every
+/// machine entry it drops.
+fn compact_with<D: Durable, R: LogRefs + ?Sized>(d: &mut D, index: u64, refs: &mut R, compact: impl FnOnce(&mut D) -> Result<(), StoreError>) -> Result<(), StoreError> {
     if !refs.tracks() {
-        return d.compact_parts(meta, len);
+        return compact(d);
     }
     let first = d.first_index();
-    let gone: Vec<Entry> = (first..=meta.index.min(d.last_index())).filter_map(|i| d.entry(i)).filter(is_machine_entry).collect();
-    d.compact_parts(meta, len)?;
+    let gone: Vec<Entry> = (first..=index.min(d.last_index())).filter_map(|i| d.entry(i)).filter(is_machine_entry).collect();
+    compact(d)?;
     for e in &gone {
         refs.dropped(&e.data);
     }
