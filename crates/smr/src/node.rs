@@ -2121,9 +2121,14 @@ where
     fn store_compaction(&mut self, meta: &SnapshotMetadata, data: &[u8]) -> Result<(), raft::Error> {
         let durable = &mut self.raw.mut_store().durable;
         crate::logrefs::compact(durable, meta, data, &mut MachineRefs(&mut self.machine)).map_err(store_error)?;
-        self.snapshot_index = meta.index;
-        self.counters.snapshots += 1;
+        self.compacted(meta.index);
         Ok(())
+    }
+
+    /// The log is compacted up to `index`.
+    fn compacted(&mut self, index: u64) {
+        self.snapshot_index = index;
+        self.counters.snapshots += 1;
     }
 
     /// One step of the snapshot being taken, stored once whole. True if
@@ -2161,8 +2166,7 @@ where
                     let job = self.snapshot_job.take().expect("stepped");
                     let durable = &mut self.raw.mut_store().durable;
                     crate::logrefs::compact_parts(durable, &job.meta, job.record.len() as u64 + 4, &mut MachineRefs(&mut self.machine)).map_err(store_error)?;
-                    self.snapshot_index = job.meta.index;
-                    self.counters.snapshots += 1;
+                    self.compacted(job.meta.index);
                     true
                 } else {
                     false

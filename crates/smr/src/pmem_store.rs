@@ -349,11 +349,7 @@ impl<M: Media> PmemDurable<M> {
         if data.len() as u64 > max {
             return Err(StoreError::SnapshotTooLarge { len: data.len() as u64, max });
         }
-        let conf = meta.get_conf_state().clone();
-        let block = format::encode_conf(&conf).map_err(|list| StoreError::Media(format!("membership has more than {MAX_IDS} {list}")))?;
-        let seq = self.snap.header.seq.checked_add(1).ok_or_else(|| StoreError::Media("snapshot sequence exhausted".into()))?;
-        let data_len = data.len() as u64;
-        let header = SnapHeader { seq, index: meta.index, term: meta.term, data_len, data_crc: format::snap_data_crc(data), origin, conf };
+        let (header, block) = self.next_snap_header(meta, data.len() as u64, format::snap_data_crc(data), origin)?;
         let target = 1 - self.snap.slot;
         let at = self.slot_at(target);
         self.clear_staging_records(target);
@@ -362,6 +358,31 @@ impl<M: Media> PmemDurable<M> {
         }
         self.commit_slot(target, header, &block);
         Ok(())
+    }
+
+    /// The header of the next snapshot (`seq + 1`) at `meta` over data of
+    /// `data_len` bytes with checksum `data_crc`, and its membership block.
+    fn next_snap_header(&self, meta: &SnapshotMetadata, data_len: u64, data_crc: u32, origin: Origin) -> Result<(SnapHeader, [u8; format::CONF_BLOCK_BYTES]), StoreError> {
+        let conf = meta.get_conf_state().clone();
+        let block = format::encode_conf(&conf).map_err(|list| StoreError::Media(format!("membership has more than {MAX_IDS} {list}")))?;
+        let seq = self.snap.header.seq.checked_add(1).ok_or_else(|| StoreError::Media("snapshot sequence exhausted".into()))?;
+        Ok((SnapHeader { seq, index: meta.index, term: meta.term, data_len, data_crc, origin, conf }, block))
+    }
+
+    /// A compaction at `meta` names an entry the log holds, with its term,
+    /// at or past the snapshot held.
+    fn check_compaction(&self, meta: &SnapshotMetadata) {
+        assert!(meta.index >= self.snap.header.index, "snapshots move forward");
+        assert!(meta.index <= self.last_index(), "a snapshot of held entries");
+        assert_eq!(self.term(meta.index), Some(meta.term), "a snapshot of held entries, with their term");
+    }
+
+    /// Drops the log's entries up to `index` (a compaction's snapshot is
+    /// committed).
+    fn drop_log_through(&mut self, index: u64) {
+        let dropped = (index + 1 - self.log.head()) as usize;
+        self.log.truncate(&mut self.media, index + 1).expect("the index is held");
+        self.terms.drain(..dropped);
     }
 
     /// No staging record outlives the slot's reuse (it would claim bytes
@@ -548,10 +569,8 @@ impl<M: Media> Durable for PmemDurable<M> {
         if !self.verify_staged(body) {
             return Err(StoreError::Media(format!("the staging area does not hold the snapshot body at index {} whole and checked", body.index)));
         }
-        let conf = meta.get_conf_state().clone();
-        let block = format::encode_conf(&conf).map_err(|list| StoreError::Media(format!("membership has more than {MAX_IDS} {list}")))?;
-        let seq = self.snap.header.seq.checked_add(1).ok_or_else(|| StoreError::Media("snapshot sequence exhausted".into()))?;
-        let header = SnapHeader { seq, index: body.index, term: body.term, data_len: body.len, data_crc: body.crc, origin: Origin::Install, conf };
+        // `meta` names the body's index and term (checked above).
+        let (header, block) = self.next_snap_header(meta, body.len, body.crc, Origin::Install)?;
         self.commit_slot(1 - self.snap.slot, header, &block);
         self.finish_install(meta)
     }
@@ -640,13 +659,9 @@ impl<M: Media> Durable for PmemDurable<M> {
 
     /// Snapshot slot (the commit point), then the log's prefix truncation.
     fn compact(&mut self, meta: &SnapshotMetadata, data: &[u8]) -> Result<(), StoreError> {
-        assert!(meta.index >= self.snap.header.index, "snapshots move forward");
-        assert!(meta.index <= self.last_index(), "a snapshot of held entries");
-        assert_eq!(self.term(meta.index), Some(meta.term), "a snapshot of held entries, with their term");
+        self.check_compaction(meta);
         self.store_snapshot(meta, data, Origin::Compact)?;
-        let dropped = (meta.index + 1 - self.log.head()) as usize;
-        self.log.truncate(&mut self.media, meta.index + 1).expect("the index is held");
-        self.terms.drain(..dropped);
+        self.drop_log_through(meta.index);
         Ok(())
     }
 
@@ -683,17 +698,10 @@ impl<M: Media> Durable for PmemDurable<M> {
         let Some((written, data_crc)) = self.parts.take().filter(|&(written, _)| written == len) else {
             return Err(StoreError::Media(format!("compaction of {len} B in parts: the parts were discarded or are short")));
         };
-        assert!(meta.index >= self.snap.header.index, "snapshots move forward");
-        assert!(meta.index <= self.last_index(), "a snapshot of held entries");
-        assert_eq!(self.term(meta.index), Some(meta.term), "a snapshot of held entries, with their term");
-        let conf = meta.get_conf_state().clone();
-        let block = format::encode_conf(&conf).map_err(|list| StoreError::Media(format!("membership has more than {MAX_IDS} {list}")))?;
-        let seq = self.snap.header.seq.checked_add(1).ok_or_else(|| StoreError::Media("snapshot sequence exhausted".into()))?;
-        let header = SnapHeader { seq, index: meta.index, term: meta.term, data_len: written, data_crc, origin: Origin::Compact, conf };
+        self.check_compaction(meta);
+        let (header, block) = self.next_snap_header(meta, written, data_crc, Origin::Compact)?;
         self.commit_slot(1 - self.snap.slot, header, &block);
-        let dropped = (meta.index + 1 - self.log.head()) as usize;
-        self.log.truncate(&mut self.media, meta.index + 1).expect("the index is held");
-        self.terms.drain(..dropped);
+        self.drop_log_through(meta.index);
         Ok(())
     }
 

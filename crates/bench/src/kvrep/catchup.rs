@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use pmwire_resp::client::Value;
 
-use super::members::{remove_pool, spawn_member, MemberArgs, Members, Resp, MEMBERS};
+use super::members::{info_text, info_u64, remove_pool, spawn_member, MemberArgs, Members, Resp, MEMBERS};
 use crate::smr::peers::PutClient;
 use crate::smr::suite::listen_ports;
 
@@ -295,18 +295,8 @@ fn group_liveness(members: &Members) -> Result<GroupLiveness> {
     let mut g = GroupLiveness { term: 0, turn_gap_us: 0, compact_us: 0 };
     for addr in &members.resp {
         let mut c = Resp::connect(*addr)?;
-        let info = match c.command(&[b"INFO", b"replication"])? {
-            Value::Bulk(b) | Value::Verbatim(_, b) => String::from_utf8_lossy(&b).into_owned(),
-            other => bail!("INFO replication answered {other:?}"),
-        };
-        let field = |name: &str| -> Result<u64> {
-            info.lines()
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-                .with_context(|| format!("{addr}: INFO replication has no {name}"))?
-                .trim()
-                .parse()
-                .with_context(|| format!("{addr}: {name}"))
-        };
+        let info = info_text(&mut c, b"replication")?;
+        let field = |name: &str| info_u64(&info, name).with_context(|| format!("{addr}: INFO replication has no number {name}"));
         g.term = g.term.max(field("raft_term")?);
         g.turn_gap_us = g.turn_gap_us.max(field("max_turn_gap_us")?);
         g.compact_us = g.compact_us.max(field("max_compact_us")?);

@@ -358,7 +358,20 @@ impl Exchange for Resp {
 /// `INFO copies`' count of value bytes copied on writes' paths
 /// (`copy_value_bytes_path`: receive, entry, log, apply), if it has one.
 pub fn copied_bytes(info: &str) -> Option<u64> {
-    info.lines().find_map(|line| line.strip_prefix("copy_value_bytes_path:")).and_then(|v| v.trim().parse().ok())
+    info_u64(info, "copy_value_bytes_path")
+}
+
+/// Field `name` of `INFO` text (`name:value` lines), as a number.
+pub fn info_u64(info: &str, name: &str) -> Option<u64> {
+    info.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(':')).and_then(|v| v.trim().parse().ok())
+}
+
+/// The text of `INFO section` on `c`.
+pub fn info_text(c: &mut Resp, section: &[u8]) -> Result<String> {
+    match c.command(&[b"INFO", section])? {
+        Value::Bulk(b) | Value::Verbatim(_, b) => Ok(String::from_utf8_lossy(&b).into_owned()),
+        other => bail!("INFO answered {other:?}"),
+    }
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ use anyhow::{bail, Result};
 use pmwire_resp::ycsb::Workload;
 
 use super::catchup;
-use super::members::{copied_bytes, Members, Resp, MEMBERS};
+use super::members::{copied_bytes, info_text, Members, Resp, MEMBERS};
 use crate::kv::child::{KvChild, KvMode};
 use crate::kv::placement::Placement;
 use crate::kv::ycsb::{self, YcsbConfig};
@@ -222,12 +222,7 @@ fn sweep_into<C: PutClient>(connect: &(dyn Fn() -> Result<C> + Sync), variant: &
 /// The leader's value bytes copied per SET (1 KiB values) on a write's
 /// path, from its `INFO copies` counters, or why not.
 fn copied_per_set(members: &Members, leader: usize) -> Result<f64, String> {
-    let info = |c: &mut Resp| -> Result<String, String> {
-        match c.command(&[b"INFO", b"copies"]).map_err(|e| format!("INFO: {e:#}"))? {
-            pmwire_resp::client::Value::Bulk(b) | pmwire_resp::client::Value::Verbatim(_, b) => Ok(String::from_utf8_lossy(&b).into_owned()),
-            other => Err(format!("INFO answered {other:?}")),
-        }
-    };
+    let info = |c: &mut Resp| info_text(c, b"copies").map_err(|e| format!("INFO: {e:#}"));
     let mut c = Resp::connect(members.resp[leader - 1]).map_err(|e| format!("{e:#}"))?;
     // A member that is not the leader throughout forwards the SETs and
     // copies as a follower does: then the count is not the leader's.

@@ -226,11 +226,19 @@ impl Driver {
         self.step("hard state", Vec::new(), |d| d.hard_dyn(&hs));
     }
 
-    fn compact(&mut self, index: u64, conf: &ConfState) {
+    /// A compaction at `index`, its record written in one go or (`parts`)
+    /// in parts of 37 bytes, as a replica takes a large snapshot over
+    /// several turns: a crash anywhere among the parts leaves the store
+    /// as before.
+    fn compact(&mut self, index: u64, conf: &ConfState, parts: bool) {
         let mut meta = SnapshotMetadata { index, term: self.store.term(index).expect("held"), ..Default::default() };
         meta.set_conf_state(conf.clone());
         let data = self.bytes(100 + (index % 3) as usize * 100);
-        self.step("compaction", Vec::new(), |d| d.compact_dyn(&meta, &data));
+        if parts {
+            self.step("compaction in parts", Vec::new(), |d| d.compact_in_parts_dyn(&meta, &data));
+        } else {
+            self.step("compaction", Vec::new(), |d| d.compact_dyn(&meta, &data));
+        }
     }
 
     fn install(&mut self, index: u64, term: u64, conf: &ConfState) {
@@ -247,6 +255,7 @@ trait DurableDyn {
     fn hard_dyn(&mut self, hs: &HardState);
     fn conf_dyn(&mut self, cs: &ConfState);
     fn compact_dyn(&mut self, meta: &SnapshotMetadata, data: &[u8]);
+    fn compact_in_parts_dyn(&mut self, meta: &SnapshotMetadata, data: &[u8]);
     fn install_dyn(&mut self, meta: &SnapshotMetadata, data: &[u8]);
 }
 
@@ -263,6 +272,16 @@ impl<D: Durable> DurableDyn for D {
     fn compact_dyn(&mut self, meta: &SnapshotMetadata, data: &[u8]) {
         self.compact(meta, data).expect("compact");
     }
+    /// In parts where the store takes them (the DRAM model: in one go).
+    fn compact_in_parts_dyn(&mut self, meta: &SnapshotMetadata, data: &[u8]) {
+        if !self.compacts_in_parts() {
+            return self.compact_dyn(meta, data);
+        }
+        for (i, part) in data.chunks(37).enumerate() {
+            self.compact_part(i as u64 * 37, part).expect("compaction part");
+        }
+        self.compact_parts(meta, data.len() as u64).expect("compaction in parts");
+    }
     fn install_dyn(&mut self, meta: &SnapshotMetadata, data: &[u8]) {
         self.install_snapshot(meta, data).expect("install");
     }
@@ -270,7 +289,7 @@ impl<D: Durable> DurableDyn for D {
 
 /// The script: per round a new term, a batch, a single append, a
 /// conflicting append over the last two entries, a hard-state store, a
-/// compaction; every third a membership change,
+/// compaction (every other one written in parts); every third a membership change,
 /// every fourth a snapshot install past the end.
 fn script(d: &mut Driver) {
     let voters = vec![1, 2, 3];
@@ -288,7 +307,7 @@ fn script(d: &mut Driver) {
         let commit = d.store.last_index() - 1;
         d.hard_state(term, 1 + round % 3, commit);
         let first = d.store.first_index();
-        d.compact(first + (commit - first) / 2, &conf);
+        d.compact(first + (commit - first) / 2, &conf, round % 2 == 1);
         if round % 3 == 2 {
             conf.learners = vec![4 + round % 2];
             d.step("membership", Vec::new(), |s| s.conf_dyn(&conf));
