@@ -15,7 +15,7 @@
 //! The same encoding serves three forms of one entry: the *local* form a
 //! member logs (pool arguments name its own buffers), and the *wire* form
 //! sent to peers (every argument inline: the values gathered from the
-//! pool, [`ExtEntry::inline_all`]); a follower turns the wire form back
+//! pool); a follower turns the wire form back
 //! into its own local form. [`ExtEntry::decode`] checks the checksum, then
 //! every count and length against its bound and the bytes there are,
 //! before anything is interpreted.
@@ -246,6 +246,41 @@ impl ExtEntry<'_> {
     }
 }
 
+/// The length of `data` in its wire form (every pool value gathered
+/// inline, as `LogHooks::wire_form` sends it), found by walking the
+/// arguments' heads without checking the checksum (the Raft store sizes
+/// each append by it, for every entry it sends; the entry is this member's
+/// own, checked when logged). Anything that is not a well-formed
+/// extent-form entry is its own length.
+pub fn wire_len(data: &[u8]) -> u64 {
+    let own = data.len() as u64;
+    if !is_extent_form(data) {
+        return own;
+    }
+    let u32_at = |at: usize| data.get(at..at.checked_add(4)?).map(|b| u64::from(u32::from_le_bytes(b.try_into().expect("4 bytes"))));
+    let Some(argc) = u32_at(24) else { return own };
+    let (mut at, mut wire) = (HEADER_BYTES, own);
+    for _ in 0..argc {
+        let (Some(&tag), Some(len)) = (data.get(at), u32_at(at + 4)) else { return own };
+        let size = match tag {
+            0 => len,
+            1 => {
+                let Some(n) = u32_at(at + ARG_HEAD_BYTES + 4) else { return own };
+                let local = (POOL_HEAD_BYTES as u64).saturating_add(n.saturating_mul(EXTENT_BYTES as u64));
+                wire = wire.saturating_sub(local).saturating_add(len);
+                local
+            }
+            2 => STREAMED_BYTES as u64,
+            _ => return own,
+        };
+        match usize::try_from(size).ok().and_then(|s| at.checked_add(ARG_HEAD_BYTES)?.checked_add(s)) {
+            Some(next) if next <= data.len() => at = next,
+            _ => return own,
+        }
+    }
+    wire
+}
+
 fn arg_bytes(a: &Arg<'_>) -> usize {
     ARG_HEAD_BYTES
         + match a {
@@ -455,6 +490,36 @@ mod tests {
         assert_eq!(e.inline_value_bytes(), 0);
         assert_eq!(e.encode(), bytes);
         assert_eq!(crate::entry::Entry::decode(&bytes).unwrap_err(), EntryError::Version(2));
+    }
+
+    #[test]
+    fn wire_len_is_the_length_with_every_value_gathered() {
+        let encode = |args: Vec<Arg<'_>>| ExtEntry { kind: ExtKind::Command, protocol: Protocol::Resp3, time_ms: 5, seed: 6, args }.encode();
+        let local = sample();
+        let e = ExtEntry::decode(&local).unwrap();
+        let gathered = |a: &Arg<'_>| match a {
+            Arg::Pool { len, .. } => Arg::Inline(Cow::Owned(vec![1; *len as usize])),
+            a => Arg::Inline(Cow::Owned(match a { Arg::Inline(b) => b.to_vec(), _ => unreachable!("sample: inline or pool") })),
+        };
+        let wire = encode(e.args.iter().map(gathered).collect());
+        assert_eq!(wire_len(&local), wire.len() as u64);
+        assert_eq!(wire_len(&wire), wire.len() as u64, "the wire form is its own length");
+        // A streamed argument travels as it is logged.
+        let streamed = Arg::Streamed { len: 1 << 20, crc: 1, stream: StreamId { time_ms: 1, nonce: 2 }, pieces: 8 };
+        let local_streamed = encode(e.args.iter().cloned().chain([streamed.clone()]).collect());
+        let wire_streamed = encode(e.args.iter().map(gathered).chain([streamed]).collect());
+        assert_eq!(wire_len(&local_streamed), wire_streamed.len() as u64);
+        // Not an extent-form entry, or arguments that do not parse: its own length.
+        assert_eq!(wire_len(b"SET k v"), 7);
+        for cut in HEADER_BYTES..local.len() {
+            let mut bytes = local[..cut].to_vec();
+            bytes.resize(local.len() - 1, 0xff);
+            let got = wire_len(&bytes);
+            // Cut past the last argument's extent count (the walk reads
+            // no extent): every head whole, one byte short.
+            let whole = cut >= local.len() - 4 - 2 * EXTENT_BYTES;
+            assert_eq!(got, if whole { wire.len() as u64 - 1 } else { bytes.len() as u64 }, "cut at {cut}");
+        }
     }
 
     #[test]

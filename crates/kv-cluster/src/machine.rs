@@ -793,6 +793,10 @@ impl<K: MachineKeyspace> StateMachine for RedisMachine<K> {
         self.ks.get_mut().log_hooks()?.wire_form(data)
     }
 
+    fn wire_len(&self) -> pmwire_smr::state::WireLen {
+        crate::extent::wire_len
+    }
+
     fn local_form(&mut self, data: &[u8]) -> Option<Vec<u8>> {
         self.ks.get_mut().log_hooks()?.local_form(data)
     }

@@ -729,7 +729,7 @@ where
             // simulation, seed 2546).
             ..Default::default()
         };
-        let raw = RawNode::new(&raft_config, Store::new(durable), &raft_logger())?;
+        let raw = RawNode::new(&raft_config, Store::new(durable, machine.wire_len()), &raft_logger())?;
         let rng = Xoshiro256PlusPlus::seed_from_u64(config.seed);
         let seed = config.seed;
         let mut replica = Replica {
@@ -1953,6 +1953,7 @@ where
         let decoded = snapshot::decode(&data).map_err(|e| raft::Error::ConfigInvalid(format!("snapshot at index {index}: {e}")))?;
         // A snapshot being taken is of the state this one replaces.
         self.snapshot_job = None;
+        self.raw.store().withhold_start.set(false);
         self.held.retain(|e| e.index > index);
         snapshot::restore_machine(&mut self.machine, index, &decoded).map_err(raft::Error::ConfigInvalid)?;
         self.own = decoded.replica;
@@ -2093,21 +2094,18 @@ where
             return Ok(());
         }
         assert_eq!(at, self.applied, "a whole snapshot keeps no tail");
-        if forced {
-            // A replica was added: raft-rs is about to probe it, and must
-            // find the log compacted (a new replica starts from a snapshot,
-            // never from the log's first entries), so this one is taken
-            // whole in this turn, on every member at about the same time.
-            let timed = Timed::start(Step::Compact);
-            let data = snapshot::encode_with(&self.own, |out| self.machine.snapshot_into(out));
-            self.store_compaction(&meta, &data)?;
-            timed.done(&mut self.liveness.counters);
-            return Ok(());
+        if forced && self.durable().first_index() <= 1 {
+            // A replica was added while the log still begins at the
+            // cluster's first entry: raft-rs would send it the log from
+            // there, without the first membership (in no entry). It must
+            // start from this snapshot: appends from the log's start wait
+            // until it is stored.
+            self.raw.store().withhold_start.set(true);
         }
-        // Otherwise (raft-rs asked for one to send, or the log is filling)
-        // it is taken in steps, one per turn, and nothing is applied until
-        // it is stored: a large keyspace no longer holds the loop past an
-        // election timeout.
+        // A whole one (for a new member, for raft-rs to send, or for a
+        // filling log) is taken in steps, one per turn, and nothing is
+        // applied until it is stored: a large keyspace no longer holds the
+        // loop past an election timeout.
         let record = snapshot::record_prefix(&self.own);
         let machine_at = record.len();
         self.snapshot_job = Some(SnapshotJob { meta, record, machine_at, cursor: None, written: None, next_step: self.now });
@@ -2175,8 +2173,9 @@ where
         };
         if stored {
             // raft-rs asked for a snapshot while this one was being taken:
-            // the stored one is whole now.
+            // the stored one is whole now (and the log's start compacted).
             self.raw.store().snapshot_wanted.set(false);
+            self.raw.store().withhold_start.set(false);
         }
         timed.done(&mut self.liveness.counters);
         Ok(true)

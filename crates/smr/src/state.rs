@@ -122,6 +122,13 @@ pub trait StateMachine {
         None
     }
 
+    /// How long a machine entry is in its wire form
+    /// ([`StateMachine::wire_form`]), from its logged bytes alone: the Raft
+    /// store bounds each append to a peer by it. Its own length by default.
+    fn wire_len(&self) -> WireLen {
+        own_len
+    }
+
     /// A machine entry received from a peer, before Raft steps it: the
     /// local form to log instead (values stored in this member's buffers,
     /// persisted in place), or `None` to log it as received.
@@ -139,6 +146,14 @@ pub trait StateMachine {
     /// Every entry proposed or received so far is in the durable log or
     /// was refused: temporary holds on their buffers may go.
     fn log_settled(&mut self) {}
+}
+
+/// A machine entry's length in its wire form ([`StateMachine::wire_len`]).
+pub type WireLen = fn(&[u8]) -> u64;
+
+/// An entry's own length: its wire form is as logged.
+pub fn own_len(data: &[u8]) -> u64 {
+    data.len() as u64
 }
 
 /// Where a machine's snapshot taken in steps stands

@@ -338,12 +338,23 @@ pub struct Store<D: Durable> {
     /// part deferred, `crate::snapshot::is_deferred`): the replica encodes a
     /// whole one at the end of the turn, and raft-rs asks again.
     pub snapshot_wanted: std::cell::Cell<bool>,
+    /// A machine entry's wire length ([`crate::StateMachine::wire_len`]):
+    /// an append is bounded by what it carries on the wire, not by the
+    /// logged form (an extent-form entry names its values; sent, it
+    /// carries them).
+    wire_len: crate::state::WireLen,
+    /// A whole snapshot for a new member is being taken while the log
+    /// still begins at the cluster's first entry: no append from there
+    /// (the new member must start from the snapshot, which holds the first
+    /// membership).
+    pub withhold_start: std::cell::Cell<bool>,
 }
 
 impl<D: Durable> Store<D> {
-    /// raft-rs's view of `durable`.
-    pub fn new(durable: D) -> Store<D> {
-        Store { durable, snapshot_wanted: std::cell::Cell::new(false) }
+    /// raft-rs's view of `durable`, whose machine entries are `wire_len`
+    /// long when sent.
+    pub fn new(durable: D, wire_len: crate::state::WireLen) -> Store<D> {
+        Store { durable, snapshot_wanted: std::cell::Cell::new(false), wire_len, withhold_start: std::cell::Cell::new(false) }
     }
 }
 
@@ -365,7 +376,7 @@ impl<D: Durable> raft::Storage for Store<D> {
         Ok(RaftState { hard_state, conf_state: self.durable.conf_state() })
     }
 
-    fn entries(&self, low: u64, high: u64, max_size: impl Into<Option<u64>>, _context: GetEntriesContext) -> raft::Result<Vec<Entry>> {
+    fn entries(&self, low: u64, high: u64, max_size: impl Into<Option<u64>>, context: GetEntriesContext) -> raft::Result<Vec<Entry>> {
         if low < self.durable.first_index() {
             return Err(compacted());
         }
@@ -375,9 +386,21 @@ impl<D: Durable> raft::Storage for Store<D> {
         let max = max_size.into().unwrap_or(u64::MAX);
         let mut out = Vec::with_capacity((high - low).min(1024) as usize);
         let mut size = 0u64;
+        // Only an append to a peer (the one context raft-rs lets fetch
+        // asynchronously) carries the wire form; a Ready's committed
+        // entries are applied in the logged form, values in place.
+        let sending = context.can_async();
+        if sending && low <= 1 && self.withhold_start.get() {
+            // raft-rs tries again at the next heartbeat's answer.
+            return Err(raft::Error::Store(StorageError::LogTemporarilyUnavailable));
+        }
         for index in low..high {
             let e = self.durable.entry(index).ok_or_else(unavailable)?;
-            size = size.saturating_add(protobuf::Message::compute_size(&e) as u64);
+            let mut bytes = u64::from(protobuf::Message::compute_size(&e));
+            if sending && crate::logrefs::is_machine_entry(&e) {
+                bytes = bytes.saturating_add((self.wire_len)(&e.data).saturating_sub(e.data.len() as u64));
+            }
+            size = size.saturating_add(bytes);
             if !out.is_empty() && size > max {
                 break; // at least one entry, then within max_size
             }
@@ -421,5 +444,34 @@ impl<D: Durable> raft::Storage for Store<D> {
         snap.set_metadata(meta);
         snap.data = crate::snapshot::stream::encode_descriptor(&body).into();
         Ok(snap)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use raft::Storage;
+
+    use super::*;
+
+    /// An append to a peer is bounded by its entries' wire length; a
+    /// Ready's committed entries by their logged length.
+    #[test]
+    fn appends_are_sized_by_the_wire_form() {
+        let mut durable = MemDurable::new(&[1]);
+        let entries: Vec<Entry> = (1..=100u64)
+            .map(|index| {
+                let mut e = Entry { index, term: 1, data: vec![0u8; 100].into(), ..Default::default() };
+                e.context = vec![crate::node::ENTRY_MACHINE].into();
+                e
+            })
+            .collect();
+        durable.append(&entries).unwrap();
+        // Each entry is 100 B logged, 10,000 B on the wire.
+        let store = Store::new(durable, |data| data.len() as u64 * 100);
+        let sent = store.entries(1, 101, 50_000, GetEntriesContext::empty(true)).unwrap();
+        assert_eq!(sent.len(), 4, "5 entries would carry 50,000 B and more");
+        let applied = store.entries(1, 101, 50_000, GetEntriesContext::empty(false)).unwrap();
+        assert_eq!(applied.len(), 100, "100 logged entries are about 11,000 B");
+        assert_eq!(store.entries(1, 101, 1, GetEntriesContext::empty(true)).unwrap().len(), 1, "the first always goes");
     }
 }

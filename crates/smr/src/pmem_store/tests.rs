@@ -227,7 +227,7 @@ fn a_compaction_past_the_durable_commit_restarts_raft() {
     let store = reopen(store);
     let config = raft::Config { id: REPLICA, ..Default::default() };
     let logger = slog::Logger::root(slog::Discard, slog::o!());
-    let node = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| raft::RawNode::new(&config, crate::store::Store::new(store), &logger)));
+    let node = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| raft::RawNode::new(&config, crate::store::Store::new(store, crate::state::own_len), &logger)));
     let node = node.expect("raft-rs accepts the restarted store").expect("a node");
     assert!(node.raft.raft_log.committed >= 8, "the snapshot's index is committed");
 }
