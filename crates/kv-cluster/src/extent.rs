@@ -246,39 +246,83 @@ impl ExtEntry<'_> {
     }
 }
 
+/// One argument's head as [`walk`] finds it.
+#[derive(Clone, Copy, Debug)]
+pub enum ArgHead<'a> {
+    /// Inline bytes, this many.
+    Inline(u32),
+    /// A pool value: its length and its extents' raw bytes
+    /// ([`EXTENT_BYTES`] each: buffer, offset, length, little-endian).
+    Pool {
+        /// Total bytes.
+        len: u32,
+        /// The extents, unparsed.
+        extents: &'a [u8],
+    },
+    /// A streamed value's reference.
+    Streamed,
+}
+
+impl ArgHead<'_> {
+    /// The buffers a pool value's extents name, in order (none otherwise).
+    pub fn buffers(&self) -> impl Iterator<Item = u32> + '_ {
+        let raw: &[u8] = if let ArgHead::Pool { extents, .. } = self { extents } else { &[] };
+        raw.chunks_exact(EXTENT_BYTES).map(|c| u32::from_le_bytes(c[..4].try_into().expect("4 bytes")))
+    }
+}
+
+/// Walks the arguments of `data`, an extent-form entry this member logged
+/// (checked by [`ExtEntry::decode`] when it was), by their heads alone: no
+/// checksum, no allocation. The log's bookkeeping runs it on every append,
+/// drop and send. `f` gets each argument's place and head; false if the
+/// heads do not parse (then `f` may have seen some).
+pub fn walk(data: &[u8], mut f: impl FnMut(usize, ArgHead<'_>)) -> bool {
+    if !is_extent_form(data) {
+        return false;
+    }
+    let u32_at = |at: usize| data.get(at..at.checked_add(4)?).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
+    let Some(argc) = u32_at(24) else { return false };
+    let mut at = HEADER_BYTES;
+    for i in 0..argc as usize {
+        let (Some(&tag), Some(len)) = (data.get(at), u32_at(at + 4)) else { return false };
+        let (head, size) = match tag {
+            0 => (ArgHead::Inline(len), len as usize),
+            1 => {
+                let Some(n) = u32_at(at + ARG_HEAD_BYTES + 4) else { return false };
+                let Some(raw) = (n as usize).checked_mul(EXTENT_BYTES).and_then(|b| data.get(at + ARG_HEAD_BYTES + POOL_HEAD_BYTES..)?.get(..b)) else {
+                    return false;
+                };
+                (ArgHead::Pool { len, extents: raw }, POOL_HEAD_BYTES + raw.len())
+            }
+            2 => (ArgHead::Streamed, STREAMED_BYTES),
+            _ => return false,
+        };
+        match at.checked_add(ARG_HEAD_BYTES).and_then(|a| a.checked_add(size)) {
+            Some(next) if next <= data.len() => at = next,
+            _ => return false,
+        }
+        f(i, head);
+    }
+    true
+}
+
 /// The length of `data` in its wire form (every pool value gathered
-/// inline, as `LogHooks::wire_form` sends it), found by walking the
-/// arguments' heads without checking the checksum (the Raft store sizes
-/// each append by it, for every entry it sends; the entry is this member's
-/// own, checked when logged). Anything that is not a well-formed
-/// extent-form entry is its own length.
+/// inline, as `LogHooks::wire_form` sends it), from its heads ([`walk`]):
+/// the Raft store sizes each append by it, for every entry it sends.
+/// Anything that is not a well-formed extent-form entry is its own length.
 pub fn wire_len(data: &[u8]) -> u64 {
     let own = data.len() as u64;
-    if !is_extent_form(data) {
-        return own;
-    }
-    let u32_at = |at: usize| data.get(at..at.checked_add(4)?).map(|b| u64::from(u32::from_le_bytes(b.try_into().expect("4 bytes"))));
-    let Some(argc) = u32_at(24) else { return own };
-    let (mut at, mut wire) = (HEADER_BYTES, own);
-    for _ in 0..argc {
-        let (Some(&tag), Some(len)) = (data.get(at), u32_at(at + 4)) else { return own };
-        let size = match tag {
-            0 => len,
-            1 => {
-                let Some(n) = u32_at(at + ARG_HEAD_BYTES + 4) else { return own };
-                let local = (POOL_HEAD_BYTES as u64).saturating_add(n.saturating_mul(EXTENT_BYTES as u64));
-                wire = wire.saturating_sub(local).saturating_add(len);
-                local
-            }
-            2 => STREAMED_BYTES as u64,
-            _ => return own,
-        };
-        match usize::try_from(size).ok().and_then(|s| at.checked_add(ARG_HEAD_BYTES)?.checked_add(s)) {
-            Some(next) if next <= data.len() => at = next,
-            _ => return own,
+    let mut wire = own;
+    let walked = walk(data, |_, head| {
+        if let ArgHead::Pool { len, extents } = head {
+            wire = wire - (POOL_HEAD_BYTES + extents.len()) as u64 + u64::from(len);
         }
+    });
+    if walked {
+        wire
+    } else {
+        own
     }
-    wire
 }
 
 fn arg_bytes(a: &Arg<'_>) -> usize {

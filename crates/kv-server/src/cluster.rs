@@ -35,7 +35,7 @@ use std::rc::Rc;
 use pmem::Media;
 use pmwire_kv::Savepoint;
 use pmwire_kv_cluster::copies::CopyCounters;
-use pmwire_kv_cluster::extent::{is_extent_form, v1_value_bytes, Arg, ExtEntry, Extent, MAX_REF_EXTENTS};
+use pmwire_kv_cluster::extent::{is_extent_form, v1_value_bytes, walk, Arg, ArgHead, ExtEntry, Extent, MAX_REF_EXTENTS};
 use pmwire_kv_cluster::{ExtentBytes, LogHooks, MachineKeyspace, PieceValue};
 use pmwire_keyspace::store::{Expiry, Keyspace, Kind, StoreError, StoreLimits, Stored, ValueSource};
 use pmwire_netio::BufferSource;
@@ -328,19 +328,25 @@ pub fn absorb_value<M: Media>(pool: &mut pmwire_pool::Pool, media: &mut M, bytes
 
 /// The log's references for an extent-form entry: one per extent, taken
 /// (`hold`) when the durable log holds it, given back when it leaves.
-pub fn entry_refs(pool: &mut pmwire_pool::Pool, data: &[u8], hold: bool) {
-    let e = ExtEntry::decode(data).expect("this member logged the entry");
-    for a in &e.args {
-        if let Arg::Pool { extents, .. } = a {
-            for x in extents {
-                if hold {
-                    pool.retain(x.buf_idx);
-                } else {
-                    pool.release(x.buf_idx);
-                }
+/// Returns the entry's inline value bytes (`ExtEntry::inline_value_bytes`).
+/// The entry is walked by its heads (`extent::walk`): it is this member's
+/// own, checked when it was logged.
+pub fn entry_refs(pool: &mut pmwire_pool::Pool, data: &[u8], hold: bool) -> u64 {
+    let mut inline = 0u64;
+    let walked = walk(data, |i, head| {
+        if let ArgHead::Inline(len) = head {
+            inline += if i >= 2 { u64::from(len) } else { 0 };
+        }
+        for buf in head.buffers() {
+            if hold {
+                pool.retain(buf);
+            } else {
+                pool.release(buf);
             }
         }
-    }
+    });
+    assert!(walked, "this member logged the entry");
+    inline
 }
 
 impl LogHooks for ClusterKeyspace {
@@ -414,9 +420,8 @@ impl LogHooks for ClusterKeyspace {
             self.copies.add(|c| c.log += values);
             return;
         }
-        let e = ExtEntry::decode(data).expect("this member logged the entry");
-        self.copies.add(|c| c.log += e.inline_value_bytes());
-        entry_refs(self.store.borrow_mut().engine.pool_mut(), data, true);
+        let inline = entry_refs(self.store.borrow_mut().engine.pool_mut(), data, true);
+        self.copies.add(|c| c.log += inline);
     }
 
     fn log_dropped(&mut self, data: &[u8]) {

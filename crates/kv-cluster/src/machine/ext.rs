@@ -21,6 +21,8 @@
 //! command whole; pieces whose stream never finished are deleted by a
 //! sweep [`ABANDONED_MS`] after the stream began.
 
+use std::io::Write;
+
 use pmwire_keyspace::store::{Keyspace, StoreError};
 use pmwire_resp::request::{Limits, Parsed};
 
@@ -244,9 +246,11 @@ enum Piece {
 fn pieces<K: MachineKeyspace>(ks: &mut K, e: &ExtEntry<'_>, framing: &mut Vec<u8>) -> Result<Vec<Piece>, Missing> {
     let mut out = Vec::with_capacity(e.args.len() + 2);
     let mut start = 0;
-    framing.extend_from_slice(format!("*{}\r\n", e.args.len()).as_bytes());
+    // Into the framing itself: an allocation per argument showed in a
+    // follower's profile.
+    write!(framing, "*{}\r\n", e.args.len()).expect("a Vec takes every write");
     for (i, a) in e.args.iter().enumerate() {
-        framing.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        write!(framing, "${}\r\n", a.len()).expect("a Vec takes every write");
         match a {
             Arg::Inline(b) => framing.extend_from_slice(b),
             Arg::Pool { crc, extents, .. } => {
