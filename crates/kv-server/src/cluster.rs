@@ -357,6 +357,18 @@ impl LogHooks for ClusterKeyspace {
             self.copies.add(|c| c.sent += values);
             return None;
         }
+        // No pool argument (small values): sent as logged, copied once by
+        // protobuf's encoding; not decoded and encoded again.
+        let (mut pooled, mut inline) = (false, 0u64);
+        let walked = walk(data, |i, head| match head {
+            ArgHead::Pool { .. } => pooled = true,
+            ArgHead::Inline(len) if i >= 2 => inline += u64::from(len),
+            _ => {}
+        });
+        if walked && !pooled {
+            self.copies.add(|c| c.sent += inline);
+            return None;
+        }
         let e = ExtEntry::decode(data).ok()?;
         let st = self.store.borrow();
         let view = st.view();
