@@ -298,8 +298,8 @@ fn membership_stage(options: &Options, run: &RunPlan, sink: &mut Sink) {
                     .param("keyspace_bytes", c.keyspace_bytes)
                     .param("keyspace_mib", run.catchup_mib)
                     .param("writes_during", c.writes_during)
-                    .param("term_changes", c.term_changes)
-                    .param("max_turn_gap_ms", c.max_turn_gap_ms)
+                    .metric("term_changes", c.term_changes as f64)
+                    .metric("max_turn_gap_ms", c.max_turn_gap_ms)
                     .param("max_compact_ms", c.max_compact_ms)
                     .param("method", "3 members loaded with N MiB of 64 KiB values; a 4th started with --join; pmwire smr add --learner under 2 SET clients; MB/s = keyspace bytes / time from the add to the new member serving a key written before it (READONLY); then to serving one written after"),
             ),
@@ -498,6 +498,18 @@ pub fn headlines(results: &[BenchResult], skipped: &[Skipped]) -> Vec<Headline> 
         Some(v) => Headline::measured("kv-replicated new member's catch-up rate from a snapshot (MB/s of keyspace)", v, "information", crate::Goal::at_least(0.0), "pmwire smr add under load").in_unit("MB/s").for_information(),
         None => Headline::not_run("kv-replicated new member's catch-up rate from a snapshot (MB/s of keyspace)", "information", &reason("catch_up")),
     });
+    // The members' loops through the add: the snapshot the add takes is
+    // taken in steps, so no loop stands still past an election timeout.
+    let gap_name = "kv-replicated longest turn gap of the first three members through a new member's add (ms; elections after 100-200 ms)";
+    out.push(match metric(results, "catch_up", CLUSTER, "max_turn_gap_ms", None) {
+        Some(v) => Headline::measured(gap_name, v, "<= 100 ms (information)", crate::Goal::at_most(100.0), "pmwire smr add under load").in_unit("ms").for_information(),
+        None => Headline::not_run(gap_name, "<= 100 ms (information)", &reason("catch_up")),
+    });
+    let terms_name = "kv-replicated Raft term changes through a new member's add";
+    out.push(match metric(results, "catch_up", CLUSTER, "term_changes", None) {
+        Some(v) => Headline::measured(terms_name, v, "= 0 (information)", crate::Goal::at_most(0.0), "pmwire smr add under load").for_information(),
+        None => Headline::not_run(terms_name, "= 0 (information)", &reason("catch_up")),
+    });
     out
 }
 
@@ -545,6 +557,11 @@ mod tests {
         assert_eq!(find("p50, 1 client: pmwire 3 members / etcd").not_run_reason(), Some("a side did not run"), "etcd missing: never a pass");
         assert_eq!(find("bytes copied").not_run_reason(), Some("no counter"));
         assert!(find("catch-up").not_run_reason().is_some(), "no catch_up row: not run");
+        assert!(find("turn gap").not_run_reason().is_some() && find("term changes").not_run_reason().is_some());
+        let add = BenchResult::new("catch_up", CLUSTER).metric("catch_up_mb_per_s", 50.0).metric("term_changes", 1.0).metric("max_turn_gap_ms", 120.0);
+        let h = headlines(&[add], &[]);
+        let find = |s: &str| h.iter().find(|x| x.name.contains(s)).unwrap();
+        assert_eq!((find("turn gap").value, find("term changes").value), (120.0, 1.0));
     }
 
     #[test]
