@@ -846,6 +846,10 @@ impl<K: MachineKeyspace> StateMachine for RedisMachine<K> {
         whole
     }
 
+    fn snapshot_len(&self, cursor: &SnapshotCursor) -> Option<u64> {
+        cursor.as_ref()?.downcast_ref::<snapshot::Encoder>()?.len()
+    }
+
     fn restore(&mut self, index: u64, bytes: &[u8]) -> Result<(), RestoreError> {
         let data = snapshot::decode(bytes)?;
         // A replica labels a snapshot with its own applied index, which is

@@ -167,9 +167,13 @@ pub struct Encoder {
     internal_values: Vec<u8>,
     /// The next key whose value goes out (phase `Values`).
     next: usize,
-    /// Where this snapshot starts in the output, and its whole size.
-    start: usize,
+    /// The snapshot's whole size (known once the keys are), the bytes
+    /// appended so far and their checksum: computed step by step, so a
+    /// caller may take each step's bytes away before the next
+    /// ([`Encoder::len`]).
     total: usize,
+    emitted: usize,
+    crc: u32,
 }
 
 #[derive(Default, PartialEq, Eq, Debug)]
@@ -188,6 +192,27 @@ impl Encoder {
         // Time 0, at which no key is expired (so none is deleted or hidden
         // while the snapshot reads it); the caller sets the time back.
         ks.set_now_ms(0);
+        let from = out.len();
+        let whole = self.append(ks, state, writes, out, budget, from);
+        if !whole {
+            self.account(&out[from..]);
+        }
+        whole
+    }
+
+    /// The snapshot's whole length once it is known (after the keys' scan):
+    /// from then on each step only appends to its output, so the bytes of
+    /// earlier steps may be gone from it.
+    pub fn len(&self) -> Option<u64> {
+        (self.phase != Phase::Keys).then_some(self.total as u64)
+    }
+
+    fn account(&mut self, bytes: &[u8]) {
+        self.crc = crc32c::crc32c_append(self.crc, bytes);
+        self.emitted += bytes.len();
+    }
+
+    fn append<K: MachineKeyspace>(&mut self, ks: &mut K, state: &State, writes: &WriteIndex, out: &mut Vec<u8>, budget: usize, from: usize) -> bool {
         let mut spent = 0usize;
         while self.phase == Phase::Keys {
             if spent >= budget {
@@ -201,14 +226,14 @@ impl Encoder {
             }
             spent = spent.saturating_add(page.len() * KEY_COST_BYTES);
             if n < PAGE {
-                self.begin_values(ks, state, writes, out);
+                self.begin_values(ks, state, writes, out, budget);
             } else {
                 self.after = page.pop();
             }
         }
         while self.phase == Phase::Values {
             let Some(k) = self.heads.get(self.next) else {
-                self.finish(writes, out);
+                self.finish(writes, out, from);
                 break;
             };
             if spent >= budget {
@@ -231,7 +256,7 @@ impl Encoder {
 
     /// The keys are known: read the internal entries ahead, size the
     /// output, write the fixed fields.
-    fn begin_values<K: MachineKeyspace>(&mut self, ks: &mut K, state: &State, writes: &WriteIndex, out: &mut Vec<u8>) {
+    fn begin_values<K: MachineKeyspace>(&mut self, ks: &mut K, state: &State, writes: &WriteIndex, out: &mut Vec<u8>, budget: usize) {
         self.internal = internal_entries(ks, &mut self.internal_values);
         self.total = FIXED_BYTES
             + self.heads.iter().map(|k| 24 + k.key.len() + k.len as usize).sum::<usize>()
@@ -239,9 +264,11 @@ impl Encoder {
             + writes.entries().map(|(k, _)| 16 + k.len()).sum::<usize>()
             + 4;
         // Room for what a record puts after the machine's part (the
-        // replica's checksum): one growth at the end copies it all.
-        out.reserve_exact(self.total + RECORD_TAIL_BYTES);
-        self.start = out.len();
+        // replica's checksum): one growth at the end copies it all. A
+        // snapshot taken in steps needs a step's room (its caller takes
+        // each step's bytes away, or the output grows by doubling).
+        out.reserve_exact(self.total.min(budget) + RECORD_TAIL_BYTES);
+        let start = out.len();
         out.extend_from_slice(&MAGIC);
         for w in [state.applied, state.last_time_ms, state.floor, state.flush] {
             put_u64(out, w);
@@ -250,12 +277,12 @@ impl Encoder {
         put_u64(out, self.internal.len() as u64);
         put_u64(out, writes.len() as u64);
         state.limits.iter().for_each(|&w| put_u64(out, w));
-        assert_eq!(out.len() - self.start, FIXED_BYTES);
+        assert_eq!(out.len() - start, FIXED_BYTES);
         self.phase = Phase::Values;
     }
 
     /// The internal entries, the write index and the checksum.
-    fn finish(&mut self, writes: &WriteIndex, out: &mut Vec<u8>) {
+    fn finish(&mut self, writes: &WriteIndex, out: &mut Vec<u8>, from: usize) {
         let mut at = 0;
         for (key, len) in &self.internal {
             put_u32(out, key.len() as u32);
@@ -271,9 +298,10 @@ impl Encoder {
             put_u32(out, 0);
             out.extend_from_slice(key);
         }
-        let crc = crc32c::crc32c(&out[self.start..]);
-        out.extend_from_slice(&crc.to_le_bytes());
-        assert_eq!(out.len() - self.start, self.total, "the snapshot's size was computed right");
+        self.account(&out[from..]);
+        out.extend_from_slice(&self.crc.to_le_bytes());
+        self.emitted += 4;
+        assert_eq!(self.emitted, self.total, "the snapshot's size was computed right");
         self.phase = Phase::Done;
     }
 }

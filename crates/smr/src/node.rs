@@ -173,6 +173,11 @@ struct SnapshotJob {
     /// record is whole but for its checksum, and the checksum of those
     /// bytes (computed as they are written: no pass of its own).
     written: Option<(usize, u32)>,
+    /// Once the machine has said its part's length
+    /// ([`StateMachine::snapshot_len`]) and the store takes parts: each
+    /// step's bytes go into the store and leave `record`. The record's
+    /// end, the bytes written and their checksum.
+    streamed: Option<(u64, u64, u32)>,
     /// When the next step is due ([`ReplicaConfig::snapshot_step_every`]).
     next_step: Duration,
 }
@@ -2108,7 +2113,7 @@ where
         // loop past an election timeout.
         let record = snapshot::record_prefix(&self.own);
         let machine_at = record.len();
-        self.snapshot_job = Some(SnapshotJob { meta, record, machine_at, cursor: None, written: None, next_step: self.now });
+        self.snapshot_job = Some(SnapshotJob { meta, record, machine_at, cursor: None, written: None, streamed: None, next_step: self.now });
         // The first step at once: a small machine is whole in it.
         self.advance_snapshot()?;
         Ok(())
@@ -2139,7 +2144,35 @@ where
         let timed = Timed::start(Step::Compact);
         let stored = match job.written {
             None => {
-                if !self.machine.snapshot_step(&mut job.cursor, &mut job.record, step) {
+                // A store that takes parts is written in the same turn as a
+                // streamed step is taken: half a step's bytes each, so a
+                // turn holds the loop no longer than one of either did.
+                let budget = if in_parts { step / 2 } else { step };
+                let whole = self.machine.snapshot_step(&mut job.cursor, &mut job.record, budget);
+                if in_parts && job.streamed.is_none() {
+                    if let Some(len) = self.machine.snapshot_len(&job.cursor) {
+                        snapshot::seal_machine_len(&mut job.record, job.machine_at, len);
+                        job.streamed = Some((job.machine_at as u64 + len, 0, 0));
+                    }
+                }
+                if let Some((end, written, crc)) = job.streamed.as_mut() {
+                    // This step's bytes into the store; the record keeps none.
+                    let durable = &mut self.raw.mut_store().durable;
+                    durable.compact_part(*written, &job.record).map_err(store_error)?;
+                    *crc = crc32c::crc32c_append(*crc, &job.record);
+                    *written += job.record.len() as u64;
+                    job.record.clear();
+                    if whole {
+                        assert_eq!(*written, *end, "the machine's part is the length it said");
+                        durable.compact_part(*written, &crc.to_le_bytes()).map_err(store_error)?;
+                        let len = *written + 4;
+                        let job = self.snapshot_job.take().expect("stepped");
+                        let durable = &mut self.raw.mut_store().durable;
+                        crate::logrefs::compact_parts(durable, &job.meta, len, &mut MachineRefs(&mut self.machine)).map_err(store_error)?;
+                        self.compacted(job.meta.index);
+                    }
+                    whole
+                } else if !whole {
                     false
                 } else if in_parts {
                     snapshot::seal_record_length(&mut job.record, job.machine_at);

@@ -132,6 +132,15 @@ pub fn finish_record(mut out: Vec<u8>, machine_at: usize) -> Vec<u8> {
 /// part by part).
 pub fn seal_record_length(out: &mut [u8], machine_at: usize) {
     let machine_len = (out.len() - machine_at) as u64;
+    seal_machine_len(out, machine_at, machine_len);
+}
+
+/// Fills in the machine part's length of a [`record_prefix`] (at
+/// `machine_at` on in `out`, whose machine bytes follow) before they are
+/// all there: a record written as its steps come
+/// ([`crate::StateMachine::snapshot_len`]).
+pub fn seal_machine_len(out: &mut [u8], machine_at: usize, machine_len: u64) {
+    assert!(out.len() >= machine_at, "the record's prefix is there");
     // The machine's length is the header's third count.
     out[24..32].copy_from_slice(&machine_len.to_le_bytes());
 }

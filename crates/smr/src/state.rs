@@ -93,6 +93,17 @@ pub trait StateMachine {
         true
     }
 
+    /// The whole length of the snapshot being taken in steps, once the
+    /// machine knows it (`None`: not yet, or never). From then on each step
+    /// only appends to its output and never reads what earlier steps
+    /// appended, so the replica writes each step's bytes into its store
+    /// and drops them: the snapshot is never whole in DRAM. `None` by
+    /// default (the replica keeps the steps' bytes until the last).
+    fn snapshot_len(&self, cursor: &SnapshotCursor) -> Option<u64> {
+        let _ = cursor;
+        None
+    }
+
     /// Replaces the whole state with a snapshot's, taken at log `index`;
     /// afterwards [`StateMachine::applied`] is `index`. On an error the
     /// state is unchanged.

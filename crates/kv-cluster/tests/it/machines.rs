@@ -78,11 +78,31 @@ fn agree(seed: u64, n: usize, steps: usize, seen: &mut Seen) {
             for (i, m) in members.iter().enumerate().skip(1) {
                 assert!(m.snapshot() == want, "seed {seed} step {step}: member {i}'s snapshot differs");
             }
+            assert!(stepped(&members[0], 64 + step % 700) == want, "seed {seed} step {step}: the snapshot taken in steps differs");
             if let Some(r) = &restored {
                 assert!(r.snapshot() == want, "seed {seed} step {step}: the restored member's snapshot differs");
             }
         }
     }
+}
+
+/// A snapshot taken in steps of about `budget` bytes, each step's bytes
+/// taken away once the machine has said its length (as a replica writing
+/// them into its store does): the same bytes as the whole one.
+fn stepped(m: &RedisMachine<MemKeyspace>, budget: usize) -> Vec<u8> {
+    let (mut cursor, mut out, mut taken, mut len) = (None, Vec::new(), Vec::new(), None);
+    loop {
+        let whole = m.snapshot_step(&mut cursor, &mut out, budget);
+        len = len.or(m.snapshot_len(&cursor));
+        if len.is_some() {
+            taken.append(&mut out);
+        }
+        if whole {
+            break;
+        }
+    }
+    assert_eq!(Some(taken.len() as u64), len, "the length the machine said");
+    taken
 }
 
 fn count(a: &Applied, seen: &mut Seen) {
