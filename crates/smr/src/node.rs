@@ -2157,19 +2157,14 @@ where
                 }
                 if let Some((end, written, crc)) = job.streamed.as_mut() {
                     // This step's bytes into the store; the record keeps none.
-                    let durable = &mut self.raw.mut_store().durable;
-                    durable.compact_part(*written, &job.record).map_err(store_error)?;
+                    self.raw.mut_store().durable.compact_part(*written, &job.record).map_err(store_error)?;
                     *crc = crc32c::crc32c_append(*crc, &job.record);
                     *written += job.record.len() as u64;
                     job.record.clear();
                     if whole {
                         assert_eq!(*written, *end, "the machine's part is the length it said");
-                        durable.compact_part(*written, &crc.to_le_bytes()).map_err(store_error)?;
-                        let len = *written + 4;
-                        let job = self.snapshot_job.take().expect("stepped");
-                        let durable = &mut self.raw.mut_store().durable;
-                        crate::logrefs::compact_parts(durable, &job.meta, len, &mut MachineRefs(&mut self.machine)).map_err(store_error)?;
-                        self.compacted(job.meta.index);
+                        let (len, crc) = (*written, *crc);
+                        self.finish_parts(len, crc)?;
                     }
                     whole
                 } else if !whole {
@@ -2188,16 +2183,10 @@ where
                 let end = (written + step.max(1)).min(job.record.len());
                 let part = &job.record[written..end];
                 let crc = crc32c::crc32c_append(crc, part);
-                let durable = &mut self.raw.mut_store().durable;
-                durable.compact_part(written as u64, part).map_err(store_error)?;
+                self.raw.mut_store().durable.compact_part(written as u64, part).map_err(store_error)?;
                 job.written = Some((end, crc));
                 if end == job.record.len() {
-                    // The record's checksum, its last field.
-                    durable.compact_part(end as u64, &crc.to_le_bytes()).map_err(store_error)?;
-                    let job = self.snapshot_job.take().expect("stepped");
-                    let durable = &mut self.raw.mut_store().durable;
-                    crate::logrefs::compact_parts(durable, &job.meta, job.record.len() as u64 + 4, &mut MachineRefs(&mut self.machine)).map_err(store_error)?;
-                    self.compacted(job.meta.index);
+                    self.finish_parts(end as u64, crc)?;
                     true
                 } else {
                     false
@@ -2212,6 +2201,19 @@ where
         }
         timed.done(&mut self.liveness.counters);
         Ok(true)
+    }
+
+    /// The snapshot job's record is written in parts up to `len`, whose
+    /// checksum is `crc`: the checksum goes last, then the commit. The job
+    /// is done.
+    fn finish_parts(&mut self, len: u64, crc: u32) -> Result<(), raft::Error> {
+        // The record's checksum, its last field.
+        self.raw.mut_store().durable.compact_part(len, &crc.to_le_bytes()).map_err(store_error)?;
+        let job = self.snapshot_job.take().expect("stepped");
+        let durable = &mut self.raw.mut_store().durable;
+        crate::logrefs::compact_parts(durable, &job.meta, len + 4, &mut MachineRefs(&mut self.machine)).map_err(store_error)?;
+        self.compacted(job.meta.index);
+        Ok(())
     }
 
     /// [`Replica::advance_snapshot`]; once it is stored, the entries that
