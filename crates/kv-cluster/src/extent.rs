@@ -264,6 +264,16 @@ pub enum ArgHead<'a> {
 }
 
 impl ArgHead<'_> {
+    /// The bytes it carries inline that the copy counters call value
+    /// bytes (as [`ExtEntry::inline_value_bytes`]: arguments after the
+    /// command's name and first key), for the argument at place `i`.
+    pub fn inline_value_bytes(&self, i: usize) -> u64 {
+        match self {
+            ArgHead::Inline(len) if i >= 2 => u64::from(*len),
+            _ => 0,
+        }
+    }
+
     /// The buffers a pool value's extents name, in order (none otherwise).
     pub fn buffers(&self) -> impl Iterator<Item = u32> + '_ {
         let raw: &[u8] = if let ArgHead::Pool { extents, .. } = self { extents } else { &[] };

@@ -334,9 +334,7 @@ pub fn absorb_value<M: Media>(pool: &mut pmwire_pool::Pool, media: &mut M, bytes
 pub fn entry_refs(pool: &mut pmwire_pool::Pool, data: &[u8], hold: bool) -> u64 {
     let mut inline = 0u64;
     let walked = walk(data, |i, head| {
-        if let ArgHead::Inline(len) = head {
-            inline += if i >= 2 { u64::from(len) } else { 0 };
-        }
+        inline += head.inline_value_bytes(i);
         for buf in head.buffers() {
             if hold {
                 pool.retain(buf);
@@ -360,10 +358,9 @@ impl LogHooks for ClusterKeyspace {
         // No pool argument (small values): sent as logged, copied once by
         // protobuf's encoding; not decoded and encoded again.
         let (mut pooled, mut inline) = (false, 0u64);
-        let walked = walk(data, |i, head| match head {
-            ArgHead::Pool { .. } => pooled = true,
-            ArgHead::Inline(len) if i >= 2 => inline += u64::from(len),
-            _ => {}
+        let walked = walk(data, |i, head| {
+            pooled |= matches!(head, ArgHead::Pool { .. });
+            inline += head.inline_value_bytes(i);
         });
         if walked && !pooled {
             self.copies.add(|c| c.sent += inline);
@@ -404,12 +401,9 @@ impl LogHooks for ClusterKeyspace {
         // not decoded and encoded again.
         let (mut large, mut inline) = (false, 0u64);
         let walked = walk(data, |i, head| {
-            if let ArgHead::Inline(len) = head {
-                if i >= 2 {
-                    inline += u64::from(len);
-                    large |= len as usize >= MIN_EXTENT_VALUE_BYTES;
-                }
-            }
+            let value = head.inline_value_bytes(i);
+            inline += value;
+            large |= value >= MIN_EXTENT_VALUE_BYTES as u64;
         });
         if walked && !(large && self.zero_copy) {
             self.copies.add(|c| c.received += inline);
