@@ -192,10 +192,22 @@ fn answer(status: Status, index: u64, value: Vec<u8>) -> Response {
 }
 
 /// Where [`SimRedis`]'s snapshot taken in steps stands: its start in the
-/// output and the inner machine's cursor.
+/// output (until its length is known), the inner machine's cursor and,
+/// once the inner machine has said its length, the sessions' encoding and
+/// the checksum of everything emitted so far: from then on each step's
+/// bytes may leave the output ([`StateMachine::snapshot_len`]), so the
+/// simulation writes its snapshots as a member streams them.
 struct SimCursor {
     start: usize,
     inner: SnapshotCursor,
+    said: Option<Said>,
+}
+
+/// A [`SimCursor`]'s snapshot once its length is known.
+struct Said {
+    inner_len: u64,
+    sessions: Vec<u8>,
+    crc: u32,
 }
 
 impl<const L: bool, K: SimKeyspace> StateMachine for SimRedis<L, K> {
@@ -248,20 +260,39 @@ impl<const L: bool, K: SimKeyspace> StateMachine for SimRedis<L, K> {
             let start = out.len();
             out.extend_from_slice(SNAPSHOT_MAGIC);
             out.extend_from_slice(&[0; 8]);
-            Box::new(SimCursor { start, inner: None })
+            Box::new(SimCursor { start, inner: None, said: None })
         });
         let c = c.downcast_mut::<SimCursor>().expect("a cursor this machine made");
-        if !self.machine.borrow().snapshot_step(&mut c.inner, out, budget) {
+        let before = out.len();
+        let machine = self.machine.borrow();
+        let whole = machine.snapshot_step(&mut c.inner, out, budget);
+        match c.said.as_mut() {
+            Some(said) => said.crc = crc32c::crc32c_append(said.crc, &out[before..]),
+            None => {
+                let len_at = c.start + SNAPSHOT_MAGIC.len();
+                let inner_len = machine.snapshot_len(&c.inner).or_else(|| whole.then(|| (out.len() - len_at - 8) as u64));
+                if let Some(inner_len) = inner_len {
+                    // Nothing has left the output yet: the header is there.
+                    out[len_at..len_at + 8].copy_from_slice(&inner_len.to_le_bytes());
+                    let mut sessions = (self.sessions.len() as u64).to_le_bytes().to_vec();
+                    self.sessions.encode(&mut sessions);
+                    c.said = Some(Said { inner_len, sessions, crc: crc32c::crc32c(&out[c.start..]) });
+                }
+            }
+        }
+        if !whole {
             return false;
         }
-        let (start, len_at) = (c.start, c.start + SNAPSHOT_MAGIC.len());
-        let inner_len = (out.len() - len_at - 8) as u64;
-        out[len_at..len_at + 8].copy_from_slice(&inner_len.to_le_bytes());
-        out.extend_from_slice(&(self.sessions.len() as u64).to_le_bytes());
-        self.sessions.encode(out);
-        let crc = crc32c::crc32c(&out[start..]);
+        let said = c.said.as_ref().expect("a whole inner snapshot has its length");
+        out.extend_from_slice(&said.sessions);
+        let crc = crc32c::crc32c_append(said.crc, &said.sessions);
         out.extend_from_slice(&crc.to_le_bytes());
         true
+    }
+
+    fn snapshot_len(&self, cursor: &SnapshotCursor) -> Option<u64> {
+        let said = cursor.as_ref()?.downcast_ref::<SimCursor>()?.said.as_ref()?;
+        Some((SNAPSHOT_MAGIC.len() + 8) as u64 + said.inner_len + said.sessions.len() as u64 + 4)
     }
 
     fn restore(&mut self, index: u64, bytes: &[u8]) -> Result<(), RestoreError> {

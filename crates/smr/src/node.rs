@@ -160,27 +160,36 @@ pub const RAFT_CHUNK_BYTES: usize = 1 << 20;
 pub const SNAPSHOT_STEP_BYTES: usize = 8 << 20;
 
 /// A whole snapshot taken over several turns: the machine's part is
-/// encoded in steps after the replica's, then (a store that compacts in
-/// parts) the record is written into the store in steps, then stored.
+/// encoded in steps after the replica's; a store that compacts in parts
+/// is written in steps too, from the turn the record's length is known
+/// (the machine said it, or its part is whole), then stored.
 struct SnapshotJob {
     meta: SnapshotMetadata,
-    /// The record so far: the replica's part, then the machine's from
-    /// `machine_at`.
+    /// The record's bytes taken and not yet written into the store: the
+    /// replica's part, then the machine's from `machine_at`; those before
+    /// `at` are written ([`SnapshotJob::parts`]).
     record: Vec<u8>,
+    at: usize,
     machine_at: usize,
     cursor: crate::state::SnapshotCursor,
-    /// The whole record's bytes written into the store so far, once the
-    /// record is whole but for its checksum, and the checksum of those
-    /// bytes (computed as they are written: no pass of its own).
-    written: Option<(usize, u32)>,
-    /// Once the machine has said its part's length
-    /// ([`StateMachine::snapshot_len`]) and the store takes parts: each
-    /// step's bytes go into the store and leave `record`. The record's
-    /// end, the bytes written and their checksum.
-    streamed: Option<(u64, u64, u32)>,
+    /// The machine's part is all taken.
+    whole: bool,
+    /// The record written into the store so far, once its length is known.
+    parts: Option<Parts>,
     /// When the next step is due ([`ReplicaConfig::snapshot_step_every`]).
     next_step: Duration,
 }
+
+/// A snapshot record being written into its store in parts.
+struct Parts {
+    /// The record's length (its checksum follows it).
+    end: u64,
+    /// Bytes written, and their checksum (computed as they are written:
+    /// no pass of its own).
+    written: u64,
+    crc: u32,
+}
+
 /// Largest Raft message a replica reassembles from chunks (a store that
 /// knows its capacity bounds it lower: [`Durable::capacity_hint`]).
 pub const MAX_RAFT_MESSAGE_BYTES: u64 = 1 << 32;
@@ -2113,7 +2122,7 @@ where
         // loop past an election timeout.
         let record = snapshot::record_prefix(&self.own);
         let machine_at = record.len();
-        self.snapshot_job = Some(SnapshotJob { meta, record, machine_at, cursor: None, written: None, streamed: None, next_step: self.now });
+        self.snapshot_job = Some(SnapshotJob { meta, record, at: 0, machine_at, cursor: None, whole: false, parts: None, next_step: self.now });
         // The first step at once: a small machine is whole in it.
         self.advance_snapshot()?;
         Ok(())
@@ -2136,62 +2145,64 @@ where
 
     /// One step of the snapshot being taken, stored once whole. True if
     /// there was one.
+    ///
+    /// Each turn takes a step of the machine's part until it is whole, and
+    /// (a store that compacts in parts, once the record's length is known)
+    /// writes up to a step of the bytes taken: half a step of each while
+    /// the machine is still being taken, so a turn holds the loop no longer
+    /// than one of either did. A machine that says its length early
+    /// ([`StateMachine::snapshot_len`]) is written as its steps come and
+    /// never whole in DRAM; any other is whole in DRAM, then written.
     fn advance_snapshot(&mut self) -> Result<bool, raft::Error> {
         let Some(job) = self.snapshot_job.as_mut().filter(|j| j.next_step <= self.now) else { return Ok(false) };
         job.next_step = self.now + self.config.snapshot_step_every;
-        let step = self.config.snapshot_step_bytes;
+        let step = self.config.snapshot_step_bytes.max(1);
         let in_parts = self.raw.store().durable.compacts_in_parts();
         let timed = Timed::start(Step::Compact);
-        let stored = match job.written {
-            None => {
-                // A store that takes parts is written in the same turn as a
-                // streamed step is taken: half a step's bytes each, so a
-                // turn holds the loop no longer than one of either did.
-                let budget = if in_parts { step / 2 } else { step };
-                let whole = self.machine.snapshot_step(&mut job.cursor, &mut job.record, budget);
-                if in_parts && job.streamed.is_none() {
-                    if let Some(len) = self.machine.snapshot_len(&job.cursor) {
-                        snapshot::seal_machine_len(&mut job.record, job.machine_at, len);
-                        job.streamed = Some((job.machine_at as u64 + len, 0, 0));
-                    }
-                }
-                if let Some((end, written, crc)) = job.streamed.as_mut() {
-                    // This step's bytes into the store; the record keeps none.
-                    self.raw.mut_store().durable.compact_part(*written, &job.record).map_err(store_error)?;
-                    *crc = crc32c::crc32c_append(*crc, &job.record);
-                    *written += job.record.len() as u64;
-                    job.record.clear();
-                    if whole {
-                        assert_eq!(*written, *end, "the machine's part is the length it said");
-                        let (len, crc) = (*written, *crc);
-                        self.finish_parts(len, crc)?;
-                    }
-                    whole
-                } else if !whole {
-                    false
-                } else if in_parts {
-                    snapshot::seal_record_length(&mut job.record, job.machine_at);
-                    job.written = Some((0, 0));
-                    false
-                } else {
-                    let job = self.snapshot_job.take().expect("stepped");
-                    self.store_compaction(&job.meta, &snapshot::finish_record(job.record, job.machine_at))?;
-                    true
+        let taking = !job.whole;
+        if taking {
+            let budget = if in_parts { step / 2 } else { step };
+            job.whole = self.machine.snapshot_step(&mut job.cursor, &mut job.record, budget);
+            if in_parts && job.parts.is_none() {
+                let said = self.machine.snapshot_len(&job.cursor);
+                let len = said.or_else(|| job.whole.then(|| (job.record.len() - job.machine_at) as u64));
+                if let Some(len) = len {
+                    // Nothing is written yet: the prefix is in `record`.
+                    snapshot::seal_machine_len(&mut job.record, job.machine_at, len);
+                    job.parts = Some(Parts { end: job.machine_at as u64 + len, written: 0, crc: 0 });
                 }
             }
-            Some((written, crc)) => {
-                let end = (written + step.max(1)).min(job.record.len());
-                let part = &job.record[written..end];
-                let crc = crc32c::crc32c_append(crc, part);
-                self.raw.mut_store().durable.compact_part(written as u64, part).map_err(store_error)?;
-                job.written = Some((end, crc));
-                if end == job.record.len() {
-                    self.finish_parts(end as u64, crc)?;
-                    true
-                } else {
-                    false
-                }
+        }
+        let stored = if !in_parts {
+            let whole = job.whole;
+            if whole {
+                let job = self.snapshot_job.take().expect("stepped");
+                self.store_compaction(&job.meta, &snapshot::finish_record(job.record, job.machine_at))?;
             }
+            whole
+        } else if let Some(parts) = job.parts.as_mut() {
+            let limit = if taking { step / 2 } else { step }.max(1);
+            let part = &job.record[job.at..job.record.len().min(job.at.saturating_add(limit))];
+            self.raw.mut_store().durable.compact_part(parts.written, part).map_err(store_error)?;
+            parts.crc = crc32c::crc32c_append(parts.crc, part);
+            parts.written += part.len() as u64;
+            job.at += part.len();
+            if job.at == job.record.len() {
+                // Every byte taken is written: the machine's next steps
+                // start an empty record.
+                job.record.clear();
+                job.at = 0;
+            }
+            if job.whole && job.record.is_empty() {
+                assert_eq!(parts.written, parts.end, "the machine's part is the length it said");
+                let (len, crc) = (parts.written, parts.crc);
+                self.finish_parts(len, crc)?;
+                true
+            } else {
+                false
+            }
+        } else {
+            false
         };
         if stored {
             // raft-rs asked for a snapshot while this one was being taken:

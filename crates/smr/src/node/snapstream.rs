@@ -66,7 +66,7 @@ where
         let Ok(c) = stream::decode_chunk(payload) else {
             return self.counters.malformed += 1;
         };
-        if self.snapshot_job.as_ref().is_some_and(|j| j.written.is_some()) {
+        if self.snapshot_job.as_ref().is_some_and(|j| j.parts.is_some()) {
             // This replica is writing its own snapshot into the area a body
             // is staged in: the sender is asked again once it is stored.
             return self.counters.chunks_ignored += 1;
