@@ -1171,11 +1171,20 @@ fn open_raft(options: &MemberOptions) -> Result<PmemDurable<Region>, MemberError
     let path = raft_path(&options.pool);
     let fail = |why: String| MemberError::Raft { path: path.clone(), why };
     let region_options = pmem::RegionOptions { size: Some(options.raft_size), create: true, ..pmem::RegionOptions::default() };
-    let region = Region::open(&path, region_options.clone()).map_err(|e| fail(e.to_string()))?;
+    // Every page faulted in now, as the keyspace's pool is: the first
+    // snapshot written into a slot of a fresh pool otherwise allocated and
+    // zeroed its pages (on tmpfs) inside the loop's compaction steps, half
+    // the CPU of a new member's catch-up.
+    let populated = |region: Result<Region, pmem::RegionError>| {
+        let mut region = region.map_err(|e| fail(e.to_string()))?;
+        region.populate();
+        Ok::<_, MemberError>(region)
+    };
+    let region = populated(Region::open(&path, region_options.clone()))?;
     match PmemDurable::open(region, options.cluster, options.id) {
         Ok(store) => Ok(store),
         Err(OpenError::NotFormatted(_)) => {
-            let region = Region::open(&path, region_options).map_err(|e| fail(e.to_string()))?;
+            let region = populated(Region::open(&path, region_options))?;
             let voters: Vec<u64> = if options.join { Vec::new() } else { options.peers.keys().copied().collect() };
             let log = pmwire_log::LogConfig::new(options.raft_log_bytes, pmwire_log::TailStrategy::SelfValidating);
             PmemDurable::format(region, options.cluster, options.id, &voters, log).map_err(|e| fail(format!("format: {e}")))

@@ -129,6 +129,7 @@ pub const ENTRY_FORWARDED: u8 = crate::forward::KIND;
 
 mod compaction;
 mod liveness;
+mod pending;
 mod redial;
 mod snapstream;
 mod sendorder;
@@ -166,10 +167,9 @@ pub const SNAPSHOT_STEP_BYTES: usize = 8 << 20;
 struct SnapshotJob {
     meta: SnapshotMetadata,
     /// The record's bytes taken and not yet written into the store: the
-    /// replica's part, then the machine's from `machine_at`; those before
-    /// `at` are written ([`SnapshotJob::parts`]).
-    record: Vec<u8>,
-    at: usize,
+    /// replica's part, then the machine's from `machine_at` (until parts
+    /// are written: [`SnapshotJob::parts`]).
+    record: pending::Pending,
     machine_at: usize,
     cursor: crate::state::SnapshotCursor,
     /// The machine's part is all taken.
@@ -2122,7 +2122,7 @@ where
         // loop past an election timeout.
         let record = snapshot::record_prefix(&self.own);
         let machine_at = record.len();
-        self.snapshot_job = Some(SnapshotJob { meta, record, at: 0, machine_at, cursor: None, whole: false, parts: None, next_step: self.now });
+        self.snapshot_job = Some(SnapshotJob { meta, record: pending::Pending::new(record), machine_at, cursor: None, whole: false, parts: None, next_step: self.now });
         // The first step at once: a small machine is whole in it.
         self.advance_snapshot()?;
         Ok(())
@@ -2146,11 +2146,10 @@ where
     /// One step of the snapshot being taken, stored once whole. True if
     /// there was one.
     ///
-    /// Each turn takes a step of the machine's part until it is whole, and
-    /// (a store that compacts in parts, once the record's length is known)
-    /// writes up to a step of the bytes taken: half a step of each while
-    /// the machine is still being taken, so a turn holds the loop no longer
-    /// than one of either did. A machine that says its length early
+    /// Each turn takes a step of the machine's part until it is whole (half
+    /// a step's bytes when the store compacts in parts), and (a store that
+    /// compacts in parts, once the record's length is known) writes up to a
+    /// step of the bytes taken and not yet written. A machine that says its length early
     /// ([`StateMachine::snapshot_len`]) is written as its steps come and
     /// never whole in DRAM; any other is whole in DRAM, then written.
     fn advance_snapshot(&mut self) -> Result<bool, raft::Error> {
@@ -2159,16 +2158,15 @@ where
         let step = self.config.snapshot_step_bytes.max(1);
         let in_parts = self.raw.store().durable.compacts_in_parts();
         let timed = Timed::start(Step::Compact);
-        let taking = !job.whole;
-        if taking {
+        if !job.whole {
             let budget = if in_parts { step / 2 } else { step };
-            job.whole = self.machine.snapshot_step(&mut job.cursor, &mut job.record, budget);
+            job.whole = self.machine.snapshot_step(&mut job.cursor, &mut job.record.bytes, budget);
             if in_parts && job.parts.is_none() {
                 let said = self.machine.snapshot_len(&job.cursor);
-                let len = said.or_else(|| job.whole.then(|| (job.record.len() - job.machine_at) as u64));
+                let len = said.or_else(|| job.whole.then(|| (job.record.bytes.len() - job.machine_at) as u64));
                 if let Some(len) = len {
                     // Nothing is written yet: the prefix is in `record`.
-                    snapshot::seal_machine_len(&mut job.record, job.machine_at, len);
+                    snapshot::seal_machine_len(&mut job.record.bytes, job.machine_at, len);
                     job.parts = Some(Parts { end: job.machine_at as u64 + len, written: 0, crc: 0 });
                 }
             }
@@ -2177,22 +2175,16 @@ where
             let whole = job.whole;
             if whole {
                 let job = self.snapshot_job.take().expect("stepped");
-                self.store_compaction(&job.meta, &snapshot::finish_record(job.record, job.machine_at))?;
+                self.store_compaction(&job.meta, &snapshot::finish_record(job.record.bytes, job.machine_at))?;
             }
             whole
         } else if let Some(parts) = job.parts.as_mut() {
-            let limit = if taking { step / 2 } else { step }.max(1);
-            let part = &job.record[job.at..job.record.len().min(job.at.saturating_add(limit))];
+            let part = job.record.next(step);
             self.raw.mut_store().durable.compact_part(parts.written, part).map_err(store_error)?;
             parts.crc = crc32c::crc32c_append(parts.crc, part);
             parts.written += part.len() as u64;
-            job.at += part.len();
-            if job.at == job.record.len() {
-                // Every byte taken is written: the machine's next steps
-                // start an empty record.
-                job.record.clear();
-                job.at = 0;
-            }
+            let n = part.len();
+            job.record.written(n, !job.whole);
             if job.whole && job.record.is_empty() {
                 assert_eq!(parts.written, parts.end, "the machine's part is the length it said");
                 let (len, crc) = (parts.written, parts.crc);
