@@ -298,7 +298,11 @@ where
 
 fn open_store(args: &ReplicaArgs, voters: &[u64]) -> Result<PmemDurable<Region>> {
     let options = RegionOptions { size: Some(args.size), create: true, ..RegionOptions::default() };
-    let region = Region::open(&args.pool, options.clone()).with_context(|| format!("open {}", args.pool.display()))?;
+    // Every page faulted in now (as a member's pools are): on tmpfs the
+    // first snapshot into a slot otherwise allocates and zeroes its pages
+    // inside the loop's turns.
+    let mut region = Region::open(&args.pool, options.clone()).with_context(|| format!("open {}", args.pool.display()))?;
+    region.populate();
     match PmemDurable::open(region, args.cluster, args.id) {
         Ok(store) => Ok(store),
         Err(OpenError::NotFormatted(_)) => {
