@@ -39,6 +39,14 @@ pub trait Media {
     /// Copies `dst.len()` bytes at `offset` into `dst`.
     fn read(&self, offset: u64, dst: &mut [u8]);
 
+    /// The `len` bytes at `offset` in place, where the medium is memory
+    /// this process can read directly (a mapping, a buffer); `None` if it
+    /// must be read with [`Media::read`]. Panics outside the medium.
+    fn bytes_at(&self, offset: u64, len: u64) -> Option<&[u8]> {
+        check_range(self.len(), offset, len);
+        None
+    }
+
     /// Reads the aligned 8-byte little-endian word at `offset`.
     fn read_u64(&self, offset: u64) -> u64;
 
@@ -198,6 +206,11 @@ impl MemMedia {
 impl Media for MemMedia {
     fn len(&self) -> u64 {
         self.bytes.len() as u64
+    }
+
+    fn bytes_at(&self, offset: u64, len: u64) -> Option<&[u8]> {
+        check_range(self.len(), offset, len);
+        Some(&self.bytes[offset as usize..(offset + len) as usize])
     }
 
     fn read(&self, offset: u64, dst: &mut [u8]) {

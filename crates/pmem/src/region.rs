@@ -349,6 +349,15 @@ impl Media for Region {
         unsafe { std::ptr::copy_nonoverlapping(self.at(offset), dst.as_mut_ptr(), dst.len()) };
     }
 
+    fn bytes_at(&self, offset: u64, len: u64) -> Option<&[u8]> {
+        check_range(self.size, offset, len);
+        // SAFETY: the range is inside the mapping (checked above), which
+        // lives as long as `self`; this process writes it only through
+        // `&mut self` (the pool file is locked by its owner), so nothing
+        // changes the bytes while the borrow lasts.
+        Some(unsafe { std::slice::from_raw_parts(self.at(offset), len as usize) })
+    }
+
     #[inline]
     fn read_u64(&self, offset: u64) -> u64 {
         check_word(self.size, offset);
@@ -601,6 +610,18 @@ mod tests {
         let mut back = vec![0u8; 64 << 10];
         region.read(0, &mut back);
         assert!(back.iter().all(|&b| b == 0x3C));
+    }
+
+    #[test]
+    fn bytes_in_place_are_what_a_read_copies_and_stay_inside() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let mut region = Region::create(dir.path().join("pool"), 64 << 10).unwrap();
+        let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
+        region.memcpy_persist(1000, &pattern);
+        assert_eq!(region.bytes_at(1000, 4096), Some(&pattern[..]));
+        assert_eq!(region.bytes_at(64 << 10, 0), Some(&[][..]));
+        let past = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| region.bytes_at((64 << 10) - 8, 16).map(<[u8]>::len)));
+        assert!(past.is_err(), "a range past the end panics");
     }
 
     #[test]

@@ -106,6 +106,10 @@ impl Media for TracedMedia {
         self.current.read(offset, dst);
     }
 
+    fn bytes_at(&self, offset: u64, len: u64) -> Option<&[u8]> {
+        self.current.bytes_at(offset, len)
+    }
+
     fn read_u64(&self, offset: u64) -> u64 {
         self.current.read_u64(offset)
     }

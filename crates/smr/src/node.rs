@@ -1952,17 +1952,18 @@ where
         let index = snap.get_metadata().index;
         let durable = &mut self.raw.mut_store().durable;
         let refs = &mut MachineRefs(&mut self.machine);
-        let data = match crate::snapshot::stream::decode_descriptor(&snap.data) {
-            // Streamed: the staging area becomes the snapshot in place; the
-            // machine restores from the store's copy.
-            Some(body) => {
-                crate::logrefs::install_with(durable, refs, |d| d.install_staged(snap.get_metadata(), &body)).map_err(store_error)?;
-                std::borrow::Cow::Owned(durable.snapshot().1)
-            }
-            None => {
-                crate::logrefs::install_snapshot(durable, snap.get_metadata(), &snap.data, refs).map_err(store_error)?;
-                std::borrow::Cow::Borrowed(&snap.data[..])
-            }
+        let streamed = crate::snapshot::stream::decode_descriptor(&snap.data);
+        match &streamed {
+            // Streamed: the staging area becomes the snapshot in place.
+            Some(body) => crate::logrefs::install_with(durable, refs, |d| d.install_staged(snap.get_metadata(), body)),
+            None => crate::logrefs::install_snapshot(durable, snap.get_metadata(), &snap.data, refs),
+        }
+        .map_err(store_error)?;
+        // A streamed one is restored from the store's copy, in place where
+        // the store is mapped memory (no second copy of a large keyspace).
+        let data = match streamed {
+            Some(_) => self.raw.store().durable.snapshot_data(),
+            None => std::borrow::Cow::Borrowed(&snap.data[..]),
         };
         let decoded = snapshot::decode(&data).map_err(|e| raft::Error::ConfigInvalid(format!("snapshot at index {index}: {e}")))?;
         // A snapshot being taken is of the state this one replaces.

@@ -495,6 +495,14 @@ impl<M: Media> Durable for PmemDurable<M> {
         (self.snapshot_meta(), data)
     }
 
+    fn snapshot_data(&self) -> std::borrow::Cow<'_, [u8]> {
+        let at = self.slot_at(self.snap.slot) + format::SNAP_HEADER_BYTES;
+        match self.media.bytes_at(at, self.snap.header.data_len) {
+            Some(bytes) => std::borrow::Cow::Borrowed(bytes),
+            None => std::borrow::Cow::Owned(self.snapshot().1),
+        }
+    }
+
     fn snapshot_meta(&self) -> SnapshotMetadata {
         let h = &self.snap.header;
         let mut meta = SnapshotMetadata { index: h.index, term: h.term, ..Default::default() };

@@ -649,6 +649,9 @@ impl Durable for Crashable {
     fn snapshot(&self) -> (SnapshotMetadata, Vec<u8>) {
         self.store().snapshot()
     }
+    fn snapshot_data(&self) -> std::borrow::Cow<'_, [u8]> {
+        self.store().snapshot_data()
+    }
     fn first_index(&self) -> u64 {
         self.store().first_index()
     }

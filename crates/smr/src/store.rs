@@ -61,6 +61,12 @@ pub trait Durable {
     fn conf_state(&self) -> ConfState;
     /// The last snapshot: its metadata (index, term, membership) and data.
     fn snapshot(&self) -> (SnapshotMetadata, Vec<u8>);
+    /// The last snapshot's data, in place where the store's medium can be
+    /// read so (a mapped pool: a machine restores a large snapshot without
+    /// a copy of it in DRAM).
+    fn snapshot_data(&self) -> std::borrow::Cow<'_, [u8]> {
+        std::borrow::Cow::Owned(self.snapshot().1)
+    }
     /// The first index in the log (snapshot index + 1 if empty).
     fn first_index(&self) -> u64;
     /// The last index in the log (the snapshot's if empty).

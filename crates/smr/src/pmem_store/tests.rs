@@ -141,6 +141,8 @@ fn compaction_drops_the_prefix_and_keeps_the_rest() {
     let mut store = reopen(store);
     assert_eq!(shown(&store), before);
     assert_eq!(store.snapshot().1, b"state at 6");
+    // In place on a medium that is memory: no copy for the machine's restore.
+    assert!(matches!(store.snapshot_data(), std::borrow::Cow::Borrowed(b"state at 6")));
     assert!(matches!(store.append(&entries(5..=5, 1)), Err(StoreError::Gap(_))));
     store.append(&entries(11..=12, 1)).unwrap();
     assert_eq!(store.last_index(), 12);
@@ -161,6 +163,7 @@ fn snapshot_install_then_append() {
     assert_eq!(shown(&store), before);
     assert_eq!(store.term(20), Some(3));
     assert_eq!(store.snapshot().1, b"leader state");
+    assert!(matches!(store.snapshot_data(), std::borrow::Cow::Borrowed(b"leader state")));
 }
 
 #[test]
