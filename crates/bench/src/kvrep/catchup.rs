@@ -357,10 +357,35 @@ pub fn failover(exe: &std::path::Path, transport: &str, kills: usize) -> Result<
             let stopped = Some(format!("after {} kills: member {leader} did not restart: {e:#}", ms.len()));
             return Ok(Failovers { ms, load_ops: load.stop(), stopped });
         }
-        // Settle: the restarted member catches up from its pool and the log.
-        std::thread::sleep(Duration::from_millis(500));
+        // Settle: the next kill waits for the restarted member to catch up
+        // from its pool and the log (a kill while it still recovers leaves
+        // no majority, and would time a restart, not a failover).
+        rejoined(&members, leader, Duration::from_secs(20)).with_context(|| format!("after kill {kill}"))?;
     }
     Ok(Failovers { ms, load_ops: load.stop(), stopped: None })
+}
+
+/// Waits until restarted member `id` follows and has committed up to
+/// what the leader had committed when the wait began.
+fn rejoined(members: &Members, id: usize, within: Duration) -> Result<()> {
+    let leader = members.leader(within)?;
+    let commit = |id: usize| -> Result<(String, u64)> {
+        let info = info_text(&mut Resp::connect(members.resp[id - 1])?, b"replication")?;
+        let c = info_u64(&info, "raft_commit_index").with_context(|| format!("member {id}: INFO replication has no raft_commit_index"))?;
+        Ok((info, c))
+    };
+    let (_, target) = commit(leader)?;
+    let deadline = Instant::now() + within;
+    let mut last = String::from("not asked");
+    while Instant::now() < deadline {
+        match commit(id) {
+            Ok((info, c)) if c >= target && info.contains("role:slave") => return Ok(()),
+            Ok((_, c)) => last = format!("commit index {c} of {target}"),
+            Err(e) => last = format!("{e:#}"),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!("restarted member {id} did not catch up within {within:?}: {last}")
 }
 
 /// The member that answers `ROLE` with `master` and takes a write (a
