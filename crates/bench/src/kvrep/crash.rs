@@ -691,6 +691,7 @@ fn percentile(xs: &mut [f64], p: f64) -> Option<f64> {
 
 /// Runs the campaign: its JSON, table and headlines, and whether it passed.
 pub fn run(options: &CrashOptions) -> Result<(SuiteReport, bool)> {
+    let secret = crate::smr::links::hold_secret();
     let net = if options.netns { Some(Net::create()?) } else { None };
     if let Some(note) = net.as_ref().and_then(|n| n.namespaces.impairment_note()) {
         println!("kv-replicated-crash --netns: {note}");
@@ -708,7 +709,7 @@ pub fn run(options: &CrashOptions) -> Result<(SuiteReport, bool)> {
     }
     progress.finish();
     drop(net);
-    crate::smr::links::remove_secret_file();
+    drop(secret);
     let canary = records.iter().find_map(|r| plant_lost_write(&r.history)).map(|h| !check(&h).problems.is_empty());
     let failed = records.iter().filter(|r| !r.findings.problems.is_empty()).count();
     let results: Vec<BenchResult> = records.iter().map(|r| row(options, r)).collect();

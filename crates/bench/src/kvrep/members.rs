@@ -54,6 +54,8 @@ pub struct Members {
     pub transport: String,
     /// More arguments for every member (a Raft pool's size).
     extra: Vec<String>,
+    /// The cluster's secret stays while its members may be restarted.
+    _secret: crate::smr::links::SecretHold,
 }
 
 impl Drop for Members {
@@ -171,6 +173,7 @@ impl Members {
             size: size.to_string(),
             transport: transport.to_string(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            _secret: crate::smr::links::hold_secret(),
         };
         for id in 1..=MEMBERS {
             members.restart(id)?;

@@ -377,16 +377,15 @@ pub fn run(options: &Options) -> Result<SuiteReport> {
     run_plan(options, &if options.quick { RunPlan::quick() } else { RunPlan::full() })
 }
 
-/// Runs the suite with `plan` (0 rounds: only failover and catch-up),
-/// then removes the cluster's secret.
+/// Runs the suite with `plan` (0 rounds: only failover and catch-up).
 pub fn run_plan(options: &Options, plan: &RunPlan) -> Result<SuiteReport> {
-    let report = run_suite(options, plan);
-    crate::smr::links::remove_secret_file();
-    report
+    run_suite(options, plan)
 }
 
-/// Runs `run` against the targets of `options`.
+/// Runs `run` against the targets of `options`, holding the cluster's
+/// secret until it ends.
 pub fn run_suite(options: &Options, run: &RunPlan) -> Result<SuiteReport> {
+    let _secret = crate::smr::links::hold_secret();
     let targets: u64 = 3 + if options.peers { 2 } else { 0 };
     let progress = Progress::new(run.rounds * targets + 1, true);
     let (mut rows, mut results, mut skipped) = (Vec::new(), Vec::new(), Vec::new());

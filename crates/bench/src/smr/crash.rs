@@ -326,6 +326,7 @@ fn remove_dead_campaigns_files() {
 /// Runs the campaign and writes its JSON.
 pub fn run(options: &SmrCrashOptions) -> Result<SmrCrashOutcome> {
     remove_dead_campaigns_files();
+    let secret = super::links::hold_secret();
     let namespaces = if options.netns { Some(Namespaces::create()?) } else { None };
     let note = namespaces.as_ref().and_then(Namespaces::impairment_note);
     if let Some(note) = &note {
@@ -358,7 +359,7 @@ pub fn run(options: &SmrCrashOptions) -> Result<SmrCrashOutcome> {
     }
     bar.finish_and_clear();
     drop(network);
-    super::links::remove_secret_file();
+    drop(secret);
     if client_aborts > 0 {
         println!("smr-crash: {client_aborts} client process(es) aborted inside UCX 1.13 (async.c:643, not a replica) and their runs were run again");
     }
@@ -369,9 +370,8 @@ pub fn run(options: &SmrCrashOptions) -> Result<SmrCrashOutcome> {
 /// Run `run` of `options`'s campaign in this process, alone (the child
 /// side of [`SmrCrashOptions::child_per_run`]).
 pub fn one_run_alone(options: &SmrCrashOptions, run: usize) -> RunRecord {
-    let record = one_run(options, &Network { namespaces: None }, &Plan::new(options.quick), run, run_seed(options.seed, run));
-    super::links::remove_secret_file();
-    record
+    let _secret = super::links::hold_secret();
+    one_run(options, &Network { namespaces: None }, &Plan::new(options.quick), run, run_seed(options.seed, run))
 }
 
 /// A record as the child prints it: one line of JSON.

@@ -3,7 +3,11 @@
 //!
 //! One secret per benchmark process, in `/dev/shm/pmwire-smr-bench-PID-secret`
 //! (mode 0600; removed with the other files of a dead campaign), passed to
-//! every replica with `--secret-file`. For a before-and-after comparison
+//! every replica with `--secret-file`. Suites and campaigns hold it
+//! ([`hold_secret`]) while they run; the file goes when the last holder of
+//! the process lets go. (A campaign that removed it at its end, while a
+//! suite of the same test binary still ran, made that suite's next member
+//! or client prove a new secret that its running cluster refused.) For a before-and-after comparison
 //! with a build that predates links, [`use_legacy_links`] starts replicas
 //! without the option and makes the clients' transports unauthenticated.
 
@@ -26,6 +30,8 @@ static LEGACY: AtomicBool = AtomicBool::new(false);
 /// that ends removes it; the next suite of the same process, as in the
 /// tour, makes a new one).
 static SECRET: Mutex<Option<(PathBuf, Secret)>> = Mutex::new(None);
+/// How many [`SecretHold`]s are alive.
+static HOLDERS: Mutex<usize> = Mutex::new(0);
 
 /// Replicas come from a build without links: no `--secret-file`, and
 /// clients do no handshake. For `smr-crash --replica-exe` only.
@@ -39,7 +45,7 @@ pub fn legacy_links() -> bool {
 }
 
 /// This process's secret file (made on first use, or again after
-/// [`remove_secret_file`]) and its secret.
+/// the last [`SecretHold`] dropped) and its secret.
 fn secret() -> Result<(PathBuf, Secret)> {
     let mut held = SECRET.lock().expect("the secret's lock");
     if let Some(made) = held.as_ref() {
@@ -73,11 +79,44 @@ pub fn link_client<T: transport::Transport>(ucx: T) -> Result<LinkTransport<T>> 
     Ok(LinkTransport::real(ucx, secret()?.1, client_link()))
 }
 
-/// Removes this process's secret file, if it made one (at the end of a
-/// campaign or suite; a campaign killed before is cleaned up by the next,
-/// as its other files are).
-pub fn remove_secret_file() {
-    if let Some((path, _)) = SECRET.lock().expect("the secret's lock").take() {
-        let _ = std::fs::remove_file(path);
+/// The secret kept for a suite or campaign: while any hold lives, every
+/// member and client of this process proves the same secret.
+#[must_use = "the secret may be removed as soon as the hold is dropped"]
+pub struct SecretHold(());
+
+/// Holds this process's secret until the returned value drops; the last
+/// hold to drop removes the secret file (a campaign killed before is
+/// cleaned up by the next, as its other files are).
+pub fn hold_secret() -> SecretHold {
+    *HOLDERS.lock().expect("the holders' lock") += 1;
+    SecretHold(())
+}
+
+impl Drop for SecretHold {
+    fn drop(&mut self) {
+        let mut holders = HOLDERS.lock().expect("the holders' lock");
+        *holders -= 1;
+        if *holders == 0 {
+            if let Some((path, _)) = SECRET.lock().expect("the secret's lock").take() {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_secret_outlives_a_hold_while_another_holds_it() {
+        let suite = hold_secret();
+        let campaign = hold_secret();
+        let (path, _) = secret().unwrap();
+        drop(campaign);
+        assert!(path.exists(), "a campaign's end removed the secret a suite still holds");
+        assert_eq!(secret().unwrap().0, path);
+        drop(suite);
+        assert!(!path.exists(), "the last hold leaves the secret file behind");
     }
 }

@@ -450,9 +450,8 @@ fn transport_headlines(results: &[BenchResult]) -> Vec<Headline> {
 
 /// Runs the suite.
 pub fn run(options: &SmrOptions) -> Result<SuiteReport> {
-    let report = run_suite(options);
-    super::links::remove_secret_file();
-    report
+    let _secret = super::links::hold_secret();
+    run_suite(options)
 }
 
 fn run_suite(options: &SmrOptions) -> Result<SuiteReport> {
