@@ -33,7 +33,7 @@ rps=$(echo "$out" | awk '{print $2}')
 line="$L rps=$rps"
 sleep 1
 for id in 1 2 3; do
-  t=$(awk '{print $14+$15}' /proc/${P[$id]}/stat); a=$(off $id); n=$(( a - ${A[$id]} ))
+  t=$(awk '{print $14+$15}' /proc/${P[$id]}/stat); a=$(off $id); n=$(( ${a:-0} - ${A[$id]:-0} ))
   [ "$n" -gt 0 ] || n=1
   line="$line m$id$([ $id = $LID ] && echo L)=$(( (t-${T[$id]})*10000*10/n ))/$n"
 done

@@ -138,6 +138,9 @@ pub enum ValueSource<'a> {
     Arg(Arg<'a>),
     /// Bytes the executor built (blobs, INCR and APPEND results).
     Owned(Vec<u8>),
+    /// Bytes the caller holds (a snapshot's value, read where the snapshot
+    /// lies): the keyspace copies them into its own storage.
+    Borrowed(&'a [u8]),
 }
 
 impl ValueSource<'_> {
@@ -146,6 +149,7 @@ impl ValueSource<'_> {
         match self {
             ValueSource::Arg(a) => a.bytes(),
             ValueSource::Owned(v) => v,
+            ValueSource::Borrowed(b) => b,
         }
     }
 }
@@ -453,6 +457,7 @@ impl Keyspace for MemKeyspace {
         let value: Arc<[u8]> = match value {
             ValueSource::Owned(v) => v.into(),
             ValueSource::Arg(a) => a.bytes().into(),
+            ValueSource::Borrowed(b) => b.into(),
         };
         let old = self.live(key).and_then(|e| e.deadline_ms);
         let deadline_ms = match expiry {

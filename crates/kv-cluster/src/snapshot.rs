@@ -9,11 +9,15 @@
 //! against its bound and the bytes left, the order of keys (strictly
 //! increasing: no duplicates) and the fields that must be zero, before
 //! anything is stored; [`load`] then replaces the keyspace's contents.
-//! One buffer holds the whole snapshot while it is encoded and while it
-//! is decoded; in between it lives in the Raft pool's snapshot slot: the
-//! replica streams it to a member chunk by chunk from that slot into the
-//! member's staging slot (`pmwire_smr::snapshot::stream`). Encoding it
-//! straight into the slot and loading it from there is for later.
+//! Encoding: the keys' heads (key, family, deadline, length) are gathered
+//! first, which gives the snapshot's length; then the values follow in
+//! steps of a bounded size ([`Encoder`]), which the replica writes into its
+//! Raft pool's snapshot slot part by part, and streams to a member chunk
+//! by chunk from that slot into the member's staging slot
+//! (`pmwire_smr::snapshot::stream`). Decoding borrows: a [`Data`]'s keys
+//! and values are slices of the snapshot's bytes, which a member reads
+//! where they lie in its Raft pool, so a restore copies each value once,
+//! into the keyspace.
 
 use pmem::le;
 use pmwire_keyspace::chunked::ChunkConfig;
@@ -49,28 +53,28 @@ pub struct State {
     pub limits: [u64; 5],
 }
 
-/// One key of a snapshot.
+/// One key of a snapshot, borrowed from the snapshot's bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Key {
+pub struct Key<'a> {
     /// The key.
-    pub key: Vec<u8>,
+    pub key: &'a [u8],
     /// Its family.
     pub kind: Kind,
     /// Its deadline.
     pub deadline_ms: Option<u64>,
     /// The stored value (a chunked collection's header).
-    pub value: Vec<u8>,
+    pub value: &'a [u8],
 }
 
-/// A decoded snapshot.
+/// A decoded snapshot, borrowed from its bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Data {
+pub struct Data<'a> {
     /// The machine's fields.
     pub state: State,
     /// Keys in byte order.
-    pub keys: Vec<Key>,
+    pub keys: Vec<Key<'a>>,
     /// Internal entries in byte order.
-    pub internal: Vec<(Vec<u8>, Vec<u8>)>,
+    pub internal: Vec<(&'a [u8], &'a [u8])>,
     /// The write index's entries, keys in byte order.
     pub tracked: Vec<(Vec<u8>, u64)>,
 }
@@ -339,16 +343,16 @@ impl<'a> Reader<'a> {
         Ok(n)
     }
 
-    fn bytes(&mut self, len: u64, max: u64, what: &'static str) -> Result<Vec<u8>, RestoreError> {
+    fn bytes(&mut self, len: u64, max: u64, what: &'static str) -> Result<&'a [u8], RestoreError> {
         if len > max {
             return Err(corrupt(what));
         }
-        Ok(self.take(len, what)?.to_vec())
+        self.take(len, what)
     }
 }
 
 /// Decodes and checks a snapshot (module docs); stores nothing.
-pub fn decode(bytes: &[u8]) -> Result<Data, RestoreError> {
+pub fn decode(bytes: &[u8]) -> Result<Data<'_>, RestoreError> {
     if bytes.len() < FIXED_BYTES + 4 {
         return Err(corrupt("snapshot too short"));
     }
@@ -377,7 +381,7 @@ pub fn decode(bytes: &[u8]) -> Result<Data, RestoreError> {
         }
         keys.push(k);
     }
-    let mut internal: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(internal_count as usize);
+    let mut internal: Vec<(&[u8], &[u8])> = Vec::with_capacity(internal_count as usize);
     for _ in 0..internal_count {
         let e = read_internal(&mut r)?;
         if internal.last().is_some_and(|p| p.0 >= e.0) {
@@ -393,10 +397,10 @@ pub fn decode(bytes: &[u8]) -> Result<Data, RestoreError> {
             return Err(corrupt("tracked write fields"));
         }
         let key = r.bytes(u64::from(len), MAX_KEY_BYTES, "tracked key")?;
-        if tracked.last().is_some_and(|p| p.0 >= key) {
+        if tracked.last().is_some_and(|p: &(Vec<u8>, u64)| p.0[..] >= *key) {
             return Err(corrupt("tracked keys out of order"));
         }
-        tracked.push((key, index));
+        tracked.push((key.to_vec(), index));
     }
     if r.left() != 0 {
         return Err(corrupt("trailing bytes"));
@@ -404,7 +408,7 @@ pub fn decode(bytes: &[u8]) -> Result<Data, RestoreError> {
     Ok(Data { state, keys, internal, tracked })
 }
 
-fn read_key(r: &mut Reader<'_>) -> Result<Key, RestoreError> {
+fn read_key<'a>(r: &mut Reader<'a>) -> Result<Key<'a>, RestoreError> {
     let key_len = r.u32("key length")?;
     let flags = r.take(4, "key flags")?;
     let kind = Kind::from_byte(flags[0]).ok_or(corrupt("key kind"))?;
@@ -423,7 +427,7 @@ fn read_key(r: &mut Reader<'_>) -> Result<Key, RestoreError> {
     Ok(Key { key, kind, deadline_ms, value })
 }
 
-fn read_internal(r: &mut Reader<'_>) -> Result<(Vec<u8>, Vec<u8>), RestoreError> {
+fn read_internal<'a>(r: &mut Reader<'a>) -> Result<(&'a [u8], &'a [u8]), RestoreError> {
     let key_len = r.u32("internal key length")?;
     if r.u32("internal reserved")? != 0 {
         return Err(corrupt("internal reserved"));
@@ -440,12 +444,12 @@ fn read_internal(r: &mut Reader<'_>) -> Result<(Vec<u8>, Vec<u8>), RestoreError>
 
 /// Replaces the contents of `ks` by the snapshot's (at time 0, so that no
 /// key is expired while it is stored; the caller sets the time).
-pub fn load<K: MachineKeyspace>(ks: &mut K, data: &Data) -> Result<(), StoreError> {
+pub fn load<K: MachineKeyspace>(ks: &mut K, data: &Data<'_>) -> Result<(), StoreError> {
     ks.set_now_ms(0);
     ks.clear()?;
     for k in &data.keys {
         let expiry = k.deadline_ms.map_or(Expiry::Clear, Expiry::At);
-        ks.put(&k.key, k.kind, ValueSource::Owned(k.value.clone()), expiry)?;
+        ks.put(k.key, k.kind, ValueSource::Borrowed(k.value), expiry)?;
     }
     for (key, value) in &data.internal {
         ks.internal_put(key, value)?;

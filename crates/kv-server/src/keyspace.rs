@@ -470,6 +470,10 @@ impl<M: Media> Keyspace for EngineKeyspace<'_, M> {
                 let new_gen = value_generation(kind, &bytes);
                 self.set_value_gen(key, kind.to_byte(), deadline, bytes.len(), None, || Cow::Borrowed(&bytes), new_gen)
             }
+            ValueSource::Borrowed(bytes) => {
+                let new_gen = value_generation(kind, bytes);
+                self.set_value_gen(key, kind.to_byte(), deadline, bytes.len(), None, || Cow::Borrowed(bytes), new_gen)
+            }
         }
     }
 

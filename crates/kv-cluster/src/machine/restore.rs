@@ -77,7 +77,7 @@ impl<K: MachineKeyspace> RedisMachine<K> {
     /// the snapshot's (module docs); `index` is the applied index it is
     /// restored at and `writes` the snapshot's write index. The machine's
     /// fields but the durable layout are the caller's to set.
-    pub(super) fn load_in_commits(&mut self, index: u64, data: &Data, writes: &WriteIndex) -> Result<(), RestoreError> {
+    pub(super) fn load_in_commits(&mut self, index: u64, data: &Data<'_>, writes: &WriteIndex) -> Result<(), RestoreError> {
         let ks = self.ks.get_mut();
         ks.set_now_ms(0);
         // Whatever is staged is wiped by the clear in the same commit.
@@ -91,7 +91,7 @@ impl<K: MachineKeyspace> RedisMachine<K> {
         self.durable.wiped();
         for k in &data.keys {
             let expiry = k.deadline_ms.map_or(Expiry::Clear, Expiry::At);
-            staged(ks, |ks| ks.put(&k.key, k.kind, ValueSource::Owned(k.value.clone()), expiry))?;
+            staged(ks, |ks| ks.put(k.key, k.kind, ValueSource::Borrowed(k.value), expiry))?;
         }
         for (key, value) in &data.internal {
             staged(ks, |ks| ks.internal_put(key, value))?;

@@ -139,12 +139,18 @@ fn with_request<R>(args: &[&[u8]], f: impl FnOnce(&pmwire_resp::request::Request
     f(&parsed.request(&segments, 0))
 }
 
+/// A decoded snapshot's contents, owned.
+type Owned = (snapshot::State, Vec<(Vec<u8>, pmwire_keyspace::store::Kind, Option<u64>, Vec<u8>)>, Vec<(Vec<u8>, Vec<u8>)>, Vec<(Vec<u8>, u64)>);
+
 /// The fields of a snapshot a refused entry must leave alone (all but the
 /// applied index).
-fn state_of(m: &RedisMachine<MemKeyspace>) -> snapshot::Data {
-    let mut d = snapshot::decode(&m.snapshot()).unwrap();
+fn state_of(m: &RedisMachine<MemKeyspace>) -> Owned {
+    let bytes = m.snapshot();
+    let mut d = snapshot::decode(&bytes).unwrap();
     d.state.applied = 0;
-    d
+    let keys = d.keys.iter().map(|k| (k.key.to_vec(), k.kind, k.deadline_ms, k.value.to_vec())).collect();
+    let internal = d.internal.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+    (d.state, keys, internal, d.tracked)
 }
 
 #[test]

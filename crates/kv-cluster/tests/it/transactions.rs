@@ -138,7 +138,8 @@ fn blocking_pops_wait_and_lists_report_ready_keys() {
     let a = t.apply(e);
     assert!(a.blocked);
     assert!(a.reply.is_empty());
-    let mut after = pmwire_kv_cluster::snapshot::decode(&t.m.snapshot()).unwrap();
+    let after_bytes = t.m.snapshot();
+    let mut after = pmwire_kv_cluster::snapshot::decode(&after_bytes).unwrap();
     after.state.applied -= 1;
     assert_eq!(after, pmwire_kv_cluster::snapshot::decode(&before).unwrap(), "a wait changes nothing");
     let e = t.p.command(t.now, Protocol::Resp2, &["RPUSH", "q", "x"]);
