@@ -75,7 +75,7 @@ pub fn bench(args: &KvReplicatedArgs) -> Result<pmwire_bench::SuiteReport> {
     if args.membership_only {
         run.rounds = 0;
     }
-    pmwire_bench::kvrep::suite::run_plan(&options, &run)
+    pmwire_bench::kvrep::suite::run_suite(&options, &run)
 }
 
 /// Runs `pmwire bench kv-replicated-crash`; false if a run failed its checks or the canary was not caught.

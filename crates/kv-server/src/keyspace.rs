@@ -466,11 +466,9 @@ impl<M: Media> Keyspace for EngineKeyspace<'_, M> {
                 let len = arg.len();
                 self.set_value(key, kind.to_byte(), deadline, len, extents.as_deref(), || Cow::Borrowed(arg.bytes()))
             }
-            ValueSource::Owned(bytes) => {
-                let new_gen = value_generation(kind, &bytes);
-                self.set_value_gen(key, kind.to_byte(), deadline, bytes.len(), None, || Cow::Borrowed(&bytes), new_gen)
-            }
-            ValueSource::Borrowed(bytes) => {
+            // Owned or borrowed: bytes without extents, copied.
+            value => {
+                let bytes = value.bytes();
                 let new_gen = value_generation(kind, bytes);
                 self.set_value_gen(key, kind.to_byte(), deadline, bytes.len(), None, || Cow::Borrowed(bytes), new_gen)
             }

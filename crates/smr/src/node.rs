@@ -2150,9 +2150,10 @@ where
     /// Each turn takes a step of the machine's part until it is whole (half
     /// a step's bytes when the store compacts in parts), and (a store that
     /// compacts in parts, once the record's length is known) writes up to a
-    /// step of the bytes taken and not yet written. A machine that says its length early
-    /// ([`StateMachine::snapshot_len`]) is written as its steps come and
-    /// never whole in DRAM; any other is whole in DRAM, then written.
+    /// step of the bytes taken and not yet written. A machine that says its
+    /// length early ([`StateMachine::snapshot_len`]) is written as its steps
+    /// come and never whole in DRAM; any other is whole in DRAM, then
+    /// written.
     fn advance_snapshot(&mut self) -> Result<bool, raft::Error> {
         let Some(job) = self.snapshot_job.as_mut().filter(|j| j.next_step <= self.now) else { return Ok(false) };
         job.next_step = self.now + self.config.snapshot_step_every;

@@ -374,16 +374,11 @@ pub fn medians(rows: &[BenchResult]) -> Vec<BenchResult> {
 
 /// Runs the suite.
 pub fn run(options: &Options) -> Result<SuiteReport> {
-    run_plan(options, &if options.quick { RunPlan::quick() } else { RunPlan::full() })
+    run_suite(options, &if options.quick { RunPlan::quick() } else { RunPlan::full() })
 }
 
-/// Runs the suite with `plan` (0 rounds: only failover and catch-up).
-pub fn run_plan(options: &Options, plan: &RunPlan) -> Result<SuiteReport> {
-    run_suite(options, plan)
-}
-
-/// Runs `run` against the targets of `options`, holding the cluster's
-/// secret until it ends.
+/// Runs `run` (0 rounds: only failover and catch-up) against the targets
+/// of `options`, holding the cluster's secret until it ends.
 pub fn run_suite(options: &Options, run: &RunPlan) -> Result<SuiteReport> {
     let _secret = crate::smr::links::hold_secret();
     let targets: u64 = 3 + if options.peers { 2 } else { 0 };

@@ -7,8 +7,8 @@
 //! ([`hold_secret`]) while they run; the file goes when the last holder of
 //! the process lets go. (A campaign that removed it at its end, while a
 //! suite of the same test binary still ran, made that suite's next member
-//! or client prove a new secret that its running cluster refused.) For a before-and-after comparison
-//! with a build that predates links, [`use_legacy_links`] starts replicas
+//! or client prove a new secret that its running cluster refused.) For a
+//! before-and-after comparison with a build that predates links, [`use_legacy_links`] starts replicas
 //! without the option and makes the clients' transports unauthenticated.
 
 use std::ffi::OsString;
@@ -26,12 +26,16 @@ use transport::{UcxConfig, UcxTransport};
 pub type Client = SmrClient<LinkTransport<UcxTransport>>;
 
 static LEGACY: AtomicBool = AtomicBool::new(false);
-/// This process's secret file and secret, while the file exists (a suite
-/// that ends removes it; the next suite of the same process, as in the
-/// tour, makes a new one).
-static SECRET: Mutex<Option<(PathBuf, Secret)>> = Mutex::new(None);
-/// How many [`SecretHold`]s are alive.
-static HOLDERS: Mutex<usize> = Mutex::new(0);
+/// This process's secret, and how many [`SecretHold`]s keep it.
+static SECRET: Mutex<Held> = Mutex::new(Held { holders: 0, made: None });
+
+struct Held {
+    holders: usize,
+    /// The secret file and secret, while the file exists (the last hold
+    /// removes it; the next suite of the same process, as in the tour,
+    /// makes a new one).
+    made: Option<(PathBuf, Secret)>,
+}
 
 /// Replicas come from a build without links: no `--secret-file`, and
 /// clients do no handshake. For `smr-crash --replica-exe` only.
@@ -48,13 +52,13 @@ pub fn legacy_links() -> bool {
 /// the last [`SecretHold`] dropped) and its secret.
 fn secret() -> Result<(PathBuf, Secret)> {
     let mut held = SECRET.lock().expect("the secret's lock");
-    if let Some(made) = held.as_ref() {
+    if let Some(made) = held.made.as_ref() {
         return Ok(made.clone());
     }
     let path = PathBuf::from(format!("/dev/shm/pmwire-smr-bench-{}-secret", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let secret = Secret::create(&path).map_err(|e| anyhow!("the benchmark's cluster secret: {e}"))?;
-    *held = Some((path.clone(), secret.clone()));
+    held.made = Some((path.clone(), secret.clone()));
     Ok((path, secret))
 }
 
@@ -88,16 +92,16 @@ pub struct SecretHold(());
 /// hold to drop removes the secret file (a campaign killed before is
 /// cleaned up by the next, as its other files are).
 pub fn hold_secret() -> SecretHold {
-    *HOLDERS.lock().expect("the holders' lock") += 1;
+    SECRET.lock().expect("the secret's lock").holders += 1;
     SecretHold(())
 }
 
 impl Drop for SecretHold {
     fn drop(&mut self) {
-        let mut holders = HOLDERS.lock().expect("the holders' lock");
-        *holders -= 1;
-        if *holders == 0 {
-            if let Some((path, _)) = SECRET.lock().expect("the secret's lock").take() {
+        let mut held = SECRET.lock().expect("the secret's lock");
+        held.holders -= 1;
+        if held.holders == 0 {
+            if let Some((path, _)) = held.made.take() {
                 let _ = std::fs::remove_file(path);
             }
         }
