@@ -851,7 +851,7 @@ impl<K: MachineKeyspace> StateMachine for RedisMachine<K> {
     }
 
     fn restore(&mut self, index: u64, bytes: &[u8]) -> Result<(), RestoreError> {
-        let data = snapshot::decode(bytes)?;
+        let mut data = snapshot::decode(bytes)?;
         // A replica labels a snapshot with its own applied index, which is
         // past the machine's when the last entries were not the machine's
         // (a new leader's empty entry, a membership change): the state is
@@ -862,7 +862,7 @@ impl<K: MachineKeyspace> StateMachine for RedisMachine<K> {
         if data.state.limits != snapshot::limits_words(&self.config.collections) {
             return Err(RestoreError::Corrupt("collection limits differ from this member's"));
         }
-        let mut writes = WriteIndex::from_entries(data.tracked.clone(), data.state.floor, data.state.flush)
+        let mut writes = WriteIndex::from_entries(std::mem::take(&mut data.tracked), data.state.floor, data.state.flush)
             .ok_or(RestoreError::Corrupt("write index over its bounds"))?;
         if self.ks.get_mut().is_persistent() {
             self.load_in_commits(index, &data, &writes)?;

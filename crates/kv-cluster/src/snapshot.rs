@@ -397,7 +397,7 @@ pub fn decode(bytes: &[u8]) -> Result<Data<'_>, RestoreError> {
             return Err(corrupt("tracked write fields"));
         }
         let key = r.bytes(u64::from(len), MAX_KEY_BYTES, "tracked key")?;
-        if tracked.last().is_some_and(|p: &(Vec<u8>, u64)| p.0.as_slice() >= key) {
+        if tracked.last().is_some_and(|(last, _)| last.as_slice() >= key) {
             return Err(corrupt("tracked keys out of order"));
         }
         tracked.push((key.to_vec(), index));

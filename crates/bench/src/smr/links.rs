@@ -8,8 +8,9 @@
 //! the process lets go. (A campaign that removed it at its end, while a
 //! suite of the same test binary still ran, made that suite's next member
 //! or client prove a new secret that its running cluster refused.) For a
-//! before-and-after comparison with a build that predates links, [`use_legacy_links`] starts replicas
-//! without the option and makes the clients' transports unauthenticated.
+//! before-and-after comparison with a build that predates links,
+//! [`use_legacy_links`] starts replicas without the option and makes the
+//! clients' transports unauthenticated.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
