@@ -127,6 +127,7 @@ struct Totals {
     chunked: u64,
     snapshot_turns: u64,
     entries_held: u64,
+    sends_held: u64,
     partitions: u64,
 }
 
@@ -175,7 +176,7 @@ fn run_replication(args: &SmrCheckArgs) -> bool {
         _ => &[Machine::Kv, Machine::Redis],
     };
     println!("smr simulation: seeds {}..{} per cluster size and store; every fault on (loss, duplication, reordering, partitions, crashes in and between store writes; on pmem a crash leaves a crash image)", args.first, args.first + args.seeds);
-    println!("{:<34} {:>6} {:>6} {:>9} {:>9} {:>8} {:>10} {:>8} {:>10} {:>7} {:>7}  verdict", "configuration", "runs", "failed", "ops", "acked", "crashes", "partitions", "chunked", "snap-turns", "held", "runs/s");
+    println!("{:<34} {:>6} {:>6} {:>9} {:>9} {:>8} {:>10} {:>8} {:>10} {:>7} {:>10} {:>7}  verdict", "configuration", "runs", "failed", "ops", "acked", "crashes", "partitions", "chunked", "snap-turns", "held", "sends held", "runs/s");
     let mut all_ok = true;
     let configs = machines.iter().flat_map(|m| stores.iter().flat_map(move |s| sizes.iter().map(move |n| (*m, *s, *n))));
     for (machine, store, n) in configs {
@@ -192,6 +193,7 @@ fn run_replication(args: &SmrCheckArgs) -> bool {
             t.chunked += r.chunked_messages;
             t.snapshot_turns += r.snapshot_turns;
             t.entries_held += r.entries_held;
+            t.sends_held += r.sends_held;
             t.partitions += r.partitions;
             if !r.passed() {
                 t.failed.push(r);
@@ -203,7 +205,7 @@ fn run_replication(args: &SmrCheckArgs) -> bool {
         let ok = t.failed.is_empty();
         all_ok &= ok;
         let name = format!("{}, {n} replicas, 4 clients, {}", machine.name(), store_name(store));
-        println!("{name:<34} {:>6} {:>6} {:>9} {:>9} {:>8} {:>10} {:>8} {:>10} {:>7} {runs_per_s:>7.1}  {}", t.runs, t.failed.len(), t.ops, t.acknowledged, t.crashes, t.partitions, t.chunked, t.snapshot_turns, t.entries_held, if ok { "ok" } else { "FAILED" });
+        println!("{name:<34} {:>6} {:>6} {:>9} {:>9} {:>8} {:>10} {:>8} {:>10} {:>7} {:>10} {runs_per_s:>7.1}  {}", t.runs, t.failed.len(), t.ops, t.acknowledged, t.crashes, t.partitions, t.chunked, t.snapshot_turns, t.entries_held, t.sends_held, if ok { "ok" } else { "FAILED" });
         for r in t.failed.iter().take(5) {
             println!("    seed {}: {}", r.seed, r.violations.join("; "));
             println!("    replay: pmwire check smr --machine {} --replicas {n} --store {} --first {} --seeds 1", machine.name(), store_name(store), r.seed);

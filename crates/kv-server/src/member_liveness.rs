@@ -16,7 +16,7 @@ pub(crate) fn info(l: Liveness, c: &Counters) -> String {
     format!(
         "max_turn_gap_us:{}\r\nmax_heartbeat_gap_us:{}\r\nmax_leader_silence_us:{}\r\nmax_election_elapsed_ticks:{}\r\n\
          max_append_us:{}\r\nmax_apply_us:{}\r\nmax_compact_us:{}\r\nelections_started:{}\r\nraft_snapshots:{}\r\nraft_snapshot_turns:{}\r\nraft_entries_held:{}\r\n\
-         raft_unsent:{}\r\nraft_acks_superseded:{}\r\n",
+         raft_unsent:{}\r\nraft_acks_superseded:{}\r\nraft_sends_held:{}\r\n",
         l.max_turn_gap_us,
         l.max_sent_gap_us,
         l.max_heard_gap_us,
@@ -29,6 +29,7 @@ pub(crate) fn info(l: Liveness, c: &Counters) -> String {
         c.snapshot_turns,
         c.entries_held,
         c.unsent,
-        c.superseded
+        c.superseded,
+        c.sends_held
     )
 }

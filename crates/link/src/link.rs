@@ -574,6 +574,18 @@ impl<T: Transport> Transport for LinkTransport<T> {
         }
     }
 
+    fn send_room(&self, conn: ConnId) -> bool {
+        if self.secret.is_none() {
+            return self.inner.send_room(conn);
+        }
+        match self.links.get(&conn) {
+            Some(Link::Dialling { queue, .. }) => queue.len() < MAX_QUEUED,
+            Some(Link::Open { queue, .. }) if !queue.is_empty() => queue.len() < MAX_QUEUED,
+            Some(Link::Open { .. }) | None => self.inner.send_room(conn),
+            Some(Link::Accepting { .. }) | Some(Link::Closing { .. }) => true,
+        }
+    }
+
     fn reach(&self) -> Reach {
         self.inner.reach()
     }

@@ -128,6 +128,7 @@ pub const ENTRY_MACHINE: u8 = 2;
 pub const ENTRY_FORWARDED: u8 = crate::forward::KIND;
 
 mod compaction;
+mod held;
 mod liveness;
 mod pending;
 mod redial;
@@ -463,6 +464,9 @@ pub struct Counters {
     /// Append acknowledgements not sent: a later one of the same batch
     /// superseded them (`sendorder`).
     pub superseded: u64,
+    /// Raft messages held back while their connection's window was full,
+    /// sent in order once it drained (`node/held.rs`).
+    pub sends_held: u64,
 }
 
 /// One replica of the state machine `M` (by default the put/get/del/cas
@@ -551,6 +555,8 @@ where
     proposed: Vec<Entry>,
     /// A chunked message being sent to each peer (at most one).
     outbox: BTreeMap<u64, Outgoing>,
+    /// Messages waiting for their connection's window, per peer.
+    held_sends: held::HeldSends,
     /// Messages being reassembled from chunks, by incoming connection.
     inbox: Assembler,
     /// The id of the last chunked message sent.
@@ -787,6 +793,7 @@ where
             proposed_ids: Vec::new(),
             proposed: Vec::new(),
             outbox: BTreeMap::new(),
+            held_sends: held::HeldSends::default(),
             inbox: Assembler::new(incoming_bound),
             chunked_sent: 0,
             halted: None,
@@ -1474,6 +1481,7 @@ where
     fn send_all(&mut self, t: &mut T, msgs: Vec<Message>) {
         let (msgs, superseded) = sendorder::order(msgs);
         self.counters.superseded += superseded as u64;
+        self.drain_held(t);
         for m in msgs {
             self.send(t, m);
         }
@@ -1522,6 +1530,18 @@ where
         if payload.len() > self.config.chunk_bytes {
             return self.send_chunked(t, to, conn, payload, snapshot);
         }
+        if !snapshot && (self.held_sends.holds(to) || !t.send_room(conn)) {
+            // Behind its connection's window: held, not lost (`node/held.rs`).
+            match self.held_sends.hold(to, conn, &RAFT_MAGIC, payload) {
+                Ok(()) => self.counters.sends_held += 1,
+                Err(payload) => {
+                    t.recycle(payload);
+                    self.counters.unsent += 1;
+                    self.raw.report_unreachable(to);
+                }
+            }
+            return;
+        }
         let sent = t.send(conn, &RAFT_MAGIC, payload);
         if snapshot {
             // The leader waits for this report before it probes the
@@ -1552,6 +1572,32 @@ where
         if snapshot {
             self.raw.report_snapshot(to, SnapshotStatus::Failure);
         }
+    }
+
+    /// Sends the messages held for full windows that now fit, in order; a
+    /// peer whose connection went loses its held messages and is reported
+    /// unreachable (raft-rs sends again), as an unsent message is.
+    fn drain_held(&mut self, t: &mut T) -> bool {
+        if self.held_sends.is_empty() {
+            return false;
+        }
+        let mut sent_any = false;
+        let out_conns = &self.out_conns;
+        let mut outcomes = Vec::new();
+        self.held_sends.drain(t, |to| out_conns.get(&to).copied(), |to, d| outcomes.push((to, d)));
+        let leader = self.raw.raft.state == StateRole::Leader;
+        for (to, d) in outcomes {
+            self.counters.sent += d.sent;
+            self.counters.unsent += d.dropped;
+            sent_any |= d.sent > 0;
+            if d.sent > 0 && leader {
+                self.liveness.sent(to, self.raw.raft.term, self.now);
+            }
+            if d.dropped > 0 {
+                self.raw.report_unreachable(to);
+            }
+        }
+        sent_any
     }
 
     /// Queues `payload` as chunks to peer `to` (refused, as unsent, while
@@ -2347,6 +2393,7 @@ where
         let ticked = self.tick_if_due(t, now);
         let dialled = self.redial(t);
         let drained = !self.outbox.is_empty() && self.drain_outbox(t);
+        let drained = self.drain_held(t) || drained;
         self.propose_batch(t);
         // A snapshot step is not reported as work to turn again for at
         // once: the embedding loop comes back at `next_deadline`, after it

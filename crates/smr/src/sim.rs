@@ -294,6 +294,8 @@ pub struct SimReport {
     pub snapshot_turns: u64,
     /// Committed entries that waited for a snapshot being taken.
     pub entries_held: u64,
+    /// Raft messages held back while their connection's window was full.
+    pub sends_held: u64,
     /// Bytes of snapshot bodies streamed into staging areas.
     pub staged_bytes: u64,
     /// Requests for the rest of a snapshot body sent by receivers.
@@ -876,7 +878,10 @@ pub fn run_with<M: SimMachine>(seed: u64, cfg: &SimConfig) -> SimReport {
 impl<M: SimMachine> World<M> {
     fn new(seed: u64, cfg: SimConfig) -> World<M> {
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
-        let net = SimNetwork::new(rng.gen(), Limits::default(), NetFaults::none());
+        // Half the seeds run with a small window per connection, so that
+        // sends meet full windows and are held (`node/held.rs`).
+        let window = if rng.gen_bool(0.5) { rng.gen_range(2..=8) } else { Limits::default().window };
+        let net = SimNetwork::new(rng.gen(), Limits { window, ..Limits::default() }, NetFaults::none());
         let transports: Vec<SimTransport> = (0..cfg.replicas).map(|_| net.node()).collect();
         let addrs: Vec<SimAddr> = transports.iter().map(|t| t.addr()).collect();
         let voters: Vec<u64> = (1..=cfg.replicas).collect();
@@ -1007,6 +1012,7 @@ impl<M: SimMachine> World<M> {
         self.report.chunked_messages += r.service.counters().chunked;
         self.report.snapshot_turns += r.service.counters().snapshot_turns;
         self.report.entries_held += r.service.counters().entries_held;
+        self.report.sends_held += r.service.counters().sends_held;
         self.report.staged_bytes += r.service.counters().snapshot_bytes_staged;
         self.report.snapshot_resumes += r.service.counters().snapshot_resumes_asked;
         let remains = r.service.take_durable().crash(&mut self.rng);
@@ -1463,6 +1469,7 @@ impl<M: SimMachine> World<M> {
                 self.report.chunked_messages += r.service.counters().chunked;
                 self.report.snapshot_turns += r.service.counters().snapshot_turns;
                 self.report.entries_held += r.service.counters().entries_held;
+                self.report.sends_held += r.service.counters().sends_held;
                 self.report.staged_bytes += r.service.counters().snapshot_bytes_staged;
                 self.report.snapshot_resumes += r.service.counters().snapshot_resumes_asked;
             }

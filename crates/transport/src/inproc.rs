@@ -378,6 +378,10 @@ impl Transport for InProcTransport {
         })
     }
 
+    fn send_room(&self, conn: ConnId) -> bool {
+        self.lock().conn(self.node, conn).map_or(true, |c| c.window.has_room())
+    }
+
     fn send(&mut self, conn: ConnId, header: &[u8], payload: Vec<u8>) -> Result<(), OpError> {
         self.with_net(|net, me| {
             check_sizes(&net.limits, header.len(), payload.len())?;

@@ -489,6 +489,17 @@ pub trait Transport {
         false
     }
 
+    /// Whether a one-way [`send`](Transport::send) on `conn` would be taken
+    /// now: false while the connection's window of unsettled operations is
+    /// full (the send would fail with [`OpError::WindowFull`] and its
+    /// payload would be lost), so a caller can hold a message back until
+    /// the window drains instead of dropping it. True for a connection that
+    /// is gone (the send reports that), and by default (a transport whose
+    /// sends are not windowed).
+    fn send_room(&self, _conn: ConnId) -> bool {
+        true
+    }
+
     /// An empty buffer with capacity for at least `len` bytes, to fill and
     /// pass as a payload or put buffer: one the transport kept (see
     /// [`recycle`](Transport::recycle)), or a new one.

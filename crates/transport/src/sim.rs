@@ -709,6 +709,10 @@ impl Transport for SimTransport {
         self.with((), |w, me| w.break_link(me, conn.0, None));
     }
 
+    fn send_room(&self, conn: ConnId) -> bool {
+        self.with(true, |w, me| w.open_end(me, conn).map_or(true, |end| end.window.has_room()))
+    }
+
     fn call(&mut self, conn: ConnId, header: &[u8], payload: Vec<u8>, token: u64) -> Result<(), OpError> {
         self.with(Err(OpError::Disconnected(conn.0)), |w, me| {
             check_sizes(&w.limits, header.len(), payload.len())?;

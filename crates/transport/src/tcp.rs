@@ -1099,6 +1099,13 @@ impl Transport for TcpTransport {
         Ok(())
     }
 
+    fn send_room(&self, conn: ConnId) -> bool {
+        match self.conns.get(conn.0 as usize) {
+            Some(Some(c)) if c.state != State::Gone => c.window.has_room(),
+            _ => true,
+        }
+    }
+
     fn reach(&self) -> Reach {
         Reach::Off
     }

@@ -373,6 +373,11 @@ impl Window {
     pub(crate) fn capacity(&self) -> usize {
         self.slots.len()
     }
+
+    /// Whether a slot is free (a send or call would be taken).
+    pub(crate) fn has_room(&self) -> bool {
+        !self.free.is_empty()
+    }
 }
 
 /// The receiver's record of which request slots of one peer await a reply:
