@@ -25,6 +25,7 @@ struct Totals {
     reads_follower: u64,
     reads_leader: u64,
     crashes: u64,
+    sends_held: u64,
 }
 
 impl Totals {
@@ -35,6 +36,7 @@ impl Totals {
         self.reads_follower += r.reads_follower;
         self.reads_leader += r.reads_leader;
         self.crashes += r.crashes;
+        self.sends_held += r.sends_held;
         if !r.passed() {
             self.failed.push(r);
         }
@@ -53,7 +55,7 @@ impl Totals {
 /// planted bug; true if every run passed and the bug was caught.
 pub fn run(args: &SmrCheckArgs, sizes: &[u64]) -> bool {
     println!("\nfollower forwarding (sim_forward): seeds {}..{} per cluster size; clients on the leader and on followers, every fault on", args.first, args.first + args.seeds);
-    println!("{:<34} {:>6} {:>6} {:>12} {:>12} {:>12} {:>12} {:>8} {:>7}  verdict", "configuration", "runs", "failed", "acked (fol.)", "acked (ldr)", "reads (fol.)", "reads (ldr)", "crashes", "runs/s");
+    println!("{:<34} {:>6} {:>6} {:>12} {:>12} {:>12} {:>12} {:>8} {:>10} {:>7}  verdict", "configuration", "runs", "failed", "acked (fol.)", "acked (ldr)", "reads (fol.)", "reads (ldr)", "crashes", "sends held", "runs/s");
     let mut all_ok = true;
     for &n in sizes {
         let cfg = ForwardSimConfig::standard(n);
@@ -70,7 +72,7 @@ pub fn run(args: &SmrCheckArgs, sizes: &[u64]) -> bool {
         all_ok &= ok;
         let name = format!("forward, {n} replicas, {} clients", cfg.clients);
         println!(
-            "{name:<34} {:>6} {:>6} {:>12} {:>12} {:>12} {:>12} {:>8} {runs_per_s:>7.1}  {}",
+            "{name:<34} {:>6} {:>6} {:>12} {:>12} {:>12} {:>12} {:>8} {:>10} {runs_per_s:>7.1}  {}",
             t.runs,
             t.failed.len(),
             t.acked_follower,
@@ -78,6 +80,7 @@ pub fn run(args: &SmrCheckArgs, sizes: &[u64]) -> bool {
             t.reads_follower,
             t.reads_leader,
             t.crashes,
+            t.sends_held,
             if ok { "ok" } else { "FAILED" }
         );
         if t.failed.is_empty() && !ok {

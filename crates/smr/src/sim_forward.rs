@@ -174,6 +174,8 @@ pub struct ForwardSimReport {
     pub unknown: u64,
     /// Crashes injected.
     pub crashes: u64,
+    /// Raft messages held back while their connection's window was full.
+    pub sends_held: u64,
     /// What was wrong (empty: passed).
     pub violations: Vec<String>,
 }
@@ -281,7 +283,10 @@ fn linked(net: &SimNetwork, t: SimTransport, config: link::LinkConfig, seed: u64
 impl World {
     fn new(seed: u64, cfg: ForwardSimConfig) -> World {
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
-        let net = SimNetwork::new(rng.gen(), Limits::default(), NetFaults::none());
+        // Half the seeds with a small window per connection, as in
+        // `sim::run_with`: sends meet full windows and are held.
+        let window = if rng.gen_bool(0.5) { rng.gen_range(2..=8) } else { Limits::default().window };
+        let net = SimNetwork::new(rng.gen(), Limits { window, ..Limits::default() }, NetFaults::none());
         let transports: Vec<SimTransport> = (0..cfg.replicas).map(|_| net.node()).collect();
         let addrs = transports.iter().map(SimTransport::addr).collect();
         let mut w = World { rng, net, addrs, slots: Vec::new(), clients: Vec::new(), history: Vec::new(), next_token: 0, report: ForwardSimReport { seed, ..Default::default() }, cfg };
@@ -425,6 +430,7 @@ impl World {
         let now = self.net.now_ns();
         let back_ns = now + self.rng.gen_range(MS..60 * MS);
         let Slot::Up(r) = &mut self.slots[i] else { return };
+        self.report.sends_held += r.service.counters().sends_held;
         let durable = r.service.take_durable();
         self.slots[i] = Slot::Down { durable, back_ns };
         self.net.down(self.addrs[i]);
@@ -482,6 +488,15 @@ impl World {
     /// After the faults: every member converges; the leader's lists are
     /// the final ones; the history is checked against them.
     fn finish(&mut self) {
+        self.finish_checks();
+        for s in &self.slots {
+            if let Slot::Up(r) = s {
+                self.report.sends_held += r.service.counters().sends_held;
+            }
+        }
+    }
+
+    fn finish_checks(&mut self) {
         let mut finals = None;
         let start = self.net.now_ns();
         while self.net.now_ns() < start + 5_000 * MS {
