@@ -1536,8 +1536,7 @@ where
                 Ok(()) => self.counters.sends_held += 1,
                 Err(payload) => {
                     t.recycle(payload);
-                    self.counters.unsent += 1;
-                    self.raw.report_unreachable(to);
+                    self.drop_held(t, to, 1);
                 }
             }
             return;
@@ -1574,6 +1573,15 @@ where
         }
     }
 
+    /// Counts `refused` messages to `to` and everything held for it as
+    /// unsent, drops what was held, and reports the peer unreachable:
+    /// raft-rs sends again from its match index (`node/held.rs`).
+    fn drop_held(&mut self, t: &mut T, to: u64, refused: u64) {
+        let dropped = self.held_sends.drop_peer(to, |payload| t.recycle(payload));
+        self.counters.unsent += refused + dropped;
+        self.raw.report_unreachable(to);
+    }
+
     /// Sends the messages held for full windows that now fit, in order; a
     /// peer whose connection went loses its held messages and is reported
     /// unreachable (raft-rs sends again), as an unsent message is.
@@ -1603,6 +1611,12 @@ where
     /// Queues `payload` as chunks to peer `to` (refused, as unsent, while
     /// another chunked message to it is on its way) and starts sending.
     fn send_chunked(&mut self, t: &mut T, to: u64, conn: ConnId, payload: Vec<u8>, snapshot: bool) {
+        if !snapshot && self.held_sends.holds(to) {
+            // It would overtake the messages held before it: it and they
+            // are dropped, and raft-rs sends again from the match index.
+            t.recycle(payload);
+            return self.drop_held(t, to, 1);
+        }
         if self.outbox.contains_key(&to) || payload.len() as u64 > MAX_RAFT_MESSAGE_BYTES {
             self.counters.unsent += 1;
             if snapshot {

@@ -19,11 +19,14 @@
 //! the peer's connection is lost or replaced, its held messages are
 //! dropped and the peer is reported unreachable, as an unsent message was
 //! before. Bounded per peer ([`MAX_HELD_MESSAGES`], [`MAX_HELD_BYTES`]): a
-//! message past either bound is not sent (raft-rs sends it again).
+//! message past either bound is not sent, and neither is anything held for
+//! that peer ([`HeldSends::drop_peer`]): the peer is reported unreachable,
+//! so raft-rs sends again from the follower's match index, and held copies
+//! arriving after that would only be sent twice.
 
 use std::collections::{BTreeMap, VecDeque};
 
-use transport::{ConnId, OpError, Transport};
+use transport::{ConnId, Transport};
 
 /// Most messages held for one peer (raft-rs keeps at most 16 appends in
 /// flight to a follower; heartbeats and their answers come in between).
@@ -81,9 +84,19 @@ impl HeldSends {
         Ok(())
     }
 
+    /// Drops every message held for `to`, handing each payload to
+    /// `recycle`; how many.
+    pub(super) fn drop_peer(&mut self, to: u64, mut recycle: impl FnMut(Vec<u8>)) -> u64 {
+        let Some(q) = self.peers.remove(&to) else { return 0 };
+        let n = q.frames.len() as u64;
+        q.frames.into_iter().for_each(|(_, payload)| recycle(payload));
+        n
+    }
+
     /// Sends held messages in order while their connections take them.
     /// `current(to)` is the connection messages to `to` now go on: a peer
-    /// whose held messages were for another one loses them. Calls
+    /// whose held messages were for another one loses them, as does one
+    /// whose connection refuses a held message. Calls
     /// `outcome(to, drained)` for each peer that sent or dropped any.
     pub(super) fn drain<T: Transport>(&mut self, t: &mut T, current: impl Fn(u64) -> Option<ConnId>, mut outcome: impl FnMut(u64, Drained)) {
         let peers: Vec<u64> = self.peers.keys().copied().collect();
@@ -97,10 +110,8 @@ impl HeldSends {
                 match t.send(q.conn, magic, payload) {
                     Ok(()) => d.sent += 1,
                     // `send_room` said yes; a transport may still refuse.
-                    Err(OpError::WindowFull(_)) => {
-                        d.dropped += 1;
-                        break;
-                    }
+                    // Either way the message is lost, and so are those
+                    // behind it (the peer is reported unreachable).
                     Err(_) => {
                         d.dropped += 1;
                         lost = true;
@@ -194,6 +205,20 @@ mod tests {
         held.drain(&mut a, |_| None, |to, d| outcomes.push((to, d)));
         assert_eq!(outcomes, vec![(7, Drained { sent: 0, dropped: 2 })]);
         assert!(held.is_empty());
+    }
+
+    #[test]
+    fn dropping_a_peer_hands_back_what_was_held_for_it_alone() {
+        let (_a, _b, conn) = pair();
+        let mut held = HeldSends::default();
+        held.hold(7, conn, MAGIC, vec![1]).unwrap();
+        held.hold(7, conn, MAGIC, vec![2]).unwrap();
+        held.hold(8, conn, MAGIC, vec![3]).unwrap();
+        let mut recycled = Vec::new();
+        assert_eq!(held.drop_peer(7, |p| recycled.push(p)), 2);
+        assert_eq!(recycled, vec![vec![1], vec![2]]);
+        assert!(!held.holds(7) && held.holds(8), "only peer 7's messages went");
+        assert_eq!(held.drop_peer(7, |_| panic!("nothing is held for 7")), 0);
     }
 
     #[test]
