@@ -369,6 +369,25 @@ pub fn info_u64(info: &str, name: &str) -> Option<u64> {
     info.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(':')).and_then(|v| v.trim().parse().ok())
 }
 
+/// Each member's role and Raft counters from `INFO replication`, or why
+/// the member could not say: what a target that did
+/// not run on the members reports beside its error, so that a lost
+/// leadership or a stalled member shows which and how.
+pub fn replication_summary(resp: &[SocketAddr]) -> String {
+    const FIELDS: [&str; 8] = ["role", "raft_term", "elections_started", "max_turn_gap_us", "max_leader_silence_us", "raft_unsent", "raft_sends_held", "max_election_elapsed_ticks"];
+    let one = |addr: SocketAddr| -> Result<String> {
+        let mut c = Resp::connect(addr)?;
+        let text = info_text(&mut c, b"replication")?;
+        let field = |name: &str| text.lines().find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(':'))).unwrap_or("-").trim().to_string();
+        Ok(FIELDS.iter().map(|f| format!("{f}={}", field(f))).collect::<Vec<_>>().join(" "))
+    };
+    resp.iter()
+        .enumerate()
+        .map(|(i, &addr)| format!("member {}: {}", i + 1, one(addr).unwrap_or_else(|e| format!("no INFO: {e:#}"))))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// The text of `INFO section` on `c`.
 pub fn info_text(c: &mut Resp, section: &[u8]) -> Result<String> {
     match c.command(&[b"INFO", section])? {
@@ -402,5 +421,27 @@ mod tests {
         assert_eq!(copied_bytes(info), Some(5));
         assert_eq!(copied_bytes("# Stats\r\ntotal_commands_processed:4\r\n"), None);
         assert_eq!(copied_bytes("copy_value_bytes_path:x\r\n"), None, "a field that is not a number is not a count");
+    }
+
+    #[test]
+    fn the_replication_summary_names_each_members_fields_or_why_not() {
+        use std::io::{Read, Write};
+        // One member answering INFO (without a held-sends field), one gone.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let answering = listener.local_addr().unwrap();
+        let gone = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut request = [0u8; 256];
+            let _ = s.read(&mut request).unwrap();
+            let text = "# Replication\r\nrole:master\r\nraft_term:3\r\nraft_unsent:7\r\n";
+            s.write_all(format!("${}\r\n{text}\r\n", text.len()).as_bytes()).unwrap();
+        });
+        let summary = replication_summary(&[answering, gone]);
+        server.join().unwrap();
+        let (first, second) = summary.split_once("; ").expect("one part per member");
+        assert!(first.starts_with("member 1: role=master raft_term=3 "), "{summary}");
+        assert!(first.contains("raft_unsent=7") && first.contains("raft_sends_held=-"), "a missing field is shown as -: {summary}");
+        assert!(second.starts_with("member 2: no INFO: "), "{summary}");
     }
 }

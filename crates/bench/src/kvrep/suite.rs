@@ -249,7 +249,15 @@ fn cluster_round(options: &Options, run: &RunPlan, plan: &Plan, sweep: bool, sin
         Ok(l) => l,
         Err(e) => return sink.skipped.push(Skipped::new(SET64, CLUSTER, &format!("{e:#}"))),
     };
+    let skipped_before = sink.skipped.len();
     measure_resp(members.resp[leader - 1], CLUSTER, plan, run, sweep, sink);
+    if sink.skipped.len() > skipped_before {
+        // What the members say of themselves, beside each error.
+        let summary = super::members::replication_summary(&members.resp);
+        for s in &mut sink.skipped[skipped_before..] {
+            s.reason = format!("{} [{summary}]", s.reason);
+        }
+    }
     if !sweep {
         return;
     }
