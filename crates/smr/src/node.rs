@@ -1534,10 +1534,7 @@ where
             // Behind its connection's window: held, not lost (`node/held.rs`).
             match self.held_sends.hold(to, conn, &RAFT_MAGIC, payload) {
                 Ok(()) => self.counters.sends_held += 1,
-                Err(payload) => {
-                    t.recycle(payload);
-                    self.drop_held(t, to, 1);
-                }
+                Err(payload) => self.drop_held(t, to, payload),
             }
             return;
         }
@@ -1573,12 +1570,13 @@ where
         }
     }
 
-    /// Counts `refused` messages to `to` and everything held for it as
-    /// unsent, drops what was held, and reports the peer unreachable:
-    /// raft-rs sends again from its match index (`node/held.rs`).
-    fn drop_held(&mut self, t: &mut T, to: u64, refused: u64) {
+    /// Drops `refused`, a message to `to`, and everything held for it
+    /// (counted unsent), and reports the peer unreachable: raft-rs sends
+    /// again from its match index (`node/held.rs`).
+    fn drop_held(&mut self, t: &mut T, to: u64, refused: Vec<u8>) {
+        t.recycle(refused);
         let dropped = self.held_sends.drop_peer(to, |payload| t.recycle(payload));
-        self.counters.unsent += refused + dropped;
+        self.counters.unsent += 1 + dropped;
         self.raw.report_unreachable(to);
     }
 
@@ -1590,21 +1588,19 @@ where
             return false;
         }
         let mut sent_any = false;
-        let out_conns = &self.out_conns;
-        let mut outcomes = Vec::new();
-        self.held_sends.drain(t, |to| out_conns.get(&to).copied(), |to, d| outcomes.push((to, d)));
-        let leader = self.raw.raft.state == StateRole::Leader;
-        for (to, d) in outcomes {
-            self.counters.sent += d.sent;
-            self.counters.unsent += d.dropped;
+        let (leader, term, now) = (self.raw.raft.state == StateRole::Leader, self.raw.raft.term, self.now);
+        let (out_conns, counters, liveness, raw) = (&self.out_conns, &mut self.counters, &mut self.liveness, &mut self.raw);
+        self.held_sends.drain(t, |to| out_conns.get(&to).copied(), |to, d| {
+            counters.sent += d.sent;
+            counters.unsent += d.dropped;
             sent_any |= d.sent > 0;
             if d.sent > 0 && leader {
-                self.liveness.sent(to, self.raw.raft.term, self.now);
+                liveness.sent(to, term, now);
             }
             if d.dropped > 0 {
-                self.raw.report_unreachable(to);
+                raw.report_unreachable(to);
             }
-        }
+        });
         sent_any
     }
 
@@ -1614,8 +1610,7 @@ where
         if !snapshot && self.held_sends.holds(to) {
             // It would overtake the messages held before it: it and they
             // are dropped, and raft-rs sends again from the match index.
-            t.recycle(payload);
-            return self.drop_held(t, to, 1);
+            return self.drop_held(t, to, payload);
         }
         if self.outbox.contains_key(&to) || payload.len() as u64 > MAX_RAFT_MESSAGE_BYTES {
             self.counters.unsent += 1;

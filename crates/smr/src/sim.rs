@@ -72,7 +72,7 @@ use link::{LinkTransport, Secret};
 use crate::command::{Op, Request, Response, Status, REQUEST_MAGIC};
 use crate::kvmap::KvMap;
 use crate::links::{client_link, replica_link};
-use crate::node::{Faults, Replica, ReplicaConfig};
+use crate::node::{Counters, Faults, Replica, ReplicaConfig};
 use crate::smr1::Smr1Machine;
 use crate::pmem_store::{PmemDurable, StoreFaults};
 use crate::snapshot::stream::BodyId;
@@ -311,6 +311,16 @@ impl SimReport {
     /// True if every check passed.
     pub fn passed(&self) -> bool {
         self.violations.is_empty()
+    }
+
+    /// Adds a replica's counters (at its crash, or at the end).
+    fn add_counters(&mut self, c: &Counters) {
+        self.chunked_messages += c.chunked;
+        self.snapshot_turns += c.snapshot_turns;
+        self.entries_held += c.entries_held;
+        self.sends_held += c.sends_held;
+        self.staged_bytes += c.snapshot_bytes_staged;
+        self.snapshot_resumes += c.snapshot_resumes_asked;
     }
 }
 
@@ -875,12 +885,20 @@ pub fn run_with<M: SimMachine>(seed: u64, cfg: &SimConfig) -> SimReport {
     w.report
 }
 
+/// A connection's window for one seed's run: for half the seeds a small
+/// one, so that sends meet full windows and are held (`node/held.rs`).
+pub(crate) fn draw_window(rng: &mut impl Rng) -> usize {
+    if rng.gen_bool(0.5) {
+        rng.gen_range(2..=8)
+    } else {
+        Limits::default().window
+    }
+}
+
 impl<M: SimMachine> World<M> {
     fn new(seed: u64, cfg: SimConfig) -> World<M> {
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
-        // Half the seeds run with a small window per connection, so that
-        // sends meet full windows and are held (`node/held.rs`).
-        let window = if rng.gen_bool(0.5) { rng.gen_range(2..=8) } else { Limits::default().window };
+        let window = draw_window(&mut rng);
         let net = SimNetwork::new(rng.gen(), Limits { window, ..Limits::default() }, NetFaults::none());
         let transports: Vec<SimTransport> = (0..cfg.replicas).map(|_| net.node()).collect();
         let addrs: Vec<SimAddr> = transports.iter().map(|t| t.addr()).collect();
@@ -1009,12 +1027,7 @@ impl<M: SimMachine> World<M> {
             let d = r.service.durable().store();
             eprintln!("{now_ns:>12} ns: replica {} crashes: durable last {} hard {:?} status {:?}", i + 1, d.last_index(), d.hard_state(), r.service.status());
         }
-        self.report.chunked_messages += r.service.counters().chunked;
-        self.report.snapshot_turns += r.service.counters().snapshot_turns;
-        self.report.entries_held += r.service.counters().entries_held;
-        self.report.sends_held += r.service.counters().sends_held;
-        self.report.staged_bytes += r.service.counters().snapshot_bytes_staged;
-        self.report.snapshot_resumes += r.service.counters().snapshot_resumes_asked;
+        self.report.add_counters(r.service.counters());
         let remains = r.service.take_durable().crash(&mut self.rng);
         let machine = match r.service.take_machine().crash_with(&mut self.rng) {
             Ok(m) => m,
@@ -1466,12 +1479,7 @@ impl<M: SimMachine> World<M> {
         self.observe();
         for s in &self.slots {
             if let Slot::Up(r) = s {
-                self.report.chunked_messages += r.service.counters().chunked;
-                self.report.snapshot_turns += r.service.counters().snapshot_turns;
-                self.report.entries_held += r.service.counters().entries_held;
-                self.report.sends_held += r.service.counters().sends_held;
-                self.report.staged_bytes += r.service.counters().snapshot_bytes_staged;
-                self.report.snapshot_resumes += r.service.counters().snapshot_resumes_asked;
+                self.report.add_counters(r.service.counters());
             }
         }
         self.report.terms_with_leader = self.leaders.len();

@@ -283,9 +283,7 @@ fn linked(net: &SimNetwork, t: SimTransport, config: link::LinkConfig, seed: u64
 impl World {
     fn new(seed: u64, cfg: ForwardSimConfig) -> World {
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
-        // Half the seeds with a small window per connection, as in
-        // `sim::run_with`: sends meet full windows and are held.
-        let window = if rng.gen_bool(0.5) { rng.gen_range(2..=8) } else { Limits::default().window };
+        let window = crate::sim::draw_window(&mut rng);
         let net = SimNetwork::new(rng.gen(), Limits { window, ..Limits::default() }, NetFaults::none());
         let transports: Vec<SimTransport> = (0..cfg.replicas).map(|_| net.node()).collect();
         let addrs = transports.iter().map(SimTransport::addr).collect();
