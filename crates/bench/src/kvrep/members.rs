@@ -366,20 +366,24 @@ pub fn copied_bytes(info: &str) -> Option<u64> {
 
 /// Field `name` of `INFO` text (`name:value` lines), as a number.
 pub fn info_u64(info: &str, name: &str) -> Option<u64> {
-    info.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(':')).and_then(|v| v.trim().parse().ok())
+    info_field(info, name)?.parse().ok()
+}
+
+/// Field `name` of `INFO` text (`name:value` lines).
+pub fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
+    info.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(':')).map(str::trim)
 }
 
 /// Each member's role and Raft counters from `INFO replication`, or why
-/// the member could not say: what a target that did
-/// not run on the members reports beside its error, so that a lost
-/// leadership or a stalled member shows which and how.
+/// the member could not say: what a target that did not run on the
+/// members reports beside its error, so that a lost leadership or a
+/// stalled member shows which and how.
 pub fn replication_summary(resp: &[SocketAddr]) -> String {
     const FIELDS: [&str; 8] = ["role", "raft_term", "elections_started", "max_turn_gap_us", "max_leader_silence_us", "raft_unsent", "raft_sends_held", "max_election_elapsed_ticks"];
     let one = |addr: SocketAddr| -> Result<String> {
         let mut c = Resp::connect(addr)?;
         let text = info_text(&mut c, b"replication")?;
-        let field = |name: &str| text.lines().find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(':'))).unwrap_or("-").trim().to_string();
-        Ok(FIELDS.iter().map(|f| format!("{f}={}", field(f))).collect::<Vec<_>>().join(" "))
+        Ok(FIELDS.iter().map(|f| format!("{f}={}", info_field(&text, f).unwrap_or("-"))).collect::<Vec<_>>().join(" "))
     };
     resp.iter()
         .enumerate()
