@@ -92,48 +92,18 @@ fn put_u64(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(&v.to_le_bytes());
 }
 
-/// A key's fields without its value (read into the output later).
-struct KeyHead {
-    key: Vec<u8>,
-    kind: Kind,
-    deadline_ms: Option<u64>,
-    len: u64,
-}
-
 /// Bytes reserved past the snapshot for the record around it.
 const RECORD_TAIL_BYTES: usize = 64;
 
 /// What a key costs a step's budget beside its bytes (the lookups).
 const KEY_COST_BYTES: usize = 256;
 
-/// Every internal entry of `ks` but the machine's own: the keys, and
-/// their values one after another in `values` (each key with its value's
-/// length). Internal values are read first since only a read tells their
-/// length.
-fn internal_entries<K: Keyspace>(ks: &mut K, values: &mut Vec<u8>) -> Vec<(Vec<u8>, usize)> {
-    let mut entries = Vec::new();
-    // Internal keys are never empty: the first is at or after `00`.
-    let mut from = vec![0u8];
-    loop {
-        let mut page = Vec::new();
-        let n = ks.internal_scan(&from, PAGE, &mut |k| page.push(k.to_vec()));
-        for key in &page {
-            if key.first() == Some(&MACHINE_TAG) {
-                continue;
-            }
-            let v = ks.internal_get(key).expect("a scanned internal key is there");
-            let at = values.len();
-            ks.read(&v, values);
-            entries.push((key.clone(), values.len() - at));
-        }
-        let Some(mut last) = page.pop() else { return entries };
-        if n < PAGE {
-            return entries;
-        }
-        last.push(0);
-        from = last;
-    }
-}
+/// Bytes of a key's fixed fields (key length, family, deadline flag,
+/// value length, deadline).
+const KEY_HEAD_BYTES: usize = 24;
+/// Bytes of an internal entry's fixed fields (key length, zero, value
+/// length).
+const INTERNAL_HEAD_BYTES: usize = 16;
 
 /// The snapshot bytes of `ks` and the machine's fields.
 pub fn encode<K: MachineKeyspace>(ks: &mut K, state: &State, writes: &WriteIndex) -> Vec<u8> {
@@ -154,37 +124,55 @@ pub fn encode_into<K: MachineKeyspace>(ks: &mut K, state: &State, writes: &Write
 /// index must not change between the steps of one snapshot (the replica
 /// applies nothing meanwhile).
 ///
-/// The output is sized once the keys are known (each value by its stored
-/// length; the internal values, whose length only a read tells, are read
-/// ahead) and each key's value is read straight into it: a keyspace of
-/// hundreds of MiB was copied value by value into buffers of its own, then
-/// into an output grown by doubling (even one growth at the end copies the
-/// whole output), and the page faults of those fresh buffers were most of
-/// the time a member's loop stood still taking it.
+/// Two passes over the keyspace, a page of keys at a time: the first only
+/// sizes the snapshot (each key's value by its stored length; an internal
+/// value, whose length only a read tells, is read into one scratch buffer
+/// and dropped), the second writes it, each value read straight into the
+/// output. So the encoder holds one page of keys, not the keyspace's keys
+/// (a first version kept every key's head, and every internal value, in
+/// DRAM until the snapshot was written: hundreds of MiB for a keyspace of
+/// millions of small keys or a large chunked collection). The output is
+/// sized once: a keyspace of hundreds of MiB was copied value by value
+/// into buffers of its own, then into an output grown by doubling (even one
+/// growth at the end copies the whole output), and the page faults of those
+/// fresh buffers were most of the time a member's loop stood still taking
+/// it.
 #[derive(Default)]
 pub struct Encoder {
     phase: Phase,
-    heads: Vec<KeyHead>,
-    /// The last key scanned (phase `Keys`).
+    /// Where the current phase's scan goes on: the last key visited (the
+    /// key phases) or the next internal key to look at (the internal ones).
     after: Option<Vec<u8>>,
-    internal: Vec<(Vec<u8>, usize)>,
-    internal_values: Vec<u8>,
-    /// The next key whose value goes out (phase `Values`).
-    next: usize,
-    /// The snapshot's whole size (known once the keys are), the bytes
-    /// appended so far and their checksum: computed step by step, so a
-    /// caller may take each step's bytes away before the next
+    /// Keys scanned and not yet written (the writing phases).
+    page: std::collections::VecDeque<Vec<u8>>,
+    /// The current phase's scan has reached the end.
+    scanned: bool,
+    /// Keys and internal entries counted by the sizing pass, and written.
+    keys: u64,
+    internal: u64,
+    written: u64,
+    /// An internal value read to learn its length.
+    scratch: Vec<u8>,
+    /// The snapshot's whole size (known once the sizing pass is done), the
+    /// bytes appended so far and their checksum: computed step by step, so
+    /// a caller may take each step's bytes away before the next
     /// ([`Encoder::len`]).
     total: usize,
     emitted: usize,
     crc: u32,
 }
 
-#[derive(Default, PartialEq, Eq, Debug)]
+#[derive(Default, PartialEq, Eq, Debug, Clone, Copy)]
 enum Phase {
+    /// Sizing: the keys.
     #[default]
+    SizeKeys,
+    /// Sizing: the internal entries.
+    SizeInternal,
+    /// Writing the keys with their values.
     Keys,
-    Values,
+    /// Writing the internal entries.
+    Internal,
     Done,
 }
 
@@ -204,11 +192,11 @@ impl Encoder {
         whole
     }
 
-    /// The snapshot's whole length once it is known (after the keys' scan):
-    /// from then on each step only appends to its output, so the bytes of
-    /// earlier steps may be gone from it.
+    /// The snapshot's whole length once it is known (after the sizing
+    /// pass): from then on each step only appends to its output, so the
+    /// bytes of earlier steps may be gone from it.
     pub fn len(&self) -> Option<u64> {
-        (self.phase != Phase::Keys).then_some(self.total as u64)
+        (!matches!(self.phase, Phase::SizeKeys | Phase::SizeInternal)).then_some(self.total as u64)
     }
 
     fn account(&mut self, bytes: &[u8]) {
@@ -216,57 +204,118 @@ impl Encoder {
         self.emitted += bytes.len();
     }
 
-    fn append<K: MachineKeyspace>(&mut self, ks: &mut K, state: &State, writes: &WriteIndex, out: &mut Vec<u8>, budget: usize, from: usize) -> bool {
-        let mut spent = 0usize;
-        while self.phase == Phase::Keys {
-            if spent >= budget {
-                return false;
-            }
-            let mut page = Vec::new();
-            let n = ks.scan(self.after.as_deref(), PAGE, &mut |k, _| page.push(k.to_vec()));
-            for key in &page {
-                let stored = ks.get(key).expect("a scanned key is there at time 0");
-                self.heads.push(KeyHead { key: key.clone(), kind: stored.kind, deadline_ms: stored.deadline_ms, len: stored.len });
-            }
-            spent = spent.saturating_add(page.len() * KEY_COST_BYTES);
-            if n < PAGE {
-                self.begin_values(ks, state, writes, out, budget);
-            } else {
-                self.after = page.pop();
-            }
+    /// The next page of keys (`internal`: of internal entries but the
+    /// machine's own) into `self.page`; false once the scan has ended.
+    fn next_page<K: Keyspace>(&mut self, ks: &mut K, internal: bool) -> bool {
+        if self.scanned {
+            return false;
         }
-        while self.phase == Phase::Values {
-            let Some(k) = self.heads.get(self.next) else {
-                self.finish(writes, out, from);
-                break;
-            };
-            if spent >= budget {
-                return false;
+        let page = &mut self.page;
+        if internal {
+            // Internal keys are never empty: the first is at or after `00`.
+            let from = self.after.take().unwrap_or_else(|| vec![0u8]);
+            let n = ks.internal_scan(&from, PAGE, &mut |k| page.push_back(k.to_vec()));
+            match page.back() {
+                Some(last) if n >= PAGE => self.after = Some([&last[..], &[0]].concat()),
+                _ => self.scanned = true,
             }
-            put_u32(out, k.key.len() as u32);
-            out.extend_from_slice(&[k.kind.to_byte(), u8::from(k.deadline_ms.is_some()), 0, 0]);
-            put_u64(out, k.len);
-            put_u64(out, k.deadline_ms.unwrap_or(0));
-            out.extend_from_slice(&k.key);
-            let stored = ks.get(&k.key).expect("a key seen at time 0 is there");
-            let at = out.len();
-            ks.read(&stored.value, out);
-            assert_eq!((out.len() - at) as u64, k.len, "a value reads back at its stored length");
-            spent = spent.saturating_add(KEY_COST_BYTES + k.len as usize);
-            self.next += 1;
+            page.retain(|k| k.first() != Some(&MACHINE_TAG));
+        } else {
+            let n = ks.scan(self.after.as_deref(), PAGE, &mut |k, _| page.push_back(k.to_vec()));
+            match page.back() {
+                Some(last) if n >= PAGE => self.after = Some(last.clone()),
+                _ => self.scanned = true,
+            }
         }
         true
     }
 
-    /// The keys are known: read the internal entries ahead, size the
-    /// output, write the fixed fields.
-    fn begin_values<K: MachineKeyspace>(&mut self, ks: &mut K, state: &State, writes: &WriteIndex, out: &mut Vec<u8>, budget: usize) {
-        self.internal = internal_entries(ks, &mut self.internal_values);
-        self.total = FIXED_BYTES
-            + self.heads.iter().map(|k| 24 + k.key.len() + k.len as usize).sum::<usize>()
-            + self.internal.iter().map(|(k, len)| 16 + k.len() + len).sum::<usize>()
-            + writes.entries().map(|(k, _)| 16 + k.len()).sum::<usize>()
-            + 4;
+    /// Starts the next phase's scan from the beginning.
+    fn enter(&mut self, phase: Phase) {
+        self.phase = phase;
+        self.after = None;
+        self.page.clear();
+        self.scanned = false;
+    }
+
+    fn append<K: MachineKeyspace>(&mut self, ks: &mut K, state: &State, writes: &WriteIndex, out: &mut Vec<u8>, budget: usize, from: usize) -> bool {
+        let mut spent = 0usize;
+        loop {
+            if self.phase == Phase::Done {
+                return true;
+            }
+            if spent >= budget {
+                return false;
+            }
+            let internal = matches!(self.phase, Phase::SizeInternal | Phase::Internal);
+            let Some(key) = self.page.pop_front() else {
+                if !self.next_page(ks, internal) {
+                    match self.phase {
+                        Phase::SizeKeys => self.enter(Phase::SizeInternal),
+                        Phase::SizeInternal => self.begin_values(state, writes, out, budget),
+                        Phase::Keys => {
+                            assert_eq!(self.written, self.keys, "the keys written are the keys sized");
+                            self.written = 0;
+                            self.enter(Phase::Internal);
+                        }
+                        Phase::Internal => {
+                            assert_eq!(self.written, self.internal, "the internal entries written are those sized");
+                            self.finish(writes, out, from);
+                        }
+                        Phase::Done => unreachable!(),
+                    }
+                }
+                continue;
+            };
+            match self.phase {
+                Phase::SizeKeys => {
+                    let stored = ks.get(&key).expect("a scanned key is there at time 0");
+                    self.total += KEY_HEAD_BYTES + key.len() + stored.len as usize;
+                    self.keys += 1;
+                    spent = spent.saturating_add(KEY_COST_BYTES);
+                }
+                Phase::SizeInternal => {
+                    self.scratch.clear();
+                    assert!(ks.internal_read(&key, &mut self.scratch), "a scanned internal key is there");
+                    self.total += INTERNAL_HEAD_BYTES + key.len() + self.scratch.len();
+                    self.internal += 1;
+                    spent = spent.saturating_add(KEY_COST_BYTES + self.scratch.len());
+                }
+                Phase::Keys => {
+                    let stored = ks.get(&key).expect("a key seen at time 0 is there");
+                    put_u32(out, key.len() as u32);
+                    out.extend_from_slice(&[stored.kind.to_byte(), u8::from(stored.deadline_ms.is_some()), 0, 0]);
+                    put_u64(out, stored.len);
+                    put_u64(out, stored.deadline_ms.unwrap_or(0));
+                    out.extend_from_slice(&key);
+                    let at = out.len();
+                    ks.read(&stored.value, out);
+                    assert_eq!((out.len() - at) as u64, stored.len, "a value reads back at its stored length");
+                    self.written += 1;
+                    spent = spent.saturating_add(KEY_COST_BYTES + stored.len as usize);
+                }
+                Phase::Internal => {
+                    put_u32(out, key.len() as u32);
+                    put_u32(out, 0);
+                    let len_at = out.len();
+                    put_u64(out, 0);
+                    out.extend_from_slice(&key);
+                    let at = out.len();
+                    assert!(ks.internal_read(&key, out), "an internal key sized is there");
+                    let len = out.len() - at;
+                    out[len_at..len_at + 8].copy_from_slice(&(len as u64).to_le_bytes());
+                    self.written += 1;
+                    spent = spent.saturating_add(KEY_COST_BYTES + len);
+                }
+                Phase::Done => unreachable!(),
+            }
+        }
+    }
+
+    /// The snapshot is sized: size the output, write the fixed fields.
+    fn begin_values(&mut self, state: &State, writes: &WriteIndex, out: &mut Vec<u8>, budget: usize) {
+        self.total += FIXED_BYTES + writes.entries().map(|(k, _)| 16 + k.len()).sum::<usize>() + 4;
+        self.scratch = Vec::new();
         // Room for what a record puts after the machine's part (the
         // replica's checksum): one growth at the end copies it all. A
         // snapshot taken in steps needs a step's room (its caller takes
@@ -277,25 +326,16 @@ impl Encoder {
         for w in [state.applied, state.last_time_ms, state.floor, state.flush] {
             put_u64(out, w);
         }
-        put_u64(out, self.heads.len() as u64);
-        put_u64(out, self.internal.len() as u64);
+        put_u64(out, self.keys);
+        put_u64(out, self.internal);
         put_u64(out, writes.len() as u64);
         state.limits.iter().for_each(|&w| put_u64(out, w));
         assert_eq!(out.len() - start, FIXED_BYTES);
-        self.phase = Phase::Values;
+        self.enter(Phase::Keys);
     }
 
-    /// The internal entries, the write index and the checksum.
+    /// The write index and the checksum.
     fn finish(&mut self, writes: &WriteIndex, out: &mut Vec<u8>, from: usize) {
-        let mut at = 0;
-        for (key, len) in &self.internal {
-            put_u32(out, key.len() as u32);
-            put_u32(out, 0);
-            put_u64(out, *len as u64);
-            out.extend_from_slice(key);
-            out.extend_from_slice(&self.internal_values[at..at + len]);
-            at += len;
-        }
         for (key, index) in writes.entries() {
             put_u64(out, index);
             put_u32(out, key.len() as u32);
