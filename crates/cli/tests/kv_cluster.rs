@@ -121,6 +121,54 @@ fn a_member_cut_off_from_its_majority_answers_clusterdown() {
     }
 }
 
+/// A connection with `member::MAX_QUEUE` (1,024) requests unanswered is
+/// not read further; once they are answered it is read again, though its
+/// client sends nothing more, and it is not closed for holding more unread
+/// input than netio's bound (1 MiB). `redis-cli --pipe` (Redis's mass
+/// insertion) sends everything, then waits for the replies: with 4,000 SETs
+/// it hung after 1,300 to 3,300 replies (the member's last replies took its
+/// queue from past the bound to empty in one turn, and the rest of its input
+/// stayed unread), and with 20,000 the member closed the connection. Here
+/// the followers are stopped, so nothing commits: 1,100 SETs wait past the
+/// bound, then 20,000 more (1.2 MB) and an ECHO arrive from a writer thread
+/// (the reader does not wait for the writes, as redis-cli does not); every
+/// request must be answered, `+OK` or CLUSTERDOWN (the test fails on a read
+/// timing out, or on the connection closing).
+#[test]
+fn a_connection_past_its_queue_bound_is_read_again_once_answered() {
+    const FIRST: usize = 1100;
+    const SECOND: usize = 20_000;
+    let cluster = Cluster::start();
+    let l = cluster.leader(&[0, 1, 2]);
+    let others: Vec<usize> = (0..3).filter(|&i| i != l).collect();
+    let set = |key: String| format!("*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n$16\r\nvvvvvvvvvvvvvvvv\r\n", key.len());
+    let mut c = Client::connect(cluster.resp[l]);
+    for &i in &others {
+        cluster.signal(i, "-STOP");
+    }
+    let first: String = (0..FIRST).map(|i| set(format!("p:{i:08}"))).collect();
+    c.r.get_mut().write_all(first.as_bytes()).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let second: String = (0..SECOND).map(|i| set(format!("r:{i:08}"))).collect::<String>() + "*2\r\n$4\r\nECHO\r\n$4\r\ndone\r\n";
+    assert!(second.len() > 1 << 20, "more than netio's bound of unread input");
+    let mut w = c.r.get_ref().try_clone().unwrap();
+    let writer = std::thread::spawn(move || w.write_all(second.as_bytes()));
+    let down = |r: &Reply| matches!(r, Reply::Error(e) if e.starts_with("CLUSTERDOWN "));
+    let mut oks = 0;
+    for i in 0..FIRST + SECOND {
+        let r = c.read();
+        assert!(r == ok() || down(&r), "SET {i} answered {r:?}");
+        oks += usize::from(r == ok());
+    }
+    let last = c.read();
+    writer.join().unwrap().expect("the member read every request");
+    for &i in &others {
+        cluster.signal(i, "-CONT");
+    }
+    println!("{oks} of {} SETs +OK (the rest CLUSTERDOWN), then {last:?}", FIRST + SECOND);
+    assert!(last == Reply::bulk("done") || down(&last), "the last request, ECHO as redis-cli --pipe ends with: {last:?}");
+}
+
 /// The venv python `scripts/setup` installs redis-py into (as
 /// crates/kv-server/tests/it/redispy.rs finds it).
 fn redis_py() -> PathBuf {

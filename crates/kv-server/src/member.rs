@@ -71,7 +71,10 @@
 //! [`RedisMachine::sweep_due`] says so, one at a time.
 //!
 //! Bounds: at most [`MAX_QUEUE`] unanswered requests per connection (the
-//! connection is not read further meanwhile), requests up to
+//! connection's input is held meanwhile: netio reads up to its bound, then
+//! TCP pushes back, and once the queue is below the bound again the
+//! connection is woken to read what it holds, since a pipelining client
+//! such as `redis-cli --pipe` may send nothing more), requests up to
 //! [`MAX_REQUEST_BYTES`] (a 512 MiB value and its command), [`MAX_MULTI`]
 //! queued commands per transaction.
 //!
@@ -90,7 +93,7 @@ use pmwire_keyspace::store::{Keyspace, MemKeyspace};
 use pmwire_kv_cluster::commands::{class, Class};
 use pmwire_kv_cluster::{MachineKeyspace, Proposer, RedisMachine, Watched};
 use pmwire_kv_cluster::copies::CopyCounters;
-use pmwire_netio::{Batch, ConnId, Service, Watch};
+use pmwire_netio::{Batch, ConnId, Segment, Service, Watch};
 use pmwire_resp::reply::ReplySink;
 use pmwire_resp::request::{Limits as RespLimits, Parsed};
 use pmwire_smr::node::{Done, Failure, Replica, Ticket};
@@ -215,6 +218,10 @@ struct Conn {
     streaming: bool,
     /// An HTTP connection's requests, in queue order (`http`).
     http: Option<http::Pending>,
+    /// Input was left unread because [`MAX_QUEUE`] requests were queued:
+    /// once the queue drains below that, the connection is woken to read it
+    /// (its client may send nothing more until it is answered).
+    throttled: bool,
 }
 
 impl Conn {
@@ -263,6 +270,8 @@ pub struct Member<T: Transport<Addr = SocketAddr>> {
     /// `--redirect moved`: followers answer `-MOVED` to the leader's RESP
     /// address instead of forwarding.
     redirect: Option<BTreeMap<u64, SocketAddr>>,
+    /// Stops the loop once the replica halts (`MemberServer::open` sets it).
+    halt_stop: Option<pmwire_netio::StopHandle>,
     sweep: Option<Ticket>,
     /// When the leader next asks whether a sweep is due (ms since the epoch).
     next_sweep_check_ms: u64,
@@ -376,6 +385,7 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             parked: blocking::Parked::default(),
             waits: Vec::new(),
             redirect: None,
+            halt_stop: None,
             sweep: None,
             next_sweep_check_ms: 0,
             room_checked: None,
@@ -424,6 +434,7 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             held: VecDeque::new(),
             streaming: false,
             http: None,
+            throttled: false,
         })
     }
 
@@ -707,7 +718,11 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         let store = self.reactor.service.machine_mut().keyspace().shared_store();
         let (mut free, total) = store.pool_room();
         let keep = total / 4 + keep;
-        if free >= keep || names.all(|n| FREEING.iter().any(|f| n.eq_ignore_ascii_case(f))) {
+        // The key index (the engine's B+tree) has a fixed number of nodes:
+        // a member whose tree is full cannot apply a committed write, and
+        // halts, so its room is kept as the pool's is.
+        let (mut nodes_free, nodes) = store.tree_room();
+        if (free >= keep && nodes_free >= nodes / 4) || names.all(|n| FREEING.iter().any(|f| n.eq_ignore_ascii_case(f))) {
             return None;
         }
         if self.room_checked.is_none_or(|at| at.elapsed() >= ROOM_CHECKPOINT_EVERY) {
@@ -716,10 +731,16 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             // ROOM_CHECKPOINT_EVERY: a whole checkpoint holds the loop).
             self.room_checked = Some(Instant::now());
             free = store.release_room().0;
+            nodes_free = store.tree_room().0;
         }
-        (free < keep).then(|| {
-            error(&format!(
+        if free < keep {
+            return Some(error(&format!(
                 "OOM command not allowed: the persistent pool has {free} B free, below the {keep} B a member keeps so that every member can apply what is committed; DEL, UNLINK or FLUSHALL free room"
+            )));
+        }
+        (nodes_free < nodes / 4).then(|| {
+            error(&format!(
+                "OOM command not allowed: the key index has {nodes_free} of its {nodes} nodes free, below the quarter a member keeps so that every member can apply what is committed; DEL, UNLINK or FLUSHALL free room"
             ))
         })
     }
@@ -924,6 +945,16 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         }
         self.wake_blocked();
         self.check_waits();
+        if self.reactor.service.halted().is_some() {
+            // A halted replica takes no turn again (its machine refused a
+            // committed entry, or it was removed): stop serving, so the
+            // process exits with the reason (`MemberServer::halted`) rather
+            // than answering CLUSTERDOWN forever while its overdue tick
+            // keeps the loop awake.
+            if let Some(stop) = self.halt_stop.take() {
+                stop.stop();
+            }
+        }
     }
 
     /// A proposal's or read's outcome, into its connection's slot.
@@ -975,6 +1006,21 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
     }
 }
 
+/// The segments of `segments` past their first `skip` bytes.
+fn after<'a>(segments: &[Segment<'a>], mut skip: usize) -> Vec<Segment<'a>> {
+    let mut out = Vec::with_capacity(segments.len());
+    for s in segments {
+        if skip >= s.bytes.len() {
+            skip -= s.bytes.len();
+            continue;
+        }
+        let off = u32::try_from(skip).expect("a segment is shorter than 4 GiB");
+        out.push(Segment { buf: s.buf, offset: s.offset + off, bytes: &s.bytes[skip..] });
+        skip = 0;
+    }
+    out
+}
+
 /// A read's reply pieces: bytes, and engine values to gather after.
 #[derive(Default)]
 struct Capture {
@@ -1008,25 +1054,42 @@ impl<T: Transport<Addr = SocketAddr>> Service<SharedStore> for Member<T> {
                 self.http_input(&input, reply);
                 continue;
             }
-            self.conn(id);
-            if self.conns[&id].backlog() < MAX_QUEUE && !self.conns[&id].close_after_flush {
-                let segs: Vec<&[u8]> = input.segments.iter().map(|s| s.bytes).collect();
+            // Parses at most `Limits::max_commands` requests a call: again
+            // after what it consumed until the input is parsed or the
+            // connection's queue is full (its input is then held, and read
+            // again once the queue drains).
+            let mut done = 0;
+            self.conn(id).throttled = false;
+            loop {
+                let conn = self.conn(id);
+                if conn.close_after_flush {
+                    break;
+                }
+                if conn.backlog() >= MAX_QUEUE {
+                    conn.throttled = done < input.len_bytes();
+                    reply.held = conn.throttled;
+                    break;
+                }
+                let segments = after(input.segments, done);
+                let segs: Vec<&[u8]> = segments.iter().map(|s| s.bytes).collect();
                 let mut parsed = std::mem::take(&mut self.parsed);
                 let summary = parsed.parse(&segs);
                 self.stats.commands += summary.commands as u64;
                 for j in 0..summary.commands {
                     let req = parsed.request(&segs, j);
-                    if !self.zero_copy_write(id, &req, input.segments) {
+                    if !self.zero_copy_write(id, &req, &segments) {
                         self.serve_or_hold(id, self.copy_args(&req));
                     }
                 }
                 self.parsed = parsed;
-                reply.consumed = summary.consumed;
+                done += summary.consumed;
                 if let Some(e) = summary.error {
                     let conn = self.conn(id);
                     conn.push(Slot::Ready(e.reply()));
                     conn.close_after_flush = true;
-                } else if let Some(wanted) = summary.wanted {
+                    break;
+                }
+                if let Some(wanted) = summary.wanted {
                     if wanted > MAX_REQUEST_BYTES {
                         let conn = self.conn(id);
                         conn.push(Slot::Ready(error("ERR Protocol error: request too large")));
@@ -1034,14 +1097,25 @@ impl<T: Transport<Addr = SocketAddr>> Service<SharedStore> for Member<T> {
                     } else {
                         reply.wanted = wanted;
                     }
+                    break;
+                }
+                if !summary.limited {
+                    break;
                 }
             }
+            reply.consumed = done;
         }
         self.drive();
         for i in 0..batch.len() {
             let (input, reply) = batch.split(i);
             let close = self.flush(input.conn, &mut reply.output);
             reply.close |= close;
+            if let Some(conn) = self.conns.get_mut(&input.conn) {
+                if conn.throttled && conn.backlog() < MAX_QUEUE && !conn.close_after_flush {
+                    conn.throttled = false;
+                    self.to_wake.push(input.conn);
+                }
+            }
         }
     }
 
@@ -1251,7 +1325,8 @@ impl<T: Transport<Addr = SocketAddr>> MemberServer<T> {
             max_rx_bytes: crate::store::MAX_RX_BYTES,
             ..pmwire_netio::Config::default()
         };
-        let server = pmwire_netio::Server::bind_all(&[options.resp, options.http], net, store, member)?;
+        let mut server = pmwire_netio::Server::bind_all(&[options.resp, options.http], net, store, member)?;
+        server.service_mut().halt_stop = Some(server.stop_handle());
         Ok(MemberServer { server, _lock: lock, recovered })
     }
 
@@ -1269,6 +1344,11 @@ impl<T: Transport<Addr = SocketAddr>> MemberServer<T> {
     /// Serves until stopped.
     pub fn run(&mut self) -> Result<(), MemberError> {
         Ok(self.server.run()?)
+    }
+
+    /// Why the member's replica halted, if it did (`run` then returns).
+    pub fn halted(&self) -> Option<&str> {
+        self.member().replica().halted()
     }
 
     /// The member.

@@ -250,6 +250,11 @@ pub struct Reply {
     /// [`crate::Config::max_rx_bytes`]: a receive grant for a large request, which the service
     /// sizes against its memory. A lower bound is safe; more than the request needs stalls it.
     pub wanted: usize,
+    /// The service holds this connection's input for now: it consumes no more until it wakes
+    /// the connection ([`crate::Service::wakeups`]), for example while too many of its requests
+    /// are unanswered. Reading pauses at [`crate::Config::max_rx_bytes`] as for any connection
+    /// (TCP pushes back on the peer), but a held connection is not closed for reaching it.
+    pub held: bool,
 }
 
 #[derive(Debug)]

@@ -95,7 +95,8 @@ pub struct Config {
     /// Maximum open connections; more are accepted and closed at once.
     pub max_connections: u32,
     /// Reading pauses while a connection holds this many unconsumed bytes; a connection still
-    /// at or above it after the service saw it is closed (the service cannot make progress).
+    /// at or above it after the service saw it is closed (the service cannot make progress),
+    /// unless the service holds its input ([`crate::Reply::held`]).
     pub max_rx_bytes: usize,
     /// Reading pauses while a connection has this many bytes queued to send.
     pub max_tx_bytes: usize,
@@ -1096,6 +1097,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             e.reply.consumed = 0;
             e.reply.close = false;
             e.reply.wanted = 0;
+            e.reply.held = false;
             std::mem::swap(&mut e.reply.output, &mut c.pending);
             e.parts_before = e.reply.output.parts().len();
             batch.used += 1;
@@ -1155,7 +1157,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             c.closing = Closing::Graceful;
         }
         c.rx_wanted = e.reply.wanted;
-        if c.closing == Closing::No && c.rx_bytes >= c.rx_bound(self.cfg.max_rx_bytes) {
+        if c.closing == Closing::No && !e.reply.held && c.rx_bytes >= c.rx_bound(self.cfg.max_rx_bytes) {
             c.closing = Closing::Hard;
             self.stats.rx_overflow_closes += 1;
         }

@@ -121,6 +121,9 @@ impl<T: Transport<Addr = std::net::SocketAddr>> Member<T> {
                 }
             }
         }
+        let conn = self.conn(id);
+        conn.throttled = at < total && conn.backlog() >= MAX_QUEUE && !conn.close_after_flush;
+        reply.held = conn.throttled;
         reply.consumed = at;
     }
 
