@@ -239,6 +239,13 @@ fn serve_member<T: transport::Transport<Addr = SocketAddr>>(mut server: pmwire_k
     }
     println!("serving RESP on {resp}, HTTP on {http}");
     server.run().context("serving")?;
+    if let Some(reason) = server.halted() {
+        // As `pmwire replica` does: nothing is lost (every committed entry
+        // is in the Raft log, and the keyspace replays after its applied
+        // index), and the pools' lock goes with the process.
+        eprintln!("Error: member halted: {reason}");
+        std::process::exit(1);
+    }
     let s = server.member().stats();
     println!(
         "stopped: {} proposals ({} forwarded) in {} turns, {} read indexes, {} stale reads, {} CLUSTERDOWN, {} sweeps, {} blocking-pop attempts",

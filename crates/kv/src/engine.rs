@@ -658,6 +658,13 @@ impl Engine {
         self.index.is_empty()
     }
 
+    /// The B+tree's free nodes and all its nodes. Keys reach the tree at
+    /// checkpoints; a checkpoint that needs more nodes than are free fails
+    /// ("tree full") and the WAL keeps its records.
+    pub fn tree_room(&self) -> (usize, u32) {
+        (self.tree.free_nodes(), self.tree.node_count())
+    }
+
     /// The buffer pool (for offsets, gathering bytes).
     pub fn pool(&self) -> &Pool {
         &self.pool
