@@ -28,7 +28,14 @@
 //! or stuck (a partition that healed leaves TCP connections in
 //! retransmission backoff for seconds): it is closed, the service sees it
 //! lost and dials again ([`LinkStats::quiet_closed`]). An idle healthy
-//! link answers its pings and is never closed.
+//! link answers its pings and is never closed. Such a link keeps
+//! [`PING_SLOTS`] of its connection's window for the ping: its
+//! [`Transport::window_free`] (and so `send_room`) leaves it out, so a
+//! service that holds its sends until there is room (a replica) never
+//! crowds the ping out, and a peer that stops reading is found quiet
+//! however busy the link was. A ping refused by a full window all the
+//! same (a service that sent without asking) counts the link as busy, not
+//! quiet.
 //!
 //! The handshake's time and the pings run on the clock given at
 //! construction (real time in a process, virtual time in a simulation);
@@ -56,6 +63,9 @@ use crate::secret::Secret;
 pub const LINK_TOKEN: u64 = 1 << 63;
 /// Operations a connection holds while its handshake runs.
 pub const MAX_QUEUED: usize = 64;
+
+/// Window slots a dialled link that pings keeps for its ping (module docs).
+pub const PING_SLOTS: usize = 1;
 
 /// Pings on dialled connections, and when a connection counts as quiet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -574,15 +584,19 @@ impl<T: Transport> Transport for LinkTransport<T> {
         }
     }
 
-    fn send_room(&self, conn: ConnId) -> bool {
+    /// A dialled link that pings keeps one slot of the window for its ping
+    /// (module docs, "Keepalive").
+    fn window_free(&self, conn: ConnId) -> usize {
         if self.secret.is_none() {
-            return self.inner.send_room(conn);
+            return self.inner.window_free(conn);
         }
         match self.links.get(&conn) {
-            Some(Link::Dialling { queue, .. }) => queue.len() < MAX_QUEUED,
-            Some(Link::Open { queue, .. }) if !queue.is_empty() => queue.len() < MAX_QUEUED,
-            Some(Link::Open { .. }) | None => self.inner.send_room(conn),
-            Some(Link::Accepting { .. }) | Some(Link::Closing { .. }) => true,
+            Some(Link::Dialling { queue, .. }) => MAX_QUEUED.saturating_sub(queue.len()),
+            Some(Link::Open { queue, .. }) if !queue.is_empty() => MAX_QUEUED.saturating_sub(queue.len()),
+            // An outstanding ping holds its slot already.
+            Some(Link::Open { dialled: true, ping_at: None, .. }) if self.config.keepalive.is_some() => self.inner.window_free(conn).saturating_sub(PING_SLOTS),
+            Some(Link::Open { .. }) | None => self.inner.window_free(conn),
+            Some(Link::Accepting { .. }) | Some(Link::Closing { .. }) => usize::MAX,
         }
     }
 

@@ -138,6 +138,35 @@ fn a_quiet_link_is_closed_and_an_answering_one_is_kept() {
     assert_eq!(a.stats().quiet_closed, 1);
 }
 
+/// A service that sends while `send_room` says so fills the window but
+/// for the ping's slot: a peer that stops reading is still found quiet.
+#[test]
+fn a_peer_that_stops_reading_a_busy_link_is_found_quiet() {
+    let net = InProcNetwork::new(Limits { window: 4, ..Limits::default() });
+    let clock = Clock::default();
+    let keep = Keepalive { every: Duration::from_millis(10), quiet_after: Duration::from_millis(40) };
+    let (mut a, mut b) = (node(&net, 7, 1, &clock, Some(keep)), node(&net, 7, 2, &clock, None));
+    let conn: ConnId = a.connect(&b.inner().id()).unwrap();
+    exchange(&mut a, &mut b);
+    assert_eq!(a.window_free(conn), 3, "one of the 4 slots is the ping's");
+    // The acceptor stops reading; the dialer sends while there is room.
+    let mut sent = 0;
+    while a.send_room(conn) {
+        a.send(conn, b"MSG1", vec![sent]).unwrap();
+        sent += 1;
+    }
+    assert_eq!(sent, 3);
+    assert!(drain(&mut a).is_empty());
+    clock.set(clock.get() + Duration::from_millis(10));
+    assert!(drain(&mut a).is_empty(), "the ping goes in the slot kept for it");
+    assert_eq!(a.inner().window_free(conn), 0, "three sends and the ping fill the window");
+    clock.set(clock.get() + Duration::from_millis(41));
+    let ea = drain(&mut a);
+    assert!(ea.iter().any(|e| matches!(e, Event::Disconnected { conn: c, .. } if *c == conn)), "{ea:?}");
+    assert_eq!(a.stats().quiet_closed, 1);
+    drop(b);
+}
+
 #[test]
 fn an_unanswered_handshake_ends_in_time_on_the_dialer_too() {
     let net = InProcNetwork::new(Limits::default());

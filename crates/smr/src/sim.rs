@@ -24,7 +24,10 @@
 //! store never acknowledged (not the state before the crash, nor for a
 //! write in flight the state after it or, for an append, a prefix of it),
 //! is a finding. A persistent store also crashes, drawn per truncation, in
-//! or soon after an append that drops a conflicting suffix.
+//! or soon after an append that drops a conflicting suffix; and a replica
+//! whose machine keeps its own state crashes, one time in eight, right
+//! after its store compacts the log (what a deferred snapshot leaves to
+//! the machine must be durable there).
 //! The replicas' chunk size is drawn per seed too: in half the runs, a
 //! Raft message over 4 KiB or 512 B (a snapshot, an append of many
 //! entries) goes as chunks, under the same loss and broken connections.
@@ -372,6 +375,8 @@ pub struct Crashable {
     /// An append dropped a conflicting suffix since the simulation last
     /// asked ([`SimStore::Pmem`] only).
     truncated: bool,
+    /// The log was compacted since the simulation last asked.
+    compacted: bool,
     /// What the next conflicting append brings.
     on_truncation: OnTruncation,
 }
@@ -522,7 +527,7 @@ const SIM_LOG_BYTES: u64 = 64 << 10;
 
 impl Crashable {
     fn mem(voters: &[u64]) -> Crashable {
-        Crashable { inner: Backend::Mem(Box::new(MemDurable::new(voters))), countdown: None, truncated: false, on_truncation: OnTruncation::Nothing }
+        Crashable { inner: Backend::Mem(Box::new(MemDurable::new(voters))), countdown: None, truncated: false, compacted: false, on_truncation: OnTruncation::Nothing }
     }
 
     /// A freshly formatted persistent store of replica `id` whose log has
@@ -540,7 +545,7 @@ impl Crashable {
     /// does not open is a finding, returned as its message.
     fn restart(id: u64, remains: Remains, faults: StoreFaults) -> Result<Crashable, String> {
         match remains {
-            Remains::Mem(inner) => Ok(Crashable { inner: Backend::Mem(inner), countdown: None, truncated: false, on_truncation: OnTruncation::Nothing }),
+            Remains::Mem(inner) => Ok(Crashable { inner: Backend::Mem(inner), countdown: None, truncated: false, compacted: false, on_truncation: OnTruncation::Nothing }),
             Remains::Pmem { image, allowed } => {
                 let restarted = Crashable::reopen(id, image, faults)?;
                 let store = restarted.store();
@@ -558,7 +563,7 @@ impl Crashable {
         let store = PmemDurable::open_with_faults(media, SIM_CLUSTER, id, faults).map_err(|e| format!("replica {id}'s crash image does not open: {e}"))?;
         let mut sim = PmemSim { store, state, torn: None };
         sim.fold();
-        Ok(Crashable { inner: Backend::Pmem(Box::new(sim)), countdown: None, truncated: false, on_truncation: OnTruncation::Nothing })
+        Ok(Crashable { inner: Backend::Pmem(Box::new(sim)), countdown: None, truncated: false, compacted: false, on_truncation: OnTruncation::Nothing })
     }
 
     /// Counts down to the armed crash: true if this write is the one.
@@ -704,6 +709,7 @@ impl Durable for Crashable {
         self.write(None, |d| d.install_snapshot(meta, data))
     }
     fn compact(&mut self, meta: &SnapshotMetadata, data: &[u8]) -> Result<(), StoreError> {
+        self.compacted = true;
         self.write(None, |d| d.compact(meta, data))
     }
     fn compacts_in_parts(&self) -> bool {
@@ -713,6 +719,7 @@ impl Durable for Crashable {
         self.write(None, |d| d.compact_part(offset, bytes))
     }
     fn compact_parts(&mut self, meta: &SnapshotMetadata, len: u64) -> Result<(), StoreError> {
+        self.compacted = true;
         self.write(None, |d| d.compact_parts(meta, len))
     }
     fn capacity_hint(&self) -> Option<u64> {
@@ -871,6 +878,7 @@ pub fn run_with<M: SimMachine>(seed: u64, cfg: &SimConfig) -> SimReport {
         }
         if issuing {
             w.crash_after_truncation(now);
+            w.crash_after_compaction(now);
         }
         w.clients_step(now, issuing);
         w.observe();
@@ -1199,6 +1207,24 @@ impl<M: SimMachine> World<M> {
                 OnTruncation::After => self.crash(i, now_ns),
                 OnTruncation::Soon => durable.countdown = Some(self.rng.gen_range(0..3)),
                 OnTruncation::Inside | OnTruncation::Nothing => {}
+            }
+        }
+    }
+
+    /// A correlated fault: a replica whose machine keeps its own state,
+    /// its store having just compacted the log, crashes one time in eight
+    /// right after that turn. A deferred snapshot leaves the entries the
+    /// log no longer holds to the machine, whose state must be durable that
+    /// far; a random crash rarely falls between a compaction and the
+    /// machine's next persist.
+    fn crash_after_compaction(&mut self, now_ns: u64) {
+        for i in 0..self.slots.len() {
+            let Slot::Up(r) = &mut self.slots[i] else { continue };
+            if !std::mem::take(&mut r.service.durable_mut_for_sim().compacted) || !r.service.machine().keeps_state() {
+                continue;
+            }
+            if self.cfg.crashes && self.rng.gen_range(0..8) == 0 {
+                self.crash(i, now_ns);
             }
         }
     }

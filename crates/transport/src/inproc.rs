@@ -378,8 +378,8 @@ impl Transport for InProcTransport {
         })
     }
 
-    fn send_room(&self, conn: ConnId) -> bool {
-        self.lock().conn(self.node, conn).map_or(true, |c| c.window.has_room())
+    fn window_free(&self, conn: ConnId) -> usize {
+        self.lock().conn(self.node, conn).map_or(usize::MAX, |c| c.window.free())
     }
 
     fn send(&mut self, conn: ConnId, header: &[u8], payload: Vec<u8>) -> Result<(), OpError> {

@@ -494,10 +494,18 @@ pub trait Transport {
     /// full (the send would fail with [`OpError::WindowFull`] and its
     /// payload would be lost), so a caller can hold a message back until
     /// the window drains instead of dropping it. True for a connection that
-    /// is gone (the send reports that), and by default (a transport whose
-    /// sends are not windowed).
-    fn send_room(&self, _conn: ConnId) -> bool {
-        true
+    /// is gone (the send reports that).
+    fn send_room(&self, conn: ConnId) -> bool {
+        self.window_free(conn) > 0
+    }
+
+    /// Slots of `conn`'s window that a send or call may take now, less any
+    /// the transport keeps for itself (a link keeps one for its pings).
+    /// `usize::MAX` for a connection that is gone (its operations report
+    /// that), and by default (a transport whose operations are not
+    /// windowed).
+    fn window_free(&self, _conn: ConnId) -> usize {
+        usize::MAX
     }
 
     /// An empty buffer with capacity for at least `len` bytes, to fill and

@@ -709,8 +709,8 @@ impl Transport for SimTransport {
         self.with((), |w, me| w.break_link(me, conn.0, None));
     }
 
-    fn send_room(&self, conn: ConnId) -> bool {
-        self.with(true, |w, me| w.open_end(me, conn).map_or(true, |end| end.window.has_room()))
+    fn window_free(&self, conn: ConnId) -> usize {
+        self.with(usize::MAX, |w, me| w.open_end(me, conn).map_or(usize::MAX, |end| end.window.free()))
     }
 
     fn call(&mut self, conn: ConnId, header: &[u8], payload: Vec<u8>, token: u64) -> Result<(), OpError> {

@@ -1099,10 +1099,10 @@ impl Transport for TcpTransport {
         Ok(())
     }
 
-    fn send_room(&self, conn: ConnId) -> bool {
+    fn window_free(&self, conn: ConnId) -> usize {
         match self.conns.get(conn.0 as usize) {
-            Some(Some(c)) if c.state != State::Gone => c.window.has_room(),
-            _ => true,
+            Some(Some(c)) if c.state != State::Gone => c.window.free(),
+            _ => usize::MAX,
         }
     }
 

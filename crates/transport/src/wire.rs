@@ -374,9 +374,9 @@ impl Window {
         self.slots.len()
     }
 
-    /// Whether a slot is free (a send or call would be taken).
-    pub(crate) fn has_room(&self) -> bool {
-        !self.free.is_empty()
+    /// Slots free (sends or calls that would be taken now).
+    pub(crate) fn free(&self) -> usize {
+        self.free.len()
     }
 }
 
