@@ -169,6 +169,28 @@ fn a_connection_past_its_queue_bound_is_read_again_once_answered() {
     assert!(last == Reply::bulk("done") || down(&last), "the last request, ECHO as redis-cli --pipe ends with: {last:?}");
 }
 
+/// A member whose replica halts exits with the reason, and the others go
+/// on. The halt here: a follower started again on blank pools, which the
+/// leader finds (it counts entries as held there that its log lacks); a
+/// machine refusing a committed entry (its pool or key index full) halts
+/// the same way. Before, the member went on answering CLUSTERDOWN forever,
+/// its loop spinning on an overdue tick.
+#[test]
+fn a_member_whose_replica_halts_exits_with_the_reason() {
+    let mut cluster = Cluster::start();
+    let l = cluster.leader(&[0, 1, 2]);
+    let mut c = cluster.client(l);
+    assert_eq!(c.call(&["SET", "before", "x"]), ok());
+    let f = (l + 1) % 3;
+    cluster.respawn_fresh(f, "64M");
+    let status = wait_for(Duration::from_secs(20), "the member on blank pools to exit", || cluster.children[f].as_mut().unwrap().try_wait().unwrap());
+    let log = std::fs::read_to_string(cluster.path(&format!("log{f}"))).unwrap();
+    println!("member {} exited ({status}): {}", f + 1, log.lines().last().unwrap_or(""));
+    assert_eq!(status.code(), Some(1), "a halted member exits 1: {log}");
+    assert!(log.contains("Error: member halted: "), "the reason on stderr: {log}");
+    assert_eq!(c.call(&["SET", "after", "x"]), ok(), "the leader and the other follower go on");
+}
+
 /// The venv python `scripts/setup` installs redis-py into (as
 /// crates/kv-server/tests/it/redispy.rs finds it).
 fn redis_py() -> PathBuf {

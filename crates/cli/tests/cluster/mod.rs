@@ -22,6 +22,8 @@ pub struct Cluster {
     pub children: Vec<Option<Child>>,
     /// Each member's keyspace pool size (`--size`).
     size: &'static str,
+    /// A member's own `--size`, in place of `size`.
+    sizes: [Option<&'static str>; 3],
     /// Each member's Raft pool and Raft log sizes (`--raft-size`, `--raft-log-size`).
     raft: (&'static str, &'static str),
 }
@@ -76,7 +78,7 @@ impl Cluster {
         let resp: Vec<SocketAddr> = (0..3).map(|_| SocketAddr::from(([127, 0, 0, 1], free_port()))).collect();
         let http = (0..3).map(|_| SocketAddr::from(([127, 0, 0, 1], free_port()))).collect();
         let extra = extra(&resp);
-        let mut c = Cluster { dir, extra, peers, resp, http, children: vec![None, None, None], size, raft };
+        let mut c = Cluster { dir, extra, peers, resp, http, children: vec![None, None, None], size, sizes: [None; 3], raft };
         for i in 0..3 {
             c.spawn(i);
         }
@@ -95,7 +97,7 @@ impl Cluster {
         let _ = std::fs::remove_file(&ready);
         let log = std::fs::File::create(self.path(&format!("log{i}"))).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_pmwire"))
-            .args(["kv", "--size", self.size, "--raft-size", self.raft.0, "--raft-log-size", self.raft.1, "--create-secret"])
+            .args(["kv", "--size", self.sizes[i].unwrap_or(self.size), "--raft-size", self.raft.0, "--raft-log-size", self.raft.1, "--create-secret"])
             .arg("--pool")
             .arg(self.path(&format!("pool{i}")))
             .args(["--resp", &self.resp[i].to_string(), "--http", &self.http[i].to_string()])
@@ -116,6 +118,20 @@ impl Cluster {
             let secret = self.path("secret");
             wait_for(Duration::from_secs(10), "the secret file", || secret.exists().then_some(()));
         }
+    }
+
+    /// Kills member `i`, removes its pools and starts it again on fresh
+    /// ones of `size` (not waiting for it to be ready).
+    pub fn respawn_fresh(&mut self, i: usize, size: &'static str) {
+        self.kill(i);
+        for entry in std::fs::read_dir(self.dir.path()).unwrap() {
+            let path = entry.unwrap().path();
+            if path.file_name().unwrap().to_string_lossy().starts_with(&format!("pool{i}")) {
+                std::fs::remove_file(&path).unwrap();
+            }
+        }
+        self.sizes[i] = Some(size);
+        self.spawn(i);
     }
 
     pub fn wait_ready(&mut self, i: usize) {
