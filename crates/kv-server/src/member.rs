@@ -218,10 +218,6 @@ struct Conn {
     streaming: bool,
     /// An HTTP connection's requests, in queue order (`http`).
     http: Option<http::Pending>,
-    /// Input was left unread because [`MAX_QUEUE`] requests were queued:
-    /// once the queue drains below that, the connection is woken to read it
-    /// (its client may send nothing more until it is answered).
-    throttled: bool,
 }
 
 impl Conn {
@@ -434,7 +430,6 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             held: VecDeque::new(),
             streaming: false,
             http: None,
-            throttled: false,
         })
     }
 
@@ -1057,27 +1052,32 @@ impl<T: Transport<Addr = SocketAddr>> Service<SharedStore> for Member<T> {
             // Parses at most `Limits::max_commands` requests a call: again
             // after what it consumed until the input is parsed or the
             // connection's queue is full (its input is then held, and read
-            // again once the queue drains).
+            // again once the queue drains: below).
             let mut done = 0;
-            self.conn(id).throttled = false;
             loop {
                 let conn = self.conn(id);
                 if conn.close_after_flush {
                     break;
                 }
                 if conn.backlog() >= MAX_QUEUE {
-                    conn.throttled = done < input.len_bytes();
-                    reply.held = conn.throttled;
+                    reply.held = done < input.len_bytes();
                     break;
                 }
-                let segments = after(input.segments, done);
+                // Only input past 1,024 commands needs its segments cut.
+                let cut;
+                let segments = if done == 0 {
+                    input.segments
+                } else {
+                    cut = after(input.segments, done);
+                    &cut[..]
+                };
                 let segs: Vec<&[u8]> = segments.iter().map(|s| s.bytes).collect();
                 let mut parsed = std::mem::take(&mut self.parsed);
                 let summary = parsed.parse(&segs);
                 self.stats.commands += summary.commands as u64;
                 for j in 0..summary.commands {
                     let req = parsed.request(&segs, j);
-                    if !self.zero_copy_write(id, &req, &segments) {
+                    if !self.zero_copy_write(id, &req, segments) {
                         self.serve_or_hold(id, self.copy_args(&req));
                     }
                 }
@@ -1110,11 +1110,10 @@ impl<T: Transport<Addr = SocketAddr>> Service<SharedStore> for Member<T> {
             let (input, reply) = batch.split(i);
             let close = self.flush(input.conn, &mut reply.output);
             reply.close |= close;
-            if let Some(conn) = self.conns.get_mut(&input.conn) {
-                if conn.throttled && conn.backlog() < MAX_QUEUE && !conn.close_after_flush {
-                    conn.throttled = false;
-                    self.to_wake.push(input.conn);
-                }
+            // Input held behind a full queue that has now drained: woken to
+            // be read, since its client may send nothing more until answered.
+            if reply.held && self.conns.get(&input.conn).is_some_and(|c| c.backlog() < MAX_QUEUE && !c.close_after_flush) {
+                self.to_wake.push(input.conn);
             }
         }
     }

@@ -122,8 +122,7 @@ impl<T: Transport<Addr = std::net::SocketAddr>> Member<T> {
             }
         }
         let conn = self.conn(id);
-        conn.throttled = at < total && conn.backlog() >= MAX_QUEUE && !conn.close_after_flush;
-        reply.held = conn.throttled;
+        reply.held = at < total && conn.backlog() >= MAX_QUEUE && !conn.close_after_flush;
         reply.consumed = at;
     }
 
