@@ -219,6 +219,20 @@ fn parse_isa(s: &str) -> Result<CopyIsa, String> {
     CopyIsa::parse(s).ok_or_else(|| format!("unknown copy ISA '{s}' (avx512, avx2, sse2)"))
 }
 
+/// Turns transparent huge pages off for this process, as redis-server does
+/// (`disable-thp yes`, its default): the allocator asks for them on its
+/// arenas, and the first write to a fresh 2 MiB page zeroes all of it in
+/// the fault. A member's key index growing past 900 K keys took ~80 such
+/// faults in one apply, 400 ms of the loop, and the members elected a new
+/// leader (`docs/bench.md`, "A turn's apply, bounded"). Small pages fault
+/// the same bytes a little at a time. A kernel without the call keeps
+/// them; nothing else depends on it.
+fn disable_thp() {
+    // SAFETY: plain prctl on this process; the result is ignored (an old
+    // kernel refuses it, and then the process keeps huge pages).
+    unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+}
+
 fn main() -> Result<()> {
     // Every server this binary runs (`serve`, `replica`) may be restarted on
     // its port after a kill -9, while its old connections sit in TIME_WAIT:
@@ -227,6 +241,7 @@ fn main() -> Result<()> {
     if std::env::var_os("UCX_TCP_CM_REUSEADDR").is_none() {
         std::env::set_var("UCX_TCP_CM_REUSEADDR", "y");
     }
+    disable_thp();
     let cli = Cli::parse();
     match cli.command {
         Command::Doctor(args) => doctor::run(&args),

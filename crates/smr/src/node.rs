@@ -201,8 +201,12 @@ pub const CHUNK_BYTES_PER_TURN: usize = 4 << 20;
 /// Appends in flight to one follower (raft-rs's `max_inflight_msgs`).
 pub const MAX_INFLIGHT_APPENDS: usize = 16;
 /// Bytes of committed entries one `Ready` hands over to apply at most
-/// (raft-rs's `max_committed_size_per_ready`; at least one entry).
-pub const MAX_COMMITTED_BYTES_PER_READY: u64 = 1 << 20;
+/// (raft-rs's `max_committed_size_per_ready`; at least one entry). A
+/// turn's apply is bounded by it: entries of small writes are ~70 B, so
+/// 64 KiB is about 900 of them, 20-30 ms of apply here; 1 MiB was about
+/// 15,000, 400 ms, and a pipelined load's turns outlasted the election
+/// timeout (`docs/bench.md`, "A turn's apply, bounded").
+pub const MAX_COMMITTED_BYTES_PER_READY: u64 = 64 << 10;
 
 /// Most voters, and most learners, a membership may have (what the
 /// persistent-memory store's membership slot holds).
