@@ -14,6 +14,15 @@
 //! - when the kernel consumes a bid (a CQE names it), [`BufRing::take`] hands the buffer and the
 //!   ring's reference to the caller, and the bid waits for a fresh buffer (PASTE's buffer swap,
 //!   seed 001 §3.2): a received buffer is never put back in the ring while someone reads it.
+//!
+//! Incremental consumption (`IOU_PBUF_RING_INC`, Linux 6.12; [`BufRing::incremental`]): a
+//! receive uses only the bytes it got of the buffer at the ring's head, and the next receive (of
+//! any connection) goes on in the same buffer, so small requests share buffers instead of
+//! pinning one each (a 64 B SET held a 2 KiB buffer for its value). The kernel flags a
+//! completion whose buffer it keeps (`IORING_CQE_F_BUF_MORE`): the caller gets the received
+//! bytes at the buffer's consumed offset ([`BufRing::part`]) with a reference of its own, and
+//! the ring keeps its reference until the completion that ends the buffer, handled as above.
+//! The kernel writes only past the consumed offset, which nobody else writes.
 
 use std::io;
 use std::sync::atomic::{AtomicU16, Ordering};
@@ -24,6 +33,8 @@ use io_uring::IoUring;
 use crate::buffers::BufferSource;
 
 const EMPTY: u32 = u32::MAX;
+/// `IOU_PBUF_RING_INC` (linux/io_uring.h): the ring's buffers are consumed incrementally.
+const IOU_PBUF_RING_INC: u16 = 2;
 
 pub(crate) struct BufRing {
     mem: *mut BufRingEntry,
@@ -33,8 +44,11 @@ pub(crate) struct BufRing {
     /// Our copy of the tail (published to the kernel by `publish`).
     tail: u16,
     slots: Vec<u32>,
+    /// Bytes of each bid's buffer the kernel has consumed (incremental mode).
+    consumed: Vec<u32>,
     empty: Vec<u16>,
     registered: bool,
+    incremental: bool,
 }
 
 impl BufRing {
@@ -64,17 +78,49 @@ impl BufRing {
             bgid,
             tail: 0,
             slots: vec![EMPTY; entries as usize],
+            consumed: vec![0; entries as usize],
             empty: (0..entries).rev().collect(),
             registered: false,
+            incremental: false,
         })
     }
 
+    /// Registers the ring, with incremental consumption where the kernel has it (6.12), else
+    /// without (each receive then takes a whole buffer).
     pub(crate) fn register(&mut self, ring: &IoUring) -> io::Result<()> {
-        // SAFETY: the memory stays mapped until `Drop`, which happens after `unregister` (the
-        // server unregisters before dropping the ring or this value).
-        unsafe { ring.submitter().register_buf_ring_with_flags(self.mem as u64, self.entries, self.bgid, 0)? };
+        // SAFETY (both calls): the memory stays mapped until `Drop`, which happens after
+        // `unregister` (the server unregisters before dropping the ring or this value).
+        match unsafe { ring.submitter().register_buf_ring_with_flags(self.mem as u64, self.entries, self.bgid, IOU_PBUF_RING_INC) } {
+            Ok(()) => self.incremental = true,
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => unsafe {
+                ring.submitter().register_buf_ring_with_flags(self.mem as u64, self.entries, self.bgid, 0)?
+            },
+            Err(e) => return Err(e),
+        }
         self.registered = true;
         Ok(())
+    }
+
+    /// Whether receives consume buffers incrementally (module docs).
+    pub(crate) fn incremental(&self) -> bool {
+        self.incremental
+    }
+
+    /// A receive of `len` bytes into `bid` (incremental mode): the buffer and the offset the
+    /// bytes start at. With `more` (the kernel keeps the buffer) the ring keeps its reference
+    /// and the caller must take one of its own; without, the bid is taken as by
+    /// [`BufRing::take`], its reference passing to the caller.
+    pub(crate) fn part(&mut self, bid: u16, len: u32, more: bool) -> (u32, u32) {
+        let off = self.consumed[bid as usize];
+        let id = if more {
+            let id = self.slots[bid as usize];
+            assert!(id != EMPTY, "kernel returned bid {bid} that holds no buffer");
+            self.consumed[bid as usize] = off + len;
+            id
+        } else {
+            self.take(bid)
+        };
+        (id, off)
     }
 
     pub(crate) fn unregister(&mut self, ring: &IoUring) -> io::Result<()> {
@@ -101,6 +147,7 @@ impl BufRing {
         let id = self.slots[bid as usize];
         assert!(id != EMPTY, "kernel returned bid {bid} that holds no buffer");
         self.slots[bid as usize] = EMPTY;
+        self.consumed[bid as usize] = 0;
         self.empty.push(bid);
         id
     }

@@ -182,6 +182,9 @@ pub struct Stats {
     pub multishot_fallback: bool,
     /// The ring was set up with `SINGLE_ISSUER | DEFER_TASKRUN`.
     pub defer_taskrun: bool,
+    /// Receives consume the provided buffers incrementally (`IOU_PBUF_RING_INC`, Linux 6.12):
+    /// small receives share buffers ([`crate::ring`]).
+    pub incremental_buffers: bool,
     /// The kernel takes a minimum wait (`IORING_FEAT_MIN_TIMEOUT`), so `batch_wait_us` applies.
     pub min_wait_supported: bool,
     /// Times the service's watched fd woke the loop ([`Service::watch`]).
@@ -401,7 +404,9 @@ fn unpack(ud: u64) -> (u64, u32, u32) {
 }
 
 /// A receive of at most `buf_size / COALESCE_DIVISOR` bytes is copied onto
-/// the previous receive's buffer when it fits there.
+/// the previous receive's buffer when it fits there (not when the ring
+/// consumes buffers incrementally: the kernel then packs receives into
+/// shared buffers itself, and the previous buffer's tail may be the kernel's).
 const COALESCE_DIVISOR: u32 = 4;
 
 #[derive(Clone, Copy, Debug)]
@@ -574,6 +579,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
         stats.defer_taskrun = defer;
         let mut bufring = BufRing::new(cfg.ring_entries, BGID).map_err(ServerError::Setup)?;
         bufring.register(&uring).map_err(ServerError::BufRing)?;
+        stats.incremental_buffers = bufring.incremental();
         let mut lp = Loop {
             cfg,
             src,
@@ -898,17 +904,31 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
         if !cqueue::more(flags) {
             c.recv = RecvState::Idle;
         }
-        let buf = cqueue::buffer_select(flags).map(|bid| self.bufring.take(bid));
+        // The buffer and the offset the bytes start at. Incremental consumption: a buffer the
+        // kernel keeps (`buffer_more`) gets a reference for these bytes, the ring keeping its
+        // own; a completion with no bytes consumed none of the buffer, which stays in the ring.
+        let buf = match cqueue::buffer_select(flags) {
+            Some(bid) if self.bufring.incremental() => (res > 0).then(|| {
+                let more = cqueue::buffer_more(flags);
+                let (id, off) = self.bufring.part(bid, res as u32, more);
+                if more {
+                    self.src.retain(id);
+                }
+                (id, off)
+            }),
+            Some(bid) => Some((self.bufring.take(bid), 0)),
+            None => None,
+        };
         if res > 0 {
-            let id = buf.expect("receive completion with data but no buffer");
-            assert!(res as u32 <= self.src.buf_size(), "receive longer than a buffer");
+            let (id, off) = buf.expect("receive completion with data but no buffer");
+            assert!(off + res as u32 <= self.src.buf_size(), "receive past its buffer's end");
             self.stats.recvs += 1;
             self.stats.bytes_received += res as u64;
             let len = res as u32;
             let size = self.src.buf_size();
             if c.closing != Closing::No {
                 self.src.release(id); // unread input of a closing connection is discarded
-            } else if let Some(last) = c.rx.back_mut().filter(|l| len <= size / COALESCE_DIVISOR && l.off + l.len + len <= size) {
+            } else if let Some(last) = c.rx.back_mut().filter(|l| !self.bufring.incremental() && len <= size / COALESCE_DIVISOR && l.off + l.len + len <= size) {
                 // A small receive joins the tail of the previous one's buffer,
                 // and its own buffer goes back at once: a peer sending a few
                 // bytes at a time would otherwise hold one buffer per receive
@@ -928,12 +948,12 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
                 self.stats.coalesced += 1;
                 self.mark_touched(slot);
             } else {
-                c.rx.push_back(RxSeg { buf: id, off: 0, len });
+                c.rx.push_back(RxSeg { buf: id, off, len });
                 c.rx_bytes += res as usize;
                 self.mark_touched(slot);
             }
         } else {
-            if let Some(id) = buf {
+            if let Some((id, _)) = buf {
                 self.src.release(id);
             }
             match -res {
