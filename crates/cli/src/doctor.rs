@@ -18,6 +18,7 @@ pub fn run(args: &DoctorArgs) -> Result<()> {
     println!("flush instruction: {} (detected with CPUID)", FlushInstruction::detect());
     println!("copy ISA:          {} (non-temporal stores)", CopyIsa::detect());
     println!("nd regions:        {}", nd_regions());
+    println!("io_uring receives: {}", receives());
     if let Some(path) = &args.path {
         let region = probe(path)?;
         println!("path:              {}", path.display());
@@ -28,6 +29,15 @@ pub fn run(args: &DoctorArgs) -> Result<()> {
         println!("  survives:        {survives}");
     }
     Ok(())
+}
+
+/// How netio's receives use pool buffers on this kernel.
+fn receives() -> String {
+    match pmwire_netio::incremental_supported() {
+        Ok(true) => "share buffers (IOU_PBUF_RING_INC): small values pack into pool buffers".into(),
+        Ok(false) => "a whole buffer each (no IOU_PBUF_RING_INC before Linux 6.12): each small value received alone holds a pool buffer".into(),
+        Err(e) => format!("io_uring unavailable: {e}"),
+    }
 }
 
 fn persist_summary(region: &Region) -> String {

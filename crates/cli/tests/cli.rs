@@ -18,6 +18,7 @@ fn doctor_reports_flush_isa_kind_and_domain() {
     let text = stdout(&output);
     assert!(text.contains("flush instruction:"), "{text}");
     assert!(text.contains("copy ISA:"), "{text}");
+    assert!(text.contains("io_uring receives: share buffers"), "this kernel's io_uring receives do not share pool buffers (Linux 6.12's IOU_PBUF_RING_INC): {text}");
     assert!(text.contains("kind:            emulated"), "{text}");
     assert!(text.contains("persistence:     process_only"), "{text}");
     assert!(text.contains("survives:        a process crash only"), "{text}");

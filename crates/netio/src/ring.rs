@@ -51,6 +51,17 @@ pub(crate) struct BufRing {
     incremental: bool,
 }
 
+/// Whether this kernel consumes provided buffers incrementally (module docs): registers a
+/// small ring on a scratch io_uring and looks. `Err` if io_uring itself is unavailable.
+pub fn incremental_supported() -> io::Result<bool> {
+    let ring = IoUring::new(8)?;
+    let mut bufs = BufRing::new(8, 0)?;
+    bufs.register(&ring)?;
+    let incremental = bufs.incremental();
+    bufs.unregister(&ring)?;
+    Ok(incremental)
+}
+
 impl BufRing {
     /// Maps the ring memory; nothing is registered or filled yet.
     pub(crate) fn new(entries: u16, bgid: u16) -> io::Result<BufRing> {
