@@ -168,7 +168,8 @@ pub struct Stats {
     pub ring_refills: u64,
     /// Receives that found the buffer ring empty.
     pub enobufs: u64,
-    /// Small receives copied onto the tail of the previous receive's buffer.
+    /// Small receives copied onto the tail of the previous receive's buffer, or (incremental
+    /// consumption) joined to the previous receive they continue in the same buffer.
     pub coalesced: u64,
     /// Receives armed (multishot arms once per connection unless paused or starved).
     pub recv_arms: u64,
@@ -928,6 +929,17 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             let size = self.src.buf_size();
             if c.closing != Closing::No {
                 self.src.release(id); // unread input of a closing connection is discarded
+            } else if let Some(last) = c.rx.back_mut().filter(|l| self.bufring.incremental() && l.buf == id && l.off + l.len == off) {
+                // Incremental consumption: this receive goes on where the
+                // connection's previous one ended, in the same buffer (no other
+                // receive came between): one segment, and this completion's
+                // reference goes back (the segment holds one). A peer sending a
+                // few bytes at a time then leaves one segment, not one per receive.
+                last.len += len;
+                c.rx_bytes += res as usize;
+                self.src.release(id);
+                self.stats.coalesced += 1;
+                self.mark_touched(slot);
             } else if let Some(last) = c.rx.back_mut().filter(|l| !self.bufring.incremental() && len <= size / COALESCE_DIVISOR && l.off + l.len + len <= size) {
                 // A small receive joins the tail of the previous one's buffer,
                 // and its own buffer goes back at once: a peer sending a few

@@ -151,3 +151,29 @@ fn small_values_received_one_at_a_time_share_buffers() {
     }
     assert_eq!(bufs.in_use(), 0, "a buffer leaked or was released too early");
 }
+
+/// A request sent a byte at a time is one segment, not one per receive: each receive goes on in
+/// the buffer where the previous one ended and is joined to it (incremental consumption), and
+/// the value stored from it is whole.
+#[test]
+fn a_request_sent_a_byte_at_a_time_is_joined_in_its_buffer() {
+    let srv = start(small_config(), HeapBuffers::new(1024, 256), Kv::default());
+    let mut s = connect(srv.addr);
+    let mut r = Reader::new();
+    for byte in put("/slow", &body(7, 20)) {
+        write_all(&mut s, &[byte]);
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(r.read(&mut s).status, 201);
+    write_all(&mut s, &get("/slow"));
+    assert_eq!(r.read(&mut s).body, body(7, 20));
+    drop(s);
+    let (server, _) = srv.stop();
+    assert!(server.stats().incremental_buffers, "this kernel has no incremental buffer consumption (IOU_PBUF_RING_INC, Linux 6.12)");
+    assert!(server.stats().coalesced > 0, "no receive was joined to the one before it: {:?}", server.stats());
+    let (mut bufs, mut kv) = server.into_parts();
+    for (_, pieces) in kv.map.drain() {
+        release_all(&pieces, &mut bufs);
+    }
+    assert_eq!(bufs.in_use(), 0, "a buffer leaked or was released too early");
+}
