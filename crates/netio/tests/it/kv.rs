@@ -68,6 +68,14 @@ impl Service<HeapBuffers> for Kv {
     }
 }
 
+/// Releases every stored value's buffers: then no buffer may be in use.
+fn release_stored(kv: &mut Kv, bufs: &mut HeapBuffers) {
+    for (_, pieces) in kv.map.drain() {
+        release_all(&pieces, bufs);
+    }
+    assert_eq!(bufs.in_use(), 0, "a buffer leaked or was released too early");
+}
+
 fn put(path: &str, body: &[u8]) -> Vec<u8> {
     let mut r = format!("PUT {path} HTTP/1.1\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
     r.extend_from_slice(body);
@@ -110,10 +118,7 @@ fn stored_values_stay_in_their_buffers_and_are_sent_zero_copy() {
     let (mut bufs, mut kv) = server.into_parts();
     // Only the stored values' buffers are still in use; dropping them frees everything.
     assert!(bufs.in_use() > 0);
-    for (_, pieces) in kv.map.drain() {
-        release_all(&pieces, &mut bufs);
-    }
-    assert_eq!(bufs.in_use(), 0, "a buffer leaked or was released too early");
+    release_stored(&mut kv, &mut bufs);
 }
 
 /// Small values received one request at a time (the client waits for each reply) share their
@@ -146,10 +151,7 @@ fn small_values_received_one_at_a_time_share_buffers() {
     // Each request is ~50 B: about five to a 256 B buffer.
     let held = bufs.in_use();
     assert!(held <= 50, "200 stored values of 16 B hold {held} buffers of 256 B");
-    for (_, pieces) in kv.map.drain() {
-        release_all(&pieces, &mut bufs);
-    }
-    assert_eq!(bufs.in_use(), 0, "a buffer leaked or was released too early");
+    release_stored(&mut kv, &mut bufs);
 }
 
 /// A request sent a byte at a time is one segment, not one per receive: each receive goes on in
@@ -172,8 +174,5 @@ fn a_request_sent_a_byte_at_a_time_is_joined_in_its_buffer() {
     assert!(server.stats().incremental_buffers, "this kernel has no incremental buffer consumption (IOU_PBUF_RING_INC, Linux 6.12)");
     assert!(server.stats().coalesced > 0, "no receive was joined to the one before it: {:?}", server.stats());
     let (mut bufs, mut kv) = server.into_parts();
-    for (_, pieces) in kv.map.drain() {
-        release_all(&pieces, &mut bufs);
-    }
-    assert_eq!(bufs.in_use(), 0, "a buffer leaked or was released too early");
+    release_stored(&mut kv, &mut bufs);
 }
