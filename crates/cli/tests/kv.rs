@@ -79,6 +79,19 @@ fn bad_input_is_refused_and_nothing_is_written() {
     assert_eq!(std::fs::read(&pool).unwrap(), vec![7u8; 1 << 20], "left unchanged");
 }
 
+/// A server runs without transparent huge pages (as redis-server does): a fresh 2 MiB page
+/// zeroed inside one fault held a member's loop past the election timeout.
+#[test]
+fn a_server_runs_without_transparent_huge_pages() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let (mut child, _) = start_kv(&dir.path().join("pool"), false);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let line = status.lines().find(|l| l.starts_with("THP_enabled:")).expect("this kernel reports THP_enabled in /proc/PID/status (Linux 5.0)");
+    assert_eq!(line.split_whitespace().nth(1), Some("0"), "{line}");
+}
+
 /// Starts `pmwire kv` on `pool` (copy mode), waits for its ready file; `planted`: with the
 /// ack-before-commit bug.
 fn start_kv(pool: &std::path::Path, planted: bool) -> (std::process::Child, std::net::SocketAddr) {
