@@ -119,8 +119,8 @@ impl BufRing {
 
     /// A receive of `len` bytes into `bid` (incremental mode): the buffer and the offset the
     /// bytes start at. With `more` (the kernel keeps the buffer) the ring keeps its reference
-    /// and the caller must take one of its own; without, the bid is taken as by
-    /// [`BufRing::take`], its reference passing to the caller.
+    /// and the caller holds none (it retains the buffer to keep the bytes); without, the bid is
+    /// taken as by [`BufRing::take`], its reference passing to the caller.
     pub(crate) fn part(&mut self, bid: u16, len: u32, more: bool) -> (u32, u32) {
         let off = self.consumed[bid as usize];
         let id = if more {

@@ -905,67 +905,73 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
         if !cqueue::more(flags) {
             c.recv = RecvState::Idle;
         }
-        // The buffer and the offset the bytes start at. Incremental consumption: a buffer the
-        // kernel keeps (`buffer_more`) gets a reference for these bytes, the ring keeping its
-        // own; a completion with no bytes consumed none of the buffer, which stays in the ring.
+        // The buffer, the offset the bytes start at, and whether this completion hands over a
+        // reference on it (the ring's). Incremental consumption: a buffer the kernel keeps
+        // (`buffer_more`) stays the ring's, and the bytes take a reference only if they become a
+        // segment of their own; a completion with no bytes consumed none of the buffer, which
+        // stays in the ring.
+        let incremental = self.bufring.incremental();
         let buf = match cqueue::buffer_select(flags) {
-            Some(bid) if self.bufring.incremental() => (res > 0).then(|| {
+            Some(bid) if incremental => (res > 0).then(|| {
                 let more = cqueue::buffer_more(flags);
                 let (id, off) = self.bufring.part(bid, res as u32, more);
-                if more {
-                    self.src.retain(id);
-                }
-                (id, off)
+                (id, off, !more)
             }),
-            Some(bid) => Some((self.bufring.take(bid), 0)),
+            Some(bid) => Some((self.bufring.take(bid), 0, true)),
             None => None,
         };
         if res > 0 {
-            let (id, off) = buf.expect("receive completion with data but no buffer");
+            let (id, off, owned) = buf.expect("receive completion with data but no buffer");
             assert!(off + res as u32 <= self.src.buf_size(), "receive past its buffer's end");
             self.stats.recvs += 1;
             self.stats.bytes_received += res as u64;
             let len = res as u32;
             let size = self.src.buf_size();
+            // Whether this receive joins the connection's last segment. Incremental: when it
+            // goes on where that one ended, in the same buffer (no other receive came between),
+            // with no copy. Otherwise a small receive is copied onto the tail of the previous
+            // one's buffer. Either way a peer sending a few bytes at a time leaves one segment,
+            // not one per receive (each holding a buffer, without incremental consumption, and
+            // draining the ring: every half-received request pins its buffers).
+            let joins = |l: &RxSeg| {
+                if incremental {
+                    l.buf == id && l.off + l.len == off
+                } else {
+                    len <= size / COALESCE_DIVISOR && l.off + l.len + len <= size
+                }
+            };
             if c.closing != Closing::No {
-                self.src.release(id); // unread input of a closing connection is discarded
-            } else if let Some(last) = c.rx.back_mut().filter(|l| self.bufring.incremental() && l.buf == id && l.off + l.len == off) {
-                // Incremental consumption: this receive goes on where the
-                // connection's previous one ended, in the same buffer (no other
-                // receive came between): one segment, and this completion's
-                // reference goes back (the segment holds one). A peer sending a
-                // few bytes at a time then leaves one segment, not one per receive.
-                last.len += len;
-                c.rx_bytes += res as usize;
-                self.src.release(id);
-                self.stats.coalesced += 1;
-                self.mark_touched(slot);
-            } else if let Some(last) = c.rx.back_mut().filter(|l| !self.bufring.incremental() && len <= size / COALESCE_DIVISOR && l.off + l.len + len <= size) {
-                // A small receive joins the tail of the previous one's buffer,
-                // and its own buffer goes back at once: a peer sending a few
-                // bytes at a time would otherwise hold one buffer per receive
-                // and drain the ring (every half-received request pins its
-                // buffers). The tail past `off + len` was never handed out: the
-                // kernel wrote this buffer only up to there, and the buffer is
-                // held by this receive queue.
-                // SAFETY: both buffers are held (the new one by this
-                // completion, the old one by `rx`), distinct, and the copy
-                // stays within each (`off + len + len ≤ size` checked above).
-                unsafe {
-                    std::ptr::copy_nonoverlapping(self.src.ptr(id), self.src.ptr(last.buf).add((last.off + last.len) as usize), len as usize);
+                if owned {
+                    self.src.release(id); // unread input of a closing connection is discarded
+                }
+            } else if let Some(last) = c.rx.back_mut().filter(|l| joins(l)) {
+                if !incremental {
+                    // The tail past `off + len` was never handed out: the kernel wrote this
+                    // buffer only up to there, and the buffer is held by this receive queue.
+                    // SAFETY: both buffers are held (the new one by this completion, the old
+                    // one by `rx`), distinct, and the copy stays within each (`off + len + len
+                    // ≤ size` checked by `joins`).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(self.src.ptr(id), self.src.ptr(last.buf).add((last.off + last.len) as usize), len as usize);
+                    }
                 }
                 last.len += len;
                 c.rx_bytes += res as usize;
-                self.src.release(id);
+                if owned {
+                    self.src.release(id); // the segment holds the buffer it joined
+                }
                 self.stats.coalesced += 1;
                 self.mark_touched(slot);
             } else {
+                if !owned {
+                    self.src.retain(id);
+                }
                 c.rx.push_back(RxSeg { buf: id, off, len });
                 c.rx_bytes += res as usize;
                 self.mark_touched(slot);
             }
         } else {
-            if let Some((id, _)) = buf {
+            if let Some((id, _, true)) = buf {
                 self.src.release(id);
             }
             match -res {
