@@ -5,6 +5,7 @@
 # with `maxmemory 256mb` (noeviction, no persistence) as the peer, in the same round.
 # usage: scripts/kv-capacity.sh PMWIRE ROUNDS
 set -uo pipefail
+source "$(dirname "$0")/kv-cluster-lib.sh"
 B=${1:?pmwire binary}; R=${2:-3}; D=/dev/shm/kvcap
 load() { redis-benchmark -p "$1" -c 64 -n 4000000 -r 100000000 -t set -d 64 --csv 2>&1 | tr '\r' '\n' | grep -iE "error|OOM" | tail -1 | cut -c1-120; }
 wait_port() { for _ in $(seq 100); do redis-cli -p "$1" PING >/dev/null 2>&1 && return 0; sleep 0.1; done; return 1; }
@@ -18,15 +19,9 @@ for r in $(seq "$R"); do
   redis-server --port 27073 --save '' --appendonly no --maxmemory 256mb --maxmemory-policy noeviction --daemonize no >$D/redis.log 2>&1 & rp=$!
   wait_port 27073; re=$(load 27073); redis=$(redis-cli -p 27073 DBSIZE); redis-cli -p 27073 shutdown nosave >/dev/null 2>&1; wait $rp 2>/dev/null
   # cluster
-  CL=1=127.0.0.1:27081,2=127.0.0.1:27082,3=127.0.0.1:27083; pids=()
-  for i in 1 2 3; do
-    extra=(); [ $i = 1 ] && extra=(--create-secret)
-    setsid "$B" kv --pool $D/p$i --size 256M --resp 127.0.0.1:2709$i --http 127.0.0.1:2710$i --cluster $CL --id $i --secret-file $D/secret "${extra[@]}" >$D/log$i 2>&1 & pids+=($!)
-    [ $i = 1 ] && while [ ! -f $D/secret ]; do sleep 0.05; done
-  done
-  L=""; for _ in $(seq 200); do for i in 1 2 3; do redis-cli -p 2709$i ROLE 2>/dev/null | head -1 | grep -q master && L=$i; done; [ -n "$L" ] && break; sleep 0.1; done
+  start_cluster "$B" $D 2708 2709 2710; L=$LEADER
   ce=$(load 2709$L); cluster=$(redis-cli -p 2709$L DBSIZE); terms=$(for i in 1 2 3; do redis-cli -p 2709$i INFO | sed -n 's/^raft_term:\(.*\)\r$/\1/p'; done | tr '\n' ' ')
-  kill "${pids[@]}"; wait "${pids[@]}" 2>/dev/null
+  kill "${PIDS[@]}"; wait "${PIDS[@]}" 2>/dev/null
   echo "round $r: single $single keys ($e) | cluster $cluster keys, raft terms $terms($ce) | redis-server maxmemory 256mb $redis keys ($re) | single/redis $(echo "scale=3; $single/$redis" | bc) cluster/redis $(echo "scale=3; $cluster/$redis" | bc)"
 done
 rm -rf $D
