@@ -9,10 +9,13 @@
 //! [`Pool::recover_ref`], then [`Pool::finish_recovery`] frees the rest.
 //!
 //! Invariants (checked by [`Pool::check`]):
-//! - a buffer is on the free list iff its count is 0, and at most once;
-//! - `alloc` hands out only free buffers, with count 1; `release` to 0
-//!   puts a buffer back on the free list; retaining a free buffer is a bug
-//!   (assert), as is releasing one at 0.
+//! - every buffer at count 0 is on the free list; an entry whose buffer
+//!   is referenced is stale (left by [`Pool::alloc_run`], which takes
+//!   buffers wherever they are on the list) and is skipped when popped;
+//!   the list never holds more than twice the buffers;
+//! - `alloc` and `alloc_run` hand out only free buffers, with count 1;
+//!   `release` to 0 puts a buffer back on the free list; retaining a free
+//!   buffer is a bug (assert), as is releasing one at 0.
 
 use pmem::Media;
 use pmwire_log::Extent;
@@ -25,8 +28,13 @@ use crate::format::{Layout, PoolConfig, Section, HEADER_BYTES};
 pub struct Pool {
     layout: Layout,
     refs: Vec<u32>,
-    /// Free buffers; `pop` hands out the next.
+    /// Free buffers (and stale entries, module docs); `pop` hands out the
+    /// next.
     free: Vec<u32>,
+    /// Buffers at count 0.
+    free_count: u32,
+    /// Where the next [`Pool::alloc_run`] starts looking.
+    run_cursor: u32,
     recovering: bool,
 }
 
@@ -56,7 +64,7 @@ impl Pool {
         media.write(layout.base, &header);
         media.persist(layout.base, HEADER_BYTES as u64);
         let buffers = layout.buffers;
-        Pool { layout, refs: vec![0; buffers as usize], free: (0..buffers).rev().collect(), recovering: false }
+        Pool { layout, refs: vec![0; buffers as usize], free: (0..buffers).rev().collect(), free_count: buffers, run_cursor: 0, recovering: false }
     }
 
     /// Creates a pool without sections to format (both halves at once).
@@ -79,7 +87,7 @@ impl Pool {
             return Err(OpenError::MediaTooSmall { base, have: media.len() });
         }
         let buffers = layout.buffers as usize;
-        Ok(Pool { layout, refs: vec![0; buffers], free: Vec::new(), recovering: true })
+        Ok(Pool { layout, refs: vec![0; buffers], free: Vec::new(), free_count: 0, run_cursor: 0, recovering: true })
     }
 
     /// Recovery: one durable reference to `buf_idx` was found.
@@ -95,6 +103,7 @@ impl Pool {
         assert!(self.recovering, "recovery finished twice");
         self.recovering = false;
         self.free = (0..self.layout.buffers).rev().filter(|&b| self.refs[b as usize] == 0).collect();
+        self.free_count = self.free.len() as u32;
     }
 
     /// Whether the pool is still in recovery.
@@ -105,10 +114,54 @@ impl Pool {
     /// A free buffer with count 1 (its contents are stale), or `None`.
     pub fn alloc(&mut self) -> Option<u32> {
         assert!(!self.recovering, "alloc during recovery");
-        let buf_idx = self.free.pop()?;
-        assert_eq!(self.refs[buf_idx as usize], 0, "free buffer {buf_idx} is referenced");
-        self.refs[buf_idx as usize] = 1;
-        Some(buf_idx)
+        if self.free_count == 0 {
+            return None;
+        }
+        loop {
+            let buf_idx = self.free.pop().expect("a buffer at count 0 is on the free list");
+            if self.refs[buf_idx as usize] == 0 {
+                self.refs[buf_idx as usize] = 1;
+                self.free_count -= 1;
+                return Some(buf_idx);
+            }
+        }
+    }
+
+    /// `n` free buffers at consecutive places, each with count 1, or
+    /// `None` (no such run free). Returns the first. For memory that must
+    /// be contiguous (a receive area); looks from where the last run
+    /// ended (next fit), at most once round the pool.
+    pub fn alloc_run(&mut self, n: u32) -> Option<u32> {
+        assert!(!self.recovering, "alloc during recovery");
+        let buffers = self.layout.buffers;
+        if n == 0 || n > self.free_count || n > buffers {
+            return None;
+        }
+        let mut start = if self.run_cursor + n > buffers { 0 } else { self.run_cursor };
+        let mut scanned = 0u64;
+        while scanned <= u64::from(buffers) + u64::from(n) {
+            if start + n > buffers {
+                scanned += u64::from(buffers - start);
+                start = 0;
+                continue;
+            }
+            match (start..start + n).rev().find(|&b| self.refs[b as usize] != 0) {
+                Some(taken) => {
+                    scanned += u64::from(taken + 1 - start);
+                    start = taken + 1;
+                }
+                None => {
+                    for b in start..start + n {
+                        self.refs[b as usize] = 1;
+                    }
+                    self.free_count -= n;
+                    self.run_cursor = start + n;
+                    // The run's entries on the free list are stale now.
+                    return Some(start);
+                }
+            }
+        }
+        None
     }
 
     /// One more reference to a live buffer.
@@ -125,9 +178,20 @@ impl Pool {
         *count -= 1;
         if *count == 0 && !self.recovering {
             self.free.push(buf_idx);
+            self.free_count += 1;
+            if self.free.len() > 2 * self.layout.buffers as usize {
+                self.compact_free();
+            }
             return true;
         }
         false
+    }
+
+    /// Drops the free list's stale and repeated entries.
+    fn compact_free(&mut self) {
+        let mut seen = vec![false; self.refs.len()];
+        let refs = &self.refs;
+        self.free.retain(|&b| refs[b as usize] == 0 && !std::mem::replace(&mut seen[b as usize], true));
     }
 
     /// Takes a free buffer off the free list with count 1, wherever it is
@@ -138,9 +202,9 @@ impl Pool {
             self.retain(buf_idx);
             return;
         }
-        let at = self.free.iter().position(|&b| b == buf_idx).expect("a buffer at 0 is on the free list");
-        self.free.remove(at);
+        self.free.retain(|&b| b != buf_idx);
         self.refs[buf_idx as usize] = 1;
+        self.free_count -= 1;
     }
 
     /// References held on `buf_idx`.
@@ -166,7 +230,7 @@ impl Pool {
 
     /// Free buffers.
     pub fn free_count(&self) -> u32 {
-        self.free.len() as u32
+        self.free_count
     }
 
     /// The layout (base, buffer area, sections, nonce).
@@ -227,23 +291,26 @@ impl Pool {
         }
     }
 
-    /// Checks the invariants: the free list holds exactly the buffers at
-    /// count 0, each once.
+    /// Checks the invariants: every buffer at count 0 is on the free list
+    /// (other entries are stale, module docs), `free_count` counts them,
+    /// and the list is bounded.
     pub fn check(&self) -> Result<(), String> {
         if self.recovering {
             return Err("still recovering".into());
         }
         let mut on_list = vec![false; self.refs.len()];
         for &b in &self.free {
-            if std::mem::replace(&mut on_list[b as usize], true) {
-                return Err(format!("buffer {b} on the free list twice"));
-            }
-            if self.refs[b as usize] != 0 {
-                return Err(format!("buffer {b} free and referenced {} times", self.refs[b as usize]));
-            }
+            on_list[b as usize] = true;
         }
         if let Some(b) = (0..self.refs.len()).find(|&b| self.refs[b] == 0 && !on_list[b]) {
             return Err(format!("buffer {b} unreferenced but not free (leaked)"));
+        }
+        let at_zero = self.refs.iter().filter(|&&r| r == 0).count();
+        if at_zero != self.free_count as usize {
+            return Err(format!("{at_zero} buffers unreferenced, {} counted free", self.free_count));
+        }
+        if self.free.len() > 2 * self.refs.len() {
+            return Err(format!("free list of {} entries for {} buffers", self.free.len(), self.refs.len()));
         }
         Ok(())
     }
@@ -258,4 +325,95 @@ fn fresh_nonce(base: u64) -> u64 {
     x ^= x >> 33;
     x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
     x ^ x >> 33
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pmem::MemMedia;
+
+    fn pool(buffers: u32) -> (MemMedia, Pool) {
+        let config = PoolConfig::new(buffers);
+        let mut media = MemMedia::new(Pool::required_size(&config).unwrap() as usize);
+        let pool = Pool::create(&mut media, 0, &config).unwrap();
+        (media, pool)
+    }
+
+    #[test]
+    fn a_run_is_consecutive_and_alloc_skips_it() {
+        let (_m, mut p) = pool(64);
+        let first = p.alloc_run(8).unwrap();
+        assert!((first..first + 8).all(|b| p.refcount(b) == 1));
+        assert_eq!(p.free_count(), 56);
+        let mut got = Vec::new();
+        while let Some(b) = p.alloc() {
+            got.push(b);
+        }
+        assert_eq!(got.len(), 56);
+        assert!(got.iter().all(|b| !(first..first + 8).contains(b)), "{got:?}");
+        p.check().unwrap();
+        assert_eq!(p.alloc_run(1), None);
+    }
+
+    #[test]
+    fn a_run_needs_consecutive_free_buffers() {
+        let (_m, mut p) = pool(16);
+        let all: Vec<u32> = (0..16).map(|_| p.alloc().unwrap()).collect();
+        // Free every other buffer: 8 free, no two adjacent.
+        for b in all.iter().filter(|&&b| b % 2 == 0) {
+            p.release(*b);
+        }
+        assert_eq!(p.alloc_run(2), None);
+        assert_eq!(p.alloc_run(1).map(|b| b % 2), Some(0));
+        p.release(5);
+        let run = p.alloc_run(3).unwrap();
+        assert_eq!(run, 4, "4, 5 and 6 are the only three free in a row");
+        p.check().unwrap();
+    }
+
+    /// Random allocs, runs and releases against a model: every handed-out
+    /// buffer was free, counts and the free list stay right.
+    #[test]
+    fn runs_and_single_buffers_churn_against_a_model() {
+        let (_m, mut p) = pool(97);
+        let mut held: Vec<u32> = Vec::new();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        for step in 0..20_000 {
+            match next(4) {
+                0 => {
+                    if let Some(b) = p.alloc() {
+                        assert!(!held.contains(&b), "buffer {b} handed out twice at step {step}");
+                        held.push(b);
+                    }
+                }
+                1 => {
+                    let n = 1 + next(9) as u32;
+                    if let Some(first) = p.alloc_run(n) {
+                        for b in first..first + n {
+                            assert!(!held.contains(&b), "buffer {b} handed out twice at step {step}");
+                            held.push(b);
+                        }
+                    }
+                }
+                _ => {
+                    if !held.is_empty() {
+                        let i = next(held.len() as u64) as usize;
+                        let b = held.swap_remove(i);
+                        assert!(p.release(b));
+                    }
+                }
+            }
+            assert_eq!(p.free_count() as usize, 97 - held.len());
+            if step % 97 == 0 {
+                p.check().unwrap();
+            }
+        }
+        p.check().unwrap();
+    }
 }
