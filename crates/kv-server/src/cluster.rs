@@ -319,6 +319,56 @@ impl ClusterKeyspace {
     /// leader's, whose values share the buffers they were received into,
     /// and the leader's room check (its own pool) let a pipelined load fill
     /// the followers' pools until their machines halted.
+    /// Where `bytes` lie in the pool's buffer area, if they do: the first
+    /// buffer and the offset in it. Only a payload received into lent pool
+    /// memory (`crate::rx_arena`) does.
+    fn pool_place(&self, bytes: &[u8]) -> Option<(u32, usize)> {
+        let st = self.store.borrow();
+        if st.heap.is_some() {
+            return None;
+        }
+        let pool = st.engine.pool();
+        let size = pool.buf_size() as usize;
+        let start = st.ptr(0) as usize;
+        let end = start + pool.buffers() as usize * size;
+        let at = bytes.as_ptr() as usize;
+        if at < start || at.checked_add(bytes.len()).is_none_or(|e| e > end) {
+            return None;
+        }
+        Some((((at - start) / size) as u32, (at - start) % size))
+    }
+
+    /// A received value that lies in the pool (module `crate::rx_arena`),
+    /// named where it is: flushed in place (durable at the next drain, the
+    /// Raft log's append), its buffers held until the log holds the entry.
+    /// `None` if it does not lie in the pool.
+    fn in_place(&mut self, bytes: &[u8]) -> Option<Arg<'static>> {
+        let (first, offset) = self.pool_place(bytes)?;
+        let mut st = self.store.borrow_mut();
+        let st = &mut *st;
+        let size = st.engine.pool().buf_size() as usize;
+        let mut extents = Vec::new();
+        let (mut buf, mut off, mut left) = (first, offset, bytes.len());
+        while left > 0 {
+            let len = left.min(size - off);
+            extents.push(Extent { buf_idx: buf, offset: off as u16, len: len as u16 });
+            left -= len;
+            buf += 1;
+            off = 0;
+        }
+        if extents.len() as u32 > MAX_REF_EXTENTS {
+            return None;
+        }
+        let pool = st.engine.pool_mut();
+        for &e in &extents {
+            // The lent area holds every buffer it spans while the payload lives.
+            pool.retain(e.buf_idx);
+            pool.flush_extent(&mut st.region, pool_extent(e));
+            self.temp.push(e.buf_idx);
+        }
+        Some(Arg::Pool { len: bytes.len() as u32, crc: crc32c::crc32c(bytes), extents })
+    }
+
     fn absorb(&mut self, bytes: &[u8]) -> Option<Arg<'static>> {
         let mut st = self.store.borrow_mut();
         let st = &mut *st;
@@ -441,7 +491,9 @@ impl LogHooks for ClusterKeyspace {
 
     fn local_form(&mut self, data: &[u8]) -> Option<Vec<u8>> {
         if !is_extent_form(data) {
-            let values = v1_value_bytes(data);
+            // Copied by protobuf's decoding, unless the entry shares a
+            // message received into the pool (the log's append copies it).
+            let values = if self.pool_place(data).is_some() { 0 } else { v1_value_bytes(data) };
             self.copies.add(|c| c.received += values);
             return None;
         }
@@ -454,12 +506,18 @@ impl LogHooks for ClusterKeyspace {
             large |= value >= MIN_EXTENT_VALUE_BYTES as u64;
         });
         if walked && !(large && self.zero_copy) {
-            self.copies.add(|c| c.received += inline);
+            // Copied by protobuf's decoding, unless the entry shares a
+            // message received into the pool (the log's append copies it).
+            let copied = if self.pool_place(data).is_some() { 0 } else { inline };
+            self.copies.add(|c| c.received += copied);
             return None;
         }
         let e = ExtEntry::decode(data).ok()?;
-        // protobuf's decoding copied the message into the entry.
-        let mut copied = e.inline_value_bytes();
+        // protobuf's decoding copied the message into the entry, unless
+        // the message was received into the pool (`crate::rx_arena`) and
+        // the entry shares it.
+        let in_pool = self.pool_place(data).is_some();
+        let mut copied = if in_pool { 0 } else { e.inline_value_bytes() };
         if !self.zero_copy {
             self.copies.add(|c| c.received += copied);
             return None;
@@ -467,11 +525,22 @@ impl LogHooks for ClusterKeyspace {
         let mut args = Vec::with_capacity(e.args.len());
         for (i, a) in e.args.iter().enumerate() {
             let local = match a {
-                Arg::Inline(b) if i >= 2 && b.len() >= MIN_EXTENT_VALUE_BYTES => self.absorb(b),
+                Arg::Inline(b) if i >= 2 && b.len() >= MIN_EXTENT_VALUE_BYTES => match self.in_place(b) {
+                    Some(arg) => Some(arg),
+                    None => {
+                        let absorbed = self.absorb(b);
+                        if absorbed.is_some() {
+                            copied += b.len() as u64;
+                        }
+                        absorbed
+                    }
+                },
                 _ => None,
             };
-            if let Some(Arg::Pool { len, .. }) = &local {
-                copied += u64::from(*len);
+            if let (None, Arg::Inline(b), true) = (&local, a, in_pool && i >= 2) {
+                // Kept inline: the local form's encoding copies it (from a
+                // message in the pool, nothing had copied it before).
+                copied += b.len() as u64;
             }
             args.push(local.unwrap_or_else(|| a.clone()));
         }

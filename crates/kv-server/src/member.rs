@@ -1278,7 +1278,7 @@ impl<T: Transport<Addr = SocketAddr>> MemberServer<T> {
     /// Opens both pools (locked), the replica over `transport` (listening
     /// at this member's peer address already) wrapped in authenticated
     /// links, and binds the RESP and HTTP listeners.
-    pub fn open(options: &MemberOptions, transport: T, secret: link::Secret) -> Result<MemberServer<T>, MemberError> {
+    pub fn open(options: &MemberOptions, mut transport: T, secret: link::Secret) -> Result<MemberServer<T>, MemberError> {
         let lock = lock(&options.pool.with_extension("lock"))?;
         if options.mode == Mode::NoPersist {
             return Err(MemberError::Raft { path: options.pool.clone(), why: "--mode no-persist is not served by a cluster member (zero-copy or copy)".into() });
@@ -1304,7 +1304,13 @@ impl<T: Transport<Addr = SocketAddr>> MemberServer<T> {
         // the machine runs entries of authenticated sessions only, so its
         // executor has none (with one, every entry answered NOAUTH).
         let machine_config = ServerConfig { requirepass: None, ..config.clone() };
-        let machine = RedisMachine::open(ClusterKeyspace::shared(store.clone(), CopyCounters::new()), machine_config)?;
+        let copies = CopyCounters::new();
+        if options.mode == Mode::ZeroCopy {
+            // Peers' messages are received into the pool (`crate::rx_arena`);
+            // a transport that cannot (UCX) receives into its own memory.
+            transport.lend_rx(Box::new(crate::rx_arena::PoolArena::new(store.clone(), copies.clone())));
+        }
+        let machine = RedisMachine::open(ClusterKeyspace::shared(store.clone(), copies), machine_config)?;
         let mut rc = pmwire_smr::node::ReplicaConfig::new(options.id);
         rc.tick = options.tick;
         rc.leader_compaction_intervals = crate::member_liveness::LEADER_COMPACTION_INTERVALS;

@@ -52,8 +52,8 @@ use std::time::Duration;
 
 use rand::RngCore;
 use transport::{
-    AtomicOp, AttachError, Completion, ConnId, ConnectError, Event, LocalRegionId, OpError, Output, Reach, RegionDescriptor, RegisterError,
-    RemoteRegionId, RequestId, Transport, WaitError,
+    AtomicOp, AttachError, Completion, ConnId, ConnectError, Event, LocalRegionId, OpError, Output, Payload, Reach, RegionDescriptor, RegisterError,
+    RemoteRegionId, RequestId, RxArena, Transport, WaitError,
 };
 
 use crate::handshake::{is_short, ping, pong, AcceptStep, Acceptor, DialStep, Dialer, HandshakeError, Identity, Kind, Refusal, Role, LINK_MAGIC, NONCE_BYTES};
@@ -420,21 +420,21 @@ impl<T: Transport> LinkTransport<T> {
         }
     }
 
-    fn on_message(&mut self, conn: ConnId, header: Vec<u8>, payload: Vec<u8>) {
+    fn on_message(&mut self, conn: ConnId, header: Vec<u8>, payload: Payload) {
         match self.links.get(&conn) {
             Some(Link::Open { .. }) if header != LINK_MAGIC => self.ready.push_back(Event::Message { conn, header, payload }),
-            Some(Link::Closing { .. }) => self.inner.recycle(payload),
+            Some(Link::Closing { .. }) => self.inner.recycle_payload(payload),
             Some(Link::Open { dialled, .. }) => {
                 let inbound = !*dialled;
-                self.inner.recycle(payload);
+                self.inner.recycle_payload(payload);
                 self.refuse(conn, inbound, "a one-way link message (the link speaks in calls)".into());
             }
             Some(Link::Dialling { .. }) => {
-                self.inner.recycle(payload);
+                self.inner.recycle_payload(payload);
                 self.refuse(conn, false, "the acceptor sent a message before the handshake was done".into());
             }
             Some(Link::Accepting { .. }) | None => {
-                self.inner.recycle(payload);
+                self.inner.recycle_payload(payload);
                 self.refuse(conn, true, format!("an accepted connection sent a message before its handshake: {}", Refusal::OutOfTurn));
             }
         }
@@ -706,5 +706,13 @@ impl<T: Transport> Transport for LinkTransport<T> {
 
     fn recycle(&mut self, buf: Vec<u8>) {
         self.inner.recycle(buf)
+    }
+
+    fn recycle_payload(&mut self, payload: Payload) {
+        self.inner.recycle_payload(payload)
+    }
+
+    fn lend_rx(&mut self, arena: Box<dyn RxArena>) -> bool {
+        self.inner.lend_rx(arena)
     }
 }

@@ -434,7 +434,7 @@ impl<T: Transport> Mirror<T> {
         for event in link.events.drain(..) {
             match event {
                 Event::Completion(c) if Some(c.token) == token => found = Some(c.result),
-                Event::Message { payload, .. } => link.transport.recycle(payload),
+                Event::Message { payload, .. } => link.transport.recycle_payload(payload),
                 Event::Disconnected { conn, .. } if conn == link.conn => gone = true,
                 _ => {}
             }
@@ -681,7 +681,7 @@ impl<T: Transport, M: Media> Service<T> for BackupService<M> {
                 if let Err(reason) = self.serve(conn, &header, &payload, false) {
                     self.refused(conn, &reason);
                 }
-                transport.recycle(payload);
+                transport.recycle_payload(payload);
             }
             Event::Disconnected { conn, .. } => {
                 if self.primary == Some(conn) {

@@ -232,7 +232,7 @@ impl Loop {
                 // The remote protocol is calls only: a peer sending one-way
                 // messages speaks something else, and is closed.
                 Event::Message { conn, payload, .. } => {
-                    transport.recycle(payload);
+                    transport.recycle_payload(payload);
                     transport.close(conn);
                 }
                 // The server starts no operations of its own.

@@ -374,7 +374,7 @@ where
             for e in self.events.drain(..) {
                 match e {
                     Event::Completion(c) if c.token == token => found = Some(c.result),
-                    Event::Message { payload, .. } => self.transport.recycle(payload),
+                    Event::Message { payload, .. } => self.transport.recycle_payload(payload),
                     _ => {}
                 }
             }

@@ -152,7 +152,7 @@ where
         match event {
             Event::Message { header, payload, .. } => {
                 self.on_message(t, &header, &payload);
-                t.recycle(payload);
+                t.recycle_payload(payload);
             }
             Event::Request(r) if r.header == REQUEST_MAGIC => self.on_request(t, r.id, &r.payload),
             Event::Request(r) => self.answer(t, r.id, Status::BadRequest, 0),

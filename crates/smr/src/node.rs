@@ -103,7 +103,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use raft::{GetEntriesContext, ProgressState, RawNode, SnapshotStatus, StateRole};
 use reactor::Service;
 use transport::sim::SimAddr;
-use transport::{ConnId, Event, NodeId, RequestId, Transport};
+use transport::{ConnId, Event, NodeId, Payload, RequestId, Transport};
 
 use crate::command::{Member, Op, Refusal, Refused, RequestView, Response, Status, StatusValue, MAX_ADDR_BYTES, REQUEST_HEADER_BYTES, REQUEST_MAGIC};
 use crate::kvmap::KvMap;
@@ -985,8 +985,14 @@ where
         self.halted.as_deref()
     }
 
-    fn on_message(&mut self, t: &mut T, conn: ConnId, payload: &[u8]) {
-        let mut m = match Message::parse_from_bytes(payload) {
+    fn on_message(&mut self, t: &mut T, conn: ConnId, payload: &Payload) {
+        // A payload in lent memory (the member's pool) is shared by the
+        // message's entries, not copied into them (`transport::rx`).
+        let parsed = match payload {
+            Payload::Lent(bytes) => Message::parse_from_carllerche_bytes(bytes),
+            Payload::Owned(v) => Message::parse_from_bytes(v),
+        };
+        let mut m = match parsed {
             Ok(m) if m.to == self.config.id => m,
             _ => return self.counters.malformed += 1,
         };
@@ -1695,7 +1701,7 @@ where
             Received::Refused(_) => self.counters.malformed += 1,
             Received::Whole(whole) => {
                 self.counters.chunk_bytes_received += chunk.len().saturating_sub(CHUNK_HEADER_BYTES) as u64;
-                self.on_message(t, conn, &whole);
+                self.on_message(t, conn, &Payload::Owned(whole));
             }
         }
     }
@@ -2350,7 +2356,7 @@ where
         if self.halted.is_some() {
             // Nothing more is stepped or applied; a client is sent on.
             match event {
-                Event::Message { payload, .. } => t.recycle(payload),
+                Event::Message { payload, .. } => t.recycle_payload(payload),
                 Event::Request(r) => self.answer(t, r.id, Status::NotLeader, 0, Vec::new()),
                 _ => {}
             }
@@ -2371,7 +2377,7 @@ where
                 } else {
                     self.counters.malformed += 1;
                 }
-                t.recycle(payload);
+                t.recycle_payload(payload);
             }
             Event::Request(r) => {
                 if r.header == REQUEST_MAGIC {

@@ -621,7 +621,7 @@ impl Transport for InProcTransport {
                     Some(Event::Message {
                         conn: ConnId(conn),
                         header,
-                        payload,
+                        payload: payload.into(),
                     })
                 }
                 Queued::Gone { conn, cause } => {

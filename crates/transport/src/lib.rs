@@ -78,6 +78,7 @@ pub mod error;
 pub mod inproc;
 pub mod listen;
 pub mod probe;
+pub mod rx;
 pub mod seam;
 pub mod sim;
 pub mod tcp;
@@ -102,5 +103,6 @@ pub use seam::{
     AtomicOp, Completion, ConnId, Event, EventFd, Limits, LocalRegionId, Output, Reach, RegionDescriptor,
     RemoteRegionId, Request, RequestId, Transport,
 };
+pub use rx::{AreaHold, Payload, RxArea, RxArena};
 pub use tcp::{TcpConfig, TcpTransport};
 pub use ucx_transport::{UcxConfig, UcxTransport};

@@ -119,6 +119,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::error::{AttachError, ConnectError, OpError, RegisterError, Status, WaitError};
+use crate::rx::{Payload, RxArena};
 
 /// One connection of a transport. Ids are small integers, reused after a
 /// connection is gone and its [`Event::Disconnected`] was polled.
@@ -286,15 +287,16 @@ pub enum Event {
     },
     /// An RPC request arrived.
     Request(Request),
-    /// A one-way message arrived ([`Transport::send`]). Hand the payload
-    /// back with [`Transport::recycle`] once handled.
+    /// A one-way message arrived ([`Transport::send`]). Hand an owned
+    /// payload back with [`Transport::recycle`] once handled.
     Message {
         /// The connection it arrived on.
         conn: ConnId,
         /// The sender's header bytes.
         header: Vec<u8>,
-        /// The sender's payload bytes.
-        payload: Vec<u8>,
+        /// The sender's payload bytes: the transport's buffer, or memory
+        /// the embedder lent ([`Transport::lend_rx`]).
+        payload: Payload,
     },
     /// An operation we started has completed.
     Completion(Completion),
@@ -515,12 +517,29 @@ pub trait Transport {
         Vec::with_capacity(len)
     }
 
+    /// Lends memory to receive one-way messages into (`crate::rx`): their
+    /// payloads then arrive as [`Payload::Lent`] slices of it, whenever the
+    /// arena has an area. Returns whether this transport uses it; by
+    /// default it does not (its payloads stay its own).
+    fn lend_rx(&mut self, arena: Box<dyn RxArena>) -> bool {
+        let _ = arena;
+        false
+    }
+
     /// Hands back a buffer the caller is done with (a received payload once
     /// handled, a completed put's buffer), for later receives and
     /// [`take_buffer`](Transport::take_buffer). The transport keeps a bounded
     /// number and drops the rest.
     fn recycle(&mut self, buf: Vec<u8>) {
         drop(buf);
+    }
+
+    /// Hands back a received payload once handled: an owned one is
+    /// recycled, a lent one dropped (giving its area back).
+    fn recycle_payload(&mut self, payload: Payload) {
+        if let Payload::Owned(buf) = payload {
+            self.recycle(buf);
+        }
     }
 }
 

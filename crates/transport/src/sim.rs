@@ -845,7 +845,7 @@ impl World {
                     self.stats.messages_dropped += 1;
                     return None;
                 }
-                Some(Event::Message { conn: ConnId(conn), header, payload })
+                Some(Event::Message { conn: ConnId(conn), header, payload: payload.into() })
             }
             Queued::Gone { conn, cause } => {
                 self.nodes[node as usize].conns[conn as usize] = None;

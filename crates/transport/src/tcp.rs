@@ -62,11 +62,13 @@ use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use ucx_sys as sys;
 
 use crate::error::{AttachError, ConnectError, OpError, RegisterError, SetupError, Status, WaitError};
 use crate::inproc::check_sizes;
+use crate::rx::{Payload, RxArea, RxArena};
 use crate::seam::{
     AtomicOp, Completion, ConnId, Event, EventFd, Limits, LocalRegionId, Output, Reach,
     RegionDescriptor, RemoteRegionId, Request, RequestId, Transport,
@@ -78,6 +80,13 @@ use crate::wire::{self, Answering, DecodeError, Kind, Window, FRAMING_BYTES};
 /// Bytes of each connection's receive buffer. A frame larger than this is
 /// received into its payload's own buffer once its header is in.
 pub const RX_BYTES: usize = 64 << 10;
+
+/// Least bytes of a lent area asked for ([`Transport::lend_rx`]).
+pub const LENT_MIN_BYTES: usize = 256 << 10;
+
+/// A connection moves to a fresh lent area between frames once less than
+/// this is left of its current one (so receives stay large).
+pub const LENT_MIN_RECV: usize = 16 << 10;
 
 /// Most iovecs in one `sendmsg` (two per frame: header, payload).
 pub const MAX_IOV: usize = 64;
@@ -205,6 +214,14 @@ pub struct TcpStats {
     pub bytes_sent: u64,
     /// Times a receive was held back because `poll` had not taken the events.
     pub paused_recvs: u64,
+    /// Bytes received into lent memory ([`Transport::lend_rx`]).
+    pub lent_bytes: u64,
+    /// Messages delivered in lent memory.
+    pub lent_payloads: u64,
+    /// Bytes of unfinished frames moved to a new lent area or to the
+    /// connection's own buffer (a frame that did not fit the rest of its
+    /// area): the only bytes copied on the lent path.
+    pub carried_bytes: u64,
     /// Connections ended by a bad frame, by [`FrameError`] (in
     /// [`FrameError::ALL`] order).
     pub bad_frames: [u64; 8],
@@ -245,6 +262,15 @@ struct Frame {
     call: u64,
     header: Vec<u8>,
     payload: Vec<u8>,
+    /// A message's payload in lent memory (then `payload` is empty).
+    lent: Option<Bytes>,
+}
+
+/// Lent memory a connection receives into ([`Transport::lend_rx`]).
+struct Lent {
+    area: RxArea,
+    /// The whole area, shared: a message's payload is a slice of it.
+    shared: Bytes,
 }
 
 /// A frame larger than the receive buffer, whose payload is being received
@@ -270,6 +296,12 @@ struct Conn {
     send_seq: u32,
     recv_seq: u32,
     rx: Box<[u8]>,
+    /// Lent memory received into instead of `rx`, if the embedder lent
+    /// some; `rx_start` and `rx_end` are then offsets in it.
+    lent: Option<Lent>,
+    /// A frame of this many bytes does not fit in what is left of the
+    /// lent area: the transport moves the connection's bytes first.
+    want_area: Option<usize>,
     rx_start: usize,
     rx_end: usize,
     large: Option<LargeRx>,
@@ -303,6 +335,8 @@ impl Conn {
             send_seq: 0,
             recv_seq: 0,
             rx: vec![0u8; RX_BYTES].into_boxed_slice(),
+            lent: None,
+            want_area: None,
             rx_start: 0,
             rx_end: 0,
             large: None,
@@ -324,17 +358,33 @@ impl Conn {
         self.connecting || self.recv_inflight || self.send_inflight
     }
 
+    /// Bytes the connection receives into: its own buffer or the area.
+    fn rx_cap(&self) -> usize {
+        self.lent.as_ref().map_or(self.rx.len(), |l| l.area.len())
+    }
+
+    /// What the connection received so far (up to `rx_end`).
+    fn rx_bytes(&self) -> &[u8] {
+        match &self.lent {
+            Some(l) => &l.shared[..self.rx_end],
+            None => &self.rx[..self.rx_end],
+        }
+    }
+
     /// The next whole frame in the receive buffer, if any; a frame larger
     /// than the buffer moves to `large` once its header is in. Checks the
     /// prefix and the bounds before anything is taken for them.
     fn next_frame(&mut self, limits: &Limits, spare: &mut Spare) -> Result<Option<Frame>, FrameError> {
         let avail = self.rx_end - self.rx_start;
         if avail < FRAMING_BYTES {
+            if self.lent.as_ref().is_some_and(|l| self.rx_start + FRAMING_BYTES > l.area.len()) {
+                self.want_area = Some(FRAMING_BYTES);
+            }
             self.compact();
             return Ok(None);
         }
         let at = self.rx_start;
-        let bytes = &self.rx[at..at + FRAMING_BYTES];
+        let bytes = &self.rx_bytes()[at..at + FRAMING_BYTES];
         let prefix = wire::decode_prefix(bytes).map_err(FrameError::from_decode)?;
         if bytes[3] != 0 || bytes[6] != 0 || bytes[7] != 0 {
             return Err(FrameError::Reserved);
@@ -345,7 +395,24 @@ impl Conn {
         }
         let head_end = FRAMING_BYTES + header_len;
         let total = head_end + payload_len;
-        if avail < head_end || (avail < total && total <= RX_BYTES) {
+        if let Some(l) = &self.lent {
+            if avail < total {
+                // Lent memory is never moved within: delivered payloads
+                // may still point into it.
+                if at + total > l.area.len() {
+                    self.want_area = Some(total);
+                }
+                return Ok(None);
+            }
+            let header = l.shared[at + FRAMING_BYTES..at + head_end].to_vec();
+            let (payload, lent) = match prefix.kind {
+                Kind::Message => (Vec::new(), Some(l.shared.slice(at + head_end..at + total))),
+                _ => (l.shared[at + head_end..at + total].to_vec(), None),
+            };
+            self.rx_start += total;
+            return Ok(Some(Frame { kind: prefix.kind, seq: prefix.seq, call: prefix.call, header, payload, lent }));
+        }
+        if avail < head_end || (avail < total && total <= self.rx.len()) {
             self.compact();
             return Ok(None);
         }
@@ -354,7 +421,7 @@ impl Conn {
         let have = (avail - head_end).min(payload_len);
         payload.extend_from_slice(&self.rx[at + head_end..at + head_end + have]);
         self.rx_start += head_end + have;
-        let frame = Frame { kind: prefix.kind, seq: prefix.seq, call: prefix.call, header, payload };
+        let frame = Frame { kind: prefix.kind, seq: prefix.seq, call: prefix.call, header, payload, lent: None };
         if have < payload_len {
             assert!(self.rx_start == self.rx_end, "a large frame takes the rest of the buffer");
             self.rx_start = 0;
@@ -367,7 +434,7 @@ impl Conn {
 
     /// Moves the unparsed bytes to the start of the receive buffer.
     fn compact(&mut self) {
-        if self.rx_start == 0 {
+        if self.rx_start == 0 || self.lent.is_some() {
             return;
         }
         self.rx.copy_within(self.rx_start..self.rx_end, 0);
@@ -402,6 +469,8 @@ pub struct TcpTransport {
     next_gen: u32,
     cqes: Vec<(u64, i32, u32)>,
     progressed: bool,
+    /// Memory lent for messages ([`Transport::lend_rx`]).
+    arena: Option<Box<dyn RxArena>>,
 }
 
 impl TcpTransport {
@@ -448,6 +517,7 @@ impl TcpTransport {
             next_gen: 0,
             cqes: Vec::with_capacity(RING_ENTRIES as usize * 4),
             progressed: false,
+            arena: None,
         })
     }
 
@@ -529,6 +599,7 @@ impl TcpTransport {
     }
 
     fn arm_recv(&mut self, slot: u32) {
+        self.refresh_rx(slot);
         let c = self.conn(slot);
         assert!(!c.recv_inflight && c.state == State::Open);
         let (ptr, len) = match &mut c.large {
@@ -539,9 +610,15 @@ impl TcpTransport {
                 (unsafe { large.frame.payload.as_mut_ptr().add(have) }, large.want - have)
             }
             None => {
-                assert!(c.rx_end < RX_BYTES, "a full receive buffer holds a whole frame");
-                // SAFETY: within the receive buffer.
-                (unsafe { c.rx.as_mut_ptr().add(c.rx_end) }, RX_BYTES - c.rx_end)
+                let cap = c.rx_cap();
+                assert!(c.rx_end < cap, "a full receive buffer holds a whole frame");
+                let base = match &c.lent {
+                    Some(l) => l.area.as_ptr(),
+                    None => c.rx.as_mut_ptr(),
+                };
+                // SAFETY: within the receive buffer, or within the lent area
+                // past every byte delivered from it.
+                (unsafe { base.add(c.rx_end) }, cap - c.rx_end)
             }
         };
         let len = u32::try_from(len).expect("bounded by max_payload_bytes");
@@ -759,7 +836,10 @@ impl TcpTransport {
         let n = res as usize;
         self.stats.recvs += 1;
         self.stats.bytes_received += n as u64;
-        let c = self.conn(slot);
+        let c = self.conns[slot as usize].as_mut().expect("a live slot");
+        if c.lent.is_some() && c.large.is_none() {
+            self.stats.lent_bytes += n as u64;
+        }
         let whole = match &mut c.large {
             Some(large) => {
                 let have = large.frame.payload.len();
@@ -769,7 +849,7 @@ impl TcpTransport {
                 have + n == large.want
             }
             None => {
-                assert!(c.rx_end + n <= RX_BYTES);
+                assert!(c.rx_end + n <= c.rx_cap());
                 c.rx_end += n;
                 false
             }
@@ -798,13 +878,77 @@ impl TcpTransport {
             let next = c.next_frame(&self.limits, &mut self.spare);
             let result = match next {
                 Ok(Some(frame)) => self.deliver(slot, frame),
-                Ok(None) => return true,
+                Ok(None) => {
+                    let c = self.conns[slot as usize].as_mut().expect("a live slot");
+                    match c.want_area.take() {
+                        Some(total) => {
+                            self.move_rx(slot, total);
+                            continue;
+                        }
+                        None => {
+                            self.refresh_rx(slot);
+                            return true;
+                        }
+                    }
+                }
                 Err(e) => Err(e),
             };
             if let Err(e) = result {
                 self.violation(slot, e);
                 return false;
             }
+        }
+    }
+
+    /// A frame of `total` bytes does not fit in what is left of the
+    /// connection's lent area: moves its received bytes to the start of a
+    /// new area, or of the connection's own buffer if the arena has none.
+    fn move_rx(&mut self, slot: u32, total: usize) {
+        let fresh = self.arena.as_mut().and_then(|a| a.area(total.max(LENT_MIN_BYTES))).filter(|a| a.len() >= total);
+        let c = self.conns[slot as usize].as_mut().expect("a live slot");
+        assert!(!c.recv_inflight, "moved between receives");
+        let old = c.lent.take().expect("only lent memory is moved");
+        let pending = &old.shared[c.rx_start..c.rx_end];
+        let n = pending.len();
+        match fresh {
+            Some(area) => {
+                // SAFETY: the new area is lent to us alone and holds `total`
+                // bytes, more than `n`; the old one is still held.
+                unsafe { std::ptr::copy_nonoverlapping(pending.as_ptr(), area.as_ptr(), n) };
+                c.lent = Some(Lent { shared: area.share(), area });
+            }
+            None => {
+                if c.rx.len() < n {
+                    c.rx = vec![0u8; n.next_power_of_two()].into_boxed_slice();
+                }
+                c.rx[..n].copy_from_slice(pending);
+            }
+        }
+        c.rx_start = 0;
+        c.rx_end = n;
+        self.stats.carried_bytes += n as u64;
+        if let Some(a) = self.arena.as_mut() {
+            a.carried(n);
+        }
+    }
+
+    /// Between frames: receives into lent memory when the arena has some,
+    /// on a fresh area once what is left of the current one is short.
+    fn refresh_rx(&mut self, slot: u32) {
+        let Some(arena) = self.arena.as_mut() else { return };
+        let c = self.conns[slot as usize].as_mut().expect("a live slot");
+        if c.rx_start != c.rx_end || c.recv_inflight || c.large.is_some() {
+            return;
+        }
+        if c.lent.as_ref().is_some_and(|l| l.area.len() - c.rx_end >= LENT_MIN_RECV) {
+            return;
+        }
+        let fresh = arena.area(LENT_MIN_BYTES);
+        c.rx_start = 0;
+        c.rx_end = 0;
+        c.lent = fresh.map(|area| Lent { shared: area.share(), area });
+        if c.lent.is_none() && c.rx.len() > RX_BYTES {
+            c.rx = vec![0u8; RX_BYTES].into_boxed_slice();
         }
     }
 
@@ -836,7 +980,16 @@ impl TcpTransport {
                 let result = Ok(Output::Response { header: frame.header, payload: frame.payload });
                 Event::Completion(Completion { conn, token: token.expect("a response's token"), result })
             }
-            Kind::Message => Event::Message { conn, header: frame.header, payload: frame.payload },
+            Kind::Message => {
+                let payload = match frame.lent {
+                    Some(b) => {
+                        self.stats.lent_payloads += 1;
+                        Payload::Lent(b)
+                    }
+                    None => Payload::Owned(frame.payload),
+                };
+                Event::Message { conn, header: frame.header, payload }
+            }
         };
         self.events.push_back(event);
         Ok(())
@@ -1216,6 +1369,11 @@ impl Transport for TcpTransport {
 
     fn take_buffer(&mut self, len: usize) -> Vec<u8> {
         self.spare.take(len)
+    }
+
+    fn lend_rx(&mut self, arena: Box<dyn RxArena>) -> bool {
+        self.arena = Some(arena);
+        true
     }
 
     fn recycle(&mut self, buf: Vec<u8>) {

@@ -91,7 +91,7 @@ fn spawn_server(config: TcpConfig) -> Server {
                     }
                     Event::Message { header, payload: body, .. } => {
                         log.push(checked_index(&header, &body));
-                        t.recycle(body);
+                        t.recycle_payload(body);
                     }
                     Event::Disconnected { .. } => disconnects += 1,
                     _ => {}
@@ -515,7 +515,7 @@ fn frames_split_anywhere_and_a_truncated_one_are_handled() {
         server.poll(&mut seen, 64);
     }
     poll_until(&mut server, &mut seen, |s| s.iter().filter(|e| matches!(e, Event::Message { .. })).count() == 3);
-    let bodies: Vec<&Vec<u8>> = seen.iter().filter_map(|e| if let Event::Message { payload, .. } = e { Some(payload) } else { None }).collect();
+    let bodies: Vec<&[u8]> = seen.iter().filter_map(|e| if let Event::Message { payload, .. } = e { Some(&payload[..]) } else { None }).collect();
     assert_eq!(bodies[0], b"1");
     assert!(*bodies[1] == big);
     assert!(bodies[2].is_empty());
@@ -634,4 +634,102 @@ fn a_loop_driven_by_the_event_fd_alone_completes_every_call() {
         }
     }
     server.finish();
+}
+
+/// An arena over heap memory for the tests: hands out `budget` areas of
+/// `size` bytes (or the size asked, if larger), then none; keeps every
+/// area's memory and hold so the test can see which are still in use.
+struct TestArena {
+    size: usize,
+    budget: usize,
+    areas: std::rc::Rc<std::cell::RefCell<Vec<(Box<[u8]>, Arc<crate::AreaHold>)>>>,
+}
+
+impl crate::RxArena for TestArena {
+    fn area(&mut self, min: usize) -> Option<crate::RxArea> {
+        if self.budget == 0 {
+            return None;
+        }
+        self.budget -= 1;
+        let mut mem = vec![0u8; self.size.max(min)].into_boxed_slice();
+        let hold = Arc::new(crate::AreaHold::default());
+        let ptr = std::ptr::NonNull::new(mem.as_mut_ptr()).unwrap();
+        // SAFETY: the boxed memory is kept in `areas` (never written by the
+        // test) until the test ends, after the transport and its payloads.
+        let area = unsafe { crate::RxArea::new(ptr, mem.len(), hold.clone()) };
+        self.areas.borrow_mut().push((mem, hold));
+        Some(area)
+    }
+}
+
+/// Messages of every size arrive whole into lent memory, across the ends
+/// of areas (moved to the next, counted), larger than an area, and once
+/// the arena has no more (back in the transport's own buffer); requests
+/// still arrive owned; a dropped payload gives its area back.
+#[test]
+fn messages_arrive_in_lent_memory_across_areas_and_without_it() {
+    let areas = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let mut server = TcpTransport::new(&TcpConfig::default()).unwrap();
+    assert!(server.lend_rx(Box::new(TestArena { size: crate::tcp::LENT_MIN_BYTES, budget: 12, areas: areas.clone() })));
+    let addr = server.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+    let mut raw = TcpStream::connect(addr).unwrap();
+    raw.set_nodelay(true).unwrap();
+    let body = |i: usize| -> Vec<u8> {
+        let len = match i % 7 {
+            0 => 300 << 10,
+            1 | 4 => 70_001,
+            _ => 40 + i * 13,
+        };
+        (0..len).map(|j| (j * 7 + i) as u8).collect()
+    };
+    const N: usize = 160;
+    let mut bytes = Vec::new();
+    for i in 0..N {
+        bytes.extend(frame(Kind::Message, i as u32, 0, &(i as u64).to_le_bytes(), &body(i)));
+    }
+    bytes.extend(frame(Kind::Request, N as u32, 1 << 16, b"req", b"owned"));
+    let mut seen = Vec::new();
+    let mut lent = 0;
+    let mut got = 0;
+    let check = |seen: &mut Vec<Event>, lent: &mut usize, got: &mut usize| {
+        for e in seen.drain(..) {
+            match e {
+                Event::Message { header, payload, .. } => {
+                    let i = u64::from_le_bytes(header[..8].try_into().unwrap()) as usize;
+                    assert_eq!(i, *got, "in order");
+                    assert!(payload[..] == body(i)[..], "message {i} damaged ({} bytes)", payload.len());
+                    *lent += usize::from(payload.is_lent());
+                    *got += 1;
+                }
+                Event::Request(r) => {
+                    assert_eq!(r.payload, b"owned");
+                    *got += 1;
+                }
+                Event::Accepted(_) => {}
+                e => panic!("{e:?}"),
+            }
+        }
+    };
+    for chunk in bytes.chunks(50_001) {
+        raw.write_all(chunk).unwrap();
+        server.poll(&mut seen, 64);
+        check(&mut seen, &mut lent, &mut got);
+    }
+    let deadline = Instant::now() + TIMEOUT;
+    while got < N + 1 {
+        assert!(Instant::now() < deadline, "{got} of {} arrived", N + 1);
+        if server.poll(&mut seen, 64) == 0 {
+            server.wait(Duration::from_millis(50)).unwrap();
+        }
+        check(&mut seen, &mut lent, &mut got);
+    }
+    let stats = server.stats().clone();
+    assert!(lent > 20 && lent < N, "{lent} of {N} lent: some in areas, the rest after the arena ran dry");
+    assert_eq!(stats.lent_payloads as usize, lent);
+    assert!(stats.carried_bytes > 0 && stats.carried_bytes < stats.bytes_received / 4, "{stats:?}");
+    assert_eq!(areas.borrow().len(), 12, "the arena's budget was used");
+    // Every payload was dropped: only the area the connection still
+    // receives into (none: the arena ran dry) is in use.
+    assert!(areas.borrow().iter().all(|(_, hold)| !crate::RxArea::in_use(hold)));
+    drop(server);
 }

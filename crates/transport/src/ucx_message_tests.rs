@@ -82,7 +82,7 @@ fn spawn_log_server(config: UcxConfig) -> LogServer {
                 match e {
                     Event::Message { header, payload, .. } => {
                         log.push(checked_index(&header, &payload));
-                        t.recycle(payload);
+                        t.recycle_payload(payload);
                     }
                     Event::Request(r) if r.header == b"log" => {
                         let bytes = log.iter().flat_map(|i| i.to_le_bytes()).collect();

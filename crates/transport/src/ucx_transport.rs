@@ -798,7 +798,7 @@ impl UcxTransport {
             Kind::Message => self.events.push_back(Event::Message {
                 conn: ConnId(conn),
                 header,
-                payload,
+                payload: payload.into(),
             }),
         }
     }

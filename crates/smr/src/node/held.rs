@@ -158,7 +158,7 @@ mod tests {
         events
             .into_iter()
             .filter_map(|e| match e {
-                transport::Event::Message { payload, .. } => Some(payload),
+                transport::Event::Message { payload, .. } => Some(payload.into_vec()),
                 _ => None,
             })
             .collect()
