@@ -346,27 +346,11 @@ impl ClusterKeyspace {
         let (first, offset) = self.pool_place(bytes)?;
         let mut st = self.store.borrow_mut();
         let st = &mut *st;
-        let size = st.engine.pool().buf_size() as usize;
-        let mut extents = Vec::new();
-        let (mut buf, mut off, mut left) = (first, offset, bytes.len());
-        while left > 0 {
-            let len = left.min(size - off);
-            extents.push(Extent { buf_idx: buf, offset: off as u16, len: len as u16 });
-            left -= len;
-            buf += 1;
-            off = 0;
+        let arg = place_value(st.engine.pool_mut(), &mut st.region, first, offset, bytes)?;
+        if let Arg::Pool { extents, .. } = &arg {
+            self.temp.extend(extents.iter().map(|e| e.buf_idx));
         }
-        if extents.len() as u32 > MAX_REF_EXTENTS {
-            return None;
-        }
-        let pool = st.engine.pool_mut();
-        for &e in &extents {
-            // The lent area holds every buffer it spans while the payload lives.
-            pool.retain(e.buf_idx);
-            pool.flush_extent(&mut st.region, pool_extent(e));
-            self.temp.push(e.buf_idx);
-        }
-        Some(Arg::Pool { len: bytes.len() as u32, crc: crc32c::crc32c(bytes), extents })
+        Some(arg)
     }
 
     fn absorb(&mut self, bytes: &[u8]) -> Option<Arg<'static>> {
@@ -420,6 +404,34 @@ pub fn absorb_value<M: Media>(pool: &mut pmwire_pool::Pool, media: &mut M, bytes
         media.write(pool.extent_offset(pool_extent(e)), chunk);
         pool.flush_extent(media, pool_extent(e));
         extents.push(e);
+    }
+    Some(Arg::Pool { len: bytes.len() as u32, crc: crc32c::crc32c(bytes), extents })
+}
+
+/// A value that lies in the pool from `offset` in buffer `first` on (a
+/// message received into lent buffers, `crate::rx_arena`), named where it
+/// is: its extents split at buffer ends, flushed in place (durable at the
+/// next drain: the Raft log's append), one reference taken per extent (the
+/// caller's; the lent area holds every buffer it spans meanwhile).
+/// `None`: it spans more buffers than an entry names; nothing held.
+pub fn place_value<M: Media>(pool: &mut pmwire_pool::Pool, media: &mut M, first: u32, offset: usize, bytes: &[u8]) -> Option<Arg<'static>> {
+    let size = pool.buf_size() as usize;
+    assert!(offset < size, "an offset inside the buffer");
+    let mut extents = Vec::new();
+    let (mut buf, mut off, mut left) = (first, offset, bytes.len());
+    while left > 0 {
+        let len = left.min(size - off);
+        extents.push(Extent { buf_idx: buf, offset: off as u16, len: len as u16 });
+        left -= len;
+        buf += 1;
+        off = 0;
+    }
+    if extents.is_empty() || extents.len() as u32 > MAX_REF_EXTENTS {
+        return None;
+    }
+    for &e in &extents {
+        pool.retain(e.buf_idx);
+        pool.flush_extent(media, pool_extent(e));
     }
     Some(Arg::Pool { len: bytes.len() as u32, crc: crc32c::crc32c(bytes), extents })
 }

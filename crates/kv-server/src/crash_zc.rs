@@ -17,11 +17,20 @@
 //! (`member_zc::verify_in`), and every key holds a value once written to
 //! it, byte for byte.
 //!
-//! Planted bug: a truncated entry's buffers are given back when the new
+//! A follower that receives into its pool (`crate::rx_arena`) is checked
+//! the same way with [`Receive::InPlace`]: each message (a frame's bytes,
+//! then the value) is stored into a lent run of buffers as the kernel
+//! would, unflushed; the value is named where it landed
+//! (`cluster::place_value`: flushed in place, a reference per extent),
+//! drained, logged; a run is given back once the next message does not
+//! fit, its buffers staying live where values are.
+//!
+//! Planted bugs: a truncated entry's buffers are given back when the new
 //! leader's entries arrive, before the truncation is durable, so the
 //! replacement's values can land in them while the old entry is still in
 //! the durable log: a crash then finds an entry whose value was
-//! overwritten. The checker must catch it.
+//! overwritten; and a value received in place logged without its flush
+//! (`Receive::InPlaceUnflushed`). The checker must catch both.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -39,7 +48,25 @@ use pmwire_smr::pmem_store::PmemDurable;
 use pmwire_smr::store::Durable;
 use raft::eraftpb::{Entry, SnapshotMetadata};
 
-use crate::cluster::{absorb_value, entry_refs};
+use crate::cluster::{absorb_value, entry_refs, place_value};
+
+/// How a follower's value reaches its pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Receive {
+    /// Copied into fresh buffers (`cluster::absorb_value`).
+    Absorb,
+    /// Received into a lent run of buffers and named in place.
+    InPlace,
+    /// Planted: named in place without its flush.
+    InPlaceUnflushed,
+}
+
+/// Buffers in one lent run (of `kv_config`'s 512 B buffers).
+const AREA_BUFFERS: u32 = 6;
+
+/// Framing bytes received before each value (a frame's prefix and the
+/// entry's protobuf and headers, as the kernel stores them).
+const FRAMING: usize = 37;
 
 const KV_BYTES: u64 = 1 << 20;
 const LOG_BYTES: u64 = 64 << 10;
@@ -53,6 +80,8 @@ pub fn checks() -> Vec<Check> {
         Check { name: "zero-copy member: log entries naming pool extents, apply, compaction (self-validating Raft log)", planted: false, run: |c| check(false, false, TailStrategy::SelfValidating, c) },
         Check { name: "zero-copy member: log entries naming pool extents, truncations, apply, compaction (self-validating Raft log)", planted: false, run: |c| check(false, true, TailStrategy::SelfValidating, c) },
         Check { name: "planted: zero-copy truncated entry's buffers freed before the truncation is durable", planted: true, run: |c| check(true, true, TailStrategy::Naive, c) },
+        Check { name: "zero-copy follower: values received into lent pool buffers, named in place, truncations (self-validating Raft log)", planted: false, run: |c| check_receive(false, true, TailStrategy::SelfValidating, Receive::InPlace, c) },
+        Check { name: "planted: zero-copy follower's value named in place without its flush", planted: true, run: |c| check_receive(false, false, TailStrategy::SelfValidating, Receive::InPlaceUnflushed, c) },
     ]
 }
 
@@ -124,6 +153,38 @@ fn entry(i: u64, index: u64, term: u64, arg: Arg<'static>) -> Entry {
 }
 
 fn check(planted: bool, truncations: bool, tail: TailStrategy, config: &Config) -> Report {
+    check_receive(planted, truncations, tail, Receive::Absorb, config)
+}
+
+/// A lent run of buffers being received into: first buffer, bytes used.
+struct Area {
+    first: u32,
+    used: usize,
+}
+
+/// Stores a message carrying `v` into the lent run as the kernel would
+/// (no flush), taking a new run once it does not fit (the old one's
+/// references go back); returns where the value starts.
+fn receive_into(engine: &mut Engine, kv: &mut Window, area: &mut Option<Area>, v: &[u8]) -> (u32, usize) {
+    let size = engine.pool().buf_size() as usize;
+    let need = FRAMING + v.len();
+    if area.as_ref().is_none_or(|a| a.used + need > AREA_BUFFERS as usize * size) {
+        if let Some(old) = area.take() {
+            (old.first..old.first + AREA_BUFFERS).for_each(|b| _ = engine.pool_mut().release(b));
+        }
+        let first = engine.pool_mut().alloc_run(AREA_BUFFERS).expect("a free run");
+        *area = Some(Area { first, used: 0 });
+    }
+    let a = area.as_mut().expect("an area");
+    let at = engine.pool().buffer_offset(a.first) + a.used as u64;
+    kv.write(at, &[0xa5; FRAMING]);
+    kv.write(at + FRAMING as u64, v);
+    let start = a.used + FRAMING;
+    a.used += need;
+    (a.first + (start / size) as u32, start % size)
+}
+
+fn check_receive(planted: bool, truncations: bool, tail: TailStrategy, receive: Receive, config: &Config) -> Report {
     let log = LogConfig::new(LOG_BYTES, tail);
     let raft_len = PmemDurable::<MemMedia>::required_size(&log, SNAP_BYTES);
     let shared = Rc::new(RefCell::new(TracedMedia::new((KV_BYTES + raft_len) as usize)));
@@ -133,6 +194,7 @@ fn check(planted: bool, truncations: bool, tail: TailStrategy, config: &Config) 
     let mut durable = PmemDurable::format(raft_w, 1, 1, &[1], log).expect("format");
     shared.borrow_mut().checkpoint();
     let (mut applied, mut term) = (0u64, 1u64);
+    let mut area: Option<Area> = None;
     for i in 1..=STEPS {
         let truncate = truncations && i % 4 == 0 && durable.last_index() >= applied + 2;
         let index = if truncate { durable.last_index() - 1 } else { durable.last_index() + 1 };
@@ -144,7 +206,18 @@ fn check(planted: bool, truncations: bool, tail: TailStrategy, config: &Config) 
                 }
             }
         }
-        let arg = absorb_value(engine.pool_mut(), &mut kv, &value(i)).expect("the pool has room");
+        let v = value(i);
+        let arg = match receive {
+            Receive::Absorb => absorb_value(engine.pool_mut(), &mut kv, &v).expect("the pool has room"),
+            Receive::InPlace => {
+                let (first, offset) = receive_into(&mut engine, &mut kv, &mut area, &v);
+                place_value(engine.pool_mut(), &mut kv, first, offset, &v).expect("few extents")
+            }
+            Receive::InPlaceUnflushed => {
+                let (first, offset) = receive_into(&mut engine, &mut kv, &mut area, &v);
+                place_value(engine.pool_mut(), &mut pmem::media::NoFlush(&mut kv), first, offset, &v).expect("few extents")
+            }
+        };
         // The value is durable before the entry naming it can be (the
         // log's tail validates itself: its lines may land before its fence).
         kv.drain();
@@ -222,6 +295,17 @@ mod tests {
     #[test]
     fn the_zero_copy_log_survives_every_crash_with_truncations_on_a_self_validating_log() {
         check(false, true, TailStrategy::SelfValidating, &Config::default()).assert_passes_at_least(1000);
+    }
+
+    #[test]
+    fn values_received_in_place_survive_every_crash() {
+        check_receive(false, true, TailStrategy::SelfValidating, Receive::InPlace, &Config::default()).assert_passes_at_least(1000);
+        check_receive(false, true, TailStrategy::Naive, Receive::InPlace, &Config::default()).assert_passes_at_least(1000);
+    }
+
+    #[test]
+    fn planted_value_in_place_without_its_flush_is_caught() {
+        check_receive(false, false, TailStrategy::SelfValidating, Receive::InPlaceUnflushed, &Config::default()).assert_caught();
     }
 
     #[test]
