@@ -37,10 +37,13 @@ use pmwire_kv::Savepoint;
 use pmwire_kv_cluster::copies::CopyCounters;
 use pmwire_kv_cluster::extent::{is_extent_form, v1_value_bytes, walk, Arg, ArgHead, ExtEntry, Extent, MAX_REF_EXTENTS};
 use pmwire_kv_cluster::{ExtentBytes, LogHooks, MachineKeyspace, PieceValue};
-use pmwire_keyspace::store::{Expiry, Keyspace, Kind, StoreError, StoreLimits, Stored, ValueSource};
+use pmem::Region;
+use pmwire_keyspace::store::{Keyspace, StoreError, ValueSource};
+use pmwire_kv::Engine;
 use pmwire_netio::BufferSource;
 
-use crate::keyspace::{engine_limits, internal_count, user_key, BatchState, EngineKeyspace, Handle};
+use crate::forward::{EngineHost, Forward};
+use crate::keyspace::{BatchState, EngineKeyspace};
 use crate::store::{Mode, Store};
 
 /// A value argument at least this long travels by its extents; a shorter
@@ -166,8 +169,16 @@ fn pool_extent(e: Extent) -> pmwire_log::Extent {
     pmwire_log::Extent { buf_idx: e.buf_idx, offset: e.offset, len: e.len }
 }
 
-/// The engine behind a replicated Redis machine (module docs).
-pub struct ClusterKeyspace {
+/// The keyspace behind a replicated Redis machine (module docs): the one
+/// forwarding of the executor's calls to the engine (`crate::forward`)
+/// over a [`ClusterHost`].
+pub type ClusterKeyspace = Forward<ClusterHost>;
+
+/// The engine behind a replicated Redis machine (module docs), as a host of
+/// [`Forward`]: it stores values that lie in the pool by their extents,
+/// counts the bytes it copies, and notes refusals that depend on this
+/// member's pool.
+pub struct ClusterHost {
     store: SharedStore,
     state: BatchState,
     now_ms: u64,
@@ -198,13 +209,13 @@ struct Fill {
 /// a longer one gets buffers of its own.
 const PACK_MAX_BYTES: usize = 1024;
 
-impl std::fmt::Debug for ClusterKeyspace {
+impl std::fmt::Debug for ClusterHost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "ClusterKeyspace({:?}, now {} ms)", self.store.borrow(), self.now_ms)
     }
 }
 
-impl ClusterKeyspace {
+impl Forward<ClusterHost> {
     /// The keyspace over an opened store; in its [`Mode::ZeroCopy`], values
     /// received from a peer are stored in the pool by their extents.
     pub fn new(store: Store) -> ClusterKeyspace {
@@ -214,9 +225,23 @@ impl ClusterKeyspace {
     /// The keyspace over a shared store, adding to `copies`.
     pub fn shared(store: SharedStore, copies: CopyCounters) -> ClusterKeyspace {
         let zero_copy = store.borrow().mode() == Mode::ZeroCopy;
-        ClusterKeyspace { store, state: BatchState::default(), now_ms: 0, entry_start: None, fault: None, locs: Vec::new(), temp: Vec::new(), copies, zero_copy, fill: None }
+        Forward(ClusterHost { store, state: BatchState::default(), now_ms: 0, entry_start: None, fault: None, locs: Vec::new(), temp: Vec::new(), copies, zero_copy, fill: None })
     }
 
+    /// The store back, every handle released (what is staged and not
+    /// committed is dropped with it, as a crash would).
+    pub fn into_store(self) -> Store {
+        let ClusterHost { store, mut state, temp, .. } = self.0;
+        {
+            let mut st = store.borrow_mut();
+            state.release_held(&mut st.engine);
+            temp.into_iter().for_each(|b| _ = st.engine.pool_mut().release(b));
+        }
+        Rc::try_unwrap(store.0).ok().expect("the store is no longer shared").into_inner()
+    }
+}
+
+impl ClusterHost {
     /// The store.
     pub fn store(&self) -> Ref<'_, Store> {
         self.store.borrow()
@@ -260,18 +285,6 @@ impl ClusterKeyspace {
         self.state.held.len()
     }
 
-    /// The store back, every handle released (what is staged and not
-    /// committed is dropped with it, as a crash would).
-    pub fn into_store(self) -> Store {
-        let ClusterKeyspace { store, mut state, temp, .. } = self;
-        {
-            let mut st = store.borrow_mut();
-            state.release_held(&mut st.engine);
-            temp.into_iter().for_each(|b| _ = st.engine.pool_mut().release(b));
-        }
-        Rc::try_unwrap(store.0).ok().expect("the store is no longer shared").into_inner()
-    }
-
     /// Runs `f` on an engine keyspace (`zero_copy`: arguments whose pieces
     /// lie in the pool, per `locs`, are stored by their extents).
     fn with_ks<R>(&mut self, zero_copy: bool, f: impl FnOnce(&mut EngineKeyspace<'_>) -> R) -> R {
@@ -309,16 +322,6 @@ impl ClusterKeyspace {
         !pieces.is_empty() && pieces.iter().all(|p| self.locs.get(p.segment as usize).is_some_and(|&l| l != NOT_IN_POOL))
     }
 
-    /// A received entry's values copied into fresh pool buffers, flushed in
-    /// place, as the pool arguments of its local form (`None`: the pool is
-    /// too short of free buffers; nothing held).
-    ///
-    /// A small value (at most [`PACK_MAX_BYTES`]) is packed after the
-    /// previous one into a shared buffer: given a 2 KiB buffer each, 16 B
-    /// values filled a follower's pool a hundred times faster than the
-    /// leader's, whose values share the buffers they were received into,
-    /// and the leader's room check (its own pool) let a pipelined load fill
-    /// the followers' pools until their machines halted.
     /// Where `bytes` lie in the pool's buffer area, if they do: the first
     /// buffer and the offset in it. Only a payload received into lent pool
     /// memory (`crate::rx_arena`) does.
@@ -353,6 +356,16 @@ impl ClusterKeyspace {
         Some(arg)
     }
 
+    /// A received entry's values copied into fresh pool buffers, flushed in
+    /// place, as the pool arguments of its local form (`None`: the pool is
+    /// too short of free buffers; nothing held).
+    ///
+    /// A small value (at most [`PACK_MAX_BYTES`]) is packed after the
+    /// previous one into a shared buffer: given a 2 KiB buffer each, 16 B
+    /// values filled a follower's pool a hundred times faster than the
+    /// leader's, whose values share the buffers they were received into,
+    /// and the leader's room check (its own pool) let a pipelined load fill
+    /// the followers' pools until their machines halted.
     fn absorb(&mut self, bytes: &[u8]) -> Option<Arg<'static>> {
         let mut st = self.store.borrow_mut();
         let st = &mut *st;
@@ -457,7 +470,7 @@ pub fn entry_refs(pool: &mut pmwire_pool::Pool, data: &[u8], hold: bool) -> u64 
     inline
 }
 
-impl LogHooks for ClusterKeyspace {
+impl LogHooks for ClusterHost {
     fn wire_form(&mut self, data: &[u8]) -> Option<Vec<u8>> {
         if !is_extent_form(data) {
             // protobuf's encoding copies the entry, values and all.
@@ -594,7 +607,7 @@ impl LogHooks for ClusterKeyspace {
 
 impl MachineKeyspace for ClusterKeyspace {
     fn set_now_ms(&mut self, now_ms: u64) {
-        self.now_ms = now_ms;
+        self.0.now_ms = now_ms;
     }
 
     fn is_persistent(&self) -> bool {
@@ -602,47 +615,47 @@ impl MachineKeyspace for ClusterKeyspace {
     }
 
     fn commit(&mut self) -> Result<(), String> {
-        let mut st = self.store.borrow_mut();
+        let mut st = self.0.store.borrow_mut();
         let st = &mut *st;
-        let result = self.state.commit(&mut st.engine, &mut st.region);
-        self.state.release_held(&mut st.engine);
-        result.map_err(|()| self.state.failed.clone().unwrap_or_else(|| "commit failed".into()))
+        let result = self.0.state.commit(&mut st.engine, &mut st.region);
+        self.0.state.release_held(&mut st.engine);
+        result.map_err(|()| self.0.state.failed.clone().unwrap_or_else(|| "commit failed".into()))
     }
 
     fn begin_entry(&mut self) {
-        self.entry_start = Some(self.store.borrow().engine.savepoint());
+        self.0.entry_start = Some(self.0.store.borrow().engine.savepoint());
     }
 
     fn batch_full(&self) -> bool {
-        self.state.batch_full
+        self.0.state.batch_full
     }
 
     fn rollback_entry(&mut self) {
-        let start = self.entry_start.take().expect("an entry began");
-        self.store.borrow_mut().engine.rollback_to(start);
-        self.state.batch_full = false;
+        let start = self.0.entry_start.take().expect("an entry began");
+        self.0.store.borrow_mut().engine.rollback_to(start);
+        self.0.state.batch_full = false;
     }
 
     fn allow_oversize(&mut self) {
-        self.store.borrow_mut().engine.allow_oversize();
+        self.0.store.borrow_mut().engine.allow_oversize();
     }
 
     fn take_fault(&mut self) -> Option<String> {
-        self.fault.take()
+        self.0.fault.take()
     }
 
     fn end_entry(&mut self) {
-        self.entry_start = None;
-        self.locs.clear();
-        self.state.release_held(&mut self.store.borrow_mut().engine);
+        self.0.entry_start = None;
+        self.0.locs.clear();
+        self.0.state.release_held(&mut self.0.store.borrow_mut().engine);
     }
 
     fn copies(&self) -> Option<&CopyCounters> {
-        Some(&self.copies)
+        Some(&self.0.copies)
     }
 
     fn extent_bytes(&self, extent: Extent) -> Option<ExtentBytes> {
-        let st = self.store.borrow();
+        let st = self.0.store.borrow();
         let e = pool_extent(extent);
         st.engine.pool().check_live_extent(e).ok()?;
         let view = st.view();
@@ -660,21 +673,21 @@ impl MachineKeyspace for ClusterKeyspace {
         let result = match value {
             PieceValue::Pool(x) => {
                 let x: Vec<pmwire_log::Extent> = x.iter().map(|&e| pool_extent(e)).collect();
-                self.ks(|k| k.internal_put_extents(key, &x))
+                self.0.ks(|k| k.internal_put_extents(key, &x))
             }
-            PieceValue::Bytes(bytes) => self.ks(|k| k.internal_put(key, bytes)),
+            PieceValue::Bytes(bytes) => self.0.ks(|k| k.internal_put(key, bytes)),
         };
-        self.watch(result)
+        self.0.watch(result)
     }
 
     fn piece_extents(&mut self, key: &[u8]) -> Option<Vec<Extent>> {
-        let x = self.ks(|k| k.internal_extents(key))?;
+        let x = self.0.ks(|k| k.internal_extents(key))?;
         Some(x.into_iter().map(|e| Extent { buf_idx: e.buf_idx, offset: e.offset, len: e.len }).collect())
     }
 
     fn set_segment_locs(&mut self, locs: &[Option<(u32, u32)>]) {
-        self.locs.clear();
-        self.locs.extend(locs.iter().map(|l| l.unwrap_or(NOT_IN_POOL)));
+        self.0.locs.clear();
+        self.0.locs.extend(locs.iter().map(|l| l.unwrap_or(NOT_IN_POOL)));
     }
 
     fn log_hooks(&mut self) -> Option<&mut dyn LogHooks> {
@@ -682,102 +695,60 @@ impl MachineKeyspace for ClusterKeyspace {
     }
 }
 
-impl Keyspace for ClusterKeyspace {
-    type Value = Handle;
-
-    fn get(&mut self, key: &[u8]) -> Option<Stored<Handle>> {
-        self.ks(|k| k.get(key))
+impl LogHooks for Forward<ClusterHost> {
+    fn wire_form(&mut self, data: &[u8]) -> Option<Vec<u8>> {
+        self.0.wire_form(data)
     }
 
-    fn read(&self, value: &Handle, out: &mut Vec<u8>) {
-        let st = self.store.borrow();
-        st.engine.pool().gather(&st.region, value, out);
+    fn local_form(&mut self, data: &[u8]) -> Option<Vec<u8>> {
+        self.0.local_form(data)
     }
 
-    fn put(&mut self, key: &[u8], kind: Kind, value: ValueSource<'_>, expiry: Expiry) -> Result<(), StoreError> {
-        let by_extents = matches!(&value, ValueSource::Arg(a) if self.in_pool(a.pieces));
-        if let ValueSource::Arg(a) = &value {
+    fn log_held(&mut self, data: &[u8]) {
+        self.0.log_held(data)
+    }
+
+    fn log_dropped(&mut self, data: &[u8]) {
+        self.0.log_dropped(data)
+    }
+
+    fn log_settled(&mut self) {
+        self.0.log_settled()
+    }
+}
+
+impl EngineHost for ClusterHost {
+    type Media = Region;
+
+    fn lend<R>(&mut self, f: impl FnOnce(&mut EngineKeyspace<'_>) -> R) -> R {
+        self.with_ks(false, f)
+    }
+
+    fn lend_put<R>(&mut self, by_extents: bool, f: impl FnOnce(&mut EngineKeyspace<'_>) -> R) -> R {
+        self.with_ks(by_extents, f)
+    }
+
+    fn put_by_extents(&mut self, value: &ValueSource<'_>) -> bool {
+        let by_extents = matches!(value, ValueSource::Arg(a) if self.in_pool(a.pieces));
+        if let ValueSource::Arg(a) = value {
             if !by_extents {
                 let n = a.len() as u64;
                 self.copies.add(|c| c.applied += n);
             }
         }
-        let result = self.with_ks(by_extents, |k| k.put(key, kind, value, expiry));
-        self.watch(result)
+        by_extents
     }
 
-    fn set_deadline(&mut self, key: &[u8], deadline_ms: Option<u64>) -> Result<bool, StoreError> {
-        let result = self.ks(|k| k.set_deadline(key, deadline_ms));
-        self.watch(result)
-    }
-
-    fn delete(&mut self, key: &[u8]) -> Result<bool, StoreError> {
-        let result = self.ks(|k| k.delete(key));
-        self.watch(result)
-    }
-
-    fn scan(&mut self, after: Option<&[u8]>, limit: usize, visit: &mut dyn FnMut(&[u8], Kind)) -> usize {
-        self.ks(|k| k.scan(after, limit, visit))
-    }
-
-    fn len(&self) -> u64 {
+    fn peek<R>(&self, f: impl FnOnce(&Engine, &Region) -> R) -> R {
         let st = self.store.borrow();
-        (st.engine.len() - internal_count(&st.engine)) as u64
+        f(&st.engine, &st.region)
     }
 
     fn now_ms(&self) -> u64 {
         self.now_ms
     }
 
-    fn expired(&self, limit: usize) -> Vec<Vec<u8>> {
-        let st = self.store.borrow();
-        st.engine.expired(self.now_ms).filter_map(user_key).take(limit).map(<[u8]>::to_vec).collect()
-    }
-
-    fn expiring_len(&self) -> u64 {
-        self.store.borrow().engine.expiring_len() as u64
-    }
-
-    fn clear(&mut self) -> Result<(), StoreError> {
-        let result = self.ks(|k| k.clear());
+    fn wrote<T>(&mut self, result: Result<T, StoreError>) -> Result<T, StoreError> {
         self.watch(result)
-    }
-
-    fn limits(&self) -> StoreLimits {
-        engine_limits(&self.store.borrow().engine)
-    }
-
-    fn begin_command(&mut self) {
-        self.ks(|k| k.begin_command())
-    }
-
-    fn abort_command(&mut self) {
-        self.ks(|k| k.abort_command())
-    }
-
-    fn has_internal(&self) -> bool {
-        true
-    }
-
-    fn internal_get(&mut self, key: &[u8]) -> Option<Handle> {
-        self.ks(|k| k.internal_get(key))
-    }
-
-    fn internal_read(&mut self, key: &[u8], out: &mut Vec<u8>) -> bool {
-        self.ks(|k| k.internal_read(key, out))
-    }
-
-    fn internal_put(&mut self, key: &[u8], bytes: &[u8]) -> Result<(), StoreError> {
-        let result = self.ks(|k| k.internal_put(key, bytes));
-        self.watch(result)
-    }
-
-    fn internal_delete(&mut self, key: &[u8]) -> Result<bool, StoreError> {
-        let result = self.ks(|k| k.internal_delete(key));
-        self.watch(result)
-    }
-
-    fn internal_scan(&mut self, from: &[u8], limit: usize, visit: &mut dyn FnMut(&[u8])) -> usize {
-        self.ks(|k| k.internal_scan(from, limit, visit))
     }
 }

@@ -2,7 +2,10 @@
 //! keyspace that owns an engine and lends an [`EngineKeyspace`] over it for
 //! each call ([`EngineHost`]): [`Forward`] is that keyspace. The host says
 //! only what differs between hosts: how it lends the engine, and what it
-//! does with a write's result (the simulation's
+//! does with a write's result, and whether a put stores its value by pool
+//! extents (a replicated member's [`crate::cluster::ClusterHost`] stores
+//! values received into the pool so, counts what it copies and notes
+//! refusals that depend on its pool; the simulation's
 //! [`crate::sim::PmemKeyspace`] notes pool refusals and, with its planted
 //! bug, commits at once).
 //!
@@ -25,6 +28,21 @@ pub(crate) trait EngineHost {
 
     /// Runs `f` on an engine keyspace made for one call.
     fn lend<R>(&mut self, f: impl FnOnce(&mut EngineKeyspace<'_, Self::Media>) -> R) -> R;
+
+    /// Runs `f` on an engine keyspace made for one put; `by_extents`:
+    /// what [`EngineHost::put_by_extents`] said. As `lend` by default.
+    fn lend_put<R>(&mut self, by_extents: bool, f: impl FnOnce(&mut EngineKeyspace<'_, Self::Media>) -> R) -> R {
+        let _ = by_extents;
+        self.lend(f)
+    }
+
+    /// Whether a put of `value` stores it by its pool extents (a value
+    /// received into the pool, as a replicated member's); the host may
+    /// count what it copies otherwise. False by default.
+    fn put_by_extents(&mut self, value: &ValueSource<'_>) -> bool {
+        let _ = value;
+        false
+    }
 
     /// Runs `f` on the engine and its medium, read only.
     fn peek<R>(&self, f: impl FnOnce(&Engine, &Self::Media) -> R) -> R;
@@ -66,7 +84,8 @@ impl<H: EngineHost> Keyspace for Forward<H> {
     }
 
     fn put(&mut self, key: &[u8], kind: Kind, value: ValueSource<'_>, expiry: Expiry) -> Result<(), StoreError> {
-        let result = self.0.lend(|k| k.put(key, kind, value, expiry));
+        let by_extents = self.0.put_by_extents(&value);
+        let result = self.0.lend_put(by_extents, |k| k.put(key, kind, value, expiry));
         self.0.wrote(result)
     }
 

@@ -51,8 +51,7 @@
 pub use pmwire_netio as netio;
 
 mod admit;
-#[cfg(feature = "sim")]
-mod forward;
+pub mod forward;
 pub mod client;
 pub mod cluster;
 pub mod crash;
