@@ -414,8 +414,19 @@ fn wait_times_out_when_idle_and_the_event_fd_wakes_a_poller() {
 /// Writes `frames` on a plain socket to a fresh transport, then checks
 /// that the transport ended that connection for `reason` (counted once)
 /// and still answers a good client.
+/// `frames` end their connection for `reason`, on a transport receiving
+/// into its own memory and on one receiving into lent memory.
 fn hostile(frames: &[Vec<u8>], reason: FrameError) {
+    hostile_with(frames, reason, false);
+    hostile_with(frames, reason, true);
+}
+
+fn hostile_with(frames: &[Vec<u8>], reason: FrameError, lend: bool) {
+    let areas = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
     let mut server = TcpTransport::new(&TcpConfig::default()).unwrap();
+    if lend {
+        server.lend_rx(Box::new(TestArena { size: crate::tcp::LENT_MIN_BYTES, budget: 64, areas: areas.clone() }));
+    }
     let addr = server.listen("127.0.0.1:0".parse().unwrap()).unwrap();
     let mut raw = TcpStream::connect(addr).unwrap();
     for f in frames {
@@ -451,6 +462,8 @@ fn hostile(frames: &[Vec<u8>], reason: FrameError) {
         good.wait(Duration::from_millis(5)).unwrap();
     }
     assert_eq!(response(&got, 1).0, b"ok");
+    assert!(!lend || !areas.borrow().is_empty(), "the hostile connection received into lent memory");
+    drop(server);
 }
 
 fn frame(kind: Kind, seq: u32, call: u64, header: &[u8], body: &[u8]) -> Vec<u8> {
