@@ -221,8 +221,17 @@ fn sweep_into<C: PutClient>(connect: &(dyn Fn() -> Result<C> + Sync), variant: &
 
 /// The leader's value bytes copied per SET (1 KiB values) on a write's
 /// path, from its `INFO copies` counters, or why not.
-fn copied_per_set(members: &Members, leader: usize) -> Result<f64, String> {
+/// Value bytes copied per 1 KiB SET through the leader, from `INFO copies`
+/// on the leader and then on each follower once it applied the last SET
+/// (each follower's, in member order).
+fn copied_per_set(members: &Members, leader: usize) -> Result<(f64, Vec<f64>), String> {
     let info = |c: &mut Resp| info_text(c, b"copies").map_err(|e| format!("INFO: {e:#}"));
+    let mut followers = Vec::new();
+    for (i, &addr) in members.resp.iter().enumerate().filter(|&(i, _)| i + 1 != leader) {
+        let mut f = Resp::connect(addr).map_err(|e| format!("member {}: {e:#}", i + 1))?;
+        let before = copied_bytes(&info(&mut f)?).ok_or("a follower's INFO copies has no copy_value_bytes_path counter")?;
+        followers.push((f, before));
+    }
     let mut c = Resp::connect(members.resp[leader - 1]).map_err(|e| format!("{e:#}"))?;
     // A member that is not the leader throughout forwards the SETs and
     // copies as a follower does: then the count is not the leader's.
@@ -237,7 +246,21 @@ fn copied_per_set(members: &Members, leader: usize) -> Result<f64, String> {
     }
     let after = copied_bytes(&info(&mut c)?).ok_or("the counter went away")?;
     still_leader(role(&mut c)?)?;
-    Ok(after.saturating_sub(before) as f64 / SETS as f64)
+    let last = format!("copied:{}", SETS - 1);
+    let mut per_follower = Vec::new();
+    for (mut f, before) in followers {
+        f.command(&[b"READONLY"]).map_err(|e| format!("READONLY: {e:#}"))?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while f.get(last.as_bytes()).ok().as_deref() != Some(&value[..]) {
+            if std::time::Instant::now() > deadline {
+                return Err("a follower did not apply the SETs within 10 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let f_after = copied_bytes(&info(&mut f)?).ok_or("the counter went away")?;
+        per_follower.push(f_after.saturating_sub(before) as f64 / SETS as f64);
+    }
+    Ok((after.saturating_sub(before) as f64 / SETS as f64, per_follower))
 }
 
 fn cluster_round(options: &Options, run: &RunPlan, plan: &Plan, sweep: bool, sink: &mut Sink) {
@@ -267,8 +290,17 @@ fn cluster_round(options: &Options, run: &RunPlan, plan: &Plan, sweep: bool, sin
         Err(e) => return sink.skipped.push(Skipped::new("value_bytes_copied_per_set", CLUSTER, &format!("{e:#}"))),
     };
     match copied_per_set(&members, leader) {
-        Ok(v) => sink.results.push(BenchResult::new("value_bytes_copied_per_set", CLUSTER).size(1024).metric("bytes_per_set", v).param("member", "leader")),
-        Err(why) => sink.skipped.push(Skipped::new("value_bytes_copied_per_set", CLUSTER, &why)),
+        Ok((v, followers)) => {
+            sink.results.push(BenchResult::new("value_bytes_copied_per_set", CLUSTER).size(1024).metric("bytes_per_set", v).param("member", "leader"));
+            let worst = followers.iter().copied().fold(0.0, f64::max);
+            sink.results.push(
+                BenchResult::new("value_bytes_copied_per_set_follower", CLUSTER).size(1024).metric("bytes_per_set", worst).param("member", "follower, the worst of both").param("each", followers),
+            );
+        }
+        Err(why) => {
+            sink.skipped.push(Skipped::new("value_bytes_copied_per_set", CLUSTER, &why));
+            sink.skipped.push(Skipped::new("value_bytes_copied_per_set_follower", CLUSTER, &why));
+        }
     }
 }
 
@@ -488,6 +520,10 @@ pub fn headlines(results: &[BenchResult], skipped: &[Skipped]) -> Vec<Headline> 
         Some(v) => Headline::measured("kv-replicated value bytes copied per 1 KiB SET on the leader (INFO counters)", v, "= 0", crate::Goal::at_most(0.0), "counters of the member"),
         None => Headline::not_run("kv-replicated value bytes copied per 1 KiB SET on the leader (INFO counters)", "= 0", &reason("value_bytes_copied_per_set")),
     });
+    out.push(match metric(results, "value_bytes_copied_per_set_follower", CLUSTER, "bytes_per_set", None) {
+        Some(v) => Headline::measured("kv-replicated value bytes copied per 1 KiB SET on a follower, the worst of both (INFO counters; received into its pool)", v, "= 0", crate::Goal::at_most(0.0), "counters of the members"),
+        None => Headline::not_run("kv-replicated value bytes copied per 1 KiB SET on a follower, the worst of both (INFO counters; received into its pool)", "= 0", &reason("value_bytes_copied_per_set_follower")),
+    });
     out.push(match metric(results, "failover", CLUSTER, "failover_ms_p50", None) {
         Some(v) => Headline::measured("kv-replicated failover under load, p50: kill -9 of the leader to the next committed +OK (ms)", v, "<= 1000 ms (information)", crate::Goal::at_most(1000.0), "kills in one run").in_unit("ms").for_information(),
         None => Headline::not_run("kv-replicated failover under load, p50: kill -9 of the leader to the next committed +OK (ms)", "<= 1000 ms (information)", &reason("failover")),
@@ -557,7 +593,8 @@ mod tests {
         assert_eq!(find("at 64 clients: pmwire 3 members / Redis").verdict(), Verdict::Fail, "2x < 3x");
         assert_eq!(find("/ single-node").verdict(), Verdict::Pass, "0.6x >= 0.5x");
         assert_eq!(find("p50, 1 client: pmwire 3 members / etcd").not_run_reason(), Some("a side did not run"), "etcd missing: never a pass");
-        assert_eq!(find("bytes copied").not_run_reason(), Some("no counter"));
+        assert_eq!(find("bytes copied per 1 KiB SET on the leader").not_run_reason(), Some("no counter"));
+        assert!(find("bytes copied per 1 KiB SET on a follower").not_run_reason().is_some(), "no follower row: not run");
         assert!(find("catch-up").not_run_reason().is_some(), "no catch_up row: not run");
         assert!(find("turn gap").not_run_reason().is_some() && find("term changes").not_run_reason().is_some());
         let add = BenchResult::new("catch_up", CLUSTER).metric("catch_up_mb_per_s", 50.0).metric("term_changes", 1.0).metric("max_turn_gap_ms", 120.0);
