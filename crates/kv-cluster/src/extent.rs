@@ -281,6 +281,22 @@ impl ArgHead<'_> {
     }
 }
 
+/// Whether `data` is an entry as a peer may send it: not in extent form,
+/// or in extent form whose arguments all walk and none names pool extents.
+/// Extents name the buffers of the member that logged the entry, so only a
+/// local form holds them; the wire form carries every value inline
+/// (`LogHooks::wire_form`). An entry that names extents or does not walk,
+/// from a peer, would have this member take references on buffers it
+/// never gave out, so it is refused before anything is done with it.
+pub fn acceptable_from_peer(data: &[u8]) -> bool {
+    if !is_extent_form(data) {
+        return true;
+    }
+    let mut names_extents = false;
+    let walked = walk(data, |_, head| names_extents |= matches!(head, ArgHead::Pool { .. }));
+    walked && !names_extents
+}
+
 /// Walks the arguments of `data`, an extent-form entry this member logged
 /// (checked by [`ExtEntry::decode`] when it was), by their heads alone: no
 /// checksum, no allocation. The log's bookkeeping runs it on every append,
@@ -544,6 +560,34 @@ mod tests {
         assert_eq!(e.inline_value_bytes(), 0);
         assert_eq!(e.encode(), bytes);
         assert_eq!(crate::entry::Entry::decode(&bytes).unwrap_err(), EntryError::Version(2));
+    }
+
+    /// A peer may send the wire form (values inline, streams by name) and
+    /// any entry not in extent form; never one naming pool extents, and
+    /// never an extent-form entry whose arguments do not walk.
+    #[test]
+    fn only_entries_naming_no_buffers_are_taken_from_a_peer() {
+        let encode = |args: Vec<Arg<'_>>| ExtEntry { kind: ExtKind::Command, protocol: Protocol::Resp3, time_ms: 5, seed: 6, args }.encode();
+        let local = sample();
+        assert!(!acceptable_from_peer(&local), "names extents 3 and 9");
+        let e = ExtEntry::decode(&local).unwrap();
+        let inline: Vec<Arg<'_>> = e
+            .args
+            .iter()
+            .map(|a| match a {
+                Arg::Pool { len, .. } => Arg::Inline(Cow::Owned(vec![1; *len as usize])),
+                a => a.clone(),
+            })
+            .collect();
+        let wire = encode(inline.clone());
+        assert!(acceptable_from_peer(&wire));
+        let streamed = Arg::Streamed { len: 1 << 20, crc: 1, stream: StreamId { time_ms: 1, nonce: 2 }, pieces: 8 };
+        assert!(acceptable_from_peer(&encode(inline.into_iter().chain([streamed]).collect())));
+        assert!(acceptable_from_peer(b"SET k v"), "not the extent form: the machine's own checks refuse it at apply");
+        // Cut inside an argument's head: the walk fails, refused.
+        for cut in HEADER_BYTES + 1..HEADER_BYTES + 8 {
+            assert!(!acceptable_from_peer(&wire[..cut]), "cut at {cut}");
+        }
     }
 
     #[test]

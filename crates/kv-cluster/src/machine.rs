@@ -789,6 +789,10 @@ impl<K: MachineKeyspace> StateMachine for RedisMachine<K> {
         self.ks.borrow_mut().log_hooks().is_some()
     }
 
+    fn accepts_from_peer(&self, data: &[u8]) -> bool {
+        crate::extent::acceptable_from_peer(data)
+    }
+
     fn wire_form(&mut self, data: &[u8]) -> Option<Vec<u8>> {
         self.ks.get_mut().log_hooks()?.wire_form(data)
     }

@@ -996,6 +996,14 @@ where
             Ok(m) if m.to == self.config.id => m,
             _ => return self.counters.malformed += 1,
         };
+        if matches!(m.get_msg_type(), MessageType::MsgAppend | MessageType::MsgPropose)
+            && m.get_entries().iter().any(|e| e.get_entry_type() == EntryType::EntryNormal && !self.machine.accepts_from_peer(&e.data))
+        {
+            // An entry naming this member's own buffers, or one that does
+            // not parse as the machine's local form would: never sent by a
+            // correct peer.
+            return self.counters.malformed += 1;
+        }
         if m.get_msg_type() == MessageType::MsgAppend && self.machine.tracks_log() {
             self.local_forms(&mut m);
         }

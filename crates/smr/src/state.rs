@@ -147,6 +147,15 @@ pub trait StateMachine {
         None
     }
 
+    /// Whether a normal entry `data` that a peer sent (in an append or a
+    /// forwarded proposal) may be taken at all: a machine whose local form
+    /// names its own buffers refuses one that names buffers, since only
+    /// this member can. A refused entry drops its whole message (counted
+    /// malformed). True by default.
+    fn accepts_from_peer(&self, _data: &[u8]) -> bool {
+        true
+    }
+
     /// The durable log now holds the machine entry `data`.
     fn log_held(&mut self, _data: &[u8]) {}
 
