@@ -515,10 +515,12 @@ impl LogHooks for ClusterHost {
     }
 
     fn local_form(&mut self, data: &[u8]) -> Option<Vec<u8>> {
+        // protobuf's decoding copied the message into the entry, unless the
+        // message was received into the pool (`crate::rx_arena`) and the
+        // entry shares it (then the log's append is its first copy).
+        let in_pool = self.pool_place(data).is_some();
         if !is_extent_form(data) {
-            // Copied by protobuf's decoding, unless the entry shares a
-            // message received into the pool (the log's append copies it).
-            let values = if self.pool_place(data).is_some() { 0 } else { v1_value_bytes(data) };
+            let values = if in_pool { 0 } else { v1_value_bytes(data) };
             self.copies.add(|c| c.received += values);
             return None;
         }
@@ -531,17 +533,11 @@ impl LogHooks for ClusterHost {
             large |= value >= MIN_EXTENT_VALUE_BYTES as u64;
         });
         if walked && !(large && self.zero_copy) {
-            // Copied by protobuf's decoding, unless the entry shares a
-            // message received into the pool (the log's append copies it).
-            let copied = if self.pool_place(data).is_some() { 0 } else { inline };
+            let copied = if in_pool { 0 } else { inline };
             self.copies.add(|c| c.received += copied);
             return None;
         }
         let e = ExtEntry::decode(data).ok()?;
-        // protobuf's decoding copied the message into the entry, unless
-        // the message was received into the pool (`crate::rx_arena`) and
-        // the entry shares it.
-        let in_pool = self.pool_place(data).is_some();
         let mut copied = if in_pool { 0 } else { e.inline_value_bytes() };
         if !self.zero_copy {
             self.copies.add(|c| c.received += copied);
@@ -550,7 +546,7 @@ impl LogHooks for ClusterHost {
         let mut args = Vec::with_capacity(e.args.len());
         for (i, a) in e.args.iter().enumerate() {
             let local = match a {
-                Arg::Inline(b) if i >= 2 && b.len() >= MIN_EXTENT_VALUE_BYTES => match self.in_place(b) {
+                Arg::Inline(b) if i >= 2 && b.len() >= MIN_EXTENT_VALUE_BYTES => match in_pool.then(|| self.in_place(b)).flatten() {
                     Some(arg) => Some(arg),
                     None => {
                         let absorbed = self.absorb(b);

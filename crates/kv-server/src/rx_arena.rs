@@ -53,11 +53,6 @@ impl PoolArena {
         PoolArena { store, copies, lent: Vec::new(), retry_at: None }
     }
 
-    /// Areas lent and not yet given back.
-    pub fn lent_areas(&self) -> usize {
-        self.lent.len()
-    }
-
     /// Gives back every area nothing uses any more: each buffer's
     /// reference from the arena is dropped.
     fn reclaim(&mut self) {

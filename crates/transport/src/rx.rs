@@ -33,29 +33,11 @@ pub enum Payload {
 }
 
 impl Payload {
-    /// The transport's buffer, to recycle; `None` for lent memory (dropping
-    /// it gives the area back).
-    pub fn owned(self) -> Option<Vec<u8>> {
-        match self {
-            Payload::Owned(v) => Some(v),
-            Payload::Lent(_) => None,
-        }
-    }
-
     /// The bytes as a `Vec` (a copy for lent memory).
     pub fn into_vec(self) -> Vec<u8> {
         match self {
             Payload::Owned(v) => v,
             Payload::Lent(b) => b.to_vec(),
-        }
-    }
-
-    /// The bytes as `Bytes`, sharing lent memory (an owned buffer is
-    /// taken over, not copied).
-    pub fn into_bytes(self) -> Bytes {
-        match self {
-            Payload::Owned(v) => Bytes::from(v),
-            Payload::Lent(b) => b,
         }
     }
 

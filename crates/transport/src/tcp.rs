@@ -879,17 +879,12 @@ impl TcpTransport {
             let result = match next {
                 Ok(Some(frame)) => self.deliver(slot, frame),
                 Ok(None) => {
+                    // Fresh lent memory, if due, is taken when the next
+                    // receive is armed (`refresh_rx`).
                     let c = self.conns[slot as usize].as_mut().expect("a live slot");
-                    match c.want_area.take() {
-                        Some(total) => {
-                            self.move_rx(slot, total);
-                            continue;
-                        }
-                        None => {
-                            self.refresh_rx(slot);
-                            return true;
-                        }
-                    }
+                    let Some(total) = c.want_area.take() else { return true };
+                    self.move_rx(slot, total);
+                    continue;
                 }
                 Err(e) => Err(e),
             };
