@@ -1,6 +1,6 @@
 #!/bin/bash
-# usage: [N=200000] [SIZE=1G] kv-cluster-cpu.sh BIN LABEL: three members of BIN on ports 1648x (RESP) and
-# 1710x (peers), pools /dev/shm/wix-* of SIZE; redis-benchmark SET -c 64 -n N -d 64 -r 100000 on the leader;
+# usage: [N=200000] [SIZE=1G] [C=64] kv-cluster-cpu.sh BIN LABEL: three members of BIN on ports 1648x (RESP) and
+# 1710x (peers), pools /dev/shm/wix-* of SIZE; redis-benchmark SET -c C -n N -d 64 -r 100000 on the leader;
 # prints SETs/s (empty if the run ended in an error, whose last lines are printed) and each member's CPU
 # (utime+stime from /proc/PID/stat) per applied entry in 0.1 us, with the entries applied during the run
 # (docs/bench.md: "WATCH's write index per batch", "The B+tree's batch apply").
@@ -26,7 +26,7 @@ done
 declare -A T A
 off() { redis-cli -p 1648$1 INFO replication 2>/dev/null | tr -d '\r' | awk -F: '/^master_repl_offset:/{print $2}'; }
 for id in 1 2 3; do T[$id]=$(awk '{print $14+$15}' /proc/${P[$id]}/stat); A[$id]=$(off $id); done
-timeout 300 redis-benchmark -p 1648$LID -c 64 -n $N -t set -d 64 -r 100000 -q > $D/bench.raw 2>&1
+timeout 300 redis-benchmark -p 1648$LID -c ${C:-64} -n $N -t set -d 64 -r 100000 -q > $D/bench.raw 2>&1
 out=$(tr '\r' '\n' < $D/bench.raw | grep -a "requests per second" | tail -1)
 [ -z "$out" ] && { echo "$L: benchmark failed: $(tr '\r' '\n' < $D/bench.raw | tail -3 | tr '\n' ' ')"; for id in 1 2 3; do echo "  m$id: $(redis-cli -p 1648$id ROLE 2>/dev/null | head -1) $(tail -2 $D/m$id.log | tr '\n' ' ')"; done; }
 rps=$(echo "$out" | awk '{print $2}')

@@ -471,6 +471,63 @@ fn a_set_on_the_leader_copies_no_value_bytes_and_followers_hold_them() {
     }
 }
 
+/// A SET through a follower goes to the leader as an extent-form entry with
+/// its values inline: the leader and the other follower name the values
+/// where their peer transports received them (0 bytes copied on their
+/// paths, by their counters), the serving follower copies each value once,
+/// into the entry it forwards; every member holds the values, and so does
+/// the leader after a kill -9 and a restart on its pools (its log's
+/// references to the forwarded values counted again).
+#[test]
+fn a_set_through_a_follower_is_copied_once_into_its_forward_and_never_after() {
+    let mut cluster = Cluster::start();
+    let l = cluster.leader(&[0, 1, 2]);
+    let followers: Vec<usize> = (0..3).filter(|&i| i != l).collect();
+    let (serving, other) = (followers[0], followers[1]);
+    // `Cluster::leader`'s probe (a 1 B SET) applied everywhere first.
+    for m in 0..3 {
+        let mut r = cluster.client(m);
+        assert_eq!(r.call(&["READONLY"]), ok());
+        wait_for(Duration::from_secs(10), "the probe to apply", || (r.call(&["GET", "leader-probe"]) == Reply::bulk("1")).then_some(()));
+    }
+    let before: Vec<_> = (0..3).map(|i| copies(&mut cluster.client(i))).collect();
+    let value = |i: usize| -> String { (0..1024).map(|k| (b'a' + ((i * 5 + k) % 26) as u8) as char).collect() };
+    const N: usize = 100;
+    let mut c = cluster.client(serving);
+    for i in 0..N {
+        assert_eq!(c.call(&["SET", &format!("fw{i}"), &value(i)]), ok());
+    }
+    for m in [l, other, serving] {
+        let mut r = cluster.client(m);
+        assert_eq!(r.call(&["READONLY"]), ok());
+        let last = format!("fw{}", N - 1);
+        wait_for(Duration::from_secs(10), "the member to apply the writes", || (r.call(&["GET", &last]) == Reply::bulk(&value(N - 1))).then_some(()));
+        for i in 0..N {
+            assert_eq!(r.call(&["GET", &format!("fw{i}")]), Reply::bulk(&value(i)), "member {m}, key {i}");
+        }
+    }
+    let delta = |m: usize, k: &str| copies(&mut cluster.client(m))[k] - before[m][k];
+    for m in [l, other] {
+        assert!(delta(m, "copy_writes") >= N as f64);
+        assert_eq!(delta(m, "copy_value_bytes_path"), 0.0, "member {m} (leader {l}): {:?}", copies(&mut cluster.client(m)));
+    }
+    let total = (N * 1024) as f64;
+    assert_eq!(delta(serving, "copy_value_bytes_entry"), total, "{:?}", copies(&mut cluster.client(serving)));
+    assert_eq!(delta(serving, "copy_value_bytes_path"), total, "{:?}", copies(&mut cluster.client(serving)));
+    drop(c);
+    cluster.kill(l);
+    let l2 = cluster.leader(&followers);
+    assert_eq!(cluster.client(l2).call(&["SET", "after", &value(1)]), ok());
+    cluster.spawn(l);
+    cluster.wait_ready(l);
+    let mut back = cluster.client(l);
+    assert_eq!(back.call(&["READONLY"]), ok());
+    wait_for(Duration::from_secs(20), "the restarted member to catch up", || (back.call(&["GET", "after"]) == Reply::bulk(&value(1))).then_some(()));
+    for i in 0..N {
+        assert_eq!(back.call(&["GET", &format!("fw{i}")]), Reply::bulk(&value(i)), "restarted member, key {i}");
+    }
+}
+
 /// `raft_term` from a member's `INFO replication`.
 fn raft_term(c: &mut Client) -> u64 {
     let Reply::Bulk(Some(text)) = c.call(&["INFO", "replication"]) else { panic!("INFO replication answers a bulk string") };

@@ -18,8 +18,10 @@
 //!   (a value stored by its extents is not copied);
 //! - `sent`: copied into messages to followers: a pool value gathered into
 //!   the wire form, and the entry's bytes copied by protobuf's encoding into
-//!   the message's payload (once per follower per send). Replication
-//!   traffic, kept apart from the write's own path.
+//!   the message's payload (once per follower per send), and a
+//!   follower's forwarded proposal encoded into its message to the leader
+//!   (once per proposal). Replication traffic, kept apart from the write's
+//!   own path.
 //!
 //! `writes` counts applied write entries (commands and transactions), the
 //! denominator of "per write".
@@ -42,7 +44,7 @@ pub struct Copies {
     pub received: u64,
     /// Copied into the keyspace on apply.
     pub applied: u64,
-    /// Copied into messages to followers.
+    /// Copied into messages to followers (and a follower's to the leader).
     pub sent: u64,
 }
 

@@ -145,6 +145,11 @@ pub trait LogHooks {
     fn log_dropped(&mut self, data: &[u8]);
     /// Temporary holds may go.
     fn log_settled(&mut self);
+    /// The buffers the durable log holds are wanted back
+    /// (`StateMachine::log_room_wanted`). False by default.
+    fn log_room_wanted(&mut self) -> bool {
+        false
+    }
 }
 
 /// The bytes of a streamed piece ([`MachineKeyspace::put_piece`]).
@@ -821,6 +826,10 @@ impl<K: MachineKeyspace> StateMachine for RedisMachine<K> {
         if let Some(h) = self.ks.get_mut().log_hooks() {
             h.log_settled();
         }
+    }
+
+    fn log_room_wanted(&self) -> bool {
+        self.ks.borrow_mut().log_hooks().is_some_and(|h| h.log_room_wanted())
     }
 
     fn snapshot(&self) -> Vec<u8> {

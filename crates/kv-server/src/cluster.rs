@@ -194,6 +194,10 @@ pub struct ClusterHost {
     zero_copy: bool,
     /// The buffer small received values are packed into (`absorb`).
     fill: Option<Fill>,
+    /// Buffer references the durable log's entries hold, counted since
+    /// this process started (`log_held` less `log_dropped`, never below 0:
+    /// the references counted at a restart are not in it).
+    log_buffers: u64,
 }
 
 /// A pool buffer being filled with small received values, one after
@@ -225,7 +229,7 @@ impl Forward<ClusterHost> {
     /// The keyspace over a shared store, adding to `copies`.
     pub fn shared(store: SharedStore, copies: CopyCounters) -> ClusterKeyspace {
         let zero_copy = store.borrow().mode() == Mode::ZeroCopy;
-        Forward(ClusterHost { store, state: BatchState::default(), now_ms: 0, entry_start: None, fault: None, locs: Vec::new(), temp: Vec::new(), copies, zero_copy, fill: None })
+        Forward(ClusterHost { store, state: BatchState::default(), now_ms: 0, entry_start: None, fault: None, locs: Vec::new(), temp: Vec::new(), copies, zero_copy, fill: None, log_buffers: 0 })
     }
 
     /// The store back, every handle released (what is staged and not
@@ -454,11 +458,12 @@ pub fn place_value<M: Media>(pool: &mut pmwire_pool::Pool, media: &mut M, first:
 /// Returns the entry's inline value bytes (`ExtEntry::inline_value_bytes`).
 /// The entry is walked by its heads (`extent::walk`): it is this member's
 /// own, checked when it was logged.
-pub fn entry_refs(pool: &mut pmwire_pool::Pool, data: &[u8], hold: bool) -> u64 {
-    let mut inline = 0u64;
+pub fn entry_refs(pool: &mut pmwire_pool::Pool, data: &[u8], hold: bool) -> (u64, u64) {
+    let (mut inline, mut buffers) = (0u64, 0u64);
     let walked = walk(data, |i, head| {
         inline += head.inline_value_bytes(i);
         for buf in head.buffers() {
+            buffers += 1;
             if hold {
                 pool.retain(buf);
             } else {
@@ -467,7 +472,7 @@ pub fn entry_refs(pool: &mut pmwire_pool::Pool, data: &[u8], hold: bool) -> u64 
         }
     });
     assert!(walked, "this member logged the entry");
-    inline
+    (inline, buffers)
 }
 
 impl LogHooks for ClusterHost {
@@ -579,7 +584,8 @@ impl LogHooks for ClusterHost {
             self.copies.add(|c| c.log += values);
             return;
         }
-        let inline = entry_refs(self.store.borrow_mut().engine.pool_mut(), data, true);
+        let (inline, buffers) = entry_refs(self.store.borrow_mut().engine.pool_mut(), data, true);
+        self.log_buffers += buffers;
         self.copies.add(|c| c.log += inline);
     }
 
@@ -587,7 +593,22 @@ impl LogHooks for ClusterHost {
         if !is_extent_form(data) {
             return;
         }
-        entry_refs(self.store.borrow_mut().engine.pool_mut(), data, false);
+        let (_, buffers) = entry_refs(self.store.borrow_mut().engine.pool_mut(), data, false);
+        self.log_buffers = self.log_buffers.saturating_sub(buffers);
+    }
+
+    /// Below half the pool free, with the log holding at least a sixteenth
+    /// of the pool: its entries' buffers are wanted back, so the replica
+    /// compacts (a value deleted or overwritten keeps its buffer for as
+    /// long as a log entry names it: a FLUSHALL of a full pool freed
+    /// nothing until the next routine compaction, thousands of entries
+    /// later, which the refused writes never came to). The bound on what
+    /// the log holds keeps a pool legitimately more than half full from
+    /// compacting every turn.
+    fn log_room_wanted(&mut self) -> bool {
+        let (free, total) = self.store.pool_room();
+        let size = self.store.0.borrow().engine.pool().buf_size();
+        free < total / 2 && self.log_buffers.saturating_mul(u64::from(size)) >= total / 16
     }
 
     fn log_settled(&mut self) {
@@ -692,6 +713,10 @@ impl MachineKeyspace for ClusterKeyspace {
 }
 
 impl LogHooks for Forward<ClusterHost> {
+    fn log_room_wanted(&mut self) -> bool {
+        self.0.log_room_wanted()
+    }
+
     fn wire_form(&mut self, data: &[u8]) -> Option<Vec<u8>> {
         self.0.wire_form(data)
     }

@@ -457,9 +457,22 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
     /// Proposes `entry` for connection `id` (on the leader, or forwarded
     /// by a follower); the slot it answers. True if it was proposed.
     fn propose(&mut self, id: ConnId, entry: Vec<u8>) -> bool {
-        if !pmwire_kv_cluster::extent::is_extent_form(&entry) {
-            let values = pmwire_kv_cluster::extent::v1_value_bytes(&entry);
+        use pmwire_kv_cluster::extent::{is_extent_form, v1_value_bytes, walk};
+        let extent_form = is_extent_form(&entry);
+        let values = if extent_form {
+            let mut inline = 0u64;
+            walk(&entry, |i, head| inline += head.inline_value_bytes(i));
+            inline
+        } else {
+            v1_value_bytes(&entry)
+        };
+        if !extent_form {
             self.copies.add(|c| c.entry += values);
+        }
+        if !self.reactor.service.is_leader() {
+            // protobuf's encoding copies the entry into the forwarded
+            // proposal's message to the leader.
+            self.copies.add(|c| c.sent += values);
         }
         match self.submit(entry) {
             Some(ticket) => {

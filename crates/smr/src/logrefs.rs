@@ -33,7 +33,7 @@
 
 use raft::eraftpb::{Entry, EntryType, SnapshotMetadata};
 
-use crate::node::ENTRY_MACHINE;
+use crate::node::{ENTRY_FORWARDED, ENTRY_MACHINE};
 use crate::store::{Durable, StoreError};
 
 #[cfg(doc)]
@@ -52,9 +52,12 @@ pub trait LogRefs {
     }
 }
 
-/// Whether `e` is the machine's data (the only entries the hooks see).
+/// Whether `e` is the machine's data (the only entries the hooks see):
+/// the leader's own proposal, or a follower's that the leader appended
+/// (the forward context after the kind byte; its data is the machine's
+/// entry all the same).
 pub fn is_machine_entry(e: &Entry) -> bool {
-    e.get_entry_type() == EntryType::EntryNormal && e.context.as_ref() == [ENTRY_MACHINE]
+    e.get_entry_type() == EntryType::EntryNormal && (e.context.as_ref() == [ENTRY_MACHINE] || e.context.first() == Some(&ENTRY_FORWARDED))
 }
 
 /// The machine entries `d` holds from index `from` on.

@@ -1004,15 +1004,23 @@ where
             // correct peer.
             return self.counters.malformed += 1;
         }
-        if m.get_msg_type() == MessageType::MsgAppend && self.machine.tracks_log() {
-            self.local_forms(&mut m);
-        }
         if m.get_msg_type() == MessageType::MsgPropose && !self.fits_log(m.get_entries()) {
             // A follower forwarded more than the log takes (it refuses such
             // an entry itself, so members sized alike never send one): its
             // proposals fail by their bound; appending them would find the
             // log full and stop this replica.
             return self.counters.oversized += 1;
+        }
+        // A follower's forwarded proposal is taken into the local form only
+        // by a leader, which appends it (a follower would pass it on to its
+        // leader as it came, in the wire form).
+        let appends = match m.get_msg_type() {
+            MessageType::MsgAppend => true,
+            MessageType::MsgPropose => self.raw.raft.state == StateRole::Leader,
+            _ => false,
+        };
+        if appends && self.machine.tracks_log() {
+            self.local_forms(&mut m);
         }
         let r = &self.raw.raft;
         if r.state == StateRole::Leader && m.from != self.config.id && r.prs().get(m.from).is_none() {
@@ -2135,7 +2143,11 @@ where
         let wanted = self.raw.store().snapshot_wanted.take();
         let forced = std::mem::take(&mut self.compact_now) && self.applied > self.snapshot_index;
         let filling = self.applied > self.snapshot_index && self.durable().log_space().is_some_and(|(free, capacity)| free < capacity / 2);
-        if !wanted && !forced && !filling && !self.compaction_due() {
+        // The pool buffers the log's entries name are wanted back: compact
+        // now, with no tail, but never by a whole snapshot (it waits for the
+        // machine's next entry as a routine compaction does).
+        let for_room = !filling && self.applied > self.snapshot_index && self.machine.log_room_wanted();
+        if !wanted && !forced && !filling && !for_room && !self.compaction_due() {
             return Ok(());
         }
         // A deferred record stands for the machine's own state, so it may
@@ -2154,6 +2166,9 @@ where
         // to compact: the record holds the replica's part only. A new
         // member (`compact_now`) or raft-rs (`wanted`) gets a whole one.
         let deferred = self.machine.keeps_state() && !wanted && !forced && !behind;
+        if for_room && !deferred && !wanted && !forced && !self.compaction_due() {
+            return Ok(());
+        }
         // A deferred record may stand below the machine's applied index (a
         // restart replays the entries after it, which the machine skips: as
         // after a crash between two compactions), so a routine one leaves a
@@ -2165,7 +2180,7 @@ where
         // of the applied index: replaying the tail finds each SMR1 write
         // already in its session, the tail being shorter than the session
         // table (no session it names can have been evicted within it).
-        let tail = if deferred && !filling { (self.config.snapshot_every / COMPACTION_TAIL_DIVISOR).min(MAX_COMPACTION_TAIL) } else { 0 };
+        let tail = if deferred && !filling && !for_room { (self.config.snapshot_every / COMPACTION_TAIL_DIVISOR).min(MAX_COMPACTION_TAIL) } else { 0 };
         let at = if self.membership_index > self.applied.saturating_sub(tail) { self.applied } else { self.applied.saturating_sub(tail) };
         if at <= self.snapshot_index {
             return Ok(());

@@ -166,6 +166,15 @@ pub trait StateMachine {
     /// Every entry proposed or received so far is in the durable log or
     /// was refused: temporary holds on their buffers may go.
     fn log_settled(&mut self) {}
+
+    /// Whether the buffers the durable log's entries hold are wanted back
+    /// (the machine's pool runs short): the replica then compacts its log
+    /// to the applied index as soon as the machine has applied that far,
+    /// by a deferred record if the machine keeps its state. False by
+    /// default.
+    fn log_room_wanted(&self) -> bool {
+        false
+    }
 }
 
 /// A machine entry's length in its wire form ([`StateMachine::wire_len`]).

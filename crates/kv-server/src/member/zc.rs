@@ -15,11 +15,15 @@
 //! the entry is in the durable log, which then holds them itself. Shorter
 //! arguments are copied into the entry and counted.
 //!
-//! Only on the leader, only in [`Mode::ZeroCopy`], only for a
-//! [`Class::Write`] outside MULTI on an authenticated connection: anything
-//! else takes the copying path unchanged. The one exception is a command
-//! to stream (`member::stream`): a follower streams it from the receive
-//! buffers too, unless it answers writes with `-MOVED`.
+//! Only in [`Mode::ZeroCopy`], only for a [`Class::Write`] outside MULTI
+//! on an authenticated connection: anything else takes the copying path
+//! unchanged. A follower that forwards (not one that answers `-MOVED`)
+//! streams a long value from the receive buffers as the leader does, and
+//! forwards a write with a value of at least [`MIN_EXTENT_VALUE_BYTES`] as
+//! an extent-form entry whose arguments are all inline
+//! ([`Member::forward_write`]): the leader and the followers then name its
+//! values where their peer transport received them, as for the leader's
+//! own writes.
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
@@ -80,7 +84,8 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         // (each piece gathered as it is forwarded), rather than copying the
         // whole value out of the request first (`member::stream`).
         let streams = (2..req.len()).any(|i| req.arg_len(i) > PIECE_BYTES);
-        if self.reactor.service.status().role != StateRole::Leader && !(streams && self.redirect.is_none()) {
+        let leader = self.reactor.service.status().role == StateRole::Leader;
+        if !leader && self.redirect.is_some() {
             return false;
         }
         let conn = self.conn(id);
@@ -94,6 +99,9 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         }
         if streams {
             return self.stream_write(id, req, segments);
+        }
+        if !leader {
+            return self.forward_write(id, req, protocol);
         }
         let mut args = Vec::with_capacity(req.len());
         let mut held = Vec::new();
@@ -127,6 +135,24 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         if self.propose(id, entry) {
             self.reactor.service.machine_mut().keyspace().hold_until_settled(&held);
         }
+        true
+    }
+
+    /// A follower's write with a value long enough to go by extents: its
+    /// entry in the extent form with every argument inline (a peer may
+    /// name no buffer of the member it sends to), which the leader and
+    /// every follower take into their pools where the message landed, as
+    /// the leader's own appends (`ClusterHost::local_form`); false leaves
+    /// a write of short values to the copying path.
+    fn forward_write(&mut self, id: ConnId, req: &Request<'_>, protocol: pmwire_resp::reply::Protocol) -> bool {
+        if !(2..req.len()).any(|i| req.arg_len(i) >= MIN_EXTENT_VALUE_BYTES) {
+            return false;
+        }
+        let args: Vec<Arg<'_>> = (0..req.len()).map(|i| Arg::Inline(Cow::Borrowed(req.arg(i)))).collect();
+        let values: u64 = (2..req.len()).map(|i| req.arg_len(i) as u64).sum();
+        let entry = self.proposer.command_extents(Self::now_ms(), protocol, args);
+        self.copies.add(|c| c.entry += values);
+        self.propose(id, entry);
         true
     }
 
