@@ -42,6 +42,8 @@ use crate::{Headline, SuiteReport};
 
 /// The suite's name.
 pub const SUITE: &str = "kv_replicated";
+/// Value bytes copied per SET sent through a follower.
+const VIA_FOLLOWER: &str = "value_bytes_copied_per_set_via_follower";
 /// Our replicated group's variant name.
 pub const CLUSTER: &str = "pmwire_kv_3members";
 /// Single-node `pmwire kv`'s variant name.
@@ -263,6 +265,57 @@ fn copied_per_set(members: &Members, leader: usize) -> Result<(f64, Vec<f64>), S
     Ok((after.saturating_sub(before) as f64 / SETS as f64, per_follower))
 }
 
+/// Value bytes copied per 1 KiB SET sent through a follower: the worse of
+/// the leader and the other follower (which name the forwarded values where
+/// they received them), and the serving follower (which copies each value
+/// into the entry it forwards).
+fn copied_through_follower(members: &Members, leader: usize) -> Result<(f64, f64), String> {
+    let info = |c: &mut Resp| info_text(c, b"copies").map_err(|e| format!("INFO: {e:#}"));
+    let ids: Vec<usize> = (1..=members.resp.len()).filter(|&i| i != leader).collect();
+    let (&serving, others) = ids.split_first().ok_or("no follower")?;
+    let connect = |i: usize| Resp::connect(members.resp[i - 1]).map_err(|e| format!("member {i}: {e:#}"));
+    let value = vec![b'f'; 1024];
+    // Everything before (a marker written through the follower) applied on
+    // every member, so the counts below are of these SETs alone.
+    let mut c = connect(serving)?;
+    c.put(b"copied-via:marker", &value).map_err(|e| format!("{e:#}"))?;
+    let applied = |key: &str| -> Result<(), String> {
+        for i in 1..=members.resp.len() {
+            let mut r = connect(i)?;
+            r.command(&[b"READONLY"]).map_err(|e| format!("READONLY: {e:#}"))?;
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while r.get(key.as_bytes()).ok().as_deref() != Some(&value[..]) {
+                if std::time::Instant::now() > deadline {
+                    return Err(format!("member {i} did not apply {key} within 10 s"));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        Ok(())
+    };
+    applied("copied-via:marker")?;
+    let mut before = Vec::new();
+    for i in 1..=members.resp.len() {
+        before.push(copied_bytes(&info(&mut connect(i)?)?).ok_or("a member's INFO copies has no copy_value_bytes_path counter")?);
+    }
+    const SETS: u64 = 1000;
+    for i in 0..SETS {
+        c.put(format!("copied-via:{i}").as_bytes(), &value).map_err(|e| format!("{e:#}"))?;
+    }
+    applied(&format!("copied-via:{}", SETS - 1))?;
+    let role = super::members::role_of(&connect(leader)?.command(&[b"ROLE"]).map_err(|e| format!("ROLE: {e:#}"))?).map_err(|e| format!("ROLE: {e:#}"))?;
+    if role != "master" {
+        return Err(format!("member {leader} was not the leader throughout (ROLE {role}): leadership moved"));
+    }
+    let mut per = vec![0.0; members.resp.len()];
+    for i in 1..=members.resp.len() {
+        let after = copied_bytes(&info(&mut connect(i)?)?).ok_or("the counter went away")?;
+        per[i - 1] = after.saturating_sub(before[i - 1]) as f64 / SETS as f64;
+    }
+    let worst = std::iter::once(leader).chain(others.iter().copied()).map(|i| per[i - 1]).fold(0.0, f64::max);
+    Ok((worst, per[serving - 1]))
+}
+
 fn cluster_round(options: &Options, run: &RunPlan, plan: &Plan, sweep: bool, sink: &mut Sink) {
     let members = match Members::start(&options.exe, "bench", "512M", &options.transport) {
         Ok(m) => m,
@@ -301,6 +354,16 @@ fn cluster_round(options: &Options, run: &RunPlan, plan: &Plan, sweep: bool, sin
             sink.skipped.push(Skipped::new("value_bytes_copied_per_set", CLUSTER, &why));
             sink.skipped.push(Skipped::new("value_bytes_copied_per_set_follower", CLUSTER, &why));
         }
+    }
+    match copied_through_follower(&members, leader) {
+        Ok((worst, serving)) => sink.results.push(
+            BenchResult::new(VIA_FOLLOWER, CLUSTER)
+                .size(1024)
+                .metric("bytes_per_set", worst)
+                .metric("serving_follower_bytes_per_set", serving)
+                .param("member", "the leader and the other follower, the worse (bytes_per_set); the serving follower copies each value into its forward"),
+        ),
+        Err(why) => sink.skipped.push(Skipped::new(VIA_FOLLOWER, CLUSTER, &why)),
     }
 }
 
@@ -524,6 +587,11 @@ pub fn headlines(results: &[BenchResult], skipped: &[Skipped]) -> Vec<Headline> 
         Some(v) => Headline::measured("kv-replicated value bytes copied per 1 KiB SET on a follower, the worst of both (INFO counters; received into its pool)", v, "= 0", crate::Goal::at_most(0.0), "counters of the members"),
         None => Headline::not_run("kv-replicated value bytes copied per 1 KiB SET on a follower, the worst of both (INFO counters; received into its pool)", "= 0", &reason("value_bytes_copied_per_set_follower")),
     });
+    let via = "kv-replicated value bytes copied per 1 KiB SET through a follower, on the leader and the other follower, the worse (INFO counters; the serving follower copies it once, into its forward)";
+    out.push(match metric(results, VIA_FOLLOWER, CLUSTER, "bytes_per_set", None) {
+        Some(v) => Headline::measured(via, v, "= 0", crate::Goal::at_most(0.0), "counters of the members"),
+        None => Headline::not_run(via, "= 0", &reason(VIA_FOLLOWER)),
+    });
     out.push(match metric(results, "failover", CLUSTER, "failover_ms_p50", None) {
         Some(v) => Headline::measured("kv-replicated failover under load, p50: kill -9 of the leader to the next committed +OK (ms)", v, "<= 1000 ms (information)", crate::Goal::at_most(1000.0), "kills in one run").in_unit("ms").for_information(),
         None => Headline::not_run("kv-replicated failover under load, p50: kill -9 of the leader to the next committed +OK (ms)", "<= 1000 ms (information)", &reason("failover")),
@@ -595,6 +663,7 @@ mod tests {
         assert_eq!(find("p50, 1 client: pmwire 3 members / etcd").not_run_reason(), Some("a side did not run"), "etcd missing: never a pass");
         assert_eq!(find("bytes copied per 1 KiB SET on the leader").not_run_reason(), Some("no counter"));
         assert!(find("bytes copied per 1 KiB SET on a follower").not_run_reason().is_some(), "no follower row: not run");
+        assert!(find("SET through a follower, on the leader").not_run_reason().is_some(), "no via-follower row: not run");
         assert!(find("catch-up").not_run_reason().is_some(), "no catch_up row: not run");
         assert!(find("turn gap").not_run_reason().is_some() && find("term changes").not_run_reason().is_some());
         let add = BenchResult::new("catch_up", CLUSTER).metric("catch_up_mb_per_s", 50.0).metric("term_changes", 1.0).metric("max_turn_gap_ms", 120.0);
