@@ -15,7 +15,9 @@
 //! extent of every entry the durable log holds (`member_zc::log_refs`),
 //! every value the log names still has its checksum
 //! (`member_zc::verify_in`), and every key holds a value once written to
-//! it, byte for byte.
+//! it, byte for byte. Every third entry is a follower's forwarded write
+//! (a forward context instead of the machine kind), which the log seam
+//! counts as it counts the leader's own.
 //!
 //! A follower that receives into its pool (`crate::rx_arena`) is checked
 //! the same way with [`Receive::InPlace`]: each message (a frame's bytes,
@@ -43,6 +45,7 @@ use pmwire_kv_cluster::extent::{Arg, ExtEntry};
 use pmwire_log::{LogConfig, TailStrategy};
 use pmwire_resp::reply::Protocol;
 use pmwire_smr::logrefs::{self, LogRefs};
+use pmwire_smr::forward::ForwardContext;
 use pmwire_smr::node::ENTRY_MACHINE;
 use pmwire_smr::pmem_store::PmemDurable;
 use pmwire_smr::store::Durable;
@@ -146,10 +149,14 @@ impl LogRefs for PoolRefs<'_> {
     }
 }
 
+/// Step `i`'s entry: every third one a follower's forwarded write (its
+/// values named here all the same: forwarded entries are machine entries
+/// for the log seam), the others the leader's own.
 fn entry(i: u64, index: u64, term: u64, arg: Arg<'static>) -> Entry {
     let args = vec![Arg::Inline(b"SET".to_vec().into()), Arg::Inline(key(i).into()), arg];
     let data = ExtEntry { kind: pmwire_kv_cluster::extent::ExtKind::Command, protocol: Protocol::Resp2, time_ms: i, seed: i, args }.encode();
-    Entry { index, term, data: data.into(), context: vec![ENTRY_MACHINE].into(), ..Default::default() }
+    let context = if i % 3 == 0 { ForwardContext { origin: 2, nonce: 7, seq: i, term, principal: b"default".to_vec() }.encode() } else { vec![ENTRY_MACHINE] };
+    Entry { index, term, data: data.into(), context: context.into(), ..Default::default() }
 }
 
 fn check(planted: bool, truncations: bool, tail: TailStrategy, config: &Config) -> Report {
