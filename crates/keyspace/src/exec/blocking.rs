@@ -139,12 +139,14 @@ impl Waiters {
     }
 }
 
-/// Redis's `getTimeoutFromObjectOrReply` in seconds: the argument as a
-/// `long double` (`string2ld`), times 1000, converted to `long long` by
-/// truncation (x86-64's conversion gives `LLONG_MIN` for anything out of
-/// range, infinities included, which then reads as negative). 0: for ever.
-/// The product is taken exactly, not rounded to 64 bits first (it differs
-/// only for timeouts above 2^53 ms).
+/// Redis 7.0's `getTimeoutFromObjectOrReply` in seconds: the argument as
+/// a `long double` (`string2ld`), times 1000 in `long double` (rounded to
+/// its 64-bit significand, to nearest, ties to even), then rounded up to a
+/// whole millisecond (`ceill`) and converted to `long long` (x86-64's
+/// conversion gives `LLONG_MIN` for anything out of range, infinities
+/// included, which then reads as negative). 0: for ever. So a fraction of
+/// a millisecond waits one (`BLPOP k 0.001`, `1e-5`), and a negative one
+/// rounds up to 0, for ever, as redis-server 7.0.15 does.
 pub(crate) fn timeout_ms(arg: &[u8]) -> Result<u64, Fail> {
     use crate::extended::{parse, Ext};
     let negative_error = || Fail::err("timeout is negative");
@@ -157,16 +159,30 @@ pub(crate) fn timeout_ms(arg: &[u8]) -> Result<u64, Fail> {
         #[allow(unreachable_patterns)]
         _ => return Err(Fail::err("timeout is not a float or out of range")),
     };
-    let product = u128::from(m) * 1000;
-    let magnitude: u128 = if q >= 0 {
-        if q >= 64 || (product != 0 && product.leading_zeros() < q as u32 + 1) {
+    // The product, rounded to a 64-bit significand: (p, e) = p × 2^e.
+    let exact = u128::from(m) * 1000;
+    let spare = (128 - exact.leading_zeros()).saturating_sub(64);
+    let (p, e) = if spare == 0 {
+        (exact, q)
+    } else {
+        let (high, low) = (exact >> spare, exact & ((1u128 << spare) - 1));
+        let half = 1u128 << (spare - 1);
+        let up = low > half || (low == half && high & 1 == 1);
+        (high + u128::from(up), q + i64::from(spare))
+    };
+    // Its magnitude in whole milliseconds: rounded up for a positive
+    // timeout (`ceill`), down for a negative one (ceil of -x is -floor x).
+    let magnitude: u128 = if e >= 0 {
+        if e >= 64 || (p != 0 && p.leading_zeros() < e as u32 + 1) {
             return Err(negative_error()); // beyond 2^127: out of range
         }
-        product << q
-    } else if q <= -128 {
-        0
+        p << e
+    } else if e <= -128 {
+        u128::from(p != 0 && !negative)
     } else {
-        product >> (-q) as u32
+        let whole = p >> (-e) as u32;
+        let fraction = p & ((1u128 << (-e) as u32) - 1) != 0;
+        whole + u128::from(fraction && !negative)
     };
     if magnitude >= 1 << 63 {
         return Err(negative_error());
@@ -411,9 +427,14 @@ mod tests {
         assert_eq!(ok("0.1"), Some(100));
         assert_eq!(ok("1e3"), Some(1_000_000));
         assert_eq!(ok("+0.5"), Some(500));
-        assert_eq!(ok("1e-5"), Some(0), "truncated to 0: blocks for ever, as in Redis");
-        assert_eq!(ok("-1e-5"), Some(0));
-        assert_eq!(ok("1.5e-320"), Some(0));
+        assert_eq!(ok("1e-5"), Some(1), "rounded up to a millisecond, as in Redis 7.0");
+        assert_eq!(ok("0.001"), Some(1), "not 2: the product is rounded to the long double's 64 bits first");
+        assert_eq!(ok("0.0015"), Some(2));
+        assert_eq!(ok("0.1"), Some(100));
+        assert_eq!(ok("2.5"), Some(2500));
+        assert_eq!(ok("-1e-5"), Some(0), "rounded up to 0: for ever, as in Redis 7.0");
+        assert_eq!(ok("-0.0001"), Some(0));
+        assert_eq!(ok("1.5e-320"), Some(1));
         assert_eq!(ok("0x10"), Some(16_000));
         assert_eq!(ok("9e15"), Some(9_000_000_000_000_000_000));
         let err = |s: &str| timeout_ms(s.as_bytes()).err().map(|f| f.text());
