@@ -1340,6 +1340,7 @@ impl<T: Transport<Addr = SocketAddr>> MemberServer<T> {
         let net = pmwire_netio::Config {
             ring_entries: sizing.ring_entries,
             max_connections: sizing.max_connections,
+            reject_reply: crate::store::reject_replies(),
             max_rx_bytes: crate::store::MAX_RX_BYTES,
             ..pmwire_netio::Config::default()
         };

@@ -122,6 +122,7 @@ impl KvServer {
         let config = Config {
             ring_entries: sizing.ring_entries,
             max_connections: sizing.max_connections,
+            reject_reply: crate::store::reject_replies(),
             max_rx_bytes: MAX_RX_BYTES,
             busy_poll_us: options.busy_poll_us,
             batch_wait_us: options.batch_wait_us,

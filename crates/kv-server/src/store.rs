@@ -104,6 +104,17 @@ pub enum StoreError {
     Create(#[from] pmwire_kv::CreateError),
 }
 
+/// What a client past the connection cap is sent before its connection
+/// closes (netio's `Config::reject_reply`, per listener: RESP, HTTP), as
+/// Redis answers past `maxclients`.
+pub fn reject_replies() -> Vec<Vec<u8>> {
+    let body = "max number of clients reached\n";
+    vec![
+        b"-ERR max number of clients reached\r\n".to_vec(),
+        format!("HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).into_bytes(),
+    ]
+}
+
 /// Receive bounds derived from the pool (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sizing {

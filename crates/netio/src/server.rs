@@ -94,6 +94,11 @@ pub struct Config {
     pub ring_entries: u16,
     /// Maximum open connections; more are accepted and closed at once.
     pub max_connections: u32,
+    /// What a connection refused over `max_connections` is sent before it
+    /// is closed, per listener (Redis's `-ERR max number of clients
+    /// reached`); a listener without bytes here closes it silently. One
+    /// non-blocking send into the fresh socket's empty buffer: never waits.
+    pub reject_reply: Vec<Vec<u8>>,
     /// Reading pauses while a connection holds this many unconsumed bytes; a connection still
     /// at or above it after the service saw it is closed (the service cannot make progress),
     /// unless the service holds its input ([`crate::Reply::held`]).
@@ -122,6 +127,7 @@ impl Default for Config {
         Config {
             ring_entries: 1024,
             max_connections: 1024,
+            reject_reply: Vec::new(),
             max_rx_bytes: (1 << 20) + (16 << 10),
             max_tx_bytes: 4 << 20,
             recv_mode: RecvMode::Multishot,
@@ -823,6 +829,10 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             }
             None => {
                 self.stats.rejected += 1;
+                if let Some(bytes) = self.cfg.reject_reply.get(listener as usize).filter(|b| !b.is_empty()) {
+                    // SAFETY: a fresh fd the kernel gave us; `bytes` outlives the call.
+                    unsafe { libc::send(fd, bytes.as_ptr().cast(), bytes.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+                }
                 // SAFETY: as above.
                 unsafe { libc::close(fd) };
                 return;

@@ -110,6 +110,25 @@ fn connections_over_the_limit_are_refused() {
 }
 
 #[test]
+fn a_refused_connection_is_sent_the_listeners_reply_first() {
+    let reply = b"-ERR max number of clients reached\r\n".to_vec();
+    let cfg = Config { max_connections: 2, reject_reply: vec![reply.clone()], ..small_config() };
+    let srv = start(cfg, HeapBuffers::new(256, 256), HttpEcho::default());
+    let mut open: Vec<_> = (0..2).map(|_| connect(srv.addr)).collect();
+    for s in &mut open {
+        write_all(s, &get("/a"));
+        assert_eq!(Reader::new().read(s).status, 200);
+    }
+    let mut extra = connect(srv.addr);
+    let mut got = Vec::new();
+    extra.read_to_end(&mut got).expect("the reply, then EOF");
+    assert_eq!(got, reply);
+    drop(open);
+    let (server, _) = srv.stop();
+    assert_eq!(server.stats().rejected, 1);
+}
+
+#[test]
 fn refusal_reaches_a_client_still_sending_its_body() {
     // The server refuses from the head (413) while the client is still writing 4 MB: it
     // half-closes and drains, so the client reads the 413 rather than a reset.
