@@ -606,9 +606,10 @@ impl LogHooks for ClusterHost {
     /// the log holds keeps a pool legitimately more than half full from
     /// compacting every turn.
     fn log_room_wanted(&mut self) -> bool {
-        let (free, total) = self.store.pool_room();
-        let size = self.store.0.borrow().engine.pool().buf_size();
-        free < total / 2 && self.log_buffers.saturating_mul(u64::from(size)) >= total / 16
+        let st = self.store.0.borrow();
+        let pool = st.engine.pool();
+        let (free, total) = (u64::from(pool.free_count()), u64::from(pool.buffers()));
+        free < total / 2 && self.log_buffers >= total / 16
     }
 
     fn log_settled(&mut self) {

@@ -456,23 +456,18 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
 
     /// Proposes `entry` for connection `id` (on the leader, or forwarded
     /// by a follower); the slot it answers. True if it was proposed.
+    /// An extent-form entry's copies are counted by its builder
+    /// (`member::zc`), which knows its value bytes without walking it.
     fn propose(&mut self, id: ConnId, entry: Vec<u8>) -> bool {
-        use pmwire_kv_cluster::extent::{is_extent_form, v1_value_bytes, walk};
-        let extent_form = is_extent_form(&entry);
-        let values = if extent_form {
-            let mut inline = 0u64;
-            walk(&entry, |i, head| inline += head.inline_value_bytes(i));
-            inline
-        } else {
-            v1_value_bytes(&entry)
-        };
-        if !extent_form {
-            self.copies.add(|c| c.entry += values);
-        }
-        if !self.reactor.service.is_leader() {
-            // protobuf's encoding copies the entry into the forwarded
-            // proposal's message to the leader.
-            self.copies.add(|c| c.sent += values);
+        if !pmwire_kv_cluster::extent::is_extent_form(&entry) {
+            let values = pmwire_kv_cluster::extent::v1_value_bytes(&entry);
+            // A follower's: protobuf's encoding copies the entry again into
+            // the forwarded proposal's message to the leader.
+            let sent = if self.reactor.service.is_leader() { 0 } else { values };
+            self.copies.add(|c| {
+                c.entry += values;
+                c.sent += sent;
+            });
         }
         match self.submit(entry) {
             Some(ticket) => {

@@ -2144,9 +2144,10 @@ where
         let forced = std::mem::take(&mut self.compact_now) && self.applied > self.snapshot_index;
         let filling = self.applied > self.snapshot_index && self.durable().log_space().is_some_and(|(free, capacity)| free < capacity / 2);
         // The pool buffers the log's entries name are wanted back: compact
-        // now, with no tail, but never by a whole snapshot (it waits for the
-        // machine's next entry as a routine compaction does).
-        let for_room = !filling && self.applied > self.snapshot_index && self.machine.log_room_wanted();
+        // now, with no tail, by a deferred record only (so only a machine
+        // that keeps its state; it waits for the machine's next entry as a
+        // routine compaction does).
+        let for_room = !filling && self.applied > self.snapshot_index && self.machine.keeps_state() && self.machine.log_room_wanted();
         if !wanted && !forced && !filling && !for_room && !self.compaction_due() {
             return Ok(());
         }
@@ -2166,9 +2167,6 @@ where
         // to compact: the record holds the replica's part only. A new
         // member (`compact_now`) or raft-rs (`wanted`) gets a whole one.
         let deferred = self.machine.keeps_state() && !wanted && !forced && !behind;
-        if for_room && !deferred && !wanted && !forced && !self.compaction_due() {
-            return Ok(());
-        }
         // A deferred record may stand below the machine's applied index (a
         // restart replays the entries after it, which the machine skips: as
         // after a crash between two compactions), so a routine one leaves a

@@ -251,18 +251,25 @@ fn copied_per_set(members: &Members, leader: usize) -> Result<(f64, Vec<f64>), S
     let last = format!("copied:{}", SETS - 1);
     let mut per_follower = Vec::new();
     for (mut f, before) in followers {
-        f.command(&[b"READONLY"]).map_err(|e| format!("READONLY: {e:#}"))?;
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while f.get(last.as_bytes()).ok().as_deref() != Some(&value[..]) {
-            if std::time::Instant::now() > deadline {
-                return Err("a follower did not apply the SETs within 10 s".into());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_applied(&mut f, &last, &value)?;
         let f_after = copied_bytes(&info(&mut f)?).ok_or("the counter went away")?;
         per_follower.push(f_after.saturating_sub(before) as f64 / SETS as f64);
     }
     Ok((after.saturating_sub(before) as f64 / SETS as f64, per_follower))
+}
+
+/// Waits (10 s at most) until the member on `c` serves `key` as `value`
+/// to a stale read (`READONLY`): it applied the write.
+fn wait_applied(c: &mut Resp, key: &str, value: &[u8]) -> Result<(), String> {
+    c.command(&[b"READONLY"]).map_err(|e| format!("READONLY: {e:#}"))?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while c.get(key.as_bytes()).ok().as_deref() != Some(value) {
+        if std::time::Instant::now() > deadline {
+            return Err(format!("{key} not applied within 10 s"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
 }
 
 /// Value bytes copied per 1 KiB SET sent through a follower: the worse of
@@ -279,20 +286,7 @@ fn copied_through_follower(members: &Members, leader: usize) -> Result<(f64, f64
     // every member, so the counts below are of these SETs alone.
     let mut c = connect(serving)?;
     c.put(b"copied-via:marker", &value).map_err(|e| format!("{e:#}"))?;
-    let applied = |key: &str| -> Result<(), String> {
-        for i in 1..=members.resp.len() {
-            let mut r = connect(i)?;
-            r.command(&[b"READONLY"]).map_err(|e| format!("READONLY: {e:#}"))?;
-            let deadline = std::time::Instant::now() + Duration::from_secs(10);
-            while r.get(key.as_bytes()).ok().as_deref() != Some(&value[..]) {
-                if std::time::Instant::now() > deadline {
-                    return Err(format!("member {i} did not apply {key} within 10 s"));
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        Ok(())
-    };
+    let applied = |key: &str| (1..=members.resp.len()).try_for_each(|i| wait_applied(&mut connect(i)?, key, &value).map_err(|e| format!("member {i}: {e}")));
     applied("copied-via:marker")?;
     let mut before = Vec::new();
     for i in 1..=members.resp.len() {

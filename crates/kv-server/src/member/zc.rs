@@ -151,7 +151,12 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         let args: Vec<Arg<'_>> = (0..req.len()).map(|i| Arg::Inline(Cow::Borrowed(req.arg(i)))).collect();
         let values: u64 = (2..req.len()).map(|i| req.arg_len(i) as u64).sum();
         let entry = self.proposer.command_extents(Self::now_ms(), protocol, args);
-        self.copies.add(|c| c.entry += values);
+        // Copied into the entry, then by protobuf's encoding into the
+        // forwarded proposal's message to the leader.
+        self.copies.add(|c| {
+            c.entry += values;
+            c.sent += values;
+        });
         self.propose(id, entry);
         true
     }
