@@ -114,6 +114,10 @@ const OP_RECV: u64 = 4;
 const OP_SEND: u64 = 5;
 const OP_CANCEL: u64 = 6;
 
+/// `IORING_RECVSEND_POLL_FIRST` (Linux 5.19), which io-uring 0.7 does not
+/// re-export.
+const RECVSEND_POLL_FIRST: u16 = 1;
+
 fn user_data(op: u64, slot: u32, gen: u32) -> u64 {
     (op << 56) | ((gen as u64 & 0xff_ffff) << 32) | slot as u64
 }
@@ -288,6 +292,12 @@ struct Conn {
     reported: bool,
     connecting: bool,
     recv_inflight: bool,
+    /// Bytes the receive in flight asked for.
+    recv_len: u32,
+    /// The last receive left room in its buffer: the socket was drained, so
+    /// the next one waits for data before it tries (`IORING_RECVSEND_POLL_FIRST`)
+    /// instead of failing once with `EAGAIN` and then arming its poll.
+    drained: bool,
     send_inflight: bool,
     /// The socket is shut down: nothing more is sent.
     shut: bool,
@@ -328,6 +338,8 @@ impl Conn {
             reported: false,
             connecting: false,
             recv_inflight: false,
+            recv_len: 0,
+            drained: false,
             send_inflight: false,
             shut: false,
             window: Window::new(window),
@@ -469,6 +481,11 @@ pub struct TcpTransport {
     next_gen: u32,
     cqes: Vec<(u64, i32, u32)>,
     progressed: bool,
+    /// Whether completions signal the eventfd: only between `event_fd`
+    /// and the next `progress` (`IORING_CQ_EVENTFD_DISABLED` otherwise).
+    efd_armed: bool,
+    /// The kernel takes `IORING_RECVSEND_POLL_FIRST` (Linux 5.19).
+    poll_first: bool,
     /// Memory lent for messages ([`Transport::lend_rx`]).
     arena: Option<Box<dyn RxArena>>,
 }
@@ -482,12 +499,15 @@ impl TcpTransport {
         // interrupt this thread with an inter-processor interrupt while it
         // runs; it is handled at its next entry into the kernel (a sleeping
         // thread is still woken). Older kernels get a ring without it.
-        let ring = IoUring::builder()
-            .setup_cqsize(RING_ENTRIES * 4)
-            .setup_coop_taskrun()
-            .build(RING_ENTRIES)
-            .or_else(|_| IoUring::builder().setup_cqsize(RING_ENTRIES * 4).build(RING_ENTRIES))
-            .map_err(|source| SetupError::Io { call: "io_uring_setup", source })?;
+        // `IORING_RECVSEND_POLL_FIRST` came with it: older kernels refuse a
+        // receive whose `ioprio` is not 0.
+        let (ring, poll_first) = match IoUring::builder().setup_cqsize(RING_ENTRIES * 4).setup_coop_taskrun().build(RING_ENTRIES) {
+            Ok(ring) => (ring, true),
+            Err(_) => (
+                IoUring::builder().setup_cqsize(RING_ENTRIES * 4).build(RING_ENTRIES).map_err(|source| SetupError::Io { call: "io_uring_setup", source })?,
+                false,
+            ),
+        };
         // SAFETY: plain syscall; the result is checked.
         let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         if efd < 0 {
@@ -498,6 +518,8 @@ impl TcpTransport {
         ring.submitter()
             .register_eventfd(efd.as_raw_fd())
             .map_err(|source| SetupError::Io { call: "io_uring_register(EVENTFD)", source })?;
+        let mut ring = ring;
+        ring.completion().disable_eventfd();
         let timeout = config.connect_timeout;
         Ok(TcpTransport {
             conns: Vec::new(),
@@ -517,6 +539,8 @@ impl TcpTransport {
             next_gen: 0,
             cqes: Vec::with_capacity(RING_ENTRIES as usize * 4),
             progressed: false,
+            efd_armed: false,
+            poll_first,
             arena: None,
         })
     }
@@ -600,6 +624,7 @@ impl TcpTransport {
 
     fn arm_recv(&mut self, slot: u32) {
         self.refresh_rx(slot);
+        let poll_first = self.poll_first;
         let c = self.conn(slot);
         assert!(!c.recv_inflight && c.state == State::Open);
         let (ptr, len) = match &mut c.large {
@@ -623,7 +648,9 @@ impl TcpTransport {
         };
         let len = u32::try_from(len).expect("bounded by max_payload_bytes");
         c.recv_inflight = true;
-        let e = opcode::Recv::new(types::Fd(c.fd), ptr, len).build().user_data(user_data(OP_RECV, slot, c.gen));
+        c.recv_len = len;
+        let ioprio = if c.drained && poll_first { RECVSEND_POLL_FIRST } else { 0 };
+        let e = opcode::Recv::new(types::Fd(c.fd), ptr, len).ioprio(ioprio).build().user_data(user_data(OP_RECV, slot, c.gen));
         self.push(e);
     }
 
@@ -837,6 +864,7 @@ impl TcpTransport {
         self.stats.recvs += 1;
         self.stats.bytes_received += n as u64;
         let c = self.conns[slot as usize].as_mut().expect("a live slot");
+        c.drained = n < c.recv_len as usize;
         if c.lent.is_some() && c.large.is_none() {
             self.stats.lent_bytes += n as u64;
         }
@@ -1147,6 +1175,15 @@ impl TcpTransport {
     /// Submits, reaps and moves on what can move (lingering closes, paused
     /// receives).
     fn progress(&mut self) {
+        // The owner is running: completions need not wake it through the
+        // eventfd until `event_fd` arms it again. Without this, the sends of
+        // a turn (completed inline) signalled the eventfd, and a loop woken
+        // by something else found its poll on the fd fired and ran a turn
+        // for nothing before it could sleep.
+        if self.efd_armed {
+            self.ring.completion().disable_eventfd();
+            self.efd_armed = false;
+        }
         if self.accept_retry.is_some_and(|at| Instant::now() >= at) {
             self.accept_retry = None;
             self.arm_accept();
@@ -1347,8 +1384,10 @@ impl Transport for TcpTransport {
         // What the reap queued (receives re-armed, frames behind a finished
         // send) must be with the kernel before anyone sleeps on the fd.
         self.submit();
-        // Clear the eventfd, then look again: a completion posted after the
-        // read signals it anew.
+        // Let completions signal the eventfd, clear it, then look again: a
+        // completion posted after the read signals it anew.
+        self.ring.completion().enable_eventfd();
+        self.efd_armed = true;
         let mut count = 0u64;
         // SAFETY: reads 8 bytes into a u64 from our non-blocking eventfd.
         unsafe { libc::read(self.efd.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };

@@ -411,6 +411,50 @@ fn wait_times_out_when_idle_and_the_event_fd_wakes_a_poller() {
     server.finish();
 }
 
+/// Between a wake-up (any `poll`) and the next `event_fd`, the owner is
+/// running: completions of that time (its own sends, answers) do not make
+/// the fd readable, so a loop woken by something else does not find its
+/// poll on the fd fired and turn once for nothing; the next `event_fd`
+/// reports them.
+#[test]
+fn completions_while_the_owner_runs_do_not_signal_the_event_fd() {
+    let server = spawn_server(TcpConfig::default());
+    let mut t = client();
+    let conn = t.connect(&server.addr).unwrap();
+    let mut seen = Vec::new();
+    t.call(conn, b"warm", Vec::new(), 1).unwrap();
+    poll_until(&mut t, &mut seen, |s| completed(s, 1));
+    let fd = loop {
+        match t.event_fd() {
+            EventFd::Armed(fd) => break fd,
+            EventFd::Ready => {
+                t.poll(&mut seen, 64);
+            }
+            EventFd::Unsupported => panic!("a tcp transport has an event fd"),
+        }
+    };
+    // Woken by something else: the owner polls, then sends (the request's
+    // send completes inline), and its answer comes back meanwhile.
+    t.poll(&mut seen, 64);
+    t.call(conn, b"echo", vec![5; 10], 2).unwrap();
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one pollfd we own.
+    assert_eq!(unsafe { libc::poll(&mut pfd, 1, 200) }, 0, "completions while the owner runs left the fd quiet");
+    let deadline = Instant::now() + TIMEOUT;
+    while !completed(&seen, 2) {
+        assert!(Instant::now() < deadline, "the answer is reported");
+        if t.event_fd() == EventFd::Ready {
+            t.poll(&mut seen, 64);
+        } else {
+            // SAFETY: as above; bounded by TIMEOUT.
+            unsafe { libc::poll(&mut pfd, 1, TIMEOUT.as_millis() as i32) };
+            t.poll(&mut seen, 64);
+        }
+    }
+    assert_eq!(response(&seen, 2).1, vec![5; 10]);
+    server.finish();
+}
+
 /// Writes `frames` on a plain socket to a fresh transport, then checks
 /// that the transport ended that connection for `reason` (counted once)
 /// and still answers a good client.
