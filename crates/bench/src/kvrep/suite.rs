@@ -383,6 +383,8 @@ fn membership_stage(options: &Options, run: &RunPlan, sink: &mut Sink) {
             }
             Err(e) => sink.skipped.push(Skipped::new("failover", CLUSTER, &format!("{e:#}"))),
         }
+    } else {
+        sink.skipped.push(Skipped::new("failover", CLUSTER, "left out (--failover-kills 0)"));
     }
     if run.catchup_mib > 0 {
         match catchup::catch_up(&options.exe, &options.transport, run.catchup_mib) {
