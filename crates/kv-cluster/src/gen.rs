@@ -78,7 +78,7 @@ impl<'a> Commands<'a> {
     /// A string, counter or key command.
     fn string_command(&mut self) -> Vec<Vec<u8>> {
         let k = self.pick(STRINGS);
-        match self.rng.gen_range(0..18) {
+        match self.rng.gen_range(0..20) {
             0 => vec![s("SET"), k, self.member()],
             1 => vec![s("SET"), k, self.member(), s("PX"), self.ttl_ms()],
             2 => vec![s("GET"), k],
@@ -96,6 +96,8 @@ impl<'a> Commands<'a> {
             14 => vec![s("RENAME"), self.any_key(), self.any_key()],
             15 => vec![s("COPY"), self.any_key(), self.any_key(), s("REPLACE")],
             16 => vec![s("DBSIZE")],
+            17 => vec![s("SETBIT"), k, self.rng.gen_range(0..200u32).to_string().into_bytes(), s(if self.rng.gen_bool(0.7) { "1" } else { "0" })],
+            18 => vec![s("BITOP"), s("OR"), k, self.pick(STRINGS), self.any_key()],
             _ => vec![s("INCRBYFLOAT"), k, s("1.5")],
         }
     }

@@ -29,7 +29,7 @@
 //! ([`super::Server::random_draws`], [`super::Server::clock_reads`]), so the
 //! unit, differential and server tests check them on every command they run.
 
-use super::{admin, blocking, hashes, keys, large, list_ops, lists, multi, sets, strings, zsets};
+use super::{admin, bits, blocking, hashes, keys, large, list_ops, lists, multi, sets, strings, zsets};
 use super::{lower, Ctx, Res};
 use crate::store::{Keyspace, Kind};
 use pmwire_resp::reply::ReplySink;
@@ -223,6 +223,8 @@ command_table! {
     "acl|whoami", 2, (0, 0, 0), [], |c| admin::acl(c);
     "append", 3, (1, 1, 1), [WRITE], |c| strings::append(c);
     "auth", -2, (0, 0, 0), [NO_AUTH CONNECTION], |c| admin::auth(c);
+    "bitcount", -2, (1, 1, 1), [READONLY], |c| bits::bitcount(c);
+    "bitop", -4, (2, -1, 1), [WRITE], |c| bits::bitop(c);
     "blmove", 6, (1, 2, 1), [WRITE BLOCKING], |c| blocking::blmove(c);
     "blmpop", -5, (0, 0, 0), [WRITE BLOCKING], |c| blocking::blmpop(c);
     "blpop", -3, (1, -2, 1), [WRITE BLOCKING], |c| blocking::bpop(c, list_ops::End::Head);
@@ -255,6 +257,7 @@ command_table! {
     "flushall", -1, (0, 0, 0), [WRITE], |c| admin::flush(c);
     "flushdb", -1, (0, 0, 0), [WRITE], |c| admin::flush(c);
     "get", 2, (1, 1, 1), [READONLY], |c| strings::get(c);
+    "getbit", 3, (1, 1, 1), [READONLY], |c| bits::getbit(c);
     "getdel", 2, (1, 1, 1), [WRITE], |c| strings::getdel(c);
     "getex", -2, (1, 1, 1), [WRITE TIME], |c| strings::getex(c);
     "getrange", 4, (1, 1, 1), [READONLY], |c| strings::getrange(c);
@@ -322,6 +325,7 @@ command_table! {
     "sdiffstore", -3, (1, -1, 1), [WRITE], |c| sets::combine_store(c, sets::SetOp::Diff);
     "select", 2, (0, 0, 0), [CONNECTION], |c| admin::select(c);
     "set", -3, (1, 1, 1), [WRITE TIME], |c| strings::set(c);
+    "setbit", 4, (1, 1, 1), [WRITE], |c| bits::setbit(c);
     "setex", 4, (1, 1, 1), [WRITE TIME], |c| strings::setex(c, true);
     "setnx", 3, (1, 1, 1), [WRITE], |c| strings::setnx(c);
     "setrange", 4, (1, 1, 1), [WRITE], |c| strings::setrange(c);

@@ -24,6 +24,7 @@
 //! `blocking::Waiters`) is kept with their commands.
 
 mod admin;
+mod bits;
 mod blocking;
 pub mod commands;
 mod hashes;

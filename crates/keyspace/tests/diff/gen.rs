@@ -232,6 +232,42 @@ impl Gen {
                 a.push(self.int());
                 a.push(self.int());
             }
+            "SETBIT" => {
+                a.push(self.key());
+                // Not the largest valid offset: that SETBIT makes a 512 MiB string.
+                a.push(self.pick(&BIT_OFFSETS[..BIT_OFFSETS.len() - 2]));
+                if self.chance(0.1) {
+                    a.pop();
+                    a.push(b"4294967296".to_vec());
+                }
+                a.push(self.pick(&["0", "1", "1", "2", "-1", "x", "01"]));
+            }
+            "GETBIT" => {
+                a.push(self.key());
+                a.push(self.pick(BIT_OFFSETS));
+            }
+            "BITCOUNT" => {
+                a.push(self.key());
+                match self.rng.gen_range(0..6) {
+                    0 | 1 => {}
+                    2 => a.push(self.pick(BIT_RANGE)),
+                    _ => {
+                        a.push(self.pick(BIT_RANGE));
+                        a.push(self.pick(BIT_RANGE));
+                        if self.chance(0.5) {
+                            a.push(self.pick(&["BIT", "byte", "bit", "BYTE", "bad"]));
+                        }
+                    }
+                }
+            }
+            "BITOP" => {
+                let op = self.pick(&["AND", "or", "XOR", "NOT", "not", "bad"]);
+                a.push(op);
+                a.push(self.key());
+                for _ in 0..self.n(1, 3) {
+                    a.push(self.key());
+                }
+            }
             "RENAME" | "RENAMENX" => {
                 a.push(self.key());
                 a.push(self.key());
@@ -672,8 +708,13 @@ impl Gen {
 
 const STRINGS: &[&str] = &[
     "GET", "SET", "SETNX", "GETSET", "GETDEL", "MGET", "MSET", "MSETNX", "INCR", "DECR", "INCRBY", "DECRBY",
-    "INCRBYFLOAT", "INCRBYFLOAT", "APPEND", "STRLEN", "SETRANGE", "GETRANGE", "SUBSTR",
+    "INCRBYFLOAT", "INCRBYFLOAT", "APPEND", "STRLEN", "SETRANGE", "GETRANGE", "SUBSTR", "SETBIT", "SETBIT", "GETBIT",
+    "BITCOUNT", "BITOP",
 ];
+/// Bit offsets: within a few bytes, past them, and refused ones.
+const BIT_OFFSETS: &[&str] = &["0", "1", "7", "8", "13", "31", "100", "-1", "x", "01", "4294967295", "4294967296"];
+/// BITCOUNT's start and end, in bytes or bits.
+const BIT_RANGE: &[&str] = &["0", "1", "2", "5", "13", "-1", "-2", "-9", "100", "x"];
 /// Expiry (TTL and PERSIST twice over: they read what the others set).
 pub const EXPIRY: &[&str] = &[
     "EXPIRE", "PEXPIRE", "EXPIREAT", "PEXPIREAT", "TTL", "TTL", "PTTL", "EXPIRETIME", "PEXPIRETIME", "PEXPIRETIME",
