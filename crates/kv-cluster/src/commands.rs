@@ -32,7 +32,7 @@ pub enum Class {
 /// Commands that only read.
 #[rustfmt::skip]
 pub const READS: &[&str] = &[
-    "bitcount", "dbsize", "echo", "exists", "expiretime", "get", "getbit", "getrange", "hexists", "hget", "hgetall", "hkeys", "hlen",
+    "bitcount", "bitpos", "dbsize", "echo", "exists", "expiretime", "get", "getbit", "getrange", "hexists", "hget", "hgetall", "hkeys", "hlen",
     "hmget", "hrandfield", "hscan", "hstrlen", "hvals", "keys", "lindex", "llen", "lpos", "lrange", "mget",
     "object", "pexpiretime", "ping", "pttl", "randomkey", "scan", "scard", "sdiff", "select", "sinter",
     "sintercard", "sismember", "smembers", "smismember", "srandmember", "sscan", "strlen", "substr", "sunion",

@@ -1,5 +1,5 @@
 //! Bit commands on strings, as Redis 7.0 has them: SETBIT GETBIT BITCOUNT
-//! BITOP. A string is a bit array, bit 0 the most significant bit of its
+//! BITPOS BITOP. A string is a bit array, bit 0 the most significant bit of its
 //! first byte; a missing key is an array of zeros. As SETRANGE does, a
 //! write reads the string, changes it and stores it again, keeping its
 //! deadline (BITOP's result replaces the target and its deadline, as SET).
@@ -122,6 +122,64 @@ pub(super) fn bitcount<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx
     count -= i64::from((bytes[0] & masks.0).count_ones());
     count -= i64::from((bytes[bytes.len() - 1] & masks.1).count_ones());
     c.out.integer(count);
+    Ok(())
+}
+
+/// BITPOS key bit [start [end [BYTE|BIT]]]: the first bit equal to `bit`
+/// within the range (bytes unless BIT), as an offset from the string's
+/// start; -1 if there is none. Looking for a 0 with no end given, a string
+/// of ones answers the bit just past it (the string reads as padded with
+/// zeros), as Redis does; a missing key is all zeros.
+pub(super) fn bitpos<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    let want = match c.int_arg(2)? {
+        b @ (0 | 1) => b == 1,
+        _ => return Err(Fail::err("The bit argument must be 1 or 0.")),
+    };
+    let Some(v) = c.load(c.arg(1), Kind::String)? else {
+        c.out.integer(if want { -1 } else { 0 });
+        return Ok(());
+    };
+    let len = v.len() as i64;
+    // The range in bits, inclusive, and whether the caller gave its end.
+    let (first, last, end_given) = match c.argc() {
+        3 => (0, len * 8 - 1, false),
+        4..=6 => {
+            let mut start = c.int_arg(3)?;
+            let bits = match c.argc() {
+                6 if c.arg(5).eq_ignore_ascii_case(b"bit") => true,
+                6 if c.arg(5).eq_ignore_ascii_case(b"byte") => false,
+                6 => return Err(Fail::Syntax),
+                _ => false,
+            };
+            let (mut end, end_given) = if c.argc() >= 5 { (c.int_arg(4)?, true) } else { (len - 1, false) };
+            let total = if bits { len << 3 } else { len };
+            if start < 0 {
+                start += total;
+            }
+            if end < 0 {
+                end += total;
+            }
+            let start = start.max(0);
+            let end = end.max(0).min(total - 1);
+            if bits {
+                (start, end, end_given)
+            } else {
+                (start * 8, end * 8 + 7, end_given)
+            }
+        }
+        _ => return Err(Fail::Syntax),
+    };
+    if first > last {
+        c.out.integer(-1);
+        return Ok(());
+    }
+    let bit = |i: i64| v[(i >> 3) as usize] & (0x80 >> (i & 7)) != 0;
+    let found = (first..=last).find(|&i| bit(i) == want);
+    c.out.integer(match found {
+        Some(i) => i,
+        None if !want && !end_given => last + 1,
+        None => -1,
+    });
     Ok(())
 }
 

@@ -225,6 +225,7 @@ command_table! {
     "auth", -2, (0, 0, 0), [NO_AUTH CONNECTION], |c| admin::auth(c);
     "bitcount", -2, (1, 1, 1), [READONLY], |c| bits::bitcount(c);
     "bitop", -4, (2, -1, 1), [WRITE], |c| bits::bitop(c);
+    "bitpos", -3, (1, 1, 1), [READONLY], |c| bits::bitpos(c);
     "blmove", 6, (1, 2, 1), [WRITE BLOCKING], |c| blocking::blmove(c);
     "blmpop", -5, (0, 0, 0), [WRITE BLOCKING], |c| blocking::blmpop(c);
     "blpop", -3, (1, -2, 1), [WRITE BLOCKING], |c| blocking::bpop(c, list_ops::End::Head);

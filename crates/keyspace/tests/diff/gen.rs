@@ -260,6 +260,18 @@ impl Gen {
                     }
                 }
             }
+            "BITPOS" => {
+                a.push(self.key());
+                a.push(self.pick(&["0", "1", "1", "0", "2", "x"]));
+                let extra = self.n(0, 4);
+                for i in 0..extra {
+                    if i == 2 {
+                        a.push(self.pick(&["BIT", "byte", "bit", "BYTE", "bad"]));
+                    } else {
+                        a.push(self.pick(BIT_RANGE));
+                    }
+                }
+            }
             "BITOP" => {
                 let op = self.pick(&["AND", "or", "XOR", "NOT", "not", "bad"]);
                 a.push(op);
@@ -709,7 +721,7 @@ impl Gen {
 const STRINGS: &[&str] = &[
     "GET", "SET", "SETNX", "GETSET", "GETDEL", "MGET", "MSET", "MSETNX", "INCR", "DECR", "INCRBY", "DECRBY",
     "INCRBYFLOAT", "INCRBYFLOAT", "APPEND", "STRLEN", "SETRANGE", "GETRANGE", "SUBSTR", "SETBIT", "SETBIT", "GETBIT",
-    "BITCOUNT", "BITOP",
+    "BITCOUNT", "BITPOS", "BITOP",
 ];
 /// Bit offsets: within a few bytes, past them, and refused ones.
 const BIT_OFFSETS: &[&str] = &["0", "1", "7", "8", "13", "31", "100", "-1", "x", "01", "4294967295", "4294967296"];
