@@ -366,6 +366,20 @@ fn a_close_sends_what_was_queued_first() {
     assert_eq!(stats.bad_frames, [0; 8]);
 }
 
+/// Arms `t` for an outside wait, polling into `seen` what is ready first;
+/// the fd to wait on.
+fn armed(t: &mut TcpTransport, seen: &mut Vec<Event>) -> std::os::fd::RawFd {
+    loop {
+        match t.event_fd() {
+            EventFd::Armed(fd) => return fd,
+            EventFd::Ready => {
+                t.poll(seen, 64);
+            }
+            EventFd::Unsupported => panic!("a tcp transport has an event fd"),
+        }
+    }
+}
+
 #[test]
 fn wait_times_out_when_idle_and_the_event_fd_wakes_a_poller() {
     let server = spawn_server(TcpConfig::default());
@@ -385,15 +399,7 @@ fn wait_times_out_when_idle_and_the_event_fd_wakes_a_poller() {
     assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 0, "idle: not readable");
     // A call goes out with the next event_fd; its answer makes the fd readable.
     t.call(conn, b"echo", vec![9; 10], 2).unwrap();
-    let fd = loop {
-        match t.event_fd() {
-            EventFd::Armed(fd) => break fd,
-            EventFd::Ready => {
-                t.poll(&mut seen, 64);
-            }
-            EventFd::Unsupported => panic!("a tcp transport has an event fd"),
-        }
-    };
+    let fd = armed(&mut t, &mut seen);
     if !completed(&seen, 2) {
         // SAFETY: as above; bounded by TIMEOUT.
         let n = unsafe { libc::poll(&mut pfd, 1, TIMEOUT.as_millis() as i32) };
@@ -424,15 +430,7 @@ fn completions_while_the_owner_runs_do_not_signal_the_event_fd() {
     let mut seen = Vec::new();
     t.call(conn, b"warm", Vec::new(), 1).unwrap();
     poll_until(&mut t, &mut seen, |s| completed(s, 1));
-    let fd = loop {
-        match t.event_fd() {
-            EventFd::Armed(fd) => break fd,
-            EventFd::Ready => {
-                t.poll(&mut seen, 64);
-            }
-            EventFd::Unsupported => panic!("a tcp transport has an event fd"),
-        }
-    };
+    let fd = armed(&mut t, &mut seen);
     // Woken by something else: the owner polls, then sends (the request's
     // send completes inline), and its answer comes back meanwhile.
     t.poll(&mut seen, 64);

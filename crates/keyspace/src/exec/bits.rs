@@ -29,6 +29,25 @@ fn locate(offset: u64) -> (usize, u8) {
     (byte, 1u8 << (7 - (offset & 7)))
 }
 
+/// Whether argument `i`, a range's unit, says BIT (else BYTE; anything
+/// else is a syntax error).
+fn in_bits<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &Ctx<'_, '_, K, S>, i: usize) -> Result<bool, Fail> {
+    match c.arg(i) {
+        w if w.eq_ignore_ascii_case(b"bit") => Ok(true),
+        w if w.eq_ignore_ascii_case(b"byte") => Ok(false),
+        _ => Err(Fail::Syntax),
+    }
+}
+
+/// A range of `total` units with negative ends counted from the end,
+/// clamped to `0..total` as Redis clamps it (the end may come out below
+/// the start: an empty range).
+fn clamp(start: i64, end: i64, total: i64) -> (i64, i64) {
+    let start = if start < 0 { start + total } else { start };
+    let end = if end < 0 { end + total } else { end };
+    (start.max(0), end.max(0).min(total - 1))
+}
+
 /// SETBIT key offset value: sets or clears one bit (zero-padding the string
 /// to reach it, creating the key if missing); the bit's old value.
 pub(super) fn setbit<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
@@ -79,28 +98,15 @@ pub(super) fn bitcount<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx
     let (start, end, masks) = match c.argc() {
         2 => (0, len - 1, (0u8, 0u8)),
         4 | 5 => {
-            let mut start = c.int_arg(2)?;
-            let mut end = c.int_arg(3)?;
+            let start = c.int_arg(2)?;
+            let end = c.int_arg(3)?;
             // Redis 7.0 answers an empty negative range before it reads the unit.
             if start < 0 && end < 0 && start > end {
                 c.out.integer(0);
                 return Ok(());
             }
-            let bits = match c.argc() {
-                5 if c.arg(4).eq_ignore_ascii_case(b"bit") => true,
-                5 if c.arg(4).eq_ignore_ascii_case(b"byte") => false,
-                5 => return Err(Fail::Syntax),
-                _ => false,
-            };
-            let total = if bits { len << 3 } else { len };
-            if start < 0 {
-                start += total;
-            }
-            if end < 0 {
-                end += total;
-            }
-            let start = start.max(0);
-            let end = end.max(0).min(total - 1);
+            let bits = c.argc() == 5 && in_bits(c, 4)?;
+            let (start, end) = clamp(start, end, if bits { len << 3 } else { len });
             if bits && start <= end {
                 // The bits of the edge bytes outside the range, to take off.
                 let first = !((1u16 << (8 - (start & 7))) - 1) as u8;
@@ -144,23 +150,10 @@ pub(super) fn bitpos<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'
     let (first, last, end_given) = match c.argc() {
         3 => (0, len * 8 - 1, false),
         4..=6 => {
-            let mut start = c.int_arg(3)?;
-            let bits = match c.argc() {
-                6 if c.arg(5).eq_ignore_ascii_case(b"bit") => true,
-                6 if c.arg(5).eq_ignore_ascii_case(b"byte") => false,
-                6 => return Err(Fail::Syntax),
-                _ => false,
-            };
-            let (mut end, end_given) = if c.argc() >= 5 { (c.int_arg(4)?, true) } else { (len - 1, false) };
-            let total = if bits { len << 3 } else { len };
-            if start < 0 {
-                start += total;
-            }
-            if end < 0 {
-                end += total;
-            }
-            let start = start.max(0);
-            let end = end.max(0).min(total - 1);
+            let start = c.int_arg(3)?;
+            let bits = c.argc() == 6 && in_bits(c, 5)?;
+            let (end, end_given) = if c.argc() >= 5 { (c.int_arg(4)?, true) } else { (len - 1, false) };
+            let (start, end) = clamp(start, end, if bits { len << 3 } else { len });
             if bits {
                 (start, end, end_given)
             } else {

@@ -74,9 +74,14 @@ pub fn start_redis_with(extra: &[&str]) -> Redis {
             .expect("spawn redis-server");
         let mut redis = Redis { child, port, _dir: dir };
         let deadline = Instant::now() + Duration::from_secs(5);
+        let password = extra.windows(2).find(|w| w[0] == "--requirepass").map(|w| w[1]);
         while Instant::now() < deadline {
             if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return redis;
+                if serves_as(port, redis.child.id(), password) {
+                    return redis;
+                }
+                // Another test's server took the port first; ours exits.
+                break;
             }
             if let Ok(Some(_)) = redis.child.try_wait() {
                 break;
@@ -85,6 +90,39 @@ pub fn start_redis_with(extra: &[&str]) -> Redis {
         }
     }
     panic!("redis-server did not start");
+}
+
+/// Whether the redis-server at `port` is process `pid`. A port found free
+/// may be taken by another test's server before ours binds it: ours then
+/// exits, and a connect reaches the other one, whose end later resets
+/// this test's connections.
+fn serves_as(port: u16, pid: u32, password: Option<&str>) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return false };
+    if s.set_read_timeout(Some(Duration::from_secs(2))).is_err() {
+        return false;
+    }
+    let mut req = String::new();
+    if let Some(p) = password {
+        req.push_str(&format!("AUTH {p}\r\n"));
+    }
+    req.push_str("INFO server\r\n");
+    if s.write_all(req.as_bytes()).is_err() {
+        return false;
+    }
+    let (mut seen, mut chunk) = (Vec::new(), [0u8; 4096]);
+    loop {
+        let Ok(n) = s.read(&mut chunk) else { return false };
+        if n == 0 {
+            return false;
+        }
+        seen.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&seen);
+        if let Some(at) = text.find("process_id:") {
+            if let Some(end) = text[at..].find("\r\n") {
+                return text[at + "process_id:".len()..at + end] == pid.to_string();
+            }
+        }
+    }
 }
 
 pub struct Conn {
