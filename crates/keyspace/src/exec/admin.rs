@@ -151,6 +151,7 @@ pub(super) fn config_get<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
     let port = c.server.config.tcp_port.to_string();
     let pass = c.server.config.requirepass.clone().unwrap_or_default();
     let protected: &[u8] = if c.server.config.protected_mode { b"yes" } else { b"no" };
+    let save = c.server.config.save.clone();
     let params: [(&str, &[u8]); 10] = [
         ("appendonly", b"no"),
         ("databases", b"1"),
@@ -160,7 +161,7 @@ pub(super) fn config_get<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
         ("protected-mode", protected),
         ("proto-max-bulk-len", bulk_max.as_bytes()),
         ("requirepass", &pass),
-        ("save", b""),
+        ("save", save.as_bytes()),
         ("timeout", b"0"),
     ];
     let mut hit = [false; 10];
@@ -180,15 +181,17 @@ pub(super) fn config_get<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
     Ok(())
 }
 
-/// CONFIG SET: `requirepass` (empty: no password) and `protected-mode`,
-/// all or none, as Redis 7.0 applies several pairs. Other parameters are
-/// refused by name.
+/// CONFIG SET: `requirepass` (empty: no password), `protected-mode` and
+/// `save` (kept for CONFIG GET: pmwire takes no snapshots, every write is
+/// durable before its reply), all or none, as Redis 7.0 applies several
+/// pairs. Other parameters are refused by name.
 pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
     if c.argc() % 2 != 0 {
         return Err(Fail::Syntax);
     }
     let mut pass = None;
     let mut protected = None;
+    let mut save = None;
     for j in (2..c.argc()).step_by(2) {
         let (name, value) = (c.arg(j), c.arg(j + 1));
         if name.eq_ignore_ascii_case(b"requirepass") {
@@ -199,12 +202,14 @@ pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
                 b"no" => false,
                 _ => return Err(Fail::err("CONFIG SET failed (possibly related to argument 'protected-mode') - argument must be 'yes' or 'no'")),
             });
+        } else if name.eq_ignore_ascii_case(b"save") {
+            save = Some(save_schedule(value).ok_or_else(|| Fail::err("CONFIG SET failed (possibly related to argument 'save') - Invalid save parameters"))?);
         } else {
             let shown = String::from_utf8_lossy(&name[..name.len().min(128)]).into_owned();
             let lower = shown.to_ascii_lowercase();
             if REDIS_PARAMETERS.contains(&lower.as_str()) {
                 return Err(Fail::err(&format!(
-                    "CONFIG SET failed (possibly related to argument '{lower}') - pmwire does not change '{lower}' (it sets requirepass and protected-mode; every write is durable before its reply)"
+                    "CONFIG SET failed (possibly related to argument '{lower}') - pmwire does not change '{lower}' (it sets requirepass, protected-mode and save; every write is durable before its reply)"
                 )));
             }
             return Err(Fail::err(&format!("Unknown option or number of arguments for CONFIG SET - '{shown}'")));
@@ -216,15 +221,67 @@ pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
     if let Some(p) = protected {
         c.server.config.protected_mode = p;
     }
+    if let Some(s) = save {
+        c.server.config.save = s;
+    }
     c.out.ok();
     Ok(())
+}
+
+/// `save`'s value as Redis 7.0 takes it: "" (no snapshots), or pairs of
+/// seconds (at least 1) and changes (at least 0) split on single spaces,
+/// each read as C's `strtoll` reads it; the pairs as CONFIG GET shows
+/// them, or `None` if Redis would refuse the value.
+fn save_schedule(value: &[u8]) -> Option<String> {
+    if value.is_empty() {
+        return Some(String::new());
+    }
+    let words: Vec<&[u8]> = value.split(|&b| b == b' ').collect();
+    if words.len() % 2 != 0 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(words.len());
+    for (j, word) in words.iter().enumerate() {
+        let n = strtoll(word)?;
+        let seconds = j % 2 == 0;
+        if (seconds && n < 1) || (!seconds && n < 0) {
+            return None;
+        }
+        // Redis keeps the changes in a C `int`.
+        out.push(if seconds { n.to_string() } else { (n as i32).to_string() });
+    }
+    Some(out.join(" "))
+}
+
+/// A whole word read as C's `strtoll(word, &end, 10)` with `*end == 0`
+/// required: leading white space, a sign, decimal digits, saturating on
+/// overflow; an empty word reads as 0 (no digits, and nothing left over).
+fn strtoll(word: &[u8]) -> Option<i64> {
+    if word.is_empty() {
+        return Some(0);
+    }
+    let rest = word.trim_ascii_start();
+    let (negative, digits) = match rest.first() {
+        Some(b'-') => (true, &rest[1..]),
+        Some(b'+') => (false, &rest[1..]),
+        _ => (false, rest),
+    };
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut n: i64 = 0;
+    for &d in digits {
+        let d = i64::from(d - b'0');
+        n = if negative { n.saturating_mul(10).saturating_sub(d) } else { n.saturating_mul(10).saturating_add(d) };
+    }
+    Some(n)
 }
 
 /// Parameters Redis 7.0 sets that pmwire does not: refused by name rather
 /// than called unknown.
 const REDIS_PARAMETERS: &[&str] = &[
     "appendfsync", "appendonly", "databases", "hz", "latency-tracking", "lazyfree-lazy-user-del", "loglevel",
-    "maxclients", "maxmemory", "maxmemory-policy", "notify-keyspace-events", "proto-max-bulk-len", "save",
+    "maxclients", "maxmemory", "maxmemory-policy", "notify-keyspace-events", "proto-max-bulk-len",
     "slowlog-log-slower-than", "timeout",
 ];
 

@@ -77,6 +77,10 @@ pub struct ServerConfig {
     /// The default user's password (`requirepass`); `None`: no password,
     /// and every connection starts authenticated. CONFIG SET changes it.
     pub requirepass: Option<Vec<u8>>,
+    /// `save` as CONFIG SET last set it (normalized, as CONFIG GET shows
+    /// it; "" by default). pmwire takes no snapshots: every write is
+    /// durable before its reply, so the schedule changes nothing else.
+    pub save: String,
     /// Redis's protected mode: with no password, connections from
     /// anywhere but loopback are refused ([`Server::refuse_peer`]).
     pub protected_mode: bool,
@@ -98,6 +102,7 @@ impl Default for ServerConfig {
             scan_max_count: 100_000,
             tcp_port: 0,
             requirepass: None,
+            save: String::new(),
             protected_mode: true,
             random_seed: 0x706d_7769_7265,
             collections: crate::chunked::ChunkConfig::default(),

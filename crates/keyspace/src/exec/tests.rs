@@ -151,9 +151,12 @@ fn documented_differences_from_redis() {
     assert_eq!(f.run("GET k"), "$-1\r\n");
     assert_eq!(f.run("SCAN 12345"), "-ERR invalid cursor\r\n");
     assert_eq!(
-        f.run("CONFIG SET save x"),
-        "-ERR CONFIG SET failed (possibly related to argument 'save') - pmwire does not change 'save' (it sets requirepass and protected-mode; every write is durable before its reply)\r\n"
+        f.run("CONFIG SET appendonly yes"),
+        "-ERR CONFIG SET failed (possibly related to argument 'appendonly') - pmwire does not change 'appendonly' (it sets requirepass, protected-mode and save; every write is durable before its reply)\r\n"
     );
+    // `save` is taken and shown back, and changes nothing else.
+    assert_eq!(f.run("CONFIG SET save \"60 1000\""), "+OK\r\n");
+    assert_eq!(f.run("CONFIG GET save"), "*2\r\n$4\r\nsave\r\n$7\r\n60 1000\r\n");
     assert_eq!(f.run("COPY k k2 DB 1"), "-ERR DB index is out of range\r\n");
 }
 
