@@ -501,7 +501,7 @@ impl TcpTransport {
         // thread is still woken). Older kernels get a ring without it.
         // `IORING_RECVSEND_POLL_FIRST` came with it: older kernels refuse a
         // receive whose `ioprio` is not 0.
-        let (ring, poll_first) = match IoUring::builder().setup_cqsize(RING_ENTRIES * 4).setup_coop_taskrun().build(RING_ENTRIES) {
+        let (mut ring, poll_first) = match IoUring::builder().setup_cqsize(RING_ENTRIES * 4).setup_coop_taskrun().build(RING_ENTRIES) {
             Ok(ring) => (ring, true),
             Err(_) => (
                 IoUring::builder().setup_cqsize(RING_ENTRIES * 4).build(RING_ENTRIES).map_err(|source| SetupError::Io { call: "io_uring_setup", source })?,
@@ -518,7 +518,6 @@ impl TcpTransport {
         ring.submitter()
             .register_eventfd(efd.as_raw_fd())
             .map_err(|source| SetupError::Io { call: "io_uring_register(EVENTFD)", source })?;
-        let mut ring = ring;
         ring.completion().disable_eventfd();
         let timeout = config.connect_timeout;
         Ok(TcpTransport {

@@ -4,6 +4,7 @@
 //! write reads the string, changes it and stores it again, keeping its
 //! deadline (BITOP's result replaces the target and its deadline, as SET).
 
+use super::shared::clamp_range;
 use super::{Ctx, Fail, Res};
 use crate::store::{Expiry, Keyspace, Kind, ValueSource};
 use pmwire_resp::numbers::parse_i64;
@@ -12,21 +13,18 @@ use pmwire_resp::reply::ReplySink;
 /// Redis's refusal of a bit offset.
 const BAD_OFFSET: &str = "bit offset is not an integer or out of range";
 
-/// Argument `i` as a bit offset: a Redis integer, not negative, whose byte
-/// lies below `proto-max-bulk-len` (Redis's `getBitOffsetFromArgument`).
-fn bit_offset<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &Ctx<'_, '_, K, S>, i: usize) -> Result<u64, Fail> {
+/// Argument `i` as a bit offset, a Redis integer, not negative, whose byte
+/// lies below `proto-max-bulk-len` (Redis's `getBitOffsetFromArgument`):
+/// the byte's index and the bit's mask in it.
+fn bit_offset<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &Ctx<'_, '_, K, S>, i: usize) -> Result<(usize, u8), Fail> {
     let max_bytes = c.server.config.limits.max_bulk_bytes;
     match parse_i64(c.arg(i)) {
-        Some(n) if n >= 0 && ((n as u64) >> 3) < max_bytes => Ok(n as u64),
+        Some(n) if n >= 0 && ((n as u64) >> 3) < max_bytes => {
+            let byte = usize::try_from(n >> 3).map_err(|_| Fail::err(BAD_OFFSET))?;
+            Ok((byte, 1u8 << (7 - (n & 7))))
+        }
         _ => Err(Fail::err(BAD_OFFSET)),
     }
-}
-
-/// The byte index and the mask of bit `offset`.
-fn locate(offset: u64) -> (usize, u8) {
-    // The offset's byte is below proto-max-bulk-len, so it fits a usize.
-    let byte = usize::try_from(offset >> 3).expect("bounded by proto-max-bulk-len");
-    (byte, 1u8 << (7 - (offset & 7)))
 }
 
 /// Whether argument `i`, a range's unit, says BIT (else BYTE; anything
@@ -39,25 +37,15 @@ fn in_bits<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &Ctx<'_, '_, K, S>, 
     }
 }
 
-/// A range of `total` units with negative ends counted from the end,
-/// clamped to `0..total` as Redis clamps it (the end may come out below
-/// the start: an empty range).
-fn clamp(start: i64, end: i64, total: i64) -> (i64, i64) {
-    let start = if start < 0 { start + total } else { start };
-    let end = if end < 0 { end + total } else { end };
-    (start.max(0), end.max(0).min(total - 1))
-}
-
 /// SETBIT key offset value: sets or clears one bit (zero-padding the string
 /// to reach it, creating the key if missing); the bit's old value.
 pub(super) fn setbit<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
-    let offset = bit_offset(c, 2)?;
+    let (byte, mask) = bit_offset(c, 2)?;
     let on = match parse_i64(c.arg(3)) {
         Some(v @ (0 | 1)) => v == 1,
         _ => return Err(Fail::err("bit is not an integer or out of range")),
     };
     let key = c.arg(1);
-    let (byte, mask) = locate(offset);
     c.check_fits(key, byte as u64 + 1)?;
     let mut v = c.load(key, Kind::String)?.unwrap_or_default();
     let grows = v.len() <= byte;
@@ -79,8 +67,7 @@ pub(super) fn setbit<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'
 
 /// GETBIT key offset: one bit; 0 past the string's end or for a missing key.
 pub(super) fn getbit<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
-    let offset = bit_offset(c, 2)?;
-    let (byte, mask) = locate(offset);
+    let (byte, mask) = bit_offset(c, 2)?;
     let v = c.load(c.arg(1), Kind::String)?.unwrap_or_default();
     c.out.integer(i64::from(v.get(byte).is_some_and(|b| b & mask != 0)));
     Ok(())
@@ -106,7 +93,7 @@ pub(super) fn bitcount<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx
                 return Ok(());
             }
             let bits = c.argc() == 5 && in_bits(c, 4)?;
-            let (start, end) = clamp(start, end, if bits { len << 3 } else { len });
+            let (start, end) = clamp_range(start, end, if bits { len << 3 } else { len });
             if bits && start <= end {
                 // The bits of the edge bytes outside the range, to take off.
                 let first = !((1u16 << (8 - (start & 7))) - 1) as u8;
@@ -153,7 +140,7 @@ pub(super) fn bitpos<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'
             let start = c.int_arg(3)?;
             let bits = c.argc() == 6 && in_bits(c, 5)?;
             let (end, end_given) = if c.argc() >= 5 { (c.int_arg(4)?, true) } else { (len - 1, false) };
-            let (start, end) = clamp(start, end, if bits { len << 3 } else { len });
+            let (start, end) = clamp_range(start, end, if bits { len << 3 } else { len });
             if bits {
                 (start, end, end_given)
             } else {

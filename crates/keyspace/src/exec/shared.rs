@@ -4,11 +4,20 @@
 //! [`super::list_ops`], [`super::large`]) and never on each other: SCAN-style
 //! cursors and options, random draws and their replies (SRANDMEMBER,
 //! HRANDFIELD, ZRANDMEMBER), ZADD's options (the ordinary and the chunked
-//! path).
+//! path), and the byte or bit ranges of GETRANGE, BITCOUNT and BITPOS.
 
 use super::{Ctx, Fail, Res};
 use crate::store::Keyspace;
 use pmwire_resp::reply::ReplySink;
+
+/// A range of `total` units (bytes, bits) with negative ends counted from
+/// the end, clamped to `0..total` as Redis clamps GETRANGE's and
+/// BITCOUNT's (the end may come out below the start: an empty range).
+pub(super) fn clamp_range(start: i64, end: i64, total: i64) -> (i64, i64) {
+    let start = if start < 0 { start + total } else { start };
+    let end = if end < 0 { end + total } else { end };
+    (start.max(0), end.max(0).min(total - 1))
+}
 
 /// Redis's cursor parse (`strtoul` base 10: optional sign, `""` is 0, a
 /// negative number wraps; no leading space, nothing after, no overflow).

@@ -376,8 +376,8 @@ pub(super) fn setrange<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx
 /// GETRANGE key start end (and its old name SUBSTR): the bytes between
 /// two inclusive offsets, negative ones counted from the end.
 pub(super) fn getrange<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
-    let mut start = c.int_arg(2)?;
-    let mut end = c.int_arg(3)?;
+    let start = c.int_arg(2)?;
+    let end = c.int_arg(3)?;
     let Some(v) = c.load(c.arg(1), Kind::String)? else {
         c.out.bulk(b"");
         return Ok(());
@@ -387,14 +387,7 @@ pub(super) fn getrange<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx
         c.out.bulk(b"");
         return Ok(());
     }
-    if start < 0 {
-        start += len;
-    }
-    if end < 0 {
-        end += len;
-    }
-    let start = start.max(0);
-    let end = end.max(0).min(len - 1);
+    let (start, end) = super::shared::clamp_range(start, end, len);
     if len == 0 || start > end {
         c.out.bulk(b"");
     } else {

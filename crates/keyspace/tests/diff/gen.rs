@@ -235,11 +235,8 @@ impl Gen {
             "SETBIT" => {
                 a.push(self.key());
                 // Not the largest valid offset: that SETBIT makes a 512 MiB string.
-                a.push(self.pick(&BIT_OFFSETS[..BIT_OFFSETS.len() - 2]));
-                if self.chance(0.1) {
-                    a.pop();
-                    a.push(b"4294967296".to_vec());
-                }
+                let offset = if self.chance(0.1) { b"4294967296".to_vec() } else { self.pick(&BIT_OFFSETS[..BIT_OFFSETS.len() - 2]) };
+                a.push(offset);
                 a.push(self.pick(&["0", "1", "1", "2", "-1", "x", "01"]));
             }
             "GETBIT" => {

@@ -97,32 +97,16 @@ pub fn start_redis_with(extra: &[&str]) -> Redis {
 /// exits, and a connect reaches the other one, whose end later resets
 /// this test's connections.
 fn serves_as(port: u16, pid: u32, password: Option<&str>) -> bool {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return false };
-    if s.set_read_timeout(Some(Duration::from_secs(2))).is_err() {
-        return false;
-    }
-    let mut req = String::new();
+    let mut conn = Conn::new(port);
+    let mut request = Vec::new();
     if let Some(p) = password {
-        req.push_str(&format!("AUTH {p}\r\n"));
+        encode_request(&["AUTH", p], &mut request);
+        conn.call(&request);
+        request.clear();
     }
-    req.push_str("INFO server\r\n");
-    if s.write_all(req.as_bytes()).is_err() {
-        return false;
-    }
-    let (mut seen, mut chunk) = (Vec::new(), [0u8; 4096]);
-    loop {
-        let Ok(n) = s.read(&mut chunk) else { return false };
-        if n == 0 {
-            return false;
-        }
-        seen.extend_from_slice(&chunk[..n]);
-        let text = String::from_utf8_lossy(&seen);
-        if let Some(at) = text.find("process_id:") {
-            if let Some(end) = text[at..].find("\r\n") {
-                return text[at + "process_id:".len()..at + end] == pid.to_string();
-            }
-        }
-    }
+    encode_request(&["INFO", "server"], &mut request);
+    let info = String::from_utf8_lossy(&conn.call(&request)).into_owned();
+    info.lines().any(|l| l == format!("process_id:{pid}"))
 }
 
 pub struct Conn {
