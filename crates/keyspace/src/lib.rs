@@ -22,6 +22,7 @@
 //! | [`chunked`] | large collections: header, chunk keys, generations, garbage collection |
 //! | [`exec`] | the commands, [`exec::Server`] (shared) and [`exec::Session`] (per connection) |
 //! | [`commands`] | the command table: each command once, with its arity, key positions, [`commands::Flags`] (write, readonly, random, time, blocking, admin, connection, multi, no_auth) and handler; [`commands::lookup`], [`commands::of_request`] |
+//! | [`script`] | the Lua 5.1 interpreter of EVAL: sandbox, `redis.*`, `cjson`, `bit`, reply conversions |
 //! | [`glob`] | Redis's `stringmatchlen` (KEYS, SCAN MATCH) |
 //! | [`extended`] | Redis's `long double` (x87 80-bit) `strtold`, addition and `%.17Lf`, for INCRBYFLOAT |
 //!
@@ -58,6 +59,7 @@
 pub mod blob;
 pub mod chunked;
 pub mod exec;
+pub mod script;
 pub mod extended;
 pub mod glob;
 pub mod recording;

@@ -126,6 +126,14 @@ impl<K: Keyspace> Keyspace for Recording<'_, K> {
         self.inner.abort_command()
     }
 
+    fn begin_script(&mut self) {
+        self.inner.begin_script()
+    }
+
+    fn abort_script(&mut self) {
+        self.inner.abort_script()
+    }
+
     fn has_internal(&self) -> bool {
         self.inner.has_internal()
     }

@@ -271,6 +271,11 @@ pub trait Keyspace {
     /// The command began last failed: undo every write it made, so that its
     /// error reply means nothing of it was stored.
     fn abort_command(&mut self) {}
+    /// A script begins: what [`Keyspace::abort_script`] undoes to (the
+    /// commands it runs each begin and may abort as any command does).
+    fn begin_script(&mut self) {}
+    /// The script begun last was stopped: undo every write it made.
+    fn abort_script(&mut self) {}
 
     /// Whether this keyspace keeps *internal entries*: a second namespace of
     /// byte keys that no key command sees (not in `get`, `scan`, `len`,

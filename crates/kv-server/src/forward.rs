@@ -137,6 +137,14 @@ impl<H: EngineHost> Keyspace for Forward<H> {
         self.0.lend(|k| k.abort_command())
     }
 
+    fn begin_script(&mut self) {
+        self.0.lend(|k| k.begin_script())
+    }
+
+    fn abort_script(&mut self) {
+        self.0.lend(|k| k.abort_script())
+    }
+
     fn has_internal(&self) -> bool {
         true
     }

@@ -146,6 +146,9 @@ pub(crate) struct BatchState {
     /// to it (`Keyspace::abort_command`), so its error reply means nothing of it was stored;
     /// inside EXEC only that command is, its siblings keep their writes (as in Redis).
     pub command_start: Option<Savepoint>,
+    /// Where the script being run began staging: a script stopped past its time limit is
+    /// rolled back to it (`Keyspace::abort_script`), every command it ran included.
+    pub script_start: Option<Savepoint>,
     /// The batch entry being executed, and how many of its requests came before the
     /// current one.
     pub entry: usize,
@@ -548,6 +551,16 @@ impl<M: Media> Keyspace for EngineKeyspace<'_, M> {
 
     fn abort_command(&mut self) {
         if let Some(start) = self.state.command_start.take() {
+            self.engine.rollback_to(start);
+        }
+    }
+
+    fn begin_script(&mut self) {
+        self.state.script_start = Some(self.engine.savepoint());
+    }
+
+    fn abort_script(&mut self) {
+        if let Some(start) = self.state.script_start.take() {
             self.engine.rollback_to(start);
         }
     }

@@ -35,6 +35,17 @@ pub(super) fn echo<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_
     Ok(())
 }
 
+/// TIME: the keyspace's time as seconds and microseconds. The keyspace
+/// reads its clock once per batch (a cluster member: the entry's time), in
+/// milliseconds, so the microseconds are a multiple of 1000.
+pub(super) fn time<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    let ms = c.now_ms().max(0);
+    c.out.array(2);
+    c.out.bulk((ms / 1000).to_string().as_bytes());
+    c.out.bulk(((ms % 1000) * 1000).to_string().as_bytes());
+    Ok(())
+}
+
 pub(super) fn select<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
     let db = c.int_arg(1)?;
     if i32::try_from(db).is_err() {

@@ -29,7 +29,7 @@
 //! ([`super::Server::random_draws`], [`super::Server::clock_reads`]), so the
 //! unit, differential and server tests check them on every command they run.
 
-use super::{admin, bits, blocking, hashes, keys, large, list_ops, lists, multi, sets, strings, zsets};
+use super::{admin, bits, blocking, hashes, keys, large, list_ops, lists, multi, scripting, sets, strings, zsets};
 use super::{lower, Ctx, Res};
 use crate::store::{Keyspace, Kind};
 use pmwire_resp::reply::ReplySink;
@@ -250,6 +250,10 @@ command_table! {
     "del", -2, (1, -1, 1), [WRITE], |c| strings::del(c);
     "discard", 1, (0, 0, 0), [MULTI IMMEDIATE], |c| multi::discard(c);
     "echo", 2, (0, 0, 0), [CONNECTION], |c| admin::echo(c);
+    "eval", -3, (0, 0, 0), [], |_c| unreachable!("EVAL is run by Server::execute itself");
+    "eval_ro", -3, (0, 0, 0), [READONLY], |_c| unreachable!("EVAL_RO is run by Server::execute itself");
+    "evalsha", -3, (0, 0, 0), [], |_c| unreachable!("EVALSHA is run by Server::execute itself");
+    "evalsha_ro", -3, (0, 0, 0), [READONLY], |_c| unreachable!("EVALSHA_RO is run by Server::execute itself");
     "exec", 1, (0, 0, 0), [MULTI TIME IMMEDIATE], |_c| unreachable!("EXEC is run by Server::execute itself");
     "exists", -2, (1, -1, 1), [READONLY], |c| strings::exists(c);
     "expire", -3, (1, 1, 1), [WRITE TIME], |c| keys::expire(c, keys::ExpireCmd { seconds: true, relative: true });
@@ -322,6 +326,11 @@ command_table! {
     "sadd", -3, (1, 1, 1), [WRITE], chunked Set => |c, h| large::sadd_or_srem(c, h, true), |c| sets::sadd(c);
     "scan", -2, (0, 0, 0), [READONLY], |c| admin::scan(c);
     "scard", 2, (1, 1, 1), [READONLY], chunked Set => |c, h| large::count(c, h), |c| sets::scard(c);
+    "script", -2, (0, 0, 0), [], |_c| unreachable!("a container runs under a subcommand");
+    "script|exists", -3, (0, 0, 0), [], |c| scripting::script_exists(c);
+    "script|flush", -2, (0, 0, 0), [], |c| scripting::script_flush(c);
+    "script|kill", 2, (0, 0, 0), [], |c| scripting::script_kill(c);
+    "script|load", 3, (0, 0, 0), [], |c| scripting::script_load(c);
     "sdiff", -2, (1, -1, 1), [READONLY], |c| sets::combine(c, sets::SetOp::Diff);
     "sdiffstore", -3, (1, -1, 1), [WRITE], |c| sets::combine_store(c, sets::SetOp::Diff);
     "select", 2, (0, 0, 0), [CONNECTION], |c| admin::select(c);
@@ -345,6 +354,7 @@ command_table! {
     "substr", 4, (1, 1, 1), [READONLY], |c| strings::getrange(c);
     "sunion", -2, (1, -1, 1), [READONLY], |c| sets::combine(c, sets::SetOp::Union);
     "sunionstore", -3, (1, -1, 1), [WRITE], |c| sets::combine_store(c, sets::SetOp::Union);
+    "time", 1, (0, 0, 0), [TIME], |c| admin::time(c);
     "touch", -2, (1, -1, 1), [READONLY], |c| keys::touch(c);
     "ttl", 2, (1, 1, 1), [READONLY TIME], |c| keys::ttl(c, false, false);
     "type", 2, (1, 1, 1), [READONLY], |c| admin::type_(c);

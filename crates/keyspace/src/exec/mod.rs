@@ -33,6 +33,7 @@ mod large;
 mod list_ops;
 mod lists;
 mod multi;
+pub mod scripting;
 mod sets;
 mod shared;
 mod strings;
@@ -223,6 +224,8 @@ pub struct Server {
     info_sections: Vec<(&'static str, String)>,
     /// Bytes of queued commands one transaction may hold.
     max_queued_bytes: usize,
+    /// The Lua interpreter and the script cache (EVAL, SCRIPT).
+    scripts: scripting::Scripts,
 }
 
 /// Why a command failed; written as its error reply.
@@ -457,6 +460,7 @@ impl Server {
             deny_blocking: false,
             info_sections: Vec::new(),
             max_queued_bytes: MAX_QUEUED_BYTES,
+            scripts: scripting::Scripts::default(),
         }
     }
 
@@ -606,6 +610,19 @@ impl Server {
         if spec.name == "exec" {
             return self.exec(session, ks, sink);
         }
+        self.run_admitted(spec, session, ks, req, sink)
+    }
+
+    /// Runs an admitted command: a script by [`Server::eval`], any other
+    /// by [`Server::run_one`].
+    fn run_admitted<K, S>(&mut self, spec: &CommandInfo, session: &mut Session, ks: &mut K, req: &Request<'_>, sink: &mut S) -> Flow
+    where
+        K: Keyspace,
+        S: ReplySink<K::Value> + ?Sized,
+    {
+        if scripting::is_eval(spec.name) {
+            return self.eval(spec, session, ks, req, sink);
+        }
         self.run_one(spec, session, ks, req, sink)
     }
 
@@ -699,7 +716,7 @@ impl Server {
             let req = parsed.request(&segments, i);
             self.commands_processed += 1;
             let spec = commands::of_request(&req).expect("a queued command was admitted");
-            self.run_one(spec, session, ks, &req, sink);
+            self.run_admitted(spec, session, ks, &req, sink);
         }
         self.deny_blocking = false;
         Flow::Continue

@@ -1,0 +1,799 @@
+//! The Lua 5.1 interpreter scripts run in (`EVAL`, `EVALSHA`, `SCRIPT`),
+//! set up as Redis 7.0 sets up its own: the same libraries, the same
+//! `redis` table, the same sandbox, the same conversions between replies
+//! and Lua values. The commands themselves are `exec::scripting`.
+//!
+//! The interpreter is `mlua` with Lua 5.1 built from source (Redis embeds
+//! 5.1). One [`Vm`] serves every script of an executor, compiled functions
+//! cached by SHA-1; scripts cannot leave state behind in it:
+//!
+//! - **Sandbox.** Loaded: base (without `dofile`, `loadfile`, `print`),
+//!   `table`, `string`, `math`, `cjson`, `bit` ([`cjson`], [`bit`]); not
+//!   `os`, `io`, `package`, `debug`. A script runs in an environment that
+//!   refuses to create or change a global ("Attempt to modify a readonly
+//!   table") and to read an unset one ("Script attempted to access
+//!   nonexistent global variable"), as Redis 7.0's read-only globals do;
+//!   the library tables are read-only views; `rawset`, `setmetatable`,
+//!   `setfenv` and `getfenv` refuse or hide the protected tables, and
+//!   `loadstring`/`load` compile into the same environment. Redis patches
+//!   its Lua to mark tables read-only; this VM reaches the same effect
+//!   with proxies (`pairs` over a library table sees nothing).
+//! - **Errors** follow Redis: `redis.call` raises a command's error as a
+//!   table `{err = "CODE text"}`; a script's uncaught error is answered
+//!   `-<err> script: <sha>, on @user_script:<line>.`; `pcall` hands back
+//!   the text of such a table.
+//! - **Randomness.** `math.random` is Redis's (`lrand48`'s generator), seeded
+//!   for each run from a value the executor draws, so a script's draws are
+//!   a function of the executor's generator, as every other draw is.
+//! - **Limits.** The interpreter may allocate at most [`MEMORY_LIMIT`];
+//!   a run past its deadline is stopped from an instruction-count hook
+//!   (every [`HOOK_EVERY`] instructions, which `pcall` cannot outlast).
+//!
+//! Not provided yet: `cmsgpack`, `struct`, `FUNCTION`, the Lua debugger.
+
+pub mod bit;
+pub mod cjson;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use mlua::{Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value, VmState};
+use pmwire_resp::client::Value as Reply;
+
+/// Most bytes the interpreter may hold; an allocation beyond fails the
+/// script with Lua's "not enough memory".
+pub const MEMORY_LIMIT: usize = 1 << 30;
+/// Instructions between two looks at a run's deadline.
+pub const HOOK_EVERY: u32 = 10_000;
+/// Deepest reply nesting converted either way (Redis stops at Lua's stack limit).
+pub const MAX_DEPTH: usize = 200;
+
+/// The hex SHA-1 of `body`, as `SCRIPT LOAD` answers it.
+pub fn sha1_hex(body: &[u8]) -> String {
+    sha1_smol::Sha1::from(body).digest().to_string()
+}
+
+/// Redis's `redisLrand48`: the 48-bit linear congruential generator of
+/// `lrand48`, so a seeded script draws the same numbers on every machine.
+#[derive(Debug, Clone, Copy)]
+struct Lrand48(u64);
+
+impl Lrand48 {
+    const MAX: u64 = i32::MAX as u64;
+
+    fn seeded(seed: u32) -> Lrand48 {
+        Lrand48((u64::from(seed) << 16) | 0x330E)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 = (self.0.wrapping_mul(0x5_DEEC_E66D).wrapping_add(0xB)) & ((1 << 48) - 1);
+        self.0 >> 17
+    }
+}
+
+/// What one run shares with the callbacks that outlive it (atomics: the
+/// executor may move between threads, so its interpreter is `Send`).
+#[derive(Debug)]
+struct RunState {
+    deadline: Mutex<Option<Instant>>,
+    /// The run passed its deadline: every hook from now on raises.
+    killed: AtomicBool,
+    /// The [`Lrand48`] state.
+    rng: AtomicU64,
+    /// The protocol `redis.call` replies arrive in (`redis.setresp`).
+    resp: AtomicU8,
+}
+
+impl RunState {
+    fn deadline(&self) -> Option<Instant> {
+        *self.deadline.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set_deadline(&self, d: Option<Instant>) {
+        *self.deadline.lock().unwrap_or_else(|e| e.into_inner()) = d;
+    }
+
+    fn seed(&self, seed: u32) {
+        self.rng.store(Lrand48::seeded(seed).0, Relaxed);
+    }
+}
+
+/// How a run ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The script returned this value.
+    Returned(Value),
+    /// The script raised this error (already the reply text, without `-`).
+    Failed(String),
+    /// The run passed its deadline and was stopped.
+    Killed,
+}
+
+/// The interpreter of one executor (module docs).
+pub struct Vm {
+    lua: Lua,
+    /// `run(f)`: `xpcall(f, handler)`, returning `ok, value`.
+    run: Function,
+    /// Where `redis.call` and `redis.pcall` find the run's command callback.
+    bridge: Table,
+    /// The real globals (KEYS and ARGV are set here, raw).
+    globals: Table,
+    /// What scripts see as their globals.
+    env: Table,
+    compiled: HashMap<String, Function>,
+    state: Arc<RunState>,
+}
+
+impl std::fmt::Debug for Vm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Vm").field("compiled", &self.compiled.len()).finish()
+    }
+}
+
+/// Run once in a fresh interpreter, with `debug` still loaded: builds the
+/// sandbox and returns the helpers `Vm` keeps. Nothing it defines is
+/// reachable from a script but through the read-only views.
+const SETUP: &str = r#"
+local dbg, G = debug, _G
+local rawset_, rawget_, setmt, getmt, rawpcall, type_, tostring_, error_, select_ =
+    rawset, rawget, setmetatable, getmetatable, pcall, type, tostring, error, select
+local setfenv_, getfenv_, loadstring_, load_ = setfenv, getfenv, loadstring, load
+local readonly = setmt({}, {__mode = 'k'})
+local function refuse() error_('Attempt to modify a readonly table', 2) end
+local function view(t)
+  local v = setmt({}, {__index = t, __newindex = refuse, __metatable = false})
+  readonly[v] = true
+  return v
+end
+local function refuse0() error_('Attempt to modify a readonly table', 0) end
+local bridge = {}
+local redis = {}
+redis.pcall = function(...) return bridge.call(...) end
+for k, v in pairs(bridge_api) do redis[k] = v end
+G.redis = view(redis)
+for _, lib in ipairs({'string', 'table', 'math', 'cjson', 'bit', 'coroutine'}) do
+  if G[lib] then G[lib] = view(G[lib]) end
+end
+local string_mt = getmt('')
+string_mt.__index = G.string
+string_mt.__metatable = view(string_mt)
+local env
+G.rawset = function(t, k, v)
+  if readonly[t] or t == G then refuse0() end
+  return rawset_(t, k, v)
+end
+G.setmetatable = function(t, mt)
+  if readonly[t] or t == G then refuse0() end
+  return setmt(t, mt)
+end
+G.setfenv = function(f, t)
+  if f == 0 or readonly[f] then refuse0() end
+  return setfenv_(f, t)
+end
+G.getfenv = function(f)
+  local e = getfenv_(f == nil and 2 or (type_(f) == 'number' and f > 0 and f + 1) or f)
+  if e == G then return env end
+  return e
+end
+G.loadstring = function(s, name)
+  local f, e = loadstring_(s, name)
+  if f then setfenv_(f, env) end
+  return f, e
+end
+G.load = function(fn, name)
+  local f, e = load_(fn, name)
+  if f then setfenv_(f, env) end
+  return f, e
+end
+local function fix(ok, ...)
+  if not ok then
+    local e = ...
+    if type_(e) == 'table' and type_(rawget_(e, 'err')) == 'string' then return false, e.err end
+    return false, ...
+  end
+  return true, ...
+end
+G.pcall = function(f, ...) return fix(rawpcall(f, ...)) end
+G.dofile, G.loadfile, G.print, G.debug, G.bridge_api = nil, nil, nil, nil, nil
+G.module, G.require, G.package, G.newproxy = nil, nil, nil, nil
+env = setmt({}, {
+  __index = function(_, n)
+    local v = rawget_(G, n)
+    if v == nil then
+      error_("Script attempted to access nonexistent global variable '" .. tostring_(n) .. "'", 2)
+    end
+    return v
+  end,
+  __newindex = refuse,
+  __metatable = false,
+})
+readonly[env] = true
+readonly[G] = true
+setmt(G, {__newindex = refuse, __metatable = false})
+local function handler(err)
+  local source, line
+  for level = 2, 64 do
+    local i = dbg.getinfo(level, 'Sl')
+    if not i then break end
+    if i.source == '@user_script' then source, line = i.source, i.currentline break end
+  end
+  if type_(err) ~= 'table' then err = {err = 'ERR ' .. tostring_(err)} end
+  if source and rawget_(err, 'source') == nil then rawset_(err, 'source', source) rawset_(err, 'line', line) end
+  return err
+end
+local function run(f) return xpcall(f, handler) end
+return run, bridge, env, redis
+"#;
+
+impl Vm {
+    /// A fresh interpreter with Redis's libraries and sandbox.
+    pub fn new() -> mlua::Result<Vm> {
+        // SAFETY: `debug` is loaded only for SETUP, whose error handler keeps
+        // `debug.getinfo` in an upvalue; SETUP removes `debug` from the
+        // globals before any script runs, so no script can reach it.
+        let lua = unsafe { Lua::unsafe_new_with(StdLib::TABLE | StdLib::STRING | StdLib::MATH | StdLib::DEBUG, LuaOptions::default()) };
+        lua.set_memory_limit(MEMORY_LIMIT)?;
+        let state = Arc::new(RunState {
+            deadline: Mutex::new(None),
+            killed: AtomicBool::new(false),
+            rng: AtomicU64::new(Lrand48::seeded(0).0),
+            resp: AtomicU8::new(2),
+        });
+        let globals = lua.globals();
+        globals.raw_set("cjson", cjson::library(&lua)?)?;
+        globals.raw_set("bit", bit::library(&lua)?)?;
+        let math: Table = globals.raw_get("math")?;
+        let st = state.clone();
+        math.raw_set("random", raising(&lua, move |lua, args| math_random(lua, &st, &args))?)?;
+        let st = state.clone();
+        math.raw_set("randomseed", raising(&lua, move |lua, args| {
+            match args.front() {
+                Some(Value::Integer(i)) => st.seed(*i as i32 as u32),
+                Some(Value::Number(n)) => st.seed(*n as i32 as u32),
+                _ => return Ok(Err(Value::String(lua.create_string("bad argument #1 to 'randomseed' (number expected)")?))),
+            }
+            Ok(Ok(Value::Nil))
+        })?)?;
+        globals.raw_set("bridge_api", redis_api(&lua, &state)?)?;
+        let (run, bridge, env, redis): (Function, Table, Table, Table) = lua.load(SETUP).set_name("=setup").call(())?;
+        let pcall: Function = redis.raw_get("pcall")?;
+        // SAFETY: pushes one C closure over the value exec_raw pushed.
+        let call = unsafe { lua.exec_raw::<Function>(pcall, |state| mlua::ffi::lua_pushcclosure(state, raise_error_table, 1))? };
+        redis.raw_set("call", call)?;
+        let st = state.clone();
+        lua.set_hook(HookTriggers::new().every_nth_instruction(HOOK_EVERY), move |_, _| {
+            let late = st.deadline().is_some_and(|d| Instant::now() >= d);
+            if late || st.killed.load(Relaxed) {
+                st.killed.store(true, Relaxed);
+                return Err(mlua::Error::RuntimeError("Script killed: it ran past lua-time-limit".into()));
+            }
+            Ok(VmState::Continue)
+        })?;
+        bridge.raw_set("call", lua.create_function(|lua, _: MultiValue| error_table(lua, "ERR redis.call/pcall can only be called inside a script invocation"))?)?;
+        Ok(Vm { lua, run, bridge, globals, env, compiled: HashMap::new(), state })
+    }
+
+    /// The compiled function of the script `sha` (its body `body`),
+    /// compiling it if need be; Redis's error text if it does not compile.
+    pub fn function(&mut self, sha: &str, body: &[u8]) -> Result<Function, String> {
+        if let Some(f) = self.compiled.get(sha) {
+            return Ok(f.clone());
+        }
+        let f = self
+            .lua
+            .load(body)
+            .set_name("@user_script")
+            .set_environment(self.env.clone())
+            .into_function()
+            .map_err(|e| match e {
+                mlua::Error::SyntaxError { message, .. } => format!("ERR Error compiling script (new function): {message}"),
+                other => format!("ERR Error compiling script (new function): {other}"),
+            })?;
+        self.compiled.insert(sha.to_string(), f.clone());
+        Ok(f)
+    }
+
+    /// Whether `sha` is compiled here.
+    pub fn is_compiled(&self, sha: &str) -> bool {
+        self.compiled.contains_key(sha)
+    }
+
+    /// Runs `f` with `KEYS` and `ARGV`, each `redis.call` served by `call`
+    /// (the command's arguments → its reply, or an error text for a
+    /// command that could not run), until `deadline` at the latest;
+    /// `seed` seeds `math.random`.
+    pub fn run(
+        &mut self,
+        f: &Function,
+        keys: &[&[u8]],
+        args: &[&[u8]],
+        seed: u32,
+        deadline: Option<Instant>,
+        call: &mut dyn FnMut(&[Vec<u8>], u8) -> Result<Reply, String>,
+    ) -> Outcome {
+        self.state.set_deadline(deadline);
+        self.state.killed.store(false, Relaxed);
+        self.state.seed(seed);
+        self.state.resp.store(2, Relaxed);
+        let outcome = self.run_inner(f, keys, args, call);
+        self.state.set_deadline(None);
+        let killed = self.state.killed.swap(false, Relaxed);
+        // Redis steps the collector every 50 scripts; a step per run keeps
+        // a busy interpreter's garbage bounded as well.
+        let _ = self.lua.gc_step();
+        match outcome {
+            _ if killed => Outcome::Killed,
+            Ok(o) => o,
+            Err(e) => Outcome::Failed(format!("ERR Error running script: {e}")),
+        }
+    }
+
+    fn run_inner(&mut self, f: &Function, keys: &[&[u8]], args: &[&[u8]], call: &mut dyn FnMut(&[Vec<u8>], u8) -> Result<Reply, String>) -> mlua::Result<Outcome> {
+        let lua = &self.lua;
+        self.globals.raw_set("KEYS", array_of(lua, keys)?)?;
+        self.globals.raw_set("ARGV", array_of(lua, args)?)?;
+        let state = self.state.clone();
+        let result = lua.scope(|scope| {
+            let bridged = scope.create_function_mut(|lua, argv: MultiValue| {
+                if state.killed.load(Relaxed) {
+                    return error_table(lua, "ERR Script killed: it ran past lua-time-limit");
+                }
+                let Some(argv) = command_args(&argv) else {
+                    return error_table(lua, "ERR Lua redis lib command arguments must be strings or integers");
+                };
+                if argv.is_empty() {
+                    return error_table(lua, "ERR Please specify at least one argument for this redis lib call");
+                }
+                match call(&argv, state.resp.load(Relaxed)) {
+                    Ok(reply) => reply_to_lua(lua, &reply, 0),
+                    Err(text) => error_table(lua, &text),
+                }
+            })?;
+            let previous: Value = self.bridge.raw_get("call")?;
+            self.bridge.raw_set("call", bridged)?;
+            let r = self.run.call::<(bool, Value)>(f.clone());
+            self.bridge.raw_set("call", previous)?;
+            r
+        });
+        self.globals.raw_set("KEYS", Value::Nil)?;
+        self.globals.raw_set("ARGV", Value::Nil)?;
+        let (ok, value) = result?;
+        if ok {
+            return Ok(Outcome::Returned(value));
+        }
+        Ok(Outcome::Failed(failure_text(&value)))
+    }
+
+    /// The protocol the last run's script asked for (`redis.setresp`).
+    pub fn script_resp(&self) -> u8 {
+        self.state.resp.load(Relaxed)
+    }
+}
+
+/// The reply text of a script's uncaught error (the handler's table).
+fn failure_text(value: &Value) -> String {
+    let Value::Table(t) = value else {
+        return "ERR Error running script: execution failure".into();
+    };
+    let field = |name: &str| match t.raw_get::<Value>(name) {
+        Ok(Value::String(s)) => Some(String::from_utf8_lossy(&s.as_bytes()).into_owned()),
+        Ok(Value::Integer(i)) => Some(i.to_string()),
+        Ok(Value::Number(n)) => Some(n.to_string()),
+        _ => None,
+    };
+    let msg = field("err").unwrap_or_else(|| "ERR unknown error".into());
+    match (field("source"), field("line")) {
+        (Some(source), Some(line)) => format!("{msg} script: {{sha}}, on {source}:{line}."),
+        _ => msg,
+    }
+}
+
+/// Lua's values as a command's arguments: strings as they are, numbers as
+/// `%.17g` (Redis: "Lua uses a format specifier that loses precision");
+/// `None` if one is anything else.
+fn command_args(values: &MultiValue) -> Option<Vec<Vec<u8>>> {
+    values
+        .iter()
+        .map(|v| match v {
+            Value::String(s) => Some(s.as_bytes().to_vec()),
+            Value::Integer(i) => Some(g17(*i as f64)),
+            Value::Number(n) => Some(g17(*n)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn g17(d: f64) -> Vec<u8> {
+    let mut out = Vec::new();
+    pmwire_resp::numbers::format_double(d, &mut out);
+    out
+}
+
+fn array_of(lua: &Lua, items: &[&[u8]]) -> mlua::Result<Table> {
+    let t = lua.create_table_with_capacity(items.len(), 0)?;
+    for (i, item) in items.iter().enumerate() {
+        t.raw_set(i + 1, lua.create_string(item)?)?;
+    }
+    Ok(t)
+}
+
+/// Redis's error table `{err = text}` (its `luaPushError`: a text that
+/// begins with `-` has it removed; one without a code gets `ERR`).
+fn error_table(lua: &Lua, text: &str) -> mlua::Result<Value> {
+    let t = lua.create_table()?;
+    t.raw_set("err", error_text(text))?;
+    Ok(Value::Table(t))
+}
+
+fn error_text(text: &str) -> String {
+    let text = text.trim_end_matches(['\r', '\n']);
+    match text.strip_prefix('-') {
+        Some(rest) if rest.contains(' ') => rest.to_string(),
+        Some(rest) => format!("ERR {rest}"),
+        None => text.to_string(),
+    }
+}
+
+/// A command's reply as the Lua value Redis 7.0 gives a script
+/// (`redisProtocolToLuaType`).
+pub fn reply_to_lua(lua: &Lua, reply: &Reply, depth: usize) -> mlua::Result<Value> {
+    if depth > MAX_DEPTH {
+        return error_table(lua, "ERR reply nested too deeply for Lua");
+    }
+    let single = |key: &str, v: Value| -> mlua::Result<Value> {
+        let t = lua.create_table()?;
+        t.raw_set(key, v)?;
+        Ok(Value::Table(t))
+    };
+    Ok(match reply {
+        Reply::Integer(n) => Value::Number(*n as f64),
+        Reply::Bulk(b) => Value::String(lua.create_string(b)?),
+        Reply::NilBulk | Reply::NilArray => Value::Boolean(false),
+        Reply::Null => Value::Nil,
+        Reply::Simple(s) => single("ok", Value::String(lua.create_string(s)?))?,
+        Reply::Error(e) => {
+            let t = lua.create_table()?;
+            t.raw_set("err", error_text(&String::from_utf8_lossy(e)))?;
+            Value::Table(t)
+        }
+        Reply::Array(items) | Reply::Push(items) => {
+            let t = lua.create_table_with_capacity(items.len(), 0)?;
+            for (i, item) in items.iter().enumerate() {
+                t.raw_set(i + 1, reply_to_lua(lua, item, depth + 1)?)?;
+            }
+            Value::Table(t)
+        }
+        Reply::Map(pairs) => {
+            let m = lua.create_table()?;
+            for (k, v) in pairs {
+                m.raw_set(reply_to_lua(lua, k, depth + 1)?, reply_to_lua(lua, v, depth + 1)?)?;
+            }
+            single("map", Value::Table(m))?
+        }
+        Reply::Set(items) => {
+            let s = lua.create_table()?;
+            for item in items {
+                s.raw_set(reply_to_lua(lua, item, depth + 1)?, true)?;
+            }
+            single("set", Value::Table(s))?
+        }
+        Reply::Double(d) => single("double", Value::Number(*d))?,
+        Reply::Boolean(b) => Value::Boolean(*b),
+        Reply::BigNumber(n) => single("big_number", Value::String(lua.create_string(n)?))?,
+        Reply::Verbatim(format, text) => {
+            let v = lua.create_table()?;
+            v.raw_set("format", lua.create_string(format)?)?;
+            v.raw_set("string", lua.create_string(text)?)?;
+            single("verbatim_string", Value::Table(v))?
+        }
+    })
+}
+
+/// A script's result as a reply (Redis's `luaReplyToRedisReply`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// A bulk string.
+    Bulk(Vec<u8>),
+    /// An integer.
+    Integer(i64),
+    /// The null reply.
+    Null,
+    /// A boolean (RESP3 `#`; `:1` / null in RESP2).
+    Boolean(bool),
+    /// A status reply (`\r` and `\n` already made spaces).
+    Status(Vec<u8>),
+    /// An error reply's text, without `-`.
+    Error(Vec<u8>),
+    /// A double.
+    Double(f64),
+    /// A big number (RESP3 `(`; a bulk string in RESP2).
+    BigNumber(Vec<u8>),
+    /// A verbatim string.
+    Verbatim([u8; 3], Vec<u8>),
+    /// An array.
+    Array(Vec<Answer>),
+    /// A map.
+    Map(Vec<(Answer, Answer)>),
+    /// A set.
+    Set(Vec<Answer>),
+}
+
+/// Converts what a script returned (`script_resp`: the protocol it set
+/// with `redis.setresp`, which decides how a boolean answers).
+pub fn answer_of(value: &Value, script_resp: u8, depth: usize) -> Answer {
+    if depth > MAX_DEPTH {
+        return Answer::Error(b"ERR reached lua stack limit".to_vec());
+    }
+    match value {
+        Value::String(s) => Answer::Bulk(s.as_bytes().to_vec()),
+        Value::Boolean(b) if script_resp == 2 => {
+            if *b {
+                Answer::Integer(1)
+            } else {
+                Answer::Null
+            }
+        }
+        Value::Boolean(b) => Answer::Boolean(*b),
+        Value::Integer(i) => Answer::Integer(*i),
+        Value::Number(n) => Answer::Integer(*n as i64),
+        Value::Table(t) => table_answer(t, script_resp, depth),
+        _ => Answer::Null,
+    }
+}
+
+fn table_answer(t: &Table, script_resp: u8, depth: usize) -> Answer {
+    let get = |k: &str| t.raw_get::<Value>(k).unwrap_or(Value::Nil);
+    if let Value::String(e) = get("err") {
+        return Answer::Error(e.as_bytes().to_vec());
+    }
+    if let Value::String(s) = get("ok") {
+        let s: Vec<u8> = s.as_bytes().iter().map(|&c| if c == b'\r' || c == b'\n' { b' ' } else { c }).collect();
+        return Answer::Status(s);
+    }
+    match get("double") {
+        Value::Number(d) => return Answer::Double(d),
+        Value::Integer(i) => return Answer::Double(i as f64),
+        _ => {}
+    }
+    if let Value::String(s) = get("big_number") {
+        let s: Vec<u8> = s.as_bytes().iter().map(|&c| if c == b'\r' || c == b'\n' { b' ' } else { c }).collect();
+        return Answer::BigNumber(s);
+    }
+    if let Value::Table(v) = get("verbatim_string") {
+        if let (Ok(Value::String(f)), Ok(Value::String(s))) = (v.raw_get::<Value>("format"), v.raw_get::<Value>("string")) {
+            let f = f.as_bytes();
+            if f.len() == 3 {
+                return Answer::Verbatim([f[0], f[1], f[2]], s.as_bytes().to_vec());
+            }
+        }
+    }
+    if let Value::Table(m) = get("map") {
+        let pairs = m.pairs::<Value, Value>().filter_map(Result::ok).map(|(k, v)| (answer_of(&k, script_resp, depth + 1), answer_of(&v, script_resp, depth + 1))).collect();
+        return Answer::Map(pairs);
+    }
+    if let Value::Table(s) = get("set") {
+        let members = s.pairs::<Value, Value>().filter_map(Result::ok).map(|(k, _)| answer_of(&k, script_resp, depth + 1)).collect();
+        return Answer::Set(members);
+    }
+    let mut items = Vec::new();
+    for i in 1.. {
+        match t.raw_get::<Value>(i) {
+            Ok(Value::Nil) | Err(_) => break,
+            Ok(v) => items.push(answer_of(&v, script_resp, depth + 1)),
+        }
+    }
+    Answer::Array(items)
+}
+
+/// `math.random` as Lua 5.1's, over [`Lrand48`].
+fn math_random(lua: &Lua, state: &RunState, args: &MultiValue) -> mlua::Result<Result<Value, Value>> {
+    match math_draw(state, args) {
+        Ok(n) => Ok(Ok(Value::Number(n))),
+        Err(text) => Ok(Err(Value::String(lua.create_string(text)?))),
+    }
+}
+
+fn math_draw(state: &RunState, args: &MultiValue) -> Result<f64, &'static str> {
+    let mut rng = Lrand48(state.rng.load(Relaxed));
+    let r = (rng.next() % Lrand48::MAX) as f64 / Lrand48::MAX as f64;
+    state.rng.store(rng.0, Relaxed);
+    let int = |v: &Value| -> Result<i64, &'static str> {
+        match v {
+            Value::Integer(i) => Ok(*i),
+            Value::Number(n) => Ok(*n as i64),
+            Value::String(s) => std::str::from_utf8(&s.as_bytes()).ok().and_then(|t| t.trim().parse::<f64>().ok()).map(|n| n as i64).ok_or("bad argument to 'random' (number expected)"),
+            _ => Err("bad argument to 'random' (number expected)"),
+        }
+    };
+    match args.len() {
+        0 => Ok(r),
+        1 => {
+            let u = int(&args[0])?;
+            if u < 1 {
+                return Err("bad argument #1 to 'random' (interval is empty)");
+            }
+            Ok((r * u as f64).floor() + 1.0)
+        }
+        2 => {
+            let (l, u) = (int(&args[0])?, int(&args[1])?);
+            if l > u {
+                return Err("bad argument #2 to 'random' (interval is empty)");
+            }
+            Ok((r * (u - l + 1) as f64).floor() + l as f64)
+        }
+        _ => Err("wrong number of arguments"),
+    }
+}
+
+/// The `redis` table's functions besides `call` and `pcall` (SETUP and
+/// [`Vm::new`] add those around the bridge).
+fn redis_api(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<Table> {
+    let api = lua.create_table()?;
+    api.raw_set("sha1hex", raising(lua, |lua, args| {
+        if args.len() != 1 {
+            return fail(lua, "wrong number of arguments");
+        }
+        let bytes = match &args[0] {
+            Value::String(s) => s.as_bytes().to_vec(),
+            Value::Integer(i) => i.to_string().into_bytes(),
+            Value::Number(n) => lua_number_text(*n).into_bytes(),
+            _ => Vec::new(),
+        };
+        Ok(Ok(Value::String(lua.create_string(sha1_hex(&bytes))?)))
+    })?)?;
+    api.raw_set("error_reply", lua.create_function(|lua, args: MultiValue| {
+        match (args.len(), args.front()) {
+            (1, Some(Value::String(s))) => {
+                let text = String::from_utf8_lossy(&s.as_bytes()).into_owned();
+                let text = if text.starts_with('-') { text } else { format!("-{text}") };
+                error_table(lua, &text)
+            }
+            _ => error_table(lua, "ERR wrong number or type of arguments"),
+        }
+    })?)?;
+    api.raw_set("status_reply", lua.create_function(|lua, args: MultiValue| {
+        match (args.len(), args.front()) {
+            (1, Some(Value::String(s))) => {
+                let t = lua.create_table()?;
+                t.raw_set("ok", s.clone())?;
+                Ok(Value::Table(t))
+            }
+            _ => error_table(lua, "ERR wrong number or type of arguments"),
+        }
+    })?)?;
+    api.raw_set("log", raising(lua, |lua, args| {
+        if args.len() < 2 {
+            return fail(lua, "redis.log() requires two arguments or more.");
+        }
+        let level = match &args[0] {
+            Value::Integer(i) => *i,
+            Value::Number(n) => *n as i64,
+            _ => return fail(lua, "First argument must be a number (log level)."),
+        };
+        if !(0..=3).contains(&level) {
+            return fail(lua, "Invalid debug level.");
+        }
+        Ok(Ok(Value::Nil))
+    })?)?;
+    for (name, level) in [("LOG_DEBUG", 0), ("LOG_VERBOSE", 1), ("LOG_NOTICE", 2), ("LOG_WARNING", 3)] {
+        api.raw_set(name, level)?;
+    }
+    let st = state.clone();
+    api.raw_set("setresp", raising(lua, move |lua, args| {
+        if args.len() != 1 {
+            return fail(lua, "redis.setresp() requires one argument.");
+        }
+        match &args[0] {
+            Value::Integer(v @ (2 | 3)) => st.resp.store(*v as u8, Relaxed),
+            _ => return fail(lua, "RESP version must be 2 or 3."),
+        }
+        Ok(Ok(Value::Nil))
+    })?)?;
+    api.raw_set("set_repl", raising(lua, |lua, args| {
+        if args.len() != 1 {
+            return fail(lua, "redis.set_repl() requires two arguments.");
+        }
+        match &args[0] {
+            Value::Integer(0..=3) => Ok(Ok(Value::Nil)),
+            _ => fail(lua, "Invalid replication flags. Use REPL_AOF, REPL_REPLICA, REPL_ALL or REPL_NONE."),
+        }
+    })?)?;
+    for (name, v) in [("REPL_NONE", 0), ("REPL_AOF", 1), ("REPL_SLAVE", 2), ("REPL_REPLICA", 2), ("REPL_ALL", 3)] {
+        api.raw_set(name, v)?;
+    }
+    api.raw_set("replicate_commands", lua.create_function(|_, ()| Ok(true))?)?;
+    api.raw_set("breakpoint", lua.create_function(|_, ()| Ok(false))?)?;
+    api.raw_set("debug", lua.create_function(|_, _: MultiValue| Ok(()))?)?;
+    api.raw_set("acl_check_cmd", raising(lua, |lua, args| {
+        let name = match args.front() {
+            Some(Value::String(s)) => s.as_bytes().to_vec(),
+            _ => return fail(lua, "Please specify at least one argument for this redis lib call"),
+        };
+        match crate::exec::commands::lookup(&name) {
+            Some(_) => Ok(Ok(Value::Boolean(true))),
+            None => fail(lua, "Invalid command passed to redis.acl_check_cmd()"),
+        }
+    })?)?;
+    api.raw_set("REDIS_VERSION", "7.0.15")?;
+    api.raw_set("REDIS_VERSION_NUM", 0x00_07_00_0f)?;
+    Ok(api)
+}
+
+/// `Err({err = "ERR text"})`: what a [`raising`] function returns to raise
+/// Redis's error table.
+fn fail(lua: &Lua, text: &str) -> mlua::Result<Result<Value, Value>> {
+    Ok(Err(error_table(lua, &format!("ERR {text}"))?))
+}
+
+/// A Lua function that runs `f` and raises the value it fails with, from
+/// a C frame as Redis's own functions raise (mlua cannot raise a Lua value
+/// from Rust, and a Lua wrapper would lose the script's frame to a tail
+/// call: `return redis.log()` must still name the script's line). A
+/// string error gets the caller's position, as `luaL_error` adds it.
+pub(crate) fn raising<F>(lua: &Lua, f: F) -> mlua::Result<Function>
+where
+    F: Fn(&Lua, MultiValue) -> mlua::Result<Result<Value, Value>> + Send + 'static,
+{
+    let inner = lua.create_function(move |lua, args: MultiValue| {
+        Ok(match f(lua, args)? {
+            Ok(v) => (v, Value::Nil),
+            Err(e) => (Value::Nil, e),
+        })
+    })?;
+    // SAFETY: pushes one C closure over the value exec_raw pushed.
+    unsafe { lua.exec_raw::<Function>(inner, |state| mlua::ffi::lua_pushcclosure(state, raise_second, 1)) }
+}
+
+/// The C closure of [`raising`]: calls its upvalue with every argument;
+/// raises the second result if it is not nil, else returns the first.
+unsafe extern "C-unwind" fn raise_second(state: *mut mlua::ffi::lua_State) -> std::ffi::c_int {
+    use mlua::ffi;
+    // SAFETY (whole body): a C function on the stack Lua gave it; `lua_call`
+    // and `lua_error` may unwind through this frame, which holds nothing to drop.
+    unsafe {
+        let n = ffi::lua_gettop(state);
+        ffi::lua_pushvalue(state, ffi::lua_upvalueindex(1));
+        ffi::lua_insert(state, 1);
+        ffi::lua_call(state, n, 2);
+        if ffi::lua_type(state, -1) != ffi::LUA_TNIL {
+            if ffi::lua_type(state, -1) == ffi::LUA_TSTRING {
+                ffi::luaL_where(state, 1);
+                ffi::lua_insert(state, -2);
+                ffi::lua_concat(state, 2);
+            }
+            ffi::lua_error(state);
+        }
+        ffi::lua_settop(state, -2);
+        1
+    }
+}
+
+/// `redis.call`: calls its upvalue (`redis.pcall`) and raises the reply if
+/// it is an error table, from a C frame (see [`raising`]).
+unsafe extern "C-unwind" fn raise_error_table(state: *mut mlua::ffi::lua_State) -> std::ffi::c_int {
+    use mlua::ffi;
+    // SAFETY: as `raise_second`.
+    unsafe {
+        let n = ffi::lua_gettop(state);
+        ffi::lua_pushvalue(state, ffi::lua_upvalueindex(1));
+        ffi::lua_insert(state, 1);
+        ffi::lua_call(state, n, 1);
+        if ffi::lua_type(state, -1) == ffi::LUA_TTABLE {
+            ffi::lua_pushstring(state, c"err".as_ptr());
+            ffi::lua_rawget(state, -2);
+            let is_error = ffi::lua_type(state, -1) != ffi::LUA_TNIL;
+            ffi::lua_settop(state, -2);
+            if is_error {
+                ffi::lua_error(state);
+            }
+        }
+        1
+    }
+}
+
+/// A Lua number as `tostring` writes it (`%.14g`).
+pub fn lua_number_text(n: f64) -> String {
+    cjson::format_g(n, 14)
+}
