@@ -372,7 +372,14 @@ pub struct MemKeyspace {
     /// Internal entries ([`Keyspace::internal_get`]): collection chunks,
     /// tombstones, the generation counter.
     internal: BTreeMap<Vec<u8>, Arc<[u8]>>,
+    /// The state when the running script began ([`Keyspace::begin_script`]):
+    /// a copy of the maps (values are shared), O(keys) per script, which
+    /// suits the keyspace of tests and models this is.
+    script_start: Option<Box<MemState>>,
 }
+
+/// What [`MemKeyspace::script_start`] keeps.
+type MemState = (BTreeMap<Vec<u8>, MemEntry>, std::collections::BTreeSet<(u64, Vec<u8>)>, BTreeMap<Vec<u8>, Arc<[u8]>>);
 
 impl MemKeyspace {
     /// An empty keyspace without limits beyond Redis's, on the wall clock.
@@ -531,6 +538,16 @@ impl Keyspace for MemKeyspace {
 
     fn expiring_len(&self) -> u64 {
         self.expiring.len() as u64
+    }
+
+    fn begin_script(&mut self) {
+        self.script_start = Some(Box::new((self.map.clone(), self.expiring.clone(), self.internal.clone())));
+    }
+
+    fn abort_script(&mut self) {
+        if let Some(state) = self.script_start.take() {
+            (self.map, self.expiring, self.internal) = *state;
+        }
     }
 
     fn clear(&mut self) -> Result<(), StoreError> {

@@ -28,7 +28,7 @@
 use std::cell::RefCell;
 
 use pmwire_keyspace::chunked::{collect_garbage, install_generation_secret};
-use pmwire_keyspace::exec::{active_expire, Flow, Server, ServerConfig, Session};
+use pmwire_keyspace::exec::{active_expire, Flow, Scripts, Server, ServerConfig, Session, DEFAULT_SCRIPT_BUDGET};
 use pmwire_keyspace::store::{Clock, Keyspace, MemKeyspace, StoreError};
 use pmwire_resp::reply::{Out, Protocol, ReplySink};
 use pmwire_resp::request::{Limits, Parsed, Request};
@@ -42,6 +42,9 @@ use crate::extent::{is_extent_form, ExtEntry, Extent};
 use crate::readonly::ReadOnly;
 use crate::track::{recording, Bounds, WriteIndex};
 use crate::{prf, snapshot};
+
+/// The reply to an entry whose writes outgrow even an oversized batch.
+const TOO_LARGE: &[u8] = b"-OOM command not allowed: its writes need more than one atomic commit can hold\r\n";
 
 /// The first byte of the machine's own internal entries.
 pub const MACHINE_TAG: u8 = 0x10;
@@ -294,6 +297,10 @@ pub struct RedisMachine<K: MachineKeyspace> {
     /// Planted bug (the agreement tests' canary): each entry's generator is
     /// seeded from this member's own randomness, not the entry's seed.
     fault_local_random: bool,
+    /// The Lua interpreter and script cache, lent to each entry's executor
+    /// ([`Server::swap_scripts`]): a cache of compiled functions named by
+    /// their bodies, no replicated state (the bodies are internal entries).
+    scripts: Scripts,
 }
 
 impl<K: MachineKeyspace> std::fmt::Debug for RedisMachine<K> {
@@ -416,6 +423,7 @@ impl<K: MachineKeyspace> RedisMachine<K> {
             fault: None,
             restoring,
             fault_local_random: false,
+            scripts: Scripts::default(),
         })
     }
 }
@@ -559,7 +567,8 @@ impl<K: MachineKeyspace> RedisMachine<K> {
         if self.fault_local_random {
             random_seed = std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), index);
         }
-        let mut server = Server::new(ServerConfig { random_seed, ..self.config.clone() });
+        let mut server = Server::new(ServerConfig { random_seed, script_budget: Some(DEFAULT_SCRIPT_BUDGET), ..self.config.clone() });
+        server.swap_scripts(&mut self.scripts);
         let mut session = server.open_session();
         session.protocol = protocol;
         let mut rec = recording(ks);
@@ -577,6 +586,7 @@ impl<K: MachineKeyspace> RedisMachine<K> {
         } else {
             exec(&mut server, &mut session, &mut rec, parsed, segments, &mut capture);
         }
+        server.swap_scripts(&mut self.scripts);
         let (touched, lists, cleared) = (rec.touched, rec.lists, rec.cleared);
         applied.reply = capture.finish(&*ks);
         applied.ready = lists;
@@ -607,7 +617,11 @@ impl<K: MachineKeyspace> RedisMachine<K> {
                     }
                     1 => self.ks.get_mut().allow_oversize(),
                     _ => {
-                        self.fault.get_or_insert(format!("entry {index} outgrew an oversized batch"));
+                        // Larger than one atomic commit holds (a chained transaction's fixed
+                        // bound, the same on every member): refused whole, as a single node
+                        // refuses it; nothing of it is kept (a script's loop of writes, a
+                        // transaction of huge values).
+                        return (Applied { reply: TOO_LARGE.to_vec(), ..Applied::default() }, false);
                     }
                 }
                 continue;

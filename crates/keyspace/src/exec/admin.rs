@@ -163,9 +163,12 @@ pub(super) fn config_get<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
     let pass = c.server.config.requirepass.clone().unwrap_or_default();
     let protected: &[u8] = if c.server.config.protected_mode { b"yes" } else { b"no" };
     let save = c.server.config.save.clone();
-    let params: [(&str, &[u8]); 10] = [
+    let busy = c.server.config.lua_time_limit_ms.to_string();
+    let params: [(&str, &[u8]); 12] = [
         ("appendonly", b"no"),
+        ("busy-reply-threshold", busy.as_bytes()),
         ("databases", b"1"),
+        ("lua-time-limit", busy.as_bytes()),
         ("maxmemory", b"0"),
         ("maxmemory-policy", b"noeviction"),
         ("port", port.as_bytes()),
@@ -175,7 +178,7 @@ pub(super) fn config_get<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
         ("save", save.as_bytes()),
         ("timeout", b"0"),
     ];
-    let mut hit = [false; 10];
+    let mut hit = [false; 12];
     for j in 2..c.argc() {
         let pattern = c.arg(j).to_ascii_lowercase();
         for (i, (name, _)) in params.iter().enumerate() {
@@ -203,6 +206,7 @@ pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
     let mut pass = None;
     let mut protected = None;
     let mut save = None;
+    let mut busy = None;
     for j in (2..c.argc()).step_by(2) {
         let (name, value) = (c.arg(j), c.arg(j + 1));
         if name.eq_ignore_ascii_case(b"requirepass") {
@@ -215,12 +219,20 @@ pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
             });
         } else if name.eq_ignore_ascii_case(b"save") {
             save = Some(save_schedule(value).ok_or_else(|| Fail::err("CONFIG SET failed (possibly related to argument 'save') - Invalid save parameters"))?);
+        } else if name.eq_ignore_ascii_case(b"busy-reply-threshold") || name.eq_ignore_ascii_case(b"lua-time-limit") {
+            let lower = String::from_utf8_lossy(name).to_ascii_lowercase();
+            let n = pmwire_resp::numbers::parse_i64(value)
+                .ok_or_else(|| Fail::err(&format!("CONFIG SET failed (possibly related to argument '{lower}') - argument couldn't be parsed into an integer")))?;
+            let n = u64::try_from(n).map_err(|_| {
+                Fail::err(&format!("CONFIG SET failed (possibly related to argument '{lower}') - argument must be between 0 and 9223372036854775807 inclusive"))
+            })?;
+            busy = Some(n);
         } else {
             let shown = String::from_utf8_lossy(&name[..name.len().min(128)]).into_owned();
             let lower = shown.to_ascii_lowercase();
             if REDIS_PARAMETERS.contains(&lower.as_str()) {
                 return Err(Fail::err(&format!(
-                    "CONFIG SET failed (possibly related to argument '{lower}') - pmwire does not change '{lower}' (it sets requirepass, protected-mode and save; every write is durable before its reply)"
+                    "CONFIG SET failed (possibly related to argument '{lower}') - pmwire does not change '{lower}' (it sets requirepass, protected-mode, save and busy-reply-threshold; every write is durable before its reply)"
                 )));
             }
             return Err(Fail::err(&format!("Unknown option or number of arguments for CONFIG SET - '{shown}'")));
@@ -234,6 +246,9 @@ pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
     }
     if let Some(s) = save {
         c.server.config.save = s;
+    }
+    if let Some(ms) = busy {
+        c.server.config.lua_time_limit_ms = ms;
     }
     c.out.ok();
     Ok(())

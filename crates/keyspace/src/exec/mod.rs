@@ -33,7 +33,7 @@ mod large;
 mod list_ops;
 mod lists;
 mod multi;
-pub mod scripting;
+mod scripting;
 mod sets;
 mod shared;
 mod strings;
@@ -42,6 +42,7 @@ mod zsets;
 use commands::{CommandInfo, Flags};
 pub use keys::{active_expire, Sweep};
 pub use multi::MAX_QUEUED_BYTES;
+pub use scripting::{Scripts, DEFAULT_SCRIPT_BUDGET, DEFAULT_TIME_LIMIT_MS, SCRIPT_TAG};
 pub use shared::{MAX_RANDOM_REPLY, MAX_RANDOM_REPLY_BYTES};
 
 #[cfg(test)]
@@ -91,6 +92,15 @@ pub struct ServerConfig {
     /// When a collection stops being one blob and is chunked
     /// ([`crate::chunked`]), and its chunks' sizes.
     pub collections: crate::chunked::ChunkConfig,
+    /// How long a script may run before it is stopped and its writes
+    /// undone, ms (Redis's `busy-reply-threshold`, alias `lua-time-limit`;
+    /// 0: no limit). Wall time, unless `script_budget` is set.
+    pub lua_time_limit_ms: u64,
+    /// A replicated executor's limit instead: a script is stopped after
+    /// this many instructions (counted in steps of
+    /// [`crate::script::HOOK_EVERY`]), the same on every member, where a
+    /// wall-clock limit would stop it on one member and not on another.
+    pub script_budget: Option<u64>,
 }
 
 impl Default for ServerConfig {
@@ -107,6 +117,8 @@ impl Default for ServerConfig {
             protected_mode: true,
             random_seed: 0x706d_7769_7265,
             collections: crate::chunked::ChunkConfig::default(),
+            lua_time_limit_ms: scripting::DEFAULT_TIME_LIMIT_MS,
+            script_budget: None,
         }
     }
 }

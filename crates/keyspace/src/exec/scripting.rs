@@ -19,7 +19,9 @@
 //! FLUSHALL deletes every internal entry, scripts included (Redis keeps
 //! its scripts across FLUSHALL; a client answered NOSCRIPT loads the
 //! script again, as Redis's clients do after a restart). Compiled
-//! functions are cached in the interpreter by SHA-1.
+//! functions are cached in the interpreter by SHA-1. EVAL_RO runs its
+//! script without adding it to the cache (it writes nothing, so a
+//! cluster member can serve it alone; Redis caches it).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -47,20 +49,27 @@ const NOSCRIPT: &[&str] = &[
     "watch", "acl|whoami",
 ];
 
-/// The executor's script state: the interpreter (made when first needed)
-/// and, for a keyspace without internal entries, the bodies.
+/// A replicated executor's script budget ([`super::ServerConfig::script_budget`]):
+/// 10^9 instructions, about 4 s of a tight loop on the machine of
+/// `docs/bench.md`.
+pub const DEFAULT_SCRIPT_BUDGET: u64 = 100_000;
+
+/// An executor's script state: the interpreter (made when first needed)
+/// and, for a keyspace without internal entries, the bodies. A driver
+/// that makes an executor per entry keeps one and lends it to each
+/// ([`Server::swap_scripts`]): the interpreter holds no state of a run
+/// past it, and its compiled functions are named by their bodies' SHA-1.
 #[derive(Debug)]
-pub(crate) struct Scripts {
+pub struct Scripts {
     vm: Option<Vm>,
     bodies: HashMap<String, Vec<u8>>,
-    pub time_limit_ms: u64,
-    /// Scripts run so far (INFO's counters read it).
-    pub runs: u64,
+    /// Scripts run so far.
+    runs: u64,
 }
 
 impl Default for Scripts {
     fn default() -> Self {
-        Scripts { vm: None, bodies: HashMap::new(), time_limit_ms: DEFAULT_TIME_LIMIT_MS, runs: 0 }
+        Scripts { vm: None, bodies: HashMap::new(), runs: 0 }
     }
 }
 
@@ -165,6 +174,11 @@ fn resp_encode(args: &[Vec<u8>]) -> Vec<u8> {
 }
 
 impl Server {
+    /// Exchanges this executor's script state with `other`.
+    pub fn swap_scripts(&mut self, other: &mut Scripts) {
+        std::mem::swap(&mut self.scripts, other);
+    }
+
     /// EVAL, EVALSHA, EVAL_RO, EVALSHA_RO (module docs).
     pub(crate) fn eval<K, S>(&mut self, spec: &CommandInfo, session: &mut Session, ks: &mut K, req: &Request<'_>, sink: &mut S) -> Flow
     where
@@ -206,7 +220,7 @@ impl Server {
                 return Flow::Continue;
             }
         };
-        if !by_sha {
+        if !by_sha && !read_only {
             if let Err(fail) = self.scripts.store(ks, &sha, &body) {
                 out.error(fail.text().as_bytes());
                 return Flow::Continue;
@@ -216,12 +230,16 @@ impl Server {
         let keys: Vec<&[u8]> = (3..3 + numkeys).map(|i| req.arg(i)).collect();
         let args: Vec<&[u8]> = (3 + numkeys..req.len()).map(|i| req.arg(i)).collect();
         let seed = self.random_below(1 << 32) as u32;
-        let deadline = Instant::now().checked_add(Duration::from_millis(self.scripts.time_limit_ms));
+        let limit = match self.config.script_budget {
+            Some(steps) => script::Limit::Steps(steps),
+            None if self.config.lua_time_limit_ms == 0 => script::Limit::None,
+            None => Instant::now().checked_add(Duration::from_millis(self.config.lua_time_limit_ms)).map_or(script::Limit::None, script::Limit::Deadline),
+        };
         let mut vm = self.scripts.vm.take().expect("compiled above");
         self.scripts.runs += 1;
         ks.begin_script();
         self.deny_blocking = true;
-        let outcome = vm.run(&function, &keys, &args, seed, deadline, &mut |argv, resp| self.script_call(session, ks, argv, resp, read_only));
+        let outcome = vm.run(&function, &keys, &args, seed, limit, &mut |argv, resp| self.script_call(session, ks, argv, resp, read_only));
         self.deny_blocking = false;
         let script_resp = vm.script_resp();
         self.scripts.vm = Some(vm);
@@ -231,7 +249,10 @@ impl Server {
             Outcome::Failed(text) => out.error(text.replace("{sha}", &sha).as_bytes()),
             Outcome::Killed => {
                 ks.abort_script();
-                let text = format!("ERR Script killed: it ran past lua-time-limit ({} ms); every write it made was undone script: {sha}", self.scripts.time_limit_ms);
+                let text = match self.config.script_budget {
+                    Some(steps) => format!("ERR Script killed: it ran past its budget of {steps} steps of {} instructions; every write it made was undone script: {sha}", script::HOOK_EVERY),
+                    None => format!("ERR Script killed: it ran past lua-time-limit ({} ms); every write it made was undone script: {sha}", self.config.lua_time_limit_ms),
+                };
                 out.error(text.as_bytes());
             }
         }

@@ -152,7 +152,7 @@ fn documented_differences_from_redis() {
     assert_eq!(f.run("SCAN 12345"), "-ERR invalid cursor\r\n");
     assert_eq!(
         f.run("CONFIG SET appendonly yes"),
-        "-ERR CONFIG SET failed (possibly related to argument 'appendonly') - pmwire does not change 'appendonly' (it sets requirepass, protected-mode and save; every write is durable before its reply)\r\n"
+        "-ERR CONFIG SET failed (possibly related to argument 'appendonly') - pmwire does not change 'appendonly' (it sets requirepass, protected-mode, save and busy-reply-threshold; every write is durable before its reply)\r\n"
     );
     // `save` is taken and shown back, and changes nothing else.
     assert_eq!(f.run("CONFIG SET save \"60 1000\""), "+OK\r\n");
@@ -761,4 +761,90 @@ fn hashes_and_sorted_sets_completed() {
             _ => assert_eq!(got, want, "{command}"),
         }
     }
+}
+
+/// A script past `lua-time-limit` is stopped, and every write it made is
+/// undone, those of the commands it ran before included.
+#[test]
+fn a_script_past_its_time_limit_is_stopped_and_undone() {
+    let mut f = Fixture::new();
+    f.run("SET k before");
+    f.server.config_mut().lua_time_limit_ms = 50;
+    let reply = f.run("EVAL \"redis.call('set','k','during') redis.call('set','other','x') while true do end\" 0");
+    assert!(reply.starts_with("-ERR Script killed: it ran past lua-time-limit (50 ms)"), "{reply}");
+    assert_eq!(f.run("GET k"), "$6\r\nbefore\r\n");
+    assert_eq!(f.run("EXISTS other"), ":0\r\n");
+    // pcall cannot outlast the limit.
+    let reply = f.run("EVAL \"while true do pcall(function() while true do end end) end\" 0");
+    assert!(reply.starts_with("-ERR Script killed"), "{reply}");
+    // The interpreter serves the next script.
+    assert_eq!(f.run("EVAL \"return redis.call('get','k')\" 0"), "$6\r\nbefore\r\n");
+}
+
+/// A replicated executor's budget stops a script after the same number
+/// of instructions wherever it runs.
+#[test]
+fn a_script_budget_stops_at_the_same_step() {
+    let mut f = Fixture::new();
+    f.server.config_mut().script_budget = Some(3);
+    let reply = f.run("EVAL \"local n = 0 while true do n = n + 1 redis.call('set','n',n) end\" 0");
+    assert!(reply.starts_with("-ERR Script killed: it ran past its budget of 3 steps"), "{reply}");
+    assert_eq!(f.run("EXISTS n"), ":0\r\n");
+    assert_eq!(f.run("EVAL \"local n = 0 for i = 1, 1000 do n = n + i end return n\" 0"), ":500500\r\n");
+}
+
+/// As in Redis, a script that fails after writing keeps its writes; and a
+/// script runs whole inside EXEC.
+#[test]
+fn a_failing_script_keeps_its_writes_and_exec_runs_scripts() {
+    let mut f = Fixture::new();
+    let reply = f.run("EVAL \"redis.call('set','a','1') redis.call('incr','a') return redis.call('incr','nonum', 'x')\" 0");
+    assert!(reply.starts_with("-ERR Wrong number of args calling Redis command from script"), "{reply}");
+    assert_eq!(f.run("GET a"), "$1\r\n2\r\n");
+    let replies = f.run("MULTI\nEVAL \"return redis.call('incr', KEYS[1])\" 1 c\nEVAL \"return redis.call('incr', KEYS[1])\" 1 c\nEXEC");
+    assert_eq!(replies, "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:1\r\n:2\r\n");
+}
+
+/// No script leaves anything behind for the next: globals, library tables,
+/// the string metatable, the environment and the thread's globals refuse
+/// every change, and `loadstring` compiles into the same environment.
+#[test]
+fn scripts_cannot_leave_state_behind() {
+    let mut f = Fixture::new();
+    for attempt in [
+        "x = 1",
+        "rawset(_G, 'x', 1)",
+        "string.x = 1",
+        "rawset(string, 'x', 1)",
+        "getmetatable('').__index = nil",
+        "getmetatable('').x = 1",
+        "getfenv(0).x = 1",
+        "getfenv(1).x = 1",
+        "setfenv(0, {})",
+        "loadstring('x = 1')()",
+        "setmetatable(string, nil)",
+        "redis.call = nil",
+        "math.random = nil",
+        "cjson.null = 1",
+        "bit.band = nil",
+    ] {
+        let reply = f.run(&format!("EVAL \"{attempt}\" 0"));
+        assert!(reply.starts_with("-"), "{attempt}: {reply}");
+    }
+    let check = "EVAL \"return {type(rawget(_G, 'x')), type(string.x), type(redis.call), type(math.random), type(bit.band), tostring(cjson.null ~= 1)}\" 0";
+    assert_eq!(f.run(check), "*6\r\n$3\r\nnil\r\n$3\r\nnil\r\n$8\r\nfunction\r\n$8\r\nfunction\r\n$8\r\nfunction\r\n$4\r\ntrue\r\n");
+    // What a script may do: locals, its own tables, functions it defines.
+    assert_eq!(f.run("EVAL \"local t = {} t.x = 1 local function g() return t.x end return g()\" 0"), ":1\r\n");
+}
+
+/// math.random draws from the executor's generator: two executors seeded
+/// alike draw alike (a cluster's members), and a script's numbers are in range.
+#[test]
+fn math_random_follows_the_executor_seed() {
+    let script = "EVAL \"local t = {} for i = 1, 5 do t[i] = math.random(1000) end return t\" 0";
+    let (mut a, mut b) = (Fixture::new(), Fixture::new());
+    let (ra, rb) = (a.run(script), b.run(script));
+    assert_eq!(ra, rb);
+    assert_eq!(a.run(script), b.run(script));
+    assert_ne!(ra, a.run(script), "each run draws a fresh seed");
 }

@@ -77,7 +77,9 @@ impl Lrand48 {
 /// executor may move between threads, so its interpreter is `Send`).
 #[derive(Debug)]
 struct RunState {
-    deadline: Mutex<Option<Instant>>,
+    limit: Mutex<Limit>,
+    /// Hook steps taken in this run.
+    steps: AtomicU64,
     /// The run passed its deadline: every hook from now on raises.
     killed: AtomicBool,
     /// The [`Lrand48`] state.
@@ -87,17 +89,40 @@ struct RunState {
 }
 
 impl RunState {
-    fn deadline(&self) -> Option<Instant> {
-        *self.deadline.lock().unwrap_or_else(|e| e.into_inner())
+    fn limit(&self) -> Limit {
+        *self.limit.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn set_deadline(&self, d: Option<Instant>) {
-        *self.deadline.lock().unwrap_or_else(|e| e.into_inner()) = d;
+    fn set_limit(&self, limit: Limit) {
+        *self.limit.lock().unwrap_or_else(|e| e.into_inner()) = limit;
+        self.steps.store(0, Relaxed);
+    }
+
+    /// One hook step: whether the run is past its limit.
+    fn step(&self) -> bool {
+        let steps = self.steps.fetch_add(1, Relaxed) + 1;
+        match self.limit() {
+            Limit::None => false,
+            Limit::Deadline(d) => Instant::now() >= d,
+            Limit::Steps(n) => steps > n,
+        }
     }
 
     fn seed(&self, seed: u32) {
         self.rng.store(Lrand48::seeded(seed).0, Relaxed);
     }
+}
+
+/// When a run is stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// Never.
+    None,
+    /// At this instant (checked every [`HOOK_EVERY`] instructions).
+    Deadline(Instant),
+    /// After this many steps of [`HOOK_EVERY`] instructions: the same
+    /// point on every machine.
+    Steps(u64),
 }
 
 /// How a run ended.
@@ -150,8 +175,20 @@ end
 local function refuse0() error_('Attempt to modify a readonly table', 0) end
 local bridge = {}
 local redis = {}
+local killed = bridge_api.killed
+bridge_api.killed = nil
 redis.pcall = function(...) return bridge.call(...) end
 for k, v in pairs(bridge_api) do redis[k] = v end
+-- A stopped run's error must not be caught: whatever catches errors
+-- raises again once the run is stopped (the hook raises only every
+-- so many instructions).
+local function unless_killed(...)
+  if killed() then error_('Script killed', 0) end
+  return ...
+end
+local xpcall_, resume_ = xpcall, coroutine.resume
+G.xpcall = function(f, h) return unless_killed(xpcall_(f, h)) end
+coroutine.resume = function(...) return unless_killed(resume_(...)) end
 G.redis = view(redis)
 for _, lib in ipairs({'string', 'table', 'math', 'cjson', 'bit', 'coroutine'}) do
   if G[lib] then G[lib] = view(G[lib]) end
@@ -195,7 +232,7 @@ local function fix(ok, ...)
   end
   return true, ...
 end
-G.pcall = function(f, ...) return fix(rawpcall(f, ...)) end
+G.pcall = function(f, ...) return unless_killed(fix(rawpcall(f, ...))) end
 G.dofile, G.loadfile, G.print, G.debug, G.bridge_api = nil, nil, nil, nil, nil
 G.module, G.require, G.package, G.newproxy = nil, nil, nil, nil
 env = setmt({}, {
@@ -223,7 +260,7 @@ local function handler(err)
   if source and rawget_(err, 'source') == nil then rawset_(err, 'source', source) rawset_(err, 'line', line) end
   return err
 end
-local function run(f) return xpcall(f, handler) end
+local function run(f) return xpcall_(f, handler) end
 return run, bridge, env, redis
 "#;
 
@@ -236,7 +273,8 @@ impl Vm {
         let lua = unsafe { Lua::unsafe_new_with(StdLib::TABLE | StdLib::STRING | StdLib::MATH | StdLib::DEBUG, LuaOptions::default()) };
         lua.set_memory_limit(MEMORY_LIMIT)?;
         let state = Arc::new(RunState {
-            deadline: Mutex::new(None),
+            limit: Mutex::new(Limit::None),
+            steps: AtomicU64::new(0),
             killed: AtomicBool::new(false),
             rng: AtomicU64::new(Lrand48::seeded(0).0),
             resp: AtomicU8::new(2),
@@ -264,7 +302,7 @@ impl Vm {
         redis.raw_set("call", call)?;
         let st = state.clone();
         lua.set_hook(HookTriggers::new().every_nth_instruction(HOOK_EVERY), move |_, _| {
-            let late = st.deadline().is_some_and(|d| Instant::now() >= d);
+            let late = st.step();
             if late || st.killed.load(Relaxed) {
                 st.killed.store(true, Relaxed);
                 return Err(mlua::Error::RuntimeError("Script killed: it ran past lua-time-limit".into()));
@@ -302,23 +340,23 @@ impl Vm {
 
     /// Runs `f` with `KEYS` and `ARGV`, each `redis.call` served by `call`
     /// (the command's arguments → its reply, or an error text for a
-    /// command that could not run), until `deadline` at the latest;
-    /// `seed` seeds `math.random`.
+    /// command that could not run), stopped at `limit`; `seed` seeds
+    /// `math.random`.
     pub fn run(
         &mut self,
         f: &Function,
         keys: &[&[u8]],
         args: &[&[u8]],
         seed: u32,
-        deadline: Option<Instant>,
+        limit: Limit,
         call: &mut dyn FnMut(&[Vec<u8>], u8) -> Result<Reply, String>,
     ) -> Outcome {
-        self.state.set_deadline(deadline);
+        self.state.set_limit(limit);
         self.state.killed.store(false, Relaxed);
         self.state.seed(seed);
         self.state.resp.store(2, Relaxed);
         let outcome = self.run_inner(f, keys, args, call);
-        self.state.set_deadline(None);
+        self.state.set_limit(Limit::None);
         let killed = self.state.killed.swap(false, Relaxed);
         // Redis steps the collector every 50 scripts; a step per run keeps
         // a busy interpreter's garbage bounded as well.
@@ -716,6 +754,8 @@ fn redis_api(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<Table> {
             None => fail(lua, "Invalid command passed to redis.acl_check_cmd()"),
         }
     })?)?;
+    let st = state.clone();
+    api.raw_set("killed", lua.create_function(move |_, ()| Ok(st.killed.load(Relaxed)))?)?;
     api.raw_set("REDIS_VERSION", "7.0.15")?;
     api.raw_set("REDIS_VERSION_NUM", 0x00_07_00_0f)?;
     Ok(api)
