@@ -52,6 +52,9 @@ pub struct KvArgs {
     /// Planted bug for the crash campaign's canary: a list push that starts a new chunk writes the header without the chunk.
     #[arg(long, hide = true)]
     fault_header_without_chunk: bool,
+    /// Planted bug for the crash campaign's canary: a script's writes are committed command by command.
+    #[arg(long, hide = true)]
+    fault_script_commit_per_call: bool,
     /// Serve as a member of a replicated cluster: every member's peer address, this one's included: ID=ADDR,ID=ADDR,...
     /// (as `pmwire replica --peers`). Writes are answered once committed on a majority, reads are linearizable
     /// (ReadIndex; READONLY asks for a possibly stale local read); a member cut off from its majority answers
@@ -144,6 +147,10 @@ pub fn run(args: &KvArgs) -> Result<()> {
     server.set_collection_limits(limits);
     if args.fault_header_without_chunk {
         eprintln!("pmwire kv: PLANTED BUG: a list push that starts a chunk writes the header without it");
+    }
+    if args.fault_script_commit_per_call {
+        server.plant_script_commit_per_call();
+        eprintln!("pmwire kv: PLANTED BUG: a script's writes are committed command by command");
     }
     if args.fault_ack_before_commit {
         server.plant_ack_before_commit();

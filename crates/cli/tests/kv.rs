@@ -21,7 +21,8 @@ fn kill_dash_nine_loses_no_acknowledged_write() {
     assert!(report.expiring_acknowledged > 0, "expiring writes were acknowledged");
     assert!(report.keys_checked > 0);
     assert_eq!(report.half_applied, 0);
-    assert!(report.transactions > 0, "EXECs ran before the kills");
+    assert!(report.transactions > report.scripts, "EXECs ran before the kills");
+    assert!(report.scripts > 0, "EVALs ran before the kills");
     for (family, n) in [
         ("hash", report.hash_acknowledged),
         ("zset", report.zset_acknowledged),
@@ -50,6 +51,16 @@ fn the_campaign_catches_a_list_header_written_without_its_chunk() {
     // answered `-ERR stored value is corrupt: list chunk missing` (or the list comes back short).
     let text = format!("{error:#}");
     assert!(text.contains("read reply Error") || text.contains("lost"), "{text}");
+}
+
+#[test]
+fn the_campaign_catches_a_script_committed_command_by_command() {
+    // Caught when a kill lands inside a script of a group (one commit per SET makes a script
+    // of 400 keys take milliseconds); it stops at the first catch.
+    let options = CrashOptions { runs: 12, seed: 0x5c41, exe: EXE.into(), max_load: Duration::from_millis(200) };
+    let error = pmwire_kv_server::crash::run_with_planted_script_bug(&options).expect_err("the canary must fail");
+    let text = format!("{error:#}");
+    assert!(text.contains("half-applied") || text.contains("lost"), "{text}");
 }
 
 fn kv(args: &[&str]) -> std::process::Output {

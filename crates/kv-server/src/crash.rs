@@ -15,7 +15,10 @@
 //! group* (6 keys with values of up to 70 KB, or 400 keys of small values: over a WAL group's
 //! 1024 words) to the same generated value, `EXEC`. Besides each key's own check, every key
 //! of a group must hold the same write after a restart: a group whose keys differ is an EXEC
-//! *half-applied* (must be 0).
+//! *half-applied* (must be 0). Half of the groups are written instead by one `EVAL` of a
+//! script that sets each key it is given (`GROUP_SCRIPT`): a script's writes are as
+//! failure-atomic as an EXEC's, and a third canary (`run_with_planted_script_bug`) commits
+//! them command by command, which the campaign must catch.
 //!
 //! Collections: about a third of the RESP writes go to keys of their own of the four collection
 //! families: hashes (HSET/HDEL/HINCRBY), sorted sets (ZADD/ZREM/ZINCRBY/ZPOPMIN/
@@ -269,6 +272,8 @@ pub struct CrashReport {
     pub expired_served: u64,
     /// EXECs acknowledged over all runs.
     pub transactions: u64,
+    /// Of `transactions`, those written by one EVAL script acknowledged over all runs.
+    pub scripts: u64,
     /// Transaction groups found half-applied after a restart: must be 0.
     pub half_applied: u64,
     /// Of `acknowledged`: HSET/HDEL/HINCRBY writes.
@@ -320,6 +325,8 @@ struct Model {
     expiring_acknowledged: u64,
     error_replies: u64,
     transactions: u64,
+    /// Of `transactions`, those written by one EVAL.
+    scripts: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -379,6 +386,16 @@ pub fn run_with_planted_chunk_bug(options: &CrashOptions) -> Result<CrashReport>
     run_inner(options, Some("--fault-header-without-chunk"))
 }
 
+/// The third canary: a server that commits a script's writes command by command; it must
+/// fail (a group half-applied).
+#[doc(hidden)]
+pub fn run_with_planted_script_bug(options: &CrashOptions) -> Result<CrashReport> {
+    run_inner(options, Some(SCRIPT_CANARY))
+}
+
+/// The flag of [`run_with_planted_script_bug`]'s server.
+const SCRIPT_CANARY: &str = "--fault-script-commit-per-call";
+
 fn run_inner(options: &CrashOptions, planted: Option<&'static str>) -> Result<CrashReport> {
     let dir = PathBuf::from(format!("/dev/shm/pmwire-kv-crash-{}-{:x}", std::process::id(), options.seed));
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
@@ -412,8 +429,10 @@ fn campaign(options: &CrashOptions, dir: &Path, planted: Option<&'static str>) -
         let seeds = [rng.gen::<u64>(), rng.gen::<u64>()];
         let [resp_model, http_model] = std::mem::take(&mut models);
         let (resp_addr, http_addr) = (child.ready.resp_addr(), child.ready.http_addr());
-        let resp = std::thread::spawn(move || load(Front::Resp, resp_addr, resp_model, seeds[0], deadline));
-        let http = std::thread::spawn(move || load(Front::Http, http_addr, http_model, seeds[1], deadline));
+        // Against the script canary, the RESP load is scripts only, so kills land inside them.
+        let scripts_only = planted == Some(SCRIPT_CANARY);
+        let resp = std::thread::spawn(move || load(Front::Resp, resp_addr, resp_model, seeds[0], deadline, scripts_only));
+        let http = std::thread::spawn(move || load(Front::Http, http_addr, http_model, seeds[1], deadline, false));
         std::thread::sleep(kill_after);
         child.kill9()?;
         models = [resp.join().expect("RESP client thread"), http.join().expect("HTTP client thread")];
@@ -426,13 +445,14 @@ fn campaign(options: &CrashOptions, dir: &Path, planted: Option<&'static str>) -
     report.error_replies = models.iter().map(|m| m.error_replies).sum();
     report.expiring_acknowledged = models.iter().map(|m| m.expiring_acknowledged).sum();
     report.transactions = models.iter().map(|m| m.transactions).sum();
+    report.scripts = models.iter().map(|m| m.scripts).sum();
     let family = |f: Family| models.iter().map(|m| m.family_acknowledged[f as usize]).sum::<u64>();
     report.hash_acknowledged = family(Family::Hash);
     report.zset_acknowledged = family(Family::Zset);
     report.list_acknowledged = family(Family::List);
     report.set_acknowledged = family(Family::Set);
     if report.half_applied > 0 {
-        bail!("{} EXECs half-applied (seed {})", report.half_applied, options.seed);
+        bail!("{} transactions (EXEC or EVAL) half-applied (seed {})", report.half_applied, options.seed);
     }
     if report.lost > 0 {
         bail!(
@@ -451,7 +471,7 @@ fn acknowledged(models: &[Model]) -> u64 {
 }
 
 /// Pipelined bursts of writes until the connection fails (the kill) or `deadline`.
-fn load(front: Front, addr: SocketAddr, mut model: Model, seed: u64, deadline: Instant) -> Model {
+fn load(front: Front, addr: SocketAddr, mut model: Model, seed: u64, deadline: Instant, scripts_only: bool) -> Model {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut conn = match front {
         Front::Resp => RespClient::connect(addr).map(Conn::Resp),
@@ -463,8 +483,8 @@ fn load(front: Front, addr: SocketAddr, mut model: Model, seed: u64, deadline: I
     while Instant::now() < deadline {
         burst.clear();
         out.clear();
-        if front == Front::Resp && rng.gen_bool(0.15) {
-            if !transaction(conn, &mut model, &mut rng, &mut out) {
+        if front == Front::Resp && (scripts_only || rng.gen_bool(0.15)) {
+            if !transaction(conn, &mut model, &mut rng, &mut out, scripts_only) {
                 break;
             }
             continue;
@@ -569,9 +589,13 @@ fn random_coll_op(rng: &mut StdRng, c: u64, state: &CollState) -> CollOp {
     }
 }
 
-/// One MULTI, SET of every key of a random group to one value, EXEC; false if the
-/// connection failed (the kill).
-fn transaction(conn: &mut Conn, model: &mut Model, rng: &mut StdRng, out: &mut Vec<u8>) -> bool {
+/// A script that sets every key it is given to the value for that key in ARGV.
+const GROUP_SCRIPT: &str = "for i, k in ipairs(KEYS) do redis.call('set', k, ARGV[i]) end return #KEYS";
+
+/// One transaction: a random group's keys all set to one write, by MULTI, SET of each, EXEC,
+/// or (half of them) by one EVAL of [`GROUP_SCRIPT`]; false if the connection failed (the
+/// kill).
+fn transaction(conn: &mut Conn, model: &mut Model, rng: &mut StdRng, out: &mut Vec<u8>, scripts_only: bool) -> bool {
     let Conn::Resp(c) = conn else { unreachable!("transactions go over RESP") };
     let g = rng.gen_range(0..TX_GROUPS);
     let len = if g < NARROW_GROUPS { rng.gen_range(1..=70_000) } else { rng.gen_range(1..=100) };
@@ -579,21 +603,36 @@ fn transaction(conn: &mut Conn, model: &mut Model, rng: &mut StdRng, out: &mut V
     let write = Write::Set { seed, len };
     let seq = model.next_seq;
     model.next_seq += 1;
-    RespClient::encode(&["MULTI"], out);
+    let script = scripts_only || rng.gen_bool(0.5);
     for i in group_ids(g) {
         model.keys.entry(i).or_default().pending.push((seq, write));
-        let key = Front::Resp.key(i);
-        RespClient::encode(&[&b"SET"[..], key.as_bytes(), &value_bytes(&key, seed, len)], out);
     }
-    RespClient::encode(&["EXEC"], out);
+    let keys: Vec<String> = group_ids(g).map(|i| Front::Resp.key(i)).collect();
+    if script {
+        let mut args: Vec<Vec<u8>> = vec![b"EVAL".to_vec(), GROUP_SCRIPT.into(), keys.len().to_string().into_bytes()];
+        args.extend(keys.iter().map(|k| k.clone().into_bytes()));
+        args.extend(keys.iter().map(|k| value_bytes(k, seed, len)));
+        RespClient::encode(&args, out);
+    } else {
+        RespClient::encode(&["MULTI"], out);
+        for key in &keys {
+            RespClient::encode(&[&b"SET"[..], key.as_bytes(), &value_bytes(key, seed, len)], out);
+        }
+        RespClient::encode(&["EXEC"], out);
+    }
     if c.write_raw(out).is_err() {
         return false;
     }
     use pmwire_resp::client::Value;
     let ok = Value::Simple(b"OK".to_vec());
-    let mut expected = vec![ok.clone()];
-    expected.extend(group_ids(g).map(|_| Value::Simple(b"QUEUED".to_vec())));
-    expected.push(Value::Array(group_ids(g).map(|_| ok.clone()).collect()));
+    let mut expected = Vec::new();
+    if script {
+        expected.push(Value::Integer(keys.len() as i64));
+    } else {
+        expected.push(ok.clone());
+        expected.extend(group_ids(g).map(|_| Value::Simple(b"QUEUED".to_vec())));
+        expected.push(Value::Array(group_ids(g).map(|_| ok.clone()).collect()));
+    }
     let mut all_ok = true;
     for want in &expected {
         match c.read_reply() {
@@ -612,6 +651,7 @@ fn transaction(conn: &mut Conn, model: &mut Model, rng: &mut StdRng, out: &mut V
     }
     model.acknowledged += group_ids(g).count() as u64;
     model.transactions += 1;
+    model.scripts += u64::from(script);
     true
 }
 

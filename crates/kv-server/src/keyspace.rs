@@ -149,6 +149,9 @@ pub(crate) struct BatchState {
     /// Where the script being run began staging: a script stopped past its time limit is
     /// rolled back to it (`Keyspace::abort_script`), every command it ran included.
     pub script_start: Option<Savepoint>,
+    /// Planted bug (the crash campaign's canary): a script's writes are committed command
+    /// by command, so a kill inside a script leaves part of it.
+    pub fault_script_commit_per_call: bool,
     /// The batch entry being executed, and how many of its requests came before the
     /// current one.
     pub entry: usize,
@@ -546,6 +549,11 @@ impl<M: Media> Keyspace for EngineKeyspace<'_, M> {
     }
 
     fn begin_command(&mut self) {
+        if self.state.fault_script_commit_per_call && self.state.script_start.is_some() {
+            // The planted bug: what the script staged so far is made durable on its own.
+            let _ = self.state.commit(self.engine, self.region);
+            self.state.script_start = Some(self.engine.savepoint());
+        }
         self.state.command_start = Some(self.engine.savepoint());
     }
 

@@ -185,6 +185,13 @@ impl KvServer {
         self.server.service_mut().fail_commit(nth);
     }
 
+    /// Planted bug (the crash campaign's canary): a script's writes are committed command by
+    /// command.
+    #[doc(hidden)]
+    pub fn plant_script_commit_per_call(&mut self) {
+        self.server.service_mut().plant_script_commit_per_call();
+    }
+
     /// Planted bug (the crash campaign's canary): acknowledge batches without committing them.
     #[doc(hidden)]
     pub fn plant_ack_before_commit(&mut self) {

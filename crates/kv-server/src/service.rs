@@ -225,6 +225,12 @@ impl KvService {
         self.state.fail_commit = nth;
     }
 
+    /// Planted bug (the crash campaign's canary): commit a script's writes command by command.
+    #[doc(hidden)]
+    pub fn plant_script_commit_per_call(&mut self) {
+        self.state.fault_script_commit_per_call = true;
+    }
+
     /// Planted bug (the crash campaign's canary): acknowledge batches without committing them.
     #[doc(hidden)]
     pub fn plant_ack_before_commit(&mut self) {

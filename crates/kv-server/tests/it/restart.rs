@@ -107,3 +107,43 @@ fn bitmaps_survive_a_restart() {
     drop(r);
     server.stop();
 }
+
+/// Scripts on the persistent engine: a script's writes are durable with
+/// its reply; a loaded script is kept (an internal entry), so EVALSHA
+/// answers after a restart; a script stopped past `lua-time-limit` leaves
+/// nothing of its writes, in memory or after the restart.
+#[test]
+fn scripts_and_their_writes_survive_a_restart() {
+    use pmwire_resp::client::Value;
+    let pool = Pool::new();
+    let server = start(&pool.path, Mode::ZeroCopy);
+    let body = "redis.call('hset', KEYS[1], 'n', ARGV[1]) return redis.call('incrby', KEYS[2], ARGV[1])";
+    let sha = {
+        let mut r = RespClient::connect(server.resp).unwrap();
+        let Value::Bulk(sha) = r.call(&["SCRIPT", "LOAD", body]).unwrap() else { panic!("SCRIPT LOAD") };
+        let sha = String::from_utf8(sha).unwrap();
+        for i in 1..=10 {
+            let n = i.to_string();
+            assert_eq!(r.call(&["EVALSHA", &sha, "2", "h", "c", &n]).unwrap(), Value::Integer((1..=i).sum()));
+        }
+        assert_eq!(r.call(&["CONFIG", "SET", "lua-time-limit", "50"]).unwrap(), Value::Simple(b"OK".to_vec()));
+        let Value::Error(e) = r.call(&["EVAL", "redis.call('set', 'c', 'gone') redis.call('del', 'h') while true do end", "0"]).unwrap() else {
+            panic!("a script past its limit is refused")
+        };
+        assert!(String::from_utf8_lossy(&e).contains("ran past lua-time-limit (50 ms)"), "{}", String::from_utf8_lossy(&e));
+        assert_eq!(r.call(&["GET", "c"]).unwrap(), Value::Bulk(b"55".to_vec()));
+        sha
+    };
+    drop(server.stop());
+    let server = start_with(KvServer::open(&options(&pool.path, Mode::ZeroCopy)).unwrap());
+    let mut r = RespClient::connect(server.resp).unwrap();
+    assert_eq!(r.call(&["GET", "c"]).unwrap(), Value::Bulk(b"55".to_vec()));
+    assert_eq!(r.call(&["HGET", "h", "n"]).unwrap(), Value::Bulk(b"10".to_vec()));
+    assert_eq!(r.call(&["SCRIPT", "EXISTS", &sha]).unwrap(), Value::Array(vec![Value::Integer(1)]));
+    assert_eq!(r.call(&["EVALSHA", &sha, "2", "h", "c", "1"]).unwrap(), Value::Integer(56));
+    assert_eq!(r.call(&["SCRIPT", "FLUSH"]).unwrap(), Value::Simple(b"OK".to_vec()));
+    let Value::Error(e) = r.call(&["EVALSHA", &sha, "2", "h", "c", "1"]).unwrap() else { panic!("flushed") };
+    assert!(e.starts_with(b"NOSCRIPT"));
+    drop(r);
+    server.stop();
+}
