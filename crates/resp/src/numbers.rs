@@ -91,9 +91,9 @@ pub fn strtod(s: &[u8]) -> Strtod {
         return Strtod { value: f64::NAN, end, range_error: false };
     }
     if rest.len() >= 2 && rest[0] == b'0' && (rest[1] | 0x20) == b'x' {
-        if let Some((v, n)) = hex_float(&rest[2..]) {
+        if let Some((v, n, nonzero)) = hex_float(&rest[2..]) {
             let value = sign * v;
-            return Strtod { value, end: i + 2 + n, range_error: v.is_infinite() };
+            return Strtod { value, end: i + 2 + n, range_error: v.is_infinite() || (v == 0.0 && nonzero) };
         }
         // "0x" with no hex digits: strtod converts the "0" alone.
         return Strtod { value: sign * 0.0, end: i + 1, range_error: false };
@@ -151,7 +151,9 @@ fn decimal_prefix(s: &[u8]) -> Option<(usize, bool)> {
     Some((i, nonzero))
 }
 
-fn hex_float(s: &[u8]) -> Option<(f64, usize)> {
+/// A hex float's digits after `0x`: its value, the bytes it took, and
+/// whether any digit was nonzero (a zero value is then an underflow).
+fn hex_float(s: &[u8]) -> Option<(f64, usize, bool)> {
     let mut i = 0;
     let mut mantissa = 0.0f64;
     let mut digits = 0;
@@ -197,7 +199,10 @@ fn hex_float(s: &[u8]) -> Option<(f64, usize)> {
         }
     }
     let exp2 = exp2.clamp(-100_000, 100_000) as i32;
-    Some((mantissa * 2f64.powi(exp2), i))
+    // In two steps, so a large mantissa with a very negative exponent is
+    // not lost to an intermediate underflow.
+    let half = exp2 / 2;
+    Some((mantissa * 2f64.powi(half) * 2f64.powi(exp2 - half), i, mantissa != 0.0))
 }
 
 fn hex_val(c: u8) -> u8 {

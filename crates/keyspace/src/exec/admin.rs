@@ -354,7 +354,7 @@ pub(super) fn flush<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '
     if c.argc() == 2 && !c.arg(1).eq_ignore_ascii_case(b"sync") && !c.arg(1).eq_ignore_ascii_case(b"async") {
         return Err(Fail::Syntax);
     }
-    c.ks.clear()?;
+    c.clear_keyspace()?;
     c.out.ok();
     Ok(())
 }

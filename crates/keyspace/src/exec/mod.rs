@@ -360,6 +360,18 @@ impl<'r, K: Keyspace, S: ReplySink<K::Value> + ?Sized> Ctx<'_, 'r, K, S> {
         Ok(())
     }
 
+    /// Deletes every key (FLUSHALL, FLUSHDB): a keyspace's clear deletes its
+    /// internal entries too, and the script cache's are stored again, as
+    /// Redis keeps its scripts across a flush.
+    pub fn clear_keyspace(&mut self) -> Res {
+        let scripts = scripting::stored_scripts(self.ks);
+        self.ks.clear()?;
+        for (key, body) in scripts {
+            self.ks.internal_put(&key, &body)?;
+        }
+        Ok(())
+    }
+
     /// The keyspace's time, ms since the Unix epoch, as Redis's `long long`.
     pub fn now_ms(&self) -> i64 {
         self.server.clock_reads.set(self.server.clock_reads.get() + 1);

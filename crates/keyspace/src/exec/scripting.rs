@@ -16,9 +16,9 @@
 //! entry `03 <sha hex>` of a keyspace that has internal entries (so it is
 //! durable and, in a cluster, replicated and in snapshots: every member
 //! answers EVALSHA alike), and in the executor's memory otherwise. A
-//! FLUSHALL deletes every internal entry, scripts included (Redis keeps
-//! its scripts across FLUSHALL; a client answered NOSCRIPT loads the
-//! script again, as Redis's clients do after a restart). Compiled
+//! flush, which deletes every internal entry, stores them again in the
+//! same command ([`Ctx::clear_keyspace`]): scripts outlive FLUSHALL, as
+//! in Redis. Compiled
 //! functions are cached in the interpreter by SHA-1. EVAL_RO runs its
 //! script without adding it to the cache (it writes nothing, so a
 //! cluster member can serve it alone; Redis caches it).
@@ -238,15 +238,20 @@ impl Server {
         let mut vm = self.scripts.vm.take().expect("compiled above");
         self.scripts.runs += 1;
         ks.begin_script();
-        self.deny_blocking = true;
+        let deny_blocking = std::mem::replace(&mut self.deny_blocking, true);
         let outcome = vm.run(&function, &keys, &args, seed, limit, &mut |argv, resp| self.script_call(session, ks, argv, resp, read_only));
-        self.deny_blocking = false;
+        self.deny_blocking = deny_blocking;
         let script_resp = vm.script_resp();
         self.scripts.vm = Some(vm);
         let mut out = Out::<K::Value, S>::new(sink, session.protocol);
         match outcome {
             Outcome::Returned(value) => write_answer(&mut out, &script::answer_of(&value, script_resp, 0)),
-            Outcome::Failed(text) => out.error(text.replace("{sha}", &sha).as_bytes()),
+            Outcome::Failed(mut text, at) => {
+                if let Some(at) = at {
+                    text.extend_from_slice(format!(" script: {sha}, on {at}.").as_bytes());
+                }
+                out.error(&script::reply_line(&text));
+            }
             Outcome::Killed => {
                 ks.abort_script();
                 let text = match self.config.script_budget {
@@ -362,33 +367,49 @@ pub(super) fn script_exists<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mu
     Ok(())
 }
 
+/// The internal keys of the stored scripts, in order.
+fn script_keys<K: Keyspace>(ks: &mut K) -> Vec<Vec<u8>> {
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    if !ks.has_internal() {
+        return keys;
+    }
+    let mut from = vec![SCRIPT_TAG];
+    loop {
+        let mut batch: Vec<Vec<u8>> = Vec::new();
+        ks.internal_scan(&from, 1024, &mut |k| batch.push(k.to_vec()));
+        let full = batch.len() == 1024;
+        let past = batch.iter().any(|k| k.first() != Some(&SCRIPT_TAG));
+        batch.retain(|k| k.first() == Some(&SCRIPT_TAG));
+        if let Some(last) = batch.last() {
+            from = last.clone();
+            from.push(0);
+        }
+        keys.extend(batch);
+        if !full || past {
+            return keys;
+        }
+    }
+}
+
+/// The stored scripts' internal entries (key, body), to keep across a flush.
+pub(super) fn stored_scripts<K: Keyspace>(ks: &mut K) -> Vec<(Vec<u8>, Vec<u8>)> {
+    script_keys(ks)
+        .into_iter()
+        .filter_map(|k| {
+            let mut body = Vec::new();
+            ks.internal_read(&k, &mut body).then_some((k, body))
+        })
+        .collect()
+}
+
 /// SCRIPT FLUSH [ASYNC|SYNC]: forgets every script and starts a fresh
 /// interpreter.
 pub(super) fn script_flush<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
     if c.argc() > 3 || (c.argc() == 3 && !c.arg(2).eq_ignore_ascii_case(b"sync") && !c.arg(2).eq_ignore_ascii_case(b"async")) {
         return Err(Fail::err("SCRIPT FLUSH only support SYNC|ASYNC option"));
     }
-    if c.ks.has_internal() {
-        let mut keys: Vec<Vec<u8>> = Vec::new();
-        let mut from = vec![SCRIPT_TAG];
-        loop {
-            let mut batch: Vec<Vec<u8>> = Vec::new();
-            c.ks.internal_scan(&from, 1024, &mut |k| batch.push(k.to_vec()));
-            let full = batch.len() == 1024;
-            let past = batch.iter().any(|k| k.first() != Some(&SCRIPT_TAG));
-            batch.retain(|k| k.first() == Some(&SCRIPT_TAG));
-            if let Some(last) = batch.last() {
-                from = last.clone();
-                from.push(0);
-            }
-            keys.extend(batch);
-            if !full || past {
-                break;
-            }
-        }
-        for k in keys {
-            c.ks.internal_delete(&k)?;
-        }
+    for k in script_keys(c.ks) {
+        c.ks.internal_delete(&k)?;
     }
     c.server.scripts.bodies.clear();
     c.server.scripts.vm = None;

@@ -130,8 +130,9 @@ pub enum Limit {
 pub enum Outcome {
     /// The script returned this value.
     Returned(Value),
-    /// The script raised this error (already the reply text, without `-`).
-    Failed(String),
+    /// The script raised this error: its text (without `-`), and where in
+    /// the script (`@user_script:<line>`) if known.
+    Failed(Vec<u8>, Option<String>),
     /// The run passed its deadline and was stopped.
     Killed,
 }
@@ -364,7 +365,7 @@ impl Vm {
         match outcome {
             _ if killed => Outcome::Killed,
             Ok(o) => o,
-            Err(e) => Outcome::Failed(format!("ERR Error running script: {e}")),
+            Err(e) => Outcome::Failed(format!("ERR Error running script: {e}").into_bytes(), None),
         }
     }
 
@@ -386,7 +387,7 @@ impl Vm {
                 }
                 match call(&argv, state.resp.load(Relaxed)) {
                     Ok(reply) => reply_to_lua(lua, &reply, 0),
-                    Err(text) => error_table(lua, &text),
+                    Err(text) => command_error_table(lua, text.as_bytes()),
                 }
             })?;
             let previous: Value = self.bridge.raw_get("call")?;
@@ -401,7 +402,7 @@ impl Vm {
         if ok {
             return Ok(Outcome::Returned(value));
         }
-        Ok(Outcome::Failed(failure_text(&value)))
+        Ok(failure(&value))
     }
 
     /// The protocol the last run's script asked for (`redis.setresp`).
@@ -410,22 +411,24 @@ impl Vm {
     }
 }
 
-/// The reply text of a script's uncaught error (the handler's table).
-fn failure_text(value: &Value) -> String {
+/// A script's uncaught error (the handler's table): its text and where
+/// it was raised (`@user_script:<line>`), if known.
+fn failure(value: &Value) -> Outcome {
     let Value::Table(t) = value else {
-        return "ERR Error running script: execution failure".into();
+        return Outcome::Failed(b"ERR Error running script: execution failure".to_vec(), None);
     };
     let field = |name: &str| match t.raw_get::<Value>(name) {
-        Ok(Value::String(s)) => Some(String::from_utf8_lossy(&s.as_bytes()).into_owned()),
-        Ok(Value::Integer(i)) => Some(i.to_string()),
-        Ok(Value::Number(n)) => Some(n.to_string()),
+        Ok(Value::String(s)) => Some(s.as_bytes().to_vec()),
+        Ok(Value::Integer(i)) => Some(i.to_string().into_bytes()),
+        Ok(Value::Number(n)) => Some(lua_number_text(n).into_bytes()),
         _ => None,
     };
-    let msg = field("err").unwrap_or_else(|| "ERR unknown error".into());
-    match (field("source"), field("line")) {
-        (Some(source), Some(line)) => format!("{msg} script: {{sha}}, on {source}:{line}."),
-        _ => msg,
-    }
+    let msg = field("err").unwrap_or_else(|| b"ERR unknown error".to_vec());
+    let at = match (field("source"), field("line")) {
+        (Some(source), Some(line)) => Some(format!("{}:{}", String::from_utf8_lossy(&source), String::from_utf8_lossy(&line))),
+        _ => None,
+    };
+    Outcome::Failed(c_str(&msg).to_vec(), at)
 }
 
 /// Lua's values as a command's arguments: strings as they are, numbers as
@@ -460,18 +463,52 @@ fn array_of(lua: &Lua, items: &[&[u8]]) -> mlua::Result<Table> {
 /// Redis's error table `{err = text}` (its `luaPushError`: a text that
 /// begins with `-` has it removed; one without a code gets `ERR`).
 fn error_table(lua: &Lua, text: &str) -> mlua::Result<Value> {
+    error_table_bytes(lua, text.as_bytes(), false)
+}
+
+/// A command's error as a script sees it: with Redis's
+/// `ignore_error_stats_update` field (a script that encodes the table
+/// sees it, as on Redis).
+fn command_error_table(lua: &Lua, text: &[u8]) -> mlua::Result<Value> {
+    error_table_bytes(lua, text, true)
+}
+
+fn error_table_bytes(lua: &Lua, text: &[u8], from_command: bool) -> mlua::Result<Value> {
     let t = lua.create_table()?;
-    t.raw_set("err", error_text(text))?;
+    t.raw_set("err", lua.create_string(error_text(text))?)?;
+    if from_command {
+        t.raw_set("ignore_error_stats_update", true)?;
+    }
     Ok(Value::Table(t))
 }
 
-fn error_text(text: &str) -> String {
-    let text = text.trim_end_matches(['\r', '\n']);
-    match text.strip_prefix('-') {
-        Some(rest) if rest.contains(' ') => rest.to_string(),
-        Some(rest) => format!("ERR {rest}"),
-        None => text.to_string(),
-    }
+/// The text up to its first NUL, as C reads a Lua string.
+fn c_str(b: &[u8]) -> &[u8] {
+    b.iter().position(|&c| c == 0).map_or(b, |n| &b[..n])
+}
+
+/// Redis's `luaPushErrorBuff` text: a text that begins with `-` is split
+/// at its first space into code and message (no space: the code is
+/// `ERR`), the message trimmed of `\r` and `\n` at both ends.
+fn error_text(text: &[u8]) -> Vec<u8> {
+    let text = c_str(text);
+    let Some(rest) = text.strip_prefix(b"-") else { return text.to_vec() };
+    let (code, msg): (&[u8], &[u8]) = match rest.iter().position(|&c| c == b' ') {
+        Some(sp) => (&rest[..sp], &rest[sp + 1..]),
+        None => (b"ERR", rest),
+    };
+    let start = msg.iter().position(|&c| c != b'\r' && c != b'\n').unwrap_or(msg.len());
+    let end = msg.iter().rposition(|&c| c != b'\r' && c != b'\n').map_or(start, |e| e + 1);
+    let mut out = code.to_vec();
+    out.push(b' ');
+    out.extend_from_slice(&msg[start..end]);
+    out
+}
+
+/// A text as Redis writes it into a status or error reply: cut at its
+/// first NUL (a C string), `\r` and `\n` made spaces.
+pub fn reply_line(text: &[u8]) -> Vec<u8> {
+    c_str(text).iter().map(|&c| if c == b'\r' || c == b'\n' { b' ' } else { c }).collect()
 }
 
 /// A command's reply as the Lua value Redis 7.0 gives a script
@@ -492,9 +529,9 @@ pub fn reply_to_lua(lua: &Lua, reply: &Reply, depth: usize) -> mlua::Result<Valu
         Reply::Null => Value::Nil,
         Reply::Simple(s) => single("ok", Value::String(lua.create_string(s)?))?,
         Reply::Error(e) => {
-            let t = lua.create_table()?;
-            t.raw_set("err", error_text(&String::from_utf8_lossy(e)))?;
-            Value::Table(t)
+            let mut text = b"-".to_vec();
+            text.extend_from_slice(e);
+            command_error_table(lua, &text)?
         }
         Reply::Array(items) | Reply::Push(items) => {
             let t = lua.create_table_with_capacity(items.len(), 0)?;
@@ -575,20 +612,35 @@ pub fn answer_of(value: &Value, script_resp: u8, depth: usize) -> Answer {
         }
         Value::Boolean(b) => Answer::Boolean(*b),
         Value::Integer(i) => Answer::Integer(*i),
-        Value::Number(n) => Answer::Integer(*n as i64),
+        Value::Number(n) => Answer::Integer(c_long_long(*n)),
         Value::Table(t) => table_answer(t, script_resp, depth),
         _ => Answer::Null,
+    }
+}
+
+/// C's `(long long)` of a double on x86-64 (`cvttsd2si`), as Redis
+/// converts a script's number: truncated; NaN and values out of range
+/// give the "integer indefinite" `i64::MIN` (Rust's `as` saturates).
+fn c_long_long(n: f64) -> i64 {
+    if n.is_nan() || !(-9.223_372_036_854_775_808e18..9.223_372_036_854_775_808e18).contains(&n) {
+        i64::MIN
+    } else {
+        n as i64
     }
 }
 
 fn table_answer(t: &Table, script_resp: u8, depth: usize) -> Answer {
     let get = |k: &str| t.raw_get::<Value>(k).unwrap_or(Value::Nil);
     if let Value::String(e) = get("err") {
-        return Answer::Error(e.as_bytes().to_vec());
+        // Redis's addReplyErrorFormat: the text trimmed of CR and LF at its end, then
+        // any left made spaces.
+        let e = e.as_bytes();
+        let e = c_str(&e);
+        let end = e.iter().rposition(|&c| c != b'\r' && c != b'\n').map_or(0, |i| i + 1);
+        return Answer::Error(reply_line(&e[..end]));
     }
     if let Value::String(s) = get("ok") {
-        let s: Vec<u8> = s.as_bytes().iter().map(|&c| if c == b'\r' || c == b'\n' { b' ' } else { c }).collect();
-        return Answer::Status(s);
+        return Answer::Status(reply_line(&s.as_bytes()));
     }
     match get("double") {
         Value::Number(d) => return Answer::Double(d),
@@ -684,9 +736,9 @@ fn redis_api(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<Table> {
     api.raw_set("error_reply", lua.create_function(|lua, args: MultiValue| {
         match (args.len(), args.front()) {
             (1, Some(Value::String(s))) => {
-                let text = String::from_utf8_lossy(&s.as_bytes()).into_owned();
-                let text = if text.starts_with('-') { text } else { format!("-{text}") };
-                error_table(lua, &text)
+                let text = c_str(&s.as_bytes()).to_vec();
+                let text = if text.starts_with(b"-") { text } else { [&b"-"[..], &text].concat() };
+                error_table_bytes(lua, &text, false)
             }
             _ => error_table(lua, "ERR wrong number or type of arguments"),
         }

@@ -131,6 +131,61 @@ impl Gen {
         }
     }
 
+    /// EVAL or EVALSHA of one of [`SCRIPT_BODIES`] (its keys and arguments
+    /// drawn as its slots ask, the key count now and then wrong), or SCRIPT
+    /// LOAD, EXISTS, FLUSH of them.
+    fn script_args(&mut self, name: &str, a: &mut Vec<Vec<u8>>) {
+        let (body, keys, args) = SCRIPT_BODIES[self.rng.gen_range(0..SCRIPT_BODIES.len())];
+        let sha = || pmwire_keyspace::script::sha1_hex(body.as_bytes()).into_bytes();
+        match name {
+            "SCRIPT" => match self.rng.gen_range(0..20) {
+                0 => a.push(b"FLUSH".to_vec()),
+                1..=9 => a.extend([b"LOAD".to_vec(), body.as_bytes().to_vec()]),
+                _ => {
+                    a.push(b"EXISTS".to_vec());
+                    a.push(sha());
+                    let (other, _, _) = SCRIPT_BODIES[self.rng.gen_range(0..SCRIPT_BODIES.len())];
+                    a.push(pmwire_keyspace::script::sha1_hex(other.as_bytes()).into_bytes());
+                }
+            },
+            _ => {
+                a.push(if name == "EVAL" { body.as_bytes().to_vec() } else { sha() });
+                let keys: Vec<Vec<u8>> = keys.chars().map(|slot| self.slot(slot)).collect();
+                let args: Vec<Vec<u8>> = args.chars().map(|slot| self.slot(slot)).collect();
+                a.push(match self.rng.gen_range(0..30) {
+                    0 => b"-1".to_vec(),
+                    1 => (keys.len() + args.len() + 1).to_string().into_bytes(),
+                    2 => b"x".to_vec(),
+                    _ => keys.len().to_string().into_bytes(),
+                });
+                a.extend(keys);
+                a.extend(args);
+            }
+        }
+    }
+
+    /// A key or argument for a script's slot: `k` any key, `h` `z` `l` `s`
+    /// a hash, sorted-set, list or set key, `v` a value, `i` an integer, `f`
+    /// a float, `m` a member, `F` a hash field, `S` a set member, `c` a
+    /// command name (members and fields from the small universes, so
+    /// collections stay small as the other commands keep them).
+    fn slot(&mut self, slot: char) -> Vec<u8> {
+        match slot {
+            'k' => self.key(),
+            'h' => self.family_key(HASH_KEYS),
+            'z' => self.family_key(ZSET_KEYS),
+            'l' => self.family_key(LIST_KEYS),
+            's' => self.family_key(SET_KEYS),
+            'v' => self.value(),
+            'i' => self.int(),
+            'f' => self.float(),
+            'm' => self.pick(MEMBERS),
+            'F' => self.pick(FIELDS),
+            'S' => self.pick(SET_MEMBERS),
+            _ => self.pick(SCRIPT_COMMANDS),
+        }
+    }
+
     fn n(&mut self, lo: usize, hi: usize) -> usize {
         self.rng.gen_range(lo..=hi)
     }
@@ -147,7 +202,8 @@ impl Gen {
             48..=65 => ZSETS,
             66..=77 => LISTS,
             78..=88 => SETS,
-            _ => EXPIRY,
+            89..=95 => EXPIRY,
+            _ => SCRIPTS,
         };
         family[self.rng.gen_range(0..family.len())]
     }
@@ -175,6 +231,10 @@ impl Gen {
         }
         if EXPIRY.contains(&name) {
             self.expiry_args(name, a);
+            return false;
+        }
+        if SCRIPTS.contains(&name) {
+            self.script_args(name, a);
             return false;
         }
         if HASHES.contains(&name) {
@@ -728,6 +788,46 @@ const BIT_RANGE: &[&str] = &["0", "1", "2", "5", "13", "-1", "-2", "-9", "100", 
 pub const EXPIRY: &[&str] = &[
     "EXPIRE", "PEXPIRE", "EXPIREAT", "PEXPIREAT", "TTL", "TTL", "PTTL", "EXPIRETIME", "PEXPIRETIME", "PEXPIRETIME",
     "PERSIST", "SETEX", "PSETEX", "GETEX", "GETEX", "RANDOMKEY",
+];
+/// EVAL twice over, so most script commands run a script.
+const SCRIPTS: &[&str] = &["EVAL", "EVAL", "EVALSHA", "SCRIPT"];
+/// Scripts with their key slots and argument slots ([`Gen::slot`]); none
+/// draws randomness or reads the clock, and none answers in an order
+/// Redis leaves unspecified (a hash is sorted first).
+const SCRIPT_BODIES: &[(&str, &str, &str)] = &[
+    ("return redis.pcall(ARGV[1], KEYS[1])", "k", "c"),
+    ("return redis.call(ARGV[1], KEYS[1])", "k", "c"),
+    ("return redis.pcall('incrby', KEYS[1], ARGV[1])", "k", "i"),
+    ("redis.call('set', KEYS[1], ARGV[1]) return redis.call('get', KEYS[1])", "k", "v"),
+    ("local v = redis.call('get', KEYS[1]) if v then return {v, #v} end return {false, 'none'}", "k", ""),
+    ("return {redis.call('exists', KEYS[1], KEYS[2]), redis.call('type', KEYS[2])}", "kk", ""),
+    ("local n = redis.call('rpush', KEYS[1], ARGV[1], ARGV[2]) return {n, redis.call('lrange', KEYS[1], 0, -1)}", "l", "mm"),
+    ("return redis.pcall('hset', KEYS[1], ARGV[1], ARGV[2])", "h", "Fv"),
+    ("local t = redis.pcall('hgetall', KEYS[1]) if t.err then return t end table.sort(t) return t", "h", ""),
+    ("return cjson.encode(redis.pcall('zrange', KEYS[1], 0, -1, 'withscores'))", "z", ""),
+    ("return tonumber(ARGV[1])", "", "f"),
+    ("return redis.pcall('setrange', KEYS[1], ARGV[1], ARGV[2])", "k", "iv"),
+    ("local r = redis.pcall('hget', KEYS[1], ARGV[1]) if type(r) == 'table' then return r.err end return r", "h", "F"),
+    ("return {KEYS[1], ARGV[1], #ARGV, #KEYS}", "k", "vv"),
+    ("return redis.pcall('sadd', KEYS[1], ARGV[1], ARGV[2])", "s", "SS"),
+    ("return redis.pcall('zincrby', KEYS[1], ARGV[1], ARGV[2])", "z", "fm"),
+    ("return redis.pcall('incrbyfloat', KEYS[1], ARGV[1])", "k", "f"),
+    ("return {redis.pcall('llen', KEYS[1]), redis.pcall('lindex', KEYS[1], ARGV[1])}", "l", "i"),
+    ("local s = 0 for _, v in ipairs(redis.call('lrange', KEYS[1], 0, -1)) do s = s + #v end return s", "l", ""),
+    ("return redis.status_reply(ARGV[1])", "", "v"),
+    ("return redis.error_reply(ARGV[1])", "", "v"),
+    ("return redis.pcall('getrange', KEYS[1], ARGV[1], ARGV[2])", "k", "ii"),
+    ("return redis.sha1hex(ARGV[1])", "", "v"),
+    ("return bit.tohex(tonumber(ARGV[1]) or 0)", "", "i"),
+    ("return redis.pcall('copy', KEYS[1], KEYS[2])", "kk", ""),
+    ("redis.call('del', KEYS[1]) return redis.call('exists', KEYS[1])", "k", ""),
+    ("return redis.call('incr', KEYS[1]) + 0.5", "k", ""),
+    ("return {1, 2.9, -2.9, 'x', false, true, {ok = ARGV[1]}, {err = ARGV[1]}}", "", "v"),
+];
+/// Commands a script calls by name from its arguments: some it may not.
+const SCRIPT_COMMANDS: &[&str] = &[
+    "get", "strlen", "type", "incr", "decr", "llen", "hlen", "scard", "zcard", "getdel", "exists", "del", "persist",
+    "lpop", "rpop", "nosuch", "multi", "blpop", "GET", "ping", "echo",
 ];
 const KEYCMDS: &[&str] = &["DEL", "UNLINK", "EXISTS", "TOUCH", "TYPE", "RENAME", "RENAMENX", "COPY", "DBSIZE", "KEYS"];
 /// HSET twice over, so hashes grow.
