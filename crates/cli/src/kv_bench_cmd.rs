@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use pmwire_bench::kv::btree::{self, BtreeOptions};
 use pmwire_bench::kv::collections::{self, CollectionsOptions};
+use pmwire_bench::kv::scripts::{self, ScriptsOptions};
 use pmwire_bench::kv::http_wal::{self, HttpWalOptions};
 use pmwire_bench::kv::resp_suite::{self, KvOptions};
 
@@ -52,7 +53,8 @@ pub struct SuiteArgs {
     #[arg(long, default_value = "results")]
     pub out: PathBuf,
     /// kv only: run one part instead of the suite (`collections`: the cost of a durable
-    /// write into a collection of 1 M members against one of 10, beside redis-server).
+    /// write into a collection of 1 M members against one of 10, beside redis-server;
+    /// `scripts`: EVALSHA of a small script, server CPU per call beside redis-server).
     #[arg(long)]
     pub only: Option<String>,
 }
@@ -97,7 +99,7 @@ pub fn bench(suite: &KvSuite) -> Result<()> {
             report.set_acknowledged,
             report.collections_checked
         );
-        println!("{} EXECs half-applied", report.half_applied);
+        println!("{} transactions ({} of them EVAL scripts) acknowledged, {} half-applied", report.transactions, report.scripts, report.half_applied);
         return Ok(());
     }
     let report = run(suite)?;
@@ -121,8 +123,12 @@ pub fn run(suite: &KvSuite) -> Result<pmwire_bench::SuiteReport> {
                 if args.quick { CollectionsOptions::quick(exe, out) } else { CollectionsOptions::full(exe, out) };
             collections::run(&options)
         }
+        KvSuite::Kv(args) if args.only.as_deref() == Some("scripts") => {
+            let (exe, out) = (exe, args.out.clone());
+            scripts::run(&if args.quick { ScriptsOptions::quick(exe, out) } else { ScriptsOptions::full(exe, out) })
+        }
         KvSuite::Kv(SuiteArgs { only: Some(other), .. }) | KvSuite::HttpWal(SuiteArgs { only: Some(other), .. }) => {
-            anyhow::bail!("--only {other}: the only part is `collections` (of kv)")
+            anyhow::bail!("--only {other}: the parts are `collections` and `scripts` (of kv)")
         }
         KvSuite::Kv(args) => {
             let options = if args.quick {
@@ -158,6 +164,8 @@ pub fn tour(out: &std::path::Path) -> Result<Vec<pmwire_bench::Headline>> {
     let tree = run(&KvSuite::Btree(BtreeArgs { quick: true, pool, out: out.to_path_buf() }))?;
     println!("\n== bench kv --only collections (quick): 100 K vs 10 members ==");
     let coll = run(&KvSuite::Kv(SuiteArgs { only: Some("collections".into()), ..quick(out) }))?;
+    println!("\n== bench kv --only scripts (quick): EVALSHA beside redis-server ==");
+    let scr = run(&KvSuite::Kv(SuiteArgs { only: Some("scripts".into()), ..quick(out) }))?;
     println!("\n== bench kv-crash (5 kill -9 runs of pmwire kv) ==");
     let seed = std::process::id() as u64;
     let report = crash_campaign(5, seed, Duration::from_millis(60))?;
@@ -165,6 +173,6 @@ pub fn tour(out: &std::path::Path) -> Result<Vec<pmwire_bench::Headline>> {
         "{} runs (seed {seed}): {} acknowledged writes, {} lost, {} torn",
         report.runs, report.acknowledged, report.lost, report.torn
     );
-    let all = kv.headlines.into_iter().chain(http.headlines).chain(tree.headlines).chain(coll.headlines);
+    let all = kv.headlines.into_iter().chain(http.headlines).chain(tree.headlines).chain(coll.headlines).chain(scr.headlines);
     Ok(all.collect())
 }

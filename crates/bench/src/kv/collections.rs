@@ -173,22 +173,22 @@ fn value(i: u64) -> Vec<u8> {
     format!("value:{i:016x}").into_bytes()
 }
 
-/// A blocking RESP connection.
-struct Conn {
+/// A blocking RESP connection (the scripts suite uses it too).
+pub(super) struct Conn {
     stream: TcpStream,
     input: Vec<u8>,
     request: Vec<u8>,
 }
 
 impl Conn {
-    fn connect(addr: SocketAddr) -> Result<Conn> {
+    pub(super) fn connect(addr: SocketAddr) -> Result<Conn> {
         let stream = TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
         stream.set_nodelay(true)?;
         Ok(Conn { stream, input: Vec::new(), request: Vec::new() })
     }
 
     /// Reads one reply; fails on an error reply.
-    fn reply(&mut self) -> Result<Vec<u8>> {
+    pub(super) fn reply(&mut self) -> Result<Vec<u8>> {
         let mut buf = [0u8; 64 << 10];
         loop {
             if let Some((len, is_error)) = reply_len(&self.input).context("reply is not RESP")? {
@@ -207,7 +207,7 @@ impl Conn {
     }
 
     /// Sends `commands` together and reads their replies.
-    fn pipeline(&mut self, commands: &[Vec<Vec<u8>>]) -> Result<()> {
+    pub(super) fn pipeline(&mut self, commands: &[Vec<Vec<u8>>]) -> Result<()> {
         self.request.clear();
         for c in commands {
             encode_request(c, &mut self.request);
@@ -220,7 +220,7 @@ impl Conn {
     }
 
     /// One command, one reply.
-    fn call(&mut self, command: &[Vec<u8>]) -> Result<Vec<u8>> {
+    pub(super) fn call(&mut self, command: &[Vec<u8>]) -> Result<Vec<u8>> {
         self.request.clear();
         encode_request(command, &mut self.request);
         self.stream.write_all(&self.request)?;
@@ -229,20 +229,20 @@ impl Conn {
 }
 
 /// A server measured.
-enum Running {
+pub(super) enum Running {
     Ours(KvChild),
     Redis(RedisServer),
 }
 
 impl Running {
-    fn pid(&self) -> u32 {
+    pub(super) fn pid(&self) -> u32 {
         match self {
             Running::Ours(c) => c.pid(),
             Running::Redis(r) => r.pid(),
         }
     }
 
-    fn addr(&self) -> SocketAddr {
+    pub(super) fn addr(&self) -> SocketAddr {
         match self {
             Running::Ours(c) => c.resp,
             Running::Redis(r) => SocketAddr::from(([127, 0, 0, 1], r.port())),

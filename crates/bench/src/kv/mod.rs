@@ -5,6 +5,7 @@ pub mod btree;
 pub mod bound;
 pub mod child;
 pub mod collections;
+pub mod scripts;
 pub mod http_wal;
 pub mod placement;
 pub mod redis;

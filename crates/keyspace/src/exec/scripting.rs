@@ -92,7 +92,7 @@ impl Scripts {
 
     fn exists<K: Keyspace>(&self, ks: &mut K, sha: &str) -> bool {
         if ks.has_internal() {
-            ks.internal_read(&body_key(sha), &mut Vec::new())
+            ks.internal_get(&body_key(sha)).is_some()
         } else {
             self.bodies.contains_key(sha)
         }
@@ -203,7 +203,16 @@ impl Server {
         }
         let (sha, body) = if by_sha {
             let sha = String::from_utf8_lossy(req.arg(1)).to_ascii_lowercase();
-            let body = if sha.len() == 40 { self.scripts.body(ks, &sha) } else { None };
+            // A compiled script needs only to be still stored (a flush or
+            // SCRIPT FLUSH elsewhere, EVAL_RO compiling without storing).
+            let compiled = self.scripts.vm.as_ref().is_some_and(|vm| vm.is_compiled(&sha));
+            let body = if sha.len() != 40 {
+                None
+            } else if compiled {
+                self.scripts.exists(ks, &sha).then(Vec::new)
+            } else {
+                self.scripts.body(ks, &sha)
+            };
             let Some(body) = body else {
                 out.error(b"NOSCRIPT No matching script. Please use EVAL.");
                 return Flow::Continue;
