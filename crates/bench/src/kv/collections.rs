@@ -235,6 +235,19 @@ pub(super) enum Running {
 }
 
 impl Running {
+    /// Starts `variant`: `pmwire_zero_copy` (`pmwire kv` from `exe` on `pool` of `size`) or
+    /// `redis_aof_always` (redis-server, AOF `always`, its files in `shm_dir`).
+    pub(super) fn start(variant: &str, (exe, pool, size): (&Path, &Path, &str), shm_dir: &Path, placement: &Placement) -> Result<Running> {
+        if variant == "pmwire_zero_copy" {
+            KvChild::start(exe, pool, size, KvMode::ZeroCopy, placement).map(Running::Ours)
+        } else {
+            redis::server_version()
+                .map_err(|e| anyhow::anyhow!(e))
+                .and_then(|_| RedisServer::start(Persistence::AppendFsyncAlways, shm_dir, placement))
+                .map(Running::Redis)
+        }
+    }
+
     pub(super) fn pid(&self) -> u32 {
         match self {
             Running::Ours(c) => c.pid(),
@@ -351,14 +364,7 @@ pub fn run(o: &CollectionsOptions) -> Result<SuiteReport> {
     let mut costs: Vec<(&str, Family, bool, Cost)> = Vec::new();
     for variant in ["pmwire_zero_copy", "redis_aof_always"] {
         progress.stage(&format!("starting {variant}"));
-        let started = if variant == "pmwire_zero_copy" {
-            KvChild::start(&o.exe, &o.pool, &o.pool_size, KvMode::ZeroCopy, &o.placement).map(Running::Ours)
-        } else {
-            redis::server_version()
-                .map_err(|e| anyhow::anyhow!(e))
-                .and_then(|_| RedisServer::start(Persistence::AppendFsyncAlways, &shm_dir, &o.placement))
-                .map(Running::Redis)
-        };
+        let started = Running::start(variant, (&o.exe, &o.pool, &o.pool_size), &shm_dir, &o.placement);
         let measured = started.and_then(|server| measure(&server, o, &progress));
         match measured {
             Ok(rows) => costs.extend(rows.into_iter().map(|(f, big, c)| (variant, f, big, c))),

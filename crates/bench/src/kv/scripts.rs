@@ -17,10 +17,9 @@ use anyhow::{bail, Result};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use super::child::{KvChild, KvMode};
 use super::collections::{Conn, Running};
 use super::placement::{CpuClock, Placement};
-use super::redis::{self, Persistence, RedisServer};
+use super::redis;
 use crate::measure::{percentile, Progress};
 use crate::remote::common::{finish, ratio};
 use crate::schema::{BenchResult, Skipped};
@@ -140,14 +139,7 @@ pub fn run(o: &ScriptsOptions) -> Result<SuiteReport> {
     let mut costs: Vec<(&str, Cost)> = Vec::new();
     for variant in ["pmwire_zero_copy", "redis_aof_always"] {
         progress.stage(&format!("starting {variant}"));
-        let started = if variant == "pmwire_zero_copy" {
-            KvChild::start(&o.exe, &o.pool, &o.pool_size, KvMode::ZeroCopy, &o.placement).map(Running::Ours)
-        } else {
-            redis::server_version()
-                .map_err(|e| anyhow::anyhow!(e))
-                .and_then(|_| RedisServer::start(Persistence::AppendFsyncAlways, &shm_dir, &o.placement))
-                .map(Running::Redis)
-        };
+        let started = Running::start(variant, (&o.exe, &o.pool, &o.pool_size), &shm_dir, &o.placement);
         match started.and_then(|server| measure(&server, o, &progress)) {
             Ok(c) => costs.push((variant, c)),
             Err(e) => {

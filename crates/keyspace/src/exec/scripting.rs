@@ -59,18 +59,10 @@ pub const DEFAULT_SCRIPT_BUDGET: u64 = 100_000;
 /// that makes an executor per entry keeps one and lends it to each
 /// ([`Server::swap_scripts`]): the interpreter holds no state of a run
 /// past it, and its compiled functions are named by their bodies' SHA-1.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Scripts {
     vm: Option<Vm>,
     bodies: HashMap<String, Vec<u8>>,
-    /// Scripts run so far.
-    runs: u64,
-}
-
-impl Default for Scripts {
-    fn default() -> Self {
-        Scripts { vm: None, bodies: HashMap::new(), runs: 0 }
-    }
 }
 
 fn body_key(sha: &str) -> Vec<u8> {
@@ -245,7 +237,6 @@ impl Server {
             None => Instant::now().checked_add(Duration::from_millis(self.config.lua_time_limit_ms)).map_or(script::Limit::None, script::Limit::Deadline),
         };
         let mut vm = self.scripts.vm.take().expect("compiled above");
-        self.scripts.runs += 1;
         ks.begin_script();
         let deny_blocking = std::mem::replace(&mut self.deny_blocking, true);
         let outcome = vm.run(&function, &keys, &args, seed, limit, &mut |argv, resp| self.script_call(session, ks, argv, resp, read_only));

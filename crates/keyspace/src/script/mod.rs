@@ -113,6 +113,11 @@ impl RunState {
     }
 }
 
+/// What serves a run's `redis.call`: the command's arguments and the
+/// script's protocol (2 or 3) → its reply, or the error text of a command
+/// that could not run.
+pub type Call<'a> = dyn FnMut(&[Vec<u8>], u8) -> Result<Reply, String> + 'a;
+
 /// When a run is stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Limit {
@@ -355,7 +360,7 @@ impl Vm {
         args: &[&[u8]],
         seed: u32,
         limit: Limit,
-        call: &mut dyn FnMut(&[Vec<u8>], u8) -> Result<Reply, String>,
+        call: &mut Call<'_>,
     ) -> Outcome {
         self.state.set_limit(limit);
         self.state.killed.store(false, Relaxed);
@@ -367,7 +372,7 @@ impl Vm {
         // As Redis: a step of the collector every 50 runs (a step per run
         // cost a tenth of a small script's CPU), besides Lua's own.
         self.runs += 1;
-        if self.runs % 50 == 0 {
+        if self.runs.is_multiple_of(50) {
             let _ = self.lua.gc_step();
         }
         match outcome {
@@ -377,7 +382,7 @@ impl Vm {
         }
     }
 
-    fn run_inner(&mut self, f: &Function, keys: &[&[u8]], args: &[&[u8]], call: &mut dyn FnMut(&[Vec<u8>], u8) -> Result<Reply, String>) -> mlua::Result<Outcome> {
+    fn run_inner(&mut self, f: &Function, keys: &[&[u8]], args: &[&[u8]], call: &mut Call<'_>) -> mlua::Result<Outcome> {
         let lua = &self.lua;
         self.globals.raw_set("KEYS", array_of(lua, keys)?)?;
         self.globals.raw_set("ARGV", array_of(lua, args)?)?;
@@ -629,7 +634,8 @@ pub fn answer_of(value: &Value, script_resp: u8, depth: usize) -> Answer {
 /// converts a script's number: truncated; NaN and values out of range
 /// give the "integer indefinite" `i64::MIN` (Rust's `as` saturates).
 fn c_long_long(n: f64) -> i64 {
-    if n.is_nan() || !(-9.223_372_036_854_775_808e18..9.223_372_036_854_775_808e18).contains(&n) {
+    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+    if n.is_nan() || !(-TWO_63..TWO_63).contains(&n) {
         i64::MIN
     } else {
         n as i64
