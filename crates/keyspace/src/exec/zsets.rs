@@ -693,7 +693,10 @@ pub(super) fn zrandmember<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut 
 }
 
 /// ZSCAN key cursor [MATCH pattern] [COUNT count], over the members in
-/// byte order, scores as bulk strings (`%.17g`), as Redis 7.0 answers.
+/// byte order, scores as bulk strings as Redis 7.0 answers them: from a
+/// listpack (at most 128 members of at most 64 bytes), which keeps an
+/// integral score within ±2^62 as an integer (`double2ll`), that integer;
+/// otherwise `%.17g`.
 pub(super) fn zscan<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
     let cursor = parse_cursor(c.arg(2)).ok_or_else(|| Fail::err("invalid cursor"))?;
     let Some(blob) = c.load(c.arg(1), Kind::ZSet)? else {
@@ -702,11 +705,18 @@ pub(super) fn zscan<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_
         c.out.array(0);
         return Ok(());
     };
-    let mut items: Vec<(&[u8], Vec<u8>)> = entries_of(&blob)?
+    let entries = entries_of(&blob)?;
+    let listpack = entries.len() <= 128 && entries.iter().all(|(_, m)| m.len() <= 64);
+    const HALF_LLONG_MAX: f64 = (i64::MAX / 2) as f64;
+    let mut items: Vec<(&[u8], Vec<u8>)> = entries
         .into_iter()
         .map(|(s, m)| {
             let mut text = Vec::new();
-            pmwire_resp::numbers::format_double(s, &mut text);
+            if listpack && (-HALF_LLONG_MAX..=HALF_LLONG_MAX).contains(&s) && s == (s as i64) as f64 {
+                text.extend_from_slice((s as i64).to_string().as_bytes());
+            } else {
+                pmwire_resp::numbers::format_double(s, &mut text);
+            }
             (m, text)
         })
         .collect();
