@@ -80,7 +80,7 @@ pub fn bench(suite: &KvSuite) -> Result<()> {
         println!("kv crash campaign: {} kill -9 runs of pmwire kv, seed {seed}", args.runs);
         let report = crash_campaign(args.runs, seed, Duration::from_millis(args.max_load_ms))?;
         println!(
-            "{} runs: {} acknowledged writes ({} SET PX 1, {} EXECs), {} keys checked after restarts, {} lost, {} torn, {} expired served",
+            "{} runs: {} acknowledged writes ({} SET PX 1, {} transactions), {} keys checked after restarts, {} lost, {} torn, {} expired served",
             report.runs,
             report.acknowledged,
             report.expiring_acknowledged,
