@@ -9,8 +9,9 @@
 //! INCR counted exact, INFO replication, ROLE and WAIT, redis-cli against a
 //! follower, the leader killed -9 and a new one serving everything
 //! acknowledged, the killed member restarted on its pools and catching up;
-//! and a member cut off from its majority answering CLUSTERDOWN within a
-//! bound. No timing asserts except generous bounds.
+//! a member cut off from its majority answering CLUSTERDOWN within a
+//! bound; and scripts (EVAL, EVALSHA, SCRIPT) through every member. No
+//! timing asserts except generous bounds.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -858,4 +859,40 @@ fn raw_set(addr: SocketAddr, key: &str, value: &str) -> Option<Reply> {
         ("-", text) => Reply::Error(text.to_string()),
         _ => panic!("SET answered {line:?}"),
     })
+}
+
+/// Scripts through every member (issue 27): a script loaded through a
+/// follower is known to every member (its body is replicated state), so
+/// EVALSHA through any member runs it, once, on the same keyspace; EVAL_RO
+/// reads on any member; a FLUSHALL keeps the scripts; a script that loops
+/// is stopped on every member at the same instruction budget, answered
+/// with the error, nothing of it kept, and the members go on.
+#[test]
+fn scripts_run_through_every_member() {
+    let cluster = Cluster::start_with(|_| slow_ticks());
+    let l = cluster.leader(&[0, 1, 2]);
+    let f = (l + 1) % 3;
+    let mut c = cluster.client(f);
+    let body = "return redis.call('incr', KEYS[1])";
+    let sha = wait_for(Duration::from_secs(20), "SCRIPT LOAD to be served", || match c.call(&["SCRIPT", "LOAD", body]) {
+        Reply::Bulk(Some(sha)) => Some(String::from_utf8(sha).unwrap()),
+        Reply::Error(e) if e.starts_with("CLUSTERDOWN") => None,
+        other => panic!("SCRIPT LOAD answered {other:?}"),
+    });
+    for (n, i) in [l, f, (l + 2) % 3].into_iter().enumerate() {
+        let mut c = cluster.client(i);
+        assert_eq!(c.call(&["EVALSHA", &sha, "1", "counter"]), Reply::Int(n as i64 + 1), "member {}", i + 1);
+        assert_eq!(c.call(&["EVAL", body, "1", "other"]), Reply::Int(n as i64 + 1), "member {}", i + 1);
+        assert_eq!(c.call(&["EVAL_RO", "return redis.call('get', KEYS[1])", "1", "counter"]), Reply::Bulk(Some(format!("{}", n + 1).into_bytes())));
+        assert_eq!(c.call(&["SCRIPT", "EXISTS", &sha]), Reply::Array(Some(vec![Reply::Int(1)])));
+    }
+    assert_eq!(cluster.client(l).call(&["FLUSHALL"]), ok());
+    for i in 0..3 {
+        assert_eq!(cluster.client(i).call(&["EVALSHA", &sha, "1", "counter"]), Reply::Int(i as i64 + 1), "scripts outlive FLUSHALL");
+    }
+    match cluster.client(f).call(&["EVAL", "redis.call('set', 'looped', '1') while true do end", "0"]) {
+        Reply::Error(e) => assert!(e.contains("ran past its budget"), "{e}"),
+        other => panic!("a looping script answered {other:?}"),
+    }
+    every_member_serves_without(&cluster, "looped");
 }
