@@ -60,8 +60,8 @@ pub const BLOCKING: &[&str] = &["blmove", "blmpop", "blpop", "brpop", "brpoplpus
 /// Commands a member answers alone, never replicated.
 #[rustfmt::skip]
 pub const SESSION: &[&str] = &[
-    "acl", "auth", "client", "command", "config", "discard", "exec", "hello", "info", "multi", "quit", "unwatch",
-    "watch",
+    "acl", "auth", "bgsave", "client", "command", "config", "discard", "exec", "hello", "info", "lastsave", "multi",
+    "quit", "save", "unwatch", "watch",
 ];
 
 /// The class of the command named `name` (any case).

@@ -342,6 +342,30 @@ pub(super) fn acl<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_,
     Ok(())
 }
 
+/// SAVE: every write is durable in the pool before its reply, so there is
+/// nothing left to save; answered as Redis answers a finished save.
+pub(super) fn save<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    c.out.ok();
+    Ok(())
+}
+
+/// BGSAVE [SCHEDULE]: as SAVE, answered with Redis's text.
+pub(super) fn bgsave<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    if c.argc() > 2 || (c.argc() == 2 && !c.arg(1).eq_ignore_ascii_case(b"schedule")) {
+        return Err(Fail::Syntax);
+    }
+    c.out.simple(b"Background saving started");
+    Ok(())
+}
+
+/// LASTSAVE: now, in seconds: the whole keyspace as of this command is
+/// durable (every write is, before its reply).
+pub(super) fn lastsave<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    let secs = c.now_ms().max(0) / 1000;
+    c.out.integer(secs);
+    Ok(())
+}
+
 pub(super) fn dbsize<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
     c.out.integer(c.ks.len() as i64);
     Ok(())

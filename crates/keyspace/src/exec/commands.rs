@@ -223,6 +223,7 @@ command_table! {
     "acl|whoami", 2, (0, 0, 0), [], |c| admin::acl(c);
     "append", 3, (1, 1, 1), [WRITE], |c| strings::append(c);
     "auth", -2, (0, 0, 0), [NO_AUTH CONNECTION], |c| admin::auth(c);
+    "bgsave", -1, (0, 0, 0), [ADMIN], |c| admin::bgsave(c);
     "bitcount", -2, (1, 1, 1), [READONLY], |c| bits::bitcount(c);
     "bitop", -4, (2, -1, 1), [WRITE], |c| bits::bitop(c);
     "bitpos", -3, (1, 1, 1), [READONLY], |c| bits::bitpos(c);
@@ -289,6 +290,7 @@ command_table! {
     "incrbyfloat", 3, (1, 1, 1), [WRITE], |c| strings::incrbyfloat(c);
     "info", -1, (0, 0, 0), [], |c| admin::info(c);
     "keys", 2, (0, 0, 0), [READONLY], |c| admin::keys(c);
+    "lastsave", 1, (0, 0, 0), [TIME], |c| admin::lastsave(c);
     "lindex", 3, (1, 1, 1), [READONLY], chunked List => |c, h| large::lindex(c, h), |c| lists::lindex(c);
     "linsert", 5, (1, 1, 1), [WRITE], |c| lists::linsert(c);
     "llen", 2, (1, 1, 1), [READONLY], chunked List => |c, h| large::count(c, h), |c| lists::llen(c);
@@ -324,6 +326,7 @@ command_table! {
     "rpush", -3, (1, 1, 1), [WRITE], chunked List => |c, h| large::push(c, h, false), |c| lists::push(c, list_ops::End::Tail, false);
     "rpushx", -3, (1, 1, 1), [WRITE], chunked List => |c, h| large::push(c, h, false), |c| lists::push(c, list_ops::End::Tail, true);
     "sadd", -3, (1, 1, 1), [WRITE], chunked Set => |c, h| large::sadd_or_srem(c, h, true), |c| sets::sadd(c);
+    "save", 1, (0, 0, 0), [ADMIN], |c| admin::save(c);
     "scan", -2, (0, 0, 0), [READONLY], |c| admin::scan(c);
     "scard", 2, (1, 1, 1), [READONLY], chunked Set => |c, h| large::count(c, h), |c| sets::scard(c);
     "script", -2, (0, 0, 0), [], |_c| unreachable!("a container runs under a subcommand");

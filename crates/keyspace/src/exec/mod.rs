@@ -858,5 +858,9 @@ fn admit<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>
     if c.server.config.requirepass.is_some() && !c.session.authenticated && !info.flags.contains(Flags::NO_AUTH) {
         return Err(Fail::Text("NOAUTH Authentication required.".into()));
     }
+    // Redis's `no_multi` commands (of those served here).
+    if c.session.multi.is_some() && info.name == "save" {
+        return Err(Fail::err("Command not allowed inside a transaction"));
+    }
     Ok(info)
 }
