@@ -8,14 +8,13 @@
 //! replies are checked.
 
 use std::net::SocketAddr;
-use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use pmwire_kv_server::client::RespClient;
 use pmwire_kv_server::{KvServer, Mode};
 use pmwire_resp::client::Value;
 
-use crate::common::{options, start, start_with, Pool, MODES};
+use crate::common::{options, start, start_with, Pool, RedisServer, MODES};
 
 /// One step of a scenario over numbered connections.
 enum Step {
@@ -289,32 +288,6 @@ fn run(addr: SocketAddr) -> Vec<(usize, Value)> {
         }
     }
     said
-}
-
-struct RedisServer(Child, u16);
-
-impl RedisServer {
-    fn start() -> RedisServer {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("redis-server (scripts/setup installs it)");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not listen on {port}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        RedisServer(child, port)
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn bulk(s: &str) -> Value {

@@ -80,3 +80,31 @@ pub fn value(seed: u64, len: usize) -> Vec<u8> {
     rand::rngs::StdRng::seed_from_u64(seed).fill_bytes(&mut bytes);
     bytes
 }
+
+/// A redis-server on a free port, without persistence (a peer whose
+/// behaviour a test compares with ours); stopped when dropped.
+pub struct RedisServer(pub std::process::Child, pub u16);
+
+impl RedisServer {
+    pub fn start() -> RedisServer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server (scripts/setup installs it)");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(std::time::Instant::now() < deadline, "redis-server did not listen on {port}");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        RedisServer(child, port)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -84,19 +84,8 @@ fn redis_py_authenticates_with_requirepass() {
 /// redis-server 7.0 too, with both protocols.
 #[test]
 fn the_session_passes_against_redis_server() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
-    let mut child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("redis-server (scripts/setup installs it)");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(std::time::Instant::now() < deadline, "redis-server did not listen on {port}");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let said: Vec<String> = [2, 3].into_iter().map(|protocol| session(port, protocol, None)).collect();
-    let _ = child.kill();
-    let _ = child.wait();
+    let redis = RedisServer::start();
+    let said: Vec<String> = [2, 3].into_iter().map(|protocol| session(redis.1, protocol, None)).collect();
+    drop(redis);
     assert!(said.iter().all(|s| s.contains("checks passed")), "{said:?}");
 }
