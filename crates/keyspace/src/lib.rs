@@ -18,6 +18,7 @@
 //! | module | owns |
 //! |---|---|
 //! | [`store`] | the storage seam [`store::Keyspace`], [`store::ValueSource`], [`store::MemKeyspace`] |
+//! | [`capture`] | a reply sink that keeps value handles until the keyspace is free (scripts, the replicated machine) |
 //! | [`blob`] | the byte layout of hash, list, set and sorted-set values |
 //! | [`chunked`] | large collections: header, chunk keys, generations, garbage collection |
 //! | [`exec`] | the commands, [`exec::Server`] (shared) and [`exec::Session`] (per connection) |
@@ -57,6 +58,7 @@
 #![deny(missing_docs)]
 
 pub mod blob;
+pub mod capture;
 pub mod chunked;
 pub mod exec;
 pub mod script;

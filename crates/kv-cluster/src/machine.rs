@@ -27,6 +27,7 @@
 
 use std::cell::RefCell;
 
+use pmwire_keyspace::capture::Capture;
 use pmwire_keyspace::chunked::{collect_garbage, install_generation_secret};
 use pmwire_keyspace::exec::{active_expire, Flow, Scripts, Server, ServerConfig, Session, DEFAULT_SCRIPT_BUDGET};
 use pmwire_keyspace::store::{Clock, Keyspace, MemKeyspace, StoreError};
@@ -310,47 +311,6 @@ impl<K: MachineKeyspace> std::fmt::Debug for RedisMachine<K> {
             .field("last_time_ms", &self.last_time_ms)
             .field("tracked", &self.writes.len())
             .finish()
-    }
-}
-
-/// A sink that keeps protocol bytes and value handles in order, to be
-/// joined once the keyspace is free again ([`Capture::finish`]).
-struct Capture<V> {
-    bytes: Vec<u8>,
-    values: Vec<(usize, V, u64)>,
-}
-
-impl<V: Clone> ReplySink<V> for Capture<V> {
-    fn bytes(&mut self, data: &[u8]) {
-        self.bytes.extend_from_slice(data);
-    }
-
-    fn value(&mut self, value: &V, len: u64) {
-        self.values.push((self.bytes.len(), value.clone(), len));
-    }
-}
-
-impl<V> Capture<V> {
-    fn new() -> Self {
-        Capture { bytes: Vec::new(), values: Vec::new() }
-    }
-
-    fn finish<K: Keyspace<Value = V>>(self, ks: &K) -> Vec<u8> {
-        if self.values.is_empty() {
-            return self.bytes;
-        }
-        let total: u64 = self.values.iter().map(|v| v.2).sum();
-        let mut out = Vec::with_capacity(self.bytes.len() + total as usize);
-        let mut at = 0;
-        for (offset, value, len) in self.values {
-            out.extend_from_slice(&self.bytes[at..offset]);
-            let before = out.len();
-            ks.read(&value, &mut out);
-            assert_eq!((out.len() - before) as u64, len, "a value handle's length");
-            at = offset;
-        }
-        out.extend_from_slice(&self.bytes[at..]);
-        out
     }
 }
 

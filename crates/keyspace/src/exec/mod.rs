@@ -411,9 +411,7 @@ pub(crate) fn lower<'b>(word: &[u8], buf: &'b mut [u8; 32]) -> &'b [u8] {
 /// Redis's unknown-command error: the name and the first arguments, each cut
 /// as `%.128s` / `%.*s` would, and cut at a NUL as C strings are.
 fn unknown_command<'a>(argc: usize, arg: impl Fn(usize) -> &'a [u8]) -> String {
-    fn c_str(b: &[u8]) -> &[u8] {
-        b.iter().position(|&c| c == 0).map_or(b, |n| &b[..n])
-    }
+    use crate::script::c_str;
     let name = c_str(arg(0));
     let name = &name[..name.len().min(128)];
     let mut args: Vec<u8> = Vec::new();

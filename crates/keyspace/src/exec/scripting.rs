@@ -30,7 +30,8 @@ use super::commands::CommandInfo;
 use super::{find_command, Ctx, Fail, Flow, Res, Server, Session};
 use crate::script::{self, Answer, Outcome, Vm};
 use crate::store::Keyspace;
-use pmwire_resp::client::parse_reply;
+use crate::capture::Capture;
+use pmwire_resp::client::{encode_request, parse_reply};
 use pmwire_resp::reply::{Out, Protocol, ReplySink};
 use pmwire_resp::request::{Limits, Parsed, Request};
 
@@ -119,50 +120,6 @@ impl Scripts {
 /// runs itself ([`Server::eval`]).
 pub(crate) fn is_eval(name: &str) -> bool {
     matches!(name, "eval" | "evalsha" | "eval_ro" | "evalsha_ro")
-}
-
-/// A reply sink that keeps stored values as handles, to be read once the
-/// command is done ([`Capture::finish`]).
-struct Capture<V> {
-    bytes: Vec<u8>,
-    values: Vec<(usize, V)>,
-}
-
-impl<V: Clone> ReplySink<V> for Capture<V> {
-    fn bytes(&mut self, data: &[u8]) {
-        self.bytes.extend_from_slice(data);
-    }
-    fn value(&mut self, value: &V, _len: u64) {
-        self.values.push((self.bytes.len(), value.clone()));
-    }
-}
-
-impl<V> Capture<V> {
-    fn finish<K: Keyspace<Value = V>>(self, ks: &K) -> Vec<u8> {
-        if self.values.is_empty() {
-            return self.bytes;
-        }
-        let mut out = Vec::with_capacity(self.bytes.len());
-        let mut at = 0;
-        for (pos, v) in &self.values {
-            out.extend_from_slice(&self.bytes[at..*pos]);
-            ks.read(v, &mut out);
-            at = *pos;
-        }
-        out.extend_from_slice(&self.bytes[at..]);
-        out
-    }
-}
-
-fn resp_encode(args: &[Vec<u8>]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(16 + args.iter().map(|a| a.len() + 16).sum::<usize>());
-    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
-    }
-    out
 }
 
 impl Server {
@@ -282,7 +239,8 @@ impl Server {
         if read_only && spec.flags.contains(super::commands::Flags::WRITE) {
             return Err("ERR Write commands are not allowed from read-only scripts.".into());
         }
-        let encoded = resp_encode(argv);
+        let mut encoded = Vec::new();
+        encode_request(argv, &mut encoded);
         let limits = Limits { max_commands: u32::MAX, ..self.config.limits };
         let mut parsed = Parsed::new(limits);
         let segments: [&[u8]; 1] = [&encoded];
@@ -294,7 +252,7 @@ impl Server {
         let req = parsed.request(&segments, 0);
         let saved = session.protocol;
         session.protocol = if resp == 3 { Protocol::Resp3 } else { Protocol::Resp2 };
-        let mut capture = Capture { bytes: Vec::new(), values: Vec::new() };
+        let mut capture = Capture::new();
         self.commands_processed += 1;
         self.run_one(spec, session, ks, &req, &mut capture);
         session.protocol = saved;

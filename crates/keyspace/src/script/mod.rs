@@ -494,8 +494,8 @@ fn error_table_bytes(lua: &Lua, text: &[u8], from_command: bool) -> mlua::Result
     Ok(Value::Table(t))
 }
 
-/// The text up to its first NUL, as C reads a Lua string.
-fn c_str(b: &[u8]) -> &[u8] {
+/// The bytes up to the first NUL, as C reads a string.
+pub(crate) fn c_str(b: &[u8]) -> &[u8] {
     b.iter().position(|&c| c == 0).map_or(b, |n| &b[..n])
 }
 
