@@ -107,14 +107,18 @@ fn a_campaign_killed_mid_run_leaves_no_replica_running() {
     let args = ["bench", "smr-crash", "--quick", "--runs", "20", "--out", out.path().to_str().unwrap()];
     let mut child = Command::new(env!("CARGO_BIN_EXE_pmwire")).args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("pmwire runs");
     let pid = child.id();
-    // Kill it once its first cluster runs (or after 10 s, whatever it does).
+    // Kill it once its first cluster runs (its replicas carry its pid, whichever of its
+    // processes started them).
+    let mut seen = false;
     for _ in 0..100 {
-        if !replicas_of(pid).is_empty() {
+        seen = !replicas_of(pid).is_empty();
+        if seen {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     child.kill().unwrap();
+    assert!(seen, "no replica of the campaign was seen running in 10 s");
     child.wait().unwrap();
     let mut left = replicas_of(pid);
     for _ in 0..50 {

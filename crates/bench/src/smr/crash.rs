@@ -90,11 +90,17 @@ pub struct SmrCrashOptions {
     /// killed and restarted after the load, so acknowledged writes are
     /// lost and the campaign must fail.
     pub planted_volatile_log: bool,
-    /// Loopback runs each in a child process of their own (`pmwire bench
-    /// smr-crash --one-run I`): UCX 1.13 can abort a process whose
-    /// threads each run a UCX context (`async.c:643`), and a campaign
-    /// should not die with one run's clients. A run whose child aborted
-    /// there is run again (at most [`CLIENT_ABORT_RETRIES`] times).
+    /// Each run in a child process of its own (`pmwire bench smr-crash
+    /// --one-run I`, with `--netns` attached to the campaign's
+    /// namespaces). UCX 1.13 can abort a process whose threads each run a
+    /// UCX context (`async.c:643`), and a campaign should not die with one
+    /// run's clients. And a client transport dropped while a killed or cut
+    /// replica never answered its send keeps its UCX worker (destroying it
+    /// would abort in UCX): in one long-lived process those workers'
+    /// half-closed sockets piled up (400 fds after 40 runs) and UCX's async
+    /// thread spun on them, a whole core of two, starving the replicas. A
+    /// child per run takes its workers with it. A run whose child aborted
+    /// in UCX is run again (at most [`CLIENT_ABORT_RETRIES`] times).
     pub child_per_run: bool,
 }
 
@@ -241,6 +247,11 @@ pub struct RunRecord {
     pub faults: String,
     /// A replica or cluster failure (did not restart, exited on its own, no final reads).
     pub error: Option<String>,
+    /// Taken when a cluster failure was found, its replicas still running:
+    /// each one's process state and answer to a fresh client, its
+    /// namespace's sockets, its threads' stacks ([`diagnose`]).
+    #[serde(default)]
+    pub diagnosis: Option<String>,
 }
 
 impl RunRecord {
@@ -300,7 +311,7 @@ fn variant(options: &SmrCrashOptions) -> Variant {
 
 /// Replica `id`'s output (stdout and stderr) during a run.
 fn log_path(id: u64) -> PathBuf {
-    PathBuf::from(format!("/dev/shm/pmwire-smr-crash-{}-{id}.log", std::process::id()))
+    PathBuf::from(format!("/dev/shm/pmwire-smr-crash-{}-{id}.log", super::suite::campaign_id()))
 }
 
 /// Replica `id`'s output file, appended to by each of its starts.
@@ -339,7 +350,7 @@ pub fn run(options: &SmrCrashOptions) -> Result<SmrCrashOutcome> {
     let mut client_aborts = 0u32;
     for i in 0..options.runs {
         let seed = run_seed(options.seed, i);
-        let record = if options.child_per_run && network.namespaces.is_none() {
+        let record = if options.child_per_run {
             let (record, aborts) = run_in_child(options, i);
             client_aborts += aborts;
             if aborts > 0 {
@@ -371,7 +382,12 @@ pub fn run(options: &SmrCrashOptions) -> Result<SmrCrashOutcome> {
 /// side of [`SmrCrashOptions::child_per_run`]).
 pub fn one_run_alone(options: &SmrCrashOptions, run: usize) -> RunRecord {
     let _secret = super::links::hold_secret();
-    one_run(options, &Network { namespaces: None }, &Plan::new(options.quick), run, run_seed(options.seed, run))
+    let seed = run_seed(options.seed, run);
+    let namespaces = match options.netns.then(Namespaces::attach).transpose() {
+        Ok(n) => n,
+        Err(e) => return RunRecord { run, seed, error: Some(format!("{e:#}")), ..RunRecord::default() },
+    };
+    one_run(options, &Network { namespaces }, &Plan::new(options.quick), run, seed)
 }
 
 /// A record as the child prints it: one line of JSON.
@@ -386,10 +402,26 @@ fn run_in_child(options: &SmrCrashOptions, run: usize) -> (RunRecord, u32) {
     let failed = |why: String| RunRecord { run, seed, error: Some(why), ..RunRecord::default() };
     let mut aborts = 0;
     loop {
-        let mut cmd = std::process::Command::new(&options.exe);
+        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap_or_else(|_| options.exe.clone()));
         cmd.args(["bench", "smr-crash", "--one-run", &run.to_string(), "--seed", &options.seed.to_string(), "--out"]).arg(&options.out_dir);
+        cmd.env(super::suite::CAMPAIGN_ENV, super::suite::campaign_id().to_string());
+        // The run dies with the campaign (and its replicas with the run).
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            use std::os::unix::process::CommandExt as _;
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
         if options.quick {
             cmd.arg("--quick");
+        }
+        if options.netns {
+            cmd.arg("--netns");
+        }
+        if super::links::legacy_links() {
+            cmd.arg("--replica-exe").arg(&options.exe);
         }
         if options.planted_volatile_log {
             cmd.arg("--planted-bug");
@@ -436,11 +468,15 @@ fn one_run(options: &SmrCrashOptions, network: &Network, plan: &Plan, run: usize
     let faults = if network.namespaces.is_some() { Faults::draw(&mut rng, plan) } else { Faults::default() };
     let mut record = RunRecord { run, seed, ..RunRecord::default() };
     for id in 1..=3 {
+        // A run's cluster starts on fresh pools (a run that died may have left its own).
         let _ = std::fs::remove_file(log_path(id));
+        let _ = std::fs::remove_file(pool_path(id));
     }
     let mut history = Vec::new();
-    if let Err(e) = run_cluster(options, network, plan, &faults, &mut rng, &mut record, &mut history) {
+    let mut diagnosis = None;
+    if let Err(e) = run_cluster(options, network, plan, &faults, &mut rng, &mut record, &mut history, &mut diagnosis) {
         record.error = Some(format!("{e:#}"));
+        record.diagnosis = diagnosis;
     }
     if let Some(ns) = &network.namespaces {
         for id in 1..=3 {
@@ -461,7 +497,8 @@ fn one_run(options: &SmrCrashOptions, network: &Network, plan: &Plan, run: usize
 
 /// Starts the cluster, loads it while killing and restarting a replica,
 /// then reads every key. The history grows even when this fails.
-fn run_cluster(options: &SmrCrashOptions, network: &Network, plan: &Plan, faults: &Faults, rng: &mut StdRng, record: &mut RunRecord, history: &mut Vec<KvOp>) -> Result<()> {
+#[allow(clippy::too_many_arguments)]
+fn run_cluster(options: &SmrCrashOptions, network: &Network, plan: &Plan, faults: &Faults, rng: &mut StdRng, record: &mut RunRecord, history: &mut Vec<KvOp>, diagnosis: &mut Option<String>) -> Result<()> {
     let v = variant(options);
     let peers = network.peers()?;
     let mut impaired = String::new();
@@ -508,8 +545,11 @@ fn run_cluster(options: &SmrCrashOptions, network: &Network, plan: &Plan, faults
             ns.heal(id)?;
         }
     }
-    record.catch_up_ms = Some(catch_up(&mut probe, record.victim)?);
-    final_reads(&mut probe, plan.keys, epoch, history)?;
+    let healed = catch_up(&mut probe, record.victim).map(|ms| record.catch_up_ms = Some(ms)).and_then(|()| final_reads(&mut probe, plan.keys, epoch, history));
+    if healed.is_err() {
+        *diagnosis = Some(diagnose(network, &cluster));
+    }
+    healed?;
     for (i, child) in cluster.children.iter_mut().enumerate() {
         if let Ok(Some(status)) = child.try_wait() {
             bail!("replica {} exited on its own ({status})", i + 1);
@@ -683,6 +723,48 @@ fn catch_up(probe: &mut Client, id: u64) -> Result<f64> {
     result
 }
 
+/// A failed cluster, its replicas still running: each replica's process
+/// state (`/proc`), its answer to a client made now, the sockets of its
+/// namespace (`ss`), and its threads' stacks (`gdb`, where installed).
+fn diagnose(network: &Network, cluster: &Cluster) -> String {
+    let mut out = String::new();
+    let fresh = network.client_config().and_then(|c| client_transport(&c)).map(|t| {
+        let mut c = SmrClient::new(t, cluster.peers.clone(), session());
+        c.poll = PollBudget::BLOCK;
+        c.timeout = Duration::from_secs(1);
+        c
+    });
+    let mut fresh = fresh.map_err(|e| writeln!(out, "no fresh client: {e:#}").expect("a String")).ok();
+    for (i, child) in cluster.children.iter().enumerate() {
+        let (id, pid) = (i as u64 + 1, child.id());
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // Fields after the command's closing parenthesis: state is the 1st, utime and stime the 12th and 13th.
+        let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+        let field = |n: usize| fields.get(n).copied().unwrap_or("?");
+        let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+        let answer = match fresh.as_mut().map(|c| c.status(id)) {
+            Some(Ok(s)) => format!("{} t{} c{} a{}", s.role_name(), s.term, s.commit, s.applied),
+            Some(Err(e)) => format!("no answer ({e})"),
+            None => "not asked".into(),
+        };
+        writeln!(out, "replica {id}: pid {pid}, state {} utime {} stime {} (ticks), wchan {wchan}; status {answer}", field(0), field(11), field(12)).expect("a String");
+    }
+    if let Some(ns) = &network.namespaces {
+        for id in 1..=3 {
+            writeln!(out, "\n## sockets of replica {id}'s namespace\n{}", ns.sockets(id)).expect("a String");
+        }
+    }
+    for (i, child) in cluster.children.iter().enumerate() {
+        let stacks = std::process::Command::new("gdb")
+            .args(["-p", &child.id().to_string(), "-batch", "-ex", "thread apply all bt 10"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).lines().filter(|l| l.starts_with('#') || l.starts_with("Thread")).collect::<Vec<_>>().join("\n"))
+            .unwrap_or_else(|e| format!("gdb: {e}"));
+        writeln!(out, "\n## replica {}'s threads\n{stacks}", i + 1).expect("a String");
+    }
+    out
+}
+
 fn key(i: usize) -> Vec<u8> {
     format!("k{i}").into_bytes()
 }
@@ -810,6 +892,10 @@ fn keep_evidence(options: &SmrCrashOptions, record: &RunRecord, history: &[KvOp]
         writeln!(text, "{} {} {ret} {} -> {out}", String::from_utf8_lossy(&op.key), op.call, input_text(&op.input))?;
     }
     std::fs::write(dir.join("history.txt"), text)?;
+    if let Some(d) = &record.diagnosis {
+        std::fs::write(dir.join("diagnosis.txt"), d)?;
+        eprintln!("smr-crash: run {}'s cluster when the failure was found:\n{d}", record.run);
+    }
     for id in 1..=3 {
         let _ = std::fs::copy(log_path(id), dir.join(format!("replica{id}.log")));
     }

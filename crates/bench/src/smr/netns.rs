@@ -31,6 +31,7 @@ use std::fmt::Write as _;
 use std::fs::File;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::os::fd::AsRawFd;
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
@@ -124,7 +125,10 @@ pub fn remove_stale() {
 
 /// The three namespaces, removed on drop.
 pub struct Namespaces {
-    _lock: File,
+    /// The campaign's lock; `None` for a run's process that attached to
+    /// its campaign's namespaces ([`Namespaces::attach`]), which neither
+    /// made nor removes them.
+    lock: Option<File>,
     /// The kernel has netem.
     pub netem: bool,
     /// `nft` is installed (loss without netem).
@@ -144,10 +148,21 @@ impl Namespaces {
         }
         remove_stale();
         let nft = Command::new("nft").arg("-v").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok();
-        let mut made = Namespaces { _lock: lock, netem: false, nft };
+        let mut made = Namespaces { lock: Some(lock), netem: false, nft };
         made.build().context("setting up the network namespaces")?;
         made.netem = netem_works(&namespace(1));
         Ok(made)
+    }
+
+    /// The namespaces a running campaign made, for the process that runs
+    /// one of its runs: it impairs, cuts and heals them, and leaves them
+    /// to the campaign to remove.
+    pub fn attach() -> Result<Namespaces> {
+        if !Path::new(&format!("/run/netns/{}", namespace(1))).exists() {
+            bail!("no campaign's network namespaces to run in ({} is missing)", namespace(1));
+        }
+        let nft = Command::new("nft").arg("-v").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok();
+        Ok(Namespaces { lock: None, netem: netem_works(&namespace(1)), nft })
     }
 
     fn build(&self) -> Result<()> {
@@ -175,6 +190,16 @@ impl Namespaces {
     /// The command prefix that runs a process in replica `id`'s namespace.
     pub fn prefix(&self, id: u64) -> Vec<String> {
         ["ip", "netns", "exec", &namespace(id)].map(String::from).to_vec()
+    }
+
+    /// Replica `id`'s namespace's TCP sockets with their internals (`ss
+    /// -tinpa`), for a failing run's diagnosis; the error's text if `ss`
+    /// failed.
+    pub fn sockets(&self, id: u64) -> String {
+        match std::process::Command::new("ip").args(["netns", "exec", &namespace(id), "ss", "-tinpa"]).output() {
+            Ok(o) => format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)),
+            Err(e) => format!("ss: {e}"),
+        }
     }
 
     /// Downs (`up == false`) or ups replica `id`'s link.
@@ -253,7 +278,9 @@ fn netem_works(ns: &str) -> bool {
 
 impl Drop for Namespaces {
     fn drop(&mut self) {
-        remove_stale();
+        if self.lock.is_some() {
+            remove_stale();
+        }
     }
 }
 

@@ -112,7 +112,20 @@ pub(crate) fn peer_list(peers: &BTreeMap<u64, SocketAddr>) -> String {
 
 /// Replica `id`'s pool (its lock and ready files sit beside it).
 pub(crate) fn pool_path(id: u64) -> PathBuf {
-    PathBuf::from(format!("/dev/shm/pmwire-smr-bench-{}-{id}.pool", std::process::id()))
+    PathBuf::from(format!("/dev/shm/pmwire-smr-bench-{}-{id}.pool", campaign_id()))
+}
+
+/// The environment variable a campaign sets for the processes that run its
+/// runs: its pid, which names their pools and logs.
+pub(crate) const CAMPAIGN_ENV: &str = "PMWIRE_SMR_CAMPAIGN";
+
+/// The pid that names this process's replica files: the campaign's, if it
+/// started this process to run one of its runs ([`CAMPAIGN_ENV`]), else
+/// this process's own. So a campaign's files and replicas carry its pid
+/// whichever process started them, and die with it
+/// (`crash::remove_dead_campaigns_files`).
+pub(crate) fn campaign_id() -> u32 {
+    std::env::var(CAMPAIGN_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or_else(std::process::id)
 }
 
 /// Starts replica `id` of `list` on `pool` (formatted if new, reopened
