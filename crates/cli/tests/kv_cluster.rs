@@ -896,3 +896,29 @@ fn scripts_run_through_every_member() {
     }
     every_member_serves_without(&cluster, "looped");
 }
+
+/// Pub/sub on a member: a subscriber gets what is published through the
+/// member it is connected to, in the RESP2 context (a read refused); a
+/// publisher on another member reaches no one (a member delivers to its
+/// own connections: Redis's carrying PUBLISH to its replicas is not done).
+#[test]
+fn a_member_delivers_published_messages_to_its_subscribers() {
+    let cluster = Cluster::start();
+    let l = cluster.leader(&[0, 1, 2]);
+    let f = (l + 1) % 3;
+    for m in [l, f] {
+        let mut sub = cluster.client(m);
+        let mut publisher = cluster.client(m);
+        let confirm = |kind: &str, name: &str, n: i64| Reply::Array(Some(vec![Reply::bulk(kind), Reply::bulk(name), Reply::Int(n)]));
+        assert_eq!(sub.call(&["SUBSCRIBE", "news"]), confirm("subscribe", "news", 1));
+        assert!(matches!(sub.call(&["GET", "k"]), Reply::Error(e) if e.starts_with("ERR Can't execute 'get'")), "member {m}: the RESP2 context");
+        assert_eq!(publisher.call(&["PUBLISH", "news", "hello"]), Reply::Int(1), "member {m}");
+        assert_eq!(sub.read(), Reply::Array(Some(vec![Reply::bulk("message"), Reply::bulk("news"), Reply::bulk("hello")])));
+        assert_eq!(publisher.call(&["PUBSUB", "NUMSUB", "news"]), Reply::Array(Some(vec![Reply::bulk("news"), Reply::Int(1)])));
+        let other = (m + 2) % 3;
+        assert_eq!(cluster.client(other).call(&["PUBLISH", "news", "elsewhere"]), Reply::Int(0), "member {other} has no subscriber");
+        assert_eq!(sub.call(&["UNSUBSCRIBE"]), confirm("unsubscribe", "news", 0));
+        assert_eq!(sub.call(&["SET", "k", "v"]), ok(), "out of the context, writes go through the log");
+        assert_eq!(publisher.call(&["PUBLISH", "news", "gone"]), Reply::Int(0));
+    }
+}

@@ -61,7 +61,8 @@ pub const BLOCKING: &[&str] = &["blmove", "blmpop", "blpop", "brpop", "brpoplpus
 #[rustfmt::skip]
 pub const SESSION: &[&str] = &[
     "acl", "auth", "bgsave", "client", "command", "config", "discard", "exec", "hello", "info", "lastsave", "multi",
-    "quit", "save", "unwatch", "watch",
+    "psubscribe", "publish", "pubsub", "punsubscribe", "quit", "reset", "save", "spublish", "ssubscribe", "subscribe",
+    "sunsubscribe", "unsubscribe", "unwatch", "watch",
 ];
 
 /// The class of the command named `name` (any case).

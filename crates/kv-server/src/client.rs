@@ -47,6 +47,16 @@ impl RespClient {
         Ok(RespClient { stream: connect(addr)?, buf: Vec::new() })
     }
 
+    /// Bounds each read (`None`: none).
+    pub fn set_read_timeout(&mut self, timeout: Option<std::time::Duration>) -> io::Result<()> {
+        self.stream.set_read_timeout(timeout)
+    }
+
+    /// The connection's socket (bytes already read and not parsed are dropped).
+    pub fn into_stream(self) -> TcpStream {
+        self.stream
+    }
+
     /// Appends one encoded request to `out` (send it with [`RespClient::write_raw`]).
     pub fn encode<A: AsRef<[u8]>>(args: &[A], out: &mut Vec<u8>) {
         encode_request(args, out);

@@ -60,6 +60,7 @@ mod keyspace;
 pub mod member;
 mod member_liveness;
 pub mod member_zc;
+pub mod pushes;
 pub mod rx_arena;
 pub mod serve;
 pub mod service;

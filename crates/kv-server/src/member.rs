@@ -122,6 +122,10 @@ pub type MemberReplica<T> = Replica<LinkTransport<T>, PmemDurable<Region>, Machi
 
 /// Most unanswered requests a connection may have queued.
 pub const MAX_QUEUE: usize = 1024;
+
+/// Most replies a subscriber's connection may hold unsent before it is
+/// closed ([`Member::route_pushes`]).
+pub const MAX_PUSHES_QUEUED: usize = 65_536;
 /// Largest request (all its arguments) a member takes.
 pub const MAX_REQUEST_BYTES: usize = (512 << 20) + (1 << 20);
 /// Most commands one MULTI may queue.
@@ -547,6 +551,10 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             self.conn(id).push(Slot::Ready(error("NOAUTH Authentication required.")));
             return;
         }
+        if let Some(text) = self.local.refusal_in_pubsub_context(&self.conns[&id].session, &args) {
+            self.conn(id).push(Slot::Ready(error(&text)));
+            return;
+        }
         if self.conn(id).multi.is_some() && !matches!(&name[..], b"exec" | b"discard" | b"multi" | b"watch" | b"quit") {
             let reply = self.queue_in_multi(id, args);
             self.conn(id).push(Slot::Ready(reply));
@@ -620,7 +628,31 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             Class::Session => {
                 let reply = self.local(id, &args);
                 self.conn(id).push(Slot::Ready(reply));
+                self.route_pushes();
             }
+        }
+    }
+
+    /// Queues what PUBLISH sent to this member's subscribers on their
+    /// connections, in order after what each was answered before. A
+    /// subscriber with [`MAX_PUSHES_QUEUED`] replies unsent is closed once
+    /// they are (Redis closes a subscriber past its output limit).
+    fn route_pushes(&mut self) {
+        let messages = self.local.take_pushes();
+        if messages.is_empty() {
+            return;
+        }
+        let local = &self.local;
+        let by_client: HashMap<u64, ConnId> = self.conns.iter().filter(|(_, c)| local.is_subscribed(c.session.id())).map(|(&id, c)| (c.session.id(), id)).collect();
+        for (client, bytes) in messages {
+            let Some(&id) = by_client.get(&client) else { continue };
+            let conn = self.conns.get_mut(&id).expect("a subscriber's connection");
+            if conn.queue.len() >= MAX_PUSHES_QUEUED {
+                conn.close_after_flush = true;
+                continue;
+            }
+            conn.push(Slot::Ready(bytes));
+            self.to_wake.push(id);
         }
     }
 

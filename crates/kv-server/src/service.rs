@@ -46,6 +46,8 @@ use pmwire_kv::LogError;
 use pmwire_log::Extent;
 use pmwire_netio::http::{self, body_pieces, Codec, HttpError, Method, Parsed};
 use pmwire_netio::{Batch, ConnId, Input, Output, OutputMark, Service};
+
+use crate::pushes::{Pushes, Taken};
 use pmwire_keyspace::chunked::collect_garbage;
 use pmwire_keyspace::exec::{active_expire, Flow, Server as RespServer, ServerConfig, Session};
 use pmwire_keyspace::store::{Clock, Keyspace, Kind, StoreError};
@@ -96,6 +98,9 @@ pub struct ServiceStats {
     pub blocked_served: u64,
     /// Blocked commands answered null because their time was up.
     pub blocked_timeouts: u64,
+    /// Subscribers closed for letting more than the output limit of
+    /// published messages wait ([`crate::pushes::PUSH_LIMIT`]).
+    pub pubsub_closed: u64,
 }
 
 /// What to write after an entry's replies (kept to rewrite it after a failed commit).
@@ -151,6 +156,8 @@ pub struct KvService {
     now_ms: u64,
     /// Parked connections and their answers.
     blocking: Blocking,
+    /// Published messages waiting for their subscribers' connections.
+    pushes: Pushes,
 }
 
 impl std::fmt::Debug for KvService {
@@ -192,6 +199,7 @@ impl KvService {
             clock: Clock::System,
             now_ms: 0,
             blocking: Blocking::default(),
+            pushes: Pushes::default(),
         }
     }
 
@@ -278,7 +286,7 @@ impl KvService {
     }
 
     fn resp_entry(&mut self, input: &Input<'_>, out: &mut Output, store: &mut Store, st: &mut EntryState) {
-        let KvService { resp, sessions, parsed, state, now_ms, blocking, stats, grants, skips, scans, .. } = self;
+        let KvService { resp, sessions, parsed, state, now_ms, blocking, stats, grants, skips, scans, pushes, .. } = self;
         let now_ms = *now_ms;
         if !sessions.contains_key(&input.conn) {
             // Redis refuses at accept; here the first bytes are the first news of a connection.
@@ -290,7 +298,11 @@ impl KvService {
                 return;
             }
         }
-        let session = sessions.entry(input.conn).or_insert_with(|| resp.open_session());
+        let session = sessions.entry(input.conn).or_insert_with(|| {
+            let session = resp.open_session();
+            pushes.opened(session.id(), input.conn);
+            session
+        });
         if session.is_blocked() {
             return; // parked: what it sent meanwhile waits (Redis: a blocked client reads nothing)
         }
@@ -387,7 +399,7 @@ impl KvService {
                 }
                 let request = parsed.request(&bytes, c);
                 let session = sessions.get_mut(&input.conn).expect("opened above");
-                let (savepoint, mark) = (ks.engine.savepoint(), sink.out.mark());
+                let (savepoint, mark, push_mark) = (ks.engine.savepoint(), sink.out.mark(), resp.pushes_mark());
                 // An EXEC consumes the session's transaction: kept to run it again.
                 let exec = request.arg(0).eq_ignore_ascii_case(b"exec");
                 let before = (exec && session.in_multi()).then(|| session.clone());
@@ -397,6 +409,7 @@ impl KvService {
                     // again in the fresh batch.
                     ks.engine.rollback_to(savepoint);
                     sink.out.truncate(mark);
+                    resp.truncate_pushes(push_mark);
                     if ks.state.commit_early(ks.engine, ks.region, mark).is_err() {
                         continue;
                     }
@@ -411,6 +424,7 @@ impl KvService {
                         // records in pool buffers, bounded by the pool).
                         ks.engine.rollback_to(savepoint);
                         sink.out.truncate(mark);
+                        resp.truncate_pushes(push_mark);
                         if let Some(before) = &before {
                             *session = before.clone();
                         }
@@ -423,6 +437,7 @@ impl KvService {
                             // true).
                             ks.engine.rollback_to(savepoint);
                             sink.out.truncate(mark);
+                            resp.truncate_pushes(push_mark);
                             let refusal = format!("-{}\r\n", ks.too_large());
                             sink.out.push_bytes(refusal.as_bytes());
                         } else {
@@ -447,6 +462,10 @@ impl KvService {
                     break;
                 }
                 ks.state.entry_requests = st.resp_commands as usize;
+                if resp.pushes_mark() > 0 {
+                    let out = &mut *sink.out;
+                    pushes.route(resp.take_pushes(), input.conn, &mut |m| out.push_bytes(m));
+                }
                 for (client, error) in resp.take_unblocked() {
                     // CLIENT UNBLOCK: answered now (nothing to commit), shown again like a served one.
                     let conn = *blocking.clients.get(&client).expect("a blocked session is parked");
@@ -816,6 +835,17 @@ impl Service<Store> for KvService {
                 // of this batch (and outside its mark: a failure here does not take it back).
                 reply.output.push_bytes(&served);
             }
+            // Published to it since it was last shown (not durable: outside the mark too), or
+            // more than its limit with what it has not read yet: closed.
+            let overflowed = match self.pushes.take(input.conn, input.unsent_bytes) {
+                Taken::Nothing => false,
+                Taken::Messages(messages) => {
+                    reply.output.push_bytes(&messages);
+                    false
+                }
+                Taken::OverLimit => true,
+            };
+            self.stats.pubsub_closed += u64::from(overflowed);
             *st = EntryState {
                 mark: Some(reply.output.mark()),
                 http: std::mem::take(&mut st.http),
@@ -823,7 +853,15 @@ impl Service<Store> for KvService {
             };
             st.http.clear();
             self.state.entry = i;
-            if input.listener == HTTP_LISTENER {
+            if overflowed {
+                // A subscriber that let more than the limit wait: closed at once, its
+                // subscriptions ended now, as Redis closes it.
+                reply.abort = true;
+                st.consumed = input.len_bytes();
+                if let Some(session) = self.sessions.get(&input.conn) {
+                    self.resp.end_subscriptions(session.id());
+                }
+            } else if input.listener == HTTP_LISTENER {
                 self.http_entry(&input, &mut reply.output, store, st);
             } else {
                 self.resp_entry(&input, &mut reply.output, store, st);
@@ -869,6 +907,7 @@ impl Service<Store> for KvService {
         self.skips.remove(&conn);
         self.scans.remove(&conn);
         if let Some(session) = self.sessions.remove(&conn) {
+            self.pushes.closed(session.id(), conn);
             self.resp.close_session(session); // a blocked session stops waiting
         }
         self.blocking.forget(conn);
@@ -892,6 +931,7 @@ impl Service<Store> for KvService {
             self.stats.blocked_timeouts += 1;
         }
         wake.append(&mut self.blocking.wake);
+        self.pushes.wake(wake);
         self.blocking.deadlines.first().map(|&(deadline, _)| deadline)
     }
 }
@@ -1064,7 +1104,7 @@ mod tests {
             let segments = [Segment { buf: 0, offset: 0, bytes }];
             let conn = ConnId { slot: 0, generation: 0 };
             let input =
-                Input { conn, listener: RESP_LISTENER, peer_loopback: true, segments: &segments, peer_closed: false };
+                Input { conn, listener: RESP_LISTENER, peer_loopback: true, segments: &segments, peer_closed: false, unsent_bytes: 0 };
             drive(service, store, &[input]);
         };
         batch(&mut service, &mut store, &writes);
@@ -1110,7 +1150,7 @@ mod tests {
             let inputs: Vec<Input<'_>> = segments
                 .iter()
                 .enumerate()
-                .map(|(c, segs)| Input { conn: ConnId { slot: c as u32, generation: 0 }, listener: HTTP_LISTENER, peer_loopback: true, segments: segs, peer_closed: false })
+                .map(|(c, segs)| Input { conn: ConnId { slot: c as u32, generation: 0 }, listener: HTTP_LISTENER, peer_loopback: true, segments: segs, peer_closed: false, unsent_bytes: 0 })
                 .collect();
             let replies = drive(&mut service, &mut store, &inputs);
             assert!(service.stats().early_commits >= 1, "{:?}", service.stats());
@@ -1172,7 +1212,7 @@ mod tests {
             let segments = [Segment { buf: 0, offset: 0, bytes: &stream }];
             let conn = ConnId { slot: 0, generation: 0 };
             let input =
-                Input { conn, listener: RESP_LISTENER, peer_loopback: true, segments: &segments, peer_closed: false };
+                Input { conn, listener: RESP_LISTENER, peer_loopback: true, segments: &segments, peer_closed: false, unsent_bytes: 0 };
             let replies = drive(&mut service, &mut store, &[input]);
             assert_eq!(service.stats().early_commits, 1, "{:?}", service.stats());
             let text = replies[0].output.to_vec(&store);
@@ -1220,6 +1260,7 @@ mod tests {
                 peer_loopback: true,
                 segments,
                 peer_closed: false,
+                unsent_bytes: 0,
             };
             let replies = drive(&mut service, &mut store, &[input(waiter, &segs[0][..]), input(pusher, &segs[1][..])]);
             let text = |r: &pmwire_netio::Reply, store: &Store| String::from_utf8(r.output.to_vec(store)).unwrap();
@@ -1254,7 +1295,7 @@ mod tests {
         resp(&[b"SET".to_vec(), b"after".to_vec(), b"1".to_vec()], &mut stream);
         let segments = [Segment { buf: 0, offset: 0, bytes: &stream }];
         let conn = ConnId { slot: 0, generation: 0 };
-        let input = Input { conn, listener: RESP_LISTENER, peer_loopback: true, segments: &segments, peer_closed: false };
+        let input = Input { conn, listener: RESP_LISTENER, peer_loopback: true, segments: &segments, peer_closed: false, unsent_bytes: 0 };
         let replies = drive(&mut service, &mut store, &[input]);
         let text = String::from_utf8(replies[0].output.to_vec(&store)).unwrap();
         assert_eq!(text, "-OOM command not allowed: the persistent pool is full\r\n+OK\r\n");
@@ -1269,7 +1310,7 @@ mod tests {
         resp(&[b"SET".to_vec(), b"y".to_vec(), b"2".to_vec()], &mut stream);
         resp(&[b"EXEC".to_vec()], &mut stream);
         let segments = [Segment { buf: 0, offset: 0, bytes: &stream }];
-        let input = Input { conn, listener: RESP_LISTENER, peer_loopback: true, segments: &segments, peer_closed: false };
+        let input = Input { conn, listener: RESP_LISTENER, peer_loopback: true, segments: &segments, peer_closed: false, unsent_bytes: 0 };
         let replies = drive(&mut service, &mut store, &[input]);
         let text = String::from_utf8(replies[0].output.to_vec(&store)).unwrap();
         let queued = "+QUEUED\r\n".repeat(3);

@@ -56,6 +56,10 @@ pub struct Input<'a> {
     pub segments: &'a [Segment<'a>],
     /// The peer closed its sending side after these bytes: no more will come.
     pub peer_closed: bool,
+    /// Output queued for this connection and not sent yet (the peer reads slower than it
+    /// was answered): a service that writes to a connection unasked (pub/sub messages)
+    /// bounds what it adds by this.
+    pub unsent_bytes: usize,
 }
 
 impl Input<'_> {
@@ -244,6 +248,9 @@ pub struct Reply {
     pub output: Output,
     /// Close the connection once all queued output is sent; unread input is discarded.
     pub close: bool,
+    /// Close the connection at once, unsent output dropped (a peer that reads too slowly for
+    /// what it is sent: a pub/sub subscriber past its output limit).
+    pub abort: bool,
     /// Unconsumed bytes the service needs before it can make progress on this connection
     /// (0: any new byte). The loop does not hand the connection to the service again before it
     /// holds that many (or the peer closed), and lets it hold that many even beyond
@@ -265,6 +272,7 @@ pub(crate) struct Entry {
     pub(crate) seg_start: usize,
     pub(crate) seg_end: usize,
     pub(crate) peer_closed: bool,
+    pub(crate) unsent_bytes: usize,
     pub(crate) len_bytes: usize,
     /// Output parts already queued before this batch (to find the new ones).
     pub(crate) parts_before: usize,
@@ -311,6 +319,7 @@ impl Batch {
             peer_loopback: e.peer_loopback,
             segments: &self.segs[e.seg_start..e.seg_end],
             peer_closed: e.peer_closed,
+            unsent_bytes: e.unsent_bytes,
         }
     }
 
@@ -330,6 +339,7 @@ impl Batch {
             peer_loopback: e.peer_loopback,
             segments: &self.segs[e.seg_start..e.seg_end],
             peer_closed: e.peer_closed,
+            unsent_bytes: e.unsent_bytes,
         };
         (input, &mut e.reply)
     }
@@ -402,6 +412,7 @@ pub fn drive<S: BufferSource, V: Service<S>>(service: &mut V, bufs: &mut S, inpu
             seg_start,
             seg_end: batch.segs.len(),
             peer_closed: input.peer_closed,
+            unsent_bytes: input.unsent_bytes,
             len_bytes: input.len_bytes(),
             parts_before: 0,
             reply: Reply::default(),
@@ -454,7 +465,7 @@ mod tests {
         let mut echo = HttpEcho::default();
         let req = b"POST /a HTTP/1.1\r\nContent-Length: 5\r\n\r\nhelloGET /b HTTP/1.1\r\n";
         let segs = [Segment { buf: 0, offset: 0, bytes: &req[..30] }, Segment { buf: 1, offset: 0, bytes: &req[30..] }];
-        let input = Input { conn: ConnId { slot: 0, generation: 0 }, listener: 0, peer_loopback: true, segments: &segs, peer_closed: false };
+        let input = Input { conn: ConnId { slot: 0, generation: 0 }, listener: 0, peer_loopback: true, segments: &segs, peer_closed: false, unsent_bytes: 0 };
         let replies = drive(&mut echo, &mut bufs, &[input]);
         // The POST is answered (its body named zero-copy), the partial GET left unconsumed.
         assert_eq!(replies[0].consumed, 44);

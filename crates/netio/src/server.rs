@@ -1129,6 +1129,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
                     seg_start: 0,
                     seg_end: 0,
                     peer_closed: false,
+                    unsent_bytes: 0,
                     len_bytes: 0,
                     parts_before: 0,
                     reply: Reply::default(),
@@ -1138,12 +1139,14 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             e.conn = c.id(slot);
             e.listener = c.listener;
             e.peer_loopback = c.peer_loopback;
+            e.unsent_bytes = c.tx_bytes();
             e.seg_start = seg_start;
             e.seg_end = batch.segs.len();
             e.peer_closed = c.peer_eof;
             e.len_bytes = c.rx_bytes;
             e.reply.consumed = 0;
             e.reply.close = false;
+            e.reply.abort = false;
             e.reply.wanted = 0;
             e.reply.held = false;
             std::mem::swap(&mut e.reply.output, &mut c.pending);
@@ -1200,6 +1203,9 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
                 s.len -= left as u32;
                 left = 0;
             }
+        }
+        if e.reply.abort {
+            c.closing = Closing::Hard;
         }
         if e.reply.close && c.closing == Closing::No {
             c.closing = Closing::Graceful;

@@ -22,11 +22,33 @@ pub(super) fn ping<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_
     if c.argc() > 2 {
         return Err(Fail::err("wrong number of arguments for 'ping' command"));
     }
+    if c.session.protocol == Protocol::Resp2 && c.server.pubsub.subscribed(c.session.id) {
+        // Redis's answer in the pub/sub context: `[pong, arg or ""]`.
+        c.out.array(2);
+        c.out.bulk(b"pong");
+        c.out.bulk(if c.argc() == 2 { c.arg(1) } else { b"" });
+        return Ok(());
+    }
     if c.argc() == 2 {
         c.out.bulk(c.arg(1));
     } else {
         c.out.simple(b"PONG");
     }
+    Ok(())
+}
+
+/// RESET: the connection as a new one (Redis's `clearClientConnectionState`):
+/// no transaction or watched keys, no subscriptions, RESP2, no name, and
+/// not authenticated if a password is set.
+pub(super) fn reset<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    c.session.multi = None;
+    c.server.watches.unwatch_all(c.session.id);
+    super::pubsub::reset(c.server, c.session.id);
+    c.session.protocol = Protocol::Resp2;
+    c.out.protocol = Protocol::Resp2;
+    c.session.name = None;
+    c.session.authenticated = c.server.config.requirepass.is_none();
+    c.out.simple(b"RESET");
     Ok(())
 }
 
@@ -136,6 +158,7 @@ pub(super) fn hello<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '
     if let Some(v) = version {
         c.session.protocol = if v == 3 { Protocol::Resp3 } else { Protocol::Resp2 };
         c.out.protocol = c.session.protocol;
+        c.server.pubsub.set_protocol(c.session.id, c.session.protocol);
     }
     let proto = if c.session.protocol == Protocol::Resp3 { 3 } else { 2 };
     c.out.map(7);
@@ -529,7 +552,11 @@ pub(super) fn info<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_
     section(1, clients);
     section(2, "used_memory:0\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\n".into());
     section(3, "loading:0\r\nrdb_changes_since_last_save:0\r\naof_enabled:0\r\n".into());
-    section(4, format!("total_commands_processed:{}\r\n", c.server.commands_processed));
+    let (channels, patterns, shard) = c.server.pubsub.sizes();
+    section(
+        4,
+        format!("total_commands_processed:{}\r\npubsub_channels:{channels}\r\npubsub_patterns:{patterns}\r\npubsubshard_channels:{shard}\r\n", c.server.commands_processed),
+    );
     section(5, "role:master\r\nconnected_slaves:0\r\n".into());
     let n = c.ks.len();
     let expires = c.ks.expiring_len();

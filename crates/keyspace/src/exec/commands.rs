@@ -29,7 +29,7 @@
 //! ([`super::Server::random_draws`], [`super::Server::clock_reads`]), so the
 //! unit, differential and server tests check them on every command they run.
 
-use super::{admin, bits, blocking, hashes, keys, large, list_ops, lists, multi, scripting, sets, strings, zsets};
+use super::{admin, bits, blocking, hashes, keys, large, list_ops, lists, multi, pubsub, scripting, sets, strings, zsets};
 use super::{lower, Ctx, Res};
 use crate::store::{Keyspace, Kind};
 use pmwire_resp::reply::ReplySink;
@@ -316,11 +316,21 @@ command_table! {
     "pexpiretime", 2, (1, 1, 1), [READONLY], |c| keys::ttl(c, true, true);
     "ping", -1, (0, 0, 0), [CONNECTION], |c| admin::ping(c);
     "psetex", 4, (1, 1, 1), [WRITE TIME], |c| strings::setex(c, false);
+    "psubscribe", -2, (0, 0, 0), [], |c| pubsub::subscribe_patterns(c);
     "pttl", 2, (1, 1, 1), [READONLY TIME], |c| keys::ttl(c, true, false);
+    "publish", 3, (0, 0, 0), [], |c| pubsub::publish(c, false);
+    "pubsub", -2, (0, 0, 0), [], |_c| unreachable!("a container runs under a subcommand");
+    "pubsub|channels", -2, (0, 0, 0), [], |c| pubsub::channels(c, false);
+    "pubsub|numpat", 2, (0, 0, 0), [], |c| pubsub::numpat(c);
+    "pubsub|numsub", -2, (0, 0, 0), [], |c| pubsub::numsub(c, false);
+    "pubsub|shardchannels", -2, (0, 0, 0), [], |c| pubsub::channels(c, true);
+    "pubsub|shardnumsub", -2, (0, 0, 0), [], |c| pubsub::numsub(c, true);
+    "punsubscribe", -1, (0, 0, 0), [], |c| pubsub::unsubscribe_patterns(c);
     "quit", -1, (0, 0, 0), [NO_AUTH CONNECTION IMMEDIATE], |c| admin::quit(c);
     "randomkey", 1, (0, 0, 0), [READONLY RANDOM], |c| keys::randomkey(c);
     "rename", 3, (1, 2, 1), [WRITE], |c| keys::rename(c, false);
     "renamenx", 3, (1, 2, 1), [WRITE], |c| keys::rename(c, true);
+    "reset", 1, (0, 0, 0), [NO_AUTH CONNECTION IMMEDIATE], |c| admin::reset(c);
     "rpop", -2, (1, 1, 1), [WRITE], chunked List => |c, h| large::pop(c, h, false), |c| lists::pop(c, list_ops::End::Tail);
     "rpoplpush", 3, (1, 2, 1), [WRITE], |c| lists::rpoplpush(c);
     "rpush", -3, (1, 1, 1), [WRITE], chunked List => |c, h| large::push(c, h, false), |c| lists::push(c, list_ops::End::Tail, false);
@@ -350,18 +360,23 @@ command_table! {
     "smismember", -3, (1, 1, 1), [READONLY], chunked Set => |c, h| large::smismember(c, h), |c| sets::smismember(c);
     "smove", 4, (1, 2, 1), [WRITE], |c| sets::smove(c);
     "spop", -2, (1, 1, 1), [WRITE RANDOM], |c| sets::spop(c);
+    "spublish", 3, (1, 1, 1), [], |c| pubsub::publish(c, true);
     "srandmember", -2, (1, 1, 1), [READONLY RANDOM], |c| sets::srandmember(c);
     "srem", -3, (1, 1, 1), [WRITE], chunked Set => |c, h| large::sadd_or_srem(c, h, false), |c| sets::srem(c);
     "sscan", -3, (1, 1, 1), [READONLY], |c| sets::sscan(c);
+    "ssubscribe", -2, (1, -1, 1), [], |c| pubsub::subscribe_shard(c);
     "strlen", 2, (1, 1, 1), [READONLY], |c| strings::strlen(c);
+    "subscribe", -2, (0, 0, 0), [], |c| pubsub::subscribe_channels(c);
     "substr", 4, (1, 1, 1), [READONLY], |c| strings::getrange(c);
     "sunion", -2, (1, -1, 1), [READONLY], |c| sets::combine(c, sets::SetOp::Union);
     "sunionstore", -3, (1, -1, 1), [WRITE], |c| sets::combine_store(c, sets::SetOp::Union);
+    "sunsubscribe", -1, (1, -1, 1), [], |c| pubsub::unsubscribe_shard(c);
     "time", 1, (0, 0, 0), [TIME], |c| admin::time(c);
     "touch", -2, (1, -1, 1), [READONLY], |c| keys::touch(c);
     "ttl", 2, (1, 1, 1), [READONLY TIME], |c| keys::ttl(c, false, false);
     "type", 2, (1, 1, 1), [READONLY], |c| admin::type_(c);
     "unlink", -2, (1, -1, 1), [WRITE], |c| strings::del(c);
+    "unsubscribe", -1, (0, 0, 0), [], |c| pubsub::unsubscribe_channels(c);
     "unwatch", 1, (0, 0, 0), [MULTI], |c| multi::unwatch(c);
     "watch", -2, (1, -1, 1), [MULTI IMMEDIATE], |c| multi::watch(c);
     "zadd", -4, (1, 1, 1), [WRITE], chunked ZSet => |c, h| large::zadd(c, h), |c| zsets::zadd(c);

@@ -33,6 +33,7 @@ mod large;
 mod list_ops;
 mod lists;
 mod multi;
+mod pubsub;
 mod scripting;
 mod sets;
 mod shared;
@@ -238,6 +239,8 @@ pub struct Server {
     max_queued_bytes: usize,
     /// The Lua interpreter and the script cache (EVAL, SCRIPT).
     scripts: scripting::Scripts,
+    /// Subscriptions, and messages for other connections (pub/sub).
+    pubsub: pubsub::PubSub,
 }
 
 /// Why a command failed; written as its error reply.
@@ -483,6 +486,7 @@ impl Server {
             info_sections: Vec::new(),
             max_queued_bytes: MAX_QUEUED_BYTES,
             scripts: scripting::Scripts::default(),
+            pubsub: pubsub::PubSub::default(),
         }
     }
 
@@ -569,6 +573,7 @@ impl Server {
     pub fn close_session(&mut self, mut session: Session) {
         self.unblock(&mut session);
         self.watches.unwatch_all(session.id);
+        self.pubsub.forget(session.id);
         assert!(self.connected > 0);
         self.connected -= 1;
     }
@@ -744,6 +749,47 @@ impl Server {
         Flow::Continue
     }
 
+    /// Messages published for other connections since the last call:
+    /// each subscriber's client id and the bytes to write to it, in the
+    /// order published ([`pubsub`]).
+    pub fn take_pushes(&mut self) -> Vec<(u64, Vec<u8>)> {
+        self.pubsub.take_outbox()
+    }
+
+    /// A mark of the messages queued so far, to take back those of a
+    /// command undone ([`Server::truncate_pushes`]).
+    pub fn pushes_mark(&self) -> usize {
+        self.pubsub.outbox_len()
+    }
+
+    /// Drops the messages queued after `mark`.
+    pub fn truncate_pushes(&mut self, mark: usize) {
+        self.pubsub.truncate_outbox(mark);
+    }
+
+    /// Redis's refusal of the command `args` on `session` if that is a RESP2
+    /// connection holding a subscription and the command is not one the
+    /// pub/sub context allows (for a driver that serves some commands
+    /// without [`Server::execute`]).
+    pub fn refusal_in_pubsub_context(&self, session: &Session, args: &[Vec<u8>]) -> Option<String> {
+        if !self.pubsub.subscribed(session.id) {
+            return None;
+        }
+        let info = command_of(args).ok()?;
+        pubsub::refusal_in_context(&self.pubsub, session.id, session.protocol, info.name).map(|f| f.text())
+    }
+
+    /// Ends client `id`'s subscriptions at once (a subscriber being closed
+    /// for its output limit: nothing more is published to it).
+    pub fn end_subscriptions(&mut self, id: u64) {
+        self.pubsub.forget(id);
+    }
+
+    /// Whether client `id` holds a subscription (pub/sub).
+    pub fn is_subscribed(&self, id: u64) -> bool {
+        self.pubsub.subscribed(id)
+    }
+
     /// Sessions blocked now (INFO's `blocked_clients`).
     pub fn blocked_clients(&self) -> usize {
         self.waiters.clients()
@@ -859,6 +905,9 @@ fn admit<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>
     // Redis's `no_multi` commands (of those served here).
     if c.session.multi.is_some() && info.name == "save" {
         return Err(Fail::err("Command not allowed inside a transaction"));
+    }
+    if let Some(refused) = pubsub::refusal_in_context(&c.server.pubsub, c.session.id, c.session.protocol, info.name) {
+        return Err(refused);
     }
     Ok(info)
 }

@@ -6,6 +6,7 @@ mod blocking;
 mod cluster;
 mod common;
 mod http;
+mod pubsub;
 mod queues;
 mod resp;
 mod redispy;

@@ -2,8 +2,11 @@
 //! `pmwire kv` and against redis-server in the same test (issue 27).
 //! Dramatiq (Redis broker and result backend; its broker runs Lua scripts
 //! by EVALSHA): 40 jobs whose results are read back and one job that fails,
-//! which the worker must report. `scripts/setup` installs Dramatiq and
-//! redis-py from PyPI into a venv of their own; this test runs that venv.
+//! which the worker must report. Celery (Redis broker and result backend;
+//! kombu's Lua scripts, results waited for by pub/sub): plain, failing and
+//! delayed tasks, a group and a chord, each result checked. `scripts/setup`
+//! installs each library and redis-py from PyPI into a venv of its own;
+//! these tests run those venvs.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -15,14 +18,21 @@ use crate::common::*;
 
 /// The versions `scripts/setup` installs (keep them equal).
 const DRAMATIQ_VERSION: &str = "2.2.1";
+const CELERY_VERSION: &str = "5.5.3";
 
-fn venv_bin(name: &str) -> PathBuf {
-    let venv = match std::env::var_os("PMWIRE_QUEUES_VENV") {
+/// `name` in the venv of `library` (`dramatiq` or `celery`), which
+/// `scripts/setup` made (or the path its environment variable gives).
+fn venv_bin(library: &str, name: &str) -> PathBuf {
+    let (var, version) = match library {
+        "dramatiq" => ("PMWIRE_QUEUES_VENV", DRAMATIQ_VERSION),
+        _ => ("PMWIRE_CELERY_VENV", CELERY_VERSION),
+    };
+    let venv = match std::env::var_os(var) {
         Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/pmwire").join(format!("queues-dramatiq-{DRAMATIQ_VERSION}")),
+        None => PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/pmwire").join(format!("queues-{library}-{version}")),
     };
     let bin = venv.join("bin").join(name);
-    assert!(bin.exists(), "{} is missing: run scripts/setup, which installs Dramatiq {DRAMATIQ_VERSION} from PyPI there", bin.display());
+    assert!(bin.exists(), "{} is missing: run scripts/setup, which installs {library} {version} from PyPI there", bin.display());
     bin
 }
 
@@ -34,7 +44,7 @@ fn app_dir() -> PathBuf {
 /// the script's output and the worker's log.
 fn dramatiq(port: u16) -> (String, String) {
     let log = tempfile::NamedTempFile::new().unwrap();
-    let mut worker = Command::new(venv_bin("dramatiq"))
+    let mut worker = Command::new(venv_bin("dramatiq", "dramatiq"))
         .args(["dramatiq_tasks", "--processes", "1", "--threads", "2"])
         .current_dir(app_dir())
         .env("PORT", port.to_string())
@@ -42,7 +52,7 @@ fn dramatiq(port: u16) -> (String, String) {
         .stderr(log.reopen().unwrap())
         .spawn()
         .expect("start the Dramatiq worker");
-    let run = Command::new(venv_bin("python"))
+    let run = Command::new(venv_bin("dramatiq", "python"))
         .arg("dramatiq_run.py")
         .current_dir(app_dir())
         .env("PORT", port.to_string())
@@ -68,6 +78,46 @@ fn dramatiq_runs_its_jobs_and_returns_their_results_as_on_redis() {
         let (out, log) = dramatiq(port);
         assert!(out.contains("results ok: 40 of 40"), "{name}: {out}\nworker:\n{log}");
         assert!(log.contains("ValueError: boom"), "{name}: the failing job was not reported:\n{log}");
+    }
+    server.stop();
+}
+
+/// Runs a Celery worker and the work script against the server on `port`;
+/// the script's output and the worker's log.
+fn celery(port: u16) -> (String, String) {
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut worker = Command::new(venv_bin("celery", "celery"))
+        .args(["-A", "celery_tasks", "worker", "--pool", "solo", "--concurrency", "1", "--loglevel", "INFO"])
+        .current_dir(app_dir())
+        .env("PORT", port.to_string())
+        .stdout(Stdio::null())
+        .stderr(log.reopen().unwrap())
+        .spawn()
+        .expect("start the Celery worker");
+    let run = Command::new(venv_bin("celery", "python"))
+        .arg("celery_run.py")
+        .current_dir(app_dir())
+        .env("PORT", port.to_string())
+        .output()
+        .expect("run the Celery work");
+    unsafe { libc::kill(worker.id() as i32, libc::SIGTERM) };
+    let _ = worker.wait();
+    let out = String::from_utf8_lossy(&run.stdout).into_owned() + &String::from_utf8_lossy(&run.stderr);
+    (out, std::fs::read_to_string(log.path()).unwrap_or_default())
+}
+
+#[test]
+fn celery_runs_plain_failing_delayed_group_and_chord_work_as_on_redis() {
+    let redis = RedisServer::start();
+    let pool = Pool::new();
+    let server = start(&pool.path, Mode::ZeroCopy);
+    for (name, port) in [("redis-server", redis.1), ("pmwire kv", server.resp.port())] {
+        let (out, log) = celery(port);
+        assert!(out.contains("celery ok"), "{name}: {out}\nworker:\n{log}");
+        for kind in ["plain", "failing", "delayed", "group", "chord"] {
+            assert!(out.contains(&format!("{kind} ok")), "{name}: {kind}: {out}");
+        }
+        assert!(log.contains("ValueError: boom"), "{name}: the failing task was not reported:\n{log}");
     }
     server.stop();
 }
