@@ -158,7 +158,7 @@ impl Header {
 
     /// Decodes `bytes`, a value of `kind`: `Ok(None)` if it is no header (a blob).
     pub fn decode(kind: Kind, bytes: &[u8]) -> Result<Option<Header>, HeaderError> {
-        if kind == Kind::String || !bytes.starts_with(&MAGIC) {
+        if kind == Kind::String || kind == Kind::Stream || !bytes.starts_with(&MAGIC) {
             return Ok(None);
         }
         if bytes.len() != HEADER_BYTES || bytes[4] != kind.to_byte() || bytes[5] != VERSION || bytes[6..8] != [0, 0] {
@@ -205,9 +205,24 @@ impl Header {
 /// The generation of a stored value of `kind` if it is a chunked header
 /// (what a keyspace checks before deleting or overwriting it).
 pub fn value_generation(kind: Kind, value: &[u8]) -> Option<u64> {
+    if kind == Kind::Stream {
+        return crate::stream::Header::decode(value).ok().map(|h| h.gen);
+    }
     match Header::decode(kind, value) {
         Ok(Some(h)) => Some(h.gen),
         _ => None,
+    }
+}
+
+/// Whether a value of `kind` and `len` bytes can be a header that names
+/// internal entries (a chunked collection's, or a stream's): what a
+/// keyspace reads before it decides a delete or overwrite needs a
+/// tombstone.
+pub fn header_len_fits(kind: Kind, len: usize) -> bool {
+    match kind {
+        Kind::String => false,
+        Kind::Stream => len == crate::stream::HEADER_BYTES,
+        _ => len == HEADER_BYTES,
     }
 }
 

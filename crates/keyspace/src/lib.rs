@@ -66,5 +66,6 @@ pub mod extended;
 pub mod glob;
 pub mod recording;
 pub mod store;
+pub mod stream;
 
 pub use exec::commands;

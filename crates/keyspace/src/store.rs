@@ -43,10 +43,13 @@ pub enum Kind {
     List,
     /// A set, as a [`crate::blob`] set blob.
     Set,
+    /// A stream: always a header and nodes ([`crate::stream`]).
+    Stream,
 }
 
 impl Kind {
-    /// The byte the engine stores: 0 string, 1 hash, 2 zset, 3 list, 4 set.
+    /// The byte the engine stores: 0 string, 1 hash, 2 zset, 3 list, 4 set,
+    /// 5 stream.
     pub fn to_byte(self) -> u8 {
         match self {
             Kind::String => 0,
@@ -54,6 +57,7 @@ impl Kind {
             Kind::ZSet => 2,
             Kind::List => 3,
             Kind::Set => 4,
+            Kind::Stream => 5,
         }
     }
 
@@ -65,6 +69,7 @@ impl Kind {
             2 => Some(Kind::ZSet),
             3 => Some(Kind::List),
             4 => Some(Kind::Set),
+            5 => Some(Kind::Stream),
             _ => None,
         }
     }
@@ -77,6 +82,7 @@ impl Kind {
             Kind::ZSet => "zset",
             Kind::List => "list",
             Kind::Set => "set",
+            Kind::Stream => "stream",
         }
     }
 
@@ -87,6 +93,7 @@ impl Kind {
         match self {
             Kind::String => "raw",
             Kind::Hash | Kind::ZSet | Kind::List | Kind::Set => "listpack",
+            Kind::Stream => "stream",
         }
     }
 
@@ -100,6 +107,7 @@ impl Kind {
             Kind::String => "raw",
             Kind::List => "quicklist",
             Kind::Hash | Kind::ZSet | Kind::Set => "hashtable",
+            Kind::Stream => "stream",
         }
     }
 }

@@ -32,25 +32,26 @@ pub enum Class {
 /// Commands that only read.
 #[rustfmt::skip]
 pub const READS: &[&str] = &[
-    "bitcount", "bitpos", "dbsize", "echo", "eval_ro", "evalsha_ro", "exists", "expiretime", "get", "getbit", "getrange", "hexists", "hget", "hgetall", "hkeys", "hlen",
-    "hmget", "hrandfield", "hscan", "hstrlen", "hvals", "keys", "lindex", "llen", "lpos", "lrange", "mget",
-    "object", "pexpiretime", "ping", "pttl", "randomkey", "scan", "scard", "sdiff", "select", "sinter",
-    "sintercard", "sismember", "smembers", "smismember", "srandmember", "sscan", "strlen", "substr", "sunion",
-    "time", "touch", "ttl", "type", "zcard", "zcount", "zdiff", "zinter", "zintercard", "zlexcount", "zmscore",
-    "zrandmember", "zrange", "zrangebylex", "zrangebyscore", "zrank", "zrevrange", "zrevrangebylex",
-    "zrevrangebyscore", "zrevrank", "zscan", "zscore", "zunion",
+    "bitcount", "bitpos", "dbsize", "echo", "eval_ro", "evalsha_ro", "exists", "expiretime", "get", "getbit",
+    "getrange", "hexists", "hget", "hgetall", "hkeys", "hlen", "hmget", "hrandfield", "hscan", "hstrlen", "hvals",
+    "keys", "lindex", "llen", "lpos", "lrange", "mget", "object", "pexpiretime", "ping", "pttl", "randomkey", "scan",
+    "scard", "sdiff", "select", "sinter", "sintercard", "sismember", "smembers", "smismember", "srandmember", "sscan",
+    "strlen", "substr", "sunion", "time", "touch", "ttl", "type", "xlen", "xrange", "xrevrange", "zcard", "zcount",
+    "zdiff", "zinter", "zintercard", "zlexcount", "zmscore", "zrandmember", "zrange", "zrangebylex", "zrangebyscore",
+    "zrank", "zrevrange", "zrevrangebylex", "zrevrangebyscore", "zrevrank", "zscan", "zscore", "zunion",
 ];
 
 /// Commands that write.
 #[rustfmt::skip]
 pub const WRITES: &[&str] = &[
-    "append", "bitop", "copy", "decr", "decrby", "del", "eval", "evalsha", "expire", "expireat", "flushall", "flushdb", "getdel", "getex",
-    "getset", "hdel", "hincrby", "hincrbyfloat", "hmset", "hset", "hsetnx", "incr", "incrby", "incrbyfloat",
-    "linsert", "lmove", "lmpop", "lpop", "lpush", "lpushx", "lrem", "lset", "ltrim", "mset", "msetnx", "persist",
-    "pexpire", "pexpireat", "psetex", "rename", "renamenx", "rpop", "rpoplpush", "rpush", "rpushx", "sadd",
-    "script", "sdiffstore", "set", "setbit", "setex", "setnx", "setrange", "sinterstore", "smove", "spop", "srem", "sunionstore",
-    "unlink", "zadd", "zdiffstore", "zincrby", "zinterstore", "zpopmax", "zpopmin", "zrangestore", "zrem",
-    "zremrangebylex", "zremrangebyrank", "zremrangebyscore", "zunionstore",
+    "append", "bitop", "copy", "decr", "decrby", "del", "eval", "evalsha", "expire", "expireat", "flushall",
+    "flushdb", "getdel", "getex", "getset", "hdel", "hincrby", "hincrbyfloat", "hmset", "hset", "hsetnx", "incr",
+    "incrby", "incrbyfloat", "linsert", "lmove", "lmpop", "lpop", "lpush", "lpushx", "lrem", "lset", "ltrim", "mset",
+    "msetnx", "persist", "pexpire", "pexpireat", "psetex", "rename", "renamenx", "rpop", "rpoplpush", "rpush",
+    "rpushx", "sadd", "script", "sdiffstore", "set", "setbit", "setex", "setnx", "setrange", "sinterstore", "smove",
+    "spop", "srem", "sunionstore", "unlink", "xadd", "xdel", "xtrim", "zadd", "zdiffstore", "zincrby", "zinterstore",
+    "zpopmax", "zpopmin", "zrangestore", "zrem", "zremrangebylex", "zremrangebyrank", "zremrangebyscore",
+    "zunionstore",
 ];
 
 /// Commands that write and may wait.

@@ -41,7 +41,7 @@ use pmwire_btree::MAX_KEY_BYTES;
 use pmwire_kv::{Engine, Savepoint, StageError};
 use pmwire_log::Extent;
 use pmwire_netio::{Output, OutputMark};
-use pmwire_keyspace::chunked::{tombstone_key, value_generation, HEADER_BYTES};
+use pmwire_keyspace::chunked::{header_len_fits, tombstone_key, value_generation};
 use pmwire_keyspace::store::{Expiry, Keyspace, Kind, StoreError, StoreLimits, Stored, ValueSource};
 use pmwire_resp::reply::ReplySink;
 
@@ -263,10 +263,11 @@ impl<M: Media> EngineKeyspace<'_, M> {
     fn header_generation(&self, stored: &[u8]) -> Option<u64> {
         let entry = self.engine.lookup(stored)?;
         let kind = Kind::from_byte(entry.kind).filter(|&k| k != Kind::String)?;
-        if entry.extents.iter().map(|e| e.len as usize).sum::<usize>() != HEADER_BYTES {
+        let len = entry.extents.iter().map(|e| e.len as usize).sum::<usize>();
+        if !header_len_fits(kind, len) {
             return None;
         }
-        let mut bytes = Vec::with_capacity(HEADER_BYTES);
+        let mut bytes = Vec::with_capacity(len);
         self.engine.pool().gather(&*self.region, entry.extents, &mut bytes);
         value_generation(kind, &bytes)
     }

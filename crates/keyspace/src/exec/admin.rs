@@ -187,7 +187,9 @@ pub(super) fn config_get<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
     let protected: &[u8] = if c.server.config.protected_mode { b"yes" } else { b"no" };
     let save = c.server.config.save.clone();
     let busy = c.server.config.lua_time_limit_ms.to_string();
-    let params: [(&str, &[u8]); 12] = [
+    let node_bytes = c.server.config.stream_nodes.max_bytes.to_string();
+    let node_entries = c.server.config.stream_nodes.max_entries.to_string();
+    let params: [(&str, &[u8]); 14] = [
         ("appendonly", b"no"),
         ("busy-reply-threshold", busy.as_bytes()),
         ("databases", b"1"),
@@ -199,9 +201,11 @@ pub(super) fn config_get<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
         ("proto-max-bulk-len", bulk_max.as_bytes()),
         ("requirepass", &pass),
         ("save", save.as_bytes()),
+        ("stream-node-max-bytes", node_bytes.as_bytes()),
+        ("stream-node-max-entries", node_entries.as_bytes()),
         ("timeout", b"0"),
     ];
-    let mut hit = [false; 12];
+    let mut hit = [false; 14];
     for j in 2..c.argc() {
         let pattern = c.arg(j).to_ascii_lowercase();
         for (i, (name, _)) in params.iter().enumerate() {
@@ -230,6 +234,7 @@ pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
     let mut protected = None;
     let mut save = None;
     let mut busy = None;
+    let (mut node_bytes, mut node_entries) = (None, None);
     for j in (2..c.argc()).step_by(2) {
         let (name, value) = (c.arg(j), c.arg(j + 1));
         if name.eq_ignore_ascii_case(b"requirepass") {
@@ -250,12 +255,21 @@ pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
                 Fail::err(&format!("CONFIG SET failed (possibly related to argument '{lower}') - argument must be between 0 and 9223372036854775807 inclusive"))
             })?;
             busy = Some(n);
+        } else if name.eq_ignore_ascii_case(b"stream-node-max-entries") || name.eq_ignore_ascii_case(b"stream-node-max-bytes") {
+            let lower = String::from_utf8_lossy(name).to_ascii_lowercase();
+            let memory = lower == "stream-node-max-bytes";
+            let n = if memory { memory_value(value) } else { pmwire_resp::numbers::parse_i64(value) }
+                .ok_or_else(|| Fail::err(&format!("CONFIG SET failed (possibly related to argument '{lower}') - argument couldn't be parsed into an integer")))?;
+            let n = u64::try_from(n).map_err(|_| {
+                Fail::err(&format!("CONFIG SET failed (possibly related to argument '{lower}') - argument must be between 0 and 9223372036854775807 inclusive"))
+            })?;
+            if memory { node_bytes = Some(n) } else { node_entries = Some(n) }
         } else {
             let shown = String::from_utf8_lossy(&name[..name.len().min(128)]).into_owned();
             let lower = shown.to_ascii_lowercase();
             if REDIS_PARAMETERS.contains(&lower.as_str()) {
                 return Err(Fail::err(&format!(
-                    "CONFIG SET failed (possibly related to argument '{lower}') - pmwire does not change '{lower}' (it sets requirepass, protected-mode, save and busy-reply-threshold; every write is durable before its reply)"
+                    "CONFIG SET failed (possibly related to argument '{lower}') - pmwire does not change '{lower}' (it sets requirepass, protected-mode, save, busy-reply-threshold and the stream-node limits; every write is durable before its reply)"
                 )));
             }
             return Err(Fail::err(&format!("Unknown option or number of arguments for CONFIG SET - '{shown}'")));
@@ -273,8 +287,27 @@ pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
     if let Some(ms) = busy {
         c.server.config.lua_time_limit_ms = ms;
     }
+    if let Some(n) = node_bytes {
+        c.server.config.stream_nodes.max_bytes = n;
+    }
+    if let Some(n) = node_entries {
+        c.server.config.stream_nodes.max_entries = n;
+    }
     c.out.ok();
     Ok(())
+}
+
+/// A memory amount as Redis's `memtoull` reads one: an integer with an
+/// optional unit (`b`, `k`, `kb`, `m`, `mb`, `g`, `gb`, any case; `k` is
+/// 1000, `kb` 1024).
+fn memory_value(value: &[u8]) -> Option<i64> {
+    let lower = value.to_ascii_lowercase();
+    let units: [(&[u8], i64); 7] = [(b"gb", 1 << 30), (b"mb", 1 << 20), (b"kb", 1 << 10), (b"g", 1_000_000_000), (b"m", 1_000_000), (b"k", 1000), (b"b", 1)];
+    let (digits, mul) = units.iter().find_map(|&(u, m)| lower.strip_suffix(u).map(|d| (d, m))).unwrap_or((&lower[..], 1));
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse::<i64>().ok()?.checked_mul(mul)
 }
 
 /// `save`'s value as Redis 7.0 takes it: "" (no snapshots), or pairs of

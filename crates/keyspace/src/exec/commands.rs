@@ -29,7 +29,7 @@
 //! ([`super::Server::random_draws`], [`super::Server::clock_reads`]), so the
 //! unit, differential and server tests check them on every command they run.
 
-use super::{admin, bits, blocking, hashes, keys, large, list_ops, lists, multi, pubsub, scripting, sets, strings, zsets};
+use super::{admin, bits, blocking, hashes, keys, large, list_ops, lists, multi, pubsub, scripting, sets, streams, strings, zsets};
 use super::{lower, Ctx, Res};
 use crate::store::{Keyspace, Kind};
 use pmwire_resp::reply::ReplySink;
@@ -379,6 +379,12 @@ command_table! {
     "unsubscribe", -1, (0, 0, 0), [], |c| pubsub::unsubscribe_channels(c);
     "unwatch", 1, (0, 0, 0), [MULTI], |c| multi::unwatch(c);
     "watch", -2, (1, -1, 1), [MULTI IMMEDIATE], |c| multi::watch(c);
+    "xadd", -5, (1, 1, 1), [WRITE TIME], |c| streams::xadd(c);
+    "xdel", -3, (1, 1, 1), [WRITE], |c| streams::xdel(c);
+    "xlen", 2, (1, 1, 1), [READONLY], |c| streams::xlen(c);
+    "xrange", -4, (1, 1, 1), [READONLY], |c| streams::xrange(c, false);
+    "xrevrange", -4, (1, 1, 1), [READONLY], |c| streams::xrange(c, true);
+    "xtrim", -4, (1, 1, 1), [WRITE], |c| streams::xtrim(c);
     "zadd", -4, (1, 1, 1), [WRITE], chunked ZSet => |c, h| large::zadd(c, h), |c| zsets::zadd(c);
     "zcard", 2, (1, 1, 1), [READONLY], chunked ZSet => |c, h| large::count(c, h), |c| zsets::zcard(c);
     "zcount", 4, (1, 1, 1), [READONLY], |c| zsets::zcount(c, false);

@@ -10,7 +10,7 @@
 //! answers 1 and deletes, as Redis does).
 
 use super::{deadline_i64, Ctx, Fail, Res};
-use crate::store::{Expiry, Keyspace, StoreError, Stored, ValueSource};
+use crate::store::{Expiry, Keyspace, Kind, StoreError, Stored, ValueSource};
 use pmwire_resp::reply::ReplySink;
 
 /// What one bounded sweep did.
@@ -78,6 +78,11 @@ fn store_as<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K,
     let mut bytes = Vec::with_capacity(stored.len as usize);
     c.ks.read(&stored.value, &mut bytes);
     let expiry = stored.deadline_ms.map_or(Expiry::Clear, Expiry::At);
+    if stored.kind == Kind::Stream {
+        // A copy of a stream gets nodes of its own.
+        let h = crate::stream::Header::decode(&bytes).map_err(|e| Fail::Text(format!("ERR stored value is corrupt: {e}")))?;
+        return super::streams::copy_stream(c.ks, &h, to, expiry);
+    }
     if let Some(h) = crate::chunked::Header::decode(stored.kind, &bytes)? {
         // A copy of a chunked collection gets chunks of its own.
         let blob = super::large::materialise(c.ks, &h)?;

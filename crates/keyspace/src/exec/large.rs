@@ -79,7 +79,7 @@ fn decode_bucket(kind: Kind, bytes: &[u8]) -> Result<Entries, Fail> {
             decode_zset(bytes, &mut e)?;
             e.into_iter().map(|(s, m)| (owned(m), s.to_bits().to_le_bytes().to_vec())).collect()
         }
-        Kind::List | Kind::String => unreachable!("not a hashed kind"),
+        Kind::List | Kind::String | Kind::Stream => unreachable!("not a hashed kind"),
     })
 }
 
@@ -104,7 +104,7 @@ fn encode_bucket(kind: Kind, entries: &Entries) -> Vec<u8> {
             e.sort_by(|a, b| zcmp(*a, *b));
             encode_zset(&e, &mut out);
         }
-        Kind::List | Kind::String => unreachable!("not a hashed kind"),
+        Kind::List | Kind::String | Kind::Stream => unreachable!("not a hashed kind"),
     }
     out
 }

@@ -37,6 +37,7 @@ mod pubsub;
 mod scripting;
 mod sets;
 mod shared;
+mod streams;
 mod strings;
 mod zsets;
 
@@ -48,6 +49,8 @@ pub use shared::{MAX_RANDOM_REPLY, MAX_RANDOM_REPLY_BYTES};
 
 #[cfg(test)]
 mod large_tests;
+#[cfg(test)]
+mod stream_tests;
 #[cfg(test)]
 mod tests;
 
@@ -97,6 +100,9 @@ pub struct ServerConfig {
     /// undone, ms (Redis's `busy-reply-threshold`, alias `lua-time-limit`;
     /// 0: no limit). Wall time, unless `script_budget` is set.
     pub lua_time_limit_ms: u64,
+    /// Stream node sizes (`stream-node-max-entries`, `stream-node-max-bytes`;
+    /// CONFIG SET changes them).
+    pub stream_nodes: crate::stream::NodeLimits,
     /// A replicated executor's limit instead: a script is stopped after
     /// this many instructions (counted in steps of
     /// [`crate::script::HOOK_EVERY`]), the same on every member, where a
@@ -118,6 +124,7 @@ impl Default for ServerConfig {
             protected_mode: true,
             random_seed: 0x706d_7769_7265,
             collections: crate::chunked::ChunkConfig::default(),
+            stream_nodes: crate::stream::NodeLimits::default(),
             lua_time_limit_ms: scripting::DEFAULT_TIME_LIMIT_MS,
             script_budget: None,
         }

@@ -196,14 +196,15 @@ impl Gen {
 
     fn name(&mut self) -> &'static str {
         let family: &[&str] = match self.rng.gen_range(0..100) {
-            0..=24 => STRINGS,
-            25..=34 => KEYCMDS,
-            35..=47 => HASHES,
-            48..=65 => ZSETS,
-            66..=77 => LISTS,
-            78..=88 => SETS,
-            89..=95 => EXPIRY,
-            _ => SCRIPTS,
+            0..=23 => STRINGS,
+            24..=33 => KEYCMDS,
+            34..=45 => HASHES,
+            46..=62 => ZSETS,
+            63..=73 => LISTS,
+            74..=84 => SETS,
+            85..=90 => EXPIRY,
+            91..=94 => SCRIPTS,
+            _ => STREAMS,
         };
         family[self.rng.gen_range(0..family.len())]
     }
@@ -235,6 +236,10 @@ impl Gen {
         }
         if SCRIPTS.contains(&name) {
             self.script_args(name, a);
+            return false;
+        }
+        if STREAMS.contains(&name) {
+            self.stream_args(name, a);
             return false;
         }
         if HASHES.contains(&name) {
@@ -722,6 +727,83 @@ impl Gen {
     }
 
     /// Pushes a set command's arguments; true if the reply is unordered.
+    /// A stream entry ID: mostly `ms-seq` with small parts (so entries
+    /// go in order and out of order), the other forms, and bad ones.
+    fn stream_id(&mut self, xadd: bool) -> Vec<u8> {
+        let ms = self.rng.gen_range(0..60u64);
+        let seq = self.rng.gen_range(0..3u64);
+        match self.rng.gen_range(0..20) {
+            0..=11 => format!("{ms}-{seq}").into_bytes(),
+            12..=13 => ms.to_string().into_bytes(),
+            14..=15 if xadd => format!("{ms}-*").into_bytes(),
+            14..=15 => self.pick(&["-", "+", "(5-0", "(0-0", "(18446744073709551615-18446744073709551615"]),
+            16 => b"0-0".to_vec(),
+            _ => self.pick(&["x", "1-x", "-1", "1--1", "18446744073709551615-18446744073709551615", "18446744073709551616", " 7", "+3", "1-2-3", ""]),
+        }
+    }
+
+    /// MAXLEN or MINID with `=`, `~` or neither, and sometimes LIMIT.
+    fn trim_args(&mut self, a: &mut Vec<Vec<u8>>) {
+        let minid = self.rng.gen_bool(0.4);
+        a.push(self.pick(if minid { &["MINID", "minid"] } else { &["MAXLEN", "maxlen"] }));
+        let approx = self.rng.gen_range(0..3);
+        match approx {
+            0 => a.push(b"~".to_vec()),
+            1 => a.push(b"=".to_vec()),
+            _ => {}
+        }
+        if minid {
+            a.push(self.stream_id(false));
+        } else {
+            a.push(self.pick(&["0", "1", "2", "3", "5", "8", "-1", "x"]));
+        }
+        if self.rng.gen_bool(0.2) {
+            a.extend([b"LIMIT".to_vec(), self.pick(&["0", "1", "2", "5", "100", "-1", "x"])]);
+        }
+    }
+
+    fn stream_args(&mut self, name: &str, a: &mut Vec<Vec<u8>>) {
+        a.push(self.family_key(STREAM_KEYS));
+        match name {
+            "XADD" => {
+                if self.rng.gen_bool(0.1) {
+                    a.push(b"NOMKSTREAM".to_vec());
+                }
+                if self.rng.gen_bool(0.3) {
+                    self.trim_args(a);
+                }
+                a.push(self.stream_id(true));
+                for _ in 0..self.n(1, 3) {
+                    a.push(self.pick(FIELDS));
+                    a.push(self.value());
+                }
+                if self.rng.gen_bool(0.03) {
+                    a.push(self.pick(FIELDS));
+                }
+            }
+            "XRANGE" | "XREVRANGE" => {
+                a.push(self.stream_id(false));
+                a.push(self.stream_id(false));
+                if self.rng.gen_bool(0.4) {
+                    a.extend([self.pick(&["COUNT", "count", "BAD"]), self.pick(&["0", "1", "2", "3", "-1", "x"])]);
+                }
+            }
+            "XDEL" => {
+                for _ in 0..self.n(1, 3) {
+                    a.push(self.stream_id(false));
+                }
+            }
+            "XTRIM" => {
+                if self.rng.gen_bool(0.05) {
+                    a.push(b"BAD".to_vec());
+                } else {
+                    self.trim_args(a);
+                }
+            }
+            _ => {} // XLEN
+        }
+    }
+
     fn set_args(&mut self, name: &str, a: &mut Vec<Vec<u8>>) -> bool {
         match name {
             "SADD" | "SREM" | "SMISMEMBER" => {
@@ -790,6 +872,8 @@ pub const EXPIRY: &[&str] = &[
     "PERSIST", "SETEX", "PSETEX", "GETEX", "GETEX", "RANDOMKEY",
 ];
 /// EVAL twice over, so most script commands run a script.
+const STREAMS: &[&str] = &["XADD", "XADD", "XADD", "XLEN", "XRANGE", "XREVRANGE", "XDEL", "XTRIM"];
+const STREAM_KEYS: &[&str] = &["x0", "x1"];
 const SCRIPTS: &[&str] = &["EVAL", "EVAL", "EVALSHA", "SCRIPT"];
 /// Scripts with their key slots and argument slots ([`Gen::slot`]); none
 /// draws randomness or reads the clock, and none answers in an order

@@ -1,0 +1,585 @@
+//! Streams: `XADD XLEN XRANGE XREVRANGE XDEL XTRIM`, as Redis 7.0's
+//! `t_stream.c` serves them, over the stored form of [`crate::stream`]: a
+//! header and nodes, so an append reads and writes the last node and the
+//! header whatever the stream's length, and a range finds its first node
+//! by a binary search over node numbers.
+//!
+//! Replies, errors and trimming follow Redis's rules node for node: an
+//! entry starts a new node when the last one is full (its entries, deleted
+//! ones counted, reach `stream-node-max-entries`, or its bytes with the new
+//! entry `stream-node-max-bytes`; bytes are this format's, so a node fills
+//! at a different entry than Redis's listpack when the byte limit binds);
+//! XDEL and an exact trim mark entries deleted inside a node and a node
+//! whose last live entry goes is removed; `~` trims whole nodes only, at
+//! most LIMIT entries (default 100 nodes' worth).
+//!
+//! Invariants: the header's `length` is the number of live entries in the
+//! nodes numbered `head..tail`; every stored node has a live entry; node
+//! IDs increase with node numbers; `last_id` is at least every entry's ID;
+//! `first_id` is the first live entry's (0-0 when empty).
+
+use super::{Ctx, Fail, Res};
+use crate::chunked::{chunk_key, next_generation};
+use crate::store::{Expiry, Keyspace, Kind, ValueSource};
+use crate::stream::{Entry, Header, Node, NodeLimits, StreamId};
+use pmwire_resp::numbers::{is_c_space, parse_i64};
+use pmwire_resp::reply::ReplySink;
+
+type C<'a, 'b, 'r, K, S> = &'a mut Ctx<'b, 'r, K, S>;
+
+fn corrupt(e: crate::stream::StreamError) -> Fail {
+    Fail::Text(format!("ERR stored value is corrupt: {e}"))
+}
+
+const INVALID_ID: &str = "ERR Invalid stream ID specified as stream command argument";
+
+/// Redis's `string2ull`: an integer, or what `strtoull` takes whole
+/// (leading spaces, a `+`), never a negative one.
+fn parse_u64(s: &[u8]) -> Option<u64> {
+    if let Some(v) = parse_i64(s) {
+        return u64::try_from(v).ok();
+    }
+    let start = s.iter().position(|&c| !is_c_space(c))?;
+    let mut digits = &s[start..];
+    if let Some(rest) = digits.strip_prefix(b"+") {
+        digits = rest;
+    }
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+/// An ID as a command gives it (Redis's `streamGenericParseIDOrReply`):
+/// `ms-seq`, `ms` (the sequence is `missing_seq`), `-` and `+` unless
+/// `strict`, and `ms-*` where `seq_given` is asked (its answer: false).
+fn parse_id(arg: &[u8], missing_seq: u64, strict: bool, seq_given: Option<&mut bool>) -> Result<StreamId, Fail> {
+    let invalid = || Fail::Text(INVALID_ID.into());
+    if arg.len() > 127 {
+        return Err(invalid());
+    }
+    if strict && (arg == b"-" || arg == b"+") {
+        return Err(invalid());
+    }
+    let mut given = true;
+    let id = match arg {
+        b"-" => StreamId::MIN,
+        b"+" => StreamId::MAX,
+        _ => {
+            // The text up to a NUL, as C reads it.
+            let text = &arg[..arg.iter().position(|&c| c == 0).unwrap_or(arg.len())];
+            let (ms_text, seq_text) = match text.iter().position(|&c| c == b'-') {
+                Some(at) => (&text[..at], Some(&text[at + 1..])),
+                None => (text, None),
+            };
+            let ms = parse_u64(ms_text).ok_or_else(invalid)?;
+            let seq = match seq_text {
+                Some(b"*") if seq_given.is_some() => {
+                    given = false;
+                    0
+                }
+                Some(t) => parse_u64(t).ok_or_else(invalid)?,
+                None => missing_seq,
+            };
+            StreamId { ms, seq }
+        }
+    };
+    if let Some(g) = seq_given {
+        *g = given;
+    }
+    Ok(id)
+}
+
+/// The stream at `key`: `WRONGTYPE` for another kind.
+fn load<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>, key: &[u8]) -> Result<Option<Header>, Fail> {
+    let Some(s) = c.get_kind(key, Kind::Stream)? else { return Ok(None) };
+    let mut bytes = Vec::with_capacity(s.len as usize);
+    c.ks.read(&s.value, &mut bytes);
+    Header::decode(&bytes).map(Some).map_err(corrupt)
+}
+
+fn write_header<K: Keyspace + ?Sized>(ks: &mut K, key: &[u8], h: &Header) -> Res {
+    ks.put(key, Kind::Stream, ValueSource::Owned(h.encode()), Expiry::Keep)?;
+    Ok(())
+}
+
+fn read_node<K: Keyspace + ?Sized>(ks: &mut K, gen: u64, n: u64) -> Result<Option<Node>, Fail> {
+    let Some(v) = ks.internal_get(&chunk_key(gen, n)) else { return Ok(None) };
+    let mut bytes = Vec::new();
+    ks.read(&v, &mut bytes);
+    Node::decode(&bytes).map(Some).map_err(corrupt)
+}
+
+fn write_node<K: Keyspace + ?Sized>(ks: &mut K, gen: u64, n: u64, node: &Node) -> Res {
+    ks.internal_put(&chunk_key(gen, n), &node.encode())?;
+    Ok(())
+}
+
+/// The first stored node numbered `from` or more, below the tail.
+fn next_node<K: Keyspace + ?Sized>(ks: &mut K, h: &Header, from: u64) -> Option<u64> {
+    if from >= h.tail {
+        return None;
+    }
+    let start = chunk_key(h.gen, from);
+    let mut found = None;
+    ks.internal_scan(&start, 1, &mut |k| found = Some(k.to_vec()));
+    let k = found?;
+    if k.len() != 17 || k[..9] != start[..9] {
+        return None;
+    }
+    let n = u64::from_be_bytes(k[9..].try_into().expect("8 bytes"));
+    (n < h.tail).then_some(n)
+}
+
+/// The last stored node numbered below `before`, from the head.
+fn prev_node<K: Keyspace + ?Sized>(ks: &mut K, h: &Header, before: u64) -> Option<u64> {
+    let mut n = before.min(h.tail);
+    while n > h.head {
+        n -= 1;
+        if ks.internal_get(&chunk_key(h.gen, n)).is_some() {
+            return Some(n);
+        }
+    }
+    None
+}
+
+/// The last node whose first entry's ID is at most `id`, if any.
+fn locate<K: Keyspace + ?Sized>(ks: &mut K, h: &Header, id: StreamId) -> Result<Option<u64>, Fail> {
+    let (mut lo, mut hi, mut found) = (h.head, h.tail, None);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        let Some(n) = next_node(ks, h, mid).filter(|&n| n < hi) else {
+            hi = mid;
+            continue;
+        };
+        let node = read_node(ks, h.gen, n)?.expect("a node found by scan is stored");
+        if node.entries[0].id <= id {
+            found = Some(n);
+            lo = n + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(found)
+}
+
+/// Live entries with IDs in `start..=end`, ascending (or descending if
+/// `rev`), at most `count` (0: all).
+fn range<K: Keyspace + ?Sized>(ks: &mut K, h: &Header, start: StreamId, end: StreamId, count: usize, rev: bool) -> Result<Vec<Entry>, Fail> {
+    let mut out = Vec::new();
+    if h.length == 0 || start > end {
+        return Ok(out);
+    }
+    let full = |out: &Vec<Entry>| count > 0 && out.len() >= count;
+    if !rev {
+        let mut at = match locate(ks, h, start)? {
+            Some(n) => Some(n),
+            None => next_node(ks, h, h.head),
+        };
+        while let Some(n) = at {
+            let node = read_node(ks, h.gen, n)?.expect("a located node is stored");
+            for e in node.entries {
+                if e.id > end {
+                    return Ok(out);
+                }
+                if e.id >= start && !e.deleted {
+                    out.push(e);
+                    if full(&out) {
+                        return Ok(out);
+                    }
+                }
+            }
+            at = next_node(ks, h, n + 1);
+        }
+    } else {
+        let mut at = locate(ks, h, end)?;
+        while let Some(n) = at {
+            let node = read_node(ks, h.gen, n)?.expect("a located node is stored");
+            for e in node.entries.into_iter().rev() {
+                if e.id < start {
+                    return Ok(out);
+                }
+                if e.id <= end && !e.deleted {
+                    out.push(e);
+                    if full(&out) {
+                        return Ok(out);
+                    }
+                }
+            }
+            at = prev_node(ks, h, n);
+        }
+    }
+    Ok(out)
+}
+
+/// The first live entry's ID, or 0-0.
+fn first_live<K: Keyspace + ?Sized>(ks: &mut K, h: &Header) -> Result<StreamId, Fail> {
+    Ok(range(ks, h, StreamId::MIN, StreamId::MAX, 1, false)?.first().map_or(StreamId::MIN, |e| e.id))
+}
+
+fn reply_entries<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>, entries: &[Entry]) {
+    c.out.array(entries.len());
+    for e in entries {
+        c.out.array(2);
+        c.out.bulk(e.id.text().as_bytes());
+        c.out.array(2 * e.fields.len());
+        for (f, v) in &e.fields {
+            c.out.bulk(f);
+            c.out.bulk(v);
+        }
+    }
+}
+
+/// The node sizes the server is configured with.
+fn limits<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> NodeLimits {
+    c.server.config.stream_nodes
+}
+
+/// How XADD and XTRIM trim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Strategy {
+    None,
+    MaxLen(u64),
+    MinId(StreamId),
+}
+
+#[derive(Debug)]
+struct TrimArgs {
+    strategy: Strategy,
+    approx: bool,
+    /// Most entries to remove (0: no bound).
+    limit: u64,
+    no_mkstream: bool,
+    /// XADD: the ID argument's position, the ID if given, and whether its
+    /// sequence was.
+    id_pos: usize,
+    id: Option<StreamId>,
+    seq_given: bool,
+}
+
+/// Redis's `streamParseAddOrTrimArgsOrReply`.
+fn parse_trim_args<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>, xadd: bool) -> Result<TrimArgs, Fail> {
+    let mut a = TrimArgs { strategy: Strategy::None, approx: false, limit: 0, no_mkstream: false, id_pos: 0, id: None, seq_given: true };
+    let mut limit_given = false;
+    let mut i = 2;
+    while i < c.argc() {
+        let more = c.argc() - 1 - i;
+        let opt = c.arg(i);
+        if xadd && opt == b"*" {
+            break;
+        } else if (opt.eq_ignore_ascii_case(b"maxlen") || opt.eq_ignore_ascii_case(b"minid")) && more > 0 {
+            if a.strategy != Strategy::None {
+                return Err(Fail::err("syntax error, MAXLEN and MINID options at the same time are not compatible"));
+            }
+            a.approx = false;
+            let next = c.arg(i + 1);
+            if more >= 2 && next == b"~" {
+                a.approx = true;
+                i += 1;
+            } else if more >= 2 && next == b"=" {
+                i += 1;
+            }
+            if opt.eq_ignore_ascii_case(b"maxlen") {
+                let n = c.int_arg(i + 1)?;
+                if n < 0 {
+                    return Err(Fail::err("The MAXLEN argument must be >= 0."));
+                }
+                a.strategy = Strategy::MaxLen(n as u64);
+            } else {
+                a.strategy = Strategy::MinId(parse_id(c.arg(i + 1), 0, true, None)?);
+            }
+            i += 1;
+        } else if opt.eq_ignore_ascii_case(b"limit") && more > 0 {
+            let n = c.int_arg(i + 1)?;
+            if n < 0 {
+                return Err(Fail::err("The LIMIT argument must be >= 0."));
+            }
+            a.limit = n as u64;
+            limit_given = true;
+            i += 1;
+        } else if xadd && opt.eq_ignore_ascii_case(b"nomkstream") {
+            a.no_mkstream = true;
+        } else if xadd {
+            let mut given = true;
+            a.id = Some(parse_id(opt, 0, true, Some(&mut given))?);
+            a.seq_given = given;
+            break;
+        } else {
+            return Err(Fail::Syntax);
+        }
+        i += 1;
+    }
+    a.id_pos = i;
+    if a.limit > 0 && a.strategy == Strategy::None {
+        return Err(Fail::err("syntax error, LIMIT cannot be used without specifying a trimming strategy"));
+    }
+    if !xadd && a.strategy == Strategy::None {
+        return Err(Fail::err("syntax error, XTRIM must be called with a trimming strategy"));
+    }
+    if limit_given {
+        if !a.approx {
+            return Err(Fail::err("syntax error, LIMIT cannot be used without the special ~ option"));
+        }
+    } else if a.approx {
+        // At most 100 nodes' worth, bounded both ways as Redis bounds it.
+        a.limit = match limits(c).max_entries.saturating_mul(100) {
+            0 => 10_000,
+            n => n.min(1_000_000),
+        };
+    }
+    Ok(a)
+}
+
+/// Redis's `streamTrim`: removes entries from the head by `a`'s strategy;
+/// how many. Updates `h` (the caller writes it).
+fn trim<K: Keyspace + ?Sized>(ks: &mut K, h: &mut Header, a: &TrimArgs) -> Result<u64, Fail> {
+    if a.strategy == Strategy::None {
+        return Ok(0);
+    }
+    let mut deleted = 0u64;
+    let mut at = next_node(ks, h, h.head);
+    while let Some(n) = at {
+        if let Strategy::MaxLen(max) = a.strategy {
+            if h.length <= max {
+                break;
+            }
+        }
+        let mut node = read_node(ks, h.gen, n)?.expect("a scanned node is stored");
+        let entries = node.live() as u64;
+        if a.limit > 0 && deleted + entries > a.limit {
+            break;
+        }
+        let remove = match a.strategy {
+            Strategy::MaxLen(max) => h.length - entries >= max,
+            Strategy::MinId(min) => node.entries.last().expect("a stored node has entries").id < min,
+            Strategy::None => unreachable!("returned above"),
+        };
+        if remove {
+            ks.internal_delete(&chunk_key(h.gen, n))?;
+            h.length -= entries;
+            deleted += entries;
+            h.head = n + 1;
+            at = next_node(ks, h, n + 1);
+            continue;
+        }
+        if a.approx {
+            break;
+        }
+        for e in &mut node.entries {
+            let stop = match a.strategy {
+                Strategy::MaxLen(max) => h.length <= max,
+                Strategy::MinId(min) => e.id >= min,
+                Strategy::None => unreachable!("returned above"),
+            };
+            if stop {
+                break;
+            }
+            if !e.deleted {
+                e.deleted = true;
+                h.length -= 1;
+                deleted += 1;
+            }
+        }
+        write_node(ks, h.gen, n, &node)?;
+        break;
+    }
+    if h.length == 0 {
+        h.first_id = StreamId::MIN;
+        h.head = h.tail;
+    } else if deleted > 0 {
+        h.head = next_node(ks, h, h.head).expect("a stream with entries has a node");
+        h.first_id = first_live(ks, h)?;
+    }
+    Ok(deleted)
+}
+
+/// XADD key [NOMKSTREAM] [MAXLEN|MINID [=|~] threshold [LIMIT count]] *|id field value [field value ...]
+pub(super) fn xadd<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    let a = parse_trim_args(c, true)?;
+    let field_pos = a.id_pos + 1;
+    if c.argc() < field_pos + 2 || (c.argc() - field_pos) % 2 == 1 {
+        return Err(Fail::err("wrong number of arguments for 'xadd' command"));
+    }
+    if a.id == Some(StreamId::MIN) && a.seq_given {
+        return Err(Fail::err("The ID specified in XADD must be greater than 0-0"));
+    }
+    let key = c.arg(1);
+    let mut h = match load(c, key)? {
+        Some(h) => h,
+        None if a.no_mkstream => {
+            c.out.null();
+            return Ok(());
+        }
+        None => Header::new(next_generation(c.ks)?),
+    };
+    if h.last_id == StreamId::MAX {
+        return Err(Fail::err("The stream has exhausted the last possible ID, unable to add more items"));
+    }
+    let id = match a.id {
+        Some(given) if a.seq_given => Some(given),
+        Some(given) if given.ms == h.last_id.ms => h.last_id.next().filter(|_| h.last_id.seq != u64::MAX),
+        Some(given) => Some(given),
+        None => {
+            let now = c.now_ms().max(0) as u64;
+            if now > h.last_id.ms { Some(StreamId { ms: now, seq: 0 }) } else { h.last_id.next() }
+        }
+    };
+    let Some(id) = id.filter(|&id| id > h.last_id) else {
+        return Err(Fail::err("The ID specified in XADD is equal or smaller than the target stream top item"));
+    };
+    let fields: Vec<(Vec<u8>, Vec<u8>)> = (field_pos..c.argc()).step_by(2).map(|j| (c.arg(j).to_vec(), c.arg(j + 1).to_vec())).collect();
+    let entry = Entry { id, deleted: false, fields };
+    let bytes = entry.encoded_len();
+    if bytes as u64 > c.ks.limits().max_value_bytes {
+        return Err(Fail::err("Elements are too large to be stored"));
+    }
+    let node_limits = limits(c);
+    let last = match h.tail > h.head {
+        true => read_node(c.ks, h.gen, h.tail - 1)?,
+        false => None,
+    };
+    match last {
+        Some(mut node) if !node_limits.full(&node, bytes) => {
+            node.entries.push(entry);
+            write_node(c.ks, h.gen, h.tail - 1, &node)?;
+        }
+        _ => {
+            write_node(c.ks, h.gen, h.tail, &Node { entries: vec![entry] })?;
+            if h.length == 0 {
+                h.head = h.tail;
+            }
+            h.tail += 1;
+        }
+    }
+    h.length += 1;
+    h.entries_added += 1;
+    h.last_id = id;
+    if h.length == 1 {
+        h.first_id = id;
+    }
+    trim(c.ks, &mut h, &a)?;
+    write_header(c.ks, key, &h)?;
+    c.out.bulk(id.text().as_bytes());
+    Ok(())
+}
+
+/// XLEN key
+pub(super) fn xlen<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    let n = load(c, c.arg(1))?.map_or(0, |h| h.length);
+    c.out.integer(n as i64);
+    Ok(())
+}
+
+/// XRANGE key start end [COUNT n], XREVRANGE key end start [COUNT n].
+pub(super) fn xrange<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>, rev: bool) -> Res {
+    let (start_arg, end_arg) = if rev { (c.arg(3), c.arg(2)) } else { (c.arg(2), c.arg(3)) };
+    let interval = |arg: &[u8], missing: u64| -> Result<(StreamId, bool), Fail> {
+        match arg.strip_prefix(b"(").filter(|_| arg.len() > 1) {
+            Some(rest) => Ok((parse_id(rest, missing, true, None)?, true)),
+            None => Ok((parse_id(arg, missing, false, None)?, false)),
+        }
+    };
+    let (mut start, start_ex) = interval(start_arg, 0)?;
+    if start_ex {
+        start = start.next().ok_or_else(|| Fail::err("invalid start ID for the interval"))?;
+    }
+    let (mut end, end_ex) = interval(end_arg, u64::MAX)?;
+    if end_ex {
+        end = end.prev().ok_or_else(|| Fail::err("invalid end ID for the interval"))?;
+    }
+    let mut count: i64 = -1;
+    let mut j = 4;
+    while j < c.argc() {
+        if c.arg(j).eq_ignore_ascii_case(b"count") && j + 1 < c.argc() {
+            count = c.int_arg(j + 1)?.max(0);
+            j += 2;
+        } else {
+            return Err(Fail::Syntax);
+        }
+    }
+    let Some(h) = load(c, c.arg(1))? else {
+        c.out.array(0);
+        return Ok(());
+    };
+    if count == 0 {
+        c.out.null_array();
+        return Ok(());
+    }
+    let entries = range(c.ks, &h, start, end, count.max(0) as usize, rev)?;
+    reply_entries(c, &entries);
+    Ok(())
+}
+
+/// XDEL key id [id ...]: how many were deleted.
+pub(super) fn xdel<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    let key = c.arg(1);
+    let Some(mut h) = load(c, key)? else {
+        c.out.integer(0);
+        return Ok(());
+    };
+    let ids = (2..c.argc()).map(|j| parse_id(c.arg(j), 0, true, None)).collect::<Result<Vec<_>, _>>()?;
+    let (mut deleted, mut first) = (0u64, false);
+    for id in ids {
+        let Some(n) = locate(c.ks, &h, id)? else { continue };
+        let mut node = read_node(c.ks, h.gen, n)?.expect("a located node is stored");
+        let Some(e) = node.entries.iter_mut().find(|e| e.id == id && !e.deleted) else { continue };
+        e.deleted = true;
+        if node.live() == 0 {
+            c.ks.internal_delete(&chunk_key(h.gen, n))?;
+            if n == h.head {
+                h.head = next_node(c.ks, &h, n + 1).unwrap_or(h.tail);
+            }
+            if n + 1 == h.tail {
+                h.tail = prev_node(c.ks, &h, n).map_or(h.head, |p| p + 1);
+            }
+        } else {
+            write_node(c.ks, h.gen, n, &node)?;
+        }
+        h.length -= 1;
+        first |= id == h.first_id;
+        h.max_deleted = h.max_deleted.max(id);
+        deleted += 1;
+    }
+    if deleted > 0 {
+        if h.length == 0 {
+            h.first_id = StreamId::MIN;
+            h.head = h.tail;
+        } else if first {
+            h.first_id = first_live(c.ks, &h)?;
+        }
+        write_header(c.ks, key, &h)?;
+    }
+    c.out.integer(deleted as i64);
+    Ok(())
+}
+
+/// XTRIM key MAXLEN|MINID [=|~] threshold [LIMIT count]: how many were removed.
+pub(super) fn xtrim<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    let a = parse_trim_args(c, false)?;
+    let key = c.arg(1);
+    let Some(mut h) = load(c, key)? else {
+        c.out.integer(0);
+        return Ok(());
+    };
+    let deleted = trim(c.ks, &mut h, &a)?;
+    if deleted > 0 {
+        write_header(c.ks, key, &h)?;
+    }
+    c.out.integer(deleted as i64);
+    Ok(())
+}
+
+/// COPY's part: the stream of header `h` stored at `to` with nodes of a
+/// fresh generation, with the deadline `expiry` says.
+pub(super) fn copy_stream<K: Keyspace + ?Sized>(ks: &mut K, h: &Header, to: &[u8], expiry: Expiry) -> Res {
+    let mut copy = *h;
+    copy.gen = next_generation(ks)?;
+    let mut at = next_node(ks, h, h.head);
+    while let Some(n) = at {
+        let node = read_node(ks, h.gen, n)?.expect("a scanned node is stored");
+        write_node(ks, copy.gen, n, &node)?;
+        at = next_node(ks, h, n + 1);
+    }
+    ks.put(to, Kind::Stream, ValueSource::Owned(copy.encode()), expiry)?;
+    Ok(())
+}
