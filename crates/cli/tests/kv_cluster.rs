@@ -922,3 +922,36 @@ fn a_member_delivers_published_messages_to_its_subscribers() {
         assert_eq!(publisher.call(&["PUBLISH", "news", "gone"]), Reply::Int(0));
     }
 }
+
+/// Streams through every member: XADD through the leader and a follower,
+/// XRANGE, XREAD and XLEN read the same entries on each; XREAD BLOCK is
+/// refused with the reason (a member's reads never wait).
+#[test]
+fn streams_are_written_and_read_through_every_member() {
+    let cluster = Cluster::start();
+    let l = cluster.leader(&[0, 1, 2]);
+    let f = (l + 1) % 3;
+    assert_eq!(cluster.client(l).call(&["XADD", "st", "1-0", "a", "1"]), Reply::bulk("1-0"));
+    assert_eq!(cluster.client(f).call(&["XADD", "st", "2-*", "b", "2"]), Reply::bulk("2-0"));
+    // `*` takes the entry's time: the ID the follower answered is the one the leader holds.
+    let added = cluster.client(f).call(&["XADD", "st", "MAXLEN", "=", "5", "*", "c", "3"]);
+    let last = match cluster.client(l).call(&["XREVRANGE", "st", "+", "-", "COUNT", "1"]) {
+        Reply::Array(Some(mut entries)) => match entries.remove(0) {
+            Reply::Array(Some(mut pair)) => pair.remove(0),
+            other => panic!("an entry: {other:?}"),
+        },
+        other => panic!("XREVRANGE: {other:?}"),
+    };
+    assert_eq!(added, last);
+    for m in 0..3 {
+        let mut c = cluster.client(m);
+        assert_eq!(c.call(&["XLEN", "st"]), Reply::Int(3), "member {m}");
+        let first = c.call(&["XRANGE", "st", "-", "+", "COUNT", "2"]);
+        let entry = |id: &str, f: &str, v: &str| Reply::Array(Some(vec![Reply::bulk(id), Reply::Array(Some(vec![Reply::bulk(f), Reply::bulk(v)]))]));
+        assert_eq!(first, Reply::Array(Some(vec![entry("1-0", "a", "1"), entry("2-0", "b", "2")])), "member {m}");
+        let read = c.call(&["XREAD", "COUNT", "1", "STREAMS", "st", "1-0"]);
+        assert_eq!(read, Reply::Array(Some(vec![Reply::Array(Some(vec![Reply::bulk("st"), Reply::Array(Some(vec![entry("2-0", "b", "2")]))]))])), "member {m}");
+        assert!(matches!(c.call(&["XREAD", "BLOCK", "100", "STREAMS", "st", "$"]), Reply::Error(e) if e.contains("XREAD BLOCK is not served by a cluster member")), "member {m}");
+    }
+}
+

@@ -55,7 +55,7 @@ impl<K: Keyspace> Keyspace for Recording<'_, K> {
     fn put(&mut self, key: &[u8], kind: Kind, value: ValueSource<'_>, expiry: Expiry) -> Result<(), StoreError> {
         self.inner.put(key, kind, value, expiry)?;
         self.touched.push(key.to_vec());
-        if kind == Kind::List {
+        if kind == Kind::List || kind == Kind::Stream {
             self.lists.push(key.to_vec());
         }
         Ok(())

@@ -36,7 +36,7 @@ pub const READS: &[&str] = &[
     "getrange", "hexists", "hget", "hgetall", "hkeys", "hlen", "hmget", "hrandfield", "hscan", "hstrlen", "hvals",
     "keys", "lindex", "llen", "lpos", "lrange", "mget", "object", "pexpiretime", "ping", "pttl", "randomkey", "scan",
     "scard", "sdiff", "select", "sinter", "sintercard", "sismember", "smembers", "smismember", "srandmember", "sscan",
-    "strlen", "substr", "sunion", "time", "touch", "ttl", "type", "xlen", "xrange", "xrevrange", "zcard", "zcount",
+    "strlen", "substr", "sunion", "time", "touch", "ttl", "type", "xlen", "xrange", "xread", "xrevrange", "zcard", "zcount",
     "zdiff", "zinter", "zintercard", "zlexcount", "zmscore", "zrandmember", "zrange", "zrangebylex", "zrangebyscore",
     "zrank", "zrevrange", "zrevrangebylex", "zrevrangebyscore", "zrevrank", "zscan", "zscore", "zunion",
 ];

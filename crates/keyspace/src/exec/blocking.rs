@@ -60,6 +60,10 @@ pub(crate) enum Op {
     Move { dst: Vec<u8>, from: End, to: End },
     /// BLMPOP: `LPOP key count` / `RPOP key count`, answered `[key, [elements]]`.
     MPop { end: End, count: u64 },
+    /// XREAD BLOCK: `XREAD COUNT count STREAMS key id` on the key with an
+    /// entry past the ID this session waits beyond there (`$` resolved when
+    /// it blocked), answered as that XREAD.
+    XRead { count: u64, from: Vec<(Vec<u8>, crate::stream::StreamId)> },
 }
 
 /// Which sessions wait on which keys, and the keys made ready.
@@ -74,6 +78,8 @@ pub(crate) struct Waiters {
     ready: VecDeque<Vec<u8>>,
     ready_set: HashSet<Vec<u8>>,
     clients: usize,
+    /// XREAD waiters: the ID each waits beyond on each of its streams.
+    stream_from: HashMap<u64, HashMap<Vec<u8>, crate::stream::StreamId>>,
 }
 
 impl Waiters {
@@ -93,9 +99,16 @@ impl Waiters {
         self.clients += 1;
     }
 
+    /// `client`, blocked, waits for an entry past `from`'s ID on each of
+    /// its streams (XREAD).
+    pub fn wait_for_entries(&mut self, client: u64, from: &[(Vec<u8>, crate::stream::StreamId)]) {
+        self.stream_from.insert(client, from.iter().cloned().collect());
+    }
+
     /// `client` waits no more (nothing if it does not wait: CLIENT UNBLOCK
     /// released it already).
     pub fn unblock(&mut self, client: u64) {
+        self.stream_from.remove(&client);
         let Some(keys) = self.keys.remove(&client) else { return };
         for key in &keys {
             let queue = self.by_key.get_mut(key).expect("a blocked session is queued on each of its keys");
@@ -112,7 +125,7 @@ impl Waiters {
         std::mem::take(&mut self.unblocked)
     }
 
-    /// A list was written at `key`: ready if someone waits on it.
+    /// A list or stream was written at `key`: ready if someone waits on it.
     pub fn written(&mut self, key: &[u8]) {
         if self.by_key.contains_key(key) && !self.ready_set.contains(key) {
             self.ready_set.insert(key.to_vec());
@@ -400,6 +413,11 @@ pub(crate) fn served_command(op: &Op, key: &[u8]) -> Vec<Vec<u8>> {
             let name = if *end == End::Head { b"LPOP".to_vec() } else { b"RPOP".to_vec() };
             vec![name, key.to_vec(), count.to_string().into_bytes()]
         }
+        Op::XRead { count, from } => {
+            let id = from.iter().find(|(k, _)| k == key).map(|(_, id)| *id).expect("a waiter's stream key");
+            let count = count.to_string().into_bytes();
+            vec![b"XREAD".to_vec(), b"COUNT".to_vec(), count, b"STREAMS".to_vec(), key.to_vec(), id.text().into_bytes()]
+        }
     }
 }
 
@@ -407,8 +425,18 @@ impl Waiters {
     /// See [`super::Server::next_ready`].
     pub(crate) fn next_ready<K: Keyspace>(&mut self, ks: &mut K) -> Option<(Vec<u8>, u64)> {
         loop {
-            let (key, client) = self.front()?;
-            if holds_list(ks, &key) {
+            let (key, _) = self.front()?;
+            // The first waiter, in blocking order, that the key can serve now: a
+            // list pop while it holds a list, an XREAD once the stream holds an
+            // entry past the ID it waits beyond.
+            let list = holds_list(ks, &key);
+            let last = super::streams::last_live_id(ks, &key);
+            let queue = self.by_key.get(&key).expect("a front key has waiters");
+            let served = queue.iter().copied().find(|client| match self.stream_from.get(client) {
+                Some(from) => last.is_some_and(|last| from.get(&key).is_some_and(|&id| last > id)),
+                None => list,
+            });
+            if let Some(client) = served {
                 return Some((key, client));
             }
             self.drop_front();

@@ -383,6 +383,7 @@ command_table! {
     "xdel", -3, (1, 1, 1), [WRITE], |c| streams::xdel(c);
     "xlen", 2, (1, 1, 1), [READONLY], |c| streams::xlen(c);
     "xrange", -4, (1, 1, 1), [READONLY], |c| streams::xrange(c, false);
+    "xread", -4, (0, 0, 0), [READONLY BLOCKING], |c| streams::xread(c);
     "xrevrange", -4, (1, 1, 1), [READONLY], |c| streams::xrange(c, true);
     "xtrim", -4, (1, 1, 1), [WRITE], |c| streams::xtrim(c);
     "zadd", -4, (1, 1, 1), [WRITE], chunked ZSet => |c, h| large::zadd(c, h), |c| zsets::zadd(c);

@@ -239,6 +239,8 @@ pub struct Server {
     /// Inside EXEC: blocking commands answer at once (Redis's
     /// `CLIENT_DENY_BLOCKING`).
     deny_blocking: bool,
+    /// A script is running (Redis's `CLIENT_SCRIPT`: XREAD refuses BLOCK).
+    in_script: bool,
     /// INFO sections whose bodies the embedding server supplies (a cluster
     /// member's replication, keyspace and stats), by section name.
     info_sections: Vec<(&'static str, String)>,
@@ -490,6 +492,7 @@ impl Server {
             watches,
             waiters: blocking::Waiters::default(),
             deny_blocking: false,
+            in_script: false,
             info_sections: Vec::new(),
             max_queued_bytes: MAX_QUEUED_BYTES,
             scripts: scripting::Scripts::default(),
@@ -700,6 +703,9 @@ impl Server {
             Ok(()) if session.blocked.is_some() => {
                 let blocked = session.blocked.as_ref().expect("blocked");
                 self.waiters.block(session.id, &blocked.keys);
+                if let blocking::Op::XRead { from, .. } = &blocked.op {
+                    self.waiters.wait_for_entries(session.id, from);
+                }
                 Flow::Block
             }
             Ok(()) => Flow::Continue,

@@ -196,8 +196,10 @@ impl Server {
         let mut vm = self.scripts.vm.take().expect("compiled above");
         ks.begin_script();
         let deny_blocking = std::mem::replace(&mut self.deny_blocking, true);
+        let in_script = std::mem::replace(&mut self.in_script, true);
         let outcome = vm.run(&function, &keys, &args, seed, limit, &mut |argv, resp| self.script_call(session, ks, argv, resp, read_only));
         self.deny_blocking = deny_blocking;
+        self.in_script = in_script;
         let script_resp = vm.script_resp();
         self.scripts.vm = Some(vm);
         let mut out = Out::<K::Value, S>::new(sink, session.protocol);

@@ -1,4 +1,4 @@
-//! Streams: `XADD XLEN XRANGE XREVRANGE XDEL XTRIM`, as Redis 7.0's
+//! Streams: `XADD XLEN XRANGE XREVRANGE XDEL XTRIM XREAD`, as Redis 7.0's
 //! `t_stream.c` serves them, over the stored form of [`crate::stream`]: a
 //! header and nodes, so an append reads and writes the last node and the
 //! header whatever the stream's length, and a range finds its first node
@@ -12,6 +12,11 @@
 //! XDEL and an exact trim mark entries deleted inside a node and a node
 //! whose last live entry goes is removed; `~` trims whole nodes only, at
 //! most LIMIT entries (default 100 nodes' worth).
+//!
+//! XREAD BLOCK with nothing to read blocks as a list pop does
+//! ([`super::blocking`]): the session waits on its keys for an entry past
+//! the ID it gave (`$`: the stream's last ID when it blocked), and an XADD
+//! to one of them serves it with that one stream's entries.
 //!
 //! Invariants: the header's `length` is the number of live entries in the
 //! nodes numbered `head..tail`; every stored node has a live entry; node
@@ -583,3 +588,116 @@ pub(super) fn copy_stream<K: Keyspace + ?Sized>(ks: &mut K, h: &Header, to: &[u8
     ks.put(to, Kind::Stream, ValueSource::Owned(copy.encode()), expiry)?;
     Ok(())
 }
+
+/// The ID of the last live entry of the stream at `key`, if it is a stream
+/// with entries (Redis's `streamLastValidID`): what an XREAD waiter's ID is
+/// compared with.
+pub(crate) fn last_live_id<K: Keyspace + ?Sized>(ks: &mut K, key: &[u8]) -> Option<StreamId> {
+    let s = ks.get(key).filter(|s| s.kind == Kind::Stream)?;
+    let mut bytes = Vec::new();
+    ks.read(&s.value, &mut bytes);
+    let h = Header::decode(&bytes).ok().filter(|h| h.length > 0)?;
+    range(ks, &h, StreamId::MIN, StreamId::MAX, 1, true).ok()?.first().map(|e| e.id)
+}
+
+/// XREAD [COUNT count] [BLOCK ms] STREAMS key [key ...] id [id ...]: for
+/// each stream with entries past its ID, `[key, entries]` (RESP3: a map);
+/// the null array if none has any, or, with BLOCK, the session waits.
+pub(super) fn xread<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    let (mut timeout_ms, mut count, mut streams_at) = (None, 0u64, 0usize);
+    let mut i = 1;
+    while i < c.argc() {
+        let more = c.argc() - i - 1;
+        let opt = c.arg(i);
+        if opt.eq_ignore_ascii_case(b"block") && more > 0 {
+            if c.server.in_script {
+                return Err(Fail::err(&format!("{} command is not allowed with BLOCK option from scripts", String::from_utf8_lossy(c.arg(0)))));
+            }
+            i += 1;
+            let ms = parse_i64(c.arg(i)).ok_or_else(|| Fail::err("timeout is not an integer or out of range"))?;
+            if ms < 0 {
+                return Err(Fail::err("timeout is negative"));
+            }
+            timeout_ms = Some(ms as u64);
+        } else if opt.eq_ignore_ascii_case(b"count") && more > 0 {
+            i += 1;
+            count = c.int_arg(i)?.max(0) as u64;
+        } else if opt.eq_ignore_ascii_case(b"streams") && more > 0 {
+            streams_at = i + 1;
+            if (c.argc() - streams_at) % 2 != 0 {
+                return Err(Fail::err("Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified."));
+            }
+            break;
+        } else if opt.eq_ignore_ascii_case(b"group") && more >= 2 {
+            return Err(Fail::err("The GROUP option is only supported by XREADGROUP. You called XREAD instead."));
+        } else if opt.eq_ignore_ascii_case(b"noack") {
+            return Err(Fail::err("The NOACK option is only supported by XREADGROUP. You called XREAD instead."));
+        } else {
+            return Err(Fail::Syntax);
+        }
+        i += 1;
+    }
+    if streams_at == 0 {
+        return Err(Fail::Syntax);
+    }
+    let n = (c.argc() - streams_at) / 2;
+    // Each stream's ID, in order: type checks and IDs as Redis reads them.
+    let mut from = Vec::with_capacity(n);
+    for j in 0..n {
+        let key = c.arg(streams_at + j);
+        let h = load(c, key)?;
+        let id = match c.arg(streams_at + n + j) {
+            b"$" => h.map_or(StreamId::MIN, |h| h.last_id),
+            b">" => return Err(Fail::err("The > ID can be specified only when calling XREADGROUP using the GROUP <group> <consumer> option.")),
+            arg => parse_id(arg, 0, true, None)?,
+        };
+        from.push((key.to_vec(), id, h));
+    }
+    let mut served = Vec::new();
+    for (key, id, h) in &from {
+        let Some(h) = h else { continue };
+        if h.length == 0 {
+            continue;
+        }
+        let Some(start) = id.next() else { continue };
+        let entries = range(c.ks, h, start, StreamId::MAX, count as usize, false)?;
+        if !entries.is_empty() {
+            served.push((key.clone(), entries));
+        }
+    }
+    if !served.is_empty() {
+        // RESP2: an array of `[key, entries]` pairs; RESP3: a map.
+        let resp2 = c.session.protocol == pmwire_resp::reply::Protocol::Resp2;
+        if resp2 { c.out.array(served.len()) } else { c.out.map(served.len()) }
+        for (key, entries) in &served {
+            if resp2 {
+                c.out.array(2);
+            }
+            c.out.bulk(key);
+            reply_entries(c, entries);
+        }
+        return Ok(());
+    }
+    let Some(timeout_ms) = timeout_ms else {
+        c.out.null_array();
+        return Ok(());
+    };
+    if c.server.deny_blocking {
+        c.out.null_array();
+        return Ok(());
+    }
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    for (key, _, _) in &from {
+        if !keys.contains(key) {
+            keys.push(key.clone());
+        }
+    }
+    let from = from.into_iter().map(|(k, id, _)| (k, id)).collect();
+    let count = if count == 0 { XREAD_BLOCKED_DEFAULT_COUNT } else { count };
+    c.session.blocked = Some(super::blocking::Blocked { keys, timeout_ms, op: super::blocking::Op::XRead { count, from } });
+    Ok(())
+}
+
+/// Entries a served XREAD BLOCK without COUNT answers with at most (Redis's
+/// `XREAD_BLOCKED_DEFAULT_COUNT`).
+const XREAD_BLOCKED_DEFAULT_COUNT: u64 = 1000;

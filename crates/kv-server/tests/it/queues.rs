@@ -4,7 +4,10 @@
 //! by EVALSHA): 40 jobs whose results are read back and one job that fails,
 //! which the worker must report. Celery (Redis broker and result backend;
 //! kombu's Lua scripts, results waited for by pub/sub): plain, failing and
-//! delayed tasks, a group and a chord, each result checked. `scripts/setup`
+//! delayed tasks, a group and a chord, each result checked. python-rq
+//! (results written by XADD inside MULTI, the worker's commands by pub/sub):
+//! plain, failing and dependent jobs run by a burst worker, each result read
+//! back. `scripts/setup`
 //! installs each library and redis-py from PyPI into a venv of its own;
 //! these tests run those venvs.
 
@@ -19,12 +22,14 @@ use crate::common::*;
 /// The versions `scripts/setup` installs (keep them equal).
 const DRAMATIQ_VERSION: &str = "2.2.1";
 const CELERY_VERSION: &str = "5.5.3";
+const RQ_VERSION: &str = "3.0.0";
 
 /// `name` in the venv of `library` (`dramatiq` or `celery`), which
 /// `scripts/setup` made (or the path its environment variable gives).
 fn venv_bin(library: &str, name: &str) -> PathBuf {
     let (var, version) = match library {
         "dramatiq" => ("PMWIRE_QUEUES_VENV", DRAMATIQ_VERSION),
+        "rq" => ("PMWIRE_RQ_VENV", RQ_VERSION),
         _ => ("PMWIRE_CELERY_VENV", CELERY_VERSION),
     };
     let venv = match std::env::var_os(var) {
@@ -118,6 +123,47 @@ fn celery_runs_plain_failing_delayed_group_and_chord_work_as_on_redis() {
             assert!(out.contains(&format!("{kind} ok")), "{name}: {kind}: {out}");
         }
         assert!(log.contains("ValueError: boom"), "{name}: the failing task was not reported:\n{log}");
+    }
+    server.stop();
+}
+
+/// Queues python-rq jobs, runs a burst worker over them, and reads the
+/// results back, against the server on `port`: the check's output and the
+/// worker's log.
+fn rq(port: u16) -> (String, String) {
+    let ids = tempfile::NamedTempFile::new().unwrap();
+    let script = |step: &str| {
+        Command::new(venv_bin("rq", "python"))
+            .args(["rq_run.py", step])
+            .current_dir(app_dir())
+            .env("PORT", port.to_string())
+            .env("IDS", ids.path())
+            .output()
+            .expect("run the rq script")
+    };
+    let text = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    let queued = script("enqueue");
+    let worker = Command::new(venv_bin("rq", "rq"))
+        .args(["worker", "--burst", "--url", &format!("redis://127.0.0.1:{port}"), "default"])
+        .current_dir(app_dir())
+        .output()
+        .expect("run the rq worker");
+    let checked = script("check");
+    (format!("{}{}", text(&queued), text(&checked)), text(&worker))
+}
+
+#[test]
+fn python_rq_runs_plain_failing_and_dependent_jobs_as_on_redis() {
+    let redis = RedisServer::start();
+    let pool = Pool::new();
+    let server = start(&pool.path, Mode::ZeroCopy);
+    for (name, port) in [("redis-server", redis.1), ("pmwire kv", server.resp.port())] {
+        let (out, log) = rq(port);
+        assert!(out.contains("rq ok"), "{name}: {out}\nworker:\n{log}");
+        for kind in ["plain", "failing", "dependent"] {
+            assert!(out.contains(&format!("{kind} ok")), "{name}: {kind}: {out}");
+        }
+        assert!(log.contains("ValueError: boom"), "{name}: the failing job was not reported:\n{log}");
     }
     server.stop();
 }
