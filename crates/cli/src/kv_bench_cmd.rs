@@ -92,11 +92,12 @@ pub fn bench(suite: &KvSuite) -> Result<()> {
         );
         println!(
             "collections: {} HSET/HDEL/HINCRBY, {} ZADD/ZREM/ZINCRBY/ZPOPMIN/ZREMRANGEBYSCORE, \
-             {} RPUSH/LPUSH/LPOP, {} SADD/SREM acknowledged, {} read back whole",
+             {} RPUSH/LPUSH/LPOP, {} SADD/SREM, {} XADD/XDEL/XTRIM acknowledged, {} read back whole",
             report.hash_acknowledged,
             report.zset_acknowledged,
             report.list_acknowledged,
             report.set_acknowledged,
+            report.stream_acknowledged,
             report.collections_checked
         );
         println!("{} transactions ({} of them EVAL scripts) acknowledged, {} half-applied", report.transactions, report.scripts, report.half_applied);

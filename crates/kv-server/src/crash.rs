@@ -20,17 +20,18 @@
 //! failure-atomic as an EXEC's, and a third canary (`run_with_planted_script_bug`) commits
 //! them command by command, which the campaign must catch.
 //!
-//! Collections: about a third of the RESP writes go to keys of their own of the four collection
+//! Collections: about a third of the RESP writes go to keys of their own of the five collection
 //! families: hashes (HSET/HDEL/HINCRBY), sorted sets (ZADD/ZREM/ZINCRBY/ZPOPMIN/
-//! ZREMRANGEBYSCORE), lists (RPUSH/LPUSH/LPOP) and sets (SADD/SREM), with small universes of
-//! fields and members so each key stays small. The model
+//! ZREMRANGEBYSCORE), lists (RPUSH/LPUSH/LPOP), sets (SADD/SREM) and streams (XADD with IDs
+//! above any sent before, XDEL, XTRIM MAXLEN =), with small universes of fields and members so
+//! each key stays small. The model
 //! of such a key is its exact acknowledged contents (a list's elements in order; a set's
 //! members; a hash's fields and values; a sorted set's members and scores) and the writes sent
 //! after it, in order, not yet answered. After a restart each is read back (LRANGE 0 -1,
-//! SMEMBERS sorted, HGETALL, ZRANGE 0 -1 WITHSCORES) and must equal the acknowledged contents
+//! SMEMBERS sorted, HGETALL, ZRANGE 0 -1 WITHSCORES, XRANGE - +) and must equal the acknowledged contents
 //! with some prefix of those writes applied (none, the first, the first two, ...); anything
 //! else counts as *lost*. Every other pair of runs starts the server with `--collection-limits
-//! tiny`, so these collections are chunked past 2 members (headers and chunks,
+//! tiny` (and stream nodes of 2 entries), so these collections are chunked past 2 members (headers and chunks,
 //! `pmwire_keyspace::chunked`, split and merged as they grow and shrink) and recovered in both
 //! forms; a second canary (`run_with_planted_chunk_bug`) plants a list header written without
 //! its new chunk, which the campaign must catch.
@@ -79,9 +80,10 @@ enum Family {
     Zset,
     List,
     Set,
+    Stream,
 }
 
-const FAMILIES: [Family; 4] = [Family::Hash, Family::Zset, Family::List, Family::Set];
+const FAMILIES: [Family; 5] = [Family::Hash, Family::Zset, Family::List, Family::Set, Family::Stream];
 
 impl Family {
     /// The family of collection key `c`.
@@ -90,7 +92,7 @@ impl Family {
     }
 
     fn key(c: u64) -> String {
-        let name = ["hash", "zset", "list", "set"][Family::of(c) as usize];
+        let name = ["hash", "zset", "list", "set", "stream"][Family::of(c) as usize];
         format!("crash:r:{name}:{c}")
     }
 }
@@ -115,6 +117,12 @@ enum CollOp {
     LPop,
     SAdd(Vec<u8>),
     SRem(Vec<u8>),
+    /// XADD of an entry with ID `ms-0` (strictly above every ID sent to the key) and one field.
+    XAdd(u64, Vec<u8>, Vec<u8>),
+    /// XDEL of one ID.
+    XDel(u64),
+    /// XTRIM MAXLEN = n.
+    XTrim(u64),
 }
 
 impl CollOp {
@@ -137,6 +145,9 @@ impl CollOp {
             CollOp::LPop => RespClient::encode(&[&b"LPOP"[..], k], out),
             CollOp::SAdd(m) => RespClient::encode(&[&b"SADD"[..], k, m], out),
             CollOp::SRem(m) => RespClient::encode(&[&b"SREM"[..], k, m], out),
+            CollOp::XAdd(ms, f, v) => RespClient::encode(&[&b"XADD"[..], k, format!("{ms}-0").as_bytes(), f, v], out),
+            CollOp::XDel(ms) => RespClient::encode(&[&b"XDEL"[..], k, format!("{ms}-0").as_bytes()], out),
+            CollOp::XTrim(n) => RespClient::encode(&[&b"XTRIM"[..], k, b"MAXLEN", b"=", n.to_string().as_bytes()], out),
         }
     }
 
@@ -195,6 +206,20 @@ impl Contents {
             CollOp::LPop => {
                 self.list.pop_front();
             }
+            // A stream's entries are three list items each: ID, field, value.
+            CollOp::XAdd(ms, f, v) => self.list.extend([format!("{ms}-0").into_bytes(), f.clone(), v.clone()]),
+            CollOp::XDel(ms) => {
+                let id = format!("{ms}-0").into_bytes();
+                if let Some(at) = self.list.iter().step_by(3).position(|e| *e == id) {
+                    self.list.drain(3 * at..3 * at + 3);
+                }
+            }
+            CollOp::XTrim(n) => {
+                let keep = 3 * *n as usize;
+                while self.list.len() > keep {
+                    self.list.pop_front();
+                }
+            }
         }
     }
 
@@ -209,7 +234,7 @@ impl Contents {
     /// member, score pairs in (score, member) order with scores as `f64::to_string` writes them.
     fn canonical(&self, family: Family) -> Vec<Vec<u8>> {
         match family {
-            Family::List => self.list.iter().cloned().collect(),
+            Family::List | Family::Stream => self.list.iter().cloned().collect(),
             Family::Set => self.members.keys().cloned().collect(),
             Family::Hash => self.members.iter().flat_map(|(f, v)| [f.clone(), v.clone()]).collect(),
             Family::Zset => {
@@ -230,6 +255,9 @@ struct CollState {
     durable: Contents,
     /// Writes sent after the last answered one, in order.
     pending: std::collections::VecDeque<CollOp>,
+    /// A stream key: the largest ID's milliseconds sent to it (so the next XADD's is above
+    /// whatever committed, acknowledged or not).
+    max_ms: u64,
 }
 
 /// The key ids of transaction group `g` (after the plain keys' ids).
@@ -284,6 +312,8 @@ pub struct CrashReport {
     pub list_acknowledged: u64,
     /// Of `acknowledged`: SADD/SREM writes.
     pub set_acknowledged: u64,
+    /// Of `acknowledged`: XADD/XDEL/XTRIM writes.
+    pub stream_acknowledged: u64,
     /// Of `keys_checked`: collection keys read back whole after restarts.
     pub collections_checked: u64,
 }
@@ -319,7 +349,7 @@ struct Model {
     /// Collection keys (RESP only), by id (see [`Family::of`]).
     colls: HashMap<u64, CollState>,
     /// Acknowledged collection writes per family, in [`FAMILIES`] order.
-    family_acknowledged: [u64; 4],
+    family_acknowledged: [u64; 5],
     next_seq: u64,
     acknowledged: u64,
     expiring_acknowledged: u64,
@@ -424,6 +454,13 @@ fn campaign(options: &CrashOptions, dir: &Path, planted: Option<&'static str>) -
             child.stop().with_context(context)?;
             break;
         }
+        if tiny {
+            // Streams too: nodes of 2 entries, so appends start nodes and deletes and trims
+            // remove them under kill -9.
+            let mut conn = RespClient::connect(child.ready.resp_addr()).with_context(context)?;
+            let reply = conn.call(&["CONFIG", "SET", "stream-node-max-entries", "2"]).with_context(context)?;
+            anyhow::ensure!(reply == pmwire_resp::client::Value::Simple(b"OK".to_vec()), "CONFIG SET stream-node-max-entries: {reply:?}");
+        }
         let kill_after = Duration::from_micros(rng.gen_range(1_000..options.max_load.as_micros().max(1_001) as u64));
         let deadline = Instant::now() + options.max_load * 2 + Duration::from_secs(1);
         let seeds = [rng.gen::<u64>(), rng.gen::<u64>()];
@@ -451,6 +488,7 @@ fn campaign(options: &CrashOptions, dir: &Path, planted: Option<&'static str>) -
     report.zset_acknowledged = family(Family::Zset);
     report.list_acknowledged = family(Family::List);
     report.set_acknowledged = family(Family::Set);
+    report.stream_acknowledged = family(Family::Stream);
     if report.half_applied > 0 {
         bail!("{} transactions (EXEC or EVAL) half-applied (seed {})", report.half_applied, options.seed);
     }
@@ -552,7 +590,7 @@ enum Sent {
 
 /// A random write to collection key `c`, on small universes of fields and members; a list
 /// pops once it could hold [`MAX_LIST`] elements.
-fn random_coll_op(rng: &mut StdRng, c: u64, state: &CollState) -> CollOp {
+fn random_coll_op(rng: &mut StdRng, c: u64, state: &mut CollState) -> CollOp {
     let member = |rng: &mut StdRng, n: u32| format!("m{}", rng.gen_range(0..n)).into_bytes();
     match Family::of(c) {
         Family::Hash if rng.gen_bool(0.1) => {
@@ -574,6 +612,22 @@ fn random_coll_op(rng: &mut StdRng, c: u64, state: &CollState) -> CollOp {
         Family::Zset => CollOp::ZRem(member(rng, 24)),
         Family::Set if rng.gen_bool(0.65) => CollOp::SAdd(member(rng, 24)),
         Family::Set => CollOp::SRem(member(rng, 24)),
+        Family::Stream => {
+            let mut now = state.durable.clone();
+            state.pending.iter().for_each(|op| now.apply(op));
+            let entries = now.list.len() / 3;
+            if entries > 0 && rng.gen_bool(0.1) {
+                let at = rng.gen_range(0..entries);
+                let id = String::from_utf8_lossy(&now.list[3 * at]).trim_end_matches("-0").parse().expect("the model's IDs");
+                return CollOp::XDel(id);
+            }
+            if entries >= MAX_LIST || rng.gen_bool(0.05) {
+                return CollOp::XTrim(rng.gen_range(0..=MAX_LIST as u64 / 2));
+            }
+            state.max_ms += 1 + rng.gen_range(0..3);
+            let most = rng.gen_range(1..=2_000u32);
+            CollOp::XAdd(state.max_ms, member(rng, 6), value_bytes(&Family::key(c), rng.gen(), rng.gen_range(1..=most)))
+        }
         Family::List => {
             let pushes = state.pending.iter().filter(|op| op.is_push()).count();
             if state.durable.list.len() + pushes >= MAX_LIST || rng.gen_bool(0.4) {
@@ -774,6 +828,7 @@ fn verify_collections(
             Family::Set => RespClient::encode(&["SMEMBERS", &key], &mut out),
             Family::Hash => RespClient::encode(&["HGETALL", &key], &mut out),
             Family::Zset => RespClient::encode(&["ZRANGE", &key, "0", "-1", "WITHSCORES"], &mut out),
+            Family::Stream => RespClient::encode(&["XRANGE", &key, "-", "+"], &mut out),
         }
     }
     let mut conn = RespClient::connect(ready.resp_addr()).context("RESP connect")?;
@@ -781,6 +836,23 @@ fn verify_collections(
     for &c in &ids {
         let family = Family::of(c);
         let items = match conn.read_reply()? {
+            // XRANGE: [id, [field, value]] per entry, flattened.
+            Value::Array(entries) if family == Family::Stream => {
+                let mut items = Vec::with_capacity(3 * entries.len());
+                for e in entries {
+                    match e {
+                        Value::Array(mut pair) if pair.len() == 2 => match pair.pop() {
+                            Some(Value::Array(fields)) => {
+                                items.extend(pair);
+                                items.extend(fields);
+                            }
+                            other => bail!("{} entry fields {other:?}", Family::key(c)),
+                        },
+                        other => bail!("{} entry {other:?}", Family::key(c)),
+                    }
+                }
+                items
+            }
             Value::Array(items) | Value::Set(items) => items,
             Value::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
             other => bail!("{} read reply {other:?}", Family::key(c)),
@@ -829,7 +901,7 @@ fn verify_collections(
 /// A collection read's flat reply in [`Contents::canonical`]'s order.
 fn normalize(family: Family, mut flat: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
     match family {
-        Family::List => {}
+        Family::List | Family::Stream => {}
         Family::Set => flat.sort_unstable(),
         Family::Hash => {
             if flat.len() % 2 != 0 {
