@@ -54,7 +54,8 @@ pub struct SuiteArgs {
     pub out: PathBuf,
     /// kv only: run one part instead of the suite (`collections`: the cost of a durable
     /// write into a collection of 1 M members against one of 10, beside redis-server;
-    /// `scripts`: EVALSHA of a small script, server CPU per call beside redis-server).
+    /// `scripts`: EVALSHA of a small script, and `streams`: XADD of a small entry, server CPU
+    /// per call beside redis-server).
     #[arg(long)]
     pub only: Option<String>,
 }
@@ -124,12 +125,17 @@ pub fn run(suite: &KvSuite) -> Result<pmwire_bench::SuiteReport> {
                 if args.quick { CollectionsOptions::quick(exe, out) } else { CollectionsOptions::full(exe, out) };
             collections::run(&options)
         }
-        KvSuite::Kv(args) if args.only.as_deref() == Some("scripts") => {
+        KvSuite::Kv(args) if matches!(args.only.as_deref(), Some("scripts" | "streams")) => {
             let (exe, out) = (exe, args.out.clone());
-            scripts::run(&if args.quick { ScriptsOptions::quick(exe, out) } else { ScriptsOptions::full(exe, out) })
+            let mut options = if args.quick { ScriptsOptions::quick(exe, out) } else { ScriptsOptions::full(exe, out) };
+            if args.only.as_deref() == Some("streams") {
+                options.workload = scripts::Workload::Xadd;
+                options.pool = "/dev/shm/pmwire-bench-kv-streams.pool".into();
+            }
+            scripts::run(&options)
         }
         KvSuite::Kv(SuiteArgs { only: Some(other), .. }) | KvSuite::HttpWal(SuiteArgs { only: Some(other), .. }) => {
-            anyhow::bail!("--only {other}: the parts are `collections` and `scripts` (of kv)")
+            anyhow::bail!("--only {other}: the parts are `collections`, `scripts` and `streams` (of kv)")
         }
         KvSuite::Kv(args) => {
             let options = if args.quick {
@@ -167,6 +173,8 @@ pub fn tour(out: &std::path::Path) -> Result<Vec<pmwire_bench::Headline>> {
     let coll = run(&KvSuite::Kv(SuiteArgs { only: Some("collections".into()), ..quick(out) }))?;
     println!("\n== bench kv --only scripts (quick): EVALSHA beside redis-server ==");
     let scr = run(&KvSuite::Kv(SuiteArgs { only: Some("scripts".into()), ..quick(out) }))?;
+    println!("\n== bench kv --only streams (quick): XADD beside redis-server ==");
+    let streams = run(&KvSuite::Kv(SuiteArgs { only: Some("streams".into()), ..quick(out) }))?;
     println!("\n== bench kv-crash (5 kill -9 runs of pmwire kv) ==");
     let seed = std::process::id() as u64;
     let report = crash_campaign(5, seed, Duration::from_millis(60))?;
@@ -174,6 +182,6 @@ pub fn tour(out: &std::path::Path) -> Result<Vec<pmwire_bench::Headline>> {
         "{} runs (seed {seed}): {} acknowledged writes, {} lost, {} torn",
         report.runs, report.acknowledged, report.lost, report.torn
     );
-    let all = kv.headlines.into_iter().chain(http.headlines).chain(tree.headlines).chain(coll.headlines).chain(scr.headlines);
+    let all = kv.headlines.into_iter().chain(http.headlines).chain(tree.headlines).chain(coll.headlines).chain(scr.headlines).chain(streams.headlines);
     Ok(all.collect())
 }

@@ -1,9 +1,12 @@
-//! `pmwire bench kv --only scripts` (issue 27): what a small script costs
-//! the server, beside redis-server with `appendfsync always`.
+//! `pmwire bench kv --only scripts` and `--only streams` (issue 27): what a
+//! small script, or a stream append, costs the server, beside redis-server
+//! with `appendfsync always`.
 //!
 //! The script is the shape job queues run (a write and a counter):
 //! `redis.call('set', KEYS[1], ARGV[1]) return redis.call('incr', KEYS[2])`,
-//! loaded once with SCRIPT LOAD and called by EVALSHA over 1,000 keys.
+//! loaded once with SCRIPT LOAD and called by EVALSHA over 1,000 keys. The
+//! append is `XADD stream:<k> * f <value>` over 100 streams (a result or an
+//! event, as queues write them), each growing by a few thousand entries.
 //! For each server (`pmwire kv` zero-copy, and `redis-server` with AOF
 //! `always` on the same tmpfs, as [`super::resp_suite`] runs it): one
 //! connection, one request in flight (closed loop: latency p50 and p99,
@@ -25,8 +28,51 @@ use crate::remote::common::{finish, ratio};
 use crate::schema::{BenchResult, Skipped};
 use crate::SuiteReport;
 
-/// The suite's name.
+/// The suite's name (the scripts workload; [`Workload::suite`]).
 pub const SUITE: &str = "kv_scripts";
+
+/// What each call is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    /// EVALSHA of [`SCRIPT`].
+    Evalsha,
+    /// XADD of one small entry with an ID from the clock.
+    Xadd,
+}
+
+impl Workload {
+    /// The suite's name.
+    pub fn suite(self) -> &'static str {
+        match self {
+            Workload::Evalsha => SUITE,
+            Workload::Xadd => "kv_streams",
+        }
+    }
+
+    /// The call, as the headline and JSON name it.
+    fn name(self) -> &'static str {
+        match self {
+            Workload::Evalsha => "EVALSHA (SET + INCR)",
+            Workload::Xadd => "XADD (one field)",
+        }
+    }
+
+    /// Call `i`'s arguments (`sha`: the loaded script's).
+    fn call(self, sha: &[u8], i: usize) -> Vec<Vec<u8>> {
+        match self {
+            Workload::Evalsha => call(sha, i),
+            Workload::Xadd => vec![b"XADD".to_vec(), format!("stream:{}", i % 100).into_bytes(), b"*".to_vec(), b"f".to_vec(), format!("value-{i:08}").into_bytes()],
+        }
+    }
+
+    /// Whether `reply` is the call's success.
+    fn answered(self, reply: &[u8]) -> bool {
+        match self {
+            Workload::Evalsha => reply.first() == Some(&b':'),
+            Workload::Xadd => reply.first() == Some(&b'$'),
+        }
+    }
+}
 
 /// The script every call runs.
 pub const SCRIPT: &str = "redis.call('set', KEYS[1], ARGV[1]) return redis.call('incr', KEYS[2])";
@@ -50,6 +96,8 @@ pub struct ScriptsOptions {
     pub placement: Placement,
     /// Where the JSON goes.
     pub out_dir: PathBuf,
+    /// What each call is.
+    pub workload: Workload,
 }
 
 impl ScriptsOptions {
@@ -64,6 +112,7 @@ impl ScriptsOptions {
             depth: 32,
             placement: Placement::split(),
             out_dir,
+            workload: Workload::Evalsha,
         }
     }
 
@@ -101,10 +150,10 @@ fn measure(running: &Running, o: &ScriptsOptions, progress: &Progress) -> Result
     let cpu0 = clock.seconds()?;
     for i in 0..o.closed {
         let started = Instant::now();
-        let r = conn.call(&call(&sha, i))?;
+        let r = conn.call(&o.workload.call(&sha, i))?;
         lat.push(started.elapsed().as_nanos() as u64);
-        if r.first() != Some(&b':') {
-            bail!("EVALSHA answered {:?}", String::from_utf8_lossy(&r));
+        if !o.workload.answered(&r) {
+            bail!("{} answered {:?}", o.workload.name(), String::from_utf8_lossy(&r));
         }
     }
     let closed_cpu_us = (clock.seconds()? - cpu0) / o.closed as f64 * 1e6;
@@ -114,7 +163,7 @@ fn measure(running: &Running, o: &ScriptsOptions, progress: &Progress) -> Result
     let started = Instant::now();
     let mut done = 0;
     while done < o.pipelined {
-        let batch: Vec<Vec<Vec<u8>>> = (done..(done + o.depth).min(o.pipelined)).map(|i| call(&sha, i)).collect();
+        let batch: Vec<Vec<Vec<u8>>> = (done..(done + o.depth).min(o.pipelined)).map(|i| o.workload.call(&sha, i)).collect();
         conn.pipeline(&batch)?;
         done += batch.len();
     }
@@ -143,7 +192,7 @@ pub fn run(o: &ScriptsOptions) -> Result<SuiteReport> {
         match started.and_then(|server| measure(&server, o, &progress)) {
             Ok(c) => costs.push((variant, c)),
             Err(e) => {
-                skipped.push(Skipped::new(SUITE, variant, &format!("{e:#}")));
+                skipped.push(Skipped::new(o.workload.suite(), variant, &format!("{e:#}")));
                 progress.step();
                 progress.step();
             }
@@ -154,29 +203,34 @@ pub fn run(o: &ScriptsOptions) -> Result<SuiteReport> {
     println!("{:<18} {:>10} {:>10} {:>16} {:>18} {:>14}", "server", "p50 us", "p99 us", "cpu us/call (1)", "cpu us/call (32)", "calls/s (32)");
     for (variant, c) in &costs {
         println!("{variant:<18} {:>10.1} {:>10.1} {:>16.2} {:>18.2} {:>14.0}", c.p50_us, c.p99_us, c.closed_cpu_us, c.pipelined_cpu_us, c.pipelined_per_s);
-        let mut r = BenchResult::new(SUITE, variant)
+        let mut r = BenchResult::new(o.workload.suite(), variant)
             .metric("latency_us_p50", c.p50_us)
             .metric("latency_us_p99", c.p99_us)
             .metric("server_cpu_us_per_call_closed", c.closed_cpu_us)
             .metric("server_cpu_us_per_call_pipelined", c.pipelined_cpu_us)
             .metric("calls_per_s_pipelined", c.pipelined_per_s);
-        r.params.insert("command".into(), "EVALSHA (SET + INCR)".into());
+        r.params.insert("command".into(), o.workload.name().into());
         results.push(r);
     }
     let of = |v: &str| costs.iter().find(|c| c.0 == v).map(|c| c.1);
     let div = |f: fn(&Cost) -> f64| Some(f(&of("pmwire_zero_copy")?) / f(&of("redis_aof_always")?));
     let peer = "redis-server, AOF always";
+    let name = o.workload.name();
     let headlines = vec![
-        ratio("kv EVALSHA (SET + INCR), pipelined 32: server CPU per call, pmwire / redis-server", div(|c| c.pipelined_cpu_us), 1.0, false, peer),
-        ratio("kv EVALSHA (SET + INCR), one in flight: server CPU per call, pmwire / redis-server", div(|c| c.closed_cpu_us), 1.0, false, peer).for_information(),
-        ratio("kv EVALSHA (SET + INCR), one in flight: p50, pmwire / redis-server", div(|c| c.p50_us), 1.0, false, peer).for_information(),
+        ratio(&format!("kv {name}, pipelined {}: server CPU per call, pmwire / redis-server", o.depth), div(|c| c.pipelined_cpu_us), 1.0, false, peer),
+        ratio(&format!("kv {name}, one in flight: server CPU per call, pmwire / redis-server"), div(|c| c.closed_cpu_us), 1.0, false, peer).for_information(),
+        ratio(&format!("kv {name}, one in flight: p50, pmwire / redis-server"), div(|c| c.p50_us), 1.0, false, peer).for_information(),
     ];
+    let (what, keys) = match o.workload {
+        Workload::Evalsha => (SCRIPT, 1000),
+        Workload::Xadd => ("XADD stream:<i mod 100> * f value-<i>", 100),
+    };
     let parameters = serde_json::json!({
-        "script": SCRIPT, "keys": 1000, "closed_calls": o.closed, "pipelined_calls": o.pipelined, "depth": o.depth,
+        "command": what, "keys": keys, "closed_calls": o.closed, "pipelined_calls": o.pipelined, "depth": o.depth,
         "pool": o.pool, "placement": o.placement.describe(),
-        "method": "SCRIPT LOAD once; EVALSHA closed loop (one in flight), then pipelines of `depth`; server CPU from clock_getcpuclockid",
+        "method": "SCRIPT LOAD once; the command closed loop (one in flight), then pipelines of `depth`; server CPU from clock_getcpuclockid",
         "redis": redis::server_version().unwrap_or_else(|e| e),
         "redis_config": "--appendonly yes --appendfsync always, files on the pool's tmpfs, --save '' --io-threads 1",
     });
-    finish(SUITE, &o.out_dir, parameters, results, skipped, headlines)
+    finish(o.workload.suite(), &o.out_dir, parameters, results, skipped, headlines)
 }
