@@ -817,7 +817,6 @@ fn verify_collections(
     report: &mut CrashReport,
     problems: &mut Vec<String>,
 ) -> Result<()> {
-    use pmwire_resp::client::Value;
     let mut ids: Vec<u64> = model.colls.keys().copied().collect();
     ids.sort_unstable();
     let mut out = Vec::new();
@@ -835,36 +834,7 @@ fn verify_collections(
     conn.write_raw(&out)?;
     for &c in &ids {
         let family = Family::of(c);
-        let items = match conn.read_reply()? {
-            // XRANGE: [id, [field, value]] per entry, flattened.
-            Value::Array(entries) if family == Family::Stream => {
-                let mut items = Vec::with_capacity(3 * entries.len());
-                for e in entries {
-                    match e {
-                        Value::Array(mut pair) if pair.len() == 2 => match pair.pop() {
-                            Some(Value::Array(fields)) => {
-                                items.extend(pair);
-                                items.extend(fields);
-                            }
-                            other => bail!("{} entry fields {other:?}", Family::key(c)),
-                        },
-                        other => bail!("{} entry {other:?}", Family::key(c)),
-                    }
-                }
-                items
-            }
-            Value::Array(items) | Value::Set(items) => items,
-            Value::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
-            other => bail!("{} read reply {other:?}", Family::key(c)),
-        };
-        let mut flat = Vec::with_capacity(items.len());
-        for item in items {
-            flat.push(match item {
-                Value::Bulk(b) => b,
-                Value::Double(d) => d.to_string().into_bytes(),
-                other => bail!("{} element {other:?}", Family::key(c)),
-            });
-        }
+        let flat = flatten_read(family, conn.read_reply()?).with_context(|| format!("{} read back", Family::key(c)))?;
         let observed = normalize(family, flat).with_context(|| format!("{} read back", Family::key(c)))?;
         let state = model.colls.get_mut(&c).expect("listed");
         report.keys_checked += 1;
@@ -896,6 +866,42 @@ fn verify_collections(
         state.pending.clear();
     }
     Ok(())
+}
+
+/// A collection read's reply (LRANGE, SMEMBERS, HGETALL, ZRANGE WITHSCORES, XRANGE) as a flat
+/// list of strings: a stream's entries as ID, field, value, ...
+fn flatten_read(family: Family, reply: pmwire_resp::client::Value) -> Result<Vec<Vec<u8>>> {
+    use pmwire_resp::client::Value;
+    let items = match reply {
+        // XRANGE: [id, [field, value]] per entry, flattened.
+        Value::Array(entries) if family == Family::Stream => {
+            let mut items = Vec::with_capacity(3 * entries.len());
+            for e in entries {
+                match e {
+                    Value::Array(mut pair) if pair.len() == 2 => match pair.pop() {
+                        Some(Value::Array(fields)) => {
+                            items.extend(pair);
+                            items.extend(fields);
+                        }
+                        other => bail!("entry fields {other:?}"),
+                    },
+                    other => bail!("entry {other:?}"),
+                }
+            }
+            items
+        }
+        Value::Array(items) | Value::Set(items) => items,
+        Value::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+        other => bail!("read reply {other:?}"),
+    };
+    items
+        .into_iter()
+        .map(|item| match item {
+            Value::Bulk(b) => Ok(b),
+            Value::Double(d) => Ok(d.to_string().into_bytes()),
+            other => bail!("element {other:?}"),
+        })
+        .collect()
 }
 
 /// A collection read's flat reply in [`Contents::canonical`]'s order.
@@ -1085,16 +1091,15 @@ mod tests {
                 Family::Set => vec!["SMEMBERS", &key],
                 Family::Hash => vec!["HGETALL", &key],
                 Family::Zset => vec!["ZRANGE", &key, "0", "-1", "WITHSCORES"],
+                Family::Stream => vec!["XRANGE", &key, "-", "+"],
             };
             out.clear();
             RespClient::encode(&read, &mut out);
-            let Value::Array(items) = run(&out) else { panic!("{key}: not an array") };
-            let flat: Vec<Vec<u8>> =
-                items.into_iter().map(|v| if let Value::Bulk(b) = v { b } else { panic!("{key}: {v:?}") }).collect();
+            let flat = flatten_read(family, run(&out)).expect("a collection read");
             let observed = normalize(family, flat).expect("normalizes");
             assert_eq!(state.durable.canonical(family), observed, "{key} after {op:?}");
         }
-        for kind in ["HIncrBy", "ZIncrBy", "ZPopMin", "ZRemRangeByScore", "HSet", "ZAdd", "LPop", "SRem"] {
+        for kind in ["HIncrBy", "ZIncrBy", "ZPopMin", "ZRemRangeByScore", "HSet", "ZAdd", "LPop", "SRem", "XAdd", "XDel", "XTrim"] {
             assert!(seen.get(kind).is_some_and(|&n| n >= 50), "{kind} generated {:?} times", seen.get(kind));
         }
     }

@@ -75,7 +75,7 @@ impl Ordered {
 
 /// The three kinds of subscription.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     Channel,
     Pattern,
     Shard,
@@ -296,7 +296,7 @@ fn confirm<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>,
 }
 
 /// SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE: one confirmation per name.
-fn subscribe<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>, kind: Kind) -> Res {
+pub(super) fn subscribe<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>, kind: Kind) -> Res {
     // Redis refuses a client that expects one reply per command (a script
     // is refused earlier, by `noscript`); EXEC lets SUBSCRIBE and PSUBSCRIBE
     // through for backward compatibility, not SSUBSCRIBE.
@@ -315,7 +315,7 @@ fn subscribe<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S
 
 /// UNSUBSCRIBE, PUNSUBSCRIBE, SUNSUBSCRIBE: the names given, or every one
 /// of that kind (one confirmation with a null name if there was none).
-fn unsubscribe<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>, kind: Kind) -> Res {
+pub(super) fn unsubscribe<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>, kind: Kind) -> Res {
     let client = c.session.id;
     let names: Vec<Vec<u8>> = if c.argc() == 1 { c.server.pubsub.names(client, kind) } else { (1..c.argc()).map(|j| c.arg(j).to_vec()).collect() };
     if names.is_empty() {
@@ -328,30 +328,6 @@ fn unsubscribe<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K,
         confirm(c, kind.unsubscribe_word(), Some(&name), count);
     }
     Ok(())
-}
-
-pub(super) fn subscribe_channels<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
-    subscribe(c, Kind::Channel)
-}
-
-pub(super) fn subscribe_patterns<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
-    subscribe(c, Kind::Pattern)
-}
-
-pub(super) fn subscribe_shard<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
-    subscribe(c, Kind::Shard)
-}
-
-pub(super) fn unsubscribe_channels<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
-    unsubscribe(c, Kind::Channel)
-}
-
-pub(super) fn unsubscribe_patterns<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
-    unsubscribe(c, Kind::Pattern)
-}
-
-pub(super) fn unsubscribe_shard<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
-    unsubscribe(c, Kind::Shard)
 }
 
 /// PUBLISH / SPUBLISH channel message: how many clients it was queued for.

@@ -45,25 +45,26 @@ fn app_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/queues")
 }
 
-/// Runs a Dramatiq worker and the job script against the server on `port`;
-/// the script's output and the worker's log.
-fn dramatiq(port: u16) -> (String, String) {
+/// Starts `worker` (its program from `library`'s venv, then its arguments)
+/// against the server on `port`, runs `script` with that venv's Python,
+/// waits until the worker's log shows the failing job (at most 20 s: it is
+/// sent last), and stops the worker: the script's output and the log.
+fn worker_and_script(library: &str, worker: &[&str], script: &str, port: u16) -> (String, String) {
     let log = tempfile::NamedTempFile::new().unwrap();
-    let mut worker = Command::new(venv_bin("dramatiq", "dramatiq"))
-        .args(["dramatiq_tasks", "--processes", "1", "--threads", "2"])
+    let mut worker = Command::new(venv_bin(library, worker[0]))
+        .args(&worker[1..])
         .current_dir(app_dir())
         .env("PORT", port.to_string())
         .stdout(Stdio::null())
         .stderr(log.reopen().unwrap())
         .spawn()
-        .expect("start the Dramatiq worker");
-    let run = Command::new(venv_bin("dramatiq", "python"))
-        .arg("dramatiq_run.py")
+        .unwrap_or_else(|e| panic!("start the {library} worker: {e}"));
+    let run = Command::new(venv_bin(library, "python"))
+        .arg(script)
         .current_dir(app_dir())
         .env("PORT", port.to_string())
         .output()
-        .expect("run the Dramatiq jobs");
-    // The failing job is sent last: give the worker time to take it.
+        .unwrap_or_else(|e| panic!("run {script}: {e}"));
     let deadline = Instant::now() + Duration::from_secs(20);
     while !std::fs::read_to_string(log.path()).unwrap_or_default().contains("ValueError: boom") && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
@@ -72,6 +73,11 @@ fn dramatiq(port: u16) -> (String, String) {
     let _ = worker.wait();
     let out = String::from_utf8_lossy(&run.stdout).into_owned() + &String::from_utf8_lossy(&run.stderr);
     (out, std::fs::read_to_string(log.path()).unwrap_or_default())
+}
+
+/// A Dramatiq worker and the job script.
+fn dramatiq(port: u16) -> (String, String) {
+    worker_and_script("dramatiq", &["dramatiq", "dramatiq_tasks", "--processes", "1", "--threads", "2"], "dramatiq_run.py", port)
 }
 
 #[test]
@@ -87,28 +93,10 @@ fn dramatiq_runs_its_jobs_and_returns_their_results_as_on_redis() {
     server.stop();
 }
 
-/// Runs a Celery worker and the work script against the server on `port`;
-/// the script's output and the worker's log.
+/// A Celery worker and the work script.
 fn celery(port: u16) -> (String, String) {
-    let log = tempfile::NamedTempFile::new().unwrap();
-    let mut worker = Command::new(venv_bin("celery", "celery"))
-        .args(["-A", "celery_tasks", "worker", "--pool", "solo", "--concurrency", "1", "--loglevel", "INFO"])
-        .current_dir(app_dir())
-        .env("PORT", port.to_string())
-        .stdout(Stdio::null())
-        .stderr(log.reopen().unwrap())
-        .spawn()
-        .expect("start the Celery worker");
-    let run = Command::new(venv_bin("celery", "python"))
-        .arg("celery_run.py")
-        .current_dir(app_dir())
-        .env("PORT", port.to_string())
-        .output()
-        .expect("run the Celery work");
-    unsafe { libc::kill(worker.id() as i32, libc::SIGTERM) };
-    let _ = worker.wait();
-    let out = String::from_utf8_lossy(&run.stdout).into_owned() + &String::from_utf8_lossy(&run.stderr);
-    (out, std::fs::read_to_string(log.path()).unwrap_or_default())
+    let worker = ["celery", "-A", "celery_tasks", "worker", "--pool", "solo", "--concurrency", "1", "--loglevel", "INFO"];
+    worker_and_script("celery", &worker, "celery_run.py", port)
 }
 
 #[test]
