@@ -1094,6 +1094,10 @@ impl<T: Transport<Addr = SocketAddr>> Service<SharedStore> for Member<T> {
                 self.http_input(&input, reply);
                 continue;
             }
+            if !self.conns.contains_key(&id) {
+                let session = self.conn(id).session.id();
+                self.local.set_client_addrs(session, input.addrs.peer, input.addrs.local, input.addrs.fd);
+            }
             // Parses at most `Limits::max_commands` requests a call: again
             // after what it consumed until the input is parsed or the
             // connection's queue is full (its input is then held, and read

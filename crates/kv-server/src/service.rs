@@ -301,6 +301,7 @@ impl KvService {
         let session = sessions.entry(input.conn).or_insert_with(|| {
             let session = resp.open_session();
             pushes.opened(session.id(), input.conn);
+            resp.set_client_addrs(session.id(), input.addrs.peer, input.addrs.local, input.addrs.fd);
             session
         });
         if session.is_blocked() {
@@ -1104,7 +1105,7 @@ mod tests {
             let segments = [Segment { buf: 0, offset: 0, bytes }];
             let conn = ConnId { slot: 0, generation: 0 };
             let input =
-                Input { conn, listener: RESP_LISTENER, peer_loopback: true, segments: &segments, peer_closed: false, unsent_bytes: 0 };
+                Input { conn, listener: RESP_LISTENER, peer_loopback: true, segments: &segments, peer_closed: false, unsent_bytes: 0, addrs: Default::default() };
             drive(service, store, &[input]);
         };
         batch(&mut service, &mut store, &writes);
@@ -1150,7 +1151,7 @@ mod tests {
             let inputs: Vec<Input<'_>> = segments
                 .iter()
                 .enumerate()
-                .map(|(c, segs)| Input { conn: ConnId { slot: c as u32, generation: 0 }, listener: HTTP_LISTENER, peer_loopback: true, segments: segs, peer_closed: false, unsent_bytes: 0 })
+                .map(|(c, segs)| Input { conn: ConnId { slot: c as u32, generation: 0 }, listener: HTTP_LISTENER, peer_loopback: true, segments: segs, peer_closed: false, unsent_bytes: 0, addrs: Default::default() })
                 .collect();
             let replies = drive(&mut service, &mut store, &inputs);
             assert!(service.stats().early_commits >= 1, "{:?}", service.stats());
@@ -1212,7 +1213,7 @@ mod tests {
             let segments = [Segment { buf: 0, offset: 0, bytes: &stream }];
             let conn = ConnId { slot: 0, generation: 0 };
             let input =
-                Input { conn, listener: RESP_LISTENER, peer_loopback: true, segments: &segments, peer_closed: false, unsent_bytes: 0 };
+                Input { conn, listener: RESP_LISTENER, peer_loopback: true, segments: &segments, peer_closed: false, unsent_bytes: 0, addrs: Default::default() };
             let replies = drive(&mut service, &mut store, &[input]);
             assert_eq!(service.stats().early_commits, 1, "{:?}", service.stats());
             let text = replies[0].output.to_vec(&store);
@@ -1261,6 +1262,7 @@ mod tests {
                 segments,
                 peer_closed: false,
                 unsent_bytes: 0,
+                addrs: Default::default(),
             };
             let replies = drive(&mut service, &mut store, &[input(waiter, &segs[0][..]), input(pusher, &segs[1][..])]);
             let text = |r: &pmwire_netio::Reply, store: &Store| String::from_utf8(r.output.to_vec(store)).unwrap();
@@ -1295,7 +1297,7 @@ mod tests {
         resp(&[b"SET".to_vec(), b"after".to_vec(), b"1".to_vec()], &mut stream);
         let segments = [Segment { buf: 0, offset: 0, bytes: &stream }];
         let conn = ConnId { slot: 0, generation: 0 };
-        let input = Input { conn, listener: RESP_LISTENER, peer_loopback: true, segments: &segments, peer_closed: false, unsent_bytes: 0 };
+        let input = Input { conn, listener: RESP_LISTENER, peer_loopback: true, segments: &segments, peer_closed: false, unsent_bytes: 0, addrs: Default::default() };
         let replies = drive(&mut service, &mut store, &[input]);
         let text = String::from_utf8(replies[0].output.to_vec(&store)).unwrap();
         assert_eq!(text, "-OOM command not allowed: the persistent pool is full\r\n+OK\r\n");
@@ -1310,7 +1312,7 @@ mod tests {
         resp(&[b"SET".to_vec(), b"y".to_vec(), b"2".to_vec()], &mut stream);
         resp(&[b"EXEC".to_vec()], &mut stream);
         let segments = [Segment { buf: 0, offset: 0, bytes: &stream }];
-        let input = Input { conn, listener: RESP_LISTENER, peer_loopback: true, segments: &segments, peer_closed: false, unsent_bytes: 0 };
+        let input = Input { conn, listener: RESP_LISTENER, peer_loopback: true, segments: &segments, peer_closed: false, unsent_bytes: 0, addrs: Default::default() };
         let replies = drive(&mut service, &mut store, &[input]);
         let text = String::from_utf8(replies[0].output.to_vec(&store)).unwrap();
         let queued = "+QUEUED\r\n".repeat(3);

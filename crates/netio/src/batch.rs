@@ -60,6 +60,19 @@ pub struct Input<'a> {
     /// was answered): a service that writes to a connection unasked (pub/sub messages)
     /// bounds what it adds by this.
     pub unsent_bytes: usize,
+    /// Its addresses and descriptor (CLIENT LIST).
+    pub addrs: ConnAddrs,
+}
+
+/// A connection's addresses, read once when it was accepted, and its descriptor.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnAddrs {
+    /// The peer's address, if `getpeername` gave one.
+    pub peer: Option<std::net::SocketAddr>,
+    /// This side's, if `getsockname` gave one.
+    pub local: Option<std::net::SocketAddr>,
+    /// The socket's descriptor (-1: none).
+    pub fd: i32,
 }
 
 impl Input<'_> {
@@ -273,6 +286,7 @@ pub(crate) struct Entry {
     pub(crate) seg_end: usize,
     pub(crate) peer_closed: bool,
     pub(crate) unsent_bytes: usize,
+    pub(crate) addrs: ConnAddrs,
     pub(crate) len_bytes: usize,
     /// Output parts already queued before this batch (to find the new ones).
     pub(crate) parts_before: usize,
@@ -320,6 +334,7 @@ impl Batch {
             segments: &self.segs[e.seg_start..e.seg_end],
             peer_closed: e.peer_closed,
             unsent_bytes: e.unsent_bytes,
+            addrs: e.addrs,
         }
     }
 
@@ -340,6 +355,7 @@ impl Batch {
             segments: &self.segs[e.seg_start..e.seg_end],
             peer_closed: e.peer_closed,
             unsent_bytes: e.unsent_bytes,
+            addrs: e.addrs,
         };
         (input, &mut e.reply)
     }
@@ -413,6 +429,7 @@ pub fn drive<S: BufferSource, V: Service<S>>(service: &mut V, bufs: &mut S, inpu
             seg_end: batch.segs.len(),
             peer_closed: input.peer_closed,
             unsent_bytes: input.unsent_bytes,
+            addrs: input.addrs,
             len_bytes: input.len_bytes(),
             parts_before: 0,
             reply: Reply::default(),
@@ -465,7 +482,7 @@ mod tests {
         let mut echo = HttpEcho::default();
         let req = b"POST /a HTTP/1.1\r\nContent-Length: 5\r\n\r\nhelloGET /b HTTP/1.1\r\n";
         let segs = [Segment { buf: 0, offset: 0, bytes: &req[..30] }, Segment { buf: 1, offset: 0, bytes: &req[30..] }];
-        let input = Input { conn: ConnId { slot: 0, generation: 0 }, listener: 0, peer_loopback: true, segments: &segs, peer_closed: false, unsent_bytes: 0 };
+        let input = Input { conn: ConnId { slot: 0, generation: 0 }, listener: 0, peer_loopback: true, segments: &segs, peer_closed: false, unsent_bytes: 0, addrs: ConnAddrs::default() };
         let replies = drive(&mut echo, &mut bufs, &[input]);
         // The POST is answered (its body named zero-copy), the partial GET left unconsumed.
         assert_eq!(replies[0].consumed, 44);

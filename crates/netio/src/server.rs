@@ -446,6 +446,8 @@ struct Conn {
     listener: u32,
     /// The peer's address is a loopback one.
     peer_loopback: bool,
+    /// Its addresses, read at accept.
+    addrs: crate::batch::ConnAddrs,
     open: bool,
     rx: VecDeque<RxSeg>,
     rx_bytes: usize,
@@ -481,6 +483,7 @@ impl Conn {
             gen: 0,
             listener: 0,
             peer_loopback: false,
+            addrs: crate::batch::ConnAddrs::default(),
             open: false,
             rx: VecDeque::new(),
             rx_bytes: 0,
@@ -851,6 +854,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
         c.fd = fd;
         c.listener = listener;
         c.peer_loopback = peer_is_loopback(fd);
+        c.addrs = conn_addrs(fd);
         c.open = true;
         c.rx_bytes = 0;
         c.rx_wanted = 0;
@@ -1130,6 +1134,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
                     seg_end: 0,
                     peer_closed: false,
                     unsent_bytes: 0,
+                    addrs: crate::batch::ConnAddrs::default(),
                     len_bytes: 0,
                     parts_before: 0,
                     reply: Reply::default(),
@@ -1140,6 +1145,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             e.listener = c.listener;
             e.peer_loopback = c.peer_loopback;
             e.unsent_bytes = c.tx_bytes();
+            e.addrs = c.addrs;
             e.seg_start = seg_start;
             e.seg_end = batch.segs.len();
             e.peer_closed = c.peer_eof;
@@ -1477,6 +1483,13 @@ fn release_parts<S: BufferSource>(src: &mut S, out: &Output, from: usize) {
 
 /// Whether the peer of connected socket `fd` has a loopback address (false
 /// if it cannot be read).
+/// The socket's peer and local addresses (through `std`'s view of the descriptor, not closed).
+fn conn_addrs(fd: RawFd) -> crate::batch::ConnAddrs {
+    // SAFETY: `fd` is our open socket; the stream is never dropped, so it does not close it.
+    let stream = std::mem::ManuallyDrop::new(unsafe { <std::net::TcpStream as std::os::fd::FromRawFd>::from_raw_fd(fd) });
+    crate::batch::ConnAddrs { peer: stream.peer_addr().ok(), local: stream.local_addr().ok(), fd }
+}
+
 fn peer_is_loopback(fd: RawFd) -> bool {
     // SAFETY: sockaddr_storage is plain data; getpeername writes at most
     // `len` bytes into it.

@@ -99,6 +99,119 @@ pub(super) fn client_setname<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<
     Ok(())
 }
 
+/// What CLIENT LIST shows of a session, kept by the server: its
+/// connection (set by the driver), times, last command and the state a
+/// command leaves (`Server::note_client`).
+#[derive(Debug, Clone)]
+pub(crate) struct ClientInfo {
+    pub addr: String,
+    pub laddr: String,
+    pub fd: i32,
+    /// When its first command ran, ms (the keyspace's clock).
+    pub created_ms: Option<u64>,
+    pub last_ms: u64,
+    pub name: Option<Vec<u8>>,
+    pub last_cmd: &'static str,
+    pub resp: u8,
+    /// Commands queued in MULTI, -1 outside one; their bytes.
+    pub multi: i64,
+    pub multi_bytes: usize,
+}
+
+impl Default for ClientInfo {
+    fn default() -> Self {
+        ClientInfo { addr: "?:0".into(), laddr: "?:0".into(), fd: -1, created_ms: None, last_ms: 0, name: None, last_cmd: "NULL", resp: 2, multi: -1, multi_bytes: 0 }
+    }
+}
+
+/// Redis 7.0's `catClientInfoString` line for client `id` (no newline).
+/// The buffer fields are 0: a connection's bytes live in the pool's
+/// receive ring and the loop's send queue, not in per-client buffers;
+/// `multi-mem` and `tot-mem` count the transaction queued.
+fn client_line(server: &super::Server, id: u64, now_ms: u64) -> String {
+    let info = &server.clients[&id];
+    let mut flags = String::new();
+    if server.pubsub.subscribed(id) {
+        flags.push('P');
+    }
+    if info.multi >= 0 {
+        flags.push('x');
+    }
+    if server.waiters.is_waiting(id) {
+        flags.push('b');
+    }
+    if flags.is_empty() {
+        flags.push('N');
+    }
+    let (sub, psub, ssub) = server.pubsub.client_counts(id);
+    let created = info.created_ms.unwrap_or(now_ms);
+    format!(
+        "id={id} addr={} laddr={} fd={} name={} age={} idle={} flags={flags} db=0 sub={sub} psub={psub} ssub={ssub} multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem={} rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem={} events=r cmd={} user=default redir=-1 resp={}",
+        info.addr,
+        info.laddr,
+        info.fd,
+        String::from_utf8_lossy(info.name.as_deref().unwrap_or_default()),
+        now_ms.saturating_sub(created) / 1000,
+        now_ms.saturating_sub(info.last_ms) / 1000,
+        info.multi,
+        info.multi_bytes,
+        info.multi_bytes,
+        info.last_cmd,
+        info.resp,
+    )
+}
+
+/// CLIENT LIST [TYPE normal|master|replica|slave|pubsub] [ID id ...]: one
+/// line per client, in connection order.
+pub(super) fn client_list<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    let now = c.ks.now_ms();
+    c.server.note_client(c.session, "client|list", now);
+    let mut ids: Vec<u64> = c.server.clients.keys().copied().collect();
+    ids.sort_unstable();
+    if c.argc() == 4 && c.arg(2).eq_ignore_ascii_case(b"type") {
+        let pubsub = match c.arg(3).to_ascii_lowercase().as_slice() {
+            b"normal" => false,
+            b"pubsub" => true,
+            b"master" | b"replica" | b"slave" => {
+                ids.clear();
+                false
+            }
+            _ => return Err(Fail::err(&format!("Unknown client type '{}'", String::from_utf8_lossy(c.arg(3))))),
+        };
+        let server = &*c.server;
+        ids.retain(|&id| server.pubsub.subscribed(id) == pubsub);
+    } else if c.argc() > 3 && c.arg(2).eq_ignore_ascii_case(b"id") {
+        let mut wanted = Vec::new();
+        for j in 3..c.argc() {
+            let id = pmwire_resp::numbers::parse_i64(c.arg(j)).ok_or_else(|| Fail::err("Invalid client ID"))?;
+            if let Ok(id) = u64::try_from(id) {
+                if c.server.clients.contains_key(&id) {
+                    wanted.push(id);
+                }
+            }
+        }
+        ids = wanted;
+    } else if c.argc() != 2 {
+        return Err(Fail::Syntax);
+    }
+    let mut text = String::new();
+    for id in ids {
+        text.push_str(&client_line(c.server, id, now));
+        text.push('\n');
+    }
+    c.out.verbatim(b"txt", text.as_bytes());
+    Ok(())
+}
+
+/// CLIENT INFO: this connection's CLIENT LIST line.
+pub(super) fn client_info<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    let now = c.ks.now_ms();
+    c.server.note_client(c.session, "client|info", now);
+    let text = client_line(c.server, c.session.id, now) + "\n";
+    c.out.verbatim(b"txt", text.as_bytes());
+    Ok(())
+}
+
 /// CLIENT GETNAME.
 pub(super) fn client_getname<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
     match c.session.name.clone() {

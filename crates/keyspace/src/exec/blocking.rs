@@ -91,6 +91,11 @@ impl Waiters {
         self.clients
     }
 
+    /// Whether `client` is blocked (CLIENT LIST's `b`).
+    pub fn is_waiting(&self, client: u64) -> bool {
+        self.keys.contains_key(&client)
+    }
+
     pub fn block(&mut self, client: u64, keys: &[Vec<u8>]) {
         for key in keys {
             self.by_key.entry(key.clone()).or_default().push_back(client);

@@ -235,6 +235,8 @@ command_table! {
     "client", -2, (0, 0, 0), [], |_c| unreachable!("a container runs under a subcommand");
     "client|getname", 2, (0, 0, 0), [CONNECTION], |c| admin::client_getname(c);
     "client|id", 2, (0, 0, 0), [CONNECTION], |c| admin::client_id(c);
+    "client|info", 2, (0, 0, 0), [CONNECTION], |c| admin::client_info(c);
+    "client|list", -2, (0, 0, 0), [ADMIN CONNECTION], |c| admin::client_list(c);
     "client|setname", 3, (0, 0, 0), [CONNECTION], |c| admin::client_setname(c);
     "client|unblock", -3, (0, 0, 0), [ADMIN CONNECTION], |c| blocking::client_unblock(c);
     "command", -1, (0, 0, 0), [CONNECTION], |c| command(c);

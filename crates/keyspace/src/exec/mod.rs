@@ -250,6 +250,8 @@ pub struct Server {
     scripts: scripting::Scripts,
     /// Subscriptions, and messages for other connections (pub/sub).
     pubsub: pubsub::PubSub,
+    /// What CLIENT LIST shows of each open session.
+    clients: HashMap<u64, admin::ClientInfo>,
 }
 
 /// Why a command failed; written as its error reply.
@@ -497,6 +499,7 @@ impl Server {
             max_queued_bytes: MAX_QUEUED_BYTES,
             scripts: scripting::Scripts::default(),
             pubsub: pubsub::PubSub::default(),
+            clients: HashMap::new(),
         }
     }
 
@@ -553,6 +556,7 @@ impl Server {
         self.next_client_id += 1;
         self.connected += 1;
         let authenticated = self.config.requirepass.is_none();
+        self.clients.insert(self.next_client_id, admin::ClientInfo::default());
         Session { id: self.next_client_id, protocol: Protocol::Resp2, name: None, authenticated, multi: None, blocked: None }
     }
 
@@ -561,7 +565,17 @@ impl Server {
         self.connected += 1;
         self.next_client_id = self.next_client_id.max(id);
         let authenticated = self.config.requirepass.is_none();
+        self.clients.insert(id, admin::ClientInfo::default());
         Session { id, protocol: Protocol::Resp2, name: None, authenticated, multi: None, blocked: None }
+    }
+
+    /// Session `id`'s connection: its peer's and its own address and its
+    /// descriptor, as CLIENT LIST shows them (`addr`, `laddr`, `fd`).
+    pub fn set_client_addrs(&mut self, id: u64, peer: Option<std::net::SocketAddr>, local: Option<std::net::SocketAddr>, fd: i32) {
+        if let Some(info) = self.clients.get_mut(&id) {
+            let text = |a: Option<std::net::SocketAddr>| a.map_or_else(|| "?:0".to_string(), |a| a.to_string());
+            (info.addr, info.laddr, info.fd) = (text(peer), text(local), fd);
+        }
     }
 
     /// Has INFO answer section `name` (`"replication"`, `"keyspace"`,
@@ -584,6 +598,7 @@ impl Server {
         self.unblock(&mut session);
         self.watches.unwatch_all(session.id);
         self.pubsub.forget(session.id);
+        self.clients.remove(&session.id);
         assert!(self.connected > 0);
         self.connected -= 1;
     }
@@ -612,6 +627,33 @@ impl Server {
         K: Keyspace,
         S: ReplySink<K::Value> + ?Sized,
     {
+        let mut name = "";
+        let flow = self.execute_command(session, ks, req, sink, &mut name);
+        self.note_client(session, name, ks.now_ms());
+        flow
+    }
+
+    /// What CLIENT LIST shows of `session` after a command (`cmd`: its
+    /// table name, empty if it was not found), at `now_ms`.
+    pub(crate) fn note_client(&mut self, session: &Session, cmd: &'static str, now_ms: u64) {
+        let Some(info) = self.clients.get_mut(&session.id) else { return };
+        info.created_ms.get_or_insert(now_ms);
+        info.last_ms = now_ms;
+        if !cmd.is_empty() {
+            info.last_cmd = cmd;
+        }
+        info.resp = if session.protocol == Protocol::Resp3 { 3 } else { 2 };
+        (info.multi, info.multi_bytes) = session.multi.as_ref().map_or((-1, 0), |m| (m.commands as i64, m.queued.len()));
+        if info.name != session.name {
+            info.name.clone_from(&session.name);
+        }
+    }
+
+    fn execute_command<K, S>(&mut self, session: &mut Session, ks: &mut K, req: &Request<'_>, sink: &mut S, name: &mut &'static str) -> Flow
+    where
+        K: Keyspace,
+        S: ReplySink<K::Value> + ?Sized,
+    {
         assert!(!req.is_empty());
         self.commands_processed += 1;
         let protocol = session.protocol;
@@ -636,6 +678,7 @@ impl Server {
                 return Flow::Continue;
             }
         };
+        *name = spec.name;
         if ctx.session.multi.is_some() && !spec.flags.contains(Flags::IMMEDIATE) {
             let args: Vec<&[u8]> = req.args().collect();
             match ctx.server.queue(ctx.session, &args) {

@@ -117,6 +117,12 @@ impl PubSub {
         !self.clients.is_empty() && self.clients.contains_key(&client)
     }
 
+    /// `client`'s channels, patterns and shard channels (CLIENT LIST's
+    /// `sub`, `psub`, `ssub`).
+    pub fn client_counts(&self, client: u64) -> (usize, usize, usize) {
+        self.clients.get(&client).map_or((0, 0, 0), |s| (s.channels.len(), s.patterns.len(), s.shard.len()))
+    }
+
     /// `client`'s channels and patterns (what SUBSCRIBE and PSUBSCRIBE count),
     /// and its shard channels.
     fn counts(&self, client: u64) -> (usize, usize) {

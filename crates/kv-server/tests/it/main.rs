@@ -4,6 +4,7 @@
 mod big;
 mod blocking;
 mod cluster;
+mod clients;
 mod common;
 mod http;
 mod pubsub;
