@@ -361,7 +361,12 @@ pub fn run(options: &SmrCrashOptions) -> Result<SmrCrashOutcome> {
             one_run(options, &network, &plan, i, seed)
         };
         if record.failed() {
-            bar.suspend(|| eprintln!("smr-crash: run {i} (seed {seed:#x}) FAILED: {}", failure_text(&record)));
+            bar.suspend(|| {
+                eprintln!("smr-crash: run {i} (seed {seed:#x}) FAILED: {}", failure_text(&record));
+                if let Some(d) = &record.diagnosis {
+                    eprintln!("smr-crash: run {i}'s cluster when the failure was found:\n{d}");
+                }
+            });
         }
         runs.push(record);
         let lost: u64 = runs.iter().map(|r| r.lost).sum();
@@ -752,6 +757,21 @@ fn diagnose(network: &Network, cluster: &Cluster) -> String {
     if let Some(ns) = &network.namespaces {
         for id in 1..=3 {
             writeln!(out, "\n## sockets of replica {id}'s namespace\n{}", ns.sockets(id)).expect("a String");
+        }
+    }
+    // This process (the run's clients and probe): its descriptors, its sockets that the
+    // peer closed and it did not, and each thread's CPU time (UCX's `async` thread spun on
+    // half-closed sockets once, starving the replicas).
+    let fds = std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0);
+    let close_wait = std::fs::read_to_string("/proc/self/net/tcp").map(|t| t.lines().filter(|l| l.split_whitespace().nth(3) == Some("08")).count()).unwrap_or(0);
+    writeln!(out, "\n## the run's own process: {fds} descriptors, {close_wait} sockets in CLOSE-WAIT (its namespace)").expect("a String");
+    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+        for t in tasks.filter_map(Result::ok) {
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+            let comm = stat.split_once('(').and_then(|(_, r)| r.rsplit_once(')')).map_or("?", |(c, _)| c);
+            let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+            let field = |n: usize| fields.get(n).copied().unwrap_or("?");
+            writeln!(out, "thread {} ({comm}): state {} utime {} stime {} (ticks)", t.file_name().to_string_lossy(), field(0), field(11), field(12)).expect("a String");
         }
     }
     for (i, child) in cluster.children.iter().enumerate() {
