@@ -853,8 +853,8 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
         assert!(c.rx.is_empty() && c.pending.is_empty() && c.inflight.is_empty());
         c.fd = fd;
         c.listener = listener;
-        c.peer_loopback = peer_is_loopback(fd);
         c.addrs = conn_addrs(fd);
+        c.peer_loopback = c.addrs.peer.is_some_and(|a| is_loopback(a.ip()));
         c.open = true;
         c.rx_bytes = 0;
         c.rx_wanted = 0;
@@ -1490,27 +1490,11 @@ fn conn_addrs(fd: RawFd) -> crate::batch::ConnAddrs {
     crate::batch::ConnAddrs { peer: stream.peer_addr().ok(), local: stream.local_addr().ok(), fd }
 }
 
-fn peer_is_loopback(fd: RawFd) -> bool {
-    // SAFETY: sockaddr_storage is plain data; getpeername writes at most
-    // `len` bytes into it.
-    let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    // SAFETY: valid fd, pointer and length.
-    if unsafe { libc::getpeername(fd, (&mut addr as *mut libc::sockaddr_storage).cast(), &mut len) } != 0 {
-        return false;
-    }
-    match i32::from(addr.ss_family) {
-        libc::AF_INET => {
-            // SAFETY: the family says this is a sockaddr_in.
-            let a = unsafe { &*(&addr as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
-            std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)).is_loopback()
-        }
-        libc::AF_INET6 => {
-            // SAFETY: the family says this is a sockaddr_in6.
-            let a = unsafe { &*(&addr as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
-            let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
-            ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
-        }
-        _ => false,
+/// A loopback address (127.0.0.0/8, ::1, or a v4-mapped loopback): what Redis's protected
+/// mode asks of the peer.
+fn is_loopback(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.is_loopback(),
+        std::net::IpAddr::V6(v6) => v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
     }
 }

@@ -141,6 +141,15 @@ impl<'s, V, S: ReplySink<V> + ?Sized> Out<'s, V, S> {
         self.header(b'*', n as i64);
     }
 
+    /// A push header for `n` elements (RESP3 `>n`; RESP2: an array), what
+    /// pub/sub's confirmations and messages are.
+    pub fn push(&mut self, n: usize) {
+        match self.protocol {
+            Protocol::Resp2 => self.header(b'*', n as i64),
+            Protocol::Resp3 => self.header(b'>', n as i64),
+        }
+    }
+
     /// A map header for `n` pairs (RESP2: an array of `2n`).
     pub fn map(&mut self, n: usize) {
         match self.protocol {

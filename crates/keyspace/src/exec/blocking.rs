@@ -377,7 +377,7 @@ pub(super) fn client_unblock<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &m
         c.out.integer(0);
         return Ok(());
     };
-    if !c.server.waiters.keys.contains_key(&id) {
+    if !c.server.waiters.is_waiting(id) {
         c.out.integer(0);
         return Ok(());
     }
@@ -435,10 +435,14 @@ impl Waiters {
             // list pop while it holds a list, an XREAD once the stream holds an
             // entry past the ID it waits beyond.
             let list = holds_list(ks, &key);
-            let last = super::streams::last_live_id(ks, &key);
+            // The stream's last live entry, read once and only for an XREAD waiter.
+            let mut last = None;
             let queue = self.by_key.get(&key).expect("a front key has waiters");
             let served = queue.iter().copied().find(|client| match self.stream_from.get(client) {
-                Some(from) => last.is_some_and(|last| from.get(&key).is_some_and(|&id| last > id)),
+                Some(from) => {
+                    let last = *last.get_or_insert_with(|| super::streams::last_live_id(ks, &key));
+                    last.is_some_and(|last| from.get(&key).is_some_and(|&id| last > id))
+                }
                 None => list,
             });
             if let Some(client) = served {

@@ -27,7 +27,8 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use pmwire_resp::reply::{write_i64, Protocol, ReplySink};
+use pmwire_resp::client::encode_request;
+use pmwire_resp::reply::{Protocol, ReplySink};
 
 use super::{Ctx, Fail, Res};
 use crate::glob;
@@ -252,21 +253,13 @@ impl PubSub {
     }
 }
 
-/// An array (RESP2) or push (RESP3) of bulk strings.
+/// An array (RESP2) or push (RESP3) of bulk strings: a request's encoding
+/// with the push's type byte in RESP3.
 fn encode(protocol: Protocol, parts: &[&[u8]]) -> Vec<u8> {
     let mut out = Vec::with_capacity(16 + parts.iter().map(|p| p.len() + 16).sum::<usize>());
-    let mut num = [0u8; 20];
-    out.push(if protocol == Protocol::Resp3 { b'>' } else { b'*' });
-    let n = write_i64(parts.len() as i64, &mut num);
-    out.extend_from_slice(&num[..n]);
-    out.extend_from_slice(b"\r\n");
-    for p in parts {
-        out.push(b'$');
-        let n = write_i64(p.len() as i64, &mut num);
-        out.extend_from_slice(&num[..n]);
-        out.extend_from_slice(b"\r\n");
-        out.extend_from_slice(p);
-        out.extend_from_slice(b"\r\n");
+    encode_request(parts, &mut out);
+    if protocol == Protocol::Resp3 {
+        out[0] = b'>';
     }
     out
 }
@@ -287,12 +280,7 @@ type C<'a, 'b, 'r, K, S> = &'a mut Ctx<'b, 'r, K, S>;
 
 /// `[word, name or null, count]`, an array in RESP2 and a push in RESP3.
 fn confirm<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>, word: &[u8], name: Option<&[u8]>, count: usize) {
-    let mut head = [0u8; 4];
-    head[0] = if c.session.protocol == Protocol::Resp3 { b'>' } else { b'*' };
-    head[1] = b'3';
-    head[2] = b'\r';
-    head[3] = b'\n';
-    c.out.raw(&head);
+    c.out.push(3);
     c.out.bulk(word);
     match name {
         Some(n) => c.out.bulk(n),
