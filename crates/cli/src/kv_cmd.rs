@@ -40,6 +40,12 @@ pub struct KvArgs {
     /// Redis's protected mode: with no password set, connections from anywhere but loopback get Redis's DENIED error (yes or no).
     #[arg(long, default_value = "yes", value_parser = parse_yes_no, action = clap::ArgAction::Set)]
     protected_mode: bool,
+    /// Most clients connected at once, as redis-server's maxclients: one more is sent "-ERR max number of clients reached" and closed (lowered, with a warning, to what the process's descriptor limit allows). CONFIG SET maxclients changes it.
+    #[arg(long, default_value_t = pmwire_kv_server::store::DEFAULT_MAXCLIENTS)]
+    maxclients: u32,
+    /// Close a client idle for this many seconds (0: never), as redis-server's timeout; blocked clients and subscribers are spared. CONFIG SET timeout changes it.
+    #[arg(long, default_value_t = 0)]
+    timeout: u32,
     /// Write the bound addresses here (JSON: resp, http, pid, mode) once listening.
     #[arg(long)]
     ready_file: Option<PathBuf>,
@@ -145,6 +151,7 @@ pub fn run(args: &KvArgs) -> Result<()> {
     let mut limits = args.collection_limits;
     limits.fault_header_without_chunk = args.fault_header_without_chunk;
     server.set_collection_limits(limits);
+    warn_maxclients(args.maxclients, server.set_client_limits(args.maxclients, args.timeout));
     if args.fault_header_without_chunk {
         eprintln!("pmwire kv: PLANTED BUG: a list push that starts a chunk writes the header without it");
     }
@@ -161,11 +168,12 @@ pub fn run(args: &KvArgs) -> Result<()> {
     println!("pool: {}", store.region().describe());
     println!("{}", server.recovered());
     println!(
-        "mode {}; ring of {} x {} B buffers, at most {} connections of {} B unconsumed input",
+        "mode {}; ring of {} x {} B buffers; at most {} clients; {} buffers for unconsumed input (requests of up to {} B; past it the client holding the most is closed)",
         args.mode,
         sizing.ring_entries,
         sizing.buf_size,
-        sizing.max_connections,
+        server.service().client_config().maxclients,
+        sizing.rx_budget,
         pmwire_kv_server::store::MAX_RX_BYTES
     );
     let (resp, http) = server.addrs();
@@ -232,6 +240,7 @@ fn run_member(args: &KvArgs) -> Result<()> {
 
 fn serve_member<T: transport::Transport<Addr = SocketAddr>>(mut server: pmwire_kv_server::member::MemberServer<T>, args: &KvArgs, peer_addr: SocketAddr) -> Result<()> {
     stop_on_signals(server.stop_handle()).context("signal handling")?;
+    warn_maxclients(args.maxclients, server.set_client_limits(args.maxclients, args.timeout));
     println!("{}", server.recovered);
     let (resp, http) = server.addrs();
     let st = server.member().replica().status();
@@ -259,4 +268,14 @@ fn serve_member<T: transport::Transport<Addr = SocketAddr>>(mut server: pmwire_k
         s.proposals, s.forwarded, s.proposal_turns, s.read_indexes, s.stale_reads, s.cluster_down, s.sweeps, s.block_attempts
     );
     Ok(())
+}
+
+/// Redis's warning when the descriptor limit lowers `maxclients`.
+fn warn_maxclients(asked: u32, got: u32) {
+    if got < asked {
+        eprintln!(
+            "pmwire kv: you requested maxclients of {asked} requiring at least {} max file descriptors; the process's limit allows {got} clients (raise `ulimit -n`)",
+            u64::from(asked) + pmwire_kv_server::store::RESERVED_FDS
+        );
+    }
 }

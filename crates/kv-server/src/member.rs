@@ -93,7 +93,9 @@ use pmwire_keyspace::store::{Keyspace, MemKeyspace};
 use pmwire_kv_cluster::commands::{class, Class};
 use pmwire_kv_cluster::{MachineKeyspace, Proposer, RedisMachine, Watched};
 use pmwire_kv_cluster::copies::CopyCounters;
-use pmwire_netio::{Batch, ConnId, Segment, Service, Watch};
+use pmwire_netio::{Batch, ConnId, ConnLimits, Segment, Service, Watch};
+
+use crate::service::client_limits;
 use pmwire_resp::reply::ReplySink;
 use pmwire_resp::request::{Limits as RespLimits, Parsed};
 use pmwire_smr::node::{Done, Failure, Replica, Ticket};
@@ -1194,6 +1196,16 @@ impl<T: Transport<Addr = SocketAddr>> Service<SharedStore> for Member<T> {
         Some(timers.map_or(self.origin + next, |t| t.min(self.origin + next)))
     }
 
+    fn limits(&self) -> ConnLimits {
+        client_limits(self.local.config())
+    }
+
+    /// Redis spares blocked clients (a blocking pop, `WAIT`, here also a
+    /// write waiting for its commit) and subscribers.
+    fn idle_closable(&self, conn: ConnId) -> bool {
+        self.conns.get(&conn).is_none_or(|c| c.blocked.is_none() && !self.local.is_subscribed(c.session.id())) && !self.waits.iter().any(|w| w.conn == conn)
+    }
+
     fn watch(&mut self) -> Watch {
         if self.reactor.service.has_done() {
             return Watch::Ready;
@@ -1343,10 +1355,13 @@ impl<T: Transport<Addr = SocketAddr>> MemberServer<T> {
         crate::member_zc::verify(&store, &durable).map_err(|why| MemberError::Raft { path: raft_path(&options.pool), why })?;
         let sizing = store.sizing();
         let store = SharedStore::new(store);
+        let cap = crate::store::connection_cap();
         let config = ServerConfig {
             tcp_port: options.resp.port(),
             requirepass: options.requirepass.clone(),
             protected_mode: options.protected_mode,
+            maxclients: crate::store::DEFAULT_MAXCLIENTS.min(cap),
+            maxclients_cap: cap,
             ..ServerConfig::default()
         };
         // The member's door checks the password (RESP AUTH, HTTP Bearer);
@@ -1375,7 +1390,8 @@ impl<T: Transport<Addr = SocketAddr>> MemberServer<T> {
         member.redirect = options.redirect.clone();
         let net = pmwire_netio::Config {
             ring_entries: sizing.ring_entries,
-            max_connections: sizing.max_connections,
+            max_connections: cap,
+            rx_budget_buffers: sizing.rx_budget,
             reject_reply: crate::store::reject_replies(),
             max_rx_bytes: crate::store::MAX_RX_BYTES,
             ..pmwire_netio::Config::default()
@@ -1389,6 +1405,16 @@ impl<T: Transport<Addr = SocketAddr>> MemberServer<T> {
     pub fn addrs(&self) -> (SocketAddr, SocketAddr) {
         let a = self.server.local_addrs();
         (a[0], a[1])
+    }
+
+    /// `maxclients` and the idle `timeout` in seconds (0: none), as
+    /// redis-server's `--maxclients` and `--timeout`; the `maxclients` in
+    /// effect (lowered to what the process's descriptors allow).
+    pub fn set_client_limits(&mut self, maxclients: u32, timeout_s: u32) -> u32 {
+        let config = self.server.service_mut().local.config_mut();
+        config.maxclients = maxclients.min(config.maxclients_cap);
+        config.timeout_s = timeout_s;
+        config.maxclients
     }
 
     /// Stops `run` from another thread.

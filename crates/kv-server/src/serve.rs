@@ -119,9 +119,11 @@ impl KvServer {
     pub fn open(options: &ServeOptions) -> Result<KvServer, ServeError> {
         let (store, recovered) = Store::open(&options.pool, options.size, options.mode)?;
         let sizing = store.sizing();
+        let cap = crate::store::connection_cap();
         let config = Config {
             ring_entries: sizing.ring_entries,
-            max_connections: sizing.max_connections,
+            max_connections: cap,
+            rx_budget_buffers: sizing.rx_budget,
             reject_reply: crate::store::reject_replies(),
             max_rx_bytes: MAX_RX_BYTES,
             busy_poll_us: options.busy_poll_us,
@@ -130,6 +132,7 @@ impl KvServer {
         };
         let mut service = KvService::new(options.resp.port());
         service.set_access(options.requirepass.clone(), options.protected_mode);
+        service.set_client_limits(cap, crate::store::DEFAULT_MAXCLIENTS.min(cap), 0);
         let server = Server::bind_all(&[options.resp, options.http], config, store, service)?;
         Ok(KvServer { server, recovered })
     }
@@ -202,6 +205,16 @@ impl KvServer {
     /// --collection-limits`).
     pub fn set_collection_limits(&mut self, limits: pmwire_keyspace::chunked::ChunkConfig) {
         self.server.service_mut().set_collection_limits(limits);
+    }
+
+    /// `maxclients` and the idle `timeout` in seconds (0: none), as redis-server's
+    /// `--maxclients` and `--timeout`; the `maxclients` in effect: lowered to what the
+    /// process's descriptors allow ([`crate::store::connection_cap`]), as Redis lowers it.
+    pub fn set_client_limits(&mut self, maxclients: u32, timeout_s: u32) -> u32 {
+        let service = self.server.service_mut();
+        let cap = service.client_config().maxclients_cap;
+        service.set_client_limits(cap, maxclients, timeout_s);
+        service.client_config().maxclients
     }
 
     /// Test hook: the service reads the time from `clock` (expiry tests that do not sleep).

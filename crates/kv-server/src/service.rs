@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 use pmwire_kv::LogError;
 use pmwire_log::Extent;
 use pmwire_netio::http::{self, body_pieces, Codec, HttpError, Method, Parsed};
-use pmwire_netio::{Batch, ConnId, Input, Output, OutputMark, Service};
+use pmwire_netio::{Batch, ConnId, ConnLimits, Input, Output, OutputMark, Service};
 
 use crate::pushes::{Pushes, Taken};
 use pmwire_keyspace::chunked::collect_garbage;
@@ -215,6 +215,21 @@ impl KvService {
         let config = self.resp.config_mut();
         config.requirepass = requirepass;
         config.protected_mode = protected_mode;
+    }
+
+    /// The executor's configuration (CONFIG GET's values).
+    pub fn client_config(&self) -> &ServerConfig {
+        self.resp.config()
+    }
+
+    /// Client limits: the most `maxclients` may be set to (the process's descriptors,
+    /// [`crate::store::connection_cap`]), `maxclients`, and the idle `timeout` in seconds (0:
+    /// none). CONFIG SET changes the last two.
+    pub fn set_client_limits(&mut self, cap: u32, maxclients: u32, timeout_s: u32) {
+        let config = self.resp.config_mut();
+        config.maxclients_cap = cap;
+        config.maxclients = maxclients.min(cap);
+        config.timeout_s = timeout_s;
     }
 
     /// When collections are chunked, and their chunks' sizes.
@@ -935,6 +950,21 @@ impl Service<Store> for KvService {
         self.pushes.wake(wake);
         self.blocking.deadlines.first().map(|&(deadline, _)| deadline)
     }
+
+    fn limits(&self) -> ConnLimits {
+        client_limits(self.resp.config())
+    }
+
+    /// Redis spares blocked clients and subscribers.
+    fn idle_closable(&self, conn: ConnId) -> bool {
+        self.sessions.get(&conn).is_none_or(|s| !s.is_blocked() && !self.resp.is_subscribed(s.id()))
+    }
+}
+
+/// netio's limits from the executor's `maxclients` and `timeout` (CONFIG SET changes both).
+pub(crate) fn client_limits(config: &ServerConfig) -> ConnLimits {
+    let idle = (config.timeout_s > 0).then(|| Duration::from_secs(u64::from(config.timeout_s)));
+    ConnLimits { max_clients: config.maxclients, idle_timeout: idle }
 }
 
 /// Connections parked by a blocking command, and answers waiting to be sent (see the module

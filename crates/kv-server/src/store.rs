@@ -10,8 +10,14 @@
 //! Sizing ([`Sizing`]): every receive bound is derived from the pool's buffer count, so that
 //! the pool is larger than the ring plus what connections may hold unconsumed (netio's
 //! progress condition): half of the buffers are left for stored data, the other half is the
-//! ring plus [`Sizing::rx_buffers_per_conn`] per connection (twice `max_rx_bytes` in buffers,
-//! since a receive may fill a buffer only partly).
+//! ring plus the receive budget ([`Sizing::rx_budget`]), which all connections together may
+//! hold as unconsumed input; past it netio closes the connection holding the most (Redis's
+//! client eviction). The number of connections is not derived from the pool: an idle
+//! connection holds no buffer (the ring lends one when bytes arrive), so `maxclients`
+//! (10,000 by default) is bounded only by the process's descriptors ([`connection_cap`]). The
+//! budget must still hold [`MIN_CONNECTIONS`] requests of [`MAX_RX_BYTES`] at once
+//! ([`Sizing::rx_buffers_per_conn`] each: twice `max_rx_bytes` in buffers, since a receive may
+//! fill a buffer only partly).
 //!
 //! Invariant: in zero-copy mode every buffer id the loop holds is a pool buffer with a
 //! non-zero pool count; in the other modes pool and ring ids never mix (values are copied, and
@@ -32,10 +38,34 @@ pub const MAX_VALUE_BYTES: usize = 512 << 20;
 /// 128 KiB plus Redis's 64 KB inline/header bound. A larger request is received under a grant
 /// sized against the free pool, or refused from its header.
 pub const MAX_RX_BYTES: usize = (128 << 10) + (64 << 10);
-/// Most connections, whatever the pool size.
-pub const MAX_CONNECTIONS: u32 = 1024;
-/// Fewest connections a pool must leave room for (else it is too small).
+/// Connections whose largest requests ([`MAX_RX_BYTES`] each) the receive budget must hold at
+/// once (a smaller pool is refused as too small).
 pub const MIN_CONNECTIONS: u32 = 8;
+/// Redis's default `maxclients`.
+pub const DEFAULT_MAXCLIENTS: u32 = 10_000;
+/// Descriptors kept for everything but clients (pool, rings, listeners, peers, logs), as
+/// Redis keeps 32 (`CONFIG_MIN_RESERVED_FDS`).
+pub const RESERVED_FDS: u64 = 64;
+
+/// The most clients this process can hold open: its descriptor limit (the soft limit raised
+/// to the hard one first, as Redis's `adjustOpenFilesLimit` raises it) less
+/// [`RESERVED_FDS`]; at least [`MIN_CONNECTIONS`], at most netio's 1,048,576.
+pub fn connection_cap() -> u32 {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: plain syscalls on a local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return DEFAULT_MAXCLIENTS;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit { rlim_cur: lim.rlim_max, rlim_max: lim.rlim_max };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                lim.rlim_cur = lim.rlim_max;
+            }
+        }
+    }
+    (lim.rlim_cur as u64).saturating_sub(RESERVED_FDS).clamp(u64::from(MIN_CONNECTIONS), 1 << 20) as u32
+}
 
 /// How values travel between the socket and the pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,8 +154,9 @@ pub struct Sizing {
     pub buf_size: u32,
     /// Entries of the provided-buffer ring.
     pub ring_entries: u16,
-    /// Open connections allowed.
-    pub max_connections: u32,
+    /// Buffers all connections together may hold as unconsumed input (netio's
+    /// `rx_budget_buffers`).
+    pub rx_budget: u32,
     /// Buffers a connection may hold unconsumed (2 × `MAX_RX_BYTES` / `buf_size`).
     pub rx_buffers_per_conn: u32,
 }
@@ -137,15 +168,14 @@ impl Sizing {
         let ring = 1u32 << (buffers / 16).max(1).ilog2();
         let ring_entries = ring.clamp(64, 4096);
         let rx_budget = (buffers / 2).saturating_sub(ring_entries);
-        let max_connections = (rx_budget / rx_buffers_per_conn).min(MAX_CONNECTIONS);
-        if max_connections < MIN_CONNECTIONS {
+        if rx_budget / rx_buffers_per_conn < MIN_CONNECTIONS {
             let need = 2 * (ring_entries + MIN_CONNECTIONS * rx_buffers_per_conn);
             return Err(format!(
                 "{buffers} buffers of {buf_size} B; need at least {need} (a {ring_entries}-entry ring and \
                  {MIN_CONNECTIONS} connections of {rx_buffers_per_conn} buffers, doubled for stored data)"
             ));
         }
-        Ok(Sizing { buffers, buf_size, ring_entries: ring_entries as u16, max_connections, rx_buffers_per_conn })
+        Ok(Sizing { buffers, buf_size, ring_entries: ring_entries as u16, rx_budget, rx_buffers_per_conn })
     }
 
     /// The engine configuration for a new pool of `size` bytes: as many 2 KB buffers as fit
@@ -418,8 +448,8 @@ mod tests {
             let s = Sizing::for_pool(buffers, 2048).unwrap();
             assert!(s.ring_entries.is_power_of_two());
             assert!((64..=4096).contains(&s.ring_entries));
-            assert!((MIN_CONNECTIONS..=MAX_CONNECTIONS).contains(&s.max_connections));
-            let receiving = s.ring_entries as u64 + s.max_connections as u64 * s.rx_buffers_per_conn as u64;
+            assert!(s.rx_budget / s.rx_buffers_per_conn >= MIN_CONNECTIONS);
+            let receiving = s.ring_entries as u64 + s.rx_budget as u64;
             assert!(receiving <= buffers as u64 / 2, "{s:?}");
             assert!(s.rx_buffers_per_conn as usize * 2048 >= 2 * MAX_RX_BYTES);
         }

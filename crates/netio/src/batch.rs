@@ -394,6 +394,36 @@ pub trait Service<S: BufferSource> {
     fn watch(&mut self) -> Watch {
         Watch::Nothing
     }
+
+    /// Limits on connections the service sets at run time (asked at each accept and each
+    /// tick, so a change applies at once). Default: none.
+    fn limits(&self) -> ConnLimits {
+        ConnLimits::default()
+    }
+
+    /// Whether connection `conn`, idle past [`ConnLimits::idle_timeout`], may be closed
+    /// (default: yes).
+    fn idle_closable(&self, conn: ConnId) -> bool {
+        let _ = conn;
+        true
+    }
+}
+
+/// Limits a service sets on its connections ([`Service::limits`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnLimits {
+    /// Most open connections (Redis's `maxclients`); one over it is refused as one over
+    /// [`crate::Config::max_connections`] is (sent the listener's reject reply, closed).
+    pub max_clients: u32,
+    /// Connections that neither received nor sent a byte for longer than this are closed
+    /// (Redis's `timeout`; checked every 500 ms); `None`: never.
+    pub idle_timeout: Option<std::time::Duration>,
+}
+
+impl Default for ConnLimits {
+    fn default() -> ConnLimits {
+        ConnLimits { max_clients: u32::MAX, idle_timeout: None }
+    }
 }
 
 /// What the loop waits on besides its sockets ([`Service::watch`]).

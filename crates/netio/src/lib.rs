@@ -40,7 +40,7 @@ pub mod loadgen;
 mod ring;
 pub mod server;
 
-pub use batch::{drive, Batch, ConnAddrs, ConnId, Input, Output, OutputMark, Part, Reply, Segment, Service, Watch};
+pub use batch::{drive, Batch, ConnAddrs, ConnId, ConnLimits, Input, Output, OutputMark, Part, Reply, Segment, Service, Watch};
 pub use buffers::{BufferSource, HeapBuffers};
 pub use ring::incremental_supported;
 pub use server::{Config, RecvMode, Server, ServerError, Stats, StopHandle};

@@ -92,7 +92,9 @@ pub enum RecvMode {
 pub struct Config {
     /// Entries in the provided-buffer ring (a power of two, at most 32768).
     pub ring_entries: u16,
-    /// Maximum open connections; more are accepted and closed at once.
+    /// Most connection slots (a hard bound: the loop's queues are sized by it); more are
+    /// accepted and closed at once. The service may set a lower limit at run time
+    /// ([`crate::Service::limits`]: Redis's `maxclients`).
     pub max_connections: u32,
     /// What a connection refused over `max_connections` is sent before it
     /// is closed, per listener (Redis's `-ERR max number of clients
@@ -105,6 +107,12 @@ pub struct Config {
     pub max_rx_bytes: usize,
     /// Reading pauses while a connection has this many bytes queued to send.
     pub max_tx_bytes: usize,
+    /// Most buffers all connections together may hold as unconsumed input (half-received
+    /// requests pin theirs). Past it, the connection holding the most is closed at once
+    /// (Redis 7.0's client eviction, `maxmemory-clients`), until the rest fit: so a pool that
+    /// cannot give every one of many connections `max_rx_bytes` still always has buffers to
+    /// receive with. `u32::MAX`: no bound.
+    pub rx_budget_buffers: u32,
     /// How to receive.
     pub recv_mode: RecvMode,
     /// Set `TCP_NODELAY` on accepted sockets.
@@ -130,6 +138,7 @@ impl Default for Config {
             reject_reply: Vec::new(),
             max_rx_bytes: (1 << 20) + (16 << 10),
             max_tx_bytes: 4 << 20,
+            rx_budget_buffers: u32::MAX,
             recv_mode: RecvMode::Multishot,
             tcp_nodelay: true,
             shutdown_timeout_ms: 2000,
@@ -183,6 +192,11 @@ pub struct Stats {
     pub read_pauses: u64,
     /// Connections closed because their unconsumed input reached `max_rx_bytes`.
     pub rx_overflow_closes: u64,
+    /// Connections closed because all connections' unconsumed input passed
+    /// `rx_budget_buffers` and theirs was the largest (Redis's `evicted_clients`).
+    pub rx_evictions: u64,
+    /// Connections closed for having been idle past the service's idle timeout.
+    pub idle_closes: u64,
     /// Graceful closes whose peer had not closed within the linger time (then reset).
     pub linger_timeouts: u64,
     /// The kernel refused multishot receive and the loop switched to single-shot.
@@ -451,6 +465,8 @@ struct Conn {
     open: bool,
     rx: VecDeque<RxSeg>,
     rx_bytes: usize,
+    /// When bytes last arrived or were sent (or it was accepted), to the loop's turn.
+    active: Instant,
     /// The service's last [`Reply::wanted`]: bytes to hold before it sees the connection again.
     rx_wanted: usize,
     recv: RecvState,
@@ -487,6 +503,7 @@ impl Conn {
             open: false,
             rx: VecDeque::new(),
             rx_bytes: 0,
+            active: Instant::now(),
             rx_wanted: 0,
             recv: RecvState::Idle,
             starved: false,
@@ -542,6 +559,10 @@ struct Loop<'a, S: BufferSource, V: Service<S>> {
     /// Whether listener `i`'s multishot accept is armed.
     accept_armed: Vec<bool>,
     tick_armed: bool,
+    /// Buffers held by all receive queues (one per segment).
+    rx_buffers: u64,
+    /// The time of this turn's completions (read once per drain).
+    now: Instant,
     tick_ts: Box<types::Timespec>,
     /// The service's timer: the deadline armed and the generation in its user data.
     timer: Option<(Instant, u32)>,
@@ -563,7 +584,9 @@ struct Loop<'a, S: BufferSource, V: Service<S>> {
 }
 
 fn build_uring(sq_entries: u32) -> Result<(IoUring, bool), ServerError> {
-    let cq = sq_entries * 4;
+    // The kernel takes at most 65,536 completion entries (`IORING_MAX_CQ_ENTRIES`); more
+    // completions than that wait in its overflow list (`IORING_FEAT_NODROP`).
+    let cq = (sq_entries * 4).min(65_536);
     let fast = IoUring::builder().setup_cqsize(cq).setup_single_issuer().setup_defer_taskrun().build(sq_entries);
     match fast {
         Ok(r) => Ok((r, true)),
@@ -610,6 +633,8 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             batch: Batch::new(),
             cqes: Vec::with_capacity(sq as usize * 4),
             tick_armed: false,
+            rx_buffers: 0,
+            now: Instant::now(),
             tick_ts: Box::new(types::Timespec::new().nsec(LINGER_TICK_MS * 1_000_000)),
             timer: None,
             timer_gen: 0,
@@ -669,8 +694,12 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             self.run_wakeups();
             self.refill();
             self.wake_starved();
+            self.enforce_rx_budget();
             self.settle_dirty();
             self.arm_accepts();
+            if !self.tick_armed && self.svc.limits().idle_timeout.is_some() {
+                self.arm_tick();
+            }
             if let Some(e) = self.fatal.take() {
                 return Err(ServerError::Enter(e));
             }
@@ -750,6 +779,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
 
     fn drain_cqes(&mut self) {
         let mut n = 0u64;
+        self.now = Instant::now();
         loop {
             self.cqes.clear();
             self.cqes.extend(self.uring.completion().map(|c| (c.user_data(), c.result(), c.flags())));
@@ -824,12 +854,20 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             unsafe { libc::close(fd) };
             return;
         }
-        let slot = match self.free_slots.pop() {
+        let open = self.conns.len() - self.free_slots.len();
+        let limit = self.svc.limits().max_clients.min(self.cfg.max_connections);
+        let slot = if open >= limit as usize {
+            None
+        } else if let Some(s) = self.free_slots.pop() {
+            Some(s)
+        } else if self.conns.len() < self.cfg.max_connections as usize {
+            self.conns.push(Conn::new());
+            Some(self.conns.len() as u32 - 1)
+        } else {
+            None
+        };
+        let slot = match slot {
             Some(s) => s,
-            None if self.conns.len() < self.cfg.max_connections as usize => {
-                self.conns.push(Conn::new());
-                self.conns.len() as u32 - 1
-            }
             None => {
                 self.stats.rejected += 1;
                 if let Some(bytes) = self.cfg.reject_reply.get(listener as usize).filter(|b| !b.is_empty()) {
@@ -857,6 +895,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
         c.peer_loopback = c.addrs.peer.is_some_and(|a| is_loopback(a.ip()));
         c.open = true;
         c.rx_bytes = 0;
+        c.active = self.now;
         c.rx_wanted = 0;
         c.recv = RecvState::Idle;
         c.starved = false;
@@ -935,6 +974,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             None => None,
         };
         if res > 0 {
+            c.active = self.now;
             let (id, off, owned) = buf.expect("receive completion with data but no buffer");
             assert!(off + res as u32 <= self.src.buf_size(), "receive past its buffer's end");
             self.stats.recvs += 1;
@@ -982,6 +1022,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
                 }
                 c.rx.push_back(RxSeg { buf: id, off, len });
                 c.rx_bytes += res as usize;
+                self.rx_buffers += 1;
                 self.mark_touched(slot);
             }
         } else {
@@ -1029,6 +1070,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
             return;
         }
         self.stats.bytes_sent += res as u64;
+        c.active = self.now;
         let mut left = res as u32;
         let parts = c.inflight.parts();
         while left > 0 {
@@ -1203,6 +1245,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
                 left -= s.len as usize;
                 let id = s.buf;
                 c.rx.pop_front();
+                self.rx_buffers -= 1;
                 self.src.release(id);
             } else {
                 s.off += left as u32;
@@ -1414,8 +1457,54 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
                 self.mark_dirty(slot);
             }
         }
-        if lingering && !self.stopping {
+        self.close_idle();
+        if (lingering || self.svc.limits().idle_timeout.is_some()) && !self.stopping {
             self.arm_tick();
+        }
+    }
+
+    /// Closes (gracefully) the connections that neither received nor sent a byte for longer
+    /// than the service's idle timeout, where the service agrees ([`Service::idle_closable`]:
+    /// Redis spares blocked clients and subscribers). Checked every tick.
+    fn close_idle(&mut self) {
+        let Some(idle) = self.svc.limits().idle_timeout else { return };
+        let now = Instant::now();
+        for slot in 0..self.conns.len() {
+            let c = &self.conns[slot];
+            if !c.open || c.closing != Closing::No || now.saturating_duration_since(c.active) <= idle {
+                continue;
+            }
+            if !self.svc.idle_closable(c.id(slot as u32)) {
+                continue;
+            }
+            self.conns[slot].closing = Closing::Graceful;
+            self.stats.idle_closes += 1;
+            self.mark_dirty(slot as u32);
+        }
+    }
+
+    /// While all receive queues together hold more than `rx_budget_buffers` (not counting
+    /// connections already closing, whose buffers return as they close), closes the open
+    /// connection that holds the most, at once (Redis 7.0's client eviction). A pool that
+    /// cannot give every connection `max_rx_bytes` so keeps buffers to receive with: otherwise
+    /// half-received requests could pin every buffer and no request could complete.
+    fn enforce_rx_budget(&mut self) {
+        let budget = u64::from(self.cfg.rx_budget_buffers);
+        if self.rx_buffers <= budget {
+            return;
+        }
+        let closing: u64 = self.conns.iter().filter(|c| c.open && c.closing != Closing::No).map(|c| c.rx.len() as u64).sum();
+        let mut held = self.rx_buffers - closing;
+        while held > budget {
+            let largest = (0..self.conns.len())
+                .filter(|&i| self.conns[i].open && self.conns[i].closing == Closing::No && !self.conns[i].rx.is_empty())
+                .max_by_key(|&i| self.conns[i].rx.len());
+            let Some(slot) = largest else { break };
+            let c = &mut self.conns[slot];
+            held -= c.rx.len() as u64;
+            c.closing = Closing::Hard;
+            self.stats.rx_evictions += 1;
+            self.mark_dirty(slot as u32);
         }
     }
 
@@ -1426,6 +1515,7 @@ impl<'a, S: BufferSource, V: Service<S>> Loop<'a, S, V> {
         unsafe { libc::close(c.fd) };
         c.fd = -1;
         while let Some(s) = c.rx.pop_front() {
+            self.rx_buffers -= 1;
             self.src.release(s.buf);
         }
         c.rx_bytes = 0;

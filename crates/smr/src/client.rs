@@ -30,8 +30,8 @@ use crate::node::PeerAddr;
 pub enum SmrError {
     /// No final answer before the deadline: a write may or may not have
     /// been applied (retrying it with the same client applies it once).
-    #[error("no answer from the cluster within {0:?} (a write's outcome is unknown)")]
-    Timeout(Duration),
+    #[error("no answer from the cluster within {0:?} (a write's outcome is unknown; last attempt: {1})")]
+    Timeout(Duration, Failure),
     /// The replica refused the request as malformed.
     #[error("the replica refused the request as malformed")]
     BadRequest,
@@ -64,6 +64,39 @@ pub enum SmrError {
         /// Why, for a person.
         message: String,
     },
+}
+
+/// What became of a request's last attempt (for [`SmrError::Timeout`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// The deadline had passed before any attempt.
+    NotTried,
+    /// Replica `0`'s address could not be connected to (the transport's reason).
+    Connect(u64, String),
+    /// The request could not be sent to replica `0` (the transport's reason).
+    Send(u64, String),
+    /// The connection to replica `0` ended before its answer (the transport's reason).
+    Lost(u64, String),
+    /// Replica `0` did not answer within the attempt's time.
+    Silent(u64, Duration),
+    /// Replica `0`'s answer did not decode.
+    Garbled(u64),
+    /// Replica `0` answered with a status that is not final (`NOT_LEADER`, `RETRY`).
+    Answered(u64, Status),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::NotTried => write!(f, "none made"),
+            Failure::Connect(id, why) => write!(f, "connecting to replica {id} failed: {why}"),
+            Failure::Send(id, why) => write!(f, "sending to replica {id} failed: {why}"),
+            Failure::Lost(id, why) => write!(f, "the connection to replica {id} ended: {why}"),
+            Failure::Silent(id, waited) => write!(f, "replica {id} did not answer within {waited:?}"),
+            Failure::Garbled(id) => write!(f, "replica {id}'s answer did not decode"),
+            Failure::Answered(id, status) => write!(f, "replica {id} answered {status:?}"),
+        }
+    }
 }
 
 /// A blocking client of a cluster.
@@ -251,7 +284,7 @@ where
                         break;
                     }
                     Ok(st) => format!("it is a {} in term {}, leader {}", st.role_name(), st.term, st.leader),
-                    Err(SmrError::Timeout(_)) => String::from("no status answer"),
+                    Err(SmrError::Timeout(_, why)) => format!("no status answer ({why})"),
                     Err(e) => format!("status: {e}"),
                 };
                 if Instant::now() >= deadline {
@@ -284,20 +317,26 @@ where
     /// the client's timeout: the caller's whole wait).
     fn request_until(&mut self, req: &Request, only: Option<u64>, deadline: Instant) -> Result<Response, SmrError> {
         let bytes = req.to_bytes();
+        let mut last = Failure::NotTried;
         loop {
             if Instant::now() >= deadline {
-                return Err(SmrError::Timeout(self.timeout));
+                return Err(SmrError::Timeout(self.timeout, last));
             }
             let target = only.unwrap_or(self.leader);
             let answer = self.attempt(target, &bytes, deadline);
-            let Some(resp) = answer else {
-                // No answer (connection lost, attempt timed out): elsewhere.
-                self.drop_conn(target);
-                if only.is_none() {
-                    self.leader = self.next_after(target);
+            let resp = match answer {
+                Ok(resp) => resp,
+                Err(why) => {
+                    last = why;
+                    // No answer (connection lost, attempt timed out): elsewhere.
+                    self.drop_conn(target);
+                    if only.is_none() {
+                        self.leader = self.next_after(target);
+                    }
+                    continue;
                 }
-                continue;
             };
+            last = Failure::Answered(target, resp.status);
             match resp.status {
                 Status::Ok | Status::NotFound | Status::CasFailed => return Ok(resp),
                 Status::BadRequest => return Err(SmrError::BadRequest),
@@ -326,7 +365,7 @@ where
     /// client does not.
     fn learn_members(&mut self, from: u64, deadline: Instant) {
         let req = Request { op: Op::Status, client: 0, seq: 0, key: Vec::new(), value: Vec::new(), expect: None };
-        let Some(resp) = self.attempt(from, &req.to_bytes(), deadline) else { return };
+        let Ok(resp) = self.attempt(from, &req.to_bytes(), deadline) else { return };
         let Ok(st) = StatusValue::decode(&resp.value) else { return };
         for m in st.members {
             if let (false, Some(addr)) = (self.replicas.contains_key(&m.id), T::Addr::from_bytes(&m.addr)) {
@@ -345,27 +384,28 @@ where
         }
     }
 
-    fn conn(&mut self, id: u64) -> Option<ConnId> {
+    fn conn(&mut self, id: u64) -> Result<ConnId, Failure> {
         if let Some(&c) = self.conns.get(&id) {
-            return Some(c);
+            return Ok(c);
         }
-        let addr = self.replicas.get(&id)?.clone();
-        let c = self.transport.connect(&addr).ok()?;
+        let addr = self.replicas.get(&id).ok_or_else(|| Failure::Connect(id, String::from("not in the client's list")))?.clone();
+        let c = self.transport.connect(&addr).map_err(|e| Failure::Connect(id, e.to_string()))?;
         self.conns.insert(id, c);
-        Some(c)
+        Ok(c)
     }
 
-    /// One call to `target`; its response, or `None` if it could not be
-    /// had within the attempt's time.
-    fn attempt(&mut self, target: u64, bytes: &[u8], deadline: Instant) -> Option<Response> {
+    /// One call to `target`: its response, or why there was none within
+    /// the attempt's time.
+    fn attempt(&mut self, target: u64, bytes: &[u8], deadline: Instant) -> Result<Response, Failure> {
         let conn = self.conn(target)?;
         self.tokens += 1;
         let token = self.tokens;
         let mut payload = self.transport.take_buffer(bytes.len());
         payload.extend_from_slice(bytes);
-        self.transport.call(conn, &REQUEST_MAGIC, payload, token).ok()?;
-        let give_up = (Instant::now() + self.attempt_timeout).min(deadline);
-        let mut since = Instant::now();
+        self.transport.call(conn, &REQUEST_MAGIC, payload, token).map_err(|e| Failure::Send(target, e.to_string()))?;
+        let started = Instant::now();
+        let give_up = (started + self.attempt_timeout).min(deadline);
+        let mut since = started;
         let mut empty = 0u32;
         loop {
             self.events.clear();
@@ -381,16 +421,17 @@ where
             if let Some(result) = found {
                 return match result {
                     Ok(Output::Response { payload, .. }) => {
-                        let resp = Response::decode(&payload).ok();
+                        let resp = Response::decode(&payload).map_err(|_| Failure::Garbled(target));
                         self.transport.recycle(payload);
                         resp
                     }
-                    _ => None,
+                    Ok(_) => Err(Failure::Garbled(target)),
+                    Err(e) => Err(Failure::Lost(target, e.to_string())),
                 };
             }
             let now = Instant::now();
             if now >= give_up {
-                return None;
+                return Err(Failure::Silent(target, now - started));
             }
             empty += 1;
             if self.poll.keep_polling(since, empty) {

@@ -302,11 +302,14 @@ pub(super) fn config_get<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
     let busy = c.server.config.lua_time_limit_ms.to_string();
     let node_bytes = c.server.config.stream_nodes.max_bytes.to_string();
     let node_entries = c.server.config.stream_nodes.max_entries.to_string();
-    let params: [(&str, &[u8]); 14] = [
+    let maxclients = c.server.config.maxclients.to_string();
+    let timeout = c.server.config.timeout_s.to_string();
+    let params: [(&str, &[u8]); 15] = [
         ("appendonly", b"no"),
         ("busy-reply-threshold", busy.as_bytes()),
         ("databases", b"1"),
         ("lua-time-limit", busy.as_bytes()),
+        ("maxclients", maxclients.as_bytes()),
         ("maxmemory", b"0"),
         ("maxmemory-policy", b"noeviction"),
         ("port", port.as_bytes()),
@@ -316,9 +319,9 @@ pub(super) fn config_get<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
         ("save", save.as_bytes()),
         ("stream-node-max-bytes", node_bytes.as_bytes()),
         ("stream-node-max-entries", node_entries.as_bytes()),
-        ("timeout", b"0"),
+        ("timeout", timeout.as_bytes()),
     ];
-    let mut hit = [false; 14];
+    let mut hit = [false; 15];
     for j in 2..c.argc() {
         let pattern = c.arg(j).to_ascii_lowercase();
         for (i, (name, _)) in params.iter().enumerate() {
@@ -348,6 +351,7 @@ pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
     let mut save = None;
     let mut busy = None;
     let (mut node_bytes, mut node_entries) = (None, None);
+    let (mut maxclients, mut timeout) = (None, None);
     for j in (2..c.argc()).step_by(2) {
         let (name, value) = (c.arg(j), c.arg(j + 1));
         if name.eq_ignore_ascii_case(b"requirepass") {
@@ -377,12 +381,27 @@ pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
                 Fail::err(&format!("CONFIG SET failed (possibly related to argument '{lower}') - argument must be between 0 and 9223372036854775807 inclusive"))
             })?;
             if memory { node_bytes = Some(n) } else { node_entries = Some(n) }
+        } else if name.eq_ignore_ascii_case(b"maxclients") || name.eq_ignore_ascii_case(b"timeout") {
+            let lower = String::from_utf8_lossy(name).to_ascii_lowercase();
+            let failed = |why: &str| Fail::err(&format!("CONFIG SET failed (possibly related to argument '{lower}') - {why}"));
+            let n = pmwire_resp::numbers::parse_i64(value).ok_or_else(|| failed("argument couldn't be parsed into an integer"))?;
+            if lower == "maxclients" {
+                let n = u32::try_from(n).ok().filter(|&n| n >= 1).ok_or_else(|| failed("argument must be between 1 and 4294967295 inclusive"))?;
+                let cap = c.server.config.maxclients_cap;
+                if n > cap {
+                    return Err(failed(&format!("The operating system is not able to handle the specified number of clients, try with {cap}")));
+                }
+                maxclients = Some(n);
+            } else {
+                let n = u32::try_from(n).ok().filter(|&n| n <= i32::MAX as u32).ok_or_else(|| failed("argument must be between 0 and 2147483647 inclusive"))?;
+                timeout = Some(n);
+            }
         } else {
             let shown = String::from_utf8_lossy(&name[..name.len().min(128)]).into_owned();
             let lower = shown.to_ascii_lowercase();
             if REDIS_PARAMETERS.contains(&lower.as_str()) {
                 return Err(Fail::err(&format!(
-                    "CONFIG SET failed (possibly related to argument '{lower}') - pmwire does not change '{lower}' (it sets requirepass, protected-mode, save, busy-reply-threshold and the stream-node limits; every write is durable before its reply)"
+                    "CONFIG SET failed (possibly related to argument '{lower}') - pmwire does not change '{lower}' (it sets requirepass, protected-mode, save, busy-reply-threshold, maxclients, timeout and the stream-node limits; every write is durable before its reply)"
                 )));
             }
             return Err(Fail::err(&format!("Unknown option or number of arguments for CONFIG SET - '{shown}'")));
@@ -405,6 +424,12 @@ pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
     }
     if let Some(n) = node_entries {
         c.server.config.stream_nodes.max_entries = n;
+    }
+    if let Some(n) = maxclients {
+        c.server.config.maxclients = n;
+    }
+    if let Some(n) = timeout {
+        c.server.config.timeout_s = n;
     }
     c.out.ok();
     Ok(())
@@ -476,8 +501,7 @@ fn strtoll(word: &[u8]) -> Option<i64> {
 /// than called unknown.
 const REDIS_PARAMETERS: &[&str] = &[
     "appendfsync", "appendonly", "databases", "hz", "latency-tracking", "lazyfree-lazy-user-del", "loglevel",
-    "maxclients", "maxmemory", "maxmemory-policy", "notify-keyspace-events", "proto-max-bulk-len",
-    "slowlog-log-slower-than", "timeout",
+    "maxmemory", "maxmemory-policy", "notify-keyspace-events", "proto-max-bulk-len", "slowlog-log-slower-than",
 ];
 
 /// AUTH [username] password.
@@ -693,8 +717,12 @@ pub(super) fn info<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_
             cfg.tcp_port
         ),
     );
-    let clients =
-        format!("connected_clients:{}\r\nblocked_clients:{}\r\n", c.server.connected, c.server.blocked_clients());
+    let clients = format!(
+        "connected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\n",
+        c.server.connected,
+        c.server.config.maxclients,
+        c.server.blocked_clients()
+    );
     section(1, clients);
     section(2, "used_memory:0\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\n".into());
     section(3, "loading:0\r\nrdb_changes_since_last_save:0\r\naof_enabled:0\r\n".into());

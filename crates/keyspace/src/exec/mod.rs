@@ -103,6 +103,17 @@ pub struct ServerConfig {
     /// Stream node sizes (`stream-node-max-entries`, `stream-node-max-bytes`;
     /// CONFIG SET changes them).
     pub stream_nodes: crate::stream::NodeLimits,
+    /// Most clients connected at once (`maxclients`, default 10,000); the
+    /// server refuses one more with Redis's `-ERR max number of clients
+    /// reached`. CONFIG SET changes it up to `maxclients_cap`.
+    pub maxclients: u32,
+    /// The most `maxclients` can be: what the process's descriptor limit
+    /// allows (the server sets it; Redis's `adjustOpenFilesLimit`).
+    pub maxclients_cap: u32,
+    /// Seconds a client may stay idle before the server closes it
+    /// (`timeout`; 0: never). Blocked clients and subscribers are spared,
+    /// as Redis spares them.
+    pub timeout_s: u32,
     /// A replicated executor's limit instead: a script is stopped after
     /// this many instructions (counted in steps of
     /// [`crate::script::HOOK_EVERY`]), the same on every member, where a
@@ -125,6 +136,9 @@ impl Default for ServerConfig {
             random_seed: 0x706d_7769_7265,
             collections: crate::chunked::ChunkConfig::default(),
             stream_nodes: crate::stream::NodeLimits::default(),
+            maxclients: 10_000,
+            maxclients_cap: u32::MAX,
+            timeout_s: 0,
             lua_time_limit_ms: scripting::DEFAULT_TIME_LIMIT_MS,
             script_budget: None,
         }

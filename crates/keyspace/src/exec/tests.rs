@@ -152,7 +152,7 @@ fn documented_differences_from_redis() {
     assert_eq!(f.run("SCAN 12345"), "-ERR invalid cursor\r\n");
     assert_eq!(
         f.run("CONFIG SET appendonly yes"),
-        "-ERR CONFIG SET failed (possibly related to argument 'appendonly') - pmwire does not change 'appendonly' (it sets requirepass, protected-mode, save, busy-reply-threshold and the stream-node limits; every write is durable before its reply)\r\n"
+        "-ERR CONFIG SET failed (possibly related to argument 'appendonly') - pmwire does not change 'appendonly' (it sets requirepass, protected-mode, save, busy-reply-threshold, maxclients, timeout and the stream-node limits; every write is durable before its reply)\r\n"
     );
     // `save` is taken and shown back, and changes nothing else.
     assert_eq!(f.run("CONFIG SET save \"60 1000\""), "+OK\r\n");

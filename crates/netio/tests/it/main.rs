@@ -1,6 +1,7 @@
 //! Integration tests of pmwire-netio: one binary, case modules.
 
 mod common;
+mod conn_limits;
 mod echo;
 mod kv;
 mod limits;
