@@ -26,8 +26,20 @@ struct Limited {
 
 impl Limited {
     fn new(max_clients: u32, idle_ms: u64) -> (Limited, Arc<AtomicU32>, Arc<AtomicU64>) {
-        let (m, i) = (Arc::new(AtomicU32::new(max_clients)), Arc::new(AtomicU64::new(idle_ms)));
-        (Limited { echo: HttpEcho::default(), max_clients: m.clone(), idle_ms: i.clone(), kept: HashSet::new() }, m, i)
+        let (m, i) = (
+            Arc::new(AtomicU32::new(max_clients)),
+            Arc::new(AtomicU64::new(idle_ms)),
+        );
+        (
+            Limited {
+                echo: HttpEcho::default(),
+                max_clients: m.clone(),
+                idle_ms: i.clone(),
+                kept: HashSet::new(),
+            },
+            m,
+            i,
+        )
     }
 }
 
@@ -35,7 +47,11 @@ impl<S: BufferSource> Service<S> for Limited {
     fn handle(&mut self, batch: &mut Batch, bufs: &mut S) {
         for i in 0..batch.len() {
             let input = batch.input(i);
-            let bytes: Vec<u8> = input.segments.iter().flat_map(|s| s.bytes.iter().copied()).collect();
+            let bytes: Vec<u8> = input
+                .segments
+                .iter()
+                .flat_map(|s| s.bytes.iter().copied())
+                .collect();
             if bytes.windows(4).any(|w| w == b"keep") {
                 self.kept.insert(input.conn);
             }
@@ -50,7 +66,10 @@ impl<S: BufferSource> Service<S> for Limited {
 
     fn limits(&self) -> ConnLimits {
         let ms = self.idle_ms.load(Ordering::Relaxed);
-        ConnLimits { max_clients: self.max_clients.load(Ordering::Relaxed), idle_timeout: (ms > 0).then(|| Duration::from_millis(ms)) }
+        ConnLimits {
+            max_clients: self.max_clients.load(Ordering::Relaxed),
+            idle_timeout: (ms > 0).then(|| Duration::from_millis(ms)),
+        }
     }
 
     fn idle_closable(&self, conn: ConnId) -> bool {
@@ -67,14 +86,20 @@ fn served(s: &mut std::net::TcpStream, path: &str) {
 fn the_services_client_limit_refuses_with_the_reply_and_follows_changes() {
     let reply = b"-ERR max number of clients reached\r\n".to_vec();
     let (svc, max_clients, _) = Limited::new(2, 0);
-    let cfg = Config { max_connections: 64, reject_reply: vec![reply.clone()], ..small_config() };
+    let cfg = Config {
+        max_connections: 64,
+        reject_reply: vec![reply.clone()],
+        ..small_config()
+    };
     let srv = start(cfg, HeapBuffers::new(256, 256), svc);
     let mut open: Vec<_> = (0..2).map(|_| connect(srv.addr)).collect();
     for s in &mut open {
         served(s, "/a");
     }
     let mut extra = connect(srv.addr);
-    extra.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    extra
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
     let mut got = Vec::new();
     extra.read_to_end(&mut got).expect("the reply, then EOF");
     assert_eq!(got, reply);
@@ -85,7 +110,8 @@ fn the_services_client_limit_refuses_with_the_reply_and_follows_changes() {
     // Lowered below the open count: nobody is closed, newcomers are refused.
     max_clients.store(1, Ordering::Relaxed);
     let mut late = connect(srv.addr);
-    late.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    late.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
     let mut got = Vec::new();
     late.read_to_end(&mut got).expect("the reply, then EOF");
     assert_eq!(got, reply);
@@ -133,9 +159,14 @@ fn idle_connections_are_closed_unless_active_or_spared() {
 #[test]
 fn past_the_receive_budget_the_largest_holder_is_evicted() {
     // Buffers of 256 B; all connections together may hold 12 of them unconsumed.
-    let cfg = Config { rx_budget_buffers: 12, ..small_config() };
+    let cfg = Config {
+        rx_budget_buffers: 12,
+        ..small_config()
+    };
     let srv = start(cfg, HeapBuffers::new(512, 256), HttpEcho::default());
-    let head = |len: usize| format!("POST /p HTTP/1.1\r\nHost: t\r\nContent-Length: {len}\r\n\r\n").into_bytes();
+    let head = |len: usize| {
+        format!("POST /p HTTP/1.1\r\nHost: t\r\nContent-Length: {len}\r\n\r\n").into_bytes()
+    };
     let partial = |s: &mut std::net::TcpStream, body: usize| {
         let mut req = head(4096);
         req.extend_from_slice(&vec![b'x'; body]);
