@@ -50,6 +50,8 @@ pub use shared::{MAX_RANDOM_REPLY, MAX_RANDOM_REPLY_BYTES};
 #[cfg(test)]
 mod large_tests;
 #[cfg(test)]
+mod stream_group_tests;
+#[cfg(test)]
 mod stream_tests;
 #[cfg(test)]
 mod tests;
