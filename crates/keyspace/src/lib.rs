@@ -67,5 +67,6 @@ pub mod glob;
 pub mod recording;
 pub mod store;
 pub mod stream;
+pub mod stream_group;
 
 pub use exec::commands;

@@ -28,7 +28,8 @@
 //! 56      16    first entry ID (0-0 when empty)
 //! 72      16    max deleted entry ID
 //! 88      8     entries added, ever
-//! 96      8     consumer groups: 0 (reserved)
+//! 96      8     group numbers taken: the next consumer group is numbered
+//!               this plus one (0 in a pool written before consumer groups)
 //! ```
 //! Node (the internal entry `00 gen:u64be number:u64be`):
 //! ```text
@@ -105,6 +106,9 @@ pub struct Header {
     pub max_deleted: StreamId,
     /// Entries ever added.
     pub entries_added: u64,
+    /// Consumer group numbers taken ([`crate::stream_group`]): the next
+    /// group created is numbered `groups_made + 1`; numbers are never reused.
+    pub groups_made: u64,
 }
 
 /// Why a header or node does not decode.
@@ -121,7 +125,7 @@ pub enum StreamError {
 impl Header {
     /// A new empty stream's header, its nodes named by `gen`.
     pub fn new(gen: u64) -> Header {
-        Header { gen, length: 0, head: 0, tail: 0, last_id: StreamId::MIN, first_id: StreamId::MIN, max_deleted: StreamId::MIN, entries_added: 0 }
+        Header { gen, length: 0, head: 0, tail: 0, last_id: StreamId::MIN, first_id: StreamId::MIN, max_deleted: StreamId::MIN, entries_added: 0, groups_made: 0 }
     }
 
     /// The header bytes.
@@ -141,7 +145,7 @@ impl Header {
             self.max_deleted.ms,
             self.max_deleted.seq,
             self.entries_added,
-            0,
+            self.groups_made,
         ];
         for w in words {
             out.extend_from_slice(&w.to_le_bytes());
@@ -165,9 +169,10 @@ impl Header {
             first_id: StreamId { ms: w(6), seq: w(7) },
             max_deleted: StreamId { ms: w(8), seq: w(9) },
             entries_added: w(10),
+            groups_made: w(11),
         };
         let empty_ok = h.length > 0 || h.first_id == StreamId::MIN;
-        if h.head > h.tail || w(11) != 0 || h.length > h.entries_added || !empty_ok || (h.length > 0 && h.head == h.tail) {
+        if h.head > h.tail || h.length > h.entries_added || !empty_ok || (h.length > 0 && h.head == h.tail) {
             return Err(StreamError::Header);
         }
         Ok(h)

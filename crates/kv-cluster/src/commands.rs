@@ -36,7 +36,7 @@ pub const READS: &[&str] = &[
     "getrange", "hexists", "hget", "hgetall", "hkeys", "hlen", "hmget", "hrandfield", "hscan", "hstrlen", "hvals",
     "keys", "lindex", "llen", "lpos", "lrange", "mget", "object", "pexpiretime", "ping", "pttl", "randomkey", "scan",
     "scard", "sdiff", "select", "sinter", "sintercard", "sismember", "smembers", "smismember", "srandmember", "sscan",
-    "strlen", "substr", "sunion", "time", "touch", "ttl", "type", "xlen", "xrange", "xread", "xrevrange", "zcard", "zcount",
+    "strlen", "substr", "sunion", "time", "touch", "ttl", "type", "xinfo", "xlen", "xpending", "xrange", "xread", "xrevrange", "zcard", "zcount",
     "zdiff", "zinter", "zintercard", "zlexcount", "zmscore", "zrandmember", "zrange", "zrangebylex", "zrangebyscore",
     "zrank", "zrevrange", "zrevrangebylex", "zrevrangebyscore", "zrevrank", "zscan", "zscore", "zunion",
 ];
@@ -49,7 +49,8 @@ pub const WRITES: &[&str] = &[
     "incrby", "incrbyfloat", "linsert", "lmove", "lmpop", "lpop", "lpush", "lpushx", "lrem", "lset", "ltrim", "mset",
     "msetnx", "persist", "pexpire", "pexpireat", "psetex", "rename", "renamenx", "rpop", "rpoplpush", "rpush",
     "rpushx", "sadd", "script", "sdiffstore", "set", "setbit", "setex", "setnx", "setrange", "sinterstore", "smove",
-    "spop", "srem", "sunionstore", "unlink", "xadd", "xdel", "xtrim", "zadd", "zdiffstore", "zincrby", "zinterstore",
+    "spop", "srem", "sunionstore", "unlink", "xack", "xadd", "xautoclaim", "xclaim", "xdel", "xgroup", "xreadgroup", "xsetid",
+    "xtrim", "zadd", "zdiffstore", "zincrby", "zinterstore",
     "zpopmax", "zpopmin", "zrangestore", "zrem", "zremrangebylex", "zremrangebyrank", "zremrangebyscore",
     "zunionstore",
 ];
@@ -109,6 +110,9 @@ mod tests {
         assert_eq!(class(b"BLPOP"), Class::Blocking);
         assert_eq!(class(b"watch"), Class::Session);
         assert_eq!(class(b"nosuch"), Class::Unknown);
+        // XREADGROUP changes the group's PEL: replicated (its BLOCK is refused by a member).
+        assert_eq!(class(b"XREADGROUP"), Class::Write);
+        assert_eq!(class(b"xpending"), Class::Read);
         assert_eq!(class(&[b'a'; 100]), Class::Unknown);
     }
 }

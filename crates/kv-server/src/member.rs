@@ -553,9 +553,12 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             self.conn(id).push(Slot::Ready(error("NOAUTH Authentication required.")));
             return;
         }
-        if name == b"xread" && args.iter().skip(1).take_while(|a| !a.eq_ignore_ascii_case(b"streams")).any(|a| a.eq_ignore_ascii_case(b"block")) {
-            // A read is served from the applied state and never waits there.
-            self.conn(id).push(Slot::Ready(error("ERR XREAD BLOCK is not served by a cluster member yet: read without BLOCK and poll")));
+        let xread = name == b"xread" || name == b"xreadgroup";
+        if xread && args.iter().skip(1).take_while(|a| !a.eq_ignore_ascii_case(b"streams")).any(|a| a.eq_ignore_ascii_case(b"block")) {
+            // A read is served from the applied state and never waits there;
+            // an entry (XREADGROUP's) never waits on a member.
+            let what = if name == b"xread" { "XREAD" } else { "XREADGROUP" };
+            self.conn(id).push(Slot::Ready(error(&format!("ERR {what} BLOCK is not served by a cluster member yet: read without BLOCK and poll"))));
             return;
         }
         if let Some(text) = self.local.refusal_in_pubsub_context(&self.conns[&id].session, &args) {

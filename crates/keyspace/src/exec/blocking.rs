@@ -64,6 +64,13 @@ pub(crate) enum Op {
     /// entry past the ID this session waits beyond there (`$` resolved when
     /// it blocked), answered as that XREAD.
     XRead { count: u64, from: Vec<(Vec<u8>, crate::stream::StreamId)> },
+    /// XREADGROUP BLOCK (every ID `>`): `XREADGROUP GROUP group consumer
+    /// COUNT count [NOACK] STREAMS key >` on the key once the stream holds an
+    /// entry past the group's last ID, answered as that XREADGROUP; the
+    /// `-UNBLOCKED` error once the key holds no stream, `-NOGROUP` once the
+    /// group is gone (Redis 7.0's `serveClientsBlockedOnStreamKey` and
+    /// `unblockDeletedStreamReadgroupClients`).
+    XReadGroup { count: u64, group: Vec<u8>, consumer: Vec<u8>, noack: bool },
 }
 
 /// Which sessions wait on which keys, and the keys made ready.
@@ -80,6 +87,8 @@ pub(crate) struct Waiters {
     clients: usize,
     /// XREAD waiters: the ID each waits beyond on each of its streams.
     stream_from: HashMap<u64, HashMap<Vec<u8>, crate::stream::StreamId>>,
+    /// XREADGROUP waiters: the group each waits in.
+    stream_group: HashMap<u64, Vec<u8>>,
 }
 
 impl Waiters {
@@ -110,10 +119,26 @@ impl Waiters {
         self.stream_from.insert(client, from.iter().cloned().collect());
     }
 
+    /// `client`, blocked, waits in consumer group `group` (XREADGROUP).
+    pub fn wait_in_group(&mut self, client: u64, group: &[u8]) {
+        self.stream_group.insert(client, group.to_vec());
+    }
+
+    /// A key was written, deleted or overwritten: ready if an XREADGROUP
+    /// waits on it (its stream or group may be gone: Redis signals a
+    /// deleted stream's key for them).
+    pub fn touched(&mut self, key: &[u8]) {
+        let group_waits = self.by_key.get(key).is_some_and(|q| q.iter().any(|c| self.stream_group.contains_key(c)));
+        if group_waits {
+            self.written(key);
+        }
+    }
+
     /// `client` waits no more (nothing if it does not wait: CLIENT UNBLOCK
     /// released it already).
     pub fn unblock(&mut self, client: u64) {
         self.stream_from.remove(&client);
+        self.stream_group.remove(&client);
         let Some(keys) = self.keys.remove(&client) else { return };
         for key in &keys {
             let queue = self.by_key.get_mut(key).expect("a blocked session is queued on each of its keys");
@@ -423,6 +448,15 @@ pub(crate) fn served_command(op: &Op, key: &[u8]) -> Vec<Vec<u8>> {
             let count = count.to_string().into_bytes();
             vec![b"XREAD".to_vec(), b"COUNT".to_vec(), count, b"STREAMS".to_vec(), key.to_vec(), id.text().into_bytes()]
         }
+        Op::XReadGroup { count, group, consumer, noack } => {
+            let mut args = vec![b"XREADGROUP".to_vec(), b"GROUP".to_vec(), group.clone(), consumer.clone()];
+            args.extend([b"COUNT".to_vec(), count.to_string().into_bytes()]);
+            if *noack {
+                args.push(b"NOACK".to_vec());
+            }
+            args.extend([b"STREAMS".to_vec(), key.to_vec(), b">".to_vec()]);
+            args
+        }
     }
 }
 
@@ -438,12 +472,17 @@ impl Waiters {
             // The stream's last live entry, read once and only for an XREAD waiter.
             let mut last = None;
             let queue = self.by_key.get(&key).expect("a front key has waiters");
-            let served = queue.iter().copied().find(|client| match self.stream_from.get(client) {
-                Some(from) => {
-                    let last = *last.get_or_insert_with(|| super::streams::last_live_id(ks, &key));
-                    last.is_some_and(|last| from.get(&key).is_some_and(|&id| last > id))
+            let served = queue.iter().copied().find(|client| {
+                if let Some(group) = self.stream_group.get(client) {
+                    return super::streams::groups::group_wait(ks, &key, group) != super::streams::groups::GroupWait::Waiting;
                 }
-                None => list,
+                match self.stream_from.get(client) {
+                    Some(from) => {
+                        let last = *last.get_or_insert_with(|| super::streams::last_live_id(ks, &key));
+                        last.is_some_and(|last| from.get(&key).is_some_and(|&id| last > id))
+                    }
+                    None => list,
+                }
             });
             if let Some(client) = served {
                 return Some((key, client));

@@ -50,6 +50,8 @@ pub use shared::{MAX_RANDOM_REPLY, MAX_RANDOM_REPLY_BYTES};
 #[cfg(test)]
 mod large_tests;
 #[cfg(test)]
+mod stream_group_tests;
+#[cfg(test)]
 mod stream_tests;
 #[cfg(test)]
 mod tests;
@@ -748,6 +750,7 @@ impl Server {
             let (touched, cleared) = (std::mem::take(&mut tracked.touched), tracked.cleared);
             touched.iter().for_each(|k| self.watches.touch(k));
             tracked.lists.iter().for_each(|k| self.waiters.written(k));
+            touched.iter().for_each(|k| self.waiters.touched(k));
             if cleared {
                 existing.iter().for_each(|k| self.watches.touch(k));
             }
@@ -760,8 +763,10 @@ impl Server {
             Ok(()) if session.blocked.is_some() => {
                 let blocked = session.blocked.as_ref().expect("blocked");
                 self.waiters.block(session.id, &blocked.keys);
-                if let blocking::Op::XRead { from, .. } = &blocked.op {
-                    self.waiters.wait_for_entries(session.id, from);
+                match &blocked.op {
+                    blocking::Op::XRead { from, .. } => self.waiters.wait_for_entries(session.id, from),
+                    blocking::Op::XReadGroup { group, .. } => self.waiters.wait_in_group(session.id, group),
+                    _ => {}
                 }
                 Flow::Block
             }
@@ -890,6 +895,18 @@ impl Server {
         S: ReplySink<K::Value> + ?Sized,
     {
         let blocked = session.blocked.take().expect("serving a blocked session");
+        if let blocking::Op::XReadGroup { group, .. } = &blocked.op {
+            let error: &[u8] = match streams::groups::group_wait(ks, key, group) {
+                streams::groups::GroupWait::Gone => b"UNBLOCKED the stream key no longer exists",
+                streams::groups::GroupWait::NoGroup => b"NOGROUP the consumer group this client was blocked on no longer exists",
+                _ => b"",
+            };
+            if !error.is_empty() {
+                Out::<K::Value, S>::new(sink, session.protocol).error(error);
+                session.blocked = Some(blocked);
+                return;
+            }
+        }
         let args = blocking::served_command(&blocked.op, key);
         let mut encoded = Vec::new();
         pmwire_resp::client::encode_request(&args, &mut encoded);

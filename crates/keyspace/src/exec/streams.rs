@@ -23,6 +23,8 @@
 //! IDs increase with node numbers; `last_id` is at least every entry's ID;
 //! `first_id` is the first live entry's (0-0 when empty).
 
+pub(super) mod groups;
+
 use super::{Ctx, Fail, Res};
 use crate::chunked::{chunk_key, next_generation};
 use crate::store::{Expiry, Keyspace, Kind, ValueSource};
@@ -475,23 +477,37 @@ pub(super) fn xlen<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_
     Ok(())
 }
 
+/// Redis's `streamParseIntervalIDOrReply`: `(id` excludes the ID.
+fn interval(arg: &[u8], missing: u64) -> Result<(StreamId, bool), Fail> {
+    match arg.strip_prefix(b"(").filter(|_| arg.len() > 1) {
+        Some(rest) => Ok((parse_id(rest, missing, true, None)?, true)),
+        None => Ok((parse_id(arg, missing, false, None)?, false)),
+    }
+}
+
+/// A range's start as XRANGE, XPENDING and XAUTOCLAIM read it.
+fn interval_start(arg: &[u8]) -> Result<StreamId, Fail> {
+    let (start, excluded) = interval(arg, 0)?;
+    if !excluded {
+        return Ok(start);
+    }
+    start.next().ok_or_else(|| Fail::err("invalid start ID for the interval"))
+}
+
+/// A range's end as XRANGE and XPENDING read it.
+fn interval_end(arg: &[u8]) -> Result<StreamId, Fail> {
+    let (end, excluded) = interval(arg, u64::MAX)?;
+    if !excluded {
+        return Ok(end);
+    }
+    end.prev().ok_or_else(|| Fail::err("invalid end ID for the interval"))
+}
+
 /// XRANGE key start end [COUNT n], XREVRANGE key end start [COUNT n].
 pub(super) fn xrange<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>, rev: bool) -> Res {
     let (start_arg, end_arg) = if rev { (c.arg(3), c.arg(2)) } else { (c.arg(2), c.arg(3)) };
-    let interval = |arg: &[u8], missing: u64| -> Result<(StreamId, bool), Fail> {
-        match arg.strip_prefix(b"(").filter(|_| arg.len() > 1) {
-            Some(rest) => Ok((parse_id(rest, missing, true, None)?, true)),
-            None => Ok((parse_id(arg, missing, false, None)?, false)),
-        }
-    };
-    let (mut start, start_ex) = interval(start_arg, 0)?;
-    if start_ex {
-        start = start.next().ok_or_else(|| Fail::err("invalid start ID for the interval"))?;
-    }
-    let (mut end, end_ex) = interval(end_arg, u64::MAX)?;
-    if end_ex {
-        end = end.prev().ok_or_else(|| Fail::err("invalid end ID for the interval"))?;
-    }
+    let start = interval_start(start_arg)?;
+    let end = interval_end(end_arg)?;
     let mut count: i64 = -1;
     let mut j = 4;
     while j < c.argc() {
@@ -585,8 +601,27 @@ pub(super) fn copy_stream<K: Keyspace + ?Sized>(ks: &mut K, h: &Header, to: &[u8
         write_node(ks, copy.gen, n, &node)?;
         at = next_node(ks, h, n + 1);
     }
+    groups::copy_groups(ks, h.gen, copy.gen)?;
     ks.put(to, Kind::Stream, ValueSource::Owned(copy.encode()), expiry)?;
     Ok(())
+}
+
+/// The last live entry's ID of a stream with entries.
+fn last_live_of<K: Keyspace + ?Sized>(ks: &mut K, h: &Header) -> Result<StreamId, Fail> {
+    assert!(h.length > 0);
+    Ok(range(ks, h, StreamId::MIN, StreamId::MAX, 1, true)?.first().expect("a stream with entries has a live one").id)
+}
+
+/// Each node's first entry's ID, deleted or not (Redis's radix tree keys,
+/// a listpack's master ID), in order.
+fn node_masters<K: Keyspace + ?Sized>(ks: &mut K, h: &Header) -> Result<Vec<StreamId>, Fail> {
+    let mut out = Vec::new();
+    let mut at = next_node(ks, h, h.head);
+    while let Some(n) = at {
+        out.push(read_node(ks, h.gen, n)?.expect("a scanned node is stored").entries[0].id);
+        at = next_node(ks, h, n + 1);
+    }
+    Ok(out)
 }
 
 /// The ID of the last live entry of the stream at `key`, if it is a stream
@@ -603,8 +638,14 @@ pub(crate) fn last_live_id<K: Keyspace + ?Sized>(ks: &mut K, key: &[u8]) -> Opti
 /// XREAD [COUNT count] [BLOCK ms] STREAMS key [key ...] id [id ...]: for
 /// each stream with entries past its ID, `[key, entries]` (RESP3: a map);
 /// the null array if none has any, or, with BLOCK, the session waits.
+/// XREADGROUP GROUP group consumer [COUNT count] [BLOCK ms] [NOACK]
+/// STREAMS key [key ...] id [id ...] is the same command in Redis
+/// (`xreadCommand`): `>` reads the group's new entries, another ID the
+/// consumer's history ([`groups::read_group`]).
 pub(super) fn xread<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    let xreadgroup = c.arg(0).len() == 10;
     let (mut timeout_ms, mut count, mut streams_at) = (None, 0u64, 0usize);
+    let (mut group, mut noack) = (None, false);
     let mut i = 1;
     while i < c.argc() {
         let more = c.argc() - i - 1;
@@ -629,9 +670,16 @@ pub(super) fn xread<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '
             }
             break;
         } else if opt.eq_ignore_ascii_case(b"group") && more >= 2 {
-            return Err(Fail::err("The GROUP option is only supported by XREADGROUP. You called XREAD instead."));
+            if !xreadgroup {
+                return Err(Fail::err("The GROUP option is only supported by XREADGROUP. You called XREAD instead."));
+            }
+            group = Some((c.arg(i + 1), c.arg(i + 2)));
+            i += 2;
         } else if opt.eq_ignore_ascii_case(b"noack") {
-            return Err(Fail::err("The NOACK option is only supported by XREADGROUP. You called XREAD instead."));
+            if !xreadgroup {
+                return Err(Fail::err("The NOACK option is only supported by XREADGROUP. You called XREAD instead."));
+            }
+            noack = true;
         } else {
             return Err(Fail::Syntax);
         }
@@ -640,14 +688,33 @@ pub(super) fn xread<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '
     if streams_at == 0 {
         return Err(Fail::Syntax);
     }
+    if xreadgroup && group.is_none() {
+        return Err(Fail::err("Missing GROUP option for XREADGROUP"));
+    }
     let n = (c.argc() - streams_at) / 2;
-    // Each stream's ID, in order: type checks and IDs as Redis reads them.
+    // Each stream's ID, in order: type checks, groups and IDs as Redis
+    // reads them. `>` is the largest ID, as in Redis.
     let mut from = Vec::with_capacity(n);
     for j in 0..n {
         let key = c.arg(streams_at + j);
         let h = load(c, key)?;
+        if let Some((name, _)) = group {
+            let found = match h.as_ref() {
+                Some(h) => groups::find_group(c.ks, h.gen, name)?.is_some(),
+                None => false,
+            };
+            if !found {
+                return Err(Fail::Text(format!(
+                    "NOGROUP No such key '{}' or consumer group '{}' in XREADGROUP with GROUP option",
+                    groups::shown(key),
+                    groups::shown(name)
+                )));
+            }
+        }
         let id = match c.arg(streams_at + n + j) {
+            b"$" if xreadgroup => return Err(Fail::err("The $ ID is meaningless in the context of XREADGROUP: you want to read the history of this consumer by specifying a proper ID, or use the > ID to get new messages. The $ ID would just return an empty result set.")),
             b"$" => h.map_or(StreamId::MIN, |h| h.last_id),
+            b">" if xreadgroup => StreamId::MAX,
             b">" => return Err(Fail::err("The > ID can be specified only when calling XREADGROUP using the GROUP <group> <consumer> option.")),
             arg => parse_id(arg, 0, true, None)?,
         };
@@ -656,13 +723,20 @@ pub(super) fn xread<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '
     let mut served = Vec::new();
     for (key, id, h) in &from {
         let Some(h) = h else { continue };
+        if let Some((name, consumer)) = group {
+            let read = groups::GroupRead { group: name, consumer, noack };
+            if let Some(entries) = groups::read_group(c, h, *id, count, &read)? {
+                served.push((key.clone(), entries));
+            }
+            continue;
+        }
         if h.length == 0 {
             continue;
         }
         let Some(start) = id.next() else { continue };
         let entries = range(c.ks, h, start, StreamId::MAX, count as usize, false)?;
         if !entries.is_empty() {
-            served.push((key.clone(), entries));
+            served.push((key.clone(), entries.into_iter().map(|e| (e.id, Some(e))).collect()));
         }
     }
     if !served.is_empty() {
@@ -674,7 +748,7 @@ pub(super) fn xread<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '
                 c.out.array(2);
             }
             c.out.bulk(key);
-            reply_entries(c, entries);
+            groups::reply_read(c, entries);
         }
         return Ok(());
     }
@@ -694,7 +768,11 @@ pub(super) fn xread<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '
     }
     let from = from.into_iter().map(|(k, id, _)| (k, id)).collect();
     let count = if count == 0 { XREAD_BLOCKED_DEFAULT_COUNT } else { count };
-    c.session.blocked = Some(super::blocking::Blocked { keys, timeout_ms, op: super::blocking::Op::XRead { count, from } });
+    let op = match group {
+        Some((name, consumer)) => super::blocking::Op::XReadGroup { count, group: name.to_vec(), consumer: consumer.to_vec(), noack },
+        None => super::blocking::Op::XRead { count, from },
+    };
+    c.session.blocked = Some(super::blocking::Blocked { keys, timeout_ms, op });
     Ok(())
 }
 

@@ -195,7 +195,7 @@ impl Gen {
     }
 
     fn name(&mut self) -> &'static str {
-        let family: &[&str] = match self.rng.gen_range(0..100) {
+        let family: &[&str] = match self.rng.gen_range(0..108) {
             0..=23 => STRINGS,
             24..=33 => KEYCMDS,
             34..=45 => HASHES,
@@ -204,7 +204,8 @@ impl Gen {
             74..=84 => SETS,
             85..=90 => EXPIRY,
             91..=94 => SCRIPTS,
-            _ => STREAMS,
+            95..=99 => STREAMS,
+            _ => GROUPS,
         };
         family[self.rng.gen_range(0..family.len())]
     }
@@ -240,6 +241,10 @@ impl Gen {
         }
         if STREAMS.contains(&name) {
             self.stream_args(name, a);
+            return false;
+        }
+        if GROUPS.contains(&name) {
+            self.group_args(name, a);
             return false;
         }
         if HASHES.contains(&name) {
@@ -823,6 +828,128 @@ impl Gen {
         }
     }
 
+    /// A consumer group command's arguments (no BLOCK, no IDLE or TIME, a
+    /// minimum idle time of 0: nothing here depends on the two servers'
+    /// clocks but the idle times XPENDING and XINFO CONSUMERS show, which
+    /// the differ masks).
+    fn group_args(&mut self, name: &str, a: &mut Vec<Vec<u8>>) {
+        let id_or_last = |g: &mut Gen| if g.rng.gen_bool(0.3) { b"$".to_vec() } else { g.stream_id(false) };
+        let entries_read = |g: &mut Gen, a: &mut Vec<Vec<u8>>| {
+            if g.rng.gen_bool(0.2) {
+                a.extend([b"ENTRIESREAD".to_vec(), g.pick(&["0", "1", "3", "-1", "-2", "x"])]);
+            }
+        };
+        if name == "XREADGROUP" {
+            a.extend([b"GROUP".to_vec(), self.pick(GROUP_NAMES), self.pick(CONSUMERS)]);
+            if self.rng.gen_bool(0.4) {
+                a.extend([self.pick(&["COUNT", "count"]), self.pick(&["0", "1", "2", "-1", "x"])]);
+            }
+            if self.rng.gen_bool(0.2) {
+                a.push(b"NOACK".to_vec());
+            }
+            a.push(b"STREAMS".to_vec());
+            let n = self.n(1, 2);
+            for _ in 0..n {
+                a.push(self.family_key(STREAM_KEYS));
+            }
+            for _ in 0..n {
+                a.push(if self.rng.gen_bool(0.7) { b">".to_vec() } else { self.pick(&["0", "0-0", "3-0", "$", "x"]) });
+            }
+            return;
+        }
+        if name == "XGROUP" || name == "XINFO" {
+            let sub = match name {
+                "XGROUP" => self.pick(&["CREATE", "CREATE", "create", "SETID", "DESTROY", "CREATECONSUMER", "DELCONSUMER", "HELP"]),
+                _ => self.pick(&["GROUPS", "CONSUMERS", "CONSUMERS", "STREAM", "groups"]),
+            };
+            a.push(sub.clone());
+            if sub == b"HELP" {
+                return;
+            }
+            a.push(self.family_key(STREAM_KEYS));
+            match &sub.to_ascii_uppercase()[..] {
+                b"CREATE" => {
+                    a.push(self.pick(GROUP_NAMES));
+                    a.push(id_or_last(self));
+                    if self.rng.gen_bool(0.5) {
+                        a.push(b"MKSTREAM".to_vec());
+                    }
+                    entries_read(self, a);
+                }
+                b"SETID" => {
+                    a.push(self.pick(GROUP_NAMES));
+                    a.push(id_or_last(self));
+                    entries_read(self, a);
+                }
+                b"DESTROY" | b"CONSUMERS" => a.push(self.pick(GROUP_NAMES)),
+                b"CREATECONSUMER" | b"DELCONSUMER" => {
+                    a.push(self.pick(GROUP_NAMES));
+                    a.push(self.pick(CONSUMERS));
+                }
+                _ => {}
+            }
+            return;
+        }
+        a.push(self.family_key(STREAM_KEYS));
+        if name == "XSETID" {
+            a.push(self.stream_id(false));
+            if self.rng.gen_bool(0.3) {
+                a.extend([b"ENTRIESADDED".to_vec(), self.pick(&["0", "5", "50", "-1", "x"])]);
+            }
+            if self.rng.gen_bool(0.3) {
+                a.extend([b"MAXDELETEDID".to_vec(), self.stream_id(false)]);
+            }
+            return;
+        }
+        a.push(self.pick(GROUP_NAMES));
+        match name {
+            "XACK" => {
+                for _ in 0..self.n(1, 3) {
+                    a.push(self.stream_id(false));
+                }
+            }
+            "XPENDING" => {
+                if self.rng.gen_bool(0.6) {
+                    a.push(self.stream_id(false));
+                    a.push(self.stream_id(false));
+                    a.push(self.pick(&["0", "1", "2", "10", "-1", "x"]));
+                    if self.rng.gen_bool(0.4) {
+                        a.push(self.pick(CONSUMERS));
+                    }
+                }
+            }
+            "XCLAIM" => {
+                a.push(self.pick(CONSUMERS));
+                a.push(self.pick(&["0", "0", "0", "-5", "x"]));
+                for _ in 0..self.n(1, 3) {
+                    a.push(self.stream_id(false));
+                }
+                for _ in 0..self.n(0, 2) {
+                    match self.rng.gen_range(0..6) {
+                        0 => a.push(b"JUSTID".to_vec()),
+                        1 => a.push(b"FORCE".to_vec()),
+                        2 => a.extend([b"RETRYCOUNT".to_vec(), self.pick(&["0", "3", "-1", "x"])]),
+                        3 => a.extend([b"LASTID".to_vec(), self.stream_id(false)]),
+                        4 => a.push(b"BAD".to_vec()),
+                        _ => a.push(b"justid".to_vec()),
+                    }
+                }
+            }
+            _ => {
+                // XAUTOCLAIM
+                a.push(self.pick(CONSUMERS));
+                a.push(self.pick(&["0", "0", "0", "x"]));
+                a.push(self.stream_id(false));
+                if self.rng.gen_bool(0.4) {
+                    a.extend([b"COUNT".to_vec(), self.pick(&["1", "2", "3", "100", "0", "-1", "x"])]);
+                }
+                if self.rng.gen_bool(0.3) {
+                    a.push(self.pick(&["JUSTID", "BAD"]));
+                }
+            }
+        }
+    }
+
     fn set_args(&mut self, name: &str, a: &mut Vec<Vec<u8>>) -> bool {
         match name {
             "SADD" | "SREM" | "SMISMEMBER" => {
@@ -893,6 +1020,14 @@ pub const EXPIRY: &[&str] = &[
 /// EVAL twice over, so most script commands run a script.
 const STREAMS: &[&str] = &["XADD", "XADD", "XADD", "XLEN", "XRANGE", "XREVRANGE", "XDEL", "XTRIM", "XREAD"];
 const STREAM_KEYS: &[&str] = &["x0", "x1"];
+/// Consumer group commands (XREADGROUP and XACK more often, so PELs fill
+/// and drain; XGROUP CREATE is one XGROUP in three).
+const GROUPS: &[&str] = &[
+    "XGROUP", "XGROUP", "XGROUP", "XREADGROUP", "XREADGROUP", "XREADGROUP", "XACK", "XACK", "XPENDING", "XPENDING",
+    "XCLAIM", "XAUTOCLAIM", "XINFO", "XSETID",
+];
+const GROUP_NAMES: &[&str] = &["g0", "g1"];
+const CONSUMERS: &[&str] = &["c0", "c1", "c2"];
 const SCRIPTS: &[&str] = &["EVAL", "EVAL", "EVALSHA", "SCRIPT"];
 /// Scripts with their key slots and argument slots ([`Gen::slot`]); none
 /// draws randomness or reads the clock, and none answers in an order

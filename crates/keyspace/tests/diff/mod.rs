@@ -204,19 +204,23 @@ pub struct Differ<T> {
     /// HELLO's `id` is compared as equal when the target cannot take
     /// redis-server's client id (a real server numbers its own connections).
     pub ids_differ: bool,
+    /// Whether redis-server's last reply was other than an error.
+    pub last_ok: bool,
 }
 
 impl<T: Target> Differ<T> {
     /// Compares `conn` (to redis-server) with `target`.
     pub fn new(conn: Conn, target: T) -> Differ<T> {
-        Differ { conn, target, req: Vec::new(), by_shape: 0, loose: 0, multis: 0, ids_differ: false }
+        Differ { conn, target, req: Vec::new(), by_shape: 0, loose: 0, multis: 0, ids_differ: false, last_ok: false }
     }
 
     /// Runs `args` on redis-server only.
     pub fn remote<A: AsRef<[u8]>>(&mut self, args: &[A]) -> Vec<u8> {
         self.req.clear();
         encode_request(args, &mut self.req);
-        self.conn.call(&self.req)
+        let reply = self.conn.call(&self.req);
+        self.last_ok = !reply.starts_with(b"-");
+        reply
     }
 
     /// Runs `args` on pmwire only: the reply, and whether the connection is to close.
@@ -233,6 +237,7 @@ impl<T: Target> Differ<T> {
             b"TTL" | b"EXPIRETIME" => self.check_ttl(&cmd.args, 1),
             b"PTTL" | b"PEXPIRETIME" => self.check_ttl(&cmd.args, 250),
             b"RANDOMKEY" => self.check_randomkey(&cmd.args),
+            _ if timed(&cmd.args) => self.check_timed(&cmd.args),
             _ => self.check(&cmd.args, cmd.sort),
         }
     }
@@ -468,6 +473,61 @@ impl<T: Target> Differ<T> {
     }
 }
 
+/// Replies that show an idle time (XPENDING's extended form, XINFO
+/// CONSUMERS): compared with those times set to 0 on both sides, never
+/// queued in a transaction.
+pub fn timed(args: &[Vec<u8>]) -> bool {
+    let name = args[0].to_ascii_uppercase();
+    (name == b"XPENDING" && args.len() >= 6) || (name == b"XINFO" && args.get(1).is_some_and(|s| s.eq_ignore_ascii_case(b"consumers")))
+}
+
+/// `v` with every idle time an XPENDING or XINFO CONSUMERS reply shows set
+/// to 0: the third of each four-element array, the value after `idle`.
+fn without_idle(v: Value) -> Value {
+    match v {
+        Value::Array(items) if items.len() == 4 && matches!(items[2], Value::Integer(_)) && matches!(items[0], Value::Bulk(_)) => {
+            let mut items = items;
+            items[2] = Value::Integer(0);
+            Value::Array(items)
+        }
+        Value::Array(items) => {
+            let mut items: Vec<Value> = items.into_iter().map(without_idle).collect();
+            for i in 0..items.len().saturating_sub(1) {
+                if matches!(&items[i], Value::Bulk(b) if b == b"idle") {
+                    items[i + 1] = Value::Integer(0);
+                }
+            }
+            Value::Array(items)
+        }
+        Value::Map(pairs) => Value::Map(
+            pairs
+                .into_iter()
+                .map(|(k, v)| if matches!(&k, Value::Bulk(b) if b == b"idle") { (k, Value::Integer(0)) } else { (k, without_idle(v)) })
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+impl<T: Target> Differ<T> {
+    /// XPENDING (extended) and XINFO CONSUMERS: equal once their idle times
+    /// are masked ([`without_idle`]).
+    pub fn check_timed(&mut self, args: &[Vec<u8>]) -> Result<bool, (Vec<u8>, Vec<u8>)> {
+        let want = self.remote(args);
+        let (got, _) = self.local(args);
+        if want == got {
+            return Ok(false);
+        }
+        let w = parse_reply(&want).ok().flatten().map(|(v, _)| without_idle(v));
+        let g = parse_reply(&got).ok().flatten().map(|(v, _)| without_idle(v));
+        if w.is_some() && w == g {
+            self.loose += 1;
+            return Ok(false);
+        }
+        Err((want, got))
+    }
+}
+
 /// TTL-family replies: the two servers read the clock apart, so these are
 /// compared within a tolerance, never queued in a transaction.
 pub fn loose_compared(args: &[Vec<u8>]) -> bool {
@@ -499,6 +559,8 @@ pub fn run_random<T: Target>(
     let mut failures = Vec::new();
     let mut ttl_family = 0u64;
     let mut in_multi = false;
+    // Stream commands sent, and how many answered other than an error.
+    let mut streams: std::collections::BTreeMap<String, (u64, u64)> = std::collections::BTreeMap::new();
     for i in 0..count {
         if i % 2_000 == 0 && !in_multi {
             let proto: &[u8] = if (i / 2_000) % 2 == 0 { b"2" } else { b"3" };
@@ -508,8 +570,10 @@ pub fn run_random<T: Target>(
         }
         let cmd = g.next();
         before(d, i, in_multi);
+        let name = String::from_utf8_lossy(&cmd.args[0]).into_owned();
+        let tally = name.starts_with('X').then(|| streams.entry(name).or_default());
         ttl_family += u64::from(loose_compared(&cmd.args));
-        let plain = !cmd.random && !cmd.sort && !loose_compared(&cmd.args) && cmd.args[0].as_slice() != b"RANDOMKEY";
+        let plain = !cmd.random && !cmd.sort && !loose_compared(&cmd.args) && !timed(&cmd.args) && cmd.args[0].as_slice() != b"RANDOMKEY";
         let result = match (plain, in_multi) {
             (true, false) if g.chance(0.02) => {
                 in_multi = true;
@@ -523,6 +587,10 @@ pub fn run_random<T: Target>(
             }
             (_, false) => d.check_any(&cmd),
         };
+        if let Some(t) = tally {
+            t.0 += 1;
+            t.1 += u64::from(d.last_ok);
+        }
         if let Err((want, got)) = result {
             let shown: Vec<String> = cmd.args.iter().map(|a| format!("{:?}", String::from_utf8_lossy(a))).collect();
             failures.push(format!(
@@ -543,5 +611,7 @@ pub fn run_random<T: Target>(
     );
     println!("{} of {ttl_family} TTL/PTTL/EXPIRETIME/PEXPIRETIME replies differed within the tolerance", d.loose);
     println!("{} transactions (MULTI ... EXEC or DISCARD)", d.multis);
+    let shown: Vec<String> = streams.iter().map(|(n, (all, ok))| format!("{n} {all} ({ok} not errors)")).collect();
+    println!("stream commands: {}", shown.join(", "));
     failures
 }
