@@ -4,8 +4,16 @@
 //!
 //! An entry is appended to the last node, or to a new node after it when
 //! the last is full (Redis's `stream-node-max-entries`, counting entries
-//! deleted in it, and `stream-node-max-bytes`), so an append reads and
-//! writes one node and the header whatever the stream's length. Nodes are
+//! deleted in it, and `stream-node-max-bytes`). The node appends go to is
+//! kept *segmented*: a small record at its node key ([`Segmented`]: its
+//! counts and size) and each entry an internal entry of its own
+//! ([`entry_key`]), so an append writes the new entry, that record and the
+//! header, whatever the node's and the stream's length. When a new node
+//! starts, the previous one is *sealed*: written whole (one internal entry,
+//! as below) and its entry records deleted, so reading an older node is one
+//! read. Either form may be found anywhere (a pool written before segmented
+//! nodes, an XDEL that emptied the last node); an append to a whole last
+//! node segments it once. Nodes are
 //! numbered from `head` to `tail` (exclusive) in ID order; a node whose
 //! every entry was deleted is removed, so numbers may be missing in
 //! between (found with [`Keyspace::internal_scan`]). XDEL and an exact trim
@@ -37,8 +45,15 @@
 //!   ms:u64 seq:u64 flags:u8 (1: deleted) fields:u32, then per field
 //!   field-len:u32 field value-len:u32 value
 //! ```
-//! A node is written whole within the keyspace's batch, so it is never
-//! torn: the engine's commit covers it (no checksum of its own).
+//! A segmented node (the node key's value, then one internal entry per
+//! entry at `00 gen:u64be number:u64be index:u32be`, indexes `0..count`):
+//! ```text
+//! FF FF FF FF (a whole node's live count is never u32::MAX)
+//! count:u32 live:u32 zero:u32 bytes:u64 (its whole form's length)
+//! each entry record: one entry as in a whole node
+//! ```
+//! A node is written within the keyspace's batch, so it is never torn: the
+//! engine's commit covers it (no checksum of its own).
 
 use crate::chunked::MAGIC;
 use crate::store::Kind;
@@ -195,6 +210,124 @@ impl Entry {
     pub fn encoded_len(&self) -> usize {
         21 + self.fields.iter().map(|(f, v)| 8 + f.len() + v.len()).sum::<usize>()
     }
+
+    /// Appends its bytes (as in a node, and as a segmented node's entry record).
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.id.ms.to_le_bytes());
+        out.extend_from_slice(&self.id.seq.to_le_bytes());
+        out.push(u8::from(self.deleted));
+        out.extend_from_slice(&(self.fields.len() as u32).to_le_bytes());
+        for (f, v) in &self.fields {
+            out.extend_from_slice(&(f.len() as u32).to_le_bytes());
+            out.extend_from_slice(f);
+            out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+            out.extend_from_slice(v);
+        }
+    }
+
+    /// Its bytes alone (a segmented node's entry record).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.encoded_len());
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// Decodes an entry record: exactly one entry, every length checked.
+    pub fn decode(bytes: &[u8]) -> Result<Entry, StreamError> {
+        let mut at = 0;
+        let e = decode_entry(bytes, &mut at)?;
+        if at != bytes.len() {
+            return Err(StreamError::Node);
+        }
+        Ok(e)
+    }
+}
+
+/// One entry from `bytes` at `at` (moved past it); every length is checked
+/// against the bytes present, so nothing is allocated beyond the input.
+fn decode_entry(bytes: &[u8], at: &mut usize) -> Result<Entry, StreamError> {
+    let mut take = |n: usize| -> Result<&[u8], StreamError> {
+        let end = at.checked_add(n).filter(|&e| e <= bytes.len()).ok_or(StreamError::Node)?;
+        let s = &bytes[*at..end];
+        *at = end;
+        Ok(s)
+    };
+    let u32_of = |s: &[u8]| u32::from_le_bytes(s.try_into().expect("4 bytes"));
+    let u64_of = |s: &[u8]| u64::from_le_bytes(s.try_into().expect("8 bytes"));
+    let id = StreamId { ms: u64_of(take(8)?), seq: u64_of(take(8)?) };
+    let flags = take(1)?[0];
+    if flags > 1 {
+        return Err(StreamError::Node);
+    }
+    let n = u32_of(take(4)?) as usize;
+    if n == 0 || n > bytes.len() / 8 {
+        return Err(StreamError::Node);
+    }
+    let mut fields = Vec::with_capacity(n);
+    for _ in 0..n {
+        let fl = u32_of(take(4)?) as usize;
+        let f = take(fl)?.to_vec();
+        let vl = u32_of(take(4)?) as usize;
+        let v = take(vl)?.to_vec();
+        fields.push((f, v));
+    }
+    Ok(Entry { id, deleted: flags == 1, fields })
+}
+
+/// The first bytes of a segmented node's record.
+const SEGMENTED: [u8; 4] = [0xFF; 4];
+/// A segmented node's record's length.
+pub const SEGMENTED_BYTES: usize = 24;
+
+/// The record at a segmented node's key (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segmented {
+    /// Entry records, deleted entries included, at indexes `0..count`.
+    pub count: u32,
+    /// Entries not deleted (at least 1: an empty node is removed).
+    pub live: u32,
+    /// Bytes of the node's whole form ([`Node::encoded_len`]), for the byte limit.
+    pub bytes: u64,
+}
+
+impl Segmented {
+    /// The record's bytes.
+    pub fn encode(&self) -> [u8; SEGMENTED_BYTES] {
+        let mut out = [0u8; SEGMENTED_BYTES];
+        out[..4].copy_from_slice(&SEGMENTED);
+        out[4..8].copy_from_slice(&self.count.to_le_bytes());
+        out[8..12].copy_from_slice(&self.live.to_le_bytes());
+        out[16..24].copy_from_slice(&self.bytes.to_le_bytes());
+        out
+    }
+
+    /// The record, if `bytes` (a node key's value) is one; `None` for a
+    /// whole node.
+    pub fn decode(bytes: &[u8]) -> Result<Option<Segmented>, StreamError> {
+        if !bytes.starts_with(&SEGMENTED) {
+            return Ok(None);
+        }
+        if bytes.len() != SEGMENTED_BYTES || bytes[12..16] != [0; 4] {
+            return Err(StreamError::Node);
+        }
+        let count = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes"));
+        let live = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+        let node_bytes = u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes"));
+        if live == 0 || live > count {
+            return Err(StreamError::Node);
+        }
+        Ok(Some(Segmented { count, live, bytes: node_bytes }))
+    }
+}
+
+/// The internal key of entry `index` of segmented node `number` of
+/// generation `gen`: the node's key, then the index (big-endian, so a
+/// node's entries follow its key in order, before the next node's key).
+pub fn entry_key(gen: u64, number: u64, index: u32) -> [u8; 21] {
+    let mut k = [0u8; 21];
+    k[..17].copy_from_slice(&crate::chunked::chunk_key(gen, number));
+    k[17..].copy_from_slice(&index.to_be_bytes());
+    k
 }
 
 /// A node: entries in ID order, live and deleted.
@@ -222,60 +355,31 @@ impl Node {
         out.extend_from_slice(&live.to_le_bytes());
         out.extend_from_slice(&(self.entries.len() as u32 - live).to_le_bytes());
         for e in &self.entries {
-            out.extend_from_slice(&e.id.ms.to_le_bytes());
-            out.extend_from_slice(&e.id.seq.to_le_bytes());
-            out.push(u8::from(e.deleted));
-            out.extend_from_slice(&(e.fields.len() as u32).to_le_bytes());
-            for (f, v) in &e.fields {
-                out.extend_from_slice(&(f.len() as u32).to_le_bytes());
-                out.extend_from_slice(f);
-                out.extend_from_slice(&(v.len() as u32).to_le_bytes());
-                out.extend_from_slice(v);
-            }
+            e.encode_into(&mut out);
         }
         out
     }
 
     /// Decodes a node; every length is checked against the bytes present.
     pub fn decode(bytes: &[u8]) -> Result<Node, StreamError> {
-        let mut at = 0usize;
-        let mut take = |n: usize| -> Result<&[u8], StreamError> {
-            let end = at.checked_add(n).filter(|&e| e <= bytes.len()).ok_or(StreamError::Node)?;
-            let s = &bytes[at..end];
-            at = end;
-            Ok(s)
-        };
-        let u32_of = |s: &[u8]| u32::from_le_bytes(s.try_into().expect("4 bytes"));
-        let u64_of = |s: &[u8]| u64::from_le_bytes(s.try_into().expect("8 bytes"));
-        let live = u32_of(take(4)?) as usize;
-        let deleted = u32_of(take(4)?) as usize;
+        if bytes.len() < 8 {
+            return Err(StreamError::Node);
+        }
+        let live = u32::from_le_bytes(bytes[0..4].try_into().expect("4 bytes")) as usize;
+        let deleted = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes")) as usize;
         let total = live.checked_add(deleted).ok_or(StreamError::Node)?;
         // An entry takes at least 21 bytes: no allocation beyond the input.
         if total > bytes.len() / 21 {
             return Err(StreamError::Node);
         }
-        let mut entries = Vec::with_capacity(total);
-        let mut prev: Option<StreamId> = None;
+        let mut at = 8usize;
+        let mut entries: Vec<Entry> = Vec::with_capacity(total);
         for _ in 0..total {
-            let id = StreamId { ms: u64_of(take(8)?), seq: u64_of(take(8)?) };
-            let flags = take(1)?[0];
-            if flags > 1 || prev.is_some_and(|p| p >= id) {
+            let e = decode_entry(bytes, &mut at)?;
+            if entries.last().is_some_and(|p| p.id >= e.id) {
                 return Err(StreamError::Node);
             }
-            prev = Some(id);
-            let n = u32_of(take(4)?) as usize;
-            if n == 0 || n > bytes.len() / 8 {
-                return Err(StreamError::Node);
-            }
-            let mut fields = Vec::with_capacity(n);
-            for _ in 0..n {
-                let fl = u32_of(take(4)?) as usize;
-                let f = take(fl)?.to_vec();
-                let vl = u32_of(take(4)?) as usize;
-                let v = take(vl)?.to_vec();
-                fields.push((f, v));
-            }
-            entries.push(Entry { id, deleted: flags == 1, fields });
+            entries.push(e);
         }
         let node = Node { entries };
         if at != bytes.len() || node.live() != live || node.entries.is_empty() || live == 0 {
@@ -305,8 +409,13 @@ impl NodeLimits {
     /// (Redis's rule: the node's bytes with the new fields reach the byte
     /// limit, or its entries, deleted ones included, the entry limit).
     pub fn full(&self, node: &Node, entry_bytes: usize) -> bool {
-        let bytes_full = self.max_bytes > 0 && (node.encoded_len() + entry_bytes) as u64 >= self.max_bytes;
-        let entries_full = self.max_entries > 0 && node.entries.len() as u64 >= self.max_entries;
+        self.full_at(node.entries.len() as u64, node.encoded_len() as u64, entry_bytes)
+    }
+
+    /// [`NodeLimits::full`] from a node's entry count and whole-form bytes.
+    pub fn full_at(&self, entries: u64, node_bytes: u64, entry_bytes: usize) -> bool {
+        let bytes_full = self.max_bytes > 0 && node_bytes.saturating_add(entry_bytes as u64) >= self.max_bytes;
+        let entries_full = self.max_entries > 0 && entries >= self.max_entries;
         bytes_full || entries_full
     }
 }
@@ -346,6 +455,33 @@ mod tests {
         let mut huge = bytes.clone();
         huge[0..4].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(Node::decode(&huge).is_err());
+    }
+
+    #[test]
+    fn segmented_records_round_trip_and_refuse_damage() {
+        let seg = Segmented { count: 7, live: 5, bytes: 300 };
+        assert_eq!(Segmented::decode(&seg.encode()), Ok(Some(seg)));
+        // A whole node is not a segmented record.
+        let node = Node { entries: vec![entry(1, 0, false)] };
+        assert_eq!(Segmented::decode(&node.encode()), Ok(None));
+        let mut bad = seg.encode();
+        bad[8..12].copy_from_slice(&8u32.to_le_bytes()); // live above count
+        assert_eq!(Segmented::decode(&bad), Err(StreamError::Node));
+        let mut dead = seg.encode();
+        dead[8..12].copy_from_slice(&0u32.to_le_bytes());
+        assert_eq!(Segmented::decode(&dead), Err(StreamError::Node));
+        assert_eq!(Segmented::decode(&seg.encode()[..20]), Err(StreamError::Node));
+        let e = entry(3, 4, true);
+        assert_eq!(Entry::decode(&e.encode()), Ok(e.clone()));
+        let mut two = e.encode();
+        two.extend_from_slice(&e.encode());
+        assert_eq!(Entry::decode(&two), Err(StreamError::Node), "exactly one entry");
+        for cut in 0..e.encode().len() {
+            assert!(Entry::decode(&e.encode()[..cut]).is_err());
+        }
+        // An entry key sorts after its node's key and before the next node's.
+        let (a, b, c) = (crate::chunked::chunk_key(9, 4), entry_key(9, 4, u32::MAX), crate::chunked::chunk_key(9, 5));
+        assert!(a.as_slice() < b.as_slice() && b.as_slice() < c.as_slice());
     }
 
     #[test]

@@ -28,7 +28,7 @@ pub(super) mod groups;
 use super::{Ctx, Fail, Res};
 use crate::chunked::{chunk_key, next_generation};
 use crate::store::{Expiry, Keyspace, Kind, ValueSource};
-use crate::stream::{Entry, Header, Node, NodeLimits, StreamId};
+use crate::stream::{entry_key, Entry, Header, Node, NodeLimits, Segmented, StreamError, StreamId};
 use pmwire_resp::numbers::{is_c_space, parse_i64};
 use pmwire_resp::reply::ReplySink;
 
@@ -110,15 +110,124 @@ fn write_header<K: Keyspace + ?Sized>(ks: &mut K, key: &[u8], h: &Header) -> Res
     Ok(())
 }
 
-fn read_node<K: Keyspace + ?Sized>(ks: &mut K, gen: u64, n: u64) -> Result<Option<Node>, Fail> {
+/// Node `n`'s stored form: `None` if absent, else its segmented record
+/// (`None` inside for a whole node) and the node key's bytes.
+fn node_form<K: Keyspace + ?Sized>(ks: &mut K, gen: u64, n: u64) -> Result<Option<(Option<Segmented>, Vec<u8>)>, Fail> {
     let Some(v) = ks.internal_get(&chunk_key(gen, n)) else { return Ok(None) };
     let mut bytes = Vec::new();
     ks.read(&v, &mut bytes);
-    Node::decode(&bytes).map(Some).map_err(corrupt)
+    Ok(Some((Segmented::decode(&bytes).map_err(corrupt)?, bytes)))
 }
 
+/// A segmented node's entries, checked as a whole node's are.
+fn read_segments<K: Keyspace + ?Sized>(ks: &mut K, gen: u64, n: u64, seg: Segmented) -> Result<Node, Fail> {
+    let mut entries: Vec<Entry> = Vec::with_capacity(seg.count as usize);
+    let mut bytes = Vec::new();
+    for i in 0..seg.count {
+        let v = ks.internal_get(&entry_key(gen, n, i)).ok_or_else(|| corrupt(StreamError::Node))?;
+        bytes.clear();
+        ks.read(&v, &mut bytes);
+        let e = Entry::decode(&bytes).map_err(corrupt)?;
+        if entries.last().is_some_and(|p| p.id >= e.id) {
+            return Err(corrupt(StreamError::Node));
+        }
+        entries.push(e);
+    }
+    let node = Node { entries };
+    if node.live() != seg.live as usize || node.encoded_len() as u64 != seg.bytes {
+        return Err(corrupt(StreamError::Node));
+    }
+    Ok(node)
+}
+
+fn read_node<K: Keyspace + ?Sized>(ks: &mut K, gen: u64, n: u64) -> Result<Option<Node>, Fail> {
+    match node_form(ks, gen, n)? {
+        None => Ok(None),
+        Some((Some(seg), _)) => read_segments(ks, gen, n, seg).map(Some),
+        Some((None, bytes)) => Node::decode(&bytes).map(Some).map_err(corrupt),
+    }
+}
+
+/// Writes node `n` segmented: its record and an entry record per entry
+/// (deleting records past its entries that an earlier, longer form left).
+fn write_segmented<K: Keyspace + ?Sized>(ks: &mut K, gen: u64, n: u64, node: &Node, old_count: u32) -> Res {
+    for (i, e) in node.entries.iter().enumerate() {
+        ks.internal_put(&entry_key(gen, n, i as u32), &e.encode())?;
+    }
+    for i in node.entries.len() as u32..old_count {
+        ks.internal_delete(&entry_key(gen, n, i))?;
+    }
+    let seg = Segmented { count: node.entries.len() as u32, live: node.live() as u32, bytes: node.encoded_len() as u64 };
+    ks.internal_put(&chunk_key(gen, n), &seg.encode())?;
+    Ok(())
+}
+
+/// Writes node `n` in the form it is stored in (whole if it is not stored).
 fn write_node<K: Keyspace + ?Sized>(ks: &mut K, gen: u64, n: u64, node: &Node) -> Res {
-    ks.internal_put(&chunk_key(gen, n), &node.encode())?;
+    match node_form(ks, gen, n)? {
+        Some((Some(seg), _)) => write_segmented(ks, gen, n, node, seg.count),
+        _ => {
+            ks.internal_put(&chunk_key(gen, n), &node.encode())?;
+            Ok(())
+        }
+    }
+}
+
+/// Removes node `n`, with its entry records if it is segmented.
+fn delete_node<K: Keyspace + ?Sized>(ks: &mut K, gen: u64, n: u64) -> Res {
+    if let Some((Some(seg), _)) = node_form(ks, gen, n)? {
+        for i in 0..seg.count {
+            ks.internal_delete(&entry_key(gen, n, i))?;
+        }
+    }
+    ks.internal_delete(&chunk_key(gen, n))?;
+    Ok(())
+}
+
+/// Writes a segmented node whole: one internal entry, its entry records
+/// deleted (a node no longer appended to is read in one read).
+fn seal<K: Keyspace + ?Sized>(ks: &mut K, gen: u64, n: u64) -> Res {
+    if let Some((Some(seg), _)) = node_form(ks, gen, n)? {
+        let node = read_segments(ks, gen, n, seg)?;
+        for i in 0..seg.count {
+            ks.internal_delete(&entry_key(gen, n, i))?;
+        }
+        ks.internal_put(&chunk_key(gen, n), &node.encode())?;
+    }
+    Ok(())
+}
+
+/// Appends `entry` to the stream's last node, or to a new node after it if
+/// that one is full (sealing it); updates `h`'s nodes (the caller the rest).
+/// A segmented last node takes the entry's record and its own record; a
+/// whole one is segmented first (once).
+fn append<K: Keyspace + ?Sized>(ks: &mut K, h: &mut Header, entry: &Entry, limits: NodeLimits) -> Res {
+    let bytes = entry.encoded_len();
+    if h.tail > h.head {
+        let last = h.tail - 1;
+        match node_form(ks, h.gen, last)? {
+            Some((Some(seg), _)) if !limits.full_at(u64::from(seg.count), seg.bytes, bytes) => {
+                ks.internal_put(&entry_key(h.gen, last, seg.count), &entry.encode())?;
+                let grown = Segmented { count: seg.count + 1, live: seg.live + 1, bytes: seg.bytes + bytes as u64 };
+                ks.internal_put(&chunk_key(h.gen, last), &grown.encode())?;
+                return Ok(());
+            }
+            Some((Some(_), _)) => seal(ks, h.gen, last)?,
+            Some((None, whole)) => {
+                let mut node = Node::decode(&whole).map_err(corrupt)?;
+                if !limits.full(&node, bytes) {
+                    node.entries.push(entry.clone());
+                    return write_segmented(ks, h.gen, last, &node, 0);
+                }
+            }
+            None => return Err(corrupt(StreamError::Node)),
+        }
+    }
+    write_segmented(ks, h.gen, h.tail, &Node { entries: vec![entry.clone()] }, 0)?;
+    if h.length == 0 {
+        h.head = h.tail;
+    }
+    h.tail += 1;
     Ok(())
 }
 
@@ -362,7 +471,7 @@ fn trim<K: Keyspace + ?Sized>(ks: &mut K, h: &mut Header, a: &TrimArgs) -> Resul
             Strategy::None => unreachable!("returned above"),
         };
         if remove {
-            ks.internal_delete(&chunk_key(h.gen, n))?;
+            delete_node(ks, h.gen, n)?;
             h.length -= entries;
             deleted += entries;
             h.head = n + 1;
@@ -441,23 +550,7 @@ pub(super) fn xadd<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_
         return Err(Fail::err("Elements are too large to be stored"));
     }
     let node_limits = limits(c);
-    let last = match h.tail > h.head {
-        true => read_node(c.ks, h.gen, h.tail - 1)?,
-        false => None,
-    };
-    match last {
-        Some(mut node) if !node_limits.full(&node, bytes) => {
-            node.entries.push(entry);
-            write_node(c.ks, h.gen, h.tail - 1, &node)?;
-        }
-        _ => {
-            write_node(c.ks, h.gen, h.tail, &Node { entries: vec![entry] })?;
-            if h.length == 0 {
-                h.head = h.tail;
-            }
-            h.tail += 1;
-        }
-    }
+    append(c.ks, &mut h, &entry, node_limits)?;
     h.length += 1;
     h.entries_added += 1;
     h.last_id = id;
@@ -546,7 +639,7 @@ pub(super) fn xdel<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_
         let Some(e) = node.entries.iter_mut().find(|e| e.id == id && !e.deleted) else { continue };
         e.deleted = true;
         if node.live() == 0 {
-            c.ks.internal_delete(&chunk_key(h.gen, n))?;
+            delete_node(c.ks, h.gen, n)?;
             if n == h.head {
                 h.head = next_node(c.ks, &h, n + 1).unwrap_or(h.tail);
             }
