@@ -924,8 +924,10 @@ fn a_member_delivers_published_messages_to_its_subscribers() {
 }
 
 /// Streams through every member: XADD through the leader and a follower,
-/// XRANGE, XREAD and XLEN read the same entries on each; XREAD BLOCK is
-/// refused with the reason (a member's reads never wait).
+/// XRANGE, XREAD and XLEN read the same entries on each; XREAD BLOCK on `$`
+/// parked on a follower is served by an XADD through the leader (and not by
+/// one made before it blocked), XREADGROUP BLOCK `>` likewise, and a
+/// timeout answers the null array.
 #[test]
 fn streams_are_written_and_read_through_every_member() {
     let cluster = Cluster::start();
@@ -951,7 +953,38 @@ fn streams_are_written_and_read_through_every_member() {
         assert_eq!(first, Reply::Array(Some(vec![entry("1-0", "a", "1"), entry("2-0", "b", "2")])), "member {m}");
         let read = c.call(&["XREAD", "COUNT", "1", "STREAMS", "st", "1-0"]);
         assert_eq!(read, Reply::Array(Some(vec![Reply::Array(Some(vec![Reply::bulk("st"), Reply::Array(Some(vec![entry("2-0", "b", "2")]))]))])), "member {m}");
-        assert!(matches!(c.call(&["XREAD", "BLOCK", "100", "STREAMS", "st", "$"]), Reply::Error(e) if e.contains("XREAD BLOCK is not served by a cluster member")), "member {m}");
+        let start = Instant::now();
+        assert_eq!(c.call(&["XREAD", "BLOCK", "300", "STREAMS", "st", "$"]), Reply::Array(None), "member {m}: a timeout");
+        assert!(start.elapsed() >= Duration::from_millis(300), "member {m}: not before its timeout");
     }
+    let entry = |id: &str, f: &str, v: &str| Reply::Array(Some(vec![Reply::bulk(id), Reply::Array(Some(vec![Reply::bulk(f), Reply::bulk(v)]))]));
+    let parked = |what: &'static [&'static str], m: usize| {
+        let addr = cluster.resp[m];
+        let waiter = std::thread::spawn(move || Client::connect(addr).call(what));
+        wait_for(Duration::from_secs(10), "the read to park", || {
+            let info = match cluster.client(m).call(&["INFO", "clients"]) {
+                Reply::Bulk(Some(b)) => String::from_utf8(b).unwrap(),
+                other => panic!("INFO: {other:?}"),
+            };
+            info.contains("blocked_clients:1").then_some(())
+        });
+        waiter
+    };
+    // XREAD BLOCK `$` on a follower: parked (its first attempt saw the
+    // stream's last ID), then served by the next XADD through the leader.
+    let waiter = parked(&["XREAD", "BLOCK", "20000", "STREAMS", "st", "$"], f);
+    assert_eq!(cluster.client(l).call(&["XADD", "st", "9000000000000-1", "d", "4"]), Reply::bulk("9000000000000-1"));
+    assert_eq!(waiter.join().unwrap(), Reply::Array(Some(vec![Reply::Array(Some(vec![Reply::bulk("st"), Reply::Array(Some(vec![entry("9000000000000-1", "d", "4")]))]))])));
+    // XREADGROUP BLOCK `>`: the group's next entry, delivered once.
+    assert_eq!(cluster.client(l).call(&["XGROUP", "CREATE", "st", "g", "$"]), ok());
+    let waiter = parked(&["XREADGROUP", "GROUP", "g", "alice", "BLOCK", "20000", "STREAMS", "st", ">"], f);
+    assert_eq!(cluster.client(l).call(&["XADD", "st", "9000000000000-2", "e", "5"]), Reply::bulk("9000000000000-2"));
+    assert_eq!(waiter.join().unwrap(), Reply::Array(Some(vec![Reply::Array(Some(vec![Reply::bulk("st"), Reply::Array(Some(vec![entry("9000000000000-2", "e", "5")]))]))])));
+    for m in 0..3 {
+        let pending = cluster.client(m).call(&["XPENDING", "st", "g"]);
+        assert!(matches!(&pending, Reply::Array(Some(p)) if p[0] == Reply::Int(1)), "member {m}: one entry pending: {pending:?}");
+    }
+    // A group that does not exist is refused, not parked.
+    assert!(matches!(cluster.client(f).call(&["XREADGROUP", "GROUP", "nog", "c", "BLOCK", "0", "STREAMS", "st", ">"]), Reply::Error(e) if e.starts_with("NOGROUP")));
 }
 

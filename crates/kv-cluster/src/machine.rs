@@ -221,6 +221,10 @@ pub struct Applied {
     /// A blocking command found nothing to pop and changed nothing: its
     /// client waits (the serving member parks it).
     pub blocked: bool,
+    /// A blocked XREAD's IDs, each stream's in the command's order, as it
+    /// waits beyond them (`$` resolved to the stream's last ID at this
+    /// entry): the serving member's next attempt asks beyond these.
+    pub xread_from: Option<Vec<(Vec<u8>, pmwire_keyspace::stream::StreamId)>>,
     /// A sweep entry's counts.
     pub swept: Option<Swept>,
     /// The entry was refused (the reply is the error); nothing changed.
@@ -538,6 +542,7 @@ impl<K: MachineKeyspace> RedisMachine<K> {
             let flow = server.execute(&mut session, &mut rec, &parsed.request(segments, 0), &mut capture);
             assert!(flow != Flow::Close, "QUIT is a session command");
             if flow == Flow::Block {
+                applied.xread_from = server.blocked_xread_ids(&session);
                 server.unblock(&mut session);
                 applied.blocked = true;
             }

@@ -553,14 +553,6 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             self.conn(id).push(Slot::Ready(error("NOAUTH Authentication required.")));
             return;
         }
-        let xread = name == b"xread" || name == b"xreadgroup";
-        if xread && args.iter().skip(1).take_while(|a| !a.eq_ignore_ascii_case(b"streams")).any(|a| a.eq_ignore_ascii_case(b"block")) {
-            // A read is served from the applied state and never waits there;
-            // an entry (XREADGROUP's) never waits on a member.
-            let what = if name == b"xread" { "XREAD" } else { "XREADGROUP" };
-            self.conn(id).push(Slot::Ready(error(&format!("ERR {what} BLOCK is not served by a cluster member yet: read without BLOCK and poll"))));
-            return;
-        }
         if let Some(text) = self.local.refusal_in_pubsub_context(&self.conns[&id].session, &args) {
             self.conn(id).push(Slot::Ready(error(&text)));
             return;
@@ -605,6 +597,17 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
     }
 
     fn by_class(&mut self, id: ConnId, args: Vec<Vec<u8>>) {
+        if blocking::xread_blocks(&args) {
+            // XREAD and XREADGROUP with BLOCK park as the blocking pops do
+            // (outside MULTI: inside, they do not block, as in Redis).
+            match self.moved(&args) {
+                Some(reply) => {
+                    self.conn(id).push(Slot::Ready(reply));
+                }
+                None => self.block(id, args),
+            }
+            return;
+        }
         match class(&args[0]) {
             Class::Read => self.read(id, args),
             Class::Write | Class::Unknown => {

@@ -876,6 +876,18 @@ impl Server {
         session.blocked.as_ref().map(|b| b.timeout_ms)
     }
 
+    /// A session blocked in XREAD: the ID it waits beyond on each stream, in
+    /// the command's order (`$` resolved to the stream's last ID when it
+    /// blocked). A driver that runs the command again later (a cluster
+    /// member's next attempt) runs it with these IDs, so that entries added
+    /// meanwhile are found, as Redis's blocked client finds them.
+    pub fn blocked_xread_ids(&self, session: &Session) -> Option<Vec<(Vec<u8>, crate::stream::StreamId)>> {
+        match &session.blocked.as_ref()?.op {
+            blocking::Op::XRead { from, .. } => Some(from.clone()),
+            _ => None,
+        }
+    }
+
     /// The next session to serve: the first waiter (by client id) of the
     /// first key made ready that holds a non-empty list, and that key.
     /// Call after each top-level command until `None`, serving each with

@@ -1,5 +1,6 @@
-//! Blocking pops on a member (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BLMPOP):
-//! the client is parked on the member that serves it, leader or follower.
+//! Blocking commands on a member (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BLMPOP,
+//! and XREAD and XREADGROUP with BLOCK): the client is parked on the member
+//! that serves it, leader or follower.
 //!
 //! The command itself is proposed as an entry at once (an *attempt*): the
 //! machine pops if a list holds an element and answers as the blocking
@@ -15,6 +16,15 @@
 //! attempt (an element it popped is never dropped). An attempt whose
 //! outcome is unknown (no majority in time, leadership lost) answers the
 //! client `-CLUSTERDOWN`; one certainly not applied is tried again.
+//!
+//! XREAD BLOCK: an attempt that blocked returns the IDs it waits beyond
+//! ([`pmwire_kv_cluster::Applied::xread_from`]: `$` resolved to the
+//! stream's last ID at that entry), and later attempts ask beyond those, so
+//! an entry added between two attempts is read, as a client blocked in
+//! Redis reads it. XREADGROUP `>` needs nothing of the kind: the group
+//! remembers what it delivered. Both are proposed as entries, XREAD too
+//! (a read that waits must be ordered after the write that wakes it; an
+//! attempt's entry changes nothing).
 //!
 //! What differs from one Redis: each member has its own queue (across
 //! members the attempt applied first wins), and a multi-key pop woken by
@@ -86,12 +96,56 @@ impl Parked {
     }
 }
 
+/// Whether `args` is XREAD or XREADGROUP with BLOCK (before STREAMS).
+pub(super) fn xread_blocks(args: &[Vec<u8>]) -> bool {
+    let name = args[0].to_ascii_lowercase();
+    (name == b"xread" || name == b"xreadgroup") && options_of(args).iter().any(|a| a.eq_ignore_ascii_case(b"block"))
+}
+
+/// XREAD's and XREADGROUP's arguments before STREAMS.
+fn options_of(args: &[Vec<u8>]) -> &[Vec<u8>] {
+    let end = args.iter().position(|a| a.eq_ignore_ascii_case(b"streams")).unwrap_or(args.len());
+    &args[1.min(end)..end]
+}
+
+/// XREAD's and XREADGROUP's keys: the first half of what follows STREAMS.
+fn stream_keys(args: &[Vec<u8>]) -> &[Vec<u8>] {
+    let Some(at) = args.iter().position(|a| a.eq_ignore_ascii_case(b"streams")) else { return &[] };
+    let rest = &args[at + 1..];
+    &rest[..rest.len() / 2]
+}
+
+/// XREADGROUP's BLOCK timeout, ms (0 for ever), read as XREAD reads it; a
+/// bad one is answered by the command's first attempt, which the machine
+/// refuses with Redis's error.
+fn xreadgroup_timeout_ms(args: &[Vec<u8>]) -> u64 {
+    let options = options_of(args);
+    let at = options.iter().position(|a| a.eq_ignore_ascii_case(b"block"));
+    at.and_then(|i| options.get(i + 1)).and_then(|a| std::str::from_utf8(a).ok()?.parse::<u64>().ok()).unwrap_or(0)
+}
+
+/// Waiter arguments for its next attempt: XREAD's IDs replaced by those its
+/// last attempt waited beyond (`xread_from`), in the command's order.
+fn with_xread_ids(args: &[Vec<u8>], from: &[(Vec<u8>, pmwire_keyspace::stream::StreamId)]) -> Vec<Vec<u8>> {
+    let mut out = args.to_vec();
+    let keys = stream_keys(args).len();
+    if keys != from.len() {
+        return out;
+    }
+    let ids_at = out.len() - keys;
+    for (i, (_, id)) in from.iter().enumerate() {
+        out[ids_at + i] = id.text().into_bytes();
+    }
+    out
+}
+
 /// The keys a blocking command waits on (its arguments already checked by
 /// the executor): BLPOP/BRPOP `key... timeout`, BLMOVE/BRPOPLPUSH `source`,
-/// BLMPOP `timeout numkeys key...`.
+/// BLMPOP `timeout numkeys key...`, XREAD/XREADGROUP the streams.
 fn keys_of(args: &[Vec<u8>]) -> Vec<Vec<u8>> {
     let name = args[0].to_ascii_lowercase();
     let keys: &[Vec<u8>] = match &name[..] {
+        b"xread" | b"xreadgroup" => stream_keys(args),
         b"blpop" | b"brpop" => &args[1..args.len().saturating_sub(1).max(1)],
         b"blmove" | b"brpoplpush" => &args[1..2.min(args.len())],
         b"blmpop" => {
@@ -115,7 +169,10 @@ impl<T: Transport<Addr = std::net::SocketAddr>> Member<T> {
     /// once; a valid command blocks there, which gives its timeout), then
     /// parked and attempted at once.
     pub(super) fn block(&mut self, id: ConnId, args: Vec<Vec<u8>>) {
-        let timeout_ms = match self.check_blocking(id, &args) {
+        // XREADGROUP cannot be checked on an empty keyspace (its group is
+        // not there): its first attempt checks it.
+        let checked = if args[0].eq_ignore_ascii_case(b"xreadgroup") { Ok(xreadgroup_timeout_ms(&args)) } else { self.check_blocking(id, &args) };
+        let timeout_ms = match checked {
             Ok(ms) => ms,
             Err(reply) => {
                 self.conn(id).push(Slot::Ready(reply));
@@ -174,8 +231,11 @@ impl<T: Transport<Addr = std::net::SocketAddr>> Member<T> {
         let expired = waiter.expired;
         match done {
             Done::Applied { output, .. } if !output.blocked => self.answer_parked(w, output.reply),
-            Done::Applied { index, .. } => {
+            Done::Applied { index, output } => {
                 waiter.seen = index;
+                if let Some(from) = output.xread_from {
+                    waiter.args = with_xread_ids(&waiter.args, &from);
+                }
                 if expired {
                     self.time_out(w);
                 }
@@ -301,5 +361,18 @@ mod tests {
         assert_eq!(keys_of(&args(&["BRPOPLPUSH", "s", "d", "0"])), args(&["s"]));
         assert_eq!(keys_of(&args(&["BLMPOP", "0", "2", "x", "y", "LEFT"])), args(&["x", "y"]));
         assert_eq!(keys_of(&args(&["BLMPOP", "0", "99", "x"])), args(&["x"]), "a count past the arguments is bounded");
+        assert_eq!(keys_of(&args(&["XREAD", "COUNT", "2", "BLOCK", "0", "STREAMS", "a", "b", "$", "0"])), args(&["a", "b"]));
+        assert_eq!(keys_of(&args(&["xreadgroup", "GROUP", "g", "c", "BLOCK", "10", "streams", "s", ">"])), args(&["s"]));
+    }
+
+    #[test]
+    fn xread_blocks_and_its_ids_are_replaced_by_those_it_waited_beyond() {
+        use pmwire_keyspace::stream::StreamId;
+        assert!(super::xread_blocks(&args(&["XREAD", "BLOCK", "0", "STREAMS", "s", "$"])));
+        assert!(!super::xread_blocks(&args(&["XREAD", "COUNT", "1", "STREAMS", "block", "$"])), "a stream named block");
+        assert!(super::xread_blocks(&args(&["xreadgroup", "group", "g", "c", "block", "5", "streams", "s", ">"])));
+        assert_eq!(super::xreadgroup_timeout_ms(&args(&["XREADGROUP", "GROUP", "g", "c", "BLOCK", "1500", "STREAMS", "s", ">"])), 1500);
+        let from = vec![(b"a".to_vec(), StreamId { ms: 5, seq: 1 }), (b"b".to_vec(), StreamId { ms: 0, seq: 0 })];
+        assert_eq!(super::with_xread_ids(&args(&["XREAD", "BLOCK", "0", "STREAMS", "a", "b", "$", "0"]), &from), args(&["XREAD", "BLOCK", "0", "STREAMS", "a", "b", "5-1", "0-0"]));
     }
 }
