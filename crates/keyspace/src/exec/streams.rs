@@ -333,16 +333,21 @@ fn first_live<K: Keyspace + ?Sized>(ks: &mut K, h: &Header) -> Result<StreamId, 
     Ok(range(ks, h, StreamId::MIN, StreamId::MAX, 1, false)?.first().map_or(StreamId::MIN, |e| e.id))
 }
 
+/// One entry as Redis answers it: `[id, [field, value, ...]]`.
+fn reply_entry<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>, e: &Entry) {
+    c.out.array(2);
+    c.out.bulk(e.id.text().as_bytes());
+    c.out.array(2 * e.fields.len());
+    for (f, v) in &e.fields {
+        c.out.bulk(f);
+        c.out.bulk(v);
+    }
+}
+
 fn reply_entries<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>, entries: &[Entry]) {
     c.out.array(entries.len());
     for e in entries {
-        c.out.array(2);
-        c.out.bulk(e.id.text().as_bytes());
-        c.out.array(2 * e.fields.len());
-        for (f, v) in &e.fields {
-            c.out.bulk(f);
-            c.out.bulk(v);
-        }
+        reply_entry(c, e);
     }
 }
 

@@ -76,15 +76,20 @@ fn read_bytes<K: Keyspace + ?Sized>(ks: &mut K, key: &[u8]) -> Option<Vec<u8>> {
     ks.internal_read(key, &mut out).then_some(out)
 }
 
-/// Every group of the stream, by name (Redis's rax order).
-pub(super) fn groups<K: Keyspace + ?Sized>(ks: &mut K, gen: u64) -> Result<Vec<(u64, Group)>, Fail> {
-    let prefix = groups_prefix(gen);
+/// Every record under `prefix`, decoded, with the number its key ends in,
+/// sorted by `name` (Redis's rax order).
+fn named_records<K: Keyspace + ?Sized, T>(
+    ks: &mut K,
+    prefix: &[u8],
+    decode: fn(&[u8]) -> Result<T, GroupError>,
+    name: fn(&T) -> &[u8],
+) -> Result<Vec<(u64, T)>, Fail> {
     let mut found = Vec::new();
     let mut bad = None;
-    scan_prefix(ks, &prefix, &prefix, &mut |ks, k| {
+    scan_prefix(ks, prefix, prefix, &mut |ks, k| {
         let bytes = read_bytes(ks, k).expect("a scanned entry");
-        match Group::decode(&bytes) {
-            Ok(g) => found.push((number_of_key(k), g)),
+        match decode(&bytes) {
+            Ok(r) => found.push((number_of_key(k), r)),
             Err(e) => bad = Some(e),
         }
         bad.is_none()
@@ -92,8 +97,13 @@ pub(super) fn groups<K: Keyspace + ?Sized>(ks: &mut K, gen: u64) -> Result<Vec<(
     if let Some(e) = bad {
         return Err(corrupt(e));
     }
-    found.sort_by(|a, b| a.1.name.cmp(&b.1.name));
+    found.sort_by(|a, b| name(&a.1).cmp(name(&b.1)));
     Ok(found)
+}
+
+/// Every group of the stream, by name (Redis's rax order).
+pub(super) fn groups<K: Keyspace + ?Sized>(ks: &mut K, gen: u64) -> Result<Vec<(u64, Group)>, Fail> {
+    named_records(ks, &groups_prefix(gen), Group::decode, |g| &g.name)
 }
 
 /// The group named `name`.
@@ -103,22 +113,7 @@ pub(super) fn find_group<K: Keyspace + ?Sized>(ks: &mut K, gen: u64, name: &[u8]
 
 /// Every consumer of group `group`, by name.
 fn consumers<K: Keyspace + ?Sized>(ks: &mut K, gen: u64, group: u64) -> Result<Vec<(u64, Consumer)>, Fail> {
-    let prefix = consumers_prefix(gen, group);
-    let mut found = Vec::new();
-    let mut bad = None;
-    scan_prefix(ks, &prefix, &prefix, &mut |ks, k| {
-        let bytes = read_bytes(ks, k).expect("a scanned entry");
-        match Consumer::decode(&bytes) {
-            Ok(c) => found.push((number_of_key(k), c)),
-            Err(e) => bad = Some(e),
-        }
-        bad.is_none()
-    });
-    if let Some(e) = bad {
-        return Err(corrupt(e));
-    }
-    found.sort_by(|a, b| a.1.name.cmp(&b.1.name));
-    Ok(found)
+    named_records(ks, &consumers_prefix(gen, group), Consumer::decode, |c| &c.name)
 }
 
 /// Up to `limit` (0: all) IDs with their NACKs of group `group`'s PEL in `start..=end`.
@@ -1040,15 +1035,7 @@ pub(super) fn reply_read<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
     }
 }
 
-fn reply_entries_one<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>, e: &Entry) {
-    c.out.array(2);
-    c.out.bulk(e.id.text().as_bytes());
-    c.out.array(2 * e.fields.len());
-    for (f, v) in &e.fields {
-        c.out.bulk(f);
-        c.out.bulk(v);
-    }
-}
+use super::reply_entry as reply_entries_one;
 
 /// A blocked XREADGROUP's key, looked at now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
