@@ -264,6 +264,8 @@ command_table! {
     "expiretime", 2, (1, 1, 1), [READONLY], |c| keys::ttl(c, false, true);
     "flushall", -1, (0, 0, 0), [WRITE], |c| admin::flush(c);
     "flushdb", -1, (0, 0, 0), [WRITE], |c| admin::flush(c);
+    "function", -2, (0, 0, 0), [], |_c| unreachable!("a container runs under a subcommand");
+    "function|flush", -2, (0, 0, 0), [WRITE], |c| scripting::function_flush(c);
     "get", 2, (1, 1, 1), [READONLY], |c| strings::get(c);
     "getbit", 3, (1, 1, 1), [READONLY], |c| bits::getbit(c);
     "getdel", 2, (1, 1, 1), [WRITE], |c| strings::getdel(c);
