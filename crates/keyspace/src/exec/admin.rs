@@ -662,6 +662,18 @@ pub(super) fn object<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, 
     Ok(())
 }
 
+/// OBJECT REFCOUNT key: 1 for a key that exists (pmwire shares no value
+/// between keys; Redis shares small integers and answers 2147483647 for
+/// them), the null reply for one that does not.
+pub(super) fn object_refcount<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    if c.ks.get(c.arg(2)).is_some() {
+        c.out.integer(1);
+    } else {
+        c.out.null();
+    }
+    Ok(())
+}
+
 /// Visits every key matching `pattern` (all if `None`), in order.
 fn each_key<K: Keyspace>(ks: &mut K, mut visit: impl FnMut(&[u8], Kind)) {
     const CHUNK: usize = 4096;

@@ -314,6 +314,7 @@ command_table! {
     "multi", 1, (0, 0, 0), [MULTI IMMEDIATE], |c| multi::multi(c);
     "object", -2, (0, 0, 0), [], |_c| unreachable!("a container runs under a subcommand");
     "object|encoding", 3, (2, 2, 1), [READONLY], |c| admin::object(c);
+    "object|refcount", 3, (2, 2, 1), [READONLY], |c| admin::object_refcount(c);
     "persist", 2, (1, 1, 1), [WRITE], |c| keys::persist(c);
     "pexpire", -3, (1, 1, 1), [WRITE TIME], |c| keys::expire(c, keys::ExpireCmd { seconds: false, relative: true });
     "pexpireat", -3, (1, 1, 1), [WRITE TIME], |c| keys::expire(c, keys::ExpireCmd { seconds: false, relative: false });
