@@ -295,6 +295,7 @@ command_table! {
     "info", -1, (0, 0, 0), [], |c| admin::info(c);
     "keys", 2, (0, 0, 0), [READONLY], |c| admin::keys(c);
     "lastsave", 1, (0, 0, 0), [TIME], |c| admin::lastsave(c);
+    "lcs", -3, (1, 2, 1), [READONLY], |c| strings::lcs(c);
     "lindex", 3, (1, 1, 1), [READONLY], chunked List => |c, h| large::lindex(c, h), |c| lists::lindex(c);
     "linsert", 5, (1, 1, 1), [WRITE], |c| lists::linsert(c);
     "llen", 2, (1, 1, 1), [READONLY], chunked List => |c, h| large::count(c, h), |c| lists::llen(c);
