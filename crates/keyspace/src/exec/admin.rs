@@ -674,6 +674,34 @@ pub(super) fn object_refcount<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C
     Ok(())
 }
 
+/// MEMORY USAGE key [SAMPLES count]: the bytes the key and its value take
+/// in the pool: the key's, plus the value's as stored (a chunked
+/// collection's chunks summed as its materialised blob; a stream's header
+/// only); the null reply for a missing key. Every member is counted, so
+/// SAMPLES is checked and otherwise ignored.
+pub(super) fn memory_usage<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    let mut j = 3;
+    while j < c.argc() {
+        if c.arg(j).eq_ignore_ascii_case(b"samples") && j + 1 < c.argc() {
+            c.int_arg(j + 1)?;
+            j += 2;
+        } else {
+            return Err(Fail::Syntax);
+        }
+    }
+    let key = c.arg(2);
+    let Some(s) = c.ks.get(key) else {
+        c.out.null();
+        return Ok(());
+    };
+    let value = match s.kind {
+        Kind::Stream => s.len,
+        kind => c.load(key, kind)?.map_or(0, |v| v.len() as u64),
+    };
+    c.out.integer((key.len() as u64 + value) as i64);
+    Ok(())
+}
+
 /// Visits every key matching `pattern` (all if `None`), in order.
 fn each_key<K: Keyspace>(ks: &mut K, mut visit: impl FnMut(&[u8], Kind)) {
     const CHUNK: usize = 4096;

@@ -309,6 +309,8 @@ command_table! {
     "lrem", 4, (1, 1, 1), [WRITE], |c| lists::lrem(c);
     "lset", 4, (1, 1, 1), [WRITE], |c| lists::lset(c);
     "ltrim", 4, (1, 1, 1), [WRITE], |c| lists::ltrim(c);
+    "memory", -2, (0, 0, 0), [], |_c| unreachable!("a container runs under a subcommand");
+    "memory|usage", -3, (2, 2, 1), [READONLY], |c| admin::memory_usage(c);
     "mget", -2, (1, -1, 1), [READONLY], |c| strings::mget(c);
     "mset", -3, (1, -1, 2), [WRITE], |c| strings::mset(c);
     "msetnx", -3, (1, -1, 2), [WRITE], |c| strings::msetnx(c);
