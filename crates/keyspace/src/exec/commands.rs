@@ -422,6 +422,7 @@ command_table! {
     "zintercard", -3, (0, 0, 0), [READONLY], |c| zsets::zsetop(c, zsets::ZOp::InterCard, false);
     "zinterstore", -4, (1, 1, 1), [WRITE], |c| zsets::zsetop(c, zsets::ZOp::Inter, true);
     "zlexcount", 4, (1, 1, 1), [READONLY], |c| zsets::zcount(c, true);
+    "zmpop", -4, (0, 0, 0), [WRITE], |c| zsets::zmpop(c);
     "zmscore", -3, (1, 1, 1), [READONLY], |c| zsets::zmscore(c);
     "zpopmax", -2, (1, 1, 1), [WRITE], |c| zsets::zpop(c, true);
     "zpopmin", -2, (1, 1, 1), [WRITE], |c| zsets::zpop(c, false);
