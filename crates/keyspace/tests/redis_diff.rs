@@ -488,6 +488,9 @@ fn command_flags_match_redis() {
     // writes, the same wherever they are the same (a replicated machine's
     // executors share them).
     let node_layout = ["xtrim"];
+    // Redis tips OBJECT REFCOUNT nondeterministic for its shared integers;
+    // pmwire shares no value, so its answer is a function of the keyspace.
+    let sharing = ["object|refcount"];
     let mut compared = 0;
     let rows = commands::commands().flat_map(|c| std::iter::once(c).chain(c.subcommands()));
     for row in rows {
@@ -523,10 +526,10 @@ fn command_flags_match_redis() {
         if nondeterministic {
             let keyless = !row.flags.contains(Flags::WRITE) && !row.flags.contains(Flags::READONLY);
             let explained = row.flags.contains(Flags::RANDOM) || row.flags.contains(Flags::TIME) || keyless;
-            assert!(explained || hash_order.contains(&row.name) || node_layout.contains(&row.name), "{}: redis tips nondeterministic_output", row.name);
+            assert!(explained || hash_order.contains(&row.name) || node_layout.contains(&row.name) || sharing.contains(&row.name), "{}: redis tips nondeterministic_output", row.name);
         }
         compared += 1;
     }
-    assert_eq!(compared, 218, "every row compared");
+    assert_eq!(compared, 225, "every row compared");
     println!("{compared} commands and subcommands compared with redis-server {}", redis_version(redis.port));
 }

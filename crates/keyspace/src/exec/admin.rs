@@ -304,7 +304,8 @@ pub(super) fn config_get<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
     let node_entries = c.server.config.stream_nodes.max_entries.to_string();
     let maxclients = c.server.config.maxclients.to_string();
     let timeout = c.server.config.timeout_s.to_string();
-    let params: [(&str, &[u8]); 15] = [
+    let encoding: Vec<String> = c.server.config.encoding_parameters.iter().map(i64::to_string).collect();
+    let mut params: Vec<(&str, &[u8])> = vec![
         ("appendonly", b"no"),
         ("busy-reply-threshold", busy.as_bytes()),
         ("databases", b"1"),
@@ -321,7 +322,12 @@ pub(super) fn config_get<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
         ("stream-node-max-entries", node_entries.as_bytes()),
         ("timeout", timeout.as_bytes()),
     ];
-    let mut hit = [false; 15];
+    for (p, value) in ENCODING_PARAMETERS.iter().zip(&encoding) {
+        params.push((p.name, value.as_bytes()));
+        params.extend(p.alias.map(|alias| (alias, value.as_bytes())));
+    }
+    params.sort_unstable_by_key(|p| p.0);
+    let mut hit = vec![false; params.len()];
     for j in 2..c.argc() {
         let pattern = c.arg(j).to_ascii_lowercase();
         for (i, (name, _)) in params.iter().enumerate() {
@@ -352,9 +358,12 @@ pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
     let mut busy = None;
     let (mut node_bytes, mut node_entries) = (None, None);
     let (mut maxclients, mut timeout) = (None, None);
+    let mut encoding = c.server.config.encoding_parameters;
     for j in (2..c.argc()).step_by(2) {
         let (name, value) = (c.arg(j), c.arg(j + 1));
-        if name.eq_ignore_ascii_case(b"requirepass") {
+        if let Some(i) = ENCODING_PARAMETERS.iter().position(|p| p.is(name)) {
+            encoding[i] = ENCODING_PARAMETERS[i].parse(value)?;
+        } else if name.eq_ignore_ascii_case(b"requirepass") {
             pass = Some(value);
         } else if name.eq_ignore_ascii_case(b"protected-mode") {
             protected = Some(match value.to_ascii_lowercase().as_slice() {
@@ -431,6 +440,7 @@ pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
     if let Some(n) = timeout {
         c.server.config.timeout_s = n;
     }
+    c.server.config.encoding_parameters = encoding;
     c.out.ok();
     Ok(())
 }
@@ -499,6 +509,64 @@ fn strtoll(word: &[u8]) -> Option<i64> {
 
 /// Parameters Redis 7.0 sets that pmwire does not: refused by name rather
 /// than called unknown.
+/// One of Redis's encoding thresholds (when a listpack, intset or
+/// quicklist node gives way to a bigger structure), as Redis 7.0's
+/// `config.c` declares it. pmwire keeps the value CONFIG SET gives and
+/// CONFIG GET shows it; a collection's layout follows pmwire's own limits
+/// ([`crate::chunked::ChunkConfig`]), so clients and test suites that tune
+/// these (Redis's own does before most units) are served, and OBJECT
+/// ENCODING still says how pmwire holds the value.
+#[derive(Debug, Clone, Copy)]
+pub struct EncodingParameter {
+    /// The parameter's name.
+    pub name: &'static str,
+    /// Its Redis 6 name, still accepted.
+    pub alias: Option<&'static str>,
+    /// Redis 7.0's default.
+    pub default: i64,
+    /// The least value accepted.
+    pub min: i64,
+    /// The greatest value accepted.
+    pub max: i64,
+    /// A memory amount (`64`, `1kb`...), as Redis's `MEMORY_CONFIG`.
+    pub memory: bool,
+}
+
+impl EncodingParameter {
+    const fn new(name: &'static str, alias: Option<&'static str>, default: i64, min: i64, max: i64, memory: bool) -> Self {
+        EncodingParameter { name, alias, default, min, max, memory }
+    }
+
+    fn is(&self, name: &[u8]) -> bool {
+        name.eq_ignore_ascii_case(self.name.as_bytes()) || self.alias.is_some_and(|a| name.eq_ignore_ascii_case(a.as_bytes()))
+    }
+
+    /// `value` as CONFIG SET reads it, or Redis's error.
+    fn parse(&self, value: &[u8]) -> Result<i64, Fail> {
+        let failed = |why: &str| Fail::err(&format!("CONFIG SET failed (possibly related to argument '{}') - {why}", self.name));
+        let n = if self.memory {
+            memory_value(value).ok_or_else(|| failed("argument must be a memory value"))?
+        } else {
+            pmwire_resp::numbers::parse_i64(value).ok_or_else(|| failed("argument couldn't be parsed into an integer"))?
+        };
+        if n < self.min || n > self.max {
+            return Err(failed(&format!("argument must be between {} and {} inclusive", self.min, self.max)));
+        }
+        Ok(n)
+    }
+}
+
+/// Redis 7.0's encoding thresholds, in [`super::ServerConfig::encoding_parameters`]'s order.
+pub const ENCODING_PARAMETERS: [EncodingParameter; 7] = [
+    EncodingParameter::new("hash-max-listpack-entries", Some("hash-max-ziplist-entries"), 512, 0, i64::MAX, false),
+    EncodingParameter::new("hash-max-listpack-value", Some("hash-max-ziplist-value"), 64, 0, i64::MAX, true),
+    EncodingParameter::new("list-compress-depth", None, 0, 0, i32::MAX as i64, false),
+    EncodingParameter::new("list-max-listpack-size", Some("list-max-ziplist-size"), -2, i32::MIN as i64, i32::MAX as i64, false),
+    EncodingParameter::new("set-max-intset-entries", None, 512, 0, i64::MAX, false),
+    EncodingParameter::new("zset-max-listpack-entries", Some("zset-max-ziplist-entries"), 128, 0, i64::MAX, false),
+    EncodingParameter::new("zset-max-listpack-value", Some("zset-max-ziplist-value"), 64, 0, i64::MAX, true),
+];
+
 const REDIS_PARAMETERS: &[&str] = &[
     "appendfsync", "appendonly", "databases", "hz", "latency-tracking", "lazyfree-lazy-user-del", "loglevel",
     "maxmemory", "maxmemory-policy", "notify-keyspace-events", "proto-max-bulk-len", "slowlog-log-slower-than",
@@ -591,6 +659,46 @@ pub(super) fn object<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, 
     };
     let chunked = s.kind != Kind::String && super::large::header(c.ks, c.arg(2), s.kind)?.is_some();
     c.out.bulk(if chunked { s.kind.chunked_encoding() } else { s.kind.encoding() }.as_bytes());
+    Ok(())
+}
+
+/// OBJECT REFCOUNT key: 1 for a key that exists (pmwire shares no value
+/// between keys; Redis shares small integers and answers 2147483647 for
+/// them), the null reply for one that does not.
+pub(super) fn object_refcount<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    if c.ks.get(c.arg(2)).is_some() {
+        c.out.integer(1);
+    } else {
+        c.out.null();
+    }
+    Ok(())
+}
+
+/// MEMORY USAGE key [SAMPLES count]: the bytes the key and its value take
+/// in the pool: the key's, plus the value's as stored (a chunked
+/// collection's chunks summed as its materialised blob; a stream's header
+/// only); the null reply for a missing key. Every member is counted, so
+/// SAMPLES is checked and otherwise ignored.
+pub(super) fn memory_usage<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    let mut j = 3;
+    while j < c.argc() {
+        if c.arg(j).eq_ignore_ascii_case(b"samples") && j + 1 < c.argc() {
+            c.int_arg(j + 1)?;
+            j += 2;
+        } else {
+            return Err(Fail::Syntax);
+        }
+    }
+    let key = c.arg(2);
+    let Some(s) = c.ks.get(key) else {
+        c.out.null();
+        return Ok(());
+    };
+    let value = match s.kind {
+        Kind::Stream => s.len,
+        kind => c.load(key, kind)?.map_or(0, |v| v.len() as u64),
+    };
+    c.out.integer((key.len() as u64 + value) as i64);
     Ok(())
 }
 

@@ -264,6 +264,8 @@ command_table! {
     "expiretime", 2, (1, 1, 1), [READONLY], |c| keys::ttl(c, false, true);
     "flushall", -1, (0, 0, 0), [WRITE], |c| admin::flush(c);
     "flushdb", -1, (0, 0, 0), [WRITE], |c| admin::flush(c);
+    "function", -2, (0, 0, 0), [], |_c| unreachable!("a container runs under a subcommand");
+    "function|flush", -2, (0, 0, 0), [WRITE], |c| scripting::function_flush(c);
     "get", 2, (1, 1, 1), [READONLY], |c| strings::get(c);
     "getbit", 3, (1, 1, 1), [READONLY], |c| bits::getbit(c);
     "getdel", 2, (1, 1, 1), [WRITE], |c| strings::getdel(c);
@@ -293,6 +295,7 @@ command_table! {
     "info", -1, (0, 0, 0), [], |c| admin::info(c);
     "keys", 2, (0, 0, 0), [READONLY], |c| admin::keys(c);
     "lastsave", 1, (0, 0, 0), [TIME], |c| admin::lastsave(c);
+    "lcs", -3, (1, 2, 1), [READONLY], |c| strings::lcs(c);
     "lindex", 3, (1, 1, 1), [READONLY], chunked List => |c, h| large::lindex(c, h), |c| lists::lindex(c);
     "linsert", 5, (1, 1, 1), [WRITE], |c| lists::linsert(c);
     "llen", 2, (1, 1, 1), [READONLY], chunked List => |c, h| large::count(c, h), |c| lists::llen(c);
@@ -306,12 +309,15 @@ command_table! {
     "lrem", 4, (1, 1, 1), [WRITE], |c| lists::lrem(c);
     "lset", 4, (1, 1, 1), [WRITE], |c| lists::lset(c);
     "ltrim", 4, (1, 1, 1), [WRITE], |c| lists::ltrim(c);
+    "memory", -2, (0, 0, 0), [], |_c| unreachable!("a container runs under a subcommand");
+    "memory|usage", -3, (2, 2, 1), [READONLY], |c| admin::memory_usage(c);
     "mget", -2, (1, -1, 1), [READONLY], |c| strings::mget(c);
     "mset", -3, (1, -1, 2), [WRITE], |c| strings::mset(c);
     "msetnx", -3, (1, -1, 2), [WRITE], |c| strings::msetnx(c);
     "multi", 1, (0, 0, 0), [MULTI IMMEDIATE], |c| multi::multi(c);
     "object", -2, (0, 0, 0), [], |_c| unreachable!("a container runs under a subcommand");
     "object|encoding", 3, (2, 2, 1), [READONLY], |c| admin::object(c);
+    "object|refcount", 3, (2, 2, 1), [READONLY], |c| admin::object_refcount(c);
     "persist", 2, (1, 1, 1), [WRITE], |c| keys::persist(c);
     "pexpire", -3, (1, 1, 1), [WRITE TIME], |c| keys::expire(c, keys::ExpireCmd { seconds: false, relative: true });
     "pexpireat", -3, (1, 1, 1), [WRITE TIME], |c| keys::expire(c, keys::ExpireCmd { seconds: false, relative: false });
@@ -416,6 +422,7 @@ command_table! {
     "zintercard", -3, (0, 0, 0), [READONLY], |c| zsets::zsetop(c, zsets::ZOp::InterCard, false);
     "zinterstore", -4, (1, 1, 1), [WRITE], |c| zsets::zsetop(c, zsets::ZOp::Inter, true);
     "zlexcount", 4, (1, 1, 1), [READONLY], |c| zsets::zcount(c, true);
+    "zmpop", -4, (0, 0, 0), [WRITE], |c| zsets::zmpop(c);
     "zmscore", -3, (1, 1, 1), [READONLY], |c| zsets::zmscore(c);
     "zpopmax", -2, (1, 1, 1), [WRITE], |c| zsets::zpop(c, true);
     "zpopmin", -2, (1, 1, 1), [WRITE], |c| zsets::zpop(c, false);

@@ -41,6 +41,7 @@ mod streams;
 mod strings;
 mod zsets;
 
+pub use admin::{EncodingParameter, ENCODING_PARAMETERS};
 use commands::{CommandInfo, Flags};
 pub use keys::{active_expire, Sweep};
 pub use multi::MAX_QUEUED_BYTES;
@@ -121,6 +122,10 @@ pub struct ServerConfig {
     /// [`crate::script::HOOK_EVERY`]), the same on every member, where a
     /// wall-clock limit would stop it on one member and not on another.
     pub script_budget: Option<u64>,
+    /// Redis's encoding thresholds as CONFIG SET last set them, in the order
+    /// of [`ENCODING_PARAMETERS`]. Kept for CONFIG GET only: a
+    /// collection's layout follows `collections`.
+    pub encoding_parameters: [i64; ENCODING_PARAMETERS.len()],
 }
 
 impl Default for ServerConfig {
@@ -143,6 +148,7 @@ impl Default for ServerConfig {
             timeout_s: 0,
             lua_time_limit_ms: scripting::DEFAULT_TIME_LIMIT_MS,
             script_budget: None,
+            encoding_parameters: ENCODING_PARAMETERS.map(|p| p.default),
         }
     }
 }

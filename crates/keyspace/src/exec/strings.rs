@@ -396,6 +396,120 @@ pub(super) fn getrange<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx
     Ok(())
 }
 
+/// LCS key1 key2 [LEN] [IDX] [MINMATCHLEN n] [WITHMATCHLEN]: the longest
+/// common subsequence of two strings (a missing key is ""), its length, or
+/// its matching ranges from the last to the first, as Redis 7.0's
+/// `lcsCommand` computes them (the same dynamic-programming table, the same
+/// walk back, the same limit: a table larger than `proto-max-bulk-len` is
+/// refused).
+pub(super) fn lcs<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    for key in [c.arg(1), c.arg(2)] {
+        if c.ks.get(key).is_some_and(|s| s.kind != Kind::String) {
+            return Err(Fail::err("The specified keys must contain string values"));
+        }
+    }
+    let a = c.load(c.arg(1), Kind::String)?.unwrap_or_default();
+    let b = c.load(c.arg(2), Kind::String)?.unwrap_or_default();
+    let (mut get_len, mut get_idx, mut with_len, mut min_len) = (false, false, false, 0i64);
+    let mut j = 3;
+    while j < c.argc() {
+        let opt = c.arg(j);
+        if opt.eq_ignore_ascii_case(b"idx") {
+            get_idx = true;
+        } else if opt.eq_ignore_ascii_case(b"len") {
+            get_len = true;
+        } else if opt.eq_ignore_ascii_case(b"withmatchlen") {
+            with_len = true;
+        } else if opt.eq_ignore_ascii_case(b"minmatchlen") && j + 1 < c.argc() {
+            min_len = c.int_arg(j + 1)?.max(0);
+            j += 1;
+        } else {
+            return Err(Fail::Syntax);
+        }
+        j += 1;
+    }
+    if get_len && get_idx {
+        return Err(Fail::err("If you want both the length and indexes, please just use IDX."));
+    }
+    let (alen, blen) = (a.len(), b.len());
+    let cells = (alen as u64 + 1) * (blen as u64 + 1);
+    if cells.saturating_mul(4) > c.server.config.limits.max_bulk_bytes as u64 {
+        return Err(Fail::err("Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len"));
+    }
+    let width = blen + 1;
+    let mut table = vec![0u32; cells as usize];
+    for i in 1..=alen {
+        for j in 1..=blen {
+            table[i * width + j] = if a[i - 1] == b[j - 1] {
+                table[(i - 1) * width + j - 1] + 1
+            } else {
+                table[(i - 1) * width + j].max(table[i * width + j - 1])
+            };
+        }
+    }
+    let total = table[alen * width + blen] as usize;
+    let mut result = vec![0u8; total];
+    let mut ranges: Vec<[usize; 5]> = Vec::new();
+    let (mut i, mut j, mut idx) = (alen, blen, total);
+    let (mut a_start, mut a_end, mut b_start, mut b_end) = (alen, 0, 0, 0);
+    while (get_idx || !get_len) && i > 0 && j > 0 {
+        let mut emit = false;
+        if a[i - 1] == b[j - 1] {
+            result[idx - 1] = a[i - 1];
+            if a_start == alen {
+                (a_start, a_end, b_start, b_end) = (i - 1, i - 1, j - 1, j - 1);
+            } else if a_start == i && b_start == j {
+                a_start -= 1;
+                b_start -= 1;
+            } else {
+                emit = true;
+            }
+            if a_start == 0 || b_start == 0 {
+                emit = true;
+            }
+            (idx, i, j) = (idx - 1, i - 1, j - 1);
+        } else {
+            if table[(i - 1) * width + j] > table[i * width + j - 1] {
+                i -= 1;
+            } else {
+                j -= 1;
+            }
+            emit = a_start != alen;
+        }
+        let match_len = a_end.wrapping_sub(a_start).wrapping_add(1);
+        if emit {
+            if min_len == 0 || match_len as i64 >= min_len {
+                ranges.push([a_start, a_end, b_start, b_end, match_len]);
+            }
+            a_start = alen;
+        }
+    }
+    if get_idx {
+        c.out.map(2);
+        c.out.bulk(b"matches");
+        c.out.array(ranges.len());
+        for r in &ranges {
+            c.out.array(2 + usize::from(with_len));
+            c.out.array(2);
+            c.out.integer(r[0] as i64);
+            c.out.integer(r[1] as i64);
+            c.out.array(2);
+            c.out.integer(r[2] as i64);
+            c.out.integer(r[3] as i64);
+            if with_len {
+                c.out.integer(r[4] as i64);
+            }
+        }
+        c.out.bulk(b"len");
+        c.out.integer(total as i64);
+    } else if get_len {
+        c.out.integer(total as i64);
+    } else {
+        c.out.bulk(&result);
+    }
+    Ok(())
+}
+
 /// SETEX key seconds value (`seconds`) / PSETEX key milliseconds value.
 pub(super) fn setex<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, seconds: bool) -> Res {
     let ms = deadline_arg(c, 2, seconds, true)?;

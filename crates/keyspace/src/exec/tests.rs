@@ -352,8 +352,8 @@ fn extreme_integer_arguments_get_replies_not_panics() {
 #[test]
 fn every_command_in_the_table_is_served() {
     let mut f = Fixture::new();
-    assert_eq!(commands::commands().count(), 186);
-    let containers = ["acl", "client", "config", "object", "pubsub", "script", "xgroup", "xinfo"];
+    assert_eq!(commands::commands().count(), 190);
+    let containers = ["acl", "client", "config", "function", "memory", "object", "pubsub", "script", "xgroup", "xinfo"];
     let rows = commands::commands().flat_map(|c| std::iter::once(c).chain(c.subcommands()));
     for spec in rows.filter(|s| s.name != "quit" && !containers.contains(&s.name)) {
         let words = spec.name.replace('|', " ");
@@ -400,7 +400,7 @@ fn the_command_table_answers_lookups() {
 #[test]
 fn the_table_is_sorted() {
     let rows: Vec<&CommandInfo> = commands::commands().flat_map(|c| std::iter::once(c).chain(c.subcommands())).collect();
-    assert_eq!(rows.len(), 218, "every row is a command or a subcommand found after its container");
+    assert_eq!(rows.len(), 225, "every row is a command or a subcommand found after its container");
     for pair in rows.windows(2) {
         assert!(pair[0].name < pair[1].name, "{} before {}", pair[0].name, pair[1].name);
     }
@@ -435,6 +435,22 @@ fn object_encoding_and_type_name_how_values_are_stored() {
     assert_eq!(f.run("OBJECT ENCODING"), "-ERR wrong number of arguments for 'object|encoding' command\r\n");
     assert_eq!(f.run("SCAN 0 TYPE list"), "*2\r\n$1\r\n0\r\n*1\r\n$1\r\nl\r\n");
     assert_eq!(f.run("SCAN 0 TYPE set"), "*2\r\n$1\r\n0\r\n*1\r\n$1\r\nt\r\n");
+}
+
+/// MEMORY USAGE: the key's bytes plus the value's as stored, null for a
+/// missing key; SAMPLES checked; OBJECT REFCOUNT 1 (nothing is shared).
+#[test]
+fn memory_usage_counts_key_and_stored_value() {
+    let mut f = Fixture::new();
+    f.run("SET s hello\r\nRPUSH l a b c");
+    assert_eq!(f.run("MEMORY USAGE s"), ":6\r\n");
+    assert_eq!(f.run("MEMORY USAGE s SAMPLES 0"), ":6\r\n");
+    let list: i64 = f.run("MEMORY USAGE l").trim_start_matches(':').trim_end().parse().expect("an integer");
+    assert!(list > 1 + 3, "{list}");
+    assert_eq!(f.run("MEMORY USAGE nope"), "$-1\r\n");
+    assert_eq!(f.run("MEMORY USAGE s SAMPLES x"), "-ERR value is not an integer or out of range\r\n");
+    assert_eq!(f.run("MEMORY USAGE s BOGUS"), "-ERR syntax error\r\n");
+    assert_eq!(f.run("OBJECT REFCOUNT l"), ":1\r\n");
 }
 
 /// The members of a flat array or set reply.

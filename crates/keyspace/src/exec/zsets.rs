@@ -14,7 +14,7 @@ use super::shared::{parse_cursor, random_count, random_picks, reply_pairs, scan_
 use super::{Ctx, Fail, Res};
 use crate::blob::{decode_zset, encode_zset, zcmp};
 use crate::store::{Expiry, Keyspace, Kind};
-use pmwire_resp::numbers::{parse_score, parse_score_bound};
+use pmwire_resp::numbers::{parse_i64, parse_score, parse_score_bound};
 use pmwire_resp::reply::{Protocol, ReplySink};
 use std::cmp::Ordering;
 
@@ -644,6 +644,56 @@ pub(super) fn zpop<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_,
         c.out.bulk(popped[0].1);
         c.out.double(popped[0].0);
     }
+    Ok(())
+}
+
+/// ZMPOP numkeys key [key ...] MIN|MAX [COUNT count]: pops up to `count`
+/// members from the first non-empty sorted set and answers
+/// `[key, [[member, score]...]]`, or the null array if every set is empty;
+/// Redis 7.0's `zmpopGenericCommand` argument checks, in its order.
+pub(super) fn zmpop<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    let positive =
+        |c: &Ctx<'_, '_, K, S>, i: usize, msg: &str| parse_i64(c.arg(i)).filter(|&n| n >= 1).ok_or_else(|| Fail::err(msg));
+    let numkeys = positive(c, 1, "numkeys should be greater than 0")?;
+    let where_at = usize::try_from(numkeys).ok().and_then(|n| n.checked_add(2)).filter(|&w| w < c.argc());
+    let Some(where_at) = where_at else { return Err(Fail::Syntax) };
+    let max = if c.arg(where_at).eq_ignore_ascii_case(b"max") {
+        true
+    } else if c.arg(where_at).eq_ignore_ascii_case(b"min") {
+        false
+    } else {
+        return Err(Fail::Syntax);
+    };
+    let mut count = None;
+    let mut j = where_at + 1;
+    while j < c.argc() {
+        if count.is_none() && c.arg(j).eq_ignore_ascii_case(b"count") && j + 1 < c.argc() {
+            count = Some(positive(c, j + 1, "count should be greater than 0")?);
+            j += 2;
+        } else {
+            return Err(Fail::Syntax);
+        }
+    }
+    let count = usize::try_from(count.unwrap_or(1)).unwrap_or(usize::MAX);
+    for i in 2..where_at {
+        let key = c.arg(i);
+        let Some(blob) = c.load(key, Kind::ZSet)? else { continue };
+        let mut entries = entries_of(&blob)?;
+        let n = count.min(entries.len());
+        let popped: Vec<(f64, &[u8])> =
+            if max { entries.drain(entries.len() - n..).rev().collect() } else { entries.drain(..n).collect() };
+        store(c, key, &entries)?;
+        c.out.array(2);
+        c.out.bulk(key);
+        c.out.array(popped.len());
+        for (score, member) in &popped {
+            c.out.array(2);
+            c.out.bulk(member);
+            c.out.double(*score);
+        }
+        return Ok(());
+    }
+    c.out.null_array();
     Ok(())
 }
 
