@@ -34,7 +34,7 @@ pub enum Class {
 pub const READS: &[&str] = &[
     "bitcount", "bitpos", "dbsize", "echo", "eval_ro", "evalsha_ro", "exists", "expiretime", "get", "getbit",
     "getrange", "hexists", "hget", "hgetall", "hkeys", "hlen", "hmget", "hrandfield", "hscan", "hstrlen", "hvals",
-    "keys", "lindex", "llen", "lpos", "lrange", "mget", "object", "pexpiretime", "ping", "pttl", "randomkey", "scan",
+    "keys", "lcs", "lindex", "llen", "lpos", "lrange", "memory", "mget", "object", "pexpiretime", "ping", "pttl", "randomkey", "scan",
     "scard", "sdiff", "select", "sinter", "sintercard", "sismember", "smembers", "smismember", "srandmember", "sscan",
     "strlen", "substr", "sunion", "time", "touch", "ttl", "type", "xinfo", "xlen", "xpending", "xrange", "xread", "xrevrange", "zcard", "zcount",
     "zdiff", "zinter", "zintercard", "zlexcount", "zmscore", "zrandmember", "zrange", "zrangebylex", "zrangebyscore",
@@ -50,7 +50,7 @@ pub const WRITES: &[&str] = &[
     "msetnx", "persist", "pexpire", "pexpireat", "psetex", "rename", "renamenx", "rpop", "rpoplpush", "rpush",
     "rpushx", "sadd", "script", "sdiffstore", "set", "setbit", "setex", "setnx", "setrange", "sinterstore", "smove",
     "spop", "srem", "sunionstore", "unlink", "xack", "xadd", "xautoclaim", "xclaim", "xdel", "xgroup", "xreadgroup", "xsetid",
-    "xtrim", "zadd", "zdiffstore", "zincrby", "zinterstore",
+    "xtrim", "zadd", "zdiffstore", "zincrby", "zinterstore", "zmpop",
     "zpopmax", "zpopmin", "zrangestore", "zrem", "zremrangebylex", "zremrangebyrank", "zremrangebyscore",
     "zunionstore",
 ];
@@ -110,9 +110,10 @@ mod tests {
         assert_eq!(class(b"BLPOP"), Class::Blocking);
         assert_eq!(class(b"watch"), Class::Session);
         assert_eq!(class(b"nosuch"), Class::Unknown);
-        // XREADGROUP changes the group's PEL: replicated (its BLOCK is refused by a member).
+        // XREADGROUP changes the group's PEL: replicated (with BLOCK, parked as a blocking pop is).
         assert_eq!(class(b"XREADGROUP"), Class::Write);
         assert_eq!(class(b"xpending"), Class::Read);
+        assert_eq!((class(b"LCS"), class(b"memory"), class(b"ZMPOP")), (Class::Read, Class::Read, Class::Write));
         assert_eq!(class(&[b'a'; 100]), Class::Unknown);
     }
 }
