@@ -184,16 +184,15 @@ fn delete_node<K: Keyspace + ?Sized>(ks: &mut K, gen: u64, n: u64) -> Res {
     Ok(())
 }
 
-/// Writes a segmented node whole: one internal entry, its entry records
-/// deleted (a node no longer appended to is read in one read).
-fn seal<K: Keyspace + ?Sized>(ks: &mut K, gen: u64, n: u64) -> Res {
-    if let Some((Some(seg), _)) = node_form(ks, gen, n)? {
-        let node = read_segments(ks, gen, n, seg)?;
-        for i in 0..seg.count {
-            ks.internal_delete(&entry_key(gen, n, i))?;
-        }
-        ks.internal_put(&chunk_key(gen, n), &node.encode())?;
+/// Writes segmented node `n` (its record `seg`) whole: one internal entry,
+/// its entry records deleted (a node no longer appended to is read in one
+/// read).
+fn seal<K: Keyspace + ?Sized>(ks: &mut K, gen: u64, n: u64, seg: Segmented) -> Res {
+    let node = read_segments(ks, gen, n, seg)?;
+    for i in 0..seg.count {
+        ks.internal_delete(&entry_key(gen, n, i))?;
     }
+    ks.internal_put(&chunk_key(gen, n), &node.encode())?;
     Ok(())
 }
 
@@ -212,7 +211,7 @@ fn append<K: Keyspace + ?Sized>(ks: &mut K, h: &mut Header, entry: &Entry, limit
                 ks.internal_put(&chunk_key(h.gen, last), &grown.encode())?;
                 return Ok(());
             }
-            Some((Some(_), _)) => seal(ks, h.gen, last)?,
+            Some((Some(seg), _)) => seal(ks, h.gen, last, seg)?,
             Some((None, whole)) => {
                 let mut node = Node::decode(&whole).map_err(corrupt)?;
                 if !limits.full(&node, bytes) {
@@ -223,7 +222,10 @@ fn append<K: Keyspace + ?Sized>(ks: &mut K, h: &mut Header, entry: &Entry, limit
             None => return Err(corrupt(StreamError::Node)),
         }
     }
-    write_segmented(ks, h.gen, h.tail, &Node { entries: vec![entry.clone()] }, 0)?;
+    // A new node: its one entry's record and its own.
+    ks.internal_put(&entry_key(h.gen, h.tail, 0), &entry.encode())?;
+    let seg = Segmented { count: 1, live: 1, bytes: (Node::default().encoded_len() + bytes) as u64 };
+    ks.internal_put(&chunk_key(h.gen, h.tail), &seg.encode())?;
     if h.length == 0 {
         h.head = h.tail;
     }
