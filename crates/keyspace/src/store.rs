@@ -85,31 +85,6 @@ impl Kind {
             Kind::Stream => "stream",
         }
     }
-
-    /// What OBJECT ENCODING answers. Strings are stored as received
-    /// (`raw`: no integer or embedded forms); every collection is one
-    /// contiguous serialized blob, which is what Redis calls a `listpack`.
-    pub fn encoding(self) -> &'static str {
-        match self {
-            Kind::String => "raw",
-            Kind::Hash | Kind::ZSet | Kind::List | Kind::Set => "listpack",
-            Kind::Stream => "stream",
-        }
-    }
-
-    /// What OBJECT ENCODING answers for a chunked collection
-    /// ([`crate::chunked`]): `quicklist` for a list (a sequence of blob
-    /// chunks, as Redis's quicklist is of listpacks), `hashtable` for a hash,
-    /// set or sorted set (members in hashed buckets; a sorted set keeps no
-    /// ordered index, so it is not Redis's `skiplist`).
-    pub fn chunked_encoding(self) -> &'static str {
-        match self {
-            Kind::String => "raw",
-            Kind::List => "quicklist",
-            Kind::Hash | Kind::ZSet | Kind::Set => "hashtable",
-            Kind::Stream => "stream",
-        }
-    }
 }
 
 /// A stored value: its kind, length, deadline, and the engine's handle to its bytes.

@@ -650,15 +650,16 @@ pub(super) fn type_<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '
     Ok(())
 }
 
-/// OBJECT ENCODING key: how pmwire stores the value ([`Kind::encoding`],
-/// [`Kind::chunked_encoding`]).
+/// OBJECT ENCODING key: what redis-server 7.0 would answer for the value
+/// ([`super::encoding`]).
 pub(super) fn object<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
-    let Some(s) = c.ks.get(c.arg(2)) else {
+    let key = c.arg(2);
+    let Some(s) = c.ks.get(key) else {
         c.out.null();
         return Ok(());
     };
-    let chunked = s.kind != Kind::String && super::large::header(c.ks, c.arg(2), s.kind)?.is_some();
-    c.out.bulk(if chunked { s.kind.chunked_encoding() } else { s.kind.encoding() }.as_bytes());
+    let encoding = super::encoding::redis_encoding(c, key, s.kind, s.len)?;
+    c.out.bulk(encoding.as_bytes());
     Ok(())
 }
 

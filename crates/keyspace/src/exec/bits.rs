@@ -48,6 +48,7 @@ pub(super) fn setbit<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'
     let key = c.arg(1);
     c.check_fits(key, byte as u64 + 1)?;
     let mut v = c.load(key, Kind::String)?.unwrap_or_default();
+    let len = v.len();
     let grows = v.len() <= byte;
     if grows {
         v.resize(byte + 1, 0);
@@ -61,6 +62,8 @@ pub(super) fn setbit<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'
         }
         c.ks.set(key, Kind::String, ValueSource::Owned(v))?;
     }
+    // Redis unshares the string for any SETBIT, changed or not: it is raw.
+    c.server.raw_strings.mark(key, (byte + 1).max(len) as u64);
     c.out.integer(i64::from(was));
     Ok(())
 }
@@ -220,6 +223,7 @@ pub(super) fn bitop<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_
         out.push(b);
     }
     c.ks.put(dest, Kind::String, ValueSource::Owned(out), Expiry::Clear)?;
+    c.server.raw_strings.mark(dest, width as u64);
     c.out.integer(width as i64);
     Ok(())
 }

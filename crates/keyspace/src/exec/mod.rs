@@ -27,6 +27,7 @@ mod admin;
 mod bits;
 mod blocking;
 pub mod commands;
+mod encoding;
 mod hashes;
 mod keys;
 mod large;
@@ -123,8 +124,9 @@ pub struct ServerConfig {
     /// wall-clock limit would stop it on one member and not on another.
     pub script_budget: Option<u64>,
     /// Redis's encoding thresholds as CONFIG SET last set them, in the order
-    /// of [`ENCODING_PARAMETERS`]. Kept for CONFIG GET only: a
-    /// collection's layout follows `collections`.
+    /// of [`ENCODING_PARAMETERS`]: CONFIG GET shows them and OBJECT ENCODING
+    /// answers by them (`encoding`); a collection's layout follows
+    /// `collections`.
     pub encoding_parameters: [i64; ENCODING_PARAMETERS.len()],
 }
 
@@ -274,6 +276,8 @@ pub struct Server {
     pubsub: pubsub::PubSub,
     /// What CLIENT LIST shows of each open session.
     clients: HashMap<u64, admin::ClientInfo>,
+    /// Strings last written in place, which OBJECT ENCODING calls `raw`.
+    raw_strings: encoding::RawStrings,
 }
 
 /// Why a command failed; written as its error reply.
@@ -522,6 +526,7 @@ impl Server {
             scripts: scripting::Scripts::default(),
             pubsub: pubsub::PubSub::default(),
             clients: HashMap::new(),
+            raw_strings: encoding::RawStrings::default(),
         }
     }
 
@@ -738,9 +743,11 @@ impl Server {
         let protocol = session.protocol;
         let (draws, reads) = (self.random_draws, self.clock_reads.get());
         ks.begin_command();
-        let result = if self.watches.is_empty() && self.waiters.is_empty() {
+        let result = if self.watches.is_empty() && self.waiters.is_empty() && self.raw_strings.is_empty() {
             let mut ctx = Ctx { server: self, session, ks, req, out: Out::new(sink, protocol) };
-            commands::run(spec, &mut ctx).map_err(|fail| ctx.out.error(fail.text().as_bytes()))
+            let result = commands::run(spec, &mut ctx).map_err(|fail| ctx.out.error(fail.text().as_bytes()));
+            self.raw_strings.settle(&[], false, None);
+            result
         } else {
             // A flush touches the watched keys that exist when it runs.
             let flush = matches!(spec.name, "flushdb" | "flushall");
@@ -760,6 +767,8 @@ impl Server {
             if cleared {
                 existing.iter().for_each(|k| self.watches.touch(k));
             }
+            let renamed = matches!(spec.name, "rename" | "renamenx") && result.is_ok();
+            self.raw_strings.settle(&touched, cleared, renamed.then(|| (req.arg(1), req.arg(2))));
             result
         };
         assert!(draws == self.random_draws || spec.flags.contains(Flags::RANDOM), "{} drew unflagged", spec.name);

@@ -255,6 +255,7 @@ pub(super) fn append<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'
             v.extend_from_slice(add.bytes());
             let n = v.len();
             c.ks.set(key, Kind::String, ValueSource::Owned(v))?;
+            c.server.raw_strings.mark(key, n as u64);
             n
         }
     };
@@ -369,6 +370,7 @@ pub(super) fn setrange<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx
     v[offset..end].copy_from_slice(add);
     let n = v.len();
     c.ks.set(key, Kind::String, ValueSource::Owned(v))?;
+    c.server.raw_strings.mark(key, n as u64);
     c.out.integer(n as i64);
     Ok(())
 }

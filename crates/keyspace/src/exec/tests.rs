@@ -422,12 +422,12 @@ fn command_info_reports_flags() {
 }
 
 #[test]
-fn object_encoding_and_type_name_how_values_are_stored() {
+fn object_encoding_answers_as_redis_and_type_names_kinds() {
     let mut f = Fixture::new();
     f.run("SET s 12\r\nRPUSH l a\r\nSADD t 1\r\nHSET h f v\r\nZADD z 1 m");
-    for (key, kind) in [("s", "string"), ("l", "list"), ("t", "set"), ("h", "hash"), ("z", "zset")] {
+    let kinds = [("s", "string", "int"), ("l", "list", "quicklist"), ("t", "set", "intset"), ("h", "hash", "listpack"), ("z", "zset", "listpack")];
+    for (key, kind, encoding) in kinds {
         assert_eq!(f.run(&format!("TYPE {key}")), format!("+{kind}\r\n"));
-        let encoding = if key == "s" { "raw" } else { "listpack" };
         assert_eq!(f.run(&format!("OBJECT ENCODING {key}")), format!("${}\r\n{encoding}\r\n", encoding.len()));
     }
     assert_eq!(f.run("OBJECT ENCODING nope"), "$-1\r\n");
