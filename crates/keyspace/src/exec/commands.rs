@@ -29,7 +29,7 @@
 //! ([`super::Server::random_draws`], [`super::Server::clock_reads`]), so the
 //! unit, differential and server tests check them on every command they run.
 
-use super::{admin, bits, blocking, hashes, keys, large, list_ops, lists, multi, pubsub, scripting, sets, streams, strings, zsets};
+use super::{admin, bits, blocking, hashes, keys, large, list_ops, lists, multi, pubsub, scripting, sets, sort, streams, strings, zsets};
 use super::{lower, Ctx, Res};
 use crate::store::{Keyspace, Kind};
 use pmwire_resp::reply::ReplySink;
@@ -367,6 +367,8 @@ command_table! {
     "smembers", 2, (1, 1, 1), [READONLY], |c| sets::smembers(c);
     "smismember", -3, (1, 1, 1), [READONLY], chunked Set => |c, h| large::smismember(c, h), |c| sets::smismember(c);
     "smove", 4, (1, 2, 1), [WRITE], |c| sets::smove(c);
+    "sort", -2, (1, 1, 1), [WRITE], |c| sort::sort(c, false);
+    "sort_ro", -2, (1, 1, 1), [READONLY], |c| sort::sort(c, true);
     "spop", -2, (1, 1, 1), [WRITE RANDOM], |c| sets::spop(c);
     "spublish", 3, (1, 1, 1), [], |c| pubsub::publish(c, true);
     "srandmember", -2, (1, 1, 1), [READONLY RANDOM], |c| sets::srandmember(c);

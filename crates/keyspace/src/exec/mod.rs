@@ -38,6 +38,7 @@ mod pubsub;
 mod scripting;
 mod sets;
 mod shared;
+mod sort;
 mod streams;
 mod strings;
 mod zsets;

@@ -224,6 +224,9 @@ impl Gen {
 
     /// Pushes the arguments of `name`; true if its reply's order is unspecified.
     fn args(&mut self, name: &str, a: &mut Vec<Vec<u8>>) -> bool {
+        if name == "SORT" || name == "SORT_RO" {
+            return self.sort_args(name, a);
+        }
         if LISTS.contains(&name) {
             self.list_args(name, a);
             return false;
@@ -449,6 +452,47 @@ impl Gen {
             "LLEN" => {}
             other => unreachable!("{other}"),
         }
+    }
+
+    /// SORT / SORT_RO of a list (sets and sorted sets are left to the corpus:
+    /// redis-server converts a sorted set it sorts to a skiplist, after which
+    /// its BYLEX answers over members of different scores follow the
+    /// skiplist's random levels; a set unsorted has no order to compare).
+    /// Three shapes whose replies are fixed: BY nosort (the list's order),
+    /// ALPHA with STORE (bytes compared: a total order), and ALPHA without
+    /// LIMIT or STORE compared sorted (true: redis-server compares C strings
+    /// there, so `""` and `"\0\x7f"` tie and its qsort may order them either
+    /// way). Numeric sorts are left to the corpus too: redis-server reads
+    /// `errno` after `strtod` without clearing it, so an earlier command's
+    /// ERANGE (a `1e400` argument) fails a later numeric SORT.
+    fn sort_args(&mut self, name: &str, a: &mut Vec<Vec<u8>>) -> bool {
+        a.push(self.pick(LIST_KEYS));
+        let shape = if name == "SORT" { self.rng.gen_range(0..3) } else { [0, 2][self.rng.gen_range(0..2)] };
+        if shape == 0 {
+            a.push(b"BY".to_vec());
+            a.push(b"nosort".to_vec());
+        } else {
+            a.push(self.pick(&["ALPHA", "alpha"]));
+        }
+        if self.rng.gen_bool(0.4) {
+            a.push(self.pick(&["DESC", "ASC", "desc"]));
+        }
+        if shape != 2 && self.rng.gen_bool(0.4) {
+            a.push(b"LIMIT".to_vec());
+            a.push(self.int());
+            a.push(self.int());
+        }
+        if self.rng.gen_bool(0.2) {
+            a.push(b"GET".to_vec());
+            a.push(self.pick(&["#", "nostar", "*"]));
+        }
+        if shape == 1 || (shape == 0 && name == "SORT" && self.rng.gen_bool(0.3)) {
+            a.push(b"STORE".to_vec());
+            a.push(self.family_key(LIST_KEYS));
+        } else if self.rng.gen_bool(0.03) {
+            a.push(b"BOGUS".to_vec());
+        }
+        shape == 2
     }
 
     /// Pushes an expiry command's arguments (times as in the module's header).
@@ -1082,7 +1126,8 @@ const ZSETS: &[&str] = &[
 ];
 const LISTS: &[&str] = &[
     "LPUSH", "RPUSH", "LPUSHX", "RPUSHX", "LPOP", "RPOP", "LRANGE", "LLEN", "LINDEX", "LSET", "LREM", "LTRIM",
-    "LINSERT", "LPOS", "LMOVE", "RPOPLPUSH", "BLPOP", "BRPOP", "BLMOVE", "BRPOPLPUSH", "LMPOP", "BLMPOP",
+    "LINSERT", "LPOS", "LMOVE", "RPOPLPUSH", "BLPOP", "BRPOP", "BLMOVE", "BRPOPLPUSH", "LMPOP", "BLMPOP", "SORT",
+    "SORT_RO",
 ];
 /// Timeouts of blocking pops: short (one connection: nobody pushes, so
 /// an empty wait times out; 0 would block for ever), and refused ones.
