@@ -93,12 +93,16 @@ pub fn bench(suite: &KvSuite) -> Result<()> {
         );
         println!(
             "collections: {} HSET/HDEL/HINCRBY, {} ZADD/ZREM/ZINCRBY/ZPOPMIN/ZREMRANGEBYSCORE, \
-             {} RPUSH/LPUSH/LPOP, {} SADD/SREM, {} XADD/XDEL/XTRIM acknowledged, {} read back whole",
+             {} RPUSH/LPUSH/LPOP, {} SADD/SREM, {} XADD/XDEL/XTRIM, {} to streams with a consumer group \
+             ({} of them XREADGROUP/XACK) acknowledged, {} read back whole (a group's entries, \
+             last delivered ID and pending entries)",
             report.hash_acknowledged,
             report.zset_acknowledged,
             report.list_acknowledged,
             report.set_acknowledged,
             report.stream_acknowledged,
+            report.group_acknowledged,
+            report.group_reads_acks,
             report.collections_checked
         );
         println!("{} transactions ({} of them EVAL scripts) acknowledged, {} half-applied", report.transactions, report.scripts, report.half_applied);
