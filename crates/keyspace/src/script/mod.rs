@@ -8,7 +8,7 @@
 //! cached by SHA-1; scripts cannot leave state behind in it:
 //!
 //! - **Sandbox.** Loaded: base (without `dofile`, `loadfile`, `print`),
-//!   `table`, `string`, `math`, `cjson`, `bit` ([`cjson`], [`bit`]); not
+//!   `table`, `string`, `math`, `cjson`, `cmsgpack`, `bit` ([`cjson`], [`cmsgpack`], [`bit`]); not
 //!   `os`, `io`, `package`, `debug`. A script runs in an environment that
 //!   refuses to create or change a global ("Attempt to modify a readonly
 //!   table") and to read an unset one ("Script attempted to access
@@ -33,6 +33,7 @@
 
 pub mod bit;
 pub mod cjson;
+pub mod cmsgpack;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
@@ -200,7 +201,7 @@ local xpcall_, resume_ = xpcall, coroutine.resume
 G.xpcall = function(f, h) return unless_killed(xpcall_(f, h)) end
 coroutine.resume = function(...) return unless_killed(resume_(...)) end
 G.redis = view(redis)
-for _, lib in ipairs({'string', 'table', 'math', 'cjson', 'bit', 'coroutine'}) do
+for _, lib in ipairs({'string', 'table', 'math', 'cjson', 'cmsgpack', 'bit', 'coroutine'}) do
   if G[lib] then G[lib] = view(G[lib]) end
 end
 local string_mt = getmt('')
@@ -291,6 +292,7 @@ impl Vm {
         });
         let globals = lua.globals();
         globals.raw_set("cjson", cjson::library(&lua)?)?;
+        globals.raw_set("cmsgpack", cmsgpack::library(&lua)?)?;
         globals.raw_set("bit", bit::library(&lua)?)?;
         let math: Table = globals.raw_get("math")?;
         let st = state.clone();
