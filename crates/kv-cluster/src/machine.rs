@@ -215,8 +215,8 @@ pub struct Applied {
     /// one reply for a command, EXEC's reply for a transaction; empty for a
     /// sweep or a command that blocked.
     pub reply: Vec<u8>,
-    /// Keys a list was stored at: the serving member serves its clients
-    /// blocked there ([`crate`] docs, "Blocking pops").
+    /// Keys a list, sorted set or stream was stored at: the serving member
+    /// serves its clients blocked there ([`crate`] docs, "Blocking pops").
     pub ready: Vec<Vec<u8>>,
     /// A blocking command found nothing to pop and changed nothing: its
     /// client waits (the serving member parks it).
@@ -552,9 +552,9 @@ impl<K: MachineKeyspace> RedisMachine<K> {
             exec(&mut server, &mut session, &mut rec, parsed, segments, &mut capture);
         }
         server.swap_scripts(&mut self.scripts);
-        let (touched, lists, cleared) = (rec.touched, rec.lists, rec.cleared);
+        let (touched, ready, cleared) = (rec.touched, rec.ready, rec.cleared);
         applied.reply = capture.finish(&*ks);
-        applied.ready = lists;
+        applied.ready = ready;
         applied.ready.sort_unstable();
         applied.ready.dedup();
         Ran { applied, touched, cleared }

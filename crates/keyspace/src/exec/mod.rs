@@ -56,6 +56,8 @@ mod stream_group_tests;
 mod stream_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod zset_blocking_tests;
 
 use crate::blob::BlobError;
 use crate::store::{Keyspace, Kind, StoreError, Stored};
@@ -755,10 +757,11 @@ impl Server {
             let result = commands::run(spec, &mut ctx).map_err(|fail| ctx.out.error(fail.text().as_bytes()));
             let (touched, cleared) = (std::mem::take(&mut tracked.touched), tracked.cleared);
             touched.iter().for_each(|k| self.watches.touch(k));
-            tracked.lists.iter().for_each(|k| self.waiters.written(k));
+            tracked.ready.iter().for_each(|k| self.waiters.written(k));
             touched.iter().for_each(|k| self.waiters.touched(k));
             if cleared {
                 existing.iter().for_each(|k| self.watches.touch(k));
+                self.waiters.flushed();
             }
             result
         };
@@ -772,6 +775,7 @@ impl Server {
                 match &blocked.op {
                     blocking::Op::XRead { from, .. } => self.waiters.wait_for_entries(session.id, from),
                     blocking::Op::XReadGroup { group, .. } => self.waiters.wait_in_group(session.id, group),
+                    blocking::Op::ZPop { .. } | blocking::Op::ZMPop { .. } => self.waiters.wait_for_sorted_set(session.id),
                     _ => {}
                 }
                 Flow::Block
@@ -894,8 +898,8 @@ impl Server {
         }
     }
 
-    /// The next session to serve: the first waiter (by client id) of the
-    /// first key made ready that holds a non-empty list, and that key.
+    /// The next session to serve: the first waiter (in blocking order) of
+    /// the first key made ready that can serve one now, and that key.
     /// Call after each top-level command until `None`, serving each with
     /// [`Server::serve_blocked`] then [`Server::unblock`].
     pub fn next_ready<K: Keyspace>(&mut self, ks: &mut K) -> Option<(Vec<u8>, u64)> {
@@ -933,10 +937,13 @@ impl Server {
         assert_eq!(parsed.parse(&segments).commands, 1, "a served command parses back");
         parsed.forget_pieces();
         let req = parsed.request(&segments, 0);
-        let spec = commands::of_request(&req).expect("a list command");
+        let spec = commands::of_request(&req).expect("a served command");
         self.commands_processed += 1;
         let mut capture = blocking::Capture(Vec::new());
+        // A served BZPOPMIN never blocks again: its key holds a sorted set.
+        let deny_blocking = std::mem::replace(&mut self.deny_blocking, true);
         self.run_one(spec, session, ks, &req, &mut capture);
+        self.deny_blocking = deny_blocking;
         let mut out = Out::<K::Value, S>::new(sink, session.protocol);
         let framed = matches!(blocked.op, blocking::Op::Pop(_) | blocking::Op::MPop { .. });
         if framed && !capture.0.starts_with(b"-") {
