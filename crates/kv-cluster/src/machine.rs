@@ -225,6 +225,11 @@ pub struct Applied {
     /// waits beyond them (`$` resolved to the stream's last ID at this
     /// entry): the serving member's next attempt asks beyond these.
     pub xread_from: Option<Vec<(Vec<u8>, pmwire_keyspace::stream::StreamId)>>,
+    /// An XREADGROUP that answered an error because one of its streams or
+    /// its group is gone: what a client that blocked in it at an earlier
+    /// attempt is answered instead (Redis 7.0's `-UNBLOCKED` or `-NOGROUP`
+    /// for a waiter, `pmwire_keyspace::exec::Server::xreadgroup_gone`).
+    pub unblocked: Option<Vec<u8>>,
     /// A sweep entry's counts.
     pub swept: Option<Swept>,
     /// The entry was refused (the reply is the error); nothing changed.
@@ -545,6 +550,14 @@ impl<K: MachineKeyspace> RedisMachine<K> {
                 applied.xread_from = server.blocked_xread_ids(&session);
                 server.unblock(&mut session);
                 applied.blocked = true;
+            } else {
+                // An XREADGROUP whose stream or group is gone answered its own
+                // error (it could not run); a waiter is answered Redis's.
+                let req = parsed.request(segments, 0);
+                if req.arg(0).eq_ignore_ascii_case(b"xreadgroup") {
+                    let args: Vec<&[u8]> = req.args().collect();
+                    applied.unblocked = Server::xreadgroup_gone(&mut rec, &args);
+                }
             }
         } else if dirty {
             Out::<K::Value, _>::new(&mut capture, protocol).null_array();

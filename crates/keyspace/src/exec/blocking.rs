@@ -507,6 +507,35 @@ impl<V> ReplySink<V> for Capture {
     }
 }
 
+/// The error a client blocked in XREADGROUP for `group` on `key` is
+/// answered once the key holds no stream, or the stream no such group
+/// (Redis 7.0's `unblockDeletedStreamReadgroupClients` and
+/// `serveClientsBlockedOnStreamKey`); `None` while it may wait on.
+pub(crate) fn group_gone_error<K: Keyspace + ?Sized>(ks: &mut K, key: &[u8], group: &[u8]) -> Option<&'static str> {
+    use super::streams::groups::{group_wait, GroupWait};
+    match group_wait(ks, key, group) {
+        GroupWait::Gone => Some("UNBLOCKED the stream key no longer exists"),
+        GroupWait::NoGroup => Some("NOGROUP the consumer group this client was blocked on no longer exists"),
+        GroupWait::Ready | GroupWait::Waiting => None,
+    }
+}
+
+/// An XREADGROUP's group and streams, from its arguments (`XREADGROUP
+/// GROUP group consumer [COUNT n] [BLOCK ms] [NOACK] STREAMS key... id...`);
+/// `None` if they are not in that shape.
+pub(crate) fn xreadgroup_waits<'a>(args: &[&'a [u8]]) -> Option<(&'a [u8], Vec<&'a [u8]>)> {
+    let is = |i: usize, word: &[u8]| args.get(i).is_some_and(|a| a.eq_ignore_ascii_case(word));
+    if !is(0, b"xreadgroup") || !is(1, b"group") || args.len() < 4 {
+        return None;
+    }
+    let mut i = 4;
+    while i < args.len() && !is(i, b"streams") {
+        i += if is(i, b"count") || is(i, b"block") { 2 } else { 1 };
+    }
+    let rest = args.get(i + 1..).filter(|r| !r.is_empty() && r.len() % 2 == 0)?;
+    Some((args[2], rest[..rest.len() / 2].to_vec()))
+}
+
 /// The arguments of the non-blocking command that serves `op` on `key`.
 pub(crate) fn served_command(op: &Op, key: &[u8]) -> Vec<Vec<u8>> {
     let side = |e: End| if e == End::Head { b"LEFT".to_vec() } else { b"RIGHT".to_vec() };
@@ -627,6 +656,17 @@ mod tests {
         assert_eq!(w.front(), None);
         assert!(w.is_empty() && w.by_key.is_empty() && w.ready.is_empty() && w.ready_set.is_empty());
         assert!(w.keys.is_empty());
+    }
+
+    #[test]
+    fn an_xreadgroup_names_its_group_and_streams() {
+        let words = |line: &'static str| line.split(' ').map(str::as_bytes).collect::<Vec<&[u8]>>();
+        let waits = |line: &'static str| xreadgroup_waits(&words(line));
+        assert_eq!(waits("XREADGROUP GROUP g c BLOCK 0 STREAMS a b > >"), Some((&b"g"[..], vec![&b"a"[..], b"b"])));
+        assert_eq!(waits("xreadgroup group g streams count 1 noack block 5 STREAMS s >"), Some((&b"g"[..], vec![&b"s"[..]])), "a consumer named streams");
+        assert_eq!(waits("XREADGROUP GROUP g c BLOCK 0 STREAMS a b >"), None, "odd");
+        assert_eq!(waits("XREADGROUP GROUP g c BLOCK 0"), None);
+        assert_eq!(waits("XREAD BLOCK 0 STREAMS a $"), None);
     }
 
     #[test]

@@ -918,13 +918,8 @@ impl Server {
     {
         let blocked = session.blocked.take().expect("serving a blocked session");
         if let blocking::Op::XReadGroup { group, .. } = &blocked.op {
-            let error: &[u8] = match streams::groups::group_wait(ks, key, group) {
-                streams::groups::GroupWait::Gone => b"UNBLOCKED the stream key no longer exists",
-                streams::groups::GroupWait::NoGroup => b"NOGROUP the consumer group this client was blocked on no longer exists",
-                _ => b"",
-            };
-            if !error.is_empty() {
-                Out::<K::Value, S>::new(sink, session.protocol).error(error);
+            if let Some(error) = blocking::group_gone_error(ks, key, group) {
+                Out::<K::Value, S>::new(sink, session.protocol).error(error.as_bytes());
                 session.blocked = Some(blocked);
                 return;
             }
@@ -952,6 +947,20 @@ impl Server {
         }
         out.raw(&capture.0);
         session.blocked = Some(blocked);
+    }
+
+    /// What a client that blocked earlier in the XREADGROUP `args` is
+    /// answered now if one of its streams or its group is gone, the first
+    /// such of its streams in order: Redis 7.0's `-UNBLOCKED the stream key
+    /// no longer exists` or `-NOGROUP the consumer group this client was
+    /// blocked on no longer exists` (the reply's bytes); `None` if every
+    /// stream holds the group, or `args` is no XREADGROUP. For a driver that
+    /// attempts a blocked command again rather than serving it (a cluster
+    /// member: such an attempt itself answers XREADGROUP's own NOGROUP).
+    pub fn xreadgroup_gone<K: Keyspace>(ks: &mut K, args: &[&[u8]]) -> Option<Vec<u8>> {
+        let (group, keys) = blocking::xreadgroup_waits(args)?;
+        let error = keys.iter().find_map(|key| blocking::group_gone_error(ks, key, group))?;
+        Some(format!("-{error}\r\n").into_bytes())
     }
 
     /// Waits that CLIENT UNBLOCK ended since the last call: the client ids,

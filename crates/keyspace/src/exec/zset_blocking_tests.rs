@@ -240,3 +240,23 @@ fn a_flush_unblocks_xreadgroup_waiters_and_leaves_the_others_waiting() {
     f.cmd("FLUSHDB");
     assert_eq!(f.serve(), vec![(0, "-UNBLOCKED the stream key no longer exists\r\n".to_string())]);
 }
+
+#[test]
+fn a_driver_that_attempts_again_learns_what_a_gone_stream_or_group_answers() {
+    let mut f = fixture();
+    let gone = |f: &mut Fixture, line: &'static str| {
+        let args: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
+        Server::xreadgroup_gone(&mut f.ks, &args).map(|r| String::from_utf8(r).unwrap())
+    };
+    let line = "XREADGROUP GROUP g c BLOCK 0 STREAMS a b > >";
+    let unblocked = Some("-UNBLOCKED the stream key no longer exists\r\n".to_string());
+    assert_eq!(gone(&mut f, line), unblocked);
+    f.cmd("XGROUP CREATE a g $ MKSTREAM");
+    f.cmd("XGROUP CREATE b g $ MKSTREAM");
+    assert_eq!(gone(&mut f, line), None, "both hold the group");
+    f.cmd("XGROUP DESTROY b g");
+    assert_eq!(gone(&mut f, line), Some("-NOGROUP the consumer group this client was blocked on no longer exists\r\n".to_string()));
+    f.cmd("SET a x");
+    assert_eq!(gone(&mut f, line), unblocked, "a, first in order, holds no stream");
+    assert_eq!(gone(&mut f, "XREAD BLOCK 0 STREAMS a $"), None);
+}
