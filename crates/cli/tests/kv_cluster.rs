@@ -1012,5 +1012,10 @@ fn streams_are_written_and_read_through_every_member() {
         assert!(!matches!(cluster.client(l).call(write), Reply::Error(_)), "{write:?}");
         assert_eq!(waiter.join().unwrap(), unblocked, "after {write:?}");
     }
+    // XGROUP DESTROY (no write to the key) answers it NOGROUP.
+    assert_eq!(cluster.client(l).call(&["XGROUP", "CREATE", "st", "u", "$", "MKSTREAM"]), ok());
+    let waiter = parked(&["XREADGROUP", "GROUP", "u", "bob", "BLOCK", "20000", "STREAMS", "st", ">"], f);
+    assert_eq!(cluster.client(l).call(&["XGROUP", "DESTROY", "st", "u"]), Reply::Int(1));
+    assert_eq!(waiter.join().unwrap(), Reply::Error("NOGROUP the consumer group this client was blocked on no longer exists".into()));
 }
 

@@ -20,8 +20,9 @@ pub struct Recording<'k, K: Keyspace> {
     pub inner: &'k mut K,
     /// Keys written, in order, with repeats.
     pub touched: Vec<Vec<u8>>,
-    /// Keys a list, sorted set or stream was stored at (blocked pops and
-    /// reads may now be served there).
+    /// Keys a list, sorted set or stream was stored at, or made ready
+    /// without a write ([`Keyspace::signal_ready`]): blocked pops and reads
+    /// may now be served there.
     pub ready: Vec<Vec<u8>>,
     /// A flush ran.
     pub cleared: bool,
@@ -113,6 +114,10 @@ impl<K: Keyspace> Keyspace for Recording<'_, K> {
         }
         self.cleared = true;
         Ok(())
+    }
+
+    fn signal_ready(&mut self, key: &[u8]) {
+        self.ready.push(key.to_vec());
     }
 
     fn limits(&self) -> StoreLimits {

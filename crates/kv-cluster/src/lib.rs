@@ -75,10 +75,11 @@
 //! parks the client (waiters are the serving member's, not replicated).
 //! Every entry reports the keys a list, sorted set or stream was stored at
 //! ([`Applied::ready`]) and the machine remembers each key's last write and
-//! the last flush ([`RedisMachine::writes`]); once one of a parked client's
-//! keys is written (or the keyspace flushed) past the entry of its last
-//! attempt, the serving member proposes the command again, which serves it
-//! or blocks again. An XREADGROUP proposed again after its stream or group
+//! the last flush ([`RedisMachine::writes`]), and, in memory, the keys made
+//! ready without a write (XGROUP DESTROY; [`RedisMachine::signals`]); once
+//! one of a parked client's keys is written or signalled (or the keyspace
+//! flushed) past the entry of its last attempt, the serving member proposes
+//! the command again, which serves it or blocks again. An XREADGROUP proposed again after its stream or group
 //! went answers its own NOGROUP error; [`Applied::unblocked`] carries what
 //! Redis answers a blocked client then (`-UNBLOCKED the stream key no
 //! longer exists`, or the waiter's NOGROUP). Inside a transaction or a
@@ -126,6 +127,7 @@ pub mod machine;
 pub mod prf;
 pub mod proposer;
 pub mod readonly;
+pub mod signals;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod snapshot;

@@ -294,6 +294,8 @@ pub struct RedisMachine<K: MachineKeyspace> {
     applied: u64,
     last_time_ms: u64,
     writes: WriteIndex,
+    /// Keys made ready without a write (in memory, this member's own).
+    signals: crate::signals::Signals,
     /// What the keyspace holds of the write index's entries.
     durable: durable::Layout,
     /// A flush since the last persist wiped the machine's internal entries.
@@ -389,6 +391,7 @@ impl<K: MachineKeyspace> RedisMachine<K> {
             writes,
             durable: layout,
             flushed: false,
+            signals: crate::signals::Signals::default(),
             fault: None,
             restoring,
             fault_local_random: false,
@@ -457,6 +460,12 @@ impl<K: MachineKeyspace> RedisMachine<K> {
     /// The write index WATCH is decided by.
     pub fn writes(&self) -> &WriteIndex {
         &self.writes
+    }
+
+    /// Keys made ready without a write, by the entries this member applied
+    /// (its parked clients are attempted again after them too).
+    pub fn signals(&self) -> &crate::signals::Signals {
+        &self.signals
     }
 
     /// Whether a sweep entry would find work at `now_ms`: an expired key,
@@ -611,6 +620,9 @@ impl<K: MachineKeyspace> RedisMachine<K> {
                 Ok(ran) => {
                     for key in &ran.touched {
                         self.writes.record(key, index);
+                    }
+                    for key in ran.applied.ready.iter().filter(|k| !ran.touched.contains(k)) {
+                        self.signals.record(key, index);
                     }
                     if ran.cleared {
                         self.writes.record_flush(index);
@@ -876,6 +888,7 @@ impl<K: MachineKeyspace> StateMachine for RedisMachine<K> {
         }
         writes.set_persistent(self.ks.get_mut().is_persistent());
         self.writes = writes;
+        self.signals.reset(index);
         self.flushed = false;
         self.applied = index;
         self.last_time_ms = data.state.last_time_ms;

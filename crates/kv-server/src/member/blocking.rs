@@ -7,9 +7,11 @@
 //! blocking command does, or answers [`pmwire_kv_cluster::Applied::blocked`]
 //! and changes nothing (`pmwire_kv_cluster`'s "Blocking pops"). A blocked
 //! client stays parked here, queued on each of its keys in arrival order;
-//! once this member has applied a write to one of its keys, or a flush,
-//! past the index its last attempt was applied at
-//! ([`pmwire_kv_cluster::RedisMachine::writes`]), the command is proposed
+//! once this member has applied a write to one of its keys, a flush, or a
+//! signal that made one ready without a write (XGROUP DESTROY), past the
+//! index its last attempt was applied at
+//! ([`pmwire_kv_cluster::RedisMachine::writes`],
+//! [`pmwire_kv_cluster::RedisMachine::signals`]), the command is proposed
 //! again, the waiters of one key in the order they arrived. At its timeout (parsed by the keyspace's own executor, as the
 //! single-node server does) a parked client not in an attempt is answered
 //! the null reply; one whose attempt is in flight is answered by that
@@ -279,13 +281,14 @@ impl<T: Transport<Addr = std::net::SocketAddr>> Member<T> {
                 self.time_out(w);
             }
         }
-        let writes = self.reactor.service.machine().writes();
+        let machine = self.reactor.service.machine();
+        let (writes, signals) = (machine.writes(), machine.signals());
         let due: Vec<u64> = self
             .parked
             .waiters
             .iter()
             .filter(|(_, x)| x.in_flight.is_none() && !x.expired)
-            .filter(|(_, x)| x.seen == 0 || writes.flush > x.seen || x.keys.iter().any(|k| writes.last_write(k) > x.seen))
+            .filter(|(_, x)| x.seen == 0 || writes.flush > x.seen || x.keys.iter().any(|k| writes.last_write(k) > x.seen || signals.after(k, x.seen)))
             .map(|(&w, _)| w)
             .collect();
         for w in due {

@@ -418,7 +418,7 @@ pub(in crate::exec) fn xgroup<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C
             };
             destroy_group(c.ks, h.expect("checked above").gen, num)?;
             // A blocked XREADGROUP on the group is answered NOGROUP.
-            c.server.waiters.written(c.arg(2));
+            c.ks.signal_ready(c.arg(2));
             c.out.integer(1);
             Ok(())
         }
