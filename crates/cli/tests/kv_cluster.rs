@@ -329,6 +329,22 @@ fn every_follower_serves_every_client() {
     assert!(waited >= Duration::from_millis(300) && waited < Duration::from_secs(10), "not before its timeout: {waited:?}");
     assert_eq!(leader.call(&["RPUSH", "src", "a", "b"]), Reply::Int(2));
     assert_eq!(c.call(&["BLMOVE", "src", "dst", "LEFT", "RIGHT", "1"]), Reply::bulk("a"), "BLMOVE on a follower");
+    // BZPOPMIN on a follower, woken by ZADD on the leader; BZMPOP on a set
+    // with members answers at once; an empty wait times out.
+    let waiter = std::thread::spawn(move || Client::connect(addr).call(&["BZPOPMIN", "zq", "20"]));
+    wait_for(Duration::from_secs(10), "the BZPOPMIN to park", || {
+        let info = match cluster.client(f).call(&["INFO", "clients"]) {
+            Reply::Bulk(Some(b)) => String::from_utf8(b).unwrap(),
+            other => panic!("INFO: {other:?}"),
+        };
+        info.contains("blocked_clients:1").then_some(())
+    });
+    assert_eq!(leader.call(&["ZADD", "zq", "1", "a", "2", "b"]), Reply::Int(2));
+    assert_eq!(waiter.join().unwrap(), Reply::Array(Some(vec![Reply::bulk("zq"), Reply::bulk("a"), Reply::bulk("1")])), "BZPOPMIN on a follower");
+    let pair = Reply::Array(Some(vec![Reply::bulk("b"), Reply::bulk("2")]));
+    assert_eq!(c.call(&["BZMPOP", "1", "1", "zq", "MAX", "COUNT", "5"]), Reply::Array(Some(vec![Reply::bulk("zq"), Reply::Array(Some(vec![pair]))])));
+    assert_eq!(leader.call(&["EXISTS", "zq"]), Reply::Int(0), "popped once, emptied and deleted");
+    assert_eq!(c.call(&["BZPOPMAX", "zq", "0.2"]), Reply::Array(None), "a timeout answers the null array");
 
     // WAIT: the leader waits up to its timeout for more followers than there are.
     assert_eq!(leader.call(&["SET", "x", "1"]), ok());
@@ -986,5 +1002,20 @@ fn streams_are_written_and_read_through_every_member() {
     }
     // A group that does not exist is refused, not parked.
     assert!(matches!(cluster.client(f).call(&["XREADGROUP", "GROUP", "nog", "c", "BLOCK", "0", "STREAMS", "st", ">"]), Reply::Error(e) if e.starts_with("NOGROUP")));
+    // A parked XREADGROUP whose stream is deleted, overwritten or flushed
+    // through the leader is answered as Redis answers it.
+    let unblocked = Reply::Error("UNBLOCKED the stream key no longer exists".into());
+    for write in [&["DEL", "st"][..], &["SET", "st", "v"], &["FLUSHALL"]] {
+        cluster.client(l).call(&["DEL", "st"]);
+        assert_eq!(cluster.client(l).call(&["XGROUP", "CREATE", "st", "u", "$", "MKSTREAM"]), ok());
+        let waiter = parked(&["XREADGROUP", "GROUP", "u", "bob", "BLOCK", "20000", "STREAMS", "st", ">"], f);
+        assert!(!matches!(cluster.client(l).call(write), Reply::Error(_)), "{write:?}");
+        assert_eq!(waiter.join().unwrap(), unblocked, "after {write:?}");
+    }
+    // XGROUP DESTROY (no write to the key) answers it NOGROUP.
+    assert_eq!(cluster.client(l).call(&["XGROUP", "CREATE", "st", "u", "$", "MKSTREAM"]), ok());
+    let waiter = parked(&["XREADGROUP", "GROUP", "u", "bob", "BLOCK", "20000", "STREAMS", "st", ">"], f);
+    assert_eq!(cluster.client(l).call(&["XGROUP", "DESTROY", "st", "u"]), Reply::Int(1));
+    assert_eq!(waiter.join().unwrap(), Reply::Error("NOGROUP the consumer group this client was blocked on no longer exists".into()));
 }
 

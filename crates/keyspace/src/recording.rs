@@ -20,8 +20,10 @@ pub struct Recording<'k, K: Keyspace> {
     pub inner: &'k mut K,
     /// Keys written, in order, with repeats.
     pub touched: Vec<Vec<u8>>,
-    /// Keys a list was stored at (blocked pops may now be served there).
-    pub lists: Vec<Vec<u8>>,
+    /// Keys a list, sorted set or stream was stored at, or made ready
+    /// without a write ([`Keyspace::signal_ready`]): blocked pops and reads
+    /// may now be served there.
+    pub ready: Vec<Vec<u8>>,
     /// A flush ran.
     pub cleared: bool,
     /// Internal entries a flush keeps.
@@ -37,7 +39,7 @@ impl<'k, K: Keyspace> Recording<'k, K> {
     /// A recorder over `inner` whose flush keeps the internal entries
     /// `keep` (their bytes are read before the flush and put back after).
     pub fn keeping(inner: &'k mut K, keep: &'static [&'static [u8]]) -> Self {
-        Recording { inner, touched: Vec::new(), lists: Vec::new(), cleared: false, keep }
+        Recording { inner, touched: Vec::new(), ready: Vec::new(), cleared: false, keep }
     }
 }
 
@@ -55,8 +57,8 @@ impl<K: Keyspace> Keyspace for Recording<'_, K> {
     fn put(&mut self, key: &[u8], kind: Kind, value: ValueSource<'_>, expiry: Expiry) -> Result<(), StoreError> {
         self.inner.put(key, kind, value, expiry)?;
         self.touched.push(key.to_vec());
-        if kind == Kind::List || kind == Kind::Stream {
-            self.lists.push(key.to_vec());
+        if matches!(kind, Kind::List | Kind::ZSet | Kind::Stream) {
+            self.ready.push(key.to_vec());
         }
         Ok(())
     }
@@ -112,6 +114,10 @@ impl<K: Keyspace> Keyspace for Recording<'_, K> {
         }
         self.cleared = true;
         Ok(())
+    }
+
+    fn signal_ready(&mut self, key: &[u8]) {
+        self.ready.push(key.to_vec());
     }
 
     fn limits(&self) -> StoreLimits {

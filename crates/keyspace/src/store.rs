@@ -247,6 +247,11 @@ pub trait Keyspace {
     fn limits(&self) -> StoreLimits {
         StoreLimits::default()
     }
+    /// `key` is made ready for blocked clients without being written (XGROUP
+    /// DESTROY: a blocked XREADGROUP on the group is answered NOGROUP, and
+    /// Redis 7.0 does not count it a write for WATCH). Nothing to a store; a
+    /// recording keyspace reports it ([`crate::recording::Recording::ready`]).
+    fn signal_ready(&mut self, _key: &[u8]) {}
     /// A command begins: what it writes from now on can be undone by
     /// [`Keyspace::abort_command`] (a keyspace whose writes cannot fail
     /// part-way needs neither).

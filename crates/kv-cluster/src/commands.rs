@@ -21,7 +21,7 @@ pub enum Class {
     Read,
     /// Writes: replicated.
     Write,
-    /// Writes, and may wait for a list (BLPOP...).
+    /// Writes, and may wait for a list or a sorted set (BLPOP, BZPOPMIN...).
     Blocking,
     /// The connection's or the member's own business: never in an entry.
     Session,
@@ -57,7 +57,7 @@ pub const WRITES: &[&str] = &[
 
 /// Commands that write and may wait.
 #[rustfmt::skip]
-pub const BLOCKING: &[&str] = &["blmove", "blmpop", "blpop", "brpop", "brpoplpush"];
+pub const BLOCKING: &[&str] = &["blmove", "blmpop", "blpop", "brpop", "brpoplpush", "bzmpop", "bzpopmax", "bzpopmin"];
 
 /// Commands a member answers alone, never replicated.
 #[rustfmt::skip]
@@ -114,6 +114,8 @@ mod tests {
         assert_eq!(class(b"XREADGROUP"), Class::Write);
         assert_eq!(class(b"xpending"), Class::Read);
         assert_eq!((class(b"LCS"), class(b"memory"), class(b"ZMPOP")), (Class::Read, Class::Read, Class::Write));
+        // The sorted sets' blocking pops park as the lists' do.
+        assert_eq!((class(b"BZPOPMIN"), class(b"bzpopmax"), class(b"BzMpop")), (Class::Blocking, Class::Blocking, Class::Blocking));
         assert_eq!(class(&[b'a'; 100]), Class::Unknown);
     }
 }

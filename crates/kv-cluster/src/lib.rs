@@ -69,18 +69,21 @@
 //! after any abort), and a changed key always aborts.
 //!
 //! # Blocking pops
-//! A blocking command in its own entry runs as on one node: a list with an
-//! element is popped at once; an empty one changes nothing and answers
-//! [`Applied::blocked`], and the serving member parks the client (waiters
-//! are the serving member's, not replicated). Every entry reports the keys
-//! a list was stored at ([`Applied::ready`]). For each such key with
-//! waiters, the serving member proposes, for the first waiter, an entry of
-//! the command's non-blocking form on that key (`LPOP k` / `RPOP k` /
-//! `LMOVE k d ...`, what `pmwire_keyspace::exec::Server::serve_blocked` runs),
-//! and answers the waiter when it applies with an element (framed as the
-//! blocking command's reply); a nil (another client took the element
-//! first) leaves it waiting. Inside a transaction a blocking command never
-//! waits (Redis's rule), as here.
+//! A blocking command in its own entry runs as on one node: a list (sorted
+//! set, stream) holding what it waits for serves it at once; otherwise it
+//! changes nothing and answers [`Applied::blocked`], and the serving member
+//! parks the client (waiters are the serving member's, not replicated).
+//! Every entry reports the keys a list, sorted set or stream was stored at
+//! ([`Applied::ready`]) and the machine remembers each key's last write and
+//! the last flush ([`RedisMachine::writes`]), and, in memory, the keys made
+//! ready without a write (XGROUP DESTROY; [`RedisMachine::signals`]); once
+//! one of a parked client's keys is written or signalled (or the keyspace
+//! flushed) past the entry of its last attempt, the serving member proposes
+//! the command again, which serves it or blocks again. An XREADGROUP proposed again after its stream or group
+//! went answers its own NOGROUP error; [`Applied::unblocked`] carries what
+//! Redis answers a blocked client then (`-UNBLOCKED the stream key no
+//! longer exists`, or the waiter's NOGROUP). Inside a transaction or a
+//! script a blocking command never waits (Redis's rule), as here.
 //!
 //! # Durability
 //! A volatile keyspace ([`pmwire_keyspace::store::MemKeyspace`]) starts
@@ -124,6 +127,7 @@ pub mod machine;
 pub mod prf;
 pub mod proposer;
 pub mod readonly;
+pub mod signals;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod snapshot;

@@ -215,8 +215,8 @@ pub struct Applied {
     /// one reply for a command, EXEC's reply for a transaction; empty for a
     /// sweep or a command that blocked.
     pub reply: Vec<u8>,
-    /// Keys a list was stored at: the serving member serves its clients
-    /// blocked there ([`crate`] docs, "Blocking pops").
+    /// Keys a list, sorted set or stream was stored at: the serving member
+    /// serves its clients blocked there ([`crate`] docs, "Blocking pops").
     pub ready: Vec<Vec<u8>>,
     /// A blocking command found nothing to pop and changed nothing: its
     /// client waits (the serving member parks it).
@@ -225,6 +225,11 @@ pub struct Applied {
     /// waits beyond them (`$` resolved to the stream's last ID at this
     /// entry): the serving member's next attempt asks beyond these.
     pub xread_from: Option<Vec<(Vec<u8>, pmwire_keyspace::stream::StreamId)>>,
+    /// An XREADGROUP that answered an error because one of its streams or
+    /// its group is gone: what a client that blocked in it at an earlier
+    /// attempt is answered instead (Redis 7.0's `-UNBLOCKED` or `-NOGROUP`
+    /// for a waiter, `pmwire_keyspace::exec::Server::xreadgroup_gone`).
+    pub unblocked: Option<Vec<u8>>,
     /// A sweep entry's counts.
     pub swept: Option<Swept>,
     /// The entry was refused (the reply is the error); nothing changed.
@@ -289,6 +294,8 @@ pub struct RedisMachine<K: MachineKeyspace> {
     applied: u64,
     last_time_ms: u64,
     writes: WriteIndex,
+    /// Keys made ready without a write (in memory, this member's own).
+    signals: crate::signals::Signals,
     /// What the keyspace holds of the write index's entries.
     durable: durable::Layout,
     /// A flush since the last persist wiped the machine's internal entries.
@@ -384,6 +391,7 @@ impl<K: MachineKeyspace> RedisMachine<K> {
             writes,
             durable: layout,
             flushed: false,
+            signals: crate::signals::Signals::default(),
             fault: None,
             restoring,
             fault_local_random: false,
@@ -452,6 +460,12 @@ impl<K: MachineKeyspace> RedisMachine<K> {
     /// The write index WATCH is decided by.
     pub fn writes(&self) -> &WriteIndex {
         &self.writes
+    }
+
+    /// Keys made ready without a write, by the entries this member applied
+    /// (its parked clients are attempted again after them too).
+    pub fn signals(&self) -> &crate::signals::Signals {
+        &self.signals
     }
 
     /// Whether a sweep entry would find work at `now_ms`: an expired key,
@@ -545,6 +559,14 @@ impl<K: MachineKeyspace> RedisMachine<K> {
                 applied.xread_from = server.blocked_xread_ids(&session);
                 server.unblock(&mut session);
                 applied.blocked = true;
+            } else {
+                // An XREADGROUP whose stream or group is gone answered its own
+                // error (it could not run); a waiter is answered Redis's.
+                let req = parsed.request(segments, 0);
+                if req.arg(0).eq_ignore_ascii_case(b"xreadgroup") {
+                    let args: Vec<&[u8]> = req.args().collect();
+                    applied.unblocked = Server::xreadgroup_gone(&mut rec, &args);
+                }
             }
         } else if dirty {
             Out::<K::Value, _>::new(&mut capture, protocol).null_array();
@@ -552,9 +574,9 @@ impl<K: MachineKeyspace> RedisMachine<K> {
             exec(&mut server, &mut session, &mut rec, parsed, segments, &mut capture);
         }
         server.swap_scripts(&mut self.scripts);
-        let (touched, lists, cleared) = (rec.touched, rec.lists, rec.cleared);
+        let (touched, ready, cleared) = (rec.touched, rec.ready, rec.cleared);
         applied.reply = capture.finish(&*ks);
-        applied.ready = lists;
+        applied.ready = ready;
         applied.ready.sort_unstable();
         applied.ready.dedup();
         Ran { applied, touched, cleared }
@@ -598,6 +620,9 @@ impl<K: MachineKeyspace> RedisMachine<K> {
                 Ok(ran) => {
                     for key in &ran.touched {
                         self.writes.record(key, index);
+                    }
+                    for key in ran.applied.ready.iter().filter(|k| !ran.touched.contains(k)) {
+                        self.signals.record(key, index);
                     }
                     if ran.cleared {
                         self.writes.record_flush(index);
@@ -863,6 +888,7 @@ impl<K: MachineKeyspace> StateMachine for RedisMachine<K> {
         }
         writes.set_persistent(self.ks.get_mut().is_persistent());
         self.writes = writes;
+        self.signals.reset(index);
         self.flushed = false;
         self.applied = index;
         self.last_time_ms = data.state.last_time_ms;

@@ -510,7 +510,7 @@ mod tests {
         r.put(b"l", Kind::List, ValueSource::Owned(vec![0; 4]), Expiry::Clear).unwrap();
         assert!(!r.set_deadline(b"absent", Some(5)).unwrap());
         assert_eq!(r.touched, vec![b"l".to_vec()]);
-        assert_eq!(r.lists, vec![b"l".to_vec()]);
+        assert_eq!(r.ready, vec![b"l".to_vec()]);
     }
 
     #[test]

@@ -1,28 +1,38 @@
-//! Blocking list pops: `BLPOP BRPOP BLMOVE BRPOPLPUSH BLMPOP`, and `LMPOP`,
-//! as Redis 7.0's `blocking.c` and `t_list.c` serve them.
+//! Blocking pops: the lists' `BLPOP BRPOP BLMOVE BRPOPLPUSH BLMPOP` (and
+//! `LMPOP`), the sorted sets' `BZPOPMIN BZPOPMAX BZMPOP`, as Redis 7.0's
+//! `blocked.c`, `t_list.c` and `t_zset.c` serve them; and the waits of
+//! XREAD and XREADGROUP with BLOCK (parsed in [`super::streams`]).
 //!
 //! A blocking command first parses its timeout, then looks at its keys in
-//! order: a wrong type answers WRONGTYPE, the first non-empty list is
-//! popped at once (the reply is the non-blocking one's). Inside EXEC
-//! (Redis's `CLIENT_DENY_BLOCKING`) an empty wait answers at once: BLPOP,
-//! BRPOP and BLMPOP the null array, BLMOVE and BRPOPLPUSH the null bulk. Otherwise
+//! order: a wrong type answers WRONGTYPE, the first non-empty list (sorted
+//! set) is popped at once (the reply is the non-blocking one's; BZPOPMIN's
+//! `[key, member, score]`). Inside EXEC or a script (Redis's
+//! `CLIENT_DENY_BLOCKING`) an empty wait answers at once: BLPOP, BRPOP,
+//! BLMPOP and the sorted sets' the null array, BLMOVE and BRPOPLPUSH the
+//! null bulk. Otherwise
 //! the command *blocks*: it writes no reply, the session records what it
 //! waits for ([`Blocked`]), the server queues its client id on every key
 //! ([`Waiters`], FIFO per key), and [`super::Server::execute`] returns
 //! [`super::Flow::Block`]. The caller then holds the connection's further
 //! requests and answers nothing more for it until it is served or times out.
 //!
-//! Wake-ups: a command that writes a list at a key someone waits on (a
-//! push, LMOVE's destination, RENAME or COPY onto it, a served BLMOVE's
-//! destination) marks the key *ready*, in the order writes happen. After
-//! each top-level command the caller serves the ready keys
-//! ([`super::Server::next_ready`], [`super::Server::serve_blocked`]): for each
-//! key, its waiters in the order they blocked, while it holds a non-empty
-//! list; each is served as if it ran the non-blocking command at that
-//! moment (`LPOP key [count]`, `RPOP key [count]`, `LMOVE key dst from
-//! to`; answered `[key, element]`, `[key, [elements]]`, the element), so its writes
-//! are staged with the batch and durable before its reply, and WATCH sees
-//! them. A key that is no list when served keeps its waiters waiting.
+//! Wake-ups: a command that stores a list, sorted set or stream at a key
+//! someone waits on (a push, ZADD, ZUNIONSTORE, LMOVE's destination, RENAME
+//! or COPY onto it, a served BLMOVE's destination) marks the key *ready*,
+//! in the order writes happen. After each top-level command the caller
+//! serves the ready keys ([`super::Server::next_ready`],
+//! [`super::Server::serve_blocked`]): for each key, its waiters in the order
+//! they blocked, while it holds what they wait for (a list pop a list, a
+//! sorted-set pop a sorted set); each is served as if it ran the command at
+//! that moment on that key alone with nothing to wait for (`LPOP key
+//! [count]`, `RPOP key [count]`, `LMOVE key dst from to`, `BZPOPMIN key 0`,
+//! `ZMPOP 1 key MIN count`; answered `[key, element]`, `[key, [elements]]`,
+//! the element, `[key, member, score]`, `[key, [[member, score]...]]`), so
+//! its writes are staged with the batch and durable before its reply, and
+//! WATCH sees them. A key that does not hold what a waiter waits for keeps
+//! it waiting, except an XREADGROUP waiter, answered an error once its
+//! stream or group is gone: a key deleted, overwritten or flushed away is
+//! made ready for it ([`Waiters::touched`], [`Waiters::flushed`]).
 //!
 //! Timeouts are the caller's: [`super::Server::blocked_timeout_ms`] says how
 //! long (0: for ever), and on expiry the caller unblocks the session
@@ -36,7 +46,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use super::list_ops::{self, End};
-use super::{Ctx, Fail, Res};
+use super::{zsets, Ctx, Fail, Res};
 use crate::store::{Keyspace, Kind};
 use pmwire_resp::reply::ReplySink;
 
@@ -60,6 +70,14 @@ pub(crate) enum Op {
     Move { dst: Vec<u8>, from: End, to: End },
     /// BLMPOP: `LPOP key count` / `RPOP key count`, answered `[key, [elements]]`.
     MPop { end: End, count: u64 },
+    /// BZPOPMIN / BZPOPMAX (`max`): `BZPOPMIN key 0` / `BZPOPMAX key 0` on
+    /// the ready key alone, which holds a sorted set and so pops at once,
+    /// answered `[key, member, score]` (Redis's `genericZpopCommand` with the
+    /// key emitted).
+    ZPop { max: bool },
+    /// BZMPOP: `ZMPOP 1 key MIN|MAX COUNT count`, answered
+    /// `[key, [[member, score]...]]`.
+    ZMPop { max: bool, count: u64 },
     /// XREAD BLOCK: `XREAD COUNT count STREAMS key id` on the key with an
     /// entry past the ID this session waits beyond there (`$` resolved when
     /// it blocked), answered as that XREAD.
@@ -89,6 +107,8 @@ pub(crate) struct Waiters {
     stream_from: HashMap<u64, HashMap<Vec<u8>, crate::stream::StreamId>>,
     /// XREADGROUP waiters: the group each waits in.
     stream_group: HashMap<u64, Vec<u8>>,
+    /// Sorted-set pop waiters (BZPOPMIN BZPOPMAX BZMPOP).
+    sorted: HashSet<u64>,
 }
 
 impl Waiters {
@@ -124,6 +144,11 @@ impl Waiters {
         self.stream_group.insert(client, group.to_vec());
     }
 
+    /// `client`, blocked, waits for a sorted set (BZPOPMIN, BZPOPMAX, BZMPOP).
+    pub fn wait_for_sorted_set(&mut self, client: u64) {
+        self.sorted.insert(client);
+    }
+
     /// A key was written, deleted or overwritten: ready if an XREADGROUP
     /// waits on it (its stream or group may be gone: Redis signals a
     /// deleted stream's key for them).
@@ -134,11 +159,22 @@ impl Waiters {
         }
     }
 
+    /// The keyspace was flushed: every key an XREADGROUP waits on is ready
+    /// (in key order), as Redis 7.0's `scanDatabaseForDeletedStreams` signals
+    /// each of them (a waiter's key holds a stream until a write that changes
+    /// that has already made it ready).
+    pub fn flushed(&mut self) {
+        let mut keys: Vec<Vec<u8>> = self.by_key.keys().cloned().collect();
+        keys.sort_unstable();
+        keys.iter().for_each(|k| self.touched(k));
+    }
+
     /// `client` waits no more (nothing if it does not wait: CLIENT UNBLOCK
     /// released it already).
     pub fn unblock(&mut self, client: u64) {
         self.stream_from.remove(&client);
         self.stream_group.remove(&client);
+        self.sorted.remove(&client);
         let Some(keys) = self.keys.remove(&client) else { return };
         for key in &keys {
             let queue = self.by_key.get_mut(key).expect("a blocked session is queued on each of its keys");
@@ -155,7 +191,8 @@ impl Waiters {
         std::mem::take(&mut self.unblocked)
     }
 
-    /// A list or stream was written at `key`: ready if someone waits on it.
+    /// A list, sorted set or stream was stored at `key`: ready if someone
+    /// waits on it.
     pub fn written(&mut self, key: &[u8]) {
         if self.by_key.contains_key(key) && !self.ready_set.contains(key) {
             self.ready_set.insert(key.to_vec());
@@ -381,6 +418,50 @@ fn bmove<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
     Ok(())
 }
 
+/// BZPOPMIN / BZPOPMAX key [key ...] timeout: pops the lowest (highest,
+/// `max`) member of the first non-empty sorted set, answered
+/// `[key, member, score]` (the score a double in RESP3), else waits.
+pub(super) fn bzpop<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, max: bool) -> Res {
+    let last = c.argc() - 1;
+    let timeout_ms = timeout_ms(c.arg(last))?;
+    for i in 1..last {
+        let key = c.arg(i);
+        if let Some(popped) = zsets::pop_members(c, key, max, 1)? {
+            c.out.array(3);
+            c.out.bulk(key);
+            c.out.bulk(&popped[0].1);
+            c.out.double(popped[0].0);
+            return Ok(());
+        }
+    }
+    if c.server.deny_blocking {
+        c.out.null_array();
+        return Ok(());
+    }
+    let keys = distinct_keys(c, 1, last);
+    c.session.blocked = Some(Blocked { keys, timeout_ms, op: Op::ZPop { max } });
+    Ok(())
+}
+
+/// BZMPOP timeout numkeys key [key ...] MIN|MAX [COUNT count]: ZMPOP's pop
+/// and reply, else waits.
+pub(super) fn bzmpop<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    // Redis 7.0 reads the timeout after the other arguments here, as BLMPOP's.
+    let (keys, max, count) = zsets::mpop_args(c, 2)?;
+    let timeout_ms = timeout_ms(c.arg(1))?;
+    if zsets::mpop_first(c, keys.clone(), max, count)? {
+        return Ok(());
+    }
+    if c.server.deny_blocking {
+        c.out.null_array();
+        return Ok(());
+    }
+    let keys = distinct_keys(c, keys.start, keys.end);
+    let op = Op::ZMPop { max, count: count as u64 };
+    c.session.blocked = Some(Blocked { keys, timeout_ms, op });
+    Ok(())
+}
+
 /// CLIENT UNBLOCK client-id [TIMEOUT|ERROR]: ends a blocked client's wait
 /// now, answered as a time-out (the null array) or with the `UNBLOCKED`
 /// error; 1 if it was blocked, else 0.
@@ -426,10 +507,33 @@ impl<V> ReplySink<V> for Capture {
     }
 }
 
-/// Whether there is a non-empty list at `key` (the only kind stored lists
-/// are: an emptied list is deleted).
-pub(crate) fn holds_list<K: Keyspace>(ks: &mut K, key: &[u8]) -> bool {
-    ks.get(key).is_some_and(|s| s.kind == Kind::List)
+/// The error a client blocked in XREADGROUP for `group` on `key` is
+/// answered once the key holds no stream, or the stream no such group
+/// (Redis 7.0's `unblockDeletedStreamReadgroupClients` and
+/// `serveClientsBlockedOnStreamKey`); `None` while it may wait on.
+pub(crate) fn group_gone_error<K: Keyspace + ?Sized>(ks: &mut K, key: &[u8], group: &[u8]) -> Option<&'static str> {
+    use super::streams::groups::{group_wait, GroupWait};
+    match group_wait(ks, key, group) {
+        GroupWait::Gone => Some("UNBLOCKED the stream key no longer exists"),
+        GroupWait::NoGroup => Some("NOGROUP the consumer group this client was blocked on no longer exists"),
+        GroupWait::Ready | GroupWait::Waiting => None,
+    }
+}
+
+/// An XREADGROUP's group and streams, from its arguments (`XREADGROUP
+/// GROUP group consumer [COUNT n] [BLOCK ms] [NOACK] STREAMS key... id...`);
+/// `None` if they are not in that shape.
+pub(crate) fn xreadgroup_waits<'a>(args: &[&'a [u8]]) -> Option<(&'a [u8], Vec<&'a [u8]>)> {
+    let is = |i: usize, word: &[u8]| args.get(i).is_some_and(|a| a.eq_ignore_ascii_case(word));
+    if !is(0, b"xreadgroup") || !is(1, b"group") || args.len() < 4 {
+        return None;
+    }
+    let mut i = 4;
+    while i < args.len() && !is(i, b"streams") {
+        i += if is(i, b"count") || is(i, b"block") { 2 } else { 1 };
+    }
+    let rest = args.get(i + 1..).filter(|r| !r.is_empty() && r.len() % 2 == 0)?;
+    Some((args[2], rest[..rest.len() / 2].to_vec()))
 }
 
 /// The arguments of the non-blocking command that serves `op` on `key`.
@@ -442,6 +546,14 @@ pub(crate) fn served_command(op: &Op, key: &[u8]) -> Vec<Vec<u8>> {
         Op::MPop { end, count } => {
             let name = if *end == End::Head { b"LPOP".to_vec() } else { b"RPOP".to_vec() };
             vec![name, key.to_vec(), count.to_string().into_bytes()]
+        }
+        Op::ZPop { max } => {
+            let name = if *max { b"BZPOPMAX".to_vec() } else { b"BZPOPMIN".to_vec() };
+            vec![name, key.to_vec(), b"0".to_vec()]
+        }
+        Op::ZMPop { max, count } => {
+            let side = if *max { b"MAX".to_vec() } else { b"MIN".to_vec() };
+            vec![b"ZMPOP".to_vec(), b"1".to_vec(), key.to_vec(), side, b"COUNT".to_vec(), count.to_string().into_bytes()]
         }
         Op::XRead { count, from } => {
             let id = from.iter().find(|(k, _)| k == key).map(|(_, id)| *id).expect("a waiter's stream key");
@@ -466,9 +578,10 @@ impl Waiters {
         loop {
             let (key, _) = self.front()?;
             // The first waiter, in blocking order, that the key can serve now: a
-            // list pop while it holds a list, an XREAD once the stream holds an
-            // entry past the ID it waits beyond.
-            let list = holds_list(ks, &key);
+            // list pop while it holds a list (a sorted-set pop a sorted set: an
+            // emptied one is deleted), an XREAD once the stream holds an entry
+            // past the ID it waits beyond.
+            let kind = ks.get(&key).map(|s| s.kind);
             // The stream's last live entry, read once and only for an XREAD waiter.
             let mut last = None;
             let queue = self.by_key.get(&key).expect("a front key has waiters");
@@ -481,7 +594,8 @@ impl Waiters {
                         let last = *last.get_or_insert_with(|| super::streams::last_live_id(ks, &key));
                         last.is_some_and(|last| from.get(&key).is_some_and(|&id| last > id))
                     }
-                    None => list,
+                    None if self.sorted.contains(client) => kind == Some(Kind::ZSet),
+                    None => kind == Some(Kind::List),
                 }
             });
             if let Some(client) = served {
@@ -542,5 +656,37 @@ mod tests {
         assert_eq!(w.front(), None);
         assert!(w.is_empty() && w.by_key.is_empty() && w.ready.is_empty() && w.ready_set.is_empty());
         assert!(w.keys.is_empty());
+    }
+
+    #[test]
+    fn an_xreadgroup_names_its_group_and_streams() {
+        let words = |line: &'static str| line.split(' ').map(str::as_bytes).collect::<Vec<&[u8]>>();
+        let waits = |line: &'static str| xreadgroup_waits(&words(line));
+        assert_eq!(waits("XREADGROUP GROUP g c BLOCK 0 STREAMS a b > >"), Some((&b"g"[..], vec![&b"a"[..], b"b"])));
+        assert_eq!(waits("xreadgroup group g streams count 1 noack block 5 STREAMS s >"), Some((&b"g"[..], vec![&b"s"[..]])), "a consumer named streams");
+        assert_eq!(waits("XREADGROUP GROUP g c BLOCK 0 STREAMS a b >"), None, "odd");
+        assert_eq!(waits("XREADGROUP GROUP g c BLOCK 0"), None);
+        assert_eq!(waits("XREAD BLOCK 0 STREAMS a $"), None);
+    }
+
+    #[test]
+    fn a_flush_readies_only_the_keys_a_group_waits_on_and_unblock_forgets_every_wait() {
+        let mut w = Waiters::default();
+        let (a, b, c) = (b"a".to_vec(), b"b".to_vec(), b"c".to_vec());
+        w.block(1, &[b.clone()]);
+        w.wait_in_group(1, b"g");
+        w.block(2, &[a.clone()]);
+        w.wait_for_sorted_set(2);
+        w.block(3, &[c.clone(), a.clone()]);
+        w.wait_in_group(3, b"g");
+        w.flushed();
+        assert_eq!(Vec::from(w.ready.clone()), vec![a.clone(), b.clone(), c.clone()], "in key order, a for client 3");
+        w.block(4, &[b"d".to_vec()]);
+        w.flushed();
+        assert_eq!(w.ready.len(), 3, "d has no group waiter; the others are ready once");
+        for client in 1..=4 {
+            w.unblock(client);
+        }
+        assert!(w.is_empty() && w.by_key.is_empty() && w.sorted.is_empty() && w.stream_group.is_empty());
     }
 }

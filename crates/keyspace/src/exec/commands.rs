@@ -232,6 +232,9 @@ command_table! {
     "blpop", -3, (1, -2, 1), [WRITE BLOCKING], |c| blocking::bpop(c, list_ops::End::Head);
     "brpop", -3, (1, -2, 1), [WRITE BLOCKING], |c| blocking::bpop(c, list_ops::End::Tail);
     "brpoplpush", 4, (1, 2, 1), [WRITE BLOCKING], |c| blocking::brpoplpush(c);
+    "bzmpop", -5, (0, 0, 0), [WRITE BLOCKING], |c| blocking::bzmpop(c);
+    "bzpopmax", -3, (1, -2, 1), [WRITE BLOCKING], |c| blocking::bzpop(c, true);
+    "bzpopmin", -3, (1, -2, 1), [WRITE BLOCKING], |c| blocking::bzpop(c, false);
     "client", -2, (0, 0, 0), [], |_c| unreachable!("a container runs under a subcommand");
     "client|getname", 2, (0, 0, 0), [CONNECTION], |c| admin::client_getname(c);
     "client|id", 2, (0, 0, 0), [CONNECTION], |c| admin::client_id(c);

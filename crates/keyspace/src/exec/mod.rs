@@ -58,6 +58,8 @@ mod stream_group_tests;
 mod stream_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod zset_blocking_tests;
 
 use crate::blob::BlobError;
 use crate::store::{Keyspace, Kind, StoreError, Stored};
@@ -763,10 +765,11 @@ impl Server {
             let result = commands::run(spec, &mut ctx).map_err(|fail| ctx.out.error(fail.text().as_bytes()));
             let (touched, cleared) = (std::mem::take(&mut tracked.touched), tracked.cleared);
             touched.iter().for_each(|k| self.watches.touch(k));
-            tracked.lists.iter().for_each(|k| self.waiters.written(k));
+            tracked.ready.iter().for_each(|k| self.waiters.written(k));
             touched.iter().for_each(|k| self.waiters.touched(k));
             if cleared {
                 existing.iter().for_each(|k| self.watches.touch(k));
+                self.waiters.flushed();
             }
             let renamed = matches!(spec.name, "rename" | "renamenx") && result.is_ok();
             self.raw_strings.settle(&touched, cleared, renamed.then(|| (req.arg(1), req.arg(2))));
@@ -782,6 +785,7 @@ impl Server {
                 match &blocked.op {
                     blocking::Op::XRead { from, .. } => self.waiters.wait_for_entries(session.id, from),
                     blocking::Op::XReadGroup { group, .. } => self.waiters.wait_in_group(session.id, group),
+                    blocking::Op::ZPop { .. } | blocking::Op::ZMPop { .. } => self.waiters.wait_for_sorted_set(session.id),
                     _ => {}
                 }
                 Flow::Block
@@ -904,8 +908,8 @@ impl Server {
         }
     }
 
-    /// The next session to serve: the first waiter (by client id) of the
-    /// first key made ready that holds a non-empty list, and that key.
+    /// The next session to serve: the first waiter (in blocking order) of
+    /// the first key made ready that can serve one now, and that key.
     /// Call after each top-level command until `None`, serving each with
     /// [`Server::serve_blocked`] then [`Server::unblock`].
     pub fn next_ready<K: Keyspace>(&mut self, ks: &mut K) -> Option<(Vec<u8>, u64)> {
@@ -924,13 +928,8 @@ impl Server {
     {
         let blocked = session.blocked.take().expect("serving a blocked session");
         if let blocking::Op::XReadGroup { group, .. } = &blocked.op {
-            let error: &[u8] = match streams::groups::group_wait(ks, key, group) {
-                streams::groups::GroupWait::Gone => b"UNBLOCKED the stream key no longer exists",
-                streams::groups::GroupWait::NoGroup => b"NOGROUP the consumer group this client was blocked on no longer exists",
-                _ => b"",
-            };
-            if !error.is_empty() {
-                Out::<K::Value, S>::new(sink, session.protocol).error(error);
+            if let Some(error) = blocking::group_gone_error(ks, key, group) {
+                Out::<K::Value, S>::new(sink, session.protocol).error(error.as_bytes());
                 session.blocked = Some(blocked);
                 return;
             }
@@ -943,10 +942,13 @@ impl Server {
         assert_eq!(parsed.parse(&segments).commands, 1, "a served command parses back");
         parsed.forget_pieces();
         let req = parsed.request(&segments, 0);
-        let spec = commands::of_request(&req).expect("a list command");
+        let spec = commands::of_request(&req).expect("a served command");
         self.commands_processed += 1;
         let mut capture = blocking::Capture(Vec::new());
+        // A served BZPOPMIN never blocks again: its key holds a sorted set.
+        let deny_blocking = std::mem::replace(&mut self.deny_blocking, true);
         self.run_one(spec, session, ks, &req, &mut capture);
+        self.deny_blocking = deny_blocking;
         let mut out = Out::<K::Value, S>::new(sink, session.protocol);
         let framed = matches!(blocked.op, blocking::Op::Pop(_) | blocking::Op::MPop { .. });
         if framed && !capture.0.starts_with(b"-") {
@@ -955,6 +957,20 @@ impl Server {
         }
         out.raw(&capture.0);
         session.blocked = Some(blocked);
+    }
+
+    /// What a client that blocked earlier in the XREADGROUP `args` is
+    /// answered now if one of its streams or its group is gone, the first
+    /// such of its streams in order: Redis 7.0's `-UNBLOCKED the stream key
+    /// no longer exists` or `-NOGROUP the consumer group this client was
+    /// blocked on no longer exists` (the reply's bytes); `None` if every
+    /// stream holds the group, or `args` is no XREADGROUP. For a driver that
+    /// attempts a blocked command again rather than serving it (a cluster
+    /// member: such an attempt itself answers XREADGROUP's own NOGROUP).
+    pub fn xreadgroup_gone<K: Keyspace>(ks: &mut K, args: &[&[u8]]) -> Option<Vec<u8>> {
+        let (group, keys) = blocking::xreadgroup_waits(args)?;
+        let error = keys.iter().find_map(|key| blocking::group_gone_error(ks, key, group))?;
+        Some(format!("-{error}\r\n").into_bytes())
     }
 
     /// Waits that CLIENT UNBLOCK ended since the last call: the client ids,

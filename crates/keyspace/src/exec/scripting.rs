@@ -44,7 +44,7 @@ pub const DEFAULT_TIME_LIMIT_MS: u64 = 5000;
 /// The commands a script may not call: Redis 7.0's `noscript` flag (the
 /// ones this executor has).
 const NOSCRIPT: &[&str] = &[
-    "auth", "bgsave", "blmove", "blpop", "brpop", "brpoplpush", "client|getname", "client|id", "client|info", "client|list", "client|setname", "client|unblock",
+    "auth", "bgsave", "blmove", "blpop", "brpop", "brpoplpush", "bzpopmax", "bzpopmin", "client|getname", "client|id", "client|info", "client|list", "client|setname", "client|unblock",
     "config|get", "config|set", "discard", "eval", "eval_ro", "evalsha", "evalsha_ro", "exec", "function|flush", "hello", "multi", "psubscribe",
     "punsubscribe", "quit", "reset", "ssubscribe", "subscribe", "sunsubscribe", "unsubscribe", "role", "save", "script|exists", "script|flush", "script|kill", "script|load", "shutdown", "unwatch", "wait",
     "watch", "acl|whoami",

@@ -2,7 +2,8 @@
 //! ZMSCORE ZCARD ZRANK ZREVRANK ZCOUNT ZLEXCOUNT, the range family (ZRANGE
 //! by rank, BYSCORE, BYLEX, REV, LIMIT, WITHSCORES; ZRANGESTORE ZREVRANGE
 //! Z[REV]RANGEBYSCORE Z[REV]RANGEBYLEX), ZREMRANGEBYRANK|SCORE|LEX,
-//! ZPOPMIN ZPOPMAX ZRANDMEMBER ZSCAN, and ZUNION ZINTER ZDIFF (and their
+//! ZPOPMIN ZPOPMAX ZMPOP ZRANDMEMBER ZSCAN (the blocking pops BZPOPMIN
+//! BZPOPMAX BZMPOP are [`super::blocking`]'s, over [`pop_members`]), and ZUNION ZINTER ZDIFF (and their
 //! STORE forms, WEIGHTS, AGGREGATE) ZINTERCARD, over the zset blob of
 //! [`crate::blob`] (entries ordered by score, then member bytes), following
 //! Redis 7.0's `t_zset.c` step by step (option parsing, then conflicts, then
@@ -647,15 +648,17 @@ pub(super) fn zpop<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_,
     Ok(())
 }
 
-/// ZMPOP numkeys key [key ...] MIN|MAX [COUNT count]: pops up to `count`
-/// members from the first non-empty sorted set and answers
-/// `[key, [[member, score]...]]`, or the null array if every set is empty;
-/// Redis 7.0's `zmpopGenericCommand` argument checks, in its order.
-pub(super) fn zmpop<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+/// ZMPOP's and BZMPOP's arguments from `numkeys` at `at`: the keys' range,
+/// whether from the highest scores (MAX), and the count (1 if not given),
+/// checked in Redis 7.0's `zmpopGenericCommand` order.
+pub(super) fn mpop_args<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+    c: &Ctx<'_, '_, K, S>,
+    at: usize,
+) -> Result<(std::ops::Range<usize>, bool, usize), Fail> {
     let positive =
-        |c: &Ctx<'_, '_, K, S>, i: usize, msg: &str| parse_i64(c.arg(i)).filter(|&n| n >= 1).ok_or_else(|| Fail::err(msg));
-    let numkeys = positive(c, 1, "numkeys should be greater than 0")?;
-    let where_at = usize::try_from(numkeys).ok().and_then(|n| n.checked_add(2)).filter(|&w| w < c.argc());
+        |i: usize, msg: &str| parse_i64(c.arg(i)).filter(|&n| n >= 1).ok_or_else(|| Fail::err(msg));
+    let numkeys = positive(at, "numkeys should be greater than 0")?;
+    let where_at = usize::try_from(numkeys).ok().and_then(|n| (at + 1).checked_add(n)).filter(|&w| w < c.argc());
     let Some(where_at) = where_at else { return Err(Fail::Syntax) };
     let max = if c.arg(where_at).eq_ignore_ascii_case(b"max") {
         true
@@ -668,21 +671,53 @@ pub(super) fn zmpop<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_
     let mut j = where_at + 1;
     while j < c.argc() {
         if count.is_none() && c.arg(j).eq_ignore_ascii_case(b"count") && j + 1 < c.argc() {
-            count = Some(positive(c, j + 1, "count should be greater than 0")?);
+            count = Some(positive(j + 1, "count should be greater than 0")?);
             j += 2;
         } else {
             return Err(Fail::Syntax);
         }
     }
-    let count = usize::try_from(count.unwrap_or(1)).unwrap_or(usize::MAX);
-    for i in 2..where_at {
+    Ok((at + 1..where_at, max, usize::try_from(count.unwrap_or(1)).unwrap_or(usize::MAX)))
+}
+
+/// Pops up to `count` members (at least one) from the lowest end of the
+/// sorted set at `key`, or the highest (`max`), highest first: `None` if
+/// there is no key (an emptied set is deleted), WRONGTYPE for another kind.
+pub(super) fn pop_members<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+    c: &mut Ctx<'_, '_, K, S>,
+    key: &[u8],
+    max: bool,
+    count: usize,
+) -> Result<Option<Vec<(f64, Vec<u8>)>>, Fail> {
+    assert!(count >= 1, "a pop takes at least one member");
+    let Some(blob) = c.load(key, Kind::ZSet)? else { return Ok(None) };
+    let mut entries = entries_of(&blob)?;
+    if entries.is_empty() {
+        return Err(Fail::Text("ERR stored value is corrupt: an empty sorted set".into()));
+    }
+    let n = count.min(entries.len());
+    let popped: Vec<(f64, Vec<u8>)> = if max {
+        entries.drain(entries.len() - n..).rev().map(|(s, m)| (s, m.to_vec())).collect()
+    } else {
+        entries.drain(..n).map(|(s, m)| (s, m.to_vec())).collect()
+    };
+    store(c, key, &entries)?;
+    Ok(Some(popped))
+}
+
+/// Pops up to `count` from the first sorted set of `keys` (argument
+/// indices) and answers `[key, [[member, score]...]]` (ZMPOP's and
+/// BZMPOP's reply in RESP2 and RESP3); false if no key holds one (nothing
+/// answered). A key of another kind before it answers WRONGTYPE.
+pub(super) fn mpop_first<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+    c: &mut Ctx<'_, '_, K, S>,
+    keys: std::ops::Range<usize>,
+    max: bool,
+    count: usize,
+) -> Result<bool, Fail> {
+    for i in keys {
         let key = c.arg(i);
-        let Some(blob) = c.load(key, Kind::ZSet)? else { continue };
-        let mut entries = entries_of(&blob)?;
-        let n = count.min(entries.len());
-        let popped: Vec<(f64, &[u8])> =
-            if max { entries.drain(entries.len() - n..).rev().collect() } else { entries.drain(..n).collect() };
-        store(c, key, &entries)?;
+        let Some(popped) = pop_members(c, key, max, count)? else { continue };
         c.out.array(2);
         c.out.bulk(key);
         c.out.array(popped.len());
@@ -691,9 +726,19 @@ pub(super) fn zmpop<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_
             c.out.bulk(member);
             c.out.double(*score);
         }
-        return Ok(());
+        return Ok(true);
     }
-    c.out.null_array();
+    Ok(false)
+}
+
+/// ZMPOP numkeys key [key ...] MIN|MAX [COUNT count]: pops up to `count`
+/// members from the first non-empty sorted set and answers
+/// `[key, [[member, score]...]]`, or the null array if every set is empty.
+pub(super) fn zmpop<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
+    let (keys, max, count) = mpop_args(c, 1)?;
+    if !mpop_first(c, keys, max, count)? {
+        c.out.null_array();
+    }
     Ok(())
 }
 

@@ -689,6 +689,30 @@ impl Gen {
                     a.push(self.pick(COUNTS));
                 }
             }
+            "BZPOPMIN" | "BZPOPMAX" => {
+                for _ in 0..self.n(0, 2) {
+                    a.push(self.zkey());
+                }
+                a.push(self.pick(BLOCK_TIMEOUTS));
+            }
+            "ZMPOP" | "BZMPOP" => {
+                let first = a.pop().expect("the key pushed above");
+                if name == "BZMPOP" {
+                    a.push(self.pick(BLOCK_TIMEOUTS));
+                }
+                let n = self.n(1, 3);
+                let numkeys = if self.rng.gen_bool(0.85) { n.to_string().into_bytes() } else { self.pick(COUNTS) };
+                a.push(numkeys);
+                a.push(first);
+                for _ in 1..n {
+                    a.push(self.zkey());
+                }
+                a.push(self.pick(&["MIN", "MAX", "max", "LEFT"]));
+                if self.rng.gen_bool(0.5) {
+                    a.push(self.pick(&["COUNT", "count", "COUNT", "FOO"]));
+                    a.push(self.pick(COUNTS));
+                }
+            }
             "ZRANDMEMBER" => self.random_count(a, "WITHSCORES"),
             "ZSCAN" => self.scan_opts(a),
             _ => {}
@@ -1109,7 +1133,7 @@ const SCRIPT_BODIES: &[(&str, &str, &str)] = &[
 /// Commands a script calls by name from its arguments: some it may not.
 const SCRIPT_COMMANDS: &[&str] = &[
     "get", "strlen", "type", "incr", "decr", "llen", "hlen", "scard", "zcard", "getdel", "exists", "del", "persist",
-    "lpop", "rpop", "nosuch", "multi", "blpop", "GET", "ping", "echo",
+    "lpop", "rpop", "nosuch", "multi", "blpop", "bzpopmin", "GET", "ping", "echo",
 ];
 const KEYCMDS: &[&str] = &["DEL", "UNLINK", "EXISTS", "TOUCH", "TYPE", "RENAME", "RENAMENX", "COPY", "DBSIZE", "KEYS"];
 /// HSET twice over, so hashes grow.
@@ -1123,6 +1147,7 @@ const ZSETS: &[&str] = &[
     "ZREVRANK", "ZREVRANGE", "ZRANGEBYLEX", "ZREVRANGEBYSCORE", "ZREVRANGEBYLEX", "ZCOUNT", "ZLEXCOUNT",
     "ZPOPMIN", "ZPOPMAX", "ZREMRANGEBYRANK", "ZREMRANGEBYSCORE", "ZREMRANGEBYLEX", "ZMSCORE", "ZRANDMEMBER",
     "ZUNIONSTORE", "ZINTERSTORE", "ZDIFFSTORE", "ZUNION", "ZINTER", "ZDIFF", "ZINTERCARD", "ZRANGESTORE", "ZSCAN",
+    "ZMPOP", "BZPOPMIN", "BZPOPMAX", "BZMPOP",
 ];
 const LISTS: &[&str] = &[
     "LPUSH", "RPUSH", "LPUSHX", "RPUSHX", "LPOP", "RPOP", "LRANGE", "LLEN", "LINDEX", "LSET", "LREM", "LTRIM",

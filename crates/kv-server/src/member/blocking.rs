@@ -1,16 +1,18 @@
 //! Blocking commands on a member (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BLMPOP,
-//! and XREAD and XREADGROUP with BLOCK): the client is parked on the member
-//! that serves it, leader or follower.
+//! BZPOPMIN, BZPOPMAX, BZMPOP, and XREAD and XREADGROUP with BLOCK): the
+//! client is parked on the member that serves it, leader or follower.
 //!
 //! The command itself is proposed as an entry at once (an *attempt*): the
-//! machine pops if a list holds an element and answers as the blocking
-//! command does, or answers [`pmwire_kv_cluster::Applied::blocked`] and
-//! changes nothing (`pmwire_kv_cluster`'s "Blocking pops"). A blocked
+//! machine pops if a list (sorted set) holds an element and answers as the
+//! blocking command does, or answers [`pmwire_kv_cluster::Applied::blocked`]
+//! and changes nothing (`pmwire_kv_cluster`'s "Blocking pops"). A blocked
 //! client stays parked here, queued on each of its keys in arrival order;
-//! once this member has applied a write to one of its keys past the index
-//! its last attempt was applied at ([`pmwire_kv_cluster::RedisMachine::writes`]),
-//! the command is proposed again, the waiters of one key in the order they
-//! arrived. At its timeout (parsed by the keyspace's own executor, as the
+//! once this member has applied a write to one of its keys, a flush, or a
+//! signal that made one ready without a write (XGROUP DESTROY), past the
+//! index its last attempt was applied at
+//! ([`pmwire_kv_cluster::RedisMachine::writes`],
+//! [`pmwire_kv_cluster::RedisMachine::signals`]), the command is proposed
+//! again, the waiters of one key in the order they arrived. At its timeout (parsed by the keyspace's own executor, as the
 //! single-node server does) a parked client not in an attempt is answered
 //! the null reply; one whose attempt is in flight is answered by that
 //! attempt (an element it popped is never dropped). An attempt whose
@@ -22,7 +24,11 @@
 //! stream's last ID at that entry), and later attempts ask beyond those, so
 //! an entry added between two attempts is read, as a client blocked in
 //! Redis reads it. XREADGROUP `>` needs nothing of the kind: the group
-//! remembers what it delivered. Both are proposed as entries, XREAD too
+//! remembers what it delivered. An XREADGROUP attempted again after its
+//! stream was deleted, overwritten or flushed, or its group destroyed,
+//! answers its own NOGROUP error; its waiter is answered what Redis answers
+//! a blocked client then ([`pmwire_kv_cluster::Applied::unblocked`]:
+//! `-UNBLOCKED the stream key no longer exists`, or the waiter's NOGROUP). Both are proposed as entries, XREAD too
 //! (a read that waits must be ordered after the write that wakes it; an
 //! attempt's entry changes nothing).
 //!
@@ -140,15 +146,16 @@ fn with_xread_ids(args: &[Vec<u8>], from: &[(Vec<u8>, pmwire_keyspace::stream::S
 }
 
 /// The keys a blocking command waits on (its arguments already checked by
-/// the executor): BLPOP/BRPOP `key... timeout`, BLMOVE/BRPOPLPUSH `source`,
-/// BLMPOP `timeout numkeys key...`, XREAD/XREADGROUP the streams.
+/// the executor): BLPOP/BRPOP/BZPOPMIN/BZPOPMAX `key... timeout`,
+/// BLMOVE/BRPOPLPUSH `source`, BLMPOP/BZMPOP `timeout numkeys key...`,
+/// XREAD/XREADGROUP the streams.
 fn keys_of(args: &[Vec<u8>]) -> Vec<Vec<u8>> {
     let name = args[0].to_ascii_lowercase();
     let keys: &[Vec<u8>] = match &name[..] {
         b"xread" | b"xreadgroup" => stream_keys(args),
-        b"blpop" | b"brpop" => &args[1..args.len().saturating_sub(1).max(1)],
+        b"blpop" | b"brpop" | b"bzpopmin" | b"bzpopmax" => &args[1..args.len().saturating_sub(1).max(1)],
         b"blmove" | b"brpoplpush" => &args[1..2.min(args.len())],
-        b"blmpop" => {
+        b"blmpop" | b"bzmpop" => {
             let n = args.get(2).and_then(|a| std::str::from_utf8(a).ok()?.parse::<usize>().ok()).unwrap_or(0);
             &args[3.min(args.len())..3usize.saturating_add(n).min(args.len())]
         }
@@ -230,7 +237,14 @@ impl<T: Transport<Addr = std::net::SocketAddr>> Member<T> {
         waiter.in_flight = None;
         let expired = waiter.expired;
         match done {
-            Done::Applied { output, .. } if !output.blocked => self.answer_parked(w, output.reply),
+            Done::Applied { output, .. } if !output.blocked => {
+                // A waiter that blocked before, whose stream or group has gone since.
+                let reply = match output.unblocked {
+                    Some(error) if waiter.seen > 0 => error,
+                    _ => output.reply,
+                };
+                self.answer_parked(w, reply);
+            }
             Done::Applied { index, output } => {
                 waiter.seen = index;
                 if let Some(from) = output.xread_from {
@@ -267,13 +281,14 @@ impl<T: Transport<Addr = std::net::SocketAddr>> Member<T> {
                 self.time_out(w);
             }
         }
-        let writes = self.reactor.service.machine().writes();
+        let machine = self.reactor.service.machine();
+        let (writes, signals) = (machine.writes(), machine.signals());
         let due: Vec<u64> = self
             .parked
             .waiters
             .iter()
             .filter(|(_, x)| x.in_flight.is_none() && !x.expired)
-            .filter(|(_, x)| x.seen == 0 || x.keys.iter().any(|k| writes.last_write(k) > x.seen))
+            .filter(|(_, x)| x.seen == 0 || writes.flush > x.seen || x.keys.iter().any(|k| writes.last_write(k) > x.seen || signals.after(k, x.seen)))
             .map(|(&w, _)| w)
             .collect();
         for w in due {
@@ -361,6 +376,9 @@ mod tests {
         assert_eq!(keys_of(&args(&["BRPOPLPUSH", "s", "d", "0"])), args(&["s"]));
         assert_eq!(keys_of(&args(&["BLMPOP", "0", "2", "x", "y", "LEFT"])), args(&["x", "y"]));
         assert_eq!(keys_of(&args(&["BLMPOP", "0", "99", "x"])), args(&["x"]), "a count past the arguments is bounded");
+        assert_eq!(keys_of(&args(&["BZPOPMIN", "z", "y", "z", "0"])), args(&["z", "y"]));
+        assert_eq!(keys_of(&args(&["bzpopmax", "z", "0.5"])), args(&["z"]));
+        assert_eq!(keys_of(&args(&["BZMPOP", "0", "2", "x", "y", "MIN", "COUNT", "3"])), args(&["x", "y"]));
         assert_eq!(keys_of(&args(&["XREAD", "COUNT", "2", "BLOCK", "0", "STREAMS", "a", "b", "$", "0"])), args(&["a", "b"]));
         assert_eq!(keys_of(&args(&["xreadgroup", "GROUP", "g", "c", "BLOCK", "10", "streams", "s", ">"])), args(&["s"]));
     }

@@ -1,4 +1,6 @@
-//! Blocking pops (BLPOP BRPOP BLMOVE BRPOPLPUSH) with several real connections, and WATCH
+//! Blocking pops (BLPOP BRPOP BLMOVE BRPOPLPUSH BLMPOP BZPOPMIN BZPOPMAX BZMPOP), XREAD and
+//! XREADGROUP with BLOCK (woken by XADD, or unblocked by DEL, SET or FLUSHALL), with several
+//! real connections, and WATCH
 //! of a key that expires before EXEC: one scripted scenario run against `pmwire kv` and
 //! against redis-server 7.0, compared reply for reply; and a served pop's durability.
 //!
@@ -281,6 +283,75 @@ const SCENARIO: &[Step] = &[
     Read(2),
     Call(1, &["XGROUP", "CREATE", "gs", "h", "$", "MKSTREAM"]),
     Call(0, &["XREADGROUP", "GROUP", "h", "bob", "BLOCK", "50", "STREAMS", "gs", ">"]),
+    // SET over the stream answers the waiter UNBLOCKED; FLUSHALL too, while a
+    // plain XREAD waits on and is served by the next XADD.
+    Send(0, &["XREADGROUP", "GROUP", "h", "bob", "BLOCK", "0", "STREAMS", "gs", ">"]),
+    Blocked(1),
+    Call(1, &["SET", "gs", "v"]),
+    Read(0),
+    Call(1, &["XGROUP", "CREATE", "fs", "g", "$", "MKSTREAM"]),
+    Send(0, &["XREADGROUP", "GROUP", "g", "alice", "BLOCK", "0", "STREAMS", "fs", ">"]),
+    Blocked(1),
+    Send(2, &["XREAD", "BLOCK", "0", "STREAMS", "fx", "$"]),
+    Blocked(2),
+    Call(1, &["FLUSHALL"]),
+    Read(0),
+    Blocked(1),
+    Call(1, &["XADD", "fx", "1-0", "f", "v"]),
+    Read(2),
+    // BZPOPMIN, BZMPOP: served by ZADD in the order they blocked, the
+    // second from the key made ready, with its count.
+    Send(0, &["BZPOPMIN", "bz", "0"]),
+    Blocked(1),
+    Send(2, &["BZMPOP", "0", "2", "bz2", "bz", "MAX", "COUNT", "2"]),
+    Blocked(2),
+    Call(1, &["ZADD", "bz", "1", "a", "2", "b", "3", "c", "4", "d"]),
+    Read(0),
+    Read(2),
+    Call(1, &["ZRANGE", "bz", "0", "-1", "WITHSCORES"]),
+    // One member for two waiters: the first takes it; ZUNIONSTORE serves the second.
+    Send(0, &["BZPOPMAX", "bz3", "0"]),
+    Blocked(1),
+    Send(2, &["BZPOPMIN", "bz3", "0"]),
+    Blocked(2),
+    Call(1, &["ZADD", "bz3", "5", "x"]),
+    Read(0),
+    Blocked(1),
+    Call(1, &["ZUNIONSTORE", "bz3", "1", "bz"]),
+    Read(2),
+    Call(1, &["EXISTS", "bz3"]),
+    // A list at the key serves no sorted-set waiter; a sorted set then does.
+    Send(0, &["BZPOPMIN", "bl", "0"]),
+    Blocked(1),
+    Call(1, &["RPUSH", "bl", "v"]),
+    Blocked(1),
+    Call(1, &["DEL", "bl"]),
+    Call(1, &["ZADD", "bl", "1.5", "m"]),
+    Read(0),
+    // Time-outs, RESP3's double, sets with members at once, wrong types, MULTI.
+    Send(0, &["BZMPOP", "0.1", "1", "none", "MIN"]),
+    Read(0),
+    Quiet(0, &["HELLO", "3"]),
+    Send(0, &["BZPOPMAX", "r3z", "0"]),
+    Blocked(1),
+    Call(1, &["ZADD", "r3z", "2.5", "m", "3.5", "n"]),
+    Read(0),
+    Call(0, &["BZMPOP", "0", "1", "r3z", "MIN"]),
+    Send(0, &["BZPOPMIN", "none", "0.1"]),
+    Read(0),
+    Quiet(0, &["HELLO", "2"]),
+    Call(1, &["ZADD", "zn", "1", "a", "2", "b"]),
+    Call(0, &["BZPOPMAX", "none", "zn", "0"]),
+    Call(0, &["BZMPOP", "0", "2", "none", "zn", "MIN", "COUNT", "5"]),
+    Call(1, &["SET", "zstr", "1"]),
+    Call(0, &["BZPOPMIN", "zstr", "0"]),
+    Call(0, &["BZMPOP", "0", "1", "zstr", "MAX"]),
+    Call(0, &["BZMPOP", "0", "0", "zstr", "MAX"]),
+    Call(0, &["BZPOPMIN", "z", "-1"]),
+    Call(0, &["MULTI"]),
+    Call(0, &["BZPOPMIN", "none", "0"]),
+    Call(0, &["BZMPOP", "0", "1", "none", "MAX"]),
+    Call(0, &["EXEC"]),
 ];
 
 /// The number `INFO clients` reports as `blocked_clients`.
@@ -360,7 +431,7 @@ fn blocking_pops_and_expiring_watches_answer_as_redis_server_does() {
         assert_eq!(got.len(), want.len());
         let server = server.stop();
         let stats = server.service().stats();
-        assert!(stats.blocked_served >= 17 && stats.blocked_timeouts == 9, "{stats:?}");
+        assert!(stats.blocked_served >= 26 && stats.blocked_timeouts == 11, "{stats:?}");
     }
 }
 

@@ -418,7 +418,7 @@ pub(in crate::exec) fn xgroup<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C
             };
             destroy_group(c.ks, h.expect("checked above").gen, num)?;
             // A blocked XREADGROUP on the group is answered NOGROUP.
-            c.server.waiters.written(c.arg(2));
+            c.ks.signal_ready(c.arg(2));
             c.out.integer(1);
             Ok(())
         }
@@ -1057,8 +1057,12 @@ pub(crate) fn group_wait<K: Keyspace + ?Sized>(ks: &mut K, key: &[u8], group: &[
     ks.read(&s.value, &mut bytes);
     let Ok(h) = Header::decode(&bytes) else { return GroupWait::Gone };
     let Ok(Some((_, g))) = find_group(ks, h.gen, group) else { return GroupWait::NoGroup };
+    if h.length == 0 {
+        // Empty (MKSTREAM, or every entry deleted): nothing to deliver.
+        return GroupWait::Waiting;
+    }
     match super::last_live_of(ks, &h) {
-        Ok(last) if h.length > 0 && last > g.last_id => GroupWait::Ready,
+        Ok(last) if last > g.last_id => GroupWait::Ready,
         _ => GroupWait::Waiting,
     }
 }
