@@ -47,7 +47,8 @@ const NOSCRIPT: &[&str] = &[
     "auth", "bgsave", "blmove", "blpop", "brpop", "brpoplpush", "client|getname", "client|id", "client|info", "client|list", "client|setname", "client|unblock",
     "config|get", "config|set", "discard", "eval", "eval_ro", "evalsha", "evalsha_ro", "exec", "function|flush", "hello", "multi", "psubscribe",
     "punsubscribe", "quit", "reset", "ssubscribe", "subscribe", "sunsubscribe", "unsubscribe", "role", "save", "script|exists", "script|flush", "script|kill", "script|load", "shutdown", "unwatch", "wait",
-    "watch", "acl|whoami",
+    "watch", "acl|whoami", "fcall", "fcall_ro", "function|delete", "function|dump", "function|kill", "function|list", "function|load",
+    "function|restore", "function|stats",
 ];
 
 /// A replicated executor's script budget ([`super::ServerConfig::script_budget`]):
@@ -64,6 +65,8 @@ pub const DEFAULT_SCRIPT_BUDGET: u64 = 100_000;
 pub struct Scripts {
     vm: Option<Vm>,
     bodies: HashMap<String, Vec<u8>>,
+    /// The function libraries (FUNCTION, FCALL).
+    pub(super) functions: super::functions::Functions,
 }
 
 fn body_key(sha: &str) -> Vec<u8> {
@@ -119,7 +122,7 @@ impl Scripts {
 /// Whether `name` is one of the EVAL family, which [`Server::execute`]
 /// runs itself ([`Server::eval`]).
 pub(crate) fn is_eval(name: &str) -> bool {
-    matches!(name, "eval" | "evalsha" | "eval_ro" | "evalsha_ro")
+    matches!(name, "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro")
 }
 
 impl Server {
@@ -134,6 +137,9 @@ impl Server {
         K: Keyspace,
         S: ReplySink<K::Value> + ?Sized,
     {
+        if spec.name.starts_with("fcall") {
+            return self.fcall(spec, session, ks, req, sink);
+        }
         let mut out = Out::<K::Value, S>::new(sink, session.protocol);
         let by_sha = spec.name.starts_with("evalsha");
         let read_only = spec.name.ends_with("_ro");
@@ -187,40 +193,74 @@ impl Server {
         let numkeys = numkeys as usize;
         let keys: Vec<&[u8]> = (3..3 + numkeys).map(|i| req.arg(i)).collect();
         let args: Vec<&[u8]> = (3 + numkeys..req.len()).map(|i| req.arg(i)).collect();
+        let mut vm = self.scripts.vm.take().expect("compiled above");
+        let (outcome, script_resp) = self.run_script(&mut vm, &function, false, &keys, &args, read_only, session, ks);
+        self.scripts.vm = Some(vm);
+        self.reply_outcome(outcome, script_resp, &sha, session, ks, sink);
+        Flow::Continue
+    }
+
+    /// Runs a script (`as_function`: a library function, FCALL) in `vm`:
+    /// how it ended and the protocol it asked for. Its writes are undone
+    /// if it was stopped.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn run_script<K: Keyspace>(
+        &mut self,
+        vm: &mut Vm,
+        function: &mlua::Function,
+        as_function: bool,
+        keys: &[&[u8]],
+        args: &[&[u8]],
+        read_only: bool,
+        session: &mut Session,
+        ks: &mut K,
+    ) -> (Outcome, u8) {
         let seed = self.random_below(1 << 32) as u32;
         let limit = match self.config.script_budget {
             Some(steps) => script::Limit::Steps(steps),
             None if self.config.lua_time_limit_ms == 0 => script::Limit::None,
             None => Instant::now().checked_add(Duration::from_millis(self.config.lua_time_limit_ms)).map_or(script::Limit::None, script::Limit::Deadline),
         };
-        let mut vm = self.scripts.vm.take().expect("compiled above");
         ks.begin_script();
         let deny_blocking = std::mem::replace(&mut self.deny_blocking, true);
         let in_script = std::mem::replace(&mut self.in_script, true);
-        let outcome = vm.run(&function, &keys, &args, seed, limit, &mut |argv, resp| self.script_call(session, ks, argv, resp, read_only));
+        let mut call = |argv: &[Vec<u8>], resp: u8| self.script_call(session, ks, argv, resp, read_only);
+        let outcome = if as_function {
+            vm.run_function(function, keys, args, seed, limit, &mut call)
+        } else {
+            vm.run(function, keys, args, seed, limit, &mut call)
+        };
         self.deny_blocking = deny_blocking;
         self.in_script = in_script;
-        let script_resp = vm.script_resp();
-        self.scripts.vm = Some(vm);
+        if matches!(outcome, Outcome::Killed) {
+            ks.abort_script();
+        }
+        (outcome, vm.script_resp())
+    }
+
+    /// Answers how the script `name` (a SHA-1, or a function's name) ended.
+    pub(super) fn reply_outcome<K, S>(&self, outcome: Outcome, script_resp: u8, name: &str, session: &Session, _ks: &mut K, sink: &mut S)
+    where
+        K: Keyspace,
+        S: ReplySink<K::Value> + ?Sized,
+    {
         let mut out = Out::<K::Value, S>::new(sink, session.protocol);
         match outcome {
             Outcome::Returned(value) => write_answer(&mut out, &script::answer_of(&value, script_resp, 0)),
             Outcome::Failed(mut text, at) => {
                 if let Some(at) = at {
-                    text.extend_from_slice(format!(" script: {sha}, on {at}.").as_bytes());
+                    text.extend_from_slice(format!(" script: {name}, on {at}.").as_bytes());
                 }
                 out.error(&script::reply_line(&text));
             }
             Outcome::Killed => {
-                ks.abort_script();
                 let text = match self.config.script_budget {
-                    Some(steps) => format!("ERR Script killed: it ran past its budget of {steps} steps of {} instructions; every write it made was undone script: {sha}", script::HOOK_EVERY),
-                    None => format!("ERR Script killed: it ran past lua-time-limit ({} ms); every write it made was undone script: {sha}", self.config.lua_time_limit_ms),
+                    Some(steps) => format!("ERR Script killed: it ran past its budget of {steps} steps of {} instructions; every write it made was undone script: {name}", script::HOOK_EVERY),
+                    None => format!("ERR Script killed: it ran past lua-time-limit ({} ms); every write it made was undone script: {name}", self.config.lua_time_limit_ms),
                 };
                 out.error(text.as_bytes());
             }
         }
-        Flow::Continue
     }
 
     /// One `redis.call` of a running script: its reply, in the script's
@@ -329,17 +369,22 @@ pub(super) fn script_exists<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mu
 
 /// The internal keys of the stored scripts, in order.
 fn script_keys<K: Keyspace>(ks: &mut K) -> Vec<Vec<u8>> {
+    tagged_keys(ks, SCRIPT_TAG)
+}
+
+/// The internal keys whose first byte is `tag`, in order.
+pub(super) fn tagged_keys<K: Keyspace>(ks: &mut K, tag: u8) -> Vec<Vec<u8>> {
     let mut keys: Vec<Vec<u8>> = Vec::new();
     if !ks.has_internal() {
         return keys;
     }
-    let mut from = vec![SCRIPT_TAG];
+    let mut from = vec![tag];
     loop {
         let mut batch: Vec<Vec<u8>> = Vec::new();
         ks.internal_scan(&from, 1024, &mut |k| batch.push(k.to_vec()));
         let full = batch.len() == 1024;
-        let past = batch.iter().any(|k| k.first() != Some(&SCRIPT_TAG));
-        batch.retain(|k| k.first() == Some(&SCRIPT_TAG));
+        let past = batch.iter().any(|k| k.first() != Some(&tag));
+        batch.retain(|k| k.first() == Some(&tag));
         if let Some(last) = batch.last() {
             from = last.clone();
             from.push(0);
@@ -351,10 +396,12 @@ fn script_keys<K: Keyspace>(ks: &mut K) -> Vec<Vec<u8>> {
     }
 }
 
-/// The stored scripts' internal entries (key, body), to keep across a flush.
+/// The stored scripts' and function libraries' internal entries (key,
+/// bytes), to keep across a flush.
 pub(super) fn stored_scripts<K: Keyspace>(ks: &mut K) -> Vec<(Vec<u8>, Vec<u8>)> {
-    script_keys(ks)
-        .into_iter()
+    let mut keys = script_keys(ks);
+    keys.extend(tagged_keys(ks, super::functions::LIBRARY_TAG));
+    keys.into_iter()
         .filter_map(|k| {
             let mut body = Vec::new();
             ks.internal_read(&k, &mut body).then_some((k, body))
@@ -373,24 +420,6 @@ pub(super) fn script_flush<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut
     }
     c.server.scripts.bodies.clear();
     c.server.scripts.vm = None;
-    c.out.ok();
-    Ok(())
-}
-
-/// FUNCTION FLUSH [ASYNC|SYNC]: Redis 7.0's function libraries are not
-/// served (FUNCTION LOAD is unknown), so there is never one to delete; the
-/// command answers as Redis's does with none loaded, with its errors.
-/// Redis's own test suite sends it before every unit in external mode.
-pub(super) fn function_flush<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
-    if c.argc() > 3 {
-        return Err(Fail::Text(format!(
-            "ERR unknown subcommand or wrong number of arguments for '{}'. Try FUNCTION HELP.",
-            String::from_utf8_lossy(c.arg(1))
-        )));
-    }
-    if c.argc() == 3 && !c.arg(2).eq_ignore_ascii_case(b"sync") && !c.arg(2).eq_ignore_ascii_case(b"async") {
-        return Err(Fail::err("FUNCTION FLUSH only supports SYNC|ASYNC option"));
-    }
     c.out.ok();
     Ok(())
 }
