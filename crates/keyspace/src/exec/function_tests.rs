@@ -233,3 +233,25 @@ fn a_recursive_table_answers_the_stack_limit() {
     f.call(&["FUNCTION", "LOAD", &format!("#!lua name=test\nredis.register_function('test', function(KEYS, ARGV)\n {body} \nend)")]);
     assert_eq!(f.call(&["FCALL", "test", "0"]), expected);
 }
+
+/// Redis 7.0's EVAL shebang: `#!lua [flags=...]` declares a script's flags
+/// (`no-writes` makes it read-only; EVAL_RO refuses a script without it);
+/// anything else in the line is refused with Redis's errors.
+#[test]
+fn an_eval_shebang_declares_flags() {
+    let mut f = Fixture::new();
+    assert_eq!(f.call(&["EVAL", "#!lua\nreturn 1", "0"]), ":1\r\n");
+    assert_eq!(f.call(&["EVAL", "#!not-lua\nreturn 1", "0"]), "-ERR Unexpected engine in script shebang: #!not-lua\r\n");
+    assert_eq!(f.call(&["EVAL", "#!lua badger=data\nreturn 1", "0"]), "-ERR Unknown lua shebang option: badger=data\r\n");
+    assert_eq!(f.call(&["EVAL", "#!lua flags=allow-oom,what?\nreturn 1", "0"]), "-ERR Unexpected flag in script shebang: what?\r\n");
+    assert_eq!(f.call(&["EVAL", "#!lua", "0"]), "-ERR Invalid script shebang\r\n");
+    assert_eq!(f.call(&["SCRIPT", "LOAD", "#!lua badger\nreturn 1"]), "-ERR Unknown lua shebang option: badger\r\n");
+    let reply = f.call(&["EVAL", "#!lua flags=no-writes\nredis.call('set','x',1)\nreturn 1", "1", "x"]);
+    assert_eq!(reply, format!("-ERR Write commands are not allowed from read-only scripts. script: {}, on @user_script:2.\r\n", crate::script::sha1_hex(b"#!lua flags=no-writes\nredis.call('set','x',1)\nreturn 1")));
+    assert_eq!(f.call(&["EVAL_RO", "#!lua\nreturn 1", "0"]), "-ERR Can not execute a script with write flag using *_ro command.\r\n");
+    assert_eq!(f.call(&["EVAL_RO", "#!lua flags=no-writes\nreturn redis.call('get','x')", "0"]), "$-1\r\n");
+    assert_eq!(f.call(&["EVAL", "#!lua flags=\nreturn redis.call('set','x','y')", "0"]), "+OK\r\n");
+    let sha = crate::script::sha1_hex(b"#!lua flags=no-writes\nreturn redis.call('incr','x')");
+    assert_eq!(f.call(&["SCRIPT", "LOAD", "#!lua flags=no-writes\nreturn redis.call('incr','x')"]), format!("$40\r\n{sha}\r\n"));
+    assert!(f.call(&["EVALSHA", &sha, "0"]).starts_with("-ERR Write commands are not allowed from read-only scripts."), "EVALSHA keeps the flags");
+}

@@ -57,8 +57,7 @@ const DUMP_VERSION: u16 = 1;
 const DUMP_HEADER: usize = 12;
 const DUMP_TRAILER: usize = 20;
 
-/// The `no-writes` flag bit.
-const NO_WRITES: u8 = 1;
+use super::scripting::NO_WRITES;
 
 const LIBRARY_NAME_TEXT: &str = "Library names can only contain letters, numbers, or underscores(_) and must be at least one character long";
 
@@ -133,7 +132,7 @@ fn library_keys<K: Keyspace>(ks: &mut K) -> Vec<Vec<u8>> {
 /// Redis's `sdssplitargs` on a shebang line, enough for `#!lua name=x`:
 /// words split at spaces, double and single quotes honoured; `None` for
 /// unbalanced quotes.
-fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
+pub(super) fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
     let mut out = Vec::new();
     let mut i = 0;
     loop {

@@ -65,6 +65,8 @@ pub const DEFAULT_SCRIPT_BUDGET: u64 = 100_000;
 pub struct Scripts {
     vm: Option<Vm>,
     bodies: HashMap<String, Vec<u8>>,
+    /// Each compiled script's shebang flags ([`shebang`]).
+    flags: HashMap<String, u8>,
     /// The function libraries (FUNCTION, FCALL).
     pub(super) functions: super::functions::Functions,
 }
@@ -113,10 +115,65 @@ impl Scripts {
         Ok(self.vm.as_mut().expect("made above"))
     }
 
-    /// Compiles `body` (Redis's error text if it does not compile).
-    fn compile(&mut self, sha: &str, body: &[u8]) -> Result<mlua::Function, Fail> {
-        self.vm()?.function(sha, body).map_err(Fail::Text)
+    /// Compiles `body` (Redis's error text if its shebang is refused or
+    /// it does not compile): the function and its [`shebang`] flags. A
+    /// script compiled before needs no body.
+    fn compile(&mut self, sha: &str, body: &[u8]) -> Result<(mlua::Function, u8), Fail> {
+        let compiled = self.vm.as_ref().is_some_and(|vm| vm.is_compiled(sha));
+        if let (true, Some(&flags)) = (compiled, self.flags.get(sha)) {
+            return Ok((self.vm()?.function(sha, body).map_err(Fail::Text)?, flags));
+        }
+        let (flags, skip) = shebang(body)?;
+        // As Redis: the shebang line is skipped, its line feed kept (line numbers hold).
+        let function = self.vm()?.function(sha, &body[skip..]).map_err(Fail::Text)?;
+        self.flags.insert(sha.to_string(), flags);
+        Ok((function, flags))
     }
+}
+
+/// A script without a shebang line (Redis's `SCRIPT_FLAG_EVAL_COMPAT_MODE`):
+/// its flags mean nothing, it runs as before Redis 7.0.
+pub(super) const EVAL_COMPAT: u8 = 0x80;
+/// The `no-writes` flag ([`script::FUNCTION_FLAGS`] bit 0).
+pub(super) const NO_WRITES: u8 = 1;
+
+/// Redis 7.0's `evalExtractShebangFlags`: a body beginning `#!lua
+/// [flags=a,b]` declares its flags; one without `#!` is [`EVAL_COMPAT`].
+/// The flags and the shebang line's length (without its line feed).
+fn shebang(body: &[u8]) -> Result<(u8, usize), Fail> {
+    if !body.starts_with(b"#!") {
+        return Ok((EVAL_COMPAT, 0));
+    }
+    let text = script::c_str(body);
+    let Some(end) = text.iter().position(|&c| c == b'\n') else {
+        return Err(Fail::err("Invalid script shebang"));
+    };
+    let parts = match super::functions::split_args(&text[..end]) {
+        Some(p) if !p.is_empty() => p,
+        _ => return Err(Fail::err("Invalid engine in script shebang")),
+    };
+    if parts[0] != b"#!lua" {
+        return Err(Fail::Text(format!("ERR Unexpected engine in script shebang: {}", String::from_utf8_lossy(script::c_str(&parts[0])))));
+    }
+    let mut flags = 0u8;
+    for part in &parts[1..] {
+        let Some(list) = part.strip_prefix(b"flags=") else {
+            return Err(Fail::Text(format!("ERR Unknown lua shebang option: {}", String::from_utf8_lossy(script::c_str(part)))));
+        };
+        if list.is_empty() {
+            continue;
+        }
+        for flag in list.split(|&c| c == b',') {
+            let Some(bit) = script::FUNCTION_FLAGS.iter().position(|f| f.as_bytes() == flag) else {
+                return Err(Fail::Text(format!("ERR Unexpected flag in script shebang: {}", String::from_utf8_lossy(script::c_str(flag)))));
+            };
+            flags |= 1 << bit;
+        }
+    }
+    Ok((flags, end))
+}
+
+impl Scripts {
 }
 
 /// Whether `name` is one of the EVAL family, which [`Server::execute`]
@@ -177,7 +234,7 @@ impl Server {
             let body = req.arg(1).to_vec();
             (script::sha1_hex(&body), body)
         };
-        let function = match self.scripts.compile(&sha, &body) {
+        let (function, flags) = match self.scripts.compile(&sha, &body) {
             Ok(f) => f,
             Err(fail) => {
                 out.error(fail.text().as_bytes());
@@ -190,6 +247,12 @@ impl Server {
                 return Flow::Continue;
             }
         }
+        // Redis's scriptPrepareForRun: a script with a shebang is held to its flags.
+        if flags & EVAL_COMPAT == 0 && flags & NO_WRITES == 0 && read_only {
+            out.error(b"ERR Can not execute a script with write flag using *_ro command.");
+            return Flow::Continue;
+        }
+        let read_only = read_only || (flags & EVAL_COMPAT == 0 && flags & NO_WRITES != 0);
         let numkeys = numkeys as usize;
         let keys: Vec<&[u8]> = (3..3 + numkeys).map(|i| req.arg(i)).collect();
         let args: Vec<&[u8]> = (3 + numkeys..req.len()).map(|i| req.arg(i)).collect();
@@ -419,6 +482,7 @@ pub(super) fn script_flush<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut
         c.ks.internal_delete(&k)?;
     }
     c.server.scripts.bodies.clear();
+    c.server.scripts.flags.clear();
     c.server.scripts.vm = None;
     c.out.ok();
     Ok(())
