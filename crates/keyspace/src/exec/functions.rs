@@ -354,6 +354,16 @@ impl Server {
         }
     }
 
+    /// The stored libraries and their functions (INFO); none if they
+    /// cannot be read.
+    pub(super) fn function_counts<K: Keyspace>(&mut self, ks: &mut K) -> (usize, usize) {
+        let limit = self.load_limit();
+        match self.scripts.functions.sync(ks, limit) {
+            Ok(()) => self.scripts.functions.counts(),
+            Err(_) => (0, 0),
+        }
+    }
+
     /// FCALL and FCALL_RO.
     pub(crate) fn fcall<K, S>(&mut self, spec: &CommandInfo, session: &mut Session, ks: &mut K, req: &Request<'_>, sink: &mut S) -> Flow
     where

@@ -108,6 +108,15 @@ impl Scripts {
         Ok(())
     }
 
+    /// How many scripts are stored (INFO's `number_of_cached_scripts`).
+    pub(super) fn count<K: Keyspace>(&self, ks: &mut K) -> usize {
+        if ks.has_internal() {
+            script_keys(ks).iter().filter(|k| k.len() == 41).count()
+        } else {
+            self.bodies.len()
+        }
+    }
+
     fn vm(&mut self) -> Result<&mut Vm, Fail> {
         if self.vm.is_none() {
             self.vm = Some(Vm::new().map_err(|e| Fail::err(&format!("the Lua interpreter did not start: {e}")))?);

@@ -171,6 +171,8 @@ pub struct Vm {
     /// `load_lib(chunk)`: a library's loading run (FUNCTION LOAD),
     /// returning `true, registrations` or `false, error`.
     load_lib: Function,
+    /// `cjson`'s settings, reset before every run.
+    cjson: Arc<cjson::Settings>,
 }
 
 /// A function a library registered (`redis.register_function`).
@@ -255,6 +257,8 @@ G.getfenv = function(f)
   return e
 end
 G.loadstring = function(s, name)
+  -- Redis's Lua refuses precompiled chunks (they can break the VM).
+  if type_(s) == 'string' and find_(s, '^\27') then return nil, 'binary chunks are not allowed' end
   local f, e = loadstring_(s, name)
   if f then setfenv_(f, env) end
   return f, e
@@ -291,7 +295,9 @@ env = setmt({}, {
 })
 readonly[env] = true
 readonly[G] = true
-setmt(G, {__newindex = refuse, __metatable = false})
+local G_mt = {__newindex = refuse}
+G_mt.__metatable = view(G_mt)
+setmt(G, G_mt)
 local function handler(err)
   local source, line
   for level = 2, 64 do
@@ -433,16 +439,20 @@ impl Vm {
             resp: AtomicU8::new(2),
         });
         let globals = lua.globals();
-        globals.raw_set("cjson", cjson::library(&lua)?)?;
+        let (cjson_table, cjson) = cjson::library(&lua)?;
+        globals.raw_set("cjson", cjson_table)?;
         globals.raw_set("bit", bit::library(&lua)?)?;
         let math: Table = globals.raw_get("math")?;
         let st = state.clone();
         math.raw_set("random", raising(&lua, move |lua, args| math_random(lua, &st, &args))?)?;
         let st = state.clone();
         math.raw_set("randomseed", raising(&lua, move |lua, args| {
+            // luaL_checkint: a number, or a string that converts to one.
+            let number = |s: &mlua::LuaString| std::str::from_utf8(&s.as_bytes()).ok().and_then(|t| t.trim().parse::<f64>().ok());
             match args.front() {
                 Some(Value::Integer(i)) => st.seed(*i as i32 as u32),
                 Some(Value::Number(n)) => st.seed(*n as i32 as u32),
+                Some(Value::String(s)) if number(s).is_some() => st.seed(number(s).expect("checked") as i32 as u32),
                 _ => return Ok(Err(Value::String(lua.create_string("bad argument #1 to 'randomseed' (number expected)")?))),
             }
             Ok(Ok(Value::Nil))
@@ -464,7 +474,7 @@ impl Vm {
         })?;
         let outside = lua.create_function(|lua, _: MultiValue| error_table(lua, "ERR redis.call/pcall can only be called inside a script invocation"))?;
         bridge.raw_set("call", outside.clone())?;
-        Ok(Vm { lua, run, bridge, globals, env, compiled: HashMap::new(), state, runs: 0, outside, run_fn, load_lib })
+        Ok(Vm { lua, run, bridge, globals, env, compiled: HashMap::new(), state, runs: 0, outside, run_fn, load_lib, cjson })
     }
 
     /// The compiled function of the script `sha` (its body `body`),
@@ -503,6 +513,7 @@ impl Vm {
             })?;
         self.state.set_limit(limit);
         self.state.killed.store(false, Relaxed);
+        self.cjson.reset();
         let result = self.load_lib.call::<(bool, Value)>(chunk);
         self.state.set_limit(Limit::None);
         let killed = self.state.killed.swap(false, Relaxed);
@@ -575,6 +586,7 @@ impl Vm {
         self.state.killed.store(false, Relaxed);
         self.state.seed(seed);
         self.state.resp.store(2, Relaxed);
+        self.cjson.reset();
         let outcome = self.run_inner(f, as_function, keys, args, call);
         self.state.set_limit(Limit::None);
         let killed = self.state.killed.swap(false, Relaxed);
