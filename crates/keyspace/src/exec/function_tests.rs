@@ -255,3 +255,17 @@ fn an_eval_shebang_declares_flags() {
     assert_eq!(f.call(&["SCRIPT", "LOAD", "#!lua flags=no-writes\nreturn redis.call('incr','x')"]), format!("$40\r\n{sha}\r\n"));
     assert!(f.call(&["EVALSHA", &sha, "0"]).starts_with("-ERR Write commands are not allowed from read-only scripts."), "EVALSHA keeps the flags");
 }
+
+/// lua-cjson's settings a script may change hold for its own run only.
+#[test]
+fn cjson_settings_last_one_run() {
+    let mut f = Fixture::new();
+    let body = "cjson.encode_max_depth(1) local ok1 = pcall(cjson.encode, {{1}}) \
+                cjson.decode_max_depth(1) local ok2 = pcall(cjson.decode, '{\"a\": {}}') \
+                local ok3 = pcall(cjson.encode, {0/0}) cjson.encode_invalid_numbers(true) \
+                return {tostring(ok1), tostring(ok2), tostring(ok3), cjson.encode({0/0, 1/0, -1/0})}";
+    let want = "*4\r\n$5\r\nfalse\r\n$5\r\nfalse\r\n$5\r\nfalse\r\n$14\r\n[nan,inf,-inf]\r\n";
+    assert_eq!(f.call(&["EVAL", body, "0"]), want);
+    assert_eq!(f.call(&["EVAL", "return cjson.encode({{{1}}})", "0"]), "$7\r\n[[[1]]]\r\n", "the next run has the defaults");
+    assert!(f.call(&["EVAL", "return cjson.encode({0/0})", "0"]).starts_with("-"));
+}

@@ -14,7 +14,7 @@
 //! encoding: here every run starts from the defaults); the other settings
 //! functions are accepted and change nothing.
 
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 use mlua::{LightUserData, Lua, MultiValue, Table, Value};
@@ -57,17 +57,21 @@ pub fn format_g(d: f64, precision: usize) -> String {
 pub struct Settings {
     encode_max_depth: AtomicUsize,
     decode_max_depth: AtomicUsize,
+    /// `encode_invalid_numbers`: 0 refuse NaN and infinities, 1 write them
+    /// `nan`/`inf`/`-inf`, 2 write `null` (lua-cjson's off/on/null).
+    encode_invalid: AtomicU8,
 }
 
 impl Settings {
     fn new() -> Settings {
-        Settings { encode_max_depth: AtomicUsize::new(MAX_DEPTH), decode_max_depth: AtomicUsize::new(MAX_DEPTH) }
+        Settings { encode_max_depth: AtomicUsize::new(MAX_DEPTH), decode_max_depth: AtomicUsize::new(MAX_DEPTH), encode_invalid: AtomicU8::new(0) }
     }
 
     /// Back to lua-cjson's defaults (a run begins).
     pub fn reset(&self) {
         self.encode_max_depth.store(MAX_DEPTH, Relaxed);
         self.decode_max_depth.store(MAX_DEPTH, Relaxed);
+        self.encode_invalid.store(0, Relaxed);
     }
 }
 
@@ -90,6 +94,30 @@ fn depth_option(lua: &Lua, name: &str, setting: &AtomicUsize, args: &MultiValue)
     Ok(Ok(Value::Integer(setting.load(Relaxed) as i64)))
 }
 
+/// lua-cjson's `json_enum_option` for `encode_invalid_numbers`: true/"on",
+/// false/"off" or "null" sets it; answers the value in force.
+fn invalid_option(lua: &Lua, setting: &AtomicU8, args: &MultiValue) -> mlua::Result<Result<Value, Value>> {
+    let value = match args.front() {
+        None | Some(Value::Nil) => None,
+        Some(Value::Boolean(b)) => Some(u8::from(*b)),
+        Some(Value::String(s)) => match &s.as_bytes()[..] {
+            b"off" => Some(0),
+            b"on" => Some(1),
+            b"null" => Some(2),
+            _ => return Ok(Err(Value::String(lua.create_string("bad argument #1 to 'encode_invalid_numbers' (invalid option)")?))),
+        },
+        Some(_) => return Ok(Err(Value::String(lua.create_string("bad argument #1 to 'encode_invalid_numbers' (invalid option)")?))),
+    };
+    if let Some(v) = value {
+        setting.store(v, Relaxed);
+    }
+    Ok(Ok(match setting.load(Relaxed) {
+        0 => Value::Boolean(false),
+        1 => Value::Boolean(true),
+        _ => Value::String(lua.create_string("null")?),
+    }))
+}
+
 fn null() -> Value {
     Value::LightUserData(LightUserData(std::ptr::null_mut()))
 }
@@ -106,7 +134,8 @@ pub fn library(lua: &Lua) -> mlua::Result<(Table, Arc<Settings>)> {
             return Ok(Err(Value::String(lua.create_string("bad argument #1 to 'encode' (expected 1 argument)")?)));
         }
         let mut out = Vec::new();
-        Ok(match encode(&args[0], 0, st.encode_max_depth.load(Relaxed), &mut out) {
+        let how = Encoding { max_depth: st.encode_max_depth.load(Relaxed), invalid: st.encode_invalid.load(Relaxed) };
+        Ok(match encode(&args[0], 0, &how, &mut out) {
             Ok(()) => Ok(Value::String(lua.create_string(&out)?)),
             Err(text) => Err(Value::String(lua.create_string(text)?)),
         })
@@ -129,8 +158,10 @@ pub fn library(lua: &Lua) -> mlua::Result<(Table, Arc<Settings>)> {
     t.raw_set("encode_max_depth", super::raising(lua, move |lua, args| depth_option(lua, "encode_max_depth", &st.encode_max_depth, &args))?)?;
     let st = settings.clone();
     t.raw_set("decode_max_depth", super::raising(lua, move |lua, args| depth_option(lua, "decode_max_depth", &st.decode_max_depth, &args))?)?;
+    let st = settings.clone();
+    t.raw_set("encode_invalid_numbers", super::raising(lua, move |lua, args| invalid_option(lua, &st.encode_invalid, &args))?)?;
     // Settings functions lua-cjson has; the defaults are kept.
-    for name in ["encode_sparse_array", "encode_number_precision", "encode_keep_buffer", "encode_invalid_numbers", "decode_invalid_numbers"] {
+    for name in ["encode_sparse_array", "encode_number_precision", "encode_keep_buffer", "decode_invalid_numbers"] {
         t.raw_set(name, lua.create_function(|_, _: MultiValue| Ok(()))?)?;
     }
     Ok((t, settings))
@@ -155,9 +186,22 @@ fn escape(s: &[u8], out: &mut Vec<u8>) {
     out.push(b'"');
 }
 
-fn number(n: f64, out: &mut Vec<u8>) -> Result<(), String> {
+/// How a run encodes ([`Settings`]).
+struct Encoding {
+    max_depth: usize,
+    invalid: u8,
+}
+
+fn number(n: f64, how: &Encoding, out: &mut Vec<u8>) -> Result<(), String> {
     if !n.is_finite() {
-        return Err("Cannot serialise number: must not be NaN or Inf".into());
+        match how.invalid {
+            0 => return Err("Cannot serialise number: must not be NaN or Inf".into()),
+            // Redis's lua-cjson: "nan" whatever its sign, infinities by %.14g.
+            1 if n.is_nan() => out.extend_from_slice(b"nan"),
+            1 => out.extend_from_slice(format_g(n, 14).as_bytes()),
+            _ => out.extend_from_slice(b"null"),
+        }
+        return Ok(());
     }
     out.extend_from_slice(format_g(n, 14).as_bytes());
     Ok(())
@@ -182,16 +226,16 @@ fn array_len(t: &Table) -> Result<Option<usize>, String> {
     Ok(if max == 0 { None } else { Some(max) })
 }
 
-fn encode(v: &Value, depth: usize, max: usize, out: &mut Vec<u8>) -> Result<(), String> {
+fn encode(v: &Value, depth: usize, how: &Encoding, out: &mut Vec<u8>) -> Result<(), String> {
     match v {
         Value::Nil => out.extend_from_slice(b"null"),
         Value::LightUserData(p) if p.0.is_null() => out.extend_from_slice(b"null"),
         Value::Boolean(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
-        Value::Integer(i) => number(*i as f64, out)?,
-        Value::Number(n) => number(*n, out)?,
+        Value::Integer(i) => number(*i as f64, how, out)?,
+        Value::Number(n) => number(*n, how, out)?,
         Value::String(s) => escape(&s.as_bytes(), out),
         Value::Table(t) => {
-            if depth + 1 > max {
+            if depth + 1 > how.max_depth {
                 return Err(format!("Cannot serialise, excessive nesting ({})", depth + 1));
             }
             match array_len(t)? {
@@ -202,7 +246,7 @@ fn encode(v: &Value, depth: usize, max: usize, out: &mut Vec<u8>) -> Result<(), 
                             out.push(b',');
                         }
                         let item: Value = t.raw_get(i).map_err(|e| e.to_string())?;
-                        encode(&item, depth + 1, max, out)?;
+                        encode(&item, depth + 1, how, out)?;
                     }
                     out.push(b']');
                 }
@@ -222,7 +266,7 @@ fn encode(v: &Value, depth: usize, max: usize, out: &mut Vec<u8>) -> Result<(), 
                             _ => return Err("Cannot serialise table: table key must be a number or string".into()),
                         }
                         out.push(b':');
-                        encode(&val, depth + 1, max, out)?;
+                        encode(&val, depth + 1, how, out)?;
                     }
                     out.push(b'}');
                 }
