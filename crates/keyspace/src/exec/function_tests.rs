@@ -75,6 +75,9 @@ fn load_call_list_delete() {
     assert_eq!(f.call(&["FCALL_RO", "getk", "1", "k"]), "$1\r\nv\r\n");
     assert_eq!(f.call(&["FCALL_RO", "hello", "0"]), "-ERR Can not execute a script with write flag using *_ro command.\r\n");
     assert_eq!(f.call(&["FCALL", "nosuch", "0"]), "-ERR Function not found\r\n");
+    assert_eq!(f.call(&["FCALL", "HeLLo", "0", "case"]), "$10\r\nhello case\r\n", "names are case-insensitive");
+    let upper = "#!lua name=upper\nredis.register_function('HELLO', function() return 1 end)";
+    assert_eq!(f.call(&["FUNCTION", "LOAD", upper]), "-ERR Function HELLO already exists\r\n");
     assert_eq!(f.call(&["FCALL", "hello", "x"]), "-ERR Bad number of keys provided\r\n");
     assert_eq!(f.call(&["FCALL", "hello", "2", "a"]), "-ERR Number of keys can't be greater than number of args\r\n");
     assert_eq!(f.call(&["FCALL", "hello", "-1"]), "-ERR Number of keys can't be negative\r\n");

@@ -72,7 +72,8 @@ pub struct Functions {
     codes: BTreeMap<String, Vec<u8>>,
     /// The functions each library registered, by library name.
     loaded: BTreeMap<String, Vec<Registered>>,
-    /// Function name → its library.
+    /// Function name, lower-cased → its library (Redis's function names
+    /// are case-insensitive across libraries, case-sensitive within one).
     index: HashMap<String, String>,
 }
 
@@ -237,7 +238,7 @@ impl Functions {
     }
 
     fn reindex(&mut self) {
-        self.index = self.loaded.iter().flat_map(|(lib, fs)| fs.iter().map(move |f| (f.name.clone(), lib.clone()))).collect();
+        self.index = self.loaded.iter().flat_map(|(lib, fs)| fs.iter().map(move |f| (f.name.to_ascii_lowercase(), lib.clone()))).collect();
     }
 
     /// Brings the cache to the stored libraries (module docs).
@@ -299,9 +300,9 @@ impl Functions {
 
     /// The function `name`: its callback and flags.
     fn find(&self, name: &[u8]) -> Option<(mlua::Function, u8)> {
-        let name = std::str::from_utf8(name).ok()?;
-        let lib = self.index.get(name)?;
-        self.loaded[lib].iter().find(|f| f.name == name).map(|f| (f.function.clone(), f.flags))
+        let name = std::str::from_utf8(name).ok()?.to_ascii_lowercase();
+        let lib = self.index.get(&name)?;
+        self.loaded[lib].iter().find(|f| f.name.eq_ignore_ascii_case(&name)).map(|f| (f.function.clone(), f.flags))
     }
 
     /// Libraries and functions (FUNCTION STATS).
@@ -324,14 +325,14 @@ fn build(codes: &BTreeMap<String, Vec<u8>>, limit: &dyn Fn() -> Limit, strict: b
             if registered.is_empty() {
                 return Err(Fail::err("No functions registered"));
             }
-            if let Some(f) = registered.iter().find(|f| names.contains_key(&f.name)) {
+            if let Some(f) = registered.iter().find(|f| names.contains_key(&f.name.to_ascii_lowercase())) {
                 return Err(Fail::Text(format!("ERR Function {} already exists", f.name)));
             }
             Ok(registered)
         });
         match result {
             Ok(registered) => {
-                names.extend(registered.iter().map(|f| (f.name.clone(), ())));
+                names.extend(registered.iter().map(|f| (f.name.to_ascii_lowercase(), ())));
                 loaded.insert(lib.clone(), registered);
             }
             Err(e) if strict => return Err(e),
@@ -439,7 +440,7 @@ pub(super) fn function_load<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mu
     if registered.is_empty() {
         return Err(Fail::err("No functions registered"));
     }
-    if let Some(f) = registered.iter().find(|f| functions.index.get(&f.name).is_some_and(|lib| *lib != name)) {
+    if let Some(f) = registered.iter().find(|f| functions.index.get(&f.name.to_ascii_lowercase()).is_some_and(|lib| *lib != name)) {
         return Err(Fail::Text(format!("ERR Function {} already exists", f.name)));
     }
     functions.codes.insert(name.clone(), code);
