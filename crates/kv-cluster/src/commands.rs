@@ -32,7 +32,7 @@ pub enum Class {
 /// Commands that only read.
 #[rustfmt::skip]
 pub const READS: &[&str] = &[
-    "bitcount", "bitpos", "dbsize", "echo", "eval_ro", "evalsha_ro", "exists", "expiretime", "get", "getbit",
+    "bitcount", "bitpos", "dbsize", "echo", "eval_ro", "evalsha_ro", "exists", "expiretime", "fcall_ro", "get", "getbit",
     "getrange", "hexists", "hget", "hgetall", "hkeys", "hlen", "hmget", "hrandfield", "hscan", "hstrlen", "hvals",
     "keys", "lcs", "lindex", "llen", "lpos", "lrange", "memory", "mget", "object", "pexpiretime", "ping", "pttl", "randomkey", "scan",
     "scard", "sdiff", "select", "sinter", "sintercard", "sismember", "smembers", "smismember", "sort_ro", "srandmember", "sscan",
@@ -44,8 +44,8 @@ pub const READS: &[&str] = &[
 /// Commands that write.
 #[rustfmt::skip]
 pub const WRITES: &[&str] = &[
-    "append", "bitop", "copy", "decr", "decrby", "del", "eval", "evalsha", "expire", "expireat", "flushall",
-    "flushdb", "getdel", "getex", "getset", "hdel", "hincrby", "hincrbyfloat", "hmset", "hset", "hsetnx", "incr",
+    "append", "bitop", "copy", "decr", "decrby", "del", "eval", "evalsha", "expire", "expireat", "fcall", "flushall",
+    "flushdb", "function", "getdel", "getex", "getset", "hdel", "hincrby", "hincrbyfloat", "hmset", "hset", "hsetnx", "incr",
     "incrby", "incrbyfloat", "linsert", "lmove", "lmpop", "lpop", "lpush", "lpushx", "lrem", "lset", "ltrim", "mset",
     "msetnx", "persist", "pexpire", "pexpireat", "psetex", "rename", "renamenx", "rpop", "rpoplpush", "rpush",
     "rpushx", "sadd", "script", "sdiffstore", "set", "setbit", "setex", "setnx", "setrange", "sinterstore", "smove",
@@ -116,6 +116,10 @@ mod tests {
         assert_eq!((class(b"LCS"), class(b"memory"), class(b"ZMPOP")), (Class::Read, Class::Read, Class::Write));
         // The sorted sets' blocking pops park as the lists' do.
         assert_eq!((class(b"BZPOPMIN"), class(b"bzpopmax"), class(b"BzMpop")), (Class::Blocking, Class::Blocking, Class::Blocking));
+        // FUNCTION LOAD/DELETE/FLUSH/RESTORE change the libraries every member
+        // holds: the container goes through the log, as SCRIPT does; FCALL as
+        // EVALSHA, FCALL_RO as EVAL_RO.
+        assert_eq!((class(b"FUNCTION"), class(b"fcall"), class(b"FCALL_RO")), (Class::Write, Class::Write, Class::Read));
         assert_eq!(class(&[b'a'; 100]), Class::Unknown);
     }
 }

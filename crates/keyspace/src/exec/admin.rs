@@ -803,6 +803,12 @@ pub(super) fn info<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_
             want[i] |= s == name.as_bytes();
         }
     }
+    let memory = if want[2] {
+        let (scripts, (libraries, functions)) = (c.server.scripts.count(c.ks), c.server.function_counts(c.ks));
+        format!("used_memory:0\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\nnumber_of_cached_scripts:{scripts}\r\nnumber_of_functions:{functions}\r\nnumber_of_libraries:{libraries}\r\n")
+    } else {
+        String::new()
+    };
     let cfg = &c.server.config;
     let mut text = String::new();
     let server = &*c.server;
@@ -833,7 +839,7 @@ pub(super) fn info<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_
         c.server.blocked_clients()
     );
     section(1, clients);
-    section(2, "used_memory:0\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\n".into());
+    section(2, memory);
     section(3, "loading:0\r\nrdb_changes_since_last_save:0\r\naof_enabled:0\r\n".into());
     let (channels, patterns, shard) = c.server.pubsub.sizes();
     section(

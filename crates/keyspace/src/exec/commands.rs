@@ -29,7 +29,7 @@
 //! ([`super::Server::random_draws`], [`super::Server::clock_reads`]), so the
 //! unit, differential and server tests check them on every command they run.
 
-use super::{admin, bits, blocking, hashes, keys, large, list_ops, lists, multi, pubsub, scripting, sets, sort, streams, strings, zsets};
+use super::{admin, bits, blocking, functions, hashes, keys, large, list_ops, lists, multi, pubsub, scripting, sets, sort, streams, strings, zsets};
 use super::{lower, Ctx, Res};
 use crate::store::{Keyspace, Kind};
 use pmwire_resp::reply::ReplySink;
@@ -265,10 +265,20 @@ command_table! {
     "expire", -3, (1, 1, 1), [WRITE TIME], |c| keys::expire(c, keys::ExpireCmd { seconds: true, relative: true });
     "expireat", -3, (1, 1, 1), [WRITE TIME], |c| keys::expire(c, keys::ExpireCmd { seconds: true, relative: false });
     "expiretime", 2, (1, 1, 1), [READONLY], |c| keys::ttl(c, false, true);
+    "fcall", -3, (0, 0, 0), [], |_c| unreachable!("FCALL is run by Server::execute itself");
+    "fcall_ro", -3, (0, 0, 0), [READONLY], |_c| unreachable!("FCALL_RO is run by Server::execute itself");
     "flushall", -1, (0, 0, 0), [WRITE], |c| admin::flush(c);
     "flushdb", -1, (0, 0, 0), [WRITE], |c| admin::flush(c);
     "function", -2, (0, 0, 0), [], |_c| unreachable!("a container runs under a subcommand");
-    "function|flush", -2, (0, 0, 0), [WRITE], |c| scripting::function_flush(c);
+    "function|delete", 3, (0, 0, 0), [WRITE], |c| functions::function_delete(c);
+    "function|dump", 2, (0, 0, 0), [], |c| functions::function_dump(c);
+    "function|flush", -2, (0, 0, 0), [WRITE], |c| functions::function_flush(c);
+    "function|help", 2, (0, 0, 0), [], |c| functions::function_help(c);
+    "function|kill", 2, (0, 0, 0), [], |c| functions::function_kill(c);
+    "function|list", -2, (0, 0, 0), [], |c| functions::function_list(c);
+    "function|load", -3, (0, 0, 0), [WRITE], |c| functions::function_load(c);
+    "function|restore", -3, (0, 0, 0), [WRITE], |c| functions::function_restore(c);
+    "function|stats", 2, (0, 0, 0), [], |c| functions::function_stats(c);
     "get", 2, (1, 1, 1), [READONLY], |c| strings::get(c);
     "getbit", 3, (1, 1, 1), [READONLY], |c| bits::getbit(c);
     "getdel", 2, (1, 1, 1), [WRITE], |c| strings::getdel(c);

@@ -28,6 +28,7 @@ mod bits;
 mod blocking;
 pub mod commands;
 mod encoding;
+mod functions;
 mod hashes;
 mod keys;
 mod large;
@@ -47,9 +48,12 @@ pub use admin::{EncodingParameter, ENCODING_PARAMETERS};
 use commands::{CommandInfo, Flags};
 pub use keys::{active_expire, Sweep};
 pub use multi::MAX_QUEUED_BYTES;
+pub use functions::LIBRARY_TAG;
 pub use scripting::{Scripts, DEFAULT_SCRIPT_BUDGET, DEFAULT_TIME_LIMIT_MS, SCRIPT_TAG};
 pub use shared::{MAX_RANDOM_REPLY, MAX_RANDOM_REPLY_BYTES};
 
+#[cfg(test)]
+mod function_tests;
 #[cfg(test)]
 mod large_tests;
 #[cfg(test)]

@@ -47,7 +47,8 @@ const NOSCRIPT: &[&str] = &[
     "auth", "bgsave", "blmove", "blpop", "brpop", "brpoplpush", "bzpopmax", "bzpopmin", "client|getname", "client|id", "client|info", "client|list", "client|setname", "client|unblock",
     "config|get", "config|set", "discard", "eval", "eval_ro", "evalsha", "evalsha_ro", "exec", "function|flush", "hello", "multi", "psubscribe",
     "punsubscribe", "quit", "reset", "ssubscribe", "subscribe", "sunsubscribe", "unsubscribe", "role", "save", "script|exists", "script|flush", "script|kill", "script|load", "shutdown", "unwatch", "wait",
-    "watch", "acl|whoami",
+    "watch", "acl|whoami", "fcall", "fcall_ro", "function|delete", "function|dump", "function|kill", "function|list", "function|load",
+    "function|restore", "function|stats",
 ];
 
 /// A replicated executor's script budget ([`super::ServerConfig::script_budget`]):
@@ -64,6 +65,10 @@ pub const DEFAULT_SCRIPT_BUDGET: u64 = 100_000;
 pub struct Scripts {
     vm: Option<Vm>,
     bodies: HashMap<String, Vec<u8>>,
+    /// Each compiled script's shebang flags ([`shebang`]).
+    flags: HashMap<String, u8>,
+    /// The function libraries (FUNCTION, FCALL).
+    pub(super) functions: super::functions::Functions,
 }
 
 fn body_key(sha: &str) -> Vec<u8> {
@@ -103,6 +108,15 @@ impl Scripts {
         Ok(())
     }
 
+    /// How many scripts are stored (INFO's `number_of_cached_scripts`).
+    pub(super) fn count<K: Keyspace>(&self, ks: &mut K) -> usize {
+        if ks.has_internal() {
+            script_keys(ks).iter().filter(|k| k.len() == 41).count()
+        } else {
+            self.bodies.len()
+        }
+    }
+
     fn vm(&mut self) -> Result<&mut Vm, Fail> {
         if self.vm.is_none() {
             self.vm = Some(Vm::new().map_err(|e| Fail::err(&format!("the Lua interpreter did not start: {e}")))?);
@@ -110,16 +124,71 @@ impl Scripts {
         Ok(self.vm.as_mut().expect("made above"))
     }
 
-    /// Compiles `body` (Redis's error text if it does not compile).
-    fn compile(&mut self, sha: &str, body: &[u8]) -> Result<mlua::Function, Fail> {
-        self.vm()?.function(sha, body).map_err(Fail::Text)
+    /// Compiles `body` (Redis's error text if its shebang is refused or
+    /// it does not compile): the function and its [`shebang`] flags. A
+    /// script compiled before needs no body.
+    fn compile(&mut self, sha: &str, body: &[u8]) -> Result<(mlua::Function, u8), Fail> {
+        let compiled = self.vm.as_ref().is_some_and(|vm| vm.is_compiled(sha));
+        if let (true, Some(&flags)) = (compiled, self.flags.get(sha)) {
+            return Ok((self.vm()?.function(sha, body).map_err(Fail::Text)?, flags));
+        }
+        let (flags, skip) = shebang(body)?;
+        // As Redis: the shebang line is skipped, its line feed kept (line numbers hold).
+        let function = self.vm()?.function(sha, &body[skip..]).map_err(Fail::Text)?;
+        self.flags.insert(sha.to_string(), flags);
+        Ok((function, flags))
     }
+}
+
+/// A script without a shebang line (Redis's `SCRIPT_FLAG_EVAL_COMPAT_MODE`):
+/// its flags mean nothing, it runs as before Redis 7.0.
+pub(super) const EVAL_COMPAT: u8 = 0x80;
+/// The `no-writes` flag ([`script::FUNCTION_FLAGS`] bit 0).
+pub(super) const NO_WRITES: u8 = 1;
+
+/// Redis 7.0's `evalExtractShebangFlags`: a body beginning `#!lua
+/// [flags=a,b]` declares its flags; one without `#!` is [`EVAL_COMPAT`].
+/// The flags and the shebang line's length (without its line feed).
+fn shebang(body: &[u8]) -> Result<(u8, usize), Fail> {
+    if !body.starts_with(b"#!") {
+        return Ok((EVAL_COMPAT, 0));
+    }
+    let text = script::c_str(body);
+    let Some(end) = text.iter().position(|&c| c == b'\n') else {
+        return Err(Fail::err("Invalid script shebang"));
+    };
+    let parts = match super::functions::split_args(&text[..end]) {
+        Some(p) if !p.is_empty() => p,
+        _ => return Err(Fail::err("Invalid engine in script shebang")),
+    };
+    if parts[0] != b"#!lua" {
+        return Err(Fail::Text(format!("ERR Unexpected engine in script shebang: {}", String::from_utf8_lossy(script::c_str(&parts[0])))));
+    }
+    let mut flags = 0u8;
+    for part in &parts[1..] {
+        let Some(list) = part.strip_prefix(b"flags=") else {
+            return Err(Fail::Text(format!("ERR Unknown lua shebang option: {}", String::from_utf8_lossy(script::c_str(part)))));
+        };
+        if list.is_empty() {
+            continue;
+        }
+        for flag in list.split(|&c| c == b',') {
+            let Some(bit) = script::FUNCTION_FLAGS.iter().position(|f| f.as_bytes() == flag) else {
+                return Err(Fail::Text(format!("ERR Unexpected flag in script shebang: {}", String::from_utf8_lossy(script::c_str(flag)))));
+            };
+            flags |= 1 << bit;
+        }
+    }
+    Ok((flags, end))
+}
+
+impl Scripts {
 }
 
 /// Whether `name` is one of the EVAL family, which [`Server::execute`]
 /// runs itself ([`Server::eval`]).
 pub(crate) fn is_eval(name: &str) -> bool {
-    matches!(name, "eval" | "evalsha" | "eval_ro" | "evalsha_ro")
+    matches!(name, "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro")
 }
 
 impl Server {
@@ -134,6 +203,9 @@ impl Server {
         K: Keyspace,
         S: ReplySink<K::Value> + ?Sized,
     {
+        if spec.name.starts_with("fcall") {
+            return self.fcall(spec, session, ks, req, sink);
+        }
         let mut out = Out::<K::Value, S>::new(sink, session.protocol);
         let by_sha = spec.name.starts_with("evalsha");
         let read_only = spec.name.ends_with("_ro");
@@ -171,7 +243,7 @@ impl Server {
             let body = req.arg(1).to_vec();
             (script::sha1_hex(&body), body)
         };
-        let function = match self.scripts.compile(&sha, &body) {
+        let (function, flags) = match self.scripts.compile(&sha, &body) {
             Ok(f) => f,
             Err(fail) => {
                 out.error(fail.text().as_bytes());
@@ -184,43 +256,83 @@ impl Server {
                 return Flow::Continue;
             }
         }
+        // Redis's scriptPrepareForRun: a script with a shebang is held to its flags.
+        if flags & EVAL_COMPAT == 0 && flags & NO_WRITES == 0 && read_only {
+            out.error(b"ERR Can not execute a script with write flag using *_ro command.");
+            return Flow::Continue;
+        }
+        let read_only = read_only || (flags & EVAL_COMPAT == 0 && flags & NO_WRITES != 0);
         let numkeys = numkeys as usize;
         let keys: Vec<&[u8]> = (3..3 + numkeys).map(|i| req.arg(i)).collect();
         let args: Vec<&[u8]> = (3 + numkeys..req.len()).map(|i| req.arg(i)).collect();
+        let mut vm = self.scripts.vm.take().expect("compiled above");
+        let (outcome, script_resp) = self.run_script(&mut vm, &function, false, &keys, &args, read_only, session, ks);
+        self.scripts.vm = Some(vm);
+        self.reply_outcome(outcome, script_resp, &sha, session, ks, sink);
+        Flow::Continue
+    }
+
+    /// Runs a script (`as_function`: a library function, FCALL) in `vm`:
+    /// how it ended and the protocol it asked for. Its writes are undone
+    /// if it was stopped.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn run_script<K: Keyspace>(
+        &mut self,
+        vm: &mut Vm,
+        function: &mlua::Function,
+        as_function: bool,
+        keys: &[&[u8]],
+        args: &[&[u8]],
+        read_only: bool,
+        session: &mut Session,
+        ks: &mut K,
+    ) -> (Outcome, u8) {
         let seed = self.random_below(1 << 32) as u32;
         let limit = match self.config.script_budget {
             Some(steps) => script::Limit::Steps(steps),
             None if self.config.lua_time_limit_ms == 0 => script::Limit::None,
             None => Instant::now().checked_add(Duration::from_millis(self.config.lua_time_limit_ms)).map_or(script::Limit::None, script::Limit::Deadline),
         };
-        let mut vm = self.scripts.vm.take().expect("compiled above");
         ks.begin_script();
         let deny_blocking = std::mem::replace(&mut self.deny_blocking, true);
         let in_script = std::mem::replace(&mut self.in_script, true);
-        let outcome = vm.run(&function, &keys, &args, seed, limit, &mut |argv, resp| self.script_call(session, ks, argv, resp, read_only));
+        let mut call = |argv: &[Vec<u8>], resp: u8| self.script_call(session, ks, argv, resp, read_only);
+        let outcome = if as_function {
+            vm.run_function(function, keys, args, seed, limit, &mut call)
+        } else {
+            vm.run(function, keys, args, seed, limit, &mut call)
+        };
         self.deny_blocking = deny_blocking;
         self.in_script = in_script;
-        let script_resp = vm.script_resp();
-        self.scripts.vm = Some(vm);
+        if matches!(outcome, Outcome::Killed) {
+            ks.abort_script();
+        }
+        (outcome, vm.script_resp())
+    }
+
+    /// Answers how the script `name` (a SHA-1, or a function's name) ended.
+    pub(super) fn reply_outcome<K, S>(&self, outcome: Outcome, script_resp: u8, name: &str, session: &Session, _ks: &mut K, sink: &mut S)
+    where
+        K: Keyspace,
+        S: ReplySink<K::Value> + ?Sized,
+    {
         let mut out = Out::<K::Value, S>::new(sink, session.protocol);
         match outcome {
             Outcome::Returned(value) => write_answer(&mut out, &script::answer_of(&value, script_resp, 0)),
             Outcome::Failed(mut text, at) => {
                 if let Some(at) = at {
-                    text.extend_from_slice(format!(" script: {sha}, on {at}.").as_bytes());
+                    text.extend_from_slice(format!(" script: {name}, on {at}.").as_bytes());
                 }
                 out.error(&script::reply_line(&text));
             }
             Outcome::Killed => {
-                ks.abort_script();
                 let text = match self.config.script_budget {
-                    Some(steps) => format!("ERR Script killed: it ran past its budget of {steps} steps of {} instructions; every write it made was undone script: {sha}", script::HOOK_EVERY),
-                    None => format!("ERR Script killed: it ran past lua-time-limit ({} ms); every write it made was undone script: {sha}", self.config.lua_time_limit_ms),
+                    Some(steps) => format!("ERR Script killed: it ran past its budget of {steps} steps of {} instructions; every write it made was undone script: {name}", script::HOOK_EVERY),
+                    None => format!("ERR Script killed: it ran past lua-time-limit ({} ms); every write it made was undone script: {name}", self.config.lua_time_limit_ms),
                 };
                 out.error(text.as_bytes());
             }
         }
-        Flow::Continue
     }
 
     /// One `redis.call` of a running script: its reply, in the script's
@@ -329,17 +441,22 @@ pub(super) fn script_exists<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mu
 
 /// The internal keys of the stored scripts, in order.
 fn script_keys<K: Keyspace>(ks: &mut K) -> Vec<Vec<u8>> {
+    tagged_keys(ks, SCRIPT_TAG)
+}
+
+/// The internal keys whose first byte is `tag`, in order.
+pub(super) fn tagged_keys<K: Keyspace>(ks: &mut K, tag: u8) -> Vec<Vec<u8>> {
     let mut keys: Vec<Vec<u8>> = Vec::new();
     if !ks.has_internal() {
         return keys;
     }
-    let mut from = vec![SCRIPT_TAG];
+    let mut from = vec![tag];
     loop {
         let mut batch: Vec<Vec<u8>> = Vec::new();
         ks.internal_scan(&from, 1024, &mut |k| batch.push(k.to_vec()));
         let full = batch.len() == 1024;
-        let past = batch.iter().any(|k| k.first() != Some(&SCRIPT_TAG));
-        batch.retain(|k| k.first() == Some(&SCRIPT_TAG));
+        let past = batch.iter().any(|k| k.first() != Some(&tag));
+        batch.retain(|k| k.first() == Some(&tag));
         if let Some(last) = batch.last() {
             from = last.clone();
             from.push(0);
@@ -351,10 +468,12 @@ fn script_keys<K: Keyspace>(ks: &mut K) -> Vec<Vec<u8>> {
     }
 }
 
-/// The stored scripts' internal entries (key, body), to keep across a flush.
+/// The stored scripts' and function libraries' internal entries (key,
+/// bytes), to keep across a flush.
 pub(super) fn stored_scripts<K: Keyspace>(ks: &mut K) -> Vec<(Vec<u8>, Vec<u8>)> {
-    script_keys(ks)
-        .into_iter()
+    let mut keys = script_keys(ks);
+    keys.extend(tagged_keys(ks, super::functions::LIBRARY_TAG));
+    keys.into_iter()
         .filter_map(|k| {
             let mut body = Vec::new();
             ks.internal_read(&k, &mut body).then_some((k, body))
@@ -372,25 +491,8 @@ pub(super) fn script_flush<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut
         c.ks.internal_delete(&k)?;
     }
     c.server.scripts.bodies.clear();
+    c.server.scripts.flags.clear();
     c.server.scripts.vm = None;
-    c.out.ok();
-    Ok(())
-}
-
-/// FUNCTION FLUSH [ASYNC|SYNC]: Redis 7.0's function libraries are not
-/// served (FUNCTION LOAD is unknown), so there is never one to delete; the
-/// command answers as Redis's does with none loaded, with its errors.
-/// Redis's own test suite sends it before every unit in external mode.
-pub(super) fn function_flush<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>) -> Res {
-    if c.argc() > 3 {
-        return Err(Fail::Text(format!(
-            "ERR unknown subcommand or wrong number of arguments for '{}'. Try FUNCTION HELP.",
-            String::from_utf8_lossy(c.arg(1))
-        )));
-    }
-    if c.argc() == 3 && !c.arg(2).eq_ignore_ascii_case(b"sync") && !c.arg(2).eq_ignore_ascii_case(b"async") {
-        return Err(Fail::err("FUNCTION FLUSH only supports SYNC|ASYNC option"));
-    }
     c.out.ok();
     Ok(())
 }

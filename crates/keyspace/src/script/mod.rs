@@ -29,7 +29,14 @@
 //!   a run past its deadline is stopped from an instruction-count hook
 //!   (every [`HOOK_EVERY`] instructions, which `pcall` cannot outlast).
 //!
-//! Not provided yet: `cmsgpack`, `struct`, `FUNCTION`, the Lua debugger.
+//! - **Functions** (FUNCTION LOAD, FCALL: `exec::functions`) run in a
+//!   [`Vm`] of their own, as Redis keeps them in a Lua state apart from
+//!   EVAL's: [`Vm::load_library`] runs a library's code with only
+//!   `redis.register_function`, `redis.log` and the version visible (the
+//!   environment's lookup is switched for the run), and
+//!   [`Vm::run_function`] passes KEYS and ARGV as arguments.
+//!
+//! Not provided yet: `cmsgpack`, `struct`, the Lua debugger.
 
 pub mod bit;
 pub mod cjson;
@@ -160,7 +167,31 @@ pub struct Vm {
     runs: u64,
     /// `redis.call`'s bridge outside a run (it refuses).
     outside: Function,
+    /// `run_fn(f, keys, args)`: a function's run (FCALL), as `run`.
+    run_fn: Function,
+    /// `load_lib(chunk)`: a library's loading run (FUNCTION LOAD),
+    /// returning `true, registrations` or `false, error`.
+    load_lib: Function,
+    /// `cjson`'s settings, reset before every run.
+    cjson: Arc<cjson::Settings>,
 }
+
+/// A function a library registered (`redis.register_function`).
+#[derive(Debug, Clone)]
+pub struct Registered {
+    /// Its name (letters, digits, `_`).
+    pub name: String,
+    /// The callback.
+    pub function: Function,
+    /// Its description, if given.
+    pub description: Option<Vec<u8>>,
+    /// Its flags, a bit per [`FUNCTION_FLAGS`] entry.
+    pub flags: u8,
+}
+
+/// The flags a function may declare, in Redis's order (`scripts_flags_def`);
+/// flag `i` is bit `1 << i`.
+pub const FUNCTION_FLAGS: [&str; 5] = ["no-writes", "allow-oom", "allow-stale", "no-cluster", "allow-cross-slot-keys"];
 
 impl std::fmt::Debug for Vm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -175,6 +206,7 @@ const SETUP: &str = r#"
 local dbg, G = debug, _G
 local rawset_, rawget_, setmt, getmt, rawpcall, type_, tostring_, error_, select_ =
     rawset, rawget, setmetatable, getmetatable, pcall, type, tostring, error, select
+local next_, ipairs_, find_, lower_ = next, ipairs, string.find, string.lower
 local setfenv_, getfenv_, loadstring_, load_ = setfenv, getfenv, loadstring, load
 local readonly = setmt({}, {__mode = 'k'})
 local function refuse() error_('Attempt to modify a readonly table', 2) end
@@ -226,6 +258,8 @@ G.getfenv = function(f)
   return e
 end
 G.loadstring = function(s, name)
+  -- Redis's Lua refuses precompiled chunks (they can break the VM).
+  if type_(s) == 'string' and find_(s, '^\27') then return nil, 'binary chunks are not allowed' end
   local f, e = loadstring_(s, name)
   if f then setfenv_(f, env) end
   return f, e
@@ -246,9 +280,12 @@ end
 G.pcall = function(f, ...) return unless_killed(fix(rawpcall(f, ...))) end
 G.dofile, G.loadfile, G.print, G.debug, G.bridge_api = nil, nil, nil, nil, nil
 G.module, G.require, G.package, G.newproxy = nil, nil, nil, nil
+-- What a script's globals read: the real globals, or while a library
+-- loads (FUNCTION LOAD) its restricted API.
+local api = G
 env = setmt({}, {
   __index = function(_, n)
-    local v = rawget_(G, n)
+    local v = rawget_(api, n)
     if v == nil then
       error_("Script attempted to access nonexistent global variable '" .. tostring_(n) .. "'", 2)
     end
@@ -259,20 +296,132 @@ env = setmt({}, {
 })
 readonly[env] = true
 readonly[G] = true
-setmt(G, {__newindex = refuse, __metatable = false})
+local G_mt = {__newindex = refuse}
+G_mt.__metatable = view(G_mt)
+setmt(G, G_mt)
 local function handler(err)
   local source, line
   for level = 2, 64 do
     local i = dbg.getinfo(level, 'Sl')
     if not i then break end
-    if i.source == '@user_script' then source, line = i.source, i.currentline break end
+    if i.source == '@user_script' or i.source == '@user_function' then source, line = i.source, i.currentline break end
   end
   if type_(err) ~= 'table' then err = {err = 'ERR ' .. tostring_(err)} end
   if source and rawget_(err, 'source') == nil then rawset_(err, 'source', source) rawset_(err, 'line', line) end
   return err
 end
 local function run(f) return xpcall_(f, handler) end
-return run, bridge, env, redis
+-- A function (FCALL) gets KEYS and ARGV as its arguments.
+local function run_fn(f, keys, args) return xpcall_(function() return f(keys, args) end, handler) end
+-- FUNCTION LOAD: Redis's function_lua.c. While a library's code runs it
+-- sees only `redis` with register_function, log and the version; what
+-- it registers is collected in `registering`.
+local registering
+local function reg_fail(msg) error_({err = 'ERR ' .. msg}, 0) end
+local function is_str(v) local t = type_(v) return t == 'string' or t == 'number' end
+local FLAGS = {'no-writes', 'allow-oom', 'allow-stale', 'no-cluster', 'allow-cross-slot-keys'}
+local function read_flags(t)
+  local seen, j = {}, 1
+  while true do
+    local v = t[j]
+    j = j + 1
+    if v == nil then break end
+    if not is_str(v) then return nil end
+    local found
+    for bit, name in ipairs_(FLAGS) do
+      if lower_(tostring_(v)) == name then found = bit break end
+    end
+    if not found then return nil end
+    seen[found] = true
+  end
+  local bits, value = 0, 1
+  for bit = 1, #FLAGS do
+    if seen[bit] then bits = bits + value end
+    value = value * 2
+  end
+  return bits
+end
+local function named_args(t)
+  local name, desc, callback, flags = nil, nil, nil, 0
+  if type_(t) ~= 'table' then
+    reg_fail('calling redis.register_function with a single argument is only applicable to Lua table (representing named arguments).')
+  end
+  for k, v in next_, t do
+    if not is_str(k) then reg_fail('named argument key given to redis.register_function is not a string') end
+    local key = lower_(tostring_(k))
+    if key == 'function_name' then
+      if not is_str(v) then reg_fail('function_name argument given to redis.register_function must be a string') end
+      name = tostring_(v)
+    elseif key == 'description' then
+      if not is_str(v) then reg_fail('description argument given to redis.register_function must be a string') end
+      desc = tostring_(v)
+    elseif key == 'callback' then
+      if type_(v) ~= 'function' then reg_fail('callback argument given to redis.register_function must be a function') end
+      callback = v
+    elseif key == 'flags' then
+      if type_(v) ~= 'table' then reg_fail('flags argument to redis.register_function must be a table representing function flags') end
+      flags = read_flags(v)
+      if not flags then reg_fail('unknown flag given') end
+    else
+      reg_fail('unknown argument given to redis.register_function')
+    end
+  end
+  if not name then reg_fail('redis.register_function must get a function name argument') end
+  if not callback then reg_fail('redis.register_function must get a callback argument') end
+  return name, desc, callback, flags
+end
+local function register_function(...)
+  if not registering then reg_fail('redis.register_function can only be called on FUNCTION LOAD command') end
+  local argc = select_('#', ...)
+  if argc < 1 or argc > 2 then reg_fail('wrong number of arguments to redis.register_function') end
+  local name, desc, callback, flags
+  if argc == 1 then
+    name, desc, callback, flags = named_args(...)
+  else
+    local n, f = ...
+    if not is_str(n) then reg_fail('first argument to redis.register_function must be a string') end
+    if type_(f) ~= 'function' then reg_fail('second argument to redis.register_function must be a function') end
+    name, callback, flags = tostring_(n), f, 0
+  end
+  if #name == 0 or find_(name, '[^a-zA-Z0-9_]') then
+    reg_fail('Library names can only contain letters, numbers, or underscores(_) and must be at least one character long')
+  end
+  if registering.names[name] then reg_fail('Function already exists in the library') end
+  registering.names[name] = true
+  local list = registering.list
+  list[#list + 1] = {name = name, callback = callback, desc = desc, flags = flags}
+end
+local lib_redis = {register_function = register_function}
+for _, k in ipairs_({'log', 'LOG_DEBUG', 'LOG_VERBOSE', 'LOG_NOTICE', 'LOG_WARNING', 'REDIS_VERSION', 'REDIS_VERSION_NUM'}) do
+  lib_redis[k] = redis[k]
+end
+local function strict(t)
+  local v = setmt({}, {
+    __index = function(_, n)
+      local x = rawget_(t, n)
+      if x == nil then
+        error_("Script attempted to access nonexistent global variable '" .. tostring_(n) .. "'", 2)
+      end
+      return x
+    end,
+    __newindex = refuse,
+    __metatable = false,
+  })
+  readonly[v] = true
+  return v
+end
+local library_api = {redis = strict(lib_redis)}
+local function load_lib(chunk)
+  registering = {list = {}, names = {}}
+  api = library_api
+  local ok, err = rawpcall(chunk)
+  api = G
+  local list = registering.list
+  registering = nil
+  if not ok then return false, err end
+  return true, list
+end
+return run, bridge, env, redis, run_fn, load_lib
 "#;
 
 impl Vm {
@@ -291,7 +440,8 @@ impl Vm {
             resp: AtomicU8::new(2),
         });
         let globals = lua.globals();
-        globals.raw_set("cjson", cjson::library(&lua)?)?;
+        let (cjson_table, cjson) = cjson::library(&lua)?;
+        globals.raw_set("cjson", cjson_table)?;
         globals.raw_set("cmsgpack", cmsgpack::library(&lua)?)?;
         globals.raw_set("bit", bit::library(&lua)?)?;
         let math: Table = globals.raw_get("math")?;
@@ -299,15 +449,18 @@ impl Vm {
         math.raw_set("random", raising(&lua, move |lua, args| math_random(lua, &st, &args))?)?;
         let st = state.clone();
         math.raw_set("randomseed", raising(&lua, move |lua, args| {
+            // luaL_checkint: a number, or a string that converts to one.
+            let number = |s: &mlua::LuaString| std::str::from_utf8(&s.as_bytes()).ok().and_then(|t| t.trim().parse::<f64>().ok());
             match args.front() {
                 Some(Value::Integer(i)) => st.seed(*i as i32 as u32),
                 Some(Value::Number(n)) => st.seed(*n as i32 as u32),
+                Some(Value::String(s)) if number(s).is_some() => st.seed(number(s).expect("checked") as i32 as u32),
                 _ => return Ok(Err(Value::String(lua.create_string("bad argument #1 to 'randomseed' (number expected)")?))),
             }
             Ok(Ok(Value::Nil))
         })?)?;
         globals.raw_set("bridge_api", redis_api(&lua, &state)?)?;
-        let (run, bridge, env, redis): (Function, Table, Table, Table) = lua.load(SETUP).set_name("=setup").call(())?;
+        let (run, bridge, env, redis, run_fn, load_lib): (Function, Table, Table, Table, Function, Function) = lua.load(SETUP).set_name("=setup").call(())?;
         let pcall: Function = redis.raw_get("pcall")?;
         // SAFETY: pushes one C closure over the value exec_raw pushed.
         let call = unsafe { lua.exec_raw::<Function>(pcall, |state| mlua::ffi::lua_pushcclosure(state, raise_error_table, 1))? };
@@ -323,7 +476,7 @@ impl Vm {
         })?;
         let outside = lua.create_function(|lua, _: MultiValue| error_table(lua, "ERR redis.call/pcall can only be called inside a script invocation"))?;
         bridge.raw_set("call", outside.clone())?;
-        Ok(Vm { lua, run, bridge, globals, env, compiled: HashMap::new(), state, runs: 0, outside })
+        Ok(Vm { lua, run, bridge, globals, env, compiled: HashMap::new(), state, runs: 0, outside, run_fn, load_lib, cjson })
     }
 
     /// The compiled function of the script `sha` (its body `body`),
@@ -346,6 +499,62 @@ impl Vm {
         Ok(f)
     }
 
+    /// Loads a library's code (FUNCTION LOAD, after its shebang line):
+    /// compiles it and runs it with the loading API, stopped at `limit`;
+    /// the functions it registered, or Redis's error text without `ERR `.
+    pub fn load_library(&mut self, code: &[u8], limit: Limit) -> Result<Vec<Registered>, String> {
+        let chunk = self
+            .lua
+            .load(code)
+            .set_name("@user_function")
+            .set_environment(self.env.clone())
+            .into_function()
+            .map_err(|e| match e {
+                mlua::Error::SyntaxError { message, .. } => format!("Error compiling function: {message}"),
+                other => format!("Error compiling function: {other}"),
+            })?;
+        self.state.set_limit(limit);
+        self.state.killed.store(false, Relaxed);
+        self.cjson.reset();
+        let result = self.load_lib.call::<(bool, Value)>(chunk);
+        self.state.set_limit(Limit::None);
+        let killed = self.state.killed.swap(false, Relaxed);
+        let fail = |msg: &[u8]| format!("Error registering functions: {}", String::from_utf8_lossy(c_str(msg)));
+        let (ok, value) = match result {
+            _ if killed => return Err(fail(b"ERR FUNCTION LOAD timeout")),
+            Ok(r) => r,
+            Err(e) => return Err(fail(format!("ERR {e}").as_bytes())),
+        };
+        if !ok {
+            return Err(match &value {
+                Value::Table(t) => match t.raw_get::<Value>("err") {
+                    Ok(Value::String(e)) => fail(&e.as_bytes()),
+                    _ => fail(b"ERR unknown error"),
+                },
+                Value::String(e) => fail(&[&b"ERR "[..], &e.as_bytes()].concat()),
+                other => fail(format!("ERR {other:?}").as_bytes()),
+            });
+        }
+        let Value::Table(list) = value else { return Err(fail(b"ERR no registrations")) };
+        let mut out = Vec::new();
+        for entry in list.sequence_values::<Table>() {
+            let entry = entry.map_err(|e| fail(format!("ERR {e}").as_bytes()))?;
+            let name: mlua::LuaString = entry.raw_get("name").map_err(|e| fail(format!("ERR {e}").as_bytes()))?;
+            let function: Function = entry.raw_get("callback").map_err(|e| fail(format!("ERR {e}").as_bytes()))?;
+            let description = match entry.raw_get::<Value>("desc") {
+                Ok(Value::String(d)) => Some(d.as_bytes().to_vec()),
+                _ => None,
+            };
+            let flags = match entry.raw_get::<Value>("flags") {
+                Ok(Value::Integer(f)) => f as u8,
+                Ok(Value::Number(f)) => f as u8,
+                _ => 0,
+            };
+            out.push(Registered { name: String::from_utf8_lossy(&name.as_bytes()).into_owned(), function, description, flags });
+        }
+        Ok(out)
+    }
+
     /// Whether `sha` is compiled here.
     pub fn is_compiled(&self, sha: &str) -> bool {
         self.compiled.contains_key(sha)
@@ -364,11 +573,23 @@ impl Vm {
         limit: Limit,
         call: &mut Call<'_>,
     ) -> Outcome {
+        self.run_as(f, false, keys, args, seed, limit, call)
+    }
+
+    /// Runs the library function `f` (FCALL): as [`Vm::run`], but `KEYS`
+    /// and `ARGV` are its two arguments, not globals.
+    pub fn run_function(&mut self, f: &Function, keys: &[&[u8]], args: &[&[u8]], seed: u32, limit: Limit, call: &mut Call<'_>) -> Outcome {
+        self.run_as(f, true, keys, args, seed, limit, call)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_as(&mut self, f: &Function, as_function: bool, keys: &[&[u8]], args: &[&[u8]], seed: u32, limit: Limit, call: &mut Call<'_>) -> Outcome {
         self.state.set_limit(limit);
         self.state.killed.store(false, Relaxed);
         self.state.seed(seed);
         self.state.resp.store(2, Relaxed);
-        let outcome = self.run_inner(f, keys, args, call);
+        self.cjson.reset();
+        let outcome = self.run_inner(f, as_function, keys, args, call);
         self.state.set_limit(Limit::None);
         let killed = self.state.killed.swap(false, Relaxed);
         // As Redis: a step of the collector every 50 runs (a step per run
@@ -384,10 +605,13 @@ impl Vm {
         }
     }
 
-    fn run_inner(&mut self, f: &Function, keys: &[&[u8]], args: &[&[u8]], call: &mut Call<'_>) -> mlua::Result<Outcome> {
+    fn run_inner(&mut self, f: &Function, as_function: bool, keys: &[&[u8]], args: &[&[u8]], call: &mut Call<'_>) -> mlua::Result<Outcome> {
         let lua = &self.lua;
-        self.globals.raw_set("KEYS", array_of(lua, keys)?)?;
-        self.globals.raw_set("ARGV", array_of(lua, args)?)?;
+        let (keys, args) = (array_of(lua, keys)?, array_of(lua, args)?);
+        if !as_function {
+            self.globals.raw_set("KEYS", keys.clone())?;
+            self.globals.raw_set("ARGV", args.clone())?;
+        }
         let state = self.state.clone();
         let result = lua.scope(|scope| {
             let bridged = scope.create_function_mut(|lua, argv: MultiValue| {
@@ -406,7 +630,11 @@ impl Vm {
                 }
             })?;
             self.bridge.raw_set("call", bridged)?;
-            let r = self.run.call::<(bool, Value)>(f.clone());
+            let r = if as_function {
+                self.run_fn.call::<(bool, Value)>((f.clone(), keys, args))
+            } else {
+                self.run.call::<(bool, Value)>(f.clone())
+            };
             self.bridge.raw_set("call", self.outside.clone())?;
             r
         });

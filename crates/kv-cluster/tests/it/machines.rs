@@ -402,3 +402,52 @@ fn the_lincheck_string_model_accepts_what_the_machine_answers() {
     }
     assert!(!linearizable(&history), "an INCR answered one too many is caught");
 }
+
+/// Function libraries through the log: FUNCTION LOAD, FCALL and FUNCTION
+/// DELETE answer alike on every member, a member restored from a snapshot
+/// holds the libraries (they are internal entries) and FCALLs them, and
+/// FCALL_RO is served by the read path without writing; FLUSHALL keeps them.
+#[test]
+fn function_libraries_are_replicated_and_in_snapshots() {
+    let mut p = Proposer::with_key(9);
+    let (mut a, mut b) = (machine(), machine());
+    let lib = "#!lua name=lib\nredis.register_function('bump', function(keys) return redis.call('incr', keys[1]) end)\n\
+               redis.register_function{function_name='peek', callback=function(keys) return redis.call('get', keys[1]) end, flags={'no-writes'}}";
+    let spin = "#!lua name=spin\nwhile true do end";
+    let entries = [
+        p.command(1_000, Protocol::Resp2, &["FUNCTION", "LOAD", lib]),
+        p.command(1_000, Protocol::Resp2, &["FCALL", "bump", "1", "n"]),
+        p.command(1_000, Protocol::Resp2, &["FUNCTION", "LOAD", spin]),
+        p.command(1_000, Protocol::Resp2, &["FLUSHALL"]),
+        p.command(1_000, Protocol::Resp2, &["FCALL", "bump", "1", "n"]),
+    ];
+    let mut replies = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        let r = a.apply(i as u64 + 1, e);
+        assert_eq!(b.apply(i as u64 + 1, e), r, "entry {i}");
+        replies.push(String::from_utf8_lossy(&r.reply).into_owned());
+    }
+    assert_eq!(replies[0], "$3\r\nlib\r\n");
+    assert_eq!(replies[1], ":1\r\n");
+    assert_eq!(replies[2], "-ERR Error registering functions: ERR FUNCTION LOAD timeout\r\n", "stopped by the budget on every member");
+    assert_eq!(replies[4], ":1\r\n", "FLUSHALL kept the library");
+    let mut r = machine();
+    r.restore(a.applied(), &a.snapshot()).expect("a snapshot restores");
+    let next = p.command(1_000, Protocol::Resp2, &["FCALL", "bump", "1", "n"]);
+    let index = a.applied() + 1;
+    let (ra, rr) = (a.apply(index, &next), r.apply(index, &next));
+    assert_eq!((String::from_utf8_lossy(&rr.reply).into_owned(), rr), (":2\r\n".to_string(), ra));
+    let mut server = Server::new(config());
+    let mut session = server.open_session();
+    let before = r.snapshot();
+    let mut out: Vec<u8> = Vec::new();
+    with_request(&[b"FCALL_RO", b"peek", b"1", b"n"], |req| r.read(&mut server, &mut session, 1_000, req, &mut out)).unwrap();
+    assert_eq!(String::from_utf8_lossy(&out), "$1\r\n2\r\n");
+    assert_eq!(r.snapshot(), before, "a read wrote nothing");
+    let delete = p.command(1_000, Protocol::Resp2, &["FUNCTION", "DELETE", "lib"]);
+    let index = a.applied() + 1;
+    assert_eq!(a.apply(index, &delete), r.apply(index, &delete));
+    assert_eq!(a.snapshot(), r.snapshot());
+    let call = p.command(1_000, Protocol::Resp2, &["FCALL", "bump", "1", "n"]);
+    assert_eq!(a.apply(index + 1, &call).reply, b"-ERR Function not found\r\n");
+}

@@ -147,3 +147,41 @@ fn scripts_and_their_writes_survive_a_restart() {
     drop(r);
     server.stop();
 }
+
+/// Function libraries on the persistent engine: a library loaded by
+/// FUNCTION LOAD is in the pool when the command answers (an internal
+/// entry), kept by FLUSHALL, and served by FCALL after a restart on the
+/// same pool; a deleted one stays deleted.
+#[test]
+fn function_libraries_survive_a_restart() {
+    use pmwire_resp::client::Value;
+    let pool = Pool::new();
+    let server = start(&pool.path, Mode::ZeroCopy);
+    let lib = "#!lua name=counters\n\
+               redis.register_function('bump', function(keys, args) return redis.call('incrby', keys[1], args[1]) end)\n\
+               redis.register_function{function_name='peek', callback=function(keys) return redis.call('get', keys[1]) end, flags={'no-writes'}}";
+    let gone = "#!lua name=gone\nredis.register_function('gone', function() return 1 end)";
+    {
+        let mut r = RespClient::connect(server.resp).unwrap();
+        assert_eq!(r.call(&["FUNCTION", "LOAD", lib]).unwrap(), Value::Bulk(b"counters".to_vec()));
+        assert_eq!(r.call(&["FUNCTION", "LOAD", gone]).unwrap(), Value::Bulk(b"gone".to_vec()));
+        assert_eq!(r.call(&["FCALL", "bump", "1", "c", "5"]).unwrap(), Value::Integer(5));
+        assert_eq!(r.call(&["FLUSHALL"]).unwrap(), Value::Simple(b"OK".to_vec()));
+        assert_eq!(r.call(&["DBSIZE"]).unwrap(), Value::Integer(0), "the libraries are not keys");
+        assert_eq!(r.call(&["FCALL", "bump", "1", "c", "2"]).unwrap(), Value::Integer(2));
+        assert_eq!(r.call(&["FUNCTION", "DELETE", "gone"]).unwrap(), Value::Simple(b"OK".to_vec()));
+    }
+    drop(server.stop());
+    let server = start_with(KvServer::open(&options(&pool.path, Mode::ZeroCopy)).unwrap());
+    let mut r = RespClient::connect(server.resp).unwrap();
+    assert_eq!(r.call(&["FCALL", "bump", "1", "c", "3"]).unwrap(), Value::Integer(5));
+    assert_eq!(r.call(&["FCALL_RO", "peek", "1", "c"]).unwrap(), Value::Bulk(b"5".to_vec()));
+    assert_eq!(r.call(&["FCALL", "gone", "0"]).unwrap(), Value::Error(b"ERR Function not found".to_vec()));
+    let Value::Array(libs) = r.call(&["FUNCTION", "LIST", "WITHCODE"]).unwrap() else { panic!("FUNCTION LIST") };
+    assert_eq!(libs.len(), 1);
+    let Value::Array(fields) = &libs[0] else { panic!("a library") };
+    assert_eq!(fields[1], Value::Bulk(b"counters".to_vec()));
+    assert_eq!(fields[7], Value::Bulk(lib.as_bytes().to_vec()), "the code, byte for byte");
+    drop(r);
+    server.stop();
+}
