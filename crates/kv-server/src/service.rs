@@ -49,7 +49,7 @@ use pmwire_netio::{Batch, ConnId, ConnLimits, Input, Output, OutputMark, Service
 
 use crate::pushes::{Pushes, Taken};
 use pmwire_keyspace::chunked::collect_garbage;
-use pmwire_keyspace::exec::{active_expire, Flow, Server as RespServer, ServerConfig, Session};
+use pmwire_keyspace::exec::{Flow, Server as RespServer, ServerConfig, Session};
 use pmwire_keyspace::store::{Clock, Keyspace, Kind, StoreError};
 use pmwire_resp::reply::ReplySink;
 use pmwire_resp::request::{Limits as RespLimits, Parsed as RespParsed, Skip};
@@ -279,13 +279,19 @@ impl KvService {
             now_ms: self.now_ms,
         };
         let savepoint = ks.engine.savepoint();
-        match active_expire(&mut ks, EXPIRE_PER_BATCH) {
+        let push_mark = self.resp.pushes_mark();
+        match self.resp.active_expire(&mut ks, EXPIRE_PER_BATCH) {
             Ok(sweep) => self.stats.expired_swept += sweep.deleted as u64,
             Err(_) => {
                 ks.engine.rollback_to(savepoint);
                 ks.state.batch_full = false;
+                self.resp.truncate_pushes(push_mark);
                 return;
             }
+        }
+        if self.resp.pushes_mark() > 0 {
+            // `expired` events (keyspace notifications) for the subscribers' connections.
+            self.pushes.route(self.resp.take_pushes(), None, &mut |_| unreachable!("no connection is being served"));
         }
         if !garbage {
             return;
@@ -480,7 +486,7 @@ impl KvService {
                 ks.state.entry_requests = st.resp_commands as usize;
                 if resp.pushes_mark() > 0 {
                     let out = &mut *sink.out;
-                    pushes.route(resp.take_pushes(), input.conn, &mut |m| out.push_bytes(m));
+                    pushes.route(resp.take_pushes(), Some(input.conn), &mut |m| out.push_bytes(m));
                 }
                 for (client, error) in resp.take_unblocked() {
                     // CLIENT UNBLOCK: answered now (nothing to commit), shown again like a served one.
@@ -838,6 +844,7 @@ fn not_persisted(state: &BatchState) -> StoreError {
 impl Service<Store> for KvService {
     fn handle(&mut self, batch: &mut Batch, store: &mut Store) {
         self.state.release_held(&mut store.engine);
+        self.state.expired_by_reads.clear();
         self.state.failed = None;
         self.state.committed = None;
         self.now_ms = self.clock.now_ms();

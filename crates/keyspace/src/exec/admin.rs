@@ -305,6 +305,7 @@ pub(super) fn config_get<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
     let maxclients = c.server.config.maxclients.to_string();
     let timeout = c.server.config.timeout_s.to_string();
     let encoding: Vec<String> = c.server.config.encoding_parameters.iter().map(i64::to_string).collect();
+    let events = super::notify::flags_string(c.server.config.notify_keyspace_events);
     let mut params: Vec<(&str, &[u8])> = vec![
         ("appendonly", b"no"),
         ("busy-reply-threshold", busy.as_bytes()),
@@ -313,6 +314,7 @@ pub(super) fn config_get<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
         ("maxclients", maxclients.as_bytes()),
         ("maxmemory", b"0"),
         ("maxmemory-policy", b"noeviction"),
+        ("notify-keyspace-events", events.as_bytes()),
         ("port", port.as_bytes()),
         ("protected-mode", protected),
         ("proto-max-bulk-len", bulk_max.as_bytes()),
@@ -358,6 +360,7 @@ pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
     let mut busy = None;
     let (mut node_bytes, mut node_entries) = (None, None);
     let (mut maxclients, mut timeout) = (None, None);
+    let mut events = None;
     let mut encoding = c.server.config.encoding_parameters;
     for j in (2..c.argc()).step_by(2) {
         let (name, value) = (c.arg(j), c.arg(j + 1));
@@ -371,6 +374,11 @@ pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
                 b"no" => false,
                 _ => return Err(Fail::err("CONFIG SET failed (possibly related to argument 'protected-mode') - argument must be 'yes' or 'no'")),
             });
+        } else if name.eq_ignore_ascii_case(b"notify-keyspace-events") {
+            let flags = super::notify::parse_flags(value).ok_or_else(|| {
+                Fail::err(&format!("CONFIG SET failed (possibly related to argument 'notify-keyspace-events') - {}", super::notify::BAD_CLASS))
+            })?;
+            events = Some(flags);
         } else if name.eq_ignore_ascii_case(b"save") {
             save = Some(save_schedule(value).ok_or_else(|| Fail::err("CONFIG SET failed (possibly related to argument 'save') - Invalid save parameters"))?);
         } else if name.eq_ignore_ascii_case(b"busy-reply-threshold") || name.eq_ignore_ascii_case(b"lua-time-limit") {
@@ -410,7 +418,7 @@ pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
             let lower = shown.to_ascii_lowercase();
             if REDIS_PARAMETERS.contains(&lower.as_str()) {
                 return Err(Fail::err(&format!(
-                    "CONFIG SET failed (possibly related to argument '{lower}') - pmwire does not change '{lower}' (it sets requirepass, protected-mode, save, busy-reply-threshold, maxclients, timeout and the stream-node limits; every write is durable before its reply)"
+                    "CONFIG SET failed (possibly related to argument '{lower}') - pmwire does not change '{lower}' (it sets requirepass, protected-mode, save, busy-reply-threshold, maxclients, timeout, notify-keyspace-events and the stream-node limits; every write is durable before its reply)"
                 )));
             }
             return Err(Fail::err(&format!("Unknown option or number of arguments for CONFIG SET - '{shown}'")));
@@ -439,6 +447,9 @@ pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
     }
     if let Some(n) = timeout {
         c.server.config.timeout_s = n;
+    }
+    if let Some(flags) = events {
+        c.server.config.notify_keyspace_events = flags;
     }
     c.server.config.encoding_parameters = encoding;
     c.out.ok();
@@ -569,7 +580,7 @@ pub const ENCODING_PARAMETERS: [EncodingParameter; 7] = [
 
 const REDIS_PARAMETERS: &[&str] = &[
     "appendfsync", "appendonly", "databases", "hz", "latency-tracking", "lazyfree-lazy-user-del", "loglevel",
-    "maxmemory", "maxmemory-policy", "notify-keyspace-events", "proto-max-bulk-len", "slowlog-log-slower-than",
+    "maxmemory", "maxmemory-policy", "proto-max-bulk-len", "slowlog-log-slower-than",
 ];
 
 /// AUTH [username] password.

@@ -33,6 +33,7 @@ mod large;
 mod list_ops;
 mod lists;
 mod multi;
+pub mod notify;
 mod pubsub;
 mod scripting;
 mod sets;
@@ -126,6 +127,8 @@ pub struct ServerConfig {
     /// of [`ENCODING_PARAMETERS`]. Kept for CONFIG GET only: a
     /// collection's layout follows `collections`.
     pub encoding_parameters: [i64; ENCODING_PARAMETERS.len()],
+    /// `notify-keyspace-events` as flags ([`notify`]; 0: off, the default).
+    pub notify_keyspace_events: u16,
 }
 
 impl Default for ServerConfig {
@@ -149,6 +152,7 @@ impl Default for ServerConfig {
             lua_time_limit_ms: scripting::DEFAULT_TIME_LIMIT_MS,
             script_budget: None,
             encoding_parameters: ENCODING_PARAMETERS.map(|p| p.default),
+            notify_keyspace_events: 0,
         }
     }
 }
@@ -274,6 +278,9 @@ pub struct Server {
     pubsub: pubsub::PubSub,
     /// What CLIENT LIST shows of each open session.
     clients: HashMap<u64, admin::ClientInfo>,
+    /// The keyspace events the running command reported from its code
+    /// ([`notify`]), published when it succeeds.
+    notes: Vec<(notify::Event, Vec<u8>)>,
 }
 
 /// Why a command failed; written as its error reply.
@@ -408,6 +415,15 @@ impl<'r, K: Keyspace, S: ReplySink<K::Value> + ?Sized> Ctx<'_, 'r, K, S> {
         Ok(())
     }
 
+    /// Reports keyspace event `event` on `key` ([`notify`]), if
+    /// `notify-keyspace-events` asks for it: published once the command
+    /// succeeds.
+    pub fn notify(&mut self, event: notify::Event, key: &[u8]) {
+        if self.server.notifying(notify::ALL | notify::NEW) {
+            self.server.notes.push((event, key.to_vec()));
+        }
+    }
+
     /// The keyspace's time, ms since the Unix epoch, as Redis's `long long`.
     pub fn now_ms(&self) -> i64 {
         self.server.clock_reads.set(self.server.clock_reads.get() + 1);
@@ -522,6 +538,7 @@ impl Server {
             scripts: scripting::Scripts::default(),
             pubsub: pubsub::PubSub::default(),
             clients: HashMap::new(),
+            notes: Vec::new(),
         }
     }
 
@@ -737,8 +754,11 @@ impl Server {
     {
         let protocol = session.protocol;
         let (draws, reads) = (self.random_draws, self.clock_reads.get());
+        let notifying = self.notifying(notify::ALL | notify::NEW);
+        self.notes.clear();
         ks.begin_command();
-        let result = if self.watches.is_empty() && self.waiters.is_empty() {
+        let mut record = None;
+        let result = if !notifying && self.watches.is_empty() && self.waiters.is_empty() {
             let mut ctx = Ctx { server: self, session, ks, req, out: Out::new(sink, protocol) };
             commands::run(spec, &mut ctx).map_err(|fail| ctx.out.error(fail.text().as_bytes()))
         } else {
@@ -751,17 +771,26 @@ impl Server {
                 Vec::new()
             };
             let mut tracked = crate::recording::Recording::new(ks);
+            if self.notifying(notify::NEW) {
+                tracked.created = Some(Vec::new());
+            }
             let mut ctx = Ctx { server: self, session, ks: &mut tracked, req, out: Out::new(sink, protocol) };
             let result = commands::run(spec, &mut ctx).map_err(|fail| ctx.out.error(fail.text().as_bytes()));
-            let (touched, cleared) = (std::mem::take(&mut tracked.touched), tracked.cleared);
+            let (touched, cleared, created) = (std::mem::take(&mut tracked.touched), tracked.cleared, tracked.created.take());
             touched.iter().for_each(|k| self.watches.touch(k));
             tracked.lists.iter().for_each(|k| self.waiters.written(k));
             touched.iter().for_each(|k| self.waiters.touched(k));
             if cleared {
                 existing.iter().for_each(|k| self.watches.touch(k));
             }
+            record = Some((touched, created.unwrap_or_default()));
             result
         };
+        let expired = ks.take_expired();
+        if notifying && result.is_ok() {
+            let (touched, created) = record.unwrap_or_default();
+            self.publish_events(spec, ks, expired, &touched, &created);
+        }
         assert!(draws == self.random_draws || spec.flags.contains(Flags::RANDOM), "{} drew unflagged", spec.name);
         assert!(reads == self.clock_reads.get() || spec.flags.contains(Flags::TIME), "{} read the clock unflagged", spec.name);
         match result {
@@ -783,6 +812,74 @@ impl Server {
                 Flow::Continue
             }
         }
+    }
+
+    /// Whether `notify-keyspace-events` asks for messages of any class of
+    /// `classes` (and for keyspace or keyevent messages at all).
+    fn notifying(&self, classes: u16) -> bool {
+        let flags = self.config.notify_keyspace_events;
+        flags & (notify::KEYSPACE | notify::KEYEVENT) != 0 && flags & classes != 0
+    }
+
+    /// Publishes a command's keyspace events ([`notify`]): the keys its
+    /// reads found expired, then the events its code reported and those of
+    /// its fixed event for the keys it wrote (`touched`), each key's first
+    /// event preceded by `new` if the command created it.
+    fn publish_events<K: Keyspace>(&mut self, spec: &CommandInfo, ks: &mut K, expired: Vec<Vec<u8>>, touched: &[Vec<u8>], created: &[Vec<u8>]) {
+        let flags = self.config.notify_keyspace_events;
+        for key in &expired {
+            notify::publish(&mut self.pubsub, flags, notify::ev::EXPIRED, key);
+        }
+        let mut events = std::mem::take(&mut self.notes);
+        if let Some(fixed) = notify::fixed(spec.name) {
+            let mut written: Vec<(Vec<u8>, bool)> = Vec::new();
+            for key in touched {
+                if !written.iter().any(|(k, _)| k == key) {
+                    let live = ks.get(key).is_some();
+                    written.push((key.clone(), live));
+                }
+            }
+            notify::fixed_events(fixed, &written, &mut events);
+        }
+        let mut announced: Vec<&[u8]> = Vec::new();
+        for (event, key) in &events {
+            if *event == notify::ev::NEW {
+                // Reported by the command itself, where Redis's `dbAdd` is.
+                announced.push(key);
+            } else if created.contains(key) && !announced.contains(&&key[..]) {
+                announced.push(key);
+                notify::publish(&mut self.pubsub, flags, notify::ev::NEW, key);
+            }
+            notify::publish(&mut self.pubsub, flags, *event, key);
+        }
+        for key in created.iter().filter(|k| !announced.contains(&&k[..])) {
+            notify::publish(&mut self.pubsub, flags, notify::ev::NEW, key);
+        }
+        events.clear();
+        self.notes = events;
+    }
+
+    /// Deletes up to `budget` expired keys, as [`active_expire`] does,
+    /// publishing `expired` for each when `notify-keyspace-events` asks for it.
+    pub fn active_expire<K: Keyspace>(&mut self, ks: &mut K, budget: usize) -> Result<Sweep, crate::store::StoreError> {
+        if !self.notifying(notify::EXPIRED) {
+            return active_expire(ks, budget);
+        }
+        let due = ks.expired(budget.saturating_add(1));
+        let more = due.len() > budget;
+        let mut sweep = Sweep { deleted: 0, more };
+        for key in due.iter().take(budget) {
+            ks.delete(key)?;
+            sweep.deleted += 1;
+            notify::publish(&mut self.pubsub, self.config.notify_keyspace_events, notify::ev::EXPIRED, key);
+        }
+        Ok(sweep)
+    }
+
+    /// Whether the active sweep should run as soon as a key is due, not only
+    /// at the next batch: someone may be waiting for its `expired` event.
+    pub fn wants_expiry_events(&self) -> bool {
+        self.notifying(notify::EXPIRED) && self.pubsub.sizes() != (0, 0, 0)
     }
 
     /// EXEC: the queued commands in order, their replies in one array;

@@ -25,6 +25,7 @@
 
 pub(super) mod groups;
 
+use super::notify::ev;
 use super::{Ctx, Fail, Res};
 use crate::chunked::{chunk_key, next_generation};
 use crate::store::{Expiry, Keyspace, Kind, ValueSource};
@@ -564,8 +565,12 @@ pub(super) fn xadd<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_
     if h.length == 1 {
         h.first_id = id;
     }
-    trim(c.ks, &mut h, &a)?;
+    let trimmed = trim(c.ks, &mut h, &a)?;
     write_header(c.ks, key, &h)?;
+    c.notify(ev::XADD, key);
+    if trimmed > 0 {
+        c.notify(ev::XTRIM, key);
+    }
     c.out.bulk(id.text().as_bytes());
     Ok(())
 }

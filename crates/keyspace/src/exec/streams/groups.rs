@@ -15,6 +15,7 @@ use std::collections::HashMap;
 
 use super::{load, parse_id, range, reply_entries, write_header, C};
 use crate::chunked::next_generation;
+use crate::exec::notify::ev;
 use crate::exec::{Ctx, Fail, Res};
 use crate::store::{Keyspace, Kind};
 use crate::stream::{Entry, Header, StreamId};
@@ -408,6 +409,7 @@ pub(in crate::exec) fn xgroup<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C
             g.last_id = id;
             g.entries_read = entries_read;
             c.ks.internal_put(&group_key(h.gen, num), &g.encode())?;
+            c.notify(ev::XGROUP_SETID, c.arg(2));
             c.out.simple(b"OK");
             Ok(())
         }
@@ -417,6 +419,7 @@ pub(in crate::exec) fn xgroup<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C
                 return Ok(());
             };
             destroy_group(c.ks, h.expect("checked above").gen, num)?;
+            c.notify(ev::XGROUP_DESTROY, c.arg(2));
             // A blocked XREADGROUP on the group is answered NOGROUP.
             c.server.waiters.written(c.arg(2));
             c.out.integer(1);
@@ -434,6 +437,9 @@ pub(in crate::exec) fn xgroup<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C
                 }
             };
             tx.commit(c.ks)?;
+            if created {
+                c.notify(ev::XGROUP_CREATECONSUMER, c.arg(2));
+            }
             c.out.integer(i64::from(created));
             Ok(())
         }
@@ -442,7 +448,11 @@ pub(in crate::exec) fn xgroup<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C
             let gen = h.expect("checked above").gen;
             let mut tx = Tx::new(gen, num, g);
             let pending = match tx.lookup(c.ks, c.arg(4), None)? {
-                Some(cn) => delete_consumer(c.ks, &mut tx, cn)?,
+                Some(cn) => {
+                    let pending = delete_consumer(c.ks, &mut tx, cn)?;
+                    c.notify(ev::XGROUP_DELCONSUMER, c.arg(2));
+                    pending
+                }
                 None => 0,
             };
             tx.commit(c.ks)?;
@@ -469,6 +479,7 @@ fn xgroup_create<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, 
     let g = Group { last_id: id, entries_read, pending: 0, consumers: 0, consumers_made: 0, name: c.arg(3).to_vec() };
     c.ks.internal_put(&group_key(h.gen, h.groups_made), &g.encode())?;
     write_header(c.ks, c.arg(2), &h)?;
+    c.notify(ev::XGROUP_CREATE, c.arg(2));
     c.out.simple(b"OK");
     Ok(())
 }
