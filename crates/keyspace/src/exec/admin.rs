@@ -48,6 +48,7 @@ pub(super) fn reset<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '
     c.out.protocol = Protocol::Resp2;
     c.session.name = None;
     c.session.authenticated = c.server.config.requirepass.is_none();
+    c.session.reply = super::ReplyMode::On;
     c.out.simple(b"RESET");
     Ok(())
 }
@@ -217,6 +218,97 @@ pub(super) fn client_getname<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<
     match c.session.name.clone() {
         Some(n) => c.out.bulk(&n),
         None => c.out.null(),
+    }
+    Ok(())
+}
+
+/// CLIENT REPLY ON|OFF|SKIP: ON answers OK and sends every reply again;
+/// OFF sends none from now on (itself included); SKIP none for itself and
+/// the next command (nothing while OFF). Applied by `Server::execute`.
+pub(super) fn client_reply<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    use super::ReplyMode;
+    let mode = c.arg(2);
+    if mode.eq_ignore_ascii_case(b"on") {
+        c.session.reply = ReplyMode::On;
+        c.out.ok();
+    } else if mode.eq_ignore_ascii_case(b"off") {
+        c.session.reply = ReplyMode::Off;
+    } else if mode.eq_ignore_ascii_case(b"skip") {
+        if c.session.reply != ReplyMode::Off {
+            c.session.reply = ReplyMode::SkipNext;
+        }
+    } else {
+        return Err(Fail::Syntax);
+    }
+    Ok(())
+}
+
+/// CLIENT KILL addr:port, or CLIENT KILL with filters (ID, ADDR, LADDR,
+/// USER, SKIPME, TYPE), as Redis 7.0 parses and answers them: OK or
+/// `No such client` for the old form, the count for the new. The sessions
+/// killed are queued for the embedding server ([`super::Server::take_kills`]),
+/// which closes their connections; the killer's own closes after its reply.
+pub(super) fn client_kill<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    let (mut addr, mut laddr, mut id, mut pubsub) = (None, None, None, None);
+    let mut skipme = true;
+    if c.argc() == 3 {
+        addr = Some(c.arg(2));
+        skipme = false; // with the old form a client may kill itself
+    } else {
+        let mut i = 2;
+        while i < c.argc() {
+            if i + 1 >= c.argc() {
+                return Err(Fail::Syntax);
+            }
+            let (option, value) = (c.arg(i), c.arg(i + 1).to_ascii_lowercase());
+            match option.to_ascii_lowercase().as_slice() {
+                b"id" => {
+                    let n = parse_i64(c.arg(i + 1)).filter(|&n| n >= 1).ok_or_else(|| Fail::err("client-id should be greater than 0"))?;
+                    id = Some(n as u64);
+                }
+                b"type" => {
+                    pubsub = Some(match value.as_slice() {
+                        b"normal" => Some(false),
+                        b"pubsub" => Some(true),
+                        b"master" | b"replica" | b"slave" => None,
+                        _ => return Err(Fail::err(&format!("Unknown client type '{}'", String::from_utf8_lossy(c.arg(i + 1))))),
+                    });
+                }
+                b"addr" => addr = Some(c.arg(i + 1)),
+                b"laddr" => laddr = Some(c.arg(i + 1)),
+                b"user" if c.arg(i + 1) == b"default" => {}
+                b"user" => return Err(Fail::err(&format!("No such user '{}'", String::from_utf8_lossy(c.arg(i + 1))))),
+                b"skipme" if value == b"yes" => skipme = true,
+                b"skipme" if value == b"no" => skipme = false,
+                _ => return Err(Fail::Syntax),
+            }
+            i += 2;
+        }
+    }
+    let me = c.session.id;
+    let server = &*c.server;
+    let mut ids: Vec<u64> = server
+        .clients
+        .iter()
+        .filter(|(&client, info)| {
+            addr.is_none_or(|a| a == info.addr.as_bytes())
+                && laddr.is_none_or(|a| a == info.laddr.as_bytes())
+                && id.is_none_or(|want| want == client)
+                && pubsub.is_none_or(|p| p == Some(server.pubsub.subscribed(client)))
+                && !(skipme && client == me)
+        })
+        .map(|(&client, _)| client)
+        .collect();
+    ids.sort_unstable();
+    let killed = ids.len();
+    c.server.kills.extend(ids);
+    if c.argc() == 3 {
+        if killed == 0 {
+            return Err(Fail::err("No such client"));
+        }
+        c.out.ok();
+    } else {
+        c.out.integer(killed as i64);
     }
     Ok(())
 }

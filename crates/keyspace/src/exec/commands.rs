@@ -236,7 +236,9 @@ command_table! {
     "client|getname", 2, (0, 0, 0), [CONNECTION], |c| admin::client_getname(c);
     "client|id", 2, (0, 0, 0), [CONNECTION], |c| admin::client_id(c);
     "client|info", 2, (0, 0, 0), [CONNECTION], |c| admin::client_info(c);
+    "client|kill", -3, (0, 0, 0), [ADMIN CONNECTION], |c| admin::client_kill(c);
     "client|list", -2, (0, 0, 0), [ADMIN CONNECTION], |c| admin::client_list(c);
+    "client|reply", 3, (0, 0, 0), [CONNECTION], |c| admin::client_reply(c);
     "client|setname", 3, (0, 0, 0), [CONNECTION], |c| admin::client_setname(c);
     "client|unblock", -3, (0, 0, 0), [ADMIN CONNECTION], |c| blocking::client_unblock(c);
     "command", -1, (0, 0, 0), [CONNECTION], |c| command(c);

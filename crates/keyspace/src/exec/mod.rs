@@ -184,6 +184,31 @@ pub struct Session {
     multi: Option<multi::Multi>,
     /// What a blocked command waits for, if the session is blocked.
     blocked: Option<blocking::Blocked>,
+    /// CLIENT REPLY: which replies are sent.
+    reply: ReplyMode,
+}
+
+/// CLIENT REPLY's state (Redis's `CLIENT_REPLY_OFF`, `CLIENT_REPLY_SKIP_NEXT`,
+/// `CLIENT_REPLY_SKIP`). Pub/sub confirmations and messages are sent whatever
+/// it is, as Redis sends them (`CLIENT_PUSHING`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReplyMode {
+    /// Every reply (the default, and after CLIENT REPLY ON).
+    On,
+    /// None (CLIENT REPLY OFF).
+    Off,
+    /// None for this command (CLIENT REPLY SKIP) and the next.
+    SkipNext,
+    /// None for this command only.
+    Skip,
+}
+
+/// A sink that keeps nothing: the replies CLIENT REPLY suppresses.
+struct Discard;
+
+impl<V> ReplySink<V> for Discard {
+    fn bytes(&mut self, _data: &[u8]) {}
+    fn value(&mut self, _value: &V, _len: u64) {}
 }
 
 impl Session {
@@ -281,6 +306,9 @@ pub struct Server {
     /// The keyspace events the running command reported from its code
     /// ([`notify`]), published when it succeeds.
     notes: Vec<(notify::Event, Vec<u8>)>,
+    /// Sessions CLIENT KILL killed, for the embedding server to close
+    /// ([`Server::take_kills`]).
+    kills: Vec<u64>,
 }
 
 /// Why a command failed; written as its error reply.
@@ -539,6 +567,7 @@ impl Server {
             pubsub: pubsub::PubSub::default(),
             clients: HashMap::new(),
             notes: Vec::new(),
+            kills: Vec::new(),
         }
     }
 
@@ -596,7 +625,7 @@ impl Server {
         self.connected += 1;
         let authenticated = self.config.requirepass.is_none();
         self.clients.insert(self.next_client_id, admin::ClientInfo::default());
-        Session { id: self.next_client_id, protocol: Protocol::Resp2, name: None, authenticated, multi: None, blocked: None }
+        Session { id: self.next_client_id, protocol: Protocol::Resp2, name: None, authenticated, multi: None, blocked: None, reply: ReplyMode::On }
     }
 
     /// A session with a given id (tests that mirror another server's ids).
@@ -605,7 +634,7 @@ impl Server {
         self.next_client_id = self.next_client_id.max(id);
         let authenticated = self.config.requirepass.is_none();
         self.clients.insert(id, admin::ClientInfo::default());
-        Session { id, protocol: Protocol::Resp2, name: None, authenticated, multi: None, blocked: None }
+        Session { id, protocol: Protocol::Resp2, name: None, authenticated, multi: None, blocked: None, reply: ReplyMode::On }
     }
 
     /// Session `id`'s connection: its peer's and its own address and its
@@ -667,7 +696,17 @@ impl Server {
         S: ReplySink<K::Value> + ?Sized,
     {
         let mut name = "";
-        let flow = self.execute_command(session, ks, req, sink, &mut name);
+        let flow = if session.reply == ReplyMode::On || replies_anyway(req) {
+            self.execute_command(session, ks, req, sink, &mut name)
+        } else {
+            self.execute_command(session, ks, req, &mut Discard, &mut name)
+        };
+        // Redis's `commandProcessed`: a SKIP covers the command after CLIENT REPLY SKIP.
+        session.reply = match session.reply {
+            ReplyMode::Skip => ReplyMode::On,
+            ReplyMode::SkipNext => ReplyMode::Skip,
+            other => other,
+        };
         self.note_client(session, name, ks.now_ms());
         flow
     }
@@ -795,6 +834,11 @@ impl Server {
         assert!(reads == self.clock_reads.get() || spec.flags.contains(Flags::TIME), "{} read the clock unflagged", spec.name);
         match result {
             Ok(()) if spec.name == "quit" => Flow::Close,
+            // CLIENT KILL of its own session: closed after this reply.
+            Ok(()) if self.kills.contains(&session.id) => {
+                self.kills.retain(|&k| k != session.id);
+                Flow::Close
+            }
             Ok(()) if session.blocked.is_some() => {
                 let blocked = session.blocked.as_ref().expect("blocked");
                 self.waiters.block(session.id, &blocked.keys);
@@ -932,6 +976,14 @@ impl Server {
     /// order published ([`pubsub`]).
     pub fn take_pushes(&mut self) -> Vec<(u64, Vec<u8>)> {
         self.pubsub.take_outbox()
+    }
+
+    /// Sessions CLIENT KILL killed since the last call (never the session
+    /// whose command killed them: that command answered [`Flow::Close`]).
+    /// The caller closes their connections at once, unsent output dropped,
+    /// as Redis's `freeClient`; [`Server::close_session`] then forgets them.
+    pub fn take_kills(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.kills)
     }
 
     /// A mark of the messages queued so far, to take back those of a
@@ -1079,6 +1131,17 @@ impl Server {
             Protocol::Resp3 => b"_\r\n",
         }
     }
+}
+
+/// Whether `req` is answered even under CLIENT REPLY OFF or SKIP: the
+/// subscribe commands (their confirmations are pushes, which Redis sends
+/// whatever the reply mode) and CLIENT REPLY itself (ON answers OK).
+fn replies_anyway(req: &Request<'_>) -> bool {
+    const PUSHING: [&[u8]; 6] = [b"subscribe", b"psubscribe", b"ssubscribe", b"unsubscribe", b"punsubscribe", b"sunsubscribe"];
+    let name = req.arg(0);
+    PUSHING.iter().any(|p| name.eq_ignore_ascii_case(p))
+        || (req.len() == 1 && name.eq_ignore_ascii_case(b"reset"))
+        || (req.len() == 3 && name.eq_ignore_ascii_case(b"client") && req.arg(1).eq_ignore_ascii_case(b"reply"))
 }
 
 /// Redis 7.0's protected-mode refusal, word for word.
