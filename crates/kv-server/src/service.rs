@@ -1011,9 +1011,9 @@ impl Service<Store> for KvService {
         client_limits(self.resp.config())
     }
 
-    /// Redis spares blocked clients and subscribers.
+    /// Redis spares blocked clients, subscribers and monitors.
     fn idle_closable(&self, conn: ConnId) -> bool {
-        self.sessions.get(&conn).is_none_or(|s| !s.is_blocked() && !self.resp.is_subscribed(s.id()))
+        self.sessions.get(&conn).is_none_or(|s| !s.is_blocked() && !self.resp.is_subscribed(s.id()) && !self.resp.is_monitor(s.id()))
     }
 }
 

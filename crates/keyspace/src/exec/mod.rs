@@ -32,6 +32,7 @@ mod keys;
 mod large;
 mod list_ops;
 mod lists;
+mod monitor;
 mod multi;
 pub mod notify;
 mod pubsub;
@@ -309,6 +310,8 @@ pub struct Server {
     /// Sessions CLIENT KILL killed, for the embedding server to close
     /// ([`Server::take_kills`]).
     kills: Vec<u64>,
+    /// Sessions in MONITOR ([`monitor`]), in the order they began.
+    monitors: Vec<u64>,
 }
 
 /// Why a command failed; written as its error reply.
@@ -568,6 +571,7 @@ impl Server {
             clients: HashMap::new(),
             notes: Vec::new(),
             kills: Vec::new(),
+            monitors: Vec::new(),
         }
     }
 
@@ -666,6 +670,7 @@ impl Server {
         self.unblock(&mut session);
         self.watches.unwatch_all(session.id);
         self.pubsub.forget(session.id);
+        self.monitors.retain(|&m| m != session.id);
         self.clients.remove(&session.id);
         assert!(self.connected > 0);
         self.connected -= 1;
@@ -766,7 +771,9 @@ impl Server {
             return Flow::Continue;
         }
         if spec.name == "exec" {
-            return self.exec(session, ks, sink);
+            let flow = self.exec(session, ks, sink);
+            self.feed_monitors(session, ks, req, false);
+            return flow;
         }
         self.run_admitted(spec, session, ks, req, sink)
     }
@@ -779,9 +786,29 @@ impl Server {
         S: ReplySink<K::Value> + ?Sized,
     {
         if scripting::is_eval(spec.name) {
+            // Before the script, so that its commands follow it (Redis's `evalCommand`).
+            self.feed_monitors(session, ks, req, false);
             return self.eval(spec, session, ks, req, sink);
         }
-        self.run_one(spec, session, ks, req, sink)
+        let flow = self.run_one(spec, session, ks, req, sink);
+        if !spec.flags.contains(Flags::ADMIN) {
+            self.feed_monitors(session, ks, req, false);
+        }
+        flow
+    }
+
+    /// Sends every monitor the line of `req`, run by `session` (by a script
+    /// if `lua`) ([`monitor`]).
+    pub(crate) fn feed_monitors<K: Keyspace>(&mut self, session: &Session, ks: &K, req: &Request<'_>, lua: bool) {
+        if self.monitors.is_empty() {
+            return;
+        }
+        let addr = if lua { None } else { Some(self.clients.get(&session.id).map_or("?:0", |c| c.addr.as_str())) };
+        let args: Vec<&[u8]> = req.args().collect();
+        let line = monitor::line(ks.now_ms(), addr, monitor::redacted(&args).into_iter());
+        for &id in &self.monitors {
+            self.pubsub.send(id, line.clone());
+        }
     }
 
     /// Runs an admitted command, recording the keys it writes when some
@@ -1013,6 +1040,11 @@ impl Server {
     /// for its output limit: nothing more is published to it).
     pub fn end_subscriptions(&mut self, id: u64) {
         self.pubsub.forget(id);
+    }
+
+    /// Whether client `id` is in MONITOR.
+    pub fn is_monitor(&self, id: u64) -> bool {
+        self.monitors.contains(&id)
     }
 
     /// Whether client `id` holds a subscription (pub/sub).

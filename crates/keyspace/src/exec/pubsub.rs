@@ -242,6 +242,11 @@ impl PubSub {
         }
     }
 
+    /// Queues `bytes` for `client` (a MONITOR line).
+    pub(crate) fn send(&mut self, client: u64, bytes: Vec<u8>) {
+        self.outbox.push((client, bytes));
+    }
+
     pub fn take_outbox(&mut self) -> Vec<(u64, Vec<u8>)> {
         std::mem::take(&mut self.outbox)
     }

@@ -144,3 +144,52 @@ fn client_reply_off_skip_and_on() {
     drop(c);
     server.stop();
 }
+
+/// MONITOR: the lines of other clients' commands in Redis's format (the
+/// client's address, a script's commands as `[0 lua]` after its EVAL, MULTI,
+/// the command and EXEC in order, administrative commands and refused ones
+/// not shown, AUTH's arguments redacted).
+#[test]
+fn monitor_shows_commands_as_redis_does() {
+    let pool = Pool::new();
+    let server = start(&pool.path, pmwire_kv_server::Mode::Copy);
+    let (mut mon, mut c) = (connect(server.resp), connect(server.resp));
+    assert_eq!(mon.call(&["MONITOR"]).unwrap(), Value::Simple(b"OK".to_vec()));
+    let Value::Bulk(info) = c.call(&["CLIENT", "INFO"]).unwrap() else { panic!("CLIENT INFO") };
+    let info = String::from_utf8(info).unwrap();
+    let addr = info.split(' ').find_map(|f| f.strip_prefix("addr=")).expect("addr").to_string();
+    for args in [
+        &["SET", "foo", "bar baz\n"][..],
+        &["CONFIG", "GET", "maxclients"],
+        &["NOSUCH"],
+        &["EVAL", "return redis.call('get', KEYS[1])", "1", "foo"],
+        &["MULTI"],
+        &["INCR", "n"],
+        &["EXEC"],
+        &["AUTH", "secret"],
+        &["GET", "foo"],
+    ] {
+        c.call(args).unwrap();
+    }
+    let want = [
+        format!("[0 {addr}] \"CLIENT\" \"INFO\""),
+        format!("[0 {addr}] \"SET\" \"foo\" \"bar baz\\n\""),
+        format!("[0 {addr}] \"EVAL\" \"return redis.call('get', KEYS[1])\" \"1\" \"foo\""),
+        "[0 lua] \"get\" \"foo\"".to_string(),
+        format!("[0 {addr}] \"MULTI\""),
+        format!("[0 {addr}] \"INCR\" \"n\""),
+        format!("[0 {addr}] \"EXEC\""),
+        format!("[0 {addr}] \"AUTH\" \"(redacted)\""),
+        format!("[0 {addr}] \"GET\" \"foo\""),
+    ];
+    for want in want {
+        let Value::Simple(line) = mon.read_reply().unwrap() else { panic!("a status line") };
+        let line = String::from_utf8(line).unwrap();
+        let (time, rest) = line.split_once(' ').expect("time, then the rest");
+        let (s, us) = time.split_once('.').expect("seconds.microseconds");
+        assert!(s.parse::<u64>().is_ok() && us.len() == 6 && us.parse::<u32>().is_ok(), "{line}");
+        assert_eq!(rest, want);
+    }
+    drop((mon, c));
+    server.stop();
+}
