@@ -132,6 +132,9 @@ impl Default for ClientInfo {
 fn client_line(server: &super::Server, id: u64, now_ms: u64) -> String {
     let info = &server.clients[&id];
     let mut flags = String::new();
+    if server.monitors.contains(&id) {
+        flags.push('O');
+    }
     if server.pubsub.subscribed(id) {
         flags.push('P');
     }

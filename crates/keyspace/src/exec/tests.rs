@@ -152,7 +152,7 @@ fn documented_differences_from_redis() {
     assert_eq!(f.run("SCAN 12345"), "-ERR invalid cursor\r\n");
     assert_eq!(
         f.run("CONFIG SET appendonly yes"),
-        "-ERR CONFIG SET failed (possibly related to argument 'appendonly') - pmwire does not change 'appendonly' (it sets requirepass, protected-mode, save, busy-reply-threshold, maxclients, timeout and the stream-node limits; every write is durable before its reply)\r\n"
+        "-ERR CONFIG SET failed (possibly related to argument 'appendonly') - pmwire does not change 'appendonly' (it sets requirepass, protected-mode, save, busy-reply-threshold, maxclients, timeout, notify-keyspace-events and the stream-node limits; every write is durable before its reply)\r\n"
     );
     // `save` is taken and shown back, and changes nothing else.
     assert_eq!(f.run("CONFIG SET save \"60 1000\""), "+OK\r\n");
@@ -348,11 +348,11 @@ fn extreme_integer_arguments_get_replies_not_panics() {
 /// Every row of the table is dispatched (an undispatched one would reach
 /// `unreachable!`), subcommands included, and COMMAND COUNT counts the
 /// lists, sets, OBJECT, the completed hashes and sorted sets, the bit commands,
-/// the script commands, TIME, SAVE, BGSAVE, LASTSAVE, pub/sub, RESET, streams and consumer groups.
+/// the script commands, TIME, SAVE, BGSAVE, LASTSAVE, pub/sub, RESET, streams, consumer groups and MONITOR.
 #[test]
 fn every_command_in_the_table_is_served() {
     let mut f = Fixture::new();
-    assert_eq!(commands::commands().count(), 190);
+    assert_eq!(commands::commands().count(), 191);
     let containers = ["acl", "client", "config", "function", "memory", "object", "pubsub", "script", "xgroup", "xinfo"];
     let rows = commands::commands().flat_map(|c| std::iter::once(c).chain(c.subcommands()));
     for spec in rows.filter(|s| s.name != "quit" && !containers.contains(&s.name)) {
@@ -400,7 +400,7 @@ fn the_command_table_answers_lookups() {
 #[test]
 fn the_table_is_sorted() {
     let rows: Vec<&CommandInfo> = commands::commands().flat_map(|c| std::iter::once(c).chain(c.subcommands())).collect();
-    assert_eq!(rows.len(), 225, "every row is a command or a subcommand found after its container");
+    assert_eq!(rows.len(), 228, "every row is a command or a subcommand found after its container");
     for pair in rows.windows(2) {
         assert!(pair[0].name < pair[1].name, "{} before {}", pair[0].name, pair[1].name);
     }
