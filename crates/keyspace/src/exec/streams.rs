@@ -829,7 +829,7 @@ pub(super) fn xread<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '
     for (key, id, h) in &from {
         let Some(h) = h else { continue };
         if let Some((name, consumer)) = group {
-            let read = groups::GroupRead { group: name, consumer, noack };
+            let read = groups::GroupRead { key, group: name, consumer, noack };
             if let Some(entries) = groups::read_group(c, h, *id, count, &read)? {
                 served.push((key.clone(), entries));
             }

@@ -224,11 +224,15 @@ impl Tx {
         num
     }
 
-    /// The consumer `name`, seen now, created if need be.
-    pub fn lookup_or_create<K: Keyspace + ?Sized>(&mut self, ks: &mut K, name: &[u8], now: u64) -> Result<u64, Fail> {
-        match self.lookup(ks, name, Some(now))? {
+    /// The consumer `name`, seen now, created if need be (reported as
+    /// Redis's `streamCreateConsumer` reports it, on the stream `key`).
+    pub fn lookup_or_create<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(&mut self, c: C<'_, '_, '_, K, S>, key: &[u8], name: &[u8], now: u64) -> Result<u64, Fail> {
+        match self.lookup(c.ks, name, Some(now))? {
             Some(n) => Ok(n),
-            None => Ok(self.create(name, now)),
+            None => {
+                c.notify(ev::XGROUP_CREATECONSUMER, key);
+                Ok(self.create(name, now))
+            }
         }
     }
 
@@ -850,7 +854,7 @@ pub(in crate::exec) fn xclaim<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C
         }
         let cn = match me {
             Some(cn) => cn,
-            None => *me.insert(tx.lookup_or_create(c.ks, c.arg(3), t as u64)?),
+            None => *me.insert(tx.lookup_or_create(c, c.arg(1), c.arg(3), t as u64)?),
         };
         n.consumer = cn;
         n.delivery_ms = delivery as u64;
@@ -938,7 +942,7 @@ pub(in crate::exec) fn xautoclaim<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
             }
             let cn = match me {
                 Some(cn) => cn,
-                None => *me.insert(tx.lookup_or_create(c.ks, c.arg(3), t)?),
+                None => *me.insert(tx.lookup_or_create(c, c.arg(1), c.arg(3), t)?),
             };
             let n = Nack { consumer: cn, delivery_ms: t, deliveries: nack.deliveries + u64::from(!justid) };
             tx.put_nack(c.ks, id, Some(nack), n)?;
@@ -974,6 +978,7 @@ pub(in crate::exec) fn xautoclaim<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
 /// What an XREADGROUP reads in one stream: new entries (`>`) or its
 /// consumer's history from an ID.
 pub(super) struct GroupRead<'a> {
+    pub key: &'a [u8],
     pub group: &'a [u8],
     pub consumer: &'a [u8],
     pub noack: bool,
@@ -997,7 +1002,7 @@ pub(super) fn read_group<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
         }
     }
     let t = now(c);
-    let cn = tx.lookup_or_create(c.ks, r.consumer, t)?;
+    let cn = tx.lookup_or_create(c, r.key, r.consumer, t)?;
     let mut out = Vec::new();
     if history {
         let Some(start) = gt.next() else {
