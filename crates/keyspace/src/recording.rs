@@ -26,6 +26,10 @@ pub struct Recording<'k, K: Keyspace> {
     pub ready: Vec<Vec<u8>>,
     /// A flush ran.
     pub cleared: bool,
+    /// When `Some`: the keys stored that were not live before (keyspace
+    /// notifications' `new`), each once, in order. Finding them costs a
+    /// look-up per store, so it is asked for only when needed.
+    pub created: Option<Vec<Vec<u8>>>,
     /// Internal entries a flush keeps.
     keep: &'static [&'static [u8]],
 }
@@ -39,7 +43,7 @@ impl<'k, K: Keyspace> Recording<'k, K> {
     /// A recorder over `inner` whose flush keeps the internal entries
     /// `keep` (their bytes are read before the flush and put back after).
     pub fn keeping(inner: &'k mut K, keep: &'static [&'static [u8]]) -> Self {
-        Recording { inner, touched: Vec::new(), ready: Vec::new(), cleared: false, keep }
+        Recording { inner, touched: Vec::new(), ready: Vec::new(), cleared: false, created: None, keep }
     }
 }
 
@@ -55,7 +59,11 @@ impl<K: Keyspace> Keyspace for Recording<'_, K> {
     }
 
     fn put(&mut self, key: &[u8], kind: Kind, value: ValueSource<'_>, expiry: Expiry) -> Result<(), StoreError> {
+        let new = self.created.is_some() && self.inner.get(key).is_none();
         self.inner.put(key, kind, value, expiry)?;
+        if let Some(created) = self.created.as_mut().filter(|c| new && !c.iter().any(|k| k == key)) {
+            created.push(key.to_vec());
+        }
         self.touched.push(key.to_vec());
         if matches!(kind, Kind::List | Kind::ZSet | Kind::Stream) {
             self.ready.push(key.to_vec());
@@ -126,6 +134,10 @@ impl<K: Keyspace> Keyspace for Recording<'_, K> {
 
     fn begin_command(&mut self) {
         self.inner.begin_command()
+    }
+
+    fn take_expired(&mut self) -> Vec<Vec<u8>> {
+        self.inner.take_expired()
     }
 
     fn abort_command(&mut self) {

@@ -243,6 +243,13 @@ pub trait Keyspace {
     }
     /// Deletes every key.
     fn clear(&mut self) -> Result<(), StoreError>;
+    /// The keys found expired (and deleted) by reads since the last call,
+    /// in order: Redis's lazy expiry, which keyspace notifications report
+    /// as `expired`. A keyspace that keeps no such record returns none
+    /// (the active sweep still reports the keys it deletes).
+    fn take_expired(&mut self) -> Vec<Vec<u8>> {
+        Vec::new()
+    }
     /// Sizes accepted.
     fn limits(&self) -> StoreLimits {
         StoreLimits::default()
@@ -364,6 +371,8 @@ pub struct MemKeyspace {
     /// a copy of the maps (values are shared), O(keys) per script, which
     /// suits the keyspace of tests and models this is.
     script_start: Option<Box<MemState>>,
+    /// Keys `get` found expired since [`Keyspace::take_expired`].
+    expired_by_reads: Vec<Vec<u8>>,
 }
 
 /// What [`MemKeyspace::script_start`] keeps.
@@ -429,6 +438,9 @@ impl Keyspace for MemKeyspace {
     type Value = Arc<[u8]>;
 
     fn get(&mut self, key: &[u8]) -> Option<Stored<Arc<[u8]>>> {
+        if self.map.get(key).is_some_and(|e| self.is_expired(e)) {
+            self.expired_by_reads.push(key.to_vec());
+        }
         self.live(key).map(|e| Stored {
             kind: e.kind,
             len: e.value.len() as u64,
@@ -526,6 +538,10 @@ impl Keyspace for MemKeyspace {
 
     fn expiring_len(&self) -> u64 {
         self.expiring.len() as u64
+    }
+
+    fn take_expired(&mut self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut self.expired_by_reads)
     }
 
     fn begin_script(&mut self) {

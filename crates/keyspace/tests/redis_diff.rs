@@ -530,6 +530,115 @@ fn command_flags_match_redis() {
         }
         compared += 1;
     }
-    assert_eq!(compared, 240, "every row compared");
+    assert_eq!(compared, 243, "every row compared");
     println!("{compared} commands and subcommands compared with redis-server {}", redis_version(redis.port));
+}
+
+/// Keyspace notifications: with `notify-keyspace-events KEA` plus `n`
+/// (every class, new keys), a subscriber to every channel (`PSUBSCRIBE *`)
+/// receives, after each command of the script, exactly the messages
+/// redis-server's subscriber receives, in the same order and byte for byte:
+/// the events' names, the keyspace and keyevent channels, `del` after a
+/// collection emptied, `new` before a key's first event, `expired` for a
+/// key found expired. Both sides' messages are read up to a marker
+/// published after each command.
+#[test]
+fn keyspace_notifications_match_redis() {
+    let redis = start_redis();
+    let version = redis_version(redis.port);
+    let mut a = differ(&redis, &version);
+    let mut sub = Conn::new(redis.port);
+    let mut req = Vec::new();
+    encode_request(&[&b"CLIENT"[..], b"ID"], &mut req);
+    let sub_id = client_id(&sub.call(&req));
+    let mut sub_session = a.target.server.open_session_with_id(sub_id);
+    // The clock: EXPIRE in the past, and a key that expires while the script runs.
+    a.target.ks.set_clock(pmwire_keyspace::store::Clock::System);
+    for args in [&["FLUSHALL"][..], &["CONFIG", "SET", "notify-keyspace-events", "KEAn"]] {
+        let want = a.remote(args);
+        assert_eq!(want, a.local(args).0, "{args:?}");
+    }
+    req.clear();
+    encode_request(&[&b"PSUBSCRIBE"[..], b"*"], &mut req);
+    let want = sub.call(&req);
+    let segs: [&[u8]; 1] = [&req];
+    assert_eq!(a.target.parsed.parse(&segs).commands, 1);
+    let mut got = Vec::new();
+    let t = &mut a.target;
+    t.server.execute(&mut sub_session, &mut t.ks, &t.parsed.request(&segs, 0), &mut got);
+    assert_eq!(want, got);
+    let script = [
+        "SET s 1", "SET s 2 EX 100", "SET s 3 KEEPTTL", "SETNX s 4", "SETNX s2 4", "APPEND s 5", "APPEND s3 x",
+        "INCR n", "DECRBY n 3", "INCRBYFLOAT n 1.5", "GETSET s 9", "MSET m1 a m2 b", "MSETNX m1 a m3 c", "SETRANGE s 0 zz",
+        "SETBIT b 3 1", "GETDEL s2", "GETEX s EX 50", "GETEX s PERSIST", "GETEX s PERSIST", "PSETEX p 100000 v",
+        "EXPIRE m1 100", "PEXPIRE m1 1000000", "PERSIST m1", "PERSIST m1", "EXPIRE m2 -1", "EXPIREAT m3 1",
+        "DEL s nosuch n", "UNLINK b", "RENAME m1 r1", "RENAMENX r1 r2", "COPY r2 c1", "COPY r2 c1 REPLACE",
+        "LPUSH l a b c", "RPUSH l d", "LPUSHX l e", "RPUSHX nol e", "LINSERT l BEFORE a x", "LINSERT l BEFORE nosuch x",
+        "LSET l 0 y", "LREM l 1 x", "LREM l 1 nosuch", "LTRIM l 0 -1", "LTRIM l 1 -1", "LPOP l", "RPOP l 2",
+        "LMOVE l l2 LEFT RIGHT", "RPOPLPUSH l2 l", "LMPOP 2 nol l RIGHT COUNT 9", "RPUSH l a b", "BLPOP l 1", "BRPOP l 1",
+        "RPUSH l a", "LTRIM l 5 6",
+        "SADD st a b c", "SADD st a", "SREM st a", "SREM st nosuch", "SMOVE st st2 b", "SMOVE st st2 c", "SADD one x", "SPOP one",
+        "SADD x 1 2", "SADD y 2 3", "SINTERSTORE d x y", "SUNIONSTORE d x y", "SDIFFSTORE d x x", "SDIFFSTORE d x x",
+        "HSET h f 1 g 2", "HSET h f 1", "HSETNX h f 2", "HSETNX h k 2", "HINCRBY h f 3", "HINCRBYFLOAT h f 0.5",
+        "HMSET h a 1", "HDEL h nosuch", "HDEL h f g k a",
+        "ZADD z 1 a 2 b", "ZADD z 1 a", "ZADD z INCR 5 a", "ZINCRBY z 1 b", "ZREM z nosuch", "ZREM z a",
+        "ZADD z 3 c 4 d 5 e", "ZREMRANGEBYSCORE z 100 200", "ZREMRANGEBYSCORE z 3 3", "ZREMRANGEBYRANK z 0 0",
+        "ZREMRANGEBYLEX z - +", "ZADD z 1 a 2 b 3 c", "ZPOPMIN z", "ZPOPMAX z 5", "ZADD z 1 a", "ZMPOP 1 z MIN",
+        "ZADD z1 1 a", "ZADD z2 2 a", "ZUNIONSTORE zd 2 z1 z2", "ZINTERSTORE zd 2 z1 nosuch", "ZDIFFSTORE zd 1 z1",
+        "ZRANGESTORE zr z2 0 -1",
+        "XADD xs 1-1 f v", "XADD xs MAXLEN 1 2-1 f v", "XDEL xs 2-1", "XDEL xs 9-9", "XADD xs 3-1 f v",
+        "XTRIM xs MAXLEN 0", "XADD xs 4-1 f v", "XSETID xs 5-0", "XGROUP CREATE xs g $", "XGROUP CREATECONSUMER xs g c",
+        "XGROUP SETID xs g 0", "XGROUP DELCONSUMER xs g c", "XGROUP DESTROY xs g", "XGROUP CREATE xn g $ MKSTREAM",
+        "XGROUP CREATE xs g2 0", "XREADGROUP GROUP g2 alice STREAMS xs >", "XCLAIM xs g2 mike 0 4-1 FORCE",
+        "XAUTOCLAIM xs g2 alice 0 0", "XAUTOCLAIM xs g2 bob 0 0",
+        "SET e 1 PX 1", "SET e2 1 PX 1", "DEBUG_SLEEP", "GET e", "EXISTS e2",
+        "MULTI", "SET t 1", "LPUSH tl 1", "EXEC", "EVAL \"redis.call('set','sk','v') return redis.call('del','sk')\" 0",
+        "FLUSHALL",
+    ];
+    let mut failures = Vec::new();
+    let mut in_multi = false;
+    for (n, line) in script.iter().enumerate() {
+        if *line == "DEBUG_SLEEP" {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            continue;
+        }
+        let args = args_of(line);
+        let (want, got) = (a.remote(&args), a.local(&args).0);
+        if want != got {
+            failures.push(format!("{line} replied\n    redis:  {:?}\n    pmwire: {:?}", String::from_utf8_lossy(&want), String::from_utf8_lossy(&got)));
+        }
+        // The marker: published after the command on both sides (after
+        // EXEC for a transaction's commands).
+        in_multi = (in_multi || *line == "MULTI") && *line != "EXEC";
+        if in_multi {
+            continue;
+        }
+        let marker = format!("marker{n}");
+        let publish = [&b"PUBLISH"[..], b"sync", marker.as_bytes()];
+        a.remote(&publish);
+        a.local(&publish);
+        let mut marker_msg = Vec::new();
+        encode_request(&[&b"pmessage"[..], b"*", b"sync", marker.as_bytes()], &mut marker_msg);
+        let mut redis_msgs = Vec::new();
+        loop {
+            req.clear();
+            let msg = sub.call(&req);
+            if msg == marker_msg {
+                break;
+            }
+            redis_msgs.push(String::from_utf8_lossy(&msg).into_owned());
+        }
+        let mut ours = Vec::new();
+        for (client, bytes) in a.target.server.take_pushes() {
+            assert_eq!(client, sub_id, "only the subscriber gets messages");
+            if bytes != marker_msg {
+                ours.push(String::from_utf8_lossy(&bytes).into_owned());
+            }
+        }
+        if redis_msgs != ours {
+            failures.push(format!("{line} published\n    redis:  {redis_msgs:?}\n    pmwire: {ours:?}"));
+        }
+    }
+    println!("{} commands' keyspace events compared with redis-server {version}", script.len());
+    assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n"));
 }

@@ -62,8 +62,8 @@ pub const BLOCKING: &[&str] = &["blmove", "blmpop", "blpop", "brpop", "brpoplpus
 /// Commands a member answers alone, never replicated.
 #[rustfmt::skip]
 pub const SESSION: &[&str] = &[
-    "acl", "auth", "bgsave", "client", "command", "config", "discard", "exec", "hello", "info", "lastsave", "multi",
-    "psubscribe", "publish", "pubsub", "punsubscribe", "quit", "reset", "save", "spublish", "ssubscribe", "subscribe",
+    "acl", "auth", "bgsave", "client", "command", "config", "discard", "exec", "hello", "info", "lastsave", "monitor",
+    "multi", "psubscribe", "publish", "pubsub", "punsubscribe", "quit", "reset", "save", "spublish", "ssubscribe", "subscribe",
     "sunsubscribe", "unsubscribe", "unwatch", "watch",
 ];
 

@@ -135,6 +135,9 @@ pub(crate) type Locs<'a> = &'a [(u32, u32)];
 pub(crate) struct BatchState {
     /// Buffers retained for handles given out in this batch.
     pub held: Vec<u32>,
+    /// Keys reads found expired (lazy expiry) since the executor last took them
+    /// (`Keyspace::take_expired`: keyspace notifications' `expired`); cleared per batch.
+    pub expired_by_reads: Vec<Vec<u8>>,
     /// Something was staged since the last commit.
     pub wrote: bool,
     /// Commits made inside the batch because it outgrew the WAL's room.
@@ -236,11 +239,14 @@ pub(crate) struct EngineKeyspace<'a, M: Media = Region> {
 impl<M: Media> EngineKeyspace<'_, M> {
     /// The live value at `key` (kind, deadline, handle), its buffers held for the batch. An
     /// expired key is deleted (staged; if that fails it stays for the sweep) and not returned.
-    pub fn get_held(&mut self, key: &[u8]) -> Option<(u8, Option<u64>, Handle)> {
-        let key = stored_key(key);
+    pub fn get_held(&mut self, user: &[u8]) -> Option<(u8, Option<u64>, Handle)> {
+        let key = stored_key(user);
         let entry = self.engine.lookup(&key)?;
         if entry.deadline_ms.is_some_and(|d| d <= self.now_ms) {
-            let _ = self.retire(&key, None).and_then(|()| self.stage(|engine, region| engine.delete(region, &key)));
+            let deleted = self.retire(&key, None).and_then(|()| self.stage(|engine, region| engine.delete(region, &key)));
+            if deleted.is_ok() {
+                self.state.expired_by_reads.push(user.to_vec());
+            }
             return None;
         }
         let (kind, deadline) = (entry.kind, entry.deadline_ms);
@@ -543,6 +549,10 @@ impl<M: Media> Keyspace for EngineKeyspace<'_, M> {
 
     fn expiring_len(&self) -> u64 {
         self.engine.expiring_len() as u64
+    }
+
+    fn take_expired(&mut self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut self.state.expired_by_reads)
     }
 
     fn clear(&mut self) -> Result<(), StoreError> {

@@ -532,6 +532,13 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         if flow == pmwire_keyspace::exec::Flow::Close {
             conn.close_after_flush = true;
         }
+        for client in self.local.take_kills() {
+            // CLIENT KILL of another connection: closed once what it was answered is sent.
+            if let Some((&killed, c)) = self.conns.iter_mut().find(|(_, c)| c.session.id() == client) {
+                c.close_after_flush = true;
+                self.to_wake.push(killed);
+            }
+        }
         out
     }
 

@@ -58,13 +58,14 @@ impl Pushes {
         self.overflowed.remove(&conn);
     }
 
-    /// Routes `messages` (client id, bytes): those for `current` are
-    /// written to `out` now, the others held for their connections.
-    /// Messages for a client no longer connected are dropped.
-    pub fn route(&mut self, messages: Vec<(u64, Vec<u8>)>, current: ConnId, out: &mut dyn FnMut(&[u8])) {
+    /// Routes `messages` (client id, bytes): those for `current` (the
+    /// connection being served, if any) are written to `out` now, the
+    /// others held for their connections. Messages for a client no longer
+    /// connected are dropped.
+    pub fn route(&mut self, messages: Vec<(u64, Vec<u8>)>, current: Option<ConnId>, out: &mut dyn FnMut(&[u8])) {
         for (client, bytes) in messages {
             let Some(&conn) = self.conns.get(&client) else { continue };
-            if conn == current {
+            if Some(conn) == current {
                 out(&bytes);
                 continue;
             }
@@ -121,7 +122,7 @@ mod tests {
         p.opened(10, a);
         p.opened(20, b);
         let mut now = Vec::new();
-        p.route(vec![(10, b"x".to_vec()), (20, b"y".to_vec()), (20, b"z".to_vec()), (30, b"gone".to_vec())], a, &mut |m| now.extend_from_slice(m));
+        p.route(vec![(10, b"x".to_vec()), (20, b"y".to_vec()), (20, b"z".to_vec()), (30, b"gone".to_vec())], Some(a), &mut |m| now.extend_from_slice(m));
         assert_eq!(now, b"x");
         let mut wake = Vec::new();
         p.wake(&mut wake);
@@ -129,17 +130,17 @@ mod tests {
         assert_eq!(p.take(b, 0), Taken::Messages(b"yz".to_vec()));
         assert_eq!(p.take(b, 0), Taken::Nothing);
         // Held bytes alone past the limit.
-        p.route(vec![(20, vec![0; PUSH_LIMIT]), (20, b"more".to_vec())], a, &mut |_| unreachable!());
+        p.route(vec![(20, vec![0; PUSH_LIMIT]), (20, b"more".to_vec())], Some(a), &mut |_| unreachable!());
         assert_eq!(p.take(b, 0), Taken::OverLimit, "dropped at the limit");
         assert_eq!(p.take(b, 0), Taken::Nothing, "asked once");
         // Held bytes with the unsent output past it.
-        p.route(vec![(20, b"small".to_vec())], a, &mut |_| unreachable!());
+        p.route(vec![(20, b"small".to_vec())], Some(a), &mut |_| unreachable!());
         assert_eq!(p.take(b, PUSH_LIMIT - 1), Taken::OverLimit);
-        p.route(vec![(20, b"small".to_vec())], a, &mut |_| unreachable!());
+        p.route(vec![(20, b"small".to_vec())], Some(a), &mut |_| unreachable!());
         assert_eq!(p.take(b, PUSH_LIMIT - 5), Taken::Messages(b"small".to_vec()));
         assert_eq!(p.closed_for_limit, 2);
         p.closed(20, b);
-        p.route(vec![(20, b"late".to_vec())], a, &mut |_| unreachable!());
+        p.route(vec![(20, b"late".to_vec())], Some(a), &mut |_| unreachable!());
         assert_eq!(p.take(b, 0), Taken::Nothing);
     }
 }

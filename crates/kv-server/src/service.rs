@@ -39,7 +39,7 @@
 //! collections are reclaimed the same way, [`GARBAGE_PER_BATCH`] per batch.
 
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use pmwire_kv::LogError;
@@ -49,7 +49,7 @@ use pmwire_netio::{Batch, ConnId, ConnLimits, Input, Output, OutputMark, Service
 
 use crate::pushes::{Pushes, Taken};
 use pmwire_keyspace::chunked::collect_garbage;
-use pmwire_keyspace::exec::{active_expire, Flow, Server as RespServer, ServerConfig, Session};
+use pmwire_keyspace::exec::{Flow, Server as RespServer, ServerConfig, Session};
 use pmwire_keyspace::store::{Clock, Keyspace, Kind, StoreError};
 use pmwire_resp::reply::ReplySink;
 use pmwire_resp::request::{Limits as RespLimits, Parsed as RespParsed, Skip};
@@ -158,6 +158,14 @@ pub struct KvService {
     blocking: Blocking,
     /// Published messages waiting for their subscribers' connections.
     pushes: Pushes,
+    /// The earliest key deadline after the last batch, ms: with `expired` keyspace events
+    /// subscribed to, the loop is woken then so that the sweep runs (and publishes them)
+    /// without waiting for traffic, as Redis's background expiry does.
+    next_expiry_ms: Option<u64>,
+    /// Connections CLIENT KILL closed: each is closed at once (unsent output dropped, as
+    /// Redis's `freeClient`) when the loop shows it next, which `kill_wake` asks for.
+    killing: HashSet<ConnId>,
+    kill_wake: Vec<ConnId>,
 }
 
 impl std::fmt::Debug for KvService {
@@ -200,6 +208,9 @@ impl KvService {
             now_ms: 0,
             blocking: Blocking::default(),
             pushes: Pushes::default(),
+            next_expiry_ms: None,
+            killing: HashSet::new(),
+            kill_wake: Vec::new(),
         }
     }
 
@@ -279,13 +290,19 @@ impl KvService {
             now_ms: self.now_ms,
         };
         let savepoint = ks.engine.savepoint();
-        match active_expire(&mut ks, EXPIRE_PER_BATCH) {
+        let push_mark = self.resp.pushes_mark();
+        match self.resp.active_expire(&mut ks, EXPIRE_PER_BATCH) {
             Ok(sweep) => self.stats.expired_swept += sweep.deleted as u64,
             Err(_) => {
                 ks.engine.rollback_to(savepoint);
                 ks.state.batch_full = false;
+                self.resp.truncate_pushes(push_mark);
                 return;
             }
+        }
+        if self.resp.pushes_mark() > 0 {
+            // `expired` events (keyspace notifications) for the subscribers' connections.
+            self.pushes.route(self.resp.take_pushes(), None, &mut |_| unreachable!("no connection is being served"));
         }
         if !garbage {
             return;
@@ -301,7 +318,7 @@ impl KvService {
     }
 
     fn resp_entry(&mut self, input: &Input<'_>, out: &mut Output, store: &mut Store, st: &mut EntryState) {
-        let KvService { resp, sessions, parsed, state, now_ms, blocking, stats, grants, skips, scans, pushes, .. } = self;
+        let KvService { resp, sessions, parsed, state, now_ms, blocking, stats, grants, skips, scans, pushes, killing, kill_wake, .. } = self;
         let now_ms = *now_ms;
         if !sessions.contains_key(&input.conn) {
             // Redis refuses at accept; here the first bytes are the first news of a connection.
@@ -480,7 +497,15 @@ impl KvService {
                 ks.state.entry_requests = st.resp_commands as usize;
                 if resp.pushes_mark() > 0 {
                     let out = &mut *sink.out;
-                    pushes.route(resp.take_pushes(), input.conn, &mut |m| out.push_bytes(m));
+                    pushes.route(resp.take_pushes(), Some(input.conn), &mut |m| out.push_bytes(m));
+                }
+                for client in resp.take_kills() {
+                    // CLIENT KILL of another connection: closed when the loop shows it next.
+                    if let Some((&conn, _)) = sessions.iter().find(|(_, s)| s.id() == client) {
+                        if killing.insert(conn) {
+                            kill_wake.push(conn);
+                        }
+                    }
                 }
                 for (client, error) in resp.take_unblocked() {
                     // CLIENT UNBLOCK: answered now (nothing to commit), shown again like a served one.
@@ -552,6 +577,24 @@ impl KvService {
         st.consumed = if st.close { input.len_bytes() } else { done };
         self.bytes = recycle(bytes);
         self.locs = locs;
+    }
+
+    /// With `expired` keyspace events subscribed to: when the earliest key deadline is due,
+    /// a connection to show (any: the batch's sweep deletes the key and publishes its event);
+    /// else the instant it will be due. Nothing otherwise.
+    fn expiry_wakeup(&mut self, now: Instant, wake: &mut Vec<ConnId>) -> Option<Instant> {
+        let due_ms = self.next_expiry_ms.filter(|_| self.resp.wants_expiry_events())?;
+        let now_ms = self.clock.now_ms();
+        if due_ms > now_ms {
+            return now.checked_add(Duration::from_millis(due_ms - now_ms));
+        }
+        let conn = *self.sessions.keys().next()?;
+        if !wake.contains(&conn) {
+            wake.push(conn);
+        }
+        // Asked again after that batch, which sets the next deadline.
+        self.next_expiry_ms = None;
+        None
     }
 
     /// Finishes the blocking bookkeeping of a batch whose commit failed: a pop served in it
@@ -838,6 +881,7 @@ fn not_persisted(state: &BatchState) -> StoreError {
 impl Service<Store> for KvService {
     fn handle(&mut self, batch: &mut Batch, store: &mut Store) {
         self.state.release_held(&mut store.engine);
+        self.state.expired_by_reads.clear();
         self.state.failed = None;
         self.state.committed = None;
         self.now_ms = self.clock.now_ms();
@@ -862,6 +906,7 @@ impl Service<Store> for KvService {
                 Taken::OverLimit => true,
             };
             self.stats.pubsub_closed += u64::from(overflowed);
+            let killed = self.killing.remove(&input.conn);
             *st = EntryState {
                 mark: Some(reply.output.mark()),
                 http: std::mem::take(&mut st.http),
@@ -869,7 +914,11 @@ impl Service<Store> for KvService {
             };
             st.http.clear();
             self.state.entry = i;
-            if overflowed {
+            if killed {
+                // CLIENT KILL: closed at once; `closed` then ends its session.
+                reply.abort = true;
+                st.consumed = input.len_bytes();
+            } else if overflowed {
                 // A subscriber that let more than the limit wait: closed at once, its
                 // subscriptions ended now, as Redis closes it.
                 reply.abort = true;
@@ -916,6 +965,7 @@ impl Service<Store> for KvService {
         self.blocking.served_now.clear();
         self.blocking.parked_now.clear();
         self.entries = entries;
+        self.next_expiry_ms = store.engine.next_deadline_ms();
     }
 
     fn closed(&mut self, conn: ConnId, store: &mut Store) {
@@ -928,6 +978,7 @@ impl Service<Store> for KvService {
         }
         self.blocking.forget(conn);
         self.blocking.deferred.remove(&conn);
+        self.killing.remove(&conn);
         // The loop has taken every reply of the last batch: its held buffers may go.
         self.state.release_held(&mut store.engine);
     }
@@ -947,17 +998,22 @@ impl Service<Store> for KvService {
             self.stats.blocked_timeouts += 1;
         }
         wake.append(&mut self.blocking.wake);
+        wake.append(&mut self.kill_wake);
         self.pushes.wake(wake);
-        self.blocking.deadlines.first().map(|&(deadline, _)| deadline)
+        let blocked = self.blocking.deadlines.first().map(|&(deadline, _)| deadline);
+        match self.expiry_wakeup(now, wake) {
+            Some(expiry) => Some(blocked.map_or(expiry, |b| b.min(expiry))),
+            None => blocked,
+        }
     }
 
     fn limits(&self) -> ConnLimits {
         client_limits(self.resp.config())
     }
 
-    /// Redis spares blocked clients and subscribers.
+    /// Redis spares blocked clients, subscribers and monitors.
     fn idle_closable(&self, conn: ConnId) -> bool {
-        self.sessions.get(&conn).is_none_or(|s| !s.is_blocked() && !self.resp.is_subscribed(s.id()))
+        self.sessions.get(&conn).is_none_or(|s| !s.is_blocked() && !self.resp.is_subscribed(s.id()) && !self.resp.is_monitor(s.id()))
     }
 }
 

@@ -625,6 +625,11 @@ impl Engine {
         self.index.expired(now_ms)
     }
 
+    /// The earliest deadline of any key (staged operations included), ms.
+    pub fn next_deadline_ms(&self) -> Option<u64> {
+        self.index.next_deadline_ms()
+    }
+
     /// Keys with a deadline (staged operations included).
     pub fn expiring_len(&self) -> usize {
         self.index.expiring_len()

@@ -103,6 +103,11 @@ impl<V: Deadline> Index<V> {
         self.expiring.iter().take_while(move |(d, _)| *d <= now_ms).map(|(_, k)| &k[..])
     }
 
+    /// The earliest deadline of any key, if one has a deadline.
+    pub(crate) fn next_deadline_ms(&self) -> Option<u64> {
+        self.expiring.first().map(|(d, _)| *d)
+    }
+
     /// Keys with a deadline.
     pub(crate) fn expiring_len(&self) -> usize {
         self.expiring.len()

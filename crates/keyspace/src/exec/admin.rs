@@ -48,6 +48,7 @@ pub(super) fn reset<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '
     c.out.protocol = Protocol::Resp2;
     c.session.name = None;
     c.session.authenticated = c.server.config.requirepass.is_none();
+    c.session.reply = super::ReplyMode::On;
     c.out.simple(b"RESET");
     Ok(())
 }
@@ -131,6 +132,9 @@ impl Default for ClientInfo {
 fn client_line(server: &super::Server, id: u64, now_ms: u64) -> String {
     let info = &server.clients[&id];
     let mut flags = String::new();
+    if server.monitors.contains(&id) {
+        flags.push('O');
+    }
     if server.pubsub.subscribed(id) {
         flags.push('P');
     }
@@ -221,6 +225,97 @@ pub(super) fn client_getname<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<
     Ok(())
 }
 
+/// CLIENT REPLY ON|OFF|SKIP: ON answers OK and sends every reply again;
+/// OFF sends none from now on (itself included); SKIP none for itself and
+/// the next command (nothing while OFF). Applied by `Server::execute`.
+pub(super) fn client_reply<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    use super::ReplyMode;
+    let mode = c.arg(2);
+    if mode.eq_ignore_ascii_case(b"on") {
+        c.session.reply = ReplyMode::On;
+        c.out.ok();
+    } else if mode.eq_ignore_ascii_case(b"off") {
+        c.session.reply = ReplyMode::Off;
+    } else if mode.eq_ignore_ascii_case(b"skip") {
+        if c.session.reply != ReplyMode::Off {
+            c.session.reply = ReplyMode::SkipNext;
+        }
+    } else {
+        return Err(Fail::Syntax);
+    }
+    Ok(())
+}
+
+/// CLIENT KILL addr:port, or CLIENT KILL with filters (ID, ADDR, LADDR,
+/// USER, SKIPME, TYPE), as Redis 7.0 parses and answers them: OK or
+/// `No such client` for the old form, the count for the new. The sessions
+/// killed are queued for the embedding server ([`super::Server::take_kills`]),
+/// which closes their connections; the killer's own closes after its reply.
+pub(super) fn client_kill<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    let (mut addr, mut laddr, mut id, mut pubsub) = (None, None, None, None);
+    let mut skipme = true;
+    if c.argc() == 3 {
+        addr = Some(c.arg(2));
+        skipme = false; // with the old form a client may kill itself
+    } else {
+        let mut i = 2;
+        while i < c.argc() {
+            if i + 1 >= c.argc() {
+                return Err(Fail::Syntax);
+            }
+            let (option, value) = (c.arg(i), c.arg(i + 1).to_ascii_lowercase());
+            match option.to_ascii_lowercase().as_slice() {
+                b"id" => {
+                    let n = parse_i64(c.arg(i + 1)).filter(|&n| n >= 1).ok_or_else(|| Fail::err("client-id should be greater than 0"))?;
+                    id = Some(n as u64);
+                }
+                b"type" => {
+                    pubsub = Some(match value.as_slice() {
+                        b"normal" => Some(false),
+                        b"pubsub" => Some(true),
+                        b"master" | b"replica" | b"slave" => None,
+                        _ => return Err(Fail::err(&format!("Unknown client type '{}'", String::from_utf8_lossy(c.arg(i + 1))))),
+                    });
+                }
+                b"addr" => addr = Some(c.arg(i + 1)),
+                b"laddr" => laddr = Some(c.arg(i + 1)),
+                b"user" if c.arg(i + 1) == b"default" => {}
+                b"user" => return Err(Fail::err(&format!("No such user '{}'", String::from_utf8_lossy(c.arg(i + 1))))),
+                b"skipme" if value == b"yes" => skipme = true,
+                b"skipme" if value == b"no" => skipme = false,
+                _ => return Err(Fail::Syntax),
+            }
+            i += 2;
+        }
+    }
+    let me = c.session.id;
+    let server = &*c.server;
+    let mut ids: Vec<u64> = server
+        .clients
+        .iter()
+        .filter(|(&client, info)| {
+            addr.is_none_or(|a| a == info.addr.as_bytes())
+                && laddr.is_none_or(|a| a == info.laddr.as_bytes())
+                && id.is_none_or(|want| want == client)
+                && pubsub.is_none_or(|p| p == Some(server.pubsub.subscribed(client)))
+                && !(skipme && client == me)
+        })
+        .map(|(&client, _)| client)
+        .collect();
+    ids.sort_unstable();
+    let killed = ids.len();
+    c.server.kills.extend(ids);
+    if c.argc() == 3 {
+        if killed == 0 {
+            return Err(Fail::err("No such client"));
+        }
+        c.out.ok();
+    } else {
+        c.out.integer(killed as i64);
+    }
+    Ok(())
+}
+
 /// CLIENT ID.
 pub(super) fn client_id<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
     c.out.integer(c.session.id as i64);
@@ -305,6 +400,7 @@ pub(super) fn config_get<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
     let maxclients = c.server.config.maxclients.to_string();
     let timeout = c.server.config.timeout_s.to_string();
     let encoding: Vec<String> = c.server.config.encoding_parameters.iter().map(i64::to_string).collect();
+    let events = super::notify::flags_string(c.server.config.notify_keyspace_events);
     let mut params: Vec<(&str, &[u8])> = vec![
         ("appendonly", b"no"),
         ("busy-reply-threshold", busy.as_bytes()),
@@ -313,6 +409,7 @@ pub(super) fn config_get<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
         ("maxclients", maxclients.as_bytes()),
         ("maxmemory", b"0"),
         ("maxmemory-policy", b"noeviction"),
+        ("notify-keyspace-events", events.as_bytes()),
         ("port", port.as_bytes()),
         ("protected-mode", protected),
         ("proto-max-bulk-len", bulk_max.as_bytes()),
@@ -358,6 +455,7 @@ pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
     let mut busy = None;
     let (mut node_bytes, mut node_entries) = (None, None);
     let (mut maxclients, mut timeout) = (None, None);
+    let mut events = None;
     let mut encoding = c.server.config.encoding_parameters;
     for j in (2..c.argc()).step_by(2) {
         let (name, value) = (c.arg(j), c.arg(j + 1));
@@ -371,6 +469,11 @@ pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
                 b"no" => false,
                 _ => return Err(Fail::err("CONFIG SET failed (possibly related to argument 'protected-mode') - argument must be 'yes' or 'no'")),
             });
+        } else if name.eq_ignore_ascii_case(b"notify-keyspace-events") {
+            let flags = super::notify::parse_flags(value).ok_or_else(|| {
+                Fail::err(&format!("CONFIG SET failed (possibly related to argument 'notify-keyspace-events') - {}", super::notify::BAD_CLASS))
+            })?;
+            events = Some(flags);
         } else if name.eq_ignore_ascii_case(b"save") {
             save = Some(save_schedule(value).ok_or_else(|| Fail::err("CONFIG SET failed (possibly related to argument 'save') - Invalid save parameters"))?);
         } else if name.eq_ignore_ascii_case(b"busy-reply-threshold") || name.eq_ignore_ascii_case(b"lua-time-limit") {
@@ -410,7 +513,7 @@ pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
             let lower = shown.to_ascii_lowercase();
             if REDIS_PARAMETERS.contains(&lower.as_str()) {
                 return Err(Fail::err(&format!(
-                    "CONFIG SET failed (possibly related to argument '{lower}') - pmwire does not change '{lower}' (it sets requirepass, protected-mode, save, busy-reply-threshold, maxclients, timeout and the stream-node limits; every write is durable before its reply)"
+                    "CONFIG SET failed (possibly related to argument '{lower}') - pmwire does not change '{lower}' (it sets requirepass, protected-mode, save, busy-reply-threshold, maxclients, timeout, notify-keyspace-events and the stream-node limits; every write is durable before its reply)"
                 )));
             }
             return Err(Fail::err(&format!("Unknown option or number of arguments for CONFIG SET - '{shown}'")));
@@ -439,6 +542,9 @@ pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
     }
     if let Some(n) = timeout {
         c.server.config.timeout_s = n;
+    }
+    if let Some(flags) = events {
+        c.server.config.notify_keyspace_events = flags;
     }
     c.server.config.encoding_parameters = encoding;
     c.out.ok();
@@ -569,7 +675,7 @@ pub const ENCODING_PARAMETERS: [EncodingParameter; 7] = [
 
 const REDIS_PARAMETERS: &[&str] = &[
     "appendfsync", "appendonly", "databases", "hz", "latency-tracking", "lazyfree-lazy-user-del", "loglevel",
-    "maxmemory", "maxmemory-policy", "notify-keyspace-events", "proto-max-bulk-len", "slowlog-log-slower-than",
+    "maxmemory", "maxmemory-policy", "proto-max-bulk-len", "slowlog-log-slower-than",
 ];
 
 /// AUTH [username] password.

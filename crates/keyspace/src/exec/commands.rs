@@ -29,7 +29,7 @@
 //! ([`super::Server::random_draws`], [`super::Server::clock_reads`]), so the
 //! unit, differential and server tests check them on every command they run.
 
-use super::{admin, bits, blocking, functions, hashes, keys, large, list_ops, lists, multi, pubsub, scripting, sets, sort, streams, strings, zsets};
+use super::{admin, bits, blocking, functions, hashes, keys, large, list_ops, lists, monitor, multi, pubsub, scripting, sets, sort, streams, strings, zsets};
 use super::{lower, Ctx, Res};
 use crate::store::{Keyspace, Kind};
 use pmwire_resp::reply::ReplySink;
@@ -239,7 +239,9 @@ command_table! {
     "client|getname", 2, (0, 0, 0), [CONNECTION], |c| admin::client_getname(c);
     "client|id", 2, (0, 0, 0), [CONNECTION], |c| admin::client_id(c);
     "client|info", 2, (0, 0, 0), [CONNECTION], |c| admin::client_info(c);
+    "client|kill", -3, (0, 0, 0), [ADMIN CONNECTION], |c| admin::client_kill(c);
     "client|list", -2, (0, 0, 0), [ADMIN CONNECTION], |c| admin::client_list(c);
+    "client|reply", 3, (0, 0, 0), [CONNECTION], |c| admin::client_reply(c);
     "client|setname", 3, (0, 0, 0), [CONNECTION], |c| admin::client_setname(c);
     "client|unblock", -3, (0, 0, 0), [ADMIN CONNECTION], |c| blocking::client_unblock(c);
     "command", -1, (0, 0, 0), [CONNECTION], |c| command(c);
@@ -325,6 +327,7 @@ command_table! {
     "memory", -2, (0, 0, 0), [], |_c| unreachable!("a container runs under a subcommand");
     "memory|usage", -3, (2, 2, 1), [READONLY], |c| admin::memory_usage(c);
     "mget", -2, (1, -1, 1), [READONLY], |c| strings::mget(c);
+    "monitor", 1, (0, 0, 0), [ADMIN], |c| monitor::monitor(c);
     "mset", -3, (1, -1, 2), [WRITE], |c| strings::mset(c);
     "msetnx", -3, (1, -1, 2), [WRITE], |c| strings::msetnx(c);
     "multi", 1, (0, 0, 0), [MULTI IMMEDIATE], |c| multi::multi(c);

@@ -9,6 +9,7 @@
 //! [`Keyspace::now_ms`] deletes the key at once (EXPIRE with a past time
 //! answers 1 and deletes, as Redis does).
 
+use super::notify::ev;
 use super::{deadline_i64, Ctx, Fail, Res};
 use crate::store::{Expiry, Keyspace, Kind, StoreError, Stored, ValueSource};
 use pmwire_resp::reply::ReplySink;
@@ -64,6 +65,10 @@ pub(super) fn rename<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'
     c.ks.delete(from)?;
     let expiry = stored.deadline_ms.map_or(Expiry::Clear, Expiry::At);
     c.ks.put(to, stored.kind, ValueSource::Owned(bytes), expiry)?;
+    // Redis deletes `to` and adds it again: always a new key, first.
+    c.notify(ev::NEW, to);
+    c.notify(ev::RENAME_FROM, from);
+    c.notify(ev::RENAME_TO, to);
     if nx {
         c.out.integer(1);
     } else {
@@ -178,9 +183,11 @@ pub(super) fn expire<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'
     }
     if when <= now {
         c.ks.delete(key)?;
+        c.notify(ev::DEL, key);
     } else {
         let found = c.ks.set_deadline(key, Some(when as u64))?;
         assert!(found, "a live key looked up in this command");
+        c.notify(ev::EXPIRE, key);
     }
     c.out.integer(1);
     Ok(())
@@ -222,6 +229,7 @@ pub(super) fn persist<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<
     if had {
         let found = c.ks.set_deadline(key, None)?;
         assert!(found, "a live key looked up in this command");
+        c.notify(ev::PERSIST, key);
     }
     c.out.integer(i64::from(had));
     Ok(())
@@ -270,6 +278,8 @@ pub(super) fn copy<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_,
         return Ok(());
     }
     store_as(c, stored, to)?;
+    c.notify(ev::NEW, to);
+    c.notify(ev::COPY_TO, to);
     c.out.integer(1);
     Ok(())
 }

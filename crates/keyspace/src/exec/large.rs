@@ -505,6 +505,7 @@ pub(super) fn zadd<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_,
         }
         if added + updated > 0 {
             finish(c.ks, key, &h, &cfg)?;
+            c.notify(if f.incr { super::notify::ev::ZINCR } else { super::notify::ev::ZADD }, key);
         }
         match (f.incr, last) {
             (true, Some(score)) => c.out.double(score),

@@ -3,6 +3,7 @@
 //! does): which end, popping values, moving one element. Over the list blob
 //! of [`crate::blob`]; an emptied list deletes its key.
 
+use super::notify::{ev, Event};
 use super::{Ctx, Fail, Res};
 use crate::blob::{decode_list, encode_list, list_blob_len};
 use crate::store::{Expiry, Keyspace, Kind};
@@ -56,7 +57,19 @@ pub(super) fn pop_values<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
     let popped: Vec<Vec<u8>> = take_from(&mut items, end, n).into_iter().map(<[u8]>::to_vec).collect();
     assert!(!popped.is_empty(), "a stored list is never empty");
     store(c, key, &items)?;
+    c.notify(pop_event(end), key);
+    if items.is_empty() {
+        c.notify(ev::DEL, key);
+    }
     Ok(Some(popped))
+}
+
+/// The keyspace event of a pop from `end`.
+fn pop_event(end: End) -> Event {
+    match end {
+        End::Head => ev::LPOP,
+        End::Tail => ev::RPOP,
+    }
 }
 
 /// A LEFT / RIGHT argument.
@@ -96,6 +109,12 @@ pub(super) fn move_one<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
         store(c, src, &items)?;
     }
     store(c, dst, &target)?;
+    // Redis's order: the push, the pop, then `del` if the source emptied.
+    c.notify(if to == End::Head { ev::LPUSH } else { ev::RPUSH }, dst);
+    c.notify(pop_event(from), src);
+    if src != dst && items.is_empty() {
+        c.notify(ev::DEL, src);
+    }
     c.out.bulk(value);
     Ok(())
 }

@@ -111,6 +111,11 @@ pub(super) fn ltrim<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '
         if kept.len() != items.len() {
             store(c, key, kept)?;
         }
+        // Redis reports a trim that removed nothing too.
+        c.notify(super::notify::ev::LTRIM, key);
+        if kept.is_empty() {
+            c.notify(super::notify::ev::DEL, key);
+        }
     }
     c.out.ok();
     Ok(())

@@ -34,7 +34,9 @@ mod keys;
 mod large;
 mod list_ops;
 mod lists;
+mod monitor;
 mod multi;
+pub mod notify;
 mod pubsub;
 mod scripting;
 mod sets;
@@ -135,6 +137,8 @@ pub struct ServerConfig {
     /// answers by them (`encoding`); a collection's layout follows
     /// `collections`.
     pub encoding_parameters: [i64; ENCODING_PARAMETERS.len()],
+    /// `notify-keyspace-events` as flags ([`notify`]; 0: off, the default).
+    pub notify_keyspace_events: u16,
 }
 
 impl Default for ServerConfig {
@@ -158,6 +162,7 @@ impl Default for ServerConfig {
             lua_time_limit_ms: scripting::DEFAULT_TIME_LIMIT_MS,
             script_budget: None,
             encoding_parameters: ENCODING_PARAMETERS.map(|p| p.default),
+            notify_keyspace_events: 0,
         }
     }
 }
@@ -189,6 +194,31 @@ pub struct Session {
     multi: Option<multi::Multi>,
     /// What a blocked command waits for, if the session is blocked.
     blocked: Option<blocking::Blocked>,
+    /// CLIENT REPLY: which replies are sent.
+    reply: ReplyMode,
+}
+
+/// CLIENT REPLY's state (Redis's `CLIENT_REPLY_OFF`, `CLIENT_REPLY_SKIP_NEXT`,
+/// `CLIENT_REPLY_SKIP`). Pub/sub confirmations and messages are sent whatever
+/// it is, as Redis sends them (`CLIENT_PUSHING`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReplyMode {
+    /// Every reply (the default, and after CLIENT REPLY ON).
+    On,
+    /// None (CLIENT REPLY OFF).
+    Off,
+    /// None for this command (CLIENT REPLY SKIP) and the next.
+    SkipNext,
+    /// None for this command only.
+    Skip,
+}
+
+/// A sink that keeps nothing: the replies CLIENT REPLY suppresses.
+struct Discard;
+
+impl<V> ReplySink<V> for Discard {
+    fn bytes(&mut self, _data: &[u8]) {}
+    fn value(&mut self, _value: &V, _len: u64) {}
 }
 
 impl Session {
@@ -285,6 +315,14 @@ pub struct Server {
     clients: HashMap<u64, admin::ClientInfo>,
     /// Strings last written in place, which OBJECT ENCODING calls `raw`.
     raw_strings: encoding::RawStrings,
+    /// The keyspace events the running command reported from its code
+    /// ([`notify`]), published when it succeeds.
+    notes: Vec<(notify::Event, Vec<u8>)>,
+    /// Sessions CLIENT KILL killed, for the embedding server to close
+    /// ([`Server::take_kills`]).
+    kills: Vec<u64>,
+    /// Sessions in MONITOR ([`monitor`]), in the order they began.
+    monitors: Vec<u64>,
 }
 
 /// Why a command failed; written as its error reply.
@@ -419,6 +457,15 @@ impl<'r, K: Keyspace, S: ReplySink<K::Value> + ?Sized> Ctx<'_, 'r, K, S> {
         Ok(())
     }
 
+    /// Reports keyspace event `event` on `key` ([`notify`]), if
+    /// `notify-keyspace-events` asks for it: published once the command
+    /// succeeds.
+    pub fn notify(&mut self, event: notify::Event, key: &[u8]) {
+        if self.server.notifying(notify::ALL | notify::NEW) {
+            self.server.notes.push((event, key.to_vec()));
+        }
+    }
+
     /// The keyspace's time, ms since the Unix epoch, as Redis's `long long`.
     pub fn now_ms(&self) -> i64 {
         self.server.clock_reads.set(self.server.clock_reads.get() + 1);
@@ -534,6 +581,9 @@ impl Server {
             pubsub: pubsub::PubSub::default(),
             clients: HashMap::new(),
             raw_strings: encoding::RawStrings::default(),
+            notes: Vec::new(),
+            kills: Vec::new(),
+            monitors: Vec::new(),
         }
     }
 
@@ -591,7 +641,7 @@ impl Server {
         self.connected += 1;
         let authenticated = self.config.requirepass.is_none();
         self.clients.insert(self.next_client_id, admin::ClientInfo::default());
-        Session { id: self.next_client_id, protocol: Protocol::Resp2, name: None, authenticated, multi: None, blocked: None }
+        Session { id: self.next_client_id, protocol: Protocol::Resp2, name: None, authenticated, multi: None, blocked: None, reply: ReplyMode::On }
     }
 
     /// A session with a given id (tests that mirror another server's ids).
@@ -600,7 +650,7 @@ impl Server {
         self.next_client_id = self.next_client_id.max(id);
         let authenticated = self.config.requirepass.is_none();
         self.clients.insert(id, admin::ClientInfo::default());
-        Session { id, protocol: Protocol::Resp2, name: None, authenticated, multi: None, blocked: None }
+        Session { id, protocol: Protocol::Resp2, name: None, authenticated, multi: None, blocked: None, reply: ReplyMode::On }
     }
 
     /// Session `id`'s connection: its peer's and its own address and its
@@ -632,6 +682,7 @@ impl Server {
         self.unblock(&mut session);
         self.watches.unwatch_all(session.id);
         self.pubsub.forget(session.id);
+        self.monitors.retain(|&m| m != session.id);
         self.clients.remove(&session.id);
         assert!(self.connected > 0);
         self.connected -= 1;
@@ -662,7 +713,17 @@ impl Server {
         S: ReplySink<K::Value> + ?Sized,
     {
         let mut name = "";
-        let flow = self.execute_command(session, ks, req, sink, &mut name);
+        let flow = if session.reply == ReplyMode::On || replies_anyway(req) {
+            self.execute_command(session, ks, req, sink, &mut name)
+        } else {
+            self.execute_command(session, ks, req, &mut Discard, &mut name)
+        };
+        // Redis's `commandProcessed`: a SKIP covers the command after CLIENT REPLY SKIP.
+        session.reply = match session.reply {
+            ReplyMode::Skip => ReplyMode::On,
+            ReplyMode::SkipNext => ReplyMode::Skip,
+            other => other,
+        };
         self.note_client(session, name, ks.now_ms());
         flow
     }
@@ -722,7 +783,9 @@ impl Server {
             return Flow::Continue;
         }
         if spec.name == "exec" {
-            return self.exec(session, ks, sink);
+            let flow = self.exec(session, ks, sink);
+            self.feed_monitors(session, ks, req, false);
+            return flow;
         }
         self.run_admitted(spec, session, ks, req, sink)
     }
@@ -735,9 +798,29 @@ impl Server {
         S: ReplySink<K::Value> + ?Sized,
     {
         if scripting::is_eval(spec.name) {
+            // Before the script, so that its commands follow it (Redis's `evalCommand`).
+            self.feed_monitors(session, ks, req, false);
             return self.eval(spec, session, ks, req, sink);
         }
-        self.run_one(spec, session, ks, req, sink)
+        let flow = self.run_one(spec, session, ks, req, sink);
+        if !spec.flags.contains(Flags::ADMIN) {
+            self.feed_monitors(session, ks, req, false);
+        }
+        flow
+    }
+
+    /// Sends every monitor the line of `req`, run by `session` (by a script
+    /// if `lua`) ([`monitor`]).
+    pub(crate) fn feed_monitors<K: Keyspace>(&mut self, session: &Session, ks: &K, req: &Request<'_>, lua: bool) {
+        if self.monitors.is_empty() {
+            return;
+        }
+        let addr = if lua { None } else { Some(self.clients.get(&session.id).map_or("?:0", |c| c.addr.as_str())) };
+        let args: Vec<&[u8]> = req.args().collect();
+        let line = monitor::line(ks.now_ms(), addr, monitor::redacted(&args).into_iter());
+        for &id in &self.monitors {
+            self.pubsub.send(id, line.clone());
+        }
     }
 
     /// Runs an admitted command, recording the keys it writes when some
@@ -749,8 +832,11 @@ impl Server {
     {
         let protocol = session.protocol;
         let (draws, reads) = (self.random_draws, self.clock_reads.get());
+        let notifying = self.notifying(notify::ALL | notify::NEW);
+        self.notes.clear();
         ks.begin_command();
-        let result = if self.watches.is_empty() && self.waiters.is_empty() && self.raw_strings.is_empty() {
+        let mut record = None;
+        let result = if !notifying && self.watches.is_empty() && self.waiters.is_empty() && self.raw_strings.is_empty() {
             let mut ctx = Ctx { server: self, session, ks, req, out: Out::new(sink, protocol) };
             let result = commands::run(spec, &mut ctx).map_err(|fail| ctx.out.error(fail.text().as_bytes()));
             self.raw_strings.settle(&[], false, None);
@@ -765,9 +851,12 @@ impl Server {
                 Vec::new()
             };
             let mut tracked = crate::recording::Recording::new(ks);
+            if self.notifying(notify::NEW) {
+                tracked.created = Some(Vec::new());
+            }
             let mut ctx = Ctx { server: self, session, ks: &mut tracked, req, out: Out::new(sink, protocol) };
             let result = commands::run(spec, &mut ctx).map_err(|fail| ctx.out.error(fail.text().as_bytes()));
-            let (touched, cleared) = (std::mem::take(&mut tracked.touched), tracked.cleared);
+            let (touched, cleared, created) = (std::mem::take(&mut tracked.touched), tracked.cleared, tracked.created.take());
             touched.iter().for_each(|k| self.watches.touch(k));
             tracked.ready.iter().for_each(|k| self.waiters.written(k));
             touched.iter().for_each(|k| self.waiters.touched(k));
@@ -777,12 +866,23 @@ impl Server {
             }
             let renamed = matches!(spec.name, "rename" | "renamenx") && result.is_ok();
             self.raw_strings.settle(&touched, cleared, renamed.then(|| (req.arg(1), req.arg(2))));
+            record = Some((touched, created.unwrap_or_default()));
             result
         };
+        let expired = ks.take_expired();
+        if notifying && result.is_ok() {
+            let (touched, created) = record.unwrap_or_default();
+            self.publish_events(spec, ks, expired, &touched, &created);
+        }
         assert!(draws == self.random_draws || spec.flags.contains(Flags::RANDOM), "{} drew unflagged", spec.name);
         assert!(reads == self.clock_reads.get() || spec.flags.contains(Flags::TIME), "{} read the clock unflagged", spec.name);
         match result {
             Ok(()) if spec.name == "quit" => Flow::Close,
+            // CLIENT KILL of its own session: closed after this reply.
+            Ok(()) if self.kills.contains(&session.id) => {
+                self.kills.retain(|&k| k != session.id);
+                Flow::Close
+            }
             Ok(()) if session.blocked.is_some() => {
                 let blocked = session.blocked.as_ref().expect("blocked");
                 self.waiters.block(session.id, &blocked.keys);
@@ -801,6 +901,74 @@ impl Server {
                 Flow::Continue
             }
         }
+    }
+
+    /// Whether `notify-keyspace-events` asks for messages of any class of
+    /// `classes` (and for keyspace or keyevent messages at all).
+    fn notifying(&self, classes: u16) -> bool {
+        let flags = self.config.notify_keyspace_events;
+        flags & (notify::KEYSPACE | notify::KEYEVENT) != 0 && flags & classes != 0
+    }
+
+    /// Publishes a command's keyspace events ([`notify`]): the keys its
+    /// reads found expired, then the events its code reported and those of
+    /// its fixed event for the keys it wrote (`touched`), each key's first
+    /// event preceded by `new` if the command created it.
+    fn publish_events<K: Keyspace>(&mut self, spec: &CommandInfo, ks: &mut K, expired: Vec<Vec<u8>>, touched: &[Vec<u8>], created: &[Vec<u8>]) {
+        let flags = self.config.notify_keyspace_events;
+        for key in &expired {
+            notify::publish(&mut self.pubsub, flags, notify::ev::EXPIRED, key);
+        }
+        let mut events = std::mem::take(&mut self.notes);
+        if let Some(fixed) = notify::fixed(spec.name) {
+            let mut written: Vec<(Vec<u8>, bool)> = Vec::new();
+            for key in touched {
+                if !written.iter().any(|(k, _)| k == key) {
+                    let live = ks.get(key).is_some();
+                    written.push((key.clone(), live));
+                }
+            }
+            notify::fixed_events(fixed, &written, &mut events);
+        }
+        let mut announced: Vec<&[u8]> = Vec::new();
+        for (event, key) in &events {
+            if *event == notify::ev::NEW {
+                // Reported by the command itself, where Redis's `dbAdd` is.
+                announced.push(key);
+            } else if created.contains(key) && !announced.contains(&&key[..]) {
+                announced.push(key);
+                notify::publish(&mut self.pubsub, flags, notify::ev::NEW, key);
+            }
+            notify::publish(&mut self.pubsub, flags, *event, key);
+        }
+        for key in created.iter().filter(|k| !announced.contains(&&k[..])) {
+            notify::publish(&mut self.pubsub, flags, notify::ev::NEW, key);
+        }
+        events.clear();
+        self.notes = events;
+    }
+
+    /// Deletes up to `budget` expired keys, as [`active_expire`] does,
+    /// publishing `expired` for each when `notify-keyspace-events` asks for it.
+    pub fn active_expire<K: Keyspace>(&mut self, ks: &mut K, budget: usize) -> Result<Sweep, crate::store::StoreError> {
+        if !self.notifying(notify::EXPIRED) {
+            return active_expire(ks, budget);
+        }
+        let due = ks.expired(budget.saturating_add(1));
+        let more = due.len() > budget;
+        let mut sweep = Sweep { deleted: 0, more };
+        for key in due.iter().take(budget) {
+            ks.delete(key)?;
+            sweep.deleted += 1;
+            notify::publish(&mut self.pubsub, self.config.notify_keyspace_events, notify::ev::EXPIRED, key);
+        }
+        Ok(sweep)
+    }
+
+    /// Whether the active sweep should run as soon as a key is due, not only
+    /// at the next batch: someone may be waiting for its `expired` event.
+    pub fn wants_expiry_events(&self) -> bool {
+        self.notifying(notify::EXPIRED) && self.pubsub.sizes() != (0, 0, 0)
     }
 
     /// EXEC: the queued commands in order, their replies in one array;
@@ -855,6 +1023,14 @@ impl Server {
         self.pubsub.take_outbox()
     }
 
+    /// Sessions CLIENT KILL killed since the last call (never the session
+    /// whose command killed them: that command answered [`Flow::Close`]).
+    /// The caller closes their connections at once, unsent output dropped,
+    /// as Redis's `freeClient`; [`Server::close_session`] then forgets them.
+    pub fn take_kills(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.kills)
+    }
+
     /// A mark of the messages queued so far, to take back those of a
     /// command undone ([`Server::truncate_pushes`]).
     pub fn pushes_mark(&self) -> usize {
@@ -882,6 +1058,11 @@ impl Server {
     /// for its output limit: nothing more is published to it).
     pub fn end_subscriptions(&mut self, id: u64) {
         self.pubsub.forget(id);
+    }
+
+    /// Whether client `id` is in MONITOR.
+    pub fn is_monitor(&self, id: u64) -> bool {
+        self.monitors.contains(&id)
     }
 
     /// Whether client `id` holds a subscription (pub/sub).
@@ -1012,6 +1193,17 @@ impl Server {
             Protocol::Resp3 => b"_\r\n",
         }
     }
+}
+
+/// Whether `req` is answered even under CLIENT REPLY OFF or SKIP: the
+/// subscribe commands (their confirmations are pushes, which Redis sends
+/// whatever the reply mode) and CLIENT REPLY itself (ON answers OK).
+fn replies_anyway(req: &Request<'_>) -> bool {
+    const PUSHING: [&[u8]; 6] = [b"subscribe", b"psubscribe", b"ssubscribe", b"unsubscribe", b"punsubscribe", b"sunsubscribe"];
+    let name = req.arg(0);
+    PUSHING.iter().any(|p| name.eq_ignore_ascii_case(p))
+        || (req.len() == 1 && name.eq_ignore_ascii_case(b"reset"))
+        || (req.len() == 3 && name.eq_ignore_ascii_case(b"client") && req.arg(1).eq_ignore_ascii_case(b"reply"))
 }
 
 /// Redis 7.0's protected-mode refusal, word for word.

@@ -234,6 +234,19 @@ impl PubSub {
         receivers
     }
 
+    /// Queues `message` on `channel` (not a shard channel) for its
+    /// subscribers and the matching patterns' (keyspace notifications).
+    pub(crate) fn publish_message(&mut self, channel: &[u8], message: &[u8]) {
+        if !self.clients.is_empty() {
+            self.publish(channel, message, false);
+        }
+    }
+
+    /// Queues `bytes` for `client` (a MONITOR line).
+    pub(crate) fn send(&mut self, client: u64, bytes: Vec<u8>) {
+        self.outbox.push((client, bytes));
+    }
+
     pub fn take_outbox(&mut self) -> Vec<(u64, Vec<u8>)> {
         std::mem::take(&mut self.outbox)
     }

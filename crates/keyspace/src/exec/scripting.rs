@@ -369,6 +369,9 @@ impl Server {
         let mut capture = Capture::new();
         self.commands_processed += 1;
         self.run_one(spec, session, ks, &req, &mut capture);
+        if !spec.flags.contains(super::commands::Flags::ADMIN) {
+            self.feed_monitors(session, ks, &req, true);
+        }
         session.protocol = saved;
         let bytes = capture.finish(ks);
         match parse_reply(&bytes) {

@@ -11,6 +11,7 @@
 //! [`super::Server`]'s seeded generator.
 
 use super::shared::{draws_sized, parse_cursor, scan_opts};
+use super::notify::ev;
 use super::{Ctx, Fail, Res};
 use crate::blob::{decode_set, encode_set, list_blob_len};
 use crate::glob::matches;
@@ -256,8 +257,13 @@ pub(super) fn smove<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '
     let added = insert(&mut dst_members, member);
     c.check_fits(dst, list_blob_len(&dst_members))?;
     store(c, src, &src_members)?;
+    c.notify(ev::SREM, src);
+    if src_members.is_empty() {
+        c.notify(ev::DEL, src);
+    }
     if added {
         store(c, dst, &dst_members)?;
+        c.notify(ev::SADD, dst);
     }
     c.out.integer(1);
     Ok(())

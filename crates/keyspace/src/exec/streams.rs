@@ -25,6 +25,7 @@
 
 pub(super) mod groups;
 
+use super::notify::ev;
 use super::{Ctx, Fail, Res};
 use crate::chunked::{chunk_key, next_generation};
 use crate::store::{Expiry, Keyspace, Kind, ValueSource};
@@ -564,8 +565,12 @@ pub(super) fn xadd<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_
     if h.length == 1 {
         h.first_id = id;
     }
-    trim(c.ks, &mut h, &a)?;
+    let trimmed = trim(c.ks, &mut h, &a)?;
     write_header(c.ks, key, &h)?;
+    c.notify(ev::XADD, key);
+    if trimmed > 0 {
+        c.notify(ev::XTRIM, key);
+    }
     c.out.bulk(id.text().as_bytes());
     Ok(())
 }
@@ -824,7 +829,7 @@ pub(super) fn xread<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '
     for (key, id, h) in &from {
         let Some(h) = h else { continue };
         if let Some((name, consumer)) = group {
-            let read = groups::GroupRead { group: name, consumer, noack };
+            let read = groups::GroupRead { key, group: name, consumer, noack };
             if let Some(entries) = groups::read_group(c, h, *id, count, &read)? {
                 served.push((key.clone(), entries));
             }

@@ -8,6 +8,7 @@
 //! GETSET, MSET and MSETNX replace the key's deadline; APPEND, INCR and
 //! its kin, and SETRANGE change the value in place and keep it.
 
+use super::notify::ev;
 use super::{Ctx, Fail, Res};
 use crate::store::{Expiry, Keyspace, Kind, ValueSource};
 use pmwire_resp::numbers::parse_i64;
@@ -136,6 +137,10 @@ pub(super) fn set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, 
         return Ok(());
     }
     c.ks.put(key, Kind::String, ValueSource::Arg(c.req.arg_ref(2)), expiry)?;
+    c.notify(ev::SET, key);
+    if matches!(expiry, Expiry::At(_)) {
+        c.notify(ev::EXPIRE, key);
+    }
     if f.get {
         match old {
             Some(s) => c.out.stored(&s.value, s.len),
@@ -516,6 +521,8 @@ pub(super) fn lcs<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, 
 pub(super) fn setex<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, seconds: bool) -> Res {
     let ms = deadline_arg(c, 2, seconds, true)?;
     c.ks.put(c.arg(1), Kind::String, ValueSource::Arg(c.req.arg_ref(3)), Expiry::At(ms))?;
+    c.notify(ev::SET, c.arg(1));
+    c.notify(ev::EXPIRE, c.arg(1));
     c.out.ok();
     Ok(())
 }
@@ -533,9 +540,18 @@ pub(super) fn getex<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_
     let deadline = flags_deadline(c, &f)?;
     let absolute = matches!(f.expire_kind, b'E' | b'P');
     match deadline {
-        Some(ms) if absolute && super::deadline_i64(ms) <= c.now_ms() => _ = c.ks.delete(key)?,
-        Some(ms) => _ = c.ks.set_deadline(key, Some(ms))?,
-        None if f.persist && stored.deadline_ms.is_some() => _ = c.ks.set_deadline(key, None)?,
+        Some(ms) if absolute && super::deadline_i64(ms) <= c.now_ms() => {
+            c.ks.delete(key)?;
+            c.notify(ev::DEL, key);
+        }
+        Some(ms) => {
+            c.ks.set_deadline(key, Some(ms))?;
+            c.notify(ev::EXPIRE, key);
+        }
+        None if f.persist && stored.deadline_ms.is_some() => {
+            c.ks.set_deadline(key, None)?;
+            c.notify(ev::PERSIST, key);
+        }
         None => {}
     }
     // The handle stays readable after the write (the keyspace's contract).

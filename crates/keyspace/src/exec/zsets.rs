@@ -12,6 +12,7 @@
 //! only with a count). A stored score of zero is +0, as Redis stores it.
 
 use super::shared::{parse_cursor, random_count, random_picks, reply_pairs, scan_pairs, zadd_flags, ZaddFlags};
+use super::notify::ev;
 use super::{Ctx, Fail, Res};
 use crate::blob::{decode_zset, encode_zset, zcmp};
 use crate::store::{Expiry, Keyspace, Kind};
@@ -94,6 +95,7 @@ fn zadd_generic<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
     }
     if added + updated > 0 {
         store(c, key, &entries)?;
+        c.notify(if f.incr { ev::ZINCR } else { ev::ZADD }, key);
     }
     if f.incr {
         if processed > 0 {
@@ -702,6 +704,10 @@ pub(super) fn pop_members<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
         entries.drain(..n).map(|(s, m)| (s, m.to_vec())).collect()
     };
     store(c, key, &entries)?;
+    c.notify(if max { ev::ZPOPMAX } else { ev::ZPOPMIN }, key);
+    if entries.is_empty() {
+        c.notify(ev::DEL, key);
+    }
     Ok(Some(popped))
 }
 

@@ -7,6 +7,7 @@ mod cluster;
 mod clients;
 mod common;
 mod http;
+mod notify;
 mod pubsub;
 mod queues;
 mod resp;

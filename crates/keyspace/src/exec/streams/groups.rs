@@ -15,6 +15,7 @@ use std::collections::HashMap;
 
 use super::{load, parse_id, range, reply_entries, write_header, C};
 use crate::chunked::next_generation;
+use crate::exec::notify::ev;
 use crate::exec::{Ctx, Fail, Res};
 use crate::store::{Keyspace, Kind};
 use crate::stream::{Entry, Header, StreamId};
@@ -223,11 +224,15 @@ impl Tx {
         num
     }
 
-    /// The consumer `name`, seen now, created if need be.
-    pub fn lookup_or_create<K: Keyspace + ?Sized>(&mut self, ks: &mut K, name: &[u8], now: u64) -> Result<u64, Fail> {
-        match self.lookup(ks, name, Some(now))? {
+    /// The consumer `name`, seen now, created if need be (reported as
+    /// Redis's `streamCreateConsumer` reports it, on the stream `key`).
+    pub fn lookup_or_create<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(&mut self, c: C<'_, '_, '_, K, S>, key: &[u8], name: &[u8], now: u64) -> Result<u64, Fail> {
+        match self.lookup(c.ks, name, Some(now))? {
             Some(n) => Ok(n),
-            None => Ok(self.create(name, now)),
+            None => {
+                c.notify(ev::XGROUP_CREATECONSUMER, key);
+                Ok(self.create(name, now))
+            }
         }
     }
 
@@ -408,6 +413,7 @@ pub(in crate::exec) fn xgroup<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C
             g.last_id = id;
             g.entries_read = entries_read;
             c.ks.internal_put(&group_key(h.gen, num), &g.encode())?;
+            c.notify(ev::XGROUP_SETID, c.arg(2));
             c.out.simple(b"OK");
             Ok(())
         }
@@ -417,6 +423,7 @@ pub(in crate::exec) fn xgroup<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C
                 return Ok(());
             };
             destroy_group(c.ks, h.expect("checked above").gen, num)?;
+            c.notify(ev::XGROUP_DESTROY, c.arg(2));
             // A blocked XREADGROUP on the group is answered NOGROUP.
             c.ks.signal_ready(c.arg(2));
             c.out.integer(1);
@@ -434,6 +441,9 @@ pub(in crate::exec) fn xgroup<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C
                 }
             };
             tx.commit(c.ks)?;
+            if created {
+                c.notify(ev::XGROUP_CREATECONSUMER, c.arg(2));
+            }
             c.out.integer(i64::from(created));
             Ok(())
         }
@@ -442,7 +452,11 @@ pub(in crate::exec) fn xgroup<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C
             let gen = h.expect("checked above").gen;
             let mut tx = Tx::new(gen, num, g);
             let pending = match tx.lookup(c.ks, c.arg(4), None)? {
-                Some(cn) => delete_consumer(c.ks, &mut tx, cn)?,
+                Some(cn) => {
+                    let pending = delete_consumer(c.ks, &mut tx, cn)?;
+                    c.notify(ev::XGROUP_DELCONSUMER, c.arg(2));
+                    pending
+                }
                 None => 0,
             };
             tx.commit(c.ks)?;
@@ -469,6 +483,7 @@ fn xgroup_create<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, 
     let g = Group { last_id: id, entries_read, pending: 0, consumers: 0, consumers_made: 0, name: c.arg(3).to_vec() };
     c.ks.internal_put(&group_key(h.gen, h.groups_made), &g.encode())?;
     write_header(c.ks, c.arg(2), &h)?;
+    c.notify(ev::XGROUP_CREATE, c.arg(2));
     c.out.simple(b"OK");
     Ok(())
 }
@@ -839,7 +854,7 @@ pub(in crate::exec) fn xclaim<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C
         }
         let cn = match me {
             Some(cn) => cn,
-            None => *me.insert(tx.lookup_or_create(c.ks, c.arg(3), t as u64)?),
+            None => *me.insert(tx.lookup_or_create(c, c.arg(1), c.arg(3), t as u64)?),
         };
         n.consumer = cn;
         n.delivery_ms = delivery as u64;
@@ -927,7 +942,7 @@ pub(in crate::exec) fn xautoclaim<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
             }
             let cn = match me {
                 Some(cn) => cn,
-                None => *me.insert(tx.lookup_or_create(c.ks, c.arg(3), t)?),
+                None => *me.insert(tx.lookup_or_create(c, c.arg(1), c.arg(3), t)?),
             };
             let n = Nack { consumer: cn, delivery_ms: t, deliveries: nack.deliveries + u64::from(!justid) };
             tx.put_nack(c.ks, id, Some(nack), n)?;
@@ -963,6 +978,7 @@ pub(in crate::exec) fn xautoclaim<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
 /// What an XREADGROUP reads in one stream: new entries (`>`) or its
 /// consumer's history from an ID.
 pub(super) struct GroupRead<'a> {
+    pub key: &'a [u8],
     pub group: &'a [u8],
     pub consumer: &'a [u8],
     pub noack: bool,
@@ -986,7 +1002,7 @@ pub(super) fn read_group<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
         }
     }
     let t = now(c);
-    let cn = tx.lookup_or_create(c.ks, r.consumer, t)?;
+    let cn = tx.lookup_or_create(c, r.key, r.consumer, t)?;
     let mut out = Vec::new();
     if history {
         let Some(start) = gt.next() else {
