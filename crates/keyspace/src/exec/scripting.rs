@@ -444,7 +444,11 @@ pub(super) fn script_exists<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mu
 
 /// The internal keys of the stored scripts, in order.
 fn script_keys<K: Keyspace>(ks: &mut K) -> Vec<Vec<u8>> {
-    tagged_keys(ks, SCRIPT_TAG)
+    // Only `03` and 40 hex digits: another layer's entry that shares the
+    // tag (a cluster's streamed pieces did) is not a script.
+    let mut keys = tagged_keys(ks, SCRIPT_TAG);
+    keys.retain(|k| k.len() == 41 && k[1..].iter().all(u8::is_ascii_hexdigit));
+    keys
 }
 
 /// The internal keys whose first byte is `tag`, in order.

@@ -865,3 +865,23 @@ fn math_random_follows_the_executor_seed() {
     assert_eq!(a.run(script), b.run(script));
     assert_ne!(ra, a.run(script), "each run draws a fresh seed");
 }
+
+/// SCRIPT FLUSH and FLUSHALL take only script bodies (`03` and 40 hex
+/// digits) for scripts: another entry under the same first byte, as a
+/// cluster's streamed pieces once were, is neither deleted by SCRIPT FLUSH
+/// nor stored again by FLUSHALL as if it were a script.
+#[test]
+fn script_flush_takes_only_script_bodies() {
+    use crate::store::Keyspace;
+    let mut f = Fixture::new();
+    let other: &[u8] = b"\x03\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x02\x00\x00\x00\x00";
+    f.ks.internal_put(other, b"piece").unwrap();
+    assert!(f.run("SCRIPT LOAD \"return 1\"").starts_with("$40\r\n"));
+    assert_eq!(f.run("SCRIPT FLUSH"), "+OK\r\n");
+    let mut v = Vec::new();
+    assert!(f.ks.internal_read(other, &mut v), "SCRIPT FLUSH deleted an entry that is not a script");
+    assert_eq!(v, b"piece");
+    assert_eq!(f.run("SCRIPT EXISTS e0e1f9fabfc9d4800c877a703b823ac0578ff8db"), "*1\r\n:0\r\n");
+    assert_eq!(f.run("FLUSHALL"), "+OK\r\n");
+    assert!(!f.ks.internal_read(other, &mut Vec::new()), "FLUSHALL kept an entry that is not a script");
+}

@@ -33,9 +33,11 @@ use crate::extent::{Arg, ExtEntry, Extent, StreamId};
 use crate::machine::ExtentBytes;
 
 /// The internal-key tag of streamed pieces (beside the keyspace's own
-/// `00`-`02`, `pmwire_keyspace::chunked`; below the machine's
-/// [`super::MACHINE_TAG`], so snapshots carry them).
-pub const PIECE_TAG: u8 = 0x03;
+/// `00`-`03` and `05`: `pmwire_keyspace::chunked`, scripts, functions;
+/// below the machine's [`super::MACHINE_TAG`], so snapshots carry them).
+/// It was `03` until SCRIPT FLUSH, which deletes every `03` key, was found
+/// to take a stream's pieces with the scripts.
+pub const PIECE_TAG: u8 = 0x06;
 /// The internal-key tag of a stream's state (`04 ‖ time u64be ‖ nonce
 /// u64be`, a [`StreamState`]).
 pub const STREAM_TAG: u8 = 0x04;
