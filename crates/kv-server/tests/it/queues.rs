@@ -7,9 +7,12 @@
 //! delayed tasks, a group and a chord, each result checked. python-rq
 //! (results written by XADD inside MULTI, the worker's commands by pub/sub):
 //! plain, failing and dependent jobs run by a burst worker, each result read
-//! back. `scripts/setup`
-//! installs each library and redis-py from PyPI into a venv of its own;
-//! these tests run those venvs.
+//! back. BullMQ (Node; its Lua scripts, which unpack their options with
+//! cmsgpack, by EVALSHA): plain, failing (retried) and delayed jobs and a
+//! flow whose parent sums its children's results. `scripts/setup`
+//! installs each Python library and redis-py from PyPI into a venv of its
+//! own, and BullMQ from the npm registry into a directory of its own;
+//! these tests run those.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -23,6 +26,7 @@ use crate::common::*;
 const DRAMATIQ_VERSION: &str = "2.2.1";
 const CELERY_VERSION: &str = "5.5.3";
 const RQ_VERSION: &str = "3.0.0";
+const BULLMQ_VERSION: &str = "5.81.5";
 
 /// `name` in the venv of `library` (`dramatiq` or `celery`), which
 /// `scripts/setup` made (or the path its environment variable gives).
@@ -152,6 +156,44 @@ fn python_rq_runs_plain_failing_and_dependent_jobs_as_on_redis() {
             assert!(out.contains(&format!("{kind} ok")), "{name}: {kind}: {out}");
         }
         assert!(log.contains("ValueError: boom"), "{name}: the failing job was not reported:\n{log}");
+    }
+    server.stop();
+}
+
+/// The directory `scripts/setup` installed BullMQ into (or the path
+/// `PMWIRE_BULLMQ_DIR` gives).
+fn bullmq_dir() -> PathBuf {
+    let dir = match std::env::var_os("PMWIRE_BULLMQ_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/pmwire").join(format!("queues-bullmq-{BULLMQ_VERSION}")),
+    };
+    let package = dir.join("node_modules/bullmq/package.json");
+    assert!(package.exists(), "{} is missing: run scripts/setup, which installs BullMQ {BULLMQ_VERSION} from the npm registry there", package.display());
+    dir
+}
+
+/// Runs `bullmq_run.js` with Node against the server on `port`.
+fn bullmq(port: u16) -> String {
+    let run = Command::new("node")
+        .arg(app_dir().join("bullmq_run.js"))
+        .env("NODE_PATH", bullmq_dir().join("node_modules"))
+        .env("PORT", port.to_string())
+        .output()
+        .unwrap_or_else(|e| panic!("run node (scripts/setup installs it): {e}"));
+    String::from_utf8_lossy(&run.stdout).into_owned() + &String::from_utf8_lossy(&run.stderr)
+}
+
+#[test]
+fn bullmq_runs_plain_failing_delayed_and_flow_jobs_as_on_redis() {
+    let redis = RedisServer::start();
+    let pool = Pool::new();
+    let server = start(&pool.path, Mode::ZeroCopy);
+    for (name, port) in [("redis-server", redis.1), ("pmwire kv", server.resp.port())] {
+        let out = bullmq(port);
+        for kind in ["plain", "failing", "delayed", "flow"] {
+            assert!(out.contains(&format!("{kind} ok")), "{name}: {kind}: {out}");
+        }
+        assert!(out.contains("bullmq ok"), "{name}: {out}");
     }
     server.stop();
 }
