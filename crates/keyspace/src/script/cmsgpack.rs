@@ -204,11 +204,19 @@ fn pack(v: &Value, level: usize, out: &mut Vec<u8>) -> mlua::Result<()> {
                     pack(&t.raw_get::<Value>(i)?, level + 1, out)?;
                 }
             } else {
-                let pairs: Vec<(Value, Value)> = t.pairs::<Value, Value>().collect::<mlua::Result<_>>()?;
-                pack_header(pairs.len(), 0x80, 15, [None, Some(0xde), Some(0xdf)], out);
-                for (k, v) in &pairs {
-                    pack(k, level + 1, out)?;
-                    pack(v, level + 1, out)?;
+                // Counted, then encoded, in two walks as lua-cmsgpack does: a
+                // pair is dropped before the next is read, so a map of any
+                // size holds two Lua references at a time.
+                let mut count = 0usize;
+                for pair in t.pairs::<Value, Value>() {
+                    pair?;
+                    count += 1;
+                }
+                pack_header(count, 0x80, 15, [None, Some(0xde), Some(0xdf)], out);
+                for pair in t.pairs::<Value, Value>() {
+                    let (k, v) = pair?;
+                    pack(&k, level + 1, out)?;
+                    pack(&v, level + 1, out)?;
                 }
             }
         }
