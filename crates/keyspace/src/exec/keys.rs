@@ -29,12 +29,18 @@ pub struct Sweep {
 /// lazy expiry ([`Keyspace::get`]) makes sure no expired key is served
 /// meanwhile.
 pub fn active_expire<K: Keyspace>(ks: &mut K, budget: usize) -> Result<Sweep, StoreError> {
+    active_expire_with(ks, budget, |_| {})
+}
+
+/// [`active_expire`], calling `deleted` with each key it deletes.
+pub(crate) fn active_expire_with<K: Keyspace>(ks: &mut K, budget: usize, mut deleted: impl FnMut(&[u8])) -> Result<Sweep, StoreError> {
     let due = ks.expired(budget.saturating_add(1));
     let more = due.len() > budget;
     let mut sweep = Sweep { deleted: 0, more };
     for key in due.iter().take(budget) {
         ks.delete(key)?;
         sweep.deleted += 1;
+        deleted(key);
     }
     Ok(sweep)
 }

@@ -954,15 +954,9 @@ impl Server {
         if !self.notifying(notify::EXPIRED) {
             return active_expire(ks, budget);
         }
-        let due = ks.expired(budget.saturating_add(1));
-        let more = due.len() > budget;
-        let mut sweep = Sweep { deleted: 0, more };
-        for key in due.iter().take(budget) {
-            ks.delete(key)?;
-            sweep.deleted += 1;
-            notify::publish(&mut self.pubsub, self.config.notify_keyspace_events, notify::ev::EXPIRED, key);
-        }
-        Ok(sweep)
+        let flags = self.config.notify_keyspace_events;
+        let pubsub = &mut self.pubsub;
+        keys::active_expire_with(ks, budget, |key| notify::publish(pubsub, flags, notify::ev::EXPIRED, key))
     }
 
     /// Whether the active sweep should run as soon as a key is due, not only
