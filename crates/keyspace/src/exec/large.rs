@@ -132,7 +132,7 @@ fn find<K: Keyspace + ?Sized>(ks: &mut K, h: &Header, member: &[u8]) -> Result<(
 }
 
 /// The payload of `member` in a hashed collection.
-fn map_get<K: Keyspace + ?Sized>(ks: &mut K, h: &Header, member: &[u8]) -> Result<Option<Vec<u8>>, Fail> {
+pub(super) fn map_get<K: Keyspace + ?Sized>(ks: &mut K, h: &Header, member: &[u8]) -> Result<Option<Vec<u8>>, Fail> {
     let (_, entries) = find(ks, h, member)?;
     Ok(entries.into_iter().find(|e| e.0 == member).map(|e| e.1))
 }

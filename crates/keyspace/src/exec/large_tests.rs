@@ -251,3 +251,14 @@ fn a_header_whose_chunk_is_missing_is_reported_corrupt() {
     }
     assert!(s.cmd("LRANGE l 0 -1").starts_with("-ERR stored value is corrupt"));
 }
+
+/// SORT's `->field` patterns read a chunked hash's field from its bucket.
+#[test]
+fn sort_reads_fields_of_chunked_hashes() {
+    let mut s = Side::new(ChunkConfig::tiny());
+    s.cmd("HSET h_1 f 9 a 1 b 2 c 3");
+    s.cmd("HSET h_2 f 3 x 1 y 2 z 4");
+    assert!(s.header("h_1", Kind::Hash).is_some() && s.header("h_2", Kind::Hash).is_some(), "chunked");
+    s.cmd("RPUSH ids 1 2 3");
+    assert_eq!(s.cmd("SORT ids BY h_*->f GET # GET h_*->f"), "*6\r\n$1\r\n3\r\n$-1\r\n$1\r\n2\r\n$1\r\n3\r\n$1\r\n1\r\n$1\r\n9\r\n");
+}

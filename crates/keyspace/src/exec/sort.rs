@@ -104,6 +104,10 @@ fn lookup<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
     match field {
         None if stored.kind == Kind::String => Ok(c.load(&key, Kind::String)?),
         Some(field) if stored.kind == Kind::Hash => {
+            // A chunked hash: the field's bucket only, as HGET reads it.
+            if let Some(h) = super::large::header(c.ks, &key, Kind::Hash)? {
+                return super::large::map_get(c.ks, &h, field);
+            }
             let v = c.load(&key, Kind::Hash)?.unwrap_or_default();
             let mut pairs = Vec::new();
             blob::decode_hash(&v, &mut pairs)?;
