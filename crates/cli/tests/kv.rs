@@ -55,8 +55,9 @@ fn the_campaign_catches_a_list_header_written_without_its_chunk() {
 
 #[test]
 fn the_campaign_catches_a_script_committed_command_by_command() {
-    // Caught when a kill lands inside a script of a group (one commit per SET makes a script
-    // of 400 keys take milliseconds); it stops at the first catch.
+    // Caught when a kill lands inside a script of a group: the planted server pauses 100 µs
+    // after each of its per-SET commits, so a wide group's script lasts 40 ms and most kills
+    // land inside one; it stops at the first catch.
     let options = CrashOptions { runs: 12, seed: 0x5c41, exe: EXE.into(), max_load: Duration::from_millis(200) };
     let error = pmwire_kv_server::crash::run_with_planted_script_bug(&options).expect_err("the canary must fail");
     let text = format!("{error:#}");

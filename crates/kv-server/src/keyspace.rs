@@ -564,6 +564,9 @@ impl<M: Media> Keyspace for EngineKeyspace<'_, M> {
             // The planted bug: what the script staged so far is made durable on its own.
             let _ = self.state.commit(self.engine, self.region);
             self.state.script_start = Some(self.engine.savepoint());
+            // Widened so that a kill at a random moment lands between two of these commits
+            // (a wide group's script then lasts 40 ms): the canary's catch must not be luck.
+            std::thread::sleep(std::time::Duration::from_micros(100));
         }
         self.state.command_start = Some(self.engine.savepoint());
     }
