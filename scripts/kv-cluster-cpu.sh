@@ -1,8 +1,9 @@
 #!/bin/bash
-# usage: [N=200000] [SIZE=1G] [C=64] kv-cluster-cpu.sh BIN LABEL: three members of BIN on ports 1648x (RESP) and
+# usage: [R=100000 (keys)] [N=200000] [SIZE=1G] [C=64] kv-cluster-cpu.sh BIN LABEL: three members of BIN on ports 1648x (RESP) and
 # 1710x (peers), pools /dev/shm/wix-* of SIZE; redis-benchmark SET -c C -n N -d 64 -r 100000 on the leader;
 # prints SETs/s (empty if the run ended in an error, whose last lines are printed) and each member's CPU
 # (utime+stime from /proc/PID/stat) per applied entry in 0.1 us, with the entries applied during the run
+# PERF=S: perf records the leader and a follower for S seconds from the start ($D/leader.data, follower.data)
 # (docs/bench.md: "WATCH's write index per batch", "The B+tree's batch apply").
 PM=$1; L=$2; N=${N:-200000}; SIZE=${SIZE:-1G}
 D=${D:-/tmp/wix}; mkdir -p $D
@@ -26,7 +27,12 @@ done
 declare -A T A
 off() { redis-cli -p 1648$1 INFO replication 2>/dev/null | tr -d '\r' | awk -F: '/^master_repl_offset:/{print $2}'; }
 for id in 1 2 3; do T[$id]=$(awk '{print $14+$15}' /proc/${P[$id]}/stat); A[$id]=$(off $id); done
-timeout 300 redis-benchmark -p 1648$LID -c ${C:-64} -n $N -t set -d 64 -r 100000 -q > $D/bench.raw 2>&1
+if [ -n "$PERF" ]; then
+  F=$(( LID % 3 + 1 ))
+  perf record -F 1999 --call-graph dwarf,16384 -p ${P[$LID]} -o $D/leader.data -- sleep ${PERF} > /dev/null 2>&1 &
+  perf record -F 1999 --call-graph dwarf,16384 -p ${P[$F]} -o $D/follower.data -- sleep ${PERF} > /dev/null 2>&1 &
+fi
+timeout 300 redis-benchmark -p 1648$LID -c ${C:-64} -n $N -t set -d 64 -r ${R:-100000} -q > $D/bench.raw 2>&1
 out=$(tr '\r' '\n' < $D/bench.raw | grep -a "requests per second" | tail -1)
 [ -z "$out" ] && { echo "$L: benchmark failed: $(tr '\r' '\n' < $D/bench.raw | tail -3 | tr '\n' ' ')"; for id in 1 2 3; do echo "  m$id: $(redis-cli -p 1648$id ROLE 2>/dev/null | head -1) $(tail -2 $D/m$id.log | tr '\n' ' ')"; done; }
 rps=$(echo "$out" | awk '{print $2}')

@@ -109,7 +109,7 @@ fn differ_with_password(redis: &Redis, version: &str, password: Option<&str>) ->
     };
     let (conn, id) = id;
     let requirepass = password.map(|p| p.as_bytes().to_vec());
-    let config = ServerConfig { version: version.to_string(), requirepass, ..ServerConfig::default() };
+    let config = ServerConfig { version: version.to_string().into(), requirepass, ..ServerConfig::default() };
     let mut server = Server::new(config);
     let session = server.open_session_with_id(id);
     let (ks, parsed) = (MemKeyspace::new(), Parsed::new(Limits::default()));

@@ -72,8 +72,13 @@ pub fn class(name: &[u8]) -> Class {
     if name.len() > 32 {
         return Class::Unknown;
     }
-    let lower = name.to_ascii_lowercase();
-    let is = |table: &[&str]| table.binary_search_by(|n| n.as_bytes().cmp(&lower[..])).is_ok();
+    // Lowered on the stack: this runs for every command a member serves or applies.
+    let mut buf = [0u8; 32];
+    let lower = &mut buf[..name.len()];
+    lower.copy_from_slice(name);
+    lower.make_ascii_lowercase();
+    let lower = &*lower;
+    let is = |table: &[&str]| table.binary_search_by(|n| n.as_bytes().cmp(lower)).is_ok();
     if is(READS) {
         Class::Read
     } else if is(WRITES) {

@@ -141,6 +141,8 @@ pub trait MachineKeyspace: Keyspace {
 pub trait LogHooks {
     /// The entry as sent to a peer, values gathered (`None`: as is).
     fn wire_form(&mut self, data: &[u8]) -> Option<Vec<u8>>;
+    /// `data` sent again in the wire form made a moment ago (`None`: as is).
+    fn wire_form_again(&mut self, data: &[u8], wire: Option<&[u8]>);
     /// A received entry in this member's local form (`None`: as received).
     fn local_form(&mut self, data: &[u8]) -> Option<Vec<u8>>;
     /// The durable log holds `data`.
@@ -313,6 +315,9 @@ pub struct RedisMachine<K: MachineKeyspace> {
     /// ([`Server::swap_scripts`]): a cache of compiled functions named by
     /// their bodies, no replicated state (the bodies are internal entries).
     scripts: Scripts,
+    /// An extent-form command's framing and parse, kept between entries
+    /// (cleared by each use): a member applies one per write.
+    ext_scratch: Option<(Vec<u8>, Parsed)>,
 }
 
 impl<K: MachineKeyspace> std::fmt::Debug for RedisMachine<K> {
@@ -396,6 +401,7 @@ impl<K: MachineKeyspace> RedisMachine<K> {
             restoring,
             fault_local_random: false,
             scripts: Scripts::default(),
+            ext_scratch: None,
         })
     }
 }
@@ -804,6 +810,12 @@ impl<K: MachineKeyspace> StateMachine for RedisMachine<K> {
 
     fn wire_form(&mut self, data: &[u8]) -> Option<Vec<u8>> {
         self.ks.get_mut().log_hooks()?.wire_form(data)
+    }
+
+    fn wire_form_again(&mut self, data: &[u8], wire: Option<&[u8]>) {
+        if let Some(hooks) = self.ks.get_mut().log_hooks() {
+            hooks.wire_form_again(data, wire);
+        }
     }
 
     fn wire_len(&self) -> pmwire_smr::state::WireLen {

@@ -475,7 +475,24 @@ pub fn entry_refs(pool: &mut pmwire_pool::Pool, data: &[u8], hold: bool) -> (u64
     (inline, buffers)
 }
 
+/// Value bytes protobuf's encoding copies when it sends `data` as it is
+/// (an entry of the old form, or of the extent form with no pool argument).
+fn sent_as_is(data: &[u8]) -> u64 {
+    if !is_extent_form(data) {
+        return v1_value_bytes(data);
+    }
+    let mut inline = 0u64;
+    walk(data, |i, head| inline += head.inline_value_bytes(i));
+    inline
+}
+
 impl LogHooks for ClusterHost {
+    fn wire_form_again(&mut self, data: &[u8], wire: Option<&[u8]>) {
+        // protobuf's encoding copies the values again; nothing is gathered.
+        let values = sent_as_is(wire.unwrap_or(data));
+        self.copies.add(|c| c.sent += values);
+    }
+
     fn wire_form(&mut self, data: &[u8]) -> Option<Vec<u8>> {
         if !is_extent_form(data) {
             // protobuf's encoding copies the entry, values and all.
@@ -720,6 +737,10 @@ impl LogHooks for Forward<ClusterHost> {
 
     fn wire_form(&mut self, data: &[u8]) -> Option<Vec<u8>> {
         self.0.wire_form(data)
+    }
+
+    fn wire_form_again(&mut self, data: &[u8], wire: Option<&[u8]>) {
+        self.0.wire_form_again(data, wire)
     }
 
     fn local_form(&mut self, data: &[u8]) -> Option<Vec<u8>> {

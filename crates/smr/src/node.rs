@@ -91,7 +91,7 @@
 //! this replica accepted is answered once (or its connection ended);
 //! planted faults ([`Faults`]) are off unless a test turns them on.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -561,6 +561,9 @@ where
     outbox: BTreeMap<u64, Outgoing>,
     /// Messages waiting for their connection's window, per peer.
     held_sends: held::HeldSends,
+    /// The wire forms made in the `send_all` under way, by entry index:
+    /// every follower's append carries the same entries, gathered once.
+    wire_memo: HashMap<u64, Option<bytes::Bytes>>,
     /// Messages being reassembled from chunks, by incoming connection.
     inbox: Assembler,
     /// The id of the last chunked message sent.
@@ -798,6 +801,7 @@ where
             proposed: Vec::new(),
             outbox: BTreeMap::new(),
             held_sends: held::HeldSends::default(),
+            wire_memo: HashMap::new(),
             inbox: Assembler::new(incoming_bound),
             chunked_sent: 0,
             halted: None,
@@ -1062,10 +1066,23 @@ where
     }
 
     /// The log seam: each machine entry of an append to send in its wire form.
+    /// The first follower's append of an entry in a `send_all` makes its
+    /// wire form; the others' reuse it (`wire_memo`).
     fn wire_forms(&mut self, m: &mut Message) {
         for e in m.mut_entries().iter_mut().filter(|e| crate::logrefs::is_machine_entry(e)) {
-            if let Some(wire) = self.machine.wire_form(&e.data) {
-                e.data = wire.into();
+            let wire = match self.wire_memo.get(&e.index) {
+                Some(wire) => {
+                    self.machine.wire_form_again(&e.data, wire.as_deref());
+                    wire.clone()
+                }
+                None => {
+                    let wire = self.machine.wire_form(&e.data).map(bytes::Bytes::from);
+                    self.wire_memo.insert(e.index, wire.clone());
+                    wire
+                }
+            };
+            if let Some(wire) = wire {
+                e.data = wire;
             }
         }
     }
@@ -1511,6 +1528,7 @@ where
         for m in msgs {
             self.send(t, m);
         }
+        self.wire_memo.clear();
     }
 
     fn send(&mut self, t: &mut T, mut m: Message) {

@@ -133,6 +133,11 @@ pub trait StateMachine {
         None
     }
 
+    /// `data` is sent to another peer in the form [`StateMachine::wire_form`]
+    /// gave it a moment ago (`wire`; `None`: as is), without asking again
+    /// (for the machine's copy counters).
+    fn wire_form_again(&mut self, _data: &[u8], _wire: Option<&[u8]>) {}
+
     /// How long a machine entry is in its wire form
     /// ([`StateMachine::wire_form`]), from its logged bytes alone: the Raft
     /// store bounds each append to a peer by it. Its own length by default.

@@ -105,8 +105,10 @@ pub(super) fn client_setname<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<
 /// command leaves (`Server::note_client`).
 #[derive(Debug, Clone)]
 pub(crate) struct ClientInfo {
-    pub addr: String,
-    pub laddr: String,
+    /// Borrowed `?:0` until the driver sets it: a cluster member opens a
+    /// session per entry it applies, and these allocate nothing then.
+    pub addr: std::borrow::Cow<'static, str>,
+    pub laddr: std::borrow::Cow<'static, str>,
     pub fd: i32,
     /// When its first command ran, ms (the keyspace's clock).
     pub created_ms: Option<u64>,
@@ -119,9 +121,11 @@ pub(crate) struct ClientInfo {
     pub multi_bytes: usize,
 }
 
+const UNKNOWN_ADDR: &str = "?:0";
+
 impl Default for ClientInfo {
     fn default() -> Self {
-        ClientInfo { addr: "?:0".into(), laddr: "?:0".into(), fd: -1, created_ms: None, last_ms: 0, name: None, last_cmd: "NULL", resp: 2, multi: -1, multi_bytes: 0 }
+        ClientInfo { addr: UNKNOWN_ADDR.into(), laddr: UNKNOWN_ADDR.into(), fd: -1, created_ms: None, last_ms: 0, name: None, last_cmd: "NULL", resp: 2, multi: -1, multi_bytes: 0 }
     }
 }
 

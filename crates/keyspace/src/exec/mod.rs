@@ -73,17 +73,19 @@ use pmwire_resp::reply::{Out, Protocol, ReplySink};
 use pmwire_resp::request::{Limits, Request};
 use rand_xoshiro::rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::SplitMix64;
+use std::borrow::Cow;
 use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 
 /// Server-wide settings.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// The `server` field of HELLO (Redis: `redis`).
-    pub server_name: String,
+    /// The `server` field of HELLO (Redis: `redis`). Borrowed where it can
+    /// be: a cluster member clones the config for every entry it applies.
+    pub server_name: Cow<'static, str>,
     /// The version HELLO and INFO report: the Redis version whose behaviour is
     /// emulated.
-    pub version: String,
+    pub version: Cow<'static, str>,
     /// Request limits, reported by CONFIG GET `proto-max-bulk-len`; APPEND
     /// refuses to grow a string beyond `max_bulk_bytes`, as Redis does.
     pub limits: Limits,
@@ -657,7 +659,7 @@ impl Server {
     /// descriptor, as CLIENT LIST shows them (`addr`, `laddr`, `fd`).
     pub fn set_client_addrs(&mut self, id: u64, peer: Option<std::net::SocketAddr>, local: Option<std::net::SocketAddr>, fd: i32) {
         if let Some(info) = self.clients.get_mut(&id) {
-            let text = |a: Option<std::net::SocketAddr>| a.map_or_else(|| "?:0".to_string(), |a| a.to_string());
+            let text = |a: Option<std::net::SocketAddr>| a.map_or(std::borrow::Cow::Borrowed("?:0"), |a| a.to_string().into());
             (info.addr, info.laddr, info.fd) = (text(peer), text(local), fd);
         }
     }
@@ -815,7 +817,7 @@ impl Server {
         if self.monitors.is_empty() {
             return;
         }
-        let addr = if lua { None } else { Some(self.clients.get(&session.id).map_or("?:0", |c| c.addr.as_str())) };
+        let addr = if lua { None } else { Some(self.clients.get(&session.id).map_or("?:0", |c| &*c.addr)) };
         let args: Vec<&[u8]> = req.args().collect();
         let line = monitor::line(ks.now_ms(), addr, monitor::redacted(&args).into_iter());
         for &id in &self.monitors {

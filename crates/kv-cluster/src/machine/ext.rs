@@ -52,6 +52,11 @@ pub const STREAM_KEY_BYTES: usize = 17;
 /// Stream states a sweep looks at for one it may collect.
 const SWEEP_SCAN: usize = 64;
 
+/// The most segments, and framing bytes, of an entry whose scratch
+/// (`RedisMachine::ext_scratch`) is kept for the next.
+const SCRATCH_MAX_SEGMENTS: usize = 64;
+const SCRATCH_MAX_FRAMING: usize = 64 << 10;
+
 /// The internal key of piece `index` of `stream`.
 pub fn piece_key(stream: StreamId, index: u32) -> [u8; PIECE_KEY_BYTES] {
     let mut k = [0u8; PIECE_KEY_BYTES];
@@ -309,7 +314,9 @@ impl<K: MachineKeyspace> RedisMachine<K> {
         if let Some((head, value)) = e.piece() {
             return Ok(self.keep_piece(index, head, value));
         }
-        let mut framing = Vec::new();
+        let (mut framing, mut parsed) =
+            self.ext_scratch.take().unwrap_or_else(|| (Vec::new(), Parsed::new(Limits { max_commands: 1, ..Limits::default() }).gather_lazily()));
+        framing.clear();
         let pieces = match pieces(self.ks.get_mut(), e, &mut framing) {
             Ok(p) => p,
             Err(Missing::Fault(why)) => {
@@ -332,7 +339,6 @@ impl<K: MachineKeyspace> RedisMachine<K> {
             })
             .collect();
         let locs: Vec<Option<(u32, u32)>> = pieces.iter().map(|p| if let Piece::Pool(_, at) = p { Some(*at) } else { None }).collect();
-        let mut parsed = Parsed::new(Limits { max_commands: 1, ..Limits::default() }).gather_lazily();
         let summary = parsed.parse(&segments);
         let total: usize = segments.iter().map(|s| s.len()).sum();
         if summary.error.is_some() || summary.consumed != total || summary.commands != 1 {
@@ -344,6 +350,12 @@ impl<K: MachineKeyspace> RedisMachine<K> {
         self.ks.get_mut().set_segment_locs(&locs);
         let mut ran = self.run_parsed(index, (Kind::Command, e.seed, e.protocol), false, time_ms, &parsed, &segments);
         self.ks.get_mut().set_segment_locs(&[]);
+        // Kept for the next entry unless this one was large (a value of many
+        // pieces would keep its parse's capacity).
+        if segments.len() <= SCRATCH_MAX_SEGMENTS && framing.capacity() <= SCRATCH_MAX_FRAMING {
+            drop(segments);
+            self.ext_scratch = Some((framing, parsed));
+        }
         if let Err(err) = self.finish_streams(e, Phase::Finished) {
             ran.applied = store_failed(err, e.protocol);
         }
