@@ -27,6 +27,7 @@ mod admin;
 mod bits;
 mod blocking;
 pub mod commands;
+mod dump;
 mod encoding;
 mod functions;
 mod hashes;
