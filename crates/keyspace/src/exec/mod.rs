@@ -56,6 +56,8 @@ pub use scripting::{Scripts, DEFAULT_SCRIPT_BUDGET, DEFAULT_TIME_LIMIT_MS, SCRIP
 pub use shared::{MAX_RANDOM_REPLY, MAX_RANDOM_REPLY_BYTES};
 
 #[cfg(test)]
+mod dump_tests;
+#[cfg(test)]
 mod function_tests;
 #[cfg(test)]
 mod large_tests;

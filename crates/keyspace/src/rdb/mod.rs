@@ -445,16 +445,20 @@ pub fn parse(payload: &[u8]) -> Result<Value> {
     // and what follows the object is ignored.
     let mut r = Reader { b: payload, at: 0 };
     let t = r.byte()?;
-    let value = match t {
+    read_object(&mut r, t)
+}
+
+/// One object of type `t` from `r` (`rdbLoadObject`), leaving `r` after it.
+fn read_object(r: &mut Reader<'_>, t: u8) -> Result<Value> {
+    Ok(match t {
         types::STRING => Value::String(r.string()?),
-        types::LIST | types::LIST_ZIPLIST | types::LIST_QUICKLIST | types::LIST_QUICKLIST_2 => Value::List(read_list(&mut r, t)?),
-        types::SET | types::SET_INTSET => Value::Set(read_set(&mut r, t)?),
-        types::HASH | types::HASH_ZIPMAP | types::HASH_ZIPLIST | types::HASH_LISTPACK => Value::Hash(read_hash(&mut r, t)?),
-        types::ZSET | types::ZSET_2 | types::ZSET_ZIPLIST | types::ZSET_LISTPACK => Value::ZSet(read_zset(&mut r, t)?),
-        types::STREAM_LISTPACKS | types::STREAM_LISTPACKS_2 => Value::Stream(stream::read(&mut r, t == types::STREAM_LISTPACKS_2)?),
+        types::LIST | types::LIST_ZIPLIST | types::LIST_QUICKLIST | types::LIST_QUICKLIST_2 => Value::List(read_list(r, t)?),
+        types::SET | types::SET_INTSET => Value::Set(read_set(r, t)?),
+        types::HASH | types::HASH_ZIPMAP | types::HASH_ZIPLIST | types::HASH_LISTPACK => Value::Hash(read_hash(r, t)?),
+        types::ZSET | types::ZSET_2 | types::ZSET_ZIPLIST | types::ZSET_LISTPACK => Value::ZSet(read_zset(r, t)?),
+        types::STREAM_LISTPACKS | types::STREAM_LISTPACKS_2 => Value::Stream(stream::read(r, t == types::STREAM_LISTPACKS_2)?),
         _ => return Err(BadFormat),
-    };
-    Ok(value)
+    })
 }
 
 fn items_to_bytes(items: &[Item<'_>]) -> Vec<Vec<u8>> {
