@@ -275,7 +275,7 @@ impl<T: Target> Differ<T> {
 /// What a DUMP payload restores, in a form two servers' payloads of the
 /// same value compare equal in (a set's members and a hash's pairs in byte
 /// order: Redis writes a hashtable in its dict's order; a sorted set's
-/// entries in order); `None` if the
+/// entries in order; a stream's times zeroed); `None` if the
 /// payload does not decode.
 fn restored(payload: &[u8]) -> Option<pmwire_keyspace::rdb::Value> {
     use pmwire_keyspace::rdb::Value as V;
@@ -292,6 +292,15 @@ fn restored(payload: &[u8]) -> Option<pmwire_keyspace::rdb::Value> {
         V::ZSet(mut e) => {
             e.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
             V::ZSet(e)
+        }
+        // Delivery and seen times are each server's clock (as XPENDING's
+        // idle times, masked the same way).
+        V::Stream(mut s) => {
+            for g in &mut s.groups {
+                g.pel.iter_mut().for_each(|p| p.delivery_ms = 0);
+                g.consumers.iter_mut().for_each(|c| c.seen_ms = 0);
+            }
+            V::Stream(s)
         }
         other => other,
     })
