@@ -24,6 +24,7 @@
 //! | [`exec`] | the commands, [`exec::Server`] (shared) and [`exec::Session`] (per connection) |
 //! | [`commands`] | the command table: each command once, with its arity, key positions, [`commands::Flags`] (write, readonly, random, time, blocking, admin, connection, multi, no_auth) and handler; [`commands::lookup`], [`commands::of_request`] |
 //! | [`script`] | the Lua 5.1 interpreter of EVAL: sandbox, `redis.*`, `cjson`, `bit`, reply conversions |
+//! | [`rdb`] | DUMP and RESTORE payloads in Redis 7.0's own format (RDB v10): listpack, ziplist, intset, zipmap, LZF, CRC-64 |
 //! | [`glob`] | Redis's `stringmatchlen` (KEYS, SCAN MATCH) |
 //! | [`extended`] | Redis's `long double` (x87 80-bit) `strtold`, addition and `%.17Lf`, for INCRBYFLOAT |
 //!
@@ -64,6 +65,7 @@ pub mod exec;
 pub mod script;
 pub mod extended;
 pub mod glob;
+pub mod rdb;
 pub mod recording;
 pub mod store;
 pub mod stream;

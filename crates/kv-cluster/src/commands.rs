@@ -32,7 +32,7 @@ pub enum Class {
 /// Commands that only read.
 #[rustfmt::skip]
 pub const READS: &[&str] = &[
-    "bitcount", "bitpos", "dbsize", "echo", "eval_ro", "evalsha_ro", "exists", "expiretime", "fcall_ro", "get", "getbit",
+    "bitcount", "bitpos", "dbsize", "dump", "echo", "eval_ro", "evalsha_ro", "exists", "expiretime", "fcall_ro", "get", "getbit",
     "getrange", "hexists", "hget", "hgetall", "hkeys", "hlen", "hmget", "hrandfield", "hscan", "hstrlen", "hvals",
     "keys", "lcs", "lindex", "llen", "lpos", "lrange", "memory", "mget", "object", "pexpiretime", "ping", "pttl", "randomkey", "scan",
     "scard", "sdiff", "select", "sinter", "sintercard", "sismember", "smembers", "smismember", "sort_ro", "srandmember", "sscan",
@@ -47,7 +47,7 @@ pub const WRITES: &[&str] = &[
     "append", "bitop", "copy", "decr", "decrby", "del", "eval", "evalsha", "expire", "expireat", "fcall", "flushall",
     "flushdb", "function", "getdel", "getex", "getset", "hdel", "hincrby", "hincrbyfloat", "hmset", "hset", "hsetnx", "incr",
     "incrby", "incrbyfloat", "linsert", "lmove", "lmpop", "lpop", "lpush", "lpushx", "lrem", "lset", "ltrim", "mset",
-    "msetnx", "persist", "pexpire", "pexpireat", "psetex", "rename", "renamenx", "rpop", "rpoplpush", "rpush",
+    "msetnx", "persist", "pexpire", "pexpireat", "psetex", "rename", "renamenx", "restore", "rpop", "rpoplpush", "rpush",
     "rpushx", "sadd", "script", "sdiffstore", "set", "setbit", "setex", "setnx", "setrange", "sinterstore", "smove",
     "sort", "spop", "srem", "sunionstore", "unlink", "xack", "xadd", "xautoclaim", "xclaim", "xdel", "xgroup", "xreadgroup", "xsetid",
     "xtrim", "zadd", "zdiffstore", "zincrby", "zinterstore", "zmpop",
@@ -118,6 +118,9 @@ mod tests {
         // XREADGROUP changes the group's PEL: replicated (with BLOCK, parked as a blocking pop is).
         assert_eq!(class(b"XREADGROUP"), Class::Write);
         assert_eq!(class(b"xpending"), Class::Read);
+        // DUMP reads a key; RESTORE writes one (with a relative TTL, at the
+        // time the log's entry carries, as every TIME command).
+        assert_eq!((class(b"DUMP"), class(b"restore")), (Class::Read, Class::Write));
         assert_eq!((class(b"LCS"), class(b"memory"), class(b"ZMPOP")), (Class::Read, Class::Read, Class::Write));
         // The sorted sets' blocking pops park as the lists' do.
         assert_eq!((class(b"BZPOPMIN"), class(b"bzpopmax"), class(b"BzMpop")), (Class::Blocking, Class::Blocking, Class::Blocking));

@@ -29,7 +29,7 @@
 //! ([`super::Server::random_draws`], [`super::Server::clock_reads`]), so the
 //! unit, differential and server tests check them on every command they run.
 
-use super::{admin, bits, blocking, functions, hashes, keys, large, list_ops, lists, monitor, multi, pubsub, scripting, sets, sort, streams, strings, zsets};
+use super::{admin, bits, blocking, dump, functions, hashes, keys, large, list_ops, lists, monitor, multi, pubsub, scripting, sets, sort, streams, strings, zsets};
 use super::{lower, Ctx, Res};
 use crate::store::{Keyspace, Kind};
 use pmwire_resp::reply::ReplySink;
@@ -257,6 +257,7 @@ command_table! {
     "decrby", 3, (1, 1, 1), [WRITE], |c| strings::decrby(c);
     "del", -2, (1, -1, 1), [WRITE], |c| strings::del(c);
     "discard", 1, (0, 0, 0), [MULTI IMMEDIATE], |c| multi::discard(c);
+    "dump", 2, (1, 1, 1), [READONLY], |c| dump::dump(c);
     "echo", 2, (0, 0, 0), [CONNECTION], |c| admin::echo(c);
     "eval", -3, (0, 0, 0), [], |_c| unreachable!("EVAL is run by Server::execute itself");
     "eval_ro", -3, (0, 0, 0), [READONLY], |_c| unreachable!("EVAL_RO is run by Server::execute itself");
@@ -355,6 +356,7 @@ command_table! {
     "rename", 3, (1, 2, 1), [WRITE], |c| keys::rename(c, false);
     "renamenx", 3, (1, 2, 1), [WRITE], |c| keys::rename(c, true);
     "reset", 1, (0, 0, 0), [NO_AUTH CONNECTION IMMEDIATE], |c| admin::reset(c);
+    "restore", -4, (1, 1, 1), [WRITE TIME], |c| dump::restore(c);
     "rpop", -2, (1, 1, 1), [WRITE], chunked List => |c, h| large::pop(c, h, false), |c| lists::pop(c, list_ops::End::Tail);
     "rpoplpush", 3, (1, 2, 1), [WRITE], |c| lists::rpoplpush(c);
     "rpush", -3, (1, 1, 1), [WRITE], chunked List => |c, h| large::push(c, h, false), |c| lists::push(c, list_ops::End::Tail, false);

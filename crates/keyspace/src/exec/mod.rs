@@ -27,6 +27,7 @@ mod admin;
 mod bits;
 mod blocking;
 pub mod commands;
+mod dump;
 mod encoding;
 mod functions;
 mod hashes;
@@ -54,6 +55,8 @@ pub use functions::LIBRARY_TAG;
 pub use scripting::{Scripts, DEFAULT_SCRIPT_BUDGET, DEFAULT_TIME_LIMIT_MS, SCRIPT_TAG};
 pub use shared::{MAX_RANDOM_REPLY, MAX_RANDOM_REPLY_BYTES};
 
+#[cfg(test)]
+mod dump_tests;
 #[cfg(test)]
 mod function_tests;
 #[cfg(test)]

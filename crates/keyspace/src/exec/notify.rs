@@ -135,6 +135,7 @@ pub(crate) mod ev {
     pub const RENAME_FROM: Event = (GENERIC, "rename_from");
     pub const RENAME_TO: Event = (GENERIC, "rename_to");
     pub const COPY_TO: Event = (GENERIC, "copy_to");
+    pub const RESTORE: Event = (GENERIC, "restore");
     pub const EXPIRED: Event = (super::EXPIRED, "expired");
     pub const NEW: Event = (super::NEW, "new");
     pub const SET: Event = (STRING, "set");

@@ -711,6 +711,47 @@ pub(super) fn copy_stream<K: Keyspace + ?Sized>(ks: &mut K, h: &Header, to: &[u8
     Ok(())
 }
 
+/// DUMP's part: the stream of header `h` whole, its nodes (deleted
+/// entries kept, as Redis's listpacks keep them) and its groups.
+pub(super) fn snapshot<K: Keyspace + ?Sized>(ks: &mut K, h: &Header) -> Result<crate::rdb::StreamValue, Fail> {
+    let mut nodes = Vec::new();
+    let mut at = next_node(ks, h, h.head);
+    while let Some(n) = at {
+        nodes.push(read_node(ks, h.gen, n)?.expect("a scanned node is stored").entries);
+        at = next_node(ks, h, n + 1);
+    }
+    Ok(crate::rdb::StreamValue {
+        nodes,
+        length: h.length,
+        last_id: h.last_id,
+        first_id: h.first_id,
+        max_deleted: h.max_deleted,
+        entries_added: h.entries_added,
+        groups: groups::snapshot_groups(ks, h.gen)?,
+    })
+}
+
+/// RESTORE's part: `s` stored at `to` (absent now) under a fresh
+/// generation, one node per payload node, with the deadline `expiry` says.
+pub(super) fn restore_stream<K: Keyspace + ?Sized>(ks: &mut K, to: &[u8], s: &crate::rdb::StreamValue, expiry: Expiry) -> Res {
+    let mut h = Header::new(next_generation(ks)?);
+    for (n, entries) in s.nodes.iter().enumerate() {
+        let node = Node { entries: entries.clone() };
+        assert!(node.live() > 0, "a restored node has a live entry");
+        ks.internal_put(&chunk_key(h.gen, n as u64), &node.encode())?;
+    }
+    h.tail = s.nodes.len() as u64;
+    h.length = s.length;
+    h.last_id = s.last_id;
+    h.first_id = s.first_id;
+    h.max_deleted = s.max_deleted;
+    h.entries_added = s.entries_added;
+    h.groups_made = s.groups.len() as u64;
+    groups::restore_groups(ks, h.gen, &s.groups)?;
+    ks.put(to, Kind::Stream, ValueSource::Owned(h.encode()), expiry)?;
+    Ok(())
+}
+
 /// The last live entry's ID of a stream with entries.
 fn last_live_of<K: Keyspace + ?Sized>(ks: &mut K, h: &Header) -> Result<StreamId, Fail> {
     assert!(h.length > 0);

@@ -186,6 +186,39 @@ impl Gen {
         }
     }
 
+    fn any_key(&mut self) -> Vec<u8> {
+        let family = ALL_KEYS[self.rng.gen_range(0..ALL_KEYS.len())];
+        self.pick(family)
+    }
+
+    /// RESTORE key ttl payload [options]: mostly a DUMP of another key of
+    /// the same family (or the same key; or one shared by every family, as
+    /// the other commands mix them: a set moved into a list key would meet
+    /// `SORT ... BY nosort`, whose order is Redis's hash table's), else a
+    /// payload refused for its footer; TTLs and options at their edges.
+    fn restore_args(&mut self, a: &mut Vec<Vec<u8>>) {
+        let family = ALL_KEYS[self.rng.gen_range(0..ALL_KEYS.len())];
+        a.push(self.family_key(family));
+        a.push(self.pick(&["0", "0", "0", "0", "100000000", "4102444800000", "-1", "x"]));
+        if self.rng.gen_bool(0.85) {
+            let mut p = DUMP_OF.to_vec();
+            p.extend(self.family_key(family));
+            a.push(p);
+        } else {
+            a.push(self.value());
+        }
+        for _ in 0..self.n(0, 3) {
+            match self.rng.gen_range(0..8) {
+                0..=2 => a.push(b"REPLACE".to_vec()),
+                3 => a.push(b"ABSTTL".to_vec()),
+                4 => a.extend([b"IDLETIME".to_vec(), self.pick(&["5", "0", "-1", "x"])]),
+                5 => a.extend([b"FREQ".to_vec(), self.pick(&["7", "255", "256", "-1"])]),
+                6 => a.push(self.pick(&["IDLETIME", "FREQ"])),
+                _ => a.push(b"BAD".to_vec()),
+            }
+        }
+    }
+
     fn n(&mut self, lo: usize, hi: usize) -> usize {
         self.rng.gen_range(lo..=hi)
     }
@@ -365,6 +398,8 @@ impl Gen {
                 }
             }
             "DBSIZE" => {}
+            "DUMP" => a.push(self.any_key()),
+            "RESTORE" => self.restore_args(a),
             "KEYS" => {
                 a.push(self.pick(&["*", "k?", "k[0-2]", "h*", "k[^1]"]));
                 sort = true;
@@ -1135,7 +1170,21 @@ const SCRIPT_COMMANDS: &[&str] = &[
     "get", "strlen", "type", "incr", "decr", "llen", "hlen", "scard", "zcard", "getdel", "exists", "del", "persist",
     "lpop", "rpop", "nosuch", "multi", "blpop", "bzpopmin", "GET", "ping", "echo",
 ];
-const KEYCMDS: &[&str] = &["DEL", "UNLINK", "EXISTS", "TOUCH", "TYPE", "RENAME", "RENAMENX", "COPY", "DBSIZE", "KEYS"];
+const KEYCMDS: &[&str] =
+    &["DEL", "UNLINK", "EXISTS", "TOUCH", "TYPE", "RENAME", "RENAMENX", "COPY", "DBSIZE", "KEYS", "DUMP", "RESTORE", "RESTORE"];
+/// Every key of every family (DUMP and RESTORE move any).
+const ALL_KEYS: &[&[&str]] = &[KEYS, HASH_KEYS, ZSET_KEYS, LIST_KEYS, SET_KEYS, STREAM_KEYS];
+/// What a generated RESTORE carries in place of its payload to say "each
+/// server's own DUMP of this key" (`Differ::check_restore`).
+const DUMP_OF: &[u8] = b"\0DUMP OF:";
+
+/// The source key of a generated `RESTORE key ttl <DUMP of source> ...`.
+pub fn dump_source(args: &[Vec<u8>]) -> Option<&[u8]> {
+    if args[0].as_slice() != b"RESTORE" {
+        return None;
+    }
+    args.get(3)?.strip_prefix(DUMP_OF)
+}
 /// HSET twice over, so hashes grow.
 const HASHES: &[&str] = &[
     "HSET", "HSET", "HMSET", "HGET", "HMGET", "HDEL", "HLEN", "HEXISTS", "HGETALL", "HSETNX", "HKEYS", "HVALS",

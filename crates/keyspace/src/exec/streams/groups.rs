@@ -17,6 +17,7 @@ use super::{load, parse_id, range, reply_entries, write_header, C};
 use crate::chunked::next_generation;
 use crate::exec::notify::ev;
 use crate::exec::{Ctx, Fail, Res};
+use crate::rdb::{ConsumerValue, GroupValue, PendingValue};
 use crate::store::{Keyspace, Kind};
 use crate::stream::{Entry, Header, StreamId};
 use crate::stream_group::{
@@ -1306,6 +1307,48 @@ pub(super) fn copy_groups<K: Keyspace + ?Sized>(ks: &mut K, from: u64, to: u64) 
         let mut target = k.clone();
         target[1..9].copy_from_slice(&to.to_be_bytes());
         ks.internal_put(&target, &bytes)?;
+    }
+    Ok(())
+}
+
+/// DUMP's part: every group of generation `gen`, by name, with its PEL and
+/// consumers (each pending entry's owner an index into them).
+pub(in crate::exec) fn snapshot_groups<K: Keyspace + ?Sized>(ks: &mut K, gen: u64) -> Result<Vec<GroupValue>, Fail> {
+    let mut out = Vec::new();
+    for (gnum, g) in groups(ks, gen)? {
+        let consumers = consumers(ks, gen, gnum)?;
+        let index: HashMap<u64, usize> = consumers.iter().enumerate().map(|(i, (n, _))| (*n, i)).collect();
+        let mut pel = Vec::new();
+        for (id, nack) in pel_range(ks, gen, gnum, StreamId::MIN, StreamId::MAX, 0)? {
+            let consumer = *index.get(&nack.consumer).ok_or_else(|| corrupt(GroupError::Nack))?;
+            pel.push(PendingValue { id, delivery_ms: nack.delivery_ms, deliveries: nack.deliveries, consumer });
+        }
+        let consumers = consumers.into_iter().map(|(_, c)| ConsumerValue { name: c.name, seen_ms: c.seen_ms }).collect();
+        out.push(GroupValue { name: g.name, last_id: g.last_id, entries_read: g.entries_read, pel, consumers });
+    }
+    Ok(out)
+}
+
+/// RESTORE's part: `groups` written under generation `gen` (a fresh
+/// stream's), numbered 1.. in order, their consumers likewise.
+pub(in crate::exec) fn restore_groups<K: Keyspace + ?Sized>(ks: &mut K, gen: u64, groups: &[GroupValue]) -> Res {
+    for (gi, g) in groups.iter().enumerate() {
+        let gnum = gi as u64 + 1;
+        for (ci, c) in g.consumers.iter().enumerate() {
+            let pending = g.pel.iter().filter(|p| p.consumer == ci).count() as u64;
+            let record = Consumer { seen_ms: c.seen_ms, pending, name: c.name.clone() };
+            ks.internal_put(&consumer_key(gen, gnum, ci as u64 + 1), &record.encode())?;
+        }
+        for p in &g.pel {
+            assert!(p.consumer < g.consumers.len(), "a pending entry names a consumer of its group");
+            let cnum = p.consumer as u64 + 1;
+            let nack = Nack { consumer: cnum, delivery_ms: p.delivery_ms, deliveries: p.deliveries };
+            ks.internal_put(&pel_key(gen, gnum, p.id), &nack.encode())?;
+            ks.internal_put(&owned_key(gen, gnum, cnum, p.id), &[])?;
+        }
+        let n = g.consumers.len() as u64;
+        let record = Group { last_id: g.last_id, entries_read: g.entries_read, pending: g.pel.len() as u64, consumers: n, consumers_made: n, name: g.name.clone() };
+        ks.internal_put(&group_key(gen, gnum), &record.encode())?;
     }
     Ok(())
 }
