@@ -913,30 +913,58 @@ fn scripts_run_through_every_member() {
     every_member_serves_without(&cluster, "looped");
 }
 
-/// Pub/sub on a member: a subscriber gets what is published through the
-/// member it is connected to, in the RESP2 context (a read refused); a
-/// publisher on another member reaches no one (a member delivers to its
-/// own connections: Redis's carrying PUBLISH to its replicas is not done).
+/// Pub/sub on a cluster: PUBLISH goes through the log and every member
+/// delivers each message to its own subscribers (channels and patterns),
+/// whichever member it was published through, alone, in a transaction or
+/// from a script; a PUBLISH answers how many of the serving member's
+/// subscribers it reached (inside EXEC and scripts 0, the same on every
+/// member). In the RESP2 context a read is refused.
 #[test]
-fn a_member_delivers_published_messages_to_its_subscribers() {
+fn published_messages_reach_subscribers_on_every_member() {
     let cluster = Cluster::start();
     let l = cluster.leader(&[0, 1, 2]);
     let f = (l + 1) % 3;
+    let message = |channel: &str, text: &str| Reply::Array(Some(vec![Reply::bulk("message"), Reply::bulk(channel), Reply::bulk(text)]));
     for m in [l, f] {
+        let other = (m + 2) % 3;
         let mut sub = cluster.client(m);
+        let mut psub = cluster.client(other);
         let mut publisher = cluster.client(m);
         let confirm = |kind: &str, name: &str, n: i64| Reply::Array(Some(vec![Reply::bulk(kind), Reply::bulk(name), Reply::Int(n)]));
         assert_eq!(sub.call(&["SUBSCRIBE", "news"]), confirm("subscribe", "news", 1));
+        assert_eq!(psub.call(&["PSUBSCRIBE", "ne*"]), confirm("psubscribe", "ne*", 1));
         assert!(matches!(sub.call(&["GET", "k"]), Reply::Error(e) if e.starts_with("ERR Can't execute 'get'")), "member {m}: the RESP2 context");
+        let pmessage = |text: &str| Reply::Array(Some(vec![Reply::bulk("pmessage"), Reply::bulk("ne*"), Reply::bulk("news"), Reply::bulk(text)]));
         assert_eq!(publisher.call(&["PUBLISH", "news", "hello"]), Reply::Int(1), "member {m}");
-        assert_eq!(sub.read(), Reply::Array(Some(vec![Reply::bulk("message"), Reply::bulk("news"), Reply::bulk("hello")])));
+        assert_eq!(sub.read(), message("news", "hello"));
+        assert_eq!(psub.read(), pmessage("hello"), "a pattern subscriber on member {other}");
         assert_eq!(publisher.call(&["PUBSUB", "NUMSUB", "news"]), Reply::Array(Some(vec![Reply::bulk("news"), Reply::Int(1)])));
-        let other = (m + 2) % 3;
-        assert_eq!(cluster.client(other).call(&["PUBLISH", "news", "elsewhere"]), Reply::Int(0), "member {other} has no subscriber");
+        let mut elsewhere = cluster.client(other);
+        assert_eq!(elsewhere.call(&["PUBLISH", "news", "elsewhere"]), Reply::Int(1), "member {other}: its pattern subscriber");
+        assert_eq!(sub.read(), message("news", "elsewhere"), "published through member {other}");
+        assert_eq!(psub.read(), pmessage("elsewhere"));
+        assert_eq!(elsewhere.call(&["MULTI"]), ok());
+        assert_eq!(elsewhere.call(&["PUBLISH", "news", "in-multi"]), Reply::Simple("QUEUED".into()));
+        assert_eq!(elsewhere.call(&["EXEC"]), Reply::Array(Some(vec![Reply::Int(0)])));
+        assert_eq!(sub.read(), message("news", "in-multi"));
+        assert_eq!(psub.read(), pmessage("in-multi"));
+        assert_eq!(elsewhere.call(&["EVAL", "return redis.call('publish', 'news', ARGV[1])", "0", "from-script"]), Reply::Int(0));
+        assert_eq!(sub.read(), message("news", "from-script"));
+        assert_eq!(psub.read(), pmessage("from-script"));
         assert_eq!(sub.call(&["UNSUBSCRIBE"]), confirm("unsubscribe", "news", 0));
+        assert_eq!(psub.call(&["PUNSUBSCRIBE"]), confirm("punsubscribe", "ne*", 0));
         assert_eq!(sub.call(&["SET", "k", "v"]), ok(), "out of the context, writes go through the log");
         assert_eq!(publisher.call(&["PUBLISH", "news", "gone"]), Reply::Int(0));
+        assert_eq!(elsewhere.call(&["SPUBLISH", "news", "shard"]), Reply::Int(0));
     }
+    // Keyspace events: each member's own setting, for every entry it
+    // applies, whichever member proposed it.
+    assert_eq!(cluster.client(f).call(&["CONFIG", "SET", "notify-keyspace-events", "E$"]), ok());
+    let mut events = cluster.client(f);
+    let subscribed = Reply::Array(Some(vec![Reply::bulk("subscribe"), Reply::bulk("__keyevent@0__:set"), Reply::Int(1)]));
+    assert_eq!(events.call(&["SUBSCRIBE", "__keyevent@0__:set"]), subscribed);
+    assert_eq!(cluster.client(l).call(&["SET", "noted", "1"]), ok());
+    assert_eq!(events.read(), message("__keyevent@0__:set", "noted"), "a SET through the leader, on member {f}");
 }
 
 /// Streams through every member: XADD through the leader and a follower,

@@ -47,9 +47,9 @@ pub const WRITES: &[&str] = &[
     "append", "bitop", "copy", "decr", "decrby", "del", "eval", "evalsha", "expire", "expireat", "fcall", "flushall",
     "flushdb", "function", "getdel", "getex", "getset", "hdel", "hincrby", "hincrbyfloat", "hmset", "hset", "hsetnx", "incr",
     "incrby", "incrbyfloat", "linsert", "lmove", "lmpop", "lpop", "lpush", "lpushx", "lrem", "lset", "ltrim", "mset",
-    "msetnx", "persist", "pexpire", "pexpireat", "psetex", "rename", "renamenx", "restore", "rpop", "rpoplpush", "rpush",
+    "msetnx", "persist", "pexpire", "pexpireat", "psetex", "publish", "rename", "renamenx", "restore", "rpop", "rpoplpush", "rpush",
     "rpushx", "sadd", "script", "sdiffstore", "set", "setbit", "setex", "setnx", "setrange", "sinterstore", "smove",
-    "sort", "spop", "srem", "sunionstore", "unlink", "xack", "xadd", "xautoclaim", "xclaim", "xdel", "xgroup", "xreadgroup", "xsetid",
+    "sort", "spop", "spublish", "srem", "sunionstore", "unlink", "xack", "xadd", "xautoclaim", "xclaim", "xdel", "xgroup", "xreadgroup", "xsetid",
     "xtrim", "zadd", "zdiffstore", "zincrby", "zinterstore", "zmpop",
     "zpopmax", "zpopmin", "zrangestore", "zrem", "zremrangebylex", "zremrangebyrank", "zremrangebyscore",
     "zunionstore",
@@ -63,7 +63,7 @@ pub const BLOCKING: &[&str] = &["blmove", "blmpop", "blpop", "brpop", "brpoplpus
 #[rustfmt::skip]
 pub const SESSION: &[&str] = &[
     "acl", "auth", "bgsave", "client", "command", "config", "discard", "exec", "hello", "info", "lastsave", "monitor",
-    "multi", "psubscribe", "publish", "pubsub", "punsubscribe", "quit", "reset", "save", "spublish", "ssubscribe", "subscribe",
+    "multi", "psubscribe", "pubsub", "punsubscribe", "quit", "reset", "save", "ssubscribe", "subscribe",
     "sunsubscribe", "unsubscribe", "unwatch", "watch",
 ];
 

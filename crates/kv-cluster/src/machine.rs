@@ -29,7 +29,7 @@ use std::cell::RefCell;
 
 use pmwire_keyspace::capture::Capture;
 use pmwire_keyspace::chunked::{collect_garbage, install_generation_secret};
-use pmwire_keyspace::exec::{active_expire, Flow, Scripts, Server, ServerConfig, Session, DEFAULT_SCRIPT_BUDGET};
+use pmwire_keyspace::exec::{active_expire, Flow, Published, Scripts, Server, ServerConfig, Session, DEFAULT_SCRIPT_BUDGET};
 use pmwire_keyspace::store::{Clock, Keyspace, MemKeyspace, StoreError};
 use pmwire_resp::reply::{Out, Protocol, ReplySink};
 use pmwire_resp::request::{Limits, Parsed, Request};
@@ -236,6 +236,13 @@ pub struct Applied {
     pub swept: Option<Swept>,
     /// The entry was refused (the reply is the error); nothing changed.
     pub refused: Option<EntryError>,
+    /// The entry was one PUBLISH or SPUBLISH (its channel, and whether a
+    /// shard channel): the serving member answers how many of its own
+    /// subscribers the message reached, not the machine's 0.
+    pub publish_reply: Option<(Vec<u8>, bool)>,
+    /// What the entry published, for every member to deliver to its own
+    /// subscribers (moved to [`RedisMachine::take_published`]).
+    pub published: Vec<Published>,
 }
 
 pub mod durable;
@@ -318,6 +325,11 @@ pub struct RedisMachine<K: MachineKeyspace> {
     /// An extent-form command's framing and parse, kept between entries
     /// (cleared by each use): a member applies one per write.
     ext_scratch: Option<(Vec<u8>, Parsed)>,
+    /// The embedding member delivers what entries publish
+    /// ([`RedisMachine::deliver_publishes`]); off, messages are dropped.
+    deliver_publishes: bool,
+    /// Messages of applied entries not yet taken ([`RedisMachine::take_published`]).
+    published: Vec<Published>,
 }
 
 impl<K: MachineKeyspace> std::fmt::Debug for RedisMachine<K> {
@@ -402,6 +414,8 @@ impl<K: MachineKeyspace> RedisMachine<K> {
             fault_local_random: false,
             scripts: Scripts::default(),
             ext_scratch: None,
+            deliver_publishes: false,
+            published: Vec::new(),
         })
     }
 }
@@ -472,6 +486,27 @@ impl<K: MachineKeyspace> RedisMachine<K> {
     /// (its parked clients are attempted again after them too).
     pub fn signals(&self) -> &crate::signals::Signals {
         &self.signals
+    }
+
+    /// Keeps what applied entries publish for [`RedisMachine::take_published`]
+    /// (an embedding member that delivers it to its own subscribers).
+    pub fn deliver_publishes(&mut self) {
+        self.deliver_publishes = true;
+    }
+
+    /// The member's `notify-keyspace-events` ([`pmwire_keyspace::exec::notify`]
+    /// flags): the entries it applies from now on report their keyspace
+    /// events among [`RedisMachine::take_published`]'s messages. The
+    /// setting is each member's own and changes only messages, never state.
+    pub fn set_notify_keyspace_events(&mut self, flags: u16) {
+        self.config.notify_keyspace_events = flags;
+    }
+
+    /// The messages entries applied since the last call published, in log
+    /// order: this member's subscribers are to get them (pub/sub is not
+    /// durable: a member that restarts delivers what it applies after).
+    pub fn take_published(&mut self) -> Vec<Published> {
+        std::mem::take(&mut self.published)
     }
 
     /// Whether a sweep entry would find work at `now_ms`: an expired key,
@@ -552,6 +587,7 @@ impl<K: MachineKeyspace> RedisMachine<K> {
             random_seed = std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), index);
         }
         let mut server = Server::new(ServerConfig { random_seed, script_budget: Some(DEFAULT_SCRIPT_BUDGET), ..self.config.clone() });
+        server.record_publishes();
         server.swap_scripts(&mut self.scripts);
         let mut session = server.open_session();
         session.protocol = protocol;
@@ -573,6 +609,10 @@ impl<K: MachineKeyspace> RedisMachine<K> {
                     let args: Vec<&[u8]> = req.args().collect();
                     applied.unblocked = Server::xreadgroup_gone(&mut rec, &args);
                 }
+                let shard = req.arg(0).eq_ignore_ascii_case(b"spublish");
+                if (shard || req.arg(0).eq_ignore_ascii_case(b"publish")) && req.len() == 3 {
+                    applied.publish_reply = Some((req.arg(1).to_vec(), shard));
+                }
             }
         } else if dirty {
             Out::<K::Value, _>::new(&mut capture, protocol).null_array();
@@ -580,6 +620,7 @@ impl<K: MachineKeyspace> RedisMachine<K> {
             exec(&mut server, &mut session, &mut rec, parsed, segments, &mut capture);
         }
         server.swap_scripts(&mut self.scripts);
+        applied.published = server.take_published();
         let (touched, ready, cleared) = (rec.touched, rec.ready, rec.cleared);
         applied.reply = capture.finish(&*ks);
         applied.ready = ready;
@@ -623,7 +664,11 @@ impl<K: MachineKeyspace> RedisMachine<K> {
                 self.fault.get_or_insert(format!("entry {index}: {why}"));
             }
             return match result {
-                Ok(ran) => {
+                Ok(mut ran) => {
+                    let published = std::mem::take(&mut ran.applied.published);
+                    if self.deliver_publishes {
+                        self.published.extend(published);
+                    }
                     for key in &ran.touched {
                         self.writes.record(key, index);
                     }

@@ -369,6 +369,8 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         let mut proposer = Proposer::new();
         proposer.observe(reactor.service.machine().last_time_ms());
         let mut reactor = reactor;
+        // PUBLISH goes through the log; each member delivers to its own subscribers.
+        reactor.service.machine_mut().deliver_publishes();
         let ks = reactor.service.machine_mut().keyspace();
         let (mode, copies) = (ks.store().mode(), ks.copy_counters().clone());
         Member {
@@ -532,6 +534,10 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         if flow == pmwire_keyspace::exec::Flow::Close {
             conn.close_after_flush = true;
         }
+        // CONFIG SET notify-keyspace-events: the entries this member applies
+        // report their events to its subscribers.
+        let flags = self.local.config().notify_keyspace_events;
+        self.reactor.service.machine_mut().set_notify_keyspace_events(flags);
         for client in self.local.take_kills() {
             // CLIENT KILL of another connection: closed once what it was answered is sent.
             if let Some((&killed, c)) = self.conns.iter_mut().find(|(_, c)| c.session.id() == client) {
@@ -978,6 +984,7 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             }
             self.maybe_sweep();
             self.learn_peers();
+            self.deliver_published();
             let mut pieces_done = false;
             for (ticket, done) in self.reactor.service.take_done() {
                 if self.sweep == Some(ticket) {
@@ -1012,8 +1019,30 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         }
     }
 
+    /// What the entries applied in this drive published, to this member's
+    /// own subscribers (every member delivers every entry's messages).
+    fn deliver_published(&mut self) {
+        let published = self.reactor.service.machine_mut().take_published();
+        if published.is_empty() {
+            return;
+        }
+        for p in &published {
+            self.local.deliver_published(p);
+        }
+        self.route_pushes();
+    }
+
     /// A proposal's or read's outcome, into its connection's slot.
-    fn slot_done(&mut self, id: ConnId, seq: u64, done: Done<pmwire_kv_cluster::Applied>) {
+    fn slot_done(&mut self, id: ConnId, seq: u64, mut done: Done<pmwire_kv_cluster::Applied>) {
+        if let Done::Applied { output, .. } = &mut done {
+            // A PUBLISH answers how many of this member's subscribers it
+            // reached (the machine answered 0, the same on every member).
+            if let Some((channel, shard)) = output.publish_reply.take() {
+                if output.reply.first() == Some(&b':') {
+                    output.reply = format!(":{}\r\n", self.local.publish_receivers(&channel, shard)).into_bytes();
+                }
+            }
+        }
         {
             let Some(conn) = self.conns.get_mut(&id) else { return };
             if let Done::Applied { index, .. } = &done {

@@ -39,6 +39,7 @@ mod monitor;
 mod multi;
 pub mod notify;
 mod pubsub;
+pub use pubsub::Published;
 mod scripting;
 mod sets;
 mod shared;
@@ -1020,6 +1021,33 @@ impl Server {
     /// order published ([`pubsub`]).
     pub fn take_pushes(&mut self) -> Vec<(u64, Vec<u8>)> {
         self.pubsub.take_outbox()
+    }
+
+    /// Makes this executor a replicated machine's: PUBLISH and SPUBLISH
+    /// deliver nothing here and answer 0 (the same on every member, so a
+    /// script or transaction that reads the count does the same
+    /// everywhere); their messages are kept for [`Server::take_published`].
+    pub fn record_publishes(&mut self) {
+        self.pubsub.recorded.get_or_insert_with(Vec::new);
+    }
+
+    /// The messages recorded since the last call, in the order published.
+    pub fn take_published(&mut self) -> Vec<pubsub::Published> {
+        self.pubsub.recorded.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Delivers a message a replicated machine recorded to this server's
+    /// own subscribers (queued as [`Server::take_pushes`] gives them); how
+    /// many it reached.
+    pub fn deliver_published(&mut self, p: &pubsub::Published) -> usize {
+        self.pubsub.deliver(&p.channel, &p.message, p.shard)
+    }
+
+    /// How many of this server's clients a message on `channel` would reach
+    /// now (PUBLISH's count, for a member answering a PUBLISH that went
+    /// through the log).
+    pub fn publish_receivers(&self, channel: &[u8], shard: bool) -> usize {
+        self.pubsub.receivers(channel, shard)
     }
 
     /// Sessions CLIENT KILL killed since the last call (never the session

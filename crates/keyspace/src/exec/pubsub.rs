@@ -110,6 +110,22 @@ pub(crate) struct PubSub {
     clients: HashMap<u64, Subscriber>,
     /// Messages for other connections: the client and the encoded push.
     outbox: Vec<(u64, Vec<u8>)>,
+    /// Set on a replicated machine's executor ([`super::Server::record_publishes`]):
+    /// PUBLISH delivers nothing here and answers 0; its messages are kept,
+    /// and every member delivers them to its own subscribers.
+    pub(super) recorded: Option<Vec<Published>>,
+}
+
+/// A message PUBLISH or SPUBLISH sent, as a replicated machine records it
+/// for each member to deliver ([`super::Server::take_published`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Published {
+    /// The channel it was published on.
+    pub channel: Vec<u8>,
+    /// The message.
+    pub message: Vec<u8>,
+    /// SPUBLISH: shard channels' subscribers only, no patterns.
+    pub shard: bool,
 }
 
 impl PubSub {
@@ -209,6 +225,16 @@ impl PubSub {
     /// Queues `message` on `channel` for its subscribers (and, unless
     /// `shard`, for the clients of every matching pattern); how many.
     fn publish(&mut self, channel: &[u8], message: &[u8], shard: bool) -> usize {
+        if let Some(recorded) = &mut self.recorded {
+            recorded.push(Published { channel: channel.to_vec(), message: message.to_vec(), shard });
+            return 0;
+        }
+        self.deliver(channel, message, shard)
+    }
+
+    /// Queues `message` for this server's subscribers of `channel` (and,
+    /// unless `shard`, of every matching pattern); how many.
+    pub(super) fn deliver(&mut self, channel: &[u8], message: &[u8], shard: bool) -> usize {
         let mut receivers = 0;
         let table = if shard { &self.shard } else { &self.channels };
         let word: &[u8] = if shard { b"smessage" } else { b"message" };
@@ -237,7 +263,7 @@ impl PubSub {
     /// Queues `message` on `channel` (not a shard channel) for its
     /// subscribers and the matching patterns' (keyspace notifications).
     pub(crate) fn publish_message(&mut self, channel: &[u8], message: &[u8]) {
-        if !self.clients.is_empty() {
+        if self.recorded.is_some() || !self.clients.is_empty() {
             self.publish(channel, message, false);
         }
     }
@@ -245,6 +271,16 @@ impl PubSub {
     /// Queues `bytes` for `client` (a MONITOR line).
     pub(crate) fn send(&mut self, client: u64, bytes: Vec<u8>) {
         self.outbox.push((client, bytes));
+    }
+
+    /// How many of this server's clients a message on `channel` reaches
+    /// (its subscribers, and unless `shard` the clients of every matching
+    /// pattern, once per subscription, as [`PubSub::publish`] counts).
+    pub fn receivers(&self, channel: &[u8], shard: bool) -> usize {
+        let table = if shard { &self.shard } else { &self.channels };
+        let direct = table.get(channel).map_or(0, Vec::len);
+        let patterns = if shard { 0 } else { self.patterns.iter().filter(|(p, _)| glob::matches(p, channel)).map(|(_, l)| l.len()).sum() };
+        direct + patterns
     }
 
     pub fn take_outbox(&mut self) -> Vec<(u64, Vec<u8>)> {
