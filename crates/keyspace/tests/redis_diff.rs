@@ -519,6 +519,7 @@ fn command_flags_match_redis() {
         check(Flags::ADMIN, has(&flags, "admin"), "admin");
         check(Flags::BLOCKING, has(&flags, "blocking"), "blocking");
         check(Flags::NO_AUTH, has(&flags, "no_auth"), "no_auth");
+        check(Flags::DENYOOM, has(&flags, "denyoom"), "denyoom");
         check(Flags::CONNECTION, has(&categories, "@connection"), "@connection");
         check(Flags::MULTI, has(&categories, "@transaction"), "@transaction");
         let nondeterministic = has(&tips, "nondeterministic_output");
@@ -530,7 +531,7 @@ fn command_flags_match_redis() {
         }
         compared += 1;
     }
-    assert_eq!(compared, 243, "every row compared");
+    assert_eq!(compared, 244, "every row compared");
     println!("{compared} commands and subcommands compared with redis-server {}", redis_version(redis.port));
 }
 

@@ -143,9 +143,11 @@ pub enum Limit {
 pub enum Outcome {
     /// The script returned this value.
     Returned(Value),
-    /// The script raised this error: its text (without `-`), and where in
-    /// the script (`@user_script:<line>`) if known.
-    Failed(Vec<u8>, Option<String>),
+    /// The script raised this error: its text (without `-`), where in
+    /// the script (`@user_script:<line>`) if known, and whether it is a
+    /// command's error already counted in the error statistics (Redis's
+    /// `ignore_error_stats_update`).
+    Failed(Vec<u8>, Option<String>, bool),
     /// The run passed its deadline and was stopped.
     Killed,
 }
@@ -601,7 +603,7 @@ impl Vm {
         match outcome {
             _ if killed => Outcome::Killed,
             Ok(o) => o,
-            Err(e) => Outcome::Failed(format!("ERR Error running script: {e}").into_bytes(), None),
+            Err(e) => Outcome::Failed(format!("ERR Error running script: {e}").into_bytes(), None, false),
         }
     }
 
@@ -657,7 +659,7 @@ impl Vm {
 /// it was raised (`@user_script:<line>`), if known.
 fn failure(value: &Value) -> Outcome {
     let Value::Table(t) = value else {
-        return Outcome::Failed(b"ERR Error running script: execution failure".to_vec(), None);
+        return Outcome::Failed(b"ERR Error running script: execution failure".to_vec(), None, false);
     };
     let field = |name: &str| match t.raw_get::<Value>(name) {
         Ok(Value::String(s)) => Some(s.as_bytes().to_vec()),
@@ -670,7 +672,8 @@ fn failure(value: &Value) -> Outcome {
         (Some(source), Some(line)) => Some(format!("{}:{}", String::from_utf8_lossy(&source), String::from_utf8_lossy(&line))),
         _ => None,
     };
-    Outcome::Failed(c_str(&msg).to_vec(), at)
+    let counted = matches!(t.raw_get::<Value>("ignore_error_stats_update"), Ok(Value::Boolean(true)));
+    Outcome::Failed(c_str(&msg).to_vec(), at, counted)
 }
 
 /// Lua's values as a command's arguments: strings as they are, numbers as
@@ -823,6 +826,9 @@ pub enum Answer {
     Status(Vec<u8>),
     /// An error reply's text, without `-`.
     Error(Vec<u8>),
+    /// A command's error (a table with Redis's `ignore_error_stats_update`),
+    /// replied as [`Answer::Error`] but already counted in the statistics.
+    CommandError(Vec<u8>),
     /// A double.
     Double(f64),
     /// A big number (RESP3 `(`; a bulk string in RESP2).
@@ -880,6 +886,9 @@ fn table_answer(t: &Table, script_resp: u8, depth: usize) -> Answer {
         let e = e.as_bytes();
         let e = c_str(&e);
         let end = e.iter().rposition(|&c| c != b'\r' && c != b'\n').map_or(0, |i| i + 1);
+        if matches!(get("ignore_error_stats_update"), Value::Boolean(true)) {
+            return Answer::CommandError(reply_line(&e[..end]));
+        }
         return Answer::Error(reply_line(&e[..end]));
     }
     if let Value::String(s) = get("ok") {
