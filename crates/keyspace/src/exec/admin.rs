@@ -649,6 +649,9 @@ pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
         } else if name.eq_ignore_ascii_case(b"maxmemory") {
             let n = memory_value(value).ok_or_else(|| Fail::err("CONFIG SET failed (possibly related to argument 'maxmemory') - argument must be a memory value"))?;
             maxmemory = Some(u64::try_from(n).map_err(|_| Fail::err("CONFIG SET failed (possibly related to argument 'maxmemory') - argument must be a memory value"))?);
+            if maxmemory != Some(0) && !c.server.config.maxmemory_enforced {
+                return Err(Fail::err("CONFIG SET failed (possibly related to argument 'maxmemory') - a pmwire cluster member does not enforce maxmemory: its writes are admitted by the replicated log, not by this executor"));
+            }
         } else if name.eq_ignore_ascii_case(b"maxmemory-policy") {
             maxmemory_policy(value)?;
         } else if name.eq_ignore_ascii_case(b"appendonly") {

@@ -147,6 +147,11 @@ pub struct ServerConfig {
     /// flagged [`Flags::DENYOOM`] are refused with Redis's `-OOM`
     /// (`maxmemory-policy noeviction`: pmwire never evicts).
     pub maxmemory: u64,
+    /// Whether this executor admits the keyspace's writes, and so can
+    /// enforce `maxmemory` (false on a cluster member's own executor: its
+    /// writes are admitted by the replicated log, so CONFIG SET maxmemory
+    /// there is refused rather than taken without effect).
+    pub maxmemory_enforced: bool,
     /// The parameters kept for CONFIG GET without effect, in the order of
     /// [`KEPT_PARAMETERS`].
     pub kept_parameters: [i64; KEPT_PARAMETERS.len()],
@@ -178,6 +183,7 @@ impl Default for ServerConfig {
             encoding_parameters: ENCODING_PARAMETERS.map(|p| p.default),
             notify_keyspace_events: 0,
             maxmemory: 0,
+            maxmemory_enforced: true,
             kept_parameters: KEPT_PARAMETERS.map(|p| p.default),
             bind: String::new(),
         }
