@@ -289,5 +289,5 @@ fn warn_maxclients(asked: u32, got: u32) {
 
 /// `--maxmemory`: a memory amount as redis-server reads one (`100mb`, `1gb`, bytes).
 fn parse_maxmemory(value: &str) -> Result<u64, String> {
-    pmwire_keyspace::exec::parse_memory(value.as_bytes()).ok_or_else(|| format!("'{value}' is not a memory amount (bytes, or with a unit: 100mb, 1gb)"))
+    pmwire_kv_server::parse_memory(value.as_bytes()).ok_or_else(|| format!("'{value}' is not a memory amount (bytes, or with a unit: 100mb, 1gb)"))
 }
