@@ -1331,13 +1331,15 @@ fn admit_memory<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_
 }
 
 /// Whether `req`, of row `info`, is `denyoom` (Redis's getCommandFlags:
-/// an EVAL's flags are its script's, when it has a shebang).
+/// an EVAL's flags are its script's when it has a shebang, an FCALL's its
+/// function's).
 fn denies_oom<K: Keyspace>(server: &mut Server, ks: &mut K, info: &CommandInfo, req: &Request<'_>) -> bool {
     if info.flags.contains(Flags::DENYOOM) {
         return true;
     }
     match info.name {
-        "eval" | "evalsha" => server.script_denies_oom(ks, info.name == "evalsha", req.arg(1)),
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" => server.script_denies_oom(ks, info.name.starts_with("evalsha"), req.arg(1)),
+        "fcall" | "fcall_ro" => server.function_denies_oom(ks, req.arg(1)),
         _ => false,
     }
 }

@@ -170,6 +170,13 @@ fn above_maxmemory_multi_and_scripts_are_refused_as_redis_refuses_them() {
     assert_eq!(f.call(&["EVAL", "#!lua\nreturn 1", "0"]), OOM);
     assert_eq!(f.call(&["EVAL", "#!lua flags=no-writes\nreturn 1", "0"]), ":1\r\n");
     assert_eq!(f.call(&["EVAL", "#!lua flags=allow-oom\nreturn redis.call('set','x','y')", "0"]), "+OK\r\n");
+    // A function: as its flags say.
+    f.run("CONFIG SET maxmemory 0");
+    let lib = "#!lua name=lib\nredis.register_function('w', function() return 1 end)\nredis.register_function{function_name='r', callback=function() return 2 end, flags={'no-writes'}}";
+    assert_eq!(f.call(&["FUNCTION", "LOAD", lib]), "$3\r\nlib\r\n");
+    f.run("CONFIG SET maxmemory 1");
+    assert_eq!(f.run("FCALL w 0"), OOM);
+    assert_eq!(f.run("FCALL r 0"), ":2\r\n");
     f.run("CONFIG SET maxmemory 0");
     assert_eq!(f.call(&["EVAL", "#!lua\nreturn 1", "0"]), ":1\r\n");
 }
