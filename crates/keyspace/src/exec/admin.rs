@@ -573,10 +573,14 @@ impl KeptParameter {
     }
 }
 
-/// CONFIG SET: `requirepass` (empty: no password), `protected-mode` and
-/// `save` (kept for CONFIG GET: pmwire takes no snapshots, every write is
-/// durable before its reply), all or none, as Redis 7.0 applies several
-/// pairs. Other parameters are refused by name.
+/// CONFIG SET: the parameters pmwire changes (`requirepass`, empty for
+/// none; `protected-mode`, `maxmemory`, `busy-reply-threshold`, ...), those
+/// it keeps for CONFIG GET without effect (`save`: pmwire takes no
+/// snapshots, every write is durable before its reply; [`KEPT_PARAMETERS`]),
+/// `appendonly yes` (already so) and any listed parameter set to the value
+/// it has; all or none, as Redis 7.0 applies several pairs, after Redis's
+/// checks of the names ([`config_set_names`]). Other parameters are
+/// refused by name.
 pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
     if c.argc() % 2 != 0 {
         return Err(Fail::Syntax);
@@ -672,7 +676,7 @@ pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
             let lower = shown.to_ascii_lowercase();
             if REDIS_PARAMETERS.contains(&lower.as_str()) || known.iter().any(|(n, _, _)| *n == lower) {
                 return Err(Fail::err(&format!(
-                    "CONFIG SET failed (possibly related to argument '{lower}') - pmwire does not change '{lower}' (it sets requirepass, protected-mode, save, busy-reply-threshold, maxclients, timeout, notify-keyspace-events and the stream-node limits; every write is durable before its reply)"
+                    "CONFIG SET failed (possibly related to argument '{lower}') - pmwire does not change '{lower}' (it sets requirepass, protected-mode, save, busy-reply-threshold, maxclients, timeout, maxmemory, notify-keyspace-events, the encoding thresholds and the stream-node limits; every write is durable before its reply)"
                 )));
             }
             return Err(Fail::err(&format!("Unknown option or number of arguments for CONFIG SET - '{shown}'")));
