@@ -1182,6 +1182,8 @@ impl Server {
         if let blocking::Op::XReadGroup { group, .. } = &blocked.op {
             if let Some(error) = blocking::group_gone_error(ks, key, group) {
                 self.stats.error_reply(&mut Out::<K::Value, S>::new(sink, session.protocol), error.as_bytes());
+                // Redis's updateStatsOnUnblock: the blocked command failed.
+                self.stats.failed_uncounted(commands::lookup(b"xreadgroup").expect("a row"));
                 session.blocked = Some(blocked);
                 return;
             }
@@ -1201,6 +1203,11 @@ impl Server {
         let deny_blocking = std::mem::replace(&mut self.deny_blocking, true);
         self.run_one(spec, session, ks, &req, &mut capture);
         self.deny_blocking = deny_blocking;
+        // Served, it is not called again (Redis counted its call when it
+        // blocked); an error fails it, counted on the row it is served under.
+        if capture.0.starts_with(b"-") {
+            self.stats.failed_uncounted(spec);
+        }
         let mut out = Out::<K::Value, S>::new(sink, session.protocol);
         let framed = matches!(blocked.op, blocking::Op::Pop(_) | blocking::Op::MPop { .. });
         if framed && !capture.0.starts_with(b"-") {

@@ -224,3 +224,25 @@ fn every_listed_parameter_takes_its_own_value() {
         assert_eq!(f.run(&format!("CONFIG SET {name} \"{value}\"")), "+OK\r\n", "{name} {value}");
     }
 }
+
+#[test]
+fn a_blocked_xreadgroup_whose_group_goes_fails_once() {
+    let mut f = Fixture::new();
+    f.run("XGROUP CREATE s g $ MKSTREAM");
+    let mut waiter = f.server.open_session();
+    let line = "XREADGROUP GROUP g alice BLOCK 0 STREAMS s >\r\n";
+    let segs: [&[u8]; 1] = [line.as_bytes()];
+    let mut p = Parsed::new(Limits::default());
+    assert_eq!(p.parse(&segs).commands, 1);
+    let mut out: Vec<u8> = Vec::new();
+    assert_eq!(f.server.execute(&mut waiter, &mut f.ks, &p.request(&segs, 0), &mut out), Flow::Block);
+    f.run("CONFIG RESETSTAT");
+    assert_eq!(f.run("XGROUP DESTROY s g"), ":1\r\n");
+    let (key, _) = f.server.next_ready(&mut f.ks).expect("the stream is ready");
+    f.server.serve_blocked(&mut waiter, &mut f.ks, &key, &mut out);
+    f.server.unblock(&mut waiter);
+    assert!(String::from_utf8_lossy(&out).starts_with("-NOGROUP"), "{}", String::from_utf8_lossy(&out));
+    assert_eq!(f.info("errorstats", "errorstat_NOGROUP").as_deref(), Some("count=1"));
+    assert_eq!(f.cmdstat("xreadgroup").as_deref(), Some("calls=0,rejected_calls=0,failed_calls=1"));
+    assert_eq!(f.info("stats", "total_error_replies").as_deref(), Some("1"));
+}
