@@ -43,6 +43,9 @@ pub struct KvArgs {
     /// Most clients connected at once, as redis-server's maxclients: one more is sent "-ERR max number of clients reached" and closed (lowered, with a warning, to what the process's descriptor limit allows). CONFIG SET maxclients changes it.
     #[arg(long, default_value_t = pmwire_kv_server::store::DEFAULT_MAXCLIENTS)]
     maxclients: u32,
+    /// Refuse the writes that may grow the keyspace (Redis's denyoom commands) while the keyspace's used memory (INFO's used_memory: pool buffers and index nodes in use) is above this many bytes, as redis-server's maxmemory with maxmemory-policy noeviction (a unit: 100mb, 1gb; 0: no limit). pmwire never evicts. CONFIG SET maxmemory changes it.
+    #[arg(long, default_value = "0", value_parser = parse_maxmemory)]
+    maxmemory: u64,
     /// Close a client idle for this many seconds (0: never), as redis-server's timeout; blocked clients and subscribers are spared. CONFIG SET timeout changes it.
     #[arg(long, default_value_t = 0)]
     timeout: u32,
@@ -152,6 +155,7 @@ pub fn run(args: &KvArgs) -> Result<()> {
     limits.fault_header_without_chunk = args.fault_header_without_chunk;
     server.set_collection_limits(limits);
     warn_maxclients(args.maxclients, server.set_client_limits(args.maxclients, args.timeout));
+    server.set_maxmemory(args.maxmemory);
     if args.fault_header_without_chunk {
         eprintln!("pmwire kv: PLANTED BUG: a list push that starts a chunk writes the header without it");
     }
@@ -193,6 +197,9 @@ pub fn run(args: &KvArgs) -> Result<()> {
 /// `pmwire kv --cluster`: one member until SIGTERM or SIGINT.
 fn run_member(args: &KvArgs) -> Result<()> {
     use pmwire_kv_server::member::{MemberOptions, MemberServer};
+    if args.maxmemory != 0 {
+        anyhow::bail!("--maxmemory is for a single server: a cluster member's writes are admitted by the replicated log, which does not enforce it");
+    }
     let peers = args.cluster.as_ref().expect("--cluster").0.clone();
     let id = args.id.context("--cluster needs --id")?;
     let Some(&peer_addr) = peers.get(&id) else {
@@ -278,4 +285,9 @@ fn warn_maxclients(asked: u32, got: u32) {
             u64::from(asked) + pmwire_kv_server::store::RESERVED_FDS
         );
     }
+}
+
+/// `--maxmemory`: a memory amount as redis-server reads one (`100mb`, `1gb`, bytes).
+fn parse_maxmemory(value: &str) -> Result<u64, String> {
+    pmwire_kv_server::parse_memory(value.as_bytes()).ok_or_else(|| format!("'{value}' is not a memory amount (bytes, or with a unit: 100mb, 1gb)"))
 }

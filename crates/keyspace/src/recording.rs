@@ -107,6 +107,10 @@ impl<K: Keyspace> Keyspace for Recording<'_, K> {
         self.inner.expiring_len()
     }
 
+    fn used_memory(&self) -> u64 {
+        self.inner.used_memory()
+    }
+
     fn clear(&mut self) -> Result<(), StoreError> {
         let mut kept = Vec::new();
         for &key in self.keep {

@@ -237,6 +237,12 @@ pub trait Keyspace {
     fn expired(&self, limit: usize) -> Vec<Vec<u8>>;
     /// Number of keys with a deadline (INFO's `expires`).
     fn expiring_len(&self) -> u64;
+    /// Bytes the keyspace occupies in its store: its values, keys and
+    /// index, as the store allocates them (INFO's `used_memory`, and what
+    /// `maxmemory` is compared with). A pool-backed store counts whole pool
+    /// buffers and index nodes in use; the in-memory one, its keys' and
+    /// values' bytes.
+    fn used_memory(&self) -> u64;
     /// Whether there are no keys.
     fn is_empty(&self) -> bool {
         self.len() == 0
@@ -538,6 +544,14 @@ impl Keyspace for MemKeyspace {
 
     fn expiring_len(&self) -> u64 {
         self.expiring.len() as u64
+    }
+
+    /// Keys, values and internal entries, byte for byte (O(keys): this is
+    /// the keyspace of tests and models).
+    fn used_memory(&self) -> u64 {
+        let user: usize = self.map.iter().map(|(k, e)| k.len() + e.value.len()).sum();
+        let internal: usize = self.internal.iter().map(|(k, v)| k.len() + v.len()).sum();
+        (user + internal) as u64
     }
 
     fn take_expired(&mut self) -> Vec<Vec<u8>> {

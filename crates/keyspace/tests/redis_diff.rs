@@ -520,6 +520,7 @@ fn command_flags_match_redis() {
         check(Flags::ADMIN, has(&flags, "admin"), "admin");
         check(Flags::BLOCKING, has(&flags, "blocking"), "blocking");
         check(Flags::NO_AUTH, has(&flags, "no_auth"), "no_auth");
+        check(Flags::DENYOOM, has(&flags, "denyoom"), "denyoom");
         check(Flags::CONNECTION, has(&categories, "@connection"), "@connection");
         check(Flags::MULTI, has(&categories, "@transaction"), "@transaction");
         let nondeterministic = has(&tips, "nondeterministic_output");
@@ -531,7 +532,7 @@ fn command_flags_match_redis() {
         }
         compared += 1;
     }
-    assert_eq!(compared, 245, "every row compared");
+    assert_eq!(compared, 246, "every row compared");
     println!("{compared} commands and subcommands compared with redis-server {}", redis_version(redis.port));
 }
 

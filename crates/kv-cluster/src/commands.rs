@@ -128,6 +128,9 @@ mod tests {
         // holds: the container goes through the log, as SCRIPT does; FCALL as
         // EVALSHA, FCALL_RO as EVAL_RO.
         assert_eq!((class(b"FUNCTION"), class(b"fcall"), class(b"FCALL_RO")), (Class::Write, Class::Write, Class::Read));
+        // CONFIG, RESETSTAT included, is the serving member's: its statistics and settings
+        // are its own executor's, as Redis's are per server.
+        assert_eq!(class(b"config"), Class::Session);
         assert_eq!(class(&[b'a'; 100]), Class::Unknown);
     }
 }

@@ -125,6 +125,10 @@ impl<K: MachineKeyspace> Keyspace for ReadOnly<'_, K> {
         self.inner.expiring_len()
     }
 
+    fn used_memory(&self) -> u64 {
+        self.inner.used_memory()
+    }
+
     fn clear(&mut self) -> Result<(), StoreError> {
         self.refuse()
     }

@@ -120,6 +120,10 @@ impl<H: EngineHost> Keyspace for Forward<H> {
         self.0.peek(|engine, _| engine.expiring_len() as u64)
     }
 
+    fn used_memory(&self) -> u64 {
+        self.0.peek(|engine, _| crate::keyspace::used_memory(engine))
+    }
+
     fn clear(&mut self) -> Result<(), StoreError> {
         let result = self.0.lend(|k| k.clear());
         self.0.wrote(result)

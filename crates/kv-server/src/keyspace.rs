@@ -444,6 +444,19 @@ impl<M: Media> EngineKeyspace<'_, M> {
     }
 }
 
+/// The bytes an engine's keyspace occupies in its pool (INFO's `used_memory`, what
+/// `maxmemory` is compared with): every pool buffer referenced, whole (a value held by
+/// extents keeps its buffer; the receive ring's lent buffers and those a connection holds now
+/// are counted too: about 2 MiB on an idle server, a baseline as Redis's `used_memory` has),
+/// and every index node in use.
+pub(crate) fn used_memory(engine: &Engine) -> u64 {
+    let pool = engine.pool();
+    let buffers = u64::from(pool.buffers() - pool.free_count());
+    let (free_nodes, nodes) = engine.tree_room();
+    let used_nodes = u64::from(nodes).saturating_sub(free_nodes as u64);
+    buffers * u64::from(pool.buf_size()) + used_nodes * pmwire_btree::NODE_BYTES as u64
+}
+
 impl<M: Media> Keyspace for EngineKeyspace<'_, M> {
     type Value = Handle;
 
@@ -549,6 +562,10 @@ impl<M: Media> Keyspace for EngineKeyspace<'_, M> {
 
     fn expiring_len(&self) -> u64 {
         self.engine.expiring_len() as u64
+    }
+
+    fn used_memory(&self) -> u64 {
+        used_memory(self.engine)
     }
 
     fn take_expired(&mut self) -> Vec<Vec<u8>> {

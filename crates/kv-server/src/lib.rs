@@ -74,3 +74,4 @@ pub use keyspace::Handle;
 pub use store::{Mode, Recovered, Sizing, Store, StoreError};
 /// When a collection is chunked, and how big its chunks grow (`pmwire kv --collection-limits`).
 pub use pmwire_keyspace::chunked::ChunkConfig;
+pub use pmwire_keyspace::exec::parse_memory;

@@ -1404,6 +1404,8 @@ impl<T: Transport<Addr = SocketAddr>> MemberServer<T> {
             protected_mode: options.protected_mode,
             maxclients: crate::store::DEFAULT_MAXCLIENTS.min(cap),
             maxclients_cap: cap,
+            bind: options.resp.ip().to_string(),
+            maxmemory_enforced: false,
             ..ServerConfig::default()
         };
         // The member's door checks the password (RESP AUTH, HTTP Bearer);

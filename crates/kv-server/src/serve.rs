@@ -131,6 +131,7 @@ impl KvServer {
             ..Config::default()
         };
         let mut service = KvService::new(options.resp.port());
+        service.set_bind(options.resp.ip().to_string());
         service.set_access(options.requirepass.clone(), options.protected_mode);
         service.set_client_limits(cap, crate::store::DEFAULT_MAXCLIENTS.min(cap), 0);
         let server = Server::bind_all(&[options.resp, options.http], config, store, service)?;
@@ -205,6 +206,12 @@ impl KvServer {
     /// --collection-limits`).
     pub fn set_collection_limits(&mut self, limits: pmwire_keyspace::chunked::ChunkConfig) {
         self.server.service_mut().set_collection_limits(limits);
+    }
+
+    /// `maxmemory` in bytes (0: none), as redis-server's `--maxmemory` (policy
+    /// `noeviction`: writes that may grow the keyspace are refused above it).
+    pub fn set_maxmemory(&mut self, bytes: u64) {
+        self.server.service_mut().set_maxmemory(bytes);
     }
 
     /// `maxclients` and the idle `timeout` in seconds (0: none), as redis-server's

@@ -243,6 +243,16 @@ impl KvService {
         config.timeout_s = timeout_s;
     }
 
+    /// The address the RESP port is bound to (CONFIG GET `bind`).
+    pub fn set_bind(&mut self, address: String) {
+        self.resp.config_mut().bind = address;
+    }
+
+    /// `maxmemory`, bytes (0: none).
+    pub fn set_maxmemory(&mut self, bytes: u64) {
+        self.resp.config_mut().maxmemory = bytes;
+    }
+
     /// When collections are chunked, and their chunks' sizes.
     pub fn set_collection_limits(&mut self, limits: pmwire_keyspace::chunked::ChunkConfig) {
         self.resp.config_mut().collections = limits;

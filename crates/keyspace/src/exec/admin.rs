@@ -391,52 +391,67 @@ pub(super) fn hello<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '
     Ok(())
 }
 
-/// CONFIG GET pattern...: a few parameters, matched without case.
-pub(super) fn config_get<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
-    let bulk_max = c.server.config.limits.max_bulk_bytes.to_string();
-    let port = c.server.config.tcp_port.to_string();
-    let pass = c.server.config.requirepass.clone().unwrap_or_default();
-    let protected: &[u8] = if c.server.config.protected_mode { b"yes" } else { b"no" };
-    let save = c.server.config.save.clone();
-    let busy = c.server.config.lua_time_limit_ms.to_string();
-    let node_bytes = c.server.config.stream_nodes.max_bytes.to_string();
-    let node_entries = c.server.config.stream_nodes.max_entries.to_string();
-    let maxclients = c.server.config.maxclients.to_string();
-    let timeout = c.server.config.timeout_s.to_string();
-    let encoding: Vec<String> = c.server.config.encoding_parameters.iter().map(i64::to_string).collect();
-    let events = super::notify::flags_string(c.server.config.notify_keyspace_events);
-    let mut params: Vec<(&str, &[u8])> = vec![
-        ("appendonly", b"no"),
-        ("busy-reply-threshold", busy.as_bytes()),
-        ("databases", b"1"),
-        ("lua-time-limit", busy.as_bytes()),
-        ("maxclients", maxclients.as_bytes()),
-        ("maxmemory", b"0"),
-        ("maxmemory-policy", b"noeviction"),
-        ("notify-keyspace-events", events.as_bytes()),
-        ("port", port.as_bytes()),
-        ("protected-mode", protected),
-        ("proto-max-bulk-len", bulk_max.as_bytes()),
-        ("requirepass", &pass),
-        ("save", save.as_bytes()),
-        ("stream-node-max-bytes", node_bytes.as_bytes()),
-        ("stream-node-max-entries", node_entries.as_bytes()),
-        ("timeout", timeout.as_bytes()),
+/// Every parameter CONFIG GET knows, with its value, and whether it is
+/// hidden (listed only when asked for by its exact name, as Redis's
+/// `HIDDEN_CONFIG`). Aliases are listed as parameters of their own.
+fn config_values(server: &super::Server) -> Vec<(&'static str, Vec<u8>, bool)> {
+    let cfg = &server.config;
+    let text = |s: String| s.into_bytes();
+    let yes_no = |b: bool| if b { b"yes".to_vec() } else { b"no".to_vec() };
+    let busy = text(cfg.lua_time_limit_ms.to_string());
+    let mut params: Vec<(&'static str, Vec<u8>, bool)> = vec![
+        // Always on: every write is durable in the pool before its reply.
+        ("appendonly", b"yes".to_vec(), false),
+        ("bind", text(cfg.bind.clone()), false),
+        ("busy-reply-threshold", busy.clone(), false),
+        ("databases", b"1".to_vec(), false),
+        ("lua-time-limit", busy, false),
+        ("maxclients", text(cfg.maxclients.to_string()), false),
+        ("maxmemory", text(cfg.maxmemory.to_string()), false),
+        ("maxmemory-policy", b"noeviction".to_vec(), false),
+        ("notify-keyspace-events", text(super::notify::flags_string(cfg.notify_keyspace_events)), false),
+        ("port", text(cfg.tcp_port.to_string()), false),
+        ("protected-mode", yes_no(cfg.protected_mode), false),
+        ("proto-max-bulk-len", text(cfg.limits.max_bulk_bytes.to_string()), false),
+        // Not a replica: pmwire kv replicates by Raft (`--cluster`), never by REPLICAOF.
+        ("replicaof", Vec::new(), false),
+        ("requirepass", cfg.requirepass.clone().unwrap_or_default(), false),
+        ("save", text(cfg.save.clone()), false),
+        ("slaveof", Vec::new(), false),
+        ("stream-node-max-bytes", text(cfg.stream_nodes.max_bytes.to_string()), false),
+        ("stream-node-max-entries", text(cfg.stream_nodes.max_entries.to_string()), false),
+        ("timeout", text(cfg.timeout_s.to_string()), false),
     ];
-    for (p, value) in ENCODING_PARAMETERS.iter().zip(&encoding) {
-        params.push((p.name, value.as_bytes()));
-        params.extend(p.alias.map(|alias| (alias, value.as_bytes())));
+    for (p, value) in ENCODING_PARAMETERS.iter().zip(&cfg.encoding_parameters) {
+        params.push((p.name, text(value.to_string()), false));
+        params.extend(p.alias.map(|alias| (alias, text(value.to_string()), false)));
+    }
+    for (p, &value) in KEPT_PARAMETERS.iter().zip(&cfg.kept_parameters) {
+        params.push((p.name, text(p.show(value)), p.hidden));
     }
     params.sort_unstable_by_key(|p| p.0);
+    params
+}
+
+/// [`config_values`], for the executor's tests.
+#[cfg(test)]
+pub(super) fn config_values_for_tests(server: &super::Server) -> Vec<(&'static str, Vec<u8>, bool)> {
+    config_values(server)
+}
+
+/// CONFIG GET pattern...: the parameters any pattern matches (without
+/// case), each once; a hidden one only when named exactly.
+pub(super) fn config_get<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    let params = config_values(c.server);
     let mut hit = vec![false; params.len()];
     for j in 2..c.argc() {
         let pattern = c.arg(j).to_ascii_lowercase();
-        for (i, (name, _)) in params.iter().enumerate() {
-            hit[i] |= matches(&pattern, name.as_bytes());
+        for (i, (name, _, hidden)) in params.iter().enumerate() {
+            hit[i] |= if *hidden { pattern == name.as_bytes() } else { matches(&pattern, name.as_bytes()) };
         }
     }
     c.out.map(hit.iter().filter(|&&h| h).count());
-    for (i, (name, value)) in params.iter().enumerate() {
+    for (i, (name, value, _)) in params.iter().enumerate() {
         if hit[i] {
             c.out.bulk(name.as_bytes());
             c.out.bulk(value);
@@ -445,14 +460,139 @@ pub(super) fn config_get<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
     Ok(())
 }
 
-/// CONFIG SET: `requirepass` (empty: no password), `protected-mode` and
-/// `save` (kept for CONFIG GET: pmwire takes no snapshots, every write is
-/// durable before its reply), all or none, as Redis 7.0 applies several
-/// pairs. Other parameters are refused by name.
+/// Redis 7.0's configs that CONFIG SET never changes (`IMMUTABLE_CONFIG`).
+const IMMUTABLE_PARAMETERS: &[&str] = &[
+    "aclfile", "always-show-logo", "aof_rewrite_cpulist", "appenddirname", "appendfilename", "bgsave_cpulist", "bio_cpulist",
+    "cluster-config-file", "cluster-enabled", "cluster-port", "daemonize", "databases", "disable-thp", "enable-debug-command",
+    "enable-module-command", "enable-protected-configs", "io-threads", "io-threads-do-reads", "logfile", "pidfile", "rdbchecksum",
+    "replicaof", "server_cpulist", "set-proc-title", "slaveof", "socket-mark-id", "supervised", "syslog-enabled", "syslog-facility",
+    "syslog-ident", "tcp-backlog", "unixsocket", "unixsocketperm",
+];
+
+/// Redis's checks of CONFIG SET's names before any value, in its order: an
+/// unknown name (reported first, wherever it is), then the first immutable
+/// or repeated one (an alias repeats its parameter).
+fn config_set_names<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &C<'_, '_, '_, K, S>, known: &[(&'static str, Vec<u8>, bool)]) -> Res {
+    let canonical = |lower: &str| -> String {
+        let alias = match lower {
+            "lua-time-limit" => Some("busy-reply-threshold"),
+            "slaveof" => Some("replicaof"),
+            _ => ENCODING_PARAMETERS.iter().find(|p| p.alias == Some(lower)).map(|p| p.name),
+        };
+        alias.unwrap_or(lower).to_string()
+    };
+    let mut seen: Vec<String> = Vec::new();
+    let mut first: Option<Fail> = None;
+    for j in (2..c.argc()).step_by(2) {
+        let given = String::from_utf8_lossy(c.arg(j)).into_owned();
+        let lower = given.to_ascii_lowercase();
+        let listed = known.iter().any(|(n, _, _)| *n == lower) || IMMUTABLE_PARAMETERS.contains(&lower.as_str()) || REDIS_PARAMETERS.contains(&lower.as_str());
+        if !listed {
+            let shown = String::from_utf8_lossy(&c.arg(j)[..c.arg(j).len().min(128)]).into_owned();
+            return Err(Fail::err(&format!("Unknown option or number of arguments for CONFIG SET - '{shown}'")));
+        }
+        if first.is_some() {
+            continue;
+        }
+        let name = canonical(&lower);
+        if IMMUTABLE_PARAMETERS.contains(&lower.as_str()) {
+            first = Some(Fail::err(&format!("CONFIG SET failed (possibly related to argument '{given}') - can't set immutable config")));
+        } else if seen.contains(&name) {
+            first = Some(Fail::err(&format!("CONFIG SET failed (possibly related to argument '{given}') - duplicate parameter")));
+        }
+        seen.push(name);
+    }
+    first.map_or(Ok(()), Err)
+}
+
+/// A parameter pmwire keeps for CONFIG GET and CONFIG SET, checked as Redis
+/// checks it, and which changes nothing in pmwire (as `save`): the
+/// eviction and replication knobs of a server that neither evicts nor
+/// replicates by REPLICAOF, and the query buffer limit of one whose
+/// requests are bounded by its receive ring.
+#[derive(Debug, Clone, Copy)]
+pub struct KeptParameter {
+    /// The parameter's name.
+    pub name: &'static str,
+    /// Redis 7.0's default.
+    pub default: i64,
+    min: i64,
+    max: i64,
+    /// Takes a memory value (`10mb`).
+    memory: bool,
+    /// Takes a percentage (`10%`, kept negative as Redis keeps it).
+    percent: bool,
+    /// Redis's `HIDDEN_CONFIG`.
+    hidden: bool,
+}
+
+/// The parameters kept without effect ([`KeptParameter`]).
+pub const KEPT_PARAMETERS: [KeptParameter; 5] = [
+    KeptParameter { name: "client-query-buffer-limit", default: 1 << 30, min: 1 << 20, max: i64::MAX, memory: true, percent: false, hidden: false },
+    // A debugging delay of RDB loading: pmwire loads no RDB.
+    KeptParameter { name: "key-load-delay", default: 0, min: i32::MIN as i64, max: i32::MAX as i64, memory: false, percent: false, hidden: true },
+    KeptParameter { name: "maxmemory-clients", default: 0, min: -100, max: i64::MAX, memory: true, percent: true, hidden: false },
+    KeptParameter { name: "maxmemory-samples", default: 5, min: 1, max: i32::MAX as i64, memory: false, percent: false, hidden: false },
+    KeptParameter { name: "repl-backlog-size", default: 1 << 20, min: 1, max: i64::MAX, memory: true, percent: false, hidden: false },
+];
+
+impl KeptParameter {
+    /// `value` as CONFIG SET reads it (Redis's `numericParseString` and
+    /// `numericBoundaryCheck`), or Redis's error.
+    fn parse(&self, value: &[u8]) -> Result<i64, Fail> {
+        let failed = |why: String| Fail::err(&format!("CONFIG SET failed (possibly related to argument '{}') - {why}", self.name));
+        let percent = || {
+            let digits = value.strip_suffix(b"%").filter(|d| !d.is_empty())?;
+            pmwire_resp::numbers::parse_i64(digits).filter(|&n| n >= 0).map(|n| -n)
+        };
+        let n = if self.memory {
+            memory_value(value).or_else(|| if self.percent { percent() } else { None })
+        } else {
+            pmwire_resp::numbers::parse_i64(value)
+        };
+        let Some(n) = n else {
+            return Err(failed(match (self.memory, self.percent) {
+                (true, true) => "argument must be a memory or percent value".into(),
+                (true, false) => "argument must be a memory value".into(),
+                _ => "argument couldn't be parsed into an integer".into(),
+            }));
+        };
+        if self.percent && n < 0 {
+            if n < self.min {
+                return Err(failed(format!("percentage argument must be less or equal to {}", -self.min)));
+            }
+        } else if n < self.min || n > self.max {
+            return Err(failed(format!("argument must be between {} and {} inclusive", self.min, self.max)));
+        }
+        Ok(n)
+    }
+
+    /// The value as CONFIG GET shows it (a percentage with `%`).
+    fn show(&self, value: i64) -> String {
+        if self.percent && value < 0 {
+            format!("{}%", -value)
+        } else {
+            value.to_string()
+        }
+    }
+}
+
+/// CONFIG SET: the parameters pmwire changes (`requirepass`, empty for
+/// none; `protected-mode`, `maxmemory`, `busy-reply-threshold`, ...), those
+/// it keeps for CONFIG GET without effect (`save`: pmwire takes no
+/// snapshots, every write is durable before its reply; [`KEPT_PARAMETERS`]),
+/// `appendonly yes` (already so) and any listed parameter set to the value
+/// it has; all or none, as Redis 7.0 applies several pairs, after Redis's
+/// checks of the names ([`config_set_names`]). Other parameters are
+/// refused by name.
 pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
     if c.argc() % 2 != 0 {
         return Err(Fail::Syntax);
     }
+    let known = config_values(c.server);
+    config_set_names(&c, &known)?;
+    let mut maxmemory = None;
+    let mut kept = c.server.config.kept_parameters;
     let mut pass = None;
     let mut protected = None;
     let mut save = None;
@@ -512,12 +652,35 @@ pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
                 let n = u32::try_from(n).ok().filter(|&n| n <= i32::MAX as u32).ok_or_else(|| failed("argument must be between 0 and 2147483647 inclusive"))?;
                 timeout = Some(n);
             }
+        } else if let Some(i) = KEPT_PARAMETERS.iter().position(|p| name.eq_ignore_ascii_case(p.name.as_bytes())) {
+            kept[i] = KEPT_PARAMETERS[i].parse(value)?;
+        } else if name.eq_ignore_ascii_case(b"maxmemory") {
+            let n = memory_value(value).ok_or_else(|| Fail::err("CONFIG SET failed (possibly related to argument 'maxmemory') - argument must be a memory value"))?;
+            maxmemory = Some(u64::try_from(n).map_err(|_| Fail::err("CONFIG SET failed (possibly related to argument 'maxmemory') - argument must be a memory value"))?);
+            if maxmemory != Some(0) && !c.server.config.maxmemory_enforced {
+                return Err(Fail::err("CONFIG SET failed (possibly related to argument 'maxmemory') - a pmwire cluster member does not enforce maxmemory: its writes are admitted by the replicated log, not by this executor"));
+            }
+        } else if name.eq_ignore_ascii_case(b"maxmemory-policy") {
+            maxmemory_policy(value)?;
+        } else if name.eq_ignore_ascii_case(b"appendonly") {
+            match value.to_ascii_lowercase().as_slice() {
+                b"yes" => {}
+                b"no" => return Err(Fail::err("CONFIG SET failed (possibly related to argument 'appendonly') - pmwire cannot turn persistence off: every write is durable in its pool before its reply")),
+                _ => return Err(Fail::err("CONFIG SET failed (possibly related to argument 'appendonly') - argument must be 'yes' or 'no'")),
+            }
+        } else if name.eq_ignore_ascii_case(b"port") && value != c.server.config.tcp_port.to_string().as_bytes() {
+            return Err(Fail::err(&format!(
+                "CONFIG SET failed (possibly related to argument 'port') - Unable to listen on this port: pmwire serves the port it started on ({}) until it stops",
+                c.server.config.tcp_port
+            )));
+        } else if known.iter().any(|(n, v, _)| name.eq_ignore_ascii_case(n.as_bytes()) && v == value) {
+            // A parameter pmwire does not change, set to the value it has: nothing to do.
         } else {
             let shown = String::from_utf8_lossy(&name[..name.len().min(128)]).into_owned();
             let lower = shown.to_ascii_lowercase();
-            if REDIS_PARAMETERS.contains(&lower.as_str()) {
+            if REDIS_PARAMETERS.contains(&lower.as_str()) || known.iter().any(|(n, _, _)| *n == lower) {
                 return Err(Fail::err(&format!(
-                    "CONFIG SET failed (possibly related to argument '{lower}') - pmwire does not change '{lower}' (it sets requirepass, protected-mode, save, busy-reply-threshold, maxclients, timeout, notify-keyspace-events and the stream-node limits; every write is durable before its reply)"
+                    "CONFIG SET failed (possibly related to argument '{lower}') - pmwire does not change '{lower}' (it sets requirepass, protected-mode, save, busy-reply-threshold, maxclients, timeout, maxmemory, notify-keyspace-events, the encoding thresholds and the stream-node limits; every write is durable before its reply)"
                 )));
             }
             return Err(Fail::err(&format!("Unknown option or number of arguments for CONFIG SET - '{shown}'")));
@@ -551,8 +714,34 @@ pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
         c.server.config.notify_keyspace_events = flags;
     }
     c.server.config.encoding_parameters = encoding;
+    c.server.config.kept_parameters = kept;
+    if let Some(n) = maxmemory {
+        c.server.config.maxmemory = n;
+    }
     c.out.ok();
     Ok(())
+}
+
+/// `maxmemory-policy`: Redis's policies are known, and only `noeviction`
+/// is taken: pmwire never evicts (a durable store does not drop data to
+/// make room; above `maxmemory` it refuses writes that would grow it).
+fn maxmemory_policy(value: &[u8]) -> Res {
+    const POLICIES: [&str; 8] = ["volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl", "allkeys-lru", "allkeys-lfu", "allkeys-random", "noeviction"];
+    let lower = String::from_utf8_lossy(value).to_ascii_lowercase();
+    if lower == "noeviction" {
+        return Ok(());
+    }
+    let failed = |why: String| Fail::err(&format!("CONFIG SET failed (possibly related to argument 'maxmemory-policy') - {why}"));
+    if POLICIES.contains(&lower.as_str()) {
+        return Err(failed(format!("pmwire does not evict keys: a durable store does not drop data to make room, so '{lower}' is refused; 'noeviction' (writes refused above maxmemory) is the only policy")));
+    }
+    Err(failed(format!("argument(s) must be one of the following: {}", POLICIES.join(", "))))
+}
+
+/// Parses a memory amount as Redis's `memtoull` (CONFIG SET maxmemory,
+/// `--maxmemory`): bytes, or `None`.
+pub fn parse_memory(value: &[u8]) -> Option<u64> {
+    memory_value(value).and_then(|n| u64::try_from(n).ok())
 }
 
 /// A memory amount as Redis's `memtoull` reads one: an integer with an
@@ -899,15 +1088,20 @@ pub(super) fn scan<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_
 /// INFO [section...]: the sections a client or monitor looks at, with
 /// pmwire's values (Redis's full field list is not reproduced).
 pub(super) fn info<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
-    const ALL: [&str; 7] = ["server", "clients", "memory", "persistence", "stats", "replication", "keyspace"];
-    let mut want = [false; 7];
+    const ALL: [&str; 9] = ["server", "clients", "memory", "persistence", "stats", "replication", "commandstats", "errorstats", "keyspace"];
+    // Redis's default sections: all but commandstats.
+    const DEFAULT: [bool; 9] = [true, true, true, true, true, true, false, true, true];
+    let mut want = [false; 9];
     if c.argc() == 1 {
-        want = [true; 7];
+        want = DEFAULT;
     }
     for j in 1..c.argc() {
         let s = c.arg(j).to_ascii_lowercase();
-        if s == b"all" || s == b"everything" || s == b"default" {
-            want = [true; 7];
+        if s == b"all" || s == b"everything" {
+            want = [true; 9];
+        }
+        if s == b"default" {
+            want.iter_mut().zip(DEFAULT).for_each(|(w, d)| *w |= d);
         }
         for (i, name) in ALL.iter().enumerate() {
             want[i] |= s == name.as_bytes();
@@ -915,16 +1109,21 @@ pub(super) fn info<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_
     }
     let memory = if want[2] {
         let (scripts, (libraries, functions)) = (c.server.scripts.count(c.ks), c.server.function_counts(c.ks));
-        format!("used_memory:0\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\nnumber_of_cached_scripts:{scripts}\r\nnumber_of_functions:{functions}\r\nnumber_of_libraries:{libraries}\r\n")
+        let (used, max) = (c.ks.used_memory(), c.server.config.maxmemory);
+        format!("used_memory:{used}\r\nmaxmemory:{max}\r\nmaxmemory_policy:noeviction\r\nnumber_of_cached_scripts:{scripts}\r\nnumber_of_functions:{functions}\r\nnumber_of_libraries:{libraries}\r\n")
     } else {
         String::new()
     };
     let cfg = &c.server.config;
     let mut text = String::new();
     let server = &*c.server;
+    let errors = format!("total_error_replies:{}\r\n", server.stats.total_error_replies());
     let mut section = |i: usize, body: String| {
         if want[i] {
-            let body = server.info_section(ALL[i]).map_or(body, str::to_string);
+            let mut body = server.info_section(ALL[i]).map_or(body, str::to_string);
+            if ALL[i] == "stats" && server.info_section("stats").is_some() {
+                body.push_str(&errors);
+            }
             if !text.is_empty() {
                 text.push_str("\r\n");
             }
@@ -944,22 +1143,47 @@ pub(super) fn info<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_
     );
     let clients = format!(
         "connected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\n",
-        c.server.connected,
-        c.server.config.maxclients,
-        c.server.blocked_clients()
+        server.connected,
+        server.config.maxclients,
+        server.blocked_clients()
     );
     section(1, clients);
     section(2, memory);
-    section(3, "loading:0\r\nrdb_changes_since_last_save:0\r\naof_enabled:0\r\n".into());
-    let (channels, patterns, shard) = c.server.pubsub.sizes();
+    // aof_enabled: every write is durable before its reply (CONFIG GET appendonly: yes).
+    section(3, "loading:0\r\nrdb_changes_since_last_save:0\r\naof_enabled:1\r\n".into());
+    let (channels, patterns, shard) = server.pubsub.sizes();
     section(
         4,
-        format!("total_commands_processed:{}\r\npubsub_channels:{channels}\r\npubsub_patterns:{patterns}\r\npubsubshard_channels:{shard}\r\n", c.server.commands_processed),
+        format!(
+            "total_commands_processed:{}\r\ntotal_error_replies:{}\r\npubsub_channels:{channels}\r\npubsub_patterns:{patterns}\r\npubsubshard_channels:{shard}\r\n",
+            server.commands_processed,
+            server.stats.total_error_replies()
+        ),
     );
     section(5, "role:master\r\nconnected_slaves:0\r\n".into());
+    let mut commandstats = String::new();
+    if want[6] {
+        server.stats.write_commandstats(&mut commandstats);
+    }
+    section(6, commandstats);
+    let mut errorstats = String::new();
+    if want[7] {
+        server.stats.write_errorstats(&mut errorstats);
+    }
+    section(7, errorstats);
     let n = c.ks.len();
     let expires = c.ks.expiring_len();
-    section(6, if n > 0 { format!("db0:keys={n},expires={expires},avg_ttl=0\r\n") } else { String::new() });
+    section(8, if n > 0 { format!("db0:keys={n},expires={expires},avg_ttl=0\r\n") } else { String::new() });
     c.out.verbatim(b"txt", text.as_bytes());
+    Ok(())
+}
+
+/// CONFIG RESETSTAT: INFO's counters from zero (Redis's resetServerStats,
+/// resetCommandTableStats, resetErrorTableStats): commandstats,
+/// errorstats, `total_error_replies`, `total_commands_processed`.
+pub(super) fn config_resetstat<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    c.server.stats.reset();
+    c.server.commands_processed = 0;
+    c.out.ok();
     Ok(())
 }

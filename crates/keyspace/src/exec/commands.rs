@@ -15,7 +15,8 @@
 //! The flags that have a Redis 7.0 counterpart agree with it (checked
 //! against redis-server's COMMAND INFO by `tests/redis_diff.rs`
 //! `command_flags_match_redis`): [`Flags::WRITE`], [`Flags::READONLY`],
-//! [`Flags::ADMIN`], [`Flags::BLOCKING`], [`Flags::NO_AUTH`] are Redis's
+//! [`Flags::ADMIN`], [`Flags::BLOCKING`], [`Flags::NO_AUTH`],
+//! [`Flags::DENYOOM`] are Redis's
 //! flags of those names; [`Flags::CONNECTION`] and [`Flags::MULTI`] are its
 //! ACL categories `@connection` and `@transaction`; [`Flags::RANDOM`] is
 //! part of its `nondeterministic_output` tip. [`Flags::TIME`] and
@@ -71,9 +72,12 @@ impl Flags {
     /// Runs at once inside MULTI instead of being queued (Redis's
     /// `processCommand` list: EXEC DISCARD MULTI WATCH QUIT).
     pub const IMMEDIATE: Flags = Flags(1 << 9);
+    /// Refused while used memory is above `maxmemory` (Redis: `denyoom`):
+    /// the writes that may grow the keyspace.
+    pub const DENYOOM: Flags = Flags(1 << 10);
 
     /// Every flag with its name, in bit order.
-    pub const ALL: [(Flags, &'static str); 10] = [
+    pub const ALL: [(Flags, &'static str); 11] = [
         (Flags::WRITE, "write"),
         (Flags::READONLY, "readonly"),
         (Flags::RANDOM, "random"),
@@ -84,6 +88,7 @@ impl Flags {
         (Flags::MULTI, "multi"),
         (Flags::NO_AUTH, "no_auth"),
         (Flags::IMMEDIATE, "immediate"),
+        (Flags::DENYOOM, "denyoom"),
     ];
 
     /// Both sets' flags.
@@ -159,6 +164,26 @@ fn position(lower_name: &[u8]) -> Option<usize> {
     TABLE.binary_search_by(|s| s.name.as_bytes().cmp(lower_name)).ok()
 }
 
+/// Every row, in the table's order (a row's position is its [`index`]).
+pub fn table() -> &'static [CommandInfo] {
+    TABLE
+}
+
+/// How many rows the table has.
+pub fn table_len() -> usize {
+    TABLE.len()
+}
+
+/// The position of `info`, a row of the table, in it: the index of its
+/// counters ([`super::stats`]), found without comparing names.
+pub fn index(info: &CommandInfo) -> usize {
+    let offset = (info as *const CommandInfo as usize).wrapping_sub(TABLE.as_ptr() as usize);
+    let i = offset / std::mem::size_of::<CommandInfo>();
+    assert!(i < TABLE.len(), "{} is not a row of the table", info.name);
+    assert!(offset % std::mem::size_of::<CommandInfo>() == 0);
+    i
+}
+
 /// The commands (containers included, their subcommands not), in COMMAND's order.
 pub fn commands() -> impl Iterator<Item = &'static CommandInfo> {
     TABLE.iter().filter(|s| !s.is_subcommand())
@@ -221,17 +246,17 @@ macro_rules! command_table {
 command_table! {
     "acl", -2, (0, 0, 0), [], |_c| unreachable!("a container runs under a subcommand");
     "acl|whoami", 2, (0, 0, 0), [], |c| admin::acl(c);
-    "append", 3, (1, 1, 1), [WRITE], |c| strings::append(c);
+    "append", 3, (1, 1, 1), [WRITE DENYOOM], |c| strings::append(c);
     "auth", -2, (0, 0, 0), [NO_AUTH CONNECTION], |c| admin::auth(c);
     "bgsave", -1, (0, 0, 0), [ADMIN], |c| admin::bgsave(c);
     "bitcount", -2, (1, 1, 1), [READONLY], |c| bits::bitcount(c);
-    "bitop", -4, (2, -1, 1), [WRITE], |c| bits::bitop(c);
+    "bitop", -4, (2, -1, 1), [WRITE DENYOOM], |c| bits::bitop(c);
     "bitpos", -3, (1, 1, 1), [READONLY], |c| bits::bitpos(c);
-    "blmove", 6, (1, 2, 1), [WRITE BLOCKING], |c| blocking::blmove(c);
+    "blmove", 6, (1, 2, 1), [WRITE DENYOOM BLOCKING], |c| blocking::blmove(c);
     "blmpop", -5, (0, 0, 0), [WRITE BLOCKING], |c| blocking::blmpop(c);
     "blpop", -3, (1, -2, 1), [WRITE BLOCKING], |c| blocking::bpop(c, list_ops::End::Head);
     "brpop", -3, (1, -2, 1), [WRITE BLOCKING], |c| blocking::bpop(c, list_ops::End::Tail);
-    "brpoplpush", 4, (1, 2, 1), [WRITE BLOCKING], |c| blocking::brpoplpush(c);
+    "brpoplpush", 4, (1, 2, 1), [WRITE DENYOOM BLOCKING], |c| blocking::brpoplpush(c);
     "bzmpop", -5, (0, 0, 0), [WRITE BLOCKING], |c| blocking::bzmpop(c);
     "bzpopmax", -3, (1, -2, 1), [WRITE BLOCKING], |c| blocking::bzpop(c, true);
     "bzpopmin", -3, (1, -2, 1), [WRITE BLOCKING], |c| blocking::bzpop(c, false);
@@ -250,11 +275,12 @@ command_table! {
     "command|info", -2, (0, 0, 0), [CONNECTION], |c| command_info(c);
     "config", -2, (0, 0, 0), [], |_c| unreachable!("a container runs under a subcommand");
     "config|get", -3, (0, 0, 0), [ADMIN], |c| admin::config_get(c);
+    "config|resetstat", 2, (0, 0, 0), [ADMIN], |c| admin::config_resetstat(c);
     "config|set", -4, (0, 0, 0), [ADMIN], |c| admin::config_set(c);
-    "copy", -3, (1, 2, 1), [WRITE], |c| keys::copy(c);
+    "copy", -3, (1, 2, 1), [WRITE DENYOOM], |c| keys::copy(c);
     "dbsize", 1, (0, 0, 0), [READONLY], |c| admin::dbsize(c);
-    "decr", 2, (1, 1, 1), [WRITE], |c| strings::incr_by(c, -1);
-    "decrby", 3, (1, 1, 1), [WRITE], |c| strings::decrby(c);
+    "decr", 2, (1, 1, 1), [WRITE DENYOOM], |c| strings::incr_by(c, -1);
+    "decrby", 3, (1, 1, 1), [WRITE DENYOOM], |c| strings::decrby(c);
     "del", -2, (1, -1, 1), [WRITE], |c| strings::del(c);
     "discard", 1, (0, 0, 0), [MULTI IMMEDIATE], |c| multi::discard(c);
     "dump", 2, (1, 1, 1), [READONLY], |c| dump::dump(c);
@@ -279,58 +305,58 @@ command_table! {
     "function|help", 2, (0, 0, 0), [], |c| functions::function_help(c);
     "function|kill", 2, (0, 0, 0), [], |c| functions::function_kill(c);
     "function|list", -2, (0, 0, 0), [], |c| functions::function_list(c);
-    "function|load", -3, (0, 0, 0), [WRITE], |c| functions::function_load(c);
-    "function|restore", -3, (0, 0, 0), [WRITE], |c| functions::function_restore(c);
+    "function|load", -3, (0, 0, 0), [WRITE DENYOOM], |c| functions::function_load(c);
+    "function|restore", -3, (0, 0, 0), [WRITE DENYOOM], |c| functions::function_restore(c);
     "function|stats", 2, (0, 0, 0), [], |c| functions::function_stats(c);
     "get", 2, (1, 1, 1), [READONLY], |c| strings::get(c);
     "getbit", 3, (1, 1, 1), [READONLY], |c| bits::getbit(c);
     "getdel", 2, (1, 1, 1), [WRITE], |c| strings::getdel(c);
     "getex", -2, (1, 1, 1), [WRITE TIME], |c| strings::getex(c);
     "getrange", 4, (1, 1, 1), [READONLY], |c| strings::getrange(c);
-    "getset", 3, (1, 1, 1), [WRITE], |c| strings::getset(c);
+    "getset", 3, (1, 1, 1), [WRITE DENYOOM], |c| strings::getset(c);
     "hdel", -3, (1, 1, 1), [WRITE], chunked Hash => |c, h| large::hdel(c, h), |c| hashes::hdel(c);
     "hello", -1, (0, 0, 0), [NO_AUTH CONNECTION], |c| admin::hello(c);
     "hexists", 3, (1, 1, 1), [READONLY], chunked Hash => |c, h| large::hexists(c, h), |c| hashes::hexists(c);
     "hget", 3, (1, 1, 1), [READONLY], chunked Hash => |c, h| large::hget(c, h), |c| hashes::hget(c);
     "hgetall", 2, (1, 1, 1), [READONLY], |c| hashes::hgetall(c);
-    "hincrby", 4, (1, 1, 1), [WRITE], |c| hashes::hincrby(c);
-    "hincrbyfloat", 4, (1, 1, 1), [WRITE], |c| hashes::hincrbyfloat(c);
+    "hincrby", 4, (1, 1, 1), [WRITE DENYOOM], |c| hashes::hincrby(c);
+    "hincrbyfloat", 4, (1, 1, 1), [WRITE DENYOOM], |c| hashes::hincrbyfloat(c);
     "hkeys", 2, (1, 1, 1), [READONLY], |c| hashes::hkeys_or_vals(c, true);
     "hlen", 2, (1, 1, 1), [READONLY], chunked Hash => |c, h| large::count(c, h), |c| hashes::hlen(c);
     "hmget", -3, (1, 1, 1), [READONLY], chunked Hash => |c, h| large::hmget(c, h), |c| hashes::hmget(c);
-    "hmset", -4, (1, 1, 1), [WRITE], chunked Hash => |c, h| large::hset(c, h, true), |c| hashes::hset(c, true);
+    "hmset", -4, (1, 1, 1), [WRITE DENYOOM], chunked Hash => |c, h| large::hset(c, h, true), |c| hashes::hset(c, true);
     "hrandfield", -2, (1, 1, 1), [READONLY RANDOM], |c| hashes::hrandfield(c);
     "hscan", -3, (1, 1, 1), [READONLY], |c| hashes::hscan(c);
-    "hset", -4, (1, 1, 1), [WRITE], chunked Hash => |c, h| large::hset(c, h, false), |c| hashes::hset(c, false);
-    "hsetnx", 4, (1, 1, 1), [WRITE], |c| hashes::hsetnx(c);
+    "hset", -4, (1, 1, 1), [WRITE DENYOOM], chunked Hash => |c, h| large::hset(c, h, false), |c| hashes::hset(c, false);
+    "hsetnx", 4, (1, 1, 1), [WRITE DENYOOM], |c| hashes::hsetnx(c);
     "hstrlen", 3, (1, 1, 1), [READONLY], |c| hashes::hstrlen(c);
     "hvals", 2, (1, 1, 1), [READONLY], |c| hashes::hkeys_or_vals(c, false);
-    "incr", 2, (1, 1, 1), [WRITE], |c| strings::incr_by(c, 1);
-    "incrby", 3, (1, 1, 1), [WRITE], |c| strings::incrby(c);
-    "incrbyfloat", 3, (1, 1, 1), [WRITE], |c| strings::incrbyfloat(c);
+    "incr", 2, (1, 1, 1), [WRITE DENYOOM], |c| strings::incr_by(c, 1);
+    "incrby", 3, (1, 1, 1), [WRITE DENYOOM], |c| strings::incrby(c);
+    "incrbyfloat", 3, (1, 1, 1), [WRITE DENYOOM], |c| strings::incrbyfloat(c);
     "info", -1, (0, 0, 0), [], |c| admin::info(c);
     "keys", 2, (0, 0, 0), [READONLY], |c| admin::keys(c);
     "lastsave", 1, (0, 0, 0), [TIME], |c| admin::lastsave(c);
     "lcs", -3, (1, 2, 1), [READONLY], |c| strings::lcs(c);
     "lindex", 3, (1, 1, 1), [READONLY], chunked List => |c, h| large::lindex(c, h), |c| lists::lindex(c);
-    "linsert", 5, (1, 1, 1), [WRITE], |c| lists::linsert(c);
+    "linsert", 5, (1, 1, 1), [WRITE DENYOOM], |c| lists::linsert(c);
     "llen", 2, (1, 1, 1), [READONLY], chunked List => |c, h| large::count(c, h), |c| lists::llen(c);
-    "lmove", 5, (1, 2, 1), [WRITE], |c| lists::lmove(c);
+    "lmove", 5, (1, 2, 1), [WRITE DENYOOM], |c| lists::lmove(c);
     "lmpop", -4, (0, 0, 0), [WRITE], |c| blocking::lmpop(c);
     "lpop", -2, (1, 1, 1), [WRITE], chunked List => |c, h| large::pop(c, h, true), |c| lists::pop(c, list_ops::End::Head);
     "lpos", -3, (1, 1, 1), [READONLY], |c| lists::lpos(c);
-    "lpush", -3, (1, 1, 1), [WRITE], chunked List => |c, h| large::push(c, h, true), |c| lists::push(c, list_ops::End::Head, false);
-    "lpushx", -3, (1, 1, 1), [WRITE], chunked List => |c, h| large::push(c, h, true), |c| lists::push(c, list_ops::End::Head, true);
+    "lpush", -3, (1, 1, 1), [WRITE DENYOOM], chunked List => |c, h| large::push(c, h, true), |c| lists::push(c, list_ops::End::Head, false);
+    "lpushx", -3, (1, 1, 1), [WRITE DENYOOM], chunked List => |c, h| large::push(c, h, true), |c| lists::push(c, list_ops::End::Head, true);
     "lrange", 4, (1, 1, 1), [READONLY], chunked List => |c, h| large::lrange(c, h), |c| lists::lrange(c);
     "lrem", 4, (1, 1, 1), [WRITE], |c| lists::lrem(c);
-    "lset", 4, (1, 1, 1), [WRITE], |c| lists::lset(c);
+    "lset", 4, (1, 1, 1), [WRITE DENYOOM], |c| lists::lset(c);
     "ltrim", 4, (1, 1, 1), [WRITE], |c| lists::ltrim(c);
     "memory", -2, (0, 0, 0), [], |_c| unreachable!("a container runs under a subcommand");
     "memory|usage", -3, (2, 2, 1), [READONLY], |c| admin::memory_usage(c);
     "mget", -2, (1, -1, 1), [READONLY], |c| strings::mget(c);
     "monitor", 1, (0, 0, 0), [ADMIN], |c| monitor::monitor(c);
-    "mset", -3, (1, -1, 2), [WRITE], |c| strings::mset(c);
-    "msetnx", -3, (1, -1, 2), [WRITE], |c| strings::msetnx(c);
+    "mset", -3, (1, -1, 2), [WRITE DENYOOM], |c| strings::mset(c);
+    "msetnx", -3, (1, -1, 2), [WRITE DENYOOM], |c| strings::msetnx(c);
     "multi", 1, (0, 0, 0), [MULTI IMMEDIATE], |c| multi::multi(c);
     "object", -2, (0, 0, 0), [], |_c| unreachable!("a container runs under a subcommand");
     "object|encoding", 3, (2, 2, 1), [READONLY], |c| admin::object(c);
@@ -340,7 +366,7 @@ command_table! {
     "pexpireat", -3, (1, 1, 1), [WRITE TIME], |c| keys::expire(c, keys::ExpireCmd { seconds: false, relative: false });
     "pexpiretime", 2, (1, 1, 1), [READONLY], |c| keys::ttl(c, true, true);
     "ping", -1, (0, 0, 0), [CONNECTION], |c| admin::ping(c);
-    "psetex", 4, (1, 1, 1), [WRITE TIME], |c| strings::setex(c, false);
+    "psetex", 4, (1, 1, 1), [WRITE DENYOOM TIME], |c| strings::setex(c, false);
     "psubscribe", -2, (0, 0, 0), [], |c| pubsub::subscribe(c, pubsub::Kind::Pattern);
     "pttl", 2, (1, 1, 1), [READONLY TIME], |c| keys::ttl(c, true, false);
     "publish", 3, (0, 0, 0), [], |c| pubsub::publish(c, false);
@@ -358,10 +384,10 @@ command_table! {
     "reset", 1, (0, 0, 0), [NO_AUTH CONNECTION IMMEDIATE], |c| admin::reset(c);
     "restore", -4, (1, 1, 1), [WRITE TIME], |c| dump::restore(c);
     "rpop", -2, (1, 1, 1), [WRITE], chunked List => |c, h| large::pop(c, h, false), |c| lists::pop(c, list_ops::End::Tail);
-    "rpoplpush", 3, (1, 2, 1), [WRITE], |c| lists::rpoplpush(c);
-    "rpush", -3, (1, 1, 1), [WRITE], chunked List => |c, h| large::push(c, h, false), |c| lists::push(c, list_ops::End::Tail, false);
-    "rpushx", -3, (1, 1, 1), [WRITE], chunked List => |c, h| large::push(c, h, false), |c| lists::push(c, list_ops::End::Tail, true);
-    "sadd", -3, (1, 1, 1), [WRITE], chunked Set => |c, h| large::sadd_or_srem(c, h, true), |c| sets::sadd(c);
+    "rpoplpush", 3, (1, 2, 1), [WRITE DENYOOM], |c| lists::rpoplpush(c);
+    "rpush", -3, (1, 1, 1), [WRITE DENYOOM], chunked List => |c, h| large::push(c, h, false), |c| lists::push(c, list_ops::End::Tail, false);
+    "rpushx", -3, (1, 1, 1), [WRITE DENYOOM], chunked List => |c, h| large::push(c, h, false), |c| lists::push(c, list_ops::End::Tail, true);
+    "sadd", -3, (1, 1, 1), [WRITE DENYOOM], chunked Set => |c, h| large::sadd_or_srem(c, h, true), |c| sets::sadd(c);
     "save", 1, (0, 0, 0), [ADMIN], |c| admin::save(c);
     "scan", -2, (0, 0, 0), [READONLY], |c| admin::scan(c);
     "scard", 2, (1, 1, 1), [READONLY], chunked Set => |c, h| large::count(c, h), |c| sets::scard(c);
@@ -371,21 +397,21 @@ command_table! {
     "script|kill", 2, (0, 0, 0), [], |c| scripting::script_kill(c);
     "script|load", 3, (0, 0, 0), [], |c| scripting::script_load(c);
     "sdiff", -2, (1, -1, 1), [READONLY], |c| sets::combine(c, sets::SetOp::Diff);
-    "sdiffstore", -3, (1, -1, 1), [WRITE], |c| sets::combine_store(c, sets::SetOp::Diff);
+    "sdiffstore", -3, (1, -1, 1), [WRITE DENYOOM], |c| sets::combine_store(c, sets::SetOp::Diff);
     "select", 2, (0, 0, 0), [CONNECTION], |c| admin::select(c);
-    "set", -3, (1, 1, 1), [WRITE TIME], |c| strings::set(c);
-    "setbit", 4, (1, 1, 1), [WRITE], |c| bits::setbit(c);
-    "setex", 4, (1, 1, 1), [WRITE TIME], |c| strings::setex(c, true);
-    "setnx", 3, (1, 1, 1), [WRITE], |c| strings::setnx(c);
-    "setrange", 4, (1, 1, 1), [WRITE], |c| strings::setrange(c);
+    "set", -3, (1, 1, 1), [WRITE DENYOOM TIME], |c| strings::set(c);
+    "setbit", 4, (1, 1, 1), [WRITE DENYOOM], |c| bits::setbit(c);
+    "setex", 4, (1, 1, 1), [WRITE DENYOOM TIME], |c| strings::setex(c, true);
+    "setnx", 3, (1, 1, 1), [WRITE DENYOOM], |c| strings::setnx(c);
+    "setrange", 4, (1, 1, 1), [WRITE DENYOOM], |c| strings::setrange(c);
     "sinter", -2, (1, -1, 1), [READONLY], |c| sets::combine(c, sets::SetOp::Inter);
     "sintercard", -3, (0, 0, 0), [READONLY], |c| sets::sintercard(c);
-    "sinterstore", -3, (1, -1, 1), [WRITE], |c| sets::combine_store(c, sets::SetOp::Inter);
+    "sinterstore", -3, (1, -1, 1), [WRITE DENYOOM], |c| sets::combine_store(c, sets::SetOp::Inter);
     "sismember", 3, (1, 1, 1), [READONLY], chunked Set => |c, h| large::sismember(c, h), |c| sets::sismember(c);
     "smembers", 2, (1, 1, 1), [READONLY], |c| sets::smembers(c);
     "smismember", -3, (1, 1, 1), [READONLY], chunked Set => |c, h| large::smismember(c, h), |c| sets::smismember(c);
     "smove", 4, (1, 2, 1), [WRITE], |c| sets::smove(c);
-    "sort", -2, (1, 1, 1), [WRITE], |c| sort::sort(c, false);
+    "sort", -2, (1, 1, 1), [WRITE DENYOOM], |c| sort::sort(c, false);
     "sort_ro", -2, (1, 1, 1), [READONLY], |c| sort::sort(c, true);
     "spop", -2, (1, 1, 1), [WRITE RANDOM], |c| sets::spop(c);
     "spublish", 3, (1, 1, 1), [], |c| pubsub::publish(c, true);
@@ -397,7 +423,7 @@ command_table! {
     "subscribe", -2, (0, 0, 0), [], |c| pubsub::subscribe(c, pubsub::Kind::Channel);
     "substr", 4, (1, 1, 1), [READONLY], |c| strings::getrange(c);
     "sunion", -2, (1, -1, 1), [READONLY], |c| sets::combine(c, sets::SetOp::Union);
-    "sunionstore", -3, (1, -1, 1), [WRITE], |c| sets::combine_store(c, sets::SetOp::Union);
+    "sunionstore", -3, (1, -1, 1), [WRITE DENYOOM], |c| sets::combine_store(c, sets::SetOp::Union);
     "sunsubscribe", -1, (1, -1, 1), [], |c| pubsub::unsubscribe(c, pubsub::Kind::Shard);
     "time", 1, (0, 0, 0), [TIME], |c| admin::time(c);
     "touch", -2, (1, -1, 1), [READONLY], |c| keys::touch(c);
@@ -408,13 +434,13 @@ command_table! {
     "unwatch", 1, (0, 0, 0), [MULTI], |c| multi::unwatch(c);
     "watch", -2, (1, -1, 1), [MULTI IMMEDIATE], |c| multi::watch(c);
     "xack", -4, (1, 1, 1), [WRITE], |c| streams::groups::xack(c);
-    "xadd", -5, (1, 1, 1), [WRITE TIME], |c| streams::xadd(c);
+    "xadd", -5, (1, 1, 1), [WRITE DENYOOM TIME], |c| streams::xadd(c);
     "xautoclaim", -6, (1, 1, 1), [WRITE TIME], |c| streams::groups::xautoclaim(c);
     "xclaim", -6, (1, 1, 1), [WRITE TIME], |c| streams::groups::xclaim(c);
     "xdel", -3, (1, 1, 1), [WRITE], |c| streams::xdel(c);
     "xgroup", -2, (0, 0, 0), [], |_c| unreachable!("a container runs under a subcommand");
-    "xgroup|create", -5, (2, 2, 1), [WRITE], |c| streams::groups::xgroup(c);
-    "xgroup|createconsumer", 5, (2, 2, 1), [WRITE TIME], |c| streams::groups::xgroup(c);
+    "xgroup|create", -5, (2, 2, 1), [WRITE DENYOOM], |c| streams::groups::xgroup(c);
+    "xgroup|createconsumer", 5, (2, 2, 1), [WRITE DENYOOM TIME], |c| streams::groups::xgroup(c);
     "xgroup|delconsumer", 5, (2, 2, 1), [WRITE], |c| streams::groups::xgroup(c);
     "xgroup|destroy", 4, (2, 2, 1), [WRITE], |c| streams::groups::xgroup(c);
     "xgroup|help", 2, (0, 0, 0), [], |c| streams::groups::xgroup(c);
@@ -430,17 +456,17 @@ command_table! {
     "xread", -4, (0, 0, 0), [READONLY BLOCKING], |c| streams::xread(c);
     "xreadgroup", -7, (0, 0, 0), [WRITE BLOCKING TIME], |c| streams::xread(c);
     "xrevrange", -4, (1, 1, 1), [READONLY], |c| streams::xrange(c, true);
-    "xsetid", -3, (1, 1, 1), [WRITE], |c| streams::groups::xsetid(c);
+    "xsetid", -3, (1, 1, 1), [WRITE DENYOOM], |c| streams::groups::xsetid(c);
     "xtrim", -4, (1, 1, 1), [WRITE], |c| streams::xtrim(c);
-    "zadd", -4, (1, 1, 1), [WRITE], chunked ZSet => |c, h| large::zadd(c, h), |c| zsets::zadd(c);
+    "zadd", -4, (1, 1, 1), [WRITE DENYOOM], chunked ZSet => |c, h| large::zadd(c, h), |c| zsets::zadd(c);
     "zcard", 2, (1, 1, 1), [READONLY], chunked ZSet => |c, h| large::count(c, h), |c| zsets::zcard(c);
     "zcount", 4, (1, 1, 1), [READONLY], |c| zsets::zcount(c, false);
     "zdiff", -3, (0, 0, 0), [READONLY], |c| zsets::zsetop(c, zsets::ZOp::Diff, false);
-    "zdiffstore", -4, (1, 1, 1), [WRITE], |c| zsets::zsetop(c, zsets::ZOp::Diff, true);
-    "zincrby", 4, (1, 1, 1), [WRITE], |c| zsets::zincrby(c);
+    "zdiffstore", -4, (1, 1, 1), [WRITE DENYOOM], |c| zsets::zsetop(c, zsets::ZOp::Diff, true);
+    "zincrby", 4, (1, 1, 1), [WRITE DENYOOM], |c| zsets::zincrby(c);
     "zinter", -3, (0, 0, 0), [READONLY], |c| zsets::zsetop(c, zsets::ZOp::Inter, false);
     "zintercard", -3, (0, 0, 0), [READONLY], |c| zsets::zsetop(c, zsets::ZOp::InterCard, false);
-    "zinterstore", -4, (1, 1, 1), [WRITE], |c| zsets::zsetop(c, zsets::ZOp::Inter, true);
+    "zinterstore", -4, (1, 1, 1), [WRITE DENYOOM], |c| zsets::zsetop(c, zsets::ZOp::Inter, true);
     "zlexcount", 4, (1, 1, 1), [READONLY], |c| zsets::zcount(c, true);
     "zmpop", -4, (0, 0, 0), [WRITE], |c| zsets::zmpop(c);
     "zmscore", -3, (1, 1, 1), [READONLY], |c| zsets::zmscore(c);
@@ -450,7 +476,7 @@ command_table! {
     "zrange", -4, (1, 1, 1), [READONLY], |c| zsets::zrange(c, zsets::ZRANGE);
     "zrangebylex", -4, (1, 1, 1), [READONLY], |c| zsets::zrange(c, zsets::ZRANGEBYLEX);
     "zrangebyscore", -4, (1, 1, 1), [READONLY], |c| zsets::zrange(c, zsets::ZRANGEBYSCORE);
-    "zrangestore", -5, (1, 2, 1), [WRITE], |c| zsets::zrange(c, zsets::ZRANGESTORE);
+    "zrangestore", -5, (1, 2, 1), [WRITE DENYOOM], |c| zsets::zrange(c, zsets::ZRANGESTORE);
     "zrank", 3, (1, 1, 1), [READONLY], |c| zsets::zrank(c, false);
     "zrem", -3, (1, 1, 1), [WRITE], chunked ZSet => |c, h| large::zrem(c, h), |c| zsets::zrem(c);
     "zremrangebylex", 4, (1, 1, 1), [WRITE], |c| zsets::zremrange(c, zsets::RangeType::Lex);
@@ -463,7 +489,7 @@ command_table! {
     "zscan", -3, (1, 1, 1), [READONLY], |c| zsets::zscan(c);
     "zscore", 3, (1, 1, 1), [READONLY], chunked ZSet => |c, h| large::zscore(c, h), |c| zsets::zscore(c);
     "zunion", -3, (0, 0, 0), [READONLY], |c| zsets::zsetop(c, zsets::ZOp::Union, false);
-    "zunionstore", -4, (1, 1, 1), [WRITE], |c| zsets::zsetop(c, zsets::ZOp::Union, true);
+    "zunionstore", -4, (1, 1, 1), [WRITE DENYOOM], |c| zsets::zsetop(c, zsets::ZOp::Union, true);
 }
 
 type C<'a, 'b, 'r, K, S> = &'a mut Ctx<'b, 'r, K, S>;
@@ -508,8 +534,9 @@ fn command_info<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K
 /// the categories `@connection` and `@transaction` as the flags say, and the
 /// tip `nondeterministic_output` for [`Flags::RANDOM`].
 fn write_info<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>, info: &CommandInfo) {
-    const REDIS_FLAGS: [(Flags, &str); 5] = [
+    const REDIS_FLAGS: [(Flags, &str); 6] = [
         (Flags::WRITE, "write"),
+        (Flags::DENYOOM, "denyoom"),
         (Flags::READONLY, "readonly"),
         (Flags::ADMIN, "admin"),
         (Flags::BLOCKING, "blocking"),

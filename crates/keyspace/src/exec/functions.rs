@@ -355,6 +355,17 @@ impl Server {
         }
     }
 
+    /// Whether FCALL of function `name` is `denyoom` (Redis's
+    /// fcallGetCommandFlags: a function that declares neither `no-writes`
+    /// nor `allow-oom`); not for a function not found (its own error answers).
+    pub(super) fn function_denies_oom<K: Keyspace>(&mut self, ks: &mut K, name: &[u8]) -> bool {
+        let limit = self.load_limit();
+        if self.scripts.functions.sync(ks, limit).is_err() {
+            return false;
+        }
+        self.scripts.functions.find(name).is_some_and(|(_, flags)| flags & (NO_WRITES | super::scripting::ALLOW_OOM) == 0)
+    }
+
     /// The stored libraries and their functions (INFO); none if they
     /// cannot be read.
     pub(super) fn function_counts<K: Keyspace>(&mut self, ks: &mut K) -> (usize, usize) {
@@ -375,27 +386,31 @@ impl Server {
         let ro = spec.name == "fcall_ro";
         let limit = self.load_limit();
         if let Err(fail) = self.scripts.functions.sync(ks, limit) {
-            out.error(fail.text().as_bytes());
+            self.stats.error_reply(&mut out, fail.text().as_bytes());
             return Flow::Continue;
         }
         let Some((function, flags)) = self.scripts.functions.find(req.arg(1)) else {
-            out.error(b"ERR Function not found");
+            self.stats.error_reply(&mut out, b"ERR Function not found");
             return Flow::Continue;
         };
         let Some(numkeys) = pmwire_resp::numbers::parse_i64(req.arg(2)) else {
-            out.error(b"ERR Bad number of keys provided");
+            self.stats.error_reply(&mut out, b"ERR Bad number of keys provided");
             return Flow::Continue;
         };
         if numkeys > (req.len() - 3) as i64 {
-            out.error(b"ERR Number of keys can't be greater than number of args");
+            self.stats.error_reply(&mut out, b"ERR Number of keys can't be greater than number of args");
             return Flow::Continue;
         }
         if numkeys < 0 {
-            out.error(b"ERR Number of keys can't be negative");
+            self.stats.error_reply(&mut out, b"ERR Number of keys can't be negative");
             return Flow::Continue;
         }
         if ro && flags & NO_WRITES == 0 {
-            out.error(b"ERR Can not execute a script with write flag using *_ro command.");
+            self.stats.error_reply(&mut out, b"ERR Can not execute a script with write flag using *_ro command.");
+            return Flow::Continue;
+        }
+        if let Err(text) = self.prepare_run(flags) {
+            self.stats.error_reply(&mut out, text);
             return Flow::Continue;
         }
         let numkeys = numkeys as usize;
@@ -406,7 +421,7 @@ impl Server {
         let read_only = ro || flags & NO_WRITES != 0;
         let (outcome, script_resp) = self.run_script(&mut vm, &function, true, &keys, &args, read_only, session, ks);
         self.scripts.functions.vm = Some(vm);
-        self.reply_outcome(outcome, script_resp, &name, session, ks, sink);
+        self.reply_outcome(spec, outcome, script_resp, &name, session, ks, sink);
         Flow::Continue
     }
 }

@@ -44,11 +44,12 @@ mod scripting;
 mod sets;
 mod shared;
 mod sort;
+mod stats;
 mod streams;
 mod strings;
 mod zsets;
 
-pub use admin::{EncodingParameter, ENCODING_PARAMETERS};
+pub use admin::{parse_memory, EncodingParameter, KeptParameter, ENCODING_PARAMETERS, KEPT_PARAMETERS};
 use commands::{CommandInfo, Flags};
 pub use keys::{active_expire, Sweep};
 pub use multi::MAX_QUEUED_BYTES;
@@ -66,6 +67,8 @@ mod large_tests;
 mod stream_group_tests;
 #[cfg(test)]
 mod stream_tests;
+#[cfg(test)]
+mod stats_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -145,6 +148,22 @@ pub struct ServerConfig {
     pub encoding_parameters: [i64; ENCODING_PARAMETERS.len()],
     /// `notify-keyspace-events` as flags ([`notify`]; 0: off, the default).
     pub notify_keyspace_events: u16,
+    /// `maxmemory`, bytes (0: no limit, the default): while the keyspace's
+    /// used memory ([`Keyspace::used_memory`]) is above it, the commands
+    /// flagged [`Flags::DENYOOM`] are refused with Redis's `-OOM`
+    /// (`maxmemory-policy noeviction`: pmwire never evicts).
+    pub maxmemory: u64,
+    /// Whether this executor admits the keyspace's writes, and so can
+    /// enforce `maxmemory` (false on a cluster member's own executor: its
+    /// writes are admitted by the replicated log, so CONFIG SET maxmemory
+    /// there is refused rather than taken without effect).
+    pub maxmemory_enforced: bool,
+    /// The parameters kept for CONFIG GET without effect, in the order of
+    /// [`KEPT_PARAMETERS`].
+    pub kept_parameters: [i64; KEPT_PARAMETERS.len()],
+    /// The address the RESP port is bound to (CONFIG GET `bind`; "" if the
+    /// executor has no listener).
+    pub bind: String,
 }
 
 impl Default for ServerConfig {
@@ -169,6 +188,10 @@ impl Default for ServerConfig {
             script_budget: None,
             encoding_parameters: ENCODING_PARAMETERS.map(|p| p.default),
             notify_keyspace_events: 0,
+            maxmemory: 0,
+            maxmemory_enforced: true,
+            kept_parameters: KEPT_PARAMETERS.map(|p| p.default),
+            bind: String::new(),
         }
     }
 }
@@ -329,6 +352,14 @@ pub struct Server {
     kills: Vec<u64>,
     /// Sessions in MONITOR ([`monitor`]), in the order they began.
     monitors: Vec<u64>,
+    /// INFO commandstats and errorstats ([`stats`]).
+    stats: stats::Stats,
+    /// Used memory was above `maxmemory` when the running top-level
+    /// command was admitted (Redis's `pre_command_oom_state`): a script's
+    /// first write is refused then.
+    oom_at_admission: bool,
+    /// The running script's state for `redis.call`'s OOM check.
+    script_run: scripting::ScriptRun,
 }
 
 /// Why a command failed; written as its error reply.
@@ -531,6 +562,20 @@ fn unknown_command<'a>(argc: usize, arg: impl Fn(usize) -> &'a [u8]) -> String {
     )
 }
 
+/// Redis's refusal of a command that may grow the keyspace while used
+/// memory is above `maxmemory`.
+pub(crate) const OOM_ERROR: &str = "OOM command not allowed when used memory > 'maxmemory'.";
+
+/// The row `args` names (its subcommand's for a container), whatever its
+/// arity; `None` if unknown.
+pub(crate) fn row_of(args: &[Vec<u8>]) -> Option<&'static CommandInfo> {
+    let command = commands::lookup(args.first()?).filter(|c| !c.is_subcommand())?;
+    if !command.is_container() || args.len() < 2 {
+        return Some(command);
+    }
+    commands::subcommand(command, &args[1])
+}
+
 /// The command (or subcommand) `args` names, or Redis's error for an
 /// unknown command or subcommand or a wrong number of arguments: what the
 /// executor refuses before anything else, inside MULTI too (where the
@@ -590,6 +635,9 @@ impl Server {
             notes: Vec::new(),
             kills: Vec::new(),
             monitors: Vec::new(),
+            stats: stats::Stats::default(),
+            oom_at_admission: false,
+            script_run: scripting::ScriptRun::default(),
         }
     }
 
@@ -768,28 +816,41 @@ impl Server {
                     multi.failed = true;
                 }
                 let text = fail.text();
+                // Redis's `c->cmd->rejected_calls++`: the command is known
+                // when only its arity, authentication or state refused it.
+                if let Some(known) = commands::of_request(req) {
+                    ctx.server.stats.rejected(known);
+                }
                 if req.arg(0).eq_ignore_ascii_case(b"exec") {
                     ctx.session.multi = None;
                     ctx.server.watches.unwatch_all(ctx.session.id);
                     let why = text.strip_prefix("ERR ").unwrap_or(&text);
-                    ctx.out.error(format!("EXECABORT Transaction discarded because of: {why}").as_bytes());
+                    ctx.server.stats.error_reply(&mut ctx.out, format!("EXECABORT Transaction discarded because of: {why}").as_bytes());
                 } else {
-                    ctx.out.error(text.as_bytes());
+                    ctx.server.stats.error_reply(&mut ctx.out, text.as_bytes());
                 }
                 return Flow::Continue;
             }
         };
         *name = spec.name;
         if ctx.session.multi.is_some() && !spec.flags.contains(Flags::IMMEDIATE) {
+            // Redis's `mstate.cmd_flags`: an EXEC that queued a denyoom command is one.
+            if ctx.server.config.maxmemory > 0 && !ctx.session.multi.as_ref().is_some_and(|m| m.denyoom) {
+                let denyoom = denies_oom(ctx.server, ctx.ks, spec, req);
+                ctx.session.multi.as_mut().expect("in MULTI").denyoom = denyoom;
+            }
             let args: Vec<&[u8]> = req.args().collect();
             match ctx.server.queue(ctx.session, &args) {
                 Ok(()) => ctx.out.simple(b"QUEUED"),
-                Err(text) => ctx.out.error(text.as_bytes()),
+                Err(text) => {
+                    ctx.server.stats.rejected(spec);
+                    ctx.server.stats.error_reply(&mut ctx.out, text.as_bytes());
+                }
             }
             return Flow::Continue;
         }
         if spec.name == "exec" {
-            let flow = self.exec(session, ks, sink);
+            let flow = self.counted(spec, |server| server.exec(session, ks, sink));
             self.feed_monitors(session, ks, req, false);
             return flow;
         }
@@ -806,13 +867,25 @@ impl Server {
         if scripting::is_eval(spec.name) {
             // Before the script, so that its commands follow it (Redis's `evalCommand`).
             self.feed_monitors(session, ks, req, false);
-            return self.eval(spec, session, ks, req, sink);
+            return self.counted(spec, |server| server.eval(spec, session, ks, req, sink));
         }
-        let flow = self.run_one(spec, session, ks, req, sink);
+        let flow = self.counted(spec, |server| server.run_one(spec, session, ks, req, sink));
         if !spec.flags.contains(Flags::ADMIN) {
             self.feed_monitors(session, ks, req, false);
         }
         flow
+    }
+
+    /// Runs `call`, a call of `spec`, counted in `spec`'s statistics as
+    /// Redis's `call()` counts one ([`stats`]): its time, and whether it
+    /// replied an error.
+    fn counted<R>(&mut self, spec: &CommandInfo, call: impl FnOnce(&mut Self) -> R) -> R {
+        self.stats.begin_call();
+        let start = std::time::Instant::now();
+        let result = call(self);
+        let usec = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.stats.end_call(spec, usec);
+        result
     }
 
     /// Sends every monitor the line of `req`, run by `session` (by a script
@@ -844,7 +917,7 @@ impl Server {
         let mut record = None;
         let result = if !notifying && self.watches.is_empty() && self.waiters.is_empty() && self.raw_strings.is_empty() {
             let mut ctx = Ctx { server: self, session, ks, req, out: Out::new(sink, protocol) };
-            let result = commands::run(spec, &mut ctx).map_err(|fail| ctx.out.error(fail.text().as_bytes()));
+            let result = commands::run(spec, &mut ctx).map_err(|fail| ctx.server.stats.error_reply(&mut ctx.out, fail.text().as_bytes()));
             self.raw_strings.settle(&[], false, None);
             result
         } else {
@@ -861,7 +934,7 @@ impl Server {
                 tracked.created = Some(Vec::new());
             }
             let mut ctx = Ctx { server: self, session, ks: &mut tracked, req, out: Out::new(sink, protocol) };
-            let result = commands::run(spec, &mut ctx).map_err(|fail| ctx.out.error(fail.text().as_bytes()));
+            let result = commands::run(spec, &mut ctx).map_err(|fail| ctx.server.stats.error_reply(&mut ctx.out, fail.text().as_bytes()));
             let (touched, cleared, created) = (std::mem::take(&mut tracked.touched), tracked.cleared, tracked.created.take());
             touched.iter().for_each(|k| self.watches.touch(k));
             tracked.ready.iter().for_each(|k| self.waiters.written(k));
@@ -981,14 +1054,14 @@ impl Server {
     {
         let mut out = Out::<K::Value, S>::new(sink, session.protocol);
         let Some(multi) = session.multi.take() else {
-            out.error(b"ERR EXEC without MULTI");
+            self.stats.error_reply(&mut out, b"ERR EXEC without MULTI");
             return Flow::Continue;
         };
         self.clock_reads.set(self.clock_reads.get() + 1);
         let dirty = self.watches.is_dirty(session.id) || self.watches.expired_since_watch(session.id, ks.now_ms());
         self.watches.unwatch_all(session.id);
         if multi.failed {
-            out.error(b"EXECABORT Transaction discarded because of previous errors.");
+            self.stats.error_reply(&mut out, b"EXECABORT Transaction discarded because of previous errors.");
             return Flow::Continue;
         }
         if dirty {
@@ -1141,7 +1214,9 @@ impl Server {
         let blocked = session.blocked.take().expect("serving a blocked session");
         if let blocking::Op::XReadGroup { group, .. } = &blocked.op {
             if let Some(error) = blocking::group_gone_error(ks, key, group) {
-                Out::<K::Value, S>::new(sink, session.protocol).error(error.as_bytes());
+                self.stats.error_reply(&mut Out::<K::Value, S>::new(sink, session.protocol), error.as_bytes());
+                // Redis's updateStatsOnUnblock: the blocked command failed.
+                self.stats.failed_uncounted(commands::lookup(b"xreadgroup").expect("a row"));
                 session.blocked = Some(blocked);
                 return;
             }
@@ -1161,6 +1236,11 @@ impl Server {
         let deny_blocking = std::mem::replace(&mut self.deny_blocking, true);
         self.run_one(spec, session, ks, &req, &mut capture);
         self.deny_blocking = deny_blocking;
+        // Served, it is not called again (Redis counted its call when it
+        // blocked); an error fails it, counted on the row it is served under.
+        if capture.0.starts_with(b"-") {
+            self.stats.failed_uncounted(spec);
+        }
         let mut out = Out::<K::Value, S>::new(sink, session.protocol);
         let framed = matches!(blocked.op, blocking::Op::Pop(_) | blocking::Op::MPop { .. });
         if framed && !capture.0.starts_with(b"-") {
@@ -1263,5 +1343,43 @@ fn admit<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>
     if let Some(refused) = pubsub::refusal_in_context(&c.server.pubsub, c.session.id, c.session.protocol, info.name) {
         return Err(refused);
     }
+    admit_memory(c, info)?;
     Ok(info)
+}
+
+/// Redis's processCommand maxmemory check (policy `noeviction`): above
+/// `maxmemory`, a `denyoom` command (an EXEC that queued one; an EVAL whose
+/// shebang may write without `allow-oom`) is refused, and so is anything
+/// but EXEC, DISCARD, QUIT and RESET inside MULTI. Remembers, for a
+/// script's first write, whether memory was above the limit.
+fn admit_memory<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>, info: &CommandInfo) -> Res {
+    let max = c.server.config.maxmemory;
+    if max == 0 {
+        c.server.oom_at_admission = false;
+        return Ok(());
+    }
+    let over = c.ks.used_memory() > max;
+    if over {
+        let queued_denyoom = info.name == "exec" && c.session.multi.as_ref().is_some_and(|m| m.denyoom);
+        let in_multi = c.session.multi.is_some() && !matches!(info.name, "exec" | "discard" | "quit" | "reset");
+        if queued_denyoom || in_multi || denies_oom(c.server, c.ks, info, c.req) {
+            return Err(Fail::Text(OOM_ERROR.into()));
+        }
+    }
+    c.server.oom_at_admission = over;
+    Ok(())
+}
+
+/// Whether `req`, of row `info`, is `denyoom` (Redis's getCommandFlags:
+/// an EVAL's flags are its script's when it has a shebang, an FCALL's its
+/// function's).
+fn denies_oom<K: Keyspace>(server: &mut Server, ks: &mut K, info: &CommandInfo, req: &Request<'_>) -> bool {
+    if info.flags.contains(Flags::DENYOOM) {
+        return true;
+    }
+    match info.name {
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" => server.script_denies_oom(ks, info.name.starts_with("evalsha"), req.arg(1)),
+        "fcall" | "fcall_ro" => server.function_denies_oom(ks, req.arg(1)),
+        _ => false,
+    }
 }

@@ -49,6 +49,9 @@ pub(crate) struct Multi {
     pub commands: usize,
     /// A command was refused while queuing: EXEC answers EXECABORT.
     pub failed: bool,
+    /// A queued command is `denyoom` (checked while `maxmemory` is set):
+    /// EXEC is refused above `maxmemory`.
+    pub denyoom: bool,
 }
 
 /// Which clients watch which keys, and which of them saw a watched key

@@ -45,7 +45,7 @@ pub const DEFAULT_TIME_LIMIT_MS: u64 = 5000;
 /// ones this executor has).
 const NOSCRIPT: &[&str] = &[
     "auth", "bgsave", "blmove", "blpop", "brpop", "brpoplpush", "bzpopmax", "bzpopmin", "client|getname", "client|id", "client|info", "client|list", "client|setname", "client|unblock",
-    "config|get", "config|set", "discard", "eval", "eval_ro", "evalsha", "evalsha_ro", "exec", "function|flush", "hello", "multi", "psubscribe",
+    "config|get", "config|resetstat", "config|set", "discard", "eval", "eval_ro", "evalsha", "evalsha_ro", "exec", "function|flush", "hello", "multi", "psubscribe",
     "punsubscribe", "quit", "reset", "ssubscribe", "subscribe", "sunsubscribe", "unsubscribe", "role", "save", "script|exists", "script|flush", "script|kill", "script|load", "shutdown", "unwatch", "wait",
     "watch", "acl|whoami", "fcall", "fcall_ro", "function|delete", "function|dump", "function|kill", "function|list", "function|load",
     "function|restore", "function|stats",
@@ -145,6 +145,18 @@ impl Scripts {
 pub(super) const EVAL_COMPAT: u8 = 0x80;
 /// The `no-writes` flag ([`script::FUNCTION_FLAGS`] bit 0).
 pub(super) const NO_WRITES: u8 = 1;
+/// The `allow-oom` flag ([`script::FUNCTION_FLAGS`] bit 1).
+pub(super) const ALLOW_OOM: u8 = 2;
+
+/// What the running script did and may do, for `redis.call`'s OOM check
+/// (Redis's `SCRIPT_WRITE_DIRTY` and `SCRIPT_ALLOW_OOM`).
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct ScriptRun {
+    /// It called a write command.
+    pub wrote: bool,
+    /// Its shebang declares `allow-oom`.
+    pub allow_oom: bool,
+}
 
 /// Redis 7.0's `evalExtractShebangFlags`: a body beginning `#!lua
 /// [flags=a,b]` declares its flags; one without `#!` is [`EVAL_COMPAT`].
@@ -210,16 +222,16 @@ impl Server {
         let by_sha = spec.name.starts_with("evalsha");
         let read_only = spec.name.ends_with("_ro");
         let Some(numkeys) = pmwire_resp::numbers::parse_i64(req.arg(2)) else {
-            out.error(b"ERR value is not an integer or out of range");
+            self.stats.error_reply(&mut out, b"ERR value is not an integer or out of range");
             return Flow::Continue;
         };
         let extra = (req.len() - 3) as i64;
         if numkeys > extra {
-            out.error(b"ERR Number of keys can't be greater than number of args");
+            self.stats.error_reply(&mut out, b"ERR Number of keys can't be greater than number of args");
             return Flow::Continue;
         }
         if numkeys < 0 {
-            out.error(b"ERR Number of keys can't be negative");
+            self.stats.error_reply(&mut out, b"ERR Number of keys can't be negative");
             return Flow::Continue;
         }
         let (sha, body) = if by_sha {
@@ -235,7 +247,7 @@ impl Server {
                 self.scripts.body(ks, &sha)
             };
             let Some(body) = body else {
-                out.error(b"NOSCRIPT No matching script. Please use EVAL.");
+                self.stats.error_reply(&mut out, b"NOSCRIPT No matching script. Please use EVAL.");
                 return Flow::Continue;
             };
             (sha, body)
@@ -246,19 +258,23 @@ impl Server {
         let (function, flags) = match self.scripts.compile(&sha, &body) {
             Ok(f) => f,
             Err(fail) => {
-                out.error(fail.text().as_bytes());
+                self.stats.error_reply(&mut out, fail.text().as_bytes());
                 return Flow::Continue;
             }
         };
         if !by_sha && !read_only {
             if let Err(fail) = self.scripts.store(ks, &sha, &body) {
-                out.error(fail.text().as_bytes());
+                self.stats.error_reply(&mut out, fail.text().as_bytes());
                 return Flow::Continue;
             }
         }
         // Redis's scriptPrepareForRun: a script with a shebang is held to its flags.
         if flags & EVAL_COMPAT == 0 && flags & NO_WRITES == 0 && read_only {
-            out.error(b"ERR Can not execute a script with write flag using *_ro command.");
+            self.stats.error_reply(&mut out, b"ERR Can not execute a script with write flag using *_ro command.");
+            return Flow::Continue;
+        }
+        if let Err(text) = self.prepare_run(flags) {
+            self.stats.error_reply(&mut out, text);
             return Flow::Continue;
         }
         let read_only = read_only || (flags & EVAL_COMPAT == 0 && flags & NO_WRITES != 0);
@@ -268,8 +284,46 @@ impl Server {
         let mut vm = self.scripts.vm.take().expect("compiled above");
         let (outcome, script_resp) = self.run_script(&mut vm, &function, false, &keys, &args, read_only, session, ks);
         self.scripts.vm = Some(vm);
-        self.reply_outcome(outcome, script_resp, &sha, session, ks, sink);
+        self.reply_outcome(spec, outcome, script_resp, &sha, session, ks, sink);
         Flow::Continue
+    }
+
+    /// Whether the script of an EVAL (`by_sha`: an EVALSHA naming it by
+    /// `arg`) is `denyoom`: it has a shebang whose flags declare neither
+    /// `no-writes` nor `allow-oom` (Redis's evalGetCommandFlags). A script
+    /// not found, or whose shebang does not parse, is not (its own error
+    /// answers it).
+    pub(super) fn script_denies_oom<K: Keyspace>(&mut self, ks: &mut K, by_sha: bool, arg: &[u8]) -> bool {
+        let body;
+        let text = if by_sha {
+            let sha = String::from_utf8_lossy(arg).to_ascii_lowercase();
+            if let Some(&flags) = self.scripts.flags.get(&sha) {
+                return flags & EVAL_COMPAT == 0 && flags & (NO_WRITES | ALLOW_OOM) == 0;
+            }
+            match self.scripts.body(ks, &sha) {
+                Some(b) => {
+                    body = b;
+                    &body[..]
+                }
+                None => return false,
+            }
+        } else {
+            arg
+        };
+        matches!(shebang(text), Ok((flags, _)) if flags & EVAL_COMPAT == 0 && flags & (NO_WRITES | ALLOW_OOM) == 0)
+    }
+
+    /// Redis's scriptPrepareForRun, for memory: a script (or function)
+    /// with flags that may write and do not allow OOM is refused when the
+    /// command was admitted above `maxmemory`; else the run starts with no
+    /// write made.
+    pub(super) fn prepare_run(&mut self, flags: u8) -> Result<(), &'static [u8]> {
+        let declared = flags & EVAL_COMPAT == 0;
+        if declared && flags & (NO_WRITES | ALLOW_OOM) == 0 && self.config.maxmemory > 0 && self.oom_at_admission {
+            return Err(b"OOM allow-oom flag is not set on the script, can not run it when used memory > 'maxmemory'");
+        }
+        self.script_run = ScriptRun { wrote: false, allow_oom: declared && flags & ALLOW_OOM != 0 };
+        Ok(())
     }
 
     /// Runs a script (`as_function`: a library function, FCALL) in `vm`:
@@ -310,34 +364,56 @@ impl Server {
         (outcome, vm.script_resp())
     }
 
-    /// Answers how the script `name` (a SHA-1, or a function's name) ended.
-    pub(super) fn reply_outcome<K, S>(&self, outcome: Outcome, script_resp: u8, name: &str, session: &Session, _ks: &mut K, sink: &mut S)
+    /// Answers how the script `name` (a SHA-1, or a function's name), run
+    /// by `spec`, ended; its errors counted as Redis counts them ([`super::stats`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn reply_outcome<K, S>(&mut self, spec: &CommandInfo, outcome: Outcome, script_resp: u8, name: &str, session: &Session, _ks: &mut K, sink: &mut S)
     where
         K: Keyspace,
         S: ReplySink<K::Value> + ?Sized,
     {
         let mut out = Out::<K::Value, S>::new(sink, session.protocol);
         match outcome {
-            Outcome::Returned(value) => write_answer(&mut out, &script::answer_of(&value, script_resp, 0)),
-            Outcome::Failed(mut text, at) => {
+            Outcome::Returned(value) => write_answer(&mut out, &script::answer_of(&value, script_resp, 0), &mut |counted, text| {
+                if counted {
+                    self.stats.failed_uncounted(spec);
+                } else {
+                    self.stats.error(text);
+                }
+            }),
+            Outcome::Failed(mut text, at, counted) => {
                 if let Some(at) = at {
                     text.extend_from_slice(format!(" script: {name}, on {at}.").as_bytes());
                 }
-                out.error(&script::reply_line(&text));
+                let line = script::reply_line(&text);
+                if counted {
+                    self.stats.failed_uncounted(spec);
+                    out.error(&line);
+                } else {
+                    self.stats.error_reply(&mut out, &line);
+                }
             }
             Outcome::Killed => {
                 let text = match self.config.script_budget {
                     Some(steps) => format!("ERR Script killed: it ran past its budget of {steps} steps of {} instructions; every write it made was undone script: {name}", script::HOOK_EVERY),
                     None => format!("ERR Script killed: it ran past lua-time-limit ({} ms); every write it made was undone script: {name}", self.config.lua_time_limit_ms),
                 };
-                out.error(text.as_bytes());
+                self.stats.error_reply(&mut out, text.as_bytes());
             }
         }
     }
 
     /// One `redis.call` of a running script: its reply, in the script's
-    /// protocol `resp`, or Redis's error for a call that could not run.
+    /// protocol `resp`, or Redis's error for a call that could not run
+    /// (counted as Redis's `scriptCall` counts a refusal).
     fn script_call<K: Keyspace>(&mut self, session: &mut Session, ks: &mut K, argv: &[Vec<u8>], resp: u8, read_only: bool) -> Result<pmwire_resp::client::Value, String> {
+        self.script_call_admitted(session, ks, argv, resp, read_only).map_err(|text| {
+            self.stats.rejected_in_script(super::row_of(argv), text.as_bytes());
+            text
+        })
+    }
+
+    fn script_call_admitted<K: Keyspace>(&mut self, session: &mut Session, ks: &mut K, argv: &[Vec<u8>], resp: u8, read_only: bool) -> Result<pmwire_resp::client::Value, String> {
         let spec = find_command(argv.len(), |i| &argv[i]).map_err(|e| {
             if e.starts_with("ERR wrong number of arguments") {
                 "ERR Wrong number of args calling Redis command from script".to_string()
@@ -352,6 +428,16 @@ impl Server {
         }
         if read_only && spec.flags.contains(super::commands::Flags::WRITE) {
             return Err("ERR Write commands are not allowed from read-only scripts.".into());
+        }
+        // Redis's scriptVerifyOOM: the first write of a script that began
+        // above maxmemory is refused; after a write, none is (a script is
+        // not stopped half-way).
+        let run = self.script_run;
+        if self.config.maxmemory > 0 && !run.allow_oom && !run.wrote && self.oom_at_admission && spec.flags.contains(super::commands::Flags::DENYOOM) {
+            return Err(super::OOM_ERROR.into());
+        }
+        if spec.flags.contains(super::commands::Flags::WRITE) {
+            self.script_run.wrote = true;
         }
         let mut encoded = Vec::new();
         encode_request(argv, &mut encoded);
@@ -368,7 +454,7 @@ impl Server {
         session.protocol = if resp == 3 { Protocol::Resp3 } else { Protocol::Resp2 };
         let mut capture = Capture::new();
         self.commands_processed += 1;
-        self.run_one(spec, session, ks, &req, &mut capture);
+        self.counted(spec, |server| server.run_one(spec, session, ks, &req, &mut capture));
         if !spec.flags.contains(super::commands::Flags::ADMIN) {
             self.feed_monitors(session, ks, &req, true);
         }
@@ -382,7 +468,9 @@ impl Server {
 }
 
 /// Writes a script's answer.
-fn write_answer<V, S: ReplySink<V> + ?Sized>(out: &mut Out<'_, V, S>, answer: &Answer) {
+/// `error(counted, text)` is told of each error written: `counted` if it
+/// is a command's, already in the statistics.
+fn write_answer<V, S: ReplySink<V> + ?Sized>(out: &mut Out<'_, V, S>, answer: &Answer, error: &mut dyn FnMut(bool, &[u8])) {
     let resp3 = out.protocol == Protocol::Resp3;
     match answer {
         Answer::Bulk(b) => out.bulk(b),
@@ -391,7 +479,14 @@ fn write_answer<V, S: ReplySink<V> + ?Sized>(out: &mut Out<'_, V, S>, answer: &A
         Answer::Boolean(b) if resp3 => out.raw(if *b { b"#t\r\n" } else { b"#f\r\n" }),
         Answer::Boolean(b) => out.integer(i64::from(*b)),
         Answer::Status(s) => out.simple(s),
-        Answer::Error(e) => out.error(e),
+        Answer::Error(e) => {
+            error(false, e);
+            out.error(e);
+        }
+        Answer::CommandError(e) => {
+            error(true, e);
+            out.error(e);
+        }
         Answer::Double(d) => out.double(*d),
         Answer::BigNumber(n) if resp3 => {
             out.raw(b"(");
@@ -402,18 +497,18 @@ fn write_answer<V, S: ReplySink<V> + ?Sized>(out: &mut Out<'_, V, S>, answer: &A
         Answer::Verbatim(format, text) => out.verbatim(format, text),
         Answer::Array(items) => {
             out.array(items.len());
-            items.iter().for_each(|i| write_answer(out, i));
+            items.iter().for_each(|i| write_answer(out, i, error));
         }
         Answer::Map(pairs) => {
             out.map(pairs.len());
             for (k, v) in pairs {
-                write_answer(out, k);
-                write_answer(out, v);
+                write_answer(out, k, error);
+                write_answer(out, v, error);
             }
         }
         Answer::Set(items) => {
             out.set(items.len());
-            items.iter().for_each(|i| write_answer(out, i));
+            items.iter().for_each(|i| write_answer(out, i, error));
         }
     }
 }

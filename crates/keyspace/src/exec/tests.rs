@@ -110,6 +110,9 @@ impl Keyspace for Recording {
     fn expiring_len(&self) -> u64 {
         self.inner.expiring_len()
     }
+    fn used_memory(&self) -> u64 {
+        self.inner.used_memory()
+    }
     fn delete(&mut self, key: &[u8]) -> Result<bool, StoreError> {
         self.inner.delete(key)
     }
@@ -150,10 +153,15 @@ fn documented_differences_from_redis() {
     assert_eq!(f.run("COMMAND DOCS"), "*0\r\n");
     assert_eq!(f.run("GET k"), "$-1\r\n");
     assert_eq!(f.run("SCAN 12345"), "-ERR invalid cursor\r\n");
+    // Always durable: appendonly is yes, and stays so.
+    assert_eq!(f.run("CONFIG GET appendonly"), "*2\r\n$10\r\nappendonly\r\n$3\r\nyes\r\n");
+    assert_eq!(f.run("CONFIG SET appendonly yes"), "+OK\r\n");
     assert_eq!(
-        f.run("CONFIG SET appendonly yes"),
-        "-ERR CONFIG SET failed (possibly related to argument 'appendonly') - pmwire does not change 'appendonly' (it sets requirepass, protected-mode, save, busy-reply-threshold, maxclients, timeout, notify-keyspace-events and the stream-node limits; every write is durable before its reply)\r\n"
+        f.run("CONFIG SET appendonly no"),
+        "-ERR CONFIG SET failed (possibly related to argument 'appendonly') - pmwire cannot turn persistence off: every write is durable in its pool before its reply\r\n"
     );
+    assert!(f.run("CONFIG SET maxmemory-policy allkeys-lru").starts_with("-ERR CONFIG SET failed (possibly related to argument 'maxmemory-policy') - pmwire does not evict keys"));
+    assert_eq!(f.run("CONFIG SET maxmemory-policy noeviction"), "+OK\r\n");
     // `save` is taken and shown back, and changes nothing else.
     assert_eq!(f.run("CONFIG SET save \"60 1000\""), "+OK\r\n");
     assert_eq!(f.run("CONFIG GET save"), "*2\r\n$4\r\nsave\r\n$7\r\n60 1000\r\n");
@@ -401,7 +409,7 @@ fn the_command_table_answers_lookups() {
 #[test]
 fn the_table_is_sorted() {
     let rows: Vec<&CommandInfo> = commands::commands().flat_map(|c| std::iter::once(c).chain(c.subcommands())).collect();
-    assert_eq!(rows.len(), 245, "every row is a command or a subcommand found after its container");
+    assert_eq!(rows.len(), 246, "every row is a command or a subcommand found after its container");
     for pair in rows.windows(2) {
         assert!(pair[0].name < pair[1].name, "{} before {}", pair[0].name, pair[1].name);
     }

@@ -8,7 +8,7 @@
 //! cached by SHA-1; scripts cannot leave state behind in it:
 //!
 //! - **Sandbox.** Loaded: base (without `dofile`, `loadfile`, `print`),
-//!   `table`, `string`, `math`, `cjson`, `cmsgpack`, `bit` ([`cjson`], [`cmsgpack`], [`bit`]); not
+//!   `table`, `string`, `math`, `cjson`, `cmsgpack`, `bit`, `struct` ([`cjson`], [`cmsgpack`], [`bit`], [`structlib`]); not
 //!   `os`, `io`, `package`, `debug`. A script runs in an environment that
 //!   refuses to create or change a global ("Attempt to modify a readonly
 //!   table") and to read an unset one ("Script attempted to access
@@ -36,11 +36,12 @@
 //!   environment's lookup is switched for the run), and
 //!   [`Vm::run_function`] passes KEYS and ARGV as arguments.
 //!
-//! Not provided yet: `cmsgpack`, `struct`, the Lua debugger.
+//! Not provided yet: the Lua debugger.
 
 pub mod bit;
 pub mod cjson;
 pub mod cmsgpack;
+pub mod structlib;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
@@ -143,9 +144,11 @@ pub enum Limit {
 pub enum Outcome {
     /// The script returned this value.
     Returned(Value),
-    /// The script raised this error: its text (without `-`), and where in
-    /// the script (`@user_script:<line>`) if known.
-    Failed(Vec<u8>, Option<String>),
+    /// The script raised this error: its text (without `-`), where in
+    /// the script (`@user_script:<line>`) if known, and whether it is a
+    /// command's error already counted in the error statistics (Redis's
+    /// `ignore_error_stats_update`).
+    Failed(Vec<u8>, Option<String>, bool),
     /// The run passed its deadline and was stopped.
     Killed,
 }
@@ -444,6 +447,7 @@ impl Vm {
         globals.raw_set("cjson", cjson_table)?;
         globals.raw_set("cmsgpack", cmsgpack::library(&lua)?)?;
         globals.raw_set("bit", bit::library(&lua)?)?;
+        globals.raw_set("struct", structlib::library(&lua)?)?;
         let math: Table = globals.raw_get("math")?;
         let st = state.clone();
         math.raw_set("random", raising(&lua, move |lua, args| math_random(lua, &st, &args))?)?;
@@ -601,7 +605,7 @@ impl Vm {
         match outcome {
             _ if killed => Outcome::Killed,
             Ok(o) => o,
-            Err(e) => Outcome::Failed(format!("ERR Error running script: {e}").into_bytes(), None),
+            Err(e) => Outcome::Failed(format!("ERR Error running script: {e}").into_bytes(), None, false),
         }
     }
 
@@ -657,7 +661,7 @@ impl Vm {
 /// it was raised (`@user_script:<line>`), if known.
 fn failure(value: &Value) -> Outcome {
     let Value::Table(t) = value else {
-        return Outcome::Failed(b"ERR Error running script: execution failure".to_vec(), None);
+        return Outcome::Failed(b"ERR Error running script: execution failure".to_vec(), None, false);
     };
     let field = |name: &str| match t.raw_get::<Value>(name) {
         Ok(Value::String(s)) => Some(s.as_bytes().to_vec()),
@@ -670,7 +674,8 @@ fn failure(value: &Value) -> Outcome {
         (Some(source), Some(line)) => Some(format!("{}:{}", String::from_utf8_lossy(&source), String::from_utf8_lossy(&line))),
         _ => None,
     };
-    Outcome::Failed(c_str(&msg).to_vec(), at)
+    let counted = matches!(t.raw_get::<Value>("ignore_error_stats_update"), Ok(Value::Boolean(true)));
+    Outcome::Failed(c_str(&msg).to_vec(), at, counted)
 }
 
 /// Lua's values as a command's arguments: strings as they are, numbers as
@@ -823,6 +828,9 @@ pub enum Answer {
     Status(Vec<u8>),
     /// An error reply's text, without `-`.
     Error(Vec<u8>),
+    /// A command's error (a table with Redis's `ignore_error_stats_update`),
+    /// replied as [`Answer::Error`] but already counted in the statistics.
+    CommandError(Vec<u8>),
     /// A double.
     Double(f64),
     /// A big number (RESP3 `(`; a bulk string in RESP2).
@@ -880,6 +888,9 @@ fn table_answer(t: &Table, script_resp: u8, depth: usize) -> Answer {
         let e = e.as_bytes();
         let e = c_str(&e);
         let end = e.iter().rposition(|&c| c != b'\r' && c != b'\n').map_or(0, |i| i + 1);
+        if matches!(get("ignore_error_stats_update"), Value::Boolean(true)) {
+            return Answer::CommandError(reply_line(&e[..end]));
+        }
         return Answer::Error(reply_line(&e[..end]));
     }
     if let Value::String(s) = get("ok") {
@@ -1081,6 +1092,78 @@ where
     unsafe { lua.exec_raw::<Function>(inner, |state| mlua::ffi::lua_pushcclosure(state, raise_second, 1)) }
 }
 
+/// The field of an error table a [`raising`] function returns to raise
+/// `luaL_argerror(L, t[ARG_ERROR], t.msg)` from its C closure, which names
+/// the function as Lua called it (`struct`'s errors).
+pub(crate) const ARG_ERROR: &str = "pmwire_argerror";
+
+/// Raises the error value on the top of the stack, from a C closure: a
+/// string with `luaL_where` before it, an [`ARG_ERROR`] table as
+/// `luaL_argerror`, anything else as it is.
+///
+/// # Safety
+/// `state` runs a C function and has the error value on its top.
+unsafe fn raise_top(state: *mut mlua::ffi::lua_State) -> std::ffi::c_int {
+    use mlua::ffi;
+    // SAFETY: as `raise_second`; the message stays on the stack while
+    // luaL_argerror formats it.
+    unsafe {
+        if ffi::lua_type(state, -1) == ffi::LUA_TSTRING {
+            ffi::luaL_where(state, 1);
+            ffi::lua_insert(state, -2);
+            ffi::lua_concat(state, 2);
+        } else if ffi::lua_type(state, -1) == ffi::LUA_TTABLE {
+            ffi::lua_getfield(state, -1, c"pmwire_argerror".as_ptr());
+            if ffi::lua_type(state, -1) == ffi::LUA_TNUMBER {
+                let arg = ffi::lua_tointeger(state, -1) as std::ffi::c_int;
+                ffi::lua_getfield(state, -2, c"msg".as_ptr());
+                let msg = ffi::lua_tostring(state, -1);
+                return ffi::luaL_argerror(state, arg, msg);
+            }
+            ffi::lua_settop(state, -2);
+        }
+        ffi::lua_error(state)
+    }
+}
+
+/// [`raising`] for a function of several results: `f`'s values are
+/// returned, or its error raised from a C frame.
+pub(crate) fn raising_many<F>(lua: &Lua, f: F) -> mlua::Result<Function>
+where
+    F: Fn(&Lua, MultiValue) -> mlua::Result<Result<MultiValue, Value>> + Send + 'static,
+{
+    let inner = lua.create_function(move |lua, args: MultiValue| {
+        Ok(match f(lua, args)? {
+            Ok(mut values) => {
+                values.push_front(Value::Nil);
+                values
+            }
+            Err(e) => MultiValue::from_vec(vec![e]),
+        })
+    })?;
+    // SAFETY: pushes one C closure over the value exec_raw pushed.
+    unsafe { lua.exec_raw::<Function>(inner, |state| mlua::ffi::lua_pushcclosure(state, raise_first, 1)) }
+}
+
+/// The C closure of [`raising_many`]: calls its upvalue with every
+/// argument; raises the first result if it is not nil, else returns the rest.
+unsafe extern "C-unwind" fn raise_first(state: *mut mlua::ffi::lua_State) -> std::ffi::c_int {
+    use mlua::ffi;
+    // SAFETY: as `raise_second`.
+    unsafe {
+        let n = ffi::lua_gettop(state);
+        ffi::lua_pushvalue(state, ffi::lua_upvalueindex(1));
+        ffi::lua_insert(state, 1);
+        ffi::lua_call(state, n, ffi::LUA_MULTRET);
+        if ffi::lua_type(state, 1) != ffi::LUA_TNIL {
+            ffi::lua_settop(state, 1);
+            return raise_top(state);
+        }
+        ffi::lua_remove(state, 1);
+        ffi::lua_gettop(state)
+    }
+}
+
 /// The C closure of [`raising`]: calls its upvalue with every argument;
 /// raises the second result if it is not nil, else returns the first.
 unsafe extern "C-unwind" fn raise_second(state: *mut mlua::ffi::lua_State) -> std::ffi::c_int {
@@ -1093,12 +1176,7 @@ unsafe extern "C-unwind" fn raise_second(state: *mut mlua::ffi::lua_State) -> st
         ffi::lua_insert(state, 1);
         ffi::lua_call(state, n, 2);
         if ffi::lua_type(state, -1) != ffi::LUA_TNIL {
-            if ffi::lua_type(state, -1) == ffi::LUA_TSTRING {
-                ffi::luaL_where(state, 1);
-                ffi::lua_insert(state, -2);
-                ffi::lua_concat(state, 2);
-            }
-            ffi::lua_error(state);
+            return raise_top(state);
         }
         ffi::lua_settop(state, -2);
         1

@@ -80,6 +80,10 @@ impl Keyspace for Durable {
         self.live.expiring_len()
     }
 
+    fn used_memory(&self) -> u64 {
+        self.live.used_memory()
+    }
+
     fn clear(&mut self) -> Result<(), StoreError> {
         self.live.clear()
     }
