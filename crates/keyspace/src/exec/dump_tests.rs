@@ -6,43 +6,19 @@
 
 use super::*;
 use crate::chunked::ChunkConfig;
-use crate::store::{Clock, MemKeyspace};
-use pmwire_resp::request::Parsed;
 
-struct Side {
-    server: Server,
-    session: Session,
-    ks: MemKeyspace,
-}
+
+use super::fixture::Fixture as Side;
 
 impl Side {
-    fn new(collections: ChunkConfig) -> Side {
-        let mut server = Server::new(ServerConfig { collections, ..ServerConfig::default() });
-        let session = server.open_session();
-        let mut ks = MemKeyspace::new();
-        ks.set_clock(Clock::Fixed(1_000_000));
-        Side { server, session, ks }
-    }
-
-    fn run(&mut self, args: &[&[u8]]) -> Vec<u8> {
-        let mut input = Vec::new();
-        pmwire_resp::client::encode_request(args, &mut input);
-        let segs: [&[u8]; 1] = [&input];
-        let mut p = Parsed::new(Limits::default());
-        assert_eq!(p.parse(&segs).commands, 1);
-        let mut out: Vec<u8> = Vec::new();
-        self.server.execute(&mut self.session, &mut self.ks, &p.request(&segs, 0), &mut out);
-        out
-    }
-
-    fn cmd(&mut self, line: &str) -> String {
-        let args: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
-        String::from_utf8_lossy(&self.run(&args)).into_owned()
+    /// Runs one command given as its arguments; its reply bytes.
+    fn bytes(&mut self, args: &[&[u8]]) -> Vec<u8> {
+        self.raw(args)
     }
 
     /// DUMP `key`'s payload.
     fn dump(&mut self, key: &str) -> Vec<u8> {
-        let reply = self.run(&[b"DUMP", key.as_bytes()]);
+        let reply = self.bytes(&[b"DUMP", key.as_bytes()]);
         let (value, _) = pmwire_resp::client::parse_reply(&reply).expect("parse").expect("whole");
         match value {
             pmwire_resp::client::Value::Bulk(b) => b,
@@ -53,8 +29,12 @@ impl Side {
     fn restore(&mut self, key: &str, ttl: &str, payload: &[u8], extra: &[&str]) -> String {
         let mut args: Vec<&[u8]> = vec![b"RESTORE", key.as_bytes(), ttl.as_bytes(), payload];
         args.extend(extra.iter().map(|s| s.as_bytes()));
-        String::from_utf8_lossy(&self.run(&args)).into_owned()
+        String::from_utf8_lossy(&self.bytes(&args)).into_owned()
     }
+}
+
+fn side(collections: ChunkConfig) -> Side {
+    Side::at(collections, 1_000_000)
 }
 
 fn never() -> ChunkConfig {
@@ -73,7 +53,7 @@ fn fill(s: &mut Side) {
 
 #[test]
 fn chunked_collections_dump_as_blobs_do_and_restore_chunked() {
-    let (mut chunked, mut blob) = (Side::new(ChunkConfig::tiny()), Side::new(never()));
+    let (mut chunked, mut blob) = (side(ChunkConfig::tiny()), side(never()));
     fill(&mut chunked);
     fill(&mut blob);
     let reads = [("l", "LRANGE {} 0 -1"), ("s", "SMEMBERS {}"), ("t", "SMEMBERS {}"), ("h", "HLEN {}"), ("z", "ZRANGE {} 0 -1 WITHSCORES")];
@@ -98,7 +78,7 @@ fn chunked_collections_dump_as_blobs_do_and_restore_chunked() {
 
 #[test]
 fn a_stream_with_groups_comes_back_whole() {
-    let mut s = Side::new(ChunkConfig::default());
+    let mut s = side(ChunkConfig::default());
     for i in 1..=250 {
         s.cmd(&format!("XADD x {i}-1 f v{i} g {i}"));
     }
@@ -123,7 +103,7 @@ fn a_stream_with_groups_comes_back_whole() {
 
 #[test]
 fn restore_in_multi_and_scripts_and_with_a_ttl() {
-    let mut s = Side::new(ChunkConfig::default());
+    let mut s = side(ChunkConfig::default());
     s.cmd("RPUSH l a b c");
     let payload = s.dump("l");
     assert_eq!(s.cmd("MULTI"), "+OK\r\n");
@@ -132,7 +112,7 @@ fn restore_in_multi_and_scripts_and_with_a_ttl() {
     assert_eq!(s.cmd("EXEC"), "*2\r\n+OK\r\n-BUSYKEY Target key name already exists.\r\n");
     assert_eq!(s.cmd("LRANGE m 0 -1"), "*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n");
     let script = b"return redis.call('RESTORE', KEYS[1], 0, ARGV[1])";
-    assert_eq!(s.run(&[b"EVAL", script, b"1", b"e", &payload]), b"+OK\r\n");
+    assert_eq!(s.bytes(&[b"EVAL", script, b"1", b"e", &payload]), b"+OK\r\n");
     assert_eq!(s.cmd("LLEN e"), ":3\r\n");
     assert_eq!(s.restore("t", "5000", &payload, &[]), "+OK\r\n");
     assert_eq!(s.cmd("PTTL t"), ":5000\r\n");
@@ -144,7 +124,7 @@ fn restore_in_multi_and_scripts_and_with_a_ttl() {
 
 #[test]
 fn a_refused_restore_changes_nothing() {
-    let mut s = Side::new(ChunkConfig::default());
+    let mut s = side(ChunkConfig::default());
     s.cmd("SET k old");
     let mut payload = s.dump("k");
     let n = payload.len();

@@ -5,37 +5,12 @@
 
 use super::*;
 use crate::store::MemKeyspace;
-use pmwire_resp::client::encode_request;
-use pmwire_resp::request::Parsed;
 
-struct Fixture {
-    server: Server,
-    session: Session,
-    ks: MemKeyspace,
-}
+use super::fixture::Fixture;
 
 impl Fixture {
-    fn new() -> Self {
-        let mut server = Server::new(ServerConfig::default());
-        let session = server.open_session();
-        Fixture { server, session, ks: MemKeyspace::new() }
-    }
-
-    /// A fresh executor on this keyspace (a restart of the server).
-    fn restarted(self) -> Self {
-        let mut server = Server::new(ServerConfig::default());
-        let session = server.open_session();
-        Fixture { server, session, ks: self.ks }
-    }
-
-    /// Runs one command given as its arguments; its reply.
-    fn call(&mut self, argv: &[&str]) -> String {
-        let argv: Vec<&[u8]> = argv.iter().map(|a| a.as_bytes()).collect();
-        self.call_bytes(&argv)
-    }
-
     /// FUNCTION DUMP's payload.
-    fn dump(&mut self) -> Vec<u8> {
+    fn function_dump(&mut self) -> Vec<u8> {
         let argv: Vec<Vec<u8>> = vec![b"FUNCTION".to_vec(), b"DUMP".to_vec()];
         match self.raw(&argv) {
             r if r.starts_with(b"$") => {
@@ -49,18 +24,6 @@ impl Fixture {
     fn call_bytes(&mut self, argv: &[&[u8]]) -> String {
         let argv: Vec<Vec<u8>> = argv.iter().map(|a| a.to_vec()).collect();
         String::from_utf8_lossy(&self.raw(&argv)).into_owned()
-    }
-
-    fn raw(&mut self, argv: &[Vec<u8>]) -> Vec<u8> {
-        let mut encoded = Vec::new();
-        encode_request(argv, &mut encoded);
-        let segs: [&[u8]; 1] = [&encoded];
-        let mut p = Parsed::new(Limits::default());
-        let s = p.parse(&segs);
-        assert_eq!(s.commands, 1);
-        let mut out: Vec<u8> = Vec::new();
-        self.server.execute(&mut self.session, &mut self.ks, &p.request(&segs, 0), &mut out);
-        out
     }
 }
 
@@ -207,7 +170,7 @@ fn the_cache_follows_a_swapped_keyspace() {
 fn dump_and_restore() {
     let mut f = Fixture::new();
     f.call(&["FUNCTION", "LOAD", LIB]);
-    let payload = f.dump();
+    let payload = f.function_dump();
     assert_eq!(f.call_bytes(&[b"FUNCTION", b"RESTORE", &payload]), "-ERR Library mylib already exists\r\n");
     assert_eq!(f.call_bytes(&[b"FUNCTION", b"RESTORE", &payload, b"REPLACE"]), "+OK\r\n");
     assert_eq!(f.call_bytes(&[b"FUNCTION", b"RESTORE", &payload, b"BAD"]), "-ERR Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE.\r\n");

@@ -6,43 +6,13 @@
 
 use super::*;
 use crate::chunked::{collect_garbage, ChunkConfig, Header};
-use crate::store::{Clock, Keyspace, MemKeyspace};
-use pmwire_resp::request::Parsed;
+use crate::store::{Clock, Keyspace};
 use rand_xoshiro::rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-struct Side {
-    server: Server,
-    session: Session,
-    ks: MemKeyspace,
-}
+use super::fixture::Fixture as Side;
 
 impl Side {
-    fn new(collections: ChunkConfig) -> Side {
-        let mut server = Server::new(ServerConfig { collections, ..ServerConfig::default() });
-        let session = server.open_session();
-        let mut ks = MemKeyspace::new();
-        ks.set_clock(Clock::Fixed(1_000_000));
-        Side { server, session, ks }
-    }
-
-    fn run(&mut self, args: &[Vec<u8>]) -> Vec<u8> {
-        let mut input = Vec::new();
-        pmwire_resp::client::encode_request(args, &mut input);
-        let segs: [&[u8]; 1] = [&input];
-        let mut p = Parsed::new(Limits::default());
-        let s = p.parse(&segs);
-        assert_eq!(s.commands, 1);
-        let mut out: Vec<u8> = Vec::new();
-        self.server.execute(&mut self.session, &mut self.ks, &p.request(&segs, 0), &mut out);
-        out
-    }
-
-    fn cmd(&mut self, line: &str) -> String {
-        let args: Vec<Vec<u8>> = line.split(' ').map(|a| a.as_bytes().to_vec()).collect();
-        String::from_utf8_lossy(&self.run(&args)).into_owned()
-    }
-
     fn header(&mut self, key: &str, kind: Kind) -> Option<Header> {
         super::large::header(&mut self.ks, key.as_bytes(), kind).unwrap()
     }
@@ -106,10 +76,10 @@ fn random_command(rng: &mut Xoshiro256PlusPlus) -> Vec<Vec<u8>> {
 fn chunked_and_blob_collections_answer_alike() {
     for seed in 0..4u64 {
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
-        let (mut chunked, mut blob) = (Side::new(ChunkConfig::tiny()), Side::new(never()));
+        let (mut chunked, mut blob) = (Side::at(ChunkConfig::tiny(), 1_000_000), Side::at(never(), 1_000_000));
         for i in 0..4000 {
             let args = random_command(&mut rng);
-            let (got, want) = (chunked.run(&args), blob.run(&args));
+            let (got, want) = (chunked.raw(&args), blob.raw(&args));
             let shown: Vec<String> = args.iter().map(|a| String::from_utf8_lossy(a).into_owned()).collect();
             assert_eq!(
                 String::from_utf8_lossy(&got),
@@ -130,7 +100,7 @@ fn chunked_and_blob_collections_answer_alike() {
 
 #[test]
 fn buckets_split_as_a_set_grows_and_merge_as_it_shrinks() {
-    let mut s = Side::new(ChunkConfig::tiny());
+    let mut s = Side::at(ChunkConfig::tiny(), 1_000_000);
     let target = ChunkConfig::tiny().bucket_entries as u64;
     for i in 0..500 {
         assert_eq!(s.cmd(&format!("SADD s m{i}")), ":1\r\n");
@@ -157,7 +127,7 @@ fn buckets_split_as_a_set_grows_and_merge_as_it_shrinks() {
 
 #[test]
 fn a_list_grows_and_shrinks_chunk_by_chunk() {
-    let mut s = Side::new(ChunkConfig::tiny());
+    let mut s = Side::at(ChunkConfig::tiny(), 1_000_000);
     for i in 0..30 {
         s.cmd(&format!("RPUSH l r{i}"));
         s.cmd(&format!("LPUSH l l{i}"));
@@ -187,7 +157,7 @@ fn a_list_grows_and_shrinks_chunk_by_chunk() {
 
 #[test]
 fn deleting_a_chunked_collection_leaves_a_tombstone_the_collector_clears() {
-    let mut s = Side::new(ChunkConfig::tiny());
+    let mut s = Side::at(ChunkConfig::tiny(), 1_000_000);
     for i in 0..200 {
         s.cmd(&format!("HSET h f{i} v{i}"));
     }
@@ -206,7 +176,7 @@ fn deleting_a_chunked_collection_leaves_a_tombstone_the_collector_clears() {
 
 #[test]
 fn rename_moves_the_header_and_copy_gets_its_own_chunks() {
-    let mut s = Side::new(ChunkConfig::tiny());
+    let mut s = Side::at(ChunkConfig::tiny(), 1_000_000);
     for i in 0..50 {
         s.cmd(&format!("ZADD z {i} m{i}"));
     }
@@ -232,7 +202,7 @@ fn rename_moves_the_header_and_copy_gets_its_own_chunks() {
 
 #[test]
 fn an_expired_chunked_collection_is_collected() {
-    let mut s = Side::new(ChunkConfig::tiny());
+    let mut s = Side::at(ChunkConfig::tiny(), 1_000_000);
     for i in 0..40 {
         s.cmd(&format!("SADD s m{i}"));
     }
@@ -245,7 +215,7 @@ fn an_expired_chunked_collection_is_collected() {
 
 #[test]
 fn a_header_whose_chunk_is_missing_is_reported_corrupt() {
-    let mut s = Side::new(ChunkConfig { fault_header_without_chunk: true, ..ChunkConfig::tiny() });
+    let mut s = Side::at(ChunkConfig { fault_header_without_chunk: true, ..ChunkConfig::tiny() }, 1_000_000);
     for i in 0..10 {
         s.cmd(&format!("RPUSH l e{i}"));
     }
@@ -255,7 +225,7 @@ fn a_header_whose_chunk_is_missing_is_reported_corrupt() {
 /// SORT's `->field` patterns read a chunked hash's field from its bucket.
 #[test]
 fn sort_reads_fields_of_chunked_hashes() {
-    let mut s = Side::new(ChunkConfig::tiny());
+    let mut s = Side::at(ChunkConfig::tiny(), 1_000_000);
     s.cmd("HSET h_1 f 9 a 1 b 2 c 3");
     s.cmd("HSET h_2 f 3 x 1 y 2 z 4");
     assert!(s.header("h_1", Kind::Hash).is_some() && s.header("h_2", Kind::Hash).is_some(), "chunked");

@@ -60,6 +60,8 @@ pub use shared::{MAX_RANDOM_REPLY, MAX_RANDOM_REPLY_BYTES};
 #[cfg(test)]
 mod dump_tests;
 #[cfg(test)]
+mod fixture;
+#[cfg(test)]
 mod function_tests;
 #[cfg(test)]
 mod large_tests;

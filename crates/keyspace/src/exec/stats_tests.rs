@@ -2,47 +2,11 @@
 //! CONFIG corners, through the executor as a client sees them.
 
 use super::*;
-use crate::store::MemKeyspace;
 use pmwire_resp::request::Parsed;
 
-struct Fixture {
-    server: Server,
-    session: Session,
-    ks: MemKeyspace,
-}
+use super::fixture::Fixture;
 
 impl Fixture {
-    fn new() -> Self {
-        let mut server = Server::new(ServerConfig::default());
-        let session = server.open_session();
-        Fixture { server, session, ks: MemKeyspace::new() }
-    }
-
-    /// Runs one inline command and returns its reply.
-    fn run(&mut self, line: &str) -> String {
-        let input = format!("{line}\r\n");
-        let segs: [&[u8]; 1] = [input.as_bytes()];
-        let mut p = Parsed::new(Limits::default());
-        let s = p.parse(&segs);
-        assert_eq!(s.commands, 1, "{line}");
-        let mut out: Vec<u8> = Vec::new();
-        self.server.execute(&mut self.session, &mut self.ks, &p.request(&segs, 0), &mut out);
-        String::from_utf8_lossy(&out).into_owned()
-    }
-
-    /// Runs one command given as its arguments and returns its reply.
-    fn call(&mut self, args: &[&str]) -> String {
-        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-        let mut input = Vec::new();
-        pmwire_resp::client::encode_request(&args, &mut input);
-        let segs: [&[u8]; 1] = [&input];
-        let mut p = Parsed::new(Limits::default());
-        assert_eq!(p.parse(&segs).commands, 1);
-        let mut out: Vec<u8> = Vec::new();
-        self.server.execute(&mut self.session, &mut self.ks, &p.request(&segs, 0), &mut out);
-        String::from_utf8_lossy(&out).into_owned()
-    }
-
     /// The value of `field` in INFO `section`'s lines, if listed.
     fn info(&mut self, section: &str, field: &str) -> Option<String> {
         let text = self.run(&format!("INFO {section}"));

@@ -8,55 +8,19 @@
 
 use super::*;
 use crate::chunked::collect_garbage;
-use crate::store::{Clock, Keyspace, MemKeyspace};
-use pmwire_resp::request::Parsed;
+use crate::store::{Clock, Keyspace};
 
 const T0: u64 = 1_000_000;
 
-fn run(server: &mut Server, session: &mut Session, ks: &mut MemKeyspace, line: &str) -> (String, Flow) {
-    let args: Vec<Vec<u8>> = line.split(' ').map(|a| a.as_bytes().to_vec()).collect();
-    let mut input = Vec::new();
-    pmwire_resp::client::encode_request(&args, &mut input);
-    let segs: [&[u8]; 1] = [&input];
-    let mut p = Parsed::new(Limits::default());
-    assert_eq!(p.parse(&segs).commands, 1);
-    let mut out: Vec<u8> = Vec::new();
-    let flow = server.execute(session, ks, &p.request(&segs, 0), &mut out);
-    (String::from_utf8_lossy(&out).into_owned(), flow)
-}
+use super::fixture::run_line as run;
 
-struct Side {
-    server: Server,
-    session: Session,
-    ks: MemKeyspace,
+use super::fixture::Fixture as Side;
+
+fn side() -> Side {
+    Side::at(crate::chunked::ChunkConfig::default(), T0)
 }
 
 impl Side {
-    fn new() -> Side {
-        let mut server = Server::new(ServerConfig::default());
-        let session = server.open_session();
-        let mut ks = MemKeyspace::new();
-        ks.set_clock(Clock::Fixed(T0));
-        Side { server, session, ks }
-    }
-
-    fn cmd(&mut self, line: &str) -> String {
-        run(&mut self.server, &mut self.session, &mut self.ks, line).0
-    }
-
-    /// Every internal entry: key and bytes.
-    fn internal(&mut self) -> Vec<(Vec<u8>, Vec<u8>)> {
-        let mut keys = Vec::new();
-        self.ks.internal_scan(&[], usize::MAX, &mut |k| keys.push(k.to_vec()));
-        keys.into_iter()
-            .map(|k| {
-                let mut v = Vec::new();
-                assert!(self.ks.internal_read(&k, &mut v));
-                (k, v)
-            })
-            .collect()
-    }
-
     /// Internal entries written or deleted between `before` and now, and
     /// the bytes of those written.
     fn changed_since(&mut self, before: &[(Vec<u8>, Vec<u8>)]) -> (usize, usize) {
@@ -74,15 +38,12 @@ impl Side {
     }
 
     fn gen_of(&mut self, key: &str) -> u64 {
-        let s = self.ks.get(key.as_bytes()).expect("a stream");
-        let mut v = Vec::new();
-        self.ks.read(&s.value, &mut v);
-        crate::stream::Header::decode(&v).expect("a stream header").gen
+        self.stream_header(key).gen
     }
 }
 
 fn filled(entries: u64) -> Side {
-    let mut s = Side::new();
+    let mut s = side();
     for i in 1..=entries {
         s.cmd(&format!("XADD st {i}-0 f v{i}"));
     }

@@ -4,58 +4,13 @@
 //! collected; a copy owns its nodes; damaged nodes answer an error.
 //! (Replies are held to redis-server by `tests/redis_diff.rs`.)
 
-use super::*;
 use crate::chunked::{chunk_key, collect_garbage};
-use crate::store::{Clock, Keyspace, MemKeyspace};
-use pmwire_resp::request::Parsed;
+use crate::store::Keyspace;
 
-struct Side {
-    server: Server,
-    session: Session,
-    ks: MemKeyspace,
-}
+use super::fixture::Fixture as Side;
 
-impl Side {
-    fn new() -> Side {
-        let mut server = Server::new(ServerConfig::default());
-        let session = server.open_session();
-        let mut ks = MemKeyspace::new();
-        ks.set_clock(Clock::Fixed(1_000_000));
-        Side { server, session, ks }
-    }
-
-    fn cmd(&mut self, line: &str) -> String {
-        let args: Vec<Vec<u8>> = line.split(' ').map(|a| a.as_bytes().to_vec()).collect();
-        let mut input = Vec::new();
-        pmwire_resp::client::encode_request(&args, &mut input);
-        let segs: [&[u8]; 1] = [&input];
-        let mut p = Parsed::new(Limits::default());
-        assert_eq!(p.parse(&segs).commands, 1);
-        let mut out: Vec<u8> = Vec::new();
-        self.server.execute(&mut self.session, &mut self.ks, &p.request(&segs, 0), &mut out);
-        String::from_utf8_lossy(&out).into_owned()
-    }
-
-    /// Every internal entry: key and bytes.
-    fn internal(&mut self) -> Vec<(Vec<u8>, Vec<u8>)> {
-        let mut keys = Vec::new();
-        self.ks.internal_scan(&[], usize::MAX, &mut |k| keys.push(k.to_vec()));
-        keys.into_iter()
-            .map(|k| {
-                let mut v = Vec::new();
-                let h = self.ks.internal_get(&k).expect("scanned");
-                self.ks.read(&h, &mut v);
-                (k, v)
-            })
-            .collect()
-    }
-
-    fn stream_header(&mut self, key: &str) -> crate::stream::Header {
-        let s = self.ks.get(key.as_bytes()).expect("a stream");
-        let mut v = Vec::new();
-        self.ks.read(&s.value, &mut v);
-        crate::stream::Header::decode(&v).expect("a stream header")
-    }
+fn side() -> Side {
+    Side::at(crate::chunked::ChunkConfig::default(), 1_000_000)
 }
 
 /// Internal entries `after` has that `before` did not (new or changed), their
@@ -68,7 +23,7 @@ fn delta(before: &[(Vec<u8>, Vec<u8>)], after: &[(Vec<u8>, Vec<u8>)]) -> (usize,
 
 #[test]
 fn an_append_writes_its_entry_and_a_small_record_however_long_the_stream() {
-    let mut s = Side::new();
+    let mut s = side();
     for i in 1..=20_000u64 {
         let reply = s.cmd(&format!("XADD st {i}-0 field value-{i}"));
         assert!(reply.starts_with('$'), "{reply}");
@@ -111,7 +66,7 @@ fn an_append_writes_its_entry_and_a_small_record_however_long_the_stream() {
 
 #[test]
 fn a_deleted_streams_nodes_are_collected_and_a_copy_keeps_its_own() {
-    let mut s = Side::new();
+    let mut s = side();
     for i in 1..=500u64 {
         s.cmd(&format!("XADD st {i}-0 f v{i}"));
     }
@@ -134,7 +89,7 @@ fn a_deleted_streams_nodes_are_collected_and_a_copy_keeps_its_own() {
 
 #[test]
 fn a_damaged_node_answers_an_error() {
-    let mut s = Side::new();
+    let mut s = side();
     for i in 1..=5u64 {
         s.cmd(&format!("XADD st {i}-0 f v"));
     }
@@ -145,7 +100,7 @@ fn a_damaged_node_answers_an_error() {
     let reply = s.cmd("XADD st 9-0 f v");
     assert!(reply.starts_with("-ERR stored value is corrupt"), "{reply}");
     // A segmented node's entry record damaged, or missing.
-    let mut s = Side::new();
+    let mut s = side();
     for i in 1..=5u64 {
         s.cmd(&format!("XADD st {i}-0 f v"));
     }
@@ -160,7 +115,7 @@ fn a_damaged_node_answers_an_error() {
 /// XDEL that emptied the last node) takes appends: it is segmented once.
 #[test]
 fn a_whole_last_node_is_segmented_by_the_next_append() {
-    let mut s = Side::new();
+    let mut s = side();
     for i in 1..=150u64 {
         s.cmd(&format!("XADD st {i}-0 f v{i}"));
     }

@@ -3,37 +3,7 @@ use crate::store::{Expiry, MemKeyspace, StoreLimits, ValueSource};
 use pmwire_resp::request::Parsed;
 use std::sync::Arc;
 
-struct Fixture {
-    server: Server,
-    session: Session,
-    ks: MemKeyspace,
-}
-
-impl Fixture {
-    fn new() -> Self {
-        Fixture::with(MemKeyspace::new())
-    }
-
-    fn with(ks: MemKeyspace) -> Self {
-        let mut server = Server::new(ServerConfig::default());
-        let session = server.open_session();
-        Fixture { server, session, ks }
-    }
-
-    /// Runs inline commands (one per line) and returns all replies.
-    fn run(&mut self, input: &str) -> String {
-        let input = format!("{input}\r\n");
-        let segs: [&[u8]; 1] = [input.as_bytes()];
-        let mut p = Parsed::new(Limits::default());
-        let s = p.parse(&segs);
-        assert_eq!(s.error, None);
-        let mut out: Vec<u8> = Vec::new();
-        for i in 0..s.commands {
-            self.server.execute(&mut self.session, &mut self.ks, &p.request(&segs, i), &mut out);
-        }
-        String::from_utf8_lossy(&out).into_owned()
-    }
-}
+use super::fixture::Fixture;
 
 #[test]
 fn pipeline_sees_its_own_writes() {
@@ -270,7 +240,7 @@ fn scan_visits_each_key_once_under_changes() {
 #[test]
 fn store_errors_become_replies_and_mset_is_all_or_nothing() {
     let limits = StoreLimits { max_key_bytes: 8, max_value_bytes: 16 };
-    let mut f = Fixture::with(MemKeyspace::with_limits(limits, Some(2)));
+    let mut f = Fixture::with(ServerConfig::default(), MemKeyspace::with_limits(limits, Some(2)));
     assert_eq!(f.run("SET a 1\r\nSET b 2"), "+OK\r\n+OK\r\n");
     assert_eq!(f.run("SET c 3"), "-OOM command not allowed when used memory > 'maxmemory'.\r\n");
     assert_eq!(f.run("SET a 0123456789abcdefXYZ"), "-ERR value is too long (19 bytes, at most 16)\r\n");
@@ -554,7 +524,7 @@ fn sscan_visits_each_member_once_under_changes() {
 #[test]
 fn collections_are_bounded_by_the_store() {
     let limits = StoreLimits { max_key_bytes: 8, max_value_bytes: 40 };
-    let mut f = Fixture::with(MemKeyspace::with_limits(limits, None));
+    let mut f = Fixture::with(ServerConfig::default(), MemKeyspace::with_limits(limits, None));
     assert_eq!(f.run("RPUSH l aaaaaaaa bbbbbbbb cccccccc"), ":3\r\n");
     assert_eq!(f.run("RPUSH l dddddddd"), "-ERR value is too long (52 bytes, at most 40)\r\n");
     assert_eq!(f.run("LLEN l"), ":3\r\n");
@@ -620,7 +590,7 @@ fn cursor_table_is_bounded_in_bytes() {
 fn at(ms: u64) -> Fixture {
     let mut ks = MemKeyspace::new();
     ks.set_clock(crate::store::Clock::Fixed(ms));
-    Fixture::with(ks)
+    Fixture::with(ServerConfig::default(), ks)
 }
 
 /// With an injected clock: a key is served until its deadline and never

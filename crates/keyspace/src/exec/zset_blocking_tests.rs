@@ -11,19 +11,8 @@
 use super::*;
 use crate::chunked::ChunkConfig;
 use crate::store::{Clock, MemKeyspace};
-use pmwire_resp::request::Parsed;
 
-fn run(server: &mut Server, session: &mut Session, ks: &mut MemKeyspace, line: &str) -> (String, Flow) {
-    let args: Vec<Vec<u8>> = line.split(' ').map(|a| a.as_bytes().to_vec()).collect();
-    let mut input = Vec::new();
-    pmwire_resp::client::encode_request(&args, &mut input);
-    let segs: [&[u8]; 1] = [&input];
-    let mut p = Parsed::new(Limits::default());
-    assert_eq!(p.parse(&segs).commands, 1);
-    let mut out: Vec<u8> = Vec::new();
-    let flow = server.execute(session, ks, &p.request(&segs, 0), &mut out);
-    (String::from_utf8_lossy(&out).into_owned(), flow)
-}
+use super::fixture::run_line as run;
 
 /// A server, its keyspace, a writer session and three more clients.
 struct Fixture {

@@ -129,18 +129,24 @@ pub fn compress(input: &[u8], out_len: usize) -> Option<Vec<u8>> {
             if op >= out_len {
                 return None;
             }
-            lit += 1;
-            out[op] = input[ip];
-            op += 1;
+            (op, lit) = literal(&mut out, op, lit, input[ip]);
             ip += 1;
-            if lit == MAX_LIT {
-                out[op - lit - 1] = (lit as u8).wrapping_sub(1);
-                lit = 0;
-                op += 1;
-            }
         }
     }
     finish_literals(input, ip, &mut out, op, lit, out_len)
+}
+
+/// Appends literal `byte` at `op` to the run of `lit` before it, closing the
+/// run (its length byte) when it is full: the new `op` and run length.
+fn literal(out: &mut [u8], op: usize, lit: usize, byte: u8) -> (usize, usize) {
+    out[op] = byte;
+    let (mut op, mut lit) = (op + 1, lit + 1);
+    if lit == MAX_LIT {
+        out[op - lit - 1] = (lit as u8).wrapping_sub(1);
+        lit = 0;
+        op += 1;
+    }
+    (op, lit)
 }
 
 /// The tail of `lzf_compress`: the last input bytes as literals.
@@ -150,15 +156,8 @@ fn finish_literals(input: &[u8], mut ip: usize, out: &mut Vec<u8>, mut op: usize
     }
     out.resize(out_len + 3 + MAX_LIT, 0);
     while ip < input.len() {
-        lit += 1;
-        out[op] = input[ip];
-        op += 1;
+        (op, lit) = literal(out, op, lit, input[ip]);
         ip += 1;
-        if lit == MAX_LIT {
-            out[op - lit - 1] = (lit as u8).wrapping_sub(1);
-            lit = 0;
-            op += 1;
-        }
     }
     out[op - lit - 1] = (lit as u8).wrapping_sub(1); // end run
     op -= usize::from(lit == 0);
