@@ -493,8 +493,11 @@ impl Gen {
     /// redis-server converts a sorted set it sorts to a skiplist, after which
     /// its BYLEX answers over members of different scores follow the
     /// skiplist's random levels; a set unsorted has no order to compare).
-    /// Three shapes whose replies are fixed: BY nosort (the list's order),
-    /// ALPHA with STORE (bytes compared: a total order), and ALPHA without
+    /// Three shapes whose replies are fixed: BY nosort (the list's order;
+    /// SORT stores it, and SORT_RO's reply is compared sorted and takes no
+    /// LIMIT, because a RENAME or COPY may have put a set at a list key, and
+    /// an unsorted set is in Redis's hash table order unless STORE sorts
+    /// it), ALPHA with STORE (bytes compared: a total order), and ALPHA without
     /// LIMIT or STORE compared sorted (true: redis-server compares C strings
     /// there, so `""` and `"\0\x7f"` tie and its qsort may order them either
     /// way). Numeric sorts are left to the corpus too: redis-server reads
@@ -512,7 +515,8 @@ impl Gen {
         if self.rng.gen_bool(0.4) {
             a.push(self.pick(&["DESC", "ASC", "desc"]));
         }
-        if shape != 2 && self.rng.gen_bool(0.4) {
+        let unordered = shape == 2 || (shape == 0 && name == "SORT_RO");
+        if !unordered && self.rng.gen_bool(0.4) {
             a.push(b"LIMIT".to_vec());
             a.push(self.int());
             a.push(self.int());
@@ -521,13 +525,13 @@ impl Gen {
             a.push(b"GET".to_vec());
             a.push(self.pick(&["#", "nostar", "*"]));
         }
-        if shape == 1 || (shape == 0 && name == "SORT" && self.rng.gen_bool(0.3)) {
+        if shape == 1 || (shape == 0 && name == "SORT") {
             a.push(b"STORE".to_vec());
             a.push(self.family_key(LIST_KEYS));
         } else if self.rng.gen_bool(0.03) {
             a.push(b"BOGUS".to_vec());
         }
-        shape == 2
+        unordered
     }
 
     /// Pushes an expiry command's arguments (times as in the module's header).
