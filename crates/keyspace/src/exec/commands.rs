@@ -382,7 +382,7 @@ command_table! {
     "rename", 3, (1, 2, 1), [WRITE], |c| keys::rename(c, false);
     "renamenx", 3, (1, 2, 1), [WRITE], |c| keys::rename(c, true);
     "reset", 1, (0, 0, 0), [NO_AUTH CONNECTION IMMEDIATE], |c| admin::reset(c);
-    "restore", -4, (1, 1, 1), [WRITE TIME], |c| dump::restore(c);
+    "restore", -4, (1, 1, 1), [WRITE DENYOOM TIME], |c| dump::restore(c);
     "rpop", -2, (1, 1, 1), [WRITE], chunked List => |c, h| large::pop(c, h, false), |c| lists::pop(c, list_ops::End::Tail);
     "rpoplpush", 3, (1, 2, 1), [WRITE DENYOOM], |c| lists::rpoplpush(c);
     "rpush", -3, (1, 1, 1), [WRITE DENYOOM], chunked List => |c, h| large::push(c, h, false), |c| lists::push(c, list_ops::End::Tail, false);
