@@ -467,17 +467,7 @@ impl Gen {
                 a.push(self.pick(BLOCK_TIMEOUTS));
             }
             "LMPOP" | "BLMPOP" => {
-                let first = a.pop().expect("the key pushed above");
-                if name == "BLMPOP" {
-                    a.push(self.pick(BLOCK_TIMEOUTS));
-                }
-                let n = self.n(1, 3);
-                let numkeys = if self.rng.gen_bool(0.85) { n.to_string().into_bytes() } else { self.pick(COUNTS) };
-                a.push(numkeys);
-                a.push(first);
-                for _ in 1..n {
-                    a.push(self.family_key(LIST_KEYS));
-                }
+                self.mpop_keys(a, name == "BLMPOP", |g| g.family_key(LIST_KEYS));
                 a.push(self.pick(&["LEFT", "RIGHT", "right", "UP"]));
                 if self.rng.gen_bool(0.5) {
                     a.push(self.pick(&["COUNT", "count", "COUNT", "FOO"]));
@@ -486,6 +476,23 @@ impl Gen {
             }
             "LLEN" => {}
             other => unreachable!("{other}"),
+        }
+    }
+
+    /// LMPOP/ZMPOP's head after the key already pushed: the timeout if
+    /// `blocking`, numkeys (now and then a wrong one), that key, then the
+    /// others drawn by `key`.
+    fn mpop_keys(&mut self, a: &mut Vec<Vec<u8>>, blocking: bool, mut key: impl FnMut(&mut Gen) -> Vec<u8>) {
+        let first = a.pop().expect("the key pushed above");
+        if blocking {
+            a.push(self.pick(BLOCK_TIMEOUTS));
+        }
+        let n = self.n(1, 3);
+        let numkeys = if self.rng.gen_bool(0.85) { n.to_string().into_bytes() } else { self.pick(COUNTS) };
+        a.push(numkeys);
+        a.push(first);
+        for _ in 1..n {
+            a.push(key(self));
         }
     }
 
@@ -735,17 +742,7 @@ impl Gen {
                 a.push(self.pick(BLOCK_TIMEOUTS));
             }
             "ZMPOP" | "BZMPOP" => {
-                let first = a.pop().expect("the key pushed above");
-                if name == "BZMPOP" {
-                    a.push(self.pick(BLOCK_TIMEOUTS));
-                }
-                let n = self.n(1, 3);
-                let numkeys = if self.rng.gen_bool(0.85) { n.to_string().into_bytes() } else { self.pick(COUNTS) };
-                a.push(numkeys);
-                a.push(first);
-                for _ in 1..n {
-                    a.push(self.zkey());
-                }
+                self.mpop_keys(a, name == "BZMPOP", Gen::zkey);
                 a.push(self.pick(&["MIN", "MAX", "max", "LEFT"]));
                 if self.rng.gen_bool(0.5) {
                     a.push(self.pick(&["COUNT", "count", "COUNT", "FOO"]));
