@@ -965,6 +965,63 @@ fn published_messages_reach_subscribers_on_every_member() {
     assert_eq!(events.call(&["SUBSCRIBE", "__keyevent@0__:set"]), subscribed);
     assert_eq!(cluster.client(l).call(&["SET", "noted", "1"]), ok());
     assert_eq!(events.read(), message("__keyevent@0__:set", "noted"), "a SET through the leader, on member {f}");
+    // The sweep's `expired` (a leader-proposed entry, no read of the key),
+    // on each member that asks for it.
+    assert_eq!(cluster.client(l).call(&["CONFIG", "SET", "notify-keyspace-events", "Ex"]), ok());
+    assert_eq!(cluster.client(f).call(&["CONFIG", "SET", "notify-keyspace-events", "E$x"]), ok());
+    let expired = |m: usize| {
+        let mut c = cluster.client(m);
+        let subscribed = Reply::Array(Some(vec![Reply::bulk("subscribe"), Reply::bulk("__keyevent@0__:expired"), Reply::Int(1)]));
+        assert_eq!(c.call(&["SUBSCRIBE", "__keyevent@0__:expired"]), subscribed);
+        c
+    };
+    let mut on = [(l, expired(l)), (f, expired(f))];
+    assert_eq!(cluster.client(f).call(&["SET", "brief", "1", "PX", "50"]), ok());
+    assert_eq!(events.read(), message("__keyevent@0__:set", "brief"));
+    for (m, c) in &mut on {
+        assert_eq!(c.read(), message("__keyevent@0__:expired", "brief"), "member {m}: the sweep's event");
+    }
+    assert_eq!(cluster.client(l).call(&["EXISTS", "brief"]), Reply::Int(0));
+    // Each member's INFO counts every command it applied, whoever sent it
+    // (the four SETs above, and any the cluster's start made).
+    let set_calls: Vec<u64> = (0..3).map(|m| set_calls(&cluster, m)).collect();
+    assert!(set_calls[0] >= 4 && set_calls.iter().all(|&n| n == set_calls[0]), "{set_calls:?}");
+}
+
+/// `cmdstat_set`'s calls in member `m`'s INFO commandstats.
+fn set_calls(cluster: &Cluster, m: usize) -> u64 {
+    let Reply::Bulk(Some(info)) = cluster.client(m).call(&["INFO", "commandstats"]) else { panic!("INFO") };
+    let info = String::from_utf8(info).unwrap();
+    let line = info.lines().find(|l| l.starts_with("cmdstat_set:")).unwrap_or_else(|| panic!("member {m}: no SET counted: {info}"));
+    line["cmdstat_set:calls=".len()..].split(',').next().unwrap().parse().unwrap()
+}
+
+/// MONITOR on any member shows every command that member applies from the
+/// log (`[0 log:<index>]`, whichever member a client sent it to), and the
+/// reads it serves itself with their client's address.
+#[test]
+fn monitors_on_every_member_see_what_it_applies() {
+    let cluster = Cluster::start();
+    let l = cluster.leader(&[0, 1, 2]);
+    let f = (l + 1) % 3;
+    let mut monitors: Vec<(usize, Client)> = [l, f]
+        .into_iter()
+        .map(|m| {
+            let mut c = cluster.client(m);
+            assert_eq!(c.call(&["MONITOR"]), ok());
+            (m, c)
+        })
+        .collect();
+    let before = set_calls(&cluster, f);
+    assert_eq!(cluster.client(f).call(&["SET", "seen", "1"]), ok());
+    assert_eq!(cluster.client(l).call(&["GET", "seen"]), Reply::bulk("1"));
+    for (m, mon) in &mut monitors {
+        let Reply::Simple(line) = mon.read() else { panic!("member {m}: a monitor line") };
+        assert!(line.contains("[0 log:") && line.ends_with(r#"] "SET" "seen" "1""#), "member {m}: {line}");
+    }
+    let Reply::Simple(line) = monitors[0].1.read() else { panic!("the leader's read") };
+    assert!(line.ends_with(r#""GET" "seen""#) && !line.contains("[0 log:"), "{line}");
+    assert_eq!(set_calls(&cluster, f), before + 1);
 }
 
 /// Streams through every member: XADD through the leader and a follower,

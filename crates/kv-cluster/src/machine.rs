@@ -29,7 +29,7 @@ use std::cell::RefCell;
 
 use pmwire_keyspace::capture::Capture;
 use pmwire_keyspace::chunked::{collect_garbage, install_generation_secret};
-use pmwire_keyspace::exec::{active_expire, Flow, Published, Scripts, Server, ServerConfig, Session, DEFAULT_SCRIPT_BUDGET};
+use pmwire_keyspace::exec::{active_expire, notify, Flow, Published, Scripts, Server, ServerConfig, Session, Stats, DEFAULT_SCRIPT_BUDGET};
 use pmwire_keyspace::store::{Clock, Keyspace, MemKeyspace, StoreError};
 use pmwire_resp::reply::{Out, Protocol, ReplySink};
 use pmwire_resp::request::{Limits, Parsed, Request};
@@ -243,6 +243,9 @@ pub struct Applied {
     /// What the entry published, for every member to deliver to its own
     /// subscribers (moved to [`RedisMachine::take_published`]).
     pub published: Vec<Published>,
+    /// The entry's MONITOR lines, while the member has monitors (moved to
+    /// [`RedisMachine::take_monitor_lines`]).
+    pub monitor_lines: Vec<Vec<u8>>,
 }
 
 pub mod durable;
@@ -322,6 +325,15 @@ pub struct RedisMachine<K: MachineKeyspace> {
     /// ([`Server::swap_scripts`]): a cache of compiled functions named by
     /// their bodies, no replicated state (the bodies are internal entries).
     scripts: Scripts,
+    /// INFO commandstats and errorstats of the commands applied, lent to
+    /// each entry's executor ([`Server::swap_stats`]) until the member
+    /// takes them in ([`RedisMachine::stats_mut`]). Not replicated state.
+    stats: Stats,
+    /// The member has monitors: each entry's executor records its MONITOR
+    /// lines ([`RedisMachine::set_monitoring`]).
+    monitoring: bool,
+    /// The lines of the entries applied since the member last took them.
+    monitor_lines: Vec<Vec<u8>>,
     /// An extent-form command's framing and parse, kept between entries
     /// (cleared by each use): a member applies one per write.
     ext_scratch: Option<(Vec<u8>, Parsed)>,
@@ -413,6 +425,9 @@ impl<K: MachineKeyspace> RedisMachine<K> {
             restoring,
             fault_local_random: false,
             scripts: Scripts::default(),
+            stats: Stats::default(),
+            monitoring: false,
+            monitor_lines: Vec::new(),
             ext_scratch: None,
             deliver_publishes: false,
             published: Vec::new(),
@@ -502,6 +517,24 @@ impl<K: MachineKeyspace> RedisMachine<K> {
         self.config.notify_keyspace_events = flags;
     }
 
+    /// The statistics of the commands applied since the embedding member
+    /// last took them in (`Server::absorb_stats`, which resets them).
+    pub fn stats_mut(&mut self) -> &mut Stats {
+        &mut self.stats
+    }
+
+    /// Whether the member has MONITOR sessions: while it has, each entry
+    /// applied records its lines (`log:<index>` as their address).
+    pub fn set_monitoring(&mut self, on: bool) {
+        self.monitoring = on;
+    }
+
+    /// The MONITOR lines of the entries applied since the last call, in
+    /// log order.
+    pub fn take_monitor_lines(&mut self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut self.monitor_lines)
+    }
+
     /// The messages entries applied since the last call published, in log
     /// order: this member's subscribers are to get them (pub/sub is not
     /// durable: a member that restarts delivers what it applies after).
@@ -589,8 +622,12 @@ impl<K: MachineKeyspace> RedisMachine<K> {
         let mut server = Server::new(ServerConfig { random_seed, script_budget: Some(DEFAULT_SCRIPT_BUDGET), ..self.config.clone() });
         server.record_publishes();
         server.swap_scripts(&mut self.scripts);
+        server.swap_stats(&mut self.stats);
         let mut session = server.open_session();
         session.protocol = protocol;
+        if self.monitoring {
+            server.record_monitor_lines(&session, format!("log:{index}"));
+        }
         let mut rec = recording(ks);
         let mut capture = Capture::new();
         let mut applied = Applied::default();
@@ -620,7 +657,9 @@ impl<K: MachineKeyspace> RedisMachine<K> {
             exec(&mut server, &mut session, &mut rec, parsed, segments, &mut capture);
         }
         server.swap_scripts(&mut self.scripts);
+        server.swap_stats(&mut self.stats);
         applied.published = server.take_published();
+        applied.monitor_lines = server.take_monitor_lines();
         let (touched, ready, cleared) = (rec.touched, rec.ready, rec.cleared);
         applied.reply = capture.finish(&*ks);
         applied.ready = ready;
@@ -669,6 +708,7 @@ impl<K: MachineKeyspace> RedisMachine<K> {
                     if self.deliver_publishes {
                         self.published.extend(published);
                     }
+                    self.monitor_lines.append(&mut ran.applied.monitor_lines);
                     for key in &ran.touched {
                         self.writes.record(key, index);
                     }
@@ -705,7 +745,20 @@ impl<K: MachineKeyspace> RedisMachine<K> {
         let ks = self.ks.get_mut();
         ks.set_now_ms(time_ms);
         ks.begin_command();
-        let result = active_expire(ks, entry.expire_budget as usize).and_then(|s| {
+        // This member's subscribers get `expired` for each key the sweep
+        // deletes if its `notify-keyspace-events` asks (every member applies
+        // the sweep, so each publishes to its own).
+        let mut notifier = (self.config.notify_keyspace_events & notify::EXPIRED != 0).then(|| {
+            let mut server = Server::new(self.config.clone());
+            server.record_publishes();
+            server
+        });
+        let budget = entry.expire_budget as usize;
+        let expired = match notifier.as_mut() {
+            Some(server) => server.active_expire(ks, budget),
+            None => active_expire(ks, budget),
+        };
+        let result = expired.and_then(|s| {
             let mut garbage =
                 if entry.garbage_budget > 0 { collect_garbage(ks, entry.garbage_budget as usize)? } else { 0 };
             if entry.garbage_budget as usize > garbage {
@@ -714,7 +767,10 @@ impl<K: MachineKeyspace> RedisMachine<K> {
             Ok(Swept { expired: s.deleted, garbage, more: s.more })
         });
         match result {
-            Ok(swept) => Applied { swept: Some(swept), ..Applied::default() },
+            Ok(swept) => {
+                let published = notifier.map(|mut s| s.take_published()).unwrap_or_default();
+                Applied { swept: Some(swept), published, ..Applied::default() }
+            }
             Err(e) => {
                 ks.abort_command();
                 store_failed(e, Protocol::Resp2)

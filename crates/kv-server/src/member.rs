@@ -973,6 +973,8 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         if std::mem::take(&mut self.proposed_this_turn) {
             self.stats.proposal_turns += 1;
         }
+        let monitoring = self.local.has_monitors();
+        self.reactor.service.machine_mut().set_monitoring(monitoring);
         // A second round of turns sends what a finished piece let its
         // stream propose (its next pieces, or its command) at once.
         for _round in 0..2 {
@@ -984,7 +986,7 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             }
             self.maybe_sweep();
             self.learn_peers();
-            self.deliver_published();
+            self.take_in_applied();
             let mut pieces_done = false;
             for (ticket, done) in self.reactor.service.take_done() {
                 if self.sweep == Some(ticket) {
@@ -1020,14 +1022,24 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
     }
 
     /// What the entries applied in this drive published, to this member's
-    /// own subscribers (every member delivers every entry's messages).
-    fn deliver_published(&mut self) {
+    /// own subscribers (every member delivers every entry's messages), and
+    /// their commands' statistics, into this member's INFO.
+    fn take_in_applied(&mut self) {
+        // INFO commandstats and errorstats count what the machine applied.
+        let applied = self.reactor.service.machine_mut().stats_mut();
+        if !applied.is_empty() {
+            self.local.absorb_stats(applied);
+        }
         let published = self.reactor.service.machine_mut().take_published();
-        if published.is_empty() {
+        let lines = self.reactor.service.machine_mut().take_monitor_lines();
+        if published.is_empty() && lines.is_empty() {
             return;
         }
         for p in &published {
             self.local.deliver_published(p);
+        }
+        for line in &lines {
+            self.local.feed_monitor_line(line);
         }
         self.route_pushes();
     }

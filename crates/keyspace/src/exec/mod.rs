@@ -40,6 +40,7 @@ mod multi;
 pub mod notify;
 mod pubsub;
 pub use pubsub::Published;
+pub use stats::Stats;
 mod scripting;
 mod sets;
 mod shared;

@@ -13,11 +13,64 @@
 //! ends it ([`super::Server::close_session`]). Time is the keyspace's clock
 //! (one reading per batch on a server), so the microseconds are a multiple
 //! of 1000.
+//!
+//! A replicated machine runs each entry on an executor of its own, which
+//! has no monitors; while its member has some, the machine's executor
+//! records the lines of the commands it runs instead
+//! ([`super::Server::record_monitor_lines`]), shown as sent from
+//! `log:<index>` (the entry's; no entry names its client), and the member
+//! sends them to its own ([`super::Server::feed_monitor_line`]). So each
+//! member's monitors see every write it applies, and the reads and session
+//! commands it serves itself with their client's address.
 
 use pmwire_resp::reply::ReplySink;
 
-use super::{Ctx, Fail, Res};
+use super::{Ctx, Fail, Res, Server, Session};
 use crate::store::Keyspace;
+
+/// The client id a replicated machine's executor records its lines for
+/// (no session has it: ids count up from 1).
+const RECORDED: u64 = u64::MAX;
+
+impl Server {
+    /// Makes this executor (a replicated machine's, for one entry) record
+    /// a monitor line for each command `session` runs, shown as sent from
+    /// `addr`, for [`Server::take_monitor_lines`].
+    pub fn record_monitor_lines(&mut self, session: &Session, addr: String) {
+        if !self.monitors.contains(&RECORDED) {
+            self.monitors.push(RECORDED);
+        }
+        if let Some(info) = self.clients.get_mut(&session.id) {
+            info.addr = addr.into();
+        }
+    }
+
+    /// The lines recorded since the last call, in order (each with its `+`
+    /// and CRLF, as a monitor receives it).
+    pub fn take_monitor_lines(&mut self) -> Vec<Vec<u8>> {
+        if !self.monitors.contains(&RECORDED) {
+            return Vec::new();
+        }
+        let (lines, rest): (Vec<_>, Vec<_>) = self.pubsub.take_outbox().into_iter().partition(|(id, _)| *id == RECORDED);
+        for (id, bytes) in rest {
+            self.pubsub.send(id, bytes);
+        }
+        lines.into_iter().map(|(_, line)| line).collect()
+    }
+
+    /// Sends `line` (recorded by a replicated machine's executor) to this
+    /// server's monitors.
+    pub fn feed_monitor_line(&mut self, line: &[u8]) {
+        for &id in &self.monitors {
+            self.pubsub.send(id, line.to_vec());
+        }
+    }
+
+    /// Whether a session is in MONITOR.
+    pub fn has_monitors(&self) -> bool {
+        !self.monitors.is_empty()
+    }
+}
 
 /// MONITOR: this connection receives every command from now on. A second
 /// MONITOR answers nothing, as Redis's does.

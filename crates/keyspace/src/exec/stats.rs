@@ -20,7 +20,14 @@
 //!   [`Stats::failed_uncounted`] (Redis's `ERR_REPLY_FLAG_NO_STATS_UPDATE`).
 //!
 //! The counters live in DRAM and are per executor, as Redis's are per
-//! server: a restart or CONFIG RESETSTAT starts them from zero.
+//! server: a restart or CONFIG RESETSTAT starts them from zero. A
+//! replicated machine runs each entry on an executor of its own: it keeps
+//! one [`Stats`] across them ([`super::Server::swap_stats`]), which the
+//! member adds to its own ([`super::Server::absorb_stats`]), so a member's
+//! INFO counts every command it applies, as a Redis replica counts what
+//! its primary sends (an entry run again, after the batch it joined was
+//! found full, is counted again). The per-command table is allocated at the first
+//! count: an executor made for one entry costs no table.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -49,7 +56,7 @@ pub struct CommandStat {
 
 /// The statistics of one executor (module docs).
 #[derive(Debug)]
-pub(crate) struct Stats {
+pub struct Stats {
     per_command: Box<[CommandStat]>,
     errors: BTreeMap<Vec<u8>, u64>,
     errors_disabled: bool,
@@ -60,7 +67,7 @@ pub(crate) struct Stats {
 impl Default for Stats {
     fn default() -> Self {
         Stats {
-            per_command: vec![CommandStat::default(); commands::table_len()].into_boxed_slice(),
+            per_command: Box::default(),
             errors: BTreeMap::new(),
             errors_disabled: false,
             total_error_replies: 0,
@@ -81,24 +88,71 @@ pub(crate) fn error_code(text: &[u8]) -> &[u8] {
 }
 
 impl Stats {
+    /// `info`'s row, the table allocated at the first count.
+    fn row(&mut self, info: &CommandInfo) -> &mut CommandStat {
+        if self.per_command.is_empty() {
+            self.per_command = vec![CommandStat::default(); commands::table_len()].into_boxed_slice();
+        }
+        &mut self.per_command[commands::index(info)]
+    }
+
     /// An error reply that updates the statistics (Redis's `afterErrorReply`).
     pub fn error(&mut self, text: &[u8]) {
         self.total_error_replies += 1;
+        self.count_error(error_code(text), 1);
+    }
+
+    /// `n` more errors of `code` (within [`MAX_ERROR_KINDS`] kinds).
+    fn count_error(&mut self, code: &[u8], n: u64) {
         if self.errors_disabled {
             return;
         }
-        let code = error_code(text);
         if let Some(count) = self.errors.get_mut(code) {
-            *count += 1;
+            *count += n;
             return;
         }
         if self.errors.len() >= MAX_ERROR_KINDS {
             self.errors.clear();
-            self.errors.insert(DISABLED.to_vec(), 1);
+            self.errors.insert(DISABLED.to_vec(), n);
             self.errors_disabled = true;
             return;
         }
-        self.errors.insert(code.to_vec(), 1);
+        self.errors.insert(code.to_vec(), n);
+    }
+
+    /// Whether nothing was counted since it was made or reset.
+    pub fn is_empty(&self) -> bool {
+        self.per_command.is_empty() && self.total_error_replies == 0
+    }
+
+    /// Adds `other`'s counters to these and resets `other`.
+    pub fn absorb(&mut self, other: &mut Stats) {
+        let other = std::mem::take(other);
+        self.total_error_replies += other.total_error_replies;
+        if other.errors_disabled {
+            self.errors.clear();
+            self.errors_disabled = false;
+            let total = other.errors.values().sum();
+            self.count_error(DISABLED, total);
+            self.errors_disabled = true;
+        } else {
+            for (code, n) in &other.errors {
+                self.count_error(code, *n);
+            }
+        }
+        if other.per_command.is_empty() {
+            return;
+        }
+        for (info, theirs) in commands::table().iter().zip(other.per_command.iter()) {
+            if *theirs == CommandStat::default() {
+                continue;
+            }
+            let ours = self.row(info);
+            ours.calls += theirs.calls;
+            ours.usec = ours.usec.saturating_add(theirs.usec);
+            ours.rejected_calls += theirs.rejected_calls;
+            ours.failed_calls += theirs.failed_calls;
+        }
     }
 
     /// Writes the error reply `text` (its code included) and counts it.
@@ -120,10 +174,11 @@ impl Stats {
     /// A call of `info` ended after `usec` µs: counted, and failed if an
     /// error was replied since the mark; the mark moves to now.
     pub fn end_call(&mut self, info: &CommandInfo, usec: u64) {
-        let stat = &mut self.per_command[commands::index(info)];
+        let failed = self.total_error_replies > self.mark;
+        let stat = self.row(info);
         stat.calls += 1;
         stat.usec = stat.usec.saturating_add(usec);
-        if self.total_error_replies > self.mark {
+        if failed {
             stat.failed_calls += 1;
         }
         self.mark = self.total_error_replies;
@@ -132,7 +187,7 @@ impl Stats {
     /// `info` was refused before running (Redis's `rejectCommand`); the
     /// refusal's error is counted by the caller.
     pub fn rejected(&mut self, info: &CommandInfo) {
-        self.per_command[commands::index(info)].rejected_calls += 1;
+        self.row(info).rejected_calls += 1;
     }
 
     /// A call of `info` refused inside a script (Redis's `scriptCall` error
@@ -149,7 +204,7 @@ impl Stats {
     /// `info` answered an error already counted (a script raising the error
     /// of a failed `redis.call`): failed, not counted again.
     pub fn failed_uncounted(&mut self, info: &CommandInfo) {
-        self.per_command[commands::index(info)].failed_calls += 1;
+        self.row(info).failed_calls += 1;
     }
 
     /// CONFIG RESETSTAT: every counter from zero.
@@ -160,7 +215,7 @@ impl Stats {
     /// `info`'s counters.
     #[cfg(test)]
     pub fn of(&self, info: &CommandInfo) -> CommandStat {
-        self.per_command[commands::index(info)]
+        self.per_command.get(commands::index(info)).copied().unwrap_or_default()
     }
 
     /// INFO `commandstats`' lines: each command (and subcommand, as
@@ -185,6 +240,20 @@ impl Stats {
         for (code, count) in &self.errors {
             let _ = write!(out, "errorstat_{}:count={count}\r\n", info_safe(code));
         }
+    }
+}
+
+impl super::Server {
+    /// Exchanges this executor's statistics with `other` (a replicated
+    /// machine keeps one [`Stats`] across the executors of its entries).
+    pub fn swap_stats(&mut self, other: &mut Stats) {
+        std::mem::swap(&mut self.stats, other);
+    }
+
+    /// Adds `other`'s counters to this executor's and resets `other` (a
+    /// member taking in what its machine applied).
+    pub fn absorb_stats(&mut self, other: &mut Stats) {
+        self.stats.absorb(other);
     }
 }
 
@@ -228,6 +297,46 @@ mod tests {
         s.error(b"OTHER kind");
         assert_eq!(s.errors[&b"OTHER".to_vec()], 1);
         assert_eq!(s.total_error_replies(), 1);
+    }
+
+    #[test]
+    fn absorbing_adds_every_counter_and_empties_the_other() {
+        let set = commands::lookup(b"set").expect("set");
+        let get = commands::lookup(b"get").expect("get");
+        let mut ours = Stats::default();
+        assert!(ours.is_empty() && ours.per_command.is_empty(), "no table until a count");
+        ours.begin_call();
+        ours.end_call(set, 5);
+        ours.error(b"WRONGTYPE x");
+        let mut theirs = Stats::default();
+        theirs.begin_call();
+        theirs.error(b"WRONGTYPE y");
+        theirs.end_call(set, 7);
+        theirs.rejected(get);
+        theirs.error(b"ERR z");
+        ours.absorb(&mut theirs);
+        assert!(theirs.is_empty());
+        assert_eq!(ours.of(set), CommandStat { calls: 2, usec: 12, rejected_calls: 0, failed_calls: 1 });
+        assert_eq!(ours.of(get), CommandStat { calls: 0, usec: 0, rejected_calls: 1, failed_calls: 0 });
+        assert_eq!(ours.total_error_replies(), 3);
+        assert_eq!((ours.errors[&b"WRONGTYPE".to_vec()], ours.errors[&b"ERR".to_vec()]), (2, 1));
+        // Past the cap in the other: this one is disabled too.
+        for i in 0..=MAX_ERROR_KINDS {
+            theirs.error(format!("E{i} x").as_bytes());
+        }
+        ours.absorb(&mut theirs);
+        assert!(ours.errors_disabled);
+        assert_eq!(ours.errors.keys().collect::<Vec<_>>(), vec![&DISABLED.to_vec()]);
+        assert_eq!(ours.total_error_replies(), 3 + MAX_ERROR_KINDS as u64 + 1);
+        // Past the cap by adding kinds: disabled as one executor would be.
+        let mut many = Stats::default();
+        for i in 0..MAX_ERROR_KINDS {
+            many.error(format!("K{i} x").as_bytes());
+        }
+        let mut one = Stats::default();
+        one.error(b"NEW kind");
+        many.absorb(&mut one);
+        assert!(many.errors_disabled);
     }
 
     #[test]
