@@ -659,8 +659,9 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         }
     }
 
-    /// Queues what PUBLISH sent to this member's subscribers on their
-    /// connections, in order after what each was answered before. A
+    /// Queues what PUBLISH sent to this member's subscribers, and the
+    /// MONITOR lines for its monitors, on their connections, in order
+    /// after what each was answered before. A
     /// subscriber with [`MAX_PUSHES_QUEUED`] replies unsent is closed once
     /// they are (Redis closes a subscriber past its output limit).
     fn route_pushes(&mut self) {
@@ -669,7 +670,12 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             return;
         }
         let local = &self.local;
-        let by_client: HashMap<u64, ConnId> = self.conns.iter().filter(|(_, c)| local.is_subscribed(c.session.id())).map(|(&id, c)| (c.session.id(), id)).collect();
+        let by_client: HashMap<u64, ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| local.is_subscribed(c.session.id()) || local.is_monitor(c.session.id()))
+            .map(|(&id, c)| (c.session.id(), id))
+            .collect();
         for (client, bytes) in messages {
             let Some(&id) = by_client.get(&client) else { continue };
             let conn = self.conns.get_mut(&id).expect("a subscriber's connection");
@@ -906,7 +912,14 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         let conn = self.conns.get_mut(&id).expect("the connection");
         let machine = self.reactor.service.machine_mut();
         let mut capture = Capture::default();
-        let result = with_request(args, |req| machine.read(&mut self.reads, &mut conn.session, now, req, &mut capture));
+        // Counted in this member's INFO, and shown to its monitors.
+        self.local.swap_stats_with(&mut self.reads);
+        let result = with_request(args, |req| {
+            let result = machine.read(&mut self.reads, &mut conn.session, now, req, &mut capture);
+            self.local.feed_monitors_for(&conn.session, now, req);
+            result
+        });
+        self.local.swap_stats_with(&mut self.reads);
         machine.keyspace().end_entry();
         match result {
             Ok(_) => Ok(capture.pieces),
@@ -1032,9 +1045,6 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         }
         let published = self.reactor.service.machine_mut().take_published();
         let lines = self.reactor.service.machine_mut().take_monitor_lines();
-        if published.is_empty() && lines.is_empty() {
-            return;
-        }
         for p in &published {
             self.local.deliver_published(p);
         }
@@ -1221,6 +1231,8 @@ impl<T: Transport<Addr = SocketAddr>> Service<SharedStore> for Member<T> {
                 self.to_wake.push(input.conn);
             }
         }
+        // MONITOR lines of the reads just served.
+        self.route_pushes();
     }
 
     fn closed(&mut self, conn: ConnId, _bufs: &mut SharedStore) {

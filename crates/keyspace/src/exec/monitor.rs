@@ -19,9 +19,11 @@
 //! records the lines of the commands it runs instead
 //! ([`super::Server::record_monitor_lines`]), shown as sent from
 //! `log:<index>` (the entry's; no entry names its client), and the member
-//! sends them to its own ([`super::Server::feed_monitor_line`]). So each
-//! member's monitors see every write it applies, and the reads and session
-//! commands it serves itself with their client's address.
+//! sends them to its own ([`super::Server::feed_monitor_line`]). A read
+//! the member serves outside the log runs on its read executor, and is fed
+//! to its monitors by the member ([`super::Server::feed_monitors_for`]).
+//! So each member's monitors see every write it applies, and the reads and
+//! session commands it serves itself with their client's address.
 
 use pmwire_resp::reply::ReplySink;
 
@@ -63,6 +65,21 @@ impl Server {
     pub fn feed_monitor_line(&mut self, line: &[u8]) {
         for &id in &self.monitors {
             self.pubsub.send(id, line.to_vec());
+        }
+    }
+
+    /// Feeds this server's monitors the line of `req`, which `session` (one
+    /// of this server's) ran at `now_ms` on another executor (a cluster
+    /// member's reads).
+    pub fn feed_monitors_for(&mut self, session: &Session, now_ms: u64, req: &pmwire_resp::request::Request<'_>) {
+        if self.monitors.is_empty() {
+            return;
+        }
+        let addr = self.clients.get(&session.id).map_or("?:0", |c| &*c.addr);
+        let args: Vec<&[u8]> = req.args().collect();
+        let line = line(now_ms, Some(addr), redacted(&args).into_iter());
+        for &id in &self.monitors {
+            self.pubsub.send(id, line.clone());
         }
     }
 

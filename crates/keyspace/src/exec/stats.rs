@@ -250,6 +250,12 @@ impl super::Server {
         std::mem::swap(&mut self.stats, other);
     }
 
+    /// Exchanges the statistics of two executors (a member lends its own
+    /// to the executor that serves its reads, for one read).
+    pub fn swap_stats_with(&mut self, other: &mut super::Server) {
+        std::mem::swap(&mut self.stats, &mut other.stats);
+    }
+
     /// Adds `other`'s counters to this executor's and resets `other` (a
     /// member taking in what its machine applied).
     pub fn absorb_stats(&mut self, other: &mut Stats) {
