@@ -956,6 +956,12 @@ fn published_messages_reach_subscribers_on_every_member() {
         assert_eq!(sub.call(&["SET", "k", "v"]), ok(), "out of the context, writes go through the log");
         assert_eq!(publisher.call(&["PUBLISH", "news", "gone"]), Reply::Int(0));
         assert_eq!(elsewhere.call(&["SPUBLISH", "news", "shard"]), Reply::Int(0));
+        // Every member has applied (and delivered to no one) what was published
+        // here before the next round subscribes again: a linearizable read waits
+        // for its member to apply that far.
+        for x in 0..3 {
+            assert_eq!(cluster.client(x).call(&["GET", "k"]), Reply::bulk("v"));
+        }
     }
     // Keyspace events: each member's own setting, for every entry it
     // applies, whichever member proposed it.
