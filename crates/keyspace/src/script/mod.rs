@@ -284,22 +284,18 @@ G.pcall = function(f, ...) return unless_killed(fix(rawpcall(f, ...))) end
 G.dofile, G.loadfile, G.print, G.debug, G.bridge_api = nil, nil, nil, nil, nil
 G.module, G.require, G.package, G.newproxy = nil, nil, nil, nil
 -- What a script's globals read: the real globals, or while a library
--- loads (FUNCTION LOAD) its restricted API.
-local api = G
-env = setmt({}, {
-  __index = function(_, n)
-    local v = rawget_(api, n)
-    if v == nil then
-      error_("Script attempted to access nonexistent global variable '" .. tostring_(n) .. "'", 2)
-    end
-    return v
-  end,
-  __newindex = refuse,
-  __metatable = false,
-})
+-- loads (FUNCTION LOAD) its restricted API. A read is a table lookup
+-- (the environment's __index is that table, as Redis's globals are a plain
+-- table), and the table's own __index raises for a name that is not
+-- there, as Redis's luaSetErrorMetatable does (level 2: the script's line).
+local function missing(_, n)
+  error_("Script attempted to access nonexistent global variable '" .. tostring_(n) .. "'", 2)
+end
+local env_mt = {__index = G, __newindex = refuse, __metatable = false}
+env = setmt({}, env_mt)
 readonly[env] = true
 readonly[G] = true
-local G_mt = {__newindex = refuse}
+local G_mt = {__newindex = refuse, __index = missing}
 G_mt.__metatable = view(G_mt)
 setmt(G, G_mt)
 local function handler(err)
@@ -413,12 +409,12 @@ local function strict(t)
   readonly[v] = true
   return v
 end
-local library_api = {redis = strict(lib_redis)}
+local library_api = setmt({redis = strict(lib_redis)}, {__index = missing})
 local function load_lib(chunk)
   registering = {list = {}, names = {}}
-  api = library_api
+  env_mt.__index = library_api
   local ok, err = rawpcall(chunk)
-  api = G
+  env_mt.__index = G
   local list = registering.list
   registering = nil
   if not ok then return false, err end
