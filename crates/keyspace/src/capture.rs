@@ -35,6 +35,13 @@ impl<V> Capture<V> {
         Capture::default()
     }
 
+    /// An empty capture that writes into `bytes` (cleared), so a caller
+    /// that captures reply after reply reuses one buffer.
+    pub fn reusing(mut bytes: Vec<u8>) -> Self {
+        bytes.clear();
+        Capture { bytes, values: Vec::new() }
+    }
+
     /// The reply bytes, each value read from `ks` where it was written.
     pub fn finish<K: Keyspace<Value = V>>(self, ks: &K) -> Vec<u8> {
         if self.values.is_empty() {

@@ -164,6 +164,10 @@ impl<K: Keyspace> Keyspace for Recording<'_, K> {
         self.inner.internal_get(key)
     }
 
+    fn internal_exists(&mut self, key: &[u8]) -> bool {
+        self.inner.internal_exists(key)
+    }
+
     fn internal_read(&mut self, key: &[u8], out: &mut Vec<u8>) -> bool {
         self.inner.internal_read(key, out)
     }

@@ -297,6 +297,12 @@ pub trait Keyspace {
     fn internal_get(&mut self, _key: &[u8]) -> Option<Self::Value> {
         None
     }
+    /// Whether there is an internal entry at `key` (a keyspace whose
+    /// [`Keyspace::internal_get`] takes a reference overrides this to
+    /// take none).
+    fn internal_exists(&mut self, key: &[u8]) -> bool {
+        self.internal_get(key).is_some()
+    }
     /// Appends the bytes of the internal entry at `key` to `out`; false
     /// if there is none. Unlike [`Keyspace::internal_get`], it keeps no
     /// value alive past the call (a keyspace whose handles hold buffers

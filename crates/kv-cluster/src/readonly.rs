@@ -145,6 +145,10 @@ impl<K: MachineKeyspace> Keyspace for ReadOnly<'_, K> {
         self.inner.internal_get(key)
     }
 
+    fn internal_exists(&mut self, key: &[u8]) -> bool {
+        self.inner.internal_exists(key)
+    }
+
     fn internal_read(&mut self, key: &[u8], out: &mut Vec<u8>) -> bool {
         self.inner.internal_read(key, out)
     }

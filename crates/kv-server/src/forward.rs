@@ -157,6 +157,10 @@ impl<H: EngineHost> Keyspace for Forward<H> {
         self.0.lend(|k| k.internal_get(key))
     }
 
+    fn internal_exists(&mut self, key: &[u8]) -> bool {
+        self.0.lend(|k| k.internal_exists(key))
+    }
+
     fn internal_read(&mut self, key: &[u8], out: &mut Vec<u8>) -> bool {
         self.0.lend(|k| k.internal_read(key, out))
     }

@@ -619,6 +619,10 @@ impl<M: Media> Keyspace for EngineKeyspace<'_, M> {
         Some(handle)
     }
 
+    fn internal_exists(&mut self, key: &[u8]) -> bool {
+        self.engine.lookup(&internal_key(key)).is_some()
+    }
+
     fn internal_read(&mut self, key: &[u8], out: &mut Vec<u8>) -> bool {
         // Read at once: nothing frees the buffers before this returns.
         let Some(entry) = self.engine.lookup(&internal_key(key)) else { return false };

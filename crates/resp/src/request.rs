@@ -489,6 +489,40 @@ impl Parsed {
         summary
     }
 
+    /// Replaces the previous results with one command whose arguments lie
+    /// back to back in one segment, argument `i` ending at `ends[i]`: a
+    /// request the server builds itself (a script's `redis.call`), read
+    /// with `request(&[bytes], 0)` where `bytes` is that segment. Held to
+    /// the limits a parse applies: `false` (and no command) if there are
+    /// more than `max_args` arguments, one is longer than `max_bulk_bytes`,
+    /// or the segment is past the 32-bit locations.
+    pub fn set_command(&mut self, ends: &[usize]) -> bool {
+        self.pieces.clear();
+        self.args.clear();
+        self.commands.clear();
+        self.ends.clear();
+        self.gathered.clear();
+        self.lazy.clear();
+        self.seg_starts.clear();
+        let total = ends.last().copied().unwrap_or(0);
+        if ends.is_empty() || ends.len() > self.limits.max_args as usize || total > u32::MAX as usize {
+            return false;
+        }
+        let mut start = 0usize;
+        for &end in ends {
+            if end < start || (end - start) as u64 > self.limits.max_bulk_bytes {
+                self.args.clear();
+                return false;
+            }
+            self.args.push(ArgMeta { bytes: Bytes::Segment { segment: 0, start: start as u32, len: (end - start) as u32 }, pieces: (0, 0) });
+            start = end;
+        }
+        self.seg_starts.push(0);
+        self.commands.push(0..self.args.len() as u32);
+        self.ends.push(total);
+        true
+    }
+
     fn truncate_args(&mut self, first_arg: u32) {
         if let Some(meta) = self.args.get(first_arg as usize) {
             self.pieces.truncate(meta.pieces.0 as usize);

@@ -569,14 +569,17 @@ fn unknown_command<'a>(argc: usize, arg: impl Fn(usize) -> &'a [u8]) -> String {
 /// memory is above `maxmemory`.
 pub(crate) const OOM_ERROR: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 
-/// The row `args` names (its subcommand's for a container), whatever its
-/// arity; `None` if unknown.
-pub(crate) fn row_of(args: &[Vec<u8>]) -> Option<&'static CommandInfo> {
-    let command = commands::lookup(args.first()?).filter(|c| !c.is_subcommand())?;
-    if !command.is_container() || args.len() < 2 {
+/// The row `argc` arguments `arg(i)` name (its subcommand's for a
+/// container), whatever its arity; `None` if unknown.
+pub(crate) fn row_of<'a>(argc: usize, arg: impl Fn(usize) -> &'a [u8]) -> Option<&'static CommandInfo> {
+    if argc == 0 {
+        return None;
+    }
+    let command = commands::lookup(arg(0)).filter(|c| !c.is_subcommand())?;
+    if !command.is_container() || argc < 2 {
         return Some(command);
     }
-    commands::subcommand(command, &args[1])
+    commands::subcommand(command, arg(1))
 }
 
 /// The command (or subcommand) `args` names, or Redis's error for an

@@ -31,9 +31,8 @@ use super::{find_command, Ctx, Fail, Flow, Res, Server, Session};
 use crate::script::{self, Answer, Outcome, Vm};
 use crate::store::Keyspace;
 use crate::capture::Capture;
-use pmwire_resp::client::{encode_request, parse_reply};
 use pmwire_resp::reply::{Out, Protocol, ReplySink};
-use pmwire_resp::request::{Limits, Parsed, Request};
+use pmwire_resp::request::{Parsed, Request};
 
 /// The tag of a script body's internal key (`03` + 40 hex digits).
 pub const SCRIPT_TAG: u8 = 0x03;
@@ -50,6 +49,14 @@ const NOSCRIPT: &[&str] = &[
     "watch", "acl|whoami", "fcall", "fcall_ro", "function|delete", "function|dump", "function|kill", "function|list", "function|load",
     "function|restore", "function|stats",
 ];
+
+/// Whether a script may not call `spec` ([`NOSCRIPT`]), by the row's
+/// index (the names compared once, not on every `redis.call`).
+fn noscript(spec: &CommandInfo) -> bool {
+    static ROWS: std::sync::OnceLock<Vec<bool>> = std::sync::OnceLock::new();
+    let rows = ROWS.get_or_init(|| super::commands::table().iter().map(|c| NOSCRIPT.contains(&c.name)).collect());
+    rows[super::commands::index(spec)]
+}
 
 /// A replicated executor's script budget ([`super::ServerConfig::script_budget`]):
 /// 10^9 instructions, about 4 s of a tight loop on the machine of
@@ -69,6 +76,8 @@ pub struct Scripts {
     flags: HashMap<String, u8>,
     /// The function libraries (FUNCTION, FCALL).
     pub(super) functions: super::functions::Functions,
+    /// The request a script's `redis.call` is handed over as (reused).
+    parsed: Parsed,
 }
 
 fn body_key(sha: &str) -> Vec<u8> {
@@ -90,7 +99,15 @@ impl Scripts {
 
     fn exists<K: Keyspace>(&self, ks: &mut K, sha: &str) -> bool {
         if ks.has_internal() {
-            ks.internal_get(&body_key(sha)).is_some()
+            let mut key = [SCRIPT_TAG; 41];
+            match sha.as_bytes().try_into() {
+                Ok(hex) => {
+                    let hex: &[u8; 40] = hex;
+                    key[1..].copy_from_slice(hex);
+                    ks.internal_exists(&key)
+                }
+                Err(_) => ks.internal_exists(&body_key(sha)),
+            }
         } else {
             self.bodies.contains_key(sha)
         }
@@ -234,17 +251,29 @@ impl Server {
             self.stats.error_reply(&mut out, b"ERR Number of keys can't be negative");
             return Flow::Continue;
         }
+        // An EVALSHA's name is lower-cased on the stack; only EVAL's digest
+        // is a new string.
+        let mut hex = [0u8; 40];
+        let digest;
         let (sha, body) = if by_sha {
-            let sha = String::from_utf8_lossy(req.arg(1)).to_ascii_lowercase();
+            let given = req.arg(1);
+            let sha = match std::str::from_utf8(given) {
+                Ok(_) if given.len() == 40 => {
+                    hex.copy_from_slice(given);
+                    hex.make_ascii_lowercase();
+                    std::str::from_utf8(&hex).expect("ASCII lower-cased stays UTF-8")
+                }
+                _ => "",
+            };
             // A compiled script needs only to be still stored (a flush or
             // SCRIPT FLUSH elsewhere, EVAL_RO compiling without storing).
-            let compiled = self.scripts.vm.as_ref().is_some_and(|vm| vm.is_compiled(&sha));
+            let compiled = self.scripts.vm.as_ref().is_some_and(|vm| vm.is_compiled(sha));
             let body = if sha.len() != 40 {
                 None
             } else if compiled {
-                self.scripts.exists(ks, &sha).then(Vec::new)
+                self.scripts.exists(ks, sha).then(Vec::new)
             } else {
-                self.scripts.body(ks, &sha)
+                self.scripts.body(ks, sha)
             };
             let Some(body) = body else {
                 self.stats.error_reply(&mut out, b"NOSCRIPT No matching script. Please use EVAL.");
@@ -253,9 +282,10 @@ impl Server {
             (sha, body)
         } else {
             let body = req.arg(1).to_vec();
-            (script::sha1_hex(&body), body)
+            digest = script::sha1_hex(&body);
+            (digest.as_str(), body)
         };
-        let (function, flags) = match self.scripts.compile(&sha, &body) {
+        let (function, flags) = match self.scripts.compile(sha, &body) {
             Ok(f) => f,
             Err(fail) => {
                 self.stats.error_reply(&mut out, fail.text().as_bytes());
@@ -263,7 +293,7 @@ impl Server {
             }
         };
         if !by_sha && !read_only {
-            if let Err(fail) = self.scripts.store(ks, &sha, &body) {
+            if let Err(fail) = self.scripts.store(ks, sha, &body) {
                 self.stats.error_reply(&mut out, fail.text().as_bytes());
                 return Flow::Continue;
             }
@@ -284,7 +314,7 @@ impl Server {
         let mut vm = self.scripts.vm.take().expect("compiled above");
         let (outcome, script_resp) = self.run_script(&mut vm, &function, false, &keys, &args, read_only, session, ks);
         self.scripts.vm = Some(vm);
-        self.reply_outcome(spec, outcome, script_resp, &sha, session, ks, sink);
+        self.reply_outcome(spec, outcome, script_resp, sha, session, ks, sink);
         Flow::Continue
     }
 
@@ -350,7 +380,7 @@ impl Server {
         ks.begin_script();
         let deny_blocking = std::mem::replace(&mut self.deny_blocking, true);
         let in_script = std::mem::replace(&mut self.in_script, true);
-        let mut call = |argv: &[Vec<u8>], resp: u8| self.script_call(session, ks, argv, resp, read_only);
+        let mut call = |argv: &script::Args<'_>, resp: u8, out: &mut Vec<u8>| self.script_call(session, ks, argv, resp, read_only, out);
         let outcome = if as_function {
             vm.run_function(function, keys, args, seed, limit, &mut call)
         } else {
@@ -404,17 +434,18 @@ impl Server {
     }
 
     /// One `redis.call` of a running script: its reply, in the script's
-    /// protocol `resp`, or Redis's error for a call that could not run
-    /// (counted as Redis's `scriptCall` counts a refusal).
-    fn script_call<K: Keyspace>(&mut self, session: &mut Session, ks: &mut K, argv: &[Vec<u8>], resp: u8, read_only: bool) -> Result<pmwire_resp::client::Value, String> {
-        self.script_call_admitted(session, ks, argv, resp, read_only).map_err(|text| {
-            self.stats.rejected_in_script(super::row_of(argv), text.as_bytes());
+    /// protocol `resp`, appended to `out` as RESP, or Redis's error for a
+    /// call that could not run (counted as Redis's `scriptCall` counts a
+    /// refusal).
+    fn script_call<K: Keyspace>(&mut self, session: &mut Session, ks: &mut K, argv: &script::Args<'_>, resp: u8, read_only: bool, out: &mut Vec<u8>) -> Result<(), String> {
+        self.script_call_admitted(session, ks, argv, resp, read_only, out).map_err(|text| {
+            self.stats.rejected_in_script(super::row_of(argv.len(), |i| argv.get(i)), text.as_bytes());
             text
         })
     }
 
-    fn script_call_admitted<K: Keyspace>(&mut self, session: &mut Session, ks: &mut K, argv: &[Vec<u8>], resp: u8, read_only: bool) -> Result<pmwire_resp::client::Value, String> {
-        let spec = find_command(argv.len(), |i| &argv[i]).map_err(|e| {
+    fn script_call_admitted<K: Keyspace>(&mut self, session: &mut Session, ks: &mut K, argv: &script::Args<'_>, resp: u8, read_only: bool, out: &mut Vec<u8>) -> Result<(), String> {
+        let spec = find_command(argv.len(), |i| argv.get(i)).map_err(|e| {
             if e.starts_with("ERR wrong number of arguments") {
                 "ERR Wrong number of args calling Redis command from script".to_string()
             } else if e.starts_with("ERR unknown command") {
@@ -423,7 +454,7 @@ impl Server {
                 e
             }
         })?;
-        if NOSCRIPT.contains(&spec.name) {
+        if noscript(spec) {
             return Err("ERR This Redis command is not allowed from script".into());
         }
         if read_only && spec.flags.contains(super::commands::Flags::WRITE) {
@@ -439,31 +470,32 @@ impl Server {
         if spec.flags.contains(super::commands::Flags::WRITE) {
             self.script_run.wrote = true;
         }
-        let mut encoded = Vec::new();
-        encode_request(argv, &mut encoded);
-        let limits = Limits { max_commands: u32::MAX, ..self.config.limits };
-        let mut parsed = Parsed::new(limits);
-        let segments: [&[u8]; 1] = [&encoded];
-        let summary = parsed.parse(&segments);
-        if summary.commands != 1 || summary.consumed != encoded.len() {
+        // The arguments are handed over where they lie: a request over the
+        // call's one buffer, held to the limits a client's request is.
+        let limits = self.config.limits;
+        let mut parsed = std::mem::take(&mut self.scripts.parsed);
+        if parsed.limits() != limits {
+            parsed = Parsed::new(limits);
+        }
+        let (bytes, ends) = argv.parts();
+        if !parsed.set_command(ends) {
+            self.scripts.parsed = parsed;
             return Err("ERR the command's arguments exceed this server's request limits".into());
         }
-        parsed.forget_pieces();
+        let segments: [&[u8]; 1] = [bytes];
         let req = parsed.request(&segments, 0);
         let saved = session.protocol;
         session.protocol = if resp == 3 { Protocol::Resp3 } else { Protocol::Resp2 };
-        let mut capture = Capture::new();
+        let mut capture = Capture::reusing(std::mem::take(out));
         self.commands_processed += 1;
         self.counted(spec, |server| server.run_one(spec, session, ks, &req, &mut capture));
         if !spec.flags.contains(super::commands::Flags::ADMIN) {
             self.feed_monitors(session, ks, &req, true);
         }
         session.protocol = saved;
-        let bytes = capture.finish(ks);
-        match parse_reply(&bytes) {
-            Ok(Some((reply, used))) if used == bytes.len() => Ok(reply),
-            _ => Err("ERR a command's reply did not parse back".into()),
-        }
+        self.scripts.parsed = parsed;
+        *out = capture.finish(ks);
+        Ok(())
     }
 }
 

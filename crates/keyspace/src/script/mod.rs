@@ -22,6 +22,12 @@
 //!   table `{err = "CODE text"}`; a script's uncaught error is answered
 //!   `-<err> script: <sha>, on @user_script:<line>.`; `pcall` hands back
 //!   the text of such a table.
+//! - **`redis.call` / `redis.pcall`** are C functions over Lua's C API
+//!   ([`bridge`]): arguments read off the stack into a reused buffer,
+//!   the reply pushed from RESP without a protected call per value; a run
+//!   is one protected call ([`Vm::run`]: KEYS and ARGV built with the C
+//!   API). The rule that keeps Lua's `longjmp` off Rust frames that own
+//!   something is at the top of [`bridge`].
 //! - **Randomness.** `math.random` is Redis's (`lrand48`'s generator), seeded
 //!   for each run from a value the executor draws, so a script's draws are
 //!   a function of the executor's generator, as every other draw is.
@@ -39,6 +45,7 @@
 //! Not provided yet: the Lua debugger.
 
 pub mod bit;
+mod bridge;
 pub mod cjson;
 pub mod cmsgpack;
 pub mod structlib;
@@ -49,7 +56,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use mlua::{Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value, VmState};
-use pmwire_resp::client::Value as Reply;
 
 /// Most bytes the interpreter may hold; an allocation beyond fails the
 /// script with Lua's "not enough memory".
@@ -122,10 +128,7 @@ impl RunState {
     }
 }
 
-/// What serves a run's `redis.call`: the command's arguments and the
-/// script's protocol (2 or 3) → its reply, or the error text of a command
-/// that could not run.
-pub type Call<'a> = dyn FnMut(&[Vec<u8>], u8) -> Result<Reply, String> + 'a;
+pub use bridge::{Args, Call};
 
 /// When a run is stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,10 +159,11 @@ pub enum Outcome {
 /// The interpreter of one executor (module docs).
 pub struct Vm {
     lua: Lua,
+    /// Where `redis.call` and `redis.pcall` find the run's command
+    /// callback (after `lua`: it outlives the functions that name it).
+    bridge: bridge::BridgeHandle,
     /// `run(f)`: `xpcall(f, handler)`, returning `ok, value`.
     run: Function,
-    /// Where `redis.call` and `redis.pcall` find the run's command callback.
-    bridge: Table,
     /// The real globals (KEYS and ARGV are set here, raw).
     globals: Table,
     /// What scripts see as their globals.
@@ -168,8 +172,6 @@ pub struct Vm {
     state: Arc<RunState>,
     /// Runs so far (the collector steps every 50).
     runs: u64,
-    /// `redis.call`'s bridge outside a run (it refuses).
-    outside: Function,
     /// `run_fn(f, keys, args)`: a function's run (FCALL), as `run`.
     run_fn: Function,
     /// `load_lib(chunk)`: a library's loading run (FUNCTION LOAD),
@@ -219,11 +221,9 @@ local function view(t)
   return v
 end
 local function refuse0() error_('Attempt to modify a readonly table', 0) end
-local bridge = {}
 local redis = {}
 local killed = bridge_api.killed
 bridge_api.killed = nil
-redis.pcall = function(...) return bridge.call(...) end
 for k, v in pairs(bridge_api) do redis[k] = v end
 -- A stopped run's error must not be caught: whatever catches errors
 -- raises again once the run is stopped (the hook raises only every
@@ -284,22 +284,18 @@ G.pcall = function(f, ...) return unless_killed(fix(rawpcall(f, ...))) end
 G.dofile, G.loadfile, G.print, G.debug, G.bridge_api = nil, nil, nil, nil, nil
 G.module, G.require, G.package, G.newproxy = nil, nil, nil, nil
 -- What a script's globals read: the real globals, or while a library
--- loads (FUNCTION LOAD) its restricted API.
-local api = G
-env = setmt({}, {
-  __index = function(_, n)
-    local v = rawget_(api, n)
-    if v == nil then
-      error_("Script attempted to access nonexistent global variable '" .. tostring_(n) .. "'", 2)
-    end
-    return v
-  end,
-  __newindex = refuse,
-  __metatable = false,
-})
+-- loads (FUNCTION LOAD) its restricted API. A read is a table lookup
+-- (the environment's __index is that table, as Redis's globals are a plain
+-- table), and the table's own __index raises for a name that is not
+-- there, as Redis's luaSetErrorMetatable does (level 2: the script's line).
+local function missing(_, n)
+  error_("Script attempted to access nonexistent global variable '" .. tostring_(n) .. "'", 2)
+end
+local env_mt = {__index = G, __newindex = refuse, __metatable = false}
+env = setmt({}, env_mt)
 readonly[env] = true
 readonly[G] = true
-local G_mt = {__newindex = refuse}
+local G_mt = {__newindex = refuse, __index = missing}
 G_mt.__metatable = view(G_mt)
 setmt(G, G_mt)
 local function handler(err)
@@ -413,18 +409,18 @@ local function strict(t)
   readonly[v] = true
   return v
 end
-local library_api = {redis = strict(lib_redis)}
+local library_api = setmt({redis = strict(lib_redis)}, {__index = missing})
 local function load_lib(chunk)
   registering = {list = {}, names = {}}
-  api = library_api
+  env_mt.__index = library_api
   local ok, err = rawpcall(chunk)
-  api = G
+  env_mt.__index = G
   local list = registering.list
   registering = nil
   if not ok then return false, err end
   return true, list
 end
-return run, bridge, env, redis, run_fn, load_lib
+return run, env, redis, run_fn, load_lib
 "#;
 
 impl Vm {
@@ -463,12 +459,17 @@ impl Vm {
             }
             Ok(Ok(Value::Nil))
         })?)?;
-        globals.raw_set("bridge_api", redis_api(&lua, &state)?)?;
-        let (run, bridge, env, redis, run_fn, load_lib): (Function, Table, Table, Table, Function, Function) = lua.load(SETUP).set_name("=setup").call(())?;
-        let pcall: Function = redis.raw_get("pcall")?;
-        // SAFETY: pushes one C closure over the value exec_raw pushed.
-        let call = unsafe { lua.exec_raw::<Function>(pcall, |state| mlua::ffi::lua_pushcclosure(state, raise_error_table, 1))? };
-        redis.raw_set("call", call)?;
+        let api = redis_api(&lua, &state)?;
+        let bridge = bridge::BridgeHandle::new(state.clone());
+        let upvalue = bridge.as_upvalue();
+        for (name, raise) in [("call", true), ("pcall", false)] {
+            // SAFETY: pushes one C closure; the bridge is kept in the Vm,
+            // after the interpreter.
+            let f = unsafe { lua.exec_raw::<Function>((), |s| bridge::push_call_function(s, upvalue, raise))? };
+            api.raw_set(name, f)?;
+        }
+        globals.raw_set("bridge_api", api)?;
+        let (run, env, _redis, run_fn, load_lib): (Function, Table, Table, Function, Function) = lua.load(SETUP).set_name("=setup").call(())?;
         let st = state.clone();
         lua.set_hook(HookTriggers::new().every_nth_instruction(HOOK_EVERY), move |_, _| {
             let late = st.step();
@@ -478,9 +479,7 @@ impl Vm {
             }
             Ok(VmState::Continue)
         })?;
-        let outside = lua.create_function(|lua, _: MultiValue| error_table(lua, "ERR redis.call/pcall can only be called inside a script invocation"))?;
-        bridge.raw_set("call", outside.clone())?;
-        Ok(Vm { lua, run, bridge, globals, env, compiled: HashMap::new(), state, runs: 0, outside, run_fn, load_lib, cjson })
+        Ok(Vm { lua, bridge, run, globals, env, compiled: HashMap::new(), state, runs: 0, run_fn, load_lib, cjson })
     }
 
     /// The compiled function of the script `sha` (its body `body`),
@@ -610,41 +609,26 @@ impl Vm {
     }
 
     fn run_inner(&mut self, f: &Function, as_function: bool, keys: &[&[u8]], args: &[&[u8]], call: &mut Call<'_>) -> mlua::Result<Outcome> {
-        let lua = &self.lua;
-        let (keys, args) = (array_of(lua, keys)?, array_of(lua, args)?);
-        if !as_function {
-            self.globals.raw_set("KEYS", keys.clone())?;
-            self.globals.raw_set("ARGV", args.clone())?;
+        let runner = if as_function { &self.run_fn } else { &self.run };
+        // SAFETY: `leave` follows on every path, before `call`'s borrow ends.
+        unsafe { self.bridge.get().enter(call) };
+        // SAFETY: `start_run` works on the stack exec_raw hands it, which
+        // holds the runner and `f`; it captures only borrows.
+        let result = unsafe { self.lua.exec_raw::<(bool, Value)>((runner, f), |state| start_run(state, as_function, keys, args)) };
+        let bridge = self.bridge.get();
+        bridge.leave();
+        if let Some(payload) = bridge.panic.take() {
+            std::panic::resume_unwind(payload);
         }
-        let state = self.state.clone();
-        let result = lua.scope(|scope| {
-            let bridged = scope.create_function_mut(|lua, argv: MultiValue| {
-                if state.killed.load(Relaxed) {
-                    return error_table(lua, "ERR Script killed: it ran past lua-time-limit");
-                }
-                let Some(argv) = command_args(&argv) else {
-                    return error_table(lua, "ERR Lua redis lib command arguments must be strings or integers");
-                };
-                if argv.is_empty() {
-                    return error_table(lua, "ERR Please specify at least one argument for this redis lib call");
-                }
-                match call(&argv, state.resp.load(Relaxed)) {
-                    Ok(reply) => reply_to_lua(lua, &reply, 0),
-                    Err(text) => command_error_table(lua, text.as_bytes()),
-                }
-            })?;
-            self.bridge.raw_set("call", bridged)?;
-            let r = if as_function {
-                self.run_fn.call::<(bool, Value)>((f.clone(), keys, args))
-            } else {
-                self.run.call::<(bool, Value)>(f.clone())
-            };
-            self.bridge.raw_set("call", self.outside.clone())?;
-            r
-        });
-        self.globals.raw_set("KEYS", Value::Nil)?;
-        self.globals.raw_set("ARGV", Value::Nil)?;
-        let (ok, value) = result?;
+        let (ok, value) = match result {
+            Ok(r) => r,
+            Err(e) => {
+                // Raised past the runner (out of memory): KEYS and ARGV may be set.
+                self.globals.raw_set("KEYS", Value::Nil)?;
+                self.globals.raw_set("ARGV", Value::Nil)?;
+                return Err(e);
+            }
+        };
         if ok {
             return Ok(Outcome::Returned(value));
         }
@@ -678,33 +662,66 @@ fn failure(value: &Value) -> Outcome {
     Outcome::Failed(c_str(&msg).to_vec(), at, counted)
 }
 
-/// Lua's values as a command's arguments: strings as they are, numbers as
-/// `%.17g` (Redis: "Lua uses a format specifier that loses precision");
-/// `None` if one is anything else.
-fn command_args(values: &MultiValue) -> Option<Vec<Vec<u8>>> {
-    values
-        .iter()
-        .map(|v| match v {
-            Value::String(s) => Some(s.as_bytes().to_vec()),
-            Value::Integer(i) => Some(g17(*i as f64)),
-            Value::Number(n) => Some(g17(*n)),
-            _ => None,
-        })
-        .collect()
-}
-
-fn g17(d: f64) -> Vec<u8> {
-    let mut out = Vec::new();
-    pmwire_resp::numbers::format_double(d, &mut out);
-    out
-}
-
-fn array_of(lua: &Lua, items: &[&[u8]]) -> mlua::Result<Table> {
-    let t = lua.create_table_with_capacity(items.len(), 0)?;
-    for (i, item) in items.iter().enumerate() {
-        t.raw_set(i + 1, lua.create_string(item)?)?;
+/// Calls the runner on the stack's bottom: `run(f)` with `KEYS` and
+/// `ARGV` set as globals for the call, or `run_fn(f, KEYS, ARGV)` for a
+/// library function; leaves `ok, value`. One protected call for the whole
+/// run (exec_raw's), the arrays built with the C API.
+///
+/// # Safety
+/// `state` holds the runner and `f`, and runs exec_raw's protected C
+/// function (a raise here is caught there; this frame owns nothing).
+unsafe fn start_run(state: *mut mlua::ffi::lua_State, as_function: bool, keys: &[&[u8]], args: &[&[u8]]) {
+    use mlua::ffi;
+    // SAFETY: as the contract; each push is consumed by the set or call
+    // after it.
+    unsafe {
+        ffi::luaL_checkstack(state, 6, c"too many arguments".as_ptr());
+        push_array(state, keys);
+        push_array(state, args);
+        if as_function {
+            ffi::lua_call(state, 3, 2);
+            return;
+        }
+        set_global(state, c"ARGV");
+        set_global(state, c"KEYS");
+        ffi::lua_call(state, 1, 2);
+        ffi::lua_pushnil(state);
+        set_global(state, c"KEYS");
+        ffi::lua_pushnil(state);
+        set_global(state, c"ARGV");
     }
-    Ok(t)
+}
+
+/// Pushes `items` as a Lua array of strings.
+///
+/// # Safety
+/// `state` has room for two values; may raise (out of memory).
+unsafe fn push_array(state: *mut mlua::ffi::lua_State, items: &[&[u8]]) {
+    use mlua::ffi;
+    let n = std::ffi::c_int::try_from(items.len()).expect("a request's arguments are counted in 32 bits");
+    // SAFETY: as the contract; Lua copies each string.
+    unsafe {
+        ffi::lua_createtable(state, n, 0);
+        for (i, item) in (1..=n).zip(items) {
+            ffi::lua_pushlstring(state, item.as_ptr().cast(), item.len());
+            ffi::lua_rawseti_(state, -2, i);
+        }
+    }
+}
+
+/// Pops the value on the top into the real globals as `name`, raw (the
+/// globals refuse a plain set).
+///
+/// # Safety
+/// `state` has a value on its top and room for two more; may raise.
+unsafe fn set_global(state: *mut mlua::ffi::lua_State, name: &std::ffi::CStr) {
+    use mlua::ffi;
+    // SAFETY: as the contract.
+    unsafe {
+        ffi::lua_pushstring(state, name.as_ptr());
+        ffi::lua_insert(state, -2);
+        ffi::lua_rawset(state, ffi::LUA_GLOBALSINDEX);
+    }
 }
 
 /// Redis's error table `{err = text}` (its `luaPushError`: a text that
@@ -713,16 +730,13 @@ fn error_table(lua: &Lua, text: &str) -> mlua::Result<Value> {
     error_table_bytes(lua, text.as_bytes(), false)
 }
 
-/// A command's error as a script sees it: with Redis's
-/// `ignore_error_stats_update` field (a script that encodes the table
-/// sees it, as on Redis).
-fn command_error_table(lua: &Lua, text: &[u8]) -> mlua::Result<Value> {
-    error_table_bytes(lua, text, true)
-}
-
 fn error_table_bytes(lua: &Lua, text: &[u8], from_command: bool) -> mlua::Result<Value> {
     let t = lua.create_table()?;
-    t.raw_set("err", lua.create_string(error_text(text))?)?;
+    let err = match bridge::error_parts(text) {
+        (Some(code), msg) => lua.create_string([code, b" ", msg].concat())?,
+        (None, text) => lua.create_string(text)?,
+    };
+    t.raw_set("err", err)?;
     if from_command {
         t.raw_set("ignore_error_stats_update", true)?;
     }
@@ -734,83 +748,10 @@ pub(crate) fn c_str(b: &[u8]) -> &[u8] {
     b.iter().position(|&c| c == 0).map_or(b, |n| &b[..n])
 }
 
-/// Redis's `luaPushErrorBuff` text: a text that begins with `-` is split
-/// at its first space into code and message (no space: the code is
-/// `ERR`), the message trimmed of `\r` and `\n` at both ends.
-fn error_text(text: &[u8]) -> Vec<u8> {
-    let text = c_str(text);
-    let Some(rest) = text.strip_prefix(b"-") else { return text.to_vec() };
-    let (code, msg): (&[u8], &[u8]) = match rest.iter().position(|&c| c == b' ') {
-        Some(sp) => (&rest[..sp], &rest[sp + 1..]),
-        None => (b"ERR", rest),
-    };
-    let start = msg.iter().position(|&c| c != b'\r' && c != b'\n').unwrap_or(msg.len());
-    let end = msg.iter().rposition(|&c| c != b'\r' && c != b'\n').map_or(start, |e| e + 1);
-    let mut out = code.to_vec();
-    out.push(b' ');
-    out.extend_from_slice(&msg[start..end]);
-    out
-}
-
 /// A text as Redis writes it into a status or error reply: cut at its
 /// first NUL (a C string), `\r` and `\n` made spaces.
 pub fn reply_line(text: &[u8]) -> Vec<u8> {
     c_str(text).iter().map(|&c| if c == b'\r' || c == b'\n' { b' ' } else { c }).collect()
-}
-
-/// A command's reply as the Lua value Redis 7.0 gives a script
-/// (`redisProtocolToLuaType`).
-pub fn reply_to_lua(lua: &Lua, reply: &Reply, depth: usize) -> mlua::Result<Value> {
-    if depth > MAX_DEPTH {
-        return error_table(lua, "ERR reply nested too deeply for Lua");
-    }
-    let single = |key: &str, v: Value| -> mlua::Result<Value> {
-        let t = lua.create_table()?;
-        t.raw_set(key, v)?;
-        Ok(Value::Table(t))
-    };
-    Ok(match reply {
-        Reply::Integer(n) => Value::Number(*n as f64),
-        Reply::Bulk(b) => Value::String(lua.create_string(b)?),
-        Reply::NilBulk | Reply::NilArray => Value::Boolean(false),
-        Reply::Null => Value::Nil,
-        Reply::Simple(s) => single("ok", Value::String(lua.create_string(s)?))?,
-        Reply::Error(e) => {
-            let mut text = b"-".to_vec();
-            text.extend_from_slice(e);
-            command_error_table(lua, &text)?
-        }
-        Reply::Array(items) | Reply::Push(items) => {
-            let t = lua.create_table_with_capacity(items.len(), 0)?;
-            for (i, item) in items.iter().enumerate() {
-                t.raw_set(i + 1, reply_to_lua(lua, item, depth + 1)?)?;
-            }
-            Value::Table(t)
-        }
-        Reply::Map(pairs) => {
-            let m = lua.create_table()?;
-            for (k, v) in pairs {
-                m.raw_set(reply_to_lua(lua, k, depth + 1)?, reply_to_lua(lua, v, depth + 1)?)?;
-            }
-            single("map", Value::Table(m))?
-        }
-        Reply::Set(items) => {
-            let s = lua.create_table()?;
-            for item in items {
-                s.raw_set(reply_to_lua(lua, item, depth + 1)?, true)?;
-            }
-            single("set", Value::Table(s))?
-        }
-        Reply::Double(d) => single("double", Value::Number(*d))?,
-        Reply::Boolean(b) => Value::Boolean(*b),
-        Reply::BigNumber(n) => single("big_number", Value::String(lua.create_string(n)?))?,
-        Reply::Verbatim(format, text) => {
-            let v = lua.create_table()?;
-            v.raw_set("format", lua.create_string(format)?)?;
-            v.raw_set("string", lua.create_string(text)?)?;
-            single("verbatim_string", Value::Table(v))?
-        }
-    })
 }
 
 /// A script's result as a reply (Redis's `luaReplyToRedisReply`).
@@ -1183,30 +1124,10 @@ unsafe extern "C-unwind" fn raise_second(state: *mut mlua::ffi::lua_State) -> st
     }
 }
 
-/// `redis.call`: calls its upvalue (`redis.pcall`) and raises the reply if
-/// it is an error table, from a C frame (see [`raising`]).
-unsafe extern "C-unwind" fn raise_error_table(state: *mut mlua::ffi::lua_State) -> std::ffi::c_int {
-    use mlua::ffi;
-    // SAFETY: as `raise_second`.
-    unsafe {
-        let n = ffi::lua_gettop(state);
-        ffi::lua_pushvalue(state, ffi::lua_upvalueindex(1));
-        ffi::lua_insert(state, 1);
-        ffi::lua_call(state, n, 1);
-        if ffi::lua_type(state, -1) == ffi::LUA_TTABLE {
-            ffi::lua_pushstring(state, c"err".as_ptr());
-            ffi::lua_rawget(state, -2);
-            let is_error = ffi::lua_type(state, -1) != ffi::LUA_TNIL;
-            ffi::lua_settop(state, -2);
-            if is_error {
-                ffi::lua_error(state);
-            }
-        }
-        1
-    }
-}
-
 /// A Lua number as `tostring` writes it (`%.14g`).
 pub fn lua_number_text(n: f64) -> String {
     cjson::format_g(n, 14)
 }
+
+#[cfg(test)]
+mod bridge_tests;

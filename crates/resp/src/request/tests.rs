@@ -251,3 +251,29 @@ fn a_refused_request_is_skipped_whole() {
     let mut skip = Skip::new(Pending { through: 0, args_after: 1 }, limits);
     assert_eq!(skip.advance(&[b"$536870913\r\n"]).error, Some(ProtocolError::InvalidBulkLength));
 }
+
+/// A command set from a buffer of arguments reads as the same command
+/// parsed from RESP, replaces what a parse left, and is held to the limits.
+#[test]
+fn set_command_reads_as_a_parsed_command() {
+    let mut p = Parsed::new(Limits { max_args: 3, max_bulk_bytes: 4, max_commands: 8 });
+    let segs: [&[u8]; 1] = [b"*1\r\n$4\r\nPING\r\n*1\r\n$4\r\nPING\r\n"];
+    assert_eq!(p.parse(&segs).commands, 2);
+    let bytes = b"SETkeyv";
+    assert!(p.set_command(&[3, 6, 6, 7][..3]));
+    assert_eq!(p.len(), 1);
+    let one: [&[u8]; 1] = [&bytes[..6]];
+    let r = p.request(&one, 0);
+    assert_eq!(r.args().collect::<Vec<_>>(), [&b"SET"[..], b"key", b""]);
+    assert!(r.arg_ref(1).pieces.is_empty());
+    assert_eq!(p.command_end(0), 6);
+    // Past max_args, or an argument past max_bulk_bytes: no command.
+    assert!(!p.set_command(&[1, 2, 3, 4]));
+    assert!(p.is_empty());
+    assert!(!p.set_command(&[1, 6]));
+    assert!(p.is_empty());
+    assert!(!p.set_command(&[]));
+    assert!(p.set_command(&[4]));
+    let seg: [&[u8]; 1] = [b"ABCD"];
+    assert_eq!(p.request(&seg, 0).arg(0), b"ABCD");
+}
