@@ -124,8 +124,14 @@ impl RunState {
 
 /// What serves a run's `redis.call`: the command's arguments and the
 /// script's protocol (2 or 3) → its reply, or the error text of a command
-/// that could not run.
+/// that could not run. With [`ACL_CHECK`] instead of a protocol it runs
+/// nothing and answers `redis.acl_check_cmd`: an integer reply, 1 if the
+/// script's user may run the command, 0 if not.
 pub type Call<'a> = dyn FnMut(&[Vec<u8>], u8) -> Result<Reply, String> + 'a;
+
+/// The protocol argument of a [`Call`] that only checks the caller's ACL
+/// permission (`redis.acl_check_cmd`).
+pub const ACL_CHECK: u8 = 0;
 
 /// When a run is stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -225,6 +231,8 @@ local killed = bridge_api.killed
 bridge_api.killed = nil
 redis.pcall = function(...) return bridge.call(...) end
 for k, v in pairs(bridge_api) do redis[k] = v end
+local acl_args = bridge_api.acl_check_cmd
+redis.acl_check_cmd = function(...) acl_args(...) return bridge.acl(...) end
 -- A stopped run's error must not be caught: whatever catches errors
 -- raises again once the run is stopped (the hook raises only every
 -- so many instructions).
@@ -480,6 +488,7 @@ impl Vm {
         })?;
         let outside = lua.create_function(|lua, _: MultiValue| error_table(lua, "ERR redis.call/pcall can only be called inside a script invocation"))?;
         bridge.raw_set("call", outside.clone())?;
+        bridge.raw_set("acl", outside.clone())?;
         Ok(Vm { lua, run, bridge, globals, env, compiled: HashMap::new(), state, runs: 0, outside, run_fn, load_lib, cjson })
     }
 
@@ -617,8 +626,20 @@ impl Vm {
             self.globals.raw_set("ARGV", args.clone())?;
         }
         let state = self.state.clone();
+        let call = std::cell::RefCell::new(call);
         let result = lua.scope(|scope| {
-            let bridged = scope.create_function_mut(|lua, argv: MultiValue| {
+            let acl = scope.create_function(|lua, argv: MultiValue| {
+                let Some(argv) = command_args(&argv) else {
+                    return error_table(lua, "ERR Lua redis lib command arguments must be strings or integers");
+                };
+                match (call.borrow_mut())(&argv, ACL_CHECK) {
+                    Ok(Reply::Integer(n)) => Ok(Value::Boolean(n == 1)),
+                    Ok(_) => error_table(lua, "ERR redis.acl_check_cmd() got no answer"),
+                    Err(text) => command_error_table(lua, text.as_bytes()),
+                }
+            })?;
+            self.bridge.raw_set("acl", acl)?;
+            let bridged = scope.create_function(|lua, argv: MultiValue| {
                 if state.killed.load(Relaxed) {
                     return error_table(lua, "ERR Script killed: it ran past lua-time-limit");
                 }
@@ -628,7 +649,7 @@ impl Vm {
                 if argv.is_empty() {
                     return error_table(lua, "ERR Please specify at least one argument for this redis lib call");
                 }
-                match call(&argv, state.resp.load(Relaxed)) {
+                match (call.borrow_mut())(&argv, state.resp.load(Relaxed)) {
                     Ok(reply) => reply_to_lua(lua, &reply, 0),
                     Err(text) => command_error_table(lua, text.as_bytes()),
                 }
@@ -640,6 +661,7 @@ impl Vm {
                 self.run.call::<(bool, Value)>(f.clone())
             };
             self.bridge.raw_set("call", self.outside.clone())?;
+            self.bridge.raw_set("acl", self.outside.clone())?;
             r
         });
         self.globals.raw_set("KEYS", Value::Nil)?;
@@ -1055,7 +1077,16 @@ fn redis_api(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<Table> {
             Some(Value::String(s)) => s.as_bytes().to_vec(),
             _ => return fail(lua, "Please specify at least one argument for this redis lib call"),
         };
-        match crate::exec::commands::lookup(&name) {
+        // Redis's lookupCommand: a container's subcommand when one is given.
+        let sub = match args.get(1) {
+            Some(Value::String(s)) => Some(s.as_bytes().to_vec()),
+            _ => None,
+        };
+        let found = crate::exec::commands::lookup(&name).filter(|c| !c.is_subcommand()).and_then(|c| match sub {
+            Some(sub) if c.is_container() => crate::exec::commands::subcommand(c, &sub),
+            _ => Some(c),
+        });
+        match found {
             Some(_) => Ok(Ok(Value::Boolean(true))),
             None => fail(lua, "Invalid command passed to redis.acl_check_cmd()"),
         }
