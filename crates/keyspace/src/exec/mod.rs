@@ -68,6 +68,8 @@ pub use scripting::{Scripts, DEFAULT_SCRIPT_BUDGET, DEFAULT_TIME_LIMIT_MS, SCRIP
 pub use shared::{MAX_RANDOM_REPLY, MAX_RANDOM_REPLY_BYTES};
 
 #[cfg(test)]
+mod acl_tests;
+#[cfg(test)]
 mod dump_tests;
 #[cfg(test)]
 mod fixture;

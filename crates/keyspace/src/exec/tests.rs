@@ -393,11 +393,11 @@ fn the_table_is_sorted() {
 fn command_info_reports_flags() {
     let mut f = Fixture::new();
     let spop = f.run("COMMAND INFO spop");
-    let want = "*1\r\n*10\r\n$4\r\nspop\r\n:-2\r\n*1\r\n+write\r\n:1\r\n:1\r\n:1\r\n*0\r\n*1\r\n$23\r\nnondeterministic_output\r\n*0\r\n*0\r\n";
+    let want = "*1\r\n*10\r\n$4\r\nspop\r\n:-2\r\n*1\r\n+write\r\n:1\r\n:1\r\n:1\r\n*3\r\n+@write\r\n+@set\r\n+@fast\r\n*1\r\n$23\r\nnondeterministic_output\r\n*0\r\n*0\r\n";
     assert_eq!(spop, want);
     let client = f.run("COMMAND INFO client");
     assert!(client.contains("$14\r\nclient|unblock\r\n:-3\r\n*1\r\n+admin\r\n"), "{client}");
-    assert!(client.contains("*1\r\n+@connection\r\n"), "{client}");
+    assert!(client.contains("*2\r\n+@slow\r\n+@connection\r\n"), "{client}");
 }
 
 #[test]
