@@ -243,7 +243,7 @@ pub(super) fn help<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_
     c.out.simple(format!("{} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:", String::from_utf8_lossy(&name)).as_bytes());
     HELP.iter().for_each(|l| c.out.simple(l.as_bytes()));
     c.out.simple(b"HELP");
-    c.out.simple(b"    Print this help.");
+    c.out.simple(b"    Prints this help.");
     Ok(())
 }
 
