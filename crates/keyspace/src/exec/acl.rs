@@ -624,6 +624,9 @@ pub(crate) struct LogEntry {
 #[derive(Debug, Clone)]
 pub(crate) struct Users {
     users: BTreeMap<Vec<u8>, User>,
+    /// Whether the default user may run anything: checked on every command
+    /// of a default session without a map look-up.
+    default_unrestricted: bool,
     /// Newest first.
     pub log: VecDeque<LogEntry>,
 }
@@ -636,7 +639,7 @@ impl Users {
         for rule in ["+@all", "~*", "&*", "on", "nopass"] {
             default.apply(rule.as_bytes()).expect("the default user's rules");
         }
-        let mut users = Users { users: BTreeMap::new(), log: VecDeque::new() };
+        let mut users = Users { users: BTreeMap::new(), default_unrestricted: true, log: VecDeque::new() };
         users.users.insert(b"default".to_vec(), default);
         users.set_default_password(requirepass);
         users
@@ -676,6 +679,9 @@ impl Users {
 
     /// Whether `user` may run anything (its checks can be skipped).
     pub fn unrestricted(&self, user: &[u8]) -> bool {
+        if user == b"default" {
+            return self.default_unrestricted;
+        }
         self.users.get(user).is_some_and(User::unrestricted)
     }
 
@@ -688,6 +694,7 @@ impl Users {
             user.apply(rule).map_err(|e| format!("ERR Error in ACL SETUSER modifier '{}': {}", String::from_utf8_lossy(rule), e.text()))?;
         }
         self.users.insert(name.to_vec(), user);
+        self.default_unrestricted = self.users[&b"default"[..]].unrestricted();
         Ok(())
     }
 

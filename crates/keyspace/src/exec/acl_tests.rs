@@ -148,3 +148,13 @@ fn client_list_shows_the_running_request() {
     let other_line = list.lines().find(|l| l.contains(&format!("id={} ", other.id()))).expect("the other client");
     assert!(other_line.contains(" qbuf=0 qbuf-free=0 argv-mem=0 "), "an idle client holds nothing: {other_line}");
 }
+
+#[test]
+fn restricting_the_default_user_takes_effect_at_once() {
+    let mut f = Fixture::new();
+    assert_eq!(f.run("ACL SETUSER default -get"), "+OK\r\n");
+    assert_eq!(f.run("GET k"), "-NOPERM this user has no permissions to run the 'get' command\r\n");
+    assert_eq!(f.run("ACL LIST"), "*1\r\n$39\r\nuser default on nopass ~* &* +@all -get\r\n");
+    assert_eq!(f.run("ACL SETUSER default +get"), "+OK\r\n");
+    assert_eq!(f.run("GET k"), "$-1\r\n");
+}

@@ -32,7 +32,7 @@ pub(super) fn deluser<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_,
     }
     let deleted = c.server.users.delete(&names);
     // Redis's ACLFreeUserAndKillClients: the users' connections are closed.
-    let mut gone: Vec<u64> = c.server.clients.iter().filter(|(_, i)| names.contains(&i.user.as_slice())).map(|(&id, _)| id).collect();
+    let mut gone: Vec<u64> = c.server.clients.iter().filter(|(_, i)| names.contains(&&*i.user)).map(|(&id, _)| id).collect();
     if names.contains(&c.session.user()) && !gone.contains(&c.session.id()) {
         gone.push(c.session.id());
     }

@@ -120,7 +120,7 @@ pub(crate) struct ClientInfo {
     pub multi: i64,
     pub multi_bytes: usize,
     /// The ACL user the session runs as.
-    pub user: Vec<u8>,
+    pub user: std::borrow::Cow<'static, [u8]>,
     /// While its command runs: the request's bytes as received (Redis's
     /// query buffer then: `qbuf`, `rbs`) and its arguments' bytes
     /// (`argv-mem`); 0 between commands, when pmwire holds neither.
@@ -134,7 +134,7 @@ const UNKNOWN_ADDR: &str = "?:0";
 
 impl Default for ClientInfo {
     fn default() -> Self {
-        ClientInfo { addr: UNKNOWN_ADDR.into(), laddr: UNKNOWN_ADDR.into(), fd: -1, created_ms: None, last_ms: 0, name: None, last_cmd: "NULL", resp: 2, multi: -1, multi_bytes: 0, user: b"default".to_vec(), qbuf: 0, argv_mem: 0, qbuf_peak: 0 }
+        ClientInfo { addr: UNKNOWN_ADDR.into(), laddr: UNKNOWN_ADDR.into(), fd: -1, created_ms: None, last_ms: 0, name: None, last_cmd: "NULL", resp: 2, multi: -1, multi_bytes: 0, user: std::borrow::Cow::Borrowed(b"default"), qbuf: 0, argv_mem: 0, qbuf_peak: 0 }
     }
 }
 
@@ -936,7 +936,7 @@ fn authenticate<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K
         return Err(Fail::Text(WRONGPASS.into()));
     }
     c.session.authenticated = true;
-    c.session.user = user.to_vec();
+    c.session.user = if user == b"default" { std::borrow::Cow::Borrowed(b"default") } else { std::borrow::Cow::Owned(user.to_vec()) };
     Ok(())
 }
 

@@ -265,8 +265,9 @@ pub struct Session {
     /// CLIENT REPLY: which replies are sent.
     reply: ReplyMode,
     /// The ACL user the connection runs as ([`acl`]): `default` until
-    /// AUTH or HELLO AUTH names another.
-    user: Vec<u8>,
+    /// AUTH or HELLO AUTH names another (borrowed until then: a cluster
+    /// member opens a session per entry it applies).
+    user: Cow<'static, [u8]>,
 }
 
 /// CLIENT REPLY's state (Redis's `CLIENT_REPLY_OFF`, `CLIENT_REPLY_SKIP_NEXT`,
@@ -805,7 +806,7 @@ impl Server {
         self.sync_requirepass();
         let authenticated = self.users.default_open();
         self.clients.insert(self.next_client_id, admin::ClientInfo::default());
-        Session { id: self.next_client_id, protocol: Protocol::Resp2, name: None, authenticated, multi: None, blocked: None, reply: ReplyMode::On, user: b"default".to_vec() }
+        Session { id: self.next_client_id, protocol: Protocol::Resp2, name: None, authenticated, multi: None, blocked: None, reply: ReplyMode::On, user: Cow::Borrowed(b"default") }
     }
 
     /// A session with a given id (tests that mirror another server's ids).
@@ -815,7 +816,7 @@ impl Server {
         self.sync_requirepass();
         let authenticated = self.users.default_open();
         self.clients.insert(id, admin::ClientInfo::default());
-        Session { id, protocol: Protocol::Resp2, name: None, authenticated, multi: None, blocked: None, reply: ReplyMode::On, user: b"default".to_vec() }
+        Session { id, protocol: Protocol::Resp2, name: None, authenticated, multi: None, blocked: None, reply: ReplyMode::On, user: Cow::Borrowed(b"default") }
     }
 
     /// Session `id`'s connection: its peer's and its own address and its
