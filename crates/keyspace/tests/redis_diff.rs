@@ -365,6 +365,102 @@ fn auth_matches_redis() {
     assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n"));
 }
 
+/// ACL users: SETUSER's rules and errors, GETUSER and LIST (each user's
+/// description has at most one single-command rule: Redis emits several in
+/// its dict's order), DRYRUN, the refusals of a restricted user at
+/// dispatch and inside MULTI, AUTH and HELLO AUTH as users, DELUSER.
+const ACL_SCRIPT: &str = r#"
+ACL WHOAMI
+ACL USERS
+ACL LIST
+ACL GETUSER default
+ACL SETUSER alice on >pw1 +@string +@pubsub -get ~k* &chan
+ACL GETUSER alice
+ACL SETUSER bob
+ACL GETUSER bob
+ACL SETUSER bob on nopass +@all -@dangerous %R~r* %W~w* (+get ~x) allchannels
+ACL GETUSER bob
+ACL LIST
+ACL SETUSER carol on #5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8 +select|0 +config|get -@all
+ACL GETUSER carol
+ACL SETUSER carol reset
+ACL LIST
+ACL SETUSER bad +nosuch
+ACL SETUSER bad ~* ~x
+ACL SETUSER bad &* &x
+ACL SETUSER bad (+get ~x
+ACL SETUSER bad #abc
+ACL SETUSER bad <nopw
+ACL SETUSER bad +config|get|x
+ACL SETUSER bad +get|
+ACL SETUSER bad %Q~x
+ACL SETUSER bad +@nosuch
+ACL SETUSER "sp ace" on
+ACL USERS
+ACL DRYRUN alice get k1
+ACL DRYRUN alice set k1 v
+ACL DRYRUN alice set z1 v
+ACL DRYRUN alice publish chan m
+ACL DRYRUN alice publish other m
+ACL DRYRUN alice subscribe chan other
+ACL DRYRUN bob get r1
+ACL DRYRUN bob get w1
+ACL DRYRUN bob get x
+ACL DRYRUN bob set w1 v
+ACL DRYRUN bob set w1 v get
+ACL DRYRUN bob flushall
+ACL DRYRUN nobody get k
+ACL DRYRUN alice nosuch
+ACL DRYRUN alice get
+ACL CAT
+ACL CAT nosuch
+ACL GENPASS 0
+ACL GENPASS 5000
+ACL GENPASS x
+ACL LOG RESET
+ACL LOG
+ACL LOAD
+ACL SAVE
+ACL DELUSER default
+ACL HELP
+AUTH alice wrong
+AUTH nobody pw1
+AUTH alice pw1
+ACL WHOAMI
+GET k1
+SET k1 v
+SET z1 v
+APPEND k1 w
+HSET k1 f v
+MSET k1 a k2 b
+MSET k1 a z2 b
+PUBLISH chan m
+PUBLISH other m
+MULTI
+ACL USERS
+HELLO 3 AUTH bob anything
+ACL WHOAMI
+GET r1
+GET w1
+SET w1 v
+GET x
+FLUSHALL
+HELLO 2 AUTH default anything
+ACL SETUSER alice off
+AUTH alice pw1
+ACL DELUSER alice bob carol nobody
+ACL USERS
+"#;
+
+#[test]
+fn acl_users_match_redis() {
+    let redis = start_redis();
+    let version = redis_version(redis.port);
+    let mut d = differ(&redis, &version);
+    let failures = run_lines(&mut d, "acl", ACL_SCRIPT);
+    assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n"));
+}
+
 /// WATCH needs two connections: each script line runs on connection `a` or
 /// `b` of redis-server and of one pmwire server over one keyspace, and the
 /// replies must be equal byte for byte, in RESP2 and RESP3 (a write by the
@@ -523,6 +619,9 @@ fn command_flags_match_redis() {
         check(Flags::DENYOOM, has(&flags, "denyoom"), "denyoom");
         check(Flags::CONNECTION, has(&categories, "@connection"), "@connection");
         check(Flags::MULTI, has(&categories, "@transaction"), "@transaction");
+        // ACL categories: every one Redis gives, in its order (pmwire's COMMAND INFO).
+        let ours = pmwire_keyspace::exec::acl_categories(row.name).map(|c| format!("@{c}")).collect::<Vec<String>>();
+        assert_eq!(ours, categories, "{}: ACL categories", row.name);
         let nondeterministic = has(&tips, "nondeterministic_output");
         assert!(!row.flags.contains(Flags::RANDOM) || nondeterministic, "{}: RANDOM, redis tips {tips:?}", row.name);
         if nondeterministic {
@@ -532,7 +631,7 @@ fn command_flags_match_redis() {
         }
         compared += 1;
     }
-    assert_eq!(compared, 246, "every row compared");
+    assert_eq!(compared, 287, "every row compared");
     println!("{compared} commands and subcommands compared with redis-server {}", redis_version(redis.port));
 }
 

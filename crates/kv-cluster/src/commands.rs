@@ -62,8 +62,8 @@ pub const BLOCKING: &[&str] = &["blmove", "blmpop", "blpop", "brpop", "brpoplpus
 /// Commands a member answers alone, never replicated.
 #[rustfmt::skip]
 pub const SESSION: &[&str] = &[
-    "acl", "auth", "bgsave", "client", "command", "config", "discard", "exec", "hello", "info", "lastsave", "monitor",
-    "multi", "psubscribe", "pubsub", "punsubscribe", "quit", "reset", "save", "ssubscribe", "subscribe",
+    "acl", "auth", "bgsave", "client", "cluster", "command", "config", "discard", "exec", "hello", "info", "lastsave", "monitor",
+    "multi", "psubscribe", "pubsub", "punsubscribe", "quit", "reset", "save", "shutdown", "ssubscribe", "subscribe",
     "sunsubscribe", "unsubscribe", "unwatch", "watch",
 ];
 
@@ -131,6 +131,9 @@ mod tests {
         // CONFIG, RESETSTAT included, is the serving member's: its statistics and settings
         // are its own executor's, as Redis's are per server.
         assert_eq!(class(b"config"), Class::Session);
+        // ACL users, CLUSTER (answered as a Redis without cluster support)
+        // and SHUTDOWN are the serving member's own.
+        assert_eq!((class(b"ACL"), class(b"cluster"), class(b"SHUTDOWN")), (Class::Session, Class::Session, Class::Session));
         assert_eq!(class(&[b'a'; 100]), Class::Unknown);
     }
 }

@@ -534,6 +534,13 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         if flow == pmwire_keyspace::exec::Flow::Close {
             conn.close_after_flush = true;
         }
+        if self.local.shutdown_requested() {
+            // SHUTDOWN stops this member only: its log and keyspace are durable, the
+            // others go on (and elect a new leader if it led).
+            if let Some(stop) = &self.halt_stop {
+                stop.stop();
+            }
+        }
         // CONFIG SET notify-keyspace-events: the entries this member applies
         // report their events to its subscribers.
         let flags = self.local.config().notify_keyspace_events;
@@ -569,6 +576,20 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         if let Some(text) = self.local.refusal_in_pubsub_context(&self.conns[&id].session, &args) {
             self.conn(id).push(Slot::Ready(error(&text)));
             return;
+        }
+        // ACL users are this member's configuration: a command is checked
+        // here before it is proposed, forwarded or queued (a session
+        // command outside MULTI is checked by the local executor itself).
+        let local_session = class(&args[0]) == Class::Session && self.conn(id).multi.is_none();
+        if !local_session {
+            if let Some(text) = self.local.acl_refusal(&self.conns[&id].session, &args, Self::now_ms()) {
+                let conn = self.conn(id);
+                if conn.multi.is_some() {
+                    conn.multi_dirty = true;
+                }
+                conn.push(Slot::Ready(error(&text)));
+                return;
+            }
         }
         if self.conn(id).multi.is_some() && !matches!(&name[..], b"exec" | b"discard" | b"multi" | b"watch" | b"quit") {
             let reply = self.queue_in_multi(id, args);
@@ -626,7 +647,7 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             Class::Write | Class::Unknown => {
                 let refused = match self.moved(&args) {
                     Some(reply) => Some(reply),
-                    None => self.short_of_room(std::slice::from_ref(&args)),
+                    None => self.no_replicas().or_else(|| self.short_of_room(std::slice::from_ref(&args))),
                 };
                 if let Some(reply) = refused {
                     self.conn(id).push(Slot::Ready(reply));
@@ -749,8 +770,10 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             conn.push(Slot::Ready(error("EXECABORT Transaction discarded because of previous errors.")));
             return;
         }
+        let writes = queued.iter().any(|args| matches!(class(&args[0]), Class::Write | Class::Blocking));
         let refused = match queued.first().and_then(|args| self.moved(args)) {
             Some(reply) => Some(reply),
+            None if writes && self.no_replicas().is_some() => self.no_replicas().map(|_| error("EXECABORT Transaction discarded because of: NOREPLICAS Not enough good replicas to write.")),
             None => self.short_of_room(&queued),
         };
         if let Some(reply) = refused {
@@ -773,6 +796,26 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
     /// apply. Commands that only remove ([`FREEING`]) always go.
     /// Before refusing, a checkpoint releases what deleted and overwritten
     /// values still hold.
+    /// Redis's `-NOREPLICAS` for a write while `min-replicas-to-write` asks
+    /// for more good replicas than this member knows in contact: the
+    /// leader counts its followers recently active (as INFO's
+    /// `connected_slaves`); a follower knows only itself in contact with
+    /// the leader (1 while it knows a leader, 0 otherwise).
+    fn no_replicas(&mut self) -> Option<Vec<u8>> {
+        if self.local.config().min_replicas_to_write == 0 {
+            return None;
+        }
+        let st = self.reactor.service.status();
+        let good = if st.role == StateRole::Leader {
+            let progress = self.reactor.service.progress();
+            progress.iter().filter(|p| p.recent_active || p.state == raft::ProgressState::Replicate).count()
+        } else {
+            usize::from(st.leader != 0)
+        };
+        self.local.config_mut().good_replicas = u32::try_from(good).unwrap_or(u32::MAX);
+        (!self.local.config().enough_replicas()).then(|| error("NOREPLICAS Not enough good replicas to write."))
+    }
+
     fn short_of_room(&mut self, commands: &[Vec<Vec<u8>>]) -> Option<Vec<u8>> {
         self.short_of_room_for(commands.iter().map(|args| args.first().map_or(&[][..], Vec::as_slice)))
     }

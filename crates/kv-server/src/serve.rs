@@ -134,7 +134,9 @@ impl KvServer {
         service.set_bind(options.resp.ip().to_string());
         service.set_access(options.requirepass.clone(), options.protected_mode);
         service.set_client_limits(cap, crate::store::DEFAULT_MAXCLIENTS.min(cap), 0);
-        let server = Server::bind_all(&[options.resp, options.http], config, store, service)?;
+        let mut server = Server::bind_all(&[options.resp, options.http], config, store, service)?;
+        let stop = server.stop_handle();
+        server.service_mut().set_stop(stop);
         Ok(KvServer { server, recovered })
     }
 

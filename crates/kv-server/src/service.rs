@@ -166,6 +166,8 @@ pub struct KvService {
     /// Redis's `freeClient`) when the loop shows it next, which `kill_wake` asks for.
     killing: HashSet<ConnId>,
     kill_wake: Vec<ConnId>,
+    /// Stops the loop when a client runs SHUTDOWN (set by the server that runs this service).
+    stop: Option<pmwire_netio::StopHandle>,
 }
 
 impl std::fmt::Debug for KvService {
@@ -211,6 +213,7 @@ impl KvService {
             next_expiry_ms: None,
             killing: HashSet::new(),
             kill_wake: Vec::new(),
+            stop: None,
         }
     }
 
@@ -241,6 +244,11 @@ impl KvService {
         config.maxclients_cap = cap;
         config.maxclients = maxclients.min(cap);
         config.timeout_s = timeout_s;
+    }
+
+    /// What SHUTDOWN stops: the loop that runs this service.
+    pub fn set_stop(&mut self, stop: pmwire_netio::StopHandle) {
+        self.stop = Some(stop);
     }
 
     /// The address the RESP port is bound to (CONFIG GET `bind`).
@@ -328,7 +336,7 @@ impl KvService {
     }
 
     fn resp_entry(&mut self, input: &Input<'_>, out: &mut Output, store: &mut Store, st: &mut EntryState) {
-        let KvService { resp, sessions, parsed, state, now_ms, blocking, stats, grants, skips, scans, pushes, killing, kill_wake, .. } = self;
+        let KvService { resp, sessions, parsed, state, now_ms, blocking, stats, grants, skips, scans, pushes, killing, kill_wake, stop, .. } = self;
         let now_ms = *now_ms;
         if !sessions.contains_key(&input.conn) {
             // Redis refuses at accept; here the first bytes are the first news of a connection.
@@ -493,6 +501,13 @@ impl KvService {
                 }
                 if flow == Flow::Close {
                     st.close = true;
+                    if resp.shutdown_requested() {
+                        // SHUTDOWN: this batch is committed and answered as any other, then the
+                        // loop stops (every write is durable before its reply; nothing to save).
+                        if let Some(stop) = stop.as_ref() {
+                            stop.stop();
+                        }
+                    }
                     break;
                 }
                 if flow == Flow::Block {

@@ -302,6 +302,8 @@ pub struct Request<'a> {
     parsed: &'a Parsed,
     segments: &'a [&'a [u8]],
     args: &'a [ArgMeta],
+    /// Bytes of the input it was parsed from (after the previous request).
+    wire_bytes: usize,
 }
 
 /// One argument of a [`Request`]: its bytes (on demand: a long split
@@ -382,6 +384,12 @@ impl<'a> Request<'a> {
         let meta = self.args[i];
         let pieces = &self.parsed.pieces[meta.pieces.0 as usize..meta.pieces.1 as usize];
         Arg { request: *self, index: i, pieces }
+    }
+
+    /// How many bytes of input the request took (from the end of the one
+    /// before it in the same parse): what Redis's query buffer held of it.
+    pub fn wire_bytes(&self) -> usize {
+        self.wire_bytes
     }
 
     /// All arguments as bytes.
@@ -542,7 +550,8 @@ impl Parsed {
     /// Command `i` of the last parse; `segments` must be the same list.
     pub fn request<'a>(&'a self, segments: &'a [&'a [u8]], i: usize) -> Request<'a> {
         let r = self.commands[i].clone();
-        Request { parsed: self, segments, args: &self.args[r.start as usize..r.end as usize] }
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        Request { parsed: self, segments, args: &self.args[r.start as usize..r.end as usize], wire_bytes: self.ends[i] - start }
     }
 
     /// Where command `i` of the last parse ends: the bytes to consume to

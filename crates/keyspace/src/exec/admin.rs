@@ -119,21 +119,35 @@ pub(crate) struct ClientInfo {
     /// Commands queued in MULTI, -1 outside one; their bytes.
     pub multi: i64,
     pub multi_bytes: usize,
+    /// The ACL user the session runs as.
+    pub user: std::borrow::Cow<'static, [u8]>,
+    /// While its command runs: the request's bytes as received (Redis's
+    /// query buffer then: `qbuf`, `rbs`) and its arguments' bytes
+    /// (`argv-mem`); 0 between commands, when pmwire holds neither.
+    pub qbuf: usize,
+    pub argv_mem: usize,
+    /// The largest request so far (Redis's `rbp`, the read buffer's peak).
+    pub qbuf_peak: usize,
 }
 
 const UNKNOWN_ADDR: &str = "?:0";
 
 impl Default for ClientInfo {
     fn default() -> Self {
-        ClientInfo { addr: UNKNOWN_ADDR.into(), laddr: UNKNOWN_ADDR.into(), fd: -1, created_ms: None, last_ms: 0, name: None, last_cmd: "NULL", resp: 2, multi: -1, multi_bytes: 0 }
+        ClientInfo { addr: UNKNOWN_ADDR.into(), laddr: UNKNOWN_ADDR.into(), fd: -1, created_ms: None, last_ms: 0, name: None, last_cmd: "NULL", resp: 2, multi: -1, multi_bytes: 0, user: std::borrow::Cow::Borrowed(b"default"), qbuf: 0, argv_mem: 0, qbuf_peak: 0 }
     }
 }
 
 /// Redis 7.0's `catClientInfoString` line for client `id` (no newline).
-/// The buffer fields are 0: a connection's bytes live in the pool's
-/// receive ring and the loop's send queue, not in per-client buffers;
-/// `multi-mem` and `tot-mem` count the transaction queued.
-fn client_line(server: &super::Server, id: u64, now_ms: u64) -> String {
+/// `qbuf` and `rbs` are the bytes of the request running (the caller's
+/// own: between commands a connection's input is in the pool's receive
+/// ring, lent only while data arrives, and pmwire keeps no per-client query
+/// buffer), `qbuf-free` 0, `rbp` the largest request so far, `argv-mem` the
+/// running request's arguments; the output fields are 0 (replies go to the
+/// loop's send queue with the batch, none is held per client between
+/// batches); `multi-mem` counts the transaction queued and `tot-mem` the
+/// sum of what is held.
+pub(super) fn client_line(server: &super::Server, id: u64, now_ms: u64) -> String {
     let info = &server.clients[&id];
     let mut flags = String::new();
     if server.monitors.contains(&id) {
@@ -154,7 +168,7 @@ fn client_line(server: &super::Server, id: u64, now_ms: u64) -> String {
     let (sub, psub, ssub) = server.pubsub.client_counts(id);
     let created = info.created_ms.unwrap_or(now_ms);
     format!(
-        "id={id} addr={} laddr={} fd={} name={} age={} idle={} flags={flags} db=0 sub={sub} psub={psub} ssub={ssub} multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem={} rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem={} events=r cmd={} user=default redir=-1 resp={}",
+        "id={id} addr={} laddr={} fd={} name={} age={} idle={} flags={flags} db=0 sub={sub} psub={psub} ssub={ssub} multi={} qbuf={} qbuf-free=0 argv-mem={} multi-mem={} rbs={} rbp={} obl=0 oll=0 omem=0 tot-mem={} events=r cmd={} user={} redir=-1 resp={}",
         info.addr,
         info.laddr,
         info.fd,
@@ -162,9 +176,14 @@ fn client_line(server: &super::Server, id: u64, now_ms: u64) -> String {
         now_ms.saturating_sub(created) / 1000,
         now_ms.saturating_sub(info.last_ms) / 1000,
         info.multi,
+        info.qbuf,
+        info.argv_mem,
         info.multi_bytes,
-        info.multi_bytes,
+        info.qbuf,
+        info.qbuf_peak,
+        info.multi_bytes + info.qbuf + info.argv_mem,
         info.last_cmd,
+        String::from_utf8_lossy(&info.user),
         info.resp,
     )
 }
@@ -349,10 +368,7 @@ pub(super) fn hello<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '
         let more = c.argc() - 1 - j;
         let opt = c.arg(j);
         if opt.eq_ignore_ascii_case(b"auth") && more >= 2 {
-            if !c.server.credentials_ok(c.arg(j + 1), c.arg(j + 2)) {
-                return Err(Fail::Text(WRONGPASS.into()));
-            }
-            c.session.authenticated = true;
+            authenticate(c, c.arg(j + 1), c.arg(j + 2))?;
             j += 2;
         } else if opt.eq_ignore_ascii_case(b"setname") && more >= 1 {
             set_name(c, c.arg(j + 1))?;
@@ -409,6 +425,10 @@ fn config_values(server: &super::Server) -> Vec<(&'static str, Vec<u8>, bool)> {
         ("maxclients", text(cfg.maxclients.to_string()), false),
         ("maxmemory", text(cfg.maxmemory.to_string()), false),
         ("maxmemory-policy", b"noeviction".to_vec(), false),
+        ("min-replicas-max-lag", text(cfg.min_replicas_max_lag_s.to_string()), false),
+        ("min-replicas-to-write", text(cfg.min_replicas_to_write.to_string()), false),
+        ("min-slaves-max-lag", text(cfg.min_replicas_max_lag_s.to_string()), false),
+        ("min-slaves-to-write", text(cfg.min_replicas_to_write.to_string()), false),
         ("notify-keyspace-events", text(super::notify::flags_string(cfg.notify_keyspace_events)), false),
         ("port", text(cfg.tcp_port.to_string()), false),
         ("protected-mode", yes_no(cfg.protected_mode), false),
@@ -599,6 +619,7 @@ pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
     let mut busy = None;
     let (mut node_bytes, mut node_entries) = (None, None);
     let (mut maxclients, mut timeout) = (None, None);
+    let (mut min_replicas, mut max_lag) = (None, None);
     let mut events = None;
     let mut encoding = c.server.config.encoding_parameters;
     for j in (2..c.argc()).step_by(2) {
@@ -652,6 +673,11 @@ pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
                 let n = u32::try_from(n).ok().filter(|&n| n <= i32::MAX as u32).ok_or_else(|| failed("argument must be between 0 and 2147483647 inclusive"))?;
                 timeout = Some(n);
             }
+        } else if let Some(lower) = ["min-replicas-to-write", "min-slaves-to-write", "min-replicas-max-lag", "min-slaves-max-lag"].into_iter().find(|n| name.eq_ignore_ascii_case(n.as_bytes())) {
+            let failed = |why: &str| Fail::err(&format!("CONFIG SET failed (possibly related to argument '{lower}') - {why}"));
+            let n = pmwire_resp::numbers::parse_i64(value).ok_or_else(|| failed("argument couldn't be parsed into an integer"))?;
+            let n = u32::try_from(n).ok().filter(|&n| n <= i32::MAX as u32).ok_or_else(|| failed("argument must be between 0 and 2147483647 inclusive"))?;
+            if lower.ends_with("to-write") { min_replicas = Some(n) } else { max_lag = Some(n) }
         } else if let Some(i) = KEPT_PARAMETERS.iter().position(|p| name.eq_ignore_ascii_case(p.name.as_bytes())) {
             kept[i] = KEPT_PARAMETERS[i].parse(value)?;
         } else if name.eq_ignore_ascii_case(b"maxmemory") {
@@ -680,7 +706,7 @@ pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
             let lower = shown.to_ascii_lowercase();
             if REDIS_PARAMETERS.contains(&lower.as_str()) || known.iter().any(|(n, _, _)| *n == lower) {
                 return Err(Fail::err(&format!(
-                    "CONFIG SET failed (possibly related to argument '{lower}') - pmwire does not change '{lower}' (it sets requirepass, protected-mode, save, busy-reply-threshold, maxclients, timeout, maxmemory, notify-keyspace-events, the encoding thresholds and the stream-node limits; every write is durable before its reply)"
+                    "CONFIG SET failed (possibly related to argument '{lower}') - pmwire does not change '{lower}' (it sets requirepass, protected-mode, save, busy-reply-threshold, maxclients, timeout, maxmemory, min-replicas-to-write, min-replicas-max-lag, notify-keyspace-events, the encoding thresholds and the stream-node limits; every write is durable before its reply)"
                 )));
             }
             return Err(Fail::err(&format!("Unknown option or number of arguments for CONFIG SET - '{shown}'")));
@@ -709,6 +735,12 @@ pub(super) fn config_set<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, 
     }
     if let Some(n) = timeout {
         c.server.config.timeout_s = n;
+    }
+    if let Some(n) = min_replicas {
+        c.server.config.min_replicas_to_write = n;
+    }
+    if let Some(n) = max_lag {
+        c.server.config.min_replicas_max_lag_s = n;
     }
     if let Some(flags) = events {
         c.server.config.notify_keyspace_events = flags;
@@ -876,8 +908,9 @@ pub(super) fn auth<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_
     if c.argc() > 3 {
         return Err(Fail::Syntax);
     }
+    c.server.sync_requirepass();
     let (user, password) = if c.argc() == 2 {
-        if c.server.config.requirepass.is_none() {
+        if c.server.users.default_nopass() {
             return Err(Fail::err(
                 "AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
             ));
@@ -886,19 +919,58 @@ pub(super) fn auth<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_
     } else {
         (c.arg(1), c.arg(2))
     };
+    authenticate(c, user, password)?;
+    c.out.ok();
+    Ok(())
+}
+
+/// Redis's `ACLAuthenticateUser`: the session runs as `user` if
+/// `password` opens it; a failure is logged in ACL LOG (never the password).
+fn authenticate<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>, user: &[u8], password: &[u8]) -> Res {
     if !c.server.credentials_ok(user, password) {
+        let now = c.ks.now_ms();
+        let context = if c.session.in_multi() { "multi" } else { "toplevel" };
+        let client_info = if c.server.clients.contains_key(&c.session.id) { client_line(c.server, c.session.id, now) } else { String::new() };
+        let entry = super::acl::LogEntry { count: 1, reason: "auth", context, object: c.arg(0).to_vec(), username: user.to_vec(), ctime_ms: now, client_info };
+        c.server.users.log_denied(entry);
         return Err(Fail::Text(WRONGPASS.into()));
     }
     c.session.authenticated = true;
-    c.out.ok();
+    c.session.user = if user == b"default" { std::borrow::Cow::Borrowed(b"default") } else { std::borrow::Cow::Owned(user.to_vec()) };
     Ok(())
 }
 
 const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 
-/// ACL WHOAMI: every connection is the default user.
-pub(super) fn acl<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
-    c.out.bulk(b"default");
+/// CLUSTER ...: pmwire kv is no Redis Cluster node (its replication is
+/// Raft, `--cluster`, whose members all hold every key), so every
+/// subcommand answers as Redis does with `cluster-enabled no`.
+pub(super) fn cluster<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(_c: C<'_, '_, '_, K, S>) -> Res {
+    Err(Fail::err("This instance has cluster support disabled"))
+}
+
+/// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]: every write is already
+/// durable, so there is nothing to save or wait for: the server stops
+/// ([`super::Server::shutdown_requested`]) and, as Redis, the connection
+/// is closed without a reply. ABORT finds no shutdown in progress.
+pub(super) fn shutdown<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>) -> Res {
+    let (mut save, mut nosave, mut other, mut abort) = (false, false, false, false);
+    for j in 1..c.argc() {
+        match c.arg(j).to_ascii_lowercase().as_slice() {
+            b"nosave" => nosave = true,
+            b"save" => save = true,
+            b"now" | b"force" => other = true,
+            b"abort" => abort = true,
+            _ => return Err(Fail::Syntax),
+        }
+    }
+    if (abort && (save || nosave || other)) || (save && nosave) {
+        return Err(Fail::Syntax);
+    }
+    if abort {
+        return Err(Fail::err("No shutdown in progress."));
+    }
+    c.server.shutdown = true;
     Ok(())
 }
 

@@ -30,7 +30,7 @@
 //! ([`super::Server::random_draws`], [`super::Server::clock_reads`]), so the
 //! unit, differential and server tests check them on every command they run.
 
-use super::{admin, bits, blocking, dump, functions, hashes, keys, large, list_ops, lists, monitor, multi, pubsub, scripting, sets, sort, streams, strings, zsets};
+use super::{acls, admin, bits, blocking, dump, functions, hashes, keys, large, list_ops, lists, monitor, multi, pubsub, scripting, sets, sort, streams, strings, zsets};
 use super::{lower, Ctx, Res};
 use crate::store::{Keyspace, Kind};
 use pmwire_resp::reply::ReplySink;
@@ -298,7 +298,19 @@ macro_rules! command_table {
 
 command_table! {
     "acl", -2, (0, 0, 0), [], |_c| unreachable!("a container runs under a subcommand");
-    "acl|whoami", 2, (0, 0, 0), [], |c| admin::acl(c);
+    "acl|cat", -2, (0, 0, 0), [], |c| acls::cat(c);
+    "acl|deluser", -3, (0, 0, 0), [ADMIN], |c| acls::deluser(c);
+    "acl|dryrun", -4, (0, 0, 0), [ADMIN], |c| acls::dryrun(c);
+    "acl|genpass", -2, (0, 0, 0), [], |c| acls::genpass(c);
+    "acl|getuser", 3, (0, 0, 0), [ADMIN], |c| acls::getuser(c);
+    "acl|help", 2, (0, 0, 0), [], |c| acls::help(c);
+    "acl|list", 2, (0, 0, 0), [ADMIN], |c| acls::list(c);
+    "acl|load", 2, (0, 0, 0), [ADMIN], |c| acls::load_save(c);
+    "acl|log", -2, (0, 0, 0), [ADMIN], |c| acls::log(c);
+    "acl|save", 2, (0, 0, 0), [ADMIN], |c| acls::load_save(c);
+    "acl|setuser", -3, (0, 0, 0), [ADMIN], |c| acls::setuser(c);
+    "acl|users", 2, (0, 0, 0), [ADMIN], |c| acls::users(c);
+    "acl|whoami", 2, (0, 0, 0), [], |c| acls::whoami(c);
     "append", 3, (1, 1, 1), [WRITE DENYOOM], |c| strings::append(c);
     "auth", -2, (0, 0, 0), [NO_AUTH CONNECTION], |c| admin::auth(c);
     "bgsave", -1, (0, 0, 0), [ADMIN], |c| admin::bgsave(c);
@@ -322,6 +334,34 @@ command_table! {
     "client|reply", 3, (0, 0, 0), [CONNECTION], |c| admin::client_reply(c);
     "client|setname", 3, (0, 0, 0), [CONNECTION], |c| admin::client_setname(c);
     "client|unblock", -3, (0, 0, 0), [ADMIN CONNECTION], |c| blocking::client_unblock(c);
+    "cluster", -2, (0, 0, 0), [], |_c| unreachable!("a container runs under a subcommand");
+    "cluster|addslots", -3, (0, 0, 0), [ADMIN], |c| admin::cluster(c);
+    "cluster|addslotsrange", -4, (0, 0, 0), [ADMIN], |c| admin::cluster(c);
+    "cluster|bumpepoch", 2, (0, 0, 0), [ADMIN], |c| admin::cluster(c);
+    "cluster|count-failure-reports", 3, (0, 0, 0), [ADMIN], |c| admin::cluster(c);
+    "cluster|countkeysinslot", 3, (0, 0, 0), [], |c| admin::cluster(c);
+    "cluster|delslots", -3, (0, 0, 0), [ADMIN], |c| admin::cluster(c);
+    "cluster|delslotsrange", -4, (0, 0, 0), [ADMIN], |c| admin::cluster(c);
+    "cluster|failover", -2, (0, 0, 0), [ADMIN], |c| admin::cluster(c);
+    "cluster|flushslots", 2, (0, 0, 0), [ADMIN], |c| admin::cluster(c);
+    "cluster|forget", 3, (0, 0, 0), [ADMIN], |c| admin::cluster(c);
+    "cluster|getkeysinslot", 4, (0, 0, 0), [], |c| admin::cluster(c);
+    "cluster|help", 2, (0, 0, 0), [], |c| admin::cluster(c);
+    "cluster|info", 2, (0, 0, 0), [], |c| admin::cluster(c);
+    "cluster|keyslot", 3, (0, 0, 0), [], |c| admin::cluster(c);
+    "cluster|links", 2, (0, 0, 0), [], |c| admin::cluster(c);
+    "cluster|meet", -4, (0, 0, 0), [ADMIN], |c| admin::cluster(c);
+    "cluster|myid", 2, (0, 0, 0), [], |c| admin::cluster(c);
+    "cluster|nodes", 2, (0, 0, 0), [], |c| admin::cluster(c);
+    "cluster|replicas", 3, (0, 0, 0), [ADMIN], |c| admin::cluster(c);
+    "cluster|replicate", 3, (0, 0, 0), [ADMIN], |c| admin::cluster(c);
+    "cluster|reset", -2, (0, 0, 0), [ADMIN], |c| admin::cluster(c);
+    "cluster|saveconfig", 2, (0, 0, 0), [ADMIN], |c| admin::cluster(c);
+    "cluster|set-config-epoch", 3, (0, 0, 0), [ADMIN], |c| admin::cluster(c);
+    "cluster|setslot", -4, (0, 0, 0), [ADMIN], |c| admin::cluster(c);
+    "cluster|shards", 2, (0, 0, 0), [], |c| admin::cluster(c);
+    "cluster|slaves", 3, (0, 0, 0), [ADMIN], |c| admin::cluster(c);
+    "cluster|slots", 2, (0, 0, 0), [], |c| admin::cluster(c);
     "command", -1, (0, 0, 0), [CONNECTION], |c| command(c);
     "command|count", 2, (0, 0, 0), [CONNECTION], |c| command_count(c);
     "command|docs", -2, (0, 0, 0), [CONNECTION], |c| command_docs(c);
@@ -457,6 +497,7 @@ command_table! {
     "setex", 4, (1, 1, 1), [WRITE DENYOOM TIME], |c| strings::setex(c, true);
     "setnx", 3, (1, 1, 1), [WRITE DENYOOM], |c| strings::setnx(c);
     "setrange", 4, (1, 1, 1), [WRITE DENYOOM], |c| strings::setrange(c);
+    "shutdown", -1, (0, 0, 0), [ADMIN], |c| admin::shutdown(c);
     "sinter", -2, (1, -1, 1), [READONLY], |c| sets::combine(c, sets::SetOp::Inter);
     "sintercard", -3, (0, 0, 0), [READONLY], |c| sets::sintercard(c);
     "sinterstore", -3, (1, -1, 1), [WRITE DENYOOM], |c| sets::combine_store(c, sets::SetOp::Inter);
@@ -584,8 +625,8 @@ fn command_info<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K
 /// Redis 7.0's 10-element command info: name, arity, flags, key positions,
 /// ACL categories, tips, key specs (empty) and subcommands. The flags are
 /// the Redis flags of [`Flags`] (write, readonly, admin, blocking, no_auth),
-/// the categories `@connection` and `@transaction` as the flags say, and the
-/// tip `nondeterministic_output` for [`Flags::RANDOM`].
+/// the categories Redis's (`super::acl_table`, from its command JSON), and
+/// the tip `nondeterministic_output` for [`Flags::RANDOM`].
 fn write_info<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, S>, info: &CommandInfo) {
     const REDIS_FLAGS: [(Flags, &str); 6] = [
         (Flags::WRITE, "write"),
@@ -595,9 +636,8 @@ fn write_info<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: C<'_, '_, '_, K, 
         (Flags::BLOCKING, "blocking"),
         (Flags::NO_AUTH, "no_auth"),
     ];
-    const CATEGORIES: [(Flags, &str); 2] = [(Flags::CONNECTION, "@connection"), (Flags::MULTI, "@transaction")];
     let flags: Vec<&str> = REDIS_FLAGS.iter().filter(|f| info.flags.contains(f.0)).map(|f| f.1).collect();
-    let categories: Vec<&str> = CATEGORIES.iter().filter(|f| info.flags.contains(f.0)).map(|f| f.1).collect();
+    let categories: Vec<String> = super::acl::category_names(info.name).map(|c| format!("@{c}")).collect();
     c.out.array(10);
     c.out.bulk(info.name.as_bytes());
     c.out.integer(i64::from(info.arity));

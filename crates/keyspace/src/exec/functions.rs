@@ -358,12 +358,12 @@ impl Server {
     /// Whether FCALL of function `name` is `denyoom` (Redis's
     /// fcallGetCommandFlags: a function that declares neither `no-writes`
     /// nor `allow-oom`); not for a function not found (its own error answers).
-    pub(super) fn function_denies_oom<K: Keyspace>(&mut self, ks: &mut K, name: &[u8]) -> bool {
+    pub(super) fn function_flags_deny<K: Keyspace>(&mut self, ks: &mut K, name: &[u8], mask: u8) -> bool {
         let limit = self.load_limit();
         if self.scripts.functions.sync(ks, limit).is_err() {
             return false;
         }
-        self.scripts.functions.find(name).is_some_and(|(_, flags)| flags & (NO_WRITES | super::scripting::ALLOW_OOM) == 0)
+        self.scripts.functions.find(name).is_some_and(|(_, flags)| flags & mask == 0)
     }
 
     /// The stored libraries and their functions (INFO); none if they

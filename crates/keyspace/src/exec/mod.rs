@@ -10,7 +10,9 @@
 //! and closes the connection when [`Flow::Close`] is returned.
 //!
 //! Invariant: a command writes exactly one reply, and writes nothing before
-//! it knows it will succeed; errors are written whole by `Fail`.
+//! it knows it will succeed; errors are written whole by `Fail`. The one
+//! exception is a SHUTDOWN that stops the server: as in Redis, its
+//! connection is closed unanswered ([`Server::shutdown_requested`]).
 //!
 //! Layers, top down: [`commands`] (the table: admission data, dispatch,
 //! COMMAND) names the handlers of the command families (`strings`, `keys`,
@@ -23,6 +25,9 @@
 //! state of transactions and blocked sessions (`multi::Watches`,
 //! `blocking::Waiters`) is kept with their commands.
 
+mod acl;
+mod acl_table;
+mod acls;
 mod admin;
 mod bits;
 mod blocking;
@@ -50,6 +55,11 @@ mod streams;
 mod strings;
 mod zsets;
 
+/// The ACL categories of a command or subcommand (`container|sub`), in
+/// Redis's order, as Redis 7.0.15's command table gives them.
+pub fn acl_categories(name: &str) -> impl Iterator<Item = &'static str> {
+    acl::category_names(name)
+}
 pub use admin::{parse_memory, EncodingParameter, KeptParameter, ENCODING_PARAMETERS, KEPT_PARAMETERS};
 use commands::{CommandInfo, Flags};
 pub use keys::{active_expire, Sweep};
@@ -58,6 +68,8 @@ pub use functions::LIBRARY_TAG;
 pub use scripting::{Scripts, DEFAULT_SCRIPT_BUDGET, DEFAULT_TIME_LIMIT_MS, SCRIPT_TAG};
 pub use shared::{MAX_RANDOM_REPLY, MAX_RANDOM_REPLY_BYTES};
 
+#[cfg(test)]
+mod acl_tests;
 #[cfg(test)]
 mod dump_tests;
 #[cfg(test)]
@@ -167,6 +179,18 @@ pub struct ServerConfig {
     /// The address the RESP port is bound to (CONFIG GET `bind`; "" if the
     /// executor has no listener).
     pub bind: String,
+    /// `min-replicas-to-write` (alias `min-slaves-to-write`; 0: off): with
+    /// fewer good replicas ([`ServerConfig::good_replicas`]) and
+    /// `min_replicas_max_lag_s` not 0, writes are refused with Redis's
+    /// `-NOREPLICAS`.
+    pub min_replicas_to_write: u32,
+    /// `min-replicas-max-lag`, s (alias `min-slaves-max-lag`; default 10;
+    /// 0 turns the check off, as in Redis).
+    pub min_replicas_max_lag_s: u32,
+    /// Replicas in contact now, as the driver knows them: 0 on a single
+    /// node (it has none); a cluster member counts its followers in
+    /// contact (`pmwire_kv_server`'s member sets it).
+    pub good_replicas: u32,
 }
 
 impl Default for ServerConfig {
@@ -195,9 +219,22 @@ impl Default for ServerConfig {
             maxmemory_enforced: true,
             kept_parameters: KEPT_PARAMETERS.map(|p| p.default),
             bind: String::new(),
+            min_replicas_to_write: 0,
+            min_replicas_max_lag_s: 10,
+            good_replicas: 0,
         }
     }
 }
+
+impl ServerConfig {
+    /// Redis's `checkGoodReplicasStatus`: whether writes may go on.
+    pub fn enough_replicas(&self) -> bool {
+        self.min_replicas_max_lag_s == 0 || self.min_replicas_to_write == 0 || self.good_replicas >= self.min_replicas_to_write
+    }
+}
+
+/// Redis's refusal of a write without enough good replicas.
+pub(crate) const NOREPLICAS_ERROR: &str = "NOREPLICAS Not enough good replicas to write.";
 
 /// What the caller does after a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -228,6 +265,10 @@ pub struct Session {
     blocked: Option<blocking::Blocked>,
     /// CLIENT REPLY: which replies are sent.
     reply: ReplyMode,
+    /// The ACL user the connection runs as ([`acl`]): `default` until
+    /// AUTH or HELLO AUTH names another (borrowed until then: a cluster
+    /// member opens a session per entry it applies).
+    user: Cow<'static, [u8]>,
 }
 
 /// CLIENT REPLY's state (Redis's `CLIENT_REPLY_OFF`, `CLIENT_REPLY_SKIP_NEXT`,
@@ -268,6 +309,11 @@ impl Session {
     /// when the connection opened.
     pub fn is_authenticated(&self) -> bool {
         self.authenticated
+    }
+
+    /// The ACL user the connection runs as.
+    pub fn user(&self) -> &[u8] {
+        &self.user
     }
 
     /// Whether a transaction is open (MULTI without EXEC or DISCARD yet).
@@ -363,6 +409,14 @@ pub struct Server {
     oom_at_admission: bool,
     /// The running script's state for `redis.call`'s OOM check.
     script_run: scripting::ScriptRun,
+    /// SHUTDOWN ran: the driver stops serving ([`Server::shutdown_requested`]).
+    shutdown: bool,
+    /// ACL users and the ACL log ([`acl`]).
+    users: acl::Users,
+    /// The `requirepass` the default user's password was last set from:
+    /// when the configuration's differs, the default user takes it
+    /// ([`Server::sync_requirepass`]).
+    users_requirepass: Option<Vec<u8>>,
 }
 
 /// Why a command failed; written as its error reply.
@@ -619,6 +673,8 @@ impl Server {
         assert!(config.scan_max_count > 0);
         let rng = SplitMix64::seed_from_u64(config.random_seed);
         let watches = multi::Watches::default();
+        let users = acl::Users::new(config.requirepass.as_deref());
+        let users_requirepass = config.requirepass.clone();
         Server {
             config,
             next_client_id: 0,
@@ -644,6 +700,20 @@ impl Server {
             stats: stats::Stats::default(),
             oom_at_admission: false,
             script_run: scripting::ScriptRun::default(),
+            shutdown: false,
+            users,
+            users_requirepass,
+        }
+    }
+
+    /// Gives the default user the configuration's `requirepass` if it
+    /// changed since it last did (a driver sets it through
+    /// [`Server::config_mut`]; CONFIG SET sets it here): Redis's
+    /// `ACLUpdateDefaultUserPassword`.
+    pub(crate) fn sync_requirepass(&mut self) {
+        if self.users_requirepass != self.config.requirepass {
+            self.users.set_default_password(self.config.requirepass.as_deref());
+            self.users_requirepass.clone_from(&self.config.requirepass);
         }
     }
 
@@ -689,28 +759,68 @@ impl Server {
         (self.config.protected_mode && self.config.requirepass.is_none() && !loopback).then_some(DENIED)
     }
 
-    /// Whether `user` and `password` name the default user (Redis's only
-    /// user here): with no password set, any password is accepted for it.
-    pub fn credentials_ok(&self, user: &[u8], password: &[u8]) -> bool {
-        user == b"default" && self.config.requirepass.as_deref().is_none_or(|want| same_secret(want, password))
+    /// Whether `user` exists, is on, and `password` opens it (any
+    /// password opens a `nopass` user, as the default user is with no
+    /// `requirepass`).
+    pub fn credentials_ok(&mut self, user: &[u8], password: &[u8]) -> bool {
+        self.sync_requirepass();
+        self.users.credentials_ok(user, password)
+    }
+
+    /// Redis's refusal of `args` by the ACL rules of `session`'s user, if
+    /// they refuse it (logged in ACL LOG), for a driver that serves some
+    /// commands without [`Server::execute`] (a cluster member checks a
+    /// command before it proposes or forwards it). `None` for an unknown
+    /// command: its own error comes later.
+    pub fn acl_refusal(&mut self, session: &Session, args: &[Vec<u8>], now_ms: u64) -> Option<String> {
+        let info = command_of(args).ok()?;
+        let argv: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        let context = if session.multi.is_some() { "multi" } else { "toplevel" };
+        self.acl_check(session, info, &argv, context, now_ms).err()
+    }
+
+    /// ACL's check of `argv`, a call of `info`, by `session`'s user: Ok,
+    /// or Redis's refusal (logged in ACL LOG with `context`).
+    pub(crate) fn acl_check(&mut self, session: &Session, info: &CommandInfo, argv: &[&[u8]], context: &'static str, now_ms: u64) -> Result<(), String> {
+        if self.users.unrestricted(&session.user) {
+            return Ok(());
+        }
+        let denied = match self.users.check(&session.user, info.name, info.flags.contains(Flags::NO_AUTH), argv) {
+            Ok(()) => return Ok(()),
+            Err(d) => d,
+        };
+        self.log_denied(session, denied, info.name, argv, context, now_ms);
+        Err(match context {
+            "lua" => denied.script_error(),
+            _ => denied.error(info.name),
+        })
+    }
+
+    /// Adds a refusal to ACL LOG.
+    pub(crate) fn log_denied(&mut self, session: &Session, denied: acl::Denied, command: &str, argv: &[&[u8]], context: &'static str, now_ms: u64) {
+        let info = if self.clients.contains_key(&session.id) { admin::client_line(self, session.id, now_ms) } else { String::new() };
+        let entry = acl::Users::entry(denied, context, command, argv, &session.user, now_ms, info);
+        self.users.log_denied(entry);
     }
 
     /// A new connection's session (RESP2, next client id).
     pub fn open_session(&mut self) -> Session {
         self.next_client_id += 1;
         self.connected += 1;
-        let authenticated = self.config.requirepass.is_none();
+        self.sync_requirepass();
+        let authenticated = self.users.default_open();
         self.clients.insert(self.next_client_id, admin::ClientInfo::default());
-        Session { id: self.next_client_id, protocol: Protocol::Resp2, name: None, authenticated, multi: None, blocked: None, reply: ReplyMode::On }
+        Session { id: self.next_client_id, protocol: Protocol::Resp2, name: None, authenticated, multi: None, blocked: None, reply: ReplyMode::On, user: Cow::Borrowed(b"default") }
     }
 
     /// A session with a given id (tests that mirror another server's ids).
     pub fn open_session_with_id(&mut self, id: u64) -> Session {
         self.connected += 1;
         self.next_client_id = self.next_client_id.max(id);
-        let authenticated = self.config.requirepass.is_none();
+        self.sync_requirepass();
+        let authenticated = self.users.default_open();
         self.clients.insert(id, admin::ClientInfo::default());
-        Session { id, protocol: Protocol::Resp2, name: None, authenticated, multi: None, blocked: None, reply: ReplyMode::On }
+        Session { id, protocol: Protocol::Resp2, name: None, authenticated, multi: None, blocked: None, reply: ReplyMode::On, user: Cow::Borrowed(b"default") }
     }
 
     /// Session `id`'s connection: its peer's and its own address and its
@@ -748,6 +858,14 @@ impl Server {
         self.connected -= 1;
     }
 
+    /// Whether SHUTDOWN ran: the command that ran it answered
+    /// [`Flow::Close`] with no reply (as Redis, which exits); the driver
+    /// sends what earlier commands were answered, stops serving and exits.
+    /// Every write is durable before its reply, so nothing is left to save.
+    pub fn shutdown_requested(&self) -> bool {
+        self.shutdown
+    }
+
     /// Commands executed so far.
     pub fn commands_processed(&self) -> u64 {
         self.commands_processed
@@ -773,6 +891,12 @@ impl Server {
         S: ReplySink<K::Value> + ?Sized,
     {
         let mut name = "";
+        if let Some(info) = self.clients.get_mut(&session.id) {
+            // What the request holds while it runs (CLIENT LIST's qbuf, argv-mem).
+            info.qbuf = req.wire_bytes();
+            info.qbuf_peak = info.qbuf_peak.max(info.qbuf);
+            info.argv_mem = (0..req.len()).map(|i| req.arg_len(i)).sum();
+        }
         let flow = if session.reply == ReplyMode::On || replies_anyway(req) {
             self.execute_command(session, ks, req, sink, &mut name)
         } else {
@@ -785,6 +909,9 @@ impl Server {
             other => other,
         };
         self.note_client(session, name, ks.now_ms());
+        if let Some(info) = self.clients.get_mut(&session.id) {
+            (info.qbuf, info.argv_mem) = (0, 0);
+        }
         flow
     }
 
@@ -801,6 +928,9 @@ impl Server {
         (info.multi, info.multi_bytes) = session.multi.as_ref().map_or((-1, 0), |m| (m.commands as i64, m.queued.len()));
         if info.name != session.name {
             info.name.clone_from(&session.name);
+        }
+        if info.user != session.user {
+            info.user.clone_from(&session.user);
         }
     }
 
@@ -844,6 +974,9 @@ impl Server {
             if ctx.server.config.maxmemory > 0 && !ctx.session.multi.as_ref().is_some_and(|m| m.denyoom) {
                 let denyoom = denies_oom(ctx.server, ctx.ks, spec, req);
                 ctx.session.multi.as_mut().expect("in MULTI").denyoom = denyoom;
+            }
+            if spec.flags.contains(Flags::WRITE) {
+                ctx.session.multi.as_mut().expect("in MULTI").writes = true;
             }
             let args: Vec<&[u8]> = req.args().collect();
             match ctx.server.queue(ctx.session, &args) {
@@ -962,7 +1095,7 @@ impl Server {
         assert!(draws == self.random_draws || spec.flags.contains(Flags::RANDOM), "{} drew unflagged", spec.name);
         assert!(reads == self.clock_reads.get() || spec.flags.contains(Flags::TIME), "{} read the clock unflagged", spec.name);
         match result {
-            Ok(()) if spec.name == "quit" => Flow::Close,
+            Ok(()) if spec.name == "quit" || spec.name == "shutdown" => Flow::Close,
             // CLIENT KILL of its own session: closed after this reply.
             Ok(()) if self.kills.contains(&session.id) => {
                 self.kills.retain(|&k| k != session.id);
@@ -1089,6 +1222,16 @@ impl Server {
             let req = parsed.request(&segments, i);
             self.commands_processed += 1;
             let spec = commands::of_request(&req).expect("a queued command was admitted");
+            // As Redis's execCommand: the rules may have changed since it was queued.
+            if !self.users.unrestricted(&session.user) {
+                let argv: Vec<&[u8]> = req.args().collect();
+                if let Err(denied) = self.users.check(&session.user, spec.name, spec.flags.contains(Flags::NO_AUTH), &argv) {
+                    self.log_denied(session, denied, spec.name, &argv, "multi", ks.now_ms());
+                    let text = format!("NOPERM ACLs rules changed between the moment the transaction was accumulated and the EXEC call. This command is no longer allowed for the following reason: {}", denied.exec_reason());
+                    self.stats.error_reply(&mut Out::<K::Value, S>::new(sink, session.protocol), text.as_bytes());
+                    continue;
+                }
+            }
             self.run_admitted(spec, session, ks, &req, sink);
         }
         self.deny_blocking = false;
@@ -1339,18 +1482,47 @@ fn admit<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<'_, '_, K, S>
     let info = find_command(req.len(), |i| req.arg(i)).map_err(Fail::Text)?;
     // As Redis: existence and arity first, then authentication; AUTH,
     // HELLO and QUIT are served to anyone.
-    if c.server.config.requirepass.is_some() && !c.session.authenticated && !info.flags.contains(Flags::NO_AUTH) {
+    c.server.sync_requirepass();
+    if !c.session.authenticated && !c.server.users.default_open() && !info.flags.contains(Flags::NO_AUTH) {
         return Err(Fail::Text("NOAUTH Authentication required.".into()));
     }
     // Redis's `no_multi` commands (of those served here).
-    if c.session.multi.is_some() && info.name == "save" {
+    if c.session.multi.is_some() && matches!(info.name, "save" | "shutdown") {
         return Err(Fail::err("Command not allowed inside a transaction"));
+    }
+    if !c.server.users.unrestricted(&c.session.user) {
+        let argv: Vec<&[u8]> = req.args().collect();
+        let context = if c.session.multi.is_some() { "multi" } else { "toplevel" };
+        let now = c.ks.now_ms();
+        c.server.acl_check(c.session, info, &argv, context, now).map_err(Fail::Text)?;
     }
     if let Some(refused) = pubsub::refusal_in_context(&c.server.pubsub, c.session.id, c.session.protocol, info.name) {
         return Err(refused);
     }
     admit_memory(c, info)?;
+    // Redis's processCommand: a write (an EXEC that queued one; a script
+    // whose shebang may write) needs enough good replicas.
+    if !c.server.config.enough_replicas() {
+        let queued_write = info.name == "exec" && c.session.multi.as_ref().is_some_and(|m| m.writes);
+        if queued_write || may_write(c.server, c.ks, info, req) {
+            return Err(Fail::Text(NOREPLICAS_ERROR.into()));
+        }
+    }
     Ok(info)
+}
+
+/// Whether `req`, of row `info`, is a write command as Redis's
+/// getCommandFlags says (an EVAL's flags its shebang's, an FCALL's its
+/// function's).
+fn may_write<K: Keyspace>(server: &mut Server, ks: &mut K, info: &CommandInfo, req: &Request<'_>) -> bool {
+    if info.flags.contains(Flags::WRITE) {
+        return true;
+    }
+    match info.name {
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" => server.script_flags_deny(ks, info.name.starts_with("evalsha"), req.arg(1), scripting::NO_WRITES),
+        "fcall" | "fcall_ro" => server.function_flags_deny(ks, req.arg(1), scripting::NO_WRITES),
+        _ => false,
+    }
 }
 
 /// Redis's processCommand maxmemory check (policy `noeviction`): above
@@ -1384,8 +1556,8 @@ fn denies_oom<K: Keyspace>(server: &mut Server, ks: &mut K, info: &CommandInfo, 
         return true;
     }
     match info.name {
-        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" => server.script_denies_oom(ks, info.name.starts_with("evalsha"), req.arg(1)),
-        "fcall" | "fcall_ro" => server.function_denies_oom(ks, req.arg(1)),
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" => server.script_flags_deny(ks, info.name.starts_with("evalsha"), req.arg(1), scripting::NO_WRITES | scripting::ALLOW_OOM),
+        "fcall" | "fcall_ro" => server.function_flags_deny(ks, req.arg(1), scripting::NO_WRITES | scripting::ALLOW_OOM),
         _ => false,
     }
 }

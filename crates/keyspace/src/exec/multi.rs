@@ -52,6 +52,9 @@ pub(crate) struct Multi {
     /// A queued command is `denyoom` (checked while `maxmemory` is set):
     /// EXEC is refused above `maxmemory`.
     pub denyoom: bool,
+    /// A queued command writes (Redis's `mstate.cmd_flags & CMD_WRITE`):
+    /// EXEC is refused without enough good replicas (`min-replicas-to-write`).
+    pub writes: bool,
 }
 
 /// Which clients watch which keys, and which of them saw a watched key

@@ -44,9 +44,10 @@ pub const DEFAULT_TIME_LIMIT_MS: u64 = 5000;
 /// ones this executor has).
 const NOSCRIPT: &[&str] = &[
     "auth", "bgsave", "blmove", "blpop", "brpop", "brpoplpush", "bzpopmax", "bzpopmin", "client|getname", "client|id", "client|info", "client|list", "client|setname", "client|unblock",
-    "config|get", "config|resetstat", "config|set", "discard", "eval", "eval_ro", "evalsha", "evalsha_ro", "exec", "function|flush", "hello", "multi", "psubscribe",
+    "cluster|reset", "config|get", "config|resetstat", "config|set", "discard", "eval", "eval_ro", "evalsha", "evalsha_ro", "exec", "function|flush", "hello", "multi", "psubscribe",
     "punsubscribe", "quit", "reset", "ssubscribe", "subscribe", "sunsubscribe", "unsubscribe", "role", "save", "script|exists", "script|flush", "script|kill", "script|load", "shutdown", "unwatch", "wait",
-    "watch", "acl|whoami", "fcall", "fcall_ro", "function|delete", "function|dump", "function|kill", "function|list", "function|load",
+    "watch", "acl|cat", "acl|deluser", "acl|dryrun", "acl|genpass", "acl|getuser", "acl|list", "acl|load", "acl|log", "acl|save",
+    "acl|setuser", "acl|users", "acl|whoami", "fcall", "fcall_ro", "function|delete", "function|dump", "function|kill", "function|list", "function|load",
     "function|restore", "function|stats",
 ];
 
@@ -323,12 +324,12 @@ impl Server {
     /// `no-writes` nor `allow-oom` (Redis's evalGetCommandFlags). A script
     /// not found, or whose shebang does not parse, is not (its own error
     /// answers it).
-    pub(super) fn script_denies_oom<K: Keyspace>(&mut self, ks: &mut K, by_sha: bool, arg: &[u8]) -> bool {
+    pub(super) fn script_flags_deny<K: Keyspace>(&mut self, ks: &mut K, by_sha: bool, arg: &[u8], mask: u8) -> bool {
         let body;
         let text = if by_sha {
             let sha = String::from_utf8_lossy(arg).to_ascii_lowercase();
             if let Some(&flags) = self.scripts.flags.get(&sha) {
-                return flags & EVAL_COMPAT == 0 && flags & (NO_WRITES | ALLOW_OOM) == 0;
+                return flags & EVAL_COMPAT == 0 && flags & mask == 0;
             }
             match self.scripts.body(ks, &sha) {
                 Some(b) => {
@@ -340,7 +341,7 @@ impl Server {
         } else {
             arg
         };
-        matches!(shebang(text), Ok((flags, _)) if flags & EVAL_COMPAT == 0 && flags & (NO_WRITES | ALLOW_OOM) == 0)
+        matches!(shebang(text), Ok((flags, _)) if flags & EVAL_COMPAT == 0 && flags & mask == 0)
     }
 
     /// Redis's scriptPrepareForRun, for memory: a script (or function)
@@ -436,8 +437,19 @@ impl Server {
     /// One `redis.call` of a running script: its reply, in the script's
     /// protocol `resp`, appended to `out` as RESP, or Redis's error for a
     /// call that could not run (counted as Redis's `scriptCall` counts a
-    /// refusal).
+    /// refusal). With [`script::ACL_CHECK`] for `resp`, nothing runs:
+    /// `redis.acl_check_cmd`'s answer, `:1` if the caller may run it.
     fn script_call<K: Keyspace>(&mut self, session: &mut Session, ks: &mut K, argv: &script::Args<'_>, resp: u8, read_only: bool, out: &mut Vec<u8>) -> Result<(), String> {
+        if resp == script::ACL_CHECK {
+            // redis.acl_check_cmd: the caller's permission, nothing run or logged.
+            let info = super::row_of(argv.len(), |i| argv.get(i)).ok_or_else(|| "ERR Invalid command passed to redis.acl_check_cmd()".to_string())?;
+            let args: Vec<&[u8]> = argv.iter().collect();
+            let allowed = self.users.check(session.user(), info.name, info.flags.contains(super::commands::Flags::NO_AUTH), &args).is_ok();
+            out.extend_from_slice(if allowed { b":1
+" } else { b":0
+" });
+            return Ok(());
+        }
         self.script_call_admitted(session, ks, argv, resp, read_only, out).map_err(|text| {
             self.stats.rejected_in_script(super::row_of(argv.len(), |i| argv.get(i)), text.as_bytes());
             text
@@ -457,6 +469,10 @@ impl Server {
         if noscript(spec) {
             return Err("ERR This Redis command is not allowed from script".into());
         }
+        // Redis's scriptVerifyACL.
+        let args: Vec<&[u8]> = argv.iter().collect();
+        let now = ks.now_ms();
+        self.acl_check(session, spec, &args, "lua", now)?;
         if read_only && spec.flags.contains(super::commands::Flags::WRITE) {
             return Err("ERR Write commands are not allowed from read-only scripts.".into());
         }
@@ -466,6 +482,10 @@ impl Server {
         let run = self.script_run;
         if self.config.maxmemory > 0 && !run.allow_oom && !run.wrote && self.oom_at_admission && spec.flags.contains(super::commands::Flags::DENYOOM) {
             return Err(super::OOM_ERROR.into());
+        }
+        // scriptVerifyWriteCommandAllow: the first write needs enough good replicas.
+        if spec.flags.contains(super::commands::Flags::WRITE) && !run.wrote && !self.config.enough_replicas() {
+            return Err(super::NOREPLICAS_ERROR.into());
         }
         if spec.flags.contains(super::commands::Flags::WRITE) {
             self.script_run.wrote = true;

@@ -331,8 +331,8 @@ fn extreme_integer_arguments_get_replies_not_panics() {
 #[test]
 fn every_command_in_the_table_is_served() {
     let mut f = Fixture::new();
-    assert_eq!(commands::commands().count(), 200);
-    let containers = ["acl", "client", "config", "function", "memory", "object", "pubsub", "script", "xgroup", "xinfo"];
+    assert_eq!(commands::commands().count(), 202);
+    let containers = ["acl", "client", "cluster", "config", "function", "memory", "object", "pubsub", "script", "xgroup", "xinfo"];
     let rows = commands::commands().flat_map(|c| std::iter::once(c).chain(c.subcommands()));
     for spec in rows.filter(|s| s.name != "quit" && !containers.contains(&s.name)) {
         let words = spec.name.replace('|', " ");
@@ -379,7 +379,7 @@ fn the_command_table_answers_lookups() {
 #[test]
 fn the_table_is_sorted() {
     let rows: Vec<&CommandInfo> = commands::commands().flat_map(|c| std::iter::once(c).chain(c.subcommands())).collect();
-    assert_eq!(rows.len(), 246, "every row is a command or a subcommand found after its container");
+    assert_eq!(rows.len(), 287, "every row is a command or a subcommand found after its container");
     for pair in rows.windows(2) {
         assert!(pair[0].name < pair[1].name, "{} before {}", pair[0].name, pair[1].name);
     }
@@ -393,11 +393,11 @@ fn the_table_is_sorted() {
 fn command_info_reports_flags() {
     let mut f = Fixture::new();
     let spop = f.run("COMMAND INFO spop");
-    let want = "*1\r\n*10\r\n$4\r\nspop\r\n:-2\r\n*1\r\n+write\r\n:1\r\n:1\r\n:1\r\n*0\r\n*1\r\n$23\r\nnondeterministic_output\r\n*0\r\n*0\r\n";
+    let want = "*1\r\n*10\r\n$4\r\nspop\r\n:-2\r\n*1\r\n+write\r\n:1\r\n:1\r\n:1\r\n*3\r\n+@write\r\n+@set\r\n+@fast\r\n*1\r\n$23\r\nnondeterministic_output\r\n*0\r\n*0\r\n";
     assert_eq!(spop, want);
     let client = f.run("COMMAND INFO client");
     assert!(client.contains("$14\r\nclient|unblock\r\n:-3\r\n*1\r\n+admin\r\n"), "{client}");
-    assert!(client.contains("*1\r\n+@connection\r\n"), "{client}");
+    assert!(client.contains("*2\r\n+@slow\r\n+@connection\r\n"), "{client}");
 }
 
 #[test]

@@ -181,25 +181,37 @@ impl Bridge {
 
 }
 
-/// Makes `redis.call` (`raise`: a command's error is raised) or
-/// `redis.pcall` (it is returned) over `bridge`, as the function on the
-/// top of `state`'s stack (`bridge`: [`BridgeHandle::as_upvalue`]).
+/// What a function made by [`push_call_function`] does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// `redis.pcall`: a command's error is returned.
+    Pcall = 0,
+    /// `redis.call`: a command's error is raised.
+    Call = 1,
+    /// `redis.acl_check_cmd` (after its arguments were checked): whether
+    /// the script's user may run the command, a boolean; runs nothing.
+    AclCheck = 2,
+}
+
+/// Makes the function `mode` says over `bridge`, on the top of `state`'s
+/// stack (`bridge`: [`BridgeHandle::as_upvalue`]).
 ///
 /// # Safety
 /// `state` is a Lua state with room for two values; the bridge outlives
 /// every call of the function made (the `Vm` owns both, and drops the
 /// bridge after the interpreter).
-pub(super) unsafe fn push_call_function(state: *mut ffi::lua_State, bridge: *mut c_void, raise: bool) {
+pub(super) unsafe fn push_call_function(state: *mut ffi::lua_State, bridge: *mut c_void, mode: Mode) {
     // SAFETY: as the function's contract; the closure takes its two
     // upvalues off the stack.
     unsafe {
         ffi::lua_pushlightuserdata(state, bridge);
-        ffi::lua_pushboolean(state, c_int::from(raise));
+        ffi::lua_pushinteger(state, mode as ffi::lua_Integer);
         ffi::lua_pushcclosure(state, redis_call, 2);
     }
 }
 
-/// `redis.call` / `redis.pcall` (Redis's `luaRedisGenericCommand`).
+/// `redis.call` / `redis.pcall` (Redis's `luaRedisGenericCommand`), and
+/// `redis.acl_check_cmd`'s check ([`Mode`]).
 unsafe extern "C-unwind" fn redis_call(state: *mut ffi::lua_State) -> c_int {
     // SAFETY (whole body): a C function Lua called, upvalue 1 the bridge
     // (`push_call_function`), alive and not otherwise borrowed while the
@@ -207,16 +219,18 @@ unsafe extern "C-unwind" fn redis_call(state: *mut ffi::lua_State) -> c_int {
     // the raises below (lua_error, an allocation failing) skip nothing.
     unsafe {
         let bridge = &mut *ffi::lua_touserdata(state, ffi::lua_upvalueindex(1)).cast::<Bridge>();
-        let raise = ffi::lua_toboolean(state, ffi::lua_upvalueindex(2)) != 0;
+        let mode = ffi::lua_tointeger(state, ffi::lua_upvalueindex(2));
+        let (raise, acl) = (mode != Mode::Pcall as ffi::lua_Integer, mode == Mode::AclCheck as ffi::lua_Integer);
         let served = if bridge.state.killed.load(Relaxed) {
             fail(bridge, b"ERR Script killed: it ran past lua-time-limit")
         } else if read_args(state, bridge) {
-            serve(bridge)
+            serve(bridge, acl)
         } else {
             fail(bridge, b"ERR Lua redis lib command arguments must be strings or integers")
         };
         ffi::lua_settop(state, 0);
         match served {
+            Served::Reply if acl => ffi::lua_pushboolean(state, c_int::from(bridge.out.as_slice() == b":1\r\n")),
             Served::Reply => {
                 if !push_reply(state, &bridge.out) {
                     ffi::lua_settop(state, 0);
@@ -276,14 +290,14 @@ fn fail(bridge: &mut Bridge, text: &[u8]) -> Served {
 
 /// Runs the call whose arguments [`read_args`] read: what owns memory
 /// happens here, before any Lua call that may raise (module docs).
-fn serve(bridge: &mut Bridge) -> Served {
+fn serve(bridge: &mut Bridge, acl: bool) -> Served {
     if bridge.ends.is_empty() {
         return fail(bridge, b"ERR Please specify at least one argument for this redis lib call");
     }
     let Some(mut call) = bridge.call.take() else {
         return fail(bridge, b"ERR redis.call/pcall can only be called inside a script invocation");
     };
-    let resp = bridge.state.resp.load(Relaxed);
+    let resp = if acl { super::ACL_CHECK } else { bridge.state.resp.load(Relaxed) };
     let args = Args::new(&bridge.args, &bridge.ends);
     bridge.out.clear();
     let out = &mut bridge.out;

@@ -130,6 +130,11 @@ impl RunState {
 
 pub use bridge::{Args, Call};
 
+/// The protocol argument of a [`Call`] that only checks the caller's ACL
+/// permission (`redis.acl_check_cmd`): it runs nothing and answers an
+/// integer reply, 1 if the script's user may run the command, 0 if not.
+pub const ACL_CHECK: u8 = 0;
+
 /// When a run is stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Limit {
@@ -224,7 +229,11 @@ local function refuse0() error_('Attempt to modify a readonly table', 0) end
 local redis = {}
 local killed = bridge_api.killed
 bridge_api.killed = nil
+local acl_check = bridge_api.acl_check
+bridge_api.acl_check = nil
 for k, v in pairs(bridge_api) do redis[k] = v end
+local acl_args = bridge_api.acl_check_cmd
+redis.acl_check_cmd = function(...) acl_args(...) return acl_check(...) end
 -- A stopped run's error must not be caught: whatever catches errors
 -- raises again once the run is stopped (the hook raises only every
 -- so many instructions).
@@ -462,10 +471,10 @@ impl Vm {
         let api = redis_api(&lua, &state)?;
         let bridge = bridge::BridgeHandle::new(state.clone());
         let upvalue = bridge.as_upvalue();
-        for (name, raise) in [("call", true), ("pcall", false)] {
+        for (name, mode) in [("call", bridge::Mode::Call), ("pcall", bridge::Mode::Pcall), ("acl_check", bridge::Mode::AclCheck)] {
             // SAFETY: pushes one C closure; the bridge is kept in the Vm,
             // after the interpreter.
-            let f = unsafe { lua.exec_raw::<Function>((), |s| bridge::push_call_function(s, upvalue, raise))? };
+            let f = unsafe { lua.exec_raw::<Function>((), |s| bridge::push_call_function(s, upvalue, mode))? };
             api.raw_set(name, f)?;
         }
         globals.raw_set("bridge_api", api)?;
@@ -996,7 +1005,16 @@ fn redis_api(lua: &Lua, state: &Arc<RunState>) -> mlua::Result<Table> {
             Some(Value::String(s)) => s.as_bytes().to_vec(),
             _ => return fail(lua, "Please specify at least one argument for this redis lib call"),
         };
-        match crate::exec::commands::lookup(&name) {
+        // Redis's lookupCommand: a container's subcommand when one is given.
+        let sub = match args.get(1) {
+            Some(Value::String(s)) => Some(s.as_bytes().to_vec()),
+            _ => None,
+        };
+        let found = crate::exec::commands::lookup(&name).filter(|c| !c.is_subcommand()).and_then(|c| match sub {
+            Some(sub) if c.is_container() => crate::exec::commands::subcommand(c, &sub),
+            _ => Some(c),
+        });
+        match found {
             Some(_) => Ok(Ok(Value::Boolean(true))),
             None => fail(lua, "Invalid command passed to redis.acl_check_cmd()"),
         }

@@ -69,6 +69,13 @@ impl Running {
         assert_eq!(server.store().heap_in_use(), 0, "DRAM receive buffers returned");
         server
     }
+
+    /// Waits for a server that stops by itself (SHUTDOWN), and checks the engine's invariants.
+    pub fn wait(self) -> KvServer {
+        let server = self.join.join().expect("server thread panicked");
+        server.store().check().expect("engine invariants after stop");
+        server
+    }
 }
 
 pub const MODES: [Mode; 2] = [Mode::ZeroCopy, Mode::Copy];

@@ -645,3 +645,24 @@ fn chunks_stay_out_of_the_keyspace() {
     let stopped = server.stop();
     assert_eq!(stopped.store().engine().len(), 3);
 }
+
+/// SHUTDOWN: refused inside MULTI; otherwise the connection is closed
+/// unanswered, as Redis's, and the loop stops by itself; what was
+/// acknowledged before is in the pool when it is opened again.
+#[test]
+fn shutdown_stops_the_server_and_keeps_every_write() {
+    let pool = Pool::new();
+    let server = start(&pool.path, Mode::ZeroCopy);
+    let mut c = RespClient::connect(server.resp).expect("connect");
+    assert_eq!(c.call(&["SET", "k", "v"]).expect("set"), Value::Simple(b"OK".to_vec()));
+    assert_eq!(c.call(&["SHUTDOWN", "ABORT"]).expect("abort"), Value::Error(b"ERR No shutdown in progress.".to_vec()));
+    c.call(&["MULTI"]).expect("multi");
+    assert_eq!(c.call(&["SHUTDOWN"]).expect("refused"), Value::Error(b"ERR Command not allowed inside a transaction".to_vec()));
+    c.call(&["DISCARD"]).expect("discard");
+    assert!(c.call(&["SHUTDOWN", "NOSAVE"]).is_err(), "closed without a reply");
+    server.wait();
+    let server = start(&pool.path, Mode::ZeroCopy);
+    let mut c = RespClient::connect(server.resp).expect("connect");
+    assert_eq!(c.call(&["GET", "k"]).expect("get"), Value::Bulk(b"v".to_vec()));
+    server.stop();
+}
