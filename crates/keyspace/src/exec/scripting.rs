@@ -445,9 +445,7 @@ impl Server {
             let info = super::row_of(argv.len(), |i| argv.get(i)).ok_or_else(|| "ERR Invalid command passed to redis.acl_check_cmd()".to_string())?;
             let args: Vec<&[u8]> = argv.iter().collect();
             let allowed = self.users.check(session.user(), info.name, info.flags.contains(super::commands::Flags::NO_AUTH), &args).is_ok();
-            out.extend_from_slice(if allowed { b":1
-" } else { b":0
-" });
+            out.extend_from_slice(if allowed { b":1\r\n" } else { b":0\r\n" });
             return Ok(());
         }
         self.script_call_admitted(session, ks, argv, resp, read_only, out).map_err(|text| {
