@@ -432,9 +432,8 @@ impl Parsed {
         self.limits
     }
 
-    /// Parses as many whole requests as `segments` hold, replacing the
-    /// previous call's results.
-    pub fn parse(&mut self, segments: &[&[u8]]) -> ParseSummary {
+    /// Forgets the previous results (keeping the capacity).
+    fn clear(&mut self) {
         self.pieces.clear();
         self.args.clear();
         self.commands.clear();
@@ -442,6 +441,12 @@ impl Parsed {
         self.gathered.clear();
         self.lazy.clear();
         self.seg_starts.clear();
+    }
+
+    /// Parses as many whole requests as `segments` hold, replacing the
+    /// previous call's results.
+    pub fn parse(&mut self, segments: &[&[u8]]) -> ParseSummary {
+        self.clear();
         let mut starts = std::mem::take(&mut self.seg_starts);
         // A long value's many segments (a 512 MiB one arrives in 262,144)
         // each start a location and at least one piece: reserved at once,
@@ -505,13 +510,7 @@ impl Parsed {
     /// more than `max_args` arguments, one is longer than `max_bulk_bytes`,
     /// or the segment is past the 32-bit locations.
     pub fn set_command(&mut self, ends: &[usize]) -> bool {
-        self.pieces.clear();
-        self.args.clear();
-        self.commands.clear();
-        self.ends.clear();
-        self.gathered.clear();
-        self.lazy.clear();
-        self.seg_starts.clear();
+        self.clear();
         let total = ends.last().copied().unwrap_or(0);
         if ends.is_empty() || ends.len() > self.limits.max_args as usize || total > u32::MAX as usize {
             return false;
