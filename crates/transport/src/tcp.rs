@@ -484,6 +484,12 @@ pub struct TcpTransport {
     /// Whether completions signal the eventfd: only between `event_fd`
     /// and the next `progress` (`IORING_CQ_EVENTFD_DISABLED` otherwise).
     efd_armed: bool,
+    /// The eventfd may hold a count: a completion was in the queue while
+    /// the eventfd was enabled (seen by `reap` or by `progress` as it
+    /// disables it). `event_fd` clears the fd only then: otherwise its
+    /// count is 0, and the read would be a syscall for nothing (0.7 per
+    /// SET on a one-client cluster leader, `docs/bench.md`).
+    efd_dirty: bool,
     /// The kernel takes `IORING_RECVSEND_POLL_FIRST` (Linux 5.19).
     poll_first: bool,
     /// Memory lent for messages ([`Transport::lend_rx`]).
@@ -539,6 +545,7 @@ impl TcpTransport {
             cqes: Vec::with_capacity(RING_ENTRIES as usize * 4),
             progressed: false,
             efd_armed: false,
+            efd_dirty: false,
             poll_first,
             arena: None,
         })
@@ -761,6 +768,9 @@ impl TcpTransport {
     /// Handles every completion the ring holds; whether there were any.
     fn reap(&mut self) -> bool {
         let mut any = false;
+        if self.efd_armed && !self.ring.completion().is_empty() {
+            self.efd_dirty = true;
+        }
         loop {
             let mut cqes = std::mem::take(&mut self.cqes);
             cqes.clear();
@@ -1180,7 +1190,10 @@ impl TcpTransport {
         // by something else found its poll on the fd fired and ran a turn
         // for nothing before it could sleep.
         if self.efd_armed {
+            // A completion posted while enabled signalled the fd; one posted
+            // after this does not.
             self.ring.completion().disable_eventfd();
+            self.efd_dirty |= !self.ring.completion().is_empty();
             self.efd_armed = false;
         }
         if self.accept_retry.is_some_and(|at| Instant::now() >= at) {
@@ -1383,13 +1396,16 @@ impl Transport for TcpTransport {
         // What the reap queued (receives re-armed, frames behind a finished
         // send) must be with the kernel before anyone sleeps on the fd.
         self.submit();
-        // Let completions signal the eventfd, clear it, then look again: a
-        // completion posted after the read signals it anew.
+        // Let completions signal the eventfd, clear it if it may have been
+        // signalled, then look again: a completion posted after the clear
+        // signals it anew.
         self.ring.completion().enable_eventfd();
         self.efd_armed = true;
-        let mut count = 0u64;
-        // SAFETY: reads 8 bytes into a u64 from our non-blocking eventfd.
-        unsafe { libc::read(self.efd.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
+        if std::mem::take(&mut self.efd_dirty) {
+            let mut count = 0u64;
+            // SAFETY: reads 8 bytes into a u64 from our non-blocking eventfd.
+            unsafe { libc::read(self.efd.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
+        }
         if !self.ring.completion().is_empty() {
             return EventFd::Ready;
         }
