@@ -773,6 +773,9 @@ impl Server {
     /// command before it proposes or forwards it). `None` for an unknown
     /// command: its own error comes later.
     pub fn acl_refusal(&mut self, session: &Session, args: &[Vec<u8>], now_ms: u64) -> Option<String> {
+        if self.users.unrestricted(&session.user) {
+            return None;
+        }
         let info = command_of(args).ok()?;
         let argv: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
         let context = if session.multi.is_some() { "multi" } else { "toplevel" };
@@ -1030,15 +1033,7 @@ impl Server {
     /// Sends every monitor the line of `req`, run by `session` (by a script
     /// if `lua`) ([`monitor`]).
     pub(crate) fn feed_monitors<K: Keyspace>(&mut self, session: &Session, ks: &K, req: &Request<'_>, lua: bool) {
-        if self.monitors.is_empty() {
-            return;
-        }
-        let addr = if lua { None } else { Some(self.clients.get(&session.id).map_or("?:0", |c| &*c.addr)) };
-        let args: Vec<&[u8]> = req.args().collect();
-        let line = monitor::line(ks.now_ms(), addr, monitor::redacted(&args).into_iter());
-        for &id in &self.monitors {
-            self.pubsub.send(id, line.clone());
-        }
+        self.feed_monitors_at(session, ks.now_ms(), req, lua);
     }
 
     /// Runs an admitted command, recording the keys it writes when some

@@ -72,12 +72,18 @@ impl Server {
     /// of this server's) ran at `now_ms` on another executor (a cluster
     /// member's reads).
     pub fn feed_monitors_for(&mut self, session: &Session, now_ms: u64, req: &pmwire_resp::request::Request<'_>) {
+        self.feed_monitors_at(session, now_ms, req, false);
+    }
+
+    /// Sends every monitor the line of `req`, run by `session` (by a
+    /// script if `lua`) at `now_ms`.
+    pub(super) fn feed_monitors_at(&mut self, session: &Session, now_ms: u64, req: &pmwire_resp::request::Request<'_>, lua: bool) {
         if self.monitors.is_empty() {
             return;
         }
-        let addr = self.clients.get(&session.id).map_or("?:0", |c| &*c.addr);
+        let addr = if lua { None } else { Some(self.clients.get(&session.id).map_or("?:0", |c| &*c.addr)) };
         let args: Vec<&[u8]> = req.args().collect();
-        let line = line(now_ms, Some(addr), redacted(&args).into_iter());
+        let line = line(now_ms, addr, redacted(&args).into_iter());
         for &id in &self.monitors {
             self.pubsub.send(id, line.clone());
         }

@@ -130,10 +130,9 @@ impl Stats {
         let other = std::mem::take(other);
         self.total_error_replies += other.total_error_replies;
         if other.errors_disabled {
+            // As one executor past the cap: the one kind that stands for all.
             self.errors.clear();
-            self.errors_disabled = false;
-            let total = other.errors.values().sum();
-            self.count_error(DISABLED, total);
+            self.errors.insert(DISABLED.to_vec(), other.errors.values().sum());
             self.errors_disabled = true;
         } else {
             for (code, n) in &other.errors {
