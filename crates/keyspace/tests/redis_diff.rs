@@ -133,7 +133,9 @@ fn run_lines(d: &mut Differ, name: &str, script: &str) -> Vec<String> {
             Some(rest) => (true, rest),
             None => (false, line),
         };
-        match d.check(&args_of(command), sort) {
+        let args = args_of(command);
+        let checked = if diff::clock_id(&args) { d.check_clock_id(&args, 1000) } else { d.check(&args, sort) };
+        match checked {
             Ok(false) => {}
             Ok(true) => break,
             Err((want, got)) => failures.push(format!(
