@@ -1117,3 +1117,56 @@ fn streams_are_written_and_read_through_every_member() {
     assert_eq!(waiter.join().unwrap(), Reply::Error("NOGROUP the consumer group this client was blocked on no longer exists".into()));
 }
 
+
+/// ACL users on a member (they are each member's configuration, as
+/// redis-server's): a command the user may not run is refused before it is
+/// proposed, forwarded or queued (and EXEC then aborts); a queued command
+/// the rules no longer allow at EXEC takes Redis's NOPERM error in EXEC's
+/// reply and is not applied anywhere, while the rest of the transaction is.
+#[test]
+fn acl_rules_hold_on_a_member_when_queued_and_again_at_exec() {
+    let cluster = Cluster::start();
+    let l = cluster.leader(&[0, 1, 2]);
+    for m in [(l + 1) % 3, l] {
+        let mut admin = cluster.client(m);
+        assert_eq!(admin.call(&["ACL", "SETUSER", "alice", "on", ">pw", "~*", "+@all", "-get"]), ok());
+        let mut alice = cluster.client(m);
+        assert_eq!(alice.call(&["AUTH", "alice", "pw"]), ok());
+        let (a, n) = (format!("acl-a-{m}"), format!("acl-n-{m}"));
+        assert!(matches!(alice.call(&["GET", &a]), Reply::Error(e) if e.starts_with("NOPERM")), "member {m}");
+        assert_eq!(alice.call(&["SET", &a, "0"]), ok());
+        // Refused when queued: EXEC aborts.
+        assert_eq!(alice.call(&["MULTI"]), ok());
+        assert!(matches!(alice.call(&["GET", &a]), Reply::Error(e) if e.starts_with("NOPERM")), "member {m}");
+        assert!(matches!(alice.call(&["EXEC"]), Reply::Error(e) if e.starts_with("EXECABORT")), "member {m}");
+        // Allowed when queued, refused at EXEC.
+        assert_eq!(alice.call(&["MULTI"]), ok());
+        assert_eq!(alice.call(&["SET", &a, "1"]), Reply::Simple("QUEUED".into()));
+        assert_eq!(alice.call(&["INCR", &n]), Reply::Simple("QUEUED".into()));
+        assert_eq!(alice.call(&["SET", &a, "2"]), Reply::Simple("QUEUED".into()));
+        assert_eq!(admin.call(&["ACL", "SETUSER", "alice", "-incr"]), ok());
+        let Reply::Array(Some(replies)) = alice.call(&["EXEC"]) else { panic!("member {m}: EXEC's array") };
+        assert_eq!(replies.len(), 3, "member {m}: {replies:?}");
+        assert_eq!((&replies[0], &replies[2]), (&ok(), &ok()), "member {m}");
+        assert!(
+            matches!(&replies[1], Reply::Error(e) if e.starts_with("NOPERM ACLs rules changed between the moment the transaction was accumulated and the EXEC call")),
+            "member {m}: {:?}",
+            replies[1]
+        );
+        for other in 0..3 {
+            let mut c = cluster.client(other);
+            assert_eq!(c.call(&["GET", &a]), Reply::bulk("2"), "member {other}");
+            assert_eq!(c.call(&["EXISTS", &n]), Reply::Int(0), "member {other}");
+        }
+        // ACL LOG, newest first: INCR at EXEC, GET queued (both "multi"),
+        // GET at the top level.
+        let Reply::Array(Some(log)) = admin.call(&["ACL", "LOG"]) else { panic!("member {m}: ACL LOG") };
+        let fields = |e: &Reply, name: &str| match e {
+            Reply::Array(Some(f)) => f.chunks(2).find(|p| p[0] == Reply::bulk(name)).map(|p| p[1].clone()),
+            _ => None,
+        };
+        let seen: Vec<(Option<Reply>, Option<Reply>)> = log.iter().map(|e| (fields(e, "object"), fields(e, "context"))).collect();
+        let want = |o: &str, c: &str| (Some(Reply::bulk(o)), Some(Reply::bulk(c)));
+        assert_eq!(seen, vec![want("incr", "multi"), want("get", "multi"), want("get", "toplevel")], "member {m}");
+    }
+}

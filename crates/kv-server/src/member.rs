@@ -191,6 +191,10 @@ enum Slot {
     Ready(Vec<u8>),
     /// A proposal in flight.
     Write,
+    /// A transaction in flight, and the errors that take their queued
+    /// commands' places in its reply (by position, ascending): commands
+    /// the ACL rules no longer allowed at EXEC (`splice_exec`).
+    Exec(Vec<(usize, Vec<u8>)>),
     /// A blocking pop parked, or a WAIT waiting (answered by `blocking` or
     /// `wait`).
     Pending,
@@ -467,6 +471,12 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
     /// An extent-form entry's copies are counted by its builder
     /// (`member::zc`), which knows its value bytes without walking it.
     fn propose(&mut self, id: ConnId, entry: Vec<u8>) -> bool {
+        self.propose_into(id, entry, Slot::Write)
+    }
+
+    /// [`Member::propose`], the reply awaited in `slot` ([`Slot::Write`]
+    /// or [`Slot::Exec`]).
+    fn propose_into(&mut self, id: ConnId, entry: Vec<u8>, slot: Slot) -> bool {
         if !pmwire_kv_cluster::extent::is_extent_form(&entry) {
             let values = pmwire_kv_cluster::extent::v1_value_bytes(&entry);
             // A follower's: protobuf's encoding copies the entry again into
@@ -479,7 +489,7 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         }
         match self.submit(entry) {
             Some(ticket) => {
-                let seq = self.conn(id).push(Slot::Write);
+                let seq = self.conn(id).push(slot);
                 self.tickets.insert(ticket, Owner::Slot(id, seq));
                 true
             }
@@ -582,7 +592,8 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         // command outside MULTI is checked by the local executor itself).
         let local_session = class(&args[0]) == Class::Session && self.conn(id).multi.is_none();
         if !local_session {
-            if let Some(text) = self.local.acl_refusal(&self.conns[&id].session, &args, Self::now_ms()) {
+            let in_multi = self.conns[&id].multi.is_some();
+            if let Some(text) = self.local.acl_refusal(&self.conns[&id].session, &args, in_multi, Self::now_ms()) {
                 let conn = self.conn(id);
                 if conn.multi.is_some() {
                     conn.multi_dirty = true;
@@ -780,8 +791,20 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             self.conn(id).push(Slot::Ready(reply));
             return;
         }
-        let entry = self.proposer.transaction(Self::now_ms(), protocol, watched, &queued);
-        self.propose(id, entry);
+        // As Redis's execCommand, the ACL rules are checked again: a
+        // command they no longer allow is not run, and its place in EXEC's
+        // reply is the error (the rest run).
+        let now = Self::now_ms();
+        let mut denied = Vec::new();
+        let mut allowed = Vec::with_capacity(queued.len());
+        for (i, args) in queued.into_iter().enumerate() {
+            match self.local.acl_exec_refusal(&self.conns[&id].session, &args, now) {
+                Some(text) => denied.push((i, error(&text))),
+                None => allowed.push(args),
+            }
+        }
+        let entry = self.proposer.transaction(now, protocol, watched, &allowed);
+        self.propose_into(id, entry, Slot::Exec(denied));
     }
 
     /// `-OOM` if the pool is too short of room for `commands` (a command or
@@ -1115,6 +1138,7 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
             }
             let Some(slot) = conn.slot(seq) else { return };
             *slot = match (std::mem::replace(slot, Slot::Write), done) {
+                (Slot::Exec(denied), Done::Applied { output, .. }) => Slot::Ready(splice_exec(output.reply, denied)),
                 (_, Done::Applied { output, .. }) => Slot::Ready(output.reply),
                 (Slot::ReadWait(args), Done::Readable { .. }) => Slot::Read(args),
                 (_, Done::Failed(f)) => Slot::Ready(failure_reply(f, &mut self.stats)),
@@ -1546,5 +1570,50 @@ impl<T: Transport<Addr = SocketAddr>> MemberServer<T> {
     /// The member.
     pub fn member(&self) -> &Member<T> {
         self.server.service()
+    }
+}
+
+/// EXEC's reply `reply` (`*N` and its N replies) with `denied` put in at
+/// their positions (ascending), as Redis's execCommand answers the queued
+/// commands the ACL rules no longer allow; any other reply (a WATCH's nil,
+/// an error) as it is.
+fn splice_exec(reply: Vec<u8>, denied: Vec<(usize, Vec<u8>)>) -> Vec<u8> {
+    if denied.is_empty() || reply.first() != Some(&b'*') {
+        return reply;
+    }
+    let Some(eol) = reply.windows(2).position(|w| w == b"\r\n") else { return reply };
+    // `*-1` (a WATCH's abort) does not parse as a count.
+    let Some(n) = std::str::from_utf8(&reply[1..eol]).ok().and_then(|s| s.parse::<usize>().ok()) else { return reply };
+    let total = n + denied.len();
+    let mut out = format!("*{total}\r\n").into_bytes();
+    let mut at = eol + 2;
+    let mut denied = denied.into_iter().peekable();
+    for pos in 0..total {
+        if let Some((_, text)) = denied.next_if(|(p, _)| *p == pos) {
+            out.extend_from_slice(&text);
+            continue;
+        }
+        let Ok(Some((len, _))) = pmwire_resp::client::reply_len(&reply[at..]) else { return reply };
+        out.extend_from_slice(&reply[at..at + len]);
+        at += len;
+    }
+    out
+}
+
+#[cfg(test)]
+mod splice_tests {
+    use super::splice_exec;
+
+    #[test]
+    fn refused_commands_take_their_places_in_exec_s_reply() {
+        let e = |t: &str| format!("-{t}\r\n").into_bytes();
+        let reply = b"*2\r\n+OK\r\n*1\r\n:1\r\n".to_vec();
+        assert_eq!(splice_exec(reply.clone(), vec![(0, e("NOPERM a")), (3, e("NOPERM b"))]), b"*4\r\n-NOPERM a\r\n+OK\r\n*1\r\n:1\r\n-NOPERM b\r\n".to_vec());
+        assert_eq!(splice_exec(reply.clone(), vec![(1, e("NOPERM a"))]), b"*3\r\n+OK\r\n-NOPERM a\r\n*1\r\n:1\r\n".to_vec());
+        assert_eq!(splice_exec(b"*0\r\n".to_vec(), vec![(0, e("x")), (1, e("y"))]), b"*2\r\n-x\r\n-y\r\n".to_vec());
+        // A WATCH's abort, RESP2 and RESP3, and an error stay as they are.
+        for r in [&b"*-1\r\n"[..], b"_\r\n", b"-EXECABORT no\r\n"] {
+            assert_eq!(splice_exec(r.to_vec(), vec![(0, e("x"))]), r.to_vec());
+        }
     }
 }

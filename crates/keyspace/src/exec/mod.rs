@@ -770,16 +770,34 @@ impl Server {
     /// Redis's refusal of `args` by the ACL rules of `session`'s user, if
     /// they refuse it (logged in ACL LOG), for a driver that serves some
     /// commands without [`Server::execute`] (a cluster member checks a
-    /// command before it proposes or forwards it). `None` for an unknown
-    /// command: its own error comes later.
-    pub fn acl_refusal(&mut self, session: &Session, args: &[Vec<u8>], now_ms: u64) -> Option<String> {
+    /// command before it proposes, forwards or queues it; `in_multi`: the
+    /// driver is queueing it in a transaction of its own, which ACL LOG
+    /// names as the context). `None` for an unknown command: its own error
+    /// comes later.
+    pub fn acl_refusal(&mut self, session: &Session, args: &[Vec<u8>], in_multi: bool, now_ms: u64) -> Option<String> {
         if self.users.unrestricted(&session.user) {
             return None;
         }
         let info = command_of(args).ok()?;
         let argv: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-        let context = if session.multi.is_some() { "multi" } else { "toplevel" };
+        let context = if in_multi || session.multi.is_some() { "multi" } else { "toplevel" };
         self.acl_check(session, info, &argv, context, now_ms).err()
+    }
+
+    /// As Redis's execCommand: `args`, queued in a transaction by
+    /// `session`, checked again at EXEC (the rules may have changed since
+    /// it was queued); the error that takes its place in EXEC's reply, if
+    /// refused (logged in ACL LOG). A cluster member's transactions are
+    /// queued by the member, which checks them so before proposing.
+    pub fn acl_exec_refusal(&mut self, session: &Session, args: &[Vec<u8>], now_ms: u64) -> Option<String> {
+        if self.users.unrestricted(&session.user) {
+            return None;
+        }
+        let info = command_of(args).ok()?;
+        let argv: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        let denied = self.users.check(&session.user, info.name, info.flags.contains(Flags::NO_AUTH), &argv).err()?;
+        self.log_denied(session, denied, info.name, &argv, "multi", now_ms);
+        Some(exec_refusal(denied))
     }
 
     /// ACL's check of `argv`, a call of `info`, by `session`'s user: Ok,
@@ -1222,7 +1240,7 @@ impl Server {
                 let argv: Vec<&[u8]> = req.args().collect();
                 if let Err(denied) = self.users.check(&session.user, spec.name, spec.flags.contains(Flags::NO_AUTH), &argv) {
                     self.log_denied(session, denied, spec.name, &argv, "multi", ks.now_ms());
-                    let text = format!("NOPERM ACLs rules changed between the moment the transaction was accumulated and the EXEC call. This command is no longer allowed for the following reason: {}", denied.exec_reason());
+                    let text = exec_refusal(denied);
                     self.stats.error_reply(&mut Out::<K::Value, S>::new(sink, session.protocol), text.as_bytes());
                     continue;
                 }
@@ -1555,4 +1573,9 @@ fn denies_oom<K: Keyspace>(server: &mut Server, ks: &mut K, info: &CommandInfo, 
         "fcall" | "fcall_ro" => server.function_flags_deny(ks, req.arg(1), scripting::NO_WRITES | scripting::ALLOW_OOM),
         _ => false,
     }
+}
+
+/// execCommand's error for a queued command the rules no longer allow.
+fn exec_refusal(denied: acl::Denied) -> String {
+    format!("NOPERM ACLs rules changed between the moment the transaction was accumulated and the EXEC call. This command is no longer allowed for the following reason: {}", denied.exec_reason())
 }
