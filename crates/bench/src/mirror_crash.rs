@@ -22,9 +22,10 @@
 //!   (`--allow-unmirrored`, every other backup run); restart the backup on
 //!   its pool at its address; the primary reconnects and resynchronises it
 //!   while it keeps committing; stop it once it acknowledged more. A
-//!   restarted backup refused as one ahead (it committed the transaction
-//!   whose commit failed on the primary, never acknowledged) is given a
-//!   blank pool, as an operator would, and counted.
+//!   restarted backup one ahead (it committed the transaction whose
+//!   commit failed on the primary, never acknowledged) must be copied
+//!   over by the primary (a full copy), never refused: a refused backup
+//!   fails the run. Such backups are counted.
 //!
 //! Checks, with `a` the last acknowledged transaction before the kill:
 //! every pool left by a kill holds `b` with `a ≤ b ≤ a + 1` and exactly the
@@ -199,9 +200,9 @@ struct Outcome {
     given_up: u64,
     /// Old primaries past the fork point, rejoined by a full copy.
     diverged_rejoins: u64,
-    /// Restarted backups refused as one ahead (the failed commit's
-    /// transaction), given a blank pool instead.
-    replaced: u64,
+    /// Restarted backups one ahead (the failed commit's transaction),
+    /// copied over by the primary.
+    copied_over: u64,
 }
 
 impl Outcome {
@@ -219,7 +220,7 @@ impl Outcome {
         self.unmirrored += o.unmirrored;
         self.failed_commits += o.failed_commits;
         self.one_ahead += o.one_ahead;
-        self.replaced += o.replaced;
+        self.copied_over += o.copied_over;
         self.given_up += o.given_up;
         self.diverged_rejoins += o.diverged_rejoins;
     }
@@ -490,7 +491,7 @@ fn write_report(
         .metric("unmirrored_count", totals.unmirrored as f64)
         .metric("failed_commits_count", totals.failed_commits as f64)
         .metric("one_ahead_count", totals.one_ahead as f64)
-        .metric("backups_replaced_count", totals.replaced as f64)
+        .metric("backups_one_ahead_copied_over_count", totals.copied_over as f64)
         .metric("diverged_rejoins_count", totals.diverged_rejoins as f64)
         .metric("given_up_unmirrored_count", totals.given_up as f64);
     let parameters = serde_json::json!({
@@ -525,7 +526,7 @@ fn print_summary(o: &MirrorCrashOptions, t: &Outcome, per_kind: [u64; 4], unchec
         row("  of which unmirrored", t.unmirrored, ""),
         row("commits failed with the reason (backup down)", t.failed_commits, ""),
         row("pools one past the acknowledged (in flight)", t.one_ahead, ""),
-        row("restarted backups refused as one ahead, given a blank pool", t.replaced, ""),
+        row("restarted backups one ahead, copied over by the primary", t.copied_over, ""),
         row("old primaries past the fork point, rejoined by full copy", t.diverged_rejoins, ""),
         row("unmirrored acknowledged transactions given up by promotion", t.given_up, ""),
     ];
@@ -679,8 +680,17 @@ fn backup_kill(options: &MirrorCrashOptions, plan: &RunPlan, dir: &Path) -> Resu
         Ok(said(&out, "resync: ").len() > resyncs || said(&out, "backup refused: ").len() > refusals)
     })?;
     if said(&out, "resync: ").len() == resyncs {
-        backup = blank_backup(options, backup, &pool_b, addr, dir, &mut primary, b, before)?;
-        o.replaced += 1;
+        let why = said(&out, "backup refused: ").pop().unwrap_or_default();
+        bail!("the restarted backup (at {b}, {before} acknowledged) was refused: {why}");
+    }
+    if !unmirrored && b == before + 1 {
+        // It holds the transaction whose commit failed on the primary:
+        // only a full copy undoes it.
+        let rejoins = said(&out, "resync: ");
+        if !rejoins[resyncs..].iter().any(|l| l.starts_with("resync: full")) {
+            bail!("the backup one ahead was not given a full copy: {:?}", &rejoins[resyncs..]);
+        }
+        o.copied_over += 1;
     }
     let (_, at_resync) = acked(&acked1)?;
     wait_until("transactions after the resynchronisation", || {
@@ -698,38 +708,6 @@ fn backup_kill(options: &MirrorCrashOptions, plan: &RunPlan, dir: &Path) -> Resu
     o.acknowledged = c;
     o.after_failover = c - before;
     Ok(o)
-}
-
-/// A restarted backup was refused: it committed the transaction whose
-/// commit failed on the primary (never acknowledged), so it is one ahead,
-/// which the primary refuses, waiting. The operator's choice, made here:
-/// drop that transaction by giving the backup a blank pool at the same
-/// address; the primary's next attempt copies everything to it.
-#[allow(clippy::too_many_arguments)]
-fn blank_backup(
-    options: &MirrorCrashOptions,
-    mut backup: Proc,
-    pool: &Path,
-    addr: SocketAddr,
-    dir: &Path,
-    primary: &mut Proc,
-    held: u64,
-    acknowledged: u64,
-) -> Result<Proc> {
-    let out = dir.join("primary1.out");
-    let why = said(&out, "backup refused: ").pop().unwrap_or_default();
-    if held != acknowledged + 1 || !why.contains("ahead") {
-        bail!("the restarted backup (at {held}, {acknowledged} acknowledged) was refused: {why}");
-    }
-    let resyncs = said(&out, "resync: ").len();
-    backup.kill9()?;
-    std::fs::remove_file(pool)?;
-    let backup = start_backup(options, pool, &addr.to_string(), dir)?.0;
-    wait_until("the blank backup's resynchronisation", || {
-        primary.alive()?;
-        Ok(said(&out, "resync: ").len() > resyncs)
-    })?;
-    Ok(backup)
 }
 
 /// Waits until the primary has a transaction acknowledged (its start,

@@ -377,8 +377,12 @@ impl Primary {
             Err(e) => {
                 say(&format!("commit failed: {e}; no commit until the backup is back"));
                 self.mirror = None;
-                // The abandoned transaction's number is reused: reopen.
+                // The abandoned transaction's number is reused: reopen,
+                // remembering that the backup may hold it (its rejoin then
+                // copies this pool over it instead of refusing it as ahead).
+                let abandoned = self.heap.abandoned_to();
                 self.heap = Heap::open(&mut self.region, 0).map_err(|e| anyhow!("reopen after the failure: {e}"))?.0;
+                self.heap.note_abandoned(abandoned);
                 self.next_try = Instant::now();
                 Ok(Outcome::Failed)
             }

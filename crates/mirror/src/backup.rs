@@ -108,7 +108,7 @@ pub enum HelloError {
     },
     /// The backup holds transactions the primary does not.
     #[error(
-        "backup is ahead: at transaction {backup}, the primary at {primary}: the backup holds transactions the primary never committed durably (was the primary restored from elsewhere?), so copying the primary over it would silently drop them"
+        "backup is ahead: at transaction {backup}, the primary at {primary}: the backup holds transactions the primary never committed durably and does not know it abandoned (was the primary restored from elsewhere, or restarted after a commit it abandoned?), so copying the primary over it could silently drop acknowledged writes; if the primary's pool is the one to keep, start this backup on a new pool (move this one aside)"
     )]
     Ahead {
         /// The backup's last committed transaction.
@@ -664,6 +664,7 @@ impl Backup {
             last: h.value,
             tracked_since: hello.tracked_since,
             data_crc: hello.data_crc,
+            abandoned_to: hello.abandoned_to,
         };
         match rejoin_plan(&primary, &state) {
             Plan::Refuse(e) => Err(e.into()),
@@ -891,6 +892,7 @@ mod tests {
             data_bytes: DATA,
             data_crc: data_crc(media, &heap.geometry()),
             tracked_since: tracked.then(|| heap.tracker().since()),
+            abandoned_to: heap.abandoned_to(),
             history: heap.history().clone(),
         }
     }

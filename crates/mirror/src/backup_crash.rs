@@ -227,6 +227,7 @@ fn run(strategy: Strategy, faults: BackupFaults, cut: Option<usize>) -> Run {
         data_bytes: DATA_BYTES,
         data_crc: crate::backup::data_crc(&primary_media, &heap.geometry()),
         tracked_since: Some(heap.tracker().since()),
+        abandoned_to: 0,
         history: heap.history().clone(),
     };
     let (header, payload) = core.hello(0, &hello);
@@ -389,6 +390,7 @@ fn copy_messages(case: &ResyncCase, mode: CopyMode, from: u64) -> Vec<([u8; crat
         data_bytes: RESYNC_DATA_BYTES,
         data_crc: crc,
         tracked_since: Some(primary.tracker().since()),
+        abandoned_to: 0,
         history: primary.history().clone(),
     };
     let last = primary.last_committed();

@@ -187,6 +187,10 @@ pub struct Heap {
     history_serial: u64,
     /// Which blocks each transaction since the open wrote.
     tracker: WriteTracker,
+    /// The highest transaction whose commit went to the sink and failed
+    /// there (0: none since the open): the backup may hold it committed,
+    /// though this heap abandoned it and its caller was told so.
+    abandoned_to: u64,
     /// The open transaction's log image: its epoch records, back to back.
     image: Vec<u8>,
     /// The open transaction's writes, in order (positions in `image`).
@@ -352,6 +356,7 @@ impl Heap {
             history_slot: 0,
             history_serial: 0,
             tracker: WriteTracker::new(geometry.data_bytes, last_committed),
+            abandoned_to: 0,
             image: Vec::new(),
             writes: Vec::new(),
             faults: Faults::default(),
@@ -382,6 +387,22 @@ impl Heap {
     /// The last committed transaction's number (0 if none).
     pub fn last_committed(&self) -> u64 {
         self.last_committed
+    }
+
+    /// The highest transaction whose commit the sink failed since the heap
+    /// was opened (0: none): one a backup may hold committed though this
+    /// heap abandoned it (`history::rejoin_plan`).
+    pub fn abandoned_to(&self) -> u64 {
+        self.abandoned_to
+    }
+
+    /// Carries over what an earlier `Heap` of this process on the same
+    /// pool abandoned ([`Heap::abandoned_to`]), for a caller that reopens
+    /// the pool after a failed commit (to number its next transaction as
+    /// the abandoned one was). Only this process knows it: a restarted
+    /// primary starts from 0.
+    pub fn note_abandoned(&mut self, tx: u64) {
+        self.abandoned_to = self.abandoned_to.max(tx);
     }
 
     /// The heap's durable history: its id and generations.
@@ -656,6 +677,9 @@ impl<M: Media, S: EpochSink> Tx<'_, M, S> {
         }
         self.media.drain();
         if let Err(e) = self.sink.commit(&committed) {
+            // The sink may have committed it before failing (an answer
+            // lost): a backup's rejoin may then discard it (`abandoned_to`).
+            self.heap.abandoned_to = self.heap.abandoned_to.max(self.tx);
             self.sink.abort(self.tx);
             return Err(TxError::Sink(e));
         }

@@ -228,6 +228,9 @@ pub struct PrimaryState<'a> {
     pub tracked_since: Option<u64>,
     /// CRC-32C of its data area.
     pub data_crc: u32,
+    /// The highest transaction whose commit it sent and then abandoned
+    /// since it opened its heap (0: none).
+    pub abandoned_to: u64,
 }
 
 /// How a backup rejoins its primary.
@@ -287,7 +290,9 @@ impl Plan {
 ///   generation it never saw), or is older than the primary's table:
 ///   a full copy, never incremental;
 /// - on the primary's history: ahead of the primary is refused (it holds
-///   transactions the primary never committed durably); equal streams if
+///   transactions the primary never committed durably), unless by no more
+///   than the primary says it sent and abandoned since it opened its heap
+///   (a commit whose answer was lost): a full copy; equal streams if
 ///   the data's CRCs agree and is refused otherwise; behind gets an
 ///   incremental copy if the primary's tracking covers it, else a full one.
 pub fn rejoin_plan(primary: &PrimaryState<'_>, backup: &BackupState) -> Plan {
@@ -322,7 +327,10 @@ pub fn rejoin_plan(primary: &PrimaryState<'_>, backup: &BackupState) -> Plan {
         return Plan::FullCopy;
     }
     if at > primary.last {
-        return if torn {
+        // Ahead by transactions this primary sent and abandoned (the
+        // backup committed one and its answer was lost): they were never
+        // acknowledged, so the primary's state replaces them.
+        return if torn || at <= primary.abandoned_to {
             Plan::FullCopy
         } else {
             Plan::Refuse(HelloError::Ahead { backup: at, primary: primary.last })
@@ -352,7 +360,7 @@ mod tests {
     }
 
     fn primary(history: &History, last: u64, tracked_since: Option<u64>) -> PrimaryState<'_> {
-        PrimaryState { history, last, tracked_since, data_crc: 7 }
+        PrimaryState { history, last, tracked_since, data_crc: 7, abandoned_to: 0 }
     }
 
     fn backup(history: &History, last: u64) -> BackupState {
@@ -469,6 +477,12 @@ mod tests {
         let plan = rejoin_plan(&primary(&h, 9, Some(0)), &backup(&h, 11));
         assert_eq!(plan, Plan::Refuse(HelloError::Ahead { backup: 11, primary: 9 }));
         assert!(plan_text(&plan).contains("ahead"));
+        // Ahead by what this primary sent and abandoned: a full copy
+        // replaces it; ahead past that is still refused.
+        let abandoned = |to| PrimaryState { abandoned_to: to, ..primary(&h, 9, Some(0)) };
+        assert_eq!(rejoin_plan(&abandoned(11), &backup(&h, 11)), Plan::FullCopy);
+        assert_eq!(rejoin_plan(&abandoned(12), &backup(&h, 11)), Plan::FullCopy);
+        assert_eq!(rejoin_plan(&abandoned(10), &backup(&h, 11)), Plan::Refuse(HelloError::Ahead { backup: 11, primary: 9 }));
     }
 
     #[test]

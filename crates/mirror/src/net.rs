@@ -178,6 +178,7 @@ impl<T: Transport> Mirror<T> {
             data_bytes: geometry.data_bytes,
             data_crc: data_crc(media, &geometry),
             tracked_since: Some(heap.tracker().since()),
+            abandoned_to: heap.abandoned_to(),
             history: heap.history().clone(),
         };
         let last = heap.last_durable(media);
@@ -191,6 +192,7 @@ impl<T: Transport> Mirror<T> {
             last,
             tracked_since: hello.tracked_since,
             data_crc: hello.data_crc,
+            abandoned_to: hello.abandoned_to,
         };
         let plan = rejoin_plan(&primary, &state);
         if plan.code() != answer.count {
@@ -987,6 +989,7 @@ mod tests {
             data_bytes: DATA,
             data_crc: crc ^ 1,
             tracked_since: None,
+            abandoned_to: 0,
             history: heap.history().clone(),
         };
         let (header, payload) = StreamCore::new(Strategy::SmOb).hello(heap.last_durable(&media), &other);
@@ -1205,6 +1208,74 @@ mod tests {
         let (opened, _) = Heap::open(&mut rejoined, 0).unwrap();
         assert_eq!((opened.last_committed(), opened.history()), (7, promoted.history()));
         assert_eq!(whole(&opened, &rejoined), whole(&promoted, &backup));
+    }
+
+    /// A commit the backup made durable but whose answer never reached the
+    /// primary (the backup killed between the two): as a sink error.
+    struct AnswerLost<'a>(&'a mut Mirror<InProcTransport>);
+
+    impl EpochSink for AnswerLost<'_> {
+        fn epoch(&mut self, epoch: &Epoch<'_>) -> Result<(), SinkError> {
+            self.0.epoch(epoch)
+        }
+        fn dfence(&mut self, tx: u64) -> Result<(), SinkError> {
+            self.0.dfence(tx)
+        }
+        fn commit(&mut self, commit: &Committed) -> Result<(), SinkError> {
+            self.0.commit(commit)?;
+            Err("the answer was lost".into())
+        }
+        fn abort(&mut self, tx: u64) {
+            self.0.abort(tx)
+        }
+    }
+
+    /// The primary abandons a transaction the backup committed (its answer
+    /// lost); the next hello finds the backup ahead by it and replaces it by
+    /// a full copy (before, it was refused as ahead, and the primary, which
+    /// may not commit unmirrored, stopped until an operator blanked the
+    /// backup's pool). Ahead past what it abandoned is still refused.
+    #[test]
+    fn a_backup_ahead_by_a_transaction_the_primary_abandoned_is_copied_over() {
+        for strategy in [Strategy::SmRc, Strategy::SmOb, Strategy::SmDd] {
+            let net = InProcNetwork::new(Limits::default());
+            let (mut media, mut heap) = heap_media();
+            let served = Served::start(&net, heap_media().0);
+            let mut mirror = Mirror::open(&heap, &media, net.node(), &served.addr, strategy).unwrap();
+            workload(&mut heap, &mut media, &mut mirror, 3);
+            let before = data(&heap, &media);
+            let mut tx = heap.begin_with(&mut media, AnswerLost(&mut mirror));
+            tx.write(64, &[0xab; 64]).unwrap();
+            assert!(matches!(tx.commit(), Err(TxError::Sink(_))), "{strategy}");
+            assert_eq!((heap.last_committed(), heap.abandoned_to(), data(&heap, &media)), (3, 4, before.clone()), "{strategy}");
+            // As `mirror-primary` does: reopen (the next transaction takes
+            // the abandoned one's number), carrying what it abandoned.
+            heap = Heap::open(&mut media, 0).unwrap().0;
+            heap.note_abandoned(4);
+            drop(mirror);
+            let mut mirror = Mirror::open(&heap, &media, net.node(), &served.addr, strategy).unwrap();
+            assert_eq!(mirror.rejoin, Plan::FullCopy, "{strategy}");
+            let mut tx = heap.begin_with(&mut media, &mut mirror);
+            tx.write(128, &[0xcd; 64]).unwrap();
+            tx.commit().unwrap();
+            drop(mirror);
+            let backup = served.finish();
+            let (opened, _) = Heap::open(&mut backup.clone(), 0).unwrap();
+            assert_eq!(opened.last_committed(), heap.last_committed(), "{strategy}");
+            assert_eq!(data(&opened, &backup), data(&heap, &media), "{strategy}: the abandoned write is gone");
+            // A primary that restarted knows of nothing it abandoned: a
+            // backup ahead of it is refused, as before.
+            let served = Served::start(&net, backup);
+            let mut mirror = Mirror::open(&heap, &media, net.node(), &served.addr, strategy).unwrap();
+            let mut tx = heap.begin_with(&mut media, AnswerLost(&mut mirror));
+            tx.write(0, &[1; 64]).unwrap();
+            assert!(tx.commit().is_err());
+            drop(mirror);
+            let (restarted, _) = Heap::open(&mut media, 0).unwrap();
+            let refused = Mirror::open(&restarted, &media, net.node(), &served.addr, strategy).err().expect("refused");
+            assert!(refused.to_string().contains("ahead"), "{strategy}: {refused}");
+            served.finish();
+        }
     }
 
     #[test]

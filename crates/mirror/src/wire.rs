@@ -20,12 +20,12 @@ use crate::history::{BackupState, History, Resync, HISTORY_BYTES};
 /// `b"PMMS"`, little-endian: a mirror-stream header's first word.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"PMMS");
 /// The stream version this code speaks (1 had no history in its hello).
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// Bytes of every header.
 pub const HEADER_BYTES: usize = 40;
 /// Bytes of a hello's payload: the heap's shape, its data's CRC, the
 /// primary's write tracking, its history.
-pub const HELLO_BYTES: usize = 32 + HISTORY_BYTES;
+pub const HELLO_BYTES: usize = 40 + HISTORY_BYTES;
 /// Bytes of a hello answer's payload: the backup's state ([`BackupState`]).
 pub const BACKUP_STATE_BYTES: usize = 64;
 /// The largest refusal text carried.
@@ -329,6 +329,10 @@ pub struct Hello {
     /// The transaction after which the primary's record of written blocks
     /// is complete, if it keeps one.
     pub tracked_since: Option<u64>,
+    /// The highest transaction whose commit this primary sent and then
+    /// abandoned since it opened its heap (0: none): a backup may hold it
+    /// committed ([`crate::Heap::abandoned_to`]).
+    pub abandoned_to: u64,
     /// The primary's history.
     pub history: History,
 }
@@ -342,7 +346,8 @@ impl Hello {
         put_u32(&mut p, 16, self.data_crc);
         put_u32(&mut p, 20, u32::from(self.tracked_since.is_some()));
         put_u64(&mut p, 24, self.tracked_since.unwrap_or(0));
-        p[32..].copy_from_slice(&self.history.encode(0));
+        put_u64(&mut p, 32, self.abandoned_to);
+        p[40..].copy_from_slice(&self.history.encode(0));
         p
     }
 
@@ -352,12 +357,13 @@ impl Hello {
         if payload.len() != HELLO_BYTES || get_u32(payload, 20) > 1 {
             return Err(WireError::BadPayload { kind: Kind::Hello, bytes: payload.len() });
         }
-        let (history, _) = History::decode(&payload[32..]).map_err(WireError::BadHistory)?;
+        let (history, _) = History::decode(&payload[40..]).map_err(WireError::BadHistory)?;
         Ok(Hello {
             log_bytes: get_u64(payload, 0),
             data_bytes: get_u64(payload, 8),
             data_crc: get_u32(payload, 16),
             tracked_since: (get_u32(payload, 20) == 1).then(|| get_u64(payload, 24)),
+            abandoned_to: get_u64(payload, 32),
             history,
         })
     }
@@ -432,6 +438,7 @@ mod tests {
             data_bytes: 1 << 20,
             data_crc: 77,
             tracked_since: Some(3),
+            abandoned_to: 4,
             history: History::new(5).fork(4, 9),
         };
         let payload = hello.encode();
@@ -490,7 +497,7 @@ mod tests {
     #[test]
     fn payloads_are_checked() {
         let hello =
-            Hello { log_bytes: 4096, data_bytes: 4096, data_crc: 1, tracked_since: None, history: History::new(1) };
+            Hello { log_bytes: 4096, data_bytes: 4096, data_crc: 1, tracked_since: None, abandoned_to: 0, history: History::new(1) };
         let payload = hello.encode();
         let h = encode(Kind::Hello, Strategy::SmRc, 0, 0, 0, &payload);
         let mut flipped = payload;
