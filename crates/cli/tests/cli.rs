@@ -81,3 +81,44 @@ fn check_fuzz_prints_the_seed_first_and_passes_every_target() {
     assert!(text.contains("replies by status: Ok "), "{text}");
     assert!(text.trim_end().ends_with("PASS (seed 5)"), "{text}");
 }
+
+/// `pmwire smr` with no member reachable (issue 29): UCX's log lines go
+/// to stderr, never into the answer on stdout; between rounds of failed
+/// attempts the client sleeps instead of spinning (it burned 12 s of CPU
+/// in a 10 s wait: here its CPU must stay under a quarter of its wall
+/// time); and a read's timeout does not speak of a write's outcome.
+#[test]
+fn smr_with_no_member_reachable_is_quiet_idle_and_truthful() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, [7u8; 32]).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let peers = format!("1=127.0.0.1:{},2=127.0.0.1:{},3=127.0.0.1:{}", free(), free(), free());
+    let (out, err) = (dir.path().join("out"), dir.path().join("err"));
+    let started = std::time::Instant::now();
+    let child = Command::new(env!("CARGO_BIN_EXE_pmwire"))
+        .env("UCX_LOG_LEVEL", "info")
+        .args(["smr", "--peers", &peers, "--secret-file", secret.to_str().unwrap(), "--timeout-s", "2", "get", "k"])
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    // wait4: this child's own CPU times (tests run in parallel, so
+    // RUSAGE_CHILDREN would count other tests' children).
+    let (mut status, mut usage) = (0, unsafe { std::mem::zeroed::<libc::rusage>() });
+    // SAFETY: waits for our own child, writing into locals.
+    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as libc::pid_t);
+    let wall = started.elapsed().as_secs_f64();
+    let cpu = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    let used = cpu(usage.ru_utime) + cpu(usage.ru_stime);
+    let (stdout, stderr) = (std::fs::read_to_string(&out).unwrap(), std::fs::read_to_string(&err).unwrap());
+    assert!(!std::process::ExitStatus::from_raw(status).success(), "no member answered: {stderr}");
+    assert!(stdout.is_empty(), "stdout holds only the answer: {stdout:?}");
+    assert!(stderr.contains("UCX INFO"), "UCX's log lines go to stderr: {stderr}");
+    assert!(stderr.contains("no answer from the cluster within 2s") && !stderr.contains("write"), "{stderr}");
+    assert!(used < wall / 4.0, "the client spun: {used:.2} s of CPU in {wall:.2} s");
+}

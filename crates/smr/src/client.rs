@@ -28,10 +28,11 @@ use crate::node::PeerAddr;
 /// Why a request did not complete.
 #[derive(Debug, Error)]
 pub enum SmrError {
-    /// No final answer before the deadline: a write may or may not have
-    /// been applied (retrying it with the same client applies it once).
-    #[error("no answer from the cluster within {0:?} (a write's outcome is unknown; last attempt: {1})")]
-    Timeout(Duration, Failure),
+    /// No final answer before the deadline: a write (a change of data or
+    /// of membership) may or may not have been applied (retrying it with
+    /// the same client applies it once); a read or a status changed nothing.
+    #[error("no answer from the cluster within {0:?} ({note}last attempt: {1})", note = if *.2 { "the write may or may not have been applied; " } else { "" })]
+    Timeout(Duration, Failure, bool),
     /// The replica refused the request as malformed.
     #[error("the replica refused the request as malformed")]
     BadRequest,
@@ -284,7 +285,7 @@ where
                         break;
                     }
                     Ok(st) => format!("it is a {} in term {}, leader {}", st.role_name(), st.term, st.leader),
-                    Err(SmrError::Timeout(_, why)) => format!("no status answer ({why})"),
+                    Err(SmrError::Timeout(_, why, _)) => format!("no status answer ({why})"),
                     Err(e) => format!("status: {e}"),
                 };
                 if Instant::now() >= deadline {
@@ -317,10 +318,23 @@ where
     /// the client's timeout: the caller's whole wait).
     fn request_until(&mut self, req: &Request, only: Option<u64>, deadline: Instant) -> Result<Response, SmrError> {
         let bytes = req.to_bytes();
+        let write = req.op.writes() || req.op.changes_membership();
         let mut last = Failure::NotTried;
+        let mut unanswered = 0usize;
         loop {
-            if Instant::now() >= deadline {
-                return Err(SmrError::Timeout(self.timeout, last));
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(SmrError::Timeout(self.timeout, last, write));
+            }
+            let round = if only.is_some() { 1 } else { self.replicas.len() };
+            if unanswered > 0 && unanswered % round == 0 {
+                // Every replica tried found no answer: wait before the next
+                // round (a refused connect fails at once, and the client
+                // spun through rounds, 12 s of CPU in a 10 s wait).
+                std::thread::sleep(retry_pause(unanswered / round).min(deadline - now));
+                if Instant::now() >= deadline {
+                    return Err(SmrError::Timeout(self.timeout, last, write));
+                }
             }
             let target = only.unwrap_or(self.leader);
             let answer = self.attempt(target, &bytes, deadline);
@@ -328,6 +342,7 @@ where
                 Ok(resp) => resp,
                 Err(why) => {
                     last = why;
+                    unanswered += 1;
                     // No answer (connection lost, attempt timed out): elsewhere.
                     self.drop_conn(target);
                     if only.is_none() {
@@ -336,6 +351,7 @@ where
                     continue;
                 }
             };
+            unanswered = 0;
             last = Failure::Answered(target, resp.status);
             match resp.status {
                 Status::Ok | Status::NotFound | Status::CasFailed => return Ok(resp),
@@ -442,4 +458,10 @@ where
             empty = 0;
         }
     }
+}
+
+/// The pause after `rounds` rounds in which no replica answered: 5 ms,
+/// doubling, at most 200 ms.
+fn retry_pause(rounds: usize) -> Duration {
+    Duration::from_millis(5u64 << rounds.saturating_sub(1).min(5)).min(Duration::from_millis(200))
 }

@@ -90,6 +90,10 @@ impl Context {
             0
         };
         params.features = (sys::UCP_FEATURE_AM | sys::UCP_FEATURE_WAKEUP | rma) as u64;
+        // UCX's log lines go to stderr, never to a program's stdout.
+        static LOG_TO_STDERR: std::sync::Once = std::sync::Once::new();
+        // SAFETY: pushes a function pointer onto UCX's handler list, once.
+        LOG_TO_STDERR.call_once(|| unsafe { sys::pmwire_ucx_log_to_stderr() });
         let mut raw: sys::ucp_context_h = ptr::null_mut();
         // SAFETY: params is initialised and its mask names the one field set;
         // the config came from ucp_config_read and outlives the call.

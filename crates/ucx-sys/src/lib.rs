@@ -25,6 +25,14 @@
 mod bindings;
 pub use bindings::*;
 
+extern "C" {
+    /// Puts a handler in front of UCX's default log handler that prints
+    /// every line UCX logs to stderr, never stdout (`src/log.c`). Call it
+    /// once, before UCX is used; a second call pushes a second handler,
+    /// which is harmless (the first to run stops the rest).
+    pub fn pmwire_ucx_log_to_stderr();
+}
+
 /// `UCS_PTR_IS_ERR(ptr)`: whether a `ucs_status_ptr_t` encodes an error.
 ///
 /// UCX returns errors from `*_nbx` calls as small negative integers cast to a
