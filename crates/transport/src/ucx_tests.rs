@@ -58,6 +58,8 @@ enum Mode {
     Echo,
     /// Echo after sleeping a little (for the wait test).
     SlowEcho,
+    /// Echo, and go on serving other connections after a disconnect.
+    Serve,
 }
 
 /// Starts a server thread: a 1 MiB emulated-pmem region on /dev/shm,
@@ -107,7 +109,9 @@ fn spawn_server(config: UcxConfig, mode: Mode) -> Server {
                     }
                     Event::Disconnected { cause, .. } => {
                         report.disconnects.push(cause);
-                        break 'serve;
+                        if mode != Mode::Serve {
+                            break 'serve;
+                        }
                     }
                     Event::Message { .. } => {}
                     Event::Completion(_) => {}
@@ -561,4 +565,45 @@ fn connecting_to_nothing_fails_cleanly() {
             assert_eq!(c.result, Err(OpError::Disconnected(conn.0)));
         }
     }
+}
+
+/// Issue 29's leak, reproduced: one long-lived client transport that
+/// opens and closes connections to one server over shared memory keeps,
+/// per closed connection, a socket and the server's two SysV segments
+/// mapped (and, with a region attached, its mapping), though every close
+/// request completed (60 connections: +70 descriptors, +194 mappings).
+/// Not yet fixed: the transport's close requests all complete in UCX, and
+/// UCX keeps the rest until the worker is destroyed (a closed `Client` is
+/// clean). Over tcp the same loop leaks nothing, and so does shared memory
+/// with peer failure detection on, but that makes UCX 1.13 choose TCP lanes.
+#[test]
+#[ignore = "issue 29: fails until the shared-memory close leak is fixed"]
+fn closed_connections_over_shared_memory_release_their_descriptors_and_mappings() {
+    let count = || std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0);
+    let maps = || std::fs::read_to_string("/proc/self/maps").unwrap().lines().count();
+    let mut client = UcxTransport::new(&sm()).unwrap();
+    let server = spawn_server(sm(), Mode::Serve);
+    let mut events = Vec::new();
+    let mut cycle = |client: &mut UcxTransport| {
+        let conn = client.connect(&server.addr).unwrap();
+        let (_, desc) = call(client, conn, b"desc", Vec::new(), 1);
+        client.attach(conn, &RegionDescriptor::decode(&desc).unwrap()).unwrap();
+        client.close(conn);
+        for _ in 0..5 {
+            client.wait(Duration::from_millis(2)).unwrap();
+            client.poll(&mut events, 64);
+        }
+    };
+    // The first connections set up what a transport keeps for good.
+    for _ in 0..5 {
+        cycle(&mut client);
+    }
+    let (fds, mapped) = (count(), maps());
+    for _ in 0..40 {
+        cycle(&mut client);
+    }
+    let (more_fds, more_maps) = (count() as i64 - fds as i64, maps() as i64 - mapped as i64);
+    server.stop.store(true, Ordering::Relaxed);
+    finish(&mut client, server);
+    assert!(more_fds <= 2 && more_maps <= 4, "40 closed connections left {more_fds} descriptors and {more_maps} mappings");
 }
