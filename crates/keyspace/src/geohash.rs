@@ -486,6 +486,35 @@ pub fn format_human(d: f64) -> String {
     s
 }
 
+/// glibc's `qsort` as Redis's build on glibc 2.36 runs it (`msort.c`: a
+/// top-down merge sort, the left run taken on a tie), comparison for
+/// comparison, so even a comparator that is not a total order (a NaN
+/// distance compares below everything both ways) orders as Redis's does,
+/// where the standard library's sort may panic on one.
+pub fn msort<T: Clone>(a: &mut [T], cmp: &impl Fn(&T, &T) -> i32) {
+    let n = a.len();
+    if n <= 1 {
+        return;
+    }
+    let n1 = n / 2;
+    msort(&mut a[..n1], cmp);
+    msort(&mut a[n1..], cmp);
+    let mut merged = Vec::with_capacity(n);
+    let (mut i, mut j) = (0, n1);
+    while i < n1 && j < n {
+        if cmp(&a[i], &a[j]) <= 0 {
+            merged.push(a[i].clone());
+            i += 1;
+        } else {
+            merged.push(a[j].clone());
+            j += 1;
+        }
+    }
+    merged.extend_from_slice(&a[i..n1]);
+    let done = merged.len();
+    a[..done].clone_from_slice(&merged);
+}
+
 /// Redis's `pqsort` (Bentley-McIlroy quicksort that sorts only what
 /// `lrange..=rrange` needs): the first `rrange + 1` of `a` in order,
 /// and ties placed exactly where Redis places them.

@@ -204,6 +204,7 @@ pub(super) fn geodist<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(c: &mut Ctx<
 }
 
 /// A point a search found (Redis's `geoPoint`).
+#[derive(Clone)]
 struct Point<'a> {
     xy: [f64; 2],
     dist: f64,
@@ -436,7 +437,7 @@ fn points_in_range<'a>(entries: &[(f64, &'a [u8])], min: f64, max: f64, shape: &
     }
 }
 
-/// Sorts as Redis: glibc's `qsort` (a stable merge sort) when every point
+/// Sorts as Redis: glibc's `qsort` (a merge sort, [`geohash::msort`]) when every point
 /// is returned, `pqsort` of the first `returned` otherwise.
 fn sort_points(points: &mut [Point<'_>], sort: u8, returned: usize) {
     if sort == 0 {
@@ -453,7 +454,7 @@ fn sort_points(points: &mut [Point<'_>], sort: u8, returned: usize) {
     };
     let cmp = |a: &Point<'_>, b: &Point<'_>| if sort == 1 { asc(a, b) } else { -asc(a, b) };
     if returned == points.len() {
-        points.sort_by(|a, b| cmp(a, b).cmp(&0));
+        geohash::msort(points, &cmp);
     } else {
         assert!(returned >= 1, "COUNT is positive");
         geohash::pqsort(points, &cmp, 0, returned - 1);

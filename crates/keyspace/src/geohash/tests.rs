@@ -183,3 +183,22 @@ fn human_doubles_are_redis_s() {
     assert_eq!(format_human(-85.05112878), "-85.0511287799999991");
     assert_eq!(format_human(0.5), "0.5");
 }
+
+#[test]
+fn msort_is_a_stable_merge_sort_and_takes_any_comparator() {
+    let mut v: Vec<(u32, usize)> = [3u32, 1, 3, 0, 1, 2, 3, 0, 2, 1].iter().copied().zip(0..).collect();
+    let mut want = v.clone();
+    want.sort_by_key(|e| e.0);
+    let cmp = |a: &(u32, usize), b: &(u32, usize)| a.0.cmp(&b.0) as i32;
+    msort(&mut v, &cmp);
+    assert_eq!(v, want, "stable: ties keep their order");
+    // A NaN compares below everything both ways (Redis's sort_gp_asc): no
+    // panic, and the order glibc's msort gives: the halves [NaN, 2] and
+    // [NaN, 1] stay as they are, then NaN (left, NaN < NaN) and 2 (2 < NaN)
+    // are taken from the left run before the right run is looked at again.
+    let asc = |a: &f64, b: &f64| if a > b { 1 } else if a == b { 0 } else { -1 };
+    let mut d = vec![f64::NAN, 2.0, f64::NAN, 1.0];
+    msort(&mut d, &asc);
+    let shown: Vec<String> = d.iter().map(|x| x.to_string()).collect();
+    assert_eq!(shown, ["NaN", "2", "NaN", "1"]);
+}
