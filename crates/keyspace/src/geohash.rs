@@ -562,72 +562,83 @@ fn pqsort_at<T>(a: &mut [T], mut lo: usize, mut n: usize, cmp: &impl Fn(&T, &T) 
             }
             return;
         }
-        let mut pm = lo + n / 2;
-        if n > 7 {
-            let mut pl = lo;
-            let mut pn = lo + n - 1;
-            if n > 40 {
-                let d = n / 8;
-                pl = med3(a, pl, pl + d, pl + 2 * d, cmp);
-                pm = med3(a, pm - d, pm, pm + d, cmp);
-                pn = med3(a, pn - 2 * d, pn - d, pn, cmp);
-            }
-            pm = med3(a, pl, pm, pn, cmp);
-        }
+        let pm = pivot(a, lo, n, cmp);
         a.swap(lo, pm);
-        let (mut pa, mut pb) = (lo + 1, lo + 1);
-        // pc and pd may step to lo - 1 in C (a pointer one before); kept
-        // as signed positions.
-        let (mut pc, mut pd) = ((lo + n - 1) as isize, (lo + n - 1) as isize);
-        loop {
-            while pb as isize <= pc {
-                let r = cmp(&a[pb], &a[lo]);
-                if r > 0 {
-                    break;
-                }
-                if r == 0 {
-                    a.swap(pa, pb);
-                    pa += 1;
-                }
-                pb += 1;
-            }
-            while pb as isize <= pc {
-                let r = cmp(&a[pc as usize], &a[lo]);
-                if r < 0 {
-                    break;
-                }
-                if r == 0 {
-                    a.swap(pc as usize, pd as usize);
-                    pd -= 1;
-                }
-                pc -= 1;
-            }
-            if pb as isize > pc {
+        let (less, greater) = partition(a, lo, n, cmp);
+        if less > 1 && !outside(lo, less) {
+            pqsort_at(a, lo, less, cmp, lrange, rrange);
+        }
+        if greater <= 1 {
+            return;
+        }
+        lo += n - greater;
+        n = greater;
+        if outside(lo, n) {
+            return;
+        }
+    }
+}
+
+/// The pivot's position: the median of three, or of three medians past 40.
+fn pivot<T>(a: &[T], lo: usize, n: usize, cmp: &impl Fn(&T, &T) -> i32) -> usize {
+    let mut pm = lo + n / 2;
+    if n > 7 {
+        let mut pl = lo;
+        let mut pn = lo + n - 1;
+        if n > 40 {
+            let d = n / 8;
+            pl = med3(a, pl, pl + d, pl + 2 * d, cmp);
+            pm = med3(a, pm - d, pm, pm + d, cmp);
+            pn = med3(a, pn - 2 * d, pn - d, pn, cmp);
+        }
+        pm = med3(a, pl, pm, pn, cmp);
+    }
+    pm
+}
+
+/// Bentley-McIlroy's three-way partition of `a[lo..lo + n]` around the
+/// pivot at `lo`: the elements below it end at the front, those above it
+/// at the back, equal ones between; returns how many are below and above.
+fn partition<T>(a: &mut [T], lo: usize, n: usize, cmp: &impl Fn(&T, &T) -> i32) -> (usize, usize) {
+    let (mut pa, mut pb) = (lo + 1, lo + 1);
+    // C's pc can step to lo (one before pb): positions stay >= lo, so usize.
+    let (mut pc, mut pd) = (lo + n - 1, lo + n - 1);
+    loop {
+        while pb <= pc {
+            let r = cmp(&a[pb], &a[lo]);
+            if r > 0 {
                 break;
             }
-            a.swap(pb, pc as usize);
+            if r == 0 {
+                a.swap(pa, pb);
+                pa += 1;
+            }
             pb += 1;
+        }
+        while pb <= pc {
+            let r = cmp(&a[pc], &a[lo]);
+            if r < 0 {
+                break;
+            }
+            if r == 0 {
+                a.swap(pc, pd);
+                pd -= 1;
+            }
             pc -= 1;
         }
-        let pn = lo + n;
-        let r = (pa - lo).min(pb - pa);
-        vecswap(a, lo, pb - r, r);
-        let r = ((pd - pc) as usize).min(pn - pd as usize - 1);
-        vecswap(a, pb, pn - r, r);
-        let r = pb - pa;
-        if r > 1 && !outside(lo, r) {
-            pqsort_at(a, lo, r, cmp, lrange, rrange);
+        if pb > pc {
+            break;
         }
-        let r = (pd - pc) as usize;
-        if r > 1 {
-            lo = pn - r;
-            n = r;
-            if !outside(lo, n) {
-                continue;
-            }
-        }
-        return;
+        a.swap(pb, pc);
+        pb += 1;
+        pc -= 1;
     }
+    let pn = lo + n;
+    let r = (pa - lo).min(pb - pa);
+    vecswap(a, lo, pb - r, r);
+    let r = (pd - pc).min(pn - pd - 1);
+    vecswap(a, pb, pn - r, r);
+    (pb - pa, pd - pc)
 }
 
 #[cfg(test)]
