@@ -64,6 +64,7 @@ pub mod chunked;
 pub mod exec;
 pub mod script;
 pub mod extended;
+pub mod geohash;
 pub mod glob;
 pub mod rdb;
 pub mod recording;

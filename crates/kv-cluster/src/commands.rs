@@ -32,7 +32,8 @@ pub enum Class {
 /// Commands that only read.
 #[rustfmt::skip]
 pub const READS: &[&str] = &[
-    "bitcount", "bitpos", "dbsize", "dump", "echo", "eval_ro", "evalsha_ro", "exists", "expiretime", "fcall_ro", "get", "getbit",
+    "bitcount", "bitpos", "dbsize", "dump", "echo", "eval_ro", "evalsha_ro", "exists", "expiretime", "fcall_ro", "geodist", "geohash", "geopos", "georadius_ro",
+    "georadiusbymember_ro", "geosearch", "get", "getbit",
     "getrange", "hexists", "hget", "hgetall", "hkeys", "hlen", "hmget", "hrandfield", "hscan", "hstrlen", "hvals",
     "keys", "lcs", "lindex", "llen", "lpos", "lrange", "memory", "mget", "object", "pexpiretime", "ping", "pttl", "randomkey", "scan",
     "scard", "sdiff", "select", "sinter", "sintercard", "sismember", "smembers", "smismember", "sort_ro", "srandmember", "sscan",
@@ -45,7 +46,7 @@ pub const READS: &[&str] = &[
 #[rustfmt::skip]
 pub const WRITES: &[&str] = &[
     "append", "bitop", "copy", "decr", "decrby", "del", "eval", "evalsha", "expire", "expireat", "fcall", "flushall",
-    "flushdb", "function", "getdel", "getex", "getset", "hdel", "hincrby", "hincrbyfloat", "hmset", "hset", "hsetnx", "incr",
+    "flushdb", "function", "geoadd", "georadius", "georadiusbymember", "geosearchstore", "getdel", "getex", "getset", "hdel", "hincrby", "hincrbyfloat", "hmset", "hset", "hsetnx", "incr",
     "incrby", "incrbyfloat", "linsert", "lmove", "lmpop", "lpop", "lpush", "lpushx", "lrem", "lset", "ltrim", "mset",
     "msetnx", "persist", "pexpire", "pexpireat", "psetex", "publish", "rename", "renamenx", "restore", "rpop", "rpoplpush", "rpush",
     "rpushx", "sadd", "script", "sdiffstore", "set", "setbit", "setex", "setnx", "setrange", "sinterstore", "smove",
@@ -134,6 +135,11 @@ mod tests {
         // ACL users, CLUSTER (answered as a Redis without cluster support)
         // and SHUTDOWN are the serving member's own.
         assert_eq!((class(b"ACL"), class(b"cluster"), class(b"SHUTDOWN")), (Class::Session, Class::Session, Class::Session));
+        // GEORADIUS[BYMEMBER] may STORE: writes, as SORT is; their _RO forms
+        // and GEOSEARCH read, GEOSEARCHSTORE and GEOADD write.
+        assert_eq!((class(b"GEORADIUS"), class(b"georadiusbymember"), class(b"geosearchstore"), class(b"GEOADD")), (Class::Write, Class::Write, Class::Write, Class::Write));
+        assert_eq!((class(b"georadius_ro"), class(b"GEORADIUSBYMEMBER_RO"), class(b"geosearch")), (Class::Read, Class::Read, Class::Read));
+        assert_eq!((class(b"geopos"), class(b"GEODIST"), class(b"geohash")), (Class::Read, Class::Read, Class::Read));
         assert_eq!(class(&[b'a'; 100]), Class::Unknown);
     }
 }

@@ -1,6 +1,7 @@
 //! Random Redis commands of every family for the machine's tests and the
 //! simulation (feature `sim`, test-only): strings and counters, hashes,
-//! lists (a blocking pop included), sets, sorted sets, TTLs, and the
+//! lists (a blocking pop included), sets, sorted sets (GEO commands on
+//! them included), TTLs, and the
 //! commands whose outcome the machine's seeded generator decides (SPOP,
 //! SRANDMEMBER, HRANDFIELD, ZRANDMEMBER, RANDOMKEY, SCAN). One generator,
 //! drawn by [`crate::sim::SimRedis`]'s clients and by the integration
@@ -145,13 +146,27 @@ impl<'a> Commands<'a> {
 
     fn zset_command(&mut self) -> Vec<Vec<u8>> {
         let k = self.pick(ZSETS);
-        match self.rng.gen_range(0..7) {
+        match self.rng.gen_range(0..10) {
             0 | 1 => self.members(vec![s("ZADD"), k], 4, true),
             2 => vec![s("ZINCRBY"), k, self.small(), self.member()],
             3 => vec![s("ZRANGE"), k, s("0"), s("-1"), s("WITHSCORES")],
             4 => vec![s("ZPOPMIN"), k],
             5 => vec![s("ZREM"), k, self.member()],
-            _ => vec![s("ZUNIONSTORE"), self.pick(ZSETS), s("2"), k, self.pick(ZSETS)],
+            6 => vec![s("ZUNIONSTORE"), self.pick(ZSETS), s("2"), k, self.pick(ZSETS)],
+            _ => self.geo_command(k),
+        }
+    }
+
+    /// A GEO command on a sorted set: points on a grid of 0.1 degrees (so
+    /// distances tie), searches that store into another sorted set (units
+    /// in miles: no argument starts with `k`).
+    fn geo_command(&mut self, k: Vec<u8>) -> Vec<Vec<u8>> {
+        let mut grid = |centre: f64| format!("{:.1}", centre + f64::from(self.rng.gen_range(0..5u8)) / 10.0).into_bytes();
+        let (lon, lat) = (grid(13.0), grid(37.0));
+        match self.rng.gen_range(0..4) {
+            0 | 1 => vec![s("GEOADD"), k, lon, lat, self.member()],
+            2 => vec![s("GEORADIUS"), k, lon, lat, s("20"), s("mi"), s("STOREDIST"), self.pick(ZSETS), s("DESC"), s("COUNT"), s("3")],
+            _ => vec![s("GEOSEARCH"), k, s("FROMMEMBER"), self.member(), s("BYBOX"), s("25"), s("20"), s("mi"), s("ASC"), s("WITHDIST")],
         }
     }
 
@@ -198,7 +213,7 @@ mod tests {
             .inspect(|c| assert!(c[1..].iter().all(|a| !a.starts_with(b"k")), "{c:?}"))
             .map(|c| c[0].clone())
             .collect();
-        for n in ["SET", "HSET", "RPUSH", "BLPOP", "SADD", "ZADD", "SPOP", "SCAN"] {
+        for n in ["SET", "HSET", "RPUSH", "BLPOP", "SADD", "ZADD", "GEOADD", "GEORADIUS", "GEOSEARCH", "SPOP", "SCAN"] {
             assert!(names.contains(n.as_bytes()), "{n} never drawn");
         }
         assert!(!names.contains(&b"FLUSHALL"[..]), "FLUSHALL only when asked");

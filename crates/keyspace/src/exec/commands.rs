@@ -30,7 +30,7 @@
 //! ([`super::Server::random_draws`], [`super::Server::clock_reads`]), so the
 //! unit, differential and server tests check them on every command they run.
 
-use super::{acls, admin, bits, blocking, dump, functions, hashes, keys, large, list_ops, lists, monitor, multi, pubsub, scripting, sets, sort, streams, strings, zsets};
+use super::{acls, admin, bits, blocking, dump, functions, geo, hashes, keys, large, list_ops, lists, monitor, multi, pubsub, scripting, sets, sort, streams, strings, zsets};
 use super::{lower, Ctx, Res};
 use crate::store::{Keyspace, Kind};
 use pmwire_resp::reply::ReplySink;
@@ -401,6 +401,16 @@ command_table! {
     "function|load", -3, (0, 0, 0), [WRITE DENYOOM], |c| functions::function_load(c);
     "function|restore", -3, (0, 0, 0), [WRITE DENYOOM], |c| functions::function_restore(c);
     "function|stats", 2, (0, 0, 0), [], |c| functions::function_stats(c);
+    "geoadd", -5, (1, 1, 1), [WRITE DENYOOM], |c| geo::geoadd(c);
+    "geodist", -4, (1, 1, 1), [READONLY], |c| geo::geodist(c);
+    "geohash", -2, (1, 1, 1), [READONLY], |c| geo::geohash(c);
+    "geopos", -2, (1, 1, 1), [READONLY], |c| geo::geopos(c);
+    "georadius", -6, (1, 1, 1), [WRITE DENYOOM], |c| geo::search(c, geo::RADIUS_COORDS);
+    "georadius_ro", -6, (1, 1, 1), [READONLY], |c| geo::search(c, geo::RADIUS_COORDS | geo::RADIUS_NOSTORE);
+    "georadiusbymember", -5, (1, 1, 1), [WRITE DENYOOM], |c| geo::search(c, geo::RADIUS_MEMBER);
+    "georadiusbymember_ro", -5, (1, 1, 1), [READONLY], |c| geo::search(c, geo::RADIUS_MEMBER | geo::RADIUS_NOSTORE);
+    "geosearch", -7, (1, 1, 1), [READONLY], |c| geo::search(c, geo::GEOSEARCH);
+    "geosearchstore", -8, (1, 2, 1), [WRITE DENYOOM], |c| geo::search(c, geo::GEOSEARCH | geo::GEOSEARCHSTORE);
     "get", 2, (1, 1, 1), [READONLY], |c| strings::get(c);
     "getbit", 3, (1, 1, 1), [READONLY], |c| bits::getbit(c);
     "getdel", 2, (1, 1, 1), [WRITE], |c| strings::getdel(c);

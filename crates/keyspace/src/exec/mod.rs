@@ -35,6 +35,7 @@ pub mod commands;
 mod dump;
 mod encoding;
 mod functions;
+mod geo;
 mod hashes;
 mod keys;
 mod large;

@@ -59,9 +59,24 @@ fn zadd_generic<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
     if f.incr && elements > 1 {
         return Err(Fail::err("INCR option supports a single increment-element pair"));
     }
-    let mut scores = Vec::with_capacity(elements);
+    let mut pairs = Vec::with_capacity(elements);
     for j in 0..elements {
-        scores.push(parse_score(c.arg(idx + 2 * j)).ok_or(Fail::NotFloat)?);
+        pairs.push((parse_score(c.arg(idx + 2 * j)).ok_or(Fail::NotFloat)?, c.arg(idx + 2 * j + 1)));
+    }
+    zadd_pairs(c, f, &pairs)
+}
+
+/// ZADD's work once its options are checked and its scores parsed: each
+/// `(score, member)` of `pairs` added to the sorted set at argument 1 (also
+/// GEOADD's, whose scores are encoded positions, as Redis's `geoaddCommand`
+/// calls `zaddCommand`).
+pub(super) fn zadd_pairs<'r, K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
+    c: &mut Ctx<'_, 'r, K, S>,
+    f: &ZaddFlags,
+    pairs: &[(f64, &'r [u8])],
+) -> Res {
+    if pairs.is_empty() {
+        return Err(Fail::Syntax);
     }
     let key = c.arg(1);
     let old = c.load(key, Kind::ZSet)?;
@@ -72,8 +87,7 @@ fn zadd_generic<K: Keyspace, S: ReplySink<K::Value> + ?Sized>(
     let (mut added, mut updated, mut processed) = (0i64, 0i64, 0);
     let mut last_score = 0.0;
     if old.is_some() || !f.xx {
-        for (j, &score) in scores.iter().enumerate() {
-            let member = c.arg(idx + 2 * j + 1);
+        for &(score, member) in pairs {
             match zset_add(&mut entries, score, member, f)? {
                 Outcome::Added(s) => {
                     added += 1;

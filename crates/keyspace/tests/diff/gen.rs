@@ -228,7 +228,7 @@ impl Gen {
     }
 
     fn name(&mut self) -> &'static str {
-        let family: &[&str] = match self.rng.gen_range(0..108) {
+        let family: &[&str] = match self.rng.gen_range(0..116) {
             0..=23 => STRINGS,
             24..=33 => KEYCMDS,
             34..=45 => HASHES,
@@ -238,7 +238,8 @@ impl Gen {
             85..=90 => EXPIRY,
             91..=94 => SCRIPTS,
             95..=99 => STREAMS,
-            _ => GROUPS,
+            100..=107 => GROUPS,
+            _ => GEO,
         };
         family[self.rng.gen_range(0..family.len())]
     }
@@ -288,6 +289,10 @@ impl Gen {
         }
         if ZSETS.contains(&name) {
             return self.zset_args(name, a);
+        }
+        if GEO.contains(&name) {
+            self.geo_args(name, a);
+            return false;
         }
         let mut sort = false;
         match name {
@@ -756,6 +761,145 @@ impl Gen {
         name == "ZSCAN"
     }
 
+    /// A geo set's key: mostly the family's own, now and then a sorted
+    /// set's (scores that are not positions) or any key.
+    fn geo_key(&mut self) -> Vec<u8> {
+        match self.rng.gen_range(0..10) {
+            0 | 1 => self.pick(ZSET_KEYS),
+            2 => self.key(),
+            _ => self.pick(GEO_KEYS),
+        }
+    }
+
+    /// A longitude or a latitude: on a grid of 0.01 degrees around Sicily
+    /// (so points share positions and distances tie), anywhere, the edges,
+    /// or refused.
+    fn coordinate(&mut self, lon: bool) -> Vec<u8> {
+        let (centre, span) = if lon { (13.0, 180.0) } else { (37.0, 85.05112878) };
+        match self.rng.gen_range(0..20) {
+            0..=6 => format!("{:.2}", centre + f64::from(self.rng.gen_range(-150i32..150)) / 100.0).into_bytes(),
+            // Half-degree steps: points share positions, so distances tie.
+            7..=13 => format!("{:.1}", centre + f64::from(self.rng.gen_range(-3i32..=3)) / 2.0).into_bytes(),
+            14..=17 => format!("{:.6}", self.rng.gen_range(-span..span)).into_bytes(),
+            18 => self.pick(if lon { &["-180", "180", "180.0000001", "-181", "0"] } else { &["85.05112878", "-85.05112878", "85.06", "-90", "0"] }),
+            _ => self.pick(&["x", "", "inf", "nan", "1e400", " 1"]),
+        }
+    }
+
+    fn geo_member(&mut self) -> Vec<u8> {
+        self.pick(GEO_MEMBERS)
+    }
+
+    /// A radius or box side and a unit.
+    fn geo_distance(&mut self, a: &mut Vec<Vec<u8>>) {
+        a.push(self.pick(&["0", "1", "10", "50", "100", "150", "200", "300", "1000", "5000", "-1", "x", "1e-3"]));
+        a.push(self.pick(&["km", "km", "km", "m", "mi", "ft", "KM", "yd"]));
+    }
+
+    /// Pushes a GEO command's arguments (as `georadiusGeneric` reads them,
+    /// with options drawn in any order, now and then in conflict).
+    fn geo_args(&mut self, name: &str, a: &mut Vec<Vec<u8>>) {
+        if name == "GEOSEARCHSTORE" {
+            a.push(self.geo_key());
+        }
+        a.push(self.geo_key());
+        match name {
+            "GEOADD" => {
+                for _ in 0..self.n(0, 2) / 2 + usize::from(self.rng.gen_bool(0.1)) {
+                    a.push(self.pick(&["NX", "XX", "CH", "ch", "GT"]));
+                }
+                for _ in 0..self.n(1, 4) {
+                    a.push(self.coordinate(true));
+                    a.push(self.coordinate(false));
+                    a.push(self.geo_member());
+                }
+            }
+            "GEOPOS" | "GEOHASH" => {
+                for _ in 0..self.n(0, 4) {
+                    a.push(self.geo_member());
+                }
+            }
+            "GEODIST" => {
+                a.push(self.geo_member());
+                a.push(self.geo_member());
+                for _ in 0..self.n(0, 1) + usize::from(self.rng.gen_bool(0.05)) {
+                    a.push(self.pick(&["km", "m", "mi", "ft", "MI", "yd"]));
+                }
+            }
+            "GEORADIUS" | "GEORADIUS_RO" => {
+                a.push(self.coordinate(true));
+                a.push(self.coordinate(false));
+                self.geo_distance(a);
+            }
+            "GEORADIUSBYMEMBER" | "GEORADIUSBYMEMBER_RO" => {
+                a.push(self.geo_member());
+                self.geo_distance(a);
+            }
+            _ => {}
+        }
+        if name.starts_with("GEOSEARCH") {
+            self.geo_search_shape(a);
+        }
+        if name.starts_with("GEORADIUS") || name.starts_with("GEOSEARCH") {
+            self.geo_options(name, a);
+        }
+    }
+
+    /// FROMMEMBER|FROMLONLAT and BYRADIUS|BYBOX: one of each mostly.
+    fn geo_search_shape(&mut self, a: &mut Vec<Vec<u8>>) {
+        let froms = if self.rng.gen_bool(0.9) { 1 } else { self.n(0, 2) };
+        for _ in 0..froms {
+            if self.rng.gen_bool(0.5) {
+                a.push(self.pick(&["FROMMEMBER", "frommember"]));
+                a.push(self.geo_member());
+            } else {
+                a.push(self.pick(&["FROMLONLAT", "fromlonlat"]));
+                a.push(self.coordinate(true));
+                a.push(self.coordinate(false));
+            }
+        }
+        let bys = if self.rng.gen_bool(0.9) { 1 } else { self.n(0, 2) };
+        for _ in 0..bys {
+            if self.rng.gen_bool(0.5) {
+                a.push(self.pick(&["BYRADIUS", "byradius"]));
+                self.geo_distance(a);
+            } else {
+                a.push(self.pick(&["BYBOX", "bybox"]));
+                let side = self.pick(&["0", "10", "100", "200", "400", "1000", "-1", "x"]);
+                a.push(side);
+                self.geo_distance(a);
+            }
+        }
+    }
+
+    /// WITH*, ASC|DESC, COUNT [ANY], STORE|STOREDIST.
+    fn geo_options(&mut self, name: &str, a: &mut Vec<Vec<u8>>) {
+        for _ in 0..self.n(0, 4) {
+            match self.rng.gen_range(0..12) {
+                0 => a.push(self.pick(&["WITHDIST", "withdist"])),
+                1 => a.push(self.pick(&["WITHCOORD", "withcoord"])),
+                2 => a.push(self.pick(&["WITHHASH", "withhash"])),
+                3 | 4 => a.push(self.pick(&["ASC", "DESC", "desc"])),
+                5..=7 => {
+                    a.push(self.pick(&["COUNT", "count"]));
+                    a.push(self.pick(&["1", "2", "3", "5", "1", "2", "0", "-1", "x", "100"]));
+                    if self.rng.gen_bool(0.3) {
+                        a.push(self.pick(&["ANY", "any"]));
+                    }
+                }
+                8 => a.push(self.pick(&["ANY", "FOO"])),
+                _ => {
+                    if name == "GEOSEARCHSTORE" {
+                        a.push(self.pick(&["STOREDIST", "storedist", "STORE"]));
+                    } else if self.rng.gen_bool(0.7) || name.starts_with("GEORADIUS") {
+                        a.push(self.pick(&["STORE", "STOREDIST", "store"]));
+                        a.push(self.geo_key());
+                    }
+                }
+            }
+        }
+    }
+
     /// ZRANGE's (and ZRANGESTORE's) range and options.
     fn zrange_args(&mut self, a: &mut Vec<Vec<u8>>, withscores: bool) {
         match self.rng.gen_range(0..3) {
@@ -1199,6 +1343,13 @@ const ZSETS: &[&str] = &[
     "ZUNIONSTORE", "ZINTERSTORE", "ZDIFFSTORE", "ZUNION", "ZINTER", "ZDIFF", "ZINTERCARD", "ZRANGESTORE", "ZSCAN",
     "ZMPOP", "BZPOPMIN", "BZPOPMAX", "BZMPOP",
 ];
+/// GEOADD three times over, so geo sets grow past a few points.
+const GEO: &[&str] = &[
+    "GEOADD", "GEOADD", "GEOADD", "GEOPOS", "GEODIST", "GEOHASH", "GEOSEARCH", "GEOSEARCH", "GEOSEARCHSTORE", "GEORADIUS",
+    "GEORADIUS_RO", "GEORADIUSBYMEMBER", "GEORADIUSBYMEMBER_RO",
+];
+const GEO_KEYS: &[&str] = &["g0", "g1"];
+const GEO_MEMBERS: &[&str] = &["a", "b", "c", "d", "e", "p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8", "p9"];
 const LISTS: &[&str] = &[
     "LPUSH", "RPUSH", "LPUSHX", "RPUSHX", "LPOP", "RPOP", "LRANGE", "LLEN", "LINDEX", "LSET", "LREM", "LTRIM",
     "LINSERT", "LPOS", "LMOVE", "RPOPLPUSH", "BLPOP", "BRPOP", "BLMOVE", "BRPOPLPUSH", "LMPOP", "BLMPOP", "SORT",

@@ -206,6 +206,8 @@ pub struct Differ<T> {
     pub ids_differ: bool,
     /// Whether redis-server's last reply was other than an error.
     pub last_ok: bool,
+    /// The length of redis-server's last reply.
+    pub last_len: usize,
     /// DUMP replies that differed in bytes where Redis's depend on more
     /// than the content, and were compared by what they restore.
     pub dumps_by_content: u64,
@@ -216,7 +218,7 @@ pub struct Differ<T> {
 impl<T: Target> Differ<T> {
     /// Compares `conn` (to redis-server) with `target`.
     pub fn new(conn: Conn, target: T) -> Differ<T> {
-        Differ { conn, target, req: Vec::new(), by_shape: 0, loose: 0, multis: 0, ids_differ: false, last_ok: false, dumps_by_content: 0, dumps_equal: 0 }
+        Differ { conn, target, req: Vec::new(), by_shape: 0, loose: 0, multis: 0, ids_differ: false, last_ok: false, last_len: 0, dumps_by_content: 0, dumps_equal: 0 }
     }
 
     /// Runs `args` on redis-server only.
@@ -225,6 +227,7 @@ impl<T: Target> Differ<T> {
         encode_request(args, &mut self.req);
         let reply = self.conn.call(&self.req);
         self.last_ok = !reply.starts_with(b"-");
+        self.last_len = reply.len();
         reply
     }
 
@@ -692,6 +695,9 @@ pub fn run_random<T: Target>(
     let mut in_multi = false;
     // Stream commands sent, and how many answered other than an error.
     let mut streams: std::collections::BTreeMap<String, (u64, u64)> = std::collections::BTreeMap::new();
+    // GEO commands sent, answered other than an error, and answered more
+    // than an empty array, a null or a small integer (points found).
+    let mut geo: std::collections::BTreeMap<String, (u64, u64, u64)> = std::collections::BTreeMap::new();
     for i in 0..count {
         if i % 2_000 == 0 && !in_multi {
             let proto: &[u8] = if (i / 2_000) % 2 == 0 { b"2" } else { b"3" };
@@ -725,6 +731,12 @@ pub fn run_random<T: Target>(
             t.0 += 1;
             t.1 += u64::from(d.last_ok);
         }
+        if cmd.args[0].starts_with(b"GEO") {
+            let t = geo.entry(String::from_utf8_lossy(&cmd.args[0]).into_owned()).or_default();
+            t.0 += 1;
+            t.1 += u64::from(d.last_ok);
+            t.2 += u64::from(d.last_ok && d.last_len > 8);
+        }
         if let Err((want, got)) = result {
             let shown: Vec<String> = cmd.args.iter().map(|a| format!("{:?}", String::from_utf8_lossy(a))).collect();
             failures.push(format!(
@@ -748,5 +760,7 @@ pub fn run_random<T: Target>(
     println!("DUMP: {} payloads equal byte for byte, {} compared by content (a hashtable, a stream, a list's nodes)", d.dumps_equal, d.dumps_by_content);
     let shown: Vec<String> = streams.iter().map(|(n, (all, ok))| format!("{n} {all} ({ok} not errors)")).collect();
     println!("stream commands: {}", shown.join(", "));
+    let shown: Vec<String> = geo.iter().map(|(n, (all, ok, rich))| format!("{n} {all} ({ok} not errors, {rich} longer than 8 bytes)")).collect();
+    println!("geo commands: {}", shown.join(", "));
     failures
 }
