@@ -180,40 +180,39 @@ pub fn encode_score(longitude: f64, latitude: f64) -> Option<u64> {
     encode(WGS84, longitude, latitude, STEP_MAX).map(|h| h.align52())
 }
 
+/// Odd bits of an interleaved hash: longitude's; even bits: latitude's.
+const X_BITS: u64 = 0xaaaaaaaaaaaaaaaa;
+const Y_BITS: u64 = 0x5555555555555555;
+
+/// Moves `hash` one cell east (`d` > 0) or west (`d` < 0): Redis's
+/// `geohash_move_x`.
 fn move_x(hash: &mut HashBits, d: i8) {
-    if d == 0 {
-        return;
-    }
-    let shift = 64 - u32::from(hash.step) * 2;
-    let mut x = hash.bits & 0xaaaaaaaaaaaaaaaa;
-    let y = hash.bits & 0x5555555555555555;
-    let zz = 0x5555555555555555u64 >> shift;
-    if d > 0 {
-        x = x.wrapping_add(zz + 1);
-    } else {
-        x |= zz;
-        x = x.wrapping_sub(zz + 1);
-    }
-    x &= 0xaaaaaaaaaaaaaaaau64 >> shift;
-    hash.bits = x | y;
+    move_lane(hash, d, X_BITS, Y_BITS);
 }
 
+/// Moves `hash` one cell north or south: Redis's `geohash_move_y`.
 fn move_y(hash: &mut HashBits, d: i8) {
+    move_lane(hash, d, Y_BITS, X_BITS);
+}
+
+/// Adds or subtracts one in the interleaved lane `lane` of `hash` (the
+/// other lane's bits filled in so that the carry passes over them).
+fn move_lane(hash: &mut HashBits, d: i8, lane: u64, other: u64) {
     if d == 0 {
         return;
     }
     let shift = 64 - u32::from(hash.step) * 2;
-    let x = hash.bits & 0xaaaaaaaaaaaaaaaa;
-    let mut y = hash.bits & 0x5555555555555555;
-    let zz = 0xaaaaaaaaaaaaaaaau64 >> shift;
+    let mut moved = hash.bits & lane;
+    let kept = hash.bits & other;
+    let zz = other >> shift;
     if d > 0 {
-        y = y.wrapping_add(zz + 1);
+        moved = moved.wrapping_add(zz + 1);
     } else {
-        y |= zz;
-        y = y.wrapping_sub(zz + 1);
+        moved |= zz;
+        moved = moved.wrapping_sub(zz + 1);
     }
-    y &= 0x5555555555555555u64 >> shift;
-    hash.bits = x | y;
+    moved &= lane >> shift;
+    hash.bits = moved | kept;
 }
 
 /// A cell's eight neighbours (Redis's `GeoHashNeighbors`).
