@@ -253,6 +253,91 @@ pub enum RemoteCommand {
     /// guarantees), run Auto writes, and print per size class the chosen method, each method's estimates and sample
     /// counts, and the probes spent. The bytes written are the bytes read there first: the data area keeps its content.
     Status(StatusArgs),
+    /// Write a file's bytes (or stdin's, `-`) at OFFSET of the data area, durably: each piece is persistent on the
+    /// server before the next goes (a write longer than the server's message limit is several pieces, not atomic).
+    Write(WriteArgs),
+    /// Print LEN bytes of the data area from OFFSET on stdout, as they are.
+    Read(ReadArgs),
+    /// Append logs in the pool: create one, append an entry, read an entry back.
+    Log(LogArgs),
+}
+
+/// What every command that talks to a `pmwire serve` takes.
+#[derive(Args)]
+pub struct Target {
+    /// The server's key file (`pmwire serve --key-file`): region id, key and address.
+    #[arg(long)]
+    key_file: PathBuf,
+    /// UCX transport: tcp or sm (as the server runs).
+    #[arg(long, default_value = "tcp")]
+    tls: String,
+}
+
+/// `pmwire remote write`.
+#[derive(Args)]
+pub struct WriteArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Where in the data area (bytes).
+    offset: u64,
+    /// The file to write, or `-` for stdin.
+    file: PathBuf,
+    /// How: `rpc` (the server copies, flushes and drains), `rpc-offload` (its copy engine does), or, on a server and
+    /// client with one-sided access on (`--one-sided`; see `pmwire serve --one-sided` for the danger), `put-flush` or
+    /// `put-get` (seed 004's one-round-trip write).
+    #[arg(long, default_value = "rpc")]
+    method: String,
+    /// Turn on one-sided access on this client (for the put methods).
+    #[arg(long)]
+    one_sided: bool,
+}
+
+/// `pmwire remote read`.
+#[derive(Args)]
+pub struct ReadArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Where in the data area (bytes).
+    offset: u64,
+    /// How many bytes.
+    len: u64,
+}
+
+/// `pmwire remote log`.
+#[derive(Args)]
+pub struct LogArgs {
+    #[command(flatten)]
+    target: Target,
+    #[command(subcommand)]
+    command: LogCommand,
+}
+
+/// The log operations.
+#[derive(Subcommand)]
+pub enum LogCommand {
+    /// Create log NAME with CAPACITY bytes of entry space (entries padded to 64 B lines, its tail in a rotating
+    /// register); prints its id.
+    Create {
+        /// The log's name.
+        name: String,
+        /// Bytes of entry space (K, M, G suffixes).
+        #[arg(value_parser = crate::size::parse)]
+        capacity: u64,
+    },
+    /// Append a file's bytes (or stdin's, `-`) to log NAME as one entry; prints its LSN once it is durable.
+    Append {
+        /// The log's name.
+        name: String,
+        /// The entry: a file, or `-` for stdin.
+        file: PathBuf,
+    },
+    /// Print entry LSN of log NAME on stdout, as it is.
+    Read {
+        /// The log's name.
+        name: String,
+        /// The entry's LSN.
+        lsn: u64,
+    },
 }
 
 /// `pmwire remote status`.
@@ -294,7 +379,83 @@ pub struct StatusArgs {
 pub fn remote(command: &RemoteCommand) -> Result<()> {
     match command {
         RemoteCommand::Status(args) => status(args),
+        RemoteCommand::Write(args) => write(args),
+        RemoteCommand::Read(args) => read(args),
+        RemoteCommand::Log(args) => log(args),
     }
+}
+
+/// Connects to the server `target` names (with one-sided access on this
+/// client if `one_sided`).
+fn connect(target: &Target, one_sided: bool) -> Result<Client<UcxTransport>> {
+    let text = std::fs::read_to_string(&target.key_file).with_context(|| format!("read {}", target.key_file.display()))?;
+    let keys: KeyFile = serde_json::from_str(&text).with_context(|| format!("parse {}", target.key_file.display()))?;
+    let addr = keys.socket()?;
+    let transport = UcxTransport::new(&ucx_config(&target.tls, addr.ip().is_loopback(), one_sided)?)?;
+    Client::connect(transport, &addr, keys.region_id, keys.key).with_context(|| format!("connect to {addr}"))
+}
+
+/// A file's bytes, or stdin's for `-`.
+fn input(file: &std::path::Path) -> Result<Vec<u8>> {
+    if file.as_os_str() == "-" {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes).context("read stdin")?;
+        return Ok(bytes);
+    }
+    std::fs::read(file).with_context(|| format!("read {}", file.display()))
+}
+
+fn write(args: &WriteArgs) -> Result<()> {
+    let method = match args.method.as_str() {
+        "rpc" => Method::Rpc,
+        "rpc-offload" => Method::RpcOffload,
+        "put-flush" => Method::OneSidedFlush,
+        "put-get" => Method::OneSidedReadAfterWrite,
+        other => bail!("unknown method {other:?}: rpc, rpc-offload, put-flush or put-get"),
+    };
+    let bytes = input(&args.file)?;
+    let mut client = connect(&args.target, args.one_sided)?;
+    let piece = client.hello().max_payload.clamp(1, pmwire_remote::proto::MAX_PAYLOAD_BYTES) as usize;
+    let mut at = args.offset;
+    for chunk in bytes.chunks(piece) {
+        client.write_persistent(at, chunk, method).with_context(|| format!("write {} B at {at}", chunk.len()))?;
+        at += chunk.len() as u64;
+    }
+    client.close();
+    eprintln!("wrote {} B at {} ({}), durable", bytes.len(), args.offset, args.method);
+    Ok(())
+}
+
+fn read(args: &ReadArgs) -> Result<()> {
+    let mut client = connect(&args.target, false)?;
+    let bytes = client.read_range(args.offset, args.len).with_context(|| format!("read {} B at {}", args.len, args.offset))?;
+    client.close();
+    std::io::Write::write_all(&mut std::io::stdout().lock(), &bytes).context("write stdout")
+}
+
+fn log(args: &LogArgs) -> Result<()> {
+    use pmwire_log::{LogConfig, TailStrategy};
+    let mut client = connect(&args.target, false)?;
+    match &args.command {
+        LogCommand::Create { name, capacity } => {
+            let id = client.log_create(name.as_bytes(), &LogConfig::new(*capacity, TailStrategy::ROTATING_PAPER)).with_context(|| format!("create log {name}"))?;
+            println!("{id}");
+        }
+        LogCommand::Append { name, file } => {
+            let entry = input(file)?;
+            let id = client.log_open(name.as_bytes()).with_context(|| format!("open log {name}"))?;
+            let lsn = client.log_append(id, &entry).with_context(|| format!("append {} B to log {name}", entry.len()))?;
+            println!("{lsn}");
+        }
+        LogCommand::Read { name, lsn } => {
+            let id = client.log_open(name.as_bytes()).with_context(|| format!("open log {name}"))?;
+            let mut entry = Vec::new();
+            client.log_read(id, *lsn, &mut entry).with_context(|| format!("read entry {lsn} of log {name}"))?;
+            std::io::Write::write_all(&mut std::io::stdout().lock(), &entry).context("write stdout")?;
+        }
+    }
+    client.close();
+    Ok(())
 }
 
 fn status(args: &StatusArgs) -> Result<()> {

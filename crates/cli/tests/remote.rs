@@ -90,3 +90,56 @@ fn remote_status_shows_autos_choice_and_keeps_the_data() {
     client.close();
     drop(server);
 }
+
+/// `pmwire remote write|read|log` against a `pmwire serve` child (issue
+/// 29): bytes from a file and from stdin written durably and read back
+/// (a write past the server's message limit goes in pieces), a log
+/// created, appended to and read by LSN; a range past the data area, a
+/// one-sided method the server does not offer and a wrong key each get
+/// the reason and a nonzero exit.
+#[test]
+fn remote_write_read_and_log_from_the_command_line() {
+    use pmwire_bench::remote::server::ServeChild;
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let (pool, key_file) = (dir.path().join("pool"), dir.path().join("keys.json"));
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_pmwire"));
+    let _server = ServeChild::start(exe, &pool, "4M", "tcp", 8, false, &key_file).unwrap();
+    let keys = key_file.to_str().unwrap();
+    let run = |args: &[&str], stdin: &[u8]| {
+        let mut child = Command::new(exe).arg("remote").args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        child.stdin.take().unwrap().write_all(stdin).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let ok = |args: &[&str], stdin: &[u8]| {
+        let out = run(args, stdin);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        out.stdout
+    };
+    let blob: Vec<u8> = (0..300_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let file = dir.path().join("blob");
+    std::fs::write(&file, &blob).unwrap();
+    ok(&["write", "--key-file", keys, "4096", file.to_str().unwrap()], b"");
+    assert!(ok(&["read", "--key-file", keys, "4096", "300000"], b"") == blob, "read back as written");
+    ok(&["write", "--key-file", keys, "--method", "rpc-offload", "10", "-"], b"from stdin");
+    assert_eq!(ok(&["read", "--key-file", keys, "8", "14"], b""), b"\0\0from stdin\0\0");
+    ok(&["log", "--key-file", keys, "create", "events", "64K"], b"");
+    assert_eq!(ok(&["log", "--key-file", keys, "append", "events", "-"], b"first"), b"0\n");
+    assert_eq!(ok(&["log", "--key-file", keys, "append", "events", "-"], b"second"), b"1\n");
+    assert_eq!(ok(&["log", "--key-file", keys, "read", "events", "1"], b""), b"second");
+    let refused = |args: &[&str], why: &str| {
+        let out = run(args, b"x");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(why), "{args:?}: {err}");
+    };
+    refused(&["read", "--key-file", keys, "4190000", "100000"], "range out of bounds");
+    refused(&["write", "--key-file", keys, "--method", "put-flush", "0", "-"], "OneSidedFlush gives only");
+    refused(&["log", "--key-file", keys, "read", "nolog", "0"], "open log nolog");
+    let text = std::fs::read_to_string(&key_file).unwrap();
+    let mut wrong: serde_json::Value = serde_json::from_str(&text).unwrap();
+    wrong["key"] = serde_json::json!(wrong["key"].as_u64().unwrap() ^ 1);
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, wrong.to_string()).unwrap();
+    refused(&["read", "--key-file", bad.to_str().unwrap(), "0", "8"], "wrong access key");
+}
