@@ -258,8 +258,11 @@ pub enum RemoteCommand {
     Write(WriteArgs),
     /// Print LEN bytes of the data area from OFFSET on stdout, as they are.
     Read(ReadArgs),
-    /// Append logs in the pool: create one, append an entry, read an entry back.
+    /// Append logs in the pool: create one, append an entry, read an entry back, follow the tail.
     Log(LogArgs),
+    /// What the server's HELLO says: the data area, what backs it and its persistence domain, this key's rights, the
+    /// message limit, each write method's guarantee, and whether one-sided access is on.
+    Hello(Target),
 }
 
 /// What every command that talks to a `pmwire serve` takes.
@@ -338,6 +341,18 @@ pub enum LogCommand {
         /// The entry's LSN.
         lsn: u64,
     },
+    /// Print log NAME's entries from LSN `--from` on, one a line (as they are, then a newline); with `--follow`,
+    /// keep waiting for new ones (until killed).
+    Tail {
+        /// The log's name.
+        name: String,
+        /// The first entry's LSN.
+        #[arg(long, default_value_t = 0)]
+        from: u64,
+        /// Wait for new entries (polling every 100 ms) instead of stopping at the tail.
+        #[arg(short = 'f', long)]
+        follow: bool,
+    },
 }
 
 /// `pmwire remote status`.
@@ -382,7 +397,28 @@ pub fn remote(command: &RemoteCommand) -> Result<()> {
         RemoteCommand::Write(args) => write(args),
         RemoteCommand::Read(args) => read(args),
         RemoteCommand::Log(args) => log(args),
+        RemoteCommand::Hello(target) => hello(target),
     }
+}
+
+fn hello(target: &Target) -> Result<()> {
+    use pmwire_remote::proto::{RIGHT_READ, RIGHT_WRITE};
+    let client = connect(target, false)?;
+    let h = client.hello().clone();
+    client.close();
+    let kind = ["fsdax", "devdax", "file", "emulated"].get(h.kind as usize).copied().unwrap_or("unknown");
+    let domain = ["cpu_cache (eADR)", "memory_controller (ADR)", "page_cache", "process_only"].get(h.domain as usize).copied().unwrap_or("unknown");
+    let rights: Vec<&str> = [(RIGHT_READ, "read"), (RIGHT_WRITE, "write")].iter().filter(|(bit, _)| h.rights & bit != 0).map(|(_, n)| *n).collect();
+    println!("data area:        {} B", h.data_bytes);
+    println!("backed by:        {kind}");
+    println!("domain:           {domain}");
+    println!("rights:           {}", if rights.is_empty() { "none".to_string() } else { rights.join(", ") });
+    println!("max payload:      {} B{}", h.max_payload, if h.payload_crc_required { " (payload CRC required)" } else { "" });
+    println!("one-sided access: {:?}", h.one_sided);
+    for (method, guarantee) in Method::CONCRETE.iter().zip(h.guarantees) {
+        println!("  {:<24} {guarantee:?}", format!("{method:?}"));
+    }
+    Ok(())
 }
 
 /// Connects to the server `target` names (with one-sided access on this
@@ -452,6 +488,26 @@ fn log(args: &LogArgs) -> Result<()> {
             let mut entry = Vec::new();
             client.log_read(id, *lsn, &mut entry).with_context(|| format!("read entry {lsn} of log {name}"))?;
             std::io::Write::write_all(&mut std::io::stdout().lock(), &entry).context("write stdout")?;
+        }
+        LogCommand::Tail { name, from, follow } => {
+            use pmwire_remote::client::{ClientError, RemoteError};
+            use pmwire_remote::proto::Status;
+            let id = client.log_open(name.as_bytes()).with_context(|| format!("open log {name}"))?;
+            let (mut lsn, mut entry) = (*from, Vec::new());
+            loop {
+                entry.clear();
+                match client.log_read(id, lsn, &mut entry) {
+                    Ok(()) => {
+                        let mut out = std::io::stdout().lock();
+                        std::io::Write::write_all(&mut out, &entry).and_then(|_| std::io::Write::write_all(&mut out, b"\n")).context("write stdout")?;
+                        std::io::Write::flush(&mut out).context("write stdout")?;
+                        lsn += 1;
+                    }
+                    Err(ClientError::Remote(RemoteError { status: Status::NoEntry, .. })) if *follow => std::thread::sleep(std::time::Duration::from_millis(100)),
+                    Err(ClientError::Remote(RemoteError { status: Status::NoEntry, .. })) => break,
+                    Err(e) => return Err(e).with_context(|| format!("read entry {lsn} of log {name}")),
+                }
+            }
         }
     }
     client.close();

@@ -91,10 +91,11 @@ fn remote_status_shows_autos_choice_and_keeps_the_data() {
     drop(server);
 }
 
-/// `pmwire remote write|read|log` against a `pmwire serve` child (issue
-/// 29): bytes from a file and from stdin written durably and read back
-/// (a write past the server's message limit goes in pieces), a log
-/// created, appended to and read by LSN; a range past the data area, a
+/// `pmwire remote write|read|log|hello` against a `pmwire serve` child
+/// (issue 29): bytes from a file and from stdin written durably and read
+/// back (a write past the server's message limit goes in pieces), a log
+/// created, appended to, read by LSN and tailed; HELLO's facts; a range
+/// past the data area, a
 /// one-sided method the server does not offer and a wrong key each get
 /// the reason and a nonzero exit.
 #[test]
@@ -128,6 +129,12 @@ fn remote_write_read_and_log_from_the_command_line() {
     assert_eq!(ok(&["log", "--key-file", keys, "append", "events", "-"], b"first"), b"0\n");
     assert_eq!(ok(&["log", "--key-file", keys, "append", "events", "-"], b"second"), b"1\n");
     assert_eq!(ok(&["log", "--key-file", keys, "read", "events", "1"], b""), b"second");
+    assert_eq!(ok(&["log", "--key-file", keys, "tail", "events"], b""), b"first\nsecond\n");
+    assert_eq!(ok(&["log", "--key-file", keys, "tail", "events", "--from", "1"], b""), b"second\n");
+    let hello = String::from_utf8(ok(&["hello", "--key-file", keys], b"")).unwrap();
+    for line in ["backed by:        emulated", "domain:           process_only", "rights:           read, write", "one-sided access: Off", "Rpc                      Persistence"] {
+        assert!(hello.contains(line), "{line:?} in {hello}");
+    }
     let refused = |args: &[&str], why: &str| {
         let out = run(args, b"x");
         let err = String::from_utf8_lossy(&out.stderr);
