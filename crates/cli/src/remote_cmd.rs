@@ -358,12 +358,8 @@ pub enum LogCommand {
 /// `pmwire remote status`.
 #[derive(Args)]
 pub struct StatusArgs {
-    /// The server's key file (`pmwire serve --key-file`): region id, key and address.
-    #[arg(long)]
-    key_file: PathBuf,
-    /// UCX transport: tcp or sm (as the server runs).
-    #[arg(long, default_value = "tcp")]
-    tls: String,
+    #[command(flatten)]
+    target: Target,
     /// Turn on one-sided access on this client (the put + FLUSH method; the server must run with --one-sided).
     #[arg(long)]
     one_sided: bool,
@@ -424,11 +420,16 @@ fn hello(target: &Target) -> Result<()> {
 /// Connects to the server `target` names (with one-sided access on this
 /// client if `one_sided`).
 fn connect(target: &Target, one_sided: bool) -> Result<Client<UcxTransport>> {
+    connect_with(target, one_sided, ClientOptions::default())
+}
+
+/// [`connect`] with the client's `options`.
+fn connect_with(target: &Target, one_sided: bool, options: ClientOptions) -> Result<Client<UcxTransport>> {
     let text = std::fs::read_to_string(&target.key_file).with_context(|| format!("read {}", target.key_file.display()))?;
     let keys: KeyFile = serde_json::from_str(&text).with_context(|| format!("parse {}", target.key_file.display()))?;
     let addr = keys.socket()?;
     let transport = UcxTransport::new(&ucx_config(&target.tls, addr.ip().is_loopback(), one_sided)?)?;
-    Client::connect(transport, &addr, keys.region_id, keys.key).with_context(|| format!("connect to {addr}"))
+    Client::connect_with(transport, &addr, keys.region_id, keys.key, options).with_context(|| format!("connect to {addr}"))
 }
 
 /// A file's bytes, or stdin's for `-`.
@@ -515,13 +516,9 @@ fn log(args: &LogArgs) -> Result<()> {
 }
 
 fn status(args: &StatusArgs) -> Result<()> {
-    let text = std::fs::read_to_string(&args.key_file).with_context(|| format!("read {}", args.key_file.display()))?;
-    let keys: KeyFile = serde_json::from_str(&text).with_context(|| format!("parse {}", args.key_file.display()))?;
-    let addr = keys.socket()?;
-    let transport = UcxTransport::new(&ucx_config(&args.tls, addr.ip().is_loopback(), args.one_sided)?)?;
     let options = ClientOptions { payload_crc: false, ..ClientOptions::default() };
-    let mut client = Client::connect_with(transport, &addr, keys.region_id, keys.key, options).context("connect")?;
-    let target = client.target(&args.tls);
+    let mut client = connect_with(&args.target, args.one_sided, options)?;
+    let target = client.target(&args.target.tls);
     let mut cache = match &args.cache {
         Some(path) => CalibrationCache::load(path)?,
         None => CalibrationCache::default(),
@@ -542,7 +539,7 @@ fn status(args: &StatusArgs) -> Result<()> {
         }
         None => {
             let started = std::time::Instant::now();
-            let table = client.calibrate(args.offset, &args.sizes, args.rounds, &args.tls)?.clone();
+            let table = client.calibrate(args.offset, &args.sizes, args.rounds, &args.target.tls)?.clone();
             cache.insert(table);
             format!("measured now: {} interleaved rounds in {:.1} s", args.rounds, started.elapsed().as_secs_f64())
         }

@@ -773,7 +773,7 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
 
     fn exec(&mut self, id: ConnId) {
         let conn = self.conn(id);
-        let queued = conn.multi.take().expect("a transaction");
+        let mut queued = conn.multi.take().expect("a transaction");
         let dirty = std::mem::take(&mut conn.multi_dirty);
         let watched = std::mem::take(&mut conn.watched);
         let protocol = conn.session.protocol;
@@ -795,15 +795,17 @@ impl<T: Transport<Addr = SocketAddr>> Member<T> {
         // command they no longer allow is not run, and its place in EXEC's
         // reply is the error (the rest run).
         let now = Self::now_ms();
-        let mut denied = Vec::new();
-        let mut allowed = Vec::with_capacity(queued.len());
-        for (i, args) in queued.into_iter().enumerate() {
-            match self.local.acl_exec_refusal(&self.conns[&id].session, &args, now) {
-                Some(text) => denied.push((i, error(&text))),
-                None => allowed.push(args),
+        let (mut denied, mut at) = (Vec::new(), 0);
+        let session = &self.conns[&id].session;
+        queued.retain(|args| {
+            let refused = self.local.acl_exec_refusal(session, args, now);
+            if let Some(text) = &refused {
+                denied.push((at, error(text)));
             }
-        }
-        let entry = self.proposer.transaction(now, protocol, watched, &allowed);
+            at += 1;
+            refused.is_none()
+        });
+        let entry = self.proposer.transaction(now, protocol, watched, &queued);
         self.propose_into(id, entry, Slot::Exec(denied));
     }
 

@@ -537,33 +537,36 @@ impl<T: Target> Differ<T> {
     /// TTL PTTL EXPIRETIME PEXPIRETIME: equal, or both non-negative
     /// integers at most `tolerance` apart (see the module's header).
     pub fn check_ttl(&mut self, args: &[Vec<u8>], tolerance: i64) -> Result<bool, (Vec<u8>, Vec<u8>)> {
+        let int = |r: &[u8]| match parse_reply(r) {
+            Ok(Some((Value::Integer(n), _))) => Some(n),
+            _ => None,
+        };
+        self.check_loosely(args, |want, got| match (int(want), int(got)) {
+            (Some(w), Some(g)) => w >= 0 && g >= 0 && (w - g).abs() <= tolerance,
+            _ => false,
+        })
+    }
+
+    /// Runs `args` on both: equal replies pass, and so do unequal ones that
+    /// `close(want, got)` accepts (counted in `loose`); `Ok(false)`, or
+    /// `Err` with both replies.
+    fn check_loosely(&mut self, args: &[Vec<u8>], close: impl Fn(&[u8], &[u8]) -> bool) -> Result<bool, (Vec<u8>, Vec<u8>)> {
         let want = self.remote(args);
         let (got, _) = self.local(args);
         if want == got {
             return Ok(false);
         }
-        let int = |r: &[u8]| match parse_reply(r) {
-            Ok(Some((Value::Integer(n), _))) => Some(n),
-            _ => None,
-        };
-        match (int(&want), int(&got)) {
-            (Some(w), Some(g)) if w >= 0 && g >= 0 && (w - g).abs() <= tolerance => {
-                self.loose += 1;
-                Ok(false)
-            }
-            _ => Err((want, got)),
+        if close(&want, &got) {
+            self.loose += 1;
+            return Ok(false);
         }
+        Err((want, got))
     }
 
     /// An ID the server took from its clock (`XADD key * ...`): the two
     /// servers read the clock apart, so the millisecond parts may differ
     /// by up to `tolerance`; the sequence parts must match.
     pub fn check_clock_id(&mut self, args: &[Vec<u8>], tolerance: u64) -> Result<bool, (Vec<u8>, Vec<u8>)> {
-        let want = self.remote(args);
-        let (got, _) = self.local(args);
-        if want == got {
-            return Ok(false);
-        }
         let id = |r: &[u8]| match parse_reply(r) {
             Ok(Some((Value::Bulk(b), _))) => {
                 let s = std::str::from_utf8(&b).ok()?.to_owned();
@@ -572,13 +575,10 @@ impl<T: Target> Differ<T> {
             }
             _ => None,
         };
-        match (id(&want), id(&got)) {
-            (Some((wm, ws)), Some((gm, gs))) if ws == gs && wm.abs_diff(gm) <= tolerance => {
-                self.loose += 1;
-                Ok(false)
-            }
-            _ => Err((want, got)),
-        }
+        self.check_loosely(args, |want, got| match (id(want), id(got)) {
+            (Some((wm, ws)), Some((gm, gs))) => ws == gs && wm.abs_diff(gm) <= tolerance,
+            _ => false,
+        })
     }
 
     /// RANDOMKEY: nil on both sides, or a key on both sides, pmwire's
@@ -647,18 +647,11 @@ impl<T: Target> Differ<T> {
     /// XPENDING (extended) and XINFO CONSUMERS: equal once their idle times
     /// are masked ([`without_idle`]).
     pub fn check_timed(&mut self, args: &[Vec<u8>]) -> Result<bool, (Vec<u8>, Vec<u8>)> {
-        let want = self.remote(args);
-        let (got, _) = self.local(args);
-        if want == got {
-            return Ok(false);
-        }
-        let w = parse_reply(&want).ok().flatten().map(|(v, _)| without_idle(v));
-        let g = parse_reply(&got).ok().flatten().map(|(v, _)| without_idle(v));
-        if w.is_some() && w == g {
-            self.loose += 1;
-            return Ok(false);
-        }
-        Err((want, got))
+        let masked = |r: &[u8]| parse_reply(r).ok().flatten().map(|(v, _)| without_idle(v));
+        self.check_loosely(args, |want, got| {
+            let w = masked(want);
+            w.is_some() && w == masked(got)
+        })
     }
 }
 
